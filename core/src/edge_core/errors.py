@@ -1,0 +1,53 @@
+"""The exception hierarchy of edge-core: one base class, subclasses named for what went wrong.
+
+Every message names the field (or subject), the reason and the offending value, in the
+form ``field: reason: value``, so that a refusal can be acted on without a debugger.
+"""
+
+from __future__ import annotations
+
+
+class EdgeError(Exception):
+    """Base class of every error raised by edge-core."""
+
+
+class ConfigError(EdgeError, ValueError):
+    """A configuration value is invalid; the message carries its full path and value."""
+
+    def __init__(self, path: str, reason: str, value: object = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.value = value
+        super().__init__(f"{path}: {reason}: {value!r}")
+
+
+class PluginError(EdgeError):
+    """A plugin could not be loaded, or broke the hook contract."""
+
+
+class BackendUnavailable(EdgeError):
+    """A stage names a backend that no plugin provides, or whose probe says unavailable."""
+
+
+class ResourceUnavailable(EdgeError):
+    """Admission refused: a pool, an in-flight slot or a retained-result slot is exhausted."""
+
+
+class PlacementRefused(EdgeError):
+    """The warm-up placement gate refused a stage (fallback, split, unverified placement)."""
+
+
+class ManifestInvalid(EdgeError):
+    """An artifact bundle failed verification (schema, path, hash, membership)."""
+
+
+class WorkerError(EdgeError):
+    """A worker process misbehaved: failed bootstrap, broke protocol, or reported an error."""
+
+
+class WorkerLost(WorkerError):
+    """A worker process died or its channel closed while work was in flight."""
+
+
+class StageClosed(EdgeError):
+    """A stage refuses work: it was cancelled non-preemptively, retired or never loaded."""

@@ -1,0 +1,436 @@
+"""Shared-memory segments for large tensors: one producer pool, one consumer cache.
+
+Standard library only, so that a worker in a vendor interpreter can use it. Segments are
+POSIX shared-memory objects (``shm_open`` through CPython's ``_posixshmem``) mapped with
+:mod:`mmap`; :mod:`multiprocessing.shared_memory` is deliberately not used, because its
+resource tracker registers every create *and* attach and would warn about, or unlink,
+segments that are still in use by the peer.
+
+Naming and permissions:
+    Every segment is called ``edge_<prefix>_<random>``. The prefix is fixed per producer
+    (the controller hands each worker its own), so that whoever owns the producer's
+    lifetime can sweep what a crashed producer left behind (:func:`sweep`). The random
+    part comes from :mod:`secrets`, so a name cannot be guessed. Segments are created
+    ``O_EXCL`` with mode ``0600``.
+
+Layout:
+    The first :data:`HEADER_BYTES` of a segment hold a magic string and the segment's
+    current *generation*; tensor data starts at ``HEADER_BYTES``. Each time the producer
+    hands a segment out it writes a new generation there, so a consumer can refuse a
+    stale reference and a stale acknowledgement frees nothing.
+
+Retention:
+    A producer keeps each leased segment until the consumer acknowledges that exact
+    ``(segment, generation)``; then the segment goes back to a pool for reuse (its pages
+    stay mapped, which is what makes large copies cheap). Leased plus pooled capacity is
+    capped per producer (default 64 MiB and 256 buffers); pooled segments are unlinked to
+    make room, and a lease that still does not fit raises :class:`ShmCapExceeded`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import mmap
+import os
+import re
+import secrets
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from edge_contracts.errors import ContractError
+
+
+class _PosixShm(Protocol):
+    """The two functions of CPython's private ``_posixshmem`` module that are used here."""
+
+    def shm_open(self, path: str, flags: int, mode: int = 0o777) -> int: ...
+
+    def shm_unlink(self, path: str) -> None: ...
+
+
+def _load_posixshmem() -> _PosixShm | None:
+    try:  # CPython on POSIX; absent on Windows, where shared memory is not offered.
+        return cast(_PosixShm, importlib.import_module("_posixshmem"))
+    except ImportError:  # pragma: no cover - exercised only on non-POSIX interpreters
+        return None
+
+
+_posixshmem = _load_posixshmem()
+
+__all__ = [
+    "DEFAULT_MAX_BUFFERS",
+    "DEFAULT_MAX_BYTES",
+    "HEADER_BYTES",
+    "NAME_PREFIX",
+    "SHM_AVAILABLE",
+    "Lease",
+    "Segment",
+    "SegmentConsumer",
+    "SegmentProducer",
+    "ShmCapExceeded",
+    "ShmError",
+    "ShmRefused",
+    "new_prefix",
+    "segment_names",
+    "sweep",
+]
+
+SHM_AVAILABLE = _posixshmem is not None
+"""True when this interpreter can create and map POSIX shared-memory segments."""
+
+NAME_PREFIX = "edge_"
+"""Every segment name starts with this; leak checks look for it under ``/dev/shm``."""
+
+HEADER_BYTES = 4096
+"""Bytes reserved at the start of a segment for the magic and the generation."""
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""Default cap on one producer's leased plus pooled data capacity, in bytes."""
+
+DEFAULT_MAX_BUFFERS = 256
+"""Default cap on the number of segments one producer holds."""
+
+_MAGIC = b"EDGESHM1"
+_HEADER = struct.Struct("<8sQ")
+_PAGE = mmap.PAGESIZE
+_PREFIX_RE = re.compile(r"^[0-9a-f]{8}$")
+_NAME_RE = re.compile(r"^edge_[0-9a-f]{8}_[0-9a-f]{16}$")
+_SHM_DIR = "/dev/shm"  # noqa: S108 - where Linux exposes POSIX shared memory
+
+
+class ShmError(ContractError):
+    """A shared-memory operation was refused; the base of this module's errors."""
+
+
+class ShmCapExceeded(ShmError):  # noqa: N818 - named for what went wrong
+    """A lease would exceed the producer's cap on retained bytes or buffers."""
+
+
+class ShmRefused(ShmError):  # noqa: N818 - named for what went wrong
+    """A reference names a segment, range or generation that the consumer must not map."""
+
+
+def new_prefix() -> str:
+    """Return a fresh random producer prefix (8 lowercase hex digits)."""
+    return secrets.token_hex(4)
+
+
+def _check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
+        raise ShmError("shm.prefix", prefix, "must be 8 lowercase hex digits")
+    return prefix
+
+
+def segment_names(prefix: str | None = None) -> list[str]:
+    """List existing edge segment names (optionally of one producer prefix) in /dev/shm."""
+    try:
+        entries = os.listdir(_SHM_DIR)
+    except FileNotFoundError:  # pragma: no cover - no /dev/shm on this platform
+        return []
+    start = NAME_PREFIX if prefix is None else f"{NAME_PREFIX}{_check_prefix(prefix)}_"
+    return sorted(name for name in entries if name.startswith(start))
+
+
+def sweep(prefix: str) -> list[str]:
+    """Unlink every segment of ``prefix`` (a producer that died cannot); return the names."""
+    removed = []
+    for name in segment_names(prefix):
+        if _unlink(name):
+            removed.append(name)
+    return removed
+
+
+def _unlink(name: str) -> bool:
+    if _posixshmem is None:  # pragma: no cover
+        return False
+    try:
+        _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _round_up(n: int) -> int:
+    return max(_PAGE, -(-n // _PAGE) * _PAGE)
+
+
+class Segment:
+    """One mapped shared-memory segment: a header page followed by data capacity."""
+
+    __slots__ = ("_map", "_view", "capacity", "name", "writable")
+
+    def __init__(self, name: str, mapping: mmap.mmap, writable: bool) -> None:
+        self.name = name
+        self.writable = writable
+        self._map = mapping
+        self._view = memoryview(mapping)
+        if not writable:
+            self._view = self._view.toreadonly()
+        self.capacity = len(mapping) - HEADER_BYTES
+
+    @classmethod
+    def create(cls, name: str, capacity: int) -> Segment:
+        """Create a new segment (``O_EXCL``, mode 0600) with at least ``capacity`` data bytes."""
+        if _posixshmem is None:  # pragma: no cover
+            raise ShmError("shm", name, "shared memory is not available in this interpreter")
+        size = HEADER_BYTES + _round_up(capacity)
+        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            os.fchmod(fd, 0o600)  # the umask may only have narrowed it; make it exact
+            os.ftruncate(fd, size)
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            _unlink(name)
+            raise
+        finally:
+            os.close(fd)
+        _HEADER.pack_into(mapping, 0, _MAGIC, 0)
+        return cls(name, mapping, writable=True)
+
+    @classmethod
+    def attach(cls, name: str) -> Segment:
+        """Map an existing segment read-only (the consumer never writes into a peer's memory)."""
+        if _posixshmem is None:  # pragma: no cover
+            raise ShmRefused("shm.segment", name, "shared memory is not available here")
+        try:
+            fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, mode=0o600)
+        except FileNotFoundError:
+            raise ShmRefused("shm.segment", name, "no such segment") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size <= HEADER_BYTES:
+                raise ShmRefused("shm.segment", name, f"size {size} must exceed {HEADER_BYTES}")
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        magic, _ = _HEADER.unpack_from(mapping, 0)
+        if magic != _MAGIC:
+            mapping.close()
+            raise ShmRefused("shm.segment", name, "header magic is not an edge segment")
+        return cls(name, mapping, writable=False)
+
+    @property
+    def generation(self) -> int:
+        """The generation last written by the producer."""
+        return int(_HEADER.unpack_from(self._map, 0)[1])
+
+    def set_generation(self, generation: int) -> None:
+        """Stamp a new generation (producer only)."""
+        _HEADER.pack_into(self._map, 0, _MAGIC, generation)
+
+    def data(self, offset: int, nbytes: int) -> memoryview:
+        """Return the bytes ``[offset, offset + nbytes)`` of the segment (offsets are absolute)."""
+        return self._view[offset : offset + nbytes]
+
+    def close(self) -> None:
+        """Unmap if no view is still exported; otherwise the mapping dies with its last view."""
+        try:
+            self._view.release()
+            self._map.close()
+        except BufferError:
+            pass  # a consumer array still references it; unmapped when that array dies
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A segment handed out by a producer: write into :attr:`view`, send the reference.
+
+    Attributes:
+        segment: the segment name.
+        generation: the generation stamped for this lease; the ack must repeat it.
+        offset: where the data starts in the segment (always :data:`HEADER_BYTES`).
+        view: writable bytes ``[offset, offset + nbytes)``.
+
+    """
+
+    segment: str
+    generation: int
+    offset: int
+    view: memoryview
+
+
+class SegmentProducer:
+    """Hands out segments for outgoing tensors and keeps them until acknowledged.
+
+    Thread-safe: a worker's handler may emit from several threads at once.
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_buffers: int = DEFAULT_MAX_BUFFERS,
+    ) -> None:
+        self.prefix = _check_prefix(prefix)
+        self.max_bytes = max_bytes
+        self.max_buffers = max_buffers
+        self._lock = threading.Lock()
+        self._leased: dict[str, tuple[Segment, int]] = {}
+        self._pool: OrderedDict[str, Segment] = OrderedDict()
+        self._held_bytes = 0
+        self._generation = 0
+        self._gone: list[str] = []
+        self._closed = False
+
+    @property
+    def retained_bytes(self) -> int:
+        """Data capacity of the segments leased and not yet acknowledged."""
+        with self._lock:
+            return sum(seg.capacity for seg, _ in self._leased.values())
+
+    @property
+    def retained_buffers(self) -> int:
+        """Number of segments leased and not yet acknowledged."""
+        with self._lock:
+            return len(self._leased)
+
+    @property
+    def held_bytes(self) -> int:
+        """Data capacity of every segment held (leased plus pooled)."""
+        with self._lock:
+            return self._held_bytes
+
+    def lease(self, nbytes: int) -> Lease:
+        """Lease a segment with room for ``nbytes``; raise :class:`ShmCapExceeded` if over cap."""
+        if nbytes <= 0:
+            raise ShmError("shm.nbytes", nbytes, "must be > 0")
+        with self._lock:
+            if self._closed:
+                raise ShmError("shm.producer", self.prefix, "producer is closed")
+            segment = self._take_pooled(nbytes)
+            if segment is None:
+                segment = self._create(nbytes)
+            self._generation += 1
+            generation = self._generation
+            segment.set_generation(generation)
+            self._leased[segment.name] = (segment, generation)
+        return Lease(segment.name, generation, HEADER_BYTES, segment.data(HEADER_BYTES, nbytes))
+
+    def _take_pooled(self, nbytes: int) -> Segment | None:
+        for name, segment in self._pool.items():
+            if nbytes <= segment.capacity <= 2 * _round_up(nbytes):
+                del self._pool[name]
+                return segment
+        return None
+
+    def _create(self, nbytes: int) -> Segment:
+        capacity = _round_up(nbytes)
+        leased_bytes = self._held_bytes - sum(s.capacity for s in self._pool.values())
+        if leased_bytes + capacity > self.max_bytes:
+            raise ShmCapExceeded(
+                "shm.retained_bytes",
+                leased_bytes + capacity,
+                f"exceeds the per-producer cap of {self.max_bytes} bytes",
+            )
+        if len(self._leased) + 1 > self.max_buffers:
+            raise ShmCapExceeded(
+                "shm.retained_buffers",
+                len(self._leased) + 1,
+                f"exceeds the per-producer cap of {self.max_buffers} buffers",
+            )
+        while self._pool and (
+            self._held_bytes + capacity > self.max_bytes
+            or len(self._leased) + len(self._pool) + 1 > self.max_buffers
+        ):
+            _, evicted = self._pool.popitem(last=False)
+            self._drop(evicted)
+        name = f"{NAME_PREFIX}{self.prefix}_{secrets.token_hex(8)}"
+        segment = Segment.create(name, capacity)
+        self._held_bytes += segment.capacity
+        return segment
+
+    def _drop(self, segment: Segment) -> None:
+        self._held_bytes -= segment.capacity
+        _unlink(segment.name)
+        segment.close()
+        self._gone.append(segment.name)
+
+    def release(self, segment: str, generation: int) -> bool:
+        """Take back a segment the consumer acknowledged; a stale generation frees nothing."""
+        with self._lock:
+            entry = self._leased.get(segment)
+            if entry is None or entry[1] != generation:
+                return False
+            del self._leased[segment]
+            if self._closed:
+                self._drop(entry[0])
+            else:
+                self._pool[segment] = entry[0]
+            return True
+
+    def take_gone(self) -> list[str]:
+        """Return (and forget) the names unlinked since the last call, for the consumer."""
+        with self._lock:
+            gone, self._gone = self._gone, []
+            return gone
+
+    def close(self) -> None:
+        """Unlink every segment, leased or pooled. Idempotent."""
+        with self._lock:
+            self._closed = True
+            for segment, _ in self._leased.values():
+                self._drop(segment)
+            for segment in self._pool.values():
+                self._drop(segment)
+            self._leased.clear()
+            self._pool.clear()
+            self._gone.clear()
+
+
+class SegmentConsumer:
+    """Maps a peer's segments read-only, validating every reference before any byte is read.
+
+    Mappings are cached (a producer reuses its segments) and bounded; the producer's list
+    of unlinked names (:meth:`SegmentProducer.take_gone`) lets the consumer drop them early.
+    """
+
+    def __init__(self, prefix: str, *, max_mappings: int = DEFAULT_MAX_BUFFERS) -> None:
+        self.prefix = _check_prefix(prefix)
+        self.max_mappings = max_mappings
+        self._lock = threading.Lock()
+        self._maps: OrderedDict[str, Segment] = OrderedDict()
+
+    def view(self, segment: str, offset: int, generation: int, nbytes: int) -> memoryview:
+        """Return the read-only bytes a reference names, after checking name, range, generation."""
+        if not isinstance(segment, str) or not _NAME_RE.match(segment):
+            raise ShmRefused("shm.segment", segment, "is not an edge segment name")
+        if not segment.startswith(f"{NAME_PREFIX}{self.prefix}_"):
+            raise ShmRefused("shm.segment", segment, f"must belong to producer {self.prefix}")
+        with self._lock:
+            mapped = self._maps.get(segment)
+            if mapped is None:
+                mapped = Segment.attach(segment)
+                self._maps[segment] = mapped
+                while len(self._maps) > self.max_mappings:
+                    self._maps.popitem(last=False)[1].close()
+            else:
+                self._maps.move_to_end(segment)
+        end = HEADER_BYTES + mapped.capacity
+        if offset < HEADER_BYTES or nbytes < 0 or offset + nbytes > end:
+            raise ShmRefused(
+                "shm.offset", offset, f"range of {nbytes} bytes must lie in [{HEADER_BYTES}, {end})"
+            )
+        current = mapped.generation
+        if current != generation:
+            raise ShmRefused("shm.generation", generation, f"stale: the segment is at {current}")
+        return mapped.data(offset, nbytes)
+
+    def forget(self, names: list[str]) -> None:
+        """Drop cached mappings of segments the producer has unlinked."""
+        with self._lock:
+            for name in names:
+                mapped = self._maps.pop(name, None)
+                if mapped is not None:
+                    mapped.close()
+
+    def close(self) -> None:
+        """Drop every cached mapping. Idempotent."""
+        with self._lock:
+            for mapped in self._maps.values():
+                mapped.close()
+            self._maps.clear()

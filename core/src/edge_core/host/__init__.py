@@ -1,0 +1,1 @@
+"""The host layer: worker processes, their identity and retirement, and tensor transport."""

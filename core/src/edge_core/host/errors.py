@@ -1,0 +1,80 @@
+"""Errors of the host layer, each a subclass of the core hierarchy in :mod:`edge_core.errors`.
+
+Every message reads ``field: reason: value`` and the three parts are kept as attributes.
+"""
+
+from __future__ import annotations
+
+from edge_core.errors import ConfigError, ResourceUnavailable, WorkerError, WorkerLost
+
+__all__ = [
+    "BootstrapRefused",
+    "DeviceLockTimeout",
+    "ProtocolViolation",
+    "RemoteError",
+    "RouteRefused",
+    "TransportCapExceeded",
+    "WorkerGone",
+]
+
+
+class RouteRefused(ConfigError):  # noqa: N818
+    """A route cannot be used: missing or non-executable interpreter, bad entry, bad domain."""
+
+
+class _Described:
+    """Mixin keeping ``field``, ``reason`` and ``value`` and rendering ``field: reason: value``."""
+
+    field: str
+    reason: str
+    value: object
+
+    def _describe(self, field: str, reason: str, value: object) -> str:
+        self.field = field
+        self.reason = reason
+        self.value = value
+        return f"{field}: {reason}: {value!r}"
+
+
+class BootstrapRefused(_Described, WorkerError):  # noqa: N818
+    """The worker's hello was refused (token, protocol version, features, identity) or late."""
+
+    def __init__(self, field: str, reason: str, value: object) -> None:
+        super().__init__(self._describe(field, reason, value))
+
+
+class ProtocolViolation(_Described, WorkerError):  # noqa: N818
+    """The worker wrote something that is not a valid frame, or an op out of protocol."""
+
+    def __init__(self, field: str, reason: str, value: object) -> None:
+        super().__init__(self._describe(field, reason, value))
+
+
+class RemoteError(_Described, WorkerError):
+    """The worker's handler failed; ``remote_type`` is the name of the exception it raised."""
+
+    def __init__(self, field: str, remote_type: str, message: str) -> None:
+        self.remote_type = remote_type
+        super().__init__(self._describe(field, f"{remote_type} in worker", message))
+
+
+class WorkerGone(_Described, WorkerLost):
+    """The worker died or its channel closed while work was in flight (a :class:`WorkerLost`)."""
+
+    def __init__(self, field: str, reason: str, value: object) -> None:
+        super().__init__(self._describe(field, reason, value))
+
+
+class TransportCapExceeded(_Described, ResourceUnavailable):
+    """Shared-memory retention would exceed a producer's cap on bytes or buffers."""
+
+    def __init__(self, field: str, reason: str, value: object) -> None:
+        super().__init__(self._describe(field, reason, value))
+
+
+class DeviceLockTimeout(_Described, ResourceUnavailable):
+    """A device-initialisation lock was not acquired in time; ``holder_pid`` when known."""
+
+    def __init__(self, field: str, reason: str, value: object, holder_pid: int | None) -> None:
+        self.holder_pid = holder_pid
+        super().__init__(self._describe(field, reason, value))

@@ -1,0 +1,113 @@
+"""Process identity: a PID is only meaningful together with the process's creation time.
+
+A :class:`ProcessIdentity` is the pair ``(pid, create_time)``. Every liveness check and
+every signal goes through :meth:`ProcessIdentity.process`, which returns a live
+:class:`psutil.Process` only when the PID still belongs to the *same* process; a PID that
+was reused by an unrelated process is therefore never signalled.
+"""
+
+from __future__ import annotations
+
+import os
+
+import attrs
+import psutil
+
+__all__ = ["CREATE_TIME_TOLERANCE_S", "ProcessIdentity", "descendants", "session_members"]
+
+CREATE_TIME_TOLERANCE_S = 0.05
+"""Two creation times closer than this name the same process (clock-tick granularity)."""
+
+
+@attrs.frozen
+class ProcessIdentity:
+    """A process named by PID and creation time (seconds since the epoch, as psutil gives)."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity:
+        """Capture the identity of the live process ``pid`` (raises ``psutil.NoSuchProcess``)."""
+        return cls(pid, psutil.Process(pid).create_time())
+
+    def matches(self, create_time: float) -> bool:
+        """Tell whether ``create_time`` names the same process as this identity."""
+        return abs(self.create_time - create_time) <= CREATE_TIME_TOLERANCE_S
+
+    def process(self) -> psutil.Process | None:
+        """Return the live, non-zombie process of this identity; None if gone or reused."""
+        try:
+            proc = psutil.Process(self.pid)
+            if not self.matches(proc.create_time()):
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+        except psutil.AccessDenied:  # pragma: no cover - another user's process
+            return None
+        return proc
+
+    def is_alive(self) -> bool:
+        """Tell whether the very process of this identity runs (zombies count as gone)."""
+        return self.process() is not None
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain form for execution plans and reports."""
+        return {"pid": self.pid, "create_time": self.create_time}
+
+
+def _identity(proc: psutil.Process) -> ProcessIdentity | None:
+    try:
+        return ProcessIdentity(proc.pid, proc.create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def descendants(root: ProcessIdentity) -> set[ProcessIdentity]:
+    """Identities of the live descendants of ``root`` (empty if ``root`` is gone)."""
+    proc = root.process()
+    if proc is None:
+        return set()
+    try:
+        children = proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return set()
+    found = {_identity(child) for child in children}
+    return {ident for ident in found if ident is not None}
+
+
+def session_members(leader: ProcessIdentity) -> set[ProcessIdentity]:
+    """Live processes in the session that ``leader`` started (re-parented orphans included).
+
+    A worker is started as a session leader, so its session id equals its PID. Members
+    created before the leader cannot belong to it, which keeps a reused PID's unrelated
+    session out as long as the leader lived when it was captured.
+    """
+    members: set[ProcessIdentity] = set()
+    reused_at = _reuse_time(leader)
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) != leader.pid:
+                continue
+            created = proc.create_time()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+        if created + CREATE_TIME_TOLERANCE_S < leader.create_time:
+            continue
+        if reused_at is not None and created >= reused_at:
+            continue  # a member of the unrelated session of whoever reused the PID
+        members.add(ProcessIdentity(proc.pid, created))
+    return members
+
+
+def _reuse_time(leader: ProcessIdentity) -> float | None:
+    """Creation time of an unrelated process now holding ``leader``'s PID, if any."""
+    try:
+        created = psutil.Process(leader.pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+    return None if leader.matches(created) else created

@@ -1,0 +1,99 @@
+"""The typed errors of edge-contracts.
+
+Every error raised by this package is a :class:`ContractError`. Each one names the
+field that was wrong, the offending value and the reason (which states the limit
+that was broken), and renders as ``field: reason: value``. Wire errors form their own
+branch under :class:`WireError` so that a frame reader can refuse a peer with one
+``except`` clause.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContractError",
+    "DescriptorInvalid",
+    "FeatureRefused",
+    "FrameTruncated",
+    "HeaderMalformed",
+    "HeaderTooLarge",
+    "InvalidValue",
+    "PayloadMismatch",
+    "PayloadTooLarge",
+    "StreamClosed",
+    "UnknownRequiredFeature",
+    "VersionMismatch",
+    "WireError",
+]
+
+
+class ContractError(ValueError):
+    """Base class of every error raised by edge-contracts.
+
+    Attributes:
+        field: dotted path of the offending field, e.g. ``request.inputs[0].nbytes``.
+        value: the offending value, as received.
+        reason: what is wrong, naming the limit, e.g. ``must be <= 32 dimensions``.
+
+    """
+
+    field: str
+    value: object
+    reason: str
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{field}: {reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[type[ContractError], tuple[str, object, str]]:
+        """Rebuild from the three attributes (keeps copy/deepcopy working)."""
+        return (type(self), (self.field, self.value, self.reason))
+
+
+class InvalidValue(ContractError):  # noqa: N818 - the contract's name
+    """A field of a value type holds a value that the contract does not allow."""
+
+
+class WireError(ContractError):
+    """A frame on the wire was refused; the base class of every framing error."""
+
+
+class FrameTruncated(WireError):  # noqa: N818 - the contract's name
+    """The stream ended, or the buffer ran out, before the frame was complete."""
+
+
+class StreamClosed(FrameTruncated):
+    """The stream ended cleanly on a frame boundary, before any byte of a new frame."""
+
+
+class HeaderTooLarge(WireError):  # noqa: N818 - the contract's name
+    """The declared header length exceeds the reader's ``max_header_bytes``."""
+
+
+class HeaderMalformed(WireError, InvalidValue):  # noqa: N818 - the contract's name
+    """The prefix or the header could not be parsed, or a header field is invalid."""
+
+
+class VersionMismatch(WireError):  # noqa: N818 - the contract's name
+    """The frame declares a protocol version that this implementation does not speak."""
+
+
+class UnknownRequiredFeature(WireError):  # noqa: N818 - the contract's name
+    """A peer requires a protocol feature that this implementation does not support."""
+
+
+FeatureRefused = UnknownRequiredFeature
+"""Alias of :class:`UnknownRequiredFeature`, for feature negotiation call sites."""
+
+
+class DescriptorInvalid(WireError, InvalidValue):  # noqa: N818 - the contract's name
+    """A tensor entry of a header is invalid (dtype, shape, nbytes, name or shm ref)."""
+
+
+class PayloadTooLarge(WireError):  # noqa: N818 - the contract's name
+    """The frame's tensor bytes (inline plus shared memory) exceed ``max_io_bytes``."""
+
+
+class PayloadMismatch(WireError):  # noqa: N818 - the contract's name
+    """The declared payload length differs from the bytes the header's tensors need."""

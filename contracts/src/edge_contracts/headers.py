@@ -1,0 +1,377 @@
+"""Frame headers: the typed header of a wire frame, its tensor entries and a reader's limits.
+
+See :mod:`edge_contracts.wire` for the framing that carries them. The header travels
+as one JSON object (:meth:`FrameHeader.to_dict`); every key is required on the wire.
+
+A header holds the protocol version, the features the reader must support, the
+op, request and stage ids, epoch, worker generation, an op-specific ``meta`` object
+and one :class:`TensorSpec` per tensor. Tensor entries fail with
+:class:`~edge_contracts.errors.DescriptorInvalid`, other header fields with
+:class:`~edge_contracts.errors.HeaderMalformed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge_contracts.buffers import check_shape, expected_nbytes
+from edge_contracts.dtypes import DType
+from edge_contracts.errors import (
+    DescriptorInvalid,
+    HeaderMalformed,
+    InvalidValue,
+    PayloadTooLarge,
+    WireError,
+)
+from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
+from edge_contracts.protocol import (
+    FEATURE_SHM_TENSORS,
+    KNOWN_FEATURES,
+    PROTOCOL_VERSION,
+    validate_feature_name,
+)
+from edge_contracts.validation import (
+    INT64_MAX,
+    check_keys,
+    rebase,
+    require_id,
+    require_int,
+    require_list,
+)
+
+__all__ = [
+    "MAX_FEATURES",
+    "MAX_HEADER_CAP",
+    "MAX_TENSORS_CAP",
+    "FrameHeader",
+    "Limits",
+    "ShmRef",
+    "TensorSpec",
+]
+
+MAX_HEADER_CAP = 2**32 - 1
+"""The largest header length the frame prefix can express (u32)."""
+
+MAX_TENSORS_CAP = 65536
+"""The most tensor entries any header may hold, whatever the limits say."""
+
+MAX_FEATURES = 256
+"""The most feature names in one header or one set of limits."""
+
+_OP = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_SEGMENT = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_FEATURE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class ShmRef:
+    """Where a tensor's bytes live when they travel through shared memory.
+
+    Attributes:
+        segment: name of the shared-memory segment (``[A-Za-z0-9_.-]``, 1-128 chars).
+        offset: byte offset of the tensor inside the segment.
+        generation: the producer's buffer generation; the consumer acknowledges it.
+
+    """
+
+    segment: str
+    offset: int
+    generation: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.segment, str) or _SEGMENT.fullmatch(self.segment) is None:
+            raise DescriptorInvalid("ref.segment", self.segment, "must be 1-128 of [A-Za-z0-9_.-]")
+        require_int(self.offset, "ref.offset", error=DescriptorInvalid)
+        require_int(self.generation, "ref.generation", error=DescriptorInvalid)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form."""
+        return {"segment": self.segment, "offset": self.offset, "generation": self.generation}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "ref") -> ShmRef:
+        """Build from the JSON form; all three keys are required."""
+        mapping = check_keys(data, field, _REF_KEYS, error=DescriptorInvalid)
+        try:
+            return cls(mapping["segment"], mapping["offset"], mapping["generation"])  # type: ignore[arg-type]
+        except DescriptorInvalid as exc:
+            raise rebase(exc, "ref", field) from None
+
+
+_REF_KEYS = ("segment", "offset", "generation")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor entry of a frame header.
+
+    Attributes:
+        name: tensor name, unique within the frame (non-empty, printable, <= 128).
+        dtype: element type.
+        shape: dimensions, at most 32, each >= 0.
+        nbytes: exactly ``prod(shape) * dtype.itemsize``.
+        ref: where the bytes live in shared memory, or ``None`` when they are inline
+            in the frame's payload.
+
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+    ref: ShmRef | None = None
+
+    def __post_init__(self) -> None:
+        require_id(self.name, "tensor.name", error=DescriptorInvalid)
+        dtype = DType.parse(self.dtype, "tensor.dtype", error=DescriptorInvalid)
+        shape = check_shape(self.shape, "tensor.shape", error=DescriptorInvalid)
+        require_int(self.nbytes, "tensor.nbytes", error=DescriptorInvalid)
+        wanted = expected_nbytes(dtype, shape, "tensor.shape", error=DescriptorInvalid)
+        if self.nbytes != wanted:
+            raise DescriptorInvalid(
+                "tensor.nbytes", self.nbytes, f"must equal prod(shape) * itemsize = {wanted}"
+            )
+        if self.ref is not None and not isinstance(self.ref, ShmRef):
+            raise DescriptorInvalid("tensor.ref", self.ref, "must be a ShmRef or null")
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form (``ref`` is always present, null when inline)."""
+        return {
+            "name": self.name,
+            "dtype": self.dtype.value,
+            "shape": list(self.shape),
+            "nbytes": self.nbytes,
+            "ref": None if self.ref is None else self.ref.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "tensor") -> TensorSpec:
+        """Build from the JSON form; every key, ``ref`` included, is required."""
+        mapping = check_keys(data, field, _TENSOR_KEYS, error=DescriptorInvalid)
+        try:
+            raw_ref = mapping["ref"]
+            ref = None if raw_ref is None else ShmRef.from_dict(raw_ref, "tensor.ref")  # type: ignore[arg-type]
+            return cls(mapping["name"], mapping["dtype"], mapping["shape"], mapping["nbytes"], ref)  # type: ignore[arg-type]
+        except DescriptorInvalid as exc:
+            raise rebase(exc, "tensor", field) from None
+
+
+_TENSOR_KEYS = ("name", "dtype", "shape", "nbytes", "ref")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What a reader accepts; every check against these runs before payload allocation.
+
+    Attributes:
+        max_header_bytes: longest header accepted (default 64 KiB).
+        max_io_bytes: most tensor bytes (inline plus shared memory) in one frame.
+        supported_features: features this reader supports; a frame requiring any other
+            is refused.
+        max_tensors: most tensor entries in one header.
+
+    """
+
+    max_header_bytes: int = 65536
+    max_io_bytes: int
+    supported_features: frozenset[str] = KNOWN_FEATURES
+    max_tensors: int = 1024
+
+    def __post_init__(self) -> None:
+        require_int(
+            self.max_header_bytes, "limits.max_header_bytes", minimum=1, maximum=MAX_HEADER_CAP
+        )
+        require_int(self.max_io_bytes, "limits.max_io_bytes")
+        require_int(self.max_tensors, "limits.max_tensors", maximum=MAX_TENSORS_CAP)
+        features = self.supported_features
+        items = (
+            features
+            if isinstance(features, frozenset | set)
+            else require_list(features, "limits.supported_features", max_length=MAX_FEATURES)
+        )
+        for name in items:
+            validate_feature_name(name, "limits.supported_features")
+        object.__setattr__(self, "supported_features", frozenset(items))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form (features sorted)."""
+        return {
+            "max_header_bytes": self.max_header_bytes,
+            "max_io_bytes": self.max_io_bytes,
+            "supported_features": sorted(self.supported_features),
+            "max_tensors": self.max_tensors,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "limits") -> Limits:
+        """Build from the JSON form; only ``max_io_bytes`` is required."""
+        mapping: Any = check_keys(
+            data,
+            field,
+            ("max_io_bytes",),
+            ("max_header_bytes", "supported_features", "max_tensors"),
+        )
+        try:
+            return cls(**mapping)
+        except InvalidValue as exc:
+            raise rebase(exc, "limits", field) from None
+
+
+@dataclass(frozen=True, slots=True)
+class FrameHeader:
+    """The header of one frame.
+
+    Attributes:
+        op: what the frame is (``call``, ``event``, ``hello`` ...; ``[a-z][a-z0-9_.-]*``).
+        request_id: the request the frame belongs to, or ``""`` for connection-level frames.
+        stage_id: the stage the frame belongs to, or ``""``.
+        epoch: the stage epoch, so a worker can fence stale work too.
+        generation: the worker generation the frame is addressed to or comes from.
+        tensors: tensor entries; inline ones appear in the payload in this order.
+        meta: op-specific JSON object (frozen).
+        required_features: features the reader must support to understand the frame; a
+            frame with a shared-memory tensor must require ``shm-tensors``.
+        version: protocol version (a reader refuses any other than its own).
+        inline_nbytes: bytes of the inline tensors, i.e. the payload length (derived).
+        total_nbytes: bytes of all tensors, inline and shared memory (derived).
+
+    """
+
+    op: str
+    request_id: str
+    stage_id: str
+    epoch: int
+    generation: int
+    tensors: tuple[TensorSpec, ...] = ()
+    meta: Mapping[str, Any] = EMPTY_OBJECT
+    required_features: frozenset[str] = frozenset()
+    version: int = PROTOCOL_VERSION
+    inline_nbytes: int = field(init=False, repr=False, compare=False)
+    total_nbytes: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        require_int(self.version, "header.version", minimum=1, error=HeaderMalformed)
+        if not isinstance(self.op, str) or _OP.fullmatch(self.op) is None:
+            raise HeaderMalformed("header.op", self.op, "must match [a-z][a-z0-9_.-]*, <= 64 chars")
+        for name in ("request_id", "stage_id"):
+            value = getattr(self, name)
+            if value != "":
+                require_id(value, f"header.{name}", error=HeaderMalformed)
+        require_int(self.epoch, "header.epoch", error=HeaderMalformed)
+        require_int(self.generation, "header.generation", error=HeaderMalformed)
+        features = _features(self.required_features, "header.required_features")
+        set_(self, "required_features", features)
+        set_(self, "meta", freeze_object(self.meta, "header.meta", error=HeaderMalformed))
+        tensors: tuple[object, ...] | object = self.tensors
+        if not isinstance(tensors, tuple):
+            tensors = tuple(
+                require_list(
+                    tensors, "header.tensors", max_length=MAX_TENSORS_CAP, error=HeaderMalformed
+                )
+            )
+        inline = total = 0
+        names: set[str] = set()
+        for index, spec in enumerate(tensors):
+            if not isinstance(spec, TensorSpec):
+                raise DescriptorInvalid(f"header.tensors[{index}]", spec, "must be a TensorSpec")
+            if spec.name in names:
+                raise DescriptorInvalid(
+                    f"header.tensors[{index}].name", spec.name, "must be unique"
+                )
+            names.add(spec.name)
+            total += spec.nbytes
+            if spec.ref is None:
+                inline += spec.nbytes
+            elif FEATURE_SHM_TENSORS not in features:
+                raise DescriptorInvalid(
+                    f"header.tensors[{index}].ref",
+                    spec.ref.segment,
+                    f"a shared-memory tensor needs required feature {FEATURE_SHM_TENSORS}",
+                )
+        if total > INT64_MAX:
+            raise PayloadTooLarge("header.tensors", total, f"total bytes must be <= {INT64_MAX}")
+        set_(self, "tensors", tensors)
+        set_(self, "inline_nbytes", inline)
+        set_(self, "total_nbytes", total)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the header's JSON object, exactly as it travels on the wire."""
+        return {
+            "version": self.version,
+            "required_features": sorted(self.required_features),
+            "op": self.op,
+            "request_id": self.request_id,
+            "stage_id": self.stage_id,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "meta": thaw_json(self.meta),  # type: ignore[arg-type]
+            "tensors": [spec.to_dict() for spec in self.tensors],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "header") -> FrameHeader:
+        """Build from the header's JSON object; every key is required.
+
+        This checks the header on its own; :func:`parse_header` adds the reader's
+        limits (version, features, tensor count, total bytes).
+        """
+        mapping = check_keys(data, field, _HEADER_KEYS, error=HeaderMalformed)
+        tensors = require_list(
+            mapping["tensors"],
+            f"{field}.tensors",
+            max_length=MAX_TENSORS_CAP,
+            error=HeaderMalformed,
+        )
+        try:
+            specs = tuple(
+                TensorSpec.from_dict(item, f"header.tensors[{index}]")  # type: ignore[arg-type]
+                for index, item in enumerate(tensors)
+            )
+            features = _features(mapping["required_features"], "header.required_features")
+            return cls(
+                op=mapping["op"],  # type: ignore[arg-type]
+                request_id=mapping["request_id"],  # type: ignore[arg-type]
+                stage_id=mapping["stage_id"],  # type: ignore[arg-type]
+                epoch=mapping["epoch"],  # type: ignore[arg-type]
+                generation=mapping["generation"],  # type: ignore[arg-type]
+                tensors=specs,
+                meta=mapping["meta"],  # type: ignore[arg-type]
+                required_features=features,
+                version=mapping["version"],  # type: ignore[arg-type]
+            )
+        except WireError as exc:
+            raise rebase(exc, "header", field) from None
+
+
+_HEADER_KEYS = (
+    "version",
+    "required_features",
+    "op",
+    "request_id",
+    "stage_id",
+    "epoch",
+    "generation",
+    "meta",
+    "tensors",
+)
+
+
+def _features(value: object, field: str) -> frozenset[str]:
+    """Return ``value`` (a list or set of feature names) as a frozenset, checked."""
+    items = (
+        value
+        if isinstance(value, frozenset | set)
+        else require_list(value, field, max_length=MAX_FEATURES, error=HeaderMalformed)
+    )
+    if len(items) > MAX_FEATURES:
+        raise HeaderMalformed(field, len(items), f"must hold <= {MAX_FEATURES} items")
+    for name in items:
+        if not isinstance(name, str) or _FEATURE.fullmatch(name) is None:
+            raise HeaderMalformed(field, name, "must be a feature name [a-z0-9][a-z0-9.-]*")
+    return frozenset(items)

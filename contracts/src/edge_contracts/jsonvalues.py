@@ -1,0 +1,124 @@
+"""Immutable JSON values: the checked, frozen form of free-form ``params``/``meta`` data.
+
+A JSON-compatible value is ``None``, a bool, an integer within the signed 64-bit
+range, a finite float, a string, a list/tuple of such values or a mapping with string
+keys and such values, nested at most :data:`MAX_JSON_DEPTH` levels. :func:`freeze_json`
+checks a value and returns its frozen form (tuples and :class:`JSONObject`), so value
+types that hold free-form data stay immutable and hashable; :func:`thaw_json` turns
+it back into plain ``dict``/``list`` for serialisation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import TypeAlias, Union
+
+from edge_contracts.errors import ContractError, InvalidValue
+from edge_contracts.validation import INT64_MAX
+
+__all__ = [
+    "EMPTY_OBJECT",
+    "MAX_JSON_DEPTH",
+    "JSONObject",
+    "JSONValue",
+    "freeze_json",
+    "freeze_object",
+    "thaw_json",
+]
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted in free-form data."""
+
+JSONValue: TypeAlias = Union[bool, int, float, str, tuple["JSONValue", ...], "JSONObject", None]
+"""A frozen JSON value."""
+
+
+class JSONObject(Mapping[str, JSONValue]):
+    """An immutable, hashable JSON object (a mapping of strings to frozen JSON values).
+
+    Build one with :func:`freeze_object`; it compares equal to a ``dict`` with the same
+    items.
+    """
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self, items: Mapping[str, JSONValue] | None = None) -> None:
+        self._items: dict[str, JSONValue] = dict(items) if items else {}
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> JSONValue:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._items.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"JSONObject({self._items!r})"
+
+
+EMPTY_OBJECT = JSONObject()
+"""The empty frozen JSON object, the default of every free-form mapping field."""
+
+
+def freeze_json(
+    value: object, field: str, *, error: type[ContractError] = InvalidValue, depth: int = 0
+) -> JSONValue:
+    """Check that ``value`` is JSON-compatible and return its frozen form."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if -INT64_MAX - 1 <= value <= INT64_MAX:
+            return int(value)
+        raise error(field, value, "integers must fit in 64 signed bits")
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        raise error(field, value, "floats must be finite (JSON has no NaN or Infinity)")
+    if depth >= MAX_JSON_DEPTH:
+        raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, list | tuple):
+        return tuple(
+            freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1)
+            for index, item in enumerate(value)
+        )
+    if isinstance(value, Mapping):
+        return freeze_object(value, field, error=error, depth=depth)
+    raise error(field, value, "must be JSON-compatible (null, bool, number, string, array, object)")
+
+
+def freeze_object(
+    value: object, field: str, *, error: type[ContractError] = InvalidValue, depth: int = 0
+) -> JSONObject:
+    """Check that ``value`` is a JSON object (string keys) and return it frozen."""
+    if isinstance(value, JSONObject):
+        return value
+    if not isinstance(value, Mapping):
+        raise error(field, value, "must be an object")
+    if depth >= MAX_JSON_DEPTH:
+        raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
+    if not value:
+        return EMPTY_OBJECT
+    items: dict[str, JSONValue] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise error(field, key, "object keys must be strings")
+        items[key] = freeze_json(item, f"{field}.{key}", error=error, depth=depth + 1)
+    return JSONObject(items)
+
+
+def thaw_json(value: JSONValue) -> object:
+    """Return the plain ``dict``/``list`` form of a frozen JSON value."""
+    if isinstance(value, JSONObject):
+        return {key: thaw_json(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [thaw_json(item) for item in value]
+    return value

@@ -1,0 +1,94 @@
+"""Protocol version and feature negotiation.
+
+Two peers agree on the features of a connection by :func:`negotiate`: every feature
+the other side *requires* must be supported here, or the connection is refused with
+:class:`~edge_contracts.errors.UnknownRequiredFeature`; features it merely *offers*
+are used when supported and silently ignored otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from edge_contracts.errors import InvalidValue, UnknownRequiredFeature
+
+__all__ = [
+    "FEATURE_BFLOAT16",
+    "FEATURE_CANCEL",
+    "FEATURE_SHM_TENSORS",
+    "FEATURE_STREAM_EVENTS",
+    "KNOWN_FEATURES",
+    "PROTOCOL_VERSION",
+    "negotiate",
+    "validate_feature_name",
+]
+
+PROTOCOL_VERSION: int = 1
+"""The wire protocol version this implementation speaks."""
+
+FEATURE_SHM_TENSORS = "shm-tensors"
+"""Tensors may travel through shared memory (a header entry carries an ``ShmRef``)."""
+
+FEATURE_STREAM_EVENTS = "stream-events"
+"""A request may be answered by a stream of events rather than one reply."""
+
+FEATURE_BFLOAT16 = "bfloat16"
+"""Tensors of dtype ``bfloat16`` may appear."""
+
+FEATURE_CANCEL = "cancel"
+"""The peer understands cancel frames that fence an epoch."""
+
+KNOWN_FEATURES: frozenset[str] = frozenset(
+    {FEATURE_SHM_TENSORS, FEATURE_STREAM_EVENTS, FEATURE_BFLOAT16, FEATURE_CANCEL}
+)
+"""Every feature this implementation supports."""
+
+_FEATURE_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+
+
+def validate_feature_name(name: object, field: str = "feature") -> str:
+    """Return ``name`` if it is a valid feature name (``[a-z0-9][a-z0-9.-]*``, <= 64)."""
+    if not isinstance(name, str) or _FEATURE_NAME.fullmatch(name) is None:
+        raise InvalidValue(field, name, "must match [a-z0-9][a-z0-9.-]* and be <= 64 characters")
+    return name
+
+
+def negotiate(
+    required: Iterable[str],
+    offered: Iterable[str] = (),
+    supported: frozenset[str] = KNOWN_FEATURES,
+) -> frozenset[str]:
+    """Return the features both peers will use.
+
+    Args:
+        required: features the peer cannot work without.
+        offered: features the peer can use when this side supports them.
+        supported: the features of this side.
+
+    Returns:
+        ``required`` plus the supported subset of ``offered``.
+
+    Raises:
+        UnknownRequiredFeature: naming every required feature not in ``supported``.
+        InvalidValue: when a feature name is malformed.
+
+    """
+    needed = frozenset(
+        validate_feature_name(name, "features.required") for name in _names(required)
+    )
+    extra = frozenset(validate_feature_name(name, "features.offered") for name in _names(offered))
+    unknown = needed - supported
+    if unknown:
+        raise UnknownRequiredFeature(
+            "features.required",
+            sorted(unknown),
+            f"not supported here (supported: {', '.join(sorted(supported)) or 'none'})",
+        )
+    return needed | (extra & supported)
+
+
+def _names(values: Iterable[str]) -> Iterable[str]:
+    if isinstance(values, str):
+        raise InvalidValue("features", values, "must be a collection of names, not one string")
+    return values

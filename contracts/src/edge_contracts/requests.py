@@ -1,0 +1,283 @@
+"""Stage requests and the events that answer them.
+
+A :class:`StageRequest` asks one stage for one operation under an epoch and a worker
+generation; the worker answers with :class:`StageEvent` values numbered by ``seq``.
+Exactly one terminal event (DONE, ERROR or CANCELLED) ends a request; ERROR and
+CANCELLED events carry no outputs, because cancelled or failed work never produces
+output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from edge_contracts.buffers import BufferDescriptor
+from edge_contracts.errors import InvalidValue
+from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
+from edge_contracts.validation import (
+    check_keys,
+    parse_enum,
+    rebase,
+    require_bool,
+    require_id,
+    require_int,
+    require_list,
+    require_str,
+)
+
+__all__ = [
+    "MAX_BUFFERS",
+    "MAX_ERROR_MESSAGE",
+    "ErrorInfo",
+    "EventKind",
+    "Operation",
+    "StageEvent",
+    "StageRequest",
+]
+
+MAX_BUFFERS = 1024
+"""Most input buffers of a request, or output buffers of an event."""
+
+MAX_ERROR_MESSAGE = 8192
+"""Longest error message carried by an event, in characters."""
+
+
+class Operation(StrEnum):
+    """What a request asks of a stage."""
+
+    RUN = "run"
+    """A graph stage: one stateless call on a fixed input bucket."""
+    GENERATE = "generate"
+    """A streaming stage: a sequence of events, stateful inside the worker."""
+
+
+class EventKind(StrEnum):
+    """The kind of a stage event; see :attr:`terminal`."""
+
+    OUTPUT = "output"
+    TOKEN = "token"  # noqa: S105 - an event kind, not a secret
+    PROGRESS = "progress"
+    DONE = "done"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether an event of this kind ends its request (DONE, ERROR, CANCELLED)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({EventKind.DONE, EventKind.ERROR, EventKind.CANCELLED})
+
+
+def _buffers(values: object, field: str) -> tuple[BufferDescriptor, ...]:
+    items = require_list(values, field, max_length=MAX_BUFFERS)
+    out = []
+    for index, item in enumerate(items):
+        if not isinstance(item, BufferDescriptor):
+            raise InvalidValue(f"{field}[{index}]", item, "must be a BufferDescriptor")
+        out.append(item)
+    return tuple(out)
+
+
+def _parse_buffers(values: object, field: str) -> list[BufferDescriptor]:
+    items = require_list(values, field, max_length=MAX_BUFFERS)
+    return [
+        BufferDescriptor.from_dict(item, f"{field}[{index}]")  # type: ignore[arg-type]
+        for index, item in enumerate(items)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class StageRequest:
+    """One request to one stage.
+
+    Attributes:
+        request_id: unique id of the request (non-empty, printable, <= 128 characters).
+        stage_id: id of the stage the request is for.
+        epoch: the stage's epoch when the request was issued; a cancel bumps it, and
+            work of an older epoch must produce no output.
+        generation: the worker generation the request is addressed to.
+        operation: what is asked (``run`` or ``generate``).
+        inputs: descriptors of the input buffers, in the stage's input order.
+        params: JSON-compatible operation parameters (frozen).
+        deadline_ns: absolute monotonic deadline in nanoseconds, or ``None``.
+
+    """
+
+    request_id: str
+    stage_id: str
+    epoch: int
+    generation: int
+    operation: Operation
+    inputs: tuple[BufferDescriptor, ...] = ()
+    params: Mapping[str, Any] = EMPTY_OBJECT
+    deadline_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        require_id(self.request_id, "request.request_id")
+        require_id(self.stage_id, "request.stage_id")
+        require_int(self.epoch, "request.epoch")
+        require_int(self.generation, "request.generation")
+        set_ = object.__setattr__
+        set_(self, "operation", parse_enum(Operation, self.operation, "request.operation"))
+        set_(self, "inputs", _buffers(self.inputs, "request.inputs"))
+        set_(self, "params", freeze_object(self.params, "request.params"))
+        if self.deadline_ns is not None:
+            require_int(self.deadline_ns, "request.deadline_ns")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form."""
+        return {
+            "request_id": self.request_id,
+            "stage_id": self.stage_id,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "operation": self.operation.value,
+            "inputs": [buffer.to_dict() for buffer in self.inputs],
+            "params": thaw_json(self.params),  # type: ignore[arg-type]
+            "deadline_ns": self.deadline_ns,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "request") -> StageRequest:
+        """Build from the JSON form; keys with a default may be omitted."""
+        mapping: Any = check_keys(data, field, _REQUEST_REQUIRED, _REQUEST_OPTIONAL)
+        try:
+            values = dict(mapping)
+            if "inputs" in values:
+                values["inputs"] = _parse_buffers(values["inputs"], "request.inputs")
+            return cls(**values)
+        except InvalidValue as exc:
+            raise rebase(exc, "request", field) from None
+
+
+_REQUEST_REQUIRED = ("request_id", "stage_id", "epoch", "generation", "operation")
+_REQUEST_OPTIONAL = ("inputs", "params", "deadline_ns")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why a request failed: an error type name and a human-readable message.
+
+    Attributes:
+        type: the error's class or category name (non-empty, printable, <= 128).
+        message: the message, at most 8192 characters (may be empty).
+
+    """
+
+    type: str
+    message: str
+
+    def __post_init__(self) -> None:
+        require_id(self.type, "error.type")
+        require_str(self.message, "error.message", max_length=MAX_ERROR_MESSAGE, allow_empty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form."""
+        return {"type": self.type, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "error") -> ErrorInfo:
+        """Build from the JSON form; both keys are required."""
+        mapping: Any = check_keys(data, field, ("type", "message"))
+        try:
+            return cls(**mapping)
+        except InvalidValue as exc:
+            raise rebase(exc, "error", field) from None
+
+
+@dataclass(frozen=True, slots=True)
+class StageEvent:
+    """One event answering a request.
+
+    Attributes:
+        request_id: the request answered.
+        stage_id: the stage that answers.
+        epoch: the epoch of the request; consumers drop events of a stale epoch.
+        generation: the generation of the worker that produced the event.
+        seq: position in the request's event stream, from 0.
+        kind: what the event is.
+        terminal: ``True`` exactly when ``kind`` is DONE, ERROR or CANCELLED.
+        error: present exactly when ``kind`` is ERROR.
+        outputs: output buffer descriptors (never on ERROR or CANCELLED).
+        data: JSON-compatible event data, e.g. token text (frozen).
+        created_ns: creation time, nanoseconds of the producer's monotonic clock.
+
+    """
+
+    request_id: str
+    stage_id: str
+    epoch: int
+    generation: int
+    seq: int
+    kind: EventKind
+    terminal: bool
+    error: ErrorInfo | None = None
+    outputs: tuple[BufferDescriptor, ...] = ()
+    data: Mapping[str, Any] = EMPTY_OBJECT
+    created_ns: int = 0
+
+    def __post_init__(self) -> None:
+        require_id(self.request_id, "event.request_id")
+        require_id(self.stage_id, "event.stage_id")
+        require_int(self.epoch, "event.epoch")
+        require_int(self.generation, "event.generation")
+        require_int(self.seq, "event.seq")
+        kind = parse_enum(EventKind, self.kind, "event.kind")
+        object.__setattr__(self, "kind", kind)
+        require_bool(self.terminal, "event.terminal")
+        if self.terminal != kind.terminal:
+            raise InvalidValue(
+                "event.terminal", self.terminal, f"must be {kind.terminal} for kind {kind.value}"
+            )
+        if kind is EventKind.ERROR:
+            if not isinstance(self.error, ErrorInfo):
+                raise InvalidValue("event.error", self.error, "kind error needs an ErrorInfo")
+        elif self.error is not None:
+            raise InvalidValue("event.error", self.error, f"must be null for kind {kind.value}")
+        outputs = _buffers(self.outputs, "event.outputs")
+        if outputs and kind in (EventKind.ERROR, EventKind.CANCELLED):
+            raise InvalidValue(
+                "event.outputs", len(outputs), f"must be empty for kind {kind.value}"
+            )
+        object.__setattr__(self, "outputs", outputs)
+        object.__setattr__(self, "data", freeze_object(self.data, "event.data"))
+        require_int(self.created_ns, "event.created_ns")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form."""
+        return {
+            "request_id": self.request_id,
+            "stage_id": self.stage_id,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "seq": self.seq,
+            "kind": self.kind.value,
+            "terminal": self.terminal,
+            "error": None if self.error is None else self.error.to_dict(),
+            "outputs": [buffer.to_dict() for buffer in self.outputs],
+            "data": thaw_json(self.data),  # type: ignore[arg-type]
+            "created_ns": self.created_ns,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], field: str = "event") -> StageEvent:
+        """Build from the JSON form; keys with a default may be omitted."""
+        mapping: Any = check_keys(data, field, _EVENT_REQUIRED, _EVENT_OPTIONAL)
+        try:
+            values = dict(mapping)
+            if values.get("error") is not None:
+                values["error"] = ErrorInfo.from_dict(values["error"], "event.error")
+            if "outputs" in values:
+                values["outputs"] = _parse_buffers(values["outputs"], "event.outputs")
+            return cls(**values)
+        except InvalidValue as exc:
+            raise rebase(exc, "event", field) from None
+
+
+_EVENT_REQUIRED = ("request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal")
+_EVENT_OPTIONAL = ("error", "outputs", "data", "created_ns")

@@ -1,0 +1,410 @@
+"""Wire framing: length-prefixed frames with a JSON header and an inline tensor payload.
+
+A frame is::
+
+    prefix   16 bytes, struct "<4sIQ": magic b"EDGW", header length (u32) and
+             payload length (u64), little-endian
+    header   header-length bytes of UTF-8 JSON: one object (FrameHeader.to_dict)
+    payload  payload-length bytes: the inline tensors' bytes back to back, in header
+             order, each C-contiguous and little-endian, with no padding
+
+:func:`read_frame` checks everything it can *before* it reads or allocates a payload
+byte, in this order: the prefix (magic; header length <= ``max_header_bytes``;
+payload length <= ``max_io_bytes``), the header's JSON, its version, its required
+features, the tensor count, every tensor descriptor, the total of inline and
+shared-memory tensor bytes (<= ``max_io_bytes``) and that the payload length equals
+the inline tensors' bytes. Only then does it allocate a single ``bytearray`` and fill
+it. Every refusal is a :class:`~edge_contracts.errors.WireError`. There is no pickle
+anywhere; docs/wire.md records the measurement behind the JSON header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edge_contracts.errors import (
+    FrameTruncated,
+    HeaderMalformed,
+    HeaderTooLarge,
+    PayloadMismatch,
+    PayloadTooLarge,
+    StreamClosed,
+    UnknownRequiredFeature,
+    VersionMismatch,
+    WireError,
+)
+from edge_contracts.headers import (
+    MAX_HEADER_CAP,
+    FrameHeader,
+    Limits,
+    ShmRef,
+    TensorSpec,
+)
+from edge_contracts.protocol import PROTOCOL_VERSION
+
+__all__ = [
+    "MAGIC",
+    "PREFIX",
+    "PREFIX_SIZE",
+    "Buffer",
+    "Frame",
+    "FrameHeader",
+    "Limits",
+    "ShmRef",
+    "TensorSpec",
+    "decode_frame",
+    "decode_prefix",
+    "encode_frame",
+    "encode_header",
+    "parse_header",
+    "read_frame",
+    "write_frame",
+]
+
+MAGIC = b"EDGW"
+"""The first four bytes of every frame."""
+
+PREFIX = struct.Struct("<4sIQ")
+"""The fixed prefix: magic, header length (u32), payload length (u64), little-endian."""
+
+PREFIX_SIZE = PREFIX.size
+"""Bytes in the prefix (16)."""
+
+_IOV_BATCH = 512  # below IOV_MAX (1024 on Linux) for sendmsg/writev
+
+Buffer = bytes | bytearray | memoryview
+"""A bytes-like object accepted as a payload part."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Frame:
+    """A received frame: its header and the inline payload in one writable buffer.
+
+    Attributes:
+        header: the validated header.
+        payload: the inline tensors' bytes, exactly ``header.inline_nbytes`` long.
+
+    """
+
+    header: FrameHeader
+    payload: bytearray
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.header, FrameHeader):
+            raise HeaderMalformed("frame.header", self.header, "must be a FrameHeader")
+        if not isinstance(self.payload, bytearray):
+            raise PayloadMismatch(
+                "frame.payload", type(self.payload).__name__, "must be a bytearray"
+            )
+        if len(self.payload) != self.header.inline_nbytes:
+            raise PayloadMismatch(
+                "frame.payload",
+                len(self.payload),
+                f"must equal the inline tensor bytes {self.header.inline_nbytes}",
+            )
+
+    def tensor_views(self) -> dict[str, memoryview]:
+        """Return a writable byte view of each inline tensor, by name, in header order.
+
+        Shared-memory tensors (``spec.ref`` set) have no bytes in the payload and are
+        not included; resolve them through their :class:`ShmRef`.
+        """
+        whole = memoryview(self.payload)
+        views: dict[str, memoryview] = {}
+        offset = 0
+        for spec in self.header.tensors:
+            if spec.ref is None:
+                end = offset + spec.nbytes
+                views[spec.name] = whole[offset:end]
+                offset = end
+        return views
+
+
+def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tuple[int, int]:
+    """Check a 16-byte prefix against ``limits``; return ``(header_len, payload_len)``.
+
+    Raises:
+        FrameTruncated: fewer than 16 bytes.
+        HeaderMalformed: wrong magic, or a header length of 0.
+        HeaderTooLarge: header length over ``limits.max_header_bytes``.
+        PayloadTooLarge: payload length over ``limits.max_io_bytes``.
+
+    """
+    if len(prefix) != PREFIX_SIZE:
+        raise FrameTruncated("prefix", len(prefix), f"must be {PREFIX_SIZE} bytes")
+    magic, header_len, payload_len = PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise HeaderMalformed("prefix.magic", bytes(magic), f"must be {MAGIC!r}")
+    if header_len == 0:
+        raise HeaderMalformed("prefix.header_len", 0, "must be > 0")
+    if header_len > limits.max_header_bytes:
+        raise HeaderTooLarge(
+            "prefix.header_len",
+            header_len,
+            f"must be <= max_header_bytes {limits.max_header_bytes}",
+        )
+    if payload_len > limits.max_io_bytes:
+        raise PayloadTooLarge(
+            "prefix.payload_len", payload_len, f"must be <= max_io_bytes {limits.max_io_bytes}"
+        )
+    return header_len, payload_len
+
+
+def parse_header(
+    raw: bytes | bytearray | memoryview, limits: Limits, *, payload_len: int | None = None
+) -> FrameHeader:
+    """Parse and check a header against ``limits``, allocating no payload.
+
+    Checks, in order: length cap, UTF-8 JSON (no duplicate keys, no NaN/Infinity),
+    version, required features, tensor count, the header's fields and every tensor
+    descriptor, total tensor bytes <= ``max_io_bytes`` and, when ``payload_len`` is
+    given, that it equals the inline tensors' bytes.
+
+    Raises:
+        HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,
+        DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
+
+    """
+    if len(raw) > limits.max_header_bytes:
+        raise HeaderTooLarge(
+            "header", len(raw), f"must be <= max_header_bytes {limits.max_header_bytes}"
+        )
+    try:
+        data = json.loads(
+            bytes(raw).decode("utf-8"),
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except (ValueError, RecursionError) as exc:
+        raise HeaderMalformed("header", _excerpt(raw), f"must be UTF-8 JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise HeaderMalformed("header", type(data).__name__, "must be a JSON object")
+    version = data.get("version")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise VersionMismatch("header.version", version, f"must be {PROTOCOL_VERSION}")
+    features = data.get("required_features")
+    if isinstance(features, list):
+        unknown = sorted(
+            {name for name in features if isinstance(name, str)} - limits.supported_features
+        )
+        if unknown:
+            raise UnknownRequiredFeature(
+                "header.required_features",
+                unknown,
+                f"not supported here (supported: {', '.join(sorted(limits.supported_features))})",
+            )
+    tensors = data.get("tensors")
+    if isinstance(tensors, list) and len(tensors) > limits.max_tensors:
+        raise HeaderMalformed(
+            "header.tensors", len(tensors), f"must hold <= max_tensors {limits.max_tensors}"
+        )
+    header = FrameHeader.from_dict(data)
+    if header.total_nbytes > limits.max_io_bytes:
+        raise PayloadTooLarge(
+            "header.tensors",
+            header.total_nbytes,
+            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
+        )
+    if payload_len is not None and payload_len != header.inline_nbytes:
+        raise PayloadMismatch(
+            "prefix.payload_len",
+            payload_len,
+            f"must equal the inline tensor bytes {header.inline_nbytes}",
+        )
+    return header
+
+
+def read_frame(recv_into: Callable[[memoryview], int], limits: Limits) -> Frame:
+    """Read one frame with ``recv_into`` (e.g. ``socket.recv_into``), checking it first.
+
+    ``recv_into(view)`` fills a prefix of ``view`` and returns the byte count, 0 at end
+    of stream. The prefix and header are read and checked before the payload buffer is
+    allocated.
+
+    Raises:
+        StreamClosed: the stream ended before the first byte of a frame.
+        FrameTruncated: the stream ended inside a frame.
+        WireError: any other refusal (see :func:`decode_prefix`, :func:`parse_header`).
+
+    """
+    prefix = bytearray(PREFIX_SIZE)
+    _fill(recv_into, memoryview(prefix), "prefix", at_boundary=True)
+    header_len, payload_len = decode_prefix(prefix, limits)
+    raw = bytearray(header_len)
+    _fill(recv_into, memoryview(raw), "header")
+    header = parse_header(raw, limits, payload_len=payload_len)
+    payload = bytearray(payload_len)
+    if payload_len:
+        _fill(recv_into, memoryview(payload), "payload")
+    return Frame(header, payload)
+
+
+def decode_frame(data: bytes | bytearray | memoryview, limits: Limits) -> Frame:
+    """Decode exactly one frame from in-memory bytes (fixtures, fuzzing, tests).
+
+    Runs the same checks as :func:`read_frame`; bytes left after the frame are refused
+    with :class:`PayloadMismatch`.
+    """
+    source = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+    position = 0
+
+    def recv_into(view: memoryview) -> int:
+        nonlocal position
+        count = min(len(view), len(source) - position)
+        view[:count] = source[position : position + count]
+        position += count
+        return count
+
+    frame = read_frame(recv_into, limits)
+    if position != len(source):
+        raise PayloadMismatch("frame", len(source) - position, "trailing bytes after the frame")
+    return frame
+
+
+def encode_header(header: FrameHeader) -> bytes:
+    """Return the header's compact UTF-8 JSON bytes, as they travel on the wire."""
+    return json.dumps(header.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+
+
+def encode_frame(
+    header: FrameHeader, payloads: Sequence[Buffer], *, limits: Limits | None = None
+) -> list[bytes | memoryview]:
+    """Return a frame as buffers for scatter-gather writing (see :func:`write_frame`).
+
+    The first buffer holds prefix and header; each inline tensor's payload follows as
+    a byte view of the caller's buffer (never copied or concatenated), so the caller
+    must keep those buffers unchanged until the frame is written.
+
+    Args:
+        header: the frame header.
+        payloads: one C-contiguous buffer per inline tensor, in header order, each of
+            exactly that tensor's ``nbytes``.
+        limits: when given, the sender refuses what such a reader would refuse.
+
+    Raises:
+        PayloadMismatch: wrong number of payloads, a wrong size or a non-contiguous one.
+        HeaderTooLarge, PayloadTooLarge, UnknownRequiredFeature: against ``limits``.
+
+    """
+    inline = [spec for spec in header.tensors if spec.ref is None]
+    if len(payloads) != len(inline):
+        raise PayloadMismatch(
+            "payloads", len(payloads), f"must hold one buffer per inline tensor ({len(inline)})"
+        )
+    parts: list[bytes | memoryview] = [b""]
+    for index, (spec, payload) in enumerate(zip(inline, payloads, strict=True)):
+        view = memoryview(payload)
+        if not view.c_contiguous:
+            raise PayloadMismatch(f"payloads[{index}]", spec.name, "must be C-contiguous")
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        if view.nbytes != spec.nbytes:
+            raise PayloadMismatch(
+                f"payloads[{index}]", view.nbytes, f"must be {spec.nbytes} bytes for {spec.name}"
+            )
+        parts.append(view)
+    raw = encode_header(header)
+    cap = MAX_HEADER_CAP if limits is None else limits.max_header_bytes
+    if len(raw) > cap:
+        raise HeaderTooLarge("header", len(raw), f"must be <= max_header_bytes {cap}")
+    if limits is not None:
+        _check_sender_limits(header, limits)
+    parts[0] = PREFIX.pack(MAGIC, len(raw), header.inline_nbytes) + raw
+    return parts
+
+
+def write_frame(sendmsg: Callable[[list[memoryview]], int], parts: Sequence[Buffer]) -> int:
+    """Write ``parts`` completely with a gather-write function; return the bytes written.
+
+    ``sendmsg`` takes a list of buffers and returns how many bytes it wrote, like
+    ``socket.sendmsg`` or ``lambda views: os.writev(fd, views)``. Partial writes are
+    resumed; at most 512 buffers go into one call (below ``IOV_MAX``).
+    """
+    views = [memoryview(part).cast("B") for part in parts if len(part)]
+    total = sum(view.nbytes for view in views)
+    written = 0
+    first = 0
+    while first < len(views):
+        sent = sendmsg(views[first : first + _IOV_BATCH])
+        if sent <= 0:
+            raise WireError(
+                "frame", written, f"write made no progress after {written} of {total} bytes"
+            )
+        written += sent
+        while sent and first < len(views):
+            size = views[first].nbytes
+            if sent >= size:
+                sent -= size
+                first += 1
+            else:
+                views[first] = views[first][sent:]
+                sent = 0
+    return written
+
+
+def _check_sender_limits(header: FrameHeader, limits: Limits) -> None:
+    unknown = sorted(header.required_features - limits.supported_features)
+    if unknown:
+        raise UnknownRequiredFeature(
+            "header.required_features", unknown, "not supported by the reader's limits"
+        )
+    if len(header.tensors) > limits.max_tensors:
+        raise HeaderMalformed(
+            "header.tensors", len(header.tensors), f"must hold <= max_tensors {limits.max_tensors}"
+        )
+    if header.total_nbytes > limits.max_io_bytes:
+        raise PayloadTooLarge(
+            "header.tensors",
+            header.total_nbytes,
+            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
+        )
+
+
+def _fill(
+    recv_into: Callable[[memoryview], int],
+    view: memoryview,
+    part: str,
+    *,
+    at_boundary: bool = False,
+) -> None:
+    wanted = len(view)
+    got = 0
+    while got < wanted:
+        count = recv_into(view[got:])
+        if count == 0:
+            if at_boundary and got == 0:
+                raise StreamClosed(part, 0, "end of stream before the next frame")
+            raise FrameTruncated(part, got, f"stream ended after {got} of {wanted} bytes")
+        if not 0 < count <= wanted - got:
+            raise WireError(part, count, f"recv_into must return 0..{wanted - got} bytes")
+        got += count
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {duplicate!r}")
+    return mapping
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:32]} is out of range")
+    return value
+
+
+def _excerpt(raw: bytes | bytearray | memoryview) -> bytes:
+    return bytes(raw[:64])

@@ -190,8 +190,9 @@ class ArtifactManifest:
             raise InvalidValue("manifest.files", len(files), f"must list <= {MAX_FILES} files")
         checked: dict[str, str] = {}
         for path in sorted(files):
-            validate_relative_path(path, f"manifest.files[{path!r}]")
-            checked[path] = validate_sha256(files[path], f"manifest.files[{path!r}]")
+            where = f"manifest.files[{json.dumps(path)}]"
+            validate_relative_path(path, where)
+            checked[path] = validate_sha256(files[path], where)
         object.__setattr__(self, "files", JSONObject(checked))
         if not isinstance(self.metadata, ArtifactMetadata):
             raise InvalidValue("manifest.metadata", self.metadata, "must be an ArtifactMetadata")

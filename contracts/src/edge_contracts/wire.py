@@ -185,7 +185,9 @@ def parse_header(
         raise HeaderMalformed("header", _excerpt(raw), f"must be UTF-8 JSON ({exc})") from None
     if not isinstance(data, dict):
         raise HeaderMalformed("header", type(data).__name__, "must be a JSON object")
-    version = data.get("version")
+    if "version" not in data:
+        raise HeaderMalformed("header.version", None, "missing required key")
+    version = data["version"]
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch("header.version", version, f"must be {PROTOCOL_VERSION}")
     features = data.get("required_features")

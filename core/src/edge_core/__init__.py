@@ -1,3 +1,25 @@
-"""edge-core: run ML model stages on the accelerators of one machine."""
+"""edge-core: run ML model stages on the accelerators of one machine.
+
+Plugin authors need two names from here: :data:`hookimpl`, to mark hook
+implementations, and :data:`CONTRACT_VERSION`, the hook-contract version this core
+implements. Both are loaded lazily so that ``import edge_core`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["CONTRACT_VERSION", "__version__", "hookimpl"]
+
+if TYPE_CHECKING:
+    from edge_core.hookspecs import CONTRACT_VERSION, hookimpl
+
+
+def __getattr__(name: str) -> Any:
+    if name in {"hookimpl", "CONTRACT_VERSION"}:
+        from edge_core import hookspecs
+
+        return getattr(hookspecs, name)
+    raise AttributeError(f"module 'edge_core' has no attribute {name!r}")

@@ -1,0 +1,46 @@
+# edge-core workspace. Two entry points, both usable on a fresh machine with only
+# Python >= 3.11 and pip:
+#   make demo   set up .venv if needed, then run the main job
+#   make test   set up .venv if needed, then lint, type-check and run the whole suite
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PLUGINS := $(sort $(wildcard plugins/*))
+DISTS := contracts core $(PLUGINS)
+STAMP := $(VENV)/.edge-installed
+INPUTS := requirements-dev.txt $(foreach d,$(DISTS),$(d)/pyproject.toml)
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(STAMP): $(INPUTS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet $(foreach d,$(DISTS),-e $(d))
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/edge --version
+	$(BIN)/edge plugins
+	$(BIN)/edge probe
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy contracts/src core/src $(foreach p,$(PLUGINS),$(p)/src)
+
+# pytest exits 5 when it collects no test; that is a failure here, and says so.
+pytest: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; \
+	  exit $$rc
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/cli_startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

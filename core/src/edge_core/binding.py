@@ -1,0 +1,168 @@
+"""Binding a backend's owner hooks once, so that the hot path never searches plugins.
+
+:func:`bind_owner` looks up, a single time per stage, the implementation of every
+owner-only hook in the plugin that declared the backend, and returns an
+:class:`OwnerBinding` of plain callables taking the hook's arguments positionally. The
+runtime keeps that binding for the stage's lifetime: ``binding.call(loaded, request,
+inputs)`` is one Python call into the plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from edge_core import hookspecs
+from edge_core.backend import BackendInfo, CancelOutcome
+from edge_core.discovery import ENV_TRACE
+from edge_core.errors import BackendUnavailable, ConfigError, PluginError
+from edge_core.plugins import PluginSet
+
+__all__ = ["OwnerBinding", "backend_table", "bind_owner"]
+
+#: Owner-only hooks a backend plugin must implement.
+REQUIRED_OWNER_HOOKS = (
+    "edge_reserve",
+    "edge_load",
+    "edge_warmup_placement",
+    "edge_call",
+    "edge_retire",
+)
+#: Owner-only hooks with a default when the plugin leaves them out.
+OPTIONAL_OWNER_HOOKS = ("edge_config_defaults", "edge_validate_stage", "edge_cancel")
+
+
+def _no_defaults(backend: str) -> Mapping[str, Any] | None:
+    return None
+
+
+def _no_options(backend: str, section: Mapping[str, Any], path: str) -> Any:
+    if section:
+        raise ConfigError(path, f"backend {backend!r} takes no options", dict(section))
+    return None
+
+
+def _cancel_by_retiring(loaded: Any, request_id: str, epoch: int) -> CancelOutcome:
+    return CancelOutcome.RETIRE_REQUIRED
+
+
+_DEFAULTS: dict[str, Callable[..., Any]] = {
+    "edge_config_defaults": _no_defaults,
+    "edge_validate_stage": _no_options,
+    "edge_cancel": _cancel_by_retiring,
+}
+
+
+@attrs.frozen
+class OwnerBinding:
+    """A backend's owner-only hooks, resolved once; each takes the spec's arguments in order."""
+
+    backend: BackendInfo
+    plugin: str
+    config_defaults: Callable[[str], Mapping[str, Any] | None]
+    validate_stage: Callable[[str, Mapping[str, Any], str], Any]
+    reserve: Callable[..., Mapping[str, int]]
+    load: Callable[..., Any]
+    warmup_placement: Callable[..., Any]
+    call: Callable[..., Any]
+    cancel: Callable[..., CancelOutcome]
+    retire: Callable[..., Any]
+
+
+def backend_table(plugins: PluginSet) -> dict[str, tuple[BackendInfo, str]]:
+    """Backend name to its declaration and owning plugin name, for loaded plugins only."""
+    table: dict[str, tuple[BackendInfo, str]] = {}
+    for answer in plugins.call_each("edge_backends"):
+        if answer.error:
+            continue
+        record = plugins.record(answer.plugin)
+        for info in answer.result or ():
+            if isinstance(info, BackendInfo) and info.name in record.backends:
+                table[info.name] = (info, answer.plugin)
+    return table
+
+
+def _spec_argnames(hook_name: str) -> tuple[str, ...]:
+    func = getattr(hookspecs, hook_name)
+    code = func.__code__
+    return tuple(code.co_varnames[: code.co_argcount])
+
+
+def _positional(function: Callable[..., Any], impl_args: tuple[str, ...],
+                spec_args: tuple[str, ...]) -> Callable[..., Any]:
+    """Adapt an implementation that takes a subset of the spec's arguments (pluggy allows it)."""
+    if impl_args == spec_args:
+        return function
+    picks = tuple(spec_args.index(name) for name in impl_args)
+
+    def adapted(*args: Any) -> Any:
+        return function(*(args[i] for i in picks))
+
+    adapted.__name__ = getattr(function, "__name__", "adapted")
+    return adapted
+
+
+def _traced(hook_name: str, plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def traced(*args: Any) -> Any:
+        summary = ", ".join(_short(a) for a in args)
+        started = time.perf_counter()
+        try:
+            return function(*args)
+        finally:
+            took = (time.perf_counter() - started) * 1e3
+            print(f"[edge-trace] {hook_name}@{plugin}({summary}) {took:.3f} ms", file=sys.stderr)
+
+    return traced
+
+
+def _short(value: object, limit: int = 48) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def bind_owner(
+    plugins: PluginSet, backend: str, *, env: Mapping[str, str] | None = None
+) -> OwnerBinding:
+    """Resolve the plugin owning ``backend`` and bind its owner-only hooks.
+
+    Raises:
+        BackendUnavailable: no loaded plugin declares ``backend`` (the message lists those
+            that do exist and the plugins that failed to load).
+        PluginError: the owner lacks one of :data:`REQUIRED_OWNER_HOOKS`.
+
+    """
+    env = os.environ if env is None else env
+    table = backend_table(plugins)
+    if backend not in table:
+        failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+        hint = f"; plugins that failed to load: {', '.join(failed)}" if failed else ""
+        raise BackendUnavailable(
+            f"backend: no installed plugin provides it: {backend!r} "
+            f"(available: {sorted(table)}){hint}"
+        )
+    info, plugin_name = table[backend]
+    plugin = plugins.manager.get_plugin(plugin_name)
+    trace = env.get(ENV_TRACE, "").strip().lower() in {"1", "true", "yes", "on"}
+    bound: dict[str, Callable[..., Any]] = {}
+    for hook_name in REQUIRED_OWNER_HOOKS + OPTIONAL_OWNER_HOOKS:
+        caller = getattr(plugins.manager.hook, hook_name)
+        impl = next((i for i in caller.get_hookimpls() if i.plugin is plugin), None)
+        if impl is None:
+            if hook_name in REQUIRED_OWNER_HOOKS:
+                raise PluginError(
+                    f"plugin {plugin_name!r}: declares backend {backend!r} but does not "
+                    f"implement {hook_name}"
+                )
+            function = _DEFAULTS[hook_name]
+        else:
+            function = _positional(impl.function, tuple(impl.argnames),
+                                   _spec_argnames(hook_name))
+        if trace:
+            function = _traced(hook_name, plugin_name, function)
+        bound[hook_name.removeprefix("edge_")] = function
+    return OwnerBinding(backend=info, plugin=plugin_name, **bound)

@@ -1,0 +1,76 @@
+"""``edge probe``: every backend's availability (with the reason), devices and pools."""
+
+from __future__ import annotations
+
+import argparse
+
+from edge_core.cli import common
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+NAME = "probe"
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``probe`` command."""
+    parser = sub.add_parser(NAME, help="report backends, devices and memory pools")
+    common.add_json_flag(parser)
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        help=f"per-plugin probe timeout (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--backend", metavar="NAME",
+        help="probe only this backend; exit 1 when it is unavailable",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe every plugin, isolated with a timeout, and print the reports."""
+    from edge_core.probe import probe_all
+
+    plugins = common.load_plugins_or_fail()
+    result = probe_all(plugins, timeout_s=args.timeout)
+    backends = result["backends"]
+    if args.backend:
+        backends = [b for b in backends if b["backend"] == args.backend]
+        result["backends"] = backends
+        if not backends:
+            raise common.CommandFailed(
+                common.EXIT_FAILED, f"backend: no installed plugin provides it: {args.backend!r}",
+                {"backends": []},
+            )
+    exit_code = common.EXIT_OK
+    if args.backend and not all(b["available"] for b in backends):
+        exit_code = common.EXIT_FAILED
+    if args.json:
+        common.print_json(result)
+        return exit_code
+    _print_human(result)
+    return exit_code
+
+
+def _print_human(result: dict[str, Any]) -> None:
+    host = result.get("host", {})
+    if host:
+        print(f"host: {host.get('execution_domain')}  {host.get('platform', '')}")
+    for pool in result.get("pools", []):
+        total = pool.get("observed_total")
+        shown = f"{total / 2**30:.1f} GiB" if isinstance(total, int) else "unknown"
+        print(f"pool {pool['name']}: {shown}")
+    for row in result["backends"]:
+        state = "available" if row["available"] else f"unavailable: {row['reason']}"
+        print(f"\n{row['backend']}  [{row['plugin']}]  {state}")
+        for device in row.get("devices", []):
+            print(f"  device {device['physical_id']}: {device['kind']} {device['name']} "
+                  f"pools={','.join(device['pools'])}")
+        for key, value in sorted(row.get("runtime", {}).items()):
+            print(f"  {key} {value}")
+        for note in row.get("notes", []):
+            print(f"  note: {note}")
+    for failure in result.get("plugin_errors", []):
+        print(f"\nplugin {failure['plugin']}: ERROR {failure['error']}")

@@ -1,0 +1,221 @@
+"""The plugin manager: discovered plugins registered with pluggy, and their backends.
+
+Loading is forgiving by default: a plugin that fails to import, declares no hook
+contract, declares one this core does not support, or marks hooks that do not match the
+specifications is *recorded* with its error and skipped, so one broken plugin never takes
+the ``edge`` command down. ``EDGE_STRICT_PLUGINS=1`` turns such failures into a
+:class:`~edge_core.errors.PluginError`. ``EDGE_PLUGINS=a,b`` is an allowlist of
+entry-point names (set but empty: load none). ``edge plugins`` is built from these records
+and the manager's own state; there is no second registry.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from edge_core import hookspecs
+from edge_core.discovery import (
+    ENTRY_POINT_GROUP,
+    ENV_STRICT,
+    ENV_TRACE,
+    PluginRecord,
+    check_contract,
+    discover,
+)
+from edge_core.errors import PluginError
+from edge_core.markers import IMPL_ATTR, SPEC_ATTR
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EdgePluginManager",
+    "HookAnswer",
+    "PluginRecord",
+    "PluginSet",
+    "check_contract",
+    "load_plugins",
+]
+
+
+class EdgePluginManager(pluggy.PluginManager):
+    """A pluggy manager for project ``edge`` that reads edge-core's own hook markers."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        """Options of ``plugin.name`` when it is marked with :func:`edge_core.hookimpl`."""
+        member = getattr(plugin, name, None)
+        opts = getattr(member, IMPL_ATTR, None)
+        return dict(opts) if callable(member) and isinstance(opts, dict) else None
+
+    def parse_hookspec_opts(self, module_or_class: object, name: str) -> Any:
+        """Options of a specification marked with :func:`edge_core.markers.hookspec`."""
+        member = getattr(module_or_class, name, None)
+        opts = getattr(member, SPEC_ATTR, None)
+        return dict(opts) if callable(member) and isinstance(opts, dict) else None
+
+
+class HookAnswer:
+    """One plugin's answer to an isolated hook call: a result, or the error it raised."""
+
+    __slots__ = ("error", "plugin", "result", "seconds")
+
+    def __init__(self, plugin: str) -> None:
+        self.plugin = plugin
+        self.result: Any = None
+        self.error: str | None = None
+        self.seconds = 0.0
+
+
+class PluginSet:
+    """The loaded plugins: a pluggy manager plus a record per plugin found."""
+
+    def __init__(self, manager: EdgePluginManager, records: list[PluginRecord]) -> None:
+        self.manager = manager
+        self.records = records
+
+    def record(self, name: str) -> PluginRecord:
+        """The record of the plugin registered under ``name``."""
+        for rec in self.records:
+            if rec.name == name:
+                return rec
+        raise KeyError(name)
+
+    def call_each(
+        self, hook_name: str, *, timeout_s: float | None = None, **kwargs: Any
+    ) -> list[HookAnswer]:
+        """Call a hook on every plugin separately (registration order), capturing errors.
+
+        With ``timeout_s``, the plugins are called in parallel threads and one that has not
+        answered by then is reported as timed out (its daemon thread is abandoned).
+        """
+        caller = getattr(self.manager.hook, hook_name)
+        impls = [impl for impl in caller.get_hookimpls() if not impl.wrapper
+                 and not impl.hookwrapper]
+        answers = [HookAnswer(impl.plugin_name) for impl in impls]
+
+        def run(idx: int) -> None:
+            impl = impls[idx]
+            started = time.perf_counter()
+            try:
+                answers[idx].result = impl.function(*(kwargs[a] for a in impl.argnames))
+            except Exception as exc:  # one plugin must not hide the others
+                answers[idx].error = f"{type(exc).__name__}: {exc}"
+            answers[idx].seconds = time.perf_counter() - started
+
+        if timeout_s is None:
+            for idx in range(len(impls)):
+                run(idx)
+            return answers
+        threads = [
+            threading.Thread(target=run, args=(i,), daemon=True, name=f"edge-{hook_name}-{i}")
+            for i in range(len(impls))
+        ]
+        deadline = time.monotonic() + timeout_s
+        for thread in threads:
+            thread.start()
+        for idx, thread in enumerate(threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                answers[idx].error = f"TimeoutError: no answer within {timeout_s} s"
+                answers[idx].seconds = timeout_s
+        return answers
+
+
+def load_plugins(
+    *,
+    local_modules: Iterable[str] = (),
+    objects: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+    strict: bool | None = None,
+    group: str = ENTRY_POINT_GROUP,
+) -> PluginSet:
+    """Discover plugins, register them with pluggy and read their backend declarations.
+
+    Args:
+        local_modules: Module names a project's configuration lists as plugins.
+        objects: Plugin objects to register as they are, by name (embedding, tests).
+        env: Environment to read ``EDGE_PLUGINS``, ``EDGE_STRICT_PLUGINS`` and
+            ``EDGE_TRACE_HOOKS`` from (defaults to ``os.environ``).
+        strict: Overrides ``EDGE_STRICT_PLUGINS``.
+        group: The entry-point group to scan.
+
+    Raises:
+        PluginError: in strict mode, naming every plugin that failed.
+
+    """
+    env = os.environ if env is None else env
+    strict = _env_true(env, ENV_STRICT) if strict is None else strict
+    records, found = discover(local_modules=local_modules, objects=objects, env=env,
+                              group=group)
+    manager = EdgePluginManager()
+    manager.add_hookspecs(hookspecs)
+    for record in records:
+        plugin = found.get(record.name)
+        if plugin is None:
+            continue
+        try:
+            manager.register(plugin, name=record.name)
+        except Exception as exc:  # pluggy validates hook signatures against the specs
+            record.error = f"registration failed: {type(exc).__name__}: {exc}"
+            record.loaded = False
+    plugin_set = PluginSet(manager, records)
+    _read_backends(plugin_set)
+    if _env_true(env, ENV_TRACE):
+        _install_tracing(manager)
+    failed = [rec for rec in records if rec.error]
+    if strict and failed:
+        detail = "; ".join(f"{rec.name}: {rec.error}" for rec in failed)
+        raise PluginError(f"plugins: {len(failed)} plugin(s) failed to load: {detail}")
+    return plugin_set
+
+
+def _env_true(env: Mapping[str, str], key: str) -> bool:
+    return env.get(key, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _read_backends(plugin_set: PluginSet) -> None:
+    """Ask every plugin for its backends; record duplicates and failures on the plugin."""
+    seen: dict[str, str] = {}
+    for answer in plugin_set.call_each("edge_backends"):
+        record = plugin_set.record(answer.plugin)
+        if answer.error:
+            record.error = f"edge_backends failed: {answer.error}"
+            continue
+        names: list[str] = []
+        for info in answer.result or ():
+            name = getattr(info, "name", None)
+            if not isinstance(name, str):
+                record.error = f"edge_backends: not a BackendInfo: {info!r}"
+                continue
+            if name in seen:
+                record.error = f"backend: {name!r} is already declared by plugin {seen[name]!r}"
+                continue
+            seen[name] = answer.plugin
+            names.append(name)
+        record.backends = tuple(names)
+
+
+def _install_tracing(manager: pluggy.PluginManager) -> None:
+    def before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        names = ",".join(impl.plugin_name for impl in impls)
+        summary = ", ".join(f"{k}={_summarise(v)}" for k, v in kwargs.items())
+        print(f"[edge-trace] -> {hook_name}({summary}) plugins=[{names}]", file=sys.stderr)
+
+    def after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Any) -> None:
+        status = "raised" if outcome.exception is not None else "ok"
+        print(f"[edge-trace] <- {hook_name} {status}", file=sys.stderr)
+
+    manager.add_hookcall_monitoring(before, after)
+
+
+def _summarise(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,52 @@
+"""Probing: every plugin's backends, devices and pools, each plugin isolated with a timeout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge_core.backend import ProbeReport
+from edge_core.plugins import PluginSet
+
+__all__ = ["probe_all"]
+
+
+def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Call ``edge_probe`` on every plugin separately and gather a JSON-ready result.
+
+    A plugin whose probe raises, hangs past ``timeout_s`` or returns something other than
+    probe reports is listed under ``plugin_errors``; its declared backends are then
+    reported unavailable with that error as the reason, so nothing silently disappears.
+    Backends a plugin declares but does not report on are marked unavailable too.
+    """
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    answered: set[str] = set()
+    for answer in plugins.call_each("edge_probe", timeout_s=timeout_s):
+        record = plugins.record(answer.plugin)
+        problem = answer.error
+        reports: list[ProbeReport] = []
+        if problem is None:
+            for item in answer.result or ():
+                if isinstance(item, ProbeReport):
+                    reports.append(item)
+                else:
+                    problem = f"edge_probe returned a non-ProbeReport: {item!r}"
+        if problem is not None:
+            errors.append({"plugin": answer.plugin, "error": problem})
+        for report in reports:
+            answered.add(report.backend)
+            rows.append({"plugin": answer.plugin, **report.to_json()})
+        for backend in record.backends:
+            if backend not in answered:
+                answered.add(backend)
+                rows.append({
+                    "plugin": answer.plugin, "backend": backend, "available": False,
+                    "reason": f"probe failed: {problem}" if problem
+                    else "probe gave no report for this backend",
+                    "devices": [], "runtime": {}, "notes": [],
+                })
+    for record in plugins.records:
+        if record.error and not record.hooks:
+            errors.append({"plugin": record.name, "error": record.error})
+    rows.sort(key=lambda row: row["backend"])
+    return {"backends": rows, "plugin_errors": errors}

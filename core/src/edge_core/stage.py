@@ -1,0 +1,68 @@
+"""What a backend plugin sees of a stage, and what it hands back after loading one.
+
+The runtime resolves a stage's configuration into a :class:`StageContext` before it calls
+the owning plugin's lifecycle hooks, so plugins never parse pipeline files. ``edge_load``
+returns an object satisfying :class:`LoadedStage`; the runtime passes that same object to
+the stage's later hooks (warm-up, call, cancel, retire).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from edge_core.placement import PlacementPolicy
+
+__all__ = ["LoadedStage", "StageContext"]
+
+
+@attrs.frozen
+class StageContext:
+    """A stage as the owning plugin sees it.
+
+    Attributes:
+        pipeline: Name of the pipeline the stage belongs to.
+        stage_id: The stage's id, unique within its pipeline.
+        backend: The backend name (one the plugin declared in ``edge_backends``).
+        options: The backend section as returned by the plugin's own ``edge_validate_stage``.
+        manifest_dir: The artifact bundle directory, or ``None`` for stages without one.
+        route: The worker route (an ``edge_core.host.routes.Route``), or ``None`` when the
+            backend's default route applies.
+        max_io_bytes: Upper bound on the bytes of one call's inputs or outputs.
+        placement: The placement policy the warm-up gate will apply.
+        declared_demands: Pool name to bytes, as the user declared them (may be empty).
+        generation: The worker generation this load will run under; a restart bumps it.
+
+    """
+
+    pipeline: str
+    stage_id: str
+    backend: str
+    options: Any = None
+    manifest_dir: Path | None = None
+    route: Any = None
+    max_io_bytes: int = 64 * 1024 * 1024
+    placement: PlacementPolicy = attrs.field(factory=PlacementPolicy)
+    declared_demands: Mapping[str, int] = attrs.field(factory=dict)
+    generation: int = 1
+
+
+@runtime_checkable
+class LoadedStage(Protocol):
+    """The handle ``edge_load`` returns; later hooks of the same stage receive it.
+
+    A plugin keeps whatever it needs on its own class (the worker client, the verified
+    manifest); the runtime relies only on these members.
+    """
+
+    @property
+    def context(self) -> StageContext:
+        """The context the stage was loaded with."""
+        ...
+
+    def describe(self) -> Mapping[str, object]:
+        """JSON-ready facts for the execution plan: worker identity, route, runtime versions."""
+        ...

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from edge_core import hookimpl
+from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
+from edge_core.binding import bind_owner
+from edge_core.errors import BackendUnavailable, ConfigError, PluginError
+from edge_core.plugins import load_plugins
+
+
+class Owner:
+    """A minimal owner of backend 'toy' implementing every required owner hook."""
+
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="toy", kinds=["graph"])]
+
+    @hookimpl
+    def edge_reserve(self, stage: Any) -> Mapping[str, int]:
+        return {"machine:ram": 1}
+
+    @hookimpl
+    def edge_load(self, stage: Any) -> Any:
+        return ("loaded", stage)
+
+    @hookimpl
+    def edge_warmup_placement(self, loaded: Any) -> Any:
+        return None
+
+    @hookimpl
+    def edge_call(self, loaded: Any, request: Any, inputs: Any) -> Iterator[Any]:
+        self.calls.append(f"call {request}")
+        return iter(())
+
+    @hookimpl
+    def edge_retire(self, deadline_s: float) -> str:  # takes a subset of the spec's args
+        return f"retired within {deadline_s}"
+
+
+class Other:
+    """Owns backend 'other'; its edge_call must never run for 'toy' stages."""
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="other", kinds=["graph"], preemptible=True)]
+
+    @hookimpl
+    def edge_call(self, loaded: Any, request: Any, inputs: Any) -> Iterator[Any]:
+        raise AssertionError("the other plugin was called")
+
+
+def test_owner_hooks_are_bound_once_to_the_owner() -> None:
+    owner = Owner()
+    plugins = load_plugins(objects={"owner": owner, "other": Other()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    assert binding.plugin == "owner"
+    assert binding.backend.name == "toy"
+    # The hot path is the plugin's own bound method: no pluggy dispatch in between.
+    assert binding.call == owner.edge_call
+    list(binding.call("L", "r1", {}))
+    assert owner.calls == ["call r1"]
+    assert binding.reserve("S") == {"machine:ram": 1}
+
+
+def test_an_implementation_taking_fewer_arguments_is_adapted() -> None:
+    plugins = load_plugins(objects={"owner": Owner()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    assert binding.retire("loaded", 2.5) == "retired within 2.5"
+
+
+def test_optional_owner_hooks_have_safe_defaults() -> None:
+    plugins = load_plugins(objects={"owner": Owner()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    assert binding.cancel("loaded", "r1", 3) is CancelOutcome.RETIRE_REQUIRED
+    assert binding.config_defaults("toy") is None
+    assert binding.validate_stage("toy", {}, "stages[0].backend") is None
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.backend: backend 'toy' takes no options"):
+        binding.validate_stage("toy", {"threads": 2}, "stages[0].backend")
+
+
+def test_unknown_backend_names_what_is_installed() -> None:
+    plugins = load_plugins(objects={"owner": Owner()}, env={"EDGE_PLUGINS": ""})
+    with pytest.raises(BackendUnavailable, match=r"'nope' \(available: \['toy'\]\)"):
+        bind_owner(plugins, "nope", env={})
+
+
+def test_owner_missing_a_required_hook_is_a_plugin_error() -> None:
+    plugins = load_plugins(objects={"other": Other()}, env={"EDGE_PLUGINS": ""})
+    with pytest.raises(PluginError, match="does not implement edge_reserve"):
+        bind_owner(plugins, "other", env={})
+
+
+def test_a_backend_declared_twice_is_kept_by_the_first_plugin_only() -> None:
+    plugins = load_plugins(objects={"a": Owner(), "b": Owner()}, env={"EDGE_PLUGINS": ""})
+    assert plugins.record("a").backends == ("toy",)
+    assert plugins.record("b").backends == ()
+    assert "already declared by plugin 'a'" in (plugins.record("b").error or "")
+    assert bind_owner(plugins, "toy", env={}).plugin == "a"
+
+
+def test_tracing_wraps_bound_hooks(capsys: pytest.CaptureFixture[str]) -> None:
+    plugins = load_plugins(objects={"owner": Owner()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={"EDGE_TRACE_HOOKS": "1"})
+    binding.reserve("stage-ctx")
+    err = capsys.readouterr().err
+    assert "[edge-trace] edge_reserve@owner('stage-ctx')" in err and " ms" in err
+
+
+class Hanging:
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="slow", kinds=["graph"])]
+
+    @hookimpl
+    def edge_probe(self) -> list[ProbeReport]:
+        self.release.wait(10)
+        return [ProbeReport(backend="slow", available=True)]
+
+
+def test_a_hanging_probe_times_out_without_hiding_the_others() -> None:
+    from edge_core.probe import probe_all
+
+    hanging = Hanging()
+
+    class Quick:
+        EDGE_CONTRACT = "1.0"
+
+        @hookimpl
+        def edge_backends(self) -> list[BackendInfo]:
+            return [BackendInfo(name="quick", kinds=["graph"])]
+
+        @hookimpl
+        def edge_probe(self) -> list[ProbeReport]:
+            return [ProbeReport(backend="quick", available=True)]
+
+    plugins = load_plugins(objects={"hanging": hanging, "quick": Quick()},
+                           env={"EDGE_PLUGINS": ""})
+    try:
+        result = probe_all(plugins, timeout_s=0.3)
+    finally:
+        hanging.release.set()
+    rows = {row["backend"]: row for row in result["backends"]}
+    assert rows["quick"]["available"] is True
+    assert rows["slow"]["available"] is False
+    assert "no answer within 0.3 s" in rows["slow"]["reason"]

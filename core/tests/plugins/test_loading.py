@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_core.errors import PluginError
+from edge_core.plugins import check_contract, load_plugins
+
+from .conftest import RunEdge
+
+
+def _rows(stdout: str) -> dict[str, dict[str, object]]:
+    return {row["name"]: row for row in json.loads(stdout)["plugins"]}
+
+
+def test_broken_and_future_plugins_are_reported_not_fatal(run_edge: RunEdge) -> None:
+    result = run_edge("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = _rows(result.stdout)
+    assert rows["toy"]["error"] is None
+    assert rows["toy"]["distribution"] == "edge-toy"
+    assert rows["toy"]["version"] == "0.1.0"
+    assert rows["toy"]["backends"] == []  # backends are read only with --backends
+    assert set(rows["toy"]["hooks"]) == {"edge_backends", "edge_probe"}
+    assert "import failed: ImportError: this plugin's runtime is missing" in rows["broken"]["error"]
+    assert rows["broken"]["loaded"] is False
+    assert "hook contract 2.0 is not supported" in rows["future"]["error"]
+    assert rows["future"]["contract"] == "2.0"
+    assert rows["future"]["hooks"] == []
+
+
+def test_backends_flag_reads_each_plugins_backends(run_edge: RunEdge) -> None:
+    result = run_edge("plugins", "--json", "--backends", env={"EDGE_PLUGINS": "toy,broken"})
+    assert result.returncode == 0, result.stderr
+    rows = _rows(result.stdout)
+    assert rows["toy"]["backends"] == ["toy"]
+    assert rows["broken"]["backends"] == []
+    assert rows["broken"]["loaded"] is False
+
+
+def test_strict_mode_makes_plugin_failures_fatal(run_edge: RunEdge) -> None:
+    for extra in ((), ("--backends",)):
+        result = run_edge("plugins", "--json", *extra, env={"EDGE_STRICT_PLUGINS": "1"})
+        assert result.returncode == 3, extra
+        body = json.loads(result.stdout)
+        assert body["ok"] is False
+        assert "broken" in body["error"] and "future" in body["error"]
+
+
+def test_allowlist_loads_only_named_plugins(run_edge: RunEdge) -> None:
+    result = run_edge("plugins", "--json", env={"EDGE_PLUGINS": "toy,future"})
+    assert result.returncode == 0
+    assert set(_rows(result.stdout)) == {"toy", "future"}
+
+
+def test_empty_allowlist_loads_no_plugin(run_edge: RunEdge) -> None:
+    result = run_edge("plugins", "--json", env={"EDGE_PLUGINS": ""})
+    assert result.returncode == 0
+    assert _rows(result.stdout) == {}
+
+
+def test_human_output_names_each_plugin_and_its_error(run_edge: RunEdge) -> None:
+    result = run_edge("plugins", env={"EDGE_PLUGINS": "toy,broken"})
+    assert result.returncode == 0
+    assert "toy  [edge-toy 0.1.0]" in result.stdout
+    assert "ERROR:    import failed" in result.stdout
+
+
+def test_probe_isolates_a_crashing_plugin(run_edge: RunEdge) -> None:
+    result = run_edge("probe", "--json", env={"EDGE_PLUGINS": "toy,crashy"})
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    rows = {row["backend"]: row for row in body["backends"]}
+    assert rows["toy"]["available"] is True
+    assert rows["crashy"]["available"] is False
+    assert "driver exploded" in rows["crashy"]["reason"]
+    assert {"plugin": "crashy", "error": "RuntimeError: driver exploded"} in body["plugin_errors"]
+
+
+def test_probe_of_a_named_unavailable_backend_exits_1(run_edge: RunEdge) -> None:
+    result = run_edge("probe", "--json", "--backend", "crashy",
+                      env={"EDGE_PLUGINS": "crashy"})
+    assert result.returncode == 1
+
+
+def test_local_plugin_module_named_in_config_is_loaded(
+    plugin_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(plugin_site))
+    plugins = load_plugins(local_modules=["edge_toy_plugin"], env={"EDGE_PLUGINS": ""})
+    record = plugins.record("edge_toy_plugin")
+    assert record.source == "config"
+    assert record.backends == ("toy",)
+    sys.modules.pop("edge_toy_plugin", None)
+
+
+def test_local_plugin_that_fails_to_import_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugins = load_plugins(local_modules=["no_such_edge_plugin"], env={"EDGE_PLUGINS": ""})
+    assert "ModuleNotFoundError" in (plugins.record("no_such_edge_plugin").error or "")
+    with pytest.raises(PluginError, match="no_such_edge_plugin"):
+        load_plugins(local_modules=["no_such_edge_plugin"], env={"EDGE_PLUGINS": ""}, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("declared", "problem"),
+    [
+        ("1.0", None),
+        ("2.0", "not supported"),
+        ("1.9", "not supported"),
+        ("one", "not a 'major.minor'"),
+        (None, "not declared"),
+        (1.0, "not declared"),
+    ],
+)
+def test_contract_versions(declared: object, problem: str | None) -> None:
+    answer = check_contract(declared)
+    if problem is None:
+        assert answer is None
+    else:
+        assert answer is not None and problem in answer
+
+
+def test_a_hook_with_arguments_outside_its_spec_is_refused(tmp_path: Path) -> None:
+    from .distributions import make_plugin_distribution
+
+    make_plugin_distribution(tmp_path, "edge-bad-args", "badargs", "edge_badargs_plugin", """
+        from edge_core import hookimpl
+        EDGE_CONTRACT = "1.0"
+
+        @hookimpl
+        def edge_probe(verbose):
+            return []
+    """)
+    make_plugin_distribution(tmp_path, "edge-bad-hook", "badhook", "edge_badhook_plugin", """
+        from edge_core import hookimpl
+        EDGE_CONTRACT = "1.0"
+
+        @hookimpl
+        def edge_teleport():
+            return []
+    """)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plugins = load_plugins(env={"EDGE_PLUGINS": "badargs,badhook"})
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("edge_badargs_plugin", "edge_badhook_plugin"):
+            sys.modules.pop(name, None)
+    assert "arguments ['verbose'] are not in the specification" in (
+        plugins.record("badargs").error or "")
+    assert "'edge_teleport': no such hook" in (plugins.record("badhook").error or "")
+    assert plugins.manager.get_plugin("badargs") is None

@@ -1,0 +1,246 @@
+"""Read pipeline configuration from a file, a mapping, or a pyproject ``[tool.edge]`` table.
+
+Sources:
+
+* a pipeline file: ``.toml`` (stdlib ``tomllib``), ``.yaml`` / ``.yml`` (needs PyYAML,
+  ``pip install edge-core[yaml]``) or ``.json``;
+* a ``[tool.edge.pipelines.<name>]`` table of a ``pyproject.toml``;
+* an already-parsed mapping (tests, generated configs).
+
+Config never imports a plugin. A stage's ``backend.options`` table is handed, as written,
+to the ``validate_backend`` callback (the owning plugin's config hook, wired up by the
+plugin manager), together with the table's path, and the callback's result is stored on
+the stage as ``backend.validated``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from edge_core.config.checks import INTERNAL, check_module_path
+from edge_core.config.model import Identifier, ModulePath, PipelineConfig
+from edge_core.config.structure import InvalidConfigError, join_path, structure_config
+from edge_core.errors import ConfigError
+
+__all__ = [
+    "BackendValidator",
+    "ToolSettings",
+    "load_pipeline",
+    "load_pyproject_pipeline",
+    "load_tool_settings",
+    "read_document",
+]
+
+BackendValidator = Callable[[str, Mapping[str, object], str], object]
+"""``(backend name, raw options table, path of that table) -> validated options``.
+
+It raises :class:`~edge_core.errors.ConfigError` (paths starting with the given one) when
+the table is invalid.
+"""
+
+
+@attrs.frozen
+class ToolSettings:
+    """The ``[tool.edge]`` table of a ``pyproject.toml``.
+
+    ``plugins`` are local plugin modules loaded for every pipeline; ``backends`` holds
+    per-backend default options (``[tool.edge.backends.ort-cpu]``) that a stage's own
+    ``backend.options`` override key by key; ``pipelines`` holds the raw pipeline tables.
+    """
+
+    plugins: tuple[ModulePath, ...] = ()
+    """Local plugin modules, as pytest's ``-p``."""
+    backends: Mapping[Identifier, Mapping[str, object]] = attrs.field(factory=dict)
+    """Default ``options`` per backend name."""
+    pipelines: Mapping[Identifier, Mapping[str, object]] = attrs.field(factory=dict)
+    """Raw ``[tool.edge.pipelines.<name>]`` tables, structured on demand."""
+    source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
+    """The ``pyproject.toml`` the settings came from."""
+
+
+def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a TOML, YAML or JSON file into a mapping, choosing the format by suffix.
+
+    Raises:
+        ConfigError: the file cannot be read, is malformed, is not a table at the top
+            level, or is YAML while PyYAML is not installed.
+
+    """
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ConfigError(
+            "source", "unknown format (expected .toml, .yaml, .yml or .json)", str(file)
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("source", f"cannot read ({exc.strerror or exc})", str(file)) from None
+    data: object
+    if suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("source", f"not valid TOML ({exc})", str(file)) from None
+    elif suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("source", f"not valid JSON ({exc})", str(file)) from None
+    else:
+        data = _load_yaml(text, file)
+    if not isinstance(data, dict):
+        raise ConfigError("source", "the document must be a table at the top level", str(file))
+    return data
+
+
+def _load_yaml(text: str, file: Path) -> object:
+    try:
+        import yaml  # optional dependency
+    except ImportError:
+        raise ConfigError(
+            "source", "YAML needs PyYAML (pip install 'edge-core[yaml]')", str(file)
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("source", f"not valid YAML ({exc})", str(file)) from None
+
+
+def load_tool_settings(pyproject_path: str | os.PathLike[str]) -> ToolSettings:
+    """Read the ``[tool.edge]`` table of ``pyproject_path`` (empty settings when absent)."""
+    file = Path(pyproject_path)
+    document = read_document(file)
+    tool = document.get("tool", {})
+    table = tool.get("edge", {}) if isinstance(tool, dict) else {}
+    settings = structure_config(table, ToolSettings, path="tool.edge")
+    return attrs.evolve(settings, source=file.resolve())
+
+
+def load_pipeline(
+    source: str | os.PathLike[str] | Mapping[str, object],
+    *,
+    validate_backend: BackendValidator | None = None,
+    settings: ToolSettings | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> PipelineConfig:
+    """Load and validate a pipeline from a file path or an already-parsed mapping.
+
+    Args:
+        source: a ``.toml`` / ``.yaml`` / ``.yml`` / ``.json`` pipeline file, or a mapping
+            with the same structure.
+        validate_backend: the owning plugin's config hook (see :data:`BackendValidator`).
+        settings: ``[tool.edge]`` settings contributing plugins and backend defaults.
+        base_dir: folder that relative manifest paths are resolved against; defaults to
+            the file's folder (or the current directory for a mapping).
+
+    Raises:
+        ConfigError: with the full path of the first problem; an :class:`InvalidConfigError`
+            lists every problem found while structuring.
+
+    """
+    if isinstance(source, Mapping):
+        data: Mapping[str, object] = source
+        file: Path | None = None
+        folder = Path(base_dir) if base_dir is not None else Path.cwd()
+    else:
+        file = Path(source).resolve()
+        if file.name == "pyproject.toml":
+            raise ConfigError(
+                "source",
+                "pipelines in pyproject.toml live under [tool.edge.pipelines.<name>]; "
+                "use load_pyproject_pipeline",
+                str(file),
+            )
+        data = read_document(file)
+        folder = Path(base_dir) if base_dir is not None else file.parent
+    return _build(data, "", folder, file, settings, validate_backend)
+
+
+def load_pyproject_pipeline(
+    pyproject_path: str | os.PathLike[str],
+    name: str,
+    *,
+    validate_backend: BackendValidator | None = None,
+) -> PipelineConfig:
+    """Load the pipeline ``[tool.edge.pipelines.<name>]`` of ``pyproject_path``.
+
+    The table's key is the pipeline's name (a ``name`` entry, if present, must agree);
+    relative manifest paths resolve against the ``pyproject.toml``'s folder, and the
+    ``[tool.edge]`` plugins and backend defaults apply.
+    """
+    settings = load_tool_settings(pyproject_path)
+    prefix = join_path("tool.edge.pipelines", name)
+    if name not in settings.pipelines:
+        known = ", ".join(sorted(settings.pipelines)) or "none"
+        raise ConfigError(prefix, f"no such pipeline (defined: {known})", name)
+    table = dict(settings.pipelines[name])
+    if table.setdefault("name", name) != name:
+        raise ConfigError(
+            join_path(prefix, "name"), f"must match the table key {name!r}", table["name"]
+        )
+    assert settings.source is not None
+    return _build(
+        table, prefix, settings.source.parent, settings.source, settings, validate_backend
+    )
+
+
+def _build(
+    data: Mapping[str, object],
+    prefix: str,
+    folder: Path,
+    file: Path | None,
+    settings: ToolSettings | None,
+    validate_backend: BackendValidator | None,
+) -> PipelineConfig:
+    config = structure_config(data, PipelineConfig, path=prefix)
+    problems: list[ConfigError] = []
+    stages = []
+    for index, stage in enumerate(config.stages):
+        stage_path = join_path(join_path(prefix, "stages"), index)
+        backend = stage.backend
+        defaults = settings.backends.get(backend.name, {}) if settings else {}
+        options = {**defaults, **backend.options}
+        validated: object = None
+        if validate_backend is not None:
+            try:
+                validated = validate_backend(backend.name, options, f"{stage_path}.backend.options")
+            except InvalidConfigError as exc:
+                problems.extend(exc.problems)
+            except ConfigError as exc:
+                problems.append(exc)
+        manifest = _resolve(folder, stage.manifest) if stage.manifest else None
+        route = backend.route
+        if route is not None and route.python_path:
+            route = attrs.evolve(
+                route, python_path=tuple(_resolve(folder, p) for p in route.python_path)
+            )
+        stages.append(
+            attrs.evolve(
+                stage,
+                manifest=manifest,
+                backend=attrs.evolve(backend, options=options, route=route, validated=validated),
+            )
+        )
+    if problems:
+        raise InvalidConfigError(problems)
+    plugins = _merge_plugins(settings.plugins if settings else (), config.plugins)
+    return attrs.evolve(config, stages=tuple(stages), plugins=plugins, source=file)
+
+
+def _resolve(folder: Path, path: Path) -> Path:
+    return path if path.is_absolute() else (folder / path).resolve()
+
+
+def _merge_plugins(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...]:
+    merged: dict[str, None] = {}
+    for module in (*first, *second):
+        merged[check_module_path(module)] = None
+    return tuple(merged)

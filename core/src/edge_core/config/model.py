@@ -1,0 +1,382 @@
+"""The pipeline configuration model: frozen attrs classes, one per table of a pipeline file.
+
+Field types carry their checks as ``typing.Annotated`` markers (:class:`Check`), which the
+cattrs converter in :mod:`edge_core.config.structure` applies while reading a file; the same
+checks run as attrs validators when a value is built in code, so both paths obey one rule.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import attrs
+
+from edge_core.config.checks import (
+    INTERNAL,
+    Check,
+    CheckError,
+    check_absolute_interpreter,
+    check_adapter_or_callable,
+    check_byte_size,
+    check_entry,
+    check_fraction,
+    check_identifier,
+    check_module_path,
+    check_os_domain,
+    check_pool_name,
+    check_positive_byte_size,
+    check_positive_int,
+    check_text,
+    check_top_module,
+    validator,
+)
+from edge_core.errors import ConfigError
+from edge_core.placement import PlacementPolicy
+
+if TYPE_CHECKING:
+    from edge_core.host.routes import Route as HostRoute
+
+__all__ = [
+    "DEFAULT_MAX_IO_BYTES",
+    "BackendSection",
+    "InputTransform",
+    "PipelineConfig",
+    "PlacementConfig",
+    "ResourceBudget",
+    "RouteConfig",
+    "StageConfig",
+]
+
+DEFAULT_MAX_IO_BYTES = 64 * 1024**2
+"""Default cap on one request's or result's total tensor bytes on a stage's route (64 MiB)."""
+
+Text = Annotated[str, Check(check_text)]
+Identifier = Annotated[str, Check(check_identifier)]
+ModulePath = Annotated[str, Check(check_module_path)]
+PoolName = Annotated[str, Check(check_pool_name)]
+ByteSize = Annotated[int, Check(check_byte_size)]
+PositiveByteSize = Annotated[int, Check(check_positive_byte_size)]
+PositiveInt = Annotated[int, Check(check_positive_int)]
+Fraction = Annotated[float, Check(check_fraction)]
+OsDomain = Annotated[str, Check(check_os_domain)]
+Interpreter = Annotated[str, Check(check_absolute_interpreter)]
+EntryRef = Annotated[str, Check(check_entry)]
+TopModule = Annotated[str, Check(check_top_module)]
+TransformRef = Annotated[str, Check(check_adapter_or_callable)]
+
+
+def _stage_tuple(value: Iterable[StageConfig]) -> tuple[StageConfig, ...]:
+    return tuple(value)
+
+
+def _text_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _path_tuple(value: Iterable[str | Path]) -> tuple[Path, ...]:
+    return tuple(Path(item) for item in value)
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+def _frozen_options(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(copy.deepcopy(dict(value)))
+
+
+def _check_pool_sizes(positive: bool) -> Any:
+    size = check_positive_byte_size if positive else check_byte_size
+
+    def run(_instance: Any, attribute: attrs.Attribute[Any], value: Mapping[str, Any]) -> None:
+        for pool, nbytes in value.items():
+            try:
+                check_pool_name(pool)
+                size(nbytes)
+            except CheckError as exc:
+                raise ConfigError(f"{attribute.name}[{pool!r}]", exc.reason, exc.value) from None
+
+    return run
+
+
+def _check_modules(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for index, module in enumerate(value):
+        try:
+            check_module_path(module)
+        except CheckError as exc:
+            raise ConfigError(f"{attribute.name}[{index}]", exc.reason, exc.value) from None
+
+
+@attrs.frozen
+class RouteConfig:
+    """How a stage's worker is started: interpreter, entry, OS domain (``backend.route``).
+
+    Optional on a stage; without one the backend decides (CPU backends default to the
+    controller's own interpreter). :meth:`to_host_route` builds the host layer's
+    :class:`edge_core.host.routes.Route`, which also checks that the interpreter exists.
+    """
+
+    name: Identifier = attrs.field(validator=validator(check_identifier))
+    """A label for the route, recorded in the execution plan (``"vendor-env"``)."""
+    interpreter: Interpreter = attrs.field(validator=validator(check_absolute_interpreter))
+    """Absolute path of the Python interpreter that runs the worker."""
+    entry: EntryRef | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_entry))
+    )
+    """Worker entry ``package.module:factory``; ``None``: the backend's own entry."""
+    os_domain: OsDomain | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_os_domain))
+    )
+    """``posix``, ``wsl`` or ``windows``; ``None``: the controller's own domain."""
+    stage: tuple[TopModule, ...] = attrs.field(default=(), converter=_text_tuple)
+    """Top-level packages copied next to ``edge_contracts`` for a foreign interpreter."""
+    python_path: tuple[Path, ...] = attrs.field(default=(), converter=_path_tuple)
+    """Extra directories for the worker's ``PYTHONPATH`` (resolved against the config file)."""
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            check_absolute_interpreter(self.interpreter, self.os_domain)
+        except CheckError as exc:
+            raise ConfigError("interpreter", exc.reason, exc.value) from None
+        for index, module in enumerate(self.stage):
+            try:
+                check_top_module(module)
+            except CheckError as exc:
+                raise ConfigError(f"stage[{index}]", exc.reason, exc.value) from None
+
+    def to_host_route(self, default_entry: str, path: str = "route") -> HostRoute:
+        """Build the host layer's route; ``default_entry`` applies when ``entry`` is unset.
+
+        Raises:
+            ConfigError: at ``path`` plus the field, when the host refuses the route (the
+                interpreter does not exist or is not executable, a directory is missing).
+
+        """
+        from edge_core.host.errors import RouteRefused
+        from edge_core.host.routes import Route
+
+        try:
+            return Route(
+                name=self.name,
+                interpreter=self.interpreter,
+                entry=self.entry or default_entry,
+                **({"os_domain": self.os_domain} if self.os_domain else {}),
+                stage=self.stage,
+                python_path=tuple(str(p) for p in self.python_path),
+            )
+        except RouteRefused as exc:
+            field = exc.path.removeprefix("route")
+            raise ConfigError(f"{path}{field}", exc.reason, exc.value) from None
+
+
+@attrs.frozen
+class BackendSection:
+    """Which backend runs a stage, its backend-owned options, and an optional route.
+
+    ``options`` is the raw table, owned by the plugin that provides the backend; its
+    config hook turns it into ``validated`` (``None`` when no validator was given).
+    """
+
+    name: Identifier = attrs.field(validator=validator(check_identifier))
+    """Backend name as a plugin declares it (``"ort-cpu"``)."""
+    options: Mapping[str, object] = attrs.field(
+        factory=dict, converter=_frozen_options, eq=False, hash=False
+    )
+    """The raw, read-only ``options`` table, as written."""
+    route: RouteConfig | None = None
+    """Explicit worker route, or ``None`` for the backend's default route."""
+    validated: object = attrs.field(default=None, eq=False, hash=False, metadata={INTERNAL: True})
+    """What the owning plugin's config hook returned for ``options`` (``None`` if unchecked)."""
+
+
+@attrs.frozen
+class PlacementConfig:
+    """Where a stage's graph must run, checked by the warm-up placement gate."""
+
+    target: Text | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_text))
+    )
+    """Execution provider or device the backend must place the graph on; ``None``: default."""
+    min_fraction_on_target: Fraction = attrs.field(default=1.0, validator=validator(check_fraction))
+    """Smallest share of nodes that must run on ``target``, in (0, 1]; 1.0 means all."""
+    allowed_providers: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
+    """Providers allowed to run the remaining nodes; empty: none besides ``target``."""
+
+    def to_policy(self) -> PlacementPolicy:
+        """Return the placement gate's policy for this stage."""
+        return PlacementPolicy(
+            target=self.target,
+            min_fraction_on_target=self.min_fraction_on_target,
+            allowed_providers=self.allowed_providers,  # type: ignore[arg-type]  # converter=tuple upstream
+        )
+
+
+@attrs.frozen
+class ResourceBudget:
+    """A stage's memory budget: pool ceilings and the demands reserved before loading."""
+
+    capacities: Mapping[PoolName, PositiveByteSize] = attrs.field(
+        factory=dict, converter=_frozen_mapping, validator=_check_pool_sizes(True)
+    )
+    """Pre-load ceilings per pool; each must not exceed the pool's observed total."""
+    demands: Mapping[PoolName, PositiveByteSize] = attrs.field(
+        factory=dict, converter=_frozen_mapping, validator=_check_pool_sizes(True)
+    )
+    """Bytes to reserve per pool, including the load peak; override the backend's estimate."""
+
+
+@attrs.frozen
+class InputTransform:
+    """The model-owned function that turns the previous stage's outputs into this one's inputs.
+
+    ``reference`` is ``"package.module:function"`` (kind ``callable``) or the name of an
+    adapter registered in the ``edge.adapters`` entry-point group (kind ``adapter``).
+    Nothing is imported while the configuration is read.
+    """
+
+    reference: TransformRef = attrs.field(validator=validator(check_adapter_or_callable))
+    """The reference exactly as written."""
+
+    @property
+    def kind(self) -> Literal["callable", "adapter"]:
+        """``"callable"`` for ``module:function``, ``"adapter"`` for an entry-point name."""
+        return "callable" if ":" in self.reference else "adapter"
+
+
+@attrs.frozen
+class StageConfig:
+    """One stage of a pipeline: a model run by one backend on one route."""
+
+    id: Identifier = attrs.field(validator=validator(check_identifier))
+    """Unique stage id within the pipeline."""
+    backend: BackendSection
+    """Backend name, options and route."""
+    manifest: Path | None = None
+    """Absolute path of the artifact manifest (resolved against the config file's folder)."""
+    max_io_bytes: PositiveByteSize = attrs.field(
+        default=DEFAULT_MAX_IO_BYTES, validator=validator(check_positive_byte_size)
+    )
+    """Largest total tensor payload of one request or result on this stage's route."""
+    placement: PlacementConfig = attrs.field(factory=PlacementConfig)
+    """Placement requirements for the warm-up gate."""
+    resources: ResourceBudget = attrs.field(factory=ResourceBudget)
+    """Ceilings and demands per memory pool."""
+    input_transform: InputTransform | None = None
+    """Required on every stage but the first; the first stage takes the caller's inputs."""
+
+
+@attrs.frozen
+class PipelineConfig:
+    """A whole pipeline: a linear chain of stages admitted and loaded as one plan."""
+
+    name: Identifier = attrs.field(validator=validator(check_identifier))
+    """Pipeline name (the file's ``name`` or the ``[tool.edge.pipelines.<name>]`` key)."""
+    stages: tuple[StageConfig, ...] = attrs.field(converter=_stage_tuple)
+    """Stages in data-flow order."""
+    admission: PositiveInt = attrs.field(default=1, validator=validator(check_positive_int))
+    """How many requests the pipeline admits at once (default 1)."""
+    plugins: tuple[ModulePath, ...] = attrs.field(
+        default=(), converter=_text_tuple, validator=_check_modules
+    )
+    """Local plugin modules to load, as pytest's ``-p`` (``[tool.edge]`` ones come first)."""
+    capacities: Mapping[PoolName, PositiveByteSize] = attrs.field(
+        factory=dict, converter=_frozen_mapping, validator=_check_pool_sizes(True)
+    )
+    """Pipeline-wide pool ceilings; combined with the stages' own by :meth:`ceilings`."""
+    source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
+    """The file the configuration was read from, when it came from one."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigError("stages", "a pipeline needs at least one stage", [])
+        seen: dict[str, int] = {}
+        for index, stage in enumerate(self.stages):
+            if stage.id in seen:
+                raise ConfigError(
+                    f"stages[{index}].id",
+                    f"duplicate stage id (also stages[{seen[stage.id]}])",
+                    stage.id,
+                )
+            seen[stage.id] = index
+            if index == 0 and stage.input_transform is not None:
+                raise ConfigError(
+                    "stages[0].input_transform",
+                    "not allowed on the first stage, which takes the caller's inputs",
+                    stage.input_transform.reference,
+                )
+            if index > 0 and stage.input_transform is None:
+                raise ConfigError(
+                    f"stages[{index}].input_transform",
+                    "required on every stage after the first",
+                    None,
+                )
+
+    def stage(self, stage_id: str) -> StageConfig:
+        """Return the stage with id ``stage_id``; ``KeyError`` if there is none."""
+        for stage in self.stages:
+            if stage.id == stage_id:
+                return stage
+        raise KeyError(stage_id)
+
+    def ceilings(self) -> dict[str, int]:
+        """Pool ceilings for the ledger: the smallest one declared anywhere for each pool.
+
+        Several stages may name a ceiling for the same pool; the strictest one wins, so no
+        stage can loosen a limit another stage relies on.
+        """
+        merged: dict[str, int] = dict(self.capacities)
+        for stage in self.stages:
+            for pool, nbytes in stage.resources.capacities.items():
+                merged[pool] = min(nbytes, merged.get(pool, nbytes))
+        return merged
+
+    def demands(self) -> dict[str, dict[str, int]]:
+        """Return declared demands per stage id (a stage that declares none maps to ``{}``)."""
+        return {stage.id: dict(stage.resources.demands) for stage in self.stages}
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-able summary (no backend options) for execution plans and reports."""
+        return {
+            "name": self.name,
+            "admission": self.admission,
+            "plugins": list(self.plugins),
+            "capacities": dict(self.capacities),
+            "source": str(self.source) if self.source else None,
+            "stages": [
+                {
+                    "id": stage.id,
+                    "backend": stage.backend.name,
+                    "route": _route_json(stage.backend.route),
+                    "manifest": str(stage.manifest) if stage.manifest else None,
+                    "max_io_bytes": stage.max_io_bytes,
+                    "placement": {
+                        "target": stage.placement.target,
+                        "min_fraction_on_target": stage.placement.min_fraction_on_target,
+                        "allowed_providers": list(stage.placement.allowed_providers),
+                    },
+                    "capacities": dict(stage.resources.capacities),
+                    "demands": dict(stage.resources.demands),
+                    "input_transform": (
+                        stage.input_transform.reference if stage.input_transform else None
+                    ),
+                }
+                for stage in self.stages
+            ],
+        }
+
+
+def _route_json(route: RouteConfig | None) -> dict[str, Any] | None:
+    if route is None:
+        return None
+    return {
+        "name": route.name,
+        "interpreter": route.interpreter,
+        "entry": route.entry,
+        "os_domain": route.os_domain,
+        "stage": list(route.stage),
+        "python_path": [str(p) for p in route.python_path],
+    }

@@ -1,0 +1,247 @@
+"""Structure raw configuration data (dicts from TOML / YAML) into the attrs model with cattrs.
+
+The converter is strict: no value is coerced (``3`` is not the string ``"3"``, a string is
+not a list of characters), every table refuses unknown keys, and every leaf is checked by
+its ``Annotated`` :class:`~edge_core.config.checks.Check`. cattrs collects every problem with
+validation notes; :func:`structure_config` walks them and raises one
+:class:`InvalidConfigError` whose message is the first problem, in the form
+``stages[1].backend.route.interpreter: not an absolute path: 'python'``, and whose
+``problems`` lists them all.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, override
+
+from edge_core.config.checks import (
+    INTERNAL,
+    Check,
+    CheckError,
+    check_adapter_or_callable,
+    check_text,
+)
+from edge_core.config.model import InputTransform
+from edge_core.errors import ConfigError
+
+__all__ = ["InvalidConfigError", "join_path", "make_converter", "structure_config"]
+
+T = TypeVar("T")
+
+
+class InvalidConfigError(ConfigError):
+    """One or more configuration values are invalid.
+
+    The message (and ``path`` / ``reason`` / ``value``) is the first problem in document
+    order; ``problems`` holds every problem found, each a :class:`ConfigError`.
+    """
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        first = problems[0]
+        super().__init__(first.path, first.reason, first.value)
+        self.problems: tuple[ConfigError, ...] = tuple(problems)
+        for extra in problems[1:]:
+            self.add_note(f"also: {extra}")
+
+
+def join_path(prefix: str, part: str | int) -> str:
+    """Append a field name (``.name``), list index (``[1]``) or odd key (``["a:b"]``)."""
+    if isinstance(part, int):
+        return f"{prefix}[{part}]"
+    if part.startswith("[") or part.startswith("."):
+        return f"{prefix}{part}"
+    if part.isidentifier():
+        return f"{prefix}.{part}" if prefix else part
+    return f"{prefix}[{json.dumps(part)}]"
+
+
+def _concat(prefix: str, relative: str) -> str:
+    if not prefix:
+        return relative
+    return prefix + relative if relative.startswith("[") else f"{prefix}.{relative}"
+
+
+def _key_path(prefix: str, key: object) -> str:
+    if isinstance(key, str):
+        return f"{prefix}[{json.dumps(key)}]"
+    return join_path(prefix, key) if isinstance(key, int) else f"{prefix}[{key!r}]"
+
+
+def _strict_scalar(kind: type, label: str) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _type: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise CheckError(f"expected {label}", value)
+        if kind is float and isinstance(value, int | float):
+            return float(value)
+        if not isinstance(value, kind):
+            raise CheckError(f"expected {label}", value)
+        return value
+
+    return hook
+
+
+def _is_checked(type_: Any) -> bool:
+    return get_origin(type_) is typing.Annotated and any(
+        isinstance(meta, Check) for meta in type_.__metadata__
+    )
+
+
+def _checked_hook(value: Any, type_: Any) -> Any:
+    check = next(meta for meta in type_.__metadata__ if isinstance(meta, Check))
+    return check.fn(value)
+
+
+def _is_homogeneous_tuple(type_: Any) -> bool:
+    args = get_args(type_)
+    return get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _is_mapping(type_: Any) -> bool:
+    return get_origin(type_) in (Mapping, dict, typing.Mapping)
+
+
+def make_converter() -> cattrs.Converter:
+    """Build the strict converter used for pipeline configuration."""
+    converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+
+    def structure_tuple(value: Any, type_: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise CheckError("expected an array", value)
+        item_type = get_args(type_)[0]
+        items: list[Any] = []
+        errors: list[Exception] = []
+        for index, item in enumerate(value):
+            try:
+                items.append(converter.structure(item, item_type))
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"index {index}", index, item_type))
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError(f"While structuring {type_}", errors, type_)
+        return tuple(items)
+
+    def structure_mapping(value: Any, type_: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise CheckError("expected a table", value)
+        key_type, value_type = get_args(type_) or (str, Any)
+        result: dict[str, Any] = {}
+        errors: list[Exception] = []
+        for key, item in value.items():
+            try:
+                checked_key = converter.structure(key, key_type)
+                result[checked_key] = (
+                    item if value_type is Any else converter.structure(item, value_type)
+                )
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"key {key!r}", key, value_type))
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError(f"While structuring {type_}", errors, type_)
+        return result
+
+    def structure_path(value: Any, _type: Any) -> Path:
+        return Path(check_text(value))
+
+    def structure_object(value: Any, _type: Any) -> Any:
+        return value
+
+    def structure_transform(value: Any, _type: Any) -> InputTransform:
+        return InputTransform(check_adapter_or_callable(value))
+
+    def attrs_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
+        internal = {
+            field.name: override(omit=True)
+            for field in attrs.fields(cls)
+            if field.metadata.get(INTERNAL)
+        }
+        inner = make_dict_structure_fn(cls, converter, **internal)  # type: ignore[arg-type]
+
+        def structure(value: Any, type_: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise CheckError("expected a table", value)
+            return inner(value, type_)
+
+        return structure
+
+    converter.register_structure_hook(str, _strict_scalar(str, "a string"))
+    converter.register_structure_hook(int, _strict_scalar(int, "an integer"))
+    converter.register_structure_hook(float, _strict_scalar(float, "a number"))
+    converter.register_structure_hook(bool, _strict_scalar(bool, "true or false"))
+    converter.register_structure_hook(Path, structure_path)
+    converter.register_structure_hook(InputTransform, structure_transform)
+    converter.register_structure_hook_func(lambda type_: type_ is object, structure_object)
+    converter.register_structure_hook_func(_is_checked, _checked_hook)
+    converter.register_structure_hook_func(_is_homogeneous_tuple, structure_tuple)
+    converter.register_structure_hook_func(_is_mapping, structure_mapping)
+    converter.register_structure_hook_factory(attrs.has, attrs_factory)
+    return converter
+
+
+def _problems(exc: BaseException, path: str) -> Iterator[ConfigError]:
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        for sub in exc.exceptions:
+            yield from _problems(sub, _sub_path(sub, path))
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        allowed = ", ".join(
+            sorted(a.name for a in attrs.fields(exc.cl) if not a.metadata.get(INTERNAL))
+        )
+        for key in sorted(exc.extra_fields):
+            yield ConfigError(join_path(path, key), f"unknown key (allowed: {allowed})", key)
+    elif isinstance(exc, CheckError):
+        yield ConfigError(path + exc.subpath or "<root>", exc.reason, exc.value)
+    elif isinstance(exc, ConfigError):
+        yield ConfigError(_concat(path, exc.path), exc.reason, exc.value)
+    elif isinstance(exc, KeyError) and _note_of(exc) is not None:
+        yield ConfigError(path, "required key is missing", None)
+    else:
+        yield ConfigError(path or "<root>", f"invalid value ({exc})", None)
+
+
+def _note_of(exc: BaseException) -> AttributeValidationNote | IterableValidationNote | None:
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote | IterableValidationNote):
+            return note
+    return None
+
+
+def _sub_path(exc: BaseException, path: str) -> str:
+    note = _note_of(exc)
+    if isinstance(note, AttributeValidationNote):
+        return join_path(path, note.name)
+    if isinstance(note, IterableValidationNote):
+        return (
+            join_path(path, note.index)
+            if isinstance(note.index, int)
+            else _key_path(path, note.index)
+        )
+    return path
+
+
+_CONVERTER = make_converter()
+
+
+def structure_config(data: object, cls: type[T], *, path: str = "") -> T:
+    """Structure ``data`` into ``cls``, raising one :class:`InvalidConfigError` for all problems.
+
+    ``path`` prefixes every reported path (``"tool.edge.pipelines.ocr"`` for a pyproject
+    table).
+    """
+    try:
+        return _CONVERTER.structure(data, cls)
+    except (cattrs.BaseValidationError, CheckError, ConfigError) as exc:
+        problems = list(_problems(exc, path))
+        raise InvalidConfigError(problems) from None

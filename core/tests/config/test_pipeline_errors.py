@@ -1,0 +1,247 @@
+"""Every invalid value is reported with its full path, its reason and the value itself."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_core.config import (
+    InputTransform,
+    InvalidConfigError,
+    PlacementConfig,
+    ResourceBudget,
+    RouteConfig,
+    load_pipeline,
+)
+from edge_core.errors import ConfigError
+
+BASE: dict[str, Any] = {
+    "name": "ocr",
+    "stages": [
+        {"id": "det", "backend": {"name": "ort-cpu"}},
+        {"id": "rec", "backend": {"name": "ort-cpu"}, "input_transform": "pkg.mod:fn"},
+    ],
+}
+
+
+def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    target: Any = data
+    for key in path[:-1]:
+        target = target.setdefault(key, {}) if isinstance(target, dict) else target[key]
+    target[path[-1]] = value
+    return data
+
+
+def _error(data: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(data)
+    return info.value
+
+
+def test_the_issue_example_reads_exactly_as_specified() -> None:
+    data = _with(("stages", 1, "backend", "route"), {"name": "vendor", "interpreter": "python"})
+    expected = "stages[1].backend.route.interpreter: not an absolute path: 'python'"
+    assert str(_error(data)) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where", "reason"),
+    [
+        (("stages", 0, "id"), 3, "stages[0].id", "expected a string"),
+        (("stages", 0, "id"), "", "stages[0].id", "must not be empty"),
+        (("stages", 0, "id"), "a b", "stages[0].id", "expected letters"),
+        (("stages", 0, "max_io_bytes"), True, "stages[0].max_io_bytes", "expected an integer"),
+        (("stages", 0, "max_io_bytes"), 0, "stages[0].max_io_bytes", "at least 1 byte"),
+        (("stages", 0, "max_io_bytes"), "1 XB", "stages[0].max_io_bytes", "unknown unit"),
+        (("stages", 0, "manifest"), 5, "stages[0].manifest", "expected a string"),
+        (("stages", 0, "backend"), "ort", "stages[0].backend", "expected a table"),
+        (("stages", 0, "backend", "name"), "", "stages[0].backend.name", "must not be empty"),
+        (("stages", 0, "backend", "options"), [1], "stages[0].backend.options", "expected a table"),
+        (
+            ("stages", 0, "placement", "min_fraction_on_target"),
+            0,
+            "stages[0].placement.min_fraction_on_target",
+            "must be in (0, 1]",
+        ),
+        (
+            ("stages", 0, "placement", "min_fraction_on_target"),
+            1.5,
+            "stages[0].placement.min_fraction_on_target",
+            "must be in (0, 1]",
+        ),
+        (
+            ("stages", 0, "placement", "allowed_providers"),
+            "CPUExecutionProvider",
+            "stages[0].placement.allowed_providers",
+            "expected an array",
+        ),
+        (
+            ("stages", 0, "placement", "allowed_providers"),
+            ["CPU", 3],
+            "stages[0].placement.allowed_providers[1]",
+            "expected a string",
+        ),
+        (
+            ("stages", 0, "resources", "demands"),
+            {"ram": "1 GiB"},
+            'stages[0].resources.demands["ram"]',
+            "not a pool name",
+        ),
+        (
+            ("stages", 0, "resources", "capacities"),
+            {"machine:ram": "0.5 B"},
+            'stages[0].resources.capacities["machine:ram"]',
+            "not a whole number of bytes",
+        ),
+        (
+            ("stages", 0, "resources", "demands"),
+            {"machine:ram": 0},
+            'stages[0].resources.demands["machine:ram"]',
+            "at least 1 byte",
+        ),
+        (("stages", 1, "input_transform"), "pkg.mod:", "stages[1].input_transform", "expected"),
+        (("stages", 1, "input_transform"), 7, "stages[1].input_transform", "expected a string"),
+        (("admission",), 0, "admission", "must be at least 1"),
+        (("admission",), "2", "admission", "expected an integer"),
+        (("plugins",), ["ok.mod", "not a module"], "plugins[1]", "dotted module path"),
+        (("name",), None, "name", "expected a string"),
+        (("stages",), "det", "stages", "expected an array"),
+        (
+            ("stages", 1, "backend", "route"),
+            {"name": "w", "interpreter": "/usr/bin/python3", "os_domain": "windows"},
+            "stages[1].backend.route.interpreter",
+            "not an absolute path for os_domain windows",
+        ),
+        (
+            ("stages", 1, "backend", "route"),
+            {"name": "w", "interpreter": "C:\\py\\python.exe", "os_domain": "posix"},
+            "stages[1].backend.route.interpreter",
+            "not an absolute path for os_domain posix",
+        ),
+        (
+            ("stages", 1, "backend", "route"),
+            {"name": "w", "interpreter": "/usr/bin/python3", "os_domain": "macos"},
+            "stages[1].backend.route.os_domain",
+            "expected one of posix, wsl, windows",
+        ),
+        (
+            ("stages", 1, "backend", "route"),
+            {"name": "w", "interpreter": "/usr/bin/python3", "entry": "mod"},
+            "stages[1].backend.route.entry",
+            "package.module:factory",
+        ),
+        (
+            ("stages", 1, "backend", "route"),
+            {"name": "w", "interpreter": "/usr/bin/python3", "stage": ["a.b"]},
+            "stages[1].backend.route.stage[0]",
+            "top-level module",
+        ),
+    ],
+)
+def test_invalid_values_name_their_full_path_reason_and_value(
+    path: tuple[Any, ...], value: Any, where: str, reason: str
+) -> None:
+    error = _error(_with(path, value))
+    assert error.path == where
+    assert reason in error.reason
+    assert str(error).startswith(f"{where}: ")
+
+
+def test_unknown_keys_are_errors_at_every_level() -> None:
+    data = _with(("stages", 0, "backend", "rout"), {})
+    data["stages"][1]["placement"] = {"targt": "x"}
+    data["extra"] = 1
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(data)
+    paths = {p.path: p for p in info.value.problems}
+    assert set(paths) == {"stages[0].backend.rout", "stages[1].placement.targt", "extra"}
+    assert "unknown key" in paths["extra"].reason
+    assert "allowed: name, options, route" in paths["stages[0].backend.rout"].reason
+
+
+def test_loader_owned_fields_cannot_be_set_from_a_file() -> None:
+    data = _with(("source",), "/etc/passwd")
+    data["stages"][0]["backend"]["validated"] = {"trusted": True}
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(data)
+    assert {p.path for p in info.value.problems} == {"source", "stages[0].backend.validated"}
+
+
+def test_missing_required_keys_are_reported_by_path() -> None:
+    data = copy.deepcopy(BASE)
+    del data["stages"][0]["backend"]
+    del data["name"]
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(data)
+    assert {(p.path, p.reason) for p in info.value.problems} == {
+        ("name", "required key is missing"),
+        ("stages[0].backend", "required key is missing"),
+    }
+
+
+def test_all_problems_are_collected_and_the_first_is_the_message() -> None:
+    data = _with(("stages", 0, "id"), 3)
+    data["stages"][1]["max_io_bytes"] = -1
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(data)
+    assert str(info.value).startswith("stages[0].id: expected a string: 3")
+    assert [p.path for p in info.value.problems] == ["stages[0].id", "stages[1].max_io_bytes"]
+
+
+def test_the_first_stage_must_not_have_an_input_transform() -> None:
+    error = _error(_with(("stages", 0, "input_transform"), "pkg.mod:fn"))
+    assert error.path == "stages[0].input_transform"
+    assert "first stage" in error.reason
+
+
+def test_every_later_stage_needs_an_input_transform() -> None:
+    data = copy.deepcopy(BASE)
+    del data["stages"][1]["input_transform"]
+    error = _error(data)
+    assert error.path == "stages[1].input_transform"
+    assert "required" in error.reason
+
+
+def test_stage_ids_are_unique() -> None:
+    error = _error(_with(("stages", 1, "id"), "det"))
+    assert error.path == "stages[1].id"
+    assert "duplicate" in error.reason
+    assert error.value == "det"
+
+
+def test_a_pipeline_needs_a_stage() -> None:
+    assert _error(_with(("stages",), [])).path == "stages"
+
+
+def test_values_built_in_code_obey_the_same_rules() -> None:
+    with pytest.raises(ConfigError, match="min_fraction_on_target: must be in"):
+        PlacementConfig(min_fraction_on_target=0.0)
+    with pytest.raises(ConfigError, match=r"demands\['ram'\]: not a pool name"):
+        ResourceBudget(demands={"ram": 1})
+    with pytest.raises(ConfigError, match="interpreter: not an absolute path"):
+        RouteConfig(name="r", interpreter="python")
+    with pytest.raises(ConfigError, match="reference: expected"):
+        InputTransform("not valid!")
+    assert InputTransform("ocr-det-to-rec").kind == "adapter"
+
+
+def test_a_route_builds_the_host_route_for_a_real_interpreter() -> None:
+    route = RouteConfig(name="self", interpreter=sys.executable)
+    host = route.to_host_route("edge_echo.worker:make_handler")
+    assert host.interpreter == sys.executable
+    assert host.entry == "edge_echo.worker:make_handler"
+
+
+def test_a_route_whose_interpreter_is_missing_is_refused_with_the_config_path(
+    tmp_path: Path,
+) -> None:
+    route = RouteConfig(name="gone", interpreter=str(tmp_path / "python"))
+    with pytest.raises(ConfigError) as info:
+        route.to_host_route("pkg.mod:fn", "stages[1].backend.route")
+    assert info.value.path == "stages[1].backend.route.interpreter"
+    assert info.value.reason == "does not exist"

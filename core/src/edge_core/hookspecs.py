@@ -50,9 +50,9 @@ CONTRACT_VERSION = "1.0"
 def edge_backends() -> Sequence[BackendInfo]:
     """Declare the backends this plugin owns.
 
-    Called once per plugin when the plugin manager builds its backend table (every plugin
-    answers; a plugin that owns no backend — a tracing plugin, say — need not implement it).
-    Must be cheap and import no runtime.
+    Every plugin answers, once, when the plugin manager builds its backend table; a plugin
+    that owns no backend (a tracing plugin, say) need not implement it. Must be cheap and
+    import no runtime.
 
     Returns:
         One :class:`~edge_core.backend.BackendInfo` per backend. Two plugins declaring the
@@ -176,6 +176,9 @@ def edge_warmup_placement(loaded: LoadedStage) -> PlacementReport:
     (:func:`edge_core.placement.check_placement`) with the stage's policy, so every backend
     is judged the same way.
 
+    Args:
+        loaded: The handle from ``edge_load``.
+
     Returns:
         The observed :class:`~edge_core.placement.PlacementReport`, never adjusted to pass.
 
@@ -214,6 +217,11 @@ def edge_cancel(loaded: LoadedStage, request_id: str, epoch: int) -> CancelOutco
     worker and answers ``CANCELLED_IN_PLACE``; a non-preemptible one answers
     ``RETIRE_REQUIRED`` and the runtime retires the worker. Must return within a bounded time.
 
+    Args:
+        loaded: The handle from ``edge_load``.
+        request_id: The request to stop.
+        epoch: The epoch that was fenced; work of this epoch or older must produce nothing.
+
     Returns:
         A :class:`~edge_core.backend.CancelOutcome`.
 
@@ -233,6 +241,10 @@ def edge_retire(loaded: LoadedStage, deadline_s: float) -> Any:
     non-preemptible call is cancelled. Must be idempotent and return within ``deadline_s``
     plus a small constant.
 
+    Args:
+        loaded: The handle from ``edge_load``.
+        deadline_s: Seconds allowed for graceful close, terminate, kill and verification.
+
     Returns:
         An ``edge_core.host.retire.RetireOutcome``; an unverified outcome keeps the stage's
         reservation quarantined in the ledger.
@@ -249,9 +261,14 @@ def edge_retire(loaded: LoadedStage, deadline_s: float) -> Any:
 def edge_register_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add subcommands to the ``edge`` command line.
 
-    Every plugin answers, each call isolated. The subcommand's parser must set a ``func``
-    default taking the parsed ``argparse.Namespace`` and returning an exit code. Import
-    heavy modules inside that function, never at registration.
+    Every plugin answers, each call isolated. Called only when the first command-line word
+    is not a built-in command, so plugin commands cost nothing to the built-in ones.
+
+    Args:
+        subparsers: The ``edge`` parser's subcommand registry; add parsers with
+            ``subparsers.add_parser(name, ...)``. Each must set a ``func`` default taking the
+            parsed ``argparse.Namespace`` and returning an exit code. Import heavy modules
+            inside that function, never at registration.
     """
 
 

@@ -153,3 +153,28 @@ def test_a_hook_with_arguments_outside_its_spec_is_refused(tmp_path: Path) -> No
         plugins.record("badargs").error or "")
     assert "'edge_teleport': no such hook" in (plugins.record("badhook").error or "")
     assert plugins.manager.get_plugin("badargs") is None
+
+
+def test_a_plugin_can_add_a_subcommand(tmp_path: Path, run_edge: RunEdge,
+                                       plugin_site: Path) -> None:
+    from .distributions import make_plugin_distribution
+
+    make_plugin_distribution(plugin_site, "edge-hello", "hello", "edge_hello_plugin", """
+        from edge_core import hookimpl
+        EDGE_CONTRACT = "1.0"
+
+        def _run(args):
+            print(f"hello {args.who}")
+            return 0
+
+        @hookimpl
+        def edge_register_commands(subparsers):
+            parser = subparsers.add_parser("hello", help="greet")
+            parser.add_argument("who")
+            parser.set_defaults(func=_run)
+    """)
+    result = run_edge("hello", "world", env={"EDGE_PLUGINS": "hello"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hello world"
+    unknown = run_edge("nosuchcommand", env={"EDGE_PLUGINS": "hello"})
+    assert unknown.returncode == 2

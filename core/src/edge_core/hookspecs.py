@@ -269,6 +269,7 @@ def edge_register_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
             ``subparsers.add_parser(name, ...)``. Each must set a ``func`` default taking the
             parsed ``argparse.Namespace`` and returning an exit code. Import heavy modules
             inside that function, never at registration.
+
     """
 
 

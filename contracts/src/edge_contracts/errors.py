@@ -51,7 +51,7 @@ class ContractError(ValueError):
         return (type(self), (self.field, self.value, self.reason))
 
 
-class InvalidValue(ContractError):  # noqa: N818 - the contract's name
+class InvalidValue(ContractError):
     """A field of a value type holds a value that the contract does not allow."""
 
 
@@ -59,7 +59,7 @@ class WireError(ContractError):
     """A frame on the wire was refused; the base class of every framing error."""
 
 
-class FrameTruncated(WireError):  # noqa: N818 - the contract's name
+class FrameTruncated(WireError):
     """The stream ended, or the buffer ran out, before the frame was complete."""
 
 
@@ -67,19 +67,19 @@ class StreamClosed(FrameTruncated):
     """The stream ended cleanly on a frame boundary, before any byte of a new frame."""
 
 
-class HeaderTooLarge(WireError):  # noqa: N818 - the contract's name
+class HeaderTooLarge(WireError):
     """The declared header length exceeds the reader's ``max_header_bytes``."""
 
 
-class HeaderMalformed(WireError, InvalidValue):  # noqa: N818 - the contract's name
+class HeaderMalformed(WireError, InvalidValue):
     """The prefix or the header could not be parsed, or a header field is invalid."""
 
 
-class VersionMismatch(WireError):  # noqa: N818 - the contract's name
+class VersionMismatch(WireError):
     """The frame declares a protocol version that this implementation does not speak."""
 
 
-class UnknownRequiredFeature(WireError):  # noqa: N818 - the contract's name
+class UnknownRequiredFeature(WireError):
     """A peer requires a protocol feature that this implementation does not support."""
 
 
@@ -87,13 +87,13 @@ FeatureRefused = UnknownRequiredFeature
 """Alias of :class:`UnknownRequiredFeature`, for feature negotiation call sites."""
 
 
-class DescriptorInvalid(WireError, InvalidValue):  # noqa: N818 - the contract's name
+class DescriptorInvalid(WireError, InvalidValue):
     """A tensor entry of a header is invalid (dtype, shape, nbytes, name or shm ref)."""
 
 
-class PayloadTooLarge(WireError):  # noqa: N818 - the contract's name
+class PayloadTooLarge(WireError):
     """The frame's tensor bytes (inline plus shared memory) exceed ``max_io_bytes``."""
 
 
-class PayloadMismatch(WireError):  # noqa: N818 - the contract's name
+class PayloadMismatch(WireError):
     """The declared payload length differs from the bytes the header's tensors need."""

@@ -1,0 +1,73 @@
+import math
+
+import pytest
+
+from edge_contracts.errors import HeaderMalformed, InvalidValue
+from edge_contracts.jsonvalues import (
+    EMPTY_OBJECT,
+    MAX_JSON_DEPTH,
+    JSONObject,
+    freeze_json,
+    freeze_object,
+    thaw_json,
+)
+
+
+def test_freezing_converts_lists_and_dicts_and_thawing_restores_them() -> None:
+    data = {"a": [1, 2.5, "x", None, True], "b": {"c": []}}
+    frozen = freeze_object(data, "params")
+    assert isinstance(frozen, JSONObject)
+    assert frozen["a"] == (1, 2.5, "x", None, True)
+    assert isinstance(frozen["b"], JSONObject)
+    assert thaw_json(frozen) == data
+
+
+def test_frozen_objects_are_hashable_and_equal_to_dicts() -> None:
+    one = freeze_object({"k": [1, {"z": 2}]}, "p")
+    two = freeze_object({"k": [1, {"z": 2}]}, "p")
+    assert hash(one) == hash(two)
+    assert one == {"k": (1, {"z": 2})}
+    assert freeze_object({}, "p") is EMPTY_OBJECT
+
+
+def test_frozen_objects_cannot_be_changed() -> None:
+    frozen = freeze_object({"k": 1}, "p")
+    with pytest.raises(TypeError):
+        frozen["k"] = 2  # type: ignore[index]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_floats_are_refused(value: float) -> None:
+    with pytest.raises(InvalidValue) as info:
+        freeze_object({"x": [value]}, "params")
+    assert info.value.field == "params.x[0]"
+
+
+@pytest.mark.parametrize("value", [b"bytes", {1, 2}, object(), 1 + 2j])
+def test_non_json_types_are_refused(value: object) -> None:
+    with pytest.raises(InvalidValue) as info:
+        freeze_json(value, "data")
+    assert info.value.field == "data"
+
+
+def test_integers_must_fit_in_64_signed_bits() -> None:
+    assert freeze_json(-(2**63), "n") == -(2**63)
+    with pytest.raises(InvalidValue):
+        freeze_json(2**63, "n")
+
+
+def test_non_string_keys_are_refused() -> None:
+    with pytest.raises(InvalidValue):
+        freeze_object({1: "x"}, "params")
+
+
+def test_nesting_deeper_than_the_limit_is_refused_with_the_given_error() -> None:
+    deep: object = []
+    for _ in range(MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(HeaderMalformed):
+        freeze_object({"d": deep}, "meta", error=HeaderMalformed)
+    shallow: object = []
+    for _ in range(MAX_JSON_DEPTH - 2):
+        shallow = [shallow]
+    freeze_object({"d": shallow}, "meta")

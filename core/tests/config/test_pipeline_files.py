@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import attrs
 import pytest
 
 from edge_core.config import (
@@ -15,6 +16,7 @@ from edge_core.config import (
     load_pipeline,
     load_pyproject_pipeline,
     load_tool_settings,
+    structure_config,
 )
 from edge_core.errors import ConfigError
 from edge_core.placement import PlacementPolicy
@@ -278,3 +280,28 @@ def test_a_pyproject_given_as_a_pipeline_file_points_to_the_right_loader(tmp_pat
     path = _write(tmp_path / "pyproject.toml", PYPROJECT)
     with pytest.raises(ConfigError, match="load_pyproject_pipeline"):
         load_pipeline(path)
+
+
+@attrs.frozen
+class _OrtOptions:
+    intra_op_threads: int = 1
+    graph_optimization: str = "all"
+
+
+def test_a_plugin_can_structure_its_options_with_the_same_strict_converter(
+    tmp_path: Path,
+) -> None:
+    def validate(backend: str, options: Mapping[str, object], path: str) -> object:
+        return structure_config(options, _OrtOptions, path=path)
+
+    path = _write(tmp_path / "p.toml", PIPELINE_TOML)
+    config = load_pipeline(path, validate_backend=validate)
+    assert config.stages[0].backend.validated == _OrtOptions(intra_op_threads=2)
+
+    bad = PIPELINE_TOML.replace("intra_op_threads = 2", 'intra_op_threads = "2"\nthreads = 1')
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(_write(tmp_path / "bad.toml", bad), validate_backend=validate)
+    assert {p.path for p in info.value.problems} == {
+        "stages[0].backend.options.intra_op_threads",
+        "stages[0].backend.options.threads",
+    }

@@ -199,7 +199,7 @@ def _problems(exc: BaseException, path: str) -> Iterator[ConfigError]:
         allowed = ", ".join(
             sorted(a.name for a in attrs.fields(exc.cl) if not a.metadata.get(INTERNAL))
         )
-        for key in sorted(exc.extra_fields):
+        for key in sorted(exc.extra_fields, key=str):
             yield ConfigError(join_path(path, key), f"unknown key (allowed: {allowed})", key)
     elif isinstance(exc, CheckError):
         yield ConfigError(path + exc.subpath or "<root>", exc.reason, exc.value)

@@ -1,0 +1,112 @@
+"""The shared ONNX Runtime handler, driven directly (the serve loop is tested in core)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_ort.bucket import Bucket, BucketMismatch
+from edge_ort.numerics import compare_outputs
+from edge_ort.worker import OrtHandler
+
+
+def config(bundle: dict[str, Path], **extra: Any) -> dict[str, Any]:
+    return {
+        "graph": str(bundle["graph"]),
+        "target": "CPUExecutionProvider",
+        "providers": [["CPUExecutionProvider", {}]],
+        "example_inputs": str(bundle["example"]),
+        "expected_outputs": str(bundle["expected"]),
+        "intra_op_threads": 1,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("method", ["assignment", "profiling"])
+def test_warmup_reports_every_node_on_cpu_by_either_method(
+    add_relu_bundle: dict[str, Path], method: str
+) -> None:
+    handler = OrtHandler()
+    try:
+        loaded = handler.load(config(add_relu_bundle, placement_method=method))
+        assert loaded["target_available"] is True
+        assert loaded["session_providers"] == ["CPUExecutionProvider"]
+        report = handler.warmup({})
+    finally:
+        handler.close()
+    providers = report["placement"]["providers"]
+    assert set(providers) == {"CPUExecutionProvider"}
+    assert providers["CPUExecutionProvider"]["nodes"] == 2
+    assert providers["CPUExecutionProvider"]["op_types"] == {"Add": 1, "Relu": 1}
+    assert sorted(providers["CPUExecutionProvider"]["node_names"]) == ["add0", "relu0"]
+    assert report["numerics"]["passed"] is True
+    assert report["numerics"]["outputs"]["y"]["exact"] is True
+    assert report["bucket"] == {"x": {"dtype": "float32", "shape": [2, 3]}}
+
+
+def test_profiling_leaves_no_file_behind(add_relu_bundle: dict[str, Path]) -> None:
+    handler = OrtHandler()
+    handler.load(config(add_relu_bundle, placement_method="profiling"))
+    profile_dir = handler._profile_dir
+    assert profile_dir is not None
+    handler.warmup({})
+    handler.close()
+    assert not Path(profile_dir).exists()
+
+
+def test_absent_provider_creates_no_session(add_relu_bundle: dict[str, Path]) -> None:
+    handler = OrtHandler()
+    loaded = handler.load(config(
+        add_relu_bundle, target="DmlExecutionProvider",
+        providers=[["DmlExecutionProvider", {}], ["CPUExecutionProvider", {}]],
+    ))
+    assert loaded["target_available"] is False
+    assert "DmlExecutionProvider" not in loaded["available_providers"]
+    with pytest.raises(RuntimeError, match="target provider was unavailable"):
+        handler.warmup({})
+
+
+def test_versions_name_the_onnxruntime_distribution() -> None:
+    versions = OrtHandler().versions()
+    assert versions["onnxruntime_distribution"] == "onnxruntime"
+    assert versions["onnxruntime"].count(".") >= 2
+
+
+def test_wrong_expected_outputs_fail_the_numerical_check(
+    add_relu_bundle: dict[str, Path], tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, y=np.zeros((2, 3), np.float32))
+    handler = OrtHandler()
+    handler.load(config(add_relu_bundle, expected_outputs=str(wrong)))
+    numerics = handler.warmup({})["numerics"]
+    handler.close()
+    assert numerics["passed"] is False
+    assert numerics["max_abs_error"] == pytest.approx(6.0)
+
+
+def test_bucket_refuses_other_names_dtypes_and_shapes() -> None:
+    bucket = Bucket({"x": ("float32", (2, 3))})
+    bucket.check({"x": ("float32", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs: input names differ"):
+        bucket.check({"z": ("float32", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs\.x\.dtype: the example bucket has float32"):
+        bucket.check({"x": ("float64", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs\.x\.shape: .*\[2, 3\]: \[4, 3\]"):
+        bucket.check({"x": ("float32", (4, 3))})
+
+
+def test_compare_outputs_bounds_and_shapes() -> None:
+    ref = {"y": np.array([1.0, 2.0], np.float32)}
+    close = compare_outputs({"y": np.array([1.0, 2.00001], np.float32)}, ref,
+                            {"max_abs_error": 1e-3, "normalised_error": 1e-3})
+    assert close["passed"] is True
+    assert close["outputs"]["y"]["exact"] is False
+    shape = compare_outputs({"y": np.zeros(3, np.float32)}, ref)
+    assert shape["passed"] is False
+    assert "expected float32[2]" in shape["outputs"]["y"]["problem"]
+    missing = compare_outputs({}, ref)
+    assert missing["outputs"]["y"]["problem"] == "output missing"

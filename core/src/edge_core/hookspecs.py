@@ -109,8 +109,8 @@ def edge_validate_stage(backend: str, section: Mapping[str, Any], path: str) -> 
     Args:
         backend: The backend name the stage names.
         section: The raw section merged over the defaults from ``edge_config_defaults``.
-        path: The section's path in the configuration (``stages[1].backend``), to prefix
-            every error with.
+        path: The section's path in the configuration (``stages[1].backend.options``), to
+            prefix every error with.
 
     Returns:
         The plugin's own validated options object; it reaches the plugin's later hooks as

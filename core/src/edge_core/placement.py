@@ -22,6 +22,12 @@ def _check_fraction(_: object, attribute: attrs.Attribute[float], value: float) 
         raise ValueError(f"{attribute.name}: must be in (0, 1]: {value!r}")
 
 
+def _to_names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"expected a collection of provider names: {value!r}")
+    return tuple(str(v) for v in value)
+
+
 @attrs.frozen
 class PlacementPolicy:
     """What a stage demands of its placement.
@@ -37,7 +43,7 @@ class PlacementPolicy:
 
     target: str | None = None
     min_fraction_on_target: float = attrs.field(default=1.0, validator=_check_fraction)
-    allowed_providers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    allowed_providers: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
 
 
 @attrs.frozen
@@ -46,7 +52,7 @@ class ProviderShare:
 
     nodes: int = attrs.field(validator=attrs.validators.ge(0))
     op_types: Mapping[str, int] = attrs.field(factory=dict)
-    node_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    node_names: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
 
 
 @attrs.frozen
@@ -64,10 +70,10 @@ class PlacementReport:
     """
 
     target: str
-    available_providers: tuple[str, ...] = attrs.field(converter=tuple)
+    available_providers: tuple[str, ...] = attrs.field(converter=_to_names)
     providers: Mapping[str, ProviderShare]
     method: str
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_to_names)
 
     @property
     def total_nodes(self) -> int:

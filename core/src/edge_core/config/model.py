@@ -211,7 +211,7 @@ class PlacementConfig:
         return PlacementPolicy(
             target=self.target,
             min_fraction_on_target=self.min_fraction_on_target,
-            allowed_providers=self.allowed_providers,  # type: ignore[arg-type]  # converter=tuple upstream
+            allowed_providers=self.allowed_providers,  # converter=tuple upstream
         )
 
 

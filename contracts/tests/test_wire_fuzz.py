@@ -1,0 +1,197 @@
+"""Fuzzing the frame decoder: every refusal is a WireError, and none allocates the payload."""
+
+import contextlib
+import json
+import math
+import struct
+import tracemalloc
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edge_contracts.dtypes import DType
+from edge_contracts.errors import WireError
+from edge_contracts.wire import (
+    PREFIX,
+    FrameHeader,
+    Limits,
+    ShmRef,
+    TensorSpec,
+    decode_frame,
+    encode_frame,
+    encode_header,
+)
+
+LIMITS = Limits(max_io_bytes=8 * 1024 * 1024, max_tensors=16)
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+ids = st.text(
+    alphabet=st.characters(
+        min_codepoint=32, max_codepoint=0x2FF, exclude_categories=("Cc", "Zl", "Zp")
+    ),
+    min_size=1,
+    max_size=16,
+).filter(str.isprintable)
+
+
+@st.composite
+def valid_frames(draw: st.DrawFn) -> tuple[FrameHeader, list[bytes]]:
+    specs: list[TensorSpec] = []
+    payloads: list[bytes] = []
+    features: set[str] = set()
+    for index in range(draw(st.integers(min_value=0, max_value=4))):
+        dtype = draw(st.sampled_from(list(DType)))
+        shape = tuple(draw(st.lists(st.integers(min_value=0, max_value=4), max_size=3)))
+        nbytes = math.prod(shape) * dtype.itemsize
+        if draw(st.booleans()) and index % 2:
+            ref = ShmRef(f"edge_seg{index}", draw(st.integers(0, 2**20)), draw(st.integers(0, 9)))
+            features.add("shm-tensors")
+            specs.append(TensorSpec(f"t{index}", dtype, shape, nbytes, ref))
+        else:
+            specs.append(TensorSpec(f"t{index}", dtype, shape, nbytes))
+            payloads.append(draw(st.binary(min_size=nbytes, max_size=nbytes)))
+    header = FrameHeader(
+        op=draw(st.sampled_from(["call", "event", "hello", "cancel"])),
+        request_id=draw(ids | st.just("")),
+        stage_id=draw(ids),
+        epoch=draw(st.integers(min_value=0, max_value=2**63 - 1)),
+        generation=draw(st.integers(min_value=0, max_value=2**32)),
+        tensors=tuple(specs),
+        meta=draw(st.dictionaries(st.text(max_size=6), json_values, max_size=4)),
+        required_features=frozenset(
+            features | draw(st.sets(st.sampled_from(["cancel", "bfloat16"])))
+        ),
+    )
+    return header, payloads
+
+
+def frame_bytes(header: FrameHeader, payloads: list[bytes]) -> bytes:
+    return b"".join(bytes(part) for part in encode_frame(header, payloads))
+
+
+def decode_or_refuse(data: bytes, limits: Limits = LIMITS) -> None:
+    with contextlib.suppress(WireError):
+        decode_frame(data, limits)
+
+
+@FUZZ
+@given(valid_frames())
+def test_valid_frames_round_trip_bit_exact(case: tuple[FrameHeader, list[bytes]]) -> None:
+    header, payloads = case
+    frame = decode_frame(frame_bytes(header, payloads), LIMITS)
+    assert frame.header == header
+    assert [bytes(view) for view in frame.tensor_views().values()] == payloads
+
+
+@FUZZ
+@given(st.binary(max_size=512))
+def test_random_bytes_fail_only_with_wire_errors(data: bytes) -> None:
+    decode_or_refuse(data)
+
+
+@FUZZ
+@given(st.binary(max_size=256))
+def test_random_bytes_behind_a_valid_prefix_fail_only_with_wire_errors(data: bytes) -> None:
+    decode_or_refuse(PREFIX.pack(b"EDGW", len(data), 0) + data)
+
+
+@FUZZ
+@given(valid_frames(), st.data())
+def test_mutated_frames_fail_only_with_wire_errors(
+    case: tuple[FrameHeader, list[bytes]], data: st.DataObject
+) -> None:
+    original = bytearray(frame_bytes(*case))
+    mutation = data.draw(st.sampled_from(["flip", "truncate", "splice", "extend"]))
+    at = data.draw(st.integers(min_value=0, max_value=len(original) - 1))
+    if mutation == "flip":
+        original[at] ^= data.draw(st.integers(min_value=1, max_value=255))
+    elif mutation == "truncate":
+        del original[at:]
+    elif mutation == "splice":
+        end = data.draw(st.integers(min_value=at, max_value=len(original)))
+        original[at:end] = data.draw(st.binary(max_size=16))
+    else:
+        original += data.draw(st.binary(min_size=1, max_size=16))
+    decode_or_refuse(bytes(original))
+
+
+@FUZZ
+@given(valid_frames(), st.data())
+def test_mutated_header_fields_fail_only_with_wire_errors(
+    case: tuple[FrameHeader, list[bytes]], data: st.DataObject
+) -> None:
+    header, payloads = case
+    document: dict[str, Any] = header.to_dict()
+    target: dict[str, Any] = document
+    if document["tensors"] and data.draw(st.booleans()):
+        target = data.draw(st.sampled_from(document["tensors"]))
+    key = data.draw(st.sampled_from(sorted(target)))
+    action = data.draw(st.sampled_from(["replace", "delete", "add"]))
+    if action == "replace":
+        target[key] = data.draw(json_values)
+    elif action == "delete":
+        del target[key]
+    else:
+        target[data.draw(st.text(max_size=6))] = data.draw(json_values)
+    raw = json.dumps(document).encode()
+    payload = b"".join(payloads)
+    decode_or_refuse(PREFIX.pack(b"EDGW", len(raw), len(payload)) + raw + payload)
+
+
+def _peak_during(call: Any) -> int:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        call()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_frames(), st.integers(min_value=1 << 20, max_value=8 << 20), st.data())
+def test_refused_frames_never_allocate_their_declared_payload(
+    case: tuple[FrameHeader, list[bytes]], declared: int, data: st.DataObject
+) -> None:
+    header, _ = case
+    raw = bytearray(encode_header(header))
+    if raw and data.draw(st.booleans()):
+        at = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+        raw[at] ^= data.draw(st.integers(min_value=1, max_value=255))
+    frame = PREFIX.pack(b"EDGW", len(raw), declared) + bytes(raw)
+    refusal: list[WireError] = []
+
+    def decode() -> None:
+        try:
+            decode_frame(frame, LIMITS)
+        except WireError as exc:
+            refusal.append(exc)
+
+    peak = _peak_during(decode)
+    assert refusal, "a frame without its declared payload cannot decode"
+    # The whole refusal stays within the reader's declared limits ...
+    assert peak <= LIMITS.max_io_bytes + LIMITS.max_header_bytes + (64 << 10)
+    # ... and only a header that checked out completely gets its payload allocated.
+    if refusal[0].field != "payload":
+        assert peak < 256 << 10 < declared, (refusal[0], peak)
+
+
+def test_refused_header_with_a_gigantic_declared_payload_allocates_almost_nothing() -> None:
+    header = FrameHeader("call", "r", "s", 0, 0, (TensorSpec("x", DType.UINT8, (4,), 4),))
+    raw = encode_header(header)
+    data = PREFIX.pack(b"EDGW", len(raw), 8 << 20) + raw + struct.pack("<I", 0)
+    peak = _peak_during(lambda: decode_or_refuse(data))
+    assert peak < 64 << 10

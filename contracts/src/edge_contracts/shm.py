@@ -105,11 +105,11 @@ class ShmError(ContractError):
     """A shared-memory operation was refused; the base of this module's errors."""
 
 
-class ShmCapExceeded(ShmError):  # noqa: N818 - named for what went wrong
+class ShmCapExceeded(ShmError):
     """A lease would exceed the producer's cap on retained bytes or buffers."""
 
 
-class ShmRefused(ShmError):  # noqa: N818 - named for what went wrong
+class ShmRefused(ShmError):
     """A reference names a segment, range or generation that the consumer must not map."""
 
 

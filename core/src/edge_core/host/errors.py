@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-class RouteRefused(ConfigError):  # noqa: N818
+class RouteRefused(ConfigError):
     """A route cannot be used: missing or non-executable interpreter, bad entry, bad domain."""
 
 
@@ -36,14 +36,14 @@ class _Described:
         return f"{field}: {reason}: {value!r}"
 
 
-class BootstrapRefused(_Described, WorkerError):  # noqa: N818
+class BootstrapRefused(_Described, WorkerError):
     """The worker's hello was refused (token, protocol version, features, identity) or late."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
         super().__init__(self._describe(field, reason, value))
 
 
-class ProtocolViolation(_Described, WorkerError):  # noqa: N818
+class ProtocolViolation(_Described, WorkerError):
     """The worker wrote something that is not a valid frame, or an op out of protocol."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:

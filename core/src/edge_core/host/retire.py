@@ -71,9 +71,7 @@ class RetireOutcome:
 class ProcessTree:
     """Every process captured under one worker root, and the means to retire them all."""
 
-    def __init__(
-        self, root: ProcessIdentity, popen: subprocess.Popen[bytes] | None = None
-    ) -> None:
+    def __init__(self, root: ProcessIdentity, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.root = root
         self._popen = popen
         self._known: set[ProcessIdentity] = {root}

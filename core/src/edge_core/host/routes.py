@@ -103,9 +103,7 @@ class Route:
     name: str = attrs.field(validator=_check_name)
     interpreter: str = attrs.field(validator=_check_interpreter)
     entry: str = attrs.field(validator=_check_entry)
-    os_domain: ExecutionDomain = attrs.field(
-        factory=controller_domain, converter=ExecutionDomain
-    )
+    os_domain: ExecutionDomain = attrs.field(factory=controller_domain, converter=ExecutionDomain)
     stage: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_check_stage)
     python_path: tuple[str, ...] = attrs.field(
         default=(), converter=_strings, validator=_check_paths

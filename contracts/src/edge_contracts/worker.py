@@ -1,0 +1,571 @@
+"""The one serve loop every backend's worker runs, in whatever interpreter the route names.
+
+Standard library only; numpy is imported the first time a frame carries tensors or a
+handler emits outputs. Started by the controller as ``python -m edge_contracts.worker FD``
+with the boot configuration in :data:`~edge_contracts.worker_protocol.BOOT_ENV`; FD is
+the worker's end of a private socketpair.
+
+Handler protocol
+----------------
+The route's entry ``package.module:factory`` is imported and ``factory()`` returns the
+handler (see :class:`Handler`; subclass :class:`BaseHandler` for defaults). Then the loop
+sends its hello (token, protocol version, features, PID, creation time, and the
+handler's :meth:`Handler.versions`) and serves frames in arrival order:
+
+* ``load(config)`` / ``warmup(config)`` run on the loop thread and return a JSON object
+  (e.g. a warm-up placement report) sent back as the reply.
+* ``submit(call)`` runs on the loop thread for each ``run``/``generate`` request. A
+  stateless graph handler computes and returns its outputs (``{name: array}``); the loop
+  then sends one terminal DONE event carrying them. A streaming handler hands the call
+  to its own engine and returns ``None`` at once; it later emits events from any thread
+  with :meth:`Call.emit` (thread-safe) and must end with :meth:`Call.done` or
+  :meth:`Call.fail`. An exception from ``submit`` becomes a terminal ERROR event.
+* ``cancel(request_id)`` is called on the loop thread after the loop has already sent the
+  request's terminal CANCELLED event; it should abort the work in place (the worker
+  stays). Events the handler emits for a cancelled request are dropped.
+* ``close()`` runs once, when the controller asks for shutdown or the channel closes.
+
+Before each request, the loop reads every frame already waiting, so that a ``cancel``
+(one request, or an epoch fence for a stage) is applied before fenced work starts: a
+queued request of a fenced epoch is answered CANCELLED without reaching the handler.
+Inputs are read-only arrays, valid until the request's terminal event (shared-memory
+inputs are acknowledged to the controller with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import select
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edge_contracts.errors import StreamClosed, WireError
+from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.jsonvalues import thaw_json
+from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
+from edge_contracts.requests import EventKind
+from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
+from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.worker_protocol import (
+    BOOT_ENV,
+    CONTROL_OPS,
+    DATA_OPS,
+    OP_ACK,
+    OP_CANCEL,
+    OP_EVENT,
+    OP_HELLO,
+    OP_LOAD,
+    OP_PING,
+    OP_REPLY,
+    OP_SHUTDOWN,
+    BootConfig,
+    hello_meta,
+)
+
+if TYPE_CHECKING:
+    from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
+
+__all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
+
+_MAX_MESSAGE = 8192
+_SHM = frozenset({FEATURE_SHM_TENSORS})
+
+
+class Handler(Protocol):
+    """What a route's factory returns; see the module docstring for the calling rules."""
+
+    def versions(self) -> Mapping[str, str]:
+        """Runtime versions for the hello, e.g. ``{"onnxruntime": "1.22.0"}``."""
+        ...
+
+    def required_features(self) -> frozenset[str]:
+        """Protocol features this handler cannot work without (e.g. ``stream-events``)."""
+        ...
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Load the artifact described by ``config``; return a JSON report."""
+        ...
+
+    def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run the warm-up bucket; return a JSON report (e.g. node -> provider)."""
+        ...
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        """Serve one request: return outputs (graph) or None and emit later (streaming)."""
+        ...
+
+    def cancel(self, request_id: str) -> None:
+        """Abort one request in place; its CANCELLED event has already been sent."""
+        ...
+
+    def close(self) -> None:
+        """Release everything; the process exits afterwards."""
+        ...
+
+
+class BaseHandler:
+    """Defaults for every :class:`Handler` method but :meth:`submit`."""
+
+    def versions(self) -> Mapping[str, str]:
+        """Report no runtime versions."""
+        return {}
+
+    def required_features(self) -> frozenset[str]:
+        """Require no protocol feature."""
+        return frozenset()
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Load nothing."""
+        return {}
+
+    def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Warm nothing up."""
+        return {}
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        """Refuse: a handler must implement this."""
+        raise NotImplementedError(f"{type(self).__name__}.submit")
+
+    def cancel(self, request_id: str) -> None:
+        """Nothing to abort."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class Call:
+    """One request inside the worker: its ids, params and inputs, and the way to answer."""
+
+    __slots__ = (
+        "_acks",
+        "_closed",
+        "_lock",
+        "_seq",
+        "_server",
+        "epoch",
+        "generation",
+        "inputs",
+        "operation",
+        "params",
+        "request_id",
+        "stage_id",
+    )
+
+    def __init__(
+        self,
+        server: _Server,
+        header: FrameHeader,
+        inputs: dict[str, Any],
+        acks: list[list[Any]],
+    ) -> None:
+        self._server = server
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._closed = False
+        self._acks = acks
+        self.request_id = header.request_id
+        self.stage_id = header.stage_id
+        self.epoch = header.epoch
+        self.generation = header.generation
+        self.operation = header.op
+        self.params: dict[str, Any] = thaw_json(header.meta)  # type: ignore[assignment,arg-type]
+        self.inputs = inputs
+
+    @property
+    def closed(self) -> bool:
+        """True once a terminal event was sent (including a CANCELLED one)."""
+        return self._closed
+
+    def emit(
+        self,
+        kind: EventKind | str,
+        *,
+        outputs: Mapping[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
+        error: BaseException | None = None,
+    ) -> bool:
+        """Send one event; return False when it was dropped (request already ended).
+
+        Thread-safe. A terminal kind (DONE, ERROR, CANCELLED) ends the request.
+        """
+        kind = EventKind(kind)
+        with self._lock:
+            if self._closed:
+                return False
+            seq = self._seq
+            self._seq += 1
+            if kind.terminal:
+                self._closed = True
+            sent = self._server.send_event(self, kind, seq, outputs, data, error)
+            ended = self._closed
+        if ended:
+            self._server.forget(self)
+        return sent
+
+    def token(self, data: Mapping[str, Any]) -> bool:
+        """Emit a TOKEN event (streaming)."""
+        return self.emit(EventKind.TOKEN, data=data)
+
+    def output(self, outputs: Mapping[str, Any], data: Mapping[str, Any] | None = None) -> bool:
+        """Emit a non-terminal OUTPUT event."""
+        return self.emit(EventKind.OUTPUT, outputs=outputs, data=data)
+
+    def done(
+        self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        """End the request successfully, optionally with outputs."""
+        return self.emit(EventKind.DONE, outputs=outputs, data=data)
+
+    def fail(self, error: BaseException) -> bool:
+        """End the request with an ERROR event naming ``error``'s type and message."""
+        return self.emit(EventKind.ERROR, error=error)
+
+
+class _Server:
+    """The loop state of one worker: channel, shared memory, requests in flight."""
+
+    def __init__(self, sock: socket.socket, boot: BootConfig, handler: Handler) -> None:
+        self.sock = sock
+        self.boot = boot
+        self.handler = handler
+        supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
+        self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
+        self.limits = Limits(
+            max_header_bytes=boot.max_header_bytes,
+            max_io_bytes=boot.max_io_bytes,
+            supported_features=supported,
+        )
+        self.supported = supported
+        self._send_lock = threading.Lock()
+        self._calls_lock = threading.Lock()
+        self._calls: dict[str, Call] = {}
+        self._fences: dict[str, int] = {}
+        self._pending: deque[Frame] = deque()
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._producer: SegmentProducer | None = None
+        self._consumer: SegmentConsumer | None = None
+        self._packer: TensorPacker | None = None
+        self._unpacker: TensorUnpacker | None = None
+        self._broken = False
+        self._stop = False
+
+    # -- tensors (numpy imported on first use) ------------------------------------------
+
+    def _tensors(self) -> tuple[TensorPacker, TensorUnpacker]:
+        if self._packer is None or self._unpacker is None:
+            from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
+
+            if self.use_shm:
+                self._producer = SegmentProducer(
+                    self.boot.shm_prefix,
+                    max_bytes=self.boot.shm_max_bytes,
+                    max_buffers=self.boot.shm_max_buffers,
+                )
+                self._consumer = SegmentConsumer(self.boot.peer_prefix)
+            self._packer = TensorPacker(self._producer, self.boot.shm_threshold)
+            self._unpacker = TensorUnpacker(self._consumer)
+        return self._packer, self._unpacker
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> bool:
+        """Write one frame; False if the channel is gone."""
+        parts = encode_frame(header, payloads or [])
+        with self._send_lock:
+            if self._broken:
+                return False
+            try:
+                write_frame(self.sock.sendmsg, parts)
+            except OSError:
+                self._broken = True
+                return False
+        return True
+
+    def _gone(self) -> list[str]:
+        return self._producer.take_gone() if self._producer is not None else []
+
+    def reply(self, header: FrameHeader, result: Mapping[str, Any] | None, error: Any) -> None:
+        """Answer a control frame with a result or an error."""
+        meta: dict[str, Any] = {"ok": error is None}
+        if error is None:
+            meta["result"] = dict(result or {})
+        else:
+            meta["error"] = _error_info(error)
+        try:
+            reply = FrameHeader(
+                OP_REPLY,
+                header.request_id,
+                header.stage_id,
+                header.epoch,
+                self.boot.generation,
+                meta=meta,
+            )
+        except WireError as exc:  # the handler returned something that is not JSON
+            reply = FrameHeader(
+                OP_REPLY,
+                header.request_id,
+                header.stage_id,
+                header.epoch,
+                self.boot.generation,
+                meta={"ok": False, "error": _error_info(exc)},
+            )
+        self.send(reply)
+
+    def send_event(
+        self,
+        call: Call,
+        kind: EventKind,
+        seq: int,
+        outputs: Mapping[str, Any] | None,
+        data: Mapping[str, Any] | None,
+        error: BaseException | None,
+    ) -> bool:
+        """Encode and send one event of ``call`` (called under the call's lock)."""
+        packed = None
+        if outputs and kind not in (EventKind.ERROR, EventKind.CANCELLED):
+            try:
+                packed = self._tensors()[0].pack(outputs)
+            except Exception as exc:  # becomes the request's ERROR event
+                if not kind.terminal:
+                    call._closed = True
+                kind, error, data = EventKind.ERROR, exc, None
+        meta: dict[str, Any] = {
+            "seq": seq,
+            "kind": kind.value,
+            "data": dict(data or {}),
+            "error": None if error is None else _error_info(error),
+            "created_ns": time.monotonic_ns(),
+        }
+        if kind.terminal or call._closed:
+            meta["acks"] = call._acks
+        gone = self._gone()
+        if gone:
+            meta["gone"] = gone
+        header = FrameHeader(
+            OP_EVENT,
+            call.request_id,
+            call.stage_id,
+            call.epoch,
+            self.boot.generation,
+            tensors=packed.specs if packed else (),
+            meta=meta,
+            required_features=_SHM if packed and packed.uses_shm else frozenset(),
+        )
+        sent = self.send(header, packed.payloads if packed else None)
+        if not sent and packed is not None:
+            self._tensors()[0].take_back(packed.leases)
+        return sent
+
+    def forget(self, call: Call) -> None:
+        """Drop a call that has ended."""
+        with self._calls_lock:
+            if self._calls.get(call.request_id) is call:
+                del self._calls[call.request_id]
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def _readable(self) -> bool:
+        return bool(self._poll.poll(0))
+
+    def _read_one(self) -> bool:
+        """Read and dispatch one frame; False at end of stream."""
+        try:
+            frame = read_frame(self.sock.recv_into, self.limits)
+        except StreamClosed:
+            return False
+        except (WireError, OSError) as exc:
+            print(f"edge worker: channel: refused frame: {exc}", file=sys.stderr)
+            return False
+        header = frame.header
+        gone = header.meta.get("gone")
+        if gone and self._consumer is not None:
+            self._consumer.forget([str(name) for name in gone])
+        op = header.op
+        if op in DATA_OPS or op in CONTROL_OPS:
+            self._pending.append(frame)
+        elif op == OP_CANCEL:
+            self._cancel(header)
+        elif op == OP_ACK:
+            if self._producer is not None:
+                for segment, generation in header.meta.get("segments", ()):
+                    self._producer.release(str(segment), int(generation))
+        elif op == OP_PING:
+            self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
+        elif op == OP_SHUTDOWN:
+            self._stop = True
+        else:
+            self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
+        return True
+
+    def _cancel(self, header: FrameHeader) -> None:
+        target = header.meta.get("target")
+        fence = header.meta.get("fence_epoch")
+        stage = header.stage_id
+        if isinstance(fence, int):
+            self._fences[stage] = max(self._fences.get(stage, 0), fence)
+        with self._calls_lock:
+            victims = [
+                call
+                for call in self._calls.values()
+                if call.request_id == target
+                or (isinstance(fence, int) and call.stage_id == stage and call.epoch < fence)
+            ]
+        for call in victims:
+            if call.emit(EventKind.CANCELLED):
+                try:
+                    self.handler.cancel(call.request_id)
+                except Exception:  # the request is already ended
+                    traceback.print_exc()
+        if target is not None:
+            for frame in [f for f in self._pending if f.header.request_id == target]:
+                self._pending.remove(frame)
+                self._drop(frame)
+
+    def _fenced(self, header: FrameHeader) -> bool:
+        return header.epoch < self._fences.get(header.stage_id, 0)
+
+    def _drop(self, frame: Frame) -> None:
+        """Answer a request that will never run with CANCELLED, acknowledging its inputs."""
+        from edge_contracts.worker_transport import refs_of
+
+        call = Call(self, frame.header, {}, refs_of(frame) if frame.header.tensors else [])
+        call.emit(EventKind.CANCELLED)
+
+    # -- executing ---------------------------------------------------------------------
+
+    def _execute(self, frame: Frame) -> None:
+        header = frame.header
+        if header.op in CONTROL_OPS:
+            config: Mapping[str, Any] = thaw_json(header.meta)  # type: ignore[assignment,arg-type]
+            method = self.handler.load if header.op == OP_LOAD else self.handler.warmup
+            try:
+                result = method(config)
+            except Exception as exc:  # reported to the controller
+                self.reply(header, None, exc)
+            else:
+                self.reply(header, result, None)
+            return
+        if self._fenced(header):
+            self._drop(frame)
+            return
+        acks: list[list[Any]] = []
+        inputs: dict[str, Any] = {}
+        failure: BaseException | None = None
+        if header.tensors:
+            from edge_contracts.worker_transport import refs_of
+
+            acks = refs_of(frame)
+            try:
+                inputs = self._tensors()[1].unpack(frame)
+            except Exception as exc:  # a refused input ends the request
+                failure = exc
+        call = Call(self, header, inputs, acks)
+        if failure is not None:
+            call.fail(failure)
+            return
+        with self._calls_lock:
+            self._calls[call.request_id] = call
+        try:
+            outputs = self.handler.submit(call)
+        except Exception as exc:  # reported as the request's ERROR event
+            call.fail(exc)
+            return
+        if outputs is not None:
+            call.done(outputs=outputs)
+
+    def serve(self) -> int:
+        """Serve frames until shutdown or end of stream; return the exit status."""
+        try:
+            while not self._stop:
+                if self._pending:
+                    while self._readable() and not self._stop:
+                        if not self._read_one():
+                            return 0
+                    if self._pending and not self._stop:
+                        self._execute(self._pending.popleft())
+                elif not self._read_one():
+                    return 0
+            return 0
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            self.handler.close()
+        except Exception:  # shutting down regardless
+            traceback.print_exc()
+        if self._producer is not None:
+            self._producer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+        self.sock.close()
+
+
+def _error_info(error: BaseException) -> dict[str, str]:
+    return {"type": type(error).__name__, "message": str(error)[:_MAX_MESSAGE] or "-"}
+
+
+def _load_factory(entry: str) -> Callable[[], Handler]:
+    module_name, _, attribute = entry.partition(":")
+    factory: Callable[[], Handler] = getattr(importlib.import_module(module_name), attribute)
+    return factory
+
+
+def serve(sock: socket.socket, boot: BootConfig) -> int:
+    """Create the handler, say hello and serve ``sock`` until shutdown; return the status."""
+    supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
+    try:
+        handler = _load_factory(boot.entry)()
+        required = frozenset(handler.required_features())
+        versions = handler.versions()
+    except Exception as exc:  # reported in the hello, then exit
+        meta = hello_meta(
+            boot.token, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
+        )
+        meta["error"] = _error_info(exc)
+        _send_hello(sock, boot, meta)
+        sock.close()
+        return 1
+    meta = hello_meta(
+        boot.token,
+        required=required,
+        offered=supported,
+        versions=versions,
+        shm_prefix=boot.shm_prefix if SHM_AVAILABLE else None,
+    )
+    _send_hello(sock, boot, meta)
+    return _Server(sock, boot, handler).serve()
+
+
+def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> None:
+    header = FrameHeader(OP_HELLO, "", "", 0, boot.generation, meta=meta)
+    with contextlib.suppress(OSError):  # the controller is gone: nothing to tell
+        write_frame(sock.sendmsg, encode_frame(header, []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of ``python -m edge_contracts.worker FD``; returns the exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    raw = os.environ.pop(BOOT_ENV, None)
+    if len(args) != 1 or not args[0].isdigit() or raw is None:
+        print(f"usage: python -m edge_contracts.worker FD (with {BOOT_ENV} set)", file=sys.stderr)
+        return 2
+    boot = BootConfig.from_json(raw)
+    sock = socket.socket(fileno=int(args[0]))
+    sock.set_inheritable(False)
+    return serve(sock, boot)
+
+
+if __name__ == "__main__":
+    from edge_contracts.worker import main as _main  # run the importable module, not __main__
+
+    sys.exit(_main())

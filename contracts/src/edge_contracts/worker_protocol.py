@@ -1,0 +1,175 @@
+"""The worker channel's protocol: frame ops, the boot configuration and the hello.
+
+Shared by the controller (edge-core's host layer) and the worker serve loop
+(:mod:`edge_contracts.worker`); standard library only.
+
+Ops, controller to worker:
+    ``load`` / ``warmup``: control calls, ``meta`` is a JSON config; answered by ``reply``.
+    ``run`` / ``generate``: data requests, ``meta`` is the request params, tensors are the
+    inputs; answered by ``event`` frames ending with a terminal one.
+    ``cancel``: ``meta`` has ``target`` (one request id or null) and ``fence_epoch`` (every
+    request of the frame's stage with an older epoch, or null); no answer.
+    ``ack``: ``meta.segments`` lists ``[segment, generation]`` pairs of worker-produced
+    shared memory the controller is done with; no answer.
+    ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
+
+Ops, worker to controller:
+    ``hello`` (first frame, see :func:`hello_meta`), ``event`` (``meta`` carries ``seq``,
+    ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
+    controller-produced segments of that request's inputs), ``reply``
+    (``meta.ok`` plus ``result`` or ``error``).
+
+Any frame may carry ``meta.gone``: shared-memory segments its sender has unlinked, so
+that the receiver can drop its mappings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from edge_contracts.errors import InvalidValue
+from edge_contracts.validation import check_keys
+
+__all__ = [
+    "BOOT_ENV",
+    "CONTROL_OPS",
+    "DATA_OPS",
+    "OP_ACK",
+    "OP_CANCEL",
+    "OP_EVENT",
+    "OP_GENERATE",
+    "OP_HELLO",
+    "OP_LOAD",
+    "OP_PING",
+    "OP_REPLY",
+    "OP_RUN",
+    "OP_SHUTDOWN",
+    "OP_WARMUP",
+    "BootConfig",
+    "hello_meta",
+    "process_create_time",
+]
+
+BOOT_ENV = "EDGE_WORKER_BOOT"
+"""Environment variable carrying the boot configuration; the worker removes it at once."""
+
+OP_HELLO = "hello"
+OP_LOAD = "load"
+OP_WARMUP = "warmup"
+OP_RUN = "run"
+OP_GENERATE = "generate"
+OP_CANCEL = "cancel"
+OP_ACK = "ack"
+OP_PING = "ping"
+OP_SHUTDOWN = "shutdown"
+OP_EVENT = "event"
+OP_REPLY = "reply"
+
+DATA_OPS = frozenset({OP_RUN, OP_GENERATE})
+"""Ops that carry a stage request and are answered by events."""
+
+CONTROL_OPS = frozenset({OP_LOAD, OP_WARMUP})
+"""Ops that run in order with data ops and are answered by one reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class BootConfig:
+    """What the controller tells a new worker through :data:`BOOT_ENV`.
+
+    Attributes:
+        token: the secret the worker repeats in its hello.
+        entry: ``package.module:factory`` of the handler.
+        generation: the worker generation stamped on every event.
+        shm_prefix: prefix of the segments this worker produces.
+        peer_prefix: prefix of the segments the controller produces.
+        shm_threshold: outputs of at least this many bytes go through shared memory.
+        shm_max_bytes: the worker producer's cap on retained bytes.
+        shm_max_buffers: the worker producer's cap on retained buffers.
+        max_io_bytes: most tensor bytes in one frame, both ways.
+        max_header_bytes: longest frame header, both ways.
+        features: features the controller supports.
+
+    """
+
+    token: str
+    entry: str
+    generation: int
+    shm_prefix: str
+    peer_prefix: str
+    shm_threshold: int
+    shm_max_bytes: int
+    shm_max_buffers: int
+    max_io_bytes: int
+    max_header_bytes: int = 65536
+    features: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> str:
+        """Return the JSON text put into :data:`BOOT_ENV`."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> BootConfig:
+        """Parse and check the boot configuration."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
+        keys = tuple(f for f in cls.__dataclass_fields__)
+        mapping: Mapping[str, Any] = check_keys(data, "boot", keys[:9], keys[9:])
+        for name in ("token", "entry", "shm_prefix", "peer_prefix"):
+            if not isinstance(mapping[name], str):
+                raise InvalidValue(f"boot.{name}", mapping[name], "must be a string")
+        for name in keys[2:3] + keys[5:10]:
+            value = mapping.get(name, 0)
+            if type(value) is not int or value < 0:
+                raise InvalidValue(f"boot.{name}", value, "must be an integer >= 0")
+        values = dict(mapping)
+        values["features"] = tuple(values.get("features", ()))
+        return cls(**values)
+
+
+def process_create_time() -> float | None:
+    """Return this process's creation time as psutil computes it on Linux, else None.
+
+    ``/proc/self/stat`` field 22 (start time in clock ticks since boot) plus the boot
+    time from ``/proc/stat``; the controller compares it with its own psutil reading.
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            stat = handle.read()
+        with open("/proc/stat", encoding="ascii") as handle:
+            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + btime
+
+
+def hello_meta(
+    token: str,
+    *,
+    required: frozenset[str],
+    offered: frozenset[str],
+    versions: Mapping[str, str],
+    shm_prefix: str | None,
+) -> dict[str, Any]:
+    """Build the ``meta`` of the worker's hello frame."""
+    from edge_contracts import __version__
+
+    return {
+        "token": token,
+        "pid": os.getpid(),
+        "create_time": process_create_time(),
+        "features": {"required": sorted(required), "offered": sorted(offered)},
+        "versions": {
+            "python": ".".join(map(str, sys.version_info[:3])),
+            "edge_contracts": __version__,
+            **{str(k): str(v) for k, v in versions.items()},
+        },
+        "shm_prefix": shm_prefix,
+    }

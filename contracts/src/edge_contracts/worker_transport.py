@@ -1,0 +1,145 @@
+"""Tensors on a worker channel: inline in the frame, or through shared memory above a threshold.
+
+Both ends of a worker channel use this module (it imports numpy, so it is imported only
+where tensors are handled). :class:`TensorPacker` turns named arrays into header
+entries plus payload buffers: arrays of at least ``threshold`` bytes are copied into a
+leased shared-memory segment (:class:`~edge_contracts.shm.SegmentProducer`) and travel as
+a :class:`~edge_contracts.headers.ShmRef`; smaller ones travel inline, as zero-copy views
+for a scatter-gather write. :class:`TensorUnpacker` turns a received frame back into
+read-only arrays, mapping referenced segments through a
+:class:`~edge_contracts.shm.SegmentConsumer` after validating every reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from edge_contracts.errors import DescriptorInvalid
+from edge_contracts.headers import ShmRef, TensorSpec
+from edge_contracts.shm import SegmentConsumer, SegmentProducer
+from edge_contracts.tensors import arrays_from_frame, dtype_of
+from edge_contracts.wire import Frame
+
+__all__ = [
+    "DEFAULT_SHM_THRESHOLD",
+    "Packed",
+    "TensorPacker",
+    "TensorUnpacker",
+    "refs_of",
+]
+
+DEFAULT_SHM_THRESHOLD = 256 * 1024
+"""Arrays of at least this many bytes go through shared memory (see docs/host.md)."""
+
+
+class Packed:
+    """Header entries and payloads of one outgoing frame, plus the leases it holds.
+
+    Attributes:
+        specs: one entry per tensor, in the caller's order.
+        payloads: the inline tensors' bytes, in header order.
+        leases: ``(segment, generation)`` of every segment written for this frame.
+
+    """
+
+    __slots__ = ("leases", "payloads", "specs")
+
+    def __init__(
+        self,
+        specs: tuple[TensorSpec, ...],
+        payloads: list[memoryview],
+        leases: list[tuple[str, int]],
+    ) -> None:
+        self.specs = specs
+        self.payloads = payloads
+        self.leases = leases
+
+    @property
+    def uses_shm(self) -> bool:
+        """True when at least one tensor travels through shared memory."""
+        return bool(self.leases)
+
+
+_EMPTY = Packed((), [], [])
+
+
+class TensorPacker:
+    """Packs outgoing arrays; large ones go through ``producer`` when there is one."""
+
+    def __init__(self, producer: SegmentProducer | None, threshold: int) -> None:
+        self.producer = producer
+        self.threshold = threshold
+
+    def pack(self, arrays: Mapping[str, Any] | None) -> Packed:
+        """Return the header entries and payloads for ``arrays`` (a name -> array mapping).
+
+        On any failure, segments already leased for this frame are taken back.
+        """
+        if not arrays:
+            return _EMPTY
+        specs: list[TensorSpec] = []
+        payloads: list[memoryview] = []
+        leases: list[tuple[str, int]] = []
+        try:
+            for name, value in arrays.items():
+                array = np.asarray(value)
+                dtype = dtype_of(array, f"outputs.{name}.dtype")
+                if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
+                    array = array.astype(array.dtype.newbyteorder("<"))
+                flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+                nbytes = int(flat.nbytes)
+                ref = None
+                if self.producer is not None and nbytes >= self.threshold:
+                    lease = self.producer.lease(nbytes)
+                    leases.append((lease.segment, lease.generation))
+                    np.copyto(np.frombuffer(lease.view, dtype=np.uint8), flat)
+                    ref = ShmRef(lease.segment, lease.offset, lease.generation)
+                else:
+                    payloads.append(flat.data)
+                specs.append(TensorSpec(name, dtype, tuple(array.shape), nbytes, ref))
+        except BaseException:
+            self.take_back(leases)
+            raise
+        return Packed(tuple(specs), payloads, leases)
+
+    def take_back(self, leases: list[tuple[str, int]]) -> None:
+        """Release leases of a frame that was never delivered."""
+        if self.producer is not None:
+            for segment, generation in leases:
+                self.producer.release(segment, generation)
+
+
+class TensorUnpacker:
+    """Turns a received frame's tensors into read-only numpy arrays."""
+
+    def __init__(self, consumer: SegmentConsumer | None) -> None:
+        self.consumer = consumer
+
+    def unpack(self, frame: Frame) -> dict[str, np.ndarray[Any, Any]]:
+        """Return the frame's tensors as read-only arrays, by name.
+
+        Shared-memory arrays are views of the peer's segment: valid until the frame's
+        references (:func:`refs_of`) are acknowledged.
+        """
+        if not frame.header.tensors:
+            return {}
+        arrays = arrays_from_frame(frame, self._shared)
+        for array in arrays.values():
+            array.flags.writeable = False
+        return arrays
+
+    def _shared(self, spec: TensorSpec) -> memoryview:
+        if self.consumer is None or spec.ref is None:
+            raise DescriptorInvalid(
+                f"tensors.{spec.name}.ref", spec.ref, "shared memory is not in use on this channel"
+            )
+        ref = spec.ref
+        return self.consumer.view(ref.segment, ref.offset, ref.generation, spec.nbytes)
+
+
+def refs_of(frame: Frame) -> list[list[Any]]:
+    """Return ``[segment, generation]`` of every shared-memory tensor of ``frame``."""
+    return [[s.ref.segment, s.ref.generation] for s in frame.header.tensors if s.ref is not None]

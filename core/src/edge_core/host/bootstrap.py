@@ -1,0 +1,265 @@
+"""Starting a worker: private channel, boot configuration, hello verification.
+
+:func:`start_worker` creates a ``socketpair`` (private to the two processes: no address,
+no listener; the fastest local channel measured, see docs/host.md), starts the route's
+interpreter on ``python -m edge_contracts.worker FD`` as a new session leader (so its
+whole tree can be found later), and hands it an unguessable token plus its boot
+configuration through an environment variable the worker removes at once. The worker's
+first frame must be a hello carrying that token, protocol version, features, its PID and
+process creation time (checked against what psutil says about the process we started)
+and its runtime versions. Any mismatch, or no hello within the timeout, refuses the
+worker with :class:`~edge_core.host.errors.BootstrapRefused` after retiring it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import select
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from edge_contracts.errors import ContractError, StreamClosed
+from edge_contracts.headers import Limits
+from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES, negotiate
+from edge_contracts.shm import (
+    DEFAULT_MAX_BUFFERS,
+    DEFAULT_MAX_BYTES,
+    SHM_AVAILABLE,
+    SegmentConsumer,
+    SegmentProducer,
+    new_prefix,
+    sweep,
+)
+from edge_contracts.wire import Frame, read_frame
+from edge_contracts.worker_protocol import BOOT_ENV, OP_HELLO, BootConfig
+from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
+from edge_core.host.client import WorkerClient
+from edge_core.host.errors import BootstrapRefused, RouteRefused
+from edge_core.host.identity import ProcessIdentity
+from edge_core.host.retire import ProcessTree
+from edge_core.host.routes import Route, controller_domain
+from edge_core.host.staging import stage_packages
+
+__all__ = ["DEFAULT_HELLO_TIMEOUT_S", "DEFAULT_MAX_IO_BYTES", "start_worker"]
+
+DEFAULT_HELLO_TIMEOUT_S = 30.0
+"""How long a new worker may take to import its entry and say hello."""
+
+DEFAULT_MAX_IO_BYTES = 1 << 30
+"""Default cap on the tensor bytes of one frame (a route may lower or raise it)."""
+
+_SHM = frozenset({FEATURE_SHM_TENSORS})
+
+
+def _supported() -> frozenset[str]:
+    return KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
+
+
+def _environment(
+    route: Route, env: Mapping[str, str] | None, staged: Path | None, boot: BootConfig
+) -> dict[str, str]:
+    base = dict(os.environ if env is None else env)
+    paths = [str(staged)] if staged is not None else []
+    paths += list(route.python_path)
+    if not route.foreign and base.get("PYTHONPATH"):
+        paths.append(base["PYTHONPATH"])
+    if paths:
+        base["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        base.pop("PYTHONPATH", None)
+    base[BOOT_ENV] = boot.to_json()
+    return base
+
+
+def start_worker(
+    route: Route,
+    *,
+    generation: int,
+    features: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
+    shm_threshold: int = DEFAULT_SHM_THRESHOLD,
+    shm_max_bytes: int = DEFAULT_MAX_BYTES,
+    shm_max_buffers: int = DEFAULT_MAX_BUFFERS,
+    max_io_bytes: int = DEFAULT_MAX_IO_BYTES,
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+) -> WorkerClient:
+    """Start the route's worker, verify its hello and return a ready client.
+
+    Args:
+        route: interpreter, entry and domain of the worker.
+        generation: worker generation, stamped on every frame both ways.
+        features: protocol features the controller requires of this worker.
+        env: base environment (default: the controller's); ``PYTHONPATH`` is replaced
+            for a foreign interpreter with the private staging directory.
+        hello_timeout_s: bound on start-up until the hello.
+        shm_threshold: tensors of at least this many bytes go through shared memory
+            (both ways), when both sides support it.
+        shm_max_bytes: per-producer cap on retained shared memory (each side).
+        shm_max_buffers: per-producer cap on retained segments (each side).
+        max_io_bytes: cap on the tensor bytes of one frame, both ways.
+        stdout: where the worker's stdout goes (default: inherited).
+        stderr: where the worker's stderr goes (default: inherited).
+
+    Raises:
+        RouteRefused: the route's domain cannot be started from here.
+        BootstrapRefused: no hello in time, wrong token, version, features or identity.
+
+    """
+    required = frozenset(features)
+    if route.os_domain != controller_domain():
+        raise RouteRefused(
+            "route.os_domain",
+            f"cannot start from {controller_domain().value}",
+            route.os_domain.value,
+        )
+    supported = _supported()
+    unknown = sorted(required - supported)
+    if unknown:
+        raise BootstrapRefused("features", "not supported by this controller", unknown)
+    token = secrets.token_hex(32)
+    worker_prefix, own_prefix = new_prefix(), new_prefix()
+    boot = BootConfig(
+        token=token,
+        entry=route.entry,
+        generation=generation,
+        shm_prefix=worker_prefix,
+        peer_prefix=own_prefix,
+        shm_threshold=shm_threshold,
+        shm_max_bytes=shm_max_bytes,
+        shm_max_buffers=shm_max_buffers,
+        max_io_bytes=max_io_bytes,
+        features=tuple(sorted(supported)),
+    )
+    limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
+    staged = stage_packages(route.stage) if route.foreign else None
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        popen = subprocess.Popen(
+            [route.interpreter, "-m", "edge_contracts.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            env=_environment(route, env, staged, boot),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    except BaseException:
+        parent.close()
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        raise
+    finally:
+        child.close()
+    tree = ProcessTree(ProcessIdentity.of(popen.pid), popen)
+    try:
+        hello = _await_hello(parent, popen, limits, hello_timeout_s)
+        in_use = _verify_hello(hello, token, tree.root, required, supported)
+    except BaseException:
+        tree.retire(5.0)
+        parent.close()
+        sweep(worker_prefix)
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        for stream in (popen.stdout, popen.stderr):
+            if stream is not None:
+                stream.close()
+        raise
+    tree.capture()
+    use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
+    return WorkerClient(
+        route=route,
+        generation=generation,
+        sock=parent,
+        limits=limits,
+        tree=tree,
+        popen=popen,
+        hello=hello.header.meta,
+        features=in_use,
+        producer=SegmentProducer(own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers)
+        if use_shm
+        else None,
+        consumer=SegmentConsumer(worker_prefix) if use_shm else None,
+        worker_prefix=worker_prefix,
+        threshold=shm_threshold,
+        staged=staged,
+    )
+
+
+def _await_hello(
+    sock: socket.socket, popen: subprocess.Popen[bytes], limits: Limits, timeout_s: float
+) -> Frame:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BootstrapRefused("hello", f"not received within {timeout_s} s", popen.pid)
+        readable, _, _ = select.select([sock], [], [], min(remaining, 0.05))
+        if readable:
+            break
+        if popen.poll() is not None:
+            raise BootstrapRefused("hello", "worker exited before its hello", popen.returncode)
+    sock.settimeout(max(deadline - time.monotonic(), 0.1))
+    try:
+        return read_frame(sock.recv_into, limits)
+    except StreamClosed:
+        raise BootstrapRefused("hello", "channel closed before the hello", popen.pid) from None
+    except ContractError as exc:
+        raise BootstrapRefused(
+            "hello", f"refused frame: {exc.field}: {exc.reason}", exc.value
+        ) from None
+    except TimeoutError:
+        raise BootstrapRefused("hello", f"incomplete within {timeout_s} s", popen.pid) from None
+    finally:
+        sock.settimeout(None)
+
+
+def _verify_hello(
+    frame: Frame,
+    token: str,
+    root: ProcessIdentity,
+    required: frozenset[str],
+    supported: frozenset[str],
+) -> frozenset[str]:
+    header = frame.header
+    meta = header.meta
+    if header.op != OP_HELLO:
+        raise BootstrapRefused("hello.op", "first frame must be a hello", header.op)
+    got = meta.get("token")
+    if not isinstance(got, str) or not hmac.compare_digest(got.encode(), token.encode()):
+        raise BootstrapRefused(
+            "hello.token", "does not match the token given to the worker", "<redacted>"
+        )
+    error = meta.get("error")
+    if error is not None:
+        raise BootstrapRefused("hello.error", "worker entry failed", dict(error))
+    if meta.get("pid") != root.pid:
+        raise BootstrapRefused(
+            "hello.pid", f"must be the started process {root.pid}", meta.get("pid")
+        )
+    created = meta.get("create_time")
+    if created is not None and (
+        not isinstance(created, int | float) or not root.matches(float(created))
+    ):
+        raise BootstrapRefused(
+            "hello.create_time", f"must match the started process ({root.create_time})", created
+        )
+    features = meta.get("features")
+    if not isinstance(features, Mapping):
+        raise BootstrapRefused("hello.features", "must be an object", features)
+    try:
+        in_use = negotiate(features.get("required", ()), features.get("offered", ()), supported)
+    except ContractError as exc:
+        raise BootstrapRefused(f"hello.{exc.field}", exc.reason, exc.value) from None
+    missing = sorted(required - in_use)
+    if missing:
+        raise BootstrapRefused("hello.features", "worker does not offer required features", missing)
+    return in_use

@@ -1,0 +1,244 @@
+"""Controller-side view of one request in flight: its event stream and its deliveries.
+
+A :class:`Call` is returned by :meth:`WorkerClient.submit`; iterate it (or call
+:meth:`Call.next`) for :class:`Delivery` objects until the terminal one. Delivering an
+event does not free its shared memory: :meth:`Delivery.release` acknowledges it to the
+worker (``with delivery:`` does so on exit). :meth:`Call.result` is the convenience for a
+graph stage: it collects every output as owned copies and releases as it goes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from edge_contracts.buffers import BufferDescriptor
+from edge_contracts.requests import ErrorInfo, EventKind, StageEvent
+from edge_contracts.tensors import dtype_of
+from edge_core.errors import StageClosed
+from edge_core.host.errors import RemoteError, TransportCapExceeded
+
+__all__ = ["Call", "CallCancelled", "Delivery"]
+
+Array = npt.NDArray[Any]
+
+
+class CallCancelled(StageClosed):
+    """The request ended with CANCELLED (its epoch was fenced or it was cancelled)."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"request[{request_id}]: cancelled: no output")
+
+
+class Delivery:
+    """One event of a request, with its output arrays.
+
+    Arrays that came through shared memory are read-only views of the worker's segment,
+    valid until :meth:`release`; inline ones are views of the received frame.
+    """
+
+    __slots__ = (
+        "_ack",
+        "_event",
+        "_refs",
+        "arrays",
+        "created_ns",
+        "data",
+        "epoch",
+        "error",
+        "generation",
+        "kind",
+        "request_id",
+        "seq",
+        "stage_id",
+        "terminal",
+    )
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        stage_id: str,
+        epoch: int,
+        generation: int,
+        seq: int,
+        kind: EventKind,
+        data: Mapping[str, Any],
+        error: ErrorInfo | None,
+        created_ns: int,
+        arrays: dict[str, Array],
+        refs: list[list[Any]],
+        ack: Callable[[list[list[Any]]], None] | None,
+    ) -> None:
+        self.request_id = request_id
+        self.stage_id = stage_id
+        self.epoch = epoch
+        self.generation = generation
+        self.seq = seq
+        self.kind = kind
+        self.terminal = kind.terminal
+        self.data = data
+        self.error = error
+        self.created_ns = created_ns
+        self.arrays = arrays
+        self._refs = refs
+        self._ack = ack
+        self._event: StageEvent | None = None
+
+    @property
+    def event(self) -> StageEvent:
+        """The validated :class:`StageEvent` (built on first access)."""
+        if self._event is None:
+            owner = f"worker-g{self.generation}"
+            outputs = tuple(
+                BufferDescriptor(owner, self.generation, dtype_of(a), tuple(a.shape), a.nbytes)
+                for a in self.arrays.values()
+            )
+            self._event = StageEvent(
+                request_id=self.request_id,
+                stage_id=self.stage_id,
+                epoch=self.epoch,
+                generation=self.generation,
+                seq=self.seq,
+                kind=self.kind,
+                terminal=self.terminal,
+                error=self.error,
+                outputs=outputs,
+                data=self.data,
+                created_ns=self.created_ns,
+            )
+        return self._event
+
+    @property
+    def retained(self) -> bool:
+        """True while this delivery still holds worker shared memory."""
+        return bool(self._refs)
+
+    def release(self) -> None:
+        """Acknowledge the shared memory behind :attr:`arrays` (idempotent)."""
+        refs, self._refs = self._refs, []
+        if refs and self._ack is not None:
+            self._ack(refs)
+
+    def __enter__(self) -> Delivery:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class Call:
+    """A request in flight on one worker; iterate for its deliveries."""
+
+    __slots__ = (
+        "_cancel",
+        "_ended",
+        "_lock",
+        "_queue",
+        "epoch",
+        "last_seq",
+        "request_id",
+        "stage_id",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        stage_id: str,
+        epoch: int,
+        cancel: Callable[[str], None],
+    ) -> None:
+        self.request_id = request_id
+        self.stage_id = stage_id
+        self.epoch = epoch
+        self.last_seq = -1
+        self._cancel = cancel
+        self._queue: queue.SimpleQueue[Delivery | BaseException] = queue.SimpleQueue()
+        self._ended = False
+        self._lock = threading.Lock()
+
+    # -- fed by the client's reader thread -------------------------------------------
+
+    def _deliver(self, delivery: Delivery) -> None:
+        self.last_seq = delivery.seq
+        self._queue.put(delivery)
+
+    def _fail(self, error: BaseException) -> None:
+        self._queue.put(error)
+
+    # -- consumer side -----------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        """True once the terminal delivery (or an error) has been taken."""
+        return self._ended
+
+    def next(self, timeout: float | None = None) -> Delivery:
+        """Return the next delivery; raise the call's error, or ``TimeoutError``."""
+        if self._ended:
+            raise StopIteration
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(
+                f"request[{self.request_id}]: no event within timeout: {timeout}"
+            ) from None
+        if isinstance(item, BaseException):
+            self._ended = True
+            raise item
+        if item.terminal:
+            self._ended = True
+        return item
+
+    def __iter__(self) -> Iterator[Delivery]:
+        while not self._ended:
+            yield self.next()
+
+    def cancel(self) -> None:
+        """Cancel this request: it ends CANCELLED at once; later events are dropped."""
+        self._cancel(self.request_id)
+
+    def result(self, timeout: float | None = None, *, copy: bool = True) -> dict[str, Array]:
+        """Wait for the end; return every output array by name (later events win).
+
+        With ``copy`` (the default) arrays are owned copies and shared memory is released
+        as soon as it is copied; without, views are returned and the caller must keep
+        them only as long as it does not care about reuse (they are released here too).
+        Raises :class:`RemoteError` on ERROR (or :class:`TransportCapExceeded` when the
+        worker hit its shared-memory cap) and :class:`CallCancelled` on CANCELLED.
+        """
+        outputs: dict[str, Array] = {}
+        while True:
+            delivery = self.next(timeout)
+            with delivery:
+                for name, array in delivery.arrays.items():
+                    outputs[name] = np.array(array, copy=True) if copy else array
+            if delivery.terminal:
+                break
+        if delivery.kind is EventKind.ERROR:
+            raise _remote(self.request_id, delivery.error)
+        if delivery.kind is EventKind.CANCELLED:
+            raise CallCancelled(self.request_id)
+        return outputs
+
+
+def _remote(request_id: str, error: ErrorInfo | None) -> Exception:
+    kind = error.type if error else "Error"
+    message = error.message if error else "-"
+    if kind == "ShmCapExceeded":
+        return TransportCapExceeded(
+            f"request[{request_id}].outputs", "worker cap: " + message, kind
+        )
+    return RemoteError(f"request[{request_id}]", kind, message)

@@ -1,0 +1,510 @@
+"""The controller's handle on one running worker: requests, control calls, health, retirement.
+
+A :class:`WorkerClient` is made by :func:`edge_core.host.bootstrap.start_worker` once the
+worker's hello was verified. It owns two threads, both created at start: a reader that
+demultiplexes incoming frames by request id (so many requests can be in flight on one
+channel) and a :class:`~edge_core.host.health.Watchdog`. The per-call path creates no
+thread, serialises no tensor data to JSON and writes each frame with one scatter-gather
+``sendmsg``.
+
+When the worker dies or breaks protocol, every call in flight fails at once with a typed
+error (:class:`~edge_core.host.errors.WorkerGone`, a ``WorkerLost``, or
+:class:`~edge_core.host.errors.ProtocolViolation`) and :meth:`WorkerClient.health` says
+why; the worker's shared-memory segments are swept. :meth:`WorkerClient.retire` is
+idempotent and bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from edge_contracts.errors import ContractError, StreamClosed, WireError
+from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.jsonvalues import thaw_json
+from edge_contracts.protocol import FEATURE_SHM_TENSORS
+from edge_contracts.requests import ErrorInfo, EventKind, StageRequest
+from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
+from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.worker_protocol import (
+    OP_ACK,
+    OP_CANCEL,
+    OP_EVENT,
+    OP_LOAD,
+    OP_PING,
+    OP_REPLY,
+    OP_SHUTDOWN,
+    OP_WARMUP,
+)
+from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
+from edge_core.host.calls import Call, Delivery
+from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapExceeded, WorkerGone
+from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
+from edge_core.host.identity import ProcessIdentity
+from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
+from edge_core.host.routes import Route
+
+__all__ = ["WorkerClient"]
+
+_SHM = frozenset({FEATURE_SHM_TENSORS})
+_EMPTY: dict[str, Any] = {}
+_EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
+
+
+class WorkerClient:
+    """A started, verified worker. Build with :func:`~edge_core.host.bootstrap.start_worker`.
+
+    Attributes:
+        route: the route it was started from.
+        generation: the worker generation (stamped on every frame both ways).
+        identity: the worker's ``(pid, create_time)``, checked against its hello.
+        hello: the hello's meta (versions, features, pid, create_time).
+        features: the features in use on this channel.
+
+    """
+
+    def __init__(
+        self,
+        *,
+        route: Route,
+        generation: int,
+        sock: socket.socket,
+        limits: Limits,
+        tree: ProcessTree,
+        popen: Any,
+        hello: Mapping[str, Any],
+        features: frozenset[str],
+        producer: SegmentProducer | None,
+        consumer: SegmentConsumer | None,
+        worker_prefix: str | None,
+        threshold: int,
+        staged: Path | None,
+    ) -> None:
+        self.route = route
+        self.generation = generation
+        self.identity: ProcessIdentity = tree.root
+        self.hello = hello
+        self.features = features
+        self._sock = sock
+        self._limits = limits
+        self._tree = tree
+        self._popen = popen
+        self._producer = producer
+        self._consumer = consumer
+        self._worker_prefix = worker_prefix
+        self._packer = TensorPacker(producer, threshold)
+        self._unpacker = TensorUnpacker(consumer)
+        self._staged = staged
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._calls: dict[str, Call] = {}
+        self._replies: dict[str, Call] = {}
+        self._control_ids = itertools.count(1)
+        self._state = READY
+        self._reason: str | None = None
+        self._failure: BaseException | None = None
+        self._exit_status: int | None = None
+        self._retire_lock = threading.Lock()
+        self._outcome: RetireOutcome | None = None
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"edge-reader-{tree.root.pid}", daemon=True
+        )
+        self._reader.start()
+        self._watchdog = Watchdog(popen, self._on_exit)
+
+    # -- health ------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """Report the worker's state; also captures its current process tree."""
+        if self._state == READY:
+            self._tree.capture()
+        with self._lock:
+            return Health(
+                state=self._state,
+                reason=self._reason,
+                exit_status=self._exit_status,
+                in_flight=len(self._calls),
+                identity=self.identity,
+            )
+
+    def _lost(self, reason: str, error: BaseException) -> None:
+        """Mark the worker lost (first reason wins) and fail everything in flight."""
+        with self._lock:
+            if self._state != READY:
+                return
+            self._state = LOST
+            self._reason = reason
+            self._failure = error
+            calls = list(self._calls.values()) + list(self._replies.values())
+            self._calls.clear()
+            self._replies.clear()
+        for call in calls:
+            call._fail(error)
+        with self._send_lock, contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        if self._worker_prefix is not None and self._exit_status is not None:
+            sweep(self._worker_prefix)
+
+    def _channel_closed(self) -> None:
+        """End of stream: name the death if the process has exited (usually it just has)."""
+        if self._state != READY:
+            return
+        try:
+            status = self._popen.wait(timeout=_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._lost(
+                f"worker: channel closed: pid {self.identity.pid}",
+                WorkerGone("worker.channel", "closed by the worker", self.identity.pid),
+            )
+        else:
+            self._on_exit(status)
+
+    def _on_exit(self, status: int | None) -> None:
+        self._exit_status = status
+        reason = f"worker: {describe_exit(status)}: pid {self.identity.pid}"
+        self._lost(reason, WorkerGone("worker", describe_exit(status), self.identity.pid))
+        if self._worker_prefix is not None:
+            sweep(self._worker_prefix)
+
+    def _refuse_if_down(self) -> None:
+        if self._state != READY:
+            error = self._failure
+            if isinstance(error, WorkerGone | ProtocolViolation):
+                raise type(error)(error.field, error.reason, error.value)
+            raise WorkerGone("worker", f"not ready ({self._state})", self._reason)
+
+    # -- sending -----------------------------------------------------------------------
+
+    def _send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> None:
+        parts = encode_frame(header, payloads or [])
+        with self._send_lock:
+            try:
+                write_frame(self._sock.sendmsg, parts)
+            except OSError as exc:
+                raise WorkerGone(
+                    "worker.channel", f"send failed ({exc})", self.identity.pid
+                ) from None
+
+    def _gone_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if self._producer is not None:
+            gone = self._producer.take_gone()
+            if gone:
+                meta["gone"] = gone
+        return meta
+
+    def submit(self, request: StageRequest, inputs: Mapping[str, Any] | None = None) -> Call:
+        """Send one request with its input arrays; return the :class:`Call` to iterate.
+
+        Inputs of at least the shared-memory threshold are copied into this controller's
+        segments, retained until the worker acknowledges them with its terminal event.
+        Raises :class:`TransportCapExceeded` when that retention would exceed the caps,
+        :class:`WorkerGone` when the worker is down.
+        """
+        self._refuse_if_down()
+        try:
+            packed = self._packer.pack(inputs)
+        except ShmCapExceeded as exc:
+            raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
+        header = FrameHeader(
+            request.operation.value,
+            request.request_id,
+            request.stage_id,
+            request.epoch,
+            self.generation,
+            tensors=packed.specs,
+            meta=self._gone_meta(dict(request.params)) if self._producer else request.params,
+            required_features=_SHM if packed.uses_shm else frozenset(),
+        )
+        call = Call(request.request_id, request.stage_id, request.epoch, self.cancel)
+        with self._lock:
+            if request.request_id in self._calls:
+                self._packer.take_back(packed.leases)
+                raise ProtocolViolation(
+                    "request.request_id", "already in flight", request.request_id
+                )
+            self._calls[request.request_id] = call
+        try:
+            self._send(header, packed.payloads)
+        except BaseException:
+            with self._lock:
+                self._calls.pop(request.request_id, None)
+            self._packer.take_back(packed.leases)
+            raise
+        return call
+
+    def cancel(
+        self, request_id: str | None = None, *, stage_id: str = "", fence_epoch: int | None = None
+    ) -> None:
+        """Cancel one request, and/or fence every request of ``stage_id`` older than an epoch.
+
+        Affected calls end with CANCELLED at once, here; events the worker still sends for
+        them are dropped (their shared memory is acknowledged). The worker is told too, so
+        that it aborts the work in place and drops fenced requests it has not started.
+        """
+        with self._lock:
+            victims = [
+                call
+                for call in self._calls.values()
+                if call.request_id == request_id
+                or (
+                    fence_epoch is not None
+                    and call.stage_id == stage_id
+                    and call.epoch < fence_epoch
+                )
+            ]
+            for call in victims:
+                del self._calls[call.request_id]
+        for call in victims:
+            call._deliver(self._cancelled(call))
+        if self._state != READY:
+            return
+        header = FrameHeader(
+            OP_CANCEL,
+            "",
+            stage_id,
+            fence_epoch or 0,
+            self.generation,
+            meta={"target": request_id, "fence_epoch": fence_epoch},
+        )
+        with contextlib.suppress(WorkerGone):
+            self._send(header)
+
+    def _cancelled(self, call: Call) -> Delivery:
+        return Delivery(
+            request_id=call.request_id,
+            stage_id=call.stage_id,
+            epoch=call.epoch,
+            generation=self.generation,
+            seq=call.last_seq + 1,
+            kind=EventKind.CANCELLED,
+            data=_EMPTY,
+            error=None,
+            created_ns=0,
+            arrays={},
+            refs=[],
+            ack=None,
+        )
+
+    def _ack(self, refs: list[list[Any]]) -> None:
+        if self._state != READY:
+            return
+        header = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"segments": refs})
+        with contextlib.suppress(WorkerGone):
+            self._send(header)
+
+    # -- control calls -----------------------------------------------------------------
+
+    def control(
+        self, op: str, meta: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Send a control op (``load``, ``warmup``, ``ping``) and wait for its reply."""
+        self._refuse_if_down()
+        request_id = f"ctl-{next(self._control_ids)}"
+        waiter = Call(request_id, "", 0, lambda _: None)
+        with self._lock:
+            self._replies[request_id] = waiter
+        try:
+            self._send(FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
+            delivery = waiter.next(timeout_s)
+        finally:
+            with self._lock:
+                self._replies.pop(request_id, None)
+        if delivery.error is not None:
+            raise RemoteError(f"worker.{op}", delivery.error.type, delivery.error.message)
+        return thaw_json(delivery.data)  # type: ignore[return-value,arg-type]
+
+    def load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Ask the worker's handler to load; return its report."""
+        return self.control(OP_LOAD, config, timeout_s=timeout_s)
+
+    def warmup(
+        self, config: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the worker's handler to warm up; return its report (e.g. node -> provider)."""
+        return self.control(OP_WARMUP, config, timeout_s=timeout_s)
+
+    def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Round-trip a ping through the worker's loop; return its answer."""
+        return self.control(OP_PING, {}, timeout_s=timeout_s)
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                frame = read_frame(self._sock.recv_into, self._limits)
+            except StreamClosed:
+                self._channel_closed()
+                return
+            except WireError as exc:
+                self._lost(
+                    f"worker: protocol violation: {exc}",
+                    ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
+                )
+                return
+            except OSError as exc:
+                self._lost(
+                    f"worker: channel error: {exc}",
+                    WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
+                )
+                return
+            try:
+                self._dispatch(frame)
+            except ContractError as exc:
+                self._lost(
+                    f"worker: protocol violation: {exc}",
+                    ProtocolViolation(exc.field, exc.reason, exc.value),
+                )
+                return
+            except (KeyError, TypeError, ValueError) as exc:
+                self._lost(
+                    f"worker: protocol violation: {exc!r}",
+                    ProtocolViolation("frame.meta", "malformed event", repr(exc)),
+                )
+                return
+
+    def _dispatch(self, frame: Frame) -> None:
+        header = frame.header
+        meta = header.meta
+        gone = meta.get("gone")
+        if gone and self._consumer is not None:
+            self._consumer.forget([str(name) for name in gone])
+        if header.op == OP_EVENT:
+            self._on_event(frame)
+        elif header.op == OP_REPLY:
+            with self._lock:
+                waiter = self._replies.get(header.request_id)
+            if waiter is not None:
+                error = meta.get("error")
+                waiter._deliver(
+                    Delivery(
+                        request_id=header.request_id,
+                        stage_id="",
+                        epoch=0,
+                        generation=header.generation,
+                        seq=0,
+                        kind=EventKind.DONE if meta.get("ok") else EventKind.ERROR,
+                        data=meta.get("result") or _EMPTY,
+                        error=None
+                        if error is None
+                        else ErrorInfo(str(error["type"]), str(error["message"])),
+                        created_ns=0,
+                        arrays={},
+                        refs=[],
+                        ack=None,
+                    )
+                )
+        else:
+            raise ProtocolViolation("frame.op", "not expected from a worker", header.op)
+
+    def _on_event(self, frame: Frame) -> None:
+        header = frame.header
+        meta = header.meta
+        acks = meta.get("acks")
+        if acks and self._producer is not None:
+            for segment, generation in acks:
+                self._producer.release(str(segment), int(generation))
+        kind = EventKind(meta["kind"])
+        with self._lock:
+            call = self._calls.get(header.request_id)
+            stale = (
+                call is None or header.generation != self.generation or header.epoch != call.epoch
+            )
+            if not stale and kind.terminal:
+                del self._calls[header.request_id]
+        if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
+            refs = refs_of(frame)
+            if refs:
+                self._ack(refs)
+            return
+        refs = refs_of(frame) if header.tensors else []
+        try:
+            arrays = self._unpacker.unpack(frame)
+        except ContractError:
+            if refs:
+                self._ack(refs)
+            raise
+        error = meta.get("error")
+        call._deliver(
+            Delivery(
+                request_id=header.request_id,
+                stage_id=header.stage_id,
+                epoch=header.epoch,
+                generation=header.generation,
+                seq=int(meta["seq"]),
+                kind=kind,
+                data=meta.get("data") or _EMPTY,
+                error=None
+                if error is None
+                else ErrorInfo(str(error["type"]), str(error["message"])),
+                created_ns=int(meta.get("created_ns", 0)),
+                arrays=arrays,
+                refs=refs,
+                ack=self._ack if refs else None,
+            )
+        )
+
+    # -- retirement --------------------------------------------------------------------
+
+    def retire(self, deadline_s: float = DEFAULT_RETIRE_DEADLINE_S) -> RetireOutcome:
+        """Stop the worker and its whole tree within ``deadline_s``; idempotent.
+
+        Graceful shutdown first (bounded), then SIGTERM, then SIGKILL, then verification
+        of every captured identity. Calls in flight fail with :class:`WorkerGone`. Every
+        segment either side produced is unlinked; the staging directory is removed.
+        """
+        with self._retire_lock:
+            if self._outcome is not None and self._outcome.verified:
+                return self._outcome
+            if self._state == READY:
+                self._tree.capture()
+                with contextlib.suppress(WorkerGone):
+                    self._send(FrameHeader(OP_SHUTDOWN, "", "", 0, self.generation))
+            self._lost("worker: retired", WorkerGone("worker", "retired", self.identity.pid))
+            with self._lock:
+                self._state = RETIRED
+            outcome = self._tree.retire(deadline_s, graceful_s=min(1.0, deadline_s / 3))
+            self._close_resources()
+            self._outcome = outcome
+            return outcome
+
+    def _close_resources(self) -> None:
+        self._watchdog.stop()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._reader.join(timeout=2.0)
+        self._sock.close()
+        if self._producer is not None:
+            self._producer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+        if self._worker_prefix is not None:
+            sweep(self._worker_prefix)
+        if self._staged is not None:
+            shutil.rmtree(self._staged, ignore_errors=True)
+        for stream in (self._popen.stdout, self._popen.stderr, self._popen.stdin):
+            if stream is not None:
+                stream.close()
+
+    def close(self) -> RetireOutcome:
+        """Same as :meth:`retire` with the default deadline."""
+        return self.retire()
+
+    def __enter__(self) -> WorkerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.retire()

@@ -1,0 +1,142 @@
+"""Requests through a real worker: inline and shared-memory tensors, control ops, streaming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_contracts.requests import EventKind, Operation, StageRequest
+from edge_contracts.shm import segment_names
+from edge_core.host import CallCancelled, RemoteError, TransportCapExceeded
+
+MIB = 1024 * 1024
+
+
+def request(
+    rid: str, op: Operation = Operation.RUN, epoch: int = 0, **params: object
+) -> StageRequest:
+    return StageRequest(rid, "s0", epoch, 1, op, params=params)
+
+
+def test_hello_reports_identity_versions_and_features(start):
+    client = start()
+    assert client.hello["pid"] == client.identity.pid
+    assert client.identity.matches(client.hello["create_time"])
+    assert client.hello["versions"]["echo"] == "1"
+    assert "numpy" in client.hello["versions"]
+    assert "shm-tensors" in client.features
+    assert client.health().ready
+
+
+def test_small_tensor_round_trips_inline(start):
+    client = start()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = client.submit(request("r1"), {"x": x}).result(timeout=10)
+    np.testing.assert_array_equal(out["x"], x)
+    assert segment_names() == []
+
+
+def test_large_tensor_round_trips_through_shared_memory(start):
+    client = start(shm_threshold=64 * 1024)
+    x = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+    call = client.submit(request("r1", scale=2.0), {"x": x})
+    delivery = call.next(timeout=10)
+    assert delivery.kind is EventKind.DONE
+    assert delivery.retained
+    assert not delivery.arrays["x"].flags.writeable
+    np.testing.assert_array_equal(delivery.arrays["x"], x * 2)
+    assert delivery.event.outputs[0].shape == (512, 1024)
+    delivery.release()
+    assert not delivery.retained
+
+
+def test_many_requests_in_flight_are_demultiplexed(start):
+    client = start()
+    calls = [client.submit(request(f"r{i}", scale=i), {"x": np.full(4, 1.0)}) for i in range(20)]
+    for i, call in enumerate(reversed(calls)):
+        index = 19 - i
+        np.testing.assert_array_equal(call.result(timeout=10)["x"], np.full(4, float(index)))
+
+
+def test_load_and_warmup_return_the_handler_reports(start):
+    client = start()
+    assert client.load({"artifact": "model.onnx", "threads": 2})["loaded"]["threads"] == 2
+    assert client.warmup({})["placement"] == {"node0": "CPUExecutionProvider"}
+    with pytest.raises(RemoteError, match="RuntimeError in worker"):
+        client.warmup({"fail": True})
+    assert client.ping()["in_flight"] == 0
+
+
+def test_handler_error_is_a_typed_remote_error_and_the_worker_stays(start):
+    client = start()
+    with pytest.raises(RemoteError, match="asked to fail: boom"):
+        client.submit(request("r1", **{"raise": "boom"})).result(timeout=10)
+    assert client.submit(request("r2"), {"x": np.ones(2)}).result(timeout=10)["x"].sum() == 2
+
+
+def test_worker_cap_exceeded_is_a_typed_error(start):
+    client = start(shm_threshold=1024, shm_max_bytes=1 * MIB)
+    with pytest.raises(TransportCapExceeded, match=r"shm\.retained_bytes"):
+        client.submit(request("r1", alloc=2 * MIB)).result(timeout=10)
+    assert client.health().ready
+
+
+def test_controller_cap_exceeded_is_a_typed_error_and_acks_free_it(start):
+    client = start(shm_threshold=1024, shm_max_buffers=2)
+    x = np.zeros(4096, dtype=np.uint8)
+    held = [client.submit(request(f"r{i}", sleep_s=0.3), {"x": x}) for i in range(2)]
+    with pytest.raises(TransportCapExceeded, match=r"shm\.retained_buffers"):
+        client.submit(request("r3"), {"x": x})
+    for call in held:
+        call.result(timeout=10)
+    client.submit(request("r4"), {"x": x}).result(timeout=10)
+
+
+def test_unreleased_outputs_count_against_the_worker_cap(start):
+    client = start(shm_threshold=1024, shm_max_buffers=2)
+    x = np.zeros(4096, dtype=np.uint8)
+    kept = [client.submit(request(f"k{i}"), {"x": x}).next(timeout=10) for i in range(2)]
+    with pytest.raises(TransportCapExceeded, match=r"shm\.retained_buffers"):
+        client.submit(request("r3"), {"x": x}).result(timeout=10)
+    for delivery in kept:
+        delivery.release()
+    client.submit(request("r4"), {"x": x}).result(timeout=10)
+
+
+def test_streaming_tokens_arrive_in_order_and_end_done(start):
+    client = start("stream")
+    call = client.submit(request("g1", Operation.GENERATE, tokens=5))
+    events = list(call)
+    assert [e.kind for e in events] == [EventKind.TOKEN] * 5 + [EventKind.DONE]
+    assert [e.seq for e in events] == list(range(6))
+    assert [e.data["text"] for e in events[:5]] == [f"t{i}" for i in range(5)]
+
+
+def test_cancel_aborts_one_stream_in_place_and_others_finish(start):
+    client = start("stream")
+    slow = client.submit(request("g1", Operation.GENERATE, tokens=1000, delay_s=0.01))
+    other = client.submit(request("g2", Operation.GENERATE, tokens=3, delay_s=0.01))
+    assert slow.next(timeout=10).kind is EventKind.TOKEN
+    slow.cancel()
+    kinds = [d.kind for d in slow]
+    assert kinds[-1] is EventKind.CANCELLED
+    assert EventKind.TOKEN not in kinds[1:]
+    assert [d.kind for d in other][-1] is EventKind.DONE
+    assert client.health().ready
+    doomed = client.submit(request("g3", Operation.GENERATE, tokens=10**6, delay_s=0.01))
+    client.cancel("g3")
+    with pytest.raises(CallCancelled, match=r"request\[g3\]: cancelled"):
+        doomed.result(timeout=5)
+
+
+def test_epoch_fence_drops_queued_work_without_output(start):
+    client = start()
+    running = client.submit(request("r0", sleep_s=0.4), {"x": np.ones(2)})
+    queued = [client.submit(request(f"q{i}", epoch=0), {"x": np.ones(2)}) for i in range(3)]
+    client.cancel(stage_id="s0", fence_epoch=1)
+    for call in [running, *queued]:
+        deliveries = list(call)
+        assert [d.kind for d in deliveries] == [EventKind.CANCELLED]
+    fresh = client.submit(request("n1", epoch=1), {"x": np.ones(2)})
+    assert fresh.result(timeout=10)["x"].sum() == 2
+    assert client.ping()["in_flight"] == 0

@@ -1,0 +1,176 @@
+"""Worker lifecycle with real processes: refusals at bootstrap, death, garbage, retirement."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from edge_contracts.requests import Operation, StageRequest
+from edge_contracts.shm import segment_names
+from edge_core.errors import WorkerLost
+from edge_core.host import (
+    BootstrapRefused,
+    ProcessIdentity,
+    ProtocolViolation,
+    Route,
+    RouteRefused,
+    WorkerGone,
+    start_worker,
+)
+
+from .conftest import test_route
+
+
+def request(rid: str, **params: object) -> StageRequest:
+    return StageRequest(rid, "s0", 0, 1, Operation.RUN, params=params)
+
+
+def test_wrong_token_is_refused_and_the_worker_retired():
+    started = time.monotonic()
+    with pytest.raises(BootstrapRefused, match=r"hello\.token: does not match"):
+        start_worker(test_route("wrong_token"), generation=1, hello_timeout_s=20)
+    assert time.monotonic() - started < 10
+
+
+def test_wrong_protocol_version_is_refused():
+    with pytest.raises(BootstrapRefused, match=r"header\.version"):
+        start_worker(test_route("wrong_version"), generation=1, hello_timeout_s=20)
+
+
+def test_failing_entry_is_refused_with_its_error():
+    with pytest.raises(BootstrapRefused, match="cannot build the handler"):
+        start_worker(test_route("broken_factory"), generation=1)
+
+
+def test_missing_or_non_executable_interpreter_is_refused_at_construction(tmp_path):
+    with pytest.raises(RouteRefused, match=r"route\.interpreter: does not exist"):
+        Route("r", str(tmp_path / "python"), "m:f")
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    with pytest.raises(RouteRefused, match=r"route\.interpreter: is not executable"):
+        Route("r", str(script), "m:f")
+    with pytest.raises(RouteRefused, match=r"route\.interpreter: must be an absolute path"):
+        Route("r", "python3", "m:f")
+    with pytest.raises(RouteRefused, match=r"route\.entry"):
+        Route.default("r", "not an entry")
+    assert Route.default("r", "m:f").interpreter == sys.executable
+
+
+def test_required_feature_the_worker_lacks_is_refused():
+    with pytest.raises(BootstrapRefused, match="features"):
+        start_worker(test_route("echo"), generation=1, features=["no-such-feature"])
+
+
+def test_kill_9_mid_call_fails_every_call_within_two_seconds(start):
+    client = start(shm_threshold=1024)
+    calls = [client.submit(request(f"r{i}", sleep_s=30), {"x": np.ones(4096)}) for i in range(3)]
+    time.sleep(0.2)
+    killed_at = time.monotonic()
+    os.kill(client.identity.pid, signal.SIGKILL)
+    for call in calls:
+        with pytest.raises(WorkerLost, match="killed by signal SIGKILL"):
+            call.result(timeout=2.0)
+    assert time.monotonic() - killed_at < 2.0
+    health = client.health()
+    assert health.state == "lost"
+    assert "SIGKILL" in (health.reason or "")
+    assert health.exit_status == -signal.SIGKILL
+    with pytest.raises(WorkerGone):
+        client.submit(request("late"))
+
+
+def test_death_is_seen_even_when_a_grandchild_holds_the_channel(start):
+    client = start("stubborn")
+    grandchild = client.load({})["grandchild"]
+    call = client.submit(request("r1", sleep_s=30))
+    time.sleep(0.1)
+    killed_at = time.monotonic()
+    os.kill(client.identity.pid, signal.SIGKILL)
+    with pytest.raises(WorkerLost):
+        call.result(timeout=2.0)
+    assert time.monotonic() - killed_at < 2.0
+    assert psutil.pid_exists(grandchild)
+    outcome = client.retire(deadline_s=5.0)
+    assert outcome.verified, outcome
+    assert grandchild in {i.pid for i in outcome.tree}
+
+
+def test_sigterm_proof_tree_is_killed_and_verified(start):
+    client = start("stubborn")
+    grandchild = client.load({})["grandchild"]
+    tree_before = {p.pid for p in psutil.Process(client.identity.pid).children(recursive=True)}
+    assert grandchild in tree_before
+    assert len(tree_before) == 2
+    outcome = client.retire(deadline_s=4.0)
+    assert outcome.verified, outcome
+    assert outcome.escalation == "kill"
+    assert outcome.elapsed_s < 4.0
+    assert tree_before <= {i.pid for i in outcome.tree}
+    for pid in tree_before:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_garbage_on_the_channel_is_a_protocol_violation(start):
+    client = start("garbage")
+    call = client.submit(request("r1"))
+    with pytest.raises(ProtocolViolation, match=r"worker\.channel: refused frame"):
+        call.result(timeout=5)
+    assert client.health().state == "lost"
+    assert "protocol violation" in (client.health().reason or "")
+
+
+def test_retire_is_graceful_idempotent_and_leaves_no_segment(start):
+    client = start(shm_threshold=1024)
+    client.submit(request("r1"), {"x": np.ones(10_000)}).result(timeout=10)
+    kept = client.submit(request("r2"), {"x": np.ones(10_000)}).next(timeout=10)
+    assert segment_names() != []
+    first = client.retire()
+    second = client.retire()
+    assert first is second
+    assert first.verified
+    assert first.escalation == "graceful"
+    assert segment_names() == []
+    del kept
+    assert client.health().state == "retired"
+    with pytest.raises(WorkerGone):
+        client.submit(request("r3"))
+
+
+def test_close_and_retire_from_two_threads_agree(start):
+    client = start()
+    outcomes = []
+    threads = [threading.Thread(target=lambda: outcomes.append(client.close())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes[0] is outcomes[1]
+    assert outcomes[0].verified
+
+
+def test_worker_crash_leaves_no_segment_behind(start):
+    client = start(shm_threshold=1024)
+    kept = client.submit(request("r1"), {"x": np.ones(10_000)}).next(timeout=10)
+    assert any(name.startswith(f"edge_{client.hello['shm_prefix']}") for name in segment_names())
+    os.kill(client.identity.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2
+    while client.health().state == "ready" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(n.startswith(f"edge_{client.hello['shm_prefix']}") for n in segment_names())
+    kept.release()
+
+
+def test_identity_is_captured_by_pid_and_creation_time(start):
+    client = start()
+    proc = psutil.Process(client.identity.pid)
+    assert client.identity == ProcessIdentity(proc.pid, proc.create_time())
+    assert os.getsid(client.identity.pid) == client.identity.pid

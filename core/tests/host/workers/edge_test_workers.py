@@ -1,0 +1,189 @@
+"""Worker entries for the host tests: real handlers, some of them deliberately misbehaving.
+
+This module runs inside worker processes (any interpreter): it imports only the
+standard library, edge_contracts and numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from edge_contracts.headers import FrameHeader
+from edge_contracts.wire import encode_frame, write_frame
+from edge_contracts.worker import BaseHandler, Call
+from edge_contracts.worker_protocol import hello_meta
+
+
+class Echo(BaseHandler):
+    """A graph-style handler: returns its inputs; params may ask it to sleep or scale."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] = {}
+
+    def versions(self) -> Mapping[str, str]:
+        import numpy
+
+        return {"numpy": numpy.__version__, "echo": "1"}
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.loaded = dict(config)
+        return {"loaded": dict(config), "pid": os.getpid(), "executable": sys.executable}
+
+    def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        if config.get("fail"):
+            raise RuntimeError("warm-up failed on purpose")
+        return {"placement": {"node0": "CPUExecutionProvider"}}
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        sleep_s = call.params.get("sleep_s", 0)
+        if sleep_s:
+            time.sleep(sleep_s)
+        if call.params.get("raise"):
+            raise ValueError(f"asked to fail: {call.params['raise']}")
+        nbytes = call.params.get("alloc")
+        if nbytes:
+            import numpy as np
+
+            return {"big": np.ones(nbytes, dtype=np.uint8)}
+        scale = call.params.get("scale")
+        if scale is not None:
+            return {name: array * scale for name, array in call.inputs.items()}
+        return dict(call.inputs)
+
+
+class Stream(BaseHandler):
+    """A streaming handler: its own engine thread emits tokens; cancel aborts in place."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: list[Call] = []
+        self._aborted: set[str] = set()
+        self._closing = False
+        self.cancelled: list[str] = []
+        self._engine = threading.Thread(target=self._run, daemon=True)
+        self._engine.start()
+
+    def required_features(self) -> frozenset[str]:
+        return frozenset({"stream-events"})
+
+    def versions(self) -> Mapping[str, str]:
+        return {"stream-engine": "0.1"}
+
+    def submit(self, call: Call) -> None:
+        with self._wake:
+            self._queue.append(call)
+            self._wake.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            self._aborted.add(request_id)
+            self.cancelled.append(request_id)
+
+    def _run(self) -> None:
+        active: dict[str, tuple[Call, int]] = {}
+        while True:
+            with self._wake:
+                while not self._queue and not active and not self._closing:
+                    self._wake.wait()
+                if self._closing:
+                    return
+                for call in self._queue:
+                    active[call.request_id] = (call, 0)
+                self._queue.clear()
+                aborted, self._aborted = self._aborted, set()
+            for request_id in aborted:
+                active.pop(request_id, None)
+            for request_id, (call, produced) in list(active.items()):
+                total = int(call.params.get("tokens", 3))
+                if produced < total:
+                    call.token({"text": f"t{produced}", "index": produced})
+                    active[request_id] = (call, produced + 1)
+                else:
+                    call.done(data={"tokens": total, "aborted_so_far": len(self.cancelled)})
+                    del active[request_id]
+            time.sleep(float(active and next(iter(active.values()))[0].params.get("delay_s", 0.0)))
+
+    def close(self) -> None:
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._engine.join(timeout=2)
+
+
+class Stubborn(Echo):
+    """Ignores SIGTERM; starts a grandchild that ignores it too and forks a great-grandchild."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        code = (
+            "import os, signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "if os.fork() == 0:\n"
+            "    time.sleep(120)\n"
+            "time.sleep(120)\n"
+        )
+        self.child = subprocess.Popen([sys.executable, "-c", code])
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"grandchild": self.child.pid}
+
+
+def _forge(header: FrameHeader) -> None:
+    fd = int(sys.argv[-1])
+    write_frame(lambda views: os.writev(fd, views), encode_frame(header, []))
+    time.sleep(60)
+
+
+def wrong_token() -> BaseHandler:
+    """Says hello with a token that is not the one it was given, then hangs."""
+    meta = hello_meta(
+        "0" * 64, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
+    )
+    _forge(FrameHeader("hello", "", "", 0, 1, meta=meta))
+    raise SystemExit(0)
+
+
+def wrong_version() -> BaseHandler:
+    """Sends a hello frame of protocol version 2, then hangs."""
+    meta = hello_meta("x", required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None)
+    _forge(FrameHeader("hello", "", "", 0, 1, meta=meta, version=2))
+    raise SystemExit(0)
+
+
+def broken_factory() -> BaseHandler:
+    """A factory that fails: the hello reports the error."""
+    raise RuntimeError("cannot build the handler")
+
+
+class Garbage(Echo):
+    """On a request, writes bytes that are not a frame onto the channel."""
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        os.write(int(sys.argv[-1]), b"\x00GARBAGE-NOT-A-FRAME" * 8)
+        time.sleep(60)
+        return None
+
+
+def echo() -> BaseHandler:
+    return Echo()
+
+
+def stream() -> BaseHandler:
+    return Stream()
+
+
+def stubborn() -> BaseHandler:
+    return Stubborn()
+
+
+def garbage() -> BaseHandler:
+    return Garbage()

@@ -350,6 +350,9 @@ class WorkerClient:
                     ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
                 )
                 return
+            except ConnectionResetError:
+                self._channel_closed()
+                return
             except OSError as exc:
                 self._lost(
                     f"worker: channel error: {exc}",

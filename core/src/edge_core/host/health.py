@@ -102,7 +102,11 @@ class Watchdog:
                 return
             if (self._pidfd is not None and events) or self._popen.poll() is not None:
                 break
-        self._on_exit(self._popen.poll())
+        try:  # the process has exited: wait() only reaps (poll() may lose a race to it)
+            status: int | None = self._popen.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:  # pragma: no cover - pidfd said it exited
+            status = None
+        self._on_exit(status)
 
     def stop(self) -> None:
         """Stop watching and release the descriptors (idempotent; not from the callback)."""

@@ -34,7 +34,19 @@ class Echo(BaseHandler):
 
     def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         self.loaded = dict(config)
-        return {"loaded": dict(config), "pid": os.getpid(), "executable": sys.executable}
+        import importlib.util
+
+        import edge_contracts
+
+        return {
+            "loaded": dict(config),
+            "pid": os.getpid(),
+            "executable": sys.executable,
+            "prefix": sys.prefix,
+            "edge_contracts": edge_contracts.__file__,
+            "has_edge_core": importlib.util.find_spec("edge_core") is not None,
+            "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("edge_core", "psutil")),
+        }
 
     def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         if config.get("fail"):

@@ -1,0 +1,192 @@
+"""Transport benchmark: bare socketpair vs. edge worker round trips, and 64 MiB copies.
+
+Run: ``.venv/bin/python benchmarks/transport.py [--quick]``. Everything is measured in
+this one run (never compare against numbers from another run). The last line printed is
+one JSON object; ``rtt_ratio`` = edge echo p50 / bare socketpair p50 and
+``copy_ratio_64mib`` = 64 MiB edge echo p50 / ``np.copyto`` 64 MiB p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edge_contracts.requests import Operation, StageRequest
+from edge_core.host import Route, WorkerClient, start_worker
+
+HERE = Path(__file__).resolve().parent
+MIB = 1024 * 1024
+
+ECHO_CHILD = r"""
+import socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+buf = bytearray(65536)
+while True:
+    n = s.recv_into(buf)
+    if not n:
+        break
+    s.sendall(memoryview(buf)[:n])
+"""
+
+TCP_CHILD = r"""
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = bytearray(65536)
+while True:
+    n = s.recv_into(buf)
+    if not n:
+        break
+    s.sendall(memoryview(buf)[:n])
+"""
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def _ping_pong(sock: socket.socket, n: int, size: int = 64) -> list[float]:
+    message = b"x" * size
+    buf = bytearray(size)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sock.sendall(message)
+        got = 0
+        while got < size:
+            got += sock.recv_into(memoryview(buf)[got:])
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def bare_socketpair_rtt(n: int) -> list[float]:
+    parent, child = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ECHO_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
+    )
+    child.close()
+    try:
+        _ping_pong(parent, 200)
+        return _ping_pong(parent, n)
+    finally:
+        parent.close()
+        proc.wait()
+
+
+def bare_tcp_rtt(n: int) -> list[float]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", TCP_CHILD, str(port)])
+    conn, _ = listener.accept()
+    listener.close()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        _ping_pong(conn, 200)
+        return _ping_pong(conn, n)
+    finally:
+        conn.close()
+        proc.wait()
+
+
+def _echo(client: WorkerClient, index: int, inputs: dict[str, np.ndarray]) -> float:
+    request = StageRequest(f"r{index}", "bench", 0, client.generation, Operation.RUN)
+    t0 = time.perf_counter()
+    delivery = client.submit(request, inputs).next()
+    delivery.release()
+    elapsed = time.perf_counter() - t0
+    assert delivery.terminal and delivery.error is None, delivery.error
+    return elapsed
+
+
+def edge_echo(
+    client: WorkerClient, n: int, inputs: dict[str, np.ndarray], warm: int
+) -> list[float]:
+    for i in range(warm):
+        _echo(client, i, inputs)
+    return [_echo(client, warm + i, inputs) for i in range(n)]
+
+
+def copyto(nbytes: int, n: int) -> list[float]:
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def _start(threshold: int) -> WorkerClient:
+    route = Route.default("bench", "transport_worker:echo", python_path=(str(HERE),))
+    return start_worker(route, generation=1, shm_threshold=threshold)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
+    args = parser.parse_args()
+    n_rtt = 300 if args.quick else 3000
+    n_big = 5 if args.quick else 15
+    results: dict[str, object] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+
+    bare = bare_socketpair_rtt(n_rtt)
+    tcp = bare_tcp_rtt(n_rtt)
+    print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
+    print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
+
+    client = _start(threshold=256 * 1024)
+    try:
+        tiny = {"x": np.arange(4, dtype=np.float32)}
+        edge = edge_echo(client, n_rtt, tiny, warm=200)
+        print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
+        big = {"x": np.ones(64 * MIB, dtype=np.uint8)}
+        echo64 = edge_echo(client, n_big, big, warm=3)
+    finally:
+        client.retire()
+    mem = copyto(64 * MIB, n_big * 2)
+    print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
+    print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")
+
+    sweep: dict[str, dict[str, float]] = {}
+    inline_client = _start(threshold=1 << 62)
+    shm_client = _start(threshold=1)
+    try:
+        for size in (4096, 16384, 65536, 262144, 1 * MIB, 4 * MIB, 16 * MIB):
+            data = {"x": np.ones(size, dtype=np.uint8)}
+            reps = 200 if size <= 262144 else 30
+            reps = max(5, reps // (10 if args.quick else 1))
+            inline = p50(edge_echo(inline_client, reps, data, warm=5))
+            shared = p50(edge_echo(shm_client, reps, data, warm=5))
+            sweep[str(size)] = {"inline_us": inline * 1e6, "shm_us": shared * 1e6}
+            print(f"echo {size:>9} B: inline {inline * 1e6:9.1f} us   shm {shared * 1e6:9.1f} us")
+    finally:
+        inline_client.retire()
+        shm_client.retire()
+
+    results.update(
+        bare_socketpair_p50_us=p50(bare) * 1e6,
+        bare_tcp_p50_us=p50(tcp) * 1e6,
+        edge_echo_p50_us=p50(edge) * 1e6,
+        edge_echo_64mib_p50_ms=p50(echo64) * 1e3,
+        copyto_64mib_p50_ms=p50(mem) * 1e3,
+        rtt_ratio=p50(edge) / p50(bare),
+        copy_ratio_64mib=p50(echo64) / p50(mem),
+        threshold_sweep=sweep,
+        goals={"rtt_ratio": 1.3, "copy_ratio_64mib": 2.5},
+    )
+    print(json.dumps(results, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()

@@ -82,3 +82,21 @@ def test_locks_of_different_devices_do_not_contend(tmp_path):
             pass
     finally:
         _stop(holder)
+
+
+def test_worker_initialisation_waits_for_the_device_lock(start, tmp_path, monkeypatch):
+    import edge_core.host.devlock as devlock
+
+    monkeypatch.setattr(devlock, "lock_directory", lambda: tmp_path)
+    client = start()
+    holder = _holder("npu:7", tmp_path)
+    try:
+        with pytest.raises(DeviceLockTimeout, match=f"held by pid {holder.pid}"):
+            client.initialise({}, {}, device_id="npu:7", lock_timeout_s=0.2)
+    finally:
+        _stop(holder)
+    loaded, warmed = client.initialise({"a": 1}, {}, device_id="npu:7", lock_timeout_s=2)
+    assert loaded["loaded"] == {"a": 1}
+    assert warmed["placement"]
+    with DeviceLock("npu:7", timeout_s=0.2, directory=tmp_path):
+        pass

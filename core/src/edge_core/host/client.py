@@ -46,6 +46,7 @@ from edge_contracts.worker_protocol import (
 )
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.host.calls import Call, Delivery
+from edge_core.host.devlock import DEFAULT_LOCK_TIMEOUT_S, DeviceLock
 from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapExceeded, WorkerGone
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
@@ -330,6 +331,29 @@ class WorkerClient:
     ) -> dict[str, Any]:
         """Ask the worker's handler to warm up; return its report (e.g. node -> provider)."""
         return self.control(OP_WARMUP, config, timeout_s=timeout_s)
+
+    def initialise(
+        self,
+        load_config: Mapping[str, Any],
+        warmup_config: Mapping[str, Any],
+        *,
+        device_id: str | None = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        timeout_s: float | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Load then warm up, holding the device's initialisation lock across both.
+
+        ``device_id`` is the physical identity of the device the worker initialises
+        (None: no lock). Waiting for the lock is bounded by ``lock_timeout_s`` and ends
+        in :class:`~edge_core.host.errors.DeviceLockTimeout` naming the holder's PID.
+        """
+        if device_id is None:
+            return self.load(load_config, timeout_s=timeout_s), self.warmup(
+                warmup_config, timeout_s=timeout_s
+            )
+        with DeviceLock(device_id, timeout_s=lock_timeout_s):
+            loaded = self.load(load_config, timeout_s=timeout_s)
+            return loaded, self.warmup(warmup_config, timeout_s=timeout_s)
 
     def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
         """Round-trip a ping through the worker's loop; return its answer."""

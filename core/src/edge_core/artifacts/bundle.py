@@ -1,0 +1,205 @@
+"""A verified artifact bundle: where a worker loads from, and the proof it is unchanged.
+
+:func:`~edge_core.artifacts.verify.verify_bundle` returns a :class:`VerifiedBundle`. In
+staged mode (the default) its ``directory`` is a private copy (mode 0700, files 0400)
+written from the very bytes that were hashed; the worker loads from there, so changes to
+the bundle after verification cannot reach it. Right before the load the runtime calls
+:meth:`VerifiedBundle.ensure_unchanged`, which refuses with ``BundleChanged`` when the
+bundle on disk or the staged copy changed since verification (cheap: a ``stat`` per file;
+``rehash=True`` re-reads every byte as well). :meth:`VerifiedBundle.cleanup` (or leaving
+the ``with`` block) removes the copy; it also runs at garbage collection or exit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
+from edge_core.artifacts.errors import BundleChanged, MemberPathRefused
+from edge_core.artifacts.hashing import HashedMember, hash_member, sha256_path
+from edge_core.artifacts.members import Fingerprint, fingerprint, member_field, resolve_member
+from edge_core.artifacts.references import References, load_npz
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+__all__ = ["VerifiedBundle"]
+
+
+def _remove_tree(directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _stat_fingerprint(path: Path) -> Fingerprint | None:
+    try:
+        return fingerprint(os.stat(path, follow_symlinks=False))
+    except OSError:
+        return None
+
+
+@attrs.frozen(eq=False)
+class VerifiedBundle:
+    """An artifact bundle that passed verification, and what a worker needs to load it.
+
+    Attributes:
+        source: the bundle's resolved directory.
+        directory: where the worker loads from: the private staged copy, or ``source``
+            when verified in place.
+        staged: whether ``directory`` is a private copy owned by this object.
+        manifest: the verified manifest.
+        manifest_sha256: sha256 of the manifest file's bytes (the identity recorded in
+            execution plans; equals ``sha256sum edge-manifest.json``).
+        members: every listed file with its digest, size and fingerprints.
+        references: external-data files per ONNX member, expected outputs, array names.
+        unlisted: files present in the bundle but not listed (never copied; reported).
+
+    """
+
+    source: Path
+    directory: Path
+    staged: bool
+    manifest: ArtifactManifest
+    manifest_sha256: str
+    manifest_fingerprint: Fingerprint
+    members: tuple[HashedMember, ...]
+    references: References
+    unlisted: tuple[str, ...] = ()
+    _finalizer: weakref.finalize[Any, Any] | None = attrs.field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, **values: Any) -> VerifiedBundle:
+        """Build one; a staged directory is removed at cleanup, collection or exit."""
+        bundle = cls(**values)
+        if bundle.staged:
+            finalizer = weakref.finalize(bundle, _remove_tree, str(bundle.directory))
+            object.__setattr__(bundle, "_finalizer", finalizer)
+        return bundle
+
+    @property
+    def component(self) -> str:
+        """The component the artifact implements."""
+        return self.manifest.component
+
+    def path(self, member: str) -> Path:
+        """Where the worker finds ``member`` (which must be a listed file)."""
+        if member not in self.manifest.files:
+            raise MemberPathRefused(member_field(member), "is not a verified member", member)
+        return self.directory.joinpath(*member.split("/"))
+
+    @property
+    def graph(self) -> Path:
+        """The graph file to load."""
+        return self.path(self.manifest.metadata.graph)
+
+    @property
+    def example_inputs(self) -> Path | None:
+        """The ``.npz`` of example inputs (the warm-up bucket), if the bundle has one."""
+        member = self.manifest.metadata.example_inputs
+        return None if member is None else self.path(member)
+
+    @property
+    def expected_outputs(self) -> Path | None:
+        """The ``.npz`` of reference outputs for the warm-up numerical check, if any."""
+        member = self.references.expected_outputs
+        return None if member is None else self.path(member)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes in all members."""
+        return sum(m.size for m in self.members)
+
+    def load_example_inputs(self) -> dict[str, npt.NDArray[Any]]:
+        """The example inputs by name, loaded with pickle disabled (empty if none)."""
+        path = self.example_inputs
+        return {} if path is None else load_npz(path, "manifest.metadata.example_inputs")
+
+    def load_expected_outputs(self) -> dict[str, npt.NDArray[Any]]:
+        """The expected outputs by name, loaded with pickle disabled (empty if none)."""
+        path = self.expected_outputs
+        field = "manifest.metadata.validation.expected_outputs"
+        return {} if path is None else load_npz(path, field)
+
+    def ensure_unchanged(self, *, rehash: bool = False) -> None:
+        """Refuse with ``BundleChanged`` if anything changed since verification.
+
+        Checks the manifest file and every member of the bundle on disk by fingerprint
+        (device, inode, size, mtime and ctime in ns; a write always moves ctime), and the
+        staged copy by fingerprint too. With ``rehash`` every byte that the worker will
+        load is hashed again (the staged copy, or the bundle itself in place).
+        """
+        if _stat_fingerprint(self.source / MANIFEST_FILENAME) != self.manifest_fingerprint:
+            raise BundleChanged("manifest", "changed after verification",
+                                str(self.source / MANIFEST_FILENAME))
+        if self.staged:
+            staged = self.directory / MANIFEST_FILENAME
+            try:
+                digest = hashlib.sha256(staged.read_bytes()).hexdigest()
+            except OSError:
+                digest = ""
+            if digest != self.manifest_sha256:
+                raise BundleChanged("manifest", "staged copy changed after verification",
+                                    str(staged))
+        for member in self.members:
+            field = member_field(member.path)
+            resolved = resolve_member(self.source, member.path, field)
+            if _stat_fingerprint(resolved) != member.source:
+                raise BundleChanged(field, "changed in the bundle after verification",
+                                    member.path)
+            if self.staged:
+                copy = self.path(member.path)
+                if _stat_fingerprint(copy) != member.copy:
+                    raise BundleChanged(field, "staged copy changed after verification",
+                                        str(copy))
+                if rehash and sha256_path(copy) != member.sha256:
+                    raise BundleChanged(field, "staged copy's sha256 changed", str(copy))
+            elif rehash:
+                again = hash_member(self.source, member.path)
+                if (again.sha256, again.source) != (member.sha256, member.source):
+                    raise BundleChanged(field, "sha256 changed after verification", member.path)
+
+    def describe(self) -> dict[str, object]:
+        """The JSON-ready identity of the bundle, for execution plans and ``--json``."""
+        return {
+            "component": self.component,
+            "manifest_sha256": self.manifest_sha256,
+            "source": str(self.source),
+            "directory": str(self.directory),
+            "staged": self.staged,
+            "graph": self.manifest.metadata.graph,
+            "example_inputs": self.manifest.metadata.example_inputs,
+            "expected_outputs": self.references.expected_outputs,
+            "files": len(self.members),
+            "bytes": self.total_bytes,
+            "external_data": {k: list(v) for k, v in self.references.external_data.items()},
+            "unlisted": list(self.unlisted),
+        }
+
+    def cleanup(self) -> None:
+        """Remove the staged copy (idempotent; nothing to do when verified in place)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    @property
+    def cleaned_up(self) -> bool:
+        """True once a staged copy has been removed (always False in place)."""
+        return self._finalizer is not None and not self._finalizer.alive
+
+    def __enter__(self) -> VerifiedBundle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+

@@ -1,0 +1,159 @@
+"""``edge manifest create|verify``: write an artifact bundle's manifest, or verify a bundle.
+
+Exit codes: 0 ok; 1 the bundle was refused (the message names field, reason and value);
+2 usage error (DIR is not a directory, ``--calibration``/``--validation`` not a JSON
+object). Hashing shows a progress line on stderr for bundles of at least 8 MiB when
+stderr is a terminal (``EDGE_PROGRESS=1`` forces it); never under ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from edge_core.cli import common
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from edge_core.progress import Progress
+
+NAME = "manifest"
+
+PROGRESS_MIN_BYTES = 8 << 20
+"""Bundles smaller than this hash without a progress line."""
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``manifest`` command with its ``create`` and ``verify`` subcommands."""
+    parser = sub.add_parser(NAME, help="create or verify an artifact bundle's manifest")
+    actions = parser.add_subparsers(dest="manifest_action", metavar="ACTION", required=True)
+
+    create = actions.add_parser(
+        "create", help="hash every file of DIR and write DIR/edge-manifest.json",
+        description="Hash every file of DIR and write DIR/edge-manifest.json. File "
+        "arguments are paths inside DIR (relative to DIR, or to the working directory).",
+    )
+    create.add_argument("directory", metavar="DIR", help="the bundle directory")
+    create.add_argument("--component", metavar="NAME", help="default: the name of DIR")
+    create.add_argument("--graph", metavar="FILE", help="default: the only .onnx file")
+    create.add_argument("--example-inputs", metavar="FILE", help=".npz of warm-up inputs")
+    create.add_argument("--expected-outputs", metavar="FILE",
+                        help=".npz of reference outputs (recorded in validation)")
+    for name in ("checkpoint-revision", "precision", "layout", "exporter"):
+        create.add_argument(f"--{name}", metavar="TEXT")
+    create.add_argument("--calibration", metavar="JSON", help="a JSON object")
+    create.add_argument("--validation", metavar="JSON", help="a JSON object")
+    create.add_argument("--force", action="store_true", help="replace an existing manifest")
+    common.add_json_flag(create)
+    create.set_defaults(func=run)
+
+    verify = actions.add_parser(
+        "verify", help="verify DIR against its manifest (hashes, paths, references)",
+    )
+    verify.add_argument("directory", metavar="DIR", help="the bundle directory")
+    common.add_json_flag(verify)
+    verify.set_defaults(func=run)
+
+
+def _json_object(text: str | None, option: str) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{option}: must be a JSON object ({exc}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{option}: must be a JSON object: {text!r}")
+    return value
+
+
+def _progress(args: argparse.Namespace, label: str) -> Progress:
+    from edge_core.progress import Progress
+
+    enabled = False if args.json else None
+    return Progress(label, stream=sys.stderr, enabled=enabled, min_total=PROGRESS_MIN_BYTES)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create or verify a manifest; refusals end with exit code 1."""
+    from edge_core.artifacts.errors import BundleRefused
+
+    if not os.path.isdir(args.directory):
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"DIR: must be an existing directory: {args.directory!r}")
+    try:
+        result = _create(args) if args.manifest_action == "create" else _verify(args)
+    except BundleRefused as exc:
+        raise common.CommandFailed(
+            common.EXIT_FAILED, str(exc), {"refusal": exc.to_dict()}
+        ) from exc
+    if args.json:
+        common.print_json({"ok": True, **result})
+    else:
+        _print_human(args.manifest_action, result)
+    return common.EXIT_OK
+
+
+def _create(args: argparse.Namespace) -> dict[str, object]:
+    from pathlib import Path
+
+    from edge_core.artifacts.create import create_manifest, member_argument
+
+    root = Path(os.path.realpath(args.directory))
+    calibration = _json_object(args.calibration, "--calibration")
+    validation = _json_object(args.validation, "--validation")
+
+    def member(text: str | None) -> str | None:
+        return None if text is None else member_argument(root, text)
+
+    with _progress(args, "hashing") as progress:
+        created = create_manifest(
+            root,
+            overwrite=args.force,
+            component=args.component,
+            graph=member(args.graph),
+            example_inputs=member(args.example_inputs),
+            expected_outputs=member(args.expected_outputs),
+            checkpoint_revision=args.checkpoint_revision,
+            precision=args.precision,
+            layout=args.layout,
+            exporter=args.exporter,
+            calibration=calibration,
+            validation=validation,
+            progress=progress,
+        )
+    return created.describe()
+
+
+def _verify(args: argparse.Namespace) -> dict[str, object]:
+    from edge_core.artifacts.verify import verify_bundle
+
+    with _progress(args, "verifying") as progress:
+        bundle = verify_bundle(args.directory, stage=False, progress=progress)
+    summary = bundle.describe()
+    del summary["directory"], summary["staged"]
+    return summary
+
+
+def _print_human(action: str, result: dict[str, Any]) -> None:
+    size = result["bytes"] / 2**20
+    if action == "create":
+        print(f"wrote {result['manifest']}")
+    else:
+        print(f"verified {result['source']}")
+    print(f"  component {result['component']}: {result['files']} files, {size:.1f} MiB")
+    print(f"  graph {result['graph']}")
+    for key in ("example_inputs", "expected_outputs"):
+        if result.get(key):
+            print(f"  {key.replace('_', ' ')} {result[key]}")
+    for graph, files in result.get("external_data", {}).items():
+        print(f"  external data of {graph}: {', '.join(files)}")
+    print(f"  manifest sha256 {result['manifest_sha256']}")
+    for path in result.get("unlisted", []):
+        print(f"  note: not listed in the manifest (never loaded): {path}")

@@ -152,11 +152,18 @@ def main() -> None:
         print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
         big = {"x": np.ones(64 * MIB, dtype=np.uint8)}
         echo64 = edge_echo(client, n_big, big, warm=3)
+        owned64 = []
+        for i in range(n_big):
+            request = StageRequest(f"c{i}", "bench", 0, client.generation, Operation.RUN)
+            t0 = time.perf_counter()
+            client.submit(request, big).result()
+            owned64.append(time.perf_counter() - t0)
     finally:
         client.retire()
     mem = copyto(64 * MIB, n_big * 2)
     print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
     print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")
+    print(f"edge echo 64 MiB, owned copy out p50: {p50(owned64) * 1e3:8.2f} ms")
 
     sweep: dict[str, dict[str, float]] = {}
     inline_client = _start(threshold=1 << 62)
@@ -180,6 +187,7 @@ def main() -> None:
         edge_echo_p50_us=p50(edge) * 1e6,
         edge_echo_64mib_p50_ms=p50(echo64) * 1e3,
         copyto_64mib_p50_ms=p50(mem) * 1e3,
+        edge_echo_64mib_copy_out_p50_ms=p50(owned64) * 1e3,
         rtt_ratio=p50(edge) / p50(bare),
         copy_ratio_64mib=p50(echo64) / p50(mem),
         threshold_sweep=sweep,

@@ -1,0 +1,200 @@
+"""Build the three stage bundles: graph, example bucket, expected outputs, metadata.
+
+For a generated page (or a given image) the builder runs the whole chain directly with
+onnxruntime on the CPU, and writes for every stage the graph exactly as the pinned wheel
+ships it, ``example_inputs.npz`` (the stage's inputs on that page, at its bucket) and
+``expected_outputs.npz`` (the graph's outputs on them). The recogniser's dictionary is
+taken from its graph metadata into ``characters.txt``. ``bundle.json`` at the top describes
+the pipeline (stage order, transforms, buckets, provenance) for whoever wires it.
+
+A manifest per stage is written by the ``write_manifest`` hook, called with the stage
+directory and its metadata once the stage's files are final.
+
+``python -m edge_ocr_example.bundle OUT [--wheel WHL] [--cache DIR]`` builds into ``OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from PIL import Image
+
+from edge_ocr_example.buckets import CARRY_PREFIX, CLS_SHAPE, DET_SHAPE, REC_SHAPE
+from edge_ocr_example.bundle_layout import (
+    DESCRIPTION,
+    EXAMPLE_INPUTS,
+    EXPECTED_OUTPUTS,
+    IMAGE,
+    graph_name,
+    graph_path,
+    stage_dir,
+)
+from edge_ocr_example.chain import STAGES
+from edge_ocr_example.decode import CHARACTERS_FILE, TextLine, character_table
+from edge_ocr_example.errors import OcrError
+from edge_ocr_example.make_image import render_lines
+from edge_ocr_example.models import RAPIDOCR_VERSION, WHEEL_SHA256, read_graph
+from edge_ocr_example.npz import save_npz
+from edge_ocr_example.reference import PROVIDER, DirectRunner, recognize
+
+__all__ = ["BuildResult", "ManifestWriter", "StageBundle", "build_bundles", "main"]
+
+ManifestWriter = Callable[[Path, Mapping[str, str]], object]
+"""Writes a stage's manifest: called with the stage directory and its metadata."""
+
+_BUCKETS = {"detect": DET_SHAPE, "classify": CLS_SHAPE, "recognize": REC_SHAPE}
+
+
+@dataclass(frozen=True)
+class StageBundle:
+    """One stage's bundle as written."""
+
+    stage_id: str
+    """Stage id (and directory name)."""
+    directory: Path
+    """The stage's bundle directory."""
+    graph: str
+    """Graph file name, relative to ``directory``."""
+    metadata: Mapping[str, str]
+    """What the manifest records: graph, example inputs, revision, precision, layout, ..."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What :func:`build_bundles` wrote and what the reference read on the example page."""
+
+    root: Path
+    """The bundle directory."""
+    stages: tuple[StageBundle, ...]
+    """The stage bundles in data-flow order."""
+    lines: tuple[TextLine, ...]
+    """Lines recognised on the example page by the direct onnxruntime run."""
+
+
+def _prepare(out: Path) -> None:
+    """Create ``out``, or clear an earlier build in it; refuse any other non-empty directory."""
+    if out.exists() and not out.is_dir():
+        raise OcrError("out", "exists and is not a directory", str(out))
+    if out.is_dir() and any(out.iterdir()) and not (out / DESCRIPTION).is_file():
+        raise OcrError(
+            "out", f"non-empty directory without {DESCRIPTION}; refusing to mix", str(out)
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    for stage in STAGES:
+        shutil.rmtree(stage_dir(out, stage), ignore_errors=True)
+
+
+def _metadata(stage_id: str, graph: bytes, producer: str, has_characters: bool) -> dict[str, str]:
+    stage = next(spec for spec in STAGES if spec.id == stage_id)
+    metadata = {
+        "graph": graph_name(stage),
+        "example_inputs": EXAMPLE_INPUTS,
+        "expected_outputs": EXPECTED_OUTPUTS,
+        "checkpoint_revision": (
+            f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256 {WHEEL_SHA256}) "
+            f"{stage.graph_member} sha256 {hashlib.sha256(graph).hexdigest()}"
+        ),
+        "precision": "fp32",
+        "layout": "NCHW",
+        "bucket": json.dumps(list(_BUCKETS[stage_id])),
+        "exporter": producer or "unknown",
+        "calibration": "none (floating point)",
+        "validation": (
+            f"{EXPECTED_OUTPUTS}: onnxruntime {ort.__version__} {PROVIDER}, default session "
+            "options (full graph optimisation); equal bit for bit"
+        ),
+    }
+    if has_characters:
+        metadata["characters"] = CHARACTERS_FILE
+    if stage.transform_ref is not None:
+        metadata["input_transform"] = stage.transform_ref
+    return metadata
+
+
+def build_bundles(
+    out: Path,
+    *,
+    image: np.ndarray | None = None,
+    wheel: Path | None = None,
+    cache_dir: Path | None = None,
+    write_manifest: ManifestWriter | None = None,
+) -> BuildResult:
+    """Write the three stage bundles into ``out`` and return what was written.
+
+    Raises:
+        OcrError: ``out`` is unusable, the graphs cannot be obtained or verified, the
+            recogniser carries no dictionary, or the example page yields no text.
+
+    """
+    page = render_lines() if image is None else image
+    graphs = {
+        stage.id: read_graph(stage.graph_member, wheel=wheel, cache_dir=cache_dir)
+        for stage in STAGES
+    }
+    runner = DirectRunner(graphs)
+    dictionary = runner.metadata("recognize", "character")
+    if not dictionary:
+        raise OcrError("recognize.metadata['character']", "no dictionary in the graph", None)
+    characters = character_table(dictionary.split("\n"))
+    lines, trace = recognize(runner, page, characters)
+    if not lines:
+        raise OcrError("image", "no text recognised on the example page", page.shape)
+    _prepare(out)
+    Image.fromarray(page).save(out / IMAGE)
+    bundles: list[StageBundle] = []
+    for stage in STAGES:
+        folder = stage_dir(out, stage)
+        folder.mkdir()
+        graph_path(out, stage).write_bytes(graphs[stage.id])
+        save_npz(folder / EXAMPLE_INPUTS, trace.inputs[stage.id])
+        save_npz(folder / EXPECTED_OUTPUTS, trace.outputs[stage.id])
+        is_last = stage is STAGES[-1]
+        if is_last:
+            (folder / CHARACTERS_FILE).write_bytes(dictionary.encode("utf-8"))
+        metadata = _metadata(stage.id, graphs[stage.id], runner.producer(stage.id), is_last)
+        if write_manifest is not None:
+            write_manifest(folder, metadata)
+        bundles.append(StageBundle(stage.id, folder, graph_name(stage), metadata))
+    description = {
+        "pipeline": "ocr",
+        "stages": [
+            {"id": b.stage_id, "directory": b.stage_id, "metadata": dict(b.metadata)}
+            for b in bundles
+        ],
+        "carry_prefix": CARRY_PREFIX,
+        "example_text": [line.text for line in lines],
+    }
+    (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+    return BuildResult(out, tuple(bundles), tuple(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: build the bundles and print the text recognised on the example page."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="bundle directory to write")
+    parser.add_argument("--wheel", type=Path, help="a local rapidocr-onnxruntime wheel")
+    parser.add_argument("--cache", type=Path, help="where to download the wheel to")
+    args = parser.parse_args(argv)
+    try:
+        result = build_bundles(args.out, wheel=args.wheel, cache_dir=args.cache)
+    except (OcrError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for bundle in result.stages:
+        print(f"{bundle.stage_id}: {bundle.directory} bucket {bundle.metadata['bucket']}")
+    for line in result.lines:
+        print(f"  {line.text!r} ({line.score:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Recogniser probabilities -> text: the character table, greedy CTC decoding, final results.
+
+The PP-OCRv4 recogniser emits, for each of ``T`` time steps, probabilities over
+``1 + len(dictionary) + 1`` classes: index 0 is the CTC *blank*, then the dictionary's
+characters in order, then the space. Greedy decoding takes the best class per step,
+collapses repeats, drops blanks, and scores a line by the mean probability of the steps
+it kept. The dictionary ships inside the recogniser's ONNX metadata (key ``character``);
+the bundle builder writes it next to the graph as ``characters.txt`` (UTF-8, one per line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, NamedTuple
+
+import numpy as np
+
+from edge_ocr_example.buckets import CARRY_PREFIX, FLOAT, REC_OUTPUT
+from edge_ocr_example.errors import OcrError, TensorMismatch
+
+__all__ = [
+    "CHARACTERS_FILE",
+    "MIN_TEXT_SCORE",
+    "TextLine",
+    "character_table",
+    "ctc_greedy_decode",
+    "decode",
+    "load_characters",
+]
+
+CHARACTERS_FILE: Final = "characters.txt"
+"""Name of the dictionary file in the recogniser's bundle."""
+MIN_TEXT_SCORE: Final = 0.5
+"""Recognised lines scoring below this are dropped by :func:`decode`."""
+
+
+class TextLine(NamedTuple):
+    """One recognised line: its text, its score in [0, 1] and its 4x2 box (bucket pixels)."""
+
+    text: str
+    score: float
+    box: np.ndarray
+
+
+def character_table(dictionary: Sequence[str]) -> tuple[str, ...]:
+    """Class index -> character: blank (``""``) first, then ``dictionary``, then a space.
+
+    Raises:
+        OcrError: the dictionary is empty or an entry is not exactly one character.
+
+    """
+    if not dictionary:
+        raise OcrError("dictionary", "the character dictionary is empty", list(dictionary))
+    for index, entry in enumerate(dictionary):
+        if len(entry) != 1:
+            raise OcrError(f"dictionary[{index}]", "each entry must be one character", entry)
+    return ("", *dictionary, " ")
+
+
+def load_characters(path: Path) -> tuple[str, ...]:
+    """Read a ``characters.txt`` dictionary and return its :func:`character_table`."""
+    text = path.read_bytes().decode("utf-8")  # bytes: no newline translation
+    return character_table(text.split("\n"))
+
+
+def ctc_greedy_decode(
+    probabilities: np.ndarray, characters: Sequence[str]
+) -> list[tuple[str, float]]:
+    """Decode ``N x T x C`` probabilities to ``(text, score)`` per row, greedily.
+
+    The score is the mean best-class probability over the steps that produced a character
+    (0.0 for an empty line).
+
+    Raises:
+        TensorMismatch: the array is not 3-D or ``C`` differs from the table's length.
+
+    """
+    if probabilities.ndim != 3 or probabilities.shape[2] != len(characters):
+        raise TensorMismatch(
+            "probabilities",
+            f"expected N x T x {len(characters)}",
+            probabilities.shape,
+        )
+    best = probabilities.argmax(axis=2)
+    confidence = probabilities.max(axis=2)
+    results: list[tuple[str, float]] = []
+    for row, conf in zip(best, confidence, strict=True):
+        keep = np.ones(row.shape, dtype=bool)
+        keep[1:] = row[1:] != row[:-1]
+        keep &= row != 0
+        text = "".join(characters[index] for index in row[keep].tolist())
+        score = float(conf[keep].mean(dtype=np.float64)) if keep.any() else 0.0
+        results.append((text, score))
+    return results
+
+
+def _carried(previous: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    key = CARRY_PREFIX + name
+    if key not in previous:
+        raise TensorMismatch(key, "carried tensor missing", sorted(previous))
+    return previous[key]
+
+
+def decode(
+    previous: Mapping[str, np.ndarray],
+    source: Mapping[str, np.ndarray],
+    *,
+    characters: Sequence[str],
+    min_score: float = MIN_TEXT_SCORE,
+) -> list[TextLine]:
+    """Turn the recogniser's outputs (plus carried boxes) into recognised lines.
+
+    ``previous`` holds the recogniser output and the tensors carried by
+    :func:`edge_ocr_example.transforms.classify_to_recognize`; ``source`` is unused and
+    accepted so the final step has the same shape as a transform. Blank padding rows are
+    skipped; lines scoring below ``min_score`` or with no visible text are dropped. Boxes
+    are in detection-bucket pixels (see :func:`edge_ocr_example.preprocess.to_image_coordinates`).
+    """
+    del source
+    if REC_OUTPUT not in previous:
+        raise TensorMismatch(REC_OUTPUT, "recogniser output missing", sorted(previous))
+    count = int(_carried(previous, "count")[0])
+    boxes = _carried(previous, "boxes")
+    lines: list[TextLine] = []
+    decoded = ctc_greedy_decode(previous[REC_OUTPUT][:count], characters)
+    for (text, score), box in zip(decoded, boxes[:count], strict=True):
+        if score >= min_score and text.strip():
+            lines.append(TextLine(text, score, np.asarray(box, dtype=FLOAT)))
+    return lines

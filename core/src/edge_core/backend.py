@@ -61,6 +61,12 @@ def _to_strings(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _to_devices(value: object) -> tuple[DeviceDescriptor, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"devices: expected a list of DeviceDescriptor: {value!r}")
+    return tuple(value)
+
+
 def _to_kinds(value: object) -> frozenset[StageKind]:
     if isinstance(value, (str, StageKind)):
         value = [value]
@@ -122,9 +128,10 @@ class ProbeReport:
     backend: str = attrs.field(validator=_check_name)
     available: bool
     reason: str | None = None
-    devices: tuple[DeviceDescriptor, ...] = attrs.field(default=(), converter=tuple)
+    devices: tuple[DeviceDescriptor, ...] = attrs.field(default=(), converter=_to_devices)
     runtime: Mapping[str, str] = attrs.field(factory=dict)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    pool_totals: Mapping[str, int | None] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if not self.available and not self.reason:
@@ -142,4 +149,5 @@ class ProbeReport:
             "devices": [d.to_dict() for d in self.devices],
             "runtime": dict(self.runtime),
             "notes": list(self.notes),
+            "pool_totals": dict(self.pool_totals),
         }

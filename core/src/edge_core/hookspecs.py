@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from edge_contracts.requests import StageEvent, StageRequest
     from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
-    from edge_core.placement import PlacementReport
+    from edge_core.placement import WarmupReport
     from edge_core.stage import LoadedStage, StageContext
 
 PROJECT = "edge"
@@ -169,18 +169,19 @@ def edge_load(stage: StageContext) -> LoadedStage:
 
 
 @hookspec(firstresult=True)
-def edge_warmup_placement(loaded: LoadedStage) -> PlacementReport:
+def edge_warmup_placement(loaded: LoadedStage) -> WarmupReport:
     """Run the stage's example input bucket and report where every node actually ran.
 
     Owner only. Called once after ``edge_load``. The plugin reports; core applies the gate
     (:func:`edge_core.placement.check_placement`) with the stage's policy, so every backend
-    is judged the same way.
+    is judged the same way, and refuses a stage whose numerical check failed.
 
     Args:
         loaded: The handle from ``edge_load``.
 
     Returns:
-        The observed :class:`~edge_core.placement.PlacementReport`, never adjusted to pass.
+        A :class:`~edge_core.placement.WarmupReport`: the observed placement (never
+        adjusted to pass) and the comparison of the outputs with a reference.
 
     """
 

@@ -9,12 +9,19 @@ an acceptance both keep the real split.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from edge_core.errors import PlacementRefused
 
-__all__ = ["PlacementPolicy", "PlacementReport", "ProviderShare", "check_placement"]
+__all__ = [
+    "PlacementPolicy",
+    "PlacementReport",
+    "ProviderShare",
+    "WarmupReport",
+    "check_placement",
+]
 
 
 def _check_fraction(_: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -108,6 +115,32 @@ class PlacementReport:
                 for name, share in sorted(self.providers.items())
             },
             "notes": list(self.notes),
+        }
+
+
+@attrs.frozen
+class WarmupReport:
+    """What ``edge_warmup_placement`` returns: the placement and the numerical check.
+
+    Attributes:
+        placement: Where the example run executed.
+        numerics: The comparison of the example run's outputs with a reference, as a
+            JSON-ready record with at least ``passed`` (bool) and ``reference`` (what was
+            compared with: ``expected-outputs``, ``cpu-run`` or ``none``); ``None`` when the
+            backend has nothing to compare (a generator, say).
+        extra: Backend-specific observations for the execution plan (timings, bucket).
+    """
+
+    placement: PlacementReport
+    numerics: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {
+            "placement": self.placement.to_json(),
+            "numerics": dict(self.numerics) if self.numerics is not None else None,
+            "extra": dict(self.extra),
         }
 
 

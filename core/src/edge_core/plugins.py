@@ -88,17 +88,30 @@ class PluginSet:
                 return rec
         raise KeyError(name)
 
+    def call_one(
+        self, plugin: str, hook_name: str, *, timeout_s: float | None = None, **kwargs: Any
+    ) -> HookAnswer:
+        """Call one plugin's implementation of a hook, isolated like :meth:`call_each`."""
+        answers = self.call_each(hook_name, timeout_s=timeout_s, only=plugin, **kwargs)
+        if not answers:
+            answer = HookAnswer(plugin)
+            answer.error = f"plugin {plugin!r} does not implement {hook_name}"
+            return answer
+        return answers[0]
+
     def call_each(
-        self, hook_name: str, *, timeout_s: float | None = None, **kwargs: Any
+        self, hook_name: str, *, timeout_s: float | None = None, only: str | None = None,
+        **kwargs: Any,
     ) -> list[HookAnswer]:
         """Call a hook on every plugin separately (registration order), capturing errors.
 
         With ``timeout_s``, the plugins are called in parallel threads and one that has not
-        answered by then is reported as timed out (its daemon thread is abandoned).
+        answered by then is reported as timed out (its daemon thread is abandoned). With
+        ``only``, just that plugin is called.
         """
         caller = getattr(self.manager.hook, hook_name)
         impls = [impl for impl in caller.get_hookimpls() if not impl.wrapper
-                 and not impl.hookwrapper]
+                 and not impl.hookwrapper and (only is None or impl.plugin_name == only)]
         answers = [HookAnswer(impl.plugin_name) for impl in impls]
 
         def run(idx: int) -> None:

@@ -66,3 +66,8 @@ class LoadedStage(Protocol):
     def describe(self) -> Mapping[str, object]:
         """JSON-ready facts for the execution plan: worker identity, route, runtime versions."""
         ...
+
+    def observed_memory(self) -> Mapping[str, int]:
+        """Peak bytes observed so far per pool (``machine:ram`` for a worker tree's resident
+        memory); the runtime refuses a stage whose observation exceeds its demand."""
+        ...

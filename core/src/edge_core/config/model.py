@@ -267,6 +267,10 @@ class StageConfig:
     """Ceilings and demands per memory pool."""
     input_transform: InputTransform | None = None
     """Required on every stage but the first; the first stage takes the caller's inputs."""
+    inputs_from: tuple[Identifier, ...] = attrs.field(default=(), converter=_text_tuple)
+    """Where this stage's inputs come from: stage ids, or ``"input"`` for the pipeline's own
+    input. Empty means the previous stage (the pipeline input for the first). The runtime
+    serves linear chains only and refuses fan-out, joins and several final outputs."""
 
 
 @attrs.frozen
@@ -360,6 +364,7 @@ class PipelineConfig:
                     },
                     "capacities": dict(stage.resources.capacities),
                     "demands": dict(stage.resources.demands),
+                    "inputs_from": list(stage.inputs_from),
                     "input_transform": (
                         stage.input_transform.reference if stage.input_transform else None
                     ),

@@ -1,0 +1,49 @@
+"""Errors raised by the runtime; all subclass :class:`edge_core.errors.EdgeError`."""
+
+from __future__ import annotations
+
+from edge_core.errors import ConfigError, EdgeError, ResourceUnavailable, WorkerError
+
+__all__ = [
+    "DemandExceeded",
+    "DuplicateRequest",
+    "NumericsRefused",
+    "RequestCancelled",
+    "RequestFailed",
+    "TopologyRefused",
+]
+
+
+class TopologyRefused(ConfigError):
+    """The stages do not form a linear chain (fan-out, a join, several final outputs)."""
+
+
+class NumericsRefused(EdgeError):
+    """The warm-up outputs differ from the reference by more than the declared bound."""
+
+
+class DemandExceeded(ResourceUnavailable):
+    """A stage's observed peak memory exceeds the demand it reserved: the demand was wrong."""
+
+
+class RequestCancelled(EdgeError):
+    """The request was cancelled (its epoch fenced); it produces no output."""
+
+
+class RequestFailed(WorkerError):
+    """The worker ended the request with an error event.
+
+    Attributes:
+        error_type: The error's type name as the worker reported it.
+        error_message: The worker's message.
+    """
+
+    def __init__(self, request_id: str, error_type: str, error_message: str) -> None:
+        self.request_id = request_id
+        self.error_type = error_type
+        self.error_message = error_message
+        super().__init__(f"request {request_id!r}: {error_type}: {error_message}")
+
+
+class DuplicateRequest(EdgeError, ValueError):
+    """A request id is already in flight (or retained, not yet acknowledged) on the stage."""

@@ -1,0 +1,69 @@
+"""Bounded admission: a counter of slots that refuses at once or waits up to a deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from edge_core.errors import ResourceUnavailable
+
+__all__ = ["SlotPool"]
+
+
+class SlotPool:
+    """``limit`` slots; :meth:`acquire` refuses with ``ResourceUnavailable`` when none is free.
+
+    Args:
+        limit: How many slots exist.
+        what: Names the bounded thing in refusals (``stages[ocr].in_flight``).
+    """
+
+    def __init__(self, limit: int, what: str) -> None:
+        if limit < 1:
+            raise ValueError(f"{what}: limit must be at least 1: {limit!r}")
+        self.limit = limit
+        self.what = what
+        self._used = 0
+        self._cond = threading.Condition()
+
+    @property
+    def used(self) -> int:
+        """Slots taken now."""
+        with self._cond:
+            return self._used
+
+    def acquire(self, deadline_s: float | None = None) -> None:
+        """Take a slot: at once, or waiting up to ``deadline_s`` seconds when it is given.
+
+        Raises:
+            ResourceUnavailable: naming the limit, when no slot frees in time.
+        """
+        with self._cond:
+            if self._used < self.limit:
+                self._used += 1
+                return
+            if deadline_s is not None and deadline_s > 0:
+                end = time.monotonic() + deadline_s
+                while self._used >= self.limit:
+                    remaining = end - time.monotonic()
+                    if remaining <= 0 or not self._cond.wait(remaining):
+                        if self._used < self.limit:
+                            break
+                        if time.monotonic() >= end:
+                            break
+                if self._used < self.limit:
+                    self._used += 1
+                    return
+            raise ResourceUnavailable(
+                f"{self.what}: all {self.limit} slot(s) taken"
+                + (f" for {deadline_s} s" if deadline_s else "")
+                + f": {self._used}"
+            )
+
+    def release(self) -> None:
+        """Free one slot and wake one waiter."""
+        with self._cond:
+            if self._used <= 0:
+                raise RuntimeError(f"{self.what}: release without a matching acquire")
+            self._used -= 1
+            self._cond.notify()

@@ -1,0 +1,450 @@
+"""A whole pipeline: admitted, loaded and gated as one plan, served as a linear chain.
+
+:meth:`Pipeline.open` runs the flow of DESIGN.md: resolve each stage's backend (an
+unavailable one is refused with its probe's reason) → check the topology → reserve every
+stage's demands on every pool at once → load each stage → warm-up placement gate,
+numerical check and observed-memory check. Any failure unwinds in reverse — retire the
+started workers, release their reservations (or quarantine them when retirement was not
+verified) — and re-raises the first error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from edge_core import __version__
+from edge_core.binding import OwnerBinding, bind_owner
+from edge_core.config.model import PipelineConfig, StageConfig
+from edge_core.config.transforms import resolve_input_transform
+from edge_core.errors import BackendUnavailable, EdgeError
+from edge_core.ledger import ReservationToken, ResourceLedger
+from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
+from edge_core.plugins import PluginSet
+from edge_core.runtime.errors import DemandExceeded, NumericsRefused
+from edge_core.runtime.flow import SlotPool
+from edge_core.runtime.results import AckOutcome, StageResult
+from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
+from edge_core.runtime.topology import check_linear_chain
+from edge_core.stage import LoadedStage, StageContext
+
+__all__ = ["Pipeline", "PipelineResult", "Transform"]
+
+Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
+"""``transform(previous_outputs, pipeline_inputs) -> next_stage_inputs``."""
+
+PROBE_TIMEOUT_S = 10.0
+
+
+class _Stage:
+    """Everything the pipeline keeps per stage while opening and serving."""
+
+    def __init__(self, config: StageConfig, binding: OwnerBinding, context: StageContext,
+                 transform: Transform | None) -> None:
+        self.config = config
+        self.binding = binding
+        self.context = context
+        self.transform = transform
+        self.token: ReservationToken | None = None
+        self.demands: Mapping[str, int] = {}
+        self.runtime: StageRuntime | None = None
+        self.warmup: WarmupReport | None = None
+        self.observed: Mapping[str, int] = {}
+        self.release_outcome: str | None = None
+
+
+class PipelineResult:
+    """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
+
+    Acknowledging frees the final stage's slot and the pipeline's admission slot.
+    """
+
+    def __init__(self, final: StageResult, latencies: Mapping[str, float],
+                 release: Callable[[], None]) -> None:
+        self.final = final
+        self.latencies = dict(latencies)
+        self._release = release
+        self._acked = False
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """The final stage's outputs."""
+        return self.final.outputs
+
+    def ack(self) -> AckOutcome:
+        """Acknowledge the final result; stale the second time."""
+        outcome = self.final.ack()
+        if outcome is AckOutcome.ACKNOWLEDGED and not self._acked:
+            self._acked = True
+            self._release()
+        return outcome
+
+    def __enter__(self) -> PipelineResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ack()
+
+
+def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
+    """Release a reservation after retirement; quarantine it when retirement is unverified."""
+    if token is None:
+        return "none"
+    verified = bool(getattr(outcome, "verified", outcome is None))
+    reason = getattr(outcome, "reason", None)
+    return ledger.release(token, verified=verified, reason=reason).value
+
+
+def _copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
+    """The next stage's inputs, copied wherever they could share memory with ``previous``."""
+    result: dict[str, Any] = {}
+    olds = [a for a in previous.values() if isinstance(a, np.ndarray)]
+    for name, value in arrays.items():
+        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, o) for o in olds):
+            value = value.copy()
+        result[name] = value
+    return result
+
+
+class Pipeline:
+    """An admitted, loaded, gated pipeline. Open with :meth:`open`; close with :meth:`close`."""
+
+    def __init__(self, config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger,
+                 stages: list[_Stage]) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.ledger = ledger
+        self._stages = stages
+        self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
+        self.opened_at = time.time()
+        self.closed = False
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        config: PipelineConfig,
+        plugins: PluginSet,
+        ledger: ResourceLedger,
+        *,
+        progress: Callable[[str], None] | None = None,
+        retire_deadline_s: float = 5.0,
+    ) -> Pipeline:
+        """Resolve, check, reserve, load and gate every stage; unwind on any failure.
+
+        Raises:
+            BackendUnavailable: a stage's backend is not installed or its probe says no.
+            TopologyRefused: the stages are not a linear chain.
+            ResourceUnavailable: the plan does not fit the ledger (nothing is charged).
+            PlacementRefused / NumericsRefused / DemandExceeded: a stage failed its gate.
+            Any error from a plugin's load or warm-up, after unwinding.
+        """
+        say = progress or (lambda _message: None)
+        stages = [cls._resolve(config, index, plugins) for index in range(len(config.stages))]
+        check_linear_chain(config)
+        plan: dict[str, Mapping[str, int]] = {}
+        for stage in stages:
+            stage.demands = dict(stage.binding.reserve(stage.context))
+            plan[stage.context.stage_id] = stage.demands
+        tokens = ledger.reserve_plan(plan)
+        for stage in stages:
+            stage.token = tokens[stage.context.stage_id]
+        pipeline = cls(config, plugins, ledger, stages)
+        started: list[_Stage] = []
+        try:
+            for stage in stages:
+                say(f"loading stage {stage.context.stage_id} on {stage.binding.backend.name}")
+                loaded = stage.binding.load(stage.context)
+                started.append(stage)
+                stage.runtime = pipeline._runtime_for(stage, loaded, retire_deadline_s)
+                say(f"warming up stage {stage.context.stage_id}")
+                pipeline._gate(stage, loaded)
+        except BaseException:
+            pipeline._unwind(started, stages)
+            raise
+        return pipeline
+
+    @staticmethod
+    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet) -> _Stage:
+        stage = config.stages[index]
+        path = f"stages[{index}]"
+        binding = bind_owner(plugins, stage.backend.name)
+        answer = plugins.call_one(binding.plugin, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        if answer.error:
+            raise BackendUnavailable(
+                f"{path}.backend.name: probe of plugin {binding.plugin!r} failed "
+                f"({answer.error}): {stage.backend.name!r}"
+            )
+        report = next((r for r in answer.result or () if r.backend == stage.backend.name), None)
+        if report is None or not report.available:
+            reason = report.reason if report is not None else "the probe did not report it"
+            raise BackendUnavailable(f"{path}.backend.name: unavailable: {reason}: "
+                                     f"{stage.backend.name!r}")
+        options = stage.backend.validated
+        if options is None:
+            defaults = binding.config_defaults(stage.backend.name) or {}
+            options = binding.validate_stage(
+                stage.backend.name, {**defaults, **dict(stage.backend.options)},
+                f"{path}.backend.options",
+            )
+        manifest = stage.manifest
+        manifest_dir = (manifest if manifest is None or manifest.is_dir() else manifest.parent)
+        context = StageContext(
+            pipeline=config.name, stage_id=stage.id, backend=stage.backend.name,
+            options=options, manifest_dir=Path(manifest_dir) if manifest_dir else None,
+            route=stage.backend.route, max_io_bytes=stage.max_io_bytes,
+            placement=stage.placement.to_policy(),
+            declared_demands=dict(stage.resources.demands), generation=1,
+        )
+        transform = None
+        if stage.input_transform is not None:
+            transform = resolve_input_transform(stage.input_transform,
+                                                f"{path}.input_transform")
+        return _Stage(stage, binding, context, cast("Transform | None", transform))
+
+    def _runtime_for(self, stage: _Stage, loaded: LoadedStage,
+                     retire_deadline_s: float) -> StageRuntime:
+        def settle(outcome: Any) -> None:
+            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
+            stage.token = None
+
+        def reload(generation: int) -> LoadedStage:
+            return self._reload(stage, generation)
+
+        return StageRuntime(stage.binding, stage.context, loaded, on_retired=settle,
+                            reload=reload, retire_deadline_s=retire_deadline_s)
+
+    def _gate(self, stage: _Stage, loaded: LoadedStage) -> None:
+        sid = stage.context.stage_id
+        report = stage.binding.warmup_placement(loaded)
+        if not isinstance(report, WarmupReport):
+            raise EdgeError(f"stages[{sid}]: edge_warmup_placement returned {report!r}, "
+                            "not a WarmupReport")
+        stage.warmup = report
+        policy = stage.context.placement
+        if policy.target is None:
+            policy = PlacementPolicy(target=report.placement.target,
+                                     min_fraction_on_target=policy.min_fraction_on_target,
+                                     allowed_providers=policy.allowed_providers)
+        if report.placement.target != policy.target:
+            raise EdgeError(f"stages[{sid}].placement.target: the backend reported on "
+                            f"{report.placement.target!r}: {policy.target!r}")
+        check_placement(sid, report.placement, policy)
+        numerics = report.numerics
+        if numerics is not None and not numerics.get("passed", False):
+            raise NumericsRefused(
+                f"stages[{sid}].numerics: outputs differ from the {numerics.get('reference')} "
+                f"reference beyond the bound {numerics.get('bound')}: "
+                f"max_abs_error={numerics.get('max_abs_error')}, "
+                f"normalised_error={numerics.get('normalised_error')}"
+            )
+        stage.observed = dict(loaded.observed_memory())
+        for pool, peak in stage.observed.items():
+            demand = stage.demands.get(pool)
+            if demand is not None and peak > demand:
+                raise DemandExceeded(
+                    f"stages[{sid}].resources.demands[{pool!r}]: observed peak {peak} bytes "
+                    f"after load and warm-up exceeds the demand: {demand}"
+                )
+
+    def _reload(self, stage: _Stage, generation: int) -> LoadedStage:
+        """Restart one stage: reserve again, load under ``generation`` and re-run the gate."""
+        import attrs
+
+        sid = stage.context.stage_id
+        stage.context = attrs.evolve(stage.context, generation=generation)
+        if stage.token is None:
+            stage.token = self.ledger.reserve(sid, stage.demands)
+        loaded: LoadedStage | None = None
+        try:
+            loaded = stage.binding.load(stage.context)
+            self._gate(stage, loaded)
+        except BaseException:
+            outcome = stage.binding.retire(loaded, 5.0) if loaded is not None else None
+            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
+            stage.token = None
+            raise
+        return loaded
+
+    def _unwind(self, started: list[_Stage], stages: list[_Stage]) -> None:
+        for stage in reversed(started):
+            outcome = None
+            try:
+                if stage.runtime is not None:
+                    outcome = stage.runtime.close()
+            except Exception as exc:  # keep unwinding; the first error is re-raised
+                outcome = type("Unverified", (), {"verified": False,
+                                                  "reason": f"retire failed: {exc}"})()
+            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
+            stage.token = None
+        for stage in stages:
+            if stage.token is not None:  # reserved but never started: nothing to retire
+                stage.release_outcome = _settle(self.ledger, stage.token, None)
+                stage.token = None
+
+    # -- serving ---------------------------------------------------------------------------
+
+    @property
+    def stages(self) -> list[StageRuntime]:
+        """The stage runtimes, in data-flow order."""
+        return [s.runtime for s in self._stages if s.runtime is not None]
+
+    def stage(self, stage_id: str) -> StageRuntime:
+        """One stage's runtime by id."""
+        for s in self._stages:
+            if s.context.stage_id == stage_id and s.runtime is not None:
+                return s.runtime
+        raise KeyError(stage_id)
+
+    def _chain(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+               deadline_s: float | None) -> tuple[PendingCall, dict[str, float]]:
+        """Run every stage but the last to completion; submit the last and return it."""
+        latencies: dict[str, float] = {}
+        data: Mapping[str, Any] = inputs
+        previous: StageResult | None = None
+        try:
+            for position, stage in enumerate(self._stages):
+                runtime = stage.runtime
+                assert runtime is not None
+                if stage.transform is not None and previous is not None:
+                    produced = stage.transform(previous.outputs, inputs)
+                    data = _copy_apart(produced, previous.outputs)
+                if previous is not None:
+                    previous.ack()  # the next inputs are private copies by now
+                    previous = None
+                last = position == len(self._stages) - 1
+                pending = runtime.submit(data, params=params if last else None,
+                                         deadline_s=deadline_s)
+                if last:
+                    return pending, latencies
+                previous = pending.result()
+                latencies[stage.context.stage_id] = previous.latency_s
+        finally:
+            if previous is not None:  # a transform or a submission failed
+                previous.ack()
+        raise AssertionError("unreachable: a pipeline has at least one stage")
+
+    def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+            deadline_s: float | None = None) -> PipelineResult:
+        """Run one request through every stage; acknowledge the result when done with it.
+
+        Args:
+            inputs: The first stage's inputs (name to array).
+            params: Request parameters for the final stage (e.g. sampling parameters).
+            deadline_s: Wait this long for an admission or in-flight slot instead of
+                failing at once with ``ResourceUnavailable``.
+        """
+        self.admission.acquire(deadline_s)
+        try:
+            pending, latencies = self._chain(inputs, params, deadline_s)
+            final = pending.result()
+        except BaseException:
+            self.admission.release()
+            raise
+        latencies[self._stages[-1].context.stage_id] = final.latency_s
+        return PipelineResult(final, latencies, self.admission.release)
+
+    def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+               deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:
+        """Run the chain and yield the final stage's non-terminal events (tokens) as they come.
+
+        The admission slot is held until the stream ends; the final result is acknowledged
+        when the generator finishes or is closed.
+        """
+        self.admission.acquire(deadline_s)
+        try:
+            pending, _ = self._chain(inputs, params, deadline_s)
+            try:
+                yield from pending.events()
+            finally:
+                if pending._result is not None:
+                    pending._result.ack()
+                elif not pending._done:
+                    pending.cancel()
+        finally:
+            self.admission.release()
+
+    async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+                   deadline_s: float | None = None) -> PipelineResult:
+        """:meth:`run` for asyncio code (the blocking work runs in a worker thread)."""
+        return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
+
+    def cancel(self) -> dict[str, str]:
+        """Fence every stage's epoch at once and stop what is running; stage id → outcome."""
+        return {s.context.stage_id: s.runtime.cancel().value
+                for s in self._stages if s.runtime is not None}
+
+    async def acancel(self) -> dict[str, str]:
+        """:meth:`cancel` for asyncio code."""
+        return await asyncio.to_thread(self.cancel)
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self) -> dict[str, Any]:
+        """Retire every stage in reverse order and settle each reservation (idempotent).
+
+        Returns:
+            Stage id → {"retire": outcome, "release": released / quarantined / none}.
+        """
+        summary: dict[str, Any] = {}
+        for stage in reversed(self._stages):
+            outcome = stage.runtime.close() if stage.runtime is not None else None
+            if stage.token is not None:
+                stage.release_outcome = _settle(self.ledger, stage.token, outcome)
+                stage.token = None
+            summary[stage.context.stage_id] = {
+                "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
+                           else outcome),
+                "release": stage.release_outcome,
+            }
+        self.closed = True
+        return summary
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def execution_plan(self) -> dict[str, Any]:
+        """The JSON execution plan: identities, route, reservations, placement, numerics."""
+        stages = []
+        for stage in self._stages:
+            runtime = stage.runtime
+            described = dict(runtime.loaded.describe()) if runtime is not None else {}
+            numerics = stage.warmup.numerics if stage.warmup is not None else None
+            checked = bool(numerics and numerics.get("passed")
+                           and numerics.get("reference") not in (None, "none"))
+            stages.append({
+                "id": stage.context.stage_id,
+                "backend": stage.binding.backend.name,
+                "plugin": stage.binding.plugin,
+                "kind": sorted(k.value for k in stage.binding.backend.kinds),
+                "generation": runtime.generation if runtime is not None else None,
+                "worker": described,
+                "route": described.get("route"),
+                "reservation": {"demands": dict(stage.demands),
+                                "token": stage.token.to_json() if stage.token else None},
+                "placement": (stage.warmup.placement.to_json()
+                              if stage.warmup is not None else None),
+                "numerics": dict(numerics) if numerics is not None else None,
+                "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
+                "observed_memory": dict(stage.observed),
+                "evidence": "complete-model" if checked else "backend-execution",
+            })
+        return {
+            "pipeline": self.config.name,
+            "edge_core": __version__,
+            "opened_at": self.opened_at,
+            "config": self.config.to_json(),
+            "stages": stages,
+            "ledger": self.ledger.snapshot(),
+        }

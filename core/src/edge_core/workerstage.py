@@ -1,0 +1,211 @@
+"""A :class:`~edge_core.stage.LoadedStage` whose model runs in a worker process.
+
+Most backends follow the same shape — start a worker on the stage's route, send it a
+``load`` control call, a ``warmup`` call, then requests — so plugins compose this class
+instead of re-writing it. It owns the :class:`~edge_core.host.client.WorkerClient`; the
+plugin keeps what is specific to its runtime (the load configuration, how to read the
+warm-up report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import psutil
+
+from edge_contracts.devices import RAM_POOL
+from edge_contracts.requests import StageEvent, StageRequest
+from edge_core.backend import CancelOutcome
+from edge_core.host.bootstrap import start_worker
+from edge_core.host.calls import Call
+from edge_core.host.client import WorkerClient
+from edge_core.host.devlock import DeviceLock
+from edge_core.host.retire import RetireOutcome
+from edge_core.host.routes import Route
+from edge_core.stage import StageContext
+
+__all__ = ["WorkerStage", "tree_peak_rss"]
+
+
+def _peak_rss(proc: psutil.Process) -> int:
+    """The process's peak resident set (VmHWM on Linux), else its current RSS."""
+    try:
+        with open(f"/proc/{proc.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(proc.memory_info().rss)
+
+
+def tree_peak_rss(pid: int, create_time: float) -> int:
+    """Sum of the peak resident memory of a process and its descendants (0 when gone).
+
+    The root is matched by (pid, creation time) so that a reused PID is never measured.
+    """
+    try:
+        root = psutil.Process(pid)
+        if abs(root.create_time() - create_time) > 0.01:
+            return 0
+        total = _peak_rss(root)
+        for child in root.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                total += _peak_rss(child)
+        return total
+    except psutil.Error:
+        return 0
+
+
+class WorkerStage:
+    """A stage served by one worker process.
+
+    Build with :meth:`start`. Satisfies :class:`edge_core.stage.LoadedStage`.
+
+    Attributes:
+        context: The stage context it was loaded with.
+        client: The worker client (exposed for plugins that need control calls).
+        load_report: The handler's answer to ``load``.
+        manifest: Facts about the verified artifact for the execution plan.
+    """
+
+    def __init__(self, context: StageContext, client: WorkerClient,
+                 load_report: Mapping[str, Any], manifest: Mapping[str, Any] | None,
+                 device_id: str | None) -> None:
+        self._context = context
+        self.client = client
+        self.load_report = dict(load_report)
+        self.manifest = dict(manifest or {})
+        self.device_id = device_id
+        self._calls: dict[str, Call] = {}
+        self._lock = threading.Lock()
+        self._peak = 0
+
+    @property
+    def context(self) -> StageContext:
+        """The context the stage was loaded with."""
+        return self._context
+
+    @classmethod
+    def start(
+        cls,
+        context: StageContext,
+        *,
+        default_entry: str,
+        load_config: Mapping[str, Any],
+        stage_packages: Iterable[str] = (),
+        features: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        device_id: str | None = None,
+        manifest: Mapping[str, Any] | None = None,
+        load_timeout_s: float | None = 600.0,
+    ) -> WorkerStage:
+        """Start the worker on the stage's route, then load under the device lock.
+
+        Args:
+            context: The stage context; its ``route`` (a ``RouteConfig``) or, when unset,
+                the controller's own interpreter decides where the worker runs.
+            default_entry: The plugin's worker factory, used when the route names none.
+            load_config: JSON configuration for the handler's ``load``.
+            stage_packages: Worker packages to stage for a foreign interpreter.
+            features: Protocol features the plugin requires.
+            env: Environment for the worker (default: the controller's).
+            device_id: Physical device whose initialisation lock is held while loading.
+            manifest: Verified artifact facts for the execution plan.
+            load_timeout_s: Bound on the ``load`` control call.
+
+        Raises:
+            The host's bootstrap errors, or the handler's load error (the worker is retired
+            before the error propagates).
+        """
+        packages = tuple(stage_packages)
+        path = f"stages[{context.stage_id}].backend.route"
+        if context.route is not None:
+            route: Route = context.route.to_host_route(default_entry, path)
+            route = attrs.evolve(route, stage=tuple(dict.fromkeys(route.stage + packages)))
+        else:
+            route = Route.default(context.backend, default_entry, stage=packages)
+        client = start_worker(route, generation=context.generation, features=features,
+                              env=env, max_io_bytes=context.max_io_bytes)
+        try:
+            with cls._device_lock(device_id):
+                report = client.load(load_config, timeout_s=load_timeout_s)
+        except BaseException:
+            client.retire()
+            raise
+        return cls(context, client, report, manifest, device_id)
+
+    @staticmethod
+    def _device_lock(device_id: str | None) -> contextlib.AbstractContextManager[Any]:
+        return DeviceLock(device_id) if device_id else contextlib.nullcontext()
+
+    def warmup(self, config: Mapping[str, Any] | None = None,
+               timeout_s: float | None = 600.0) -> dict[str, Any]:
+        """Run the handler's warm-up under the device lock; return its report."""
+        with self._device_lock(self.device_id):
+            report = self.client.warmup(config or {}, timeout_s=timeout_s)
+        self._sample_memory()
+        return report
+
+    def call(self, request: StageRequest,
+             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """Send the request now; return an iterator of (event, private output copies)."""
+        call = self.client.submit(request, inputs)
+        with self._lock:
+            self._calls[request.request_id] = call
+        return self._events(request.request_id, call)
+
+    def _events(self, request_id: str,
+                call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        try:
+            for delivery in call:
+                with delivery:
+                    arrays = {name: np.array(a, copy=True) for name, a in delivery.arrays.items()}
+                yield delivery.event, arrays
+        finally:
+            with self._lock:
+                self._calls.pop(request_id, None)
+
+    def cancel(self, request_id: str, epoch: int, *, preemptible: bool) -> CancelOutcome:
+        """Cancel in place (preemptible handlers) or ask the runtime to retire the worker."""
+        with self._lock:
+            call = self._calls.get(request_id)
+        if call is None or call.ended:
+            return CancelOutcome.ALREADY_FINISHED
+        if preemptible:
+            self.client.cancel(request_id)
+            return CancelOutcome.CANCELLED_IN_PLACE
+        return CancelOutcome.RETIRE_REQUIRED
+
+    def retire(self, deadline_s: float = 5.0) -> RetireOutcome:
+        """Retire the worker tree (idempotent)."""
+        self._sample_memory()
+        return self.client.retire(deadline_s)
+
+    def _sample_memory(self) -> None:
+        identity = self.client.identity
+        self._peak = max(self._peak, tree_peak_rss(identity.pid, identity.create_time))
+
+    def observed_memory(self) -> Mapping[str, int]:
+        """Peak resident memory of the worker tree, charged to ``machine:ram``."""
+        self._sample_memory()
+        return {RAM_POOL: self._peak}
+
+    def describe(self) -> Mapping[str, object]:
+        """Worker identity, route, runtime versions, load report and manifest facts."""
+        identity = self.client.identity
+        return {
+            "generation": self.client.generation,
+            "pid": identity.pid,
+            "create_time": identity.create_time,
+            "route": self.client.route.to_dict(),
+            "runtime": dict(self.client.hello.get("versions", {})),
+            "load": self.load_report,
+            "manifest": self.manifest,
+            "health": self.client.health().to_dict(),
+        }

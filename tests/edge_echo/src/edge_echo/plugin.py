@@ -1,0 +1,133 @@
+"""The echo backends' hook implementations: the smallest complete backend plugin.
+
+Every lifecycle hook is here, each a few lines, because the worker plumbing comes from
+:class:`edge_core.workerstage.WorkerStage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from edge_core import hookimpl
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from edge_contracts.requests import StageEvent, StageRequest
+    from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
+    from edge_core.host.retire import RetireOutcome
+    from edge_core.placement import WarmupReport
+    from edge_core.stage import StageContext
+    from edge_core.workerstage import WorkerStage
+
+EDGE_CONTRACT = "1.0"
+
+BACKENDS = ("echo", "echo-preemptible")
+DEFAULT_RAM_DEMAND = 256 * 1024 * 1024
+
+
+@attrs.frozen
+class EchoOptions:
+    """The validated ``[backend.options]`` of an echo stage."""
+
+    delay_s: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
+    scale: float = 2.0
+    fail_at: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            attrs.validators.in_(("load", "warmup", "call"))))
+    allocate_mb: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    provider: str = "numpy"
+    wrong_numerics: bool = False
+    example_shape: tuple[int, ...] = (2, 2)
+
+
+def backend_infos() -> list[BackendInfo]:
+    """The two echo backends: identical but for preemptibility and concurrency."""
+    from edge_core.backend import BackendInfo
+
+    return [
+        BackendInfo(name="echo", kinds=["graph"], preemptible=False, max_concurrency=1,
+                    providers=["numpy"], description="numpy echo; cancel retires the worker"),
+        BackendInfo(name="echo-preemptible", kinds=["graph"], preemptible=True,
+                    max_concurrency=4, providers=["numpy"],
+                    description="numpy echo; cancels in place"),
+    ]
+
+
+@hookimpl
+def edge_backends() -> list[BackendInfo]:
+    """Declare ``echo`` and ``echo-preemptible``."""
+    return backend_infos()
+
+
+@hookimpl
+def edge_probe() -> list[ProbeReport]:
+    """Both backends run anywhere numpy does."""
+    from edge_core.backend import ProbeReport
+
+    return [ProbeReport(backend=name, available=True, runtime={"edge_echo": "0.1.0"})
+            for name in BACKENDS]
+
+
+@hookimpl
+def edge_validate_stage(backend: str, section: Mapping[str, Any], path: str) -> EchoOptions:
+    """Structure the options with edge-core's strict converter (errors carry the path)."""
+    from edge_core.config import structure_config
+
+    return structure_config(dict(section), EchoOptions, path=path)
+
+
+@hookimpl
+def edge_reserve(stage: StageContext) -> Mapping[str, int]:
+    """The declared demands, or 256 MiB of host RAM."""
+    return dict(stage.declared_demands) or {"machine:ram": DEFAULT_RAM_DEMAND}
+
+
+@hookimpl
+def edge_load(stage: StageContext) -> WorkerStage:
+    """Start the echo worker and hand it the options."""
+    from edge_core.workerstage import WorkerStage
+
+    options: EchoOptions = stage.options or EchoOptions()
+    config = attrs.asdict(options)
+    config["example_shape"] = list(options.example_shape)
+    config["preemptible"] = stage.backend == "echo-preemptible"
+    return WorkerStage.start(stage, default_entry="edge_echo.worker:create",
+                             load_config=config, stage_packages=("edge_echo",))
+
+
+@hookimpl
+def edge_warmup_placement(loaded: WorkerStage) -> WarmupReport:
+    """Turn the worker's warm-up answer into the report core gates on."""
+    from edge_core.placement import PlacementReport, ProviderShare, WarmupReport
+
+    answer = loaded.warmup()
+    shares = {name: ProviderShare(nodes=int(v["nodes"]), op_types=dict(v["op_types"]),
+                                  node_names=list(v["node_names"]))
+              for name, v in answer["providers"].items()}
+    target = loaded.context.placement.target or "numpy"
+    placement = PlacementReport(target=target, available_providers=answer["available"],
+                                providers=shares, method="echo-self-report")
+    return WarmupReport(placement=placement, numerics=answer["numerics"])
+
+
+@hookimpl
+def edge_call(loaded: WorkerStage, request: StageRequest,
+              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+    """Send the request to the worker."""
+    return loaded.call(request, inputs)
+
+
+@hookimpl
+def edge_cancel(loaded: WorkerStage, request_id: str, epoch: int) -> CancelOutcome:
+    """Cancel in place when preemptible; otherwise ask for retirement."""
+    return loaded.cancel(request_id, epoch,
+                         preemptible=loaded.context.backend == "echo-preemptible")
+
+
+@hookimpl
+def edge_retire(loaded: WorkerStage, deadline_s: float) -> RetireOutcome:
+    """Retire the worker tree."""
+    return loaded.retire(deadline_s)

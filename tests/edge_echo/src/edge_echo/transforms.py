@@ -1,0 +1,21 @@
+"""Input transforms for chaining echo stages (model-owned transforms in real pipelines)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def passthrough(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous stage's outputs, as they are (the runtime copies them apart)."""
+    return dict(previous)
+
+
+def add_source(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """Each previous output plus the pipeline input of the same name."""
+    return {name: value + source[name] for name, value in previous.items()}
+
+
+def explode(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """Always fail: exercises unwinding from a transform."""
+    raise ValueError("transform exploded as configured")

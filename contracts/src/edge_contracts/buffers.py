@@ -55,6 +55,12 @@ def check_shape(
     shape: object, field: str, *, error: type[ContractError] = InvalidValue
 ) -> tuple[int, ...]:
     """Return ``shape`` as a tuple of <= 32 non-negative integers (bools refused)."""
+    if (
+        type(shape) in (tuple, list)
+        and len(shape) <= MAX_DIMS  # type: ignore[arg-type]
+        and all(type(dim) is int and 0 <= dim <= INT64_MAX for dim in shape)  # type: ignore[attr-defined]
+    ):
+        return tuple(shape)  # type: ignore[arg-type]
     dims = require_list(shape, field, max_length=MAX_DIMS, error=error)
     return tuple(
         require_int(dim, f"{field}[{index}]", error=error) for index, dim in enumerate(dims)
@@ -146,5 +152,5 @@ class BufferDescriptor:
             raise rebase(exc, "buffer", field) from None
 
 
-_REQUIRED = ("owner", "generation", "dtype", "shape", "nbytes")
-_OPTIONAL = ("domain", "layout", "ready")
+_REQUIRED = frozenset({"owner", "generation", "dtype", "shape", "nbytes"})
+_OPTIONAL = frozenset({"domain", "layout", "ready"})

@@ -176,5 +176,5 @@ class DeviceDescriptor:
             raise rebase(exc, "device", field) from None
 
 
-_REQUIRED = ("physical_id", "kind", "name", "execution_domain", "integration", "pools")
-_OPTIONAL = ("package", "bandwidth_group", "power_domain")
+_REQUIRED = frozenset({"physical_id", "kind", "name", "execution_domain", "integration", "pools"})
+_OPTIONAL = frozenset({"package", "bandwidth_group", "power_domain"})

@@ -101,7 +101,7 @@ class ShmRef:
             raise rebase(exc, "ref", field) from None
 
 
-_REF_KEYS = ("segment", "offset", "generation")
+_REF_KEYS = frozenset({"segment", "offset", "generation"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +161,7 @@ class TensorSpec:
             raise rebase(exc, "tensor", field) from None
 
 
-_TENSOR_KEYS = ("name", "dtype", "shape", "nbytes", "ref")
+_TENSOR_KEYS = frozenset({"name", "dtype", "shape", "nbytes", "ref"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,16 +349,18 @@ class FrameHeader:
             raise rebase(exc, "header", field) from None
 
 
-_HEADER_KEYS = (
-    "version",
-    "required_features",
-    "op",
-    "request_id",
-    "stage_id",
-    "epoch",
-    "generation",
-    "meta",
-    "tensors",
+_HEADER_KEYS = frozenset(
+    {
+        "version",
+        "required_features",
+        "op",
+        "request_id",
+        "stage_id",
+        "epoch",
+        "generation",
+        "meta",
+        "tensors",
+    }
 )
 
 

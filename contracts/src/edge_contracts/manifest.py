@@ -141,14 +141,16 @@ class ArtifactMetadata:
             raise rebase(exc, "metadata", field) from None
 
 
-_METADATA_OPTIONAL = (
-    "example_inputs",
-    "checkpoint_revision",
-    "precision",
-    "layout",
-    "exporter",
-    "calibration",
-    "validation",
+_METADATA_OPTIONAL = frozenset(
+    {
+        "example_inputs",
+        "checkpoint_revision",
+        "precision",
+        "layout",
+        "exporter",
+        "calibration",
+        "validation",
+    }
 )
 
 
@@ -235,7 +237,7 @@ class ArtifactManifest:
         return cls.from_dict(data, field)
 
 
-_MANIFEST_KEYS = ("schema_version", "component", "files", "metadata")
+_MANIFEST_KEYS = frozenset({"schema_version", "component", "files", "metadata"})
 
 
 def _refuse_constant(name: str) -> object:

@@ -155,8 +155,8 @@ class StageRequest:
             raise rebase(exc, "request", field) from None
 
 
-_REQUEST_REQUIRED = ("request_id", "stage_id", "epoch", "generation", "operation")
-_REQUEST_OPTIONAL = ("inputs", "params", "deadline_ns")
+_REQUEST_REQUIRED = frozenset({"request_id", "stage_id", "epoch", "generation", "operation"})
+_REQUEST_OPTIONAL = frozenset({"inputs", "params", "deadline_ns"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,5 +279,7 @@ class StageEvent:
             raise rebase(exc, "event", field) from None
 
 
-_EVENT_REQUIRED = ("request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal")
-_EVENT_OPTIONAL = ("error", "outputs", "data", "created_ns")
+_EVENT_REQUIRED = frozenset(
+    {"request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal"}
+)
+_EVENT_OPTIONAL = frozenset({"error", "outputs", "data", "created_ns"})

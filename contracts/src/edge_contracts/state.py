@@ -93,4 +93,6 @@ class StateHandle:
             raise rebase(exc, "state", field) from None
 
 
-_REQUIRED = ("session", "backend", "artifact", "layout", "epoch", "instance", "generation")
+_REQUIRED = frozenset(
+    {"session", "backend", "artifact", "layout", "epoch", "instance", "generation"}
+)

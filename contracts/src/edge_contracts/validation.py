@@ -47,6 +47,8 @@ def require_int(
     error: ErrorType = InvalidValue,
 ) -> int:
     """Return ``value`` if it is an ``int`` (not a bool) within ``[minimum, maximum]``."""
+    if type(value) is int and minimum <= value <= maximum:
+        return value
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise error(field, value, "must be an integer")
@@ -94,6 +96,8 @@ def require_optional_str(
 
 def require_id(value: object, field: str, *, error: ErrorType = InvalidValue) -> str:
     """Return ``value`` if it is a non-empty printable string of <= 128 characters."""
+    if type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable():
+        return value
     text = require_str(value, field, max_length=MAX_ID_LENGTH, error=error)
     if not text.isprintable():
         raise error(field, value, "must contain printable characters only")
@@ -148,13 +152,18 @@ def check_keys(
 ) -> Mapping[str, object]:
     """Return ``data`` as a mapping holding every required key and no unknown key.
 
-    The error names the key with its path, e.g. ``buffer.nbytes``.
+    The error names the key with its path, e.g. ``buffer.nbytes``. Passing ``required``
+    as a frozenset makes the common (valid) case a couple of set operations.
     """
+    if type(data) is dict and type(required) is frozenset:
+        keys = data.keys()
+        if keys >= required and (len(keys) == len(required) or keys <= required.union(optional)):
+            return data
     mapping = require_mapping(data, field, error=error)
     for key in mapping:
         if key not in required and key not in optional:
             raise error(f"{field}.{key}", mapping[key], "unknown key")
-    for key in required:
+    for key in sorted(required):
         if key not in mapping:
             raise error(f"{field}.{key}", None, "missing required key")
     return mapping

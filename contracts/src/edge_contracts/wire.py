@@ -175,12 +175,7 @@ def parse_header(
             "header", len(raw), f"must be <= max_header_bytes {limits.max_header_bytes}"
         )
     try:
-        data = json.loads(
-            bytes(raw).decode("utf-8"),
-            object_pairs_hook=_unique_keys,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-        )
+        data = _DECODER.decode(str(raw, "utf-8"))
     except (ValueError, RecursionError) as exc:
         raise HeaderMalformed("header", _excerpt(raw), f"must be UTF-8 JSON ({exc})") from None
     if not isinstance(data, dict):
@@ -271,7 +266,7 @@ def decode_frame(data: bytes | bytearray | memoryview, limits: Limits) -> Frame:
 
 def encode_header(header: FrameHeader) -> bytes:
     """Return the header's compact UTF-8 JSON bytes, as they travel on the wire."""
-    return json.dumps(header.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+    return _ENCODER.encode(header.to_dict()).encode()
 
 
 def encode_frame(
@@ -406,6 +401,12 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"number {text[:32]} is out of range")
     return value
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float
+)
 
 
 def _excerpt(raw: bytes | bytearray | memoryview) -> bytes:

@@ -68,7 +68,15 @@ def _children() -> frozenset[tuple[int, float]]:
 
 
 def _fds() -> frozenset[int]:
-    return frozenset(int(fd) for fd in os.listdir("/proc/self/fd"))
+    """Open descriptors, leaving out the one the listing itself used (closed by now)."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            os.fstat(int(name))
+        except OSError:
+            continue
+        found.add(int(name))
+    return frozenset(found)
 
 
 def _describe_fd(fd: int) -> str:

@@ -5,6 +5,11 @@ owner-only hook in the plugin that declared the backend, and returns an
 :class:`OwnerBinding` of plain callables taking the hook's arguments positionally. The
 runtime keeps that binding for the stage's lifetime: ``binding.call(loaded, request,
 inputs)`` is one Python call into the plugin.
+
+New-style hook wrappers (``@hookimpl(wrapper=True)``) from any plugin — tracing,
+profiling, fault injection — are chained around the owner's implementation at bind time,
+so they see owner hooks too without a per-call search. Old-style ``hookwrapper``s apply
+only to hooks called through pluggy (discovery, probe, commands).
 """
 
 from __future__ import annotations
@@ -107,6 +112,43 @@ def _positional(function: Callable[..., Any], impl_args: tuple[str, ...],
     return adapted
 
 
+def _wrapped(function: Callable[..., Any], wrappers: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """Chain new-style wrappers (``@hookimpl(wrapper=True)``) around the owner's function.
+
+    Each wrapper is a generator function: it runs up to its ``yield``, receives the inner
+    result (or has the inner exception thrown in), and returns the final value — the same
+    protocol as pluggy's wrappers, applied here once at bind time.
+    """
+
+    def chained(*args: Any) -> Any:
+        started = []
+        try:
+            for wrapper in wrappers:
+                generator = wrapper(*args)
+                next(generator)
+                started.append(generator)
+            result = function(*args)
+            error: BaseException | None = None
+        except BaseException as exc:
+            result, error = None, exc
+        for generator in reversed(started):
+            try:
+                if error is not None:
+                    generator.throw(error)
+                else:
+                    generator.send(result)
+                raise RuntimeError("a hook wrapper yielded more than once")
+            except StopIteration as stop:
+                result, error = stop.value, None
+            except BaseException as exc:
+                result, error = None, exc
+        if error is not None:
+            raise error
+        return result
+
+    return chained
+
+
 def _traced(hook_name: str, plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
     def traced(*args: Any) -> Any:
         summary = ", ".join(_short(a) for a in args)
@@ -151,7 +193,12 @@ def bind_owner(
     bound: dict[str, Callable[..., Any]] = {}
     for hook_name in REQUIRED_OWNER_HOOKS + OPTIONAL_OWNER_HOOKS:
         caller = getattr(plugins.manager.hook, hook_name)
-        impl = next((i for i in caller.get_hookimpls() if i.plugin is plugin), None)
+        impl = next((i for i in caller.get_hookimpls() if i.plugin is plugin
+                     and not i.wrapper and not i.hookwrapper), None)
+        wrappers = [
+            _positional(w.function, tuple(w.argnames), _spec_argnames(hook_name))
+            for w in reversed(caller.get_hookimpls()) if w.wrapper
+        ]
         if impl is None:
             if hook_name in REQUIRED_OWNER_HOOKS:
                 raise PluginError(
@@ -162,6 +209,8 @@ def bind_owner(
         else:
             function = _positional(impl.function, tuple(impl.argnames),
                                    _spec_argnames(hook_name))
+        if wrappers:
+            function = _wrapped(function, wrappers)
         if trace:
             function = _traced(hook_name, plugin_name, function)
         bound[hook_name.removeprefix("edge_")] = function

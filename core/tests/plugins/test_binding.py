@@ -160,3 +160,50 @@ def test_a_hanging_probe_times_out_without_hiding_the_others() -> None:
     assert rows["quick"]["available"] is True
     assert rows["slow"]["available"] is False
     assert "no answer within 0.3 s" in rows["slow"]["reason"]
+
+
+class Injector:
+    """A fault-injection plugin: wraps owner hooks of any backend."""
+
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @hookimpl(wrapper=True)
+    def edge_reserve(self, stage: Any) -> Any:
+        self.seen.append(f"before {stage}")
+        result = yield
+        self.seen.append("after")
+        return {**result, "machine:ram": 99}
+
+    @hookimpl(wrapper=True)
+    def edge_load(self, stage: Any) -> Any:
+        try:
+            return (yield)
+        except RuntimeError as exc:
+            return f"recovered from {exc}"
+
+
+class FailingLoad(Owner):
+    @hookimpl
+    def edge_load(self, stage: Any) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_wrappers_from_other_plugins_wrap_owner_hooks() -> None:
+    injector = Injector()
+    plugins = load_plugins(objects={"owner": Owner(), "inject": injector},
+                           env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    assert binding.reserve("S") == {"machine:ram": 99}
+    assert injector.seen == ["before S", "after"]
+    plugins = load_plugins(objects={"owner": FailingLoad(), "inject": Injector()},
+                           env={"EDGE_PLUGINS": ""})
+    assert bind_owner(plugins, "toy", env={}).load("S") == "recovered from boom"
+
+
+def test_without_wrappers_the_owner_exception_propagates() -> None:
+    plugins = load_plugins(objects={"owner": FailingLoad()}, env={"EDGE_PLUGINS": ""})
+    with pytest.raises(RuntimeError, match="boom"):
+        bind_owner(plugins, "toy", env={}).load("S")

@@ -19,7 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from edge_core import __version__
-from edge_core.binding import OwnerBinding, bind_owner
+from edge_core.binding import OwnerBinding, backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
 from edge_core.config.transforms import resolve_input_transform
 from edge_core.errors import BackendUnavailable, EdgeError
@@ -174,11 +174,14 @@ class Pipeline:
     def _resolve(config: PipelineConfig, index: int, plugins: PluginSet) -> _Stage:
         stage = config.stages[index]
         path = f"stages[{index}]"
-        binding = bind_owner(plugins, stage.backend.name)
-        answer = plugins.call_one(binding.plugin, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        owner = backend_table(plugins).get(stage.backend.name)
+        if owner is None:
+            bind_owner(plugins, stage.backend.name)  # raises, naming what is installed
+        assert owner is not None
+        answer = plugins.call_one(owner[1], "edge_probe", timeout_s=PROBE_TIMEOUT_S)
         if answer.error:
             raise BackendUnavailable(
-                f"{path}.backend.name: probe of plugin {binding.plugin!r} failed "
+                f"{path}.backend.name: probe of plugin {owner[1]!r} failed "
                 f"({answer.error}): {stage.backend.name!r}"
             )
         report = next((r for r in answer.result or () if r.backend == stage.backend.name), None)
@@ -186,6 +189,7 @@ class Pipeline:
             reason = report.reason if report is not None else "the probe did not report it"
             raise BackendUnavailable(f"{path}.backend.name: unavailable: {reason}: "
                                      f"{stage.backend.name!r}")
+        binding = bind_owner(plugins, stage.backend.name)
         options = stage.backend.validated
         if options is None:
             defaults = binding.config_defaults(stage.backend.name) or {}

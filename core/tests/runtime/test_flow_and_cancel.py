@@ -1,0 +1,213 @@
+"""Serving: bounded admission, acknowledgements, epochs, cancellation, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from edge_core import hookimpl
+from edge_core.backend import CancelOutcome
+from edge_core.config import load_pipeline
+from edge_core.errors import ResourceUnavailable, StageClosed
+from edge_core.host.retire import RetireOutcome
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.runtime import (
+    AckOutcome,
+    DuplicateRequest,
+    Pipeline,
+    RequestCancelled,
+    StageState,
+)
+
+from .conftest import MiB, OpenPipeline, echo_stage
+
+X = {"x": np.ones((2, 2), np.float32)}
+
+
+def test_a_hundred_extra_requests_are_refused_until_an_ack_then_one_is_admitted(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"))
+    stage = pipeline.stage("a")
+    pending = [stage.submit(X) for _ in range(4)]  # max_concurrency of echo-preemptible
+    results = [p.result() for p in pending]  # delivered: slots still held
+    refused = 0
+    for _ in range(100):
+        with pytest.raises(ResourceUnavailable, match=r"stages\[a\]\.in_flight: all 4"):
+            stage.submit(X)
+        refused += 1
+    assert refused == 100
+    assert results[0].ack() is AckOutcome.ACKNOWLEDGED
+    admitted = stage.submit(X).result()
+    with pytest.raises(ResourceUnavailable):
+        stage.submit(X)
+    for result in [*results[1:], admitted]:
+        assert result.ack() is AckOutcome.ACKNOWLEDGED
+    assert stage.outstanding == 0
+
+
+def test_a_stale_ack_frees_nothing_and_says_so(open_pipeline: OpenPipeline) -> None:
+    stage = open_pipeline(echo_stage("a", backend="echo-preemptible")).stage("a")
+    first = stage.submit(X, request_id="r1").result()
+    assert first.ack() is AckOutcome.ACKNOWLEDGED
+    assert first.ack() is AckOutcome.STALE
+
+
+def test_an_old_ack_cannot_release_a_reused_request_id(open_pipeline: OpenPipeline) -> None:
+    stage = open_pipeline(echo_stage("a", backend="echo-preemptible")).stage("a")
+    old = stage.submit(X, request_id="same").result()
+    old.ack()
+    new = stage.submit(X, request_id="same").result()
+    assert old.ack() is AckOutcome.STALE
+    assert stage.outstanding == 1  # the new delivery still holds its slot
+    assert new.ack() is AckOutcome.ACKNOWLEDGED
+    assert stage.outstanding == 0
+
+
+def test_a_request_id_in_flight_cannot_be_reused(open_pipeline: OpenPipeline) -> None:
+    stage = open_pipeline(echo_stage("a", backend="echo-preemptible")).stage("a")
+    held = stage.submit(X, request_id="dup").result()
+    with pytest.raises(DuplicateRequest, match="'dup'"):
+        stage.submit(X, request_id="dup")
+    held.ack()
+
+
+def test_pipeline_admission_waits_up_to_the_callers_deadline(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=1)
+    first = pipeline.run(X)
+    with pytest.raises(ResourceUnavailable, match=r"pipelines\[t\]\.admission"):
+        pipeline.run(X)
+    timer = threading.Timer(0.2, first.ack)
+    timer.start()
+    started = time.monotonic()
+    with pipeline.run(X, deadline_s=5.0) as second:
+        assert time.monotonic() - started >= 0.15
+        np.testing.assert_array_equal(second.outputs["x"], X["x"] * 2)
+    timer.join()
+
+
+def test_cancelling_a_preemptible_call_stops_it_in_place_and_keeps_the_worker(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=5.0))
+    stage = pipeline.stage("a")
+    pid = stage.loaded.describe()["pid"]
+    pending = stage.submit(X)
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert pending.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+    with pytest.raises(RequestCancelled):
+        pending.result()
+    assert time.monotonic() - started < 1.0
+    assert stage.state is StageState.READY
+    assert psutil.pid_exists(pid) and stage.loaded.describe()["pid"] == pid
+    assert stage.outstanding == 0
+
+
+def test_cancelling_a_running_non_preemptible_call_retires_its_worker(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", delay_s=5.0))
+    stage = pipeline.stage("a")
+    pid = stage.loaded.describe()["pid"]
+    pending = stage.submit(X)
+    time.sleep(0.1)
+    started = time.monotonic()
+    assert pipeline.cancel() == {"a": "retire-required"}
+    with pytest.raises(RequestCancelled):
+        pending.result()
+    assert time.monotonic() - started < 4.0  # retire deadline 3 s, well under the 5 s call
+    assert not psutil.pid_exists(pid)
+    assert stage.state is StageState.NEEDS_RESTART
+    assert stage.last_retire.verified is True
+    assert ledger.is_empty()  # released after the verified retirement
+    with pytest.raises(StageClosed, match="restart"):
+        stage.submit(X)
+    stage.restart()
+    assert stage.generation == 2
+    assert stage.loaded.describe()["generation"] == 2
+    assert ledger.reserved("machine:ram") == 256 * MiB
+    result = stage.submit(X).result()
+    assert result.key.generation == 2
+    result.ack()
+
+
+def test_cancelling_a_completed_call_keeps_the_worker(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a"))
+    stage = pipeline.stage("a")
+    pending = stage.submit(X)
+    result = pending.result()
+    assert pending.cancel() is CancelOutcome.ALREADY_FINISHED
+    assert stage.state is StageState.READY
+    result.ack()
+
+
+def test_no_output_of_a_fenced_epoch_is_delivered(open_pipeline: OpenPipeline) -> None:
+    stage = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=0.3)).stage("a")
+    pending = [stage.submit(X) for _ in range(3)]
+    assert stage.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+    for call in pending:
+        with pytest.raises(RequestCancelled):
+            call.result()
+    assert stage.epoch == 1
+    fresh = stage.submit(X).result()
+    assert fresh.key.epoch == 1
+    fresh.ack()
+
+
+class Unverifiable:
+    """Fault injection: every retirement is reported unverified (the worker does exit)."""
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl(wrapper=True)
+    def edge_retire(self, loaded: object, deadline_s: float) -> object:
+        real = yield
+        return RetireOutcome(verified=False, reason="injected: identity could not be checked",
+                             tree=real.tree)
+
+
+def test_unverified_retirement_keeps_the_reservation_quarantined(
+    ledger: ResourceLedger,
+) -> None:
+    plugins = load_plugins(objects={"unverifiable": Unverifiable()},
+                           env={"EDGE_PLUGINS": "echo"})
+    config = load_pipeline({"name": "q", "stages": [echo_stage("a")]})
+    pipeline = Pipeline.open(config, plugins, ledger)
+    summary = pipeline.close()
+    assert summary["a"]["release"] == "quarantined"
+    assert ledger.reserved("machine:ram") == 256 * MiB
+    (token,) = ledger.quarantined()
+    assert ledger.release(token, verified=True).value == "released"
+    assert ledger.is_empty()
+
+
+def test_the_async_api_runs_and_cancels(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"))
+
+    async def main() -> None:
+        result = await pipeline.arun(X)
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        result.ack()
+        assert await pipeline.acancel() == {"a": "already-finished"}
+
+    asyncio.run(main())
+
+
+def test_a_failing_transform_acknowledges_the_previous_result(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("a", backend="echo-preemptible"),
+        echo_stage("b", transform="edge_echo.transforms:explode"),
+    )
+    with pytest.raises(ValueError, match="exploded"):
+        pipeline.run(X)
+    assert pipeline.stage("a").outstanding == 0
+    assert pipeline.admission.used == 0

@@ -112,7 +112,9 @@ def _positional(function: Callable[..., Any], impl_args: tuple[str, ...],
     return adapted
 
 
-def _wrapped(function: Callable[..., Any], wrappers: list[Callable[..., Any]]) -> Callable[..., Any]:
+def _wrapped(
+    function: Callable[..., Any], wrappers: list[Callable[..., Any]]
+) -> Callable[..., Any]:
     """Chain new-style wrappers (``@hookimpl(wrapper=True)``) around the owner's function.
 
     Each wrapper is a generator function: it runs up to its ``yield``, receives the inner

@@ -132,8 +132,10 @@ class VerifiedBundle:
 
         Checks the manifest file and every member of the bundle on disk by fingerprint
         (device, inode, size, mtime and ctime in ns; a write always moves ctime), and the
-        staged copy by fingerprint too. With ``rehash`` every byte that the worker will
-        load is hashed again (the staged copy, or the bundle itself in place).
+        staged copy by fingerprint too. With ``rehash`` every byte is hashed again: the
+        bundle's, and the staged copy's (twice the read cost). A same-size rewrite within
+        one tick of the file system's timestamp clock (a few ms) can only be seen by a
+        rehash; in staged mode it cannot reach the worker in any case.
         """
         if _stat_fingerprint(self.source / MANIFEST_FILENAME) != self.manifest_fingerprint:
             raise BundleChanged("manifest", "changed after verification",
@@ -160,10 +162,11 @@ class VerifiedBundle:
                                         str(copy))
                 if rehash and sha256_path(copy) != member.sha256:
                     raise BundleChanged(field, "staged copy's sha256 changed", str(copy))
-            elif rehash:
+            if rehash:
                 again = hash_member(self.source, member.path)
                 if (again.sha256, again.source) != (member.sha256, member.source):
-                    raise BundleChanged(field, "sha256 changed after verification", member.path)
+                    raise BundleChanged(field, "sha256 changed in the bundle after verification",
+                                        member.path)
 
     def describe(self) -> dict[str, object]:
         """The JSON-ready identity of the bundle, for execution plans and ``--json``."""

@@ -77,12 +77,15 @@ def member_argument(root: Path, text: str) -> str:
     (relative to the working directory, or absolute) that lies inside the bundle is
     turned into its member path.
     """
-    if (root / text).exists() or not Path(text).exists():
-        return Path(text).as_posix()
-    resolved = Path(os.path.realpath(text))
-    if resolved.is_relative_to(root):
-        return resolved.relative_to(root).as_posix()
-    return Path(text).as_posix()
+    candidate = Path(text)
+    if not candidate.is_absolute() and (root / candidate).exists():
+        return candidate.as_posix()
+    if candidate.exists():
+        absolute = os.path.abspath(candidate)
+        full = Path(os.path.realpath(os.path.dirname(absolute))) / os.path.basename(absolute)
+        if full.is_relative_to(root):
+            return full.relative_to(root).as_posix()
+    return candidate.as_posix()
 
 
 def _default_graph(files: list[str]) -> str:

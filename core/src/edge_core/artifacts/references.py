@@ -109,12 +109,11 @@ def load_npz(path: Path, field: str) -> dict[str, npt.NDArray[Any]]:
     import numpy as np
 
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ReferenceRefused(field, "must be an .npz archive of named arrays", path.name)
+        with loaded as archive:
             return {name: archive[name] for name in archive.files}
-    except AttributeError:
-        # np.load returned a bare array (an .npy file), which has no context manager
-        raise ReferenceRefused(field, "must be an .npz archive of named arrays",
-                               path.name) from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise ReferenceRefused(
             field, f"must be an .npz archive loadable without pickle ({exc})", path.name

@@ -1,0 +1,116 @@
+"""``edge manifest create|verify``: exit codes, --json documents, progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_core.cli import main
+from edge_core.progress import PROGRESS_ENV
+
+from .bundles import sha256_of, write_bundle
+
+
+def _edge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``edge`` entry point in a child process."""
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from edge_core.cli import main; sys.exit(main())",
+         *args],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    out = capsys.readouterr().out
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_create_then_verify_round_trip_with_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write_bundle(tmp_path / "det", create=False)
+    code = main(["manifest", "create", str(directory), "--example-inputs", "inputs.npz",
+                 "--expected-outputs", str(directory / "expected.npz"), "--precision",
+                 "float32", "--validation", '{"bound": {"max_abs": 0.001}}', "--json"])
+    created = _json(capsys)
+    assert code == 0 and created["ok"] is True
+    assert created["component"] == "det" and created["graph"] == "model.onnx"
+    assert created["expected_outputs"] == "expected.npz"
+    assert created["external_data"] == {"model.onnx": ["weights.bin"]}
+    assert created["manifest_sha256"] == sha256_of(directory / MANIFEST_FILENAME)
+    assert main(["manifest", "verify", str(directory), "--json"]) == 0
+    verified = _json(capsys)
+    assert verified["ok"] is True
+    assert verified["manifest_sha256"] == created["manifest_sha256"]
+    assert verified["files"] == 4 and verified["unlisted"] == []
+
+
+def test_verify_of_a_tampered_bundle_exits_1_with_the_refusal(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open(bundle / "weights.bin", "ab") as handle:
+        handle.write(b"!")
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 1
+    failure = _json(capsys)
+    assert failure["ok"] is False
+    assert failure["refusal"]["kind"] == "DigestMismatch"
+    assert failure["refusal"]["field"] == 'manifest.files["weights.bin"]'
+    assert failure["error"].startswith('manifest.files["weights.bin"]: sha256 differs')
+
+
+def test_verify_without_json_prints_the_refusal_on_stderr(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (bundle / "inputs.npz").unlink()
+    assert main(["manifest", "verify", str(bundle)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert 'edge: manifest.files["inputs.npz"]: listed in the manifest' in captured.err
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["manifest", "verify", str(tmp_path / "absent"), "--json"]) == 2
+    assert _json(capsys)["ok"] is False
+    directory = write_bundle(tmp_path / "b", create=False)
+    assert main(["manifest", "create", str(directory), "--calibration", "[1]"]) == 2
+    assert "--calibration: must be a JSON object" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main(["manifest"])
+    assert caught.value.code == 2
+
+
+def test_create_refuses_to_overwrite_without_force(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["manifest", "create", str(bundle), "--json"]) == 1
+    assert "already exists" in _json(capsys)["error"]
+    assert main(["manifest", "create", str(bundle), "--force", "--component", "x"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {bundle.resolve() / MANIFEST_FILENAME}")
+
+
+def test_real_entry_point_shows_progress_when_forced_and_never_under_json(
+    tmp_path: Path,
+) -> None:
+    directory = write_bundle(tmp_path / "big", create=False)
+    (directory / "blob.bin").write_bytes(os.urandom(12 << 20))
+    forced = {PROGRESS_ENV: "1"}
+    created = _edge("manifest", "create", str(directory), "--json", env=forced)
+    assert created.returncode == 0, created.stderr
+    assert created.stderr == ""
+    assert json.loads(created.stdout)["ok"] is True
+    verified = _edge("manifest", "verify", str(directory), env=forced)
+    assert verified.returncode == 0, verified.stderr
+    assert "100% 12." in verified.stderr and "MiB" in verified.stderr
+    assert verified.stdout.startswith(f"verified {directory.resolve()}")
+    quiet = _edge("manifest", "verify", str(directory), env={PROGRESS_ENV: "auto"})
+    assert quiet.returncode == 0 and quiet.stderr == ""

@@ -1,0 +1,114 @@
+"""create_manifest: what it records, and the bundles it refuses to describe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
+from edge_core.artifacts import (
+    ManifestSchemaInvalid,
+    MemberPathRefused,
+    ReferenceRefused,
+    create_manifest,
+    verify_bundle,
+)
+
+from .bundles import matmul_model, sha256_of, write_bundle
+
+
+def test_created_manifest_lists_every_file_with_its_digest_and_round_trips(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    directory = write_bundle(tmp_path / "ocr-det", create=False)
+    (directory / "sub").mkdir()
+    (directory / "sub" / "vocab.txt").write_text("abc")
+    created = create_manifest(
+        directory, example_inputs="inputs.npz", expected_outputs="expected.npz",
+        checkpoint_revision="rev-1", precision="float32", layout="NC", exporter="onnx 1.x",
+        calibration={"method": "none"}, validation={"bound": {"max_abs": 1e-5}},
+    )
+    manifest = ArtifactManifest.from_json((directory / MANIFEST_FILENAME).read_text())
+    assert manifest == created.manifest
+    assert manifest.component == "ocr-det"
+    assert manifest.metadata.graph == "model.onnx"
+    assert dict(manifest.files) == {
+        name: sha256_of(directory / name)
+        for name in ("expected.npz", "inputs.npz", "model.onnx", "sub/vocab.txt", "weights.bin")
+    }
+    assert dict(manifest.metadata.validation or {}) == {
+        "bound": {"max_abs": 1e-5}, "expected_outputs": "expected.npz"}
+    assert created.manifest_sha256 == sha256_of(directory / MANIFEST_FILENAME)
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.manifest == created.manifest
+        assert verified.manifest_sha256 == created.manifest_sha256
+        assert verified.total_bytes == created.total_bytes
+
+
+def test_existing_manifest_is_kept_unless_overwrite_is_asked(bundle: Path) -> None:
+    before = (bundle / MANIFEST_FILENAME).read_bytes()
+    with pytest.raises(ManifestSchemaInvalid, match="already exists"):
+        create_manifest(bundle)
+    assert (bundle / MANIFEST_FILENAME).read_bytes() == before
+    created = create_manifest(bundle, overwrite=True, component="again")
+    assert created.manifest.component == "again"
+    assert not [p for p in bundle.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_graph_must_be_named_when_the_bundle_holds_several(tmp_path: Path) -> None:
+    import onnx
+
+    directory = write_bundle(tmp_path / "b", external=False, create=False)
+    onnx.save_model(matmul_model(), directory / "second.onnx")
+    with pytest.raises(ReferenceRefused, match=r"exactly one \.onnx"):
+        create_manifest(directory)
+    assert create_manifest(directory, graph="second.onnx").manifest.metadata.graph == (
+        "second.onnx")
+
+
+def test_symlink_leading_outside_is_refused_at_creation(tmp_path: Path) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    (tmp_path / "outside.bin").write_bytes(b"x")
+    (directory / "escape.bin").symlink_to(tmp_path / "outside.bin")
+    with pytest.raises(MemberPathRefused, match="outside the bundle"):
+        create_manifest(directory)
+    assert not (directory / MANIFEST_FILENAME).exists()
+
+
+def test_symlinked_directory_is_refused_at_creation(tmp_path: Path) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    (directory / "real").mkdir()
+    (directory / "alias").symlink_to(directory / "real", target_is_directory=True)
+    with pytest.raises(MemberPathRefused, match="symlinked directories"):
+        create_manifest(directory)
+
+
+def test_file_name_with_a_colon_is_refused_at_creation(tmp_path: Path) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    (directory / "a:b.bin").write_bytes(b"x")
+    with pytest.raises(MemberPathRefused, match="colon"):
+        create_manifest(directory)
+
+
+def test_expected_outputs_conflicting_with_validation_are_refused(tmp_path: Path) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    with pytest.raises(ReferenceRefused, match="differs"):
+        create_manifest(directory, expected_outputs="expected.npz",
+                        validation={"expected_outputs": "inputs.npz"})
+
+
+def test_external_data_missing_from_the_directory_is_refused_at_creation(
+    tmp_path: Path,
+) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    (directory / "weights.bin").unlink()
+    with pytest.raises(ReferenceRefused, match=r"weights\.bin"):
+        create_manifest(directory)
+    assert not (directory / MANIFEST_FILENAME).exists()
+
+
+def test_manifest_is_written_as_canonical_json(bundle: Path) -> None:
+    text = (bundle / MANIFEST_FILENAME).read_text()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"

@@ -7,8 +7,10 @@ ships it, ``example_inputs.npz`` (the stage's inputs on that page, at its bucket
 taken from its graph metadata into ``characters.txt``. ``bundle.json`` at the top describes
 the pipeline (stage order, transforms, buckets, provenance) for whoever wires it.
 
-A manifest per stage is written by the ``write_manifest`` hook, called with the stage
-directory and its metadata once the stage's files are final.
+A manifest per stage (``edge-manifest.json``) is written by the ``write_manifest`` hook,
+called with the stage directory and its metadata once the stage's files are final; the
+default is :func:`edge_manifest` (``edge_core.artifacts.create_manifest``); ``None``
+writes no manifest.
 
 ``python -m edge_ocr_example.bundle OUT [--wheel WHL] [--cache DIR]`` builds into ``OUT``.
 """
@@ -16,13 +18,13 @@ directory and its metadata once the stage's files are final.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -46,9 +48,16 @@ from edge_ocr_example.models import RAPIDOCR_VERSION, WHEEL_SHA256, read_graph
 from edge_ocr_example.npz import save_npz
 from edge_ocr_example.reference import PROVIDER, DirectRunner, recognize
 
-__all__ = ["BuildResult", "ManifestWriter", "StageBundle", "build_bundles", "main"]
+__all__ = [
+    "BuildResult",
+    "ManifestWriter",
+    "StageBundle",
+    "build_bundles",
+    "edge_manifest",
+    "main",
+]
 
-ManifestWriter = Callable[[Path, Mapping[str, str]], object]
+ManifestWriter = Callable[[Path, Mapping[str, Any]], object]
 """Writes a stage's manifest: called with the stage directory and its metadata."""
 
 _BUCKETS = {"detect": DET_SHAPE, "classify": CLS_SHAPE, "recognize": REC_SHAPE}
@@ -64,8 +73,8 @@ class StageBundle:
     """The stage's bundle directory."""
     graph: str
     """Graph file name, relative to ``directory``."""
-    metadata: Mapping[str, str]
-    """What the manifest records: graph, example inputs, revision, precision, layout, ..."""
+    metadata: Mapping[str, Any]
+    """What the manifest records: the keyword arguments of ``create_manifest``."""
 
 
 @dataclass(frozen=True)
@@ -93,31 +102,42 @@ def _prepare(out: Path) -> None:
         shutil.rmtree(stage_dir(out, stage), ignore_errors=True)
 
 
-def _metadata(stage_id: str, graph: bytes, producer: str, has_characters: bool) -> dict[str, str]:
+def _metadata(stage_id: str, producer: str) -> dict[str, Any]:
+    """The manifest metadata of one stage (keyword arguments of ``create_manifest``)."""
     stage = next(spec for spec in STAGES if spec.id == stage_id)
-    metadata = {
+    validation: dict[str, Any] = {
+        "expected_outputs": EXPECTED_OUTPUTS,
+        "reference": f"onnxruntime {ort.__version__} {PROVIDER}",
+        "session_options": "defaults (graph optimisation level ORT_ENABLE_ALL)",
+        "comparison": "exact (bit for bit)",
+        "bucket": {"x": list(_BUCKETS[stage_id])},
+    }
+    if stage.transform_ref is not None:
+        validation["input_transform"] = stage.transform_ref
+    if stage is STAGES[-1]:
+        validation["characters"] = CHARACTERS_FILE
+    return {
+        "component": f"ocr-{stage_id}",
         "graph": graph_name(stage),
         "example_inputs": EXAMPLE_INPUTS,
         "expected_outputs": EXPECTED_OUTPUTS,
         "checkpoint_revision": (
-            f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256 {WHEEL_SHA256}) "
-            f"{stage.graph_member} sha256 {hashlib.sha256(graph).hexdigest()}"
+            f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256:{WHEEL_SHA256}) "
+            f"{stage.graph_member}"
         ),
-        "precision": "fp32",
+        "precision": "float32",
         "layout": "NCHW",
-        "bucket": json.dumps(list(_BUCKETS[stage_id])),
-        "exporter": producer or "unknown",
-        "calibration": "none (floating point)",
-        "validation": (
-            f"{EXPECTED_OUTPUTS}: onnxruntime {ort.__version__} {PROVIDER}, default session "
-            "options (full graph optimisation); equal bit for bit"
-        ),
+        "exporter": producer or "unrecorded in the graph",
+        "calibration": None,
+        "validation": validation,
     }
-    if has_characters:
-        metadata["characters"] = CHARACTERS_FILE
-    if stage.transform_ref is not None:
-        metadata["input_transform"] = stage.transform_ref
-    return metadata
+
+
+def edge_manifest(directory: Path, metadata: Mapping[str, Any]) -> object:
+    """The default manifest writer: ``edge_core.artifacts.create_manifest`` (overwriting)."""
+    from edge_core.artifacts import create_manifest  # imported on use: edge-core is optional
+
+    return create_manifest(directory, overwrite=True, **metadata)
 
 
 def build_bundles(
@@ -126,7 +146,7 @@ def build_bundles(
     image: np.ndarray | None = None,
     wheel: Path | None = None,
     cache_dir: Path | None = None,
-    write_manifest: ManifestWriter | None = None,
+    write_manifest: ManifestWriter | None = edge_manifest,
 ) -> BuildResult:
     """Write the three stage bundles into ``out`` and return what was written.
 
@@ -157,10 +177,9 @@ def build_bundles(
         graph_path(out, stage).write_bytes(graphs[stage.id])
         save_npz(folder / EXAMPLE_INPUTS, trace.inputs[stage.id])
         save_npz(folder / EXPECTED_OUTPUTS, trace.outputs[stage.id])
-        is_last = stage is STAGES[-1]
-        if is_last:
+        if stage is STAGES[-1]:
             (folder / CHARACTERS_FILE).write_bytes(dictionary.encode("utf-8"))
-        metadata = _metadata(stage.id, graphs[stage.id], runner.producer(stage.id), is_last)
+        metadata = _metadata(stage.id, runner.producer(stage.id))
         if write_manifest is not None:
             write_manifest(folder, metadata)
         bundles.append(StageBundle(stage.id, folder, graph_name(stage), metadata))
@@ -190,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for bundle in result.stages:
-        print(f"{bundle.stage_id}: {bundle.directory} bucket {bundle.metadata['bucket']}")
+        bucket = bundle.metadata["validation"]["bucket"]
+        print(f"{bundle.stage_id}: {bundle.directory} bucket {bucket}")
     for line in result.lines:
         print(f"  {line.text!r} ({line.score:.3f})")
     return 0

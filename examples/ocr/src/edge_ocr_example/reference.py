@@ -76,9 +76,13 @@ class DirectRunner:
         return value
 
     def producer(self, stage_id: str) -> str:
-        """The tool that produced a stage's graph, as the graph records it."""
+        """The tool that produced a stage's graph, as the graph records it (or ``""``).
+
+        The PP-OCR graphs leave ``producer_name`` empty in places but name PaddlePaddle in
+        their graph name; their model version is unset (INT64_MAX), so it is not reported.
+        """
         meta = self._sessions[stage_id].get_modelmeta()
-        return f"{meta.producer_name} {meta.version}".strip()
+        return str(meta.producer_name or meta.graph_name or "")
 
 
 def recognize(

@@ -1,0 +1,160 @@
+"""The real PP-OCR graphs: bundles, the direct onnxruntime reference, the model source.
+
+These run the actual models from the pinned rapidocr-onnxruntime wheel (downloaded into
+the cache on first use) on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_core.artifacts import verify_bundle
+from edge_ocr_example.buckets import CLS_SHAPE, DET_SHAPE, REC_CLASSES, REC_SHAPE, REC_STEPS
+from edge_ocr_example.bundle import build_bundles
+from edge_ocr_example.bundle_layout import (
+    DESCRIPTION,
+    EXAMPLE_INPUTS,
+    EXPECTED_OUTPUTS,
+    IMAGE,
+    graph_path,
+    stage_dir,
+)
+from edge_ocr_example.chain import STAGES
+from edge_ocr_example.decode import CHARACTERS_FILE, load_characters
+from edge_ocr_example.errors import ModelSourceError, OcrError
+from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
+from edge_ocr_example.models import GRAPH_SHA256, WHEEL_FILENAME, fetch_wheel, read_graph
+from edge_ocr_example.npz import load_npz
+from edge_ocr_example.reference import DirectRunner, check_bundles, main, recognize
+
+MANIFEST = "edge-manifest.json"
+
+
+@pytest.fixture(scope="module")
+def runner(ocr_bundles: Path) -> DirectRunner:
+    return DirectRunner.from_bundles(ocr_bundles)
+
+
+@pytest.fixture(scope="module")
+def characters(ocr_bundles: Path) -> tuple[str, ...]:
+    return load_characters(stage_dir(ocr_bundles, STAGES[-1]) / CHARACTERS_FILE)
+
+
+def test_reference_reads_the_rendered_page_exactly(
+    runner: DirectRunner, characters: tuple[str, ...]
+) -> None:
+    lines, trace = recognize(runner, render_lines(), characters)
+    assert [line.text for line in lines] == list(DEFAULT_LINES)  # edit distance 0
+    assert all(line.score > 0.9 for line in lines)
+    tops = [float(line.box[0, 1]) for line in lines]
+    assert tops == sorted(tops)
+    assert trace.final["carry:angle"].tolist() == [0] * len(trace.final["carry:angle"])
+
+
+def test_reference_reads_an_upside_down_page_through_the_classifier(
+    runner: DirectRunner, characters: tuple[str, ...]
+) -> None:
+    lines, trace = recognize(runner, np.ascontiguousarray(render_lines()[::-1, ::-1]), characters)
+    assert [line.text for line in lines] == list(reversed(DEFAULT_LINES))
+    count = int(trace.final["carry:count"][0])
+    assert trace.final["carry:angle"][:count].tolist() == [180] * count
+
+
+def test_reference_reads_a_large_letterboxed_page(
+    runner: DirectRunner, characters: tuple[str, ...]
+) -> None:
+    page = np.pad(render_lines(), ((0, 200), (0, 600), (0, 0)), constant_values=255)
+    lines, _ = recognize(runner, page, characters)
+    assert [line.text for line in lines] == list(DEFAULT_LINES)
+
+
+def test_bundles_are_complete_at_their_buckets_and_verify(ocr_bundles: Path) -> None:
+    buckets = {"detect": DET_SHAPE, "classify": CLS_SHAPE, "recognize": REC_SHAPE}
+    outputs = {
+        "detect": {"sigmoid_0.tmp_0": (1, 1, *DET_SHAPE[2:])},
+        "classify": {"save_infer_model/scale_0.tmp_1": (CLS_SHAPE[0], 2)},
+        "recognize": {"softmax_11.tmp_0": (REC_SHAPE[0], REC_STEPS, REC_CLASSES)},
+    }
+    assert (ocr_bundles / IMAGE).is_file()
+    description = json.loads((ocr_bundles / DESCRIPTION).read_text())
+    assert [stage["id"] for stage in description["stages"]] == [s.id for s in STAGES]
+    assert description["example_text"] == list(DEFAULT_LINES)
+    for stage in STAGES:
+        folder = stage_dir(ocr_bundles, stage)
+        expected_files = {graph_path(ocr_bundles, stage).name, EXAMPLE_INPUTS, EXPECTED_OUTPUTS}
+        if stage is STAGES[-1]:
+            expected_files.add(CHARACTERS_FILE)
+        assert {p.name for p in folder.iterdir()} == expected_files | {MANIFEST}
+        inputs = load_npz(folder / EXAMPLE_INPUTS)
+        assert {k: (v.shape, v.dtype) for k, v in inputs.items()} == {
+            "x": (buckets[stage.id], np.float32)
+        }
+        expected = load_npz(folder / EXPECTED_OUTPUTS)
+        assert {k: v.shape for k, v in expected.items()} == outputs[stage.id]
+        with verify_bundle(folder) as verified:
+            metadata = verified.manifest.metadata
+            assert metadata.graph == graph_path(ocr_bundles, stage).name
+            assert metadata.example_inputs == EXAMPLE_INPUTS
+            assert metadata.validation is not None
+            assert metadata.validation["expected_outputs"] == EXPECTED_OUTPUTS
+        assert graph_path(ocr_bundles, stage).read_bytes() == read_graph(stage.graph_member)
+
+
+def test_expected_outputs_equal_a_fresh_direct_run_bit_for_bit(
+    runner: DirectRunner, ocr_bundles: Path
+) -> None:
+    assert check_bundles(runner, ocr_bundles) == []
+
+
+def test_rebuilding_gives_byte_identical_bundles(
+    ocr_bundles: Path, ocr_wheel: Path, tmp_path: Path
+) -> None:
+    again = build_bundles(tmp_path / "again", wheel=ocr_wheel, write_manifest=None).root
+    for stage in STAGES:
+        for name in (EXAMPLE_INPUTS, EXPECTED_OUTPUTS):
+            first = (stage_dir(ocr_bundles, stage) / name).read_bytes()
+            assert first == (stage_dir(again, stage) / name).read_bytes(), (stage.id, name)
+        assert not (stage_dir(again, stage) / MANIFEST).exists()
+
+
+def test_builder_refuses_a_foreign_non_empty_directory(ocr_wheel: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OcrError, match=r"^out: non-empty directory without bundle.json"):
+        build_bundles(tmp_path, wheel=ocr_wheel)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_reference_command_prints_the_text_and_checks_parity(
+    ocr_bundles: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(ocr_bundles), "--image", str(ocr_bundles / IMAGE), "--check"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(DEFAULT_LINES)
+
+
+def test_a_wheel_with_a_tampered_graph_is_refused(ocr_wheel: Path, tmp_path: Path) -> None:
+    member = STAGES[1].graph_member
+    tampered = tmp_path / WHEEL_FILENAME
+    with zipfile.ZipFile(ocr_wheel) as source, zipfile.ZipFile(tampered, "w") as target:
+        data = bytearray(source.read(member))
+        data[-1] ^= 0xFF
+        target.writestr(member, bytes(data))
+    with pytest.raises(ModelSourceError, match=rf"sha256 is not {GRAPH_SHA256[member]}"):
+        read_graph(member, wheel=tampered)
+    with pytest.raises(ModelSourceError, match=r"cannot read"):
+        read_graph(STAGES[0].graph_member, wheel=tampered)
+
+
+def test_a_corrupt_cached_wheel_is_refused_not_used(tmp_path: Path) -> None:
+    (tmp_path / WHEEL_FILENAME).write_bytes(b"not a wheel")
+    with pytest.raises(ModelSourceError, match=r"sha256 is not 971d7d5f"):
+        fetch_wheel(tmp_path)
+
+
+def test_an_unknown_graph_member_is_refused() -> None:
+    with pytest.raises(ModelSourceError, match=r"^member: not a pinned PP-OCR graph: 'x.onnx'$"):
+        read_graph("x.onnx")

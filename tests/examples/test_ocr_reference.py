@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from edge_core.artifacts import verify_bundle
+from edge_core.config import InputTransform, load_pipeline, resolve_input_transform
 from edge_ocr_example.buckets import CLS_SHAPE, DET_SHAPE, REC_CLASSES, REC_SHAPE, REC_STEPS
 from edge_ocr_example.bundle import build_bundles
 from edge_ocr_example.bundle_layout import (
@@ -21,6 +22,8 @@ from edge_ocr_example.bundle_layout import (
     EXAMPLE_INPUTS,
     EXPECTED_OUTPUTS,
     IMAGE,
+    MANIFEST,
+    PIPELINE,
     graph_path,
     stage_dir,
 )
@@ -31,8 +34,7 @@ from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
 from edge_ocr_example.models import GRAPH_SHA256, WHEEL_FILENAME, fetch_wheel, read_graph
 from edge_ocr_example.npz import load_npz
 from edge_ocr_example.reference import DirectRunner, check_bundles, main, recognize
-
-MANIFEST = "edge-manifest.json"
+from edge_ocr_example.transforms import classify_to_recognize, detect_to_classify
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,26 @@ def test_bundles_are_complete_at_their_buckets_and_verify(ocr_bundles: Path) -> 
             assert metadata.validation is not None
             assert metadata.validation["expected_outputs"] == EXPECTED_OUTPUTS
         assert graph_path(ocr_bundles, stage).read_bytes() == read_graph(stage.graph_member)
+
+
+def test_pipeline_file_names_the_bundles_and_transforms(ocr_bundles: Path) -> None:
+    config = load_pipeline(ocr_bundles / PIPELINE)
+    assert [stage.id for stage in config.stages] == [s.id for s in STAGES]
+    for stage in config.stages:
+        assert stage.manifest == ocr_bundles / stage.id / MANIFEST
+        assert stage.backend.name == "ort-cpu"
+    transforms = [
+        resolve_input_transform(s.input_transform) for s in config.stages[1:] if s.input_transform
+    ]
+    assert transforms == [detect_to_classify, classify_to_recognize]
+
+
+def test_transforms_are_registered_as_named_adapters() -> None:
+    assert resolve_input_transform(InputTransform("ocr_detect_to_classify")) is detect_to_classify
+    assert (
+        resolve_input_transform(InputTransform("ocr_classify_to_recognize"))
+        is classify_to_recognize
+    )
 
 
 def test_expected_outputs_equal_a_fresh_direct_run_bit_for_bit(

@@ -36,6 +36,8 @@ from edge_ocr_example.bundle_layout import (
     EXAMPLE_INPUTS,
     EXPECTED_OUTPUTS,
     IMAGE,
+    MANIFEST,
+    PIPELINE,
     graph_name,
     graph_path,
     stage_dir,
@@ -55,6 +57,7 @@ __all__ = [
     "build_bundles",
     "edge_manifest",
     "main",
+    "pipeline_toml",
 ]
 
 ManifestWriter = Callable[[Path, Mapping[str, Any]], object]
@@ -140,6 +143,26 @@ def edge_manifest(directory: Path, metadata: Mapping[str, Any]) -> object:
     return create_manifest(directory, overwrite=True, **metadata)
 
 
+def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
+    """An edge pipeline file for the bundles it sits beside (manifests relative to it)."""
+    lines = ['name = "ocr"', ""]
+    for stage in STAGES:
+        lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
+        if stage.transform_ref is not None:
+            lines.append(f'input_transform = "{stage.transform_ref}"')
+        lines += [
+            "",
+            "[stages.backend]",
+            f'name = "{backend}"',
+            "",
+            "[stages.placement]",
+            f'target = "{target}"',
+            "min_fraction_on_target = 1.0",
+            "",
+        ]
+    return "\n".join(lines)
+
+
 def build_bundles(
     out: Path,
     *,
@@ -193,6 +216,7 @@ def build_bundles(
         "example_text": [line.text for line in lines],
     }
     (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+    (out / PIPELINE).write_text(pipeline_toml())
     return BuildResult(out, tuple(bundles), tuple(lines))
 
 

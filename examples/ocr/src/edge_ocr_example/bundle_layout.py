@@ -4,6 +4,7 @@
 
     BUNDLES/
       bundle.json            pipeline description: stages, transforms, buckets, provenance
+      pipeline.toml          an edge pipeline file for the three stages (ort-cpu, CPU only)
       image.png              the generated page the examples were computed from
       detect/    <graph>.onnx  example_inputs.npz  expected_outputs.npz  [manifest]
       classify/  <graph>.onnx  example_inputs.npz  expected_outputs.npz  [manifest]
@@ -22,6 +23,8 @@ __all__ = [
     "EXAMPLE_INPUTS",
     "EXPECTED_OUTPUTS",
     "IMAGE",
+    "MANIFEST",
+    "PIPELINE",
     "graph_name",
     "graph_path",
     "stage_dir",
@@ -35,6 +38,10 @@ DESCRIPTION: Final = "bundle.json"
 """The pipeline description at the top of the bundle directory."""
 IMAGE: Final = "image.png"
 """The generated page."""
+PIPELINE: Final = "pipeline.toml"
+"""The edge pipeline file next to the stage directories."""
+MANIFEST: Final = "edge-manifest.json"
+"""A stage's manifest, as ``edge_core.artifacts.create_manifest`` names it."""
 
 
 def stage_dir(bundles: Path, stage: StageSpec) -> Path:

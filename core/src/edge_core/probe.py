@@ -6,6 +6,7 @@ from typing import Any
 
 from edge_core.backend import ProbeReport
 from edge_core.plugins import PluginSet
+from edge_core.pools import probe_host
 
 __all__ = ["probe_all"]
 
@@ -49,4 +50,15 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
         if record.error and not record.hooks:
             errors.append({"plugin": record.name, "error": record.error})
     rows.sort(key=lambda row: row["backend"])
-    return {"backends": rows, "plugin_errors": errors}
+    host = probe_host()
+    pools = [pool.to_json() for pool in host.pools]
+    known = {pool["name"] for pool in pools}
+    for row in rows:
+        for name, total in row.get("pool_totals", {}).items():
+            if name not in known:
+                known.add(name)
+                pools.append({"name": name, "total": total, "within": None,
+                              "observed_by": f"probe:{row['backend']}"})
+    for pool in pools:
+        pool["observed_total"] = pool.get("total")
+    return {"host": host.to_json(), "pools": pools, "backends": rows, "plugin_errors": errors}

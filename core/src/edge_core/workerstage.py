@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import numpy as np
@@ -104,7 +104,7 @@ class WorkerStage:
         device_id: str | None = None,
         manifest: Mapping[str, Any] | None = None,
         load_timeout_s: float | None = 600.0,
-    ) -> WorkerStage:
+    ) -> Self:
         """Start the worker on the stage's route, then load under the device lock.
 
         Args:

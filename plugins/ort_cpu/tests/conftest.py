@@ -25,11 +25,20 @@ def build_add_relu(directory: Path, shape: tuple[int | str, ...] = (2, 3)) -> Pa
     return path
 
 
+EXAMPLE_X = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
+
+
 @pytest.fixture
 def add_relu_bundle(tmp_path: Path) -> dict[str, Path]:
-    graph = build_add_relu(tmp_path)
-    x = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
-    np.savez(tmp_path / "example_inputs.npz", x=x)
-    np.savez(tmp_path / "expected.npz", y=np.maximum(x + x, 0))
-    return {"dir": tmp_path, "graph": graph, "example": tmp_path / "example_inputs.npz",
-            "expected": tmp_path / "expected.npz"}
+    """A complete bundle directory (graph, example, expected outputs, manifest)."""
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "add_relu"
+    bundle.mkdir()
+    graph = build_add_relu(bundle)
+    np.savez(bundle / "example_inputs.npz", x=EXAMPLE_X)
+    np.savez(bundle / "expected.npz", y=np.maximum(EXAMPLE_X + EXAMPLE_X, 0))
+    create_manifest(bundle, component="add-relu", example_inputs="example_inputs.npz",
+                    expected_outputs="expected.npz", precision="fp32", exporter="onnx.helper")
+    return {"dir": bundle, "graph": graph, "example": bundle / "example_inputs.npz",
+            "expected": bundle / "expected.npz"}

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_human(result: dict[str, Any]) -> None:
     host = result.get("host", {})
     if host:
-        print(f"host: {host.get('execution_domain')}  {host.get('platform', '')}")
+        print(f"host: {host.get('domain')}, {host.get('logical_cpus')} logical CPUs")
     for pool in result.get("pools", []):
         total = pool.get("observed_total")
         shown = f"{total / 2**30:.1f} GiB" if isinstance(total, int) else "unknown"

@@ -1,52 +1,19 @@
-"""The `ort-cpu` backend's controller-side hook implementations.
+"""The ``ort-cpu`` backend: ONNX Runtime's CPU execution provider, the embedded default.
 
-Only declaration and probe exist so far; the probe says plainly that the backend is not
-implemented, so no stage can be admitted on it.
+The plugin is an :class:`edge_ort.plugin_base.OrtPlugin` instance (entry point
+``edge_ort_cpu.plugin:PLUGIN``); the worker is the shared :mod:`edge_ort.worker`.
 """
 
 from __future__ import annotations
 
-from edge_core import hookimpl
-from edge_ort_cpu import __version__
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from edge_core.backend import BackendInfo, ProbeReport
+from edge_ort.plugin_base import OrtPlugin
 
 #: The hook-contract version this plugin was written against.
 EDGE_CONTRACT = "1.0"
 
-
-def backend_info() -> BackendInfo:
-    """This plugin's backend declaration (built on demand: importing the plugin stays cheap)."""
-    from edge_core.backend import BackendInfo
-
-    return BackendInfo(
-        name="ort-cpu",
-        kinds=("graph",),
-        preemptible=False,
-        max_concurrency=1,
-        providers=('CPUExecutionProvider',),
-        description="ONNX Runtime on the CPU: the embedded default backend.",
-    )
-
-
-@hookimpl
-def edge_backends() -> list[BackendInfo]:
-    """Declare the `ort-cpu` backend."""
-    return [backend_info()]
-
-
-@hookimpl
-def edge_probe() -> list[ProbeReport]:
-    """Report the backend as unavailable: it is not implemented in this release."""
-    from edge_core.backend import ProbeReport
-
-    return [
-        ProbeReport(
-            backend=backend_info().name,
-            available=False,
-            reason=f"not implemented in edge-ort-cpu {__version__}: only the declaration and "
-            "probe exist so far",
-        )
-    ]
+PLUGIN = OrtPlugin(
+    backend="ort-cpu",
+    target="CPUExecutionProvider",
+    description="ONNX Runtime on the CPU: the embedded default backend.",
+    distribution="edge-ort-cpu",
+)

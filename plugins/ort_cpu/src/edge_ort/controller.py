@@ -1,0 +1,217 @@
+"""Controller-side pieces of the ORT backends: options, probe, demands, the loaded stage.
+
+Imported lazily by :mod:`edge_ort.plugin_base` hooks; never imports ``onnxruntime``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from edge_contracts.devices import RAM_POOL
+from edge_contracts.requests import StageEvent, StageRequest
+from edge_contracts.tensors import dtype_of
+from edge_core.artifacts import VerifiedBundle, verify_bundle
+from edge_core.backend import ProbeReport
+from edge_core.errors import ManifestInvalid
+from edge_core.host.retire import RetireOutcome
+from edge_core.placement import (
+    PlacementRefusal,
+    PlacementReport,
+    ProviderShare,
+    WarmupReport,
+)
+from edge_core.pools import host_cpu
+from edge_core.stage import StageContext
+from edge_core.workerstage import WorkerStage
+from edge_ort.bucket import Bucket
+from edge_ort.distributions import conflict_note, installed_distributions
+
+__all__ = [
+    "WORKER_ENTRY",
+    "OrtOptions",
+    "OrtStage",
+    "base_load_config",
+    "estimate_demands",
+    "probe_cpu_backend",
+]
+
+WORKER_ENTRY = "edge_ort.worker:create"
+CPU = "CPUExecutionProvider"
+#: Resident memory of a worker with numpy and onnxruntime imported and nothing loaded,
+#: rounded up from measurement (about 110 MiB here).
+BASE_RAM_BYTES = 192 * 1024 * 1024
+#: A session holds the graph's weights about once more plus arenas; rounded up.
+BUNDLE_RAM_FACTOR = 3
+
+
+def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or value < 0:
+        raise ValueError(f"intra_op_threads: must be >= 0: {value!r}")
+
+
+@attrs.frozen
+class OrtOptions:
+    """Options every ORT backend accepts in a stage's ``[backend.options]``.
+
+    Attributes:
+        intra_op_threads: ONNX Runtime's intra-op thread count (0: its default).
+        placement_method: How node → provider is observed: ``auto`` (assignment info
+            where the build has it, else profiling), ``assignment`` or ``profiling``.
+        session_config: Extra ``SessionOptions`` config entries.
+        provider_options: Options for the target execution provider.
+        numerics_bound: Overrides the bundle's declared bound for the warm-up check
+            (``max_abs_error``, ``normalised_error``).
+        stage_bundle: Load from a private copy of the verified bytes (default), so that
+            a bundle changed after verification can never reach the worker.
+    """
+
+    intra_op_threads: int = attrs.field(default=0, validator=_check_threads)
+    placement_method: Literal["auto", "assignment", "profiling"] = "auto"
+    session_config: Mapping[str, str] = attrs.field(factory=dict)
+    provider_options: Mapping[str, str] = attrs.field(factory=dict)
+    numerics_bound: Mapping[str, float] = attrs.field(factory=dict)
+    stage_bundle: bool = True
+
+
+def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
+    """The ``load`` configuration for a provider that ORT has built in."""
+    options = options or OrtOptions()
+    providers: list[list[Any]] = [[target, dict(options.provider_options)]]
+    if target != CPU:
+        providers.append([CPU, {}])
+    return {
+        "target": target,
+        "providers": providers,
+        "intra_op_threads": options.intra_op_threads,
+        "placement_method": options.placement_method,
+        "session_config": dict(options.session_config),
+    }
+
+
+def probe_cpu_backend(backend: str) -> ProbeReport:
+    """The CPU provider is in every ORT build: available iff ``onnxruntime`` is importable."""
+    found = installed_distributions()
+    notes = [note for note in [conflict_note(found, sys.executable)] if note]
+    if importlib.util.find_spec("onnxruntime") is None:
+        return ProbeReport(
+            backend=backend, available=False, notes=notes,
+            reason=f"no onnxruntime distribution is installed in {sys.executable} "
+            "(pip install onnxruntime, or route the stage to an interpreter that has one)",
+        )
+    runtime = {name: version for name, version in found.items()}
+    return ProbeReport(backend=backend, available=True, devices=[host_cpu()],
+                       runtime=runtime, notes=notes)
+
+
+def estimate_demands(stage: StageContext) -> dict[str, int]:
+    """Declared demands when given; else the worker's base plus three times the bundle."""
+    if stage.declared_demands:
+        return dict(stage.declared_demands)
+    size = 0
+    if stage.manifest_dir is not None and stage.manifest_dir.is_dir():
+        size = sum(p.stat().st_size for p in stage.manifest_dir.rglob("*") if p.is_file())
+    return {RAM_POOL: BASE_RAM_BYTES + BUNDLE_RAM_FACTOR * size}
+
+
+def _spec(array: Any) -> tuple[str, tuple[int, ...]]:
+    return dtype_of(array).value, tuple(int(d) for d in array.shape)
+
+
+class OrtStage(WorkerStage):
+    """A loaded ORT stage: the worker, the verified bundle and the frozen input bucket."""
+
+    bundle: VerifiedBundle
+    bucket: Bucket | None = None
+    numerics_bound: Mapping[str, float] = {}
+
+    @classmethod
+    def open(cls, stage: StageContext, load_config: Mapping[str, Any],
+             device_id: str | None) -> OrtStage:
+        """Verify the bundle, start the worker and load; refuse an absent target provider."""
+        if stage.manifest_dir is None:
+            raise ManifestInvalid(f"stages[{stage.stage_id}].manifest: an ONNX Runtime stage "
+                                  "needs an artifact bundle: None")
+        options: OrtOptions = stage.options or OrtOptions()
+        bundle = verify_bundle(stage.manifest_dir, stage=options.stage_bundle)
+        try:
+            validation = bundle.manifest.metadata.validation or {}
+            bound = {**dict(validation.get("bound") or {}), **options.numerics_bound}
+            config = {
+                **load_config,
+                "graph": str(bundle.graph),
+                "example_inputs": str(bundle.example_inputs) if bundle.example_inputs else None,
+                "expected_outputs": (str(bundle.expected_outputs)
+                                     if bundle.expected_outputs else None),
+                "numerics_bound": bound,
+            }
+            if config["example_inputs"] is None:
+                raise ManifestInvalid(f"stages[{stage.stage_id}].manifest.metadata."
+                                      "example_inputs: the warm-up needs an example bucket: None")
+            bundle.ensure_unchanged()
+            loaded = cls.start(stage, default_entry=WORKER_ENTRY, load_config=config,
+                               stage_packages=("edge_ort",), device_id=device_id,
+                               manifest=bundle.describe())
+        except BaseException:
+            bundle.cleanup()
+            raise
+        loaded.bundle = bundle
+        report = loaded.load_report
+        if not report.get("target_available", False):
+            placement = PlacementReport(
+                target=str(report.get("target")),
+                available_providers=list(report.get("available_providers", [])),
+                providers={}, method="load",
+            )
+            outcome = loaded.retire()
+            refusal = PlacementRefusal(
+                stage.stage_id,
+                f"requested provider {placement.target!r} is not available in this "
+                f"onnxruntime build (available: {list(placement.available_providers)}); "
+                "ONNX Runtime would only warn and run on CPU",
+                placement,
+            )
+            refusal.add_note(f"worker retired: verified={outcome.verified}")
+            raise refusal
+        return loaded
+
+    def warm_up(self) -> WarmupReport:
+        """Run the example bucket in the worker; build the report core gates on."""
+        answer = self.warmup()
+        placement = answer["placement"]
+        shares = {
+            name: ProviderShare(nodes=int(v["nodes"]), op_types=dict(v["op_types"]),
+                                node_names=list(v["node_names"]))
+            for name, v in placement["providers"].items()
+        }
+        self.bucket = Bucket.from_json(answer["bucket"])
+        report = PlacementReport(
+            target=str(placement["target"]),
+            available_providers=list(placement["available_providers"]),
+            providers=shares, method=str(placement["method"]),
+            notes=list(self.load_report.get("warnings", [])),
+        )
+        extra = {"bucket": answer["bucket"], "warmup_ms": answer["warmup_ms"],
+                 "session_providers": placement["session_providers"],
+                 "load_ms": self.load_report.get("load_ms")}
+        return WarmupReport(placement=report, numerics=answer["numerics"], extra=extra)
+
+    def run(self, request: StageRequest,
+            inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """Refuse inputs outside the frozen bucket before anything is sent."""
+        if self.bucket is not None:
+            self.bucket.check({name: _spec(array) for name, array in inputs.items()})
+        return self.call(request, inputs)
+
+    def retire(self, deadline_s: float = 5.0) -> RetireOutcome:
+        """Retire the worker, then remove the staged copy of the bundle."""
+        try:
+            return super().retire(deadline_s)
+        finally:
+            bundle = getattr(self, "bundle", None)
+            if bundle is not None:
+                bundle.cleanup()

@@ -1,0 +1,74 @@
+"""Which ``onnxruntime`` distributions an interpreter has, found without importing any.
+
+``onnxruntime``, ``onnxruntime-gpu``, ``onnxruntime-directml``, ``onnxruntime-qnn`` and
+vendor builds all install the same ``onnxruntime`` package and overwrite each other's
+files: with two of them installed, which one runs depends on installation order. The
+controller never forces one; it reports what it finds, and warns when there are several.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, distribution
+
+__all__ = ["KNOWN_DISTRIBUTIONS", "conflict_note", "installed_distributions"]
+
+KNOWN_DISTRIBUTIONS = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-directml",
+    "onnxruntime-qnn",
+    "onnxruntime-openvino",
+    "onnxruntime-vitisai",
+    "onnxruntime-training",
+)
+
+_SCRIPT = """
+import json
+from importlib.metadata import PackageNotFoundError, version
+found = {}
+for name in NAMES:
+    try:
+        found[name] = version(name)
+    except PackageNotFoundError:
+        pass
+print(json.dumps(found))
+"""
+
+
+def installed_distributions(interpreter: str | None = None,
+                            timeout_s: float = 10.0) -> dict[str, str]:
+    """Distribution name → version for every known ORT distribution installed.
+
+    Args:
+        interpreter: Another Python to ask (in a subprocess); ``None`` asks this one.
+        timeout_s: Bound on the subprocess.
+    """
+    if interpreter is None or interpreter == sys.executable:
+        found: dict[str, str] = {}
+        for name in KNOWN_DISTRIBUTIONS:
+            try:
+                found[name] = distribution(name).version
+            except PackageNotFoundError:
+                continue
+        return found
+    script = _SCRIPT.replace("NAMES", repr(KNOWN_DISTRIBUTIONS))
+    result = subprocess.run([interpreter, "-I", "-c", script], capture_output=True, text=True,
+                            timeout=timeout_s, check=True)
+    loaded: dict[str, str] = json.loads(result.stdout)
+    return loaded
+
+
+def conflict_note(found: dict[str, str], interpreter: str) -> str | None:
+    """A warning when several distributions provide ``onnxruntime`` in one interpreter."""
+    if len(found) < 2:
+        return None
+    listed = ", ".join(f"{name} {version}" for name, version in sorted(found.items()))
+    return (
+        f"several onnxruntime distributions are installed in {interpreter}: {listed}; they "
+        "overwrite each other's 'onnxruntime' package, so which one runs depends on the "
+        "order they were installed in; keep exactly one per environment (use a route to a "
+        "separate interpreter for each)"
+    )

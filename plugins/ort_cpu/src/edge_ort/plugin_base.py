@@ -1,0 +1,129 @@
+"""The controller side shared by every ONNX Runtime backend, as one pluggy plugin class.
+
+Each ORT distribution (``edge-ort-cpu``, ``edge-qnn``, ``edge-ort-directml``,
+``edge-ort-vitisai``) registers an instance of :class:`OrtPlugin` (or a subclass that
+adds its options, EP library and devices) through its entry point. Importing this module
+is cheap: every heavy import (attrs, numpy, the host layer) happens inside the hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from edge_core import hookimpl
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from edge_contracts.requests import StageEvent, StageRequest
+    from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
+    from edge_core.host.retire import RetireOutcome
+    from edge_core.placement import WarmupReport
+    from edge_core.stage import StageContext
+    from edge_ort.controller import OrtStage
+
+__all__ = ["OrtPlugin"]
+
+
+class OrtPlugin:
+    """One ORT backend's hook implementations.
+
+    Args:
+        backend: The backend name (``ort-cpu`` ...).
+        target: The execution provider the backend places work on, spelled as ONNX
+            Runtime spells it.
+        description: One line for ``edge plugins`` and ``edge probe``.
+        distribution: The edge distribution shipping the plugin (for probe messages).
+    """
+
+    #: The hook-contract version this plugin implements.
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self, backend: str, target: str, description: str, distribution: str) -> None:
+        self.backend = backend
+        self.target = target
+        self.description = description
+        self.distribution = distribution
+
+    # -- what a subclass adapts ----------------------------------------------------------
+
+    def options_class(self) -> type:
+        """The attrs class a stage's ``[backend.options]`` are structured into."""
+        from edge_ort.controller import OrtOptions
+
+        return OrtOptions
+
+    def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
+        """Provider list, EP libraries and session settings for the worker's ``load``."""
+        from edge_ort.controller import base_load_config
+
+        return base_load_config(self.target, options)
+
+    def probe_report(self) -> ProbeReport:
+        """Availability of this backend in the controller's interpreter."""
+        from edge_ort.controller import probe_cpu_backend
+
+        return probe_cpu_backend(self.backend)
+
+    def device_id(self, options: Any) -> str | None:
+        """The physical device whose initialisation lock guards load and warm-up."""
+        return None
+
+    # -- hooks -------------------------------------------------------------------------
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        """Declare the backend: graph stages, not preemptible, one call at a time."""
+        from edge_core.backend import BackendInfo
+
+        return [BackendInfo(name=self.backend, kinds=["graph"], preemptible=False,
+                            max_concurrency=1, providers=[self.target],
+                            description=self.description)]
+
+    @hookimpl
+    def edge_probe(self) -> list[ProbeReport]:
+        """Report availability, devices and the onnxruntime distributions present."""
+        return [self.probe_report()]
+
+    @hookimpl
+    def edge_validate_stage(self, backend: str, section: Mapping[str, Any], path: str) -> Any:
+        """Structure the options strictly; errors carry the full path."""
+        from edge_core.config import structure_config
+
+        return structure_config(dict(section), self.options_class(), path=path)
+
+    @hookimpl
+    def edge_reserve(self, stage: StageContext) -> Mapping[str, int]:
+        """Declared demands, else an estimate from the bundle's size."""
+        from edge_ort.controller import estimate_demands
+
+        return estimate_demands(stage)
+
+    @hookimpl
+    def edge_load(self, stage: StageContext) -> OrtStage:
+        """Verify the bundle, start the worker, create the session on the target."""
+        from edge_ort.controller import OrtStage
+
+        return OrtStage.open(stage, self.load_config(stage.options, stage),
+                             self.device_id(stage.options))
+
+    @hookimpl
+    def edge_warmup_placement(self, loaded: OrtStage) -> WarmupReport:
+        """Run the example bucket; report node → provider and the numerical check."""
+        return loaded.warm_up()
+
+    @hookimpl
+    def edge_call(self, loaded: OrtStage, request: StageRequest,
+                  inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """Check the inputs against the frozen bucket here, then send them."""
+        return loaded.run(request, inputs)
+
+    @hookimpl
+    def edge_cancel(self, loaded: OrtStage, request_id: str, epoch: int) -> CancelOutcome:
+        """An ORT run cannot be interrupted: a running call needs its worker retired."""
+        return loaded.cancel(request_id, epoch, preemptible=False)
+
+    @hookimpl
+    def edge_retire(self, loaded: OrtStage, deadline_s: float) -> RetireOutcome:
+        """Retire the worker tree and remove the staged bundle copy."""
+        return loaded.retire(deadline_s)

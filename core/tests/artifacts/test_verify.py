@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +217,30 @@ def test_unlisted_files_are_reported_and_never_staged(bundle: Path, staging_root
         assert verified.unlisted == ("README.txt",)
         assert not (verified.directory / "README.txt").exists()
         assert verified.describe()["unlisted"] == ["README.txt"]
+
+
+_WORKER = """
+import sys
+import numpy as np
+import onnxruntime as ort
+graph, inputs, expected = sys.argv[1:]
+session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+with np.load(inputs, allow_pickle=False) as feeds, np.load(expected, allow_pickle=False) as ref:
+    (output,) = session.run(None, dict(feeds))
+    sys.exit(0 if np.array_equal(output, ref["y"]) else 3)
+"""
+
+
+def test_a_worker_process_loads_the_staged_copy_with_its_external_data(
+    bundle: Path, staging_root: Path
+) -> None:
+    if importlib.util.find_spec("onnxruntime") is None:  # imported only in the child
+        pytest.skip("onnxruntime is not installed")
+    with verify_bundle(bundle, staging_root=staging_root) as verified:
+        verified.ensure_unchanged()
+        result = subprocess.run(
+            [sys.executable, "-c", _WORKER, str(verified.graph), str(verified.example_inputs),
+             str(verified.expected_outputs)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert result.returncode == 0, result.stderr

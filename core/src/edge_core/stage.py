@@ -68,6 +68,9 @@ class LoadedStage(Protocol):
         ...
 
     def observed_memory(self) -> Mapping[str, int]:
-        """Peak bytes observed so far per pool (``machine:ram`` for a worker tree's resident
-        memory); the runtime refuses a stage whose observation exceeds its demand."""
+        """Peak bytes observed so far per pool.
+
+        ``machine:ram`` holds a worker tree's peak resident memory; the runtime refuses a
+        stage whose observation exceeds its demand.
+        """
         ...

@@ -87,7 +87,7 @@ def test_a_tampered_file_is_refused_before_any_worker_starts(
 ) -> None:
     with open(add_relu_bundle["graph"], "ab") as handle:
         handle.write(b"\0")
-    with pytest.raises(ManifestInvalid, match="model.onnx"):
+    with pytest.raises(ManifestInvalid, match=r"model\.onnx"):
         open_stage(plugins, ledger, add_relu_bundle["dir"])
     assert ledger.is_empty()
 
@@ -112,7 +112,7 @@ def test_a_symlink_escaping_the_bundle_is_refused(
     outside = tmp_path / "elsewhere.onnx"
     add_relu_bundle["graph"].rename(outside)
     os.symlink(outside, add_relu_bundle["graph"])
-    with pytest.raises(ManifestInvalid, match="model.onnx"):
+    with pytest.raises(ManifestInvalid, match=r"model\.onnx"):
         open_stage(plugins, ledger, add_relu_bundle["dir"])
     assert ledger.is_empty()
 

@@ -180,3 +180,29 @@ def test_a_corrupt_cached_wheel_is_refused_not_used(tmp_path: Path) -> None:
 def test_an_unknown_graph_member_is_refused() -> None:
     with pytest.raises(ModelSourceError, match=r"^member: not a pinned PP-OCR graph: 'x.onnx'$"):
         read_graph("x.onnx")
+
+
+def test_an_installed_rapidocr_package_is_read_without_importing_it(
+    ocr_wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    package = site / "rapidocr_onnxruntime"
+    (package / "models").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    detect, classify = STAGES[0].graph_member, STAGES[1].graph_member
+    with zipfile.ZipFile(ocr_wheel) as wheel:
+        (site / detect).write_bytes(wheel.read(detect))
+        tampered = bytearray(wheel.read(classify))
+        tampered[-1] ^= 0xFF
+        (site / classify).write_bytes(bytes(tampered))
+    corrupt_cache = tmp_path / "cache"
+    corrupt_cache.mkdir()
+    (corrupt_cache / WHEEL_FILENAME).write_bytes(b"not a wheel")
+    monkeypatch.delenv("EDGE_OCR_WHEEL", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    # the intact installed graph is used: the (corrupt) cache is never touched
+    assert read_graph(detect, cache_dir=corrupt_cache) == (site / detect).read_bytes()
+    # a changed installed graph is not used: the pinned wheel is, here the corrupt cache
+    with pytest.raises(ModelSourceError, match=r"sha256 is not 971d7d5f"):
+        read_graph(classify, cache_dir=corrupt_cache)
+    assert read_graph(classify, cache_dir=ocr_wheel.parent) == read_graph(classify, wheel=ocr_wheel)

@@ -51,6 +51,19 @@ def if_model(size: int = 64) -> onnx.ModelProto:
     return helper.make_model(graph)
 
 
+def constant_model(size: int = 64) -> onnx.ModelProto:
+    """A ``Constant`` node whose value is an attribute tensor (not an initializer)."""
+    value = numpy_helper.from_array(np.full((size,), 5, np.float32), "C")
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=value),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        "constant",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
+    )
+    return helper.make_model(graph)
+
+
 def write_bundle(
     directory: Path,
     *,
@@ -68,7 +81,7 @@ def write_bundle(
     if external:
         onnx.save_model(model, target, save_as_external_data=True,
                         all_tensors_to_one_file=True, location="weights.bin",
-                        size_threshold=0)
+                        size_threshold=0, convert_attribute=True)
     else:
         onnx.save_model(model, target)
     np.savez(directory / "inputs.npz", x=np.ones((1, 64), np.float32))

@@ -114,3 +114,11 @@ def test_real_entry_point_shows_progress_when_forced_and_never_under_json(
     assert verified.stdout.startswith(f"verified {directory.resolve()}")
     quiet = _edge("manifest", "verify", str(directory), env={PROGRESS_ENV: "auto"})
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_importing_the_command_and_the_library_does_not_import_numpy() -> None:
+    code = ("import sys, edge_core.cli, edge_core.artifacts, edge_core.progress;"
+            "sys.exit(1 if 'numpy' in sys.modules else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr

@@ -15,7 +15,7 @@ from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
 from edge_core.artifacts import ReferenceRefused, external_refs, verify_bundle
 
-from .bundles import edit_manifest, if_model, matmul_model, sha256_of, write_bundle
+from .bundles import constant_model, edit_manifest, if_model, matmul_model, sha256_of, write_bundle
 
 
 def _onnx_locations(path: Path) -> set[tuple[str, str]]:
@@ -29,7 +29,8 @@ def _onnx_locations(path: Path) -> set[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("model", [matmul_model, if_model], ids=["matmul", "if-subgraph"])
+@pytest.mark.parametrize("model", [matmul_model, if_model, constant_model],
+                         ids=["matmul", "if-subgraph", "constant-attribute"])
 def test_reader_finds_the_same_external_tensors_as_the_onnx_package(
     tmp_path: Path, model: object
 ) -> None:

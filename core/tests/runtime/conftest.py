@@ -26,7 +26,7 @@ MiB = 1024**2
 
 @pytest.fixture(scope="session")
 def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "echo,ort-cpu"})
+    return load_plugins(env={"EDGE_PLUGINS": "echo,ort-directml"})
 
 
 @pytest.fixture

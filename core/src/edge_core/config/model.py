@@ -291,6 +291,12 @@ class PipelineConfig:
         factory=dict, converter=_frozen_mapping, validator=_check_pool_sizes(True)
     )
     """Pipeline-wide pool ceilings; combined with the stages' own by :meth:`ceilings`."""
+    prepare: InputTransform | None = None
+    """Model-owned function ``prepare(source: str) -> inputs`` that turns what ``edge run
+    --input`` names (an image path, say) into the first stage's inputs."""
+    finish: InputTransform | None = None
+    """Model-owned function ``finish(outputs, inputs) -> JSON`` that turns the final
+    stage's outputs into the answer ``edge run`` prints (recognised text, say)."""
     source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
     """The file the configuration was read from, when it came from one."""
 
@@ -349,6 +355,8 @@ class PipelineConfig:
             "admission": self.admission,
             "plugins": list(self.plugins),
             "capacities": dict(self.capacities),
+            "prepare": self.prepare.reference if self.prepare else None,
+            "finish": self.finish.reference if self.finish else None,
             "source": str(self.source) if self.source else None,
             "stages": [
                 {

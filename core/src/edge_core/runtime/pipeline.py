@@ -38,6 +38,18 @@ __all__ = ["Pipeline", "PipelineResult", "Transform"]
 Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
 """``transform(previous_outputs, pipeline_inputs) -> next_stage_inputs``."""
 
+CARRY_PREFIX = "carry:"
+"""Transform outputs named ``carry:*`` are not sent to the stage: the runtime carries them
+past it and adds them to its outputs, for the next transform (boxes found by a detector,
+say, that the recogniser's decoder needs)."""
+
+
+def split_carry(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate a transform's output into the stage's inputs and the carried values."""
+    inputs = {k: v for k, v in data.items() if not k.startswith(CARRY_PREFIX)}
+    carry = {k: v for k, v in data.items() if k.startswith(CARRY_PREFIX)}
+    return inputs, carry
+
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -306,11 +318,14 @@ class Pipeline:
                 return s.runtime
         raise KeyError(stage_id)
 
-    def _chain(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-               deadline_s: float | None) -> tuple[PendingCall, dict[str, float]]:
+    def _chain(
+        self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+        deadline_s: float | None,
+    ) -> tuple[PendingCall, dict[str, float], dict[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it."""
         latencies: dict[str, float] = {}
         data: Mapping[str, Any] = inputs
+        carry: dict[str, Any] = {}
         previous: StageResult | None = None
         try:
             for position, stage in enumerate(self._stages):
@@ -318,7 +333,7 @@ class Pipeline:
                 assert runtime is not None
                 if stage.transform is not None and previous is not None:
                     produced = stage.transform(previous.outputs, inputs)
-                    data = _copy_apart(produced, previous.outputs)
+                    data, carry = split_carry(_copy_apart(produced, previous.outputs))
                 if previous is not None:
                     previous.ack()  # the next inputs are private copies by now
                     previous = None
@@ -326,8 +341,9 @@ class Pipeline:
                 pending = runtime.submit(data, params=params if last else None,
                                          deadline_s=deadline_s)
                 if last:
-                    return pending, latencies
+                    return pending, latencies, carry
                 previous = pending.result()
+                previous.outputs.update(carry)
                 latencies[stage.context.stage_id] = previous.latency_s
         finally:
             if previous is not None:  # a transform or a submission failed
@@ -346,8 +362,9 @@ class Pipeline:
         """
         self.admission.acquire(deadline_s)
         try:
-            pending, latencies = self._chain(inputs, params, deadline_s)
+            pending, latencies, carry = self._chain(inputs, params, deadline_s)
             final = pending.result()
+            final.outputs.update(carry)
         except BaseException:
             self.admission.release()
             raise
@@ -363,7 +380,7 @@ class Pipeline:
         """
         self.admission.acquire(deadline_s)
         try:
-            pending, _ = self._chain(inputs, params, deadline_s)
+            pending, _, _ = self._chain(inputs, params, deadline_s)
             try:
                 yield from pending.events()
             finally:

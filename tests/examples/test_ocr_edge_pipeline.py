@@ -1,0 +1,61 @@
+"""The OCR bundles served by the edge runtime on ort-cpu equal the direct reference exactly.
+
+Real worker processes, the real ledger; the pipeline's carry support (``carry:*`` tensors
+kept out of the stage calls) is what the transforms rely on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import pipeline as runtime_pipeline
+from edge_ocr_example.bundle_layout import PIPELINE, stage_dir
+from edge_ocr_example.chain import STAGES
+from edge_ocr_example.decode import CHARACTERS_FILE, decode, load_characters
+from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
+from edge_ocr_example.preprocess import preprocess
+from edge_ocr_example.reference import DirectRunner, recognize
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not hasattr(runtime_pipeline, "CARRY_PREFIX"),
+        reason="this edge runtime does not carry transform context (carry:*) between stages",
+    ),
+]
+
+
+def test_edge_pipeline_outputs_equal_the_direct_run_and_release_everything(
+    ocr_bundles: Path,
+) -> None:
+    characters = load_characters(stage_dir(ocr_bundles, STAGES[-1]) / CHARACTERS_FILE)
+    page = np.ascontiguousarray(render_lines()[::-1, ::-1])  # upside down: all three stages work
+    expected_lines, trace = recognize(DirectRunner.from_bundles(ocr_bundles), page, characters)
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    plugins = load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+    pipeline = runtime_pipeline.Pipeline.open(
+        load_pipeline(ocr_bundles / PIPELINE), plugins, ledger
+    )
+    try:
+        source = preprocess(page)
+        for _ in range(3):
+            with pipeline.run(source) as result:
+                outputs = dict(result.outputs)
+            assert sorted(outputs) == sorted(trace.final)
+            for name, value in trace.final.items():
+                np.testing.assert_array_equal(outputs[name], value, err_msg=name)
+                assert outputs[name].dtype == value.dtype
+            lines = decode(outputs, source, characters=characters)
+            assert [line.text for line in lines] == [line.text for line in expected_lines]
+            assert [line.text for line in lines] == list(reversed(DEFAULT_LINES))
+    finally:
+        pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+    assert ledger.snapshot()["pools"]["machine:ram"]["reserved"] == 0

@@ -5,8 +5,6 @@ Imported lazily by :mod:`edge_ort.plugin_base` hooks; never imports ``onnxruntim
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -16,7 +14,6 @@ from edge_contracts.devices import RAM_POOL
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.tensors import dtype_of
 from edge_core.artifacts import VerifiedBundle, verify_bundle
-from edge_core.backend import ProbeReport
 from edge_core.errors import ManifestInvalid
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
@@ -25,11 +22,9 @@ from edge_core.placement import (
     ProviderShare,
     WarmupReport,
 )
-from edge_core.pools import host_cpu
 from edge_core.stage import StageContext
 from edge_core.workerstage import WorkerStage
 from edge_ort.bucket import Bucket
-from edge_ort.distributions import conflict_note, installed_distributions
 
 __all__ = [
     "WORKER_ENTRY",
@@ -37,7 +32,6 @@ __all__ = [
     "OrtStage",
     "base_load_config",
     "estimate_demands",
-    "probe_cpu_backend",
 ]
 
 WORKER_ENTRY = "edge_ort.worker:create"
@@ -91,21 +85,6 @@ def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
         "placement_method": options.placement_method,
         "session_config": dict(options.session_config),
     }
-
-
-def probe_cpu_backend(backend: str) -> ProbeReport:
-    """The CPU provider is in every ORT build: available iff ``onnxruntime`` is importable."""
-    found = installed_distributions()
-    notes = [note for note in [conflict_note(found, sys.executable)] if note]
-    if importlib.util.find_spec("onnxruntime") is None:
-        return ProbeReport(
-            backend=backend, available=False, notes=notes,
-            reason=f"no onnxruntime distribution is installed in {sys.executable} "
-            "(pip install onnxruntime, or route the stage to an interpreter that has one)",
-        )
-    runtime = {name: version for name, version in found.items()}
-    return ProbeReport(backend=backend, available=True, devices=[host_cpu()],
-                       runtime=runtime, notes=notes)
 
 
 def estimate_demands(stage: StageContext) -> dict[str, int]:

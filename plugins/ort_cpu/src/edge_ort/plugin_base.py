@@ -61,7 +61,7 @@ class OrtPlugin:
 
     def probe_report(self) -> ProbeReport:
         """Availability of this backend in the controller's interpreter."""
-        from edge_ort.controller import probe_cpu_backend
+        from edge_ort.probing import probe_cpu_backend
 
         return probe_cpu_backend(self.backend)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import attrs
-
 from edge_core import hookimpl
 
 TYPE_CHECKING = False
@@ -21,26 +19,12 @@ if TYPE_CHECKING:
     from edge_core.placement import WarmupReport
     from edge_core.stage import StageContext
     from edge_core.workerstage import WorkerStage
+    from edge_echo.options import EchoOptions
 
 EDGE_CONTRACT = "1.0"
 
 BACKENDS = ("echo", "echo-preemptible")
 DEFAULT_RAM_DEMAND = 256 * 1024 * 1024
-
-
-@attrs.frozen
-class EchoOptions:
-    """The validated ``[backend.options]`` of an echo stage."""
-
-    delay_s: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
-    scale: float = 2.0
-    fail_at: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(
-            attrs.validators.in_(("load", "warmup", "call"))))
-    allocate_mb: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    provider: str = "numpy"
-    wrong_numerics: bool = False
-    example_shape: tuple[int, ...] = (2, 2)
 
 
 def backend_infos() -> list[BackendInfo]:
@@ -75,6 +59,7 @@ def edge_probe() -> list[ProbeReport]:
 def edge_validate_stage(backend: str, section: Mapping[str, Any], path: str) -> EchoOptions:
     """Structure the options with edge-core's strict converter (errors carry the path)."""
     from edge_core.config import structure_config
+    from edge_echo.options import EchoOptions
 
     return structure_config(dict(section), EchoOptions, path=path)
 
@@ -88,7 +73,10 @@ def edge_reserve(stage: StageContext) -> Mapping[str, int]:
 @hookimpl
 def edge_load(stage: StageContext) -> WorkerStage:
     """Start the echo worker and hand it the options."""
+    import attrs
+
     from edge_core.workerstage import WorkerStage
+    from edge_echo.options import EchoOptions
 
     options: EchoOptions = stage.options or EchoOptions()
     config = attrs.asdict(options)

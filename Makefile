@@ -7,9 +7,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PLUGINS := $(sort $(wildcard plugins/*))
-DISTS := contracts core $(PLUGINS)
+DISTS := contracts core $(PLUGINS) tests/edge_echo examples/ocr[reference]
 STAMP := $(VENV)/.edge-installed
-INPUTS := requirements-dev.txt $(foreach d,$(DISTS),$(d)/pyproject.toml)
+INPUTS := requirements-dev.txt $(foreach d,contracts core $(PLUGINS) tests/edge_echo examples/ocr,$(d)/pyproject.toml)
 
 .PHONY: demo test lint typecheck pytest bench clean
 
@@ -17,19 +17,27 @@ $(STAMP): $(INPUTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet $(foreach d,$(DISTS),-e $(d))
+	$(BIN)/python -m pip install --quiet $(foreach d,$(DISTS),-e '$(d)')
 	@touch $@
+
+# The main job: build the PP-OCRv4 bundles (manifests, example buckets, expected outputs)
+# from the rapidocr-onnxruntime wheel, render a page of text, and run the three-stage
+# detect -> classify -> recognise pipeline on the ort-cpu backend through edge-core.
+OCR := build/ocr
 
 demo: $(STAMP)
 	$(BIN)/edge --version
 	$(BIN)/edge plugins
-	$(BIN)/edge probe
+	$(BIN)/python -m edge_ocr_example.bundle $(OCR)
+	$(BIN)/edge run $(OCR)/pipeline.toml --input $(OCR)/image.png --repeat 20 \
+	  --profile $(OCR)/profile.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy contracts/src core/src $(foreach p,$(PLUGINS),$(p)/src)
+	$(BIN)/mypy contracts/src core/src $(foreach p,$(PLUGINS),$(p)/src) tests/edge_echo/src \
+	  examples/ocr/src
 
 # pytest exits 5 when it collects no test; that is a failure here, and says so.
 pytest: $(STAMP)

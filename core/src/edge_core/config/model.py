@@ -295,8 +295,10 @@ class PipelineConfig:
     """Model-owned function ``prepare(source: str) -> inputs`` that turns what ``edge run
     --input`` names (an image path, say) into the first stage's inputs."""
     finish: InputTransform | None = None
-    """Model-owned function ``finish(outputs, inputs) -> JSON`` that turns the final
-    stage's outputs into the answer ``edge run`` prints (recognised text, say)."""
+    """Model-owned function ``finish(outputs, inputs, bundles) -> JSON`` that turns the
+    final stage's outputs into the answer ``edge run`` prints (recognised text, say);
+    ``bundles`` maps stage id to its verified bundle directory, for model assets such as
+    a character table."""
     source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
     """The file the configuration was read from, when it came from one."""
 

@@ -170,10 +170,12 @@ class WorkerClient:
 
     def _on_exit(self, status: int | None) -> None:
         self._exit_status = status
-        reason = f"worker: {describe_exit(status)}: pid {self.identity.pid}"
-        self._lost(reason, WorkerGone("worker", describe_exit(status), self.identity.pid))
+        # The process is gone: sweep its segments before the health turns, so that a
+        # caller who sees the worker lost never sees its shared memory still there.
         if self._worker_prefix is not None:
             sweep(self._worker_prefix)
+        reason = f"worker: {describe_exit(status)}: pid {self.identity.pid}"
+        self._lost(reason, WorkerGone("worker", describe_exit(status), self.identity.pid))
 
     def _refuse_if_down(self) -> None:
         if self._state != READY:

@@ -311,6 +311,14 @@ class Pipeline:
         """The stage runtimes, in data-flow order."""
         return [s.runtime for s in self._stages if s.runtime is not None]
 
+    def bundle_directories(self) -> dict[str, Path | None]:
+        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
+        found: dict[str, Path | None] = {}
+        for s in self._stages:
+            bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
+            found[s.context.stage_id] = getattr(bundle, "directory", None)
+        return found
+
     def stage(self, stage_id: str) -> StageRuntime:
         """One stage's runtime by id."""
         for s in self._stages:

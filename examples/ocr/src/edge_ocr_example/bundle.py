@@ -145,7 +145,12 @@ def edge_manifest(directory: Path, metadata: Mapping[str, Any]) -> object:
 
 def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
     """An edge pipeline file for the bundles it sits beside (manifests relative to it)."""
-    lines = ['name = "ocr"', ""]
+    lines = [
+        'name = "ocr"',
+        'prepare = "edge_ocr_example.pipeline_io:prepare"',
+        'finish = "edge_ocr_example.pipeline_io:finish"',
+        "",
+    ]
     for stage in STAGES:
         lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
         if stage.transform_ref is not None:

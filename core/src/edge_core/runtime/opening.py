@@ -1,0 +1,59 @@
+"""Opening a pipeline from a file: configuration, plugins, the ledger, the pipeline."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from edge_core.binding import backend_table
+from edge_core.config import load_pipeline, load_pyproject_pipeline
+from edge_core.config.model import PipelineConfig
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool, probe_host
+from edge_core.runtime.pipeline import PROBE_TIMEOUT_S, Pipeline
+
+__all__ = ["default_ledger", "load_config", "open_pipeline"]
+
+
+def load_config(path: str | os.PathLike[str], name: str | None = None) -> PipelineConfig:
+    """Read a pipeline file, or ``[tool.edge.pipelines.<name>]`` from a pyproject.toml."""
+    file = Path(path)
+    if file.name == "pyproject.toml":
+        if not name:
+            from edge_core.errors import ConfigError
+
+            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml", None)
+        return load_pyproject_pipeline(file, name)
+    return load_pipeline(file)
+
+
+def default_ledger(config: PipelineConfig, plugins: PluginSet) -> ResourceLedger:
+    """A ledger over the host's pools plus the device pools the stages' backends report.
+
+    Ceilings come from the configuration; a ceiling above an observed total is refused.
+    """
+    pools = {pool.name: pool for pool in probe_host().pools}
+    table = backend_table(plugins)
+    owners = {table[s.backend.name][1] for s in config.stages if s.backend.name in table}
+    for owner in sorted(owners):
+        answer = plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        for report in answer.result or ():
+            for name, total in getattr(report, "pool_totals", {}).items():
+                pools.setdefault(name, Pool(name=name, total=total,
+                                            observed_by=f"probe:{report.backend}"))
+    return ResourceLedger(pools.values(), config.ceilings())
+
+
+def open_pipeline(
+    path: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Pipeline:
+    """Load the configuration and the plugins it needs, build the ledger and open it."""
+    config = load_config(path, name)
+    plugins = load_plugins(local_modules=config.plugins)
+    ledger = default_ledger(config, plugins)
+    return Pipeline.open(config, plugins, ledger, progress=progress)

@@ -1,0 +1,195 @@
+"""ORT stage call overhead: direct ``InferenceSession.run`` vs the edge ort-cpu stage call.
+
+Everything is measured side by side in this one run (the machine is shared and noisy):
+a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a 64 MiB memcpy, and
+the start-up of a stage (worker start to ready) against a direct import + session + first
+run in a fresh interpreter. The last line is one JSON object with
+``tiny_overhead_rtt_ratio`` = (edge − direct) / bare round trip (goal ≤ 1.3),
+``large_overhead_memcpy_ratio`` = (edge − direct) / memcpy at 64 MiB (goal ≤ 2.5) and
+``start_ratio`` = stage start / direct start (goal ≤ 1.15).
+
+Run: ``.venv/bin/python benchmarks/ort_call.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from edge_core.artifacts import create_manifest
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import probe_host
+from edge_core.runtime import Pipeline
+
+MIB = 1024 * 1024
+ECHO_CHILD = r"""
+import socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+buf = bytearray(65536)
+while True:
+    n = s.recv_into(buf)
+    if not n:
+        break
+    s.sendall(memoryview(buf)[:n])
+"""
+DIRECT_START = r"""
+import sys, time
+t = time.perf_counter()
+import numpy as np
+import onnxruntime as ort
+s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+with np.load(sys.argv[2], allow_pickle=False) as d:
+    feeds = {k: d[k] for k in d.files}
+s.run(None, feeds)
+print(time.perf_counter() - t)
+"""
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def make_bundle(root: Path, name: str, shape: list[int]) -> Path:
+    bundle = root / name
+    bundle.mkdir()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu0")
+    model = helper.make_model(helper.make_graph([node], name, [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(bundle / "model.onnx"))
+    np.savez(bundle / "example.npz", x=np.ones(shape, np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    return bundle
+
+
+def bare_rtt(rounds: int) -> float:
+    ours, theirs = socket.socketpair()
+    child = subprocess.Popen([sys.executable, "-c", ECHO_CHILD, str(theirs.fileno())],
+                             pass_fds=[theirs.fileno()])
+    theirs.close()
+    message, buf, samples = b"x" * 64, bytearray(64), []
+    try:
+        for _ in range(rounds):
+            t = time.perf_counter()
+            ours.sendall(message)
+            got = 0
+            while got < 64:
+                got += ours.recv_into(memoryview(buf)[got:])
+            samples.append(time.perf_counter() - t)
+    finally:
+        ours.close()
+        child.wait(10)
+    return p50(samples[rounds // 10:])
+
+
+def memcpy(rounds: int) -> float:
+    src = np.ones(16 * MIB, np.float32)
+    dst = np.empty_like(src)
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        samples.append(time.perf_counter() - t)
+    return p50(samples)
+
+
+def direct_call(graph: Path, x: np.ndarray, rounds: int) -> float:
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        session.run(["y"], {"x": x})
+        samples.append(time.perf_counter() - t)
+    return p50(samples[rounds // 10:])
+
+
+def edge_call(pipeline: Pipeline, x: np.ndarray, rounds: int) -> float:
+    stage = pipeline.stages[0]
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        result = stage.submit({"x": x}).result()
+        samples.append(time.perf_counter() - t)
+        result.ack()
+    return p50(samples[rounds // 10:])
+
+
+def open_stage(bundle: Path) -> tuple[Pipeline, float]:
+    config = load_pipeline({"name": "bench", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu", "options": {"stage_bundle": False}},
+         "manifest": str(bundle)}]})
+    ledger = ResourceLedger.from_topology(probe_host().topology())
+    plugins = load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+    t = time.perf_counter()
+    pipeline = Pipeline.open(config, plugins, ledger)
+    return pipeline, time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    rounds = {"tiny": 300, "1mib": 100, "64mib": 15, "starts": 3}
+    if args.quick:
+        rounds = {"tiny": 60, "1mib": 20, "64mib": 5, "starts": 1}
+    result: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        cases = {"tiny": [4], "1mib": [256 * 1024], "64mib": [16 * MIB]}
+        bundles = {name: make_bundle(root, name, shape) for name, shape in cases.items()}
+        result["bare_rtt_us"] = bare_rtt(2000 if not args.quick else 300) * 1e6
+        result["memcpy_64mib_ms"] = memcpy(rounds["64mib"] * 2) * 1e3
+        for name, bundle in bundles.items():
+            x = np.random.default_rng(0).standard_normal(cases[name]).astype(np.float32)
+            direct = direct_call(bundle / "model.onnx", x, rounds[name])
+            pipeline, _ = open_stage(bundle)
+            try:
+                edge = edge_call(pipeline, x, rounds[name])
+            finally:
+                pipeline.close()
+            result[f"direct_{name}_us"] = direct * 1e6
+            result[f"edge_{name}_us"] = edge * 1e6
+        starts, directs = [], []
+        for _ in range(rounds["starts"]):
+            pipeline, opened = open_stage(bundles["tiny"])
+            pipeline.close()
+            starts.append(opened)
+            out = subprocess.run([sys.executable, "-c", DIRECT_START,
+                                  str(bundles["tiny"] / "model.onnx"),
+                                  str(bundles["tiny"] / "example.npz")],
+                                 capture_output=True, text=True, check=True)
+            directs.append(float(out.stdout.strip()))
+        result["stage_start_ms"] = p50(starts) * 1e3
+        result["direct_start_ms"] = p50(directs) * 1e3
+    for key, value in result.items():
+        print(f"{key:24s} {value:12.1f}")
+    summary = {
+        "tiny_overhead_rtt_ratio": round(
+            (result["edge_tiny_us"] - result["direct_tiny_us"]) / result["bare_rtt_us"], 2),
+        "large_overhead_memcpy_ratio": round(
+            (result["edge_64mib_us"] - result["direct_64mib_us"]) / 1e3
+            / result["memcpy_64mib_ms"], 2),
+        "start_ratio": round(result["stage_start_ms"] / result["direct_start_ms"], 2),
+        **{k: round(v, 1) for k, v in result.items()},
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

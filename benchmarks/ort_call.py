@@ -4,8 +4,8 @@ Everything is measured side by side in this one run (the machine is shared and n
 a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a 64 MiB memcpy, and
 the start-up of a stage (worker start to ready) against a direct import + session + first
 run in a fresh interpreter. The last line is one JSON object with
-``tiny_overhead_rtt_ratio`` = (edge − direct) / bare round trip (goal ≤ 1.3),
-``large_overhead_memcpy_ratio`` = (edge − direct) / memcpy at 64 MiB (goal ≤ 2.5) and
+``tiny_overhead_rtt_ratio`` = (edge - direct) / bare round trip (goal ≤ 1.3),
+``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy at 64 MiB (goal ≤ 2.5) and
 ``start_ratio`` = stage start / direct start (goal ≤ 1.15).
 
 Run: ``.venv/bin/python benchmarks/ort_call.py [--quick]``.

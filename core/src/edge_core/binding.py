@@ -39,7 +39,12 @@ REQUIRED_OWNER_HOOKS = (
     "edge_retire",
 )
 #: Owner-only hooks with a default when the plugin leaves them out.
-OPTIONAL_OWNER_HOOKS = ("edge_config_defaults", "edge_validate_stage", "edge_cancel")
+OPTIONAL_OWNER_HOOKS = (
+    "edge_config_defaults",
+    "edge_validate_stage",
+    "edge_cancel",
+    "edge_conformance_stage",
+)
 
 
 def _no_defaults(backend: str) -> Mapping[str, Any] | None:
@@ -56,7 +61,12 @@ def _cancel_by_retiring(loaded: Any, request_id: str, epoch: int) -> CancelOutco
     return CancelOutcome.RETIRE_REQUIRED
 
 
+def _no_conformance_stage(backend: str, workdir: Any) -> Mapping[str, Any] | None:
+    return None
+
+
 _DEFAULTS: dict[str, Callable[..., Any]] = {
+    "edge_conformance_stage": _no_conformance_stage,
     "edge_config_defaults": _no_defaults,
     "edge_validate_stage": _no_options,
     "edge_cancel": _cancel_by_retiring,
@@ -77,6 +87,7 @@ class OwnerBinding:
     call: Callable[..., Any]
     cancel: Callable[..., CancelOutcome]
     retire: Callable[..., Any]
+    conformance_stage: Callable[..., Mapping[str, Any] | None]
 
 
 def backend_table(plugins: PluginSet) -> dict[str, tuple[BackendInfo, str]]:

@@ -26,6 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
     from typing import Any
 
     from edge_contracts.requests import StageEvent, StageRequest
@@ -250,6 +251,35 @@ def edge_retire(loaded: LoadedStage, deadline_s: float) -> Any:
         An ``edge_core.host.retire.RetireOutcome``; an unverified outcome keeps the stage's
         reservation quarantined in the ledger.
 
+    """
+
+
+# ---------------------------------------------------------------------------------------
+# Conformance
+# ---------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def edge_conformance_stage(backend: str, workdir: Path) -> Mapping[str, Any] | None:
+    """Provide a small, self-contained stage on which the conformance kit exercises a backend.
+
+    Owner only; optional. Called by ``edge conformance`` and the ``edge_core.testing``
+    pytest plugin, never while serving. Build whatever the stage needs (an artifact bundle,
+    a tiny model) under ``workdir``, which the kit removes afterwards.
+
+    Args:
+        backend: The backend name to exercise.
+        workdir: An empty private directory for the stage's files.
+
+    Returns:
+        ``None`` when the backend cannot provide a stage on this machine (the kit then
+        reports every check skipped with the probe's reason), else a mapping with:
+        ``stage`` — a stage table as in a pipeline file, without ``id``; ``inputs`` — input
+        name to array for one request; ``expected`` — output name to array, or ``None``;
+        ``bound`` — ``{"max_abs_error": ..., "normalised_error": ...}`` for comparing;
+        ``params`` — request parameters (generate stages: prompt and sampling);
+        ``slow_params`` / ``slow_inputs`` — a request that runs long enough to be cancelled
+        while running, or ``None`` when the backend has none.
     """
 
 

@@ -78,7 +78,8 @@ class EchoHandler(BaseHandler):
             raise InjectedFailure("call failed as configured")
         delay = float(self.options.get("delay_s", 0.0))
         if not self.options.get("preemptible"):
-            time.sleep(delay)
+            if delay:
+                time.sleep(delay)
             return self._compute(call.inputs)
         inputs = {name: np.array(a, copy=True) for name, a in call.inputs.items()}
         threading.Thread(target=self._later, args=(call, inputs, delay), daemon=True).start()

@@ -1,0 +1,176 @@
+"""A loaded vLLM stage: the worker on the stage's route, the device check, streaming calls.
+
+Built by the plugin's ``edge_load``. The controller never imports torch or vLLM: the worker
+reports the platform and the devices the engine runs on, and this class refuses a stage
+whose engine is not on the requested device type or GPUs (no silent CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from edge_contracts.requests import StageEvent, StageRequest
+from edge_core.errors import ResourceUnavailable
+from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare, WarmupReport
+from edge_core.stage import StageContext
+from edge_core.workerstage import WorkerStage
+from edge_vllm_cuda.gpus import Gpu, GpuProbe
+from edge_vllm_cuda.options import VllmOptions
+from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
+
+__all__ = ["WORKER_ENTRY", "VllmStage", "worker_env"]
+
+WORKER_ENTRY = "edge_vllm_cuda.worker:create"
+_GIB = 1024**3
+
+
+class GenerateRefused(GenerateParamsInvalid):
+    """A generate request's parameters were refused before anything was sent."""
+
+
+def worker_env(options: VllmOptions, gpus: tuple[Gpu, ...],
+               base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: loopback queues, KV-cache size, the GPUs it may see.
+
+    ``CUDA_VISIBLE_DEVICES`` lists the physical indices in PCI bus order, so rank ``r``
+    runs on ``gpus[r]``; the worker's report of each rank's UUID is checked against them.
+    """
+    env = dict(os.environ if base is None else base)
+    env["VLLM_HOST_IP"] = "127.0.0.1"
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("VLLM_DO_NOT_TRACK", "1")
+    if options.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(options.kv_cache_space_gib)
+    else:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus)
+    return env
+
+
+def _load_config(options: VllmOptions) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "device": options.device, "model": options.model, "dtype": options.dtype,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "enforce_eager": options.enforce_eager, "max_num_seqs": options.max_num_seqs,
+        "seed": options.seed,
+    }
+    if options.max_model_len is not None:
+        config["max_model_len"] = options.max_model_len
+    if options.device == "cuda":
+        config["gpu_memory_utilization"] = options.gpu_memory_utilization
+    return config
+
+
+class VllmStage(WorkerStage):
+    """A vLLM generate stage in its worker. Satisfies :class:`edge_core.stage.LoadedStage`."""
+
+    options: VllmOptions
+    gpus: tuple[Gpu, ...] = ()
+    admission: threading.Lock
+
+    @classmethod
+    def open(cls, stage: StageContext, probe: GpuProbe) -> VllmStage:
+        """Start the worker, build the engine, refuse a device other than the requested one.
+
+        Raises:
+            PlacementRefusal: the engine's platform is not ``options.device``, or a rank
+                runs on a GPU other than the requested one (the worker is retired first).
+        """
+        options: VllmOptions = stage.options
+        gpus = tuple(g for g in (probe.by_index(i) for i in options.gpu_indices())
+                     if g is not None)
+        loaded = cls.start(
+            stage, default_entry=WORKER_ENTRY, load_config=_load_config(options),
+            stage_packages=("edge_vllm_cuda",), env=worker_env(options, gpus),
+            device_id=gpus[0].uuid if gpus else None, load_timeout_s=options.load_timeout_s,
+        )
+        loaded.options = options
+        loaded.gpus = gpus
+        loaded.admission = threading.Lock()
+        problem = loaded._device_problem()
+        if problem is not None:
+            placement = loaded._placement(loaded.load_report.get("devices", []))
+            outcome = loaded.retire()
+            refusal = PlacementRefusal(stage.stage_id, problem, placement)
+            refusal.add_note(f"worker retired: verified={outcome.verified}")
+            raise refusal
+        return loaded
+
+    def _device_problem(self) -> str | None:
+        """Why the engine's devices are not the requested ones, or None."""
+        report = self.load_report
+        platform = report.get("platform")
+        if platform != self.options.device or report.get("engine") is None:
+            return (f"requested device {self.options.device!r} but vLLM runs on the "
+                    f"{platform!r} platform in this environment; refusing rather than "
+                    "running elsewhere")
+        engine_device = str(report["engine"].get("device", ""))
+        if engine_device.split(":")[0] != self.options.device:
+            return (f"requested device {self.options.device!r} but the engine was built on "
+                    f"{engine_device!r}")
+        if self.options.device == "cuda":
+            seen = [d.get("uuid") for d in report.get("devices", [])]
+            wanted = [g.uuid for g in self.gpus]
+            if seen != wanted:
+                return f"ranks run on GPUs {seen}, not the requested {wanted}"
+        return None
+
+    def _placement(self, devices: list[Mapping[str, Any]]) -> PlacementReport:
+        platform = str(self.load_report.get("platform"))
+        names = [f"{d.get('device')} {d.get('name')}" + (f" {d['uuid']}" if d.get("uuid") else "")
+                 for d in devices]
+        shares = {platform: ProviderShare(nodes=len(devices), op_types={"rank": len(devices)},
+                                          node_names=names)} if devices else {}
+        return PlacementReport(target=self.options.device, available_providers=[platform],
+                               providers=shares, method="engine-devices")
+
+    def warm_up(self) -> WarmupReport:
+        """Generate a few tokens; report the platform and each rank's device."""
+        answer = self.warmup({"tokens": self.options.warmup_tokens},
+                             timeout_s=self.options.load_timeout_s)
+        placement = self._placement(list(answer.get("devices", [])))
+        extra = {"platform": answer.get("platform"), "engine_device": answer.get("engine_device"),
+                 "warmup_tokens": answer.get("tokens"), "warmup_ms": answer.get("warmup_ms"),
+                 "engine": self.load_report.get("engine"),
+                 "gpus": [g.to_json() for g in self.gpus]}
+        return WarmupReport(placement=placement, numerics=None, extra=extra)
+
+    def in_flight(self) -> int:
+        """Requests sent to the worker whose terminal event has not been taken."""
+        with self._lock:
+            return sum(1 for call in self._calls.values() if not call.ended)
+
+    def generate(self, request: StageRequest,
+                 inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """Check the request, enforce ``max_concurrency``, then send it.
+
+        Raises:
+            GenerateRefused: malformed prompt or sampling parameters, or tensor inputs.
+            ResourceUnavailable: ``max_concurrency`` requests are already in flight.
+        """
+        if inputs:
+            raise GenerateRefused("inputs", "a generate request carries its prompt in params, "
+                                  "not tensors", sorted(inputs))
+        try:
+            parse_generate_params(request.params)
+        except GenerateParamsInvalid as exc:
+            raise GenerateRefused(exc.field, exc.reason, exc.value) from None
+        with self.admission:
+            active = self.in_flight()
+            if active >= self.options.max_concurrency:
+                raise ResourceUnavailable(
+                    f"stages[{self.context.stage_id}].backend.options.max_concurrency: every "
+                    f"slot is in flight ({self.options.max_concurrency}): {active}")
+            return self.call(request, inputs)
+
+    def describe(self) -> Mapping[str, object]:
+        """The worker facts plus the engine's platform and devices."""
+        described = dict(super().describe())
+        described["devices"] = self.load_report.get("devices", [])
+        described["platform"] = self.load_report.get("platform")
+        return described

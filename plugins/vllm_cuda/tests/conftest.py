@@ -1,0 +1,71 @@
+"""Fixtures of the vllm-cuda tests: the leak check, the vLLM CPU environment, a tiny model."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from edge_core.testing.leaks import no_leaks as _no_leaks
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from vllm_env import build_tiny_model, ensure_env
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The interpreter of the cached vLLM CPU environment (built on first use)."""
+    return ensure_env()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama (random weights, locally trained tokenizer) vLLM can load."""
+    return build_tiny_model(vllm_python, tmp_path_factory.mktemp("tiny-llama"))
+
+
+PipelineFile = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def pipeline_file(vllm_python: Path, tiny_model: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> PipelineFile:
+    """Write a one-stage vllm-cuda pipeline file on the vLLM environment's route."""
+    folder = tmp_path_factory.mktemp("pipelines")
+
+    def write(name: str = "gen", *, device: str = "cpu", extra: str = "",
+              resources: str = "") -> Path:
+        text = f'''
+name = "{name}"
+admission = 8
+
+[[stages]]
+id = "gen"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{tiny_model}"
+device = "{device}"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 8
+{extra}
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{vllm_python}"
+{resources}
+'''
+        path = folder / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    return write

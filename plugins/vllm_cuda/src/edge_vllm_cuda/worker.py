@@ -4,7 +4,8 @@ Imports only ``edge_contracts``, numpy, vLLM and this package's stdlib-only
 :mod:`edge_vllm_cuda.sampling`. vLLM's ``AsyncLLM`` lives on an asyncio loop in a thread of
 its own; ``submit`` hands each request to that loop and returns at once, and the stream
 emits one TOKEN event per delta (token ids + text, in ``seq`` order) and ends with DONE
-(all token ids as the ``token_ids`` output, the finish reason, the text). ``cancel``
+(all token ids as the ``token_ids`` output, the finish reason, the text, and how many
+requests the engine still held when this one finished). ``cancel``
 aborts the request inside vLLM: the worker and its engine stay.
 
 ``load`` first reads the platform vLLM selected; when it is not the device type the stage
@@ -194,7 +195,8 @@ class VllmHandler(BaseHandler):
 
         call.done(outputs={"token_ids": np.asarray(produced, dtype=np.int64)},
                   data={"finish_reason": finish, "text": "".join(text),
-                        "num_tokens": len(produced), "prompt_tokens": prompt_tokens})
+                        "num_tokens": len(produced), "prompt_tokens": prompt_tokens,
+                        "engine_unfinished": self._engine.get_num_unfinished_requests()})
 
     def cancel(self, request_id: str) -> None:
         """Abort the request inside vLLM (its CANCELLED event was already sent)."""

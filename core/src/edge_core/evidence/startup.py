@@ -1,0 +1,199 @@
+"""Traced start-up: each stage's start-up phases, the first output, process start, warm restart.
+
+Boundaries (all ``time.perf_counter`` in the controller process):
+
+- ``configuration_s`` / ``plugins_s`` / ``ledger_s``: reading the pipeline file, loading
+  the plugins it needs, probing pools for the ledger.
+- ``plan_s``: from ``Pipeline.open`` until its first "loading stage" progress message
+  (backend resolution, probes, topology check, reservation of the whole plan).
+- per stage, ``load_s``: from "loading stage X" to "warming up stage X" (the owner's
+  ``edge_load``), split by the tracer into ``artifact_verification_s``,
+  ``worker_start_s`` (spawn → verified hello), ``worker_load_s`` (the worker's ``load``
+  control call) and ``load_other_s`` (the rest of ``edge_load``);
+- per stage, ``warmup_placement_s``: from "warming up stage X" to the next stage's
+  "loading" message or the end of ``open`` (warm-up run, placement gate, numerics and
+  memory checks), of which ``worker_warmup_s`` is the worker's ``warmup`` call;
+- ``process_start_s``: a bare worker (entry ``edge_contracts.worker:BaseHandler``, no
+  runtime imported) started on the stage's route, spawn → verified hello, median of a
+  few starts; ``imports_s`` = ``worker_start_s`` - ``process_start_s`` (the entry's
+  imports and handler construction), a derived figure;
+- ``first_output_s``: the first ``Pipeline.run`` after ``open`` returned, until its result;
+- ``warm_restart``: ``StageRuntime.restart()`` of each stage (retire, load again under a
+  new generation, full gate) with the OS caches warm, then one request.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from edge_core.evidence.tracing import PhaseTracer, default_targets
+from edge_core.runtime.pipeline import Pipeline
+
+__all__ = ["BARE_ENTRY", "StartupClock", "measure_process_start", "measure_warm_restart",
+           "open_summary", "stage_startup", "traced_open"]
+
+BARE_ENTRY = "edge_contracts.worker:BaseHandler"
+"""The worker entry used to time a bare process start: imports no runtime."""
+
+
+def _targets() -> dict[str, Callable[..., Any]]:
+    from edge_core.host.client import WorkerClient
+
+    return {**default_targets(), "worker_retire": WorkerClient.retire}
+
+
+class StartupClock:
+    """Marks taken while a pipeline opens, turned into per-stage phases afterwards."""
+
+    def __init__(self, stage_ids: list[str], say: Callable[[str], None] | None = None) -> None:
+        self.stage_ids = stage_ids
+        self.marks: list[tuple[str, str, float]] = []
+        self.points: dict[str, float] = {}
+        self.tracer = PhaseTracer(_targets())
+        self._say = say
+
+    def progress(self, message: str) -> None:
+        """The ``progress`` callback for ``Pipeline.open``: records loading/warm-up marks."""
+        now = time.perf_counter()
+        for sid in self.stage_ids:
+            if message.startswith(f"loading stage {sid} on "):
+                self.marks.append(("load", sid, now))
+            elif message == f"warming up stage {sid}":
+                self.marks.append(("warmup", sid, now))
+        if self._say is not None:
+            self._say(message)
+
+    def mark(self, name: str) -> None:
+        """Record a named point in time."""
+        self.points[name] = time.perf_counter()
+
+    def stage_phases(self, end: float) -> dict[str, dict[str, float]]:
+        """Stage id → phase seconds for every stage that reached its load."""
+        result: dict[str, dict[str, float]] = {}
+        bounds = [t for _, _, t in self.marks] + [end]
+        for index, (kind, sid, start) in enumerate(self.marks):
+            stop = bounds[index + 1]
+            traced = self.tracer.between(start, stop)
+            phases = result.setdefault(sid, {})
+            if kind == "load":
+                phases["load_s"] = stop - start
+                for name in ("artifact_verification", "worker_start", "worker_load"):
+                    phases[f"{name}_s"] = traced.get(name, 0.0)
+                phases["load_other_s"] = phases["load_s"] - sum(
+                    phases[f"{n}_s"] for n in ("artifact_verification", "worker_start",
+                                               "worker_load"))
+            else:
+                phases["warmup_placement_s"] = stop - start
+                phases["worker_warmup_s"] = traced.get("worker_warmup", 0.0)
+        return result
+
+    def reached(self) -> list[dict[str, Any]]:
+        """The marks in order, relative to the start of ``open`` (for failed runs)."""
+        origin = self.points.get("open", self.marks[0][2] if self.marks else 0.0)
+        return [{"step": kind, "stage": sid, "at_s": t - origin} for kind, sid, t in self.marks]
+
+
+def traced_open(path: str, name: str | None, clock: StartupClock,
+                say: Callable[[str], None] | None = None) -> Pipeline:
+    """Open the pipeline at ``path`` with the tracer installed; fills ``clock.points``."""
+    from edge_core.plugins import load_plugins
+    from edge_core.runtime.opening import default_ledger, load_config
+
+    clock.mark("start")
+    config = load_config(path, name)
+    clock.stage_ids[:] = [s.id for s in config.stages]
+    clock.mark("configured")
+    plugins = load_plugins(local_modules=config.plugins)
+    clock.mark("plugins")
+    ledger = default_ledger(config, plugins)
+    clock.mark("open")
+    with clock.tracer:
+        pipeline = Pipeline.open(config, plugins, ledger, progress=clock.progress)
+    clock.mark("opened")
+    return pipeline
+
+
+def open_summary(clock: StartupClock) -> dict[str, Any]:
+    """Pipeline-level start-up seconds and per-stage phases from a completed traced open."""
+    p = clock.points
+    first_load = clock.marks[0][2] if clock.marks else p["opened"]
+    return {
+        "configuration_s": p["configured"] - p["start"],
+        "plugins_s": p["plugins"] - p["configured"],
+        "ledger_s": p["open"] - p["plugins"],
+        "plan_s": first_load - p["open"],
+        "open_s": p["opened"] - p["open"],
+        "total_s": p["opened"] - p["start"],
+        "stages": clock.stage_phases(p["opened"]),
+    }
+
+
+def _route_of(pipeline: Pipeline, stage_id: str) -> Any:
+    client = getattr(pipeline.stage(stage_id).loaded, "client", None)
+    return getattr(client, "route", None)
+
+
+def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
+    """Stage id → bare-worker start samples on the stage's route (shared routes once)."""
+    from edge_core.host.bootstrap import start_worker
+
+    by_route: dict[tuple[Any, ...], dict[str, Any]] = {}
+    result: dict[str, Any] = {}
+    for runtime in pipeline.stages:
+        route = _route_of(pipeline, runtime.stage_id)
+        if route is None:
+            result[runtime.stage_id] = {"skipped": "not a worker-backed stage"}
+            continue
+        key = (route.interpreter, route.os_domain, route.stage, route.python_path)
+        if key not in by_route:
+            bare = attrs.evolve(route, entry=BARE_ENTRY)
+            samples = []
+            for _ in range(max(1, repeats)):
+                started = time.perf_counter()
+                client = start_worker(bare, generation=1)
+                samples.append(time.perf_counter() - started)
+                client.retire()
+            by_route[key] = {"samples_s": samples, "median_s": statistics.median(samples),
+                             "interpreter": route.interpreter, "entry": BARE_ENTRY}
+        result[runtime.stage_id] = by_route[key]
+    return result
+
+
+def measure_warm_restart(pipeline: Pipeline, run_once: Callable[[], float]) -> dict[str, Any]:
+    """Restart each stage in turn (traced), then time one request through the pipeline."""
+    stages: dict[str, Any] = {}
+    for runtime in pipeline.stages:
+        tracer = PhaseTracer(_targets())
+        with tracer:
+            started = time.perf_counter()
+            runtime.restart()
+            ended = time.perf_counter()
+        traced = tracer.between(started, ended)
+        stages[runtime.stage_id] = {
+            "restart_s": ended - started,
+            "generation": runtime.generation,
+            **{f"{phase}_s": traced.get(phase, 0.0)
+               for phase in ("worker_retire", "artifact_verification", "worker_start",
+                             "worker_load", "worker_warmup")},
+        }
+    return {"stages": stages, "first_output_s": run_once()}
+
+
+def stage_startup(open_phases: Mapping[str, Any],
+                  process_start: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Per stage: the traced phases plus ``process_start_s`` and the derived ``imports_s``."""
+    result: dict[str, dict[str, float | None]] = {}
+    for sid, phases in open_phases["stages"].items():
+        row: dict[str, float | None] = dict(phases)
+        bare = process_start.get(sid, {})
+        start = bare.get("median_s")
+        row["process_start_s"] = start
+        worker = phases.get("worker_start_s")
+        row["imports_s"] = (worker - start) if start is not None and worker else None
+        result[sid] = row
+    return result

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,17 +33,10 @@ from edge_core.plugins import load_plugins
 from edge_core.pools import probe_host
 from edge_core.runtime import Pipeline
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from transport import bare_socketpair_rtt, p50
+
 MIB = 1024 * 1024
-ECHO_CHILD = r"""
-import socket, sys
-s = socket.socket(fileno=int(sys.argv[1]))
-buf = bytearray(65536)
-while True:
-    n = s.recv_into(buf)
-    if not n:
-        break
-    s.sendall(memoryview(buf)[:n])
-"""
 DIRECT_START = r"""
 import sys, time
 t = time.perf_counter()
@@ -57,10 +48,6 @@ with np.load(sys.argv[2], allow_pickle=False) as d:
 s.run(None, feeds)
 print(time.perf_counter() - t)
 """
-
-
-def p50(samples: list[float]) -> float:
-    return statistics.median(samples)
 
 
 def make_bundle(root: Path, name: str, shape: list[int]) -> Path:
@@ -79,22 +66,8 @@ def make_bundle(root: Path, name: str, shape: list[int]) -> Path:
 
 
 def bare_rtt(rounds: int) -> float:
-    ours, theirs = socket.socketpair()
-    child = subprocess.Popen([sys.executable, "-c", ECHO_CHILD, str(theirs.fileno())],
-                             pass_fds=[theirs.fileno()])
-    theirs.close()
-    message, buf, samples = b"x" * 64, bytearray(64), []
-    try:
-        for _ in range(rounds):
-            t = time.perf_counter()
-            ours.sendall(message)
-            got = 0
-            while got < 64:
-                got += ours.recv_into(memoryview(buf)[got:])
-            samples.append(time.perf_counter() - t)
-    finally:
-        ours.close()
-        child.wait(10)
+    """The bare socketpair round trip, measured by the transport benchmark's own helper."""
+    samples = bare_socketpair_rtt(rounds)
     return p50(samples[rounds // 10:])
 
 

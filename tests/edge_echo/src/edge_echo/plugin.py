@@ -13,6 +13,8 @@ from edge_core import hookimpl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from edge_contracts.requests import StageEvent, StageRequest
     from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
     from edge_core.host.retire import RetireOutcome
@@ -119,3 +121,19 @@ def edge_cancel(loaded: WorkerStage, request_id: str, epoch: int) -> CancelOutco
 def edge_retire(loaded: WorkerStage, deadline_s: float) -> RetireOutcome:
     """Retire the worker tree."""
     return loaded.retire(deadline_s)
+
+
+@hookimpl
+def edge_conformance_stage(backend: str, workdir: Path) -> Mapping[str, Any]:
+    """A 2x3 float32 echo stage; every call takes 0.4 s, long enough to cancel while running."""
+    import numpy as np
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    options = {"scale": 2.0, "delay_s": 0.4, "example_shape": [2, 3]}
+    return {
+        "stage": {"backend": {"name": backend, "options": options}},
+        "inputs": {"x": x},
+        "expected": {"x": x * np.float32(2.0)},
+        "bound": {"max_abs_error": 0.0, "normalised_error": 0.0},
+        "slow_inputs": {"x": x},
+    }

@@ -1,0 +1,607 @@
+"""The conformance checks, as plain functions shared by the pytest plugin and the CLI.
+
+Each check takes a prepared :class:`~edge_core.testing.subject.Subject` and returns a line
+saying what it verified, or raises :class:`CheckFailed` / :class:`CheckSkipped` with the
+reason. Every check that starts a worker goes through the real runtime
+(:class:`~edge_core.runtime.Pipeline` on a :class:`~edge_core.ledger.ResourceLedger`)
+and fails when it leaves a process, a shared-memory segment or a descriptor behind, or
+leaves anything charged in the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import numpy as np
+import psutil
+
+from edge_core.backend import CancelOutcome
+from edge_core.config import load_pipeline
+from edge_core.discovery import ENV_ALLOWLIST, check_contract
+from edge_core.errors import EdgeError, ManifestInvalid, ResourceUnavailable, StageClosed
+from edge_core.host.client import WorkerClient
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import EdgePluginManager
+from edge_core.pools import Pool, probe_host
+from edge_core.runtime import Pipeline
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.opening import default_ledger
+from edge_core.runtime.results import AckOutcome
+from edge_core.runtime.stage_runtime import StageRuntime, StageState
+from edge_core.testing import channel
+from edge_core.testing.leaks import leaks_since, snapshot
+from edge_core.testing.subject import Subject
+
+__all__ = ["CHECKS", "HEAVY_MODULES", "PROBE_LIMIT_S", "STAGE_CHECKS", "CheckFailed",
+           "CheckSkipped", "compare_outputs", "pipeline_inputs"]
+
+#: A probe slower than this (seconds, in a fresh interpreter) fails the probe check.
+PROBE_LIMIT_S = 5.0
+#: Runtimes a controller process must never import to probe.
+HEAVY_MODULES = ("onnxruntime", "torch", "vllm", "qai_hub", "tensorflow", "jax",
+                 "transformers")
+#: Bound on any single wait of the kit (a call, a cancel, a lost channel).
+WAIT_S = 30.0
+
+_T = TypeVar("_T")
+
+
+class CheckFailed(EdgeError):
+    """The backend does not conform; the message says where and why."""
+
+
+class CheckSkipped(EdgeError):
+    """The check cannot run on this backend here; the message says why."""
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def pipeline_inputs(previous: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Input transform of the kit's chained stages: each stage gets the pipeline's inputs."""
+    return inputs
+
+
+def _stage(subject: Subject) -> Any:
+    if subject.stage is None:
+        raise CheckSkipped(subject.stage_problem or "no conformance stage")
+    return subject.stage
+
+
+def _config(subject: Subject, ids: tuple[str, ...] = ("s",),
+            stage: Mapping[str, Any] | None = None) -> Any:
+    conformance = _stage(subject)
+    table = conformance.pipeline(ids)
+    if stage is not None:
+        table["stages"] = [{**dict(stage), "id": sid} for sid in ids]
+    for later in table["stages"][1:]:
+        later["input_transform"] = f"{__name__}:pipeline_inputs"
+    return load_pipeline(table, base_dir=conformance.workdir)
+
+
+def _bounded(what: str, function: Callable[[], _T], timeout_s: float = WAIT_S) -> _T:
+    """Run ``function`` in a thread; a hang becomes a failure instead of a stuck kit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name=f"edge-conformance-{what}")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise CheckFailed(f"{what}: no answer within the bound: {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _no_leftovers(what: str) -> Iterator[None]:
+    """Fail when the block leaves a process, an edge segment or a descriptor behind."""
+    before = snapshot()
+    yield
+    report = leaks_since(before)
+    if report:
+        raise CheckFailed(f"{what}: left behind: {report.describe()}")
+
+
+@contextlib.contextmanager
+def _opened(subject: Subject, what: str) -> Iterator[Pipeline]:
+    """Open the stage on the host's ledger; close it, requiring verified retirement."""
+    with _no_leftovers(what):
+        config = _config(subject)
+        ledger = default_ledger(config, subject.plugins)
+        pipeline = Pipeline.open(config, subject.plugins, ledger)
+        try:
+            yield pipeline
+        finally:
+            summary = pipeline.close()
+        for stage_id, closed in summary.items():
+            retire = closed.get("retire") or {}
+            if not (isinstance(retire, Mapping) and retire.get("verified")):
+                raise CheckFailed(f"{what}: stages[{stage_id}].retire: not verified: {retire}")
+        if not ledger.is_empty():
+            raise CheckFailed(f"{what}: ledger: still charged after close: {ledger.snapshot()}")
+
+
+def _runtime(pipeline: Pipeline) -> StageRuntime:
+    return pipeline.stages[0]
+
+
+def compare_outputs(outputs: Mapping[str, Any], data: Mapping[str, Any],
+                    expected: Mapping[str, Any], bound: Mapping[str, float]) -> list[str]:
+    """Problems found comparing a result with the expected values (empty: it matches).
+
+    Float arrays are compared within ``bound`` (``max_abs_error`` and
+    ``normalised_error`` = L2(a - b) / L2(b)); other arrays and JSON values exactly. A name
+    missing from the output tensors is looked up in the terminal event's data.
+    """
+    problems = []
+    for name, want in expected.items():
+        if name in outputs:
+            got = outputs[name]
+        elif name in data:
+            got = data[name]
+        else:
+            problems.append(f"outputs.{name}: missing (got {sorted(outputs)}): None")
+            continue
+        if not isinstance(want, np.ndarray):
+            if got != want:
+                problems.append(f"outputs.{name}: differs from {want!r}: {got!r}")
+            continue
+        got = np.asarray(got)
+        if got.shape != want.shape:
+            problems.append(f"outputs.{name}.shape: expected {want.shape}: {got.shape}")
+            continue
+        if not np.issubdtype(want.dtype, np.floating):
+            if not np.array_equal(got, want):
+                problems.append(f"outputs.{name}: differs from the expected values exactly: "
+                                f"{got.ravel()[:8].tolist()}")
+            continue
+        diff = got.astype(np.float64) - want.astype(np.float64)
+        max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+        scale = float(np.linalg.norm(want.astype(np.float64)))
+        normalised = float(np.linalg.norm(diff)) / scale if scale else max_abs
+        if max_abs > bound["max_abs_error"] or normalised > bound["normalised_error"]:
+            problems.append(f"outputs.{name}: beyond the bound {dict(bound)}: "
+                            f"max_abs_error={max_abs:.3g}, normalised_error={normalised:.3g}")
+    return problems
+
+
+def _run_once(runtime: StageRuntime, subject: Subject) -> Any:
+    stage = _stage(subject)
+    pending = runtime.submit(stage.inputs, params=stage.params)
+    return _bounded("call", pending.result)
+
+
+def _worker_pid(runtime: StageRuntime) -> tuple[int, float] | None:
+    described = runtime.loaded.describe()
+    pid, created = described.get("pid"), described.get("create_time")
+    if isinstance(pid, int) and isinstance(created, int | float):
+        return pid, float(created)
+    return None
+
+
+def _gone(identity: tuple[int, float] | None) -> bool:
+    if identity is None:
+        return True
+    try:
+        proc = psutil.Process(identity[0])
+        return (abs(proc.create_time() - identity[1]) > 0.01
+                or proc.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+# -- static checks -------------------------------------------------------------------------
+
+
+def contract_version(subject: Subject) -> str:
+    """The plugin declares a hook-contract version this core supports."""
+    record = subject.plugins.record(subject.plugin)
+    problem = check_contract(record.contract)
+    if problem:
+        raise CheckFailed(problem)
+    from edge_core.hookspecs import CONTRACT_VERSION
+
+    return f"declares {record.contract}; this core implements {CONTRACT_VERSION}"
+
+
+def hooks_have_specs(subject: Subject) -> str:
+    """Pluggy's ``check_pending()`` finds no implementation without a specification."""
+    import pluggy
+
+    from edge_core import hookspecs
+
+    manager = EdgePluginManager()
+    manager.add_hookspecs(hookspecs)
+    plugin = subject.plugins.manager.get_plugin(subject.plugin)
+    manager.register(plugin, name=subject.plugin)
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise CheckFailed(f"hooks: implementation without a specification: {exc}") from None
+    names = sorted(c.name for c in manager.hook.__dict__.values()
+                   if isinstance(c, pluggy.HookCaller) and c.get_hookimpls())
+    return f"{len(names)} hooks, each with a specification: {', '.join(names)}"
+
+
+_PROBE_SCRIPT = """
+import json, sys, time
+plugin, module, source = sys.argv[1:4]
+started = time.perf_counter()
+from edge_core.plugins import load_plugins
+plugins = load_plugins(local_modules=[module] if source == "config" else [])
+loaded = time.perf_counter()
+answer = plugins.call_one(plugin if source != "config" else module, "edge_probe")
+probed = time.perf_counter()
+heavy = json.loads(sys.argv[4])
+print(json.dumps({"error": answer.error, "load_s": loaded - started,
+                  "probe_s": probed - loaded, "reports": len(answer.result or ()),
+                  "heavy": sorted(m for m in heavy if m in sys.modules)}))
+"""
+
+
+def probe_fast_and_light(subject: Subject) -> str:
+    """A fresh interpreter loads the plugin and probes it fast, importing no heavy runtime."""
+    record = subject.plugins.record(subject.plugin)
+    if record.source == "object":
+        raise CheckSkipped(f"plugin {subject.plugin!r} was registered as an object: it cannot "
+                           "be loaded in a fresh interpreter")
+    import os
+
+    env = {**os.environ, ENV_ALLOWLIST: subject.plugin}
+    argv = [sys.executable, "-c", _PROBE_SCRIPT, subject.plugin, record.module, record.source,
+            json.dumps(HEAVY_MODULES)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+                              timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"probe: no answer within the bound: {WAIT_S} s") from None
+    if done.returncode != 0:
+        raise CheckFailed(f"probe: the fresh interpreter failed: {done.stderr.strip()[-400:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if found["error"]:
+        raise CheckFailed(f"probe: raised in a fresh interpreter: {found['error']}")
+    if found["heavy"]:
+        raise CheckFailed(f"probe: imported a heavy runtime in the controller: {found['heavy']}")
+    if found["probe_s"] > PROBE_LIMIT_S:
+        raise CheckFailed(f"probe: slower than {PROBE_LIMIT_S} s: {found['probe_s']:.3f} s")
+    return (f"probe answered in {found['probe_s'] * 1e3:.0f} ms (plugins loaded in "
+            f"{found['load_s'] * 1e3:.0f} ms) importing none of {list(HEAVY_MODULES)}")
+
+
+# -- admission -----------------------------------------------------------------------------
+
+
+def reserve_overcommit_refused(subject: Subject) -> str:
+    """A two-stage plan that fits once but not twice is refused with nothing charged."""
+    config = _config(subject)
+    resolved = Pipeline._resolve(config, 0, subject.plugins)
+    demands = {p: int(b) for p, b in resolved.binding.reserve(resolved.context).items()
+               if int(b) > 0}
+    if not demands:
+        raise CheckSkipped("edge_reserve: the stage demands no memory: {}")
+    pools = {pool.name: pool for pool in probe_host().pools}
+    for name, need in demands.items():
+        total = need + need // 2
+        pools[name] = (attrs.evolve(pools[name], total=total, observed_by="conformance")
+                       if name in pools else Pool(name=name, total=total,
+                                                  observed_by="conformance"))
+    ledger = ResourceLedger(pools.values())
+    single = ledger.reserve_plan({"one": demands})["one"]  # one stage alone fits
+    ledger.release(single)
+    with _no_leftovers("over-committed open"):
+        try:
+            pipeline = Pipeline.open(_config(subject, ("a", "b")), subject.plugins, ledger)
+        except ResourceUnavailable as exc:
+            refusal = str(exc)
+        else:
+            pipeline.close()
+            raise CheckFailed(f"reserve: a plan of twice {demands} was admitted on pools "
+                              f"sized {[(n, pools[n].total) for n in demands]}")
+    charged = {name: ledger.reserved(name) for name in demands}
+    if not ledger.is_empty() or any(charged.values()):
+        raise CheckFailed(f"ledger: charged after the refusal: {charged}")
+    return f"refused ({refusal}); nothing charged, no worker started"
+
+
+def tampered_manifest_refused(subject: Subject) -> str:
+    """A bundle whose file changed after its manifest was written is refused at load."""
+    stage = _stage(subject)
+    bundle = stage.manifest_dir
+    if bundle is None:
+        raise CheckSkipped("stage.manifest: the stage has no artifact bundle: None")
+    from edge_contracts.manifest import MANIFEST_FILENAME
+
+    copy = stage.workdir / f"tampered-{time.monotonic_ns()}"
+    shutil.copytree(bundle, copy)
+    try:
+        listed = json.loads((copy / MANIFEST_FILENAME).read_text(encoding="utf-8"))["files"]
+        graph = json.loads((copy / MANIFEST_FILENAME).read_text(encoding="utf-8")).get(
+            "metadata", {}).get("graph")
+        victim = graph if graph in listed else max(listed,
+                                                   key=lambda name: (copy / name).stat().st_size)
+        data = bytearray((copy / victim).read_bytes())
+        data[-1] ^= 0xFF
+        (copy / victim).write_bytes(bytes(data))
+        manifest = Path(str(stage.stage["manifest"]))
+        target = copy if (stage.workdir / manifest).is_dir() or manifest.is_dir() \
+            else copy / manifest.name
+        config = _config(subject, stage={**dict(stage.stage), "manifest": str(target)})
+        ledger = default_ledger(config, subject.plugins)
+        with _no_leftovers("tampered open"):
+            try:
+                pipeline = Pipeline.open(config, subject.plugins, ledger)
+            except ManifestInvalid as exc:
+                refusal = f"{type(exc).__name__}: {exc}"
+            except EdgeError as exc:
+                raise CheckFailed(f"load: refused, but not as an artifact failure: "
+                                  f"{type(exc).__name__}: {exc}") from None
+            else:
+                pipeline.close()
+                raise CheckFailed(f"load: a tampered bundle was loaded: {victim!r}")
+        if not ledger.is_empty():
+            raise CheckFailed(f"ledger: charged after the refusal: {ledger.snapshot()}")
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    return f"one byte of {victim!r} flipped: {refusal[:200]}"
+
+
+# -- serving -------------------------------------------------------------------------------
+
+
+def warmup_placement_consistent(subject: Subject) -> str:
+    """The warm-up placement report is present and agrees with the declaration and run."""
+    with _opened(subject, "placement") as pipeline:
+        plan = pipeline.execution_plan()["stages"][0]
+        placement = plan["placement"]
+        if not placement:
+            raise CheckFailed("placement: no warm-up report in the execution plan: None")
+        providers = {name: share["nodes"] for name, share in placement["providers"].items()}
+        total = sum(providers.values())
+        if total <= 0:
+            raise CheckFailed(f"placement.providers: no node reported as run: {providers}")
+        stray = sorted(set(providers) - set(placement["available_providers"]))
+        if stray:
+            raise CheckFailed(f"placement.providers: ran on providers the session did not "
+                              f"have ({placement['available_providers']}): {stray}")
+        declared = subject.info.providers
+        if declared and placement["target"] not in declared:
+            raise CheckFailed(f"placement.target: not among the backend's declared providers "
+                              f"{list(declared)}: {placement['target']!r}")
+        if not placement.get("method"):
+            raise CheckFailed(f"placement.method: how the split was observed is not said: "
+                              f"{placement.get('method')!r}")
+        if not plan["worker"]:
+            raise CheckFailed("worker: the execution plan does not name the worker: {}")
+    return (f"target {placement['target']} ran {providers.get(placement['target'], 0)}/"
+            f"{total} nodes, split {providers}, observed by {placement['method']}")
+
+
+def calls_match_expected(subject: Subject) -> str:
+    """Three requests each produce the expected outputs within the bound."""
+    stage = _stage(subject)
+    if stage.expected is None:
+        raise CheckSkipped("expected: the stage gives no expected outputs to compare: None")
+    with _opened(subject, "calls") as pipeline:
+        for attempt in range(3):
+            with _run_once(_runtime(pipeline), subject) as result:
+                problems = compare_outputs(result.outputs, result.data, stage.expected,
+                                           stage.bound)
+            if problems:
+                raise CheckFailed(f"request {attempt + 1}: " + "; ".join(problems))
+    return f"3 requests matched {sorted(stage.expected)} within {dict(stage.bound)}"
+
+
+def stale_ack_frees_nothing(subject: Subject) -> str:
+    """Acknowledgements with a wrong id, epoch, generation or serial free no slot."""
+    with _opened(subject, "stale ack") as pipeline:
+        runtime = _runtime(pipeline)
+        result = _run_once(runtime, subject)
+        key = result.key
+        forged = [attrs.evolve(key, request_id=key.request_id + "-other"),
+                  attrs.evolve(key, epoch=key.epoch + 1),
+                  attrs.evolve(key, generation=key.generation + 1),
+                  attrs.evolve(key, serial=key.serial + 1)]
+        for fake in forged:
+            if runtime.ack(fake) is not AckOutcome.STALE or runtime.outstanding != 1:
+                raise CheckFailed(f"ack: a stale acknowledgement freed the slot: {fake}")
+        if result.ack() is not AckOutcome.ACKNOWLEDGED or runtime.outstanding != 0:
+            raise CheckFailed(f"ack: the matching acknowledgement did not free the slot: {key}")
+        if result.ack() is not AckOutcome.STALE:
+            raise CheckFailed(f"ack: a second acknowledgement was not stale: {key}")
+    return "4 forged acknowledgements were stale and freed nothing; the real one freed 1 slot"
+
+
+def cancel_finished_call(subject: Subject) -> str:
+    """Cancelling a finished request answers already-finished and keeps the worker."""
+    with _opened(subject, "cancel finished") as pipeline:
+        runtime = _runtime(pipeline)
+        before = _worker_pid(runtime)
+        with _run_once(runtime, subject) as result:
+            request_id = result.key.request_id
+        outcome = runtime.cancel(request_id)
+        if outcome is not CancelOutcome.ALREADY_FINISHED:
+            raise CheckFailed(f"cancel: a finished request was not already-finished: {outcome}")
+        if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
+            raise CheckFailed(f"cancel: the stage changed after cancelling finished work: "
+                              f"{runtime.state}")
+        _run_once(runtime, subject).ack()
+    return "already-finished; same worker served the next request"
+
+
+def cancel_running_call(subject: Subject) -> str:
+    """A running request cancels as declared: in place (preemptible) or by retiring."""
+    stage = _stage(subject)
+    if not stage.has_slow_request:
+        raise CheckSkipped("slow_inputs/slow_params: the stage gives no request slow enough "
+                           "to cancel while running: None")
+    preemptible = subject.info.preemptible
+    with _opened(subject, "cancel running") as pipeline:
+        runtime = _runtime(pipeline)
+        before = _worker_pid(runtime)
+        pending = runtime.submit(stage.slow_inputs or stage.inputs,
+                                 params=stage.slow_params or stage.params)
+        time.sleep(0.1)
+        outcome = _bounded("cancel", pending.cancel)
+        try:
+            _bounded("cancelled call", pending.result)
+        except RequestCancelled:
+            pass
+        else:
+            raise CheckFailed("cancel: the cancelled request still delivered a result")
+        if preemptible:
+            if outcome is not CancelOutcome.CANCELLED_IN_PLACE:
+                raise CheckFailed(f"cancel: a preemptible backend did not cancel in place: "
+                                  f"{outcome}")
+            if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
+                raise CheckFailed("cancel: the worker was replaced after an in-place cancel")
+            _run_once(runtime, subject).ack()
+            return "cancelled in place; the same worker served the next request"
+        if outcome is not CancelOutcome.RETIRE_REQUIRED:
+            raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome}, not "
+                              "retire-required")
+        retired = runtime.last_retire
+        if runtime.state is not StageState.NEEDS_RESTART or not getattr(retired, "verified",
+                                                                        False):
+            raise CheckFailed(f"cancel: worker not retired verifiably: {runtime.state}, "
+                              f"{retired}")
+        if not _gone(before):
+            raise CheckFailed(f"cancel: the retired worker still runs: {before}")
+        try:
+            runtime.submit(stage.inputs, params=stage.params)
+        except StageClosed:
+            pass
+        else:
+            raise CheckFailed("cancel: the stage took work before restart()")
+        runtime.restart()
+        _run_once(runtime, subject).ack()
+        return (f"retire-required; worker retired verified, stage refused work until "
+                f"restart, generation {runtime.generation} served the next request")
+
+
+# -- teardown and the channel ----------------------------------------------------------------
+
+
+def retire_verified(subject: Subject) -> str:
+    """Closing retires the worker tree verifiably and leaves nothing behind."""
+    with _opened(subject, "retire") as pipeline:
+        runtime = _runtime(pipeline)
+        _run_once(runtime, subject).ack()
+        identity = _worker_pid(runtime)
+    if not _gone(identity):
+        raise CheckFailed(f"retire: the worker still runs after close: {identity}")
+    escalation = getattr(runtime.last_retire, "escalation", "?")
+    return (f"worker {identity[0] if identity else '?'} retired verified ({escalation}); "
+            "no process, segment, descriptor or reservation left")
+
+
+def _client(runtime: StageRuntime) -> WorkerClient:
+    client = getattr(runtime.loaded, "client", None)
+    if not isinstance(client, WorkerClient):
+        raise CheckSkipped(f"loaded stage: not served through an edge WorkerClient: "
+                           f"{type(runtime.loaded).__name__}")
+    return client
+
+
+def _await_lost(client: WorkerClient) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        health = client.health()
+        if health.state != "ready":
+            return str(health.reason)
+        time.sleep(0.01)
+    raise CheckFailed(f"channel: the malformed frame went unnoticed for {WAIT_S} s: ready")
+
+
+def _expect_typed_failure(runtime: StageRuntime, subject: Subject) -> str:
+    stage = _stage(subject)
+    try:
+        _bounded("call after the malformed frame",
+                 lambda: runtime.submit(stage.inputs, params=stage.params).result())
+    except EdgeError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    raise CheckFailed("channel: a call succeeded on a channel that broke protocol")
+
+
+def malformed_frame_from_worker(subject: Subject) -> str:
+    """An oversized frame header written on the worker's end: typed failure, no hang."""
+    stage = _stage(subject)
+    with _opened(subject, "malformed from worker") as pipeline:
+        runtime = _runtime(pipeline)
+        client = _client(runtime)
+        pending = None
+        if stage.has_slow_request:
+            pending = runtime.submit(stage.slow_inputs or stage.inputs,
+                                     params=stage.slow_params or stage.params)
+            time.sleep(0.1)
+        try:
+            channel.inject_from_worker(client, channel.oversized_header())
+        except channel.InjectionUnavailable as exc:
+            if pending is not None:
+                pending.cancel()
+            raise CheckSkipped(str(exc)) from None
+        reason = _await_lost(client)
+        if "protocol violation" not in reason:
+            raise CheckFailed(f"channel: lost for another reason than the frame: {reason}")
+        if pending is not None:
+            try:
+                _bounded("in-flight call", pending.result)
+            except RequestCancelled:
+                raise CheckFailed("channel: the in-flight call was reported cancelled, not "
+                                  "failed by the protocol violation: RequestCancelled") from None
+            except EdgeError as exc:
+                failure = f"in-flight call: {type(exc).__name__}"
+            else:
+                raise CheckFailed("channel: the in-flight call completed after the violation")
+        else:
+            failure = "next call: " + _expect_typed_failure(runtime, subject)[:120]
+    return f"controller refused it ({reason[:120]}); {failure}; worker retired verified"
+
+
+def malformed_frame_to_worker(subject: Subject) -> str:
+    """An oversized frame header sent to the worker: it refuses it, the controller sees it."""
+    with _opened(subject, "malformed to worker") as pipeline:
+        runtime = _runtime(pipeline)
+        client = _client(runtime)
+        channel.inject_to_worker(client, channel.oversized_header())
+        reason = _await_lost(client)
+        failure = _expect_typed_failure(runtime, subject)
+    return f"worker closed its channel ({reason[:120]}); next call: {failure[:120]}"
+
+
+#: Every check, in the order they run: name → function.
+CHECKS: dict[str, Callable[[Subject], str]] = {
+    "contract_version": contract_version,
+    "hooks_have_specs": hooks_have_specs,
+    "probe_fast_and_light": probe_fast_and_light,
+    "reserve_overcommit_refused": reserve_overcommit_refused,
+    "tampered_manifest_refused": tampered_manifest_refused,
+    "warmup_placement_consistent": warmup_placement_consistent,
+    "calls_match_expected": calls_match_expected,
+    "stale_ack_frees_nothing": stale_ack_frees_nothing,
+    "cancel_finished_call": cancel_finished_call,
+    "cancel_running_call": cancel_running_call,
+    "retire_verified": retire_verified,
+    "malformed_frame_from_worker": malformed_frame_from_worker,
+    "malformed_frame_to_worker": malformed_frame_to_worker,
+}
+
+#: Checks that need the backend's conformance stage.
+STAGE_CHECKS = frozenset(CHECKS) - {"contract_version", "hooks_have_specs",
+                                     "probe_fast_and_light"}

@@ -13,7 +13,12 @@ import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, distribution
 
-__all__ = ["KNOWN_DISTRIBUTIONS", "conflict_note", "installed_distributions"]
+__all__ = [
+    "KNOWN_DISTRIBUTIONS",
+    "conflict_note",
+    "installed_distributions",
+    "ships_onnxruntime_package",
+]
 
 KNOWN_DISTRIBUTIONS = (
     "onnxruntime",
@@ -61,8 +66,27 @@ def installed_distributions(interpreter: str | None = None,
     return loaded
 
 
+def ships_onnxruntime_package(name: str, interpreter: str | None = None) -> bool:
+    """False for a distribution whose recorded files hold no ``onnxruntime`` package.
+
+    ``onnxruntime-qnn`` 2.x installs only ``onnxruntime_qnn`` (the QNN plugin EP library)
+    and depends on ``onnxruntime``; it coexists with it. Only this interpreter's records
+    are read: for another interpreter, or without a file record, the answer is True.
+    """
+    if interpreter not in (None, sys.executable):
+        return True
+    try:
+        files = distribution(name).files
+    except PackageNotFoundError:
+        return True
+    if files is None:
+        return True
+    return any(str(f).replace("\\", "/") == "onnxruntime/__init__.py" for f in files)
+
+
 def conflict_note(found: dict[str, str], interpreter: str) -> str | None:
     """A warning when several distributions provide ``onnxruntime`` in one interpreter."""
+    found = {n: v for n, v in found.items() if ships_onnxruntime_package(n, interpreter)}
     if len(found) < 2:
         return None
     listed = ", ".join(f"{name} {version}" for name, version in sorted(found.items()))

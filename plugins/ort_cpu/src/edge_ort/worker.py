@@ -32,6 +32,7 @@ from edge_ort.assignment import (
     supports_assignment,
 )
 from edge_ort.bucket import Bucket
+from edge_ort.epcontext import ContextEntry, artifact_digest, context_key
 from edge_ort.numerics import compare_outputs
 
 __all__ = ["OrtHandler", "create"]
@@ -115,6 +116,20 @@ class OrtHandler(BaseHandler):
                     names.append(str(device.ep_name))
         return names
 
+    def _context_entry(self, config: Mapping[str, Any]) -> ContextEntry | None:
+        """The EP-context cache entry for ``config["ep_context"]`` (``{dir, material}``)."""
+        context = config.get("ep_context")
+        if not context:
+            return None
+        versions = {"onnxruntime": str(self._ort.__version__)}
+        for lib in config.get("ep_libraries", []):
+            if lib.get("module"):
+                module = importlib.import_module(str(lib["module"]))
+                versions[str(lib["module"])] = str(getattr(module, "__version__", "unknown"))
+        key = context_key(artifact_digest(str(config["graph"])),
+                          dict(context.get("material", {})), versions)
+        return ContextEntry(str(context["dir"]), key)
+
     def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         """Create the session; report the providers available and used."""
         ort = self._ort
@@ -147,20 +162,37 @@ class OrtHandler(BaseHandler):
             options.profile_file_prefix = os.path.join(self._profile_dir, "warmup")
         self._method = method
         providers = [(str(name), dict(opts)) for name, opts in config.get("providers", [])]
+        graph = str(config["graph"])
+        context = self._context_entry(config)
+        if context is not None and context.present:
+            graph = str(context.model)
+        elif context is not None:
+            for key, value in context.session_entries().items():
+                options.add_session_config_entry(key, value)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            if config.get("plugin_ep"):
-                devices = [d for d in ort.get_ep_devices() if d.ep_name == self._target]
-                options.add_provider_for_devices(devices, dict(providers[0][1]) if providers
-                                                 else {})
-                self._session = ort.InferenceSession(str(config["graph"]), options)
-            else:
-                self._session = ort.InferenceSession(
-                    str(config["graph"]), options,
-                    providers=[n for n, _ in providers] or [CPU],
-                    provider_options=[o for _, o in providers] or None,
-                )
+            try:
+                if config.get("plugin_ep"):
+                    devices = [d for d in ort.get_ep_devices() if d.ep_name == self._target]
+                    options.add_provider_for_devices(devices, dict(providers[0][1])
+                                                     if providers else {})
+                    self._session = ort.InferenceSession(graph, options)
+                else:
+                    self._session = ort.InferenceSession(
+                        graph, options,
+                        providers=[n for n, _ in providers] or [CPU],
+                        provider_options=[o for _, o in providers] or None,
+                    )
+            except BaseException:
+                if context is not None:
+                    context.abandon()
+                raise
+        if context is not None:
+            reused = graph != str(config["graph"])
+            report["ep_context"] = {"key": context.key, "reused": reused,
+                                    "written": False if reused else context.commit(),
+                                    "path": str(context.path)}
         self._output_names = [o.name for o in self._session.get_outputs()]
         report.update({
             "session_providers": list(self._session.get_providers()),

@@ -1,52 +1,71 @@
-"""The `qnn` backend's controller-side hook implementations.
+"""The ``qnn`` backend: Qualcomm QNN through ONNX Runtime's plugin execution provider.
 
-Only declaration and probe exist so far; the probe says plainly that the backend is not
-implemented, so no stage can be admitted on it.
+The plugin is an :class:`edge_ort.plugin_base.OrtPlugin` subclass (entry point
+``edge_qnn.plugin:PLUGIN``); the worker is the shared :mod:`edge_ort.worker`, which
+registers ``onnxruntime_qnn``'s EP library, adds the provider for the QNN devices ORT
+reports, and keeps compiled graphs in the EP-context cache. The ``edge hub`` commands
+(AI Hub, an optional extra) are added through ``edge_register_commands``.
 """
 
 from __future__ import annotations
 
-from edge_core import hookimpl
-from edge_qnn import __version__
+from typing import Any
+
+from edge_ort.plugin_base import OrtPlugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from edge_core.backend import BackendInfo, ProbeReport
+    from edge_core.backend import ProbeReport
+    from edge_core.stage import StageContext
+
+__all__ = ["EDGE_CONTRACT", "PLUGIN", "QnnPlugin"]
 
 #: The hook-contract version this plugin was written against.
 EDGE_CONTRACT = "1.0"
 
 
-def backend_info() -> BackendInfo:
-    """This plugin's backend declaration (built on demand: importing the plugin stays cheap)."""
-    from edge_core.backend import BackendInfo
+class QnnPlugin(OrtPlugin):
+    """The ORT plugin class with QNN's options, EP library, cache and probe."""
 
-    return BackendInfo(
-        name="qnn",
-        kinds=("graph",),
-        preemptible=False,
-        max_concurrency=1,
-        providers=('QNNExecutionProvider',),
-        description="Qualcomm QNN through ONNX Runtime (HTP, GPU or CPU QNN backends).",
-    )
+    def options_class(self) -> type:
+        """Stage options: :class:`edge_qnn.options.QnnOptions`."""
+        from edge_qnn.options import QnnOptions
+
+        return QnnOptions
+
+    def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
+        """Register ``onnxruntime_qnn``'s library; add QNN for its devices; cache contexts."""
+        from edge_ort.controller import base_load_config
+        from edge_qnn.options import QnnOptions, provider_options
+
+        options = options or QnnOptions()
+        config = base_load_config(self.target, options)
+        qnn = provider_options(options)
+        config["providers"] = [[self.target, qnn]]
+        config["plugin_ep"] = True
+        config["ep_libraries"] = [{"name": self.target, "module": "onnxruntime_qnn"}]
+        if options.context_cache:
+            config["ep_context"] = {
+                "dir": str(options.cache_dir()),
+                "material": {"provider_options": qnn,
+                             "session_config": dict(options.session_config)},
+            }
+        return config
+
+    def probe_report(self) -> ProbeReport:
+        """QNN devices and SDK version as ONNX Runtime sees them, or why not."""
+        from edge_qnn.probing import probe_qnn
+
+        return probe_qnn(self.backend)
+
+    def device_id(self, options: Any) -> str | None:
+        """One QNN device: loads and warm-ups on it are serialised."""
+        return "qnn0"
 
 
-@hookimpl
-def edge_backends() -> list[BackendInfo]:
-    """Declare the `qnn` backend."""
-    return [backend_info()]
-
-
-@hookimpl
-def edge_probe() -> list[ProbeReport]:
-    """Report the backend as unavailable: it is not implemented in this release."""
-    from edge_core.backend import ProbeReport
-
-    return [
-        ProbeReport(
-            backend=backend_info().name,
-            available=False,
-            reason=f"not implemented in edge-qnn {__version__}: only the declaration and "
-            "probe exist so far",
-        )
-    ]
+PLUGIN = QnnPlugin(
+    backend="qnn",
+    target="QNNExecutionProvider",
+    description="Qualcomm QNN through ONNX Runtime (HTP, GPU or CPU QNN backends).",
+    distribution="edge-qnn",
+)

@@ -1,0 +1,173 @@
+"""The qnn backend on the QNN HTP simulator: real sessions, real placement, real cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.placement import PlacementRefusal
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+
+from .conftest import example_input, make_bundle
+
+GiB = 1024**3
+QNN = "QNNExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "qnn"})
+
+
+@pytest.fixture
+def ledger() -> Iterator[ResourceLedger]:
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+    yield ledger
+    assert ledger.is_empty()
+
+
+def open_qnn(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Path,
+             options: dict[str, Any] | None = None, **stage: Any) -> Pipeline:
+    config = load_pipeline({"name": "p", "stages": [{
+        "id": "s", "manifest": str(bundle),
+        "backend": {"name": "qnn",
+                    "options": {"context_cache_dir": str(cache), **(options or {})}},
+        **stage,
+    }]})
+    return Pipeline.open(config, plugins, ledger)
+
+
+def cpu_run(bundle: Path, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=[CPU])
+    return np.asarray(session.run(["y"], {"x": x})[0])
+
+
+def test_a_static_fp32_graph_runs_wholly_on_qnn_and_matches_cpu(
+    plugins: PluginSet, ledger: ResourceLedger, static_bundle: Path, tmp_path: Path
+) -> None:
+    with open_qnn(plugins, ledger, static_bundle, tmp_path / "cache") as pipeline:
+        plan = pipeline.execution_plan()["stages"][0]
+        placement = plan["placement"]
+        assert placement["target"] == QNN
+        assert placement["fraction_on_target"] == 1.0
+        assert set(placement["providers"]) == {QNN}
+        assert placement["method"] == "graph-assignment-info"
+        assert plan["numerics"]["reference"] == "expected-outputs"
+        assert plan["numerics"]["passed"] is True
+        assert plan["worker"]["load"]["registered_libraries"] == [QNN]
+        for seed in range(3):
+            x = example_input(seed + 100)
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_allclose(result.outputs["y"], cpu_run(static_bundle, x),
+                                           atol=1e-4, rtol=1e-4)
+
+
+def test_a_dynamic_batch_falls_back_to_cpu_and_the_gate_names_the_cpu_nodes(
+    plugins: PluginSet, ledger: ResourceLedger, dynamic_bundle: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(PlacementRefusal) as info:
+        open_qnn(plugins, ledger, dynamic_bundle, tmp_path / "cache")
+    message = str(info.value)
+    assert "CPUExecutionProvider ran 2 node(s)" in message
+    assert "conv0" in message and "relu0" in message
+    report = info.value.report
+    assert report.providers[CPU].nodes == 2
+    assert QNN not in report.providers
+
+
+def test_a_qdq_graph_splits_and_is_refused_at_the_default_minimum(
+    plugins: PluginSet, ledger: ResourceLedger, qdq_bundle: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(PlacementRefusal) as info:
+        open_qnn(plugins, ledger, qdq_bundle, tmp_path / "cache")
+    report = info.value.report
+    assert report.providers[QNN].nodes > 0
+    assert report.providers[CPU].nodes > 0
+    assert "QuantizeLinear" in report.providers[CPU].op_types
+
+
+def test_a_qdq_split_is_accepted_when_the_stage_lowers_the_minimum_and_allows_cpu(
+    plugins: PluginSet, ledger: ResourceLedger, qdq_bundle: Path, tmp_path: Path
+) -> None:
+    bound = {"max_abs_error": 0.05, "normalised_error": 0.02}
+    with open_qnn(plugins, ledger, qdq_bundle, tmp_path / "cache",
+                  options={"numerics_bound": bound},
+                  placement={"min_fraction_on_target": 0.5,
+                             "allowed_providers": [CPU]}) as pipeline:
+        plan = pipeline.execution_plan()["stages"][0]
+        placement = plan["placement"]
+        on_qnn = placement["providers"][QNN]["nodes"]
+        on_cpu = placement["providers"][CPU]["nodes"]
+        assert on_qnn > 0 and on_cpu > 0
+        assert placement["fraction_on_target"] == pytest.approx(on_qnn / (on_qnn + on_cpu))
+        assert 0.5 <= placement["fraction_on_target"] < 1.0
+        numerics = plan["numerics"]
+        assert numerics["reference"] == "cpu-run"
+        assert numerics["passed"] is True
+        assert numerics["bound"]["max_abs_error"] == 0.05
+        x = example_input(200)
+        with pipeline.run({"x": x}) as result:
+            error = np.abs(result.outputs["y"] - cpu_run(qdq_bundle, x)).max()
+        assert error <= 0.05
+
+
+def test_the_gpu_backend_cannot_initialise_on_the_simulator_and_the_gate_refuses(
+    plugins: PluginSet, ledger: ResourceLedger, static_bundle: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(PlacementRefusal) as info:
+        open_qnn(plugins, ledger, static_bundle, tmp_path / "cache",
+                 options={"backend_type": "gpu"})
+    report = info.value.report
+    assert set(report.providers) == {CPU}
+
+
+def _context(plan: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = plan["worker"]["load"]["ep_context"]
+    return context
+
+
+def test_a_second_load_reuses_the_compiled_context_and_a_changed_key_recompiles(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    bundle = make_bundle(tmp_path / "a")
+    x = example_input(5)
+
+    def load(bundle: Path, **options: Any) -> tuple[dict[str, Any], np.ndarray]:
+        with open_qnn(plugins, ledger, bundle, cache, options=options) as pipeline:
+            plan = pipeline.execution_plan()["stages"][0]
+            with pipeline.run({"x": x}) as result:
+                return _context(plan), np.array(result.outputs["y"])
+
+    first, y1 = load(bundle)
+    assert (first["reused"], first["written"]) == (False, True)
+    second, y2 = load(bundle)
+    assert (second["reused"], second["key"]) == (True, first["key"])
+    np.testing.assert_array_equal(y1, y2)
+    burst, _ = load(bundle, performance_mode="burst")
+    assert burst["key"] != first["key"] and burst["written"] is True
+    changed, _ = load(make_bundle(tmp_path / "b", seed=4))
+    assert changed["key"] not in {first["key"], burst["key"]}
+    assert changed["written"] is True
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries == sorted({first["key"], burst["key"], changed["key"]})
+
+
+def test_without_the_cache_nothing_is_written(
+    plugins: PluginSet, ledger: ResourceLedger, static_bundle: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    with open_qnn(plugins, ledger, static_bundle, cache,
+                  options={"context_cache": False}) as pipeline:
+        assert "ep_context" not in pipeline.execution_plan()["stages"][0]["worker"]["load"]
+    assert not cache.exists()

@@ -19,7 +19,14 @@ import argparse
 import sys
 
 from edge_core import __version__
-from edge_core.cli import common, manifest_cmd, plugins_cmd, probe_cmd, run_cmd
+from edge_core.cli import (
+    common,
+    conformance_cmd,
+    manifest_cmd,
+    plugins_cmd,
+    probe_cmd,
+    run_cmd,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
-_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd)
+_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, conformance_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

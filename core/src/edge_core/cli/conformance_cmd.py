@@ -1,0 +1,70 @@
+"""``edge conformance``: run the conformance kit's checks on installed backends.
+
+Exit 0 when no check failed, 1 otherwise (skipped checks are shown as skipped and never
+count as passed), 2 for an unknown check name.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from edge_core.cli import common
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+NAME = "conformance"
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``conformance`` command."""
+    parser = sub.add_parser(
+        NAME, help="check that backends conform to edge-core's lifecycle contract",
+        description="Run the conformance checks on the named backends (default: every "
+        "installed backend). Unavailable backends report every check skipped.",
+    )
+    common.add_json_flag(parser)
+    parser.add_argument("backends", nargs="*", metavar="NAME", help="backend names")
+    parser.add_argument("--check", action="append", default=None, metavar="CHECK",
+                        help="run only this check (repeatable)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the checks and print one line per check (or a JSON report)."""
+    from edge_core.errors import BackendUnavailable
+    from edge_core.testing.checks import CHECKS
+    from edge_core.testing.results import report_document
+    from edge_core.testing.runner import installed_backends, run_backend
+
+    unknown = [name for name in args.check or () if name not in CHECKS]
+    if unknown:
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"--check: unknown check (known: {list(CHECKS)}): {unknown}")
+    plugins = common.load_plugins_or_fail()
+    names = args.backends or installed_backends(plugins)
+    reports = []
+    for backend in names:
+        try:
+            reports.append(run_backend(plugins, backend, args.check))
+        except BackendUnavailable as exc:
+            raise common.CommandFailed(common.EXIT_FAILED, str(exc)) from exc
+        if not args.json:
+            _print_backend(reports[-1])
+    document = report_document(reports)
+    failed = any(report.failed for report in reports)
+    if args.json:
+        common.print_json({"ok": not failed, **document})
+    else:
+        totals = document["summary"]
+        print(f"\n{totals['passed']} passed, {totals['failed']} failed, "
+              f"{totals['skipped']} skipped (skipped is not passed)")
+    return common.EXIT_FAILED if failed else common.EXIT_OK
+
+
+def _print_backend(report: Any) -> None:
+    state = "available" if report.available else f"unavailable: {report.reason}"
+    print(f"{report.backend}  [{report.plugin}]  {state}")
+    for result in report.results:
+        print(f"  {result.status.value.upper():8} {result.check}: {result.detail}")

@@ -77,9 +77,12 @@ class HookAnswer:
 class PluginSet:
     """The loaded plugins: a pluggy manager plus a record per plugin found."""
 
-    def __init__(self, manager: EdgePluginManager, records: list[PluginRecord]) -> None:
+    def __init__(self, manager: EdgePluginManager, records: list[PluginRecord],
+                 *, trace: bool = False) -> None:
         self.manager = manager
         self.records = records
+        #: Print every isolated hook call (``EDGE_TRACE_HOOKS=1``), as pluggy calls are.
+        self.trace = trace
 
     def record(self, name: str) -> PluginRecord:
         """The record of the plugin registered under ``name``."""
@@ -122,6 +125,9 @@ class PluginSet:
             except Exception as exc:  # one plugin must not hide the others
                 answers[idx].error = f"{type(exc).__name__}: {exc}"
             answers[idx].seconds = time.perf_counter() - started
+            if self.trace:
+                status = "ok" if answers[idx].error is None else f"raised {answers[idx].error}"
+                _trace(hook_name, impl.plugin_name, kwargs, answers[idx].seconds, status)
 
         if timeout_s is None:
             for idx in range(len(impls)):
@@ -179,9 +185,10 @@ def load_plugins(
         except Exception as exc:  # pluggy validates hook signatures against the specs
             record.error = f"registration failed: {type(exc).__name__}: {exc}"
             record.loaded = False
-    plugin_set = PluginSet(manager, records)
+    trace = _env_true(env, ENV_TRACE)
+    plugin_set = PluginSet(manager, records, trace=trace)
     _read_backends(plugin_set)
-    if _env_true(env, ENV_TRACE):
+    if trace:
         _install_tracing(manager)
     failed = [rec for rec in records if rec.error]
     if strict and failed:
@@ -216,15 +223,30 @@ def _read_backends(plugin_set: PluginSet) -> None:
         record.backends = tuple(names)
 
 
+def _trace(hook_name: str, plugins: str, kwargs: Mapping[str, Any], seconds: float,
+           status: str) -> None:
+    """One ``[edge-trace]`` line: hook, plugin(s), argument summary, duration, outcome."""
+    summary = ", ".join(f"{k}={_summarise(v)}" for k, v in kwargs.items())
+    print(f"[edge-trace] {hook_name}@{plugins}({summary}) {seconds * 1e3:.3f} ms {status}",
+          file=sys.stderr)
+
+
 def _install_tracing(manager: pluggy.PluginManager) -> None:
+    """Trace every hook called through pluggy, with its duration (a per-thread stack)."""
+    local = threading.local()
+
     def before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        names = ",".join(impl.plugin_name for impl in impls)
-        summary = ", ".join(f"{k}={_summarise(v)}" for k, v in kwargs.items())
-        print(f"[edge-trace] -> {hook_name}({summary}) plugins=[{names}]", file=sys.stderr)
+        stack = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        stack.append(time.perf_counter())
 
     def after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Any) -> None:
-        status = "raised" if outcome.exception is not None else "ok"
-        print(f"[edge-trace] <- {hook_name} {status}", file=sys.stderr)
+        started = local.stack.pop()
+        names = ",".join(impl.plugin_name for impl in impls) or "-"
+        error = outcome.exception
+        status = "ok" if error is None else f"raised {type(error).__name__}: {error}"
+        _trace(hook_name, names, kwargs, time.perf_counter() - started, status)
 
     manager.add_hookcall_monitoring(before, after)
 

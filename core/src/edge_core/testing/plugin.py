@@ -2,7 +2,7 @@
 
 Inert unless asked for: without ``--edge-backend``, ``--edge-conformance`` or
 ``--edge-report`` it only adds those options, so unrelated test runs are untouched. When
-asked, it adds one test item per backend × check (``conformance[<backend>-<check>]``),
+asked, it adds one test item per backend x check (``conformance[<backend>-<check>]``),
 each marked ``edge_conformance``, ``edge_backend(<name>)`` and ``edge_<name>`` (dashes as
 underscores, so ``-m edge_ort_cpu`` selects a backend), runs the same check functions as
 ``edge conformance``, and with ``--edge-report PATH`` writes the same JSON report.
@@ -111,7 +111,7 @@ class ConformanceSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        """Add backend × check items before marker and keyword selection runs."""
+        """Add backend x check items before marker and keyword selection runs."""
         from edge_core.plugins import load_plugins
         from edge_core.testing.checks import CHECKS
         from edge_core.testing.runner import installed_backends

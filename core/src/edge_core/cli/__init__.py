@@ -23,8 +23,11 @@ from edge_core.cli import (
     common,
     conformance_cmd,
     manifest_cmd,
+    matrix_cmd,
     plugins_cmd,
     probe_cmd,
+    profile_cmd,
+    qualify_cmd,
     run_cmd,
 )
 
@@ -34,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
-_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, conformance_cmd)
+_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, conformance_cmd,
+                     profile_cmd, qualify_cmd, matrix_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,7 +57,8 @@ def _performance(profile: Mapping[str, Any]) -> dict[str, Any]:
             if level.get("status") != "measured":
                 latency[key] = {"status": level.get("status"), "reason": level.get("reason")}
                 continue
-            latency[key] = {**level["summary"], "throughput_rps": level.get("throughput_rps"),
+            latency[key] = {**level["summary"]["total"], "stages": level["summary"]["stages"],
+                            "throughput_rps": level.get("throughput_rps"),
                             "wall_s": level.get("wall_s")}
             samples[key] = [s["total_s"] * 1e3 for s in level.get("samples") or []]
     memory = (baseline.get("memory") or {}).get("stages") or {}

@@ -1,0 +1,75 @@
+"""``edge qualify``: write one qualification record from a profile or an AI Hub job record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from edge_core.cli import common
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+NAME = "qualify"
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``qualify`` command."""
+    parser = sub.add_parser(NAME, help="write a qualification record for one "
+                            "device x model x configuration cell")
+    common.add_json_flag(parser)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--profile", metavar="PATH", help="a profile from `edge profile`")
+    source.add_argument("--hub-job", metavar="PATH",
+                        help="an AI Hub job record (JSON: status, device, job ids, compute "
+                        "units, inference time, peak memory)")
+    parser.add_argument("--device", help="the cell's device label (default: from the source)")
+    parser.add_argument("--model", help="the cell's model label (default: from the source)")
+    parser.add_argument("--configuration", help="the cell's configuration label")
+    parser.add_argument("--out", metavar="PATH",
+                        help="where to write the record (default qualification/<id>.json)")
+    parser.set_defaults(func=run)
+
+
+def _read(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{path}: cannot read JSON: {exc}") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the record, write it, print its status (and failing layer)."""
+    from edge_core.evidence.errors import RecordInvalid
+    from edge_core.evidence.qualify import record_from_hub_job, record_from_profile
+    from edge_core.evidence.records import write_record
+
+    labels = {"device": args.device, "model": args.model, "configuration": args.configuration}
+    try:
+        if args.profile:
+            record = record_from_profile(_read(args.profile), profile_path=args.profile,
+                                         labels=labels)
+        else:
+            argv = ["edge", NAME, "--hub-job", args.hub_job]
+            record = record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
+                                         labels=labels, command=argv)
+    except RecordInvalid as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    path = write_record(record, args.out or f"qualification/{record.record_id}.json")
+    if args.json:
+        common.print_json({"ok": True, "record": str(path), "status": record.status.value,
+                           "cell": list(record.cell.key),
+                           "failure": record.to_json()["failure"]})
+        return common.EXIT_OK
+    cell = record.cell
+    print(f"{record.status.value}: {cell.model} x {cell.device} / {cell.configuration}")
+    if record.failure is not None:
+        print(f"  failing layer: {record.failure.layer}: {record.failure.reason}")
+        print(f"  next step: {record.failure.next_step}")
+    for note in record.notes:
+        print(f"  note: {note}")
+    print(f"record written to {path}")
+    return common.EXIT_OK

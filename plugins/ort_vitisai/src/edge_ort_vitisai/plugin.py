@@ -1,52 +1,146 @@
-"""The `ort-vitisai` backend's controller-side hook implementations.
+"""The ``ort-vitisai`` backend: ONNX Runtime's VitisAI provider on the Ryzen AI NPU.
 
-Only declaration and probe exist so far; the probe says plainly that the backend is not
-implemented, so no stage can be admitted on it.
+The plugin is an :class:`edge_ort.plugin_base.OrtPlugin` (entry point
+``edge_ort_vitisai.plugin:PLUGIN``); the worker is the shared :mod:`edge_ort.worker`,
+started in the route's interpreter — which must hold the Ryzen AI build
+``onnxruntime-vitisai`` on Windows.
+
+Probe: the execution domain, the distribution in the interpreter named by
+``EDGE_ORT_VITISAI_PYTHON`` (default: the controller's), and the NPUs ORT's
+``get_ep_devices()`` pairs with ``VitisAIExecutionProvider`` there once the provider
+library is registered. Reserve and load probe the stage's own route again; an A16W8 bundle
+is admitted only under a placement policy that allows a CPU share.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from edge_core import hookimpl
-from edge_ort_vitisai import __version__
+from edge_ort.plugin_base import OrtPlugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from edge_core.backend import BackendInfo, ProbeReport
+    from edge_contracts.devices import ExecutionDomain
+    from edge_core.backend import ProbeReport
+    from edge_core.stage import StageContext
+    from edge_ort.controller import OrtStage
+    from edge_ort.vendor import VendorBackend, VendorProbe
+
+__all__ = ["EDGE_CONTRACT", "PLUGIN", "VitisAIPlugin", "vendor_backend"]
 
 #: The hook-contract version this plugin was written against.
 EDGE_CONTRACT = "1.0"
+#: Names the vendor interpreter that probes and routeless stages use.
+INTERPRETER_ENV = "EDGE_ORT_VITISAI_PYTHON"
+
+#: ``(interpreter, domain, refresh) -> VendorProbe``; ``None`` arguments mean the defaults.
+Prober = Callable[["str | None", "ExecutionDomain | None", bool], "VendorProbe"]
 
 
-def backend_info() -> BackendInfo:
-    """This plugin's backend declaration (built on demand: importing the plugin stays cheap)."""
-    from edge_core.backend import BackendInfo
+def vendor_backend() -> VendorBackend:
+    """What ``ort-vitisai`` requires of the interpreter it runs in."""
+    from edge_ort.vendor import VendorBackend
+    from edge_ort_vitisai.npu import VITISAI_LIBRARY
+    from edge_ort_vitisai.options import PROVIDER
 
-    return BackendInfo(
-        name="ort-vitisai",
-        kinds=("graph",),
-        preemptible=False,
-        max_concurrency=1,
-        providers=('VitisAIExecutionProvider',),
-        description="ONNX Runtime VitisAI on the AMD Ryzen AI NPU (Windows only).",
-    )
+    return VendorBackend(backend="ort-vitisai", provider=PROVIDER,
+                         distribution="onnxruntime-vitisai", device_type="NPU",
+                         interpreter_env=INTERPRETER_ENV, libraries=(VITISAI_LIBRARY,))
 
 
-@hookimpl
-def edge_backends() -> list[BackendInfo]:
-    """Declare the `ort-vitisai` backend."""
-    return [backend_info()]
+def _live_probe(interpreter: str | None, domain: ExecutionDomain | None,
+                refresh: bool) -> VendorProbe:
+    from edge_ort.vendor import probe_vendor
+
+    return probe_vendor(vendor_backend(), interpreter, domain, refresh=refresh)
 
 
-@hookimpl
-def edge_probe() -> list[ProbeReport]:
-    """Report the backend as unavailable: it is not implemented in this release."""
-    from edge_core.backend import ProbeReport
+class VitisAIPlugin(OrtPlugin):
+    """The ``ort-vitisai`` hooks.
 
-    return [
-        ProbeReport(
-            backend=backend_info().name,
-            available=False,
-            reason=f"not implemented in edge-ort-vitisai {__version__}: only the declaration and "
-            "probe exist so far",
-        )
-    ]
+    Args:
+        prober: Observes an interpreter (default: :func:`edge_ort.vendor.probe_vendor`);
+            tests pass recorded Windows listings here.
+    """
+
+    EDGE_CONTRACT = EDGE_CONTRACT
+
+    def __init__(self, prober: Prober | None = None) -> None:
+        super().__init__(backend="ort-vitisai", target="VitisAIExecutionProvider",
+                         description="ONNX Runtime VitisAI on the AMD Ryzen AI NPU "
+                         "(Windows only).", distribution="edge-ort-vitisai")
+        self._prober: Prober = prober or _live_probe
+
+    def options_class(self) -> type:
+        """:class:`edge_ort_vitisai.options.VitisAIOptions`."""
+        from edge_ort_vitisai.options import VitisAIOptions
+
+        return VitisAIOptions
+
+    def probe_report(self) -> ProbeReport:
+        """Domain, distribution and NPUs of the default interpreter."""
+        from edge_core.backend import ProbeReport
+        from edge_ort_vitisai.npu import npu_descriptors
+
+        probe = self._prober(None, None, False)
+        notes = [*probe.notes, f"interpreter probed: {probe.interpreter} "
+                 f"(set {INTERPRETER_ENV} to probe a vendor environment)"]
+        if not probe.available:
+            return ProbeReport(backend=self.backend, available=False, reason=probe.reason,
+                               runtime=probe.runtime(), notes=notes)
+        notes += [f"NPU: {d.label()}, vendor_id 0x{d.vendor_id:04x}, device_id "
+                  f"0x{d.device_id:04x}" for d in probe.devices()]
+        return ProbeReport(backend=self.backend, available=True, runtime=probe.runtime(),
+                           devices=npu_descriptors(probe.devices(), probe.domain), notes=notes)
+
+    def check_stage(self, stage: StageContext, refresh: bool = False) -> str:
+        """Judge the stage before anything loads; return the physical id of its NPU.
+
+        Raises:
+            StageRefused: the placement names another provider, or an A16W8 bundle meets a
+                policy that allows no CPU share.
+            RouteUnavailable: the route's interpreter cannot run VitisAI (the reason says
+                which check failed).
+        """
+        from edge_ort.vendor import RouteUnavailable, check_stage_target, route_interpreter
+        from edge_ort_vitisai.npu import npu_physical_id
+        from edge_ort_vitisai.options import PROVIDER
+        from edge_ort_vitisai.policy import check_a16w8_policy
+
+        check_stage_target(stage, PROVIDER)
+        check_a16w8_policy(stage)
+        interpreter, domain = route_interpreter(stage, vendor_backend())
+        probe = self._prober(interpreter, domain, refresh)
+        if not probe.available:
+            raise RouteUnavailable(f"stages[{stage.stage_id}].backend.route.interpreter",
+                                   str(probe.reason), interpreter)
+        return npu_physical_id(probe.devices()[0])
+
+    def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
+        """VitisAI with its typed options, then CPU."""
+        from edge_ort_vitisai.options import vitisai_load_config
+
+        return vitisai_load_config(options)
+
+    @hookimpl
+    def edge_reserve(self, stage: StageContext) -> Mapping[str, int]:
+        """Judge the stage, then charge host RAM (the NPU has no memory of its own)."""
+        from edge_ort.controller import estimate_demands
+
+        self.check_stage(stage)
+        return estimate_demands(stage)
+
+    @hookimpl
+    def edge_load(self, stage: StageContext) -> OrtStage:
+        """Judge the stage and probe its route afresh, then verify, start and load."""
+        from edge_ort.controller import OrtStage
+        from edge_ort.vendor import with_default_route
+
+        device = self.check_stage(stage, refresh=True)
+        stage = with_default_route(stage, vendor_backend())
+        return OrtStage.open(stage, self.load_config(stage.options, stage), device)
+
+
+PLUGIN = VitisAIPlugin()

@@ -1,0 +1,82 @@
+"""Fixtures for the ort-vitisai tests: the leak check, bundles, recorded listings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_contracts.devices import ExecutionDomain
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.epdevices import EpDevices, parse_ep_devices
+from edge_ort.vendor import VendorProbe, assess
+from edge_ort_vitisai.plugin import vendor_backend
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+DATA = Path(__file__).parent / "data"
+#: The interpreter the synthetic Windows listing claims to come from.
+WINDOWS_PYTHON = "C:\\ryzen-ai\\python.exe"
+
+
+def listing(**changes: Any) -> EpDevices:
+    """The synthetic Ryzen AI listing, with top-level keys replaced."""
+    data = {**json.loads((DATA / "vitisai_npu.json").read_text()), **changes}
+    return parse_ep_devices(data, WINDOWS_PYTHON)
+
+
+def windows_prober(
+    devices: EpDevices | None = None,
+    distributions: Mapping[str, str] | None = None,
+) -> Callable[[str | None, ExecutionDomain | None, bool], VendorProbe]:
+    """A prober that judges a synthetic Ryzen AI machine exactly as a live probe would."""
+    found = {"onnxruntime-vitisai": "1.23.2"} if distributions is None else distributions
+    seen = listing() if devices is None else devices
+
+    def prober(interpreter: str | None, domain: ExecutionDomain | None,
+               refresh: bool) -> VendorProbe:
+        return assess(vendor_backend(), interpreter or WINDOWS_PYTHON, ExecutionDomain.WINDOWS,
+                      found, seen)
+
+    return prober
+
+
+def build_bundle(directory: Path, precision: str = "int8") -> Path:
+    """A bundle with a two-node graph y = relu(x + x), its example and expected outputs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edge_core.artifacts import create_manifest
+
+    directory.mkdir()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Add", ["x", "x"], ["t"], name="add0"),
+             helper.make_node("Relu", ["t"], ["y"], name="relu0")]
+    model = helper.make_model(helper.make_graph(nodes, "add_relu", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(directory / "model.onnx"))
+    example = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
+    np.savez(directory / "example_inputs.npz", x=example)
+    np.savez(directory / "expected.npz", y=np.maximum(example + example, 0))
+    create_manifest(directory, component="add-relu", example_inputs="example_inputs.npz",
+                    expected_outputs="expected.npz", precision=precision,
+                    exporter="onnx.helper")
+    return directory
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    """An int8-labelled bundle."""
+    return build_bundle(tmp_path / "int8")
+
+
+@pytest.fixture
+def a16w8_bundle(tmp_path: Path) -> Path:
+    """An A16W8-labelled bundle."""
+    return build_bundle(tmp_path / "a16w8", precision="A16W8")

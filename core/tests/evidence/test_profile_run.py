@@ -1,0 +1,142 @@
+"""The profiling harness on real pipelines: phases, request levels, raw samples, memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_core.evidence.profiling import PROFILE_SCHEMA, ProfileSettings, run_profile
+
+from .conftest import build_scale_bundle, echo_stage, ort_stage, write_pipeline
+
+SMALL = ProfileSettings(requests=5, warmup_requests=1, concurrency=(1, 2, 4),
+                        process_start_repeats=1)
+
+
+@pytest.fixture(scope="module")
+def echo_profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One profile of a two-stage echo pipeline with admission 2 (shared by the tests)."""
+    import numpy as np
+
+    tmp = tmp_path_factory.mktemp("echo")
+    np.savez(tmp / "x.npz", x=np.ones((2, 2), dtype=np.float32))
+    path = write_pipeline(tmp, [echo_stage("a"), echo_stage("b", chained=True, scale=0.5)], admission=2)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EDGE_PLUGINS", "echo")
+    try:
+        return run_profile(path, npz_files=[str(tmp / "x.npz")], settings=SMALL,
+                           command=["edge", "profile", str(path)])
+    finally:
+        mp.undo()
+
+
+def test_profile_of_a_working_pipeline_is_ok_and_self_describing(
+        echo_profile: dict[str, Any]) -> None:
+    assert echo_profile["schema"] == PROFILE_SCHEMA
+    assert echo_profile["outcome"] == {"ok": True}
+    assert echo_profile["command"]["argv"][:2] == ["edge", "profile"]
+    assert echo_profile["host"]["logical_cpus"] >= 1
+    assert "Pipeline.run" in echo_profile["boundaries"]["requests"]
+    assert [s["id"] for s in echo_profile["plan"]["stages"]] == ["a", "b"]
+
+
+def test_every_stage_has_separately_measured_startup_phases(
+        echo_profile: dict[str, Any]) -> None:
+    traced = echo_profile["traced"]
+    assert traced["instrumented"] is True
+    for sid in ("a", "b"):
+        phases = traced["stages"][sid]
+        assert phases["worker_start_s"] > 0
+        assert phases["worker_load_s"] > 0
+        assert phases["worker_warmup_s"] > 0
+        assert phases["warmup_placement_s"] >= phases["worker_warmup_s"]
+        assert phases["load_s"] >= phases["worker_start_s"] + phases["worker_load_s"]
+        assert phases["artifact_verification_s"] == 0.0  # echo stages have no bundle
+        assert phases["process_start_s"] > 0
+        assert phases["imports_s"] == pytest.approx(phases["worker_start_s"]
+                                                    - phases["process_start_s"])
+    assert traced["first_output_s"] > 0
+    assert traced["process_start"]["a"]["entry"] == "edge_contracts.worker:BaseHandler"
+    assert len(traced["process_start"]["a"]["samples_s"]) == 1
+
+
+def test_warm_restart_reloads_every_stage_under_a_new_generation(
+        echo_profile: dict[str, Any]) -> None:
+    restart = echo_profile["traced"]["warm_restart"]
+    for sid in ("a", "b"):
+        assert restart["stages"][sid]["generation"] == 2
+        assert restart["stages"][sid]["worker_retire_s"] > 0
+        assert restart["stages"][sid]["worker_start_s"] > 0
+    assert restart["first_output_s"] > 0
+
+
+def test_baseline_is_uninstrumented_and_keeps_every_raw_sample(
+        echo_profile: dict[str, Any]) -> None:
+    baseline = echo_profile["baseline"]
+    assert baseline["instrumented"] is False
+    (group,) = baseline["groups"]
+    assert group["name"] == "x.npz" and group["inputs"]["x"]["shape"] == [2, 2]
+    assert len(group["warmup_samples"]) == 1
+    levels = {level["concurrency"]: level for level in group["levels"]}
+    for concurrency in (1, 2):
+        level = levels[concurrency]
+        assert level["status"] == "measured"
+        assert len(level["samples"]) == 5
+        assert sorted(s["request"] for s in level["samples"]) == list(range(5))
+        assert level["summary"]["total"]["n"] == 5
+        assert set(level["summary"]["stages"]) == {"a", "b"}
+        assert all(set(s["stages_s"]) == {"a", "b"} for s in level["samples"])
+    assert levels[4] == {"concurrency": 4, "status": "skipped",
+                         "reason": "pipeline admission is 2"}
+
+
+def test_memory_peaks_and_reservations_are_recorded_and_released(
+        echo_profile: dict[str, Any]) -> None:
+    memory = echo_profile["baseline"]["memory"]
+    for sid in ("a", "b"):
+        assert memory["stages"][sid]["worker_tree_peak_rss_bytes"] > 0
+    assert memory["ledger"]["pools"]["machine:ram"]["reserved"] > 0
+    assert len(memory["ledger"]["reservations"]) == 2
+    after = echo_profile["baseline"]["ledger_after_close"]
+    assert after["reservations"] == []
+    assert after["pools"]["machine:ram"]["reserved"] == 0
+    assert after["pools"]["machine:ram"]["quarantined"] == 0
+    assert all(v["release"] == "released" for v in echo_profile["baseline"]["closed"].values())
+
+
+@pytest.mark.parametrize(("options", "step", "error_type"), [
+    ({"fail_at": "load"}, "open", "RemoteError"),
+    ({"wrong_numerics": True}, "open", "NumericsRefused"),
+])
+def test_a_failing_pipeline_gives_a_failed_outcome_with_its_error_chain(
+        tmp_path: Path, echo_inputs: Path, options: dict[str, Any], step: str,
+        error_type: str) -> None:
+    path = write_pipeline(tmp_path, [echo_stage("a", **options)])
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=SMALL)
+    outcome = profile["outcome"]
+    assert outcome["ok"] is False
+    assert outcome["step"] == step
+    assert outcome["error_type"] == error_type
+    assert error_type in outcome["chain"][0]["classes"]
+    assert "baseline" not in profile
+    assert profile["traced"]["reached"][0]["stage"] == "a"
+
+
+def test_a_real_onnx_stage_reports_artifact_verification_and_placement(
+        tmp_path: Path) -> None:
+    bundle = build_scale_bundle(tmp_path / "scale")
+    path = write_pipeline(tmp_path, [ort_stage("scale", bundle)])
+    settings = ProfileSettings(requests=3, warmup_requests=0, concurrency=(1,),
+                               process_start_repeats=1, warm_restart=False)
+    profile = run_profile(path, settings=settings)
+    assert profile["outcome"] == {"ok": True}
+    phases = profile["traced"]["stages"]["scale"]
+    assert phases["artifact_verification_s"] > 0
+    assert phases["imports_s"] is not None
+    (group,) = profile["baseline"]["groups"]
+    assert group["name"] == "example"
+    stage = profile["plan"]["stages"][0]
+    assert stage["placement"]["providers"]["CPUExecutionProvider"]["nodes"] == 1
+    assert stage["evidence"] == "complete-model"

@@ -55,7 +55,9 @@ class LoadedStage(Protocol):
     """The handle ``edge_load`` returns; later hooks of the same stage receive it.
 
     A plugin keeps whatever it needs on its own class (the worker client, the verified
-    manifest); the runtime relies only on these members.
+    manifest); the runtime relies only on these members, plus one optional attribute:
+    ``max_in_flight`` (an int) lowers the stage's in-flight limit below the backend's
+    declared ``max_concurrency`` (a generate stage configured for fewer sequences, say).
     """
 
     @property

@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="what the pipeline's prepare function takes (e.g. an image path)")
     parser.add_argument("--inputs", metavar="NPZ",
                         help="first-stage inputs as an .npz (loaded with pickle disabled)")
+    parser.add_argument("--params", metavar="JSON", type=json.loads, default=None,
+                        help='request parameters for the final stage, e.g. a generate '
+                        'stage\'s {"prompt": "...", "max_tokens": 16}')
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="serve N sequential requests (latency p50 over them)")
     parser.add_argument("--profile", metavar="PATH",
@@ -54,6 +57,8 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
     bundle = getattr(first, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
         return dict(bundle.load_example_inputs())
+    if args.params is not None:  # a prompt-only generate stage takes no tensors
+        return {}
     raise common.CommandFailed(common.EXIT_USAGE, "inputs: give --input or --inputs (the first "
                                "stage has no example inputs to fall back on)")
 
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         answer: Any = None
         for index in range(max(1, args.repeat)):
             t0 = time.perf_counter()
-            with pipeline.run(inputs) as result:
+            with pipeline.run(inputs, params=args.params) as result:
                 total = time.perf_counter() - t0
                 if index == 0:
                     answer = _answer(pipeline, result.outputs, inputs)

@@ -233,8 +233,10 @@ class Pipeline:
         def reload(generation: int) -> LoadedStage:
             return self._reload(stage, generation)
 
+        limit = getattr(loaded, "max_in_flight", None)
         return StageRuntime(stage.binding, stage.context, loaded, on_retired=settle,
-                            reload=reload, retire_deadline_s=retire_deadline_s)
+                            reload=reload, retire_deadline_s=retire_deadline_s,
+                            max_in_flight=limit if isinstance(limit, int) else None)
 
     def _gate(self, stage: _Stage, loaded: LoadedStage) -> None:
         sid = stage.context.stage_id

@@ -1,0 +1,74 @@
+"""``edge run`` end to end in a subprocess, on the echo backend: output, profile, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+PIPELINE = """
+name = "twice"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo-preemptible"
+[stages.backend.options]
+scale = 2.0
+
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:add_source"
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 10.0
+"""
+
+
+def test_run_prints_plan_answer_and_writes_a_profile(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--repeat", "3",
+                  "--profile", "profile.json", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["requests"] == 3
+    assert set(report["latency_p50_ms"]) == {"a", "b", "total"}
+    assert [s["id"] for s in report["plan"]["stages"]] == ["a", "b"]
+    assert all(v["release"] == "released" for v in report["closed"].values())
+    assert report["ledger_after_close"]["reservations"] == []
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert len(profile["samples"]) == 3
+    assert report["answer"] == {"x": {"dtype": "float32", "shape": [2]}}
+    human = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert "stage a: echo-preemptible on numpy [numpy 1]" in human.stdout
+    assert "latency p50 over 1 request(s)" in human.stdout
+
+
+def test_a_configuration_error_exits_2_naming_the_path(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text(PIPELINE.replace('id = "b"', 'id = "b"\nbogus = 1'))
+    result = edge("run", "bad.toml", "--json", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "stages[1].bogus" in json.loads(result.stdout)["error"]
+
+
+def test_a_refusal_exits_1_and_leaves_no_worker(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PIPELINE.replace("scale = 10.0",
+                                                      'scale = 10.0\nfail_at = "warmup"'))
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "p.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "warm-up failed as configured" in json.loads(result.stdout)["error"]

@@ -437,10 +437,11 @@ def cancel_finished_call(subject: Subject) -> str:
             request_id = result.key.request_id
         outcome = runtime.cancel(request_id)
         if outcome is not CancelOutcome.ALREADY_FINISHED:
-            raise CheckFailed(f"cancel: a finished request was not already-finished: {outcome}")
+            raise CheckFailed(f"cancel: a finished request was not already-finished: "
+                              f"{outcome.value}")
         if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
             raise CheckFailed(f"cancel: the stage changed after cancelling finished work: "
-                              f"{runtime.state}")
+                              f"{runtime.state.value}")
         _run_once(runtime, subject).ack()
     return "already-finished; same worker served the next request"
 
@@ -468,13 +469,13 @@ def cancel_running_call(subject: Subject) -> str:
         if preemptible:
             if outcome is not CancelOutcome.CANCELLED_IN_PLACE:
                 raise CheckFailed(f"cancel: a preemptible backend did not cancel in place: "
-                                  f"{outcome}")
+                                  f"{outcome.value}")
             if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
                 raise CheckFailed("cancel: the worker was replaced after an in-place cancel")
             _run_once(runtime, subject).ack()
             return "cancelled in place; the same worker served the next request"
         if outcome is not CancelOutcome.RETIRE_REQUIRED:
-            raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome}, not "
+            raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome.value}, not "
                               "retire-required")
         retired = runtime.last_retire
         if runtime.state is not StageState.NEEDS_RESTART or not getattr(retired, "verified",

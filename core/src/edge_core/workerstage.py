@@ -74,6 +74,10 @@ class WorkerStage:
         manifest: Facts about the verified artifact for the execution plan.
     """
 
+    #: How long retirement waits for the handler's own graceful shutdown before SIGTERM
+    #: (``None``: the host's default). An engine that needs seconds to stop sets more.
+    retire_graceful_s: float | None = None
+
     def __init__(self, context: StageContext, client: WorkerClient,
                  load_report: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                  device_id: str | None) -> None:
@@ -185,7 +189,7 @@ class WorkerStage:
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:
         """Retire the worker tree (idempotent)."""
         self._sample_memory()
-        return self.client.retire(deadline_s)
+        return self.client.retire(deadline_s, graceful_s=self.retire_graceful_s)
 
     def _sample_memory(self) -> None:
         identity = self.client.identity

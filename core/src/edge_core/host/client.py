@@ -483,11 +483,14 @@ class WorkerClient:
 
     # -- retirement --------------------------------------------------------------------
 
-    def retire(self, deadline_s: float = DEFAULT_RETIRE_DEADLINE_S) -> RetireOutcome:
+    def retire(
+        self, deadline_s: float = DEFAULT_RETIRE_DEADLINE_S, *, graceful_s: float | None = None
+    ) -> RetireOutcome:
         """Stop the worker and its whole tree within ``deadline_s``; idempotent.
 
-        Graceful shutdown first (bounded), then SIGTERM, then SIGKILL, then verification
-        of every captured identity. Calls in flight fail with :class:`WorkerGone`. Every
+        Graceful shutdown first (bounded by ``graceful_s``, default a third of the deadline
+        and at most 1 s; never more than 80 % of the deadline), then SIGTERM, then SIGKILL,
+        then verification of every captured identity. Calls in flight fail with :class:`WorkerGone`. Every
         segment either side produced is unlinked; the staging directory is removed.
         """
         with self._retire_lock:
@@ -500,7 +503,8 @@ class WorkerClient:
             self._lost("worker: retired", WorkerGone("worker", "retired", self.identity.pid))
             with self._lock:
                 self._state = RETIRED
-            outcome = self._tree.retire(deadline_s, graceful_s=min(1.0, deadline_s / 3))
+            grace = min(1.0, deadline_s / 3) if graceful_s is None else graceful_s
+            outcome = self._tree.retire(deadline_s, graceful_s=min(grace, 0.8 * deadline_s))
             self._close_resources()
             self._outcome = outcome
             return outcome

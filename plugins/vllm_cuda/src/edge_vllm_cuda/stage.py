@@ -72,6 +72,8 @@ class VllmStage(WorkerStage):
     options: VllmOptions
     gpus: tuple[Gpu, ...] = ()
     admission: threading.Lock
+    #: vLLM's own shutdown takes about 3 s here; let it finish before SIGTERM.
+    retire_graceful_s = 4.0
 
     @classmethod
     def open(cls, stage: StageContext, probe: GpuProbe) -> VllmStage:

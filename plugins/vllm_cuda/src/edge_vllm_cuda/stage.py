@@ -72,6 +72,7 @@ class VllmStage(WorkerStage):
     options: VllmOptions
     gpus: tuple[Gpu, ...] = ()
     admission: threading.Lock
+    max_in_flight: int
     #: vLLM's own shutdown takes about 3 s here; let it finish before SIGTERM.
     retire_graceful_s = 4.0
 
@@ -94,6 +95,7 @@ class VllmStage(WorkerStage):
         loaded.options = options
         loaded.gpus = gpus
         loaded.admission = threading.Lock()
+        loaded.max_in_flight = options.max_concurrency  # the runtime's slots follow it
         problem = loaded._device_problem()
         if problem is not None:
             placement = loaded._placement(loaded.load_report.get("devices", []))

@@ -54,8 +54,9 @@ def echo_inputs(tmp_path: Path) -> Path:
     return path
 
 
-def build_scale_bundle(directory: Path, *, expected: bool = True) -> Path:
-    """A real ONNX bundle y = x * 3 (one Mul node) with example inputs and a manifest."""
+def build_scale_bundle(directory: Path, *, expected: bool = True, source: str = "x",
+                       target: str = "y") -> Path:
+    """A real ONNX bundle target = source * 3 (one Mul node), example inputs, a manifest."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -64,24 +65,28 @@ def build_scale_bundle(directory: Path, *, expected: bool = True) -> Path:
     directory.mkdir(parents=True)
     three = helper.make_tensor("three", TensorProto.FLOAT, [], [3.0])
     graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "three"], ["y"], name="scale")], "scale",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [three])
+        [helper.make_node("Mul", [source, "three"], [target], name="scale")], "scale",
+        [helper.make_tensor_value_info(source, TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(target, TensorProto.FLOAT, [2, 3])], [three])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(directory / "model.onnx"))
-    np.savez(directory / "example_inputs.npz", x=X)
+    np.savez(directory / "example_inputs.npz", **{source: X})
     extra: dict[str, Any] = {}
     if expected:
-        np.savez(directory / "expected.npz", y=X * 3)
+        np.savez(directory / "expected.npz", **{target: X * 3})
         extra["expected_outputs"] = "expected.npz"
     create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
                     precision="fp32", exporter="onnx.helper", **extra)
     return directory
 
 
-def ort_stage(stage_id: str, bundle: Path) -> dict[str, Any]:
+def ort_stage(stage_id: str, bundle: Path, *, chained: bool = False) -> dict[str, Any]:
     """An ort-cpu stage on ``bundle`` with the CPU placement target."""
-    return {"id": stage_id, "manifest": str(bundle / "edge-manifest.json"),
-            "backend": {"name": "ort-cpu"},
-            "placement": {"target": "CPUExecutionProvider", "min_fraction_on_target": 1.0}}
+    stage: dict[str, Any] = {
+        "id": stage_id, "manifest": str(bundle / "edge-manifest.json"),
+        "backend": {"name": "ort-cpu"},
+        "placement": {"target": "CPUExecutionProvider", "min_fraction_on_target": 1.0}}
+    if chained:
+        stage["input_transform"] = "edge_echo.transforms:passthrough"
+    return stage

@@ -1,0 +1,229 @@
+"""Qualification records from real profiles and from AI Hub job records; the JSON form."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_core.evidence.errors import RecordInvalid
+from edge_core.evidence.profiling import ProfileSettings, run_profile
+from edge_core.evidence.qualify import record_from_hub_job, record_from_profile
+from edge_core.evidence.records import (
+    RECORD_SCHEMA,
+    Cell,
+    Failure,
+    QualificationRecord,
+    load_record,
+    write_record,
+)
+from edge_core.evidence.status import COLOURS, MEANINGS, Status, classify_error
+
+from .conftest import build_scale_bundle, echo_stage, ort_stage, write_pipeline
+
+QUICK = ProfileSettings(requests=2, warmup_requests=0, concurrency=(1,),
+                        process_start_repeats=1, warm_restart=False)
+
+
+def _profile(tmp_path: Path, stages: list[dict[str, Any]], npz: Path | None = None,
+             **kwargs: Any) -> dict[str, Any]:
+    path = write_pipeline(tmp_path, stages, **kwargs)
+    return run_profile(path, npz_files=[str(npz)] if npz else [], settings=QUICK,
+                       command=["edge", "profile", str(path)])
+
+
+def test_every_status_has_its_own_meaning_and_colour() -> None:
+    assert len({MEANINGS[s] for s in Status}) == len(Status) == 7
+    assert len({COLOURS[s] for s in Status}) == len(Status)
+    assert {s for s in Status if s.needs_failure} == {Status.FAILED, Status.REJECTED,
+                                                     Status.BLOCKED}
+
+
+def test_error_classes_map_to_distinct_statuses_most_specific_first() -> None:
+    assert classify_error(["DemandExceeded", "ResourceUnavailable"]).status is Status.FAILED
+    assert classify_error(["ResourceUnavailable", "EdgeError"]).status is Status.BLOCKED
+    assert classify_error(["BundleChanged", "ManifestInvalid"]).status is Status.REJECTED
+    assert classify_error(["PlacementRefusal", "PlacementRefused"]).layer == "placement"
+    assert classify_error(["Strange"]).layer == "unknown"
+
+
+def test_a_real_onnx_stage_within_bound_on_its_target_is_pass(tmp_path: Path) -> None:
+    bundle = build_scale_bundle(tmp_path / "scale")
+    profile = _profile(tmp_path, [ort_stage("scale", bundle)])
+    record = record_from_profile(profile, profile_path="p.json")
+    assert record.status is Status.PASS
+    assert record.failure is None
+    assert record.cell.model == "t"
+    assert record.cell.configuration == "ort-cpu / CPUExecutionProvider"
+    stage = record.functional["stages"]["scale"]
+    assert stage["on_target"] and stage["numerics"]["passed"]
+    assert record.performance["latency"]["example@c1"]["n"] == 2
+    assert len(record.performance["latency_samples_ms"]["example@c1"]) == 2
+    assert record.artifact["scale"]["component"] == "scale"
+    assert record.backend["scale"]["runtime"]["onnxruntime"]
+    assert record.command["shell"].startswith("edge profile ")
+    assert record.execution_plan is not None
+
+
+def test_a_stage_without_a_reference_makes_the_record_component(tmp_path: Path) -> None:
+    first = build_scale_bundle(tmp_path / "first")
+    second = build_scale_bundle(tmp_path / "second", expected=False, source="y", target="z")
+    profile = _profile(tmp_path, [ort_stage("first", first),
+                                  ort_stage("second", second, chained=True)])
+    record = record_from_profile(profile)
+    assert record.functional["stages"]["second"]["evidence"] == "backend-execution"
+    assert record.status is Status.COMPONENT
+    assert "second" in record.notes[0]
+
+
+def test_no_stage_with_a_reference_is_profile_only(tmp_path: Path) -> None:
+    bundle = build_scale_bundle(tmp_path / "scale", expected=False)
+    record = record_from_profile(_profile(tmp_path, [ort_stage("scale", bundle)]))
+    assert record.status is Status.PROFILE_ONLY
+    assert record.performance["latency"]["example@c1"]["n"] == 2
+
+
+def test_a_split_onto_a_fallback_provider_is_partial(tmp_path: Path) -> None:
+    bundle = build_scale_bundle(tmp_path / "scale")
+    profile = _profile(tmp_path, [ort_stage("scale", bundle)])
+    # The CPU backend cannot split here; give the real plan a second provider's share.
+    split = copy.deepcopy(profile)
+    split["plan"]["stages"][0]["placement"]["providers"]["QNNExecutionProvider"] = {
+        "nodes": 1, "op_types": {"Mul": 1}, "node_names": ["scale"]}
+    assert record_from_profile(split).status is Status.PARTIAL
+
+
+def test_a_tampered_artifact_is_rejected_at_the_artifact_layer(tmp_path: Path) -> None:
+    bundle = build_scale_bundle(tmp_path / "scale")
+    graph = bundle / "model.onnx"
+    graph.write_bytes(graph.read_bytes() + b"\0")
+    record = record_from_profile(_profile(tmp_path, [ort_stage("scale", bundle)]))
+    assert record.status is Status.REJECTED
+    assert record.failure is not None
+    assert record.failure.layer == "artifact" and record.failure.step == "open"
+    assert "model.onnx" in record.failure.reason
+    assert record.performance == {}
+
+
+@pytest.mark.parametrize(("stage", "status", "layer"), [
+    ({"id": "a", "backend": {"name": "ort-directml"}}, Status.BLOCKED, "backend"),
+    ({**echo_stage("a"), "resources": {"demands": {"machine:ram": 1 << 60}}},
+     Status.BLOCKED, "admission"),
+    (echo_stage("a", fail_at="load"), Status.FAILED, "runtime"),
+    (echo_stage("a", wrong_numerics=True), Status.FAILED, "numerics"),
+])
+def test_failures_name_their_layer_and_a_next_step(
+        tmp_path: Path, echo_inputs: Path, stage: dict[str, Any], status: Status,
+        layer: str) -> None:
+    record = record_from_profile(_profile(tmp_path, [stage], echo_inputs))
+    assert record.status is status
+    assert record.failure is not None
+    assert record.failure.layer == layer
+    assert record.failure.reason and record.failure.next_step
+
+
+def test_records_round_trip_through_json_files(tmp_path: Path, echo_inputs: Path) -> None:
+    record = record_from_profile(_profile(tmp_path, [echo_stage("a", fail_at="load")],
+                                          echo_inputs))
+    path = write_record(record, tmp_path / "records" / "a.json")
+    data = json.loads(path.read_text())
+    assert data["schema"] == RECORD_SCHEMA and data["record_id"] == record.record_id
+    assert data["status"] == "FAILED"
+    assert load_record(path) == record
+
+
+def _minimal(**changes: Any) -> dict[str, Any]:
+    record = QualificationRecord(
+        status=Status.BLOCKED, cell=Cell("dev", "model", "conf"),
+        created_at="2026-01-01T00:00:00+00:00", source={"kind": "ai-hub"}, device={},
+        artifact={}, backend={}, command={}, execution_plan=None, functional={},
+        performance={}, failure=Failure("prerequisite", "no token", "configure it"))
+    return {**record.to_json(), **changes}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"schema": "other/1"}, "schema: must be 'edge.qualification/1': 'other/1'"),
+    ({"status": "GREAT"}, "status: must be one of"),
+    ({"failure": None}, "failure: required for status BLOCKED: None"),
+    ({"cell": {"device": "", "model": "m", "configuration": "c"}},
+     "cell.device: must be a non-empty string: ''"),
+    ({"source": {"kind": "guess"}}, "source.kind: must be 'profile' or 'ai-hub': 'guess'"),
+])
+def test_malformed_records_are_refused_naming_the_field(changes: dict[str, Any],
+                                                         message: str) -> None:
+    with pytest.raises(RecordInvalid, match=message.replace("(", r"\(").replace(")", r"\)")):
+        QualificationRecord.from_json(_minimal(**changes))
+
+
+def test_a_pass_record_cannot_carry_a_failure() -> None:
+    with pytest.raises(RecordInvalid, match="failure: only FAILED, REJECTED and BLOCKED"):
+        QualificationRecord.from_json(_minimal(status="PASS"))
+
+
+def test_missing_fields_are_listed() -> None:
+    data = _minimal()
+    del data["device"], data["command"]
+    with pytest.raises(RecordInvalid, match=r"record: missing fields: \['command', 'device'\]"):
+        QualificationRecord.from_json(data)
+
+
+HUB_OK = {
+    "status": "SUCCESS", "device": {"name": "Samsung Galaxy S24", "os": "Android 14"},
+    "model": "ocr-detect", "target_runtime": "qnn_context_binary",
+    "job_ids": {"compile": "jc1", "profile": "jp1", "inference": "ji1"},
+    "compute_units": {"NPU": 120, "CPU": 2}, "estimated_inference_time": 2150,
+    "peak_memory_bytes": [1000, 5000],
+}
+
+
+def test_a_successful_hub_job_compared_within_bound_is_component_not_pass() -> None:
+    job = {**HUB_OK, "numerics": {"max_abs_error": 0.001, "passed": True}}
+    record = record_from_hub_job(job, job_path="job.json")
+    assert record.status is Status.COMPONENT
+    assert record.cell.device == "Samsung Galaxy S24"
+    assert record.source["job_ids"]["profile"] == "jp1"
+    assert record.performance["inference_time_ms"] == pytest.approx(2.15)
+    assert record.performance["peak_memory_bytes"] == [1000, 5000]
+    assert record.functional["delegation_reported"]["observed"] is False
+    assert any("not evidence of local deployment" in n for n in record.notes)
+
+
+def test_a_hub_profile_without_comparison_is_profile_only() -> None:
+    assert record_from_hub_job(HUB_OK).status is Status.PROFILE_ONLY
+
+
+@pytest.mark.parametrize(("job", "status", "layer"), [
+    ({"status": "FAILED", "failed_job": "compile", "failure_reason": "op not supported"},
+     Status.REJECTED, "compile"),
+    ({"status": "failed", "failed_job": "profile", "failure_reason": "device timeout"},
+     Status.FAILED, "profile"),
+    ({"status": "blocked", "failure_reason": "no API token configured"},
+     Status.BLOCKED, "prerequisite"),
+    ({"numerics": {"max_abs_error": 3.0, "passed": False}}, Status.FAILED, "numerics"),
+])
+def test_hub_failures_are_told_apart(job: dict[str, Any], status: Status, layer: str) -> None:
+    record = record_from_hub_job({**HUB_OK, **job})
+    assert record.status is status
+    assert record.failure is not None and record.failure.layer == layer
+
+
+def test_the_failed_hub_job_id_is_in_the_next_step() -> None:
+    record = record_from_hub_job({**HUB_OK, "status": "FAILED", "failed_job": "profile"})
+    assert record.failure is not None and "jp1" in record.failure.next_step
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ({"status": 3}, "status: must be a string: 3"),
+    ({"status": "maybe"}, "status: unknown job status"),
+    ({"device": ""}, "device: must be a name or an object with a name: ''"),
+    ({"job_ids": ["a"]}, r"job_ids: must be an object of job kind to id: \['a'\]"),
+    ({"estimated_inference_time": "fast"}, "estimated_inference_time: must be a number"),
+    ({"peak_memory_bytes": [1, 2, 3]}, "peak_memory_bytes: must be an integer or a"),
+])
+def test_malformed_hub_job_records_are_refused_naming_the_field(
+        job: dict[str, Any], message: str) -> None:
+    with pytest.raises(RecordInvalid, match=message):
+        record_from_hub_job({**HUB_OK, **job})

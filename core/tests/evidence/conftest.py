@@ -6,7 +6,6 @@ Every test fails if it leaks a process, a shared-memory segment or a descriptor.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,10 @@ X = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.5]], dtype=np.float32)
 
 
 @pytest.fixture(autouse=True)
-def only_test_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def only_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Load only the echo and ort-cpu plugins (in this process and in `edge` children)."""
     monkeypatch.setenv("EDGE_PLUGINS", PLUGINS)
     monkeypatch.setenv("EDGE_PROGRESS", "0")
-    yield
 
 
 def write_pipeline(directory: Path, stages: list[dict[str, Any]], *, admission: int = 1,

@@ -22,7 +22,8 @@ def echo_profile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     tmp = tmp_path_factory.mktemp("echo")
     np.savez(tmp / "x.npz", x=np.ones((2, 2), dtype=np.float32))
-    path = write_pipeline(tmp, [echo_stage("a"), echo_stage("b", chained=True, scale=0.5)], admission=2)
+    stages = [echo_stage("a"), echo_stage("b", chained=True, scale=0.5)]
+    path = write_pipeline(tmp, stages, admission=2)
     mp = pytest.MonkeyPatch()
     mp.setenv("EDGE_PLUGINS", "echo")
     try:

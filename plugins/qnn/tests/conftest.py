@@ -11,6 +11,25 @@ from edge_core.testing.leaks import no_leaks as _no_leaks
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _onnxruntime_initialised() -> None:
+    """Create one CPU session before any leak snapshot.
+
+    The first session in a process opens ONNX Runtime's process-wide usage database
+    (``~/.cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db``) and keeps it open
+    for the life of the process; that is not a leak of the test that happens to be first.
+    """
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "init", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
 IN_SHAPE = (1, 3, 8, 8)
 
 

@@ -22,7 +22,7 @@ def test_edge_qnn_is_found_through_its_entry_point() -> None:
     assert record.distribution == "edge-qnn"
     assert record.contract == "1.0"
     assert record.backends == ("qnn",)
-    assert {"edge_probe", "edge_load"} <= set(record.hooks)
+    assert {"edge_probe", "edge_load", "edge_register_commands"} <= set(record.hooks)
 
 
 def test_the_probe_reports_the_qnn_device_and_sdk_version_ort_sees() -> None:

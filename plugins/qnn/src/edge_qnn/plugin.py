@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edge_core import hookimpl
 from edge_ort.plugin_base import OrtPlugin
 
 TYPE_CHECKING = False
@@ -61,6 +62,13 @@ class QnnPlugin(OrtPlugin):
     def device_id(self, options: Any) -> str | None:
         """One QNN device: loads and warm-ups on it are serialised."""
         return "qnn0"
+
+    @hookimpl
+    def edge_register_commands(self, subparsers: Any) -> None:
+        """Add ``edge hub`` (AI Hub: devices, compile, profile, infer)."""
+        from edge_qnn.hub.command import register
+
+        register(subparsers)
 
 
 PLUGIN = QnnPlugin(

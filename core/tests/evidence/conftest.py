@@ -69,10 +69,12 @@ def build_scale_bundle(directory: Path, *, expected: bool = True, source: str = 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(directory / "model.onnx"))
-    np.savez(directory / "example_inputs.npz", **{source: X})
+    inputs: dict[str, Any] = {source: X}
+    np.savez(directory / "example_inputs.npz", **inputs)
     extra: dict[str, Any] = {}
     if expected:
-        np.savez(directory / "expected.npz", **{target: X * 3})
+        outputs: dict[str, Any] = {target: X * 3}
+        np.savez(directory / "expected.npz", **outputs)
         extra["expected_outputs"] = "expected.npz"
     create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
                     precision="fp32", exporter="onnx.helper", **extra)

@@ -21,7 +21,7 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,10 @@ def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> Non
         raise ValueError(f"{attribute.name}: must be >= 0: {value!r}")
 
 
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
 def _levels(_: object, attribute: attrs.Attribute[tuple[int, ...]],
             value: tuple[int, ...]) -> None:
     if not value or any(isinstance(v, bool) or v < 1 for v in value):
@@ -70,7 +74,7 @@ class ProfileSettings:
 
     requests: int = attrs.field(default=20, validator=_positive)
     warmup_requests: int = attrs.field(default=2, validator=_non_negative)
-    concurrency: tuple[int, ...] = attrs.field(default=(1, 2, 4), converter=tuple,
+    concurrency: tuple[int, ...] = attrs.field(default=(1, 2, 4), converter=_ints,
                                                validator=_levels)
     process_start_repeats: int = attrs.field(default=3, validator=_positive)
     warm_restart: bool = True

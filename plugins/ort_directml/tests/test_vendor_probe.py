@@ -127,3 +127,25 @@ def test_two_onnxruntime_distributions_in_one_interpreter_are_noted() -> None:
                    {"onnxruntime-directml": "1.23.0", "onnxruntime": "1.23.0"}, listing())
     assert probe.available
     assert "several onnxruntime distributions" in probe.notes[0]
+
+
+def test_a_routeless_stage_runs_where_the_vendor_interpreter_variable_points(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edge_core.config import RouteConfig
+    from edge_core.stage import StageContext
+    from edge_ort.vendor import route_interpreter, with_default_route
+
+    backend = vendor_backend()
+    stage = StageContext(pipeline="p", stage_id="s", backend="ort-directml")
+    monkeypatch.delenv(backend.interpreter_env, raising=False)
+    assert with_default_route(stage, backend) is stage
+    assert route_interpreter(stage, backend) == (sys.executable, ExecutionDomain.POSIX)
+    monkeypatch.setenv(backend.interpreter_env, sys.executable)
+    routed = with_default_route(stage, backend)
+    assert routed.route == RouteConfig(name="ort-directml", interpreter=sys.executable)
+    own = StageContext(pipeline="p", stage_id="s", backend="ort-directml",
+                       route=RouteConfig(name="vendor", interpreter=WINDOWS_PYTHON,
+                                         os_domain="windows"))
+    assert with_default_route(own, backend) is own
+    assert route_interpreter(own, backend) == (WINDOWS_PYTHON, ExecutionDomain.WINDOWS)

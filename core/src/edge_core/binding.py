@@ -166,11 +166,16 @@ def _traced(hook_name: str, plugin: str, function: Callable[..., Any]) -> Callab
     def traced(*args: Any) -> Any:
         summary = ", ".join(_short(a) for a in args)
         started = time.perf_counter()
+        status = "ok"
         try:
             return function(*args)
+        except BaseException as exc:
+            status = f"raised {type(exc).__name__}: {exc}"
+            raise
         finally:
             took = (time.perf_counter() - started) * 1e3
-            print(f"[edge-trace] {hook_name}@{plugin}({summary}) {took:.3f} ms", file=sys.stderr)
+            print(f"[edge-trace] {hook_name}@{plugin}({summary}) {took:.3f} ms {status}",
+                  file=sys.stderr)
 
     return traced
 

@@ -1,0 +1,59 @@
+"""``edge conformance``: the same checks from the command line, exit code per the verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def edge(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *argv], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_a_conforming_backend_exits_0_and_shows_skips_as_skipped() -> None:
+    done = edge("conformance", "echo-preemptible")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "echo-preemptible  [echo]  available"
+    assert any(line.startswith("  PASSED   cancel_running_call: cancelled in place")
+               for line in lines)
+    assert "  SKIPPED  tampered_manifest_refused: stage.manifest: the stage has no artifact " \
+           "bundle: None" in lines
+    assert lines[-1] == "12 passed, 0 failed, 1 skipped (skipped is not passed)"
+
+
+def test_json_report_lists_each_check_with_its_status() -> None:
+    done = edge("conformance", "echo", "--check", "contract_version", "--check",
+                "hooks_have_specs", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    assert report["summary"] == {"passed": 2, "failed": 0, "skipped": 0}
+    (backend,) = report["backends"]
+    assert backend["backend"] == "echo" and backend["available"] is True
+    assert [c["check"] for c in backend["checks"]] == ["contract_version", "hooks_have_specs"]
+    assert {c["status"] for c in backend["checks"]} == {"passed"}
+
+
+def test_an_unavailable_backend_is_all_skipped_not_passed() -> None:
+    done = edge("conformance", "ort-directml", "--json")
+    assert done.returncode == 0, done.stderr
+    (backend,) = json.loads(done.stdout)["backends"]
+    assert backend["available"] is False
+    assert backend["counts"]["passed"] == 0 and backend["counts"]["failed"] == 0
+    assert all(c["status"] == "skipped" and backend["reason"] in c["detail"]
+               for c in backend["checks"])
+
+
+def test_unknown_backend_exits_1_and_unknown_check_exits_2() -> None:
+    missing = edge("conformance", "no-such-backend")
+    assert missing.returncode == 1
+    assert "backend: no installed plugin provides it: 'no-such-backend'" in missing.stderr
+    bad = edge("conformance", "echo", "--check", "nope")
+    assert bad.returncode == 2
+    assert "--check: unknown check" in bad.stderr and "'nope'" in bad.stderr

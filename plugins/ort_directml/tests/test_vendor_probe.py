@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from pathlib import Path
 
 import onnxruntime as ort
 import pytest
@@ -149,3 +150,15 @@ def test_a_routeless_stage_runs_where_the_vendor_interpreter_variable_points(
                                          os_domain="windows"))
     assert with_default_route(own, backend) is own
     assert route_interpreter(own, backend) == (WINDOWS_PYTHON, ExecutionDomain.WINDOWS)
+
+
+def test_a_hanging_interpreter_becomes_a_reason_and_leaves_no_process(tmp_path: Path) -> None:
+    hanging = tmp_path / "python"
+    hanging.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    hanging.chmod(0o755)
+    seen = query_ep_devices(str(hanging), timeout_s=0.5)
+    assert seen.error == "listing devices took longer than 0.5 s"
+    probe = probe_vendor(vendor_backend(), str(hanging), ExecutionDomain.WINDOWS,
+                         refresh=True, timeout_s=1.0)
+    assert probe.problems[0].startswith(f"cannot ask {hanging} for its onnxruntime "
+                                        "distributions: TimeoutExpired")

@@ -212,9 +212,11 @@ def clear_probe_cache() -> None:
 
 def probe_vendor(backend: VendorBackend, interpreter: str | None = None,
                  domain: ExecutionDomain | None = None, *, refresh: bool = False,
-                 timeout_s: float = 30.0) -> VendorProbe:
+                 timeout_s: float = 9.0) -> VendorProbe:
     """Observe ``interpreter`` (default: the backend's) and :func:`assess` it.
 
+    ``timeout_s`` bounds both subprocesses together (half each), inside the runtime's
+    10 s bound on a probe hook, so a hanging interpreter yields a reason, not a timeout.
     Answers are cached per (backend, interpreter, domain) for the controller's lifetime —
     devices and installed distributions do not change under a running pipeline;
     ``refresh`` asks again (loading does).
@@ -231,12 +233,12 @@ def probe_vendor(backend: VendorBackend, interpreter: str | None = None,
     distributions: dict[str, str] | None = None
     error = None
     try:
-        distributions = installed_distributions(interpreter, timeout_s=timeout_s)
+        distributions = installed_distributions(interpreter, timeout_s=timeout_s / 2)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     listing = None
     if domain is backend.domain and distributions and backend.distribution in distributions:
-        listing = query_ep_devices(interpreter, backend.libraries, timeout_s=timeout_s)
+        listing = query_ep_devices(interpreter, backend.libraries, timeout_s=timeout_s / 2)
     probe = assess(backend, interpreter, domain, distributions, listing, error)
     with _CACHE_LOCK:
         _CACHE[key] = probe

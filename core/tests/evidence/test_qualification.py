@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from edge_core.evidence.errors import RecordInvalid
+from edge_core.evidence.hubjob import record_from_hub_job
 from edge_core.evidence.profiling import ProfileSettings, run_profile
-from edge_core.evidence.qualify import record_from_hub_job, record_from_profile
+from edge_core.evidence.qualify import record_from_profile
 from edge_core.evidence.records import (
     RECORD_SCHEMA,
     Cell,
@@ -227,3 +228,47 @@ def test_malformed_hub_job_records_are_refused_naming_the_field(
         job: dict[str, Any], message: str) -> None:
     with pytest.raises(RecordInvalid, match=message):
         record_from_hub_job({**HUB_OK, **job})
+
+
+def _edge_hub_record(status: str, jobs: dict[str, str], comparison: Any = None,
+                     error: str | None = None) -> dict[str, Any]:
+    """A record made by edge hub's own record builder, filled as its workflow fills it."""
+    evidence = pytest.importorskip("edge_qnn.hub.evidence")
+    record: dict[str, Any] = evidence.new_record(
+        "infer", {"component": "ocr-detect", "digest": "ab" * 32},
+        {"name": "Snapdragon 8 Elite QRD", "os": "15", "attributes": ["chipset:x"]},
+        "http://127.0.0.1:1", "0.0")
+    record["jobs"].update(jobs)
+    record["status"] = status
+    record["error"] = error
+    record["delegation"] = evidence.delegation([{"compute_unit": "NPU"}] * 3)
+    record["estimated_inference_time_us"] = 1200
+    if comparison is not None:
+        record["execution"] = {"evidence": "outputs-compared", "comparison": comparison}
+    record["label"] = evidence.label_for(record)
+    return record
+
+
+@pytest.mark.parametrize(("status", "jobs", "comparison", "expected", "layer"), [
+    ("passed", {"compile": "jc", "inference": "ji"}, {"passed": True, "max_abs_error": 0.0},
+     Status.COMPONENT, None),
+    ("passed", {"compile": "jc", "profile": "jp"}, None, Status.PROFILE_ONLY, None),
+    ("failed", {"compile": "jc", "inference": "ji"}, {"passed": False, "max_abs_error": 2.0},
+     Status.FAILED, "numerics"),
+    ("failed", {"compile": "jc"}, None, Status.REJECTED, "compile"),
+    ("failed", {"compile": "jc", "profile": "jp"}, None, Status.FAILED, "profile"),
+    ("failed", {}, None, Status.BLOCKED, "prerequisite"),
+])
+def test_edge_hub_evidence_records_are_read_with_the_same_label_rules(
+        status: str, jobs: dict[str, str], comparison: Any, expected: Status,
+        layer: str | None) -> None:
+    hub = _edge_hub_record(status, jobs, comparison, error=None if status == "passed"
+                           else "hub.x: failed: 'detail'")
+    record = record_from_hub_job(hub, job_path="hub.json")
+    assert record.status is expected
+    assert (record.failure.layer if record.failure else None) == layer
+    assert record.cell.device == "Snapdragon 8 Elite QRD"
+    assert record.cell.model == "ocr-detect"
+    assert record.functional["delegation_reported"]["compute_units"] == {"NPU": 3}
+    if expected in (Status.COMPONENT, Status.PROFILE_ONLY):
+        assert hub["label"] == expected.value  # edge hub's own label agrees

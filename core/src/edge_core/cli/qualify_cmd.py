@@ -44,7 +44,8 @@ def _read(path: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Build the record, write it, print its status (and failing layer)."""
     from edge_core.evidence.errors import RecordInvalid
-    from edge_core.evidence.qualify import record_from_hub_job, record_from_profile
+    from edge_core.evidence.hubjob import record_from_hub_job
+    from edge_core.evidence.qualify import record_from_profile
     from edge_core.evidence.records import write_record
 
     labels = {"device": args.device, "model": args.model, "configuration": args.configuration}

@@ -1,21 +1,14 @@
-"""Building a qualification record from a profile or from an AI Hub job record.
+"""Building a qualification record from a profile (AI Hub job records: :mod:`.hubjob`).
 
 From a profile (``edge profile``): a failed run is classified by its error's class chain
 (:func:`~edge_core.evidence.status.classify_error`); a completed run is PASS when every
 stage ran entirely on its target and matched its reference, PARTIAL when a stage split
 onto a fallback provider, COMPONENT when only some stages were compared against a
 reference, PROFILE_ONLY when none was.
-
-From an AI Hub job record (a JSON object; see docs/evidence.md for the fields): a hosted
-job is never local deployment, so a successful job is at best COMPONENT (outputs compared
-within bound) or else PROFILE_ONLY; a failed compile job is REJECTED, another failed job
-FAILED, a missing prerequisite (token, device) BLOCKED. Layers the compiler *delegated*
-to a compute unit are kept apart from anything observed to execute.
 """
 
 from __future__ import annotations
 
-import datetime
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +17,7 @@ from edge_core.evidence.errors import RecordInvalid
 from edge_core.evidence.records import Cell, Failure, QualificationRecord
 from edge_core.evidence.status import Status, classify_error
 
-__all__ = ["record_from_hub_job", "record_from_profile"]
+__all__ = ["record_from_profile"]
 
 
 def _labels(overrides: Mapping[str, str | None] | None) -> dict[str, str]:
@@ -161,133 +154,5 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
         execution_plan=plan or None,
         functional=functional,
         performance=_performance(profile) if outcome.get("ok") else {},
-        failure=failure, notes=tuple(notes),
-    )
-
-
-_SUCCESS = {"success", "succeeded", "completed", "complete", "done", "ok"}
-_FAILED = {"failed", "failure", "error"}
-_BLOCKED = {"blocked", "unavailable", "unauthorized", "no-device", "no-token"}
-
-
-def _number(job: Mapping[str, Any], field: str) -> float | None:
-    value = job.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RecordInvalid(field, "must be a number", value)
-    return float(value)
-
-
-def _hub_device(job: Mapping[str, Any]) -> dict[str, Any]:
-    device = job.get("device")
-    if isinstance(device, str) and device.strip():
-        return {"name": device}
-    if isinstance(device, Mapping) and str(device.get("name", "")).strip():
-        return dict(device)
-    raise RecordInvalid("device", "must be a name or an object with a name", device)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _hub_performance(job: Mapping[str, Any]) -> dict[str, Any]:
-    micro = _number(job, "inference_time_us")
-    milli = _number(job, "inference_time_ms")
-    if micro is None and milli is None:
-        micro = _number(job, "estimated_inference_time")  # AI Hub reports microseconds
-    inference_ms = milli if milli is not None else (micro / 1e3 if micro is not None else None)
-    peak = job.get("peak_memory_bytes")
-    if peak is not None and not (_is_int(peak) or (
-            isinstance(peak, list | tuple) and len(peak) == 2 and all(map(_is_int, peak)))):
-        raise RecordInvalid("peak_memory_bytes", "must be an integer or a [low, high] pair",
-                            peak)
-    return {"inference_time_ms": inference_ms,
-            "peak_memory_bytes": list(peak) if isinstance(peak, list | tuple) else peak,
-            "boundary": "as reported by the hosted profile job (on-device timing), "
-                        "not measured by edge"}
-
-
-def record_from_hub_job(job: Mapping[str, Any], *, job_path: str | None = None,
-                        labels: Mapping[str, str | None] | None = None,
-                        command: list[str] | None = None) -> QualificationRecord:
-    """The record of a hosted AI Hub job record (never PASS or PARTIAL: not local).
-
-    Raises:
-        RecordInvalid: a field is missing or of the wrong type (named in the error).
-    """
-    if not isinstance(job, Mapping):
-        raise RecordInvalid("job", "must be a JSON object", type(job).__name__)
-    raw_status = job.get("status", job.get("job_status"))
-    if not isinstance(raw_status, str):
-        raise RecordInvalid("status", "must be a string", raw_status)
-    state = raw_status.strip().lower()
-    device = _hub_device(job)
-    job_ids = job.get("job_ids") or {}
-    if not isinstance(job_ids, Mapping):
-        raise RecordInvalid("job_ids", "must be an object of job kind to id", job_ids)
-    units = job.get("compute_units")
-    if units is not None and not isinstance(units, Mapping | list):
-        raise RecordInvalid("compute_units", "must be an object or a list", units)
-    numerics = job.get("numerics")
-    if numerics is not None and not isinstance(numerics, Mapping):
-        raise RecordInvalid("numerics", "must be an object", numerics)
-    given = _labels(labels)
-    reason = str(job.get("failure_reason") or job.get("reason") or raw_status)
-    failed_job = str(job.get("failed_job") or "")
-    failure = None
-    notes = ["hosted job on a cloud device: not evidence of local deployment"]
-    if state in _SUCCESS:
-        if numerics is None:
-            status = Status.PROFILE_ONLY
-            notes.append("no output comparison against a local reference")
-        elif numerics.get("passed"):
-            status = Status.COMPONENT
-        else:
-            status = Status.FAILED
-            failure = Failure("numerics", f"outputs beyond bound: {dict(numerics)}",
-                              "compare against the CPU reference; check the export's "
-                              "quantisation", "inference", None)
-    elif state in _FAILED:
-        layer = failed_job or "hub-job"
-        status = Status.REJECTED if failed_job == "compile" else Status.FAILED
-        step = ("fix the export the compiler refused (ops, shapes), then compile again"
-                if status is Status.REJECTED else
-                f"open job {job_ids.get(failed_job) or '?'} in AI Hub and read its log")
-        failure = Failure(layer, reason, step, failed_job or None, None)
-    elif state in _BLOCKED:
-        status = Status.BLOCKED
-        failure = Failure("prerequisite", reason, "configure the AI Hub token "
-                          "(QAIHUB_CLIENT_INI) or pick an available device "
-                          "(`edge hub devices`)", None, None)
-    else:
-        raise RecordInvalid("status", f"unknown job status (success: {sorted(_SUCCESS)}, "
-                            f"failed: {sorted(_FAILED)}, blocked: {sorted(_BLOCKED)})",
-                            raw_status)
-    created = job.get("created_at") or datetime.datetime.now(datetime.UTC).isoformat(
-        timespec="seconds")
-    argv = list(command or [])
-    return QualificationRecord(
-        status=status,
-        cell=Cell(device=given.get("device") or str(device["name"]),
-                  model=given.get("model") or str(job.get("model") or "unknown"),
-                  configuration=given.get("configuration")
-                  or f"ai-hub {job.get('target_runtime') or 'job'}"),
-        created_at=str(created),
-        source={"kind": "ai-hub", "path": job_path, "job_ids": dict(job_ids)},
-        device=device,
-        artifact={"model": job.get("model"), "bundle": job.get("bundle"),
-                  "model_id": job.get("model_id")},
-        backend={"facility": "ai-hub", "target_runtime": job.get("target_runtime"),
-                 "client": job.get("client_version")},
-        command={"argv": argv, "shell": shlex.join(argv) if argv else None,
-                 "hub_command": job.get("command")},
-        execution_plan=None,
-        functional={"numerics": dict(numerics) if numerics is not None else None,
-                    "delegation_reported": {"compute_units": units, "observed": False,
-                                            "note": "what the compiler assigned, not "
-                                                    "observed execution"}},
-        performance=_hub_performance(job) if state in _SUCCESS else {},
         failure=failure, notes=tuple(notes),
     )

@@ -1,0 +1,94 @@
+"""`edge profile`, `edge qualify` and `edge matrix` as a user runs them (real processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .conftest import echo_stage, write_pipeline
+
+QUICK = ["--requests", "3", "--warmup", "1", "--concurrency", "1,2", "--process-starts", "1"]
+
+
+def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the `edge` command line in a child interpreter."""
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(result.stdout)
+
+
+def test_profile_qualify_matrix_from_a_working_pipeline(tmp_path: Path,
+                                                        echo_inputs: Path) -> None:
+    pipeline = write_pipeline(tmp_path, [echo_stage("a")], admission=2, name="echoes")
+    profiled = edge("profile", str(pipeline), "--inputs", str(echo_inputs), *QUICK,
+                    "--out", "out/p.json", cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stderr
+    assert "x.npz @ concurrency 2: p50" in profiled.stdout
+    assert "profile written to out/p.json" in profiled.stdout
+    profile = json.loads((tmp_path / "out" / "p.json").read_text())
+    assert profile["command"]["argv"][:3] == ["edge", "profile", str(pipeline)]
+    assert "--concurrency" in profile["command"]["argv"]
+
+    qualified = edge("qualify", "--profile", "out/p.json", "--device", "test-host",
+                     "--json", cwd=tmp_path)
+    assert qualified.returncode == 0, qualified.stderr
+    answer = _json(qualified)
+    assert answer["status"] == "PASS"
+    assert answer["cell"] == ["test-host", "echoes", "echo / numpy"]
+    record_path = tmp_path / answer["record"]
+    assert record_path.parent.name == "qualification"
+
+    matrix = edge("matrix", "qualification", "--out-dir", "report", "--json", cwd=tmp_path)
+    assert matrix.returncode == 0, matrix.stderr
+    summary = _json(matrix)
+    assert summary["cells"] == 1 and summary["counts"]["PASS"] == 1
+    page = (tmp_path / "report" / "matrix.html").read_text()
+    assert f'href="../qualification/{record_path.name}"' in page
+    assert "](../qualification/" in (tmp_path / "report" / "matrix.md").read_text()
+
+
+def test_a_failing_pipeline_exits_1_and_still_writes_a_profile(tmp_path: Path,
+                                                               echo_inputs: Path) -> None:
+    pipeline = write_pipeline(tmp_path, [echo_stage("a", fail_at="warmup")])
+    result = edge("profile", str(pipeline), "--inputs", str(echo_inputs), *QUICK,
+                  "--out", "p.json", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "FAILED at open: RemoteError" in result.stdout
+    qualified = edge("qualify", "--profile", "p.json", "--out", "r.json", cwd=tmp_path)
+    assert qualified.returncode == 0
+    assert qualified.stdout.startswith("FAILED: ")
+    assert "failing layer: runtime" in qualified.stdout
+    assert "next step:" in qualified.stdout
+
+
+def test_a_hub_job_record_becomes_a_record(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps({
+        "status": "success", "device": "Galaxy S24", "model": "detect",
+        "job_ids": {"profile": "jp"}, "inference_time_ms": 2.5}))
+    result = edge("qualify", "--hub-job", "job.json", "--out", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("PROFILE_ONLY: detect x Galaxy S24")
+    assert json.loads((tmp_path / "r.json").read_text())["source"]["job_ids"] == {"profile": "jp"}
+
+
+def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
+        tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "job.json").write_text(json.dumps({"status": "success"}))
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "x"}))
+    bad = edge("qualify", "--profile", "bad.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "bad.json: cannot read JSON" in bad.stderr
+    job = edge("qualify", "--hub-job", "job.json", cwd=tmp_path)
+    assert job.returncode == 2
+    assert "device: must be a name or an object with a name: None" in job.stderr
+    other = edge("matrix", "other.json", cwd=tmp_path)
+    assert other.returncode == 2
+    assert "other.json: schema: must be 'edge.qualification/1'" in other.stderr
+    levels = edge("profile", "p.toml", "--concurrency", "0", cwd=tmp_path)
+    assert levels.returncode == 2 and "--concurrency: levels must be >= 1" in levels.stderr

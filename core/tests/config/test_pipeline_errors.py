@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import attrs
 import pytest
 
 from edge_core.config import (
@@ -245,3 +246,17 @@ def test_a_route_whose_interpreter_is_missing_is_refused_with_the_config_path(
         route.to_host_route("pkg.mod:fn", "stages[1].backend.route")
     assert info.value.path == "stages[1].backend.route.interpreter"
     assert info.value.reason == "does not exist"
+
+
+@attrs.frozen
+class _LiteralOptions:
+    mode: Literal["a", "b"] = "a"
+
+
+def test_a_value_outside_a_literal_is_reported_with_the_value() -> None:
+    from edge_core.config import InvalidConfigError, structure_config
+
+    with pytest.raises(InvalidConfigError) as info:
+        structure_config({"mode": "shared"}, _LiteralOptions, path="stages[0].backend.options")
+    assert str(info.value).startswith("stages[0].backend.options.mode: invalid value")
+    assert str(info.value).endswith(": 'shared'")

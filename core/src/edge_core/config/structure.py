@@ -191,10 +191,29 @@ def make_converter() -> cattrs.Converter:
     return converter
 
 
-def _problems(exc: BaseException, path: str) -> Iterator[ConfigError]:
+_MISSING = object()
+
+
+def _sub_value(exc: BaseException, value: object) -> object:
+    """The part of ``value`` that the sub-exception ``exc`` is about (for its message)."""
+    note = _note_of(exc)
+    try:
+        if isinstance(note, AttributeValidationNote) and isinstance(value, Mapping):
+            return value.get(note.name, _MISSING)
+        if isinstance(note, IterableValidationNote):
+            if isinstance(value, Mapping):
+                return value.get(note.index, _MISSING)
+            if isinstance(value, list | tuple) and isinstance(note.index, int):
+                return value[note.index]
+    except (IndexError, TypeError):
+        pass
+    return _MISSING
+
+
+def _problems(exc: BaseException, path: str, value: object = _MISSING) -> Iterator[ConfigError]:
     if isinstance(exc, ClassValidationError | IterableValidationError):
         for sub in exc.exceptions:
-            yield from _problems(sub, _sub_path(sub, path))
+            yield from _problems(sub, _sub_path(sub, path), _sub_value(sub, value))
     elif isinstance(exc, ForbiddenExtraKeysError):
         allowed = ", ".join(
             sorted(a.name for a in attrs.fields(exc.cl) if not a.metadata.get(INTERNAL))
@@ -208,7 +227,8 @@ def _problems(exc: BaseException, path: str) -> Iterator[ConfigError]:
     elif isinstance(exc, KeyError) and _note_of(exc) is not None:
         yield ConfigError(path, "required key is missing", None)
     else:
-        yield ConfigError(path or "<root>", f"invalid value ({exc})", None)
+        shown = None if value is _MISSING else value
+        yield ConfigError(path or "<root>", f"invalid value ({exc})", shown)
 
 
 def _note_of(exc: BaseException) -> AttributeValidationNote | IterableValidationNote | None:
@@ -243,5 +263,5 @@ def structure_config(data: object, cls: type[T], *, path: str = "") -> T:
     try:
         return _CONVERTER.structure(data, cls)
     except (cattrs.BaseValidationError, CheckError, ConfigError) as exc:
-        problems = list(_problems(exc, path))
+        problems = list(_problems(exc, path, data))
         raise InvalidConfigError(problems) from None

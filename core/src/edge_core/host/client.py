@@ -490,8 +490,9 @@ class WorkerClient:
 
         Graceful shutdown first (bounded by ``graceful_s``, default a third of the deadline
         and at most 1 s; never more than 80 % of the deadline), then SIGTERM, then SIGKILL,
-        then verification of every captured identity. Calls in flight fail with :class:`WorkerGone`. Every
-        segment either side produced is unlinked; the staging directory is removed.
+        then verification of every captured identity. Calls in flight fail with
+        :class:`WorkerGone`. Every segment either side produced is unlinked; the staging
+        directory is removed.
         """
         with self._retire_lock:
             if self._outcome is not None and self._outcome.verified:

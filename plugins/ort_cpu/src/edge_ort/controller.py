@@ -14,7 +14,7 @@ from edge_contracts.devices import RAM_POOL
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.tensors import dtype_of
 from edge_core.artifacts import VerifiedBundle, verify_bundle
-from edge_core.errors import ManifestInvalid
+from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
     PlacementRefusal,
@@ -45,7 +45,7 @@ BUNDLE_RAM_FACTOR = 3
 
 def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or value < 0:
-        raise ValueError(f"intra_op_threads: must be >= 0: {value!r}")
+        raise ConfigError("intra_op_threads", "must be >= 0", value)
 
 
 @attrs.frozen

@@ -247,10 +247,12 @@ started = time.perf_counter()
 from edge_core.plugins import load_plugins
 plugins = load_plugins(local_modules=[module] if source == "config" else [])
 loaded = time.perf_counter()
-answer = plugins.call_one(plugin if source != "config" else module, "edge_probe")
+name = plugin if source != "config" else module
+answer = plugins.call_one(name, "edge_probe")
 probed = time.perf_counter()
+problem = next((r.error for r in plugins.records if r.name == name), None)
 heavy = json.loads(sys.argv[4])
-print(json.dumps({"error": answer.error, "load_s": loaded - started,
+print(json.dumps({"error": problem or answer.error, "load_s": loaded - started,
                   "probe_s": probed - loaded, "reports": len(answer.result or ()),
                   "heavy": sorted(m for m in heavy if m in sys.modules)}))
 """

@@ -272,3 +272,13 @@ def test_edge_hub_evidence_records_are_read_with_the_same_label_rules(
     assert record.functional["delegation_reported"]["compute_units"] == {"NPU": 3}
     if expected in (Status.COMPONENT, Status.PROFILE_ONLY):
         assert hub["label"] == expected.value  # edge hub's own label agrees
+
+
+def test_a_pipeline_that_never_opened_still_names_its_cell(tmp_path: Path,
+                                                           echo_inputs: Path) -> None:
+    stage = {"id": "a", "backend": {"name": "ort-directml"},
+             "placement": {"target": "DmlExecutionProvider"}}
+    record = record_from_profile(_profile(tmp_path, [stage], echo_inputs, name="gpu"))
+    assert record.status is Status.BLOCKED
+    assert record.cell.model == "gpu"
+    assert record.cell.configuration == "ort-directml / DmlExecutionProvider"

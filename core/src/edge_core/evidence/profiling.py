@@ -152,6 +152,7 @@ def _traced(path: str, name: str | None, settings: ProfileSettings, inputs: Call
         traced["reached"] = clock.reached()
         profile["outcome"] = _error(step, exc)
     finally:
+        profile["config"] = clock.config
         if pipeline is not None:
             traced["closed"] = pipeline.close()
 
@@ -236,7 +237,7 @@ def run_profile(
         "schema": PROFILE_SCHEMA,
         "created_at": _now(),
         "edge_core": __version__,
-        "pipeline_file": str(Path(path).resolve()),
+        "pipeline_file": str(path),
         "pipeline_name": name,
         "command": {"argv": list(command), "cwd": os.getcwd()},
         "host": host_identity(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from edge_core.evidence.errors import RecordInvalid
@@ -122,16 +123,19 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
     functional: dict[str, Any] = {"stages": {s["id"]: _stage_functional(s) for s in stages},
                   "complete_model": bool(stages) and all(
                       s.get("evidence") == "complete-model" for s in stages)}
-    targets = sorted({str(v["target"]) for v in functional["stages"].values()})
-    backends = sorted({str(s.get("backend")) for s in stages})
+    config = profile.get("config") or {}
+    configured = config.get("stages") or []
+    targets = sorted({str(v["target"]) for v in functional["stages"].values()}
+                     or {str((s.get("placement") or {}).get("target")) for s in configured})
+    backends = sorted({str(s.get("backend")) for s in stages or configured})
     pipeline_file = str(profile.get("pipeline_file", ""))
-    model = plan.get("pipeline") or pipeline_file.rsplit("/", 2)[-2:][0] or "unknown"
+    model = plan.get("pipeline") or config.get("name") or Path(pipeline_file).stem
     cell = Cell(
         device=given.get("device") or f"{host.get('cpu_model', 'unknown')} "
         f"({host.get('os', '?')} {host.get('machine', '?')})",
-        model=given.get("model") or model,
+        model=given.get("model") or model or "unknown",
         configuration=given.get("configuration")
-        or (f"{'+'.join(backends)} / {'+'.join(targets)}" if stages else "unknown"),
+        or (f"{'+'.join(backends)} / {'+'.join(targets)}" if backends else "unknown"),
     )
     failure = None
     notes: list[str] = []

@@ -55,6 +55,7 @@ class StartupClock:
         self.marks: list[tuple[str, str, float]] = []
         self.points: dict[str, float] = {}
         self.tracer = PhaseTracer(_targets())
+        self.config: dict[str, Any] | None = None
         self._say = say
 
     def progress(self, message: str) -> None:
@@ -106,6 +107,7 @@ def traced_open(path: str, name: str | None, clock: StartupClock,
 
     clock.mark("start")
     config = load_config(path, name)
+    clock.config = config.to_json()
     clock.stage_ids[:] = [s.id for s in config.stages]
     clock.mark("configured")
     plugins = load_plugins(local_modules=config.plugins)

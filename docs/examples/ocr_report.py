@@ -1,0 +1,76 @@
+"""Rebuild the committed OCR evidence report (docs/examples/ocr/) from scratch.
+
+Run from the repository root with the workspace's virtual environment::
+
+    .venv/bin/python docs/examples/ocr_report.py
+
+It builds the PP-OCRv4 bundles (``build/ocr``) if they are missing, writes three
+variants of the OCR pipeline next to them, then for each configuration runs
+``edge profile`` → ``edge qualify`` and finally ``edge matrix`` over the records:
+
+- ``ort-cpu`` as built (admission 1: concurrency 2 and 4 are skipped and say so);
+- ``ort-cpu`` with admission 4 (concurrency 1, 2 and 4 measured);
+- ``qnn`` on the HTP simulator (onnxruntime-qnn), whatever happens;
+- ``ort-directml``, which cannot run on Linux (a BLOCKED cell with the probe's reason).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BUILD = Path("build/ocr")
+OUT = Path("docs/examples/ocr")
+EDGE = [sys.executable, "-m", "edge_core.cli"]
+
+
+def variant(name: str, *, admission: int | None = None, backend: str | None = None,
+            target: str | None = None) -> Path:
+    """Write ``build/ocr/pipeline-<name>.toml`` from the built pipeline.toml."""
+    text = (BUILD / "pipeline.toml").read_text(encoding="utf-8")
+    if admission is not None:
+        text = text.replace('name = "ocr"\n', f'name = "ocr"\nadmission = {admission}\n', 1)
+    if backend is not None:
+        text = text.replace('name = "ort-cpu"', f'name = "{backend}"')
+    if target is not None:
+        text = text.replace('target = "CPUExecutionProvider"', f'target = "{target}"')
+    path = BUILD / f"pipeline-{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def run(*args: str) -> int:
+    """Run one command, echoing it; return its exit status."""
+    print("$", " ".join(["edge", *args]), flush=True)
+    return subprocess.run([*EDGE, *args], check=False).returncode
+
+
+def main() -> int:
+    """Build, profile, qualify and aggregate; returns 0 when the report was written."""
+    if not (BUILD / "pipeline.toml").exists():
+        subprocess.run([sys.executable, "-m", "edge_ocr_example.bundle", str(BUILD)],
+                       check=True)
+    cells = [
+        ("ort-cpu", BUILD / "pipeline.toml", None),
+        ("ort-cpu-admission4", variant("admission4", admission=4), None),
+        ("qnn-htp-simulator", variant("qnn", backend="qnn", target="QNNExecutionProvider"),
+         "QNN HTP simulator (onnxruntime-qnn) on the host CPU"),
+        ("ort-directml", variant("directml", backend="ort-directml",
+                                 target="DmlExecutionProvider"), "DirectML GPU (none here)"),
+    ]
+    for name, pipeline, device in cells:
+        profile = OUT / "profiles" / f"{name}.json"
+        run("profile", str(pipeline), "--input", str(BUILD / "image.png"), "--out", str(profile))
+        labels = ["--device", device] if device else []
+        if name == "ort-cpu-admission4":
+            labels += ["--configuration", "ort-cpu / CPUExecutionProvider, admission 4"]
+        if run("qualify", "--profile", str(profile), *labels,
+               "--out", str(OUT / "records" / f"{name}.json")) != 0:
+            return 1
+    return run("matrix", str(OUT / "records"), "--out-dir", str(OUT),
+               "--title", "OCR (PP-OCRv4) qualification matrix")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

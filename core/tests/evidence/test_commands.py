@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,10 @@ from .conftest import echo_stage, write_pipeline
 QUICK = ["--requests", "3", "--warmup", "1", "--concurrency", "1,2", "--process-starts", "1"]
 
 
-def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def edge(*args: str, cwd: Path,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `edge` command line in a child interpreter."""
-    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -27,8 +29,10 @@ def test_profile_qualify_matrix_from_a_working_pipeline(tmp_path: Path,
                                                         echo_inputs: Path) -> None:
     pipeline = write_pipeline(tmp_path, [echo_stage("a")], admission=2, name="echoes")
     profiled = edge("profile", str(pipeline), "--inputs", str(echo_inputs), *QUICK,
-                    "--out", "out/p.json", cwd=tmp_path)
+                    "--out", "out/p.json", cwd=tmp_path,
+                    env={**os.environ, "EDGE_PROGRESS": "1"})
     assert profiled.returncode == 0, profiled.stderr
+    assert "100% 7 requests/7 requests" in profiled.stderr  # the progress bar
     assert "x.npz @ concurrency 2: p50" in profiled.stdout
     assert "profile written to out/p.json" in profiled.stdout
     profile = json.loads((tmp_path / "out" / "p.json").read_text())

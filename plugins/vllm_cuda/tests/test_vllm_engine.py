@@ -94,7 +94,7 @@ def test_requests_beyond_max_concurrency_are_refused_at_submit(generator: Pipeli
     pendings = [stage.submit({}, params={"prompt": "edge", **LONG})
                 for _ in range(MAX_CONCURRENCY)]
     try:
-        with pytest.raises(ResourceUnavailable, match="max_concurrency: every slot"):
+        with pytest.raises(ResourceUnavailable, match=r"stages\[gen\]\.in_flight: all 3 slot"):
             stage.submit({}, params={"prompt": "one too many", **LONG})
     finally:
         for pending in pendings:

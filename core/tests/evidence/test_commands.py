@@ -96,3 +96,5 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     assert "other.json: schema: must be 'edge.qualification/1'" in other.stderr
     levels = edge("profile", "p.toml", "--concurrency", "0", cwd=tmp_path)
     assert levels.returncode == 2 and "--concurrency: levels must be >= 1" in levels.stderr
+    requests = edge("profile", "p.toml", "--requests", "0", cwd=tmp_path)
+    assert requests.returncode == 2 and "requests: must be >= 1: 0" in requests.stderr

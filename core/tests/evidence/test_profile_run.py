@@ -41,6 +41,8 @@ def test_profile_of_a_working_pipeline_is_ok_and_self_describing(
     assert echo_profile["host"]["logical_cpus"] >= 1
     assert "Pipeline.run" in echo_profile["boundaries"]["requests"]
     assert [s["id"] for s in echo_profile["plan"]["stages"]] == ["a", "b"]
+    (probe,) = echo_profile["probes"]
+    assert probe["backend"] == "echo" and probe["available"] is True
 
 
 def test_every_stage_has_separately_measured_startup_phases(

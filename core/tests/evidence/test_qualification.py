@@ -282,3 +282,4 @@ def test_a_pipeline_that_never_opened_still_names_its_cell(tmp_path: Path,
     assert record.status is Status.BLOCKED
     assert record.cell.model == "gpu"
     assert record.cell.configuration == "ort-directml / DmlExecutionProvider"
+    assert record.device["probes"] == []  # not installed: no plugin answers for it

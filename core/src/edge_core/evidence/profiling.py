@@ -153,6 +153,10 @@ def _traced(path: str, name: str | None, settings: ProfileSettings, inputs: Call
         profile["outcome"] = _error(step, exc)
     finally:
         profile["config"] = clock.config
+        try:
+            profile["probes"] = startup.probe_backends(clock)
+        except Exception as exc:  # a probe that breaks is recorded, not fatal
+            profile["probes"] = [{"error": f"{type(exc).__name__}: {exc}"}]
         if pipeline is not None:
             traced["closed"] = pipeline.close()
 

@@ -147,7 +147,7 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
     return QualificationRecord(
         status=status, cell=cell, created_at=str(profile.get("created_at")),
         source={"kind": "profile", "path": profile_path, "schema": profile.get("schema")},
-        device={"host": host, "targets": targets},
+        device={"host": host, "targets": targets, "probes": profile.get("probes") or []},
         artifact={s["id"]: (s.get("worker") or {}).get("manifest") for s in stages},
         backend={s["id"]: {"backend": s.get("backend"), "plugin": s.get("plugin"),
                            "runtime": (s.get("worker") or {}).get("runtime"),

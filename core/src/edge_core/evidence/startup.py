@@ -35,7 +35,7 @@ from edge_core.evidence.tracing import PhaseTracer, default_targets
 from edge_core.runtime.pipeline import Pipeline
 
 __all__ = ["BARE_ENTRY", "StartupClock", "measure_process_start", "measure_warm_restart",
-           "open_summary", "stage_startup", "traced_open"]
+           "open_summary", "probe_backends", "stage_startup", "traced_open"]
 
 BARE_ENTRY = "edge_contracts.worker:BaseHandler"
 """The worker entry used to time a bare process start: imports no runtime."""
@@ -56,6 +56,7 @@ class StartupClock:
         self.points: dict[str, float] = {}
         self.tracer = PhaseTracer(_targets())
         self.config: dict[str, Any] | None = None
+        self.plugins: Any = None
         self._say = say
 
     def progress(self, message: str) -> None:
@@ -111,6 +112,7 @@ def traced_open(path: str, name: str | None, clock: StartupClock,
     clock.stage_ids[:] = [s.id for s in config.stages]
     clock.mark("configured")
     plugins = load_plugins(local_modules=config.plugins)
+    clock.plugins = plugins
     clock.mark("plugins")
     ledger = default_ledger(config, plugins)
     clock.mark("open")
@@ -133,6 +135,22 @@ def open_summary(clock: StartupClock) -> dict[str, Any]:
         "total_s": p["opened"] - p["start"],
         "stages": clock.stage_phases(p["opened"]),
     }
+
+
+def probe_backends(clock: StartupClock) -> list[dict[str, Any]]:
+    """The probe reports (devices, availability, reason) of the backends the stages name."""
+    from edge_core.binding import backend_table
+    from edge_core.runtime.pipeline import PROBE_TIMEOUT_S
+
+    if clock.plugins is None or clock.config is None:
+        return []
+    names = {str(stage["backend"]) for stage in clock.config.get("stages", [])}
+    table = backend_table(clock.plugins)
+    reports = []
+    for owner in sorted({table[n][1] for n in names if n in table}):
+        answer = clock.plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        reports += [r.to_json() for r in answer.result or () if r.backend in names]
+    return reports
 
 
 def _route_of(pipeline: Pipeline, stage_id: str) -> Any:

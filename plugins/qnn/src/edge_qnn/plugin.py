@@ -10,6 +10,7 @@ reports, and keeps compiled graphs in the EP-context cache. The ``edge hub`` com
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from edge_core import hookimpl
@@ -81,6 +82,59 @@ class QnnPlugin(OrtPlugin):
     def device_id(self, options: Any) -> str | None:
         """One QNN device: loads and warm-ups on it are serialised."""
         return "qnn0"
+
+    @hookimpl
+    def edge_conformance_stage(self, backend: str, workdir: Path) -> Mapping[str, Any] | None:
+        """A static float32 ``Conv(3→4, 3x3) → Relu`` bundle that QNN places whole.
+
+        The inherited ORT stage spins a ``Loop`` (control flow, CPU-only) and has no
+        QNN-placeable arithmetic on the simulator; this graph runs wholly on QNN, so the
+        kit checks the default policy (fraction 1.0). No slow request: a QNN graph has a
+        fixed cost per bucket.
+        """
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        from edge_core.artifacts import create_manifest
+
+        if backend != self.backend:
+            return None
+        rng = np.random.default_rng(3)
+        weight = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+        x = rng.random((1, 3, 8, 8), dtype=np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")],
+            "conformance",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+            [numpy_helper.from_array(weight, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        bundle = workdir / "bundle"
+        bundle.mkdir()
+        onnx.save(model, str(bundle / "model.onnx"))
+        padded = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(1, 2))
+        y = np.maximum(np.einsum("chwij,ocij->ohw", windows, weight), 0)[None]
+        y = y.astype(np.float32)
+        np.savez(bundle / "example_inputs.npz", x=x)
+        np.savez(bundle / "expected.npz", y=y)
+        create_manifest(bundle, component="conformance-qnn",
+                        example_inputs="example_inputs.npz", expected_outputs="expected.npz",
+                        precision="fp32", exporter="onnx.helper")
+        bound = {"max_abs_error": 1e-4, "normalised_error": 1e-5}
+        return {
+            "stage": {"backend": {"name": backend,
+                                  "options": {"context_cache": False, "numerics_bound": bound}},
+                      "manifest": str(bundle)},
+            "inputs": {"x": x},
+            "expected": {"y": y},
+            "bound": bound,
+            "slow_inputs": None,
+        }
 
     @hookimpl
     def edge_register_commands(self, subparsers: Any) -> None:

@@ -154,3 +154,20 @@ def test_compile_profile_infer_compares_hosted_outputs_with_the_local_reference(
     assert any(r.startswith("POST /blob/dataset/") for r in requests)
     assert f"inference job {record['jobs']['inference']}" not in result.stderr
     assert f"infer job {record['jobs']['inference']}: SUCCESS" in result.stderr
+
+
+def test_an_unreachable_service_is_a_typed_error_after_bounded_retries(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ini = tmp_path / "c.ini"
+    ini.write_text(f"[api]\napi_token = {TOKEN}\napi_url = http://127.0.0.1:{port}\n"
+                   f"web_url = http://127.0.0.1:{port}\n", encoding="utf-8")
+    result = edge_hub(["devices", "--retries", "1"], ini, tmp_path)
+    assert result.returncode == 1
+    error = answer(result)["error"]
+    assert error.startswith("hub.devices: ")
+    assert f"http://127.0.0.1:{port}" in error
+    assert "hub: retrying" in result.stderr

@@ -7,7 +7,9 @@ The ``load`` configuration (JSON) names the graph, the target execution provider
 provider list with options (or an EP library to register for plugin EPs such as QNN),
 session settings, the example inputs and the reference outputs. If the target provider
 is not available in this build, no session is created and the reply says so — ONNX
-Runtime itself would only warn and run everything on CPU.
+Runtime itself would only warn and run everything on CPU. With ``ep_context``
+(``{dir, material}``) compiled graphs are kept and reused through
+:mod:`edge_ort.epcontext`; the reply's ``ep_context`` says whether this load reused one.
 """
 
 from __future__ import annotations

@@ -20,11 +20,7 @@ def onnxruntime_imported() -> None:
 
 #: Backends whose conformance stage is known not to fit them yet, with the reason. Each is
 #: run and reported (an unexpected pass shows as XPASS); remove the entry once it passes.
-KNOWN_GAPS = {
-    "qnn": "edge-qnn inherits the ORT float32 stage, which the HTP simulator does not take "
-           "(every node falls back to CPU); edge-qnn must override edge_conformance_stage "
-           "with a graph QNN places (its tests' QDQ Conv-Relu, say)",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _params() -> list[object]:

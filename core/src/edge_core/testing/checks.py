@@ -10,23 +10,17 @@ leaves anything charged in the ledger.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import attrs
-import numpy as np
-import psutil
 
 from edge_core.backend import CancelOutcome
-from edge_core.config import load_pipeline
 from edge_core.discovery import ENV_ALLOWLIST, check_contract
 from edge_core.errors import EdgeError, ManifestInvalid, ResourceUnavailable, StageClosed
 from edge_core.host.client import WorkerClient
@@ -39,172 +33,31 @@ from edge_core.runtime.opening import default_ledger
 from edge_core.runtime.results import AckOutcome
 from edge_core.runtime.stage_runtime import StageRuntime, StageState
 from edge_core.testing import channel
-from edge_core.testing.leaks import leaks_since, snapshot
+from edge_core.testing.harness import (
+    WAIT_S,
+    CheckFailed,
+    CheckSkipped,
+    bounded,
+    compare_outputs,
+    first_stage,
+    gone,
+    no_leftovers,
+    opened,
+    pipeline_config,
+    run_once,
+    stage_of,
+    worker_identity,
+)
 from edge_core.testing.subject import Subject
 
 __all__ = ["CHECKS", "HEAVY_MODULES", "PROBE_LIMIT_S", "STAGE_CHECKS", "CheckFailed",
-           "CheckSkipped", "compare_outputs", "pipeline_inputs"]
+           "CheckSkipped", "compare_outputs"]
 
 #: A probe slower than this (seconds, in a fresh interpreter) fails the probe check.
 PROBE_LIMIT_S = 5.0
 #: Runtimes a controller process must never import to probe.
 HEAVY_MODULES = ("onnxruntime", "torch", "vllm", "qai_hub", "tensorflow", "jax",
                  "transformers")
-#: Bound on any single wait of the kit (a call, a cancel, a lost channel).
-WAIT_S = 30.0
-
-_T = TypeVar("_T")
-
-
-class CheckFailed(EdgeError):
-    """The backend does not conform; the message says where and why."""
-
-
-class CheckSkipped(EdgeError):
-    """The check cannot run on this backend here; the message says why."""
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def pipeline_inputs(previous: Mapping[str, Any], inputs: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Input transform of the kit's chained stages: each stage gets the pipeline's inputs."""
-    return inputs
-
-
-def _stage(subject: Subject) -> Any:
-    if subject.stage is None:
-        raise CheckSkipped(subject.stage_problem or "no conformance stage")
-    return subject.stage
-
-
-def _config(subject: Subject, ids: tuple[str, ...] = ("s",),
-            stage: Mapping[str, Any] | None = None) -> Any:
-    conformance = _stage(subject)
-    table = conformance.pipeline(ids)
-    if stage is not None:
-        table["stages"] = [{**dict(stage), "id": sid} for sid in ids]
-    for later in table["stages"][1:]:
-        later["input_transform"] = f"{__name__}:pipeline_inputs"
-    return load_pipeline(table, base_dir=conformance.workdir)
-
-
-def _bounded(what: str, function: Callable[[], _T], timeout_s: float = WAIT_S) -> _T:
-    """Run ``function`` in a thread; a hang becomes a failure instead of a stuck kit."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = function()
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True, name=f"edge-conformance-{what}")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise CheckFailed(f"{what}: no answer within the bound: {timeout_s} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
-
-
-@contextlib.contextmanager
-def _no_leftovers(what: str) -> Iterator[None]:
-    """Fail when the block leaves a process, an edge segment or a descriptor behind."""
-    before = snapshot()
-    yield
-    report = leaks_since(before)
-    if report:
-        raise CheckFailed(f"{what}: left behind: {report.describe()}")
-
-
-@contextlib.contextmanager
-def _opened(subject: Subject, what: str) -> Iterator[Pipeline]:
-    """Open the stage on the host's ledger; close it, requiring verified retirement."""
-    with _no_leftovers(what):
-        config = _config(subject)
-        ledger = default_ledger(config, subject.plugins)
-        pipeline = Pipeline.open(config, subject.plugins, ledger)
-        try:
-            yield pipeline
-        finally:
-            summary = pipeline.close()
-        for stage_id, closed in summary.items():
-            retire = closed.get("retire") or {}
-            if not (isinstance(retire, Mapping) and retire.get("verified")):
-                raise CheckFailed(f"{what}: stages[{stage_id}].retire: not verified: {retire}")
-        if not ledger.is_empty():
-            raise CheckFailed(f"{what}: ledger: still charged after close: {ledger.snapshot()}")
-
-
-def _runtime(pipeline: Pipeline) -> StageRuntime:
-    return pipeline.stages[0]
-
-
-def compare_outputs(outputs: Mapping[str, Any], data: Mapping[str, Any],
-                    expected: Mapping[str, Any], bound: Mapping[str, float]) -> list[str]:
-    """Problems found comparing a result with the expected values (empty: it matches).
-
-    Float arrays are compared within ``bound`` (``max_abs_error`` and
-    ``normalised_error`` = L2(a - b) / L2(b)); other arrays and JSON values exactly. A name
-    missing from the output tensors is looked up in the terminal event's data.
-    """
-    problems = []
-    for name, want in expected.items():
-        if name in outputs:
-            got = outputs[name]
-        elif name in data:
-            got = data[name]
-        else:
-            problems.append(f"outputs.{name}: missing (got {sorted(outputs)}): None")
-            continue
-        if not isinstance(want, np.ndarray):
-            if got != want:
-                problems.append(f"outputs.{name}: differs from {want!r}: {got!r}")
-            continue
-        got = np.asarray(got)
-        if got.shape != want.shape:
-            problems.append(f"outputs.{name}.shape: expected {want.shape}: {got.shape}")
-            continue
-        if not np.issubdtype(want.dtype, np.floating):
-            if not np.array_equal(got, want):
-                problems.append(f"outputs.{name}: differs from the expected values exactly: "
-                                f"{got.ravel()[:8].tolist()}")
-            continue
-        diff = got.astype(np.float64) - want.astype(np.float64)
-        max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-        scale = float(np.linalg.norm(want.astype(np.float64)))
-        normalised = float(np.linalg.norm(diff)) / scale if scale else max_abs
-        if max_abs > bound["max_abs_error"] or normalised > bound["normalised_error"]:
-            problems.append(f"outputs.{name}: beyond the bound {dict(bound)}: "
-                            f"max_abs_error={max_abs:.3g}, normalised_error={normalised:.3g}")
-    return problems
-
-
-def _run_once(runtime: StageRuntime, subject: Subject) -> Any:
-    stage = _stage(subject)
-    pending = runtime.submit(stage.inputs, params=stage.params)
-    return _bounded("call", pending.result)
-
-
-def _worker_pid(runtime: StageRuntime) -> tuple[int, float] | None:
-    described = runtime.loaded.describe()
-    pid, created = described.get("pid"), described.get("create_time")
-    if isinstance(pid, int) and isinstance(created, int | float):
-        return pid, float(created)
-    return None
-
-
-def _gone(identity: tuple[int, float] | None) -> bool:
-    if identity is None:
-        return True
-    try:
-        proc = psutil.Process(identity[0])
-        return (abs(proc.create_time() - identity[1]) > 0.01
-                or proc.status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
 
 
 # -- static checks -------------------------------------------------------------------------
@@ -292,7 +145,7 @@ def probe_fast_and_light(subject: Subject) -> str:
 
 def reserve_overcommit_refused(subject: Subject) -> str:
     """A two-stage plan that fits once but not twice is refused with nothing charged."""
-    config = _config(subject)
+    config = pipeline_config(subject)
     resolved = Pipeline._resolve(config, 0, subject.plugins)
     demands = {p: int(b) for p, b in resolved.binding.reserve(resolved.context).items()
                if int(b) > 0}
@@ -307,9 +160,9 @@ def reserve_overcommit_refused(subject: Subject) -> str:
     ledger = ResourceLedger(pools.values())
     single = ledger.reserve_plan({"one": demands})["one"]  # one stage alone fits
     ledger.release(single)
-    with _no_leftovers("over-committed open"):
+    with no_leftovers("over-committed open"):
         try:
-            pipeline = Pipeline.open(_config(subject, ("a", "b")), subject.plugins, ledger)
+            pipeline = Pipeline.open(pipeline_config(subject, ("a", "b")), subject.plugins, ledger)
         except ResourceUnavailable as exc:
             refusal = str(exc)
         else:
@@ -324,7 +177,7 @@ def reserve_overcommit_refused(subject: Subject) -> str:
 
 def tampered_manifest_refused(subject: Subject) -> str:
     """A bundle whose file changed after its manifest was written is refused at load."""
-    stage = _stage(subject)
+    stage = stage_of(subject)
     bundle = stage.manifest_dir
     if bundle is None:
         raise CheckSkipped("stage.manifest: the stage has no artifact bundle: None")
@@ -344,9 +197,9 @@ def tampered_manifest_refused(subject: Subject) -> str:
         manifest = Path(str(stage.stage["manifest"]))
         target = copy if (stage.workdir / manifest).is_dir() or manifest.is_dir() \
             else copy / manifest.name
-        config = _config(subject, stage={**dict(stage.stage), "manifest": str(target)})
+        config = pipeline_config(subject, stage={**dict(stage.stage), "manifest": str(target)})
         ledger = default_ledger(config, subject.plugins)
-        with _no_leftovers("tampered open"):
+        with no_leftovers("tampered open"):
             try:
                 pipeline = Pipeline.open(config, subject.plugins, ledger)
             except ManifestInvalid as exc:
@@ -369,7 +222,7 @@ def tampered_manifest_refused(subject: Subject) -> str:
 
 def warmup_placement_consistent(subject: Subject) -> str:
     """The warm-up placement report is present and agrees with the declaration and run."""
-    with _opened(subject, "placement") as pipeline:
+    with opened(subject, "placement") as pipeline:
         plan = pipeline.execution_plan()["stages"][0]
         placement = plan["placement"]
         if not placement:
@@ -397,12 +250,12 @@ def warmup_placement_consistent(subject: Subject) -> str:
 
 def calls_match_expected(subject: Subject) -> str:
     """Three requests each produce the expected outputs within the bound."""
-    stage = _stage(subject)
+    stage = stage_of(subject)
     if stage.expected is None:
         raise CheckSkipped("expected: the stage gives no expected outputs to compare: None")
-    with _opened(subject, "calls") as pipeline:
+    with opened(subject, "calls") as pipeline:
         for attempt in range(3):
-            with _run_once(_runtime(pipeline), subject) as result:
+            with run_once(first_stage(pipeline), subject) as result:
                 problems = compare_outputs(result.outputs, result.data, stage.expected,
                                            stage.bound)
             if problems:
@@ -412,9 +265,9 @@ def calls_match_expected(subject: Subject) -> str:
 
 def stale_ack_frees_nothing(subject: Subject) -> str:
     """Acknowledgements with a wrong id, epoch, generation or serial free no slot."""
-    with _opened(subject, "stale ack") as pipeline:
-        runtime = _runtime(pipeline)
-        result = _run_once(runtime, subject)
+    with opened(subject, "stale ack") as pipeline:
+        runtime = first_stage(pipeline)
+        result = run_once(runtime, subject)
         key = result.key
         forged = [attrs.evolve(key, request_id=key.request_id + "-other"),
                   attrs.evolve(key, epoch=key.epoch + 1),
@@ -432,38 +285,38 @@ def stale_ack_frees_nothing(subject: Subject) -> str:
 
 def cancel_finished_call(subject: Subject) -> str:
     """Cancelling a finished request answers already-finished and keeps the worker."""
-    with _opened(subject, "cancel finished") as pipeline:
-        runtime = _runtime(pipeline)
-        before = _worker_pid(runtime)
-        with _run_once(runtime, subject) as result:
+    with opened(subject, "cancel finished") as pipeline:
+        runtime = first_stage(pipeline)
+        before = worker_identity(runtime)
+        with run_once(runtime, subject) as result:
             request_id = result.key.request_id
         outcome = runtime.cancel(request_id)
         if outcome is not CancelOutcome.ALREADY_FINISHED:
             raise CheckFailed(f"cancel: a finished request was not already-finished: "
                               f"{outcome.value}")
-        if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
+        if runtime.state is not StageState.READY or worker_identity(runtime) != before:
             raise CheckFailed(f"cancel: the stage changed after cancelling finished work: "
                               f"{runtime.state.value}")
-        _run_once(runtime, subject).ack()
+        run_once(runtime, subject).ack()
     return "already-finished; same worker served the next request"
 
 
 def cancel_running_call(subject: Subject) -> str:
     """A running request cancels as declared: in place (preemptible) or by retiring."""
-    stage = _stage(subject)
+    stage = stage_of(subject)
     if not stage.has_slow_request:
         raise CheckSkipped("slow_inputs/slow_params: the stage gives no request slow enough "
                            "to cancel while running: None")
     preemptible = subject.info.preemptible
-    with _opened(subject, "cancel running") as pipeline:
-        runtime = _runtime(pipeline)
-        before = _worker_pid(runtime)
+    with opened(subject, "cancel running") as pipeline:
+        runtime = first_stage(pipeline)
+        before = worker_identity(runtime)
         pending = runtime.submit(stage.slow_inputs or stage.inputs,
                                  params=stage.slow_params or stage.params)
         time.sleep(0.1)
-        outcome = _bounded("cancel", pending.cancel)
+        outcome = bounded("cancel", pending.cancel)
         try:
-            _bounded("cancelled call", pending.result)
+            bounded("cancelled call", pending.result)
         except RequestCancelled:
             pass
         else:
@@ -472,9 +325,9 @@ def cancel_running_call(subject: Subject) -> str:
             if outcome is not CancelOutcome.CANCELLED_IN_PLACE:
                 raise CheckFailed(f"cancel: a preemptible backend did not cancel in place: "
                                   f"{outcome.value}")
-            if runtime.state is not StageState.READY or _worker_pid(runtime) != before:
+            if runtime.state is not StageState.READY or worker_identity(runtime) != before:
                 raise CheckFailed("cancel: the worker was replaced after an in-place cancel")
-            _run_once(runtime, subject).ack()
+            run_once(runtime, subject).ack()
             return "cancelled in place; the same worker served the next request"
         if outcome is not CancelOutcome.RETIRE_REQUIRED:
             raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome.value}, not "
@@ -484,7 +337,7 @@ def cancel_running_call(subject: Subject) -> str:
                                                                         False):
             raise CheckFailed(f"cancel: worker not retired verifiably: {runtime.state}, "
                               f"{retired}")
-        if not _gone(before):
+        if not gone(before):
             raise CheckFailed(f"cancel: the retired worker still runs: {before}")
         try:
             runtime.submit(stage.inputs, params=stage.params)
@@ -493,7 +346,7 @@ def cancel_running_call(subject: Subject) -> str:
         else:
             raise CheckFailed("cancel: the stage took work before restart()")
         runtime.restart()
-        _run_once(runtime, subject).ack()
+        run_once(runtime, subject).ack()
         return (f"retire-required; worker retired verified, stage refused work until "
                 f"restart, generation {runtime.generation} served the next request")
 
@@ -503,11 +356,11 @@ def cancel_running_call(subject: Subject) -> str:
 
 def retire_verified(subject: Subject) -> str:
     """Closing retires the worker tree verifiably and leaves nothing behind."""
-    with _opened(subject, "retire") as pipeline:
-        runtime = _runtime(pipeline)
-        _run_once(runtime, subject).ack()
-        identity = _worker_pid(runtime)
-    if not _gone(identity):
+    with opened(subject, "retire") as pipeline:
+        runtime = first_stage(pipeline)
+        run_once(runtime, subject).ack()
+        identity = worker_identity(runtime)
+    if not gone(identity):
         raise CheckFailed(f"retire: the worker still runs after close: {identity}")
     escalation = getattr(runtime.last_retire, "escalation", "?")
     return (f"worker {identity[0] if identity else '?'} retired verified ({escalation}); "
@@ -533,9 +386,9 @@ def _await_lost(client: WorkerClient) -> str:
 
 
 def _expect_typed_failure(runtime: StageRuntime, subject: Subject) -> str:
-    stage = _stage(subject)
+    stage = stage_of(subject)
     try:
-        _bounded("call after the malformed frame",
+        bounded("call after the malformed frame",
                  lambda: runtime.submit(stage.inputs, params=stage.params).result())
     except EdgeError as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -544,9 +397,9 @@ def _expect_typed_failure(runtime: StageRuntime, subject: Subject) -> str:
 
 def malformed_frame_from_worker(subject: Subject) -> str:
     """An oversized frame header written on the worker's end: typed failure, no hang."""
-    stage = _stage(subject)
-    with _opened(subject, "malformed from worker") as pipeline:
-        runtime = _runtime(pipeline)
+    stage = stage_of(subject)
+    with opened(subject, "malformed from worker") as pipeline:
+        runtime = first_stage(pipeline)
         client = _client(runtime)
         pending = None
         if stage.has_slow_request:
@@ -564,7 +417,7 @@ def malformed_frame_from_worker(subject: Subject) -> str:
             raise CheckFailed(f"channel: lost for another reason than the frame: {reason}")
         if pending is not None:
             try:
-                _bounded("in-flight call", pending.result)
+                bounded("in-flight call", pending.result)
             except RequestCancelled:
                 raise CheckFailed("channel: the in-flight call was reported cancelled, not "
                                   "failed by the protocol violation: RequestCancelled") from None
@@ -579,8 +432,8 @@ def malformed_frame_from_worker(subject: Subject) -> str:
 
 def malformed_frame_to_worker(subject: Subject) -> str:
     """An oversized frame header sent to the worker: it refuses it, the controller sees it."""
-    with _opened(subject, "malformed to worker") as pipeline:
-        runtime = _runtime(pipeline)
+    with opened(subject, "malformed to worker") as pipeline:
+        runtime = first_stage(pipeline)
         client = _client(runtime)
         channel.inject_to_worker(client, channel.oversized_header())
         reason = _await_lost(client)

@@ -51,13 +51,13 @@ class OrtPlugin:
 
     def options_class(self) -> type:
         """The attrs class a stage's ``[backend.options]`` are structured into."""
-        from edge_ort.controller import OrtOptions
+        from edge_ort.options import OrtOptions
 
         return OrtOptions
 
     def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
         """Provider list, EP libraries and session settings for the worker's ``load``."""
-        from edge_ort.controller import base_load_config
+        from edge_ort.options import base_load_config
 
         return base_load_config(self.target, options)
 
@@ -97,7 +97,7 @@ class OrtPlugin:
     @hookimpl
     def edge_reserve(self, stage: StageContext) -> Mapping[str, int]:
         """Declared demands, else an estimate from the bundle's size."""
-        from edge_ort.controller import estimate_demands
+        from edge_ort.options import estimate_demands
 
         return estimate_demands(stage)
 

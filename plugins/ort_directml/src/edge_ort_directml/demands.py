@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from edge_contracts.devices import RAM_POOL
 from edge_core.stage import StageContext
-from edge_ort.controller import BASE_RAM_BYTES
+from edge_ort.options import BASE_RAM_BYTES
 from edge_ort.vendor import StageRefused
 from edge_ort_directml.adapters import DmlAdapter
 

@@ -13,7 +13,7 @@ import attrs
 
 from edge_contracts.devices import Integration
 from edge_core.errors import ConfigError
-from edge_ort.controller import OrtOptions, base_load_config
+from edge_ort.options import OrtOptions, base_load_config
 from edge_ort.vendor import StageRefused
 from edge_ort_directml.adapters import DmlAdapter, LuidInvalid, parse_luid
 

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from edge_core.errors import ConfigError
-from edge_ort.controller import OrtOptions, base_load_config
+from edge_ort.options import OrtOptions, base_load_config
 
 __all__ = ["OWNED_PROVIDER_OPTIONS", "PROVIDER", "VitisAIOptions", "vitisai_load_config"]
 

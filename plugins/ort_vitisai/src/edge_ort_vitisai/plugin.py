@@ -127,7 +127,7 @@ class VitisAIPlugin(OrtPlugin):
     @hookimpl
     def edge_reserve(self, stage: StageContext) -> Mapping[str, int]:
         """Judge the stage, then charge host RAM (the NPU has no memory of its own)."""
-        from edge_ort.controller import estimate_demands
+        from edge_ort.options import estimate_demands
 
         self.check_stage(stage)
         return estimate_demands(stage)

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from edge_core.errors import ConfigError
-from edge_ort.controller import OrtOptions
+from edge_ort.options import OrtOptions
 
 __all__ = [
     "BACKEND_TYPES",

@@ -44,7 +44,7 @@ class QnnPlugin(OrtPlugin):
 
     def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
         """Register ``onnxruntime_qnn``'s library; add QNN for its devices; cache contexts."""
-        from edge_ort.controller import base_load_config
+        from edge_ort.options import base_load_config
         from edge_qnn.options import QnnOptions, provider_options
 
         options = options or QnnOptions()

@@ -1,0 +1,88 @@
+"""Options and memory demands shared by every ORT backend (light: no numpy, no host).
+
+Plugins import these while validating a stage's options and while probing, both of which
+must stay cheap in the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from edge_contracts.devices import RAM_POOL
+from edge_core.errors import ConfigError
+from edge_core.stage import StageContext
+
+__all__ = [
+    "BASE_RAM_BYTES",
+    "BUNDLE_RAM_FACTOR",
+    "CPU",
+    "WORKER_ENTRY",
+    "OrtOptions",
+    "base_load_config",
+    "estimate_demands",
+]
+
+WORKER_ENTRY = "edge_ort.worker:create"
+CPU = "CPUExecutionProvider"
+#: Resident memory of a worker with numpy and onnxruntime imported and nothing loaded,
+#: rounded up from measurement (about 110 MiB here).
+BASE_RAM_BYTES = 192 * 1024 * 1024
+#: A session holds the graph's weights about once more plus arenas; rounded up.
+BUNDLE_RAM_FACTOR = 3
+
+
+def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or value < 0:
+        raise ConfigError("intra_op_threads", "must be >= 0", value)
+
+
+@attrs.frozen
+class OrtOptions:
+    """Options every ORT backend accepts in a stage's ``[backend.options]``.
+
+    Attributes:
+        intra_op_threads: ONNX Runtime's intra-op thread count (0: its default).
+        placement_method: How node → provider is observed: ``auto`` (assignment info
+            where the build has it, else profiling), ``assignment`` or ``profiling``.
+        session_config: Extra ``SessionOptions`` config entries.
+        provider_options: Options for the target execution provider.
+        numerics_bound: Overrides the bundle's declared bound for the warm-up check
+            (``max_abs_error``, ``normalised_error``).
+        stage_bundle: Load from a private copy of the verified bytes (default), so that
+            a bundle changed after verification can never reach the worker.
+    """
+
+    intra_op_threads: int = attrs.field(default=0, validator=_check_threads)
+    placement_method: Literal["auto", "assignment", "profiling"] = "auto"
+    session_config: Mapping[str, str] = attrs.field(factory=dict)
+    provider_options: Mapping[str, str] = attrs.field(factory=dict)
+    numerics_bound: Mapping[str, float] = attrs.field(factory=dict)
+    stage_bundle: bool = True
+
+
+def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
+    """The ``load`` configuration for a provider that ORT has built in."""
+    options = options or OrtOptions()
+    providers: list[list[Any]] = [[target, dict(options.provider_options)]]
+    if target != CPU:
+        providers.append([CPU, {}])
+    return {
+        "target": target,
+        "providers": providers,
+        "intra_op_threads": options.intra_op_threads,
+        "placement_method": options.placement_method,
+        "session_config": dict(options.session_config),
+    }
+
+
+def estimate_demands(stage: StageContext) -> dict[str, int]:
+    """Declared demands when given; else the worker's base plus three times the bundle."""
+    if stage.declared_demands:
+        return dict(stage.declared_demands)
+    size = 0
+    if stage.manifest_dir is not None and stage.manifest_dir.is_dir():
+        size = sum(p.stat().st_size for p in stage.manifest_dir.rglob("*") if p.is_file())
+    return {RAM_POOL: BASE_RAM_BYTES + BUNDLE_RAM_FACTOR * size}

@@ -11,7 +11,7 @@ DISTS := contracts core $(PLUGINS) tests/edge_echo examples/ocr[reference]
 STAMP := $(VENV)/.edge-installed
 INPUTS := requirements-dev.txt $(foreach d,contracts core $(PLUGINS) tests/edge_echo examples/ocr,$(d)/pyproject.toml)
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean chromium
 
 $(STAMP): $(INPUTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,8 +39,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy contracts/src core/src $(foreach p,$(PLUGINS),$(p)/src) tests/edge_echo/src \
 	  examples/ocr/src
 
+# The evidence report's HTML is checked in headless Chromium (Debian's package).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && \
+	    $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
+
 # pytest exits 5 when it collects no test; that is a failure here, and says so.
-pytest: $(STAMP)
+pytest: $(STAMP) chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; \
 	  exit $$rc

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from edge_contracts.shm import segment_names
 from edge_core.backend import CancelOutcome
 from edge_core.discovery import ENV_ALLOWLIST, check_contract
 from edge_core.errors import EdgeError, ManifestInvalid, ResourceUnavailable, StageClosed
@@ -46,6 +47,7 @@ from edge_core.testing.harness import (
     pipeline_config,
     run_once,
     stage_of,
+    track_prefixes,
     worker_identity,
 )
 from edge_core.testing.subject import Subject
@@ -339,6 +341,12 @@ def cancel_running_call(subject: Subject) -> str:
                               f"{retired}")
         if not gone(before):
             raise CheckFailed(f"cancel: the retired worker still runs: {before}")
+        retired_prefixes: set[str] = set()
+        track_prefixes(runtime, retired_prefixes)
+        leftover = [name for prefix in sorted(retired_prefixes)
+                    for name in segment_names(prefix)]
+        if leftover:
+            raise CheckFailed(f"cancel: the retired worker's segments remain: {leftover}")
         try:
             runtime.submit(stage.inputs, params=stage.params)
         except StageClosed:

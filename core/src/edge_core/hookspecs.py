@@ -273,7 +273,8 @@ def edge_conformance_stage(backend: str, workdir: Path) -> Mapping[str, Any] | N
 
     Returns:
         ``None`` when the backend cannot provide a stage on this machine (the kit then
-        reports every check skipped with the probe's reason), else a mapping with:
+        reports every stage check skipped, saying why; the static checks — contract,
+        specifications, probe — still run), else a mapping with:
         ``stage`` — a stage table as in a pipeline file, without ``id``; ``inputs`` — input
         name to array for one request; ``expected`` — output name to array, or ``None``;
         ``bound`` — ``{"max_abs_error": ..., "normalised_error": ...}`` for comparing;

@@ -8,6 +8,7 @@ environment — and the controller learns the GPUs through NVML or ``nvidia-smi`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from edge_core import hookimpl
@@ -135,3 +136,40 @@ def edge_cancel(loaded: VllmStage, request_id: str, epoch: int) -> CancelOutcome
 def edge_retire(loaded: VllmStage, deadline_s: float) -> RetireOutcome:
     """Retire the worker tree (engine core processes included)."""
     return loaded.retire(deadline_s)
+
+
+#: Where the conformance kit finds a vLLM environment and a model to exercise the backend
+#: with (the plugin ships neither: vLLM and its weights are the user's).
+CONFORMANCE_PYTHON_ENV = "EDGE_VLLM_PYTHON"
+CONFORMANCE_MODEL_ENV = "EDGE_VLLM_MODEL"
+
+
+@hookimpl
+def edge_conformance_stage(backend: str, workdir: Path) -> Mapping[str, Any] | None:
+    """A CPU generate stage on the vLLM environment and model named by the environment.
+
+    ``EDGE_VLLM_PYTHON`` (a vLLM environment's interpreter) and ``EDGE_VLLM_MODEL`` (a
+    model directory it can load) must both be set; otherwise there is no stage and the
+    kit skips the stage checks, saying so.
+    """
+    import os
+
+    python = os.environ.get(CONFORMANCE_PYTHON_ENV)
+    model = os.environ.get(CONFORMANCE_MODEL_ENV)
+    if not python or not model:
+        return None
+    greedy = {"temperature": 0.0, "seed": 0, "ignore_eos": True}
+    return {
+        "stage": {
+            "backend": {
+                "name": backend,
+                "options": {"model": model, "device": "cpu", "dtype": "float32",
+                            "max_model_len": 256, "enforce_eager": True, "max_num_seqs": 4,
+                            "max_concurrency": 4},
+                "route": {"name": "vllm-conformance", "interpreter": python},
+            },
+        },
+        "inputs": {},
+        "params": {"prompt_token_ids": [1, 5, 9], "max_tokens": 4, **greedy},
+        "slow_params": {"prompt_token_ids": [1, 5, 9], "max_tokens": 200, **greedy},
+    }

@@ -139,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
         return common.EXIT_OK
     for line in _summary(plan):
         print(line)
+    texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
+        if isinstance(answer, list) else []
+    if texts:
+        print("recognised text:")
+        for text in texts:
+            print(f"  {text}")
     print(f"answer: {json.dumps(answer, default=str)}")
     latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
     print(f"latency p50 over {len(samples)} request(s): {latency}")

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from edge_contracts.devices import ExecutionDomain
 from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.bundles import write_add_relu_bundle
 from edge_ort.epdevices import EpDevices, parse_ep_devices
 from edge_ort.vendor import VendorProbe, assess
 from edge_ort_directml.plugin import vendor_backend
@@ -46,28 +46,8 @@ def windows_prober(
 
 
 def build_bundle(directory: Path, precision: str = "fp32") -> Path:
-    """A bundle with a two-node graph y = relu(x + x), its example and expected outputs."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    from edge_core.artifacts import create_manifest
-
-    directory.mkdir()
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
-    nodes = [helper.make_node("Add", ["x", "x"], ["t"], name="add0"),
-             helper.make_node("Relu", ["t"], ["y"], name="relu0")]
-    model = helper.make_model(helper.make_graph(nodes, "add_relu", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(directory / "model.onnx"))
-    example = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
-    np.savez(directory / "example_inputs.npz", x=example)
-    np.savez(directory / "expected.npz", y=np.maximum(example + example, 0))
-    create_manifest(directory, component="add-relu", example_inputs="example_inputs.npz",
-                    expected_outputs="expected.npz", precision=precision,
-                    exporter="onnx.helper")
-    return directory
+    """The shared tiny bundle (y = relu(x + x)) labelled with ``precision``."""
+    return write_add_relu_bundle(directory, precision=precision)
 
 
 @pytest.fixture

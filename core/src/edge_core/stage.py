@@ -16,7 +16,13 @@ import attrs
 
 from edge_core.placement import PlacementPolicy
 
-__all__ = ["LoadedStage", "StageContext"]
+__all__ = ["RETIRE_OUTCOME_ATTR", "LoadedStage", "StageContext"]
+
+#: The attribute a load error carries when the plugin retired the stage's worker while
+#: failing: the retire outcome, which decides the reservation's fate (released when the
+#: worker is verified gone, quarantined otherwise). Without it the runtime assumes no
+#: worker was left.
+RETIRE_OUTCOME_ATTR = "retire_outcome"
 
 
 @attrs.frozen

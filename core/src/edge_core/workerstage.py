@@ -27,9 +27,9 @@ from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
-from edge_core.stage import StageContext
+from edge_core.stage import RETIRE_OUTCOME_ATTR, StageContext
 
-__all__ = ["WorkerStage", "tree_peak_rss"]
+__all__ = ["RETIRE_OUTCOME_ATTR", "WorkerStage", "tree_peak_rss"]
 
 
 def _peak_rss(proc: psutil.Process) -> int:
@@ -139,8 +139,10 @@ class WorkerStage:
         try:
             with cls._device_lock(device_id):
                 report = client.load(load_config, timeout_s=load_timeout_s)
-        except BaseException:
-            client.retire()
+        except BaseException as error:
+            # The runtime settles the stage's reservation with this outcome: released
+            # when the worker is verified gone, quarantined otherwise.
+            setattr(error, RETIRE_OUTCOME_ATTR, client.retire())
             raise
         return cls(context, client, report, manifest, device_id)
 
@@ -179,7 +181,9 @@ class WorkerStage:
         """Cancel in place (preemptible handlers) or ask the runtime to retire the worker."""
         with self._lock:
             call = self._calls.get(request_id)
-        if call is None or call.ended:
+        if call is None or call.ended or not self.client.in_flight(request_id):
+            # Finished in the worker (its terminal event may still be queued here): the
+            # worker stays; the runtime's fence keeps the result from being delivered.
             return CancelOutcome.ALREADY_FINISHED
         if preemptible:
             self.client.cancel(request_id)

@@ -203,6 +203,14 @@ class WorkerClient:
                 meta["gone"] = gone
         return meta
 
+    def in_flight(self, request_id: str) -> bool:
+        """True until the reader has seen the request's terminal event.
+
+        False once it has, even if the caller has not taken that event yet.
+        """
+        with self._lock:
+            return request_id in self._calls
+
     def submit(self, request: StageRequest, inputs: Mapping[str, Any] | None = None) -> Call:
         """Send one request with its input arrays; return the :class:`Call` to iterate.
 

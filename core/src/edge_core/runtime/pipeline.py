@@ -26,12 +26,12 @@ from edge_core.errors import BackendUnavailable, EdgeError
 from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
 from edge_core.plugins import PluginSet
-from edge_core.runtime.errors import DemandExceeded, NumericsRefused
+from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
 from edge_core.runtime.flow import SlotPool
 from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
 from edge_core.runtime.topology import check_linear_chain
-from edge_core.stage import LoadedStage, StageContext
+from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["Pipeline", "PipelineResult", "Transform"]
 
@@ -70,6 +70,18 @@ class _Stage:
         self.release_outcome: str | None = None
 
 
+class _Unverified:
+    """The outcome recorded when retirement itself raised: nothing is verified gone."""
+
+    verified = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {"verified": False, "reason": self.reason}
+
+
 class PipelineResult:
     """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
 
@@ -91,7 +103,7 @@ class PipelineResult:
     def ack(self) -> AckOutcome:
         """Acknowledge the final result; stale the second time."""
         outcome = self.final.ack()
-        if outcome is AckOutcome.ACKNOWLEDGED and not self._acked:
+        if not self._acked:  # once, even when the stage ack is stale (after a restart)
             self._acked = True
             self._release()
         return outcome
@@ -101,6 +113,11 @@ class PipelineResult:
 
     def __exit__(self, *exc: object) -> None:
         self.ack()
+
+
+def _owner(stage: _Stage) -> str:
+    """The ledger owner of a stage: ``pipeline/stage`` (pipelines may share a ledger)."""
+    return f"{stage.context.pipeline}/{stage.context.stage_id}"
 
 
 def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
@@ -133,6 +150,7 @@ class Pipeline:
         self.ledger = ledger
         self._stages = stages
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
+        self.epoch = 0
         self.opened_at = time.time()
         self.closed = False
 
@@ -163,16 +181,24 @@ class Pipeline:
         plan: dict[str, Mapping[str, int]] = {}
         for stage in stages:
             stage.demands = dict(stage.binding.reserve(stage.context))
-            plan[stage.context.stage_id] = stage.demands
+            plan[_owner(stage)] = stage.demands
         tokens = ledger.reserve_plan(plan)
         for stage in stages:
-            stage.token = tokens[stage.context.stage_id]
+            stage.token = tokens[_owner(stage)]
         pipeline = cls(config, plugins, ledger, stages)
         started: list[_Stage] = []
         try:
             for stage in stages:
                 say(f"loading stage {stage.context.stage_id} on {stage.binding.backend.name}")
-                loaded = stage.binding.load(stage.context)
+                try:
+                    loaded = stage.binding.load(stage.context)
+                except BaseException as error:
+                    # A plugin that retired its own worker while failing says how that went.
+                    outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
+                    if outcome is not None:
+                        stage.release_outcome = _settle(ledger, stage.token, outcome)
+                        stage.token = None
+                    raise
                 started.append(stage)
                 stage.runtime = pipeline._runtime_for(stage, loaded, retire_deadline_s)
                 say(f"warming up stage {stage.context.stage_id}")
@@ -275,16 +301,16 @@ class Pipeline:
         """Restart one stage: reserve again, load under ``generation`` and re-run the gate."""
         import attrs
 
-        sid = stage.context.stage_id
         stage.context = attrs.evolve(stage.context, generation=generation)
         if stage.token is None:
-            stage.token = self.ledger.reserve(sid, stage.demands)
+            stage.token = self.ledger.reserve(_owner(stage), stage.demands)
         loaded: LoadedStage | None = None
         try:
             loaded = stage.binding.load(stage.context)
             self._gate(stage, loaded)
-        except BaseException:
-            outcome = stage.binding.retire(loaded, 5.0) if loaded is not None else None
+        except BaseException as error:
+            outcome = (stage.binding.retire(loaded, 5.0) if loaded is not None
+                       else getattr(error, RETIRE_OUTCOME_ATTR, None))
             stage.release_outcome = _settle(self.ledger, stage.token, outcome)
             stage.token = None
             raise
@@ -297,8 +323,7 @@ class Pipeline:
                 if stage.runtime is not None:
                     outcome = stage.runtime.close()
             except Exception as exc:  # keep unwinding; the first error is re-raised
-                outcome = type("Unverified", (), {"verified": False,
-                                                  "reason": f"retire failed: {exc}"})()
+                outcome = _Unverified(f"retire failed: {type(exc).__name__}: {exc}")
             stage.release_outcome = _settle(self.ledger, stage.token, outcome)
             stage.token = None
         for stage in stages:
@@ -337,6 +362,7 @@ class Pipeline:
         data: Mapping[str, Any] = inputs
         carry: dict[str, Any] = {}
         previous: StageResult | None = None
+        epoch = self.epoch
         try:
             for position, stage in enumerate(self._stages):
                 runtime = stage.runtime
@@ -348,6 +374,8 @@ class Pipeline:
                     previous.ack()  # the next inputs are private copies by now
                     previous = None
                 last = position == len(self._stages) - 1
+                if self.epoch != epoch:  # cancelled between two stages
+                    raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
                 pending = runtime.submit(data, params=params if last else None,
                                          deadline_s=deadline_s)
                 if last:
@@ -371,9 +399,13 @@ class Pipeline:
                 failing at once with ``ResourceUnavailable``.
         """
         self.admission.acquire(deadline_s)
+        epoch = self.epoch
         try:
             pending, latencies, carry = self._chain(inputs, params, deadline_s)
             final = pending.result()
+            if self.epoch != epoch:  # cancelled while the last stage ran: deliver nothing
+                final.ack()
+                raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
             final.outputs.update(carry)
         except BaseException:
             self.admission.release()
@@ -407,9 +439,22 @@ class Pipeline:
         return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
 
     def cancel(self) -> dict[str, str]:
-        """Fence every stage's epoch at once and stop what is running; stage id → outcome."""
-        return {s.context.stage_id: s.runtime.cancel().value
-                for s in self._stages if s.runtime is not None}
+        """Cancel everything in flight; stage id → outcome.
+
+        The pipeline's own epoch is bumped first, so a request between two stages is
+        stopped before its next submission; then every stage is fenced and asked to stop
+        (one stage failing to stop does not keep the others from being fenced).
+        """
+        self.epoch += 1
+        answers: dict[str, str] = {}
+        for stage in self._stages:
+            if stage.runtime is None:
+                continue
+            try:
+                answers[stage.context.stage_id] = stage.runtime.cancel().value
+            except Exception as exc:
+                answers[stage.context.stage_id] = f"failed: {type(exc).__name__}: {exc}"
+        return answers
 
     async def acancel(self) -> dict[str, str]:
         """:meth:`cancel` for asyncio code."""
@@ -420,12 +465,18 @@ class Pipeline:
     def close(self) -> dict[str, Any]:
         """Retire every stage in reverse order and settle each reservation (idempotent).
 
+        A stage whose retirement raises is reported, and its reservation quarantined; the
+        other stages are still retired.
+
         Returns:
             Stage id → {"retire": outcome, "release": released / quarantined / none}.
         """
         summary: dict[str, Any] = {}
         for stage in reversed(self._stages):
-            outcome = stage.runtime.close() if stage.runtime is not None else None
+            try:
+                outcome = stage.runtime.close() if stage.runtime is not None else None
+            except Exception as exc:
+                outcome = _Unverified(f"retire failed: {type(exc).__name__}: {exc}")
             if stage.token is not None:
                 stage.release_outcome = _settle(self.ledger, stage.token, outcome)
                 stage.token = None

@@ -95,31 +95,32 @@ class PendingCall:
 
     def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
         stage = self.stage
+        cancelled = f"request {self.request_id!r}: cancelled"
         try:
             event, tensors = next(self._events)
         except StopIteration:
-            fenced = stage.fenced(self.request_id, self.serial)
-            self._finish()
-            if fenced:
-                raise RequestCancelled(f"request {self.request_id!r}: cancelled") from None
-            raise RequestFailed(self.request_id, "WorkerLost",
-                                "the event stream ended without a terminal event") from None
+            self._done = True
+            if stage._accept(self.request_id, self.serial, None):
+                raise RequestFailed(self.request_id, "WorkerLost",
+                                    "the event stream ended without a terminal event") from None
+            raise RequestCancelled(cancelled) from None
         except EdgeError as exc:
-            fenced = stage.fenced(self.request_id, self.serial)
-            self._finish()
-            if fenced:
-                raise RequestCancelled(f"request {self.request_id!r}: cancelled") from exc
-            raise
-        if stage.fenced(self.request_id, self.serial):
-            self._finish()
+            self._done = True
+            if stage._accept(self.request_id, self.serial, None):
+                raise
+            raise RequestCancelled(cancelled) from exc
+        # One locked decision: a fenced request's event is refused, and a terminal event
+        # is either delivered (DONE, slot kept until the ack) or ends the request.
+        if not stage._accept(self.request_id, self.serial, event):
+            self._done = True
             self._close_events()
-            raise RequestCancelled(f"request {self.request_id!r}: cancelled")
+            raise RequestCancelled(cancelled)
         self._seen.append(event)
         self._outputs.update(tensors)
         if event.terminal:
-            self._finish(delivered=event.kind is EventKind.DONE)
+            self._done = True
             if event.kind is EventKind.CANCELLED:
-                raise RequestCancelled(f"request {self.request_id!r}: cancelled by the worker")
+                raise RequestCancelled(f"{cancelled} by the worker")
             if event.kind is EventKind.ERROR:
                 info = event.error
                 raise RequestFailed(self.request_id, info.type if info else "Error",
@@ -136,11 +137,6 @@ class PendingCall:
         close = getattr(self._events, "close", None)
         if close is not None:
             close()
-
-    def _finish(self, delivered: bool = False) -> None:
-        if not self._done:
-            self._done = True
-            self.stage._finished(self.request_id, self.serial, delivered)
 
     def result(self) -> StageResult:
         """Wait for the terminal event and return the result (acknowledge it when done)."""
@@ -193,6 +189,7 @@ class StageRuntime:
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._restart_lock = threading.Lock()
         self._serials = itertools.count(1)
         self._on_retired = on_retired
         self._reload = reload
@@ -273,18 +270,32 @@ class StageRuntime:
                 return True
             return entry.cancelled or entry.epoch < self.epoch
 
-    def _finished(self, request_id: str, serial: int, delivered: bool) -> None:
-        """The request's terminal event arrived (or its stream broke)."""
+    def _accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
+        """Decide, atomically with cancellation, what becomes of one arriving event.
+
+        ``event`` is ``None`` when the stream broke. Returns False when the request is
+        fenced (its event must not be delivered). A terminal event, a broken stream or a
+        fenced request ends the request: its slot is freed, except after a delivered DONE,
+        whose slot the acknowledgement frees.
+        """
+        release = False
         with self._lock:
             entry = self._entries.get(request_id)
-            if entry is None or entry.serial != serial:
-                return
-            entry.finished = True
-            if delivered and not entry.cancelled and entry.epoch >= self.epoch:
-                entry.delivered = True
-                return  # the slot stays taken until the acknowledgement
-            del self._entries[request_id]
-        self.slots.release()
+            live = entry is not None and entry.serial == serial
+            fenced = (not live or entry is None or entry.cancelled
+                      or entry.epoch < self.epoch)
+            if event is not None and not event.terminal and not fenced:
+                return True
+            if live and entry is not None and not entry.finished:
+                entry.finished = True
+                if event is not None and not fenced and event.kind is EventKind.DONE:
+                    entry.delivered = True
+                    return True
+                del self._entries[request_id]
+                release = True
+        if release:
+            self.slots.release()
+        return not fenced
 
     def ack(self, key: ResultKey) -> AckOutcome:
         """Free the slot of a delivered result when id, epoch, generation and serial match."""
@@ -345,36 +356,52 @@ class StageRuntime:
                 return
             self.state = StageState.NEEDS_RESTART
             self.closed_reason = "a running non-preemptible call was cancelled"
-        outcome = self.binding.retire(self.loaded, self.retire_deadline_s)
-        self.last_retire = outcome
-        if self._on_retired is not None:
-            self._on_retired(outcome)
+        self._settle(self.binding.retire(self.loaded, self.retire_deadline_s))
 
     # -- restart and retirement -----------------------------------------------------------
 
     def restart(self) -> None:
         """Load again under a new generation, re-running the full load and warm-up gate.
 
+        A ready stage is retired first, its reservation settled like any retirement
+        (released when verified, else quarantined). Results not yet acknowledged become
+        stale. If the reload fails the stage stays closed and may be restarted again.
+
         Raises:
             StageClosed: the stage was retired for good, or has no reload function.
         """
-        if self.state is StageState.RETIRED or self._reload is None:
-            raise StageClosed(f"stages[{self.stage_id}]: cannot restart: {self.state.value}")
-        if self.state is StageState.READY:
-            self.retire()
-        self.generation += 1
-        self.loaded = self._reload(self.generation)
-        with self._lock:
-            self._entries.clear()
-            self.slots = SlotPool(self.slots.limit, self.slots.what)
-            self.state = StageState.READY
-            self.closed_reason = None
+        with self._restart_lock:
+            if self.state is StageState.RETIRED or self._reload is None:
+                raise StageClosed(f"stages[{self.stage_id}]: cannot restart: "
+                                  f"{self.state.value}")
+            if self.state is StageState.READY:
+                with self._lock:
+                    self.state = StageState.NEEDS_RESTART
+                    self.closed_reason = "restarting"
+                self._settle(self.binding.retire(self.loaded, self.retire_deadline_s))
+            generation = self.generation + 1
+            loaded = self._reload(generation)  # raises: the stage stays NEEDS_RESTART
+            with self._lock:
+                dropped = len(self._entries)
+                self._entries.clear()
+                self.generation = generation
+                self.loaded = loaded
+                self.state = StageState.READY
+                self.closed_reason = None
+            for _ in range(dropped):  # each dropped request held one slot
+                self.slots.release()
+
+    def _settle(self, outcome: Any) -> None:
+        self.last_retire = outcome
+        if self._on_retired is not None:
+            self._on_retired(outcome)
 
     def retire(self) -> Any:
         """Retire the worker (idempotent); returns the backend's retire outcome."""
         with self._lock:
             already = self.state is not StageState.READY
-            self.state = StageState.RETIRED if self.state is StageState.READY else self.state
+            if not already:
+                self.state = StageState.RETIRED
             for entry in self._entries.values():
                 entry.cancelled = True
         if already and self.last_retire is not None:

@@ -166,14 +166,21 @@ def compare_outputs(outputs: Mapping[str, Any], data: Mapping[str, Any],
         if got.shape != want.shape:
             problems.append(f"outputs.{name}.shape: expected {want.shape}: {got.shape}")
             continue
+        if got.dtype != want.dtype:
+            problems.append(f"outputs.{name}.dtype: expected {want.dtype}: {got.dtype}")
+            continue
         if not np.issubdtype(want.dtype, np.floating):
             if not np.array_equal(got, want):
                 problems.append(f"outputs.{name}: differs from the expected values exactly: "
                                 f"{got.ravel()[:8].tolist()}")
             continue
-        diff = got.astype(np.float64) - want.astype(np.float64)
+        if bool(np.any(np.isnan(got) != np.isnan(want))):
+            problems.append(f"outputs.{name}: NaN where the expected value has none (or the "
+                            f"reverse): {int(np.isnan(got).sum())} NaN")
+            continue
+        diff = np.nan_to_num(got.astype(np.float64) - want.astype(np.float64), nan=0.0)
         max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-        scale = float(np.linalg.norm(want.astype(np.float64)))
+        scale = float(np.linalg.norm(np.nan_to_num(want.astype(np.float64))))
         normalised = float(np.linalg.norm(diff)) / scale if scale else max_abs
         if max_abs > bound["max_abs_error"] or normalised > bound["normalised_error"]:
             problems.append(f"outputs.{name}: beyond the bound {dict(bound)}: "
@@ -188,19 +195,23 @@ def run_once(runtime: StageRuntime, subject: Subject) -> Any:
     return bounded("call", pending.result)
 
 
-def worker_identity(runtime: StageRuntime) -> tuple[int, float] | None:
-    """The worker's (pid, creation time) as the loaded stage describes it."""
+def worker_identity(runtime: StageRuntime) -> tuple[int, float]:
+    """The worker's (pid, creation time) as the loaded stage describes it.
+
+    Raises:
+        CheckFailed: the stage does not describe its worker's identity — every worker must
+            announce one, and the retire and cancel checks cannot verify anything without it.
+    """
     described = runtime.loaded.describe()
     pid, created = described.get("pid"), described.get("create_time")
     if isinstance(pid, int) and isinstance(created, int | float):
         return pid, float(created)
-    return None
+    raise CheckFailed(f"describe(): no worker identity (pid, create_time): "
+                      f"{{'pid': {pid!r}, 'create_time': {created!r}}}")
 
 
-def gone(identity: tuple[int, float] | None) -> bool:
+def gone(identity: tuple[int, float]) -> bool:
     """True when that exact process no longer runs (a reused PID does not count)."""
-    if identity is None:
-        return True
     try:
         proc = psutil.Process(identity[0])
         return (abs(proc.create_time() - identity[1]) > 0.01

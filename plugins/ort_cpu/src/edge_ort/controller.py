@@ -22,7 +22,7 @@ from edge_core.placement import (
     WarmupReport,
 )
 from edge_core.stage import StageContext
-from edge_core.workerstage import WorkerStage
+from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_ort.bucket import Bucket
 from edge_ort.options import (
     BASE_RAM_BYTES,
@@ -103,6 +103,7 @@ class OrtStage(WorkerStage):
                 placement,
             )
             refusal.add_note(f"worker retired: verified={outcome.verified}")
+            setattr(refusal, RETIRE_OUTCOME_ATTR, outcome)
             raise refusal
         return loaded
 

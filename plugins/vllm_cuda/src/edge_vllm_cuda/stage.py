@@ -16,7 +16,7 @@ from edge_contracts.requests import StageEvent, StageRequest
 from edge_core.errors import ResourceUnavailable
 from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare, WarmupReport
 from edge_core.stage import StageContext
-from edge_core.workerstage import WorkerStage
+from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
 from edge_vllm_cuda.options import VllmOptions
 from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
@@ -102,6 +102,7 @@ class VllmStage(WorkerStage):
             outcome = loaded.retire()
             refusal = PlacementRefusal(stage.stage_id, problem, placement)
             refusal.add_note(f"worker retired: verified={outcome.verified}")
+            setattr(refusal, RETIRE_OUTCOME_ATTR, outcome)
             raise refusal
         return loaded
 

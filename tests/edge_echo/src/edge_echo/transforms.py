@@ -19,3 +19,11 @@ def add_source(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[s
 def explode(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     """Always fail: exercises unwinding from a transform."""
     raise ValueError("transform exploded as configured")
+
+
+def slow_passthrough(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous outputs after half a second: room to cancel between two stages."""
+    import time
+
+    time.sleep(0.5)
+    return dict(previous)

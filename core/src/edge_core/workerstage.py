@@ -171,7 +171,11 @@ class WorkerStage:
         try:
             for delivery in call:
                 with delivery:
-                    arrays = {name: np.array(a, copy=True) for name, a in delivery.arrays.items()}
+                    if delivery.retained:  # views of the worker's shared memory: copy out
+                        arrays = {name: np.array(a, copy=True)
+                                  for name, a in delivery.arrays.items()}
+                    else:  # views of this frame's own buffer: private already
+                        arrays = dict(delivery.arrays)
                 yield delivery.event, arrays
         finally:
             with self._lock:

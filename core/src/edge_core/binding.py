@@ -91,16 +91,11 @@ class OwnerBinding:
 
 
 def backend_table(plugins: PluginSet) -> dict[str, tuple[BackendInfo, str]]:
-    """Backend name to its declaration and owning plugin name, for loaded plugins only."""
-    table: dict[str, tuple[BackendInfo, str]] = {}
-    for answer in plugins.call_each("edge_backends"):
-        if answer.error:
-            continue
-        record = plugins.record(answer.plugin)
-        for info in answer.result or ():
-            if isinstance(info, BackendInfo) and info.name in record.backends:
-                table[info.name] = (info, answer.plugin)
-    return table
+    """Backend name to its declaration and owning plugin name, for loaded plugins only.
+
+    The plugin manager read the declarations once, when it loaded the plugins.
+    """
+    return dict(plugins.backends)
 
 
 def _spec_argnames(hook_name: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from typing import Any
 import pluggy
 
 from edge_core import hookspecs
+from edge_core.backend import BackendInfo
 from edge_core.discovery import (
     ENTRY_POINT_GROUP,
     ENV_STRICT,
@@ -83,6 +84,16 @@ class PluginSet:
         self.records = records
         #: Print every isolated hook call (``EDGE_TRACE_HOOKS=1``), as pluggy calls are.
         self.trace = trace
+        #: Backend name → (its declaration, the owning plugin's name), read once at load.
+        self.backends: dict[str, tuple[BackendInfo, str]] = {}
+
+    def read_backends(self) -> None:
+        """Ask every registered plugin for its backends again.
+
+        :func:`load_plugins` does it once; this is for a manager populated by hand.
+        """
+        self.backends.clear()
+        _read_backends(self)
 
     def record(self, name: str) -> PluginRecord:
         """The record of the plugin registered under ``name``."""
@@ -211,15 +222,16 @@ def _read_backends(plugin_set: PluginSet) -> None:
             continue
         names: list[str] = []
         for info in answer.result or ():
-            name = getattr(info, "name", None)
-            if not isinstance(name, str):
+            if not isinstance(info, BackendInfo):
                 record.error = f"edge_backends: not a BackendInfo: {info!r}"
                 continue
-            if name in seen:
-                record.error = f"backend: {name!r} is already declared by plugin {seen[name]!r}"
+            if info.name in seen:
+                record.error = (f"backend: {info.name!r} is already declared by plugin "
+                                f"{seen[info.name]!r}")
                 continue
-            seen[name] = answer.plugin
-            names.append(name)
+            seen[info.name] = answer.plugin
+            plugin_set.backends[info.name] = (info, answer.plugin)
+            names.append(info.name)
         record.backends = tuple(names)
 
 

@@ -130,7 +130,9 @@ def test_a_hook_without_a_specification_fails_check_pending() -> None:
     manager.register(Unspecced(), name="unspecced")
     record = PluginRecord("unspecced", __name__, "object")
     record.contract, record.backends, record.loaded = "1.0", ("unspecced",), True
-    report = run_backend(PluginSet(manager, [record]), "unspecced")
+    plugins = PluginSet(manager, [record])
+    plugins.read_backends()
+    report = run_backend(plugins, "unspecced")
     by_check = {r.check: r for r in report.results}
     assert by_check["hooks_have_specs"].status is Status.FAILED
     assert "edge_frobnicate" in by_check["hooks_have_specs"].detail

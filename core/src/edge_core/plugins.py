@@ -86,6 +86,26 @@ class PluginSet:
         self.trace = trace
         #: Backend name → (its declaration, the owning plugin's name), read once at load.
         self.backends: dict[str, tuple[BackendInfo, str]] = {}
+        self._probes: dict[str, tuple[float, HookAnswer]] = {}
+        self._probe_lock = threading.Lock()
+
+    def probe(self, plugin: str, *, timeout_s: float, max_age_s: float = 30.0) -> HookAnswer:
+        """One plugin's ``edge_probe`` answer, reused for ``max_age_s`` seconds.
+
+        Opening a pipeline needs a stage owner's probe twice (the pools it reports for the
+        ledger, then the backend's availability); devices do not change in between, and a
+        vendor probe may start an interpreter, so the answer is asked for once.
+        """
+        now = time.monotonic()
+        with self._probe_lock:
+            cached = self._probes.get(plugin)
+            if cached is not None and now - cached[0] <= max_age_s:
+                return cached[1]
+        answer = self.call_one(plugin, "edge_probe", timeout_s=timeout_s)
+        if answer.error is None:
+            with self._probe_lock:
+                self._probes[plugin] = (now, answer)
+        return answer
 
     def read_backends(self) -> None:
         """Ask every registered plugin for its backends again.

@@ -38,7 +38,7 @@ def default_ledger(config: PipelineConfig, plugins: PluginSet) -> ResourceLedger
     table = backend_table(plugins)
     owners = {table[s.backend.name][1] for s in config.stages if s.backend.name in table}
     for owner in sorted(owners):
-        answer = plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        answer = plugins.probe(owner, timeout_s=PROBE_TIMEOUT_S)
         for report in answer.result or ():
             for name, total in getattr(report, "pool_totals", {}).items():
                 pools.setdefault(name, Pool(name=name, total=total,

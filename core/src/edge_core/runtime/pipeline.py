@@ -216,7 +216,7 @@ class Pipeline:
         if owner is None:
             bind_owner(plugins, stage.backend.name)  # raises, naming what is installed
         assert owner is not None
-        answer = plugins.call_one(owner[1], "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        answer = plugins.probe(owner[1], timeout_s=PROBE_TIMEOUT_S)
         if answer.error:
             raise BackendUnavailable(
                 f"{path}.backend.name: probe of plugin {owner[1]!r} failed "

@@ -13,7 +13,7 @@ from edge_contracts.devices import ExecutionDomain
 from edge_core.testing.leaks import no_leaks as _no_leaks
 from edge_ort.bundles import write_add_relu_bundle
 from edge_ort.epdevices import EpDevices, parse_ep_devices
-from edge_ort.vendor import VendorProbe, assess
+from edge_ort.vendor import VendorProbe, recorded_prober
 from edge_ort_directml.plugin import vendor_backend
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
@@ -35,14 +35,8 @@ def windows_prober(
 ) -> Callable[[str | None, ExecutionDomain | None, bool], VendorProbe]:
     """A prober that judges a synthetic Windows machine exactly as a live probe would."""
     found = {"onnxruntime-directml": "1.23.0"} if distributions is None else distributions
-    seen = listing() if devices is None else devices
-
-    def prober(interpreter: str | None, domain: ExecutionDomain | None,
-               refresh: bool) -> VendorProbe:
-        return assess(vendor_backend(), interpreter or WINDOWS_PYTHON, ExecutionDomain.WINDOWS,
-                      found, seen)
-
-    return prober
+    return recorded_prober(vendor_backend(), WINDOWS_PYTHON, ExecutionDomain.WINDOWS, found,
+                           listing() if devices is None else devices)
 
 
 def build_bundle(directory: Path, precision: str = "fp32") -> Path:

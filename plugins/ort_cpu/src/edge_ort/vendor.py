@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -39,6 +39,7 @@ __all__ = [
     "check_stage_target",
     "clear_probe_cache",
     "probe_vendor",
+    "recorded_prober",
     "route_interpreter",
     "with_default_route",
 ]
@@ -258,6 +259,23 @@ def route_interpreter(stage: Any, backend: VendorBackend) -> tuple[str, Executio
         domain = ExecutionDomain(route.os_domain) if route.os_domain else controller_domain()
         return str(route.interpreter), domain
     return backend.default_interpreter(), controller_domain()
+
+
+def recorded_prober(
+    backend: VendorBackend, interpreter: str, domain: ExecutionDomain,
+    distributions: Mapping[str, str], listing: EpDevices,
+) -> Callable[[str | None, ExecutionDomain | None, bool], VendorProbe]:
+    """A prober judging recorded observations exactly as a live probe judges live ones.
+
+    For a vendor plugin's ``prober`` argument (tests, offline qualification). Every
+    interpreter it is asked about is reported as ``interpreter`` on ``domain``.
+    """
+
+    def prober(asked: str | None, _domain: ExecutionDomain | None,
+               _refresh: bool) -> VendorProbe:
+        return assess(backend, asked or interpreter, domain, distributions, listing)
+
+    return prober
 
 
 def check_stage_target(stage: Any, provider: str) -> None:

@@ -12,15 +12,14 @@ stage's own route again and pin the adapter the options name by its DXGI index.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from edge_core import hookimpl
-from edge_ort.plugin_base import OrtPlugin
+from edge_ort.vendor_plugin import Prober, VendorOrtPlugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from edge_contracts.devices import ExecutionDomain
     from edge_core.backend import ProbeReport
     from edge_core.stage import StageContext
     from edge_ort.controller import OrtStage
@@ -34,10 +33,6 @@ EDGE_CONTRACT = "1.0"
 #: Names the vendor interpreter that probes and routeless stages use.
 INTERPRETER_ENV = "EDGE_ORT_DIRECTML_PYTHON"
 
-#: ``(interpreter, domain, refresh) -> VendorProbe``; ``None`` arguments mean the defaults.
-Prober = Callable[["str | None", "ExecutionDomain | None", bool], "VendorProbe"]
-
-
 def vendor_backend() -> VendorBackend:
     """What ``ort-directml`` requires of the interpreter it runs in."""
     from edge_ort.vendor import VendorBackend
@@ -48,14 +43,7 @@ def vendor_backend() -> VendorBackend:
                          interpreter_env=INTERPRETER_ENV)
 
 
-def _live_probe(interpreter: str | None, domain: ExecutionDomain | None,
-                refresh: bool) -> VendorProbe:
-    from edge_ort.vendor import probe_vendor
-
-    return probe_vendor(vendor_backend(), interpreter, domain, refresh=refresh)
-
-
-class DirectMLPlugin(OrtPlugin):
+class DirectMLPlugin(VendorOrtPlugin):
     """The ``ort-directml`` hooks.
 
     Args:
@@ -68,8 +56,11 @@ class DirectMLPlugin(OrtPlugin):
     def __init__(self, prober: Prober | None = None) -> None:
         super().__init__(backend="ort-directml", target="DmlExecutionProvider",
                          description="ONNX Runtime DirectML on any DirectX 12 GPU "
-                         "(Windows only).", distribution="edge-ort-directml")
-        self._prober: Prober = prober or _live_probe
+                         "(Windows only).", distribution="edge-ort-directml", prober=prober)
+
+    def vendor_backend(self) -> VendorBackend:
+        """See the module-level :func:`vendor_backend`."""
+        return vendor_backend()
 
     def options_class(self) -> type:
         """:class:`edge_ort_directml.options.DmlOptions`."""
@@ -77,24 +68,18 @@ class DirectMLPlugin(OrtPlugin):
 
         return DmlOptions
 
-    def probe_report(self) -> ProbeReport:
-        """Domain, distribution and adapters of the default interpreter; pools per adapter."""
+    def available_report(self, probe: VendorProbe, notes: list[str]) -> ProbeReport:
+        """The adapters ORT pairs with DirectML, each with its pool and dedicated memory."""
         from edge_core.backend import ProbeReport
         from edge_ort.epdevices import EpDevicesInvalid
         from edge_ort_directml.adapters import adapters_from, pool_totals
 
-        probe = self._prober(None, None, False)
-        notes = [*probe.notes, f"interpreter probed: {probe.interpreter} "
-                 f"(set {INTERPRETER_ENV} to probe a vendor environment)"]
-        if not probe.available:
-            return ProbeReport(backend=self.backend, available=False, reason=probe.reason,
-                               runtime=probe.runtime(), notes=notes)
         try:
             adapters = adapters_from(probe.devices())
         except EpDevicesInvalid as exc:
             return ProbeReport(backend=self.backend, available=False, runtime=probe.runtime(),
                                reason=f"unreadable adapter listing: {exc}", notes=notes)
-        notes += [f"adapter {a.index}: {a.to_json()}" for a in adapters]
+        notes = [*notes, *(f"adapter {a.index}: {a.to_json()}" for a in adapters)]
         return ProbeReport(backend=self.backend, available=True,
                            devices=[a.descriptor(probe.domain) for a in adapters],
                            runtime=probe.runtime(), notes=notes,
@@ -110,21 +95,17 @@ class DirectMLPlugin(OrtPlugin):
                 which check failed).
         """
         from edge_ort.epdevices import EpDevicesInvalid
-        from edge_ort.vendor import RouteUnavailable, check_stage_target, route_interpreter
+        from edge_ort.vendor import RouteUnavailable
         from edge_ort_directml.adapters import adapters_from
-        from edge_ort_directml.options import PROVIDER, DmlOptions, select_adapter
+        from edge_ort_directml.options import DmlOptions, select_adapter
 
-        check_stage_target(stage, PROVIDER)
-        interpreter, domain = route_interpreter(stage, vendor_backend())
-        probe = self._prober(interpreter, domain, refresh)
-        field = f"stages[{stage.stage_id}].backend.route.interpreter"
-        if not probe.available:
-            raise RouteUnavailable(field, str(probe.reason), interpreter)
+        probe = self.probe_route(stage, refresh)
         try:
             adapters = adapters_from(probe.devices())
         except EpDevicesInvalid as exc:
-            raise RouteUnavailable(field, f"unreadable adapter listing: {exc}",
-                                   interpreter) from None
+            raise RouteUnavailable(f"stages[{stage.stage_id}].backend.route.interpreter",
+                                   f"unreadable adapter listing: {exc}",
+                                   probe.interpreter) from None
         return select_adapter(adapters, stage.options or DmlOptions(),
                               f"stages[{stage.stage_id}].backend.options")
 

@@ -14,15 +14,14 @@ is admitted only under a placement policy that allows a CPU share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from edge_core import hookimpl
-from edge_ort.plugin_base import OrtPlugin
+from edge_ort.vendor_plugin import Prober, VendorOrtPlugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from edge_contracts.devices import ExecutionDomain
     from edge_core.backend import ProbeReport
     from edge_core.stage import StageContext
     from edge_ort.controller import OrtStage
@@ -35,10 +34,6 @@ EDGE_CONTRACT = "1.0"
 #: Names the vendor interpreter that probes and routeless stages use.
 INTERPRETER_ENV = "EDGE_ORT_VITISAI_PYTHON"
 
-#: ``(interpreter, domain, refresh) -> VendorProbe``; ``None`` arguments mean the defaults.
-Prober = Callable[["str | None", "ExecutionDomain | None", bool], "VendorProbe"]
-
-
 def vendor_backend() -> VendorBackend:
     """What ``ort-vitisai`` requires of the interpreter it runs in."""
     from edge_ort.vendor import VendorBackend
@@ -50,14 +45,7 @@ def vendor_backend() -> VendorBackend:
                          interpreter_env=INTERPRETER_ENV, libraries=(VITISAI_LIBRARY,))
 
 
-def _live_probe(interpreter: str | None, domain: ExecutionDomain | None,
-                refresh: bool) -> VendorProbe:
-    from edge_ort.vendor import probe_vendor
-
-    return probe_vendor(vendor_backend(), interpreter, domain, refresh=refresh)
-
-
-class VitisAIPlugin(OrtPlugin):
+class VitisAIPlugin(VendorOrtPlugin):
     """The ``ort-vitisai`` hooks.
 
     Args:
@@ -70,8 +58,11 @@ class VitisAIPlugin(OrtPlugin):
     def __init__(self, prober: Prober | None = None) -> None:
         super().__init__(backend="ort-vitisai", target="VitisAIExecutionProvider",
                          description="ONNX Runtime VitisAI on the AMD Ryzen AI NPU "
-                         "(Windows only).", distribution="edge-ort-vitisai")
-        self._prober: Prober = prober or _live_probe
+                         "(Windows only).", distribution="edge-ort-vitisai", prober=prober)
+
+    def vendor_backend(self) -> VendorBackend:
+        """See the module-level :func:`vendor_backend`."""
+        return vendor_backend()
 
     def options_class(self) -> type:
         """:class:`edge_ort_vitisai.options.VitisAIOptions`."""
@@ -79,19 +70,13 @@ class VitisAIPlugin(OrtPlugin):
 
         return VitisAIOptions
 
-    def probe_report(self) -> ProbeReport:
-        """Domain, distribution and NPUs of the default interpreter."""
+    def available_report(self, probe: VendorProbe, notes: list[str]) -> ProbeReport:
+        """The NPUs ORT pairs with VitisAI (they draw from host RAM)."""
         from edge_core.backend import ProbeReport
         from edge_ort_vitisai.npu import npu_descriptors
 
-        probe = self._prober(None, None, False)
-        notes = [*probe.notes, f"interpreter probed: {probe.interpreter} "
-                 f"(set {INTERPRETER_ENV} to probe a vendor environment)"]
-        if not probe.available:
-            return ProbeReport(backend=self.backend, available=False, reason=probe.reason,
-                               runtime=probe.runtime(), notes=notes)
-        notes += [f"NPU: {d.label()}, vendor_id 0x{d.vendor_id:04x}, device_id "
-                  f"0x{d.device_id:04x}" for d in probe.devices()]
+        notes = [*notes, *(f"NPU: {d.label()}, vendor_id 0x{d.vendor_id:04x}, device_id "
+                           f"0x{d.device_id:04x}" for d in probe.devices())]
         return ProbeReport(backend=self.backend, available=True, runtime=probe.runtime(),
                            devices=npu_descriptors(probe.devices(), probe.domain), notes=notes)
 
@@ -99,24 +84,16 @@ class VitisAIPlugin(OrtPlugin):
         """Judge the stage before anything loads; return the physical id of its NPU.
 
         Raises:
-            StageRefused: the placement names another provider, or an A16W8 bundle meets a
-                policy that allows no CPU share.
+            StageRefused: an A16W8 bundle meets a policy that allows no CPU share, or the
+                placement names another provider.
             RouteUnavailable: the route's interpreter cannot run VitisAI (the reason says
                 which check failed).
         """
-        from edge_ort.vendor import RouteUnavailable, check_stage_target, route_interpreter
         from edge_ort_vitisai.npu import npu_physical_id
-        from edge_ort_vitisai.options import PROVIDER
         from edge_ort_vitisai.policy import check_a16w8_policy
 
-        check_stage_target(stage, PROVIDER)
         check_a16w8_policy(stage)
-        interpreter, domain = route_interpreter(stage, vendor_backend())
-        probe = self._prober(interpreter, domain, refresh)
-        if not probe.available:
-            raise RouteUnavailable(f"stages[{stage.stage_id}].backend.route.interpreter",
-                                   str(probe.reason), interpreter)
-        return npu_physical_id(probe.devices()[0])
+        return npu_physical_id(self.probe_route(stage, refresh).devices()[0])
 
     def load_config(self, options: Any, stage: StageContext) -> dict[str, Any]:
         """VitisAI with its typed options, then CPU."""

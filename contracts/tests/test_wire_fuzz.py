@@ -96,6 +96,37 @@ def test_valid_frames_round_trip_bit_exact(case: tuple[FrameHeader, list[bytes]]
 
 
 @FUZZ
+@given(valid_frames())
+def test_assembled_header_bytes_equal_the_plain_json_encoding(
+    case: tuple[FrameHeader, list[bytes]],
+) -> None:
+    header, _ = case
+    for _ in range(2):  # the second time from the tensor-list cache
+        expected = json.dumps(header.to_dict(), separators=(",", ":"), allow_nan=False)
+        assert encode_header(header) == expected.encode()
+
+
+@FUZZ
+@given(valid_frames(), st.data())
+def test_cached_tensor_entries_equal_freshly_validated_ones(
+    case: tuple[FrameHeader, list[bytes]], data: st.DataObject
+) -> None:
+    header, _ = case
+    for spec in header.tensors:
+        if spec.ref is None:
+            shape = list(spec.shape)
+            assert TensorSpec.inline(spec.name, spec.dtype.value, shape, spec.nbytes) == spec
+            assert TensorSpec.from_dict(spec.to_dict()) == spec
+    TensorSpec.inline("t", "uint8", [1], 1)  # cached: equal-hashing 1.0 and True must miss
+    dims = data.draw(
+        st.lists(st.sampled_from([1.0, True, -1, 2**64, "2"]), min_size=1, max_size=2)
+    )
+    with contextlib.suppress(WireError):  # a float, bool or out-of-range dimension
+        TensorSpec.inline("t", "uint8", dims, 1)
+        raise AssertionError(f"accepted shape {dims!r}")
+
+
+@FUZZ
 @given(st.binary(max_size=512))
 def test_random_bytes_fail_only_with_wire_errors(data: bytes) -> None:
     decode_or_refuse(data)

@@ -26,7 +26,7 @@ from edge_contracts.errors import (
     PayloadTooLarge,
     WireError,
 )
-from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.protocol import (
     FEATURE_SHM_TENSORS,
     KNOWN_FEATURES,
@@ -62,6 +62,8 @@ MAX_FEATURES = 256
 """The most feature names in one header or one set of limits."""
 
 _OP = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_VALID_OPS: set[str] = set()  # ops already checked against _OP (bounded)
+_NO_FEATURES: frozenset[str] = frozenset()
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _FEATURE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 
@@ -150,8 +152,39 @@ class TensorSpec:
         }
 
     @classmethod
+    def inline(cls, name: str, dtype: DType | str, shape: Any, nbytes: int) -> TensorSpec:
+        """Return the entry of an inline tensor, validated once per distinct value.
+
+        A stream of frames repeats the same few entries (fixed buckets), so validated
+        entries are kept in a bounded cache keyed by the exact field values and types;
+        anything not of the plain types (a float or bool dimension, a non-str name) is
+        validated afresh and refused as usual.
+        """
+        if (
+            type(name) is str
+            and (type(dtype) is str or type(dtype) is DType)
+            and type(nbytes) is int
+            and type(shape) in (tuple, list)
+            and all(type(dim) is int for dim in shape)
+        ):
+            key = (name, dtype, tuple(shape), nbytes)
+            spec = _INLINE_CACHE.get(key)
+            if spec is None:
+                spec = cls(name, dtype, key[2], nbytes)  # type: ignore[arg-type]
+                if len(_INLINE_CACHE) >= _INLINE_CACHE_SIZE:
+                    _INLINE_CACHE.clear()
+                _INLINE_CACHE[key] = spec
+            return spec
+        return cls(name, dtype, shape, nbytes)  # type: ignore[arg-type]
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "tensor") -> TensorSpec:
         """Build from the JSON form; every key, ``ref`` included, is required."""
+        if type(data) is dict and data.keys() == _TENSOR_KEYS and data["ref"] is None:
+            try:
+                return cls.inline(data["name"], data["dtype"], data["shape"], data["nbytes"])
+            except DescriptorInvalid as exc:
+                raise rebase(exc, "tensor", field) from None
         mapping = check_keys(data, field, _TENSOR_KEYS, error=DescriptorInvalid)
         try:
             raw_ref = mapping["ref"]
@@ -162,6 +195,8 @@ class TensorSpec:
 
 
 _TENSOR_KEYS = frozenset({"name", "dtype", "shape", "nbytes", "ref"})
+_INLINE_CACHE: dict[tuple[Any, ...], TensorSpec] = {}
+_INLINE_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,18 +291,30 @@ class FrameHeader:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        require_int(self.version, "header.version", minimum=1, error=HeaderMalformed)
-        if not isinstance(self.op, str) or _OP.fullmatch(self.op) is None:
-            raise HeaderMalformed("header.op", self.op, "must match [a-z][a-z0-9_.-]*, <= 64 chars")
+        if not (type(self.version) is int and 1 <= self.version <= INT64_MAX):
+            require_int(self.version, "header.version", minimum=1, error=HeaderMalformed)
+        if type(self.op) is not str or self.op not in _VALID_OPS:
+            if not isinstance(self.op, str) or _OP.fullmatch(self.op) is None:
+                raise HeaderMalformed(
+                    "header.op", self.op, "must match [a-z][a-z0-9_.-]*, <= 64 chars"
+                )
+            if len(_VALID_OPS) < 256:
+                _VALID_OPS.add(self.op)
         for name in ("request_id", "stage_id"):
             value = getattr(self, name)
             if value != "":
                 require_id(value, f"header.{name}", error=HeaderMalformed)
-        require_int(self.epoch, "header.epoch", error=HeaderMalformed)
-        require_int(self.generation, "header.generation", error=HeaderMalformed)
-        features = _features(self.required_features, "header.required_features")
-        set_(self, "required_features", features)
-        set_(self, "meta", freeze_object(self.meta, "header.meta", error=HeaderMalformed))
+        for name in ("epoch", "generation"):
+            value = getattr(self, name)
+            if not (type(value) is int and 0 <= value <= INT64_MAX):
+                require_int(value, f"header.{name}", error=HeaderMalformed)
+        features = self.required_features
+        if not (type(features) is frozenset and not features):
+            features = _features(features, "header.required_features")
+            set_(self, "required_features", features)
+        meta = self.meta
+        if type(meta) is not JSONObject:
+            set_(self, "meta", freeze_object(meta, "header.meta", error=HeaderMalformed))
         tensors: tuple[object, ...] | object = self.tensors
         if not isinstance(tensors, tuple):
             tensors = tuple(
@@ -333,7 +380,12 @@ class FrameHeader:
                 TensorSpec.from_dict(item, f"header.tensors[{index}]")  # type: ignore[arg-type]
                 for index, item in enumerate(tensors)
             )
-            features = _features(mapping["required_features"], "header.required_features")
+            wanted = mapping["required_features"]
+            features = (
+                _NO_FEATURES
+                if type(wanted) is list and not wanted
+                else _features(wanted, "header.required_features")
+            )
             return cls(
                 op=mapping["op"],  # type: ignore[arg-type]
                 request_id=mapping["request_id"],  # type: ignore[arg-type]

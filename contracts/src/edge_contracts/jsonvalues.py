@@ -73,7 +73,12 @@ def freeze_json(
     value: object, field: str, *, error: type[ContractError] = InvalidValue, depth: int = 0
 ) -> JSONValue:
     """Check that ``value`` is JSON-compatible and return its frozen form."""
-    if value is None or isinstance(value, bool | str):
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value  # type: ignore[return-value]
+    if kind is int and -INT64_MAX - 1 <= value <= INT64_MAX:  # type: ignore[operator]
+        return value  # type: ignore[return-value]
+    if isinstance(value, bool | str):
         return value
     if isinstance(value, int):
         if -INT64_MAX - 1 <= value <= INT64_MAX:
@@ -109,14 +114,35 @@ def freeze_object(
         return EMPTY_OBJECT
     items: dict[str, JSONValue] = {}
     for key, item in value.items():
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise error(field, key, "object keys must be strings")
-        items[key] = freeze_json(item, f"{field}.{key}", error=error, depth=depth + 1)
+        kind = type(item)
+        if (  # the common leaves, inline
+            kind is str
+            or item is None
+            or kind is bool
+            or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
+        ):
+            items[key] = item
+        elif (kind is dict or kind is list) and not item:
+            items[key] = EMPTY_OBJECT if kind is dict else ()
+        else:
+            items[key] = freeze_json(item, f"{field}.{key}", error=error, depth=depth + 1)
     return JSONObject(items)
 
 
 def thaw_json(value: JSONValue) -> object:
     """Return the plain ``dict``/``list`` form of a frozen JSON value."""
+    if type(value) is JSONObject:
+        items = value._items
+        plain: dict[str, object] = {}
+        for key, item in items.items():
+            kind = type(item)
+            if kind is str or kind is int or item is None or kind is bool or kind is float:
+                plain[key] = item
+            else:
+                plain[key] = thaw_json(item)
+        return plain
     if isinstance(value, JSONObject):
         return {key: thaw_json(item) for key, item in value.items()}
     if isinstance(value, tuple):

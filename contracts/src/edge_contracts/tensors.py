@@ -62,6 +62,12 @@ _BY_KIND: dict[tuple[str, int], DType] = {
     for member, dtype in _WIRE_DTYPES.items()
 }
 
+_NATIVE: dict[np.dtype[Any], DType] = {
+    np.dtype(dtype).newbyteorder("="): member
+    for member, dtype in _WIRE_DTYPES.items()
+    if np.dtype(dtype).newbyteorder("=") == np.dtype(dtype)
+} | {np.dtype(dtype): member for member, dtype in _WIRE_DTYPES.items()}
+
 _UNSET: Any = object()
 _bfloat16: Any = _UNSET
 _LITTLE = sys.byteorder == "little"
@@ -106,6 +112,9 @@ def dtype_of(array: npt.NDArray[Any] | np.dtype[Any], field: str = "dtype") -> D
 
     """
     dtype = array if isinstance(array, np.dtype) else np.asarray(array).dtype
+    member = _NATIVE.get(dtype)  # the plain numeric types: one lookup
+    if member is not None:
+        return member
     if _is_bfloat16(dtype):
         return DType.BFLOAT16
     member = _BY_KIND.get((dtype.kind, dtype.itemsize))

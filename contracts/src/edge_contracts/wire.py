@@ -45,6 +45,7 @@ from edge_contracts.headers import (
     ShmRef,
     TensorSpec,
 )
+from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import PROTOCOL_VERSION
 
 __all__ = [
@@ -186,7 +187,7 @@ def parse_header(
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch("header.version", version, f"must be {PROTOCOL_VERSION}")
     features = data.get("required_features")
-    if isinstance(features, list):
+    if features and isinstance(features, list):
         unknown = sorted(
             {name for name in features if isinstance(name, str)} - limits.supported_features
         )
@@ -265,8 +266,40 @@ def decode_frame(data: bytes | bytearray | memoryview, limits: Limits) -> Frame:
 
 
 def encode_header(header: FrameHeader) -> bytes:
-    """Return the header's compact UTF-8 JSON bytes, as they travel on the wire."""
-    return _ENCODER.encode(header.to_dict()).encode()
+    """Return the header's compact UTF-8 JSON bytes, as they travel on the wire.
+
+    The same bytes as ``json.dumps(header.to_dict(), separators=(",", ":"))``, assembled
+    without building the dictionary: the tensor list's text is cached per distinct list
+    of entries (a stream repeats the same few buckets).
+    """
+    meta = header.meta
+    features = header.required_features
+    return (
+        f'{{"version":{int(header.version)},'
+        f'"required_features":{_ENCODER.encode(sorted(features)) if features else "[]"},'
+        f'"op":{_quote(header.op)},"request_id":{_quote(header.request_id)},'
+        f'"stage_id":{_quote(header.stage_id)},"epoch":{int(header.epoch)},'
+        f'"generation":{int(header.generation)},'
+        f'"meta":{_ENCODER.encode(thaw_json(meta)) if meta else "{}"},'  # type: ignore[arg-type]
+        f'"tensors":{_tensors_text(header.tensors)}}}'
+    ).encode()
+
+
+def _tensors_text(specs: tuple[TensorSpec, ...]) -> str:
+    if not specs:
+        return "[]"
+    if any(spec.ref is not None for spec in specs):  # generations change: never cached
+        return _ENCODER.encode([spec.to_dict() for spec in specs])
+    text = _TENSORS_TEXT.get(specs)
+    if text is None:
+        text = _ENCODER.encode([spec.to_dict() for spec in specs])
+        if len(_TENSORS_TEXT) >= 1024:
+            _TENSORS_TEXT.clear()
+        _TENSORS_TEXT[specs] = text
+    return text
+
+
+_TENSORS_TEXT: dict[tuple[TensorSpec, ...], str] = {}
 
 
 def encode_frame(
@@ -404,6 +437,7 @@ def _finite_float(text: str) -> float:
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 _DECODER = json.JSONDecoder(
     object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float
 )

@@ -53,6 +53,7 @@ from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.requests import EventKind
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
+from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
 from edge_contracts.worker_protocol import (
     BOOT_ENV,
@@ -251,6 +252,7 @@ class _Server:
         self._pending: deque[Frame] = deque()
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
+        self._next_frame = ReadableWait(sock.fileno(), boot.spin_us)
         self._producer: SegmentProducer | None = None
         self._consumer: SegmentConsumer | None = None
         self._packer: TensorPacker | None = None
@@ -492,8 +494,10 @@ class _Server:
                             return 0
                     if self._pending and not self._stop:
                         self._execute(self._pending.popleft())
-                elif not self._read_one():
-                    return 0
+                else:
+                    self._next_frame.wait(None)  # spins briefly while requests come fast
+                    if not self._read_one():
+                        return 0
             return 0
         finally:
             self._close()

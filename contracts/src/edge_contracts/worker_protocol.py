@@ -93,6 +93,8 @@ class BootConfig:
         max_io_bytes: most tensor bytes in one frame, both ways.
         max_header_bytes: longest frame header, both ways.
         features: features the controller supports.
+        spin_us: the worker's spin budget while waiting for its next frame
+            (:class:`~edge_contracts.waiting.ReadableWait`; 0: block at once).
 
     """
 
@@ -107,6 +109,7 @@ class BootConfig:
     max_io_bytes: int
     max_header_bytes: int = 65536
     features: tuple[str, ...] = field(default=())
+    spin_us: int = 0
 
     def to_json(self) -> str:
         """Return the JSON text put into :data:`BOOT_ENV`."""
@@ -124,7 +127,7 @@ class BootConfig:
         for name in ("token", "entry", "shm_prefix", "peer_prefix"):
             if not isinstance(mapping[name], str):
                 raise InvalidValue(f"boot.{name}", mapping[name], "must be a string")
-        for name in keys[2:3] + keys[5:10]:
+        for name in keys[2:3] + keys[5:10] + keys[11:]:
             value = mapping.get(name, 0)
             if type(value) is not int or value < 0:
                 raise InvalidValue(f"boot.{name}", value, "must be an integer >= 0")

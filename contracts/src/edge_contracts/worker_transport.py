@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec
 from edge_contracts.shm import SegmentConsumer, SegmentProducer
@@ -65,6 +66,24 @@ class Packed:
 
 _EMPTY = Packed((), [], [])
 
+_NATIVE: dict[np.dtype[Any], DType] = {
+    np.dtype(code).newbyteorder("<"): member
+    for code, member in (
+        ("b1", DType.BOOL),
+        ("i1", DType.INT8),
+        ("i2", DType.INT16),
+        ("i4", DType.INT32),
+        ("i8", DType.INT64),
+        ("u1", DType.UINT8),
+        ("u2", DType.UINT16),
+        ("u4", DType.UINT32),
+        ("u8", DType.UINT64),
+        ("f2", DType.FLOAT16),
+        ("f4", DType.FLOAT32),
+        ("f8", DType.FLOAT64),
+    )
+}
+
 
 class TensorPacker:
     """Packs outgoing arrays; large ones go through ``producer`` when there is one."""
@@ -86,10 +105,14 @@ class TensorPacker:
         try:
             for name, value in arrays.items():
                 array = np.asarray(value)
-                dtype = dtype_of(array, f"outputs.{name}.dtype")
-                if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
-                    array = array.astype(array.dtype.newbyteorder("<"))
-                flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+                dtype = _NATIVE.get(array.dtype)  # common little-endian types: no checks
+                if dtype is None:
+                    dtype = dtype_of(array, f"outputs.{name}.dtype")
+                    if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
+                        array = array.astype(array.dtype.newbyteorder("<"))
+                flat = (
+                    array if array.flags.c_contiguous else np.ascontiguousarray(array)
+                ).reshape(-1).view(np.uint8)
                 nbytes = int(flat.nbytes)
                 ref = None
                 if self.producer is not None and nbytes >= self.threshold:
@@ -99,7 +122,10 @@ class TensorPacker:
                     ref = ShmRef(lease.segment, lease.offset, lease.generation)
                 else:
                     payloads.append(flat.data)
-                specs.append(TensorSpec(name, dtype, tuple(array.shape), nbytes, ref))
+                if ref is None:
+                    specs.append(TensorSpec.inline(name, dtype, array.shape, nbytes))
+                else:
+                    specs.append(TensorSpec(name, dtype, tuple(array.shape), nbytes, ref))
         except BaseException:
             self.take_back(leases)
             raise

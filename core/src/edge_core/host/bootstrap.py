@@ -37,6 +37,7 @@ from edge_contracts.shm import (
     new_prefix,
     sweep,
 )
+from edge_contracts.waiting import spin_us_from_env
 from edge_contracts.wire import Frame, read_frame
 from edge_contracts.worker_protocol import BOOT_ENV, OP_HELLO, BootConfig
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
@@ -89,6 +90,7 @@ def start_worker(
     shm_max_bytes: int = DEFAULT_MAX_BYTES,
     shm_max_buffers: int = DEFAULT_MAX_BUFFERS,
     max_io_bytes: int = DEFAULT_MAX_IO_BYTES,
+    spin_us: int | None = None,
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
 ) -> WorkerClient:
@@ -106,6 +108,9 @@ def start_worker(
         shm_max_bytes: per-producer cap on retained shared memory (each side).
         shm_max_buffers: per-producer cap on retained segments (each side).
         max_io_bytes: cap on the tensor bytes of one frame, both ways.
+        spin_us: how long either end polls without sleeping for the next frame before it
+            blocks (adaptive: only while recent waits were shorter; 0 disables; default
+            :data:`~edge_contracts.waiting.SPIN_ENV` or 200 µs).
         stdout: where the worker's stdout goes (default: inherited).
         stderr: where the worker's stderr goes (default: inherited).
 
@@ -125,6 +130,9 @@ def start_worker(
     unknown = sorted(required - supported)
     if unknown:
         raise BootstrapRefused("features", "not supported by this controller", unknown)
+    spin = spin_us_from_env() if spin_us is None else spin_us
+    if type(spin) is not int or not 0 <= spin <= 100_000:
+        raise BootstrapRefused("spin_us", "must be an integer in 0..100000", spin)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
     boot = BootConfig(
@@ -138,6 +146,7 @@ def start_worker(
         shm_max_buffers=shm_max_buffers,
         max_io_bytes=max_io_bytes,
         features=tuple(sorted(supported)),
+        spin_us=spin,
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
     staged = stage_packages(route.stage) if route.foreign else None
@@ -191,6 +200,7 @@ def start_worker(
         worker_prefix=worker_prefix,
         threshold=shm_threshold,
         staged=staged,
+        spin_us=spin,
     )
 
 

@@ -147,6 +147,7 @@ class Call:
         "_ended",
         "_lock",
         "_queue",
+        "_wait",
         "epoch",
         "last_seq",
         "request_id",
@@ -159,13 +160,15 @@ class Call:
         stage_id: str,
         epoch: int,
         cancel: Callable[[str], None],
+        wait: Callable[[queue.SimpleQueue[Any], float | None], Any] | None = None,
     ) -> None:
         self.request_id = request_id
         self.stage_id = stage_id
         self.epoch = epoch
         self.last_seq = -1
         self._cancel = cancel
-        self._queue: queue.SimpleQueue[Delivery | BaseException] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wait = wait
         self._ended = False
         self._lock = threading.Lock()
 
@@ -190,17 +193,24 @@ class Call:
         if self._ended:
             raise StopIteration
         try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
+            if self._wait is not None:  # this thread reads the channel while it waits
+                item = self._wait(self._queue, timeout)
+            else:
+                item = self._queue.get(timeout=timeout)
+        except (queue.Empty, TimeoutError):
             raise TimeoutError(
                 f"request[{self.request_id}]: no event within timeout: {timeout}"
             ) from None
+        except Exception:  # the channel has ended: this call ends with its error
+            self._ended = True
+            raise
         if isinstance(item, BaseException):
             self._ended = True
             raise item
-        if item.terminal:
+        delivery: Delivery = item
+        if delivery.terminal:
             self._ended = True
-        return item
+        return delivery
 
     def __iter__(self) -> Iterator[Delivery]:
         while not self._ended:

@@ -1,11 +1,13 @@
 """The controller's handle on one running worker: requests, control calls, health, retirement.
 
 A :class:`WorkerClient` is made by :func:`edge_core.host.bootstrap.start_worker` once the
-worker's hello was verified. It owns two threads, both created at start: a reader that
-demultiplexes incoming frames by request id (so many requests can be in flight on one
-channel) and a :class:`~edge_core.host.health.Watchdog`. The per-call path creates no
-thread, serialises no tensor data to JSON and writes each frame with one scatter-gather
-``sendmsg``.
+worker's hello was verified. Incoming frames are demultiplexed by request id (so many
+requests can be in flight on one channel) by whichever thread reads the channel: the
+thread waiting for a call reads it itself, a background reader when nobody waits
+(:class:`~edge_core.host.reading.ChannelReader`). A
+:class:`~edge_core.host.health.Watchdog` thread sees the process exit. Both threads are
+created at start; the per-call path creates no thread, serialises no tensor data to JSON
+and writes each frame with one scatter-gather ``sendmsg``.
 
 When the worker dies or breaks protocol, every call in flight fails at once with a typed
 error (:class:`~edge_core.host.errors.WorkerGone`, a ``WorkerLost``, or
@@ -50,6 +52,7 @@ from edge_core.host.devlock import DEFAULT_LOCK_TIMEOUT_S, DeviceLock
 from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapExceeded, WorkerGone
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 
@@ -88,6 +91,7 @@ class WorkerClient:
         worker_prefix: str | None,
         threshold: int,
         staged: Path | None,
+        spin_us: int = 0,
     ) -> None:
         self.route = route
         self.generation = generation
@@ -115,10 +119,13 @@ class WorkerClient:
         self._exit_status: int | None = None
         self._retire_lock = threading.Lock()
         self._outcome: RetireOutcome | None = None
-        self._reader = threading.Thread(
-            target=self._read_loop, name=f"edge-reader-{tree.root.pid}", daemon=True
+        self._reader = ChannelReader(
+            sock.fileno(),
+            self._read_one,
+            self._gone_error,
+            spin_us=spin_us,
+            name=f"edge-reader-{tree.root.pid}",
         )
-        self._reader.start()
         self._watchdog = Watchdog(popen, self._on_exit)
 
     # -- health ------------------------------------------------------------------------
@@ -177,12 +184,16 @@ class WorkerClient:
         reason = f"worker: {describe_exit(status)}: pid {self.identity.pid}"
         self._lost(reason, WorkerGone("worker", describe_exit(status), self.identity.pid))
 
+    def _gone_error(self) -> Exception:
+        """A fresh copy of the error that took the worker down."""
+        error = self._failure
+        if isinstance(error, WorkerGone | ProtocolViolation):
+            return type(error)(error.field, error.reason, error.value)
+        return WorkerGone("worker", f"not ready ({self._state})", self._reason)
+
     def _refuse_if_down(self) -> None:
         if self._state != READY:
-            error = self._failure
-            if isinstance(error, WorkerGone | ProtocolViolation):
-                raise type(error)(error.field, error.reason, error.value)
-            raise WorkerGone("worker", f"not ready ({self._state})", self._reason)
+            raise self._gone_error()
 
     # -- sending -----------------------------------------------------------------------
 
@@ -234,7 +245,9 @@ class WorkerClient:
             meta=self._gone_meta(dict(request.params)) if self._producer else request.params,
             required_features=_SHM if packed.uses_shm else frozenset(),
         )
-        call = Call(request.request_id, request.stage_id, request.epoch, self.cancel)
+        call = Call(
+            request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
+        )
         with self._lock:
             if request.request_id in self._calls:
                 self._packer.take_back(packed.leases)
@@ -275,6 +288,8 @@ class WorkerClient:
                 del self._calls[call.request_id]
         for call in victims:
             call._deliver(self._cancelled(call))
+        if victims:
+            self._reader.nudge()  # a victim's own thread may be waiting on the socket
         if self._state != READY:
             return
         header = FrameHeader(
@@ -319,7 +334,7 @@ class WorkerClient:
         """Send a control op (``load``, ``warmup``, ``ping``) and wait for its reply."""
         self._refuse_if_down()
         request_id = f"ctl-{next(self._control_ids)}"
-        waiter = Call(request_id, "", 0, lambda _: None)
+        waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)
         with self._lock:
             self._replies[request_id] = waiter
         try:
@@ -371,42 +386,43 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _read_loop(self) -> None:
-        while True:
-            try:
-                frame = read_frame(self._sock.recv_into, self._limits)
-            except StreamClosed:
-                self._channel_closed()
-                return
-            except WireError as exc:
-                self._lost(
-                    f"worker: protocol violation: {exc}",
-                    ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
-                )
-                return
-            except ConnectionResetError:
-                self._channel_closed()
-                return
-            except OSError as exc:
-                self._lost(
-                    f"worker: channel error: {exc}",
-                    WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
-                )
-                return
-            try:
-                self._dispatch(frame)
-            except ContractError as exc:
-                self._lost(
-                    f"worker: protocol violation: {exc}",
-                    ProtocolViolation(exc.field, exc.reason, exc.value),
-                )
-                return
-            except (KeyError, TypeError, ValueError) as exc:
-                self._lost(
-                    f"worker: protocol violation: {exc!r}",
-                    ProtocolViolation("frame.meta", "malformed event", repr(exc)),
-                )
-                return
+    def _read_one(self) -> bool:
+        """Read and dispatch one frame (by whichever thread reads); False once ended."""
+        try:
+            frame = read_frame(self._sock.recv_into, self._limits)
+        except StreamClosed:
+            self._channel_closed()
+            return False
+        except WireError as exc:
+            self._lost(
+                f"worker: protocol violation: {exc}",
+                ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
+            )
+            return False
+        except ConnectionResetError:
+            self._channel_closed()
+            return False
+        except OSError as exc:
+            self._lost(
+                f"worker: channel error: {exc}",
+                WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
+            )
+            return False
+        try:
+            self._dispatch(frame)
+        except ContractError as exc:
+            self._lost(
+                f"worker: protocol violation: {exc}",
+                ProtocolViolation(exc.field, exc.reason, exc.value),
+            )
+            return False
+        except (KeyError, TypeError, ValueError) as exc:
+            self._lost(
+                f"worker: protocol violation: {exc!r}",
+                ProtocolViolation("frame.meta", "malformed event", repr(exc)),
+            )
+            return False
+        return True
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header
@@ -522,7 +538,7 @@ class WorkerClient:
         self._watchdog.stop()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        self._reader.join(timeout=2.0)
+        self._reader.close()  # waits for a reading thread to leave the socket
         self._sock.close()
         if self._producer is not None:
             self._producer.close()

@@ -1,0 +1,109 @@
+"""Waiting for a channel to become readable: a bounded, adaptive spin, then a blocking poll.
+
+Both ends of a worker channel spend most of a small request's round trip not computing but
+being woken: a thread blocked in ``recv``/``poll`` is rescheduled by the kernel, which on a
+virtual machine costs an inter-processor interrupt (measured in ``benchmarks/transport.py``:
+a bare socketpair round trip is ≈ 50 µs blocking and ≈ 6 µs when both ends poll without
+sleeping). :class:`ReadableWait` polls without sleeping for at most ``spin_ns`` before it
+blocks, and only while the waits it has recently seen were short: an exponentially
+weighted average of observed waits above the budget turns the spin off (a 5 ms inference
+is waited for with a blocking poll), and it turns back on by itself when waits shorten.
+
+The CPU spent is therefore bounded by ``spin_ns`` per wait and is only spent where it
+pays. ``spin_ns = 0`` disables spinning. ONNX Runtime makes the same trade for its own
+intra-op threads (``session.intra_op.allow_spinning``). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+
+__all__ = ["DEFAULT_SPIN_US", "SPIN_ENV", "ReadableWait", "spin_us_from_env"]
+
+SPIN_ENV = "EDGE_SPIN_US"
+"""Environment variable overriding the default spin budget (microseconds; 0 disables)."""
+
+DEFAULT_SPIN_US = 200
+"""Default spin budget per wait: a few wake-up latencies, far below a model call."""
+
+_MAX_SPIN_US = 100_000
+_WEIGHT = 0.25  # of the newest observation in the running average
+
+
+def spin_us_from_env(default: int = DEFAULT_SPIN_US) -> int:
+    """Return the spin budget from :data:`SPIN_ENV`, else ``default`` (bad values: default)."""
+    raw = os.environ.get(SPIN_ENV)
+    if raw is None or not raw.strip().isdigit():
+        return default
+    return min(int(raw), _MAX_SPIN_US)
+
+
+class ReadableWait:
+    """Waits until a file descriptor is readable (or hung up), spinning first when it pays.
+
+    Not thread-safe: one thread at a time waits on an instance (the reader of a channel).
+
+    Args:
+        fd: the descriptor (a socket's ``fileno()``).
+        spin_us: spin budget per wait in microseconds (0: always block at once).
+        wake_fd: optional second descriptor (a pipe's read end) that ends a wait too, so
+            that another thread can interrupt the waiter.
+
+    """
+
+    __slots__ = ("_average_ns", "_poll", "_spin_ns")
+
+    def __init__(self, fd: int, spin_us: int, wake_fd: int | None = None) -> None:
+        if type(spin_us) is not int or not 0 <= spin_us <= _MAX_SPIN_US:
+            raise ValueError(f"spin_us: must be an integer in 0..{_MAX_SPIN_US}: {spin_us!r}")
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+        if wake_fd is not None:
+            self._poll.register(wake_fd, select.POLLIN)
+        self._spin_ns = spin_us * 1000
+        self._average_ns = 0.0
+
+    @property
+    def spinning(self) -> bool:
+        """True when the next wait will spin before it blocks."""
+        return bool(self._spin_ns) and self._average_ns < self._spin_ns
+
+    def ready(self) -> list[tuple[int, int]]:
+        """The ``(fd, events)`` pairs ready now (never blocks; empty when none)."""
+        return self._poll.poll(0)
+
+    def wait(self, timeout_s: float | None) -> list[tuple[int, int]]:
+        """Wait until a descriptor is readable or hung up; return ``(fd, events)`` pairs.
+
+        Empty when ``timeout_s`` passed first.
+        """
+        poll = self._poll.poll
+        events = poll(0)
+        if events:
+            self._observe(0)
+            return events
+        clock = time.perf_counter_ns
+        start = clock()
+        if self._spin_ns and self._average_ns < self._spin_ns:
+            end = start + min(self._spin_ns, _ns(timeout_s))
+            while clock() < end:
+                events = poll(0)
+                if events:
+                    self._observe(clock() - start)
+                    return events
+        if timeout_s is None:
+            events = poll()
+        else:
+            left_ms = (start + _ns(timeout_s) - clock()) / 1e6
+            events = poll(max(0, int(left_ms + 0.999)))
+        self._observe(clock() - start)
+        return events
+
+    def _observe(self, waited_ns: int) -> None:
+        self._average_ns += _WEIGHT * (waited_ns - self._average_ns)
+
+
+def _ns(timeout_s: float | None) -> int:
+    return 1 << 62 if timeout_s is None else max(0, int(timeout_s * 1e9))

@@ -1,0 +1,264 @@
+"""Who reads a worker channel: the thread that waits for it, else a background reader.
+
+A request's caller waits for its reply anyway, so it reads the channel itself instead of
+waiting for another thread to read the frame and wake it: handing a frame from a reader
+thread to a blocked caller costs one more scheduler wake-up per event (tens of µs on a
+virtual machine), more than the rest of the round trip. :class:`ChannelReader` therefore
+implements *leader/follower* reading:
+
+* a waiting thread first takes what is already in its own queue;
+* otherwise, if nobody is reading, it becomes the **leader**: it waits for the socket
+  (:class:`~edge_contracts.waiting.ReadableWait`: a bounded adaptive spin, then a blocking
+  poll), reads one frame at a time and dispatches each to whichever call it belongs to,
+  until its own queue has something; it then gives the role up and wakes the other
+  waiters (a :data:`HANDOVER` marker in their queues) so that one of them leads next;
+* while someone else leads, a waiter is a **follower** blocked on its own queue; the
+  leader puts its frames there.
+
+When nobody has waited for :data:`LINGER_S`, a background thread reads instead, so that
+frames nobody waits for yet (stream events, acknowledgements, a worker's protocol
+violation) are still taken off the socket, and a worker never blocks on a full channel.
+It polls the socket and a wake-up pipe and parks on a condition while callers lead; the
+first waiter after an idle period wakes it out of its poll through the pipe.
+
+Only one thread reads at a time (the read lock); every frame is dispatched by
+``read_one``, the client's single frame handler, whichever thread runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from edge_contracts.waiting import ReadableWait
+
+__all__ = ["HANDOVER", "LINGER_S", "ChannelReader"]
+
+LINGER_S = 0.05
+"""How long after the last waiter the background reader takes over the socket."""
+
+
+class _Handover:
+    """Type of :data:`HANDOVER`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HANDOVER"
+
+
+HANDOVER: Final = _Handover()
+"""Put into a follower's queue when the leader gives up the read role; never delivered."""
+
+
+def take_nowait(inbox: queue.SimpleQueue[Any]) -> Any | None:
+    """Return the next item of ``inbox`` that is not :data:`HANDOVER`, else None."""
+    while True:
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            return None
+        if item is not HANDOVER:
+            return item
+
+
+class ChannelReader:
+    """Leader/follower reading of one channel (see the module docstring).
+
+    Args:
+        fd: the channel's socket descriptor.
+        read_one: reads and dispatches exactly one frame; False once the channel has
+            ended (the client has then failed every call it knows of).
+        gone: builds the error raised to a waiter when the channel has ended and its
+            queue is empty.
+        spin_us: spin budget of each wait for the socket (0: never spin).
+        name: the background thread's name.
+
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        read_one: Callable[[], bool],
+        gone: Callable[[], BaseException],
+        *,
+        spin_us: int,
+        name: str,
+    ) -> None:
+        self._fd = fd
+        self._read_one = read_one
+        self._gone = gone
+        self._nudge_r, self._nudge_w = os.pipe()
+        os.set_blocking(self._nudge_r, False)
+        os.set_blocking(self._nudge_w, False)
+        self._lead_wait = ReadableWait(fd, spin_us, wake_fd=self._nudge_r)
+        self._role = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
+        self._waiting: list[queue.SimpleQueue[Any]] = []
+        self._last_active = float("-inf")
+        self._polling = False
+        self._closing = False
+        self._ended = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._background, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closing
+
+    @property
+    def ended(self) -> bool:
+        """True once a read found the channel ended."""
+        return self._ended
+
+    # -- waiting callers -------------------------------------------------------------
+
+    def wait(self, inbox: queue.SimpleQueue[Any], timeout_s: float | None) -> Any:
+        """Return the next item of ``inbox``, reading the channel while nobody else does.
+
+        Raises:
+            TimeoutError: nothing arrived within ``timeout_s``.
+            BaseException: ``gone()`` when the channel ended and ``inbox`` is empty.
+
+        """
+        item = take_nowait(inbox)
+        if item is not None:
+            return item
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cv:
+            self._waiting.append(inbox)
+            kick = self._polling
+        if kick:
+            with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+                os.write(self._wake_w, b"\0")
+        try:
+            while True:
+                item = take_nowait(inbox)
+                if item is not None:
+                    return item
+                if self._ended:
+                    raise self._gone()
+                if self._role.acquire(blocking=False):
+                    try:
+                        self._lead(inbox, deadline)
+                    finally:
+                        self._give_up(inbox)
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                try:
+                    item = inbox.get(timeout=left)
+                except queue.Empty:
+                    raise TimeoutError from None
+                if item is not HANDOVER:
+                    return item
+        finally:
+            with self._cv:
+                self._waiting.remove(inbox)
+                self._last_active = time.monotonic()
+
+    def nudge(self) -> None:
+        """Wake the leader out of its wait: call after delivering to a queue off the socket.
+
+        (A cancelled call's CANCELLED, for instance, is put in its queue by the
+        cancelling thread while the call's own thread may be leading.)
+        """
+        with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+            os.write(self._nudge_w, b"\0")
+
+    def _lead(self, inbox: queue.SimpleQueue[Any], deadline: float | None) -> None:
+        """Read frames until ``inbox`` has an item or the channel ends (holding the role)."""
+        fd = self._fd
+        while inbox.empty() and not self._ended:
+            left = None if deadline is None else deadline - time.monotonic()
+            events = () if left is not None and left <= 0 else self._lead_wait.wait(left)
+            if not events:
+                raise TimeoutError
+            readable = False
+            for ready, _ in events:
+                if ready == fd:
+                    readable = True
+                else:
+                    with contextlib.suppress(OSError):
+                        os.read(self._nudge_r, 4096)
+            if readable and not self._read_one():
+                self._ended = True
+
+    def _give_up(self, inbox: queue.SimpleQueue[Any] | None) -> None:
+        """Release the read role and wake every other waiter to take it over."""
+        self._role.release()
+        with self._cv:
+            others = [other for other in self._waiting if other is not inbox]
+        for other in others:
+            other.put(HANDOVER)
+
+    # -- background reader -----------------------------------------------------------
+
+    def _background(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while True:
+            with self._cv:
+                while not self._closing and (
+                    self._waiting or time.monotonic() - self._last_active < LINGER_S
+                ):
+                    self._cv.wait(LINGER_S)
+                if self._closing or self._ended:
+                    return
+                self._polling = True
+            try:
+                events = poller.poll()
+            finally:
+                with self._cv:
+                    self._polling = False
+            if any(fd == self._wake_r for fd, _ in events):
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 4096)
+            if self.closing:
+                return
+            if not any(fd == self._fd for fd, _ in events):
+                continue
+            if not self._role.acquire(blocking=False):
+                continue  # a caller leads; the loop parks until it is done
+            try:
+                ready = any(fd == self._fd for fd, _ in self._lead_wait.ready())
+                if not self._ended and ready and not self._read_one():
+                    self._ended = True
+            finally:
+                self._give_up(None)
+            if self._ended:
+                return
+
+    def close(self) -> None:
+        """Stop reading for good (after the socket was shut down); idempotent.
+
+        Stops the background reader and waits (bounded) until no thread is inside a read,
+        then keeps the read role so that nobody reads again: the caller may then close
+        the socket without another thread touching a reused descriptor number.
+        """
+        with self._cv:
+            if self._closing:
+                return
+            self._closing = True
+            self._ended = True
+            self._cv.notify_all()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
+        self.nudge()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
+        self._role.acquire(timeout=2.0)
+        for fd in (self._wake_r, self._wake_w, self._nudge_r, self._nudge_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -350,14 +350,19 @@ class SegmentProducer:
         segment.close()
         self._gone.append(segment.name)
 
-    def release(self, segment: str, generation: int) -> bool:
-        """Take back a segment the consumer acknowledged; a stale generation frees nothing."""
+    def release(self, segment: str, generation: int, *, unlink: bool = False) -> bool:
+        """Take back a segment the consumer acknowledged; a stale generation frees nothing.
+
+        With ``unlink`` the segment is not pooled for reuse but unlinked at once: the
+        consumer still holds views of it, which stay valid (its mapping keeps the pages)
+        but must never see another tensor's bytes.
+        """
         with self._lock:
             entry = self._leased.get(segment)
             if entry is None or entry[1] != generation:
                 return False
             del self._leased[segment]
-            if self._closed:
+            if self._closed or unlink:
                 self._drop(entry[0])
             else:
                 self._pool[segment] = entry[0]

@@ -147,6 +147,7 @@ class Call:
 
     __slots__ = (
         "_acks",
+        "_allocated",
         "_closed",
         "_lock",
         "_seq",
@@ -172,6 +173,7 @@ class Call:
         self._seq = 0
         self._closed = False
         self._acks = acks
+        self._allocated: dict[int, tuple[Any, Any]] = {}
         self.request_id = header.request_id
         self.stage_id = header.stage_id
         self.epoch = header.epoch
@@ -207,9 +209,35 @@ class Call:
                 self._closed = True
             sent = self._server.send_event(self, kind, seq, outputs, data, error)
             ended = self._closed
+            unsent = list(self._allocated.values()) if ended else []
+            if ended:
+                self._allocated.clear()
+        if unsent:
+            self._server._tensors()[0].take_back([(ls.segment, ls.generation) for _, ls in unsent])
         if ended:
             self._server.forget(self)
         return sent
+
+    def output_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Return a writable numpy array to compute one output into.
+
+        Returned from :meth:`Handler.submit` (or passed to :meth:`emit`) as an output,
+        this very array travels without a copy when it is large enough for shared memory
+        (it lives in one of this worker's segments); a smaller one is private memory.
+        Do not write into it after it was sent. Buffers a request does not send are
+        taken back when the request ends.
+        """
+        array, lease = self._server._tensors()[0].allocate(tuple(shape), dtype)
+        if lease is not None:
+            with self._lock:
+                self._allocated[id(array)] = (array, lease)
+        return array
+
+    @property
+    def zero_copy_bytes(self) -> int | None:
+        """Output size from which :meth:`output_buffer` gives shared memory (None: never)."""
+        server = self._server
+        return server.boot.shm_threshold if server.use_shm else None
 
     def token(self, data: Mapping[str, Any]) -> bool:
         """Emit a TOKEN event (streaming)."""
@@ -335,7 +363,7 @@ class _Server:
         packed = None
         if outputs and kind not in (EventKind.ERROR, EventKind.CANCELLED):
             try:
-                packed = self._tensors()[0].pack(outputs)
+                packed = self._tensors()[0].pack(outputs, call._allocated)
             except Exception as exc:  # becomes the request's ERROR event
                 if not kind.terminal:
                     call._closed = True
@@ -400,6 +428,8 @@ class _Server:
             if self._producer is not None:
                 for segment, generation in header.meta.get("segments", ()):
                     self._producer.release(str(segment), int(generation))
+                for segment, generation in header.meta.get("unlink", ()):
+                    self._producer.release(str(segment), int(generation), unlink=True)
         elif op == OP_PING:
             self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
         elif op == OP_SHUTDOWN:

@@ -10,7 +10,9 @@ Ops, controller to worker:
     ``cancel``: ``meta`` has ``target`` (one request id or null) and ``fence_epoch`` (every
     request of the frame's stage with an older epoch, or null); no answer.
     ``ack``: ``meta.segments`` lists ``[segment, generation]`` pairs of worker-produced
-    shared memory the controller is done with; no answer.
+    shared memory the controller is done with (pooled for reuse); the optional
+    ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
+    them instead of reusing them. No answer.
     ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
 
 Ops, worker to controller:

@@ -12,6 +12,7 @@ read-only arrays, mapping referenced segments through a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec
-from edge_contracts.shm import SegmentConsumer, SegmentProducer
+from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
 from edge_contracts.tensors import arrays_from_frame, dtype_of
 from edge_contracts.wire import Frame
 
@@ -92,10 +93,39 @@ class TensorPacker:
         self.producer = producer
         self.threshold = threshold
 
-    def pack(self, arrays: Mapping[str, Any] | None) -> Packed:
+    def allocate(
+        self, shape: tuple[int, ...], dtype: Any
+    ) -> tuple[np.ndarray[Any, Any], Lease | None]:
+        """Return a writable array to compute an outgoing tensor into, and its lease.
+
+        At or above the threshold (with shared memory in use) the array lives in a
+        leased segment, so that :meth:`pack` sends it without a copy when it is passed
+        back in ``allocated``; otherwise (or when the cap is reached) it is private.
+        """
+        np_dtype = np.dtype(dtype)
+        count = math.prod(shape)
+        nbytes = count * np_dtype.itemsize
+        shareable = np_dtype.byteorder != ">" or np_dtype.itemsize == 1
+        if self.producer is not None and shareable and nbytes >= self.threshold and nbytes > 0:
+            try:
+                lease = self.producer.lease(nbytes)
+            except ShmCapExceeded:  # fall back to a private array; pack copies later
+                return np.empty(shape, np_dtype), None
+            array = np.frombuffer(lease.view, dtype=np_dtype, count=count).reshape(shape)
+            return array, lease
+        return np.empty(shape, np_dtype), None
+
+    def pack(
+        self,
+        arrays: Mapping[str, Any] | None,
+        allocated: dict[int, tuple[Any, Lease]] | None = None,
+    ) -> Packed:
         """Return the header entries and payloads for ``arrays`` (a name -> array mapping).
 
-        On any failure, segments already leased for this frame are taken back.
+        ``allocated`` maps ``id(array)`` to ``(array, lease)`` for arrays made by
+        :meth:`allocate`: such an array (the very object) travels as a reference to its
+        lease, without a copy, and its entry is removed. On any failure, segments leased
+        for this frame are taken back.
         """
         if not arrays:
             return _EMPTY
@@ -104,6 +134,13 @@ class TensorPacker:
         leases: list[tuple[str, int]] = []
         try:
             for name, value in arrays.items():
+                owned = allocated.pop(id(value), None) if allocated else None
+                if owned is not None and owned[0] is value:  # already in its segment
+                    leases.append((owned[1].segment, owned[1].generation))
+                    specs.append(_in_place(name, value, owned[1]))
+                    continue
+                if owned is not None and allocated is not None:  # an unrelated array
+                    allocated[id(value)] = owned
                 array = np.asarray(value)
                 dtype = _NATIVE.get(array.dtype)  # common little-endian types: no checks
                 if dtype is None:
@@ -136,6 +173,13 @@ class TensorPacker:
         if self.producer is not None:
             for segment, generation in leases:
                 self.producer.release(segment, generation)
+
+
+def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpec:
+    """The entry of an array made by :meth:`TensorPacker.allocate`, sent as its lease."""
+    ref = ShmRef(lease.segment, lease.offset, lease.generation)
+    dtype = dtype_of(array, f"outputs.{name}.dtype")
+    return TensorSpec(name, dtype, tuple(array.shape), int(array.nbytes), ref)
 
 
 class TensorUnpacker:

@@ -8,7 +8,7 @@ the stage's later hooks (warm-up, call, cancel, retire).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,7 +16,7 @@ import attrs
 
 from edge_core.placement import PlacementPolicy
 
-__all__ = ["RETIRE_OUTCOME_ATTR", "LoadedStage", "StageContext"]
+__all__ = ["RETIRE_OUTCOME_ATTR", "LoadedStage", "RetainedOutputs", "StageContext"]
 
 #: The attribute a load error carries when the plugin retired the stage's worker while
 #: failing: the retire outcome, which decides the reservation's fate (released when the
@@ -82,3 +82,24 @@ class LoadedStage(Protocol):
         stage whose observation exceeds its demand.
         """
         ...
+
+
+class RetainedOutputs(dict[str, Any]):
+    """An event's output arrays that are views of a worker's memory, not copies.
+
+    A loaded stage's call may yield this mapping instead of a plain ``dict`` for an
+    event's tensors. The runtime keeps :attr:`release` with the request and calls it
+    once the result is acknowledged (or the request ends undelivered): the worker may
+    then reuse the memory. ``release()`` returns True when some view was still referenced
+    at that moment, in which case the memory must have been kept for it (never reused).
+
+    Attributes:
+        release: gives the memory back; returns whether views were still alive.
+    """
+
+    __slots__ = ("release",)
+
+    def __init__(self, arrays: Mapping[str, Any], release: Callable[[], bool]) -> None:
+        super().__init__(arrays)
+        self.release = release
+

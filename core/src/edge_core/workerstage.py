@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Self
 
@@ -22,12 +23,12 @@ from edge_contracts.devices import RAM_POOL
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.host.bootstrap import start_worker
-from edge_core.host.calls import Call
+from edge_core.host.calls import Call, Delivery
 from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
-from edge_core.stage import RETIRE_OUTCOME_ATTR, StageContext
+from edge_core.stage import RETIRE_OUTCOME_ATTR, RetainedOutputs, StageContext
 
 __all__ = ["RETIRE_OUTCOME_ATTR", "WorkerStage", "tree_peak_rss"]
 
@@ -60,6 +61,39 @@ def tree_peak_rss(pid: int, create_time: float) -> int:
         return total
     except psutil.Error:
         return 0
+
+
+def _anchor(array: Any) -> Any:
+    """The last ndarray of an array's base chain: every view of its bytes keeps it alive.
+
+    NumPy collapses a view's base to this array (the one whose base is the buffer the
+    bytes came from), so it lives exactly as long as some array still uses them.
+    """
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+class _Retention:
+    """Gives one delivery's shared memory back to the worker when the runtime releases it.
+
+    Holds weak references to the arrays' anchors, never the arrays: once the runtime
+    has dropped its own references, an anchor still alive means somebody still holds a
+    view of those bytes.
+    """
+
+    __slots__ = ("_anchors", "_delivery")
+
+    def __init__(self, delivery: Delivery, arrays: Mapping[str, Any]) -> None:
+        self._delivery = delivery
+        self._anchors = [weakref.ref(_anchor(a)) for a in arrays.values()]
+
+    def release(self) -> bool:
+        """Acknowledge the segments; unlink (never reuse) them when a view is alive."""
+        alive = any(anchor() is not None for anchor in self._anchors)
+        self._anchors = []
+        self._delivery.release(unlink=alive)
+        return alive
 
 
 class WorkerStage:
@@ -160,7 +194,15 @@ class WorkerStage:
 
     def call(self, request: StageRequest,
              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """Send the request now; return an iterator of (event, private output copies)."""
+        """Send the request now; return an iterator of (event, outputs).
+
+        Outputs that came inline are private arrays. Outputs that came through shared
+        memory are read-only views of the worker's segment, yielded as
+        :class:`~edge_core.stage.RetainedOutputs`: no copy is made, and the segment goes
+        back to the worker when the runtime releases them (at the result's
+        acknowledgement). Views still referenced then keep their bytes: the worker is
+        told to unlink that segment instead of reusing it.
+        """
         call = self.client.submit(request, inputs)
         with self._lock:
             self._calls[request.request_id] = call
@@ -170,13 +212,20 @@ class WorkerStage:
                 call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         try:
             for delivery in call:
-                with delivery:
-                    if delivery.retained:  # views of the worker's shared memory: copy out
-                        arrays = {name: np.array(a, copy=True)
-                                  for name, a in delivery.arrays.items()}
-                    else:  # views of this frame's own buffer: private already
-                        arrays = dict(delivery.arrays)
-                yield delivery.event, arrays
+                event = delivery.event  # built from the arrays' descriptors
+                if delivery.retained:  # views of the worker's shared memory: no copy
+                    arrays = delivery.arrays
+                    delivery.arrays = {}
+                    tensors: Mapping[str, Any] = RetainedOutputs(
+                        arrays, _Retention(delivery, arrays).release)
+                    del arrays
+                else:  # views of this frame's own buffer: private already
+                    tensors = dict(delivery.arrays)
+                # Hand the item over without this suspended frame keeping a reference
+                # (a view held here would look "still referenced" at release time).
+                box = [(event, tensors)]
+                del delivery, event, tensors
+                yield box.pop()
         finally:
             with self._lock:
                 self._calls.pop(request_id, None)

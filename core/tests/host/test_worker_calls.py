@@ -140,3 +140,36 @@ def test_epoch_fence_drops_queued_work_without_output(start):
     fresh = client.submit(request("n1", epoch=1), {"x": np.ones(2)})
     assert fresh.result(timeout=10)["x"].sum() == 2
     assert client.ping()["in_flight"] == 0
+
+
+def test_outputs_computed_into_output_buffers_travel_without_a_copy(start):
+    client = start("inplace", shm_threshold=64 * 1024)
+    x = np.arange(256 * 1024, dtype=np.float32)  # 1 MiB: through shared memory
+    for i in range(3):
+        call = client.submit(request(f"r{i}"), {"x": x})
+        delivery = call.next(timeout=10)
+        np.testing.assert_array_equal(delivery.arrays["y"], x * 2)
+        assert delivery.arrays["threshold"][0] == 64 * 1024
+        # One worker segment holds y, reused every time: the output was never copied
+        # into a second segment.
+        mine = f"edge_{client._worker_prefix}_"
+        worker_segments = [name for name in segment_names() if name.startswith(mine)]
+        assert [ref[0] for ref in delivery._refs] == worker_segments
+        delivery.release()
+
+
+def test_output_buffers_a_request_does_not_send_are_taken_back(start):
+    client = start("inplace", shm_threshold=64 * 1024)
+    x = np.ones(30 * MIB // 4, dtype=np.float32)  # 30 MiB out, plus 20 MiB never sent
+    for i in range(4):  # under the 64 MiB cap only if the unsent buffer is taken back
+        out = client.submit(request(f"r{i}", unsent=20 * MIB), {"x": x}).result(timeout=30)
+        assert out["y"][0] == 2.0
+    assert client.health().ready
+
+
+def test_small_output_buffers_are_private_arrays(start):
+    client = start("inplace")  # default threshold 256 KiB
+    x = np.arange(16, dtype=np.int32)
+    delivery = client.submit(request("small"), {"x": x}).next(timeout=10)
+    np.testing.assert_array_equal(delivery.arrays["y"], x * 2)
+    assert not delivery.retained

@@ -156,3 +156,32 @@ def test_unknown_backend_options_are_refused_with_their_path(
 
     with pytest.raises(ConfigError, match=r"stages\[0\]\.backend\.options"):
         open_stage(plugins, ledger, add_relu_bundle["dir"], options={"threads": 2})
+
+
+@pytest.mark.parametrize(("shape", "in_place"), [((512, 1024), True), (("n", 1024), False)])
+def test_large_outputs_are_exact_and_arrive_without_a_copy(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+    shape: tuple[int | str, ...], in_place: bool,
+) -> None:
+    from edge_core.artifacts import create_manifest
+    from edge_ort.bundles import write_add_relu_graph
+
+    bundle = tmp_path / "big"
+    bundle.mkdir()
+    graph = write_add_relu_graph(bundle, shape)
+    rng = np.random.default_rng(3)
+    np.savez(bundle / "example.npz", x=rng.standard_normal((512, 1024)).astype(np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        load = pipeline.execution_plan()["stages"][0]["worker"]["load"]
+        assert load["outputs_in_place"] is in_place  # static shapes: written in place
+        for _ in range(5):  # 2 MiB outputs: through shared memory either way
+            x = rng.standard_normal((512, 1024)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": x})
+            with pipeline.run({"x": x}) as result:
+                y = result.outputs["y"]
+                np.testing.assert_array_equal(y, expected)
+                assert not y.flags.writeable and not y.flags.owndata  # a view, not a copy
+                del y
+    assert ledger.is_empty()

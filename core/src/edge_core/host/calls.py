@@ -75,7 +75,7 @@ class Delivery:
         created_ns: int,
         arrays: dict[str, Array],
         refs: list[list[Any]],
-        ack: Callable[[list[list[Any]]], None] | None,
+        ack: Callable[[list[list[Any]], bool], None] | None,
     ) -> None:
         self.request_id = request_id
         self.stage_id = stage_id
@@ -121,11 +121,15 @@ class Delivery:
         """True while this delivery still holds worker shared memory."""
         return bool(self._refs)
 
-    def release(self) -> None:
-        """Acknowledge the shared memory behind :attr:`arrays` (idempotent)."""
+    def release(self, *, unlink: bool = False) -> None:
+        """Acknowledge the shared memory behind :attr:`arrays` (idempotent).
+
+        With ``unlink`` the worker drops the segments instead of reusing them: for views
+        that are still referenced here and must keep their bytes.
+        """
         refs, self._refs = self._refs, []
         if refs and self._ack is not None:
-            self._ack(refs)
+            self._ack(refs, unlink)
 
     def __enter__(self) -> Delivery:
         return self

@@ -319,10 +319,11 @@ class WorkerClient:
             ack=None,
         )
 
-    def _ack(self, refs: list[list[Any]]) -> None:
+    def _ack(self, refs: list[list[Any]], unlink: bool = False) -> None:
         if self._state != READY:
             return
-        header = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"segments": refs})
+        meta = {"segments": [], "unlink": refs} if unlink else {"segments": refs}
+        header = FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta)
         with contextlib.suppress(WorkerGone):
             self._send(header)
 

@@ -9,7 +9,7 @@ from edge_core.runtime.errors import (
     TopologyRefused,
 )
 from edge_core.runtime.pipeline import Pipeline, PipelineResult
-from edge_core.runtime.results import AckOutcome, ResultKey, StageResult
+from edge_core.runtime.results import AckOutcome, OutputReleased, ResultKey, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "DemandExceeded",
     "DuplicateRequest",
     "NumericsRefused",
+    "OutputReleased",
     "PendingCall",
     "Pipeline",
     "PipelineResult",

@@ -370,6 +370,7 @@ class Pipeline:
                 if stage.transform is not None and previous is not None:
                     produced = stage.transform(previous.outputs, inputs)
                     data, carry = split_carry(_copy_apart(produced, previous.outputs))
+                    del produced  # may hold views of previous outputs, released below
                 if previous is not None:
                     previous.ack()  # the next inputs are private copies by now
                     previous = None

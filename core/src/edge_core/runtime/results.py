@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 import attrs
 
 from edge_contracts.requests import StageEvent
+from edge_core.errors import EdgeError
 
-__all__ = ["AckOutcome", "ResultKey", "StageResult"]
+__all__ = ["AckOutcome", "OutputReleased", "ResultKey", "ResultOutputs", "StageResult"]
 
 
 class AckOutcome(enum.StrEnum):
@@ -34,19 +36,59 @@ class ResultKey:
     serial: int
 
 
+class OutputReleased(EdgeError, KeyError):
+    """An output was read through a result after :meth:`StageResult.ack` released it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ResultOutputs(dict[str, Any]):
+    """A result's outputs by name; names released by the acknowledgement say so when read."""
+
+    __slots__ = ("_owner", "_released")
+
+    def __init__(self, outputs: Mapping[str, Any], owner: str) -> None:
+        super().__init__(outputs)
+        self._owner = owner
+        self._released: frozenset[str] = frozenset()
+
+    def __missing__(self, key: str) -> Any:
+        if key in self._released:
+            raise OutputReleased(
+                f"{self._owner}.outputs.{key}: released by ack() (it was a view of the "
+                "worker's shared memory): take the array, or a copy, before acknowledging"
+            )
+        raise KeyError(key)
+
+    def _release(self, names: Iterable[str]) -> None:
+        names = frozenset(names)
+        for name in names:
+            self.pop(name, None)
+        self._released |= names
+
+
 class StageResult:
     """One request's outputs, retained (and holding its slot) until acknowledged.
 
     Use it as a context manager to acknowledge on exit, or call :meth:`ack`.
 
+    Outputs that travelled inline are private arrays. Large outputs (those that came
+    through shared memory) are read-only views of the worker's memory, not copies: the
+    acknowledgement gives that memory back for reuse and removes them from
+    :attr:`outputs` (reading one then raises :class:`OutputReleased`). An array taken
+    from :attr:`outputs` before the acknowledgement stays valid as long as it is
+    referenced: its memory is then kept for it and never reused (a ``ResourceWarning``
+    says so, since that memory has to be replaced).
+
     Attributes:
         key: The request id, epoch, generation and serial the delivery belongs to.
-        outputs: Output name to array (private copies: they stay valid after the ack).
+        outputs: Output name to array.
         events: Every event the request produced, the terminal one last.
         latency_s: Submit-to-terminal time measured by the runtime.
     """
 
-    __slots__ = ("_ack", "events", "key", "latency_s", "outputs")
+    __slots__ = ("_ack", "_retained", "events", "key", "latency_s", "outputs")
 
     def __init__(
         self,
@@ -55,12 +97,14 @@ class StageResult:
         events: tuple[StageEvent, ...],
         latency_s: float,
         ack: Callable[[ResultKey], AckOutcome],
+        retained: list[tuple[tuple[str, ...], Callable[[], bool]]] | None = None,
     ) -> None:
         self.key = key
-        self.outputs = dict(outputs)
+        self.outputs = ResultOutputs(outputs, f"request[{key.request_id}]")
         self.events = events
         self.latency_s = latency_s
         self._ack = ack
+        self._retained = list(retained or ())
 
     @property
     def data(self) -> Mapping[str, Any]:
@@ -68,8 +112,30 @@ class StageResult:
         return self.events[-1].data if self.events else {}
 
     def ack(self) -> AckOutcome:
-        """Acknowledge the delivery; frees its slot the first time, is stale afterwards."""
-        return self._ack(self.key)
+        """Acknowledge the delivery; frees its slot the first time, is stale afterwards.
+
+        The first call also gives shared-memory outputs back to the worker.
+        """
+        try:
+            return self._ack(self.key)
+        finally:
+            self.release_outputs()
+
+    def release_outputs(self) -> None:
+        """Give shared-memory outputs back to the worker now (idempotent; ack does it)."""
+        retained, self._retained = self._retained, []
+        if not retained:
+            return
+        self.outputs._release(name for names, _ in retained for name in names)
+        kept = [name for names, release in retained if release() for name in names]
+        if kept:
+            warnings.warn(
+                f"request[{self.key.request_id}]: outputs {sorted(kept)} were still "
+                "referenced when acknowledged: their shared memory stays theirs and the "
+                "worker must replace it (copy outputs you keep, or drop them before ack())",
+                ResourceWarning,
+                stacklevel=3,
+            )
 
     def __enter__(self) -> StageResult:
         return self

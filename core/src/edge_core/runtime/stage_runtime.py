@@ -30,7 +30,7 @@ from edge_core.errors import EdgeError, StageClosed
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled, RequestFailed
 from edge_core.runtime.flow import SlotPool
 from edge_core.runtime.results import AckOutcome, ResultKey, StageResult
-from edge_core.stage import LoadedStage, StageContext
+from edge_core.stage import LoadedStage, RetainedOutputs, StageContext
 
 __all__ = ["PendingCall", "StageRuntime", "StageState"]
 
@@ -71,6 +71,9 @@ class PendingCall:
         self._started = time.perf_counter()
         self._seen: list[StageEvent] = []
         self._outputs: dict[str, Any] = {}
+        # Releases of outputs that are views of worker memory (RetainedOutputs), with
+        # their names: handed to the result, or called when the request ends otherwise.
+        self._retained: list[tuple[tuple[str, ...], Callable[[], bool]]] = []
         self._result: StageResult | None = None
         self._done = False
 
@@ -100,28 +103,35 @@ class PendingCall:
             event, tensors = next(self._events)
         except StopIteration:
             self._done = True
+            self._drop_retained()
             if stage._accept(self.request_id, self.serial, None):
                 raise RequestFailed(self.request_id, "WorkerLost",
                                     "the event stream ended without a terminal event") from None
             raise RequestCancelled(cancelled) from None
         except EdgeError as exc:
             self._done = True
+            self._drop_retained()
             if stage._accept(self.request_id, self.serial, None):
                 raise
             raise RequestCancelled(cancelled) from exc
+        if isinstance(tensors, RetainedOutputs):
+            self._retained.append((tuple(tensors), tensors.release))
         # One locked decision: a fenced request's event is refused, and a terminal event
         # is either delivered (DONE, slot kept until the ack) or ends the request.
         if not stage._accept(self.request_id, self.serial, event):
             self._done = True
             self._close_events()
+            self._drop_retained()
             raise RequestCancelled(cancelled)
         self._seen.append(event)
         self._outputs.update(tensors)
         if event.terminal:
             self._done = True
             if event.kind is EventKind.CANCELLED:
+                self._drop_retained()
                 raise RequestCancelled(f"{cancelled} by the worker")
             if event.kind is EventKind.ERROR:
+                self._drop_retained()
                 info = event.error
                 raise RequestFailed(self.request_id, info.type if info else "Error",
                                     info.message if info else "")
@@ -129,9 +139,17 @@ class PendingCall:
                 ResultKey(self.request_id, self.request.epoch, self.request.generation,
                           self.serial),
                 self._outputs, tuple(self._seen), time.perf_counter() - self._started,
-                stage.ack,
+                stage.ack, self._retained,
             )
+            self._outputs, self._retained = {}, []  # the result holds them now
         return event, tensors
+
+    def _drop_retained(self) -> None:
+        """Give back worker memory of a request that ends without a result."""
+        retained, self._retained = self._retained, []
+        self._outputs = {}
+        for _, release in retained:
+            release()
 
     def _close_events(self) -> None:
         close = getattr(self._events, "close", None)

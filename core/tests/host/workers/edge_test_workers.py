@@ -185,8 +185,27 @@ class Garbage(Echo):
         return None
 
 
+class InPlace(Echo):
+    """Computes ``2 * x`` straight into an output buffer; also allocates one it never sends."""
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        import numpy as np
+
+        x = call.inputs["x"]
+        unsent = int(call.params.get("unsent", 0))
+        if unsent:
+            call.output_buffer((unsent,), np.uint8)  # taken back when the request ends
+        out = call.output_buffer(x.shape, x.dtype)
+        np.multiply(x, 2, out=out)
+        return {"y": out, "threshold": np.array([call.zero_copy_bytes or -1])}
+
+
 def echo() -> BaseHandler:
     return Echo()
+
+
+def inplace() -> BaseHandler:
+    return InPlace()
 
 
 def stream() -> BaseHandler:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from precompile import ensure_bytecode
+
 ROUNDS = int(os.environ.get("EDGE_BENCH_ROUNDS", "15"))
 
 
@@ -25,6 +27,7 @@ def wall(cmd: list[str]) -> float:
 
 
 def main() -> None:
+    ensure_bytecode()
     edge = shutil.which("edge", path=os.path.dirname(sys.executable)) or "edge"
     cases = {
         "python_startup": [sys.executable, "-c", "pass"],

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from precompile import ensure_bytecode
 
 from edge_contracts.requests import Operation, StageRequest
 from edge_core.host import Route, WorkerClient, start_worker
@@ -136,6 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples (smoke run)")
     args = parser.parse_args()
+    ensure_bytecode()
     n_rtt = 300 if args.quick else 3000
     n_big = 5 if args.quick else 15
     results: dict[str, object] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}

@@ -7,23 +7,21 @@ without changing the descriptor.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import ContractError, InvalidValue
+from edge_contracts.errors import InvalidValue
+from edge_contracts.shapes import MAX_DIMS, check_shape, expected_nbytes
 from edge_contracts.validation import (
-    INT64_MAX,
     check_keys,
     parse_enum,
     rebase,
     require_bool,
     require_id,
     require_int,
-    require_list,
 )
 
 __all__ = [
@@ -35,8 +33,6 @@ __all__ = [
     "expected_nbytes",
 ]
 
-MAX_DIMS = 32
-"""Most dimensions a tensor may have."""
 
 
 class MemoryDomain(StrEnum):
@@ -49,32 +45,6 @@ class Layout(StrEnum):
     """How elements are laid out. Only C (row-major, contiguous) today."""
 
     C = "C"
-
-
-def check_shape(
-    shape: object, field: str, *, error: type[ContractError] = InvalidValue
-) -> tuple[int, ...]:
-    """Return ``shape`` as a tuple of <= 32 non-negative integers (bools refused)."""
-    if (
-        type(shape) in (tuple, list)
-        and len(shape) <= MAX_DIMS  # type: ignore[arg-type]
-        and all(type(dim) is int and 0 <= dim <= INT64_MAX for dim in shape)  # type: ignore[attr-defined]
-    ):
-        return tuple(shape)  # type: ignore[arg-type]
-    dims = require_list(shape, field, max_length=MAX_DIMS, error=error)
-    return tuple(
-        require_int(dim, f"{field}[{index}]", error=error) for index, dim in enumerate(dims)
-    )
-
-
-def expected_nbytes(
-    dtype: DType, shape: tuple[int, ...], field: str, *, error: type[ContractError] = InvalidValue
-) -> int:
-    """Return ``prod(shape) * dtype.itemsize``; refuse totals beyond the int64 range."""
-    total = math.prod(shape) * dtype.itemsize
-    if total > INT64_MAX:
-        raise error(field, list(shape), f"prod(shape) * itemsize must be <= {INT64_MAX}")
-    return total
 
 
 @dataclass(frozen=True, slots=True)

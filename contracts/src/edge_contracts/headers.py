@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edge_contracts.buffers import check_shape, expected_nbytes
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import (
     DescriptorInvalid,
@@ -33,6 +32,7 @@ from edge_contracts.protocol import (
     PROTOCOL_VERSION,
     validate_feature_name,
 )
+from edge_contracts.shapes import check_shape, expected_nbytes
 from edge_contracts.validation import (
     INT64_MAX,
     check_keys,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.errors import InvalidValue
+from edge_contracts.events import EventKind, Operation
 from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
 from edge_contracts.validation import (
     check_keys,
@@ -45,32 +45,6 @@ MAX_ERROR_MESSAGE = 8192
 """Longest error message carried by an event, in characters."""
 
 
-class Operation(StrEnum):
-    """What a request asks of a stage."""
-
-    RUN = "run"
-    """A graph stage: one stateless call on a fixed input bucket."""
-    GENERATE = "generate"
-    """A streaming stage: a sequence of events, stateful inside the worker."""
-
-
-class EventKind(StrEnum):
-    """The kind of a stage event; see :attr:`terminal`."""
-
-    OUTPUT = "output"
-    TOKEN = "token"  # noqa: S105 - an event kind, not a secret
-    PROGRESS = "progress"
-    DONE = "done"
-    ERROR = "error"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether an event of this kind ends its request (DONE, ERROR, CANCELLED)."""
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset({EventKind.DONE, EventKind.ERROR, EventKind.CANCELLED})
 
 
 def _buffers(values: object, field: str) -> tuple[BufferDescriptor, ...]:

@@ -10,7 +10,8 @@ Naming and permissions:
     Every segment is called ``edge_<prefix>_<random>``. The prefix is fixed per producer
     (the controller hands each worker its own), so that whoever owns the producer's
     lifetime can sweep what a crashed producer left behind (:func:`sweep`). The random
-    part comes from :mod:`secrets`, so a name cannot be guessed. Segments are created
+    part comes from ``os.urandom`` (what :mod:`secrets` uses), so a name cannot be guessed.
+    Segments are created
     ``O_EXCL`` with mode ``0600``.
 
 Layout:
@@ -33,7 +34,6 @@ import importlib
 import mmap
 import os
 import re
-import secrets
 import struct
 import threading
 from collections import OrderedDict
@@ -115,7 +115,7 @@ class ShmRefused(ShmError):
 
 def new_prefix() -> str:
     """Return a fresh random producer prefix (8 lowercase hex digits)."""
-    return secrets.token_hex(4)
+    return os.urandom(4).hex()  # what secrets.token_hex does, without its imports
 
 
 def _check_prefix(prefix: str) -> str:
@@ -339,7 +339,7 @@ class SegmentProducer:
         ):
             _, evicted = self._pool.popitem(last=False)
             self._drop(evicted)
-        name = f"{NAME_PREFIX}{self.prefix}_{secrets.token_hex(8)}"
+        name = f"{NAME_PREFIX}{self.prefix}_{os.urandom(8).hex()}"
         segment = Segment.create(name, capacity)
         self._held_bytes += segment.capacity
         return segment

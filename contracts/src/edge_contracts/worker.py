@@ -38,20 +38,18 @@ import contextlib
 import importlib
 import os
 import select
-import socket
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_contracts.errors import StreamClosed, WireError
+from edge_contracts.events import EventKind
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
-from edge_contracts.requests import EventKind
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
@@ -72,6 +70,8 @@ from edge_contracts.worker_protocol import (
 )
 
 if TYPE_CHECKING:
+    import socket
+
     from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
 
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
@@ -456,7 +456,7 @@ class _Server:
                 try:
                     self.handler.cancel(call.request_id)
                 except Exception:  # the request is already ended
-                    traceback.print_exc()
+                    _print_exception()
         if target is not None:
             for frame in [f for f in self._pending if f.header.request_id == target]:
                 self._pending.remove(frame)
@@ -536,12 +536,18 @@ class _Server:
         try:
             self.handler.close()
         except Exception:  # shutting down regardless
-            traceback.print_exc()
+            _print_exception()
         if self._producer is not None:
             self._producer.close()
         if self._consumer is not None:
             self._consumer.close()
         self.sock.close()
+
+
+def _print_exception() -> None:
+    import traceback  # only on this error path: it costs milliseconds at start-up
+
+    traceback.print_exc()
 
 
 def _error_info(error: BaseException) -> dict[str, str]:
@@ -594,8 +600,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m edge_contracts.worker FD (with {BOOT_ENV} set)", file=sys.stderr)
         return 2
     boot = BootConfig.from_json(raw)
-    sock = socket.socket(fileno=int(args[0]))
-    sock.set_inheritable(False)
+    try:  # the C socket type: the ``socket`` module adds ~3 ms of imports to start-up
+        from _socket import socket as socket_type
+    except ImportError:  # pragma: no cover - an interpreter without CPython's _socket
+        from socket import socket as socket_type  # type: ignore[assignment]
+    fd = int(args[0])
+    os.set_inheritable(fd, False)
+    sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     return serve(sock, boot)
 
 

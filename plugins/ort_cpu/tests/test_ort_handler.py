@@ -110,3 +110,23 @@ def test_compare_outputs_bounds_and_shapes() -> None:
     assert "expected float32[2]" in shape["outputs"]["y"]["problem"]
     missing = compare_outputs({}, ref)
     assert missing["outputs"]["y"]["problem"] == "output missing"
+
+
+def test_the_distribution_owning_onnxruntime_is_read_from_its_record(tmp_path) -> None:
+    import os
+
+    import onnxruntime
+
+    from edge_ort.worker import _distribution_in, _search_distributions
+
+    real = os.path.dirname(os.path.realpath(onnxruntime.__file__))
+    assert _distribution_in(real) == _search_distributions(real) == "onnxruntime"
+    site = tmp_path / "site-packages"
+    (site / "onnxruntime").mkdir(parents=True)
+    (site / "onnxruntime_qnn-2.7.0.dist-info").mkdir()  # ships only onnxruntime_qnn
+    (site / "onnxruntime_qnn-2.7.0.dist-info" / "RECORD").write_text(
+        "onnxruntime_qnn/__init__.py,sha256=x,1\n")
+    (site / "onnxruntime_directml-1.20.0.dist-info").mkdir()
+    (site / "onnxruntime_directml-1.20.0.dist-info" / "RECORD").write_text(
+        "onnxruntime\\capi\\x.py,sha256=y,2\nonnxruntime\\__init__.py,sha256=z,3\n")
+    assert _distribution_in(str(site / "onnxruntime")) == "onnxruntime-directml"

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,23 +32,63 @@ from edge_ort.assignment import (
     supports_assignment,
 )
 from edge_ort.bucket import Bucket
-from edge_ort.epcontext import ContextEntry, artifact_digest, context_key
 from edge_ort.numerics import compare_outputs
+
+if TYPE_CHECKING:  # imported where used: hashing and file utilities cost start-up time
+    from edge_ort.epcontext import ContextEntry
 
 __all__ = ["OrtHandler", "create"]
 
 CPU = "CPUExecutionProvider"
 
 
-def _distribution_of_onnxruntime() -> str:
-    """Which distribution provides the imported ``onnxruntime`` (they overwrite each other)."""
-    from importlib.metadata import PackageNotFoundError, distribution
+_KNOWN = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-qnn",
+          "onnxruntime-vitisai", "onnxruntime-openvino", "onnxruntime-training")
+_OWN_INIT = "onnxruntime/__init__.py,"
 
+
+def _distribution_of_onnxruntime() -> str:
+    """Which distribution provides the imported ``onnxruntime`` (they overwrite each other).
+
+    Reads the ``RECORD`` of the known distributions' ``.dist-info`` folders next to the
+    imported package (one directory listing: this is on the worker's start-up path);
+    other layouts fall back to a full ``importlib.metadata`` search.
+    """
     import onnxruntime as ort
 
-    package_dir = os.path.dirname(os.path.realpath(ort.__file__))
-    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-qnn",
-                 "onnxruntime-vitisai", "onnxruntime-openvino", "onnxruntime-training"):
+    return _distribution_in(os.path.dirname(os.path.realpath(ort.__file__)))
+
+
+def _distribution_in(package_dir: str) -> str:
+    """The known distribution whose ``RECORD`` owns ``package_dir``'s ``__init__.py``."""
+    site = os.path.dirname(package_dir)
+    wanted = {name.replace("-", "_"): name for name in _KNOWN}
+    try:
+        entries = sorted(os.listdir(site))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.endswith(".dist-info"):
+            continue
+        project = entry[: -len(".dist-info")].rsplit("-", 1)[0].lower().replace("-", "_")
+        name = wanted.get(project.replace(".", "_"))
+        if name is None:
+            continue
+        try:
+            with open(os.path.join(site, entry, "RECORD"), encoding="utf-8") as handle:
+                record = "\n" + handle.read().replace("\\", "/")
+        except OSError:
+            continue
+        if "\n" + _OWN_INIT in record:
+            return name
+    return _search_distributions(package_dir)
+
+
+def _search_distributions(package_dir: str) -> str:
+    """The slow, general search: every known distribution's recorded files."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    for name in _KNOWN:
         try:
             dist = distribution(name)
         except PackageNotFoundError:
@@ -150,6 +188,8 @@ class OrtHandler(BaseHandler):
         context = config.get("ep_context")
         if not context:
             return None
+        from edge_ort.epcontext import ContextEntry, artifact_digest, context_key
+
         versions = {"onnxruntime": str(self._ort.__version__)}
         for lib in config.get("ep_libraries", []):
             if lib.get("module"):
@@ -186,6 +226,8 @@ class OrtHandler(BaseHandler):
         if method == "assignment":
             options.add_session_config_entry(ASSIGNMENT_CONFIG_KEY, "1")
         elif method == "profiling":
+            import tempfile
+
             self._profile_dir = tempfile.mkdtemp(prefix="edge-ort-profile-")
             options.enable_profiling = True
             options.profile_file_prefix = os.path.join(self._profile_dir, "warmup")
@@ -335,6 +377,8 @@ class OrtHandler(BaseHandler):
         """Drop the session and any profiling directory."""
         self._session = None
         if self._profile_dir:
+            import shutil
+
             shutil.rmtree(self._profile_dir, ignore_errors=True)
 
 

@@ -4,6 +4,11 @@ Run: ``.venv/bin/python benchmarks/transport.py [--quick]``. Everything is measu
 this one run (never compare against numbers from another run). The last line printed is
 one JSON object; ``rtt_ratio`` = edge echo p50 / bare socketpair p50 and
 ``copy_ratio_64mib`` = 64 MiB edge echo p50 / ``np.copyto`` 64 MiB p50.
+
+For context it also measures what those ratios are made of: the bare round trip with both
+ends polling instead of sleeping (the transport's spin does that), the edge echo with the
+spin off (``spin_us=0``), and one 64 MiB copy into shared memory (two of them are the
+floor of the 64 MiB echo).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -22,6 +28,7 @@ import numpy as np
 from precompile import ensure_bytecode
 
 from edge_contracts.requests import Operation, StageRequest
+from edge_contracts.shm import SegmentProducer, new_prefix
 from edge_core.host import Route, WorkerClient, start_worker
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +76,24 @@ def _ping_pong(sock: socket.socket, n: int, size: int = 64) -> list[float]:
     return samples
 
 
+SPIN_CHILD = r"""
+import select, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+poll = select.poll()
+poll.register(s, select.POLLIN)
+buf = bytearray(65536)
+while True:
+    while not poll.poll(0):
+        pass
+    n = s.recv_into(buf)
+    if not n:
+        break
+    s.sendall(memoryview(buf)[:n])
+"""
+
+
 def bare_socketpair_rtt(n: int) -> list[float]:
+    """Round trips through a bare socketpair to a blocking echo child."""
     parent, child = socket.socketpair()
     proc = subprocess.Popen(
         [sys.executable, "-c", ECHO_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
@@ -81,6 +105,54 @@ def bare_socketpair_rtt(n: int) -> list[float]:
     finally:
         parent.close()
         proc.wait()
+
+
+def bare_spinning_rtt(n: int) -> list[float]:
+    """The same with both ends polling without sleeping: the floor without wake-ups."""
+    parent, child = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SPIN_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
+    )
+    child.close()
+    poll = select.poll()
+    poll.register(parent, select.POLLIN)
+    message = b"x" * 64
+    buf = bytearray(64)
+    samples = []
+    try:
+        for index in range(n + 200):
+            t0 = time.perf_counter()
+            parent.sendall(message)
+            got = 0
+            while got < 64:
+                while not poll.poll(0):
+                    pass
+                got += parent.recv_into(memoryview(buf)[got:])
+            if index >= 200:
+                samples.append(time.perf_counter() - t0)
+        return samples
+    finally:
+        parent.close()
+        proc.wait()
+
+
+def shm_copyto(nbytes: int, n: int) -> list[float]:
+    """``np.copyto`` into a warm shared-memory segment (what each transport copy is)."""
+    producer = SegmentProducer(new_prefix(), max_bytes=2 * nbytes)
+    try:
+        lease = producer.lease(nbytes)
+        dst = np.frombuffer(lease.view, dtype=np.uint8)
+        src = np.ones(nbytes, dtype=np.uint8)
+        np.copyto(dst, src)
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            samples.append(time.perf_counter() - t0)
+        del dst
+        return samples
+    finally:
+        producer.close()
 
 
 def bare_tcp_rtt(n: int) -> list[float]:
@@ -128,9 +200,9 @@ def copyto(nbytes: int, n: int) -> list[float]:
     return samples
 
 
-def _start(threshold: int) -> WorkerClient:
+def _start(threshold: int, spin_us: int | None = None) -> WorkerClient:
     route = Route.default("bench", "transport_worker:echo", python_path=(str(HERE),))
-    return start_worker(route, generation=1, shm_threshold=threshold)
+    return start_worker(route, generation=1, shm_threshold=threshold, spin_us=spin_us)
 
 
 def main() -> None:
@@ -143,13 +215,21 @@ def main() -> None:
     results: dict[str, object] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
 
     bare = bare_socketpair_rtt(n_rtt)
+    spinning = bare_spinning_rtt(n_rtt)
     tcp = bare_tcp_rtt(n_rtt)
     print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
+    print(f"bare socketpair, both ends polling p50: {p50(spinning) * 1e6:8.1f} us")
     print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
 
+    tiny = {"x": np.arange(4, dtype=np.float32)}
+    blocking = _start(threshold=256 * 1024, spin_us=0)
+    try:
+        edge_blocking = edge_echo(blocking, n_rtt, tiny, warm=200)
+    finally:
+        blocking.retire()
+    print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
     client = _start(threshold=256 * 1024)
     try:
-        tiny = {"x": np.arange(4, dtype=np.float32)}
         edge = edge_echo(client, n_rtt, tiny, warm=200)
         print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
         big = {"x": np.ones(64 * MIB, dtype=np.uint8)}
@@ -163,8 +243,10 @@ def main() -> None:
     finally:
         client.retire()
     mem = copyto(64 * MIB, n_big * 2)
+    shm_mem = shm_copyto(64 * MIB, n_big * 2)
     print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
     print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")
+    print(f"np.copyto 64 MiB into shared memory p50: {p50(shm_mem) * 1e3:8.2f} ms")
     print(f"edge echo 64 MiB, owned copy out p50: {p50(owned64) * 1e3:8.2f} ms")
 
     sweep: dict[str, dict[str, float]] = {}
@@ -190,8 +272,16 @@ def main() -> None:
         edge_echo_64mib_p50_ms=p50(echo64) * 1e3,
         copyto_64mib_p50_ms=p50(mem) * 1e3,
         edge_echo_64mib_copy_out_p50_ms=p50(owned64) * 1e3,
+        bare_spinning_p50_us=p50(spinning) * 1e6,
+        edge_echo_no_spin_p50_us=p50(edge_blocking) * 1e6,
+        copyto_shm_64mib_p50_ms=p50(shm_mem) * 1e3,
         rtt_ratio=p50(edge) / p50(bare),
+        rtt_ratio_no_spin=p50(edge_blocking) / p50(bare),
+        rtt_ratio_both_spinning=p50(edge) / p50(spinning),
         copy_ratio_64mib=p50(echo64) / p50(mem),
+        # Two copies through shared memory: the floor of copy_ratio_64mib on this host
+        # (shared mappings get no transparent huge pages; private numpy arrays do).
+        copy_floor_ratio_64mib=2 * p50(shm_mem) / p50(mem),
         threshold_sweep=sweep,
         goals={"rtt_ratio": 1.3, "copy_ratio_64mib": 2.5},
     )

@@ -10,7 +10,6 @@ warm-up report).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,6 +26,7 @@ from edge_core.host.bootstrap import start_worker
 from edge_core.host.calls import Call, Delivery
 from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
+from edge_core.host.identity import descendant_processes
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.stage import RETIRE_OUTCOME_ATTR, RetainedOutputs, StageContext
@@ -46,36 +46,6 @@ def _peak_rss(proc: psutil.Process) -> int:
     return int(proc.memory_info().rss)
 
 
-def _descendants(root: psutil.Process) -> list[psutil.Process]:
-    """Every descendant of ``root``; read from ``/proc/PID/task/TID/children`` on Linux.
-
-    That file lists a thread's children directly, so the walk costs a few reads instead
-    of psutil's scan of every process on the machine (which runs at each memory sample,
-    on the start-up path). Falls back to psutil where the file does not exist.
-    """
-    if not os.path.exists(f"/proc/{root.pid}/task/{root.pid}/children"):
-        return list(root.children(recursive=True))  # no such file here: ask psutil
-    found: list[psutil.Process] = []
-    pending = [root.pid]
-    while pending:
-        pid = pending.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:  # it left while the tree was walked
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
-                    children = [int(child) for child in handle.read().split()]
-            except OSError:
-                continue
-            for child in children:
-                with contextlib.suppress(psutil.Error):
-                    found.append(psutil.Process(child))
-                pending.append(child)
-    return found
-
-
 def tree_peak_rss(pid: int, create_time: float) -> int:
     """Sum of the peak resident memory of a process and its descendants (0 when gone).
 
@@ -86,7 +56,7 @@ def tree_peak_rss(pid: int, create_time: float) -> int:
         if abs(root.create_time() - create_time) > 0.01:
             return 0
         total = _peak_rss(root)
-        for child in _descendants(root):
+        for child in descendant_processes(root):
             with contextlib.suppress(psutil.Error):
                 total += _peak_rss(child)
         return total

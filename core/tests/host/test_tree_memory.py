@@ -8,7 +8,8 @@ import time
 
 import psutil
 
-from edge_core.workerstage import _descendants, tree_peak_rss
+from edge_core.host.identity import descendant_processes
+from edge_core.workerstage import tree_peak_rss
 
 TREE = (
     "import subprocess, sys, time\n"
@@ -28,7 +29,7 @@ def test_descendants_match_psutil_and_peak_memory_sums_the_tree():
             time.sleep(0.05)
         expected = sorted(p.pid for p in root.children(recursive=True))
         assert len(expected) == 4  # two children, each with a child
-        assert sorted(p.pid for p in _descendants(root)) == expected
+        assert sorted(p.pid for p in descendant_processes(root)) == expected
         total = tree_peak_rss(root.pid, root.create_time())
         assert total > psutil.Process(root.pid).memory_info().rss  # more than the root
         assert tree_peak_rss(root.pid, root.create_time() + 5) == 0  # not that process

@@ -71,3 +71,16 @@ def test_nesting_deeper_than_the_limit_is_refused_with_the_given_error() -> None
     for _ in range(MAX_JSON_DEPTH - 2):
         shallow = [shallow]
     freeze_object({"d": shallow}, "meta")
+
+
+@pytest.mark.parametrize("empty", [{}, []])
+def test_empty_containers_count_towards_the_nesting_limit(empty: object) -> None:
+    def nested(levels: int) -> object:
+        value: object = empty
+        for _ in range(levels):
+            value = {"k": value}
+        return value
+
+    freeze_object(nested(MAX_JSON_DEPTH - 1), "meta")  # the deepest accepted
+    with pytest.raises(InvalidValue, match="nesting must be <= 32"):
+        freeze_object(nested(MAX_JSON_DEPTH), "meta")

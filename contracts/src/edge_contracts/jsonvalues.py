@@ -124,7 +124,7 @@ def freeze_object(
             or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
         ):
             items[key] = item
-        elif (kind is dict or kind is list) and not item:
+        elif (kind is dict or kind is list) and not item and depth + 1 < MAX_JSON_DEPTH:
             items[key] = EMPTY_OBJECT if kind is dict else ()
         else:
             items[key] = freeze_json(item, f"{field}.{key}", error=error, depth=depth + 1)

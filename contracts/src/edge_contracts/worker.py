@@ -1,9 +1,10 @@
 """The one serve loop every backend's worker runs, in whatever interpreter the route names.
 
 Standard library only; numpy is imported the first time a frame carries tensors or a
-handler emits outputs. Started by the controller as ``python -m edge_contracts.worker FD``
-with the boot configuration in :data:`~edge_contracts.worker_protocol.BOOT_ENV`; FD is
-the worker's end of a private socketpair.
+handler emits outputs. Started by the controller as ``python -c "...; main()" FD`` (the
+same as ``python -m edge_contracts.worker FD``, minus runpy) with the boot configuration
+in :data:`~edge_contracts.worker_protocol.BOOT_ENV`; FD is the worker's end of a private
+socketpair.
 
 Handler protocol
 ----------------
@@ -202,21 +203,30 @@ class Call:
         kind = EventKind(kind)
         with self._lock:
             if self._closed:
-                return False
-            seq = self._seq
-            self._seq += 1
-            if kind.terminal:
-                self._closed = True
-            sent = self._server.send_event(self, kind, seq, outputs, data, error)
-            ended = self._closed
-            unsent = list(self._allocated.values()) if ended else []
-            if ended:
-                self._allocated.clear()
+                unsent = self._take_unsent()
+                sent = ended = False
+            else:
+                seq = self._seq
+                self._seq += 1
+                if kind.terminal:
+                    self._closed = True
+                sent = self._server.send_event(self, kind, seq, outputs, data, error)
+                ended = self._closed
+                unsent = self._take_unsent() if ended else []
         if unsent:
-            self._server._tensors()[0].take_back([(ls.segment, ls.generation) for _, ls in unsent])
+            # A request the loop ended (CANCELLED) may still have a handler thread
+            # writing into its buffers: those segments are unlinked, never reused.
+            self._server._tensors()[0].take_back(unsent, unlink=kind is EventKind.CANCELLED
+                                                 or not ended)
         if ended:
             self._server.forget(self)
         return sent
+
+    def _take_unsent(self) -> list[tuple[str, int]]:
+        """The leases of buffers this request allocated and did not send (under the lock)."""
+        unsent = [(lease.segment, lease.generation) for _, lease in self._allocated.values()]
+        self._allocated.clear()
+        return unsent
 
     def output_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """Return a writable numpy array to compute one output into.
@@ -227,9 +237,12 @@ class Call:
         Do not write into it after it was sent. Buffers a request does not send are
         taken back when the request ends.
         """
-        array, lease = self._server._tensors()[0].allocate(tuple(shape), dtype)
-        if lease is not None:
-            with self._lock:
+        packer = self._server._tensors()[0]
+        with self._lock:
+            if self._closed:  # ended already (cancelled): private memory, nothing leased
+                return packer.allocate(tuple(shape), dtype, private=True)[0]
+            array, lease = packer.allocate(tuple(shape), dtype)
+            if lease is not None:
                 self._allocated[id(array)] = (array, lease)
         return array
 

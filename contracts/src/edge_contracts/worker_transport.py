@@ -94,26 +94,36 @@ class TensorPacker:
         self.threshold = threshold
 
     def allocate(
-        self, shape: tuple[int, ...], dtype: Any
+        self, shape: tuple[int, ...], dtype: Any, *, private: bool = False
     ) -> tuple[np.ndarray[Any, Any], Lease | None]:
         """Return a writable array to compute an outgoing tensor into, and its lease.
 
         At or above the threshold (with shared memory in use) the array lives in a
         leased segment, so that :meth:`pack` sends it without a copy when it is passed
-        back in ``allocated``; otherwise (or when the cap is reached) it is private.
+        back in ``allocated``; otherwise (``private``, a dtype the wire cannot carry
+        as is, or the cap reached) it is a private array.
         """
         np_dtype = np.dtype(dtype)
         count = math.prod(shape)
         nbytes = count * np_dtype.itemsize
-        shareable = np_dtype.byteorder != ">" or np_dtype.itemsize == 1
-        if self.producer is not None and shareable and nbytes >= self.threshold and nbytes > 0:
-            try:
-                lease = self.producer.lease(nbytes)
-            except ShmCapExceeded:  # fall back to a private array; pack copies later
-                return np.empty(shape, np_dtype), None
+        if (
+            private
+            or self.producer is None
+            or nbytes < self.threshold
+            or nbytes <= 0
+            or _NATIVE.get(np_dtype) is None  # not a plain little-endian wire type
+        ):
+            return np.empty(shape, np_dtype), None
+        try:
+            lease = self.producer.lease(nbytes)
+        except ShmCapExceeded:  # fall back to a private array; pack copies later
+            return np.empty(shape, np_dtype), None
+        try:
             array = np.frombuffer(lease.view, dtype=np_dtype, count=count).reshape(shape)
-            return array, lease
-        return np.empty(shape, np_dtype), None
+        except BaseException:
+            self.take_back([(lease.segment, lease.generation)])
+            raise
+        return array, lease
 
     def pack(
         self,
@@ -168,11 +178,11 @@ class TensorPacker:
             raise
         return Packed(tuple(specs), payloads, leases)
 
-    def take_back(self, leases: list[tuple[str, int]]) -> None:
-        """Release leases of a frame that was never delivered."""
+    def take_back(self, leases: list[tuple[str, int]], *, unlink: bool = False) -> None:
+        """Release leases of a frame that was never delivered (``unlink``: never reuse)."""
         if self.producer is not None:
             for segment, generation in leases:
-                self.producer.release(segment, generation)
+                self.producer.release(segment, generation, unlink=unlink)
 
 
 def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpec:

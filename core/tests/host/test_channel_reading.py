@@ -118,3 +118,48 @@ def test_spin_budget_reaches_the_worker_boot_configuration():
     bad = boot.to_json().replace('"spin_us":150', '"spin_us":-1')
     with pytest.raises(ValueError, match=r"boot\.spin_us"):
         BootConfig.from_json(bad)
+
+
+def test_polling_with_a_zero_timeout_still_reads_the_channel(start):
+    client = start()
+    call = client.submit(request("p", sleep_s=0.1), {"x": np.arange(2.0)})
+    deadline = time.monotonic() + 5
+    delivery = None
+    while delivery is None and time.monotonic() < deadline:
+        try:
+            delivery = call.next(timeout=0)
+        except TimeoutError:
+            time.sleep(0.005)  # shorter than the background reader's linger
+    assert delivery is not None and delivery.kind is EventKind.DONE
+
+
+def test_a_frame_that_cannot_be_delivered_fails_the_channel_not_a_bystander(start):
+    from edge_core.host import WorkerGone
+
+    client = start(shm_threshold=1024)
+
+    def broken(*_args: object) -> memoryview:
+        raise PermissionError("cannot map")
+
+    client._unpacker._shared = broken  # the worker's output segment cannot be mapped
+    call = client.submit(request("big"), {"x": np.ones(4096)})
+    with pytest.raises(WorkerGone, match="frame not delivered"):
+        call.next(timeout=10)
+    assert client.health().state == "lost"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_buffers_of_a_cancelled_request_are_never_reused(start, when):
+    from edge_contracts.shm import segment_names
+
+    client = start("late_buffers", shm_threshold=1024)
+    mine = f"edge_{client._worker_prefix}_"
+    call = client.submit(request(f"c-{when}", nbytes=1 << 20, when=when, pause_s=0.3))
+    time.sleep(0.1)
+    client.cancel(f"c-{when}")
+    assert call.next(timeout=5).kind is EventKind.CANCELLED
+    time.sleep(0.5)  # the handler thread has written into its buffer and ended
+    client.ping()  # a frame from the worker carries its list of unlinked segments
+    # Taken before the cancel: unlinked, not pooled; after: private memory, no segment.
+    assert [name for name in segment_names() if name.startswith(mine)] == []
+    assert client.health().ready

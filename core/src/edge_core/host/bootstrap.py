@@ -2,7 +2,7 @@
 
 :func:`start_worker` creates a ``socketpair`` (private to the two processes: no address,
 no listener; the fastest local channel measured, see docs/host.md), starts the route's
-interpreter on ``python -m edge_contracts.worker FD`` as a new session leader (so its
+interpreter on :data:`WORKER_MAIN` as a new session leader (so its
 whole tree can be found later), and hands it an unguessable token plus its boot
 configuration through an environment variable the worker removes at once. The worker's
 first frame must be a hello carrying that token, protocol version, features, its PID and

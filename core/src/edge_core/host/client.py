@@ -423,6 +423,14 @@ class WorkerClient:
                 ProtocolViolation("frame.meta", "malformed event", repr(exc)),
             )
             return False
+        except Exception as exc:  # e.g. its shared memory could not be mapped (EMFILE)
+            # The frame belonged to some call, perhaps not the reading thread's: fail the
+            # channel for every call rather than raise into an unrelated caller.
+            self._lost(
+                f"worker: frame could not be delivered: {exc!r}",
+                WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
+            )
+            return False
         return True
 
     def _dispatch(self, frame: Frame) -> None:
@@ -539,8 +547,10 @@ class WorkerClient:
         self._watchdog.stop()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        self._reader.close()  # waits for a reading thread to leave the socket
-        self._sock.close()
+        if self._reader.close():  # no thread is inside a read any more
+            self._sock.close()
+        # else a reading thread is stuck: closing now could let it read a reused
+        # descriptor number; the socket is closed when the object is collected.
         if self._producer is not None:
             self._producer.close()
         if self._consumer is not None:

@@ -104,6 +104,7 @@ class ChannelReader:
         self._last_active = float("-inf")
         self._polling = False
         self._closing = False
+        self._quiet = False
         self._ended = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -173,15 +174,18 @@ class ChannelReader:
         (A cancelled call's CANCELLED, for instance, is put in its queue by the
         cancelling thread while the call's own thread may be leading.)
         """
-        with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
-            os.write(self._nudge_w, b"\0")
+        with self._cv:
+            if self._closing:  # the pipe may be closed (and its number reused) any time
+                return
+            with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+                os.write(self._nudge_w, b"\0")
 
     def _lead(self, inbox: queue.SimpleQueue[Any], deadline: float | None) -> None:
         """Read frames until ``inbox`` has an item or the channel ends (holding the role)."""
         fd = self._fd
         while inbox.empty() and not self._ended:
-            left = None if deadline is None else deadline - time.monotonic()
-            events = () if left is not None and left <= 0 else self._lead_wait.wait(left)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self._lead_wait.wait(left)  # polls once even when no time is left
             if not events:
                 raise TimeoutError
             readable = False
@@ -240,25 +244,28 @@ class ChannelReader:
             if self._ended:
                 return
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Stop reading for good (after the socket was shut down); idempotent.
 
         Stops the background reader and waits (bounded) until no thread is inside a read,
-        then keeps the read role so that nobody reads again: the caller may then close
-        the socket without another thread touching a reused descriptor number.
+        then keeps the read role so that nobody reads again. Returns True when that
+        happened: only then may the caller close the socket without another thread
+        touching a reused descriptor number.
         """
         with self._cv:
             if self._closing:
-                return
+                return self._quiet
             self._closing = True
             self._ended = True
             self._cv.notify_all()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
-        self.nudge()
+            for fd in (self._wake_w, self._nudge_w):  # wake the reader and any leader
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"\0")
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=2.0)
-        self._role.acquire(timeout=2.0)
-        for fd in (self._wake_r, self._wake_w, self._nudge_r, self._nudge_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._quiet = self._role.acquire(timeout=2.0) and not self._thread.is_alive()
+        if self._quiet:  # else a thread may still poll them: leave them to the process
+            for fd in (self._wake_r, self._wake_w, self._nudge_r, self._nudge_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        return self._quiet

@@ -97,7 +97,7 @@ class StageResult:
         events: tuple[StageEvent, ...],
         latency_s: float,
         ack: Callable[[ResultKey], AckOutcome],
-        retained: list[tuple[tuple[str, ...], Callable[[], bool]]] | None = None,
+        retained: list[tuple[set[str], Callable[[], bool]]] | None = None,
     ) -> None:
         self.key = key
         self.outputs = ResultOutputs(outputs, f"request[{key.request_id}]")

@@ -73,7 +73,7 @@ class PendingCall:
         self._outputs: dict[str, Any] = {}
         # Releases of outputs that are views of worker memory (RetainedOutputs), with
         # their names: handed to the result, or called when the request ends otherwise.
-        self._retained: list[tuple[tuple[str, ...], Callable[[], bool]]] = []
+        self._retained: list[tuple[set[str], Callable[[], bool]]] = []
         self._result: StageResult | None = None
         self._done = False
 
@@ -114,13 +114,16 @@ class PendingCall:
             if stage._accept(self.request_id, self.serial, None):
                 raise
             raise RequestCancelled(cancelled) from exc
+        for names, _ in self._retained:  # outputs this event replaces are not theirs
+            names.difference_update(tensors)
         if isinstance(tensors, RetainedOutputs):
-            self._retained.append((tuple(tensors), tensors.release))
+            self._retained.append((set(tensors), tensors.release))
         # One locked decision: a fenced request's event is refused, and a terminal event
         # is either delivered (DONE, slot kept until the ack) or ends the request.
         if not stage._accept(self.request_id, self.serial, event):
             self._done = True
             self._close_events()
+            tensors = {}  # let go of the views first, so that their memory can be reused
             self._drop_retained()
             raise RequestCancelled(cancelled)
         self._seen.append(event)
@@ -165,8 +168,15 @@ class PendingCall:
         return self._result
 
     def cancel(self) -> CancelOutcome:
-        """Cancel this request (see :meth:`StageRuntime.cancel`)."""
-        return self.stage.cancel(self.request_id)
+        """Cancel this request (see :meth:`StageRuntime.cancel`).
+
+        Worker memory behind outputs of events already taken is given back (outputs still
+        referenced keep theirs: see :class:`~edge_core.runtime.results.StageResult`).
+        """
+        outcome = self.stage.cancel(self.request_id)
+        if self._result is None:
+            self._drop_retained()
+        return outcome
 
 
 class StageRuntime:

@@ -200,8 +200,31 @@ class InPlace(Echo):
         return {"y": out, "threshold": np.array([call.zero_copy_bytes or -1])}
 
 
+class LateBuffers(BaseHandler):
+    """Works on its own thread: takes an output buffer before or after a pause, then ends."""
+
+    def submit(self, call: Call) -> None:
+        threading.Thread(target=self._work, args=(call,), daemon=True).start()
+
+    def _work(self, call: Call) -> None:
+        import numpy as np
+
+        nbytes = int(call.params["nbytes"])
+        early = call.params.get("when") == "before"
+        out = call.output_buffer((nbytes,), np.uint8) if early else None
+        time.sleep(float(call.params.get("pause_s", 0.3)))
+        if out is None:
+            out = call.output_buffer((nbytes,), np.uint8)
+        out[:] = 7  # still writing after the request may have been cancelled
+        call.done({"y": out})
+
+
 def echo() -> BaseHandler:
     return Echo()
+
+
+def late_buffers() -> BaseHandler:
+    return LateBuffers()
 
 
 def inplace() -> BaseHandler:

@@ -1,0 +1,48 @@
+"""TensorPacker.allocate: shared-memory output buffers, and when they must be private."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_contracts.shm import SegmentProducer, new_prefix
+from edge_contracts.worker_transport import TensorPacker
+
+
+@pytest.fixture
+def producer():
+    made = SegmentProducer(new_prefix(), max_bytes=8 << 20)
+    yield made
+    made.close()
+
+
+def test_a_large_buffer_is_sent_as_its_own_segment_without_a_copy(producer) -> None:
+    packer = TensorPacker(producer, threshold=4096)
+    array, lease = packer.allocate((256, 64), np.float32)
+    assert lease is not None and array.flags.writeable
+    array[:] = 3.0
+    allocated = {id(array): (array, lease)}
+    packed = packer.pack({"y": array}, allocated)
+    assert allocated == {}
+    (spec,) = packed.specs
+    assert spec.ref is not None and spec.ref.segment == lease.segment
+    assert packed.leases == [(lease.segment, lease.generation)] and packed.payloads == []
+    assert producer.retained_buffers == 1
+
+
+@pytest.mark.parametrize("dtype", [object, np.complex64, ">f4", "U4"])
+def test_dtypes_the_wire_does_not_carry_as_is_get_private_arrays(producer, dtype) -> None:
+    packer = TensorPacker(producer, threshold=16)
+    array, lease = packer.allocate((1024,), dtype)
+    assert lease is None and producer.retained_buffers == 0
+    assert array.shape == (1024,)
+
+
+def test_small_buffers_and_a_full_cap_give_private_arrays(producer) -> None:
+    packer = TensorPacker(producer, threshold=4096)
+    assert packer.allocate((8,), np.uint8)[1] is None
+    held = [packer.allocate((4 << 20,), np.uint8)[1] for _ in range(2)]
+    assert all(lease is not None for lease in held)
+    array, lease = packer.allocate((4 << 20,), np.uint8)  # over the 8 MiB cap
+    assert lease is None and array.nbytes == 4 << 20
+    assert packer.allocate((4 << 20,), np.uint8, private=True)[1] is None

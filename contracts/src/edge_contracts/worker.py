@@ -44,7 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from edge_contracts.errors import StreamClosed, WireError
 from edge_contracts.events import EventKind
@@ -54,6 +54,7 @@ from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_protocol import (
     BOOT_ENV,
     CONTROL_OPS,
@@ -79,68 +80,6 @@ __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
 _MAX_MESSAGE = 8192
 _SHM = frozenset({FEATURE_SHM_TENSORS})
-
-
-class Handler(Protocol):
-    """What a route's factory returns; see the module docstring for the calling rules."""
-
-    def versions(self) -> Mapping[str, str]:
-        """Runtime versions for the hello, e.g. ``{"onnxruntime": "1.22.0"}``."""
-        ...
-
-    def required_features(self) -> frozenset[str]:
-        """Protocol features this handler cannot work without (e.g. ``stream-events``)."""
-        ...
-
-    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Load the artifact described by ``config``; return a JSON report."""
-        ...
-
-    def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Run the warm-up bucket; return a JSON report (e.g. node -> provider)."""
-        ...
-
-    def submit(self, call: Call) -> Mapping[str, Any] | None:
-        """Serve one request: return outputs (graph) or None and emit later (streaming)."""
-        ...
-
-    def cancel(self, request_id: str) -> None:
-        """Abort one request in place; its CANCELLED event has already been sent."""
-        ...
-
-    def close(self) -> None:
-        """Release everything; the process exits afterwards."""
-        ...
-
-
-class BaseHandler:
-    """Defaults for every :class:`Handler` method but :meth:`submit`."""
-
-    def versions(self) -> Mapping[str, str]:
-        """Report no runtime versions."""
-        return {}
-
-    def required_features(self) -> frozenset[str]:
-        """Require no protocol feature."""
-        return frozenset()
-
-    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Load nothing."""
-        return {}
-
-    def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Warm nothing up."""
-        return {}
-
-    def submit(self, call: Call) -> Mapping[str, Any] | None:
-        """Refuse: a handler must implement this."""
-        raise NotImplementedError(f"{type(self).__name__}.submit")
-
-    def cancel(self, request_id: str) -> None:
-        """Nothing to abort."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 class Call:

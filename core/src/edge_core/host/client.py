@@ -207,12 +207,10 @@ class WorkerClient:
                     "worker.channel", f"send failed ({exc})", self.identity.pid
                 ) from None
 
-    def _gone_meta(self, meta: dict[str, Any]) -> dict[str, Any]:
-        if self._producer is not None:
-            gone = self._producer.take_gone()
-            if gone:
-                meta["gone"] = gone
-        return meta
+    def _with_gone(self, meta: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``meta`` plus the segments this side unlinked since its last frame, if any."""
+        gone = self._producer.take_gone() if self._producer is not None else None
+        return {**meta, "gone": gone} if gone else meta
 
     def in_flight(self, request_id: str) -> bool:
         """True until the reader has seen the request's terminal event.
@@ -242,7 +240,7 @@ class WorkerClient:
             request.epoch,
             self.generation,
             tensors=packed.specs,
-            meta=self._gone_meta(dict(request.params)) if self._producer else request.params,
+            meta=self._with_gone(request.params),
             required_features=_SHM if packed.uses_shm else frozenset(),
         )
         call = Call(

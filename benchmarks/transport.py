@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -92,19 +93,57 @@ while True:
 """
 
 
+class BareEcho:
+    """A blocking echo child on a bare socketpair, kept for interleaved measurements."""
+
+    def __init__(self) -> None:
+        self._parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", ECHO_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
+        )
+        child.close()
+        _ping_pong(self._parent, 200)
+
+    def rtt(self, n: int) -> list[float]:
+        """``n`` round trips of 64 bytes (after 20 unrecorded ones)."""
+        _ping_pong(self._parent, 20)
+        return _ping_pong(self._parent, n)
+
+    def close(self) -> None:
+        """End the child."""
+        self._parent.close()
+        self._proc.wait()
+
+
 def bare_socketpair_rtt(n: int) -> list[float]:
     """Round trips through a bare socketpair to a blocking echo child."""
-    parent, child = socket.socketpair()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ECHO_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
-    )
-    child.close()
+    echo = BareEcho()
     try:
-        _ping_pong(parent, 200)
-        return _ping_pong(parent, n)
+        return echo.rtt(n)
     finally:
-        parent.close()
-        proc.wait()
+        echo.close()
+
+
+def interleaved(
+    first: Callable[[int], list[float]], second: Callable[[int], list[float]], n: int,
+    blocks: int,
+) -> tuple[list[float], list[float]]:
+    """``n`` samples of each, taken in alternating blocks (order swapped every block).
+
+    The host's load changes during a run; alternating blocks lets both measurements
+    see the same conditions, so their ratio is not a comparison of two moments.
+    """
+    a: list[float] = []
+    b: list[float] = []
+    size = max(1, n // blocks)
+    for block in range(blocks):
+        if block % 2:
+            b.extend(second(size))
+            a.extend(first(size))
+        else:
+            a.extend(first(size))
+            b.extend(second(size))
+    return a, b
 
 
 def bare_spinning_rtt(n: int) -> list[float]:
@@ -181,17 +220,15 @@ def _echo(client: WorkerClient, index: int, inputs: dict[str, np.ndarray]) -> fl
 
 
 def edge_echo(
-    client: WorkerClient, n: int, inputs: dict[str, np.ndarray], warm: int
+    client: WorkerClient, n: int, inputs: dict[str, np.ndarray], warm: int, first: int = 0
 ) -> list[float]:
+    """``n`` timed echo round trips after ``warm`` untimed ones (ids from ``first``)."""
     for i in range(warm):
-        _echo(client, i, inputs)
-    return [_echo(client, warm + i, inputs) for i in range(n)]
+        _echo(client, first + i, inputs)
+    return [_echo(client, first + warm + i, inputs) for i in range(n)]
 
 
-def copyto(nbytes: int, n: int) -> list[float]:
-    src = np.ones(nbytes, dtype=np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
+def _copy_samples(dst: np.ndarray, src: np.ndarray, n: int) -> list[float]:
     samples = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -214,26 +251,39 @@ def main() -> None:
     n_big = 5 if args.quick else 15
     results: dict[str, object] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
 
-    bare = bare_socketpair_rtt(n_rtt)
+    blocks = 4 if args.quick else 10
     spinning = bare_spinning_rtt(n_rtt)
     tcp = bare_tcp_rtt(n_rtt)
-    print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
-    print(f"bare socketpair, both ends polling p50: {p50(spinning) * 1e6:8.1f} us")
-    print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
-
     tiny = {"x": np.arange(4, dtype=np.float32)}
     blocking = _start(threshold=256 * 1024, spin_us=0)
     try:
         edge_blocking = edge_echo(blocking, n_rtt, tiny, warm=200)
     finally:
         blocking.retire()
-    print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
+
+    # The two measurements the goals compare are taken in alternating blocks.
+    bare_echo = BareEcho()
     client = _start(threshold=256 * 1024)
+    counter = iter(range(1 << 30))
     try:
-        edge = edge_echo(client, n_rtt, tiny, warm=200)
-        print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
+        edge_echo(client, 200, tiny, warm=0)
+        bare, edge = interleaved(
+            bare_echo.rtt,
+            lambda n: edge_echo(client, n, tiny, warm=30, first=next(counter) * 10_000),
+            n_rtt,
+            blocks,
+        )
         big = {"x": np.ones(64 * MIB, dtype=np.uint8)}
-        echo64 = edge_echo(client, n_big, big, warm=3)
+        edge_echo(client, 3, big, warm=0)
+        src = np.ones(64 * MIB, dtype=np.uint8)
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        echo64, mem = interleaved(
+            lambda n: edge_echo(client, n, big, warm=1, first=next(counter) * 10_000),
+            lambda n: _copy_samples(dst, src, n + 1)[1:],  # one unrecorded, like the echo
+            n_big * blocks // 2,
+            blocks,
+        )
         owned64 = []
         for i in range(n_big):
             request = StageRequest(f"c{i}", "bench", 0, client.generation, Operation.RUN)
@@ -242,7 +292,12 @@ def main() -> None:
             owned64.append(time.perf_counter() - t0)
     finally:
         client.retire()
-    mem = copyto(64 * MIB, n_big * 2)
+        bare_echo.close()
+    print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
+    print(f"bare socketpair, both ends polling p50: {p50(spinning) * 1e6:8.1f} us")
+    print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
+    print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
+    print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
     shm_mem = shm_copyto(64 * MIB, n_big * 2)
     print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
     print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")

@@ -137,10 +137,9 @@ class ChannelReader:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cv:
             self._waiting.append(inbox)
-            kick = self._polling
-        if kick:
-            with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
-                os.write(self._wake_w, b"\0")
+            if self._polling and not self._closing:  # the pipe is open while we hold _cv
+                with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+                    os.write(self._wake_w, b"\0")
         try:
             while True:
                 item = take_nowait(inbox)

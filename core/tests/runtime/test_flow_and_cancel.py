@@ -209,3 +209,23 @@ def test_a_failing_transform_acknowledges_the_previous_result(
         pipeline.run(X)
     assert pipeline.stage("a").outstanding == 0
     assert pipeline.admission.used == 0
+
+
+class SlowSend:
+    """Fault injection: handing a request to the backend takes 80 ms (before it is sent)."""
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl(wrapper=True)
+    def edge_call(self, loaded: object, request: object, inputs: object) -> object:
+        time.sleep(0.08)
+        return (yield)
+
+
+def test_a_stage_latency_counts_from_before_the_request_is_sent(
+    ledger: ResourceLedger,
+) -> None:
+    plugins = load_plugins(objects={"slow": SlowSend()}, env={"EDGE_PLUGINS": "echo"})
+    config = load_pipeline({"name": "l", "stages": [echo_stage("a")]})
+    with Pipeline.open(config, plugins, ledger) as pipeline, pipeline.run(X) as result:
+        assert result.latencies["a"] >= 0.08

@@ -63,12 +63,16 @@ class PendingCall:
     """
 
     def __init__(self, stage: StageRuntime, request: StageRequest, serial: int,
-                 events: Iterator[tuple[StageEvent, Mapping[str, Any]]]) -> None:
+                 events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
+                 started: float | None = None) -> None:
         self.stage = stage
         self.request = request
         self.serial = serial
         self._events = events
-        self._started = time.perf_counter()
+        # When the request was handed to the backend (before it was sent): the latency
+        # must not start after the send, or a thread descheduled in between would see
+        # the work finish "before" it started.
+        self._started = time.perf_counter() if started is None else started
         self._seen: list[StageEvent] = []
         self._outputs: dict[str, Any] = {}
         # Releases of outputs that are views of worker memory (RetainedOutputs), with
@@ -274,6 +278,7 @@ class StageRuntime:
                 generation=self.generation, operation=self._operation,
                 params=dict(params or {}),
             )
+            started = time.perf_counter()
             events = self.binding.call(self.loaded, request, inputs)
         except BaseException:
             with self._lock:
@@ -282,7 +287,7 @@ class StageRuntime:
                     del self._entries[request_id]
             self.slots.release()
             raise
-        return PendingCall(self, request, serial, iter(events))
+        return PendingCall(self, request, serial, iter(events), started)
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:

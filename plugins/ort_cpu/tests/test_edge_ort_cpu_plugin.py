@@ -43,3 +43,14 @@ def test_probe_warns_when_several_onnxruntime_distributions_are_installed(
     (note,) = row["notes"]
     assert "several onnxruntime distributions" in note
     assert "onnxruntime-qnn 2.7.0" in note and "onnxruntime 1." in note
+
+
+def test_workers_do_not_spin_their_intra_op_threads_unless_a_stage_asks() -> None:
+    from edge_ort.options import CPU, OrtOptions, base_load_config
+
+    assert base_load_config(CPU, OrtOptions())["session_config"] == {
+        "session.intra_op.allow_spinning": "0"}
+    asked = OrtOptions(session_config={"session.intra_op.allow_spinning": "1",
+                                       "session.disable_prepacking": "1"})
+    assert base_load_config(CPU, asked)["session_config"] == {
+        "session.intra_op.allow_spinning": "1", "session.disable_prepacking": "1"}

@@ -103,6 +103,7 @@ def test_options_translate_into_directml_pinned_to_the_adapter_then_cpu() -> Non
         ["CPUExecutionProvider", {}],
     ]
     assert config["intra_op_threads"] == 2
-    assert config["session_config"] == {"session.disable_prepacking": "1"}
+    assert config["session_config"] == {"session.intra_op.allow_spinning": "0",
+                                        "session.disable_prepacking": "1"}
     assert config["adapter"]["luid"] == 85331
     assert options.provider_options == {"performance_preference": "high_performance"}

@@ -19,6 +19,7 @@ __all__ = [
     "BASE_RAM_BYTES",
     "BUNDLE_RAM_FACTOR",
     "CPU",
+    "DEFAULT_SESSION_CONFIG",
     "WORKER_ENTRY",
     "OrtOptions",
     "base_load_config",
@@ -34,6 +35,18 @@ BASE_RAM_BYTES = 192 * 1024 * 1024
 BUNDLE_RAM_FACTOR = 3
 
 
+DEFAULT_SESSION_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": "0"}
+"""Session entries every ORT worker gets unless a stage sets them.
+
+ONNX Runtime's intra-op threads spin after each run, which pays when one session owns its
+cores. Here every stage is a worker process sharing the machine with the other stages'
+workers and the controller: idle pools spinning steal the cores the busy stage needs.
+Measured on the 2-vCPU development machine: the three-stage OCR pipeline takes 137 ms
+per image without the spin against 235 ms with it (detect 57 vs 90 ms, recognize 70 vs
+136 ms); a one-stage 1 MiB call 430 to 480 vs 585 to 600 µs; a 64 MiB call about the same.
+"""
+
+
 def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or value < 0:
         raise ConfigError("intra_op_threads", "must be >= 0", value)
@@ -47,7 +60,8 @@ class OrtOptions:
         intra_op_threads: ONNX Runtime's intra-op thread count (0: its default).
         placement_method: How node → provider is observed: ``auto`` (assignment info
             where the build has it, else profiling), ``assignment`` or ``profiling``.
-        session_config: Extra ``SessionOptions`` config entries.
+        session_config: Extra ``SessionOptions`` config entries. Unless set here,
+            ``session.intra_op.allow_spinning`` is ``"0"`` (see :data:`DEFAULT_SESSION_CONFIG`).
         provider_options: Options for the target execution provider.
         numerics_bound: Overrides the bundle's declared bound for the warm-up check
             (``max_abs_error``, ``normalised_error``).
@@ -74,7 +88,7 @@ def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
         "providers": providers,
         "intra_op_threads": options.intra_op_threads,
         "placement_method": options.placement_method,
-        "session_config": dict(options.session_config),
+        "session_config": {**DEFAULT_SESSION_CONFIG, **options.session_config},
     }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BUILD = Path("build/ocr")
@@ -68,8 +69,29 @@ def main() -> int:
         if run("qualify", "--profile", str(profile), *labels,
                "--out", str(OUT / "records" / f"{name}.json")) != 0:
             return 1
-    return run("matrix", str(OUT / "records"), "--out-dir", str(OUT),
-               "--title", "OCR (PP-OCRv4) qualification matrix")
+    status = run("matrix", str(OUT / "records"), "--out-dir", str(OUT),
+                 "--title", "OCR (PP-OCRv4) qualification matrix")
+    strip_machine_paths(OUT)
+    return status
+
+
+def strip_machine_paths(folder: Path) -> None:
+    """Make the committed report machine-independent.
+
+    Records and profiles name the interpreter, the pipeline file and the bundles' staged
+    copies by absolute path, which is right for evidence kept on the machine that made
+    it. In the committed example the checkout's root becomes ``.`` and the temporary
+    directory ``$TMPDIR``.
+    """
+    root = str(Path.cwd().resolve())
+    temp = tempfile.gettempdir()
+    for path in sorted(folder.rglob("*")):
+        if path.suffix not in {".json", ".md", ".html"}:
+            continue
+        text = path.read_text(encoding="utf-8")
+        cleaned = text.replace(root + "/", "").replace(root, ".").replace(temp, "$TMPDIR")
+        if cleaned != text:
+            path.write_text(cleaned, encoding="utf-8")
 
 
 if __name__ == "__main__":

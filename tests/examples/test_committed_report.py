@@ -1,0 +1,29 @@
+"""The committed evidence example names no path of the machine that produced it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "docs" / "examples"
+MACHINE_PATH = re.compile(r"(?<![\w.$])/(?:home|root|tmp|work|Users|var/folders)/")
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in REPORT.rglob("*") if p.suffix in {".json", ".md", ".html"}),
+    ids=lambda p: str(p.relative_to(REPORT)),
+)
+def test_no_absolute_machine_paths(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    found = sorted(set(MACHINE_PATH.findall(text)))
+    assert not found, f"{path.relative_to(ROOT)} names machine paths: {found}"
+
+
+def test_the_check_sees_what_it_should() -> None:
+    assert MACHINE_PATH.search('"interpreter": "/home/me/.venv/bin/python"')
+    assert not MACHINE_PATH.search('"interpreter": ".venv/bin/python"')
+    assert not MACHINE_PATH.search('"staged": "$TMPDIR/edge-bundle-x"')

@@ -46,3 +46,12 @@ def test_small_buffers_and_a_full_cap_give_private_arrays(producer) -> None:
     array, lease = packer.allocate((4 << 20,), np.uint8)  # over the 8 MiB cap
     assert lease is None and array.nbytes == 4 << 20
     assert packer.allocate((4 << 20,), np.uint8, private=True)[1] is None
+
+
+def test_unlinked_names_taken_for_a_frame_that_was_not_sent_come_back(producer) -> None:
+    first = producer.lease(4096)
+    producer.release(first.segment, first.generation, unlink=True)
+    taken = producer.take_gone()
+    assert taken == [first.segment] and producer.take_gone() == []
+    producer.restore_gone(taken)
+    assert producer.take_gone() == [first.segment]

@@ -16,6 +16,7 @@ variants of the OCR pipeline next to them, then for each configuration runs
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -83,13 +84,22 @@ def strip_machine_paths(folder: Path) -> None:
     it. In the committed example the checkout's root becomes ``.`` and the temporary
     directory ``$TMPDIR``.
     """
-    root = str(Path.cwd().resolve())
-    temp = tempfile.gettempdir()
+    root = re.escape(str(Path.cwd().resolve()))
+    temp = re.escape(tempfile.gettempdir())
+    end = r"""(?=["'<\s,;)\]}]|$)"""  # where a path ends in JSON, Markdown or HTML
+    rules = [
+        (re.compile(root + "/"), ""),  # paths inside the checkout become relative
+        (re.compile(root + end), "."),
+        (re.compile(r"(?<![\w/.])" + temp + "(?=/)"), "$TMPDIR"),
+        (re.compile(r"(?<![\w/.])" + temp + end), "$TMPDIR"),
+    ]
     for path in sorted(folder.rglob("*")):
         if path.suffix not in {".json", ".md", ".html"}:
             continue
         text = path.read_text(encoding="utf-8")
-        cleaned = text.replace(root + "/", "").replace(root, ".").replace(temp, "$TMPDIR")
+        cleaned = text
+        for pattern, replacement in rules:
+            cleaned = pattern.sub(lambda _, r=replacement: r, cleaned)
         if cleaned != text:
             path.write_text(cleaned, encoding="utf-8")
 

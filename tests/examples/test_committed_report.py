@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "examples"
-MACHINE_PATH = re.compile(r"(?<![\w.$])/(?:home|root|tmp|work|Users|var/folders)/")
+MACHINE_PATH = re.compile(
+    r"(?<![\w.$])/(?:home|root|tmp|work|Users|opt|mnt|srv|data|private/var|var/folders)/"
+    r"|\b[A-Za-z]:(?:\\\\|\\|/)(?:Users|Windows|ProgramData|tmp|work)"  # C:\Users ...
+)
 
 
 @pytest.mark.parametrize(
@@ -23,7 +27,17 @@ def test_no_absolute_machine_paths(path: Path) -> None:
     assert not found, f"{path.relative_to(ROOT)} names machine paths: {found}"
 
 
+def test_no_checkout_or_temp_path() -> None:
+    for path in sorted(p for p in REPORT.rglob("*") if p.suffix in {".json", ".md", ".html"}):
+        text = path.read_text(encoding="utf-8")
+        assert str(ROOT) not in text, path
+        assert f'"{tempfile.gettempdir()}/' not in text, path
+
+
 def test_the_check_sees_what_it_should() -> None:
     assert MACHINE_PATH.search('"interpreter": "/home/me/.venv/bin/python"')
+    assert MACHINE_PATH.search('"tmp": "/private/var/folders/x/T/edge-bundle"')
+    assert MACHINE_PATH.search('"python": "C:\\\\Users\\\\me\\\\python.exe"')
+    assert MACHINE_PATH.search('"bundle": "/opt/models/detect"')
     assert not MACHINE_PATH.search('"interpreter": ".venv/bin/python"')
     assert not MACHINE_PATH.search('"staged": "$TMPDIR/edge-bundle-x"')

@@ -374,6 +374,12 @@ class SegmentProducer:
             gone, self._gone = self._gone, []
             return gone
 
+    def restore_gone(self, names: list[str]) -> None:
+        """Put back names taken by :meth:`take_gone` whose frame was never sent."""
+        with self._lock:
+            if not self._closed:
+                self._gone[:0] = names
+
     def close(self) -> None:
         """Unlink every segment, leased or pooled. Idempotent."""
         with self._lock:

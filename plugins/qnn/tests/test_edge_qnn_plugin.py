@@ -84,3 +84,19 @@ def test_valid_options_become_qnn_provider_options() -> None:
         "enable_htp_fp16_precision": "1", "profiling_level": "off",
     }
     assert provider_options(validate({})) == {"backend_type": "htp"}
+
+
+def test_thread_pool_settings_stay_out_of_the_context_cache_key(tmp_path) -> None:
+    from edge_core.stage import StageContext
+
+    stage = StageContext(pipeline="p", stage_id="s", backend="qnn")
+    plain = PLUGIN.load_config(validate({"context_cache_dir": str(tmp_path)}), stage)
+    spinning = PLUGIN.load_config(validate({
+        "context_cache_dir": str(tmp_path),
+        "session_config": {"session.intra_op.allow_spinning": "1",
+                           "session.disable_prepacking": "1"}}), stage)
+    assert plain["ep_context"]["material"]["session_config"] == {}
+    assert spinning["ep_context"]["material"]["session_config"] == {
+        "session.disable_prepacking": "1"}
+    assert spinning["session_config"]["session.intra_op.allow_spinning"] == "1"
+    assert plain["session_config"]["session.intra_op.allow_spinning"] == "0"

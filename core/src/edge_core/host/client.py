@@ -207,11 +207,6 @@ class WorkerClient:
                     "worker.channel", f"send failed ({exc})", self.identity.pid
                 ) from None
 
-    def _with_gone(self, meta: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``meta`` plus the segments this side unlinked since its last frame, if any."""
-        gone = self._producer.take_gone() if self._producer is not None else None
-        return {**meta, "gone": gone} if gone else meta
-
     def in_flight(self, request_id: str) -> bool:
         """True until the reader has seen the request's terminal event.
 
@@ -233,16 +228,6 @@ class WorkerClient:
             packed = self._packer.pack(inputs)
         except ShmCapExceeded as exc:
             raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
-        header = FrameHeader(
-            request.operation.value,
-            request.request_id,
-            request.stage_id,
-            request.epoch,
-            self.generation,
-            tensors=packed.specs,
-            meta=self._with_gone(request.params),
-            required_features=_SHM if packed.uses_shm else frozenset(),
-        )
         call = Call(
             request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
         )
@@ -253,12 +238,25 @@ class WorkerClient:
                     "request.request_id", "already in flight", request.request_id
                 )
             self._calls[request.request_id] = call
+        gone = self._producer.take_gone() if self._producer is not None else []
         try:
+            header = FrameHeader(
+                request.operation.value,
+                request.request_id,
+                request.stage_id,
+                request.epoch,
+                self.generation,
+                tensors=packed.specs,
+                meta={**request.params, "gone": gone} if gone else request.params,
+                required_features=_SHM if packed.uses_shm else frozenset(),
+            )
             self._send(header, packed.payloads)
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)
             self._packer.take_back(packed.leases)
+            if gone and self._producer is not None:  # announce them with a later frame
+                self._producer.restore_gone(gone)
             raise
         return call
 

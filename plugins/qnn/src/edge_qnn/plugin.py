@@ -54,10 +54,13 @@ class QnnPlugin(OrtPlugin):
         config["plugin_ep"] = True
         config["ep_libraries"] = [{"name": self.target, "module": "onnxruntime_qnn"}]
         if options.context_cache:
+            # Thread-pool settings (spinning, thread counts) do not change what QNN
+            # compiles: they stay out of the key, so they never force a recompilation.
+            compiled = {key: value for key, value in options.session_config.items()
+                        if not key.startswith(("session.intra_op.", "session.inter_op."))}
             config["ep_context"] = {
                 "dir": str(options.cache_dir()),
-                "material": {"provider_options": qnn,
-                             "session_config": dict(options.session_config)},
+                "material": {"provider_options": qnn, "session_config": compiled},
             }
         return config
 

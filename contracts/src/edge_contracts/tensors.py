@@ -40,6 +40,7 @@ __all__ = [
     "bfloat16_dtype",
     "dtype_of",
     "numpy_dtype",
+    "plain_wire_dtype",
 ]
 
 _WIRE_DTYPES: dict[DType, np.dtype[Any]] = {
@@ -62,11 +63,18 @@ _BY_KIND: dict[tuple[str, int], DType] = {
     for member, dtype in _WIRE_DTYPES.items()
 }
 
-_NATIVE: dict[np.dtype[Any], DType] = {
-    np.dtype(dtype).newbyteorder("="): member
-    for member, dtype in _WIRE_DTYPES.items()
-    if np.dtype(dtype).newbyteorder("=") == np.dtype(dtype)
-} | {np.dtype(dtype): member for member, dtype in _WIRE_DTYPES.items()}
+_PLAIN: dict[np.dtype[Any], DType] = {dtype: member for member, dtype in _WIRE_DTYPES.items()}
+
+
+def plain_wire_dtype(dtype: np.dtype[Any]) -> DType | None:
+    """The wire dtype of a numeric NumPy dtype already in wire form, else ``None``.
+
+    "Wire form" is exactly the little-endian (or single-byte) type the wire carries, so
+    its bytes can be sent as they are; one dictionary lookup, for the per-call path.
+    Anything else (big-endian, bfloat16, unsupported) answers ``None``: use
+    :func:`dtype_of`.
+    """
+    return _PLAIN.get(dtype)
 
 _UNSET: Any = object()
 _bfloat16: Any = _UNSET
@@ -112,7 +120,7 @@ def dtype_of(array: npt.NDArray[Any] | np.dtype[Any], field: str = "dtype") -> D
 
     """
     dtype = array if isinstance(array, np.dtype) else np.asarray(array).dtype
-    member = _NATIVE.get(dtype)  # the plain numeric types: one lookup
+    member = _PLAIN.get(dtype)  # the plain numeric types: one lookup
     if member is not None:
         return member
     if _is_bfloat16(dtype):

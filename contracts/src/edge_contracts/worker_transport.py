@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
-from edge_contracts.tensors import arrays_from_frame, dtype_of
+from edge_contracts.tensors import arrays_from_frame, dtype_of, plain_wire_dtype
 from edge_contracts.wire import Frame
 
 __all__ = [
@@ -67,25 +66,6 @@ class Packed:
 
 _EMPTY = Packed((), [], [])
 
-_NATIVE: dict[np.dtype[Any], DType] = {
-    np.dtype(code).newbyteorder("<"): member
-    for code, member in (
-        ("b1", DType.BOOL),
-        ("i1", DType.INT8),
-        ("i2", DType.INT16),
-        ("i4", DType.INT32),
-        ("i8", DType.INT64),
-        ("u1", DType.UINT8),
-        ("u2", DType.UINT16),
-        ("u4", DType.UINT32),
-        ("u8", DType.UINT64),
-        ("f2", DType.FLOAT16),
-        ("f4", DType.FLOAT32),
-        ("f8", DType.FLOAT64),
-    )
-}
-
-
 class TensorPacker:
     """Packs outgoing arrays; large ones go through ``producer`` when there is one."""
 
@@ -111,7 +91,7 @@ class TensorPacker:
             or self.producer is None
             or nbytes < self.threshold
             or nbytes <= 0
-            or _NATIVE.get(np_dtype) is None  # not a plain little-endian wire type
+            or plain_wire_dtype(np_dtype) is None  # not a plain little-endian wire type
         ):
             return np.empty(shape, np_dtype), None
         try:
@@ -152,7 +132,7 @@ class TensorPacker:
                 if owned is not None and allocated is not None:  # an unrelated array
                     allocated[id(value)] = owned
                 array = np.asarray(value)
-                dtype = _NATIVE.get(array.dtype)  # common little-endian types: no checks
+                dtype = plain_wire_dtype(array.dtype)  # common little-endian types: no checks
                 if dtype is None:
                     dtype = dtype_of(array, f"outputs.{name}.dtype")
                     if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:

@@ -368,15 +368,15 @@ class _Server:
             print(f"edge worker: channel: refused frame: {exc}", file=sys.stderr)
             return False
         header = frame.header
-        gone = header.meta.get("gone")
-        if gone and self._consumer is not None:
-            self._consumer.forget([str(name) for name in gone])
         op = header.op
-        if op in DATA_OPS or op in CONTROL_OPS:
+        if op in DATA_OPS or op in CONTROL_OPS:  # meta is the stage's: never ``gone``
             self._pending.append(frame)
         elif op == OP_CANCEL:
             self._cancel(header)
         elif op == OP_ACK:
+            gone = header.meta.get("gone")
+            if gone and self._consumer is not None:
+                self._consumer.forget([str(name) for name in gone])
             if self._producer is not None:
                 for segment, generation in header.meta.get("segments", ()):
                     self._producer.release(str(segment), int(generation))

@@ -12,7 +12,7 @@ Ops, controller to worker:
     ``ack``: ``meta.segments`` lists ``[segment, generation]`` pairs of worker-produced
     shared memory the controller is done with (pooled for reuse); the optional
     ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
-    them instead of reusing them. No answer.
+    them instead of reusing them. ``meta.gone`` (see below) may come alone. No answer.
     ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
 
 Ops, worker to controller:
@@ -21,8 +21,11 @@ Ops, worker to controller:
     controller-produced segments of that request's inputs), ``reply``
     (``meta.ok`` plus ``result`` or ``error``).
 
-Any frame may carry ``meta.gone``: shared-memory segments its sender has unlinked, so
-that the receiver can drop its mappings.
+Frames whose ``meta`` this protocol defines (``ack``, ``event``, ``reply``) may carry
+``meta.gone``: shared-memory segments its sender has unlinked, so that the receiver can
+drop its mappings. Data and control frames never do: their ``meta`` belongs to the stage
+(request params, load config), so the controller sends the names in an ``ack`` frame
+written just before the request.
 """
 
 from __future__ import annotations

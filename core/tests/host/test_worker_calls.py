@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.requests import EventKind, Operation, StageRequest
 from edge_contracts.shm import segment_names
 from edge_core.host import CallCancelled, RemoteError, TransportCapExceeded
@@ -173,3 +174,27 @@ def test_small_output_buffers_are_private_arrays(start):
     delivery = client.submit(request("small"), {"x": x}).next(timeout=10)
     np.testing.assert_array_equal(delivery.arrays["y"], x * 2)
     assert not delivery.retained
+
+
+def _mapped_segments(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as maps:
+        return {line.split("/dev/shm/")[1].split()[0] for line in maps if "/dev/shm/" in line}
+
+
+def test_unlinked_segments_reach_the_worker_without_touching_request_params(start):
+    # One buffer per producer: the 4 MiB input evicts the pooled 1 MiB segment, and the
+    # controller tells the worker so (it then unmaps it) in an ack before the request.
+    client = start(shm_threshold=1024, shm_max_buffers=1)
+    pid = client.identity.pid
+    small = np.ones(MIB, dtype=np.uint8)
+    client.submit(request("a", report_params=True), {"x": small}).next(timeout=10).release()
+    first = _mapped_segments(pid)
+    assert first, "the worker maps the controller's input segment"
+    params = {"report_params": True, "gone": ["user-value"], "segments": [1]}
+    call = client.submit(request("b", **params), {"x": np.ones(4 * MIB, dtype=np.uint8)})
+    with call.next(timeout=10) as done:
+        assert thaw_json(done.data["params"]) == params
+    assert not first & _mapped_segments(pid)
+    params = {"report_params": True, "gone": [["not", "names"]]}
+    with client.submit(request("c", **params)).next(timeout=10) as done:
+        assert thaw_json(done.data["params"]) == params

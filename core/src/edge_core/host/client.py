@@ -197,8 +197,16 @@ class WorkerClient:
 
     # -- sending -----------------------------------------------------------------------
 
-    def _send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> None:
+    def _send(
+        self,
+        header: FrameHeader,
+        payloads: list[memoryview] | None = None,
+        *,
+        before: FrameHeader | None = None,
+    ) -> None:
         parts = encode_frame(header, payloads or [])
+        if before is not None:  # both frames in one write
+            parts = [*encode_frame(before, []), *parts]
         with self._send_lock:
             try:
                 write_frame(self._sock.sendmsg, parts)
@@ -247,10 +255,14 @@ class WorkerClient:
                 request.epoch,
                 self.generation,
                 tensors=packed.specs,
-                meta={**request.params, "gone": gone} if gone else request.params,
+                meta=request.params,
                 required_features=_SHM if packed.uses_shm else frozenset(),
             )
-            self._send(header, packed.payloads)
+            if gone:  # a request's meta is its params: the names go in an ack before it
+                notice = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
+                self._send(header, packed.payloads, before=notice)
+            else:
+                self._send(header, packed.payloads)
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)

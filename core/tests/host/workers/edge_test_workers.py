@@ -67,6 +67,9 @@ class Echo(BaseHandler):
         scale = call.params.get("scale")
         if scale is not None:
             return {name: array * scale for name, array in call.inputs.items()}
+        if call.params.get("report_params"):
+            call.done({}, data={"params": call.params})
+            return None
         return dict(call.inputs)
 
 

@@ -48,12 +48,13 @@ from typing import TYPE_CHECKING, Any
 
 from edge_contracts.errors import StreamClosed, WireError
 from edge_contracts.events import EventKind
+from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_protocol import (
     BOOT_ENV,
@@ -232,6 +233,7 @@ class _Server:
         self._pending: deque[Frame] = deque()
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
+        self._frames = FrameReader(sock.recv_into, self.limits)
         self._next_frame = ReadableWait(sock.fileno(), boot.spin_us)
         self._producer: SegmentProducer | None = None
         self._consumer: SegmentConsumer | None = None
@@ -356,12 +358,12 @@ class _Server:
     # -- receiving ---------------------------------------------------------------------
 
     def _readable(self) -> bool:
-        return bool(self._poll.poll(0))
+        return self._frames.buffered or bool(self._poll.poll(0))
 
     def _read_one(self) -> bool:
         """Read and dispatch one frame; False at end of stream."""
         try:
-            frame = read_frame(self.sock.recv_into, self.limits)
+            frame = self._frames.read()
         except StreamClosed:
             return False
         except (WireError, OSError) as exc:
@@ -477,7 +479,8 @@ class _Server:
                     if self._pending and not self._stop:
                         self._execute(self._pending.popleft())
                 else:
-                    self._next_frame.wait(None)  # spins briefly while requests come fast
+                    if not self._frames.buffered:  # a frame may wait in the read buffer
+                        self._next_frame.wait(None)  # spins briefly while requests come fast
                     if not self._read_one():
                         return 0
             return 0

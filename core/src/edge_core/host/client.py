@@ -30,12 +30,13 @@ from types import TracebackType
 from typing import Any
 
 from edge_contracts.errors import ContractError, StreamClosed, WireError
+from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS
 from edge_contracts.requests import ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import (
     OP_ACK,
     OP_CANCEL,
@@ -119,10 +120,12 @@ class WorkerClient:
         self._exit_status: int | None = None
         self._retire_lock = threading.Lock()
         self._outcome: RetireOutcome | None = None
+        self._frames = FrameReader(sock.recv_into, limits)
         self._reader = ChannelReader(
             sock.fileno(),
             self._read_one,
             self._gone_error,
+            buffered=lambda: self._frames.buffered,
             spin_us=spin_us,
             name=f"edge-reader-{tree.root.pid}",
         )
@@ -398,7 +401,7 @@ class WorkerClient:
     def _read_one(self) -> bool:
         """Read and dispatch one frame (by whichever thread reads); False once ended."""
         try:
-            frame = read_frame(self._sock.recv_into, self._limits)
+            frame = self._frames.read()
         except StreamClosed:
             self._channel_closed()
             return False

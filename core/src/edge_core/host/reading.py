@@ -75,6 +75,8 @@ class ChannelReader:
         fd: the channel's socket descriptor.
         read_one: reads and dispatches exactly one frame; False once the channel has
             ended (the client has then failed every call it knows of).
+        buffered: True when bytes of a frame wait in the client's read buffer: they
+            are read before the socket is polled (the socket may have nothing more).
         gone: builds the error raised to a waiter when the channel has ended and its
             queue is empty.
         spin_us: spin budget of each wait for the socket (0: never spin).
@@ -88,12 +90,14 @@ class ChannelReader:
         read_one: Callable[[], bool],
         gone: Callable[[], BaseException],
         *,
+        buffered: Callable[[], bool] = lambda: False,
         spin_us: int,
         name: str,
     ) -> None:
         self._fd = fd
         self._read_one = read_one
         self._gone = gone
+        self._buffered = buffered
         self._nudge_r, self._nudge_w = os.pipe()
         os.set_blocking(self._nudge_r, False)
         os.set_blocking(self._nudge_w, False)
@@ -183,6 +187,10 @@ class ChannelReader:
         """Read frames until ``inbox`` has an item or the channel ends (holding the role)."""
         fd = self._fd
         while inbox.empty() and not self._ended:
+            if self._buffered():
+                if not self._read_one():
+                    self._ended = True
+                continue
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self._lead_wait.wait(left)  # polls once even when no time is left
             if not events:
@@ -219,12 +227,16 @@ class ChannelReader:
                     self._cv.wait(LINGER_S)
                 if self._closing or self._ended:
                     return
-                self._polling = True
-            try:
-                events = poller.poll()
-            finally:
-                with self._cv:
-                    self._polling = False
+                buffered = self._buffered()  # a hint: re-checked holding the role
+                self._polling = not buffered
+            if buffered:
+                events = [(self._fd, select.POLLIN)]
+            else:
+                try:
+                    events = poller.poll()
+                finally:
+                    with self._cv:
+                        self._polling = False
             if any(fd == self._wake_r for fd, _ in events):
                 with contextlib.suppress(OSError):
                     os.read(self._wake_r, 4096)
@@ -235,9 +247,13 @@ class ChannelReader:
             if not self._role.acquire(blocking=False):
                 continue  # a caller leads; the loop parks until it is done
             try:
-                ready = any(fd == self._fd for fd, _ in self._lead_wait.ready())
-                if not self._ended and ready and not self._read_one():
-                    self._ended = True
+                ready = self._buffered() or any(
+                    fd == self._fd for fd, _ in self._lead_wait.ready()
+                )
+                while not self._ended and ready:
+                    if not self._read_one():
+                        self._ended = True
+                    ready = self._buffered()  # never poll with a frame in the buffer
             finally:
                 self._give_up(None)
             if self._ended:

@@ -1,0 +1,136 @@
+"""Reading frames from a stream with one receive call per small frame.
+
+:func:`~edge_contracts.wire.read_frame` reads exactly one frame in three exact-size reads
+(prefix, header, payload), so it never takes a byte of the next frame; that suits one-off
+reads such as the hello. A channel that reads frame after frame pays three system calls
+per frame that way. :class:`FrameReader` keeps a receive buffer instead: one
+``recv_into`` usually brings a whole small frame (and perhaps the start of the next),
+and the parts are taken from the buffer. A payload larger than what is buffered gets its
+own buffer, filled by reads straight into it, so a large tensor is not copied twice.
+
+The checks are those of ``read_frame``, in the same order: the prefix and header are
+checked before the payload buffer is allocated.
+
+Because bytes can wait in the buffer, a caller that polls the socket must first ask
+:attr:`FrameReader.buffered`: a frame may be complete in the buffer while the socket
+has nothing more to read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from edge_contracts.errors import FrameTruncated, StreamClosed, WireError
+from edge_contracts.headers import Limits
+from edge_contracts.wire import PREFIX_SIZE, Frame, decode_prefix, parse_header
+
+__all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader"]
+
+DEFAULT_BUFFER_BYTES = 16384
+"""Receive-buffer size: frames of a few KiB (headers, tiny tensors) take one read."""
+
+
+class FrameReader:
+    """Reads frames one after another from ``recv_into``, buffering what arrives early.
+
+    Args:
+        recv_into: fills a prefix of the view it is given and returns the byte count,
+            0 at end of stream (e.g. ``socket.recv_into``).
+        limits: the reader's limits, checked on every frame.
+        buffer_bytes: size of the receive buffer (at least 2 * 16 bytes).
+
+    Not thread-safe: one thread reads at a time (the channel's read role).
+    """
+
+    __slots__ = ("_buffer", "_end", "_limits", "_recv_into", "_start", "_view")
+
+    def __init__(
+        self,
+        recv_into: Callable[[memoryview], int],
+        limits: Limits,
+        *,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    ) -> None:
+        if type(buffer_bytes) is not int or buffer_bytes < 2 * PREFIX_SIZE:
+            raise WireError("reader.buffer_bytes", buffer_bytes, f"must be >= {2 * PREFIX_SIZE}")
+        self._recv_into = recv_into
+        self._limits = limits
+        self._buffer = bytearray(buffer_bytes)
+        self._view = memoryview(self._buffer)
+        self._start = 0
+        self._end = 0
+
+    @property
+    def buffered(self) -> bool:
+        """True when bytes of a frame wait in the buffer (read them before polling)."""
+        return self._end > self._start
+
+    def read(self) -> Frame:
+        """Read and check the next frame.
+
+        Raises:
+            StreamClosed: the stream ended before the first byte of a frame.
+            FrameTruncated: the stream ended inside a frame.
+            WireError: any other refusal (see :func:`~edge_contracts.wire.decode_prefix`
+                and :func:`~edge_contracts.wire.parse_header`).
+
+        """
+        self._have(PREFIX_SIZE, "prefix")
+        start = self._start
+        prefix = self._view[start : start + PREFIX_SIZE]
+        header_len, payload_len = decode_prefix(prefix, self._limits)
+        self._start = start = start + PREFIX_SIZE
+        raw: bytes | bytearray
+        if header_len <= len(self._buffer):
+            self._have(header_len, "header")
+            start = self._start
+            raw = bytes(self._view[start : start + header_len])
+            self._start = start + header_len
+        else:  # a header larger than the buffer (only with raised limits)
+            raw = bytearray(header_len)
+            self._take_into(memoryview(raw), "header")
+        header = parse_header(raw, self._limits, payload_len=payload_len)
+        payload = bytearray(payload_len)
+        if payload_len:
+            self._take_into(memoryview(payload), "payload")
+        return Frame(header, payload)
+
+    def _have(self, wanted: int, part: str) -> None:
+        """Make ``wanted`` (<= buffer size) bytes available at the buffer's start index."""
+        available = self._end - self._start
+        if available >= wanted:
+            return
+        if not available:
+            self._start = self._end = 0
+        elif self._start + wanted > len(self._buffer):  # move the tail to the front
+            self._view[:available] = self._view[self._start : self._end]
+            self._start, self._end = 0, available
+        while self._end - self._start < wanted:
+            count = self._recv(self._view[self._end :], part)
+            if count == 0:
+                got = self._end - self._start
+                if part == "prefix" and got == 0:
+                    raise StreamClosed(part, 0, "end of stream before the next frame")
+                raise FrameTruncated(part, got, f"stream ended after {got} of {wanted} bytes")
+            self._end += count
+
+    def _take_into(self, view: memoryview, part: str) -> None:
+        """Fill ``view`` from the buffer first, then by reads straight into it."""
+        wanted = len(view)
+        got = min(wanted, self._end - self._start)
+        if got:
+            view[:got] = self._view[self._start : self._start + got]
+            self._start += got
+        if self._start == self._end:
+            self._start = self._end = 0
+        while got < wanted:
+            count = self._recv(view[got:], part)
+            if count == 0:
+                raise FrameTruncated(part, got, f"stream ended after {got} of {wanted} bytes")
+            got += count
+
+    def _recv(self, view: memoryview, part: str) -> int:
+        count = self._recv_into(view)
+        if not 0 <= count <= len(view):
+            raise WireError(part, count, f"recv_into must return 0..{len(view)} bytes")
+        return count

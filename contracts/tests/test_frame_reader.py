@@ -1,0 +1,159 @@
+"""The buffered frame reader: same frames and same refusals as read_frame, fewer reads."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edge_contracts import errors
+from edge_contracts.conformance import load_fixtures
+from edge_contracts.dtypes import DType
+from edge_contracts.errors import FrameTruncated, PayloadTooLarge, StreamClosed, WireError
+from edge_contracts.frame_reader import FrameReader
+from edge_contracts.wire import (
+    PREFIX_SIZE,
+    Frame,
+    FrameHeader,
+    Limits,
+    TensorSpec,
+    decode_frame,
+    encode_frame,
+)
+
+LIMITS = Limits(max_io_bytes=1 << 20)
+
+
+def frame_bytes(request_id: str, payload: bytes, meta: dict[str, object] | None = None) -> bytes:
+    spec = TensorSpec("x", DType.UINT8, (len(payload),), len(payload))
+    header = FrameHeader("run", request_id, "s0", 0, 1, tensors=(spec,), meta=meta or {})
+    return b"".join(bytes(part) for part in encode_frame(header, [payload]))
+
+
+def same(a: Frame, b: Frame) -> bool:
+    """Frames compare by identity; these compare by header and payload."""
+    return a.header == b.header and a.payload == b.payload
+
+
+class Chunked:
+    """A recv_into over fixed bytes that hands out at most the given chunk sizes."""
+
+    def __init__(self, data: bytes, chunks: list[int]) -> None:
+        self.data = data
+        self.position = 0
+        self.chunks = chunks or [1 << 30]
+        self.calls = 0
+
+    def __call__(self, view: memoryview) -> int:
+        size = self.chunks[self.calls % len(self.chunks)]
+        self.calls += 1
+        count = min(len(view), size, len(self.data) - self.position)
+        view[:count] = self.data[self.position : self.position + count]
+        self.position += count
+        return count
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    payloads=st.lists(st.binary(max_size=3000), min_size=1, max_size=6),
+    chunks=st.lists(st.integers(min_value=1, max_value=5000), max_size=5),
+    buffer_bytes=st.sampled_from([32, 100, 512, 16384]),
+)
+def test_any_chunking_yields_the_frames_written_then_a_clean_close(
+    payloads: list[bytes], chunks: list[int], buffer_bytes: int
+) -> None:
+    stream = [frame_bytes(f"r{i}", p, {"i": i}) for i, p in enumerate(payloads)]
+    reader = FrameReader(Chunked(b"".join(stream), chunks), LIMITS, buffer_bytes=buffer_bytes)
+    for raw in stream:
+        assert same(reader.read(), decode_frame(raw, LIMITS))
+    assert not reader.buffered
+    with pytest.raises(StreamClosed):
+        reader.read()
+
+
+def test_small_frames_take_one_read_and_wait_in_the_buffer() -> None:
+    stream = frame_bytes("a", b"12345678") + frame_bytes("b", b"x")
+    source = Chunked(stream, [])
+    reader = FrameReader(source, LIMITS)
+    assert reader.read().header.request_id == "a"
+    assert source.calls == 1
+    assert reader.buffered  # "b" arrived with "a": poll the socket only after it
+    assert reader.read().header.request_id == "b"
+    assert source.calls == 1 and not reader.buffered
+
+
+def test_a_large_payload_is_read_into_its_own_buffer() -> None:
+    payload = bytes(range(256)) * 1024
+    source = Chunked(frame_bytes("big", payload), [])
+    frame = FrameReader(source, LIMITS, buffer_bytes=4096).read()
+    assert bytes(frame.payload) == payload
+    assert source.calls == 2  # the buffered start, then the rest straight into the payload
+
+
+def test_end_of_stream_inside_a_frame_is_a_truncation() -> None:
+    whole = frame_bytes("a", b"abcdef")
+    for cut in (1, PREFIX_SIZE, PREFIX_SIZE + 5, len(whole) - 1):
+        reader = FrameReader(Chunked(whole[:cut], [3]), LIMITS, buffer_bytes=64)
+        with pytest.raises(FrameTruncated) as caught:
+            reader.read()
+        assert type(caught.value) is FrameTruncated
+
+
+def test_a_refused_prefix_reads_no_payload() -> None:
+    big = frame_bytes("big", bytes(4096))
+    source = Chunked(big, [PREFIX_SIZE])
+    with pytest.raises(PayloadTooLarge):
+        FrameReader(source, Limits(max_io_bytes=1024), buffer_bytes=64).read()
+    assert source.calls == 1
+
+
+def test_recv_into_returning_a_wrong_count_is_refused() -> None:
+    with pytest.raises(WireError, match="recv_into must return"):
+        FrameReader(lambda view: len(view) + 1, LIMITS).read()
+    with pytest.raises(WireError, match=r"reader\.buffer_bytes"):
+        FrameReader(lambda view: 0, LIMITS, buffer_bytes=8)
+
+
+def _conformance_cases() -> list[tuple[str, dict[str, object]]]:
+    frames = load_fixtures()["frames"]
+    return [("valid", case) for case in frames["valid"]] + [
+        ("invalid", case) for case in frames["invalid"]
+    ]
+
+
+@pytest.mark.parametrize(("kind", "case"), _conformance_cases(), ids=lambda value: str(value)[:40])
+def test_conformance_frames_read_as_the_fixtures_say(kind: str, case: dict[str, object]) -> None:
+    data = bytes.fromhex(str(case["hex"]))
+    limits = Limits.from_dict(case["limits"]) if "limits" in case else LIMITS  # type: ignore[arg-type]
+    for chunks in ([], [1], [7, 3]):
+        source = Chunked(data, chunks)
+        reader = FrameReader(source, limits, buffer_bytes=64)
+        if kind == "valid":
+            assert same(reader.read(), decode_frame(data, limits))
+            assert not reader.buffered
+            continue
+        if case["name"] == "trailing bytes":  # a stream reader leaves them for the next read
+            reader.read()
+            assert reader.buffered or source.position < len(data)
+            continue
+        with pytest.raises(WireError) as caught:
+            reader.read()
+        assert type(caught.value) is getattr(errors, str(case["error"])), case["name"]
+
+
+def test_over_a_socket_frames_written_back_to_back_are_all_read() -> None:
+    left, right = socket.socketpair()
+    try:
+        stream = b"".join(frame_bytes(f"r{i}", bytes([i]) * i) for i in range(50))
+        left.sendall(stream)
+        left.close()
+        reader = FrameReader(right.recv_into, LIMITS, buffer_bytes=256)
+        assert [reader.read().header.request_id for _ in range(50)] == [
+            f"r{i}" for i in range(50)
+        ]
+        with pytest.raises(StreamClosed):
+            reader.read()
+    finally:
+        right.close()

@@ -1,0 +1,112 @@
+"""The worker's .npz reader: the arrays numpy.load gives, without importing zipfile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_ort.npz import _members, load_npz
+
+RNG = np.random.default_rng(0)
+ARRAYS = {
+    "x": RNG.standard_normal((2, 3)).astype(np.float32),
+    "n": np.array(5, np.int64),
+    "f": np.asfortranarray(RNG.standard_normal((4, 5))),
+    "b": np.array([True, False]),
+    "h": np.zeros((0, 3), np.float16),
+    "u": RNG.integers(0, 255, (1000,), np.uint8),
+    "big": RNG.standard_normal((300, 1000)).astype(np.float32),
+    "name with.dots": np.arange(3),
+}
+
+
+def same_as_numpy(path: Path) -> dict[str, np.ndarray]:
+    got = load_npz(str(path))
+    with np.load(path, allow_pickle=False) as reference:
+        assert list(got) == list(reference.files)
+        for name in reference.files:
+            want = reference[name]
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+            assert np.array_equal(got[name], want), name
+            assert got[name].flags.writeable, name
+            assert got[name].flags.f_contiguous == want.flags.f_contiguous, name
+    return got
+
+
+@pytest.mark.parametrize("writer", ["savez", "savez_compressed"])
+def test_numpy_archives_are_read_without_the_fallback(tmp_path: Path, writer: str) -> None:
+    path = tmp_path / f"{writer}.npz"
+    getattr(np, writer)(path, **ARRAYS)
+    assert set(_members(path.read_bytes())) == set(ARRAYS)  # parsed here, not by np.load
+    same_as_numpy(path)
+
+
+def test_positional_names_and_forced_zip64_local_headers(tmp_path: Path) -> None:
+    path = tmp_path / "positional.npz"
+    np.savez(path, np.ones(3), np.zeros(2))
+    assert list(same_as_numpy(path)) == ["arr_0", "arr_1"]
+    forced = tmp_path / "zip64.npz"  # what the OCR example's reproducible writer does
+    info = zipfile.ZipInfo("x.npy", date_time=(1980, 1, 1, 0, 0, 0))
+    with (
+        zipfile.ZipFile(forced, "w") as archive,
+        archive.open(info, "w", force_zip64=True) as member,
+    ):
+        np.lib.format.write_array(member, ARRAYS["x"], allow_pickle=False)
+    assert set(_members(forced.read_bytes())) == {"x"}
+    same_as_numpy(forced)
+
+
+def test_a_corrupted_member_is_refused_as_numpy_load_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / "bad.npz"
+    np.savez(path, x=np.ones(1000))
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # inside the member's bytes: the CRC-32 no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile):
+        load_npz(str(path))
+
+
+def test_a_truncated_archive_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "whole.npz"
+    np.savez(path, **ARRAYS)
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(zipfile.BadZipFile):
+        load_npz(str(cut))
+
+
+def test_object_arrays_are_refused_without_unpickling(tmp_path: Path) -> None:
+    path = tmp_path / "object.npz"
+    np.savez(path, o=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match="allow_pickle"):
+        load_npz(str(path))
+
+
+def test_other_archives_fall_back_to_numpy_load(tmp_path: Path) -> None:
+    path = tmp_path / "bzip2.npz"
+    with (
+        zipfile.ZipFile(path, "w", compression=zipfile.ZIP_BZIP2) as archive,
+        archive.open("x.npy", "w") as member,
+    ):
+        np.lib.format.write_array(member, ARRAYS["u"], allow_pickle=False)
+    with pytest.raises(Exception, match="compression"):
+        _members(path.read_bytes())
+    assert np.array_equal(same_as_numpy(path)["x"], ARRAYS["u"])
+
+
+def test_reading_an_archive_imports_no_zipfile(tmp_path: Path) -> None:
+    path = tmp_path / "inputs.npz"
+    np.savez(path, **ARRAYS)
+    code = (
+        "import sys; from edge_ort.npz import load_npz; "
+        f"arrays = load_npz({str(path)!r}); "
+        "print(len(arrays), 'zipfile' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == [str(len(ARRAYS)), "False"]

@@ -19,6 +19,7 @@ import os
 import select
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -91,6 +92,108 @@ while True:
         break
     s.sendall(memoryview(buf)[:n])
 """
+
+
+# The least any Python implementation of this wire can do per round trip: a JSON header
+# of the same shape as the edge echo's (request ids, epoch, generation, meta, one tensor
+# entry), framed with the same 16-byte prefix, decoded with json.loads and np.frombuffer;
+# no validation, no request bookkeeping, no threads, both ends polling. Not a transport
+# anyone should ship: a measure of what the goal asks of pure Python on this host.
+FLOOR_CHILD = r"""
+import json, select, socket, struct, sys, time
+import numpy as np
+prefix = struct.Struct("<4sIQ")
+packed = struct.Struct("<16s16sQQI")  # request id, stage id, epoch, generation, count
+s = socket.socket(fileno=int(sys.argv[1]))
+poll = select.poll()
+poll.register(s, select.POLLIN)
+buf = bytearray(65536)
+view = memoryview(buf)
+while True:
+    while not poll.poll(0):
+        pass
+    n = s.recv_into(buf)
+    if not n:
+        break
+    _, hlen, plen = prefix.unpack_from(buf)
+    if sys.argv[2] == "struct":
+        rid, sid, epoch, gen, count = packed.unpack_from(buf, 16)
+        x = np.frombuffer(buf, dtype=np.float32, count=count, offset=16 + packed.size)
+        reply = packed.pack(rid, sid, epoch, gen, count) + struct.pack("<Q", time.monotonic_ns())
+        s.sendmsg([prefix.pack(b"EDGW", len(reply), x.nbytes) + reply, x.data])
+        continue
+    header = json.loads(bytes(view[16 : 16 + hlen]))
+    spec = header["tensors"][0]
+    x = np.frombuffer(buf, dtype=spec["dtype"], count=spec["shape"][0], offset=16 + hlen)
+    meta = {"seq": 0, "kind": "done", "data": {}, "error": None,
+            "created_ns": time.monotonic_ns(), "acks": []}
+    reply = json.dumps({"version": 1, "required_features": [], "op": "event",
+                        "request_id": header["request_id"], "stage_id": header["stage_id"],
+                        "epoch": header["epoch"], "generation": header["generation"],
+                        "meta": meta, "tensors": header["tensors"]},
+                       separators=(",", ":")).encode()
+    s.sendmsg([prefix.pack(b"EDGW", len(reply), x.nbytes) + reply, x.data])
+"""
+
+
+def python_floor_rtt(n: int, header_kind: str = "json") -> list[float]:
+    """Round trips of the minimal pure-Python framing above (see FLOOR_CHILD).
+
+    ``header_kind="struct"`` replaces the JSON header with fixed binary fields, the
+    cheapest header Python can decode: what is left is the interpreter itself.
+    """
+    parent, child = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_CHILD, str(child.fileno()), header_kind],
+        pass_fds=(child.fileno(),),
+    )
+    child.close()
+    poll = select.poll()
+    poll.register(parent, select.POLLIN)
+    prefix = struct.Struct("<4sIQ")
+    packed = struct.Struct("<16s16sQQI")
+    buf = bytearray(65536)
+    view = memoryview(buf)
+    x = np.arange(4, dtype=np.float32)
+    samples = []
+    try:
+        for index in range(n + 200):
+            t0 = time.perf_counter()
+            if header_kind == "struct":
+                rid = f"r{index}".encode()
+                header = packed.pack(rid, b"bench", 0, 1, 4)
+                parent.sendmsg([prefix.pack(b"EDGW", len(header), x.nbytes) + header, x.data])
+                while not poll.poll(0):
+                    pass
+                parent.recv_into(buf)
+                _, hlen, _ = prefix.unpack_from(buf)
+                got, _, _, _, count = packed.unpack_from(buf, 16)
+                y = np.frombuffer(buf, dtype=np.float32, count=count, offset=16 + hlen).copy()
+                assert got.rstrip(b"\0") == rid and y[3] == 3.0
+                if index >= 200:
+                    samples.append(time.perf_counter() - t0)
+                continue
+            header = json.dumps(
+                {"version": 1, "required_features": [], "op": "run",
+                 "request_id": f"r{index}", "stage_id": "bench", "epoch": 0, "generation": 1,
+                 "meta": {}, "tensors": [{"name": "x", "dtype": "float32", "shape": [4],
+                                          "nbytes": 16, "ref": None}]},
+                separators=(",", ":"),
+            ).encode()
+            parent.sendmsg([prefix.pack(b"EDGW", len(header), x.nbytes) + header, x.data])
+            while not poll.poll(0):
+                pass
+            parent.recv_into(buf)
+            _, hlen, _ = prefix.unpack_from(buf)
+            reply = json.loads(bytes(view[16 : 16 + hlen]))
+            y = np.frombuffer(buf, dtype=np.float32, count=4, offset=16 + hlen).copy()
+            assert reply["request_id"] == f"r{index}" and y[3] == 3.0
+            if index >= 200:
+                samples.append(time.perf_counter() - t0)
+        return samples
+    finally:
+        parent.close()
+        proc.wait()
 
 
 class BareEcho:
@@ -253,6 +356,8 @@ def main() -> None:
 
     blocks = 4 if args.quick else 10
     spinning = bare_spinning_rtt(n_rtt)
+    floor = python_floor_rtt(n_rtt)
+    floor_struct = python_floor_rtt(n_rtt, "struct")
     tcp = bare_tcp_rtt(n_rtt)
     tiny = {"x": np.arange(4, dtype=np.float32)}
     blocking = _start(threshold=256 * 1024, spin_us=0)
@@ -296,6 +401,8 @@ def main() -> None:
     print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
     print(f"bare socketpair, both ends polling p50: {p50(spinning) * 1e6:8.1f} us")
     print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
+    print(f"minimal pure-Python framing, polling p50: {p50(floor) * 1e6:8.1f} us"
+          f"  (binary header: {p50(floor_struct) * 1e6:.1f} us)")
     print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
     print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
     shm_mem = shm_copyto(64 * MIB, n_big * 2)
@@ -333,6 +440,12 @@ def main() -> None:
         rtt_ratio=p50(edge) / p50(bare),
         rtt_ratio_no_spin=p50(edge_blocking) / p50(bare),
         rtt_ratio_both_spinning=p50(edge) / p50(spinning),
+        python_floor_p50_us=p50(floor) * 1e6,
+        # What the least Python framing of this wire scores against the same bare round
+        # trip: the part of rtt_ratio no implementation in Python can remove here.
+        rtt_ratio_python_floor=p50(floor) / p50(bare),
+        python_floor_binary_p50_us=p50(floor_struct) * 1e6,
+        rtt_ratio_python_floor_binary=p50(floor_struct) / p50(bare),
         copy_ratio_64mib=p50(echo64) / p50(mem),
         # Two copies through shared memory: the floor of copy_ratio_64mib on this host
         # (shared mappings get no transparent huge pages; private numpy arrays do).

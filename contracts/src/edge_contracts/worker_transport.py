@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts.copying import copy_bytes
 from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
@@ -145,7 +146,7 @@ class TensorPacker:
                 if self.producer is not None and nbytes >= self.threshold:
                     lease = self.producer.lease(nbytes)
                     leases.append((lease.segment, lease.generation))
-                    np.copyto(np.frombuffer(lease.view, dtype=np.uint8), flat)
+                    copy_bytes(np.frombuffer(lease.view, dtype=np.uint8), flat)
                     ref = ShmRef(lease.segment, lease.offset, lease.generation)
                 else:
                     payloads.append(flat.data)

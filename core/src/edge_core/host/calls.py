@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from edge_contracts.buffers import BufferDescriptor
+from edge_contracts.copying import owned_copy
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent
 from edge_contracts.tensors import dtype_of
 from edge_core.errors import StageClosed
@@ -238,7 +238,7 @@ class Call:
             delivery = self.next(timeout)
             with delivery:
                 for name, array in delivery.arrays.items():
-                    outputs[name] = np.array(array, copy=True) if copy else array
+                    outputs[name] = owned_copy(array) if copy else array
             if delivery.terminal:
                 break
         if delivery.kind is EventKind.ERROR:

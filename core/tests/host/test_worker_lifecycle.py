@@ -174,3 +174,26 @@ def test_identity_is_captured_by_pid_and_creation_time(start):
     proc = psutil.Process(client.identity.pid)
     assert client.identity == ProcessIdentity(proc.pid, proc.create_time())
     assert os.getsid(client.identity.pid) == client.identity.pid
+
+
+def test_a_child_in_its_own_session_is_retired_even_if_the_worker_dies_first(start):
+    # Such a child is found only as a descendant of the live worker (the session scan
+    # cannot see it): the tree must be captured at the hello, before anything can kill it.
+    client = start("session_child")
+    children = psutil.Process(client.identity.pid).children()
+    assert len(children) == 1 and os.getsid(children[0].pid) != client.identity.pid
+    root = psutil.Process(client.identity.pid)
+    os.kill(root.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5  # dead (a zombie until reaped): the child is orphaned
+    while time.monotonic() < deadline:
+        try:
+            if root.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:  # already reaped by the client's watchdog
+            break
+        time.sleep(0.01)
+    assert children[0].ppid() != root.pid
+    outcome = client.retire(deadline_s=5.0)
+    assert outcome.verified, outcome
+    assert children[0].pid in {identity.pid for identity in outcome.tree}
+    assert not children[0].is_running() or children[0].status() == psutil.STATUS_ZOMBIE

@@ -188,6 +188,7 @@ def start_worker(
             if stream is not None:
                 stream.close()
         raise
+    tree.capture()
     use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
     return WorkerClient(
         route=route,

@@ -102,9 +102,6 @@ class WorkerClient:
         self._sock = sock
         self._limits = limits
         self._tree = tree
-        # The tree is first captured while the worker serves the first control call
-        # (off the start-up path), else at health() or retire(), whichever comes first.
-        self._captured = False
         self._popen = popen
         self._producer = producer
         self._consumer = consumer
@@ -138,8 +135,8 @@ class WorkerClient:
 
     def health(self) -> Health:
         """Report the worker's state; also captures its current process tree."""
-        if self._state == READY or not self._captured:
-            self._capture()
+        if self._state == READY:
+            self._tree.capture()
         with self._lock:
             return Health(
                 state=self._state,
@@ -148,10 +145,6 @@ class WorkerClient:
                 in_flight=len(self._calls),
                 identity=self.identity,
             )
-
-    def _capture(self) -> None:
-        self._tree.capture()
-        self._captured = True
 
     def _lost(self, reason: str, error: BaseException) -> None:
         """Mark the worker lost (first reason wins) and fail everything in flight."""
@@ -358,8 +351,6 @@ class WorkerClient:
             self._replies[request_id] = waiter
         try:
             self._send(FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
-            if not self._captured:  # while the worker works on the request
-                self._capture()
             delivery = waiter.next(timeout_s)
         finally:
             with self._lock:
@@ -550,9 +541,8 @@ class WorkerClient:
         with self._retire_lock:
             if self._outcome is not None and self._outcome.verified:
                 return self._outcome
-            if self._state == READY or not self._captured:
-                self._capture()
             if self._state == READY:
+                self._tree.capture()
                 with contextlib.suppress(WorkerGone):
                     self._send(FrameHeader(OP_SHUTDOWN, "", "", 0, self.generation))
             self._lost("worker: retired", WorkerGone("worker", "retired", self.identity.pid))

@@ -152,6 +152,21 @@ class Stubborn(Echo):
         return {"grandchild": self.child.pid}
 
 
+class SessionChild(Echo):
+    """Starts, while it is built, a child in a session of its own (not the worker's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+        )
+
+
+def session_child() -> BaseHandler:
+    """Factory of :class:`SessionChild`."""
+    return SessionChild()
+
+
 def _forge(header: FrameHeader) -> None:
     fd = int(sys.argv[-1])
     write_frame(lambda views: os.writev(fd, views), encode_frame(header, []))

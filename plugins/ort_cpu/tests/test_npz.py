@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import zipfile
@@ -42,7 +43,7 @@ def same_as_numpy(path: Path) -> dict[str, np.ndarray]:
 def test_numpy_archives_are_read_without_the_fallback(tmp_path: Path, writer: str) -> None:
     path = tmp_path / f"{writer}.npz"
     getattr(np, writer)(path, **ARRAYS)
-    assert set(_members(path.read_bytes())) == set(ARRAYS)  # parsed here, not by np.load
+    assert set(_members(memoryview(path.read_bytes()))) == set(ARRAYS)  # not by np.load
     same_as_numpy(path)
 
 
@@ -57,7 +58,7 @@ def test_positional_names_and_forced_zip64_local_headers(tmp_path: Path) -> None
         archive.open(info, "w", force_zip64=True) as member,
     ):
         np.lib.format.write_array(member, ARRAYS["x"], allow_pickle=False)
-    assert set(_members(forced.read_bytes())) == {"x"}
+    assert set(_members(memoryview(forced.read_bytes()))) == {"x"}
     same_as_numpy(forced)
 
 
@@ -95,7 +96,7 @@ def test_other_archives_fall_back_to_numpy_load(tmp_path: Path) -> None:
     ):
         np.lib.format.write_array(member, ARRAYS["u"], allow_pickle=False)
     with pytest.raises(Exception, match="compression"):
-        _members(path.read_bytes())
+        _members(memoryview(path.read_bytes()))
     assert np.array_equal(same_as_numpy(path)["x"], ARRAYS["u"])
 
 
@@ -110,3 +111,82 @@ def test_reading_an_archive_imports_no_zipfile(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     assert out == [str(len(ARRAYS)), "False"]
+
+
+def _stored_archive(path: Path, members: list[tuple[str, bytes]]) -> None:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, data in members:
+            archive.writestr(name, data)
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def test_a_npy_name_over_other_bytes_reads_as_numpy_load_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "not_npy.npz"
+    _stored_archive(path, [("x.npy", b"hello, these are not .npy")])
+    with pytest.raises(Exception, match=r"not \.npy"):
+        _members_then_arrays(path)
+    got = load_npz(str(path))
+    with np.load(path, allow_pickle=False) as reference:
+        assert got["x"] == np.array(reference["x"])  # the bytes, as the worker always read them
+
+
+def test_a_local_name_that_differs_from_the_directory_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "renamed.npz"
+    _stored_archive(path, [("x.npy", _npy_bytes(np.arange(3)))])
+    data = bytearray(path.read_bytes())
+    local_name = data.index(b"x.npy")  # the local header's copy comes first
+    data[local_name] = ord("y")
+    path.write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile, match="differ"):
+        load_npz(str(path))
+
+
+def test_directory_entries_sharing_one_member_are_not_inflated(tmp_path: Path) -> None:
+    # A small file whose directory lists one deflated member many times would inflate it
+    # once per entry: such overlap goes to numpy.load, which refuses the file.
+    path = tmp_path / "overlap.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("m0.npy", _npy_bytes(np.zeros(1 << 18, np.float32)))
+    data = path.read_bytes()
+    central = data.index(b"PK\x01\x02")
+    end = data.index(b"PK\x05\x06")
+    entry = data[central:end]
+    entries = [entry.replace(b"m0.npy", f"m{i}.npy".encode()) for i in range(20)]
+    directory = b"".join(entries)
+    record = bytearray(data[end:])
+    record[8:10] = record[10:12] = len(entries).to_bytes(2, "little")
+    record[12:16] = len(directory).to_bytes(4, "little")
+    path.write_bytes(data[:central] + directory + bytes(record))
+    with pytest.raises(Exception, match=r"differ|overlap"):
+        _members_then_arrays(path)
+    with pytest.raises(zipfile.BadZipFile):
+        load_npz(str(path))
+
+
+def test_a_stored_member_is_copied_once(tmp_path: Path) -> None:
+    import tracemalloc
+
+    array = np.arange(4 << 20, dtype=np.float32)  # 16 MiB
+    path = tmp_path / "big.npz"
+    np.savez(path, x=array)
+    tracemalloc.start()
+    try:
+        got = load_npz(str(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got["x"], array)
+    assert peak < 1.25 * array.nbytes  # the result itself, and no second copy
+
+
+def _members_then_arrays(path: Path) -> None:
+    from edge_ort.npz import _array
+
+    data = memoryview(path.read_bytes())
+    for where in _members(data).values():
+        _array(data, *where)

@@ -333,10 +333,16 @@ class WorkerClient:
     def _ack(self, refs: list[list[Any]], unlink: bool = False) -> None:
         if self._state != READY:
             return
-        meta = {"segments": [], "unlink": refs} if unlink else {"segments": refs}
+        meta: dict[str, Any] = {"segments": [], "unlink": refs} if unlink else {"segments": refs}
+        gone = self._producer.take_gone() if self._producer is not None else []
+        if gone:  # segments this side unlinked: the worker unmaps them now
+            meta["gone"] = gone
         header = FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta)
-        with contextlib.suppress(WorkerGone):
+        try:
             self._send(header)
+        except WorkerGone:
+            if gone and self._producer is not None:
+                self._producer.restore_gone(gone)
 
     # -- control calls -----------------------------------------------------------------
 

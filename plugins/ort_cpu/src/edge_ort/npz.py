@@ -1,30 +1,38 @@
 """Reading a bundle's ``.npz`` example inputs and reference outputs without ``zipfile``.
 
-``numpy.load`` opens an ``.npz`` through :mod:`zipfile`, whose imports (pathlib, shutil,
-bz2, lzma, urllib...) cost ~7 ms of a fresh worker's start-up on the 2-vCPU development
-machine — more than creating a small session. The files ``numpy.savez`` and
-``numpy.savez_compressed`` write are plain archives: this reads their central directory
-with :mod:`struct`, checks every member's CRC-32 and parses each ``.npy`` member with
-``numpy.lib.format`` (imported with numpy). Anything else (zip64, encryption, another
-compression, a member that is not ``.npy``, a duplicate name, a CRC mismatch, a
-truncated file) falls back to ``numpy.load``, which then reads or refuses it as it
-always did.
+``numpy.load`` opens an ``.npz`` through :mod:`zipfile`, whose imports (shutil, bz2,
+lzma, ...) cost ~7 ms of a fresh worker's start-up on the 2-vCPU development machine —
+more than creating a small session. The archives ``numpy.savez`` and
+``numpy.savez_compressed`` write are simple: this reads their central directory with
+:mod:`struct` from a read-only memory map, checks each member's local header against it,
+its CRC-32 and its ``.npy`` header, and copies each array once into memory of its own.
+
+It handles only what it fully checks; anything else goes to ``numpy.load``, which then
+reads or refuses the file exactly as before: zip64 or multi-disk archives, encryption,
+compression other than deflate, a member that is not ``.npy`` (or whose bytes are not),
+duplicate names, members that overlap or whose local name differs, a size or CRC-32
+mismatch, object arrays, truncated files. Pickle is never enabled on either path.
 
 Worker side: imports only numpy and the standard library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
+import math
+import mmap
+import os
 import struct
 import zlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 __all__ = ["load_npz"]
 
-_EOCD = struct.Struct("<IHHHHIIH")  # end of central directory (no comment after it here)
+_EOCD = struct.Struct("<IHHHHIIH")  # end of central directory record
 _EOCD_SIG = 0x06054B50
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _CENTRAL_SIG = 0x02014B50
@@ -32,29 +40,57 @@ _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
 _STORED, _DEFLATED = 0, 8
 _MAX_COMMENT = 0xFFFF
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_HEADER_WINDOW = 65536 + 16  # magic, version, length and the longest v1 header
 
 
 class _Unsupported(Exception):
     """Not an archive this reader handles: ``numpy.load`` decides."""
 
 
-def load_npz(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, by name (``.npy`` stripped), as writable copies."""
+def load_npz(path: str) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an ``.npz`` file by name (``.npy`` stripped), as writable copies.
+
+    The same names, dtypes, shapes, memory order and values as ``numpy.load(path,
+    allow_pickle=False)``, whose errors it raises for any file it does not handle.
+    """
     with open(path, "rb") as handle:
-        data = handle.read()
+        arrays = _read_mapped(handle.fileno())
+    if arrays is not None:
+        return arrays
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: np.array(archive[name]) for name in archive.files}
+
+
+def _read_mapped(fd: int) -> dict[str, np.ndarray[Any, Any]] | None:
+    """The arrays, or None when ``numpy.load`` must decide."""
+    if os.fstat(fd).st_size == 0:
+        return None
+    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    try:
+        return _read_all(memoryview(mapped))
+    except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+        return None
+    finally:
+        with contextlib.suppress(BufferError):  # a view a traceback holds: closed when freed
+            mapped.close()
+
+
+def _read_all(data: memoryview) -> dict[str, np.ndarray[Any, Any]]:
     try:
         members = _members(data)
-        return {name: np.array(_array(data, *where)) for name, where in members.items()}
-    except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: np.array(archive[name]) for name in archive.files}
+        return {name: _array(data, *where) for name, where in members.items()}
+    finally:
+        data.release()
 
 
-def _end_record(data: bytes) -> tuple[int, int, int]:
-    """``(entries, central directory size, central directory offset)``."""
-    start = data.rfind(struct.pack("<I", _EOCD_SIG), max(0, len(data) - _EOCD.size - _MAX_COMMENT))
+def _end_record(data: memoryview) -> tuple[int, int]:
+    """``(entries, central directory offset)`` from the end record."""
+    tail_from = max(0, len(data) - _EOCD.size - _MAX_COMMENT)
+    start = bytes(data[tail_from:]).rfind(struct.pack("<I", _EOCD_SIG))
     if start < 0:
         raise _Unsupported("no end record")
+    start += tail_from
     (_, disk, cd_disk, here, entries, size, offset, comment) = _EOCD.unpack_from(data, start)
     if disk or cd_disk or here != entries or start + _EOCD.size + comment != len(data):
         raise _Unsupported("multi-disk archive or trailing bytes")
@@ -62,23 +98,25 @@ def _end_record(data: bytes) -> tuple[int, int, int]:
         raise _Unsupported("zip64")
     if offset + size != start:
         raise _Unsupported("central directory not right before the end record")
-    return entries, size, offset
+    return entries, offset
 
 
-def _members(data: bytes) -> dict[str, tuple[int, int, int, int, int]]:
-    """Name → (method, data offset, compressed size, size, crc) of every ``.npy`` member."""
-    entries, _, position = _end_record(data)
+def _members(data: memoryview) -> dict[str, tuple[int, int, int, int, int]]:
+    """Name -> (method, data offset, compressed size, size, crc) of every ``.npy`` member."""
+    entries, position = _end_record(data)
+    directory_start = position
     members: dict[str, tuple[int, int, int, int, int]] = {}
+    spans: list[tuple[int, int]] = []
     for _ in range(entries):
         (sig, _made, _needed, flags, method, _time, _date, crc, compressed, size, name_len,
          extra_len, comment_len, disk, _internal, _external, local) = _CENTRAL.unpack_from(
             data, position)
         if sig != _CENTRAL_SIG or disk:
             raise _Unsupported("central directory entry")
-        raw_name = data[position + _CENTRAL.size: position + _CENTRAL.size + name_len]
+        raw_name = bytes(data[position + _CENTRAL.size : position + _CENTRAL.size + name_len])
         position += _CENTRAL.size + name_len + extra_len + comment_len
         if flags & 0x1 or method not in (_STORED, _DEFLATED):
-            raise _Unsupported("encrypted or compression method")
+            raise _Unsupported("encrypted, or another compression method")
         if 0xFFFFFFFF in (compressed, size, local):
             raise _Unsupported("zip64 member")
         # zipfile's rule (UTF-8 when flagged, else cp437); ASCII spares the codec import
@@ -86,24 +124,58 @@ def _members(data: bytes) -> dict[str, tuple[int, int, int, int, int]]:
         name = raw_name.decode(encoding)
         if not name.endswith(".npy") or name[:-4] in members:
             raise _Unsupported("member name")
-        lsig, *_rest, lname_len, lextra_len = _LOCAL.unpack_from(data, local)
+        lsig, *_, lname_len, lextra_len = _LOCAL.unpack_from(data, local)
         if lsig != _LOCAL_SIG:
             raise _Unsupported("local header")
-        start = local + _LOCAL.size + lname_len + lextra_len
-        if start + compressed > len(data):
-            raise _Unsupported("truncated")
+        name_at = local + _LOCAL.size
+        if bytes(data[name_at : name_at + lname_len]) != raw_name:
+            raise _Unsupported("local name differs from the directory's")
+        start = name_at + lname_len + lextra_len
+        if start + compressed > directory_start:
+            raise _Unsupported("member runs into the central directory")
+        spans.append((local, start + compressed))
         members[name[:-4]] = (method, start, compressed, size, crc)
+    spans.sort()
+    for (_, end), (next_start, _) in itertools.pairwise(spans):
+        if next_start < end:
+            raise _Unsupported("members overlap")
     return members
 
 
-def _array(data: bytes, method: int, start: int, compressed: int, size: int,
-           crc: int) -> Any:
-    raw = data[start:start + compressed]
+def _array(
+    data: memoryview, method: int, start: int, compressed: int, size: int, crc: int
+) -> np.ndarray[Any, Any]:
+    raw: bytes | memoryview = data[start : start + compressed]
     if method == _DEFLATED:
         inflater = zlib.decompressobj(-15)
-        raw = inflater.decompress(raw, size + 1)
-        if not inflater.eof:
+        raw = inflater.decompress(raw, size + 1)  # never more than declared, plus one
+        if not inflater.eof or inflater.unconsumed_tail:
             raise _Unsupported("deflate stream")
     if len(raw) != size or zlib.crc32(raw) != crc:
         raise _Unsupported("size or CRC-32 mismatch")
-    return np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+    if bytes(raw[: len(_NPY_MAGIC)]) != _NPY_MAGIC:
+        raise _Unsupported("member bytes are not .npy")  # numpy.load returns them raw
+    header = io.BytesIO(bytes(raw[:_NPY_HEADER_WINDOW]))
+    try:
+        version = np.lib.format.read_magic(header)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(header)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(header)
+        else:
+            raise _Unsupported(f".npy version {version}")
+    except ValueError:  # numpy.load words the refusal
+        raise _Unsupported(".npy header") from None
+    if dtype.hasobject:
+        raise _Unsupported("object array")  # numpy.load refuses it without unpickling
+    count = math.prod(shape)
+    offset = header.tell()
+    if offset + count * dtype.itemsize != len(raw):
+        raise _Unsupported(".npy data length")
+    order: Literal["C", "F"] = "F" if fortran and len(shape) > 1 else "C"
+    out = np.empty(shape, dtype, order=order)
+    if count:
+        flat = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
+        out.reshape(-1, order=order)[...] = flat  # a view of out: filled in place, once
+        del flat
+    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DISTS = ["contracts", "core", "plugins/ort_cpu"]
+DISTS = ["contracts", "core", "plugins/ort", "plugins/ort_cpu"]
 
 SCRIPT = textwrap.dedent('''
     import json, sys

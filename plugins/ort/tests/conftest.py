@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+from edge_ort.bundles import write_add_relu_graph as build_add_relu
+
+__all__ = ["EXAMPLE_X", "build_add_relu"]
+
+
+@pytest.fixture
+def add_relu_bundle(tmp_path: Path) -> dict[str, Path]:
+    """A complete bundle directory (graph, example, expected outputs, manifest)."""
+    bundle = write_add_relu_bundle(tmp_path / "add_relu")
+    return {"dir": bundle, "graph": bundle / "model.onnx",
+            "example": bundle / "example_inputs.npz", "expected": bundle / "expected.npz"}

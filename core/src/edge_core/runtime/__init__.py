@@ -1,5 +1,6 @@
 """The runtime: admission, loading and gating of a pipeline, flow control, cancellation."""
 
+from edge_core.fanout import Fanout
 from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.errors import (
     DemandExceeded,
@@ -9,7 +10,6 @@ from edge_core.runtime.errors import (
     RequestFailed,
     TopologyRefused,
 )
-from edge_core.runtime.fanout import Fanout
 from edge_core.runtime.pipeline import Pipeline, PipelineResult
 from edge_core.runtime.results import AckOutcome, OutputReleased, ResultKey, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState

@@ -8,7 +8,7 @@ for one when all are taken.
 
 Between stages the model's transform builds the next inputs; arrays that could share
 memory with the previous outputs are copied before the previous result is acknowledged.
-A transform that returns a :class:`~edge_core.runtime.fanout.Fanout` gets the next stage
+A transform that returns a :class:`~edge_core.fanout.Fanout` gets the next stage
 called once per item (:func:`gather`), and the outputs gathered into lists in item order.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.requests import StageEvent
+from edge_core.fanout import CARRY_PREFIX, Fanout
 from edge_core.runtime.errors import RequestCancelled
-from edge_core.runtime.fanout import CARRY_PREFIX, Fanout
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
 from edge_core.runtime.stage_runtime import PendingCall

@@ -138,7 +138,8 @@ class OrtStage(WorkerStage):
         buckets = tuple(
             BucketWarmup(entry=str(b["entry"]), point=str(b["point"]),
                          shapes={n: tuple(s) for n, s in b["shapes"].items()},
-                         placement=report_of(b["providers"]), numerics=b["numerics"],
+                         placement=report_of(answer["placements"][b["session"]]),
+                         numerics=b["numerics"],
                          warmup_ms=float(b["warmup_ms"]))
             for b in answer["buckets"]
         )

@@ -146,6 +146,11 @@ def _observed_outputs(
             for name, a in outputs.items()]
 
 
+def _brief(numerics: Mapping[str, Any]) -> dict[str, Any]:
+    """A bucket's numerics without the per-output detail (the reply stays small)."""
+    return {k: v for k, v in numerics.items() if k != "outputs"}
+
+
 def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """One numerics record for all buckets: passed when each passed, the worst errors."""
     compared = [r for r in records if r.get("reference") not in (None, "none")]
@@ -416,6 +421,7 @@ class OrtHandler(BaseHandler):
             raise RuntimeError("warmup: no session (the target provider was unavailable)")
         session_inputs = [i.name for i in self._session.get_inputs()]
         buckets: list[dict[str, Any]] = []
+        full: list[Mapping[str, Any]] = []
         placements: dict[int, dict[str, Any]] = {}
         total_ms = 0.0
         for case in self._cases():
@@ -446,15 +452,15 @@ class OrtHandler(BaseHandler):
                                     "expected outputs here: nothing independent to compare"}
             buckets.append({"entry": entry.name, "point": case.get("point", "static"),
                             "shapes": {n: list(sh) for n, (_, sh) in sorted(specs.items())},
-                            "session": id(session), "numerics": numerics,
+                            "session": str(id(session)), "numerics": _brief(numerics),
                             "warmup_ms": elapsed})
+            full.append(numerics)
         if self._method == "profiling":  # one profile per session, ended once
             for session in {id(s): s for s in (self._session, *self._bucket_sessions.values())
                             }.values():
                 placements[id(session)] = self._placement(session)
-        for bucket in buckets:
-            bucket["providers"] = placements.get(bucket.pop("session"), {})
-        worst = _worst([b["numerics"] for b in buckets])
+        worst = _worst(full)
+        first = placements.get(int(buckets[0]["session"]), {})
         return {
             "placement": {
                 "target": self._target,
@@ -462,9 +468,12 @@ class OrtHandler(BaseHandler):
                                                                       self._method),
                 "available_providers": self._available(),
                 "session_providers": list(self._session.get_providers()),
-                "providers": buckets[0]["providers"],
+                "providers": first,
             },
             "numerics": worst,
+            # One placement per session (the reply would outgrow a frame header if every
+            # bucket repeated its session's node names); buckets name their session.
+            "placements": {str(key): value for key, value in placements.items()},
             "buckets": buckets,
             "shape_set": self._served.to_json() if self._served is not None else [],
             "warmup_ms": total_ms,

@@ -1,6 +1,6 @@
 """The runtime: admission, loading and gating of a pipeline, flow control, cancellation."""
 
-from edge_core.fanout import Fanout
+from edge_core.fanout import Call, Fanout
 from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.errors import (
     DemandExceeded,
@@ -16,6 +16,7 @@ from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageStat
 
 __all__ = [
     "AckOutcome",
+    "Call",
     "DemandExceeded",
     "DuplicateRequest",
     "Fanout",

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.requests import StageEvent
-from edge_core.fanout import CARRY_PREFIX, Fanout
+from edge_core.fanout import CARRY_PREFIX, Call, Fanout
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
@@ -37,6 +37,7 @@ __all__ = [
     "gather",
     "run_chain",
     "split_carry",
+    "with_bundles",
 ]
 
 Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -194,6 +195,34 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
     return GatheredResult(outputs, time.perf_counter() - started, len(items))
 
 
+def with_bundles(transform: Callable[..., Any] | None,
+                 bundles: Callable[[], Mapping[str, Any]]) -> Transform | None:
+    """``transform`` as a two-argument transform: one taking ``bundles`` gets them bound.
+
+    A transform may take a third argument, ``bundles`` (stage id → its verified bundle
+    directory, as ``finish`` gets): model assets such as a character table live there.
+    ``bundles()`` is asked at every call (a restarted stage loads from a new directory).
+    """
+    if transform is None:
+        return None
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(transform).parameters.values())
+    except (TypeError, ValueError):
+        return transform
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 3:
+        return transform
+    bound = transform
+
+    def call(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+        return bound(previous, source, bundles())
+
+    return call
+
+
 def run_chain(
     groups: Sequence[ReplicaSet],
     transforms: Sequence[Transform | None],
@@ -219,9 +248,14 @@ def run_chain(
             last = position == len(groups) - 1
             transform = transforms[position]
             fan: Fanout | None = None
+            asked: Mapping[str, Any] = {}
             if transform is not None and previous is not None:
                 produced = transform(previous.outputs, inputs)
-                if isinstance(produced, Fanout):
+                if isinstance(produced, Call):
+                    asked = produced.params
+                    data, carry = split_carry(copy_apart(produced.inputs, previous.outputs))
+                    carry.update(copy_apart(produced.carry, previous.outputs))
+                elif isinstance(produced, Fanout):
                     fan = Fanout([copy_apart(item, previous.outputs) for item in produced.items],
                                  copy_apart(produced.carry, previous.outputs))
                 else:
@@ -232,7 +266,7 @@ def run_chain(
                 previous = None
             if cancelled():  # cancelled between two stages
                 raise RequestCancelled(f"{where}: cancelled")
-            stage_params = params if last else None
+            stage_params = ({**(params or {}), **asked} if last else asked) or None
             if fan is not None:
                 previous = gather(group, fan, params=stage_params, deadline_s=deadline_s,
                                   cancelled=cancelled, where=where)

@@ -33,6 +33,7 @@ from edge_core.runtime.chain import (
     Transform,
     run_chain,
     split_carry,
+    with_bundles,
 )
 from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
 from edge_core.runtime.flow import SlotPool
@@ -207,7 +208,8 @@ class Pipeline:
             pipeline._unwind(started, stages)
             raise
         pipeline._groups = _groups(stages)
-        pipeline._transforms = [s.transform for s in stages if s.context.replica == 0]
+        pipeline._transforms = [with_bundles(s.transform, pipeline.bundle_directories)
+                                for s in stages if s.context.replica == 0]
         return pipeline
 
     @staticmethod

@@ -187,3 +187,13 @@ def test_admitted_requests_flow_through_the_chain_concurrently(
     for thread in threads:
         thread.join(30)
     assert sorted(answers) == sorted((float(v), 2.0 * v) for v in range(4) for _ in range(3))
+
+
+def test_a_transform_may_take_bundles_and_return_a_call(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(
+        echo_stage("a", scale=2.0),
+        echo_stage("b", transform="edge_echo.transforms:call_with_bundles", scale=3.0),
+    )
+    with pipeline.run({"x": np.ones((1, 2), np.float32)}, params={"p": 1}) as result:
+        np.testing.assert_array_equal(result.outputs["x"], np.full((1, 2), 6.0))
+        assert result.outputs["carry:bundles"] == ["a", "b"]

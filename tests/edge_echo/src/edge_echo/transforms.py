@@ -46,3 +46,12 @@ def join_rows(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[st
     import numpy as np
 
     return {"x": np.concatenate(previous["x"], axis=0)}
+
+
+def call_with_bundles(previous: Mapping[str, Any], source: Mapping[str, Any],
+                      bundles: Mapping[str, Any]) -> Any:
+    """A ``Call`` of the next stage that carries the stage ids it was given bundles for."""
+    from edge_core.fanout import Call
+
+    return Call({"x": previous["x"]}, params={"scale_note": 1},
+                carry={"carry:bundles": sorted(bundles)})

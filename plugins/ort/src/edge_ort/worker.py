@@ -323,12 +323,17 @@ class OrtHandler(BaseHandler):
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            self._session, cached = self._create_session(
-                config, self._session_options(config), self._context_entry(config))
-            if cached is not None:
-                report["ep_context"] = cached
-            if config.get("session_per_bucket") and self._served is not None:
-                report["bucket_sessions"] = self._load_bucket_sessions(config)
+            fixed = self._bucket_dimensions(config)
+            if fixed:
+                report["bucket_sessions"] = self._load_bucket_sessions(config, fixed)
+            served = self._served
+            if not fixed or served is None or any(not e.static for e in served.shapes.entries):
+                self._session, cached = self._create_session(
+                    config, self._session_options(config), self._context_entry(config))
+                if cached is not None:
+                    report["ep_context"] = cached
+            else:  # every entry has its own session: no session for other shapes
+                self._session = next(iter(self._bucket_sessions.values()))
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         report.update({
@@ -346,27 +351,49 @@ class OrtHandler(BaseHandler):
         })
         return report
 
-    def _load_bucket_sessions(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """One session per static entry, its symbolic dimensions fixed by name."""
-        assert self._served is not None
-        symbolic = {i.name: list(i.shape) for i in self._session.get_inputs()}
-        found: dict[str, Any] = {}
+    def _bucket_dimensions(self, config: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+        """Static entry -> the graph's symbolic dimensions fixed to its sizes, by name.
+
+        Empty unless ``session_per_bucket`` is set and the graph has symbolic input
+        dimensions (a static graph needs no per-bucket session). The names are read from
+        a CPU session without optimisations (cheap; nothing is compiled).
+        """
+        if not config.get("session_per_bucket") or self._served is None:
+            return {}
+        options = self._ort.SessionOptions()
+        options.log_severity_level = 3
+        options.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        probe = self._ort.InferenceSession(str(config["graph"]), options, providers=[CPU])
+        symbolic = {i.name: list(i.shape) for i in probe.get_inputs()}
+        del probe
+        found: dict[str, dict[str, int]] = {}
         for entry in self._served.shapes.entries:
             if not entry.static:
                 continue
-            options = self._session_options(config)
             fixed: dict[str, int] = {}
             for name, spec in entry.inputs.items():
                 for axis, dim in enumerate(symbolic.get(name, [])):
-                    if isinstance(dim, str) and dim and isinstance(spec.dims[axis], int):
-                        fixed[dim] = int(spec.dims[axis])  # type: ignore[arg-type]
-            for dim_name, size in fixed.items():
+                    size = spec.dims[axis] if axis < len(spec.dims) else None
+                    if isinstance(dim, str) and dim and isinstance(size, int):
+                        fixed[dim] = size
+            found[entry.name] = fixed
+        return found if any(found.values()) else {}
+
+    def _load_bucket_sessions(self, config: Mapping[str, Any],
+                              fixed: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+        """One session per static entry, its symbolic dimensions fixed by name."""
+        assert self._served is not None
+        found: dict[str, Any] = {}
+        for name, dimensions in fixed.items():
+            entry = self._served.shapes.entry(name)
+            options = self._session_options(config)
+            for dim_name, size in dimensions.items():
                 options.add_free_dimension_override_by_name(dim_name, size)
             session, cached = self._create_session(
                 config, options, self._context_entry(config, entry.to_json()))
-            self._bucket_sessions[entry.name] = session
-            found[entry.name] = {"fixed": fixed, "ep_context": cached,
-                                 "session_providers": list(session.get_providers())}
+            self._bucket_sessions[name] = session
+            found[name] = {"fixed": dict(dimensions), "ep_context": cached,
+                           "session_providers": list(session.get_providers())}
         return found
 
     # -- warm-up -----------------------------------------------------------------------

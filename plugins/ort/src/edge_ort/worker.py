@@ -261,10 +261,21 @@ class OrtHandler(BaseHandler):
         return options
 
     def _create_session(self, config: Mapping[str, Any], options: Any,
-                        context: ContextEntry | None) -> tuple[Any, dict[str, Any] | None]:
-        """One session on the configured providers, reusing or writing an EP context."""
+                        context: ContextEntry | None,
+                        bucket: str | None = None) -> tuple[Any, dict[str, Any] | None]:
+        """One session on the configured providers, reusing or writing an EP context.
+
+        For a bucket's own session, the provider options named in ``bucket_keyed_options``
+        (a provider's own cache key, say) get ``-<bucket>`` appended, so that buckets never
+        share a provider-side cache entry.
+        """
         ort = self._ort
         providers = [(str(name), dict(opts)) for name, opts in config.get("providers", [])]
+        if bucket is not None:
+            for _, opts in providers:
+                for key in config.get("bucket_keyed_options", ()):
+                    if key in opts:
+                        opts[key] = f"{opts[key]}-{bucket}"
         graph = str(config["graph"])
         if context is not None and context.present:
             graph = str(context.model)
@@ -390,7 +401,7 @@ class OrtHandler(BaseHandler):
             for dim_name, size in dimensions.items():
                 options.add_free_dimension_override_by_name(dim_name, size)
             session, cached = self._create_session(
-                config, options, self._context_entry(config, entry.to_json()))
+                config, options, self._context_entry(config, entry.to_json()), name)
             self._bucket_sessions[name] = session
             found[name] = {"fixed": dict(dimensions), "ep_context": cached,
                            "session_providers": list(session.get_providers())}

@@ -4,13 +4,17 @@
 own :class:`~edge_core.runtime.stage_runtime.StageRuntime`, with its own ledger owner
 ``pipeline/stage#r``). A :class:`ReplicaSet` sends each call to the ready replica with the
 most free slots (round robin among equals); when every slot is taken it waits, woken by
-any replica's release, up to the caller's deadline. A replica whose worker is lost is
+any replica's release, up to the caller's deadline. Waiters are served first come, first
+served: while anyone waits, a non-blocking :meth:`ReplicaSet.try_submit` does not overtake
+them (without this, under four concurrent pages one page's chunk waited behind others for
+p95 21 s against a p50 of 8 s). A replica whose worker is lost is
 skipped from then on: its own requests fail with typed errors, the others keep serving;
 only when no replica is left does the stage refuse with ``StageClosed``.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -54,6 +58,8 @@ class ReplicaSet:
         self._cond = threading.Condition()
         self._wakes = 0
         self._turn = itertools.count()
+        self._tickets = itertools.count()
+        self._waiting: collections.deque[int] = collections.deque()
         for runtime in self.runtimes:
             runtime.slots.listeners.append(self._wake)
 
@@ -92,11 +98,19 @@ class ReplicaSet:
 
     def try_submit(self, inputs: Mapping[str, Any], *,
                    params: Mapping[str, Any] | None = None) -> PendingCall | None:
-        """Submit on a replica with a free slot; ``None`` when every slot is taken.
+        """Submit on a replica with a free slot; ``None`` when none is free or others wait.
 
         Raises:
             StageClosed: no replica is serving.
         """
+        with self._cond:
+            if self._waiting:
+                self._candidates()  # still refuses when no replica serves
+                return None
+        return self._submit_free(inputs, params)
+
+    def _submit_free(self, inputs: Mapping[str, Any],
+                     params: Mapping[str, Any] | None) -> PendingCall | None:
         for runtime in self._candidates():
             if runtime.slots.free <= 0:
                 continue
@@ -122,21 +136,31 @@ class ReplicaSet:
             ResourceUnavailable: no slot freed within ``deadline_s``.
         """
         end = None if deadline_s is None else time.monotonic() + deadline_s
-        while True:
+        with self._cond:
+            ticket = next(self._tickets)
+            self._waiting.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    seen = self._wakes
+                    first = self._waiting[0] == ticket
+                call = self._submit_free(inputs, params) if first else None
+                if call is not None:
+                    return call
+                remaining = _RECHECK_S if end is None else end - time.monotonic()
+                if remaining <= 0:
+                    raise ResourceUnavailable(
+                        f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
+                        f"{len(self.runtimes)} replica(s) taken for {deadline_s} s: "
+                        f"{self.capacity}")
+                with self._cond:
+                    if self._wakes == seen:
+                        self._cond.wait(min(remaining, _RECHECK_S))
+        finally:
             with self._cond:
-                seen = self._wakes
-            call = self.try_submit(inputs, params=params)
-            if call is not None:
-                return call
-            remaining = _RECHECK_S if end is None else end - time.monotonic()
-            if remaining <= 0:
-                raise ResourceUnavailable(
-                    f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
-                    f"{len(self.runtimes)} replica(s) taken for {deadline_s} s: "
-                    f"{self.capacity}")
-            with self._cond:
-                if self._wakes == seen:
-                    self._cond.wait(min(remaining, _RECHECK_S))
+                self._waiting.remove(ticket)
+                self._wakes += 1
+                self._cond.notify_all()
 
     def cancel(self) -> CancelOutcome:
         """Cancel everything in flight on every replica; the strongest outcome wins."""

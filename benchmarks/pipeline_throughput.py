@@ -45,6 +45,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.pools import probe_host
 from edge_core.runtime import Pipeline
+from edge_ocr_example.buckets import STAGE_RAM
 from edge_ocr_example.bundle import build_bundles
 from edge_ocr_example.bundle_layout import MANIFEST, graph_path, stage_dir
 from edge_ocr_example.chain import STAGES, run_chain
@@ -98,6 +99,8 @@ def config_for(bundles: Path, name: str, *, threads: int, admission: int,
             "backend": {"name": "ort-cpu", "options": {"intra_op_threads": threads}},
             "replicas": replicas.get(stage.id, 1),
         }
+        if stage.id in STAGE_RAM:
+            entry["resources"] = {"demands": {"machine:ram": STAGE_RAM[stage.id]}}
         if stage.transform_ref is not None:
             entry["input_transform"] = stage.transform_ref
         stages.append(entry)

@@ -91,3 +91,17 @@ def test_declared_shapes_need_listed_examples_inside_their_entry() -> None:
                         None, None, arrays, files)
     with pytest.raises(InvalidValue, match=r"every entry needs its example inputs"):
         declared_shapes({"shapes": [entry]}, None, None, arrays, files)
+
+
+def test_a_range_with_a_step_accepts_only_its_multiples_and_fit_rounds_up() -> None:
+    page = ShapeSet.from_json([{"name": "page", "inputs": {"x": {
+        "dtype": "float32", "dims": [1, 3, [320, 1280, 32], [320, 1280, 32]]}}}])
+    assert page.match({"x": ("float32", (1, 3, 352, 1280))}).name == "page"
+    with pytest.raises(ShapeRefused, match=r"page\{x: float32\[1,3,320\.\.1280/32,"):
+        page.match({"x": ("float32", (1, 3, 333, 640))})
+    fitted = fit({"x": np.ones((1, 3, 333, 100), np.float32)}, page)
+    assert fitted.inputs["x"].shape == (1, 3, 352, 320)
+    assert page.to_json()[0]["inputs"]["x"]["dims"][2] == [320, 1280, 32]
+    with pytest.raises(InvalidValue, match=r"multiple of the step"):
+        ShapeSet.from_json([{"name": "p", "inputs": {"x": {"dtype": "float32",
+                                                           "dims": [[320, 1000, 32]]}}}])

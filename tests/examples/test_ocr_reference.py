@@ -93,8 +93,7 @@ def test_bundles_are_complete_at_their_buckets_and_verify(ocr_bundles: Path) -> 
         expected_files = {graph_path(ocr_bundles, stage).name, EXAMPLE_INPUTS, EXPECTED_OUTPUTS}
         if stage is STAGES[-1]:
             expected_files.add(CHARACTERS_FILE)
-        if grid:
-            expected_files.add(BUCKET_DIR)
+        expected_files.add(BUCKET_DIR)  # every stage serves a shape set
         assert {p.name for p in folder.iterdir()} == expected_files | {MANIFEST}
         with verify_bundle(folder) as verified:
             metadata = verified.manifest.metadata
@@ -106,9 +105,13 @@ def test_bundles_are_complete_at_their_buckets_and_verify(ocr_bundles: Path) -> 
             assert shapes is not None
             inputs = load_npz(folder / EXAMPLE_INPUTS)
             shapes.match({k: ("float32", v.shape) for k, v in inputs.items()})
-            if not grid:
+            if not grid:  # detection: a range gated at its minimum, the page, its maximum
                 assert inputs["x"].shape == DET_SHAPE
-                assert [c.entry for c in verified.warmup_cases] == ["example"]
+                assert [(c.entry, c.point, c.specs["x"][1][2:]) for c in
+                        verified.warmup_cases] == [("page", "min", (320, 320)),
+                                                   ("page", "between", (640, 640)),
+                                                   ("page", "max", (960, 960))]
+                assert all(c.expected_outputs for c in verified.warmup_cases)
                 continue
             assert [(e.inputs["x"].dims[0], e.inputs["x"].dims[3]) for e in shapes.entries] == [
                 (b, w) for b, _, w in grid]

@@ -2,7 +2,8 @@
 
 A :class:`ShapeSet` is a tuple of :class:`ShapeEntry`; each entry maps every input name to
 a dtype spelling and one dimension spec per axis: an ``int`` (fixed) or an inclusive
-``(low, high)`` range (dynamic). An entry whose every dimension is fixed is a *static
+``(low, high, step)`` range (dynamic; sizes ``low, low + step, ... <= high``: a network that
+downsamples by 32 declares step 32). An entry whose every dimension is fixed is a *static
 bucket* (what an NPU compiles); one with a range is a *dynamic* entry.
 
 Shared by the controller (which refuses a request outside every entry before anything is
@@ -12,6 +13,8 @@ JSON form (manifests and the worker's ``load``)::
 
     {"name": "b4_w640", "inputs": {"x": {"dtype": "float32", "dims": [4, 3, 48, 640]}}}
     {"name": "any", "inputs": {"x": {"dtype": "float32", "dims": [1, 3, 48, [32, 2048]]}}}
+    {"name": "page", "inputs": {"x": {"dtype": "float32",
+                                      "dims": [1, 3, [320, 1280, 32], [320, 1280, 32]]}}}
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ __all__ = [
 MAX_ENTRIES = 1024
 """Most entries one shape set may hold (each is warmed up and gated at load)."""
 
-Dim = int | tuple[int, int]
-"""One axis: a fixed size, or an inclusive ``(low, high)`` range."""
+Dim = int | tuple[int, int, int]
+"""One axis: a fixed size, or an inclusive ``(low, high, step)`` range."""
 
 Spec = tuple[str, tuple[int, ...]]
 """What a request's input is: ``(dtype spelling, shape)``."""
@@ -63,15 +66,26 @@ class ShapeRefused(InvalidValue):
 def _dim(value: object, where: str) -> Dim:
     if type(value) is int and value >= 0:
         return value
-    if (isinstance(value, (list, tuple)) and len(value) == 2
-            and all(type(v) is int and v >= 0 for v in value) and value[0] <= value[1]):
+    if (isinstance(value, (list, tuple)) and len(value) in (2, 3)
+            and all(type(v) is int and v >= 0 for v in value) and value[0] <= value[1]
+            and (len(value) == 2 or value[2] >= 1)):
         low, high = int(value[0]), int(value[1])
-        return low if low == high else (low, high)
-    raise InvalidValue(where, value, "must be a size >= 0 or a range [low, high] with low <= high")
+        step = int(value[2]) if len(value) == 3 else 1
+        if (high - low) % step:
+            raise InvalidValue(where, value, "high - low must be a multiple of the step")
+        return low if low == high else (low, high, step)
+    raise InvalidValue(where, value, "must be a size >= 0 or a range [low, high(, step)] "
+                                     "with low <= high and step >= 1")
 
 
 def _dim_text(dim: Dim) -> str:
-    return str(dim) if isinstance(dim, int) else f"{dim[0]}..{dim[1]}"
+    if isinstance(dim, int):
+        return str(dim)
+    return f"{dim[0]}..{dim[1]}" + (f"/{dim[2]}" if dim[2] != 1 else "")
+
+
+def _in_range(size: int, dim: tuple[int, int, int]) -> bool:
+    return dim[0] <= size <= dim[1] and (size - dim[0]) % dim[2] == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +108,7 @@ class InputShape:
             if isinstance(dim, int):
                 if size != dim:
                     return False
-            elif not dim[0] <= size <= dim[1]:
+            elif not _in_range(size, dim):
                 return False
         return True
 
@@ -112,7 +126,8 @@ class InputShape:
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
         return {"dtype": self.dtype,
-                "dims": [d if isinstance(d, int) else [d[0], d[1]] for d in self.dims]}
+                "dims": [d if isinstance(d, int) else list(d[:2] if d[2] == 1 else d)
+                         for d in self.dims]}
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,8 +202,15 @@ Pad = Callable[[str, "npt.NDArray[Any]", tuple[int, ...]], "npt.NDArray[Any]"]
 
 
 def _target(spec: InputShape, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else max(size, d[0])
-                 for size, d in zip(shape, spec.dims, strict=True))
+    """Each axis's size after padding: the fixed size, or the next size a range holds."""
+    sizes = []
+    for size, d in zip(shape, spec.dims, strict=True):
+        if isinstance(d, int):
+            sizes.append(d)
+        else:
+            low, _, step = d
+            sizes.append(low + -(-max(0, size - low) // step) * step)
+    return tuple(sizes)
 
 
 def _zeros(_name: str, array: npt.NDArray[Any], target: tuple[int, ...]) -> npt.NDArray[Any]:

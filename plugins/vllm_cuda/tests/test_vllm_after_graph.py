@@ -37,6 +37,7 @@ def ocr_bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
     ocr_bundles: Path, tiny_model: Path, vllm_python: Path,
 ) -> None:
+    from edge_ocr_example.buckets import STAGE_RAM
     from edge_ocr_example.bundle_layout import MANIFEST
     from edge_ocr_example.chain import STAGES
     from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
@@ -48,6 +49,8 @@ def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
                                  "manifest": str(ocr_bundles / stage.id / MANIFEST)}
         if stage.transform_ref:
             entry["input_transform"] = stage.transform_ref
+        if stage.id in STAGE_RAM:
+            entry["resources"] = {"demands": {"machine:ram": STAGE_RAM[stage.id]}}
         stages.append(entry)
     stages.append({
         "id": "gen", "input_transform": "edge_ocr_example.prompt:lines_to_prompt",

@@ -1,5 +1,8 @@
 """Example inputs (and expected outputs) per bucket, for the bundles' shape sets.
 
+Detection serves a dynamic range (``DET_RANGE``: height and width 320 to 960 in steps of
+32, what the DB network's 32-fold downsampling needs), gated at its minimum (the page
+downscaled to 320x320), its maximum (upscaled to 960x960) and the page itself at 640x640.
 The classifier and the recogniser serve several buckets; the load warms up and gates every
 one, so each needs an example in the bundle. Each example is made of the example page's
 own crops (turned as the classifier decided, fitted to the bucket's width, repeated to fill
@@ -23,11 +26,12 @@ from edge_ocr_example.buckets import (
     CLS_HEIGHT,
     CLS_WIDTH,
     DET_INPUT,
+    DET_RANGE,
     REC_BATCHES,
     REC_HEIGHT,
     REC_WIDTHS,
 )
-from edge_ocr_example.crops import crop_box, fit_crop, rotate_half_turn
+from edge_ocr_example.crops import crop_box, fit_crop, resize_bilinear, rotate_half_turn
 from edge_ocr_example.npz import save_npz
 
 __all__ = ["BUCKET_DIR", "bucket_grid", "write_bucket_examples"]
@@ -46,6 +50,32 @@ def bucket_grid(stage_id: str) -> list[tuple[int, int, int]]:
     if stage_id == "recognize":
         return [(b, REC_HEIGHT, w) for b in REC_BATCHES for w in REC_WIDTHS]
     return []
+
+
+def _detection_range(
+    folder: Path,
+    run: Callable[[str, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]],
+    source: Mapping[str, np.ndarray],
+    input_name: str,
+) -> dict[str, Any]:
+    """The detection entry: the page at the range's minimum, between and maximum."""
+    low, high, step = DET_RANGE
+    page = source[DET_INPUT][0]
+    (folder / BUCKET_DIR).mkdir()
+    examples = []
+    for size in (low, page.shape[1], high):
+        name = f"page{size}"
+        image = page if size == page.shape[1] else resize_bilinear(page, size, size)
+        inputs = {input_name: np.ascontiguousarray(image[None], dtype=np.float32)}
+        example = {"example_inputs": f"{BUCKET_DIR}/{name}.npz",
+                   "expected_outputs": f"{BUCKET_DIR}/{name}.expected.npz"}
+        save_npz(folder / example["example_inputs"], inputs)
+        save_npz(folder / example["expected_outputs"], dict(run("detect", inputs)))
+        examples.append(example)
+    side = [low, high, step]
+    return {"name": "page",
+            "inputs": {input_name: {"dtype": "float32", "dims": [1, 3, side, side]}},
+            "examples": examples}
 
 
 def _crops(source: Mapping[str, np.ndarray], final: Mapping[str, Any],
@@ -75,6 +105,8 @@ def write_bucket_examples(
     Returns:
         The stage's ``metadata.validation.shapes`` entries (empty for a one-bucket stage).
     """
+    if stage_id == "detect":
+        return [_detection_range(folder, run, source, input_name)]
     grid = bucket_grid(stage_id)
     if not grid:
         return []

@@ -3,8 +3,9 @@
 Every stage serves a declared set of shapes (``metadata.validation.shapes`` in its bundle),
 each warmed up and gated at load; anything else is refused before it is sent:
 
-* detection: one 1x3x640x640 image (the generated page is rendered at that size; larger or
-  differently shaped images are letterboxed into it);
+* detection: a dynamic range, height and width ``DET_RANGE`` (320 to 960 in steps of 32);
+  ``preprocess`` letterboxes every image into 1x3x640x640 (the generated page is rendered
+  at that size), inside the range, and the range is there for page-scale inputs;
 * classification: batches of ``CLS_BATCHES`` crops of 3x48x192 (the direction classifier's
   training shape);
 * recognition: ``REC_BATCHES`` x ``REC_WIDTHS`` (batch 1, 4 or 8 crops 48 high and 320,
@@ -34,6 +35,7 @@ __all__ = [
     "DET_HEIGHT",
     "DET_INPUT",
     "DET_OUTPUT",
+    "DET_RANGE",
     "DET_SHAPE",
     "DET_WIDTH",
     "FLOAT",
@@ -45,6 +47,7 @@ __all__ = [
     "REC_STRIDE",
     "REC_WIDTHS",
     "STAGE_IDS",
+    "STAGE_RAM",
 ]
 
 FLOAT: Final = np.dtype(np.float32)
@@ -57,6 +60,9 @@ DET_HEIGHT: Final = 640
 """Detection input height in pixels (a multiple of 32, as the DB network needs)."""
 DET_WIDTH: Final = 640
 """Detection input width in pixels (a multiple of 32)."""
+DET_RANGE: Final = (320, 960, 32)
+"""Height and width the detection stage serves: ``(low, high, step)``; the DB network
+downsamples by 32, so sizes are multiples of 32."""
 DET_SHAPE: Final = (1, 3, DET_HEIGHT, DET_WIDTH)
 """The detection bucket: one normalised RGB image, NCHW."""
 DET_INPUT: Final = "x"
@@ -90,6 +96,12 @@ REC_STRIDE: Final = 8
 """The recogniser emits one time step per this many pixels of crop width."""
 REC_CLASSES: Final = 6625
 """Recogniser classes: the CTC blank, 6623 dictionary characters and the space."""
+
+STAGE_RAM: Final = {"detect": "400 MiB", "recognize": "448 MiB"}
+"""Worker memory to reserve per stage where the ORT backend's estimate (a base plus three
+times the bundle) would run short: the warm-up of the largest shapes raises the peak.
+Measured on the 2-vCPU machine: detection 274 MB after the 960x960 warm-up (estimate
+291 MB), the recogniser 279 MB after batch 8 x 1280 (460 MB when batch 16 was served)."""
 
 CARRY_PREFIX: Final = "carry:"
 """Prefix of tensors a transform passes on to the next transform rather than to a graph.

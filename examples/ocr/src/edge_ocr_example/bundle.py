@@ -34,7 +34,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from edge_ocr_example.bucket_examples import write_bucket_examples
-from edge_ocr_example.buckets import CARRY_PREFIX, DET_SHAPE
+from edge_ocr_example.buckets import CARRY_PREFIX, DET_SHAPE, STAGE_RAM
 from edge_ocr_example.bundle_layout import (
     DESCRIPTION,
     EXAMPLE_INPUTS,
@@ -172,6 +172,9 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
             "min_fraction_on_target = 1.0",
             "",
         ]
+        if stage.id in STAGE_RAM:
+            lines += ["[stages.resources]",
+                      f'demands = {{ "machine:ram" = "{STAGE_RAM[stage.id]}" }}', ""]
     return "\n".join(lines)
 
 

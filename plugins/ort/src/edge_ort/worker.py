@@ -381,13 +381,15 @@ class OrtHandler(BaseHandler):
         for entry in self._served.shapes.entries:
             if not entry.static:
                 continue
-            fixed: dict[str, int] = {}
+            sizes: dict[str, set[int]] = {}
             for name, spec in entry.inputs.items():
                 for axis, dim in enumerate(symbolic.get(name, [])):
                     size = spec.dims[axis] if axis < len(spec.dims) else None
                     if isinstance(dim, str) and dim and isinstance(size, int):
-                        fixed[dim] = size
-            found[entry.name] = fixed
+                        sizes.setdefault(dim, set()).add(size)
+            # A name shared by axes of different sizes (PaddlePaddle exports call every
+            # spatial axis "?") cannot be fixed by name: it stays symbolic.
+            found[entry.name] = {dim: next(iter(v)) for dim, v in sizes.items() if len(v) == 1}
         return found if any(found.values()) else {}
 
     def _load_bucket_sessions(self, config: Mapping[str, Any],

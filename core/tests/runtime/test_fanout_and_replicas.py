@@ -197,3 +197,22 @@ def test_a_transform_may_take_bundles_and_return_a_call(open_pipeline: OpenPipel
     with pipeline.run({"x": np.ones((1, 2), np.float32)}, params={"p": 1}) as result:
         np.testing.assert_array_equal(result.outputs["x"], np.full((1, 2), 6.0))
         assert result.outputs["carry:bundles"] == ["a", "b"]
+
+
+def test_large_item_outputs_are_copied_then_their_shared_memory_acknowledged(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("first", scale=1.0),
+                             echo_stage("rows", transform=SPLIT, scale=2.0))
+    x = np.arange(3 * 100_000, dtype=np.float32).reshape(3, 100_000)  # 400 kB rows: shm
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # no view outlived its ack
+        for _ in range(3):  # the workers reuse the acknowledged segments
+            with pipeline.run({"x": x}) as result:
+                rows = result.outputs["x"]
+                assert all(r.flags.writeable and r.flags.owndata for r in rows)  # copies
+                for index, row in enumerate(rows):
+                    np.testing.assert_array_equal(row, x[index:index + 1] * 2)
+    assert pipeline.stage("rows").outstanding == 0

@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_core.fanout import Fanout
 from edge_ocr_example.buckets import (
     CARRY_PREFIX,
+    CLS_HEIGHT,
     CLS_INPUT,
     CLS_OUTPUT,
-    CLS_SHAPE,
-    CROP_BATCH,
+    CLS_WIDTH,
     DET_HEIGHT,
     DET_INPUT,
     DET_OUTPUT,
@@ -21,9 +22,8 @@ from edge_ocr_example.buckets import (
     DET_WIDTH,
     REC_HEIGHT,
     REC_INPUT,
-    REC_SHAPE,
-    REC_WIDTH,
 )
+from edge_ocr_example.chunks import batch_plan, chunk_crops, scatter, width_bucket
 from edge_ocr_example.crops import crop_box, fit_crop, resize_bilinear, rotate_half_turn
 from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.npz import load_npz, save_npz
@@ -48,62 +48,102 @@ def detection(rectangles: list[tuple[int, int, int, int]]) -> dict[str, np.ndarr
 LINES = [(40, 30, 300, 50), (40, 100, 420, 118), (40, 170, 200, 190)]
 
 
-def test_detect_to_classify_fills_the_classifier_bucket_and_carries_boxes() -> None:
-    result = detect_to_classify(detection(LINES), source_image())
-    inputs, carried = split_carry(result)
-    assert list(inputs) == [CLS_INPUT]
-    assert inputs[CLS_INPUT].shape == CLS_SHAPE and inputs[CLS_INPUT].dtype == np.float32
-    assert inputs[CLS_INPUT].flags.c_contiguous
-    assert carried[CARRY_PREFIX + "count"].tolist() == [3]
-    assert carried[CARRY_PREFIX + "detected"].tolist() == [3]
-    boxes = carried[CARRY_PREFIX + "boxes"]
-    assert boxes.shape == (CROP_BATCH, 4, 2) and boxes.dtype == np.float32
-    assert not boxes[3:].any() and not inputs[CLS_INPUT][3:].any()  # blank padding
+def rows_of(fan: Fanout, name: str) -> dict[int, np.ndarray]:
+    """Crop index -> its row, over every item of a fan-out (blank rows checked blank)."""
+    found: dict[int, np.ndarray] = {}
+    for item in fan.items:
+        inputs, carried = split_carry(item)
+        assert list(inputs) == [name]
+        batch = inputs[name]
+        assert batch.dtype == np.float32 and batch.flags.c_contiguous
+        for row, crop in enumerate(carried[CARRY_PREFIX + "index"].tolist()):
+            if crop < 0:
+                assert not batch[row].any()  # blank padding
+            else:
+                found[crop] = batch[row]
+    return found
+
+
+def test_detect_to_classify_maps_every_crop_and_carries_boxes() -> None:
+    fan = detect_to_classify(detection(LINES), source_image())
+    assert isinstance(fan, Fanout)
+    assert [split_carry(i)[0][CLS_INPUT].shape for i in fan.items] == [(4, 3, 48, 192)]
+    assert fan.carry[CARRY_PREFIX + "count"].tolist() == [3]
+    assert fan.carry[CARRY_PREFIX + "detected"].tolist() == [3]
+    boxes = fan.carry[CARRY_PREFIX + "boxes"]
+    assert boxes.shape == (3, 4, 2) and boxes.dtype == np.float32
     image = source_image()[DET_INPUT][0]
+    rows = rows_of(fan, CLS_INPUT)
+    assert sorted(rows) == [0, 1, 2]
     for index in range(3):
-        expected = fit_crop(crop_box(image, boxes[index]), CLS_SHAPE[2], CLS_SHAPE[3])
-        np.testing.assert_array_equal(inputs[CLS_INPUT][index], expected)
+        expected = fit_crop(crop_box(image, boxes[index]), CLS_HEIGHT, CLS_WIDTH)
+        np.testing.assert_array_equal(rows[index], expected)
 
 
-def test_detect_to_classify_truncates_to_the_batch_and_reports_all_found() -> None:
-    many = [(40, 20 + 60 * i, 300, 40 + 60 * i) for i in range(CROP_BATCH + 2)]
-    carried = split_carry(detect_to_classify(detection(many), source_image()))[1]
-    assert carried[CARRY_PREFIX + "count"].tolist() == [CROP_BATCH]
-    assert carried[CARRY_PREFIX + "detected"].tolist() == [CROP_BATCH + 2]
-    tops = carried[CARRY_PREFIX + "boxes"][:, 0, 1]
-    assert (np.diff(tops) > 0).all()  # the first CROP_BATCH lines, in reading order
+def test_detect_to_classify_keeps_every_line_of_a_long_page() -> None:
+    many = [(40, 8 + 30 * i, 300, 22 + 30 * i) for i in range(21)]
+    fan = detect_to_classify(detection(many), source_image())
+    assert fan.carry[CARRY_PREFIX + "count"].tolist() == [21]
+    assert [split_carry(i)[0][CLS_INPUT].shape[0] for i in fan.items] == [16, 8]
+    assert sorted(rows_of(fan, CLS_INPUT)) == list(range(21))  # nothing dropped
+    tops = fan.carry[CARRY_PREFIX + "boxes"][:, 0, 1]
+    assert (np.diff(tops) > 0).all()  # reading order
 
 
-def test_detect_to_classify_with_no_text_gives_an_all_blank_batch() -> None:
-    inputs, carried = split_carry(detect_to_classify(detection([]), source_image()))
-    assert inputs[CLS_INPUT].shape == CLS_SHAPE and not inputs[CLS_INPUT].any()
-    assert carried[CARRY_PREFIX + "count"].tolist() == [0]
+def test_detect_to_classify_with_no_text_makes_no_call() -> None:
+    fan = detect_to_classify(detection([]), source_image())
+    assert fan.items == ()
+    assert fan.carry[CARRY_PREFIX + "count"].tolist() == [0]
+    nothing = classify_to_recognize(dict(fan.carry), source_image())
+    assert nothing.items == () and nothing.carry[CARRY_PREFIX + "angle"].shape == (0,)
 
 
-def classified(up: list[float]) -> dict[str, np.ndarray]:
-    previous = detect_to_classify(detection(LINES), source_image())
-    probs = np.zeros((CROP_BATCH, 2), dtype=np.float32)
-    probs[: len(up), 0] = up
-    probs[: len(up), 1] = 1.0 - np.asarray(up, dtype=np.float32)
-    return {CLS_OUTPUT: probs, **split_carry(previous)[1]}
+def classified(up: list[float]) -> dict[str, object]:
+    """What the runtime gathers from the classifier: lists of chunk outputs and indices."""
+    fan = detect_to_classify(detection(LINES), source_image())
+    outputs, indices = [], []
+    for item in fan.items:
+        index = item[CARRY_PREFIX + "index"]
+        probs = np.zeros((index.shape[0], 2), dtype=np.float32)
+        for row, crop in enumerate(index.tolist()):
+            if crop >= 0:
+                probs[row] = [up[crop], 1.0 - up[crop]]
+        outputs.append(probs)
+        indices.append(index)
+    return {CLS_OUTPUT: outputs, CARRY_PREFIX + "index": indices, **fan.carry}
 
 
 def test_classify_to_recognize_turns_only_confident_upside_down_crops() -> None:
     # crop 0 upright; crop 1 180 degrees at 0.95 (turned); crop 2 180 at 0.6 (not turned)
-    result = classify_to_recognize(classified([0.99, 0.05, 0.4]), source_image())
-    inputs, carried = split_carry(result)
-    assert list(inputs) == [REC_INPUT]
-    batch = inputs[REC_INPUT]
-    assert batch.shape == REC_SHAPE and batch.dtype == np.float32
-    assert carried[CARRY_PREFIX + "angle"].tolist() == [0, 180, 0] + [0] * (CROP_BATCH - 3)
-    assert carried[CARRY_PREFIX + "angle"].dtype == np.int64
+    fan = classify_to_recognize(classified([0.99, 0.05, 0.4]), source_image())
+    assert fan.carry[CARRY_PREFIX + "angle"].tolist() == [0, 180, 0]
+    assert fan.carry[CARRY_PREFIX + "angle"].dtype == np.int64
     image = source_image()[DET_INPUT][0]
-    boxes = carried[CARRY_PREFIX + "boxes"]
+    boxes = fan.carry[CARRY_PREFIX + "boxes"]
+    rows = rows_of(fan, REC_INPUT)
+    assert sorted(rows) == [0, 1, 2]
     for index, turned in enumerate([False, True, False]):
         crop = crop_box(image, boxes[index])
         crop = rotate_half_turn(crop) if turned else crop
-        np.testing.assert_array_equal(batch[index], fit_crop(crop, REC_HEIGHT, REC_WIDTH))
-    assert not batch[3:].any()
+        width = rows[index].shape[2]
+        assert width == width_bucket(int(np.ceil(48 * crop.shape[2] / crop.shape[1])),
+                                     (320, 640, 960, 1280))
+        np.testing.assert_array_equal(rows[index], fit_crop(crop, REC_HEIGHT, width))
+
+
+def test_chunks_fill_the_largest_batch_then_the_smallest_that_holds_the_rest() -> None:
+    assert batch_plan(37, (1, 4, 8, 16)) == [16, 16, 8]
+    assert batch_plan(1, (1, 4, 8)) == [1]
+    assert batch_plan(6, (1, 4, 8)) == [8]
+    assert batch_plan(0, (1, 4, 8)) == []
+    crops = [np.ones((3, 48, w), np.float32) for w in (100, 700, 300, 2000, 650)]
+    chunks = chunk_crops(crops, height=48, widths=(320, 640, 960, 1280), batches=(1, 4))
+    assert [(b.shape[0], b.shape[3], i.tolist()) for b, i in chunks] == [
+        (4, 320, [0, 2, -1, -1]), (4, 960, [1, 4, -1, -1]), (1, 1280, [3])]
+    back = scatter([b[:, 0, 0, :1] for b, _ in chunks], [i for _, i in chunks], 5)
+    assert len(back) == 5
+    with pytest.raises(TensorMismatch, match=r"every crop needs its row"):
+        scatter([b[:, 0, 0, :1] for b, _ in chunks[:2]], [i for _, i in chunks[:2]], 5)
 
 
 def test_transforms_refuse_tensors_off_the_bucket() -> None:
@@ -116,9 +156,13 @@ def test_transforms_refuse_tensors_off_the_bucket() -> None:
         detect_to_classify(wrong, source_image())
     with pytest.raises(TensorMismatch, match=r"^source\['x'\]: tensor missing: \[\]$"):
         detect_to_classify(detection(LINES), {})
-    previous = classified([0.9])
-    previous[CARRY_PREFIX + "count"] = np.array([CROP_BATCH + 1], dtype=np.int64)
-    with pytest.raises(TensorMismatch, match=r"^previous\['carry:count'\]: must be in 0\.\.4: "):
+    previous = classified([0.9, 0.9, 0.9])
+    previous[CARRY_PREFIX + "count"] = np.array([4], dtype=np.int64)
+    with pytest.raises(TensorMismatch, match=r"^previous\['carry:boxes'\]: expected "):
+        classify_to_recognize(previous, source_image())
+    previous = classified([0.9, 0.9, 0.9])
+    previous[CLS_OUTPUT] = previous[CLS_OUTPUT][0]  # an array where a gathered list belongs
+    with pytest.raises(TensorMismatch, match=r"expected the list a fan-out gathers"):
         classify_to_recognize(previous, source_image())
 
 

@@ -16,6 +16,7 @@ import attrs
 from edge_core.errors import PlacementRefused
 
 __all__ = [
+    "BucketWarmup",
     "PlacementPolicy",
     "PlacementReport",
     "ProviderShare",
@@ -118,6 +119,44 @@ class PlacementReport:
         }
 
 
+def _to_buckets(value: Any) -> tuple[BucketWarmup, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class BucketWarmup:
+    """The warm-up of one entry of a stage's shape set: where it ran, how it compared.
+
+    Attributes:
+        entry: The shape-set entry (a static bucket or a dynamic range).
+        point: ``static``, or where in the range: ``min``, ``max``, ``between``.
+        shapes: Input name to the shape that was run.
+        placement: Where this run executed (a static bucket may land on an NPU while a
+            dynamic entry falls to CPU).
+        numerics: The comparison with this bucket's reference (as :attr:`WarmupReport.numerics`).
+        warmup_ms: How long the run took.
+    """
+
+    entry: str
+    point: str
+    shapes: Mapping[str, tuple[int, ...]]
+    placement: PlacementReport
+    numerics: Mapping[str, Any] | None = None
+    warmup_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (the execution plan's per-bucket line)."""
+        return {
+            "entry": self.entry,
+            "point": self.point,
+            "shapes": {name: list(shape) for name, shape in sorted(self.shapes.items())},
+            "placement": self.placement.split(),
+            "fraction_on_target": self.placement.fraction_on_target,
+            "numerics": dict(self.numerics) if self.numerics is not None else None,
+            "warmup_ms": self.warmup_ms,
+        }
+
+
 @attrs.frozen
 class WarmupReport:
     """What ``edge_warmup_placement`` returns: the placement and the numerical check.
@@ -129,11 +168,16 @@ class WarmupReport:
             compared with: ``expected-outputs``, ``cpu-run`` or ``none``); ``None`` when the
             backend has nothing to compare (a generator, say).
         extra: Backend-specific observations for the execution plan (timings, bucket).
+        buckets: One record per warm-up run of the stage's shape set; the gate checks the
+            placement and numerics of every one. Empty for stages without a shape set.
+        shapes: The served shape set (``edge_contracts.shapesets.ShapeSet``), or ``None``.
     """
 
     placement: PlacementReport
     numerics: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict)
+    buckets: tuple[BucketWarmup, ...] = attrs.field(default=(), converter=_to_buckets)
+    shapes: Any = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -141,6 +185,8 @@ class WarmupReport:
             "placement": self.placement.to_json(),
             "numerics": dict(self.numerics) if self.numerics is not None else None,
             "extra": dict(self.extra),
+            "buckets": [b.to_json() for b in self.buckets],
+            "shapes": self.shapes.to_json() if self.shapes is not None else None,
         }
 
 

@@ -41,6 +41,7 @@ class StageContext:
         placement: The placement policy the warm-up gate will apply.
         declared_demands: Pool name to bytes, as the user declared them (may be empty).
         generation: The worker generation this load will run under; a restart bumps it.
+        replica: Which of the stage's ``replicas`` this is (0 for the first or only one).
 
     """
 
@@ -54,6 +55,7 @@ class StageContext:
     placement: PlacementPolicy = attrs.field(factory=PlacementPolicy)
     declared_demands: Mapping[str, int] = attrs.field(factory=dict)
     generation: int = 1
+    replica: int = 0
 
 
 @runtime_checkable

@@ -30,3 +30,13 @@ def test_the_pyproject_example_loads(tmp_path: Path) -> None:
     config = load_pyproject_pipeline(path, "ocr")
     assert config.plugins == ("myapp.edgeplugin",)
     assert dict(config.stages[0].backend.options) == {"intra_op_threads": 1}
+
+
+def test_the_served_ocr_example_loads_with_replicas(tmp_path: Path) -> None:
+    example = next(b for b in _toml_blocks() if b.startswith('name = "ocr-served"'))
+    path = tmp_path / "pipeline.toml"
+    path.write_text(example, encoding="utf-8")
+    config = load_pipeline(path)
+    assert config.admission == 4
+    assert [stage.replicas for stage in config.stages] == [1, 1, 2]
+    assert config.to_json()["stages"][2]["replicas"] == 2

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_ort.bucket import Bucket, BucketMismatch
+from edge_contracts.shapesets import ShapeSet
+from edge_ort.bucket import BucketMismatch
 from edge_ort.numerics import compare_outputs
 from edge_ort.worker import OrtHandler
 
@@ -44,7 +45,9 @@ def test_warmup_reports_every_node_on_cpu_by_either_method(
     assert sorted(providers["CPUExecutionProvider"]["node_names"]) == ["add0", "relu0"]
     assert report["numerics"]["passed"] is True
     assert report["numerics"]["outputs"]["y"]["exact"] is True
-    assert report["bucket"] == {"x": {"dtype": "float32", "shape": [2, 3]}}
+    assert [b["shapes"] for b in report["buckets"]] == [{"x": [2, 3]}]
+    assert report["shape_set"] == [
+        {"name": "example", "inputs": {"x": {"dtype": "float32", "dims": [2, 3]}}}]
 
 
 def test_profiling_leaves_no_file_behind(add_relu_bundle: dict[str, Path]) -> None:
@@ -88,15 +91,17 @@ def test_wrong_expected_outputs_fail_the_numerical_check(
     assert numerics["max_abs_error"] == pytest.approx(6.0)
 
 
-def test_bucket_refuses_other_names_dtypes_and_shapes() -> None:
-    bucket = Bucket({"x": ("float32", (2, 3))})
-    bucket.check({"x": ("float32", (2, 3))})
+def test_a_single_bucket_refuses_other_names_dtypes_and_shapes() -> None:
+    shapes = ShapeSet.single({"x": ("float32", (2, 3))})
+    shapes.match({"x": ("float32", (2, 3))})
     with pytest.raises(BucketMismatch, match=r"inputs: input names differ"):
-        bucket.check({"z": ("float32", (2, 3))})
-    with pytest.raises(BucketMismatch, match=r"inputs\.x\.dtype: the example bucket has float32"):
-        bucket.check({"x": ("float64", (2, 3))})
-    with pytest.raises(BucketMismatch, match=r"inputs\.x\.shape: .*\[2, 3\]: \[4, 3\]"):
-        bucket.check({"x": ("float32", (4, 3))})
+        shapes.match({"z": ("float32", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs\.x: outside every declared shape; "
+                                             r"served: example\{x: float32\[2,3\]\}: "
+                                             r"'float64\[2, 3\]'"):
+        shapes.match({"x": ("float64", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs\.x: .*'float32\[4, 3\]'"):
+        shapes.match({"x": ("float32", (4, 3))})
 
 
 def test_compare_outputs_bounds_and_shapes() -> None:

@@ -41,6 +41,9 @@ def test_typed_options_become_vitisai_provider_options_then_cpu(vaip_config: str
         ["CPUExecutionProvider", {}],
     ]
     assert config["intra_op_threads"] == 1
+    # static-only: one compiled session per bucket, each with its own VitisAI cache key
+    assert config["session_per_bucket"] is True
+    assert config["bucket_keyed_options"] == ["cache_key"]
 
 
 def test_unset_options_are_left_to_vitisai_defaults() -> None:

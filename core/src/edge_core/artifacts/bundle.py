@@ -31,6 +31,8 @@ from edge_core.artifacts.references import References, load_npz
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from edge_core.shapes import ShapeSet, WarmupCase
+
 __all__ = ["VerifiedBundle"]
 
 
@@ -112,6 +114,16 @@ class VerifiedBundle:
         return None if member is None else self.path(member)
 
     @property
+    def shapes(self) -> ShapeSet | None:
+        """The shape set the bundle serves (:mod:`edge_core.shapes`), if it has examples."""
+        return self.references.shapes
+
+    @property
+    def warmup_cases(self) -> tuple[WarmupCase, ...]:
+        """Every example the load gate runs: one per static bucket, three or more per range."""
+        return self.references.warmup_cases
+
+    @property
     def total_bytes(self) -> int:
         """Bytes in all members."""
         return sum(m.size for m in self.members)
@@ -179,6 +191,8 @@ class VerifiedBundle:
             "graph": self.manifest.metadata.graph,
             "example_inputs": self.manifest.metadata.example_inputs,
             "expected_outputs": self.references.expected_outputs,
+            "shapes": (self.references.shapes.to_json()
+                       if self.references.shapes is not None else None),
             "files": len(self.members),
             "bytes": self.total_bytes,
             "external_data": {k: list(v) for k, v in self.references.external_data.items()},

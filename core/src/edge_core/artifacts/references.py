@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.manifest import ArtifactManifest
+from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
 from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
+from edge_core.shapes import WarmupCase, declared_shapes
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -52,6 +55,10 @@ class References:
     external_data: Mapping[str, tuple[str, ...]]
     expected_outputs: str | None
     arrays: Mapping[str, tuple[str, ...]]
+    shapes: ShapeSet | None = None
+    """The served shape set (:mod:`edge_core.shapes`), when the bundle has examples."""
+    warmup_cases: tuple[WarmupCase, ...] = ()
+    """Every example the load warms up and gates, one or more per entry of ``shapes``."""
 
 
 def expected_outputs_path(manifest: ArtifactManifest) -> str | None:
@@ -141,4 +148,22 @@ def check_references(
         if npz is not None:
             loaded = load_npz(directory.joinpath(*npz.split("/")), f"manifest.{name}")
             arrays[npz] = tuple(loaded)
-    return References(external, expected, arrays)
+    specs: dict[str, dict[str, Spec]] = {}
+
+    def npz_specs(member: str, field: str) -> Mapping[str, Spec]:
+        if member not in specs:
+            from edge_core.shapes import specs_of
+
+            loaded = load_npz(directory.joinpath(*member.split("/")), field)
+            arrays[member] = tuple(loaded)
+            specs[member] = specs_of(loaded)
+        return specs[member]
+
+    try:
+        served = declared_shapes(manifest.metadata.validation,
+                                 manifest.metadata.example_inputs, expected, npz_specs,
+                                 manifest.files)
+    except InvalidValue as exc:
+        raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
+    shapes, cases = served if served is not None else (None, ())
+    return References(external, expected, arrays, shapes, cases)

@@ -267,6 +267,8 @@ class StageConfig:
     """Ceilings and demands per memory pool."""
     input_transform: InputTransform | None = None
     """Required on every stage but the first; the first stage takes the caller's inputs."""
+    replicas: PositiveInt = attrs.field(default=1, validator=validator(check_positive_int))
+    """How many workers serve this stage, each reserved and gated (default 1)."""
     inputs_from: tuple[Identifier, ...] = attrs.field(default=(), converter=_text_tuple)
     """Where this stage's inputs come from: stage ids, or ``"input"`` for the pipeline's own
     input. Empty means the previous stage (the pipeline input for the first). The runtime
@@ -375,6 +377,7 @@ class PipelineConfig:
                     "capacities": dict(stage.resources.capacities),
                     "demands": dict(stage.resources.demands),
                     "inputs_from": list(stage.inputs_from),
+                    "replicas": stage.replicas,
                     "input_transform": (
                         stage.input_transform.reference if stage.input_transform else None
                     ),

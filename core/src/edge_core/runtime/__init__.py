@@ -1,5 +1,7 @@
 """The runtime: admission, loading and gating of a pipeline, flow control, cancellation."""
 
+from edge_core.fanout import Call, Fanout
+from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.errors import (
     DemandExceeded,
     DuplicateRequest,
@@ -14,8 +16,11 @@ from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageStat
 
 __all__ = [
     "AckOutcome",
+    "Call",
     "DemandExceeded",
     "DuplicateRequest",
+    "Fanout",
+    "GatheredResult",
     "NumericsRefused",
     "OutputReleased",
     "PendingCall",

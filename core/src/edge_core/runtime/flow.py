@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from edge_core.errors import ResourceUnavailable
 
@@ -25,6 +26,15 @@ class SlotPool:
         self.what = what
         self._used = 0
         self._cond = threading.Condition()
+        #: Called (without the lock) after every release: a replica set waiting for any
+        #: of several pools to free a slot listens here.
+        self.listeners: list[Callable[[], None]] = []
+
+    @property
+    def free(self) -> int:
+        """Slots free now."""
+        with self._cond:
+            return self.limit - self._used
 
     @property
     def used(self) -> int:
@@ -67,3 +77,5 @@ class SlotPool:
                 raise RuntimeError(f"{self.what}: release without a matching acquire")
             self._used -= 1
             self._cond.notify()
+        for listener in self.listeners:
+            listener()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
+import attrs
 
 from edge_core import __version__
 from edge_core.binding import OwnerBinding, backend_table, bind_owner
@@ -26,29 +26,25 @@ from edge_core.errors import BackendUnavailable, EdgeError
 from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
 from edge_core.plugins import PluginSet
+from edge_core.runtime.chain import (
+    CARRY_PREFIX,
+    GatheredCall,
+    GatheredResult,
+    Transform,
+    run_chain,
+    split_carry,
+    with_bundles,
+)
 from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
 from edge_core.runtime.flow import SlotPool
+from edge_core.runtime.gate import check_buckets
+from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
 from edge_core.runtime.topology import check_linear_chain
 from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
-__all__ = ["Pipeline", "PipelineResult", "Transform"]
-
-Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
-"""``transform(previous_outputs, pipeline_inputs) -> next_stage_inputs``."""
-
-CARRY_PREFIX = "carry:"
-"""Transform outputs named ``carry:*`` are not sent to the stage: the runtime carries them
-past it and adds them to its outputs, for the next transform (boxes found by a detector,
-say, that the recogniser's decoder needs)."""
-
-
-def split_carry(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate a transform's output into the stage's inputs and the carried values."""
-    inputs = {k: v for k, v in data.items() if not k.startswith(CARRY_PREFIX)}
-    carry = {k: v for k, v in data.items() if k.startswith(CARRY_PREFIX)}
-    return inputs, carry
+__all__ = ["CARRY_PREFIX", "Pipeline", "PipelineResult", "Transform", "split_carry"]
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -88,7 +84,7 @@ class PipelineResult:
     Acknowledging frees the final stage's slot and the pipeline's admission slot.
     """
 
-    def __init__(self, final: StageResult, latencies: Mapping[str, float],
+    def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
                  release: Callable[[], None]) -> None:
         self.final = final
         self.latencies = dict(latencies)
@@ -116,8 +112,21 @@ class PipelineResult:
 
 
 def _owner(stage: _Stage) -> str:
-    """The ledger owner of a stage: ``pipeline/stage`` (pipelines may share a ledger)."""
-    return f"{stage.context.pipeline}/{stage.context.stage_id}"
+    """The ledger owner of a stage: ``pipeline/stage`` (pipelines may share a ledger).
+
+    Replica ``r > 0`` of a stage is ``pipeline/stage#r``.
+    """
+    replica = f"#{stage.context.replica}" if stage.context.replica else ""
+    return f"{stage.context.pipeline}/{stage.context.stage_id}{replica}"
+
+
+def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
+    """The replicas of each configured stage, in data-flow order."""
+    by_id: dict[str, list[StageRuntime]] = {}
+    for stage in stages:
+        assert stage.runtime is not None
+        by_id.setdefault(stage.context.stage_id, []).append(stage.runtime)
+    return [ReplicaSet(runtimes) for runtimes in by_id.values()]
 
 
 def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
@@ -129,17 +138,6 @@ def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any
     return ledger.release(token, verified=verified, reason=reason).value
 
 
-def _copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
-    """The next stage's inputs, copied wherever they could share memory with ``previous``."""
-    result: dict[str, Any] = {}
-    olds = [a for a in previous.values() if isinstance(a, np.ndarray)]
-    for name, value in arrays.items():
-        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, o) for o in olds):
-            value = value.copy()
-        result[name] = value
-    return result
-
-
 class Pipeline:
     """An admitted, loaded, gated pipeline. Open with :meth:`open`; close with :meth:`close`."""
 
@@ -149,6 +147,8 @@ class Pipeline:
         self.plugins = plugins
         self.ledger = ledger
         self._stages = stages
+        self._groups: list[ReplicaSet] = []
+        self._transforms: list[Transform | None] = []
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
         self.epoch = 0
         self.opened_at = time.time()
@@ -176,7 +176,8 @@ class Pipeline:
             Any error from a plugin's load or warm-up, after unwinding.
         """
         say = progress or (lambda _message: None)
-        stages = [cls._resolve(config, index, plugins) for index in range(len(config.stages))]
+        stages = [replica for index in range(len(config.stages))
+                  for replica in cls._resolve(config, index, plugins)]
         check_linear_chain(config)
         plan: dict[str, Mapping[str, int]] = {}
         for stage in stages:
@@ -206,10 +207,13 @@ class Pipeline:
         except BaseException:
             pipeline._unwind(started, stages)
             raise
+        pipeline._groups = _groups(stages)
+        pipeline._transforms = [with_bundles(s.transform, pipeline.bundle_directories)
+                                for s in stages if s.context.replica == 0]
         return pipeline
 
     @staticmethod
-    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet) -> _Stage:
+    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet) -> list[_Stage]:
         stage = config.stages[index]
         path = f"stages[{index}]"
         owner = backend_table(plugins).get(stage.backend.name)
@@ -248,7 +252,9 @@ class Pipeline:
         if stage.input_transform is not None:
             transform = resolve_input_transform(stage.input_transform,
                                                 f"{path}.input_transform")
-        return _Stage(stage, binding, context, cast("Transform | None", transform))
+        return [_Stage(stage, binding, attrs.evolve(context, replica=replica),
+                       cast("Transform | None", transform))
+                for replica in range(stage.replicas)]
 
     def _runtime_for(self, stage: _Stage, loaded: LoadedStage,
                      retire_deadline_s: float) -> StageRuntime:
@@ -280,6 +286,7 @@ class Pipeline:
             raise EdgeError(f"stages[{sid}].placement.target: the backend reported on "
                             f"{report.placement.target!r}: {policy.target!r}")
         check_placement(sid, report.placement, policy)
+        check_buckets(sid, report, policy)
         numerics = report.numerics
         if numerics is not None and not numerics.get("passed", False):
             raise NumericsRefused(
@@ -299,8 +306,6 @@ class Pipeline:
 
     def _reload(self, stage: _Stage, generation: int) -> LoadedStage:
         """Restart one stage: reserve again, load under ``generation`` and re-run the gate."""
-        import attrs
-
         stage.context = attrs.evolve(stage.context, generation=generation)
         if stage.token is None:
             stage.token = self.ledger.reserve(_owner(stage), stage.demands)
@@ -356,38 +361,12 @@ class Pipeline:
     def _chain(
         self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         deadline_s: float | None,
-    ) -> tuple[PendingCall, dict[str, float], dict[str, Any]]:
+    ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it."""
-        latencies: dict[str, float] = {}
-        data: Mapping[str, Any] = inputs
-        carry: dict[str, Any] = {}
-        previous: StageResult | None = None
         epoch = self.epoch
-        try:
-            for position, stage in enumerate(self._stages):
-                runtime = stage.runtime
-                assert runtime is not None
-                if stage.transform is not None and previous is not None:
-                    produced = stage.transform(previous.outputs, inputs)
-                    data, carry = split_carry(_copy_apart(produced, previous.outputs))
-                    del produced  # may hold views of previous outputs, released below
-                if previous is not None:
-                    previous.ack()  # the next inputs are private copies by now
-                    previous = None
-                last = position == len(self._stages) - 1
-                if self.epoch != epoch:  # cancelled between two stages
-                    raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
-                pending = runtime.submit(data, params=params if last else None,
-                                         deadline_s=deadline_s)
-                if last:
-                    return pending, latencies, carry
-                previous = pending.result()
-                previous.outputs.update(carry)
-                latencies[stage.context.stage_id] = previous.latency_s
-        finally:
-            if previous is not None:  # a transform or a submission failed
-                previous.ack()
-        raise AssertionError("unreachable: a pipeline has at least one stage")
+        return run_chain(self._groups, self._transforms, inputs, params=params,
+                         deadline_s=deadline_s, cancelled=lambda: self.epoch != epoch,
+                         where=f"pipelines[{self.config.name}]")
 
     def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
             deadline_s: float | None = None) -> PipelineResult:
@@ -508,6 +487,7 @@ class Pipeline:
                            and numerics.get("reference") not in (None, "none"))
             stages.append({
                 "id": stage.context.stage_id,
+                "replica": stage.context.replica,
                 "backend": stage.binding.backend.name,
                 "plugin": stage.binding.plugin,
                 "kind": sorted(k.value for k in stage.binding.backend.kinds),
@@ -520,6 +500,8 @@ class Pipeline:
                               if stage.warmup is not None else None),
                 "numerics": dict(numerics) if numerics is not None else None,
                 "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
+                "buckets": ([b.to_json() for b in stage.warmup.buckets]
+                            if stage.warmup is not None else []),
                 "observed_memory": dict(stage.observed),
                 "evidence": "complete-model" if checked else "backend-execution",
             })

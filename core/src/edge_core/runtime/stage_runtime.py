@@ -240,6 +240,14 @@ class StageRuntime:
         """The stage's id."""
         return self.context.stage_id
 
+    @property
+    def shapes(self) -> Any:
+        """The shape set the loaded stage serves (``edge_contracts.shapesets.ShapeSet``).
+
+        ``None`` for stages without one (generate stages, backends that declare none).
+        """
+        return getattr(self.loaded, "shapes", None)
+
     # -- submission -----------------------------------------------------------------
 
     def submit(

@@ -148,7 +148,7 @@ def probe_fast_and_light(subject: Subject) -> str:
 def reserve_overcommit_refused(subject: Subject) -> str:
     """A two-stage plan that fits once but not twice is refused with nothing charged."""
     config = pipeline_config(subject)
-    resolved = Pipeline._resolve(config, 0, subject.plugins)
+    resolved = Pipeline._resolve(config, 0, subject.plugins)[0]
     demands = {p: int(b) for p, b in resolved.binding.reserve(resolved.context).items()
                if int(b) > 0}
     if not demands:

@@ -1,16 +1,22 @@
-"""The fixed input buckets of the three stages and the tensor names the graphs use.
+"""The shape sets of the three stages and the tensor names the graphs use.
 
-The edge placement gate freezes every stage's inputs to its example bucket, so each stage
-runs at exactly one shape. The choices (and the measurements behind them) are explained in
-the example's README:
+Every stage serves a declared set of shapes (``metadata.validation.shapes`` in its bundle),
+each warmed up and gated at load; anything else is refused before it is sent:
 
-* detection: one 1x3x640x640 image (the generated page is rendered at that size; larger or
-  differently shaped images are letterboxed into it);
-* classification: 8 crops of 3x48x192 (the direction classifier's training shape);
-* recognition: 8 crops of 3x48x640 (a 13.3:1 line fits without being squeezed).
+* detection: a dynamic range, height and width ``DET_RANGE`` (320 to 960 in steps of 32);
+  ``preprocess`` letterboxes every image into 1x3x640x640 (the generated page is rendered
+  at that size), inside the range, and the range is there for page-scale inputs;
+* classification: batches of ``CLS_BATCHES`` crops of 3x48x192 (the direction classifier's
+  training shape);
+* recognition: ``REC_BATCHES`` x ``REC_WIDTHS`` (batch 1, 4 or 8 crops 48 high and 320,
+  640, 960 or 1280 wide), so that a short line is not run at the width of a long one and
+  a long line is not squeezed. Batch 16 was measured and left out: its four buckets took
+  11 of the 21 s the warm-up gate needed on the loaded 2-vCPU machine, and raised the
+  worker's peak from about 400 to 460 MB, for no throughput gain on 2 cores.
 
-Fewer crops than the batch are padded with blank (zero) crops and the valid count travels
-as a carried tensor; more are truncated to the first ``CROP_BATCH`` in reading order.
+A page's crops are mapped over these buckets within one request (``edge_core.runtime.Fanout``):
+every detected line is classified and recognised, however many there are
+(:mod:`edge_ocr_example.chunks` chooses the chunks).
 """
 
 from __future__ import annotations
@@ -21,26 +27,27 @@ import numpy as np
 
 __all__ = [
     "CARRY_PREFIX",
+    "CLS_BATCHES",
     "CLS_HEIGHT",
     "CLS_INPUT",
     "CLS_OUTPUT",
-    "CLS_SHAPE",
     "CLS_WIDTH",
-    "CROP_BATCH",
     "DET_HEIGHT",
     "DET_INPUT",
     "DET_OUTPUT",
+    "DET_RANGE",
     "DET_SHAPE",
     "DET_WIDTH",
     "FLOAT",
+    "REC_BATCHES",
     "REC_CLASSES",
     "REC_HEIGHT",
     "REC_INPUT",
     "REC_OUTPUT",
-    "REC_SHAPE",
-    "REC_STEPS",
-    "REC_WIDTH",
+    "REC_STRIDE",
+    "REC_WIDTHS",
     "STAGE_IDS",
+    "STAGE_RAM",
 ]
 
 FLOAT: Final = np.dtype(np.float32)
@@ -53,6 +60,9 @@ DET_HEIGHT: Final = 640
 """Detection input height in pixels (a multiple of 32, as the DB network needs)."""
 DET_WIDTH: Final = 640
 """Detection input width in pixels (a multiple of 32)."""
+DET_RANGE: Final = (320, 960, 32)
+"""Height and width the detection stage serves: ``(low, high, step)``; the DB network
+downsamples by 32, so sizes are multiples of 32."""
 DET_SHAPE: Final = (1, 3, DET_HEIGHT, DET_WIDTH)
 """The detection bucket: one normalised RGB image, NCHW."""
 DET_INPUT: Final = "x"
@@ -60,15 +70,12 @@ DET_INPUT: Final = "x"
 DET_OUTPUT: Final = "sigmoid_0.tmp_0"
 """Output name of the detection graph: the 1x1xHxW text probability map."""
 
-CROP_BATCH: Final = 4
-"""How many text crops the classifier and the recogniser take per call."""
-
+CLS_BATCHES: Final = (1, 4, 8, 16)
+"""Crops per classifier call: the batch buckets of the classifier's shape set."""
 CLS_HEIGHT: Final = 48
 """Classifier crop height."""
 CLS_WIDTH: Final = 192
 """Classifier crop width."""
-CLS_SHAPE: Final = (CROP_BATCH, 3, CLS_HEIGHT, CLS_WIDTH)
-"""The classifier bucket."""
 CLS_INPUT: Final = "x"
 """Input name of the direction classifier."""
 CLS_OUTPUT: Final = "save_infer_model/scale_0.tmp_1"
@@ -76,18 +83,25 @@ CLS_OUTPUT: Final = "save_infer_model/scale_0.tmp_1"
 
 REC_HEIGHT: Final = 48
 """Recogniser crop height."""
-REC_WIDTH: Final = 480
-"""Recogniser crop width."""
-REC_SHAPE: Final = (CROP_BATCH, 3, REC_HEIGHT, REC_WIDTH)
-"""The recogniser bucket."""
+REC_BATCHES: Final = (1, 4, 8)
+"""Crops per recogniser call: the batch axis of the recogniser's buckets."""
+REC_WIDTHS: Final = (320, 640, 960, 1280)
+"""Recogniser crop widths: the width axis of its buckets (a wider line is squeezed to the
+largest)."""
 REC_INPUT: Final = "x"
 """Input name of the recogniser."""
 REC_OUTPUT: Final = "softmax_11.tmp_0"
 """Output name of the recogniser: NxTxC per-step character probabilities."""
-REC_STEPS: Final = REC_WIDTH // 8
-"""Time steps the recogniser emits for one crop (its width is downsampled 8 times)."""
+REC_STRIDE: Final = 8
+"""The recogniser emits one time step per this many pixels of crop width."""
 REC_CLASSES: Final = 6625
 """Recogniser classes: the CTC blank, 6623 dictionary characters and the space."""
+
+STAGE_RAM: Final = {"detect": "400 MiB", "recognize": "448 MiB"}
+"""Worker memory to reserve per stage where the ORT backend's estimate (a base plus three
+times the bundle) would run short: the warm-up of the largest shapes raises the peak.
+Measured on the 2-vCPU machine: detection 274 MB after the 960x960 warm-up (estimate
+291 MB), the recogniser 279 MB after batch 8 x 1280 (460 MB when batch 16 was served)."""
 
 CARRY_PREFIX: Final = "carry:"
 """Prefix of tensors a transform passes on to the next transform rather than to a graph.

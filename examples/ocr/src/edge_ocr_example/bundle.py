@@ -1,11 +1,14 @@
-"""Build the three stage bundles: graph, example bucket, expected outputs, metadata.
+"""Build the three stage bundles: graph, examples per bucket, expected outputs, metadata.
 
 For a generated page (or a given image) the builder runs the whole chain directly with
 onnxruntime on the CPU, and writes for every stage the graph exactly as the pinned wheel
-ships it, ``example_inputs.npz`` (the stage's inputs on that page, at its bucket) and
-``expected_outputs.npz`` (the graph's outputs on them). The recogniser's dictionary is
-taken from its graph metadata into ``characters.txt``. ``bundle.json`` at the top describes
-the pipeline (stage order, transforms, buckets, provenance) for whoever wires it.
+ships it, ``example_inputs.npz`` (the stage's first call on that page) and
+``expected_outputs.npz`` (the graph's outputs on them), and for the classifier and the
+recogniser an example per bucket of their shape sets under ``buckets/``
+(:mod:`edge_ocr_example.bucket_examples`), declared in ``metadata.validation.shapes``.
+The recogniser's dictionary is taken from its graph metadata into ``characters.txt``.
+``bundle.json`` at the top describes the pipeline (stage order, transforms, shapes,
+provenance) for whoever wires it.
 
 A manifest per stage (``edge-manifest.json``) is written by the ``write_manifest`` hook,
 called with the stage directory and its metadata once the stage's files are final; the
@@ -30,7 +33,8 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image
 
-from edge_ocr_example.buckets import CARRY_PREFIX, CLS_SHAPE, DET_SHAPE, REC_SHAPE
+from edge_ocr_example.bucket_examples import write_bucket_examples
+from edge_ocr_example.buckets import CARRY_PREFIX, DET_SHAPE, STAGE_RAM
 from edge_ocr_example.bundle_layout import (
     DESCRIPTION,
     EXAMPLE_INPUTS,
@@ -63,7 +67,6 @@ __all__ = [
 ManifestWriter = Callable[[Path, Mapping[str, Any]], object]
 """Writes a stage's manifest: called with the stage directory and its metadata."""
 
-_BUCKETS = {"detect": DET_SHAPE, "classify": CLS_SHAPE, "recognize": REC_SHAPE}
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ def _prepare(out: Path) -> None:
         shutil.rmtree(stage_dir(out, stage), ignore_errors=True)
 
 
-def _metadata(stage_id: str, producer: str) -> dict[str, Any]:
+def _metadata(stage_id: str, producer: str,
+              shapes: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The manifest metadata of one stage (keyword arguments of ``create_manifest``)."""
     stage = next(spec for spec in STAGES if spec.id == stage_id)
     validation: dict[str, Any] = {
@@ -113,8 +117,11 @@ def _metadata(stage_id: str, producer: str) -> dict[str, Any]:
         "reference": f"onnxruntime {ort.__version__} {PROVIDER}",
         "session_options": "defaults (graph optimisation level ORT_ENABLE_ALL)",
         "comparison": "exact (bit for bit)",
-        "bucket": {"x": list(_BUCKETS[stage_id])},
     }
+    if shapes:
+        validation["shapes"] = [dict(entry) for entry in shapes]
+    else:
+        validation["bucket"] = {"x": list(DET_SHAPE)}
     if stage.transform_ref is not None:
         validation["input_transform"] = stage.transform_ref
     if stage is STAGES[-1]:
@@ -165,6 +172,9 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
             "min_fraction_on_target = 1.0",
             "",
         ]
+        if stage.id in STAGE_RAM:
+            lines += ["[stages.resources]",
+                      f'demands = {{ "machine:ram" = "{STAGE_RAM[stage.id]}" }}', ""]
     return "\n".join(lines)
 
 
@@ -207,7 +217,9 @@ def build_bundles(
         save_npz(folder / EXPECTED_OUTPUTS, trace.outputs[stage.id])
         if stage is STAGES[-1]:
             (folder / CHARACTERS_FILE).write_bytes(dictionary.encode("utf-8"))
-        metadata = _metadata(stage.id, runner.producer(stage.id))
+        shapes = write_bucket_examples(folder, stage.id, runner, trace.calls["detect"][0][0],
+                                       trace.final)
+        metadata = _metadata(stage.id, runner.producer(stage.id), shapes)
         if write_manifest is not None:
             write_manifest(folder, metadata)
         bundles.append(StageBundle(stage.id, folder, graph_name(stage), metadata))
@@ -238,8 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for bundle in result.stages:
-        bucket = bundle.metadata["validation"]["bucket"]
-        print(f"{bundle.stage_id}: {bundle.directory} bucket {bucket}")
+        validation = bundle.metadata["validation"]
+        served = ([entry["name"] for entry in validation["shapes"]] if "shapes" in validation
+                  else validation["bucket"])
+        print(f"{bundle.stage_id}: {bundle.directory} shapes {served}")
     for line in result.lines:
         print(f"  {line.text!r} ({line.score:.3f})")
     return 0

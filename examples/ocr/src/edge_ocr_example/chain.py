@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
+from edge_core.fanout import Fanout
 from edge_ocr_example.transforms import classify_to_recognize, detect_to_classify, split_carry
 
 __all__ = ["STAGES", "ChainTrace", "StageRunner", "StageSpec", "Transform", "run_chain"]
 
-Transform = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-"""A transform: ``(previous stage outputs + carried, pipeline inputs) -> next inputs + carried``."""
+Transform = Callable[[Mapping[str, Any], Mapping[str, np.ndarray]], Any]
+"""A transform: ``(previous outputs + carried, pipeline inputs) -> next inputs + carried``
+(a mapping, or a ``Fanout`` of several)."""
 
 StageRunner = Callable[[str, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 """Runs one stage: ``(stage id, graph inputs) -> graph outputs``."""
@@ -62,26 +64,48 @@ STAGES: Final = (
 class ChainTrace:
     """Everything one pass through the chain saw: per-stage graph inputs and outputs."""
 
-    inputs: dict[str, dict[str, np.ndarray]]
-    """Stage id -> the graph inputs it was called with."""
-    outputs: dict[str, dict[str, np.ndarray]]
-    """Stage id -> the graph outputs it returned."""
-    final: dict[str, np.ndarray]
-    """The last stage's outputs plus the carried tensors: what the final decode takes."""
+    calls: dict[str, list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]]
+    """Stage id -> ``(graph inputs, graph outputs)`` of every call, in call order (a
+    transform that returns a ``Fanout`` makes one call per item)."""
+    final: dict[str, Any]
+    """The last stage's outputs plus the carried tensors: what the final decode takes
+    (a fanned-out stage's outputs and per-item carries are lists in item order)."""
+
+    @property
+    def inputs(self) -> dict[str, dict[str, np.ndarray]]:
+        """Stage id -> the graph inputs of its first call."""
+        return {stage: calls[0][0] for stage, calls in self.calls.items() if calls}
+
+    @property
+    def outputs(self) -> dict[str, dict[str, np.ndarray]]:
+        """Stage id -> the graph outputs of its first call."""
+        return {stage: calls[0][1] for stage, calls in self.calls.items() if calls}
 
 
 def run_chain(run_stage: StageRunner, source: Mapping[str, np.ndarray]) -> ChainTrace:
-    """Run ``source`` (the detection inputs) through all stages with ``run_stage``."""
-    inputs: dict[str, dict[str, np.ndarray]] = {}
-    outputs: dict[str, dict[str, np.ndarray]] = {}
-    previous: dict[str, np.ndarray] = {}
+    """Run ``source`` (the detection inputs) through all stages with ``run_stage``.
+
+    Applies the runtime's rules: ``carry:*`` values travel past a stage, and a transform's
+    ``Fanout`` calls the stage once per item, gathering outputs into lists in item order.
+    """
+    calls: dict[str, list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]] = {}
+    previous: dict[str, Any] = {}
     for stage in STAGES:
-        if stage.transform is None:
-            stage_inputs, carried = dict(source), dict[str, np.ndarray]()
+        produced: Any = dict(source) if stage.transform is None else stage.transform(
+            previous, source)
+        made = calls.setdefault(stage.id, [])
+        if isinstance(produced, Fanout):
+            gathered: dict[str, Any] = {}
+            for item in produced.items:
+                stage_inputs, carried = split_carry(item)
+                stage_outputs = dict(run_stage(stage.id, stage_inputs))
+                made.append((stage_inputs, stage_outputs))
+                for name, value in {**stage_outputs, **carried}.items():
+                    gathered.setdefault(name, []).append(value)
+            previous = {**gathered, **produced.carry}
         else:
-            stage_inputs, carried = split_carry(stage.transform(previous, source))
-        stage_outputs = dict(run_stage(stage.id, stage_inputs))
-        inputs[stage.id] = stage_inputs
-        outputs[stage.id] = stage_outputs
-        previous = {**stage_outputs, **carried}
-    return ChainTrace(inputs, outputs, previous)
+            stage_inputs, carried = split_carry(produced)
+            stage_outputs = dict(run_stage(stage.id, stage_inputs))
+            made.append((stage_inputs, stage_outputs))
+            previous = {**stage_outputs, **carried}
+    return ChainTrace(calls, previous)

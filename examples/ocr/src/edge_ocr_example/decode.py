@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
 from edge_ocr_example.buckets import CARRY_PREFIX, FLOAT, REC_OUTPUT
+from edge_ocr_example.chunks import scatter
 from edge_ocr_example.errors import OcrError, TensorMismatch
 
 __all__ = [
@@ -95,15 +96,31 @@ def ctc_greedy_decode(
     return results
 
 
-def _carried(previous: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+def _carried(previous: Mapping[str, Any], name: str) -> np.ndarray:
     key = CARRY_PREFIX + name
     if key not in previous:
         raise TensorMismatch(key, "carried tensor missing", sorted(previous))
-    return previous[key]
+    return np.asarray(previous[key])
+
+
+def _rows(previous: Mapping[str, Any], count: int) -> list[np.ndarray]:
+    """The recogniser's ``T x C`` rows in crop order: gathered chunks, or one batch."""
+    if count == 0:
+        return []
+    if REC_OUTPUT not in previous:
+        raise TensorMismatch(REC_OUTPUT, "recogniser output missing", sorted(previous))
+    output = previous[REC_OUTPUT]
+    if isinstance(output, list):  # one array per chunk of a fan-out
+        index = previous.get(CARRY_PREFIX + "index")
+        if not isinstance(index, list):
+            raise TensorMismatch(CARRY_PREFIX + "index", "the chunks' crop indices are missing",
+                                 sorted(previous))
+        return scatter(output, index, count)
+    return list(output[:count])
 
 
 def decode(
-    previous: Mapping[str, np.ndarray],
+    previous: Mapping[str, Any],
     source: Mapping[str, np.ndarray],
     *,
     characters: Sequence[str],
@@ -111,20 +128,19 @@ def decode(
 ) -> list[TextLine]:
     """Turn the recogniser's outputs (plus carried boxes) into recognised lines.
 
-    ``previous`` holds the recogniser output and the tensors carried by
+    ``previous`` holds the recogniser output — a list of per-chunk arrays gathered from a
+    fan-out with their ``carry:index`` lists, or one batch — and the tensors carried by
     :func:`edge_ocr_example.transforms.classify_to_recognize`; ``source`` is unused and
     accepted so the final step has the same shape as a transform. Blank padding rows are
     skipped; lines scoring below ``min_score`` or with no visible text are dropped. Boxes
     are in detection-bucket pixels (see :func:`edge_ocr_example.preprocess.to_image_coordinates`).
     """
     del source
-    if REC_OUTPUT not in previous:
-        raise TensorMismatch(REC_OUTPUT, "recogniser output missing", sorted(previous))
     count = int(_carried(previous, "count")[0])
     boxes = _carried(previous, "boxes")
     lines: list[TextLine] = []
-    decoded = ctc_greedy_decode(previous[REC_OUTPUT][:count], characters)
-    for (text, score), box in zip(decoded, boxes[:count], strict=True):
+    for row, box in zip(_rows(previous, count), boxes[:count], strict=True):
+        ((text, score),) = ctc_greedy_decode(row[None], characters)
         if score >= min_score and text.strip():
             lines.append(TextLine(text, score, np.asarray(box, dtype=FLOAT)))
     return lines

@@ -22,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image
 
+from edge_ocr_example.bucket_examples import BUCKET_DIR
 from edge_ocr_example.bundle_layout import (
     EXAMPLE_INPUTS,
     EXPECTED_OUTPUTS,
@@ -95,12 +96,19 @@ def recognize(
 
 
 def check_bundles(runner: DirectRunner, bundles: Path) -> list[str]:
-    """Run each stage on its stored example inputs; return a line per mismatching output."""
+    """Run each stage on its stored examples (per bucket too); a line per mismatching output."""
     problems: list[str] = []
+    pairs = []
     for stage in STAGES:
         folder = stage_dir(bundles, stage)
-        outputs = runner(stage.id, load_npz(folder / EXAMPLE_INPUTS))
-        expected = load_npz(folder / EXPECTED_OUTPUTS)
+        pairs.append((stage.id, folder / EXAMPLE_INPUTS, folder / EXPECTED_OUTPUTS))
+        for expected_file in sorted((folder / BUCKET_DIR).glob("*.expected.npz")):
+            example = expected_file.with_name(expected_file.name.replace(".expected", ""))
+            pairs.append((stage.id, example, expected_file))
+    for stage_id, example_file, expected_file in pairs:
+        outputs = runner(stage_id, load_npz(example_file))
+        expected = load_npz(expected_file)
+        stage = next(s for s in STAGES if s.id == stage_id)
         for name in sorted(set(expected) | set(outputs)):
             got, want = outputs.get(name), expected.get(name)
             if got is None or want is None:

@@ -1,16 +1,19 @@
 """The model-owned transforms between stages: detect -> classify -> recognise.
 
-Each is a plain function ``transform(previous, source) -> dict`` where ``previous`` is the
+Each is a plain function ``transform(previous, source)`` where ``previous`` is the
 previous stage's outputs (plus what the previous transform carried) and ``source`` is the
-pipeline's original inputs (the detection input ``x``). The result holds the next stage's
-graph inputs exactly at its bucket, plus carried tensors under ``CARRY_PREFIX``:
+pipeline's original inputs (the detection input ``x``). Both return an
+``edge_core.runtime.Fanout``: one call of the next stage per chunk of crops, each chunk at
+one of the stage's buckets (:mod:`edge_ocr_example.chunks`), so every detected line is
+classified and recognised, however many there are. Each chunk carries ``carry:index``
+(the crop index of every row, ``-1`` for blank rows); the runtime gathers the outputs and
+those indices into lists in chunk order. Carried once for the whole page:
 
-* ``carry:boxes``    ``(CROP_BATCH, 4, 2)`` float32, valid rows first, zeros after;
-* ``carry:count``    ``(1,)`` int64, how many rows are valid;
-* ``carry:detected`` ``(1,)`` int64, how many boxes the detector found (``count`` is this
-  capped at ``CROP_BATCH``);
-* ``carry:angle`` / ``carry:angle_score`` (after classification) ``(CROP_BATCH,)`` int64
-  0 or 180 and float32, the direction decision per crop.
+* ``carry:boxes``    ``(N, 4, 2)`` float32, the boxes in reading order;
+* ``carry:count``    ``(1,)`` int64, ``N``;
+* ``carry:detected`` ``(1,)`` int64, how many boxes the detector found (``N`` as well);
+* ``carry:angle`` / ``carry:angle_score`` (after classification) ``(N,)`` int64 0 or 180
+  and float32, the direction decision per crop.
 
 Use :func:`split_carry` to separate graph inputs from carried tensors.
 """
@@ -18,31 +21,32 @@ Use :func:`split_carry` to separate graph inputs from carried tensors.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
+from edge_core.fanout import Fanout
 from edge_ocr_example.boxes import extract_boxes
 from edge_ocr_example.buckets import (
     CARRY_PREFIX,
+    CLS_BATCHES,
     CLS_HEIGHT,
     CLS_INPUT,
     CLS_OUTPUT,
-    CLS_SHAPE,
     CLS_WIDTH,
-    CROP_BATCH,
     DET_HEIGHT,
     DET_INPUT,
     DET_OUTPUT,
     DET_SHAPE,
     DET_WIDTH,
     FLOAT,
+    REC_BATCHES,
     REC_HEIGHT,
     REC_INPUT,
-    REC_SHAPE,
-    REC_WIDTH,
+    REC_WIDTHS,
 )
-from edge_ocr_example.crops import crop_box, fit_crop, rotate_half_turn
+from edge_ocr_example.chunks import chunk_crops, scatter
+from edge_ocr_example.crops import crop_box, rotate_half_turn
 from edge_ocr_example.errors import TensorMismatch
 
 __all__ = [
@@ -58,9 +62,7 @@ ANGLE_THRESH: Final = 0.9
 _INT: Final = np.dtype(np.int64)
 
 
-def split_carry(
-    mapping: Mapping[str, np.ndarray],
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def split_carry(mapping: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a transform's result into ``(graph inputs, carried tensors)``."""
     inputs = {k: v for k, v in mapping.items() if not k.startswith(CARRY_PREFIX)}
     carried = {k: v for k, v in mapping.items() if k.startswith(CARRY_PREFIX)}
@@ -68,7 +70,7 @@ def split_carry(
 
 
 def _tensor(
-    mapping: Mapping[str, np.ndarray],
+    mapping: Mapping[str, Any],
     name: str,
     shape: tuple[int, ...],
     dtype: np.dtype[np.generic],
@@ -92,17 +94,32 @@ def _source_image(source: Mapping[str, np.ndarray]) -> np.ndarray:
     return image
 
 
-def _count(mapping: Mapping[str, np.ndarray]) -> int:
+def _count(mapping: Mapping[str, Any]) -> int:
     count = int(_tensor(mapping, CARRY_PREFIX + "count", (1,), _INT, "previous")[0])
-    if not 0 <= count <= CROP_BATCH:
-        raise TensorMismatch("previous['carry:count']", f"must be in 0..{CROP_BATCH}", count)
+    if count < 0:
+        raise TensorMismatch("previous['carry:count']", "must be >= 0", count)
     return count
 
 
+def _gathered(mapping: Mapping[str, Any], name: str) -> list[np.ndarray]:
+    """A gathered fan-out output: the list of per-chunk arrays (empty when nothing ran)."""
+    value = mapping.get(name, [])
+    if not isinstance(value, list):
+        raise TensorMismatch(f"previous[{name!r}]", "expected the list a fan-out gathers",
+                             type(value).__name__)
+    return value
+
+
+def _fanout(chunks: list[tuple[np.ndarray, np.ndarray]], name: str,
+            carry: Mapping[str, np.ndarray]) -> Fanout:
+    return Fanout(items=[{name: batch, CARRY_PREFIX + "index": index}
+                         for batch, index in chunks], carry=carry)
+
+
 def detect_to_classify(
-    previous: Mapping[str, np.ndarray], source: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Detection outputs -> classifier inputs: find boxes, crop them at 48x192, carry boxes.
+    previous: Mapping[str, Any], source: Mapping[str, np.ndarray]
+) -> Fanout:
+    """Detection outputs -> classifier calls: find boxes, crop every one, carry the boxes.
 
     Raises:
         TensorMismatch: a required tensor is missing or not at its bucket shape and dtype.
@@ -111,54 +128,51 @@ def detect_to_classify(
     prob = _tensor(previous, DET_OUTPUT, (1, 1, DET_HEIGHT, DET_WIDTH), FLOAT, "previous")
     image = _source_image(source)
     boxes, _scores = extract_boxes(prob[0, 0])
-    count = min(len(boxes), CROP_BATCH)
-    batch = np.zeros(CLS_SHAPE, dtype=FLOAT)
-    carried_boxes = np.zeros((CROP_BATCH, 4, 2), dtype=FLOAT)
-    for index in range(count):
-        batch[index] = fit_crop(crop_box(image, boxes[index]), CLS_HEIGHT, CLS_WIDTH)
-        carried_boxes[index] = boxes[index]
-    return {
-        CLS_INPUT: batch,
-        CARRY_PREFIX + "boxes": carried_boxes,
-        CARRY_PREFIX + "count": np.array([count], dtype=_INT),
-        CARRY_PREFIX + "detected": np.array([len(boxes)], dtype=_INT),
-    }
+    crops = [crop_box(image, box) for box in boxes]
+    chunks = chunk_crops(crops, height=CLS_HEIGHT, widths=(CLS_WIDTH,), batches=CLS_BATCHES)
+    count = np.array([len(boxes)], dtype=_INT)
+    return _fanout(chunks, CLS_INPUT, {
+        CARRY_PREFIX + "boxes": np.asarray(boxes, dtype=FLOAT).reshape(len(boxes), 4, 2),
+        CARRY_PREFIX + "count": count,
+        CARRY_PREFIX + "detected": count.copy(),
+    })
 
 
 def classify_to_recognize(
-    previous: Mapping[str, np.ndarray], source: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
-    """Classifier outputs -> recogniser inputs: turn upside-down crops, crop at 48x640.
+    previous: Mapping[str, Any], source: Mapping[str, np.ndarray]
+) -> Fanout:
+    """Classifier outputs -> recogniser calls: turn upside-down crops, chunk them by width.
 
     Crops are cut again from the source at the carried boxes (cheaper to recompute than to
     carry), turned by 180 degrees where the classifier is at least ``ANGLE_THRESH`` sure,
-    and fitted to the recogniser's bucket.
+    and cut into chunks at the recogniser's width and batch buckets.
 
     Raises:
         TensorMismatch: a required tensor is missing or not at its bucket shape and dtype.
 
     """
-    probs = _tensor(previous, CLS_OUTPUT, (CROP_BATCH, 2), FLOAT, "previous")
-    boxes = _tensor(previous, CARRY_PREFIX + "boxes", (CROP_BATCH, 4, 2), FLOAT, "previous")
-    detected = _tensor(previous, CARRY_PREFIX + "detected", (1,), _INT, "previous")
     count = _count(previous)
+    boxes = _tensor(previous, CARRY_PREFIX + "boxes", (count, 4, 2), FLOAT, "previous")
+    detected = _tensor(previous, CARRY_PREFIX + "detected", (1,), _INT, "previous")
+    probs = scatter(_gathered(previous, CLS_OUTPUT),
+                    _gathered(previous, CARRY_PREFIX + "index"), count)
     image = _source_image(source)
-    batch = np.zeros(REC_SHAPE, dtype=FLOAT)
-    angle = np.zeros(CROP_BATCH, dtype=_INT)
-    angle_score = np.zeros(CROP_BATCH, dtype=FLOAT)
+    angle = np.zeros(count, dtype=_INT)
+    angle_score = np.zeros(count, dtype=FLOAT)
+    crops = []
     for index in range(count):
         label = int(probs[index].argmax())
-        angle_score[index] = probs[index, label]
+        angle_score[index] = probs[index][label]
         crop = crop_box(image, boxes[index])
         if label == 1 and angle_score[index] > ANGLE_THRESH:
             angle[index] = 180
             crop = rotate_half_turn(crop)
-        batch[index] = fit_crop(crop, REC_HEIGHT, REC_WIDTH)
-    return {
-        REC_INPUT: batch,
+        crops.append(crop)
+    chunks = chunk_crops(crops, height=REC_HEIGHT, widths=REC_WIDTHS, batches=REC_BATCHES)
+    return _fanout(chunks, REC_INPUT, {
         CARRY_PREFIX + "boxes": boxes.copy(),
         CARRY_PREFIX + "count": np.array([count], dtype=_INT),
         CARRY_PREFIX + "detected": detected.copy(),
         CARRY_PREFIX + "angle": angle,
         CARRY_PREFIX + "angle_score": angle_score,
-    }
+    })

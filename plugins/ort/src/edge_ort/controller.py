@@ -11,11 +11,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from edge_contracts.requests import StageEvent, StageRequest
+from edge_contracts.shapesets import ShapeSet
 from edge_contracts.tensors import dtype_of
 from edge_core.artifacts import VerifiedBundle, verify_bundle
 from edge_core.errors import ManifestInvalid
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
+    BucketWarmup,
     PlacementRefusal,
     PlacementReport,
     ProviderShare,
@@ -23,7 +25,6 @@ from edge_core.placement import (
 )
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
-from edge_ort.bucket import Bucket
 from edge_ort.options import (
     BASE_RAM_BYTES,
     BUNDLE_RAM_FACTOR,
@@ -49,11 +50,17 @@ def _spec(array: Any) -> tuple[str, tuple[int, ...]]:
     return dtype_of(array).value, tuple(int(d) for d in array.shape)
 
 
+def _shares(providers: Mapping[str, Any]) -> dict[str, ProviderShare]:
+    return {name: ProviderShare(nodes=int(v["nodes"]), op_types=dict(v["op_types"]),
+                                node_names=list(v["node_names"]))
+            for name, v in providers.items()}
+
+
 class OrtStage(WorkerStage):
-    """A loaded ORT stage: the worker, the verified bundle and the frozen input bucket."""
+    """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
     bundle: VerifiedBundle
-    bucket: Bucket | None = None
+    shapes: ShapeSet | None = None
     numerics_bound: Mapping[str, float] = {}
 
     @classmethod
@@ -75,6 +82,14 @@ class OrtStage(WorkerStage):
                 "expected_outputs": (str(bundle.expected_outputs)
                                      if bundle.expected_outputs else None),
                 "numerics_bound": bound,
+                "shape_set": bundle.shapes.to_json() if bundle.shapes is not None else None,
+                "warmup_cases": [
+                    {"entry": case.entry, "point": case.point,
+                     "example_inputs": str(bundle.path(case.example_inputs)),
+                     "expected_outputs": (str(bundle.path(case.expected_outputs))
+                                          if case.expected_outputs else None)}
+                    for case in bundle.warmup_cases
+                ],
             }
             if config["example_inputs"] is None:
                 raise ManifestInvalid(f"stages[{stage.stage_id}].manifest.metadata."
@@ -108,31 +123,41 @@ class OrtStage(WorkerStage):
         return loaded
 
     def warm_up(self) -> WarmupReport:
-        """Run the example bucket in the worker; build the report core gates on."""
+        """Run every bucket of the shape set in the worker; build the report core gates on."""
         answer = self.warmup()
         placement = answer["placement"]
-        shares = {
-            name: ProviderShare(nodes=int(v["nodes"]), op_types=dict(v["op_types"]),
-                                node_names=list(v["node_names"]))
-            for name, v in placement["providers"].items()
-        }
-        self.bucket = Bucket.from_json(answer["bucket"])
-        report = PlacementReport(
-            target=str(placement["target"]),
-            available_providers=list(placement["available_providers"]),
-            providers=shares, method=str(placement["method"]),
-            notes=list(self.load_report.get("warnings", [])),
+        notes = list(self.load_report.get("warnings", []))
+
+        def report_of(providers: Mapping[str, Any]) -> PlacementReport:
+            return PlacementReport(
+                target=str(placement["target"]),
+                available_providers=list(placement["available_providers"]),
+                providers=_shares(providers), method=str(placement["method"]), notes=notes)
+
+        self.shapes = ShapeSet.from_json(answer["shape_set"])
+        buckets = tuple(
+            BucketWarmup(entry=str(b["entry"]), point=str(b["point"]),
+                         shapes={n: tuple(s) for n, s in b["shapes"].items()},
+                         placement=report_of(answer["placements"][b["session"]]),
+                         numerics=b["numerics"],
+                         warmup_ms=float(b["warmup_ms"]))
+            for b in answer["buckets"]
         )
-        extra = {"bucket": answer["bucket"], "warmup_ms": answer["warmup_ms"],
+        first = answer["buckets"][0]
+        extra = {"bucket": {n: {"shape": s} for n, s in first["shapes"].items()},
+                 "buckets": len(buckets), "warmup_ms": answer["warmup_ms"],
                  "session_providers": placement["session_providers"],
+                 "bucket_sessions": self.load_report.get("bucket_sessions"),
                  "load_ms": self.load_report.get("load_ms")}
-        return WarmupReport(placement=report, numerics=answer["numerics"], extra=extra)
+        return WarmupReport(placement=report_of(placement["providers"]),
+                            numerics=answer["numerics"], extra=extra, buckets=buckets,
+                            shapes=self.shapes)
 
     def run(self, request: StageRequest,
             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """Refuse inputs outside the frozen bucket before anything is sent."""
-        if self.bucket is not None:
-            self.bucket.check({name: _spec(array) for name, array in inputs.items()})
+        """Refuse inputs outside every served shape before anything is sent."""
+        if self.shapes is not None:
+            self.shapes.match({name: _spec(array) for name, array in inputs.items()})
         return self.call(request, inputs)
 
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:

@@ -67,6 +67,10 @@ class OrtOptions:
             (``max_abs_error``, ``normalised_error``).
         stage_bundle: Load from a private copy of the verified bytes (default), so that
             a bundle changed after verification can never reach the worker.
+        session_per_bucket: One session per static bucket of the shape set, its symbolic
+            dimensions fixed to the bucket (what static-only providers such as QNN and
+            VitisAI compile; each bucket gets its own EP-context cache entry). ``False``:
+            one session serves every entry (a CPU session runs any shape).
     """
 
     intra_op_threads: int = attrs.field(default=0, validator=_check_threads)
@@ -75,6 +79,7 @@ class OrtOptions:
     provider_options: Mapping[str, str] = attrs.field(factory=dict)
     numerics_bound: Mapping[str, float] = attrs.field(factory=dict)
     stage_bundle: bool = True
+    session_per_bucket: bool = False
 
 
 def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
@@ -89,6 +94,7 @@ def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
         "intra_op_threads": options.intra_op_threads,
         "placement_method": options.placement_method,
         "session_config": {**DEFAULT_SESSION_CONFIG, **options.session_config},
+        "session_per_bucket": options.session_per_bucket,
     }
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_contracts.shapesets import ShapeEntry, ShapeSet
 from edge_contracts.tensors import dtype_of
 from edge_contracts.worker import BaseHandler, Call
 from edge_ort.assignment import (
@@ -31,7 +32,7 @@ from edge_ort.assignment import (
     from_profile,
     supports_assignment,
 )
-from edge_ort.bucket import Bucket
+from edge_ort.bucket import ServedShapes
 from edge_ort.npz import load_npz
 from edge_ort.numerics import compare_outputs
 
@@ -137,6 +138,36 @@ def _spec(array: np.ndarray) -> tuple[str, tuple[int, ...]]:
     return dtype_of(array).value, tuple(int(d) for d in array.shape)
 
 
+def _observed_outputs(
+    outputs: Mapping[str, np.ndarray],
+) -> list[tuple[str, tuple[int, ...], np.dtype[Any], int]]:
+    """``(name, shape, dtype, nbytes)`` of a static bucket's warm-up outputs."""
+    return [(name, tuple(int(d) for d in a.shape), a.dtype, int(a.nbytes))
+            for name, a in outputs.items()]
+
+
+def _brief(numerics: Mapping[str, Any]) -> dict[str, Any]:
+    """A bucket's numerics without the per-output detail (the reply stays small)."""
+    return {k: v for k, v in numerics.items() if k != "outputs"}
+
+
+def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One numerics record for all buckets: passed when each passed, the worst errors."""
+    compared = [r for r in records if r.get("reference") not in (None, "none")]
+    if len(records) == 1 or not compared:
+        return dict(records[0])
+    kinds = sorted({str(r["reference"]) for r in compared})
+    return {
+        "reference": kinds[0] if len(kinds) == 1 else "+".join(kinds),
+        "bound": compared[0].get("bound"),
+        "max_abs_error": max(float(r.get("max_abs_error", 0.0)) for r in compared),
+        "normalised_error": max(float(r.get("normalised_error", 0.0)) for r in compared),
+        "passed": all(bool(r.get("passed")) for r in records),
+        "buckets_compared": len(compared),
+        "buckets": len(records),
+    }
+
+
 class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
@@ -147,7 +178,11 @@ class OrtHandler(BaseHandler):
         self._session: Any = None
         self._output_names: list[str] = []
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
-        self._bucket: Bucket | None = None
+        self._served: ServedShapes | None = None
+        # Static entry name -> its own session (``session_per_bucket``: static-only EPs
+        # compile one graph per bucket) and the outputs its warm-up observed.
+        self._bucket_sessions: dict[str, Any] = {}
+        self._entry_outputs: dict[str, list[tuple[str, tuple[int, ...], np.dtype[Any], int]]] = {}
         self._config: Mapping[str, Any] = {}
         self._profile_dir: str | None = None
         self._method = "none"
@@ -183,8 +218,13 @@ class OrtHandler(BaseHandler):
                     names.append(str(device.ep_name))
         return names
 
-    def _context_entry(self, config: Mapping[str, Any]) -> ContextEntry | None:
-        """The EP-context cache entry for ``config["ep_context"]`` (``{dir, material}``)."""
+    def _context_entry(self, config: Mapping[str, Any],
+                       bucket: Mapping[str, Any] | None = None) -> ContextEntry | None:
+        """The EP-context cache entry for ``config["ep_context"]`` (``{dir, material}``).
+
+        With ``bucket`` (a static entry's JSON) the entry is that bucket's own: one
+        compiled graph per bucket, keyed by its shapes too.
+        """
         context = config.get("ep_context")
         if not context:
             return None
@@ -195,12 +235,83 @@ class OrtHandler(BaseHandler):
             if lib.get("module"):
                 module = importlib.import_module(str(lib["module"]))
                 versions[str(lib["module"])] = str(getattr(module, "__version__", "unknown"))
-        key = context_key(artifact_digest(str(config["graph"])),
-                          dict(context.get("material", {})), versions)
+        material = dict(context.get("material", {}))
+        if bucket is not None:
+            material["bucket"] = dict(bucket)
+        key = context_key(artifact_digest(str(config["graph"])), material, versions)
         return ContextEntry(str(context["dir"]), key)
 
+    def _session_options(self, config: Mapping[str, Any]) -> Any:
+        """Fresh ``SessionOptions`` with the configured threads, entries and placement method."""
+        options = self._ort.SessionOptions()
+        options.log_severity_level = int(config.get("log_severity_level", 3))
+        if config.get("intra_op_threads"):
+            options.intra_op_num_threads = int(config["intra_op_threads"])
+        for key, value in dict(config.get("session_config", {})).items():
+            options.add_session_config_entry(str(key), str(value))
+        if self._method == "assignment":
+            options.add_session_config_entry(ASSIGNMENT_CONFIG_KEY, "1")
+        elif self._method == "profiling":
+            import tempfile
+
+            if self._profile_dir is None:
+                self._profile_dir = tempfile.mkdtemp(prefix="edge-ort-profile-")
+            options.enable_profiling = True
+            options.profile_file_prefix = os.path.join(self._profile_dir, "warmup")
+        return options
+
+    def _create_session(self, config: Mapping[str, Any], options: Any,
+                        context: ContextEntry | None,
+                        bucket: str | None = None) -> tuple[Any, dict[str, Any] | None]:
+        """One session on the configured providers, reusing or writing an EP context.
+
+        For a bucket's own session, the provider options named in ``bucket_keyed_options``
+        (a provider's own cache key, say) get ``-<bucket>`` appended, so that buckets never
+        share a provider-side cache entry.
+        """
+        ort = self._ort
+        providers = [(str(name), dict(opts)) for name, opts in config.get("providers", [])]
+        if bucket is not None:
+            for _, opts in providers:
+                for key in config.get("bucket_keyed_options", ()):
+                    if key in opts:
+                        opts[key] = f"{opts[key]}-{bucket}"
+        graph = str(config["graph"])
+        if context is not None and context.present:
+            graph = str(context.model)
+        elif context is not None:
+            for key, value in context.session_entries().items():
+                options.add_session_config_entry(key, value)
+        try:
+            if config.get("plugin_ep"):
+                devices = [d for d in ort.get_ep_devices() if d.ep_name == self._target]
+                options.add_provider_for_devices(devices, dict(providers[0][1])
+                                                 if providers else {})
+                session = ort.InferenceSession(graph, options)
+            else:
+                session = ort.InferenceSession(
+                    graph, options,
+                    providers=[n for n, _ in providers] or [CPU],
+                    provider_options=[o for _, o in providers] or None,
+                )
+        except BaseException:
+            if context is not None:
+                context.abandon()
+            raise
+        if context is None:
+            return session, None
+        reused = graph != str(config["graph"])
+        return session, {"key": context.key, "reused": reused,
+                         "written": False if reused else context.commit(),
+                         "path": str(context.path)}
+
     def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Create the session; report the providers available and used."""
+        """Create the session(s); report the providers available and used.
+
+        With ``session_per_bucket`` every static entry of ``shape_set`` gets a session of
+        its own whose symbolic dimensions are fixed to the bucket's sizes (what a
+        static-only execution provider compiles); dynamic entries use the plain session.
+        """
         ort = self._ort
         self._config = config
         self._target = str(config.get("target", CPU))
@@ -214,56 +325,26 @@ class OrtHandler(BaseHandler):
         }
         if self._target not in available:
             return report
-        options = ort.SessionOptions()
-        options.log_severity_level = int(config.get("log_severity_level", 3))
-        if config.get("intra_op_threads"):
-            options.intra_op_num_threads = int(config["intra_op_threads"])
-        for key, value in dict(config.get("session_config", {})).items():
-            options.add_session_config_entry(str(key), str(value))
         method = str(config.get("placement_method", "auto"))
         if method == "auto":
             method = "assignment" if supports_assignment(ort.InferenceSession) else "profiling"
-        if method == "assignment":
-            options.add_session_config_entry(ASSIGNMENT_CONFIG_KEY, "1")
-        elif method == "profiling":
-            import tempfile
-
-            self._profile_dir = tempfile.mkdtemp(prefix="edge-ort-profile-")
-            options.enable_profiling = True
-            options.profile_file_prefix = os.path.join(self._profile_dir, "warmup")
         self._method = method
-        providers = [(str(name), dict(opts)) for name, opts in config.get("providers", [])]
-        graph = str(config["graph"])
-        context = self._context_entry(config)
-        if context is not None and context.present:
-            graph = str(context.model)
-        elif context is not None:
-            for key, value in context.session_entries().items():
-                options.add_session_config_entry(key, value)
+        if config.get("shape_set"):
+            self._served = ServedShapes(ShapeSet.from_json(config["shape_set"]))
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            try:
-                if config.get("plugin_ep"):
-                    devices = [d for d in ort.get_ep_devices() if d.ep_name == self._target]
-                    options.add_provider_for_devices(devices, dict(providers[0][1])
-                                                     if providers else {})
-                    self._session = ort.InferenceSession(graph, options)
-                else:
-                    self._session = ort.InferenceSession(
-                        graph, options,
-                        providers=[n for n, _ in providers] or [CPU],
-                        provider_options=[o for _, o in providers] or None,
-                    )
-            except BaseException:
-                if context is not None:
-                    context.abandon()
-                raise
-        if context is not None:
-            reused = graph != str(config["graph"])
-            report["ep_context"] = {"key": context.key, "reused": reused,
-                                    "written": False if reused else context.commit(),
-                                    "path": str(context.path)}
+            fixed = self._bucket_dimensions(config)
+            if fixed:
+                report["bucket_sessions"] = self._load_bucket_sessions(config, fixed)
+            served = self._served
+            if not fixed or served is None or any(not e.static for e in served.shapes.entries):
+                self._session, cached = self._create_session(
+                    config, self._session_options(config), self._context_entry(config))
+                if cached is not None:
+                    report["ep_context"] = cached
+            else:  # every entry has its own session: no session for other shapes
+                self._session = next(iter(self._bucket_sessions.values()))
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         report.update({
@@ -281,14 +362,67 @@ class OrtHandler(BaseHandler):
         })
         return report
 
+    def _bucket_dimensions(self, config: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+        """Static entry -> the graph's symbolic dimensions fixed to its sizes, by name.
+
+        Empty unless ``session_per_bucket`` is set and the graph has symbolic input
+        dimensions (a static graph needs no per-bucket session). The names are read from
+        a CPU session without optimisations (cheap; nothing is compiled).
+        """
+        if not config.get("session_per_bucket") or self._served is None:
+            return {}
+        options = self._ort.SessionOptions()
+        options.log_severity_level = 3
+        options.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        probe = self._ort.InferenceSession(str(config["graph"]), options, providers=[CPU])
+        symbolic = {i.name: list(i.shape) for i in probe.get_inputs()}
+        del probe
+        found: dict[str, dict[str, int]] = {}
+        for entry in self._served.shapes.entries:
+            if not entry.static:
+                continue
+            sizes: dict[str, set[int]] = {}
+            for name, spec in entry.inputs.items():
+                for axis, dim in enumerate(symbolic.get(name, [])):
+                    size = spec.dims[axis] if axis < len(spec.dims) else None
+                    if isinstance(dim, str) and dim and isinstance(size, int):
+                        sizes.setdefault(dim, set()).add(size)
+            # A name shared by axes of different sizes (PaddlePaddle exports call every
+            # spatial axis "?") cannot be fixed by name: it stays symbolic.
+            found[entry.name] = {dim: next(iter(v)) for dim, v in sizes.items() if len(v) == 1}
+        return found if any(found.values()) else {}
+
+    def _load_bucket_sessions(self, config: Mapping[str, Any],
+                              fixed: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+        """One session per static entry, its symbolic dimensions fixed by name."""
+        assert self._served is not None
+        found: dict[str, Any] = {}
+        for name, dimensions in fixed.items():
+            entry = self._served.shapes.entry(name)
+            options = self._session_options(config)
+            for dim_name, size in dimensions.items():
+                options.add_free_dimension_override_by_name(dim_name, size)
+            session, cached = self._create_session(
+                config, options, self._context_entry(config, entry.to_json()), name)
+            self._bucket_sessions[name] = session
+            found[name] = {"fixed": dict(dimensions), "ep_context": cached,
+                           "session_providers": list(session.get_providers())}
+        return found
+
     # -- warm-up -----------------------------------------------------------------------
 
-    def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = self._session.run(self._output_names, dict(inputs))
+    def _session_for(self, entry: ShapeEntry | None) -> Any:
+        if entry is not None:
+            return self._bucket_sessions.get(entry.name, self._session)
+        return self._session
+
+    def _run(self, inputs: Mapping[str, np.ndarray],
+             session: Any = None) -> dict[str, np.ndarray]:
+        values = (session or self._session).run(self._output_names, dict(inputs))
         return dict(zip(self._output_names, values, strict=True))
 
-    def _reference(self, inputs: Mapping[str, np.ndarray]) -> tuple[str, dict[str, np.ndarray]]:
-        expected = self._config.get("expected_outputs")
+    def _reference(self, inputs: Mapping[str, np.ndarray],
+                   expected: str | None) -> tuple[str, dict[str, np.ndarray]]:
         if expected:
             return "expected-outputs", _load_npz(str(expected))
         if self._target == CPU:
@@ -299,33 +433,74 @@ class OrtHandler(BaseHandler):
         names = [o.name for o in cpu.get_outputs()]
         return "cpu-run", dict(zip(names, cpu.run(names, dict(inputs)), strict=True))
 
+    def _placement(self, session: Any) -> dict[str, Any]:
+        if self._method == "assignment":
+            return from_assignment_info(session)
+        if self._method == "profiling":
+            return from_profile(session.end_profiling())
+        return {}
+
+    def _cases(self) -> list[dict[str, Any]]:
+        """The warm-up cases: the configured ones, else the single example bucket."""
+        cases = list(self._config.get("warmup_cases") or [])
+        if cases:
+            return cases
+        return [{"entry": "example", "point": "static",
+                 "example_inputs": self._config["example_inputs"],
+                 "expected_outputs": self._config.get("expected_outputs")}]
+
     def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Run the example bucket; report placement, numerics and the frozen bucket."""
+        """Run every warm-up case; report placement and numerics per bucket.
+
+        Every declared entry of the shape set is run at least once (a dynamic one at its
+        minimum, its maximum and a shape between); placement is observed per session (one
+        per static bucket with ``session_per_bucket``), numerics per case. The top-level
+        ``placement`` and ``numerics`` are the first case's and the worst of all.
+        """
         if self._session is None:
             raise RuntimeError("warmup: no session (the target provider was unavailable)")
-        example = _load_npz(str(self._config["example_inputs"]))
         session_inputs = [i.name for i in self._session.get_inputs()]
-        Bucket({n: _spec(a) for n, a in example.items()}).check(
-            {n: _spec(example[n]) if n in example else ("missing", ()) for n in session_inputs}
-        )
-        self._bucket = Bucket({n: _spec(a) for n, a in example.items()})
-        started = time.perf_counter()
-        outputs = self._run(example)
-        warmup_ms = (time.perf_counter() - started) * 1e3
-        if self._method == "assignment":
-            providers = from_assignment_info(self._session)
-        elif self._method == "profiling":
-            providers = from_profile(self._session.end_profiling())
-        else:
-            providers = {}
-        kind, reference = self._reference(example)
-        if reference:
-            numerics = compare_outputs(outputs, reference,
-                                       self._config.get("numerics_bound"), kind)
-        else:
-            numerics = {"reference": "none", "passed": True,
-                        "note": "target is the CPU provider and the bundle has no expected "
-                                "outputs: nothing independent to compare with"}
+        buckets: list[dict[str, Any]] = []
+        full: list[Mapping[str, Any]] = []
+        placements: dict[int, dict[str, Any]] = {}
+        total_ms = 0.0
+        for case in self._cases():
+            example = _load_npz(str(case["example_inputs"]))
+            specs = {n: _spec(a) for n, a in example.items()}
+            if self._served is None:
+                self._served = ServedShapes(ShapeSet.single(specs))
+            missing = sorted(set(session_inputs) - set(example))
+            if missing:
+                raise ValueError(f"warmup.example_inputs: inputs of the graph missing: {missing}")
+            entry = self._served.match(specs)
+            session = self._session_for(entry)
+            started = time.perf_counter()
+            outputs = self._run(example, session)
+            elapsed = (time.perf_counter() - started) * 1e3
+            total_ms += elapsed
+            if entry.static and entry.name not in self._entry_outputs:
+                self._entry_outputs[entry.name] = _observed_outputs(outputs)
+            if id(session) not in placements and self._method != "profiling":
+                placements[id(session)] = self._placement(session)
+            kind, reference = self._reference(example, case.get("expected_outputs"))
+            if reference:
+                numerics = compare_outputs(outputs, reference,
+                                           self._config.get("numerics_bound"), kind)
+            else:
+                numerics = {"reference": "none", "passed": True,
+                            "note": "target is the CPU provider and the bundle has no "
+                                    "expected outputs here: nothing independent to compare"}
+            buckets.append({"entry": entry.name, "point": case.get("point", "static"),
+                            "shapes": {n: list(sh) for n, (_, sh) in sorted(specs.items())},
+                            "session": str(id(session)), "numerics": _brief(numerics),
+                            "warmup_ms": elapsed})
+            full.append(numerics)
+        if self._method == "profiling":  # one profile per session, ended once
+            for session in {id(s): s for s in (self._session, *self._bucket_sessions.values())
+                            }.values():
+                placements[id(session)] = self._placement(session)
+        worst = _worst(full)
+        first = placements.get(int(buckets[0]["session"]), {})
         return {
             "placement": {
                 "target": self._target,
@@ -333,28 +508,39 @@ class OrtHandler(BaseHandler):
                                                                       self._method),
                 "available_providers": self._available(),
                 "session_providers": list(self._session.get_providers()),
-                "providers": providers,
+                "providers": first,
             },
-            "numerics": numerics,
-            "bucket": self._bucket.to_json(),
-            "warmup_ms": warmup_ms,
+            "numerics": worst,
+            # One placement per session (the reply would outgrow a frame header if every
+            # bucket repeated its session's node names); buckets name their session.
+            "placements": {str(key): value for key, value in placements.items()},
+            "buckets": buckets,
+            "shape_set": self._served.to_json() if self._served is not None else [],
+            "warmup_ms": total_ms,
         }
 
     # -- serving -----------------------------------------------------------------------
 
     def submit(self, call: Call) -> Mapping[str, Any] | None:
-        """Run one request at the frozen bucket."""
-        if self._bucket is None:
+        """Run one request on the session of the entry that serves its shapes."""
+        if self._served is None:
             raise RuntimeError("run: the stage was not warmed up")
-        self._bucket.check({n: _spec(a) for n, a in call.inputs.items()})
+        entry = self._served.match({n: _spec(a) for n, a in call.inputs.items()})
+        session = self._session_for(entry)
         threshold = call.zero_copy_bytes
-        static = self._static_outputs
+        static = self._static_outputs or self._entry_outputs.get(entry.name, [])
         if static and threshold is not None and max(n for _, _, _, n in static) >= threshold:
-            return self._run_into_shared_memory(call, static)
-        return self._run(call.inputs)
+            try:
+                return self._run_into_shared_memory(call, static, session)
+            except Exception:
+                if static is self._static_outputs:
+                    raise
+                self._entry_outputs.pop(entry.name, None)
+        return self._run(call.inputs, session)
 
     def _run_into_shared_memory(
-        self, call: Call, static: list[tuple[str, tuple[int, ...], np.dtype[Any], int]]
+        self, call: Call, static: list[tuple[str, tuple[int, ...], np.dtype[Any], int]],
+        session: Any = None,
     ) -> dict[str, np.ndarray]:
         """Run with ONNX Runtime writing each output straight into this worker's segments.
 
@@ -362,7 +548,8 @@ class OrtHandler(BaseHandler):
         from :meth:`Call.output_buffer` (shared memory when large) bound as the output,
         so no copy is made after the run.
         """
-        binding = self._session.io_binding()
+        session = session or self._session
+        binding = session.io_binding()
         for name, array in call.inputs.items():
             binding.bind_cpu_input(name, array)
         outputs: dict[str, np.ndarray] = {}
@@ -370,12 +557,13 @@ class OrtHandler(BaseHandler):
             out = call.output_buffer(shape, dtype)
             binding.bind_output(name, "cpu", 0, dtype, list(shape), out.ctypes.data)
             outputs[name] = out
-        self._session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         return outputs
 
     def close(self) -> None:
         """Drop the session and any profiling directory."""
         self._session = None
+        self._bucket_sessions.clear()
         if self._profile_dir:
             import shutil
 

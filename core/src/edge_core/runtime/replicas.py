@@ -1,0 +1,171 @@
+"""A stage served by several reserved, gated workers: pick a free one, wait for one.
+
+``replicas = N`` on a stage makes the pipeline reserve, load and gate N workers (each its
+own :class:`~edge_core.runtime.stage_runtime.StageRuntime`, with its own ledger owner
+``pipeline/stage#r``). A :class:`ReplicaSet` sends each call to the ready replica with the
+most free slots (round robin among equals); when every slot is taken it waits, woken by
+any replica's release, up to the caller's deadline. Waiters are served first come, first
+served: while anyone waits, a non-blocking :meth:`ReplicaSet.try_submit` does not overtake
+them (without this, under four concurrent pages one page's chunk waited behind others for
+p95 21 s against a p50 of 8 s). A replica whose worker is lost is
+skipped from then on: its own requests fail with typed errors, the others keep serving;
+only when no replica is left does the stage refuse with ``StageClosed``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from edge_core.backend import CancelOutcome
+from edge_core.errors import ResourceUnavailable, StageClosed, WorkerError
+from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
+
+__all__ = ["ReplicaSet"]
+
+#: Longest sleep between checks while waiting for a slot (a closed stage is noticed).
+_RECHECK_S = 0.05
+
+
+def _worker_lost(runtime: StageRuntime) -> bool:
+    """True when the replica's worker client says it is not ready any more."""
+    client = getattr(runtime.loaded, "client", None)
+    health = getattr(client, "health", None)
+    if health is None:
+        return False
+    try:
+        return str(health().state) != "ready"
+    except Exception:
+        return True
+
+
+class ReplicaSet:
+    """The replicas of one stage, in replica order.
+
+    Args:
+        runtimes: One runtime per replica (at least one).
+    """
+
+    def __init__(self, runtimes: Sequence[StageRuntime]) -> None:
+        if not runtimes:
+            raise ValueError("a replica set needs at least one runtime")
+        self.runtimes = list(runtimes)
+        self.lost: set[int] = set()
+        self._cond = threading.Condition()
+        self._wakes = 0
+        self._turn = itertools.count()
+        self._tickets = itertools.count()
+        self._waiting: collections.deque[int] = collections.deque()
+        for runtime in self.runtimes:
+            runtime.slots.listeners.append(self._wake)
+
+    @property
+    def stage_id(self) -> str:
+        """The stage's id."""
+        return self.runtimes[0].stage_id
+
+    @property
+    def capacity(self) -> int:
+        """In-flight calls the serving replicas can take at once."""
+        return sum(r.slots.limit for i, r in enumerate(self.runtimes) if i not in self.lost)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._wakes += 1
+            self._cond.notify_all()
+
+    def note_failure(self, runtime: StageRuntime) -> None:
+        """After a failed call: stop routing to the replica if its worker is gone."""
+        for index, candidate in enumerate(self.runtimes):
+            if candidate is runtime and _worker_lost(runtime):
+                self.lost.add(index)
+                self._wake()
+
+    def _candidates(self) -> list[StageRuntime]:
+        serving = [r for i, r in enumerate(self.runtimes)
+                   if i not in self.lost and r.state is StageState.READY]
+        if not serving:
+            states = {r.stage_id + f"#{i}": ("lost" if i in self.lost else r.state.value)
+                      for i, r in enumerate(self.runtimes)}
+            raise StageClosed(f"stages[{self.stage_id}]: no replica serving: {states}")
+        start = next(self._turn) % len(serving)
+        rotated = serving[start:] + serving[:start]
+        return sorted(rotated, key=lambda r: -r.slots.free)
+
+    def try_submit(self, inputs: Mapping[str, Any], *,
+                   params: Mapping[str, Any] | None = None) -> PendingCall | None:
+        """Submit on a replica with a free slot; ``None`` when none is free or others wait.
+
+        Raises:
+            StageClosed: no replica is serving.
+        """
+        with self._cond:
+            if self._waiting:
+                self._candidates()  # still refuses when no replica serves
+                return None
+        return self._submit_free(inputs, params)
+
+    def _submit_free(self, inputs: Mapping[str, Any],
+                     params: Mapping[str, Any] | None) -> PendingCall | None:
+        for runtime in self._candidates():
+            if runtime.slots.free <= 0:
+                continue
+            try:
+                return runtime.submit(inputs, params=params)
+            except (ResourceUnavailable, StageClosed):
+                continue  # taken or closed in between: try the next one
+            except WorkerError:
+                self.note_failure(runtime)
+                if not _worker_lost(runtime):
+                    raise
+        return None
+
+    def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+               deadline_s: float | None = None) -> PendingCall:
+        """Submit on the freest replica, waiting for a slot up to ``deadline_s`` (None: no bound).
+
+        An admitted request waits here rather than failing: the pipeline's admission
+        already bounds how many requests can wait.
+
+        Raises:
+            StageClosed: no replica is serving.
+            ResourceUnavailable: no slot freed within ``deadline_s``.
+        """
+        end = None if deadline_s is None else time.monotonic() + deadline_s
+        with self._cond:
+            ticket = next(self._tickets)
+            self._waiting.append(ticket)
+        try:
+            while True:
+                with self._cond:
+                    seen = self._wakes
+                    first = self._waiting[0] == ticket
+                call = self._submit_free(inputs, params) if first else None
+                if call is not None:
+                    return call
+                remaining = _RECHECK_S if end is None else end - time.monotonic()
+                if remaining <= 0:
+                    raise ResourceUnavailable(
+                        f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
+                        f"{len(self.runtimes)} replica(s) taken for {deadline_s} s: "
+                        f"{self.capacity}")
+                with self._cond:
+                    if self._wakes == seen:
+                        self._cond.wait(min(remaining, _RECHECK_S))
+        finally:
+            with self._cond:
+                self._waiting.remove(ticket)
+                self._wakes += 1
+                self._cond.notify_all()
+
+    def cancel(self) -> CancelOutcome:
+        """Cancel everything in flight on every replica; the strongest outcome wins."""
+        outcomes = [r.cancel() for r in self.runtimes]
+        for strongest in (CancelOutcome.RETIRE_REQUIRED, CancelOutcome.CANCELLED_IN_PLACE):
+            if strongest in outcomes:
+                return strongest
+        return CancelOutcome.ALREADY_FINISHED

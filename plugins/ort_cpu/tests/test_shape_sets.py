@@ -1,0 +1,134 @@
+"""Shape sets on ort-cpu: every bucket warmed up and gated, other shapes refused, fit.
+
+The graph is ``y = relu(x + x)`` with a symbolic batch (``n x 3``); the bundle declares
+static buckets n in {1, 2, 4} and a dynamic entry n in [8, 32], with examples and
+expected outputs per bucket as listed members.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_contracts.shapesets import ShapeRefused
+from edge_core.artifacts import create_manifest
+from edge_core.artifacts.errors import ReferenceRefused
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+from edge_core.shapes import fit
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.bundles import write_add_relu_graph
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+GiB = 1024**3
+
+
+@pytest.fixture
+def ledger() -> ResourceLedger:
+    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def _example(directory: Path, name: str, rows: int, *, expected: bool = True) -> dict[str, Any]:
+    x = (np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) - 4.0) / 3.0
+    np.savez(directory / f"{name}.npz", x=x)
+    example: dict[str, Any] = {"example_inputs": f"{name}.npz"}
+    if expected:
+        np.savez(directory / f"{name}.expected.npz", y=np.maximum(x + x, 0))
+        example["expected_outputs"] = f"{name}.expected.npz"
+    return example
+
+
+def write_bucketed_bundle(directory: Path, *, between: bool = True) -> Path:
+    """The dynamic-batch add-relu graph with three static buckets and one range."""
+    directory.mkdir()
+    write_add_relu_graph(directory, shape=("n", 3))
+    shapes: list[dict[str, Any]] = []
+    for rows in (1, 2, 4):
+        shapes.append({"name": f"n{rows}",
+                       "inputs": {"x": {"dtype": "float32", "dims": [rows, 3]}},
+                       "examples": [_example(directory, f"n{rows}", rows)]})
+    points = [8, 32] + ([13] if between else [])
+    shapes.append({"name": "many", "inputs": {"x": {"dtype": "float32", "dims": [[8, 32], 3]}},
+                   "examples": [_example(directory, f"many{r}", r, expected=r != 13)
+                                for r in points]})
+    create_manifest(directory, component="add-relu", example_inputs="n1.npz",
+                    expected_outputs="n1.expected.npz", exporter="onnx.helper",
+                    validation={"shapes": shapes})
+    return directory
+
+
+def open_stage(plugins: PluginSet, ledger: ResourceLedger, bundle: Path) -> Pipeline:
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu"}, "manifest": str(bundle)}]})
+    return Pipeline.open(config, plugins, ledger)
+
+
+def test_every_bucket_is_warmed_up_gated_and_listed_in_the_plan(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    bundle = write_bucketed_bundle(tmp_path / "b")
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        buckets = pipeline.execution_plan()["stages"][0]["buckets"]
+        assert [(b["entry"], b["point"], b["shapes"]["x"][0]) for b in buckets] == [
+            ("n1", "static", 1), ("n2", "static", 2), ("n4", "static", 4),
+            ("many", "min", 8), ("many", "max", 32), ("many", "between", 13)]
+        assert all(b["placement"] == {"CPUExecutionProvider": 2} for b in buckets)
+        compared = [b["numerics"]["reference"] for b in buckets]
+        assert compared == ["expected-outputs"] * 5 + ["none"]
+        assert all(b["numerics"]["passed"] for b in buckets)
+        for rows in (1, 2, 4, 8, 20, 32):
+            x = np.full((rows, 3), 0.5, np.float32)
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], x + x)
+
+
+def test_shapes_outside_every_entry_are_refused_before_sending(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    bundle = write_bucketed_bundle(tmp_path / "b")
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        stage = pipeline.stage("s")
+        for rows in (3, 5, 33):
+            with pytest.raises(ShapeRefused) as info:
+                pipeline.run({"x": np.zeros((rows, 3), np.float32)})
+            assert info.value.field == "inputs.x"
+            assert info.value.input == "x"
+            assert info.value.shape == f"float32[{rows}, 3]"
+            assert "n4{x: float32[4,3]}" in info.value.served
+            assert "many{x: float32[8..32,3]}" in info.value.served
+        assert stage.outstanding == 0 and pipeline.admission.used == 0
+        # fit pads 3 rows to the 4-row bucket, and 33 is too large for every entry
+        fitted = fit({"x": np.ones((3, 3), np.float32)}, stage.shapes)
+        assert fitted.entry.name == "n4" and fitted.shapes == {"x": (3, 3)}
+        with pipeline.run(fitted.inputs) as result:
+            np.testing.assert_array_equal(result.outputs["y"][:3], np.full((3, 3), 2.0))
+            np.testing.assert_array_equal(result.outputs["y"][3:], np.zeros((1, 3)))
+        with pytest.raises(ShapeRefused, match="fits in no entry"):
+            fit({"x": np.ones((33, 3), np.float32)}, stage.shapes)
+
+
+def test_a_range_without_a_shape_between_is_refused_with_nothing_charged(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    with pytest.raises(ReferenceRefused, match=r"missing \['between'\]"):
+        write_bucketed_bundle(tmp_path / "refused", between=False)  # refused at creation
+    bundle = write_bucketed_bundle(tmp_path / "b")
+    manifest = bundle / "edge-manifest.json"
+    data = json.loads(manifest.read_text())
+    del data["metadata"]["validation"]["shapes"][3]["examples"][2]  # edited afterwards
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ReferenceRefused, match=r"shapes\[3\]\.examples: .*missing \['between'\]"):
+        open_stage(plugins, ledger, bundle)
+    assert ledger.is_empty()

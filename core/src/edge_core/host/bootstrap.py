@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from edge_contracts.errors import ContractError, StreamClosed
 from edge_contracts.headers import Limits
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES, negotiate
@@ -47,6 +49,10 @@ from edge_core.host.identity import ProcessIdentity
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
 from edge_core.host.staging import stage_packages
+from edge_core.host.supervisor import supervisor_argv
+
+SUPERVISED = os.name == "posix"
+"""Whether workers start under a supervisor (:mod:`edge_core.host.supervisor`)."""
 
 __all__ = ["DEFAULT_HELLO_TIMEOUT_S", "DEFAULT_MAX_IO_BYTES", "start_worker"]
 
@@ -157,9 +163,17 @@ def start_worker(
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
     staged = stage_packages(route.stage) if route.foreign else None
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())]
+    if SUPERVISED:
+        argv = supervisor_argv(
+            argv,
+            controller=os.getpid(),
+            prefixes=[worker_prefix, own_prefix],
+            remove=[] if staged is None else [str(staged)],
+        )
     try:
         popen = subprocess.Popen(
-            [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())],
+            argv,
             pass_fds=(child.fileno(),),
             env=_environment(route, env, staged, boot),
             stdin=subprocess.DEVNULL,
@@ -177,7 +191,8 @@ def start_worker(
     tree = ProcessTree(ProcessIdentity.of(popen.pid), popen)
     try:
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
-        in_use = _verify_hello(hello, token, tree.root, required, supported)
+        tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
+        in_use = _verify_hello(hello, token, tree.main, required, supported)
     except BaseException:
         tree.retire(5.0)
         parent.close()
@@ -208,6 +223,22 @@ def start_worker(
         staged=staged,
         spin_us=spin,
     )
+
+
+def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:
+    """The worker's identity: the hello's PID when it is the supervisor's child.
+
+    Anything else gives the root, which the hello check then refuses unless the worker
+    was started without a supervisor.
+    """
+    if SUPERVISED and type(pid) is int and pid != tree.root.pid:
+        try:
+            proc = psutil.Process(pid)
+            if proc.ppid() == tree.root.pid:
+                return ProcessIdentity(pid, proc.create_time())
+        except psutil.Error:
+            pass
+    return tree.root
 
 
 def _await_hello(

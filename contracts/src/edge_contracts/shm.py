@@ -15,10 +15,19 @@ Naming and permissions:
     ``O_EXCL`` with mode ``0600``.
 
 Layout:
-    The first :data:`HEADER_BYTES` of a segment hold a magic string and the segment's
-    current *generation*; tensor data starts at ``HEADER_BYTES``. Each time the producer
+    The first :data:`HEADER_BYTES` of a segment hold a magic string, the segment's
+    current *generation* and its *owner*: the PID and creation time of the process that
+    created it; tensor data starts at ``HEADER_BYTES``. Each time the producer
     hands a segment out it writes a new generation there, so a consumer can refuse a
     stale reference and a stale acknowledgement frees nothing.
+
+Leftovers:
+    A producer that is killed cannot unlink its segments. Whoever owns its lifetime
+    sweeps its prefix (:func:`sweep`); beyond that, :func:`sweep_dead_owners` (run by
+    the next edge-core process and by ``edge cleanup``) unlinks every edge segment whose
+    owner process is gone — checked by PID *and* creation time, so a segment of a live
+    owner, or of an owner whose PID was reused, is never touched. A segment whose owner
+    cannot be read (another user's, or not an edge segment) is left alone.
 
 Retention:
     A producer keeps each leased segment until the consumer acknowledges that exact
@@ -75,7 +84,9 @@ __all__ = [
     "ShmRefused",
     "new_prefix",
     "segment_names",
+    "segment_owner",
     "sweep",
+    "sweep_dead_owners",
 ]
 
 SHM_AVAILABLE = _posixshmem is not None
@@ -95,6 +106,8 @@ DEFAULT_MAX_BUFFERS = 256
 
 _MAGIC = b"EDGESHM1"
 _HEADER = struct.Struct("<8sQ")
+_OWNER = struct.Struct("<Qd")  # at _HEADER.size: creator PID, creator creation time
+_OWNER_TOLERANCE_S = 0.05  # two creation times closer than this name the same process
 _PAGE = mmap.PAGESIZE
 _PREFIX_RE = re.compile(r"^[0-9a-f]{8}$")
 _NAME_RE = re.compile(r"^edge_[0-9a-f]{8}_[0-9a-f]{16}$")
@@ -143,6 +156,94 @@ def sweep(prefix: str) -> list[str]:
     return removed
 
 
+def _owner_identity() -> tuple[int, float]:
+    """This process's PID and creation time (0.0 where it cannot be read)."""
+    pid = os.getpid()
+    cached = _OWNER_CACHE.get(pid)
+    if cached is None:
+        cached = (pid, max(_create_time(pid) or 0.0, 0.0))
+        _OWNER_CACHE.clear()  # a forked child has a new PID: one entry is enough
+        _OWNER_CACHE[pid] = cached
+    return cached
+
+
+_OWNER_CACHE: dict[int, tuple[int, float]] = {}
+
+
+def _create_time(pid: int) -> float | None:
+    """Creation time of ``pid`` as psutil computes it on Linux; None if unknown or gone.
+
+    A zombie (exited, not yet reaped) counts as gone: -1.0.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+        with open("/proc/stat", encoding="ascii") as handle:
+            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return -1.0
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + btime
+
+
+def _owner_alive(pid: int, created: float) -> bool:
+    """Whether the owner recorded as ``(pid, created)`` still runs (True when unsure)."""
+    if pid <= 0:
+        return True  # no owner recorded: not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process holds the PID: the owner is gone
+        pass
+    now = _create_time(pid)
+    if now is None or created <= 0.0:  # the PID runs and nothing tells it apart
+        return os.path.isdir(f"/proc/{pid}") or not os.path.isdir("/proc")
+    return abs(now - created) <= _OWNER_TOLERANCE_S
+
+
+def segment_owner(name: str) -> tuple[int, float] | None:
+    """The ``(pid, creation time)`` recorded in segment ``name``; None if unreadable.
+
+    None also for a segment that is not an edge segment (wrong magic) or predates owner
+    records (PID 0).
+    """
+    if _posixshmem is None or not _NAME_RE.match(name):
+        return None
+    try:
+        fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, mode=0o600)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, _HEADER.size + _OWNER.size, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) < _HEADER.size + _OWNER.size or raw[:8] != _MAGIC:
+        return None
+    pid, created = _OWNER.unpack_from(raw, _HEADER.size)
+    return (int(pid), float(created)) if pid > 0 else None
+
+
+def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, int, float]]:
+    """Unlink every edge segment whose owner process is gone; return ``(name, pid, time)``.
+
+    With ``dry_run`` nothing is unlinked. Segments of live owners and segments whose
+    owner cannot be read are never touched.
+    """
+    found = []
+    for name in segment_names():
+        owner = segment_owner(name)
+        if owner is None or _owner_alive(*owner):
+            continue
+        if dry_run or _unlink(name):
+            found.append((name, owner[0], owner[1]))
+    return found
+
+
 def _unlink(name: str) -> bool:
     if _posixshmem is None:  # pragma: no cover
         return False
@@ -189,6 +290,7 @@ class Segment:
         finally:
             os.close(fd)
         _HEADER.pack_into(mapping, 0, _MAGIC, 0)
+        _OWNER.pack_into(mapping, _HEADER.size, *_owner_identity())
         return cls(name, mapping, writable=True)
 
     @classmethod

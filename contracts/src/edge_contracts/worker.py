@@ -26,6 +26,10 @@ handler's :meth:`Handler.versions`) and serves frames in arrival order:
   stays). Events the handler emits for a cancelled request are dropped.
 * ``close()`` runs once, when the controller asks for shutdown or the channel closes.
 
+When the channel ends without a shutdown (the controller died, or gave up on the
+channel), the worker also unlinks the controller's segments of this channel (the peer
+prefix it was given): a dead controller cannot, and they would outlive both otherwise.
+
 Before each request, the loop reads every frame already waiting, so that a ``cancel``
 (one request, or an epoch fence for a stage) is applied before fenced work starts: a
 queued request of a fenced epoch is answered CANCELLED without reaching the handler.
@@ -52,7 +56,7 @@ from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
-from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
+from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
@@ -241,6 +245,7 @@ class _Server:
         self._unpacker: TensorUnpacker | None = None
         self._broken = False
         self._stop = False
+        self._orphaned = False  # the channel ended without a shutdown
 
     # -- tensors (numpy imported on first use) ------------------------------------------
 
@@ -475,6 +480,7 @@ class _Server:
                 if self._pending:
                     while self._readable() and not self._stop:
                         if not self._read_one():
+                            self._orphaned = True
                             return 0
                     if self._pending and not self._stop:
                         self._execute(self._pending.popleft())
@@ -482,6 +488,7 @@ class _Server:
                     if not self._frames.buffered:  # a frame may wait in the read buffer
                         self._next_frame.wait(None)  # spins briefly while requests come fast
                     if not self._read_one():
+                        self._orphaned = True
                         return 0
             return 0
         finally:
@@ -496,6 +503,11 @@ class _Server:
             self._producer.close()
         if self._consumer is not None:
             self._consumer.close()
+        if self._orphaned and self.use_shm:  # nobody else will unlink the peer's segments
+            try:
+                sweep(self.boot.peer_prefix)
+            except Exception:  # exiting regardless
+                _print_exception()
         self.sock.close()
 
 

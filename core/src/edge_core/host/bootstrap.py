@@ -45,7 +45,9 @@ from edge_contracts.worker_protocol import BOOT_ENV, OP_HELLO, BootConfig
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
 from edge_core.host.client import WorkerClient
 from edge_core.host.errors import BootstrapRefused, RouteRefused
+from edge_core.host.exit_cleanup import track
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.leftovers import sweep_once
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
 from edge_core.host.staging import stage_packages
@@ -131,6 +133,7 @@ def start_worker(
         BootstrapRefused: no hello in time, wrong token, version, features or identity.
 
     """
+    sweep_once()  # what dead edge-core processes left behind (once per process)
     required = frozenset(features)
     if route.os_domain != controller_domain():
         raise RouteRefused(
@@ -205,7 +208,7 @@ def start_worker(
         raise
     tree.capture()
     use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
-    return WorkerClient(
+    client = WorkerClient(
         route=route,
         generation=generation,
         sock=parent,
@@ -223,6 +226,8 @@ def start_worker(
         staged=staged,
         spin_us=spin,
     )
+    track(client)  # retired at interpreter exit if nobody closes it
+    return client
 
 
 def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:

@@ -83,6 +83,8 @@ __all__ = [
     "ShmError",
     "ShmRefused",
     "new_prefix",
+    "own_prefixes",
+    "own_segment_names",
     "segment_names",
     "segment_owner",
     "sweep",
@@ -127,8 +129,22 @@ class ShmRefused(ShmError):
 
 
 def new_prefix() -> str:
-    """Return a fresh random producer prefix (8 lowercase hex digits)."""
-    return os.urandom(4).hex()  # what secrets.token_hex does, without its imports
+    """Return a fresh random producer prefix (8 lowercase hex digits).
+
+    The prefix is remembered (:func:`own_prefixes`): leak checks count only segments of
+    prefixes their own process handed out.
+    """
+    prefix = os.urandom(4).hex()  # what secrets.token_hex does, without its imports
+    _OWN_PREFIXES.add(prefix)
+    return prefix
+
+
+_OWN_PREFIXES: set[str] = set()
+
+
+def own_prefixes() -> frozenset[str]:
+    """Every prefix this process handed out (:func:`new_prefix`) or produced under."""
+    return frozenset(_OWN_PREFIXES)
 
 
 def _check_prefix(prefix: str) -> str:
@@ -145,6 +161,12 @@ def segment_names(prefix: str | None = None) -> list[str]:
         return []
     start = NAME_PREFIX if prefix is None else f"{NAME_PREFIX}{_check_prefix(prefix)}_"
     return sorted(name for name in entries if name.startswith(start))
+
+
+def own_segment_names() -> list[str]:
+    """List existing segments of the prefixes this process handed out (:func:`own_prefixes`)."""
+    mine = own_prefixes()
+    return [name for name in segment_names() if name[len(NAME_PREFIX) :].split("_")[0] in mine]
 
 
 def sweep(prefix: str) -> list[str]:
@@ -369,6 +391,7 @@ class SegmentProducer:
         max_buffers: int = DEFAULT_MAX_BUFFERS,
     ) -> None:
         self.prefix = _check_prefix(prefix)
+        _OWN_PREFIXES.add(self.prefix)
         self.max_bytes = max_bytes
         self.max_buffers = max_buffers
         self._lock = threading.Lock()

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from edge_contracts.requests import Operation, StageRequest
-from edge_contracts.shm import segment_names
+from edge_contracts.shm import own_segment_names, segment_names
 from edge_core.errors import WorkerLost
 from edge_core.host import (
     BootstrapRefused,
@@ -139,13 +139,13 @@ def test_retire_is_graceful_idempotent_and_leaves_no_segment(start):
     client = start(shm_threshold=1024)
     client.submit(request("r1"), {"x": np.ones(10_000)}).result(timeout=10)
     kept = client.submit(request("r2"), {"x": np.ones(10_000)}).next(timeout=10)
-    assert segment_names() != []
+    assert own_segment_names() != []
     first = client.retire()
     second = client.retire()
     assert first is second
     assert first.verified
     assert first.escalation == "graceful"
-    assert segment_names() == []
+    assert own_segment_names() == []
     del kept
     assert client.health().state == "retired"
     with pytest.raises(WorkerGone):

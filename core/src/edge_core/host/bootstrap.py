@@ -2,8 +2,9 @@
 
 :func:`start_worker` creates a ``socketpair`` (private to the two processes: no address,
 no listener; the fastest local channel measured, see docs/host.md), starts the route's
-interpreter on :data:`WORKER_MAIN` as a new session leader (so its
-whole tree can be found later), and hands it an unguessable token plus its boot
+interpreter on :data:`WORKER_MAIN` — on POSIX under its supervisor
+(:mod:`edge_core.host.supervisor`), a subreaping session leader, so that its whole tree
+can be found and taken down later — and hands it an unguessable token plus its boot
 configuration through an environment variable the worker removes at once. The worker's
 first frame must be a hello carrying that token, protocol version, features, its PID and
 process creation time (checked against what psutil says about the process we started)

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from edge_contracts.errors import ContractError
+from edge_contracts.owners import owner_alive, owner_identity
+from edge_contracts.sealed import FdChannel, create_sealed, open_sealed
 
 
 class _PosixShm(Protocol):
@@ -109,7 +111,6 @@ DEFAULT_MAX_BUFFERS = 256
 _MAGIC = b"EDGESHM1"
 _HEADER = struct.Struct("<8sQ")
 _OWNER = struct.Struct("<Qd")  # at _HEADER.size: creator PID, creator creation time
-_OWNER_TOLERANCE_S = 0.05  # two creation times closer than this name the same process
 _PAGE = mmap.PAGESIZE
 _PREFIX_RE = re.compile(r"^[0-9a-f]{8}$")
 _NAME_RE = re.compile(r"^edge_[0-9a-f]{8}_[0-9a-f]{16}$")
@@ -178,54 +179,6 @@ def sweep(prefix: str) -> list[str]:
     return removed
 
 
-def _owner_identity() -> tuple[int, float]:
-    """This process's PID and creation time (0.0 where it cannot be read)."""
-    pid = os.getpid()
-    cached = _OWNER_CACHE.get(pid)
-    if cached is None:
-        cached = (pid, max(_create_time(pid) or 0.0, 0.0))
-        _OWNER_CACHE.clear()  # a forked child has a new PID: one entry is enough
-        _OWNER_CACHE[pid] = cached
-    return cached
-
-
-_OWNER_CACHE: dict[int, tuple[int, float]] = {}
-
-
-def _create_time(pid: int) -> float | None:
-    """Creation time of ``pid`` as psutil computes it on Linux; None if unknown or gone.
-
-    A zombie (exited, not yet reaped) counts as gone: -1.0.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-        with open("/proc/stat", encoding="ascii") as handle:
-            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return -1.0
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + btime
-
-
-def _owner_alive(pid: int, created: float) -> bool:
-    """Whether the owner recorded as ``(pid, created)`` still runs (True when unsure)."""
-    if pid <= 0:
-        return True  # no owner recorded: not ours to judge
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process holds the PID: the owner is gone
-        pass
-    now = _create_time(pid)
-    if now is None or created <= 0.0:  # the PID runs and nothing tells it apart
-        return os.path.isdir(f"/proc/{pid}") or not os.path.isdir("/proc")
-    return abs(now - created) <= _OWNER_TOLERANCE_S
-
-
 def segment_owner(name: str) -> tuple[int, float] | None:
     """The ``(pid, creation time)`` recorded in segment ``name``; None if unreadable.
 
@@ -259,7 +212,7 @@ def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, int, float]]:
     found = []
     for name in segment_names():
         owner = segment_owner(name)
-        if owner is None or _owner_alive(*owner):
+        if owner is None or owner_alive(*owner):
             continue
         if dry_run or _unlink(name):
             found.append((name, owner[0], owner[1]))
@@ -283,11 +236,14 @@ def _round_up(n: int) -> int:
 class Segment:
     """One mapped shared-memory segment: a header page followed by data capacity."""
 
-    __slots__ = ("_map", "_view", "capacity", "name", "writable")
+    __slots__ = ("_map", "_view", "capacity", "name", "sealed", "writable")
 
-    def __init__(self, name: str, mapping: mmap.mmap, writable: bool) -> None:
+    def __init__(
+        self, name: str, mapping: mmap.mmap, writable: bool, *, sealed: bool = False
+    ) -> None:
         self.name = name
         self.writable = writable
+        self.sealed = sealed
         self._map = mapping
         self._view = memoryview(mapping)
         if not writable:
@@ -295,8 +251,17 @@ class Segment:
         self.capacity = len(mapping) - HEADER_BYTES
 
     @classmethod
-    def create(cls, name: str, capacity: int) -> Segment:
-        """Create a new segment (``O_EXCL``, mode 0600) with at least ``capacity`` data bytes."""
+    def create(cls, name: str, capacity: int, channel: FdChannel | None = None) -> Segment:
+        """Create a new segment (``O_EXCL``, mode 0600) with at least ``capacity`` data bytes.
+
+        With ``channel`` it is a sealed memfd instead (:mod:`edge_contracts.sealed`), sent
+        to the peer over the channel: nothing appears in ``/dev/shm``.
+        """
+        if channel is not None:
+            mapping = create_sealed(name, HEADER_BYTES + _round_up(capacity), channel)
+            _HEADER.pack_into(mapping, 0, _MAGIC, 0)
+            _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
+            return cls(name, mapping, writable=True, sealed=True)
         if _posixshmem is None:  # pragma: no cover
             raise ShmError("shm", name, "shared memory is not available in this interpreter")
         size = HEADER_BYTES + _round_up(capacity)
@@ -312,12 +277,26 @@ class Segment:
         finally:
             os.close(fd)
         _HEADER.pack_into(mapping, 0, _MAGIC, 0)
-        _OWNER.pack_into(mapping, _HEADER.size, *_owner_identity())
+        _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
         return cls(name, mapping, writable=True)
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
-        """Map an existing segment read-only (the consumer never writes into a peer's memory)."""
+    def attach(cls, name: str, channel: FdChannel | None = None) -> Segment:
+        """Map an existing segment read-only (the consumer never writes into a peer's memory).
+
+        With ``channel`` only a sealed memfd the peer sent under ``name`` is accepted.
+        """
+        if channel is not None:
+            fd = channel.take(name)
+            if fd is None:
+                raise ShmRefused("shm.segment", name, "no sealed segment was sent by that name")
+            mapping, size, refused = open_sealed(fd)
+            if mapping is None:
+                raise ShmRefused("shm.segment", name, f"refused: {refused} (size {size})")
+            if size <= HEADER_BYTES or _HEADER.unpack_from(mapping, 0)[0] != _MAGIC:
+                mapping.close()
+                raise ShmRefused("shm.segment", name, "not an edge segment")
+            return cls(name, mapping, writable=False, sealed=True)
         if _posixshmem is None:  # pragma: no cover
             raise ShmRefused("shm.segment", name, "shared memory is not available here")
         try:
@@ -389,9 +368,12 @@ class SegmentProducer:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_buffers: int = DEFAULT_MAX_BUFFERS,
+        channel: FdChannel | None = None,
     ) -> None:
         self.prefix = _check_prefix(prefix)
         _OWN_PREFIXES.add(self.prefix)
+        self.channel = channel
+        """Where sealed segments are sent (None: named POSIX segments)."""
         self.max_bytes = max_bytes
         self.max_buffers = max_buffers
         self._lock = threading.Lock()
@@ -465,13 +447,14 @@ class SegmentProducer:
             _, evicted = self._pool.popitem(last=False)
             self._drop(evicted)
         name = f"{NAME_PREFIX}{self.prefix}_{os.urandom(8).hex()}"
-        segment = Segment.create(name, capacity)
+        segment = Segment.create(name, capacity, self.channel)
         self._held_bytes += segment.capacity
         return segment
 
     def _drop(self, segment: Segment) -> None:
         self._held_bytes -= segment.capacity
-        _unlink(segment.name)
+        if not segment.sealed:  # a memfd has no name: it goes with its last holder
+            _unlink(segment.name)
         segment.close()
         self._gone.append(segment.name)
 
@@ -525,8 +508,17 @@ class SegmentConsumer:
     of unlinked names (:meth:`SegmentProducer.take_gone`) lets the consumer drop them early.
     """
 
-    def __init__(self, prefix: str, *, max_mappings: int = DEFAULT_MAX_BUFFERS) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        max_mappings: int = DEFAULT_MAX_BUFFERS,
+        channel: FdChannel | None = None,
+    ) -> None:
         self.prefix = _check_prefix(prefix)
+        self.channel = channel
+        """Where the peer's sealed segments arrive (None: named segments). Closed with
+        the consumer."""
         self.max_mappings = max_mappings
         self._lock = threading.Lock()
         self._maps: OrderedDict[str, Segment] = OrderedDict()
@@ -540,7 +532,7 @@ class SegmentConsumer:
         with self._lock:
             mapped = self._maps.get(segment)
             if mapped is None:
-                mapped = Segment.attach(segment)
+                mapped = Segment.attach(segment, self.channel)
                 self._maps[segment] = mapped
                 while len(self._maps) > self.max_mappings:
                     self._maps.popitem(last=False)[1].close()
@@ -563,10 +555,14 @@ class SegmentConsumer:
                 mapped = self._maps.pop(name, None)
                 if mapped is not None:
                     mapped.close()
+        if self.channel is not None:
+            self.channel.discard(names)
 
     def close(self) -> None:
-        """Drop every cached mapping. Idempotent."""
+        """Drop every cached mapping (and close the channel). Idempotent."""
         with self._lock:
             for mapped in self._maps.values():
                 mapped.close()
             self._maps.clear()
+        if self.channel is not None:
+            self.channel.close()

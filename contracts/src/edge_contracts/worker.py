@@ -56,6 +56,7 @@ from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
+from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
@@ -224,6 +225,7 @@ class _Server:
         self.handler = handler
         supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
         self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
+        self.sealed = self.use_shm and uses_sealed(boot)
         self.limits = Limits(
             max_header_bytes=boot.max_header_bytes,
             max_io_bytes=boot.max_io_bytes,
@@ -254,12 +256,14 @@ class _Server:
             from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
 
             if self.use_shm:
+                channel = FdChannel(self.boot.shm_fds) if self.sealed else None
                 self._producer = SegmentProducer(
                     self.boot.shm_prefix,
                     max_bytes=self.boot.shm_max_bytes,
                     max_buffers=self.boot.shm_max_buffers,
+                    channel=channel,
                 )
-                self._consumer = SegmentConsumer(self.boot.peer_prefix)
+                self._consumer = SegmentConsumer(self.boot.peer_prefix, channel=channel)
             self._packer = TensorPacker(self._producer, self.boot.shm_threshold)
             self._unpacker = TensorUnpacker(self._consumer)
         return self._packer, self._unpacker
@@ -511,6 +515,17 @@ class _Server:
         self.sock.close()
 
 
+def uses_sealed(boot: BootConfig) -> bool:
+    """Whether this worker exchanges sealed memfd segments (a channel and the means)."""
+    if boot.shm_fds <= 2 or not SEALS_AVAILABLE:
+        return False
+    try:
+        os.fstat(boot.shm_fds)
+    except OSError:
+        return False
+    return True
+
+
 def _print_exception() -> None:
     import traceback  # only on this error path: it costs milliseconds at start-up
 
@@ -549,8 +564,10 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
         versions=versions,
         shm_prefix=boot.shm_prefix if SHM_AVAILABLE else None,
     )
+    server = _Server(sock, boot, handler)
+    meta["sealed_segments"] = server.sealed
     _send_hello(sock, boot, meta)
-    return _Server(sock, boot, handler).serve()
+    return server.serve()
 
 
 def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> None:
@@ -573,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
         from socket import socket as socket_type  # type: ignore[assignment]
     fd = int(args[0])
     os.set_inheritable(fd, False)
+    if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
+        os.set_inheritable(boot.shm_fds, False)
     sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     return serve(sock, boot)
 

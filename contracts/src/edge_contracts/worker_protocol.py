@@ -100,6 +100,9 @@ class BootConfig:
         features: features the controller supports.
         spin_us: the worker's spin budget while waiting for its next frame
             (:class:`~edge_contracts.waiting.ReadableWait`; 0: block at once).
+        shm_fds: descriptor of the worker's end of the sealed-segment channel
+            (:class:`~edge_contracts.sealed.FdChannel`); 0: named segments only. A worker
+            that uses it says ``"sealed_segments": true`` in its hello.
 
     """
 
@@ -115,6 +118,7 @@ class BootConfig:
     max_header_bytes: int = 65536
     features: tuple[str, ...] = field(default=())
     spin_us: int = 0
+    shm_fds: int = 0
 
     def to_json(self) -> str:
         """Return the JSON text put into :data:`BOOT_ENV`."""

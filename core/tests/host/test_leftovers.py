@@ -35,7 +35,8 @@ CONTROLLER = textwrap.dedent(
     from edge_core.host.staging import stage_packages
 
     route = Route.default("echo", "edge_test_workers:echo", python_path=(sys.argv[1],))
-    client = start_worker(route, generation=1, shm_threshold=1024)
+    sealed = sys.argv[3] == "sealed"
+    client = start_worker(route, generation=1, shm_threshold=1024, sealed_segments=sealed)
     done = client.submit(StageRequest("r1", "s", 0, 1, Operation.RUN), {"x": np.ones(4096)})
     kept = done.next(timeout=20)  # the worker's output segment stays leased
     # (the controller's input segment is pooled for reuse: it stays too)
@@ -53,9 +54,11 @@ CONTROLLER = textwrap.dedent(
 )
 
 
-def _controller(mode: str) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+def _controller(
+    mode: str, segments: str = "named"
+) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CONTROLLER, str(WORKERS), mode], stdout=subprocess.PIPE
+        [sys.executable, "-c", CONTROLLER, str(WORKERS), mode, segments], stdout=subprocess.PIPE
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -87,7 +90,21 @@ def _wait(predicate: object, timeout_s: float = 10.0) -> bool:
     return bool(predicate())
 
 
+def test_sealed_segments_of_a_killed_controller_never_reach_dev_shm():
+    proc, made = _controller("wait", "sealed")
+    assert not _ours(made)  # memfd segments: no names to leave behind
+    worker = int(made["worker"])
+    maps = Path(f"/proc/{worker}/maps").read_text()
+    assert "/memfd:edge_" in maps  # the worker maps the controller's sealed input
+    proc.kill()
+    proc.wait()
+    assert _wait(lambda: _gone(int(made["supervisor"])) and _gone(worker))
+    assert not _ours(made)
+    remove_leftovers()
+
+
 def test_a_killed_controller_leaves_nothing_once_its_supervisor_is_done():
+    # named segments (sealed_segments=False): the supervisor unlinks them
     proc, made = _controller("wait")
     assert len(_ours(made)) >= 2
     assert Path(str(made["staged"])).exists()

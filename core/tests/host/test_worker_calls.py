@@ -144,7 +144,7 @@ def test_epoch_fence_drops_queued_work_without_output(start):
 
 
 def test_outputs_computed_into_output_buffers_travel_without_a_copy(start):
-    client = start("inplace", shm_threshold=64 * 1024)
+    client = start("inplace", shm_threshold=64 * 1024, sealed_segments=False)  # named: listed
     x = np.arange(256 * 1024, dtype=np.float32)  # 1 MiB: through shared memory
     for i in range(3):
         call = client.submit(request(f"r{i}"), {"x": x})
@@ -184,7 +184,7 @@ def _mapped_segments(pid: int) -> set[str]:
 def test_unlinked_segments_reach_the_worker_without_touching_request_params(start):
     # One buffer per producer: the 4 MiB input evicts the pooled 1 MiB segment, and the
     # controller tells the worker so (it then unmaps it) in an ack before the request.
-    client = start(shm_threshold=1024, shm_max_buffers=1)
+    client = start(shm_threshold=1024, shm_max_buffers=1, sealed_segments=False)
     pid = client.identity.pid
     small = np.ones(MIB, dtype=np.uint8)
     client.submit(request("a", report_params=True), {"x": small}).next(timeout=10).release()

@@ -31,6 +31,7 @@ import psutil
 from edge_contracts.errors import ContractError, StreamClosed
 from edge_contracts.headers import Limits
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES, negotiate
+from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import (
     DEFAULT_MAX_BUFFERS,
     DEFAULT_MAX_BYTES,
@@ -108,6 +109,7 @@ def start_worker(
     spin_us: int | None = None,
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
+    sealed_segments: bool = True,
 ) -> WorkerClient:
     """Start the route's worker, verify its hello and return a ready client.
 
@@ -128,6 +130,10 @@ def start_worker(
             :data:`~edge_contracts.waiting.SPIN_ENV` or 200 µs).
         stdout: where the worker's stdout goes (default: inherited).
         stderr: where the worker's stderr goes (default: inherited).
+        sealed_segments: where the interpreters can (Linux), shared-memory tensors
+            travel in sealed memfd segments passed over a second socketpair
+            (:mod:`edge_contracts.sealed`): nothing in ``/dev/shm``, and neither side can
+            shrink memory the other has mapped. ``False``: named POSIX segments.
 
     Raises:
         RouteRefused: the route's domain cannot be started from here.
@@ -151,6 +157,8 @@ def start_worker(
         raise BootstrapRefused("spin_us", "must be an integer in 0..100000", spin)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
+    use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
+    fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if use_seals else None
     boot = BootConfig(
         token=token,
         entry=route.entry,
@@ -163,6 +171,7 @@ def start_worker(
         max_io_bytes=max_io_bytes,
         features=tuple(sorted(supported)),
         spin_us=spin,
+        shm_fds=0 if fds is None else fds[1].fileno(),
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
     staged = stage_packages(route.stage) if route.foreign else None
@@ -178,7 +187,7 @@ def start_worker(
     try:
         popen = subprocess.Popen(
             argv,
-            pass_fds=(child.fileno(),),
+            pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
             env=_environment(route, env, staged, boot),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
@@ -187,11 +196,15 @@ def start_worker(
         )
     except BaseException:
         parent.close()
+        if fds is not None:
+            fds[0].close()
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
         raise
     finally:
         child.close()
+        if fds is not None:
+            fds[1].close()
     tree = ProcessTree(ProcessIdentity.of(popen.pid), popen)
     try:
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
@@ -200,6 +213,8 @@ def start_worker(
     except BaseException:
         tree.retire(5.0)
         parent.close()
+        if fds is not None:
+            fds[0].close()
         sweep(worker_prefix)
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
@@ -209,6 +224,12 @@ def start_worker(
         raise
     tree.capture()
     use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
+    channel = None
+    if fds is not None:
+        if use_shm and hello.header.meta.get("sealed_segments") is True:
+            channel = FdChannel(fds[0].detach())
+        else:
+            fds[0].close()
     client = WorkerClient(
         route=route,
         generation=generation,
@@ -218,10 +239,12 @@ def start_worker(
         popen=popen,
         hello=hello.header.meta,
         features=in_use,
-        producer=SegmentProducer(own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers)
+        producer=SegmentProducer(
+            own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers, channel=channel
+        )
         if use_shm
         else None,
-        consumer=SegmentConsumer(worker_prefix) if use_shm else None,
+        consumer=SegmentConsumer(worker_prefix, channel=channel) if use_shm else None,
         worker_prefix=worker_prefix,
         threshold=shm_threshold,
         staged=staged,

@@ -6,6 +6,7 @@ standard library, edge_contracts and numpy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -308,3 +309,42 @@ class Escaper(Echo):
 
 def escaper() -> BaseHandler:
     return Escaper()
+
+
+class Shrinker(BaseHandler):
+    """Computes into an output buffer, then (``shrink``) tries to shrink that segment.
+
+    Hostile on purpose: the controller may still have the segment mapped from an earlier
+    request (segments are pooled and reused), and reading a mapped page of a shrunk file
+    kills the reader with SIGBUS. A sealed segment refuses the shrink (EPERM), which this
+    handler reports as its error.
+    """
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        import numpy as np
+
+        out = call.output_buffer((1 << 20,), np.uint8)
+        out[:] = 7
+        if call.params.get("shrink"):
+            _, lease = call._allocated[id(out)]
+            fd = _segment_fd(lease.segment)
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)
+        return {"y": out}
+
+
+def _segment_fd(name: str) -> int:
+    """A read-write descriptor of this process's segment ``name`` (named or memfd)."""
+    if os.path.exists(f"/dev/shm/{name}"):
+        return os.open(f"/dev/shm/{name}", os.O_RDWR)
+    for entry in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{entry}").startswith(f"/memfd:{name}"):
+                return os.open(f"/proc/self/fd/{entry}", os.O_RDWR)
+    raise FileNotFoundError(name)
+
+
+def shrinker() -> BaseHandler:
+    return Shrinker()

@@ -6,6 +6,12 @@ POSIX shared-memory objects (``shm_open`` through CPython's ``_posixshmem``) map
 resource tracker registers every create *and* attach and would warn about, or unlink,
 segments that are still in use by the peer.
 
+Two kinds of segment:
+    *named* POSIX segments (below), and — when a producer and its consumer share an
+    :class:`~edge_contracts.sealed.FdChannel` — *sealed* memfd segments of the same
+    names and layout whose size nobody can change and which vanish with their last
+    holder (:mod:`edge_contracts.sealed`; Linux, the worker channel's default).
+
 Naming and permissions:
     Every segment is called ``edge_<prefix>_<random>``. The prefix is fixed per producer
     (the controller hands each worker its own), so that whoever owns the producer's

@@ -16,7 +16,9 @@ Ops, controller to worker:
     ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
 
 Ops, worker to controller:
-    ``hello`` (first frame, see :func:`hello_meta`), ``event`` (``meta`` carries ``seq``,
+    ``hello`` (first frame, see :func:`hello_meta`; the serve loop adds
+    ``sealed_segments``: true when its shared memory is sealed memfd segments passed over
+    the descriptor channel of :attr:`BootConfig.shm_fds`), ``event`` (``meta`` carries ``seq``,
     ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
     controller-produced segments of that request's inputs), ``reply``
     (``meta.ok`` plus ``result`` or ``error``).

@@ -45,10 +45,10 @@ __all__ = [
 DEFAULT_RETIRE_DEADLINE_S = 5.0
 """Default bound on a whole retirement, graceful wait included."""
 
-GRACEFUL_SHARE = 0.3
+GRACEFUL_SHARE = 0.25
 """Most of a retirement's deadline the graceful wait may use."""
 
-KILL_SHARE = 0.4
+KILL_SHARE = 0.5
 """Least of a retirement's deadline kept for the ``SIGKILL`` phase."""
 
 _POLL_S = 0.01
@@ -182,11 +182,11 @@ class ProcessTree:
         """Send ``signum`` to every live known process (re-capturing) until all gone or ``until``.
 
         With ``root_last`` the root is signalled only once nothing else of the tree lives
-        (or in the last quarter of the time left): while it lives, a subreaper root adopts
+        (or in the last half of the time left): while it lives, a subreaper root adopts
         the orphans that the other signals make, and the next capture finds them.
         """
         signalled: set[ProcessIdentity] = set()
-        root_from = until - 0.25 * max(until - time.monotonic(), 0.0)
+        root_from = until - 0.5 * max(until - time.monotonic(), 0.0)
         while True:
             self.capture()
             living = []

@@ -35,10 +35,8 @@ has captured, and signals the supervisor last). See docs/host.md.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import shutil
 import signal
 import sys
 import time
@@ -70,6 +68,19 @@ def supervisor_argv(
     for path in remove:
         args += ["--remove", path]
     return [*args, "--", *worker_argv]
+
+
+class _Quiet:
+    """``contextlib.suppress`` without importing contextlib (start-up time)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, value: object, tb: object) -> bool:
+        return isinstance(value, self.kinds)
 
 
 def _subreaper() -> bool:
@@ -114,14 +125,14 @@ def _close_inherited() -> None:
         fds = list(range(3, 256))
     for fd in fds:
         if fd > 2:
-            with contextlib.suppress(OSError):
+            with _Quiet(OSError):
                 if os.get_inheritable(fd):
                     os.close(fd)
 
 
 def _signal_tree(signum: int) -> None:
     for pid in _descendants():
-        with contextlib.suppress(OSError):
+        with _Quiet(OSError):
             os.kill(pid, signum)
 
 
@@ -139,11 +150,11 @@ class _Supervisor:
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.terminating = True
-        with contextlib.suppress(OSError):
+        with _Quiet(OSError):
             os.write(self.wake_w, b"t")
 
     def _on_child(self, signum: int, frame: object) -> None:
-        with contextlib.suppress(OSError):
+        with _Quiet(OSError):
             os.write(self.wake_w, b"c")
 
     def _reap(self) -> None:
@@ -170,26 +181,29 @@ class _Supervisor:
             if not left or time.monotonic() >= until:
                 return
             for pid in left:
-                with contextlib.suppress(OSError):
+                with _Quiet(OSError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.005)
 
     def _clean_after_controller(self) -> None:
         for prefix in self.prefixes:
             start = f"edge_{prefix}_"
-            with contextlib.suppress(OSError):
+            with _Quiet(OSError):
                 for name in os.listdir(_SHM_DIR):
                     if name.startswith(start):
-                        with contextlib.suppress(OSError):
+                        with _Quiet(OSError):
                             os.unlink(os.path.join(_SHM_DIR, name))
-        for path in self.remove:
-            shutil.rmtree(path, ignore_errors=True)
+        if self.remove:
+            import shutil  # only on this path: it costs start-up time
+
+            for path in self.remove:
+                shutil.rmtree(path, ignore_errors=True)
 
     def run(self, argv: list[str]) -> int:
         _subreaper()
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGCHLD, self._on_child)
-        with contextlib.suppress(AttributeError, OSError):
+        with _Quiet(AttributeError, OSError):
             if os.getppid() == self.controller:
                 self.parent_fd = os.pidfd_open(self.controller)
         env = dict(os.environ)
@@ -216,16 +230,16 @@ class _Supervisor:
                 return 0
             readable = select.select(watched, [], [], _POLL_S)[0]
             if self.wake_r in readable:
-                with contextlib.suppress(OSError):
+                with _Quiet(OSError):
                     os.read(self.wake_r, 4096)
 
     def _exit_like_worker(self) -> int:
         assert self.status is not None
         if os.WIFSIGNALED(self.status):
             signum = os.WTERMSIG(self.status)
-            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            with _Quiet(OSError, ValueError):  # SIGKILL has no handler to reset
                 signal.signal(signum, signal.SIG_DFL)
-            with contextlib.suppress(OSError):
+            with _Quiet(OSError):
                 os.kill(os.getpid(), signum)
                 time.sleep(0.1)  # a signal whose default is not to terminate: fall through
             return 128 + signum

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["OWNER_TOLERANCE_S", "owner_alive", "owner_identity"]
+__all__ = ["OWNER_TOLERANCE_S", "create_time_of", "owner_alive", "owner_identity"]
 
 OWNER_TOLERANCE_S = 0.05
 """Two creation times closer than this name the same process."""
@@ -20,7 +20,7 @@ def owner_identity() -> tuple[int, float]:
     pid = os.getpid()
     cached = _OWNER_CACHE.get(pid)
     if cached is None:
-        cached = (pid, max(_create_time(pid) or 0.0, 0.0))
+        cached = (pid, max(create_time_of(pid) or 0.0, 0.0))
         _OWNER_CACHE.clear()  # a forked child has a new PID: one entry is enough
         _OWNER_CACHE[pid] = cached
     return cached
@@ -29,7 +29,7 @@ def owner_identity() -> tuple[int, float]:
 _OWNER_CACHE: dict[int, tuple[int, float]] = {}
 
 
-def _create_time(pid: int) -> float | None:
+def create_time_of(pid: int) -> float | None:
     """Creation time of ``pid`` as psutil computes it on Linux; None if unknown or gone.
 
     A zombie (exited, not yet reaped) counts as gone: -1.0.
@@ -57,7 +57,7 @@ def owner_alive(pid: int, created: float) -> bool:
         return False
     except PermissionError:  # another user's process: judged by its creation time below
         pass
-    now = _create_time(pid)
+    now = create_time_of(pid)
     if now is None or created <= 0.0:  # the PID runs and nothing tells it apart
         return os.path.isdir(f"/proc/{pid}") or not os.path.isdir("/proc")
     return abs(now - created) <= OWNER_TOLERANCE_S

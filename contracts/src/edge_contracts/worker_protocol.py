@@ -153,15 +153,9 @@ def process_create_time() -> float | None:
     ``/proc/self/stat`` field 22 (start time in clock ticks since boot) plus the boot
     time from ``/proc/stat``; the controller compares it with its own psutil reading.
     """
-    try:
-        with open("/proc/self/stat", encoding="ascii") as handle:
-            stat = handle.read()
-        with open("/proc/stat", encoding="ascii") as handle:
-            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + btime
+    from edge_contracts.owners import create_time_of
+
+    return create_time_of(os.getpid())
 
 
 def hello_meta(

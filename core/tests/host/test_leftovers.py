@@ -205,3 +205,21 @@ def test_edge_cleanup_reports_and_removes(capsys, tmp_path):
     assert edge_main(["cleanup"]) == 0
     assert f"removed stage {staged}" in capsys.readouterr().out
     assert not Path(staged).exists()
+
+
+def test_a_tag_is_judged_by_pid_and_creation_time(tmp_path):
+    from edge_core.host.leftovers import owner_tag
+
+    mine = tmp_path / f"edge-bundle-{owner_tag()}-abc"
+    pid, centis = owner_tag()[1:].split("-")
+    reused = tmp_path / f"edge-stage-o{pid}-{int(centis) - 1000}-abc"  # same PID, older
+    gone = tmp_path / "edge-stage-o999999999-1-abc"
+    other = tmp_path / "edge-stage-not-a-tag"
+    for path in (mine, reused, gone, other):
+        path.mkdir()
+    listed = {Path(item.path).name for item in find_leftovers(tmp_path) if item.kind != "segment"}
+    assert listed == {reused.name, gone.name}
+    removed = {Path(item.path).name for item in remove_leftovers(tmp_path)
+               if item.kind != "segment"}
+    assert removed == {reused.name, gone.name}
+    assert mine.exists() and other.exists() and not reused.exists() and not gone.exists()

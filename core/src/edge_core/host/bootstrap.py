@@ -21,6 +21,7 @@ import select
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -55,8 +56,10 @@ from edge_core.host.routes import Route, controller_domain
 from edge_core.host.staging import stage_packages
 from edge_core.host.supervisor import supervisor_argv
 
-SUPERVISED = os.name == "posix"
-"""Whether workers start under a supervisor (:mod:`edge_core.host.supervisor`)."""
+SUPERVISED = os.name == "posix" and bool(sys.executable)
+"""Whether workers start under a supervisor (:mod:`edge_core.host.supervisor`): on POSIX,
+run by the controller's own interpreter (an embedded one without ``sys.executable`` starts
+workers directly)."""
 
 __all__ = ["DEFAULT_HELLO_TIMEOUT_S", "DEFAULT_MAX_IO_BYTES", "start_worker"]
 

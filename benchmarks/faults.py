@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from edge_contracts.sealed import held_sealed_names
 from edge_contracts.shm import own_prefixes, segment_names
 from edge_core.config import load_pipeline
 from edge_core.errors import EdgeError
@@ -154,17 +155,7 @@ class Trial:
         """Named segments of the trial's prefixes, and sealed (memfd) ones this process
         still maps or holds a descriptor of (any other holder is a leaked process)."""
         named = [n for n in segment_names() if n.split("_")[1] in self.prefixes]
-        held: set[str] = set()
-        with contextlib.suppress(OSError), open("/proc/self/maps", encoding="ascii",
-                                                 errors="replace") as maps:
-            held |= {line.split("/memfd:", 1)[1].split()[0] for line in maps
-                     if "/memfd:edge_" in line}
-        for entry in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(f"/proc/self/fd/{entry}")
-                if link.startswith("/memfd:edge_"):
-                    held.add(link[len("/memfd:"):].split()[0])
-        return named + sorted(n for n in held if n.split("_")[1] in self.prefixes)
+        return named + [n for n in held_sealed_names() if n.split("_")[1] in self.prefixes]
 
     def leftover_files(self) -> list[str]:
         return [f for f in self.files if os.path.exists(f)]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
+from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel, held_sealed_names
 from edge_contracts.shm import (
     HEADER_BYTES,
     SegmentConsumer,
@@ -51,6 +51,7 @@ def test_a_sealed_segment_travels_by_descriptor_and_cannot_change_size(ends):
         lease = producer.lease(10_000)
         lease.view[:5] = b"hello"
         assert segment_names(prefix) == []  # nothing named in /dev/shm
+        assert held_sealed_names(prefix) == [lease.segment]  # held by this process
         view = consumer.view(lease.segment, lease.offset, lease.generation, 5)
         assert bytes(view) == b"hello"
         del view
@@ -62,9 +63,11 @@ def test_a_sealed_segment_travels_by_descriptor_and_cannot_change_size(ends):
                 os.ftruncate(fd, 1 << 30)
         finally:
             os.close(fd)
+        del lease  # its view pins the producer's mapping
     finally:
         producer.close()
         consumer.close()
+    assert held_sealed_names(prefix) == []  # gone with its last holder
 
 
 def test_an_unsealed_memfd_is_refused_before_it_is_mapped(ends):

@@ -25,7 +25,14 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["SEALS", "SEALS_AVAILABLE", "FdChannel", "create_sealed", "open_sealed"]
+__all__ = [
+    "SEALS",
+    "SEALS_AVAILABLE",
+    "FdChannel",
+    "create_sealed",
+    "held_sealed_names",
+    "open_sealed",
+]
 
 try:  # Linux; absent on Windows
     import fcntl
@@ -178,3 +185,31 @@ def open_sealed(fd: int) -> tuple[mmap.mmap | None, int, str | None]:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ), size, None
     finally:
         os.close(fd)
+
+
+def held_sealed_names(prefix: str | None = None) -> list[str]:
+    """Names of the sealed edge segments this process maps or holds a descriptor of.
+
+    Read from ``/proc/self/maps`` and ``/proc/self/fd`` (Linux); optionally only those of
+    one producer ``prefix``. A sealed segment lives exactly as long as some process holds
+    it this way, so this is what a leak check looks at instead of ``/dev/shm``.
+    """
+    start = "/memfd:edge_" if prefix is None else f"/memfd:edge_{prefix}_"
+    held: set[str] = set()
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            for line in maps:
+                at = line.find(start)
+                if at >= 0:
+                    held.add(line[at + len("/memfd:") :].split()[0])
+        entries = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            link = os.readlink(f"/proc/self/fd/{entry}")
+        except OSError:
+            continue
+        if link.startswith(start):
+            held.add(link[len("/memfd:") :].split()[0])
+    return sorted(held)

@@ -146,3 +146,42 @@ def test_the_supervisor_kills_the_tree_and_cleans_up_when_its_controller_dies(tm
     assert not _alive(worker)
     assert not os.path.exists(segment)
     assert not leftover.exists()
+
+
+def test_the_supervisor_cleans_up_when_the_worker_leaves_because_its_controller_died(
+    tmp_path,
+):
+    # Like a real worker, this one exits by itself when its channel (here a pipe from
+    # the controller) ends; the supervisor must still remove what the controller left.
+    leftover = tmp_path / "edge-stage-test"
+    leftover.mkdir()
+    code = (
+        "import os, subprocess, sys, time\n"
+        "from edge_core.host.supervisor import supervisor_argv\n"
+        "r, w = os.pipe()\n"
+        "worker = [sys.executable, '-c', 'import os, sys; os.read(int(sys.argv[1]), 1)', str(r)]\n"
+        f"argv = supervisor_argv(worker, controller=os.getpid(), prefixes=[],\n"
+        f"    remove=[{str(leftover)!r}])\n"
+        "p = subprocess.Popen(argv, pass_fds=(r,), start_new_session=True)\n"
+        "os.close(r)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    controller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert controller.stdout is not None
+    supervisor = int(controller.stdout.readline())
+    controller.stdout.close()
+    deadline = time.monotonic() + 10
+    while not psutil.Process(supervisor).children() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker = psutil.Process(supervisor).children()[0]
+    os.kill(supervisor, signal.SIGSTOP)  # so that the worker has left before it looks
+    try:
+        controller.kill()
+        controller.wait()
+        _wait_dead(worker.pid, 10.0)  # a zombie until the supervisor reaps it
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    _wait_dead(supervisor, 10.0)
+    assert not _alive(supervisor)
+    assert not leftover.exists()

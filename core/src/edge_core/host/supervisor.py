@@ -215,6 +215,8 @@ class _Supervisor:
             self._reap()
             if self.status is not None:
                 self._drain_tree(time.monotonic() + 5.0)
+                if self._controller_gone():  # the worker left because its channel ended
+                    self._clean_after_controller()
                 return self._exit_like_worker()
             if self.terminating and not forwarded:
                 _signal_tree(signal.SIGTERM)

@@ -223,3 +223,18 @@ def test_a_tag_is_judged_by_pid_and_creation_time(tmp_path):
                if item.kind != "segment"}
     assert removed == {reused.name, gone.name}
     assert mine.exists() and other.exists() and not reused.exists() and not gone.exists()
+
+
+def test_a_forked_child_that_exits_does_not_retire_its_parents_workers(start):
+    from edge_core.host.exit_cleanup import retire_all
+
+    client = start()
+    pid = os.fork()
+    if pid == 0:  # what the child's atexit hook runs when it exits normally
+        try:
+            retire_all()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert client.health().ready
+    assert client.ping(timeout_s=10)["pid"] == client.identity.pid

@@ -105,3 +105,24 @@ def test_descriptors_of_dropped_segments_are_closed(ends):
     finally:
         producer.close()
         consumer.close()
+
+
+def test_a_peer_that_takes_no_descriptors_gets_a_typed_refusal_not_a_hang(ends, monkeypatch):
+    import edge_contracts.sealed as sealed
+    from edge_contracts.shm import ShmCapExceeded
+
+    monkeypatch.setattr(sealed, "SEND_TIMEOUT_S", 0.2)
+    left, _ = ends
+    producer = SegmentProducer(new_prefix(), channel=left, max_buffers=100_000,
+                               max_bytes=1 << 40)
+
+
+    def fill() -> None:
+        for _ in range(100_000):  # the channel fills: nobody receives
+            producer.lease(1)
+
+    try:
+        with pytest.raises(ShmCapExceeded, match="descriptor not sent"):
+            fill()
+    finally:
+        producer.close()

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import mmap
 import os
+import select
 import struct
 import sys
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
 __all__ = [
     "SEALS",
     "SEALS_AVAILABLE",
+    "SEND_TIMEOUT_S",
     "FdChannel",
     "create_sealed",
     "held_sealed_names",
@@ -47,6 +50,9 @@ except (ImportError, AttributeError):  # pragma: no cover - not Linux
 
 SEALS_AVAILABLE = bool(SEALS) and hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 """True when this interpreter can create and check sealed memfd segments."""
+
+SEND_TIMEOUT_S = 5.0
+"""How long sending a descriptor may wait for room in the channel."""
 
 _MAX_PENDING = 512  # descriptors received but not yet mapped; the oldest are closed
 _INT = struct.Struct("i")
@@ -75,10 +81,23 @@ class FdChannel:
 
     def send(self, name: str, fd: int) -> None:
         """Send ``fd`` under ``name`` (the receiver gets its own descriptor)."""
-        from _socket import SCM_RIGHTS, SOL_SOCKET
+        from _socket import MSG_DONTWAIT, SCM_RIGHTS, SOL_SOCKET
 
+        # A peer that stops taking descriptors must not block a sender for ever (each
+        # message waits in the socket until the peer maps that segment): bounded wait.
+        message = [name.encode("ascii")]
+        rights = [(SOL_SOCKET, SCM_RIGHTS, _INT.pack(fd))]
+        deadline = time.monotonic() + SEND_TIMEOUT_S
         with self._send_lock:
-            self._sock.sendmsg([name.encode("ascii")], [(SOL_SOCKET, SCM_RIGHTS, _INT.pack(fd))])
+            while True:
+                try:
+                    self._sock.sendmsg(message, rights, MSG_DONTWAIT)
+                    return
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"fd channel full for {SEND_TIMEOUT_S} s") from None
+                    select.select([], [self._sock], [], min(left, 0.05))
 
     def take(self, name: str) -> int | None:
         """The descriptor sent under ``name`` (the caller owns it); None if none came."""

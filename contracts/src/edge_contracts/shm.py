@@ -264,7 +264,10 @@ class Segment:
         to the peer over the channel: nothing appears in ``/dev/shm``.
         """
         if channel is not None:
-            mapping = create_sealed(name, HEADER_BYTES + _round_up(capacity), channel)
+            try:
+                mapping = create_sealed(name, HEADER_BYTES + _round_up(capacity), channel)
+            except OSError as exc:  # the channel is full (the peer takes nothing) or gone
+                raise ShmCapExceeded("shm.channel", name, f"descriptor not sent ({exc})") from None
             _HEADER.pack_into(mapping, 0, _MAGIC, 0)
             _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
             return cls(name, mapping, writable=True, sealed=True)

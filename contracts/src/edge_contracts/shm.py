@@ -6,6 +6,12 @@ POSIX shared-memory objects (``shm_open`` through CPython's ``_posixshmem``) map
 resource tracker registers every create *and* attach and would warn about, or unlink,
 segments that are still in use by the peer.
 
+Two kinds of segment:
+    *named* POSIX segments (below), and — when a producer and its consumer share an
+    :class:`~edge_contracts.sealed.FdChannel` — *sealed* memfd segments of the same
+    names and layout whose size nobody can change and which vanish with their last
+    holder (:mod:`edge_contracts.sealed`; Linux, the worker channel's default).
+
 Naming and permissions:
     Every segment is called ``edge_<prefix>_<random>``. The prefix is fixed per producer
     (the controller hands each worker its own), so that whoever owns the producer's
@@ -15,10 +21,19 @@ Naming and permissions:
     ``O_EXCL`` with mode ``0600``.
 
 Layout:
-    The first :data:`HEADER_BYTES` of a segment hold a magic string and the segment's
-    current *generation*; tensor data starts at ``HEADER_BYTES``. Each time the producer
+    The first :data:`HEADER_BYTES` of a segment hold a magic string, the segment's
+    current *generation* and its *owner*: the PID and creation time of the process that
+    created it; tensor data starts at ``HEADER_BYTES``. Each time the producer
     hands a segment out it writes a new generation there, so a consumer can refuse a
     stale reference and a stale acknowledgement frees nothing.
+
+Leftovers:
+    A producer that is killed cannot unlink its segments. Whoever owns its lifetime
+    sweeps its prefix (:func:`sweep`); beyond that, :func:`sweep_dead_owners` (run by
+    the next edge-core process and by ``edge cleanup``) unlinks every edge segment whose
+    owner process is gone — checked by PID *and* creation time, so a segment of a live
+    owner, or of an owner whose PID was reused, is never touched. A segment whose owner
+    cannot be read (another user's, or not an edge segment) is left alone.
 
 Retention:
     A producer keeps each leased segment until the consumer acknowledges that exact
@@ -41,6 +56,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from edge_contracts.errors import ContractError
+from edge_contracts.owners import owner_alive, owner_identity
+from edge_contracts.sealed import FdChannel, create_sealed, open_sealed
 
 
 class _PosixShm(Protocol):
@@ -74,8 +91,12 @@ __all__ = [
     "ShmError",
     "ShmRefused",
     "new_prefix",
+    "own_prefixes",
+    "own_segment_names",
     "segment_names",
+    "segment_owner",
     "sweep",
+    "sweep_dead_owners",
 ]
 
 SHM_AVAILABLE = _posixshmem is not None
@@ -95,6 +116,7 @@ DEFAULT_MAX_BUFFERS = 256
 
 _MAGIC = b"EDGESHM1"
 _HEADER = struct.Struct("<8sQ")
+_OWNER = struct.Struct("<Qd")  # at _HEADER.size: creator PID, creator creation time
 _PAGE = mmap.PAGESIZE
 _PREFIX_RE = re.compile(r"^[0-9a-f]{8}$")
 _NAME_RE = re.compile(r"^edge_[0-9a-f]{8}_[0-9a-f]{16}$")
@@ -114,8 +136,22 @@ class ShmRefused(ShmError):
 
 
 def new_prefix() -> str:
-    """Return a fresh random producer prefix (8 lowercase hex digits)."""
-    return os.urandom(4).hex()  # what secrets.token_hex does, without its imports
+    """Return a fresh random producer prefix (8 lowercase hex digits).
+
+    The prefix is remembered (:func:`own_prefixes`): leak checks count only segments of
+    prefixes their own process handed out.
+    """
+    prefix = os.urandom(4).hex()  # what secrets.token_hex does, without its imports
+    _OWN_PREFIXES.add(prefix)
+    return prefix
+
+
+_OWN_PREFIXES: set[str] = set()
+
+
+def own_prefixes() -> frozenset[str]:
+    """Every prefix this process handed out (:func:`new_prefix`) or produced under."""
+    return frozenset(_OWN_PREFIXES)
 
 
 def _check_prefix(prefix: str) -> str:
@@ -134,6 +170,12 @@ def segment_names(prefix: str | None = None) -> list[str]:
     return sorted(name for name in entries if name.startswith(start))
 
 
+def own_segment_names() -> list[str]:
+    """List existing segments of the prefixes this process handed out (:func:`own_prefixes`)."""
+    mine = own_prefixes()
+    return [name for name in segment_names() if name[len(NAME_PREFIX) :].split("_")[0] in mine]
+
+
 def sweep(prefix: str) -> list[str]:
     """Unlink every segment of ``prefix`` (a producer that died cannot); return the names."""
     removed = []
@@ -141,6 +183,46 @@ def sweep(prefix: str) -> list[str]:
         if _unlink(name):
             removed.append(name)
     return removed
+
+
+def segment_owner(name: str) -> tuple[int, float] | None:
+    """The ``(pid, creation time)`` recorded in segment ``name``; None if unreadable.
+
+    None also for a segment that is not an edge segment (wrong magic) or predates owner
+    records (PID 0).
+    """
+    if _posixshmem is None or not _NAME_RE.match(name):
+        return None
+    try:
+        fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, mode=0o600)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, _HEADER.size + _OWNER.size, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) < _HEADER.size + _OWNER.size or raw[:8] != _MAGIC:
+        return None
+    pid, created = _OWNER.unpack_from(raw, _HEADER.size)
+    return (int(pid), float(created)) if pid > 0 else None
+
+
+def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, int, float]]:
+    """Unlink every edge segment whose owner process is gone; return ``(name, pid, time)``.
+
+    With ``dry_run`` nothing is unlinked. Segments of live owners and segments whose
+    owner cannot be read are never touched.
+    """
+    found = []
+    for name in segment_names():
+        owner = segment_owner(name)
+        if owner is None or owner_alive(*owner):
+            continue
+        if dry_run or _unlink(name):
+            found.append((name, owner[0], owner[1]))
+    return found
 
 
 def _unlink(name: str) -> bool:
@@ -160,11 +242,14 @@ def _round_up(n: int) -> int:
 class Segment:
     """One mapped shared-memory segment: a header page followed by data capacity."""
 
-    __slots__ = ("_map", "_view", "capacity", "name", "writable")
+    __slots__ = ("_map", "_view", "capacity", "name", "sealed", "writable")
 
-    def __init__(self, name: str, mapping: mmap.mmap, writable: bool) -> None:
+    def __init__(
+        self, name: str, mapping: mmap.mmap, writable: bool, *, sealed: bool = False
+    ) -> None:
         self.name = name
         self.writable = writable
+        self.sealed = sealed
         self._map = mapping
         self._view = memoryview(mapping)
         if not writable:
@@ -172,8 +257,20 @@ class Segment:
         self.capacity = len(mapping) - HEADER_BYTES
 
     @classmethod
-    def create(cls, name: str, capacity: int) -> Segment:
-        """Create a new segment (``O_EXCL``, mode 0600) with at least ``capacity`` data bytes."""
+    def create(cls, name: str, capacity: int, channel: FdChannel | None = None) -> Segment:
+        """Create a new segment (``O_EXCL``, mode 0600) with at least ``capacity`` data bytes.
+
+        With ``channel`` it is a sealed memfd instead (:mod:`edge_contracts.sealed`), sent
+        to the peer over the channel: nothing appears in ``/dev/shm``.
+        """
+        if channel is not None:
+            try:
+                mapping = create_sealed(name, HEADER_BYTES + _round_up(capacity), channel)
+            except OSError as exc:  # the channel is full (the peer takes nothing) or gone
+                raise ShmCapExceeded("shm.channel", name, f"descriptor not sent ({exc})") from None
+            _HEADER.pack_into(mapping, 0, _MAGIC, 0)
+            _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
+            return cls(name, mapping, writable=True, sealed=True)
         if _posixshmem is None:  # pragma: no cover
             raise ShmError("shm", name, "shared memory is not available in this interpreter")
         size = HEADER_BYTES + _round_up(capacity)
@@ -189,11 +286,26 @@ class Segment:
         finally:
             os.close(fd)
         _HEADER.pack_into(mapping, 0, _MAGIC, 0)
+        _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
         return cls(name, mapping, writable=True)
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
-        """Map an existing segment read-only (the consumer never writes into a peer's memory)."""
+    def attach(cls, name: str, channel: FdChannel | None = None) -> Segment:
+        """Map an existing segment read-only (the consumer never writes into a peer's memory).
+
+        With ``channel`` only a sealed memfd the peer sent under ``name`` is accepted.
+        """
+        if channel is not None:
+            fd = channel.take(name)
+            if fd is None:
+                raise ShmRefused("shm.segment", name, "no sealed segment was sent by that name")
+            mapping, size, refused = open_sealed(fd)
+            if mapping is None:
+                raise ShmRefused("shm.segment", name, f"refused: {refused} (size {size})")
+            if size <= HEADER_BYTES or _HEADER.unpack_from(mapping, 0)[0] != _MAGIC:
+                mapping.close()
+                raise ShmRefused("shm.segment", name, "not an edge segment")
+            return cls(name, mapping, writable=False, sealed=True)
         if _posixshmem is None:  # pragma: no cover
             raise ShmRefused("shm.segment", name, "shared memory is not available here")
         try:
@@ -265,8 +377,12 @@ class SegmentProducer:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_buffers: int = DEFAULT_MAX_BUFFERS,
+        channel: FdChannel | None = None,
     ) -> None:
         self.prefix = _check_prefix(prefix)
+        _OWN_PREFIXES.add(self.prefix)
+        self.channel = channel
+        """Where sealed segments are sent (None: named POSIX segments)."""
         self.max_bytes = max_bytes
         self.max_buffers = max_buffers
         self._lock = threading.Lock()
@@ -340,13 +456,14 @@ class SegmentProducer:
             _, evicted = self._pool.popitem(last=False)
             self._drop(evicted)
         name = f"{NAME_PREFIX}{self.prefix}_{os.urandom(8).hex()}"
-        segment = Segment.create(name, capacity)
+        segment = Segment.create(name, capacity, self.channel)
         self._held_bytes += segment.capacity
         return segment
 
     def _drop(self, segment: Segment) -> None:
         self._held_bytes -= segment.capacity
-        _unlink(segment.name)
+        if not segment.sealed:  # a memfd has no name: it goes with its last holder
+            _unlink(segment.name)
         segment.close()
         self._gone.append(segment.name)
 
@@ -400,8 +517,17 @@ class SegmentConsumer:
     of unlinked names (:meth:`SegmentProducer.take_gone`) lets the consumer drop them early.
     """
 
-    def __init__(self, prefix: str, *, max_mappings: int = DEFAULT_MAX_BUFFERS) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        max_mappings: int = DEFAULT_MAX_BUFFERS,
+        channel: FdChannel | None = None,
+    ) -> None:
         self.prefix = _check_prefix(prefix)
+        self.channel = channel
+        """Where the peer's sealed segments arrive (None: named segments). Closed with
+        the consumer."""
         self.max_mappings = max_mappings
         self._lock = threading.Lock()
         self._maps: OrderedDict[str, Segment] = OrderedDict()
@@ -415,7 +541,7 @@ class SegmentConsumer:
         with self._lock:
             mapped = self._maps.get(segment)
             if mapped is None:
-                mapped = Segment.attach(segment)
+                mapped = Segment.attach(segment, self.channel)
                 self._maps[segment] = mapped
                 while len(self._maps) > self.max_mappings:
                     self._maps.popitem(last=False)[1].close()
@@ -438,10 +564,14 @@ class SegmentConsumer:
                 mapped = self._maps.pop(name, None)
                 if mapped is not None:
                     mapped.close()
+        if self.channel is not None:
+            self.channel.discard(names)
 
     def close(self) -> None:
-        """Drop every cached mapping. Idempotent."""
+        """Drop every cached mapping (and close the channel). Idempotent."""
         with self._lock:
             for mapped in self._maps.values():
                 mapped.close()
             self._maps.clear()
+        if self.channel is not None:
+            self.channel.close()

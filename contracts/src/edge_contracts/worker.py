@@ -26,6 +26,10 @@ handler's :meth:`Handler.versions`) and serves frames in arrival order:
   stays). Events the handler emits for a cancelled request are dropped.
 * ``close()`` runs once, when the controller asks for shutdown or the channel closes.
 
+When the channel ends without a shutdown (the controller died, or gave up on the
+channel), the worker also unlinks the controller's segments of this channel (the peer
+prefix it was given): a dead controller cannot, and they would outlive both otherwise.
+
 Before each request, the loop reads every frame already waiting, so that a ``cancel``
 (one request, or an epoch fence for a stage) is applied before fenced work starts: a
 queued request of a fenced epoch is answered CANCELLED without reaching the handler.
@@ -52,7 +56,8 @@ from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
-from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer
+from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
+from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
@@ -220,6 +225,7 @@ class _Server:
         self.handler = handler
         supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
         self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
+        self.sealed = self.use_shm and uses_sealed(boot)
         self.limits = Limits(
             max_header_bytes=boot.max_header_bytes,
             max_io_bytes=boot.max_io_bytes,
@@ -241,6 +247,7 @@ class _Server:
         self._unpacker: TensorUnpacker | None = None
         self._broken = False
         self._stop = False
+        self._orphaned = False  # the channel ended without a shutdown
 
     # -- tensors (numpy imported on first use) ------------------------------------------
 
@@ -249,12 +256,14 @@ class _Server:
             from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
 
             if self.use_shm:
+                channel = FdChannel(self.boot.shm_fds) if self.sealed else None
                 self._producer = SegmentProducer(
                     self.boot.shm_prefix,
                     max_bytes=self.boot.shm_max_bytes,
                     max_buffers=self.boot.shm_max_buffers,
+                    channel=channel,
                 )
-                self._consumer = SegmentConsumer(self.boot.peer_prefix)
+                self._consumer = SegmentConsumer(self.boot.peer_prefix, channel=channel)
             self._packer = TensorPacker(self._producer, self.boot.shm_threshold)
             self._unpacker = TensorUnpacker(self._consumer)
         return self._packer, self._unpacker
@@ -475,6 +484,7 @@ class _Server:
                 if self._pending:
                     while self._readable() and not self._stop:
                         if not self._read_one():
+                            self._orphaned = True
                             return 0
                     if self._pending and not self._stop:
                         self._execute(self._pending.popleft())
@@ -482,6 +492,7 @@ class _Server:
                     if not self._frames.buffered:  # a frame may wait in the read buffer
                         self._next_frame.wait(None)  # spins briefly while requests come fast
                     if not self._read_one():
+                        self._orphaned = True
                         return 0
             return 0
         finally:
@@ -496,7 +507,23 @@ class _Server:
             self._producer.close()
         if self._consumer is not None:
             self._consumer.close()
+        if self._orphaned and self.use_shm:  # nobody else will unlink the peer's segments
+            try:
+                sweep(self.boot.peer_prefix)
+            except Exception:  # exiting regardless
+                _print_exception()
         self.sock.close()
+
+
+def uses_sealed(boot: BootConfig) -> bool:
+    """Whether this worker exchanges sealed memfd segments (a channel and the means)."""
+    if boot.shm_fds <= 2 or not SEALS_AVAILABLE:
+        return False
+    try:
+        os.fstat(boot.shm_fds)
+    except OSError:
+        return False
+    return True
 
 
 def _print_exception() -> None:
@@ -537,8 +564,10 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
         versions=versions,
         shm_prefix=boot.shm_prefix if SHM_AVAILABLE else None,
     )
+    server = _Server(sock, boot, handler)
+    meta["sealed_segments"] = server.sealed
     _send_hello(sock, boot, meta)
-    return _Server(sock, boot, handler).serve()
+    return server.serve()
 
 
 def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> None:
@@ -561,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
         from socket import socket as socket_type  # type: ignore[assignment]
     fd = int(args[0])
     os.set_inheritable(fd, False)
+    if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
+        os.set_inheritable(boot.shm_fds, False)
     sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     return serve(sock, boot)
 

@@ -16,7 +16,9 @@ Ops, controller to worker:
     ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
 
 Ops, worker to controller:
-    ``hello`` (first frame, see :func:`hello_meta`), ``event`` (``meta`` carries ``seq``,
+    ``hello`` (first frame, see :func:`hello_meta`; the serve loop adds
+    ``sealed_segments``: true when its shared memory is sealed memfd segments passed over
+    the descriptor channel of :attr:`BootConfig.shm_fds`), ``event`` (``meta`` carries ``seq``,
     ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
     controller-produced segments of that request's inputs), ``reply``
     (``meta.ok`` plus ``result`` or ``error``).
@@ -100,6 +102,9 @@ class BootConfig:
         features: features the controller supports.
         spin_us: the worker's spin budget while waiting for its next frame
             (:class:`~edge_contracts.waiting.ReadableWait`; 0: block at once).
+        shm_fds: descriptor of the worker's end of the sealed-segment channel
+            (:class:`~edge_contracts.sealed.FdChannel`); 0: named segments only. A worker
+            that uses it says ``"sealed_segments": true`` in its hello.
 
     """
 
@@ -115,6 +120,7 @@ class BootConfig:
     max_header_bytes: int = 65536
     features: tuple[str, ...] = field(default=())
     spin_us: int = 0
+    shm_fds: int = 0
 
     def to_json(self) -> str:
         """Return the JSON text put into :data:`BOOT_ENV`."""
@@ -147,15 +153,9 @@ def process_create_time() -> float | None:
     ``/proc/self/stat`` field 22 (start time in clock ticks since boot) plus the boot
     time from ``/proc/stat``; the controller compares it with its own psutil reading.
     """
-    try:
-        with open("/proc/self/stat", encoding="ascii") as handle:
-            stat = handle.read()
-        with open("/proc/stat", encoding="ascii") as handle:
-            btime = next(int(line.split()[1]) for line in handle if line.startswith("btime"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK") + btime
+    from edge_contracts.owners import create_time_of
+
+    return create_time_of(os.getpid())
 
 
 def hello_meta(

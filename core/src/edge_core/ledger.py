@@ -15,7 +15,12 @@ Rules:
   releasing a token that is not the one the ledger holds (already released, an older
   generation, another ledger) frees nothing and returns :attr:`ReleaseOutcome.STALE_TOKEN`.
 * **Quarantine.** Releasing with ``verified=False`` (the worker's retirement could not be
-  verified) keeps the memory charged; only a later verified release frees it.
+  verified) keeps the memory charged; only a later verified release frees it, or a
+  *heal*: the release names the processes of the worker's tree (each by PID and creation
+  time), and :meth:`ResourceLedger.heal` — run by a pipeline's ``restart()`` and
+  ``close()``, and as a sweep before every new reservation — releases a quarantined
+  reservation once every one of them is verifiably gone, recording how
+  (:meth:`ResourceLedger.healed`). A quarantine that names no process is never healed.
 * **Unknown pools are configuration errors** (:class:`UnknownPool`), never "unavailable".
 
 Every method is thread-safe; :meth:`ResourceLedger.snapshot` returns a JSON-able view.
@@ -26,10 +31,11 @@ from __future__ import annotations
 import enum
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -39,6 +45,7 @@ from edge_core.pools import Pool, Topology, charge_paths
 __all__ = [
     "CapacityUnknown",
     "CeilingAboveTotal",
+    "HealRecord",
     "OwnerAlreadyReserved",
     "PoolExhausted",
     "ReleaseOutcome",
@@ -46,7 +53,19 @@ __all__ = [
     "ResourceLedger",
     "Shortfall",
     "UnknownPool",
+    "Witness",
 ]
+
+
+class Witness(Protocol):
+    """A process recorded with a quarantine: healed once every witness is gone.
+
+    :class:`~edge_core.host.identity.ProcessIdentity` is one (PID plus creation time).
+    """
+
+    def is_alive(self) -> bool:
+        """Whether this very process still runs."""
+        ...
 
 
 class UnknownPool(ConfigError):
@@ -147,11 +166,39 @@ class ReservationToken:
         }
 
 
+@attrs.frozen
+class HealRecord:
+    """How a quarantined reservation was released without a verified retirement."""
+
+    owner: str
+    """The reservation's owner."""
+    generation: int
+    """The reservation's generation."""
+    by: str
+    """Who re-examined it: ``restart``, ``close``, ``sweep`` or a caller's label."""
+    after_s: float
+    """Seconds from the quarantine to the release."""
+    processes: int
+    """How many recorded processes were checked gone (by PID and creation time)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON-ready form."""
+        return {
+            "owner": self.owner,
+            "generation": self.generation,
+            "by": self.by,
+            "after_s": round(self.after_s, 3),
+            "processes": self.processes,
+        }
+
+
 @attrs.define
 class _Held:
     token: ReservationToken
     quarantined: bool = False
     reason: str | None = None
+    witnesses: tuple[Witness, ...] = ()
+    since: float = 0.0
 
 
 class ResourceLedger:
@@ -199,6 +246,7 @@ class ResourceLedger:
         self._held: dict[tuple[str, int], _Held] = {}
         self._generations: dict[str, int] = {}
         self._serials = itertools.count(1)
+        self._healed: list[HealRecord] = []
 
     @classmethod
     def from_topology(
@@ -249,6 +297,7 @@ class ResourceLedger:
             PoolExhausted: some pool cannot take the plan; every short pool is named.
 
         """
+        self.heal("sweep")
         charges_by_owner: dict[str, dict[str, int]] = {}
         requested: dict[str, int] = {}
         for owner, demands in plan.items():
@@ -302,28 +351,84 @@ class ResourceLedger:
             return tokens
 
     def release(
-        self, token: ReservationToken, *, verified: bool = True, reason: str | None = None
+        self,
+        token: ReservationToken,
+        *,
+        verified: bool = True,
+        reason: str | None = None,
+        processes: Iterable[Witness] = (),
     ) -> ReleaseOutcome:
         """Release a reservation once its worker is gone.
 
         ``verified=True``: the worker tree's retirement was verified (or it never started);
         the bytes are freed. ``verified=False``: retirement could not be verified; the
         reservation is quarantined and stays charged until a verified release of the same
-        token. A token that is not the reservation held (already released, an older
-        generation, another ledger's) changes nothing and returns ``STALE_TOKEN``.
+        token, or until :meth:`heal` finds every one of ``processes`` (the worker tree's
+        identities, by PID and creation time) gone. A token that is not the reservation
+        held (already released, an older generation, another ledger's) changes nothing
+        and returns ``STALE_TOKEN``.
         """
+        witnesses = tuple(processes)
         with self._lock:
             held = self._held.get((token.owner, token.generation))
             if token.ledger_id != self._id or held is None or held.token.serial != token.serial:
                 return ReleaseOutcome.STALE_TOKEN
             if not verified:
+                if not held.quarantined:
+                    held.since = time.monotonic()
                 held.quarantined = True
                 held.reason = reason or held.reason or "retirement not verified"
+                held.witnesses = witnesses or held.witnesses
                 return ReleaseOutcome.QUARANTINED
-            del self._held[(token.owner, token.generation)]
-            for pool, nbytes in token.charges.items():
-                self._reserved[pool] -= nbytes
+            self._drop(held)
             return ReleaseOutcome.RELEASED
+
+    def _drop(self, held: _Held) -> None:
+        """Free a held reservation (under the lock)."""
+        token = held.token
+        del self._held[(token.owner, token.generation)]
+        for pool, nbytes in token.charges.items():
+            self._reserved[pool] -= nbytes
+
+    def heal(self, by: str, *, wait_s: float = 0.0) -> tuple[ReservationToken, ...]:
+        """Re-examine every quarantine; release those whose recorded processes are all gone.
+
+        ``by`` says who asked (recorded in :meth:`healed`). With ``wait_s`` the check is
+        repeated for up to that long while some quarantine with recorded processes is
+        left (processes killed a moment ago may still be exiting). A quarantine recorded
+        without processes stays: nothing can show that its tree is gone.
+
+        Returns:
+            The tokens released.
+
+        """
+        end = time.monotonic() + max(wait_s, 0.0)
+        released: list[ReservationToken] = []
+        while True:
+            with self._lock:
+                pending = [h for h in self._held.values() if h.quarantined and h.witnesses]
+            if not pending:
+                break
+            gone = [h for h in pending if not any(w.is_alive() for w in h.witnesses)]
+            with self._lock:
+                now = time.monotonic()
+                for held in gone:
+                    current = self._held.get((held.token.owner, held.token.generation))
+                    if current is not held or not held.quarantined:
+                        continue  # released meanwhile
+                    self._drop(held)
+                    released.append(held.token)
+                    self._healed.append(HealRecord(held.token.owner, held.token.generation,
+                                                   by, now - held.since, len(held.witnesses)))
+            if len(gone) == len(pending) or time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+        return tuple(released)
+
+    def healed(self) -> tuple[HealRecord, ...]:
+        """Return how each quarantine released by :meth:`heal` was released, oldest first."""
+        with self._lock:
+            return tuple(self._healed)
 
     def holdings(self) -> tuple[ReservationToken, ...]:
         """Return every reservation still charged (active and quarantined)."""
@@ -369,7 +474,12 @@ class ResourceLedger:
                 }
                 for held in sorted(self._held.values(), key=lambda h: h.token.serial)
             ]
-            return {"ledger_id": self._id, "pools": pools, "reservations": reservations}
+            return {
+                "ledger_id": self._id,
+                "pools": pools,
+                "reservations": reservations,
+                "healed": [record.to_json() for record in self._healed],
+            }
 
     def _active_generation(self, owner: str) -> int | None:
         for (held_owner, generation), held in self._held.items():

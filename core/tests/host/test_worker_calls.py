@@ -7,7 +7,7 @@ import pytest
 
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.requests import EventKind, Operation, StageRequest
-from edge_contracts.shm import segment_names
+from edge_contracts.shm import own_segment_names, segment_names
 from edge_core.host import CallCancelled, RemoteError, TransportCapExceeded
 
 MIB = 1024 * 1024
@@ -34,7 +34,7 @@ def test_small_tensor_round_trips_inline(start):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     out = client.submit(request("r1"), {"x": x}).result(timeout=10)
     np.testing.assert_array_equal(out["x"], x)
-    assert segment_names() == []
+    assert own_segment_names() == []
 
 
 def test_large_tensor_round_trips_through_shared_memory(start):
@@ -144,7 +144,7 @@ def test_epoch_fence_drops_queued_work_without_output(start):
 
 
 def test_outputs_computed_into_output_buffers_travel_without_a_copy(start):
-    client = start("inplace", shm_threshold=64 * 1024)
+    client = start("inplace", shm_threshold=64 * 1024, sealed_segments=False)  # named: listed
     x = np.arange(256 * 1024, dtype=np.float32)  # 1 MiB: through shared memory
     for i in range(3):
         call = client.submit(request(f"r{i}"), {"x": x})
@@ -184,7 +184,7 @@ def _mapped_segments(pid: int) -> set[str]:
 def test_unlinked_segments_reach_the_worker_without_touching_request_params(start):
     # One buffer per producer: the 4 MiB input evicts the pooled 1 MiB segment, and the
     # controller tells the worker so (it then unmaps it) in an ack before the request.
-    client = start(shm_threshold=1024, shm_max_buffers=1)
+    client = start(shm_threshold=1024, shm_max_buffers=1, sealed_segments=False)
     pid = client.identity.pid
     small = np.ones(MIB, dtype=np.uint8)
     client.submit(request("a", report_params=True), {"x": small}).next(timeout=10).release()

@@ -22,8 +22,12 @@ BIG = {"x": np.ones(40 * MiB // 4, np.float32)}  # 40 MiB in, 40 MiB out
 
 
 def _worker_segments(pipeline) -> list[str]:  # type: ignore[no-untyped-def]
-    prefix = pipeline.stage("a").loaded.client._worker_prefix
-    return sorted(name for name in segment_names() if name.startswith(f"edge_{prefix}_"))
+    """The worker's own segments: named ones in /dev/shm, sealed (memfd) ones it maps."""
+    client = pipeline.stage("a").loaded.client
+    start = f"edge_{client._worker_prefix}_"
+    with open(f"/proc/{client.identity.pid}/maps", encoding="ascii", errors="replace") as maps:
+        mapped = {line.split("/memfd:", 1)[1].split()[0] for line in maps if "/memfd:" in line}
+    return sorted(n for n in {*segment_names(), *mapped} if n.startswith(start))
 
 
 def test_large_outputs_are_read_only_views_given_back_by_the_ack(

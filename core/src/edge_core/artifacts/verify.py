@@ -48,6 +48,7 @@ from edge_core.artifacts.members import (
     resolve_member,
 )
 from edge_core.artifacts.references import check_references, expected_outputs_path
+from edge_core.host.leftovers import tagged_prefix
 from edge_core.progress import Progress
 
 __all__ = ["MAX_MANIFEST_BYTES", "parse_manifest", "read_manifest", "verify_bundle"]
@@ -176,7 +177,9 @@ def verify_bundle(
             from (the default; costs the bundle's size in disk and one write of it).
             ``False`` verifies in place: no copy, and the worker loads the bundle itself.
         staging_root: where the private directory is made (default: the system
-            temporary directory).
+            temporary directory, where the copy of an owner that died without
+            cleaning up is removed by the next edge-core process: see
+            :mod:`edge_core.host.leftovers`).
         progress: a reporter advanced by every byte hashed (its total is set here).
 
     Raises:
@@ -192,7 +195,8 @@ def verify_bundle(
     staging: Path | None = None
     try:
         if stage:
-            staging = Path(tempfile.mkdtemp(prefix="edge-bundle-", dir=staging_root))
+            # tagged with this process's identity: a dead owner's copy is swept
+            staging = Path(tempfile.mkdtemp(prefix=tagged_prefix("bundle"), dir=staging_root))
         members = [_verify_member(root, path, digest, staging, progress)
                    for path, digest in sorted(manifest.files.items())]
         loaded_from = staging if staging is not None else root

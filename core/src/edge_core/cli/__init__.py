@@ -20,6 +20,7 @@ import sys
 
 from edge_core import __version__
 from edge_core.cli import (
+    cleanup_cmd,
     common,
     conformance_cmd,
     manifest_cmd,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 _BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, conformance_cmd,
-                     profile_cmd, qualify_cmd, matrix_cmd)
+                     profile_cmd, qualify_cmd, matrix_cmd, cleanup_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

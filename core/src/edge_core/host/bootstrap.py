@@ -2,8 +2,9 @@
 
 :func:`start_worker` creates a ``socketpair`` (private to the two processes: no address,
 no listener; the fastest local channel measured, see docs/host.md), starts the route's
-interpreter on :data:`WORKER_MAIN` as a new session leader (so its
-whole tree can be found later), and hands it an unguessable token plus its boot
+interpreter on :data:`WORKER_MAIN` — on POSIX under its supervisor
+(:mod:`edge_core.host.supervisor`), a subreaping session leader, so that its whole tree
+can be found and taken down later — and hands it an unguessable token plus its boot
 configuration through an environment variable the worker removes at once. The worker's
 first frame must be a hello carrying that token, protocol version, features, its PID and
 process creation time (checked against what psutil says about the process we started)
@@ -20,14 +21,18 @@ import select
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from edge_contracts.errors import ContractError, StreamClosed
 from edge_contracts.headers import Limits
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES, negotiate
+from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import (
     DEFAULT_MAX_BUFFERS,
     DEFAULT_MAX_BYTES,
@@ -43,10 +48,18 @@ from edge_contracts.worker_protocol import BOOT_ENV, OP_HELLO, BootConfig
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
 from edge_core.host.client import WorkerClient
 from edge_core.host.errors import BootstrapRefused, RouteRefused
+from edge_core.host.exit_cleanup import track
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.leftovers import sweep_once
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
 from edge_core.host.staging import stage_packages
+from edge_core.host.supervisor import supervisor_argv
+
+SUPERVISED = os.name == "posix" and bool(sys.executable)
+"""Whether workers start under a supervisor (:mod:`edge_core.host.supervisor`): on POSIX,
+run by the controller's own interpreter (an embedded one without ``sys.executable`` starts
+workers directly)."""
 
 __all__ = ["DEFAULT_HELLO_TIMEOUT_S", "DEFAULT_MAX_IO_BYTES", "start_worker"]
 
@@ -99,6 +112,7 @@ def start_worker(
     spin_us: int | None = None,
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
+    sealed_segments: bool = True,
 ) -> WorkerClient:
     """Start the route's worker, verify its hello and return a ready client.
 
@@ -119,12 +133,17 @@ def start_worker(
             :data:`~edge_contracts.waiting.SPIN_ENV` or 200 µs).
         stdout: where the worker's stdout goes (default: inherited).
         stderr: where the worker's stderr goes (default: inherited).
+        sealed_segments: where the interpreters can (Linux), shared-memory tensors
+            travel in sealed memfd segments passed over a second socketpair
+            (:mod:`edge_contracts.sealed`): nothing in ``/dev/shm``, and neither side can
+            shrink memory the other has mapped. ``False``: named POSIX segments.
 
     Raises:
         RouteRefused: the route's domain cannot be started from here.
         BootstrapRefused: no hello in time, wrong token, version, features or identity.
 
     """
+    sweep_once()  # what dead edge-core processes left behind (once per process)
     required = frozenset(features)
     if route.os_domain != controller_domain():
         raise RouteRefused(
@@ -141,6 +160,8 @@ def start_worker(
         raise BootstrapRefused("spin_us", "must be an integer in 0..100000", spin)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
+    use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
+    fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if use_seals else None
     boot = BootConfig(
         token=token,
         entry=route.entry,
@@ -153,14 +174,23 @@ def start_worker(
         max_io_bytes=max_io_bytes,
         features=tuple(sorted(supported)),
         spin_us=spin,
+        shm_fds=0 if fds is None else fds[1].fileno(),
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
     staged = stage_packages(route.stage) if route.foreign else None
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())]
+    if SUPERVISED:
+        argv = supervisor_argv(
+            argv,
+            controller=os.getpid(),
+            prefixes=[worker_prefix, own_prefix],
+            remove=[] if staged is None else [str(staged)],
+        )
     try:
         popen = subprocess.Popen(
-            [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())],
-            pass_fds=(child.fileno(),),
+            argv,
+            pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
             env=_environment(route, env, staged, boot),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
@@ -169,18 +199,25 @@ def start_worker(
         )
     except BaseException:
         parent.close()
+        if fds is not None:
+            fds[0].close()
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
         raise
     finally:
         child.close()
+        if fds is not None:
+            fds[1].close()
     tree = ProcessTree(ProcessIdentity.of(popen.pid), popen)
     try:
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
-        in_use = _verify_hello(hello, token, tree.root, required, supported)
+        tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
+        in_use = _verify_hello(hello, token, tree.main, required, supported)
     except BaseException:
         tree.retire(5.0)
         parent.close()
+        if fds is not None:
+            fds[0].close()
         sweep(worker_prefix)
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
@@ -190,7 +227,13 @@ def start_worker(
         raise
     tree.capture()
     use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
-    return WorkerClient(
+    channel = None
+    if fds is not None:
+        if use_shm and hello.header.meta.get("sealed_segments") is True:
+            channel = FdChannel(fds[0].detach())
+        else:
+            fds[0].close()
+    client = WorkerClient(
         route=route,
         generation=generation,
         sock=parent,
@@ -199,15 +242,35 @@ def start_worker(
         popen=popen,
         hello=hello.header.meta,
         features=in_use,
-        producer=SegmentProducer(own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers)
+        producer=SegmentProducer(
+            own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers, channel=channel
+        )
         if use_shm
         else None,
-        consumer=SegmentConsumer(worker_prefix) if use_shm else None,
+        consumer=SegmentConsumer(worker_prefix, channel=channel) if use_shm else None,
         worker_prefix=worker_prefix,
         threshold=shm_threshold,
         staged=staged,
         spin_us=spin,
     )
+    track(client)  # retired at interpreter exit if nobody closes it
+    return client
+
+
+def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:
+    """The worker's identity: the hello's PID when it is the supervisor's child.
+
+    Anything else gives the root, which the hello check then refuses unless the worker
+    was started without a supervisor.
+    """
+    if SUPERVISED and type(pid) is int and pid != tree.root.pid:
+        try:
+            proc = psutil.Process(pid)
+            if proc.ppid() == tree.root.pid:
+                return ProcessIdentity(pid, proc.create_time())
+        except psutil.Error:
+            pass
+    return tree.root
 
 
 def _await_hello(

@@ -96,7 +96,7 @@ class WorkerClient:
     ) -> None:
         self.route = route
         self.generation = generation
-        self.identity: ProcessIdentity = tree.root
+        self.identity: ProcessIdentity = tree.main
         self.hello = hello
         self.features = features
         self._sock = sock
@@ -127,7 +127,7 @@ class WorkerClient:
             self._gone_error,
             buffered=lambda: self._frames.buffered,
             spin_us=spin_us,
-            name=f"edge-reader-{tree.root.pid}",
+            name=f"edge-reader-{tree.main.pid}",
         )
         self._watchdog = Watchdog(popen, self._on_exit)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Mapping
 
 import attrs
 import psutil
@@ -19,6 +20,7 @@ __all__ = [
     "ProcessIdentity",
     "descendant_processes",
     "descendants",
+    "related_members",
     "session_members",
 ]
 
@@ -149,3 +151,62 @@ def _reuse_time(leader: ProcessIdentity) -> float | None:
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
     return None if leader.matches(created) else created
+
+
+
+def _group_members(anchors: Mapping[int, ProcessIdentity]) -> set[ProcessIdentity]:
+    """Live processes whose session or process group is led by one of ``anchors``.
+
+    ``anchors`` maps a PID to the identity captured for it. A member created before its
+    leader, or after an unrelated process took over the leader's PID, belongs to someone
+    else and is left out.
+    """
+    if not anchors:
+        return set()
+    reuse = {pid: _reuse_time(leader) for pid, leader in anchors.items()}
+    members: set[ProcessIdentity] = set()
+    for pid in psutil.pids():
+        try:  # two cheap calls per process
+            groups = {os.getsid(pid), os.getpgid(pid)}
+        except OSError:
+            continue
+        for group in groups & anchors.keys():
+            leader = anchors[group]
+            try:
+                proc = psutil.Process(pid)
+                created = proc.create_time()
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.Error:
+                continue
+            reused_at = reuse[group]
+            if created + CREATE_TIME_TOLERANCE_S < leader.create_time or (
+                reused_at is not None and created >= reused_at
+            ):
+                continue
+            members.add(ProcessIdentity(proc.pid, created))
+    return members
+
+
+def related_members(known: Iterable[ProcessIdentity]) -> set[ProcessIdentity]:
+    """Every live process related to ``known``, re-walked from each of its members.
+
+    Related means: a descendant of a live known process, or a member of a session or a
+    process group whose leader's PID is that of a known process (alive or not: an orphan
+    keeps its session and group ids after its leader died). Repeated from each newly
+    found process until nothing new appears, so that a child of a newly found process,
+    or a member of a session it leads, is found too. The caller keeps what was found: a
+    process seen once stays in its tree until it is verified gone.
+    """
+    seen = set(known)
+    found: set[ProcessIdentity] = set()
+    frontier = set(seen)
+    while frontier:
+        new: set[ProcessIdentity] = set()
+        for ident in frontier:
+            new |= descendants(ident)
+        new |= _group_members({ident.pid: ident for ident in frontier})
+        frontier = new - seen
+        seen |= new
+        found |= new
+    return found

@@ -1,17 +1,24 @@
 """Bounded retirement of a worker's whole process tree, with a verified outcome.
 
 A :class:`ProcessTree` accumulates every process it has ever seen under a worker, each
-by :class:`~edge_core.host.identity.ProcessIdentity`: the descendants of the root and the
-members of the root's session (the worker is started as a session leader, so orphans that
-were re-parented away still carry its session id). It captures at start, after the
-hello, on every health check and again before and during retirement.
+by :class:`~edge_core.host.identity.ProcessIdentity`. Each capture re-walks the tree from
+*every* member seen so far (:func:`~edge_core.host.identity.related_members`): the
+descendants of each live member, and the members of every session and process group a
+member leads (orphans keep those ids after their parent died). On POSIX the root is the
+worker's supervisor (:mod:`edge_core.host.supervisor`), a child subreaper: an orphan of
+the worker's tree, even one that left the session, is re-parented to it and so stays a
+descendant of the root. The tree is captured at start, after the hello, on every health
+check and at every step of retirement.
 
 :meth:`ProcessTree.retire` escalates: wait for a graceful exit, ``SIGTERM`` every known
-live process, then ``SIGKILL``; between steps it re-scans the session so that processes
-forked late are caught too. Finally it verifies that every captured identity is gone.
-Signals only ever reach a process whose PID *and* creation time match the capture, so a
-reused PID is never signalled. The outcome is recorded; calling again returns it (an
-unverified outcome is re-checked first).
+live process, then ``SIGKILL`` (the root last, so that it keeps adopting orphans while
+the rest is killed); between steps it re-captures so that processes forked late are
+caught too. The deadline is split so that the kill phase always keeps its share
+(:data:`KILL_SHARE`): a ``SIGTERM`` that is ignored cannot use up the time that
+``SIGKILL`` needs. Finally it verifies that every identity ever captured is gone
+(``verified`` is never true while one lives). Signals only ever reach a process whose PID
+*and* creation time match the capture, so a reused PID is never signalled. The outcome
+is recorded; calling again returns it (an unverified outcome is re-checked first).
 """
 
 from __future__ import annotations
@@ -25,12 +32,24 @@ import time
 import attrs
 import psutil
 
-from edge_core.host.identity import ProcessIdentity, descendants, session_members
+from edge_core.host.identity import ProcessIdentity, related_members
 
-__all__ = ["DEFAULT_RETIRE_DEADLINE_S", "ProcessTree", "RetireOutcome"]
+__all__ = [
+    "DEFAULT_RETIRE_DEADLINE_S",
+    "GRACEFUL_SHARE",
+    "KILL_SHARE",
+    "ProcessTree",
+    "RetireOutcome",
+]
 
 DEFAULT_RETIRE_DEADLINE_S = 5.0
 """Default bound on a whole retirement, graceful wait included."""
+
+GRACEFUL_SHARE = 0.25
+"""Most of a retirement's deadline the graceful wait may use."""
+
+KILL_SHARE = 0.5
+"""Least of a retirement's deadline kept for the ``SIGKILL`` phase."""
 
 _POLL_S = 0.01
 
@@ -73,6 +92,8 @@ class ProcessTree:
 
     def __init__(self, root: ProcessIdentity, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.root = root
+        self.main = root
+        """The worker's own process: the root, or the root's child under a supervisor."""
         self._popen = popen
         self._known: set[ProcessIdentity] = {root}
         self._lock = threading.Lock()
@@ -89,9 +110,15 @@ class ProcessTree:
         """The recorded outcome of the last retirement, if any."""
         return self._outcome
 
+    def adopt(self, main: ProcessIdentity) -> None:
+        """Record the worker's own process (a child of the root under a supervisor)."""
+        self.main = main
+        with self._lock:
+            self._known.add(main)
+
     def capture(self) -> frozenset[ProcessIdentity]:
-        """Add the root's live descendants and session members; return all known."""
-        found = descendants(self.root) | session_members(self.root)
+        """Add every live process related to a known one (see module doc); return all known."""
+        found = related_members(self.known)
         with self._lock:
             self._known |= found
             return frozenset(self._known)
@@ -119,19 +146,20 @@ class ProcessTree:
         if previous is not None and previous.verified:
             return previous
         started = time.monotonic()
-        end = started + max(deadline_s, 0.0)
+        deadline_s = max(deadline_s, 0.0)
+        end = started + deadline_s
+        kill_from = end - KILL_SHARE * deadline_s
         self.capture()
         escalation = "graceful"
         if graceful_s > 0:
-            self._wait_root(min(started + graceful_s, end))
+            self._wait_root(min(started + graceful_s, started + GRACEFUL_SHARE * deadline_s))
             self.capture()
         if self._wait_all(time.monotonic()):
             return self._record(started, escalation)
         escalation = "terminate"
-        term_end = min(end, time.monotonic() + max(0.2, (end - time.monotonic()) * 0.4))
-        if not self._signal_until(signal.SIGTERM, term_end):
+        if not self._signal_until(signal.SIGTERM, max(kill_from, time.monotonic())):
             escalation = "kill"
-            self._signal_until(signal.SIGKILL, end)
+            self._signal_until(signal.SIGKILL, end, root_last=True)
         return self._record(started, escalation)
 
     def _wait_root(self, until: float) -> None:
@@ -148,20 +176,32 @@ class ProcessTree:
                 return False
             time.sleep(_POLL_S)
 
-    def _signal_until(self, signum: signal.Signals, until: float) -> bool:
-        """Send ``signum`` to every live known process (rescanning) until all gone or ``until``."""
+    def _signal_until(
+        self, signum: signal.Signals, until: float, *, root_last: bool = False
+    ) -> bool:
+        """Send ``signum`` to every live known process (re-capturing) until all gone or ``until``.
+
+        With ``root_last`` the root is signalled only once nothing else of the tree lives
+        (or in the last half of the time left): while it lives, a subreaper root adopts
+        the orphans that the other signals make, and the next capture finds them.
+        """
         signalled: set[ProcessIdentity] = set()
+        root_from = until - 0.5 * max(until - time.monotonic(), 0.0)
         while True:
             self.capture()
             living = []
             for ident in self.known:
                 proc = ident.process()
-                if proc is None:
+                if proc is not None:
+                    living.append((ident, proc))
+            others = [pair for pair in living if pair[0] != self.root]
+            for ident, proc in living:
+                if ident in signalled:
                     continue
-                living.append(ident)
-                if ident not in signalled:
-                    _send(proc, signum)
-                    signalled.add(ident)
+                if root_last and ident == self.root and others and time.monotonic() < root_from:
+                    continue
+                _send(proc, signum)
+                signalled.add(ident)
             self._reap_root()
             if not living:
                 return True

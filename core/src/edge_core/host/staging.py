@@ -2,9 +2,11 @@
 
 A vendor interpreter has none of edge-core installed. Before its worker starts, the
 controller copies ``edge_contracts`` and the route's worker packages into a private
-directory (``mkdtemp``, mode 0700) that goes first on the worker's ``PYTHONPATH``. Only
-source files are copied (no ``__pycache__``); the directory is removed when the worker
-is retired. Worker code may import only ``edge_contracts``, numpy and its own runtime.
+directory (``mkdtemp``, mode 0700, its name tagged with the controller's PID and creation
+time: :mod:`edge_core.host.leftovers`) that goes first on the worker's ``PYTHONPATH``.
+Only source files are copied (no ``__pycache__``); the directory is removed when the
+worker is retired, by the worker's supervisor if the controller dies, else by the next
+edge-core process. Worker code may import only ``edge_contracts``, numpy and its own runtime.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from edge_core.host.errors import RouteRefused
+from edge_core.host.leftovers import tagged_prefix
 
 __all__ = ["STAGED_ALWAYS", "stage_packages"]
 
@@ -44,7 +47,7 @@ def stage_packages(names: tuple[str, ...]) -> Path:
 
     The caller owns the directory and removes it (``shutil.rmtree``) when done.
     """
-    directory = Path(tempfile.mkdtemp(prefix="edge-stage-"))
+    directory = Path(tempfile.mkdtemp(prefix=tagged_prefix("stage")))
     try:
         for name in dict.fromkeys((*STAGED_ALWAYS, *names)):
             _copy(name, directory)

@@ -48,6 +48,9 @@ __all__ = ["CARRY_PREFIX", "Pipeline", "PipelineResult", "Transform", "split_car
 
 PROBE_TIMEOUT_S = 10.0
 
+CLOSE_HEAL_WAIT_S = 2.0
+"""How long ``close()`` waits for a quarantined worker tree that was just killed to go."""
+
 
 class _Stage:
     """Everything the pipeline keeps per stage while opening and serving."""
@@ -135,7 +138,9 @@ def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any
         return "none"
     verified = bool(getattr(outcome, "verified", outcome is None))
     reason = getattr(outcome, "reason", None)
-    return ledger.release(token, verified=verified, reason=reason).value
+    # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
+    tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
+    return ledger.release(token, verified=verified, reason=reason, processes=tree).value
 
 
 class Pipeline:
@@ -307,6 +312,7 @@ class Pipeline:
     def _reload(self, stage: _Stage, generation: int) -> LoadedStage:
         """Restart one stage: reserve again, load under ``generation`` and re-run the gate."""
         stage.context = attrs.evolve(stage.context, generation=generation)
+        self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
         if stage.token is None:
             stage.token = self.ledger.reserve(_owner(stage), stage.demands)
         loaded: LoadedStage | None = None
@@ -465,8 +471,21 @@ class Pipeline:
                            else outcome),
                 "release": stage.release_outcome,
             }
+        self._heal_on_close(summary)
         self.closed = True
         return summary
+
+    def _heal_on_close(self, summary: dict[str, Any]) -> None:
+        """Release every quarantine whose recorded tree is gone (waiting a bounded time)."""
+        if not self.ledger.quarantined():
+            return
+        owners = {_owner(stage): stage for stage in self._stages}
+        for token in self.ledger.heal("close", wait_s=CLOSE_HEAL_WAIT_S):
+            stage = owners.get(token.owner)
+            if stage is not None:
+                stage.release_outcome = "released"
+                summary[stage.context.stage_id]["release"] = "released"
+                summary[stage.context.stage_id]["healed_by"] = "close"
 
     def __enter__(self) -> Pipeline:
         return self

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from edge_contracts.sealed import held_sealed_names
 from edge_contracts.shm import segment_names
 from edge_core.backend import CancelOutcome
 from edge_core.discovery import ENV_ALLOWLIST, check_contract
@@ -343,8 +344,8 @@ def cancel_running_call(subject: Subject) -> str:
             raise CheckFailed(f"cancel: the retired worker still runs: {before}")
         retired_prefixes: set[str] = set()
         track_prefixes(runtime, retired_prefixes)
-        leftover = [name for prefix in sorted(retired_prefixes)
-                    for name in segment_names(prefix)]
+        leftover = [name for prefix in sorted(retired_prefixes)  # named or sealed (memfd)
+                    for name in [*segment_names(prefix), *held_sealed_names(prefix)]]
         if leftover:
             raise CheckFailed(f"cancel: the retired worker's segments remain: {leftover}")
         try:

@@ -1,7 +1,17 @@
-"""Leak checks for tests: child processes, edge shared-memory segments, open descriptors.
+"""Leak checks for tests: what the test's own process made and left behind.
 
+Child processes, edge shared-memory segments, open descriptors and staged directories.
 :func:`snapshot` records what the current process holds; :func:`leaks_since` waits a
 short grace period for things that are being torn down and then lists whatever is new.
+The check is scoped to this process, so it passes while other edge-core programs run on
+the machine: processes are this process's descendants; segments are new ones of a
+prefix this process handed out (:func:`edge_contracts.shm.own_prefixes`) or created by
+this process or a live descendant (the owner in the segment header); files are the
+staged directories in the temporary directory tagged with this process's identity
+(:mod:`edge_core.host.leftovers`); descriptors are this process's. A segment made under
+its own prefix by a child that has already exited is not attributed (its owner is gone:
+the next sweep removes it).
+
 :func:`no_leaks` is a pytest fixture body: use it from a ``conftest.py`` as::
 
     from edge_core.testing.leaks import no_leaks as _no_leaks
@@ -11,13 +21,14 @@ short grace period for things that are being torn down and then lists whatever i
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 
 import attrs
 import psutil
 
-from edge_contracts.shm import segment_names
+from edge_contracts.shm import own_prefixes, segment_names, segment_owner
 
 __all__ = ["LeakReport", "Snapshot", "leaks_since", "no_leaks", "snapshot"]
 
@@ -32,6 +43,7 @@ class Snapshot:
     children: frozenset[tuple[int, float]]
     segments: frozenset[str]
     fds: frozenset[int]
+    files: frozenset[str] = frozenset()
 
 
 @attrs.frozen
@@ -41,9 +53,10 @@ class LeakReport:
     children: tuple[str, ...]
     segments: tuple[str, ...]
     fds: tuple[str, ...]
+    files: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.children or self.segments or self.fds)
+        return bool(self.children or self.segments or self.fds or self.files)
 
     def describe(self) -> str:
         """One line per kind of leak, in the ``field: reason: value`` form."""
@@ -54,6 +67,8 @@ class LeakReport:
             lines.append(f"shm: segments left in /dev/shm: {list(self.segments)}")
         if self.fds:
             lines.append(f"fds: descriptors left open: {list(self.fds)}")
+        if self.files:
+            lines.append(f"files: staged directories left: {list(self.files)}")
         return "\n".join(lines)
 
 
@@ -94,9 +109,37 @@ def _describe_child(pid: int) -> str:
         return str(pid)
 
 
+def _files() -> frozenset[str]:
+    """Staged directories in the temporary directory tagged with this process's identity."""
+    from edge_core.host.leftovers import TEMP_KINDS, owner_tag
+
+    tag = owner_tag()
+    starts = tuple(f"edge-{kind}-{tag}-" for kind in TEMP_KINDS)
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:  # pragma: no cover
+        return frozenset()
+    return frozenset(os.path.join(tempfile.gettempdir(), n) for n in names if n.startswith(starts))
+
+
+def _ours(names: frozenset[str], children: frozenset[tuple[int, float]]) -> frozenset[str]:
+    """The segments among ``names`` that this process or a live descendant made."""
+    prefixes = own_prefixes()
+    pids = {os.getpid()} | {pid for pid, _ in children}
+    mine = set()
+    for name in names:
+        if name.split("_")[1:2] and name.split("_")[1] in prefixes:
+            mine.add(name)
+            continue
+        owner = segment_owner(name)
+        if owner is not None and owner[0] in pids:
+            mine.add(name)
+    return frozenset(mine)
+
+
 def snapshot() -> Snapshot:
-    """Record the current children, edge segments and open descriptors."""
-    return Snapshot(_children(), frozenset(segment_names()), _fds())
+    """Record the current children, edge segments, open descriptors and staged directories."""
+    return Snapshot(_children(), frozenset(segment_names()), _fds(), _files())
 
 
 def leaks_since(before: Snapshot, grace_s: float = DEFAULT_GRACE_S) -> LeakReport:
@@ -105,20 +148,25 @@ def leaks_since(before: Snapshot, grace_s: float = DEFAULT_GRACE_S) -> LeakRepor
     while True:
         now = snapshot()
         children = now.children - before.children
-        segments = now.segments - before.segments
+        segments = _ours(now.segments - before.segments, now.children)
         fds = now.fds - before.fds
-        if not (children or segments or fds) or time.monotonic() >= deadline:
+        files = now.files - before.files
+        if not (children or segments or fds or files) or time.monotonic() >= deadline:
             break
         time.sleep(0.02)
     return LeakReport(
         children=tuple(_describe_child(pid) for pid, _ in sorted(children)),
         segments=tuple(sorted(segments)),
         fds=tuple(_describe_fd(fd) for fd in sorted(fds)),
+        files=tuple(sorted(files)),
     )
 
 
 def no_leaks() -> Iterator[None]:
-    """Pytest fixture body: fail the test if it leaves a process, segment or descriptor."""
+    """Pytest fixture body: fail the test if it leaves something of its own behind.
+
+    A process, a segment, a descriptor or a staged directory (see the module doc).
+    """
     before = snapshot()
     yield
     report = leaks_since(before)

@@ -6,6 +6,7 @@ standard library, edge_contracts and numpy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -134,7 +135,8 @@ class Stream(BaseHandler):
 
 
 class Stubborn(Echo):
-    """Ignores SIGTERM; starts a grandchild that ignores it too and forks a great-grandchild."""
+    """Ignores SIGTERM and hangs on shutdown; starts a grandchild that ignores SIGTERM too
+    and forks a great-grandchild."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -150,6 +152,9 @@ class Stubborn(Echo):
 
     def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         return {"grandchild": self.child.pid}
+
+    def close(self) -> None:
+        time.sleep(120)  # never leaves by itself: only SIGKILL ends this tree
 
 
 class SessionChild(Echo):
@@ -259,3 +264,87 @@ def stubborn() -> BaseHandler:
 
 def garbage() -> BaseHandler:
     return Garbage()
+
+
+ESCAPE = (
+    "import os, signal, sys, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "        print(os.getpid(), flush=True)\n"
+    "        while True:\n"
+    "            time.sleep(1)\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+)
+"""A child that double-forks: its grandchild leaves the session, ignores SIGTERM, stays."""
+
+
+class Escaper(Echo):
+    """``load`` starts a process that escapes the worker's session (double fork + setsid).
+
+    The intermediate processes exit at once, so the escaped process is an orphan in a
+    session of its own; ``load`` returns its PID. With ``ignore_term`` the worker itself
+    ignores SIGTERM too and hangs in ``close`` (it never leaves by itself).
+    """
+
+    stuck = False
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        if config.get("ignore_term"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.stuck = True
+        child = subprocess.Popen([sys.executable, "-c", ESCAPE], stdout=subprocess.PIPE)
+        assert child.stdout is not None
+        escaped = int(child.stdout.readline())
+        child.stdout.close()
+        child.wait()
+        return {"escaped": escaped}
+
+    def close(self) -> None:
+        while self.stuck:
+            time.sleep(1)
+
+
+def escaper() -> BaseHandler:
+    return Escaper()
+
+
+class Shrinker(BaseHandler):
+    """Computes into an output buffer, then (``shrink``) tries to shrink that segment.
+
+    Hostile on purpose: the controller may still have the segment mapped from an earlier
+    request (segments are pooled and reused), and reading a mapped page of a shrunk file
+    kills the reader with SIGBUS. A sealed segment refuses the shrink (EPERM), which this
+    handler reports as its error.
+    """
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        import numpy as np
+
+        out = call.output_buffer((1 << 20,), np.uint8)
+        out[:] = 7
+        if call.params.get("shrink"):
+            _, lease = call._allocated[id(out)]
+            fd = _segment_fd(lease.segment)
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)
+        return {"y": out}
+
+
+def _segment_fd(name: str) -> int:
+    """A read-write descriptor of this process's segment ``name`` (named or memfd)."""
+    if os.path.exists(f"/dev/shm/{name}"):
+        return os.open(f"/dev/shm/{name}", os.O_RDWR)
+    for entry in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{entry}").startswith(f"/memfd:{name}"):
+                return os.open(f"/proc/self/fd/{entry}", os.O_RDWR)
+    raise FileNotFoundError(name)
+
+
+def shrinker() -> BaseHandler:
+    return Shrinker()

@@ -1,0 +1,270 @@
+"""The per-worker supervisor: a small process that anchors a worker's whole tree.
+
+On POSIX every worker is started through a supervisor, run by the controller's own
+interpreter as a script (``python -I -S supervisor.py ...``: standard library only, no
+site-packages, nothing of edge-core imported). It is the session leader the controller
+starts; it
+
+1. makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux): every
+   process of the worker's tree that is orphaned — even one that called ``setsid()`` and
+   left the session — is re-parented to the supervisor instead of to init, so it stays a
+   descendant of the process the controller started and is found by the next capture;
+2. starts the worker (``posix_spawnp``; the worker inherits the socket and the
+   environment) and closes its own copy of the socket, so the channel ends when the
+   worker does;
+3. reaps every child it adopts, and waits for one of three things:
+
+   * the worker exits: every remaining process of the tree is killed (``SIGKILL``) and
+     reaped, then the supervisor exits *with the worker's status* (it kills itself with
+     the same signal when the worker died of one), so the controller's watchdog reports
+     the worker's own death;
+   * ``SIGTERM`` (retirement): forwarded to every process of the tree; the supervisor
+     stays to adopt and reap until the worker has exited;
+   * the controller dies (a ``pidfd`` of the parent becomes readable; polled every
+     0.2 s where ``pidfd_open`` is missing): the tree gets ``SIGTERM``, after
+     :data:`ORPHAN_GRACE_S` ``SIGKILL``; then the supervisor removes what the dead
+     controller left for this worker — the shared-memory segments of the prefixes it was
+     given (the controller's and the worker's) and the staged package directory — and
+     exits. Nothing of a worker outlives its controller by more than a few seconds.
+
+Limits: without ``prctl`` (not Linux) orphans that leave the session are found only if
+a capture saw them before they were orphaned; ``SIGKILL`` of the supervisor itself
+re-parents the tree to init (the controller's retirement still kills every process it
+has captured, and signals the supervisor last). See docs/host.md.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_PATH", "main", "supervisor_argv"]
+
+ORPHAN_GRACE_S = 1.0
+"""After the controller died: how long the tree has between ``SIGTERM`` and ``SIGKILL``."""
+
+SUPERVISOR_PATH = os.path.abspath(__file__)
+"""This file: the script the controller runs as the supervisor."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_S = 0.2
+_SHM_DIR = "/dev/shm"  # noqa: S108 - where Linux exposes POSIX shared memory
+
+
+def supervisor_argv(
+    worker_argv: list[str], *, controller: int, prefixes: list[str], remove: list[str]
+) -> list[str]:
+    """The command line that runs ``worker_argv`` under a supervisor (controller side).
+
+    ``controller`` is the controller's PID; ``prefixes`` the shared-memory prefixes and
+    ``remove`` the directories the supervisor cleans up if the controller dies.
+    """
+    args = [sys.executable, "-I", "-S", SUPERVISOR_PATH, str(controller)]
+    for prefix in prefixes:
+        args += ["--prefix", prefix]
+    for path in remove:
+        args += ["--remove", path]
+    return [*args, "--", *worker_argv]
+
+
+class _Quiet:
+    """``contextlib.suppress`` without importing contextlib (start-up time)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, value: object, tb: object) -> bool:
+        return isinstance(value, self.kinds)
+
+
+def _subreaper() -> bool:
+    """Make this process a child subreaper; False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _descendants() -> list[int]:
+    """PIDs of every live descendant of this process (``/proc``, else none known)."""
+    found: list[int] = []
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+                    children = [int(child) for child in handle.read().split()]
+            except OSError:
+                continue
+            found += children
+            pending += children
+    return found
+
+
+def _close_inherited() -> None:
+    """Close every inheritable descriptor above stderr (what the controller passed on)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 256))
+    for fd in fds:
+        if fd > 2:
+            with _Quiet(OSError):
+                if os.get_inheritable(fd):
+                    os.close(fd)
+
+
+def _signal_tree(signum: int) -> None:
+    for pid in _descendants():
+        with _Quiet(OSError):
+            os.kill(pid, signum)
+
+
+class _Supervisor:
+    def __init__(self, controller: int, prefixes: list[str], remove: list[str]) -> None:
+        self.controller = controller
+        self.prefixes = prefixes
+        self.remove = remove
+        self.worker = 0
+        self.status: int | None = None
+        self.terminating = False
+        self.parent_fd: int | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.terminating = True
+        with _Quiet(OSError):
+            os.write(self.wake_w, b"t")
+
+    def _on_child(self, signum: int, frame: object) -> None:
+        with _Quiet(OSError):
+            os.write(self.wake_w, b"c")
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.worker:
+                self.status = status
+
+    def _controller_gone(self) -> bool:
+        if self.parent_fd is not None:
+            return bool(select.select([self.parent_fd], [], [], 0)[0])
+        return os.getppid() != self.controller
+
+    def _drain_tree(self, until: float) -> None:
+        """Kill (``SIGKILL``) and reap every remaining descendant, bounded by ``until``."""
+        while True:
+            self._reap()
+            left = _descendants()
+            if not left or time.monotonic() >= until:
+                return
+            for pid in left:
+                with _Quiet(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+    def _clean_after_controller(self) -> None:
+        for prefix in self.prefixes:
+            start = f"edge_{prefix}_"
+            with _Quiet(OSError):
+                for name in os.listdir(_SHM_DIR):
+                    if name.startswith(start):
+                        with _Quiet(OSError):
+                            os.unlink(os.path.join(_SHM_DIR, name))
+        if self.remove:
+            import shutil  # only on this path: it costs start-up time
+
+            for path in self.remove:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def run(self, argv: list[str]) -> int:
+        _subreaper()
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGCHLD, self._on_child)
+        with _Quiet(AttributeError, OSError):
+            if os.getppid() == self.controller:
+                self.parent_fd = os.pidfd_open(self.controller)
+        env = dict(os.environ)
+        self.worker = os.posix_spawnp(argv[0], argv, env)
+        _close_inherited()  # the worker's end of the channel is the worker's alone
+        watched = [self.wake_r] + ([self.parent_fd] if self.parent_fd is not None else [])
+        forwarded = False
+        while True:
+            self._reap()
+            if self.status is not None:
+                self._drain_tree(time.monotonic() + 5.0)
+                if self._controller_gone():  # the worker left because its channel ended
+                    self._clean_after_controller()
+                return self._exit_like_worker()
+            if self.terminating and not forwarded:
+                _signal_tree(signal.SIGTERM)
+                forwarded = True
+            if self._controller_gone():
+                _signal_tree(signal.SIGTERM)
+                end = time.monotonic() + ORPHAN_GRACE_S
+                while time.monotonic() < end and _descendants():
+                    self._reap()
+                    time.sleep(0.01)
+                self._drain_tree(time.monotonic() + 5.0)
+                self._clean_after_controller()
+                return 0
+            readable = select.select(watched, [], [], _POLL_S)[0]
+            if self.wake_r in readable:
+                with _Quiet(OSError):
+                    os.read(self.wake_r, 4096)
+
+    def _exit_like_worker(self) -> int:
+        assert self.status is not None
+        if os.WIFSIGNALED(self.status):
+            signum = os.WTERMSIG(self.status)
+            with _Quiet(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(signum, signal.SIG_DFL)
+            with _Quiet(OSError):
+                os.kill(os.getpid(), signum)
+                time.sleep(0.1)  # a signal whose default is not to terminate: fall through
+            return 128 + signum
+        return os.waitstatus_to_exitcode(self.status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry: ``supervisor.py CONTROLLER_PID [--prefix P]... [--remove DIR]... -- ARGV``."""
+    args = sys.argv[1:] if argv is None else argv
+    if "--" not in args or not args or not args[0].isdigit():
+        print("usage: supervisor.py CONTROLLER_PID [--prefix P]... [--remove DIR]... -- ARGV",
+              file=sys.stderr)
+        return 2
+    split = args.index("--")
+    options, worker = args[1:split], args[split + 1 :]
+    prefixes: list[str] = []
+    remove: list[str] = []
+    for flag, value in zip(options[::2], options[1::2], strict=False):
+        (prefixes if flag == "--prefix" else remove).append(value)
+    if not worker:
+        return 2
+    return _Supervisor(int(args[0]), prefixes, remove).run(worker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -351,7 +351,7 @@ class _Server:
             self.boot.generation,
             tensors=packed.specs if packed else (),
             meta=meta,
-            required_features=_SHM if packed and packed.uses_shm else frozenset(),
+            required_features=packed.features if packed else frozenset(),
         )
         sent = self.send(header, packed.payloads if packed else None)
         if not sent and packed is not None:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from edge_contracts.dtypes import DType
-from edge_contracts.headers import tensor_features
 from edge_contracts.errors import DescriptorInvalid, InvalidValue
+from edge_contracts.headers import tensor_features
 from edge_contracts.tensors import (
     array_from_buffer,
     arrays_from_frame,

@@ -25,7 +25,6 @@ import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from edge_contracts.errors import (
     FrameTruncated,
@@ -50,8 +49,8 @@ from edge_contracts.protocol import PROTOCOL_VERSION
 
 __all__ = [
     "MAGIC",
-    "PREFIX",
     "PAYLOAD_STEP",
+    "PREFIX",
     "PREFIX_SIZE",
     "Buffer",
     "Frame",
@@ -277,7 +276,8 @@ def receive_payload(
                         "payload", got, f"stream ended after {got} of {length} bytes"
                     )
                 if not 0 < count <= size - got:
-                    raise WireError("payload", count, f"recv_into must return 0..{size - got} bytes")
+                    wanted = size - got
+                    raise WireError("payload", count, f"recv_into must return 0..{wanted} bytes")
                 got += count
         if got == length:
             return payload

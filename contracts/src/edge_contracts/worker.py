@@ -2,9 +2,9 @@
 
 Standard library only; numpy is imported the first time a frame carries tensors or a
 handler emits outputs. Started by the controller as ``python -c "...; main()" FD`` (the
-same as ``python -m edge_contracts.worker FD``, minus runpy) with the boot configuration
-in :data:`~edge_contracts.worker_protocol.BOOT_ENV`; FD is the worker's end of a private
-socketpair.
+same as ``python -m edge_contracts.worker FD``, minus runpy); FD is the worker's end of
+a private socketpair, whose first frame is the controller's ``boot`` frame carrying the
+boot configuration (:func:`~edge_contracts.worker_protocol.boot_frame`).
 
 Handler protocol
 ----------------
@@ -50,7 +50,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.errors import StreamClosed, WireError
+from edge_contracts.errors import (
+    ContractError,
+    HeaderMalformed,
+    StreamClosed,
+    WireError,
+)
 from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
@@ -59,13 +64,13 @@ from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_protocol import (
-    BOOT_ENV,
     CONTROL_OPS,
     DATA_OPS,
     OP_ACK,
+    OP_BOOT,
     OP_CANCEL,
     OP_EVENT,
     OP_HELLO,
@@ -75,6 +80,7 @@ from edge_contracts.worker_protocol import (
     OP_SHUTDOWN,
     BootConfig,
     hello_meta,
+    parse_ack,
 )
 
 if TYPE_CHECKING:
@@ -223,7 +229,10 @@ class _Server:
         self.sock = sock
         self.boot = boot
         self.handler = handler
-        supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
+        # Only what both ends support: a frame requiring anything else is refused.
+        supported = (KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM) & frozenset(
+            boot.features
+        )
         self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
         self.sealed = self.use_shm and uses_sealed(boot)
         self.limits = Limits(
@@ -385,14 +394,10 @@ class _Server:
         elif op == OP_CANCEL:
             self._cancel(header)
         elif op == OP_ACK:
-            gone = header.meta.get("gone")
-            if gone and self._consumer is not None:
-                self._consumer.forget([str(name) for name in gone])
-            if self._producer is not None:
-                for segment, generation in header.meta.get("segments", ()):
-                    self._producer.release(str(segment), int(generation))
-                for segment, generation in header.meta.get("unlink", ()):
-                    self._producer.release(str(segment), int(generation), unlink=True)
+            try:
+                self._ack(header.meta)
+            except ContractError as exc:  # a malformed ack frees nothing; the worker stays
+                print(f"edge worker: channel: refused ack: {exc}", file=sys.stderr)
         elif op == OP_PING:
             self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
         elif op == OP_SHUTDOWN:
@@ -400,6 +405,17 @@ class _Server:
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
         return True
+
+    def _ack(self, meta: Mapping[str, Any]) -> None:
+        """Apply an ``ack``: checked whole before anything is released."""
+        gone, released, unlinked = parse_ack(meta)
+        if gone and self._consumer is not None:
+            self._consumer.forget(gone)
+        if self._producer is not None:
+            for segment, generation in released:
+                self._producer.release(segment, generation)
+            for segment, generation in unlinked:
+                self._producer.release(segment, generation, unlink=True)
 
     def _cancel(self, header: FrameHeader) -> None:
         target = header.meta.get("target")
@@ -577,13 +593,14 @@ def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry of ``python -m edge_contracts.worker FD``; returns the exit status."""
+    """Entry of ``python -m edge_contracts.worker FD``; returns the exit status.
+
+    The first frame on the channel FD must be the controller's ``boot`` frame.
+    """
     args = sys.argv[1:] if argv is None else argv
-    raw = os.environ.pop(BOOT_ENV, None)
-    if len(args) != 1 or not args[0].isdigit() or raw is None:
-        print(f"usage: python -m edge_contracts.worker FD (with {BOOT_ENV} set)", file=sys.stderr)
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m edge_contracts.worker FD", file=sys.stderr)
         return 2
-    boot = BootConfig.from_json(raw)
     try:  # the C socket type: the ``socket`` module adds ~3 ms of imports to start-up
         from _socket import socket as socket_type
     except ImportError:  # pragma: no cover - an interpreter without CPython's _socket
@@ -593,7 +610,21 @@ def main(argv: list[str] | None = None) -> int:
     if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
         os.set_inheritable(boot.shm_fds, False)
     sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
+    try:
+        boot = _read_boot(sock)
+    except (ContractError, OSError) as exc:
+        print(f"edge worker: boot: {exc}", file=sys.stderr)
+        sock.close()
+        return 2
     return serve(sock, boot)
+
+
+def _read_boot(sock: socket.socket) -> BootConfig:
+    """Read the controller's ``boot`` frame (no tensors, no features) and check it."""
+    frame = read_frame(sock.recv_into, Limits(max_io_bytes=0, supported_features=frozenset()))
+    if frame.header.op != OP_BOOT:
+        raise HeaderMalformed("boot.op", frame.header.op, f"first frame must be {OP_BOOT!r}")
+    return BootConfig.from_dict(thaw_json(frame.header.meta))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

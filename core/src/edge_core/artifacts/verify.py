@@ -3,9 +3,9 @@
 In order, cheapest refusals first:
 
 1. the manifest: a regular file (not a symlink) at the bundle root, at most
-   ``MAX_MANIFEST_BYTES``, JSON without duplicate keys, schema version 1, member paths relative and clean
-   (no ``..``, absolute, backslash, colon), graph / example inputs / expected outputs
-   among the members, not listing itself;
+   ``MAX_MANIFEST_BYTES``, JSON without duplicate keys, schema version 1, member paths
+   relative and clean (no ``..``, absolute, backslash, colon), graph / example inputs /
+   expected outputs among the members, not listing itself;
 2. every member resolved on disk (all symlinks, parent directories included) inside
    the bundle, present and a regular file — before a single byte is hashed;
 3. every member read once through a checked descriptor, hashed, compared with the

@@ -83,6 +83,8 @@ PAYLOAD_STEP = 256 * 1024
 """Most bytes a reader allocates for a payload ahead of the bytes that have arrived
 (beyond an eighth of what has arrived, see :func:`receive_payload`)."""
 
+_ZEROS = memoryview(bytes(PAYLOAD_STEP))  # calloc'd: zero pages, nothing resident
+
 Buffer = bytes | bytearray | memoryview
 """A bytes-like object accepted as a payload part."""
 
@@ -250,12 +252,12 @@ def receive_payload(
 ) -> bytearray:
     """Return a payload of ``length`` bytes: ``head`` (already received), then reads.
 
-    The buffer grows with what arrives instead of being allocated whole up front: it is
-    never larger than the bytes received plus one step of ``max(PAYLOAD_STEP, 1/8 of
-    what has arrived)``, so a peer that declares a large payload (within the limits) and
-    sends nothing makes the reader allocate at most ``PAYLOAD_STEP`` bytes. Growth by
-    at least an eighth keeps CPython's ``bytearray`` from over-allocating and makes the
-    number of resizes logarithmic once the payload is large.
+    The buffer grows with what arrives instead of being allocated whole up front, by
+    :data:`PAYLOAD_STEP` at a time (CPython over-allocates a growing ``bytearray`` by an
+    eighth, so resizes stay few): it never holds more than the bytes received plus
+    ``max(PAYLOAD_STEP, 1/8 of them)`` and a little. A peer that declares a large
+    payload (within the limits) and sends nothing makes the reader allocate at most
+    ``PAYLOAD_STEP`` bytes.
 
     Raises:
         FrameTruncated: the stream ended first.
@@ -263,11 +265,11 @@ def receive_payload(
 
     """
     got = len(head)
-    size = min(length, got + PAYLOAD_STEP)
-    payload = bytearray(size)
+    payload = bytearray(min(length, got + PAYLOAD_STEP))
     if got:
         payload[:got] = head
     while True:
+        size = len(payload)
         with memoryview(payload) as view:
             while got < size:
                 count = recv_into(view[got:size])
@@ -281,9 +283,7 @@ def receive_payload(
                 got += count
         if got == length:
             return payload
-        step = min(length - got, max(PAYLOAD_STEP, got >> 3))
-        payload += bytes(step)
-        size += step
+        payload += _ZEROS[: min(length - got, PAYLOAD_STEP)]
 
 
 def decode_frame(data: bytes | bytearray | memoryview, limits: Limits) -> Frame:

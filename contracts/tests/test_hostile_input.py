@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tracemalloc
 from collections.abc import Callable
@@ -70,10 +71,8 @@ def _peak(call: Callable[[], object]) -> int:
     try:
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
-        try:
+        with contextlib.suppress(_Stalled):
             call()
-        except _Stalled:
-            pass
         return tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
@@ -155,7 +154,7 @@ def test_manifests_and_boot_configurations_refuse_duplicate_keys() -> None:
     with pytest.raises(InvalidValue, match="duplicate key 'component'"):
         ArtifactManifest.from_json(doubled)
     nested = text.replace('"m.onnx": "0', '"m.onnx": "1' + "1" * 63 + '", "m.onnx": "0')
-    with pytest.raises(InvalidValue, match="duplicate key 'm.onnx'"):
+    with pytest.raises(InvalidValue, match=r"duplicate key 'm\.onnx'"):
         ArtifactManifest.from_json(nested)
     with pytest.raises(ValueError, match="duplicate key"):
         strict_loads(b'{"a": {"b": 1, "b": 2}}')

@@ -147,6 +147,10 @@ class RouteConfig:
         for name, value in self.env.items():
             if not isinstance(value, str):
                 raise ConfigError(f"env.{name}", "expected a string", value)
+            if not name.isidentifier() or not name.isascii():
+                raise ConfigError(f"env.{name}", "must be a variable name", name)
+            if name == "PYTHONPATH":
+                raise ConfigError(f"env.{name}", "is built from python_path", name)
         for index, module in enumerate(self.stage):
             try:
                 check_top_module(module)

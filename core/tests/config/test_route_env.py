@@ -48,5 +48,5 @@ def test_route_env_reaches_the_host_route_and_the_plan_keeps_only_names(tmp_path
 def test_route_env_refuses_non_strings_pythonpath_and_bad_names(
     tmp_path: Path, extra: str
 ) -> None:
-    with pytest.raises(ConfigError, match=r"route\.env\."):
+    with pytest.raises(ConfigError, match=r"route\.env"):
         _load(tmp_path, extra)

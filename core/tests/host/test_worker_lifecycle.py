@@ -234,3 +234,11 @@ def test_a_malformed_ack_never_kills_the_worker(start, meta):
     result = client.submit(request("after-ack"), {"x": x}).result(timeout=20)
     np.testing.assert_array_equal(result["x"], x)
     assert client.health().state == "ready"
+
+
+def test_an_output_beyond_the_channels_max_io_bytes_is_refused_before_its_payload(start):
+    client = start(max_io_bytes=64 * 1024, shm_threshold=1 << 30)  # inline, over the cap
+    call = client.submit(request("big", alloc=1 << 20))
+    with pytest.raises(ProtocolViolation, match=r"max_io_bytes 65536"):
+        call.result(timeout=20)
+    assert client.health().state == "lost"

@@ -14,6 +14,7 @@ from edge_contracts.dtypes import DType
 from edge_contracts.errors import (
     DescriptorInvalid,
     FrameTruncated,
+    HeaderMalformed,
     InvalidValue,
     UnknownRequiredFeature,
 )
@@ -34,7 +35,7 @@ from edge_contracts.wire import (
     encode_header,
     read_frame,
 )
-from edge_contracts.worker_protocol import BootConfig, parse_ack
+from edge_contracts.worker_protocol import BootConfig, boot_frame, parse_ack, read_boot
 
 MiB = 1 << 20
 LIMITS = Limits(max_io_bytes=1 << 30)
@@ -176,3 +177,15 @@ def test_well_formed_acks_parse() -> None:
         ["c"], [("a", 1)], [("b", 2)]
     )
     assert parse_ack({}) == ([], [], [])
+
+
+def test_the_worker_reads_only_a_well_formed_boot_frame_first() -> None:
+    boot = BootConfig("t" * 64, "m:f", 1, "p", "q", 1, 2, 3, 4, features=("cancel",))
+    good = b"".join(bytes(p) for p in encode_frame(boot_frame(boot), []))
+    assert read_boot(_stream(good)) == boot
+    hello = b"".join(bytes(p) for p in encode_frame(FrameHeader("hello", "", "", 0, 1), []))
+    with pytest.raises(HeaderMalformed, match=r"^boot\.op"):
+        read_boot(_stream(hello))
+    wrong = FrameHeader("boot", "", "", 0, 1, meta=boot.to_dict() | {"generation": "1"})
+    with pytest.raises(InvalidValue, match=r"^boot\.generation"):
+        read_boot(_stream(b"".join(bytes(p) for p in encode_frame(wrong, []))))

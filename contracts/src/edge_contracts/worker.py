@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 
 from edge_contracts.errors import (
     ContractError,
-    HeaderMalformed,
     StreamClosed,
     WireError,
 )
@@ -64,13 +63,12 @@ from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_protocol import (
     CONTROL_OPS,
     DATA_OPS,
     OP_ACK,
-    OP_BOOT,
     OP_CANCEL,
     OP_EVENT,
     OP_HELLO,
@@ -81,6 +79,7 @@ from edge_contracts.worker_protocol import (
     BootConfig,
     hello_meta,
     parse_ack,
+    read_boot,
 )
 
 if TYPE_CHECKING:
@@ -611,20 +610,12 @@ def main(argv: list[str] | None = None) -> int:
         os.set_inheritable(boot.shm_fds, False)
     sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     try:
-        boot = _read_boot(sock)
+        boot = read_boot(sock.recv_into)
     except (ContractError, OSError) as exc:
         print(f"edge worker: boot: {exc}", file=sys.stderr)
         sock.close()
         return 2
     return serve(sock, boot)
-
-
-def _read_boot(sock: socket.socket) -> BootConfig:
-    """Read the controller's ``boot`` frame (no tensors, no features) and check it."""
-    frame = read_frame(sock.recv_into, Limits(max_io_bytes=0, supported_features=frozenset()))
-    if frame.header.op != OP_BOOT:
-        raise HeaderMalformed("boot.op", frame.header.op, f"first frame must be {OP_BOOT!r}")
-    return BootConfig.from_dict(thaw_json(frame.header.meta))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -38,12 +38,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edge_contracts.errors import InvalidValue
-from edge_contracts.headers import FrameHeader
+from edge_contracts.errors import HeaderMalformed, InvalidValue
+from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import strict_loads
 from edge_contracts.validation import check_keys
 
@@ -67,6 +67,7 @@ __all__ = [
     "hello_meta",
     "parse_ack",
     "process_create_time",
+    "read_boot",
 ]
 
 OP_BOOT = "boot"
@@ -169,6 +170,23 @@ class BootConfig:
         except (ValueError, RecursionError) as exc:
             raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
         return cls.from_dict(data)
+
+
+def read_boot(recv_into: Callable[[memoryview], int]) -> BootConfig:
+    """Read the controller's ``boot`` frame (no tensors, no features) and check it.
+
+    Raises:
+        ContractError: a frame that is not a well-formed ``boot`` (``WireError``,
+            ``HeaderMalformed`` naming ``boot.op``, ``InvalidValue`` naming ``boot.*``).
+
+    """
+    from edge_contracts.jsonvalues import thaw_json
+    from edge_contracts.wire import read_frame
+
+    frame = read_frame(recv_into, Limits(max_io_bytes=0, supported_features=frozenset()))
+    if frame.header.op != OP_BOOT:
+        raise HeaderMalformed("boot.op", frame.header.op, f"first frame must be {OP_BOOT!r}")
+    return BootConfig.from_dict(thaw_json(frame.header.meta))  # type: ignore[arg-type]
 
 
 def boot_frame(boot: BootConfig) -> FrameHeader:

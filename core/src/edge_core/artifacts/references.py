@@ -4,10 +4,10 @@ Checked here, on a directory whose members have already been hashed (the staged 
 or the bundle itself):
 
 - ``metadata.validation.expected_outputs``, when present, is a member path;
-- every member that is, or whose bytes parse as, an ONNX model (the graph, any name
-  ending in ``.onnx`` in any case, and any other file that parses as a model with a
-  graph) has its external-data locations among the members, without ``..`` or any
-  other unsafe form, and the ``offset``/``length`` they name fit inside the file;
+- every member that is, or whose bytes parse as, an ONNX model (any name ending in
+  ``.onnx`` in any case, and any other file that parses as a model with a graph) has
+  its external-data locations among the members, without ``..`` or any other unsafe
+  form, and the ``offset``/``length`` they name fit inside the file;
 - the example inputs and expected outputs are ``.npz`` archives within the bounds of
   :mod:`edge_contracts.npz_limits` whose arrays all load with ``allow_pickle=False``.
 
@@ -147,11 +147,11 @@ def check_references(
     """Check what the members at ``directory`` refer to; ``sizes`` maps member -> bytes."""
     expected = expected_outputs_path(manifest)
     external: dict[str, tuple[str, ...]] = {}
-    graph = manifest.metadata.graph
     for member in sorted(manifest.files):
-        # The graph and any *.onnx (any case) must parse; every other member is scanned
-        # too, and checked when its bytes parse as a model, whatever its name.
-        named = member == graph or member.casefold().endswith(ONNX_SUFFIX)
+        # A *.onnx (any case) must parse; every other member (the graph of a backend
+        # that is not ONNX, weights, data) is scanned too, and checked as a model when its
+        # bytes parse as one, whatever its name.
+        named = member.casefold().endswith(ONNX_SUFFIX)
         field = member_field(member)
         refs = external_refs(directory.joinpath(*member.split("/")), field,
                              any_file=not named)

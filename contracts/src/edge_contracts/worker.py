@@ -606,8 +606,6 @@ def main(argv: list[str] | None = None) -> int:
         from socket import socket as socket_type  # type: ignore[assignment]
     fd = int(args[0])
     os.set_inheritable(fd, False)
-    if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
-        os.set_inheritable(boot.shm_fds, False)
     sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     try:
         boot = read_boot(sock.recv_into)
@@ -615,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edge worker: boot: {exc}", file=sys.stderr)
         sock.close()
         return 2
+    if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
+        os.set_inheritable(boot.shm_fds, False)
     return serve(sock, boot)
 
 

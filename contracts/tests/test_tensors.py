@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid, InvalidValue
+from edge_contracts.headers import tensor_features
 from edge_contracts.tensors import (
     array_from_buffer,
     arrays_from_frame,
@@ -34,7 +35,7 @@ NUMPY_TYPES = ["|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<
 
 def round_trip(arrays: dict[str, np.ndarray], dtypes: dict[str, DType] | None = None) -> Frame:
     specs, payloads = arrays_to_wire(arrays, dtypes)
-    header = FrameHeader("call", "r1", "s1", 0, 0, specs)
+    header = FrameHeader("call", "r1", "s1", 0, 0, specs, required_features=tensor_features(specs))
     data = b"".join(bytes(part) for part in encode_frame(header, payloads))
     return decode_frame(data, LIMITS)
 
@@ -119,7 +120,7 @@ def test_bfloat16_decodes_to_raw_bits_without_ml_dtypes() -> None:
         "from edge_contracts.wire import FrameHeader, Limits, decode_frame, encode_frame\n"
         "bits = np.array([0x3FC0, 0xC000], dtype=np.uint16)\n"
         "specs, payloads = arrays_to_wire({'w': bits}, {'w': DType.BFLOAT16})\n"
-        "header = FrameHeader('call', 'r', 's', 0, 0, specs)\n"
+        "header = FrameHeader('call', 'r', 's', 0, 0, specs, required_features={'bfloat16'})\n"
         "data = b''.join(bytes(p) for p in encode_frame(header, payloads))\n"
         "out = arrays_from_frame(decode_frame(data, Limits(max_io_bytes=64)))['w']\n"
         "print(out.dtype.str, out.tolist())\n"

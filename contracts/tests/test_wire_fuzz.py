@@ -53,6 +53,8 @@ def valid_frames(draw: st.DrawFn) -> tuple[FrameHeader, list[bytes]]:
     features: set[str] = set()
     for index in range(draw(st.integers(min_value=0, max_value=4))):
         dtype = draw(st.sampled_from(list(DType)))
+        if dtype is DType.BFLOAT16:
+            features.add("bfloat16")
         shape = tuple(draw(st.lists(st.integers(min_value=0, max_value=4), max_size=3)))
         nbytes = math.prod(shape) * dtype.itemsize
         if draw(st.booleans()) and index % 2:

@@ -59,7 +59,8 @@ class BufferDescriptor:
         nbytes: exactly ``prod(shape) * dtype.itemsize``.
         domain: memory domain (only ``host``).
         layout: element layout (only ``C``).
-        ready: whether the bytes are complete and may be read.
+        ready: whether the bytes are complete and may be read. Requests and events
+            accept only ready buffers (nothing waits for one to become ready).
 
     """
 

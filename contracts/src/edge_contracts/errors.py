@@ -10,6 +10,7 @@ branch under :class:`WireError` so that a frame reader can refuse a peer with on
 from __future__ import annotations
 
 __all__ = [
+    "ArchiveRefused",
     "ContractError",
     "DescriptorInvalid",
     "FeatureRefused",
@@ -97,3 +98,7 @@ class PayloadTooLarge(WireError):
 
 class PayloadMismatch(WireError):
     """The declared payload length differs from the bytes the header's tensors need."""
+
+
+class ArchiveRefused(InvalidValue):
+    """An ``.npz`` archive exceeds a documented bound (see :mod:`edge_contracts.npz_limits`)."""

@@ -6,7 +6,9 @@ reads such as the hello. A channel that reads frame after frame pays three syste
 per frame that way. :class:`FrameReader` keeps a receive buffer instead: one
 ``recv_into`` usually brings a whole small frame (and perhaps the start of the next),
 and the parts are taken from the buffer. A payload larger than what is buffered gets its
-own buffer, filled by reads straight into it, so a large tensor is not copied twice.
+own buffer, filled by reads straight into it, so a large tensor is not copied twice; that
+buffer grows as the bytes arrive (:func:`~edge_contracts.wire.receive_payload`), so a
+declared length never becomes an allocation before the peer has sent the bytes.
 
 The checks are those of ``read_frame``, in the same order: the prefix and header are
 checked before the payload buffer is allocated.
@@ -22,7 +24,7 @@ from collections.abc import Callable
 
 from edge_contracts.errors import FrameTruncated, StreamClosed, WireError
 from edge_contracts.headers import Limits
-from edge_contracts.wire import PREFIX_SIZE, Frame, decode_prefix, parse_header
+from edge_contracts.wire import PREFIX_SIZE, Frame, decode_prefix, parse_header, receive_payload
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader"]
 
@@ -90,10 +92,13 @@ class FrameReader:
             raw = bytearray(header_len)
             self._take_into(memoryview(raw), "header")
         header = parse_header(raw, self._limits, payload_len=payload_len)
-        payload = bytearray(payload_len)
-        if payload_len:
-            self._take_into(memoryview(payload), "payload")
-        return Frame(header, payload)
+        start = self._start
+        buffered = min(payload_len, self._end - start)
+        head = self._view[start : start + buffered]
+        self._start = start + buffered
+        if self._start == self._end:
+            self._start = self._end = 0
+        return Frame(header, receive_payload(self._recv_into, payload_len, head))
 
     def _have(self, wanted: int, part: str) -> None:
         """Make ``wanted`` (<= buffer size) bytes available at the buffer's start index."""

@@ -27,6 +27,7 @@ from edge_contracts.errors import (
 )
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.protocol import (
+    FEATURE_BFLOAT16,
     FEATURE_SHM_TENSORS,
     KNOWN_FEATURES,
     PROTOCOL_VERSION,
@@ -50,6 +51,7 @@ __all__ = [
     "Limits",
     "ShmRef",
     "TensorSpec",
+    "tensor_features",
 ]
 
 MAX_HEADER_CAP = 2**32 - 1
@@ -327,6 +329,12 @@ class FrameHeader:
         for index, spec in enumerate(tensors):
             if not isinstance(spec, TensorSpec):
                 raise DescriptorInvalid(f"header.tensors[{index}]", spec, "must be a TensorSpec")
+            if spec.dtype is DType.BFLOAT16 and FEATURE_BFLOAT16 not in features:
+                raise DescriptorInvalid(
+                    f"header.tensors[{index}].dtype",
+                    spec.dtype.value,
+                    f"a bfloat16 tensor needs required feature {FEATURE_BFLOAT16}",
+                )
             if spec.name in names:
                 raise DescriptorInvalid(
                     f"header.tensors[{index}].name", spec.name, "must be unique"
@@ -414,6 +422,27 @@ _HEADER_KEYS = frozenset(
         "tensors",
     }
 )
+
+
+_SHM_ONLY = frozenset({FEATURE_SHM_TENSORS})
+_BF16_ONLY = frozenset({FEATURE_BFLOAT16})
+_SHM_BF16 = _SHM_ONLY | _BF16_ONLY
+
+
+def tensor_features(specs: tuple[TensorSpec, ...]) -> frozenset[str]:
+    """The features a frame carrying ``specs`` must require.
+
+    ``shm-tensors`` when some tensor lives in shared memory, ``bfloat16`` when some
+    tensor is bfloat16: a reader that did not negotiate a feature refuses the frame
+    before its payload (:class:`FrameHeader` enforces both).
+    """
+    shm = bf16 = False
+    for spec in specs:
+        shm = shm or spec.ref is not None
+        bf16 = bf16 or spec.dtype is DType.BFLOAT16
+    if shm:
+        return _SHM_BF16 if bf16 else _SHM_ONLY
+    return _BF16_ONLY if bf16 else _NO_FEATURES
 
 
 def _features(value: object, field: str) -> frozenset[str]:

@@ -6,13 +6,18 @@ keys and such values, nested at most :data:`MAX_JSON_DEPTH` levels. :func:`freez
 checks a value and returns its frozen form (tuples and :class:`JSONObject`), so value
 types that hold free-form data stay immutable and hashable; :func:`thaw_json` turns
 it back into plain ``dict``/``list`` for serialisation.
+
+:func:`strict_loads` parses JSON text the way every reader of untrusted JSON here must:
+a duplicate key in any object, ``NaN``/``Infinity`` and out-of-range numbers are refused
+(``json.loads`` would keep the last duplicate silently).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Mapping
-from typing import TypeAlias, Union
+from typing import Any, TypeAlias, Union
 
 from edge_contracts.errors import ContractError, InvalidValue
 from edge_contracts.validation import INT64_MAX
@@ -24,6 +29,7 @@ __all__ = [
     "JSONValue",
     "freeze_json",
     "freeze_object",
+    "strict_loads",
     "thaw_json",
 ]
 
@@ -148,3 +154,43 @@ def thaw_json(value: JSONValue) -> object:
     if isinstance(value, tuple):
         return [thaw_json(item) for item in value]
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {duplicate!r}")
+    return mapping
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:32]} is out of range")
+    return value
+
+
+STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float
+)
+"""A decoder refusing duplicate keys, ``NaN``/``Infinity`` and infinite floats."""
+
+
+def strict_loads(text: str | bytes | bytearray) -> Any:
+    """Parse JSON text like ``json.loads``, refusing duplicate keys and non-finite numbers.
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``), a duplicate key in some object,
+            ``NaN``/``Infinity``, a float out of range, or invalid UTF-8.
+        RecursionError: nesting deeper than the interpreter's recursion limit.
+
+    """
+    if not isinstance(text, str):
+        text = bytes(text).decode(json.detect_encoding(text))
+    return STRICT_DECODER.decode(text)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_contracts.errors import InvalidValue
-from edge_contracts.jsonvalues import JSONObject, freeze_object, thaw_json
+from edge_contracts.jsonvalues import JSONObject, freeze_object, strict_loads, thaw_json
 from edge_contracts.validation import (
     check_keys,
     rebase,
@@ -231,7 +231,7 @@ class ArtifactManifest:
     def from_json(cls, text: str | bytes, field: str = "manifest") -> ArtifactManifest:
         """Parse manifest JSON text (e.g. the content of ``edge-manifest.json``)."""
         try:
-            data = json.loads(text, parse_constant=_refuse_constant)
+            data = strict_loads(text)
         except (ValueError, RecursionError) as exc:
             raise InvalidValue(field, str(exc), "must be valid JSON") from None
         return cls.from_dict(data, field)
@@ -239,6 +239,3 @@ class ArtifactManifest:
 
 _MANIFEST_KEYS = frozenset({"schema_version", "component", "files", "metadata"})
 
-
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")

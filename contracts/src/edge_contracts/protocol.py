@@ -91,4 +91,6 @@ def negotiate(
 def _names(values: Iterable[str]) -> Iterable[str]:
     if isinstance(values, str):
         raise InvalidValue("features", values, "must be a collection of names, not one string")
+    if not isinstance(values, list | tuple | set | frozenset):  # e.g. a number from a peer
+        raise InvalidValue("features", values, "must be a collection of names")
     return values

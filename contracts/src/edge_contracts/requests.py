@@ -53,6 +53,10 @@ def _buffers(values: object, field: str) -> tuple[BufferDescriptor, ...]:
     for index, item in enumerate(items):
         if not isinstance(item, BufferDescriptor):
             raise InvalidValue(f"{field}[{index}]", item, "must be a BufferDescriptor")
+        if not item.ready:  # nothing on either side waits for a buffer to become ready
+            raise InvalidValue(
+                f"{field}[{index}].ready", item.ready, "must be true (buffers travel complete)"
+            )
         out.append(item)
     return tuple(out)
 

@@ -37,8 +37,18 @@ def check_shape(
 def expected_nbytes(
     dtype: DType, shape: tuple[int, ...], field: str, *, error: type[ContractError] = InvalidValue
 ) -> int:
-    """Return ``prod(shape) * dtype.itemsize``; refuse totals beyond the int64 range."""
+    """Return ``prod(shape) * dtype.itemsize``; refuse totals beyond the int64 range.
+
+    An empty tensor (some dimension 0) is refused too when its *other* dimensions could
+    not describe an array (their product times the item size beyond the int64 range, as
+    in ``[0, 2**62]`` of 4-byte items): NumPy refuses such a shape, so no reader could
+    build it.
+    """
     total = math.prod(shape) * dtype.itemsize
     if total > INT64_MAX:
         raise error(field, list(shape), f"prod(shape) * itemsize must be <= {INT64_MAX}")
+    if not total and shape and math.prod(d for d in shape if d) * dtype.itemsize > INT64_MAX:
+        raise error(
+            field, list(shape), f"prod(non-zero dims) * itemsize must be <= {INT64_MAX}"
+        )
     return total

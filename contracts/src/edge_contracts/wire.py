@@ -13,19 +13,18 @@ byte, in this order: the prefix (magic; header length <= ``max_header_bytes``;
 payload length <= ``max_io_bytes``), the header's JSON, its version, its required
 features, the tensor count, every tensor descriptor, the total of inline and
 shared-memory tensor bytes (<= ``max_io_bytes``) and that the payload length equals
-the inline tensors' bytes. Only then does it allocate a single ``bytearray`` and fill
-it. Every refusal is a :class:`~edge_contracts.errors.WireError`. There is no pickle
+the inline tensors' bytes. Only then does it allocate the payload's ``bytearray``, and
+even then only as the bytes arrive (:func:`receive_payload`): a declared length is not
+an allocation. Every refusal is a :class:`~edge_contracts.errors.WireError`. There is no pickle
 anywhere; docs/wire.md records the measurement behind the JSON header.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from edge_contracts.errors import (
     FrameTruncated,
@@ -45,11 +44,12 @@ from edge_contracts.headers import (
     ShmRef,
     TensorSpec,
 )
-from edge_contracts.jsonvalues import thaw_json
+from edge_contracts.jsonvalues import STRICT_DECODER, thaw_json
 from edge_contracts.protocol import PROTOCOL_VERSION
 
 __all__ = [
     "MAGIC",
+    "PAYLOAD_STEP",
     "PREFIX",
     "PREFIX_SIZE",
     "Buffer",
@@ -64,6 +64,7 @@ __all__ = [
     "encode_header",
     "parse_header",
     "read_frame",
+    "receive_payload",
     "write_frame",
 ]
 
@@ -77,6 +78,12 @@ PREFIX_SIZE = PREFIX.size
 """Bytes in the prefix (16)."""
 
 _IOV_BATCH = 512  # below IOV_MAX (1024 on Linux) for sendmsg/writev
+
+PAYLOAD_STEP = 256 * 1024
+"""Most bytes a reader allocates for a payload ahead of the bytes that have arrived
+(beyond an eighth of what has arrived, see :func:`receive_payload`)."""
+
+_ZEROS = memoryview(bytes(PAYLOAD_STEP))  # calloc'd: zero pages, nothing resident
 
 Buffer = bytes | bytearray | memoryview
 """A bytes-like object accepted as a payload part."""
@@ -237,10 +244,46 @@ def read_frame(recv_into: Callable[[memoryview], int], limits: Limits) -> Frame:
     raw = bytearray(header_len)
     _fill(recv_into, memoryview(raw), "header")
     header = parse_header(raw, limits, payload_len=payload_len)
-    payload = bytearray(payload_len)
-    if payload_len:
-        _fill(recv_into, memoryview(payload), "payload")
-    return Frame(header, payload)
+    return Frame(header, receive_payload(recv_into, payload_len))
+
+
+def receive_payload(
+    recv_into: Callable[[memoryview], int], length: int, head: Buffer = b""
+) -> bytearray:
+    """Return a payload of ``length`` bytes: ``head`` (already received), then reads.
+
+    The buffer grows with what arrives instead of being allocated whole up front, by
+    :data:`PAYLOAD_STEP` at a time (CPython over-allocates a growing ``bytearray`` by an
+    eighth, so resizes stay few): it never holds more than the bytes received plus
+    ``max(PAYLOAD_STEP, 1/8 of them)`` and a little. A peer that declares a large
+    payload (within the limits) and sends nothing makes the reader allocate at most
+    ``PAYLOAD_STEP`` bytes.
+
+    Raises:
+        FrameTruncated: the stream ended first.
+        WireError: ``recv_into`` returned a count outside the view it was given.
+
+    """
+    got = len(head)
+    payload = bytearray(min(length, got + PAYLOAD_STEP))
+    if got:
+        payload[:got] = head
+    while True:
+        size = len(payload)
+        with memoryview(payload) as view:
+            while got < size:
+                count = recv_into(view[got:size])
+                if count == 0:
+                    raise FrameTruncated(
+                        "payload", got, f"stream ended after {got} of {length} bytes"
+                    )
+                if not 0 < count <= size - got:
+                    wanted = size - got
+                    raise WireError("payload", count, f"recv_into must return 0..{wanted} bytes")
+                got += count
+        if got == length:
+            return payload
+        payload += _ZEROS[: min(length - got, PAYLOAD_STEP)]
 
 
 def decode_frame(data: bytes | bytearray | memoryview, limits: Limits) -> Frame:
@@ -416,31 +459,9 @@ def _fill(
         got += count
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    mapping = dict(pairs)
-    if len(mapping) != len(pairs):
-        seen: set[str] = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate key {duplicate!r}")
-    return mapping
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:32]} is out of range")
-    return value
-
-
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
-_DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float
-)
+_DECODER = STRICT_DECODER
 
 
 def _excerpt(raw: bytes | bytearray | memoryview) -> bytes:

@@ -2,9 +2,9 @@
 
 Standard library only; numpy is imported the first time a frame carries tensors or a
 handler emits outputs. Started by the controller as ``python -c "...; main()" FD`` (the
-same as ``python -m edge_contracts.worker FD``, minus runpy) with the boot configuration
-in :data:`~edge_contracts.worker_protocol.BOOT_ENV`; FD is the worker's end of a private
-socketpair.
+same as ``python -m edge_contracts.worker FD``, minus runpy); FD is the worker's end of
+a private socketpair, whose first frame is the controller's ``boot`` frame carrying the
+boot configuration (:func:`~edge_contracts.worker_protocol.boot_frame`).
 
 Handler protocol
 ----------------
@@ -50,7 +50,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.errors import StreamClosed, WireError
+from edge_contracts.errors import (
+    ContractError,
+    StreamClosed,
+    WireError,
+)
 from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
@@ -62,7 +66,6 @@ from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_protocol import (
-    BOOT_ENV,
     CONTROL_OPS,
     DATA_OPS,
     OP_ACK,
@@ -75,6 +78,8 @@ from edge_contracts.worker_protocol import (
     OP_SHUTDOWN,
     BootConfig,
     hello_meta,
+    parse_ack,
+    read_boot,
 )
 
 if TYPE_CHECKING:
@@ -223,7 +228,10 @@ class _Server:
         self.sock = sock
         self.boot = boot
         self.handler = handler
-        supported = KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
+        # Only what both ends support: a frame requiring anything else is refused.
+        supported = (KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM) & frozenset(
+            boot.features
+        )
         self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
         self.sealed = self.use_shm and uses_sealed(boot)
         self.limits = Limits(
@@ -351,7 +359,7 @@ class _Server:
             self.boot.generation,
             tensors=packed.specs if packed else (),
             meta=meta,
-            required_features=_SHM if packed and packed.uses_shm else frozenset(),
+            required_features=packed.features if packed else frozenset(),
         )
         sent = self.send(header, packed.payloads if packed else None)
         if not sent and packed is not None:
@@ -385,14 +393,10 @@ class _Server:
         elif op == OP_CANCEL:
             self._cancel(header)
         elif op == OP_ACK:
-            gone = header.meta.get("gone")
-            if gone and self._consumer is not None:
-                self._consumer.forget([str(name) for name in gone])
-            if self._producer is not None:
-                for segment, generation in header.meta.get("segments", ()):
-                    self._producer.release(str(segment), int(generation))
-                for segment, generation in header.meta.get("unlink", ()):
-                    self._producer.release(str(segment), int(generation), unlink=True)
+            try:
+                self._ack(header.meta)
+            except ContractError as exc:  # a malformed ack frees nothing; the worker stays
+                print(f"edge worker: channel: refused ack: {exc}", file=sys.stderr)
         elif op == OP_PING:
             self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
         elif op == OP_SHUTDOWN:
@@ -400,6 +404,17 @@ class _Server:
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
         return True
+
+    def _ack(self, meta: Mapping[str, Any]) -> None:
+        """Apply an ``ack``: checked whole before anything is released."""
+        gone, released, unlinked = parse_ack(meta)
+        if gone and self._consumer is not None:
+            self._consumer.forget(gone)
+        if self._producer is not None:
+            for segment, generation in released:
+                self._producer.release(segment, generation)
+            for segment, generation in unlinked:
+                self._producer.release(segment, generation, unlink=True)
 
     def _cancel(self, header: FrameHeader) -> None:
         target = header.meta.get("target")
@@ -577,22 +592,29 @@ def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry of ``python -m edge_contracts.worker FD``; returns the exit status."""
+    """Entry of ``python -m edge_contracts.worker FD``; returns the exit status.
+
+    The first frame on the channel FD must be the controller's ``boot`` frame.
+    """
     args = sys.argv[1:] if argv is None else argv
-    raw = os.environ.pop(BOOT_ENV, None)
-    if len(args) != 1 or not args[0].isdigit() or raw is None:
-        print(f"usage: python -m edge_contracts.worker FD (with {BOOT_ENV} set)", file=sys.stderr)
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m edge_contracts.worker FD", file=sys.stderr)
         return 2
-    boot = BootConfig.from_json(raw)
     try:  # the C socket type: the ``socket`` module adds ~3 ms of imports to start-up
         from _socket import socket as socket_type
     except ImportError:  # pragma: no cover - an interpreter without CPython's _socket
         from socket import socket as socket_type  # type: ignore[assignment]
     fd = int(args[0])
     os.set_inheritable(fd, False)
+    sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
+    try:
+        boot = read_boot(sock.recv_into)
+    except (ContractError, OSError) as exc:
+        print(f"edge worker: boot: {exc}", file=sys.stderr)
+        sock.close()
+        return 2
     if boot.shm_fds > 2:  # the sealed-segment channel is this process's alone too
         os.set_inheritable(boot.shm_fds, False)
-    sock: socket.socket = socket_type(fileno=fd)  # type: ignore[assignment]
     return serve(sock, boot)
 
 

@@ -4,6 +4,9 @@ Shared by the controller (edge-core's host layer) and the worker serve loop
 (:mod:`edge_contracts.worker`); standard library only.
 
 Ops, controller to worker:
+    ``boot``: the very first frame, written before the worker starts: ``meta`` is the
+    :class:`BootConfig` (token included), so the secret is never in the worker's
+    environment or command line.
     ``load`` / ``warmup``: control calls, ``meta`` is a JSON config; answered by ``reply``.
     ``run`` / ``generate``: data requests, ``meta`` is the request params, tensors are the
     inputs; answered by ``event`` frames ending with a terminal one.
@@ -35,18 +38,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edge_contracts.errors import InvalidValue
+from edge_contracts.errors import HeaderMalformed, InvalidValue
+from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.jsonvalues import strict_loads
 from edge_contracts.validation import check_keys
 
 __all__ = [
-    "BOOT_ENV",
     "CONTROL_OPS",
     "DATA_OPS",
     "OP_ACK",
+    "OP_BOOT",
     "OP_CANCEL",
     "OP_EVENT",
     "OP_GENERATE",
@@ -58,13 +63,14 @@ __all__ = [
     "OP_SHUTDOWN",
     "OP_WARMUP",
     "BootConfig",
+    "boot_frame",
     "hello_meta",
+    "parse_ack",
     "process_create_time",
+    "read_boot",
 ]
 
-BOOT_ENV = "EDGE_WORKER_BOOT"
-"""Environment variable carrying the boot configuration; the worker removes it at once."""
-
+OP_BOOT = "boot"
 OP_HELLO = "hello"
 OP_LOAD = "load"
 OP_WARMUP = "warmup"
@@ -86,7 +92,7 @@ CONTROL_OPS = frozenset({OP_LOAD, OP_WARMUP})
 
 @dataclass(frozen=True, slots=True)
 class BootConfig:
-    """What the controller tells a new worker through :data:`BOOT_ENV`.
+    """What the controller tells a new worker in its first frame (:func:`boot_frame`).
 
     Attributes:
         token: the secret the worker repeats in its hello.
@@ -122,17 +128,22 @@ class BootConfig:
     spin_us: int = 0
     shm_fds: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-ready form (the ``meta`` of the boot frame)."""
+        return asdict(self)
+
     def to_json(self) -> str:
-        """Return the JSON text put into :data:`BOOT_ENV`."""
-        return json.dumps(asdict(self), separators=(",", ":"))
+        """Return the JSON text of :meth:`to_dict`."""
+        return json.dumps(self.to_dict(), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> BootConfig:
-        """Parse and check the boot configuration."""
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
+    def from_dict(cls, data: object) -> BootConfig:
+        """Check the boot configuration's JSON form and build it.
+
+        Raises:
+            InvalidValue: naming ``boot.<key>`` for a missing, unknown or mistyped key.
+
+        """
         keys = tuple(f for f in cls.__dataclass_fields__)
         mapping: Mapping[str, Any] = check_keys(data, "boot", keys[:9], keys[9:])
         for name in ("token", "entry", "shm_prefix", "peer_prefix"):
@@ -142,9 +153,45 @@ class BootConfig:
             value = mapping.get(name, 0)
             if type(value) is not int or value < 0:
                 raise InvalidValue(f"boot.{name}", value, "must be an integer >= 0")
+        features = mapping.get("features", ())
+        if not isinstance(features, list | tuple) or not all(
+            isinstance(name, str) for name in features
+        ):
+            raise InvalidValue("boot.features", features, "must be a list of feature names")
         values = dict(mapping)
-        values["features"] = tuple(values.get("features", ()))
+        values["features"] = tuple(features)
         return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> BootConfig:
+        """Parse and check the boot configuration's JSON text."""
+        try:
+            data = strict_loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
+        return cls.from_dict(data)
+
+
+def read_boot(recv_into: Callable[[memoryview], int]) -> BootConfig:
+    """Read the controller's ``boot`` frame (no tensors, no features) and check it.
+
+    Raises:
+        ContractError: a frame that is not a well-formed ``boot`` (``WireError``,
+            ``HeaderMalformed`` naming ``boot.op``, ``InvalidValue`` naming ``boot.*``).
+
+    """
+    from edge_contracts.jsonvalues import thaw_json
+    from edge_contracts.wire import read_frame
+
+    frame = read_frame(recv_into, Limits(max_io_bytes=0, supported_features=frozenset()))
+    if frame.header.op != OP_BOOT:
+        raise HeaderMalformed("boot.op", frame.header.op, f"first frame must be {OP_BOOT!r}")
+    return BootConfig.from_dict(thaw_json(frame.header.meta))  # type: ignore[arg-type]
+
+
+def boot_frame(boot: BootConfig) -> FrameHeader:
+    """The controller's first frame to a new worker: ``boot`` with the configuration."""
+    return FrameHeader(OP_BOOT, "", "", 0, boot.generation, meta=boot.to_dict())
 
 
 def process_create_time() -> float | None:
@@ -181,3 +228,38 @@ def hello_meta(
         },
         "shm_prefix": shm_prefix,
     }
+
+
+_Pairs = list[tuple[str, int]]
+
+
+def parse_ack(meta: Mapping[str, Any]) -> tuple[list[str], _Pairs, _Pairs]:
+    """Check an ``ack`` frame's ``meta``; return ``(gone, segments, unlink)``.
+
+    Raises:
+        InvalidValue: naming ``ack.<key>[index]`` for anything but a list of names
+            (``gone``) or of ``[segment, generation]`` pairs with an integer generation.
+
+    """
+    gone = meta.get("gone", ())
+    if not isinstance(gone, tuple | list) or not all(isinstance(v, str) for v in gone):
+        raise InvalidValue("ack.gone", gone, "must be a list of segment names")
+    return list(gone), _pairs(meta.get("segments", ()), "ack.segments"), _pairs(
+        meta.get("unlink", ()), "ack.unlink"
+    )
+
+
+def _pairs(value: object, field: str) -> _Pairs:
+    if not isinstance(value, tuple | list):
+        raise InvalidValue(field, value, "must be a list of [segment, generation] pairs")
+    pairs = []
+    for index, item in enumerate(value):
+        if (
+            not isinstance(item, tuple | list)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or type(item[1]) is not int
+        ):
+            raise InvalidValue(f"{field}[{index}]", item, "must be [segment, generation]")
+        pairs.append((item[0], item[1]))
+    return pairs

@@ -20,7 +20,7 @@ import numpy as np
 
 from edge_contracts.copying import copy_bytes
 from edge_contracts.errors import DescriptorInvalid
-from edge_contracts.headers import ShmRef, TensorSpec
+from edge_contracts.headers import ShmRef, TensorSpec, tensor_features
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
 from edge_contracts.tensors import arrays_from_frame, dtype_of, plain_wire_dtype
 from edge_contracts.wire import Frame
@@ -63,6 +63,11 @@ class Packed:
     def uses_shm(self) -> bool:
         """True when at least one tensor travels through shared memory."""
         return bool(self.leases)
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The features a reader needs for this frame: ``shm-tensors``, ``bfloat16``."""
+        return tensor_features(self.specs)
 
 
 _EMPTY = Packed((), [], [])

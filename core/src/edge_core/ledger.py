@@ -291,7 +291,8 @@ class ResourceLedger:
 
         Raises:
             UnknownPool: a demand names a pool the ledger does not know.
-            ConfigError: a demand is not a non-negative integer.
+            ConfigError: an owner is not a non-empty string, or a demand is not a
+                non-negative integer.
             CapacityUnknown: a demand falls on a pool with neither a total nor a ceiling.
             OwnerAlreadyReserved: an owner still holds an active (not quarantined) reservation.
             PoolExhausted: some pool cannot take the plan; every short pool is named.
@@ -301,6 +302,9 @@ class ResourceLedger:
         charges_by_owner: dict[str, dict[str, int]] = {}
         requested: dict[str, int] = {}
         for owner, demands in plan.items():
+            if not isinstance(owner, str) or not owner.strip() or not owner.isprintable():
+                raise ConfigError("owner", "must be a non-empty printable string (a stage id)",
+                                  owner)
             charges: dict[str, int] = {}
             for pool, nbytes in demands.items():
                 path = f'{owner}.demands["{pool}"]'

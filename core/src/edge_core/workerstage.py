@@ -113,6 +113,11 @@ class WorkerStage:
     #: (``None``: the host's default). An engine that needs seconds to stop sets more.
     retire_graceful_s: float | None = None
 
+    #: Controller environment variables this backend's workers need, passed when set
+    #: (a name, or a prefix ending in ``*``), on top of the host's allowlist
+    #: (:mod:`edge_core.host.environment`); nothing else of the controller's passes.
+    worker_env_names: tuple[str, ...] = ()
+
     def __init__(self, context: StageContext, client: WorkerClient,
                  load_report: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                  device_id: str | None) -> None:
@@ -153,7 +158,8 @@ class WorkerStage:
             load_config: JSON configuration for the handler's ``load``.
             stage_packages: Worker packages to stage for a foreign interpreter.
             features: Protocol features the plugin requires.
-            env: Environment for the worker (default: the controller's).
+            env: Variables the backend sets for its worker; the rest of the worker's
+                environment is the allowlist plus :attr:`worker_env_names`.
             device_id: Physical device whose initialisation lock is held while loading.
             manifest: Verified artifact facts for the execution plan.
             load_timeout_s: Bound on the ``load`` control call.
@@ -170,7 +176,8 @@ class WorkerStage:
         else:
             route = Route.default(context.backend, default_entry, stage=packages)
         client = start_worker(route, generation=context.generation, features=features,
-                              env=env, max_io_bytes=context.max_io_bytes)
+                              pass_env=cls.worker_env_names, set_env=env,
+                              max_io_bytes=context.max_io_bytes)
         try:
             with cls._device_lock(device_id):
                 report = client.load(load_config, timeout_s=load_timeout_s)

@@ -13,8 +13,10 @@ import numpy as np
 import psutil
 import pytest
 
+from edge_contracts.headers import FrameHeader
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import own_segment_names, segment_names
+from edge_contracts.worker_protocol import OP_ACK
 from edge_core.errors import WorkerLost
 from edge_core.host import (
     BootstrapRefused,
@@ -213,3 +215,30 @@ def test_a_child_in_its_own_session_is_retired_even_if_the_worker_dies_first(sta
     assert outcome.verified, outcome
     assert children[0].pid in {identity.pid for identity in outcome.tree}
     assert not children[0].is_running() or children[0].status() == psutil.STATUS_ZOMBIE
+
+
+def test_hello_with_a_malformed_error_is_refused_as_a_bootstrap_error():
+    with pytest.raises(BootstrapRefused, match=r"hello\.error: worker entry failed: 5"):
+        start_worker(test_route("hello_error_not_object"), generation=1, hello_timeout_s=20)
+
+
+@pytest.mark.parametrize("meta", [
+    {"segments": 5}, {"segments": [["edge_x", "1"]]}, {"segments": [["edge_x", 1.5]]},
+    {"unlink": [5]}, {"gone": "edge_x"}, {"gone": [1]}, {"segments": [["a", 1, 2]]},
+])
+def test_a_malformed_ack_never_kills_the_worker(start, meta):
+    client = start(shm_threshold=1024)
+    client._send(FrameHeader(OP_ACK, "", "", 0, client.generation, meta=meta))
+    assert client.ping()["pid"] == client.identity.pid
+    x = np.arange(4096, dtype=np.float64)  # through shared memory both ways
+    result = client.submit(request("after-ack"), {"x": x}).result(timeout=20)
+    np.testing.assert_array_equal(result["x"], x)
+    assert client.health().state == "ready"
+
+
+def test_an_output_beyond_the_channels_max_io_bytes_is_refused_before_its_payload(start):
+    client = start(max_io_bytes=64 * 1024, shm_threshold=1 << 30)  # inline, over the cap
+    call = client.submit(request("big", alloc=1 << 20))
+    with pytest.raises(ProtocolViolation, match=r"max_io_bytes 65536"):
+        call.result(timeout=20)
+    assert client.health().state == "lost"

@@ -114,7 +114,8 @@ def main() -> int:
     meta: dict[str, Any] = {"python": sys.version, "vllm_python": args.vllm_python,
                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     versions = subprocess.run(
-        [args.vllm_python, "-c", "import importlib.metadata as m, json; print(json.dumps("
+        [args.vllm_python, "-c", "import sys; getattr(sys.flags, 'safe_path', 0) or "
+         "sys.path.pop(0); import importlib.metadata as m, json; print(json.dumps("
          "{d: m.version(d) for d in ('vllm', 'torch') if __import__('importlib.util').util"
          ".find_spec(d.split('-')[0])}))"], capture_output=True, text=True, check=False)
     meta["vllm_env"] = versions.stdout.strip() or versions.stderr.strip()[-500:]

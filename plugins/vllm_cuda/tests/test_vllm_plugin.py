@@ -19,7 +19,7 @@ from edge_vllm_cuda.demands import DemandRefused, estimate_demands, stage_demand
 from edge_vllm_cuda.gpus import GpuProbe, GpuProbeError, parse_nvidia_smi, probe_gpus
 from edge_vllm_cuda.options import VllmOptions
 from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
-from edge_vllm_cuda.stage import worker_env
+from edge_vllm_cuda.stage import VllmStage, worker_env
 
 GIB = 1024**3
 MIB = 1024**2
@@ -184,6 +184,16 @@ def test_worker_sees_exactly_the_requested_gpus_in_bus_order(model_dir: Path) ->
     assert env["VLLM_HOST_IP"] == "127.0.0.1"
     cpu = worker_env(options(model_dir, device="cpu", kv_cache_space_gib=3), (), base={})
     assert cpu["VLLM_CPU_KVCACHE_SPACE"] == "3" and "CUDA_VISIBLE_DEVICES" not in cpu
+
+
+def test_the_worker_gets_declared_names_not_the_controllers_whole_environment(
+    model_dir: Path,
+) -> None:
+    base = {"CLOUD_TOKEN": "secret", "VLLM_LOGGING_LEVEL": "DEBUG", "PATH": "/bin"}
+    env = worker_env(options(model_dir, device="cpu"), (), base=base)
+    assert "CLOUD_TOKEN" not in env and "PATH" not in env  # the host's allowlist adds PATH
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"  # a user's choice wins over the default
+    assert {"VLLM_*", "CUDA_*", "HF_*"} <= set(VllmStage.worker_env_names)
 
 
 def test_generate_params_take_one_prompt_form_and_checked_sampling() -> None:

@@ -17,6 +17,9 @@ Walked (field numbers from ``onnx.proto``):
   are found too
 - ``SparseTensorProto``: values (1), indices (2)
 - ``TensorProto``: name (8), external_data (13: key 1, value 2), data_location (14)
+
+Deprecated groups are skipped as protobuf parsers skip them, and strings are not
+required to be UTF-8 (ONNX is proto2): a file a runtime would parse is parsed here too.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ __all__ = ["MAX_NESTING", "ExternalRef", "external_refs"]
 MAX_NESTING = 64
 """Deepest nesting of messages followed (subgraph in subgraph ...) before refusing."""
 
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+_VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
 _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 _Bytes = bytes | mmap.mmap
@@ -107,21 +110,51 @@ def _fields(data: _Bytes, start: int, end: int) -> Iterator[tuple[int, int, int,
             pos += 8 if wire == _I64 else 4
             if pos > end:
                 raise _Malformed(f"fixed-width field {number} truncated")
+        elif wire == _SGROUP:  # a deprecated group: protobuf parses it, so skip it
+            pos = _skip_group(data, pos, end, number)
         else:
-            raise _Malformed(f"unsupported wire type {wire} (groups) at byte {pos}")
+            raise _Malformed(f"unexpected wire type {wire} at byte {pos}")
+
+
+def _skip_group(data: _Bytes, pos: int, end: int, number: int) -> int:
+    """Return the position after the end-group tag matching ``number`` (nested groups too)."""
+    open_groups = [number]
+    while open_groups:
+        key, pos = _varint(data, pos, end)
+        field, wire = key >> 3, key & 7
+        if field == 0:
+            raise _Malformed(f"field number 0 at byte {pos}")
+        if wire == _VARINT:
+            _, pos = _varint(data, pos, end)
+        elif wire == _LEN:
+            length, pos = _varint(data, pos, end)
+            pos += length
+        elif wire in (_I64, _I32):
+            pos += 8 if wire == _I64 else 4
+        elif wire == _SGROUP:
+            if len(open_groups) >= MAX_NESTING:
+                raise _Malformed(f"groups nested deeper than {MAX_NESTING}")
+            open_groups.append(field)
+        elif wire == _EGROUP and field == open_groups[-1]:
+            open_groups.pop()
+        else:
+            raise _Malformed(f"unexpected wire type {wire} at byte {pos}")
+        if pos > end:
+            raise _Malformed(f"group field {field} runs past its message")
+    return pos
 
 
 def _text(data: _Bytes, start: int, end: int) -> str:
-    try:
-        return bytes(data[start:end]).decode("utf-8")
-    except UnicodeDecodeError:
-        raise _Malformed(f"string at byte {start} is not UTF-8") from None
+    # ONNX is proto2: its parsers do not refuse strings that are not UTF-8, so neither
+    # does this (a location that is not UTF-8 names no member and is refused as such).
+    return bytes(data[start:end]).decode("utf-8", errors="surrogateescape")
 
 
 class _Walker:
     def __init__(self, data: _Bytes) -> None:
         self.data = data
         self.refs: list[ExternalRef] = []
+        self.graphs = 0
 
     def _children(self, start: int, end: int, wanted: dict[int, str]) -> Iterator[
         tuple[str, int, int, int]
@@ -137,6 +170,7 @@ class _Walker:
         wanted = {7: "graph", 20: "training_info", 25: "functions"}
         for name, index, a, b in self._children(start, end, wanted):
             if name == "graph":
+                self.graphs += 1
                 self.graph(a, b, "graph", 1)
             elif name == "training_info":
                 for sub, _, c, d in self._children(a, b, {1: "initialization", 2: "algorithm"}):
@@ -222,11 +256,14 @@ def _decimal(text: str | None, where: str, default: int | None) -> int | None:
     return int(text)
 
 
-def external_refs(path: Path, field: str) -> tuple[ExternalRef, ...]:
+def external_refs(path: Path, field: str, *, any_file: bool = False) -> tuple[ExternalRef, ...]:
     """Every tensor of the ONNX model at ``path`` that keeps its data in another file.
 
     Raises :class:`ReferenceRefused` (naming ``field``) when the bytes are not a
-    well-formed protobuf message of the expected shape.
+    well-formed protobuf message of the expected shape. With ``any_file`` (a member
+    that is not named as a model), bytes that do not parse as a model with a graph are
+    simply not a model: the answer is ``()``. Whatever its name, a file that parses as
+    one is checked like a model: a runtime would load it as one.
     """
     problem = None
     with open(path, "rb") as handle:
@@ -241,6 +278,8 @@ def external_refs(path: Path, field: str) -> tuple[ExternalRef, ...]:
                 problem = str(exc)
             except RecursionError:
                 problem = "messages nested too deeply"
+    if any_file and (problem is not None or not walker.graphs):
+        return ()
     if problem is not None:
         raise ReferenceRefused(field, f"not a readable ONNX model ({problem})", path.name)
     return tuple(walker.refs)

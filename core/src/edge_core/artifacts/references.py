@@ -4,10 +4,12 @@ Checked here, on a directory whose members have already been hashed (the staged 
 or the bundle itself):
 
 - ``metadata.validation.expected_outputs``, when present, is a member path;
-- every ``.onnx`` member's external-data locations are members, without ``..`` or any
-  other unsafe form, and the ``offset``/``length`` they name fit inside the file;
-- the example inputs and expected outputs are ``.npz`` archives whose arrays all load
-  with ``allow_pickle=False``.
+- every member that is, or whose bytes parse as, an ONNX model (any name ending in
+  ``.onnx`` in any case, and any other file that parses as a model with a graph) has
+  its external-data locations among the members, without ``..`` or any other unsafe
+  form, and the ``offset``/``length`` they name fit inside the file;
+- the example inputs and expected outputs are ``.npz`` archives within the bounds of
+  :mod:`edge_contracts.npz_limits` whose arrays all load with ``allow_pickle=False``.
 
 The graph and example-inputs paths being members is enforced by ``ArtifactManifest``.
 """
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from edge_contracts.errors import InvalidValue
+from edge_contracts.errors import ArchiveRefused, InvalidValue
 from edge_contracts.manifest import ArtifactManifest
+from edge_contracts.npz_limits import check_npz_file
 from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
@@ -109,18 +112,29 @@ def load_npz(path: Path, field: str) -> dict[str, npt.NDArray[Any]]:
     """Every array of the ``.npz`` at ``path``, loaded with pickle disabled.
 
     Refused (naming ``field``): not an ``.npz`` archive, an unreadable member, an
-    object array (which would need pickle).
+    object array (which would need pickle), and — before any array is allocated — an
+    archive beyond the bounds of :mod:`edge_contracts.npz_limits` (declared sizes,
+    compression ratio, ``.npy`` headers that disagree with the declared sizes).
     """
     import zipfile
 
     import numpy as np
 
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ReferenceRefused(field, "must be an .npz archive of named arrays", path.name)
-        with loaded as archive:
-            return {name: archive[name] for name in archive.files}
+        with open(path, "rb") as handle:  # one open file: checked, then read
+            check_npz_file(handle, field)
+            handle.seek(0)
+            loaded = np.load(handle, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise ReferenceRefused(field, "must be an .npz archive of named arrays",
+                                       path.name)
+            with loaded as archive:
+                return {name: archive[name] for name in archive.files}
+    except ArchiveRefused as exc:
+        raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
+    except MemoryError as exc:  # a bound above should make this unreachable
+        raise ReferenceRefused(field, f"does not fit in memory ({type(exc).__name__})",
+                               path.name) from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise ReferenceRefused(
             field, f"must be an .npz archive loadable without pickle ({exc})", path.name
@@ -134,10 +148,13 @@ def check_references(
     expected = expected_outputs_path(manifest)
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
-        if not member.endswith(ONNX_SUFFIX):
-            continue
+        # A *.onnx (any case) must parse; every other member (the graph of a backend
+        # that is not ONNX, weights, data) is scanned too, and checked as a model when its
+        # bytes parse as one, whatever its name.
+        named = member.casefold().endswith(ONNX_SUFFIX)
         field = member_field(member)
-        refs = external_refs(directory.joinpath(*member.split("/")), field)
+        refs = external_refs(directory.joinpath(*member.split("/")), field,
+                             any_file=not named)
         if refs:
             external[member] = tuple(dict.fromkeys(
                 _check_external(ref, member, field, sizes) for ref in refs

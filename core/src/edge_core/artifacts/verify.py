@@ -3,9 +3,9 @@
 In order, cheapest refusals first:
 
 1. the manifest: a regular file (not a symlink) at the bundle root, at most
-   ``MAX_MANIFEST_BYTES``, JSON, schema version 1, member paths relative and clean
-   (no ``..``, absolute, backslash, colon), graph / example inputs / expected outputs
-   among the members, not listing itself;
+   ``MAX_MANIFEST_BYTES``, JSON without duplicate keys, schema version 1, member paths
+   relative and clean (no ``..``, absolute, backslash, colon), graph / example inputs /
+   expected outputs among the members, not listing itself;
 2. every member resolved on disk (all symlinks, parent directories included) inside
    the bundle, present and a regular file — before a single byte is hashed;
 3. every member read once through a checked descriptor, hashed, compared with the
@@ -18,7 +18,6 @@ In order, cheapest refusals first:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_contracts.errors import InvalidValue
+from edge_contracts.jsonvalues import strict_loads
 from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import (
@@ -89,7 +89,7 @@ def _precheck(data: object) -> None:
 def parse_manifest(raw: bytes) -> ArtifactManifest:
     """Parse and check manifest bytes (schema, paths, references among the members)."""
     try:
-        data = json.loads(raw)
+        data = strict_loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ManifestSchemaInvalid("manifest", f"must be valid JSON ({exc})",
                                     MANIFEST_FILENAME) from None

@@ -136,12 +136,21 @@ class RouteConfig:
     """Top-level packages copied next to ``edge_contracts`` for a foreign interpreter."""
     python_path: tuple[Path, ...] = attrs.field(default=(), converter=_path_tuple)
     """Extra directories for the worker's ``PYTHONPATH`` (resolved against the config file)."""
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
+    """Variables set in the worker's environment as given (besides the allowlist)."""
 
     def __attrs_post_init__(self) -> None:
         try:
             check_absolute_interpreter(self.interpreter, self.os_domain)
         except CheckError as exc:
             raise ConfigError("interpreter", exc.reason, exc.value) from None
+        for name, value in self.env.items():
+            if not isinstance(value, str):
+                raise ConfigError(f"env.{name}", "expected a string", value)
+            if not name.isidentifier() or not name.isascii():
+                raise ConfigError(f"env.{name}", "must be a variable name", name)
+            if name == "PYTHONPATH":
+                raise ConfigError(f"env.{name}", "is built from python_path", name)
         for index, module in enumerate(self.stage):
             try:
                 check_top_module(module)
@@ -167,6 +176,7 @@ class RouteConfig:
                 **({"os_domain": self.os_domain} if self.os_domain else {}),
                 stage=self.stage,
                 python_path=tuple(str(p) for p in self.python_path),
+                env=dict(self.env),
             )
         except RouteRefused as exc:
             field = exc.path.removeprefix("route")
@@ -397,4 +407,5 @@ def _route_json(route: RouteConfig | None) -> dict[str, Any] | None:
         "os_domain": route.os_domain,
         "stage": list(route.stage),
         "python_path": [str(p) for p in route.python_path],
+        "env": sorted(route.env),  # names only
     }

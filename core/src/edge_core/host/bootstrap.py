@@ -4,8 +4,10 @@
 no listener; the fastest local channel measured, see docs/host.md), starts the route's
 interpreter on :data:`WORKER_MAIN` — on POSIX under its supervisor
 (:mod:`edge_core.host.supervisor`), a subreaping session leader, so that its whole tree
-can be found and taken down later — and hands it an unguessable token plus its boot
-configuration through an environment variable the worker removes at once. The worker's
+can be found and taken down later — with an environment built from an allowlist
+(:mod:`edge_core.host.environment`), and hands it an unguessable token plus its boot
+configuration as the first frame on the private channel (never in its environment,
+where ``/proc/<pid>/environ`` would show it for the worker's whole life). The worker's
 first frame must be a hello carrying that token, protocol version, features, its PID and
 process creation time (checked against what psutil says about the process we started)
 and its runtime versions. Any mismatch, or no hello within the timeout, refuses the
@@ -24,7 +26,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import IO, Any
 
 import psutil
@@ -43,10 +44,11 @@ from edge_contracts.shm import (
     sweep,
 )
 from edge_contracts.waiting import spin_us_from_env
-from edge_contracts.wire import Frame, read_frame
-from edge_contracts.worker_protocol import BOOT_ENV, OP_HELLO, BootConfig
+from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
+from edge_contracts.worker_protocol import OP_HELLO, BootConfig, boot_frame
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
 from edge_core.host.client import WorkerClient
+from edge_core.host.environment import check_env_names, worker_environment
 from edge_core.host.errors import BootstrapRefused, RouteRefused
 from edge_core.host.exit_cleanup import track
 from edge_core.host.identity import ProcessIdentity
@@ -76,26 +78,17 @@ def _supported() -> frozenset[str]:
     return KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM
 
 
-def _environment(
-    route: Route, env: Mapping[str, str] | None, staged: Path | None, boot: BootConfig
-) -> dict[str, str]:
-    base = dict(os.environ if env is None else env)
-    paths = [str(staged)] if staged is not None else []
-    paths += list(route.python_path)
-    if not route.foreign and base.get("PYTHONPATH"):
-        paths.append(base["PYTHONPATH"])
-    if paths:
-        base["PYTHONPATH"] = os.pathsep.join(paths)
-    else:
-        base.pop("PYTHONPATH", None)
-    base[BOOT_ENV] = boot.to_json()
-    return base
-
-
-WORKER_MAIN = "import sys; from edge_contracts.worker import main; sys.exit(main())"
+WORKER_MAIN = (
+    "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path.pop(0); "
+    "from edge_contracts.worker import main; sys.exit(main())"
+)
 """How a worker is started: ``python -c WORKER_MAIN FD``. The same as ``python -m
 edge_contracts.worker FD`` without ``runpy`` and without running the module twice (as
-``__main__`` and again as itself), which costs ~10 ms of every worker's start-up."""
+``__main__`` and again as itself), which costs ~10 ms of every worker's start-up. Its
+first statement drops ``sys.path[0]`` (the working directory, for ``-c``) before
+anything is imported, so a module in the directory ``edge run`` was started from is
+never imported by a worker; ``-I`` would also drop the ``PYTHONPATH`` routes rely on,
+and ``-P`` does not exist before Python 3.11."""
 
 
 def start_worker(
@@ -104,6 +97,8 @@ def start_worker(
     generation: int,
     features: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
+    pass_env: Iterable[str] = (),
+    set_env: Mapping[str, str] | None = None,
     hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
     shm_threshold: int = DEFAULT_SHM_THRESHOLD,
     shm_max_bytes: int = DEFAULT_MAX_BYTES,
@@ -120,8 +115,12 @@ def start_worker(
         route: interpreter, entry and domain of the worker.
         generation: worker generation, stamped on every frame both ways.
         features: protocol features the controller requires of this worker.
-        env: base environment (default: the controller's); ``PYTHONPATH`` is replaced
-            for a foreign interpreter with the private staging directory.
+        env: the environment the worker's is selected from (default: the
+            controller's); only allowlisted names pass (see
+            :mod:`edge_core.host.environment`), and ``PYTHONPATH`` is built, for a
+            foreign interpreter from the private staging directory only.
+        pass_env: further names (or ``PREFIX*``) the backend's workers need from ``env``.
+        set_env: variables the backend sets for its worker (the route's ``env`` wins).
         hello_timeout_s: bound on start-up until the hello.
         shm_threshold: tensors of at least this many bytes go through shared memory
             (both ways), when both sides support it.
@@ -177,7 +176,16 @@ def start_worker(
         shm_fds=0 if fds is None else fds[1].fileno(),
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
+    declared = check_env_names(pass_env, "pass_env")
     staged = stage_packages(route.stage) if route.foreign else None
+    worker_env = worker_environment(
+        os.environ if env is None else env,
+        declared=declared,
+        values=set_env,
+        route_env=dict(route.env),
+        python_path=([str(staged)] if staged is not None else []) + list(route.python_path),
+        inherit_python_path=not route.foreign,
+    )
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     argv = [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())]
     if SUPERVISED:
@@ -188,10 +196,13 @@ def start_worker(
             remove=[] if staged is None else [str(staged)],
         )
     try:
+        # The boot configuration (and its token) waits in the private channel for the
+        # worker's first read: never in its environment or command line.
+        write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
         popen = subprocess.Popen(
             argv,
             pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
-            env=_environment(route, env, staged, boot),
+            env=worker_env,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -237,7 +248,9 @@ def start_worker(
         route=route,
         generation=generation,
         sock=parent,
-        limits=limits,
+        # From now on, only the features both ends negotiated (a bfloat16 tensor from a
+        # worker that did not offer bfloat16 is refused before its payload).
+        limits=Limits(max_io_bytes=max_io_bytes, supported_features=in_use),
         tree=tree,
         popen=popen,
         hello=hello.header.meta,
@@ -319,7 +332,9 @@ def _verify_hello(
         )
     error = meta.get("error")
     if error is not None:
-        raise BootstrapRefused("hello.error", "worker entry failed", dict(error))
+        if isinstance(error, Mapping):
+            error = {str(k): str(v)[:512] for k, v in list(error.items())[:8]}
+        raise BootstrapRefused("hello.error", "worker entry failed", error)
     if meta.get("pid") != root.pid:
         raise BootstrapRefused(
             "hello.pid", f"must be the started process {root.pid}", meta.get("pid")

@@ -33,7 +33,6 @@ from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
-from edge_contracts.protocol import FEATURE_SHM_TENSORS
 from edge_contracts.requests import ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.wire import Frame, encode_frame, write_frame
@@ -59,7 +58,6 @@ from edge_core.host.routes import Route
 
 __all__ = ["WorkerClient"]
 
-_SHM = frozenset({FEATURE_SHM_TENSORS})
 _EMPTY: dict[str, Any] = {}
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
@@ -259,7 +257,7 @@ class WorkerClient:
                 self.generation,
                 tensors=packed.specs,
                 meta=request.params,
-                required_features=_SHM if packed.uses_shm else frozenset(),
+                required_features=packed.features,
             )
             if gone:  # a request's meta is its params: the names go in an ack before it
                 notice = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})

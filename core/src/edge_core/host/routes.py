@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import attrs
@@ -27,6 +27,7 @@ __all__ = ["Route", "controller_domain"]
 _ENTRY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _MODULE = re.compile(r"^[A-Za-z_][\w]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def controller_domain() -> ExecutionDomain:
@@ -76,6 +77,23 @@ def _check_stage(_: object, __: attrs.Attribute[tuple[str, ...]], value: tuple[s
             raise RouteRefused(f"route.stage[{i}]", "must be a top-level module name", name)
 
 
+def _env_pairs(value: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((k, v) for k, v in items))
+
+
+def _check_env(
+    _: object, __: attrs.Attribute[tuple[tuple[str, str], ...]], value: tuple[tuple[str, str], ...]
+) -> None:
+    for name, text in value:
+        if not isinstance(name, str) or _ENV_NAME.fullmatch(name) is None:
+            raise RouteRefused(f"route.env.{name}", "must be a variable name", name)
+        if name == "PYTHONPATH":
+            raise RouteRefused(f"route.env.{name}", "is built from route.python_path", name)
+        if not isinstance(text, str) or "\0" in text:
+            raise RouteRefused(f"route.env.{name}", "must be a string without NUL", text)
+
+
 def _check_paths(_: object, __: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
     for i, path in enumerate(value):
         if not isinstance(path, str) or not os.path.isabs(path) or not os.path.isdir(path):
@@ -97,6 +115,9 @@ class Route:
         stage: top-level packages (or modules) copied next to ``edge_contracts`` into the
             private staging directory of a foreign interpreter.
         python_path: extra absolute directories put on the worker's ``PYTHONPATH``.
+        env: variables set in the worker's environment, as given (``(name, value)``
+            pairs, sorted; a mapping is accepted). Everything else the worker sees comes
+            from the allowlist of :mod:`edge_core.host.environment`.
 
     """
 
@@ -107,6 +128,9 @@ class Route:
     stage: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_check_stage)
     python_path: tuple[str, ...] = attrs.field(
         default=(), converter=_strings, validator=_check_paths
+    )
+    env: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_env_pairs, validator=_check_env
     )
 
     @classmethod
@@ -146,6 +170,7 @@ class Route:
             "os_domain": self.os_domain.value,
             "stage": list(self.stage),
             "python_path": list(self.python_path),
+            "env": [name for name, _ in self.env],  # names only: values may be private
         }
 
 

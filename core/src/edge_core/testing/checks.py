@@ -96,7 +96,10 @@ def hooks_have_specs(subject: Subject) -> str:
     return f"{len(names)} hooks, each with a specification: {', '.join(names)}"
 
 
+# The first line drops sys.path[0] (the working directory, for ``-c``) as workers do:
+# the probe sees the plugins ``edge`` itself would see, and nothing planted in the folder.
 _PROBE_SCRIPT = """
+import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0)
 import json, sys, time
 plugin, module, source = sys.argv[1:4]
 started = time.perf_counter()

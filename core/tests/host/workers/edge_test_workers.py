@@ -194,6 +194,17 @@ def wrong_version() -> BaseHandler:
     raise SystemExit(0)
 
 
+def hello_error_not_object() -> BaseHandler:
+    """Says hello with the right token but ``error: 5``, then hangs."""
+    boot = sys._getframe(1).f_locals["boot"]  # the serve loop that called this factory
+    meta = hello_meta(
+        boot.token, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
+    )
+    meta["error"] = 5
+    _forge(FrameHeader("hello", "", "", 0, boot.generation, meta=meta))
+    raise SystemExit(0)
+
+
 def broken_factory() -> BaseHandler:
     """A factory that fails: the hello reports the error."""
     raise RuntimeError("cannot build the handler")

@@ -11,7 +11,8 @@ It handles only what it fully checks; anything else goes to ``numpy.load``, whic
 reads or refuses the file exactly as before: zip64 or multi-disk archives, encryption,
 compression other than deflate, a member that is not ``.npy`` (or whose bytes are not),
 duplicate names, members that overlap or whose local name differs, a size or CRC-32
-mismatch, object arrays, truncated files. Pickle is never enabled on either path.
+mismatch, object arrays, truncated files. Pickle is never enabled on either path, and
+both apply the bounds of :mod:`edge_contracts.npz_limits` before allocating an array.
 
 Worker side: imports only numpy and the standard library.
 """
@@ -29,6 +30,8 @@ import zlib
 from typing import Any, Literal
 
 import numpy as np
+
+from edge_contracts.npz_limits import check_members, check_npz_file
 
 __all__ = ["load_npz"]
 
@@ -53,22 +56,31 @@ def load_npz(path: str) -> dict[str, np.ndarray[Any, Any]]:
 
     The same names, dtypes, shapes, memory order and values as ``numpy.load(path,
     allow_pickle=False)``, whose errors it raises for any file it does not handle.
+
+    Raises:
+        ArchiveRefused: the archive breaks a bound of :mod:`edge_contracts.npz_limits`
+            (declared sizes, compression ratio, ``.npy`` header against declared size),
+            checked before any array is allocated, on both paths.
+
     """
+    field = os.path.basename(path)
     with open(path, "rb") as handle:
-        arrays = _read_mapped(handle.fileno())
-    if arrays is not None:
-        return arrays
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: np.array(archive[name]) for name in archive.files}
+        arrays = _read_mapped(handle.fileno(), field)
+        if arrays is not None:
+            return arrays
+        check_npz_file(handle, field)  # the same bounds before numpy allocates anything
+        handle.seek(0)
+        with np.load(handle, allow_pickle=False) as archive:
+            return {name: np.array(archive[name]) for name in archive.files}
 
 
-def _read_mapped(fd: int) -> dict[str, np.ndarray[Any, Any]] | None:
+def _read_mapped(fd: int, field: str) -> dict[str, np.ndarray[Any, Any]] | None:
     """The arrays, or None when ``numpy.load`` must decide."""
     if os.fstat(fd).st_size == 0:
         return None
     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     try:
-        return _read_all(memoryview(mapped))
+        return _read_all(memoryview(mapped), field)
     except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
         return None
     finally:
@@ -76,9 +88,14 @@ def _read_mapped(fd: int) -> dict[str, np.ndarray[Any, Any]] | None:
             mapped.close()
 
 
-def _read_all(data: memoryview) -> dict[str, np.ndarray[Any, Any]]:
+def _read_all(data: memoryview, field: str) -> dict[str, np.ndarray[Any, Any]]:
     try:
         members = _members(data)
+        check_members(
+            ((name, size, compressed, method == _DEFLATED)
+             for name, (method, _, compressed, size, _) in members.items()),
+            field,
+        )
         return {name: _array(data, *where) for name, where in members.items()}
     finally:
         data.release()

@@ -25,7 +25,10 @@ EP_NAME = "QNNExecutionProvider"
 PYTHON_ENV = "EDGE_QNN_PYTHON"
 PROBE_TIMEOUT_S = 60.0
 
+# The first line drops sys.path[0] (the working directory, for ``-c``) before any
+# import, so an ``onnxruntime.py`` in the folder edge was started from is never run.
 _SCRIPT = """
+import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0)
 import json
 EP = "QNNExecutionProvider"
 out = {}

@@ -21,7 +21,7 @@ from edge_vllm_cuda.gpus import Gpu, GpuProbe
 from edge_vllm_cuda.options import VllmOptions
 from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
 
-__all__ = ["WORKER_ENTRY", "VllmStage", "worker_env"]
+__all__ = ["WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
 
 WORKER_ENTRY = "edge_vllm_cuda.worker:create"
 _GIB = 1024**3
@@ -31,19 +31,30 @@ class GenerateRefused(GenerateParamsInvalid):
     """A generate request's parameters were refused before anything was sent."""
 
 
+WORKER_ENV_NAMES = ("VLLM_*", "CUDA_*", "NCCL_*", "NVIDIA_*", "HF_*", "HUGGING_FACE_*",
+                    "TRANSFORMERS_*", "TOKENIZERS_*", "TORCH_*", "TORCHINDUCTOR_*",
+                    "TRITON_*", "OMP_*", "MKL_*", "KMP_*")
+"""What a vLLM worker takes from the controller's environment (besides the host's
+allowlist): the engine's, PyTorch's, the CUDA stack's and the Hugging Face hub's own
+settings. Nothing else of the controller's environment reaches the worker."""
+
+_DEFAULTS = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_NO_USAGE_STATS": "1",
+             "VLLM_DO_NOT_TRACK": "1"}
+
+
 def worker_env(options: VllmOptions, gpus: tuple[Gpu, ...],
                base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: loopback queues, KV-cache size, the GPUs it may see.
+    """The variables this backend sets for its worker: loopback queues, KV-cache size, GPUs.
 
-    ``CUDA_VISIBLE_DEVICES`` lists the physical indices in PCI bus order, so rank ``r``
-    runs on ``gpus[r]``; the worker's report of each rank's UUID is checked against them.
+    ``base`` (default: the controller's environment) only decides whether a default
+    (``VLLM_LOGGING_LEVEL`` ...) was already chosen by the user. ``CUDA_VISIBLE_DEVICES``
+    lists the physical indices in PCI bus order, so rank ``r`` runs on ``gpus[r]``; the
+    worker's report of each rank's UUID is checked against them.
     """
-    env = dict(os.environ if base is None else base)
+    source = os.environ if base is None else base
+    env = {name: source.get(name, default) for name, default in _DEFAULTS.items()}
     env["VLLM_HOST_IP"] = "127.0.0.1"
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    env.setdefault("VLLM_NO_USAGE_STATS", "1")
-    env.setdefault("VLLM_DO_NOT_TRACK", "1")
     if options.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(options.kv_cache_space_gib)
     else:
@@ -75,6 +86,7 @@ class VllmStage(WorkerStage):
     max_in_flight: int
     #: vLLM's own shutdown takes about 3 s here; let it finish before SIGTERM.
     retire_graceful_s = 4.0
+    worker_env_names = WORKER_ENV_NAMES
 
     @classmethod
     def open(cls, stage: StageContext, probe: GpuProbe) -> VllmStage:

@@ -55,12 +55,13 @@ from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
-from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
+from edge_contracts.protocol import FEATURE_HEARTBEAT, FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_handler import BaseHandler, Handler
+from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
     BOOT_ENV,
     CONTROL_OPS,
@@ -68,6 +69,7 @@ from edge_contracts.worker_protocol import (
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
+    OP_HEARTBEAT,
     OP_HELLO,
     OP_LOAD,
     OP_PING,
@@ -248,6 +250,9 @@ class _Server:
         self._broken = False
         self._stop = False
         self._orphaned = False  # the channel ended without a shutdown
+        self._executing = False
+        self._heartbeat = (Heartbeat(self._beat, self._busy)
+                           if FEATURE_HEARTBEAT in boot.features else None)
 
     # -- tensors (numpy imported on first use) ------------------------------------------
 
@@ -282,6 +287,12 @@ class _Server:
                 self._broken = True
                 return False
         return True
+
+    def _beat(self) -> bool:
+        return self.send(FrameHeader(OP_HEARTBEAT, "", "", 0, self.boot.generation))
+
+    def _busy(self) -> bool:
+        return self._executing or bool(self._calls)
 
     def _gone(self) -> list[str]:
         return self._producer.take_gone() if self._producer is not None else []
@@ -487,7 +498,13 @@ class _Server:
                             self._orphaned = True
                             return 0
                     if self._pending and not self._stop:
-                        self._execute(self._pending.popleft())
+                        if self._heartbeat is not None:
+                            self._heartbeat.wake()
+                        self._executing = True
+                        try:
+                            self._execute(self._pending.popleft())
+                        finally:
+                            self._executing = False
                 else:
                     if not self._frames.buffered:  # a frame may wait in the read buffer
                         self._next_frame.wait(None)  # spins briefly while requests come fast
@@ -499,6 +516,8 @@ class _Server:
             self._close()
 
     def _close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         try:
             self.handler.close()
         except Exception:  # shutting down regardless
@@ -533,7 +552,13 @@ def _print_exception() -> None:
 
 
 def _error_info(error: BaseException) -> dict[str, str]:
-    return {"type": type(error).__name__, "message": str(error)[:_MAX_MESSAGE] or "-"}
+    info = {"type": type(error).__name__, "message": str(error)[:_MAX_MESSAGE] or "-"}
+    if error.__traceback__ is not None:  # its last lines: where the handler failed
+        import traceback  # only on this error path: it costs milliseconds at start-up
+
+        text = "".join(traceback.format_exception(error))
+        info["traceback"] = text[-_MAX_MESSAGE:]
+    return info
 
 
 def _load_factory(entry: str) -> Callable[[], Handler]:

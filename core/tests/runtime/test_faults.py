@@ -406,3 +406,41 @@ def test_waiting_on_a_submission_past_a_timeout_is_deadline_exceeded(
     with submission.result() as result:
         np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
     assert pipeline.admission.used == 0
+
+
+def test_a_submission_cancels_every_item_of_its_fan_out_in_place(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("first"),
+        echo_stage("rows", backend="echo-preemptible", delay_s=5.0,
+                   transform="edge_echo.transforms:split_rows"),
+    )
+    submission = pipeline.submit({"x": np.ones((3, 2), np.float32)})
+    rows = pipeline.stage("rows")
+    wait_for(lambda: rows.outstanding == 3)  # the items, as request_id#0..2
+    assert all(rid.startswith(submission.request_id + "#") for rid in rows.request_ids())
+    assert submission.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+    with pytest.raises(RequestCancelled):
+        submission.result()
+    wait_for(lambda: rows.outstanding == 0)
+    assert rows.state is StageState.READY
+
+
+def test_a_replica_restarted_by_its_policy_serves_again(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    config = echo_stage("a", backend="echo-preemptible")
+    config.update(replicas=2, restart="on-failure", restart_backoff_s=0.0)
+    pipeline = open_pipeline(config)
+    first, _ = pipeline.stages
+    os.kill(int(str(first.loaded.describe()["pid"])), signal.SIGKILL)
+    wait_for(lambda: first.state is StageState.READY and first.generation == 2)
+    health = pipeline.health()
+    assert set(health["stages"]) == {"a", "a#1"} and health["state"] == "ready"
+    assert ledger.reserved("machine:ram") == 2 * 256 * MiB
+    served = set()
+    for _ in range(8):  # both replicas take calls again
+        with pipeline.run(X) as result:
+            served.add(result.final.key.generation)
+    assert served == {1, 2}

@@ -36,10 +36,8 @@ queued request of a fenced epoch is answered CANCELLED without reaching the hand
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
 
-When the controller offers the ``heartbeat`` feature, a thread of its own
-(:mod:`edge_contracts.worker_heartbeat`) sends ``heartbeat`` frames while the loop executes
-a request or control call or a streaming request is open, so that the controller can
-tell a busy worker from a stopped one. An ERROR event carries the handler's traceback.
+With the ``heartbeat`` feature a thread of its own beats while the worker has work
+(:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
@@ -89,7 +90,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
-_MAX_MESSAGE = 8192
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 
 
@@ -306,7 +306,7 @@ class _Server:
         if error is None:
             meta["result"] = dict(result or {})
         else:
-            meta["error"] = _error_info(error)
+            meta["error"] = error_info(error)
         try:
             reply = FrameHeader(
                 OP_REPLY,
@@ -323,7 +323,7 @@ class _Server:
                 header.stage_id,
                 header.epoch,
                 self.boot.generation,
-                meta={"ok": False, "error": _error_info(exc)},
+                meta={"ok": False, "error": error_info(exc)},
             )
         self.send(reply)
 
@@ -349,7 +349,7 @@ class _Server:
             "seq": seq,
             "kind": kind.value,
             "data": dict(data or {}),
-            "error": None if error is None else _error_info(error),
+            "error": None if error is None else error_info(error),
             "created_ns": time.monotonic_ns(),
         }
         if kind.terminal or call._closed:
@@ -433,7 +433,7 @@ class _Server:
                 try:
                     self.handler.cancel(call.request_id)
                 except Exception:  # the request is already ended
-                    _print_exception()
+                    print_exception()
         if target is not None:
             for frame in [f for f in self._pending if f.header.request_id == target]:
                 self._pending.remove(frame)
@@ -524,7 +524,7 @@ class _Server:
         try:
             self.handler.close()
         except Exception:  # shutting down regardless
-            _print_exception()
+            print_exception()
         if self._producer is not None:
             self._producer.close()
         if self._consumer is not None:
@@ -533,7 +533,7 @@ class _Server:
             try:
                 sweep(self.boot.peer_prefix)
             except Exception:  # exiting regardless
-                _print_exception()
+                print_exception()
         self.sock.close()
 
 
@@ -546,22 +546,6 @@ def uses_sealed(boot: BootConfig) -> bool:
     except OSError:
         return False
     return True
-
-
-def _print_exception() -> None:
-    import traceback  # only on this error path: it costs milliseconds at start-up
-
-    traceback.print_exc()
-
-
-def _error_info(error: BaseException) -> dict[str, str]:
-    info = {"type": type(error).__name__, "message": str(error)[:_MAX_MESSAGE] or "-"}
-    if error.__traceback__ is not None:  # its last lines: where the handler failed
-        import traceback  # only on this error path: it costs milliseconds at start-up
-
-        text = "".join(traceback.format_exception(error))
-        info["traceback"] = text[-_MAX_MESSAGE:]
-    return info
 
 
 def _load_factory(entry: str) -> Callable[[], Handler]:
@@ -581,7 +565,7 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
         meta = hello_meta(
             boot.token, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
         )
-        meta["error"] = _error_info(exc)
+        meta["error"] = error_info(exc)
         _send_hello(sock, boot, meta)
         sock.close()
         return 1

@@ -16,6 +16,7 @@ from edge_contracts.errors import InvalidValue, UnknownRequiredFeature
 __all__ = [
     "FEATURE_BFLOAT16",
     "FEATURE_CANCEL",
+    "FEATURE_HEARTBEAT",
     "FEATURE_SHM_TENSORS",
     "FEATURE_STREAM_EVENTS",
     "KNOWN_FEATURES",
@@ -39,8 +40,12 @@ FEATURE_BFLOAT16 = "bfloat16"
 FEATURE_CANCEL = "cancel"
 """The peer understands cancel frames that fence an epoch."""
 
+FEATURE_HEARTBEAT = "heartbeat"
+"""The worker sends ``heartbeat`` frames while it has work, from a thread of its own."""
+
 KNOWN_FEATURES: frozenset[str] = frozenset(
-    {FEATURE_SHM_TENSORS, FEATURE_STREAM_EVENTS, FEATURE_BFLOAT16, FEATURE_CANCEL}
+    {FEATURE_SHM_TENSORS, FEATURE_STREAM_EVENTS, FEATURE_BFLOAT16, FEATURE_CANCEL,
+     FEATURE_HEARTBEAT}
 )
 """Every feature this implementation supports."""
 

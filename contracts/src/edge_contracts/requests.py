@@ -144,24 +144,32 @@ class ErrorInfo:
     Attributes:
         type: the error's class or category name (non-empty, printable, <= 128).
         message: the message, at most 8192 characters (may be empty).
+        traceback: the worker's formatted traceback, its last 8192 characters (optional).
 
     """
 
     type: str
     message: str
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         require_id(self.type, "error.type")
         require_str(self.message, "error.message", max_length=MAX_ERROR_MESSAGE, allow_empty=True)
+        if self.traceback is not None:
+            require_str(self.traceback, "error.traceback", max_length=MAX_ERROR_MESSAGE,
+                        allow_empty=True)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON-ready form."""
-        return {"type": self.type, "message": self.message}
+        """Return the JSON-ready form (``traceback`` only when there is one)."""
+        data = {"type": self.type, "message": self.message}
+        if self.traceback is not None:
+            data["traceback"] = self.traceback
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "error") -> ErrorInfo:
-        """Build from the JSON form; both keys are required."""
-        mapping: Any = check_keys(data, field, ("type", "message"))
+        """Build from the JSON form; ``type`` and ``message`` are required."""
+        mapping: Any = check_keys(data, field, ("type", "message"), ("traceback",))
         try:
             return cls(**mapping)
         except InvalidValue as exc:

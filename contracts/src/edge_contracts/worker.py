@@ -35,6 +35,9 @@ Before each request, the loop reads every frame already waiting, so that a ``can
 queued request of a fenced epoch is answered CANCELLED without reaching the handler.
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
+
+With the ``heartbeat`` feature a thread of its own beats while the worker has work
+(:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
 """
 
 from __future__ import annotations
@@ -59,18 +62,21 @@ from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
-from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
+from edge_contracts.protocol import FEATURE_HEARTBEAT, FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_handler import BaseHandler, Handler
+from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
     CONTROL_OPS,
     DATA_OPS,
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
+    OP_HEARTBEAT,
     OP_HELLO,
     OP_LOAD,
     OP_PING,
@@ -89,7 +95,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
-_MAX_MESSAGE = 8192
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 
 
@@ -256,6 +261,9 @@ class _Server:
         self._broken = False
         self._stop = False
         self._orphaned = False  # the channel ended without a shutdown
+        self._executing = False
+        self._heartbeat = (Heartbeat(self._beat, self._busy)
+                           if FEATURE_HEARTBEAT in boot.features else None)
 
     # -- tensors (numpy imported on first use) ------------------------------------------
 
@@ -291,6 +299,12 @@ class _Server:
                 return False
         return True
 
+    def _beat(self) -> bool:
+        return self.send(FrameHeader(OP_HEARTBEAT, "", "", 0, self.boot.generation))
+
+    def _busy(self) -> bool:
+        return self._executing or bool(self._calls)
+
     def _gone(self) -> list[str]:
         return self._producer.take_gone() if self._producer is not None else []
 
@@ -300,7 +314,7 @@ class _Server:
         if error is None:
             meta["result"] = dict(result or {})
         else:
-            meta["error"] = _error_info(error)
+            meta["error"] = error_info(error)
         try:
             reply = FrameHeader(
                 OP_REPLY,
@@ -317,7 +331,7 @@ class _Server:
                 header.stage_id,
                 header.epoch,
                 self.boot.generation,
-                meta={"ok": False, "error": _error_info(exc)},
+                meta={"ok": False, "error": error_info(exc)},
             )
         self.send(reply)
 
@@ -343,7 +357,7 @@ class _Server:
             "seq": seq,
             "kind": kind.value,
             "data": dict(data or {}),
-            "error": None if error is None else _error_info(error),
+            "error": None if error is None else error_info(error),
             "created_ns": time.monotonic_ns(),
         }
         if kind.terminal or call._closed:
@@ -434,7 +448,7 @@ class _Server:
                 try:
                     self.handler.cancel(call.request_id)
                 except Exception:  # the request is already ended
-                    _print_exception()
+                    print_exception()
         if target is not None:
             for frame in [f for f in self._pending if f.header.request_id == target]:
                 self._pending.remove(frame)
@@ -502,7 +516,13 @@ class _Server:
                             self._orphaned = True
                             return 0
                     if self._pending and not self._stop:
-                        self._execute(self._pending.popleft())
+                        if self._heartbeat is not None:
+                            self._heartbeat.wake()
+                        self._executing = True
+                        try:
+                            self._execute(self._pending.popleft())
+                        finally:
+                            self._executing = False
                 else:
                     if not self._frames.buffered:  # a frame may wait in the read buffer
                         self._next_frame.wait(None)  # spins briefly while requests come fast
@@ -514,10 +534,12 @@ class _Server:
             self._close()
 
     def _close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         try:
             self.handler.close()
         except Exception:  # shutting down regardless
-            _print_exception()
+            print_exception()
         if self._producer is not None:
             self._producer.close()
         if self._consumer is not None:
@@ -526,7 +548,7 @@ class _Server:
             try:
                 sweep(self.boot.peer_prefix)
             except Exception:  # exiting regardless
-                _print_exception()
+                print_exception()
         self.sock.close()
 
 
@@ -539,16 +561,6 @@ def uses_sealed(boot: BootConfig) -> bool:
     except OSError:
         return False
     return True
-
-
-def _print_exception() -> None:
-    import traceback  # only on this error path: it costs milliseconds at start-up
-
-    traceback.print_exc()
-
-
-def _error_info(error: BaseException) -> dict[str, str]:
-    return {"type": type(error).__name__, "message": str(error)[:_MAX_MESSAGE] or "-"}
 
 
 def _load_factory(entry: str) -> Callable[[], Handler]:
@@ -568,7 +580,7 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
         meta = hello_meta(
             boot.token, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
         )
-        meta["error"] = _error_info(exc)
+        meta["error"] = error_info(exc)
         _send_hello(sock, boot, meta)
         sock.close()
         return 1

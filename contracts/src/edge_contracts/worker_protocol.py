@@ -21,7 +21,9 @@ Ops, controller to worker:
 Ops, worker to controller:
     ``hello`` (first frame, see :func:`hello_meta`; the serve loop adds
     ``sealed_segments``: true when its shared memory is sealed memfd segments passed over
-    the descriptor channel of :attr:`BootConfig.shm_fds`), ``event`` (``meta`` carries ``seq``,
+    the descriptor channel of :attr:`BootConfig.shm_fds`); ``heartbeat`` (no meta, no
+    answer: sent while the worker has work, when the ``heartbeat`` feature is in use; see
+    :mod:`edge_contracts.worker_heartbeat`); ``event`` (``meta`` carries ``seq``,
     ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
     controller-produced segments of that request's inputs), ``reply``
     (``meta.ok`` plus ``result`` or ``error``).
@@ -55,6 +57,7 @@ __all__ = [
     "OP_CANCEL",
     "OP_EVENT",
     "OP_GENERATE",
+    "OP_HEARTBEAT",
     "OP_HELLO",
     "OP_LOAD",
     "OP_PING",
@@ -82,6 +85,7 @@ OP_PING = "ping"
 OP_SHUTDOWN = "shutdown"
 OP_EVENT = "event"
 OP_REPLY = "reply"
+OP_HEARTBEAT = "heartbeat"
 
 DATA_OPS = frozenset({OP_RUN, OP_GENERATE})
 """Ops that carry a stage request and are answered by events."""

@@ -39,6 +39,9 @@ class CancelOutcome(str, enum.Enum):
     RETIRE_REQUIRED = "retire-required"
     #: The request had already finished; nothing was running.
     ALREADY_FINISHED = "already-finished"
+    #: The backend never started the request (queued, or between two stages): it was
+    #: dropped before it ran. Hook contract 1.1; a 1.0 plugin never answers it.
+    NOT_STARTED = "not-started"
 
 
 def _check_name(_: object, attribute: attrs.Attribute[str], value: str) -> None:

@@ -51,3 +51,11 @@ class WorkerLost(WorkerError):
 
 class StageClosed(EdgeError):
     """A stage refuses work: it was cancelled non-preemptively, retired or never loaded."""
+
+
+class DeadlineExceeded(EdgeError, TimeoutError):
+    """A call did not finish within its deadline (``deadline_s`` or a stage's ``call_timeout_s``).
+
+    Also a :class:`TimeoutError`, so that code catching the built-in still catches it; every
+    timeout edge-core raises is this type (or a subclass), never the bare built-in.
+    """

@@ -40,7 +40,11 @@ __all__ = ["CONTRACT_VERSION", "HOOK_NAMES", "PROJECT", "hookimpl", "hookspec"]
 
 #: The hook-contract version this core implements, as ``"major.minor"``. A plugin's
 #: ``EDGE_CONTRACT`` must have the same major and a minor no greater than this one.
-CONTRACT_VERSION = "1.0"
+#:
+#: 1.1 added, compatibly: the ``CancelOutcome.NOT_STARTED`` answer of ``edge_cancel`` (a
+#: 1.0 plugin never gives it), and the optional ``on_lost(listener)`` and ``health()``
+#: members of a loaded stage (see :class:`edge_core.stage.LoadedStage`).
+CONTRACT_VERSION = "1.1"
 
 # ---------------------------------------------------------------------------------------
 # Discovery
@@ -215,9 +219,16 @@ def edge_cancel(loaded: LoadedStage, request_id: str, epoch: int) -> CancelOutco
     """Cancel a request of a fenced epoch.
 
     Owner only. The runtime has already fenced the epoch (no output of it will be
-    delivered) before calling this hook. A preemptible backend stops the request inside its
-    worker and answers ``CANCELLED_IN_PLACE``; a non-preemptible one answers
-    ``RETIRE_REQUIRED`` and the runtime retires the worker. Must return within a bounded time.
+    delivered) before calling this hook, and waits for the request's ``edge_call`` to have
+    returned first. A preemptible backend stops the request inside its worker and answers
+    ``CANCELLED_IN_PLACE``; a non-preemptible one answers ``RETIRE_REQUIRED`` and the
+    runtime retires the worker (a non-preemptible backend's ``CANCELLED_IN_PLACE`` is
+    treated as ``RETIRE_REQUIRED``: the declaration decides). A request that already
+    finished in the worker (its last event may still be on its way) is
+    ``ALREADY_FINISHED``: the worker stays. Since contract 1.1 a backend that knows it
+    never started the request (still queued on its side) may answer ``NOT_STARTED``: the
+    worker stays. Must return within a bounded time. The runtime also calls it when a
+    call outlives its deadline or its stage's ``call_timeout_s``.
 
     Args:
         loaded: The handle from ``edge_load``.

@@ -63,9 +63,13 @@ class LoadedStage(Protocol):
     """The handle ``edge_load`` returns; later hooks of the same stage receive it.
 
     A plugin keeps whatever it needs on its own class (the worker client, the verified
-    manifest); the runtime relies only on these members, plus one optional attribute:
+    manifest); the runtime relies only on these members, plus optional ones:
     ``max_in_flight`` (an int) lowers the stage's in-flight limit below the backend's
-    declared ``max_concurrency`` (a generate stage configured for fewer sequences, say).
+    declared ``max_concurrency`` (a generate stage configured for fewer sequences, say);
+    ``on_lost(listener)`` registers ``listener(error)`` to be called once when the worker
+    dies or stops answering, so that the stage turns ``failed`` at once (contract 1.1);
+    ``health()`` returns the worker's health (an object with ``to_dict()``, or a mapping)
+    for :meth:`Pipeline.health`. :class:`edge_core.workerstage.WorkerStage` has all three.
     """
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self
 
 import attrs
@@ -26,6 +26,7 @@ from edge_core.host.bootstrap import start_worker
 from edge_core.host.calls import Call, Delivery
 from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
+from edge_core.host.health import Health
 from edge_core.host.identity import descendant_processes
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
@@ -250,6 +251,18 @@ class WorkerStage:
             self.client.cancel(request_id)
             return CancelOutcome.CANCELLED_IN_PLACE
         return CancelOutcome.RETIRE_REQUIRED
+
+    def on_lost(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener(error)`` when the worker dies, stops answering or is retired.
+
+        The runtime uses it to mark the stage failed at once (see
+        :mod:`edge_core.runtime.health`), not only when the next call fails.
+        """
+        self.client.on_lost(listener)
+
+    def health(self) -> Health:
+        """The worker client's health (state, reason, exit status, calls in flight)."""
+        return self.client.health()
 
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:
         """Retire the worker tree (idempotent)."""

@@ -56,6 +56,9 @@ def test_run_prints_plan_answer_and_writes_a_profile(tmp_path: Path) -> None:
     assert human.returncode == 0, human.stderr
     assert "stage a: echo-preemptible on numpy [numpy 1]" in human.stdout
     assert "latency p50 over 1 request(s)" in human.stdout
+    assert "health: ready" in human.stdout
+    assert "stage b: ready; generation 1, restarts 0 (restart = never)" in human.stdout
+    assert report["health"]["stages"]["b"]["state"] == "ready"
 
 
 def test_a_configuration_error_exits_2_naming_the_path(tmp_path: Path) -> None:
@@ -72,3 +75,13 @@ def test_a_refusal_exits_1_and_leaves_no_worker(tmp_path: Path) -> None:
     result = edge("run", "p.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
     assert result.returncode == 1
     assert "warm-up failed as configured" in json.loads(result.stdout)["error"]
+
+
+def test_a_request_past_its_deadline_exits_1_and_shows_the_failed_stage(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PIPELINE.replace("scale = 10.0",
+                                                      "scale = 10.0\ndelay_s = 10.0"))
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "p.toml", "--inputs", "in.npz", "--deadline", "1.0", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "DeadlineExceeded" in result.stderr
+    assert "stage b: failed (a call's deadline_s expired" in result.stderr

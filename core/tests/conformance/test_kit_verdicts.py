@@ -204,3 +204,31 @@ def test_unknown_check_names_are_refused() -> None:
     plugins = load_plugins(objects={"nowhere": Nowhere()}, env=NO_ENTRY_POINTS)
     with pytest.raises(KeyError, match="no_such_check"):
         run_backend(plugins, "nowhere", ["no_such_check"])
+
+
+class RestartingEcho(WrongEcho):
+    """The echo worker, non-preemptible, whose conformance stage declares
+    ``restart = "on-failure"``: the kit's cancel check follows that policy."""
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="restarting-echo", kinds=["graph"], preemptible=False,
+                            providers=["numpy"])]
+
+    @hookimpl
+    def edge_probe(self) -> list[ProbeReport]:
+        return [ProbeReport(backend="restarting-echo", available=True)]
+
+    @hookimpl
+    def edge_conformance_stage(self, backend: str, workdir: Path) -> Mapping[str, Any]:
+        stage = dict(echo.edge_conformance_stage(backend, workdir))
+        stage["stage"] = {**stage["stage"], "restart": "on-failure", "restart_backoff_s": 0.0}
+        return stage
+
+
+@pytest.mark.slow
+def test_the_cancel_check_follows_an_on_failure_restart_policy() -> None:
+    plugins = load_plugins(objects={"restarting": RestartingEcho()}, env=NO_ENTRY_POINTS)
+    (cancel,) = run_backend(plugins, "restarting-echo", ["cancel_running_call"]).results
+    assert cancel.status is Status.PASSED, cancel.detail
+    assert "restarted automatically" in cancel.detail

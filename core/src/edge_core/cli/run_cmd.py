@@ -34,7 +34,20 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="serve N sequential requests (latency p50 over them)")
     parser.add_argument("--profile", metavar="PATH",
                         help="write a deployment profile JSON (plan, raw samples, outputs)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                        help="bound each request, admission to result (DeadlineExceeded)")
     parser.set_defaults(func=run)
+
+
+def _health_lines(health: dict[str, Any]) -> list[str]:
+    """One line per stage: its state (see docs/runtime.md), generation and restarts."""
+    lines = []
+    for sid, stage in health["stages"].items():
+        reason = f" ({stage['reason']})" if stage.get("reason") else ""
+        lines.append(f"  stage {sid}: {stage['state']}{reason}; generation "
+                     f"{stage['generation']}, restarts {stage['restarts']} "
+                     f"(restart = {stage['policy']['restart']})")
+    return lines
 
 
 def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
@@ -110,16 +123,19 @@ def run(args: argparse.Namespace) -> int:
         answer: Any = None
         for index in range(max(1, args.repeat)):
             t0 = time.perf_counter()
-            with pipeline.run(inputs, params=args.params) as result:
+            with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
                 total = time.perf_counter() - t0
                 if index == 0:
                     answer = _answer(pipeline, result.outputs, inputs)
                 samples.append({"request": index, "total_s": total,
                                 "stages_s": dict(result.latencies)})
         plan = pipeline.execution_plan()
+        health = pipeline.health()
     except (EdgeError, ValueError) as exc:
+        states = "\n".join(["health:", *_health_lines(pipeline.health())])
         pipeline.close()
-        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}") from exc
+        raise common.CommandFailed(common.EXIT_FAILED,
+                                   f"{type(exc).__name__}: {exc}\n{states}") from exc
     closing = pipeline.close()
     stage_ids = [s["id"] for s in plan["stages"]]
     p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3
@@ -127,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3
     report = {
         "ok": True, "pipeline": plan["pipeline"], "open_s": open_s, "answer": answer,
-        "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan,
+        "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
     }
     if args.profile:
@@ -138,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
         common.print_json(report)
         return common.EXIT_OK
     for line in _summary(plan):
+        print(line)
+    print(f"health: {health['state']}")
+    for line in _health_lines(health):
         print(line)
     texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
         if isinstance(answer, list) else []

@@ -34,6 +34,16 @@ from edge_core.config.checks import (
     check_top_module,
     validator,
 )
+from edge_core.config.lifecycle import (
+    NonNegativeInt,
+    NonNegativeSeconds,
+    PositiveSeconds,
+    RestartMode,
+    check_non_negative_int,
+    check_non_negative_seconds,
+    check_positive_seconds,
+    check_restart_mode,
+)
 from edge_core.errors import ConfigError
 from edge_core.placement import PlacementPolicy
 
@@ -283,6 +293,22 @@ class StageConfig:
     """Where this stage's inputs come from: stage ids, or ``"input"`` for the pipeline's own
     input. Empty means the previous stage (the pipeline input for the first). The runtime
     serves linear chains only and refuses fan-out, joins and several final outputs."""
+    call_timeout_s: PositiveSeconds | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_positive_seconds))
+    )
+    """Most seconds one call of this stage may take once sent; ``None``: the default of
+    the backend's kind (120 s for graph stages, 600 s for generate-only stages)."""
+    restart: RestartMode = attrs.field(default="never", validator=validator(check_restart_mode))
+    """``"never"``: a failed (or cancel-retired) stage waits for ``restart()``;
+    ``"on-failure"``: it is restarted automatically through the whole gate."""
+    max_restarts: NonNegativeInt = attrs.field(
+        default=3, validator=validator(check_non_negative_int)
+    )
+    """Consecutive automatic restart attempts before the stage stays failed."""
+    restart_backoff_s: NonNegativeSeconds = attrs.field(
+        default=0.5, validator=validator(check_non_negative_seconds)
+    )
+    """Wait before the first automatic attempt, doubled for each further one (≤ 30 s)."""
 
 
 @attrs.frozen
@@ -388,6 +414,10 @@ class PipelineConfig:
                     "demands": dict(stage.resources.demands),
                     "inputs_from": list(stage.inputs_from),
                     "replicas": stage.replicas,
+                    "call_timeout_s": stage.call_timeout_s,
+                    "restart": stage.restart,
+                    "max_restarts": stage.max_restarts,
+                    "restart_backoff_s": stage.restart_backoff_s,
                     "input_transform": (
                         stage.input_transform.reference if stage.input_transform else None
                     ),

@@ -69,7 +69,7 @@ class ProfileSettings:
         concurrency: levels to try, in order; one above the admission is skipped.
         process_start_repeats: bare worker starts per route.
         warm_restart: restart every stage once in the traced run.
-        deadline_s: how long a request may wait for an admission or in-flight slot.
+        deadline_s: the bound on each request, waiting for admission and slots included.
     """
 
     requests: int = attrs.field(default=20, validator=_positive)
@@ -101,13 +101,19 @@ def _memory(pipeline: Pipeline) -> dict[str, Any]:
     from edge_core.workerstage import tree_peak_rss
 
     stages = {}
+    checks = {s["id"]: s["memory_check"] for s in pipeline.execution_plan()["stages"]}
     for runtime in pipeline.stages:
         described: dict[str, Any] = dict(runtime.loaded.describe())
         pid, created = described.get("pid"), described.get("create_time")
         peak = (tree_peak_rss(int(pid), float(created))
                 if pid is not None and created is not None else None)
-        stages[runtime.stage_id] = {"worker_tree_peak_rss_bytes": peak,
-                                    "observed": dict(runtime.loaded.observed_memory())}
+        observed = dict(runtime.loaded.observed_memory())
+        stages[runtime.stage_id] = {
+            "worker_tree_peak_rss_bytes": peak, "observed": observed,
+            # demanded pools with no observed figure: never counted as within the demand
+            "unobserved": sorted(pool for pool, how in checks[runtime.stage_id].items()
+                                 if how == "unobserved"),
+        }
     return {"stages": stages, "ledger": pipeline.ledger.snapshot(),
             "boundary": "peak resident set (VmHWM) summed over each worker's process "
                         "tree, read after the measured requests"}

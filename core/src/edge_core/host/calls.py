@@ -21,7 +21,7 @@ from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent
 from edge_contracts.tensors import dtype_of
-from edge_core.errors import StageClosed
+from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.host.errors import RemoteError, TransportCapExceeded
 
 __all__ = ["Call", "CallCancelled", "Delivery"]
@@ -193,7 +193,7 @@ class Call:
         return self._ended
 
     def next(self, timeout: float | None = None) -> Delivery:
-        """Return the next delivery; raise the call's error, or ``TimeoutError``."""
+        """Return the next delivery; raise the call's error, or :class:`DeadlineExceeded`."""
         if self._ended:
             raise StopIteration
         try:
@@ -202,8 +202,8 @@ class Call:
             else:
                 item = self._queue.get(timeout=timeout)
         except (queue.Empty, TimeoutError):
-            raise TimeoutError(
-                f"request[{self.request_id}]: no event within timeout: {timeout}"
+            raise DeadlineExceeded(
+                f"request[{self.request_id}]: no event within the timeout: {timeout}"
             ) from None
         except Exception:  # the channel has ended: this call ends with its error
             self._ended = True

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import select
 import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,26 +34,30 @@ from typing import Any
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
-from edge_contracts.jsonvalues import thaw_json
-from edge_contracts.requests import ErrorInfo, EventKind, StageRequest
+from edge_contracts.protocol import FEATURE_HEARTBEAT
+from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import (
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
-    OP_LOAD,
-    OP_PING,
+    OP_HEARTBEAT,
     OP_REPLY,
     OP_SHUTDOWN,
-    OP_WARMUP,
 )
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.host.calls import Call, Delivery
-from edge_core.host.devlock import DEFAULT_LOCK_TIMEOUT_S, DeviceLock
-from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapExceeded, WorkerGone
+from edge_core.host.control import ControlCalls
+from edge_core.host.errors import (
+    ProtocolViolation,
+    TransportCapExceeded,
+    WorkerGone,
+    WorkerUnresponsive,
+)
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.liveness import monitor
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
@@ -62,7 +68,13 @@ _EMPTY: dict[str, Any] = {}
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
-class WorkerClient:
+def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
+    trace = error.get("traceback")
+    return ErrorInfo(str(error["type"]), str(error["message"]),
+                     str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None)
+
+
+class WorkerClient(ControlCalls):
     """A started, verified worker. Build with :func:`~edge_core.host.bootstrap.start_worker`.
 
     Attributes:
@@ -128,6 +140,48 @@ class WorkerClient:
             name=f"edge-reader-{tree.main.pid}",
         )
         self._watchdog = Watchdog(popen, self._on_exit)
+        self._listeners: list[Callable[[BaseException], None]] = []
+        self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
+        self.heartbeats = FEATURE_HEARTBEAT in features
+        monitor().watch(self)
+
+    # -- liveness (see edge_core.host.liveness) --------------------------------------------
+
+    @property
+    def liveness_pid(self) -> int:
+        """The worker's PID, for the liveness monitor."""
+        return self.identity.pid
+
+    def outstanding(self) -> int:
+        """Calls and control calls waiting for the worker."""
+        return len(self._calls) + len(self._replies)
+
+    def unread(self) -> bool:
+        """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
+        if self._frames.buffered:
+            return True
+        try:
+            return bool(select.select([self._sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed meanwhile
+            return False
+
+    def unresponsive(self, reason: str) -> None:
+        """The liveness monitor's verdict: fail everything in flight with WorkerUnresponsive."""
+        pid = self.identity.pid
+        self._lost(f"worker: unresponsive: {reason}: pid {pid}",
+                   WorkerUnresponsive("worker", f"unresponsive: {reason}", pid))
+
+    def on_lost(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener(error)`` once, from the thread that notices, when the worker is lost.
+
+        Also when it is retired (the error then says ``retired``); listeners must be quick.
+        A worker lost already is reported at once.
+        """
+        with self._lock:
+            if self._state == READY:
+                self._listeners.append(listener)
+                return
+        listener(self._gone_error())
 
     # -- health ------------------------------------------------------------------------
 
@@ -155,6 +209,8 @@ class WorkerClient:
             calls = list(self._calls.values()) + list(self._replies.values())
             self._calls.clear()
             self._replies.clear()
+        for listener in self._listeners:  # first: who sees the error sees the state too
+            listener(error)
         for call in calls:
             call._fail(error)
         with self._send_lock, contextlib.suppress(OSError):
@@ -188,7 +244,7 @@ class WorkerClient:
     def _gone_error(self) -> Exception:
         """A fresh copy of the error that took the worker down."""
         error = self._failure
-        if isinstance(error, WorkerGone | ProtocolViolation):
+        if isinstance(error, WorkerGone | ProtocolViolation):  # incl. WorkerUnresponsive
             return type(error)(error.field, error.reason, error.value)
         return WorkerGone("worker", f"not ready ({self._state})", self._reason)
 
@@ -342,64 +398,6 @@ class WorkerClient:
             if gone and self._producer is not None:
                 self._producer.restore_gone(gone)
 
-    # -- control calls -----------------------------------------------------------------
-
-    def control(
-        self, op: str, meta: Mapping[str, Any], *, timeout_s: float | None = None
-    ) -> dict[str, Any]:
-        """Send a control op (``load``, ``warmup``, ``ping``) and wait for its reply."""
-        self._refuse_if_down()
-        request_id = f"ctl-{next(self._control_ids)}"
-        waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)
-        with self._lock:
-            self._replies[request_id] = waiter
-        try:
-            self._send(FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
-            delivery = waiter.next(timeout_s)
-        finally:
-            with self._lock:
-                self._replies.pop(request_id, None)
-        if delivery.error is not None:
-            raise RemoteError(f"worker.{op}", delivery.error.type, delivery.error.message)
-        return thaw_json(delivery.data)  # type: ignore[return-value,arg-type]
-
-    def load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-        """Ask the worker's handler to load; return its report."""
-        return self.control(OP_LOAD, config, timeout_s=timeout_s)
-
-    def warmup(
-        self, config: Mapping[str, Any], *, timeout_s: float | None = None
-    ) -> dict[str, Any]:
-        """Ask the worker's handler to warm up; return its report (e.g. node -> provider)."""
-        return self.control(OP_WARMUP, config, timeout_s=timeout_s)
-
-    def initialise(
-        self,
-        load_config: Mapping[str, Any],
-        warmup_config: Mapping[str, Any],
-        *,
-        device_id: str | None = None,
-        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-        timeout_s: float | None = None,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Load then warm up, holding the device's initialisation lock across both.
-
-        ``device_id`` is the physical identity of the device the worker initialises
-        (None: no lock). Waiting for the lock is bounded by ``lock_timeout_s`` and ends
-        in :class:`~edge_core.host.errors.DeviceLockTimeout` naming the holder's PID.
-        """
-        if device_id is None:
-            return self.load(load_config, timeout_s=timeout_s), self.warmup(
-                warmup_config, timeout_s=timeout_s
-            )
-        with DeviceLock(device_id, timeout_s=lock_timeout_s):
-            loaded = self.load(load_config, timeout_s=timeout_s)
-            return loaded, self.warmup(warmup_config, timeout_s=timeout_s)
-
-    def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
-        """Round-trip a ping through the worker's loop; return its answer."""
-        return self.control(OP_PING, {}, timeout_s=timeout_s)
-
     # -- receiving ---------------------------------------------------------------------
 
     def _read_one(self) -> bool:
@@ -424,6 +422,7 @@ class WorkerClient:
                 WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
             )
             return False
+        self.last_heard = time.monotonic()
         try:
             self._dispatch(frame)
         except ContractError as exc:
@@ -456,6 +455,8 @@ class WorkerClient:
             self._consumer.forget([str(name) for name in gone])
         if header.op == OP_EVENT:
             self._on_event(frame)
+        elif header.op == OP_HEARTBEAT:  # heard: ``last_heard`` is all it is for
+            return
         elif header.op == OP_REPLY:
             with self._lock:
                 waiter = self._replies.get(header.request_id)
@@ -472,7 +473,7 @@ class WorkerClient:
                         data=meta.get("result") or _EMPTY,
                         error=None
                         if error is None
-                        else ErrorInfo(str(error["type"]), str(error["message"])),
+                        else _error_of(error),
                         created_ns=0,
                         arrays={},
                         refs=[],
@@ -521,7 +522,7 @@ class WorkerClient:
                 data=meta.get("data") or _EMPTY,
                 error=None
                 if error is None
-                else ErrorInfo(str(error["type"]), str(error["message"])),
+                else _error_of(error),
                 created_ns=int(meta.get("created_ns", 0)),
                 arrays=arrays,
                 refs=refs,
@@ -559,6 +560,7 @@ class WorkerClient:
             return outcome
 
     def _close_resources(self) -> None:
+        monitor().forget(self)
         self._watchdog.stop()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)

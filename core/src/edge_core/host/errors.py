@@ -15,6 +15,7 @@ __all__ = [
     "RouteRefused",
     "TransportCapExceeded",
     "WorkerGone",
+    "WorkerUnresponsive",
 ]
 
 
@@ -63,6 +64,15 @@ class WorkerGone(_Described, WorkerLost):
 
     def __init__(self, field: str, reason: str, value: object) -> None:
         super().__init__(self._describe(field, reason, value))
+
+
+class WorkerUnresponsive(WorkerGone):
+    """The worker process stopped answering while work was outstanding (stopped, hung).
+
+    Raised by the liveness monitor (:mod:`edge_core.host.liveness`), which watches the
+    worker from its own thread, never from the thread that waits for the call; the
+    worker is treated as lost (a :class:`WorkerGone`) and must be retired.
+    """
 
 
 class TransportCapExceeded(_Described, ResourceUnavailable):

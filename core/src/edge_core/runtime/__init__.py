@@ -1,6 +1,15 @@
-"""The runtime: admission, loading and gating of a pipeline, flow control, cancellation."""
+"""The runtime: admission, loading and gating of a pipeline, flow control, cancellation.
 
+Public API for serving code: :class:`Pipeline` (``run``/``arun``/``stream``/``submit``,
+``cancel``, ``health``, ``close``), the :class:`Submission` handle, the stage state
+machine (:class:`StageState`, :class:`StageHealth`, :class:`RestartPolicy`) and the errors
+a request can end with (:class:`DeadlineExceeded`, :class:`WorkerUnresponsive`,
+:class:`RequestCancelled`, :class:`RequestFailed`, :class:`RequestTooLarge`, ...).
+"""
+
+from edge_core.errors import DeadlineExceeded
 from edge_core.fanout import Call, Fanout
+from edge_core.host.errors import WorkerUnresponsive
 from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.errors import (
     DemandExceeded,
@@ -10,13 +19,16 @@ from edge_core.runtime.errors import (
     RequestFailed,
     TopologyRefused,
 )
+from edge_core.runtime.health import RestartMode, RestartPolicy, StageHealth, StageState
 from edge_core.runtime.pipeline import Pipeline, PipelineResult
 from edge_core.runtime.results import AckOutcome, OutputReleased, ResultKey, StageResult
-from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
+from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
+from edge_core.runtime.submission import RequestTooLarge, Submission
 
 __all__ = [
     "AckOutcome",
     "Call",
+    "DeadlineExceeded",
     "DemandExceeded",
     "DuplicateRequest",
     "Fanout",
@@ -28,9 +40,15 @@ __all__ = [
     "PipelineResult",
     "RequestCancelled",
     "RequestFailed",
+    "RequestTooLarge",
+    "RestartMode",
+    "RestartPolicy",
     "ResultKey",
+    "StageHealth",
     "StageResult",
     "StageRuntime",
     "StageState",
+    "Submission",
     "TopologyRefused",
+    "WorkerUnresponsive",
 ]

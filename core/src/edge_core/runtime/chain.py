@@ -17,16 +17,21 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edge_contracts.requests import StageEvent
+from edge_core.errors import DeadlineExceeded
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
 from edge_core.runtime.stage_runtime import PendingCall
+
+if TYPE_CHECKING:
+    from edge_core.runtime.submission import RequestTracker
 
 __all__ = [
     "CARRY_PREFIX",
@@ -144,9 +149,12 @@ def _drain(pending: collections.deque[tuple[int, PendingCall]]) -> None:
 
 
 def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
-           deadline_s: float | None, cancelled: Callable[[], bool],
-           where: str) -> GatheredResult:
+           until: float | None, cancelled: Callable[[], bool],
+           where: str, request_id: str | None = None) -> GatheredResult:
     """Call ``group`` once per item, in parallel up to its free slots; gather in order.
+
+    ``until`` (monotonic) bounds each item's call; with ``request_id`` item ``i`` is sent
+    as ``request_id#i``, so that cancelling the request finds its items.
 
     Raises:
         RequestCancelled: the request was cancelled; no item's output is delivered.
@@ -163,9 +171,10 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
                 raise RequestCancelled(f"{where}: cancelled during a fan-out of {len(items)}")
             if submitted < len(items):
                 inputs = items[submitted][0]
-                call = group.try_submit(inputs, params=params)
+                rid = None if request_id is None else f"{request_id}#{submitted}"
+                call = group.try_submit(inputs, params=params, until=until, request_id=rid)
                 if call is None and not pending:
-                    call = group.submit(inputs, params=params, deadline_s=deadline_s)
+                    call = group.submit(inputs, params=params, until=until, request_id=rid)
                 if call is not None:
                     pending.append((submitted, call))
                     submitted += 1
@@ -229,11 +238,18 @@ def run_chain(
     inputs: Mapping[str, Any],
     *,
     params: Mapping[str, Any] | None,
-    deadline_s: float | None,
+    until: float | None,
     cancelled: Callable[[], bool],
     where: str,
+    request_id: str | None = None,
+    tracker: RequestTracker | None = None,
 ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
     """Run every stage but the last to completion; submit the last and return it.
+
+    ``until`` (a ``time.monotonic()`` deadline) bounds the whole request: it is checked
+    before each stage and bounds each stage call. With ``request_id`` and ``tracker`` the
+    request carries that id on every stage and can be cancelled alone
+    (:class:`~edge_core.runtime.submission.RequestTracker`).
 
     Returns:
         The last stage's call (or its gathered fan-out), each earlier stage's latency,
@@ -266,15 +282,25 @@ def run_chain(
                 previous = None
             if cancelled():  # cancelled between two stages
                 raise RequestCancelled(f"{where}: cancelled")
+            if until is not None and time.monotonic() >= until:
+                raise DeadlineExceeded(f"{where}: deadline_s expired before stage "
+                                       f"{group.stage_id!r}")
+            abandoned: Callable[[], bool] | None = None
+            if tracker is not None and request_id is not None:
+                tracker.enter(request_id, group)  # raises when it was cancelled
+                abandoned = partial(tracker.cancelled, request_id)
             stage_params = ({**(params or {}), **asked} if last else asked) or None
             if fan is not None:
-                previous = gather(group, fan, params=stage_params, deadline_s=deadline_s,
-                                  cancelled=cancelled, where=where)
+                stop = cancelled if abandoned is None else (
+                    lambda done=abandoned: cancelled() or done())
+                previous = gather(group, fan, params=stage_params, until=until,
+                                  cancelled=stop, where=where, request_id=request_id)
                 if last:
                     done, previous = previous, None
                     return GatheredCall(done), latencies, {}
             else:
-                pending = group.submit(data, params=stage_params, deadline_s=deadline_s)
+                pending = group.submit(data, params=stage_params, until=until,
+                                       request_id=request_id, abandoned=abandoned)
                 if last:
                     return pending, latencies, carry
                 try:

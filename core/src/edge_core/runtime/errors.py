@@ -36,13 +36,20 @@ class RequestFailed(WorkerError):
     Attributes:
         error_type: The error's type name as the worker reported it.
         error_message: The worker's message.
+        traceback: The worker's formatted traceback (its last 8192 characters), when the
+            worker sent one; shown in ``str()`` after the message.
     """
 
-    def __init__(self, request_id: str, error_type: str, error_message: str) -> None:
+    def __init__(self, request_id: str, error_type: str, error_message: str,
+                 *, traceback: str | None = None) -> None:
         self.request_id = request_id
         self.error_type = error_type
         self.error_message = error_message
-        super().__init__(f"request {request_id!r}: {error_type}: {error_message}")
+        self.traceback = traceback
+        text = f"request {request_id!r}: {error_type}: {error_message}"
+        if traceback:
+            text += f"\n--- worker traceback ---\n{traceback.rstrip()}"
+        super().__init__(text)
 
 
 class DuplicateRequest(EdgeError, ValueError):

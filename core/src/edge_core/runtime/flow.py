@@ -6,9 +6,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from edge_core.errors import ResourceUnavailable
+from edge_core.errors import DeadlineExceeded, ResourceUnavailable
 
-__all__ = ["SlotPool"]
+__all__ = ["SlotPool", "take_slot"]
 
 
 class SlotPool:
@@ -79,3 +79,25 @@ class SlotPool:
             self._cond.notify()
         for listener in self.listeners:
             listener()
+
+
+def take_slot(pool: SlotPool, until: float | None) -> None:
+    """Take a slot of ``pool``: at once without a deadline, else waiting until ``until``.
+
+    ``until`` is a ``time.monotonic()`` deadline (a request's ``deadline_s`` bounds the
+    whole request, waiting for slots included).
+
+    Raises:
+        ResourceUnavailable: no deadline and no free slot.
+        DeadlineExceeded: no slot freed before ``until``.
+    """
+    if until is None:
+        pool.acquire(None)
+        return
+    left = until - time.monotonic()
+    try:
+        pool.acquire(left if left > 0 else None)
+    except ResourceUnavailable as exc:
+        raise DeadlineExceeded(
+            f"{pool.what}: no slot free before the deadline: {max(left, 0.0):.3f} s left"
+        ) from exc

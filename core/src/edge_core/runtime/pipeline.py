@@ -11,6 +11,7 @@ verified) — and re-raises the first error.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from edge_core import __version__
 from edge_core.binding import OwnerBinding, backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
 from edge_core.config.transforms import resolve_input_transform
-from edge_core.errors import BackendUnavailable, EdgeError
+from edge_core.errors import BackendUnavailable, EdgeError, StageClosed
 from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
 from edge_core.plugins import PluginSet
@@ -36,11 +37,13 @@ from edge_core.runtime.chain import (
     with_bundles,
 )
 from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
-from edge_core.runtime.flow import SlotPool
+from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
+from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
+from edge_core.runtime.submission import RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
 from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
@@ -66,6 +69,7 @@ class _Stage:
         self.runtime: StageRuntime | None = None
         self.warmup: WarmupReport | None = None
         self.observed: Mapping[str, int] = {}
+        self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
 
 
@@ -155,6 +159,9 @@ class Pipeline:
         self._groups: list[ReplicaSet] = []
         self._transforms: list[Transform | None] = []
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
+        self.requests = RequestTracker(config.name)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._ids = iter(range(1, 1 << 62))
         self.epoch = 0
         self.opened_at = time.time()
         self.closed = False
@@ -271,9 +278,13 @@ class Pipeline:
             return self._reload(stage, generation)
 
         limit = getattr(loaded, "max_in_flight", None)
+        config = stage.config
+        policy = RestartPolicy(RestartMode(config.restart), config.max_restarts,
+                               config.restart_backoff_s)
         return StageRuntime(stage.binding, stage.context, loaded, on_retired=settle,
                             reload=reload, retire_deadline_s=retire_deadline_s,
-                            max_in_flight=limit if isinstance(limit, int) else None)
+                            max_in_flight=limit if isinstance(limit, int) else None,
+                            call_timeout_s=config.call_timeout_s, policy=policy)
 
     def _gate(self, stage: _Stage, loaded: LoadedStage) -> None:
         sid = stage.context.stage_id
@@ -301,6 +312,10 @@ class Pipeline:
                 f"normalised_error={numerics.get('normalised_error')}"
             )
         stage.observed = dict(loaded.observed_memory())
+        # A demanded pool the backend observes nothing of (VRAM, say) is not checked: the
+        # plan records it as "unobserved", never as passed.
+        stage.memory_check = {pool: "checked" if pool in stage.observed else "unobserved"
+                              for pool in stage.demands}
         for pool, peak in stage.observed.items():
             demand = stage.demands.get(pool)
             if demand is not None and peak > demand:
@@ -366,13 +381,18 @@ class Pipeline:
 
     def _chain(
         self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-        deadline_s: float | None,
+        until: float | None, request_id: str | None = None,
     ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
-        """Run every stage but the last to completion; submit the last and return it."""
+        """Run every stage but the last to completion; submit the last and return it.
+
+        ``until`` (monotonic) bounds every stage call; ``request_id`` is the request's id
+        on every stage, tracked so that :meth:`Submission.cancel` finds it.
+        """
         epoch = self.epoch
         return run_chain(self._groups, self._transforms, inputs, params=params,
-                         deadline_s=deadline_s, cancelled=lambda: self.epoch != epoch,
-                         where=f"pipelines[{self.config.name}]")
+                         until=until, cancelled=lambda: self.epoch != epoch,
+                         where=f"pipelines[{self.config.name}]",
+                         request_id=request_id, tracker=self.requests)
 
     def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
             deadline_s: float | None = None) -> PipelineResult:
@@ -381,13 +401,29 @@ class Pipeline:
         Args:
             inputs: The first stage's inputs (name to array).
             params: Request parameters for the final stage (e.g. sampling parameters).
-            deadline_s: Wait this long for an admission or in-flight slot instead of
-                failing at once with ``ResourceUnavailable``.
+            deadline_s: Bound on the whole request, from now to its result, waiting for
+                admission and in-flight slots included. Without it a full pipeline or
+                stage refuses at once (``ResourceUnavailable``), and each stage call is
+                still bounded by its stage's ``call_timeout_s``.
+
+        Raises:
+            DeadlineExceeded: the deadline (or a stage's ``call_timeout_s``) expired; a
+                preemptible stage cancelled the call in place, a non-preemptible one had
+                its worker retired and is ``failed``.
+            WorkerUnresponsive / WorkerGone: the worker stopped answering or died.
+            RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
         """
-        self.admission.acquire(deadline_s)
+        until = None if deadline_s is None else time.monotonic() + deadline_s
+        return self._run(inputs, params, until, None)
+
+    def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+             until: float | None, request_id: str | None,
+             admitted: bool = False) -> PipelineResult:
+        if not admitted:
+            take_slot(self.admission, until)
         epoch = self.epoch
         try:
-            pending, latencies, carry = self._chain(inputs, params, deadline_s)
+            pending, latencies, carry = self._chain(inputs, params, until, request_id)
             final = pending.result()
             if self.epoch != epoch:  # cancelled while the last stage ran: deliver nothing
                 final.ack()
@@ -404,11 +440,13 @@ class Pipeline:
         """Run the chain and yield the final stage's non-terminal events (tokens) as they come.
 
         The admission slot is held until the stream ends; the final result is acknowledged
-        when the generator finishes or is closed.
+        when the generator finishes or is closed. ``deadline_s`` bounds the whole stream
+        (see :meth:`run`).
         """
-        self.admission.acquire(deadline_s)
+        until = None if deadline_s is None else time.monotonic() + deadline_s
+        take_slot(self.admission, until)
         try:
-            pending, _, _ = self._chain(inputs, params, deadline_s)
+            pending, _, _ = self._chain(inputs, params, until)
             try:
                 yield from pending.events()
             finally:
@@ -423,6 +461,28 @@ class Pipeline:
                    deadline_s: float | None = None) -> PipelineResult:
         """:meth:`run` for asyncio code (the blocking work runs in a worker thread)."""
         return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
+
+    def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
+               deadline_s: float | None = None, request_id: str | None = None) -> Submission:
+        """Submit one request; returns its :class:`Submission` (id, result, own cancel).
+
+        Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
+        the whole request as in :meth:`run`); the request then runs on one of the
+        pipeline's request threads. See :func:`edge_core.runtime.submission.submit`.
+        """
+        if self.closed:
+            raise StageClosed(f"pipelines[{self.config.name}]: closed")
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
+        return submit(self._executor, self.requests, self.admission,
+                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True),
+                      request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
+
+    def health(self) -> dict[str, Any]:
+        """The pipeline's health and each stage's (see :func:`~.health.pipeline_health`)."""
+        return pipeline_health(self.config.name, self.closed,
+                               [s.health() for s in self.stages])
 
     def cancel(self) -> dict[str, str]:
         """Cancel everything in flight; stage id → outcome.
@@ -458,6 +518,9 @@ class Pipeline:
             Stage id → {"retire": outcome, "release": released / quarantined / none}.
         """
         summary: dict[str, Any] = {}
+        self.closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         for stage in reversed(self._stages):
             try:
                 outcome = stage.runtime.close() if stage.runtime is not None else None
@@ -522,6 +585,7 @@ class Pipeline:
                 "buckets": ([b.to_json() for b in stage.warmup.buckets]
                             if stage.warmup is not None else []),
                 "observed_memory": dict(stage.observed),
+                "memory_check": dict(stage.memory_check),
                 "evidence": "complete-model" if checked else "backend-execution",
             })
         return {

@@ -18,11 +18,11 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_core.backend import CancelOutcome
-from edge_core.errors import ResourceUnavailable, StageClosed, WorkerError
+from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
 
 __all__ = ["ReplicaSet"]
@@ -55,6 +55,7 @@ class ReplicaSet:
             raise ValueError("a replica set needs at least one runtime")
         self.runtimes = list(runtimes)
         self.lost: set[int] = set()
+        self._lost_at: dict[int, int] = {}  # replica index → generation when it was lost
         self._cond = threading.Condition()
         self._wakes = 0
         self._turn = itertools.count()
@@ -83,9 +84,13 @@ class ReplicaSet:
         for index, candidate in enumerate(self.runtimes):
             if candidate is runtime and _worker_lost(runtime):
                 self.lost.add(index)
+                self._lost_at[index] = runtime.generation
                 self._wake()
 
     def _candidates(self) -> list[StageRuntime]:
+        for index in list(self.lost):  # restarted (by hand or by its policy) since
+            if self.runtimes[index].generation != self._lost_at.get(index):
+                self.lost.discard(index)
         serving = [r for i, r in enumerate(self.runtimes)
                    if i not in self.lost and r.state is StageState.READY]
         if not serving:
@@ -97,7 +102,8 @@ class ReplicaSet:
         return sorted(rotated, key=lambda r: -r.slots.free)
 
     def try_submit(self, inputs: Mapping[str, Any], *,
-                   params: Mapping[str, Any] | None = None) -> PendingCall | None:
+                   params: Mapping[str, Any] | None = None, until: float | None = None,
+                   request_id: str | None = None) -> PendingCall | None:
         """Submit on a replica with a free slot; ``None`` when none is free or others wait.
 
         Raises:
@@ -107,15 +113,18 @@ class ReplicaSet:
             if self._waiting:
                 self._candidates()  # still refuses when no replica serves
                 return None
-        return self._submit_free(inputs, params)
+        return self._submit_free(inputs, params, until, request_id, None)
 
-    def _submit_free(self, inputs: Mapping[str, Any],
-                     params: Mapping[str, Any] | None) -> PendingCall | None:
+    def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+                     until: float | None, request_id: str | None,
+                     abandoned: Callable[[], bool] | None) -> PendingCall | None:
         for runtime in self._candidates():
             if runtime.slots.free <= 0:
                 continue
             try:
-                return runtime.submit(inputs, params=params)
+                return runtime.submit(inputs, params=params, until=until,
+                                      request_id=request_id, abandoned=abandoned,
+                                      wait_for_slot=False)
             except (ResourceUnavailable, StageClosed):
                 continue  # taken or closed in between: try the next one
             except WorkerError:
@@ -125,17 +134,24 @@ class ReplicaSet:
         return None
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
-               deadline_s: float | None = None) -> PendingCall:
+               deadline_s: float | None = None, until: float | None = None,
+               request_id: str | None = None,
+               abandoned: Callable[[], bool] | None = None) -> PendingCall:
         """Submit on the freest replica, waiting for a slot up to ``deadline_s`` (None: no bound).
 
         An admitted request waits here rather than failing: the pipeline's admission
-        already bounds how many requests can wait.
+        already bounds how many requests can wait. ``until`` (monotonic) is the request's
+        deadline: it bounds the wait and the call; ``request_id`` and ``abandoned`` go to
+        the replica's :meth:`StageRuntime.submit`.
 
         Raises:
             StageClosed: no replica is serving.
             ResourceUnavailable: no slot freed within ``deadline_s``.
+            DeadlineExceeded: no slot freed before ``until``.
         """
         end = None if deadline_s is None else time.monotonic() + deadline_s
+        if until is not None:
+            end = until if end is None else min(end, until)
         with self._cond:
             ticket = next(self._tickets)
             self._waiting.append(ticket)
@@ -144,10 +160,15 @@ class ReplicaSet:
                 with self._cond:
                     seen = self._wakes
                     first = self._waiting[0] == ticket
-                call = self._submit_free(inputs, params) if first else None
+                call = (self._submit_free(inputs, params, until, request_id, abandoned)
+                        if first else None)
                 if call is not None:
                     return call
                 remaining = _RECHECK_S if end is None else end - time.monotonic()
+                if remaining <= 0 and until is not None and end == until:
+                    raise DeadlineExceeded(
+                        f"stages[{self.stage_id}].in_flight: no slot of "
+                        f"{len(self.runtimes)} replica(s) free before the deadline")
                 if remaining <= 0:
                     raise ResourceUnavailable(
                         f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
@@ -162,10 +183,19 @@ class ReplicaSet:
                 self._wakes += 1
                 self._cond.notify_all()
 
-    def cancel(self) -> CancelOutcome:
-        """Cancel everything in flight on every replica; the strongest outcome wins."""
-        outcomes = [r.cancel() for r in self.runtimes]
-        for strongest in (CancelOutcome.RETIRE_REQUIRED, CancelOutcome.CANCELLED_IN_PLACE):
+    def cancel(self, request_id: str | None = None) -> CancelOutcome:
+        """Cancel everything in flight on every replica, or one request alone.
+
+        One request includes its fan-out items (``request_id#i``); the strongest outcome
+        wins.
+        """
+        if request_id is None:
+            outcomes = [r.cancel() for r in self.runtimes]
+        else:
+            outcomes = [r.cancel(rid) for r in self.runtimes for rid in r.request_ids()
+                        if rid == request_id or rid.startswith(request_id + "#")]
+        for strongest in (CancelOutcome.RETIRE_REQUIRED, CancelOutcome.CANCELLED_IN_PLACE,
+                          CancelOutcome.NOT_STARTED):
             if strongest in outcomes:
                 return strongest
         return CancelOutcome.ALREADY_FINISHED

@@ -10,177 +10,38 @@ Rules enforced here:
 * cancelling fences at once: events of a fenced request are never delivered;
 * a preemptible backend cancels in place; a non-preemptible one with the request still
   running has its worker retired — the reservation is released only when retirement is
-  verified, else quarantined — and the stage refuses work until :meth:`restart`.
+  verified, else quarantined — and the stage refuses work until :meth:`restart` (or the
+  automatic restart its policy allows: :mod:`edge_core.runtime.health`);
+* every call is bounded by the earlier of its request's deadline and the stage's
+  ``call_timeout_s`` (:mod:`edge_core.runtime.deadlines`); a worker that dies or stops
+  answering fails the stage (``failed``) and its calls with typed errors.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
-from edge_core.errors import EdgeError, StageClosed
-from edge_core.runtime.errors import DuplicateRequest, RequestCancelled, RequestFailed
-from edge_core.runtime.flow import SlotPool
-from edge_core.runtime.results import AckOutcome, ResultKey, StageResult
-from edge_core.stage import LoadedStage, RetainedOutputs, StageContext
+from edge_core.errors import StageClosed
+from edge_core.runtime.deadlines import default_call_timeout, timer
+from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
+from edge_core.runtime.flow import SlotPool, take_slot
+from edge_core.runtime.health import RestartPolicy, StageHealth, StageState, Supervisor
+from edge_core.runtime.pending import Entry, PendingCall
+from edge_core.runtime.results import AckOutcome, ResultKey
+from edge_core.runtime.submission import check_request_size
+from edge_core.stage import LoadedStage, StageContext
 
 __all__ = ["PendingCall", "StageRuntime", "StageState"]
 
-
-class StageState(enum.StrEnum):
-    """Where a stage is in its life."""
-
-    READY = "ready"
-    #: A non-preemptible call was cancelled and its worker retired: restart() is needed.
-    NEEDS_RESTART = "needs-restart"
-    #: Shut down for good.
-    RETIRED = "retired"
-
-
-class _Entry:
-    __slots__ = ("cancelled", "delivered", "epoch", "finished", "serial")
-
-    def __init__(self, serial: int, epoch: int) -> None:
-        self.serial = serial
-        self.epoch = epoch
-        self.cancelled = False
-        self.finished = False
-        self.delivered = False
-
-
-class PendingCall:
-    """A submitted request: stream its events, or wait for its result.
-
-    Consume it from one thread; :meth:`cancel` may be called from any thread.
-    """
-
-    def __init__(self, stage: StageRuntime, request: StageRequest, serial: int,
-                 events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
-                 started: float | None = None) -> None:
-        self.stage = stage
-        self.request = request
-        self.serial = serial
-        self._events = events
-        # When the request was handed to the backend (before it was sent): the latency
-        # must not start after the send, or a thread descheduled in between would see
-        # the work finish "before" it started.
-        self._started = time.perf_counter() if started is None else started
-        self._seen: list[StageEvent] = []
-        self._outputs: dict[str, Any] = {}
-        # Releases of outputs that are views of worker memory (RetainedOutputs), with
-        # their names: handed to the result, or called when the request ends otherwise.
-        self._retained: list[tuple[set[str], Callable[[], bool]]] = []
-        self._result: StageResult | None = None
-        self._done = False
-
-    @property
-    def request_id(self) -> str:
-        """The request's id."""
-        return self.request.request_id
-
-    def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """Yield the non-terminal events (tokens, partial outputs) as they arrive.
-
-        Ends after the terminal event; :meth:`result` then returns the result at once.
-
-        Raises:
-            RequestCancelled: the request was cancelled; nothing of it is delivered.
-            RequestFailed: the worker ended it with an error.
-        """
-        while not self._done:
-            event, tensors = self._next()
-            if not event.terminal:
-                yield event, tensors
-
-    def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
-        stage = self.stage
-        cancelled = f"request {self.request_id!r}: cancelled"
-        try:
-            event, tensors = next(self._events)
-        except StopIteration:
-            self._done = True
-            self._drop_retained()
-            if stage._accept(self.request_id, self.serial, None):
-                raise RequestFailed(self.request_id, "WorkerLost",
-                                    "the event stream ended without a terminal event") from None
-            raise RequestCancelled(cancelled) from None
-        except EdgeError as exc:
-            self._done = True
-            self._drop_retained()
-            if stage._accept(self.request_id, self.serial, None):
-                raise
-            raise RequestCancelled(cancelled) from exc
-        for names, _ in self._retained:  # outputs this event replaces are not theirs
-            names.difference_update(tensors)
-        if isinstance(tensors, RetainedOutputs):
-            self._retained.append((set(tensors), tensors.release))
-        # One locked decision: a fenced request's event is refused, and a terminal event
-        # is either delivered (DONE, slot kept until the ack) or ends the request.
-        if not stage._accept(self.request_id, self.serial, event):
-            self._done = True
-            self._close_events()
-            tensors = {}  # let go of the views first, so that their memory can be reused
-            self._drop_retained()
-            raise RequestCancelled(cancelled)
-        self._seen.append(event)
-        self._outputs.update(tensors)
-        if event.terminal:
-            self._done = True
-            if event.kind is EventKind.CANCELLED:
-                self._drop_retained()
-                raise RequestCancelled(f"{cancelled} by the worker")
-            if event.kind is EventKind.ERROR:
-                self._drop_retained()
-                info = event.error
-                raise RequestFailed(self.request_id, info.type if info else "Error",
-                                    info.message if info else "")
-            self._result = StageResult(
-                ResultKey(self.request_id, self.request.epoch, self.request.generation,
-                          self.serial),
-                self._outputs, tuple(self._seen), time.perf_counter() - self._started,
-                stage.ack, self._retained,
-            )
-            self._outputs, self._retained = {}, []  # the result holds them now
-        return event, tensors
-
-    def _drop_retained(self) -> None:
-        """Give back worker memory of a request that ends without a result."""
-        retained, self._retained = self._retained, []
-        self._outputs = {}
-        for _, release in retained:
-            release()
-
-    def _close_events(self) -> None:
-        close = getattr(self._events, "close", None)
-        if close is not None:
-            close()
-
-    def result(self) -> StageResult:
-        """Wait for the terminal event and return the result (acknowledge it when done)."""
-        for _ in self.events():
-            pass
-        if self._result is None:  # pragma: no cover - events() raised otherwise
-            raise RequestFailed(self.request_id, "NoResult", "no terminal event")
-        return self._result
-
-    def cancel(self) -> CancelOutcome:
-        """Cancel this request (see :meth:`StageRuntime.cancel`).
-
-        Worker memory behind outputs of events already taken is given back (outputs still
-        referenced keep theirs: see :class:`~edge_core.runtime.results.StageResult`).
-        """
-        outcome = self.stage.cancel(self.request_id)
-        if self._result is None:
-            self._drop_retained()
-        return outcome
+_SEND_WAIT_S = 2.0  # how long a cancel waits for the request's send to complete
 
 
 class StageRuntime:
@@ -194,9 +55,13 @@ class StageRuntime:
         loaded: What ``edge_load`` returned.
         max_in_flight: Requests submitted and not yet acknowledged, at most.
         on_retired: Called with the retire outcome whenever the runtime retires the
-            worker itself (cancel of a non-preemptible call), to settle the reservation.
+            worker itself (cancel of a non-preemptible call, failure), to settle the
+            reservation.
         reload: Called by :meth:`restart` with the next generation; returns the new handle
             after the full load and warm-up gate.
+        call_timeout_s: The most one call may take once sent (None: the default of the
+            backend's kind, :func:`~edge_core.runtime.deadlines.default_call_timeout`).
+        policy: The restart policy (:class:`~edge_core.runtime.health.RestartPolicy`).
     """
 
     def __init__(
@@ -209,6 +74,8 @@ class StageRuntime:
         on_retired: Callable[[Any], None] | None = None,
         reload: Callable[[int], LoadedStage] | None = None,
         retire_deadline_s: float = 5.0,
+        call_timeout_s: float | None = None,
+        policy: RestartPolicy | None = None,
     ) -> None:
         self.binding = binding
         self.context = context
@@ -217,10 +84,13 @@ class StageRuntime:
         self.generation = context.generation
         self.epoch = 0
         self.retire_deadline_s = retire_deadline_s
+        self.call_timeout_s = (default_call_timeout(binding.backend.kinds)
+                               if call_timeout_s is None else call_timeout_s)
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
+        self._sent = threading.Condition(self._lock)
         self._restart_lock = threading.Lock()
         self._serials = itertools.count(1)
         # Generated request ids: a random prefix per stage runtime plus a counter
@@ -231,9 +101,13 @@ class StageRuntime:
         self._reload = reload
         self.last_retire: Any = None
         self.closed_reason: str | None = None
+        self._retired = False  # the current worker was retired (at most once)
+        self.supervisor = Supervisor(policy or RestartPolicy(), self._auto_restart,
+                                     self._restart_failed, f"edge-restart-{context.stage_id}")
         kinds = binding.backend.kinds
         self._operation = (Operation.GENERATE if StageKind.GENERATE in kinds
                            and StageKind.GRAPH not in kinds else Operation.RUN)
+        self._watch(loaded, self.generation)
 
     @property
     def stage_id(self) -> str:
@@ -248,6 +122,11 @@ class StageRuntime:
         """
         return getattr(self.loaded, "shapes", None)
 
+    @property
+    def policy(self) -> RestartPolicy:
+        """The stage's restart policy."""
+        return self.supervisor.policy
+
     # -- submission -----------------------------------------------------------------
 
     def submit(
@@ -257,29 +136,53 @@ class StageRuntime:
         request_id: str | None = None,
         params: Mapping[str, Any] | None = None,
         deadline_s: float | None = None,
+        until: float | None = None,
+        abandoned: Callable[[], bool] | None = None,
+        wait_for_slot: bool = True,
     ) -> PendingCall:
         """Send one request; returns at once with a :class:`PendingCall`.
 
+        Args:
+            inputs: The request's tensors.
+            request_id: Its id (generated when None).
+            params: Request parameters.
+            deadline_s: Bound on the whole call from now, waiting for a slot included;
+                without it a full stage refuses at once.
+            until: The same bound as an absolute ``time.monotonic()`` (the pipeline's).
+            abandoned: Checked when the request is registered: True (its pipeline
+                request was cancelled while it waited for a slot) refuses it unsent.
+            wait_for_slot: False: take a free slot or refuse at once, whatever the
+                deadline (a replica set waits across its replicas itself).
+
         Raises:
-            StageClosed: the stage needs a restart or was retired.
-            ResourceUnavailable: every in-flight slot is taken (at once, or after
-                ``deadline_s`` seconds of waiting).
+            StageClosed: the stage needs a restart, failed, is restarting or was retired.
+            RequestTooLarge: the inputs exceed the stage's ``max_io_bytes``.
+            ResourceUnavailable: every in-flight slot is taken.
+            DeadlineExceeded: no slot freed before the deadline.
             DuplicateRequest: ``request_id`` is still in flight or unacknowledged.
+            RequestCancelled: ``abandoned()`` said so; nothing was sent.
         """
+        if deadline_s is not None:
+            own = time.monotonic() + deadline_s
+            until = own if until is None else min(until, own)
         self._require_ready()
-        self.slots.acquire(deadline_s)
+        check_request_size(self.stage_id, inputs, self.context.max_io_bytes)
+        take_slot(self.slots, until if wait_for_slot else None)
         request_id = request_id or f"{self._id_prefix}{next(self._ids):x}"
         serial = 0
         try:
             with self._lock:
                 self._require_ready()
+                if abandoned is not None and abandoned():
+                    raise RequestCancelled(f"request {request_id!r}: cancelled before it "
+                                           f"was sent to stage {self.stage_id!r}")
                 if request_id in self._entries:
                     raise DuplicateRequest(
                         f"request_id: already in flight or unacknowledged on stage "
                         f"{self.stage_id!r}: {request_id!r}"
                     )
                 serial = next(self._serials)
-                entry = _Entry(serial, self.epoch)
+                entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
             request = StageRequest(
                 request_id=request_id, stage_id=self.stage_id, epoch=entry.epoch,
@@ -287,7 +190,12 @@ class StageRuntime:
                 params=dict(params or {}),
             )
             started = time.perf_counter()
-            events = self.binding.call(self.loaded, request, inputs)
+            try:
+                events = self.binding.call(self.loaded, request, inputs)
+            finally:
+                with self._sent:
+                    entry.sent = True
+                    self._sent.notify_all()
         except BaseException:
             with self._lock:
                 live = self._entries.get(request_id)
@@ -295,14 +203,37 @@ class StageRuntime:
                     del self._entries[request_id]
             self.slots.release()
             raise
-        return PendingCall(self, request, serial, iter(events), started)
+        self._arm(request_id, entry, until)
+        return PendingCall(self, request, serial, iter(events), started, entry)
+
+    def _arm(self, request_id: str, entry: Entry, until: float | None) -> None:
+        """Schedule the end of a call that outlives its deadline or ``call_timeout_s``."""
+        bound = time.monotonic() + self.call_timeout_s
+        what = f"call_timeout_s expired: {self.call_timeout_s}"
+        if until is not None and until <= bound:
+            bound, what = until, "deadline_s expired"
+        handle = timer().schedule(bound, lambda: self._expire(request_id, entry, what))
+        with self._lock:
+            if entry.finished:  # ended already: nothing to bound
+                handle.cancel()
+            else:
+                entry.timer = handle
+
+    def _expire(self, request_id: str, entry: Entry, what: str) -> None:
+        """A call outlived its bound: fence it and end it (from the timer's thread)."""
+        with self._lock:
+            if self._entries.get(request_id) is not entry or entry.finished:
+                return
+            entry.expired = what
+        self._cancel_targets([request_id], entry.epoch, failure=f"a call's {what}")
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:
+            waiting = self.state in (StageState.NEEDS_RESTART, StageState.FAILED)
             raise StageClosed(
                 f"stages[{self.stage_id}]: {self.state.value}"
                 + (f" ({self.closed_reason})" if self.closed_reason else "")
-                + (": call restart()" if self.state is StageState.NEEDS_RESTART else "")
+                + (": call restart()" if waiting else "")
             )
 
     # -- delivery and acknowledgement -----------------------------------------------------
@@ -333,8 +264,12 @@ class StageRuntime:
                 return True
             if live and entry is not None and not entry.finished:
                 entry.finished = True
+                if entry.timer is not None:
+                    entry.timer.cancel()
                 if event is not None and not fenced and event.kind is EventKind.DONE:
                     entry.delivered = True
+                    if self.supervisor.restarts:  # served again: the count starts over
+                        self.supervisor.reset()
                     return True
                 del self._entries[request_id]
                 release = True
@@ -353,6 +288,11 @@ class StageRuntime:
         self.slots.release()
         return AckOutcome.ACKNOWLEDGED
 
+    def request_ids(self) -> list[str]:
+        """The ids of the requests submitted and not yet acknowledged (or ended)."""
+        with self._lock:
+            return list(self._entries)
+
     @property
     def outstanding(self) -> int:
         """Requests submitted and not yet acknowledged (or ended undelivered)."""
@@ -367,72 +307,166 @@ class StageRuntime:
         The fence takes effect before this returns: no output of the cancelled work will
         be delivered. Then the backend is asked to stop it; a non-preemptible backend
         with work still running gets its worker retired.
+
+        Returns, exactly: ``already-finished`` when nothing was running (the request
+        ended, or finished in the worker and its last event is on its way);
+        ``cancelled-in-place`` only from a preemptible backend; ``retire-required`` when
+        the worker was retired; ``not-started`` when the backend never started it.
+        With several requests, the strongest of their outcomes in that reverse order.
         """
         with self._lock:
             if request_id is None:
                 fenced_epoch = self.epoch
                 self.epoch += 1
-                running = [rid for rid, e in self._entries.items()
+                targets = [rid for rid, e in self._entries.items()
                            if not e.finished and e.epoch <= fenced_epoch]
-                targets = running
             else:
                 entry = self._entries.get(request_id)
                 if entry is None or entry.finished:
                     return CancelOutcome.ALREADY_FINISHED
-                entry.cancelled = True
                 fenced_epoch = entry.epoch
                 targets = [request_id]
             for rid in targets:
                 self._entries[rid].cancelled = True
         if not targets:
             return CancelOutcome.ALREADY_FINISHED
-        outcome = CancelOutcome.CANCELLED_IN_PLACE
+        return self._cancel_targets(targets, fenced_epoch, failure=None)
+
+    def _cancel_targets(self, targets: list[str], fenced_epoch: int,
+                        failure: str | None) -> CancelOutcome:
+        """Ask the backend to stop fenced requests; retire the worker if it must.
+
+        ``failure`` (a deadline's expiry) marks the stage ``failed`` when the worker is
+        retired; a plain cancel leaves it ``needs-restart``.
+        """
+        answers: list[CancelOutcome] = []
+        generation = self.generation
         for rid in targets:
-            answer = self.binding.cancel(self.loaded, rid, fenced_epoch)
-            if answer is CancelOutcome.RETIRE_REQUIRED:
-                outcome = answer
+            with self._sent:
+                entry = self._entries.get(rid)
+                if entry is None:
+                    continue
+                entry.cancelled = True
+                ended = time.monotonic() + _SEND_WAIT_S
+                while not entry.sent and time.monotonic() < ended:  # sending right now
+                    self._sent.wait(ended - time.monotonic())
+            answer = CancelOutcome(self.binding.cancel(self.loaded, rid, fenced_epoch))
+            if (answer is CancelOutcome.CANCELLED_IN_PLACE
+                    and not self.binding.backend.preemptible):
+                answer = CancelOutcome.RETIRE_REQUIRED  # the declaration decides
+            answers.append(answer)
+        for outcome in (CancelOutcome.RETIRE_REQUIRED, CancelOutcome.CANCELLED_IN_PLACE,
+                        CancelOutcome.NOT_STARTED):
+            if outcome in answers:
+                break
+        else:
+            outcome = CancelOutcome.ALREADY_FINISHED
         if outcome is CancelOutcome.RETIRE_REQUIRED:
-            self._retire_for_cancel()
+            left = (self._leave(StageState.NEEDS_RESTART,
+                                "a running non-preemptible call was cancelled", generation)
+                    if failure is None else
+                    self._leave(StageState.FAILED, f"{failure}; its worker was retired",
+                                generation))
+            if left:
+                self._retire_left(generation)
         return outcome
 
-    def _retire_for_cancel(self) -> None:
+    def _leave(self, state: StageState, reason: str, generation: int) -> bool:
+        """Leave ``ready`` for ``state`` at once; False when not ready or not ``generation``."""
         with self._lock:
-            if self.state is not StageState.READY:
-                return
-            self.state = StageState.NEEDS_RESTART
-            self.closed_reason = "a running non-preemptible call was cancelled"
+            if self.state is not StageState.READY or generation != self.generation:
+                return False
+            self.state = state
+            self.closed_reason = reason
+        return True
+
+    def _retire_left(self, generation: int) -> None:
+        """Retire the worker of a stage that left ``ready``, settle, then apply the policy.
+
+        Only the worker of ``generation``, once: a restart that came first retired it.
+        """
+        with self._restart_lock:
+            if generation == self.generation and not self._retired:
+                self._retire_current()
+        self.supervisor.schedule()
+
+    def _retire_current(self) -> None:
+        """Retire the current worker and settle its reservation (holding the restart lock)."""
+        self._retired = True
         self._settle(self.binding.retire(self.loaded, self.retire_deadline_s))
 
-    # -- restart and retirement -----------------------------------------------------------
+    # -- failure and restart ----------------------------------------------------------
+
+    def _watch(self, loaded: LoadedStage, generation: int) -> None:
+        """Learn at once when the loaded stage's worker is lost (if it can tell)."""
+        watch = getattr(loaded, "on_lost", None)
+        if callable(watch):
+            watch(lambda error: self._lost(error, generation))
+
+    def _lost(self, error: BaseException, generation: int) -> None:
+        """The worker of ``generation`` was lost (from the thread that noticed)."""
+        if not self._leave(StageState.FAILED, f"worker lost: {error}", generation):
+            return  # retired on purpose, or an older generation's worker
+        threading.Thread(target=self._retire_left, name=f"edge-failed-{self.stage_id}",
+                         args=(generation,), daemon=True).start()
+
+    def _auto_restart(self) -> None:
+        """One automatic restart attempt (the supervisor's thread)."""
+        self._restart(manual=False)
+
+    def _restart_failed(self, error: BaseException) -> None:
+        with self._lock:
+            if self.state is StageState.RESTARTING:
+                self.state = StageState.FAILED
+                self.closed_reason = (f"restart {self.supervisor.restarts} of "
+                                      f"{self.policy.max_restarts} failed: "
+                                      f"{type(error).__name__}: {error}")
 
     def restart(self) -> None:
         """Load again under a new generation, re-running the full load and warm-up gate.
 
         A ready stage is retired first, its reservation settled like any retirement
         (released when verified, else quarantined). Results not yet acknowledged become
-        stale. If the reload fails the stage stays closed and may be restarted again.
+        stale. If the reload fails the stage is ``failed`` and may be restarted again.
 
         Raises:
             StageClosed: the stage was retired for good, or has no reload function.
         """
+        try:
+            self._restart(manual=True)
+        except BaseException as error:
+            self._restart_failed(error)
+            raise
+        self.supervisor.reset()
+
+    def _restart(self, *, manual: bool) -> None:
         with self._restart_lock:
             if self.state is StageState.RETIRED or self._reload is None:
                 raise StageClosed(f"stages[{self.stage_id}]: cannot restart: "
                                   f"{self.state.value}")
-            if self.state is StageState.READY:
-                with self._lock:
-                    self.state = StageState.NEEDS_RESTART
-                    self.closed_reason = "restarting"
-                self._settle(self.binding.retire(self.loaded, self.retire_deadline_s))
-            generation = self.generation + 1
-            loaded = self._reload(generation)  # raises: the stage stays NEEDS_RESTART
+            if not manual and self.state is StageState.READY:
+                return  # restarted by hand meanwhile
             with self._lock:
-                dropped = len(self._entries)
-                self._entries.clear()
-                self.generation = generation
-                self.loaded = loaded
-                self.state = StageState.READY
-                self.closed_reason = None
+                self.state = StageState.RESTARTING
+                self.closed_reason = "restarting" if manual else "restarting automatically"
+            if not self._retired:  # ready, or failed and not yet retired
+                self._retire_current()
+            generation = self.generation + 1
+            loaded = self._reload(generation)  # raises: the stage is failed
+            with self._lock:
+                closed = self.state is StageState.RETIRED
+                if not closed:
+                    dropped = len(self._entries)
+                    self._entries.clear()
+                    self.generation = generation
+                    self.loaded = loaded
+                    self._retired = False
+                    self.state = StageState.READY
+                    self.closed_reason = None
+            if closed:  # closed while loading: the new worker goes too
+                self._settle(self.binding.retire(loaded, self.retire_deadline_s))
+                return
+            self._watch(loaded, generation)
             for _ in range(dropped):  # each dropped request held one slot
                 self.slots.release()
 
@@ -441,14 +475,28 @@ class StageRuntime:
         if self._on_retired is not None:
             self._on_retired(outcome)
 
+    def health(self) -> StageHealth:
+        """The stage's state, why, its generation, restarts, requests and worker health."""
+        report = getattr(self.loaded, "health", None)
+        worker: dict[str, Any] | None = None
+        if callable(report) and self.state is StageState.READY:
+            answer = report()
+            worker = answer.to_dict() if hasattr(answer, "to_dict") else dict(answer)
+        replica = getattr(self.context, "replica", 0)
+        name = f"{self.stage_id}#{replica}" if replica else self.stage_id
+        return StageHealth(name, self.state, self.closed_reason, self.generation,
+                           self.supervisor.restarts, self.outstanding, self.policy, worker)
+
     def retire(self) -> Any:
         """Retire the worker (idempotent); returns the backend's retire outcome."""
         with self._lock:
-            already = self.state is not StageState.READY
-            if not already:
-                self.state = StageState.RETIRED
+            already = self._retired
+            self._retired = True
+            self.state = StageState.RETIRED
             for entry in self._entries.values():
                 entry.cancelled = True
+                if entry.timer is not None:
+                    entry.timer.cancel()
         if already and self.last_retire is not None:
             return self.last_retire
         outcome = self.binding.retire(self.loaded, self.retire_deadline_s)
@@ -456,7 +504,11 @@ class StageRuntime:
         return outcome
 
     def close(self) -> Any:
-        """Retire for good (no restart)."""
-        outcome = self.retire()
+        """Retire for good (no restart); waits for an automatic restart in progress."""
+        with self._lock:  # no restart starts (or completes) from now on
+            self.state = StageState.RETIRED
+        self.supervisor.close()
+        with self._restart_lock:
+            outcome = self.retire()
         self.state = StageState.RETIRED
         return outcome

@@ -31,6 +31,7 @@ from edge_core.plugins import EdgePluginManager
 from edge_core.pools import Pool, probe_host
 from edge_core.runtime import Pipeline
 from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.health import RestartMode
 from edge_core.runtime.opening import default_ledger
 from edge_core.runtime.results import AckOutcome
 from edge_core.runtime.stage_runtime import StageRuntime, StageState
@@ -339,8 +340,10 @@ def cancel_running_call(subject: Subject) -> str:
             raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome.value}, not "
                               "retire-required")
         retired = runtime.last_retire
-        if runtime.state is not StageState.NEEDS_RESTART or not getattr(retired, "verified",
-                                                                        False):
+        automatic = runtime.policy.mode is RestartMode.ON_FAILURE
+        settled = ((StageState.NEEDS_RESTART, StageState.RESTARTING, StageState.READY)
+                   if automatic else (StageState.NEEDS_RESTART,))
+        if runtime.state not in settled or not getattr(retired, "verified", False):
             raise CheckFailed(f"cancel: worker not retired verifiably: {runtime.state}, "
                               f"{retired}")
         if not gone(before):
@@ -351,6 +354,11 @@ def cancel_running_call(subject: Subject) -> str:
                     for name in [*segment_names(prefix), *held_sealed_names(prefix)]]
         if leftover:
             raise CheckFailed(f"cancel: the retired worker's segments remain: {leftover}")
+        if automatic:  # the declared policy restarts it: it serves again by itself
+            generation = _restarted(runtime)
+            run_once(runtime, subject).ack()
+            return (f"retire-required; worker retired verified, restarted automatically "
+                    f"(restart = on-failure), generation {generation} served the next request")
         try:
             runtime.submit(stage.inputs, params=stage.params)
         except StageClosed:
@@ -361,6 +369,17 @@ def cancel_running_call(subject: Subject) -> str:
         run_once(runtime, subject).ack()
         return (f"retire-required; worker retired verified, stage refused work until "
                 f"restart, generation {runtime.generation} served the next request")
+
+
+def _restarted(runtime: StageRuntime, timeout_s: float = 120.0) -> int:
+    """Wait for an automatic restart to bring the stage back; its new generation."""
+    end = time.monotonic() + timeout_s
+    while runtime.state is not StageState.READY:
+        if runtime.state is StageState.FAILED or time.monotonic() > end:
+            raise CheckFailed(f"cancel: the automatic restart did not bring the stage back: "
+                              f"{runtime.state.value} ({runtime.closed_reason})")
+        time.sleep(0.05)
+    return runtime.generation
 
 
 # -- teardown and the channel ----------------------------------------------------------------

@@ -1,0 +1,30 @@
+"""How a worker reports an exception: its type, its message and its traceback, bounded.
+
+Standard library only; ``traceback`` is imported on the error path alone (it costs
+milliseconds at start-up).
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_ERROR_TEXT", "error_info", "print_exception"]
+
+MAX_ERROR_TEXT = 8192
+"""Most characters of a message, and of a traceback (its last ones), sent in an event."""
+
+
+def error_info(error: BaseException) -> dict[str, str]:
+    """The JSON form of an ERROR event's or reply's ``error``: type, message, traceback."""
+    info = {"type": type(error).__name__, "message": str(error)[:MAX_ERROR_TEXT] or "-"}
+    if error.__traceback__ is not None:  # its last lines: where the handler failed
+        import traceback
+
+        text = "".join(traceback.format_exception(error))
+        info["traceback"] = text[-MAX_ERROR_TEXT:]
+    return info
+
+
+def print_exception() -> None:
+    """Print the exception being handled to the worker's stderr."""
+    import traceback
+
+    traceback.print_exc()

@@ -1,0 +1,131 @@
+"""Deadlines: every call is bounded, and an expired one is ended from outside its thread.
+
+Two bounds apply to a stage call:
+
+* the request's ``deadline_s`` (``Pipeline.run``/``arun``/``stream``/``submit``): one
+  absolute time for the whole request, admission to result, waiting included;
+* the stage option ``call_timeout_s``: the most one stage call may take once sent; its
+  default follows the backend's kind (:func:`default_call_timeout`): 120 s for a graph
+  stage, 600 s for a generate stage (a long stream).
+
+A stage call is bounded by the earlier of the two. The waiting thread cannot time itself
+out (it may be blocked inside a plugin's iterator), so the :class:`DeadlineTimer` thread
+ends the call when its time comes: the request is fenced and cancelled through the normal
+cancel path — in place on a preemptible backend; on a non-preemptible one the worker is
+retired (verified) and the stage marked ``failed`` — and the caller, woken by the cancel,
+raises :class:`~edge_core.errors.DeadlineExceeded` naming the bound that expired.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from edge_core.backend import StageKind
+
+__all__ = [
+    "GENERATE_CALL_TIMEOUT_S",
+    "GRAPH_CALL_TIMEOUT_S",
+    "DeadlineTimer",
+    "TimerHandle",
+    "default_call_timeout",
+    "timer",
+]
+
+GRAPH_CALL_TIMEOUT_S = 120.0
+"""Default ``call_timeout_s`` of a stage whose backend serves graph calls."""
+
+GENERATE_CALL_TIMEOUT_S = 600.0
+"""Default ``call_timeout_s`` of a stage whose backend only generates (streams)."""
+
+
+def default_call_timeout(kinds: Iterable[StageKind]) -> float:
+    """The default bound on one stage call, chosen by the backend's declared kinds."""
+    kinds = frozenset(kinds)
+    if StageKind.GENERATE in kinds and StageKind.GRAPH not in kinds:
+        return GENERATE_CALL_TIMEOUT_S
+    return GRAPH_CALL_TIMEOUT_S
+
+
+class TimerHandle:
+    """One scheduled action; :meth:`cancel` before it runs and it never will."""
+
+    __slots__ = ("action", "cancelled", "when")
+
+    def __init__(self, when: float, action: Callable[[], None]) -> None:
+        self.when = when
+        self.action = action
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Do not run the action (harmless after it ran)."""
+        self.cancelled = True
+
+
+class DeadlineTimer:
+    """Runs actions at ``time.monotonic()`` deadlines, each on a short-lived thread.
+
+    One thread per controller process keeps a heap of pending deadlines and sleeps until
+    the earliest; scheduling costs a heap push (the thread is woken only when the new
+    deadline is the earliest). An expired action runs on a thread of its own, because it
+    may retire a worker (seconds); expiries are rare, calls are not.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._compact_at = 1024
+
+    def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
+        """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
+        handle = TimerHandle(when, action)
+        with self._cond:
+            if len(self._heap) >= self._compact_at:  # most are cancelled: calls ended in time
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._compact_at = max(1024, 2 * len(self._heap))
+            earliest = not self._heap or when < self._heap[0][0]
+            heapq.heappush(self._heap, (when, next(self._order), handle))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="edge-deadlines",
+                                                daemon=True)
+                self._thread.start()
+            elif earliest:
+                self._cond.notify()
+        return handle
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2].cancelled:
+                        heapq.heappop(self._heap)  # cancelled entries leave lazily
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    left = self._heap[0][0] - time.monotonic()
+                    if left <= 0:
+                        handle = heapq.heappop(self._heap)[2]
+                        break
+                    self._cond.wait(left)
+            if not handle.cancelled:
+                threading.Thread(target=handle.action, name="edge-deadline-expired",
+                                 daemon=True).start()
+
+    def pending(self) -> int:
+        """Deadlines not yet expired nor cancelled (for tests and reports)."""
+        with self._cond:
+            return sum(1 for _, _, h in self._heap if not h.cancelled)
+
+
+_TIMER = DeadlineTimer()
+
+
+def timer() -> DeadlineTimer:
+    """The controller process's one deadline timer."""
+    return _TIMER

@@ -1,0 +1,182 @@
+"""A request submitted to one stage: its runtime record and the caller's handle on it.
+
+:class:`Entry` is what the stage runtime keeps per request (epoch, serial, whether it was
+sent, cancelled, finished, delivered, which bound expired). :class:`PendingCall` is the
+caller's side: it streams the request's events or waits for its result, and turns how the
+request ended into a typed error — ``RequestCancelled`` when it was fenced,
+``DeadlineExceeded`` when a deadline or ``call_timeout_s`` ended it, ``RequestFailed``
+(with the worker's traceback) when the worker ended it with an error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from edge_contracts.requests import EventKind, StageEvent, StageRequest
+from edge_core.backend import CancelOutcome
+from edge_core.errors import DeadlineExceeded, EdgeError
+from edge_core.runtime.deadlines import TimerHandle
+from edge_core.runtime.errors import RequestCancelled, RequestFailed
+from edge_core.runtime.results import ResultKey, StageResult
+from edge_core.stage import RetainedOutputs
+
+if TYPE_CHECKING:
+    from edge_core.runtime.stage_runtime import StageRuntime
+
+__all__ = ["Entry", "PendingCall"]
+
+
+class Entry:
+    """The runtime's record of one request on a stage, from submission to its end."""
+
+    __slots__ = ("cancelled", "delivered", "epoch", "expired", "finished", "sent", "serial",
+                 "timer")
+
+    def __init__(self, serial: int, epoch: int) -> None:
+        self.serial = serial
+        self.epoch = epoch
+        self.cancelled = False
+        self.finished = False
+        self.delivered = False
+        self.sent = False
+        self.expired: str | None = None  # which bound ended it: its DeadlineExceeded
+        self.timer: TimerHandle | None = None
+
+
+class PendingCall:
+    """A submitted request: stream its events, or wait for its result.
+
+    Consume it from one thread; :meth:`cancel` may be called from any thread.
+    """
+
+    def __init__(self, stage: StageRuntime, request: StageRequest, serial: int,
+                 events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
+                 started: float | None = None, entry: Entry | None = None) -> None:
+        self.stage = stage
+        self._entry = entry
+        self.request = request
+        self.serial = serial
+        self._events = events
+        # When the request was handed to the backend (before it was sent): the latency
+        # must not start after the send, or a thread descheduled in between would see
+        # the work finish "before" it started.
+        self._started = time.perf_counter() if started is None else started
+        self._seen: list[StageEvent] = []
+        self._outputs: dict[str, Any] = {}
+        # Releases of outputs that are views of worker memory (RetainedOutputs), with
+        # their names: handed to the result, or called when the request ends otherwise.
+        self._retained: list[tuple[set[str], Callable[[], bool]]] = []
+        self._result: StageResult | None = None
+        self._done = False
+
+    @property
+    def request_id(self) -> str:
+        """The request's id."""
+        return self.request.request_id
+
+    def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """Yield the non-terminal events (tokens, partial outputs) as they arrive.
+
+        Ends after the terminal event; :meth:`result` then returns the result at once.
+
+        Raises:
+            RequestCancelled: the request was cancelled; nothing of it is delivered.
+            RequestFailed: the worker ended it with an error.
+        """
+        while not self._done:
+            event, tensors = self._next()
+            if not event.terminal:
+                yield event, tensors
+
+    def _cancelled(self, message: str) -> EdgeError:
+        """The error of a request that ended fenced: DeadlineExceeded when a bound ended it."""
+        expired = self._entry.expired if self._entry is not None else None
+        if expired is not None:
+            return DeadlineExceeded(f"stages[{self.stage.stage_id}]: request "
+                                    f"{self.request_id!r}: {expired}")
+        return RequestCancelled(message)
+
+    def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
+        stage = self.stage
+        cancelled = f"request {self.request_id!r}: cancelled"
+        try:
+            event, tensors = next(self._events)
+        except StopIteration:
+            self._done = True
+            self._drop_retained()
+            if stage._accept(self.request_id, self.serial, None):
+                raise RequestFailed(self.request_id, "WorkerLost",
+                                    "the event stream ended without a terminal event") from None
+            raise self._cancelled(cancelled) from None
+        except EdgeError as exc:
+            self._done = True
+            self._drop_retained()
+            if stage._accept(self.request_id, self.serial, None):
+                raise
+            raise self._cancelled(cancelled) from exc
+        for names, _ in self._retained:  # outputs this event replaces are not theirs
+            names.difference_update(tensors)
+        if isinstance(tensors, RetainedOutputs):
+            self._retained.append((set(tensors), tensors.release))
+        # One locked decision: a fenced request's event is refused, and a terminal event
+        # is either delivered (DONE, slot kept until the ack) or ends the request.
+        if not stage._accept(self.request_id, self.serial, event):
+            self._done = True
+            self._close_events()
+            tensors = {}  # let go of the views first, so that their memory can be reused
+            self._drop_retained()
+            raise self._cancelled(cancelled)
+        self._seen.append(event)
+        self._outputs.update(tensors)
+        if event.terminal:
+            self._done = True
+            if event.kind is EventKind.CANCELLED:
+                self._drop_retained()
+                raise self._cancelled(f"{cancelled} by the worker")
+            if event.kind is EventKind.ERROR:
+                self._drop_retained()
+                info = event.error
+                raise RequestFailed(self.request_id, info.type if info else "Error",
+                                    info.message if info else "",
+                                    traceback=info.traceback if info else None)
+            self._result = StageResult(
+                ResultKey(self.request_id, self.request.epoch, self.request.generation,
+                          self.serial),
+                self._outputs, tuple(self._seen), time.perf_counter() - self._started,
+                stage.ack, self._retained,
+            )
+            self._outputs, self._retained = {}, []  # the result holds them now
+        return event, tensors
+
+    def _drop_retained(self) -> None:
+        """Give back worker memory of a request that ends without a result."""
+        retained, self._retained = self._retained, []
+        self._outputs = {}
+        for _, release in retained:
+            release()
+
+    def _close_events(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
+
+    def result(self) -> StageResult:
+        """Wait for the terminal event and return the result (acknowledge it when done)."""
+        for _ in self.events():
+            pass
+        if self._result is None:  # pragma: no cover - events() raised otherwise
+            raise RequestFailed(self.request_id, "NoResult", "no terminal event")
+        return self._result
+
+    def cancel(self) -> CancelOutcome:
+        """Cancel this request (see :meth:`StageRuntime.cancel`).
+
+        Worker memory behind outputs of events already taken is given back (outputs still
+        referenced keep theirs: see :class:`~edge_core.runtime.results.StageResult`).
+        """
+        outcome = self.stage.cancel(self.request_id)
+        if self._result is None:
+            self._drop_retained()
+        return outcome

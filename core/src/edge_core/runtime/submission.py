@@ -1,0 +1,219 @@
+"""Submission: checks a request passes before it is sent, and handles on submitted requests.
+
+* :func:`check_request_size` refuses, before anything is sent or charged, a request whose
+  tensors exceed the stage's ``max_io_bytes`` (the worker would refuse the frame and drop
+  its channel; refused here, the stage keeps serving).
+* :class:`RequestTracker` knows, per pipeline request id, which stage holds the request
+  now, so that :meth:`Submission.cancel` cancels that one request and says exactly what
+  became of it.
+* :class:`Submission` is what :meth:`Pipeline.submit` returns: the request id, its
+  result, its own ``cancel()``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edge_core.backend import CancelOutcome
+from edge_core.errors import DeadlineExceeded, EdgeError
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.flow import take_slot
+
+if TYPE_CHECKING:
+    from edge_core.runtime.flow import SlotPool
+    from edge_core.runtime.pipeline import PipelineResult
+
+
+class Cancellable(Protocol):
+    """Where a request can be: a stage runtime, or the replica set of a stage."""
+
+    def cancel(self, request_id: str | None = None) -> CancelOutcome:
+        """Cancel one request (or everything); its exact outcome."""
+        ...
+
+__all__ = ["RequestTooLarge", "RequestTracker", "Submission", "check_request_size",
+           "request_bytes", "submit"]
+
+
+class RequestTooLarge(EdgeError, ValueError):
+    """A request's tensors exceed the stage's ``max_io_bytes``; nothing was sent."""
+
+
+def request_bytes(inputs: Mapping[str, Any]) -> int:
+    """Total tensor bytes of a request's inputs (arrays and other buffer-like values)."""
+    total = 0
+    for value in inputs.values():
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            total += nbytes
+        elif isinstance(value, bytes | bytearray | memoryview):
+            total += len(value)
+    return total
+
+
+def check_request_size(stage_id: str, inputs: Mapping[str, Any], limit: int) -> None:
+    """Refuse a request larger than ``limit`` bytes, naming stage, bytes and limit."""
+    total = request_bytes(inputs)
+    if total > limit:
+        raise RequestTooLarge(
+            f"stages[{stage_id}].max_io_bytes: a request of {total} bytes exceeds the "
+            f"limit: {limit}"
+        )
+
+
+class _Tracked:
+    __slots__ = ("cancelled", "finished", "stage")
+
+    def __init__(self) -> None:
+        self.stage: Cancellable | None = None
+        self.cancelled = False
+        self.finished = False
+
+
+class RequestTracker:
+    """Where each request of a pipeline is, for cancelling one request alone."""
+
+    def __init__(self, pipeline: str) -> None:
+        self._pipeline = pipeline
+        self._lock = threading.Lock()
+        self._requests: dict[str, _Tracked] = {}
+
+    def begin(self, request_id: str) -> None:
+        """A request was accepted (before admission)."""
+        with self._lock:
+            if request_id in self._requests:
+                from edge_core.runtime.errors import DuplicateRequest
+
+                raise DuplicateRequest(f"request_id: already in flight on pipeline "
+                                       f"{self._pipeline!r}: {request_id!r}")
+            self._requests[request_id] = _Tracked()
+
+    def enter(self, request_id: str, stage: Cancellable) -> None:
+        """The request is about to be submitted to ``stage``; refuse if it was cancelled."""
+        with self._lock:
+            tracked = self._requests.get(request_id)
+            if tracked is not None:
+                if tracked.cancelled:
+                    raise RequestCancelled(f"request {request_id!r}: cancelled")
+                tracked.stage = stage
+
+    def end(self, request_id: str) -> None:
+        """The request ended (delivered or failed): a later cancel finds it finished."""
+        with self._lock:
+            tracked = self._requests.pop(request_id, None)
+            if tracked is not None:
+                tracked.finished = True
+
+    def cancel(self, request_id: str) -> CancelOutcome:
+        """Cancel one request; its outcome, exactly.
+
+        ``already-finished`` when it ended; ``not-started`` when no backend is running it
+        (waiting for admission, or between two stages: it is stopped before the next);
+        otherwise what its current stage answered.
+        """
+        with self._lock:
+            tracked = self._requests.get(request_id)
+            if tracked is None or tracked.finished:
+                return CancelOutcome.ALREADY_FINISHED
+            tracked.cancelled = True
+            stage = tracked.stage
+        if stage is None:
+            return CancelOutcome.NOT_STARTED
+        outcome = stage.cancel(request_id)
+        if outcome is CancelOutcome.ALREADY_FINISHED:  # done there, not yet sent on
+            return CancelOutcome.NOT_STARTED
+        return outcome
+
+    def cancelled(self, request_id: str) -> bool:
+        """True once :meth:`cancel` was called for the request."""
+        with self._lock:
+            tracked = self._requests.get(request_id)
+            return tracked is not None and tracked.cancelled
+
+
+class Submission:
+    """A request submitted with :meth:`Pipeline.submit`: its id, its result, its cancel.
+
+    Take the result with :meth:`result` and acknowledge it (``with`` or ``ack()``): the
+    pipeline's admission slot is held until then.
+    """
+
+    def __init__(self, request_id: str, future: concurrent.futures.Future[PipelineResult],
+                 tracker: RequestTracker, until: float | None,
+                 unadmit: Callable[[], None]) -> None:
+        self.request_id = request_id
+        self._future = future
+        self._tracker = tracker
+        self._until = until
+        self._unadmit = unadmit
+
+    def done(self) -> bool:
+        """True once the request has a result or an error."""
+        return self._future.done()
+
+    def result(self, timeout_s: float | None = None) -> PipelineResult:
+        """Wait for the result (at most ``timeout_s``, else until the request's deadline).
+
+        Raises:
+            DeadlineExceeded: no result in time (the request itself goes on unless its
+                own deadline expired, which ends it).
+            RequestCancelled, RequestFailed, WorkerUnresponsive, ...: how the request ended.
+        """
+        wait = timeout_s
+        if wait is None and self._until is not None:  # the request's deadline ends it
+            wait = max(0.0, self._until - time.monotonic()) + 1.0
+        try:
+            return self._future.result(wait)
+        except concurrent.futures.TimeoutError:
+            raise DeadlineExceeded(f"request {self.request_id!r}: no result within the "
+                                   f"wait: {wait}") from None
+        except concurrent.futures.CancelledError:  # never started: the pool shut down
+            raise RequestCancelled(f"request {self.request_id!r}: cancelled") from None
+
+    def cancel(self) -> CancelOutcome:
+        """Cancel this request alone; see :meth:`RequestTracker.cancel` for the outcomes."""
+        if self._future.cancel():  # still queued: no thread has taken it
+            self._tracker.end(self.request_id)
+            self._unadmit()  # the admission it took at submission
+            return CancelOutcome.NOT_STARTED
+        return self._tracker.cancel(self.request_id)
+
+
+def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,
+           run: Callable[[float | None, str], PipelineResult], request_id: str,
+           deadline_s: float | None) -> Submission:
+    """Take admission now, then ``run(until, request_id)`` on ``executor``.
+
+    Admission is taken in the caller's thread — at once, or waiting up to ``deadline_s``
+    — so that a full pipeline refuses the submission itself; ``run`` holds that slot.
+
+    Raises:
+        ResourceUnavailable: the pipeline is full and no deadline was given.
+        DeadlineExceeded: admission did not come before the deadline.
+        DuplicateRequest: ``request_id`` is in flight on this pipeline.
+    """
+    until = None if deadline_s is None else time.monotonic() + deadline_s
+    tracker.begin(request_id)
+    try:
+        take_slot(admission, until)
+    except BaseException:
+        tracker.end(request_id)
+        raise
+
+    def work() -> PipelineResult:
+        try:
+            return run(until, request_id)
+        finally:
+            tracker.end(request_id)
+
+    try:
+        future = executor.submit(work)
+    except BaseException:
+        admission.release()
+        tracker.end(request_id)
+        raise
+    return Submission(request_id, future, tracker, until, admission.release)

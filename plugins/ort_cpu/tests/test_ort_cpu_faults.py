@@ -1,0 +1,109 @@
+"""The ort-cpu backend under faults: a stopped worker, an oversize request, cancel outcomes.
+
+Real bundles, real workers, real onnxruntime sessions (see docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import (
+    Pipeline,
+    RequestCancelled,
+    RequestTooLarge,
+    StageState,
+    WorkerUnresponsive,
+)
+from edge_core.testing.leaks import no_leaks as _no_leaks
+
+from .conftest import EXAMPLE_X
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+GiB = 1024**3
+
+
+@pytest.fixture
+def ledger() -> ResourceLedger:
+    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def open_stage(plugins: PluginSet, ledger: ResourceLedger, bundle: Path,
+               **stage: Any) -> Pipeline:
+    config = load_pipeline({"name": "f", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu"}, "manifest": str(bundle), **stage},
+    ]})
+    return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+
+
+def test_a_stopped_ort_worker_with_a_call_outstanding_is_unresponsive_within_two_seconds(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"]) as pipeline:
+        stage = pipeline.stage("s")
+        pid = int(str(stage.loaded.describe()["pid"]))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(WorkerUnresponsive, match="stopped"):
+                pipeline.run({"x": EXAMPLE_X})
+            assert time.monotonic() - started < 2.0 + 1.0  # promised 2 s, plus host slack
+            end = time.monotonic() + 15
+            while stage.last_retire is None and time.monotonic() < end:
+                time.sleep(0.02)
+        finally:
+            if psutil.pid_exists(pid):
+                os.kill(pid, signal.SIGCONT)
+        assert stage.state is StageState.FAILED
+        assert stage.last_retire.verified is True and not psutil.pid_exists(pid)
+        assert ledger.is_empty()
+        stage.restart()
+        with pipeline.run({"x": EXAMPLE_X}) as result:
+            assert result.final.key.generation == 2
+    assert ledger.is_empty()
+
+
+def test_an_oversize_request_is_refused_and_the_ort_stage_keeps_serving(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"], max_io_bytes=100) as pipeline:
+        pid = pipeline.stage("s").loaded.describe()["pid"]
+        big = {"x": np.ones((2, 30), np.float32)}  # 240 bytes
+        with pytest.raises(RequestTooLarge, match=r"stages\[s\]\.max_io_bytes: .* 240 bytes"):
+            pipeline.run(big)
+        with pipeline.run({"x": EXAMPLE_X}) as result:
+            assert result.outputs["y"].shape == EXAMPLE_X.shape
+        assert pipeline.stage("s").loaded.describe()["pid"] == pid
+
+
+def test_cancel_after_the_ort_worker_finished_is_already_finished_not_in_place(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"]) as pipeline:
+        stage = pipeline.stage("s")
+        client = stage.loaded.client  # type: ignore[attr-defined]
+        for _ in range(20):
+            pending = stage.submit({"x": EXAMPLE_X})
+            end = time.monotonic() + 10
+            while client.in_flight(pending.request_id) and time.monotonic() < end:
+                time.sleep(0.001)
+            assert pipeline.cancel() == {"s": "already-finished"}
+            with pytest.raises(RequestCancelled):
+                pending.result()
+        assert stage.state is StageState.READY

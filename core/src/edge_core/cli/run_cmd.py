@@ -57,14 +57,22 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
 
     config = pipeline.config
     if args.inputs:
-        with np.load(args.inputs, allow_pickle=False) as data:
-            return {name: np.array(data[name]) for name in data.files}
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                return {name: np.array(data[name]) for name in data.files}
+        except Exception as exc:
+            raise common.CommandFailed(common.EXIT_USAGE, f"--inputs: cannot read "
+                                       f"{args.inputs!r}: {type(exc).__name__}: {exc}") from exc
     if args.source is not None:
         if config.prepare is None:
             raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
                                        "'prepare' function to read it with")
         prepare = resolve_input_transform(config.prepare, "prepare")
-        prepared: Any = prepare(args.source)
+        try:
+            prepared: Any = prepare(args.source)
+        except Exception as exc:
+            raise common.CommandFailed(common.EXIT_USAGE, f"--input: cannot prepare "
+                                       f"{args.source!r}: {type(exc).__name__}: {exc}") from exc
         return dict(prepared)
     first = pipeline._stages[0].runtime.loaded
     bundle = getattr(first, "bundle", None)
@@ -105,17 +113,14 @@ def _summary(plan: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Open the pipeline, serve ``--repeat`` requests, print plan, answer and latencies."""
-    from edge_core.errors import ConfigError, EdgeError
     from edge_core.runtime.opening import open_pipeline
 
     say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
     started = time.perf_counter()
     try:
         pipeline = open_pipeline(args.pipeline, name=args.name, progress=say)
-    except ConfigError as exc:
-        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    except (EdgeError, ValueError) as exc:
-        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started
     try:
         inputs = _inputs(args, pipeline)
@@ -131,11 +136,13 @@ def run(args: argparse.Namespace) -> int:
                                 "stages_s": dict(result.latencies)})
         plan = pipeline.execution_plan()
         health = pipeline.health()
-    except (EdgeError, ValueError) as exc:
-        states = "\n".join(["health:", *_health_lines(pipeline.health())])
+    except Exception as exc:
+        states = [line.strip() for line in _health_lines(pipeline.health())]
         pipeline.close()
-        raise common.CommandFailed(common.EXIT_FAILED,
-                                   f"{type(exc).__name__}: {exc}\n{states}") from exc
+        failure = common.failure_for(exc, "request")
+        failure.body["health"] = states  # still one line on stderr: states after a ';'
+        failure.message = "; ".join([failure.message, "health: " + "; ".join(states)])
+        raise failure from exc
     closing = pipeline.close()
     stage_ids = [s["id"] for s in plan["stages"]]
     p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3

@@ -148,3 +148,22 @@ def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
             print(f"edge: plugin {answer.plugin!r} failed to add commands: {answer.error}",
                   file=sys.stderr)
     return None
+
+
+def worker_logs(verbose: bool) -> Any:
+    """Send workers' output to a fresh log directory (returned), or to stderr when verbose.
+
+    Either way it never reaches this process's stdout (see ``edge_core.host.worker_logs``).
+    """
+    import tempfile
+    from pathlib import Path
+
+    from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory, set_log_directory
+
+    if verbose:
+        os.environ.pop(LOG_DIR_ENV, None)
+        set_log_directory(None)
+        return None
+    directory = log_directory() or Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
+    set_log_directory(directory)
+    return directory

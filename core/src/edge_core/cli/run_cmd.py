@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 
-from edge_core.cli import common
+from edge_core.cli import common, generated
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="write a deployment profile JSON (plan, raw samples, outputs)")
     parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
                         help="bound each request, admission to result (DeadlineExceeded)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the workers' output on stderr (default: a log file per "
+                        "worker, named in the plan)")
     parser.set_defaults(func=run)
 
 
@@ -84,9 +87,14 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
                                "stage has no example inputs to fall back on)")
 
 
-def _answer(pipeline: Any, outputs: dict[str, Any], inputs: dict[str, Any]) -> Any:
+def _answer(pipeline: Any, result: Any, inputs: dict[str, Any]) -> Any:
+    from edge_core.cli.generated import generated_answer
     from edge_core.config.transforms import resolve_input_transform
 
+    outputs = result.outputs
+    generated = generated_answer(result)
+    if generated is not None:
+        return generated
     if pipeline.config.finish is not None:
         finish = resolve_input_transform(pipeline.config.finish, "finish")
         return finish(outputs, inputs, pipeline.bundle_directories())
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.runtime.opening import open_pipeline
 
     say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
+    logs = common.worker_logs(args.verbose)
     started = time.perf_counter()
     try:
         pipeline = open_pipeline(args.pipeline, name=args.name, progress=say)
@@ -124,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     open_s = time.perf_counter() - started
     try:
         inputs = _inputs(args, pipeline)
+        if not args.json and sys.stdout.isatty() and generated.is_generate(pipeline):
+            generated.stream_text(pipeline, inputs, args.params)
         samples: list[dict[str, Any]] = []
         answer: Any = None
         for index in range(max(1, args.repeat)):
@@ -131,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
                 total = time.perf_counter() - t0
                 if index == 0:
-                    answer = _answer(pipeline, result.outputs, inputs)
+                    answer = _answer(pipeline, result, inputs)
                 samples.append({"request": index, "total_s": total,
                                 "stages_s": dict(result.latencies)})
         plan = pipeline.execution_plan()
@@ -152,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         "ok": True, "pipeline": plan["pipeline"], "open_s": open_s, "answer": answer,
         "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
+        "worker_logs": str(logs) if logs is not None else None,
     }
     if args.profile:
         profile = {**report, "samples": samples}
@@ -165,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"health: {health['state']}")
     for line in _health_lines(health):
         print(line)
+    if logs is not None:
+        print(f"worker logs: {logs}", file=sys.stderr)
     texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
         if isinstance(answer, list) else []
     if texts:

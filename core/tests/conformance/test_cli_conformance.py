@@ -24,7 +24,7 @@ def test_a_conforming_backend_exits_0_and_shows_skips_as_skipped() -> None:
                for line in lines)
     assert "  SKIPPED  tampered_manifest_refused: stage.manifest: the stage has no artifact " \
            "bundle: None" in lines
-    assert lines[-1] == "12 passed, 0 failed, 1 skipped (skipped is not passed)"
+    assert lines[-1] == "13 passed, 0 failed, 1 skipped (skipped is not passed)"
 
 
 def test_json_report_lists_each_check_with_its_status() -> None:

@@ -216,7 +216,7 @@ class WorkerStage:
              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Send the request now; return an iterator of (event, outputs).
 
-        Outputs that came inline are private arrays. Outputs that came through shared
+        Outputs that came inline are private, read-only arrays. Outputs that came through shared
         memory are read-only views of the worker's segment, yielded as
         :class:`~edge_core.stage.RetainedOutputs`: no copy is made, and the segment goes
         back to the worker when the runtime releases them (at the result's

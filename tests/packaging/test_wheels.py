@@ -5,7 +5,8 @@ virtual environment with only its declared dependencies (edge-* ones from the wh
 built here, the rest from the registry; nothing installed by hand) and every module it
 ships is imported. A module may fail to import only for a runtime that lives in the
 route's interpreter or for a declared extra that was not asked for, and the failure
-must name exactly that module.
+must name exactly that module. Where the backend runs here from its wheel alone (qnn on
+the HTP simulator, the echo test backend), ``edge conformance`` passes in that venv.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ IMPORT_ALL = textwrap.dedent('''
             results[name] = exc.name or str(exc)
     print(json.dumps(results))
 ''')
+
+
+#: Distributions whose backend runs on this machine from the wheel and its declared
+#: dependencies alone (ort-cpu needs its extra: the wheel smoke test in tests/wheels).
+RUNS_HERE = {"plugins/qnn": "qnn", "tests/edge_echo": "echo-preemptible"}
 
 
 def _archive(built: Path, directory: str, suffix: str) -> Path:
@@ -113,3 +119,11 @@ def test_each_wheel_alone_in_a_fresh_venv_imports_every_module(
     assert not unexpected, f"{directory}: {unexpected}"
     # Optional modules really are the exception: most of the wheel imported.
     assert len(failed) <= max(1, len(modules) // 4), failed
+    backend = RUNS_HERE.get(directory)
+    if backend is not None:  # the backend runs here from its wheel alone: the whole kit
+        kit = subprocess.run([str(venv / "bin" / "edge"), "conformance", backend, "--json"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=600, check=False)
+        assert kit.returncode == 0, kit.stdout[-3000:] + kit.stderr[-3000:]
+        summary = json.loads(kit.stdout)["summary"]
+        assert summary["failed"] == 0 and summary["passed"] > 0, summary

@@ -68,7 +68,9 @@ def loop_add_relu() -> Any:
     return model
 
 
-GRAPHS = {"add_relu.onnx": add_relu, "loop_add_relu.onnx": loop_add_relu}
+GRAPHS = {"add_relu.onnx": add_relu,
+          "add_relu_n3.onnx": lambda: add_relu(("n", 3)),
+          "loop_add_relu.onnx": loop_add_relu}
 
 
 def serialise(model: Any) -> bytes:

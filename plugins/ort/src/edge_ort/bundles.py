@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EXAMPLE_X", "graph_bytes", "write_add_relu_bundle", "write_add_relu_graph"]
+__all__ = ["ADD_RELU_SHAPES", "EXAMPLE_X", "graph_bytes", "write_add_relu_bundle",
+           "write_add_relu_graph"]
 
 #: The example input of the bundle.
 EXAMPLE_X = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
@@ -24,13 +25,23 @@ def graph_bytes(name: str) -> bytes:
     return resources.files("edge_ort").joinpath("graphs", name).read_bytes()
 
 
-def write_add_relu_graph(directory: Path) -> Path:
-    """Write ``model.onnx`` (``y = relu(x + x)`` on ``[2, 3]``, nodes ``add0``, ``relu0``).
+#: The shapes of the packaged ``add_relu`` graphs (a string dimension is symbolic).
+ADD_RELU_SHAPES: dict[tuple[int | str, ...], str] = {(2, 3): "add_relu.onnx",
+                                                     ("n", 3): "add_relu_n3.onnx"}
 
-    Returns its path. Other shapes: ``plugins/ort/tools/make_graphs.py --add-relu``.
+
+def write_add_relu_graph(directory: Path, shape: tuple[int | str, ...] = (2, 3)) -> Path:
+    """Write ``model.onnx`` (``y = relu(x + x)``, nodes ``add0``, ``relu0``); return its path.
+
+    ``shape`` is one of :data:`ADD_RELU_SHAPES`; other shapes:
+    ``plugins/ort/tools/make_graphs.py --add-relu SHAPE OUT`` (needs ``onnx``).
     """
+    name = ADD_RELU_SHAPES.get(tuple(shape))
+    if name is None:
+        raise ValueError(f"shape: no packaged add_relu graph (packaged: "
+                         f"{sorted(map(str, ADD_RELU_SHAPES))}): {shape!r}")
     path = directory / "model.onnx"
-    path.write_bytes(graph_bytes("add_relu.onnx"))
+    path.write_bytes(graph_bytes(name))
     return path
 
 

@@ -88,13 +88,12 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
 
 
 def _answer(pipeline: Any, result: Any, inputs: dict[str, Any]) -> Any:
-    from edge_core.cli.generated import generated_answer
     from edge_core.config.transforms import resolve_input_transform
 
     outputs = result.outputs
-    generated = generated_answer(result)
-    if generated is not None:
-        return generated
+    text = generated.generated_answer(result)  # a generate stage: its text, ids, reason
+    if text is not None:
+        return text
     if pipeline.config.finish is not None:
         finish = resolve_input_transform(pipeline.config.finish, "finish")
         return finish(outputs, inputs, pipeline.bundle_directories())

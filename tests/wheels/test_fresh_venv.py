@@ -1,9 +1,16 @@
-"""The distributions as users get them: built wheels in a fresh virtual environment.
+"""The wheel smoke test: the distributions as users get them, in a fresh virtual env.
 
-Builds edge-contracts, edge-core and edge-ort-cpu wheels, installs them (with onnxruntime
-from the registry) into a new venv outside the checkout, and runs an ort-cpu stage for
-twenty sequential requests from a directory outside the checkout: every output equals a
-direct onnxruntime run exactly, and nothing stays reserved after shutdown.
+Builds the wheels of edge-contracts, edge-core, edge-ort, edge-ort-cpu and the OCR
+example, and installs ``edge-core`` and ``edge-ort-cpu[onnxruntime]`` from them into a new
+venv outside the checkout with nothing installed by hand (their other dependencies come
+from the registry). Then, from a directory outside the checkout:
+
+* an ort-cpu stage serves twenty sequential requests, each output equal to a direct
+  onnxruntime run, and nothing stays reserved after shutdown;
+* ``edge plugins`` lists exactly ``ort-cpu``, and ``edge conformance ort-cpu`` passes every
+  check (none skipped, none failed);
+* with the OCR example's wheel added, ``edge run`` serves its three-stage pipeline on one
+  rendered page and recognises the page's text.
 """
 
 from __future__ import annotations
@@ -18,38 +25,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DISTS = ["contracts", "core", "plugins/ort", "plugins/ort_cpu"]
+DISTS = ["contracts", "core", "plugins/ort", "plugins/ort_cpu", "examples/ocr"]
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = textwrap.dedent('''
     import json, sys
     from pathlib import Path
     import numpy as np
-    import onnx
     import onnxruntime as ort
-    from onnx import TensorProto, helper
     import edge_core
-    from edge_core.artifacts import create_manifest
     from edge_core.config import load_pipeline
     from edge_core.ledger import ResourceLedger
     from edge_core.plugins import load_plugins
     from edge_core.pools import probe_host
     from edge_core.runtime import Pipeline
+    from edge_ort.bundles import write_add_relu_bundle
 
-    work = Path(sys.argv[1])
-    bundle = work / "bundle"
-    bundle.mkdir()
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])
-    nodes = [helper.make_node("Mul", ["x", "x"], ["t"], name="mul0"),
-             helper.make_node("Tanh", ["t"], ["y"], name="tanh0")]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(bundle / "model.onnx"))
-    example = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
-    np.savez(bundle / "example.npz", x=example)
-    np.savez(bundle / "expected.npz", y=np.tanh(example * example))
-    create_manifest(bundle, example_inputs="example.npz", expected_outputs="expected.npz")
+    bundle = write_add_relu_bundle(Path(sys.argv[1]) / "bundle")
     config = load_pipeline({"name": "wheel", "stages": [
         {"id": "s", "backend": {"name": "ort-cpu"}, "manifest": str(bundle)}]})
     ledger = ResourceLedger.from_topology(probe_host().topology())
@@ -58,7 +51,7 @@ SCRIPT = textwrap.dedent('''
     exact = 0
     with Pipeline.open(config, load_plugins(), ledger) as pipeline:
         for _ in range(20):
-            value = rng.standard_normal((4, 8)).astype(np.float32)
+            value = rng.standard_normal((2, 3)).astype(np.float32)
             with pipeline.run({"x": value}) as result:
                 exact += bool(np.array_equal(result.outputs["y"],
                                              direct.run(["y"], {"x": value})[0]))
@@ -69,32 +62,75 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.slow
-def test_wheels_in_a_fresh_venv_serve_twenty_exact_requests(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding edge-core and edge-ort-cpu[onnxruntime] from built wheels."""
+    base = tmp_path_factory.mktemp("wheels")
+    wheels = base / "wheels"
     for dist in DISTS:
         subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
                         "--outdir", str(wheels), str(ROOT / dist)],
                        check=True, capture_output=True, timeout=300)
-    venv = tmp_path / "venv"
+    venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    built = sorted(str(w) for w in wheels.glob("*.whl"))
-    assert len(built) == len(DISTS), built
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *built, "onnxruntime",
-                    "onnx"], check=True, capture_output=True, timeout=600)
+    (core,) = wheels.glob("edge_core-*.whl")
+    (ort_cpu,) = wheels.glob("edge_ort_cpu-*.whl")
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheels),
+         str(core), f"{ort_cpu}[onnxruntime]"],
+        capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return venv
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "EDGE_PLUGINS"}}
+
+
+def test_wheels_serve_twenty_exact_requests_and_pass_conformance(
+    venv: Path, tmp_path: Path,
+) -> None:
     work = tmp_path / "outside"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "EDGE_PLUGINS"}}
-    result = subprocess.run([str(python), "-c", SCRIPT, str(work)], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run([str(venv / "bin/python"), "-c", SCRIPT, str(work)], cwd=work,
+                            env=_env(), capture_output=True, text=True, timeout=300,
+                            check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["exact"] == 20
     assert report["empty"] is True
     assert report["edge_core"].startswith(str(venv))  # the wheel, not the checkout
     assert report["providers"]["CPUExecutionProvider"]["nodes"] == 2
-    listing = subprocess.run([str(venv / "bin" / "edge"), "plugins", "--json"], cwd=work,
-                             env=env, capture_output=True, text=True, timeout=60, check=True)
-    names = [row["name"] for row in json.loads(listing.stdout)["plugins"]]
-    assert names == ["ort-cpu"]
+    edge = str(venv / "bin/edge")
+    listing = subprocess.run([edge, "plugins", "--json"], cwd=work, env=_env(),
+                             capture_output=True, text=True, timeout=60, check=True)
+    assert [row["name"] for row in json.loads(listing.stdout)["plugins"]] == ["ort-cpu"]
+    kit = subprocess.run([edge, "conformance", "ort-cpu", "--json"], cwd=work, env=_env(),
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert kit.returncode == 0, kit.stdout[-3000:] + kit.stderr[-3000:]
+    summary = json.loads(kit.stdout)["summary"]
+    assert summary["failed"] == 0 and summary["skipped"] == 0 and summary["passed"] >= 13
+
+
+def test_wheels_run_the_ocr_pipeline_on_one_page(venv: Path, tmp_path: Path) -> None:
+    from edge_ocr_example.models import fetch_wheel
+
+    python = venv / "bin/python"
+    wheels = next(venv.parent.glob("wheels"))
+    (example,) = wheels.glob("edge_ocr_example-*.whl")
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--find-links",
+                    str(wheels), str(example)], check=True, capture_output=True, timeout=600)
+    out = tmp_path / "ocr"
+    build = subprocess.run([str(venv / "bin/edge-ocr-bundles"), str(out), "--wheel",
+                            str(fetch_wheel())], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert build.returncode == 0, build.stderr[-3000:]
+    expected = json.loads((out / "bundle.json").read_text())["example_text"]
+    run = subprocess.run([str(venv / "bin/edge"), "run", str(out / "pipeline.toml"),
+                          "--input", str(out / "image.png"), "--json"], cwd=tmp_path,
+                         env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    document = json.loads(run.stdout)
+    assert document["ok"] is True
+    assert expected and all(line in json.dumps(document) for line in expected)

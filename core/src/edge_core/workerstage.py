@@ -13,6 +13,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Self
 
 import attrs
@@ -30,6 +31,7 @@ from edge_core.host.health import Health
 from edge_core.host.identity import descendant_processes
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
+from edge_core.host.worker_logs import open_worker_output
 from edge_core.stage import RETIRE_OUTCOME_ATTR, RetainedOutputs, StageContext
 
 __all__ = ["RETIRE_OUTCOME_ATTR", "WorkerStage", "tree_peak_rss"]
@@ -130,6 +132,8 @@ class WorkerStage:
         self._calls: dict[str, Call] = {}
         self._lock = threading.Lock()
         self._peak = 0
+        #: The worker's log file, or ``None`` when its output goes to stderr.
+        self.log_path: Path | None = None
 
     @property
     def context(self) -> StageContext:
@@ -176,9 +180,14 @@ class WorkerStage:
             route = attrs.evolve(route, stage=tuple(dict.fromkeys(route.stage + packages)))
         else:
             route = Route.default(context.backend, default_entry, stage=packages)
-        client = start_worker(route, generation=context.generation, features=features,
-                              pass_env=cls.worker_env_names, set_env=env,
-                              max_io_bytes=context.max_io_bytes)
+        output = open_worker_output(context.stage_id, context.generation)
+        try:
+            client = start_worker(route, generation=context.generation, features=features,
+                                  pass_env=cls.worker_env_names, set_env=env,
+                                  max_io_bytes=context.max_io_bytes,
+                                  stdout=output.stdout, stderr=output.stderr)
+        finally:
+            output.close()  # the worker holds its own descriptor
         try:
             with cls._device_lock(device_id):
                 report = client.load(load_config, timeout_s=load_timeout_s)
@@ -187,7 +196,9 @@ class WorkerStage:
             # when the worker is verified gone, quarantined otherwise.
             setattr(error, RETIRE_OUTCOME_ATTR, client.retire())
             raise
-        return cls(context, client, report, manifest, device_id)
+        stage = cls(context, client, report, manifest, device_id)
+        stage.log_path = output.path
+        return stage
 
     @staticmethod
     def _device_lock(device_id: str | None) -> contextlib.AbstractContextManager[Any]:
@@ -205,7 +216,7 @@ class WorkerStage:
              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Send the request now; return an iterator of (event, outputs).
 
-        Outputs that came inline are private arrays. Outputs that came through shared
+        Outputs that came inline are private, read-only arrays. Outputs that came through shared
         memory are read-only views of the worker's segment, yielded as
         :class:`~edge_core.stage.RetainedOutputs`: no copy is made, and the segment goes
         back to the worker when the runtime releases them (at the result's
@@ -290,4 +301,5 @@ class WorkerStage:
             "load": self.load_report,
             "manifest": self.manifest,
             "health": self.client.health().to_dict(),
+            "log": str(self.log_path) if self.log_path is not None else None,
         }

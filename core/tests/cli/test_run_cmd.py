@@ -85,3 +85,22 @@ def test_a_request_past_its_deadline_exits_1_and_shows_the_failed_stage(tmp_path
     assert result.returncode == 1
     assert "DeadlineExceeded" in result.stderr
     assert "stage b: failed (a call's deadline_s expired" in result.stderr
+
+
+def test_worker_logs_are_files_named_in_the_plan_unless_verbose(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    logs = Path(report["worker_logs"])
+    for stage in report["plan"]["stages"]:
+        log = Path(stage["worker"]["log"])
+        assert log.parent == logs and log.is_file()
+        assert log.name == f"{stage['id']}.g{stage['generation']}.log"
+    verbose = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", "--verbose",
+                   cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr
+    report = json.loads(verbose.stdout)
+    assert report["worker_logs"] is None
+    assert all(stage["worker"]["log"] is None for stage in report["plan"]["stages"])

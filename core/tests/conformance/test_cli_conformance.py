@@ -24,7 +24,7 @@ def test_a_conforming_backend_exits_0_and_shows_skips_as_skipped() -> None:
                for line in lines)
     assert "  SKIPPED  tampered_manifest_refused: stage.manifest: the stage has no artifact " \
            "bundle: None" in lines
-    assert lines[-1] == "12 passed, 0 failed, 1 skipped (skipped is not passed)"
+    assert lines[-1] == "13 passed, 0 failed, 1 skipped (skipped is not passed)"
 
 
 def test_json_report_lists_each_check_with_its_status() -> None:
@@ -40,10 +40,14 @@ def test_json_report_lists_each_check_with_its_status() -> None:
     assert {c["status"] for c in backend["checks"]} == {"passed"}
 
 
-def test_an_unavailable_backend_is_all_skipped_not_passed() -> None:
+def test_an_unavailable_backend_asked_for_by_name_is_all_skipped_and_exits_1() -> None:
     done = edge("conformance", "ort-directml", "--json")
-    assert done.returncode == 0, done.stderr
-    (backend,) = json.loads(done.stdout)["backends"]
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    assert "ort-directml: requested backend unavailable" in report["error"]
+    assert "no check passed" in report["error"]
+    (backend,) = report["backends"]
     assert backend["available"] is False
     assert backend["counts"]["passed"] == 0 and backend["counts"]["failed"] == 0
     assert all(c["status"] == "skipped" and backend["reason"] in c["detail"]
@@ -57,3 +61,11 @@ def test_unknown_backend_exits_1_and_unknown_check_exits_2() -> None:
     bad = edge("conformance", "echo", "--check", "nope")
     assert bad.returncode == 2
     assert "--check: unknown check" in bad.stderr and "'nope'" in bad.stderr
+
+
+def test_a_run_in_which_nothing_passed_is_never_ok() -> None:
+    """Every check skipped, none failed: still exit 1, and the text says why."""
+    done = edge("conformance", "ort-directml", "--check", "contract_version")
+    assert done.returncode == 1
+    assert "0 passed, 0 failed, 1 skipped (skipped is not passed)" in done.stdout
+    assert "edge: no check passed (every check was skipped or failed)" in done.stderr

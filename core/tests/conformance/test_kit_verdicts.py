@@ -232,3 +232,78 @@ def test_the_cancel_check_follows_an_on_failure_restart_policy() -> None:
     (cancel,) = run_backend(plugins, "restarting-echo", ["cancel_running_call"]).results
     assert cancel.status is Status.PASSED, cancel.detail
     assert "restarted automatically" in cancel.detail
+
+
+
+class BlockingEcho(WrongEcho):
+    """Declares preemptible and answers every cancel "cancelled in place", but its worker
+    runs each request inside ``submit`` (echo's non-preemptible worker): a slow request
+    keeps the worker busy after its cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="wrong-echo", kinds=["graph"], preemptible=True,
+                            providers=["numpy"])]
+
+    @hookimpl
+    def edge_cancel(self, loaded: Any, request_id: str, epoch: int) -> Any:
+        return loaded.cancel(request_id, epoch, preemptible=True)
+
+    @hookimpl
+    def edge_conformance_stage(self, backend: str, workdir: Path) -> Mapping[str, Any]:
+        stage = dict(echo.edge_conformance_stage(backend, workdir))
+        stage["slow_params"] = {"delay_s": 4.0}  # the slow request: 4 s inside submit
+        return stage
+
+
+class CrashesWithoutBundle(WrongEcho):
+    """Its conformance stage has a bundle; without one its reserve hook crashes with a raw
+    ``TypeError`` (``None / "file"``), as a backend written without reading that
+    ``manifest_dir`` may be ``None`` would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @hookimpl
+    def edge_reserve(self, stage: Any) -> Mapping[str, int]:
+        size = (stage.manifest_dir / "model.bin").stat().st_size
+        return {**echo.edge_reserve(stage), "machine:ram": 256 * 1024 * 1024 + size}
+
+    @hookimpl
+    def edge_conformance_stage(self, backend: str, workdir: Path) -> Mapping[str, Any]:
+        from edge_core.artifacts import create_manifest
+
+        stage = dict(echo.edge_conformance_stage(backend, workdir))
+        bundle = workdir / "bundle"
+        bundle.mkdir()
+        (bundle / "model.bin").write_bytes(b"weights")
+        np.savez(bundle / "example.npz", x=stage["inputs"]["x"])
+        create_manifest(bundle, graph="model.bin", example_inputs="example.npz")
+        stage["stage"] = {**stage["stage"], "manifest": str(bundle)}
+        return stage
+
+
+@pytest.mark.slow
+def test_a_preemptible_claim_whose_worker_blocks_in_submit_fails_cancel_running_call() -> None:
+    plugins = load_plugins(objects={"wrong": BlockingEcho()}, env=NO_ENTRY_POINTS)
+    (cancel,) = run_backend(plugins, "wrong-echo", ["cancel_running_call"]).results
+    assert cancel.status is Status.FAILED, cancel.detail
+    assert "the next request was served" in cancel.detail
+    assert cancel.seconds < 15  # the verdict does not wait out every slow request
+
+
+def test_a_stage_that_crashes_without_its_bundle_fails_missing_bundle_handled() -> None:
+    plugins = load_plugins(objects={"wrong": CrashesWithoutBundle()}, env=NO_ENTRY_POINTS)
+    (check,) = run_backend(plugins, "wrong-echo", ["missing_bundle_handled"]).results
+    assert check.status is Status.FAILED
+    assert "crashed with TypeError" in check.detail and "manifest_dir None" in check.detail
+
+
+def test_typed_refusals_and_bundle_free_stages_pass_missing_bundle_handled() -> None:
+    plugins = load_plugins(objects={"wrong": WrongEcho()}, env=NO_ENTRY_POINTS)
+    (check,) = run_backend(plugins, "wrong-echo", ["missing_bundle_handled"]).results
+    assert check.status is Status.PASSED
+    assert "every stage check ran with manifest_dir None" in check.detail

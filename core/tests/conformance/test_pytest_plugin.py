@@ -50,12 +50,12 @@ def test_a_backend_run_writes_the_json_report_and_skips_are_skips(tmp_path: Path
     done = run_pytest(tmp_path, "--edge-backend", "echo-preemptible", "--edge-report",
                       str(report_path), "-rs")
     assert done.returncode == 0, done.stdout[-3000:]
-    assert "12 passed, 1 skipped" in done.stdout
+    assert "13 passed, 1 skipped" in done.stdout
     assert "SKIPPED [1]" in done.stdout and "the stage has no artifact bundle" in done.stdout
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    assert report["summary"] == {"passed": 12, "failed": 0, "skipped": 1}
+    assert report["summary"] == {"passed": 13, "failed": 0, "skipped": 1}
     (backend,) = report["backends"]
-    assert backend["backend"] == "echo-preemptible" and len(backend["checks"]) == 13
+    assert backend["backend"] == "echo-preemptible" and len(backend["checks"]) == 14
 
 
 def test_markers_select_a_backend_and_a_check(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_markers_select_a_backend_and_a_check(tmp_path: Path) -> None:
 def test_unavailable_backends_are_reported_as_skipped(tmp_path: Path) -> None:
     done = run_pytest(tmp_path, "--edge-backend", "ort-vitisai", "-rs")
     assert done.returncode == 0, done.stdout[-3000:]
-    assert "13 skipped" in done.stdout and "passed" not in done.stdout
+    assert "14 skipped" in done.stdout and "passed" not in done.stdout
     assert "backend unavailable here" in done.stdout
 
 

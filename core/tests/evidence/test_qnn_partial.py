@@ -21,6 +21,7 @@ _BUILD = r"""
 import sys
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from edge_core.artifacts import create_manifest
@@ -52,10 +53,16 @@ class Reader(CalibrationDataReader):
 quantize_static(str(float_path), str(directory / "model.onnx"), Reader(),
                 quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QUInt8)
-np.savez(directory / "example.npz", x=np.random.default_rng(99).random((1, 3, 8, 8),
-                                                                     dtype=np.float32))
+example = np.random.default_rng(99).random((1, 3, 8, 8), dtype=np.float32)
+np.savez(directory / "example.npz", x=example)
+# The reference the bundle carries (hashed in its manifest): the QDQ graph on ORT's CPU
+# provider, run here, outside the backend's worker.
+session = ort.InferenceSession(str(directory / "model.onnx"),
+                               providers=["CPUExecutionProvider"])
+np.savez(directory / "expected.npz", y=session.run(["y"], {"x": example})[0])
 create_manifest(directory, component="conv-relu-qdq", example_inputs="example.npz",
-                precision="uint8-qdq", exporter="onnx.helper+quantize_static")
+                expected_outputs="expected.npz", precision="uint8-qdq",
+                exporter="onnx.helper+quantize_static")
 """
 
 

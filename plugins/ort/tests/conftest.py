@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 
 from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
-from edge_ort.bundles import write_add_relu_graph as build_add_relu
 
-__all__ = ["EXAMPLE_X", "build_add_relu"]
+__all__ = ["EXAMPLE_X"]
 
 
 @pytest.fixture

@@ -212,3 +212,15 @@ def test_generate_params_take_one_prompt_form_and_checked_sampling() -> None:
             parse_generate_params(bad)
         assert caught.value.field == field
         assert str(caught.value).startswith(f"params.{field}: ")
+
+
+def test_every_problem_of_a_request_is_named_at_once() -> None:
+    """A misspelt ``temprature`` and a bad ``temperature``: both in one error."""
+    with pytest.raises(GenerateParamsInvalid) as caught:
+        parse_generate_params({"prompt": "hi", "temprature": 0.5, "temperature": -1,
+                               "top_p": 2})
+    assert [p.field for p in caught.value.problems] == ["temprature", "temperature", "top_p"]
+    message = str(caught.value)
+    assert message.startswith("params.temprature: unknown parameter")
+    assert "params.temperature: must be a number in [0.0, 100.0]: -1" in message
+    assert "params.top_p: " in message

@@ -7,10 +7,17 @@ Exit codes (the same for every command):
 ====  ================================================================================
 0     success
 1     the command ran and the answer is negative: a refusal, a failed verification,
-      an unavailable backend that was asked for by name
-2     usage or configuration error (bad arguments, invalid pipeline file)
+      an unavailable backend that was asked for by name, a conformance run in which
+      nothing passed; also an unexpected error
+2     usage, input or configuration error (bad arguments, an unreadable input, an
+      invalid pipeline file: every problem of the file named at once)
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set
 ====  ================================================================================
+
+Errors are one line on stderr (inside the JSON document with ``--json``); ``--debug`` or
+``EDGE_DEBUG=1`` adds the traceback. Output to a closed pipe (``edge probe --json |
+head -1``) ends quietly: the rest of the output is dropped and the exit code is the
+command's own.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from edge_core.cli import (
     qualify_cmd,
     run_cmd,
 )
+from edge_core.cli.pipes import ClosedPipeGuard
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "3 plugin loading failed in strict mode.",
     )
     parser.add_argument("--version", action="version", version=f"edge-core {__version__}")
+    common.add_debug_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _BUILTIN_COMMANDS:
         module.register(sub)
@@ -70,10 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return common.EXIT_USAGE
+    original = sys.stdout
+    sys.stdout = ClosedPipeGuard(original)
     try:
         return int(func(args))
-    except common.CommandFailed as failure:
-        return common.report_failure(args, failure)
+    except KeyboardInterrupt:
+        print("edge: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return common.report_failure(args, common.failure_for(exc))
+    finally:
+        sys.stdout.flush()
+        sys.stdout = original
 
 
 def _wants_plugin_command(argv: list[str], parser: argparse.ArgumentParser) -> bool:

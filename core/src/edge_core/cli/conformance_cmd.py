@@ -1,12 +1,15 @@
 """``edge conformance``: run the conformance kit's checks on installed backends.
 
-Exit 0 when no check failed, 1 otherwise (skipped checks are shown as skipped and never
-count as passed), 2 for an unknown check name.
+Exit 0 when no check failed and at least one passed; 1 when a check failed, when a
+backend asked for by name is unavailable (its checks are reported skipped), or when
+nothing passed at all (skipped checks are shown as skipped and never count as passed);
+2 for an unknown check name.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from edge_core.cli import common
 
@@ -53,14 +56,30 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             _print_backend(reports[-1])
     document = report_document(reports)
-    failed = any(report.failed for report in reports)
+    problems = _negative(reports, requested=bool(args.backends),
+                         passed=document["summary"]["passed"])
     if args.json:
-        common.print_json({"ok": not failed, **document})
+        common.print_json({"ok": not problems, **document,
+                           **({"error": "; ".join(problems)} if problems else {})})
     else:
         totals = document["summary"]
         print(f"\n{totals['passed']} passed, {totals['failed']} failed, "
               f"{totals['skipped']} skipped (skipped is not passed)")
-    return common.EXIT_FAILED if failed else common.EXIT_OK
+        for problem in problems:
+            print(f"edge: {problem}", file=sys.stderr)
+    return common.EXIT_FAILED if problems else common.EXIT_OK
+
+
+def _negative(reports: list[Any], *, requested: bool, passed: int) -> list[str]:
+    """Why the run is not ok: failed checks, requested backends unavailable, no pass."""
+    problems = [f"{r.backend}: {sum(1 for x in r.results if x.status.value == 'failed')} "
+                "check(s) failed" for r in reports if r.failed]
+    if requested:
+        problems += [f"{r.backend}: requested backend unavailable: {r.reason}"
+                     for r in reports if not r.available]
+    if passed == 0:
+        problems.append("no check passed (every check was skipped or failed)")
+    return problems
 
 
 def _print_backend(report: Any) -> None:

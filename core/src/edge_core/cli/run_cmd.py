@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 
-from edge_core.cli import common
+from edge_core.cli import common, generated
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="write a deployment profile JSON (plan, raw samples, outputs)")
     parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
                         help="bound each request, admission to result (DeadlineExceeded)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the workers' output on stderr (default: a log file per "
+                        "worker, named in the plan)")
     parser.set_defaults(func=run)
 
 
@@ -57,14 +60,22 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
 
     config = pipeline.config
     if args.inputs:
-        with np.load(args.inputs, allow_pickle=False) as data:
-            return {name: np.array(data[name]) for name in data.files}
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                return {name: np.array(data[name]) for name in data.files}
+        except Exception as exc:
+            raise common.CommandFailed(common.EXIT_USAGE, f"--inputs: cannot read "
+                                       f"{args.inputs!r}: {type(exc).__name__}: {exc}") from exc
     if args.source is not None:
         if config.prepare is None:
             raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
                                        "'prepare' function to read it with")
         prepare = resolve_input_transform(config.prepare, "prepare")
-        prepared: Any = prepare(args.source)
+        try:
+            prepared: Any = prepare(args.source)
+        except Exception as exc:
+            raise common.CommandFailed(common.EXIT_USAGE, f"--input: cannot prepare "
+                                       f"{args.source!r}: {type(exc).__name__}: {exc}") from exc
         return dict(prepared)
     first = pipeline._stages[0].runtime.loaded
     bundle = getattr(first, "bundle", None)
@@ -76,9 +87,13 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
                                "stage has no example inputs to fall back on)")
 
 
-def _answer(pipeline: Any, outputs: dict[str, Any], inputs: dict[str, Any]) -> Any:
+def _answer(pipeline: Any, result: Any, inputs: dict[str, Any]) -> Any:
     from edge_core.config.transforms import resolve_input_transform
 
+    outputs = result.outputs
+    text = generated.generated_answer(result)  # a generate stage: its text, ids, reason
+    if text is not None:
+        return text
     if pipeline.config.finish is not None:
         finish = resolve_input_transform(pipeline.config.finish, "finish")
         return finish(outputs, inputs, pipeline.bundle_directories())
@@ -105,20 +120,20 @@ def _summary(plan: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Open the pipeline, serve ``--repeat`` requests, print plan, answer and latencies."""
-    from edge_core.errors import ConfigError, EdgeError
     from edge_core.runtime.opening import open_pipeline
 
     say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
+    logs = common.worker_logs(args.verbose)
     started = time.perf_counter()
     try:
         pipeline = open_pipeline(args.pipeline, name=args.name, progress=say)
-    except ConfigError as exc:
-        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    except (EdgeError, ValueError) as exc:
-        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started
     try:
         inputs = _inputs(args, pipeline)
+        if not args.json and sys.stdout.isatty() and generated.is_generate(pipeline):
+            generated.stream_text(pipeline, inputs, args.params)
         samples: list[dict[str, Any]] = []
         answer: Any = None
         for index in range(max(1, args.repeat)):
@@ -126,16 +141,18 @@ def run(args: argparse.Namespace) -> int:
             with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
                 total = time.perf_counter() - t0
                 if index == 0:
-                    answer = _answer(pipeline, result.outputs, inputs)
+                    answer = _answer(pipeline, result, inputs)
                 samples.append({"request": index, "total_s": total,
                                 "stages_s": dict(result.latencies)})
         plan = pipeline.execution_plan()
         health = pipeline.health()
-    except (EdgeError, ValueError) as exc:
-        states = "\n".join(["health:", *_health_lines(pipeline.health())])
+    except Exception as exc:
+        states = [line.strip() for line in _health_lines(pipeline.health())]
         pipeline.close()
-        raise common.CommandFailed(common.EXIT_FAILED,
-                                   f"{type(exc).__name__}: {exc}\n{states}") from exc
+        failure = common.failure_for(exc, "request")
+        failure.body["health"] = states  # still one line on stderr: states after a ';'
+        failure.message = "; ".join([failure.message, "health: " + "; ".join(states)])
+        raise failure from exc
     closing = pipeline.close()
     stage_ids = [s["id"] for s in plan["stages"]]
     p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3
@@ -145,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         "ok": True, "pipeline": plan["pipeline"], "open_s": open_s, "answer": answer,
         "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
+        "worker_logs": str(logs) if logs is not None else None,
     }
     if args.profile:
         profile = {**report, "samples": samples}
@@ -158,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"health: {health['state']}")
     for line in _health_lines(health):
         print(line)
+    if logs is not None:
+        print(f"worker logs: {logs}", file=sys.stderr)
     texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
         if isinstance(answer, list) else []
     if texts:

@@ -173,7 +173,27 @@ def make_converter() -> cattrs.Converter:
         def structure(value: Any, type_: Any) -> Any:
             if not isinstance(value, Mapping):
                 raise CheckError("expected a table", value)
-            return inner(value, type_)
+            try:
+                return inner(value, type_)
+            except ClassValidationError as exc:
+                # Field validators never ran: run them now, so that one report names a
+                # misspelt key and an out-of-range value of another key together.
+                failed = {n.name for e in exc.exceptions
+                          if isinstance(n := _note_of(e), AttributeValidationNote)}
+                seen = {str(e) for e in exc.exceptions}
+                more = [e for e in _validator_errors(converter, cls, value, failed)
+                        if str(e) not in seen]
+                if not more:
+                    raise
+                raise ClassValidationError(exc.message, [*exc.exceptions, *more], cls) from None
+            except (ConfigError, ValueError, TypeError) as exc:
+                more = _validator_errors(converter, cls, value, set())
+                if not any(str(e) == str(exc) for e in more):
+                    more.insert(0, exc)
+                if len(more) == 1:
+                    raise
+                raise ClassValidationError(f"While structuring {cls.__name__}", more,
+                                           cls) from None
 
         return structure
 
@@ -192,6 +212,36 @@ def make_converter() -> cattrs.Converter:
 
 
 _MISSING = object()
+
+
+def _validator_errors(converter: cattrs.Converter, cls: type[Any], value: Mapping[str, Any],
+                      skip: set[str]) -> list[Exception]:
+    """Run each given field's own validator on its structured value; collect the failures.
+
+    Fields in ``skip`` (already reported) or whose value does not structure are left out;
+    a validator that needs the whole instance (it reads another field) is not judged here.
+    """
+    errors: list[Exception] = []
+    for field in attrs.fields(cls):
+        if field.validator is None or field.name in skip or field.name not in value:
+            continue
+        try:
+            item = converter.structure(value[field.name], field.type)
+            if field.converter is not None and callable(field.converter):
+                item = field.converter(item)
+        except Exception:  # noqa: S112 - reported by the structuring pass, or not a value
+            continue
+        try:
+            field.validator(None, field, item)
+        except ConfigError as exc:
+            errors.append(exc)  # its own path names the field
+        except (ValueError, TypeError) as exc:
+            exc.add_note(AttributeValidationNote(f"validating {field.name}", field.name,
+                                                 field.type))
+            errors.append(exc)
+        except Exception:  # noqa: S112 - needs the instance; judged at construction
+            continue
+    return errors
 
 
 def _sub_value(exc: BaseException, value: object) -> object:

@@ -72,6 +72,7 @@ DEFAULT_MAX_IO_BYTES = 1 << 30
 """Default cap on the tensor bytes of one frame (a route may lower or raise it)."""
 
 _SHM = frozenset({FEATURE_SHM_TENSORS})
+_STDERR_FD = 2  # a worker writes nothing to the controller's stdout
 
 
 def _supported() -> frozenset[str]:
@@ -130,7 +131,8 @@ def start_worker(
         spin_us: how long either end polls without sleeping for the next frame before it
             blocks (adaptive: only while recent waits were shorter; 0 disables; default
             :data:`~edge_contracts.waiting.SPIN_ENV` or 200 µs).
-        stdout: where the worker's stdout goes (default: inherited).
+        stdout: where the worker's stdout goes (default: the controller's stderr, so
+            that the controller's stdout carries only its own output).
         stderr: where the worker's stderr goes (default: inherited).
         sealed_segments: where the interpreters can (Linux), shared-memory tensors
             travel in sealed memfd segments passed over a second socketpair
@@ -204,7 +206,7 @@ def start_worker(
             pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
             env=worker_env,
             stdin=subprocess.DEVNULL,
-            stdout=stdout,
+            stdout=_STDERR_FD if stdout is None else stdout,  # never the controller's stdout
             stderr=stderr,
             start_new_session=True,
         )

@@ -37,6 +37,7 @@ from edge_core.runtime.chain import (
     with_bundles,
 )
 from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
+from edge_core.runtime.evidence import evidence_label
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
@@ -565,8 +566,7 @@ class Pipeline:
             runtime = stage.runtime
             described = dict(runtime.loaded.describe()) if runtime is not None else {}
             numerics = stage.warmup.numerics if stage.warmup is not None else None
-            checked = bool(numerics and numerics.get("passed")
-                           and numerics.get("reference") not in (None, "none"))
+            label, basis = evidence_label(numerics, stage.context.manifest_dir)
             stages.append({
                 "id": stage.context.stage_id,
                 "replica": stage.context.replica,
@@ -586,7 +586,8 @@ class Pipeline:
                             if stage.warmup is not None else []),
                 "observed_memory": dict(stage.observed),
                 "memory_check": dict(stage.memory_check),
-                "evidence": "complete-model" if checked else "backend-execution",
+                "evidence": label,
+                "evidence_basis": basis,
             })
         return {
             "pipeline": self.config.name,

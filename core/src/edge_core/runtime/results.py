@@ -73,7 +73,7 @@ class StageResult:
 
     Use it as a context manager to acknowledge on exit, or call :meth:`ack`.
 
-    Outputs that travelled inline are private arrays. Large outputs (those that came
+    Outputs that travelled inline are private, read-only arrays. Large outputs (those that came
     through shared memory) are read-only views of the worker's memory, not copies: the
     acknowledgement gives that memory back for reuse and removes them from
     :attr:`outputs` (reading one then raises :class:`OutputReleased`). An array taken

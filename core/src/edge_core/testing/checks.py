@@ -26,6 +26,7 @@ from edge_core.backend import CancelOutcome
 from edge_core.discovery import ENV_ALLOWLIST, check_contract
 from edge_core.errors import EdgeError, ManifestInvalid, ResourceUnavailable, StageClosed
 from edge_core.host.client import WorkerClient
+from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import EdgePluginManager
 from edge_core.pools import Pool, probe_host
@@ -224,6 +225,34 @@ def tampered_manifest_refused(subject: Subject) -> str:
     return f"one byte of {victim!r} flipped: {refusal[:200]}"
 
 
+def missing_bundle_handled(subject: Subject) -> str:
+    """A stage without its bundle is served or refused with a typed error, never a crash.
+
+    The stage is opened without ``manifest`` (``StageContext.manifest_dir`` is ``None``);
+    a refusal must be an ``EdgeError`` and leave nothing charged.
+    """
+    stage = stage_of(subject)
+    if stage.manifest_dir is None:
+        return "the conformance stage has no bundle: every stage check ran with manifest_dir None"
+    bare = {key: value for key, value in dict(stage.stage).items() if key != "manifest"}
+    config = pipeline_config(subject, stage=bare)
+    ledger = default_ledger(config, subject.plugins)
+    with no_leftovers("open without a bundle"):
+        try:
+            pipeline = Pipeline.open(config, subject.plugins, ledger)
+        except EdgeError as exc:
+            outcome = f"refused: {type(exc).__name__}: {exc}"
+        except Exception as exc:
+            raise CheckFailed(f"load without a bundle (manifest_dir None): crashed with "
+                              f"{type(exc).__name__}: {exc}") from None
+        else:
+            pipeline.close()
+            outcome = "served without a bundle"
+    if not ledger.is_empty():
+        raise CheckFailed(f"ledger: charged after the refusal: {ledger.snapshot()}")
+    return outcome[:300]
+
+
 # -- serving -------------------------------------------------------------------------------
 
 
@@ -308,8 +337,25 @@ def cancel_finished_call(subject: Subject) -> str:
     return "already-finished; same worker served the next request"
 
 
+#: An in-place cancel of a running request must take effect (the request ends
+#: cancelled) this soon.
+CANCEL_EFFECT_S = 1.0
+#: After an in-place cancel, the next request must be served this soon (from the cancel).
+NEXT_REQUEST_S = 2.0
+#: A retire-required cancel ends the request by retiring its worker, whose graceful
+#: shutdown waits up to a second for a busy worker first: bounded by the retire deadline.
+RETIRE_EFFECT_S = DEFAULT_RETIRE_DEADLINE_S
+
+
 def cancel_running_call(subject: Subject) -> str:
-    """A running request cancels as declared: in place (preemptible) or by retiring."""
+    """A running request cancels as declared: in place (preemptible) or by retiring.
+
+    Bounded in time: an in-place cancel takes effect within :data:`CANCEL_EFFECT_S` and
+    the next request is served within :data:`NEXT_REQUEST_S` of it — a backend that
+    declares itself preemptible but keeps running the cancelled request (its worker
+    blocked in ``submit``, say) fails here; a retire-required cancel takes effect within
+    :data:`RETIRE_EFFECT_S` (the worker's retirement).
+    """
     stage = stage_of(subject)
     if not stage.has_slow_request:
         raise CheckSkipped("slow_inputs/slow_params: the stage gives no request slow enough "
@@ -321,6 +367,7 @@ def cancel_running_call(subject: Subject) -> str:
         pending = runtime.submit(stage.slow_inputs or stage.inputs,
                                  params=stage.slow_params or stage.params)
         time.sleep(0.1)
+        started = time.monotonic()
         outcome = bounded("cancel", pending.cancel)
         try:
             bounded("cancelled call", pending.result)
@@ -328,6 +375,10 @@ def cancel_running_call(subject: Subject) -> str:
             pass
         else:
             raise CheckFailed("cancel: the cancelled request still delivered a result")
+        effect_s = time.monotonic() - started
+        bound_s = CANCEL_EFFECT_S if preemptible else RETIRE_EFFECT_S
+        if effect_s > bound_s:
+            raise CheckFailed(f"cancel: took effect after {effect_s:.2f} s (bound {bound_s} s)")
         if preemptible:
             if outcome is not CancelOutcome.CANCELLED_IN_PLACE:
                 raise CheckFailed(f"cancel: a preemptible backend did not cancel in place: "
@@ -335,7 +386,15 @@ def cancel_running_call(subject: Subject) -> str:
             if runtime.state is not StageState.READY or worker_identity(runtime) != before:
                 raise CheckFailed("cancel: the worker was replaced after an in-place cancel")
             run_once(runtime, subject).ack()
-            return "cancelled in place; the same worker served the next request"
+            served_s = time.monotonic() - started
+            if served_s > NEXT_REQUEST_S:
+                raise CheckFailed(
+                    f"cancel: the next request was served {served_s:.2f} s after the cancel "
+                    f"(bound {NEXT_REQUEST_S} s): the backend declares preemptible, but the "
+                    "cancelled request kept its worker busy (does submit hand the work to "
+                    "another thread?)")
+            return (f"cancelled in place in {effect_s * 1e3:.0f} ms; the same worker served "
+                    f"the next request {served_s:.2f} s after the cancel")
         if outcome is not CancelOutcome.RETIRE_REQUIRED:
             raise CheckFailed(f"cancel: a non-preemptible backend answered {outcome.value}, not "
                               "retire-required")
@@ -367,8 +426,8 @@ def cancel_running_call(subject: Subject) -> str:
             raise CheckFailed("cancel: the stage took work before restart()")
         runtime.restart()
         run_once(runtime, subject).ack()
-        return (f"retire-required; worker retired verified, stage refused work until "
-                f"restart, generation {runtime.generation} served the next request")
+        return (f"retire-required in {effect_s:.2f} s; worker retired verified, stage refused "
+                f"work until restart, generation {runtime.generation} served the next request")
 
 
 def _restarted(runtime: StageRuntime, timeout_s: float = 120.0) -> int:
@@ -479,6 +538,7 @@ CHECKS: dict[str, Callable[[Subject], str]] = {
     "probe_fast_and_light": probe_fast_and_light,
     "reserve_overcommit_refused": reserve_overcommit_refused,
     "tampered_manifest_refused": tampered_manifest_refused,
+    "missing_bundle_handled": missing_bundle_handled,
     "warmup_placement_consistent": warmup_placement_consistent,
     "calls_match_expected": calls_match_expected,
     "stale_ack_frees_nothing": stale_ack_frees_nothing,

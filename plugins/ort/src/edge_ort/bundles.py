@@ -2,38 +2,46 @@
 
 ``y = relu(x + x)`` on a fixed ``[2, 3]`` float32 input, with its example inputs, the
 expected outputs and a manifest written by :func:`edge_core.artifacts.create_manifest`.
-Controller side only (needs the ``onnx`` package, imported when called).
+The graph is package data (``edge_ort/graphs/add_relu.onnx``, written by
+``plugins/ort/tools/make_graphs.py``), so nothing here needs the ``onnx`` package.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EXAMPLE_X", "write_add_relu_bundle", "write_add_relu_graph"]
+__all__ = ["ADD_RELU_SHAPES", "EXAMPLE_X", "graph_bytes", "write_add_relu_bundle",
+           "write_add_relu_graph"]
 
 #: The example input of the bundle.
 EXAMPLE_X = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
 
 
+def graph_bytes(name: str) -> bytes:
+    """The bytes of the packaged graph ``name`` (``add_relu.onnx``, ``loop_add_relu.onnx``)."""
+    return resources.files("edge_ort").joinpath("graphs", name).read_bytes()
+
+
+#: The shapes of the packaged ``add_relu`` graphs (a string dimension is symbolic).
+ADD_RELU_SHAPES: dict[tuple[int | str, ...], str] = {(2, 3): "add_relu.onnx",
+                                                     ("n", 3): "add_relu_n3.onnx"}
+
+
 def write_add_relu_graph(directory: Path, shape: tuple[int | str, ...] = (2, 3)) -> Path:
-    """Write ``model.onnx`` (nodes ``add0``, ``relu0``) into ``directory``; return its path.
+    """Write ``model.onnx`` (``y = relu(x + x)``, nodes ``add0``, ``relu0``); return its path.
 
-    A string in ``shape`` makes that dimension symbolic (a dynamic batch, say).
+    ``shape`` is one of :data:`ADD_RELU_SHAPES`; other shapes:
+    ``plugins/ort/tools/make_graphs.py --add-relu SHAPE OUT`` (needs ``onnx``).
     """
-    import onnx
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))
-    nodes = [helper.make_node("Add", ["x", "x"], ["t"], name="add0"),
-             helper.make_node("Relu", ["t"], ["y"], name="relu0")]
-    model = helper.make_model(helper.make_graph(nodes, "add_relu", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    name = ADD_RELU_SHAPES.get(tuple(shape))
+    if name is None:
+        raise ValueError(f"shape: no packaged add_relu graph (packaged: "
+                         f"{sorted(map(str, ADD_RELU_SHAPES))}): {shape!r}")
     path = directory / "model.onnx"
-    onnx.save(model, str(path))
+    path.write_bytes(graph_bytes(name))
     return path
 
 

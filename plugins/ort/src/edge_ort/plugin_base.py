@@ -139,37 +139,15 @@ class OrtPlugin:
         times, long enough to be cancelled while running.
         """
         import numpy as np
-        import onnx
-        from onnx import TensorProto, helper
 
         from edge_core.artifacts import create_manifest
+        from edge_ort.bundles import graph_bytes
 
         if backend != self.backend:
             return None
-        body = helper.make_graph(
-            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
-             helper.make_node("Identity", ["v_in"], ["v_out"], name="pass_through")],
-            "body",
-            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2, 3])],
-            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2, 3])],
-        )
-        graph = helper.make_graph(
-            [helper.make_node("Loop", ["n", "", "x"], ["v"], name="spin", body=body),
-             helper.make_node("Add", ["v", "v"], ["t"], name="double"),
-             helper.make_node("Relu", ["t"], ["y"], name="relu")],
-            "conformance",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
-             helper.make_tensor_value_info("n", TensorProto.INT64, [])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 9
         bundle = workdir / "bundle"
         bundle.mkdir()
-        onnx.save(model, str(bundle / "model.onnx"))
+        (bundle / "model.onnx").write_bytes(graph_bytes("loop_add_relu.onnx"))
         x = np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.25]], dtype=np.float32)
         once = np.array(1, dtype=np.int64)
         y = np.maximum(x + x, 0).astype(np.float32)

@@ -25,12 +25,16 @@ _KNOWN = frozenset({"prompt", "prompt_token_ids", "max_tokens", "temperature", "
 class GenerateParamsInvalid(ValueError):
     """A generate request's parameters are malformed; ``field: reason: value``."""
 
-    def __init__(self, field: str, reason: str, value: object) -> None:
+    def __init__(self, field: str, reason: str, value: object,
+                 also: tuple[GenerateParamsInvalid, ...] = ()) -> None:
         self.field = field
         self.reason = reason
         self.value = value
+        #: Every problem found in the request, this one first.
+        self.problems: tuple[GenerateParamsInvalid, ...] = (self, *also)
         shown = repr(value)
-        super().__init__(f"params.{field}: {reason}: {shown[:200]}")
+        message = f"params.{field}: {reason}: {shown[:200]}"
+        super().__init__("; ".join([message, *(str(extra) for extra in also)]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,45 +108,66 @@ def parse_generate_params(params: Mapping[str, Any]) -> GenerateParams:
         GenerateParamsInvalid: an unknown key, both or neither prompt form, an empty prompt,
             a token id that is not a non-negative integer, or a sampling value out of range.
     """
-    unknown = sorted(set(params) - _KNOWN)
-    if unknown:
-        raise GenerateParamsInvalid(unknown[0], f"unknown parameter (known: {sorted(_KNOWN)})",
-                                    params[unknown[0]])
+    problems: list[GenerateParamsInvalid] = [
+        GenerateParamsInvalid(key, f"unknown parameter (known: {sorted(_KNOWN)})", params[key])
+        for key in sorted(set(params) - _KNOWN, key=str)]
+
+    def checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(*args, **kwargs)
+        except GenerateParamsInvalid as exc:
+            problems.append(exc)
+            return None
+
+    token_ids = checked(_prompt, params)
+    stop = checked(_stop, params)
+    ignore_eos = params.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        problems.append(GenerateParamsInvalid("ignore_eos", "must be a boolean", ignore_eos))
+    top_k = checked(_int, params, "top_k", 0, -1, 1_000_000)
+    max_tokens = checked(_int, params, "max_tokens", 16, 1, MAX_TOKENS_LIMIT)
+    temperature = checked(_float, params, "temperature", 1.0, 0.0, 100.0)
+    top_p = checked(_float, params, "top_p", 1.0, 0.0, 1.0, low_open=True)
+    seed = checked(_int, params, "seed", None, 0, 2**63 - 1)
+    min_tokens = checked(_int, params, "min_tokens", 0, 0, MAX_TOKENS_LIMIT)
+    if problems:  # all of them at once, the first one's field leading
+        first = problems[0]
+        raise GenerateParamsInvalid(first.field, first.reason, first.value, tuple(problems[1:]))
+    prompt = params.get("prompt")
+    return GenerateParams(
+        prompt=prompt, prompt_token_ids=token_ids,
+        max_tokens=max_tokens or 16, temperature=temperature, top_p=top_p,
+        top_k=top_k if top_k is not None else 0, seed=seed,
+        stop=stop, ignore_eos=ignore_eos, min_tokens=min_tokens or 0,
+    )
+
+
+def _prompt(params: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """Check the prompt form; return the token ids when the prompt is given as ids."""
     prompt = params.get("prompt")
     ids = params.get("prompt_token_ids")
     if (prompt is None) == (ids is None):
         raise GenerateParamsInvalid("prompt", "give exactly one of prompt and prompt_token_ids",
                                     {"prompt": prompt, "prompt_token_ids": ids})
-    token_ids: tuple[int, ...] | None = None
     if prompt is not None:
         if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_ITEMS:
             raise GenerateParamsInvalid(
                 "prompt", f"must be a non-empty string of at most {MAX_PROMPT_ITEMS} characters",
                 prompt)
-    else:
-        if (not isinstance(ids, (list, tuple)) or not ids or len(ids) > MAX_PROMPT_ITEMS
-                or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids)):
-            raise GenerateParamsInvalid(
-                "prompt_token_ids",
-                f"must be a non-empty list of at most {MAX_PROMPT_ITEMS} integers >= 0", ids)
-        token_ids = tuple(ids)
+        return None
+    if (not isinstance(ids, (list, tuple)) or not ids or len(ids) > MAX_PROMPT_ITEMS
+            or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids)):
+        raise GenerateParamsInvalid(
+            "prompt_token_ids",
+            f"must be a non-empty list of at most {MAX_PROMPT_ITEMS} integers >= 0", ids)
+    return tuple(ids)
+
+
+def _stop(params: Mapping[str, Any]) -> tuple[str, ...]:
     stop = params.get("stop", ())
     if isinstance(stop, str):
         stop = (stop,)
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
         raise GenerateParamsInvalid("stop", "must be a string or a list of non-empty strings",
                                     stop)
-    ignore_eos = params.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        raise GenerateParamsInvalid("ignore_eos", "must be a boolean", ignore_eos)
-    top_k = _int(params, "top_k", 0, -1, 1_000_000)
-    return GenerateParams(
-        prompt=prompt, prompt_token_ids=token_ids,
-        max_tokens=_int(params, "max_tokens", 16, 1, MAX_TOKENS_LIMIT) or 16,
-        temperature=_float(params, "temperature", 1.0, 0.0, 100.0),
-        top_p=_float(params, "top_p", 1.0, 0.0, 1.0, low_open=True),
-        top_k=top_k if top_k is not None else 0,
-        seed=_int(params, "seed", None, 0, 2**63 - 1),
-        stop=tuple(stop), ignore_eos=ignore_eos,
-        min_tokens=_int(params, "min_tokens", 0, 0, MAX_TOKENS_LIMIT) or 0,
-    )
+    return tuple(stop)

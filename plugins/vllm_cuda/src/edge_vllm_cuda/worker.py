@@ -217,21 +217,39 @@ class VllmHandler(BaseHandler):
         self._run(self._engine.abort(request_id), 30.0)
 
     def close(self) -> None:
-        """Abort what runs, shut the engine down, stop the loop."""
+        """Abort what runs, shut the engine down on its loop, end every task, stop the loop.
+
+        The engine is shut down on its own loop's thread (its output task is cancelled
+        there, not from a foreign thread), then every task still on the loop is cancelled
+        and awaited, so none is destroyed while pending when the loop is closed.
+        """
         loop, engine = self._loop, self._engine
         if loop is None:
             return
         with self._lock:
             pending = list(self._streams)
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(engine, pending), loop).result(60.0)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=30.0)
+            if not loop.is_running():
+                loop.close()
+            self._loop = None
+            self._engine = None
+
+    @staticmethod
+    async def _shutdown(engine: Any, pending: list[str]) -> None:
         if engine is not None:
             if pending:
-                asyncio.run_coroutine_threadsafe(engine.abort(pending), loop).result(30.0)
+                await engine.abort(pending)
             engine.shutdown()
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=30.0)
-        self._loop = None
-        self._engine = None
+        current = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def create() -> VllmHandler:

@@ -76,7 +76,8 @@ class EchoHandler(BaseHandler):
         """Compute after ``delay_s``: inline (blocking) or on a thread when preemptible."""
         if self.options.get("fail_at") == "call":
             raise InjectedFailure("call failed as configured")
-        delay = float(self.options.get("delay_s", 0.0))
+        # A request may ask for its own delay (``params.delay_s``): a slow request.
+        delay = float(call.params.get("delay_s", self.options.get("delay_s", 0.0)))
         if not self.options.get("preemptible"):
             if delay:
                 time.sleep(delay)

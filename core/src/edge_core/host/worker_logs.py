@@ -1,0 +1,71 @@
+"""Where a worker's stdout and stderr go: never to the controller's stdout.
+
+The controller's stdout carries only its own output (``edge run --json`` prints one JSON
+document there). A worker's output therefore goes
+
+* to a log file per worker, ``<directory>/<stage>.g<generation>.log``, when a log
+  directory is set (:func:`set_log_directory`, or the ``EDGE_WORKER_LOG_DIR``
+  environment variable); the file is named in the execution plan (``worker.log``);
+* otherwise to the controller's stderr — both of the worker's streams.
+
+``edge run`` logs to a fresh directory unless ``--verbose`` is given, which shows the
+workers' output on stderr instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["LOG_DIR_ENV", "WorkerOutput", "log_directory", "open_worker_output",
+           "set_log_directory"]
+
+#: Environment variable naming the directory for per-worker log files.
+LOG_DIR_ENV = "EDGE_WORKER_LOG_DIR"
+_STDERR_FD = 2
+_directory: Path | None = None
+
+
+def set_log_directory(directory: Path | None) -> None:
+    """Log every worker started from now on into ``directory`` (``None``: to stderr)."""
+    global _directory
+    _directory = directory
+
+
+def log_directory() -> Path | None:
+    """The directory worker logs go to, or ``None`` when they go to stderr."""
+    if _directory is not None:
+        return _directory
+    value = os.environ.get(LOG_DIR_ENV, "").strip()
+    return Path(value) if value else None
+
+
+class WorkerOutput:
+    """The stdout/stderr targets for one worker, and the log file if there is one."""
+
+    def __init__(self, target: int | IO[Any], path: Path | None) -> None:
+        self.stdout = target
+        self.stderr = target
+        #: The log file, or ``None`` when the output goes to the controller's stderr.
+        self.path = path
+        self._file = target if not isinstance(target, int) else None
+
+    def close(self) -> None:
+        """Close the controller's handle on the log file (the worker keeps its own)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def open_worker_output(stage_id: str, generation: int) -> WorkerOutput:
+    """Open the output targets for a worker of ``stage_id`` at ``generation``."""
+    directory = log_directory()
+    if directory is None:
+        return WorkerOutput(_STDERR_FD, None)
+    directory.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stage_id) or "stage"
+    path = directory / f"{safe}.g{generation}.log"
+    handle = path.open("ab")
+    return WorkerOutput(handle, path)

@@ -1,0 +1,89 @@
+"""The documented exit codes of ``edge``, end to end in subprocesses on the echo backend.
+
+2 with one line and no traceback for usage, input and configuration errors (the
+traceback only with ``--debug`` or ``EDGE_DEBUG=1``); every configuration problem named
+at once; output to a closed pipe ends quietly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PIPELINE = """
+name = "one"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 2.0
+"""
+
+
+def edge(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "EDGE_DEBUG"}
+    full.update({"EDGE_PLUGINS": "echo", **env})
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_an_unreadable_input_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    (tmp_path / "bad.npz").write_bytes(b"not a zip file")
+    result = edge("run", "p.toml", "--inputs", "bad.npz", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "--inputs" in line]
+    assert errors == [errors[0]] and errors[0].startswith("edge: --inputs: cannot read 'bad.npz'")
+    assert result.stdout == ""
+
+
+def test_debug_and_edge_debug_add_the_traceback(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    (tmp_path / "bad.npz").write_bytes(b"not a zip file")
+    flagged = edge("run", "p.toml", "--inputs", "bad.npz", "--debug", cwd=tmp_path)
+    assert flagged.returncode == 2
+    assert "Traceback (most recent call last)" in flagged.stderr
+    from_env = edge("run", "p.toml", "--inputs", "bad.npz", cwd=tmp_path, EDGE_DEBUG="1")
+    assert from_env.returncode == 2
+    assert "Traceback (most recent call last)" in from_env.stderr
+
+
+def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
+    bad = PIPELINE.replace("scale = 2.0", "scale = 2.0\ndelay_ss = 1.0\ndelay_s = -1.0\n"
+                           "allocate_mb = -3")
+    (tmp_path / "p.toml").write_text(bad)
+    result = edge("run", "p.toml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("edge: 3 configuration problems: ")
+    for path in ("stages[0].backend.options.delay_ss", "stages[0].backend.options.delay_s",
+                 "stages[0].backend.options.allocate_mb"):
+        assert f"{path}:" in line, path
+    as_json = edge("run", "p.toml", "--json", cwd=tmp_path)
+    assert as_json.returncode == 2
+    assert len(json.loads(as_json.stdout)["problems"]) == 3
+
+
+def test_output_to_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    for argv in (["plugins", "--json"], ["probe", "--json"], ["plugins"]):
+        process = subprocess.Popen([sys.executable, "-m", "edge_core.cli", *argv], cwd=tmp_path,
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # the reader is gone before the first line is written
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 0, stderr
+        assert stderr == "", stderr
+
+
+def test_a_usage_error_exits_2(tmp_path: Path) -> None:
+    result = edge("run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr

@@ -167,6 +167,20 @@ def _tagged_dirs(tag: str) -> set[str]:
     return {os.path.join(root, n) for n in os.listdir(root) if n.startswith(starts)}
 
 
+def _copy(value: Any) -> Any:
+    """An owned copy of an output: an array, or a list of them (a fan-out's items)."""
+    if isinstance(value, list | tuple):
+        return [_copy(item) for item in value]
+    return np.array(value, copy=True)
+
+
+def _equal(value: Any, reference: Any) -> bool:
+    if isinstance(reference, list):
+        return (isinstance(value, list | tuple) and len(value) == len(reference)
+                and all(_equal(v, r) for v, r in zip(value, reference, strict=True)))
+    return bool(np.array_equal(np.asarray(value), reference))
+
+
 class Bench:
     """The OCR bundles, the reference outputs and the trial runner."""
 
@@ -183,7 +197,7 @@ class Bench:
         pipeline = Pipeline.open(self.config, self.plugins, ledger)
         try:
             with pipeline.run(self.source) as result:
-                self.reference = {k: np.array(v, copy=True) for k, v in result.outputs.items()}
+                self.reference = {k: _copy(v) for k, v in result.outputs.items()}
         finally:
             pipeline.close()
 
@@ -193,7 +207,7 @@ class Bench:
     def _same(self, outputs: Any) -> bool:
         if sorted(outputs) != sorted(self.reference):
             return False
-        return all(np.array_equal(np.asarray(outputs[k]), v) for k, v in self.reference.items())
+        return all(_equal(outputs[k], v) for k, v in self.reference.items())
 
     # -- one in-process trial -----------------------------------------------------------
 

@@ -22,8 +22,10 @@ and a child ignore SIGTERM; ``cancel()`` mid-call with a 0.3 s retire deadline),
 ``controller_sigkill`` (a controller subprocess is SIGKILLed mid-call),
 ``close_in_flight`` (``close()`` from another thread mid-call), ``concurrent_cancel``
 (``cancel()`` from another thread mid-call). The escaping and SIGTERM-ignoring workers
-are the real ort-cpu worker with a ``sitecustomize`` module put on its ``PYTHONPATH``
-(fault injection at the interpreter boundary; the controller never imports it).
+are the real ort-cpu worker with a ``sitecustomize`` module on its ``PYTHONPATH``, given
+through each stage's route (``python_path`` and ``env``: fault injection at the
+interpreter boundary; the controller never imports it). A trial whose injection did not
+reach the workers stops the run with an error.
 
 The last line printed is one JSON object:
 ``{"faults": {NAME: {"trials", "max_s_to_typed_error", "max_s_to_clean",
@@ -46,6 +48,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,20 @@ def _tagged_dirs(tag: str) -> set[str]:
     return {os.path.join(root, n) for n in os.listdir(root) if n.startswith(starts)}
 
 
+def _copy(value: Any) -> Any:
+    """An owned copy of an output: an array, or a list of them (a fan-out's items)."""
+    if isinstance(value, list | tuple):
+        return [_copy(item) for item in value]
+    return np.array(value, copy=True)
+
+
+def _equal(value: Any, reference: Any) -> bool:
+    if isinstance(reference, list):
+        return (isinstance(value, list | tuple) and len(value) == len(reference)
+                and all(_equal(v, r) for v, r in zip(value, reference, strict=True)))
+    return bool(np.array_equal(np.asarray(value), reference))
+
+
 class Bench:
     """The OCR bundles, the reference outputs and the trial runner."""
 
@@ -183,7 +200,7 @@ class Bench:
         pipeline = Pipeline.open(self.config, self.plugins, ledger)
         try:
             with pipeline.run(self.source) as result:
-                self.reference = {k: np.array(v, copy=True) for k, v in result.outputs.items()}
+                self.reference = {k: _copy(v) for k, v in result.outputs.items()}
         finally:
             pipeline.close()
 
@@ -193,7 +210,7 @@ class Bench:
     def _same(self, outputs: Any) -> bool:
         if sorted(outputs) != sorted(self.reference):
             return False
-        return all(np.array_equal(np.asarray(outputs[k]), v) for k, v in self.reference.items())
+        return all(_equal(outputs[k], v) for k, v in self.reference.items())
 
     # -- one in-process trial -----------------------------------------------------------
 
@@ -218,26 +235,34 @@ class Bench:
         finally:
             trial.answered.set()
 
+    def _injecting(self, fault: str, pid_file: Path) -> Any:
+        """The pipeline with a route per stage that puts the fault on the workers: their
+        ``PYTHONPATH`` gets the ``sitecustomize`` directory, their environment the fault
+        (a worker's environment is an allowlist plus its route's ``env``)."""
+        with open(self.bundles / "pipeline.toml", "rb") as handle:
+            data = tomllib.load(handle)
+        for stage in data["stages"]:
+            stage["backend"]["route"] = {
+                "name": "faults",
+                "interpreter": sys.executable,
+                "python_path": [str(self.workdir / "site")],
+                "env": {
+                    "EDGE_FAULT": "escape" if fault == "escaping_grandchild" else "stubborn",
+                    "EDGE_FAULT_PIDS": str(pid_file),
+                },
+            }
+        return load_pipeline(data, base_dir=self.bundles)
+
     def run_trial(self, fault: str) -> Trial:
         trial = Trial()
-        env_before = dict(os.environ)
         pid_file = self.workdir / f"pids-{time.monotonic_ns()}"
-        if fault in ("escaping_grandchild", "sigterm_ignoring_tree"):
-            os.environ["EDGE_FAULT"] = "escape" if fault == "escaping_grandchild" else "stubborn"
-            os.environ["EDGE_FAULT_PIDS"] = str(pid_file)
-            os.environ["PYTHONPATH"] = os.pathsep.join(
-                [str(self.workdir / "site"), *filter(None, [env_before.get("PYTHONPATH")])]
-            )
+        injects = fault in ("escaping_grandchild", "sigterm_ignoring_tree")
+        config = self._injecting(fault, pid_file) if injects else self.config
         prefixes_before = own_prefixes()
         files_before = _tagged_dirs(owner_tag())
         ledger = self._ledger()
         deadline = 0.3 if fault == "sigterm_ignoring_tree" else 5.0
-        try:
-            pipeline = Pipeline.open(self.config, self.plugins, ledger,
-                                     retire_deadline_s=deadline)
-        finally:
-            os.environ.clear()
-            os.environ.update(env_before)
+        pipeline = Pipeline.open(config, self.plugins, ledger, retire_deadline_s=deadline)
         trial.prefixes = set(own_prefixes() - prefixes_before)
         trial.files = _tagged_dirs(owner_tag()) - files_before
         clients = [stage.loaded.client for stage in pipeline.stages]  # type: ignore[attr-defined]
@@ -254,6 +279,9 @@ class Bench:
             for line in pid_file.read_text().split():
                 trial.remember(int(line))
                 trial.injected += 1
+        if injects and not trial.injected:
+            pipeline.close()
+            raise RuntimeError(f"{fault}: the fault injection did not reach the workers")
         trial.remember_tree(target._tree.root.pid)
         trial.fault_at = time.monotonic()
         closer: threading.Thread | None = None

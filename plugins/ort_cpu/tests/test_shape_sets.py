@@ -158,3 +158,21 @@ def test_the_pipeline_file_may_serve_a_subset_of_the_bundles_shapes(
                                           r"bundle's shape set \['n1', 'n2', 'n4', 'many'\]"):
         open_serving(["n2", "n3"])
     assert ledger.is_empty()
+
+
+def test_one_bucket_off_its_reference_refuses_the_stage_naming_that_bucket(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    from edge_core.runtime import NumericsRefused
+
+    bundle = tmp_path / "b"
+    write_bucketed_bundle(bundle)
+    np.savez(bundle / "n2.expected.npz", y=np.full((2, 3), 7.0, np.float32))  # wrong
+    manifest = json.loads((bundle / "edge-manifest.json").read_text())
+    create_manifest(bundle, component="add-relu", example_inputs="n1.npz",
+                    expected_outputs="n1.expected.npz", exporter="onnx.helper",
+                    validation=manifest["metadata"]["validation"], overwrite=True)
+    with pytest.raises(NumericsRefused, match=r"stages\[s\]\.numerics: bucket 'n2' "
+                                              r"\(static, \{'x': \[2, 3\]\}\)"):
+        open_stage(plugins, ledger, bundle)
+    assert ledger.is_empty()

@@ -47,6 +47,7 @@ __all__ = [
     "WarmupCase",
     "declared_shapes",
     "fit",
+    "select",
     "specs_of",
 ]
 
@@ -180,6 +181,26 @@ def declared_shapes(
                                f"a dynamic entry is gated at its minimum, its maximum and one "
                                f"shape between; missing {missing} for {entry.text()}")
     return shape_set, tuple(cases)
+
+
+def select(shapes: ShapeSet, cases: tuple[WarmupCase, ...], names: Sequence[str],
+           field: str = "shapes") -> tuple[ShapeSet, tuple[WarmupCase, ...]]:
+    """The entries named (in the set's order) and their warm-up cases; all when empty.
+
+    Raises:
+        ConfigError: a name is not an entry of the set (the known names are listed).
+    """
+    if not names:
+        return shapes, cases
+    from edge_core.errors import ConfigError
+
+    for index, name in enumerate(names):
+        if name not in shapes.names:
+            raise ConfigError(f"{field}[{index}]",
+                              f"not an entry of the bundle's shape set {list(shapes.names)}",
+                              name)
+    kept = ShapeSet(tuple(e for e in shapes.entries if e.name in set(names)))
+    return kept, tuple(c for c in cases if c.entry in set(names))
 
 
 @attrs.frozen

@@ -42,6 +42,8 @@ class StageContext:
         declared_demands: Pool name to bytes, as the user declared them (may be empty).
         generation: The worker generation this load will run under; a restart bumps it.
         replica: Which of the stage's ``replicas`` this is (0 for the first or only one).
+        shapes: Names of the bundle's shape-set entries the stage serves (empty: all of
+            them); see :func:`edge_core.shapes.select`.
 
     """
 
@@ -56,6 +58,7 @@ class StageContext:
     declared_demands: Mapping[str, int] = attrs.field(factory=dict)
     generation: int = 1
     replica: int = 0
+    shapes: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -216,3 +216,32 @@ def test_large_item_outputs_are_copied_then_their_shared_memory_acknowledged(
                 for index, row in enumerate(rows):
                     np.testing.assert_array_equal(row, x[index:index + 1] * 2)
     assert pipeline.stage("rows").outstanding == 0
+
+
+def test_a_replica_dying_in_the_middle_of_a_fanout_fails_that_request_only(
+    open_pipeline: OpenPipeline,
+) -> None:
+    rows = echo_stage("rows", transform=SPLIT, scale=2.0, delay_s=0.2)
+    rows["replicas"] = 2
+    pipeline = open_pipeline(echo_stage("first", scale=1.0), rows)
+    victim = pipeline.execution_plan()["stages"][1]["worker"]["pid"]
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = pipeline.run({"x": np.ones((6, 2), np.float32)})
+        except EdgeError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    runtime = pipeline.stage("rows")  # replica 0, whose worker dies
+    deadline = time.monotonic() + 10
+    while runtime.slots.used == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(victim, signal.SIGKILL)
+    worker.join(20)
+    assert "result" not in outcome and isinstance(outcome.get("error"), EdgeError), outcome
+    assert pipeline.admission.used == 0
+    with pipeline.run({"x": np.ones((5, 2), np.float32)}) as result:  # replica 1 serves
+        assert [float(r[0, 0]) for r in result.outputs["x"]] == [2.0] * 5

@@ -132,3 +132,47 @@ def test_a_range_without_a_shape_between_is_refused_with_nothing_charged(
     with pytest.raises(ReferenceRefused, match=r"shapes\[3\]\.examples: .*missing \['between'\]"):
         open_stage(plugins, ledger, bundle)
     assert ledger.is_empty()
+
+
+def test_the_pipeline_file_may_serve_a_subset_of_the_bundles_shapes(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    from edge_core.errors import ConfigError
+
+    bundle = write_bucketed_bundle(tmp_path / "b")
+
+    def open_serving(shapes: list[str]) -> Pipeline:
+        config = load_pipeline({"name": "p", "stages": [
+            {"id": "s", "backend": {"name": "ort-cpu"}, "manifest": str(bundle),
+             "shapes": shapes}]})
+        return Pipeline.open(config, plugins, ledger)
+
+    with open_serving(["n2", "many"]) as pipeline:
+        buckets = pipeline.execution_plan()["stages"][0]["buckets"]
+        assert [(b["entry"], b["point"]) for b in buckets] == [
+            ("n2", "static"), ("many", "min"), ("many", "max"), ("many", "between")]
+        assert pipeline.stage("s").shapes.names == ("n2", "many")
+        with pytest.raises(ShapeRefused, match=r"served: n2\{x: float32\[2,3\]\} \| many"):
+            pipeline.run({"x": np.zeros((1, 3), np.float32)})  # n1 is not served here
+    with pytest.raises(ConfigError, match=r"stages\[s\]\.shapes\[1\]: not an entry of the "
+                                          r"bundle's shape set \['n1', 'n2', 'n4', 'many'\]"):
+        open_serving(["n2", "n3"])
+    assert ledger.is_empty()
+
+
+def test_one_bucket_off_its_reference_refuses_the_stage_naming_that_bucket(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    from edge_core.runtime import NumericsRefused
+
+    bundle = tmp_path / "b"
+    write_bucketed_bundle(bundle)
+    np.savez(bundle / "n2.expected.npz", y=np.full((2, 3), 7.0, np.float32))  # wrong
+    manifest = json.loads((bundle / "edge-manifest.json").read_text())
+    create_manifest(bundle, component="add-relu", example_inputs="n1.npz",
+                    expected_outputs="n1.expected.npz", exporter="onnx.helper",
+                    validation=manifest["metadata"]["validation"], overwrite=True)
+    with pytest.raises(NumericsRefused, match=r"stages\[s\]\.numerics: bucket 'n2' "
+                                              r"\(static, \{'x': \[2, 3\]\}\)"):
+        open_stage(plugins, ledger, bundle)
+    assert ledger.is_empty()

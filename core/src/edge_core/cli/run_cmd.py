@@ -109,11 +109,17 @@ def _summary(plan: dict[str, Any]) -> list[str]:
         demands = ", ".join(f"{pool} {n / 2**20:.0f} MiB"
                             for pool, n in stage["reservation"]["demands"].items())
         numerics = stage["numerics"] or {}
+        buckets = stage.get("buckets") or []
+        compared = sum((b.get("numerics") or {}).get("reference") not in (None, "none")
+                       for b in buckets)
+        gated = (f"; {len(buckets)} shapes gated ({compared} against a reference)"
+                 if len(buckets) > 1 else "")
+        replica = f" replica {stage['replica']}" if stage.get("replica") else ""
         lines.append(
-            f"  stage {stage['id']}: {stage['backend']} on {placement.get('target')} "
+            f"  stage {stage['id']}{replica}: {stage['backend']} on {placement.get('target')} "
             f"[{split}] ({placement.get('method')}); reserved {demands}; "
             f"numerics {numerics.get('reference')} max_abs {numerics.get('max_abs_error')}; "
-            f"evidence {stage['evidence']}"
+            f"evidence {stage['evidence']}{gated}"
         )
     return lines
 

@@ -289,6 +289,9 @@ class StageConfig:
     """Required on every stage but the first; the first stage takes the caller's inputs."""
     replicas: PositiveInt = attrs.field(default=1, validator=validator(check_positive_int))
     """How many workers serve this stage, each reserved and gated (default 1)."""
+    shapes: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
+    """Names of the bundle's shape-set entries to serve (warm up, gate, accept); empty: all.
+    Serving fewer buckets saves warm-up time and memory; an unknown name is refused."""
     inputs_from: tuple[Identifier, ...] = attrs.field(default=(), converter=_text_tuple)
     """Where this stage's inputs come from: stage ids, or ``"input"`` for the pipeline's own
     input. Empty means the previous stage (the pipeline input for the first). The runtime
@@ -418,6 +421,7 @@ class PipelineConfig:
                     "restart": stage.restart,
                     "max_restarts": stage.max_restarts,
                     "restart_backoff_s": stage.restart_backoff_s,
+                    "shapes": list(stage.shapes),
                     "input_transform": (
                         stage.input_transform.reference if stage.input_transform else None
                     ),

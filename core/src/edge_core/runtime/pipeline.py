@@ -260,6 +260,7 @@ class Pipeline:
             route=stage.backend.route, max_io_bytes=stage.max_io_bytes,
             placement=stage.placement.to_policy(),
             declared_demands=dict(stage.resources.demands), generation=1,
+            shapes=tuple(stage.shapes),
         )
         transform = None
         if stage.input_transform is not None:

@@ -14,7 +14,7 @@ from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_contracts.tensors import dtype_of
 from edge_core.artifacts import VerifiedBundle, verify_bundle
-from edge_core.errors import ManifestInvalid
+from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
     BucketWarmup,
@@ -23,6 +23,7 @@ from edge_core.placement import (
     ProviderShare,
     WarmupReport,
 )
+from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_ort.options import (
@@ -73,6 +74,14 @@ class OrtStage(WorkerStage):
         options: OrtOptions = stage.options or OrtOptions()
         bundle = verify_bundle(stage.manifest_dir, stage=options.stage_bundle)
         try:
+            served, cases = (bundle.shapes, bundle.warmup_cases)
+            if served is not None:
+                served, cases = select(served, cases, stage.shapes,
+                                       f"stages[{stage.stage_id}].shapes")
+            elif stage.shapes:
+                raise ConfigError(f"stages[{stage.stage_id}].shapes",
+                                  "the bundle declares no shape set to choose from",
+                                  list(stage.shapes))
             validation = bundle.manifest.metadata.validation or {}
             bound = {**dict(validation.get("bound") or {}), **options.numerics_bound}
             config = {
@@ -82,13 +91,13 @@ class OrtStage(WorkerStage):
                 "expected_outputs": (str(bundle.expected_outputs)
                                      if bundle.expected_outputs else None),
                 "numerics_bound": bound,
-                "shape_set": bundle.shapes.to_json() if bundle.shapes is not None else None,
+                "shape_set": served.to_json() if served is not None else None,
                 "warmup_cases": [
                     {"entry": case.entry, "point": case.point,
                      "example_inputs": str(bundle.path(case.example_inputs)),
                      "expected_outputs": (str(bundle.path(case.expected_outputs))
                                           if case.expected_outputs else None)}
-                    for case in bundle.warmup_cases
+                    for case in cases
                 ],
             }
             if config["example_inputs"] is None:

@@ -459,3 +459,23 @@ def test_a_replica_restarted_by_its_policy_serves_again(
         with pipeline.run(X) as result:
             served.add(result.final.key.generation)
     assert served == {1, 2}
+
+
+def test_a_stopped_preemptible_worker_is_noticed_after_its_call_was_cancelled_in_place(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=30.0))
+    pid = pid_of(pipeline)
+    pending = pipeline.stage("a").submit(X)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # cancelled here at once; the worker owes its own end of the request
+        assert pending.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+        with pytest.raises(RequestCancelled):
+            pending.result()
+        wait_for(lambda: pipeline.stage("a").state is StageState.FAILED, timeout_s=2.0 + SLACK_S)
+    finally:
+        if psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGCONT)
+    assert "unresponsive" in (pipeline.stage("a").closed_reason or "")

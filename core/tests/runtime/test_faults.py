@@ -48,6 +48,19 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
         time.sleep(0.02)
 
 
+def gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once no process ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def pid_of(pipeline: Pipeline, stage_id: str = "a") -> int:
     return int(str(pipeline.stage(stage_id).loaded.describe()["pid"]))
 
@@ -68,7 +81,8 @@ def test_a_deadline_on_a_non_preemptible_call_retires_the_worker_and_fails_the_s
     stage = pipeline.stage("a")
     wait_for(lambda: stage.last_retire is not None)
     assert stage.state is StageState.FAILED
-    assert stage.last_retire.verified is True and not psutil.pid_exists(pid)
+    assert stage.last_retire.verified is True
+    assert gone(pid)
     assert ledger.is_empty()  # released after the verified retirement
     assert pipeline.health()["stages"]["a"]["state"] == "failed"
     with pytest.raises(StageClosed, match="failed"):
@@ -142,7 +156,8 @@ def test_a_worker_stopped_mid_call_is_unresponsive_within_two_seconds(
             os.kill(pid, signal.SIGCONT)
     assert stage.state is StageState.FAILED
     assert "unresponsive" in (stage.closed_reason or "")
-    assert stage.last_retire.verified is True and not psutil.pid_exists(pid)
+    assert stage.last_retire.verified is True
+    assert gone(pid)
     assert ledger.is_empty()
     stage.restart()  # the default policy ("never"): back only by hand
     with stage.submit(X).result() as result:
@@ -212,7 +227,7 @@ def test_on_failure_a_dead_worker_is_restarted_through_the_whole_gate(
     with pytest.raises(WorkerGone):
         pending.result()
     wait_for(lambda: stage.state is StageState.READY and stage.generation == 2)
-    assert pid_of(pipeline) != old and not psutil.pid_exists(old)
+    assert pid_of(pipeline) != old and gone(old)
     assert ledger.reserved("machine:ram") == 256 * MiB  # reserved again
     assert pipeline.health()["stages"]["a"]["restarts"] == 1
     stage.call_timeout_s = 5.0
@@ -444,3 +459,23 @@ def test_a_replica_restarted_by_its_policy_serves_again(
         with pipeline.run(X) as result:
             served.add(result.final.key.generation)
     assert served == {1, 2}
+
+
+def test_a_stopped_preemptible_worker_is_noticed_after_its_call_was_cancelled_in_place(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=30.0))
+    pid = pid_of(pipeline)
+    pending = pipeline.stage("a").submit(X)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # cancelled here at once; the worker owes its own end of the request
+        assert pending.cancel() is CancelOutcome.CANCELLED_IN_PLACE
+        with pytest.raises(RequestCancelled):
+            pending.result()
+        wait_for(lambda: pipeline.stage("a").state is StageState.FAILED, timeout_s=2.0 + SLACK_S)
+    finally:
+        if psutil.pid_exists(pid):
+            os.kill(pid, signal.SIGCONT)
+    assert "unresponsive" in (pipeline.stage("a").closed_reason or "")

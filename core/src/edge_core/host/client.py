@@ -141,6 +141,7 @@ class WorkerClient(ControlCalls):
         )
         self._watchdog = Watchdog(popen, self._on_exit)
         self._listeners: list[Callable[[BaseException], None]] = []
+        self._owed: set[str] = set()  # cancelled here, the worker's own end not yet heard
         self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
@@ -153,8 +154,9 @@ class WorkerClient(ControlCalls):
         return self.identity.pid
 
     def outstanding(self) -> int:
-        """Calls and control calls waiting for the worker."""
-        return len(self._calls) + len(self._replies)
+        """Calls, control calls and cancelled calls whose last event the worker owes."""
+        busy = len(self._calls) + len(self._replies) + len(self._owed)
+        return busy if self._state == READY else 0
 
     def unread(self) -> bool:
         """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
@@ -351,6 +353,7 @@ class WorkerClient(ControlCalls):
             ]
             for call in victims:
                 del self._calls[call.request_id]
+                self._owed.add(call.request_id)  # its worker still answers it: watched
         for call in victims:
             call._deliver(self._cancelled(call))
         if victims:
@@ -499,6 +502,8 @@ class WorkerClient(ControlCalls):
             if not stale and kind.terminal:
                 del self._calls[header.request_id]
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
+            if kind.terminal:
+                self._owed.discard(header.request_id)
             refs = refs_of(frame)
             if refs:
                 self._ack(refs)

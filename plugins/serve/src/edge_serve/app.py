@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from edge_core.errors import EdgeError
 from edge_core.ledger import ResourceLedger
 from edge_serve import openai_api
 from edge_serve.bodies import deadline_of, json_body, params_of
@@ -85,9 +86,24 @@ def _state(request: Request) -> ServerState:
 class Accounting:
     """Outermost middleware: counts every request by outcome, with its latency."""
 
-    def __init__(self, app: App, metrics: ServerMetrics) -> None:
+    def __init__(self, app: App, metrics: ServerMetrics, names: frozenset[str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.names = names
+
+    def _pipeline(self, scope: Scope) -> str:
+        """The pipeline a request was for, as its route set it.
+
+        A request refused before routing (401, 413) is counted under NAME when its path is
+        ``/v1/pipelines/NAME/...`` and NAME is served (any other name counts as none).
+        """
+        named = scope.get(PIPELINE_KEY)
+        if named is not None:
+            return str(named)
+        parts = str(scope.get("path", "")).split("/")
+        if len(parts) > 3 and parts[1:3] == ["v1", "pipelines"] and parts[3] in self.names:
+            return parts[3]
+        return ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,7 +124,7 @@ class Accounting:
             route = scope.get("route")
             label = scope.get(ROUTE_KEY) or getattr(route, "path", None) or "other"
             outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
-            self.metrics.observe_request(scope.get(PIPELINE_KEY, ""), label, outcome,
+            self.metrics.observe_request(self._pipeline(scope), label, outcome,
                                          time.perf_counter() - started)
 
 
@@ -239,13 +255,17 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
         Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),
         *openai_api.routes(),
     ]
-    middleware = [Middleware(Accounting, metrics=state.metrics)]
+    middleware = [Middleware(Accounting, metrics=state.metrics,
+                             names=frozenset(state.pipelines))]
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
     middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes))
     app = Starlette(routes=routes, middleware=middleware,
-                    exception_handlers={HttpRefusal: _on_refusal, Exception: _on_refusal,
-                                        404: not_found, 405: not_found})
+                    exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
+                                        ValueError: _on_refusal, 404: not_found,
+                                        405: not_found,
+                                        # anything else: a JSON 500, and uvicorn logs it
+                                        Exception: _on_refusal})
     app.state.edge = state
     return app
 

@@ -1,0 +1,127 @@
+"""``edge serve`` as a real process on a free port, for the tests.
+
+:func:`running` starts ``edge serve --port 0 --json ...``, waits for its ``listening on``
+line, and on exit sends SIGTERM, waits for the exit, and checks that the server's whole
+process tree is gone and that its closing summary says every worker was retired verified
+and the ledger is empty, and that no process or shared-memory segment was left. The
+summary is handed back through :class:`Served`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from edge_core.testing.leaks import leaks_since, snapshot
+
+EDGE = str(Path(sys.executable).with_name("edge"))
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+class Served:
+    """A running server: its URL, its process, what it printed, and (after) its summary."""
+
+    def __init__(self, process: subprocess.Popen[str], url: str, stderr: list[str]) -> None:
+        self.process = process
+        self.url = url
+        self.stderr = stderr
+        self.summary: dict[str, Any] = {}
+        self.tree: set[tuple[int, float]] = set()
+        self.returncode: int | None = None
+
+    def record_tree(self) -> set[tuple[int, float]]:
+        """The server and every process below it (pid, creation time)."""
+        root = psutil.Process(self.process.pid)
+        found = {(root.pid, root.create_time())}
+        for child in root.children(recursive=True):
+            try:
+                found.add((child.pid, child.create_time()))
+            except psutil.NoSuchProcess:
+                continue
+        self.tree |= found
+        return found
+
+
+def _alive(pid: int, created: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@contextmanager
+def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
+            start_timeout_s: float = 240.0, stop_timeout_s: float = 90.0) -> Iterator[Served]:
+    """Run ``edge serve`` on the pipelines until the block ends; check the shutdown."""
+    before = snapshot()
+    command = [EDGE, "serve", *map(str, pipelines), "--port", "0", "--json", *extra]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
+    assert process.stderr is not None and process.stdout is not None
+    lines: list[str] = []
+    found = threading.Event()
+    url: list[str] = []
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            match = _LISTENING.search(line)
+            if match and not url:
+                url.append(match.group(1))
+                found.set()
+        found.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    served: Served | None = None
+    try:
+        if not found.wait(start_timeout_s) or not url:
+            raise AssertionError("edge serve did not start:\n" + "".join(lines[-40:]))
+        served = Served(process, url[0], lines)
+        served.record_tree()
+        yield served
+    finally:
+        if served is not None and process.poll() is None:
+            served.record_tree()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            out, _ = process.communicate(timeout=stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+            raise AssertionError("edge serve did not stop on SIGTERM:\n"
+                                 + "".join(lines[-40:])) from None
+        reader.join(5.0)
+        if served is not None:
+            served.returncode = process.returncode
+            served.summary = json.loads(out) if out.strip() else {}
+    assert served is not None
+    deadline = time.monotonic() + 10.0
+    while any(_alive(pid, created) for pid, created in served.tree):
+        assert time.monotonic() < deadline, f"processes left: {served.tree}"
+        time.sleep(0.05)
+    leaks = leaks_since(before)
+    assert not leaks.children and not leaks.segments, leaks.describe()
+    assert served.returncode == 0, "".join(lines[-40:])
+    assert served.summary["ok"] is True, served.summary
+    assert served.summary["ledger_after_close"]["reservations"] == []
+    for pipeline in served.summary["closed"].values():
+        for stage in pipeline.values():
+            assert stage["release"] == "released", stage
+            assert stage["retire"]["verified"] is True, stage

@@ -54,6 +54,20 @@ class Served:
         return found
 
 
+def _last_document(out: str) -> dict[str, Any]:
+    """The closing summary: the last JSON document on stdout.
+
+    A worker's runtime may write its own log lines to the stdout it inherited (vLLM does),
+    so the summary is found as the last top-level ``{`` line and what follows it.
+    """
+    lines = out.splitlines()
+    starts = [index for index, line in enumerate(lines) if line == "{"]
+    if not starts:
+        return {}
+    summary: dict[str, Any] = json.loads("\n".join(lines[starts[-1]:]))
+    return summary
+
+
 def _alive(pid: int, created: float) -> bool:
     try:
         proc = psutil.Process(pid)
@@ -110,7 +124,7 @@ def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | 
         reader.join(5.0)
         if served is not None:
             served.returncode = process.returncode
-            served.summary = json.loads(out) if out.strip() else {}
+            served.summary = _last_document(out)
     assert served is not None
     deadline = time.monotonic() + 10.0
     while any(_alive(pid, created) for pid, created in served.tree):

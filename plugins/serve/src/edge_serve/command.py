@@ -88,17 +88,16 @@ def _configs(paths: list[str]) -> list[Any]:
     return configs
 
 
-@contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """While opening: SIGTERM unwinds like Ctrl-C does (opening retires what it started)."""
+def _unwind_on_sigterm() -> None:
+    """While opening: SIGTERM unwinds like Ctrl-C does (opening retires what it started).
+
+    Left in place until :meth:`_Server.stop_on_signals` replaces it, so that no moment is
+    left where SIGTERM would end the process without closing the pipelines.
+    """
     def stop(signum: int, frame: object) -> None:
         raise Stopped
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
@@ -173,25 +172,30 @@ def serve(args: argparse.Namespace) -> int:
     executors: list[ThreadPoolExecutor] = []
     upload_dir = private_upload_dir()
     pipelines: list[Pipeline] = []
+    stopped = False
     try:
-        with _stop_on_sigterm():
-            ledger, pipelines = _open(configs, say)
-            served = {}
-            for pipeline in pipelines:
-                executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
-                                              thread_name_prefix=f"edge-serve-{pipeline.config.name}")
-                executors.append(executor)
-                served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir)
-            state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes)
-            app = build_app(state, api_key=api_key)
-            config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                    timeout_graceful_shutdown=max(0.1, args.grace))
-            server = _Server(config)
-            host, port = sock.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
-            say(f"listening on http://{shown}:{port} ({', '.join(served)})")
-            server.run(sockets=[sock])
-            say(f"stopping ({server.stop_signal or 'server ended'}): closing the pipelines")
+        _unwind_on_sigterm()
+        ledger, pipelines = _open(configs, say)
+        served = {}
+        for pipeline in pipelines:
+            executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
+                                          thread_name_prefix=f"edge-serve-{pipeline.config.name}")
+            executors.append(executor)
+            served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir)
+        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes)
+        app = build_app(state, api_key=api_key)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=max(0.1, args.grace))
+        server = _Server(config)
+        server.stop_on_signals()
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        say(f"listening on http://{shown}:{port} ({', '.join(served)})")
+        server.run(sockets=[sock])
+        say(f"stopping ({server.stop_signal or 'server ended'}): closing the pipelines")
+    except (Stopped, KeyboardInterrupt):
+        say("stopped by a signal before serving")
+        stopped = True
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # closing is bounded: let it finish
             signal.signal(sig, signal.SIG_IGN)
@@ -212,40 +216,41 @@ def serve(args: argparse.Namespace) -> int:
     else:
         say("closed: every worker retired and verified, reservations released: "
             f"{clean}")
-    return common.EXIT_OK if clean else common.EXIT_FAILED
+    return common.EXIT_OK if clean and not stopped else common.EXIT_FAILED
 
 
 class _Server:
-    """uvicorn's server with signal handling that stops it and does nothing more.
+    """uvicorn's server, stopped by SIGINT/SIGTERM through handlers installed before it runs.
 
-    uvicorn re-raises a captured signal once it has shut down; here the pipelines still
-    have to be closed after that, so the signal is only recorded.
+    uvicorn installs its own handlers only once its loop has started, and re-raises the
+    signal after shutting down; here a signal that comes right after ``listening on`` is
+    printed must stop the server too, and the pipelines still have to be closed after it,
+    so the handlers are installed by :meth:`stop_on_signals` and only recorded.
     """
 
     def __init__(self, config: Any) -> None:
         import uvicorn
 
-        outer = self
-
         class Server(uvicorn.Server):
             @contextmanager
             def capture_signals(self) -> Iterator[None]:
-                def handle(signum: int, frame: object) -> None:
-                    outer.stop_signal = signal.Signals(signum).name
-                    if self.should_exit and signum == signal.SIGINT:
-                        self.force_exit = True
-                    self.should_exit = True
-
-                previous = {sig: signal.signal(sig, handle)
-                            for sig in (signal.SIGINT, signal.SIGTERM)}
-                try:
-                    yield
-                finally:
-                    for sig, handler in previous.items():
-                        signal.signal(sig, handler)
+                yield  # the handlers of stop_on_signals stay in place
 
         self.stop_signal: str | None = None
         self._server = Server(config)
+
+    def stop_on_signals(self) -> None:
+        """From now on SIGINT and SIGTERM stop the server (a second SIGINT: at once)."""
+        server = self._server
+
+        def handle(signum: int, frame: object) -> None:
+            self.stop_signal = signal.Signals(signum).name
+            if server.should_exit and signum == signal.SIGINT:
+                server.force_exit = True
+            server.should_exit = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, handle)
 
     def run(self, sockets: list[socket.socket]) -> None:
         """Serve on ``sockets`` until a signal."""

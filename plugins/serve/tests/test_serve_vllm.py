@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serving import Served, running
@@ -24,8 +25,6 @@ from serving import Served, running
 sys.path.insert(0, str(Path(__file__).parents[2] / "vllm_cuda" / "tests"))
 
 from vllm_env import build_tiny_model, ensure_env
-
-openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -8,6 +8,10 @@ wait for admission up to its deadline) for the throughput.
 
 The last line is one JSON object with ``http_overhead_ms`` = HTTP p50 - in-process p50
 (goal <= 2) and ``pages_per_s`` at 4 concurrent clients, plus the p50s and sample counts.
+An OCR request takes ~100 ms of model work whose noise on a shared machine is larger than
+the overhead itself, so the same comparison is also made on a tiny echo stage (a 2x2
+tensor as JSON against ``Pipeline.run``): ``echo_http_overhead_ms``, the cost of the HTTP
+layer alone.
 
 Run: ``.venv/bin/python benchmarks/serve.py [--quick] [--bundles DIR]``.
 """
@@ -62,6 +66,65 @@ def start_server(pipeline: Path) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit("edge serve did not start")
 
 
+ECHO = """
+name = "echo"
+admission = 2
+
+[[stages]]
+id = "echo"
+
+[stages.backend]
+name = "echo"
+"""
+
+
+def interleave(first: Any, second: Any, blocks: int, per_block: int
+               ) -> tuple[list[float], list[float]]:
+    """Time ``first`` and ``second`` in alternating blocks; both sample lists."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(blocks):
+        for run, into in ((first, a), (second, b)):
+            for _ in range(per_block):
+                started = time.perf_counter()
+                run()
+                into.append(time.perf_counter() - started)
+    return a, b
+
+
+def echo_overhead(folder: Path, blocks: int, per_block: int) -> tuple[float, float]:
+    """p50 of a 2x2 echo request over HTTP (JSON) and through ``Pipeline.run``, in ms."""
+    import base64
+
+    import numpy as np
+
+    path = folder / "echo-bench.toml"
+    path.write_text(ECHO)
+    x = np.ones((2, 2), dtype=np.float32)
+    body = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                             "data": base64.b64encode(x.tobytes()).decode()}}}
+    pipeline = open_pipeline(path)
+    process, url = start_server(path)
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            def over_http() -> None:
+                client.post("/v1/pipelines/echo/run", json=body).raise_for_status()
+
+            def in_process() -> None:
+                with pipeline.run({"x": x}) as result:
+                    result.outputs["x"].tobytes()
+
+            for _ in range(20):
+                over_http()
+                in_process()
+            http_s, local_s = interleave(over_http, in_process, blocks, per_block)
+    finally:
+        pipeline.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    return statistics.median(http_s) * 1e3, statistics.median(local_s) * 1e3
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -100,14 +163,7 @@ def main() -> int:
             for _ in range(2):
                 over_http()
                 in_process()
-            http_s: list[float] = []
-            local_s: list[float] = []
-            for _ in range(blocks):
-                for run, into in ((over_http, http_s), (in_process, local_s)):
-                    for _ in range(per_block):
-                        started = time.perf_counter()
-                        run()
-                        into.append(time.perf_counter() - started)
+            http_s, local_s = interleave(over_http, in_process, blocks, per_block)
 
         codes: list[int] = []
 
@@ -126,6 +182,7 @@ def main() -> int:
         pipeline.close()
         process.send_signal(signal.SIGTERM)
         process.wait(120)
+    echo_http, echo_local = echo_overhead(directory, blocks, 4 * per_block)
     http_p50 = statistics.median(http_s) * 1e3
     local_p50 = statistics.median(local_s) * 1e3
     ok = codes.count(200)
@@ -135,6 +192,9 @@ def main() -> int:
         "http_p50_ms": round(http_p50, 3),
         "in_process_p50_ms": round(local_p50, 3),
         "samples_each": len(http_s),
+        "echo_http_overhead_ms": round(echo_http - echo_local, 3),
+        "echo_http_p50_ms": round(echo_http, 3),
+        "echo_in_process_p50_ms": round(echo_local, 3),
         "blocks": blocks,
         "concurrent_clients": 4,
         "pages_ok": ok,

@@ -128,7 +128,10 @@ def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY on accepted connections only
+    # when the listening socket says TCP; with proto 0 every response waited on the
+    # client's delayed ACK (~40 ms a request).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

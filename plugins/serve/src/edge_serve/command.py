@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import socket
@@ -38,7 +37,6 @@ __all__ = ["NAME", "register", "serve"]
 NAME = "serve"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 API_KEY_ENV = "EDGE_API_KEY"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class Stopped(BaseException):
@@ -77,10 +75,6 @@ def _configs(paths: list[str]) -> list[Any]:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
     seen: set[str] = set()
     for index, config in enumerate(configs):
-        if not _NAME_RE.match(config.name):
-            raise common.CommandFailed(common.EXIT_USAGE, f"pipelines[{index}].name: must be "
-                                       f"1-128 of A-Z a-z 0-9 . _ - to be a URL path segment: "
-                                       f"{config.name!r}")
         if config.name in seen:
             raise common.CommandFailed(common.EXIT_USAGE, f"pipelines[{index}].name: served "
                                        f"twice: {config.name!r}")

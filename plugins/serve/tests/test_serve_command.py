@@ -1,0 +1,96 @@
+"""The ``edge serve`` command itself: usage errors, signals while opening and serving."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from serving import EDGE, running
+
+from edge_core.testing.leaks import leaks_since, snapshot
+
+ECHO = '''
+name = "{name}"
+{plugins}
+
+[[stages]]
+id = "echo"
+
+[stages.backend]
+name = "echo"
+
+[stages.backend.options]
+delay_s = {delay}
+'''
+
+
+def _pipeline(folder: Path, name: str, delay: float = 0.0, file: str | None = None,
+              plugins: str = "") -> Path:
+    path = folder / (file or f"{name}.toml")
+    path.write_text(ECHO.format(name=name, delay=delay, plugins=plugins))
+    return path
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EDGE, "serve", *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
+    one = _pipeline(tmp_path, "same")
+    two = _pipeline(tmp_path, "same", file="other.toml")
+    done = _serve(str(one), str(two), "--port", "0")
+    assert done.returncode == 2 and "pipelines[1].name: served twice: 'same'" in done.stderr
+    bad = _pipeline(tmp_path, "a b")
+    done = _serve(str(bad), "--port", "0")
+    assert done.returncode == 2 and "name: expected letters" in done.stderr  # a URL segment
+    done = _serve(str(one), "--port", "0", "--max-body-bytes", "0")
+    assert done.returncode == 2 and "--max-body-bytes: must be at least 1" in done.stderr
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        done = _serve(str(one), "--port", str(taken.getsockname()[1]))
+    assert done.returncode == 2 and "--host/--port: cannot bind" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> None:
+    before = snapshot()
+    slow = _pipeline(tmp_path, "slow", plugins='plugins = ["slow_open"]')
+    pipelines = [_pipeline(tmp_path, "quick"), slow]
+    env = {**os.environ, "EDGE_TEST_SLOW_LOAD_S": "3",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([EDGE, "serve", *map(str, pipelines), "--port", "0"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:  # "quick" is open, "slow" is loading (for 3 s)
+        lines.append(line)
+        if "loading stage echo" in line and any("opening pipeline slow" in x for x in lines):
+            break
+    time.sleep(0.5)
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert children  # the first pipeline's worker
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, "".join(lines) + err
+    assert "stopped by a signal before serving" in err and "Traceback" not in err
+    report = leaks_since(before)
+    assert not report.children, report.describe()  # (an echo stage uses no segment)
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_serving_server_like_sigterm(tmp_path: Path) -> None:
+    with running([_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT) as served:
+        assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
+    assert served.returncode == 0

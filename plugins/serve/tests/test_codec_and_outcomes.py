@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_contracts.errors import InvalidValue, PayloadTooLarge
-from edge_core.errors import ResourceUnavailable, StageClosed
+from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_serve.outcomes import HttpRefusal, from_exception
 from edge_serve.tensors import decode_tensors, encode_tensors
@@ -61,6 +61,8 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (RequestFailed("r", "BucketMismatch", "x: wrong shape"), 400, "request"),
     (RequestFailed("r", "WorkerLost", "gone"), 500, "request"),
     (ValueError("plain"), 400, "request"),
+    (TimeoutError("deadline passed"), 504, "deadline_s"),
+    (WorkerLost("worker 12 died"), 503, "stage"),
     (RuntimeError("boom"), 500, "request"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,

@@ -11,9 +11,10 @@ Every refusal the server gives goes through :func:`from_exception` or is built h
 404    an unknown pipeline or route
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
-503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart) or is
-       not ready, with ``Retry-After``
-504    the request's deadline passed before its answer was ready
+503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
+       ready, or lost its worker (``WorkerLost``), with ``Retry-After``
+504    the request's deadline passed before its answer was ready (the server's own timer,
+       or the runtime's ``TimeoutError``)
 500    anything else: the error's type and message, nothing more
 =====  ===================================================================================
 """
@@ -25,15 +26,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from edge_contracts.errors import ContractError, PayloadTooLarge
-from edge_core.errors import ResourceUnavailable, StageClosed
+from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 
 __all__ = [
     "OUTCOMES",
     "RETRY_AFTER_S",
     "HttpRefusal",
+    "deadline_passed",
+    "describe",
     "from_exception",
     "outcome_of",
+    "retry_headers",
     "stage_unready",
 ]
 
@@ -135,6 +139,12 @@ def from_exception(error: BaseException, *, field: str = "request") -> HttpRefus
     if isinstance(error, StageClosed):
         return HttpRefusal(503, "stage", "the stage is not serving", str(error), kind=kind,
                            headers=retry_headers())
+    if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
+        return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
+                           kind=kind)
+    if isinstance(error, WorkerLost):  # the stage failed; it may be restarting
+        return HttpRefusal(503, "stage", "the stage's worker was lost", str(error),
+                           kind=kind, headers=retry_headers())
     if isinstance(error, RequestCancelled):
         return HttpRefusal(503, "request", "cancelled by the server (shutdown or a stage "
                            "cancel)", str(error), kind=kind, headers=retry_headers())

@@ -113,6 +113,9 @@ def test_a_completion_through_the_openai_client(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].text for c in streamed if c.choices) == choice.text
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x", max_tokens=2)
+    with openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0) as other, \
+            pytest.raises(openai.AuthenticationError):
+        other.models.list()
     with pytest.raises(openai.BadRequestError, match="top_p"):
         client.completions.create(model="tiny", prompt="x", max_tokens=2, top_p=2.0)
 

@@ -202,14 +202,13 @@ async def _generate(request: Request, served: ServedPipeline, params: dict[str, 
     loop = asyncio.get_running_loop()
     generation = Generation(served.pipeline, params, deadline)
     feed = TokenFeed(loop)
-    late = {"deadline": False, "gone": False}
+    late = {"deadline": False}
 
     def on_deadline() -> None:
         late["deadline"] = True
         generation.cancel()
 
     def on_gone() -> None:
-        late["gone"] = True
         request.scope[_OUTCOME_KEY] = "cancelled"
         generation.cancel()
 

@@ -174,3 +174,14 @@ def test_a_stream_closed_after_3_tokens_is_aborted_alone(client: openai.OpenAI,
                                        extra_body={"ignore_eos": True}, **GREEDY)
     assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0
     assert _outcomes(server).get("/v1/completions cancelled", 0.0) == before + 1
+
+
+def test_a_passed_deadline_is_504_and_aborts_the_request(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model="tiny", prompt="too long", max_tokens=230,
+                                  extra_body={"ignore_eos": True, "deadline_s": 0.3}, **GREEDY)
+    assert caught.value.status_code == 504
+    assert "deadline" in caught.value.message
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -94,3 +95,20 @@ def test_sigint_stops_a_serving_server_like_sigterm(tmp_path: Path) -> None:
     with running([_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT) as served:
         assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
     assert served.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path) -> None:
+    before = snapshot()
+    good = _pipeline(tmp_path, "good")
+    broken = tmp_path / "broken.toml"
+    broken.write_text(ECHO.format(name="broken", delay=0.0, plugins="")
+                      + 'fail_at = "warmup"\n')
+    done = _serve(str(good), str(broken), "--port", "0", "--json")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "InjectedFailure" in answer["error"]
+    assert "Traceback" not in done.stderr
+    assert "listening on" not in done.stderr
+    report = leaks_since(before)
+    assert not report.children, report.describe()

@@ -66,6 +66,33 @@ class Served:
         return {name.rsplit("_", 1)[0] + "_" for name in self.segments}
 
 
+def echo_pipeline(folder: Path, name: str, *, delay_s: float = 0.0, admission: int = 1,
+                  file: str | None = None, head: str = "", options: str = "") -> Path:
+    """Write a one-stage echo pipeline (``y = x * 2`` after ``delay_s``); its path.
+
+    ``head`` goes at the top level (``plugins = [...]``), ``options`` into the stage's
+    backend options.
+    """
+    path = folder / (file or f"{name}.toml")
+    path.write_text(f'''
+name = "{name}"
+admission = {admission}
+{head}
+
+[[stages]]
+id = "echo"
+
+[stages.backend]
+name = "echo"
+
+[stages.backend.options]
+delay_s = {delay_s}
+scale = 2.0
+{options}
+''')
+    return path
+
+
 def _last_document(out: str) -> dict[str, Any]:
     """The closing summary: the last JSON document on stdout.
 

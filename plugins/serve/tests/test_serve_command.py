@@ -13,30 +13,9 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from serving import EDGE, running
+from serving import EDGE, echo_pipeline, running
 
 from edge_core.testing.leaks import leaks_since, snapshot
-
-ECHO = '''
-name = "{name}"
-{plugins}
-
-[[stages]]
-id = "echo"
-
-[stages.backend]
-name = "echo"
-
-[stages.backend.options]
-delay_s = {delay}
-'''
-
-
-def _pipeline(folder: Path, name: str, delay: float = 0.0, file: str | None = None,
-              plugins: str = "") -> Path:
-    path = folder / (file or f"{name}.toml")
-    path.write_text(ECHO.format(name=name, delay=delay, plugins=plugins))
-    return path
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -45,11 +24,11 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
-    one = _pipeline(tmp_path, "same")
-    two = _pipeline(tmp_path, "same", file="other.toml")
+    one = echo_pipeline(tmp_path, "same")
+    two = echo_pipeline(tmp_path, "same", file="other.toml")
     done = _serve(str(one), str(two), "--port", "0")
     assert done.returncode == 2 and "pipelines[1].name: served twice: 'same'" in done.stderr
-    bad = _pipeline(tmp_path, "a b")
+    bad = echo_pipeline(tmp_path, "a b")
     done = _serve(str(bad), "--port", "0")
     assert done.returncode == 2 and "name: expected letters" in done.stderr  # a URL segment
     done = _serve(str(one), "--port", "0", "--max-body-bytes", "0")
@@ -65,8 +44,8 @@ def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> None:
     before = snapshot()
-    slow = _pipeline(tmp_path, "slow", plugins='plugins = ["slow_open"]')
-    pipelines = [_pipeline(tmp_path, "quick"), slow]
+    slow = echo_pipeline(tmp_path, "slow", head='plugins = ["slow_open"]')
+    pipelines = [echo_pipeline(tmp_path, "quick"), slow]
     env = {**os.environ, "EDGE_TEST_SLOW_LOAD_S": "3",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
                                           os.environ.get("PYTHONPATH", "")])}
@@ -92,7 +71,7 @@ def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_sigint_stops_a_serving_server_like_sigterm(tmp_path: Path) -> None:
-    with running([_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT) as served:
+    with running([echo_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT) as served:
         assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
     assert served.returncode == 0
 
@@ -100,10 +79,8 @@ def test_sigint_stops_a_serving_server_like_sigterm(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path) -> None:
     before = snapshot()
-    good = _pipeline(tmp_path, "good")
-    broken = tmp_path / "broken.toml"
-    broken.write_text(ECHO.format(name="broken", delay=0.0, plugins="")
-                      + 'fail_at = "warmup"\n')
+    good = echo_pipeline(tmp_path, "good")
+    broken = echo_pipeline(tmp_path, "broken", options='fail_at = "warmup"')
     done = _serve(str(good), str(broken), "--port", "0", "--json")
     assert done.returncode == 1, done.stderr
     answer = json.loads(done.stdout)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import Served, running
+from serving import Served, echo_pipeline, running
 
 pytestmark = pytest.mark.slow
 
@@ -25,29 +24,11 @@ DELAY_S = 0.6
 API_KEY = "s3cret-test-key"
 
 
-def _pipeline(folder: Path, name: str, delay_s: float, admission: int = 1) -> Path:
-    path = folder / f"{name}.toml"
-    path.write_text(f'''
-name = "{name}"
-admission = {admission}
-
-[[stages]]
-id = "echo"
-
-[stages.backend]
-name = "echo"
-
-[stages.backend.options]
-delay_s = {delay_s}
-scale = 2.0
-''')
-    return path
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("echo-pipelines")
-    pipelines = [_pipeline(folder, "slow", DELAY_S), _pipeline(folder, "fast", 0.0, 2)]
+    pipelines = [echo_pipeline(folder, "slow", delay_s=DELAY_S),
+                 echo_pipeline(folder, "fast", admission=2)]
     with running(pipelines, "--api-key", API_KEY, "--max-body-bytes", "65536") as served:
         yield served
 

@@ -70,9 +70,13 @@ def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_sigint_stops_a_serving_server_like_sigterm(tmp_path: Path) -> None:
-    with running([echo_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT) as served:
+def test_sigint_stops_a_server_keyed_by_edge_api_key(tmp_path: Path) -> None:
+    with running([echo_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT,
+                 env={"EDGE_API_KEY": "from-env"}) as served:
         assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
+        assert httpx.get(f"{served.url}/v1/pipelines", timeout=30).status_code == 401
+        assert httpx.get(f"{served.url}/v1/pipelines", timeout=30,
+                         headers={"Authorization": "Bearer from-env"}).status_code == 200
     assert served.returncode == 0
 
 

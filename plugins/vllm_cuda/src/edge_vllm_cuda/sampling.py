@@ -72,8 +72,9 @@ class GenerateParams:
         A chat (``messages``) needs the model's tokenizer: the worker renders it instead.
         """
         if self.messages is not None:
-            raise ValueError("messages: a chat prompt is rendered by the worker's chat "
-                             "template, not here: use the worker's chat rendering")
+            raise ValueError("messages: a chat is rendered by the worker with the model's "
+                             f"chat template, not as an engine prompt: {len(self.messages)} "
+                             "message(s)")
         if self.prompt_token_ids is not None:
             return {"prompt_token_ids": list(self.prompt_token_ids)}
         return {"prompt": self.prompt}

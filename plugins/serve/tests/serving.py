@@ -29,6 +29,7 @@ from edge_core.testing.leaks import leaks_since, snapshot
 
 EDGE = str(Path(sys.executable).with_name("edge"))
 SHM_PREFIX = "/dev/shm/edge_"
+MEMFD_PREFIX = "/memfd:edge"
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
 
@@ -42,6 +43,7 @@ class Served:
         self.summary: dict[str, Any] = {}
         self.tree: set[tuple[int, float]] = set()
         self.segments: set[str] = set()
+        self.memfds: set[str] = set()
         self.returncode: int | None = None
 
     def record_tree(self) -> set[tuple[int, float]]:
@@ -56,6 +58,10 @@ class Served:
                 for mapped in proc.memory_maps():
                     if mapped.path.startswith(SHM_PREFIX):
                         self.segments.add(mapped.path[len("/dev/shm/"):])
+                    elif mapped.path.startswith(MEMFD_PREFIX):
+                        # sealed memfd segments have no name in /dev/shm: they go with
+                        # their last holder, so only their use is recorded
+                        self.memfds.add(mapped.path.split()[0])
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         self.tree |= found

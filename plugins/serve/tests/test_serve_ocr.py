@@ -154,7 +154,8 @@ def test_16_clients_200_requests_each_answered_and_nothing_left(ocr_dir: Path) -
             list(pool.map(client_loop, per_client, [served.url] * 16))
         served.record_tree()
         assert len(served.tree) >= 4  # the server and its three stage workers
-        assert served.segments  # large tensors went through shared memory (checked after)
+        # large tensors went through shared memory (named segments are checked gone after)
+        assert served.segments or served.memfds
     assert sum(codes.values()) == 200
     assert set(codes) <= {200, 429}, codes
     assert codes[200] >= 2, codes

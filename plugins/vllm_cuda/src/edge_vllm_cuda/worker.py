@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -36,9 +37,12 @@ _ENGINE_KEYS = ("model", "dtype", "max_model_len", "gpu_memory_utilization",
 
 
 def _prompt_digest(params: GenerateParams) -> str:
-    """sha256 of the prompt as this worker received it (text as UTF-8, or the token ids)."""
+    """sha256 of the prompt as this worker received it (text, token ids, or chat as JSON)."""
     import hashlib
 
+    if params.messages is not None:
+        chat = json.dumps([list(message) for message in params.messages], ensure_ascii=False)
+        return hashlib.sha256(chat.encode("utf-8")).hexdigest()
     if params.prompt is not None:
         return hashlib.sha256(params.prompt.encode("utf-8")).hexdigest()
     ids = ",".join(str(i) for i in params.prompt_token_ids or ())

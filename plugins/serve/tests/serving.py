@@ -73,11 +73,12 @@ class Served:
 
 
 def echo_pipeline(folder: Path, name: str, *, delay_s: float = 0.0, admission: int = 1,
-                  file: str | None = None, head: str = "", options: str = "") -> Path:
+                  file: str | None = None, head: str = "", stage: str = "",
+                  options: str = "") -> Path:
     """Write a one-stage echo pipeline (``y = x * 2`` after ``delay_s``); its path.
 
-    ``head`` goes at the top level (``plugins = [...]``), ``options`` into the stage's
-    backend options.
+    ``head`` goes at the top level (``plugins = [...]``), ``stage`` into the stage's table
+    (``restart = ...``), ``options`` into its backend options.
     """
     path = folder / (file or f"{name}.toml")
     path.write_text(f'''
@@ -87,6 +88,7 @@ admission = {admission}
 
 [[stages]]
 id = "echo"
+{stage}
 
 [stages.backend]
 name = "echo"

@@ -8,6 +8,7 @@ a traceback.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,7 +28,8 @@ API_KEY = "s3cret-test-key"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("echo-pipelines")
-    pipelines = [echo_pipeline(folder, "slow", delay_s=DELAY_S),
+    restarting = 'restart = "on-failure"\nrestart_backoff_s = 2.0'
+    pipelines = [echo_pipeline(folder, "slow", delay_s=DELAY_S, stage=restarting),
                  echo_pipeline(folder, "fast", admission=2)]
     with running(pipelines, "--api-key", API_KEY, "--max-body-bytes", "65536") as served:
         yield served
@@ -124,17 +126,37 @@ def test_admission_full_is_429_with_retry_after(server: Served) -> None:
             assert "admission" in _error(reply)["message"]
 
 
-def test_a_passed_deadline_is_504_and_the_stage_serves_on(server: Served) -> None:
+def _wait_ready(client: httpx.Client, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/health").text
+        time.sleep(0.1)
+
+
+def test_a_passed_deadline_is_504_then_503_while_the_stage_restarts(server: Served) -> None:
     x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
     with _client(server) as client:
-        reply = client.post("/v1/pipelines/slow/run", json={**x, "deadline_s": 0.1})
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/slow/run", json={**x, "deadline_s": 0.2})
         assert reply.status_code == 504
         assert _error(reply)["field"] == "deadline_s"
-        reply = client.post("/v1/pipelines/slow/run", json=x, headers={"X-Edge-Deadline": "0.1"})
-        assert reply.status_code in (504, 429)  # the first may still hold admission
-        # Given time, the stage answers again (within a deadline long enough to wait).
-        reply = client.post("/v1/pipelines/slow/run", json={**x, "deadline_s": 30})
+        # The echo stage cannot cancel in place: the runtime retired its worker at the
+        # deadline, and the stage is failed (then restarting) until it is back.
+        health = client.get("/health")
+        assert health.status_code == 503
+        assert health.json()["pipelines"]["slow"]["stages"]["echo"] in ("failed", "restarting")
+        refused = client.post("/v1/pipelines/slow/run", json=x,
+                              headers={"X-Edge-Deadline": "30"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert _error(refused)["field"] == "pipelines[slow].stages[echo].state"
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/slow/run", json=x, headers={"X-Edge-Deadline": "30"})
         assert reply.status_code == 200, reply.text
+        text = client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    restarts = {s.labels["pipeline"]: s.value for s in families["edge_worker_restarts"].samples
+                if s.name == "edge_worker_restarts_total"}
+    assert restarts == {"slow": 1.0, "fast": 0.0}
 
 
 def test_every_route_but_health_and_the_page_wants_the_bearer_token(server: Served) -> None:
@@ -151,13 +173,16 @@ def test_every_route_but_health_and_the_page_wants_the_bearer_token(server: Serv
     with _client(server) as client:
         listed = client.get("/v1/pipelines").json()["pipelines"]
     assert [p["name"] for p in listed] == ["slow", "fast"]
-    assert listed[0]["stages"][0] == {"id": "echo", "backend": "echo", "kind": ["graph"],
-                                      "state": "ready", "generation": 1}
+    stage = listed[0]["stages"][0]
+    assert {k: stage[k] for k in ("id", "backend", "kind")} == {
+        "id": "echo", "backend": "echo", "kind": ["graph"]}
+    assert stage["state"] in ("ready", "failed", "restarting") and stage["generation"] >= 1
     assert listed[0]["plan"]["stages"][0]["reservation"]["demands"]["machine:ram"] > 0
 
 
 def test_health_and_metrics_describe_the_server(server: Served) -> None:
     with _client(server) as client:
+        _wait_ready(client)
         health = client.get("/health").json()
         text = client.get("/metrics").text
     assert health == {"status": "ok", "pipelines": {
@@ -169,6 +194,5 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
             "edge_ledger_capacity_bytes", "edge_worker_restarts", "edge_stage_up"} <= set(families)
     reserved = {s.labels["pool"]: s.value for s in families["edge_ledger_reserved_bytes"].samples}
     assert reserved["machine:ram"] > 0
-    restarts = [s for s in families["edge_worker_restarts"].samples
-                if s.name == "edge_worker_restarts_total"]
-    assert {(s.labels["pipeline"], s.value) for s in restarts} == {("slow", 0.0), ("fast", 0.0)}
+    up = {(s.labels["pipeline"], s.labels["state"]) for s in families["edge_stage_up"].samples}
+    assert up == {("slow", "ready"), ("fast", "ready")}

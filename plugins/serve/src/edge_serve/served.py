@@ -3,12 +3,9 @@
 A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.run`,
 ``finish`` and the acknowledgement — runs as one function on the server's thread pool,
 so the result's worker memory is given back in the same thread that read it.
-:meth:`ServedPipeline.within` awaits that function up to the request's deadline and
-answers 504 when it passes.
-
-With today's runtime a request whose deadline passed keeps its admission slot until the
-stages finish it (its answer is then dropped and its result acknowledged): per-request
-cancellation of a graph request needs ``Pipeline.submit`` and its handle (docs/serve.md).
+:meth:`ServedPipeline.within` awaits it; the request's deadline is the runtime's to
+enforce (it cancels the request, or retires a non-preemptible stage, and raises
+``DeadlineExceeded``: 504).
 """
 
 from __future__ import annotations
@@ -32,6 +29,9 @@ __all__ = ["Answer", "ServedPipeline"]
 T = TypeVar("T")
 
 READY = "ready"
+
+BACKSTOP_S = 2.0
+"""How long after a request's deadline the server answers 504 without the runtime."""
 
 
 class Answer:
@@ -147,13 +147,20 @@ class ServedPipeline:
     # -- awaiting ----------------------------------------------------------------------------
 
     async def within(self, work: Callable[[], T], deadline_s: float | None) -> T:
-        """Run ``work`` on the executor; answer 504 when ``deadline_s`` passes first."""
+        """Run ``work`` on the executor and await it.
+
+        The runtime bounds the whole request by ``deadline_s`` itself (``Pipeline.run``
+        raises ``DeadlineExceeded`` after cancelling the request, or retiring a
+        non-preemptible stage), which answers 504 with the stage's state already settled.
+        This timer is only a backstop, :data:`BACKSTOP_S` later, for work that does not
+        return (a transform that hangs): it answers 504 and drops the answer.
+        """
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, work)
         if deadline_s is None:
             return await future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline_s)
+            return await asyncio.wait_for(asyncio.shield(future), deadline_s + BACKSTOP_S)
         except TimeoutError:
             future.add_done_callback(_retrieve)
             raise deadline_passed(self.name, deadline_s) from None

@@ -78,7 +78,7 @@ class ServedPipeline:
     # -- states ---------------------------------------------------------------------------
 
     def stage_states(self) -> dict[str, str]:
-        """Stage id → state (``ready``, ``needs-restart``, ``retired``)."""
+        """Stage id → state (``ready``, ``needs-restart``, ``failed``, ``restarting``...)."""
         return {runtime.stage_id: runtime.state.value for runtime in self.pipeline.stages}
 
     def restarts(self) -> dict[str, int]:

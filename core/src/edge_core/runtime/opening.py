@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edge_core.binding import backend_table
@@ -14,7 +14,7 @@ from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool, probe_host
 from edge_core.runtime.pipeline import PROBE_TIMEOUT_S, Pipeline
 
-__all__ = ["default_ledger", "load_config", "open_pipeline"]
+__all__ = ["default_ledger", "load_config", "open_pipeline", "shared_ledger"]
 
 
 def load_config(path: str | os.PathLike[str], name: str | None = None) -> PipelineConfig:
@@ -34,16 +34,31 @@ def default_ledger(config: PipelineConfig, plugins: PluginSet) -> ResourceLedger
 
     Ceilings come from the configuration; a ceiling above an observed total is refused.
     """
+    return shared_ledger([config], plugins)
+
+
+def shared_ledger(configs: Sequence[PipelineConfig], plugins: PluginSet) -> ResourceLedger:
+    """One ledger for several pipelines served together (``edge serve``).
+
+    The pools are the host's plus those the backends of every pipeline's stages report;
+    each pool's ceiling is the smallest any of the pipelines declares, so no pipeline can
+    loosen a limit another relies on.
+    """
     pools = {pool.name: pool for pool in probe_host().pools}
     table = backend_table(plugins)
-    owners = {table[s.backend.name][1] for s in config.stages if s.backend.name in table}
+    owners = {table[s.backend.name][1] for config in configs for s in config.stages
+              if s.backend.name in table}
     for owner in sorted(owners):
         answer = plugins.probe(owner, timeout_s=PROBE_TIMEOUT_S)
         for report in answer.result or ():
             for name, total in getattr(report, "pool_totals", {}).items():
                 pools.setdefault(name, Pool(name=name, total=total,
                                             observed_by=f"probe:{report.backend}"))
-    return ResourceLedger(pools.values(), config.ceilings())
+    ceilings: dict[str, int] = {}
+    for config in configs:
+        for pool, nbytes in config.ceilings().items():
+            ceilings[pool] = min(nbytes, ceilings.get(pool, nbytes))
+    return ResourceLedger(pools.values(), ceilings)
 
 
 def open_pipeline(

@@ -18,8 +18,10 @@ __all__ = ["GenerateParams", "GenerateParamsInvalid", "parse_generate_params"]
 #: The largest prompt (characters or token ids) and generation accepted per request.
 MAX_PROMPT_ITEMS = 1_000_000
 MAX_TOKENS_LIMIT = 1_000_000
-_KNOWN = frozenset({"prompt", "prompt_token_ids", "max_tokens", "temperature", "top_p",
-                    "top_k", "seed", "stop", "ignore_eos", "min_tokens"})
+MAX_MESSAGES = 10_000
+_KNOWN = frozenset({"prompt", "prompt_token_ids", "messages", "max_tokens", "temperature",
+                    "top_p", "top_k", "seed", "stop", "ignore_eos", "min_tokens"})
+_PROMPT_FORMS = ("prompt", "prompt_token_ids", "messages")
 
 
 class GenerateParamsInvalid(ValueError):
@@ -39,11 +41,13 @@ class GenerateParamsInvalid(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class GenerateParams:
-    """One generate request: exactly one of ``prompt`` / ``prompt_token_ids`` plus sampling.
+    """One generate request: one prompt form (text, token ids or a chat) plus sampling.
 
     Attributes:
         prompt: Prompt text (tokenised by the engine).
         prompt_token_ids: Prompt as token ids.
+        messages: A chat as ``(role, content)`` pairs; the worker renders it with the
+            model's own chat template (generation prompt added) and tokenises the result.
         max_tokens: Tokens to generate at most.
         temperature: 0 means greedy.
         top_p: Nucleus mass in (0, 1].
@@ -56,6 +60,7 @@ class GenerateParams:
 
     prompt: str | None
     prompt_token_ids: tuple[int, ...] | None
+    messages: tuple[tuple[str, str], ...] | None = None
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
@@ -66,7 +71,14 @@ class GenerateParams:
     min_tokens: int = 0
 
     def engine_prompt(self) -> dict[str, Any]:
-        """The prompt as vLLM's ``TextPrompt`` / ``TokensPrompt`` dictionary."""
+        """The prompt as vLLM's ``TextPrompt`` / ``TokensPrompt`` dictionary.
+
+        A chat (``messages``) needs the model's tokenizer: the worker renders it instead.
+        """
+        if self.messages is not None:
+            raise ValueError("messages: a chat is rendered by the worker with the model's "
+                             f"chat template, not as an engine prompt: {len(self.messages)} "
+                             "message(s)")
         if self.prompt_token_ids is not None:
             return {"prompt_token_ids": list(self.prompt_token_ids)}
         return {"prompt": self.prompt}
@@ -101,12 +113,38 @@ def _float(params: Mapping[str, Any], field: str, default: float, low: float, hi
     return float(value)
 
 
+def _messages(value: object) -> tuple[tuple[str, str], ...]:
+    """A chat: a non-empty list of ``{"role": str, "content": str}``."""
+    if not isinstance(value, (list, tuple)) or not value or len(value) > MAX_MESSAGES:
+        raise GenerateParamsInvalid("messages", f"must be a non-empty list of at most "
+                                    f"{MAX_MESSAGES} messages", value)
+    chat: list[tuple[str, str]] = []
+    total = 0
+    for index, message in enumerate(value):
+        field = f"messages[{index}]"
+        if not isinstance(message, Mapping) or set(message) != {"role", "content"}:
+            raise GenerateParamsInvalid(field, 'must be an object with exactly "role" and '
+                                        '"content"', message)
+        role, content = message["role"], message["content"]
+        if not isinstance(role, str) or not role:
+            raise GenerateParamsInvalid(f"{field}.role", "must be a non-empty string", role)
+        if not isinstance(content, str):
+            raise GenerateParamsInvalid(f"{field}.content", "must be a string", content)
+        total += len(content)
+        chat.append((role, content))
+    if total > MAX_PROMPT_ITEMS:
+        raise GenerateParamsInvalid("messages", f"more than {MAX_PROMPT_ITEMS} characters of "
+                                    "content", total)
+    return tuple(chat)
+
+
 def parse_generate_params(params: Mapping[str, Any]) -> GenerateParams:
     """Check a request's parameters; return them typed.
 
     Raises:
-        GenerateParamsInvalid: an unknown key, both or neither prompt form, an empty prompt,
-            a token id that is not a non-negative integer, or a sampling value out of range.
+        GenerateParamsInvalid: an unknown key, not exactly one prompt form, an empty prompt,
+            a token id that is not a non-negative integer, a malformed chat message, or a
+            sampling value out of range.
     """
     problems: list[GenerateParamsInvalid] = [
         GenerateParamsInvalid(key, f"unknown parameter (known: {sorted(_KNOWN)})", params[key])
@@ -119,7 +157,8 @@ def parse_generate_params(params: Mapping[str, Any]) -> GenerateParams:
             problems.append(exc)
             return None
 
-    token_ids = checked(_prompt, params)
+    prompt_form = checked(_prompt, params)
+    token_ids, messages = prompt_form if prompt_form is not None else (None, None)
     stop = checked(_stop, params)
     ignore_eos = params.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
@@ -135,32 +174,38 @@ def parse_generate_params(params: Mapping[str, Any]) -> GenerateParams:
         raise GenerateParamsInvalid(first.field, first.reason, first.value, tuple(problems[1:]))
     prompt = params.get("prompt")
     return GenerateParams(
-        prompt=prompt, prompt_token_ids=token_ids,
+        prompt=prompt, prompt_token_ids=token_ids, messages=messages,
         max_tokens=max_tokens or 16, temperature=temperature, top_p=top_p,
         top_k=top_k if top_k is not None else 0, seed=seed,
         stop=stop, ignore_eos=ignore_eos, min_tokens=min_tokens or 0,
     )
 
 
-def _prompt(params: Mapping[str, Any]) -> tuple[int, ...] | None:
-    """Check the prompt form; return the token ids when the prompt is given as ids."""
+def _prompt(
+    params: Mapping[str, Any],
+) -> tuple[tuple[int, ...] | None, tuple[tuple[str, str], ...] | None]:
+    """Check the prompt form; return the token ids or the chat, whichever was given."""
     prompt = params.get("prompt")
     ids = params.get("prompt_token_ids")
-    if (prompt is None) == (ids is None):
-        raise GenerateParamsInvalid("prompt", "give exactly one of prompt and prompt_token_ids",
-                                    {"prompt": prompt, "prompt_token_ids": ids})
+    given = [form for form in _PROMPT_FORMS if params.get(form) is not None]
+    if len(given) != 1:
+        raise GenerateParamsInvalid(
+            "prompt", "give exactly one of prompt, prompt_token_ids and messages",
+            {form: params.get(form) for form in _PROMPT_FORMS})
+    if given[0] == "messages":
+        return None, _messages(params["messages"])
     if prompt is not None:
         if not isinstance(prompt, str) or not prompt or len(prompt) > MAX_PROMPT_ITEMS:
             raise GenerateParamsInvalid(
                 "prompt", f"must be a non-empty string of at most {MAX_PROMPT_ITEMS} characters",
                 prompt)
-        return None
+        return None, None
     if (not isinstance(ids, (list, tuple)) or not ids or len(ids) > MAX_PROMPT_ITEMS
             or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids)):
         raise GenerateParamsInvalid(
             "prompt_token_ids",
             f"must be a non-empty list of at most {MAX_PROMPT_ITEMS} integers >= 0", ids)
-    return tuple(ids)
+    return tuple(ids), None
 
 
 def _stop(params: Mapping[str, Any]) -> tuple[str, ...]:

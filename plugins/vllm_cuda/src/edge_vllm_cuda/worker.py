@@ -6,8 +6,9 @@ its own; ``submit`` hands each request to that loop and returns at once, and the
 emits one TOKEN event per delta (token ids + text, in ``seq`` order) and ends with DONE
 (all token ids as the ``token_ids`` output, the finish reason, the text, the sha256 of the
 prompt as the worker received it, and how many requests the engine still held when this
-one finished). ``cancel``
-aborts the request inside vLLM: the worker and its engine stay.
+one finished). A chat request (``messages``) is rendered here with the model's own chat
+template (the controller has no tokenizer). ``cancel`` aborts the request inside vLLM:
+the worker and its engine stay.
 
 ``load`` first reads the platform vLLM selected; when it is not the device type the stage
 asked for, no engine is built and the report says so (the controller refuses the stage).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import threading
 import time
 from collections.abc import Mapping
@@ -35,9 +37,12 @@ _ENGINE_KEYS = ("model", "dtype", "max_model_len", "gpu_memory_utilization",
 
 
 def _prompt_digest(params: GenerateParams) -> str:
-    """sha256 of the prompt as this worker received it (text as UTF-8, or the token ids)."""
+    """sha256 of the prompt as this worker received it (text, token ids, or chat as JSON)."""
     import hashlib
 
+    if params.messages is not None:
+        chat = json.dumps([list(message) for message in params.messages], ensure_ascii=False)
+        return hashlib.sha256(chat.encode("utf-8")).hexdigest()
     if params.prompt is not None:
         return hashlib.sha256(params.prompt.encode("utf-8")).hexdigest()
     ids = ",".join(str(i) for i in params.prompt_token_ids or ())
@@ -183,8 +188,10 @@ class VllmHandler(BaseHandler):
         finish: str | None = None
         prompt_tokens = 0
         try:
-            async for out in self._engine.generate(params.engine_prompt(),
-                                                   self._sampling(params), call.request_id):
+            prompt = (self._chat_prompt(params.messages) if params.messages is not None
+                      else params.engine_prompt())
+            async for out in self._engine.generate(prompt, self._sampling(params),
+                                                   call.request_id):
                 completion = out.outputs[0]
                 ids = [int(i) for i in completion.token_ids]
                 prompt_tokens = len(out.prompt_token_ids or ())
@@ -209,6 +216,17 @@ class VllmHandler(BaseHandler):
                         "num_tokens": len(produced), "prompt_tokens": prompt_tokens,
                         "prompt_sha256": _prompt_digest(params),
                         "engine_unfinished": self._engine.get_num_unfinished_requests()})
+
+    def _chat_prompt(self, messages: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+        """A chat rendered by the model's own chat template, as token ids.
+
+        The template adds the generation prompt and whatever special tokens the model
+        expects, so the rendered text is tokenised without adding any more.
+        """
+        tokenizer = self._engine.get_tokenizer()
+        chat = [{"role": role, "content": content} for role, content in messages]
+        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        return {"prompt_token_ids": list(tokenizer.encode(text, add_special_tokens=False))}
 
     def cancel(self, request_id: str) -> None:
         """Abort the request inside vLLM (its CANCELLED event was already sent)."""

@@ -1,0 +1,271 @@
+"""The ASGI application: routes, guards and accounting around the served pipelines.
+
+Routes:
+
+====================================  =====================================================
+``GET /``                             a page to upload an image to a pipeline with prepare
+``GET /health``                       every stage's state; 200 when all are ready, else 503
+``GET /metrics``                      Prometheus text (:mod:`edge_serve.metrics`)
+``GET /v1/pipelines``                 each pipeline: stages, states, execution plan
+``GET /v1/pipelines/{name}``          one of them
+``POST /v1/pipelines/{name}/run``     JSON named tensors, or a multipart file for prepare
+``GET /v1/models``                    generate pipelines, as OpenAI lists models
+``POST /v1/completions``              OpenAI-compatible (:mod:`edge_serve.openai_api`)
+``POST /v1/chat/completions``         OpenAI-compatible, ``messages`` templated in the worker
+====================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from edge_core.errors import EdgeError
+from edge_core.ledger import ResourceLedger
+from edge_serve import openai_api
+from edge_serve.bodies import deadline_of, json_body, params_of
+from edge_serve.guards import (
+    App,
+    BearerAuth,
+    BodyLimit,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+)
+from edge_serve.metrics import CONTENT_TYPE, ServerMetrics
+from edge_serve.outcomes import HttpRefusal, from_exception, outcome_of
+from edge_serve.served import ServedPipeline
+from edge_serve.tensors import decode_tensors
+
+__all__ = ["PIPELINE_KEY", "ROUTE_KEY", "ServerState", "build_app"]
+
+#: Scope keys a route fills in for the accounting: the pipeline and an outcome that the
+#: status alone does not tell (a stream cut short by its client).
+PIPELINE_KEY = "edge.pipeline"
+OUTCOME_KEY = "edge.outcome"
+ROUTE_KEY = "edge.route"
+
+_RUN_KEYS = frozenset({"inputs", "params", "deadline_s"})
+
+
+class ServerState:
+    """What every route reads: the pipelines by name, the ledger, limits, metrics."""
+
+    def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
+                 *, max_body_bytes: int) -> None:
+        self.pipelines = dict(pipelines)
+        self.ledger = ledger
+        self.max_body_bytes = max_body_bytes
+        self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
+
+    def pipeline(self, name: str, request: Request) -> ServedPipeline:
+        """The served pipeline ``name`` (404 otherwise); labels the request with it."""
+        served = self.pipelines.get(name)
+        if served is None:
+            raise HttpRefusal(404, "name", f"no such pipeline (serving: "
+                              f"{', '.join(sorted(self.pipelines))})", name, kind="NotFound")
+        request.scope[PIPELINE_KEY] = name
+        return served
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.edge
+    return state
+
+
+class Accounting:
+    """Outermost middleware: counts every request by outcome, with its latency."""
+
+    def __init__(self, app: App, metrics: ServerMetrics, names: frozenset[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.names = names
+
+    def _pipeline(self, scope: Scope) -> str:
+        """The pipeline a request was for, as its route set it.
+
+        A request refused before routing (401, 413) is counted under NAME when its path is
+        ``/v1/pipelines/NAME/...`` and NAME is served (any other name counts as none).
+        """
+        named = scope.get(PIPELINE_KEY)
+        if named is not None:
+            return str(named)
+        parts = str(scope.get("path", "")).split("/")
+        if len(parts) > 3 and parts[1:3] == ["v1", "pipelines"] and parts[3] in self.names:
+            return parts[3]
+        return ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observing_send(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observing_send)
+        finally:
+            route = scope.get("route")
+            label = scope.get(ROUTE_KEY) or getattr(route, "path", None) or "other"
+            outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
+            self.metrics.observe_request(self._pipeline(scope), label, outcome,
+                                         time.perf_counter() - started)
+
+
+def refusal_response(refusal: HttpRefusal) -> Response:
+    """A refusal as a JSON response."""
+    return Response(refusal.body(), status_code=refusal.status, headers=refusal.headers,
+                    media_type="application/json")
+
+
+async def _on_refusal(request: Request, exc: Exception) -> Response:
+    return refusal_response(from_exception(exc))
+
+
+# -- routes ----------------------------------------------------------------------------------
+
+
+async def page(request: Request) -> Response:
+    """The upload page (static; it calls the API from the browser)."""
+    html = resources.files("edge_serve").joinpath("page.html").read_text(encoding="utf-8")
+    return HTMLResponse(html)
+
+
+async def health(request: Request) -> Response:
+    """Every stage's state; 503 while any is not ready."""
+    state = _state(request)
+    pipelines = {}
+    ready = True
+    for name, served in state.pipelines.items():
+        stages = served.stage_states()
+        up = all(s == "ready" for s in stages.values())
+        ready = ready and up
+        pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages}
+    body = {"status": "ok" if ready else "degraded", "pipelines": pipelines}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition."""
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def list_pipelines(request: Request) -> Response:
+    """Each pipeline with its stages, their states and the execution plan."""
+    state = _state(request)
+    return JSONResponse({"pipelines": [s.describe() for s in state.pipelines.values()]})
+
+
+async def show_pipeline(request: Request) -> Response:
+    """One pipeline."""
+    state = _state(request)
+    return JSONResponse(state.pipeline(request.path_params["name"], request).describe())
+
+
+async def run_pipeline(request: Request) -> Response:
+    """Run one request: JSON tensors, or a multipart file for the pipeline's prepare."""
+    state = _state(request)
+    served = state.pipeline(request.path_params["name"], request)
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        return await _run_file(request, served, state)
+    body = await json_body(request, _RUN_KEYS)
+    deadline = deadline_of(request, body.get("deadline_s"))
+    params = params_of(body.get("params"))
+    inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
+    served.require_ready()
+    answer = await served.within(lambda: served.answer(inputs, params, deadline), deadline)
+    state.metrics.observe_stages(served.name, answer.latencies)
+    return JSONResponse(answer.body)
+
+
+async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
+    try:
+        form = await request.form(max_files=1, max_fields=8)
+    except HttpRefusal:
+        raise
+    except Exception as exc:  # python-multipart's and Starlette's parse errors
+        if isinstance(exc, BodyTooLarge):
+            raise
+        raise HttpRefusal(400, "body", "not a valid multipart form", str(exc),
+                          kind="InvalidMultipart") from None
+    try:
+        unknown = sorted(set(form.keys()) - {"file", "params", "deadline_s"})
+        if unknown:
+            raise HttpRefusal(400, unknown[0], "unknown form field (known: deadline_s, file, "
+                              "params)", kind="InvalidValue")
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise HttpRefusal(400, "file", "a multipart upload needs a file field",
+                              type(upload).__name__ if upload is not None else None,
+                              kind="InvalidValue")
+        deadline = deadline_of(request, form.get("deadline_s"))
+        params = params_of(form.get("params"))
+        data = await upload.read()
+        suffix = _suffix(upload.filename)
+    finally:
+        await form.close()
+    served.require_ready()
+    answer = await served.within(lambda: served.answer_file(data, suffix, params, deadline),
+                                 deadline)
+    state.metrics.observe_stages(served.name, answer.latencies)
+    return JSONResponse(answer.body)
+
+
+def _suffix(filename: str | None) -> str:
+    """The upload's extension when it is short and plain (Pillow does not need it)."""
+    if not filename or "." not in filename:
+        return ""
+    ext = filename.rsplit(".", 1)[1]
+    return f".{ext.lower()}" if ext.isalnum() and len(ext) <= 8 else ""
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """404 (or 405) in the server's JSON error form."""
+    status = int(getattr(exc, "status_code", 404))
+    return refusal_response(HttpRefusal(status, "path", "no such route" if status == 404
+                                        else "method not allowed", request.url.path,
+                                        kind="NotFound" if status == 404 else "BadMethod"))
+
+
+def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
+    """The Starlette application over ``state``."""
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/pipelines", list_pipelines, methods=["GET"]),
+        Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
+        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),
+        *openai_api.routes(),
+    ]
+    middleware = [Middleware(Accounting, metrics=state.metrics,
+                             names=frozenset(state.pipelines))]
+    if api_key:
+        middleware.append(Middleware(BearerAuth, api_key=api_key))
+    middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes))
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
+                                        ValueError: _on_refusal, 404: not_found,
+                                        405: not_found,
+                                        # anything else: a JSON 500, and uvicorn logs it
+                                        Exception: _on_refusal})
+    app.state.edge = state
+    return app
+

@@ -1,0 +1,87 @@
+"""Reading a request: its JSON body, its deadline, its pipeline; each refusal a 400/404.
+
+The deadline comes from ``deadline_s`` in the body or the ``X-Edge-Deadline`` header (in
+seconds); when both are given the smaller one holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from edge_serve.outcomes import HttpRefusal
+
+__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "number"]
+
+DEADLINE_HEADER = "x-edge-deadline"
+MAX_DEADLINE_S = 3600.0
+"""The longest deadline a request may ask for, in seconds."""
+
+
+def number(value: object, field: str, *, low: float, high: float) -> float:
+    """A finite number in ``(low, high]``, else 400 naming the field."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or not low < value <= high):
+        raise HttpRefusal(400, field, f"must be a number in ({low}, {high}]", value,
+                          kind="InvalidValue")
+    return float(value)
+
+
+def deadline_of(request: Request, body_value: object = None) -> float | None:
+    """The request's deadline in seconds, or None when it gives none."""
+    found: list[float] = []
+    header = request.headers.get(DEADLINE_HEADER)
+    if header is not None:
+        try:
+            parsed: object = float(header)
+        except ValueError:
+            parsed = header
+        found.append(number(parsed, "headers.x-edge-deadline", low=0.0, high=MAX_DEADLINE_S))
+    if body_value is not None:
+        if isinstance(body_value, str):  # a multipart form field
+            with contextlib.suppress(ValueError):
+                body_value = float(body_value)
+        found.append(number(body_value, "deadline_s", low=0.0, high=MAX_DEADLINE_S))
+    return min(found) if found else None
+
+
+async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
+    """The body as a JSON object whose keys are all in ``known``."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip() != "application/json":
+        raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
+                          "multipart/form-data with a file where the pipeline has prepare)",
+                          content_type or None, kind="InvalidValue")
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HttpRefusal(400, "body", "not valid JSON", str(exc), kind="InvalidJSON") from None
+    if not isinstance(body, dict):
+        raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
+                          kind="InvalidJSON")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise HttpRefusal(400, unknown[0], f"unknown field (known: {', '.join(sorted(known))})",
+                          body[unknown[0]], kind="InvalidValue")
+    return body
+
+
+def params_of(value: object, field: str = "params") -> Mapping[str, Any] | None:
+    """Request parameters for the final stage: an object, or a JSON object as text."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise HttpRefusal(400, field, "not a JSON object", value,
+                              kind="InvalidJSON") from None
+    if not isinstance(value, dict):
+        raise HttpRefusal(400, field, "must be an object", value, kind="InvalidValue")
+    return value

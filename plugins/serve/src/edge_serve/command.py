@@ -1,0 +1,254 @@
+"""``edge serve PIPELINE...``: open the pipelines, serve HTTP until a signal, close them.
+
+Order of things: every pipeline file is read and checked (names unique) → the plugins
+they need are loaded once → one ledger for all of them (:func:`shared_ledger`) → each
+pipeline is opened as ``edge run`` opens it (admitted, loaded, gated; a failure closes
+those already open) → the socket is bound (127.0.0.1 unless ``--host`` says otherwise;
+``--port 0`` takes a free port) and ``edge serve: listening on http://HOST:PORT`` is
+printed → uvicorn serves until SIGINT or SIGTERM → it stops accepting and lets running
+requests finish (``--grace``) → work still in flight is cancelled → every pipeline is
+closed with verified retirement → the closing summary is printed (JSON with ``--json``).
+
+Exit codes: 0 every worker retired verified and the ledger empty; 1 a pipeline failed to
+open, or something was left (quarantined, unverified); 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from edge_core.cli import common
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from edge_core.runtime.pipeline import Pipeline
+
+__all__ = ["NAME", "register", "serve"]
+
+NAME = "serve"
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+API_KEY_ENV = "EDGE_API_KEY"
+
+
+class Stopped(BaseException):
+    """SIGTERM arrived while the pipelines were opening."""
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``serve`` command."""
+    parser = sub.add_parser(NAME, help="serve pipelines over a local HTTP API (edge-serve)")
+    common.add_json_flag(parser)
+    parser.add_argument("pipelines", nargs="+", metavar="PIPELINE",
+                        help="pipeline files (.toml/.yaml/.json); each is served under its name")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="port to bind (default 8000; 0 takes a free one)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on every route but /health "
+                        f"and the page (default: ${API_KEY_ENV})")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, metavar="N",
+                        help=f"refuse request bodies over N bytes with 413 (default "
+                        f"{DEFAULT_MAX_BODY})")
+    parser.add_argument("--grace", type=float, default=10.0, metavar="S",
+                        help="on a signal, let running requests finish for S seconds")
+    parser.set_defaults(func=serve)
+
+
+def _configs(paths: list[str]) -> list[Any]:
+    from edge_core.errors import ConfigError
+    from edge_core.runtime.opening import load_config
+
+    configs = []
+    try:
+        configs = [load_config(path) for path in paths]
+    except ConfigError as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    seen: set[str] = set()
+    for index, config in enumerate(configs):
+        if config.name in seen:
+            raise common.CommandFailed(common.EXIT_USAGE, f"pipelines[{index}].name: served "
+                                       f"twice: {config.name!r}")
+        seen.add(config.name)
+    return configs
+
+
+def _unwind_on_sigterm() -> None:
+    """While opening: SIGTERM unwinds like Ctrl-C does (opening retires what it started).
+
+    Left in place until :meth:`_Server.stop_on_signals` replaces it, so that no moment is
+    left where SIGTERM would end the process without closing the pipelines.
+    """
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
+    from edge_core.errors import EdgeError
+    from edge_core.plugins import load_plugins
+    from edge_core.runtime.opening import shared_ledger
+    from edge_core.runtime.pipeline import Pipeline
+
+    modules = sorted({m for config in configs for m in config.plugins})
+    plugins = load_plugins(local_modules=modules)
+    ledger = shared_ledger(configs, plugins)
+    opened: list[Pipeline] = []
+    try:
+        for config in configs:
+            say(f"opening pipeline {config.name}")
+            opened.append(Pipeline.open(config, plugins, ledger, progress=say))
+    except (EdgeError, ValueError) as exc:
+        for pipeline in reversed(opened):
+            pipeline.close()
+        raise common.CommandFailed(common.EXIT_FAILED,
+                                   f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        for pipeline in reversed(opened):
+            pipeline.close()
+        raise
+    return ledger, opened
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY on accepted connections only
+    # when the listening socket says TCP; with proto 0 every response waited on the
+    # client's delayed ACK (~40 ms a request).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise common.CommandFailed(common.EXIT_USAGE, f"--host/--port: cannot bind: "
+                                   f"{exc.strerror}: {host}:{port}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _cancel_all(pipelines: list[Pipeline]) -> dict[str, Any]:
+    """Cancel what still runs once the server has stopped (its answers go nowhere)."""
+    summary: dict[str, Any] = {}
+    for pipeline in pipelines:
+        try:
+            pipeline.cancel()
+        except Exception as exc:  # closing still follows
+            summary.setdefault("cancel_errors", {})[pipeline.config.name] = str(exc)
+    return summary
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Open the pipelines, serve until SIGINT/SIGTERM, close them; the closing summary."""
+    import uvicorn
+
+    from edge_serve.app import ServerState, build_app
+    from edge_serve.served import ServedPipeline, private_upload_dir
+
+    if args.max_body_bytes < 1:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--max-body-bytes: must be at least 1: "
+                                   f"{args.max_body_bytes}")
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+
+    def say(message: str) -> None:
+        print(f"edge serve: {message}", file=sys.stderr, flush=True)
+
+    configs = _configs(args.pipelines)
+    sock = _bind(args.host, args.port)
+    executors: list[ThreadPoolExecutor] = []
+    upload_dir = private_upload_dir()
+    pipelines: list[Pipeline] = []
+    stopped = False
+    try:
+        _unwind_on_sigterm()
+        ledger, pipelines = _open(configs, say)
+        served = {}
+        for pipeline in pipelines:
+            executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
+                                          thread_name_prefix=f"edge-serve-{pipeline.config.name}")
+            executors.append(executor)
+            served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir)
+        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes)
+        app = build_app(state, api_key=api_key)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=max(0.1, args.grace))
+        server = _Server(config)
+        server.stop_on_signals()
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        say(f"listening on http://{shown}:{port} ({', '.join(served)})")
+        server.run(sockets=[sock])
+        say(f"stopping ({server.stop_signal or 'server ended'}): closing the pipelines")
+    except (Stopped, KeyboardInterrupt):
+        say("stopped by a signal before serving")
+        stopped = True
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # closing is bounded: let it finish
+            signal.signal(sig, signal.SIG_IGN)
+        sock.close()
+        cancel = _cancel_all(pipelines)
+        for executor in executors:
+            executor.shutdown(wait=True, cancel_futures=True)
+        closed = {p.config.name: p.close() for p in pipelines}
+        shutil.rmtree(upload_dir, ignore_errors=True)
+    snapshot = pipelines[0].ledger.snapshot() if pipelines else {"reservations": []}
+    clean = not snapshot["reservations"] and all(
+        stage.get("release") in ("released", "none")
+        and (stage.get("retire") is None or stage["retire"].get("verified") is True)
+        for summary in closed.values() for stage in summary.values())
+    report = {"ok": clean, "closed": closed, "ledger_after_close": snapshot, **cancel}
+    if args.json:
+        common.print_json(report)
+    else:
+        say("closed: every worker retired and verified, reservations released: "
+            f"{clean}")
+    return common.EXIT_OK if clean and not stopped else common.EXIT_FAILED
+
+
+class _Server:
+    """uvicorn's server, stopped by SIGINT/SIGTERM through handlers installed before it runs.
+
+    uvicorn installs its own handlers only once its loop has started, and re-raises the
+    signal after shutting down; here a signal that comes right after ``listening on`` is
+    printed must stop the server too, and the pipelines still have to be closed after it,
+    so the handlers are installed by :meth:`stop_on_signals` and only recorded.
+    """
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield  # the handlers of stop_on_signals stay in place
+
+        self.stop_signal: str | None = None
+        self._server = Server(config)
+
+    def stop_on_signals(self) -> None:
+        """From now on SIGINT and SIGTERM stop the server (a second SIGINT: at once)."""
+        server = self._server
+
+        def handle(signum: int, frame: object) -> None:
+            self.stop_signal = signal.Signals(signum).name
+            if server.should_exit and signum == signal.SIGINT:
+                server.force_exit = True
+            server.should_exit = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, handle)
+
+    def run(self, sockets: list[socket.socket]) -> None:
+        """Serve on ``sockets`` until a signal."""
+        self._server.run(sockets=sockets)

@@ -1,0 +1,109 @@
+"""``GET /metrics``: the server's Prometheus metrics, on a registry of its own.
+
+Counted as requests are served:
+
+* ``edge_requests_total{pipeline, route, outcome}`` — every request by outcome (``ok``,
+  ``bad_request``, ``refused``, ``deadline``, ...; see :data:`edge_serve.outcomes.OUTCOMES`);
+* ``edge_request_seconds{pipeline, route}`` — request latency as the server saw it;
+* ``edge_stage_seconds{pipeline, stage}`` — each stage's latency (from the runtime);
+* ``edge_admission_refusals_total{pipeline}`` — requests refused because admission was full.
+
+Read from the runtime at each scrape:
+
+* ``edge_ledger_reserved_bytes{pool}`` / ``edge_ledger_capacity_bytes{pool}`` /
+  ``edge_ledger_quarantined_bytes{pool}`` — the shared ledger;
+* ``edge_worker_restarts_total{pipeline, stage}`` — restarts (generations after the first);
+* ``edge_stage_up{pipeline, stage, state}`` — 1 for the state each stage is in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from edge_core.ledger import ResourceLedger
+from edge_serve.served import ServedPipeline
+
+__all__ = ["CONTENT_TYPE", "ServerMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text exposition format."""
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 60.0)
+
+
+class _RuntimeCollector(Collector):
+    """Ledger pools, stage states and worker restarts, read at scrape time."""
+
+    def __init__(self, ledger: ResourceLedger,
+                 pipelines: Callable[[], Iterable[ServedPipeline]]) -> None:
+        self._ledger = ledger
+        self._pipelines = pipelines
+
+    def collect(self) -> Iterator[Metric]:
+        pools = self._ledger.snapshot()["pools"]
+        reserved = GaugeMetricFamily("edge_ledger_reserved_bytes",
+                                     "Bytes reserved on each memory pool", labels=["pool"])
+        capacity = GaugeMetricFamily("edge_ledger_capacity_bytes",
+                                     "Capacity of each memory pool (its ceiling, else its "
+                                     "observed total)", labels=["pool"])
+        quarantined = GaugeMetricFamily("edge_ledger_quarantined_bytes",
+                                        "Bytes held in quarantine (retirement unverified)",
+                                        labels=["pool"])
+        for name, pool in pools.items():
+            reserved.add_metric([name], pool["reserved"])
+            quarantined.add_metric([name], pool["quarantined"])
+            if pool["capacity"] is not None:
+                capacity.add_metric([name], pool["capacity"])
+        restarts = CounterMetricFamily("edge_worker_restarts",
+                                       "Worker restarts of each stage (generations after the "
+                                       "first)", labels=["pipeline", "stage"])
+        up = GaugeMetricFamily("edge_stage_up", "1 for the state each stage is in",
+                               labels=["pipeline", "stage", "state"])
+        for served in self._pipelines():
+            for stage, count in served.restarts().items():
+                restarts.add_metric([served.name, stage], count)
+            for stage, state in served.stage_states().items():
+                up.add_metric([served.name, stage, state], 1)
+        yield from (reserved, capacity, quarantined, restarts, up)
+
+
+class ServerMetrics:
+    """The server's metrics and their registry."""
+
+    def __init__(self, ledger: ResourceLedger,
+                 pipelines: Callable[[], Iterable[ServedPipeline]]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("edge_requests", "HTTP requests by outcome",
+                                ["pipeline", "route", "outcome"], registry=self.registry)
+        self.request_seconds = Histogram("edge_request_seconds", "HTTP request latency",
+                                         ["pipeline", "route"], buckets=_LATENCY_BUCKETS,
+                                         registry=self.registry)
+        self.stage_seconds = Histogram("edge_stage_seconds", "Latency of each stage",
+                                       ["pipeline", "stage"], buckets=_LATENCY_BUCKETS,
+                                       registry=self.registry)
+        self.admission_refusals = Counter("edge_admission_refusals",
+                                          "Requests refused because admission was full",
+                                          ["pipeline"], registry=self.registry)
+        self.registry.register(_RuntimeCollector(ledger, pipelines))
+
+    def observe_stages(self, pipeline: str, latencies: dict[str, float]) -> None:
+        """Record each stage's latency of one request."""
+        for stage, seconds in latencies.items():
+            self.stage_seconds.labels(pipeline, stage).observe(seconds)
+
+    def observe_request(self, pipeline: str, route: str, outcome: str,
+                        seconds: float) -> None:
+        """Count one finished request and its latency."""
+        self.requests.labels(pipeline, route, outcome).inc()
+        self.request_seconds.labels(pipeline, route).observe(seconds)
+        if outcome == "refused" and pipeline:
+            self.admission_refusals.labels(pipeline).inc()
+
+    def render(self) -> bytes:
+        """The text exposition of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,107 @@
+"""Named tensors in JSON: ``{"dtype": "float32", "shape": [1, 3], "data": "<base64>"}``.
+
+The data is the array's bytes in C order, little-endian, base64-encoded (standard
+alphabet, padding required). Every check — a known dtype, at most 32 non-negative dims,
+the element count, the decoded length equal to ``prod(shape) * itemsize`` — runs before
+the array is built, and a refusal names the field: ``inputs['x'].shape``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from edge_contracts.dtypes import DType
+from edge_serve.outcomes import HttpRefusal
+
+__all__ = ["MAX_DIMS", "decode_tensors", "encode_tensor", "encode_tensors"]
+
+MAX_DIMS = 32
+"""Dimensions per tensor, at most (the wire's own limit)."""
+
+
+#: The dtypes a JSON tensor may have: the wire's spellings NumPy itself knows.
+_NUMPY_DTYPES = tuple(d.value for d in DType if d is not DType.BFLOAT16)
+
+
+def _refuse(field: str, reason: str, value: object) -> HttpRefusal:
+    return HttpRefusal(400, field, reason, value, kind="TensorInvalid")
+
+
+def _dtype(name: object, field: str) -> np.dtype[Any]:
+    if not isinstance(name, str) or name not in _NUMPY_DTYPES:
+        raise _refuse(f"{field}.dtype", f"must be one of {', '.join(_NUMPY_DTYPES)}", name)
+    return np.dtype(name).newbyteorder("<")
+
+
+def _shape(value: object, field: str) -> tuple[int, ...]:
+    if (not isinstance(value, list) or len(value) > MAX_DIMS
+            or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in value)):
+        raise _refuse(f"{field}.shape", f"must be a list of at most {MAX_DIMS} integers >= 0",
+                      value)
+    return tuple(value)
+
+
+def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
+    """One tensor from its JSON form, checked before anything is allocated.
+
+    Raises:
+        HttpRefusal: 400 naming the field; 413 when the tensor exceeds ``max_bytes``.
+    """
+    if not isinstance(spec, dict):
+        raise _refuse(field, 'must be an object {"dtype", "shape", "data"}', spec)
+    unknown = sorted(set(spec) - {"dtype", "shape", "data"})
+    if unknown:
+        raise _refuse(f"{field}.{unknown[0]}", "unknown key (known: data, dtype, shape)",
+                      spec[unknown[0]])
+    dtype = _dtype(spec.get("dtype"), field)
+    shape = _shape(spec.get("shape"), field)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > max_bytes:
+        raise HttpRefusal(413, f"{field}.shape", f"the tensor exceeds {max_bytes} bytes",
+                          nbytes, kind="TensorTooLarge")
+    data = spec.get("data")
+    if not isinstance(data, str):
+        raise _refuse(f"{field}.data", "must be a base64 string", type(data).__name__)
+    if len(data) != 4 * math.ceil(nbytes / 3):
+        raise _refuse(f"{field}.data", f"base64 of {nbytes} bytes is {4 * math.ceil(nbytes / 3)} "
+                      "characters (prod(shape) * itemsize)", len(data))
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _refuse(f"{field}.data", "not valid base64", data[:32]) from None
+    if len(raw) != nbytes:
+        raise _refuse(f"{field}.data", f"decodes to {len(raw)} bytes, not {nbytes}", len(raw))
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
+def decode_tensors(value: object, field: str, *, max_bytes: int) -> dict[str, np.ndarray]:
+    """A mapping of named tensors (``{"x": {...}}``) from JSON."""
+    if not isinstance(value, dict):
+        raise _refuse(field, "must be an object of named tensors", type(value).__name__)
+    tensors: dict[str, np.ndarray] = {}
+    remaining = max_bytes
+    for name, spec in value.items():
+        array = decode_tensor(spec, f"{field}[{name!r}]", max_bytes=remaining)
+        remaining -= array.nbytes
+        tensors[name] = array
+    return tensors
+
+
+def encode_tensor(array: Any) -> dict[str, Any]:
+    """One array as JSON (copied out of any worker memory it views)."""
+    value = np.asarray(array)
+    little = value.astype(value.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": str(value.dtype), "shape": list(value.shape),
+            "data": base64.b64encode(np.ascontiguousarray(little).tobytes()).decode("ascii")}
+
+
+def encode_tensors(arrays: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Named arrays as JSON."""
+    return {name: encode_tensor(array) for name, array in arrays.items()}

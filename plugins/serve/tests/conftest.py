@@ -1,0 +1,36 @@
+"""Fixtures of the edge-serve tests: pipeline files for real ``edge serve`` processes.
+
+Leaks are checked around each server's whole life (:func:`serving.running`): a server
+keeps shared-memory segments for reuse while it runs, so a per-test check would flag them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def ocr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PP-OCRv4 bundles built once, plus ``served.toml``: the same pipeline at
+    admission 2 with automatic restarts, and ``page.png``: a page of text rendered here."""
+    from edge_ocr_example.bundle import build_bundles
+    from edge_ocr_example.make_image import main as render_page
+    from edge_ocr_example.models import fetch_wheel
+
+    out = tmp_path_factory.mktemp("ocr") / "bundles"
+    build_bundles(out, wheel=fetch_wheel())
+    text = (out / "pipeline.toml").read_text()
+    text = text.replace('name = "ocr"\n', 'name = "ocr"\nadmission = 2\n', 1)
+    # A stage whose call overruns a deadline is retired (ort-cpu cannot cancel in place)
+    # and restarted through the whole gate.
+    text = text.replace("\n[stages.backend]\n", '\nrestart = "on-failure"\n'
+                        'restart_backoff_s = 0.2\n\n[stages.backend]\n')
+    (out / "served.toml").write_text(text)
+    render_page([str(out / "page.png"), "--line", "Served over HTTP today",
+                 "--line", "Total 12.75 for 3 pages"])
+    return out

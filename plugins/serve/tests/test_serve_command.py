@@ -1,0 +1,95 @@
+"""The ``edge serve`` command itself: usage errors, signals while opening and serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from serving import EDGE, echo_pipeline, running
+
+from edge_core.testing.leaks import leaks_since, snapshot
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EDGE, "serve", *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
+    one = echo_pipeline(tmp_path, "same")
+    two = echo_pipeline(tmp_path, "same", file="other.toml")
+    done = _serve(str(one), str(two), "--port", "0")
+    assert done.returncode == 2 and "pipelines[1].name: served twice: 'same'" in done.stderr
+    bad = echo_pipeline(tmp_path, "a b")
+    done = _serve(str(bad), "--port", "0")
+    assert done.returncode == 2 and "name: expected letters" in done.stderr  # a URL segment
+    done = _serve(str(one), "--port", "0", "--max-body-bytes", "0")
+    assert done.returncode == 2 and "--max-body-bytes: must be at least 1" in done.stderr
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        done = _serve(str(one), "--port", str(taken.getsockname()[1]))
+    assert done.returncode == 2 and "--host/--port: cannot bind" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> None:
+    before = snapshot()
+    slow = echo_pipeline(tmp_path, "slow", head='plugins = ["slow_open"]')
+    pipelines = [echo_pipeline(tmp_path, "quick"), slow]
+    env = {**os.environ, "EDGE_TEST_SLOW_LOAD_S": "3",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([EDGE, "serve", *map(str, pipelines), "--port", "0"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:  # "quick" is open, "slow" is loading (for 3 s)
+        lines.append(line)
+        if "loading stage echo" in line and any("opening pipeline slow" in x for x in lines):
+            break
+    time.sleep(0.5)
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert children  # the first pipeline's worker
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, "".join(lines) + err
+    assert "stopped by a signal before serving" in err and "Traceback" not in err
+    report = leaks_since(before)
+    assert not report.children, report.describe()  # (an echo stage uses no segment)
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_server_keyed_by_edge_api_key(tmp_path: Path) -> None:
+    with running([echo_pipeline(tmp_path, "echo")], stop_signal=signal.SIGINT,
+                 env={"EDGE_API_KEY": "from-env"}) as served:
+        assert httpx.get(f"{served.url}/health", timeout=30).status_code == 200
+        assert httpx.get(f"{served.url}/v1/pipelines", timeout=30).status_code == 401
+        assert httpx.get(f"{served.url}/v1/pipelines", timeout=30,
+                         headers={"Authorization": "Bearer from-env"}).status_code == 200
+    assert served.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path) -> None:
+    before = snapshot()
+    good = echo_pipeline(tmp_path, "good")
+    broken = echo_pipeline(tmp_path, "broken", options='fail_at = "warmup"')
+    done = _serve(str(good), str(broken), "--port", "0", "--json")
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "InjectedFailure" in answer["error"]
+    assert "Traceback" not in done.stderr
+    assert "listening on" not in done.stderr
+    report = leaks_since(before)
+    assert not report.children, report.describe()

@@ -1,0 +1,198 @@
+"""``edge serve`` as a real process over the echo backend: tensors, refusals, guards.
+
+The echo stage runs in a real worker process (``y = x * 2`` after ``delay_s``); each
+refusal is provoked through real HTTP and must come back as JSON naming the field, never
+a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, echo_pipeline, running
+
+pytestmark = pytest.mark.slow
+
+DELAY_S = 0.6
+API_KEY = "s3cret-test-key"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("echo-pipelines")
+    restarting = 'restart = "on-failure"\nrestart_backoff_s = 2.0'
+    pipelines = [echo_pipeline(folder, "slow", delay_s=DELAY_S, stage=restarting),
+                 echo_pipeline(folder, "fast", admission=2)]
+    with running(pipelines, "--api-key", API_KEY, "--max-body-bytes", "65536") as served:
+        yield served
+
+
+def _client(server: Served, *, key: str | None = API_KEY) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=server.url, headers=headers, timeout=60.0)
+
+
+def _tensor(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes()).decode()}
+
+
+def _error(reply: httpx.Response) -> dict[str, Any]:
+    assert reply.headers["content-type"].startswith("application/json")
+    assert "Traceback" not in reply.text
+    error: dict[str, Any] = reply.json()["error"]
+    assert error["status"] == reply.status_code
+    return error
+
+
+def test_named_tensors_go_through_the_worker_and_come_back(server: Served) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with _client(server) as client:
+        reply = client.post("/v1/pipelines/fast/run", json={"inputs": {"x": _tensor(x)}})
+    assert reply.status_code == 200, reply.text
+    out = reply.json()["outputs"]["x"]
+    assert out["dtype"] == "float32" and out["shape"] == [3, 4]
+    y = np.frombuffer(base64.b64decode(out["data"]), dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(y, x * 2)
+    assert set(reply.json()["latency_ms"]) == {"echo"}
+
+
+def test_bad_input_is_400_naming_the_field(server: Served) -> None:
+    x = _tensor(np.zeros((2, 2), dtype=np.float32))
+    cases = [
+        ({"inputs": {"x": {**x, "dtype": "float"}}}, "inputs['x'].dtype"),
+        ({"inputs": {"x": {**x, "shape": [2, -1]}}}, "inputs['x'].shape"),
+        ({"inputs": {"x": {**x, "data": x["data"][:-4]}}}, "inputs['x'].data"),
+        ({"inputs": {"x": {**x, "data": "!" * len(x["data"])}}}, "inputs['x'].data"),
+        ({"inputs": {"x": x}, "deadline_s": -1}, "deadline_s"),
+        ({"inputs": {"x": x}, "deadline_s": "soon"}, "deadline_s"),
+        ({"inputs": {"x": x}, "colour": "red"}, "colour"),
+        ({"inputs": {"x": x}, "params": [1]}, "params"),
+    ]
+    with _client(server) as client:
+        for body, field in cases:
+            reply = client.post("/v1/pipelines/fast/run", json=body)
+            assert reply.status_code == 400, (body, reply.text)
+            assert _error(reply)["field"] == field
+        reply = client.post("/v1/pipelines/fast/run", content=b"{not json",
+                            headers={"content-type": "application/json"})
+        assert reply.status_code == 400 and _error(reply)["field"] == "body"
+        reply = client.post("/v1/pipelines/fast/run", json={"inputs": {"x": x}},
+                            headers={"X-Edge-Deadline": "nan"})
+        assert reply.status_code == 400
+        assert _error(reply)["field"] == "headers.x-edge-deadline"
+        reply = client.post("/v1/pipelines/fast/run", files={"file": ("a.png", b"png")})
+        assert reply.status_code == 400 and _error(reply)["field"] == "file"
+        reply = client.post("/v1/pipelines/nowhere/run", json={"inputs": {}})
+        assert reply.status_code == 404 and _error(reply)["field"] == "name"
+
+
+def test_a_body_over_the_limit_is_413_declared_or_chunked(server: Served) -> None:
+    big = _tensor(np.zeros(40_000, dtype=np.float32))  # ~213 KB of JSON, limit 64 KiB
+    with _client(server) as client:
+        reply = client.post("/v1/pipelines/fast/run", json={"inputs": {"x": big}})
+        assert reply.status_code == 413
+        assert _error(reply)["field"] == "body"
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(20):
+                yield b" " * 8192
+
+        reply = client.post("/v1/pipelines/fast/run", content=chunks(),
+                            headers={"content-type": "application/json"})
+        assert reply.status_code == 413
+        assert "limit of 65536 bytes" in _error(reply)["reason"]
+
+
+def test_admission_full_is_429_with_retry_after(server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client, ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda _: client.post("/v1/pipelines/slow/run", json=x),
+                                range(4)))
+    codes = sorted(r.status_code for r in replies)
+    assert codes.count(200) >= 1 and codes.count(429) >= 1, codes
+    assert set(codes) <= {200, 429}
+    for reply in replies:
+        if reply.status_code == 429:
+            assert reply.headers["retry-after"] == "1"
+            assert "admission" in _error(reply)["message"]
+
+
+def _wait_ready(client: httpx.Client, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/health").text
+        time.sleep(0.1)
+
+
+def test_a_passed_deadline_is_504_then_503_while_the_stage_restarts(server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client:
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/slow/run", json={**x, "deadline_s": 0.2})
+        assert reply.status_code == 504
+        assert _error(reply)["field"] == "deadline_s"
+        # The echo stage cannot cancel in place: the runtime retired its worker at the
+        # deadline, and the stage is failed (then restarting) until it is back.
+        health = client.get("/health")
+        assert health.status_code == 503
+        assert health.json()["pipelines"]["slow"]["stages"]["echo"] in ("failed", "restarting")
+        refused = client.post("/v1/pipelines/slow/run", json=x,
+                              headers={"X-Edge-Deadline": "30"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert _error(refused)["field"] == "pipelines[slow].stages[echo].state"
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/slow/run", json=x, headers={"X-Edge-Deadline": "30"})
+        assert reply.status_code == 200, reply.text
+        text = client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    restarts = {s.labels["pipeline"]: s.value for s in families["edge_worker_restarts"].samples
+                if s.name == "edge_worker_restarts_total"}
+    assert restarts == {"slow": 1.0, "fast": 0.0}
+
+
+def test_every_route_but_health_and_the_page_wants_the_bearer_token(server: Served) -> None:
+    with _client(server, key=None) as anonymous, _client(server, key="wrong") as wrong:
+        assert anonymous.get("/health").status_code == 200
+        assert anonymous.get("/").status_code == 200
+        for path in ("/v1/pipelines", "/metrics", "/v1/models"):
+            reply = anonymous.get(path)
+            assert reply.status_code == 401, path
+            assert reply.headers["www-authenticate"] == "Bearer"
+            assert _error(reply)["field"] == "headers.authorization"
+            assert wrong.get(path).status_code == 401
+        assert anonymous.post("/v1/pipelines/fast/run", json={}).status_code == 401
+    with _client(server) as client:
+        listed = client.get("/v1/pipelines").json()["pipelines"]
+    assert [p["name"] for p in listed] == ["slow", "fast"]
+    stage = listed[0]["stages"][0]
+    assert {k: stage[k] for k in ("id", "backend", "kind")} == {
+        "id": "echo", "backend": "echo", "kind": ["graph"]}
+    assert stage["state"] in ("ready", "failed", "restarting") and stage["generation"] >= 1
+    assert listed[0]["plan"]["stages"][0]["reservation"]["demands"]["machine:ram"] > 0
+
+
+def test_health_and_metrics_describe_the_server(server: Served) -> None:
+    with _client(server) as client:
+        _wait_ready(client)
+        health = client.get("/health").json()
+        text = client.get("/metrics").text
+    assert health == {"status": "ok", "pipelines": {
+        "slow": {"state": "ready", "stages": {"echo": "ready"}},
+        "fast": {"state": "ready", "stages": {"echo": "ready"}}}}
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert {"edge_requests", "edge_request_seconds", "edge_stage_seconds",
+            "edge_admission_refusals", "edge_ledger_reserved_bytes",
+            "edge_ledger_capacity_bytes", "edge_worker_restarts", "edge_stage_up"} <= set(families)
+    reserved = {s.labels["pool"]: s.value for s in families["edge_ledger_reserved_bytes"].samples}
+    assert reserved["machine:ram"] > 0
+    up = {(s.labels["pipeline"], s.labels["state"]) for s in families["edge_stage_up"].samples}
+    assert up == {("slow", "ready"), ("fast", "ready")}

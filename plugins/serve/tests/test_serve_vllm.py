@@ -1,0 +1,187 @@
+"""A generate pipeline on the real vLLM CPU engine behind ``edge serve``, through ``openai``.
+
+The tiny Llama of the vllm-cuda tests (random weights, a locally trained tokenizer with a
+chat template; nothing is downloaded) runs in the cached vLLM CPU environment. The
+official OpenAI client asks for a completion, a streamed chat completion, and closes a
+stream after 3 tokens: that request alone is cancelled and aborted inside vLLM (the engine
+holds no request afterwards) while another stream runs on to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, running
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "vllm_cuda" / "tests"))
+
+from vllm_env import build_tiny_model, ensure_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+API_KEY = "vllm-test-key"
+GREEDY = {"temperature": 0.0}
+CHAT = [{"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "edge stage token worker"}]
+
+RENDER = """
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+text = tokenizer.apply_chat_template(json.loads(sys.argv[2]), tokenize=False,
+                                     add_generation_prompt=True)
+print(json.dumps(tokenizer.encode(text, add_special_tokens=False)))
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    python = ensure_env()
+    return python, build_tiny_model(python, tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def server(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Served]:
+    python, directory = model
+    path = tmp_path_factory.mktemp("gen") / "tiny.toml"
+    path.write_text(f'''
+name = "tiny"
+admission = 8
+
+[[stages]]
+id = "gen"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{directory}"
+device = "cpu"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 8
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{python}"
+''')
+    with running([path], "--api-key", API_KEY) as served:
+        yield served
+
+
+@pytest.fixture
+def client(server: Served) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                       timeout=120) as made:
+        yield made
+
+
+def _outcomes(server: Served) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"},
+                     timeout=30).text
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "edge_requests_total" and sample.labels["pipeline"] == "tiny":
+                key = f"{sample.labels['route']} {sample.labels['outcome']}"
+                found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def test_a_completion_through_the_openai_client(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    answer = client.completions.create(model="tiny", prompt="edge stage token", max_tokens=8,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "length" and choice.text
+    assert answer.usage is not None and answer.usage.completion_tokens == 8
+    assert answer.model == "tiny" and answer.object == "text_completion"
+    streamed = client.completions.create(model="tiny", prompt="edge stage token",
+                                         max_tokens=8, stream=True,
+                                         extra_body={"ignore_eos": True}, **GREEDY)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == choice.text
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=2)
+    with openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0) as other, \
+            pytest.raises(openai.AuthenticationError):
+        other.models.list()
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        client.completions.create(model="tiny", prompt="x", max_tokens=2, top_p=2.0)
+
+
+def test_a_streamed_chat_completion_uses_the_models_own_template(
+        client: openai.OpenAI, model: tuple[Path, Path]) -> None:
+    stream = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10,
+                                            stream=True, stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}, **GREEDY)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == "length" and not any(finish[:-1])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 10
+    tokens = [c for c in chunks[1:] if c.choices and c.choices[0].finish_reason is None]
+    assert len(tokens) >= 2  # token by token (a special token's text may be empty)
+    # The worker rendered the chat with the model's template: the same prompt, rendered
+    # and tokenised by transformers in the vLLM environment, gives the same tokens.
+    python, directory = model
+    ids = json.loads(subprocess.run([str(python), "-c", RENDER, str(directory),
+                                     json.dumps(CHAT)], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout)
+    same = client.completions.create(model="tiny", prompt=ids, max_tokens=10,
+                                     extra_body={"ignore_eos": True}, **GREEDY)
+    assert same.choices[0].text == text
+    assert same.usage is not None and chunks[-1].usage.prompt_tokens == same.usage.prompt_tokens
+    whole = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10,
+                                           extra_body={"ignore_eos": True}, **GREEDY)
+    assert whole.choices[0].message.content == text
+
+
+def test_a_stream_closed_after_3_tokens_is_aborted_alone(client: openai.OpenAI,
+                                                          server: Served) -> None:
+    before = _outcomes(server).get("/v1/completions cancelled", 0.0)
+    other = client.completions.create(model="tiny", prompt="stream on", max_tokens=40,
+                                      stream=True, extra_body={"ignore_eos": True}, **GREEDY)
+    closed = client.completions.create(model="tiny", prompt="abort me", max_tokens=230,
+                                       stream=True, extra_body={"ignore_eos": True}, **GREEDY)
+    taken = []
+    for chunk in closed:
+        taken.append(chunk.choices[0].text)
+        if len(taken) == 3:
+            break
+    closed.close()
+    deadline = time.monotonic() + 60
+    while _outcomes(server).get("/v1/completions cancelled", 0.0) < before + 1:
+        assert time.monotonic() < deadline, _outcomes(server)
+        time.sleep(0.05)
+    rest = list(other)  # the other stream runs on to its end
+    assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
+    assert len(taken) + len(rest) >= 40 // 2
+    # The engine no longer holds the aborted request: its 230 tokens would take seconds
+    # more than the other stream's 40 did.
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0
+    assert _outcomes(server).get("/v1/completions cancelled", 0.0) == before + 1
+
+
+def test_a_passed_deadline_is_504_and_aborts_the_request(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model="tiny", prompt="too long", max_tokens=230,
+                                  extra_body={"ignore_eos": True, "deadline_s": 0.3}, **GREEDY)
+    assert caught.value.status_code == 504
+    assert "deadline" in caught.value.message
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0

@@ -1,0 +1,97 @@
+"""A stage that stops serving answers 503, and /health and /metrics say so.
+
+In-process: the ASGI application over a real echo pipeline (a real worker process), driven
+through httpx's ASGI transport. A running non-preemptible call is cancelled, which
+retires its worker: the stage needs a restart until :meth:`StageRuntime.restart` reloads
+it under a new generation, counted as a worker restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_serve.app import ServerState, build_app
+from edge_serve.served import ServedPipeline, private_upload_dir
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+X = np.ones((2, 2), dtype=np.float32)
+BODY = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                         "data": base64.b64encode(X.tobytes()).decode()}}}
+
+
+@pytest.fixture
+def pipeline() -> Iterator[Pipeline]:
+    ledger = ResourceLedger([Pool(name="machine:ram", total=4 * 1024**3)])
+    config = load_pipeline({"name": "echo", "stages": [
+        {"id": "e", "backend": {"name": "echo", "options": {"delay_s": 1.0}}}]})
+    opened = Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                           retire_deadline_s=3.0)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        assert ledger.snapshot()["reservations"] == []
+
+
+def _up(text: str) -> dict[str, str]:
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return {s.labels["stage"]: s.labels["state"] for s in families["edge_stage_up"].samples}
+
+
+def _restarts(text: str) -> float:
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return sum(s.value for s in families["edge_worker_restarts"].samples
+               if s.name == "edge_worker_restarts_total")
+
+
+def test_a_stage_that_needs_a_restart_is_503_until_restarted(pipeline: Pipeline) -> None:
+    with ThreadPoolExecutor(4) as executor:
+        served = ServedPipeline(pipeline, executor, private_upload_dir())
+        app = build_app(ServerState({"echo": served}, pipeline.ledger, max_body_bytes=1 << 20))
+
+        async def scenario() -> None:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+                running = asyncio.ensure_future(client.post("/v1/pipelines/echo/run", json=BODY))
+                await asyncio.sleep(0.3)  # the call is in the worker by now
+                outcomes = await asyncio.to_thread(pipeline.cancel)
+                assert outcomes == {"e": "retire-required"}
+                cancelled = await running
+                assert cancelled.status_code == 503
+                assert cancelled.headers["retry-after"] == "1"
+                health = await client.get("/health")
+                assert health.status_code == 503
+                assert health.json()["pipelines"]["echo"] == {
+                    "state": "degraded", "stages": {"e": "needs-restart"}}
+                refused = await client.post("/v1/pipelines/echo/run", json=BODY)
+                assert refused.status_code == 503
+                error = refused.json()["error"]
+                assert error["field"] == "pipelines[echo].stages[e].state"
+                assert "needs-restart" in error["message"]
+                assert _up((await client.get("/metrics")).text) == {"e": "needs-restart"}
+                listed = (await client.get("/v1/pipelines")).json()["pipelines"][0]
+                assert listed["state"] == "degraded"
+
+                await asyncio.to_thread(pipeline.stage("e").restart)
+                assert (await client.get("/health")).status_code == 200
+                answered = await client.post("/v1/pipelines/echo/run", json=BODY)
+                assert answered.status_code == 200, answered.text
+                text = (await client.get("/metrics")).text
+                assert _up(text) == {"e": "ready"} and _restarts(text) == 1.0
+
+        asyncio.run(scenario())

@@ -140,8 +140,8 @@ def unclip_rect(rect: np.ndarray, ratio: float) -> np.ndarray:
 def point_in_quad_mask(quad: np.ndarray, x0: int, y0: int, x1: int, y1: int) -> np.ndarray:
     """Boolean mask over pixels ``[y0, y1) x [x0, x1)`` whose centres lie in a convex quad.
 
-    Pixel (row r, column c) has its centre at (c + 0.5, r + 0.5); points on an edge count
-    as inside (with a tolerance of half a pixel, as a filled polygon would cover them).
+    Pixel (row r, column c) has its centre at (c + 0.5, r + 0.5); a centre on an edge counts
+    as inside. With pixel-edge coordinates, a quad drawn around pixels covers exactly them.
     """
     q = np.asarray(quad, dtype=np.float64)
     ys, xs = np.mgrid[y0:y1, x0:x1]
@@ -157,5 +157,5 @@ def point_in_quad_mask(quad: np.ndarray, x0: int, y0: int, x1: int, y1: int) -> 
         edge = b - a
         length = max(float(np.hypot(*edge)), _EPS)
         cross = (edge[0] * (cy - a[1]) - edge[1] * (cx - a[0])) * sign / length
-        inside &= cross >= -0.5
+        inside &= cross >= -1e-6
     return inside

@@ -10,7 +10,7 @@ right), ``low-contrast``, ``noise``, ``blur``, ``rgba`` (black text on a transpa
 background), ``gray`` (8-bit grayscale) and ``jpeg60`` (JPEG at quality 60).
 
 :func:`generate_pages` makes a set from a seed (the same seed gives the same pages);
-:func:`demo_page` draws the demo page ``make demo`` reads: 14 lines, one of them long, one
+:func:`demo_page` draws the demo page ``make demo`` reads: 13 lines, one of them long, one
 rotated and one upside down. ``python -m edge_ocr_example.pages demo OUT.png`` writes it;
 ``python -m edge_ocr_example.pages set DIR --count N --seed S`` writes a set with a
 ``reference.json`` (file -> lines in reading order).
@@ -272,9 +272,9 @@ DEMO_LINES: Final = (
 
 
 def demo_page() -> tuple[Image.Image, tuple[str, ...]]:
-    """The demo page (RGB) and its lines in reading order: 14 lines of DejaVu Sans at 28 px.
+    """The demo page (RGB) and its lines in reading order: 13 lines of DejaVu Sans at 28 px.
 
-    The tenth line is rotated by 6 degrees and the eleventh is upside down; a 110-character
+    The eleventh line is rotated by 6 degrees and the twelfth is upside down; a 105-character
     line comes fourth.
     """
     font = load_font("DejaVuSans.ttf", 28)

@@ -7,11 +7,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PLUGINS := $(sort $(wildcard plugins/*))
-DISTS := contracts core $(PLUGINS) tests/edge_echo examples/ocr[reference]
+DISTS := contracts core $(PLUGINS) tests/edge_echo examples/ocr[reference,bench]
 STAMP := $(VENV)/.edge-installed
 INPUTS := requirements-dev.txt $(foreach d,contracts core $(PLUGINS) tests/edge_echo examples/ocr,$(d)/pyproject.toml)
 
-.PHONY: demo test lint typecheck pytest bench clean chromium
+.PHONY: demo test lint typecheck pytest bench bench-ocr clean chromium fonts
 
 $(STAMP): $(INPUTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(STAMP): $(INPUTS)
 # detect -> classify -> recognise pipeline on the ort-cpu backend through edge-core.
 OCR := build/ocr
 
-demo: $(STAMP)
+demo: $(STAMP) fonts
 	$(BIN)/edge --version
 	$(BIN)/edge plugins
 	$(BIN)/python -m edge_ocr_example.bundle $(OCR)
@@ -46,8 +46,15 @@ chromium:
 	  { $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
+# Generated OCR pages (tests, demo, benchmarks/ocr_accuracy.py) are drawn with the DejaVu
+# fonts of Debian's fonts-dejavu-core, installed the same way.
+fonts:
+	@dpkg -s fonts-dejavu-core >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq && \
+	    $(SUDO) apt-get install -y -qq --no-install-recommends fonts-dejavu-core; }
+
 # pytest exits 5 when it collects no test; that is a failure here, and says so.
-pytest: $(STAMP) chromium
+pytest: $(STAMP) chromium fonts
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5)" >&2; fi; \
 	  exit $$rc
@@ -56,6 +63,10 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cli_startup.py
+
+# OCR accuracy on 40 generated pages against RapidOCR's own pipeline (slow: minutes).
+bench-ocr: $(STAMP) fonts
+	$(BIN)/python benchmarks/ocr_accuracy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

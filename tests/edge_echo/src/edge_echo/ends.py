@@ -1,4 +1,4 @@
-"""A pipeline's two ends for ``edge run --input`` tests: a text file of numbers in, a list out."""
+"""For ``edge run --input`` and pipeline-input tests: a file of numbers in, a list out."""
 
 from __future__ import annotations
 
@@ -41,3 +41,16 @@ def finish(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray],
            bundles: Mapping[str, Any]) -> list[float]:
     """The final stage's ``x`` as a list of numbers."""
     return [float(v) for v in np.asarray(outputs["x"]).ravel()]
+
+
+def add_carried_offset(previous: Mapping[str, np.ndarray],
+                       source: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``x`` plus the pipeline input ``carry:offset``, which the first stage never saw.
+
+    Raises:
+        ValueError: the previous stage's outputs hold ``carry:offset`` (it was sent to it).
+
+    """
+    if "carry:offset" in previous:
+        raise ValueError("previous: the first stage was sent a carry:* pipeline input")
+    return {"x": previous["x"] + source["carry:offset"]}

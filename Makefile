@@ -20,16 +20,17 @@ $(STAMP): $(INPUTS)
 	$(BIN)/python -m pip install --quiet $(foreach d,$(DISTS),-e '$(d)')
 	@touch $@
 
-# The main job: build the PP-OCRv4 bundles (manifests, example buckets, expected outputs)
-# from the rapidocr-onnxruntime wheel, render a page of text, and run the three-stage
+# The main job: build the PP-OCRv4 page pipeline's bundles (shape sets with examples and
+# expected outputs per entry) from the rapidocr-onnxruntime wheel, draw the demo page (13
+# lines: a long one, a rotated one, an upside-down one), and read it with the three-stage
 # detect -> classify -> recognise pipeline on the ort-cpu backend through edge-core.
 OCR := build/ocr
 
 demo: $(STAMP) fonts
 	$(BIN)/edge --version
 	$(BIN)/edge plugins
-	$(BIN)/python -m edge_ocr_example.bundle $(OCR)
-	$(BIN)/edge run $(OCR)/pipeline.toml --input $(OCR)/image.png --repeat 20 \
+	$(BIN)/python -m edge_ocr_example.page_bundle $(OCR)
+	$(BIN)/edge run $(OCR)/pipeline.toml --input $(OCR)/page.png --repeat 10 \
 	  --profile $(OCR)/profile.json
 
 lint: $(STAMP)

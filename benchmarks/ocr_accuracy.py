@@ -5,9 +5,10 @@ of fonts-dejavu-core plus Pillow's Aileron, 12-120 px, 1-30 lines of up to 120 c
 small and quarter-turn rotations, two columns, low contrast, noise, blur, RGBA, grayscale,
 JPEG at quality 60). Each page is saved as a file and read by both, in the same run:
 
-* **edge**: the OCR example's ``pipeline.toml`` opened by the edge runtime (ort-cpu worker
-  processes, admission, placement gate), each file through the pipeline's own ``prepare``,
-  ``Pipeline.run`` and ``finish`` - what ``edge run --input FILE`` does;
+* **edge**: the OCR example's page pipeline (:mod:`edge_ocr_example.page_bundle`) opened by
+  the edge runtime (ort-cpu worker processes, admission, every shape-set entry gated, the
+  classifier and recogniser fanned out over the lines), each file through the pipeline's
+  own ``prepare``, ``Pipeline.run`` and ``finish`` - what ``edge run --input FILE`` does;
   ``--reader direct`` runs the example's page reader on onnxruntime sessions in this
   process instead (the same transforms, no runtime), to tell the two apart;
 * **peer**: ``rapidocr_onnxruntime.RapidOCR`` (the installed package, the same PP-OCRv4
@@ -20,9 +21,9 @@ edit distances divided by the sum of the reference lengths. ``cer_ratio`` =
 ``edge_page_cer / max(peer_page_cer, 0.005)`` (goal <= 1.0); ``edge_empty_where_peer_read``
 counts pages where the peer read text and edge returned none (goal 0).
 
-Run: ``.venv/bin/python benchmarks/ocr_accuracy.py [--pages 40] [--seed 17]``. It builds
-the bundles into a temporary directory unless ``--bundles DIR`` names built ones. The
-last line is one JSON object.
+Run: ``.venv/bin/python benchmarks/ocr_accuracy.py [--pages 40] [--seed 17]`` (or
+``make bench-ocr``). It builds the page bundles into a temporary directory unless
+``--bundles DIR`` names built ones. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -142,10 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(scratch)
         bundles = args.bundles
         if bundles is None:
-            from edge_ocr_example.bundle import build_bundles
+            from edge_ocr_example.page_bundle import build_page_bundles
 
             bundles = work / "bundles"
-            build_bundles(bundles)
+            build_page_bundles(bundles)
         folder = args.keep or work / "pages"
         folder.mkdir(parents=True, exist_ok=True)
         pages = generate_pages(args.pages, args.seed)

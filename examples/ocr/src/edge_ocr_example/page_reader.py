@@ -54,6 +54,7 @@ __all__ = [
     "apply_directions",
     "assemble",
     "classifier_rows",
+    "cut_lines",
     "find_lines",
     "read_page",
     "recognition_rows",
@@ -105,13 +106,20 @@ class PieceRow:
 def find_lines(prob: np.ndarray, frame: PageFrame, image: np.ndarray) -> list[Line]:
     """Boxes from the detector's ``H x W`` map, in image pixels, with their upright crops."""
     quads, scores = detect_quads(prob)
+    mapped = [to_image_points(quad, frame) for quad in quads]
+    keep = [i for i, quad in enumerate(mapped) if min(quad_size(quad)) > _MIN_SIDE]
+    if not keep:
+        return []
+    return cut_lines(image, np.stack([mapped[i] for i in keep]), scores[keep])
+
+
+def cut_lines(image: np.ndarray, quads: np.ndarray, scores: np.ndarray) -> list[Line]:
+    """Lines again from their boxes: the same crops :func:`find_lines` cut (deterministic)."""
     lines: list[Line] = []
     for quad, score in zip(quads, scores, strict=True):
-        mapped = to_image_points(quad, frame)
-        if min(quad_size(mapped)) <= _MIN_SIDE:
-            continue
-        crop, turned = upright_crop(crop_quad(image, mapped))
-        lines.append(Line(mapped, float(score), crop, 1 if turned else 0))
+        crop, turned = upright_crop(crop_quad(image, quad))
+        lines.append(Line(np.asarray(quad, dtype=np.float32), float(score), crop,
+                          1 if turned else 0))
     return lines
 
 
@@ -172,36 +180,41 @@ def recognition_rows(
 
 
 def assemble(
-    lines: Sequence[Line],
-    rows: Sequence[PieceRow],
+    quads: np.ndarray,
+    turns: Sequence[int] | np.ndarray,
+    pieces: Sequence[tuple[int, LinePiece]],
     decoded: Sequence[tuple[str, float]],
     *,
     min_score: float = MIN_TEXT_SCORE,
 ) -> list[TextLine]:
     """Join each line's decoded pieces, drop weak or empty lines, order the rest for reading.
 
-    A line's score is the mean of its pieces' scores weighted by their text lengths.
+    ``quads`` and ``turns`` describe the lines; ``pieces[i]`` is ``(line, piece)`` of the
+    ``i``-th decoded row, in any order (a line's pieces are joined left to right). A line's
+    score is the mean of its pieces' scores weighted by their text lengths.
     """
-    texts: list[list[str]] = [[] for _ in lines]
-    pieces: list[list[LinePiece]] = [[] for _ in lines]
-    weights: list[list[tuple[float, int]]] = [[] for _ in lines]
-    for row, (text, score) in zip(rows, decoded, strict=True):
-        texts[row.line].append(text)
-        pieces[row.line].append(row.piece)
-        weights[row.line].append((score, max(1, len(text.strip()))))
+    count = len(quads)
+    texts: list[list[str]] = [[] for _ in range(count)]
+    parts: list[list[LinePiece]] = [[] for _ in range(count)]
+    weights: list[list[tuple[float, int]]] = [[] for _ in range(count)]
+    for (line, piece), (text, score) in zip(pieces, decoded, strict=True):
+        texts[line].append(text)
+        parts[line].append(piece)
+        weights[line].append((score, max(1, len(text.strip()))))
     kept: list[int] = []
     results: list[TextLine] = []
-    for index, line in enumerate(lines):
-        text = join_pieces(texts[index], pieces[index])
+    for index in range(count):
+        by_x = sorted(range(len(parts[index])), key=lambda i: parts[index][i].x0)
+        text = join_pieces([texts[index][i] for i in by_x],
+                           [parts[index][i] for i in by_x]).strip()
         total = sum(n for _, n in weights[index])
         score = sum(s * n for s, n in weights[index]) / total if total else 0.0
-        if score >= min_score and text.strip():
+        if score >= min_score and text:
             kept.append(index)
-            results.append(TextLine(text.strip(), score, line.quad))
+            results.append(TextLine(text, score, np.asarray(quads[index], dtype=np.float32)))
     if not results:
         return []
-    quads = np.stack([lines[i].quad for i in kept])
-    order = reading_order(quads, [lines[i].turns for i in kept])
+    order = reading_order(np.asarray(quads)[kept], np.asarray(turns)[kept])
     return [results[i] for i in order]
 
 
@@ -240,4 +253,5 @@ def read_page(
         probs = _batched(run_stage, "recognize", REC_INPUT, REC_OUTPUT, stacked, batch)
         for i, result in zip(members, ctc_greedy_decode(probs, characters), strict=True):
             decoded[i] = result
-    return assemble(lines, rows, [d for d in decoded if d is not None])
+    return assemble(np.stack([line.quad for line in lines]), [line.turns for line in lines],
+                    [(row.line, row.piece) for row in rows], [d for d in decoded if d is not None])

@@ -111,8 +111,8 @@ def _example_inputs(args: argparse.Namespace, pipeline: Any,
     first = pipeline._stages[0]
     bundle = getattr(first.runtime.loaded, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
-        where = f"the bundled example inputs of stage {first.config.id!r} " \
-            f"({bundle.example_inputs})"
+        member = bundle.manifest.metadata.example_inputs
+        where = f"the example inputs bundled with stage {first.config.id!r} ({member})"
         if say is not None:
             say(f"no --input given: reading {where}")
         return dict(bundle.load_example_inputs()), where

@@ -124,10 +124,21 @@ prepare: Final = PagePrepare()
 
 
 def _source(source: Mapping[str, Any]) -> tuple[np.ndarray, PageFrame]:
-    for name in (IMAGE, FRAME):
-        if name not in source:
-            raise TensorMismatch(f"source[{name!r}]", "missing (prepare carries it)",
-                                 sorted(source))
+    """The original image and its frame; without them, the detection input stands in.
+
+    A request fed only the detection input (the detect bundle's example, say) has no
+    carried image: the page is then the detection input itself, turned back into pixels,
+    and boxes are in its pixels.
+    """
+    if IMAGE not in source or FRAME not in source:
+        det = np.asarray(source.get(DET_INPUT))
+        if det.ndim != 4 or det.shape[:2] != (1, 3):
+            raise TensorMismatch(f"source[{IMAGE!r}]", "missing, and no 1x3xHxW detection "
+                                 "input to stand in for it", sorted(source))
+        pixels = np.clip((det[0].transpose(1, 2, 0) + 1.0) * 127.5, 0, 255)
+        image = np.ascontiguousarray(pixels.round().astype(np.uint8))
+        height, width = image.shape[:2]
+        return image, PageFrame(height, width, height, width, height, width)
     image = np.asarray(source[IMAGE])
     frame = np.asarray(source[FRAME])
     if image.dtype != np.uint8 or image.ndim != 3 or frame.shape != (6,):

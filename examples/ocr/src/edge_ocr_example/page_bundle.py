@@ -8,12 +8,13 @@ and checks every one):
 ========== ======================================= =======================================
 stage      served inputs ``x``                     examples (from the demo page)
 ========== ======================================= =======================================
-detect     ``1 x 3 x [32..L] x [32..L]``           32 x 32, L x L, the page's own input
+detect     ``1 x 3 x [32..L/32] x [32..L/32]``     32 x 32, L x L, the page's own input
 classify   ``[1..B] x 3 x 48 x 192``               1, B and B/2 of the page's windows
 recognize  ``[1..B] x 3 x 48 x [32..1280]``        1 x 32, B x 1280, B/2 x 640
 ========== ======================================= =======================================
 
-``L`` is the detection limit (960 unless ``--det-limit``), ``B`` the batch of one call
+``L`` is the detection limit (960 unless ``--det-limit``; ``/32``: in steps of 32, as the
+DB network downsamples by 32), ``B`` the batch of one call
 (:data:`edge_ocr_example.page_pipeline.BATCH`). Recogniser rows are padded to widths of
 320, 640, 960 or 1280, so calls of similar lines batch together.
 
@@ -94,7 +95,8 @@ def _examples(stage: str, det: np.ndarray, lines_rows: np.ndarray, crops: list[n
         biggest = np.ones((1, 3, limit, limit), np.float32)  # white paper around the page
         biggest[:, :, : det.shape[2], : det.shape[3]] = det[:, :, :limit, :limit]
         smallest = np.ascontiguousarray(det[:, :, :DET_MULTIPLE, :DET_MULTIPLE])
-        dims = [1, 3, [DET_MULTIPLE, limit], [DET_MULTIPLE, limit]]
+        side = [DET_MULTIPLE, limit, DET_MULTIPLE]  # multiples of 32 up to the limit
+        dims = [1, 3, side, side]
         return [(_entry("page", dims), [smallest, biggest, det])]
     if stage == "classify":
         rows = lines_rows

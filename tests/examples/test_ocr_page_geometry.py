@@ -142,8 +142,8 @@ def _paint(quad: np.ndarray, shape: tuple[int, int], value: float = 0.9) -> np.n
 def test_a_rotated_region_becomes_a_rotated_unclipped_box(degrees: float) -> None:
     shrunk = _rotated(120, 60, 160, 10, degrees)
     quads, scores = detect_quads(_paint(shrunk, (128, 256)))
-    # the 2x2 dilation adds a ring below the threshold (0.9 * 1600 / (161 * 11) = 0.82 when
-    # upright), and a rotated staircase of pixels a little more
+    # the score averages the component's own pixels: the 2x2 dilation adds a ring below
+    # the threshold (0.9 * 1600 / (161 * 11) = 0.81 when upright)
     assert len(quads) == 1 and 0.65 < scores[0] < 0.83
     quad = quads[0]
     top = quad[1] - quad[0]
@@ -153,6 +153,18 @@ def test_a_rotated_region_becomes_a_rotated_unclipped_box(degrees: float) -> Non
     slack = 2.5 if degrees == 0 else 6.0  # pixel staircases widen a rotated outline
     assert w == pytest.approx(160 + 2 * d, abs=slack)
     assert h == pytest.approx(10 + 2 * d, abs=slack)
+
+
+def test_a_line_of_words_joined_by_thin_bridges_is_kept() -> None:
+    prob = np.zeros((64, 400), np.float32)
+    for x in range(10, 390):
+        rows = slice(20, 32) if (x // 40) % 2 == 0 else slice(25, 26)  # words, then gaps
+        prob[rows, x] = 0.9
+    quads, scores = detect_quads(prob)
+    assert len(quads) == 1 and scores[0] > 0.6
+    # the rectangle's mean (PP-OCR's "fast" score) would have dropped it
+    rect = np.array([[10, 20], [390, 20], [390, 32], [10, 32]], float)
+    assert prob[point_in_quad_mask(rect, 0, 0, 400, 64)].mean() < 0.5
 
 
 def test_weak_thin_and_empty_regions_give_no_box() -> None:

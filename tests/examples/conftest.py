@@ -27,3 +27,13 @@ def ocr_bundles(ocr_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     out = tmp_path_factory.mktemp("ocr") / "bundles"
     build_bundles(out, wheel=ocr_wheel)
     return out
+
+
+@pytest.fixture(scope="session")
+def page_bundles(ocr_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page pipeline's bundles (shape sets), pipeline.toml and demo page, built once."""
+    from edge_ocr_example.page_bundle import build_page_bundles
+
+    out = tmp_path_factory.mktemp("ocr-page") / "bundles"
+    build_page_bundles(out, wheel=ocr_wheel)
+    return out

@@ -1,18 +1,30 @@
-"""``edge run``: open a pipeline (admission, load, gates), serve requests, print the plan."""
+"""``edge run``: open a pipeline (admission, load, gates), serve requests, print the plan.
+
+With ``--input`` (repeatable; a directory stands for its files) every input is read and
+checked by the pipeline's ``prepare`` before the pipeline opens (see
+:mod:`edge_core.cli.run_inputs`); ``--json`` then prints one document whose ``results``
+hold one entry per input (``file`` and the ``finish`` answer as ``lines``) ahead of the
+plan, and ``--jsonl`` prints one line per input as it is read (the summary goes to
+standard error). Without ``--input`` or ``--inputs`` the first stage's bundled example
+inputs are used, and the command says so.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
 from edge_core.cli import common, generated
+from edge_core.cli.run_inputs import PreparedInputs, Progress, expand_inputs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TextIO
 
 NAME = "run"
 
@@ -23,8 +35,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     common.add_json_flag(parser)
     parser.add_argument("pipeline", help="a pipeline file (.toml/.yaml/.json) or pyproject.toml")
     parser.add_argument("--name", help="the pipeline's name in pyproject.toml")
-    parser.add_argument("--input", dest="source",
-                        help="what the pipeline's prepare function takes (e.g. an image path)")
+    parser.add_argument("--input", dest="source", action="append", metavar="PATH",
+                        help="what the pipeline's prepare function takes (e.g. an image "
+                        "path); repeat it, or name a directory to read every file in it")
+    parser.add_argument("--jsonl", action="store_true",
+                        help="print one JSON line per input (file and answer) as it is read")
     parser.add_argument("--inputs", metavar="NPZ",
                         help="first-stage inputs as an .npz (loaded with pickle disabled)")
     parser.add_argument("--params", metavar="JSON", type=json.loads, default=None,
@@ -53,36 +68,59 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
+def _npz_inputs(path: str) -> dict[str, Any]:
+    import zipfile
+
     import numpy as np
 
-    from edge_core.config.transforms import resolve_input_transform
+    if not os.path.isfile(path):
+        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"--inputs {path}: not an .npz archive (to read an image or "
+            "another file through the pipeline's prepare function, use --input)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: np.array(data[name]) for name in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: {exc}") from exc
 
-    config = pipeline.config
-    if args.inputs:
-        try:
-            with np.load(args.inputs, allow_pickle=False) as data:
-                return {name: np.array(data[name]) for name in data.files}
-        except Exception as exc:
-            raise common.CommandFailed(common.EXIT_USAGE, f"--inputs: cannot read "
-                                       f"{args.inputs!r}: {type(exc).__name__}: {exc}") from exc
-    if args.source is not None:
+
+def _check_inputs(args: argparse.Namespace) -> PreparedInputs | None:
+    """Read and check every ``--input`` with the pipeline's prepare, before it opens."""
+    if not args.source:
+        return None
+    from edge_core.config.transforms import resolve_input_transform
+    from edge_core.errors import ConfigError
+    from edge_core.runtime.opening import load_config
+
+    try:
+        config = load_config(args.pipeline, args.name)
         if config.prepare is None:
             raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
                                        "'prepare' function to read it with")
         prepare = resolve_input_transform(config.prepare, "prepare")
-        try:
-            prepared: Any = prepare(args.source)
-        except Exception as exc:
-            raise common.CommandFailed(common.EXIT_USAGE, f"--input: cannot prepare "
-                                       f"{args.source!r}: {type(exc).__name__}: {exc}") from exc
-        return dict(prepared)
-    first = pipeline._stages[0].runtime.loaded
-    bundle = getattr(first, "bundle", None)
+    except ConfigError as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    files = expand_inputs(args.source, getattr(prepare, "input_suffixes", None))
+    return PreparedInputs(prepare, files)
+
+
+def _example_inputs(args: argparse.Namespace, pipeline: Any,
+                    say: Callable[[str], None] | None) -> tuple[dict[str, Any], str]:
+    """The inputs when no ``--input`` is given, and a line saying where they come from."""
+    if args.inputs:
+        return _npz_inputs(args.inputs), f"--inputs {args.inputs}"
+    first = pipeline._stages[0]
+    bundle = getattr(first.runtime.loaded, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
-        return dict(bundle.load_example_inputs())
+        member = bundle.manifest.metadata.example_inputs
+        where = f"the example inputs bundled with stage {first.config.id!r} ({member})"
+        if say is not None:
+            say(f"no --input given: reading {where}")
+        return dict(bundle.load_example_inputs()), where
     if args.params is not None:  # a prompt-only generate stage takes no tensors
-        return {}
+        return {}, "no tensors (--params only)"
     raise common.CommandFailed(common.EXIT_USAGE, "inputs: give --input or --inputs (the first "
                                "stage has no example inputs to fall back on)")
 
@@ -124,11 +162,28 @@ def _summary(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _serve(pipeline: Any, inputs: dict[str, Any], args: argparse.Namespace,
+           samples: list[dict[str, Any]]) -> Any:
+    """Serve ``--repeat`` requests of one input; returns the first one's answer."""
+    answer: Any = None
+    for index in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
+            total = time.perf_counter() - t0
+            if index == 0:
+                answer = _answer(pipeline, result, inputs)
+        samples.append({"request": len(samples), "total_s": total,
+                        "stages_s": dict(result.latencies)})
+    return answer
+
+
 def run(args: argparse.Namespace) -> int:
-    """Open the pipeline, serve ``--repeat`` requests, print plan, answer and latencies."""
+    """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
     from edge_core.runtime.opening import open_pipeline
 
-    say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
+    quiet = args.json or args.jsonl
+    say = None if quiet else (lambda message: print(f"edge: {message}", file=sys.stderr))
+    prepared = _check_inputs(args)  # before any worker starts: bad input is exit 2
     logs = common.worker_logs(args.verbose)
     started = time.perf_counter()
     try:
@@ -136,22 +191,31 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started
+    samples: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    answer: Any = None
+    source = ""
     try:
-        inputs = _inputs(args, pipeline)
-        if not args.json and sys.stdout.isatty() and generated.is_generate(pipeline):
-            generated.stream_text(pipeline, inputs, args.params)
-        samples: list[dict[str, Any]] = []
-        answer: Any = None
-        for index in range(max(1, args.repeat)):
-            t0 = time.perf_counter()
-            with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
-                total = time.perf_counter() - t0
-                if index == 0:
-                    answer = _answer(pipeline, result, inputs)
-                samples.append({"request": index, "total_s": total,
-                                "stages_s": dict(result.latencies)})
+        if prepared is None:
+            inputs, source = _example_inputs(args, pipeline, say)
+            if not quiet and sys.stdout.isatty() and generated.is_generate(pipeline):
+                generated.stream_text(pipeline, inputs, args.params)
+            answer = _serve(pipeline, inputs, args, samples)
+        else:
+            progress = Progress(len(prepared.files), enabled=not quiet)
+            for index, file in enumerate(prepared.files):
+                progress.update(index, file)
+                lines = _serve(pipeline, prepared.get(index), args, samples)
+                results.append({"file": file, "lines": lines})
+                if args.jsonl:
+                    print(json.dumps(results[-1], default=str), flush=True)
+            progress.update(len(prepared.files), "")
+            progress.close()
         plan = pipeline.execution_plan()
         health = pipeline.health()
+    except common.CommandFailed:
+        pipeline.close()
+        raise
     except Exception as exc:
         states = [line.strip() for line in _health_lines(pipeline.health())]
         pipeline.close()
@@ -164,8 +228,10 @@ def run(args: argparse.Namespace) -> int:
     p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3
               for sid in stage_ids}
     p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3
+    head: dict[str, Any] = {"results": results} if prepared is not None else \
+        {"input": source, "answer": answer}
     report = {
-        "ok": True, "pipeline": plan["pipeline"], "open_s": open_s, "answer": answer,
+        **head, "ok": True, "pipeline": plan["pipeline"], "open_s": open_s,
         "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
         "worker_logs": str(logs) if logs is not None else None,
@@ -177,24 +243,35 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         common.print_json(report)
         return common.EXIT_OK
+    out = sys.stderr if args.jsonl else sys.stdout
     for line in _summary(plan):
-        print(line)
-    print(f"health: {health['state']}")
+        print(line, file=out)
+    print(f"health: {health['state']}", file=out)
     for line in _health_lines(health):
-        print(line)
+        print(line, file=out)
     if logs is not None:
         print(f"worker logs: {logs}", file=sys.stderr)
+    if prepared is None:
+        _print_answer(answer, None, out)
+    elif not args.jsonl:
+        for result in results:
+            _print_answer(result["lines"], result["file"], out)
+    latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
+    print(f"latency p50 over {len(samples)} request(s): {latency}", file=out)
+    released = all(v.get("release") == "released" for v in closing.values())
+    print(f"closed: every worker retired and verified, reservations released: {released}",
+          file=out)
+    if args.profile:
+        print(f"profile written to {args.profile}", file=out)
+    return common.EXIT_OK
+
+
+def _print_answer(answer: Any, file: str | None, out: TextIO) -> None:
     texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
         if isinstance(answer, list) else []
     if texts:
-        print("recognised text:")
+        print(f"recognised text{f' in {file}' if file else ''}:", file=out)
         for text in texts:
-            print(f"  {text}")
-    print(f"answer: {json.dumps(answer, default=str)}")
-    latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
-    print(f"latency p50 over {len(samples)} request(s): {latency}")
-    released = all(v.get("release") == "released" for v in closing.values())
-    print(f"closed: every worker retired and verified, reservations released: {released}")
-    if args.profile:
-        print(f"profile written to {args.profile}")
-    return common.EXIT_OK
+            print(f"  {text}", file=out)
+    label = f"answer ({file})" if file else "answer"
+    print(f"{label}: {json.dumps(answer, default=str)}", file=out)

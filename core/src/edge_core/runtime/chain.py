@@ -256,7 +256,9 @@ def run_chain(
         and the values carried past the last stage.
     """
     latencies: dict[str, float] = {}
-    data: Mapping[str, Any] = inputs
+    # Pipeline inputs named carry:* (an image the transforms crop from, say) are not sent to
+    # the first stage; every transform sees them in ``inputs``, and so does ``finish``.
+    data: Mapping[str, Any] = split_carry(inputs)[0]
     carry: dict[str, Any] = {}
     previous: Any = None
     try:

@@ -2,8 +2,12 @@
 
 ``pipeline.toml`` names them as ``prepare`` and ``finish``:
 
-* :func:`prepare` reads an image file (any format Pillow reads) and returns the
-  detection stage's input at its bucket;
+* :data:`prepare` reads an image file (PNG, JPEG, BMP, WebP, TIFF, ... through
+  :func:`edge_ocr_example.images.read_image`: on white, upright, RGB) and returns the
+  detection stage's input at its bucket; a file it cannot read raises
+  :class:`~edge_ocr_example.images.ImageInputError` (a ``ValueError``) naming the file and
+  the reason, which ``edge run`` reports with exit code 2 before the pipeline opens. Its
+  ``input_suffixes`` tell ``edge run --input DIR`` which files of a directory to read;
 * :func:`finish` decodes the recogniser's outputs (plus the carried boxes) into lines,
   with the character table read from the recognise stage's *verified* bundle.
 """
@@ -12,24 +16,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
-from PIL import Image
 
 from edge_ocr_example.decode import character_table, decode
+from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
 from edge_ocr_example.preprocess import preprocess
 
-__all__ = ["finish", "prepare"]
+__all__ = ["ImagePrepare", "finish", "prepare"]
 
 CHARACTERS_FILE = "characters.txt"
 
 
-def prepare(source: str) -> dict[str, np.ndarray]:
-    """Read the image at ``source`` and letterbox it into the detection bucket."""
-    with Image.open(source) as image:
-        pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
-    return preprocess(pixels)
+class ImagePrepare:
+    """The pipeline's ``prepare``: an image file -> the detection stage's inputs."""
+
+    input_suffixes: Final = IMAGE_SUFFIXES
+    """File suffixes ``edge run --input DIR`` reads from a directory."""
+
+    def __call__(self, source: str) -> dict[str, np.ndarray]:
+        """Read the image at ``source`` and letterbox it into the detection bucket.
+
+        Raises:
+            ImageInputError: the file is missing, empty, not an image, truncated or too
+                large.
+
+        """
+        return preprocess(read_image(source))
+
+
+prepare: Final = ImagePrepare()
+"""The instance ``pipeline.toml`` names as ``prepare``."""
 
 
 def finish(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray],

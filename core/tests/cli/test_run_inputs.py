@@ -1,0 +1,164 @@
+"""``edge run --input``: several files, directories, --json/--jsonl, bad input before opening."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_core.cli import common
+from edge_core.cli.run_inputs import PreparedInputs, Progress, expand_inputs
+
+PIPELINE = """
+name = "numbers"
+prepare = "edge_echo.ends:prepare"
+finish = "edge_echo.ends:finish"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 2.0
+"""
+
+
+def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    (tmp_path / "broken.toml").write_text(
+        PIPELINE.replace("scale = 2.0", 'scale = 2.0\nfail_at = "load"'))
+    (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "b.txt").write_text("10\n")
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    (batch / "2.txt").write_text("2")
+    (batch / "1.txt").write_text("1")
+    (batch / "README.md").write_text("not an input")  # not a suffix prepare reads
+    (batch / ".hidden.txt").write_text("x")
+    return tmp_path
+
+
+def test_several_inputs_give_one_json_document_with_a_result_each(work: Path) -> None:
+    result = edge("run", "pipeline.toml", "--input", "a.txt", "--input", "b.txt", "--json",
+                  cwd=work)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert next(iter(report)) == "results"  # the answer first, then the plan
+    assert report["results"] == [{"file": "a.txt", "lines": [2.0, 4.0]},
+                                 {"file": "b.txt", "lines": [20.0]}]
+    assert report["requests"] == 2 and report["plan"]["stages"][0]["id"] == "a"
+    assert report["ledger_after_close"]["reservations"] == []
+
+
+def test_a_directory_reads_its_files_in_name_order_with_the_suffixes_prepare_takes(
+    work: Path,
+) -> None:
+    result = edge("run", "pipeline.toml", "--input", "batch", "--jsonl", cwd=work)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines == [{"file": str(Path("batch") / "1.txt"), "lines": [2.0]},
+                     {"file": str(Path("batch") / "2.txt"), "lines": [4.0]}]
+    assert "latency p50" in result.stderr  # the summary goes to stderr with --jsonl
+
+
+def test_human_output_prints_each_files_answer(work: Path) -> None:
+    result = edge("run", "pipeline.toml", "--input", "a.txt", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert "answer (a.txt): [2.0, 4.0]" in result.stdout
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (None, "No such file"),
+    ("", "holds no numbers"),
+    ("1 two 3", "not a list of numbers"),
+])
+def test_bad_input_exits_2_naming_the_file_before_the_pipeline_opens(
+    work: Path, content: str | None, reason: str,
+) -> None:
+    if content is not None:
+        (work / "bad.txt").write_text(content)
+    # broken.toml would fail while loading (exit 1): exit 2 shows prepare ran first
+    result = edge("run", "broken.toml", "--input", "a.txt", "--input", "bad.txt", cwd=work)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("edge: input bad.txt: ") and reason in result.stderr
+    as_json = edge("run", "broken.toml", "--input", "bad.txt", "--json", cwd=work)
+    assert as_json.returncode == 2
+    body = json.loads(as_json.stdout)
+    assert body["ok"] is False and reason in body["error"] and body["input"] == "bad.txt"
+
+
+def test_an_image_given_to_inputs_is_refused_with_a_hint(work: Path) -> None:
+    (work / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
+    result = edge("run", "pipeline.toml", "--inputs", "photo.png", cwd=work)
+    assert result.returncode == 2
+    assert "--inputs photo.png: not an .npz archive" in result.stderr
+    assert "use --input" in result.stderr and "pickled" not in result.stderr
+
+
+def test_without_input_the_command_says_where_the_inputs_come_from(work: Path) -> None:
+    np.savez(work / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=work)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["input"] == "--inputs in.npz" and report["answer"] == [2.0]
+
+
+def test_expand_inputs_keeps_missing_paths_and_refuses_an_empty_directory(
+    tmp_path: Path,
+) -> None:
+    assert expand_inputs(["nope.png"], (".png",)) == ["nope.png"]
+    (tmp_path / "x.PNG").write_bytes(b"")
+    assert expand_inputs([str(tmp_path)], (".png",)) == [str(tmp_path / "x.PNG")]
+    with pytest.raises(common.CommandFailed, match="holds no file with a suffix in"):
+        expand_inputs([str(tmp_path)], (".jpg",))
+
+
+def test_prepared_inputs_keep_the_first_few_and_prepare_the_rest_again() -> None:
+    calls: list[str] = []
+
+    def prepare(source: str) -> dict[str, str]:
+        calls.append(source)
+        return {"x": source}
+
+    prepared = PreparedInputs(prepare, ["a", "b", "c"], keep=1)
+    assert calls == ["a", "b", "c"]
+    assert [prepared.get(i)["x"] for i in range(3)] == ["a", "b", "c"]
+    assert calls == ["a", "b", "c", "b", "c"]
+
+
+def test_a_bug_in_prepare_is_not_taken_for_bad_input() -> None:
+    def prepare(source: str) -> dict[str, str]:
+        raise TypeError("a bug")
+
+    with pytest.raises(TypeError):
+        PreparedInputs(prepare, ["a"])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_draws_only_on_a_terminal() -> None:
+    terminal = _Terminal()
+    bar = Progress(4, terminal)
+    bar.update(2, "/some/dir/page.png")
+    bar.close()
+    assert terminal.getvalue().startswith("\r[" + "#" * 15 + "-" * 15 + "] 2/4 page.png")
+    piped = io.StringIO()
+    Progress(4, piped).update(1, "x")
+    assert piped.getvalue() == ""

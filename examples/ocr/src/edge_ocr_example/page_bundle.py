@@ -1,0 +1,257 @@
+"""Build the page pipeline's bundles: graphs with shape sets, examples per entry, the demo page.
+
+Each stage serves a shape set (``metadata.validation.shapes``, see docs/runtime.md) and
+carries, for every entry, example inputs at its minimum, its maximum and one shape
+between, each with the outputs of a direct onnxruntime CPU run (the load gate warms up
+and checks every one):
+
+========== ======================================= =======================================
+stage      served inputs ``x``                     examples (from the demo page)
+========== ======================================= =======================================
+detect     ``1 x 3 x [32..L/32] x [32..L/32]``     32 x 32, L x L, the page's own input
+classify   ``[1..B] x 3 x 48 x 192``               1, B and B/2 of the page's windows
+recognize  ``[1..B] x 3 x 48 x [32..1280]``        1 x 32, B x 1280, B/2 x 640
+========== ======================================= =======================================
+
+``L`` is the detection limit (960 unless ``--det-limit``; ``/32``: in steps of 32, as the
+DB network downsamples by 32), ``B`` the batch of one call
+(:data:`edge_ocr_example.page_pipeline.BATCH`). Recogniser rows are padded to widths of
+320, 640, 960 or 1280, so calls of similar lines batch together.
+
+The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
+:mod:`edge_ocr_example.page_pipeline`; ort-cpu), ``page.png`` (the demo page:
+:func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
+
+``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--wheel WHL]`` builds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import onnxruntime as ort
+
+from edge_ocr_example.bundle import ManifestWriter, edge_manifest
+from edge_ocr_example.bundle_layout import DESCRIPTION, MANIFEST, PIPELINE, graph_name
+from edge_ocr_example.chain import STAGES
+from edge_ocr_example.decode import CHARACTERS_FILE, character_table
+from edge_ocr_example.errors import OcrError
+from edge_ocr_example.line_input import line_row
+from edge_ocr_example.models import RAPIDOCR_VERSION, WHEEL_SHA256, read_graph
+from edge_ocr_example.npz import save_npz
+from edge_ocr_example.page_pipeline import BATCH
+from edge_ocr_example.page_reader import (
+    CLS_ROW,
+    REC_HEIGHT,
+    classifier_rows,
+    find_lines,
+    read_page,
+)
+from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
+from edge_ocr_example.pages import demo_page
+from edge_ocr_example.reference import PROVIDER, DirectRunner
+
+__all__ = ["PAGE", "REC_MAX", "PageBuild", "build_page_bundles", "main", "pipeline_toml"]
+
+PAGE: Final = "page.png"
+"""The demo page in the bundle directory."""
+REC_MAX: Final = 1280
+"""Widest recogniser input the bundle serves."""
+_MODULE: Final = "edge_ocr_example.page_pipeline"
+_DEMANDS: Final = {"detect": "512 MiB", "classify": "192 MiB", "recognize": "512 MiB"}
+"""RAM reserved per stage worker, load and warm-up peak included (observed worker-tree
+peaks after the warm-up: detect about 250 MiB at 960 x 960, classify about 70 MiB,
+recognise about 340 MiB at 4 x 1280)."""
+
+
+@dataclass(frozen=True)
+class PageBuild:
+    """What :func:`build_page_bundles` wrote."""
+
+    root: Path
+    """The bundle directory."""
+    shapes: Mapping[str, list[dict[str, Any]]]
+    """Stage id -> its declared shape set (with example members)."""
+    text: tuple[str, ...]
+    """The demo page read by the direct run, in reading order."""
+
+
+def _entry(name: str, dims: list[Any]) -> dict[str, Any]:
+    return {"name": name, "inputs": {"x": {"dtype": "float32", "dims": dims}}}
+
+
+def _examples(stage: str, det: np.ndarray, lines_rows: np.ndarray, crops: list[np.ndarray],
+              limit: int) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+    """The shape-set entries of one stage and the example input arrays of each."""
+    if stage == "detect":
+        biggest = np.ones((1, 3, limit, limit), np.float32)  # white paper around the page
+        biggest[:, :, : det.shape[2], : det.shape[3]] = det[:, :, :limit, :limit]
+        smallest = np.ascontiguousarray(det[:, :, :DET_MULTIPLE, :DET_MULTIPLE])
+        side = [DET_MULTIPLE, limit, DET_MULTIPLE]  # multiples of 32 up to the limit
+        dims = [1, 3, side, side]
+        return [(_entry("page", dims), [smallest, biggest, det])]
+    if stage == "classify":
+        rows = lines_rows
+        picks = [rows[:1], rows[:BATCH], rows[: max(2, BATCH // 2)]]
+        return [(_entry("rows", [[1, BATCH], 3, *CLS_ROW]), picks)]
+    widths = [DET_MULTIPLE, REC_MAX, REC_MAX // 2]
+    counts = [1, BATCH, max(2, BATCH // 2)]
+    picks = [np.stack([line_row(crops[i % len(crops)], REC_HEIGHT, w) for i in range(n)])
+             for w, n in zip(widths, counts, strict=True)]
+    return [(_entry("pieces", [[1, BATCH], 3, REC_HEIGHT, [DET_MULTIPLE, REC_MAX]]), picks)]
+
+
+def _metadata(stage_id: str, producer: str, shapes: list[dict[str, Any]]) -> dict[str, Any]:
+    stage = next(spec for spec in STAGES if spec.id == stage_id)
+    first = shapes[0]["examples"][-1]  # the demo page's own input (detect), mid-sized rows
+    validation: dict[str, Any] = {
+        "shapes": shapes,
+        "expected_outputs": first["expected_outputs"],
+        "reference": f"onnxruntime {ort.__version__} {PROVIDER}",
+        "session_options": "defaults (graph optimisation level ORT_ENABLE_ALL)",
+        "comparison": "exact (bit for bit)",
+    }
+    if stage_id == "recognize":
+        validation["characters"] = CHARACTERS_FILE
+    return {
+        "component": f"ocr-page-{stage_id}",
+        "graph": graph_name(stage),
+        "example_inputs": first["example_inputs"],
+        "expected_outputs": first["expected_outputs"],
+        "checkpoint_revision": (
+            f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256:{WHEEL_SHA256}) "
+            f"{stage.graph_member}"
+        ),
+        "precision": "float32",
+        "layout": "NCHW",
+        "exporter": producer or "unrecorded in the graph",
+        "calibration": None,
+        "validation": validation,
+    }
+
+
+def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
+    """The page pipeline's file, for the bundles it sits beside."""
+    transforms = {"classify": f"{_MODULE}:detect_to_classify",
+                  "recognize": f"{_MODULE}:classify_to_recognize"}
+    lines = ['name = "ocr-page"', f'prepare = "{_MODULE}:prepare"',
+             f'finish = "{_MODULE}:finish"', ""]
+    for stage in STAGES:
+        lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
+        if stage.id in transforms:
+            lines.append(f'input_transform = "{transforms[stage.id]}"')
+        lines += ["", "[stages.resources]",
+                  f'demands = {{ "machine:ram" = "{_DEMANDS[stage.id]}" }}',
+                  "", "[stages.backend]", f'name = "{backend}"', "", "[stages.placement]",
+                  f'target = "{target}"', "min_fraction_on_target = 1.0", ""]
+    return "\n".join(lines)
+
+
+def _clear(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OcrError("out", "exists and is not a directory", str(out))
+    if out.is_dir() and any(out.iterdir()) and not (out / DESCRIPTION).is_file():
+        raise OcrError("out", f"non-empty directory without {DESCRIPTION}; refusing to mix",
+                       str(out))
+    out.mkdir(parents=True, exist_ok=True)
+    for stage in STAGES:
+        shutil.rmtree(out / stage.id, ignore_errors=True)
+
+
+def build_page_bundles(
+    out: Path,
+    *,
+    limit: int = DET_LIMIT,
+    wheel: Path | None = None,
+    cache_dir: Path | None = None,
+    write_manifest: ManifestWriter | None = edge_manifest,
+) -> PageBuild:
+    """Write the page pipeline's three bundles, ``pipeline.toml`` and the demo page.
+
+    Raises:
+        OcrError: ``out`` is unusable, the limit is not a multiple of 32, the graphs cannot
+            be obtained, or the demo page reads no text.
+
+    """
+    if limit < DET_MULTIPLE or limit % DET_MULTIPLE:
+        raise OcrError("det_limit", f"must be a multiple of {DET_MULTIPLE}", limit)
+    graphs = {s.id: read_graph(s.graph_member, wheel=wheel, cache_dir=cache_dir) for s in STAGES}
+    runner = DirectRunner(graphs)
+    dictionary = runner.metadata("recognize", "character")
+    if not dictionary:
+        raise OcrError("recognize.metadata['character']", "no dictionary in the graph", None)
+    characters = character_table(dictionary.split("\n"))
+    image, _ = demo_page()
+    pixels = np.asarray(image)
+    text = tuple(line.text for line in read_page(pixels, runner, characters=characters,
+                                                 limit=limit, batch=BATCH))
+    if not text:
+        raise OcrError("page", "no text recognised on the demo page", pixels.shape)
+    det, frame = page_input(pixels, limit=limit)
+    prob = runner("detect", {"x": det})["sigmoid_0.tmp_0"]
+    lines = find_lines(prob[0, 0], frame, pixels)
+    cls_rows, _ = classifier_rows(lines)
+    _clear(out)
+    image.save(out / PAGE)
+    shapes: dict[str, list[dict[str, Any]]] = {}
+    for stage in STAGES:
+        folder = out / stage.id
+        (folder / "examples").mkdir(parents=True)
+        (folder / graph_name(stage)).write_bytes(graphs[stage.id])
+        declared: list[dict[str, Any]] = []
+        crops = [line.crop for line in lines]
+        for entry, arrays in _examples(stage.id, det, cls_rows, crops, limit):
+            examples = []
+            for number, array in enumerate(arrays):
+                stem = f"examples/{entry['name']}-{number}"
+                save_npz(folder / f"{stem}.npz", {"x": array})
+                save_npz(folder / f"{stem}.expected.npz", runner(stage.id, {"x": array}))
+                examples.append({"example_inputs": f"{stem}.npz",
+                                 "expected_outputs": f"{stem}.expected.npz"})
+            declared.append({**entry, "examples": examples})
+        if stage.id == "recognize":
+            (folder / CHARACTERS_FILE).write_bytes(dictionary.encode("utf-8"))
+        shapes[stage.id] = declared
+        if write_manifest is not None:
+            write_manifest(folder, _metadata(stage.id, runner.producer(stage.id), declared))
+    description = {"pipeline": "ocr-page", "det_limit": limit, "batch": BATCH,
+                   "shapes": shapes, "example_text": list(text)}
+    (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+    (out / PIPELINE).write_text(pipeline_toml())
+    return PageBuild(out, shapes, text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: build the page bundles and print the demo page's text."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="bundle directory to write")
+    parser.add_argument("--det-limit", type=int, default=DET_LIMIT,
+                        help="longest side of the detection input (a multiple of 32)")
+    parser.add_argument("--wheel", type=Path, help="a local rapidocr-onnxruntime wheel")
+    parser.add_argument("--cache", type=Path, help="where to download the wheel to")
+    args = parser.parse_args(argv)
+    try:
+        result = build_page_bundles(args.out, limit=args.det_limit, wheel=args.wheel,
+                                    cache_dir=args.cache)
+    except (OcrError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for stage, declared in result.shapes.items():
+        served = " | ".join(f"{e['name']} x{e['inputs']['x']['dims']}" for e in declared)
+        print(f"{stage}: {args.out / stage} serves {served}")
+    print(f"demo page {args.out / PAGE}:")
+    for line in result.text:
+        print(f"  {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

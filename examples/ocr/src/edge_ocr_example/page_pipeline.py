@@ -1,0 +1,258 @@
+"""The page pipeline for the edge runtime: its ends and transforms, around the page reader.
+
+``pipeline.toml`` (written by :mod:`edge_ocr_example.page_bundle`) names them:
+
+* :data:`prepare` reads an image file (:func:`~edge_ocr_example.images.read_image`) and
+  returns the detection input at the page's own scale (``x``: ``1 x 3 x Hp x Wp``, the
+  longer side at most ``limit``, padded to a multiple of 32; the detect stage's shape set
+  serves that range) plus, under ``carry:``, the original image and its frame, which the
+  runtime keeps from the detect stage and hands to every transform as ``source``;
+* :func:`detect_to_classify` finds the lines (rotated boxes in image pixels, crops cut
+  from the original image) and fans the classifier out over them, up to
+  :data:`BATCH` rows per call;
+* :func:`classify_to_recognize` turns upside-down lines, splits long ones and fans the
+  recogniser out over the pieces, grouped by recognition width, up to :data:`BATCH` rows
+  per call;
+* :func:`finish` decodes every piece, re-joins the lines and returns them in reading
+  order: ``[{"text", "score", "box"}]`` with the box's four corners in image pixels.
+
+The detection limit is 960 by default; ``EDGE_OCR_DET_LIMIT`` changes it for
+:data:`prepare` (the bundles must then be built with the same ``--det-limit``, or the
+detect stage refuses the larger input by name).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from edge_core.runtime import Fanout
+from edge_ocr_example.buckets import (
+    CLS_INPUT,
+    CLS_OUTPUT,
+    DET_INPUT,
+    DET_OUTPUT,
+    REC_INPUT,
+    REC_OUTPUT,
+)
+from edge_ocr_example.decode import CHARACTERS_FILE, ctc_greedy_decode, load_characters
+from edge_ocr_example.errors import OcrError, TensorMismatch
+from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
+from edge_ocr_example.line_split import LinePiece
+from edge_ocr_example.page_reader import (
+    REC_WIDTHS,
+    apply_directions,
+    assemble,
+    classifier_rows,
+    cut_lines,
+    find_lines,
+    recognition_rows,
+)
+from edge_ocr_example.page_scale import DET_LIMIT, PageFrame, page_input
+
+__all__ = [
+    "BATCH",
+    "IMAGE",
+    "PagePrepare",
+    "classify_to_recognize",
+    "detect_to_classify",
+    "finish",
+    "prepare",
+]
+
+BATCH: Final = 4
+"""Most rows in one classifier or recogniser call (the top of their batch ranges)."""
+IMAGE: Final = "carry:image"
+"""The original page, ``H x W x 3`` uint8, carried past the detect stage."""
+FRAME: Final = "carry:frame"
+"""The page's :class:`PageFrame` as six int64: image h, w, scaled h, w, padded h, w."""
+_QUADS: Final = "carry:quads"
+_SCORES: Final = "carry:det_scores"
+_TURNS: Final = "carry:turns"
+_OWNERS: Final = "carry:owners"
+_PIECES: Final = "carry:pieces"
+_INT: Final = np.int64
+
+
+class PagePrepare:
+    """The pipeline's ``prepare``: an image file -> detection input, image and frame."""
+
+    input_suffixes: Final = IMAGE_SUFFIXES
+    """File suffixes ``edge run --input DIR`` reads from a directory."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        """Limit the detection input's longer side to ``limit`` (else the environment's
+        ``EDGE_OCR_DET_LIMIT``, else 960).
+
+        Raises:
+            OcrError: the limit is not a whole number of at least 32.
+
+        """
+        raw: object = limit if limit is not None else os.environ.get("EDGE_OCR_DET_LIMIT")
+        try:
+            self.limit = DET_LIMIT if raw is None else int(str(raw))
+        except ValueError:
+            raise OcrError("EDGE_OCR_DET_LIMIT", "must be a whole number", raw) from None
+        if self.limit < 32:
+            raise OcrError("limit", "must be at least 32", self.limit)
+
+    def __call__(self, source: str) -> dict[str, np.ndarray]:
+        """Read the image at ``source``.
+
+        Raises:
+            ImageInputError: the file is missing, empty, not an image, truncated or too
+                large.
+
+        """
+        image = read_image(source)
+        detection, frame = page_input(image, limit=self.limit)
+        return {
+            DET_INPUT: detection,
+            IMAGE: image,
+            FRAME: np.array([frame.image_height, frame.image_width, frame.height, frame.width,
+                             frame.padded_height, frame.padded_width], dtype=_INT),
+        }
+
+
+prepare: Final = PagePrepare()
+"""The instance ``pipeline.toml`` names as ``prepare``."""
+
+
+def _source(source: Mapping[str, Any]) -> tuple[np.ndarray, PageFrame]:
+    """The original image and its frame; without them, the detection input stands in.
+
+    A request fed only the detection input (the detect bundle's example, say) has no
+    carried image: the page is then the detection input itself, turned back into pixels,
+    and boxes are in its pixels.
+    """
+    if IMAGE not in source or FRAME not in source:
+        det = np.asarray(source.get(DET_INPUT))
+        if det.ndim != 4 or det.shape[:2] != (1, 3):
+            raise TensorMismatch(f"source[{IMAGE!r}]", "missing, and no 1x3xHxW detection "
+                                 "input to stand in for it", sorted(source))
+        pixels = np.clip((det[0].transpose(1, 2, 0) + 1.0) * 127.5, 0, 255)
+        image = np.ascontiguousarray(pixels.round().astype(np.uint8))
+        height, width = image.shape[:2]
+        return image, PageFrame(height, width, height, width, height, width)
+    image = np.asarray(source[IMAGE])
+    frame = np.asarray(source[FRAME])
+    if image.dtype != np.uint8 or image.ndim != 3 or frame.shape != (6,):
+        raise TensorMismatch(IMAGE, "expected an HxWx3 uint8 image and a (6,) frame",
+                             (image.shape, frame.shape))
+    return image, PageFrame(*(int(v) for v in frame))
+
+
+def _chunks(name: str, rows: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """One item per ``BATCH`` rows."""
+    return [{name: np.ascontiguousarray(rows[i : i + BATCH])} for i in range(0, len(rows), BATCH)]
+
+
+def _stacked(previous: Mapping[str, Any], name: str, empty: tuple[int, ...]) -> np.ndarray:
+    """A fanned-out output gathered into one array (rows in item order)."""
+    parts = previous.get(name, [])
+    if isinstance(parts, np.ndarray):
+        parts = [parts]
+    arrays = [np.asarray(p) for p in parts]
+    return np.concatenate(arrays) if arrays else np.zeros(empty, dtype=np.float32)
+
+
+def detect_to_classify(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Fanout:
+    """Detection map -> classifier calls: lines found, their windows in chunks.
+
+    Raises:
+        TensorMismatch: the detection output or the carried image is missing or malformed.
+
+    """
+    image, frame = _source(source)
+    prob = np.asarray(previous.get(DET_OUTPUT))
+    if prob.ndim != 4 or prob.shape[:2] != (1, 1):
+        raise TensorMismatch(f"previous[{DET_OUTPUT!r}]", "expected a 1x1xHxW map", prob.shape)
+    lines = find_lines(prob[0, 0], frame, image)
+    rows, owners = classifier_rows(lines)
+    carry = {
+        _QUADS: np.stack([line.quad for line in lines]) if lines
+        else np.zeros((0, 4, 2), np.float32),
+        _SCORES: np.array([line.score for line in lines], dtype=np.float32),
+        _TURNS: np.array([line.turns for line in lines], dtype=_INT),
+        _OWNERS: owners,
+    }
+    return Fanout(items=_chunks(CLS_INPUT, rows), carry=carry)
+
+
+def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Fanout:
+    """Directions -> recogniser calls: lines turned, long ones split, pieces by width.
+
+    Raises:
+        TensorMismatch: a carried tensor is missing, or the classifier's rows do not match.
+
+    """
+    image, _ = _source(source)
+    quads = np.asarray(previous[_QUADS], dtype=np.float32)
+    owners = np.asarray(previous[_OWNERS], dtype=_INT)
+    probabilities = _stacked(previous, CLS_OUTPUT, (0, 2))
+    if len(probabilities) != len(owners):
+        raise TensorMismatch(f"previous[{CLS_OUTPUT!r}]", f"expected {len(owners)} rows",
+                             len(probabilities))
+    lines = cut_lines(image, quads, np.asarray(previous[_SCORES]))
+    apply_directions(lines, probabilities, owners)
+    rows = recognition_rows(lines, widths=REC_WIDTHS)
+    by_width: dict[int, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_width.setdefault(row.row.shape[2], []).append(index)
+    items: list[dict[str, np.ndarray]] = []
+    order: list[int] = []
+    for width in sorted(by_width):
+        members = by_width[width]
+        for start in range(0, len(members), BATCH):
+            chunk = members[start : start + BATCH]
+            items.append({REC_INPUT: np.stack([rows[i].row for i in chunk])})
+            order.extend(chunk)
+    pieces = np.array([[rows[i].line, rows[i].piece.x0, rows[i].piece.x1,
+                        int(rows[i].piece.space_before)] for i in order],
+                      dtype=_INT).reshape(-1, 4)
+    carry = {
+        _QUADS: quads,
+        _TURNS: np.array([line.turns for line in lines], dtype=_INT),
+        _PIECES: pieces,
+    }
+    return Fanout(items=items, carry=carry)
+
+
+@functools.lru_cache(maxsize=4)
+def _characters(path: str) -> tuple[str, ...]:
+    return load_characters(Path(path))
+
+
+def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
+           bundles: Mapping[str, Path | None]) -> list[dict[str, Any]]:
+    """Recognised lines in reading order: text, score and box (image pixels, 4 corners).
+
+    Raises:
+        OcrError: the recognise stage has no bundle (its dictionary is in it).
+        TensorMismatch: the recogniser's rows do not match the carried pieces.
+
+    """
+    directory = bundles.get("recognize")
+    if directory is None:
+        raise OcrError("bundles.recognize", "the recognise stage has no bundle", None)
+    characters = _characters(str(Path(directory) / CHARACTERS_FILE))
+    pieces = np.asarray(outputs[_PIECES], dtype=_INT).reshape(-1, 4)
+    decoded: list[tuple[str, float]] = []
+    parts = outputs.get(REC_OUTPUT, [])
+    for part in [parts] if isinstance(parts, np.ndarray) else parts:
+        decoded.extend(ctc_greedy_decode(np.asarray(part), characters))
+    if len(decoded) != len(pieces):
+        raise TensorMismatch(f"outputs[{REC_OUTPUT!r}]", f"expected {len(pieces)} rows",
+                             len(decoded))
+    keyed: Sequence[tuple[int, LinePiece]] = [
+        (int(line), LinePiece(int(x0), int(x1), bool(space))) for line, x0, x1, space in pieces
+    ]
+    lines = assemble(np.asarray(outputs[_QUADS]), np.asarray(outputs[_TURNS]), keyed, decoded)
+    return [{"text": line.text, "score": round(float(line.score), 4),
+             "box": np.asarray(line.box, dtype=np.float64).round(1).tolist()}
+            for line in lines]

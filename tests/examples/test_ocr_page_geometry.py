@@ -1,0 +1,219 @@
+"""Page-scale geometry: the detection frame, rotated DB boxes, perspective crops, mapping back."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edge_ocr_example.errors import OcrError, TensorMismatch
+from edge_ocr_example.page_scale import (
+    page_frame,
+    page_input,
+    to_frame_points,
+    to_image_points,
+)
+from edge_ocr_example.perspective import crop_quad, perspective_coefficients, upright_crop
+from edge_ocr_example.quads import (
+    convex_hull,
+    min_area_rect,
+    order_corners,
+    point_in_quad_mask,
+    quad_size,
+    unclip_rect,
+)
+from edge_ocr_example.regions import component_runs, detect_quads
+
+
+def _rotated(cx: float, cy: float, w: float, h: float, degrees: float) -> np.ndarray:
+    a = math.radians(degrees)
+    u, v = np.array([math.cos(a), math.sin(a)]), np.array([-math.sin(a), math.cos(a)])
+    c = np.array([cx, cy])
+    return np.array([c - w / 2 * u - h / 2 * v, c + w / 2 * u - h / 2 * v,
+                     c + w / 2 * u + h / 2 * v, c - w / 2 * u + h / 2 * v])
+
+
+# --- the detection frame ----------------------------------------------------------------
+
+def test_a_large_page_is_scaled_to_the_limit_and_padded_to_32() -> None:
+    frame = page_frame(1500, 2000)
+    assert (frame.height, frame.width) == (720, 960)
+    assert (frame.padded_height, frame.padded_width) == (736, 960)
+    assert frame.scale_x == pytest.approx(0.48) and frame.scale_y == pytest.approx(0.48)
+
+
+def test_a_small_page_is_not_enlarged_only_padded() -> None:
+    frame = page_frame(100, 301)
+    assert (frame.height, frame.width, frame.padded_height, frame.padded_width) == (
+        100, 301, 128, 320)
+
+
+def test_the_limit_is_configurable_and_checked() -> None:
+    assert page_frame(3000, 1000, limit=1280).height == 1280
+    with pytest.raises(OcrError, match="limit: must be at least the multiple 32: 16"):
+        page_frame(10, 10, limit=16)
+    with pytest.raises(OcrError, match="image: the image has no pixels"):
+        page_frame(0, 10)
+
+
+def test_page_input_normalises_and_pads_with_white() -> None:
+    image = np.zeros((50, 70, 3), np.uint8)
+    image[:, :, 0] = 255
+    tensor, frame = page_input(image)
+    assert tensor.shape == (1, 3, 64, 96) and tensor.dtype == np.float32
+    assert (frame.height, frame.width) == (50, 70)
+    np.testing.assert_array_equal(tensor[0, 0, :50, :70], 1.0)
+    np.testing.assert_array_equal(tensor[0, 1, :50, :70], -1.0)
+    np.testing.assert_array_equal(tensor[0, :, 50:, :], 1.0)  # padding is white paper
+    np.testing.assert_array_equal(tensor[0, :, :, 70:], 1.0)
+    with pytest.raises(TensorMismatch, match="HxWx3 uint8"):
+        page_input(np.zeros((5, 5), np.uint8))
+
+
+def test_points_map_back_to_the_original_image_pixels() -> None:
+    frame = page_frame(1500, 3000)  # scale 0.32
+    block = np.array([[1500.0, 700.0], [2500.0, 700.0], [2500.0, 800.0], [1500.0, 800.0]])
+    in_frame = to_frame_points(block, frame)
+    np.testing.assert_allclose(in_frame[0], [480.0, 224.0])
+    np.testing.assert_allclose(to_image_points(in_frame, frame), block, atol=1e-3)
+    # beyond the page: clipped to the image
+    np.testing.assert_allclose(to_image_points(np.array([[-5.0, 999.0]]), frame), [[0, 1500]])
+
+
+# --- quadrilaterals ---------------------------------------------------------------------
+
+def test_convex_hull_drops_inner_and_collinear_points() -> None:
+    points = np.array([[0, 0], [2, 0], [4, 0], [4, 3], [0, 3], [2, 1], [1, 2]], float)
+    hull = convex_hull(points)
+    assert sorted(map(tuple, hull.tolist())) == [(0, 0), (0, 3), (4, 0), (4, 3)]
+
+
+@pytest.mark.parametrize("degrees", [0.0, 7.0, -10.0, 33.0, 90.0])
+def test_min_area_rect_recovers_a_rotated_rectangle(degrees: float) -> None:
+    rect = _rotated(100, 80, 60, 12, degrees)
+    rng = np.random.default_rng(1)
+    inside = rect[0] + rng.random((200, 1)) * (rect[1] - rect[0]) + \
+        rng.random((200, 1)) * (rect[3] - rect[0])
+    found = min_area_rect(np.concatenate([rect, inside]))
+    width, height = quad_size(found)
+    assert sorted([width, height]) == pytest.approx([12, 60], abs=1e-6)
+    np.testing.assert_allclose(found.mean(axis=0), [100, 80], atol=1e-6)
+    np.testing.assert_allclose(found, order_corners(found))
+
+
+def test_corners_are_ordered_left_side_first_top_first() -> None:
+    shuffled = np.array([[10, 5], [0, 6], [1, 0], [11, 11]], float)
+    np.testing.assert_array_equal(order_corners(shuffled), [[1, 0], [10, 5], [11, 11], [0, 6]])
+
+
+def test_unclip_grows_every_side_by_area_ratio_over_perimeter() -> None:
+    grown = unclip_rect(_rotated(50, 50, 40, 10, 20.0), 1.6)
+    d = 40 * 10 * 1.6 / 100
+    assert quad_size(grown) == pytest.approx((40 + 2 * d, 10 + 2 * d))
+    np.testing.assert_allclose(grown.mean(axis=0), [50, 50], atol=1e-9)
+
+
+def test_point_in_quad_mask_counts_pixel_centres() -> None:
+    square = np.array([[2, 2], [6, 2], [6, 5], [2, 5]], float)
+    mask = point_in_quad_mask(square, 0, 0, 8, 8)
+    assert mask.sum() == 12 and mask[2:5, 2:6].all()
+
+
+# --- DB post-processing -----------------------------------------------------------------
+
+def test_components_are_8_connected_runs_largest_first() -> None:
+    mask = np.zeros((6, 8), bool)
+    mask[0, 0:2] = True
+    mask[1, 2] = True  # diagonal neighbour joins
+    mask[4:6, 5:8] = True
+    groups = component_runs(mask)
+    assert [int((g[:, 2] - g[:, 1]).sum()) for g in groups] == [6, 3]
+    assert groups[1].tolist() == [[0, 0, 2], [1, 2, 3]]
+
+
+def _paint(quad: np.ndarray, shape: tuple[int, int], value: float = 0.9) -> np.ndarray:
+    prob = np.zeros(shape, np.float32)
+    prob[point_in_quad_mask(quad, 0, 0, shape[1], shape[0])] = value
+    return prob
+
+
+@pytest.mark.parametrize("degrees", [0.0, 6.0, -9.0])
+def test_a_rotated_region_becomes_a_rotated_unclipped_box(degrees: float) -> None:
+    shrunk = _rotated(120, 60, 160, 10, degrees)
+    quads, scores = detect_quads(_paint(shrunk, (128, 256)))
+    # the score averages the component's own pixels: the 2x2 dilation adds a ring below
+    # the threshold (0.9 * 1600 / (161 * 11) = 0.81 when upright)
+    assert len(quads) == 1 and 0.65 < scores[0] < 0.83
+    quad = quads[0]
+    top = quad[1] - quad[0]
+    assert math.degrees(math.atan2(top[1], top[0])) == pytest.approx(degrees, abs=1.0)
+    w, h = quad_size(quad)
+    d = 160 * 10 * 1.6 / 340  # the unclip distance for the painted size
+    slack = 2.5 if degrees == 0 else 6.0  # pixel staircases widen a rotated outline
+    assert w == pytest.approx(160 + 2 * d, abs=slack)
+    assert h == pytest.approx(10 + 2 * d, abs=slack)
+
+
+def test_a_line_of_words_joined_by_thin_bridges_is_kept() -> None:
+    prob = np.zeros((64, 400), np.float32)
+    for x in range(10, 390):
+        rows = slice(20, 32) if (x // 40) % 2 == 0 else slice(25, 26)  # words, then gaps
+        prob[rows, x] = 0.9
+    quads, scores = detect_quads(prob)
+    assert len(quads) == 1 and scores[0] > 0.6
+    # the rectangle's mean (PP-OCR's "fast" score) would have dropped it
+    rect = np.array([[10, 20], [390, 20], [390, 32], [10, 32]], float)
+    assert prob[point_in_quad_mask(rect, 0, 0, 400, 64)].mean() < 0.5
+
+
+def test_weak_thin_and_empty_regions_give_no_box() -> None:
+    assert detect_quads(np.zeros((32, 32), np.float32))[0].shape == (0, 4, 2)
+    weak = _paint(_rotated(16, 16, 20, 8, 0), (32, 32), value=0.4)  # above 0.3, below 0.5
+    assert len(detect_quads(weak)[0]) == 0
+    thin = np.zeros((32, 32), np.float32)
+    thin[10, 2:30] = 0.9  # a 1-pixel line (2 px after dilation) is below min_size
+    assert len(detect_quads(thin)[0]) == 0
+    with pytest.raises(TensorMismatch):
+        detect_quads(np.zeros((2, 2, 2), np.float32))
+
+
+# --- perspective crop -------------------------------------------------------------------
+
+def test_perspective_coefficients_map_target_corners_to_source_corners() -> None:
+    src = np.array([[10, 5], [50, 9], [48, 30], [8, 25]], float)
+    dst = np.array([[0, 0], [40, 0], [40, 20], [0, 20]], float)
+    a, b, c, d, e, f, g, h = perspective_coefficients(src, dst)
+    for (x, y), (u, v) in zip(dst, src, strict=True):
+        w = g * x + h * y + 1
+        assert (a * x + b * y + c) / w == pytest.approx(u)
+        assert (d * x + e * y + f) / w == pytest.approx(v)
+    with pytest.raises(TensorMismatch, match="degenerate"):
+        perspective_coefficients(np.zeros((4, 2)), dst)
+
+
+def test_a_rotated_block_is_cut_out_straight() -> None:
+    image = np.full((200, 300, 3), 255, np.uint8)
+    quad = _rotated(150, 100, 120, 30, 10.0)
+    inside = point_in_quad_mask(_rotated(150, 100, 100, 20, 10.0), 0, 0, 300, 200)
+    image[inside] = 0
+    crop = crop_quad(image, order_corners(quad))
+    assert crop.shape[:2] == (30, 120)
+    core = crop[8:22, 12:108]
+    assert core.max() < 60  # the inner block is solid ink all along the straightened crop
+    assert crop[:3].min() > 180 and crop[-3:].min() > 180  # white margins above and below
+
+
+def test_a_box_past_the_page_edge_repeats_edge_pixels_not_black() -> None:
+    image = np.full((40, 40, 3), 200, np.uint8)
+    crop = crop_quad(image, np.array([[-10, -10], [50, -10], [50, 20], [-10, 20]], float))
+    assert crop.shape == (30, 60, 3) and crop.min() >= 190
+
+
+def test_tall_crops_turn_a_quarter_counter_clockwise() -> None:
+    tall = np.zeros((30, 20, 3), np.uint8)
+    tall[0, -1] = 255  # top-right corner goes to the top-left
+    turned, did = upright_crop(tall)
+    assert did and turned.shape == (20, 30, 3) and turned[0, 0, 0] == 255
+    square, did = upright_crop(np.zeros((29, 20, 3), np.uint8))
+    assert not did and square.shape == (29, 20, 3)

@@ -1,0 +1,78 @@
+"""Whole pages through the page reader on the real PP-OCRv4 graphs (direct onnxruntime).
+
+The demo page (13 lines: a long one, a rotated one, an upside-down one) is read exactly;
+turned, transparent and two-column pages keep their reading order; boxes are in the
+original image's pixels.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from edge_ocr_example.decode import CHARACTERS_FILE, load_characters
+from edge_ocr_example.images import to_rgb
+from edge_ocr_example.page_reader import read_page
+from edge_ocr_example.pages import demo_page, load_font
+from edge_ocr_example.reference import DirectRunner
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reader(ocr_bundles: Path):  # type: ignore[no-untyped-def]
+    runner = DirectRunner.from_bundles(ocr_bundles)
+    characters = load_characters(ocr_bundles / "recognize" / CHARACTERS_FILE)
+
+    def read(image: Image.Image) -> list[tuple[str, np.ndarray]]:
+        lines = read_page(to_rgb(image), runner, characters=characters)
+        return [(line.text, line.box) for line in lines]
+
+    return read
+
+
+def test_the_demo_page_is_read_exactly_in_order(reader) -> None:  # type: ignore[no-untyped-def]
+    image, lines = demo_page()
+    assert [text for text, _ in reader(image)] == list(lines)
+
+
+def _squeeze(lines: list[str]) -> str:
+    return re.sub(r"\s+", "", "".join(lines))
+
+
+def _columns_page() -> tuple[Image.Image, list[str]]:
+    font = load_font("DejaVuSerif.ttf", 24)
+    left = ["Left column first line", "left column second", "left column third line"]
+    right = ["Right column opens here", "right column continues", "and it ends here"]
+    page = Image.new("RGBA", (1100, 260), (0, 0, 0, 0))  # transparent paper
+    draw = ImageDraw.Draw(page)
+    for i, (a, b) in enumerate(zip(left, right, strict=True)):
+        draw.text((40, 40 + 60 * i), a, font=font, fill=(0, 0, 0, 255))
+        draw.text((600, 40 + 60 * i), b, font=font, fill=(0, 0, 0, 255))
+    return page, left + right
+
+
+@pytest.mark.parametrize("turn", [0, 7, 180, 90, 270])
+def test_a_transparent_two_column_page_reads_column_by_column_at_any_turn(
+    reader, turn: int,  # type: ignore[no-untyped-def]
+) -> None:
+    page, expected = _columns_page()
+    turned = page.rotate(turn, expand=True, resample=Image.Resampling.BICUBIC)
+    got = [text for text, _ in reader(turned)]
+    assert _squeeze(got) == _squeeze(expected), got
+
+
+def test_boxes_are_in_the_original_images_pixels(reader) -> None:  # type: ignore[no-untyped-def]
+    font = load_font("DejaVuSans.ttf", 40)
+    page = Image.new("RGB", (3000, 1200), "white")
+    ImageDraw.Draw(page).text((1500, 800), "Total 98.50", font=font, fill="black")
+    (text, box), = reader(page)
+    assert text == "Total 98.50"
+    x0, y0 = box.min(axis=0)
+    x1, y1 = box.max(axis=0)
+    assert 1470 < x0 < 1505 and 780 < y0 < 815  # ink starts at about (1502, 810)
+    assert 1700 < x1 < 1790 and 840 < y1 < 870

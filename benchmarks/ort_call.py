@@ -1,11 +1,15 @@
 """ORT stage call overhead: direct ``InferenceSession.run`` vs the edge ort-cpu stage call.
 
 Everything is measured side by side in this one run (the machine is shared and noisy):
-a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a 64 MiB memcpy, and
-the start-up of a stage (worker start to ready) against a direct import + session + first
-run in a fresh interpreter. The tiny call and the bare round trip it is divided by are
-taken in alternating blocks. The last line is one JSON object with
-``tiny_overhead_rtt_ratio`` = (edge - direct) / bare round trip (goal ≤ 1.3),
+a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a
+``multiprocessing.Pipe`` echo of the same float32[4], a 64 MiB memcpy, and the start-up
+of a stage (worker start to ready) against a direct import + session + first run in a
+fresh interpreter. The tiny ``Pipeline.run`` call, the bare round trip and the Pipe echo
+are taken in alternating blocks. The last line is one JSON object with
+``tiny_call_over_mp_pipe`` = (tiny ``Pipeline.run`` p50 - direct ``InferenceSession.run``
+p50) / Pipe echo p50 (goal ≤ 0.75), ``cpu_us_per_call`` (controller plus worker CPU per
+round trip, edge and Pipe), ``tiny_overhead_rtt_ratio`` = (edge - direct) / bare round
+trip (goal ≤ 1.3; that anchor is unstable on a VM),
 ``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy at 64 MiB (goal ≤ 2.5) and
 ``start_ratio`` = stage start / direct start (goal ≤ 1.15). Both starts spawn a fresh
 interpreter and are timed from the spawn until the first run is done (the direct one's
@@ -29,6 +33,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from edge_contracts.waiting import spin_us_from_env
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
@@ -38,7 +43,7 @@ from edge_core.runtime import Pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
-from transport import BareEcho, interleaved, p50
+from transport import BareEcho, CpuMeter, PipeEcho, interleaved_all, p50
 
 MIB = 1024 * 1024
 DIRECT_START = r"""
@@ -125,21 +130,48 @@ def edge_call(pipeline: Pipeline, x: np.ndarray, rounds: int) -> float:
     return p50(edge_samples(pipeline, x, rounds)[rounds // 10:])
 
 
-def tiny_against_bare(pipeline: Pipeline, x: np.ndarray, rounds: int) -> tuple[float, float]:
-    """Edge tiny call and bare socketpair round trip p50s, taken in alternating blocks.
+def run_samples(pipeline: Pipeline, x: np.ndarray, rounds: int) -> list[float]:
+    """``rounds`` timed ``Pipeline.run`` calls, each acknowledged after its timing."""
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        result = pipeline.run({"x": x})
+        samples.append(time.perf_counter() - t)
+        result.ack()
+    return samples
 
-    The ratio of the two is the goal; measuring them at different moments of a noisy
-    host would compare moments, not implementations (see transport.interleaved).
+
+def tiny_against_anchors(
+    pipeline: Pipeline, x: np.ndarray, rounds: int
+) -> dict[str, float]:
+    """Tiny ``Pipeline.run``, bare socketpair and ``multiprocessing.Pipe`` echo p50s.
+
+    Taken in alternating blocks (measuring them at different moments of a noisy host
+    would compare moments, not implementations; see transport.interleaved_all), with the
+    CPU time of both processes counted over the edge and the Pipe blocks.
     """
     echo = BareEcho()
+    pipe = PipeEcho()
+    worker_pid = pipeline.stages[0].loaded.client.identity.pid  # type: ignore[attr-defined]
+    edge_cpu, pipe_cpu = CpuMeter(worker_pid), CpuMeter(pipe.pid)
+    inputs = {"x": x}
     try:
-        edge_call(pipeline, x, 50)  # warm
-        edge, bare = interleaved(
-            lambda n: edge_samples(pipeline, x, n), echo.rtt, rounds, blocks=10
-        )
+        run_samples(pipeline, x, 50)  # warm
+
+        def edge_block(n: int) -> list[float]:
+            run_samples(pipeline, x, 20)
+            return edge_cpu.measure(lambda m: run_samples(pipeline, x, m), n)
+
+        def pipe_block(n: int) -> list[float]:
+            pipe.rtt(20, inputs)
+            return pipe_cpu.measure(lambda m: pipe.rtt(m, inputs), n)
+
+        edge, bare, piped = interleaved_all([edge_block, echo.rtt, pipe_block], rounds, 10)
     finally:
         echo.close()
-    return p50(edge), p50(bare)
+        pipe.close()
+    return {"edge": p50(edge), "bare": p50(bare), "pipe": p50(piped),
+            "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us}
 
 
 _PLUGINS: list[PluginSet] = []
@@ -184,8 +216,12 @@ def main() -> None:
             pipeline, _ = open_stage(bundle)
             try:
                 if name == "tiny":
-                    edge, bare = tiny_against_bare(pipeline, x, rounds[name])
-                    result["bare_rtt_us"] = bare * 1e6
+                    tiny = tiny_against_anchors(pipeline, x, rounds[name])
+                    edge = tiny["edge"]
+                    result["bare_rtt_us"] = tiny["bare"] * 1e6
+                    result["mp_pipe_us"] = tiny["pipe"] * 1e6
+                    result["cpu_us_per_call_edge"] = tiny["edge_cpu_us"]
+                    result["cpu_us_per_call_mp_pipe"] = tiny["pipe_cpu_us"]
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
             finally:
@@ -212,6 +248,11 @@ def main() -> None:
             (result["edge_64mib_us"] - result["direct_64mib_us"]) / 1e3
             / result["memcpy_64mib_ms"], 2),
         "start_ratio": round(result["stage_start_ms"] / result["direct_start_ms"], 2),
+        "tiny_call_over_mp_pipe": round(
+            (result["edge_tiny_us"] - result["direct_tiny_us"]) / result["mp_pipe_us"], 2),
+        "cpu_us_per_call": {"edge": round(result["cpu_us_per_call_edge"], 1),
+                            "mp_pipe": round(result["cpu_us_per_call_mp_pipe"], 1)},
+        "spin_us": spin_us_from_env(),
         **{k: round(v, 1) for k, v in result.items()},
     }
     print(json.dumps(summary))

@@ -34,7 +34,7 @@ from typing import Any
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
-from edge_contracts.protocol import FEATURE_HEARTBEAT
+from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.wire import Frame, encode_frame, write_frame
@@ -111,6 +111,7 @@ class WorkerClient(ControlCalls):
         self.features = features
         self._sock = sock
         self._limits = limits
+        self._binary = FEATURE_BINARY_HEADER in features  # requests and acks in binary
         self._tree = tree
         self._popen = popen
         self._producer = producer
@@ -261,9 +262,10 @@ class WorkerClient(ControlCalls):
         *,
         before: FrameHeader | None = None,
     ) -> None:
-        parts = encode_frame(header, payloads or [])
+        binary = self._binary
+        parts = encode_frame(header, payloads or [], binary=binary)
         if before is not None:  # both frames in one write
-            parts = [*encode_frame(before, []), *parts]
+            parts = [*encode_frame(before, [], binary=binary), *parts]
         with self._send_lock:
             try:
                 write_frame(self._sock.sendmsg, parts)

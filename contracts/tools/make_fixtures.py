@@ -542,18 +542,21 @@ def bin_header(op: str, tensors: list[bytes], meta: Any = None, *, request_id: s
                stage_id: str = "ocr.det", epoch: int = 4, generation: int = 3,
                features: int = 0, version: int = 1, op_code: int | None = None,
                count: int | None = None, meta_len: int | None = None,
-               request_bytes: bytes | None = None, request_len: int | None = None) -> bytes:
-    """A binary header: "<HBBHHHIQQ" fixed part, ids, tensor entries, meta JSON."""
+               request_bytes: bytes | None = None, request_len: int | None = None,
+               tensors_len: int | None = None) -> bytes:
+    """A binary header: "<HBBHHHIIQQ" fixed part, ids, tensor entries, meta JSON."""
     request = request_id.encode() if request_bytes is None else request_bytes
     stage = stage_id.encode()
     raw_meta = b"" if meta is None else (
         meta if isinstance(meta, bytes) else json.dumps(meta, separators=(",", ":")).encode())
+    entries = b"".join(tensors)
     fixed = struct.pack(
-        "<HBBHHHIQQ", version, OP_CODES[op] if op_code is None else op_code, features,
+        "<HBBHHHIIQQ", version, OP_CODES[op] if op_code is None else op_code, features,
         len(request) if request_len is None else request_len, len(stage),
         len(tensors) if count is None else count,
+        len(entries) if tensors_len is None else tensors_len,
         len(raw_meta) if meta_len is None else meta_len, epoch, generation)
-    return fixed + request + stage + b"".join(tensors) + raw_meta
+    return fixed + request + stage + entries + raw_meta
 
 
 def bin_frame(raw: bytes, payload: bytes = b"", *, payload_len: int | None = None) -> bytes:
@@ -635,11 +638,19 @@ INVALID_FRAMES += [
             "HeaderMalformed", "header.request_id"),
     bin_bad("binary request id with a newline", bin_header("run", [], request_id="a\nb"),
             "HeaderMalformed", "header.request_id"),
-    bin_bad("binary tensor entry cut short", bin_header("run", [BIN_X[:6]]), "DescriptorInvalid",
-            "header.tensors[0]"),
+    bin_bad("binary tensor entry cut short", bin_header("run", [BIN_X[:6]], {"a": 1}),
+            "DescriptorInvalid", "header.tensors[0]"),
     bin_bad("binary dimensions past the header",
             bin_header("run", [struct.pack("<HBBBQ", 1, 10, 200, 0, 16)]),
             "DescriptorInvalid", "header.tensors[0].shape"),
+    bin_bad("binary tensor entry bytes past the header",
+            bin_header("run", [BIN_X], tensors_len=5000), "HeaderMalformed", "header.tensors",
+            X_BYTES),
+    bin_bad("binary tensor entry bytes longer than the entries",
+            bin_header("run", [BIN_X], {"a": 1}, tensors_len=len(BIN_X) + 2),
+            "HeaderMalformed", "header.tensors", X_BYTES),
+    bin_bad("binary tensor entry bytes without entries", bin_header("run", [], tensors_len=3),
+            "HeaderMalformed", "header.tensors"),
     bin_bad("binary unknown dtype code",
             bin_header("run", [bin_tensor("x", "float32", [2, 2], 16, dtype_code=13)]),
             "DescriptorInvalid", "header.tensors[0].dtype", X_BYTES),

@@ -10,10 +10,10 @@ it unless its limits support that feature. docs/wire.md records the layout and w
 
 Layout, all integers little-endian::
 
-    fixed        30 bytes, struct "<HBBHHHIQQ":
+    fixed        34 bytes, struct "<HBBHHHIIQQ":
                  version u16, op code u8, required-feature bits u8,
                  request id bytes u16, stage id bytes u16, tensor count u16,
-                 meta bytes u32, epoch u64, generation u64
+                 tensor entry bytes u32, meta bytes u32, epoch u64, generation u64
     request id   UTF-8
     stage id     UTF-8
     tensors      per tensor, struct "<HBBBQ": name bytes u16, dtype code u8,
@@ -22,10 +22,14 @@ Layout, all integers little-endian::
                  "<HQQ": segment bytes u16, offset u64, generation u64, then the segment
     meta         ``meta bytes`` of compact UTF-8 JSON, one object; 0 bytes: ``{}``
 
-The header must end exactly after ``meta``. :func:`parse_binary_header` runs the same
-checks as the JSON parser, in the same order (length, version, features, tensor count,
-every field and tensor entry, total bytes, payload length), so a refusal raises the
-same error class naming the same field; it reads no byte past the header.
+The tensor entries fill exactly ``tensor entry bytes`` and the header ends exactly after
+``meta``. :func:`parse_binary_header` runs the same checks as the JSON parser, in the
+same order (length, version, features, tensor count, every field and tensor entry, total
+bytes, payload length), so a refusal raises the same error class naming the same field;
+it reads no byte past the header. A stream repeats the same few inline tensor lists, so
+the parsed entries are kept per distinct entry bytes (bounded): an entry list already
+checked is not parsed or validated again (entries with a shared-memory ref, whose
+generation changes, are always parsed).
 """
 
 from __future__ import annotations
@@ -66,8 +70,8 @@ __all__ = [
 BINARY_MAGIC = b"EDGB"
 """Prefix magic of a frame whose header is binary (JSON headers: ``b"EDGW"``)."""
 
-FIXED = struct.Struct("<HBBHHHIQQ")
-"""The fixed part of a binary header (30 bytes)."""
+FIXED = struct.Struct("<HBBHHHIIQQ")
+"""The fixed part of a binary header (34 bytes)."""
 
 _TENSOR = struct.Struct("<HBBBQ")
 _REF = struct.Struct("<HQQ")
@@ -129,6 +133,7 @@ def encode_binary_header(header: FrameHeader) -> bytes:
     request = header.request_id.encode()
     stage = header.stage_id.encode()
     meta = _ENCODER.encode(thaw_json(header.meta)).encode() if header.meta else b""  # type: ignore[arg-type]
+    tensors = _tensor_bytes(header.tensors)
     return b"".join(
         (
             FIXED.pack(
@@ -138,13 +143,14 @@ def encode_binary_header(header: FrameHeader) -> bytes:
                 len(request),
                 len(stage),
                 len(header.tensors),
+                len(tensors),
                 len(meta),
                 header.epoch,
                 header.generation,
             ),
             request,
             stage,
-            _tensor_bytes(header.tensors),
+            tensors,
             meta,
         )
     )
@@ -165,6 +171,7 @@ def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
 
 
 _TENSOR_CACHE: dict[tuple[TensorSpec, ...], bytes] = {}
+_PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
 
 
 def _spec_bytes(spec: TensorSpec) -> bytes:
@@ -205,9 +212,18 @@ def parse_binary_header(
     size = len(view)
     if size < FIXED.size:
         raise HeaderMalformed("header", size, f"a binary header is >= {FIXED.size} bytes")
-    (version, code, bits, request_len, stage_len, count, meta_len, epoch, generation) = (
-        FIXED.unpack_from(view)
-    )
+    (
+        version,
+        code,
+        bits,
+        request_len,
+        stage_len,
+        count,
+        tensors_len,
+        meta_len,
+        epoch,
+        generation,
+    ) = FIXED.unpack_from(view)
     if version != PROTOCOL_VERSION:
         raise VersionMismatch("header.version", version, f"must be {PROTOCOL_VERSION}")
     if bits & ~_ALL_BITS:
@@ -235,10 +251,31 @@ def parse_binary_header(
     at = FIXED.size
     request_id, at = _text(view, at, request_len, "header.request_id", HeaderMalformed)
     stage_id, at = _text(view, at, stage_len, "header.stage_id", HeaderMalformed)
-    specs: list[TensorSpec] = []
-    for index in range(count):
-        spec, at = _tensor(view, at, f"header.tensors[{index}]")
-        specs.append(spec)
+    end = at + tensors_len
+    if end > size:
+        raise HeaderMalformed(
+            "header.tensors", tensors_len, f"entries run past the header's end ({size} bytes)"
+        )
+    if not count and tensors_len:
+        raise HeaderMalformed("header.tensors", tensors_len, "entry bytes without entries")
+    key = bytes(view[at:end]) if count else b""
+    specs = _PARSED.get(key) if count else ()
+    if specs is None:
+        entries = view[:end]  # an entry never reads into meta
+        parsed: list[TensorSpec] = []
+        for index in range(count):
+            spec, at = _tensor(entries, at, f"header.tensors[{index}]")
+            parsed.append(spec)
+        if at != end:
+            raise HeaderMalformed(
+                "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
+            )
+        specs = tuple(parsed)
+        if all(spec.ref is None for spec in specs):
+            if len(_PARSED) >= 1024:
+                _PARSED.clear()
+            _PARSED[key] = specs
+    at = end
     if size - at != meta_len:
         raise HeaderMalformed(
             "header.meta", meta_len, f"must be the {size - at} bytes left in the header"
@@ -259,7 +296,7 @@ def parse_binary_header(
         stage_id,
         epoch,
         generation,
-        tuple(specs),
+        specs,
         meta,
         features,
         version,

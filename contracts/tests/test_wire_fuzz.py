@@ -343,3 +343,11 @@ def test_control_frames_keep_the_json_header_when_binary_is_asked() -> None:
     with pytest.raises(HeaderMalformed) as caught:
         encode_binary_header(hello)
     assert caught.value.field == "header.op"
+
+
+def test_a_feature_without_a_bit_keeps_the_json_header() -> None:
+    limits = Limits(max_io_bytes=1024, supported_features=frozenset({"binary-header", "x-new"}))
+    header = FrameHeader("run", "r", "s", 0, 0, required_features=frozenset({"x-new"}))
+    parts = encode_frame(header, [], binary=True)
+    assert bytes(parts[0][:4]) == b"EDGW"
+    assert decode_frame(b"".join(bytes(part) for part in parts), limits).header == header

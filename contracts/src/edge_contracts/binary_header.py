@@ -60,6 +60,7 @@ from edge_contracts.validation import INT64_MAX, rebase
 from edge_contracts.worker_protocol import OP_ACK, OP_EVENT, OP_GENERATE, OP_RUN
 
 __all__ = [
+    "BINARY_FEATURES",
     "BINARY_MAGIC",
     "BINARY_OPS",
     "FIXED",
@@ -88,6 +89,8 @@ _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_CANCEL,
 )
 _ALL_BITS = (1 << len(_FEATURE_BITS)) - 1
+BINARY_FEATURES: frozenset[str] = frozenset(_FEATURE_BITS)
+"""The required features a binary header can express (others need the JSON header)."""
 
 # Wire codes of the dtypes: fixed here (not DType's declaration order) and never reused.
 _DTYPES: tuple[DType, ...] = (

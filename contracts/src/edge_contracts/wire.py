@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edge_contracts.binary_header import (
+    BINARY_FEATURES,
     BINARY_MAGIC,
     BINARY_OPS,
     encode_binary_header,
@@ -398,8 +399,9 @@ def encode_frame(
             exactly that tensor's ``nbytes``.
         limits: when given, the sender refuses what such a reader would refuse.
         binary: write the binary header (:mod:`edge_contracts.binary_header`) when the
-            op has one (request, event, ack); only on a channel that negotiated the
-            ``binary-header`` feature. Other ops are written with the JSON header.
+            op has one (request, event, ack) and its required features have bits; only
+            on a channel that negotiated the ``binary-header`` feature. Anything else
+            is written with the JSON header.
 
     Raises:
         PayloadMismatch: wrong number of payloads, a wrong size or a non-contiguous one.
@@ -423,7 +425,9 @@ def encode_frame(
                 f"payloads[{index}]", view.nbytes, f"must be {spec.nbytes} bytes for {spec.name}"
             )
         parts.append(view)
-    binary = binary and header.op in BINARY_OPS
+    binary = (
+        binary and header.op in BINARY_OPS and header.required_features <= BINARY_FEATURES
+    )
     raw = encode_binary_header(header) if binary else encode_header(header)
     cap = MAX_HEADER_CAP if limits is None else limits.max_header_bytes
     if len(raw) > cap:

@@ -39,3 +39,11 @@ def test_entries_with_shared_memory_refs_are_never_kept() -> None:
     assert before == binary_header._PARSED
     with pytest.raises(UnknownRequiredFeature):  # and the feature check runs every time
         parse(header, Limits(max_io_bytes=1 << 20, supported_features=frozenset()))
+
+
+def test_long_entry_lists_are_never_kept() -> None:
+    specs = tuple(TensorSpec(f"t{i:03d}-" + "n" * 100, DType.UINT8, (1,), 1) for i in range(30))
+    before = dict(binary_header._PARSED)
+    header = FrameHeader("run", "r1", "s", 0, 1, specs)
+    assert parse(header) == header
+    assert before == binary_header._PARSED  # over 2 KiB of entries: parsed every time

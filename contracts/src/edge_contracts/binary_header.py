@@ -29,7 +29,8 @@ bytes, payload length), so a refusal raises the same error class naming the same
 it reads no byte past the header. A stream repeats the same few inline tensor lists, so
 the parsed entries are kept per distinct entry bytes (bounded): an entry list already
 checked is not parsed or validated again (entries with a shared-memory ref, whose
-generation changes, are always parsed).
+generation changes, and lists over 2 KiB are always parsed, so the cache holds at most
+1024 x 2 KiB).
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
 
 _TENSOR_CACHE: dict[tuple[TensorSpec, ...], bytes] = {}
 _PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
+_CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
 
 
 def _spec_bytes(spec: TensorSpec) -> bytes:
@@ -261,8 +263,9 @@ def parse_binary_header(
         )
     if not count and tensors_len:
         raise HeaderMalformed("header.tensors", tensors_len, "entry bytes without entries")
-    key = bytes(view[at:end]) if count else b""
-    specs = _PARSED.get(key) if count else ()
+    cached = 0 < tensors_len <= _CACHED_ENTRY_BYTES
+    key = bytes(view[at:end]) if cached else b""
+    specs = _PARSED.get(key) if cached else (() if not count else None)
     if specs is None:
         entries = view[:end]  # an entry never reads into meta
         parsed: list[TensorSpec] = []
@@ -274,7 +277,7 @@ def parse_binary_header(
                 "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
             )
         specs = tuple(parsed)
-        if all(spec.ref is None for spec in specs):
+        if cached and all(spec.ref is None for spec in specs):
             if len(_PARSED) >= 1024:
                 _PARSED.clear()
             _PARSED[key] = specs

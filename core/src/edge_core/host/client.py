@@ -57,6 +57,7 @@ from edge_core.host.errors import (
 )
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
@@ -118,6 +119,7 @@ class WorkerClient(ControlCalls):
         self._consumer = consumer
         self._worker_prefix = worker_prefix
         self._packer = TensorPacker(producer, threshold)
+        self._inputs = InputBuffers(self._packer)
         self._unpacker = TensorUnpacker(consumer)
         self._staged = staged
         self._send_lock = threading.Lock()
@@ -282,6 +284,10 @@ class WorkerClient(ControlCalls):
         with self._lock:
             return request_id in self._calls
 
+    def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An array to fill in place and send as an input by reference (see host.inputs)."""
+        return self._inputs.allocate(shape, dtype)
+
     def submit(self, request: StageRequest, inputs: Mapping[str, Any] | None = None) -> Call:
         """Send one request with its input arrays; return the :class:`Call` to iterate.
 
@@ -291,16 +297,20 @@ class WorkerClient(ControlCalls):
         :class:`WorkerGone` when the worker is down.
         """
         self._refuse_if_down()
+        claimed = self._inputs.claim(inputs)  # input buffers travel by reference
         try:
-            packed = self._packer.pack(inputs)
-        except ShmCapExceeded as exc:
-            raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
+            packed = self._packer.pack(inputs, dict(claimed))
+        except BaseException as exc:
+            self._inputs.unsent(claimed)
+            if isinstance(exc, ShmCapExceeded):
+                raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
+            raise
         call = Call(
             request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
         )
         with self._lock:
             if request.request_id in self._calls:
-                self._packer.take_back(packed.leases)
+                self._take_back(packed.leases, claimed)
                 raise ProtocolViolation(
                     "request.request_id", "already in flight", request.request_id
                 )
@@ -325,11 +335,16 @@ class WorkerClient(ControlCalls):
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)
-            self._packer.take_back(packed.leases)
+            self._take_back(packed.leases, claimed)
             if gone and self._producer is not None:  # announce them with a later frame
                 self._producer.restore_gone(gone)
             raise
         return call
+
+    def _take_back(self, leases: list[tuple[str, int]], claimed: dict[int, Any]) -> None:
+        """Give back the leases of a request that was not sent (input buffers stay theirs)."""
+        self._packer.take_back([lease for lease in leases if not self._inputs.owns(lease[0])])
+        self._inputs.unsent(claimed)
 
     def cancel(
         self, request_id: str | None = None, *, stage_id: str = "", fence_epoch: int | None = None
@@ -491,7 +506,8 @@ class WorkerClient(ControlCalls):
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:
-                self._producer.release(str(segment), int(generation))
+                if not self._inputs.acknowledged(str(segment), int(generation)):
+                    self._producer.release(str(segment), int(generation))
         kind = EventKind(meta["kind"])
         with self._lock:
             call = self._calls.get(header.request_id)

@@ -53,7 +53,7 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
 def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
     import numpy as np
 
-    from edge_core.config.transforms import resolve_input_transform
+    from edge_core.config.transforms import call_prepare, resolve_input_transform
 
     config = pipeline.config
     if args.inputs:
@@ -64,7 +64,7 @@ def _inputs(args: argparse.Namespace, pipeline: Any) -> dict[str, Any]:
             raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
                                        "'prepare' function to read it with")
         prepare = resolve_input_transform(config.prepare, "prepare")
-        prepared: Any = prepare(args.source)
+        prepared: Any = call_prepare(prepare, args.source, pipeline)
         return dict(prepared)
     first = pipeline._stages[0].runtime.loaded
     bundle = getattr(first, "bundle", None)

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from edge_ocr_example.buckets import DET_INPUT, DET_SHAPE, FLOAT
 from edge_ocr_example.decode import character_table, decode
 from edge_ocr_example.preprocess import preprocess
 
@@ -25,11 +26,18 @@ __all__ = ["finish", "prepare"]
 CHARACTERS_FILE = "characters.txt"
 
 
-def prepare(source: str) -> dict[str, np.ndarray]:
-    """Read the image at ``source`` and letterbox it into the detection bucket."""
+def prepare(
+    source: str, input_buffer: Callable[[str, tuple[int, ...], Any], np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """Read the image at ``source`` and letterbox it into the detection bucket.
+
+    With ``input_buffer`` (the pipeline's, given by ``edge run``) the bucket is written
+    straight into one, so the detection input travels to its worker without a copy.
+    """
     with Image.open(source) as image:
         pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
-    return preprocess(pixels)
+    out = None if input_buffer is None else input_buffer(DET_INPUT, DET_SHAPE, FLOAT)
+    return preprocess(pixels, out=out)
 
 
 def finish(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray],

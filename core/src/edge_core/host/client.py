@@ -297,20 +297,16 @@ class WorkerClient(ControlCalls):
         :class:`WorkerGone` when the worker is down.
         """
         self._refuse_if_down()
-        claimed = self._inputs.claim(inputs)  # input buffers travel by reference
-        try:
-            packed = self._packer.pack(inputs, dict(claimed))
-        except BaseException as exc:
-            self._inputs.unsent(claimed)
-            if isinstance(exc, ShmCapExceeded):
-                raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
-            raise
+        try:  # input buffers (InputBuffers.allocate) travel by reference
+            packed, claimed = self._inputs.pack(inputs)
+        except ShmCapExceeded as exc:
+            raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
         call = Call(
             request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
         )
         with self._lock:
             if request.request_id in self._calls:
-                self._take_back(packed.leases, claimed)
+                self._inputs.take_back(packed.leases, claimed)
                 raise ProtocolViolation(
                     "request.request_id", "already in flight", request.request_id
                 )
@@ -335,16 +331,11 @@ class WorkerClient(ControlCalls):
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)
-            self._take_back(packed.leases, claimed)
+            self._inputs.take_back(packed.leases, claimed)
             if gone and self._producer is not None:  # announce them with a later frame
                 self._producer.restore_gone(gone)
             raise
         return call
-
-    def _take_back(self, leases: list[tuple[str, int]], claimed: dict[int, Any]) -> None:
-        """Give back the leases of a request that was not sent (input buffers stay theirs)."""
-        self._packer.take_back([lease for lease in leases if not self._inputs.owns(lease[0])])
-        self._inputs.unsent(claimed)
 
     def cancel(
         self, request_id: str | None = None, *, stage_id: str = "", fence_epoch: int | None = None

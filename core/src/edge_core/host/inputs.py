@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.shm import Lease
-from edge_contracts.worker_transport import TensorPacker
+from edge_contracts.worker_transport import Packed, TensorPacker
 from edge_core.host.errors import InputBufferBusy
 
 __all__ = ["InputBuffers"]
@@ -122,9 +122,26 @@ class InputBuffers:
                 claimed[id(held)] = (held, buffer.lease)
         return claimed
 
-    def owns(self, segment: str) -> bool:
-        """True when ``segment`` is an input buffer's (the packer must not take it back)."""
-        return segment in self._by_segment
+    def pack(self, inputs: Any) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
+        """Pack ``inputs`` for a request; return the frame parts and the claimed buffers.
+
+        Buffers go by reference (:meth:`claim`), the rest as the packer does.
+        """
+        claimed = self.claim(inputs)
+        try:
+            return self._packer.pack(inputs, dict(claimed)), claimed
+        except BaseException:
+            self.unsent(claimed)
+            raise
+
+    def take_back(
+        self, leases: list[tuple[str, int]], claimed: dict[int, tuple[Any, Lease]]
+    ) -> None:
+        """Give back the leases of a request that was not sent; buffers stay their own."""
+        with self._lock:
+            others = [lease for lease in leases if lease[0] not in self._by_segment]
+        self._packer.take_back(others)
+        self.unsent(claimed)
 
     def unsent(self, claimed: dict[int, tuple[Any, Lease]]) -> None:
         """Undo :meth:`claim` for a request that was not sent."""

@@ -1,12 +1,19 @@
 """ORT stage call overhead: direct ``InferenceSession.run`` vs the edge ort-cpu stage call.
 
 Everything is measured side by side in this one run (the machine is shared and noisy):
-a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a 64 MiB memcpy, and
-the start-up of a stage (worker start to ready) against a direct import + session + first
-run in a fresh interpreter. The tiny call and the bare round trip it is divided by are
-taken in alternating blocks. The last line is one JSON object with
-``tiny_overhead_rtt_ratio`` = (edge - direct) / bare round trip (goal ≤ 1.3),
-``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy at 64 MiB (goal ≤ 2.5) and
+a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a
+``multiprocessing.Pipe`` echo of the same float32[4], a 64 MiB memcpy, and the start-up
+of a stage (worker start to ready) against a direct import + session + first run in a
+fresh interpreter. The tiny ``Pipeline.run`` call, the bare round trip and the Pipe echo
+are taken in alternating blocks. The last line is one JSON object with
+``tiny_call_over_mp_pipe`` = (tiny ``Pipeline.run`` p50 - direct ``InferenceSession.run``
+p50) / Pipe echo p50 (goal ≤ 0.75), ``cpu_us_per_call`` (controller plus worker CPU per
+round trip, edge and Pipe), ``tiny_overhead_rtt_ratio`` = (edge - direct) / bare round
+trip (goal ≤ 1.3; that anchor is unstable on a VM),
+``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy at 64 MiB (goal ≤ 2.5),
+``large_overhead_memcpy_ratio_zero_copy`` = the same with the input in a pipeline input
+buffer, filled once and sent by reference call after call, against a direct call taken
+in alternating blocks with it (goal ≤ 0.2), and
 ``start_ratio`` = stage start / direct start (goal ≤ 1.15). Both starts spawn a fresh
 interpreter and are timed from the spawn until the first run is done (the direct one's
 own in-process part is printed too).
@@ -29,6 +36,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from edge_contracts.waiting import spin_us_from_env
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
@@ -38,7 +46,7 @@ from edge_core.runtime import Pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
-from transport import BareEcho, interleaved, p50
+from transport import BareEcho, CpuMeter, PipeEcho, interleaved_all, p50
 
 MIB = 1024 * 1024
 DIRECT_START = r"""
@@ -125,21 +133,84 @@ def edge_call(pipeline: Pipeline, x: np.ndarray, rounds: int) -> float:
     return p50(edge_samples(pipeline, x, rounds)[rounds // 10:])
 
 
-def tiny_against_bare(pipeline: Pipeline, x: np.ndarray, rounds: int) -> tuple[float, float]:
-    """Edge tiny call and bare socketpair round trip p50s, taken in alternating blocks.
+def zero_copy_against_direct(
+    pipeline: Pipeline, graph: Path, x: np.ndarray, rounds: int
+) -> tuple[float, float]:
+    """p50s of direct ``session.run`` and of ``Pipeline.run`` with ``x`` in an input buffer.
 
-    The ratio of the two is the goal; measuring them at different moments of a noisy
-    host would compare moments, not implementations (see transport.interleaved).
+    The buffer is filled once (the caller producing its input, as into any array: not
+    timed) and sent by reference call after call (same segment, new generation); the
+    two are taken in alternating blocks, after one unrecorded call each.
+    """
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    buffer = pipeline.input_buffer("x", x.shape, x.dtype)
+    buffer[...] = x
+
+    def direct(n: int) -> list[float]:
+        samples = []
+        for _ in range(n):
+            t = time.perf_counter()
+            session.run(["y"], {"x": x})
+            samples.append(time.perf_counter() - t)
+        return samples
+
+    def edge(n: int) -> list[float]:
+        samples = []
+        for _ in range(n):
+            t = time.perf_counter()
+            result = pipeline.run({"x": buffer})
+            samples.append(time.perf_counter() - t)
+            result.ack()
+        return samples
+
+    direct(1)
+    edge(1)
+    d, e = interleaved_all([direct, edge], rounds, blocks=min(rounds, 10))
+    return p50(d), p50(e)
+
+
+def run_samples(pipeline: Pipeline, x: np.ndarray, rounds: int) -> list[float]:
+    """``rounds`` timed ``Pipeline.run`` calls, each acknowledged after its timing."""
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        result = pipeline.run({"x": x})
+        samples.append(time.perf_counter() - t)
+        result.ack()
+    return samples
+
+
+def tiny_against_anchors(
+    pipeline: Pipeline, x: np.ndarray, rounds: int
+) -> dict[str, float]:
+    """Tiny ``Pipeline.run``, bare socketpair and ``multiprocessing.Pipe`` echo p50s.
+
+    Taken in alternating blocks (measuring them at different moments of a noisy host
+    would compare moments, not implementations; see transport.interleaved_all), with the
+    CPU time of both processes counted over the edge and the Pipe blocks.
     """
     echo = BareEcho()
+    pipe = PipeEcho()
+    worker_pid = pipeline.stages[0].loaded.client.identity.pid  # type: ignore[attr-defined]
+    edge_cpu, pipe_cpu = CpuMeter(worker_pid), CpuMeter(pipe.pid)
+    inputs = {"x": x}
     try:
-        edge_call(pipeline, x, 50)  # warm
-        edge, bare = interleaved(
-            lambda n: edge_samples(pipeline, x, n), echo.rtt, rounds, blocks=10
-        )
+        run_samples(pipeline, x, 50)  # warm
+
+        def edge_block(n: int) -> list[float]:
+            run_samples(pipeline, x, 20)
+            return edge_cpu.measure(lambda m: run_samples(pipeline, x, m), n)
+
+        def pipe_block(n: int) -> list[float]:
+            pipe.rtt(20, inputs)
+            return pipe_cpu.measure(lambda m: pipe.rtt(m, inputs), n)
+
+        edge, bare, piped = interleaved_all([edge_block, echo.rtt, pipe_block], rounds, 10)
     finally:
         echo.close()
-    return p50(edge), p50(bare)
+        pipe.close()
+    return {"edge": p50(edge), "bare": p50(bare), "pipe": p50(piped),
+            "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us}
 
 
 _PLUGINS: list[PluginSet] = []
@@ -184,10 +255,19 @@ def main() -> None:
             pipeline, _ = open_stage(bundle)
             try:
                 if name == "tiny":
-                    edge, bare = tiny_against_bare(pipeline, x, rounds[name])
-                    result["bare_rtt_us"] = bare * 1e6
+                    tiny = tiny_against_anchors(pipeline, x, rounds[name])
+                    edge = tiny["edge"]
+                    result["bare_rtt_us"] = tiny["bare"] * 1e6
+                    result["mp_pipe_us"] = tiny["pipe"] * 1e6
+                    result["cpu_us_per_call_edge"] = tiny["edge_cpu_us"]
+                    result["cpu_us_per_call_mp_pipe"] = tiny["pipe_cpu_us"]
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
+                if name == "64mib":
+                    direct_zc, edge_zc = zero_copy_against_direct(
+                        pipeline, bundle / "model.onnx", x, 2 * rounds[name])
+                    result["direct_64mib_zero_copy_pair_us"] = direct_zc * 1e6
+                    result["edge_64mib_zero_copy_us"] = edge_zc * 1e6
             finally:
                 pipeline.close()
             result[f"direct_{name}_us"] = direct * 1e6
@@ -211,7 +291,15 @@ def main() -> None:
         "large_overhead_memcpy_ratio": round(
             (result["edge_64mib_us"] - result["direct_64mib_us"]) / 1e3
             / result["memcpy_64mib_ms"], 2),
+        "large_overhead_memcpy_ratio_zero_copy": round(
+            (result["edge_64mib_zero_copy_us"] - result["direct_64mib_zero_copy_pair_us"])
+            / 1e3 / result["memcpy_64mib_ms"], 2),
         "start_ratio": round(result["stage_start_ms"] / result["direct_start_ms"], 2),
+        "tiny_call_over_mp_pipe": round(
+            (result["edge_tiny_us"] - result["direct_tiny_us"]) / result["mp_pipe_us"], 2),
+        "cpu_us_per_call": {"edge": round(result["cpu_us_per_call_edge"], 1),
+                            "mp_pipe": round(result["cpu_us_per_call_mp_pipe"], 1)},
+        "spin_us": spin_us_from_env(),
         **{k: round(v, 1) for k, v in result.items()},
     }
     print(json.dumps(summary))

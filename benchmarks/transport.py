@@ -2,8 +2,14 @@
 
 Run: ``.venv/bin/python benchmarks/transport.py [--quick]``. Everything is measured in
 this one run (never compare against numbers from another run). The last line printed is
-one JSON object; ``rtt_ratio`` = edge echo p50 / bare socketpair p50 and
-``copy_ratio_64mib`` = 64 MiB edge echo p50 / ``np.copyto`` 64 MiB p50.
+one JSON object; ``echo_over_mp_pipe`` = edge echo p50 / ``multiprocessing.Pipe`` echo
+p50 of the same float32[4] (what a Python user would pick instead: the anchor),
+``echo_over_binary_floor`` = edge echo p50 / the pure-Python binary-header floor p50,
+``cpu_us_per_call`` = controller plus worker CPU time per round trip (edge and Pipe), all
+four taken in alternating blocks with the bare socketpair round trip; ``rtt_ratio`` = edge
+echo p50 / bare socketpair p50 (kept for history: that anchor moves 10x between runs on
+a VM, with both ends on one core or not) and ``copy_ratio_64mib`` = 64 MiB edge echo p50
+/ ``np.copyto`` 64 MiB p50.
 
 For context it also measures what those ratios are made of: the bare round trip with both
 ends polling instead of sleeping (the transport's spin does that), the edge echo with the
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import select
 import socket
@@ -24,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +39,7 @@ from precompile import ensure_bytecode
 
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import SegmentProducer, new_prefix
+from edge_contracts.waiting import spin_us_from_env
 from edge_core.host import Route, WorkerClient, start_worker
 
 HERE = Path(__file__).resolve().parent
@@ -110,8 +119,13 @@ poll.register(s, select.POLLIN)
 buf = bytearray(65536)
 view = memoryview(buf)
 while True:
+    # Polls for up to 200 us (the edge transport's default spin), then sleeps: idle
+    # between measured blocks, it leaves the cores to the others.
+    spin_until = time.perf_counter() + 200e-6
     while not poll.poll(0):
-        pass
+        if time.perf_counter() > spin_until:
+            poll.poll()
+            break
     n = s.recv_into(buf)
     if not n:
         break
@@ -136,30 +150,44 @@ while True:
 """
 
 
-def python_floor_rtt(n: int, header_kind: str = "json") -> list[float]:
-    """Round trips of the minimal pure-Python framing above (see FLOOR_CHILD).
+class FloorEcho:
+    """The minimal pure-Python framing above (see FLOOR_CHILD), kept for interleaving.
 
     ``header_kind="struct"`` replaces the JSON header with fixed binary fields, the
     cheapest header Python can decode: what is left is the interpreter itself.
     """
-    parent, child = socket.socketpair()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FLOOR_CHILD, str(child.fileno()), header_kind],
-        pass_fds=(child.fileno(),),
-    )
-    child.close()
-    poll = select.poll()
-    poll.register(parent, select.POLLIN)
-    prefix = struct.Struct("<4sIQ")
-    packed = struct.Struct("<16s16sQQI")
-    buf = bytearray(65536)
-    view = memoryview(buf)
-    x = np.arange(4, dtype=np.float32)
-    samples = []
-    try:
-        for index in range(n + 200):
+
+    def __init__(self, header_kind: str = "json") -> None:
+        self._kind = header_kind
+        self._parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", FLOOR_CHILD, str(child.fileno()), header_kind],
+            pass_fds=(child.fileno(),),
+        )
+        child.close()
+        self._poll = select.poll()
+        self._poll.register(self._parent, select.POLLIN)
+        self._index = 0
+        self.pid = self._proc.pid
+        self.rtt(200)
+
+    def rtt(self, n: int) -> list[float]:
+        """``n`` round trips of one float32[4] (after 20 unrecorded ones)."""
+        return self._rtt(n + 20)[20:]
+
+    def _rtt(self, n: int) -> list[float]:
+        parent, poll = self._parent, self._poll
+        prefix = struct.Struct("<4sIQ")
+        packed = struct.Struct("<16s16sQQI")
+        buf = bytearray(65536)
+        view = memoryview(buf)
+        x = np.arange(4, dtype=np.float32)
+        samples = []
+        for _ in range(n):
+            self._index += 1
+            index = self._index
             t0 = time.perf_counter()
-            if header_kind == "struct":
+            if self._kind == "struct":
                 rid = f"r{index}".encode()
                 header = packed.pack(rid, b"bench", 0, 1, 4)
                 parent.sendmsg([prefix.pack(b"EDGW", len(header), x.nbytes) + header, x.data])
@@ -170,8 +198,7 @@ def python_floor_rtt(n: int, header_kind: str = "json") -> list[float]:
                 got, _, _, _, count = packed.unpack_from(buf, 16)
                 y = np.frombuffer(buf, dtype=np.float32, count=count, offset=16 + hlen).copy()
                 assert got.rstrip(b"\0") == rid and y[3] == 3.0
-                if index >= 200:
-                    samples.append(time.perf_counter() - t0)
+                samples.append(time.perf_counter() - t0)
                 continue
             header = json.dumps(
                 {"version": 1, "required_features": [], "op": "run",
@@ -188,12 +215,102 @@ def python_floor_rtt(n: int, header_kind: str = "json") -> list[float]:
             reply = json.loads(bytes(view[16 : 16 + hlen]))
             y = np.frombuffer(buf, dtype=np.float32, count=4, offset=16 + hlen).copy()
             assert reply["request_id"] == f"r{index}" and y[3] == 3.0
-            if index >= 200:
-                samples.append(time.perf_counter() - t0)
+            samples.append(time.perf_counter() - t0)
         return samples
+
+    def close(self) -> None:
+        """End the child."""
+        self._parent.close()
+        self._proc.wait()
+
+
+def python_floor_rtt(n: int, header_kind: str = "json") -> list[float]:
+    """``n`` round trips of a fresh :class:`FloorEcho` (``json`` or ``struct`` header)."""
+    echo = FloorEcho(header_kind)
+    try:
+        return echo.rtt(n)
     finally:
-        parent.close()
-        proc.wait()
+        echo.close()
+
+
+# What a Python user would pick instead of edge-core: one end of a multiprocessing.Pipe()
+# (a socketpair, pickled messages) in another interpreter that sends back what it gets.
+PIPE_CHILD = r"""
+import sys
+from multiprocessing.connection import Connection
+import numpy  # unpickling the arrays needs it; imported before the first message
+conn = Connection(int(sys.argv[1]))
+while True:
+    try:
+        message = conn.recv()
+    except EOFError:
+        break
+    conn.send(message)
+"""
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU time of this process plus one other (the worker), summed over measured blocks.
+
+    ``measure(run, n)`` runs ``run(n)`` (which returns samples) and adds the CPU seconds
+    both processes used meanwhile; ``per_call_us`` divides by the calls measured. The
+    other process's time comes from /proc in clock ticks (10 ms), so blocks of a few
+    thousand calls are needed for a useful figure.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seconds = 0.0
+        self.calls = 0
+
+    def measure(self, run: Callable[[int], list[float]], n: int) -> list[float]:
+        """Run ``run(n)``, adding the CPU time of both processes; return its samples."""
+        before = time.process_time() + process_cpu_s(self.pid)
+        samples = run(n)
+        self.seconds += time.process_time() + process_cpu_s(self.pid) - before
+        self.calls += len(samples)
+        return samples
+
+    @property
+    def per_call_us(self) -> float:
+        """Controller plus worker CPU microseconds per measured round trip."""
+        return self.seconds / max(1, self.calls) * 1e6
+
+
+class PipeEcho:
+    """A ``multiprocessing.Pipe`` echo in a child interpreter (numpy arrays, pickled)."""
+
+    def __init__(self) -> None:
+        self._conn, child = multiprocessing.Pipe()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", PIPE_CHILD, str(child.fileno())], pass_fds=(child.fileno(),)
+        )
+        child.close()
+        self.pid = self._proc.pid
+        self.rtt(200, {"x": np.arange(4, dtype=np.float32)})
+
+    def rtt(self, n: int, inputs: dict[str, np.ndarray]) -> list[float]:
+        """``n`` round trips of ``inputs`` (a dict of arrays, as the edge echo sends)."""
+        conn: Connection = self._conn
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            conn.send(inputs)
+            back = conn.recv()
+            samples.append(time.perf_counter() - t0)
+        assert back.keys() == inputs.keys()
+        return samples
+
+    def close(self) -> None:
+        """End the child."""
+        self._conn.close()
+        self._proc.wait()
 
 
 class BareEcho:
@@ -236,17 +353,24 @@ def interleaved(
     The host's load changes during a run; alternating blocks lets both measurements
     see the same conditions, so their ratio is not a comparison of two moments.
     """
-    a: list[float] = []
-    b: list[float] = []
+    a, b = interleaved_all([first, second], n, blocks)
+    return a, b
+
+
+def interleaved_all(
+    runs: list[Callable[[int], list[float]]], n: int, blocks: int
+) -> list[list[float]]:
+    """``n`` samples of each of ``runs``, in blocks whose order rotates every block."""
+    out: list[list[float]] = [[] for _ in runs]
     size = max(1, n // blocks)
     for block in range(blocks):
+        order = list(range(len(runs)))
+        order = order[block % len(runs):] + order[: block % len(runs)]
         if block % 2:
-            b.extend(second(size))
-            a.extend(first(size))
-        else:
-            a.extend(first(size))
-            b.extend(second(size))
-    return a, b
+            order.reverse()
+        for index in order:
+            out[index].extend(runs[index](size))
+    return out
 
 
 def bare_spinning_rtt(n: int) -> list[float]:
@@ -331,6 +455,22 @@ def edge_echo(
     return [_echo(client, first + warm + i, inputs) for i in range(n)]
 
 
+def edge_block(
+    client: WorkerClient, meter: CpuMeter, n: int, inputs: dict[str, np.ndarray], first: int
+) -> list[float]:
+    """30 unmeasured echoes, then ``n`` timed ones whose CPU time ``meter`` counts."""
+    edge_echo(client, 30, inputs, warm=0, first=first)
+    return meter.measure(lambda m: edge_echo(client, m, inputs, warm=0, first=first + 30), n)
+
+
+def pipe_block(
+    echo: PipeEcho, meter: CpuMeter, n: int, inputs: dict[str, np.ndarray]
+) -> list[float]:
+    """The same for the ``multiprocessing.Pipe`` echo."""
+    echo.rtt(30, inputs)
+    return meter.measure(lambda m: echo.rtt(m, inputs), n)
+
+
 def _copy_samples(dst: np.ndarray, src: np.ndarray, n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -357,7 +497,6 @@ def main() -> None:
     blocks = 4 if args.quick else 10
     spinning = bare_spinning_rtt(n_rtt)
     floor = python_floor_rtt(n_rtt)
-    floor_struct = python_floor_rtt(n_rtt, "struct")
     tcp = bare_tcp_rtt(n_rtt)
     tiny = {"x": np.arange(4, dtype=np.float32)}
     blocking = _start(threshold=256 * 1024, spin_us=0)
@@ -366,15 +505,25 @@ def main() -> None:
     finally:
         blocking.retire()
 
-    # The two measurements the goals compare are taken in alternating blocks.
+    # The measurements the goals compare are taken in alternating blocks: the bare
+    # socketpair, the edge echo, the multiprocessing.Pipe echo of the same arrays and the
+    # pure-Python binary-header floor; CPU time is counted over the same blocks.
     bare_echo = BareEcho()
+    pipe_echo = PipeEcho()
+    floor_echo = FloorEcho("struct")
     client = _start(threshold=256 * 1024)
+    edge_cpu = CpuMeter(client.identity.pid)
+    pipe_cpu = CpuMeter(pipe_echo.pid)
     counter = iter(range(1 << 30))
     try:
         edge_echo(client, 200, tiny, warm=0)
-        bare, edge = interleaved(
-            bare_echo.rtt,
-            lambda n: edge_echo(client, n, tiny, warm=30, first=next(counter) * 10_000),
+        bare, edge, pipe, floor_struct = interleaved_all(
+            [
+                bare_echo.rtt,
+                lambda n: edge_block(client, edge_cpu, n, tiny, next(counter) * 10_000),
+                lambda n: pipe_block(pipe_echo, pipe_cpu, n, tiny),
+                floor_echo.rtt,
+            ],
             n_rtt,
             blocks,
         )
@@ -398,6 +547,8 @@ def main() -> None:
     finally:
         client.retire()
         bare_echo.close()
+        pipe_echo.close()
+        floor_echo.close()
     print(f"bare socketpair round trip p50: {p50(bare) * 1e6:8.1f} us  (n={len(bare)})")
     print(f"bare socketpair, both ends polling p50: {p50(spinning) * 1e6:8.1f} us")
     print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
@@ -405,6 +556,9 @@ def main() -> None:
           f"  (binary header: {p50(floor_struct) * 1e6:.1f} us)")
     print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
     print(f"edge worker echo (float32[4]) p50: {p50(edge) * 1e6:8.1f} us  (n={len(edge)})")
+    print(f"multiprocessing.Pipe echo (float32[4]) p50: {p50(pipe) * 1e6:8.1f} us")
+    print(f"CPU per round trip, both processes: edge {edge_cpu.per_call_us:.1f} us,"
+          f" Pipe {pipe_cpu.per_call_us:.1f} us")
     shm_mem = shm_copyto(64 * MIB, n_big * 2)
     print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
     print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")
@@ -451,7 +605,13 @@ def main() -> None:
         # (shared mappings get no transparent huge pages; private numpy arrays do).
         copy_floor_ratio_64mib=2 * p50(shm_mem) / p50(mem),
         threshold_sweep=sweep,
-        goals={"rtt_ratio": 1.3, "copy_ratio_64mib": 2.5},
+        mp_pipe_p50_us=p50(pipe) * 1e6,
+        echo_over_mp_pipe=p50(edge) / p50(pipe),
+        echo_over_binary_floor=p50(edge) / p50(floor_struct),
+        cpu_us_per_call={"edge": edge_cpu.per_call_us, "mp_pipe": pipe_cpu.per_call_us},
+        spin_us=spin_us_from_env(),
+        goals={"rtt_ratio": 1.3, "copy_ratio_64mib": 2.5, "echo_over_mp_pipe": 0.5,
+               "echo_over_binary_floor": 5.0},
     )
     print(json.dumps(results, separators=(",", ":")))
 

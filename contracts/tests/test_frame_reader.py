@@ -134,7 +134,7 @@ def test_conformance_frames_read_as_the_fixtures_say(kind: str, case: dict[str, 
             assert same(reader.read(), decode_frame(data, limits))
             assert not reader.buffered
             continue
-        if case["name"] == "trailing bytes":  # a stream reader leaves them for the next read
+        if case["name"].endswith("trailing bytes"):  # a stream reader leaves them for later
             reader.read()
             assert reader.buffered or source.position < len(data)
             continue

@@ -84,3 +84,11 @@ def test_empty_containers_count_towards_the_nesting_limit(empty: object) -> None
     freeze_object(nested(MAX_JSON_DEPTH - 1), "meta")  # the deepest accepted
     with pytest.raises(InvalidValue, match="nesting must be <= 32"):
         freeze_object(nested(MAX_JSON_DEPTH), "meta")
+
+
+def test_frozen_object_get_and_membership_behave_like_a_dict() -> None:
+    from edge_contracts.jsonvalues import freeze_object
+
+    frozen = freeze_object({"a": 1, "n": None}, "meta")
+    assert frozen.get("a") == 1 and frozen.get("n", 5) is None and frozen.get("z", 5) == 5
+    assert "n" in frozen and "z" not in frozen and 1 not in frozen

@@ -1,18 +1,23 @@
 """Fuzzing the frame decoder: every refusal is a WireError, and none allocates the payload."""
 
 import contextlib
+import dataclasses
 import json
 import math
 import struct
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edge_contracts.binary_header import BINARY_OPS, encode_binary_header
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import WireError
+from edge_contracts.errors import HeaderMalformed, UnknownRequiredFeature, WireError
+from edge_contracts.frame_reader import FrameReader
 from edge_contracts.wire import (
+    BINARY_MAGIC,
     PREFIX,
     FrameHeader,
     Limits,
@@ -228,3 +233,121 @@ def test_refused_header_with_a_gigantic_declared_payload_allocates_almost_nothin
     data = PREFIX.pack(b"EDGW", len(raw), 8 << 20) + raw + struct.pack("<I", 0)
     peak = _peak_during(lambda: decode_or_refuse(data))
     assert peak < 64 << 10
+
+
+# -- the binary header of per-request frames (edge_contracts.binary_header) -------------
+
+
+@st.composite
+def valid_binary_frames(draw: st.DrawFn) -> tuple[FrameHeader, list[bytes]]:
+    header, payloads = draw(valid_frames())
+    op = draw(st.sampled_from(sorted(BINARY_OPS)))
+    return dataclasses.replace(header, op=op), payloads
+
+
+def binary_frame_bytes(header: FrameHeader, payloads: list[bytes]) -> bytes:
+    parts = encode_frame(header, payloads, binary=True)
+    assert bytes(parts[0][:4]) == BINARY_MAGIC
+    return b"".join(bytes(part) for part in parts)
+
+
+@FUZZ
+@given(valid_binary_frames())
+def test_valid_binary_frames_round_trip_bit_exact(case: tuple[FrameHeader, list[bytes]]) -> None:
+    header, payloads = case
+    data = binary_frame_bytes(header, payloads)
+    frame = decode_frame(data, LIMITS)
+    assert frame.header == header
+    assert [bytes(view) for view in frame.tensor_views().values()] == payloads
+    # the same frame read through the buffered reader, in small pieces
+    position = 0
+
+    def recv_into(view: memoryview) -> int:
+        nonlocal position
+        count = min(len(view), len(data) - position, 7)
+        view[:count] = data[position : position + count]
+        position += count
+        return count
+
+    assert FrameReader(recv_into, LIMITS).read().header == header
+
+
+@FUZZ
+@given(st.binary(max_size=512))
+def test_random_bytes_behind_a_binary_prefix_fail_only_with_wire_errors(data: bytes) -> None:
+    decode_or_refuse(PREFIX.pack(BINARY_MAGIC, len(data), 0) + data)
+    decode_or_refuse(PREFIX.pack(BINARY_MAGIC, max(1, len(data)), 16) + data + bytes(16))
+
+
+@FUZZ
+@given(valid_binary_frames(), st.data())
+def test_mutated_binary_frames_fail_only_with_wire_errors(
+    case: tuple[FrameHeader, list[bytes]], data: st.DataObject
+) -> None:
+    original = bytearray(binary_frame_bytes(*case))
+    mutation = data.draw(st.sampled_from(["flip", "truncate", "splice", "extend"]))
+    at = data.draw(st.integers(min_value=0, max_value=len(original) - 1))
+    if mutation == "flip":
+        original[at] ^= data.draw(st.integers(min_value=1, max_value=255))
+    elif mutation == "truncate":
+        del original[at:]
+    elif mutation == "splice":
+        end = data.draw(st.integers(min_value=at, max_value=len(original)))
+        original[at:end] = data.draw(st.binary(max_size=16))
+    else:
+        original += data.draw(st.binary(min_size=1, max_size=16))
+    decode_or_refuse(bytes(original))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_binary_frames(), st.integers(min_value=1 << 20, max_value=8 << 20), st.data())
+def test_refused_binary_frames_never_allocate_their_declared_payload(
+    case: tuple[FrameHeader, list[bytes]], declared: int, data: st.DataObject
+) -> None:
+    header, _ = case
+    raw = bytearray(encode_binary_header(header))
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+        raw[at] ^= data.draw(st.integers(min_value=1, max_value=255))
+    frame = PREFIX.pack(BINARY_MAGIC, len(raw), declared) + bytes(raw)
+    refusal: list[WireError] = []
+
+    def decode() -> None:
+        try:
+            decode_frame(frame, LIMITS)
+        except WireError as exc:
+            refusal.append(exc)
+
+    peak = _peak_during(decode)
+    assert refusal, "a frame without its declared payload cannot decode"
+    assert peak <= LIMITS.max_io_bytes + LIMITS.max_header_bytes + (64 << 10)
+    if refusal[0].field != "payload":
+        assert peak < 256 << 10 < declared, (refusal[0], peak)
+
+
+def test_binary_header_is_refused_by_a_reader_without_the_feature() -> None:
+    header = FrameHeader("run", "r", "s", 0, 0, (TensorSpec("x", DType.UINT8, (4,), 4),))
+    data = binary_frame_bytes(header, [b"abcd"])
+    without = Limits(max_io_bytes=1024, supported_features=frozenset({"shm-tensors"}))
+    with pytest.raises(UnknownRequiredFeature) as caught:
+        decode_frame(data, without)
+    assert caught.value.field == "prefix.magic"
+    with pytest.raises(UnknownRequiredFeature):  # and a sender checking those limits
+        encode_frame(header, [b"abcd"], binary=True, limits=without)
+
+
+def test_control_frames_keep_the_json_header_when_binary_is_asked() -> None:
+    hello = FrameHeader("hello", "", "", 0, 1, meta={"x": 1})
+    parts = encode_frame(hello, [], binary=True)
+    assert bytes(parts[0][:4]) == b"EDGW"
+    with pytest.raises(HeaderMalformed) as caught:
+        encode_binary_header(hello)
+    assert caught.value.field == "header.op"
+
+
+def test_a_feature_without_a_bit_keeps_the_json_header() -> None:
+    limits = Limits(max_io_bytes=1024, supported_features=frozenset({"binary-header", "x-new"}))
+    header = FrameHeader("run", "r", "s", 0, 0, required_features=frozenset({"x-new"}))
+    parts = encode_frame(header, [], binary=True)
+    assert bytes(parts[0][:4]) == b"EDGW"
+    assert decode_frame(b"".join(bytes(part) for part in parts), limits).header == header

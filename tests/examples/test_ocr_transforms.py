@@ -186,6 +186,48 @@ def test_preprocess_letterboxes_a_large_image_and_boxes_map_back() -> None:
     np.testing.assert_allclose(back, box / 0.32, rtol=1e-6)
 
 
+def test_preprocess_writes_into_a_given_bucket_array() -> None:
+    image = np.full((1000, 2000, 3), 255, dtype=np.uint8)
+    out = np.full(DET_SHAPE, 7.0, dtype=np.float32)  # stale bytes of an earlier image
+    x = preprocess(image, out=out)[DET_INPUT]
+    assert x is out
+    np.testing.assert_array_equal(x, preprocess(image)[DET_INPUT])
+    with pytest.raises(TensorMismatch, match=r"^out: expected a writable float32 bucket"):
+        preprocess(image, out=np.zeros(DET_SHAPE, dtype=np.float64))
+
+
+def test_prepare_fills_the_pipeline_input_buffer_it_is_given(tmp_path: Path) -> None:
+    from edge_ort.bundles import write_add_relu_graph
+    from PIL import Image
+
+    from edge_core.artifacts import create_manifest
+    from edge_core.config import load_pipeline
+    from edge_core.config.transforms import call_prepare
+    from edge_core.ledger import ResourceLedger
+    from edge_core.plugins import load_plugins
+    from edge_core.pools import Pool
+    from edge_core.runtime import Pipeline
+    from edge_ocr_example.pipeline_io import prepare
+
+    path = tmp_path / "white.png"
+    Image.fromarray(np.full((40, 60, 3), 255, dtype=np.uint8)).save(path)
+    bundle = tmp_path / "stage"
+    bundle.mkdir()
+    write_add_relu_graph(bundle, (2, 3))
+    np.savez(bundle / "example.npz", x=np.ones((2, 3), np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu"}, "manifest": str(bundle)}]})
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    with Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger) as pipe:
+        producer = pipe.stages[0].loaded.client._producer  # type: ignore[attr-defined]
+        inputs: dict[str, np.ndarray] = call_prepare(prepare, str(path), pipe)  # type: ignore[assignment]
+        assert producer.retained_buffers == 1  # the bucket lives in the pipeline's memory
+        np.testing.assert_array_equal(inputs[DET_INPUT], prepare(str(path))[DET_INPUT])
+        del inputs
+    assert ledger.is_empty()
+
+
 def test_preprocess_refuses_a_non_rgb_image() -> None:
     with pytest.raises(TensorMismatch, match=r"^image: expected an HxWx3 uint8 RGB array: "):
         preprocess(np.zeros((10, 10), dtype=np.uint8))

@@ -24,7 +24,14 @@ from collections.abc import Callable
 
 from edge_contracts.errors import FrameTruncated, StreamClosed, WireError
 from edge_contracts.headers import Limits
-from edge_contracts.wire import PREFIX_SIZE, Frame, decode_prefix, parse_header, receive_payload
+from edge_contracts.wire import (
+    BINARY_MAGIC,
+    PREFIX_SIZE,
+    Frame,
+    decode_prefix,
+    parse_header,
+    receive_payload,
+)
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader"]
 
@@ -81,6 +88,7 @@ class FrameReader:
         start = self._start
         prefix = self._view[start : start + PREFIX_SIZE]
         header_len, payload_len = decode_prefix(prefix, self._limits)
+        binary = prefix[:4] == BINARY_MAGIC
         self._start = start = start + PREFIX_SIZE
         raw: bytes | bytearray
         if header_len <= len(self._buffer):
@@ -91,7 +99,7 @@ class FrameReader:
         else:  # a header larger than the buffer (only with raised limits)
             raw = bytearray(header_len)
             self._take_into(memoryview(raw), "header")
-        header = parse_header(raw, self._limits, payload_len=payload_len)
+        header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary)
         start = self._start
         buffered = min(payload_len, self._end - start)
         head = self._view[start : start + buffered]

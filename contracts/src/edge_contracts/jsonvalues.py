@@ -62,6 +62,13 @@ class JSONObject(Mapping[str, JSONValue]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, else ``default`` (one lookup; protocol code reads meta so)."""
+        return self._items.get(key, default)
+
     def __hash__(self) -> int:
         if self._hash is None:
             self._hash = hash(frozenset(self._items.items()))

@@ -15,6 +15,7 @@ from edge_contracts.errors import InvalidValue, UnknownRequiredFeature
 
 __all__ = [
     "FEATURE_BFLOAT16",
+    "FEATURE_BINARY_HEADER",
     "FEATURE_CANCEL",
     "FEATURE_HEARTBEAT",
     "FEATURE_SHM_TENSORS",
@@ -43,9 +44,19 @@ FEATURE_CANCEL = "cancel"
 FEATURE_HEARTBEAT = "heartbeat"
 """The worker sends ``heartbeat`` frames while it has work, from a thread of its own."""
 
+FEATURE_BINARY_HEADER = "binary-header"
+"""Per-request frames (request, event, ack) may carry the fixed binary header
+(:mod:`edge_contracts.binary_header`, prefix magic ``EDGB``) instead of JSON."""
+
 KNOWN_FEATURES: frozenset[str] = frozenset(
-    {FEATURE_SHM_TENSORS, FEATURE_STREAM_EVENTS, FEATURE_BFLOAT16, FEATURE_CANCEL,
-     FEATURE_HEARTBEAT}
+    {
+        FEATURE_SHM_TENSORS,
+        FEATURE_STREAM_EVENTS,
+        FEATURE_BFLOAT16,
+        FEATURE_CANCEL,
+        FEATURE_HEARTBEAT,
+        FEATURE_BINARY_HEADER,
+    }
 )
 """Every feature this implementation supports."""
 

@@ -485,6 +485,23 @@ class SegmentProducer:
                 self._pool[segment] = entry[0]
             return True
 
+    def renew(self, segment: str, generation: int) -> int | None:
+        """Stamp a new generation on a segment leased under ``generation``; return it.
+
+        For a buffer its owner fills and sends again (a controller's input buffer): the
+        segment stays leased to it, and references to the old generation become stale
+        for the consumer. None when ``segment`` is not leased under ``generation``
+        (acknowledged, released, or the producer closed).
+        """
+        with self._lock:
+            entry = self._leased.get(segment)
+            if self._closed or entry is None or entry[1] != generation:
+                return None
+            self._generation += 1
+            entry[0].set_generation(self._generation)
+            self._leased[segment] = (entry[0], self._generation)
+            return self._generation
+
     def take_gone(self) -> list[str]:
         """Return (and forget) the names unlinked since the last call, for the consumer."""
         with self._lock:

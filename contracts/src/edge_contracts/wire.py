@@ -26,6 +26,13 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from edge_contracts.binary_header import (
+    BINARY_FEATURES,
+    BINARY_MAGIC,
+    BINARY_OPS,
+    encode_binary_header,
+    parse_binary_header,
+)
 from edge_contracts.errors import (
     FrameTruncated,
     HeaderMalformed,
@@ -45,9 +52,10 @@ from edge_contracts.headers import (
     TensorSpec,
 )
 from edge_contracts.jsonvalues import STRICT_DECODER, thaw_json
-from edge_contracts.protocol import PROTOCOL_VERSION
+from edge_contracts.protocol import FEATURE_BINARY_HEADER, PROTOCOL_VERSION
 
 __all__ = [
+    "BINARY_MAGIC",
     "MAGIC",
     "PAYLOAD_STEP",
     "PREFIX",
@@ -136,9 +144,15 @@ class Frame:
 def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tuple[int, int]:
     """Check a 16-byte prefix against ``limits``; return ``(header_len, payload_len)``.
 
+    The magic is ``b"EDGW"`` (JSON header) or, when ``limits`` support the
+    ``binary-header`` feature, ``b"EDGB"`` (binary header, see
+    :mod:`edge_contracts.binary_header`); the caller tells them apart by the first four
+    bytes.
+
     Raises:
         FrameTruncated: fewer than 16 bytes.
-        HeaderMalformed: wrong magic, or a header length of 0.
+        HeaderMalformed: unknown magic, or a header length of 0.
+        UnknownRequiredFeature: a binary header when ``limits`` do not support it.
         HeaderTooLarge: header length over ``limits.max_header_bytes``.
         PayloadTooLarge: payload length over ``limits.max_io_bytes``.
 
@@ -147,7 +161,14 @@ def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tup
         raise FrameTruncated("prefix", len(prefix), f"must be {PREFIX_SIZE} bytes")
     magic, header_len, payload_len = PREFIX.unpack(prefix)
     if magic != MAGIC:
-        raise HeaderMalformed("prefix.magic", bytes(magic), f"must be {MAGIC!r}")
+        if magic != BINARY_MAGIC:
+            raise HeaderMalformed(
+                "prefix.magic", bytes(magic), f"must be {MAGIC!r} or {BINARY_MAGIC!r}"
+            )
+        if FEATURE_BINARY_HEADER not in limits.supported_features:
+            raise UnknownRequiredFeature(
+                "prefix.magic", bytes(magic), f"a binary header needs {FEATURE_BINARY_HEADER}"
+            )
     if header_len == 0:
         raise HeaderMalformed("prefix.header_len", 0, "must be > 0")
     if header_len > limits.max_header_bytes:
@@ -164,14 +185,19 @@ def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tup
 
 
 def parse_header(
-    raw: bytes | bytearray | memoryview, limits: Limits, *, payload_len: int | None = None
+    raw: bytes | bytearray | memoryview,
+    limits: Limits,
+    *,
+    payload_len: int | None = None,
+    binary: bool = False,
 ) -> FrameHeader:
     """Parse and check a header against ``limits``, allocating no payload.
 
     Checks, in order: length cap, UTF-8 JSON (no duplicate keys, no NaN/Infinity),
     version, required features, tensor count, the header's fields and every tensor
     descriptor, total tensor bytes <= ``max_io_bytes`` and, when ``payload_len`` is
-    given, that it equals the inline tensors' bytes.
+    given, that it equals the inline tensors' bytes. With ``binary`` the header is in
+    the layout of :mod:`edge_contracts.binary_header` (same checks, same errors).
 
     Raises:
         HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,
@@ -181,6 +207,14 @@ def parse_header(
     if len(raw) > limits.max_header_bytes:
         raise HeaderTooLarge(
             "header", len(raw), f"must be <= max_header_bytes {limits.max_header_bytes}"
+        )
+    if binary:
+        if FEATURE_BINARY_HEADER not in limits.supported_features:
+            raise UnknownRequiredFeature(
+                "header", FEATURE_BINARY_HEADER, "binary headers are not supported here"
+            )
+        return parse_binary_header(
+            raw, limits, payload_len=payload_len, json_decoder=_DECODER
         )
     try:
         data = _DECODER.decode(str(raw, "utf-8"))
@@ -243,7 +277,8 @@ def read_frame(recv_into: Callable[[memoryview], int], limits: Limits) -> Frame:
     header_len, payload_len = decode_prefix(prefix, limits)
     raw = bytearray(header_len)
     _fill(recv_into, memoryview(raw), "header")
-    header = parse_header(raw, limits, payload_len=payload_len)
+    binary = prefix[:4] == BINARY_MAGIC
+    header = parse_header(raw, limits, payload_len=payload_len, binary=binary)
     return Frame(header, receive_payload(recv_into, payload_len))
 
 
@@ -346,7 +381,11 @@ _TENSORS_TEXT: dict[tuple[TensorSpec, ...], str] = {}
 
 
 def encode_frame(
-    header: FrameHeader, payloads: Sequence[Buffer], *, limits: Limits | None = None
+    header: FrameHeader,
+    payloads: Sequence[Buffer],
+    *,
+    limits: Limits | None = None,
+    binary: bool = False,
 ) -> list[bytes | memoryview]:
     """Return a frame as buffers for scatter-gather writing (see :func:`write_frame`).
 
@@ -359,6 +398,10 @@ def encode_frame(
         payloads: one C-contiguous buffer per inline tensor, in header order, each of
             exactly that tensor's ``nbytes``.
         limits: when given, the sender refuses what such a reader would refuse.
+        binary: write the binary header (:mod:`edge_contracts.binary_header`) when the
+            op has one (request, event, ack) and its required features have bits; only
+            on a channel that negotiated the ``binary-header`` feature. Anything else
+            is written with the JSON header.
 
     Raises:
         PayloadMismatch: wrong number of payloads, a wrong size or a non-contiguous one.
@@ -382,13 +425,20 @@ def encode_frame(
                 f"payloads[{index}]", view.nbytes, f"must be {spec.nbytes} bytes for {spec.name}"
             )
         parts.append(view)
-    raw = encode_header(header)
+    binary = (
+        binary and header.op in BINARY_OPS and header.required_features <= BINARY_FEATURES
+    )
+    raw = encode_binary_header(header) if binary else encode_header(header)
     cap = MAX_HEADER_CAP if limits is None else limits.max_header_bytes
     if len(raw) > cap:
         raise HeaderTooLarge("header", len(raw), f"must be <= max_header_bytes {cap}")
     if limits is not None:
         _check_sender_limits(header, limits)
-    parts[0] = PREFIX.pack(MAGIC, len(raw), header.inline_nbytes) + raw
+        if binary and FEATURE_BINARY_HEADER not in limits.supported_features:
+            raise UnknownRequiredFeature(
+                "header", FEATURE_BINARY_HEADER, "not supported by the reader's limits"
+            )
+    parts[0] = PREFIX.pack(BINARY_MAGIC if binary else MAGIC, len(raw), header.inline_nbytes) + raw
     return parts
 
 

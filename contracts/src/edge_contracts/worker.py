@@ -62,7 +62,12 @@ from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
-from edge_contracts.protocol import FEATURE_HEARTBEAT, FEATURE_SHM_TENSORS, KNOWN_FEATURES
+from edge_contracts.protocol import (
+    FEATURE_BINARY_HEADER,
+    FEATURE_HEARTBEAT,
+    FEATURE_SHM_TENSORS,
+    KNOWN_FEATURES,
+)
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
@@ -239,6 +244,8 @@ class _Server:
         )
         self.use_shm = SHM_AVAILABLE and FEATURE_SHM_TENSORS in boot.features
         self.sealed = self.use_shm and uses_sealed(boot)
+        # events and acks go with the binary header when the controller reads it
+        self.binary = FEATURE_BINARY_HEADER in boot.features
         self.limits = Limits(
             max_header_bytes=boot.max_header_bytes,
             max_io_bytes=boot.max_io_bytes,
@@ -288,7 +295,7 @@ class _Server:
 
     def send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> bool:
         """Write one frame; False if the channel is gone."""
-        parts = encode_frame(header, payloads or [])
+        parts = encode_frame(header, payloads or [], binary=self.binary)
         with self._send_lock:
             if self._broken:
                 return False

@@ -212,6 +212,10 @@ class WorkerStage:
         self._sample_memory()
         return report
 
+    def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An input array in the controller's shared memory, sent by reference."""
+        return self.client.input_buffer(shape, dtype)
+
     def call(self, request: StageRequest,
              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Send the request now; return an iterator of (event, outputs).

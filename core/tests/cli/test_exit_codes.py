@@ -39,7 +39,8 @@ def test_an_unreadable_input_exits_2_with_one_line_and_no_traceback(tmp_path: Pa
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if "--inputs" in line]
-    assert errors == [errors[0]] and errors[0].startswith("edge: --inputs bad.npz: not an .npz archive")
+    assert errors == [errors[0]]
+    assert errors[0].startswith("edge: --inputs bad.npz: not an .npz archive")
     assert result.stdout == ""
 
 

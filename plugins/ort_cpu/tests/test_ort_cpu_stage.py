@@ -190,3 +190,31 @@ def test_large_outputs_are_exact_and_arrive_without_a_copy(
                 assert not y.flags.writeable and not y.flags.owndata  # a view, not a copy
                 del y
     assert ledger.is_empty()
+
+
+def test_a_pipeline_input_buffer_is_filled_in_place_and_sent_by_reference(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    from edge_core.artifacts import create_manifest
+    from edge_ort.bundles import write_add_relu_graph
+
+    bundle = tmp_path / "big"
+    bundle.mkdir()
+    graph = write_add_relu_graph(bundle, (512, 1024))
+    rng = np.random.default_rng(5)
+    np.savez(bundle / "example.npz", x=rng.standard_normal((512, 1024)).astype(np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        buffer = pipeline.input_buffer("x", (512, 1024), np.float32)  # 2 MiB: shared memory
+        producer = pipeline.stages[0].loaded.client._producer  # type: ignore[attr-defined]
+        held = producer.held_bytes
+        for _ in range(3):
+            buffer[...] = rng.standard_normal((512, 1024)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": buffer})
+            with pipeline.run({"x": buffer}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], expected)
+            assert buffer.flags.writeable  # the request ended: the caller may refill it
+        assert producer.held_bytes == held  # no segment was leased for a copy
+        del buffer
+    assert ledger.is_empty()

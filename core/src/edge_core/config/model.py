@@ -334,7 +334,9 @@ class PipelineConfig:
     """Pipeline-wide pool ceilings; combined with the stages' own by :meth:`ceilings`."""
     prepare: InputTransform | None = None
     """Model-owned function ``prepare(source: str) -> inputs`` that turns what ``edge run
-    --input`` names (an image path, say) into the first stage's inputs."""
+    --input`` names (an image path, say) into the first stage's inputs. One that also
+    takes an ``input_buffer`` keyword is given ``pipeline.input_buffer`` to write a large
+    input straight into shared memory (sent without a copy)."""
     finish: InputTransform | None = None
     """Model-owned function ``finish(outputs, inputs, bundles) -> JSON`` that turns the
     final stage's outputs into the answer ``edge run`` prints (recognised text, say);

@@ -8,13 +8,15 @@ adapters under stable names.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from typing import Any
 
 from edge_core.config.model import InputTransform
 from edge_core.errors import ConfigError
 
-__all__ = ["ADAPTER_GROUP", "resolve_input_transform"]
+__all__ = ["ADAPTER_GROUP", "call_prepare", "resolve_input_transform"]
 
 ADAPTER_GROUP = "edge.adapters"
 """Entry-point group in which model packages register named input adapters."""
@@ -62,3 +64,19 @@ def resolve_input_transform(
     if not callable(target):
         raise ConfigError(path, "does not name a callable", reference)
     return target
+
+
+def call_prepare(prepare: Callable[..., object], source: str, pipeline: Any) -> object:
+    """Call a pipeline's ``prepare(source)``, offering it the pipeline's input buffers.
+
+    A prepare function that takes an ``input_buffer`` keyword gets
+    ``pipeline.input_buffer`` (``(name, shape, dtype) -> array``): it can write the first
+    stage's input straight into shared memory, which then travels without a copy.
+    """
+    try:
+        takes = "input_buffer" in inspect.signature(prepare).parameters
+    except (TypeError, ValueError):  # a callable without a signature: the plain call
+        takes = False
+    if takes:
+        return prepare(source, input_buffer=pipeline.input_buffer)
+    return prepare(source)

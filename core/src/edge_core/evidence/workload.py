@@ -45,7 +45,7 @@ def resolve_groups(pipeline: Pipeline, sources: Sequence[str],
     """
     import numpy as np
 
-    from edge_core.config.transforms import resolve_input_transform
+    from edge_core.config.transforms import call_prepare, resolve_input_transform
     from edge_core.evidence.errors import RecordInvalid
 
     groups: list[InputGroup] = []
@@ -53,7 +53,7 @@ def resolve_groups(pipeline: Pipeline, sources: Sequence[str],
         if pipeline.config.prepare is None:
             raise RecordInvalid("--input", "the pipeline names no 'prepare' function", source)
         prepare = resolve_input_transform(pipeline.config.prepare, "prepare")
-        prepared: Any = prepare(source)
+        prepared: Any = call_prepare(prepare, source, pipeline)
         groups.append(InputGroup(Path(source).name, f"prepare({source})", dict(prepared)))
     for file in npz_files:
         with np.load(file, allow_pickle=False) as data:

@@ -96,11 +96,7 @@ class Delivery:
     def event(self) -> StageEvent:
         """The validated :class:`StageEvent` (built on first access)."""
         if self._event is None:
-            owner = f"worker-g{self.generation}"
-            outputs = tuple(
-                BufferDescriptor(owner, self.generation, dtype_of(a), tuple(a.shape), a.nbytes)
-                for a in self.arrays.values()
-            )
+            outputs = tuple(_descriptor(self.generation, a) for a in self.arrays.values())
             self._event = StageEvent(
                 request_id=self.request_id,
                 stage_id=self.stage_id,
@@ -246,6 +242,28 @@ class Call:
         if delivery.kind is EventKind.CANCELLED:
             raise CallCancelled(self.request_id)
         return outputs
+
+
+def _descriptor(generation: int, array: Array) -> BufferDescriptor:
+    """The output descriptor of ``array``: validated once per generation, dtype and shape.
+
+    A stream repeats the same few output shapes, so the checked descriptors are kept
+    (bounded); only a shape not seen before is validated.
+    """
+    key = (generation, array.dtype, array.shape)
+    found = _DESCRIPTORS.get(key)
+    if found is None:
+        found = BufferDescriptor(
+            f"worker-g{generation}", generation, dtype_of(array), tuple(array.shape),
+            array.nbytes,
+        )
+        if len(_DESCRIPTORS) >= 1024:
+            _DESCRIPTORS.clear()
+        _DESCRIPTORS[key] = found
+    return found
+
+
+_DESCRIPTORS: dict[tuple[Any, ...], BufferDescriptor] = {}
 
 
 def _remote(request_id: str, error: ErrorInfo | None) -> Exception:

@@ -34,7 +34,7 @@ from typing import Any
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
-from edge_contracts.protocol import FEATURE_HEARTBEAT
+from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.wire import Frame, encode_frame, write_frame
@@ -57,6 +57,7 @@ from edge_core.host.errors import (
 )
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
@@ -111,12 +112,14 @@ class WorkerClient(ControlCalls):
         self.features = features
         self._sock = sock
         self._limits = limits
+        self._binary = FEATURE_BINARY_HEADER in features  # requests and acks in binary
         self._tree = tree
         self._popen = popen
         self._producer = producer
         self._consumer = consumer
         self._worker_prefix = worker_prefix
         self._packer = TensorPacker(producer, threshold)
+        self._inputs = InputBuffers(self._packer)
         self._unpacker = TensorUnpacker(consumer)
         self._staged = staged
         self._send_lock = threading.Lock()
@@ -263,9 +266,10 @@ class WorkerClient(ControlCalls):
         *,
         before: FrameHeader | None = None,
     ) -> None:
-        parts = encode_frame(header, payloads or [])
+        binary = self._binary
+        parts = encode_frame(header, payloads or [], binary=binary)
         if before is not None:  # both frames in one write
-            parts = [*encode_frame(before, []), *parts]
+            parts = [*encode_frame(before, [], binary=binary), *parts]
         with self._send_lock:
             try:
                 write_frame(self._sock.sendmsg, parts)
@@ -282,6 +286,10 @@ class WorkerClient(ControlCalls):
         with self._lock:
             return request_id in self._calls
 
+    def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An array to fill in place and send as an input by reference (see host.inputs)."""
+        return self._inputs.allocate(shape, dtype)
+
     def submit(self, request: StageRequest, inputs: Mapping[str, Any] | None = None) -> Call:
         """Send one request with its input arrays; return the :class:`Call` to iterate.
 
@@ -291,8 +299,8 @@ class WorkerClient(ControlCalls):
         :class:`WorkerGone` when the worker is down.
         """
         self._refuse_if_down()
-        try:
-            packed = self._packer.pack(inputs)
+        try:  # input buffers (InputBuffers.allocate) travel by reference
+            packed, claimed = self._inputs.pack(inputs)
         except ShmCapExceeded as exc:
             raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
         call = Call(
@@ -300,7 +308,7 @@ class WorkerClient(ControlCalls):
         )
         with self._lock:
             if request.request_id in self._calls:
-                self._packer.take_back(packed.leases)
+                self._inputs.take_back(packed.leases, claimed)
                 raise ProtocolViolation(
                     "request.request_id", "already in flight", request.request_id
                 )
@@ -325,7 +333,7 @@ class WorkerClient(ControlCalls):
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)
-            self._packer.take_back(packed.leases)
+            self._inputs.take_back(packed.leases, claimed)
             if gone and self._producer is not None:  # announce them with a later frame
                 self._producer.restore_gone(gone)
             raise
@@ -492,7 +500,8 @@ class WorkerClient(ControlCalls):
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:
-                self._producer.release(str(segment), int(generation))
+                if not self._inputs.acknowledged(str(segment), int(generation)):
+                    self._producer.release(str(segment), int(generation))
         kind = EventKind(meta["kind"])
         with self._lock:
             call = self._calls.get(header.request_id)

@@ -10,6 +10,7 @@ from edge_core.errors import ConfigError, ResourceUnavailable, WorkerError, Work
 __all__ = [
     "BootstrapRefused",
     "DeviceLockTimeout",
+    "InputBufferBusy",
     "ProtocolViolation",
     "RemoteError",
     "RouteRefused",
@@ -77,6 +78,13 @@ class WorkerUnresponsive(WorkerGone):
 
 class TransportCapExceeded(_Described, ResourceUnavailable):
     """Shared-memory retention would exceed a producer's cap on bytes or buffers."""
+
+    def __init__(self, field: str, reason: str, value: object) -> None:
+        super().__init__(self._describe(field, reason, value))
+
+
+class InputBufferBusy(_Described, ResourceUnavailable):
+    """An input buffer was sent again while the worker still holds it (request in flight)."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
         super().__init__(self._describe(field, reason, value))

@@ -381,6 +381,13 @@ class Pipeline:
                 return s.runtime
         raise KeyError(stage_id)
 
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An array to fill in place as the first stage's input ``name``, sent by reference.
+
+        See :meth:`StageRuntime.input_buffer`; pass the very array to :meth:`run`.
+        """
+        return self.stages[0].input_buffer(name, shape, dtype)
+
     def _chain(
         self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         until: float | None, request_id: str | None = None,

@@ -26,7 +26,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
+from edge_contracts.validation import require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import StageClosed
@@ -226,6 +229,21 @@ class StageRuntime:
                 return
             entry.expired = what
         self._cancel_targets([request_id], entry.epoch, failure=f"a call's {what}")
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Return an array to fill in place and pass as input ``name`` of a later submit.
+
+        On a worker stage with shared memory it lives in the controller's segment and
+        travels by reference, without a copy (ownership: :mod:`edge_core.host.inputs`:
+        read-only while a request holds it, reusable once that request has ended); on
+        other stages, or below the shared-memory threshold, it is a private array.
+        """
+        self._require_ready()
+        require_id(name, "input_buffer.name")
+        make = getattr(self.loaded, "input_buffer", None)
+        if make is None:
+            return np.empty(tuple(shape), dtype)
+        return make(tuple(shape), dtype)
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:

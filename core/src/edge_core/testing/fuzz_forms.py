@@ -19,6 +19,7 @@ import random
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from edge_contracts.dtypes import DType
@@ -81,14 +82,16 @@ def _tensors(rng: random.Random, max_tensors: int) -> tuple[tuple[TensorSpec, ..
 
 
 def _frame(
-    rng: random.Random, op: str, meta: Mapping[str, Any], *, tensors: int = 0
+    rng: random.Random, op: str, meta: Mapping[str, Any], *, tensors: int = 0,
+    binary: bool = False,
 ) -> bytes:
     specs, payloads = _tensors(rng, tensors) if tensors else ((), [])
     header = FrameHeader(
         op, _ident(rng) if rng.random() < 0.8 else "", _ident(rng), rng.randint(0, 2**40),
         rng.randint(0, 2**20), specs, meta, tensor_features(specs),
     )
-    return b"".join(bytes(part) for part in encode_frame(header, payloads))
+    return b"".join(bytes(part) for part in encode_frame(header, payloads, binary=binary))
+
 
 
 @dataclass(frozen=True)
@@ -114,30 +117,30 @@ class FrameForm:
     stream: bool = True
 
 
-def _data(rng: random.Random) -> bytes:
+def _data(rng: random.Random, binary: bool = False) -> bytes:
     params = {_ident(rng): json_value(rng) for _ in range(rng.randint(0, 3))}
-    return _frame(rng, rng.choice(["run", "generate"]), params, tensors=4)
+    return _frame(rng, rng.choice(["run", "generate"]), params, tensors=4, binary=binary)
 
 
-def _event(rng: random.Random) -> bytes:
+def _event(rng: random.Random, binary: bool = False) -> bytes:
     meta = {"seq": rng.randint(0, 99), "kind": rng.choice(["token", "output", "done", "error"]),
             "data": {}, "error": None, "created_ns": rng.randint(0, 2**62)}
     if rng.random() < 0.5:
         meta["acks"] = [[f"edge_{_ident(rng)}", rng.randint(0, 9)]]
-    return _frame(rng, "event", meta, tensors=3)
+    return _frame(rng, "event", meta, tensors=3, binary=binary)
 
 
 def _pairs(rng: random.Random) -> list[list[Any]]:
     return [[f"edge_{_ident(rng)}", rng.randint(0, 2**31)] for _ in range(rng.randint(0, 3))]
 
 
-def _ack(rng: random.Random) -> bytes:
+def _ack(rng: random.Random, binary: bool = False) -> bytes:
     meta: dict[str, Any] = {"segments": _pairs(rng)}
     if rng.random() < 0.5:
         meta["unlink"] = _pairs(rng)
     if rng.random() < 0.5:
         meta["gone"] = [f"edge_{_ident(rng)}" for _ in range(rng.randint(0, 2))]
-    return _frame(rng, "ack", meta)
+    return _frame(rng, "ack", meta, binary=binary)
 
 
 def _cancel(rng: random.Random) -> bytes:
@@ -231,6 +234,11 @@ FRAME_FORMS: list[FrameForm] = [
     FrameForm("cancel", _cancel, check=_check_cancel),
     FrameForm("boot", _boot, check=_check_boot),
     FrameForm("hello", _hello, check=_check_hello, check_errors=_bootstrap_refused()),
+    # the per-request frames again with the binary header (edge_contracts.binary_header)
+    FrameForm("data-binary", partial(_data, binary=True)),
+    FrameForm("event-binary", partial(_event, binary=True)),
+    FrameForm("ack-binary", partial(_ack, binary=True),
+              check=lambda frame: parse_ack(frame.header.meta)),
 ]
 """Every frame form fuzzed; a new wire form is registered here."""
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from edge_contracts.binary_header import BINARY_MAGIC, FIXED
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import WireError
 from edge_contracts.frame_reader import FrameReader
@@ -179,19 +180,43 @@ def _duplicate_key(rng: random.Random, text: str) -> str:
     return text[:at] + text[at:colon] + ':"dup",' + text[at:]
 
 
+# (offset, size) of each field of the binary header's fixed part, "<HBBHHHIIQQ" (see
+# edge_contracts.binary_header.FIXED): version, op code, feature bits, request and stage id
+# lengths, tensor count, tensor-entry and meta lengths, epoch, generation
+_BINARY_FIELDS = tuple(
+    zip(
+        (0, 2, 3, 4, 6, 8, 10, 14, 18, 26),
+        (2, 1, 1, 2, 2, 2, 4, 4, 8, 8),
+        strict=True,
+    )
+)
+
+
+def _edit_binary_header(rng: random.Random, raw: bytearray) -> bytes:
+    """The binary header with one field of its fixed part set to another value."""
+    if len(raw) < FIXED.size:
+        return bytes(raw)
+    at, size = rng.choice(_BINARY_FIELDS)
+    top = (1 << (8 * size)) - 1
+    raw[at : at + size] = rng.choice([0, 1, rng.randint(0, top), top]).to_bytes(size, "little")
+    return bytes(raw)
+
+
 def _mutate_frame(rng: random.Random, valid: bytes) -> bytes:
     if rng.random() < 0.45 and len(valid) >= PREFIX_SIZE:
         header_len, payload_len = struct.unpack_from("<IQ", valid, 4)
         raw = valid[PREFIX_SIZE : PREFIX_SIZE + header_len]
         payload = valid[PREFIX_SIZE + header_len :]
-        if rng.random() < 0.25:
-            text = _duplicate_key(rng, raw.decode())
+        magic = valid[:4]
+        if magic == BINARY_MAGIC:  # no JSON to edit: a field of the fixed part lies
+            new = _edit_binary_header(rng, bytearray(raw))
+        elif rng.random() < 0.25:
+            new = _duplicate_key(rng, raw.decode()).encode()
         else:
-            text = json.dumps(_edit_document(rng, json.loads(raw)), separators=(",", ":"))
-        new = text.encode()
+            new = json.dumps(_edit_document(rng, json.loads(raw)), separators=(",", ":")).encode()
         if rng.random() < 0.2:  # a consistent lie: prefix and header agree, payload missing
             payload = b""
-        valid = PREFIX.pack(b"EDGW", len(new), payload_len) + new + payload
+        valid = PREFIX.pack(magic, len(new), payload_len) + new + payload
     data = bytearray(valid)
     for _ in range(rng.choice([0, 1, 1, 2])):
         data = _mutate_bytes(rng, data)

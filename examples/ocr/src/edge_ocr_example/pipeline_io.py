@@ -14,12 +14,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
+from edge_ocr_example.buckets import DET_INPUT, DET_SHAPE, FLOAT
 from edge_ocr_example.decode import character_table, decode
 from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
 from edge_ocr_example.preprocess import preprocess
@@ -35,15 +36,23 @@ class ImagePrepare:
     input_suffixes: Final = IMAGE_SUFFIXES
     """File suffixes ``edge run --input DIR`` reads from a directory."""
 
-    def __call__(self, source: str) -> dict[str, np.ndarray]:
+    def __call__(
+        self, source: str,
+        input_buffer: Callable[[str, tuple[int, ...], Any], np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
         """Read the image at ``source`` and letterbox it into the detection bucket.
+
+        With ``input_buffer`` (the pipeline's, offered by
+        :func:`edge_core.config.transforms.call_prepare`) the bucket is written straight
+        into one, so the detection input travels to its worker without a copy.
 
         Raises:
             ImageInputError: the file is missing, empty, not an image, truncated or too
                 large.
 
         """
-        return preprocess(read_image(source))
+        out = None if input_buffer is None else input_buffer(DET_INPUT, DET_SHAPE, FLOAT)
+        return preprocess(read_image(source), out=out)
 
 
 prepare: Final = ImagePrepare()

@@ -29,11 +29,15 @@ def normalize(pixels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(((scaled - np.float32(0.5)) / np.float32(0.5)).transpose(2, 0, 1))
 
 
-def preprocess(image: np.ndarray) -> dict[str, np.ndarray]:
+def preprocess(image: np.ndarray, out: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Return the detection stage's inputs for an ``H x W x 3`` uint8 RGB image.
 
+    ``out`` (a ``DET_SHAPE`` float32 array, e.g. a pipeline input buffer) receives the
+    bucket in place instead of a new array.
+
     Raises:
-        TensorMismatch: the image is not a non-empty HxWx3 uint8 array.
+        TensorMismatch: the image is not a non-empty HxWx3 uint8 array, or ``out`` is not
+            a writable float32 array of the bucket's shape.
 
     """
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
@@ -49,7 +53,14 @@ def preprocess(image: np.ndarray) -> dict[str, np.ndarray]:
         pixels = np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BILINEAR))
     else:
         pixels = image
-    bucket = np.zeros(DET_SHAPE, dtype=FLOAT)
+    if out is None:
+        bucket = np.zeros(DET_SHAPE, dtype=FLOAT)
+    elif out.shape != DET_SHAPE or out.dtype != FLOAT or not out.flags.writeable:
+        raise TensorMismatch("out", "expected a writable float32 bucket array",
+                             (out.shape, str(out.dtype)))
+    else:
+        bucket = out
+        bucket[...] = 0
     bucket[0, :, : pixels.shape[0], : pixels.shape[1]] = normalize(pixels)
     return {DET_INPUT: bucket}
 

@@ -1,0 +1,376 @@
+"""The fixed binary header of per-request frames (request, event, ack).
+
+Frames whose prefix magic is :data:`BINARY_MAGIC` (``b"EDGB"``) carry their header in
+this layout instead of JSON; everything else about the frame (prefix, payload, limits,
+order of checks) is as in :mod:`edge_contracts.wire`. Only the ops a request makes on
+every call use it (``run``, ``generate``, ``event``, ``ack``); control frames and
+``meta`` (request params, event data) stay JSON. A peer sends it only when the channel
+negotiated :data:`~edge_contracts.protocol.FEATURE_BINARY_HEADER`, and a reader refuses
+it unless its limits support that feature. docs/wire.md records the layout and why.
+
+Layout, all integers little-endian::
+
+    fixed        34 bytes, struct "<HBBHHHIIQQ":
+                 version u16, op code u8, required-feature bits u8,
+                 request id bytes u16, stage id bytes u16, tensor count u16,
+                 tensor entry bytes u32, meta bytes u32, epoch u64, generation u64
+    request id   UTF-8
+    stage id     UTF-8
+    tensors      per tensor, struct "<HBBBQ": name bytes u16, dtype code u8,
+                 dimension count u8, ref flag u8 (0 inline, 1 shared memory), nbytes u64;
+                 then one u64 per dimension; then the UTF-8 name; with a ref, struct
+                 "<HQQ": segment bytes u16, offset u64, generation u64, then the segment
+    meta         ``meta bytes`` of compact UTF-8 JSON, one object; 0 bytes: ``{}``
+
+The tensor entries fill exactly ``tensor entry bytes`` and the header ends exactly after
+``meta``. :func:`parse_binary_header` runs the same checks as the JSON parser, in the
+same order (length, version, features, tensor count, every field and tensor entry, total
+bytes, payload length), so a refusal raises the same error class naming the same field;
+it reads no byte past the header. A stream repeats the same few inline tensor lists, so
+the parsed entries are kept per distinct entry bytes (bounded): an entry list already
+checked is not parsed or validated again (entries with a shared-memory ref, whose
+generation changes, and lists over 2 KiB are always parsed, so the cache holds at most
+1024 x 2 KiB).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from edge_contracts.dtypes import DType
+from edge_contracts.errors import (
+    DescriptorInvalid,
+    HeaderMalformed,
+    PayloadMismatch,
+    PayloadTooLarge,
+    UnknownRequiredFeature,
+    VersionMismatch,
+)
+from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec
+from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
+from edge_contracts.protocol import (
+    FEATURE_BFLOAT16,
+    FEATURE_CANCEL,
+    FEATURE_SHM_TENSORS,
+    FEATURE_STREAM_EVENTS,
+    PROTOCOL_VERSION,
+)
+from edge_contracts.validation import INT64_MAX, rebase
+from edge_contracts.worker_protocol import OP_ACK, OP_EVENT, OP_GENERATE, OP_RUN
+
+__all__ = [
+    "BINARY_FEATURES",
+    "BINARY_MAGIC",
+    "BINARY_OPS",
+    "FIXED",
+    "encode_binary_header",
+    "parse_binary_header",
+]
+
+BINARY_MAGIC = b"EDGB"
+"""Prefix magic of a frame whose header is binary (JSON headers: ``b"EDGW"``)."""
+
+FIXED = struct.Struct("<HBBHHHIIQQ")
+"""The fixed part of a binary header (34 bytes)."""
+
+_TENSOR = struct.Struct("<HBBBQ")
+_REF = struct.Struct("<HQQ")
+
+_OPS: tuple[str, ...] = ("", OP_RUN, OP_GENERATE, OP_EVENT, OP_ACK)
+BINARY_OPS: frozenset[str] = frozenset(_OPS[1:])
+"""The ops that may travel with a binary header."""
+_OP_CODES = {op: code for code, op in enumerate(_OPS) if op}
+
+_FEATURE_BITS: tuple[str, ...] = (
+    FEATURE_SHM_TENSORS,
+    FEATURE_STREAM_EVENTS,
+    FEATURE_BFLOAT16,
+    FEATURE_CANCEL,
+)
+_ALL_BITS = (1 << len(_FEATURE_BITS)) - 1
+BINARY_FEATURES: frozenset[str] = frozenset(_FEATURE_BITS)
+"""The required features a binary header can express (others need the JSON header)."""
+
+# Wire codes of the dtypes: fixed here (not DType's declaration order) and never reused.
+_DTYPES: tuple[DType, ...] = (
+    DType.BOOL,
+    DType.INT8,
+    DType.INT16,
+    DType.INT32,
+    DType.INT64,
+    DType.UINT8,
+    DType.UINT16,
+    DType.UINT32,
+    DType.UINT64,
+    DType.FLOAT16,
+    DType.FLOAT32,
+    DType.FLOAT64,
+    DType.BFLOAT16,
+)
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(_DTYPES)}
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_MAX_TEXT = 512  # 128 characters of at most 4 UTF-8 bytes: longer is refused unread
+
+
+def encode_binary_header(header: FrameHeader) -> bytes:
+    """Return ``header`` in the binary layout.
+
+    Raises:
+        HeaderMalformed: the op has no binary form, or a feature has no bit.
+
+    """
+    code = _OP_CODES.get(header.op)
+    if code is None:
+        raise HeaderMalformed(
+            "header.op", header.op, f"has no binary header (only {', '.join(sorted(BINARY_OPS))})"
+        )
+    bits = 0
+    for name in header.required_features:
+        try:
+            bits |= 1 << _FEATURE_BITS.index(name)
+        except ValueError:
+            raise HeaderMalformed(
+                "header.required_features", name, "has no bit in the binary header"
+            ) from None
+    request = header.request_id.encode()
+    stage = header.stage_id.encode()
+    meta = _ENCODER.encode(thaw_json(header.meta)).encode() if header.meta else b""  # type: ignore[arg-type]
+    tensors = _tensor_bytes(header.tensors)
+    return b"".join(
+        (
+            FIXED.pack(
+                header.version,
+                code,
+                bits,
+                len(request),
+                len(stage),
+                len(header.tensors),
+                len(tensors),
+                len(meta),
+                header.epoch,
+                header.generation,
+            ),
+            request,
+            stage,
+            tensors,
+            meta,
+        )
+    )
+
+
+def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
+    if not specs:
+        return b""
+    if any(spec.ref is not None for spec in specs):  # generations change: never cached
+        return b"".join(_spec_bytes(spec) for spec in specs)
+    raw = _TENSOR_CACHE.get(specs)
+    if raw is None:
+        raw = b"".join(_spec_bytes(spec) for spec in specs)
+        if len(_TENSOR_CACHE) >= 1024:
+            _TENSOR_CACHE.clear()
+        _TENSOR_CACHE[specs] = raw
+    return raw
+
+
+_TENSOR_CACHE: dict[tuple[TensorSpec, ...], bytes] = {}
+_PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
+_CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
+
+
+def _spec_bytes(spec: TensorSpec) -> bytes:
+    name = spec.name.encode()
+    ref = spec.ref
+    parts = [
+        _TENSOR.pack(
+            len(name), _DTYPE_CODES[spec.dtype], len(spec.shape), ref is not None, spec.nbytes
+        ),
+        struct.pack(f"<{len(spec.shape)}Q", *spec.shape),
+        name,
+    ]
+    if ref is not None:
+        segment = ref.segment.encode()
+        parts += [_REF.pack(len(segment), ref.offset, ref.generation), segment]
+    return b"".join(parts)
+
+
+def parse_binary_header(
+    raw: bytes | bytearray | memoryview,
+    limits: Limits,
+    *,
+    payload_len: int | None = None,
+    json_decoder: json.JSONDecoder,
+) -> FrameHeader:
+    """Parse and check a binary header against ``limits``, allocating no payload.
+
+    ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
+    NaN). Checks and errors are those of :func:`edge_contracts.wire.parse_header`, plus
+    the layout's own: every length inside the header, the op code and the feature bits.
+
+    Raises:
+        HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,
+        DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
+
+    """
+    view = memoryview(raw).cast("B") if isinstance(raw, memoryview) else memoryview(raw)
+    size = len(view)
+    if size < FIXED.size:
+        raise HeaderMalformed("header", size, f"a binary header is >= {FIXED.size} bytes")
+    (
+        version,
+        code,
+        bits,
+        request_len,
+        stage_len,
+        count,
+        tensors_len,
+        meta_len,
+        epoch,
+        generation,
+    ) = FIXED.unpack_from(view)
+    if version != PROTOCOL_VERSION:
+        raise VersionMismatch("header.version", version, f"must be {PROTOCOL_VERSION}")
+    if bits & ~_ALL_BITS:
+        raise UnknownRequiredFeature(
+            "header.required_features", bits, f"unknown feature bits (known: {_ALL_BITS:#x})"
+        )
+    features = frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
+    unknown = sorted(features - limits.supported_features)
+    if unknown:
+        raise UnknownRequiredFeature(
+            "header.required_features",
+            unknown,
+            f"not supported here (supported: {', '.join(sorted(limits.supported_features))})",
+        )
+    if count > limits.max_tensors:
+        raise HeaderMalformed(
+            "header.tensors", count, f"must hold <= max_tensors {limits.max_tensors}"
+        )
+    if not 0 < code < len(_OPS):
+        raise HeaderMalformed("header.op", code, f"unknown binary op code (1..{len(_OPS) - 1})")
+    if epoch > INT64_MAX:
+        raise HeaderMalformed("header.epoch", epoch, f"must be <= {INT64_MAX}")
+    if generation > INT64_MAX:
+        raise HeaderMalformed("header.generation", generation, f"must be <= {INT64_MAX}")
+    at = FIXED.size
+    request_id, at = _text(view, at, request_len, "header.request_id", HeaderMalformed)
+    stage_id, at = _text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+    end = at + tensors_len
+    if end > size:
+        raise HeaderMalformed(
+            "header.tensors", tensors_len, f"entries run past the header's end ({size} bytes)"
+        )
+    if not count and tensors_len:
+        raise HeaderMalformed("header.tensors", tensors_len, "entry bytes without entries")
+    cached = 0 < tensors_len <= _CACHED_ENTRY_BYTES
+    key = bytes(view[at:end]) if cached else b""
+    specs = _PARSED.get(key) if cached else (() if not count else None)
+    if specs is None:
+        entries = view[:end]  # an entry never reads into meta
+        parsed: list[TensorSpec] = []
+        for index in range(count):
+            spec, at = _tensor(entries, at, f"header.tensors[{index}]")
+            parsed.append(spec)
+        if at != end:
+            raise HeaderMalformed(
+                "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
+            )
+        specs = tuple(parsed)
+        if cached and all(spec.ref is None for spec in specs):
+            if len(_PARSED) >= 1024:
+                _PARSED.clear()
+            _PARSED[key] = specs
+    at = end
+    if size - at != meta_len:
+        raise HeaderMalformed(
+            "header.meta", meta_len, f"must be the {size - at} bytes left in the header"
+        )
+    meta: Any = EMPTY_OBJECT
+    if meta_len:
+        try:
+            meta = json_decoder.decode(str(view[at:], "utf-8"))
+        except (ValueError, RecursionError) as exc:
+            raise HeaderMalformed(
+                "header.meta", bytes(view[at : at + 64]), f"must be UTF-8 JSON ({exc})"
+            ) from None
+        if type(meta) is not dict:
+            raise HeaderMalformed("header.meta", type(meta).__name__, "must be a JSON object")
+    header = FrameHeader(
+        _OPS[code],
+        request_id,
+        stage_id,
+        epoch,
+        generation,
+        specs,
+        meta,
+        features,
+        version,
+    )
+    if header.total_nbytes > limits.max_io_bytes:
+        raise PayloadTooLarge(
+            "header.tensors",
+            header.total_nbytes,
+            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
+        )
+    if payload_len is not None and payload_len != header.inline_nbytes:
+        raise PayloadMismatch(
+            "prefix.payload_len",
+            payload_len,
+            f"must equal the inline tensor bytes {header.inline_nbytes}",
+        )
+    return header
+
+
+def _text(
+    view: memoryview,
+    at: int,
+    length: int,
+    field: str,
+    error: type[HeaderMalformed] | type[DescriptorInvalid],
+) -> tuple[str, int]:
+    """Decode ``length`` UTF-8 bytes at ``at``; return the text and the next offset."""
+    if length > _MAX_TEXT:
+        raise error(field, length, f"must be <= {_MAX_TEXT} bytes")
+    end = at + length
+    if end > len(view):
+        raise error(field, length, f"runs past the header's end ({len(view)} bytes)")
+    try:
+        return str(view[at:end], "utf-8"), end
+    except UnicodeDecodeError:
+        raise error(field, bytes(view[at:end]), "must be UTF-8") from None
+
+
+def _tensor(view: memoryview, at: int, field: str) -> tuple[TensorSpec, int]:
+    """Read one tensor entry at ``at``; return it and the next offset."""
+    size = len(view)
+    if at + _TENSOR.size > size:
+        raise DescriptorInvalid(field, size - at, "entry runs past the header's end")
+    name_len, dtype_code, ndim, has_ref, nbytes = _TENSOR.unpack_from(view, at)
+    at += _TENSOR.size
+    if dtype_code >= len(_DTYPES):
+        raise DescriptorInvalid(
+            f"{field}.dtype", dtype_code, f"unknown dtype code (0..{len(_DTYPES) - 1})"
+        )
+    if has_ref > 1:
+        raise DescriptorInvalid(f"{field}.ref", has_ref, "ref flag must be 0 or 1")
+    if at + 8 * ndim > size:
+        raise DescriptorInvalid(f"{field}.shape", ndim, "dimensions run past the header's end")
+    shape = struct.unpack_from(f"<{ndim}Q", view, at)
+    at += 8 * ndim
+    name, at = _text(view, at, name_len, f"{field}.name", DescriptorInvalid)
+    try:
+        if not has_ref:
+            return TensorSpec.inline(name, _DTYPES[dtype_code], shape, nbytes), at
+        if at + _REF.size > size:
+            raise DescriptorInvalid(f"{field}.ref", size - at, "runs past the header's end")
+        segment_len, offset, generation = _REF.unpack_from(view, at)
+        at += _REF.size
+        segment, at = _text(view, at, segment_len, f"{field}.ref.segment", DescriptorInvalid)
+        try:
+            ref = ShmRef(segment, offset, generation)
+        except DescriptorInvalid as exc:
+            raise rebase(exc, "ref", f"{field}.ref") from None
+        return TensorSpec(name, _DTYPES[dtype_code], shape, nbytes, ref), at
+    except DescriptorInvalid as exc:
+        raise rebase(exc, "tensor", field) from None

@@ -1,0 +1,187 @@
+"""Input buffers: arrays in the controller's shared memory that travel by reference.
+
+A caller that produces a large input (an image batch, a 64 MiB tensor) asks for an
+:meth:`InputBuffers.allocate` d array, fills it in place and passes *that array object*
+as an input: the request then carries a reference to its segment instead of a copy.
+Smaller arrays (below the channel's shared-memory threshold), or any array on a channel
+without shared memory, are private arrays that travel as usual.
+
+Ownership follows the rules of retained results:
+
+* while a request that carries the buffer is in flight, the worker holds it: the array
+  is read-only (a write raises), and sending it again raises :class:`InputBufferBusy`;
+* the worker's terminal event acknowledges it: the array is writable again, and the
+  next request that carries it stamps a new generation on the segment, so a reference
+  to the old one is refused as stale;
+* the segment stays the buffer's for as long as the array lives: it is given back to
+  the producer's pool when the array is collected (or, if a request still holds it
+  then, when that request is acknowledged). A cancelled request is acknowledged by the
+  worker like any other; a dead worker's channel is closed and every segment this
+  controller produced is unlinked at retirement, so nothing is left after a crash.
+
+Views made of the array before it was sent stay writable: write only through the array
+until the request has ended.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from edge_contracts.shm import Lease
+from edge_contracts.worker_transport import Packed, TensorPacker
+from edge_core.host.errors import InputBufferBusy
+
+__all__ = ["InputBuffers"]
+
+_NO_VIEW = memoryview(b"")
+
+
+class _Buffer:
+    """What is known of one buffer: its lease and whether a request holds it."""
+
+    __slots__ = ("array", "busy", "collected", "lease")
+
+    def __init__(self, array: np.ndarray[Any, Any], lease: Lease) -> None:
+        self.array = weakref.ref(array)
+        self.lease = replace(lease, view=_NO_VIEW)  # only the array keeps the mapping
+        self.busy = False
+        self.collected = False
+
+
+class InputBuffers:
+    """The input buffers of one worker channel (see the module docstring). Thread-safe."""
+
+    def __init__(self, packer: TensorPacker) -> None:
+        self._packer = packer
+        self._lock = threading.Lock()
+        self._by_id: dict[int, _Buffer] = {}
+        self._by_segment: dict[str, _Buffer] = {}
+
+    def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+        """Return a writable array of ``shape`` and ``dtype`` to fill and send as an input.
+
+        Raises:
+            ShmCapExceeded: never; at the producer's cap the array is private memory.
+            TypeError, ValueError: numpy's, for a dtype or shape it cannot make.
+
+        """
+        array, lease = self._packer.allocate(tuple(shape), dtype)
+        if lease is None:
+            return array
+        buffer = _Buffer(array, lease)
+        with self._lock:
+            self._by_id[id(array)] = buffer
+            self._by_segment[lease.segment] = buffer
+        weakref.finalize(array, self._collected, id(array), buffer)
+        return array
+
+    @property
+    def held(self) -> int:
+        """Number of buffers alive or still held by a request."""
+        with self._lock:
+            return len(self._by_segment)
+
+    def claim(self, inputs: Any) -> dict[int, tuple[Any, Lease]]:
+        """Mark the buffers among ``inputs`` as sent; return them for the packer.
+
+        Each gets a fresh generation (on its second and later sends) and turns
+        read-only. Raises :class:`InputBufferBusy` (claiming nothing) when one is still
+        held by a request.
+        """
+        if not inputs or not self._by_id:
+            return {}
+        claimed: dict[int, tuple[Any, Lease]] = {}
+        with self._lock:
+            found = [
+                (name, value, self._by_id[id(value)])
+                for name, value in inputs.items()
+                if id(value) in self._by_id and self._by_id[id(value)].array() is value
+            ]
+            for name, _, buffer in found:
+                if buffer.busy:
+                    raise InputBufferBusy(
+                        f"inputs.{name}", "still held by the worker (request in flight)",
+                        buffer.lease.segment,
+                    )
+            producer = self._packer.producer
+            for _, _, buffer in found:
+                held = buffer.array()
+                if producer is None or held is None:  # pragma: no cover - both exist
+                    continue
+                generation = producer.renew(buffer.lease.segment, buffer.lease.generation)
+                if generation is None:  # the producer was closed: the worker is gone
+                    continue
+                buffer.lease = replace(buffer.lease, generation=generation)
+                buffer.busy = True
+                held.flags.writeable = False
+                claimed[id(held)] = (held, buffer.lease)
+        return claimed
+
+    def pack(self, inputs: Any) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
+        """Pack ``inputs`` for a request; return the frame parts and the claimed buffers.
+
+        Buffers go by reference (:meth:`claim`), the rest as the packer does.
+        """
+        claimed = self.claim(inputs)
+        try:
+            return self._packer.pack(inputs, dict(claimed)), claimed
+        except BaseException:
+            self.unsent(claimed)
+            raise
+
+    def take_back(
+        self, leases: list[tuple[str, int]], claimed: dict[int, tuple[Any, Lease]]
+    ) -> None:
+        """Give back the leases of a request that was not sent; buffers stay their own."""
+        with self._lock:
+            others = [lease for lease in leases if lease[0] not in self._by_segment]
+        self._packer.take_back(others)
+        self.unsent(claimed)
+
+    def unsent(self, claimed: dict[int, tuple[Any, Lease]]) -> None:
+        """Undo :meth:`claim` for a request that was not sent."""
+        for value, lease in claimed.values():
+            self.acknowledged(lease.segment, lease.generation)
+            value.flags.writeable = True
+
+    def acknowledged(self, segment: str, generation: int) -> bool:
+        """Handle the worker's acknowledgement of an input; False if not a buffer's.
+
+        The buffer is free again (writable); a buffer whose array was collected while
+        the worker held it goes back to the producer's pool now.
+        """
+        with self._lock:
+            buffer = self._by_segment.get(segment)
+            if buffer is None:
+                return False
+            if buffer.lease.generation != generation or not buffer.busy:
+                return True  # stale: the buffer was sent again since
+            buffer.busy = False
+            array = buffer.array()
+            if buffer.collected:
+                del self._by_segment[segment]
+        if array is not None:
+            array.flags.writeable = True
+        if buffer.collected:
+            self._release(buffer)
+        return True
+
+    def _collected(self, key: int, buffer: _Buffer) -> None:
+        with self._lock:
+            if self._by_id.get(key) is buffer:
+                del self._by_id[key]
+            buffer.collected = True
+            if buffer.busy:  # the request's acknowledgement gives it back
+                return
+            self._by_segment.pop(buffer.lease.segment, None)
+        self._release(buffer)
+
+    def _release(self, buffer: _Buffer) -> None:
+        producer = self._packer.producer
+        if producer is not None:
+            producer.release(buffer.lease.segment, buffer.lease.generation)

@@ -85,3 +85,33 @@ def test_a_request_past_its_deadline_exits_1_and_shows_the_failed_stage(tmp_path
     assert result.returncode == 1
     assert "DeadlineExceeded" in result.stderr
     assert "stage b: failed (a call's deadline_s expired" in result.stderr
+
+
+CANDIDATES = """
+name = "fallback"
+
+[[stages]]
+id = "a"
+
+[[stages.candidates]]
+backend = { name = "echo", options = { wrong_numerics = true } }
+
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { scale = 2.0 } }
+"""
+
+
+def test_run_json_lists_every_candidate_tried_with_one_chosen(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(CANDIDATES)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (stage,) = report["plan"]["stages"]
+    assert stage["backend"] == "echo-preemptible"
+    tried = stage["candidates"]
+    assert [(c["backend"], c["outcome"], c["layer"]) for c in tried] == [
+        ("echo", "refused", "numerics"), ("echo-preemptible", "chosen", None)]
+    assert "max_abs_error" in tried[0]["reason"] and tried[1]["reason"] is None
+    assert report["plan"]["config"]["stages"][0]["candidates"][1]["backend"] == "echo-preemptible"
+    assert report["ledger_after_close"]["reservations"] == []

@@ -115,3 +115,6 @@ def test_run_json_lists_every_candidate_tried_with_one_chosen(tmp_path: Path) ->
     assert "max_abs_error" in tried[0]["reason"] and tried[1]["reason"] is None
     assert report["plan"]["config"]["stages"][0]["candidates"][1]["backend"] == "echo-preemptible"
     assert report["ledger_after_close"]["reservations"] == []
+    human = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert "    candidate echo refused at numerics: NumericsRefused: " in human.stdout

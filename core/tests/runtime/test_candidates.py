@@ -7,6 +7,9 @@ after every test, and each test checks the ledger after every refusal.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import numpy as np
@@ -17,7 +20,7 @@ from edge_core.config import load_pipeline
 from edge_core.errors import ConfigError, PlacementRefused
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
-from edge_core.runtime import CandidatesRefused, Pipeline
+from edge_core.runtime import CandidatesRefused, Pipeline, StageState
 
 from .conftest import GiB, MiB, echo_stage
 
@@ -218,6 +221,29 @@ def test_restart_retires_a_refused_candidate_again_before_the_next_serves(
         x = np.ones((1, 2), dtype=np.float32)
         with pipeline.run({"x": x}) as result:
             np.testing.assert_array_equal(result.outputs["x"], x * 2)
+    finally:
+        pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_an_automatic_restart_retries_the_candidates_in_order(
+    plugins: PluginSet, ledger: ResourceLedger
+) -> None:
+    pipeline = _open(plugins, ledger, _stage(
+        "a", _candidate("ort-directml"), _candidate(wrong_numerics=True),
+        _candidate(scale=2.0), restart="on-failure", restart_backoff_s=0.0))
+    try:
+        stage = pipeline.stage("a")
+        old = int(str(stage.loaded.describe()["pid"]))
+        os.kill(old, signal.SIGKILL)
+        end = time.monotonic() + 30.0
+        while not (stage.state is StageState.READY and stage.generation == 2):
+            assert time.monotonic() < end, f"not restarted: {stage.state}"
+            time.sleep(0.05)
+        assert _tries(pipeline) == [("ort-directml", "refused", "backend"),
+                                    ("echo", "refused", "numerics"), ("echo", "chosen", None)]
+        assert int(str(stage.loaded.describe()["pid"])) != old
+        assert ledger.reserved("machine:ram") == 256 * MiB and not ledger.quarantined()
     finally:
         pipeline.close()
     assert ledger.is_empty()

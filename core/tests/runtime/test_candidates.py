@@ -112,6 +112,21 @@ def test_a_candidate_refused_by_numerics_falls_back(
     assert ledger.is_empty()
 
 
+def test_a_candidate_above_its_demand_is_refused_at_memory(
+    plugins: PluginSet, ledger: ResourceLedger
+) -> None:
+    pipeline = _open(plugins, ledger, _stage(
+        "a", _candidate(demand=64 * MiB, allocate_mb=96), _candidate(demand=512 * MiB)))
+    try:
+        assert _tries(pipeline) == [("echo", "refused", "memory"), ("echo", "chosen", None)]
+        assert "observed peak" in pipeline.execution_plan()["stages"][0]["candidates"][0][
+            "reason"]
+        assert ledger.reserved("machine:ram") == 512 * MiB
+    finally:
+        pipeline.close()
+    assert ledger.is_empty()
+
+
 def test_a_candidate_that_does_not_fit_is_refused_at_admission(
     plugins: PluginSet, ledger: ResourceLedger
 ) -> None:

@@ -104,3 +104,36 @@ def test_worker_logs_are_files_named_in_the_plan_unless_verbose(tmp_path: Path) 
     report = json.loads(verbose.stdout)
     assert report["worker_logs"] is None
     assert all(stage["worker"]["log"] is None for stage in report["plan"]["stages"])
+
+
+CANDIDATES = """
+name = "fallback"
+
+[[stages]]
+id = "a"
+
+[[stages.candidates]]
+backend = { name = "echo", options = { wrong_numerics = true } }
+
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { scale = 2.0 } }
+"""
+
+
+def test_run_json_lists_every_candidate_tried_with_one_chosen(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(CANDIDATES)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (stage,) = report["plan"]["stages"]
+    assert stage["backend"] == "echo-preemptible"
+    tried = stage["candidates"]
+    assert [(c["backend"], c["outcome"], c["layer"]) for c in tried] == [
+        ("echo", "refused", "numerics"), ("echo-preemptible", "chosen", None)]
+    assert "max_abs_error" in tried[0]["reason"] and tried[1]["reason"] is None
+    assert report["plan"]["config"]["stages"][0]["candidates"][1]["backend"] == "echo-preemptible"
+    assert report["ledger_after_close"]["reservations"] == []
+    human = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert "    candidate echo refused at numerics: NumericsRefused: " in human.stdout

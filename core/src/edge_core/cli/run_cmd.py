@@ -159,6 +159,10 @@ def _summary(plan: dict[str, Any]) -> list[str]:
             f"numerics {numerics.get('reference')} max_abs {numerics.get('max_abs_error')}; "
             f"evidence {stage['evidence']}{gated}"
         )
+        for tried in stage.get("candidates") or ():
+            if tried["outcome"] != "chosen":
+                lines.append(f"    candidate {tried['backend']} refused at {tried['layer']}: "
+                             f"{tried['reason']}")
     return lines
 
 

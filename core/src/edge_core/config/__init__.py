@@ -24,6 +24,7 @@ from edge_core.config.loading import (
 from edge_core.config.model import (
     DEFAULT_MAX_IO_BYTES,
     BackendSection,
+    CandidateConfig,
     InputTransform,
     PipelineConfig,
     PlacementConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "BackendSection",
     "BackendValidator",
     "ByteSizeError",
+    "CandidateConfig",
     "InputTransform",
     "InvalidConfigError",
     "PipelineConfig",

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from edge_core.config.checks import INTERNAL, check_module_path
-from edge_core.config.model import Identifier, ModulePath, PipelineConfig
+from edge_core.config.model import BackendSection, Identifier, ModulePath, PipelineConfig
 from edge_core.config.structure import InvalidConfigError, join_path, structure_config
 from edge_core.errors import ConfigError
 
@@ -200,39 +200,93 @@ def _build(
     settings: ToolSettings | None,
     validate_backend: BackendValidator | None,
 ) -> PipelineConfig:
-    config = structure_config(data, PipelineConfig, path=prefix)
+    data, filled = _first_candidate_as_backend(data, prefix)
+    try:
+        config = structure_config(data, PipelineConfig, path=prefix)
+    except InvalidConfigError as exc:
+        # a filled-in backend's problems are reported once, at candidates[0].backend
+        kept = [p for p in exc.problems
+                if not any(p.path.startswith(f"{stage}.backend") for stage in filled)]
+        raise InvalidConfigError(kept or list(exc.problems)) from None
     problems: list[ConfigError] = []
     stages = []
-    for index, stage in enumerate(config.stages):
-        stage_path = join_path(join_path(prefix, "stages"), index)
-        backend = stage.backend
+
+    def complete(backend: BackendSection, path: str) -> BackendSection:
         defaults = settings.backends.get(backend.name, {}) if settings else {}
         options = {**defaults, **backend.options}
         validated: object = None
         if validate_backend is not None:
             try:
-                validated = validate_backend(backend.name, options, f"{stage_path}.backend.options")
+                validated = validate_backend(backend.name, options, f"{path}.options")
             except InvalidConfigError as exc:
                 problems.extend(exc.problems)
             except ConfigError as exc:
                 problems.append(exc)
-        manifest = _resolve(folder, stage.manifest) if stage.manifest else None
         route = backend.route
         if route is not None and route.python_path:
             route = attrs.evolve(
                 route, python_path=tuple(_resolve(folder, p) for p in route.python_path)
             )
-        stages.append(
+        return attrs.evolve(backend, options=options, route=route, validated=validated)
+
+    for index, stage in enumerate(config.stages):
+        stage_path = join_path(join_path(prefix, "stages"), index)
+        candidates = tuple(
             attrs.evolve(
-                stage,
-                manifest=manifest,
-                backend=attrs.evolve(backend, options=options, route=route, validated=validated),
+                candidate,
+                backend=complete(candidate.backend,
+                                 f"{join_path(f'{stage_path}.candidates', number)}.backend"),
+                manifest=_resolve(folder, candidate.manifest) if candidate.manifest else None,
             )
+            for number, candidate in enumerate(stage.candidates)
         )
+        backend = (candidates[0].backend if candidates
+                   else complete(stage.backend, f"{stage_path}.backend"))
+        manifest = _resolve(folder, stage.manifest) if stage.manifest else None
+        stages.append(attrs.evolve(stage, manifest=manifest, backend=backend,
+                                   candidates=candidates))
     if problems:
         raise InvalidConfigError(problems)
     plugins = _merge_plugins(settings.plugins if settings else (), config.plugins)
     return attrs.evolve(config, stages=tuple(stages), plugins=plugins, source=file)
+
+
+def _first_candidate_as_backend(
+    data: Mapping[str, object], prefix: str
+) -> tuple[Mapping[str, object], list[str]]:
+    """Give each stage that lists ``candidates`` its first candidate's ``backend`` table.
+
+    Returns the (copied where changed) document and the paths of the stages filled in.
+
+    Raises:
+        InvalidConfigError: a stage names both ``backend`` and ``candidates``, or lists
+            no candidate.
+    """
+    raw = data.get("stages") if isinstance(data, Mapping) else None
+    if not isinstance(raw, list):
+        return data, []
+    stages: list[object] = []
+    filled: list[str] = []
+    problems: list[ConfigError] = []
+    for index, stage in enumerate(raw):
+        path = join_path(join_path(prefix, "stages"), index)
+        if not isinstance(stage, Mapping) or "candidates" not in stage:
+            stages.append(stage)
+            continue
+        candidates = stage["candidates"]
+        if "backend" in stage:
+            problems.append(ConfigError(f"{path}.backend", "give either backend or "
+                                        "candidates, not both", stage["backend"]))
+        elif not isinstance(candidates, list) or not candidates:
+            problems.append(ConfigError(f"{path}.candidates",
+                                        "expected a non-empty list of candidates", candidates))
+        elif isinstance(candidates[0], Mapping) and "backend" in candidates[0]:
+            stage = {**stage, "backend": candidates[0]["backend"]}
+            filled.append(path)
+        stages.append(stage)
+    if problems:
+        raise InvalidConfigError(problems)
+    return {**data, "stages": stages}, filled
 
 
 def _resolve(folder: Path, path: Path) -> Path:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_IO_BYTES",
     "BackendSection",
+    "CandidateConfig",
     "InputTransform",
     "PipelineConfig",
     "PlacementConfig",
@@ -80,6 +81,10 @@ TransformRef = Annotated[str, Check(check_adapter_or_callable)]
 
 
 def _stage_tuple(value: Iterable[StageConfig]) -> tuple[StageConfig, ...]:
+    return tuple(value)
+
+
+def _candidate_tuple(value: Iterable[CandidateConfig]) -> tuple[CandidateConfig, ...]:
     return tuple(value)
 
 
@@ -268,6 +273,24 @@ class InputTransform:
 
 
 @attrs.frozen
+class CandidateConfig:
+    """One backend a stage may run on, in the stage's order of preference (``candidates``).
+
+    A complete backend section; ``manifest``, ``placement`` and ``resources`` left out
+    (``None``) are the stage's own.
+    """
+
+    backend: BackendSection
+    """Backend name, options and route of this candidate."""
+    manifest: Path | None = None
+    """This candidate's own artifact manifest, where its bundle differs from the stage's."""
+    placement: PlacementConfig | None = None
+    """This candidate's placement policy; ``None``: the stage's."""
+    resources: ResourceBudget | None = None
+    """This candidate's ceilings and demands; ``None``: the stage's."""
+
+
+@attrs.frozen
 class StageConfig:
     """One stage of a pipeline: a model run by one backend on one route."""
 
@@ -312,6 +335,22 @@ class StageConfig:
         default=0.5, validator=validator(check_non_negative_seconds)
     )
     """Wait before the first automatic attempt, doubled for each further one (≤ 30 s)."""
+    candidates: tuple[CandidateConfig, ...] = attrs.field(default=(), converter=_candidate_tuple)
+    """Backends to try in order of preference at open; the first that passes the whole
+    gate serves. Empty: ``backend`` alone. With candidates, ``backend`` is the first's."""
+
+    def choices(self) -> tuple[StageConfig, ...]:
+        """The stage as each candidate would run it, in order (just itself without any)."""
+        if not self.candidates:
+            return (self,)
+        return tuple(
+            attrs.evolve(
+                self, backend=c.backend, manifest=c.manifest or self.manifest,
+                placement=c.placement or self.placement,
+                resources=c.resources or self.resources, candidates=(),
+            )
+            for c in self.candidates
+        )
 
 
 @attrs.frozen
@@ -357,6 +396,12 @@ class PipelineConfig:
                     stage.id,
                 )
             seen[stage.id] = index
+            if stage.candidates and stage.candidates[0].backend != stage.backend:
+                raise ConfigError(
+                    f"stages[{index}].backend",
+                    "a stage with candidates runs the first candidate's backend first",
+                    stage.backend.name,
+                )
             if index == 0 and stage.input_transform is not None:
                 raise ConfigError(
                     "stages[0].input_transform",
@@ -424,6 +469,11 @@ class PipelineConfig:
                     "max_restarts": stage.max_restarts,
                     "restart_backoff_s": stage.restart_backoff_s,
                     "shapes": list(stage.shapes),
+                    "candidates": [
+                        {"backend": c.backend.name, "route": _route_json(c.backend.route),
+                         "manifest": str(c.manifest) if c.manifest else None}
+                        for c in stage.candidates
+                    ],
                     "input_transform": (
                         stage.input_transform.reference if stage.input_transform else None
                     ),

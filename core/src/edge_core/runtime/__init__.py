@@ -10,6 +10,7 @@ a request can end with (:class:`DeadlineExceeded`, :class:`WorkerUnresponsive`,
 from edge_core.errors import DeadlineExceeded
 from edge_core.fanout import Call, Fanout
 from edge_core.host.errors import WorkerUnresponsive
+from edge_core.runtime.candidates import CandidatesRefused
 from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.errors import (
     DemandExceeded,
@@ -28,6 +29,7 @@ from edge_core.runtime.submission import RequestTooLarge, Submission
 __all__ = [
     "AckOutcome",
     "Call",
+    "CandidatesRefused",
     "DeadlineExceeded",
     "DemandExceeded",
     "DuplicateRequest",

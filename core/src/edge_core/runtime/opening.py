@@ -32,6 +32,8 @@ def load_config(path: str | os.PathLike[str], name: str | None = None) -> Pipeli
 def default_ledger(config: PipelineConfig, plugins: PluginSet) -> ResourceLedger:
     """A ledger over the host's pools plus the device pools the stages' backends report.
 
+    Every candidate backend of a stage counts, so a fallback's pools are known too.
+
     Ceilings come from the configuration; a ceiling above an observed total is refused.
     """
     return shared_ledger([config], plugins)
@@ -46,8 +48,8 @@ def shared_ledger(configs: Sequence[PipelineConfig], plugins: PluginSet) -> Reso
     """
     pools = {pool.name: pool for pool in probe_host().pools}
     table = backend_table(plugins)
-    owners = {table[s.backend.name][1] for config in configs for s in config.stages
-              if s.backend.name in table}
+    names = {c.backend.name for config in configs for s in config.stages for c in s.choices()}
+    owners = {table[name][1] for name in names if name in table}
     for owner in sorted(owners):
         answer = plugins.probe(owner, timeout_s=PROBE_TIMEOUT_S)
         for report in answer.result or ():

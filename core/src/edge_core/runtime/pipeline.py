@@ -27,6 +27,7 @@ from edge_core.errors import BackendUnavailable, EdgeError, StageClosed
 from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
 from edge_core.plugins import PluginSet
+from edge_core.runtime.candidates import chosen_entry, open_stages, reload_in_order
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
@@ -166,6 +167,8 @@ class Pipeline:
         self.epoch = 0
         self.opened_at = time.time()
         self.closed = False
+        self.candidates: dict[str, list[dict[str, Any]]] = {}
+        """Stage id → each candidate tried at open (or the last restart), in order."""
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -189,6 +192,9 @@ class Pipeline:
             Any error from a plugin's load or warm-up, after unwinding.
         """
         say = progress or (lambda _message: None)
+        if any(stage.candidates for stage in config.stages):
+            pipeline = cls(config, plugins, ledger, [])
+            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s))
         stages = [replica for index in range(len(config.stages))
                   for replica in cls._resolve(config, index, plugins)]
         check_linear_chain(config)
@@ -203,32 +209,43 @@ class Pipeline:
         started: list[_Stage] = []
         try:
             for stage in stages:
-                say(f"loading stage {stage.context.stage_id} on {stage.binding.backend.name}")
-                try:
-                    loaded = stage.binding.load(stage.context)
-                except BaseException as error:
-                    # A plugin that retired its own worker while failing says how that went.
-                    outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
-                    if outcome is not None:
-                        stage.release_outcome = _settle(ledger, stage.token, outcome)
-                        stage.token = None
-                    raise
                 started.append(stage)
-                stage.runtime = pipeline._runtime_for(stage, loaded, retire_deadline_s)
-                say(f"warming up stage {stage.context.stage_id}")
-                pipeline._gate(stage, loaded)
+                pipeline._start(stage, say, retire_deadline_s)
         except BaseException:
             pipeline._unwind(started, stages)
             raise
-        pipeline._groups = _groups(stages)
-        pipeline._transforms = [with_bundles(s.transform, pipeline.bundle_directories)
-                                for s in stages if s.context.replica == 0]
-        return pipeline
+        return pipeline._serving(stages)
+
+    def _serving(self, stages: list[_Stage]) -> Pipeline:
+        self._stages = stages
+        self._groups = _groups(stages)
+        self._transforms = [with_bundles(s.transform, self.bundle_directories)
+                            for s in stages if s.context.replica == 0]
+        return self
+
+    def _start(self, stage: _Stage, say: Callable[[str], None],
+               retire_deadline_s: float) -> None:
+        """Load one reserved stage, give it its runtime and run its gate."""
+        say(f"loading stage {stage.context.stage_id} on {stage.binding.backend.name}")
+        try:
+            loaded = stage.binding.load(stage.context)
+        except BaseException as error:
+            # A plugin that retired its own worker while failing says how that went.
+            outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
+            if outcome is not None:
+                stage.release_outcome = _settle(self.ledger, stage.token, outcome)
+                stage.token = None
+            raise
+        stage.runtime = self._runtime_for(stage, loaded, retire_deadline_s)
+        say(f"warming up stage {stage.context.stage_id}")
+        self._gate(stage, loaded)
 
     @staticmethod
-    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet) -> list[_Stage]:
-        stage = config.stages[index]
-        path = f"stages[{index}]"
+    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet,
+                 stage: StageConfig | None = None, path: str | None = None) -> list[_Stage]:
+        """The replicas of stage ``index`` on ``stage`` (a candidate; default: its own)."""
+        stage = stage or config.stages[index]
+        path = path or f"stages[{index}]"
         owner = backend_table(plugins).get(stage.backend.name)
         if owner is None:
             bind_owner(plugins, stage.backend.name)  # raises, naming what is installed
@@ -277,7 +294,7 @@ class Pipeline:
             stage.token = None
 
         def reload(generation: int) -> LoadedStage:
-            return self._reload(stage, generation)
+            return reload_in_order(self, stage, generation)
 
         limit = getattr(loaded, "max_in_flight", None)
         config = stage.config
@@ -596,6 +613,8 @@ class Pipeline:
                 "memory_check": dict(stage.memory_check),
                 "evidence": label,
                 "evidence_basis": basis,
+                "candidates": [dict(c) for c in self.candidates.get(
+                    stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
             })
         return {
             "pipeline": self.config.name,

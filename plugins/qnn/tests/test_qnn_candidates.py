@@ -1,0 +1,73 @@
+"""Candidate backends with qnn on the QNN HTP simulator first and ort-cpu after it.
+
+Real sessions on both: the dynamic-batch graph falls wholly to the CPU under QNN, so the
+real placement gate refuses the qnn candidate and ort-cpu serves; the static graph runs
+wholly on QNN, so qnn is chosen and ort-cpu is never tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+
+from .conftest import example_input
+
+QNN = "QNNExecutionProvider"
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "qnn,ort-cpu"})
+
+
+@pytest.fixture
+def ledger() -> Iterator[ResourceLedger]:
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    yield ledger
+    assert ledger.is_empty() and not ledger.quarantined()
+
+
+def _open(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Path) -> Pipeline:
+    config = load_pipeline({"name": "p", "stages": [{
+        "id": "s", "manifest": str(bundle), "candidates": [
+            {"backend": {"name": "qnn", "options": {"context_cache_dir": str(cache),
+                                                    "session_per_bucket": False}}},
+            {"backend": {"name": "ort-cpu"}},
+        ]}]})
+    return Pipeline.open(config, plugins, ledger)
+
+
+def _tried(pipeline: Pipeline) -> list[tuple[str, str, str | None]]:
+    tried = pipeline.execution_plan()["stages"][0]["candidates"]
+    return [(c["backend"], c["outcome"], c["layer"]) for c in tried]
+
+
+def test_qnn_refused_at_placement_falls_back_to_ort_cpu(
+    plugins: PluginSet, ledger: ResourceLedger, dynamic_bundle: Path, tmp_path: Path
+) -> None:
+    with _open(plugins, ledger, dynamic_bundle, tmp_path / "cache") as pipeline:
+        assert _tried(pipeline) == [("qnn", "refused", "placement"),
+                                    ("ort-cpu", "chosen", None)]
+        reason = pipeline.execution_plan()["stages"][0]["candidates"][0]["reason"]
+        assert "CPUExecutionProvider ran 2 node(s)" in reason
+        assert [t.owner for t in ledger.holdings()] == ["p/s"]
+        x = example_input(5)
+        with pipeline.run({"x": x}) as result:
+            assert np.isfinite(result.outputs["y"]).all()
+
+
+def test_qnn_is_chosen_when_the_simulator_places_the_whole_graph(
+    plugins: PluginSet, ledger: ResourceLedger, static_bundle: Path, tmp_path: Path
+) -> None:
+    with _open(plugins, ledger, static_bundle, tmp_path / "cache") as pipeline:
+        assert _tried(pipeline) == [("qnn", "chosen", None)]
+        assert pipeline.execution_plan()["stages"][0]["placement"]["target"] == QNN

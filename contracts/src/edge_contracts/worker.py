@@ -72,6 +72,7 @@ from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
@@ -101,134 +102,6 @@ if TYPE_CHECKING:
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
 _SHM = frozenset({FEATURE_SHM_TENSORS})
-
-
-class Call:
-    """One request inside the worker: its ids, params and inputs, and the way to answer."""
-
-    __slots__ = (
-        "_acks",
-        "_allocated",
-        "_closed",
-        "_lock",
-        "_seq",
-        "_server",
-        "epoch",
-        "generation",
-        "inputs",
-        "operation",
-        "params",
-        "request_id",
-        "stage_id",
-    )
-
-    def __init__(
-        self,
-        server: _Server,
-        header: FrameHeader,
-        inputs: dict[str, Any],
-        acks: list[list[Any]],
-    ) -> None:
-        self._server = server
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._closed = False
-        self._acks = acks
-        self._allocated: dict[int, tuple[Any, Any]] = {}
-        self.request_id = header.request_id
-        self.stage_id = header.stage_id
-        self.epoch = header.epoch
-        self.generation = header.generation
-        self.operation = header.op
-        self.params: dict[str, Any] = thaw_json(header.meta)  # type: ignore[assignment,arg-type]
-        self.inputs = inputs
-
-    @property
-    def closed(self) -> bool:
-        """True once a terminal event was sent (including a CANCELLED one)."""
-        return self._closed
-
-    def emit(
-        self,
-        kind: EventKind | str,
-        *,
-        outputs: Mapping[str, Any] | None = None,
-        data: Mapping[str, Any] | None = None,
-        error: BaseException | None = None,
-    ) -> bool:
-        """Send one event; return False when it was dropped (request already ended).
-
-        Thread-safe. A terminal kind (DONE, ERROR, CANCELLED) ends the request.
-        """
-        kind = EventKind(kind)
-        with self._lock:
-            if self._closed:
-                unsent = self._take_unsent()
-                sent = ended = False
-            else:
-                seq = self._seq
-                self._seq += 1
-                if kind.terminal:
-                    self._closed = True
-                sent = self._server.send_event(self, kind, seq, outputs, data, error)
-                ended = self._closed
-                unsent = self._take_unsent() if ended else []
-        if unsent:
-            # A request the loop ended (CANCELLED) may still have a handler thread
-            # writing into its buffers: those segments are unlinked, never reused.
-            self._server._tensors()[0].take_back(unsent, unlink=kind is EventKind.CANCELLED
-                                                 or not ended)
-        if ended:
-            self._server.forget(self)
-        return sent
-
-    def _take_unsent(self) -> list[tuple[str, int]]:
-        """The leases of buffers this request allocated and did not send (under the lock)."""
-        unsent = [(lease.segment, lease.generation) for _, lease in self._allocated.values()]
-        self._allocated.clear()
-        return unsent
-
-    def output_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        """Return a writable numpy array to compute one output into.
-
-        Returned from :meth:`Handler.submit` (or passed to :meth:`emit`) as an output,
-        this very array travels without a copy when it is large enough for shared memory
-        (it lives in one of this worker's segments); a smaller one is private memory.
-        Do not write into it after it was sent. Buffers a request does not send are
-        taken back when the request ends.
-        """
-        packer = self._server._tensors()[0]
-        with self._lock:
-            if self._closed:  # ended already (cancelled): private memory, nothing leased
-                return packer.allocate(tuple(shape), dtype, private=True)[0]
-            array, lease = packer.allocate(tuple(shape), dtype)
-            if lease is not None:
-                self._allocated[id(array)] = (array, lease)
-        return array
-
-    @property
-    def zero_copy_bytes(self) -> int | None:
-        """Output size from which :meth:`output_buffer` gives shared memory (None: never)."""
-        server = self._server
-        return server.boot.shm_threshold if server.use_shm else None
-
-    def token(self, data: Mapping[str, Any]) -> bool:
-        """Emit a TOKEN event (streaming)."""
-        return self.emit(EventKind.TOKEN, data=data)
-
-    def output(self, outputs: Mapping[str, Any], data: Mapping[str, Any] | None = None) -> bool:
-        """Emit a non-terminal OUTPUT event."""
-        return self.emit(EventKind.OUTPUT, outputs=outputs, data=data)
-
-    def done(
-        self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
-    ) -> bool:
-        """End the request successfully, optionally with outputs."""
-        return self.emit(EventKind.DONE, outputs=outputs, data=data)
-
-    def fail(self, error: BaseException) -> bool:
-        """End the request with an ERROR event naming ``error``'s type and message."""
-        return self.emit(EventKind.ERROR, error=error)
 
 
 class _Server:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import select
 import shutil
 import socket
 import subprocess
@@ -53,12 +52,12 @@ from edge_core.host.errors import (
     ProtocolViolation,
     TransportCapExceeded,
     WorkerGone,
-    WorkerUnresponsive,
 )
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
+from edge_core.host.liveness_hooks import LivenessHooks
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
@@ -75,7 +74,7 @@ def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
                      str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None)
 
 
-class WorkerClient(ControlCalls):
+class WorkerClient(ControlCalls, LivenessHooks):
     """A started, verified worker. Build with :func:`~edge_core.host.bootstrap.start_worker`.
 
     Attributes:
@@ -148,45 +147,6 @@ class WorkerClient(ControlCalls):
         self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
-
-    # -- liveness (see edge_core.host.liveness) --------------------------------------------
-
-    @property
-    def liveness_pid(self) -> int:
-        """The worker's PID, for the liveness monitor."""
-        return self.identity.pid
-
-    def outstanding(self) -> int:
-        """Calls, control calls and cancelled calls whose last event the worker owes."""
-        busy = len(self._calls) + len(self._replies) + len(self._owed)
-        return busy if self._state == READY else 0
-
-    def unread(self) -> bool:
-        """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
-        if self._frames.buffered:
-            return True
-        try:
-            return bool(select.select([self._sock], [], [], 0)[0])
-        except (OSError, ValueError):  # closed meanwhile
-            return False
-
-    def unresponsive(self, reason: str) -> None:
-        """The liveness monitor's verdict: fail everything in flight with WorkerUnresponsive."""
-        pid = self.identity.pid
-        self._lost(f"worker: unresponsive: {reason}: pid {pid}",
-                   WorkerUnresponsive("worker", f"unresponsive: {reason}", pid))
-
-    def on_lost(self, listener: Callable[[BaseException], None]) -> None:
-        """Call ``listener(error)`` once, from the thread that notices, when the worker is lost.
-
-        Also when it is retired (the error then says ``retired``); listeners must be quick.
-        A worker lost already is reported at once.
-        """
-        with self._lock:
-            if self._state == READY:
-                self._listeners.append(listener)
-                return
-        listener(self._gone_error())
 
     # -- health ------------------------------------------------------------------------
 

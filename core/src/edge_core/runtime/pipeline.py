@@ -19,7 +19,6 @@ from typing import Any, cast
 
 import attrs
 
-from edge_core import __version__
 from edge_core.binding import OwnerBinding, backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
 from edge_core.config.transforms import resolve_input_transform
@@ -27,7 +26,7 @@ from edge_core.errors import BackendUnavailable, EdgeError, StageClosed
 from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
 from edge_core.plugins import PluginSet
-from edge_core.runtime.candidates import chosen_entry, open_stages, reload_in_order
+from edge_core.runtime.candidates import open_stages, reload_in_order
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
@@ -38,10 +37,10 @@ from edge_core.runtime.chain import (
     with_bundles,
 )
 from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
-from edge_core.runtime.evidence import evidence_label
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
+from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
@@ -586,41 +585,5 @@ class Pipeline:
 
     def execution_plan(self) -> dict[str, Any]:
         """The JSON execution plan: identities, route, reservations, placement, numerics."""
-        stages = []
-        for stage in self._stages:
-            runtime = stage.runtime
-            described = dict(runtime.loaded.describe()) if runtime is not None else {}
-            numerics = stage.warmup.numerics if stage.warmup is not None else None
-            label, basis = evidence_label(numerics, stage.context.manifest_dir)
-            stages.append({
-                "id": stage.context.stage_id,
-                "replica": stage.context.replica,
-                "backend": stage.binding.backend.name,
-                "plugin": stage.binding.plugin,
-                "kind": sorted(k.value for k in stage.binding.backend.kinds),
-                "generation": runtime.generation if runtime is not None else None,
-                "worker": described,
-                "route": described.get("route"),
-                "reservation": {"demands": dict(stage.demands),
-                                "token": stage.token.to_json() if stage.token else None},
-                "placement": (stage.warmup.placement.to_json()
-                              if stage.warmup is not None else None),
-                "numerics": dict(numerics) if numerics is not None else None,
-                "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
-                "buckets": ([b.to_json() for b in stage.warmup.buckets]
-                            if stage.warmup is not None else []),
-                "observed_memory": dict(stage.observed),
-                "memory_check": dict(stage.memory_check),
-                "evidence": label,
-                "evidence_basis": basis,
-                "candidates": [dict(c) for c in self.candidates.get(
-                    stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
-            })
-        return {
-            "pipeline": self.config.name,
-            "edge_core": __version__,
-            "opened_at": self.opened_at,
-            "config": self.config.to_json(),
-            "stages": stages,
-            "ledger": self.ledger.snapshot(),
-        }
+        return execution_plan(self.config, self._stages, self.opened_at, self.ledger,
+                              self.candidates)

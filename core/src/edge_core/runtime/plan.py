@@ -1,0 +1,123 @@
+"""The execution plan of an open pipeline: one JSON report of what was admitted and how.
+
+Split from :mod:`edge_core.runtime.pipeline`, whose :meth:`Pipeline.execution_plan
+<edge_core.runtime.pipeline.Pipeline.execution_plan>` returns :func:`execution_plan`: per
+stage (replica), its identity, backend and plugin, worker and route, reservation,
+warm-up placement, numerics and buckets, observed memory and evidence label; then the
+configuration and the ledger's snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edge_core import __version__
+from edge_core.runtime.evidence import evidence_label
+
+if TYPE_CHECKING:
+    from edge_core.binding import OwnerBinding
+    from edge_core.config.model import PipelineConfig
+    from edge_core.ledger import ReservationToken, ResourceLedger
+    from edge_core.placement import WarmupReport
+    from edge_core.runtime.stage_runtime import StageRuntime
+    from edge_core.stage import StageContext
+
+__all__ = ["PlannedStage", "execution_plan"]
+
+
+class PlannedStage(Protocol):
+    """What the plan reads of each stage the pipeline keeps."""
+
+    @property
+    def binding(self) -> OwnerBinding:
+        """The stage's backend binding."""
+        ...
+
+    @property
+    def context(self) -> StageContext:
+        """The stage's identity and manifest directory."""
+        ...
+
+    @property
+    def token(self) -> ReservationToken | None:
+        """Its reservation, once reserved."""
+        ...
+
+    @property
+    def demands(self) -> Mapping[str, int]:
+        """What it reserved, per pool."""
+        ...
+
+    @property
+    def runtime(self) -> StageRuntime | None:
+        """Its runtime, once loaded."""
+        ...
+
+    @property
+    def warmup(self) -> WarmupReport | None:
+        """Its warm-up report, once gated."""
+        ...
+
+    @property
+    def observed(self) -> Mapping[str, int]:
+        """Memory observed after warm-up, per pool."""
+        ...
+
+    @property
+    def memory_check(self) -> Mapping[str, str]:
+        """The observed-memory check's verdict, per pool."""
+        ...
+
+
+def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opened_at: float,
+                   ledger: ResourceLedger,
+                   candidates: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                   ) -> dict[str, Any]:
+    """The JSON execution plan: identities, route, reservations, placement, numerics.
+
+    ``candidates`` maps a stage id to the candidates tried for it, in order (see
+    :mod:`edge_core.runtime.candidates`); a stage without an entry lists its one backend
+    as chosen.
+    """
+    from edge_core.runtime.candidates import chosen_entry
+
+    tried = candidates or {}
+    entries = []
+    for stage in stages:
+        runtime = stage.runtime
+        described = dict(runtime.loaded.describe()) if runtime is not None else {}
+        numerics = stage.warmup.numerics if stage.warmup is not None else None
+        label, basis = evidence_label(numerics, stage.context.manifest_dir)
+        entries.append({
+            "id": stage.context.stage_id,
+            "replica": stage.context.replica,
+            "backend": stage.binding.backend.name,
+            "plugin": stage.binding.plugin,
+            "kind": sorted(k.value for k in stage.binding.backend.kinds),
+            "generation": runtime.generation if runtime is not None else None,
+            "worker": described,
+            "route": described.get("route"),
+            "reservation": {"demands": dict(stage.demands),
+                            "token": stage.token.to_json() if stage.token else None},
+            "placement": (stage.warmup.placement.to_json()
+                          if stage.warmup is not None else None),
+            "numerics": dict(numerics) if numerics is not None else None,
+            "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
+            "buckets": ([b.to_json() for b in stage.warmup.buckets]
+                        if stage.warmup is not None else []),
+            "observed_memory": dict(stage.observed),
+            "memory_check": dict(stage.memory_check),
+            "evidence": label,
+            "evidence_basis": basis,
+            "candidates": [dict(c) for c in tried.get(
+                stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
+        })
+    return {
+        "pipeline": config.name,
+        "edge_core": __version__,
+        "opened_at": opened_at,
+        "config": config.to_json(),
+        "stages": entries,
+        "ledger": ledger.snapshot(),
+    }

@@ -200,17 +200,17 @@ def test_a_pipeline_input_buffer_is_filled_in_place_and_sent_by_reference(
 
     bundle = tmp_path / "big"
     bundle.mkdir()
-    graph = write_add_relu_graph(bundle, (512, 1024))
+    graph = write_add_relu_graph(bundle, ("n", 3))
     rng = np.random.default_rng(5)
-    np.savez(bundle / "example.npz", x=rng.standard_normal((512, 1024)).astype(np.float32))
+    np.savez(bundle / "example.npz", x=rng.standard_normal((200_000, 3)).astype(np.float32))
     create_manifest(bundle, example_inputs="example.npz")
     direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
     with open_stage(plugins, ledger, bundle) as pipeline:
-        buffer = pipeline.input_buffer("x", (512, 1024), np.float32)  # 2 MiB: shared memory
+        buffer = pipeline.input_buffer("x", (200_000, 3), np.float32)  # 2.3 MiB: shared memory
         producer = pipeline.stages[0].loaded.client._producer  # type: ignore[attr-defined]
         held = producer.held_bytes
         for _ in range(3):
-            buffer[...] = rng.standard_normal((512, 1024)).astype(np.float32)
+            buffer[...] = rng.standard_normal((200_000, 3)).astype(np.float32)
             (expected,) = direct.run(["y"], {"x": buffer})
             with pipeline.run({"x": buffer}) as result:
                 np.testing.assert_array_equal(result.outputs["y"], expected)

@@ -44,7 +44,8 @@ def edge_run_answer(ocr_dir: Path) -> list[dict[str, Any]]:
     done = subprocess.run([EDGE, "run", str(ocr_dir / "pipeline.toml"), "--input",
                            str(ocr_dir / "page.png"), "--json"], capture_output=True, text=True,
                           check=True, timeout=300)
-    answer: list[dict[str, Any]] = json.loads(done.stdout)["answer"]
+    (result,) = json.loads(done.stdout)["results"]  # one entry per --input
+    answer: list[dict[str, Any]] = result["lines"]
     return answer
 
 
@@ -84,7 +85,7 @@ def test_refusals_400_413_429_504_and_metrics_parsed(server: Served, ocr_dir: Pa
     with httpx.Client(base_url=server.url, timeout=120) as client:
         bad = _upload(client, b"this is not an image")
         assert bad.status_code == 400
-        assert _error(bad)["field"] == "file" and "UnidentifiedImageError" in bad.text
+        assert _error(bad)["field"] == "file" and "ImageInputError" in bad.text
         assert "/tmp" not in bad.text  # no server path in the answer
 
         large = _upload(client, image + b"\0" * MAX_BODY)

@@ -29,7 +29,8 @@ def test_a_filled_buffer_travels_by_reference_and_is_reused(start) -> None:
     held = producer.held_bytes
     for value in (3, 7):
         buf[:] = value
-        call = client.submit(request(f"r{value}"), {"x": buf})
+        # the worker sleeps before answering: it still holds the buffer when we look
+        call = client.submit(request(f"r{value}", sleep_s=0.5), {"x": buf})
         assert not buf.flags.writeable  # the worker holds it until the request ends
         with pytest.raises(ValueError, match="read-only"):
             buf[0] = 1

@@ -102,11 +102,18 @@ def _describe_fd(fd: int) -> str:
 
 
 def _describe_child(pid: int) -> str:
+    """Describe a leftover process: state, command line, and its parents up to the test."""
     try:
         proc = psutil.Process(pid)
-        return f"{pid} {proc.status()} {' '.join(proc.cmdline())[:120]}"
+        text = f"{pid} {proc.status()} {' '.join(proc.cmdline())[:120]}"
+        chain: list[str] = []
+        for parent in proc.parents():  # who made, or adopted, the leftover
+            if parent.pid == os.getpid():
+                break
+            chain.append(f"{parent.pid}:{parent.name()}")
     except psutil.Error:
         return str(pid)
+    return f"{text} (parents below the test: {chain or 'none, the test itself'})"
 
 
 def _files() -> frozenset[str]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["COLOURS", "MEANINGS", "FailureClass", "Status", "classify_error"]
+__all__ = ["COLOURS", "MEANINGS", "FailureClass", "Status", "classify_error", "classify_layer"]
 
 
 class Status(enum.StrEnum):
@@ -139,5 +139,16 @@ def classify_error(classes: Sequence[str]) -> FailureClass:
     for name in classes:
         found = _TABLE.get(name)
         if found is not None:
+            return found
+    return _UNKNOWN
+
+
+def classify_layer(layer: str | None) -> FailureClass:
+    """The failure class of a failing layer (a refused candidate records only its layer).
+
+    The first class of the table with that layer; an unknown layer is ``unknown``.
+    """
+    for found in _TABLE.values():
+        if found.layer == layer:
             return found
     return _UNKNOWN

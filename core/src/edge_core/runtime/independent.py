@@ -32,7 +32,8 @@ from edge_core.stage import RETIRE_OUTCOME_ATTR
 if TYPE_CHECKING:
     from edge_core.runtime.pipeline import Pipeline, _Stage
 
-__all__ = ["DEFAULT_BOUND", "INDEPENDENT_RUN", "compare_with_reference", "reference_run"]
+__all__ = ["DEFAULT_BOUND", "INDEPENDENT_RUN", "compare_with_reference", "reference_run",
+           "run_references"]
 
 INDEPENDENT_RUN = "independent-run"
 """The prefix of an independent reference's name: ``independent-run:<backend>``."""
@@ -171,3 +172,12 @@ def reference_run(pipeline: Pipeline, stage: _Stage, index: int,
     if problems:
         record["reason"] = "; ".join(problems)
     return record
+
+
+def run_references(pipeline: Pipeline, stages: list[_Stage], retire_deadline_s: float) -> None:
+    """Make the reference run of every opened stage that names ``reference_backend``."""
+    ids = [config.id for config in pipeline.config.stages]
+    for stage in stages:
+        if stage.config.reference_backend is not None and stage.context.replica == 0:
+            index = ids.index(stage.config.id)
+            stage.reference = reference_run(pipeline, stage, index, retire_deadline_s)

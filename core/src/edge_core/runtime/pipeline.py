@@ -40,7 +40,7 @@ from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCan
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
-from edge_core.runtime.independent import reference_run
+from edge_core.runtime.independent import run_references
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
@@ -222,10 +222,7 @@ class Pipeline:
     def _serving(self, stages: list[_Stage], retire_deadline_s: float) -> Pipeline:
         self._stages = stages
         try:  # after every gate passed; a reference that fails only withholds a label
-            for stage in stages:
-                if stage.config.reference_backend is not None and stage.context.replica == 0:
-                    index = [s.id for s in self.config.stages].index(stage.config.id)
-                    stage.reference = reference_run(self, stage, index, retire_deadline_s)
+            run_references(self, stages, retire_deadline_s)
         except BaseException:
             self.close()
             raise

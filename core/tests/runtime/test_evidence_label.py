@@ -63,3 +63,20 @@ def test_a_missing_manifest_is_not(tmp_path: Path) -> None:
     label, basis = evidence_label(PASSED, tmp_path)
     assert label == BACKEND_EXECUTION
     assert "cannot be checked" in basis
+
+
+def test_an_independent_run_that_passed_is_complete_model_and_named(tmp_path: Path) -> None:
+    run = {"reference": "independent-run:ort-cpu", "passed": True, "bound": {}}
+    label, basis = evidence_label(None, tmp_path, run)
+    assert label == COMPLETE_MODEL and "independent-run:ort-cpu" in basis
+
+
+def test_an_independent_run_not_made_failed_or_misnamed_is_not(tmp_path: Path) -> None:
+    failed = {"reference": "independent-run:ort-cpu", "passed": False,
+              "reason": "outputs.y: beyond the bound"}
+    label, basis = evidence_label(None, tmp_path, failed)
+    assert label == BACKEND_EXECUTION and "outputs.y: beyond the bound" in basis
+    claimed = {"reference": "cpu-run", "passed": True}  # not a run core started
+    assert evidence_label(None, tmp_path, claimed)[0] == BACKEND_EXECUTION
+    missing = {"reference": "independent-run:ort-cpu"}  # no verdict: not compared
+    assert evidence_label(None, tmp_path, missing)[0] == BACKEND_EXECUTION

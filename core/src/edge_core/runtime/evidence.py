@@ -8,7 +8,11 @@ run the backend made itself (``cpu-run`` in the backend's own worker), a label t
 made up, a failed or missing check, a stage without a bundle — is ``backend-execution``:
 the stage ran on its backend, and that is all the plan claims.
 
-Core never imports a runtime, so it cannot make an independent reference run itself.
+Or a run on an independent runtime in a worker that core starts: a stage that names
+``reference_backend`` has the bundle's example inputs run on that backend too, and the
+outputs compared within the stage's bound (:mod:`edge_core.runtime.independent`; core
+itself never imports a runtime). ``complete-model`` then only when that comparison was
+made and passed; the basis names the reference (``independent-run:<backend>``).
 """
 
 from __future__ import annotations
@@ -30,9 +34,28 @@ BACKEND_EXECUTION = "backend-execution"
 EXPECTED_OUTPUTS = "expected-outputs"
 
 
-def evidence_label(numerics: Mapping[str, Any] | None,
-                   manifest_dir: Path | None) -> tuple[str, str]:
-    """The label and the reason for it, from the warm-up's numerics and the bundle."""
+def evidence_label(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
+                   reference: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """The label and the reason for it, from the warm-up's numerics and the bundle.
+
+    ``reference`` is the record of an independent reference run
+    (:func:`edge_core.runtime.independent.reference_run`), when the stage asked for one:
+    the bundle's hashed expected outputs are looked at first, then that run.
+    """
+    label, basis = _from_bundle(numerics, manifest_dir)
+    if label == COMPLETE_MODEL or reference is None:
+        return label, basis
+    name = reference.get("reference")
+    if reference.get("passed") is True and str(name).startswith("independent-run:"):
+        return COMPLETE_MODEL, (f"compared with {name}, a run of the bundle's example inputs on "
+                                "an independent runtime in a worker core started, within "
+                                f"the bound {reference.get('bound')}")
+    return BACKEND_EXECUTION, (f"{basis}; {name}: not compared or no match: "
+                               f"{reference.get('reason')}")
+
+
+def _from_bundle(numerics: Mapping[str, Any] | None,
+                 manifest_dir: Path | None) -> tuple[str, str]:
     if not numerics or numerics.get("passed") is not True:
         return BACKEND_EXECUTION, "no passing numerical check of the example bucket"
     reference = numerics.get("reference")

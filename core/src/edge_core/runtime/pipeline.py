@@ -40,6 +40,7 @@ from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCan
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
+from edge_core.runtime.independent import run_references
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
@@ -72,6 +73,8 @@ class _Stage:
         self.observed: Mapping[str, int] = {}
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
+        #: The independent reference run's record (``reference_backend``), if any.
+        self.reference: dict[str, Any] | None = None
 
 
 class _Unverified:
@@ -193,7 +196,8 @@ class Pipeline:
         say = progress or (lambda _message: None)
         if any(stage.candidates for stage in config.stages):
             pipeline = cls(config, plugins, ledger, [])
-            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s))
+            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s),
+                                     retire_deadline_s)
         stages = [replica for index in range(len(config.stages))
                   for replica in cls._resolve(config, index, plugins)]
         check_linear_chain(config)
@@ -213,10 +217,15 @@ class Pipeline:
         except BaseException:
             pipeline._unwind(started, stages)
             raise
-        return pipeline._serving(stages)
+        return pipeline._serving(stages, retire_deadline_s)
 
-    def _serving(self, stages: list[_Stage]) -> Pipeline:
+    def _serving(self, stages: list[_Stage], retire_deadline_s: float) -> Pipeline:
         self._stages = stages
+        try:  # after every gate passed; a reference that fails only withholds a label
+            run_references(self, stages, retire_deadline_s)
+        except BaseException:
+            self.close()
+            raise
         self._groups = _groups(stages)
         self._transforms = [with_bundles(s.transform, self.bundle_directories)
                             for s in stages if s.context.replica == 0]

@@ -88,7 +88,8 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
         runtime = stage.runtime
         described = dict(runtime.loaded.describe()) if runtime is not None else {}
         numerics = stage.warmup.numerics if stage.warmup is not None else None
-        label, basis = evidence_label(numerics, stage.context.manifest_dir)
+        reference = getattr(stage, "reference", None)
+        label, basis = evidence_label(numerics, stage.context.manifest_dir, reference)
         entries.append({
             "id": stage.context.stage_id,
             "replica": stage.context.replica,
@@ -110,6 +111,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "memory_check": dict(stage.memory_check),
             "evidence": label,
             "evidence_basis": basis,
+            "reference_run": dict(reference) if reference is not None else None,
             "candidates": [dict(c) for c in tried.get(
                 stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
         })

@@ -272,8 +272,8 @@ def _derive_into(staging: Path, work: Path, bundle: VerifiedBundle, model: Any,
                                    f"{qdq_check['outputs']}")
             qdq_checks.append(qdq_check)
         stem = f"examples/{bucket.name}"
-        np.savez(staging / f"{stem}.npz", **example)
-        np.savez(staging / f"{stem}.expected.npz", **expected)
+        np.savez(staging / f"{stem}.npz", **example)  # type: ignore[arg-type]
+        np.savez(staging / f"{stem}.expected.npz", **expected)  # type: ignore[arg-type]
         shapes.append({"name": bucket.name, "inputs": {
             n: {"dtype": str(example[n].dtype), "dims": list(s)}
             for n, s in bucket.shapes.items()},
@@ -283,11 +283,11 @@ def _derive_into(staging: Path, work: Path, bundle: VerifiedBundle, model: Any,
                                   _brief(static_check), _brief(qdq_check)
                                   if qdq_check is not None else None))
     bound = _bound_for(kind, given, qdq_checks)
-    for bucket in done:
-        if bucket.qdq_check is not None and any(
-                float(bucket.qdq_check[k]) > bound[k] for k in bound):
-            raise DeriveFailed(f"bucket {bucket.name}: the QDQ graph's error against the "
-                               f"fp32 reference {dict(bucket.qdq_check)} exceeds the bound "
+    for made in done:
+        if made.qdq_check is not None and any(
+                float(made.qdq_check[k]) > bound[k] for k in bound):
+            raise DeriveFailed(f"bucket {made.name}: the QDQ graph's error against the "
+                               f"fp32 reference {dict(made.qdq_check)} exceeds the bound "
                                f"{bound}")
     source_manifest = bundle.source / "edge-manifest.json"
     validation: dict[str, Any] = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["NAME", "register", "run"]
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"edge derive: {text}", file=sys.stderr, flush=True)
 
-    kind = "qdq" if args.derive_command == "qnn-qdq" else "static"
+    kind: Literal["static", "qdq"] = "qdq" if args.derive_command == "qnn-qdq" else "static"
     try:
         buckets = [parse_bucket(text, i) for i, text in enumerate(args.bucket)]
         bound = parse_bound(getattr(args, "bound", None))

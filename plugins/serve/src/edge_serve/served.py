@@ -29,7 +29,7 @@ from edge_serve.outcomes import HttpRefusal, deadline_passed, stage_unready
 from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
-__all__ = ["Answer", "ServedPipeline"]
+__all__ = ["Answer", "ServedPipeline", "retrieve"]
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class Answer:
         self.latencies = dict(latencies)
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
+def retrieve(future: asyncio.Future[Any]) -> None:
     """Take a dropped request's outcome so that asyncio does not log it as never retrieved."""
     if not future.cancelled():
         future.exception()
@@ -202,10 +202,10 @@ class ServedPipeline:
         waiter = asyncio.ensure_future(gone.wait())
         limit = None if deadline_s is None else deadline_s + BACKSTOP_S
         try:
-            await asyncio.wait({future, waiter}, timeout=limit,
-                               return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {future, waiter}
+            await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the server is stopping: the request goes with it
-            future.add_done_callback(_retrieve)
+            future.add_done_callback(retrieve)
             raise
         finally:
             watcher.cancel()
@@ -217,10 +217,10 @@ class ServedPipeline:
             request.scope[OUTCOME_KEY] = "cancelled"
             with contextlib.suppress(Exception):  # how it ended no longer matters
                 await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
-            future.add_done_callback(_retrieve)
+            future.add_done_callback(retrieve)
             raise HttpRefusal(499, "request", "the client disconnected; the request was "
                               "cancelled", kind="ClientDisconnected")
-        future.add_done_callback(_retrieve)
+        future.add_done_callback(retrieve)
         assert deadline_s is not None
         raise deadline_passed(self.name, deadline_s)
 

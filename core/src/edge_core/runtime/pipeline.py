@@ -45,7 +45,7 @@ from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
-from edge_core.runtime.submission import RequestTracker, Submission, submit
+from edge_core.runtime.submission import OnEvent, RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
 from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
@@ -451,13 +451,16 @@ class Pipeline:
         return self._run(inputs, params, until, None)
 
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-             until: float | None, request_id: str | None,
-             admitted: bool = False) -> PipelineResult:
+             until: float | None, request_id: str | None, admitted: bool = False,
+             on_event: OnEvent | None = None) -> PipelineResult:
         if not admitted:
             take_slot(self.admission, until)
         epoch = self.epoch
         try:
             pending, latencies, carry = self._chain(inputs, params, until, request_id)
+            if on_event is not None:
+                for event, tensors in pending.events():
+                    on_event(event, tensors)
             final = pending.result()
             if self.epoch != epoch:  # cancelled while the last stage ran: deliver nothing
                 final.ack()
@@ -497,12 +500,15 @@ class Pipeline:
         return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
-               deadline_s: float | None = None, request_id: str | None = None) -> Submission:
+               deadline_s: float | None = None, request_id: str | None = None,
+               on_event: OnEvent | None = None) -> Submission:
         """Submit one request; returns its :class:`Submission` (id, result, own cancel).
 
         Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
         the whole request as in :meth:`run`); the request then runs on one of the
         pipeline's request threads. See :func:`edge_core.runtime.submission.submit`.
+        ``on_event(event, tensors)`` is called on that thread with each non-terminal
+        event of the final stage (tokens) as it arrives, as :meth:`stream` yields them.
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
@@ -510,7 +516,8 @@ class Pipeline:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
         return submit(self._executor, self.requests, self.admission,
-                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True),
+                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True,
+                                                   on_event=on_event),
                       request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
 
     def health(self) -> dict[str, Any]:

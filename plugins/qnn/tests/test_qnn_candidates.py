@@ -120,4 +120,5 @@ def test_a_qnn_candidate_past_its_gate_timeout_is_refused_and_ort_cpu_serves(
         # Reported as it happened: the load did not answer within the bound.
         reason = tried[0]["reason"]
         assert reason.startswith("DeadlineExceeded") and "0.001" in reason
+        assert tried[0]["layer"] == "runtime"
         assert [t.owner for t in ledger.holdings()] == ["p/s"]

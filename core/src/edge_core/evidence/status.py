@@ -111,6 +111,13 @@ _TABLE: dict[str, FailureClass] = {
     "RemoteError": FailureClass(
         Status.FAILED, "runtime",
         "reproduce the runtime's error outside edge with the staged bundle and options"),
+    "DeadlineExceeded": FailureClass(
+        Status.FAILED, "runtime",
+        "the stage did not answer within its bound (a call deadline, an ORT backend's "
+        "gate_timeout_s): raise the bound or put a faster candidate first"),
+    "WorkerUnresponsive": FailureClass(
+        Status.FAILED, "worker",
+        "the worker stopped answering heartbeats: check for a stopped or hung process"),
     "RequestFailed": FailureClass(
         Status.FAILED, "request", "rerun one request with `edge run --inputs` to isolate it"),
     "WorkerLost": FailureClass(

@@ -30,7 +30,6 @@ from edge_core.runtime.candidates import open_stages, reload_in_order
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
-    GatheredResult,
     Transform,
     run_chain,
     split_carry,
@@ -41,9 +40,9 @@ from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
 from edge_core.runtime.independent import run_references
+from edge_core.runtime.pipeline_result import PipelineResult, _Unverified
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
-from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
 from edge_core.runtime.submission import OnEvent, RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
@@ -75,51 +74,6 @@ class _Stage:
         self.release_outcome: str | None = None
         #: The independent reference run's record (``reference_backend``), if any.
         self.reference: dict[str, Any] | None = None
-
-
-class _Unverified:
-    """The outcome recorded when retirement itself raised: nothing is verified gone."""
-
-    verified = False
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def to_dict(self) -> dict[str, object]:
-        return {"verified": False, "reason": self.reason}
-
-
-class PipelineResult:
-    """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
-
-    Acknowledging frees the final stage's slot and the pipeline's admission slot.
-    """
-
-    def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
-                 release: Callable[[], None]) -> None:
-        self.final = final
-        self.latencies = dict(latencies)
-        self._release = release
-        self._acked = False
-
-    @property
-    def outputs(self) -> dict[str, Any]:
-        """The final stage's outputs."""
-        return self.final.outputs
-
-    def ack(self) -> AckOutcome:
-        """Acknowledge the final result; stale the second time."""
-        outcome = self.final.ack()
-        if not self._acked:  # once, even when the stage ack is stale (after a restart)
-            self._acked = True
-            self._release()
-        return outcome
-
-    def __enter__(self) -> PipelineResult:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.ack()
 
 
 def _owner(stage: _Stage) -> str:

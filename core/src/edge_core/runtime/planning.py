@@ -211,7 +211,7 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
         raise
     plan = None
     if failed is None:
-        pipeline._serving(opened)
+        pipeline._serving(opened, retire_deadline_s)
         plan = pipeline.execution_plan()
         closed = pipeline.close()
     else:

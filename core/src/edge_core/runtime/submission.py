@@ -26,7 +26,7 @@ from edge_core.runtime.flow import take_slot
 
 if TYPE_CHECKING:
     from edge_core.runtime.flow import SlotPool
-    from edge_core.runtime.pipeline import PipelineResult
+    from edge_core.runtime.pipeline_result import PipelineResult
 
 
 class Cancellable(Protocol):

@@ -1,0 +1,56 @@
+"""What a pipeline request gives back: the final result, acknowledged once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from edge_core.runtime.chain import GatheredResult
+from edge_core.runtime.results import AckOutcome, StageResult
+
+__all__ = ["PipelineResult"]
+
+
+class _Unverified:
+    """The outcome recorded when retirement itself raised: nothing is verified gone."""
+
+    verified = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {"verified": False, "reason": self.reason}
+
+
+class PipelineResult:
+    """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
+
+    Acknowledging frees the final stage's slot and the pipeline's admission slot.
+    """
+
+    def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
+                 release: Callable[[], None]) -> None:
+        self.final = final
+        self.latencies = dict(latencies)
+        self._release = release
+        self._acked = False
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """The final stage's outputs."""
+        return self.final.outputs
+
+    def ack(self) -> AckOutcome:
+        """Acknowledge the final result; stale the second time."""
+        outcome = self.final.ack()
+        if not self._acked:  # once, even when the stage ack is stale (after a restart)
+            self._acked = True
+            self._release()
+        return outcome
+
+    def __enter__(self) -> PipelineResult:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ack()

@@ -148,9 +148,9 @@ def _summary(plan: dict[str, Any]) -> list[str]:
                             for pool, n in stage["reservation"]["demands"].items())
         numerics = stage["numerics"] or {}
         buckets = stage.get("buckets") or []
-        compared = sum((b.get("numerics") or {}).get("reference") not in (None, "none")
-                       for b in buckets)
-        gated = (f"; {len(buckets)} shapes gated ({compared} against a reference)"
+        counts = stage.get("evidence_buckets") or {}
+        gated = (f"; {len(buckets)} shapes gated, {counts.get('compared', 0)} of "
+                 f"{counts.get('declared', 0)} buckets compared with expected outputs"
                  if len(buckets) > 1 else "")
         replica = f" replica {stage['replica']}" if stage.get("replica") else ""
         lines.append(

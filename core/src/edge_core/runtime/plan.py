@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_core import __version__
-from edge_core.runtime.evidence import evidence_label
+from edge_core.runtime.evidence import evidence_of
 
 if TYPE_CHECKING:
     from edge_core.binding import OwnerBinding
@@ -88,7 +88,9 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
         runtime = stage.runtime
         described = dict(runtime.loaded.describe()) if runtime is not None else {}
         numerics = stage.warmup.numerics if stage.warmup is not None else None
-        label, basis = evidence_label(numerics, stage.context.manifest_dir)
+        evidence = evidence_of(numerics, stage.context.manifest_dir,
+                               stage.warmup.buckets if stage.warmup is not None else (),
+                               stage.context.shapes)
         entries.append({
             "id": stage.context.stage_id,
             "replica": stage.context.replica,
@@ -108,8 +110,9 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
                         if stage.warmup is not None else []),
             "observed_memory": dict(stage.observed),
             "memory_check": dict(stage.memory_check),
-            "evidence": label,
-            "evidence_basis": basis,
+            "evidence": evidence.label,
+            "evidence_basis": evidence.basis,
+            "evidence_buckets": evidence.buckets.to_json(),
             "candidates": [dict(c) for c in tried.get(
                 stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
         })

@@ -58,13 +58,18 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _health_lines(health: dict[str, Any]) -> list[str]:
-    """One line per stage: its state (see docs/runtime.md), generation and restarts."""
+    """One line per stage runtime: its state (see docs/runtime.md), generation and restarts;
+    one more per replicated stage: how many of its replicas are live."""
     lines = []
     for sid, stage in health["stages"].items():
         reason = f" ({stage['reason']})" if stage.get("reason") else ""
         lines.append(f"  stage {sid}: {stage['state']}{reason}; generation "
                      f"{stage['generation']}, restarts {stage['restarts']} "
                      f"(restart = {stage['policy']['restart']})")
+    for sid, replicas in (health.get("replicas") or {}).items():
+        if replicas["declared"] > 1:
+            lines.append(f"  stage {sid}: {replicas['live']} of {replicas['declared']} "
+                         f"replicas live ({replicas['state']})")
     return lines
 
 

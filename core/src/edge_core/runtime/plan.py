@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_core import __version__
 from edge_core.runtime.evidence import evidence_of
+from edge_core.runtime.health import StageState, replica_summary
 
 if TYPE_CHECKING:
     from edge_core.binding import OwnerBinding
@@ -83,6 +84,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
     from edge_core.runtime.candidates import chosen_entry
 
     tried = candidates or {}
+    states: dict[str, list[StageState]] = {}
+    for stage in stages:
+        states.setdefault(stage.context.stage_id, []).append(
+            stage.runtime.state if stage.runtime is not None else StageState.FAILED)
     entries = []
     for stage in stages:
         runtime = stage.runtime
@@ -98,6 +103,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "plugin": stage.binding.plugin,
             "kind": sorted(k.value for k in stage.binding.backend.kinds),
             "generation": runtime.generation if runtime is not None else None,
+            "state": runtime.state.value if runtime is not None else None,
+            "state_reason": runtime.closed_reason if runtime is not None else None,
+            "restarts": runtime.supervisor.restarts if runtime is not None else 0,
+            "replicas": replica_summary(states[stage.context.stage_id]),
             "worker": described,
             "route": described.get("route"),
             "reservation": {"demands": dict(stage.demands),

@@ -23,6 +23,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
+from edge_core.runtime.health import replica_summary
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
 
 __all__ = ["ReplicaSet"]
@@ -73,6 +74,10 @@ class ReplicaSet:
     def capacity(self) -> int:
         """In-flight calls the serving replicas can take at once."""
         return sum(r.slots.limit for i, r in enumerate(self.runtimes) if i not in self.lost)
+
+    def summary(self) -> dict[str, object]:
+        """``{"declared", "live", "state"}`` (:func:`~edge_core.runtime.health.replica_summary`)."""
+        return replica_summary([r.state for r in self.runtimes])
 
     def _wake(self) -> None:
         with self._cond:

@@ -24,7 +24,7 @@ from edge_core.config import load_pipeline
 from edge_core.errors import StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import WarmupReport
-from edge_core.plugins import PluginSet, load_plugins
+from edge_core.plugins import load_plugins
 from edge_core.runtime import Pipeline, StageState
 from edge_core.runtime.stage_runtime import StageRuntime
 

@@ -58,8 +58,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _health_lines(health: dict[str, Any]) -> list[str]:
-    """One line per stage runtime: its state (see docs/runtime.md), generation and restarts;
-    one more per replicated stage: how many of its replicas are live."""
+    """One line per stage runtime (state, generation, restarts), one per replicated stage.
+
+    The state is that of docs/runtime.md; a replicated stage's line says how many of its
+    replicas are live.
+    """
     lines = []
     for sid, stage in health["stages"].items():
         reason = f" ({stage['reason']})" if stage.get("reason") else ""

@@ -23,6 +23,10 @@ the n-th consecutive attempt, up to ``max_restarts`` attempts; after that the st
 ``failed``. The count starts over once the restarted stage has served a request, or
 after a successful manual ``restart()`` (a stage that fails before it serves again, a
 crash loop, runs out of attempts).
+
+A stage with ``replicas = N`` has one state machine, one supervisor and one restart count
+per replica: a failed replica is retired, released and restarted alone while the others
+serve; :func:`replica_summary` says how many of the N are live.
 """
 
 from __future__ import annotations
@@ -131,8 +135,11 @@ class StageHealth:
 
 
 def error_record(error: BaseException) -> dict[str, str]:
-    """``{"type", "layer", "message"}`` of an error (the layer from its classes, as in
-    docs/evidence.md: ``worker``, ``numerics``, ``placement``, ``admission``…)."""
+    """``{"type", "layer", "message"}`` of an error, for health reports.
+
+    The layer comes from its classes, as in docs/evidence.md: ``worker``, ``numerics``,
+    ``placement``, ``admission``…
+    """
     from edge_core.evidence.status import classify_error
 
     layer = classify_error([cls.__name__ for cls in type(error).__mro__]).layer

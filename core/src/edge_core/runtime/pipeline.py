@@ -43,6 +43,8 @@ from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
+from edge_core.runtime.settle import Unverified as _Unverified
+from edge_core.runtime.settle import settle as _settle
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
 from edge_core.runtime.submission import RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
@@ -72,18 +74,6 @@ class _Stage:
         self.observed: Mapping[str, int] = {}
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
-
-
-class _Unverified:
-    """The outcome recorded when retirement itself raised: nothing is verified gone."""
-
-    verified = False
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def to_dict(self) -> dict[str, object]:
-        return {"verified": False, "reason": self.reason}
 
 
 class PipelineResult:
@@ -119,19 +109,18 @@ class PipelineResult:
         self.ack()
 
 
-def _owner(stage: _Stage) -> str:
-    """The ledger owner of a stage: ``pipeline/stage`` (pipelines may share a ledger).
-
-    Replica ``r > 0`` of a stage is ``pipeline/stage#r``.
-    """
-    replica = f"#{stage.context.replica}" if stage.context.replica else ""
-    return f"{stage.context.pipeline}/{stage.context.stage_id}{replica}"
-
-
 def _name(stage: _Stage) -> str:
     """A stage's name in reports: its id, ``stage#r`` for replica r > 0."""
     replica = f"#{stage.context.replica}" if stage.context.replica else ""
     return f"{stage.context.stage_id}{replica}"
+
+
+def _owner(stage: _Stage) -> str:
+    """The ledger owner of a stage: ``pipeline/stage``, ``pipeline/stage#r`` for replica r > 0.
+
+    Pipelines may share a ledger.
+    """
+    return f"{stage.context.pipeline}/{_name(stage)}"
 
 
 def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
@@ -141,17 +130,6 @@ def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
         assert stage.runtime is not None
         by_id.setdefault(stage.context.stage_id, []).append(stage.runtime)
     return [ReplicaSet(runtimes) for runtimes in by_id.values()]
-
-
-def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
-    """Release a reservation after retirement; quarantine it when retirement is unverified."""
-    if token is None:
-        return "none"
-    verified = bool(getattr(outcome, "verified", outcome is None))
-    reason = getattr(outcome, "reason", None)
-    # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
-    tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
-    return ledger.release(token, verified=verified, reason=reason, processes=tree).value
 
 
 class Pipeline:
@@ -511,8 +489,10 @@ class Pipeline:
                       request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
 
     def health(self) -> dict[str, Any]:
-        """The pipeline's health, each stage runtime's (replica r > 0 as ``stage#r``) and
-        how many of each stage's replicas serve (see :func:`~.health.pipeline_health`)."""
+        """The pipeline's health, each stage runtime's and how many replicas serve.
+
+        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`).
+        """
         return pipeline_health(self.config.name, self.closed,
                                [s.health() for s in self.stages],
                                {g.stage_id: g.summary() for g in self._groups})

@@ -8,8 +8,11 @@ any replica's release, up to the caller's deadline. Waiters are served first com
 served: while anyone waits, a non-blocking :meth:`ReplicaSet.try_submit` does not overtake
 them (without this, under four concurrent pages one page's chunk waited behind others for
 p95 21 s against a p50 of 8 s). A replica whose worker is lost is
-skipped from then on: its own requests fail with typed errors, the others keep serving;
-only when no replica is left does the stage refuse with ``StageClosed``.
+skipped until it is ready again: its own requests fail with typed errors, the others keep
+serving; the replica's own runtime retires it, settles its reservation and — under
+``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.health`). Only
+when no replica is ready does the stage refuse with ``StageClosed``;
+:meth:`ReplicaSet.summary` says how many are live.
 """
 
 from __future__ import annotations

@@ -170,3 +170,14 @@ def test_a_single_example_counts_one_bucket(bundle: Path) -> None:
     failed = evidence_of(PASSED, bundle, [_bucket("example", "static", NONE)])
     assert failed.label == BACKEND_EXECUTION and failed.buckets.compared == 0
     assert evidence_of(None, bundle).buckets.compared == 0
+
+
+def test_the_counts_come_from_the_bundle_whatever_the_overall_reference(tmp_path: Path) -> None:
+    bundle = _shaped_bundle(tmp_path / "b", between_expected=True)
+    cpu_run = {**PASSED, "reference": "cpu-run"}
+    runs = [_bucket(e, p, cpu_run if e == "many" else PASSED) for e, p in ALL_RUNS]
+    found = evidence_of({**PASSED, "reference": "cpu-run+expected-outputs"}, bundle, runs)
+    assert found.label == BACKEND_EXECUTION and "'cpu-run+expected-outputs'" in found.basis
+    assert (found.buckets.compared, found.buckets.declared) == (2, 3)
+    assert found.buckets.not_compared == {
+        "many": "0 of 3 warm-up run(s) passed a comparison with expected-outputs"}

@@ -175,25 +175,30 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
         selected: The shape-set entries the stage serves (``StageContext.shapes``;
             empty: all the bundle declares).
     """
-    declared_guess = len({b.entry for b in buckets})
-    none = BucketCounts(0, declared_guess, 0, len(buckets))
+    # The counts come from the bundle whenever it can be read, whatever the label.
+    counts = BucketCounts(0, len({b.entry for b in buckets}), 0, len(buckets))
+    entries: list[_Entry] = []
+    members: list[str] = []
+    unreadable: str | None = None
+    if manifest_dir is not None:
+        try:
+            manifest, _raw, _fingerprint = read_manifest(manifest_dir)
+            entries = _declared(manifest, selected)
+            counts, members = _count(entries, manifest, manifest_dir, buckets, numerics)
+        except (EdgeError, OSError, ValueError) as exc:
+            unreadable = f"the bundle's expected outputs cannot be checked: {exc}"
     if not numerics or numerics.get("passed") is not True:
         return Evidence(BACKEND_EXECUTION, "no passing numerical check of the example bucket",
-                        none)
+                        counts)
     reference = numerics.get("reference")
     if reference != EXPECTED_OUTPUTS:
         return Evidence(BACKEND_EXECUTION, f"the reference {reference!r} is not the bundle's "
-                        "hashed expected outputs", none)
+                        "hashed expected outputs", counts)
     if manifest_dir is None:
         return Evidence(BACKEND_EXECUTION,
-                        "expected outputs claimed, but the stage has no bundle", none)
-    try:
-        manifest, _raw, _fingerprint = read_manifest(manifest_dir)
-        entries = _declared(manifest, selected)
-        counts, members = _count(entries, manifest, manifest_dir, buckets, numerics)
-    except (EdgeError, OSError, ValueError) as exc:
-        return Evidence(BACKEND_EXECUTION,
-                        f"the bundle's expected outputs cannot be checked: {exc}", none)
+                        "expected outputs claimed, but the stage has no bundle", counts)
+    if unreadable is not None:
+        return Evidence(BACKEND_EXECUTION, unreadable, counts)
     if not any(m is not None for e in entries for m in e.expected):
         return Evidence(BACKEND_EXECUTION, "expected outputs claimed, but the manifest names "
                         "none (metadata.validation.expected_outputs or an example's "

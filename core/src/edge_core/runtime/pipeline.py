@@ -43,8 +43,6 @@ from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome, StageResult
-from edge_core.runtime.settle import Unverified as _Unverified
-from edge_core.runtime.settle import settle as _settle
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
 from edge_core.runtime.submission import RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
@@ -74,6 +72,18 @@ class _Stage:
         self.observed: Mapping[str, int] = {}
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
+
+
+class _Unverified:
+    """The outcome recorded when retirement itself raised: nothing is verified gone."""
+
+    verified = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {"verified": False, "reason": self.reason}
 
 
 class PipelineResult:
@@ -130,6 +140,17 @@ def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
         assert stage.runtime is not None
         by_id.setdefault(stage.context.stage_id, []).append(stage.runtime)
     return [ReplicaSet(runtimes) for runtimes in by_id.values()]
+
+
+def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
+    """Release a reservation after retirement; quarantine it when retirement is unverified."""
+    if token is None:
+        return "none"
+    verified = bool(getattr(outcome, "verified", outcome is None))
+    reason = getattr(outcome, "reason", None)
+    # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
+    tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
+    return ledger.release(token, verified=verified, reason=reason, processes=tree).value
 
 
 class Pipeline:

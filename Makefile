@@ -24,6 +24,9 @@ $(STAMP): $(INPUTS)
 # expected outputs per entry) from the rapidocr-onnxruntime wheel, draw the demo page (13
 # lines: a long one, a rotated one, an upside-down one), and read it with the three-stage
 # detect -> classify -> recognise pipeline on the ort-cpu backend through edge-core.
+# Then derive a static 4-row copy of the classifier (edge derive qnn-static) and read
+# the page again with pipeline-auto.toml, whose classifier tries qnn (the HTP simulator
+# here, its load and gate bounded) before ort-cpu; auto_report prints what was tried.
 OCR := build/ocr
 
 demo: $(STAMP) fonts
@@ -32,6 +35,10 @@ demo: $(STAMP) fonts
 	$(BIN)/python -m edge_ocr_example.page_bundle $(OCR)
 	$(BIN)/edge run $(OCR)/pipeline.toml --input $(OCR)/page.png --repeat 10 \
 	  --profile $(OCR)/profile.json
+	$(BIN)/edge derive qnn-static $(OCR)/classify --bucket 4x3x48x192 --out $(OCR)/classify-qnn
+	$(BIN)/edge run $(OCR)/pipeline-auto.toml --input $(OCR)/page.png --json \
+	  > $(OCR)/auto-run.json
+	$(BIN)/python -m edge_ocr_example.auto_report $(OCR)/auto-run.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

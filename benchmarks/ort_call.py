@@ -46,7 +46,8 @@ from edge_core.runtime import Pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
-from transport import BareEcho, CpuMeter, PipeEcho, interleaved_all, p50
+from transport_anchors import BareEcho, PipeEcho
+from transport_timing import CpuMeter, interleaved_all, p50
 
 MIB = 1024 * 1024
 DIRECT_START = r"""

@@ -2,18 +2,23 @@
 
 Side by side in this one run (the machine is shared and noisy): the PP-OCRv4 page is sent
 to a real ``edge serve`` process as a multipart file upload, and the same bytes go
-through ``prepare``, ``Pipeline.run`` and ``finish`` in this process (its own workers), in
-alternating blocks. Then 4 clients at once upload pages to the server (each request may
-wait for admission up to its deadline) for the throughput.
+through ``prepare``, ``Pipeline.run`` and ``finish`` in this process (its own workers).
+The two alternate request by request in pairs, the order swapped every pair (HTTP first,
+then in-process first, ...), so that drift in the machine's load falls on both alike and
+each pair of samples shares the machine's state. Then 4 clients at once upload pages to
+the server (each request may wait for admission up to its deadline) for the throughput.
 
 The last line is one JSON object with ``http_overhead_ms`` = HTTP p50 - in-process p50
-(goal <= 2) and ``pages_per_s`` at 4 concurrent clients, plus the p50s and sample counts.
-An OCR request takes ~100 ms of model work whose noise on a shared machine is larger than
-the overhead itself, so the same comparison is also made on a tiny echo stage (a 2x2
-tensor as JSON against ``Pipeline.run``): ``echo_http_overhead_ms``, the cost of the HTTP
-layer alone.
+(goal <= 2) and ``pages_per_s`` at 4 concurrent clients, and the spread of that
+difference: ``paired_median_ms`` (the median of the per-pair differences, HTTP minus
+in-process), its 95 % bootstrap interval ``paired_ci95_ms`` (2000 resamples of the pairs,
+fixed seed) and interquartile range ``paired_iqr_ms``, with the p50s and the pair count.
+An OCR request's model work varies by more than the HTTP layer costs, so the interval
+says whether the figure is resolved: a 95 % interval wider than the goal is not. The
+same comparison on a tiny echo stage (a 2x2 tensor as JSON against ``Pipeline.run``),
+``echo_*``, is the cost of the HTTP layer alone.
 
-Run: ``.venv/bin/python benchmarks/serve.py [--quick] [--bundles DIR]``.
+Run: ``.venv/bin/python benchmarks/serve.py [--quick] [--pairs N] [--bundles DIR]``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -78,22 +84,44 @@ name = "echo"
 """
 
 
-def interleave(first: Any, second: Any, blocks: int, per_block: int
-               ) -> tuple[list[float], list[float]]:
-    """Time ``first`` and ``second`` in alternating blocks; both sample lists."""
+def paired(first: Any, second: Any, pairs: int) -> tuple[list[float], list[float]]:
+    """Time ``first`` and ``second`` once per pair, alternating which goes first.
+
+    Returns both sample lists in seconds; entry ``i`` of each belongs to pair ``i``.
+    """
     a: list[float] = []
     b: list[float] = []
-    for _ in range(blocks):
-        for run, into in ((first, a), (second, b)):
-            for _ in range(per_block):
-                started = time.perf_counter()
-                run()
-                into.append(time.perf_counter() - started)
+    for index in range(pairs):
+        order = ((first, a), (second, b)) if index % 2 == 0 else ((second, b), (first, a))
+        for run, into in order:
+            started = time.perf_counter()
+            run()
+            into.append(time.perf_counter() - started)
     return a, b
 
 
-def echo_overhead(folder: Path, blocks: int, per_block: int) -> tuple[float, float]:
-    """p50 of a 2x2 echo request over HTTP (JSON) and through ``Pipeline.run``, in ms."""
+def compare(a: list[float], b: list[float], *, resamples: int = 2000) -> dict[str, Any]:
+    """``a`` against ``b`` (paired samples, seconds), in milliseconds.
+
+    The difference of the p50s, the median of the paired differences with its 95 %
+    bootstrap interval (the pairs resampled with a fixed seed) and interquartile range.
+    """
+    diffs = sorted((x - y) * 1e3 for x, y in zip(a, b, strict=True))
+    quartiles = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
+    rng = random.Random(20)
+    medians = sorted(statistics.median(rng.choices(diffs, k=len(diffs)))
+                     for _ in range(resamples))
+    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+    p50_a, p50_b = statistics.median(a) * 1e3, statistics.median(b) * 1e3
+    return {"overhead_ms": round(p50_a - p50_b, 3), "paired_median_ms": round(
+        statistics.median(diffs), 3), "paired_ci95_ms": [round(low, 3), round(high, 3)],
+        "paired_iqr_ms": [round(quartiles[0], 3), round(quartiles[2], 3)],
+        "http_p50_ms": round(p50_a, 3), "in_process_p50_ms": round(p50_b, 3),
+        "pairs": len(diffs)}
+
+
+def echo_overhead(folder: Path, pairs: int) -> dict[str, Any]:
+    """A 2x2 echo request over HTTP (JSON) against ``Pipeline.run``: :func:`compare`."""
     import base64
 
     import numpy as np
@@ -117,20 +145,23 @@ def echo_overhead(folder: Path, blocks: int, per_block: int) -> tuple[float, flo
             for _ in range(20):
                 over_http()
                 in_process()
-            http_s, local_s = interleave(over_http, in_process, blocks, per_block)
+            http_s, local_s = paired(over_http, in_process, pairs)
     finally:
         pipeline.close()
         process.send_signal(signal.SIGTERM)
         process.wait(60)
-    return statistics.median(http_s) * 1e3, statistics.median(local_s) * 1e3
+    return compare(http_s, local_s)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    parser.add_argument("--pairs", type=int, help="OCR pairs (default 200, quick 10); "
+                        "the echo comparison takes 5 times as many")
     parser.add_argument("--bundles", type=Path, help="built OCR bundles (pipeline.toml)")
     args = parser.parse_args()
-    blocks, per_block, pages = (3, 5, 16) if args.quick else (8, 10, 60)
+    pairs = args.pairs or (10 if args.quick else 200)
+    pages = 16 if args.quick else 60
     directory = bundles(args.bundles)
     text = (directory / "pipeline.toml").read_text()
     served_toml = directory / "served-bench.toml"
@@ -163,7 +194,7 @@ def main() -> int:
             for _ in range(2):
                 over_http()
                 in_process()
-            http_s, local_s = interleave(over_http, in_process, blocks, per_block)
+            http_s, local_s = paired(over_http, in_process, pairs)
 
         codes: list[int] = []
 
@@ -182,28 +213,24 @@ def main() -> int:
         pipeline.close()
         process.send_signal(signal.SIGTERM)
         process.wait(120)
-    echo_http, echo_local = echo_overhead(directory, blocks, 4 * per_block)
-    http_p50 = statistics.median(http_s) * 1e3
-    local_p50 = statistics.median(local_s) * 1e3
+    echo = echo_overhead(directory, 5 * pairs)
+    ocr = compare(http_s, local_s)
     ok = codes.count(200)
     summary = {
-        "http_overhead_ms": round(http_p50 - local_p50, 3),
+        "http_overhead_ms": ocr.pop("overhead_ms"),
         "pages_per_s": round(ok / wall, 2),
-        "http_p50_ms": round(http_p50, 3),
-        "in_process_p50_ms": round(local_p50, 3),
-        "samples_each": len(http_s),
-        "echo_http_overhead_ms": round(echo_http - echo_local, 3),
-        "echo_http_p50_ms": round(echo_http, 3),
-        "echo_in_process_p50_ms": round(echo_local, 3),
-        "blocks": blocks,
+        **ocr,
+        "echo_http_overhead_ms": echo.pop("overhead_ms"),
+        **{f"echo_{key}": value for key, value in echo.items()},
         "concurrent_clients": 4,
         "pages_ok": ok,
         "pages_refused": len(codes) - ok,
         "server_exit": process.returncode,
         "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     for key, value in summary.items():
-        print(f"{key:20s} {value}")
+        print(f"{key:26s} {value}")
     print(json.dumps(summary))
     return 0
 

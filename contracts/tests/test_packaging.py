@@ -33,3 +33,15 @@ def test_wheel_and_sdist_carry_the_fixtures(tmp_path: Path) -> None:
         assert member is not None
         assert member.read() == expected
         assert f"{prefix}/tools/make_fixtures.py" in archive.getnames()
+        assert f"{prefix}/tools/conformance_cases/binary_frames.py" in archive.getnames()
+        archive.extractall(tmp_path / "sdist", filter="data")
+    # The sdist's generator (the script and its conformance_cases package) reproduces the
+    # sdist's fixture file byte for byte.
+    check = subprocess.run(
+        [sys.executable, str(tmp_path / "sdist" / prefix / "tools/make_fixtures.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

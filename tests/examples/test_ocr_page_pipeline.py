@@ -143,3 +143,37 @@ def test_without_input_the_bundled_example_page_is_read_and_said_so(
     assert ("edge: no --input given: reading the example inputs bundled with stage 'detect' "
             "(examples/page-2.npz)") in result.stderr
     assert "Invoice 2024-0417 total 98.50" in result.stdout  # read at the detection scale
+
+
+def test_pipeline_auto_falls_back_to_ort_cpu_and_reads_the_same_text(
+    page_bundles: Path,
+) -> None:
+    """Without the qnn plugin the classifier's first candidate is refused at the backend
+    layer; ort-cpu serves the padded calls and the text is the plain pipeline's.
+
+    (The qnn candidate on the HTP simulator: plugins/qnn/tests/test_qnn_auto_ocr.py.)
+    """
+    from edge_ort.derive.build import derive_bundle
+    from edge_ort.derive.specs import parse_bucket
+
+    from edge_ocr_example.page_bundle import AUTO_CLASSIFY, AUTO_PIPELINE
+    from edge_ocr_example.page_pipeline import BATCH
+
+    if not (page_bundles / AUTO_CLASSIFY).exists():
+        derive_bundle(page_bundles / "classify", page_bundles / AUTO_CLASSIFY,
+                      [parse_bucket(f"{BATCH}x3x48x192", 0)])
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    pipeline = Pipeline.open(load_pipeline(page_bundles / AUTO_PIPELINE),
+                             load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger)
+    try:
+        tried = {s["id"]: [(c["backend"], c["outcome"], c["layer"]) for c in s["candidates"]]
+                 for s in pipeline.execution_plan()["stages"]}
+        assert tried["classify"] == [("qnn", "refused", "backend"),
+                                     ("ort-cpu", "chosen", None)]
+        assert tried["detect"] == tried["recognize"] == [("ort-cpu", "chosen", None)]
+        _, expected_lines = demo_page()
+        got = _read(pipeline, page_bundles / PAGE)
+        assert [g["text"] for g in got] == list(expected_lines)
+    finally:
+        pipeline.close()
+    assert ledger.snapshot()["reservations"] == []

@@ -113,7 +113,10 @@ class WorkerStage:
     """
 
     #: How long retirement waits for the handler's own graceful shutdown before SIGTERM
-    #: (``None``: the host's default). An engine that needs seconds to stop sets more.
+    #: (``None``: the host's default, a share of the retire deadline). An engine that needs
+    #: seconds to stop sets its window: it is waited in full, on top of the retire
+    #: deadline, which keeps all of its time for SIGTERM, SIGKILL and verification (the
+    #: retirement is bounded by ``retire_graceful_s + deadline_s``).
     retire_graceful_s: float | None = None
 
     #: Controller environment variables this backend's workers need, passed when set
@@ -280,7 +283,7 @@ class WorkerStage:
         return self.client.health()
 
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:
-        """Retire the worker tree (idempotent)."""
+        """Retire the worker tree (idempotent); bounded by ``retire_graceful_s + deadline_s``."""
         self._sample_memory()
         return self.client.retire(deadline_s, graceful_s=self.retire_graceful_s)
 

@@ -49,6 +49,12 @@ def test_error_classes_map_to_distinct_statuses_most_specific_first() -> None:
     assert classify_error(["BundleChanged", "ManifestInvalid"]).status is Status.REJECTED
     assert classify_error(["PlacementRefusal", "PlacementRefused"]).layer == "placement"
     assert classify_error(["Strange"]).layer == "unknown"
+    # a gate or call past its bound (gate_timeout_s of a candidate) is a runtime refusal
+    from edge_core.errors import DeadlineExceeded
+    from edge_core.host.errors import WorkerUnresponsive
+
+    assert classify_error([c.__name__ for c in DeadlineExceeded.__mro__]).layer == "runtime"
+    assert classify_error([c.__name__ for c in WorkerUnresponsive.__mro__]).layer == "worker"
 
 
 def test_a_real_onnx_stage_within_bound_on_its_target_is_pass(tmp_path: Path) -> None:

@@ -154,6 +154,25 @@ def test_retire_is_graceful_idempotent_and_leaves_no_segment(start):
         client.submit(request("r3"))
 
 
+def test_a_declared_graceful_window_is_waited_in_full_before_the_deadline(start):
+    # The handler needs 2 s to stop: the default grace (1 s of a 5 s deadline) escalates
+    # to SIGTERM; a declared window of 6 s lets it leave by itself, and the deadline
+    # still bounds what comes after.
+    hurried = start("slow_close").retire(deadline_s=5.0)
+    assert hurried.verified and hurried.escalation == "terminate", hurried
+    patient = start("slow_close").retire(deadline_s=1.0, graceful_s=6.0)
+    assert patient.verified and patient.escalation == "graceful", patient
+    assert 1.9 < patient.elapsed_s < 7.0  # the window was waited, and bounded
+
+
+def test_a_declared_window_does_not_take_the_time_of_the_signal_phases(start):
+    # A tree that never leaves: the window passes, then SIGTERM and SIGKILL still get the
+    # whole deadline (the kill phase its share) and the retirement is verified.
+    outcome = start("stubborn").retire(deadline_s=1.0, graceful_s=0.5)
+    assert outcome.verified and outcome.escalation == "kill", outcome
+    assert outcome.elapsed_s < 1.5 + 1.0
+
+
 def test_close_and_retire_from_two_threads_agree(start):
     client = start()
     outcomes = []

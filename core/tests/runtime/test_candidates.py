@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -282,3 +283,43 @@ def test_candidate_configuration_errors_name_the_path(stage: dict[str, Any], pat
     assert info.value.path == path
     assert all(not p.path.startswith("stages[0].backend.")
                for p in getattr(info.value, "problems", ()))
+
+
+def _route(name: str, interpreter: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "interpreter": interpreter, **extra}
+
+
+def test_a_candidate_whose_worker_cannot_start_is_refused_at_worker_start(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Any
+) -> None:
+    (tmp_path / "broken_entry.py").write_text('raise RuntimeError("broken at import")\n')
+    exits = tmp_path / "exits"
+    exits.write_text("#!/bin/sh\nexit 3\n")
+    exits.chmod(0o755)
+    before = _children()
+    seen: list[str] = []
+    broken = {"backend": {"name": "echo", "route": _route(
+        "broken", sys.executable, entry="broken_entry:make_handler",
+        python_path=[str(tmp_path)])}, "resources": {"demands": {"machine:ram": 3 * GiB}}}
+    gone = {"backend": {"name": "echo-preemptible", "route": _route("gone", str(exits))},
+            "resources": {"demands": {"machine:ram": 3 * GiB}}}
+    pipeline = _open(plugins, ledger, _stage("a", broken, gone, _candidate(scale=2.0)),
+                     progress=seen)
+    try:
+        assert _tries(pipeline) == [("echo", "refused", "worker-start"),
+                                    ("echo-preemptible", "refused", "worker-start"),
+                                    ("echo", "chosen", None)]
+        reasons = [c["reason"] for c in pipeline.execution_plan()["stages"][0]["candidates"]]
+        assert "BootstrapRefused" in reasons[0] and "broken at import" in reasons[0]
+        assert "BootstrapRefused" in reasons[1]
+        # the refused candidates' 3 GiB each went back before the next was reserved
+        assert ledger.reserved("machine:ram") == 256 * MiB and not ledger.quarantined()
+        assert len(_children() - before) >= 1
+        x = np.ones((1, 2), dtype=np.float32)
+        with pipeline.run({"x": x}) as result:
+            np.testing.assert_array_equal(result.outputs["x"], x * 2)
+        assert sum("refused at worker-start" in line for line in seen) == 2
+    finally:
+        pipeline.close()
+    assert ledger.is_empty()
+    assert _children() <= before

@@ -181,3 +181,29 @@ def test_the_counts_come_from_the_bundle_whatever_the_overall_reference(tmp_path
     assert (found.buckets.compared, found.buckets.declared) == (2, 3)
     assert found.buckets.not_compared == {
         "many": "0 of 3 warm-up run(s) passed a comparison with expected-outputs"}
+
+
+def test_an_independent_run_that_passed_is_complete_model_and_named(tmp_path: Path) -> None:
+    run = {"reference": "independent-run:ort-cpu", "passed": True, "bound": {}}
+    label, basis = evidence_label(None, tmp_path, run)
+    assert label == COMPLETE_MODEL and "independent-run:ort-cpu" in basis
+
+
+def test_an_independent_run_covers_one_bucket_not_a_shape_set(tmp_path: Path) -> None:
+    bundle = _shaped_bundle(tmp_path / "b", between_expected=False)
+    run = {"reference": "independent-run:ort-cpu", "passed": True, "bound": {}}
+    runs = [_bucket(e, p, PASSED) for e, p in ALL_RUNS]
+    found = evidence_of(PASSED, bundle, runs, reference=run)
+    assert found.label == BACKEND_EXECUTION and "example inputs only" in found.basis
+    assert (found.buckets.compared, found.buckets.declared) == (2, 3)
+
+
+def test_an_independent_run_not_made_failed_or_misnamed_is_not(tmp_path: Path) -> None:
+    failed = {"reference": "independent-run:ort-cpu", "passed": False,
+              "reason": "outputs.y: beyond the bound"}
+    label, basis = evidence_label(None, tmp_path, failed)
+    assert label == BACKEND_EXECUTION and "outputs.y: beyond the bound" in basis
+    claimed = {"reference": "cpu-run", "passed": True}  # not a run core started
+    assert evidence_label(None, tmp_path, claimed)[0] == BACKEND_EXECUTION
+    missing = {"reference": "independent-run:ort-cpu"}  # no verdict: not compared
+    assert evidence_label(None, tmp_path, missing)[0] == BACKEND_EXECUTION

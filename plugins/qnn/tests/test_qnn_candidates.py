@@ -71,3 +71,54 @@ def test_qnn_is_chosen_when_the_simulator_places_the_whole_graph(
     with _open(plugins, ledger, static_bundle, tmp_path / "cache") as pipeline:
         assert _tried(pipeline) == [("qnn", "chosen", None)]
         assert pipeline.execution_plan()["stages"][0]["placement"]["target"] == QNN
+
+
+def _open_derived(plugins: PluginSet, ledger: ResourceLedger, derived: Path, fallback: Path,
+                  cache: Path, gate_timeout_s: float) -> Pipeline:
+    config = load_pipeline({"name": "p", "stages": [{
+        "id": "s", "manifest": str(fallback), "candidates": [
+            {"manifest": str(derived),
+             "backend": {"name": "qnn", "options": {"context_cache_dir": str(cache),
+                                                    "gate_timeout_s": gate_timeout_s}}},
+            {"backend": {"name": "ort-cpu"}},
+        ]}]})
+    return Pipeline.open(config, plugins, ledger)
+
+
+def test_a_derived_static_bundle_puts_the_dynamic_graph_wholly_on_qnn(
+    plugins: PluginSet, ledger: ResourceLedger, dynamic_bundle: Path, tmp_path: Path
+) -> None:
+    from edge_ort.derive.build import derive_bundle
+    from edge_ort.derive.specs import parse_bucket
+
+    derived = tmp_path / "static"
+    derive_bundle(dynamic_bundle, derived, [parse_bucket("1x3x8x8", 0)])
+    with _open_derived(plugins, ledger, derived, dynamic_bundle, tmp_path / "cache",
+                       120.0) as pipeline:
+        assert _tried(pipeline) == [("qnn", "chosen", None)]
+        plan = pipeline.execution_plan()["stages"][0]
+        assert set(plan["buckets"][0]["placement"]) == {QNN}  # nothing on the CPU
+        assert plan["buckets"][0]["fraction_on_target"] == 1.0
+        x = example_input(5)
+        with pipeline.run({"x": x}) as result:
+            assert np.isfinite(result.outputs["y"]).all()
+
+
+def test_a_qnn_candidate_past_its_gate_timeout_is_refused_and_ort_cpu_serves(
+    plugins: PluginSet, ledger: ResourceLedger, dynamic_bundle: Path, tmp_path: Path
+) -> None:
+    from edge_ort.derive.build import derive_bundle
+    from edge_ort.derive.specs import parse_bucket
+
+    derived = tmp_path / "static"
+    derive_bundle(dynamic_bundle, derived, [parse_bucket("1x3x8x8", 0)])
+    with _open_derived(plugins, ledger, derived, dynamic_bundle, tmp_path / "cache",
+                       0.001) as pipeline:
+        tried = pipeline.execution_plan()["stages"][0]["candidates"]
+        assert [(c["backend"], c["outcome"]) for c in tried] == [("qnn", "refused"),
+                                                                 ("ort-cpu", "chosen")]
+        # Reported as it happened: the load did not answer within the bound.
+        reason = tried[0]["reason"]
+        assert reason.startswith("DeadlineExceeded") and "0.001" in reason
+        assert tried[0]["layer"] == "runtime"
+        assert [t.owner for t in ledger.holdings()] == ["p/s"]

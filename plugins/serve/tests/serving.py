@@ -74,11 +74,12 @@ class Served:
 
 def echo_pipeline(folder: Path, name: str, *, delay_s: float = 0.0, admission: int = 1,
                   file: str | None = None, head: str = "", stage: str = "",
-                  options: str = "") -> Path:
+                  options: str = "", backend: str = "echo") -> Path:
     """Write a one-stage echo pipeline (``y = x * 2`` after ``delay_s``); its path.
 
     ``head`` goes at the top level (``plugins = [...]``), ``stage`` into the stage's table
-    (``restart = ...``), ``options`` into its backend options.
+    (``restart = ...``), ``options`` into its backend options; ``backend`` is ``echo`` or
+    ``echo-preemptible`` (cancelled in place).
     """
     path = folder / (file or f"{name}.toml")
     path.write_text(f'''
@@ -91,7 +92,7 @@ id = "echo"
 {stage}
 
 [stages.backend]
-name = "echo"
+name = "{backend}"
 
 [stages.backend.options]
 delay_s = {delay_s}

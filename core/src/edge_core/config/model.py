@@ -335,6 +335,13 @@ class StageConfig:
         default=0.5, validator=validator(check_non_negative_seconds)
     )
     """Wait before the first automatic attempt, doubled for each further one (≤ 30 s)."""
+    reference_backend: Identifier | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_identifier))
+    )
+    """A backend on an independent runtime (``"ort-cpu"``, say) that core starts after the
+    stage opened, to run the bundle's example inputs and compare with this stage's outputs
+    within its bound: a match earns ``complete-model`` when the bundle has no expected
+    outputs of its own (docs/evidence.md). Never the stage's own backend."""
     candidates: tuple[CandidateConfig, ...] = attrs.field(default=(), converter=_candidate_tuple)
     """Backends to try in order of preference at open; the first that passes the whole
     gate serves. Empty: ``backend`` alone. With candidates, ``backend`` is the first's."""
@@ -469,6 +476,7 @@ class PipelineConfig:
                     "max_restarts": stage.max_restarts,
                     "restart_backoff_s": stage.restart_backoff_s,
                     "shapes": list(stage.shapes),
+                    "reference_backend": stage.reference_backend,
                     "candidates": [
                         {"backend": c.backend.name, "route": _route_json(c.backend.route),
                          "manifest": str(c.manifest) if c.manifest else None}

@@ -119,6 +119,18 @@ def _memory(pipeline: Pipeline) -> dict[str, Any]:
                         "tree, read after the measured requests"}
 
 
+def _tried(pipeline: Pipeline) -> dict[str, Any]:
+    """Stage id → the candidates tried at open, in order (exactly one chosen)."""
+    return {s["id"]: s["candidates"] for s in pipeline.execution_plan()["stages"]}
+
+
+def _refusals(exc: BaseException) -> dict[str, Any] | None:
+    """Stage id → candidates tried, when the open ended with every candidate refused."""
+    from edge_core.runtime.candidates import CandidatesRefused
+
+    return dict(exc.tried) if isinstance(exc, CandidatesRefused) else None
+
+
 class _Ticker:
     def __init__(self, progress: Progress | None) -> None:
         self.progress = progress
@@ -138,6 +150,7 @@ def _traced(path: str, name: str | None, settings: ProfileSettings, inputs: Call
     pipeline: Pipeline | None = None
     try:
         pipeline = startup.traced_open(path, name, clock, say)
+        profile["candidates"] = _tried(pipeline)
         opened = startup.open_summary(clock)
         traced["open"] = opened
         step = "inputs"
@@ -157,6 +170,8 @@ def _traced(path: str, name: str | None, settings: ProfileSettings, inputs: Call
     except Exception as exc:
         traced["reached"] = clock.reached()
         profile["outcome"] = _error(step, exc)
+        if _refusals(exc) is not None:
+            profile["candidates"] = _refusals(exc)
     finally:
         profile["config"] = clock.config
         try:
@@ -180,6 +195,7 @@ def _baseline(path: str, name: str | None, settings: ProfileSettings, inputs: Ca
         started = time.perf_counter()
         pipeline = open_pipeline(path, name=name)
         baseline["open_total_s"] = time.perf_counter() - started
+        profile["candidates"] = _tried(pipeline)  # the run the plan and figures are of
         step = "inputs"
         groups = inputs(pipeline)
         step = "first_output"
@@ -212,6 +228,8 @@ def _baseline(path: str, name: str | None, settings: ProfileSettings, inputs: Ca
                                   "failed_levels": failed}
     except Exception as exc:
         profile["outcome"] = _error(step, exc)
+        if _refusals(exc) is not None:
+            profile["candidates"] = _refusals(exc)
     finally:
         if pipeline is not None:
             baseline["closed"] = pipeline.close()

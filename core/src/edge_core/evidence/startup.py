@@ -144,7 +144,9 @@ def probe_backends(clock: StartupClock) -> list[dict[str, Any]]:
 
     if clock.plugins is None or clock.config is None:
         return []
-    names = {str(stage["backend"]) for stage in clock.config.get("stages", [])}
+    stages = clock.config.get("stages", [])
+    names = {str(stage["backend"]) for stage in stages} | {
+        str(c["backend"]) for stage in stages for c in stage.get("candidates") or ()}
     table = backend_table(clock.plugins)
     reports = []
     for owner in sorted({table[n][1] for n in names if n in table}):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["COLOURS", "MEANINGS", "FailureClass", "Status", "classify_error"]
+__all__ = ["COLOURS", "MEANINGS", "FailureClass", "Status", "classify_error", "classify_layer"]
 
 
 class Status(enum.StrEnum):
@@ -111,6 +111,13 @@ _TABLE: dict[str, FailureClass] = {
     "RemoteError": FailureClass(
         Status.FAILED, "runtime",
         "reproduce the runtime's error outside edge with the staged bundle and options"),
+    "DeadlineExceeded": FailureClass(
+        Status.FAILED, "runtime",
+        "the stage did not answer within its bound (a call deadline, an ORT backend's "
+        "gate_timeout_s): raise the bound or put a faster candidate first"),
+    "WorkerUnresponsive": FailureClass(
+        Status.FAILED, "worker",
+        "the worker stopped answering heartbeats: check for a stopped or hung process"),
     "RequestFailed": FailureClass(
         Status.FAILED, "request", "rerun one request with `edge run --inputs` to isolate it"),
     "WorkerLost": FailureClass(
@@ -139,5 +146,16 @@ def classify_error(classes: Sequence[str]) -> FailureClass:
     for name in classes:
         found = _TABLE.get(name)
         if found is not None:
+            return found
+    return _UNKNOWN
+
+
+def classify_layer(layer: str | None) -> FailureClass:
+    """The failure class of a failing layer (a refused candidate records only its layer).
+
+    The first class of the table with that layer; an unknown layer is ``unknown``.
+    """
+    for found in _TABLE.values():
+        if found.layer == layer:
             return found
     return _UNKNOWN

@@ -306,6 +306,9 @@ def _await_hello(
         return read_frame(sock.recv_into, limits)
     except StreamClosed:
         raise BootstrapRefused("hello", "channel closed before the hello", popen.pid) from None
+    except ConnectionError as exc:  # the worker died with the boot frame unread: a reset
+        raise BootstrapRefused("hello", f"channel reset before the hello ({exc})",
+                               popen.pid) from None
     except ContractError as exc:
         raise BootstrapRefused(
             "hello", f"refused frame: {exc.field}: {exc.reason}", exc.value

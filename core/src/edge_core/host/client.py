@@ -511,9 +511,12 @@ class WorkerClient(ControlCalls, LivenessHooks):
     ) -> RetireOutcome:
         """Stop the worker and its whole tree within ``deadline_s``; idempotent.
 
-        Graceful shutdown first (bounded by ``graceful_s``, default a third of the deadline
-        and at most 1 s; never more than 80 % of the deadline), then SIGTERM, then SIGKILL,
-        then verification of every captured identity. Calls in flight fail with
+        Graceful shutdown first, then SIGTERM, then SIGKILL, then verification of every
+        captured identity. The graceful wait is a third of the deadline and at most 1 s
+        (taken from the deadline) unless ``graceful_s`` is given: a window the worker's
+        handler declared for its own shutdown, waited in full before the deadline starts
+        (the whole retirement is then bounded by ``graceful_s + deadline_s``, and the
+        signal phases keep all of the deadline). Calls in flight fail with
         :class:`WorkerGone`. Every segment either side produced is unlinked; the staging
         directory is removed.
         """
@@ -527,8 +530,10 @@ class WorkerClient(ControlCalls, LivenessHooks):
             self._lost("worker: retired", WorkerGone("worker", "retired", self.identity.pid))
             with self._lock:
                 self._state = RETIRED
-            grace = min(1.0, deadline_s / 3) if graceful_s is None else graceful_s
-            outcome = self._tree.retire(deadline_s, graceful_s=min(grace, 0.8 * deadline_s))
+            if graceful_s is None:
+                outcome = self._tree.retire(deadline_s, graceful_s=min(1.0, deadline_s / 3))
+            else:
+                outcome = self._tree.retire(deadline_s, window_s=max(graceful_s, 0.0))
             self._close_resources()
             self._outcome = outcome
             return outcome

@@ -134,25 +134,34 @@ class ProcessTree:
         return not self.root.is_alive()
 
     def retire(
-        self, deadline_s: float = DEFAULT_RETIRE_DEADLINE_S, *, graceful_s: float = 0.0
+        self, deadline_s: float = DEFAULT_RETIRE_DEADLINE_S, *, graceful_s: float = 0.0,
+        window_s: float = 0.0,
     ) -> RetireOutcome:
-        """Retire the whole tree within ``deadline_s`` seconds; idempotent.
+        """Retire the whole tree within ``window_s + deadline_s`` seconds; idempotent.
 
         ``graceful_s`` is how long to wait for the root to leave on its own (the caller
-        has asked it to) before signals are sent.
+        has asked it to) before signals are sent, taken from the deadline (at most
+        :data:`GRACEFUL_SHARE` of it). ``window_s`` is a graceful window the worker
+        declared for its own shutdown (an engine that needs seconds to stop): it is
+        waited in full *before* the deadline starts, so the signal phases keep all of
+        the deadline and the whole retirement stays bounded by the sum.
         """
         with self._lock:
             previous = self._outcome
         if previous is not None and previous.verified:
             return previous
         started = time.monotonic()
-        deadline_s = max(deadline_s, 0.0)
-        end = started + deadline_s
-        kill_from = end - KILL_SHARE * deadline_s
         self.capture()
+        if window_s > 0:
+            self._wait_root(started + window_s)
+            self.capture()
+        begun = time.monotonic()
+        deadline_s = max(deadline_s, 0.0)
+        end = begun + deadline_s
+        kill_from = end - KILL_SHARE * deadline_s
         escalation = "graceful"
         if graceful_s > 0:
-            self._wait_root(min(started + graceful_s, started + GRACEFUL_SHARE * deadline_s))
+            self._wait_root(min(begun + graceful_s, begun + GRACEFUL_SHARE * deadline_s))
             self.capture()
         if self._wait_all(time.monotonic()):
             return self._record(started, escalation)

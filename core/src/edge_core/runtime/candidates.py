@@ -40,6 +40,8 @@ class CandidatesRefused(EdgeError):
     def __init__(self, stage_id: str, refusals: list[dict[str, Any]]) -> None:
         self.stage_id = stage_id
         self.refusals = [dict(r) for r in refusals]
+        self.tried: dict[str, list[dict[str, Any]]] = {stage_id: self.refusals}
+        """Stage id → the candidates tried for every stage opened so far, this one last."""
         listed = "; ".join(f"{r['backend']} refused at {r['layer']}: {r['reason']}"
                            for r in refusals)
         super().__init__(f"stages[{stage_id}].candidates: every candidate was refused: "
@@ -122,8 +124,11 @@ def open_stages(pipeline: Pipeline, say: Callable[[str], None],
     try:
         for index in range(len(pipeline.config.stages)):
             stages.extend(open_stage(pipeline, index, say, retire_deadline_s))
-    except BaseException:
+    except BaseException as error:
         pipeline._unwind(stages, stages)
+        if isinstance(error, CandidatesRefused):
+            error.tried = {sid: [dict(t) for t in tries]
+                           for sid, tries in pipeline.candidates.items()}
         raise
     return stages
 

@@ -16,7 +16,13 @@ one of its examples names hashed expected outputs and the warm-up reported a pas
 ``expected-outputs`` comparison for each of its runs. A bucket without expected outputs
 is never counted, whatever the backend's own summary says.
 
-Core never imports a runtime, so it cannot make an independent reference run itself.
+Or a run on an independent runtime in a worker that core starts: a stage that names
+``reference_backend`` has the bundle's example inputs run on that backend too, and the
+outputs compared within the stage's bound (:mod:`edge_core.runtime.independent`; core
+itself never imports a runtime). ``complete-model`` then only when that comparison was
+made and passed and the stage serves a single bucket (the run covers the example
+inputs alone, so it counts as that one bucket compared); the basis names the reference
+(``independent-run:<backend>``).
 """
 
 from __future__ import annotations
@@ -163,7 +169,8 @@ def _count(entries: list[_Entry], manifest: ArtifactManifest, manifest_dir: Path
 
 def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
                 buckets: Sequence[BucketWarmup] = (),
-                selected: Sequence[str] = ()) -> Evidence:
+                selected: Sequence[str] = (),
+                reference: Mapping[str, Any] | None = None) -> Evidence:
     """The stage's evidence from the warm-up's numerics, its per-bucket records and the bundle.
 
     Args:
@@ -174,7 +181,31 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
             that declares a single example.
         selected: The shape-set entries the stage serves (``StageContext.shapes``;
             empty: all the bundle declares).
+        reference: The record of an independent reference run
+            (:func:`edge_core.runtime.independent.reference_run`), when the stage asked
+            for one: the bundle's hashed expected outputs are looked at first, then that run.
     """
+    found = _from_bundle(numerics, manifest_dir, buckets, selected)
+    if found.label == COMPLETE_MODEL or reference is None:
+        return found
+    name = reference.get("reference")
+    if reference.get("passed") is not True or not str(name).startswith("independent-run:"):
+        return attrs.evolve(found, basis=f"{found.basis}; {name}: not compared or no match: "
+                                         f"{reference.get('reason')}")
+    if found.buckets.declared > 1:
+        return attrs.evolve(found, basis=(
+            f"{found.basis}; {name} compared the bundle's example inputs only, not each of "
+            f"the {found.buckets.declared} declared buckets"))
+    counts = BucketCounts(1, 1, 1, 1)
+    return Evidence(COMPLETE_MODEL, (f"compared with {name}, a run of the bundle's example "
+                                     "inputs on an independent runtime in a worker core "
+                                     f"started, within the bound {reference.get('bound')}"),
+                    counts)
+
+
+def _from_bundle(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
+                 buckets: Sequence[BucketWarmup], selected: Sequence[str]) -> Evidence:
+    """The evidence from the warm-up's numerics and the bundle's hashed expected outputs."""
     # The counts come from the bundle whenever it can be read, whatever the label.
     counts = BucketCounts(0, len({b.entry for b in buckets}), 0, len(buckets))
     entries: list[_Entry] = []
@@ -214,8 +245,9 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
 
 
 def evidence_label(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
+                   reference: Mapping[str, Any] | None = None,
                    buckets: Sequence[BucketWarmup] = (),
                    selected: Sequence[str] = ()) -> tuple[str, str]:
     """The label and the reason for it (see :func:`evidence_of`)."""
-    found = evidence_of(numerics, manifest_dir, buckets, selected)
+    found = evidence_of(numerics, manifest_dir, buckets, selected, reference)
     return found.label, found.basis

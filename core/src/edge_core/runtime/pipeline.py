@@ -30,7 +30,6 @@ from edge_core.runtime.candidates import open_stages, reload_in_order
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
-    GatheredResult,
     Transform,
     run_chain,
     split_carry,
@@ -40,11 +39,12 @@ from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCan
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.gate import check_buckets
 from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
+from edge_core.runtime.independent import run_references
+from edge_core.runtime.pipeline_result import PipelineResult, _Unverified
 from edge_core.runtime.plan import execution_plan
 from edge_core.runtime.replicas import ReplicaSet
-from edge_core.runtime.results import AckOutcome, StageResult
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
-from edge_core.runtime.submission import RequestTracker, Submission, submit
+from edge_core.runtime.submission import OnEvent, RequestTracker, Submission, submit
 from edge_core.runtime.topology import check_linear_chain
 from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
@@ -72,51 +72,8 @@ class _Stage:
         self.observed: Mapping[str, int] = {}
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
-
-
-class _Unverified:
-    """The outcome recorded when retirement itself raised: nothing is verified gone."""
-
-    verified = False
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def to_dict(self) -> dict[str, object]:
-        return {"verified": False, "reason": self.reason}
-
-
-class PipelineResult:
-    """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
-
-    Acknowledging frees the final stage's slot and the pipeline's admission slot.
-    """
-
-    def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
-                 release: Callable[[], None]) -> None:
-        self.final = final
-        self.latencies = dict(latencies)
-        self._release = release
-        self._acked = False
-
-    @property
-    def outputs(self) -> dict[str, Any]:
-        """The final stage's outputs."""
-        return self.final.outputs
-
-    def ack(self) -> AckOutcome:
-        """Acknowledge the final result; stale the second time."""
-        outcome = self.final.ack()
-        if not self._acked:  # once, even when the stage ack is stale (after a restart)
-            self._acked = True
-            self._release()
-        return outcome
-
-    def __enter__(self) -> PipelineResult:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.ack()
+        #: The independent reference run's record (``reference_backend``), if any.
+        self.reference: dict[str, Any] | None = None
 
 
 def _name(stage: _Stage) -> str:
@@ -198,7 +155,8 @@ class Pipeline:
         say = progress or (lambda _message: None)
         if any(stage.candidates for stage in config.stages):
             pipeline = cls(config, plugins, ledger, [])
-            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s))
+            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s),
+                                     retire_deadline_s)
         stages = [replica for index in range(len(config.stages))
                   for replica in cls._resolve(config, index, plugins)]
         check_linear_chain(config)
@@ -218,10 +176,15 @@ class Pipeline:
         except BaseException:
             pipeline._unwind(started, stages)
             raise
-        return pipeline._serving(stages)
+        return pipeline._serving(stages, retire_deadline_s)
 
-    def _serving(self, stages: list[_Stage]) -> Pipeline:
+    def _serving(self, stages: list[_Stage], retire_deadline_s: float) -> Pipeline:
         self._stages = stages
+        try:  # after every gate passed; a reference that fails only withholds a label
+            run_references(self, stages, retire_deadline_s)
+        except BaseException:
+            self.close()
+            raise
         self._groups = _groups(stages)
         self._transforms = [with_bundles(s.transform, self.bundle_directories)
                             for s in stages if s.context.replica == 0]
@@ -447,13 +410,16 @@ class Pipeline:
         return self._run(inputs, params, until, None)
 
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-             until: float | None, request_id: str | None,
-             admitted: bool = False) -> PipelineResult:
+             until: float | None, request_id: str | None, admitted: bool = False,
+             on_event: OnEvent | None = None) -> PipelineResult:
         if not admitted:
             take_slot(self.admission, until)
         epoch = self.epoch
         try:
             pending, latencies, carry = self._chain(inputs, params, until, request_id)
+            if on_event is not None:
+                for event, tensors in pending.events():
+                    on_event(event, tensors)
             final = pending.result()
             if self.epoch != epoch:  # cancelled while the last stage ran: deliver nothing
                 final.ack()
@@ -493,12 +459,15 @@ class Pipeline:
         return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
-               deadline_s: float | None = None, request_id: str | None = None) -> Submission:
+               deadline_s: float | None = None, request_id: str | None = None,
+               on_event: OnEvent | None = None) -> Submission:
         """Submit one request; returns its :class:`Submission` (id, result, own cancel).
 
         Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
         the whole request as in :meth:`run`); the request then runs on one of the
         pipeline's request threads. See :func:`edge_core.runtime.submission.submit`.
+        ``on_event(event, tensors)`` is called on that thread with each non-terminal
+        event of the final stage (tokens) as it arrives, as :meth:`stream` yields them.
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
@@ -506,7 +475,8 @@ class Pipeline:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
         return submit(self._executor, self.requests, self.admission,
-                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True),
+                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True,
+                                                   on_event=on_event),
                       request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
 
     def health(self) -> dict[str, Any]:

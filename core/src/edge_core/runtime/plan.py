@@ -93,9 +93,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
         runtime = stage.runtime
         described = dict(runtime.loaded.describe()) if runtime is not None else {}
         numerics = stage.warmup.numerics if stage.warmup is not None else None
+        reference = getattr(stage, "reference", None)
         evidence = evidence_of(numerics, stage.context.manifest_dir,
                                stage.warmup.buckets if stage.warmup is not None else (),
-                               stage.context.shapes)
+                               stage.context.shapes, reference)
         entries.append({
             "id": stage.context.stage_id,
             "replica": stage.context.replica,
@@ -122,6 +123,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "evidence": evidence.label,
             "evidence_basis": evidence.basis,
             "evidence_buckets": evidence.buckets.to_json(),
+            "reference_run": dict(reference) if reference is not None else None,
             "candidates": [dict(c) for c in tried.get(
                 stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],
         })

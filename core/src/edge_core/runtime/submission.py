@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edge_contracts.requests import StageEvent
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, EdgeError
 from edge_core.runtime.errors import RequestCancelled
@@ -25,7 +26,7 @@ from edge_core.runtime.flow import take_slot
 
 if TYPE_CHECKING:
     from edge_core.runtime.flow import SlotPool
-    from edge_core.runtime.pipeline import PipelineResult
+    from edge_core.runtime.pipeline_result import PipelineResult
 
 
 class Cancellable(Protocol):
@@ -35,7 +36,10 @@ class Cancellable(Protocol):
         """Cancel one request (or everything); its exact outcome."""
         ...
 
-__all__ = ["RequestTooLarge", "RequestTracker", "Submission", "check_request_size",
+#: Called with each non-terminal event (a token) of a submitted request's final stage.
+OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
+
+__all__ = ["OnEvent", "RequestTooLarge", "RequestTracker", "Submission", "check_request_size",
            "request_bytes", "submit"]
 
 

@@ -157,6 +157,17 @@ class Stubborn(Echo):
         time.sleep(120)  # never leaves by itself: only SIGKILL ends this tree
 
 
+class SlowClose(Echo):
+    """Takes 2 s to shut down (an engine tearing down), then leaves by itself."""
+
+    def close(self) -> None:
+        time.sleep(2.0)
+
+
+def slow_close() -> BaseHandler:
+    return SlowClose()
+
+
 class SessionChild(Echo):
     """Starts, while it is built, a child in a session of its own (not the worker's)."""
 

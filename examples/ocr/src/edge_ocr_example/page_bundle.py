@@ -19,7 +19,9 @@ DB network downsamples by 32), ``B`` the batch of one call
 320, 640, 960 or 1280, so calls of similar lines batch together.
 
 The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
-:mod:`edge_ocr_example.page_pipeline`; ort-cpu), ``page.png`` (the demo page:
+:mod:`edge_ocr_example.page_pipeline`; ort-cpu), ``pipeline-auto.toml`` (the classifier
+with a ``qnn`` candidate on the bundle ``make demo`` derives into ``classify-qnn``, then
+``ort-cpu``: :func:`pipeline_auto_toml`), ``page.png`` (the demo page:
 :func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
 
 ``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--wheel WHL]`` builds it.
@@ -59,12 +61,22 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["PAGE", "REC_MAX", "PageBuild", "build_page_bundles", "main", "pipeline_toml"]
+__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_PIPELINE", "PAGE",
+           "REC_MAX", "PageBuild", "build_page_bundles", "main", "pipeline_auto_toml",
+           "pipeline_toml"]
 
 PAGE: Final = "page.png"
 """The demo page in the bundle directory."""
 REC_MAX: Final = 1280
 """Widest recogniser input the bundle serves."""
+AUTO_PIPELINE: Final = "pipeline-auto.toml"
+"""The page pipeline with a ``qnn`` candidate for the classifier (:func:`pipeline_auto_toml`)."""
+AUTO_CLASSIFY: Final = "classify-qnn"
+"""Where ``make demo`` writes the classifier's derived static bundle (``edge derive``)."""
+AUTO_GATE_TIMEOUT_S: Final = 60.0
+"""Bound on the qnn candidate's load and, separately, its warm-up gate (seconds)."""
+AUTO_FP16_BOUND: Final = {"max_abs_error": 0.01, "normalised_error": 0.01}
+"""The qnn candidate's bound: fp16 on HTP against the fp32 reference (observed 0.0015)."""
 _MODULE: Final = "edge_ocr_example.page_pipeline"
 _DEMANDS: Final = {"detect": "512 MiB", "classify": "192 MiB", "recognize": "512 MiB"}
 """RAM reserved per stage worker, load and warm-up peak included (observed worker-tree
@@ -155,6 +167,36 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
     return "\n".join(lines)
 
 
+def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
+    """``pipeline-auto.toml``: the page pipeline with candidates for the classifier.
+
+    The classifier lists ``qnn`` (the HTP simulator on x86_64) with its derived bundle
+    ``classify-qnn`` (``edge derive qnn-static classify --bucket 4x3x48x192``: one static
+    bucket of ``BATCH`` rows, run in fp16 within a declared bound, its load and warm-up
+    each bounded by ``gate_timeout_s``) before ``ort-cpu`` with the plain bundle; every
+    call is padded to ``BATCH`` rows (the simulator's cost is per call, not per row).
+    Detection and recognition stay on ``ort-cpu`` (on the simulator they take 19.5 and
+    58 s per run: plugins/qnn/README.md).
+    """
+    plain = pipeline_toml()
+    start = plain.index('[[stages]]\nid = "classify"')
+    end = plain.index("[[stages]]", start + 1)
+    bound = ", ".join(f"{k} = {v}" for k, v in AUTO_FP16_BOUND.items())
+    classify = "\n".join([
+        "[[stages]]", 'id = "classify"', f'manifest = "classify/{MANIFEST}"',
+        f'input_transform = "{_MODULE}:detect_to_classify_padded"', "",
+        "[stages.resources]", f'demands = {{ "machine:ram" = "{_DEMANDS["classify"]}" }}', "",
+        "[[stages.candidates]]", f'manifest = "{AUTO_CLASSIFY}/{MANIFEST}"',
+        'backend = { name = "qnn", options = { fp16_precision = true, soc_model = 60, '
+        f"gate_timeout_s = {gate_timeout_s}, numerics_bound = {{ {bound} }} }} }}",
+        'placement = { target = "QNNExecutionProvider", min_fraction_on_target = 1.0 }',
+        'resources = { demands = { "machine:ram" = "512 MiB" } }', "",
+        "[[stages.candidates]]", 'backend = { name = "ort-cpu" }',
+        f'placement = {{ target = "{PROVIDER}", min_fraction_on_target = 1.0 }}', "", ""])
+    return plain[:start].replace('name = "ocr-page"', 'name = "ocr-page-auto"', 1) + (
+        classify + plain[end:])
+
+
 def _clear(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise OcrError("out", "exists and is not a directory", str(out))
@@ -164,6 +206,7 @@ def _clear(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for stage in STAGES:
         shutil.rmtree(out / stage.id, ignore_errors=True)
+    shutil.rmtree(out / AUTO_CLASSIFY, ignore_errors=True)  # derived from the old classify
 
 
 def build_page_bundles(
@@ -226,6 +269,7 @@ def build_page_bundles(
                    "shapes": shapes, "example_text": list(text)}
     (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
     (out / PIPELINE).write_text(pipeline_toml())
+    (out / AUTO_PIPELINE).write_text(pipeline_auto_toml())
     return PageBuild(out, shapes, text)
 
 

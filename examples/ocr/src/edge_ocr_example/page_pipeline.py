@@ -61,6 +61,7 @@ __all__ = [
     "PagePrepare",
     "classify_to_recognize",
     "detect_to_classify",
+    "detect_to_classify_padded",
     "finish",
     "prepare",
 ]
@@ -76,6 +77,8 @@ _SCORES: Final = "carry:det_scores"
 _TURNS: Final = "carry:turns"
 _OWNERS: Final = "carry:owners"
 _PIECES: Final = "carry:pieces"
+_CLS_ROWS: Final = "carry:cls_rows"
+"""Real classifier rows when the calls were padded (:func:`detect_to_classify_padded`)."""
 _INT: Final = np.int64
 
 
@@ -184,6 +187,27 @@ def detect_to_classify(previous: Mapping[str, Any], source: Mapping[str, Any]) -
     return Fanout(items=_chunks(CLS_INPUT, rows), carry=carry)
 
 
+def detect_to_classify_padded(previous: Mapping[str, Any],
+                              source: Mapping[str, Any]) -> Fanout:
+    """As :func:`detect_to_classify`, every call exactly ``BATCH`` rows.
+
+    The last chunk is padded by repeating its last row; the number of real rows is
+    carried (``carry:cls_rows``) and :func:`classify_to_recognize` drops the padding's
+    outputs. For a classifier served by one static ``BATCH``-row bucket
+    (``pipeline-auto.toml``: the ``qnn`` candidate's derived bundle); a candidate serving
+    ``[1..BATCH]`` rows accepts the same calls.
+    """
+    fanned = detect_to_classify(previous, source)
+    items = []
+    for item in fanned.items:
+        rows = item[CLS_INPUT]
+        if len(rows) < BATCH:
+            rows = np.concatenate([rows, np.repeat(rows[-1:], BATCH - len(rows), axis=0)])
+        items.append({CLS_INPUT: np.ascontiguousarray(rows)})
+    real = sum(len(item[CLS_INPUT]) for item in fanned.items)
+    return Fanout(items=items, carry={**fanned.carry, _CLS_ROWS: np.array(real, dtype=_INT)})
+
+
 def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Fanout:
     """Directions -> recogniser calls: lines turned, long ones split, pieces by width.
 
@@ -195,6 +219,8 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
     quads = np.asarray(previous[_QUADS], dtype=np.float32)
     owners = np.asarray(previous[_OWNERS], dtype=_INT)
     probabilities = _stacked(previous, CLS_OUTPUT, (0, 2))
+    if _CLS_ROWS in previous:  # padded calls: the padding's outputs are dropped
+        probabilities = probabilities[: int(np.asarray(previous[_CLS_ROWS]))]
     if len(probabilities) != len(owners):
         raise TensorMismatch(f"previous[{CLS_OUTPUT!r}]", f"expected {len(owners)} rows",
                              len(probabilities))

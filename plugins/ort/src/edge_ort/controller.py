@@ -44,6 +44,7 @@ __all__ = [
     "OrtOptions",
     "OrtStage",
     "base_load_config",
+    "bucket_graphs",
     "estimate_demands",
 ]
 
@@ -57,12 +58,44 @@ def _shares(providers: Mapping[str, Any]) -> dict[str, ProviderShare]:
             for name, v in providers.items()}
 
 
+def bucket_graphs(bundle: VerifiedBundle, served: ShapeSet | None,
+                  stage_id: str) -> dict[str, str]:
+    """Served static entry -> the path of its own graph (``validation.bucket_graphs``).
+
+    A derived bundle (``edge derive``) holds a static copy of the graph per bucket; the
+    worker loads each bucket's session from its copy. Each named graph must be a
+    verified member and name a static entry of the shape set.
+
+    Raises:
+        ManifestInvalid: ``bucket_graphs`` is not a mapping, names an unknown entry, or a
+            file that is not a verified member.
+    """
+    declared = (bundle.manifest.metadata.validation or {}).get("bucket_graphs")
+    if declared is None:
+        return {}
+    field = f"stages[{stage_id}].manifest.metadata.validation.bucket_graphs"
+    if not isinstance(declared, Mapping) or served is None:
+        raise ManifestInvalid(f"{field}: must map static shape-set entries to graph "
+                              f"members: {declared!r}")
+    static = {entry.name for entry in served.entries if entry.static}
+    known = {entry.name for entry in bundle.shapes.entries} if bundle.shapes else set()
+    found: dict[str, str] = {}
+    for name, member in declared.items():
+        if name not in known:
+            raise ManifestInvalid(f"{field}.{name}: names no entry of the shape set: {name!r}")
+        if name not in static:
+            continue  # the stage selected a subset of the shape set
+        found[str(name)] = str(bundle.path(str(member)))
+    return found
+
+
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
     bundle: VerifiedBundle
     shapes: ShapeSet | None = None
     numerics_bound: Mapping[str, float] = {}
+    gate_timeout_s: float | None = None
 
     @classmethod
     def open(cls, stage: StageContext, load_config: Mapping[str, Any],
@@ -92,6 +125,7 @@ class OrtStage(WorkerStage):
                                      if bundle.expected_outputs else None),
                 "numerics_bound": bound,
                 "shape_set": served.to_json() if served is not None else None,
+                "bucket_graphs": bucket_graphs(bundle, served, stage.stage_id),
                 "warmup_cases": [
                     {"entry": case.entry, "point": case.point,
                      "example_inputs": str(bundle.path(case.example_inputs)),
@@ -106,7 +140,9 @@ class OrtStage(WorkerStage):
             bundle.ensure_unchanged()
             loaded = cls.start(stage, default_entry=WORKER_ENTRY, load_config=config,
                                stage_packages=("edge_ort",), device_id=device_id,
-                               manifest=bundle.describe())
+                               manifest=bundle.describe(),
+                               load_timeout_s=options.gate_timeout_s or 600.0)
+            loaded.gate_timeout_s = options.gate_timeout_s
         except BaseException:
             bundle.cleanup()
             raise
@@ -133,7 +169,7 @@ class OrtStage(WorkerStage):
 
     def warm_up(self) -> WarmupReport:
         """Run every bucket of the shape set in the worker; build the report core gates on."""
-        answer = self.warmup()
+        answer = self.warmup(timeout_s=self.gate_timeout_s or 600.0)
         placement = answer["placement"]
         notes = list(self.load_report.get("warnings", []))
 

@@ -52,6 +52,12 @@ def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
         raise ConfigError("intra_op_threads", "must be >= 0", value)
 
 
+def _check_timeout(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value <= 3600):
+        raise ConfigError("gate_timeout_s", "must be a number of seconds in (0, 3600]", value)
+
+
 @attrs.frozen
 class OrtOptions:
     """Options every ORT backend accepts in a stage's ``[backend.options]``.
@@ -71,6 +77,10 @@ class OrtOptions:
             dimensions fixed to the bucket (what static-only providers such as QNN and
             VitisAI compile; each bucket gets its own EP-context cache entry). ``False``:
             one session serves every entry (a CPU session runs any shape).
+        gate_timeout_s: Bound in seconds on the worker's load and, separately, on its
+            warm-up (the placement and numerics gate); ``None``: 600 s each. A stage past
+            it is refused (the worker is retired), so a slow device or simulator cannot
+            hold a candidate list up for long.
     """
 
     intra_op_threads: int = attrs.field(default=0, validator=_check_threads)
@@ -80,6 +90,7 @@ class OrtOptions:
     numerics_bound: Mapping[str, float] = attrs.field(factory=dict)
     stage_bundle: bool = True
     session_per_bucket: bool = False
+    gate_timeout_s: float | None = attrs.field(default=None, validator=_check_timeout)
 
 
 def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:

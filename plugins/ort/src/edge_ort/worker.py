@@ -334,9 +334,11 @@ class OrtHandler(BaseHandler):
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            fixed = self._bucket_dimensions(config)
+            members = {str(n): str(g) for n, g in dict(config.get("bucket_graphs") or {}).items()}
+            fixed = ({name: {} for name in members} if members
+                     else self._bucket_dimensions(config))
             if fixed:
-                report["bucket_sessions"] = self._load_bucket_sessions(config, fixed)
+                report["bucket_sessions"] = self._load_bucket_sessions(config, fixed, members)
             served = self._served
             if not fixed or served is None or any(not e.static for e in served.shapes.entries):
                 self._session, cached = self._create_session(
@@ -393,20 +395,29 @@ class OrtHandler(BaseHandler):
         return found if any(found.values()) else {}
 
     def _load_bucket_sessions(self, config: Mapping[str, Any],
-                              fixed: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-        """One session per static entry, its symbolic dimensions fixed by name."""
+                              fixed: Mapping[str, Mapping[str, int]],
+                              members: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """One session per static entry, its symbolic dimensions fixed by name.
+
+        An entry listed in ``members`` (a derived bundle's ``bucket_graphs``: a static
+        copy of the graph per bucket) loads that graph as it is, with nothing overridden.
+        """
         assert self._served is not None
+        members = members or {}
         found: dict[str, Any] = {}
         for name, dimensions in fixed.items():
             entry = self._served.shapes.entry(name)
+            own = {**config, "graph": members[name]} if name in members else config
             options = self._session_options(config)
             for dim_name, size in dimensions.items():
                 options.add_free_dimension_override_by_name(dim_name, size)
             session, cached = self._create_session(
-                config, options, self._context_entry(config, entry.to_json()), name)
+                own, options, self._context_entry(own, entry.to_json()), name)
             self._bucket_sessions[name] = session
             found[name] = {"fixed": dict(dimensions), "ep_context": cached,
                            "session_providers": list(session.get_providers())}
+            if name in members:
+                found[name]["graph"] = os.path.basename(members[name])
         return found
 
     # -- warm-up -----------------------------------------------------------------------

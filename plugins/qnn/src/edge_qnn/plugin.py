@@ -132,10 +132,12 @@ class QnnPlugin(OrtPlugin):
 
     @hookimpl
     def edge_register_commands(self, subparsers: Any) -> None:
-        """Add ``edge hub`` (AI Hub: devices, compile, profile, infer)."""
+        """Add ``edge hub`` (AI Hub) and ``edge derive`` (static and QDQ bundles for QNN)."""
+        from edge_ort.derive.command import register as register_derive
         from edge_qnn.hub.command import register
 
         register(subparsers)
+        register_derive(subparsers)
 
 
 PLUGIN = QnnPlugin(

@@ -44,7 +44,8 @@ from edge_serve.guards import (
 )
 from edge_serve.metrics import CONTENT_TYPE, ServerMetrics
 from edge_serve.outcomes import HttpRefusal, from_exception, outcome_of
-from edge_serve.served import ServedPipeline
+from edge_serve.served import OUTCOME_KEY, ServedPipeline
+from edge_serve.submitted import RequestHandle
 from edge_serve.tensors import decode_tensors
 
 __all__ = ["PIPELINE_KEY", "ROUTE_KEY", "ServerState", "build_app"]
@@ -52,7 +53,6 @@ __all__ = ["PIPELINE_KEY", "ROUTE_KEY", "ServerState", "build_app"]
 #: Scope keys a route fills in for the accounting: the pipeline and an outcome that the
 #: status alone does not tell (a stream cut short by its client).
 PIPELINE_KEY = "edge.pipeline"
-OUTCOME_KEY = "edge.outcome"
 ROUTE_KEY = "edge.route"
 
 _RUN_KEYS = frozenset({"inputs", "params", "deadline_s"})
@@ -190,7 +190,10 @@ async def run_pipeline(request: Request) -> Response:
     params = params_of(body.get("params"))
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
-    answer = await served.within(lambda: served.answer(inputs, params, deadline), deadline)
+    handle = RequestHandle(served.name)
+    answer = await served.within(request, handle,
+                                 lambda: served.answer(inputs, params, deadline, handle),
+                                 deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONResponse(answer.body)
 
@@ -222,8 +225,10 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
     finally:
         await form.close()
     served.require_ready()
-    answer = await served.within(lambda: served.answer_file(data, suffix, params, deadline),
-                                 deadline)
+    handle = RequestHandle(served.name)
+    answer = await served.within(
+        request, handle, lambda: served.answer_file(data, suffix, params, deadline, handle),
+        deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONResponse(answer.body)
 

@@ -1,38 +1,59 @@
 """One generate request of a served pipeline, cancellable on its own.
 
-The request takes the pipeline's admission slot, is submitted to the generate stage, and
-its tokens are handed to the event loop as they come (:class:`TokenFeed`). The handle's
-:meth:`Generation.cancel` — called when the client disconnects or the deadline passes —
-cancels this request alone (``PendingCall.cancel``: the stage fences it and the backend
-aborts it inside the engine); other requests on the stage go on.
+The request is submitted with :meth:`Pipeline.submit` (which takes the pipeline's
+admission slot) and the final stage's tokens are handed to the event loop as they come
+(``on_event`` → :class:`TokenFeed`). :meth:`Generation.cancel` — called when the client
+disconnects or the deadline passes — cancels this request alone (``Submission.cancel``:
+the stage holding it fences it and the backend aborts it inside the engine); other
+requests on the stage go on.
 
-Served this way: pipelines whose only stage is a generate stage (a prompt carries no
-tensors, so no graph stage can come before it).
+Served this way: pipelines whose last stage is a generate stage. With one stage the
+request's parameters carry the prompt (or the chat); with graph stages before it, an
+image from the chat goes through the pipeline's ``prepare`` to the first stage, the
+chat's text goes to the transforms as the input ``carry:messages``, and the transform
+before the generate stage builds the prompt, merged over the caller's sampling
+parameters (:mod:`edge_serve.openai_api` maps the request).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-from edge_core.runtime.pipeline import Pipeline
-from edge_core.runtime.stage_runtime import PendingCall
+from edge_core.runtime.results import StageResult
 from edge_serve.outcomes import HttpRefusal
+from edge_serve.served import ServedPipeline
+from edge_serve.submitted import RequestHandle
 
-__all__ = ["Finished", "Generation", "TokenFeed"]
+__all__ = ["CHAT_CARRY", "Finished", "Generation", "ImagePart", "TokenFeed"]
+
+CHAT_CARRY = "carry:messages"
+"""The pipeline input that hands a chat's text to the transforms of a multi-stage pipeline."""
+
+
+class ImagePart:
+    """An image a chat sent (decoded from its ``data:`` URL), for the pipeline's ``prepare``."""
+
+    __slots__ = ("data", "field", "suffix")
+
+    def __init__(self, data: bytes, suffix: str, field: str) -> None:
+        self.data = data
+        self.suffix = suffix
+        self.field = field
 
 
 class Finished:
-    """The end of a generation: the terminal event's data (finish reason, text, counts)."""
+    """The end of a generation: the terminal event's data and each stage's latency.
 
-    __slots__ = ("data", "latency_s", "stage")
+    The data: finish reason, text, token counts; latencies in seconds by stage id.
+    """
 
-    def __init__(self, data: Mapping[str, Any], latency_s: float, stage: str) -> None:
+    __slots__ = ("data", "latencies")
+
+    def __init__(self, data: Mapping[str, Any], latencies: Mapping[str, float]) -> None:
         self.data = dict(data)
-        self.latency_s = latency_s
-        self.stage = stage
+        self.latencies = dict(latencies)
 
 
 class TokenFeed:
@@ -52,62 +73,59 @@ class TokenFeed:
 
 
 class Generation:
-    """One generate request: run it on a thread with :meth:`run`, stop it with :meth:`cancel`."""
+    """One generate request: run it on a thread with :meth:`run`, stop it with :meth:`cancel`.
 
-    def __init__(self, pipeline: Pipeline, params: Mapping[str, Any],
-                 deadline_s: float | None) -> None:
-        if len(pipeline.stages) != 1:
-            raise HttpRefusal(400, "model", "the OpenAI-compatible routes serve pipelines "
-                              "whose only stage is a generate stage", pipeline.config.name,
-                              kind="InvalidValue")
-        self.pipeline = pipeline
+    Args:
+        served: The pipeline; its last stage generates.
+        params: The caller's parameters for the final stage (sampling, and for a
+            one-stage pipeline the prompt or ``messages``).
+        deadline_s: Bound on the whole request, or None.
+        image: For a pipeline with graph stages: the image its ``prepare`` reads.
+        chat: For a pipeline with graph stages: the chat's text, as ``carry:messages``.
+    """
+
+    def __init__(self, served: ServedPipeline, params: Mapping[str, Any],
+                 deadline_s: float | None, *, image: ImagePart | None = None,
+                 chat: list[dict[str, str]] | None = None) -> None:
+        self.served = served
         self.params = dict(params)
         self.deadline_s = deadline_s
-        self._lock = threading.Lock()
-        self._pending: PendingCall | None = None
-        self._cancelled = False
+        self.image = image
+        self.chat = chat
+        self.handle = RequestHandle(served.name)
 
     @property
     def cancelled(self) -> bool:
         """True once :meth:`cancel` was called."""
-        return self._cancelled
+        return self.handle.cancelled
 
     def cancel(self) -> None:
         """Cancel this request alone (from any thread); a no-op once it has ended."""
-        with self._lock:
-            self._cancelled = True
-            pending = self._pending
-        if pending is not None:
-            pending.cancel()
+        self.handle.cancel()
 
     def run(self, feed: TokenFeed) -> None:
-        """Take admission, submit, feed every token, then the end (or the error)."""
+        """Prepare, submit, feed every token, then the end (or the error)."""
         try:
             feed.put(self._generate(feed))
         except BaseException as exc:
             feed.put(exc)
 
     def _generate(self, feed: TokenFeed) -> Finished:
-        pipeline = self.pipeline
-        stage = pipeline.stages[0]
-        pipeline.admission.acquire(self.deadline_s)
-        try:
-            pending = stage.submit({}, params=self.params, deadline_s=self.deadline_s)
-            with self._lock:
-                self._pending = pending
-                cancelled = self._cancelled
-            if cancelled:
-                pending.cancel()
-            try:
-                for event, _ in pending.events():
-                    feed.put(dict(event.data))
-                result = pending.result()
-            except BaseException:
-                pending.cancel()  # a no-op when the request already ended
-                raise
-            try:
-                return Finished(result.events[-1].data, result.latency_s, stage.stage_id)
-            finally:
-                result.ack()
-        finally:
-            pipeline.admission.release()
+        inputs: dict[str, Any] = {}
+        if self.image is not None:
+            inputs = self.served.prepared(self.image.data, self.image.suffix,
+                                          self.image.field)
+        if self.chat is not None:
+            inputs[CHAT_CARRY] = [dict(message) for message in self.chat]
+        self.handle.check()
+        submission = self.served.pipeline.submit(
+            inputs, params=self.params, deadline_s=self.deadline_s,
+            on_event=lambda event, _: feed.put(dict(event.data)))
+        self.handle.attach(submission)
+        with submission.result() as result:
+            self.handle.check()
+            final = result.final
+            if not isinstance(final, StageResult):
+                raise HttpRefusal(500, "model", "the generate stage was fed a fan-out; "
+                                  "its items' answers are not served here", self.served.name)
+            return Finished(final.events[-1].data, result.latencies)

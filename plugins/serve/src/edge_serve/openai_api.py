@@ -1,10 +1,20 @@
 """OpenAI-compatible generation: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
 
-The model name is the pipeline's name; a pipeline is listed when its only stage is a
-generate stage. ``stream: true`` answers with server-sent events, one chunk per token
-event, then a chunk with the finish reason, then ``data: [DONE]``. Chat messages are sent
-to the stage as its ``messages`` parameter and rendered by the worker with the model's own
-chat template.
+The model name is the pipeline's name; a pipeline is served here when its last stage is
+a generate stage:
+
+* its only stage: ``prompt`` (completions) or ``messages`` (chat, text parts only) go to
+  the stage as its parameters; chat messages are rendered by the worker with the model's
+  own chat template;
+* graph stages before it, and a ``prepare``: chat only. The one ``image_url`` part (a
+  ``data:`` URL) is read by ``prepare`` into the first stage's inputs; the chat's text
+  (image parts removed) goes to the transforms as the input ``carry:messages``; the
+  transform before the generate stage builds the prompt, merged over the caller's
+  sampling parameters (:mod:`edge_serve.chat`, :mod:`edge_serve.generation`). A
+  completion has no image to give it: 400 naming ``prompt``.
+
+``stream: true`` answers with server-sent events, one chunk per token event, then a chunk
+with the finish reason, then ``data: [DONE]``.
 
 A client that goes away cancels its request alone: the stage fences it and the backend
 aborts it inside the engine (vLLM's ``abort``), counted as outcome ``cancelled``. A
@@ -24,7 +34,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -32,9 +42,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from edge_serve.bodies import deadline_of, json_body
+from edge_serve.chat import read_chat
 from edge_serve.generation import Finished, Generation, TokenFeed
 from edge_serve.outcomes import HttpRefusal, deadline_passed, describe, from_exception
-from edge_serve.served import ServedPipeline
+from edge_serve.served import ServedPipeline, retrieve
+from edge_serve.submitted import watch_disconnect
 
 __all__ = ["routes"]
 
@@ -58,7 +70,7 @@ def _model(request: Request, body: Mapping[str, Any]) -> ServedPipeline:
         raise HttpRefusal(400, "model", "must name a served generate pipeline", name,
                           kind="InvalidValue")
     served: ServedPipeline | None = _state(request).pipelines.get(name)
-    if served is None or not served.generates or len(served.pipeline.stages) != 1:
+    if served is None or served.openai is None:
         raise HttpRefusal(404, "model", "no generate pipeline of that name is served", name,
                           kind="NotFound")
     request.scope[_PIPELINE_KEY] = name
@@ -87,38 +99,6 @@ def _prompt(value: object) -> dict[str, Any]:
         return {"prompt_token_ids": value}
     raise HttpRefusal(400, "prompt", "must be a string, a list of one string or a list of "
                       "token ids", value, kind="InvalidValue")
-
-
-def _content(value: object, field: str) -> str:
-    """A message's content: a string, or a list of text parts joined."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = []
-        for index, part in enumerate(value):
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
-                raise HttpRefusal(400, f"{field}[{index}]", "only text parts are served",
-                                  part, kind="InvalidValue")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise HttpRefusal(400, field, "must be a string or a list of text parts", value,
-                      kind="InvalidValue")
-
-
-def _messages(value: object) -> list[dict[str, str]]:
-    if not isinstance(value, list) or not value:
-        raise HttpRefusal(400, "messages", "must be a non-empty list", value,
-                          kind="InvalidValue")
-    chat = []
-    for index, message in enumerate(value):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise HttpRefusal(400, f"messages[{index}]", 'must be an object with a "role"',
-                              message, kind="InvalidValue")
-        chat.append({"role": message["role"],
-                     "content": _content(message.get("content", ""),
-                                         f"messages[{index}].content")})
-    return chat
 
 
 def _include_usage(body: Mapping[str, Any]) -> bool:
@@ -185,36 +165,30 @@ def _sse(data: object) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
 
-async def _watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
-    """Call ``on_gone`` when the client goes away (the body has been read by now)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            on_gone()
-            return
-
-
-async def _generate(request: Request, served: ServedPipeline, params: dict[str, Any],
-                    deadline: float | None, shape: _Shape, *, stream: bool,
-                    include_usage: bool) -> Response:
+async def _generate(request: Request, generation: Generation, shape: _Shape, *,
+                    stream: bool, include_usage: bool) -> Response:
     state = _state(request)
+    served = generation.served
+    deadline = generation.deadline_s
     served.require_ready()
     loop = asyncio.get_running_loop()
-    generation = Generation(served.pipeline, params, deadline)
     feed = TokenFeed(loop)
     late = {"deadline": False}
 
+    def cancel() -> None:  # off the loop: the stage may take a moment to answer
+        loop.run_in_executor(None, generation.cancel).add_done_callback(retrieve)
+
     def on_deadline() -> None:
         late["deadline"] = True
-        generation.cancel()
+        cancel()
 
     def on_gone() -> None:
         request.scope[_OUTCOME_KEY] = "cancelled"
-        generation.cancel()
+        cancel()
 
     timer = loop.call_later(deadline, on_deadline) if deadline is not None else None
     loop.run_in_executor(served.executor, generation.run, feed)
-    watcher = asyncio.ensure_future(_watch_disconnect(request, on_gone))
+    watcher = asyncio.ensure_future(watch_disconnect(request, on_gone))
 
     def failure(error: BaseException) -> HttpRefusal:
         if late["deadline"]:
@@ -238,7 +212,7 @@ async def _generate(request: Request, served: ServedPipeline, params: dict[str, 
                 timer.cancel()
         if isinstance(item, BaseException):
             raise failure(item)
-        state.metrics.observe_stages(served.name, {item.stage: item.latency_s})
+        state.metrics.observe_stages(served.name, item.latencies)
         return JSONResponse(shape.whole("".join(texts), item))
     try:
         first = await feed.get()  # a refusal before the first token keeps its status
@@ -260,7 +234,7 @@ async def _generate(request: Request, served: ServedPipeline, params: dict[str, 
                 yield _sse(shape.chunk("", role=True))
             while True:
                 if isinstance(item, Finished):
-                    state.metrics.observe_stages(served.name, {item.stage: item.latency_s})
+                    state.metrics.observe_stages(served.name, item.latencies)
                     yield _sse(shape.chunk("", finish=item.data.get("finish_reason")))
                     if include_usage:
                         yield _sse(shape.usage_chunk(item))
@@ -288,10 +262,14 @@ async def completions(request: Request) -> Response:
     """``POST /v1/completions``."""
     body = await json_body(request, _COMPLETION_KEYS)
     served = _model(request, body)
+    if served.openai != "prompt":
+        raise HttpRefusal(400, "prompt", f"pipelines[{served.name}] starts with graph stages "
+                          "fed by its prepare: send the image as an image_url part of a "
+                          "/v1/chat/completions message", kind="InvalidValue")
     params = {**_sampling(body), **_prompt(body.get("prompt"))}
     deadline = deadline_of(request, body.get("deadline_s"))
-    return await _generate(request, served, params, deadline, _Shape(False, served.name),
-                           stream=body.get("stream") is True,
+    return await _generate(request, Generation(served, params, deadline),
+                           _Shape(False, served.name), stream=body.get("stream") is True,
                            include_usage=_include_usage(body))
 
 
@@ -299,9 +277,15 @@ async def chat_completions(request: Request) -> Response:
     """``POST /v1/chat/completions``."""
     body = await json_body(request, _CHAT_KEYS)
     served = _model(request, body)
-    params = {**_sampling(body), "messages": _messages(body.get("messages"))}
+    params = _sampling(body)
     deadline = deadline_of(request, body.get("deadline_s"))
-    return await _generate(request, served, params, deadline, _Shape(True, served.name),
+    chat = read_chat(body.get("messages"), images=served.openai == "image")
+    if served.openai == "prompt":
+        generation = Generation(served, {**params, "messages": chat.messages}, deadline)
+    else:
+        generation = Generation(served, params, deadline, image=chat.image,
+                                chat=chat.messages)
+    return await _generate(request, generation, _Shape(True, served.name),
                            stream=body.get("stream") is True,
                            include_usage=_include_usage(body))
 
@@ -312,7 +296,7 @@ async def models(request: Request) -> Response:
     listed = [{"id": name, "object": "model", "created": int(served.pipeline.opened_at),
                "owned_by": "edge"}
               for name, served in state.pipelines.items()
-              if served.generates and len(served.pipeline.stages) == 1]
+              if served.openai is not None]
     return JSONResponse({"object": "list", "data": listed})
 
 

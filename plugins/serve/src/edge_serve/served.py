@@ -1,16 +1,18 @@
 """One opened pipeline as the server holds it: its ends, its states, its blocking work.
 
-A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.run`,
-``finish`` and the acknowledgement — runs as one function on the server's thread pool,
-so the result's worker memory is given back in the same thread that read it.
-:meth:`ServedPipeline.within` awaits it; the request's deadline is the runtime's to
-enforce (it cancels the request, or retires a non-preemptible stage, and raises
-``DeadlineExceeded``: 504).
+A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.submit` and
+the wait for its result, ``finish`` and the acknowledgement — runs as one function on the
+server's thread pool, so the result's worker memory is given back in the same thread that
+read it. :meth:`ServedPipeline.within` awaits it while watching the client: a client that
+disconnects cancels its request alone (:mod:`edge_serve.submitted`; outcome
+``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
+request, or retires a non-preemptible stage, and raises ``DeadlineExceeded``: 504).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import tempfile
@@ -19,12 +21,15 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from starlette.requests import Request
+
 from edge_core.config.transforms import resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
 from edge_serve.outcomes import HttpRefusal, deadline_passed, stage_unready
+from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
-__all__ = ["Answer", "ServedPipeline"]
+__all__ = ["Answer", "ServedPipeline", "retrieve"]
 
 T = TypeVar("T")
 
@@ -32,6 +37,12 @@ READY = "ready"
 
 BACKSTOP_S = 2.0
 """How long after a request's deadline the server answers 504 without the runtime."""
+
+UNWIND_WAIT_S = 10.0
+"""How long a cancelled request's thread is waited for (its admission slot given back)."""
+
+OUTCOME_KEY = "edge.outcome"
+"""The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
 
 
 class Answer:
@@ -44,7 +55,7 @@ class Answer:
         self.latencies = dict(latencies)
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
+def retrieve(future: asyncio.Future[Any]) -> None:
     """Take a dropped request's outcome so that asyncio does not log it as never retrieved."""
     if not future.cancelled():
         future.exception()
@@ -74,6 +85,15 @@ class ServedPipeline:
             self.finish = resolve_input_transform(config.finish, "finish")
         last = pipeline.stages[-1]
         self.generates = "generate" in {k.value for k in last.binding.backend.kinds}
+        #: How the OpenAI routes feed it: ``"prompt"`` (its only stage generates: the
+        #: prompt or chat is the stage's parameter), ``"image"`` (graph stages then a
+        #: generate stage, fed by ``prepare`` from a chat's image part), or None.
+        self.openai: str | None = None
+        if self.generates:
+            if len(pipeline.stages) == 1:
+                self.openai = "prompt"
+            elif self.prepare is not None:
+                self.openai = "image"
 
     # -- states ---------------------------------------------------------------------------
 
@@ -100,7 +120,8 @@ class ServedPipeline:
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
             "admission": self.pipeline.config.admission,
             "accepts": (["tensors", "file"] if self.prepare is not None else ["tensors"])
-            + (["completions", "chat.completions"] if self.generates else []),
+            + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
+               None: []}[self.openai],
             "stages": [{"id": s["id"], "backend": s["backend"], "kind": s["kind"],
                         "state": states.get(s["id"]), "generation": s["generation"]}
                        for s in plan["stages"]],
@@ -110,9 +131,17 @@ class ServedPipeline:
     # -- blocking work (runs on the executor) -------------------------------------------------
 
     def answer(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-               deadline_s: float | None) -> Answer:
-        """Run one request and build its answer: ``finish``'s, else the outputs as tensors."""
-        with self.pipeline.run(inputs, params=params, deadline_s=deadline_s) as result:
+               deadline_s: float | None, handle: RequestHandle) -> Answer:
+        """Submit one request, wait for it, and build its answer.
+
+        The answer is ``finish``'s, else the outputs as tensors; nothing is built for a
+        request cancelled meanwhile.
+        """
+        handle.check()
+        submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s)
+        handle.attach(submission)
+        with submission.result() as result:
+            handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
                 body = {"answer": self.finish(result.outputs, inputs,
                                               self.pipeline.bundle_directories())}
@@ -123,10 +152,18 @@ class ServedPipeline:
         return Answer(body, latencies)
 
     def answer_file(self, data: bytes, suffix: str, params: Mapping[str, Any] | None,
-                    deadline_s: float | None) -> Answer:
+                    deadline_s: float | None, handle: RequestHandle) -> Answer:
         """``prepare`` the uploaded bytes (from a private file), then :meth:`answer`."""
+        return self.answer(self.prepared(data, suffix), params, deadline_s, handle)
+
+    def prepared(self, data: bytes, suffix: str, field: str = "file") -> dict[str, Any]:
+        """The pipeline's inputs from an uploaded file's bytes, through ``prepare``.
+
+        The bytes are written to a private file (random name, 0600) that ``prepare`` reads
+        by path and that is removed at once; a file it cannot read is 400 naming ``field``.
+        """
         if self.prepare is None:
-            raise HttpRefusal(400, "file", f"pipelines[{self.name}] names no 'prepare' "
+            raise HttpRefusal(400, field, f"pipelines[{self.name}] names no 'prepare' "
                               "function to read a file with: send tensors as JSON")
         path = self.upload_dir / f"{secrets.token_hex(8)}{suffix}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -137,33 +174,55 @@ class ServedPipeline:
                 inputs = self.prepare(str(path))
             except Exception as exc:
                 shown = str(exc).replace(str(path), "<upload>")  # no server paths
-                raise HttpRefusal(400, "file", "the pipeline's prepare could not read it",
+                raise HttpRefusal(400, field, "the pipeline's prepare could not read it",
                                   f"{type(exc).__name__}: {shown}",
                                   kind=type(exc).__name__) from None
         finally:
             path.unlink(missing_ok=True)
-        return self.answer(dict(inputs), params, deadline_s)
+        return dict(inputs)
 
     # -- awaiting ----------------------------------------------------------------------------
 
-    async def within(self, work: Callable[[], T], deadline_s: float | None) -> T:
-        """Run ``work`` on the executor and await it.
+    async def within(self, request: Request, handle: RequestHandle, work: Callable[[], T],
+                     deadline_s: float | None) -> T:
+        """Run ``work`` on the executor and await it, watching the client meanwhile.
 
-        The runtime bounds the whole request by ``deadline_s`` itself (``Pipeline.run``
-        raises ``DeadlineExceeded`` after cancelling the request, or retiring a
-        non-preemptible stage), which answers 504 with the stage's state already settled.
-        This timer is only a backstop, :data:`BACKSTOP_S` later, for work that does not
-        return (a transform that hangs): it answers 504 and drops the answer.
+        A client that disconnects cancels the request (``handle.cancel()``), whose thread
+        is waited for so that its admission slot is free when this returns; the answer
+        is 499 (nobody reads it), counted as outcome ``cancelled``. The runtime bounds the
+        whole request by ``deadline_s`` itself (``DeadlineExceeded``: 504, with the
+        stage's state already settled); this timer is only a backstop, :data:`BACKSTOP_S`
+        later, for work that does not return (a transform that hangs): the request is
+        cancelled and the answer is 504.
         """
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, work)
-        if deadline_s is None:
-            return await future
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(watch_disconnect(request, gone.set))
+        waiter = asyncio.ensure_future(gone.wait())
+        limit = None if deadline_s is None else deadline_s + BACKSTOP_S
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline_s + BACKSTOP_S)
-        except TimeoutError:
-            future.add_done_callback(_retrieve)
-            raise deadline_passed(self.name, deadline_s) from None
+            either: set[asyncio.Future[Any]] = {future, waiter}
+            await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the server is stopping: the request goes with it
+            future.add_done_callback(retrieve)
+            raise
+        finally:
+            watcher.cancel()
+            waiter.cancel()
+        if future.done():
+            return future.result()
+        await asyncio.to_thread(handle.cancel)
+        if gone.is_set():
+            request.scope[OUTCOME_KEY] = "cancelled"
+            with contextlib.suppress(Exception):  # how it ended no longer matters
+                await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
+            future.add_done_callback(retrieve)
+            raise HttpRefusal(499, "request", "the client disconnected; the request was "
+                              "cancelled", kind="ClientDisconnected")
+        future.add_done_callback(retrieve)
+        assert deadline_s is not None
+        raise deadline_passed(self.name, deadline_s)
 
 
 def private_upload_dir() -> Path:

@@ -1,0 +1,222 @@
+"""Which candidate each stage would get, and why the others would not — without a request.
+
+Behind ``edge plan``. Two ways to answer:
+
+* :func:`plan_by_probe` — from probes and admission alone, no worker started: each
+  candidate is resolved (installed, probed available, options valid) and its demands are
+  reserved on the ledger and released at once; one that passes both *would be tried*
+  (``would-try``), the first such is the stage's expected choice, and it stays charged
+  while later stages are checked (as it would be at open). Every stage is answered, even
+  after one with no candidate.
+* :func:`plan_by_opening` — for real: each stage is opened on its first candidate that
+  passes load, placement gate, numerics and memory (as :meth:`Pipeline.open` does), then
+  everything is retired and released. No request is served. Opening stops at the first
+  stage with no candidate; its later stages are ``untried``.
+
+Candidate outcomes: ``chosen`` (open), ``would-try`` (probe only), ``refused`` (with its
+layer, the vocabulary of docs/evidence.md, and the reason) and ``untried``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from edge_core.config.model import PipelineConfig
+from edge_core.ledger import ReservationToken, ResourceLedger
+from edge_core.plugins import PluginSet
+from edge_core.runtime.candidates import CandidatesRefused, open_stage, refusal_entry
+from edge_core.runtime.pipeline import Pipeline, _owner, _Stage
+from edge_core.runtime.topology import check_linear_chain
+
+__all__ = ["BY_OPENING", "BY_PROBE", "UNTRIED", "WOULD_TRY", "PlanAnswer", "StageAnswer",
+           "plan_by_opening", "plan_by_probe"]
+
+BY_PROBE = "probe-only"
+BY_OPENING = "open"
+WOULD_TRY = "would-try"
+UNTRIED = "untried"
+
+
+@attrs.frozen
+class StageAnswer:
+    """One stage: the candidate it would get (or None) and every candidate's outcome.
+
+    Attributes:
+        stage_id: the stage's id.
+        choice: index of the chosen (open) or expected (probe only) candidate, or None.
+        candidates: one entry per configured candidate, in order: ``candidate`` (index),
+            ``backend``, ``outcome``, ``layer``, ``reason``.
+    """
+
+    stage_id: str
+    choice: int | None
+    candidates: tuple[Mapping[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The stage's JSON form."""
+        chosen = self.candidates[self.choice]["backend"] if self.choice is not None else None
+        return {"id": self.stage_id, "choice": self.choice, "backend": chosen,
+                "candidates": [dict(c) for c in self.candidates]}
+
+
+@attrs.frozen
+class PlanAnswer:
+    """The answer for a whole pipeline.
+
+    Attributes:
+        pipeline: the pipeline's name.
+        mode: :data:`BY_PROBE` or :data:`BY_OPENING`.
+        stages: one answer per stage, in data-flow order.
+        plan: the execution plan while every stage was open (opening mode, all chosen).
+        closed: stage id → retirement and release outcome (opening mode).
+        ledger_after: the ledger's snapshot once everything was released.
+    """
+
+    pipeline: str
+    mode: str
+    stages: tuple[StageAnswer, ...]
+    plan: Mapping[str, Any] | None = None
+    closed: Mapping[str, Any] = attrs.field(factory=dict)
+    ledger_after: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every stage has a candidate."""
+        return all(stage.choice is not None for stage in self.stages)
+
+    @property
+    def released(self) -> bool:
+        """True when nothing was left charged or quarantined after the answer."""
+        return (not self.ledger_after.get("reservations")
+                and all(v.get("release") in ("released", "none")
+                        for v in self.closed.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole answer as one JSON document."""
+        return {"ok": self.ok, "pipeline": self.pipeline, "mode": self.mode,
+                "stages": [s.to_json() for s in self.stages],
+                "plan": dict(self.plan) if self.plan is not None else None,
+                "closed": dict(self.closed), "released": self.released,
+                "ledger_after": dict(self.ledger_after)}
+
+
+def _path(index: int, config: PipelineConfig, number: int) -> str:
+    stage = config.stages[index]
+    return f"stages[{index}].candidates[{number}]" if stage.candidates else f"stages[{index}]"
+
+
+def _entry(number: int, backend: str, outcome: str, reason: str | None = None,
+           layer: str | None = None) -> dict[str, Any]:
+    return {"candidate": number, "backend": backend, "outcome": outcome, "layer": layer,
+            "reason": reason}
+
+
+def _refused(number: int, backend: str, error: BaseException) -> dict[str, Any]:
+    return {"candidate": number, **refusal_entry(backend, error)}
+
+
+def _demands(replicas: Sequence[_Stage]) -> dict[str, dict[str, int]]:
+    return {_owner(r): dict(r.binding.reserve(r.context)) for r in replicas}
+
+
+def plan_by_probe(config: PipelineConfig, plugins: PluginSet,
+                  ledger: ResourceLedger) -> PlanAnswer:
+    """Answer from probes and admission alone; no worker is started.
+
+    Raises:
+        TopologyRefused: the stages are not a linear chain (nothing is reserved).
+    """
+    check_linear_chain(config)
+    held: list[ReservationToken] = []
+    answers: list[StageAnswer] = []
+    try:
+        for index, stage in enumerate(config.stages):
+            entries: list[dict[str, Any]] = []
+            expected: dict[str, dict[str, int]] | None = None
+            choice: int | None = None
+            for number, candidate in enumerate(stage.choices()):
+                name = candidate.backend.name
+                try:
+                    replicas = Pipeline._resolve(config, index, plugins, candidate,
+                                                 _path(index, config, number))
+                    plan = _demands(replicas)
+                    for token in ledger.reserve_plan(plan).values():
+                        ledger.release(token, verified=True)  # never started
+                except Exception as error:
+                    entries.append(_refused(number, name, error))
+                    continue
+                entries.append(_entry(number, name, WOULD_TRY))
+                if choice is None:
+                    choice, expected = number, plan
+            if expected is not None:  # charged as it would be while later stages open
+                held.extend(ledger.reserve_plan(expected).values())
+            answers.append(StageAnswer(stage.id, choice, tuple(entries)))
+    finally:
+        for token in reversed(held):
+            ledger.release(token, verified=True)
+    return PlanAnswer(config.name, BY_PROBE, tuple(answers), ledger_after=ledger.snapshot())
+
+
+def _untried(config: PipelineConfig, index: int, why: str) -> StageAnswer:
+    stage = config.stages[index]
+    return StageAnswer(stage.id, None, tuple(
+        _entry(n, c.backend.name, UNTRIED, why) for n, c in enumerate(stage.choices())))
+
+
+def _opened(config: PipelineConfig, index: int,
+            tries: Sequence[Mapping[str, Any]]) -> StageAnswer:
+    stage = config.stages[index]
+    entries = [{"candidate": n, **t} for n, t in enumerate(tries)]
+    choice = next((e["candidate"] for e in entries if e["outcome"] == "chosen"), None)
+    for number, candidate in enumerate(stage.choices()):
+        if number >= len(entries):
+            entries.append(_entry(number, candidate.backend.name, UNTRIED,
+                                  "an earlier candidate was chosen"))
+    return StageAnswer(stage.id, choice, tuple(entries))
+
+
+def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger, *,
+                    progress: Callable[[str], None] | None = None,
+                    retire_deadline_s: float = 5.0) -> PlanAnswer:
+    """Open every stage for real on its first candidate that passes, then close.
+
+    Raises:
+        TopologyRefused: the stages are not a linear chain (nothing is reserved).
+        Anything unexpected, after unwinding whatever was opened.
+    """
+    say = progress or (lambda _message: None)
+    check_linear_chain(config)
+    pipeline = Pipeline(config, plugins, ledger, [])
+    opened: list[_Stage] = []
+    answers: list[StageAnswer] = []
+    failed: str | None = None
+    try:
+        for index, stage in enumerate(config.stages):
+            if failed is not None:
+                answers.append(_untried(config, index, f"stage {failed} has no candidate"))
+                continue
+            try:
+                opened.extend(open_stage(pipeline, index, say, retire_deadline_s))
+            except CandidatesRefused:
+                failed = stage.id
+            except Exception as error:  # a stage without candidates: its own error
+                pipeline.candidates[stage.id] = [refusal_entry(stage.backend.name, error)]
+                failed = stage.id
+            answers.append(_opened(config, index, pipeline.candidates.get(stage.id, [])))
+    except BaseException:
+        pipeline._unwind(opened, opened)
+        raise
+    plan = None
+    if failed is None:
+        pipeline._serving(opened, retire_deadline_s)
+        plan = pipeline.execution_plan()
+        closed = pipeline.close()
+    else:
+        pipeline._unwind(opened, opened)
+        closed = {s.context.stage_id: {"release": s.release_outcome} for s in opened}
+    say("closed: every stage retired")
+    return PlanAnswer(config.name, BY_OPENING, tuple(answers), plan=plan, closed=closed,
+                      ledger_after=ledger.snapshot())

@@ -1,0 +1,93 @@
+"""The classifier stage of ``pipeline-auto.toml`` on the QNN HTP simulator, with its fallback.
+
+Built as ``make demo`` builds it: the page bundles, then ``classify-qnn`` derived from
+the classifier (one static bucket of ``BATCH`` rows). The stage is opened from the
+file's own ``[[stages.candidates]]`` (qnn with fp16 and a bounded gate, then ort-cpu):
+exactly one candidate is chosen, whichever the simulator allows, and a refusal carries
+its layer and reason. One padded call is then checked against the fp32 reference.
+Slow (the simulator compiles and runs the classifier), kept to one call.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page bundles and the derived classifier, as ``make demo`` writes them."""
+    from edge_ocr_example.models import fetch_wheel
+    from edge_ocr_example.page_bundle import AUTO_CLASSIFY, build_page_bundles
+    from edge_ocr_example.page_pipeline import BATCH
+    from edge_ort.derive.build import derive_bundle
+    from edge_ort.derive.specs import parse_bucket
+
+    out = tmp_path_factory.mktemp("ocr") / "page"
+    build_page_bundles(out, wheel=fetch_wheel())
+    derive_bundle(out / "classify", out / AUTO_CLASSIFY,
+                  [parse_bucket(f"{BATCH}x3x48x192", 0)])
+    return out
+
+
+@pytest.fixture
+def ledger() -> Iterator[ResourceLedger]:
+    ledger = ResourceLedger([Pool(name="machine:ram", total=16 * 1024**3)])
+    yield ledger
+    assert ledger.is_empty() and not ledger.quarantined()
+
+
+def classify_stage(page: Path, cache: Path) -> dict[str, Any]:
+    """The classifier stage of ``pipeline-auto.toml``, as the first stage of a pipeline."""
+    from edge_ocr_example.page_bundle import AUTO_PIPELINE
+
+    stages = tomllib.loads((page / AUTO_PIPELINE).read_text(encoding="utf-8"))["stages"]
+    stage = next(s for s in stages if s["id"] == "classify")
+    del stage["input_transform"]  # it is the only stage here: it takes the caller's rows
+    stage["manifest"] = str(page / stage["manifest"])
+    for candidate in stage["candidates"]:
+        if "manifest" in candidate:
+            candidate["manifest"] = str(page / candidate["manifest"])
+        if candidate["backend"]["name"] == "qnn":
+            candidate["backend"]["options"]["context_cache_dir"] = str(cache)
+    return stage
+
+
+def test_the_auto_classifier_chooses_one_candidate_and_matches_the_reference(
+    page: Path, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    from edge_ocr_example.page_bundle import AUTO_FP16_BOUND
+    from edge_ocr_example.page_pipeline import BATCH
+
+    stage = classify_stage(page, tmp_path / "cache")
+    qnn = stage["candidates"][0]["backend"]
+    assert qnn["name"] == "qnn" and qnn["options"]["gate_timeout_s"] <= 120
+    config = load_pipeline({"name": "auto-classify", "stages": [stage]})
+    plugins = load_plugins(env={"EDGE_PLUGINS": "qnn,ort-cpu"})
+    with Pipeline.open(config, plugins, ledger) as pipeline:
+        tried = pipeline.execution_plan()["stages"][0]["candidates"]
+        outcomes = [c["outcome"] for c in tried]
+        assert outcomes.count("chosen") == 1 and outcomes[-1] == "chosen"
+        assert [c["backend"] for c in tried] == ["qnn", "ort-cpu"][: len(tried)]
+        for refused in tried[:-1]:  # whatever the simulator did, it is said
+            assert refused["layer"] and refused["reason"]
+        examples = page / "classify-qnn" / "examples"
+        with np.load(examples / f"b{BATCH}x3x48x192.npz") as x, \
+                np.load(examples / f"b{BATCH}x3x48x192.expected.npz") as expected, \
+                pipeline.run({"x": x["x"]}) as result:
+            name = next(iter(expected.files))
+            error = np.abs(result.outputs[name] - expected[name]).max()
+            assert error <= AUTO_FP16_BOUND["max_abs_error"]

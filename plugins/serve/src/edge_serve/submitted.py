@@ -1,0 +1,71 @@
+"""One served request as :meth:`Pipeline.submit` runs it, cancellable alone from the loop.
+
+A request's blocking part runs on the server's thread pool; it submits the request with
+``Pipeline.submit`` and hands the :class:`~edge_core.runtime.submission.Submission` to a
+:class:`RequestHandle` that the event loop holds. When the client disconnects (or the
+server's deadline backstop fires) the loop calls :meth:`RequestHandle.cancel`, which
+cancels that request alone — ``Submission.cancel``: the stage holding it fences it and
+stops it in place (preemptible), or its worker is retired (non-preemptible, as a passed
+deadline does); a request between two stages is stopped before the next. The pipeline's
+admission slot is given back as the request thread unwinds, and nothing more is produced.
+
+:func:`watch_disconnect` waits for the client's ``http.disconnect`` once the body has been
+read (the ASGI receive channel says nothing else until then).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from starlette.requests import Request
+
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.submission import Submission
+
+__all__ = ["RequestHandle", "watch_disconnect"]
+
+
+class RequestHandle:
+    """Where the loop finds a request's submission; cancelling works before and after it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._submission: Submission | None = None
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._cancelled
+
+    def check(self) -> None:
+        """Raise ``RequestCancelled`` when the request was cancelled (before submitting)."""
+        if self._cancelled:
+            raise RequestCancelled(f"pipelines[{self.name}]: the client disconnected")
+
+    def attach(self, submission: Submission) -> None:
+        """Hold the submitted request; cancel it at once when the cancel came first."""
+        with self._lock:
+            self._submission = submission
+            cancelled = self._cancelled
+        if cancelled:
+            submission.cancel()
+
+    def cancel(self) -> None:
+        """Cancel this request alone (any thread; it may block while the stage answers)."""
+        with self._lock:
+            self._cancelled = True
+            submission = self._submission
+        if submission is not None:
+            submission.cancel()
+
+
+async def watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:
+    """Call ``on_gone`` when the client goes away (call once the body has been read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            on_gone()
+            return

@@ -1,0 +1,117 @@
+"""A graph request whose client disconnects is cancelled alone, through a real ``edge serve``.
+
+Two echo pipelines at admission 1, each stage a real worker process: ``held``
+(``echo-preemptible``: cancelled in place) and ``blocking`` (plain ``echo``: a running call
+cannot be stopped, so cancelling it retires the worker and the stage restarts). A client
+sends a request that would take 30 s (``params.delay_s``), the server is seen holding the
+pipeline's only admission slot (another request is refused 429), and the client closes
+its socket. The request is then counted ``cancelled``, the slot is free at once (a request
+without a deadline is served, not refused), and after SIGTERM nothing is left
+(:func:`serving.running` checks processes, segments and the ledger).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, echo_pipeline, running
+
+pytestmark = pytest.mark.slow
+
+X = np.ones((2, 2), dtype=np.float32)
+BODY = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                         "data": base64.b64encode(X.tobytes()).decode()}}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("disconnect")
+    pipelines = [echo_pipeline(folder, "held", backend="echo-preemptible"),
+                 echo_pipeline(folder, "blocking",
+                               stage='restart = "on-failure"\nrestart_backoff_s = 0.2')]
+    with running(pipelines) as served:
+        yield served
+
+
+def _send_slow(server: Served, name: str) -> socket.socket:
+    """Send a 30 s request on a raw socket and return it, unread."""
+    url = urlsplit(server.url)
+    body = json.dumps({**BODY, "params": {"delay_s": 30.0}}).encode()
+    head = (f"POST /v1/pipelines/{name}/run HTTP/1.1\r\nHost: {url.netloc}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    sock = socket.create_connection((url.hostname, url.port), timeout=30)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def _outcomes(client: httpx.Client, name: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if (sample.name == "edge_requests_total" and sample.labels["pipeline"] == name
+                    and sample.labels["route"] == "/v1/pipelines/{name}/run"):
+                found[sample.labels["outcome"]] = sample.value
+    return found
+
+
+def _wait(condition: Any, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _disconnect_while_held(client: httpx.Client, server: Served, name: str) -> None:
+    """Hold the pipeline's one slot with a slow request, check it is held, hang up."""
+    sock = _send_slow(server, name)
+    try:
+        # admission 1 and no deadline: a second request is refused while the first runs
+        _wait(lambda: client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429,
+              "the slow request never took the admission slot")
+    finally:
+        sock.close()
+    _wait(lambda: _outcomes(client, name).get("cancelled", 0.0) >= 1.0,
+          f"the disconnect was not counted as cancelled: {_outcomes(client, name)}")
+
+
+def test_a_disconnected_client_cancels_its_request_in_place_and_frees_admission(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        before = client.get("/v1/pipelines/held").json()["stages"][0]["generation"]
+        _disconnect_while_held(client, server, "held")
+        # The slot is free now, 30 s before the slow request would have ended: a request
+        # without a deadline (refused at once when the slot is taken) is served.
+        reply = client.post("/v1/pipelines/held/run", json=BODY)
+        assert reply.status_code == 200, reply.text
+        y = np.frombuffer(base64.b64decode(reply.json()["outputs"]["x"]["data"]), np.float32)
+        np.testing.assert_array_equal(y, X.ravel() * 2)
+        # Cancelled in place: the same worker generation serves on, nothing else failed.
+        stage = client.get("/v1/pipelines/held").json()["stages"][0]
+        assert stage["state"] == "ready" and stage["generation"] == before
+        outcomes = _outcomes(client, "held")
+    assert outcomes.get("cancelled") == 1.0 and outcomes.get("error", 0.0) == 0.0, outcomes
+
+
+def test_a_disconnect_on_a_non_preemptible_stage_retires_its_worker_and_it_restarts(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        before = client.get("/v1/pipelines/blocking").json()["stages"][0]["generation"]
+        _disconnect_while_held(client, server, "blocking")
+        # The running call could not be stopped: its worker was retired, and the stage
+        # comes back through a restart (the request produced nothing).
+        _wait(lambda: client.get("/health").status_code == 200, "the stage did not restart")
+        reply = client.post("/v1/pipelines/blocking/run", json=BODY)
+        assert reply.status_code == 200, reply.text
+        stage = client.get("/v1/pipelines/blocking").json()["stages"][0]
+        assert stage["state"] == "ready" and stage["generation"] == before + 1
+        assert _outcomes(client, "blocking").get("cancelled") == 1.0

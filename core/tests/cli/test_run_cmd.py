@@ -137,3 +137,19 @@ def test_run_json_lists_every_candidate_tried_with_one_chosen(tmp_path: Path) ->
     human = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path)
     assert human.returncode == 0, human.stderr
     assert "    candidate echo refused at numerics: NumericsRefused: " in human.stdout
+
+
+def test_the_health_lines_say_how_many_replicas_are_live() -> None:
+    from edge_core.cli.run_cmd import _health_lines
+
+    stage = {"state": "ready", "reason": None, "generation": 1, "restarts": 0,
+             "policy": {"restart": "on-failure"}}
+    health = {"stages": {"a": {**stage, "state": "failed", "reason": "worker lost"},
+                         "a#1": stage, "b": stage},
+              "replicas": {"a": {"declared": 2, "live": 1, "state": "degraded"},
+                           "b": {"declared": 1, "live": 1, "state": "ready"}}}
+    lines = [line.strip() for line in _health_lines(health)]
+    assert lines[0] == ("stage a: failed (worker lost); generation 1, restarts 0 "
+                        "(restart = on-failure)")
+    assert lines[-1] == "stage a: 1 of 2 replicas live (degraded)"
+    assert len(lines) == 4  # no replica line for a stage of one

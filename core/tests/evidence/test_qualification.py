@@ -67,6 +67,8 @@ def test_a_real_onnx_stage_within_bound_on_its_target_is_pass(tmp_path: Path) ->
     assert record.cell.configuration == "ort-cpu / CPUExecutionProvider"
     stage = record.functional["stages"]["scale"]
     assert stage["on_target"] and stage["numerics"]["passed"]
+    assert stage["evidence_buckets"] == {"compared": 1, "declared": 1, "runs_compared": 1,
+                                         "runs": 1, "not_compared": {}}
     assert record.performance["latency"]["example@c1"]["n"] == 2
     assert len(record.performance["latency_samples_ms"]["example@c1"]) == 2
     assert record.artifact["scale"]["component"] == "scale"
@@ -82,6 +84,7 @@ def test_a_stage_without_a_reference_makes_the_record_component(tmp_path: Path) 
                                   ort_stage("second", second, chained=True)])
     record = record_from_profile(profile)
     assert record.functional["stages"]["second"]["evidence"] == "backend-execution"
+    assert record.functional["stages"]["second"]["evidence_buckets"]["compared"] == 0
     assert record.status is Status.COMPONENT
     assert "second" in record.notes[0]
 

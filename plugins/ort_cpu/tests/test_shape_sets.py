@@ -88,6 +88,12 @@ def test_every_bucket_is_warmed_up_gated_and_listed_in_the_plan(
         compared = [b["numerics"]["reference"] for b in buckets]
         assert compared == ["expected-outputs"] * 5 + ["none"]
         assert all(b["numerics"]["passed"] for b in buckets)
+        # the range's shape between has no expected outputs: 3 of 4 buckets compared
+        stage = pipeline.execution_plan()["stages"][0]
+        assert stage["evidence"] == "backend-execution"
+        assert stage["evidence_buckets"] == {
+            "compared": 3, "declared": 4, "runs_compared": 5, "runs": 6,
+            "not_compared": {"many": "1 of 3 example(s) name no expected outputs"}}
         for rows in (1, 2, 4, 8, 20, 32):
             x = np.full((rows, 3), 0.5, np.float32)
             with pipeline.run({"x": x}) as result:
@@ -152,8 +158,15 @@ def test_the_pipeline_file_may_serve_a_subset_of_the_bundles_shapes(
         assert [(b["entry"], b["point"]) for b in buckets] == [
             ("n2", "static"), ("many", "min"), ("many", "max"), ("many", "between")]
         assert pipeline.stage("s").shapes.names == ("n2", "many")
+        counts = pipeline.execution_plan()["stages"][0]["evidence_buckets"]
+        assert (counts["compared"], counts["declared"]) == (1, 2)
         with pytest.raises(ShapeRefused, match=r"served: n2\{x: float32\[2,3\]\} \| many"):
             pipeline.run({"x": np.zeros((1, 3), np.float32)})  # n1 is not served here
+    with open_serving(["n1", "n4"]) as pipeline:  # every served bucket has its reference
+        stage = pipeline.execution_plan()["stages"][0]
+        assert stage["evidence"] == "complete-model"
+        assert (stage["evidence_buckets"]["compared"],
+                stage["evidence_buckets"]["declared"]) == (2, 2)
     with pytest.raises(ConfigError, match=r"stages\[s\]\.shapes\[1\]: not an entry of the "
                                           r"bundle's shape set \['n1', 'n2', 'n4', 'many'\]"):
         open_serving(["n2", "n3"])

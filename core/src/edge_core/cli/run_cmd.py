@@ -58,13 +58,21 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _health_lines(health: dict[str, Any]) -> list[str]:
-    """One line per stage: its state (see docs/runtime.md), generation and restarts."""
+    """One line per stage runtime (state, generation, restarts), one per replicated stage.
+
+    The state is that of docs/runtime.md; a replicated stage's line says how many of its
+    replicas are live.
+    """
     lines = []
     for sid, stage in health["stages"].items():
         reason = f" ({stage['reason']})" if stage.get("reason") else ""
         lines.append(f"  stage {sid}: {stage['state']}{reason}; generation "
                      f"{stage['generation']}, restarts {stage['restarts']} "
                      f"(restart = {stage['policy']['restart']})")
+    for sid, replicas in (health.get("replicas") or {}).items():
+        if replicas["declared"] > 1:
+            lines.append(f"  stage {sid}: {replicas['live']} of {replicas['declared']} "
+                         f"replicas live ({replicas['state']})")
     return lines
 
 
@@ -148,9 +156,9 @@ def _summary(plan: dict[str, Any]) -> list[str]:
                             for pool, n in stage["reservation"]["demands"].items())
         numerics = stage["numerics"] or {}
         buckets = stage.get("buckets") or []
-        compared = sum((b.get("numerics") or {}).get("reference") not in (None, "none")
-                       for b in buckets)
-        gated = (f"; {len(buckets)} shapes gated ({compared} against a reference)"
+        counts = stage.get("evidence_buckets") or {}
+        gated = (f"; {len(buckets)} shapes gated, {counts.get('compared', 0)} of "
+                 f"{counts.get('declared', 0)} buckets compared with expected outputs"
                  if len(buckets) > 1 else "")
         replica = f" replica {stage['replica']}" if stage.get("replica") else ""
         lines.append(

@@ -37,6 +37,7 @@ def _stage_functional(stage: Mapping[str, Any]) -> dict[str, Any]:
         "on_target": bool(providers) and set(providers) == {target},
         "numerics": stage.get("numerics"),
         "evidence": stage.get("evidence"),
+        "evidence_buckets": stage.get("evidence_buckets"),
     }
 
 

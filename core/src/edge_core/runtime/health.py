@@ -23,13 +23,17 @@ the n-th consecutive attempt, up to ``max_restarts`` attempts; after that the st
 ``failed``. The count starts over once the restarted stage has served a request, or
 after a successful manual ``restart()`` (a stage that fails before it serves again, a
 crash loop, runs out of attempts).
+
+A stage with ``replicas = N`` has one state machine, one supervisor and one restart count
+per replica: a failed replica is retired, released and restarted alone while the others
+serve; :func:`replica_summary` says how many of the N are live.
 """
 
 from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -41,7 +45,9 @@ __all__ = [
     "StageHealth",
     "StageState",
     "Supervisor",
+    "error_record",
     "pipeline_health",
+    "replica_summary",
 ]
 
 MAX_BACKOFF_S = 30.0
@@ -106,6 +112,8 @@ class StageHealth:
         in_flight: Requests submitted and not yet acknowledged.
         policy: The stage's restart policy.
         worker: The loaded stage's own health report, when it gives one.
+        error: The typed error that took it out of ``ready`` or failed its last restart
+            (:func:`error_record`), None while ready.
     """
 
     stage_id: str
@@ -116,13 +124,38 @@ class StageHealth:
     in_flight: int
     policy: RestartPolicy
     worker: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain form for reports and ``edge run``."""
         return {"stage": self.stage_id, "state": self.state.value, "reason": self.reason,
                 "generation": self.generation, "restarts": self.restarts,
                 "in_flight": self.in_flight, "policy": self.policy.to_dict(),
-                "worker": self.worker}
+                "worker": self.worker, "error": self.error}
+
+
+def error_record(error: BaseException) -> dict[str, str]:
+    """``{"type", "layer", "message"}`` of an error, for health reports.
+
+    The layer comes from its classes, as in docs/evidence.md: ``worker``, ``numerics``,
+    ``placement``, ``admission``…
+    """
+    from edge_core.evidence.status import classify_error
+
+    layer = classify_error([cls.__name__ for cls in type(error).__mro__]).layer
+    return {"type": type(error).__name__, "layer": layer, "message": str(error)}
+
+
+def replica_summary(states: Sequence[StageState]) -> dict[str, object]:
+    """How many of a stage's declared replicas serve: ``{"declared", "live", "state"}``.
+
+    ``state`` is ``ready`` when every replica is, ``degraded`` while some serve and
+    others are failed, restarting or waiting for a restart, ``unavailable`` when none
+    serves (the stage then refuses work with ``StageClosed``).
+    """
+    live = sum(1 for state in states if state is StageState.READY)
+    state = ("ready" if live == len(states) else "degraded" if live else "unavailable")
+    return {"declared": len(states), "live": live, "state": state}
 
 
 class Supervisor:
@@ -185,13 +218,23 @@ class Supervisor:
             thread.join(timeout_s)
 
 
-def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth]) -> dict[str, Any]:
+def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth],
+                    replicas: Mapping[str, Mapping[str, object]] | None = None,
+                    ) -> dict[str, Any]:
     """A pipeline's health: ``ready`` when every stage is, ``degraded`` otherwise, or ``closed``.
 
+    Args:
+        name: The pipeline.
+        closed: Whether it was closed.
+        stages: Each stage runtime's health (a replica r > 0 named ``stage#r``).
+        replicas: Stage id → :func:`replica_summary` of its replicas.
+
     Returns:
-        ``{"pipeline", "state", "stages": {stage id: StageHealth.to_dict()}}``.
+        ``{"pipeline", "state", "stages": {stage id: StageHealth.to_dict()},
+        "replicas": {stage id: {"declared", "live", "state"}}}``.
     """
     ready = all(h.state is StageState.READY for h in stages)
     state = "closed" if closed else "ready" if ready else "degraded"
     return {"pipeline": name, "state": state,
-            "stages": {h.stage_id: h.to_dict() for h in stages}}
+            "stages": {h.stage_id: h.to_dict() for h in stages},
+            "replicas": {sid: dict(summary) for sid, summary in (replicas or {}).items()}}

@@ -76,13 +76,18 @@ class _Stage:
         self.reference: dict[str, Any] | None = None
 
 
-def _owner(stage: _Stage) -> str:
-    """The ledger owner of a stage: ``pipeline/stage`` (pipelines may share a ledger).
-
-    Replica ``r > 0`` of a stage is ``pipeline/stage#r``.
-    """
+def _name(stage: _Stage) -> str:
+    """A stage's name in reports: its id, ``stage#r`` for replica r > 0."""
     replica = f"#{stage.context.replica}" if stage.context.replica else ""
-    return f"{stage.context.pipeline}/{stage.context.stage_id}{replica}"
+    return f"{stage.context.stage_id}{replica}"
+
+
+def _owner(stage: _Stage) -> str:
+    """The ledger owner of a stage: ``pipeline/stage``, ``pipeline/stage#r`` for replica r > 0.
+
+    Pipelines may share a ledger.
+    """
+    return f"{stage.context.pipeline}/{_name(stage)}"
 
 
 def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
@@ -475,12 +480,16 @@ class Pipeline:
                       request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
 
     def health(self) -> dict[str, Any]:
-        """The pipeline's health and each stage's (see :func:`~.health.pipeline_health`)."""
+        """The pipeline's health, each stage runtime's and how many replicas serve.
+
+        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`).
+        """
         return pipeline_health(self.config.name, self.closed,
-                               [s.health() for s in self.stages])
+                               [s.health() for s in self.stages],
+                               {g.stage_id: g.summary() for g in self._groups})
 
     def cancel(self) -> dict[str, str]:
-        """Cancel everything in flight; stage id → outcome.
+        """Cancel everything in flight; stage id (``stage#r`` for replica r > 0) → outcome.
 
         The pipeline's own epoch is bumped first, so a request between two stages is
         stopped before its next submission; then every stage is fenced and asked to stop
@@ -492,9 +501,9 @@ class Pipeline:
             if stage.runtime is None:
                 continue
             try:
-                answers[stage.context.stage_id] = stage.runtime.cancel().value
+                answers[stage.runtime.name] = stage.runtime.cancel().value
             except Exception as exc:
-                answers[stage.context.stage_id] = f"failed: {type(exc).__name__}: {exc}"
+                answers[stage.runtime.name] = f"failed: {type(exc).__name__}: {exc}"
         return answers
 
     async def acancel(self) -> dict[str, str]:
@@ -510,7 +519,8 @@ class Pipeline:
         other stages are still retired.
 
         Returns:
-            Stage id → {"retire": outcome, "release": released / quarantined / none}.
+            Stage id (``stage#r`` for replica r > 0) → {"retire": outcome, "release":
+            released / quarantined / none}.
         """
         summary: dict[str, Any] = {}
         self.closed = True
@@ -524,7 +534,7 @@ class Pipeline:
             if stage.token is not None:
                 stage.release_outcome = _settle(self.ledger, stage.token, outcome)
                 stage.token = None
-            summary[stage.context.stage_id] = {
+            summary[_name(stage)] = {
                 "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
                            else outcome),
                 "release": stage.release_outcome,
@@ -542,8 +552,8 @@ class Pipeline:
             stage = owners.get(token.owner)
             if stage is not None:
                 stage.release_outcome = "released"
-                summary[stage.context.stage_id]["release"] = "released"
-                summary[stage.context.stage_id]["healed_by"] = "close"
+                summary[_name(stage)]["release"] = "released"
+                summary[_name(stage)]["healed_by"] = "close"
 
     def __enter__(self) -> Pipeline:
         return self

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_core import __version__
-from edge_core.runtime.evidence import evidence_label
+from edge_core.runtime.evidence import evidence_of
+from edge_core.runtime.health import StageState, replica_summary
 
 if TYPE_CHECKING:
     from edge_core.binding import OwnerBinding
@@ -83,13 +84,19 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
     from edge_core.runtime.candidates import chosen_entry
 
     tried = candidates or {}
+    states: dict[str, list[StageState]] = {}
+    for stage in stages:
+        states.setdefault(stage.context.stage_id, []).append(
+            stage.runtime.state if stage.runtime is not None else StageState.FAILED)
     entries = []
     for stage in stages:
         runtime = stage.runtime
         described = dict(runtime.loaded.describe()) if runtime is not None else {}
         numerics = stage.warmup.numerics if stage.warmup is not None else None
         reference = getattr(stage, "reference", None)
-        label, basis = evidence_label(numerics, stage.context.manifest_dir, reference)
+        evidence = evidence_of(numerics, stage.context.manifest_dir,
+                               stage.warmup.buckets if stage.warmup is not None else (),
+                               stage.context.shapes, reference)
         entries.append({
             "id": stage.context.stage_id,
             "replica": stage.context.replica,
@@ -97,6 +104,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "plugin": stage.binding.plugin,
             "kind": sorted(k.value for k in stage.binding.backend.kinds),
             "generation": runtime.generation if runtime is not None else None,
+            "state": runtime.state.value if runtime is not None else None,
+            "state_reason": runtime.closed_reason if runtime is not None else None,
+            "restarts": runtime.supervisor.restarts if runtime is not None else 0,
+            "replicas": replica_summary(states[stage.context.stage_id]),
             "worker": described,
             "route": described.get("route"),
             "reservation": {"demands": dict(stage.demands),
@@ -109,8 +120,9 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
                         if stage.warmup is not None else []),
             "observed_memory": dict(stage.observed),
             "memory_check": dict(stage.memory_check),
-            "evidence": label,
-            "evidence_basis": basis,
+            "evidence": evidence.label,
+            "evidence_basis": evidence.basis,
+            "evidence_buckets": evidence.buckets.to_json(),
             "reference_run": dict(reference) if reference is not None else None,
             "candidates": [dict(c) for c in tried.get(
                 stage.context.stage_id, [chosen_entry(stage.binding.backend.name)])],

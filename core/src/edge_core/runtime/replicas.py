@@ -8,8 +8,11 @@ any replica's release, up to the caller's deadline. Waiters are served first com
 served: while anyone waits, a non-blocking :meth:`ReplicaSet.try_submit` does not overtake
 them (without this, under four concurrent pages one page's chunk waited behind others for
 p95 21 s against a p50 of 8 s). A replica whose worker is lost is
-skipped from then on: its own requests fail with typed errors, the others keep serving;
-only when no replica is left does the stage refuse with ``StageClosed``.
+skipped until it is ready again: its own requests fail with typed errors, the others keep
+serving; the replica's own runtime retires it, settles its reservation and — under
+``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.health`). Only
+when no replica is ready does the stage refuse with ``StageClosed``;
+:meth:`ReplicaSet.summary` says how many are live.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
+from edge_core.runtime.health import replica_summary
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
 
 __all__ = ["ReplicaSet"]
@@ -73,6 +77,10 @@ class ReplicaSet:
     def capacity(self) -> int:
         """In-flight calls the serving replicas can take at once."""
         return sum(r.slots.limit for i, r in enumerate(self.runtimes) if i not in self.lost)
+
+    def summary(self) -> dict[str, object]:
+        """``{"declared", "live", "state"}`` (:func:`~edge_core.runtime.health.replica_summary`)."""
+        return replica_summary([r.state for r in self.runtimes])
 
     def _wake(self) -> None:
         with self._cond:

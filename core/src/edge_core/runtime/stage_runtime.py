@@ -32,11 +32,17 @@ from edge_contracts.requests import EventKind, Operation, StageEvent, StageReque
 from edge_contracts.validation import require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
-from edge_core.errors import StageClosed
+from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.runtime.deadlines import default_call_timeout, timer
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
 from edge_core.runtime.flow import SlotPool, take_slot
-from edge_core.runtime.health import RestartPolicy, StageHealth, StageState, Supervisor
+from edge_core.runtime.health import (
+    RestartPolicy,
+    StageHealth,
+    StageState,
+    Supervisor,
+    error_record,
+)
 from edge_core.runtime.pending import Entry, PendingCall
 from edge_core.runtime.results import AckOutcome, ResultKey
 from edge_core.runtime.submission import check_request_size
@@ -104,9 +110,11 @@ class StageRuntime:
         self._reload = reload
         self.last_retire: Any = None
         self.closed_reason: str | None = None
+        #: The typed error that took the stage out of ``ready`` or failed its last restart.
+        self.last_error: BaseException | None = None
         self._retired = False  # the current worker was retired (at most once)
         self.supervisor = Supervisor(policy or RestartPolicy(), self._auto_restart,
-                                     self._restart_failed, f"edge-restart-{context.stage_id}")
+                                     self._restart_failed, f"edge-restart-{self.name}")
         kinds = binding.backend.kinds
         self._operation = (Operation.GENERATE if StageKind.GENERATE in kinds
                            and StageKind.GRAPH not in kinds else Operation.RUN)
@@ -116,6 +124,12 @@ class StageRuntime:
     def stage_id(self) -> str:
         """The stage's id."""
         return self.context.stage_id
+
+    @property
+    def name(self) -> str:
+        """The stage's id, ``stage#r`` for replica r > 0 (as health reports it)."""
+        replica = getattr(self.context, "replica", 0)
+        return f"{self.stage_id}#{replica}" if replica else self.stage_id
 
     @property
     def shapes(self) -> Any:
@@ -384,18 +398,21 @@ class StageRuntime:
                                 "a running non-preemptible call was cancelled", generation)
                     if failure is None else
                     self._leave(StageState.FAILED, f"{failure}; its worker was retired",
-                                generation))
+                                generation,
+                                DeadlineExceeded(f"stages[{self.stage_id}]: {failure}")))
             if left:
                 self._retire_left(generation)
         return outcome
 
-    def _leave(self, state: StageState, reason: str, generation: int) -> bool:
+    def _leave(self, state: StageState, reason: str, generation: int,
+               error: BaseException | None = None) -> bool:
         """Leave ``ready`` for ``state`` at once; False when not ready or not ``generation``."""
         with self._lock:
             if self.state is not StageState.READY or generation != self.generation:
                 return False
             self.state = state
             self.closed_reason = reason
+            self.last_error = error
         return True
 
     def _retire_left(self, generation: int) -> None:
@@ -423,9 +440,9 @@ class StageRuntime:
 
     def _lost(self, error: BaseException, generation: int) -> None:
         """The worker of ``generation`` was lost (from the thread that noticed)."""
-        if not self._leave(StageState.FAILED, f"worker lost: {error}", generation):
+        if not self._leave(StageState.FAILED, f"worker lost: {error}", generation, error):
             return  # retired on purpose, or an older generation's worker
-        threading.Thread(target=self._retire_left, name=f"edge-failed-{self.stage_id}",
+        threading.Thread(target=self._retire_left, name=f"edge-failed-{self.name}",
                          args=(generation,), daemon=True).start()
 
     def _auto_restart(self) -> None:
@@ -436,6 +453,7 @@ class StageRuntime:
         with self._lock:
             if self.state is StageState.RESTARTING:
                 self.state = StageState.FAILED
+                self.last_error = error
                 self.closed_reason = (f"restart {self.supervisor.restarts} of "
                                       f"{self.policy.max_restarts} failed: "
                                       f"{type(error).__name__}: {error}")
@@ -481,6 +499,7 @@ class StageRuntime:
                     self._retired = False
                     self.state = StageState.READY
                     self.closed_reason = None
+                    self.last_error = None
             if closed:  # closed while loading: the new worker goes too
                 self._settle(self.binding.retire(loaded, self.retire_deadline_s))
                 return
@@ -500,10 +519,11 @@ class StageRuntime:
         if callable(report) and self.state is StageState.READY:
             answer = report()
             worker = answer.to_dict() if hasattr(answer, "to_dict") else dict(answer)
-        replica = getattr(self.context, "replica", 0)
-        name = f"{self.stage_id}#{replica}" if replica else self.stage_id
-        return StageHealth(name, self.state, self.closed_reason, self.generation,
-                           self.supervisor.restarts, self.outstanding, self.policy, worker)
+        error = self.last_error
+        return StageHealth(self.name, self.state, self.closed_reason, self.generation,
+                           self.supervisor.restarts, self.outstanding, self.policy, worker,
+                           error_record(error) if error is not None
+                           and self.state is not StageState.READY else None)
 
     def retire(self) -> Any:
         """Retire the worker (idempotent); returns the backend's retire outcome."""

@@ -1,0 +1,252 @@
+"""Each replica of a stage fails, is retired and restarts on its own, with real echo workers.
+
+One replica's worker is SIGKILLed; the survivor keeps serving while the dead one is
+retired (verified), its reservation released and — with ``restart = "on-failure"`` —
+reserved again, loaded and gated under a new generation, with the stage's backoff and
+``max_restarts`` counted per replica. Every test also runs under the leak fixture of
+``conftest.py`` (no process, segment or descriptor left) and ends with an empty ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from edge_core import hookimpl
+from edge_core.config import load_pipeline
+from edge_core.errors import StageClosed
+from edge_core.ledger import ResourceLedger
+from edge_core.placement import WarmupReport
+from edge_core.plugins import load_plugins
+from edge_core.runtime import Pipeline, StageState
+from edge_core.runtime.stage_runtime import StageRuntime
+
+from .conftest import MiB, OpenPipeline, echo_stage
+from .test_faults import gone, wait_for
+
+X = {"x": np.ones((2, 2), np.float32)}
+
+
+def replicated(restart: str, **policy: Any) -> dict[str, Any]:
+    """Stage ``a``: two replicas of the preemptible echo (y = 2x), 256 MiB each."""
+    stage = echo_stage("a", backend="echo-preemptible", scale=2.0)
+    stage.update(replicas=2, restart=restart, restart_backoff_s=0.0, **policy)
+    return stage
+
+
+def pid(runtime: StageRuntime) -> int:
+    return int(str(runtime.loaded.describe()["pid"]))
+
+
+def kill(runtime: StageRuntime) -> int:
+    """SIGKILL the replica's worker; returns its pid."""
+    victim = pid(runtime)
+    os.kill(victim, signal.SIGKILL)
+    return victim
+
+
+def owners(ledger: ResourceLedger) -> list[str]:
+    return sorted(r["owner"] for r in ledger.snapshot()["reservations"])
+
+
+def serve(pipeline: Pipeline, times: int = 1) -> set[int]:
+    """Run ``times`` requests, check each output; the generations that served them."""
+    served = set()
+    for _ in range(times):
+        with pipeline.run(X, deadline_s=10.0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], np.full((2, 2), 2.0))
+            served.add(result.final.key.generation)
+    return served
+
+
+def idle(runtime: StageRuntime) -> bool:
+    """The replica's supervisor is not restarting it (now, or any more)."""
+    thread = runtime.supervisor._thread
+    return thread is None or not thread.is_alive()
+
+
+class HeldReloads:
+    """Fault injection: a reload (generation > 1) waits in ``edge_load`` until released."""
+
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self) -> None:
+        self.reloading = threading.Event()
+        self.release = threading.Event()
+
+    @hookimpl(wrapper=True)
+    def edge_load(self, stage: Any) -> Any:
+        if stage.generation > 1:
+            self.reloading.set()
+            self.release.wait(20.0)
+        return (yield)
+
+
+class WrongNumericsOnReload:
+    """Fault injection: the warm-up of every reload (generation > 1) misses its reference."""
+
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self) -> None:
+        self.reloaded_pids: list[int] = []
+
+    @hookimpl(wrapper=True)
+    def edge_warmup_placement(self, loaded: Any) -> Any:
+        report = yield
+        if loaded.context.generation == 1:
+            return report
+        self.reloaded_pids.append(int(loaded.describe()["pid"]))
+        assert isinstance(report, WarmupReport)
+        return attrs.evolve(report, numerics={"reference": "expected-outputs",
+                                              "max_abs_error": 1.0, "normalised_error": 1.0,
+                                              "bound": {"max_abs_error": 0.0},
+                                              "passed": False})
+
+
+@pytest.fixture
+def open_with(ledger: ResourceLedger) -> Iterator[Any]:
+    """Open a pipeline with the echo plugin plus one fault-injection plugin object."""
+    opened: list[Pipeline] = []
+
+    def make(faults: object, *stages: dict[str, Any]) -> Pipeline:
+        plugins = load_plugins(objects={"faults": faults}, env={"EDGE_PLUGINS": "echo"})
+        config = load_pipeline({"name": "t", "stages": list(stages)})
+        pipeline = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+        opened.append(pipeline)
+        return pipeline
+
+    yield make
+    for pipeline in opened:
+        pipeline.close()
+
+
+def test_on_failure_restarts_the_dead_replica_alone_while_the_survivor_serves(
+    open_with: Any, ledger: ResourceLedger,
+) -> None:
+    held = HeldReloads()
+    pipeline = open_with(held, replicated("on-failure"))
+    first, second = pipeline.stages
+    survivor_pid = pid(second)
+    old = kill(first)
+    assert held.reloading.wait(15.0), "the dead replica was not reloaded"
+    # retired (verified: its tree is gone), then reserved again before loading
+    assert first.state is StageState.RESTARTING and first.last_retire.verified
+    assert gone(old)
+    assert owners(ledger) == ["t/a", "t/a#1"]
+    assert pipeline.health()["replicas"] == {
+        "a": {"declared": 2, "live": 1, "state": "degraded"}}
+    plan = pipeline.execution_plan()["stages"]
+    assert [(s["replica"], s["state"]) for s in plan] == [(0, "restarting"), (1, "ready")]
+    assert all(s["replicas"] == {"declared": 2, "live": 1, "state": "degraded"} for s in plan)
+    assert serve(pipeline, 6) == {1}  # the survivor serves throughout the restart ...
+    assert first.state is StageState.RESTARTING  # ... which is still going on
+    held.release.set()
+    wait_for(lambda: first.state is StageState.READY and first.generation == 2)
+    assert pid(first) not in (old, survivor_pid) and pid(second) == survivor_pid
+    assert serve(pipeline, 8) == {1, 2}  # the restarted replica serves too
+    health = pipeline.health()
+    assert health["state"] == "ready"
+    assert health["replicas"]["a"] == {"declared": 2, "live": 2, "state": "ready"}
+    assert {k: (v["generation"], v["restarts"]) for k, v in health["stages"].items()} == {
+        "a": (2, 0), "a#1": (1, 0)}  # restarts start over once the replica has served
+    assert owners(ledger) == ["t/a", "t/a#1"]  # exactly N reservations after recovery
+    assert ledger.reserved("machine:ram") == 2 * 256 * MiB
+    summary = pipeline.close()
+    assert set(summary) == {"a", "a#1"}
+    assert all(s["release"] == "released" for s in summary.values())
+    assert ledger.is_empty()
+
+
+def test_max_restarts_is_counted_per_replica(open_with: Any, ledger: ResourceLedger) -> None:
+    free = HeldReloads()
+    free.release.set()  # reloads are not held in this test
+    pipeline = open_with(free, replicated("on-failure", max_restarts=1))
+    first, second = pipeline.stages
+    kill(first)
+    wait_for(lambda: first.state is StageState.READY and first.generation == 2)
+    assert first.supervisor.restarts == 1
+    before = first.last_retire  # the first worker's retirement
+    kill(first)  # a crash loop: it fails again before serving, its one attempt is spent
+    wait_for(lambda: first.state is StageState.FAILED and first.generation == 2
+             and first.last_retire is not before and idle(first)
+             and owners(ledger) == ["t/a#1"])  # the failed replica holds nothing
+    assert serve(pipeline, 3) == {1}
+    stage_plan = pipeline.execution_plan()["stages"][0]
+    assert (stage_plan["state"], stage_plan["restarts"]) == ("failed", 1)
+    assert "worker lost" in stage_plan["state_reason"]
+    assert stage_plan["replicas"] == {"declared": 2, "live": 1, "state": "degraded"}
+    assert stage_plan["reservation"]["token"] is None
+    error = pipeline.health()["stages"]["a"]["error"]
+    assert (error["type"], error["layer"]) == ("WorkerGone", "worker")
+    kill(second)  # the other replica has its own attempt left
+    wait_for(lambda: second.state is StageState.READY and second.generation == 2)
+    assert first.state is StageState.FAILED
+    assert serve(pipeline, 3) == {2}
+    assert owners(ledger) == ["t/a#1"]
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_with_restart_never_the_survivor_serves_until_no_replica_is_left(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(replicated("never"))
+    first, second = pipeline.stages
+    kill(first)
+    wait_for(lambda: first.last_retire is not None and owners(ledger) == ["t/a#1"])
+    assert first.state is StageState.FAILED and first.last_retire.verified
+    assert serve(pipeline, 4) == {1}
+    health = pipeline.health()
+    assert health["state"] == "degraded"
+    assert health["replicas"]["a"] == {"declared": 2, "live": 1, "state": "degraded"}
+    assert health["stages"]["a"]["state"] == "failed"
+    assert health["stages"]["a"]["error"]["layer"] == "worker"
+    assert health["stages"]["a#1"]["state"] == "ready"
+    assert health["stages"]["a#1"]["error"] is None
+    assert [s["state"] for s in pipeline.execution_plan()["stages"]] == ["failed", "ready"]
+    kill(second)
+    wait_for(lambda: second.last_retire is not None and ledger.is_empty())
+    assert second.state is StageState.FAILED
+    with pytest.raises(StageClosed, match=r"stages\[a\]: no replica serving"):
+        pipeline.run(X)
+    assert pipeline.health()["replicas"]["a"] == {"declared": 2, "live": 0,
+                                                  "state": "unavailable"}
+    assert pipeline.admission.used == 0
+    second.restart()  # by hand: reserved, loaded and gated again, alone
+    assert owners(ledger) == ["t/a#1"] and serve(pipeline, 2) == {2}
+    assert first.state is StageState.FAILED
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_a_replica_that_fails_its_gate_on_restart_is_failed_with_nothing_charged(
+    open_with: Any, ledger: ResourceLedger,
+) -> None:
+    faults = WrongNumericsOnReload()
+    stage = replicated("on-failure", max_restarts=2)
+    stage["restart_backoff_s"] = 0.05
+    pipeline = open_with(faults, stage)
+    first, second = pipeline.stages
+    kill(first)
+    wait_for(lambda: len(faults.reloaded_pids) == 2 and first.state is StageState.FAILED
+             and idle(first))
+    # each attempt's worker was retired and its reservation released; the survivor serves
+    assert all(gone(p) for p in faults.reloaded_pids)
+    assert owners(ledger) == ["t/a#1"]
+    assert serve(pipeline, 3) == {1}
+    health = pipeline.health()["stages"]["a"]
+    assert health["state"] == "failed" and health["restarts"] == 2
+    assert (health["error"]["type"], health["error"]["layer"]) == ("NumericsRefused",
+                                                                   "numerics")
+    assert "restart 2 of 2 failed: NumericsRefused" in health["reason"]
+    assert pipeline.health()["replicas"]["a"]["live"] == 1
+    assert second.state is StageState.READY and second.generation == 1
+    pipeline.close()
+    assert ledger.is_empty()

@@ -111,3 +111,32 @@ def test_a_queued_submission_is_not_started(open_pipeline: OpenPipeline) -> None
         np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
     wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
     assert stage.state is StageState.READY
+
+
+def test_a_fan_out_on_a_non_preemptible_stage_leaves_its_item_and_sends_no_more(
+    open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("first"),
+        echo_stage("rows", delay_s=1.0, transform="edge_echo.transforms:split_rows"),
+    )
+    rows = pipeline.stage("rows")
+    pid = pid_of(pipeline, "rows")
+    sent: list[Any] = []
+    submit = rows.submit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the items sent to stage rows
+        sent.append(kwargs.get("request_id"))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(rows, "submit", spy)
+    submission = pipeline.submit({"x": np.ones((3, 2), np.float32)})
+    wait_for(lambda: rows.outstanding >= 1)  # an item runs (request_id#i)
+    in_flight = rows.outstanding
+    assert submission.cancel(interrupt=False) is FenceOutcome.LEFT_TO_FINISH
+    with pytest.raises(RequestCancelled):
+        submission.result()
+    wait_for(lambda: pipeline.admission.used == 0 and rows.outstanding == 0)
+    assert len(sent) == in_flight == 1  # echo takes one call at a time; none sent after
+    assert all(rid.startswith(submission.request_id + "#") for rid in sent)
+    assert pid_of(pipeline, "rows") == pid and rows.state is StageState.READY

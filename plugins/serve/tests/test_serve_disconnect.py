@@ -2,12 +2,13 @@
 
 Two echo pipelines at admission 1, each stage a real worker process: ``held``
 (``echo-preemptible``: cancelled in place) and ``blocking`` (plain ``echo``: a running call
-cannot be stopped, so cancelling it retires the worker and the stage restarts). A client
-sends a request that would take 30 s (``params.delay_s``), the server is seen holding the
-pipeline's only admission slot (another request is refused 429), and the client closes
-its socket. The request is then counted ``cancelled``, the slot is free at once (a request
-without a deadline is served, not refused), and after SIGTERM nothing is left
-(:func:`serving.running` checks processes, segments and the ledger).
+cannot be stopped in place). A client sends a slow request (``params.delay_s``), the
+server is seen holding the pipeline's only admission slot (another request is refused
+429), and the client closes its socket. The request is then counted ``cancelled``. On the
+preemptible stage the slot is free at once; on the non-preemptible one the call is left
+to finish in its worker — the worker is not retired (same pid and generation, the stage
+stays ``ready``) — and the slot is free once that call ends. After SIGTERM nothing is
+left (:func:`serving.running` checks processes, segments and the ledger).
 """
 
 from __future__ import annotations
@@ -37,16 +38,15 @@ BODY = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("disconnect")
     pipelines = [echo_pipeline(folder, "held", backend="echo-preemptible"),
-                 echo_pipeline(folder, "blocking",
-                               stage='restart = "on-failure"\nrestart_backoff_s = 0.2')]
+                 echo_pipeline(folder, "blocking")]  # no restart policy: none is needed
     with running(pipelines) as served:
         yield served
 
 
-def _send_slow(server: Served, name: str) -> socket.socket:
-    """Send a 30 s request on a raw socket and return it, unread."""
+def _send_slow(server: Served, name: str, delay_s: float) -> socket.socket:
+    """Send a request taking ``delay_s`` on a raw socket and return it, unread."""
     url = urlsplit(server.url)
-    body = json.dumps({**BODY, "params": {"delay_s": 30.0}}).encode()
+    body = json.dumps({**BODY, "params": {"delay_s": delay_s}}).encode()
     head = (f"POST /v1/pipelines/{name}/run HTTP/1.1\r\nHost: {url.netloc}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
     sock = socket.create_connection((url.hostname, url.port), timeout=30)
@@ -71,9 +71,10 @@ def _wait(condition: Any, what: str, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _disconnect_while_held(client: httpx.Client, server: Served, name: str) -> None:
+def _disconnect_while_held(client: httpx.Client, server: Served, name: str,
+                           delay_s: float = 30.0) -> None:
     """Hold the pipeline's one slot with a slow request, check it is held, hang up."""
-    sock = _send_slow(server, name)
+    sock = _send_slow(server, name, delay_s)
     try:
         # admission 1 and no deadline: a second request is refused while the first runs
         _wait(lambda: client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429,
@@ -102,16 +103,31 @@ def test_a_disconnected_client_cancels_its_request_in_place_and_frees_admission(
     assert outcomes.get("cancelled") == 1.0 and outcomes.get("error", 0.0) == 0.0, outcomes
 
 
-def test_a_disconnect_on_a_non_preemptible_stage_retires_its_worker_and_it_restarts(
+def _worker(client: httpx.Client, name: str) -> tuple[str, int, int]:
+    """The pipeline's stage: its state, worker generation and worker pid."""
+    shown = client.get(f"/v1/pipelines/{name}").json()
+    stage = shown["stages"][0]
+    return stage["state"], stage["generation"], shown["plan"]["stages"][0]["worker"]["pid"]
+
+
+def test_a_disconnect_on_a_non_preemptible_stage_leaves_the_call_to_finish_and_keeps_the_worker(
         server: Served) -> None:
     with httpx.Client(base_url=server.url, timeout=60) as client:
-        before = client.get("/v1/pipelines/blocking").json()["stages"][0]["generation"]
-        _disconnect_while_held(client, server, "blocking")
-        # The running call could not be stopped: its worker was retired, and the stage
-        # comes back through a restart (the request produced nothing).
-        _wait(lambda: client.get("/health").status_code == 200, "the stage did not restart")
+        before = _worker(client, "blocking")
+        assert before[0] == "ready"
+        # The call sleeps 4 s in the worker and cannot be stopped there; the disconnect
+        # fences the request (counted cancelled) without retiring anything.
+        _disconnect_while_held(client, server, "blocking", delay_s=4.0)
+        assert _worker(client, "blocking") == before  # same worker, generation, ready
+        assert client.get("/health").status_code == 200
+        # The admission slot comes back when the worker has finished the call (its result
+        # discarded): a request without a deadline, refused 429 until then, is served.
+        _wait(lambda: client.post("/v1/pipelines/blocking/run", json=BODY).status_code == 200,
+              "the admission slot never came back")
         reply = client.post("/v1/pipelines/blocking/run", json=BODY)
         assert reply.status_code == 200, reply.text
-        stage = client.get("/v1/pipelines/blocking").json()["stages"][0]
-        assert stage["state"] == "ready" and stage["generation"] == before + 1
-        assert _outcomes(client, "blocking").get("cancelled") == 1.0
+        y = np.frombuffer(base64.b64decode(reply.json()["outputs"]["x"]["data"]), np.float32)
+        np.testing.assert_array_equal(y, X.ravel() * 2)
+        assert _worker(client, "blocking") == before
+        outcomes = _outcomes(client, "blocking")
+    assert outcomes.get("cancelled") == 1.0 and outcomes.get("error", 0.0) == 0.0, outcomes

@@ -20,6 +20,7 @@ from edge_core.runtime.errors import (
     RequestFailed,
     TopologyRefused,
 )
+from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.health import RestartMode, RestartPolicy, StageHealth, StageState
 from edge_core.runtime.pipeline import Pipeline, PipelineResult
 from edge_core.runtime.results import AckOutcome, OutputReleased, ResultKey, StageResult
@@ -34,6 +35,7 @@ __all__ = [
     "DemandExceeded",
     "DuplicateRequest",
     "Fanout",
+    "FenceOutcome",
     "GatheredResult",
     "NumericsRefused",
     "OutputReleased",

@@ -31,8 +31,8 @@ __all__ = ["Entry", "PendingCall"]
 class Entry:
     """The runtime's record of one request on a stage, from submission to its end."""
 
-    __slots__ = ("cancelled", "delivered", "epoch", "expired", "finished", "sent", "serial",
-                 "timer")
+    __slots__ = ("cancelled", "delivered", "draining", "epoch", "expired", "finished", "sent",
+                 "serial", "timer")
 
     def __init__(self, serial: int, epoch: int) -> None:
         self.serial = serial
@@ -41,6 +41,7 @@ class Entry:
         self.finished = False
         self.delivered = False
         self.sent = False
+        self.draining = False  # fenced, left to finish in the worker: read to its end
         self.expired: str | None = None  # which bound ended it: its DeadlineExceeded
         self.timer: TimerHandle | None = None
 
@@ -124,9 +125,11 @@ class PendingCall:
         # is either delivered (DONE, slot kept until the ack) or ends the request.
         if not stage._accept(self.request_id, self.serial, event):
             self._done = True
-            self._close_events()
             tensors = {}  # let go of the views first, so that their memory can be reused
             self._drop_retained()
+            if not event.terminal and self._entry is not None and self._entry.draining:
+                self._read_to_end()  # left to finish: its slot is freed at its end
+            self._close_events()
             raise self._cancelled(cancelled)
         self._seen.append(event)
         self._outputs.update(tensors)
@@ -149,6 +152,26 @@ class PendingCall:
             )
             self._outputs, self._retained = {}, []  # the result holds them now
         return event, tensors
+
+    def _read_to_end(self) -> None:
+        """Read a fenced call that was left to finish up to its end, delivering nothing.
+
+        Each event's worker memory goes back as it arrives; the terminal event (or the
+        stream's end) ends the request on its stage, which frees its slot.
+        """
+        stage = self.stage
+        while True:
+            try:
+                event, tensors = next(self._events)
+            except (StopIteration, EdgeError):
+                stage._accept(self.request_id, self.serial, None)
+                return
+            if isinstance(tensors, RetainedOutputs):
+                tensors.release()
+            del tensors
+            if event.terminal:
+                stage._accept(self.request_id, self.serial, event)
+                return
 
     def _drop_retained(self) -> None:
         """Give back worker memory of a request that ends without a result."""

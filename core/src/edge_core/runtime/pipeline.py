@@ -421,7 +421,8 @@ class Pipeline:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
             final = pending.result()
-            if self.epoch != epoch:  # cancelled while the last stage ran: deliver nothing
+            if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
+                    request_id is not None and self.requests.cancelled(request_id)):
                 final.ack()
                 raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
             final.outputs.update(carry)
@@ -468,6 +469,8 @@ class Pipeline:
         pipeline's request threads. See :func:`edge_core.runtime.submission.submit`.
         ``on_event(event, tensors)`` is called on that thread with each non-terminal
         event of the final stage (tokens) as it arrives, as :meth:`stream` yields them.
+        ``Submission.cancel(interrupt=False)`` cancels it without ever retiring a worker
+        (:mod:`edge_core.runtime.fence`).
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")

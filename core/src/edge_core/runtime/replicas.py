@@ -26,6 +26,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
+from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import replica_summary
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
 
@@ -207,3 +208,12 @@ class ReplicaSet:
             if strongest in outcomes:
                 return strongest
         return CancelOutcome.ALREADY_FINISHED
+
+    def fence(self, request_id: str) -> FenceOutcome:
+        """Cancel one request (and its fan-out items) without interrupting a running call.
+
+        See :meth:`StageRuntime.fence`; the strongest outcome of the items wins
+        (:func:`~edge_core.runtime.fence.strongest_fence`).
+        """
+        return strongest_fence(r.fence(rid) for r in self.runtimes for rid in r.request_ids()
+                               if rid == request_id or rid.startswith(request_id + "#"))

@@ -8,6 +8,8 @@ Rules enforced here:
 * a request takes a slot at submission; delivery does not free it, a matching
   acknowledgement does (request id, epoch, worker generation and delivery serial);
 * cancelling fences at once: events of a fenced request are never delivered;
+* :meth:`StageRuntime.fence` cancels one request without interrupting a running
+  non-preemptible call: it finishes in the worker and its result is refused on arrival;
 * a preemptible backend cancels in place; a non-preemptible one with the request still
   running has its worker retired — the reservation is released only when retirement is
   verified, else quarantined — and the stage refuses work until :meth:`restart` (or the
@@ -35,6 +37,7 @@ from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.runtime.deadlines import default_call_timeout, timer
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
+from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.flow import SlotPool, take_slot
 from edge_core.runtime.health import (
     RestartPolicy,
@@ -294,6 +297,9 @@ class StageRuntime:
                       or entry.epoch < self.epoch)
             if event is not None and not event.terminal and not fenced:
                 return True
+            if (event is not None and not event.terminal and live and entry is not None
+                    and entry.draining and not entry.finished):
+                return False  # left to finish: refused, and its slot kept until its end
             if live and entry is not None and not entry.finished:
                 entry.finished = True
                 if entry.timer is not None:
@@ -364,12 +370,45 @@ class StageRuntime:
             return CancelOutcome.ALREADY_FINISHED
         return self._cancel_targets(targets, fenced_epoch, failure=None)
 
+    def fence(self, request_id: str) -> FenceOutcome:
+        """Cancel one request without ever interrupting a running non-preemptible call.
+
+        The fence takes effect before this returns, as with :meth:`cancel`: no output of
+        the request will be delivered. A preemptible backend is then asked to stop it in
+        place; a non-preemptible one is not asked at all: the call finishes in the worker,
+        and its terminal event, when the request's consumer reads it, is refused — its
+        worker memory given back and its slot freed. The worker is never retired here
+        (the call's deadline and ``call_timeout_s`` still bound it as before).
+
+        Returns, exactly: ``already-finished`` when it had ended (or finished in the
+        worker, as :meth:`cancel` says); ``cancelled-in-place`` from a preemptible backend;
+        ``not-started`` when the backend never started it; ``left-to-finish`` when it is
+        in flight and left to finish (a non-preemptible backend, or a preemptible one
+        answering that it cannot stop it in place).
+        """
+        with self._lock:
+            entry = self._entries.get(request_id)
+            if entry is None or entry.finished:
+                return FenceOutcome.ALREADY_FINISHED
+            entry.cancelled = True
+            epoch = entry.epoch
+            if not self.binding.backend.preemptible:
+                entry.draining = True
+                return FenceOutcome.LEFT_TO_FINISH
+        answer = self._cancel_targets([request_id], epoch, failure=None, retire=False)
+        if answer is CancelOutcome.RETIRE_REQUIRED:  # it cannot stop it after all
+            with self._lock:
+                entry.draining = True
+            return FenceOutcome.LEFT_TO_FINISH
+        return FenceOutcome(answer.value)
+
     def _cancel_targets(self, targets: list[str], fenced_epoch: int,
-                        failure: str | None) -> CancelOutcome:
+                        failure: str | None, *, retire: bool = True) -> CancelOutcome:
         """Ask the backend to stop fenced requests; retire the worker if it must.
 
         ``failure`` (a deadline's expiry) marks the stage ``failed`` when the worker is
-        retired; a plain cancel leaves it ``needs-restart``.
+        retired; a plain cancel leaves it ``needs-restart``. ``retire=False`` (a
+        non-interrupting cancel) never retires: ``retire-required`` is only returned.
         """
         answers: list[CancelOutcome] = []
         generation = self.generation
@@ -393,7 +432,7 @@ class StageRuntime:
                 break
         else:
             outcome = CancelOutcome.ALREADY_FINISHED
-        if outcome is CancelOutcome.RETIRE_REQUIRED:
+        if outcome is CancelOutcome.RETIRE_REQUIRED and retire:
             left = (self._leave(StageState.NEEDS_RESTART,
                                 "a running non-preemptible call was cancelled", generation)
                     if failure is None else

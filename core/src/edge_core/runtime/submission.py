@@ -5,7 +5,8 @@
   its channel; refused here, the stage keeps serving).
 * :class:`RequestTracker` knows, per pipeline request id, which stage holds the request
   now, so that :meth:`Submission.cancel` cancels that one request and says exactly what
-  became of it.
+  became of it — interrupting it (:meth:`RequestTracker.cancel`) or not
+  (:meth:`RequestTracker.fence`, :mod:`edge_core.runtime.fence`).
 * :class:`Submission` is what :meth:`Pipeline.submit` returns: the request id, its
   result, its own ``cancel()``.
 """
@@ -16,12 +17,13 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from edge_contracts.requests import StageEvent
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, EdgeError
 from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.flow import take_slot
 
 if TYPE_CHECKING:
@@ -35,6 +37,11 @@ class Cancellable(Protocol):
     def cancel(self, request_id: str | None = None) -> CancelOutcome:
         """Cancel one request (or everything); its exact outcome."""
         ...
+
+    def fence(self, request_id: str) -> FenceOutcome:
+        """Cancel one request without interrupting a running call; its exact outcome."""
+        ...
+
 
 #: Called with each non-terminal event (a token) of a submitted request's final stage.
 OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
@@ -119,18 +126,44 @@ class RequestTracker:
         (waiting for admission, or between two stages: it is stopped before the next);
         otherwise what its current stage answered.
         """
-        with self._lock:
-            tracked = self._requests.get(request_id)
-            if tracked is None or tracked.finished:
-                return CancelOutcome.ALREADY_FINISHED
-            tracked.cancelled = True
-            stage = tracked.stage
+        found, stage = self._mark(request_id)
+        if not found:
+            return CancelOutcome.ALREADY_FINISHED
         if stage is None:
             return CancelOutcome.NOT_STARTED
         outcome = stage.cancel(request_id)
         if outcome is CancelOutcome.ALREADY_FINISHED:  # done there, not yet sent on
             return CancelOutcome.NOT_STARTED
         return outcome
+
+    def fence(self, request_id: str) -> FenceOutcome:
+        """Cancel one request without interrupting a running call; its outcome, exactly.
+
+        Marked cancelled at once (no further stage starts for it, and the pipeline
+        delivers none of its output), then its current stage fences it
+        (:meth:`StageRuntime.fence`): ``already-finished`` when it ended;
+        ``not-started`` when no call of it runs (waiting for admission, between two
+        stages, or its call done there and not yet sent on); ``cancelled-in-place`` or
+        ``left-to-finish`` as its stage answered.
+        """
+        found, stage = self._mark(request_id)
+        if not found:
+            return FenceOutcome.ALREADY_FINISHED
+        if stage is None:
+            return FenceOutcome.NOT_STARTED
+        outcome = stage.fence(request_id)
+        if outcome is FenceOutcome.ALREADY_FINISHED:  # done there, not yet sent on
+            return FenceOutcome.NOT_STARTED
+        return outcome
+
+    def _mark(self, request_id: str) -> tuple[bool, Cancellable | None]:
+        """Mark a request cancelled: (whether it is still in flight, its stage)."""
+        with self._lock:
+            tracked = self._requests.get(request_id)
+            if tracked is None or tracked.finished:
+                return False, None
+            tracked.cancelled = True
+            return True, tracked.stage
 
     def cancelled(self, request_id: str) -> bool:
         """True once :meth:`cancel` was called for the request."""
@@ -154,10 +187,40 @@ class Submission:
         self._tracker = tracker
         self._until = until
         self._unadmit = unadmit
+        # What the caller gets: the request thread's outcome, or RequestCancelled at once
+        # after a non-interrupting cancel (the thread then still unwinds on its own).
+        self._lock = threading.Lock()
+        self._answer: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
+        future.add_done_callback(self._settle)
+
+    def _settle(self, future: concurrent.futures.Future[PipelineResult]) -> None:
+        """Hand the request thread's outcome to the caller; discard it when fenced."""
+        if future.cancelled():  # never started (cancelled, or the pool shut down)
+            self._give_up()
+            return
+        error = future.exception()
+        with self._lock:
+            if self._answer.done():  # fenced meanwhile: nobody takes this result
+                result = None if error is not None else future.result()
+            else:
+                if error is not None:
+                    self._answer.set_exception(error)
+                else:
+                    self._answer.set_result(future.result())
+                return
+        if result is not None:
+            result.ack()  # its stage slot and the admission slot go back now
+
+    def _give_up(self) -> None:
+        """The caller's answer is ``RequestCancelled`` (unless it has one already)."""
+        with self._lock:
+            if not self._answer.done():
+                self._answer.set_exception(
+                    RequestCancelled(f"request {self.request_id!r}: cancelled"))
 
     def done(self) -> bool:
-        """True once the request has a result or an error."""
-        return self._future.done()
+        """True once the request has a result or an error (a fenced one has at once)."""
+        return self._answer.done()
 
     def result(self, timeout_s: float | None = None) -> PipelineResult:
         """Wait for the result (at most ``timeout_s``, else until the request's deadline).
@@ -171,20 +234,45 @@ class Submission:
         if wait is None and self._until is not None:  # the request's deadline ends it
             wait = max(0.0, self._until - time.monotonic()) + 1.0
         try:
-            return self._future.result(wait)
+            return self._answer.result(wait)
         except concurrent.futures.TimeoutError:
             raise DeadlineExceeded(f"request {self.request_id!r}: no result within the "
                                    f"wait: {wait}") from None
-        except concurrent.futures.CancelledError:  # never started: the pool shut down
-            raise RequestCancelled(f"request {self.request_id!r}: cancelled") from None
 
-    def cancel(self) -> CancelOutcome:
-        """Cancel this request alone; see :meth:`RequestTracker.cancel` for the outcomes."""
+    @overload
+    def cancel(self, *, interrupt: Literal[True] = ...) -> CancelOutcome: ...
+
+    @overload
+    def cancel(self, *, interrupt: Literal[False]) -> FenceOutcome: ...
+
+    @overload
+    def cancel(self, *, interrupt: bool) -> CancelOutcome | FenceOutcome: ...
+
+    def cancel(self, *, interrupt: bool = True) -> CancelOutcome | FenceOutcome:
+        """Cancel this request alone.
+
+        ``interrupt=True`` (the default) stops it wherever it is: a running call of a
+        non-preemptible stage retires that stage's worker
+        (:meth:`RequestTracker.cancel`; :class:`~edge_core.backend.CancelOutcome`).
+
+        ``interrupt=False`` never retires a worker (:meth:`RequestTracker.fence`;
+        :class:`~edge_core.runtime.fence.FenceOutcome`): the request is fenced at once
+        and :meth:`result` raises ``RequestCancelled`` from now on; a call a
+        non-preemptible stage is running is left to finish (``left-to-finish``), and
+        its result is discarded when it arrives, which is when the stage's slot and
+        the pipeline's admission slot are freed. A preemptible stage still stops it in
+        place.
+        """
         if self._future.cancel():  # still queued: no thread has taken it
             self._tracker.end(self.request_id)
             self._unadmit()  # the admission it took at submission
-            return CancelOutcome.NOT_STARTED
-        return self._tracker.cancel(self.request_id)
+            return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
+        if interrupt:
+            return self._tracker.cancel(self.request_id)
+        outcome = self._tracker.fence(self.request_id)
+        if outcome is not FenceOutcome.ALREADY_FINISHED:
+            self._give_up()
+        return outcome
 
 
 def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,

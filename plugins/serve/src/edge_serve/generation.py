@@ -3,9 +3,10 @@
 The request is submitted with :meth:`Pipeline.submit` (which takes the pipeline's
 admission slot) and the final stage's tokens are handed to the event loop as they come
 (``on_event`` → :class:`TokenFeed`). :meth:`Generation.cancel` — called when the client
-disconnects or the deadline passes — cancels this request alone (``Submission.cancel``:
-the stage holding it fences it and the backend aborts it inside the engine); other
-requests on the stage go on.
+disconnects or the deadline passes — cancels this request alone
+(``Submission.cancel(interrupt=False)``: the stage holding it fences it; a preemptible
+backend such as vLLM aborts it inside the engine, and a non-preemptible one is left to
+finish it, its worker kept); other requests on the stage go on.
 
 Served this way: pipelines whose last stage is a generate stage. With one stage the
 request's parameters carry the prompt (or the chat); with graph stages before it, an

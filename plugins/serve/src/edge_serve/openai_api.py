@@ -16,8 +16,9 @@ a generate stage:
 ``stream: true`` answers with server-sent events, one chunk per token event, then a chunk
 with the finish reason, then ``data: [DONE]``.
 
-A client that goes away cancels its request alone: the stage fences it and the backend
-aborts it inside the engine (vLLM's ``abort``), counted as outcome ``cancelled``. A
+A client that goes away cancels its request alone, never retiring a worker: the stage
+fences it and a preemptible backend aborts it inside the engine (vLLM's ``abort``);
+counted as outcome ``cancelled``. A
 deadline (``deadline_s`` in the body, or ``X-Edge-Deadline``) does the same when it
 passes: 504 before the first token, an error event after it.
 

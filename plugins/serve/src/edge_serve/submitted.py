@@ -4,10 +4,13 @@ A request's blocking part runs on the server's thread pool; it submits the reque
 ``Pipeline.submit`` and hands the :class:`~edge_core.runtime.submission.Submission` to a
 :class:`RequestHandle` that the event loop holds. When the client disconnects (or the
 server's deadline backstop fires) the loop calls :meth:`RequestHandle.cancel`, which
-cancels that request alone — ``Submission.cancel``: the stage holding it fences it and
-stops it in place (preemptible), or its worker is retired (non-preemptible, as a passed
-deadline does); a request between two stages is stopped before the next. The pipeline's
-admission slot is given back as the request thread unwinds, and nothing more is produced.
+cancels that request alone without ever retiring a worker —
+``Submission.cancel(interrupt=False)``: the request is fenced at once (nothing more of it
+is produced or delivered, no further stage starts); a preemptible stage (vLLM) stops it in
+place; a call that a non-preemptible stage (ort-cpu, echo) is running is left to finish
+in its worker and its result discarded, so that one client hanging up cannot force a
+worker restart that every other client waits out. The pipeline's admission slot is given
+back when the request thread unwinds: at once, or when that call ends.
 
 :func:`watch_disconnect` waits for the client's ``http.disconnect`` once the body has been
 read (the ASGI receive channel says nothing else until then).
@@ -51,15 +54,15 @@ class RequestHandle:
             self._submission = submission
             cancelled = self._cancelled
         if cancelled:
-            submission.cancel()
+            submission.cancel(interrupt=False)
 
     def cancel(self) -> None:
-        """Cancel this request alone (any thread; it may block while the stage answers)."""
+        """Cancel this request alone, retiring no worker (any thread; may block briefly)."""
         with self._lock:
             self._cancelled = True
             submission = self._submission
         if submission is not None:
-            submission.cancel()
+            submission.cancel(interrupt=False)
 
 
 async def watch_disconnect(request: Request, on_gone: Callable[[], None]) -> None:

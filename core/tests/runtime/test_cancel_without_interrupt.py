@@ -1,0 +1,142 @@
+"""A per-request cancel that never interrupts a running call, with real echo workers.
+
+``Submission.cancel(interrupt=False)`` fences the request at once (the caller gets
+``RequestCancelled``, no further stage starts) and leaves a call that a non-preemptible
+stage is running to finish: the worker is kept, and the call's result is discarded when it
+arrives, its worker memory given back and its slots freed then. The autouse ``no_leaks``
+fixture checks processes, shared-memory segments and descriptors after each test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_core.ledger import ResourceLedger
+from edge_core.runtime import FenceOutcome, RequestCancelled, StageState
+
+from .conftest import MiB, OpenPipeline, echo_stage
+from .test_faults import pid_of, wait_for
+
+X = {"x": np.ones((2, 2), np.float32)}
+BIG = {"x": np.ones(40 * MiB // 4, np.float32)}  # 40 MiB out, under a 64 MiB worker cap
+
+
+def test_a_running_non_preemptible_call_is_left_to_finish_and_the_worker_kept(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", scale=3.0))
+    stage = pipeline.stage("a")
+    pid = pid_of(pipeline)
+    submission = pipeline.submit(BIG, params={"delay_s": 3.0})
+    wait_for(lambda: stage.outstanding == 1)  # sent: the worker sleeps in the call
+    assert submission.cancel(interrupt=False) is FenceOutcome.LEFT_TO_FINISH
+    assert submission.done()
+    with pytest.raises(RequestCancelled):  # at once: the call still runs
+        submission.result(timeout_s=0.5)
+    # Nothing was retired; the call holds its stage slot and the admission slot until
+    # it ends, honestly accounted.
+    assert stage.state is StageState.READY and stage.last_retire is None
+    assert pipeline.admission.used == 1 and stage.outstanding == 1
+    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
+    assert pid_of(pipeline) == pid and stage.generation == 1
+    assert stage.state is StageState.READY and stage.last_retire is None
+    # Its 40 MiB output went back undelivered: two more fit the worker's 64 MiB cap.
+    for _ in range(2):
+        with pipeline.run(BIG) as result:
+            assert float(result.outputs["x"][0]) == 3.0
+    assert submission.cancel(interrupt=False) is FenceOutcome.ALREADY_FINISHED
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_a_request_between_two_stages_never_reaches_the_next(
+    open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("a"),
+        echo_stage("b", transform="edge_echo.transforms:slow_passthrough"),
+    )
+    first, second = pipeline.stage("a"), pipeline.stage("b")
+    pids = (pid_of(pipeline, "a"), pid_of(pipeline, "b"))
+    sent: list[Any] = []
+    submit = second.submit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the calls of stage b
+        sent.append(kwargs.get("request_id"))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(second, "submit", spy)
+    submission = pipeline.submit(X)
+    # stage a's result delivered (the transform sleeps 0.5 s before stage b)
+    wait_for(lambda: any(e.delivered for e in first._entries.values()))
+    assert submission.cancel(interrupt=False) is FenceOutcome.NOT_STARTED
+    with pytest.raises(RequestCancelled):
+        submission.result()
+    wait_for(lambda: pipeline.admission.used == 0)
+    assert sent == [] and first.outstanding == 0 and second.outstanding == 0
+    assert (pid_of(pipeline, "a"), pid_of(pipeline, "b")) == pids
+    with pipeline.run(X) as result:  # the spy sees the next request: it can fail
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 4)
+    assert len(sent) == 1
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_a_preemptible_stage_still_cancels_in_place(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=5.0))
+    stage = pipeline.stage("a")
+    pid = pid_of(pipeline)
+    submission = pipeline.submit(X)
+    wait_for(lambda: stage.outstanding == 1)
+    assert submission.cancel(interrupt=False) is FenceOutcome.CANCELLED_IN_PLACE
+    with pytest.raises(RequestCancelled):
+        submission.result()
+    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0, timeout_s=4.0)
+    assert pid_of(pipeline) == pid and stage.state is StageState.READY
+
+
+def test_a_queued_submission_is_not_started(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a", delay_s=1.0), admission=2)
+    stage = pipeline.stage("a")
+    first = pipeline.submit(X)
+    wait_for(lambda: stage.outstanding == 1)
+    second = pipeline.submit(X, deadline_s=10.0)  # waits for stage a's only slot
+    assert second.cancel(interrupt=False) is FenceOutcome.NOT_STARTED
+    with pytest.raises(RequestCancelled):
+        second.result()
+    with first.result() as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
+    assert stage.state is StageState.READY
+
+
+def test_a_fan_out_on_a_non_preemptible_stage_leaves_its_item_and_sends_no_more(
+    open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("first"),
+        echo_stage("rows", delay_s=1.0, transform="edge_echo.transforms:split_rows"),
+    )
+    rows = pipeline.stage("rows")
+    pid = pid_of(pipeline, "rows")
+    sent: list[Any] = []
+    submit = rows.submit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the items sent to stage rows
+        sent.append(kwargs.get("request_id"))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(rows, "submit", spy)
+    submission = pipeline.submit({"x": np.ones((3, 2), np.float32)})
+    wait_for(lambda: rows.outstanding >= 1)  # an item runs (request_id#i)
+    in_flight = rows.outstanding
+    assert submission.cancel(interrupt=False) is FenceOutcome.LEFT_TO_FINISH
+    with pytest.raises(RequestCancelled):
+        submission.result()
+    wait_for(lambda: pipeline.admission.used == 0 and rows.outstanding == 0)
+    assert len(sent) == in_flight == 1  # echo takes one call at a time; none sent after
+    assert all(rid.startswith(submission.request_id + "#") for rid in sent)
+    assert pid_of(pipeline, "rows") == pid and rows.state is StageState.READY

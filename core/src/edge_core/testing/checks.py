@@ -23,9 +23,10 @@ import attrs
 from edge_contracts.sealed import held_sealed_names
 from edge_contracts.shm import segment_names
 from edge_core.backend import CancelOutcome
-from edge_core.discovery import ENV_ALLOWLIST, check_contract
+from edge_core.discovery import ENV_ALLOWLIST, ENV_STRICT, ENV_TRACE, check_contract
 from edge_core.errors import EdgeError, ManifestInvalid, ResourceUnavailable, StageClosed
 from edge_core.host.client import WorkerClient
+from edge_core.host.probe_process import DROP_CWD, run_probe
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import EdgePluginManager
@@ -55,7 +56,8 @@ from edge_core.testing.harness import (
 )
 from edge_core.testing.subject import Subject
 
-__all__ = ["CHECKS", "HEAVY_MODULES", "PROBE_LIMIT_S", "STAGE_CHECKS", "CheckFailed",
+__all__ = ["CHECKS", "HEAVY_MODULES", "PLUGIN_PROBE_ENV_NAMES",
+           "PROBE_LIMIT_S", "STAGE_CHECKS", "CheckFailed",
            "CheckSkipped", "compare_outputs"]
 
 #: A probe slower than this (seconds, in a fresh interpreter) fails the probe check.
@@ -98,10 +100,14 @@ def hooks_have_specs(subject: Subject) -> str:
     return f"{len(names)} hooks, each with a specification: {', '.join(names)}"
 
 
+PLUGIN_PROBE_ENV_NAMES: tuple[str, ...] = (ENV_STRICT, ENV_TRACE)
+"""What the fresh interpreter of :func:`probe_fast_and_light` takes from this process's
+environment besides the probe allowlist (:mod:`edge_core.host.probe_process`): the plugin
+loader's own settings. ``EDGE_PLUGINS`` is set to the plugin under test."""
+
 # The first line drops sys.path[0] (the working directory, for ``-c``) as workers do:
 # the probe sees the plugins ``edge`` itself would see, and nothing planted in the folder.
-_PROBE_SCRIPT = """
-import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0)
+_PROBE_SCRIPT = DROP_CWD + """
 import json, sys, time
 plugin, module, source = sys.argv[1:4]
 started = time.perf_counter()
@@ -125,14 +131,11 @@ def probe_fast_and_light(subject: Subject) -> str:
     if record.source == "object":
         raise CheckSkipped(f"plugin {subject.plugin!r} was registered as an object: it cannot "
                            "be loaded in a fresh interpreter")
-    import os
-
-    env = {**os.environ, ENV_ALLOWLIST: subject.plugin}
     argv = [sys.executable, "-c", _PROBE_SCRIPT, subject.plugin, record.module, record.source,
             json.dumps(HEAVY_MODULES)]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
-                              timeout=WAIT_S)
+        done = run_probe(argv, timeout_s=WAIT_S, declared=PLUGIN_PROBE_ENV_NAMES,
+                         values={ENV_ALLOWLIST: subject.plugin})
     except subprocess.TimeoutExpired:
         raise CheckFailed(f"probe: no answer within the bound: {WAIT_S} s") from None
     if done.returncode != 0:

@@ -9,9 +9,11 @@ controller never forces one; it reports what it finds, and warns when there are 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, distribution
+
+from edge_core.host.probe_process import run_probe
 
 __all__ = [
     "KNOWN_DISTRIBUTIONS",
@@ -43,13 +45,23 @@ print(json.dumps(found))
 """
 
 
-def installed_distributions(interpreter: str | None = None,
-                            timeout_s: float = 10.0) -> dict[str, str]:
+def installed_distributions(interpreter: str | None = None, timeout_s: float = 10.0, *,
+                            env_names: Sequence[str] = ()) -> dict[str, str]:
     """Distribution name → version for every known ORT distribution installed.
+
+    Another interpreter runs isolated (``-I``) as a probe
+    (:func:`edge_core.host.probe_process.run_probe`): the allowlisted environment plus
+    ``env_names``, stdin closed.
 
     Args:
         interpreter: Another Python to ask (in a subprocess); ``None`` asks this one.
         timeout_s: Bound on the subprocess.
+        env_names: Names (or ``PREFIX*``) the subprocess takes from this environment.
+
+    Raises:
+        subprocess.CalledProcessError: the interpreter exited with a failure.
+        subprocess.TimeoutExpired: it ran past ``timeout_s``.
+        OSError: it cannot be started.
     """
     if interpreter is None or interpreter == sys.executable:
         found: dict[str, str] = {}
@@ -60,8 +72,9 @@ def installed_distributions(interpreter: str | None = None,
                 continue
         return found
     script = _SCRIPT.replace("NAMES", repr(KNOWN_DISTRIBUTIONS))
-    result = subprocess.run([interpreter, "-I", "-c", script], capture_output=True, text=True,
-                            timeout=timeout_s, check=True)
+    result = run_probe([interpreter, "-I", "-c", script], timeout_s=timeout_s,
+                       declared=env_names)
+    result.check_returncode()
     loaded: dict[str, str] = json.loads(result.stdout)
     return loaded
 

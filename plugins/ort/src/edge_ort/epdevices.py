@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from edge_core.errors import EdgeError
+from edge_core.host.probe_process import run_probe
 
 __all__ = [
     "EP_DEVICES_SCRIPT",
@@ -271,8 +272,13 @@ def _failed(interpreter: str, error: str) -> EpDevices:
 
 
 def query_ep_devices(interpreter: str, libraries: Sequence[EpLibrary] = (),
-                     timeout_s: float = 30.0) -> EpDevices:
+                     timeout_s: float = 30.0, *, env_names: Sequence[str] = ()) -> EpDevices:
     """Run :data:`EP_DEVICES_SCRIPT` in ``interpreter`` and parse what it printed.
+
+    The interpreter runs isolated (``-I``: no working directory or user site on
+    ``sys.path``, no ``PYTHON*`` variable read) as a probe
+    (:func:`edge_core.host.probe_process.run_probe`): the allowlisted environment plus
+    ``env_names``, stdin closed, ``timeout_s`` bounding it.
 
     Never raises for a broken interpreter: a crash, a timeout or unreadable output comes
     back as :attr:`EpDevices.error`, which a probe turns into its reason.
@@ -280,8 +286,8 @@ def query_ep_devices(interpreter: str, libraries: Sequence[EpLibrary] = (),
     request = json.dumps({"libraries": [{"name": lib.name, "stem": lib.stem}
                                         for lib in libraries]})
     try:
-        done = subprocess.run([interpreter, "-I", "-c", EP_DEVICES_SCRIPT, request],
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = run_probe([interpreter, "-I", "-c", EP_DEVICES_SCRIPT, request],
+                         timeout_s=timeout_s, declared=env_names)
     except subprocess.TimeoutExpired:
         return _failed(interpreter, f"listing devices took longer than {timeout_s} s")
     except OSError as exc:

@@ -78,6 +78,9 @@ class VendorBackend:
             and routeless stages use (default: the controller's own interpreter).
         domain: The execution domain the vendor build runs in.
         libraries: EP libraries inside ``onnxruntime`` to register before listing devices.
+        probe_env_names: Names (or ``PREFIX*``) the probe subprocesses take from the
+            controller's environment besides the probe allowlist
+            (:mod:`edge_core.host.probe_process`); nothing else of it reaches them.
     """
 
     backend: str
@@ -87,6 +90,7 @@ class VendorBackend:
     interpreter_env: str
     domain: ExecutionDomain = ExecutionDomain.WINDOWS
     libraries: tuple[EpLibrary, ...] = ()
+    probe_env_names: tuple[str, ...] = ()
 
     def default_interpreter(self, env: Mapping[str, str] | None = None) -> str:
         """The interpreter named by :attr:`interpreter_env`, else the controller's."""
@@ -234,12 +238,14 @@ def probe_vendor(backend: VendorBackend, interpreter: str | None = None,
     distributions: dict[str, str] | None = None
     error = None
     try:
-        distributions = installed_distributions(interpreter, timeout_s=timeout_s / 2)
+        distributions = installed_distributions(interpreter, timeout_s=timeout_s / 2,
+                                                env_names=backend.probe_env_names)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     listing = None
     if domain is backend.domain and distributions and backend.distribution in distributions:
-        listing = query_ep_devices(interpreter, backend.libraries, timeout_s=timeout_s / 2)
+        listing = query_ep_devices(interpreter, backend.libraries, timeout_s=timeout_s / 2,
+                                   env_names=backend.probe_env_names)
     probe = assess(backend, interpreter, domain, distributions, listing, error)
     with _CACHE_LOCK:
         _CACHE[key] = probe

@@ -1,7 +1,9 @@
 """Probing the ``qnn`` backend: which QNN devices ONNX Runtime sees, and which SDK.
 
 The probe runs in a child interpreter (the controller's own unless ``EDGE_QNN_PYTHON``
-names another), so the controller never loads the QNN libraries itself. The child
+names another), so the controller never loads the QNN libraries itself. It starts as every
+probe does (:func:`edge_core.host.probe_process.run_probe`): an allowlisted environment
+plus :data:`PROBE_ENV_NAMES`, stdin closed, the working directory off ``sys.path``. The child
 registers the EP library exactly as the worker does and lists ``get_ep_devices()``.
 """
 
@@ -16,19 +18,22 @@ from typing import Any
 
 from edge_contracts.devices import RAM_POOL, DeviceDescriptor, DeviceKind, Integration
 from edge_core.backend import ProbeReport
+from edge_core.host.probe_process import DROP_CWD, run_probe
 from edge_core.pools import detect_execution_domain, host_cpu
 
-__all__ = ["EP_NAME", "PYTHON_ENV", "probe_interpreter", "probe_qnn", "report_from"]
+__all__ = ["EP_NAME", "PROBE_ENV_NAMES", "PYTHON_ENV", "probe_interpreter", "probe_qnn", "report_from"]
 
 EP_NAME = "QNNExecutionProvider"
 #: Environment variable naming the interpreter to probe (default: the controller's).
 PYTHON_ENV = "EDGE_QNN_PYTHON"
 PROBE_TIMEOUT_S = 60.0
+PROBE_ENV_NAMES: tuple[str, ...] = ("ADSP_LIBRARY_PATH",)
+"""What the probe interpreter takes from the controller's environment besides the probe
+allowlist (:mod:`edge_core.host.probe_process`): where the Hexagon DSP libraries are."""
 
 # The first line drops sys.path[0] (the working directory, for ``-c``) before any
 # import, so an ``onnxruntime.py`` in the folder edge was started from is never run.
-_SCRIPT = """
-import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0)
+_SCRIPT = DROP_CWD + """
 import json
 EP = "QNNExecutionProvider"
 out = {}
@@ -98,8 +103,8 @@ def probe_qnn(backend: str) -> ProbeReport:
     """Ask the probe interpreter which QNN devices and versions ONNX Runtime sees."""
     interpreter = probe_interpreter()
     try:
-        result = subprocess.run([interpreter, "-c", _SCRIPT], capture_output=True, text=True,
-                                timeout=PROBE_TIMEOUT_S, check=False)
+        result = run_probe([interpreter, "-c", _SCRIPT], timeout_s=PROBE_TIMEOUT_S,
+                           declared=PROBE_ENV_NAMES)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ProbeReport(backend=backend, available=False,
                            reason=f"probe interpreter {interpreter} failed: {exc}")

@@ -24,13 +24,18 @@ from edge_contracts.devices import (
     Integration,
     vram_pool,
 )
+from edge_core.host.probe_process import run_probe
 
-__all__ = ["Gpu", "GpuProbe", "cached_probe", "parse_nvidia_smi", "probe_gpus"]
+__all__ = ["SMI_ENV_NAMES", "Gpu", "GpuProbe", "cached_probe", "parse_nvidia_smi",
+           "probe_gpus"]
 
 #: The ``nvidia-smi`` query the fallback runs (memory in MiB, no header, no units).
 SMI_QUERY = ("--query-gpu=index,uuid,name,memory.total,driver_version",
              "--format=csv,noheader,nounits")
 _MIB = 1024 * 1024
+SMI_ENV_NAMES: tuple[str, ...] = ()
+"""What ``nvidia-smi`` takes from the controller's environment besides the probe allowlist
+(:mod:`edge_core.host.probe_process`): nothing (it lists every GPU the driver has)."""
 
 
 def _gpu_tuple(values: Iterable[Gpu]) -> tuple[Gpu, ...]:
@@ -173,8 +178,8 @@ def probe_gpus(nvidia_smi: str | None = "nvidia-smi", *, use_nvml: bool = True,
             reasons.append(f"nvidia-smi: command not found: {nvidia_smi!r}")
         else:
             try:
-                done = subprocess.run([command, *SMI_QUERY], capture_output=True, text=True,
-                                      timeout=timeout_s, check=False)
+                done = run_probe([command, *SMI_QUERY], timeout_s=timeout_s,
+                                 declared=SMI_ENV_NAMES)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 reasons.append(f"nvidia-smi: {type(exc).__name__}: {exc}")
             else:

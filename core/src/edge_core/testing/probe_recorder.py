@@ -1,7 +1,7 @@
 """Tests of probe isolation: a command that records how it was started, then runs the real one.
 
 :func:`recording_command` writes a POSIX shell script that saves the environment it
-received and what its standard input is, then ``exec``\\ s the real command with the same
+received and what its standard input is, then execs the real command with the same
 arguments. Given to a probe as its interpreter (``EDGE_QNN_PYTHON``, a vendor backend's
 interpreter) or as its ``nvidia-smi``, it shows what that probe's process really got,
 while the probe still runs for real. POSIX only (the script needs ``/bin/sh`` and

@@ -21,7 +21,8 @@ from edge_core.backend import ProbeReport
 from edge_core.host.probe_process import DROP_CWD, run_probe
 from edge_core.pools import detect_execution_domain, host_cpu
 
-__all__ = ["EP_NAME", "PROBE_ENV_NAMES", "PYTHON_ENV", "probe_interpreter", "probe_qnn", "report_from"]
+__all__ = ["EP_NAME", "PROBE_ENV_NAMES", "PYTHON_ENV", "probe_interpreter", "probe_qnn",
+           "report_from"]
 
 EP_NAME = "QNNExecutionProvider"
 #: Environment variable naming the interpreter to probe (default: the controller's).

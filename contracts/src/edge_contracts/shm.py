@@ -22,16 +22,18 @@ Naming and permissions:
 
 Layout:
     The first :data:`HEADER_BYTES` of a segment hold a magic string, the segment's
-    current *generation* and its *owner*: the PID and creation time of the process that
-    created it; tensor data starts at ``HEADER_BYTES``. Each time the producer
-    hands a segment out it writes a new generation there, so a consumer can refuse a
-    stale reference and a stale acknowledgement frees nothing.
+    current *generation* and its *owner*: the PID and start time since boot (and, for
+    display, the creation time) of the process that created it; tensor data starts at
+    ``HEADER_BYTES``. Each time the producer hands a segment out it writes a new
+    generation there, so a consumer can refuse a stale reference and a stale
+    acknowledgement frees nothing.
 
 Leftovers:
     A producer that is killed cannot unlink its segments. Whoever owns its lifetime
     sweeps its prefix (:func:`sweep`); beyond that, :func:`sweep_dead_owners` (run by
     the next edge-core process and by ``edge cleanup``) unlinks every edge segment whose
-    owner process is gone — checked by PID *and* creation time, so a segment of a live
+    owner process is gone — checked by PID *and* start time since boot (which a step of
+    the wall clock does not move: :mod:`edge_contracts.owners`), so a segment of a live
     owner, or of an owner whose PID was reused, is never touched. A segment whose owner
     cannot be read (another user's, or not an edge segment) is left alone.
 
@@ -56,7 +58,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from edge_contracts.errors import ContractError
-from edge_contracts.owners import owner_alive, owner_identity
+from edge_contracts.owners import Owner, owner_alive, owner_identity
 from edge_contracts.sealed import FdChannel, create_sealed, open_sealed
 
 
@@ -116,7 +118,9 @@ DEFAULT_MAX_BUFFERS = 256
 
 _MAGIC = b"EDGESHM1"
 _HEADER = struct.Struct("<8sQ")
-_OWNER = struct.Struct("<Qd")  # at _HEADER.size: creator PID, creator creation time
+# At _HEADER.size: creator PID, creation time (epoch, display only), start time since boot
+# (0.0 from older writers: their header page stays zero after the creation time).
+_OWNER = struct.Struct("<Qdd")
 _PAGE = mmap.PAGESIZE
 _PREFIX_RE = re.compile(r"^[0-9a-f]{8}$")
 _NAME_RE = re.compile(r"^edge_[0-9a-f]{8}_[0-9a-f]{16}$")
@@ -185,8 +189,8 @@ def sweep(prefix: str) -> list[str]:
     return removed
 
 
-def segment_owner(name: str) -> tuple[int, float] | None:
-    """The ``(pid, creation time)`` recorded in segment ``name``; None if unreadable.
+def segment_owner(name: str) -> Owner | None:
+    """The creator recorded in segment ``name``; None if unreadable.
 
     None also for a segment that is not an edge segment (wrong magic) or predates owner
     records (PID 0).
@@ -205,12 +209,12 @@ def segment_owner(name: str) -> tuple[int, float] | None:
         os.close(fd)
     if len(raw) < _HEADER.size + _OWNER.size or raw[:8] != _MAGIC:
         return None
-    pid, created = _OWNER.unpack_from(raw, _HEADER.size)
-    return (int(pid), float(created)) if pid > 0 else None
+    pid, created, start = _OWNER.unpack_from(raw, _HEADER.size)
+    return Owner(int(pid), float(start), float(created)) if pid > 0 else None
 
 
-def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, int, float]]:
-    """Unlink every edge segment whose owner process is gone; return ``(name, pid, time)``.
+def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, Owner]]:
+    """Unlink every edge segment whose owner process is gone; return ``(name, owner)``.
 
     With ``dry_run`` nothing is unlinked. Segments of live owners and segments whose
     owner cannot be read are never touched.
@@ -218,11 +222,16 @@ def sweep_dead_owners(*, dry_run: bool = False) -> list[tuple[str, int, float]]:
     found = []
     for name in segment_names():
         owner = segment_owner(name)
-        if owner is None or owner_alive(*owner):
+        if owner is None or owner_alive(owner):
             continue
         if dry_run or _unlink(name):
-            found.append((name, owner[0], owner[1]))
+            found.append((name, owner))
     return found
+
+
+def _pack_owner(mapping: mmap.mmap) -> None:
+    owner = owner_identity()
+    _OWNER.pack_into(mapping, _HEADER.size, owner.pid, owner.create_time, owner.start_time)
 
 
 def _unlink(name: str) -> bool:
@@ -269,7 +278,7 @@ class Segment:
             except OSError as exc:  # the channel is full (the peer takes nothing) or gone
                 raise ShmCapExceeded("shm.channel", name, f"descriptor not sent ({exc})") from None
             _HEADER.pack_into(mapping, 0, _MAGIC, 0)
-            _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
+            _pack_owner(mapping)
             return cls(name, mapping, writable=True, sealed=True)
         if _posixshmem is None:  # pragma: no cover
             raise ShmError("shm", name, "shared memory is not available in this interpreter")
@@ -286,7 +295,7 @@ class Segment:
         finally:
             os.close(fd)
         _HEADER.pack_into(mapping, 0, _MAGIC, 0)
-        _OWNER.pack_into(mapping, _HEADER.size, *owner_identity())
+        _pack_owner(mapping)
         return cls(name, mapping, writable=True)
 
     @classmethod

@@ -70,6 +70,7 @@ __all__ = [
     "hello_meta",
     "parse_ack",
     "process_create_time",
+    "process_start_time",
     "read_boot",
 ]
 
@@ -201,12 +202,22 @@ def boot_frame(boot: BootConfig) -> FrameHeader:
 def process_create_time() -> float | None:
     """Return this process's creation time as psutil computes it on Linux, else None.
 
-    ``/proc/self/stat`` field 22 (start time in clock ticks since boot) plus the boot
-    time from ``/proc/stat``; the controller compares it with its own psutil reading.
+    For display only: it moves with steps of the wall clock (:mod:`edge_contracts.owners`).
     """
     from edge_contracts.owners import create_time_of
 
     return create_time_of(os.getpid())
+
+
+def process_start_time() -> float | None:
+    """Return this process's start time in seconds since boot (Linux ``/proc``), else None.
+
+    ``/proc/self/stat`` field 22 over ``CLK_TCK``; the controller compares it with its own
+    reading of the started process, which no step of the wall clock can make disagree.
+    """
+    from edge_contracts.owners import start_time_of
+
+    return start_time_of(os.getpid())
 
 
 def hello_meta(
@@ -224,6 +235,7 @@ def hello_meta(
         "token": token,
         "pid": os.getpid(),
         "create_time": process_create_time(),
+        "start_time": process_start_time(),
         "features": {"required": sorted(required), "offered": sorted(offered)},
         "versions": {
             "python": ".".join(map(str, sys.version_info[:3])),

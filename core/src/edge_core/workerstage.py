@@ -29,6 +29,7 @@ from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
 from edge_core.host.health import Health
 from edge_core.host.identity import descendant_processes
+from edge_core.host.identity import start_time as identity_start_time
 from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.worker_logs import open_worker_output
@@ -49,14 +50,15 @@ def _peak_rss(proc: psutil.Process) -> int:
     return int(proc.memory_info().rss)
 
 
-def tree_peak_rss(pid: int, create_time: float) -> int:
+def tree_peak_rss(pid: int, start_time: float) -> int:
     """Sum of the peak resident memory of a process and its descendants (0 when gone).
 
-    The root is matched by (pid, creation time) so that a reused PID is never measured.
+    The root is matched by (pid, start time: :func:`edge_core.host.identity.start_time`)
+    so that a reused PID is never measured.
     """
     try:
         root = psutil.Process(pid)
-        if abs(root.create_time() - create_time) > 0.01:
+        if abs(identity_start_time(root) - start_time) > 0.01:
             return 0
         total = _peak_rss(root)
         for child in descendant_processes(root):
@@ -289,7 +291,7 @@ class WorkerStage:
 
     def _sample_memory(self) -> None:
         identity = self.client.identity
-        self._peak = max(self._peak, tree_peak_rss(identity.pid, identity.create_time))
+        self._peak = max(self._peak, tree_peak_rss(identity.pid, identity.start_time))
 
     def observed_memory(self) -> Mapping[str, int]:
         """Peak resident memory of the worker tree, charged to ``machine:ram``."""
@@ -302,6 +304,7 @@ class WorkerStage:
         return {
             "generation": self.client.generation,
             "pid": identity.pid,
+            "start_time": identity.start_time,
             "create_time": identity.create_time,
             "route": self.client.route.to_dict(),
             "runtime": dict(self.client.hello.get("versions", {})),

@@ -158,7 +158,7 @@ def test_the_next_process_sweeps_a_dead_owners_segments_and_never_a_live_ones():
     try:
         assert live.stdout is not None
         live_segment = live.stdout.readline().decode().strip()
-        assert segment_owner(live_segment)[0] == live.pid  # type: ignore[index]
+        assert segment_owner(live_segment).pid == live.pid  # type: ignore[union-attr]
         listed = {item.path for item in find_leftovers() if item.kind == "segment"}
         assert set(left) <= listed and live_segment not in listed
         remove_leftovers()
@@ -207,12 +207,12 @@ def test_edge_cleanup_reports_and_removes(capsys, tmp_path):
     assert not Path(staged).exists()
 
 
-def test_a_tag_is_judged_by_pid_and_creation_time(tmp_path):
+def test_a_tag_is_judged_by_pid_and_start_time(tmp_path):
     from edge_core.host.leftovers import owner_tag
 
     mine = tmp_path / f"edge-bundle-{owner_tag()}-abc"
-    pid, centis = owner_tag()[1:].split("-")
-    reused = tmp_path / f"edge-stage-o{pid}-{int(centis) - 1000}-abc"  # same PID, older
+    pid, centis = owner_tag()[1:].split("-b")
+    reused = tmp_path / f"edge-stage-o{pid}-b{int(centis) - 1000}-abc"  # same PID, older
     gone = tmp_path / "edge-stage-o999999999-1-abc"
     other = tmp_path / "edge-stage-not-a-tag"
     for path in (mine, reused, gone, other):

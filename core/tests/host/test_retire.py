@@ -83,7 +83,7 @@ def test_reused_pid_is_never_signalled():
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         real = ProcessIdentity.of(bystander.pid)
-        stale = ProcessIdentity(bystander.pid, real.create_time - 100.0)
+        stale = ProcessIdentity(bystander.pid, real.start_time - 100.0)
         assert not stale.is_alive()
         outcome = ProcessTree(stale).retire(deadline_s=0.5)
         assert outcome.verified

@@ -40,7 +40,7 @@ def test_workers_run_under_a_subreaping_supervisor(start):
     assert supervisor is not None and supervisor.pid == client._tree.root.pid
     assert os.getsid(supervisor.pid) == supervisor.pid  # the session leader
     assert client.hello["pid"] == worker.pid
-    assert client.identity == ProcessIdentity(worker.pid, worker.create_time())
+    assert client.identity == ProcessIdentity.of(worker.pid)
 
 
 def test_an_escaped_grandchild_is_found_and_killed_after_the_worker_dies(start):

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from edge_core.host.identity import descendant_processes
+from edge_core.host.identity import descendant_processes, start_time
 from edge_core.workerstage import tree_peak_rss
 
 TREE = (
@@ -30,9 +30,9 @@ def test_descendants_match_psutil_and_peak_memory_sums_the_tree():
         expected = sorted(p.pid for p in root.children(recursive=True))
         assert len(expected) == 4  # two children, each with a child
         assert sorted(p.pid for p in descendant_processes(root)) == expected
-        total = tree_peak_rss(root.pid, root.create_time())
+        total = tree_peak_rss(root.pid, start_time(root))
         assert total > psutil.Process(root.pid).memory_info().rss  # more than the root
-        assert tree_peak_rss(root.pid, root.create_time() + 5) == 0  # not that process
+        assert tree_peak_rss(root.pid, start_time(root) + 5) == 0  # not that process
     finally:
         for proc in psutil.Process(root_proc.pid).children(recursive=True):
             proc.kill()

@@ -22,7 +22,8 @@ def request(
 def test_hello_reports_identity_versions_and_features(start):
     client = start()
     assert client.hello["pid"] == client.identity.pid
-    assert client.identity.matches(client.hello["create_time"])
+    assert client.identity.matches(client.hello["start_time"])
+    assert abs(client.hello["create_time"] - client.identity.create_time) < 0.05
     assert client.hello["versions"]["echo"] == "1"
     assert "numpy" in client.hello["versions"]
     assert "shm-tensors" in client.features

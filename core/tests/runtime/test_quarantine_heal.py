@@ -88,8 +88,8 @@ def test_a_quarantine_stays_while_a_recorded_process_lives_then_a_sweep_heals_it
     assert ledger.heal("sweep") == ()
     (token,) = ledger.quarantined()
     assert ledger.reserved("machine:ram") == 256 * MiB
-    # a reused PID is not the process that was recorded: only PID + creation time count
-    assert not ProcessIdentity(alive.pid, alive.create_time - 100).is_alive()
+    # a reused PID is not the process that was recorded: only PID + start time count
+    assert not ProcessIdentity(alive.pid, alive.start_time - 100).is_alive()
     bystander.kill()
     bystander.wait()
     ledger.reserve("other", {"machine:ram": MiB})  # every reservation sweeps first

@@ -98,15 +98,16 @@ def _now() -> str:
 
 
 def _memory(pipeline: Pipeline) -> dict[str, Any]:
+    from edge_core.host.identity import described_identity
     from edge_core.workerstage import tree_peak_rss
 
     stages = {}
     checks = {s["id"]: s["memory_check"] for s in pipeline.execution_plan()["stages"]}
     for runtime in pipeline.stages:
         described: dict[str, Any] = dict(runtime.loaded.describe())
-        pid, created = described.get("pid"), described.get("create_time")
-        peak = (tree_peak_rss(int(pid), float(created))
-                if pid is not None and created is not None else None)
+        identity = described_identity(described)
+        peak = (tree_peak_rss(identity.pid, identity.start_time)
+                if identity is not None else None)
         observed = dict(runtime.loaded.observed_memory())
         stages[runtime.stage_id] = {
             "worker_tree_peak_rss_bytes": peak, "observed": observed,

@@ -51,7 +51,7 @@ from edge_core.host.client import WorkerClient
 from edge_core.host.environment import check_env_names, worker_environment
 from edge_core.host.errors import BootstrapRefused, RouteRefused
 from edge_core.host.exit_cleanup import track
-from edge_core.host.identity import ProcessIdentity
+from edge_core.host.identity import CREATE_TIME_TOLERANCE_S, ProcessIdentity
 from edge_core.host.leftovers import sweep_once
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
@@ -282,7 +282,7 @@ def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:
         try:
             proc = psutil.Process(pid)
             if proc.ppid() == tree.root.pid:
-                return ProcessIdentity(pid, proc.create_time())
+                return ProcessIdentity.of_process(proc)
         except psutil.Error:
             pass
     return tree.root
@@ -344,13 +344,7 @@ def _verify_hello(
         raise BootstrapRefused(
             "hello.pid", f"must be the started process {root.pid}", meta.get("pid")
         )
-    created = meta.get("create_time")
-    if created is not None and (
-        not isinstance(created, int | float) or not root.matches(float(created))
-    ):
-        raise BootstrapRefused(
-            "hello.create_time", f"must match the started process ({root.create_time})", created
-        )
+    _verify_start(meta, root)
     features = meta.get("features")
     if not isinstance(features, Mapping):
         raise BootstrapRefused("hello.features", "must be an object", features)
@@ -362,3 +356,28 @@ def _verify_hello(
     if missing:
         raise BootstrapRefused("hello.features", "worker does not offer required features", missing)
     return in_use
+
+
+def _verify_start(meta: Mapping[str, Any], root: ProcessIdentity) -> None:
+    """The hello's start time (since boot) must be the started process's.
+
+    A worker that reads no start time (no ``/proc``) sends None and is not checked; one
+    that sends only ``create_time`` (an older worker) is checked by it as before, which a
+    step of the wall clock between its reading and the controller's can make fail.
+    """
+    started = meta.get("start_time")
+    if started is not None:
+        if not isinstance(started, int | float) or not root.matches(float(started)):
+            raise BootstrapRefused(
+                "hello.start_time", f"must match the started process ({root.start_time})",
+                started,
+            )
+        return
+    created = meta.get("create_time")
+    if created is not None and (
+        not isinstance(created, int | float)
+        or abs(float(created) - root.create_time) > CREATE_TIME_TOLERANCE_S
+    ):
+        raise BootstrapRefused(
+            "hello.create_time", f"must match the started process ({root.create_time})", created
+        )

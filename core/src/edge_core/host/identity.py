@@ -1,9 +1,16 @@
-"""Process identity: a PID is only meaningful together with the process's creation time.
+"""Process identity: a PID is only meaningful together with the process's start time.
 
-A :class:`ProcessIdentity` is the pair ``(pid, create_time)``. Every liveness check and
+A :class:`ProcessIdentity` is the pair ``(pid, start_time)``. Every liveness check and
 every signal goes through :meth:`ProcessIdentity.process`, which returns a live
 :class:`psutil.Process` only when the PID still belongs to the *same* process; a PID that
 was reused by an unrelated process is therefore never signalled.
+
+The start time is read by :func:`start_time`: on Linux, seconds from boot to the start
+(``/proc/PID/stat``, :mod:`edge_contracts.owners`), which no step of the wall clock moves.
+psutil's ``create_time()`` adds the boot time, re-read from ``/proc/stat`` at each call
+and moved by every step (NTP, VM resume, ``settimeofday``): it is kept in the identity
+for display only. Where ``/proc`` is missing the start time *is* psutil's creation time,
+which those platforms store with the process (a step does not change it either).
 """
 
 from __future__ import annotations
@@ -15,40 +22,80 @@ from collections.abc import Iterable, Mapping
 import attrs
 import psutil
 
+from edge_contracts import owners
+from edge_contracts.owners import proc_stat_available, process_start
+
 __all__ = [
     "CREATE_TIME_TOLERANCE_S",
+    "START_TIME_BOOT_RELATIVE",
     "ProcessIdentity",
     "descendant_processes",
     "descendants",
+    "described_identity",
     "related_members",
     "session_members",
+    "start_time",
 ]
 
 CREATE_TIME_TOLERANCE_S = 0.05
-"""Two creation times closer than this name the same process (clock-tick granularity)."""
+"""Two start times closer than this name the same process (clock-tick granularity)."""
+
+START_TIME_BOOT_RELATIVE = proc_stat_available()
+"""True where start times count from boot (Linux ``/proc``); else they are psutil's."""
+
+
+def start_time(proc: psutil.Process) -> float:
+    """The start time that names ``proc`` (see the module docstring).
+
+    Raises:
+        psutil.NoSuchProcess: it is gone.
+    """
+    if not START_TIME_BOOT_RELATIVE:
+        return proc.create_time()
+    found = process_start(proc.pid)
+    if found is None:
+        raise psutil.NoSuchProcess(proc.pid)
+    return found[0]
+
+
+def _display_time(started: float) -> float:
+    """Seconds since the epoch for the start time ``started``; 0.0 if it cannot be told."""
+    if not START_TIME_BOOT_RELATIVE:
+        return started
+    booted = owners.boot_time()  # read now: moves with steps of the wall clock
+    return 0.0 if booted is None else started + booted
 
 
 @attrs.frozen
 class ProcessIdentity:
-    """A process named by PID and creation time (seconds since the epoch, as psutil gives)."""
+    """A process named by PID and start time; equal identities name the same process."""
 
     pid: int
-    create_time: float
+    start_time: float
+    """Seconds from boot to its start on Linux; psutil's creation time elsewhere."""
+    create_time: float = attrs.field(default=0.0, eq=False)
+    """Seconds since the epoch, as psutil gave it at capture: for plans and reports only."""
 
     @classmethod
     def of(cls, pid: int) -> ProcessIdentity:
         """Capture the identity of the live process ``pid`` (raises ``psutil.NoSuchProcess``)."""
-        return cls(pid, psutil.Process(pid).create_time())
+        return cls.of_process(psutil.Process(pid))
 
-    def matches(self, create_time: float) -> bool:
-        """Tell whether ``create_time`` names the same process as this identity."""
-        return abs(self.create_time - create_time) <= CREATE_TIME_TOLERANCE_S
+    @classmethod
+    def of_process(cls, proc: psutil.Process) -> ProcessIdentity:
+        """Capture the identity of ``proc`` (raises ``psutil.NoSuchProcess``)."""
+        started = start_time(proc)
+        return cls(proc.pid, started, _display_time(started))
+
+    def matches(self, started: float) -> bool:
+        """Tell whether the start time ``started`` names the same process as this identity."""
+        return abs(self.start_time - started) <= CREATE_TIME_TOLERANCE_S
 
     def process(self) -> psutil.Process | None:
         """Return the live, non-zombie process of this identity; None if gone or reused."""
         try:
             proc = psutil.Process(self.pid)
-            if not self.matches(proc.create_time()):
+            if not self.matches(start_time(proc)):
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -64,12 +111,34 @@ class ProcessIdentity:
 
     def to_dict(self) -> dict[str, float | int]:
         """Plain form for execution plans and reports."""
-        return {"pid": self.pid, "create_time": self.create_time}
+        return {"pid": self.pid, "start_time": self.start_time, "create_time": self.create_time}
+
+
+def described_identity(described: Mapping[str, object]) -> ProcessIdentity | None:
+    """The worker identity in a stage's ``describe()`` (``pid``, ``start_time``); None if none.
+
+    A description with ``create_time`` but no ``start_time`` (a stage written before start
+    times counted from boot) is turned into a start time with the boot time read now, so a
+    step of the wall clock since its capture makes it name no process.
+    """
+    pid, started = described.get("pid"), described.get("start_time")
+    created = described.get("create_time")
+    if type(pid) is not int:
+        return None
+    shown = float(created) if isinstance(created, int | float) else 0.0
+    if isinstance(started, int | float):
+        return ProcessIdentity(pid, float(started), shown)
+    if not isinstance(created, int | float):
+        return None
+    if not START_TIME_BOOT_RELATIVE:
+        return ProcessIdentity(pid, shown, shown)
+    booted = owners.boot_time()
+    return None if booted is None else ProcessIdentity(pid, shown - booted, shown)
 
 
 def _identity(proc: psutil.Process) -> ProcessIdentity | None:
     try:
-        return ProcessIdentity(proc.pid, proc.create_time())
+        return ProcessIdentity.of_process(proc)
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
@@ -131,27 +200,26 @@ def session_members(leader: ProcessIdentity) -> set[ProcessIdentity]:
             if os.getsid(pid) != leader.pid:  # one cheap call per process
                 continue
             proc = psutil.Process(pid)
-            created = proc.create_time()
+            member = ProcessIdentity.of_process(proc)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-        if created + CREATE_TIME_TOLERANCE_S < leader.create_time:
+        if member.start_time + CREATE_TIME_TOLERANCE_S < leader.start_time:
             continue
-        if reused_at is not None and created >= reused_at:
+        if reused_at is not None and member.start_time >= reused_at:
             continue  # a member of the unrelated session of whoever reused the PID
-        members.add(ProcessIdentity(proc.pid, created))
+        members.add(member)
     return members
 
 
 def _reuse_time(leader: ProcessIdentity) -> float | None:
-    """Creation time of an unrelated process now holding ``leader``'s PID, if any."""
+    """Start time of an unrelated process now holding ``leader``'s PID, if any."""
     try:
-        created = psutil.Process(leader.pid).create_time()
+        created = start_time(psutil.Process(leader.pid))
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
     return None if leader.matches(created) else created
-
 
 
 def _group_members(anchors: Mapping[int, ProcessIdentity]) -> set[ProcessIdentity]:
@@ -174,17 +242,17 @@ def _group_members(anchors: Mapping[int, ProcessIdentity]) -> set[ProcessIdentit
             leader = anchors[group]
             try:
                 proc = psutil.Process(pid)
-                created = proc.create_time()
+                member = ProcessIdentity.of_process(proc)
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
             except psutil.Error:
                 continue
             reused_at = reuse[group]
-            if created + CREATE_TIME_TOLERANCE_S < leader.create_time or (
-                reused_at is not None and created >= reused_at
+            if member.start_time + CREATE_TIME_TOLERANCE_S < leader.start_time or (
+                reused_at is not None and member.start_time >= reused_at
             ):
                 continue
-            members.add(ProcessIdentity(proc.pid, created))
+            members.add(member)
     return members
 
 

@@ -3,19 +3,21 @@
 A controller killed with ``SIGKILL`` runs no cleanup. Its worker supervisors clean up
 after it (:mod:`edge_core.host.supervisor`), but a supervisor can be killed too. So
 everything edge-core puts outside a process carries its owner's identity, PID plus
-creation time:
+start time (since boot on Linux, which no step of the wall clock moves:
+:mod:`edge_core.host.identity`):
 
 * shared-memory segments record their creator in the segment header
   (:func:`edge_contracts.shm.segment_owner`);
 * staged directories in the system temporary directory — worker packages
   (``edge-stage-``) and verified bundle copies (``edge-bundle-``) — carry it in their
-  name: ``edge-stage-o<pid>-<creation time in centiseconds>-<random>``
-  (:func:`owner_tag`).
+  name: ``edge-stage-o<pid>-b<start time since boot in centiseconds>-<random>``
+  (:func:`owner_tag`; without ``/proc``, ``o<pid>-<creation time in centiseconds>``,
+  the form every tag had before start times counted from boot).
 
 :func:`find_leftovers` lists what belongs to owners that are gone; :func:`remove_leftovers`
 removes it. The first worker started in a process runs :func:`sweep_once`, and
 ``edge cleanup`` runs the same on demand. An owner counts as gone only when no process
-has its PID *and* creation time, so a live owner's files, and files whose owner cannot
+has its PID *and* start time, so a live owner's files, and files whose owner cannot
 be told, are never removed. Directories made under a caller's own ``staging_root`` are
 the caller's to clean.
 """
@@ -32,8 +34,13 @@ from pathlib import Path
 import attrs
 import psutil
 
+from edge_contracts.owners import Owner
 from edge_contracts.shm import sweep_dead_owners
-from edge_core.host.identity import CREATE_TIME_TOLERANCE_S
+from edge_core.host.identity import (
+    CREATE_TIME_TOLERANCE_S,
+    START_TIME_BOOT_RELATIVE,
+    ProcessIdentity,
+)
 
 __all__ = [
     "TEMP_KINDS",
@@ -46,9 +53,9 @@ __all__ = [
 ]
 
 TEMP_KINDS = ("stage", "bundle")
-"""Kinds of owner-tagged directories: ``edge-<kind>-o<pid>-<centiseconds>-<random>``."""
+"""Kinds of owner-tagged directories: ``edge-<kind>-o<pid>-b<centiseconds>-<random>``."""
 
-_TAGGED = re.compile(r"^edge-(stage|bundle)-o(\d+)-(\d+)-")
+_TAGGED = re.compile(r"^edge-(stage|bundle)-o(\d+)-(b?)(\d+)-")
 _swept = False
 _sweep_lock = threading.Lock()
 
@@ -64,21 +71,29 @@ class Leftover:
     owner_pid: int
     """The owner's PID."""
     owner_create_time: float
-    """The owner's creation time (seconds since the epoch)."""
+    """The owner's creation time (seconds since the epoch; 0.0 when not recorded)."""
+    owner_start_time: float = 0.0
+    """The owner's start time (seconds since boot; 0.0 when not recorded)."""
 
     def to_json(self) -> dict[str, object]:
         """Plain form for ``edge cleanup --json``."""
         return {
             "kind": self.kind,
             "path": self.path,
-            "owner": {"pid": self.owner_pid, "create_time": self.owner_create_time},
+            "owner": {"pid": self.owner_pid, "create_time": self.owner_create_time,
+                      "start_time": self.owner_start_time},
         }
 
 
 def owner_tag() -> str:
-    """This process's tag for the names it creates: ``o<pid>-<creation centiseconds>``."""
-    me = psutil.Process()
-    return f"o{me.pid}-{round(me.create_time() * 100)}"
+    """This process's tag for the names it creates: ``o<pid>-b<start centiseconds>``.
+
+    ``b``: the start time counts from boot. Where it does not (no ``/proc``), the tag is
+    ``o<pid>-<creation centiseconds>``.
+    """
+    me = ProcessIdentity.of(os.getpid())
+    mark = "b" if START_TIME_BOOT_RELATIVE else ""
+    return f"o{me.pid}-{mark}{round(me.start_time * 100)}"
 
 
 def tagged_prefix(kind: str) -> str:
@@ -86,17 +101,25 @@ def tagged_prefix(kind: str) -> str:
     return f"edge-{kind}-{owner_tag()}-"
 
 
-def _owner_alive(pid: int, created: float) -> bool:
+def _owner_alive(pid: int, centis: int, boot_relative: bool) -> bool:
+    """Whether the owner tagged ``o<pid>-[b]<centis>`` runs (True when it cannot be told).
+
+    A tag without ``b`` on a host that counts from boot was written before start times
+    did: it is judged by psutil's creation time, which steps of the wall clock move.
+    """
     try:
         proc = psutil.Process(pid)
-        now = proc.create_time()
+        if boot_relative or not START_TIME_BOOT_RELATIVE:
+            now = ProcessIdentity.of_process(proc).start_time
+        else:
+            now = proc.create_time()
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:  # cannot tell: keep it
         return True
-    return abs(now - created) <= max(CREATE_TIME_TOLERANCE_S, 0.011)
+    return abs(now - centis / 100) <= max(CREATE_TIME_TOLERANCE_S, 0.011)
 
 
 def _dead_directories(root: Path) -> list[Leftover]:
@@ -114,23 +137,26 @@ def _dead_directories(root: Path) -> list[Leftover]:
                 continue  # another user's: not ours to judge
         except OSError:
             continue
-        pid, created = int(match.group(2)), int(match.group(3)) / 100
-        if not _owner_alive(pid, created):
-            found.append(Leftover(match.group(1), entry.path, pid, created))
+        pid, boot_relative, centis = int(match.group(2)), bool(match.group(3)), int(match.group(4))
+        if not _owner_alive(pid, centis, boot_relative):
+            start, created = (centis / 100, 0.0) if boot_relative else (0.0, centis / 100)
+            found.append(Leftover(match.group(1), entry.path, pid, created, start))
     return found
+
+
+def _segment(name: str, owner: Owner) -> Leftover:
+    return Leftover("segment", name, owner.pid, owner.create_time, owner.start_time)
 
 
 def find_leftovers(temp_dir: str | os.PathLike[str] | None = None) -> list[Leftover]:
     """List the segments and staged directories whose owner is gone (nothing removed)."""
-    segments = [Leftover("segment", name, pid, created)
-                for name, pid, created in sweep_dead_owners(dry_run=True)]
+    segments = [_segment(name, owner) for name, owner in sweep_dead_owners(dry_run=True)]
     return segments + _dead_directories(Path(temp_dir or tempfile.gettempdir()))
 
 
 def remove_leftovers(temp_dir: str | os.PathLike[str] | None = None) -> list[Leftover]:
     """Remove what :func:`find_leftovers` lists (re-checking each owner); return it."""
-    removed = [Leftover("segment", name, pid, created)
-               for name, pid, created in sweep_dead_owners()]
+    removed = [_segment(name, owner) for name, owner in sweep_dead_owners()]
     for leftover in _dead_directories(Path(temp_dir or tempfile.gettempdir())):
         shutil.rmtree(leftover.path, ignore_errors=True)
         if not os.path.exists(leftover.path):

@@ -19,6 +19,7 @@ import psutil
 from edge_core.config import load_pipeline
 from edge_core.errors import EdgeError
 from edge_core.host.client import WorkerClient
+from edge_core.host.identity import described_identity, start_time
 from edge_core.runtime import Pipeline
 from edge_core.runtime.opening import default_ledger
 from edge_core.runtime.stage_runtime import StageRuntime
@@ -196,25 +197,30 @@ def run_once(runtime: StageRuntime, subject: Subject) -> Any:
 
 
 def worker_identity(runtime: StageRuntime) -> tuple[int, float]:
-    """The worker's (pid, creation time) as the loaded stage describes it.
+    """The worker's (pid, start time) as the loaded stage describes it.
+
+    The start time is :func:`edge_core.host.identity.start_time`'s (since boot on Linux),
+    so a step of the wall clock never makes a live worker look replaced or gone.
 
     Raises:
         CheckFailed: the stage does not describe its worker's identity — every worker must
             announce one, and the retire and cancel checks cannot verify anything without it.
     """
     described = runtime.loaded.describe()
+    identity = described_identity(described)
+    if identity is not None:
+        return identity.pid, identity.start_time
     pid, created = described.get("pid"), described.get("create_time")
-    if isinstance(pid, int) and isinstance(created, int | float):
-        return pid, float(created)
-    raise CheckFailed(f"describe(): no worker identity (pid, create_time): "
-                      f"{{'pid': {pid!r}, 'create_time': {created!r}}}")
+    raise CheckFailed(f"describe(): no worker identity (pid, start_time or create_time): "
+                      f"{{'pid': {pid!r}, 'start_time': {described.get('start_time')!r}, "
+                      f"'create_time': {created!r}}}")
 
 
 def gone(identity: tuple[int, float]) -> bool:
-    """True when that exact process no longer runs (a reused PID does not count)."""
+    """True when that exact process (pid, start time) is gone (a reused PID does not count)."""
     try:
         proc = psutil.Process(identity[0])
-        return (abs(proc.create_time() - identity[1]) > 0.01
+        return (abs(start_time(proc) - identity[1]) > 0.01
                 or proc.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True

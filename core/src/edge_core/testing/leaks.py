@@ -29,6 +29,7 @@ import attrs
 import psutil
 
 from edge_contracts.shm import own_prefixes, segment_names, segment_owner
+from edge_core.host.identity import start_time
 
 __all__ = ["LeakReport", "Snapshot", "leaks_since", "no_leaks", "snapshot"]
 
@@ -76,7 +77,7 @@ def _children() -> frozenset[tuple[int, float]]:
     found = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            found.add((child.pid, child.create_time()))
+            found.add((child.pid, start_time(child)))  # never moved by wall-clock steps
         except psutil.NoSuchProcess:
             continue
     return frozenset(found)
@@ -139,7 +140,7 @@ def _ours(names: frozenset[str], children: frozenset[tuple[int, float]]) -> froz
             mine.add(name)
             continue
         owner = segment_owner(name)
-        if owner is not None and owner[0] in pids:
+        if owner is not None and owner.pid in pids:
             mine.add(name)
     return frozenset(mine)
 

@@ -216,6 +216,17 @@ def hello_error_not_object() -> BaseHandler:
     raise SystemExit(0)
 
 
+def wrong_start_time() -> BaseHandler:
+    """Says hello with the right token but a start time 100 s off its own, then hangs."""
+    boot = sys._getframe(1).f_locals["boot"]  # the serve loop that called this factory
+    meta = hello_meta(
+        boot.token, required=frozenset(), offered=frozenset(), versions={}, shm_prefix=None
+    )
+    meta["start_time"] = float(meta["start_time"]) + 100.0
+    _forge(FrameHeader("hello", "", "", 0, boot.generation, meta=meta))
+    raise SystemExit(0)
+
+
 def broken_factory() -> BaseHandler:
     """A factory that fails: the hello reports the error."""
     raise RuntimeError("cannot build the handler")

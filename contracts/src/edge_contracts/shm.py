@@ -47,7 +47,6 @@ Retention:
 
 from __future__ import annotations
 
-import importlib
 import mmap
 import os
 import re
@@ -55,29 +54,13 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Protocol, cast
 
+from edge_contracts._posix_shm import load_posixshmem
 from edge_contracts.errors import ContractError
 from edge_contracts.owners import Owner, owner_alive, owner_identity
 from edge_contracts.sealed import FdChannel, create_sealed, open_sealed
 
-
-class _PosixShm(Protocol):
-    """The two functions of CPython's private ``_posixshmem`` module that are used here."""
-
-    def shm_open(self, path: str, flags: int, mode: int = 0o777) -> int: ...
-
-    def shm_unlink(self, path: str) -> None: ...
-
-
-def _load_posixshmem() -> _PosixShm | None:
-    try:  # CPython on POSIX; absent on Windows, where shared memory is not offered.
-        return cast(_PosixShm, importlib.import_module("_posixshmem"))
-    except ImportError:  # pragma: no cover - exercised only on non-POSIX interpreters
-        return None
-
-
-_posixshmem = _load_posixshmem()
+_posixshmem = load_posixshmem()
 
 __all__ = [
     "DEFAULT_MAX_BUFFERS",

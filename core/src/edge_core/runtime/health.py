@@ -206,6 +206,19 @@ class Supervisor:
                 continue
             return
 
+    @property
+    def pending(self) -> bool:
+        """True while an automatic restart runs or may still start, as the policy allows.
+
+        False under ``never``, once closing, and after the last of ``max_restarts``
+        attempts has ended.
+        """
+        if self.policy.mode is not RestartMode.ON_FAILURE or self._closing.is_set():
+            return False
+        thread = self._thread
+        running = thread is not None and thread.is_alive()
+        return running or self.restarts < self.policy.max_restarts
+
     def reset(self) -> None:
         """The stage served again (or was restarted by hand): the count starts over."""
         self.restarts = 0

@@ -262,6 +262,20 @@ class StageRuntime:
             return np.empty(tuple(shape), dtype)
         return make(tuple(shape), dtype)
 
+    def restart_pending(self) -> bool:
+        """True when the stage does not serve now but a restart is under way or may come.
+
+        ``restarting`` (an automatic or a manual restart in progress) always is; a
+        ``failed`` or ``needs-restart`` stage is when its policy is ``on-failure`` with
+        attempts left (:attr:`Supervisor.pending`); ``ready`` and ``retired`` never are.
+        """
+        state = self.state
+        if state is StageState.RESTARTING:
+            return True
+        if state in (StageState.FAILED, StageState.NEEDS_RESTART):
+            return self.supervisor.pending
+        return False
+
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:
             waiting = self.state in (StageState.NEEDS_RESTART, StageState.FAILED)

@@ -48,6 +48,7 @@ __all__ = [
     "error_record",
     "pipeline_health",
     "replica_summary",
+    "restart_coming",
 ]
 
 MAX_BACKOFF_S = 30.0
@@ -229,6 +230,20 @@ class Supervisor:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+
+
+def restart_coming(state: StageState, supervisor: Supervisor) -> bool:
+    """True when a stage in ``state`` does not serve now but a restart runs or will.
+
+    ``restarting`` (an automatic or a manual restart in progress) always is; ``failed``
+    and ``needs-restart`` are when the policy is ``on-failure`` with attempts left
+    (:attr:`Supervisor.pending`); ``ready`` and ``retired`` never are.
+    """
+    if state is StageState.RESTARTING:
+        return True
+    if state in (StageState.FAILED, StageState.NEEDS_RESTART):
+        return supervisor.pending
+    return False
 
 
 def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth],

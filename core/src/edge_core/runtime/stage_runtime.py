@@ -45,6 +45,7 @@ from edge_core.runtime.health import (
     StageState,
     Supervisor,
     error_record,
+    restart_coming,
 )
 from edge_core.runtime.pending import Entry, PendingCall
 from edge_core.runtime.results import AckOutcome, ResultKey
@@ -263,18 +264,8 @@ class StageRuntime:
         return make(tuple(shape), dtype)
 
     def restart_pending(self) -> bool:
-        """True when the stage does not serve now but a restart is under way or may come.
-
-        ``restarting`` (an automatic or a manual restart in progress) always is; a
-        ``failed`` or ``needs-restart`` stage is when its policy is ``on-failure`` with
-        attempts left (:attr:`Supervisor.pending`); ``ready`` and ``retired`` never are.
-        """
-        state = self.state
-        if state is StageState.RESTARTING:
-            return True
-        if state in (StageState.FAILED, StageState.NEEDS_RESTART):
-            return self.supervisor.pending
-        return False
+        """Not serving, but a restart runs or will (:func:`~.health.restart_coming`)."""
+        return restart_coming(self.state, self.supervisor)
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:

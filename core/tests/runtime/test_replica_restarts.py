@@ -210,7 +210,11 @@ def test_with_restart_never_the_survivor_serves_until_no_replica_is_left(
     assert health["stages"]["a"]["error"]["layer"] == "worker"
     assert health["stages"]["a#1"]["state"] == "ready"
     assert health["stages"]["a#1"]["error"] is None
-    assert [s["state"] for s in pipeline.execution_plan()["stages"]] == ["failed", "ready"]
+    plan = pipeline.execution_plan()["stages"]
+    assert [s["state"] for s in plan] == ["failed", "ready"]
+    # the failed replica has no live worker: its dead one is not shown as if it served
+    assert (plan[0]["worker"], plan[0]["route"]) == (None, None)
+    assert plan[1]["worker"]["pid"] == pid(second) and plan[1]["route"] is not None
     kill(second)
     wait_for(lambda: second.last_retire is not None and ledger.is_empty())
     assert second.state is StageState.FAILED

@@ -174,7 +174,8 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
                 rid = None if request_id is None else f"{request_id}#{submitted}"
                 call = group.try_submit(inputs, params=params, until=until, request_id=rid)
                 if call is None and not pending:
-                    call = group.submit(inputs, params=params, until=until, request_id=rid)
+                    call = group.submit(inputs, params=params, until=until, request_id=rid,
+                                        abandoned=cancelled)
                 if call is not None:
                     pending.append((submitted, call))
                     submitted += 1
@@ -292,9 +293,9 @@ def run_chain(
                 tracker.enter(request_id, group)  # raises when it was cancelled
                 abandoned = partial(tracker.cancelled, request_id)
             stage_params = ({**(params or {}), **asked} if last else asked) or None
+            stop = cancelled if abandoned is None else (
+                lambda done=abandoned: cancelled() or done())
             if fan is not None:
-                stop = cancelled if abandoned is None else (
-                    lambda done=abandoned: cancelled() or done())
                 previous = gather(group, fan, params=stage_params, until=until,
                                   cancelled=stop, where=where, request_id=request_id)
                 if last:
@@ -302,7 +303,7 @@ def run_chain(
                     return GatheredCall(done), latencies, {}
             else:
                 pending = group.submit(data, params=stage_params, until=until,
-                                       request_id=request_id, abandoned=abandoned)
+                                       request_id=request_id, abandoned=stop)
                 if last:
                     return pending, latencies, carry
                 try:

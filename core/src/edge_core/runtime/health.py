@@ -48,6 +48,7 @@ __all__ = [
     "error_record",
     "pipeline_health",
     "replica_summary",
+    "restart_coming",
 ]
 
 MAX_BACKOFF_S = 30.0
@@ -206,6 +207,19 @@ class Supervisor:
                 continue
             return
 
+    @property
+    def pending(self) -> bool:
+        """True while an automatic restart runs or may still start, as the policy allows.
+
+        False under ``never``, once closing, and after the last of ``max_restarts``
+        attempts has ended.
+        """
+        if self.policy.mode is not RestartMode.ON_FAILURE or self._closing.is_set():
+            return False
+        thread = self._thread
+        running = thread is not None and thread.is_alive()
+        return running or self.restarts < self.policy.max_restarts
+
     def reset(self) -> None:
         """The stage served again (or was restarted by hand): the count starts over."""
         self.restarts = 0
@@ -216,6 +230,20 @@ class Supervisor:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
+
+
+def restart_coming(state: StageState, supervisor: Supervisor) -> bool:
+    """True when a stage in ``state`` does not serve now but a restart runs or will.
+
+    ``restarting`` (an automatic or a manual restart in progress) always is; ``failed``
+    and ``needs-restart`` are when the policy is ``on-failure`` with attempts left
+    (:attr:`Supervisor.pending`); ``ready`` and ``retired`` never are.
+    """
+    if state is StageState.RESTARTING:
+        return True
+    if state in (StageState.FAILED, StageState.NEEDS_RESTART):
+        return supervisor.pending
+    return False
 
 
 def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth],

@@ -2,7 +2,8 @@
 
 Split from :mod:`edge_core.runtime.pipeline`, whose :meth:`Pipeline.execution_plan
 <edge_core.runtime.pipeline.Pipeline.execution_plan>` returns :func:`execution_plan`: per
-stage (replica), its identity, backend and plugin, worker and route, reservation,
+stage (replica), its identity, backend and plugin, worker and route (``null`` while the
+replica has no live worker: failed, restarting or retired), reservation,
 warm-up placement, numerics and buckets, observed memory and evidence label; then the
 configuration and the ledger's snapshot.
 """
@@ -91,7 +92,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
     entries = []
     for stage in stages:
         runtime = stage.runtime
-        described = dict(runtime.loaded.describe()) if runtime is not None else {}
+        # Only a ready replica has a live worker: a failed, restarting or retired one's
+        # last worker is gone, and the plan does not show it as if it served.
+        live = runtime is not None and runtime.state is StageState.READY
+        described = dict(runtime.loaded.describe()) if live and runtime is not None else None
         numerics = stage.warmup.numerics if stage.warmup is not None else None
         reference = getattr(stage, "reference", None)
         evidence = evidence_of(numerics, stage.context.manifest_dir,
@@ -109,7 +113,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "restarts": runtime.supervisor.restarts if runtime is not None else 0,
             "replicas": replica_summary(states[stage.context.stage_id]),
             "worker": described,
-            "route": described.get("route"),
+            "route": described.get("route") if described is not None else None,
             "reservation": {"demands": dict(stage.demands),
                             "token": stage.token.to_json() if stage.token else None},
             "placement": (stage.warmup.placement.to_json()

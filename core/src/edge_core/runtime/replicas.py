@@ -10,8 +10,11 @@ them (without this, under four concurrent pages one page's chunk waited behind o
 p95 21 s against a p50 of 8 s). A replica whose worker is lost is
 skipped until it is ready again: its own requests fail with typed errors, the others keep
 serving; the replica's own runtime retires it, settles its reservation and — under
-``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.health`). Only
-when no replica is ready does the stage refuse with ``StageClosed``;
+``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.health`). While
+no replica is ready but one is restarting or will be (:meth:`ReplicaSet.restart_pending`),
+a request waits for it — holding its admission slot — up to its deadline (else the
+stage's ``call_timeout_s``); a cancel ends that wait. Only when no replica is ready and
+none will come back does the stage refuse with ``StageClosed``;
 :meth:`ReplicaSet.summary` says how many are live.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
+from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import replica_summary
 from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
@@ -96,16 +100,52 @@ class ReplicaSet:
                 self._lost_at[index] = runtime.generation
                 self._wake()
 
-    def _candidates(self) -> list[StageRuntime]:
+    def _serving(self) -> list[StageRuntime]:
+        """The replicas that take calls now (ready and not lost), in replica order."""
         for index in list(self.lost):  # restarted (by hand or by its policy) since
             if self.runtimes[index].generation != self._lost_at.get(index):
                 self.lost.discard(index)
-        serving = [r for i, r in enumerate(self.runtimes)
-                   if i not in self.lost and r.state is StageState.READY]
+        return [r for i, r in enumerate(self.runtimes)
+                if i not in self.lost and r.state is StageState.READY]
+
+    def _states(self) -> dict[str, str]:
+        return {r.stage_id + f"#{i}": ("lost" if i in self.lost else r.state.value)
+                for i, r in enumerate(self.runtimes)}
+
+    def restart_pending(self) -> bool:
+        """True when some replica not serving now is being restarted or will be.
+
+        See :meth:`StageRuntime.restart_pending`; a replica whose worker was found lost
+        before its runtime noticed counts when its policy would restart it.
+        """
+        for index, runtime in enumerate(self.runtimes):
+            if runtime.restart_pending():
+                return True
+            if (index in self.lost and runtime.state is StageState.READY
+                    and runtime.supervisor.pending):
+                return True
+        return False
+
+    @property
+    def restart_wait_s(self) -> float:
+        """The longest a request without a deadline waits for a replica to come back.
+
+        The stage's ``call_timeout_s`` (the largest of its replicas').
+        """
+        return max(r.call_timeout_s for r in self.runtimes)
+
+    def _candidates(self) -> list[StageRuntime]:
+        """Serving replicas, freest first; empty while none serves and a restart is pending.
+
+        Raises:
+            StageClosed: no replica serves and none will come back on its own.
+        """
+        serving = self._serving()
         if not serving:
-            states = {r.stage_id + f"#{i}": ("lost" if i in self.lost else r.state.value)
-                      for i, r in enumerate(self.runtimes)}
-            raise StageClosed(f"stages[{self.stage_id}]: no replica serving: {states}")
+            if self.restart_pending():
+                return []
+            raise StageClosed(f"stages[{self.stage_id}]: no replica serving and no restart "
+                              f"pending: {self._states()}")
         start = next(self._turn) % len(serving)
         rotated = serving[start:] + serving[:start]
         return sorted(rotated, key=lambda r: -r.slots.free)
@@ -153,19 +193,30 @@ class ReplicaSet:
         deadline: it bounds the wait and the call; ``request_id`` and ``abandoned`` go to
         the replica's :meth:`StageRuntime.submit`.
 
+        While no replica serves but one is restarting or will be (:meth:`restart_pending`),
+        the request waits for it too — bounded by ``until``/``deadline_s``, else by
+        :attr:`restart_wait_s` from when the wait for a restart began. ``abandoned()``
+        turning True (the request was cancelled) ends any wait here.
+
         Raises:
-            StageClosed: no replica is serving.
+            StageClosed: no replica is serving and none will come back (or none came back
+                within :attr:`restart_wait_s`, without a deadline).
             ResourceUnavailable: no slot freed within ``deadline_s``.
-            DeadlineExceeded: no slot freed before ``until``.
+            DeadlineExceeded: no slot freed (or no replica came back) before ``until``.
+            RequestCancelled: ``abandoned()`` said so while waiting; nothing was sent.
         """
         end = None if deadline_s is None else time.monotonic() + deadline_s
         if until is not None:
             end = until if end is None else min(end, until)
+        restart_end: float | None = None  # set once the wait for a restart begins
         with self._cond:
             ticket = next(self._tickets)
             self._waiting.append(ticket)
         try:
             while True:
+                if abandoned is not None and abandoned():
+                    raise RequestCancelled(f"request {request_id!r}: cancelled while waiting "
+                                           f"for stage {self.stage_id!r}")
                 with self._cond:
                     seen = self._wakes
                     first = self._waiting[0] == ticket
@@ -173,16 +224,12 @@ class ReplicaSet:
                         if first else None)
                 if call is not None:
                     return call
-                remaining = _RECHECK_S if end is None else end - time.monotonic()
-                if remaining <= 0 and until is not None and end == until:
-                    raise DeadlineExceeded(
-                        f"stages[{self.stage_id}].in_flight: no slot of "
-                        f"{len(self.runtimes)} replica(s) free before the deadline")
-                if remaining <= 0:
-                    raise ResourceUnavailable(
-                        f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
-                        f"{len(self.runtimes)} replica(s) taken for {deadline_s} s: "
-                        f"{self.capacity}")
+                down = not self._serving()
+                now = time.monotonic()
+                if down and restart_end is None:
+                    restart_end = now + self.restart_wait_s
+                self._check_bounds(now, end, until, deadline_s, restart_end if down else None)
+                remaining = _RECHECK_S if end is None else end - now
                 with self._cond:
                     if self._wakes == seen:
                         self._cond.wait(min(remaining, _RECHECK_S))
@@ -191,6 +238,27 @@ class ReplicaSet:
                 self._waiting.remove(ticket)
                 self._wakes += 1
                 self._cond.notify_all()
+
+    def _check_bounds(self, now: float, end: float | None, until: float | None,
+                      deadline_s: float | None, restart_end: float | None) -> None:
+        """Raise the typed error of the first bound passed (``restart_end``: none serves)."""
+        waiting_for = ("a replica to come back" if restart_end is not None
+                       else f"a slot of {len(self.runtimes)} replica(s)")
+        if end is not None and now >= end:
+            if until is not None and end == until:
+                raise DeadlineExceeded(f"stages[{self.stage_id}].in_flight: deadline_s expired "
+                                       f"waiting for {waiting_for}: {self._states()}")
+            if restart_end is not None:
+                raise StageClosed(f"stages[{self.stage_id}]: no replica came back within "
+                                  f"{deadline_s} s: {self._states()}")
+            raise ResourceUnavailable(
+                f"stages[{self.stage_id}].in_flight: all {self.capacity} slot(s) of "
+                f"{len(self.runtimes)} replica(s) taken for {deadline_s} s: "
+                f"{self.capacity}")
+        if restart_end is not None and now >= restart_end:
+            raise StageClosed(f"stages[{self.stage_id}]: no replica came back within "
+                              f"restart_wait_s (the stage's call_timeout_s): "
+                              f"{self.restart_wait_s} s: {self._states()}")
 
     def cancel(self, request_id: str | None = None) -> CancelOutcome:
         """Cancel everything in flight on every replica, or one request alone.

@@ -45,6 +45,7 @@ from edge_core.runtime.health import (
     StageState,
     Supervisor,
     error_record,
+    restart_coming,
 )
 from edge_core.runtime.pending import Entry, PendingCall
 from edge_core.runtime.results import AckOutcome, ResultKey
@@ -261,6 +262,10 @@ class StageRuntime:
         if make is None:
             return np.empty(tuple(shape), dtype)
         return make(tuple(shape), dtype)
+
+    def restart_pending(self) -> bool:
+        """Not serving, but a restart runs or will (:func:`~.health.restart_coming`)."""
+        return restart_coming(self.state, self.supervisor)
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:

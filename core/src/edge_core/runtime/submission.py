@@ -236,6 +236,8 @@ class Submission:
         try:
             return self._answer.result(wait)
         except concurrent.futures.TimeoutError:
+            if self._answer.done():  # the request's own DeadlineExceeded, a TimeoutError too
+                raise
             raise DeadlineExceeded(f"request {self.request_id!r}: no result within the "
                                    f"wait: {wait}") from None
 

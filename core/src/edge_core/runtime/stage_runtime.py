@@ -245,6 +245,29 @@ class StageRuntime:
             return np.empty(tuple(shape), dtype)
         return make(tuple(shape), dtype)
 
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is an input buffer of this stage's current worker.
+
+        Such a buffer travels by reference only to that worker; sent to another stage or
+        replica it is an ordinary array (copied).
+        """
+        owns = getattr(self.loaded, "owns_input_buffer", None)
+        return owns is not None and bool(owns(value))
+
+    def check_input_buffers(self, inputs: Mapping[str, Any]) -> None:
+        """Raise ``InputBufferBusy`` when one of ``inputs`` is a buffer a request holds."""
+        check = getattr(self.loaded, "check_input_buffers", None)
+        if check is not None:
+            check(inputs)
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """Input-buffer counts of the current worker (zeros on stages without them).
+
+        ``buffers``: alive; ``sent``: how many requests carried one by reference.
+        """
+        counts = getattr(self.loaded, "input_buffer_counts", None)
+        return dict(counts()) if counts is not None else {"buffers": 0, "sent": 0}
+
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:
             waiting = self.state in (StageState.NEEDS_RESTART, StageState.FAILED)

@@ -406,6 +406,10 @@ class Pipeline:
         """
         return self._groups[0].input_buffer(name, shape, dtype)
 
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is a first-stage input buffer in shared memory."""
+        return self._groups[0].owner_of({"value": value}) is not None
+
     def input_buffer_counts(self) -> dict[str, int]:
         """The first stage's :meth:`ReplicaSet.input_buffer_counts`."""
         return self._groups[0].input_buffer_counts()

@@ -123,8 +123,8 @@ class ReplicaSet:
 
     def owner_of(self, inputs: Mapping[str, Any]) -> StageRuntime | None:
         """The replica that owns an input buffer among ``inputs`` (the first found), if any."""
-        if not inputs:
-            return None
+        if not inputs or not any(r.made_input_buffers for r in self.runtimes):
+            return None  # the common case costs one attribute read per replica
         for value in inputs.values():
             for runtime in self.runtimes:
                 if runtime.owns_input_buffer(value):

@@ -91,6 +91,8 @@ class StageRuntime:
                                if call_timeout_s is None else call_timeout_s)
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
+        self.made_input_buffers = False
+        """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
@@ -241,6 +243,7 @@ class StageRuntime:
         self._require_ready()
         require_id(name, "input_buffer.name")
         make = getattr(self.loaded, "input_buffer", None)
+        self.made_input_buffers = make is not None or self.made_input_buffers
         if make is None:
             return np.empty(tuple(shape), dtype)
         return make(tuple(shape), dtype)

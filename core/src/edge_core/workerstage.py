@@ -221,6 +221,18 @@ class WorkerStage:
         """An input array in the controller's shared memory, sent by reference."""
         return self.client.input_buffer(shape, dtype)
 
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is one of this worker's input buffers."""
+        return self.client.owns_input_buffer(value)
+
+    def check_input_buffers(self, inputs: Mapping[str, Any]) -> None:
+        """Raise ``InputBufferBusy`` when one of ``inputs`` is a buffer still held."""
+        self.client.check_input_buffers(inputs)
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """The worker client's input-buffer counts (``buffers``, ``sent``)."""
+        return self.client.input_buffer_counts()
+
     def call(self, request: StageRequest,
              inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Send the request now; return an iterator of (event, outputs).

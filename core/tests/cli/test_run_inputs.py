@@ -162,3 +162,27 @@ def test_the_progress_bar_draws_only_on_a_terminal() -> None:
     piped = io.StringIO()
     Progress(4, piped).update(1, "x")
     assert piped.getvalue() == ""
+
+
+def test_large_inputs_travel_in_input_buffers_and_repeats_reuse_them(work: Path) -> None:
+    count = 70_000  # float32: 280 000 bytes, above the shared-memory threshold (256 KiB)
+    values = [np.arange(count, dtype=np.float32) % 97, np.arange(count, dtype=np.float32) % 89]
+    for name, numbers in zip(("big1.txt", "big2.txt"), values, strict=True):
+        (work / name).write_text(" ".join(str(int(v)) for v in numbers))
+    result = edge("run", "pipeline.toml", "--input", "big1.txt", "--input", "big2.txt",
+                  "--input", "a.txt", "--repeat", "3", "--json", cwd=work)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    lines = [entry["lines"] for entry in report["results"]]
+    assert lines == [(2 * values[0]).tolist(), (2 * values[1]).tolist(), [2.0, 4.0]]
+    # one buffer for both large inputs (same name, shape, dtype), each copied in once;
+    # their 2 x 3 requests went by reference; the small a.txt went as it was
+    assert report["input_buffers"] == {"buffers": 1, "copied": 2, "sent_by_reference": 6}
+    small = edge("run", "pipeline.toml", "--input", "a.txt", "--repeat", "2", "--json",
+                 cwd=work)
+    assert json.loads(small.stdout)["input_buffers"] == {
+        "buffers": 0, "copied": 0, "sent_by_reference": 0}
+    human = edge("run", "pipeline.toml", "--input", "big1.txt", "--repeat", "2", cwd=work)
+    assert human.returncode == 0, human.stderr
+    assert "input buffers: 1 tensor(s) copied in once, 2 request(s) sent them by reference" \
+        in human.stdout

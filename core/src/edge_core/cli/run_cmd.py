@@ -19,7 +19,7 @@ import sys
 import time
 
 from edge_core.cli import common, generated
-from edge_core.cli.run_inputs import PreparedInputs, Progress, expand_inputs
+from edge_core.cli.run_inputs import BufferedInputs, PreparedInputs, Progress, expand_inputs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -207,17 +207,18 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     answer: Any = None
     source = ""
+    buffered = BufferedInputs(pipeline)
     try:
         if prepared is None:
             inputs, source = _example_inputs(args, pipeline, say)
             if not quiet and sys.stdout.isatty() and generated.is_generate(pipeline):
                 generated.stream_text(pipeline, inputs, args.params)
-            answer = _serve(pipeline, inputs, args, samples)
+            answer = _serve(pipeline, buffered.stage(inputs), args, samples)
         else:
             progress = Progress(len(prepared.files), enabled=not quiet)
             for index, file in enumerate(prepared.files):
                 progress.update(index, file)
-                lines = _serve(pipeline, prepared.get(index), args, samples)
+                lines = _serve(pipeline, buffered.stage(prepared.get(index)), args, samples)
                 results.append({"file": file, "lines": lines})
                 if args.jsonl:
                     print(json.dumps(results[-1], default=str), flush=True)
@@ -225,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
         plan = pipeline.execution_plan()
         health = pipeline.health()
+        buffers = buffered.counts()
     except common.CommandFailed:
         pipeline.close()
         raise
@@ -244,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
         {"input": source, "answer": answer}
     report = {
         **head, "ok": True, "pipeline": plan["pipeline"], "open_s": open_s,
-        "requests": len(samples), "latency_p50_ms": p50_ms, "plan": plan, "health": health,
+        "requests": len(samples), "latency_p50_ms": p50_ms, "input_buffers": buffers,
+        "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
         "worker_logs": str(logs) if logs is not None else None,
     }
@@ -268,6 +271,9 @@ def run(args: argparse.Namespace) -> int:
     elif not args.jsonl:
         for result in results:
             _print_answer(result["lines"], result["file"], out)
+    if buffers["copied"]:
+        print(f"input buffers: {buffers['copied']} tensor(s) copied in once, "
+              f"{buffers['sent_by_reference']} request(s) sent them by reference", file=out)
     latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
     print(f"latency p50 over {len(samples)} request(s): {latency}", file=out)
     released = all(v.get("release") == "released" for v in closing.values())

@@ -11,6 +11,13 @@ input by raising ``ValueError`` (a typed subclass names the reason) or ``OSError
 other exception is a bug in ``prepare`` and propagates. The first :data:`KEEP_PREPARED`
 prepared inputs are kept for the run; later ones are prepared again when their turn comes
 (a long batch does not hold every input in memory at once).
+
+Once the pipeline is open, :class:`BufferedInputs` copies each large first-stage tensor
+(``--input``, ``--inputs`` or the bundled example) into one of the pipeline's input
+buffers, once per input: every ``--repeat`` request then sends it by reference, and a later
+input of the same name, shape and dtype reuses the same buffer. Tensors below the
+shared-memory threshold, ``carry:*`` inputs and stages without shared memory are sent as
+they are.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any, Final, TextIO
 
 from edge_core.cli import common
 
-__all__ = ["KEEP_PREPARED", "PreparedInputs", "Progress", "expand_inputs"]
+__all__ = ["KEEP_PREPARED", "BufferedInputs", "PreparedInputs", "Progress", "expand_inputs"]
 
 KEEP_PREPARED: Final = 16
 """How many prepared inputs a run keeps from the check before the pipeline opens."""
@@ -94,6 +101,45 @@ class PreparedInputs:
         """The prepared inputs of file ``index`` (kept, or prepared again)."""
         kept = self._kept.pop(index, None)
         return kept if kept is not None else self._call(self.files[index])
+
+
+class BufferedInputs:
+    """First-stage tensors copied into the pipeline's input buffers (see the module doc)."""
+
+    def __init__(self, pipeline: Any) -> None:
+        """Stage inputs for ``pipeline`` (open), through its ``input_buffer``."""
+        self._pipeline = pipeline
+        self._buffers: dict[tuple[str, tuple[int, ...], str], Any] = {}
+        self.copied = 0
+        """How many tensors were copied into a buffer (once per input and name)."""
+
+    def stage(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Return ``inputs`` with each large tensor replaced by a filled input buffer."""
+        import numpy as np
+
+        staged = dict(inputs)
+        for name, value in inputs.items():
+            if (name.startswith("carry:") or not isinstance(value, np.ndarray)
+                    or value.dtype.hasobject):
+                continue
+            key = (name, value.shape, value.dtype.str)
+            if key not in self._buffers:
+                made = self._pipeline.input_buffer(name, value.shape, value.dtype)
+                owned = self._pipeline.owns_input_buffer(made)
+                self._buffers[key] = made if owned else None  # None: a private array
+            buffer = self._buffers[key]
+            if buffer is None:
+                continue
+            buffer[...] = value
+            staged[name] = buffer
+            self.copied += 1
+        return staged
+
+    def counts(self) -> dict[str, int]:
+        """``buffers`` held, ``copied`` tensors and requests ``sent_by_reference``."""
+        return {"buffers": sum(b is not None for b in self._buffers.values()),
+                "copied": self.copied,
+                "sent_by_reference": self._pipeline.input_buffer_counts()["sent"]}
 
 
 class Progress:

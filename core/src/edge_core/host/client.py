@@ -250,6 +250,18 @@ class WorkerClient(ControlCalls, LivenessHooks):
         """An array to fill in place and send as an input by reference (see host.inputs)."""
         return self._inputs.allocate(shape, dtype)
 
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is one of this channel's input buffers (sent by reference)."""
+        return self._inputs.owns(value)
+
+    def check_input_buffers(self, inputs: Mapping[str, Any]) -> None:
+        """Raise :class:`InputBufferBusy` when one of ``inputs`` is a buffer still held."""
+        self._inputs.check(inputs)
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """``buffers``: input buffers alive or held; ``sent``: sends by reference so far."""
+        return {"buffers": self._inputs.held, "sent": self._inputs.sent}
+
     def submit(self, request: StageRequest, inputs: Mapping[str, Any] | None = None) -> Call:
         """Send one request with its input arrays; return the :class:`Call` to iterate.
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -53,6 +54,15 @@ class _Buffer:
         self.collected = False
 
 
+def _refuse_busy(found: Iterable[tuple[str, _Buffer]]) -> None:
+    for name, buffer in found:
+        if buffer.busy:
+            raise InputBufferBusy(
+                f"inputs.{name}", "still held by the worker (request in flight)",
+                buffer.lease.segment,
+            )
+
+
 class InputBuffers:
     """The input buffers of one worker channel (see the module docstring). Thread-safe."""
 
@@ -61,6 +71,7 @@ class InputBuffers:
         self._lock = threading.Lock()
         self._by_id: dict[int, _Buffer] = {}
         self._by_segment: dict[str, _Buffer] = {}
+        self._sent = 0
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
         """Return a writable array of ``shape`` and ``dtype`` to fill and send as an input.
@@ -86,6 +97,24 @@ class InputBuffers:
         with self._lock:
             return len(self._by_segment)
 
+    @property
+    def sent(self) -> int:
+        """Number of times a buffer was sent by reference (a claim stamped a generation)."""
+        return self._sent
+
+    def owns(self, value: Any) -> bool:
+        """True when ``value`` is the very array of one of these buffers (not a view of it)."""
+        buffer = self._by_id.get(id(value))
+        return buffer is not None and buffer.array() is value
+
+    def check(self, inputs: Any) -> None:
+        """Raise :class:`InputBufferBusy` when a buffer among ``inputs`` is held by a request."""
+        if not inputs or not self._by_id:
+            return
+        with self._lock:
+            _refuse_busy((name, self._by_id[id(value)]) for name, value in inputs.items()
+                         if self.owns(value))
+
     def claim(self, inputs: Any) -> dict[int, tuple[Any, Lease]]:
         """Mark the buffers among ``inputs`` as sent; return them for the packer.
 
@@ -102,12 +131,7 @@ class InputBuffers:
                 for name, value in inputs.items()
                 if id(value) in self._by_id and self._by_id[id(value)].array() is value
             ]
-            for name, _, buffer in found:
-                if buffer.busy:
-                    raise InputBufferBusy(
-                        f"inputs.{name}", "still held by the worker (request in flight)",
-                        buffer.lease.segment,
-                    )
+            _refuse_busy((name, buffer) for name, _, buffer in found)
             producer = self._packer.producer
             for _, _, buffer in found:
                 held = buffer.array()
@@ -120,6 +144,7 @@ class InputBuffers:
                 buffer.busy = True
                 held.flags.writeable = False
                 claimed[id(held)] = (held, buffer.lease)
+            self._sent += len(claimed)
         return claimed
 
     def pack(self, inputs: Any) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
@@ -148,6 +173,9 @@ class InputBuffers:
         for value, lease in claimed.values():
             self.acknowledged(lease.segment, lease.generation)
             value.flags.writeable = True
+        if claimed:
+            with self._lock:
+                self._sent -= len(claimed)
 
     def acknowledged(self, segment: str, generation: int) -> bool:
         """Handle the worker's acknowledgement of an input; False if not a buffer's.

@@ -368,9 +368,19 @@ class Pipeline:
     def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         """An array to fill in place as the first stage's input ``name``, sent by reference.
 
-        See :meth:`StageRuntime.input_buffer`; pass the very array to :meth:`run`.
+        See :meth:`StageRuntime.input_buffer`; pass the very array to :meth:`run`. With
+        replicas, it lives on one of them and requests carrying it are routed there
+        (:meth:`ReplicaSet.input_buffer`).
         """
-        return self.stages[0].input_buffer(name, shape, dtype)
+        return self._groups[0].input_buffer(name, shape, dtype)
+
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is a first-stage input buffer in shared memory."""
+        return self._groups[0].owner_of({"value": value}) is not None
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """The first stage's :meth:`ReplicaSet.input_buffer_counts`."""
+        return self._groups[0].input_buffer_counts()
 
     def _chain(
         self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,

@@ -16,6 +16,13 @@ a request waits for it — holding its admission slot — up to its deadline (el
 stage's ``call_timeout_s``); a cancel ends that wait. Only when no replica is ready and
 none will come back does the stage refuse with ``StageClosed``;
 :meth:`ReplicaSet.summary` says how many are live.
+
+Input buffers (:meth:`ReplicaSet.input_buffer`) live in one replica's shared memory: each
+new one goes to the serving replica that holds the fewest, and a request that carries one
+is routed to its owner (it waits for the owner's slot rather than go elsewhere by copy),
+so it always travels by reference. Only when the owner no longer serves (its worker was
+lost or restarted) does the request go to another replica, the buffer copied like any
+array.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
+from edge_core.host.errors import InputBufferBusy
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import replica_summary
@@ -150,6 +158,37 @@ class ReplicaSet:
         rotated = serving[start:] + serving[:start]
         return sorted(rotated, key=lambda r: -r.slots.free)
 
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An input buffer on the serving replica that holds the fewest.
+
+        See :meth:`StageRuntime.input_buffer`; requests carrying it go to that replica.
+
+        Raises:
+            StageClosed: no replica is serving.
+        """
+        serving = self._candidates()
+        counts = [r.input_buffer_counts()["buffers"] for r in serving]
+        return serving[counts.index(min(counts))].input_buffer(name, shape, dtype)
+
+    def owner_of(self, inputs: Mapping[str, Any]) -> StageRuntime | None:
+        """The replica that owns an input buffer among ``inputs`` (the first found), if any."""
+        if not inputs or not any(r.made_input_buffers for r in self.runtimes):
+            return None  # the common case costs one attribute read per replica
+        for value in inputs.values():
+            for runtime in self.runtimes:
+                if runtime.owns_input_buffer(value):
+                    return runtime
+        return None
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """Input-buffer counts summed over the replicas.
+
+        ``buffers``: alive (or held by a request); ``sent``: requests that carried one by
+        reference.
+        """
+        counts = [r.input_buffer_counts() for r in self.runtimes]
+        return {key: sum(c[key] for c in counts) for key in ("buffers", "sent")}
+
     def try_submit(self, inputs: Mapping[str, Any], *,
                    params: Mapping[str, Any] | None = None, until: float | None = None,
                    request_id: str | None = None) -> PendingCall | None:
@@ -167,13 +206,20 @@ class ReplicaSet:
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,
                      abandoned: Callable[[], bool] | None) -> PendingCall | None:
-        for runtime in self._candidates():
+        candidates = self._candidates()
+        owner = self.owner_of(inputs)
+        if owner is not None and any(owner is c for c in candidates):
+            owner.check_input_buffers(inputs)  # busy: refused at once, not after its slot
+            candidates = [owner]  # its input buffer goes by reference to it alone
+        for runtime in candidates:
             if runtime.slots.free <= 0:
                 continue
             try:
                 return runtime.submit(inputs, params=params, until=until,
                                       request_id=request_id, abandoned=abandoned,
                                       wait_for_slot=False)
+            except InputBufferBusy:
+                raise  # the caller's error: the buffer is still held by a request
             except (ResourceUnavailable, StageClosed):
                 continue  # taken or closed in between: try the next one
             except WorkerError:

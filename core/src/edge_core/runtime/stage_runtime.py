@@ -28,10 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
-from edge_contracts.validation import require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, StageClosed
@@ -49,6 +46,7 @@ from edge_core.runtime.health import (
 )
 from edge_core.runtime.pending import Entry, PendingCall
 from edge_core.runtime.results import AckOutcome, ResultKey
+from edge_core.runtime.stage_buffers import InputBufferMethods
 from edge_core.runtime.submission import check_request_size
 from edge_core.stage import LoadedStage, StageContext
 
@@ -57,7 +55,7 @@ __all__ = ["PendingCall", "StageRuntime", "StageState"]
 _SEND_WAIT_S = 2.0  # how long a cancel waits for the request's send to complete
 
 
-class StageRuntime:
+class StageRuntime(InputBufferMethods):
     """A loaded stage with bounded calls.
 
     Built and started by :class:`edge_core.runtime.pipeline.Pipeline`.
@@ -101,6 +99,8 @@ class StageRuntime:
                                if call_timeout_s is None else call_timeout_s)
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
+        self.made_input_buffers = False
+        """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
@@ -247,21 +247,6 @@ class StageRuntime:
                 return
             entry.expired = what
         self._cancel_targets([request_id], entry.epoch, failure=f"a call's {what}")
-
-    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
-        """Return an array to fill in place and pass as input ``name`` of a later submit.
-
-        On a worker stage with shared memory it lives in the controller's segment and
-        travels by reference, without a copy (ownership: :mod:`edge_core.host.inputs`:
-        read-only while a request holds it, reusable once that request has ended); on
-        other stages, or below the shared-memory threshold, it is a private array.
-        """
-        self._require_ready()
-        require_id(name, "input_buffer.name")
-        make = getattr(self.loaded, "input_buffer", None)
-        if make is None:
-            return np.empty(tuple(shape), dtype)
-        return make(tuple(shape), dtype)
 
     def restart_pending(self) -> bool:
         """Not serving, but a restart runs or will (:func:`~.health.restart_coming`)."""

@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["COPY_THREADS_ENV", "PARALLEL_MIN_BYTES", "copy_bytes", "copy_threads", "owned_copy"]
+from edge_contracts.copy_env import COPY_THREADS_ENV
 
-COPY_THREADS_ENV = "EDGE_COPY_THREADS"
-"""Environment variable: how many threads share one large copy (1 disables)."""
+__all__ = ["COPY_THREADS_ENV", "PARALLEL_MIN_BYTES", "copy_bytes", "copy_threads", "owned_copy"]
 
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Copies smaller than this run on the calling thread only.

@@ -76,9 +76,11 @@ def _disconnect_while_held(client: httpx.Client, server: Served, name: str,
     """Hold the pipeline's one slot with a slow request, check it is held, hang up."""
     sock = _send_slow(server, name, delay_s)
     try:
+        # seen in flight without taking the slot (a probe request could take it first)
+        _wait(lambda: client.get(f"/v1/pipelines/{name}").json()["stages"][0]["in_flight"] == 1,
+              "the slow request never reached the stage")
         # admission 1 and no deadline: a second request is refused while the first runs
-        _wait(lambda: client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429,
-              "the slow request never took the admission slot")
+        assert client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429
     finally:
         sock.close()
     _wait(lambda: _outcomes(client, name).get("cancelled", 0.0) >= 1.0,

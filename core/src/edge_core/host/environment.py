@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from edge_contracts.copying import COPY_THREADS_ENV
+from edge_contracts.copy_env import COPY_THREADS_ENV
 from edge_contracts.waiting import SPIN_ENV
 from edge_core.host.errors import RouteRefused
 

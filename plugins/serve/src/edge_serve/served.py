@@ -115,6 +115,9 @@ class ServedPipeline:
         """The pipeline as ``GET /v1/pipelines`` lists it."""
         plan = self.pipeline.execution_plan()
         states = self.stage_states()
+        in_flight: dict[str, int] = {}
+        for runtime in self.pipeline.stages:  # every replica of a stage counts
+            in_flight[runtime.stage_id] = in_flight.get(runtime.stage_id, 0) + runtime.outstanding
         return {
             "name": self.name,
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
@@ -123,7 +126,8 @@ class ServedPipeline:
             + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
                None: []}[self.openai],
             "stages": [{"id": s["id"], "backend": s["backend"], "kind": s["kind"],
-                        "state": states.get(s["id"]), "generation": s["generation"]}
+                        "state": states.get(s["id"]), "generation": s["generation"],
+                        "in_flight": in_flight.get(s["id"], 0)}
                        for s in plan["stages"]],
             "plan": plan,
         }

@@ -189,8 +189,13 @@ def derive_bundle(
         DeriveFailed: a static copy differs from the source graph, a QDQ copy exceeds
             the bound, or ONNX Runtime cannot fix or quantise the graph.
     """
-    import onnx
-    import onnxruntime as ort
+    try:
+        import onnx
+        import onnxruntime as ort
+    except ImportError as exc:  # the derive extra, or the backend's onnxruntime, is missing
+        raise DeriveInputError(
+            "environment", "edge derive needs this module: install the backend's derive "
+            "extra (for example 'edge-qnn[derive]')", exc.name) from None
 
     _check_out(out)
     bundle = verify_bundle(source, stage=False)

@@ -117,10 +117,11 @@ def freeze_object(
     value: object, field: str, *, error: type[ContractError] = InvalidValue, depth: int = 0
 ) -> JSONObject:
     """Check that ``value`` is a JSON object (string keys) and return it frozen."""
-    if isinstance(value, JSONObject):
-        return value
-    if not isinstance(value, Mapping):
-        raise error(field, value, "must be an object")
+    if type(value) is not dict:  # a plain dict skips the two (abc) instance checks
+        if isinstance(value, JSONObject):
+            return value
+        if not isinstance(value, Mapping):
+            raise error(field, value, "must be an object")
     if depth >= MAX_JSON_DEPTH:
         raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
     if not value:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, TypeAlias, Union
 
 from edge_contracts.errors import ContractError, InvalidValue
@@ -68,6 +69,13 @@ class JSONObject(Mapping[str, JSONValue]):
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key``, else ``default`` (one lookup; protocol code reads meta so)."""
         return self._items.get(key, default)
+
+    def view(self) -> Mapping[str, JSONValue]:
+        """A read-only view of the items: one call, then every lookup on it runs in C.
+
+        For code that reads several keys of one object on a per-frame path.
+        """
+        return MappingProxyType(self._items)
 
     def __hash__(self) -> int:
         if self._hash is None:

@@ -90,6 +90,10 @@ _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_CANCEL,
 )
 _ALL_BITS = (1 << len(_FEATURE_BITS)) - 1
+_FEATURE_SETS: tuple[frozenset[str], ...] = tuple(
+    frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
+    for bits in range(_ALL_BITS + 1)
+)  # the required features of each valid bit pattern, built once
 BINARY_FEATURES: frozenset[str] = frozenset(_FEATURE_BITS)
 """The required features a binary header can express (others need the JSON header)."""
 
@@ -235,9 +239,9 @@ def parse_binary_header(
         raise UnknownRequiredFeature(
             "header.required_features", bits, f"unknown feature bits (known: {_ALL_BITS:#x})"
         )
-    features = frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
-    unknown = sorted(features - limits.supported_features)
-    if unknown:
+    features = _FEATURE_SETS[bits]
+    if not features <= limits.supported_features:
+        unknown = sorted(features - limits.supported_features)
         raise UnknownRequiredFeature(
             "header.required_features",
             unknown,

@@ -167,18 +167,25 @@ def encode_binary_header(header: FrameHeader) -> bytes:
 def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
     if not specs:
         return b""
-    if any(spec.ref is not None for spec in specs):  # generations change: never cached
-        return b"".join(_spec_bytes(spec) for spec in specs)
-    raw = _TENSOR_CACHE.get(specs)
-    if raw is None:
-        raw = b"".join(_spec_bytes(spec) for spec in specs)
-        if len(_TENSOR_CACHE) >= 1024:
-            _TENSOR_CACHE.clear()
-        _TENSOR_CACHE[specs] = raw
-    return raw
+    parts: list[bytes] = []
+    for spec in specs:
+        if spec.ref is not None:  # generations change: never cached
+            parts.append(_spec_bytes(spec))
+            continue
+        # Keyed by identity (TensorSpec.inline hands out the same checked instance for
+        # a repeated entry), so no dataclass __hash__ runs; the entry holds the spec,
+        # so its id cannot be reused while cached, and a spec is immutable.
+        entry = _SPEC_BYTES.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            entry = (spec, _spec_bytes(spec))
+            if len(_SPEC_BYTES) >= 1024:
+                _SPEC_BYTES.clear()
+            _SPEC_BYTES[id(spec)] = entry
+        parts.append(entry[1])
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-_TENSOR_CACHE: dict[tuple[TensorSpec, ...], bytes] = {}
+_SPEC_BYTES: dict[int, tuple[TensorSpec, bytes]] = {}  # id(spec) -> (spec, its entry bytes)
 _PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
 _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
 

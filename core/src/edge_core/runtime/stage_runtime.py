@@ -104,6 +104,7 @@ class StageRuntime(InputBufferMethods):
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
+        self._send_waiters = 0  # threads in self._sent.wait (under self._lock)
         self._restart_lock = threading.Lock()
         self._serials = itertools.count(1)
         # Generated request ids: a random prefix per stage runtime plus a counter
@@ -214,9 +215,10 @@ class StageRuntime(InputBufferMethods):
             try:
                 events = self.binding.call(self.loaded, request, inputs)
             finally:
-                with self._sent:
+                with self._lock:  # the Condition's own lock; notified only if awaited
                     entry.sent = True
-                    self._sent.notify_all()
+                    if self._send_waiters:
+                        self._sent.notify_all()
         except BaseException:
             with self._lock:
                 live = self._entries.get(request_id)
@@ -409,8 +411,12 @@ class StageRuntime(InputBufferMethods):
                     continue
                 entry.cancelled = True
                 ended = time.monotonic() + _SEND_WAIT_S
-                while not entry.sent and time.monotonic() < ended:  # sending right now
-                    self._sent.wait(ended - time.monotonic())
+                self._send_waiters += 1
+                try:
+                    while not entry.sent and time.monotonic() < ended:  # sending right now
+                        self._sent.wait(ended - time.monotonic())
+                finally:
+                    self._send_waiters -= 1
             answer = CancelOutcome(self.binding.cancel(self.loaded, rid, fenced_epoch))
             if (answer is CancelOutcome.CANCELLED_IN_PLACE
                     and not self.binding.backend.preemptible):

@@ -92,3 +92,13 @@ def test_frozen_object_get_and_membership_behave_like_a_dict() -> None:
     frozen = freeze_object({"a": 1, "n": None}, "meta")
     assert frozen.get("a") == 1 and frozen.get("n", 5) is None and frozen.get("z", 5) == 5
     assert "n" in frozen and "z" not in frozen and 1 not in frozen
+
+
+def test_a_view_reads_the_items_and_cannot_change_them() -> None:
+    frozen = freeze_object({"a": 1, "b": {"c": [2]}}, "meta")
+    view = frozen.view()
+    assert view == {"a": 1, "b": {"c": (2,)}}
+    assert view["b"] is frozen["b"] and view.get("z") is None
+    with pytest.raises(TypeError):
+        view["a"] = 2  # type: ignore[index]
+    assert frozen["a"] == 1

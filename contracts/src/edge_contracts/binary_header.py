@@ -90,6 +90,10 @@ _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_CANCEL,
 )
 _ALL_BITS = (1 << len(_FEATURE_BITS)) - 1
+_FEATURE_SETS: tuple[frozenset[str], ...] = tuple(
+    frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
+    for bits in range(_ALL_BITS + 1)
+)  # the required features of each valid bit pattern, built once
 BINARY_FEATURES: frozenset[str] = frozenset(_FEATURE_BITS)
 """The required features a binary header can express (others need the JSON header)."""
 
@@ -163,18 +167,25 @@ def encode_binary_header(header: FrameHeader) -> bytes:
 def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
     if not specs:
         return b""
-    if any(spec.ref is not None for spec in specs):  # generations change: never cached
-        return b"".join(_spec_bytes(spec) for spec in specs)
-    raw = _TENSOR_CACHE.get(specs)
-    if raw is None:
-        raw = b"".join(_spec_bytes(spec) for spec in specs)
-        if len(_TENSOR_CACHE) >= 1024:
-            _TENSOR_CACHE.clear()
-        _TENSOR_CACHE[specs] = raw
-    return raw
+    parts: list[bytes] = []
+    for spec in specs:
+        if spec.ref is not None:  # generations change: never cached
+            parts.append(_spec_bytes(spec))
+            continue
+        # Keyed by identity (TensorSpec.inline hands out the same checked instance for
+        # a repeated entry), so no dataclass __hash__ runs; the entry holds the spec,
+        # so its id cannot be reused while cached, and a spec is immutable.
+        entry = _SPEC_BYTES.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            entry = (spec, _spec_bytes(spec))
+            if len(_SPEC_BYTES) >= 1024:
+                _SPEC_BYTES.clear()
+            _SPEC_BYTES[id(spec)] = entry
+        parts.append(entry[1])
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-_TENSOR_CACHE: dict[tuple[TensorSpec, ...], bytes] = {}
+_SPEC_BYTES: dict[int, tuple[TensorSpec, bytes]] = {}  # id(spec) -> (spec, its entry bytes)
 _PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
 _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
 
@@ -235,9 +246,9 @@ def parse_binary_header(
         raise UnknownRequiredFeature(
             "header.required_features", bits, f"unknown feature bits (known: {_ALL_BITS:#x})"
         )
-    features = frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
-    unknown = sorted(features - limits.supported_features)
-    if unknown:
+    features = _FEATURE_SETS[bits]
+    if not features <= limits.supported_features:
+        unknown = sorted(features - limits.supported_features)
         raise UnknownRequiredFeature(
             "header.required_features",
             unknown,

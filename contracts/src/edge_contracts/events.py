@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["EventKind", "Operation"]
+__all__ = ["TERMINAL_KINDS", "EventKind", "Operation"]
 
 
 class Operation(StrEnum):
@@ -33,7 +33,9 @@ class EventKind(StrEnum):
     @property
     def terminal(self) -> bool:
         """Whether an event of this kind ends its request (DONE, ERROR, CANCELLED)."""
-        return self in _TERMINAL
+        return self in TERMINAL_KINDS
 
 
-_TERMINAL = frozenset({EventKind.DONE, EventKind.ERROR, EventKind.CANCELLED})
+TERMINAL_KINDS = frozenset({EventKind.DONE, EventKind.ERROR, EventKind.CANCELLED})
+"""The kinds that end a request (``kind in TERMINAL_KINDS`` is :attr:`EventKind.terminal`
+without the property call, for per-event paths)."""

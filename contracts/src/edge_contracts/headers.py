@@ -36,6 +36,7 @@ from edge_contracts.protocol import (
 from edge_contracts.shapes import check_shape, expected_nbytes
 from edge_contracts.validation import (
     INT64_MAX,
+    MAX_ID_LENGTH,
     check_keys,
     rebase,
     require_id,
@@ -302,14 +303,23 @@ class FrameHeader:
                 )
             if len(_VALID_OPS) < 256:
                 _VALID_OPS.add(self.op)
-        for name in ("request_id", "stage_id"):
-            value = getattr(self, name)
-            if value != "":
-                require_id(value, f"header.{name}", error=HeaderMalformed)
-        for name in ("epoch", "generation"):
-            value = getattr(self, name)
-            if not (type(value) is int and 0 <= value <= INT64_MAX):
-                require_int(value, f"header.{name}", error=HeaderMalformed)
+        # Unrolled (no getattr loop): the common case is one inline test per field.
+        value: object = self.request_id
+        if value != "" and not (
+            type(value) is str and len(value) <= MAX_ID_LENGTH and value.isprintable()
+        ):
+            require_id(value, "header.request_id", error=HeaderMalformed)
+        value = self.stage_id
+        if value != "" and not (
+            type(value) is str and len(value) <= MAX_ID_LENGTH and value.isprintable()
+        ):
+            require_id(value, "header.stage_id", error=HeaderMalformed)
+        value = self.epoch
+        if not (type(value) is int and 0 <= value <= INT64_MAX):
+            require_int(value, "header.epoch", error=HeaderMalformed)
+        value = self.generation
+        if not (type(value) is int and 0 <= value <= INT64_MAX):
+            require_int(value, "header.generation", error=HeaderMalformed)
         features = self.required_features
         if not (type(features) is frozenset and not features):
             features = _features(features, "header.required_features")

@@ -15,9 +15,11 @@ from typing import Any
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.errors import InvalidValue
-from edge_contracts.events import EventKind, Operation
+from edge_contracts.events import TERMINAL_KINDS, EventKind, Operation
 from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
 from edge_contracts.validation import (
+    INT64_MAX,
+    MAX_ID_LENGTH,
     check_keys,
     parse_enum,
     rebase,
@@ -96,13 +98,24 @@ class StageRequest:
     deadline_ns: int | None = None
 
     def __post_init__(self) -> None:
-        require_id(self.request_id, "request.request_id")
-        require_id(self.stage_id, "request.stage_id")
-        require_int(self.epoch, "request.epoch")
-        require_int(self.generation, "request.generation")
+        # Each check is inlined for the common valid value (a request is built per
+        # call) and falls back to the validator, which raises, otherwise.
+        value: Any = self.request_id
+        if not (type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()):
+            require_id(value, "request.request_id")
+        value = self.stage_id
+        if not (type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()):
+            require_id(value, "request.stage_id")
+        epoch, generation = self.epoch, self.generation
+        if not (type(epoch) is int and 0 <= epoch <= INT64_MAX):
+            require_int(epoch, "request.epoch")
+        if not (type(generation) is int and 0 <= generation <= INT64_MAX):
+            require_int(generation, "request.generation")
         set_ = object.__setattr__
-        set_(self, "operation", parse_enum(Operation, self.operation, "request.operation"))
-        set_(self, "inputs", _buffers(self.inputs, "request.inputs"))
+        if type(self.operation) is not Operation:
+            set_(self, "operation", parse_enum(Operation, self.operation, "request.operation"))
+        if not (type(self.inputs) is tuple and not self.inputs):
+            set_(self, "inputs", _buffers(self.inputs, "request.inputs"))
         set_(self, "params", freeze_object(self.params, "request.params"))
         if self.deadline_ns is not None:
             require_int(self.deadline_ns, "request.deadline_ns")
@@ -208,31 +221,49 @@ class StageEvent:
     created_ns: int = 0
 
     def __post_init__(self) -> None:
-        require_id(self.request_id, "event.request_id")
-        require_id(self.stage_id, "event.stage_id")
-        require_int(self.epoch, "event.epoch")
-        require_int(self.generation, "event.generation")
-        require_int(self.seq, "event.seq")
-        kind = parse_enum(EventKind, self.kind, "event.kind")
-        object.__setattr__(self, "kind", kind)
-        require_bool(self.terminal, "event.terminal")
-        if self.terminal != kind.terminal:
+        # Inlined for the common valid value, as in StageRequest (one event per output).
+        value: Any = self.request_id
+        if not (type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()):
+            require_id(value, "event.request_id")
+        value = self.stage_id
+        if not (type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()):
+            require_id(value, "event.stage_id")
+        epoch, generation, seq = self.epoch, self.generation, self.seq
+        if not (type(epoch) is int and 0 <= epoch <= INT64_MAX):
+            require_int(epoch, "event.epoch")
+        if not (type(generation) is int and 0 <= generation <= INT64_MAX):
+            require_int(generation, "event.generation")
+        if not (type(seq) is int and 0 <= seq <= INT64_MAX):
+            require_int(seq, "event.seq")
+        kind = self.kind
+        if type(kind) is not EventKind:
+            kind = parse_enum(EventKind, kind, "event.kind")
+            object.__setattr__(self, "kind", kind)
+        flag: object = self.terminal
+        if type(flag) is not bool:
+            require_bool(flag, "event.terminal")
+        terminal = kind in TERMINAL_KINDS
+        if self.terminal != terminal:
             raise InvalidValue(
-                "event.terminal", self.terminal, f"must be {kind.terminal} for kind {kind.value}"
+                "event.terminal", self.terminal, f"must be {terminal} for kind {kind.value}"
             )
         if kind is EventKind.ERROR:
             if not isinstance(self.error, ErrorInfo):
                 raise InvalidValue("event.error", self.error, "kind error needs an ErrorInfo")
         elif self.error is not None:
             raise InvalidValue("event.error", self.error, f"must be null for kind {kind.value}")
-        outputs = _buffers(self.outputs, "event.outputs")
+        outputs = self.outputs
+        if not (type(outputs) is tuple and not outputs):
+            outputs = _buffers(outputs, "event.outputs")
         if outputs and kind in (EventKind.ERROR, EventKind.CANCELLED):
             raise InvalidValue(
                 "event.outputs", len(outputs), f"must be empty for kind {kind.value}"
             )
         object.__setattr__(self, "outputs", outputs)
         object.__setattr__(self, "data", freeze_object(self.data, "event.data"))
-        require_int(self.created_ns, "event.created_ns")
+        created_ns = self.created_ns
+        if not (type(created_ns) is int and 0 <= created_ns <= INT64_MAX):
+            require_int(created_ns, "event.created_ns")
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON-ready form."""

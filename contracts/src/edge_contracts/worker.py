@@ -58,7 +58,7 @@ from edge_contracts.errors import (
     StreamClosed,
     WireError,
 )
-from edge_contracts.events import EventKind
+from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
@@ -102,6 +102,7 @@ if TYPE_CHECKING:
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
 _SHM = frozenset({FEATURE_SHM_TENSORS})
+_KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
 
 
 class _Server:
@@ -235,12 +236,12 @@ class _Server:
                 kind, error, data = EventKind.ERROR, exc, None
         meta: dict[str, Any] = {
             "seq": seq,
-            "kind": kind.value,
+            "kind": _KIND_TEXT[kind],  # not the enum's (Python-level) value property
             "data": dict(data or {}),
             "error": None if error is None else error_info(error),
             "created_ns": time.monotonic_ns(),
         }
-        if kind.terminal or call._closed:
+        if kind in TERMINAL_KINDS or call._closed:
             meta["acks"] = call._acks
         gone = self._gone()
         if gone:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from edge_contracts.events import EventKind
+from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.headers import FrameHeader
 from edge_contracts.jsonvalues import thaw_json
 
@@ -109,7 +109,8 @@ class Call:
 
         Thread-safe. A terminal kind (DONE, ERROR, CANCELLED) ends the request.
         """
-        kind = EventKind(kind)
+        if type(kind) is not EventKind:  # members pass without the enum's __call__
+            kind = EventKind(kind)
         with self._lock:
             if self._closed:
                 unsent = self._take_unsent()
@@ -117,7 +118,7 @@ class Call:
             else:
                 seq = self._seq
                 self._seq += 1
-                if kind.terminal:
+                if kind in TERMINAL_KINDS:
                     self._closed = True
                 sent = self._server.send_event(self, kind, seq, outputs, data, error)
                 ended = self._closed

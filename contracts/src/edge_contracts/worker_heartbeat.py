@@ -39,8 +39,14 @@ class Heartbeat:
         self._thread.start()
 
     def wake(self) -> None:
-        """Work started: beat while it lasts."""
-        self._wake.set()
+        """Work started: beat while it lasts.
+
+        A wake already pending is left as it is: Event.set would take its condition's
+        lock and notify for nothing on every call. The thread clears the event before
+        it looks at ``busy()``, so work started after that clear is seen either way.
+        """
+        if not self._wake.is_set():
+            self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -138,6 +138,15 @@ def test_garbage_on_the_channel_is_a_protocol_violation(start):
     assert "protocol violation" in (client.health().reason or "")
 
 
+def test_an_event_of_no_known_kind_is_a_protocol_violation(start):
+    client = start("bad_kind")
+    call = client.submit(request("r1"))
+    with pytest.raises(ProtocolViolation, match=r"frame\.meta: malformed event.*bogus"):
+        call.result(timeout=5)
+    assert client.health().state == "lost"
+    assert "protocol violation" in (client.health().reason or "")
+
+
 def test_retire_is_graceful_idempotent_and_leaves_no_segment(start):
     client = start(shm_threshold=1024, sealed_segments=False)  # named segments: listed
     client.submit(request("r1"), {"x": np.ones(10_000)}).result(timeout=10)

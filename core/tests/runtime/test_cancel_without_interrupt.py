@@ -92,7 +92,7 @@ def test_a_preemptible_stage_still_cancels_in_place(open_pipeline: OpenPipeline)
     submission = pipeline.submit(X)
     wait_for(lambda: stage.outstanding == 1)
     assert submission.cancel(interrupt=False) is FenceOutcome.CANCELLED_IN_PLACE
-    with pytest.raises(RequestCancelled):
+    with pytest.raises(RequestCancelled, match=r"request '[^']+': cancelled"):
         submission.result()
     wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0, timeout_s=4.0)
     assert pid_of(pipeline) == pid and stage.state is StageState.READY

@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.jsonvalues import JSONObject
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
@@ -65,6 +66,8 @@ from edge_core.host.routes import Route
 __all__ = ["WorkerClient"]
 
 _EMPTY: dict[str, Any] = {}
+_EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
+_TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
@@ -468,22 +471,27 @@ class WorkerClient(ControlCalls, LivenessHooks):
 
     def _on_event(self, frame: Frame) -> None:
         header = frame.header
-        meta = header.meta
+        # A FrameHeader's meta is always frozen (a JSONObject); several keys are read
+        # here, so through a view whose lookups run in C.
+        meta: Mapping[str, Any] = cast(JSONObject, header.meta).view()
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:
                 if not self._inputs.acknowledged(str(segment), int(generation)):
                     self._producer.release(str(segment), int(generation))
-        kind = EventKind(meta["kind"])
+        kind = _EVENT_KINDS.get(meta["kind"])  # a dict lookup, not the enum's __call__
+        if kind is None:  # caught by _read_one: a protocol violation, as before
+            raise ValueError(f"{meta['kind']!r} is not a valid EventKind")
+        terminal = kind in _TERMINAL_KINDS
         with self._lock:
             call = self._calls.get(header.request_id)
             stale = (
                 call is None or header.generation != self.generation or header.epoch != call.epoch
             )
-            if not stale and kind.terminal:
+            if not stale and terminal:
                 del self._calls[header.request_id]
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
-            if kind.terminal:
+            if terminal:
                 self._owed.discard(header.request_id)
             refs = refs_of(frame)
             if refs:

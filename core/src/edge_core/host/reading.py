@@ -103,7 +103,8 @@ class ChannelReader:
         os.set_blocking(self._nudge_w, False)
         self._lead_wait = ReadableWait(fd, spin_us, wake_fd=self._nudge_r)
         self._role = threading.Lock()
-        self._cv = threading.Condition(threading.Lock())
+        self._guard = threading.Lock()  # taken directly on the per-call path (no wrapper)
+        self._cv = threading.Condition(self._guard)
         self._waiting: list[queue.SimpleQueue[Any]] = []
         self._last_active = float("-inf")
         self._polling = False
@@ -139,7 +140,7 @@ class ChannelReader:
         if item is not None:
             return item
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cv:
+        with self._guard:
             self._waiting.append(inbox)
             if self._polling and not self._closing:  # the pipe is open while we hold _cv
                 with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
@@ -167,7 +168,7 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         finally:
-            with self._cv:
+            with self._guard:
                 self._waiting.remove(inbox)
                 self._last_active = time.monotonic()
 
@@ -208,8 +209,11 @@ class ChannelReader:
     def _give_up(self, inbox: queue.SimpleQueue[Any] | None) -> None:
         """Release the read role and wake every other waiter to take it over."""
         self._role.release()
-        with self._cv:
-            others = [other for other in self._waiting if other is not inbox]
+        with self._guard:
+            waiting = self._waiting
+            if len(waiting) == 1 and waiting[0] is inbox:  # the usual case: nobody else
+                return
+            others = [other for other in waiting if other is not inbox]
         for other in others:
             other.put(HANDOVER)
 

@@ -25,7 +25,11 @@ class SlotPool:
         self.limit = limit
         self.what = what
         self._used = 0
-        self._cond = threading.Condition()
+        self._waiters = 0  # threads inside acquire's wait: release notifies only then
+        # The lock is taken directly on the per-call paths (no Python-level Condition
+        # __enter__/__exit__); the Condition over it is only for waiting.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         #: Called (without the lock) after every release: a replica set waiting for any
         #: of several pools to free a slot listens here.
         self.listeners: list[Callable[[], None]] = []
@@ -33,13 +37,13 @@ class SlotPool:
     @property
     def free(self) -> int:
         """Slots free now."""
-        with self._cond:
+        with self._lock:
             return self.limit - self._used
 
     @property
     def used(self) -> int:
         """Slots taken now."""
-        with self._cond:
+        with self._lock:
             return self._used
 
     def acquire(self, deadline_s: float | None = None) -> None:
@@ -48,19 +52,23 @@ class SlotPool:
         Raises:
             ResourceUnavailable: naming the limit, when no slot frees in time.
         """
-        with self._cond:
+        with self._lock:
             if self._used < self.limit:
                 self._used += 1
                 return
             if deadline_s is not None and deadline_s > 0:
                 end = time.monotonic() + deadline_s
-                while self._used >= self.limit:
-                    remaining = end - time.monotonic()
-                    if remaining <= 0 or not self._cond.wait(remaining):
-                        if self._used < self.limit:
-                            break
-                        if time.monotonic() >= end:
-                            break
+                self._waiters += 1
+                try:
+                    while self._used >= self.limit:
+                        remaining = end - time.monotonic()
+                        if remaining <= 0 or not self._cond.wait(remaining):
+                            if self._used < self.limit:
+                                break
+                            if time.monotonic() >= end:
+                                break
+                finally:
+                    self._waiters -= 1
                 if self._used < self.limit:
                     self._used += 1
                     return
@@ -72,11 +80,12 @@ class SlotPool:
 
     def release(self) -> None:
         """Free one slot and wake one waiter."""
-        with self._cond:
+        with self._lock:
             if self._used <= 0:
                 raise RuntimeError(f"{self.what}: release without a matching acquire")
             self._used -= 1
-            self._cond.notify()
+            if self._waiters:
+                self._cond.notify()
         for listener in self.listeners:
             listener()
 

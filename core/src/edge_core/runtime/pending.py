@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Entry", "PendingCall"]
 
+_CANCELLED = "request {rid}: cancelled"
+_CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
+
 
 class Entry:
     """The runtime's record of one request on a stage, from submission to its end."""
@@ -92,7 +95,11 @@ class PendingCall:
                 yield event, tensors
 
     def _cancelled(self, message: str) -> EdgeError:
-        """The error of a request that ended fenced: DeadlineExceeded when a bound ended it."""
+        """The error of a request that ended fenced: DeadlineExceeded when a bound ended it.
+
+        ``message`` is a template: ``{rid}`` becomes the request id (its repr).
+        """
+        message = message.format(rid=repr(self.request_id))
         expired = self._entry.expired if self._entry is not None else None
         if expired is not None:
             return DeadlineExceeded(f"stages[{self.stage.stage_id}]: request "
@@ -101,7 +108,7 @@ class PendingCall:
 
     def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
         stage = self.stage
-        cancelled = f"request {self.request_id!r}: cancelled"
+        cancelled = _CANCELLED  # worded by _cancelled, on the refusal paths only
         try:
             event, tensors = next(self._events)
         except StopIteration:
@@ -137,7 +144,7 @@ class PendingCall:
             self._done = True
             if event.kind is EventKind.CANCELLED:
                 self._drop_retained()
-                raise self._cancelled(f"{cancelled} by the worker")
+                raise self._cancelled(_CANCELLED_BY_WORKER)
             if event.kind is EventKind.ERROR:
                 self._drop_retained()
                 info = event.error

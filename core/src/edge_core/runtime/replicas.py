@@ -73,7 +73,11 @@ class ReplicaSet:
         self.runtimes = list(runtimes)
         self.lost: set[int] = set()
         self._lost_at: dict[int, int] = {}  # replica index → generation when it was lost
-        self._cond = threading.Condition()
+        # The lock is taken directly on the per-call paths; the Condition over it is for
+        # waiting only, and is notified only while someone sleeps in it (_sleepers).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._sleepers = 0
         self._wakes = 0
         self._turn = itertools.count()
         self._tickets = itertools.count()
@@ -96,9 +100,10 @@ class ReplicaSet:
         return replica_summary([r.state for r in self.runtimes])
 
     def _wake(self) -> None:
-        with self._cond:
+        with self._lock:
             self._wakes += 1
-            self._cond.notify_all()
+            if self._sleepers:
+                self._cond.notify_all()
 
     def note_failure(self, runtime: StageRuntime) -> None:
         """After a failed call: stop routing to the replica if its worker is gone."""
@@ -197,7 +202,7 @@ class ReplicaSet:
         Raises:
             StageClosed: no replica is serving.
         """
-        with self._cond:
+        with self._lock:
             if self._waiting:
                 self._candidates()  # still refuses when no replica serves
                 return None
@@ -255,7 +260,7 @@ class ReplicaSet:
         if until is not None:
             end = until if end is None else min(end, until)
         restart_end: float | None = None  # set once the wait for a restart begins
-        with self._cond:
+        with self._lock:
             ticket = next(self._tickets)
             self._waiting.append(ticket)
         try:
@@ -263,7 +268,7 @@ class ReplicaSet:
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled while waiting "
                                            f"for stage {self.stage_id!r}")
-                with self._cond:
+                with self._lock:
                     seen = self._wakes
                     first = self._waiting[0] == ticket
                 call = (self._submit_free(inputs, params, until, request_id, abandoned)
@@ -276,14 +281,19 @@ class ReplicaSet:
                     restart_end = now + self.restart_wait_s
                 self._check_bounds(now, end, until, deadline_s, restart_end if down else None)
                 remaining = _RECHECK_S if end is None else end - now
-                with self._cond:
+                with self._lock:
                     if self._wakes == seen:
-                        self._cond.wait(min(remaining, _RECHECK_S))
+                        self._sleepers += 1
+                        try:
+                            self._cond.wait(min(remaining, _RECHECK_S))
+                        finally:
+                            self._sleepers -= 1
         finally:
-            with self._cond:
+            with self._lock:
                 self._waiting.remove(ticket)
                 self._wakes += 1
-                self._cond.notify_all()
+                if self._sleepers:
+                    self._cond.notify_all()
 
     def _check_bounds(self, now: float, end: float | None, until: float | None,
                       deadline_s: float | None, restart_end: float | None) -> None:

@@ -26,6 +26,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
@@ -104,6 +105,7 @@ class StageRuntime(InputBufferMethods):
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
+        self._send_waiters = 0  # threads in self._sent.wait (under self._lock)
         self._restart_lock = threading.Lock()
         self._serials = itertools.count(1)
         # Generated request ids: a random prefix per stage runtime plus a counter
@@ -214,9 +216,10 @@ class StageRuntime(InputBufferMethods):
             try:
                 events = self.binding.call(self.loaded, request, inputs)
             finally:
-                with self._sent:
+                with self._lock:  # the Condition's own lock; notified only if awaited
                     entry.sent = True
-                    self._sent.notify_all()
+                    if self._send_waiters:
+                        self._sent.notify_all()
         except BaseException:
             with self._lock:
                 live = self._entries.get(request_id)
@@ -230,18 +233,21 @@ class StageRuntime(InputBufferMethods):
     def _arm(self, request_id: str, entry: Entry, until: float | None) -> None:
         """Schedule the end of a call that outlives its deadline or ``call_timeout_s``."""
         bound = time.monotonic() + self.call_timeout_s
-        what = f"call_timeout_s expired: {self.call_timeout_s}"
+        by_deadline = False
         if until is not None and until <= bound:
-            bound, what = until, "deadline_s expired"
-        handle = timer().schedule(bound, lambda: self._expire(request_id, entry, what))
+            bound, by_deadline = until, True
+        # partial (C) rather than a closure, and the reason is only worded on expiry
+        handle = timer().schedule(bound, partial(self._expire, request_id, entry, by_deadline))
         with self._lock:
             if entry.finished:  # ended already: nothing to bound
                 handle.cancel()
             else:
                 entry.timer = handle
 
-    def _expire(self, request_id: str, entry: Entry, what: str) -> None:
+    def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
         """A call outlived its bound: fence it and end it (from the timer's thread)."""
+        what = ("deadline_s expired" if by_deadline
+                else f"call_timeout_s expired: {self.call_timeout_s}")
         with self._lock:
             if self._entries.get(request_id) is not entry or entry.finished:
                 return
@@ -409,8 +415,12 @@ class StageRuntime(InputBufferMethods):
                     continue
                 entry.cancelled = True
                 ended = time.monotonic() + _SEND_WAIT_S
-                while not entry.sent and time.monotonic() < ended:  # sending right now
-                    self._sent.wait(ended - time.monotonic())
+                self._send_waiters += 1
+                try:
+                    while not entry.sent and time.monotonic() < ended:  # sending right now
+                        self._sent.wait(ended - time.monotonic())
+                finally:
+                    self._send_waiters -= 1
             answer = CancelOutcome(self.binding.cancel(self.loaded, rid, fenced_epoch))
             if (answer is CancelOutcome.CANCELLED_IN_PLACE
                     and not self.binding.backend.preemptible):

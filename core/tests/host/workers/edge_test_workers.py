@@ -241,6 +241,22 @@ class Garbage(Echo):
         return None
 
 
+class BadKind(Echo):
+    """On a request, answers with a well-framed event whose ``kind`` is no event kind."""
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        meta = {"seq": 0, "kind": "bogus", "data": {}, "error": None, "created_ns": 0}
+        header = FrameHeader("event", call.request_id, call.stage_id, call.epoch, 1, meta=meta)
+        fd = int(sys.argv[-1])
+        write_frame(lambda views: os.writev(fd, views), encode_frame(header, []))
+        time.sleep(60)
+        return None
+
+
+def bad_kind() -> BaseHandler:
+    return BadKind()
+
+
 class InPlace(Echo):
     """Computes ``2 * x`` straight into an output buffer; also allocates one it never sends."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -73,12 +74,26 @@ def _wait(condition: Any, what: str, timeout_s: float = 60.0) -> None:
 
 def _disconnect_while_held(client: httpx.Client, server: Served, name: str,
                            delay_s: float = 30.0) -> None:
-    """Hold the pipeline's one slot with a slow request, check it is held, hang up."""
+    """Hold the pipeline's one slot with a slow request, check it is held, hang up.
+
+    The slow request and the first check race for the slot: a check served first holds it
+    for a moment, and the slow request is then refused (429, answered on its socket). It
+    is sent again in that case, until a check is refused because it holds the slot.
+    """
     sock = _send_slow(server, name, delay_s)
-    try:
+
+    def held() -> bool:
+        nonlocal sock
         # admission 1 and no deadline: a second request is refused while the first runs
-        _wait(lambda: client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429,
-              "the slow request never took the admission slot")
+        if client.post(f"/v1/pipelines/{name}/run", json=BODY).status_code == 429:
+            return True
+        if select.select([sock], [], [], 0)[0]:  # answered: it lost the race, send again
+            sock.close()
+            sock = _send_slow(server, name, delay_s)
+        return False
+
+    try:
+        _wait(held, "the slow request never took the admission slot")
     finally:
         sock.close()
     _wait(lambda: _outcomes(client, name).get("cancelled", 0.0) >= 1.0,

@@ -3,6 +3,9 @@
 Side by side in this one run (the machine is shared and noisy): the PP-OCRv4 page is sent
 to a real ``edge serve`` process as a multipart file upload, and the same bytes go
 through ``prepare``, ``Pipeline.run`` and ``finish`` in this process (its own workers).
+Both sides call ``prepare`` as ``call_prepare`` does, offering it the pipeline's input
+buffers (the page's detection input is written straight into shared memory), so the
+difference is the HTTP layer's and not a copy one side makes and the other does not.
 The two alternate request by request in pairs, the order swapped every pair (HTTP first,
 then in-process first, ...), so that drift in the machine's load falls on both alike and
 each pair of samples shares the machine's state. Then 4 clients at once upload pages to
@@ -40,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from edge_core.config.transforms import resolve_input_transform
+from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.opening import open_pipeline
 
 EDGE = str(Path(sys.executable).with_name("edge"))
@@ -179,7 +182,7 @@ def main() -> int:
         folders = pipeline.bundle_directories()
 
         def in_process() -> Any:
-            inputs = dict(prepare(str(image_path)))  # type: ignore[call-overload]
+            inputs = dict(call_prepare(prepare, str(image_path), pipeline))  # type: ignore[call-overload]
             with pipeline.run(inputs) as result:
                 return finish(result.outputs, inputs, folders)
 

@@ -19,11 +19,12 @@ import tempfile
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from edge_core.config.transforms import resolve_input_transform
+from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
 from edge_serve.outcomes import HttpRefusal, deadline_passed, stage_unready
 from edge_serve.submitted import RequestHandle, watch_disconnect
@@ -165,18 +166,35 @@ class ServedPipeline:
 
         The bytes are written to a private file (random name, 0600) that ``prepare`` reads
         by path and that is removed at once; a file it cannot read is 400 naming ``field``.
+        A ``prepare`` that takes ``input_buffer`` is offered the pipeline's
+        (:func:`~edge_core.config.transforms.call_prepare`): it writes the first stage's
+        input straight into shared memory, which then travels to the worker without a
+        copy. A stage that cannot give one (not ready) is the runtime's error (503), not
+        the file's.
         """
         if self.prepare is None:
             raise HttpRefusal(400, field, f"pipelines[{self.name}] names no 'prepare' "
                               "function to read a file with: send tensors as JSON")
+        buffer_errors: list[Exception] = []
+
+        def input_buffer(name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+            try:
+                return self.pipeline.input_buffer(name, shape, dtype)
+            except Exception as exc:
+                buffer_errors.append(exc)
+                raise
+
+        holder = SimpleNamespace(input_buffer=input_buffer)
         path = self.upload_dir / f"{secrets.token_hex(8)}{suffix}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             try:
-                inputs = self.prepare(str(path))
+                inputs: Any = call_prepare(self.prepare, str(path), holder)
             except Exception as exc:
+                if buffer_errors:  # the stage's, not the upload's
+                    raise buffer_errors[0] from None
                 shown = str(exc).replace(str(path), "<upload>")  # no server paths
                 raise HttpRefusal(400, field, "the pipeline's prepare could not read it",
                                   f"{type(exc).__name__}: {shown}",

@@ -43,12 +43,10 @@ from edge_contracts.dtypes import DType
 from edge_contracts.errors import (
     DescriptorInvalid,
     HeaderMalformed,
-    PayloadMismatch,
-    PayloadTooLarge,
     UnknownRequiredFeature,
     VersionMismatch,
 )
-from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec
+from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec, check_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BFLOAT16,
@@ -318,18 +316,7 @@ def parse_binary_header(
         features,
         version,
     )
-    if header.total_nbytes > limits.max_io_bytes:
-        raise PayloadTooLarge(
-            "header.tensors",
-            header.total_nbytes,
-            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
-        )
-    if payload_len is not None and payload_len != header.inline_nbytes:
-        raise PayloadMismatch(
-            "prefix.payload_len",
-            payload_len,
-            f"must equal the inline tensor bytes {header.inline_nbytes}",
-        )
+    check_totals(header, limits, payload_len)
     return header
 
 

@@ -22,6 +22,7 @@ from edge_contracts.errors import (
     DescriptorInvalid,
     HeaderMalformed,
     InvalidValue,
+    PayloadMismatch,
     PayloadTooLarge,
     WireError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Limits",
     "ShmRef",
     "TensorSpec",
+    "check_totals",
     "tensor_features",
 ]
 
@@ -468,3 +470,25 @@ def _features(value: object, field: str) -> frozenset[str]:
         if not isinstance(name, str) or _FEATURE.fullmatch(name) is None:
             raise HeaderMalformed(field, name, "must be a feature name [a-z0-9][a-z0-9.-]*")
     return frozenset(items)
+
+
+def check_totals(header: FrameHeader, limits: Limits, payload_len: int | None) -> None:
+    """Refuse a parsed header whose tensors exceed the limits or disagree with the prefix.
+
+    Raises:
+        PayloadTooLarge: the tensors' total bytes are over ``limits.max_io_bytes``.
+        PayloadMismatch: ``payload_len`` (the frame prefix's) differs from the header's
+            inline tensor bytes.
+    """
+    if header.total_nbytes > limits.max_io_bytes:
+        raise PayloadTooLarge(
+            "header.tensors",
+            header.total_nbytes,
+            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
+        )
+    if payload_len is not None and payload_len != header.inline_nbytes:
+        raise PayloadMismatch(
+            "prefix.payload_len",
+            payload_len,
+            f"must equal the inline tensor bytes {header.inline_nbytes}",
+        )

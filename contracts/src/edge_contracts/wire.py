@@ -50,6 +50,7 @@ from edge_contracts.headers import (
     Limits,
     ShmRef,
     TensorSpec,
+    check_totals,
 )
 from edge_contracts.jsonvalues import STRICT_DECODER, thaw_json
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, PROTOCOL_VERSION
@@ -244,18 +245,7 @@ def parse_header(
             "header.tensors", len(tensors), f"must hold <= max_tensors {limits.max_tensors}"
         )
     header = FrameHeader.from_dict(data)
-    if header.total_nbytes > limits.max_io_bytes:
-        raise PayloadTooLarge(
-            "header.tensors",
-            header.total_nbytes,
-            f"total tensor bytes must be <= max_io_bytes {limits.max_io_bytes}",
-        )
-    if payload_len is not None and payload_len != header.inline_nbytes:
-        raise PayloadMismatch(
-            "prefix.payload_len",
-            payload_len,
-            f"must equal the inline tensor bytes {header.inline_nbytes}",
-        )
+    check_totals(header, limits, payload_len)
     return header
 
 

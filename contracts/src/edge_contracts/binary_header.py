@@ -46,8 +46,16 @@ from edge_contracts.errors import (
     UnknownRequiredFeature,
     VersionMismatch,
 )
-from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec, check_totals
-from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
+from edge_contracts.headers import (
+    FrameHeader,
+    Limits,
+    ShmRef,
+    TensorSpec,
+    check_totals,
+    prechecked_header,
+    tensor_totals,
+)
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BFLOAT16,
     FEATURE_CANCEL,
@@ -55,7 +63,7 @@ from edge_contracts.protocol import (
     FEATURE_STREAM_EVENTS,
     PROTOCOL_VERSION,
 )
-from edge_contracts.validation import INT64_MAX, rebase
+from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, rebase, require_id
 from edge_contracts.worker_protocol import OP_ACK, OP_EVENT, OP_GENERATE, OP_RUN
 
 __all__ = [
@@ -64,6 +72,7 @@ __all__ = [
     "BINARY_OPS",
     "FIXED",
     "encode_binary_header",
+    "encode_event_header",
     "parse_binary_header",
 ]
 
@@ -128,6 +137,30 @@ def encode_binary_header(header: FrameHeader) -> bytes:
         raise HeaderMalformed(
             "header.op", header.op, f"has no binary header (only {', '.join(sorted(BINARY_OPS))})"
         )
+    bits = _feature_bits(header)
+    meta = _ENCODER.encode(thaw_json(header.meta)).encode() if header.meta else b""  # type: ignore[arg-type]
+    return _assemble(header, code, bits, meta)
+
+
+def encode_event_header(header: FrameHeader, meta: bytes) -> bytes:
+    """Return an ``event`` frame's binary header whose ``meta`` is given as JSON bytes.
+
+    The worker's per-event path: it writes the event's ``meta`` text itself (its fields
+    are its own, and handler data checked by :func:`~edge_contracts.jsonvalues.freeze_object`)
+    instead of freezing a mapping only for :func:`encode_binary_header` to thaw and
+    encode it again. ``header.meta`` is not read. ``meta`` must be one compact UTF-8 JSON
+    object (``b""`` for ``{}``), as the reader checks it like any other.
+
+    Raises:
+        HeaderMalformed: the header is not an ``event``, or a feature has no bit.
+
+    """
+    if header.op != OP_EVENT:
+        raise HeaderMalformed("header.op", header.op, f"must be {OP_EVENT}")
+    return _assemble(header, _OP_CODES[OP_EVENT], _feature_bits(header), meta)
+
+
+def _feature_bits(header: FrameHeader) -> int:
     bits = 0
     for name in header.required_features:
         try:
@@ -136,9 +169,12 @@ def encode_binary_header(header: FrameHeader) -> bytes:
             raise HeaderMalformed(
                 "header.required_features", name, "has no bit in the binary header"
             ) from None
+    return bits
+
+
+def _assemble(header: FrameHeader, code: int, bits: int, meta: bytes) -> bytes:
     request = header.request_id.encode()
     stage = header.stage_id.encode()
-    meta = _ENCODER.encode(thaw_json(header.meta)).encode() if header.meta else b""  # type: ignore[arg-type]
     tensors = _tensor_bytes(header.tensors)
     return b"".join(
         (
@@ -184,7 +220,8 @@ def _tensor_bytes(specs: tuple[TensorSpec, ...]) -> bytes:
 
 
 _SPEC_BYTES: dict[int, tuple[TensorSpec, bytes]] = {}  # id(spec) -> (spec, its entry bytes)
-_PARSED: dict[bytes, tuple[TensorSpec, ...]] = {}  # inline entry bytes -> checked entries
+# inline entry bytes -> (checked entries, inline bytes, total bytes, some entry is bfloat16)
+_PARSED: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
 _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
 
 
@@ -274,8 +311,13 @@ def parse_binary_header(
         raise HeaderMalformed("header.tensors", tensors_len, "entry bytes without entries")
     cached = 0 < tensors_len <= _CACHED_ENTRY_BYTES
     key = bytes(view[at:end]) if cached else b""
-    specs = _PARSED.get(key) if cached else (() if not count else None)
-    if specs is None:
+    known = _PARSED.get(key) if cached else None
+    specs: tuple[TensorSpec, ...]
+    if known is not None:
+        specs = known[0]
+    elif not count:
+        specs = ()
+    else:
         entries = view[:end]  # an entry never reads into meta
         parsed: list[TensorSpec] = []
         for index in range(count):
@@ -286,26 +328,41 @@ def parse_binary_header(
                 "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
             )
         specs = tuple(parsed)
-        if cached and all(spec.ref is None for spec in specs):
-            if len(_PARSED) >= 1024:
-                _PARSED.clear()
-            _PARSED[key] = specs
     at = end
     if size - at != meta_len:
         raise HeaderMalformed(
             "header.meta", meta_len, f"must be the {size - at} bytes left in the header"
         )
-    meta: Any = EMPTY_OBJECT
+    decoded: Any = None
     if meta_len:
         try:
-            meta = json_decoder.decode(str(view[at:], "utf-8"))
+            decoded = json_decoder.decode(str(view[at:], "utf-8"))
         except (ValueError, RecursionError) as exc:
             raise HeaderMalformed(
                 "header.meta", bytes(view[at : at + 64]), f"must be UTF-8 JSON ({exc})"
             ) from None
-        if type(meta) is not dict:
-            raise HeaderMalformed("header.meta", type(meta).__name__, "must be a JSON object")
-    header = FrameHeader(
+        if type(decoded) is not dict:
+            raise HeaderMalformed("header.meta", type(decoded).__name__, "must be a JSON object")
+    # Then the checks FrameHeader runs, in its order: ids, meta, the entries as a list.
+    if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
+        require_id(request_id, "header.request_id", error=HeaderMalformed)
+    if stage_id and not (len(stage_id) <= MAX_ID_LENGTH and stage_id.isprintable()):
+        require_id(stage_id, "header.stage_id", error=HeaderMalformed)
+    meta: JSONObject = (
+        EMPTY_OBJECT
+        if decoded is None
+        else freeze_object(decoded, "header.meta", error=HeaderMalformed)
+    )
+    if known is not None and not (known[3] and FEATURE_BFLOAT16 not in features):
+        inline, total = known[1], known[2]  # checked as a list when it was cached
+    else:
+        inline, total = tensor_totals(specs, features)
+        if cached and known is None and all(spec.ref is None for spec in specs):
+            if len(_PARSED) >= 1024:
+                _PARSED.clear()
+            bf16 = any(spec.dtype is DType.BFLOAT16 for spec in specs)
+            _PARSED[key] = (specs, inline, total, bf16)
+    header = prechecked_header(
         _OPS[code],
         request_id,
         stage_id,
@@ -314,6 +371,8 @@ def parse_binary_header(
         specs,
         meta,
         features,
+        inline,
+        total,
         version,
     )
     check_totals(header, limits, payload_len)

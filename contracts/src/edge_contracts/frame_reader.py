@@ -84,7 +84,8 @@ class FrameReader:
                 and :func:`~edge_contracts.wire.parse_header`).
 
         """
-        self._have(PREFIX_SIZE, "prefix")
+        if self._end - self._start < PREFIX_SIZE:
+            self._have(PREFIX_SIZE, "prefix")
         start = self._start
         prefix = self._view[start : start + PREFIX_SIZE]
         header_len, payload_len = decode_prefix(prefix, self._limits)
@@ -92,8 +93,9 @@ class FrameReader:
         self._start = start = start + PREFIX_SIZE
         raw: bytes | bytearray
         if header_len <= len(self._buffer):
-            self._have(header_len, "header")
-            start = self._start
+            if self._end - start < header_len:
+                self._have(header_len, "header")
+                start = self._start
             raw = bytes(self._view[start : start + header_len])
             self._start = start + header_len
         else:  # a header larger than the buffer (only with raised limits)
@@ -106,6 +108,8 @@ class FrameReader:
         self._start = start + buffered
         if self._start == self._end:
             self._start = self._end = 0
+        if buffered == payload_len:  # all here already (small frames): one copy out
+            return Frame(header, bytearray(head))
         return Frame(header, receive_payload(self._recv_into, payload_len, head))
 
     def _have(self, wanted: int, part: str) -> None:

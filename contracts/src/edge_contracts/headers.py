@@ -54,7 +54,9 @@ __all__ = [
     "ShmRef",
     "TensorSpec",
     "check_totals",
+    "prechecked_header",
     "tensor_features",
+    "tensor_totals",
 ]
 
 MAX_HEADER_CAP = 2**32 - 1
@@ -336,33 +338,7 @@ class FrameHeader:
                     tensors, "header.tensors", max_length=MAX_TENSORS_CAP, error=HeaderMalformed
                 )
             )
-        inline = total = 0
-        names: set[str] = set()
-        for index, spec in enumerate(tensors):
-            if not isinstance(spec, TensorSpec):
-                raise DescriptorInvalid(f"header.tensors[{index}]", spec, "must be a TensorSpec")
-            if spec.dtype is DType.BFLOAT16 and FEATURE_BFLOAT16 not in features:
-                raise DescriptorInvalid(
-                    f"header.tensors[{index}].dtype",
-                    spec.dtype.value,
-                    f"a bfloat16 tensor needs required feature {FEATURE_BFLOAT16}",
-                )
-            if spec.name in names:
-                raise DescriptorInvalid(
-                    f"header.tensors[{index}].name", spec.name, "must be unique"
-                )
-            names.add(spec.name)
-            total += spec.nbytes
-            if spec.ref is None:
-                inline += spec.nbytes
-            elif FEATURE_SHM_TENSORS not in features:
-                raise DescriptorInvalid(
-                    f"header.tensors[{index}].ref",
-                    spec.ref.segment,
-                    f"a shared-memory tensor needs required feature {FEATURE_SHM_TENSORS}",
-                )
-        if total > INT64_MAX:
-            raise PayloadTooLarge("header.tensors", total, f"total bytes must be <= {INT64_MAX}")
+        inline, total = tensor_totals(tensors, features)  # type: ignore[arg-type]
         set_(self, "tensors", tensors)
         set_(self, "inline_nbytes", inline)
         set_(self, "total_nbytes", total)
@@ -455,6 +431,84 @@ def tensor_features(specs: tuple[TensorSpec, ...]) -> frozenset[str]:
     if shm:
         return _SHM_BF16 if bf16 else _SHM_ONLY
     return _BF16_ONLY if bf16 else _NO_FEATURES
+
+
+def tensor_totals(tensors: tuple[TensorSpec, ...], features: frozenset[str]) -> tuple[int, int]:
+    """Check a header's tensor entries together; return ``(inline bytes, total bytes)``.
+
+    Every entry must be a :class:`TensorSpec` with a unique name; a bfloat16 entry needs
+    the ``bfloat16`` feature among ``features`` and a shared-memory one ``shm-tensors``;
+    the total must fit in 63 bits. This is the part of :class:`FrameHeader`'s checks that
+    looks at the entries as a list (each entry checked itself when it was built).
+
+    Raises:
+        DescriptorInvalid: naming ``header.tensors[i]`` and the field at fault.
+        PayloadTooLarge: the total is over ``INT64_MAX``.
+
+    """
+    inline = total = 0
+    names: set[str] = set()
+    for index, spec in enumerate(tensors):
+        if not isinstance(spec, TensorSpec):
+            raise DescriptorInvalid(f"header.tensors[{index}]", spec, "must be a TensorSpec")
+        if spec.dtype is DType.BFLOAT16 and FEATURE_BFLOAT16 not in features:
+            raise DescriptorInvalid(
+                f"header.tensors[{index}].dtype",
+                spec.dtype.value,
+                f"a bfloat16 tensor needs required feature {FEATURE_BFLOAT16}",
+            )
+        if spec.name in names:
+            raise DescriptorInvalid(f"header.tensors[{index}].name", spec.name, "must be unique")
+        names.add(spec.name)
+        total += spec.nbytes
+        if spec.ref is None:
+            inline += spec.nbytes
+        elif FEATURE_SHM_TENSORS not in features:
+            raise DescriptorInvalid(
+                f"header.tensors[{index}].ref",
+                spec.ref.segment,
+                f"a shared-memory tensor needs required feature {FEATURE_SHM_TENSORS}",
+            )
+    if total > INT64_MAX:
+        raise PayloadTooLarge("header.tensors", total, f"total bytes must be <= {INT64_MAX}")
+    return inline, total
+
+
+def prechecked_header(
+    op: str,
+    request_id: str,
+    stage_id: str,
+    epoch: int,
+    generation: int,
+    tensors: tuple[TensorSpec, ...],
+    meta: JSONObject,
+    required_features: frozenset[str],
+    inline_nbytes: int,
+    total_nbytes: int,
+    version: int = PROTOCOL_VERSION,
+) -> FrameHeader:
+    """Build a :class:`FrameHeader` from values its checks have already passed.
+
+    For the per-call paths only, where every value was checked once already: ids,
+    epoch and generation by :class:`~edge_contracts.requests.StageRequest` or by the
+    binary parser, ``meta`` frozen, entries by :func:`tensor_totals` (which gave the two
+    byte counts). Running ``FrameHeader``'s checks again would repeat them all for
+    nothing; a caller holding anything unchecked must build ``FrameHeader`` instead.
+    """
+    header = object.__new__(FrameHeader)
+    set_ = object.__setattr__
+    set_(header, "op", op)
+    set_(header, "request_id", request_id)
+    set_(header, "stage_id", stage_id)
+    set_(header, "epoch", epoch)
+    set_(header, "generation", generation)
+    set_(header, "tensors", tensors)
+    set_(header, "meta", meta)
+    set_(header, "required_features", required_features)
+    set_(header, "version", version)
+    set_(header, "inline_nbytes", inline_nbytes)
+    set_(header, "total_nbytes", total_nbytes)
+    return header
 
 
 def _features(value: object, field: str) -> frozenset[str]:

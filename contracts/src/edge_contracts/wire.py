@@ -31,6 +31,7 @@ from edge_contracts.binary_header import (
     BINARY_MAGIC,
     BINARY_OPS,
     encode_binary_header,
+    encode_event_header,
     parse_binary_header,
 )
 from edge_contracts.errors import (
@@ -376,6 +377,7 @@ def encode_frame(
     *,
     limits: Limits | None = None,
     binary: bool = False,
+    event_meta: bytes | None = None,
 ) -> list[bytes | memoryview]:
     """Return a frame as buffers for scatter-gather writing (see :func:`write_frame`).
 
@@ -392,6 +394,9 @@ def encode_frame(
             op has one (request, event, ack) and its required features have bits; only
             on a channel that negotiated the ``binary-header`` feature. Anything else
             is written with the JSON header.
+        event_meta: an ``event`` header's ``meta`` as compact JSON bytes, used instead
+            of ``header.meta`` when the binary header is written
+            (:func:`~edge_contracts.binary_header.encode_event_header`).
 
     Raises:
         PayloadMismatch: wrong number of payloads, a wrong size or a non-contiguous one.
@@ -418,7 +423,14 @@ def encode_frame(
     binary = (
         binary and header.op in BINARY_OPS and header.required_features <= BINARY_FEATURES
     )
-    raw = encode_binary_header(header) if binary else encode_header(header)
+    if event_meta is not None and not binary:  # header.meta does not hold it
+        raise HeaderMalformed("event_meta", header.op, "needs a binary event header")
+    if not binary:
+        raw = encode_header(header)
+    elif event_meta is not None:
+        raw = encode_event_header(header, event_meta)
+    else:
+        raw = encode_binary_header(header)
     cap = MAX_HEADER_CAP if limits is None else limits.max_header_bytes
     if len(raw) > cap:
         raise HeaderTooLarge("header", len(raw), f"must be <= max_header_bytes {cap}")

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import select
 import sys
@@ -55,13 +56,14 @@ from typing import TYPE_CHECKING, Any
 
 from edge_contracts.errors import (
     ContractError,
+    HeaderMalformed,
     StreamClosed,
     WireError,
 )
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.frame_reader import FrameReader
-from edge_contracts.headers import FrameHeader, Limits
-from edge_contracts.jsonvalues import thaw_json
+from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
+from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_HEARTBEAT,
@@ -70,6 +72,7 @@ from edge_contracts.protocol import (
 )
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
+from edge_contracts.validation import require_int
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_call import Call
@@ -97,11 +100,14 @@ from edge_contracts.worker_protocol import (
 if TYPE_CHECKING:
     import socket
 
-    from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
+    from edge_contracts.worker_transport import Packed, TensorPacker, TensorUnpacker
 
 __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
 _SHM = frozenset({FEATURE_SHM_TENSORS})
+_NO_FEATURES: frozenset[str] = frozenset()
+_DATA_EMPTY = "{}"
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
 
 
@@ -112,6 +118,8 @@ class _Server:
         self.sock = sock
         self.boot = boot
         self.handler = handler
+        # checked once: every event header carries it unchecked (prechecked_header)
+        require_int(boot.generation, "boot.generation")
         # Only what both ends support: a frame requiring anything else is refused.
         supported = (KNOWN_FEATURES if SHM_AVAILABLE else KNOWN_FEATURES - _SHM) & frozenset(
             boot.features
@@ -234,6 +242,8 @@ class _Server:
                 if not kind.terminal:
                     call._closed = True
                 kind, error, data = EventKind.ERROR, exc, None
+        if self.binary:
+            return self._send_binary_event(call, kind, seq, packed, data, error)
         meta: dict[str, Any] = {
             "seq": seq,
             "kind": _KIND_TEXT[kind],  # not the enum's (Python-level) value property
@@ -257,6 +267,56 @@ class _Server:
             required_features=packed.features if packed else frozenset(),
         )
         sent = self.send(header, packed.payloads if packed else None)
+        if not sent and packed is not None:
+            self._tensors()[0].take_back(packed.leases)
+        return sent
+
+    def _send_binary_event(
+        self,
+        call: Call,
+        kind: EventKind,
+        seq: int,
+        packed: Packed | None,
+        data: Mapping[str, Any] | None,
+        error: BaseException | None,
+    ) -> bool:
+        """:meth:`send_event` on a binary channel: the header's ``meta`` written as text.
+
+        The same JSON object as the mapping form (same keys, same order); handler
+        ``data`` is checked exactly as :class:`FrameHeader` checks ``meta`` (and refused
+        with the same error), everything else is the worker's own: the request's ids
+        came in a checked header, the entries from the packer.
+        """
+        text = _DATA_EMPTY if not data else _ENCODER.encode(
+            thaw_json(freeze_object(dict(data), "header.meta.data", error=HeaderMalformed, depth=1))
+        )
+        parts = [
+            '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
+            ',"error":', "null" if error is None else _ENCODER.encode(error_info(error)),
+            ',"created_ns":', str(time.monotonic_ns()),
+        ]
+        if kind in TERMINAL_KINDS or call._closed:
+            parts += (',"acks":', _ENCODER.encode(call._acks))
+        gone = self._gone()
+        if gone:
+            parts += (',"gone":', _ENCODER.encode(gone))
+        parts.append("}")
+        specs = packed.specs if packed else ()
+        features = packed.features if packed else _NO_FEATURES
+        inline, total = tensor_totals(specs, features) if specs else (0, 0)
+        header = prechecked_header(
+            OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation,
+            specs, EMPTY_OBJECT, features, inline, total,
+        )
+        frame = encode_frame(header, packed.payloads if packed else [], binary=True,
+                             event_meta="".join(parts).encode())
+        with self._send_lock:
+            sent = not self._broken
+            if sent:
+                try:
+                    write_frame(self.sock.sendmsg, frame)
+                except OSError:
+                    self._broken = sent = False
         if not sent and packed is not None:
             self._tensors()[0].take_back(packed.leases)
         return sent

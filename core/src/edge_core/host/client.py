@@ -32,11 +32,12 @@ from typing import Any, cast
 
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
-from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import JSONObject
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
+from edge_contracts.validation import require_int
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import (
     OP_ACK,
@@ -108,7 +109,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
         spin_us: int = 0,
     ) -> None:
         self.route = route
-        self.generation = generation
+        self.generation = require_int(generation, "worker.generation")  # sent unchecked
         self.identity: ProcessIdentity = tree.main
         self.hello = hello
         self.features = features
@@ -290,15 +291,21 @@ class WorkerClient(ControlCalls, LivenessHooks):
             self._calls[request.request_id] = call
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
-            header = FrameHeader(
+            # Every field was checked already: the ids, epoch and params by StageRequest,
+            # the generation at start, each entry by the packer (the list just below).
+            specs, features = packed.specs, packed.features
+            inline, total = tensor_totals(specs, features) if specs else (0, 0)
+            header = prechecked_header(
                 request.operation.value,
                 request.request_id,
                 request.stage_id,
                 request.epoch,
                 self.generation,
-                tensors=packed.specs,
-                meta=request.params,
-                required_features=packed.features,
+                specs,
+                cast(JSONObject, request.params),
+                features,
+                inline,
+                total,
             )
             if gone:  # a request's meta is its params: the names go in an ack before it
                 notice = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})

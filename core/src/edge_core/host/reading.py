@@ -59,13 +59,11 @@ HANDOVER: Final = _Handover()
 
 def take_nowait(inbox: queue.SimpleQueue[Any]) -> Any | None:
     """Return the next item of ``inbox`` that is not :data:`HANDOVER`, else None."""
-    while True:
-        try:
-            item = inbox.get_nowait()
-        except queue.Empty:
-            return None
+    while not inbox.empty():  # only the inbox's owner takes from it: get cannot block
+        item = inbox.get_nowait()
         if item is not HANDOVER:
             return item
+    return None
 
 
 class ChannelReader:

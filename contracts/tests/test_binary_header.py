@@ -5,7 +5,7 @@ import pytest
 from edge_contracts import binary_header
 from edge_contracts.binary_header import encode_binary_header, parse_binary_header
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import PayloadTooLarge, UnknownRequiredFeature
+from edge_contracts.errors import HeaderMalformed, PayloadTooLarge, UnknownRequiredFeature
 from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec
 from edge_contracts.wire import _DECODER
 
@@ -47,3 +47,51 @@ def test_long_entry_lists_are_never_kept() -> None:
     header = FrameHeader("run", "r1", "s", 0, 1, specs)
     assert parse(header) == header
     assert before == binary_header._PARSED  # over 2 KiB of entries: parsed every time
+
+
+FIELDS = frozenset({"event-fields"})
+
+
+def event(meta: dict[str, object], features: frozenset[str] = FIELDS) -> FrameHeader:
+    return FrameHeader("event", "r1", "s", 2, 1, (X,), meta=meta, required_features=features)
+
+
+def test_event_fields_round_trip_with_and_without_other_meta() -> None:
+    bare = event({"seq": 4, "kind": "done", "created_ns": 2**63 - 1})
+    raw = encode_binary_header(bare)
+    assert raw.endswith(binary_header.EVENT_BLOCK.pack(4, 2**63 - 1, 3) + b"".join(
+        [binary_header._tensor_bytes((X,))]))  # block after the ids, no meta JSON at all
+    assert parse(bare) == bare
+    full = event({"seq": 0, "kind": "token", "created_ns": 7, "data": {"text": "é"},
+                  "error": None, "acks": [["edge_a", 1]]})
+    assert parse(full) == full
+    assert b'"seq"' not in encode_binary_header(full)  # only the other keys are JSON
+
+
+@pytest.mark.parametrize(("meta", "field"), [
+    ({"kind": "done", "created_ns": 1}, "header.meta.seq"),
+    ({"seq": -1, "kind": "done", "created_ns": 1}, "header.meta.seq"),
+    ({"seq": 1, "kind": "done", "created_ns": True}, "header.meta.created_ns"),
+    ({"seq": 1, "kind": "finished", "created_ns": 1}, "header.meta.kind"),
+])
+def test_event_fields_are_checked_when_encoded(meta: dict[str, object], field: str) -> None:
+    with pytest.raises(HeaderMalformed) as info:
+        encode_binary_header(event(meta))
+    assert info.value.field == field
+
+
+def test_event_fields_belong_to_events_only() -> None:
+    with pytest.raises(HeaderMalformed) as info:
+        encode_binary_header(FrameHeader("run", "r1", "s", 0, 1, (X,), required_features=FIELDS))
+    assert info.value.field == "header.required_features"
+    block = binary_header.EVENT_BLOCK.pack(0, 0, 3)
+    with pytest.raises(HeaderMalformed):  # the block without the feature, or the reverse
+        binary_header.encode_event_header(event({}, frozenset()), b"", block)
+    with pytest.raises(HeaderMalformed):
+        binary_header.encode_event_header(event({}), b"")
+
+
+def test_a_reader_without_event_fields_refuses_the_block() -> None:
+    without = Limits(max_io_bytes=1 << 20, supported_features=frozenset({"shm-tensors"}))
+    with pytest.raises(UnknownRequiredFeature):
+        parse(event({"seq": 1, "kind": "done", "created_ns": 1}), without)

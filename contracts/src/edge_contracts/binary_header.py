@@ -16,6 +16,10 @@ Layout, all integers little-endian::
                  tensor entry bytes u32, meta bytes u32, epoch u64, generation u64
     request id   UTF-8
     stage id     UTF-8
+    event block  only with the ``event-fields`` feature bit (events only), 17 bytes,
+                 struct "<QQB": seq u64, created_ns u64, kind code u8 (output, token,
+                 progress, done, error, cancelled = 0..5); ``meta`` then holds the
+                 event's other keys, never these three
     tensors      per tensor, struct "<HBBBQ": name bytes u16, dtype code u8,
                  dimension count u8, ref flag u8 (0 inline, 1 shared memory), nbytes u64;
                  then one u64 per dimension; then the UTF-8 name; with a ref, struct
@@ -59,6 +63,7 @@ from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, t
 from edge_contracts.protocol import (
     FEATURE_BFLOAT16,
     FEATURE_CANCEL,
+    FEATURE_EVENT_FIELDS,
     FEATURE_SHM_TENSORS,
     FEATURE_STREAM_EVENTS,
     PROTOCOL_VERSION,
@@ -70,9 +75,12 @@ __all__ = [
     "BINARY_FEATURES",
     "BINARY_MAGIC",
     "BINARY_OPS",
+    "EVENT_BLOCK",
     "FIXED",
+    "KIND_CODES",
     "encode_binary_header",
     "encode_event_header",
+    "event_block",
     "parse_binary_header",
 ]
 
@@ -95,7 +103,15 @@ _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_STREAM_EVENTS,
     FEATURE_BFLOAT16,
     FEATURE_CANCEL,
+    FEATURE_EVENT_FIELDS,
 )
+_EVENT_BIT = 1 << _FEATURE_BITS.index(FEATURE_EVENT_FIELDS)
+EVENT_BLOCK = struct.Struct("<QQB")
+"""The ``event-fields`` block: seq u64, created_ns u64, kind code u8 (17 bytes)."""
+_KINDS: tuple[str, ...] = ("output", "token", "progress", "done", "error", "cancelled")
+KIND_CODES: dict[str, int] = {kind: code for code, kind in enumerate(_KINDS)}
+"""Wire code of each event kind in the block (fixed here, never reused)."""
+_EVENT_KEYS = frozenset({"seq", "kind", "created_ns"})
 _ALL_BITS = (1 << len(_FEATURE_BITS)) - 1
 _FEATURE_SETS: tuple[frozenset[str], ...] = tuple(
     frozenset(name for index, name in enumerate(_FEATURE_BITS) if bits & (1 << index))
@@ -138,26 +154,59 @@ def encode_binary_header(header: FrameHeader) -> bytes:
             "header.op", header.op, f"has no binary header (only {', '.join(sorted(BINARY_OPS))})"
         )
     bits = _feature_bits(header)
-    meta = _ENCODER.encode(thaw_json(header.meta)).encode() if header.meta else b""  # type: ignore[arg-type]
-    return _assemble(header, code, bits, meta)
+    block = b""
+    plain: Any = thaw_json(header.meta)  # type: ignore[arg-type]
+    if bits & _EVENT_BIT:  # seq, kind and created_ns leave meta for the fixed block
+        block = event_block(plain.get("seq"), plain.get("kind"), plain.get("created_ns"),
+                            header.op)
+        plain = {key: value for key, value in plain.items() if key not in _EVENT_KEYS}
+    meta = _ENCODER.encode(plain).encode() if plain else b""
+    return _assemble(header, code, bits, meta, block)
 
 
-def encode_event_header(header: FrameHeader, meta: bytes) -> bytes:
+def event_block(seq: object, kind: object, created_ns: object, op: str = OP_EVENT) -> bytes:
+    """The fixed event block of the ``event-fields`` feature: "<QQB" seq, created_ns, kind.
+
+    Raises:
+        HeaderMalformed: not an ``event``, or a field missing or out of range (``seq``
+            and ``created_ns`` are integers in 0..INT64_MAX, ``kind`` an event kind).
+
+    """
+    if op != OP_EVENT:
+        raise HeaderMalformed(
+            "header.required_features", FEATURE_EVENT_FIELDS, "only an event carries it"
+        )
+    for field, value in (("seq", seq), ("created_ns", created_ns)):
+        if type(value) is not int or not 0 <= value <= INT64_MAX:
+            raise HeaderMalformed(f"header.meta.{field}", value, f"must be in 0..{INT64_MAX}")
+    code = KIND_CODES.get(kind) if type(kind) is str else None
+    if code is None:
+        raise HeaderMalformed("header.meta.kind", kind, f"must be one of {', '.join(_KINDS)}")
+    return EVENT_BLOCK.pack(seq, created_ns, code)
+
+
+def encode_event_header(header: FrameHeader, meta: bytes, block: bytes = b"") -> bytes:
     """Return an ``event`` frame's binary header whose ``meta`` is given as JSON bytes.
 
     The worker's per-event path: it writes the event's ``meta`` text itself (its fields
     are its own, and handler data checked by :func:`~edge_contracts.jsonvalues.freeze_object`)
     instead of freezing a mapping only for :func:`encode_binary_header` to thaw and
     encode it again. ``header.meta`` is not read. ``meta`` must be one compact UTF-8 JSON
-    object (``b""`` for ``{}``), as the reader checks it like any other.
+    object (``b""`` for ``{}``), as the reader checks it like any other; with the
+    ``event-fields`` feature among the header's required features, ``block`` is the
+    :func:`event_block` and ``meta`` holds none of its fields.
 
     Raises:
-        HeaderMalformed: the header is not an ``event``, or a feature has no bit.
+        HeaderMalformed: the header is not an ``event``, a feature has no bit, or the
+            block is missing or was given without the feature.
 
     """
     if header.op != OP_EVENT:
         raise HeaderMalformed("header.op", header.op, f"must be {OP_EVENT}")
-    return _assemble(header, _OP_CODES[OP_EVENT], _feature_bits(header), meta)
+    bits = _feature_bits(header)
+    if bool(bits & _EVENT_BIT) != (len(block) == EVENT_BLOCK.size):
+        raise HeaderMalformed("header.event", len(block), "the block goes with event-fields")
+    return _assemble(header, _OP_CODES[OP_EVENT], bits, meta, block)
 
 
 def _feature_bits(header: FrameHeader) -> int:
@@ -172,7 +221,7 @@ def _feature_bits(header: FrameHeader) -> int:
     return bits
 
 
-def _assemble(header: FrameHeader, code: int, bits: int, meta: bytes) -> bytes:
+def _assemble(header: FrameHeader, code: int, bits: int, meta: bytes, block: bytes = b"") -> bytes:
     request = header.request_id.encode()
     stage = header.stage_id.encode()
     tensors = _tensor_bytes(header.tensors)
@@ -192,6 +241,7 @@ def _assemble(header: FrameHeader, code: int, bits: int, meta: bytes) -> bytes:
             ),
             request,
             stage,
+            block,
             tensors,
             meta,
         )
@@ -302,6 +352,9 @@ def parse_binary_header(
     at = FIXED.size
     request_id, at = _text(view, at, request_len, "header.request_id", HeaderMalformed)
     stage_id, at = _text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+    fields: tuple[int, int, int] | None = None
+    if bits & _EVENT_BIT:
+        fields, at = _event_fields(view, at, code)
     end = at + tensors_len
     if end > size:
         raise HeaderMalformed(
@@ -343,6 +396,8 @@ def parse_binary_header(
             ) from None
         if type(decoded) is not dict:
             raise HeaderMalformed("header.meta", type(decoded).__name__, "must be a JSON object")
+    if fields is not None:
+        decoded = _merge_event(fields, decoded)
     # Then the checks FrameHeader runs, in its order: ids, meta, the entries as a list.
     if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
         require_id(request_id, "header.request_id", error=HeaderMalformed)
@@ -377,6 +432,40 @@ def parse_binary_header(
     )
     check_totals(header, limits, payload_len)
     return header
+
+
+def _event_fields(view: memoryview, at: int, code: int) -> tuple[tuple[int, int, int], int]:
+    """Read the ``event-fields`` block at ``at``: ``(seq, created_ns, kind code)``, next offset."""
+    if _OPS[code] != OP_EVENT:
+        raise HeaderMalformed(
+            "header.required_features", FEATURE_EVENT_FIELDS, "only an event carries it"
+        )
+    if at + EVENT_BLOCK.size > len(view):
+        raise HeaderMalformed(
+            "header.event", len(view) - at, f"the {EVENT_BLOCK.size}-byte block runs past the end"
+        )
+    seq, created_ns, kind = EVENT_BLOCK.unpack_from(view, at)
+    if seq > INT64_MAX:
+        raise HeaderMalformed("header.meta.seq", seq, f"must be <= {INT64_MAX}")
+    if created_ns > INT64_MAX:
+        raise HeaderMalformed("header.meta.created_ns", created_ns, f"must be <= {INT64_MAX}")
+    if kind >= len(_KINDS):
+        raise HeaderMalformed("header.meta.kind", kind, f"unknown kind code (0..{len(_KINDS) - 1})")
+    return (seq, created_ns, kind), at + EVENT_BLOCK.size
+
+
+def _merge_event(fields: tuple[int, int, int], decoded: dict[str, Any] | None) -> dict[str, Any]:
+    """The event's whole meta: the block's fields first, then the JSON's (none repeated)."""
+    seq, created_ns, kind = fields
+    meta: dict[str, Any] = {"seq": seq, "kind": _KINDS[kind], "created_ns": created_ns}
+    if decoded:
+        repeated = _EVENT_KEYS.intersection(decoded)
+        if repeated:
+            raise HeaderMalformed(
+                "header.meta", sorted(repeated), "repeats a field of the event block"
+            )
+        meta.update(decoded)
+    return meta
 
 
 def _text(

@@ -17,6 +17,7 @@ __all__ = [
     "FEATURE_BFLOAT16",
     "FEATURE_BINARY_HEADER",
     "FEATURE_CANCEL",
+    "FEATURE_EVENT_FIELDS",
     "FEATURE_HEARTBEAT",
     "FEATURE_SHM_TENSORS",
     "FEATURE_STREAM_EVENTS",
@@ -48,6 +49,11 @@ FEATURE_BINARY_HEADER = "binary-header"
 """Per-request frames (request, event, ack) may carry the fixed binary header
 (:mod:`edge_contracts.binary_header`, prefix magic ``EDGB``) instead of JSON."""
 
+FEATURE_EVENT_FIELDS = "event-fields"
+"""An event's ``seq``, ``kind`` and ``created_ns`` travel in a fixed block of the binary
+header, and its ``meta`` JSON holds only what is left (``data``, ``error``, ``acks``,
+``gone``, each left out when empty); see :mod:`edge_contracts.binary_header`."""
+
 KNOWN_FEATURES: frozenset[str] = frozenset(
     {
         FEATURE_SHM_TENSORS,
@@ -56,6 +62,7 @@ KNOWN_FEATURES: frozenset[str] = frozenset(
         FEATURE_CANCEL,
         FEATURE_HEARTBEAT,
         FEATURE_BINARY_HEADER,
+        FEATURE_EVENT_FIELDS,
     }
 )
 """Every feature this implementation supports."""

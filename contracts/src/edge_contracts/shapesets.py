@@ -197,6 +197,11 @@ class ShapeEntry:
         return cls(name, built)
 
 
+# (id of a set, its specs' items) -> (that set, the entry that accepted them)
+_MATCHED: dict[tuple[int, tuple[Any, ...]], tuple[ShapeSet, ShapeEntry]] = {}
+_MATCHED_SIZE = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class ShapeSet:
     """The shapes a stage serves; :meth:`match` refuses everything else.
@@ -239,8 +244,19 @@ class ShapeSet:
             ShapeRefused: naming the first input outside every entry, its shape and the
                 served set (or the input names, when they differ from every entry's).
         """
+        try:  # a stream repeats a few shapes: each is matched once per set
+            key: tuple[int, tuple[Any, ...]] | None = (id(self), tuple(specs.items()))
+            hit = _MATCHED.get(key)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable shape (a list): matched afresh
+            key, hit = None, None
+        if hit is not None and hit[0] is self:  # the set itself: its id was not reused
+            return hit[1]
         for entry in sorted(self.entries, key=lambda e: not e.static):
             if entry.accepts(specs):
+                if key is not None:
+                    if len(_MATCHED) >= _MATCHED_SIZE:
+                        _MATCHED.clear()
+                    _MATCHED[key] = (self, entry)
                 return entry
         raise self.refusal(specs, where)
 

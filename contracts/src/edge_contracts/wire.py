@@ -378,6 +378,7 @@ def encode_frame(
     limits: Limits | None = None,
     binary: bool = False,
     event_meta: bytes | None = None,
+    event_block: bytes = b"",
 ) -> list[bytes | memoryview]:
     """Return a frame as buffers for scatter-gather writing (see :func:`write_frame`).
 
@@ -397,6 +398,8 @@ def encode_frame(
         event_meta: an ``event`` header's ``meta`` as compact JSON bytes, used instead
             of ``header.meta`` when the binary header is written
             (:func:`~edge_contracts.binary_header.encode_event_header`).
+        event_block: with ``event_meta``, the event's fixed block when the header
+            requires ``event-fields`` (:data:`~edge_contracts.binary_header.EVENT_BLOCK`).
 
     Raises:
         PayloadMismatch: wrong number of payloads, a wrong size or a non-contiguous one.
@@ -428,7 +431,7 @@ def encode_frame(
     if not binary:
         raw = encode_header(header)
     elif event_meta is not None:
-        raw = encode_event_header(header, event_meta)
+        raw = encode_event_header(header, event_meta, event_block)
     else:
         raw = encode_binary_header(header)
     cap = MAX_HEADER_CAP if limits is None else limits.max_header_bytes
@@ -451,9 +454,20 @@ def write_frame(sendmsg: Callable[[list[memoryview]], int], parts: Sequence[Buff
     ``socket.sendmsg`` or ``lambda views: os.writev(fd, views)``. Partial writes are
     resumed; at most 512 buffers go into one call (below ``IOV_MAX``).
     """
-    views = [memoryview(part).cast("B") for part in parts if len(part)]
-    total = sum(view.nbytes for view in views)
     written = 0
+    if len(parts) <= _IOV_BATCH:  # the usual frame: one call writes it whole
+        total = 0
+        for part in parts:
+            total += part.nbytes if type(part) is memoryview else len(part)
+        written = sendmsg(parts)  # type: ignore[arg-type]
+        if written == total:
+            return written
+        if written <= 0:
+            raise WireError("frame", 0, f"write made no progress after 0 of {total} bytes")
+        views = _after(parts, written)  # the rest, resumed below
+    else:
+        views = [memoryview(part).cast("B") for part in parts if len(part)]
+        total = sum(view.nbytes for view in views)
     first = 0
     while first < len(views):
         sent = sendmsg(views[first : first + _IOV_BATCH])
@@ -471,6 +485,19 @@ def write_frame(sendmsg: Callable[[list[memoryview]], int], parts: Sequence[Buff
                 views[first] = views[first][sent:]
                 sent = 0
     return written
+
+
+def _after(parts: Sequence[Buffer], written: int) -> list[memoryview]:
+    """What is left of ``parts`` once their first ``written`` bytes were sent."""
+    left: list[memoryview] = []
+    for part in parts:
+        view = memoryview(part).cast("B")
+        if written >= view.nbytes:
+            written -= view.nbytes
+            continue
+        left.append(view[written:])
+        written = 0
+    return left
 
 
 def _check_sender_limits(header: FrameHeader, limits: Limits) -> None:

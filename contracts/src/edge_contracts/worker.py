@@ -54,6 +54,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
 from edge_contracts.errors import (
     ContractError,
     HeaderMalformed,
@@ -66,6 +67,7 @@ from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tenso
 from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
+    FEATURE_EVENT_FIELDS,
     FEATURE_HEARTBEAT,
     FEATURE_SHM_TENSORS,
     KNOWN_FEATURES,
@@ -106,6 +108,7 @@ __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 _NO_FEATURES: frozenset[str] = frozenset()
+_EVENT_FIELDS = frozenset({FEATURE_EVENT_FIELDS})
 _DATA_EMPTY = "{}"
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
@@ -128,6 +131,9 @@ class _Server:
         self.sealed = self.use_shm and uses_sealed(boot)
         # events and acks go with the binary header when the controller reads it
         self.binary = FEATURE_BINARY_HEADER in boot.features
+        # seq, kind and created_ns in the binary header's event block (the controller
+        # reads it: boot.features is what it supports, and the hello offers the same)
+        self.event_fields = self.binary and FEATURE_EVENT_FIELDS in boot.features
         self.limits = Limits(
             max_header_bytes=boot.max_header_bytes,
             max_io_bytes=boot.max_io_bytes,
@@ -290,26 +296,44 @@ class _Server:
         text = _DATA_EMPTY if not data else _ENCODER.encode(
             thaw_json(freeze_object(dict(data), "header.meta.data", error=HeaderMalformed, depth=1))
         )
-        parts = [
-            '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
-            ',"error":', "null" if error is None else _ENCODER.encode(error_info(error)),
-            ',"created_ns":', str(time.monotonic_ns()),
-        ]
-        if kind in TERMINAL_KINDS or call._closed:
-            parts += (',"acks":', _ENCODER.encode(call._acks))
+        problem = None if error is None else _ENCODER.encode(error_info(error))
+        acks = call._acks if kind in TERMINAL_KINDS or call._closed else None
         gone = self._gone()
-        if gone:
-            parts += (',"gone":', _ENCODER.encode(gone))
-        parts.append("}")
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
+        block = b""
+        if self.event_fields:  # the block carries three fields; meta only what is set
+            block = EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
+            features = features | _EVENT_FIELDS
+            parts = ["{"]
+            if data:
+                parts += ('"data":', text, ",")
+            if problem is not None:
+                parts += ('"error":', problem, ",")
+            if acks:
+                parts += ('"acks":', _ENCODER.encode(acks), ",")
+            if gone:
+                parts += ('"gone":', _ENCODER.encode(gone), ",")
+            meta = b"" if len(parts) == 1 else ("".join(parts)[:-1] + "}").encode()
+        else:  # the whole object, keys in the mapping form's order
+            parts = [
+                '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
+                ',"error":', "null" if problem is None else problem,
+                ',"created_ns":', str(time.monotonic_ns()),
+            ]
+            if acks is not None:
+                parts += (',"acks":', _ENCODER.encode(acks) if acks else "[]")
+            if gone:
+                parts += (',"gone":', _ENCODER.encode(gone))
+            parts.append("}")
+            meta = "".join(parts).encode()
         inline, total = tensor_totals(specs, features) if specs else (0, 0)
         header = prechecked_header(
             OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation,
             specs, EMPTY_OBJECT, features, inline, total,
         )
         frame = encode_frame(header, packed.payloads if packed else [], binary=True,
-                             event_meta="".join(parts).encode())
+                             event_meta=meta, event_block=block)
         with self._send_lock:
             sent = not self._broken
             if sent:

@@ -25,7 +25,9 @@ Ops, worker to controller:
     answer: sent while the worker has work, when the ``heartbeat`` feature is in use; see
     :mod:`edge_contracts.worker_heartbeat`); ``event`` (``meta`` carries ``seq``,
     ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
-    controller-produced segments of that request's inputs), ``reply``
+    controller-produced segments of that request's inputs; with the ``event-fields``
+    feature the first three travel in the binary header's event block and ``data``,
+    ``error`` and ``acks`` appear only when set), ``reply``
     (``meta.ok`` plus ``result`` or ``error``).
 
 Frames whose ``meta`` this protocol defines (``ack``, ``event``, ``reply``) may carry

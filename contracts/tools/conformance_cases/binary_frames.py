@@ -19,7 +19,16 @@ OP_CODES = {"run": 1, "generate": 2, "event": 3, "ack": 4}
 DTYPE_CODES = {name: code for code, name in enumerate(
     ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
      "float16", "float32", "float64", "bfloat16"])}
-FEATURE_BITS = {"shm-tensors": 1, "stream-events": 2, "bfloat16": 4, "cancel": 8}
+FEATURE_BITS = {"shm-tensors": 1, "stream-events": 2, "bfloat16": 4, "cancel": 8,
+                "event-fields": 16}
+EVENT_LIMITS = {**LIMITS, "supported_features": sorted([*ALL_FEATURES, "binary-header",
+                                                         "event-fields"])}
+KIND_CODES = {"output": 0, "token": 1, "progress": 2, "done": 3, "error": 4, "cancelled": 5}
+
+
+def event_block(seq: int, created_ns: int, kind: int) -> bytes:
+    """The event-fields block: "<QQB" seq, created_ns, kind code."""
+    return struct.pack("<QQB", seq, created_ns, kind)
 
 
 def bin_tensor(name: str, dtype: str, shape: list[int], nbytes: int, ref: Any = None, *,
@@ -42,8 +51,8 @@ def bin_header(op: str, tensors: list[bytes], meta: Any = None, *, request_id: s
                features: int = 0, version: int = 1, op_code: int | None = None,
                count: int | None = None, meta_len: int | None = None,
                request_bytes: bytes | None = None, request_len: int | None = None,
-               tensors_len: int | None = None) -> bytes:
-    """A binary header: "<HBBHHHIIQQ" fixed part, ids, tensor entries, meta JSON."""
+               tensors_len: int | None = None, block: bytes = b"") -> bytes:
+    """A binary header: "<HBBHHHIIQQ" fixed part, ids, event block, tensor entries, meta."""
     request = request_id.encode() if request_bytes is None else request_bytes
     stage = stage_id.encode()
     raw_meta = b"" if meta is None else (
@@ -55,7 +64,7 @@ def bin_header(op: str, tensors: list[bytes], meta: Any = None, *, request_id: s
         len(tensors) if count is None else count,
         len(entries) if tensors_len is None else tensors_len,
         len(raw_meta) if meta_len is None else meta_len, epoch, generation)
-    return fixed + request + stage + entries + raw_meta
+    return fixed + request + stage + block + entries + raw_meta
 
 
 def bin_frame(raw: bytes, payload: bytes = b"", *, payload_len: int | None = None) -> bytes:
@@ -76,6 +85,13 @@ BIN_ACK = bin_header("ack", [], {"segments": [["edge_0badcafe_k3v9", 7]]}, reque
 BIN_GENERATE = bin_header("generate", [bin_tensor("ids", "int64", [], 8)],
                           features=FEATURE_BITS["stream-events"])
 
+EVENT_FIELDS = FEATURE_BITS["event-fields"]
+BIN_EVENT_FIELDS = bin_header("event", [bin_tensor("ids", "uint8", [4], 4)],
+                              {"acks": [["edge_0badcafe_k3v9", 7]]}, features=EVENT_FIELDS,
+                              block=event_block(3, 9, KIND_CODES["done"]))
+BIN_TOKEN_FIELDS = bin_header("event", [], features=EVENT_FIELDS,
+                              block=event_block(0, 2**63 - 1, KIND_CODES["token"]))
+
 BINARY_VALID_FRAMES = [
     {"name": "binary request with an inline tensor and params", "limits": BINARY_LIMITS,
      "hex": bin_frame(BIN_RUN, X_BYTES).hex(),
@@ -92,6 +108,18 @@ BINARY_VALID_FRAMES = [
      "hex": bin_frame(BIN_ACK).hex(),
      "header": header([], op="ack", request_id="", stage_id="", epoch=0,
                       meta={"segments": [["edge_0badcafe_k3v9", 7]]}), "tensors": {}},
+    {"name": "binary event with its fields in the event block", "limits": EVENT_LIMITS,
+     "hex": bin_frame(BIN_EVENT_FIELDS, b"\x01\x02\x03\x04").hex(),
+     "header": header([tensor("ids", "uint8", [4], 4)], op="event",
+                      required_features=["event-fields"],
+                      meta={"seq": 3, "kind": "done", "created_ns": 9,
+                            "acks": [["edge_0badcafe_k3v9", 7]]}),
+     "tensors": {"ids": "01020304"}},
+    {"name": "binary token event with only the event block", "limits": EVENT_LIMITS,
+     "hex": bin_frame(BIN_TOKEN_FIELDS).hex(),
+     "header": header([], op="event", required_features=["event-fields"],
+                      meta={"seq": 0, "kind": "token", "created_ns": 2**63 - 1}),
+     "tensors": {}},
     {"name": "binary generate with a zero-d tensor and empty meta", "limits": BINARY_LIMITS,
      "hex": bin_frame(BIN_GENERATE, struct.pack("<q", 5)).hex(),
      "header": header([tensor("ids", "int64", [], 8)], op="generate",
@@ -203,4 +231,25 @@ BINARY_INVALID_FRAMES = [
             payload_len=16),
     bad("binary trailing bytes", bin_frame(BIN_RUN, X_BYTES) + b"\x00", "PayloadMismatch",
         "frame", limits=BINARY_LIMITS),
+    bin_bad("binary event block the reader does not support", BIN_TOKEN_FIELDS,
+            "UnknownRequiredFeature", "header.required_features"),
+    bin_bad("binary event block on a request",
+            bin_header("run", [BIN_X], features=EVENT_FIELDS, block=event_block(0, 0, 3)),
+            "HeaderMalformed", "header.required_features", X_BYTES, limits=EVENT_LIMITS),
+    bin_bad("binary event block cut short",
+            bin_header("event", [], features=EVENT_FIELDS, block=b"\x00" * 5),
+            "HeaderMalformed", "header.event", limits=EVENT_LIMITS),
+    bin_bad("binary event kind code 6",
+            bin_header("event", [], features=EVENT_FIELDS, block=event_block(0, 0, 6)),
+            "HeaderMalformed", "header.meta.kind", limits=EVENT_LIMITS),
+    bin_bad("binary event seq beyond int64",
+            bin_header("event", [], features=EVENT_FIELDS, block=event_block(2**63, 0, 3)),
+            "HeaderMalformed", "header.meta.seq", limits=EVENT_LIMITS),
+    bin_bad("binary event created_ns beyond int64",
+            bin_header("event", [], features=EVENT_FIELDS, block=event_block(0, 2**64 - 1, 3)),
+            "HeaderMalformed", "header.meta.created_ns", limits=EVENT_LIMITS),
+    bin_bad("binary event meta repeating a field of the block",
+            bin_header("event", [], {"data": {}, "seq": 1}, features=EVENT_FIELDS,
+                       block=event_block(1, 0, 3)),
+            "HeaderMalformed", "header.meta", limits=EVENT_LIMITS),
 ]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_contracts import frame_reader, wire
-from edge_contracts.protocol import FEATURE_BINARY_HEADER, KNOWN_FEATURES
+from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_EVENT_FIELDS, KNOWN_FEATURES
 from edge_contracts.requests import Operation, StageRequest
 from edge_core.host import bootstrap
 from edge_core.host import client as client_module
@@ -63,3 +63,58 @@ def test_a_controller_without_the_feature_talks_json(start, wire_spy, monkeypatc
     np.testing.assert_array_equal(client.submit(request("r1"), {"x": x}).result()["x"], x)
     assert {magic for _, magic in wire_spy["sent"]} == {b"EDGW"}
     assert not any(binary for _, binary in wire_spy["read"])
+
+
+@pytest.fixture
+def event_spy(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Records every event header the controller reads."""
+    seen: list[Any] = []
+    parse = frame_reader.parse_header
+
+    def spy_parse(raw: Any, limits: Any, **kwargs: Any) -> Any:
+        header = parse(raw, limits, **kwargs)
+        if header.op == "event":
+            seen.append(header)
+        return header
+
+    monkeypatch.setattr(frame_reader, "parse_header", spy_parse)
+    return seen
+
+
+def _stream(client: Any, rid: str) -> list[Any]:
+    call = client.submit(StageRequest(rid, "s0", 0, 1, Operation.GENERATE,
+                                      params={"tokens": 3}))
+    return list(call)
+
+
+def test_event_fields_travel_in_the_block_when_negotiated(start, event_spy) -> None:
+    client = start("stream", features=("stream-events",))
+    assert FEATURE_EVENT_FIELDS in client.features
+    deliveries = _stream(client, "g1")
+    assert [d.kind.value for d in deliveries] == ["token", "token", "token", "done"]
+    assert [d.seq for d in deliveries] == [0, 1, 2, 3]
+    assert [d.data["text"] for d in deliveries[:3]] == ["t0", "t1", "t2"]
+    assert deliveries[3].data == {"tokens": 3, "aborted_so_far": 0}
+    assert all(d.created_ns > 0 for d in deliveries)
+    assert all(FEATURE_EVENT_FIELDS in h.required_features for h in event_spy)
+    # an error event names its error; an empty DONE's meta is the block's three fields
+    echo = start()
+    with pytest.raises(Exception, match="asked to fail: now"):
+        echo.submit(request("e1", **{"raise": "now"})).result()
+    assert echo.submit(request("e2"), {}).result() == {}
+    done = event_spy[-1]
+    assert set(done.meta) == {"seq", "kind", "created_ns"} and done.meta["kind"] == "done"
+
+
+def test_a_controller_without_event_fields_reads_whole_meta(start, event_spy,
+                                                            monkeypatch) -> None:
+    monkeypatch.setattr(bootstrap, "_supported", lambda: KNOWN_FEATURES - {FEATURE_EVENT_FIELDS})
+    client = start("stream", features=("stream-events",))
+    assert FEATURE_EVENT_FIELDS not in client.features
+    assert FEATURE_BINARY_HEADER in client.features
+    deliveries = _stream(client, "g1")
+    assert [(d.kind.value, d.seq) for d in deliveries] == [
+        ("token", 0), ("token", 1), ("token", 2), ("done", 3)]
+    assert deliveries[0].data == {"text": "t0", "index": 0}
+    assert not any(FEATURE_EVENT_FIELDS in h.required_features for h in event_spy)
+    assert {"seq", "kind", "data", "error", "created_ns"} <= set(event_spy[-1].meta)

@@ -25,7 +25,7 @@ from typing import Any
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import ContractError
 from edge_contracts.headers import FrameHeader, ShmRef, TensorSpec, tensor_features
-from edge_contracts.protocol import FEATURE_SHM_TENSORS
+from edge_contracts.protocol import FEATURE_EVENT_FIELDS, FEATURE_SHM_TENSORS
 from edge_contracts.wire import Frame, Limits, decode_frame, encode_frame
 from edge_contracts.worker_protocol import BootConfig, parse_ack
 from edge_core.errors import EdgeError
@@ -83,12 +83,12 @@ def _tensors(rng: random.Random, max_tensors: int) -> tuple[tuple[TensorSpec, ..
 
 def _frame(
     rng: random.Random, op: str, meta: Mapping[str, Any], *, tensors: int = 0,
-    binary: bool = False,
+    binary: bool = False, features: frozenset[str] = frozenset(),
 ) -> bytes:
     specs, payloads = _tensors(rng, tensors) if tensors else ((), [])
     header = FrameHeader(
         op, _ident(rng) if rng.random() < 0.8 else "", _ident(rng), rng.randint(0, 2**40),
-        rng.randint(0, 2**20), specs, meta, tensor_features(specs),
+        rng.randint(0, 2**20), specs, meta, tensor_features(specs) | features,
     )
     return b"".join(bytes(part) for part in encode_frame(header, payloads, binary=binary))
 
@@ -128,6 +128,22 @@ def _event(rng: random.Random, binary: bool = False) -> bytes:
     if rng.random() < 0.5:
         meta["acks"] = [[f"edge_{_ident(rng)}", rng.randint(0, 9)]]
     return _frame(rng, "event", meta, tensors=3, binary=binary)
+
+
+def _event_fields(rng: random.Random) -> bytes:
+    """A binary event with the ``event-fields`` block (meta: only what is set)."""
+    meta: dict[str, Any] = {"seq": rng.randint(0, 2**63 - 1),
+                            "kind": rng.choice(["output", "token", "progress", "done",
+                                                "error", "cancelled"]),
+                            "created_ns": rng.randint(0, 2**63 - 1)}
+    if rng.random() < 0.3:
+        meta["data"] = {_ident(rng): json_value(rng) for _ in range(rng.randint(1, 3))}
+    if rng.random() < 0.2:
+        meta["error"] = {"type": "RuntimeError", "message": "m", "traceback": None}
+    if rng.random() < 0.5:
+        meta["acks"] = _pairs(rng)
+    return _frame(rng, "event", meta, tensors=3, binary=True,
+                  features=frozenset({FEATURE_EVENT_FIELDS}))
 
 
 def _pairs(rng: random.Random) -> list[list[Any]]:
@@ -237,6 +253,7 @@ FRAME_FORMS: list[FrameForm] = [
     # the per-request frames again with the binary header (edge_contracts.binary_header)
     FrameForm("data-binary", partial(_data, binary=True)),
     FrameForm("event-binary", partial(_event, binary=True)),
+    FrameForm("event-fields-binary", _event_fields),
     FrameForm("ack-binary", partial(_ack, binary=True),
               check=lambda frame: parse_ack(frame.header.meta)),
 ]

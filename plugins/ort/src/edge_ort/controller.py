@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_contracts.tensors import dtype_of
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 def _spec(array: Any) -> tuple[str, tuple[int, ...]]:
+    if type(array) is np.ndarray:  # its shape is a tuple of ints already
+        return dtype_of(array).value, array.shape
     return dtype_of(array).value, tuple(int(d) for d in array.shape)
 
 

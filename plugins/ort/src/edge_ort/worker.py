@@ -135,6 +135,8 @@ def _static_outputs(outputs: list[Any]) -> list[tuple[str, tuple[int, ...], np.d
 
 
 def _spec(array: np.ndarray) -> tuple[str, tuple[int, ...]]:
+    if type(array) is np.ndarray:  # its shape is a tuple of ints already
+        return dtype_of(array).value, array.shape
     return dtype_of(array).value, tuple(int(d) for d in array.shape)
 
 

@@ -155,7 +155,7 @@ def encode_binary_header(header: FrameHeader) -> bytes:
         )
     bits = _feature_bits(header)
     block = b""
-    plain: Any = thaw_json(header.meta)  # type: ignore[arg-type]
+    plain: Any = thaw_json(header.meta) if header.meta else {}  # type: ignore[arg-type]
     if bits & _EVENT_BIT:  # seq, kind and created_ns leave meta for the fixed block
         block = event_block(plain.get("seq"), plain.get("kind"), plain.get("created_ns"),
                             header.op)
@@ -403,11 +403,13 @@ def parse_binary_header(
         require_id(request_id, "header.request_id", error=HeaderMalformed)
     if stage_id and not (len(stage_id) <= MAX_ID_LENGTH and stage_id.isprintable()):
         require_id(stage_id, "header.stage_id", error=HeaderMalformed)
-    meta: JSONObject = (
-        EMPTY_OBJECT
-        if decoded is None
-        else freeze_object(decoded, "header.meta", error=HeaderMalformed)
-    )
+    meta: JSONObject
+    if decoded is None:
+        meta = EMPTY_OBJECT
+    elif fields is not None and not meta_len:  # the block's ints and kind: frozen already
+        meta = JSONObject(decoded)
+    else:
+        meta = freeze_object(decoded, "header.meta", error=HeaderMalformed)
     if known is not None and not (known[3] and FEATURE_BFLOAT16 not in features):
         inline, total = known[1], known[2]  # checked as a list when it was cached
     else:

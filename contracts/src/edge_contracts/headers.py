@@ -185,6 +185,18 @@ class TensorSpec:
         return cls(name, dtype, shape, nbytes)  # type: ignore[arg-type]
 
     @classmethod
+    def inline_plain(
+        cls, name: str, dtype: DType, shape: tuple[int, ...], nbytes: int
+    ) -> TensorSpec:
+        """:meth:`inline` for values known to be of the plain types.
+
+        A NumPy array's ``shape``, a ``str`` name and an ``int`` byte count: the cache is
+        looked up without :meth:`inline`'s per-dimension type test.
+        """
+        spec = _INLINE_CACHE.get((name, dtype, shape, nbytes))
+        return spec if spec is not None else cls.inline(name, dtype, shape, nbytes)
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "tensor") -> TensorSpec:
         """Build from the JSON form; every key, ``ref`` included, is required."""
         if type(data) is dict and data.keys() == _TENSOR_KEYS and data["ref"] is None:

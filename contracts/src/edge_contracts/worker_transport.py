@@ -155,8 +155,10 @@ class TensorPacker:
                     ref = ShmRef(lease.segment, lease.offset, lease.generation)
                 else:
                     payloads.append(flat.data)
-                if ref is None:
-                    specs.append(TensorSpec.inline(name, dtype, array.shape, nbytes))
+                if ref is None:  # a NumPy shape and an int: the plain types
+                    specs.append(TensorSpec.inline_plain(name, dtype, array.shape, nbytes)
+                                 if type(name) is str
+                                 else TensorSpec.inline(name, dtype, array.shape, nbytes))
                 else:
                     specs.append(TensorSpec(name, dtype, tuple(array.shape), nbytes, ref))
         except BaseException:

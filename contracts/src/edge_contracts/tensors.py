@@ -211,20 +211,31 @@ def array_from_buffer(spec: TensorSpec, buffer: Any) -> npt.NDArray[Any]:
 
 
 def arrays_from_frame(
-    frame: Frame, shared: Callable[[TensorSpec], Any] | None = None
+    frame: Frame, shared: Callable[[TensorSpec], Any] | None = None, *, readonly: bool = False
 ) -> dict[str, npt.NDArray[Any]]:
     """Return every tensor of ``frame`` as an array, by name, in header order.
 
-    Inline tensors are writable views over ``frame.payload`` (no copy). A tensor whose
+    Inline tensors are writable views over ``frame.payload`` (no copy), read-only ones
+    with ``readonly``. A tensor whose
     bytes live in shared memory (``spec.ref`` set) is read through ``shared(spec)``,
     which must return a buffer of exactly ``spec.nbytes``; without ``shared`` such a
     frame is refused with :class:`DescriptorInvalid`.
     """
-    views = frame.tensor_views()
+    # exactly the inline tensors' bytes (Frame checks it); read-only views when asked
+    payload: Any = memoryview(frame.payload).toreadonly() if readonly else frame.payload
     arrays: dict[str, npt.NDArray[Any]] = {}
+    offset = 0
     for spec in frame.header.tensors:
         if spec.ref is None:
-            arrays[spec.name] = array_from_buffer(spec, views[spec.name])
+            end = offset + spec.nbytes
+            dtype = _WIRE_DTYPES.get(spec.dtype)
+            if dtype is not None and spec.dtype is not DType.BOOL:  # any bytes are valid
+                arrays[spec.name] = np.frombuffer(
+                    payload, dtype, spec.nbytes // dtype.itemsize, offset
+                ).reshape(spec.shape)
+            else:  # bool (values checked) and bfloat16 (its NumPy type)
+                arrays[spec.name] = array_from_buffer(spec, memoryview(payload)[offset:end])
+            offset = end
         elif shared is None:
             raise DescriptorInvalid(
                 f"tensors.{spec.name}.ref", spec.ref.segment, "lives in shared memory: pass shared"

@@ -194,9 +194,10 @@ class TensorUnpacker:
         """
         if not frame.header.tensors:
             return {}
-        arrays = arrays_from_frame(frame, self._shared)
-        for array in arrays.values():
-            array.flags.writeable = False
+        arrays = arrays_from_frame(frame, self._shared, readonly=True)
+        for spec in frame.header.tensors:
+            if spec.ref is not None:  # a view of the peer's mapping: made read-only too
+                arrays[spec.name].flags.writeable = False
         return arrays
 
     def _shared(self, spec: TensorSpec) -> memoryview:

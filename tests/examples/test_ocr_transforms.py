@@ -25,10 +25,15 @@ from edge_ocr_example.buckets import (
 )
 from edge_ocr_example.chunks import batch_plan, chunk_crops, scatter, width_bucket
 from edge_ocr_example.crops import crop_box, fit_crop, resize_bilinear, rotate_half_turn
-from edge_ocr_example.errors import TensorMismatch
+from edge_ocr_example.errors import OcrError, TensorMismatch
 from edge_ocr_example.npz import load_npz, save_npz
 from edge_ocr_example.preprocess import normalize, preprocess, to_image_coordinates
-from edge_ocr_example.transforms import classify_to_recognize, detect_to_classify, split_carry
+from edge_ocr_example.transforms import (
+    REC_CALL_BATCHES_ENV,
+    classify_to_recognize,
+    detect_to_classify,
+    split_carry,
+)
 
 
 def source_image() -> dict[str, np.ndarray]:
@@ -129,6 +134,25 @@ def test_classify_to_recognize_turns_only_confident_upside_down_crops() -> None:
         assert width == width_bucket(int(np.ceil(48 * crop.shape[2] / crop.shape[1])),
                                      (320, 640, 960, 1280))
         np.testing.assert_array_equal(rows[index], fit_crop(crop, REC_HEIGHT, width))
+
+
+def test_recognition_calls_carry_one_crop_unless_the_environment_names_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(REC_CALL_BATCHES_ENV, raising=False)
+    gathered = classified([0.99] * 3)
+    single = classify_to_recognize(gathered, source_image())
+    assert [item[REC_INPUT].shape[0] for item in single.items] == [1, 1, 1]
+    monkeypatch.setenv(REC_CALL_BATCHES_ENV, "1,4,8")
+    batched = classify_to_recognize(gathered, source_image())
+    widths = {rows.shape[2] for rows in rows_of(single, REC_INPUT).values()}
+    assert len(batched.items) == len(widths)  # one call per width bucket now
+    assert sorted(rows_of(batched, REC_INPUT)) == sorted(rows_of(single, REC_INPUT))
+    for wrong in ("2", "1,x", ","):
+        monkeypatch.setenv(REC_CALL_BATCHES_ENV, wrong)
+        with pytest.raises(OcrError) as info:
+            classify_to_recognize(gathered, source_image())
+        assert info.value.field == REC_CALL_BATCHES_ENV
 
 
 def test_chunks_fill_the_largest_batch_then_the_smallest_that_holds_the_rest() -> None:

@@ -55,3 +55,25 @@ def test_unlinked_names_taken_for_a_frame_that_was_not_sent_come_back(producer) 
     assert taken == [first.segment] and producer.take_gone() == []
     producer.restore_gone(taken)
     assert producer.take_gone() == [first.segment]
+
+
+def test_unpacked_inline_tensors_are_read_only_views_and_bools_are_still_checked() -> None:
+    from edge_contracts.errors import DescriptorInvalid
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.wire import Frame
+    from edge_contracts.worker_transport import TensorUnpacker
+
+    packed = TensorPacker(None, threshold=1 << 20).pack(
+        {"f": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([True, False]),
+         "e": np.zeros((0, 4), np.int64)})
+    header = FrameHeader("run", "r1", "s", 0, 1, packed.specs)
+    payload = bytearray(b"".join(bytes(p) for p in packed.payloads))
+    arrays = TensorUnpacker(None).unpack(Frame(header, payload))
+    np.testing.assert_array_equal(arrays["f"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert arrays["b"].tolist() == [True, False] and arrays["e"].shape == (0, 4)
+    assert not any(array.flags.writeable for array in arrays.values())
+    payload[0] = 0x7F  # views, not copies: the frame's own bytes
+    assert arrays["f"][0, 0] != 0.0
+    payload[24] = 2  # a bool byte other than 0 and 1 is refused, as before
+    with pytest.raises(DescriptorInvalid):
+        TensorUnpacker(None).unpack(Frame(header, payload))

@@ -105,3 +105,16 @@ def test_a_range_with_a_step_accepts_only_its_multiples_and_fit_rounds_up() -> N
     with pytest.raises(InvalidValue, match=r"multiple of the step"):
         ShapeSet.from_json([{"name": "p", "inputs": {"x": {"dtype": "float32",
                                                            "dims": [[320, 1000, 32]]}}}])
+
+
+def test_a_shape_matched_once_is_answered_per_set_and_refusals_are_never_kept() -> None:
+    specs = {"x": ("float32", (8, 3, 48, 320))}
+    assert REC.match(specs).name == "b8_w320"
+    assert REC.match(dict(specs)).name == "b8_w320"  # the kept answer
+    only_wide = ShapeSet.from_json([{"name": "any", "inputs": {"x": {
+        "dtype": "float32", "dims": [[1, 8], 3, 48, [32, 2048]]}}}])
+    assert only_wide.match(specs).name == "any"  # another set: its own answer
+    assert REC.match({"x": ("float32", [8, 3, 48, 320])}).name == "b8_w320"  # a list shape
+    for _ in range(2):  # refused each time, never remembered as a match
+        with pytest.raises(ShapeRefused):
+            REC.match({"x": ("float32", (3, 3, 48, 320))})

@@ -496,6 +496,8 @@ class SegmentProducer:
 
     def take_gone(self) -> list[str]:
         """Return (and forget) the names unlinked since the last call, for the consumer."""
+        if not self._gone:  # the usual case, read without the lock: a name appended
+            return []  # meanwhile is taken by the next call (announced one frame later)
         with self._lock:
             gone, self._gone = self._gone, []
             return gone

@@ -134,6 +134,8 @@ class Call:
 
     def _take_unsent(self) -> list[tuple[str, int]]:
         """The leases of buffers this request allocated and did not send (under the lock)."""
+        if not self._allocated:
+            return []
         unsent = [(lease.segment, lease.generation) for _, lease in self._allocated.values()]
         self._allocated.clear()
         return unsent

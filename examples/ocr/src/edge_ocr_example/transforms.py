@@ -54,9 +54,9 @@ __all__ = [
     "ANGLE_THRESH",
     "REC_CALL_BATCHES",
     "REC_CALL_BATCHES_ENV",
-    "rec_call_batches",
     "classify_to_recognize",
     "detect_to_classify",
+    "rec_call_batches",
     "split_carry",
 ]
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import select
 import sys
@@ -54,17 +53,15 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
 from edge_contracts.errors import (
     ContractError,
-    HeaderMalformed,
     StreamClosed,
     WireError,
 )
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
-from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
+from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_EVENT_FIELDS,
@@ -79,6 +76,7 @@ from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, print_exception
+from edge_contracts.worker_events import event_meta
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
@@ -109,8 +107,6 @@ __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 _NO_FEATURES: frozenset[str] = frozenset()
 _EVENT_FIELDS = frozenset({FEATURE_EVENT_FIELDS})
-_DATA_EMPTY = "{}"
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
 
 
@@ -286,47 +282,15 @@ class _Server:
         data: Mapping[str, Any] | None,
         error: BaseException | None,
     ) -> bool:
-        """:meth:`send_event` on a binary channel: the header's ``meta`` written as text.
-
-        The same JSON object as the mapping form (same keys, same order); handler
-        ``data`` is checked exactly as :class:`FrameHeader` checks ``meta`` (and refused
-        with the same error), everything else is the worker's own: the request's ids
-        came in a checked header, the entries from the packer.
-        """
-        text = _DATA_EMPTY if not data else _ENCODER.encode(
-            thaw_json(freeze_object(dict(data), "header.meta.data", error=HeaderMalformed, depth=1))
+        """:meth:`send_event` on a binary channel (meta written as text, see worker_events)."""
+        meta, block = event_meta(
+            kind, seq, data, error, call._acks if kind in TERMINAL_KINDS or call._closed else None,
+            self._gone(), block=self.event_fields,
         )
-        problem = None if error is None else _ENCODER.encode(error_info(error))
-        acks = call._acks if kind in TERMINAL_KINDS or call._closed else None
-        gone = self._gone()
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
-        block = b""
-        if self.event_fields:  # the block carries three fields; meta only what is set
-            block = EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
+        if self.event_fields:
             features = features | _EVENT_FIELDS
-            parts = ["{"]
-            if data:
-                parts += ('"data":', text, ",")
-            if problem is not None:
-                parts += ('"error":', problem, ",")
-            if acks:
-                parts += ('"acks":', _ENCODER.encode(acks), ",")
-            if gone:
-                parts += ('"gone":', _ENCODER.encode(gone), ",")
-            meta = b"" if len(parts) == 1 else ("".join(parts)[:-1] + "}").encode()
-        else:  # the whole object, keys in the mapping form's order
-            parts = [
-                '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
-                ',"error":', "null" if problem is None else problem,
-                ',"created_ns":', str(time.monotonic_ns()),
-            ]
-            if acks is not None:
-                parts += (',"acks":', _ENCODER.encode(acks) if acks else "[]")
-            if gone:
-                parts += (',"gone":', _ENCODER.encode(gone))
-            parts.append("}")
-            meta = "".join(parts).encode()
         inline, total = tensor_totals(specs, features) if specs else (0, 0)
         header = prechecked_header(
             OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation,

@@ -291,8 +291,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
             self._calls[request.request_id] = call
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
-            # Every field was checked already: the ids, epoch and params by StageRequest,
-            # the generation at start, each entry by the packer (the list just below).
+            # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
             inline, total = tensor_totals(specs, features) if specs else (0, 0)
             header = prechecked_header(
@@ -464,9 +463,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
                         seq=0,
                         kind=EventKind.DONE if meta.get("ok") else EventKind.ERROR,
                         data=meta.get("result") or _EMPTY,
-                        error=None
-                        if error is None
-                        else _error_of(error),
+                        error=None if error is None else _error_of(error),
                         created_ns=0,
                         arrays={},
                         refs=[],
@@ -521,9 +518,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
                 seq=int(meta["seq"]),
                 kind=kind,
                 data=meta.get("data") or _EMPTY,
-                error=None
-                if error is None
-                else _error_of(error),
+                error=None if error is None else _error_of(error),
                 created_ns=int(meta.get("created_ns", 0)),
                 arrays=arrays,
                 refs=refs,

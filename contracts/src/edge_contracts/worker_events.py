@@ -1,0 +1,77 @@
+"""The ``meta`` of a worker's event on a binary channel, written as JSON text.
+
+:class:`~edge_contracts.worker._Server` answers every request with events. On a channel
+that negotiated the binary header, their ``meta`` is written here as text directly, in
+the mapping form's key order, instead of frozen as a mapping only for the header encoder
+to thaw and encode it again. Handler ``data`` is checked exactly as
+:class:`~edge_contracts.headers.FrameHeader` checks ``meta`` (and refused with the same
+error); everything else is the worker's own. With the ``event-fields`` feature, ``seq``,
+``kind`` and ``created_ns`` go in the header's event block instead
+(:data:`~edge_contracts.binary_header.EVENT_BLOCK`) and the text holds only what is set.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
+from edge_contracts.errors import HeaderMalformed
+from edge_contracts.events import EventKind
+from edge_contracts.jsonvalues import freeze_object, thaw_json
+from edge_contracts.worker_errors import error_info
+
+__all__ = ["event_meta"]
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
+
+
+def event_meta(
+    kind: EventKind,
+    seq: int,
+    data: Mapping[str, Any] | None,
+    error: BaseException | None,
+    acks: list[list[Any]] | None,
+    gone: list[str],
+    *,
+    block: bool,
+) -> tuple[bytes, bytes]:
+    """Return an event's ``(meta JSON bytes, event block)`` (the block ``b""`` without it).
+
+    ``acks`` is ``None`` on a non-terminal event (the key is left out), ``gone`` the
+    segments this side unlinked.
+
+    Raises:
+        HeaderMalformed: ``data`` is not a JSON object (field ``header.meta.data``...).
+
+    """
+    text = "{}" if not data else _ENCODER.encode(
+        thaw_json(freeze_object(dict(data), "header.meta.data", error=HeaderMalformed, depth=1))
+    )
+    problem = None if error is None else _ENCODER.encode(error_info(error))
+    if block:  # the block carries three fields; the text only what is set
+        parts = ["{"]
+        if data:
+            parts += ('"data":', text, ",")
+        if problem is not None:
+            parts += ('"error":', problem, ",")
+        if acks:
+            parts += ('"acks":', _ENCODER.encode(acks), ",")
+        if gone:
+            parts += ('"gone":', _ENCODER.encode(gone), ",")
+        meta = b"" if len(parts) == 1 else ("".join(parts)[:-1] + "}").encode()
+        return meta, EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
+    parts = [
+        '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
+        ',"error":', "null" if problem is None else problem,
+        ',"created_ns":', str(time.monotonic_ns()),
+    ]
+    if acks is not None:
+        parts += (',"acks":', _ENCODER.encode(acks) if acks else "[]")
+    if gone:
+        parts += (',"gone":', _ENCODER.encode(gone))
+    parts.append("}")
+    return "".join(parts).encode(), b""

@@ -76,7 +76,7 @@ from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, print_exception
-from edge_contracts.worker_events import event_meta
+from edge_contracts.worker_events import KIND_TEXT, event_meta
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
@@ -107,7 +107,6 @@ __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 _NO_FEATURES: frozenset[str] = frozenset()
 _EVENT_FIELDS = frozenset({FEATURE_EVENT_FIELDS})
-_KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
 
 
 class _Server:
@@ -248,7 +247,7 @@ class _Server:
             return self._send_binary_event(call, kind, seq, packed, data, error)
         meta: dict[str, Any] = {
             "seq": seq,
-            "kind": _KIND_TEXT[kind],  # not the enum's (Python-level) value property
+            "kind": KIND_TEXT[kind],  # not the enum's (Python-level) value property
             "data": dict(data or {}),
             "error": None if error is None else error_info(error),
             "created_ns": time.monotonic_ns(),

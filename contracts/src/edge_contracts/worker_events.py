@@ -23,10 +23,11 @@ from edge_contracts.events import EventKind
 from edge_contracts.jsonvalues import freeze_object, thaw_json
 from edge_contracts.worker_errors import error_info
 
-__all__ = ["event_meta"]
+__all__ = ["KIND_TEXT", "event_meta"]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-_KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
+KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
+"""Each kind's wire text, looked up without the enum's (Python-level) value property."""
 
 
 def event_meta(
@@ -65,7 +66,7 @@ def event_meta(
         meta = b"" if len(parts) == 1 else ("".join(parts)[:-1] + "}").encode()
         return meta, EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
     parts = [
-        '{"seq":', str(seq), ',"kind":"', _KIND_TEXT[kind], '","data":', text,
+        '{"seq":', str(seq), ',"kind":"', KIND_TEXT[kind], '","data":', text,
         ',"error":', "null" if problem is None else problem,
         ',"created_ns":', str(time.monotonic_ns()),
     ]

@@ -16,7 +16,7 @@ from typing import Any
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.errors import InvalidValue
 from edge_contracts.events import TERMINAL_KINDS, EventKind, Operation
-from edge_contracts.jsonvalues import EMPTY_OBJECT, freeze_object, thaw_json
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.validation import (
     INT64_MAX,
     MAX_ID_LENGTH,
@@ -38,6 +38,8 @@ __all__ = [
     "Operation",
     "StageEvent",
     "StageRequest",
+    "prechecked_event",
+    "prechecked_request",
 ]
 
 MAX_BUFFERS = 1024
@@ -300,3 +302,62 @@ _EVENT_REQUIRED = frozenset(
     {"request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal"}
 )
 _EVENT_OPTIONAL = frozenset({"error", "outputs", "data", "created_ns"})
+
+
+def prechecked_request(
+    request_id: str, stage_id: str, epoch: int, generation: int, operation: Operation,
+    params: Mapping[str, Any] | None,
+) -> StageRequest:
+    """Build a :class:`StageRequest` whose ids and integers were checked once already.
+
+    For a runtime's per-call path only: ``request_id`` is one it generated, ``stage_id``
+    its checked configuration's, ``epoch`` and ``generation`` its own counters and
+    ``operation`` an :class:`Operation`. ``params`` come from the caller and are still
+    checked and frozen here. A caller holding anything else must build ``StageRequest``.
+    """
+    request = object.__new__(StageRequest)
+    set_ = object.__setattr__
+    set_(request, "request_id", request_id)
+    set_(request, "stage_id", stage_id)
+    set_(request, "epoch", epoch)
+    set_(request, "generation", generation)
+    set_(request, "operation", operation)
+    set_(request, "inputs", ())
+    set_(request, "params", freeze_object(params, "request.params") if params else EMPTY_OBJECT)
+    set_(request, "deadline_ns", None)
+    return request
+
+
+def prechecked_event(
+    request_id: str, stage_id: str, epoch: int, generation: int, seq: int, kind: EventKind,
+    error: ErrorInfo | None, outputs: tuple[BufferDescriptor, ...], data: Mapping[str, Any],
+    created_ns: int,
+) -> StageEvent:
+    """Build a :class:`StageEvent` from fields a parsed frame header checked already.
+
+    For a controller's per-event path only: ``request_id`` is the id of a request in
+    flight, ``stage_id`` non-empty and both ids checked by the header parser, the four
+    integers in ``0..INT64_MAX`` (the binary ``event-fields`` block checks ``seq`` and
+    ``created_ns``), ``kind`` an :class:`EventKind` and ``outputs`` ready
+    :class:`BufferDescriptor` objects. What depends on the event itself is still checked:
+    ``error`` against ``kind``, ``outputs`` against ``kind``, ``data`` frozen; anything
+    wrong there goes through ``StageEvent``, which raises the same error as always.
+    """
+    failed = kind is EventKind.ERROR or kind is EventKind.CANCELLED
+    if (error is not None) != (kind is EventKind.ERROR) or (outputs and failed) or not stage_id:
+        return StageEvent(request_id, stage_id, epoch, generation, seq, kind,
+                          kind in TERMINAL_KINDS, error, outputs, data, created_ns)
+    event = object.__new__(StageEvent)
+    set_ = object.__setattr__
+    set_(event, "request_id", request_id)
+    set_(event, "stage_id", stage_id)
+    set_(event, "epoch", epoch)
+    set_(event, "generation", generation)
+    set_(event, "seq", seq)
+    set_(event, "kind", kind)
+    set_(event, "terminal", kind in TERMINAL_KINDS)
+    set_(event, "error", error)
+    set_(event, "outputs", outputs)
+    set_(event, "data", data if type(data) is JSONObject else freeze_object(data, "event.data"))
+    set_(event, "created_ns", created_ns)
+    return event

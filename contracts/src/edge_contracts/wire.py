@@ -25,6 +25,7 @@ import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from edge_contracts.binary_header import (
     BINARY_FEATURES,
@@ -75,6 +76,7 @@ __all__ = [
     "parse_header",
     "read_frame",
     "receive_payload",
+    "refs_of",
     "write_frame",
 ]
 
@@ -142,6 +144,11 @@ class Frame:
                 offset = end
         return views
 
+
+
+def refs_of(frame: Frame) -> list[list[Any]]:
+    """Return ``[segment, generation]`` of every shared-memory tensor of ``frame``."""
+    return [[s.ref.segment, s.ref.generation] for s in frame.header.tensors if s.ref is not None]
 
 def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tuple[int, int]:
     """Check a 16-byte prefix against ``limits``; return ``(header_len, payload_len)``.

@@ -53,6 +53,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import (
     ContractError,
     StreamClosed,
@@ -60,8 +61,8 @@ from edge_contracts.errors import (
 )
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.frame_reader import FrameReader
-from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
-from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
+from edge_contracts.headers import FrameHeader, Limits
+from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_EVENT_FIELDS,
@@ -73,7 +74,7 @@ from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.validation import require_int
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.wire import Frame, encode_frame, refs_of, write_frame
 from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_events import KIND_TEXT, event_meta
@@ -107,6 +108,7 @@ __all__ = ["BaseHandler", "Call", "Handler", "main", "serve"]
 _SHM = frozenset({FEATURE_SHM_TENSORS})
 _NO_FEATURES: frozenset[str] = frozenset()
 _EVENT_FIELDS = frozenset({FEATURE_EVENT_FIELDS})
+_WITH_EVENT_FIELDS: dict[frozenset[str], frozenset[str]] = {}  # a frame's features, plus it
 
 
 class _Server:
@@ -289,14 +291,14 @@ class _Server:
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
         if self.event_fields:
-            features = features | _EVENT_FIELDS
-        inline, total = tensor_totals(specs, features) if specs else (0, 0)
-        header = prechecked_header(
-            OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation,
-            specs, EMPTY_OBJECT, features, inline, total,
+            found = _WITH_EVENT_FIELDS.get(features)
+            if found is None:  # a few sets at most (shm-tensors, bfloat16)
+                found = _WITH_EVENT_FIELDS[features] = features | _EVENT_FIELDS
+            features = found
+        frame = encode_call_frame(
+            OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation, specs,
+            packed.payloads if packed else [], features, event_meta=meta, event_block=block,
         )
-        frame = encode_frame(header, packed.payloads if packed else [], binary=True,
-                             event_meta=meta, event_block=block)
         with self._send_lock:
             sent = not self._broken
             if sent:
@@ -387,8 +389,6 @@ class _Server:
 
     def _drop(self, frame: Frame) -> None:
         """Answer a request that will never run with CANCELLED, acknowledging its inputs."""
-        from edge_contracts.worker_transport import refs_of
-
         call = Call(self, frame.header, {}, refs_of(frame) if frame.header.tensors else [])
         call.emit(EventKind.CANCELLED)
 
@@ -413,11 +413,10 @@ class _Server:
         inputs: dict[str, Any] = {}
         failure: BaseException | None = None
         if header.tensors:
-            from edge_contracts.worker_transport import refs_of
-
+            unpacker = self._tensors()[1]  # imports worker_transport (numpy) the first time
             acks = refs_of(frame)
             try:
-                inputs = self._tensors()[1].unpack(frame)
+                inputs = unpacker.unpack(frame)
             except Exception as exc:  # a refused input ends the request
                 failure = exc
         call = Call(self, header, inputs, acks)

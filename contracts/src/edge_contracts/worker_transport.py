@@ -23,7 +23,7 @@ from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec, tensor_features
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
 from edge_contracts.tensors import arrays_from_frame, dtype_of, plain_wire_dtype
-from edge_contracts.wire import Frame
+from edge_contracts.wire import Frame, refs_of
 
 __all__ = [
     "DEFAULT_SHM_THRESHOLD",
@@ -208,7 +208,3 @@ class TensorUnpacker:
         ref = spec.ref
         return self.consumer.view(ref.segment, ref.offset, ref.generation, spec.nbytes)
 
-
-def refs_of(frame: Frame) -> list[list[Any]]:
-    """Return ``[segment, generation]`` of every shared-memory tensor of ``frame``."""
-    return [[s.ref.segment, s.ref.generation] for s in frame.header.tensors if s.ref is not None]

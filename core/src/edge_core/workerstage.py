@@ -251,8 +251,13 @@ class WorkerStage:
 
     def _events(self, request_id: str,
                 call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        take = call.next
         try:
-            for delivery in call:
+            while True:
+                try:
+                    delivery = take()
+                except StopIteration:  # the terminal event was taken
+                    return
                 event = delivery.event  # built from the arrays' descriptors
                 if delivery.retained:  # views of the worker's shared memory: no copy
                     arrays = delivery.arrays

@@ -23,10 +23,16 @@ def wire_spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """Records the ops the controller writes and reads, with the header form of each."""
     seen: dict[str, list[Any]] = {"sent": [], "read": []}
     encode, parse = wire.encode_frame, frame_reader.parse_header
+    encode_call = client_module.encode_call_frame
 
     def spy_encode(header: Any, payloads: Any, **kwargs: Any) -> Any:
         parts = encode(header, payloads, **kwargs)
         seen["sent"].append((header.op, bytes(parts[0][:4])))
+        return parts
+
+    def spy_encode_call(op: str, *args: Any, **kwargs: Any) -> Any:  # requests, templated
+        parts = encode_call(op, *args, **kwargs)
+        seen["sent"].append((op, bytes(parts[0][:4])))
         return parts
 
     def spy_parse(raw: Any, limits: Any, **kwargs: Any) -> Any:
@@ -35,6 +41,7 @@ def wire_spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         return header
 
     monkeypatch.setattr(client_module, "encode_frame", spy_encode)
+    monkeypatch.setattr(client_module, "encode_call_frame", spy_encode_call)
     monkeypatch.setattr(frame_reader, "parse_header", spy_parse)
     return seen
 

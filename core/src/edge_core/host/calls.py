@@ -19,8 +19,9 @@ import numpy.typing as npt
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
-from edge_contracts.requests import ErrorInfo, EventKind, StageEvent
+from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
+from edge_contracts.validation import INT64_MAX
 from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.host.errors import RemoteError, TransportCapExceeded
 
@@ -97,6 +98,12 @@ class Delivery:
         """The validated :class:`StageEvent` (built on first access)."""
         if self._event is None:
             outputs = tuple(_descriptor(self.generation, a) for a in self.arrays.values())
+            if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
+                # ids, epoch and generation passed the header parser; kind is an enum
+                self._event = prechecked_event(
+                    self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
+                    self.kind, self.error, outputs, self.data, self.created_ns)
+                return self._event
             self._event = StageEvent(
                 request_id=self.request_id,
                 stage_id=self.stage_id,

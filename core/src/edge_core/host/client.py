@@ -30,12 +30,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
+from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import JSONObject
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
-from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, StageRequest
+from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import require_int
 from edge_contracts.wire import Frame, encode_frame, write_frame
@@ -69,6 +70,7 @@ __all__ = ["WorkerClient"]
 _EMPTY: dict[str, Any] = {}
 _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
+_OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
@@ -234,6 +236,9 @@ class WorkerClient(ControlCalls, LivenessHooks):
         parts = encode_frame(header, payloads or [], binary=binary)
         if before is not None:  # both frames in one write
             parts = [*encode_frame(before, [], binary=binary), *parts]
+        self._write(parts)
+
+    def _write(self, parts: list[bytes | memoryview]) -> None:
         with self._send_lock:
             try:
                 write_frame(self._sock.sendmsg, parts)
@@ -293,24 +298,19 @@ class WorkerClient(ControlCalls, LivenessHooks):
         try:
             # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
-            inline, total = tensor_totals(specs, features) if specs else (0, 0)
-            header = prechecked_header(
-                request.operation.value,
-                request.request_id,
-                request.stage_id,
-                request.epoch,
-                self.generation,
-                specs,
-                cast(JSONObject, request.params),
-                features,
-                inline,
-                total,
-            )
-            if gone:  # a request's meta is its params: the names go in an ack before it
-                notice = FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
+            params = cast(JSONObject, request.params)
+            ids = (_OP_TEXT[request.operation], request.request_id, request.stage_id,
+                   request.epoch, self.generation)
+            if gone or not self._binary:
+                inline, total = tensor_totals(specs, features) if specs else (0, 0)
+                header = prechecked_header(*ids, specs, params, features, inline, total)
+                # a request's meta is its params: the names go in an ack before it
+                notice = (FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
+                          if gone else None)
                 self._send(header, packed.payloads, before=notice)
             else:
-                self._send(header, packed.payloads)
+                self._write(encode_call_frame(*ids, specs, packed.payloads, features,
+                                              meta=params))
         except BaseException:
             with self._lock:
                 self._calls.pop(request.request_id, None)

@@ -151,9 +151,9 @@ class PendingCall:
                 raise RequestFailed(self.request_id, info.type if info else "Error",
                                     info.message if info else "",
                                     traceback=info.traceback if info else None)
+            request = self.request
             self._result = StageResult(
-                ResultKey(self.request_id, self.request.epoch, self.request.generation,
-                          self.serial),
+                ResultKey(request.request_id, request.epoch, request.generation, self.serial),
                 self._outputs, tuple(self._seen), time.perf_counter() - self._started,
                 stage.ack, self._retained,
             )
@@ -194,8 +194,8 @@ class PendingCall:
 
     def result(self) -> StageResult:
         """Wait for the terminal event and return the result (acknowledge it when done)."""
-        for _ in self.events():
-            pass
+        while not self._done:  # what events() yields is not wanted here
+            self._next()
         if self._result is None:  # pragma: no cover - events() raised otherwise
             raise RequestFailed(self.request_id, "NoResult", "no terminal event")
         return self._result

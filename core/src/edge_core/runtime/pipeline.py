@@ -122,6 +122,7 @@ class Pipeline:
         self._groups: list[ReplicaSet] = []
         self._transforms: list[Transform | None] = []
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
+        self._where = f"pipelines[{config.name}]"  # names the pipeline in refusals
         self.requests = RequestTracker(config.name)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._ids = iter(range(1, 1 << 62))
@@ -394,7 +395,7 @@ class Pipeline:
         epoch = self.epoch
         return run_chain(self._groups, self._transforms, inputs, params=params,
                          until=until, cancelled=lambda: self.epoch != epoch,
-                         where=f"pipelines[{self.config.name}]",
+                         where=self._where,
                          request_id=request_id, tracker=self.requests)
 
     def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,

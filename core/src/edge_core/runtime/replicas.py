@@ -115,6 +115,8 @@ class ReplicaSet:
 
     def _serving(self) -> list[StageRuntime]:
         """The replicas that take calls now (ready and not lost), in replica order."""
+        if not self.lost:  # the usual case
+            return [r for r in self.runtimes if r.state is StageState.READY]
         for index in list(self.lost):  # restarted (by hand or by its policy) since
             if self.runtimes[index].generation != self._lost_at.get(index):
                 self.lost.discard(index)
@@ -159,6 +161,8 @@ class ReplicaSet:
                 return []
             raise StageClosed(f"stages[{self.stage_id}]: no replica serving and no restart "
                               f"pending: {self._states()}")
+        if len(serving) == 1:
+            return serving
         start = next(self._turn) % len(serving)
         rotated = serving[start:] + serving[:start]
         return sorted(rotated, key=lambda r: -r.slots.free)
@@ -256,6 +260,12 @@ class ReplicaSet:
             DeadlineExceeded: no slot freed (or no replica came back) before ``until``.
             RequestCancelled: ``abandoned()`` said so while waiting; nothing was sent.
         """
+        if not self._waiting and (abandoned is None or not abandoned()):
+            # Nobody queued (read without the lock: one arriving now is served after
+            # this request, as if it had come a moment later): no ticket to take.
+            call = self._submit_free(inputs, params, until, request_id, abandoned)
+            if call is not None:
+                return call
         end = None if deadline_s is None else time.monotonic() + deadline_s
         if until is not None:
             end = until if end is None else min(end, until)

@@ -48,15 +48,15 @@ class ResultOutputs(dict[str, Any]):
 
     __slots__ = ("_owner", "_released")
 
-    def __init__(self, outputs: Mapping[str, Any], owner: str) -> None:
+    def __init__(self, outputs: Mapping[str, Any], request_id: str) -> None:
         super().__init__(outputs)
-        self._owner = owner
+        self._owner = request_id  # worded only when an error needs it
         self._released: frozenset[str] = frozenset()
 
     def __missing__(self, key: str) -> Any:
         if key in self._released:
             raise OutputReleased(
-                f"{self._owner}.outputs.{key}: released by ack() (it was a view of the "
+                f"request[{self._owner}].outputs.{key}: released by ack() (it was a view of the "
                 "worker's shared memory): take the array, or a copy, before acknowledging"
             )
         raise KeyError(key)
@@ -100,7 +100,7 @@ class StageResult:
         retained: list[tuple[set[str], Callable[[], bool]]] | None = None,
     ) -> None:
         self.key = key
-        self.outputs = ResultOutputs(outputs, f"request[{key.request_id}]")
+        self.outputs = ResultOutputs(outputs, key.request_id)
         self.events = events
         self.latency_s = latency_s
         self._ack = ack

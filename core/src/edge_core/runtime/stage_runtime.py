@@ -29,7 +29,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
+from edge_contracts.requests import (
+    EventKind,
+    Operation,
+    StageEvent,
+    StageRequest,
+    prechecked_request,
+)
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, StageClosed
@@ -188,14 +194,17 @@ class StageRuntime(InputBufferMethods):
         if deadline_s is not None:
             own = time.monotonic() + deadline_s
             until = own if until is None else min(until, own)
-        self._require_ready()
+        if self.state is not StageState.READY:
+            self._require_ready()
         check_request_size(self.stage_id, inputs, self.context.max_io_bytes)
         take_slot(self.slots, until if wait_for_slot else None)
+        generated = not request_id  # an id of ours needs no checking; a caller's does
         request_id = request_id or f"{self._id_prefix}{next(self._ids):x}"
         serial = 0
         try:
             with self._lock:
-                self._require_ready()
+                if self.state is not StageState.READY:
+                    self._require_ready()
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
                                            f"was sent to stage {self.stage_id!r}")
@@ -207,11 +216,9 @@ class StageRuntime(InputBufferMethods):
                 serial = next(self._serials)
                 entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
-            request = StageRequest(
-                request_id=request_id, stage_id=self.stage_id, epoch=entry.epoch,
-                generation=self.generation, operation=self._operation,
-                params=dict(params or {}),
-            )
+            ids = (request_id, self.stage_id, entry.epoch, self.generation, self._operation)
+            request = (prechecked_request(*ids, params) if generated
+                       else StageRequest(*ids, params=dict(params or {})))
             started = time.perf_counter()
             try:
                 events = self.binding.call(self.loaded, request, inputs)

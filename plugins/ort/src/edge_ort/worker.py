@@ -185,6 +185,7 @@ class OrtHandler(BaseHandler):
         # compile one graph per bucket) and the outputs its warm-up observed.
         self._bucket_sessions: dict[str, Any] = {}
         self._entry_outputs: dict[str, list[tuple[str, tuple[int, ...], np.dtype[Any], int]]] = {}
+        self._largest: dict[str, int] = {}  # entry name -> its largest static output's bytes
         self._config: Mapping[str, Any] = {}
         self._profile_dir: str | None = None
         self._method = "none"
@@ -351,6 +352,7 @@ class OrtHandler(BaseHandler):
                 self._session = next(iter(self._bucket_sessions.values()))
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
+        self._largest.clear()
         report.update({
             # Static output shapes: large outputs are written by ONNX Runtime straight
             # into shared memory (IOBinding), with no copy after the run.
@@ -542,13 +544,18 @@ class OrtHandler(BaseHandler):
         session = self._session_for(entry)
         threshold = call.zero_copy_bytes
         static = self._static_outputs or self._entry_outputs.get(entry.name, [])
-        if static and threshold is not None and max(n for _, _, _, n in static) >= threshold:
-            try:
-                return self._run_into_shared_memory(call, static, session)
-            except Exception:
-                if static is self._static_outputs:
-                    raise
-                self._entry_outputs.pop(entry.name, None)
+        if static and threshold is not None:
+            largest = self._largest.get(entry.name)
+            if largest is None:  # once per entry, not per call
+                largest = self._largest[entry.name] = max(n for _, _, _, n in static)
+            if largest >= threshold:
+                try:
+                    return self._run_into_shared_memory(call, static, session)
+                except Exception:
+                    if static is self._static_outputs:
+                        raise
+                    self._entry_outputs.pop(entry.name, None)
+                    self._largest.pop(entry.name, None)
         return self._run(call.inputs, session)
 
     def _run_into_shared_memory(

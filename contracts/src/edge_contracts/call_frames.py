@@ -1,0 +1,98 @@
+"""Per-call frames with a binary header, encoded from a kept template of their header.
+
+A request or event frame on a binary channel repeats most of its header call after call:
+the op, stage id, epoch, generation, required features, tensor entries and meta are the
+same for every call of one stage with inputs of one shape; only the request id (and an
+event's ``event-fields`` block: seq, created_ns, kind) change. :func:`encode_call_frame`
+keeps each such header once, encoded by :func:`~edge_contracts.wire.encode_frame` itself,
+cut around the parts that change, and writes a later call's header by joining the kept
+bytes with its own request id (and block). The bytes are those ``encode_frame`` writes;
+a test compares the two.
+
+What is kept is keyed by everything the kept bytes depend on: op, stage id, epoch,
+generation, required features, the request id's length in bytes, each tensor entry
+(by identity: the template holds the entries, so no other object can take their ids)
+and the meta. A frame with a shared-memory entry (its generation changes call after
+call), with non-empty request params, or with event meta over 256 bytes is encoded in
+full every time. At most 1024 templates are kept; then they are dropped and rebuilt.
+
+For per-call paths whose values were checked once already (see
+:func:`~edge_contracts.headers.prechecked_header`): entries made by the tensor packer,
+payloads its contiguous byte views, one per inline entry, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, FIXED
+from edge_contracts.headers import TensorSpec, prechecked_header, tensor_totals
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject
+from edge_contracts.protocol import FEATURE_EVENT_FIELDS
+from edge_contracts.wire import PREFIX, encode_frame
+from edge_contracts.worker_protocol import OP_EVENT
+
+__all__ = ["MAX_TEMPLATES", "encode_call_frame", "template_count"]
+
+MAX_TEMPLATES = 1024
+"""Most header templates kept at once (then all are dropped and made again)."""
+
+_MAX_EVENT_META = 256  # longer event meta (handler data) is not kept
+# key -> (fixed part, stage id bytes, entries + meta bytes, inline bytes, the entries)
+_TEMPLATES: dict[tuple[object, ...], tuple[bytes, bytes, bytes, int, tuple[TensorSpec, ...]]] = {}
+
+
+def template_count() -> int:
+    """How many header templates are kept now (for tests and reports)."""
+    return len(_TEMPLATES)
+
+
+def encode_call_frame(
+    op: str,
+    request_id: str,
+    stage_id: str,
+    epoch: int,
+    generation: int,
+    specs: tuple[TensorSpec, ...],
+    payloads: Sequence[memoryview],
+    features: frozenset[str],
+    *,
+    meta: JSONObject = EMPTY_OBJECT,
+    event_meta: bytes | None = None,
+    event_block: bytes = b"",
+) -> list[bytes | memoryview]:
+    """Return the frame ``encode_frame(prechecked_header(...), payloads, binary=True)`` writes.
+
+    ``meta`` is a request's params; an event gives its meta as ``event_meta`` bytes (and
+    its ``event_block`` with the ``event-fields`` feature), as
+    :func:`~edge_contracts.wire.encode_frame` takes them. The entries' byte totals are
+    those of :func:`~edge_contracts.headers.tensor_totals`, which checks the entries the
+    first time they come together. The other values must have passed their checks
+    already (see the module docstring): nothing is checked again here.
+    """
+    rid = request_id.encode()
+    key: tuple[object, ...] | None = None
+    if meta is EMPTY_OBJECT and (event_meta is None or len(event_meta) <= _MAX_EVENT_META):
+        key = (op, stage_id, epoch, generation, features, len(rid), event_meta,
+               *map(id, specs))
+        kept = _TEMPLATES.get(key)
+        if kept is not None:
+            fixed, stage, tail, inline, _ = kept
+            raw = b"".join((fixed, rid, stage, event_block, tail))
+            return [PREFIX.pack(BINARY_MAGIC, len(raw), inline) + raw, *payloads]
+    inline, total = tensor_totals(specs, features) if specs else (0, 0)
+    header = prechecked_header(op, request_id, stage_id, epoch, generation, specs, meta,
+                               features, inline, total)
+    parts = encode_frame(header, payloads, binary=True, event_meta=event_meta,
+                         event_block=event_block)
+    first = parts[0]
+    if key is not None and first[:4] == BINARY_MAGIC and all(s.ref is None for s in specs):
+        raw = bytes(first[PREFIX.size :])
+        stage = stage_id.encode()
+        tail_at = FIXED.size + len(rid) + len(stage)
+        if op == OP_EVENT and FEATURE_EVENT_FIELDS in features:
+            tail_at += EVENT_BLOCK.size
+        if len(_TEMPLATES) >= MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = (raw[: FIXED.size], stage, raw[tail_at:], inline, specs)
+    return parts

@@ -1,0 +1,126 @@
+"""encode_call_frame writes the bytes encode_frame writes, from a kept header template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_contracts import call_frames
+from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, KIND_CODES
+from edge_contracts.call_frames import MAX_TEMPLATES, encode_call_frame, template_count
+from edge_contracts.dtypes import DType
+from edge_contracts.headers import Limits, ShmRef, TensorSpec, prechecked_header, tensor_totals
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject
+from edge_contracts.protocol import (
+    FEATURE_BINARY_HEADER,
+    FEATURE_EVENT_FIELDS,
+    FEATURE_SHM_TENSORS,
+)
+from edge_contracts.wire import PREFIX, decode_frame, encode_frame, parse_header
+from edge_contracts.worker_protocol import OP_EVENT, OP_RUN
+
+LIMITS = Limits(max_io_bytes=1 << 20, supported_features=frozenset(
+    {FEATURE_BINARY_HEADER, FEATURE_EVENT_FIELDS, FEATURE_SHM_TENSORS}))
+X = TensorSpec.inline_plain("x", DType.FLOAT32, (2, 2), 16)
+MASK = TensorSpec.inline_plain("mask", DType.BOOL, (3,), 3)
+
+
+@pytest.fixture(autouse=True)
+def no_templates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(call_frames, "_TEMPLATES", {})
+
+
+def payloads(specs: tuple[TensorSpec, ...]) -> list[memoryview]:
+    return [memoryview(bytes(range(spec.nbytes))) for spec in specs if spec.ref is None]
+
+
+def joined(parts: list[Any]) -> bytes:
+    return b"".join(bytes(part) for part in parts)
+
+
+def full(op: str, rid: str, specs: tuple[TensorSpec, ...], features: frozenset[str],
+         meta: JSONObject = EMPTY_OBJECT, **event: Any) -> bytes:
+    inline, total = tensor_totals(specs, features) if specs else (0, 0)
+    header = prechecked_header(op, rid, "det", 2, 7, specs, meta, features, inline, total)
+    return joined(encode_frame(header, payloads(specs), binary=True, **event))
+
+
+@pytest.mark.parametrize("specs", [(), (X,), (X, MASK)])
+def test_request_frames_equal_encode_frame_first_and_then_from_the_template(
+    specs: tuple[TensorSpec, ...],
+) -> None:
+    for rid in ("r1", "r2", "r9", "a-longer-id", "r3"):  # same length: kept; other: its own
+        frame = encode_call_frame(OP_RUN, rid, "det", 2, 7, specs, payloads(specs), frozenset())
+        assert joined(frame) == full(OP_RUN, rid, specs, frozenset())
+        header_len = PREFIX.unpack(frame[0][: PREFIX.size])[1]
+        header = parse_header(frame[0][PREFIX.size : PREFIX.size + header_len], LIMITS,
+                              binary=True)
+        assert (header.request_id, header.stage_id, header.tensors) == (rid, "det", specs)
+    assert template_count() == 2  # one per request-id length
+
+
+def test_event_frames_take_each_call_s_block() -> None:
+    features = frozenset({FEATURE_EVENT_FIELDS})
+    for seq, meta in ((0, b""), (1, b""), (2, b'{"data":{"t":"a"}}'), (3, b"")):
+        block = EVENT_BLOCK.pack(seq, 1000 + seq, KIND_CODES["done"])
+        frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (X,), payloads((X,)),
+                                  features, event_meta=meta, event_block=block)
+        assert joined(frame) == full(OP_EVENT, "r1", (X,), features, event_meta=meta,
+                                     event_block=block)
+        header_len = PREFIX.unpack(frame[0][: PREFIX.size])[1]
+        header = parse_header(frame[0][PREFIX.size : PREFIX.size + header_len], LIMITS,
+                              binary=True)
+        assert (header.meta["seq"], header.meta["created_ns"]) == (seq, 1000 + seq)
+    assert template_count() == 2  # one per meta text
+
+
+def test_events_without_the_block_are_kept_too() -> None:
+    for _ in range(2):
+        frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (), [], frozenset(),
+                                  event_meta=b'{"seq":0,"kind":"done","created_ns":5}')
+        assert frame[0][:4] == BINARY_MAGIC
+        assert joined(frame) == full(OP_EVENT, "r1", (), frozenset(),
+                                     event_meta=b'{"seq":0,"kind":"done","created_ns":5}')
+    assert template_count() == 1
+
+
+def test_params_shared_memory_and_long_event_meta_are_encoded_in_full() -> None:
+    params = JSONObject({"temperature": 0.5})
+    encode_call_frame(OP_RUN, "r1", "det", 2, 7, (X,), payloads((X,)), frozenset(),
+                      meta=params)
+    shared = TensorSpec("big", DType.UINT8, (4096,), 4096, ShmRef("edge_abc_1", 4096, 3))
+    frame = encode_call_frame(OP_RUN, "r1", "det", 2, 7, (shared,), [],
+                              frozenset({FEATURE_SHM_TENSORS}))
+    assert joined(frame) == full(OP_RUN, "r1", (shared,), frozenset({FEATURE_SHM_TENSORS}))
+    long_meta = b'{"data":{"t":"' + b"x" * 300 + b'"}}'
+    encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (), [], frozenset(), event_meta=long_meta)
+    assert template_count() == 0
+
+
+def test_a_new_epoch_generation_or_stage_gets_its_own_template() -> None:
+    for stage, epoch, generation in (("det", 2, 7), ("det", 3, 7), ("det", 2, 8), ("rec", 2, 7)):
+        frame = encode_call_frame(OP_RUN, "r1", stage, epoch, generation, (X,), payloads((X,)),
+                                  frozenset())
+        header_len = PREFIX.unpack(frame[0][: PREFIX.size])[1]
+        header = parse_header(frame[0][PREFIX.size : PREFIX.size + header_len], LIMITS,
+                              binary=True)
+        assert (header.stage_id, header.epoch, header.generation) == (stage, epoch, generation)
+    assert template_count() == 4
+
+
+def test_templates_are_bounded() -> None:
+    for index in range(MAX_TEMPLATES + 5):
+        encode_call_frame(OP_RUN, "r1", f"s{index}", 0, 1, (), [], frozenset())
+    assert 0 < template_count() <= MAX_TEMPLATES
+
+
+def test_a_frame_from_a_template_reads_back_with_its_payload() -> None:
+    data = np.arange(4, dtype=np.float32).reshape(2, 2)
+    for rid in ("r1", "r2"):
+        frame = encode_call_frame(OP_RUN, rid, "det", 2, 7, (X,), [memoryview(data).cast("B")],
+                                  frozenset())
+        decoded = decode_frame(joined(frame), LIMITS)
+        assert decoded.header.request_id == rid
+        assert bytes(decoded.payload) == data.tobytes()

@@ -5,7 +5,12 @@ import pytest
 from edge_contracts import binary_header
 from edge_contracts.binary_header import encode_binary_header, parse_binary_header
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import HeaderMalformed, PayloadTooLarge, UnknownRequiredFeature
+from edge_contracts.errors import (
+    HeaderMalformed,
+    PayloadMismatch,
+    PayloadTooLarge,
+    UnknownRequiredFeature,
+)
 from edge_contracts.headers import FrameHeader, Limits, ShmRef, TensorSpec
 from edge_contracts.wire import _DECODER
 
@@ -95,3 +100,73 @@ def test_a_reader_without_event_fields_refuses_the_block() -> None:
     without = Limits(max_io_bytes=1 << 20, supported_features=frozenset({"shm-tensors"}))
     with pytest.raises(UnknownRequiredFeature):
         parse(event({"seq": 1, "kind": "done", "created_ns": 1}), without)
+
+
+# -- kept whole headers: an equal header differs only in its request id and event block --
+
+
+def raw_of(header: FrameHeader) -> bytes:
+    return encode_binary_header(header)
+
+
+def parse_raw(raw: bytes, limits: Limits = LIMITS, payload_len: int | None = None) -> FrameHeader:
+    return parse_binary_header(raw, limits, payload_len=payload_len, json_decoder=_DECODER)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rid: FrameHeader("run", rid, "s", 0, 1, (X,), meta={"temperature": 0.5}),
+        lambda rid: FrameHeader("run", rid, "s", 3, 9, ()),
+        lambda rid: event({"seq": len(rid), "kind": "done", "created_ns": 77}),
+        lambda rid: FrameHeader("event", rid, "s", 2, 1, (X,),
+                                meta={"seq": 1, "kind": "token", "created_ns": 5,
+                                      "data": {"text": "a"}}),
+    ],
+)
+def test_a_kept_header_gives_what_the_full_parser_gives(make: object) -> None:
+    binary_header._KEPT.clear()
+    for rid in ("r1", "r2", "q7", "r1"):
+        header = make(rid)  # type: ignore[operator]
+        assert parse_raw(raw_of(header)) == header
+    assert len(binary_header._KEPT) == 1
+
+
+def test_a_kept_event_header_takes_each_frame_s_block() -> None:
+    binary_header._KEPT.clear()
+    for seq in range(4):
+        header = event({"seq": seq, "kind": "output" if seq < 3 else "done",
+                        "created_ns": 10 * seq})
+        parsed = parse_raw(raw_of(header))
+        assert (parsed.meta["seq"], parsed.meta["kind"]) == (seq, header.meta["kind"])
+    assert len(binary_header._KEPT) == 1
+
+
+def test_what_differs_from_a_kept_header_is_still_refused_by_the_full_parser() -> None:
+    binary_header._KEPT.clear()
+    good = event({"seq": 1, "kind": "done", "created_ns": 5})
+    raw = raw_of(good)
+    parse_raw(raw)
+    at = binary_header.FIXED.size
+    with pytest.raises(HeaderMalformed) as refused:  # an unprintable request id
+        parse_raw(raw[:at] + b"r\x07" + raw[at + 2 :])
+    assert refused.value.field == "header.request_id"
+    with pytest.raises(HeaderMalformed) as refused:  # a request id that is not UTF-8
+        parse_raw(raw[:at] + b"r\xff" + raw[at + 2 :])
+    assert refused.value.field == "header.request_id"
+    block_at = at + 2 + 1  # request id "r1", stage id "s"
+    with pytest.raises(HeaderMalformed) as refused:  # seq over INT64_MAX in the block
+        parse_raw(raw[:block_at] + (2**64 - 1).to_bytes(8, "little") + raw[block_at + 8 :])
+    assert refused.value.field == "header.meta.seq"
+    with pytest.raises(PayloadMismatch):
+        parse_raw(raw, payload_len=5)
+    assert parse_raw(raw, payload_len=24) == good
+
+
+def test_a_truncated_header_never_matches_a_kept_one() -> None:
+    binary_header._KEPT.clear()
+    bare = FrameHeader("run", "r1", "", 0, 1, ())  # empty stage id, no entries, no meta
+    raw = raw_of(bare)
+    parse_raw(raw)
+    with pytest.raises(HeaderMalformed):
+        parse_raw(raw[:-1])  # the same fixed part and nothing after the id: still refused

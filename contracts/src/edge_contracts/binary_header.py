@@ -34,7 +34,11 @@ it reads no byte past the header. A stream repeats the same few inline tensor li
 the parsed entries are kept per distinct entry bytes (bounded): an entry list already
 checked is not parsed or validated again (entries with a shared-memory ref, whose
 generation changes, and lists over 2 KiB are always parsed, so the cache holds at most
-1024 x 2 KiB).
+1024 x 2 KiB). Whole headers are kept the same way, per reader limits, without their
+request id and event block: a header equal to a kept one but for those two parts is
+built from it after its own id and block pass the same checks (anything else differing,
+or any check failing, goes through the full parser and its errors). Headers with a
+shared-memory entry, an event block beside JSON meta, or over 4 KiB are never kept.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ BINARY_MAGIC = b"EDGB"
 
 FIXED = struct.Struct("<HBBHHHIIQQ")
 """The fixed part of a binary header (34 bytes)."""
+_ID_LENGTHS = struct.Struct("<HH")  # request and stage id bytes, at offset 4 of FIXED
 
 _TENSOR = struct.Struct("<HBBBQ")
 _REF = struct.Struct("<HQQ")
@@ -309,6 +314,10 @@ def parse_binary_header(
         DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
 
     """
+    if type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
+        found = _kept_header(raw, limits, payload_len)
+        if found is not None:
+            return found
     view = memoryview(raw).cast("B") if isinstance(raw, memoryview) else memoryview(raw)
     size = len(view)
     if size < FIXED.size:
@@ -433,7 +442,65 @@ def parse_binary_header(
         version,
     )
     check_totals(header, limits, payload_len)
+    if (type(raw) is bytes and size <= _KEPT_HEADER_BYTES and not (fields and meta_len)
+            and all(spec.ref is None for spec in specs)):
+        _keep_header(raw, limits, header, request_len, stage_len, fields is not None)
     return header
+
+
+# (limits, a whole header without its request id and event block) -> (limits, header
+# size, the header parsed from it, has a block). Its checks passed once; an equal header differs
+# only in those two parts, which _kept_header checks itself.
+_KEPT: dict[tuple[int, bytes], tuple[Limits, int, FrameHeader, bool]] = {}
+_KEPT_HEADER_BYTES = 4096
+
+
+def _kept_key(raw: bytes, request_len: int, stage_len: int, block: bool) -> bytes:
+    stage_at = FIXED.size + request_len
+    body_at = stage_at + stage_len + (EVENT_BLOCK.size if block else 0)
+    return raw[: FIXED.size] + raw[stage_at : stage_at + stage_len] + raw[body_at:]
+
+
+def _keep_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: int,
+                 stage_len: int, block: bool) -> None:
+    if len(_KEPT) >= 1024:
+        _KEPT.clear()
+    key = (id(limits), _kept_key(raw, request_len, stage_len, block))
+    _KEPT[key] = (limits, len(raw), header, block)  # holding limits: its id stays its own
+
+
+def _kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHeader | None:
+    """The header of ``raw`` from a kept equal one, its own id (and block) checked; else None.
+
+    None sends ``raw`` through the full parser, which raises whatever is wrong with it.
+    """
+    if len(raw) < FIXED.size:
+        return None
+    request_len, stage_len = _ID_LENGTHS.unpack_from(raw, 4)
+    block = bool(raw[3] & _EVENT_BIT)
+    kept = _KEPT.get((id(limits), _kept_key(raw, request_len, stage_len, block)))
+    if kept is None or kept[0] is not limits or kept[1] != len(raw):
+        return None
+    template = kept[2]
+    end = FIXED.size + request_len
+    try:
+        request_id = str(raw[FIXED.size : end], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
+        return None
+    meta = template.meta
+    if block:
+        seq, created_ns, kind = EVENT_BLOCK.unpack_from(raw, end + stage_len)
+        if seq > INT64_MAX or created_ns > INT64_MAX or kind >= len(_KINDS):
+            return None
+        meta = JSONObject({"seq": seq, "kind": _KINDS[kind], "created_ns": created_ns})
+    if payload_len is not None and payload_len != template.inline_nbytes:
+        return None
+    return prechecked_header(template.op, request_id, template.stage_id, template.epoch,
+                             template.generation, template.tensors, meta,
+                             template.required_features, template.inline_nbytes,
+                             template.total_nbytes, template.version)
 
 
 def _event_fields(view: memoryview, at: int, code: int) -> tuple[tuple[int, int, int], int]:

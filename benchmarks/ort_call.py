@@ -13,10 +13,14 @@ trip (goal ≤ 1.3; that anchor is unstable on a VM),
 ``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy at 64 MiB (goal ≤ 2.5),
 ``large_overhead_memcpy_ratio_zero_copy`` = the same with the input in a pipeline input
 buffer, filled once and sent by reference call after call, against a direct call taken
-in alternating blocks with it (goal ≤ 0.2), and
-``start_ratio`` = stage start / direct start (goal ≤ 1.15). Both starts spawn a fresh
-interpreter and are timed from the spawn until the first run is done (the direct one's
-own in-process part is printed too).
+in alternating blocks with it (goal ≤ 0.2), and ``start_ratio`` = stage start / direct
+start (goal ≤ 1.15). Both starts spawn a fresh interpreter and are timed from the spawn
+until the first run is done (the direct one's own in-process part is printed too).
+
+Every direct session has the options the ort-cpu stage gives its own (intra-op spinning
+off: see :func:`direct_session`), so that an overhead is the call's and not a thread
+setting's; one with ORT's defaults is timed beside the zero-copy pair
+(``direct_64mib_ort_defaults_us``).
 
 Run: ``.venv/bin/python benchmarks/ort_call.py [--quick]``.
 """
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +48,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import probe_host
 from edge_core.runtime import Pipeline
+from edge_ort.options import CPU, OrtOptions, base_load_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
@@ -109,8 +115,27 @@ def memcpy(rounds: int) -> float:
     return p50(samples)
 
 
+def direct_session(graph: Path, *, like_stage: bool = True) -> ort.InferenceSession:
+    """A session in this process: with the options the ort-cpu stage gives its own session.
+
+    The stage's options (``edge_ort.options.base_load_config``) turn ONNX Runtime's
+    intra-op spinning off; ORT's defaults (``like_stage=False``) leave it on, which on
+    this 2-core host changes a 64 MiB ``Relu`` by up to 2 ms either way. The overheads
+    compare the stage with a session of the same options, so that they measure the
+    call, not the thread setting; ORT's defaults are measured beside them for reference.
+    """
+    options = ort.SessionOptions()
+    if like_stage:
+        config = base_load_config(CPU, OrtOptions())
+        if config["intra_op_threads"]:
+            options.intra_op_num_threads = int(config["intra_op_threads"])
+        for key, value in config["session_config"].items():
+            options.add_session_config_entry(key, value)
+    return ort.InferenceSession(str(graph), options, providers=[CPU])
+
+
 def direct_call(graph: Path, x: np.ndarray, rounds: int) -> float:
-    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    session = direct_session(graph)
     samples = []
     for _ in range(rounds):
         t = time.perf_counter()
@@ -136,24 +161,30 @@ def edge_call(pipeline: Pipeline, x: np.ndarray, rounds: int) -> float:
 
 def zero_copy_against_direct(
     pipeline: Pipeline, graph: Path, x: np.ndarray, rounds: int
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """p50s of direct ``session.run`` and of ``Pipeline.run`` with ``x`` in an input buffer.
 
     The buffer is filled once (the caller producing its input, as into any array: not
-    timed) and sent by reference call after call (same segment, new generation); the
-    two are taken in alternating blocks, after one unrecorded call each.
+    timed) and sent by reference call after call (same segment, new generation). The
+    direct session has the stage's options; a third, with ORT's defaults, is reported
+    beside them (see :func:`direct_session`). The three are taken in alternating
+    blocks, after one unrecorded call each.
     """
-    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    sessions = [direct_session(graph), direct_session(graph, like_stage=False)]
     buffer = pipeline.input_buffer("x", x.shape, x.dtype)
     buffer[...] = x
 
-    def direct(n: int) -> list[float]:
-        samples = []
-        for _ in range(n):
-            t = time.perf_counter()
-            session.run(["y"], {"x": x})
-            samples.append(time.perf_counter() - t)
-        return samples
+    def runs(session: ort.InferenceSession) -> Callable[[int], list[float]]:
+        def direct(n: int) -> list[float]:
+            samples = []
+            for _ in range(n):
+                t = time.perf_counter()
+                session.run(["y"], {"x": x})
+                samples.append(time.perf_counter() - t)
+            return samples
+        return direct
+
+    direct, defaults = (runs(session) for session in sessions)
 
     def edge(n: int) -> list[float]:
         samples = []
@@ -164,10 +195,10 @@ def zero_copy_against_direct(
             result.ack()
         return samples
 
-    direct(1)
-    edge(1)
-    d, e = interleaved_all([direct, edge], rounds, blocks=min(rounds, 10))
-    return p50(d), p50(e)
+    for warm in (direct, defaults, edge):
+        warm(1)
+    d, o, e = interleaved_all([direct, defaults, edge], rounds, blocks=min(rounds, 10))
+    return p50(d), p50(e), p50(o)
 
 
 def run_samples(pipeline: Pipeline, x: np.ndarray, rounds: int) -> list[float]:
@@ -265,10 +296,11 @@ def main() -> None:
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
                 if name == "64mib":
-                    direct_zc, edge_zc = zero_copy_against_direct(
+                    direct_zc, edge_zc, defaults_zc = zero_copy_against_direct(
                         pipeline, bundle / "model.onnx", x, 2 * rounds[name])
                     result["direct_64mib_zero_copy_pair_us"] = direct_zc * 1e6
                     result["edge_64mib_zero_copy_us"] = edge_zc * 1e6
+                    result["direct_64mib_ort_defaults_us"] = defaults_zc * 1e6
             finally:
                 pipeline.close()
             result[f"direct_{name}_us"] = direct * 1e6

@@ -24,12 +24,15 @@ from collections.abc import Callable
 
 from edge_contracts.errors import FrameTruncated, StreamClosed, WireError
 from edge_contracts.headers import Limits
+from edge_contracts.protocol import FEATURE_BINARY_HEADER
 from edge_contracts.wire import (
     BINARY_MAGIC,
+    PREFIX,
     PREFIX_SIZE,
     Frame,
     decode_prefix,
     parse_header,
+    prechecked_frame,
     receive_payload,
 )
 
@@ -51,7 +54,8 @@ class FrameReader:
     Not thread-safe: one thread reads at a time (the channel's read role).
     """
 
-    __slots__ = ("_buffer", "_end", "_limits", "_recv_into", "_start", "_view")
+    __slots__ = ("_binary", "_buffer", "_end", "_header_cap", "_io_cap", "_limits",
+                 "_recv_into", "_start", "_view")
 
     def __init__(
         self,
@@ -64,6 +68,10 @@ class FrameReader:
             raise WireError("reader.buffer_bytes", buffer_bytes, f"must be >= {2 * PREFIX_SIZE}")
         self._recv_into = recv_into
         self._limits = limits
+        # What decode_prefix checks a binary prefix against, read once (limits are frozen)
+        self._binary = FEATURE_BINARY_HEADER in limits.supported_features
+        self._header_cap = limits.max_header_bytes
+        self._io_cap = limits.max_io_bytes
         self._buffer = bytearray(buffer_bytes)
         self._view = memoryview(self._buffer)
         self._start = 0
@@ -84,12 +92,18 @@ class FrameReader:
                 and :func:`~edge_contracts.wire.parse_header`).
 
         """
-        if self._end - self._start < PREFIX_SIZE:
-            self._have(PREFIX_SIZE, "prefix")
         start = self._start
-        prefix = self._view[start : start + PREFIX_SIZE]
-        header_len, payload_len = decode_prefix(prefix, self._limits)
-        binary = prefix[:4] == BINARY_MAGIC
+        if self._end - start < PREFIX_SIZE:
+            self._have(PREFIX_SIZE, "prefix")
+            start = self._start
+        magic, header_len, payload_len = PREFIX.unpack_from(self._buffer, start)
+        binary = magic == BINARY_MAGIC
+        # The usual prefix passes decode_prefix's checks inline; any other is decoded by
+        # it (which raises what is wrong, in its order).
+        if not (binary and self._binary and 0 < header_len <= self._header_cap
+                and payload_len <= self._io_cap):
+            header_len, payload_len = decode_prefix(
+                self._view[start : start + PREFIX_SIZE], self._limits)
         self._start = start = start + PREFIX_SIZE
         raw: bytes | bytearray
         if header_len <= len(self._buffer):
@@ -109,7 +123,8 @@ class FrameReader:
         if self._start == self._end:
             self._start = self._end = 0
         if buffered == payload_len:  # all here already (small frames): one copy out
-            return Frame(header, bytearray(head))
+            # parse_header checked payload_len against the header's inline bytes
+            return prechecked_frame(header, bytearray(head))
         return Frame(header, receive_payload(self._recv_into, payload_len, head))
 
     def _have(self, wanted: int, part: str) -> None:

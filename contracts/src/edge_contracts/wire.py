@@ -74,6 +74,7 @@ __all__ = [
     "encode_frame",
     "encode_header",
     "parse_header",
+    "prechecked_frame",
     "read_frame",
     "receive_payload",
     "refs_of",
@@ -144,6 +145,19 @@ class Frame:
                 offset = end
         return views
 
+
+
+def prechecked_frame(header: FrameHeader, payload: bytearray) -> Frame:
+    """A :class:`Frame` whose payload length the header parser has checked already.
+
+    For a reader's per-frame path: ``payload`` is the bytearray it filled with exactly
+    ``header.inline_nbytes`` bytes (``parse_header`` compared the prefix's length with
+    them). Anything else must build ``Frame``, which checks.
+    """
+    frame = object.__new__(Frame)
+    object.__setattr__(frame, "header", header)
+    object.__setattr__(frame, "payload", payload)
+    return frame
 
 
 def refs_of(frame: Frame) -> list[list[Any]]:

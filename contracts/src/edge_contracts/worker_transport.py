@@ -137,24 +137,30 @@ class TensorPacker:
                     continue
                 if owned is not None and allocated is not None:  # an unrelated array
                     allocated[id(value)] = owned
-                array = np.asarray(value)
+                array = value if type(value) is np.ndarray else np.asarray(value)
                 dtype = plain_wire_dtype(array.dtype)  # common little-endian types: no checks
-                if dtype is None:
-                    dtype = dtype_of(array, f"outputs.{name}.dtype")
-                    if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
-                        array = array.astype(array.dtype.newbyteorder("<"))
-                flat = (
-                    array if array.flags.c_contiguous else np.ascontiguousarray(array)
-                ).reshape(-1).view(np.uint8)
+                if dtype is not None and array.flags.c_contiguous and array.size:
+                    # their bytes as one flat byte view, no intermediate arrays
+                    flat: Any = memoryview(array).cast("B") if array.ndim else (
+                        array.reshape(-1).view(np.uint8))
+                else:
+                    if dtype is None:
+                        dtype = dtype_of(array, f"outputs.{name}.dtype")
+                        if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
+                            array = array.astype(array.dtype.newbyteorder("<"))
+                    flat = (
+                        array if array.flags.c_contiguous else np.ascontiguousarray(array)
+                    ).reshape(-1).view(np.uint8)
                 nbytes = int(flat.nbytes)
                 ref = None
                 if self.producer is not None and nbytes >= self.threshold:
                     lease = self.producer.lease(nbytes)
                     leases.append((lease.segment, lease.generation))
-                    copy_bytes(np.frombuffer(lease.view, dtype=np.uint8), flat)
+                    copy_bytes(np.frombuffer(lease.view, dtype=np.uint8),
+                               np.frombuffer(flat, dtype=np.uint8))
                     ref = ShmRef(lease.segment, lease.offset, lease.generation)
                 else:
-                    payloads.append(flat.data)
+                    payloads.append(flat if type(flat) is memoryview else flat.data)
                 if ref is None:  # a NumPy shape and an int: the plain types
                     specs.append(TensorSpec.inline_plain(name, dtype, array.shape, nbytes)
                                  if type(name) is str

@@ -77,3 +77,27 @@ def test_unpacked_inline_tensors_are_read_only_views_and_bools_are_still_checked
     payload[24] = 2  # a bool byte other than 0 and 1 is refused, as before
     with pytest.raises(DescriptorInvalid):
         TensorUnpacker(None).unpack(Frame(header, payload))
+
+
+PLAIN = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+         "float16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", PLAIN)
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (0, 3), (1, 1, 4)])
+def test_inline_payloads_are_the_array_bytes_whatever_the_layout(
+    dtype: str, shape: tuple[int, ...]
+) -> None:
+    packer = TensorPacker(None, 1 << 20)
+    base = (np.arange(int(np.prod(shape)) * 2) % 3).astype(dtype)
+    contiguous = base[: base.size // 2].reshape(shape)
+    strided = base[::2].reshape(shape)  # every other element: not contiguous
+    frozen = contiguous.copy()
+    frozen.flags.writeable = False
+    for array in (contiguous, strided, frozen):
+        packed = packer.pack({"a": array})
+        payload = b"".join(bytes(view) for view in packed.payloads)
+        assert payload == np.ascontiguousarray(array).tobytes()
+        (spec,) = packed.specs
+        assert (spec.shape, spec.nbytes, spec.ref) == (shape, array.nbytes, None)
+        assert all(view.ndim == 1 and view.itemsize == 1 for view in packed.payloads)

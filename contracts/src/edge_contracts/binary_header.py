@@ -489,7 +489,7 @@ def _kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHe
         return None
     if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
         return None
-    meta = template.meta
+    meta: Any = template.meta  # frozen when it was kept
     if block:
         seq, created_ns, kind = EVENT_BLOCK.unpack_from(raw, end + stage_len)
         if seq > INT64_MAX or created_ns > INT64_MAX or kind >= len(_KINDS):

@@ -141,7 +141,7 @@ class TensorPacker:
                 dtype = plain_wire_dtype(array.dtype)  # common little-endian types: no checks
                 if dtype is not None and array.flags.c_contiguous and array.size:
                     # their bytes as one flat byte view, no intermediate arrays
-                    flat: Any = memoryview(array).cast("B") if array.ndim else (
+                    flat: Any = array.data.cast("B") if array.ndim else (
                         array.reshape(-1).view(np.uint8))
                 else:
                     if dtype is None:

@@ -6,6 +6,7 @@ from edge_contracts import binary_header
 from edge_contracts.binary_header import encode_binary_header, parse_binary_header
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import (
+    DescriptorInvalid,
     HeaderMalformed,
     PayloadMismatch,
     PayloadTooLarge,
@@ -170,3 +171,49 @@ def test_a_truncated_header_never_matches_a_kept_one() -> None:
     parse_raw(raw)
     with pytest.raises(HeaderMalformed):
         parse_raw(raw[:-1])  # the same fixed part and nothing after the id: still refused
+
+
+def outcome(raw: bytes, payload_len: int | None) -> object:
+    try:
+        return parse_raw(raw, payload_len=payload_len)
+    except Exception as exc:
+        return (type(exc).__name__, getattr(exc, "field", None))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_headers_change_no_outcome_of_mutated_frames(seed: int) -> None:
+    """Differential: every mutation of a kept header parses (or fails) as without the cache."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = [
+        FrameHeader("run", "a1b2-17", "det", 3, 9, (X,)),
+        event({"seq": 5, "kind": "output", "created_ns": 99}),
+        FrameHeader("event", "a1b2-17", "det", 3, 9, (X,), meta={"seq": 1, "kind": "done",
+                                                                 "created_ns": 5}),
+    ]
+    for _ in range(1500):
+        raw = bytearray(raw_of(rng.choice(kinds)))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(raw))
+            raw[at] = rng.randrange(256)
+        if rng.random() < 0.2:
+            raw = raw[: rng.randrange(len(raw) + 1)]
+        payload_len = rng.choice([None, 24, 0])
+        binary_header._KEPT.clear()
+        for header in kinds:  # kept: the unmutated forms
+            parse_raw(raw_of(header))
+        with_kept = outcome(bytes(raw), payload_len)
+        binary_header._KEPT.clear()
+        binary_header._PARSED.clear()
+        assert outcome(bytes(raw), payload_len) == with_kept
+
+
+def test_a_cached_entry_list_is_not_taken_for_another_tensor_count() -> None:
+    raw = bytearray(raw_of(FrameHeader("run", "r1", "s", 0, 1, (X,))))
+    parse_raw(bytes(raw))  # its entry list is kept
+    raw[8] = 2  # the fixed part's tensor count (u16 at offset 8): two, with one entry
+    binary_header._KEPT.clear()
+    with pytest.raises(DescriptorInvalid) as refused:
+        parse_raw(bytes(raw))
+    assert refused.value.field.startswith("header.tensors[1]")

@@ -374,6 +374,8 @@ def parse_binary_header(
     cached = 0 < tensors_len <= _CACHED_ENTRY_BYTES
     key = bytes(view[at:end]) if cached else b""
     known = _PARSED.get(key) if cached else None
+    if known is not None and len(known[0]) != count:  # same bytes, another count: parse
+        known = None
     specs: tuple[TensorSpec, ...]
     if known is not None:
         specs = known[0]

@@ -11,6 +11,7 @@ from edge_contracts import call_frames
 from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, KIND_CODES
 from edge_contracts.call_frames import MAX_TEMPLATES, encode_call_frame, template_count
 from edge_contracts.dtypes import DType
+from edge_contracts.errors import HeaderMalformed
 from edge_contracts.headers import Limits, ShmRef, TensorSpec, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject
 from edge_contracts.protocol import (
@@ -124,3 +125,14 @@ def test_a_frame_from_a_template_reads_back_with_its_payload() -> None:
         decoded = decode_frame(joined(frame), LIMITS)
         assert decoded.header.request_id == rid
         assert bytes(decoded.payload) == data.tobytes()
+
+
+def test_a_missing_event_block_is_refused_even_with_a_template() -> None:
+    features = frozenset({FEATURE_EVENT_FIELDS})
+    block = EVENT_BLOCK.pack(0, 1, KIND_CODES["done"])
+    encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (), [], features, event_meta=b"",
+                      event_block=block)
+    assert template_count() == 1
+    with pytest.raises(HeaderMalformed) as refused:
+        encode_call_frame(OP_EVENT, "r2", "det", 2, 7, (), [], features, event_meta=b"")
+    assert refused.value.field == "header.event"

@@ -450,9 +450,9 @@ def parse_binary_header(
     return header
 
 
-# (limits, a whole header without its request id and event block) -> (limits, header
-# size, the header parsed from it, has a block). Its checks passed once; an equal header differs
-# only in those two parts, which _kept_header checks itself.
+# (id of the reader's limits, a whole header without its request id and event block)
+# -> (those limits, header size, the header parsed from it, has a block). Its checks
+# passed once; an equal header differs only in those two parts, checked by _kept_header.
 _KEPT: dict[tuple[int, bytes], tuple[Limits, int, FrameHeader, bool]] = {}
 _KEPT_HEADER_BYTES = 4096
 

@@ -38,8 +38,10 @@ MAX_TEMPLATES = 1024
 """Most header templates kept at once (then all are dropped and made again)."""
 
 _MAX_EVENT_META = 256  # longer event meta (handler data) is not kept
-# key -> (fixed part, stage id bytes, entries + meta bytes, inline bytes, the entries)
-_TEMPLATES: dict[tuple[object, ...], tuple[bytes, bytes, bytes, int, tuple[TensorSpec, ...]]] = {}
+# key -> (fixed part, stage id bytes, entries + meta bytes, event block bytes, inline
+# bytes, the entries)
+_TEMPLATES: dict[tuple[object, ...],
+                 tuple[bytes, bytes, bytes, int, int, tuple[TensorSpec, ...]]] = {}
 
 
 def template_count() -> int:
@@ -76,8 +78,8 @@ def encode_call_frame(
         key = (op, stage_id, epoch, generation, features, len(rid), event_meta,
                *map(id, specs))
         kept = _TEMPLATES.get(key)
-        if kept is not None:
-            fixed, stage, tail, inline, _ = kept
+        if kept is not None and len(event_block) == kept[3]:  # else encode_frame refuses
+            fixed, stage, tail, _, inline, _ = kept
             raw = b"".join((fixed, rid, stage, event_block, tail))
             return [PREFIX.pack(BINARY_MAGIC, len(raw), inline) + raw, *payloads]
     inline, total = tensor_totals(specs, features) if specs else (0, 0)
@@ -89,10 +91,9 @@ def encode_call_frame(
     if key is not None and first[:4] == BINARY_MAGIC and all(s.ref is None for s in specs):
         raw = bytes(first[PREFIX.size :])
         stage = stage_id.encode()
-        tail_at = FIXED.size + len(rid) + len(stage)
-        if op == OP_EVENT and FEATURE_EVENT_FIELDS in features:
-            tail_at += EVENT_BLOCK.size
+        block = EVENT_BLOCK.size if op == OP_EVENT and FEATURE_EVENT_FIELDS in features else 0
+        tail_at = FIXED.size + len(rid) + len(stage) + block
         if len(_TEMPLATES) >= MAX_TEMPLATES:
             _TEMPLATES.clear()
-        _TEMPLATES[key] = (raw[: FIXED.size], stage, raw[tail_at:], inline, specs)
+        _TEMPLATES[key] = (raw[: FIXED.size], stage, raw[tail_at:], block, inline, specs)
     return parts

@@ -196,7 +196,7 @@ class PendingCall:
         """Wait for the terminal event and return the result (acknowledge it when done)."""
         while not self._done:  # what events() yields is not wanted here
             self._next()
-        if self._result is None:  # pragma: no cover - events() raised otherwise
+        if self._result is None:  # pragma: no cover - _next() raised otherwise
             raise RequestFailed(self.request_id, "NoResult", "no terminal event")
         return self._result
 

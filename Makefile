@@ -6,7 +6,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PLUGINS := $(sort $(wildcard plugins/*))
+# plugins/backends/* (backends), plugins/libraries/* (code backends share), plugins/apps/*
+# (applications that add commands): every directory with a pyproject.toml is a distribution.
+PLUGINS := $(sort $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/*/pyproject.toml)))
 DISTS := contracts core $(PLUGINS) tests/edge_echo examples/ocr[reference,bench]
 STAMP := $(VENV)/.edge-installed
 INPUTS := requirements-dev.txt $(foreach d,contracts core $(PLUGINS) tests/edge_echo examples/ocr,$(d)/pyproject.toml)

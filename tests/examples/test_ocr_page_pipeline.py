@@ -151,7 +151,7 @@ def test_pipeline_auto_falls_back_to_ort_cpu_and_reads_the_same_text(
     """Without the qnn plugin the classifier's first candidate is refused at the backend
     layer; ort-cpu serves the padded calls and the text is the plain pipeline's.
 
-    (The qnn candidate on the HTP simulator: plugins/qnn/tests/test_qnn_auto_ocr.py.)
+    (The qnn candidate on the HTP simulator: plugins/backends/qnn/tests/test_qnn_auto_ocr.py.)
     """
     from edge_ort.derive.build import derive_bundle
     from edge_ort.derive.specs import parse_bucket

@@ -9,9 +9,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Every distribution this repository publishes (the template under examples/ is not one).
-DIRS = ["contracts", "core", "plugins/ort", "plugins/ort_cpu", "plugins/ort_directml",
-        "plugins/ort_vitisai", "plugins/qnn", "plugins/vllm_cuda", "tests/edge_echo",
-        "examples/ocr"]
+DIRS = ["contracts", "core", "plugins/libraries/ort", "plugins/backends/ort_cpu",
+        "plugins/backends/ort_directml", "plugins/backends/ort_vitisai", "plugins/backends/qnn",
+        "plugins/backends/vllm_cuda", "tests/edge_echo", "examples/ocr"]
 
 
 def project(directory: str) -> dict[str, Any]:

@@ -25,14 +25,14 @@ PROVIDERS = {
 #: Runtimes that live in the route's interpreter, never in the controller's environment:
 #: only worker-side modules import them, each named here with its reason.
 ROUTE_RUNTIMES = {
-    ("plugins/ort", "onnxruntime"): "edge_ort.worker runs whichever onnxruntime build "
+    ("plugins/libraries/ort", "onnxruntime"): "edge_ort.worker runs whichever onnxruntime build "
                                     "the route's interpreter has (they are exclusive)",
-    ("plugins/vllm_cuda", "vllm"): "edge_vllm_cuda.worker runs in vLLM's own environment",
+    ("plugins/backends/vllm_cuda", "vllm"): "edge_vllm_cuda.worker runs in vLLM's own environment",
 }
 
 #: Modules other than the worker that may import a route runtime, each with its reason.
 RUNTIME_USERS = {
-    ("plugins/ort", "onnxruntime"): {
+    ("plugins/libraries/ort", "onnxruntime"): {
         "build.py": "edge derive runs ONNX Runtime's tools in the controller's environment, "
                     "where the backend that adds the command installed its onnxruntime",
     },
@@ -92,13 +92,14 @@ def test_every_import_is_declared(directory: str) -> None:
 
 def test_the_scan_sees_lazy_imports() -> None:
     """The scan is not vacuous: imports inside function bodies are found."""
-    assert "session.py" in _imports("plugins/qnn")["qai_hub"]  # lazy, in a method
-    assert "worker.py" in _imports("plugins/ort")["onnxruntime"]
+    assert "session.py" in _imports("plugins/backends/qnn")["qai_hub"]  # lazy, in a method
+    assert "worker.py" in _imports("plugins/libraries/ort")["onnxruntime"]
     # onnx is never needed to serve: only the derive extra (edge derive) brings it
-    required = {_requirement_name(r) for r in project("plugins/ort").get("dependencies", [])}
-    assert "onnx" not in required and "onnx" in _declared("plugins/ort")
+    required = {_requirement_name(r)
+                for r in project("plugins/libraries/ort").get("dependencies", [])}
+    assert "onnx" not in required and "onnx" in _declared("plugins/libraries/ort")
     assert "onnx" not in {_requirement_name(r)
-                          for r in project("plugins/qnn").get("dependencies", [])}
+                          for r in project("plugins/backends/qnn").get("dependencies", [])}
 
 
 def test_route_runtimes_are_imported_only_by_worker_modules() -> None:

@@ -42,7 +42,7 @@ IMPORT_ALL = textwrap.dedent('''
 
 #: Distributions whose backend runs on this machine from the wheel and its declared
 #: dependencies alone (ort-cpu needs its extra: the wheel smoke test in tests/wheels).
-RUNS_HERE = {"plugins/qnn": "qnn", "tests/edge_echo": "echo-preemptible"}
+RUNS_HERE = {"plugins/backends/qnn": "qnn", "tests/edge_echo": "echo-preemptible"}
 
 
 def _archive(built: Path, directory: str, suffix: str) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DISTS = ["contracts", "core", "plugins/ort", "plugins/ort_cpu", "examples/ocr"]
+DISTS = ["contracts", "core", "plugins/libraries/ort", "plugins/backends/ort_cpu", "examples/ocr"]
 
 pytestmark = pytest.mark.slow
 

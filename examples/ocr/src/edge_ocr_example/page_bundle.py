@@ -176,7 +176,7 @@ def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
     each bounded by ``gate_timeout_s``) before ``ort-cpu`` with the plain bundle; every
     call is padded to ``BATCH`` rows (the simulator's cost is per call, not per row).
     Detection and recognition stay on ``ort-cpu`` (on the simulator they take 19.5 and
-    58 s per run: plugins/qnn/README.md).
+    58 s per run: plugins/backends/qnn/README.md).
     """
     plain = pipeline_toml()
     start = plain.index('[[stages]]\nid = "classify"')

@@ -1,0 +1,285 @@
+"""A generate pipeline on the real vLLM CPU engine behind ``edge serve``, through ``openai``.
+
+The tiny Llama of the vllm-cuda tests (random weights, a locally trained tokenizer with a
+chat template; nothing is downloaded) runs in the cached vLLM CPU environment. The
+official OpenAI client asks for a completion, a streamed chat completion, and closes a
+stream after 3 tokens: that request alone is cancelled and aborted inside vLLM (the engine
+holds no request afterwards) while another stream runs on to its end.
+
+The same server serves ``page-chat``: the OCR stages, then the tiny Llama. A chat whose
+user message carries a rendered page as an ``image_url`` part (a ``data:`` URL) has the
+image read by the pipeline's ``prepare``, its text handed to the transforms as
+``carry:messages``, and the transform ``page_chat`` builds the chat the worker receives:
+the caller's messages, then the page's recognised text (checked by the sha256 the worker
+reports). What cannot be mapped is refused with 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, running
+
+sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "tests"))
+
+from vllm_env import build_tiny_model, ensure_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+API_KEY = "vllm-test-key"
+GREEDY = {"temperature": 0.0}
+CHAT = [{"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "edge stage token worker"}]
+
+RENDER = """
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+text = tokenizer.apply_chat_template(json.loads(sys.argv[2]), tokenize=False,
+                                     add_generation_prompt=True)
+print(json.dumps(tokenizer.encode(text, add_special_tokens=False)))
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    python = ensure_env()
+    return python, build_tiny_model(python, tmp_path_factory.mktemp("tiny-llama"))
+
+
+PAGE_TEXT = "Served over HTTP today\nTotal 12.75 for 3 pages"  # rendered in conftest
+
+
+def _page_chat(ocr_dir: Path, python: Path, directory: Path) -> Path:
+    """The OCR pipeline, then a generate stage fed by ``page_chat`` (next to its bundles)."""
+    text = (ocr_dir / "pipeline.toml").read_text().replace('name = "ocr"\n',
+                                                          'name = "page-chat"\n', 1)
+    path = ocr_dir / "page-chat.toml"
+    path.write_text(text + f'''
+[[stages]]
+id = "gen"
+input_transform = "edge_ocr_example.prompt:page_chat"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{directory}"
+device = "cpu"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 2
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{python}"
+''')
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory,
+           ocr_dir: Path) -> Iterator[Served]:
+    python, directory = model
+    path = tmp_path_factory.mktemp("gen") / "tiny.toml"
+    path.write_text(f'''
+name = "tiny"
+admission = 8
+
+[[stages]]
+id = "gen"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{directory}"
+device = "cpu"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 8
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{python}"
+''')
+    with running([path, _page_chat(ocr_dir, python, directory)], "--api-key",
+                 API_KEY) as served:
+        yield served
+
+
+@pytest.fixture
+def client(server: Served) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                       timeout=120) as made:
+        yield made
+
+
+def _outcomes(server: Served) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"},
+                     timeout=30).text
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "edge_requests_total" and sample.labels["pipeline"] == "tiny":
+                key = f"{sample.labels['route']} {sample.labels['outcome']}"
+                found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def test_a_completion_through_the_openai_client(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list().data] == ["tiny", "page-chat"]
+    answer = client.completions.create(model="tiny", prompt="edge stage token", max_tokens=8,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "length" and choice.text
+    assert answer.usage is not None and answer.usage.completion_tokens == 8
+    assert answer.model == "tiny" and answer.object == "text_completion"
+    streamed = client.completions.create(model="tiny", prompt="edge stage token",
+                                         max_tokens=8, stream=True,
+                                         extra_body={"ignore_eos": True}, **GREEDY)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == choice.text
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x", max_tokens=2)
+    with openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0) as other, \
+            pytest.raises(openai.AuthenticationError):
+        other.models.list()
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        client.completions.create(model="tiny", prompt="x", max_tokens=2, top_p=2.0)
+
+
+def test_a_streamed_chat_completion_uses_the_models_own_template(
+        client: openai.OpenAI, model: tuple[Path, Path]) -> None:
+    stream = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10,
+                                            stream=True, stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}, **GREEDY)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == "length" and not any(finish[:-1])
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 10
+    tokens = [c for c in chunks[1:] if c.choices and c.choices[0].finish_reason is None]
+    assert len(tokens) >= 2  # token by token (a special token's text may be empty)
+    # The worker rendered the chat with the model's template: the same prompt, rendered
+    # and tokenised by transformers in the vLLM environment, gives the same tokens.
+    python, directory = model
+    ids = json.loads(subprocess.run([str(python), "-c", RENDER, str(directory),
+                                     json.dumps(CHAT)], capture_output=True, text=True,
+                                    check=True, timeout=120).stdout)
+    same = client.completions.create(model="tiny", prompt=ids, max_tokens=10,
+                                     extra_body={"ignore_eos": True}, **GREEDY)
+    assert same.choices[0].text == text
+    assert same.usage is not None and chunks[-1].usage.prompt_tokens == same.usage.prompt_tokens
+    whole = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10,
+                                           extra_body={"ignore_eos": True}, **GREEDY)
+    assert whole.choices[0].message.content == text
+
+
+def test_a_stream_closed_after_3_tokens_is_aborted_alone(client: openai.OpenAI,
+                                                          server: Served) -> None:
+    before = _outcomes(server).get("/v1/completions cancelled", 0.0)
+    other = client.completions.create(model="tiny", prompt="stream on", max_tokens=40,
+                                      stream=True, extra_body={"ignore_eos": True}, **GREEDY)
+    closed = client.completions.create(model="tiny", prompt="abort me", max_tokens=230,
+                                       stream=True, extra_body={"ignore_eos": True}, **GREEDY)
+    taken = []
+    for chunk in closed:
+        taken.append(chunk.choices[0].text)
+        if len(taken) == 3:
+            break
+    closed.close()
+    deadline = time.monotonic() + 60
+    while _outcomes(server).get("/v1/completions cancelled", 0.0) < before + 1:
+        assert time.monotonic() < deadline, _outcomes(server)
+        time.sleep(0.05)
+    rest = list(other)  # the other stream runs on to its end
+    assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
+    assert len(taken) + len(rest) >= 40 // 2
+    # The engine no longer holds the aborted request: its 230 tokens would take seconds
+    # more than the other stream's 40 did.
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0
+    assert _outcomes(server).get("/v1/completions cancelled", 0.0) == before + 1
+
+
+def test_a_passed_deadline_is_504_and_aborts_the_request(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model="tiny", prompt="too long", max_tokens=230,
+                                  extra_body={"ignore_eos": True, "deadline_s": 0.3}, **GREEDY)
+    assert caught.value.status_code == 504
+    assert "deadline" in caught.value.message
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True}, **GREEDY)
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0
+
+
+def _field(error: openai.APIStatusError) -> str:
+    body = error.body if isinstance(error.body, dict) else {}
+    found = body.get("error", body)
+    return str(found.get("field")) if isinstance(found, dict) else ""
+
+
+def test_a_chat_with_a_page_image_goes_through_ocr_then_the_model(
+        client: openai.OpenAI, ocr_dir: Path) -> None:
+    from edge_ocr_example.prompt import PAGE_HEADING
+
+    page = base64.b64encode((ocr_dir / "page.png").read_bytes()).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{page}"}}
+    question = "What does the page say?"
+    messages: list[Any] = [CHAT[0], {"role": "user", "content": [
+        {"type": "text", "text": question}, image]}]
+    whole = client.chat.completions.create(model="page-chat", messages=messages,
+                                           max_tokens=6, extra_body={"ignore_eos": True},
+                                           **GREEDY)
+    # The worker received the caller's chat (image part removed), then the page's text.
+    sent = [["system", CHAT[0]["content"]], ["user", question],
+            ["user", PAGE_HEADING + PAGE_TEXT]]
+    digest = hashlib.sha256(json.dumps(sent, ensure_ascii=False).encode()).hexdigest()
+    edge = (whole.model_extra or {})["edge"]
+    assert edge["prompt_sha256"] == digest
+    assert whole.usage is not None and whole.usage.completion_tokens == 6
+    streamed = client.chat.completions.create(model="page-chat", messages=messages,
+                                              max_tokens=6, stream=True,
+                                              extra_body={"ignore_eos": True}, **GREEDY)
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == whole.choices[0].message.content
+
+    refused = [
+        (lambda: client.completions.create(model="page-chat", prompt="x", max_tokens=2),
+         "prompt"),
+        (lambda: client.chat.completions.create(model="page-chat", messages=CHAT,
+                                                max_tokens=2), "messages"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]),
+         "messages[0].content[0].image_url.url"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+         "messages[0].content[0].image_url"),
+        (lambda: client.chat.completions.create(
+            model="page-chat", max_tokens=2, messages=[{"role": "user", "content": [
+                image, image]}]), "messages[0].content[1]"),
+        (lambda: client.chat.completions.create(model="tiny", max_tokens=2, messages=[
+            {"role": "user", "content": [image]}]), "messages[0].content[0]"),
+    ]
+    for call, field in refused:
+        with pytest.raises(openai.BadRequestError) as caught:
+            call()
+        assert _field(caught.value) == field, caught.value.body

@@ -1,0 +1,220 @@
+"""The ort-cpu backend end to end: real bundles, real workers, real onnxruntime sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.errors import ManifestInvalid, PlacementRefused
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.bucket import BucketMismatch
+from edge_ort.plugin_base import OrtPlugin
+
+from .conftest import EXAMPLE_X
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+GiB = 1024**3
+
+
+@pytest.fixture
+def ledger() -> ResourceLedger:
+    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def open_stage(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, **stage: Any) -> Pipeline:
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": stage.pop("backend", "ort-cpu"),
+                                "options": stage.pop("options", {})},
+         "manifest": str(bundle), **stage},
+    ]})
+    return Pipeline.open(config, plugins, ledger)
+
+
+def test_twenty_sequential_requests_equal_a_direct_session_exactly(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    direct = ort.InferenceSession(str(add_relu_bundle["graph"]), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    with open_stage(plugins, ledger, add_relu_bundle["dir"]) as pipeline:
+        plan = pipeline.execution_plan()["stages"][0]
+        assert plan["placement"]["providers"]["CPUExecutionProvider"]["nodes"] == 2
+        assert plan["placement"]["method"] == "graph-assignment-info"
+        assert plan["numerics"]["reference"] == "expected-outputs"
+        assert plan["numerics"]["passed"] is True
+        assert plan["evidence"] == "complete-model"
+        assert plan["worker"]["manifest"]["component"] == "add-relu"
+        assert plan["worker"]["runtime"]["onnxruntime_distribution"] == "onnxruntime"
+        for _ in range(20):
+            x = rng.standard_normal((2, 3)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": x})
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], expected)
+    assert ledger.is_empty()
+
+
+def test_inputs_outside_the_example_bucket_get_a_typed_error(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"]) as pipeline:
+        for bad, field in [({"x": np.zeros((4, 3), np.float32)}, "inputs.x"),
+                           ({"x": np.zeros((2, 3), np.float64)}, "inputs.x"),
+                           ({"z": EXAMPLE_X}, "inputs")]:
+            with pytest.raises(BucketMismatch) as info:
+                pipeline.run(bad)
+            assert info.value.field == field
+        with pipeline.run({"x": EXAMPLE_X}) as result:  # the stage still serves
+            assert result.outputs["y"].shape == (2, 3)
+
+
+def test_a_tampered_file_is_refused_before_any_worker_starts(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open(add_relu_bundle["graph"], "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(ManifestInvalid, match=r"model\.onnx"):
+        open_stage(plugins, ledger, add_relu_bundle["dir"])
+    assert ledger.is_empty()
+
+
+def test_a_manifest_path_with_traversal_is_refused(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    manifest = add_relu_bundle["dir"] / "edge-manifest.json"
+    data = json.loads(manifest.read_text())
+    data["files"]["../outside.onnx"] = data["files"].pop("model.onnx")
+    data["metadata"]["graph"] = "../outside.onnx"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ManifestInvalid, match=r"\.\./outside\.onnx"):
+        open_stage(plugins, ledger, add_relu_bundle["dir"])
+    assert ledger.is_empty()
+
+
+def test_a_symlink_escaping_the_bundle_is_refused(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "elsewhere.onnx"
+    add_relu_bundle["graph"].rename(outside)
+    os.symlink(outside, add_relu_bundle["graph"])
+    with pytest.raises(ManifestInvalid, match=r"model\.onnx"):
+        open_stage(plugins, ledger, add_relu_bundle["dir"])
+    assert ledger.is_empty()
+
+
+def test_an_absent_provider_is_refused_not_silently_run_on_cpu(
+    ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    dml = OrtPlugin(backend="dml-here", target="DmlExecutionProvider",
+                    description="asks for DirectML on a CPU-only build", distribution="test")
+    plugins = load_plugins(objects={"dml-here": dml}, env={"EDGE_PLUGINS": ""})
+    with pytest.raises(PlacementRefused) as info:
+        open_stage(plugins, ledger, add_relu_bundle["dir"], backend="dml-here")
+    assert "'DmlExecutionProvider' is not available" in str(info.value)
+    assert "CPUExecutionProvider" in str(info.value)
+    assert ledger.is_empty()
+
+
+def test_a_cpu_stage_refuses_a_target_other_than_cpu(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with pytest.raises(Exception, match="QNNExecutionProvider"):
+        open_stage(plugins, ledger, add_relu_bundle["dir"],
+                   placement={"target": "QNNExecutionProvider"})
+    assert ledger.is_empty()
+
+
+def test_profiling_fallback_reports_the_same_split(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"],
+                    options={"placement_method": "profiling"}) as pipeline:
+        placement = pipeline.execution_plan()["stages"][0]["placement"]
+    assert placement["method"] == "profiling"
+    assert placement["providers"]["CPUExecutionProvider"]["op_types"] == {"Add": 1, "Relu": 1}
+
+
+def test_unknown_backend_options_are_refused_with_their_path(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    from edge_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.backend\.options"):
+        open_stage(plugins, ledger, add_relu_bundle["dir"], options={"threads": 2})
+
+
+@pytest.mark.parametrize(("shape", "in_place"), [((512, 1024), True), (("n", 1024), False)])
+def test_large_outputs_are_exact_and_arrive_without_a_copy(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+    shape: tuple[int | str, ...], in_place: bool,
+) -> None:
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "big"
+    bundle.mkdir()
+    graph = bundle / "model.onnx"
+    tool = Path(__file__).resolve().parents[3] / "libraries/ort/tools/make_graphs.py"
+    dims = ",".join(str(d) for d in shape)
+    subprocess.run([sys.executable, str(tool), "--add-relu", dims, str(graph)], check=True,
+                   timeout=120)
+    rng = np.random.default_rng(3)
+    np.savez(bundle / "example.npz", x=rng.standard_normal((512, 1024)).astype(np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        load = pipeline.execution_plan()["stages"][0]["worker"]["load"]
+        assert load["outputs_in_place"] is in_place  # static shapes: written in place
+        for _ in range(5):  # 2 MiB outputs: through shared memory either way
+            x = rng.standard_normal((512, 1024)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": x})
+            with pipeline.run({"x": x}) as result:
+                y = result.outputs["y"]
+                np.testing.assert_array_equal(y, expected)
+                assert not y.flags.writeable and not y.flags.owndata  # a view, not a copy
+                del y
+    assert ledger.is_empty()
+
+
+def test_a_pipeline_input_buffer_is_filled_in_place_and_sent_by_reference(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    from edge_core.artifacts import create_manifest
+    from edge_ort.bundles import write_add_relu_graph
+
+    bundle = tmp_path / "big"
+    bundle.mkdir()
+    graph = write_add_relu_graph(bundle, ("n", 3))
+    rng = np.random.default_rng(5)
+    np.savez(bundle / "example.npz", x=rng.standard_normal((200_000, 3)).astype(np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        buffer = pipeline.input_buffer("x", (200_000, 3), np.float32)  # 2.3 MiB: shared memory
+        producer = pipeline.stages[0].loaded.client._producer  # type: ignore[attr-defined]
+        held = producer.held_bytes
+        for _ in range(3):
+            buffer[...] = rng.standard_normal((200_000, 3)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": buffer})
+            with pipeline.run({"x": buffer}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], expected)
+            assert buffer.flags.writeable  # the request ended: the caller may refill it
+        assert producer.held_bytes == held  # no segment was leased for a copy
+        del buffer
+    assert ledger.is_empty()

@@ -29,7 +29,7 @@ import attrs
 
 from edge_core import __version__
 from edge_core.evidence import startup, workload
-from edge_core.evidence.identity import host_identity
+from edge_core.identity import host_identity
 from edge_core.progress import Progress
 from edge_core.runtime.pipeline import Pipeline
 

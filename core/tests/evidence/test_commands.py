@@ -94,7 +94,8 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     assert "device: must be a name or an object with a name: None" in job.stderr
     other = edge("matrix", "other.json", cwd=tmp_path)
     assert other.returncode == 2
-    assert "other.json: schema: must be 'edge.qualification/1'" in other.stderr
+    assert ("other.json: schema: must be one of ['edge.qualification/1', "
+            "'edge.qualification/2']") in other.stderr
     levels = edge("profile", "p.toml", "--concurrency", "0", cwd=tmp_path)
     assert levels.returncode == 2 and "--concurrency: levels must be >= 1" in levels.stderr
     requests = edge("profile", "p.toml", "--requests", "0", cwd=tmp_path)

@@ -124,7 +124,8 @@ def test_a_failing_pipeline_gives_a_failed_outcome_with_its_error_chain(
     assert outcome["error_type"] == error_type
     assert error_type in outcome["chain"][0]["classes"]
     assert "baseline" not in profile
-    assert profile["traced"]["reached"][0]["stage"] == "a"
+    (first,) = profile["runs"]  # the first run (untraced) failed: nothing after it ran
+    assert first["role"] == "untraced" and first["reached"][0]["stage"] == "a"
 
 
 def test_a_real_onnx_stage_reports_artifact_verification_and_placement(

@@ -11,6 +11,7 @@ Imports only ``edge_contracts`` and numpy, like every worker module.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ class EchoHandler(BaseHandler):
     def __init__(self) -> None:
         self.options: dict[str, Any] = {}
         self._ballast: bytearray | None = None
+        self._request_ballast: bytearray | None = None
         self._cancelled: set[str] = set()
         self._lock = threading.Lock()
 
@@ -94,9 +96,24 @@ class EchoHandler(BaseHandler):
         }
 
     def submit(self, call: Call) -> Mapping[str, Any] | None:
-        """Compute after ``delay_s``: inline (blocking) or on a thread when preemptible."""
+        """Compute after ``delay_s``: inline (blocking) or on a thread when preemptible.
+
+        A request's params may ask for a failure of its own: ``fail_call`` (its ERROR
+        event), ``crash`` (the worker exits at once: the controller sees it gone), or
+        ``allocate_mb`` (memory allocated and touched while serving it, kept until the
+        next request).
+        """
         if self.options.get("fail_at") == "call":
             raise InjectedFailure("call failed as configured")
+        if call.params.get("crash"):
+            os._exit(3)
+        if call.params.get("fail_call"):
+            raise InjectedFailure("call failed as the request asked")
+        megabytes = int(call.params.get("allocate_mb", 0))
+        self._request_ballast = bytearray(megabytes * 1024 * 1024) if megabytes else None
+        if self._request_ballast is not None:
+            for offset in range(0, len(self._request_ballast), 4096):
+                self._request_ballast[offset] = 1
         # A request may ask for its own delay (``params.delay_s``): a slow request.
         delay = float(call.params.get("delay_s", self.options.get("delay_s", 0.0)))
         stream = self._stream(call)

@@ -144,3 +144,37 @@ def test_a_real_onnx_stage_reports_artifact_verification_and_placement(
     stage = profile["plan"]["stages"][0]
     assert stage["placement"]["providers"]["CPUExecutionProvider"]["nodes"] == 1
     assert stage["evidence"] == "complete-model"
+
+
+def test_request_errors_keep_their_class_and_layer_and_the_level_goes_on(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    from edge_core.evidence.qualify import record_from_profile
+    from edge_core.evidence.status import Status
+    from edge_core.evidence.workload_file import RequestClass
+
+    stage = {**echo_stage("a"), "restart": "on-failure", "restart_backoff_s": 0.0}
+    path = write_pipeline(tmp_path, [stage])
+    classes = [RequestClass("fine", ({},), "test"),
+               RequestClass("crashing", ({"crash": True},), "test")]
+    settings = ProfileSettings(requests=2, warmup_requests=0, concurrency=(1,),
+                               process_start_repeats=1, warm_restart=False,
+                               matched_requests=1)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], classes=classes,
+                          settings=settings)
+    levels = {g["name"]: g["levels"][0] for g in profile["baseline"]["groups"]}
+    assert levels["fine"]["status"] == "measured" and len(levels["fine"]["samples"]) == 2
+    crashed = levels["crashing"]
+    # the client thread went on after the first error: both requests were tried
+    assert crashed["status"] == "failed" and len(crashed["errors"]) == 2
+    first = crashed["errors"][0]
+    assert first["type"] == "WorkerGone" and "WorkerLost" in first["classes"]
+    assert first["layer"] == "worker"
+    outcome = profile["outcome"]
+    assert outcome["step"] == "requests" and outcome["failed_levels"] == [["crashing", 1]]
+    record = record_from_profile(profile)
+    assert record.status is Status.FAILED
+    assert record.failure is not None and record.failure.layer == "worker"
+    reliability = record.verdicts["reliability"]
+    assert reliability["verdict"] == "failed" and reliability["request_errors"] == 2
+    assert reliability["errors_by_layer"] == {"worker": 2}
+    assert record.performance["latency"]["fine@c1"]["n"] == 2  # the figures are kept

@@ -80,10 +80,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "level (default 20, the protocol's minimum; fewer is flagged)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N",
                         help="unmeasured warm-up requests per group (default 2)")
-    parser.add_argument("--concurrency", type=_levels, default=None, metavar="LEVELS",
-                        help="comma-separated concurrency levels (default 1,2,4; 1 with "
-                        "--duration; levels above the pipeline's admission are skipped and "
-                        "say so)")
+    parser.add_argument("--concurrency", type=_levels, default=(1, 2, 4), metavar="LEVELS",
+                        help="comma-separated concurrency levels (default 1,2,4; levels "
+                        "above the pipeline's admission are skipped and say so)")
     parser.add_argument("--process-starts", type=int, default=3, metavar="N",
                         help="bare worker starts per route to time process start (default 3)")
     parser.add_argument("--startup-samples", type=int, default=1, metavar="N",
@@ -95,9 +94,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--no-warm-restart", action="store_true",
                         help="skip restarting every stage in the first runs")
     parser.add_argument("--duration", type=duration, metavar="DURATION",
-                        help="also run a sustained load this long at one concurrency level "
-                        "(30m, 90s, 1h): per-window p50/p95, memory, frequency, temperature "
-                        "and their trends")
+                        help="also run a sustained load this long (30m, 90s, 1h) at the "
+                        "highest admitted --concurrency level: per-window p50/p95, memory, "
+                        "frequency, temperature and their trends")
     parser.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
                         help="the sustained run's window (default 1m)")
     parser.add_argument("--chunk-seconds", type=float, metavar="S",
@@ -311,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.evidence.profiling import ProfileSettings, run_profile, write_profile
     from edge_core.progress import Progress
 
-    levels = args.concurrency or ((1,) if args.duration is not None else (1, 2, 4))
+    levels = args.concurrency
     classes = _classes(args)
     targets = _targets(args)
     try:

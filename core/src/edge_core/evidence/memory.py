@@ -42,7 +42,7 @@ from edge_core.host.identity import start_time as identity_start_time
 from edge_core.runtime import Pipeline
 
 __all__ = ["PLAN_KEY", "MemoryWatch", "RssSampler", "annotate_plan", "demand_checks",
-           "pool_rows", "stage_trees"]
+           "pool_rows", "stage_trees", "tree_rss"]
 
 _START_SLACK_S = 0.01
 
@@ -174,6 +174,7 @@ class MemoryWatch:
 
 
 def tree_rss(pipeline: Pipeline) -> dict[str, int]:
+    """Stage name → the summed current resident set of its worker tree."""
     return {name: sum(_rss(p) for p in tree) for name, tree in stage_trees(pipeline).items()}
 
 

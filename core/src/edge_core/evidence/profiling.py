@@ -118,7 +118,8 @@ class ProfileSettings:
         slow_consumer_pause_s: how long the slow consumer stops (streamed stages).
         chunk_seconds: media seconds per streamed event when the stage does not say
             (``duration_s`` in its events); ``None``: no real-time measures then.
-        duration_s: the sustained run's length (``None``: no sustained run).
+        duration_s: the sustained run's length (``None``: no sustained run); it runs at
+            the highest level of ``concurrency`` the pipeline admits.
         window_s: the sustained run's window.
         memory_interval_s: the resident-set sampler's period.
         sysfs: the sysfs root the conditions are read from (``None``: ``/sys`` or
@@ -142,11 +143,6 @@ class ProfileSettings:
     memory_interval_s: float = attrs.field(default=0.1, validator=_positive_or_none)
     sysfs: str | None = None
     targets: tuple[str, ...] = attrs.field(default=(), converter=_texts)
-
-    def __attrs_post_init__(self) -> None:
-        if self.duration_s is not None and len(self.concurrency) != 1:
-            raise ValueError(f"concurrency: a sustained run (duration) runs at one level: "
-                             f"{list(self.concurrency)!r}")
 
 
 def _error(step: str, exc: BaseException) -> dict[str, Any]:
@@ -396,10 +392,12 @@ class _Harness:
                 entry["quality"] = self._quality(pipeline)
                 if settings.duration_s is not None:
                     step = "sustained"
+                    level = max([c for c in settings.concurrency
+                                 if c <= pipeline.admission.limit] or [1])
                     self.say(f"sustained run: {settings.duration_s:g} s at concurrency "
-                             f"{settings.concurrency[0]}")
+                             f"{level}")
                     entry["sustained"] = sustained.sustained_run(
-                        pipeline, groups, concurrency=settings.concurrency[0],
+                        pipeline, groups, concurrency=level,
                         duration_s=settings.duration_s, window_s=settings.window_s,
                         deadline_s=settings.deadline_s, streamed=bool(self.streamed),
                         chunk_seconds=settings.chunk_seconds, sysfs=settings.sysfs,
@@ -486,7 +484,7 @@ class _Harness:
                 "boundaries": memory.__doc__}
 
     def _request_failures(self, entry: dict[str, Any]) -> None:
-        failed = [(g["name"], lvl["concurrency"]) for g in entry["groups"]
+        failed = [[g["name"], lvl["concurrency"]] for g in entry["groups"]
                   for lvl in g["levels"] if lvl["status"] == "failed"]
         if not failed:
             return

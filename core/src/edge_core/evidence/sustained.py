@@ -1,14 +1,16 @@
 """Sustained behaviour: one concurrency level for a duration, window by window, and its trend.
 
-``edge profile --duration 30m`` keeps ``concurrency`` client threads sending requests (the
-request classes, or input groups, in turn) until the duration is over; requests in flight
-then finish. Every ``window_s`` (a minute unless asked otherwise) the calling thread
-records the window: requests completed in it, their p50/p95 (``Pipeline.run`` to result;
-for streamed requests the time to first token and the complete request), the worker
-trees' summed resident set at its end, the mean CPU frequency and the hottest thermal
-zone where the machine exposes them (:mod:`.conditions`), and the load average. The
-trend of each series is its least-squares slope over the window midpoints, given per 10
-minutes; fewer than two windows with a value give no slope.
+``edge profile --duration 30m`` keeps client threads (as many as the highest admitted
+concurrency level) sending requests — the request classes, or input groups, in turn —
+until the duration is over; requests in flight then finish (counted as
+``completed_after_end``, in no window). Every ``window_s`` (a minute unless asked
+otherwise) the calling thread records the window: requests completed in it, their
+p50/p95 (``Pipeline.run`` to result; for streamed requests the time to first token and
+the complete request), the worker trees' summed resident set at its end, the mean CPU
+frequency and the hottest thermal zone where the machine exposes them
+(:mod:`.conditions`), and the load average. The trend of each series is its
+least-squares slope over the window midpoints, given per 10 minutes; fewer than two
+windows with a value give no slope.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_core.evidence import conditions
-from edge_core.evidence.memory import stage_trees
+from edge_core.evidence.memory import tree_rss
 from edge_core.evidence.stats import percentile
 from edge_core.evidence.stream_levels import stream_request
 from edge_core.evidence.workload import InputGroup, error_entry, timed_run
@@ -39,17 +41,6 @@ def slope(points: Sequence[tuple[float, float]]) -> float | None:
     num = sum((x - mean_x) * (y - mean_y) for x, y in points)
     den = sum((x - mean_x) ** 2 for x, _ in points)
     return num / den
-
-
-def _rss_sum(pipeline: Pipeline) -> int:
-    total = 0
-    for tree in stage_trees(pipeline).values():
-        for proc in tree:
-            try:
-                total += int(proc.memory_info().rss)
-            except Exception:  # noqa: S112 - a process that left has no resident set
-                continue
-    return total
 
 
 def _pcts(values: Sequence[float]) -> dict[str, Any]:
@@ -105,7 +96,7 @@ def sustained_run(pipeline: Pipeline, groups: Sequence[InputGroup], *, concurren
         stop = min(started + (number + 1) * window_s, end)
         time.sleep(max(0.0, stop - time.monotonic()))
         shot = conditions.snapshot(sysfs)
-        marks.append({"end_s": stop - started, "rss_bytes": _rss_sum(pipeline),
+        marks.append({"end_s": stop - started, "rss_bytes": sum(tree_rss(pipeline).values()),
                       "mean_mhz": conditions.mean_mhz(shot),
                       "hottest_c": conditions.hottest(shot),
                       "load_average": shot["load_average"]})
@@ -147,5 +138,6 @@ def sustained_run(pipeline: Pipeline, groups: Sequence[InputGroup], *, concurren
         trends["ttft_p95_ms"] = trend(lambda w: w["ttft"].get("p95_ms"))
     return {"concurrency": concurrency, "duration_s": duration_s, "window_s": window_s,
             "seconds": time.monotonic() - started, "requests": len(done),
+            "completed_after_end": sum(1 for d in done if d["at_s"] > previous),
             "errors": errors, "windows": windows, "trend": trends,
             "classes": [g.name for g in groups]}

@@ -8,8 +8,9 @@ One request per line::
 
 ``class`` names the request class its measures are pooled under; the request's params for
 the final stage are ``params`` with the prompt (``prompt``, ``messages`` or
-``prompt_token_ids``: one at most) added. A line with only ``params`` is a request whose
-prompt a transform makes (a graph → generate pipeline). Blank lines are skipped; anything
+``prompt_token_ids``: one at most) added. A line with only ``params`` (``{}`` too) is a
+request whose prompt a transform makes (a graph → generate pipeline), or a graph or
+streaming stage's request over the ``--input``/``--inputs`` arrays. Blank lines are skipped; anything
 else is refused with its line number (``workload:LINE.field: reason: value``).
 
 A class's lines are its distinct requests; a level sends them in turn, round robin, until
@@ -65,7 +66,7 @@ def _line(text: str, where: str) -> tuple[str, dict[str, Any]]:
     prompts = [key for key in PROMPT_KEYS if key in data]
     if len(prompts) > 1:
         raise RecordInvalid(where, "give one of prompt, messages, prompt_token_ids", prompts)
-    if not prompts and not params:
+    if not prompts and "params" not in data:
         raise RecordInvalid(where, "a request needs a prompt, messages, prompt_token_ids or "
                             "params", data)
     request = dict(params)

@@ -10,8 +10,9 @@ One request per line::
 the final stage are ``params`` with the prompt (``prompt``, ``messages`` or
 ``prompt_token_ids``: one at most) added. A line with only ``params`` (``{}`` too) is a
 request whose prompt a transform makes (a graph → generate pipeline), or a graph or
-streaming stage's request over the ``--input``/``--inputs`` arrays. Blank lines are skipped; anything
-else is refused with its line number (``workload:LINE.field: reason: value``).
+streaming stage's request over the ``--input``/``--inputs`` arrays. Blank lines are
+skipped; anything else is refused with its line number (``workload:LINE.field: reason:
+value``).
 
 A class's lines are its distinct requests; a level sends them in turn, round robin, until
 it has sent ``--requests``.

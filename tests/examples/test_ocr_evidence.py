@@ -42,8 +42,8 @@ def profiled(page_bundles: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     image.save(folder / "line.png")
     result = _edge("profile", str(page_bundles / PIPELINE), "--input", "line.png",
                    "--requests", "20", "--warmup", "0", "--concurrency", "1",
-                   "--process-starts", "1", "--matched-requests", "1", "--no-warm-restart",
-                   "--out", "p.json", cwd=folder)
+                   "--startup-samples", "0", "--matched-requests", "1", "--out", "p.json",
+                   cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return folder
 

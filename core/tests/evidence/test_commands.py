@@ -165,7 +165,7 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         (["profile", "p.toml", "--params", "{}", "--workload", "w.jsonl"],
          "give --workload or --params, not both"),
         (["profile", "p.toml", "--duration", "0"], "not a positive duration"),
-        (["profile", "p.toml", "--startup-samples", "0"], "startup_samples: must be >= 1"),
+        (["profile", "p.toml", "--startup-samples", "-1"], "startup_samples: must be >= 0"),
         (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),
     ]
     (tmp_path / "p.json").write_text("{}")

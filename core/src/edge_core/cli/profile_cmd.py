@@ -87,7 +87,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="bare worker starts per route to time process start (default 3)")
     parser.add_argument("--startup-samples", type=int, default=1, metavar="N",
                         help="traced start-ups, each between two untraced ones (default 1: "
-                        "untraced, traced, untraced)")
+                        "untraced, traced, untraced; 0: the measuring run alone, with no "
+                        "start-up phases and no tracer overhead)")
     parser.add_argument("--matched-requests", type=int, default=5, metavar="N",
                         help="requests every run serves alike, to compare traced and untraced "
                         "runs (default 5)")

@@ -29,10 +29,11 @@ __all__ = ["by_cache", "cache_state", "cache_states", "matched_p50_ms", "overhea
 def sequence(startup_samples: int) -> list[str]:
     """The roles of the runs in order: untraced, (traced, untraced) x N.
 
-    The last untraced run is the baseline.
+    The last untraced run is the baseline; with N = 0 it is the only run (no start-up
+    phases, no tracer overhead: the record says so).
     """
     roles = ["untraced"]
-    for _ in range(max(1, startup_samples)):
+    for _ in range(max(0, startup_samples)):
         roles += ["traced", "untraced"]
     return roles
 

@@ -113,7 +113,8 @@ class ProfileSettings:
         process_start_repeats: bare worker starts per route (each traced run).
         warm_restart: restart every stage once in the first untraced and traced runs.
         deadline_s: the bound on each request, waiting for admission and slots included.
-        startup_samples: traced runs, each between two untraced runs.
+        startup_samples: traced runs, each between two untraced runs (0: the baseline
+            alone, without start-up phases or the tracer's overhead).
         matched_requests: requests of the matched block every run serves.
         slow_consumer_pause_s: how long the slow consumer stops (streamed stages).
         chunk_seconds: media seconds per streamed event when the stage does not say
@@ -134,7 +135,7 @@ class ProfileSettings:
     process_start_repeats: int = attrs.field(default=3, validator=_positive)
     warm_restart: bool = True
     deadline_s: float = 300.0
-    startup_samples: int = attrs.field(default=1, validator=_positive)
+    startup_samples: int = attrs.field(default=1, validator=_non_negative)
     matched_requests: int = attrs.field(default=5, validator=_positive)
     slow_consumer_pause_s: float = attrs.field(default=1.0, validator=_non_negative)
     chunk_seconds: float | None = attrs.field(default=None, validator=_positive_or_none)

@@ -257,6 +257,9 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
     if profile.get("schema") == "edge.profile/1":
         notes.append("a version 1 profile: no quality run, no operating conditions, no "
                      "matched untraced run after the traced one")
+    if profile.get("schema") != "edge.profile/1" and not profile.get("traced"):
+        notes.append("no traced run (--startup-samples 0): no start-up phases, no tracer "
+                     "overhead")
     below = (performance.get("protocol") or {}).get("below")
     if below:
         notes.append(f"fewer than the protocol's {PROTOCOL_MIN_REQUESTS} requests: {below}")

@@ -178,3 +178,25 @@ def test_request_errors_keep_their_class_and_layer_and_the_level_goes_on(
     assert reliability["verdict"] == "failed" and reliability["request_errors"] == 2
     assert reliability["errors_by_layer"] == {"worker": 2}
     assert record.performance["latency"]["fine@c1"]["n"] == 2  # the figures are kept
+
+
+def test_a_graph_stage_then_a_streaming_one_profiles_end_to_end_with_each_share(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    streaming = {"id": "speak", "input_transform": "edge_echo.transforms:passthrough",
+                 "backend": {"name": "echo-preemptible", "options": {
+                     "stream_chunks": 5, "chunk_rate_hz": 100.0, "delay_s": 0.05}}}
+    path = write_pipeline(tmp_path, [echo_stage("read", delay_s=0.05), streaming])
+    settings = ProfileSettings(requests=3, warmup_requests=0, concurrency=(1,),
+                               startup_samples=0, matched_requests=1,
+                               slow_consumer_pause_s=0.05)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=settings)
+    assert profile["outcome"] == {"ok": True} and profile["streamed"] is True
+    (level,) = profile["baseline"]["groups"][0]["levels"]
+    stages = level["stream"]["stages"]
+    assert set(stages) == {"read", "speak"}
+    for stage in stages.values():
+        assert stage["n"] == 3 and 0.0 < stage["share_of_request"] < 1.0
+    # the first token comes after the graph stage's 50 ms and the stream's own delay
+    assert level["stream"]["ttft_ms"]["min_ms"] >= 100.0
+    assert profile["runs"] == [] and "traced" not in profile
+    assert profile["instrumentation"]["sequence"] == ["untraced"]

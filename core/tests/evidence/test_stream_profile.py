@@ -42,7 +42,7 @@ def streamed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                  "tokens_per_chunk": PER_CHUNK, "chunk_seconds": MEDIA_S}}}
     path = write_pipeline(tmp, [stage], admission=2, name="speech")
     settings = ProfileSettings(requests=3, warmup_requests=1, concurrency=(1, 2),
-                               process_start_repeats=1, matched_requests=2,
+                               process_start_repeats=1, matched_requests=2, startup_samples=2,
                                slow_consumer_pause_s=0.3, duration_s=1.5, window_s=0.5,
                                sysfs=str(fake_sysfs(tmp / "sys")))
     mp = pytest.MonkeyPatch()
@@ -176,9 +176,9 @@ def test_the_profile_names_its_operating_conditions(streamed: dict[str, Any]) ->
 
 def test_runs_alternate_and_the_tracer_overhead_is_stated(streamed: dict[str, Any]) -> None:
     runs = streamed["instrumentation"]
-    assert runs["sequence"] == ["untraced", "traced", "untraced"]
+    assert runs["sequence"] == ["untraced", "traced", "untraced", "traced", "untraced"]
     for figure in ("open_s", "first_output_s", "matched_p50_ms"):
-        assert len(runs[figure]["traced"]) == 1 and len(runs[figure]["untraced"]) == 2
+        assert len(runs[figure]["traced"]) == 2 and len(runs[figure]["untraced"]) == 3
         assert isinstance(runs[figure]["overhead"], float)
         assert isinstance(runs[figure]["order_effect"], float)
     assert runs["matched_requests"] == 2
@@ -187,8 +187,11 @@ def test_runs_alternate_and_the_tracer_overhead_is_stated(streamed: dict[str, An
     assert streamed["traced"]["warm_restart"]["instrumented"] is True
     matched = first["matched"]["samples"]
     assert all(s["events"] == CHUNKS and s["first_event_s"] < s["total_s"] for s in matched)
-    phases = streamed["startup"]["phases"]["speak"]
-    assert phases["worker_start_s"]["samples"] and phases["worker_start_s"]["median"] > 0
+    phases = streamed["startup"]["phases"]["speak"]  # --startup-samples 2: two of each
+    assert len(phases["worker_start_s"]["samples"]) == 2
+    assert phases["worker_start_s"]["median"] > 0
+    by_cache = streamed["startup"]["by_cache"]["speak"]["none"]
+    assert len(by_cache["open_s"]) == 5 and len(by_cache["load_s"]) == 2  # every run; traced
 
 
 def test_the_profile_carries_the_runtime_identity_and_inventories(

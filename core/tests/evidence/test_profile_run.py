@@ -200,3 +200,41 @@ def test_a_graph_stage_then_a_streaming_one_profiles_end_to_end_with_each_share(
     assert level["stream"]["ttft_ms"]["min_ms"] >= 100.0
     assert profile["runs"] == [] and "traced" not in profile
     assert profile["instrumentation"]["sequence"] == ["untraced"]
+
+
+def test_a_generation_golden_set_is_judged_by_reference_tokens(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    import json
+
+    from edge_core.evidence.qualify import record_from_profile
+    from edge_core.evidence.status import Status
+
+    (tmp_path / "golden.json").write_text(json.dumps({
+        "schema": "edge.golden/1", "passes": ["exact_match >= 1"],
+        "items": [
+            {"name": "four", "npz": echo_inputs.name, "params": {"stream_chunks": 4},
+             "truth": {"token_ids": [0, 1, 2, 3]}},
+            {"name": "two", "npz": echo_inputs.name, "params": {"stream_chunks": 2},
+             "truth": {"token_ids": [0, 7]}},
+        ]}))
+    (tmp_path / echo_inputs.name).write_bytes(echo_inputs.read_bytes())
+    path = tmp_path / "gen.json"
+    path.write_text(json.dumps({
+        "name": "gen", "quality": "edge_core.evidence.quality_checks:reference_tokens",
+        "golden": "golden.json",
+        "stages": [{"id": "g", "backend": {"name": "echo-preemptible",
+                                           "options": {"stream_chunks": 3}}}]}))
+    settings = ProfileSettings(requests=1, warmup_requests=0, concurrency=(1,),
+                               startup_samples=0, matched_requests=1,
+                               slow_consumer_pause_s=0.01)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=settings)
+    quality = profile["baseline"]["quality"]
+    assert quality["declared"] is True and quality["golden"]["items"] == ["four", "two"]
+    assert quality["metrics"] == {"exact_match": 0.5, "token_agreement": pytest.approx(5 / 6)}
+    assert quality["passes"] == [{"criterion": "exact_match >= 1", "value": 0.5,
+                                  "met": False}]
+    record = record_from_profile(profile)
+    assert record.verdicts["quality"]["verdict"] == "failed"
+    assert record.status is Status.FAILED
+    assert record.failure is not None and record.failure.layer == "quality"
+    assert "exact_match >= 1 (measured 0.5)" in record.failure.reason

@@ -83,6 +83,11 @@ def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"{attribute.name}: must be >= 0: {value!r}")
 
 
+def _positive_number(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
+
+
 def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not value > 0):
         raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
@@ -140,8 +145,8 @@ class ProfileSettings:
     slow_consumer_pause_s: float = attrs.field(default=1.0, validator=_non_negative)
     chunk_seconds: float | None = attrs.field(default=None, validator=_positive_or_none)
     duration_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    window_s: float = attrs.field(default=60.0, validator=_positive_or_none)
-    memory_interval_s: float = attrs.field(default=0.1, validator=_positive_or_none)
+    window_s: float = attrs.field(default=60.0, validator=_positive_number)
+    memory_interval_s: float = attrs.field(default=0.1, validator=_positive_number)
     sysfs: str | None = None
     targets: tuple[str, ...] = attrs.field(default=(), converter=_texts)
 

@@ -279,7 +279,7 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
                  "pipeline_file": pipeline_file},
         execution_plan=plan or None,
         functional=functional,
-        performance=performance if outcome.get("ok") or performance else {},
+        performance=performance,
         failure=failure, notes=tuple(notes), verdicts=verdicts,
         conditions=_conditions(profile), identity=identity, placement=_placement(plan),
     )

@@ -26,6 +26,7 @@ calling thread for the matched blocks (:func:`timed_stream`). Boundaries and mea
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -167,9 +168,14 @@ def cancellation(pipeline: Pipeline, group: InputGroup, deadline_s: float,
     recorder.start()
     submission = pipeline.submit(group.arrays, params=group.params(0), deadline_s=deadline_s,
                                  on_event=recorder.on_event)
-    if not recorder.first.wait(timeout=deadline_s):
-        submission.cancel()
-        return {"measured": False, "reason": f"no event within {deadline_s} s"}
+    waited = time.monotonic() + deadline_s
+    while not recorder.first.wait(timeout=0.05):
+        if submission.done() or time.monotonic() > waited:
+            submission.cancel()
+            with contextlib.suppress(Exception):
+                submission.result(timeout_s=1.0).ack()
+            return {"measured": False, "reason": "the request ended, or the deadline "
+                    f"({deadline_s} s) passed, before its first event"}
     before = len(recorder.events)
     started = time.monotonic_ns()
     outcome = submission.cancel()

@@ -243,5 +243,7 @@ def test_the_record_keeps_streams_cases_memory_and_conditions(
     text = render_markdown(build_matrix([(record, "r.json")]))
     assert "TTFT p50 " in text and "| steady@c1 | 3 |" in text
     assert "OVER DEMAND" in text and "| temperature |" in text
+    assert "| cancellation | cancelled-in-place, cancelled: acknowledged in " in text
+    assert "| slow consumer | paused 0.3 s: " in text
     page = render_html(build_matrix([(record, "r.json")]))
     assert page.count("<svg") == 1  # the TTFT samples (no graph latencies here)

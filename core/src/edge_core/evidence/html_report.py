@@ -58,11 +58,10 @@ def _anchor(index: int) -> str:
 
 
 def _verdicts(record: QualificationRecord) -> str:
-    marks = {"met": "✓", "failed": "✗", "unjudged": "?"}
     return "".join(
         f'<span class="verdict" data-verdict="{name}" data-value="{_e(value)}" '
         f'title="{_e(name)}: {_e(value)}: {_e(basis)}">'
-        f"{reportdata.VERDICT_LETTERS[name]}{marks.get(value, '?')}</span>"
+        f"{reportdata.VERDICT_LETTERS[name]}{reportdata.VERDICT_MARKS.get(value, '?')}</span>"
         for name, value, basis in reportdata.verdict_marks(record))
 
 
@@ -155,6 +154,8 @@ def _details(matrix: Matrix, key: tuple[str, str, str], anchor: str) -> list[str
         out += ["<p>Real time (media streams)</p>",
                 _table(["class@concurrency", "n", "first chunk p95", "RTF max",
                         "playback deficits"], realtime)]
+    if cases := reportdata.case_rows(record):
+        out += ["<p>Stream cases</p>", _table(["case", "observed"], cases)]
     head, startup = reportdata.startup_rows(record)
     if startup:
         out += ["<p>Start-up (traced run; baseline untraced)</p>", _table(head, startup)]

@@ -82,6 +82,10 @@ def render_markdown(matrix: Matrix, *, title: str = "Qualification matrix") -> s
             lines += _table(["class@concurrency", "n", "first chunk p95", "RTF max",
                              "playback deficits"], realtime)
             lines.append("")
+        if cases := reportdata.case_rows(record):
+            lines += ["Stream cases:", ""]
+            lines += _table(["case", "observed"], cases)
+            lines.append("")
         head, startup = reportdata.startup_rows(record)
         if startup:
             lines += ["Start-up (traced run; baseline untraced):", ""]

@@ -10,9 +10,10 @@ from typing import Any
 
 from edge_core.evidence.records import QualificationRecord
 
-__all__ = ["VERDICT_LETTERS", "condition_rows", "headline", "latency_rows", "memory_rows",
-           "memory_told_rows", "overhead_rows", "realtime_rows", "stage_rows",
-           "startup_rows", "stream_rows", "verdict_line", "verdict_marks", "verdict_rows"]
+__all__ = ["VERDICT_LETTERS", "VERDICT_MARKS", "case_rows", "condition_rows", "headline",
+           "latency_rows", "memory_rows", "memory_told_rows", "overhead_rows", "realtime_rows",
+           "stage_rows", "startup_rows", "stream_rows", "verdict_line", "verdict_marks",
+           "verdict_rows"]
 
 
 def _ms(value: object) -> str:
@@ -111,7 +112,8 @@ def memory_rows(record: QualificationRecord) -> list[list[str]]:
     return rows
 
 
-_MARK = {"met": "✓", "failed": "✗", "unjudged": "?"}
+VERDICT_MARKS = {"met": "✓", "failed": "✗", "unjudged": "?", "not recorded": "-"}
+"""The mark of each verdict value in a matrix cell (``-``: a version 1 record has none)."""
 VERDICT_LETTERS = {"functional": "F", "quality": "Q", "performance": "P", "reliability": "R"}
 """The one-letter label of each verdict in a matrix cell."""
 
@@ -133,7 +135,7 @@ def verdict_line(record: QualificationRecord) -> str:
     """One short line: ``F✓ Q? P? R✓`` (a version 1 record: its schema says none)."""
     if not record.verdicts:
         return f"verdicts not recorded ({record.schema})"
-    return " ".join(f"{VERDICT_LETTERS[name]}{_MARK.get(value, '?')}"
+    return " ".join(f"{VERDICT_LETTERS[name]}{VERDICT_MARKS.get(value, '?')}"
                     for name, value, _ in verdict_marks(record))
 
 
@@ -249,4 +251,31 @@ def overhead_rows(record: QualificationRecord) -> list[list[str]]:
                      f"{_num(overhead * scale if isinstance(overhead, int | float) else None)}"
                      f" {unit}",
                      f"{_num(order * scale if isinstance(order, int | float) else None)} {unit}"])
+    return rows
+
+
+def case_rows(record: QualificationRecord) -> list[list[str]]:
+    """Rows: the slow-consumer and cancellation cases of a streamed stage."""
+    cases = record.performance.get("stream_cases") or {}
+    rows = []
+    slow = cases.get("slow_consumer") or {}
+    if slow.get("error"):
+        rows.append(["slow consumer", f"error: {slow['error'].get('type')}"])
+    elif slow:
+        gaps = slow.get("delivery_gaps_ms") or {}
+        rows.append(["slow consumer",
+                     f"paused {slow.get('pause_s')} s: {slow.get('buffered_events')} event(s) "
+                     f"waited ({slow.get('buffered_data_bytes')} B of data), largest gap "
+                     f"{_num(gaps.get('max'))} ms; complete {slow.get('complete')}, in order "
+                     f"{slow.get('in_order')}"])
+    cancel = cases.get("cancellation") or {}
+    if cancel.get("measured"):
+        rows.append(["cancellation",
+                     f"{cancel.get('outcome')}, {cancel.get('ended')}: acknowledged in "
+                     f"{_num(cancel.get('cancel_call_ms'))} ms, ended in "
+                     f"{_num(cancel.get('cancel_to_end_ms'))} ms (bound "
+                     f"{_num(cancel.get('bound_ms'), 0)} ms: within {cancel.get('within_bound')}"
+                     f"); {cancel.get('events_after_cancel')} event(s) after the cancel"])
+    elif cancel:
+        rows.append(["cancellation", f"not measured: {cancel.get('reason')}"])
     return rows

@@ -109,3 +109,10 @@ def test_start_up_figures_split_by_cache_state() -> None:
             {"open_s": 1.5, "compiled_cache": {"s": "hit"}, "stages": {"s": {"load_s": 1.0}}}]
     assert matched.by_cache(runs) == {"s": {"miss": {"open_s": [9.0], "load_s": [8.0]},
                                             "hit": {"open_s": [2.0, 1.5], "load_s": [1.0]}}}
+
+
+def test_the_cancellation_bound_is_the_conformance_kits() -> None:
+    from edge_core.evidence.stream_levels import CANCEL_BOUND_S
+    from edge_core.testing.checks import CANCEL_EFFECT_S
+
+    assert CANCEL_BOUND_S == CANCEL_EFFECT_S

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
@@ -38,33 +37,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from edge_ocr_example.pages import FONTS, GeneratedPage, generate_pages
+from edge_ocr_example.quality import edit_distance, squeeze
 
 Reader = Callable[[Path], list[str]]
-
-
-def edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance, one numpy row per character of ``a``."""
-    if not a or not b:
-        return len(a) + len(b)
-    target = np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)
-    index = np.arange(len(b) + 1)
-    row = index.copy()
-    for i, char in enumerate(a, start=1):
-        cost = (target != ord(char)).astype(np.int64)
-        best = np.empty_like(row)
-        best[0] = i
-        best[1:] = np.minimum(row[1:] + 1, row[:-1] + cost)
-        # insertions along the row: row[j] = min_k (best[k] + j - k)
-        row = np.minimum.accumulate(best - index) + index
-    return int(row[-1])
-
-
-def squeeze(lines: Sequence[str]) -> str:
-    """Lines concatenated in order with all whitespace removed."""
-    return re.sub(r"\s+", "", "".join(lines))
 
 
 def runtime_reader(pipeline_file: Path) -> tuple[Reader, Callable[[], None]]:

@@ -7,6 +7,11 @@ probe reports (ONNX Runtime builds, EP libraries, SDKs, a driver where a probe r
 and the identities of the devices it would place work on. It is the one function both the
 stored placement decisions and the evidence records use, so that "the same stack" means the
 same thing to both; :func:`identity_digest` turns any such identity into a stable key.
+
+:func:`package_inventory` lists what an environment has installed (the controller's, or a
+route interpreter's) and :func:`source_revision` the git commit edge-core runs from: the
+evidence records carry both, beside (not inside) the runtime identity, whose digest must
+not change when an unrelated package does.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from edge_core import __version__
 from edge_core.binding import backend_table
 from edge_core.plugins import PluginSet
 
-__all__ = ["MACHINE_KEYS", "host_identity", "identity_digest", "runtime_identity"]
+__all__ = ["MACHINE_KEYS", "host_identity", "identity_digest", "package_inventory",
+           "runtime_identity", "source_revision"]
 
 MACHINE_KEYS = ("os", "os_release", "machine", "cpu_model", "logical_cpus", "usable_cpus",
                 "memory_bytes", "python", "python_implementation")
@@ -114,3 +120,89 @@ def identity_digest(identity: Mapping[str, Any]) -> str:
     """A stable sha256 of a JSON-ready identity (keys sorted, no whitespace)."""
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_INVENTORY_SCRIPT = (
+    "import importlib.metadata as m, json, sys\n"
+    "found = {}\n"
+    "for d in m.distributions():\n"
+    "    name = d.metadata['Name']\n"
+    "    if name: found[name] = d.version\n"
+    "json.dump({'python': sys.version.split()[0], 'packages': found}, sys.stdout)\n"
+)
+
+
+def package_inventory(interpreter: str | None = None, *,
+                      timeout_s: float = 30.0) -> dict[str, Any]:
+    """The distributions installed for an interpreter: name → version, sorted by name.
+
+    ``interpreter`` ``None`` reads this process's own environment (the controller's);
+    another interpreter (a route's) is asked in a child process started in isolated mode
+    (``-I``: no user site, no ``PYTHONPATH``), so it lists what that environment has
+    installed. Returns ``{"interpreter", "python", "packages"}``, or ``{"interpreter",
+    "error"}`` when the child failed or gave no answer within ``timeout_s``.
+    """
+    import importlib.metadata
+    import subprocess
+
+    if interpreter is None:
+        found: dict[str, str] = {}
+        for dist in importlib.metadata.distributions():
+            name = dist.metadata["Name"]
+            if name:
+                found[str(name)] = dist.version
+        return {"interpreter": "controller", "python": sys.version.split()[0],
+                "packages": dict(sorted(found.items(), key=lambda kv: kv[0].lower()))}
+    try:
+        done = subprocess.run([interpreter, "-I", "-c", _INVENTORY_SCRIPT],
+                              capture_output=True, text=True, timeout=timeout_s, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"interpreter": interpreter, "error": f"{type(exc).__name__}: {exc}"}
+    try:
+        answer = json.loads(done.stdout) if done.returncode == 0 else None
+    except json.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("packages"), dict):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        return {"interpreter": interpreter,
+                "error": f"exit status {done.returncode}: {tail[0][:300]}"}
+    packages = {str(k): str(v) for k, v in answer["packages"].items()}
+    return {"interpreter": interpreter, "python": str(answer.get("python")),
+            "packages": dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))}
+
+
+def source_revision(start: str | os.PathLike[str] | None = None, *,
+                    timeout_s: float = 10.0) -> dict[str, Any]:
+    """The source revision of edge-core when it runs from a git checkout.
+
+    Looks for a ``.git`` (a directory, or a worktree's file) above ``start`` (default:
+    this package's directory). Returns ``{"vcs": "git", "commit", "dirty"}`` (``dirty``:
+    tracked files differ from the commit), or ``{"vcs": None, "reason"}`` when edge-core
+    was installed from a wheel, or git is missing or failed. No path is recorded.
+    """
+    import shutil
+    import subprocess
+
+    here = Path(start) if start is not None else Path(__file__).resolve().parent
+    root = next((p for p in (here, *here.parents) if (p / ".git").exists()), None)
+    if root is None:
+        return {"vcs": None, "reason": "not running from a checkout (no .git above the "
+                "package)"}
+    git = shutil.which("git")
+    if git is None:
+        return {"vcs": None, "reason": "a checkout, but no git on PATH to read it"}
+    try:
+        head = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=timeout_s,
+                              check=False, stdin=subprocess.DEVNULL)
+        status = subprocess.run([git, "-C", str(root), "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"vcs": None, "reason": f"git failed: {type(exc).__name__}: {exc}"}
+    commit = head.stdout.strip()
+    if head.returncode != 0 or not commit:
+        return {"vcs": None, "reason": f"git rev-parse failed: {head.stderr.strip()[:300]}"}
+    return {"vcs": "git", "commit": commit,
+            "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}

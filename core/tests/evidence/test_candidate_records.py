@@ -73,7 +73,7 @@ def test_profile_and_qualify_write_one_record_per_stage_and_tried_candidate(
         ("cands/a", "ort-directml (candidate 0)"): ("BLOCKED", "backend"),
         ("cands/a", "ort-cpu (candidate 1)"): ("BLOCKED", "admission"),
         ("cands/a", "echo (candidate 2)"): ("FAILED", "numerics"),
-        ("cands/a", "ort-cpu (candidate 3)"): ("PASS", None),
+        ("cands/a", "ort-cpu (candidate 3)"): ("MET_AS_JUDGED", None),
     }
     # each cell's device is its candidate's: ort-cpu's probed CPU, echo's own backend
     assert cells[("cands/a", "ort-cpu (candidate 3)")][2].startswith("cpu ")
@@ -84,7 +84,8 @@ def test_profile_and_qualify_write_one_record_per_stage_and_tried_candidate(
                      cwd=tmp_path)
     assert qualified.returncode == 0, qualified.stderr
     answer = json.loads(qualified.stdout)
-    assert [r["status"] for r in answer["records"]] == ["BLOCKED", "BLOCKED", "FAILED", "PASS"]
+    assert [r["status"] for r in answer["records"]] == ["BLOCKED", "BLOCKED", "FAILED",
+                                                         "MET_AS_JUDGED"]
     assert [(r["failure"] or {}).get("layer") for r in answer["records"]] == [
         "backend", "admission", "numerics", None]
     assert cells == _cells(tmp_path / "q")

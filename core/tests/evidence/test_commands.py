@@ -94,8 +94,82 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     assert "device: must be a name or an object with a name: None" in job.stderr
     other = edge("matrix", "other.json", cwd=tmp_path)
     assert other.returncode == 2
-    assert "other.json: schema: must be 'edge.qualification/1'" in other.stderr
+    assert ("other.json: schema: must be one of ['edge.qualification/1', "
+            "'edge.qualification/2']") in other.stderr
     levels = edge("profile", "p.toml", "--concurrency", "0", cwd=tmp_path)
     assert levels.returncode == 2 and "--concurrency: levels must be >= 1" in levels.stderr
     requests = edge("profile", "p.toml", "--requests", "0", cwd=tmp_path)
     assert requests.returncode == 2 and "requests: must be >= 1: 0" in requests.stderr
+
+
+def test_profile_a_streamed_stage_with_a_workload_and_targets(tmp_path: Path,
+                                                              echo_inputs: Path) -> None:
+    stage = {"id": "s", "backend": {"name": "echo-preemptible", "options": {
+        "stream_chunks": 4, "chunk_rate_hz": 100.0, "tokens_per_chunk": 3}}}
+    pipeline = write_pipeline(tmp_path, [stage], admission=2, name="streams")
+    (tmp_path / "w.jsonl").write_text('{"class": "short", "params": {"stream_chunks": 2}}\n'
+                                      '{"class": "long", "params": {}}\n')
+    (tmp_path / "t.toml").write_text('targets = ["ttft_p95_ms <= 60000"]\n')
+    profiled = edge("profile", str(pipeline), "--inputs", str(echo_inputs), "--workload",
+                    "w.jsonl", "--targets", "t.toml", "--requests", "2", "--warmup", "0",
+                    "--concurrency", "1,2", "--process-starts", "1", "--matched-requests",
+                    "1", "--no-warm-restart", "--slow-consumer-pause", "0.1", "--out",
+                    "p.json", "--json", cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stderr
+    answer = _json(profiled)
+    assert answer["streamed"] is True
+    for name, tokens in (("short", 6), ("long", 12)):
+        for level in ("c1", "c2"):
+            row = answer["streams"][name][level]
+            assert row["n"] == 2 and row["errors"] == 0
+            assert row["ttft_ms"]["n"] == 2
+            assert row["inter_token_ms"]["n"] == 2 * (tokens - 3)  # after the first delta
+            assert row["decode_tokens_per_s"]["n"] == 2 * (tokens - 3)
+            assert row["prefill_tokens_per_s"]["n"] == 2
+            assert row["tokens"]["total"] == 2 * tokens
+    profile = json.loads((tmp_path / "p.json").read_text())
+    assert profile["targets"] == ["ttft_p95_ms <= 60000"]
+    argv = profile["command"]["argv"]
+    assert argv[argv.index("--workload") + 1] == "w.jsonl" and "--targets" in argv
+    qualified = edge("qualify", "--profile", "p.json", "--out", "r.json", cwd=tmp_path)
+    assert qualified.returncode == 0, qualified.stderr
+    assert "performance: unjudged (fewer than the protocol's 20 requests" in qualified.stdout
+
+
+def test_edge_run_flags_a_peak_over_the_declared_demand_in_its_plan(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    stage = {**echo_stage("a"), "resources": {"demands": {"machine:ram": "96 MiB"}}}
+    pipeline = write_pipeline(tmp_path, [stage], name="mem")
+    within = edge("run", str(pipeline), "--inputs", str(echo_inputs), "--json", cwd=tmp_path)
+    assert within.returncode == 0, within.stderr
+    (plan_stage,) = _json(within)["plan"]["stages"]
+    row = plan_stage["memory_after_requests"]["machine:ram"]
+    assert row["demand_bytes"] == 96 * 2**20 and row["over_demand"] is False
+    assert 0 < row["observed_peak_bytes"] < 96 * 2**20
+    over = edge("run", str(pipeline), "--inputs", str(echo_inputs), "--params",
+                '{"allocate_mb": 128}', cwd=tmp_path)
+    assert over.returncode == 0, over.stderr
+    assert "memory: machine:ram peak " in over.stdout
+    assert "after the requests is over the declared demand 96 MiB" in over.stdout
+
+
+def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "w.jsonl").write_text('{"class": "a", "prompt": "x"}\n{"prompt": "y"}\n')
+    (tmp_path / "t.toml").write_text('targets = ["ttft_p95 <= 1"]\n')
+    cases = [
+        (["profile", "p.toml", "--workload", "w.jsonl"],
+         "workload:2.class: must be a non-empty printable string"),
+        (["profile", "p.toml", "--targets", "t.toml"], "unknown metric 'ttft_p95'"),
+        (["profile", "p.toml", "--params", "{nope"], "--params: not JSON"),
+        (["profile", "p.toml", "--params", "[1]"], "--params: must be a JSON object"),
+        (["profile", "p.toml", "--params", "{}", "--workload", "w.jsonl"],
+         "give --workload or --params, not both"),
+        (["profile", "p.toml", "--duration", "0"], "not a positive duration"),
+        (["profile", "p.toml", "--startup-samples", "-1"], "startup_samples: must be >= 0"),
+        (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),
+    ]
+    (tmp_path / "p.json").write_text("{}")
+    for args, message in cases:
+        result = edge(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)

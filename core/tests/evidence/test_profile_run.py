@@ -124,7 +124,8 @@ def test_a_failing_pipeline_gives_a_failed_outcome_with_its_error_chain(
     assert outcome["error_type"] == error_type
     assert error_type in outcome["chain"][0]["classes"]
     assert "baseline" not in profile
-    assert profile["traced"]["reached"][0]["stage"] == "a"
+    (first,) = profile["runs"]  # the first run (untraced) failed: nothing after it ran
+    assert first["role"] == "untraced" and first["reached"][0]["stage"] == "a"
 
 
 def test_a_real_onnx_stage_reports_artifact_verification_and_placement(
@@ -143,3 +144,97 @@ def test_a_real_onnx_stage_reports_artifact_verification_and_placement(
     stage = profile["plan"]["stages"][0]
     assert stage["placement"]["providers"]["CPUExecutionProvider"]["nodes"] == 1
     assert stage["evidence"] == "complete-model"
+
+
+def test_request_errors_keep_their_class_and_layer_and_the_level_goes_on(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    from edge_core.evidence.qualify import record_from_profile
+    from edge_core.evidence.status import Status
+    from edge_core.evidence.workload_file import RequestClass
+
+    stage = {**echo_stage("a"), "restart": "on-failure", "restart_backoff_s": 0.0}
+    path = write_pipeline(tmp_path, [stage])
+    classes = [RequestClass("fine", ({},), "test"),
+               RequestClass("crashing", ({"crash": True},), "test")]
+    settings = ProfileSettings(requests=2, warmup_requests=0, concurrency=(1,),
+                               process_start_repeats=1, warm_restart=False,
+                               matched_requests=1)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], classes=classes,
+                          settings=settings)
+    levels = {g["name"]: g["levels"][0] for g in profile["baseline"]["groups"]}
+    assert levels["fine"]["status"] == "measured" and len(levels["fine"]["samples"]) == 2
+    crashed = levels["crashing"]
+    # the client thread went on after the first error: both requests were tried
+    assert crashed["status"] == "failed" and len(crashed["errors"]) == 2
+    first = crashed["errors"][0]
+    assert first["type"] == "WorkerGone" and "WorkerLost" in first["classes"]
+    assert first["layer"] == "worker"
+    outcome = profile["outcome"]
+    assert outcome["step"] == "requests" and outcome["failed_levels"] == [["crashing", 1]]
+    record = record_from_profile(profile)
+    assert record.status is Status.FAILED
+    assert record.failure is not None and record.failure.layer == "worker"
+    reliability = record.verdicts["reliability"]
+    assert reliability["verdict"] == "failed" and reliability["request_errors"] == 2
+    assert reliability["errors_by_layer"] == {"worker": 2}
+    assert record.performance["latency"]["fine@c1"]["n"] == 2  # the figures are kept
+
+
+def test_a_graph_stage_then_a_streaming_one_profiles_end_to_end_with_each_share(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    streaming = {"id": "speak", "input_transform": "edge_echo.transforms:passthrough",
+                 "backend": {"name": "echo-preemptible", "options": {
+                     "stream_chunks": 5, "chunk_rate_hz": 100.0, "delay_s": 0.05}}}
+    path = write_pipeline(tmp_path, [echo_stage("read", delay_s=0.05), streaming])
+    settings = ProfileSettings(requests=3, warmup_requests=0, concurrency=(1,),
+                               startup_samples=0, matched_requests=1,
+                               slow_consumer_pause_s=0.05)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=settings)
+    assert profile["outcome"] == {"ok": True} and profile["streamed"] is True
+    (level,) = profile["baseline"]["groups"][0]["levels"]
+    stages = level["stream"]["stages"]
+    assert set(stages) == {"read", "speak"}
+    for stage in stages.values():
+        assert stage["n"] == 3 and 0.0 < stage["share_of_request"] < 1.0
+    # the first token comes after the graph stage's 50 ms and the stream's own delay
+    assert level["stream"]["ttft_ms"]["min_ms"] >= 100.0
+    assert profile["runs"] == [] and "traced" not in profile
+    assert profile["instrumentation"]["sequence"] == ["untraced"]
+
+
+def test_a_generation_golden_set_is_judged_by_reference_tokens(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    import json
+
+    from edge_core.evidence.qualify import record_from_profile
+    from edge_core.evidence.status import Status
+
+    (tmp_path / "golden.json").write_text(json.dumps({
+        "schema": "edge.golden/1", "passes": ["exact_match >= 1"],
+        "items": [
+            {"name": "four", "npz": echo_inputs.name, "params": {"stream_chunks": 4},
+             "truth": {"token_ids": [0, 1, 2, 3]}},
+            {"name": "two", "npz": echo_inputs.name, "params": {"stream_chunks": 2},
+             "truth": {"token_ids": [0, 7]}},
+        ]}))
+    (tmp_path / echo_inputs.name).write_bytes(echo_inputs.read_bytes())
+    path = tmp_path / "gen.json"
+    path.write_text(json.dumps({
+        "name": "gen", "quality": "edge_core.evidence.quality_checks:reference_tokens",
+        "golden": "golden.json",
+        "stages": [{"id": "g", "backend": {"name": "echo-preemptible",
+                                           "options": {"stream_chunks": 3}}}]}))
+    settings = ProfileSettings(requests=1, warmup_requests=0, concurrency=(1,),
+                               startup_samples=0, matched_requests=1,
+                               slow_consumer_pause_s=0.01)
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=settings)
+    quality = profile["baseline"]["quality"]
+    assert quality["declared"] is True and quality["golden"]["items"] == ["four", "two"]
+    assert quality["metrics"] == {"exact_match": 0.5, "token_agreement": pytest.approx(5 / 6)}
+    assert quality["passes"] == [{"criterion": "exact_match >= 1", "value": 0.5,
+                                  "met": False}]
+    record = record_from_profile(profile)
+    assert record.verdicts["quality"]["verdict"] == "failed"
+    assert record.status is Status.FAILED
+    assert record.failure is not None and record.failure.layer == "quality"
+    assert "exact_match >= 1 (measured 0.5)" in record.failure.reason

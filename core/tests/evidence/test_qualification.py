@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def _profile(tmp_path: Path, stages: list[dict[str, Any]], npz: Path | None = No
 
 
 def test_every_status_has_its_own_meaning_and_colour() -> None:
-    assert len({MEANINGS[s] for s in Status}) == len(Status) == 7
+    assert len({MEANINGS[s] for s in Status}) == len(Status) == 8
     assert len({COLOURS[s] for s in Status}) == len(Status)
     assert {s for s in Status if s.needs_failure} == {Status.FAILED, Status.REJECTED,
                                                      Status.BLOCKED}
@@ -57,12 +58,20 @@ def test_error_classes_map_to_distinct_statuses_most_specific_first() -> None:
     assert classify_error([c.__name__ for c in WorkerUnresponsive.__mro__]).layer == "worker"
 
 
-def test_a_real_onnx_stage_within_bound_on_its_target_is_pass(tmp_path: Path) -> None:
+def test_a_real_onnx_stage_on_target_without_golden_set_or_targets_is_not_pass(
+        tmp_path: Path) -> None:
     bundle = build_scale_bundle(tmp_path / "scale")
     profile = _profile(tmp_path, [ort_stage("scale", bundle)])
     record = record_from_profile(profile, profile_path="p.json")
-    assert record.status is Status.PASS
+    # functional and reliability are judged and met; quality and performance were not
+    # judged, so the cell says which were, and is never PASS
+    assert record.status is Status.MET_AS_JUDGED
     assert record.failure is None
+    verdicts = {name: v["verdict"] for name, v in record.verdicts.items()}
+    assert verdicts == {"functional": "met", "quality": "unjudged",
+                        "performance": "unjudged", "reliability": "met"}
+    assert any("judged and met: functional, reliability; unjudged: quality, performance"
+               in note for note in record.notes)
     assert record.cell.model == "t"
     assert record.cell.configuration == "ort-cpu / CPUExecutionProvider"
     stage = record.functional["stages"]["scale"]
@@ -75,6 +84,57 @@ def test_a_real_onnx_stage_within_bound_on_its_target_is_pass(tmp_path: Path) ->
     assert record.backend["scale"]["runtime"]["onnxruntime"]
     assert record.command["shell"].startswith("edge profile ")
     assert record.execution_plan is not None
+
+
+def _judged_pipeline(tmp_path: Path, target: str) -> Path:
+    """An ort-cpu scale stage with a golden set, a quality check and one target."""
+    import numpy as np
+
+    from .conftest import X
+
+    bundle = build_scale_bundle(tmp_path / "scale")
+    np.savez(tmp_path / "golden-x.npz", x=X)
+    (tmp_path / "golden.json").write_text(json.dumps({
+        "schema": "edge.golden/1", "passes": ["max_abs_error <= 1e-6"],
+        "items": [{"name": "x", "npz": "golden-x.npz", "truth": {"y": (X * 3).tolist()}}]}))
+    path = tmp_path / "judged.json"
+    path.write_text(json.dumps({
+        "name": "judged", "quality": "edge_core.evidence.quality_checks:max_abs_error",
+        "golden": "golden.json", "targets": [target],
+        "stages": [ort_stage("scale", bundle)]}))
+    return path
+
+
+@pytest.mark.parametrize(("target", "status", "performance"), [
+    ("latency_p95_ms <= 60000", Status.PASS, "met"),
+    ("latency_p50_ms <= 0.000001", Status.FAILED, "failed"),
+])
+def test_pass_needs_all_four_verdicts_judged_and_met(
+        tmp_path: Path, target: str, status: Status, performance: str) -> None:
+    settings = ProfileSettings(requests=20, warmup_requests=0, concurrency=(1,),
+                               process_start_repeats=1, warm_restart=False,
+                               matched_requests=2)
+    profile = run_profile(_judged_pipeline(tmp_path, target), settings=settings)
+    record = record_from_profile(profile)
+    verdicts = {name: v["verdict"] for name, v in record.verdicts.items()}
+    assert verdicts == {"functional": "met", "quality": "met", "performance": performance,
+                        "reliability": "met"}
+    assert record.verdicts["quality"]["metrics"] == {"max_abs_error": 0.0}
+    assert record.status is status
+    if status is Status.FAILED:
+        assert record.failure is not None and record.failure.layer == "performance"
+        assert target in record.failure.reason
+
+
+def test_fewer_requests_than_the_protocol_leave_performance_unjudged(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, [ort_stage("scale", build_scale_bundle(tmp_path / "s"))])
+    record = record_from_profile(profile, targets=["latency_p95_ms <= 60000"],
+                                 targets_origin="test")
+    performance = record.verdicts["performance"]
+    assert performance["verdict"] == "unjudged"
+    assert performance["below_protocol"] == ["example@c1 (n=2)"]
+    assert performance["targets"][0]["outcome"] == "met"  # evaluated, not claimed
+    assert any("fewer than the protocol's 20 requests" in note for note in record.notes)
 
 
 def test_a_stage_without_a_reference_makes_the_record_component(tmp_path: Path) -> None:
@@ -155,7 +215,8 @@ def _minimal(**changes: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"schema": "other/1"}, "schema: must be 'edge.qualification/1': 'other/1'"),
+    ({"schema": "other/1"}, "schema: must be one of ['edge.qualification/1', "
+                            "'edge.qualification/2']: 'other/1'"),
     ({"status": "GREAT"}, "status: must be one of"),
     ({"failure": None}, "failure: required for status BLOCKED: None"),
     ({"cell": {"device": "", "model": "m", "configuration": "c"}},
@@ -164,7 +225,7 @@ def _minimal(**changes: Any) -> dict[str, Any]:
 ])
 def test_malformed_records_are_refused_naming_the_field(changes: dict[str, Any],
                                                          message: str) -> None:
-    with pytest.raises(RecordInvalid, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(RecordInvalid, match=re.escape(message)):
         QualificationRecord.from_json(_minimal(**changes))
 
 

@@ -20,14 +20,45 @@ from edge_core.evidence.svgplot import latency_svg
 
 from .reports_fixtures import _local, every_status
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 
 def _matrix() -> Matrix:
     return build_matrix([(r, f"records/{i}.json") for i, r in enumerate(every_status())])
 
 
+def _with_v1() -> Matrix:
+    """Every status, and a committed version 1 record (edge.qualification/1)."""
+    from edge_core.evidence.records import load_record
+
+    old = load_record(FIXTURES / "record-v1.json")
+    return build_matrix([(old, "records/old.json"),
+                         *((r, f"records/{i}.json") for i, r in enumerate(every_status()))])
+
+
+def test_a_version_1_record_is_read_and_rendered_beside_version_2_ones() -> None:
+    from edge_core.evidence.records import RECORD_SCHEMA, QualificationRecord, load_record
+
+    old = load_record(FIXTURES / "record-v1.json")
+    assert old.schema == "edge.qualification/1" and old.verdicts == {}
+    assert old.status is Status.PASS  # as it was written then: no verdicts behind it
+    assert QualificationRecord.from_json(old.to_json()) == old  # kept as version 1
+    assert old.to_json()["schema"] == "edge.qualification/1" and "verdicts" not in old.to_json()
+    assert every_status()[0].to_json()["schema"] == RECORD_SCHEMA
+    matrix = _with_v1()
+    assert len(matrix.entries) == 9
+    text = render_markdown(matrix)
+    assert "[PASS](records/old.json) p50 " in text
+    assert "verdicts not recorded (edge.qualification/1)" in text
+    assert "| functional | not recorded | not recorded (edge.qualification/1) |" in text
+    page = render_html(matrix)
+    assert page.count('data-value="not recorded"') == 4
+    assert page.count('<td class="cell"') == 9
+
+
 def test_one_entry_per_cell_and_every_status_counted() -> None:
     matrix = build_matrix([(r, f"r{i}.json") for i, r in enumerate(every_status())])
-    assert len(matrix.entries) == 7
+    assert len(matrix.entries) == 8
     assert set(matrix.counts.values()) == {1}
     assert matrix.models == ("detect", "ocr", "recognize")
     assert len(matrix.columns) == 3
@@ -35,7 +66,7 @@ def test_one_entry_per_cell_and_every_status_counted() -> None:
 
 def test_the_newest_record_of_a_cell_wins_and_older_ones_are_listed() -> None:
     old = _local(Status.FAILED, "ocr", "EPYC", [], created="2026-01-01T00:00:00+00:00",
-                 failure=every_status()[4].failure)
+                 failure=next(r.failure for r in every_status() if r.status is Status.FAILED))
     new = _local(Status.PASS, "ocr", "EPYC", [1.0], created="2026-01-03T00:00:00+00:00")
     matrix = build_matrix([(new, "new.json"), (old, "old.json")])
     (entry,) = matrix.entries.values()
@@ -49,7 +80,9 @@ def test_markdown_links_every_cell_to_its_record_and_explains_failures() -> None
     assert text.startswith("# T\n")
     for status in Status:
         assert f"| {status.value} | 1 |" in text
-    assert "[PASS](records/0.json) p50 12.5 ms (n=4)" in text
+    assert "[PASS](records/0.json) p50 12.5 ms (n=4) F✓ Q✓ P✓ R✓" in text
+    assert "[MET_AS_JUDGED](records/1.json) p50 7.0 ms (n=1) F✓ Q? P? R✓" in text
+    assert "| quality | unjudged | quality as set |" in text
     assert "- failing layer: **compile**" in text
     assert "- next step: check the export" in text
     assert "op <Foo> & more" in text
@@ -61,8 +94,9 @@ def test_html_is_self_contained_and_escapes_what_it_shows() -> None:
     assert "<script" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     assert "op &lt;Foo&gt; &amp; more" in page
-    assert page.count('<td class="cell"') == 7
-    assert page.count("<svg") == 2  # the two records with samples
+    assert page.count('<td class="cell"') == 8
+    assert page.count('<span class="verdict"') == 8 * 4  # four verdicts in every cell
+    assert page.count("<svg") == 3  # the three records with samples
 
 
 def test_the_latency_plot_draws_every_sample_and_the_percentiles() -> None:
@@ -77,11 +111,14 @@ class _Cells(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.cells: list[dict[str, str]] = []
+        self.verdicts = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = {k: v or "" for k, v in attrs}
         if tag == "td" and found.get("class") == "cell":
             self.cells.append(found)
+        if tag == "span" and found.get("class") == "verdict" and found.get("data-verdict"):
+            self.verdicts += 1
 
 
 def _png_colours(path: Path) -> Counter[tuple[int, int, int]]:
@@ -138,7 +175,7 @@ def test_headless_chromium_renders_one_coloured_cell_per_pairing(tmp_path: Path)
     if browser is None:
         pytest.skip("chromium is not installed (make test installs Debian's chromium)")
     page = tmp_path / "matrix.html"
-    page.write_text(render_html(_matrix()), encoding="utf-8")
+    page.write_text(render_html(_with_v1()), encoding="utf-8")
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu",
              "--disable-background-networking", "--disable-component-update",
              "--disable-sync", "--no-first-run", "--hide-scrollbars",
@@ -147,8 +184,10 @@ def test_headless_chromium_renders_one_coloured_cell_per_pairing(tmp_path: Path)
                          text=True, timeout=120, check=True).stdout
     parser = _Cells()
     parser.feed(dom)
-    assert len(parser.cells) == 7
-    assert sorted(c["data-status"] for c in parser.cells) == sorted(s.value for s in Status)
+    assert len(parser.cells) == 9  # every status, and the version 1 record's PASS
+    assert sorted(c["data-status"] for c in parser.cells) == sorted(
+        [*(s.value for s in Status), "PASS"])
+    assert parser.verdicts == 9 * 4  # four verdicts per cell, the version 1 one's too
     for cell in parser.cells:
         assert f"background:{COLOURS[Status(cell['data-status'])]}" in cell["style"]
     shot = tmp_path / "matrix.png"

@@ -1,9 +1,16 @@
-"""``edge profile``: measure a pipeline's start-up, latency and memory into a JSON profile."""
+"""``edge profile``: measure a pipeline's start-up, requests, streams and memory into a profile.
+
+Exit status: 0 when the run completed, 1 when it failed (the profile is written either
+way, naming the step and the error), 2 for a usage error (bad option, unreadable
+workload, targets or params) before anything was opened.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 
 from edge_core.cli import common
@@ -13,6 +20,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 NAME = "profile"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -26,9 +36,29 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def duration(text: str) -> float:
+    """Seconds of a duration: ``30m``, ``90s``, ``1.5h``, ``500ms`` or plain seconds."""
+    found = _DURATION.match(text)
+    if found is None or float(found.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"not a positive duration (30m, 90s, 1h, 500ms, or seconds): {text!r}")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def _params(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--params: not JSON ({exc.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"--params: must be a JSON object: {text!r}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``profile`` command."""
-    parser = sub.add_parser(NAME, help="profile a pipeline: start-up phases, latency, memory")
+    parser = sub.add_parser(NAME, help="profile a pipeline: start-up phases, latency, token "
+                            "streams, memory, operating conditions")
     common.add_json_flag(parser)
     parser.add_argument("pipeline", help="a pipeline file (.toml/.yaml/.json) or pyproject.toml")
     parser.add_argument("--name", help="the pipeline's name in pyproject.toml")
@@ -38,8 +68,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "(repeatable)")
     parser.add_argument("--inputs", dest="npz", action="append", default=[], metavar="NPZ",
                         help="first-stage inputs as an .npz; one group each (repeatable)")
+    parser.add_argument("--workload", metavar="FILE",
+                        help="request classes for the final stage, JSONL: one request per "
+                        'line, {"class": ..., "prompt"|"messages"|"prompt_token_ids": ..., '
+                        '"params": {...}}')
+    parser.add_argument("--params", type=_params, metavar="JSON",
+                        help="the final stage's params for a single request class "
+                        "(e.g. a prompt and sampling parameters)")
     parser.add_argument("--requests", type=int, default=20, metavar="N",
-                        help="measured requests per group and concurrency level (default 20)")
+                        help="measured requests per class (or input group) and concurrency "
+                        "level (default 20, the protocol's minimum; fewer is flagged)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N",
                         help="unmeasured warm-up requests per group (default 2)")
     parser.add_argument("--concurrency", type=_levels, default=(1, 2, 4), metavar="LEVELS",
@@ -47,14 +85,63 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "above the pipeline's admission are skipped and say so)")
     parser.add_argument("--process-starts", type=int, default=3, metavar="N",
                         help="bare worker starts per route to time process start (default 3)")
+    parser.add_argument("--startup-samples", type=int, default=1, metavar="N",
+                        help="traced start-ups, each between two untraced ones (default 1: "
+                        "untraced, traced, untraced; 0: the measuring run alone, with no "
+                        "start-up phases and no tracer overhead)")
+    parser.add_argument("--matched-requests", type=int, default=5, metavar="N",
+                        help="requests every run serves alike, to compare traced and untraced "
+                        "runs (default 5)")
     parser.add_argument("--no-warm-restart", action="store_true",
-                        help="skip restarting every stage in the traced run")
+                        help="skip restarting every stage in the first runs")
+    parser.add_argument("--duration", type=duration, metavar="DURATION",
+                        help="also run a sustained load this long (30m, 90s, 1h) at the "
+                        "highest admitted --concurrency level: per-window p50/p95, memory, "
+                        "frequency, temperature and their trends")
+    parser.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
+                        help="the sustained run's window (default 1m)")
+    parser.add_argument("--chunk-seconds", type=float, metavar="S",
+                        help="media seconds each streamed event carries, where the stage "
+                        "does not say (duration_s): enables the real-time measures")
+    parser.add_argument("--slow-consumer-pause", type=float, default=1.0, metavar="S",
+                        help="how long the slow consumer stops reading (default 1)")
+    parser.add_argument("--targets", metavar="FILE",
+                        help="product targets (TOML or JSON: targets = [\"ttft_p95_ms <= "
+                        "800\", ...]) recorded with the profile, beside the pipeline's own")
+    parser.add_argument("--sysfs", metavar="DIR",
+                        help="read CPU frequency, thermal zones and power from this sysfs "
+                        "root instead of /sys (also EDGE_SYSFS_ROOT)")
     parser.add_argument("--out", default="profile.json", metavar="PATH",
                         help="where to write the JSON profile (default profile.json)")
     parser.add_argument("--records", metavar="DIR",
                         help="also write its qualification records into DIR (as `edge "
                         "qualify --profile` would): one per stage and tried candidate")
     parser.set_defaults(func=run)
+
+
+def _stream_lines(name: str, level: dict[str, Any]) -> list[str]:
+    stream = level["stream"]
+    ttft, gap = stream["ttft_ms"], stream["inter_token_ms"]
+    decode = stream["decode_tokens_per_s"].get("pooled")
+    prefill = stream["prefill_tokens_per_s"].get("pooled")
+    line = (f"  {name} @ concurrency {level['concurrency']}: n={stream['n']}")
+    if ttft.get("n"):
+        line += f", ttft p50 {ttft['p50_ms']:.1f} ms p95 {ttft['p95_ms']:.1f} ms"
+    if gap.get("n"):
+        line += f", inter-token p50 {gap['p50_ms']:.2f} ms p95 {gap['p95_ms']:.2f} ms"
+    if decode:
+        line += f", decode {decode:.1f} tok/s"
+    if prefill:
+        line += f", prefill {prefill:.1f} tok/s"
+    lines = [line]
+    realtime = stream.get("realtime")
+    if realtime:
+        rtf = realtime["rtf"]
+        lines.append(f"    real time: first chunk p95 "
+                     f"{realtime['first_chunk_ms'].get('p95_ms', 0):.1f} ms, RTF max "
+                     f"{rtf.get('max', 0):.3f}, {realtime['deficits']} playback deficit(s) "
+                     f"({realtime['deficit_s']:.3f} s)")
+    return lines
 
 
 def _summary(profile: dict[str, Any]) -> list[str]:
@@ -70,24 +157,57 @@ def _summary(profile: dict[str, Any]) -> list[str]:
     if "open_total_s" in baseline:
         lines.append(f"  baseline (untraced): open {baseline['open_total_s'] * 1e3:.0f} ms, "
                      f"first output {baseline.get('first_output_s', 0) * 1e3:.0f} ms")
+    overhead = (profile.get("instrumentation") or {}).get("matched_p50_ms") or {}
+    if isinstance(overhead.get("overhead"), float):
+        lines.append(f"  tracer overhead on the matched requests: "
+                     f"{overhead['overhead']:+.2f} ms p50 (order effect "
+                     f"{overhead.get('order_effect') or 0:+.2f} ms)")
     for group in baseline.get("groups") or []:
         for level in group["levels"]:
-            if level["status"] != "measured":
+            if level["status"] == "skipped":
                 lines.append(f"  {group['name']} @ concurrency {level['concurrency']}: "
                              f"{level['status']} ({level.get('reason')})")
                 continue
+            errors = f", {len(level['errors'])} error(s)" if level.get("errors") else ""
+            if "stream" in level:
+                lines += _stream_lines(group["name"], level)
+                continue
             total = level["summary"]["total"]
+            if not total.get("n"):
+                lines.append(f"  {group['name']} @ concurrency {level['concurrency']}: "
+                             f"no request completed{errors}")
+                continue
             lines.append(f"  {group['name']} @ concurrency {level['concurrency']}: "
                          f"p50 {total['p50_ms']:.1f} ms, p95 {total['p95_ms']:.1f} ms "
-                         f"(n={total['n']}), {level['throughput_rps']:.2f} req/s")
-    for sid, memory in ((baseline.get("memory") or {}).get("stages") or {}).items():
-        peak = memory.get("worker_tree_peak_rss_bytes")
-        if isinstance(peak, int):
-            lines.append(f"  memory {sid}: worker-tree peak {peak / 2**20:.0f} MiB")
+                         f"(n={total['n']}), {level['throughput_rps']:.2f} req/s{errors}")
+    memory = baseline.get("memory") or {}
+    for name, tree in ((memory.get("told_apart") or {}).get("trees") or {}).items():
+        loading, runtime = tree.get("loading_peak_bytes"), tree.get("runtime_peak_bytes")
+        lines.append(f"  memory {name}: loading peak "
+                     f"{(loading or 0) / 2**20:.0f} MiB, runtime peak "
+                     + (f"{runtime / 2**20:.0f} MiB" if isinstance(runtime, int)
+                        else "not separable here"))
+    sampled = (memory.get("sampled") or {}).get("peak_of_sum_bytes")
+    if sampled:
+        lines.append(f"  memory: peak of the summed worker trees {sampled / 2**20:.0f} MiB "
+                     "(sampled)")
+    quality = baseline.get("quality") or {}
+    if quality.get("declared"):
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in (quality.get("metrics") or {}).items())
+        lines.append(f"  quality {quality.get('function')}: {shown or quality.get('error')}"
+                     f" -> {'met' if quality.get('met') else 'NOT met'}")
+    summary = (profile.get("conditions") or {}).get("summary") or {}
+    if summary:
+        load = summary.get("load_average") or {}
+        freq = summary.get("frequency") or {}
+        lines.append(f"  conditions: load {load.get('before')} -> {load.get('after')}, "
+                     f"frequency {freq.get('source')} (changed: {freq.get('changed')}), "
+                     f"temperature {summary.get('temperature_c')}, power "
+                     f"{((summary.get('power') or {}).get('before') or {}).get('source')}")
     return lines
 
 
-def _command(args: argparse.Namespace) -> list[str]:
+def _command(args: argparse.Namespace, levels: tuple[int, ...]) -> list[str]:
     """The reproducible command: every setting spelled out, defaults included."""
     argv = ["edge", NAME, args.pipeline]
     if args.name:
@@ -96,9 +216,25 @@ def _command(args: argparse.Namespace) -> list[str]:
         argv += ["--input", source]
     for file in args.npz:
         argv += ["--inputs", file]
+    if args.workload:
+        argv += ["--workload", args.workload]
+    if args.params is not None:
+        argv += ["--params", json.dumps(args.params)]
     argv += ["--requests", str(args.requests), "--warmup", str(args.warmup),
-             "--concurrency", ",".join(map(str, args.concurrency)),
-             "--process-starts", str(args.process_starts), "--out", args.out]
+             "--concurrency", ",".join(map(str, levels)),
+             "--process-starts", str(args.process_starts),
+             "--startup-samples", str(args.startup_samples),
+             "--matched-requests", str(args.matched_requests),
+             "--slow-consumer-pause", f"{args.slow_consumer_pause:g}"]
+    if args.duration is not None:
+        argv += ["--duration", f"{args.duration:g}s", "--window", f"{args.window:g}s"]
+    if args.chunk_seconds is not None:
+        argv += ["--chunk-seconds", f"{args.chunk_seconds:g}"]
+    if args.targets:
+        argv += ["--targets", args.targets]
+    if args.sysfs:
+        argv += ["--sysfs", args.sysfs]
+    argv += ["--out", args.out]
     if args.no_warm_restart:
         argv.append("--no-warm-restart")
     if args.records:
@@ -115,36 +251,105 @@ def _write_records(profile: dict[str, Any], args: argparse.Namespace) -> list[st
             for r in records]
 
 
+def _figures(profile: dict[str, Any]) -> dict[str, Any]:
+    """Per class (or input group) and level, the headline figures with their ``n``."""
+    streams: dict[str, Any] = {}
+    latency: dict[str, Any] = {}
+    for group in (profile.get("baseline") or {}).get("groups") or []:
+        for level in group["levels"]:
+            key = f"c{level['concurrency']}"
+            if "stream" in level:
+                s = level["stream"]
+                streams.setdefault(group["name"], {})[key] = {
+                    "n": s["n"], "errors": len(level.get("errors") or []),
+                    "ttft_ms": s["ttft_ms"], "inter_token_ms": s["inter_token_ms"],
+                    "decode_tokens_per_s": s["decode_tokens_per_s"],
+                    "prefill_tokens_per_s": s["prefill_tokens_per_s"],
+                    "tokens": s["tokens"], "request_ms": s["request_ms"],
+                    **({"realtime": s["realtime"]} if "realtime" in s else {})}
+            elif "summary" in level:
+                latency.setdefault(group["name"], {})[key] = {
+                    **level["summary"]["total"], "errors": len(level.get("errors") or []),
+                    "throughput_rps": level.get("throughput_rps")}
+            else:
+                latency.setdefault(group["name"], {})[key] = {
+                    "status": level["status"], "reason": level.get("reason")}
+    return {"streams": streams, "latency": latency}
+
+
+def _targets(args: argparse.Namespace) -> tuple[str, ...]:
+    from edge_core.evidence.errors import RecordInvalid
+    from edge_core.evidence.targets import load_targets
+
+    if not args.targets:
+        return ()
+    try:
+        return tuple(t.text for t in load_targets(args.targets))
+    except RecordInvalid as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+
+
+def _classes(args: argparse.Namespace) -> list[Any]:
+    from edge_core.evidence.errors import RecordInvalid
+    from edge_core.evidence.workload_file import classes_from_params, read_workload
+
+    if args.workload and args.params is not None:
+        raise common.CommandFailed(common.EXIT_USAGE, "--params: give --workload or --params, "
+                                   "not both (put shared params in each workload line)")
+    try:
+        if args.workload:
+            return read_workload(args.workload)
+        if args.params is not None:
+            return classes_from_params(args.params)
+    except RecordInvalid as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    return []
+
+
 def run(args: argparse.Namespace) -> int:
     """Profile the pipeline, write the profile, print a summary; 1 when the run failed."""
     from edge_core.evidence.profiling import ProfileSettings, run_profile, write_profile
     from edge_core.progress import Progress
 
+    levels = args.concurrency
+    classes = _classes(args)
+    targets = _targets(args)
     try:
         settings = ProfileSettings(requests=args.requests, warmup_requests=args.warmup,
-                                   concurrency=args.concurrency,
+                                   concurrency=levels,
                                    process_start_repeats=args.process_starts,
-                                   warm_restart=not args.no_warm_restart)
+                                   warm_restart=not args.no_warm_restart,
+                                   startup_samples=args.startup_samples,
+                                   matched_requests=args.matched_requests,
+                                   slow_consumer_pause_s=args.slow_consumer_pause,
+                                   chunk_seconds=args.chunk_seconds,
+                                   duration_s=args.duration, window_s=args.window,
+                                   sysfs=args.sysfs, targets=targets)
     except ValueError as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
     say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,
-                              npz_files=args.npz, settings=settings,
-                              command=_command(args),
-                              progress=bar, say=say)
+                              npz_files=args.npz, classes=classes, settings=settings,
+                              command=_command(args, levels), progress=bar, say=say)
     write_profile(profile, args.out)
     records = _write_records(profile, args) if args.records else []
     outcome = profile["outcome"]
     if args.json:
         common.print_json({"ok": outcome["ok"], "profile": args.out, "outcome": outcome,
-                           "records": records})
+                           "records": records, "streamed": profile.get("streamed"),
+                           **_figures(profile),
+                           "instrumentation": profile.get("instrumentation"),
+                           "conditions": (profile.get("conditions") or {}).get("summary")})
     else:
         print(f"profile of {profile['pipeline_file']}: "
               + ("ok" if outcome["ok"] else
                  f"FAILED at {outcome['step']}: {outcome['error_type']}: {outcome['error']}"))
         for line in _summary(profile):
             print(line)
+        if args.requests < 20:
+            print(f"  note: {args.requests} request(s) per level is below the protocol's 20; "
+                  "the records flag it and leave performance unjudged")
         print(f"profile written to {args.out}")
         for record in records:
             print(f"record written to {record}")

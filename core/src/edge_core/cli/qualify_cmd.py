@@ -1,4 +1,8 @@
-"""``edge qualify``: write one qualification record from a profile or an AI Hub job record."""
+"""``edge qualify``: write one qualification record from a profile or an AI Hub job record.
+
+Exit status: 0 when the record was written (whatever its status), 2 when the profile, job
+record or targets file cannot be read or is malformed.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--out", metavar="PATH",
                         help="where to write the record (default qualification/<id>.json); "
                         "not with a profile of candidate backends, which gives several")
+    parser.add_argument("--targets", metavar="FILE",
+                        help="judge performance against these product targets (TOML or "
+                        "JSON: targets = [\"ttft_p95_ms <= 800\", ...]) instead of those "
+                        "the profile recorded")
     parser.add_argument("--out-dir", default="qualification", metavar="DIR",
                         help="the folder of the records named by id (default qualification)")
     parser.set_defaults(func=run)
@@ -51,12 +59,15 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.evidence.errors import RecordInvalid
     from edge_core.evidence.hubjob import record_from_hub_job
     from edge_core.evidence.records import write_record
+    from edge_core.evidence.targets import load_targets
 
     labels = {"device": args.device, "model": args.model, "configuration": args.configuration}
     try:
+        targets = ([t.text for t in load_targets(args.targets)] if args.targets else None)
         if args.profile:
             records = records_from_profile(_read(args.profile), profile_path=args.profile,
-                                           labels=labels)
+                                           labels=labels, targets=targets,
+                                           targets_origin=f"--targets {args.targets}")
         else:
             argv = ["edge", NAME, "--hub-job", args.hub_job]
             records = [record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
@@ -81,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(record: Any, path: Any) -> dict[str, Any]:
     return {"record": str(path), "status": record.status.value, "cell": list(record.cell.key),
-            "failure": record.to_json()["failure"]}
+            "failure": record.to_json()["failure"], "verdicts": dict(record.verdicts)}
 
 
 def print_record(record: Any, path: str) -> None:
@@ -91,6 +102,8 @@ def print_record(record: Any, path: str) -> None:
     if record.failure is not None:
         print(f"  failing layer: {record.failure.layer}: {record.failure.reason}")
         print(f"  next step: {record.failure.next_step}")
+    for name, verdict in record.verdicts.items():
+        print(f"  {name}: {verdict.get('verdict')} ({verdict.get('basis')})")
     for note in record.notes:
         print(f"  note: {note}")
     print(f"record written to {path}")

@@ -147,6 +147,8 @@ def _answer(pipeline: Any, result: Any, inputs: dict[str, Any]) -> Any:
 
 
 def _summary(plan: dict[str, Any]) -> list[str]:
+    from edge_core.evidence.memory import PLAN_KEY
+
     lines = [f"pipeline {plan['pipeline']}"]
     for stage in plan["stages"]:
         placement = stage["placement"] or {}
@@ -167,6 +169,11 @@ def _summary(plan: dict[str, Any]) -> list[str]:
             f"numerics {numerics.get('reference')} max_abs {numerics.get('max_abs_error')}; "
             f"evidence {stage['evidence']}{gated}"
         )
+        for pool, row in (stage.get(PLAN_KEY) or {}).items():
+            if row.get("over_demand"):
+                lines.append(f"    memory: {pool} peak {row['observed_peak_bytes'] / 2**20:.0f}"
+                             f" MiB after the requests is over the declared demand "
+                             f"{row['demand_bytes'] / 2**20:.0f} MiB")
         for tried in stage.get("candidates") or ():
             if tried["outcome"] != "chosen":
                 lines.append(f"    candidate {tried['backend']} refused at {tried['layer']}: "
@@ -191,6 +198,7 @@ def _serve(pipeline: Any, inputs: dict[str, Any], args: argparse.Namespace,
 
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
+    from edge_core.evidence.memory import annotate_plan
     from edge_core.runtime.opening import open_pipeline
 
     quiet = args.json or args.jsonl
@@ -225,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(len(prepared.files), "")
             progress.close()
         plan = pipeline.execution_plan()
+        annotate_plan(plan, pipeline)  # each stage's peak after the requests vs its demand
         health = pipeline.health()
         buffers = buffered.counts()
     except common.CommandFailed:

@@ -388,6 +388,15 @@ class PipelineConfig:
     final stage's outputs into the answer ``edge run`` prints (recognised text, say);
     ``bundles`` maps stage id to its verified bundle directory, for model assets such as
     a character table."""
+    quality: InputTransform | None = None
+    """Model-owned task-level check ``quality(pairs) -> {metric: value}`` that ``edge
+    profile`` runs on the ``golden`` set's ``(answer, truth)`` pairs (docs/evidence.md)."""
+    golden: Text | None = None
+    """The golden set file (inputs and their known answers, pass criteria), relative to
+    the pipeline file; read by ``edge profile`` only."""
+    targets: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
+    """Product targets (``"ttft_p95_ms <= 800"``) the evidence records judge performance
+    against; none: performance is ``unjudged``. Checked by ``edge profile``."""
     source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
     """The file the configuration was read from, when it came from one."""
 
@@ -454,6 +463,9 @@ class PipelineConfig:
             "capacities": dict(self.capacities),
             "prepare": self.prepare.reference if self.prepare else None,
             "finish": self.finish.reference if self.finish else None,
+            "quality": self.quality.reference if self.quality else None,
+            "golden": self.golden,
+            "targets": list(self.targets),
             "source": str(self.source) if self.source else None,
             "stages": [
                 {

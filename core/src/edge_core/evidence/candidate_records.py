@@ -7,16 +7,17 @@ its backend's probe reported, on this host), configuration ``<backend> (candidat
 
 * a refused candidate: FAILED, REJECTED or BLOCKED as its layer says
   (:func:`~edge_core.evidence.status.classify_layer`), with the refusal's reason;
-* the chosen candidate: that stage's functional outcome of the run (PASS, PARTIAL,
-  COMPONENT, PROFILE_ONLY) with the run's performance, or the run's failure when the
-  profile failed after it was chosen.
+* the chosen candidate: that stage's functional verdict with the run's quality,
+  performance and reliability verdicts (PASS, MET_AS_JUDGED, PARTIAL, COMPONENT,
+  PROFILE_ONLY, or FAILED on a failed verdict), or the run's failure when the profile
+  failed after it was chosen.
 
 A profile without candidates is one cell, as before (:func:`records_from_profile`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,6 +25,7 @@ import attrs
 from edge_core.evidence.qualify import record_from_profile
 from edge_core.evidence.records import Cell, Failure, QualificationRecord
 from edge_core.evidence.status import Status, classify_layer
+from edge_core.evidence.verdicts import UNJUDGED, decide, functional_verdict
 
 __all__ = ["candidate_device", "records_from_profile"]
 
@@ -56,8 +58,13 @@ def _refused(base: QualificationRecord, entry: Mapping[str, Any]) -> Qualificati
     error_type = reason.split(":", 1)[0] if ":" in reason else None
     failure = Failure(layer=found.layer, reason=reason, next_step=found.next_step,
                       step="open", error_type=error_type)
+    functional, _ = functional_verdict({}, failure)
+    unjudged = {"verdict": UNJUDGED, "basis": "the candidate was refused when the pipeline "
+                "opened: it served nothing"}
     return attrs.evolve(base, status=found.status, failure=failure, performance={},
                         functional={"candidate": dict(entry), "complete_model": False},
+                        verdicts={"functional": functional, "quality": unjudged,
+                                  "performance": unjudged, "reliability": unjudged},
                         notes=(f"candidate refused at {entry.get('layer')} when the "
                                "pipeline opened; the next candidate was tried",))
 
@@ -66,7 +73,8 @@ def _chosen(base: QualificationRecord, whole: QualificationRecord,
             stage_id: str) -> QualificationRecord:
     stages = (whole.functional.get("stages") or {})
     mine = stages.get(stage_id)
-    if whole.failure is not None or mine is None:
+    if (whole.failure is not None and whole.failure.step not in (
+            "quality", "performance", "reliability")) or mine is None:
         failure = whole.failure or Failure(
             layer="unknown", reason="the profile has no functional outcome for this stage",
             next_step="rerun the recorded command")
@@ -74,32 +82,31 @@ def _chosen(base: QualificationRecord, whole: QualificationRecord,
         return attrs.evolve(base, status=status, failure=failure, notes=(
             "the candidate passed its gate; the profiled run then failed "
             f"({failure.layer}: {failure.step or 'run'})",))
-    checked = mine.get("evidence") == "complete-model"
-    if not checked:
-        status, notes = Status.PROFILE_ONLY, ["the stage was not compared against a reference"]
-    elif not mine.get("on_target"):
-        status, notes = Status.PARTIAL, ["part of the stage ran off-target"]
-    else:
-        status, notes = Status.PASS, []
-    return attrs.evolve(base, status=status, failure=None,
-                        functional={"stages": {stage_id: mine},
-                                    "complete_model": checked},
+    functional = {"stages": {stage_id: mine},
+                  "complete_model": mine.get("evidence") == "complete-model"}
+    verdict, functional_status = functional_verdict(functional, None)
+    verdicts = {**whole.verdicts, "functional": verdict}
+    status, judged_failure, notes = decide(verdicts, functional_status, None)
+    return attrs.evolve(base, status=status, failure=judged_failure, functional=functional,
+                        verdicts=verdicts,
                         notes=(*notes, "performance figures are the whole pipeline's"))
 
 
 def records_from_profile(profile: Mapping[str, Any], *, profile_path: str | None = None,
                          labels: Mapping[str, str | None] | None = None,
-                         ) -> list[QualificationRecord]:
+                         targets: Sequence[str] | None = None,
+                         targets_origin: str | None = None) -> list[QualificationRecord]:
     """Every record a profile yields: one per (stage, tried candidate), or the one cell.
 
     ``labels``: ``device`` overrides every candidate's device label; ``model`` replaces
     the pipeline's name in ``<model>/<stage>``; ``configuration`` prefixes each
-    candidate's configuration.
+    candidate's configuration. ``targets``: product targets instead of the profile's.
 
     Raises:
         RecordInvalid: not a profile, or one without an outcome.
     """
-    whole = record_from_profile(profile, profile_path=profile_path, labels=labels)
+    whole = record_from_profile(profile, profile_path=profile_path, labels=labels,
+                                targets=targets, targets_origin=targets_origin)
     if not _has_candidates(profile):
         return [whole]
     given = {k: v for k, v in (labels or {}).items() if v}

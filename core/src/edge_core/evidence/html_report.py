@@ -3,8 +3,10 @@
 Inline CSS and SVG, no script, no network: it renders the same from a file, offline.
 
 Every matrix cell is a ``td.cell`` with ``data-status`` and the status colour as its
-background, holding a link to the record; the counts, the per-cell evidence and an SVG
-latency distribution per cell follow.
+background, holding a link to the record and the four verdicts (``span.verdict`` with
+``data-verdict`` and ``data-value``: met, failed, unjudged, or "not recorded" in a
+version 1 record); the counts, the per-cell evidence and an SVG latency distribution per
+cell follow.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 from edge_core.evidence import reportdata
 from edge_core.evidence.matrix import Matrix
+from edge_core.evidence.records import QualificationRecord
 from edge_core.evidence.status import COLOURS, MEANINGS
 from edge_core.evidence.svgplot import latency_svg
 
@@ -33,6 +36,8 @@ span.swatch{display:inline-block;width:12px;height:12px;margin-right:6px;
 vertical-align:middle;border-radius:2px}
 span.badge{color:#fff;padding:1px 7px;border-radius:10px;font-size:12px}
 code{background:#f6f8fa;padding:1px 4px;border-radius:4px;font-size:12px}
+span.verdict{display:inline-block;margin:3px 3px 0 0;padding:0 5px;border-radius:8px;
+font-size:11px;background:rgba(255,255,255,.25);color:#fff}
 small{color:#57606a}
 """
 
@@ -50,6 +55,14 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _anchor(index: int) -> str:
     return f"cell-{index}"
+
+
+def _verdicts(record: QualificationRecord) -> str:
+    return "".join(
+        f'<span class="verdict" data-verdict="{name}" data-value="{_e(value)}" '
+        f'title="{_e(name)}: {_e(value)}: {_e(basis)}">'
+        f"{reportdata.VERDICT_LETTERS[name]}{reportdata.VERDICT_MARKS.get(value, '?')}</span>"
+        for name, value, basis in reportdata.verdict_marks(record))
 
 
 def render_html(matrix: Matrix, *, title: str = "Qualification matrix") -> str:
@@ -85,7 +98,7 @@ def render_html(matrix: Matrix, *, title: str = "Qualification matrix") -> str:
                        f'style="background:{COLOURS[status]}">'
                        f'<a href="{_e(entry.href)}">{status.value}</a>'
                        f'<br><small style="color:#fff">{_e(text)}</small> '
-                       f'<a href="#{anchor}">details</a></td>')
+                       f'<a href="#{anchor}">details</a><br>{_verdicts(entry.record)}</td>')
         out.append("</tr>")
     out.append("</tbody></table><h2>Cells</h2>")
     for key in keys:
@@ -117,6 +130,8 @@ def _details(matrix: Matrix, key: tuple[str, str, str], anchor: str) -> list[str
     if entry.superseded:
         out.append(f"<li>superseded records: {_e(', '.join(entry.superseded))}</li>")
     out.append("</ul>")
+    out += ["<p>Verdicts</p>", _table(["verdict", "value", "basis"],
+                                      reportdata.verdict_rows(record))]
     if stages := reportdata.stage_rows(record):
         out += ["<p>Functional</p>",
                 _table(["stage", "target", "placement", "numerics", "evidence"], stages)]
@@ -127,10 +142,34 @@ def _details(matrix: Matrix, key: tuple[str, str, str], anchor: str) -> list[str
     if samples:
         out.append(latency_svg(samples, colour=COLOURS[status],
                                title=f"{model} on {device}: latency samples (ms)"))
+    if streams := reportdata.stream_rows(record):
+        out += ["<p>Streams (controller arrival times; per token)</p>",
+                _table(["class@concurrency", "n", "TTFT p50 / p95", "inter-token p50 / p95",
+                        "decode", "effective prefill"], streams)]
+        ttft = record.performance.get("ttft_samples_ms") or {}
+        if ttft:
+            out.append(latency_svg(ttft, colour=COLOURS[status],
+                                   title=f"{model} on {device}: time to first token (ms)"))
+    if realtime := reportdata.realtime_rows(record):
+        out += ["<p>Real time (media streams)</p>",
+                _table(["class@concurrency", "n", "first chunk p95", "RTF max",
+                        "playback deficits"], realtime)]
+    if cases := reportdata.case_rows(record):
+        out += ["<p>Stream cases</p>", _table(["case", "observed"], cases)]
     head, startup = reportdata.startup_rows(record)
     if startup:
         out += ["<p>Start-up (traced run; baseline untraced)</p>", _table(head, startup)]
-    if memory := reportdata.memory_rows(record):
+    if overhead := reportdata.overhead_rows(record):
+        out += ["<p>Instrumentation (untraced and traced runs, in order)</p>",
+                _table(["figure", "untraced", "traced", "tracer overhead", "order effect"],
+                       overhead)]
+    if memory := reportdata.memory_told_rows(record):
+        out += ["<p>Memory (loading and runtime peaks per worker tree)</p>",
+                _table(["stage", "pool", "demand", "observation", "loading peak",
+                        "runtime peak", "runtime vs demand"], memory)]
+    elif memory := reportdata.memory_rows(record):
         out += ["<p>Memory</p>", _table(["stage", "worker-tree peak RSS", "reserved"], memory)]
+    out += ["<p>Operating conditions</p>",
+            _table(["what", "observed"], reportdata.condition_rows(record))]
     out.append("</section>")
     return out

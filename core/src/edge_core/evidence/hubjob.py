@@ -188,5 +188,22 @@ def record_from_hub_job(job: Mapping[str, Any], *, job_path: str | None = None,
                                             "note": "what the compiler assigned, not "
                                                     "observed execution"}},
         performance=_hub_performance(job) if state in _SUCCESS else {},
-        failure=failure, notes=tuple(notes),
+        failure=failure, notes=tuple(notes), verdicts=_verdicts(status, failure),
     )
+
+
+def _verdicts(status: Status, failure: Failure | None) -> dict[str, Any]:
+    """A hosted job's verdicts: never local deployment, so at most components are judged."""
+    hosted = "a hosted job: not evidence of local deployment"
+    if failure is not None and status is not Status.BLOCKED:
+        functional = {"verdict": "failed", "layer": failure.layer, "basis": failure.reason}
+    elif status is Status.COMPONENT:
+        functional = {"verdict": "unjudged", "basis": "a hosted component matched the local "
+                      "reference: " + hosted}
+    else:
+        functional = {"verdict": "unjudged", "basis": hosted}
+    return {"functional": functional,
+            "quality": {"verdict": "unjudged", "basis": "no golden set runs on a hosted job"},
+            "performance": {"verdict": "unjudged", "basis": "the hosted service's own "
+                            "figures, judged against no product target"},
+            "reliability": {"verdict": "unjudged", "basis": hosted}}

@@ -40,7 +40,8 @@ def render_markdown(matrix: Matrix, *, title: str = "Qualification matrix") -> s
                 continue
             text = reportdata.headline(entry.record)
             row.append(f"[{entry.record.status.value}]({entry.href})"
-                       + (f" {text}" if text else ""))
+                       + (f" {text}" if text else "")
+                       + f" {reportdata.verdict_line(entry.record)}")
         rows.append(row)
     lines += _table(header, rows)
     lines += ["", "## Cells", ""]
@@ -60,6 +61,9 @@ def render_markdown(matrix: Matrix, *, title: str = "Qualification matrix") -> s
         if entry.superseded:
             lines.append(f"- superseded records: {', '.join(entry.superseded)}")
         lines.append("")
+        lines += ["Verdicts:", ""]
+        lines += _table(["verdict", "value", "basis"], reportdata.verdict_rows(record))
+        lines.append("")
         if stages := reportdata.stage_rows(record):
             lines += ["Functional:", ""]
             lines += _table(["stage", "target", "placement", "numerics", "evidence"], stages)
@@ -68,13 +72,40 @@ def render_markdown(matrix: Matrix, *, title: str = "Qualification matrix") -> s
             lines += ["Latency (Pipeline.run to result, controller clock):", ""]
             lines += _table(["group@concurrency", "n", "p50", "p95", "throughput"], latency)
             lines.append("")
+        if streams := reportdata.stream_rows(record):
+            lines += ["Streams (controller arrival times; per token):", ""]
+            lines += _table(["class@concurrency", "n", "TTFT p50 / p95",
+                             "inter-token p50 / p95", "decode", "effective prefill"], streams)
+            lines.append("")
+        if realtime := reportdata.realtime_rows(record):
+            lines += ["Real time (media streams):", ""]
+            lines += _table(["class@concurrency", "n", "first chunk p95", "RTF max",
+                             "playback deficits"], realtime)
+            lines.append("")
+        if cases := reportdata.case_rows(record):
+            lines += ["Stream cases:", ""]
+            lines += _table(["case", "observed"], cases)
+            lines.append("")
         head, startup = reportdata.startup_rows(record)
         if startup:
             lines += ["Start-up (traced run; baseline untraced):", ""]
             lines += _table(head, startup)
             lines.append("")
-        if memory := reportdata.memory_rows(record):
+        if overhead := reportdata.overhead_rows(record):
+            lines += ["Instrumentation (untraced and traced runs, in order):", ""]
+            lines += _table(["figure", "untraced", "traced", "tracer overhead",
+                             "order effect"], overhead)
+            lines.append("")
+        if memory := reportdata.memory_told_rows(record):
+            lines += ["Memory (loading and runtime peaks per worker tree):", ""]
+            lines += _table(["stage", "pool", "demand", "observation", "loading peak",
+                             "runtime peak", "runtime vs demand"], memory)
+            lines.append("")
+        elif memory := reportdata.memory_rows(record):
             lines += ["Memory:", ""]
             lines += _table(["stage", "worker-tree peak RSS", "reserved"], memory)
             lines.append("")
+        lines += ["Operating conditions:", ""]
+        lines += _table(["what", "observed"], reportdata.condition_rows(record))
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"

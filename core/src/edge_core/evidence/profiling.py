@@ -1,18 +1,32 @@
 """The profiling harness behind ``edge profile``: one JSON profile of a pipeline.
 
-Two separate runs of the pipeline, in this order:
+The pipeline is opened several times, in alternating order (:mod:`.matched`): untraced,
+traced, untraced (``--startup-samples N``: N traced runs, each between untraced ones).
+Every run times its open and its first output and serves the same *matched block* of
+requests, so the tracer's overhead is told from the order the runs came in.
 
-1. **traced** — opened with the phase tracer installed (:mod:`.startup`): start-up phases
-   per stage, the first output, bare process starts on each route and a warm restart of
-   every stage. The tracer slows what it watches; nothing here is a latency figure.
-2. **baseline** — opened again with no instrumentation: the open time, the first output,
-   then warm-up and measured requests per input group and concurrency level
-   (:mod:`.workload`), worker-tree memory peaks, the ledger's reservations and the
-   execution plan (actual placement, numerics).
+- **untraced** runs: the open, the first output, the matched block; the first one also
+  restarts every stage (warm restart, totals only).
+- **traced** runs: opened with the phase tracer installed (:mod:`.startup`): start-up
+  phases per stage, the first output and the matched block under the tracer, bare
+  process starts on each route and a traced warm restart of every stage. The tracer slows
+  what it watches; nothing here is a latency figure.
+- the last untraced run is the **baseline**: after the matched block it measures warm-up
+  and measured requests per input group or request class and concurrency level
+  (:mod:`.workload`; streamed stages: :mod:`.stream_levels`), the slow-consumer and
+  cancellation cases of a streamed stage, the golden set's quality check (:mod:`.golden`),
+  the sustained run (``--duration``: :mod:`.sustained`), memory told apart
+  (:mod:`.memory`), the ledger's reservations and the execution plan.
 
-Any failure ends the profile with ``outcome.ok = false``, the step that failed and the
-error's type chain, so that ``edge qualify`` can name the failing layer; whatever was
-opened is closed first.
+Every profile also records the operating conditions (:mod:`.conditions`: before, at
+each level, after), the runtime identity the measured-placement decisions key on
+(:func:`edge_core.identity.runtime_identity` and its digest), the controller's and the
+routes' package inventories, and the source revision when run from a checkout.
+
+A failure ends the profile with ``outcome.ok = false``, the step that failed and the
+error's class chain, so that ``edge qualify`` can name the failing layer; whatever was
+opened is closed first. A request that fails does not end its level: every error is kept
+with its class chain, and the outcome names the first.
 """
 
 from __future__ import annotations
@@ -21,22 +35,42 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from edge_core import __version__
-from edge_core.evidence import startup, workload
-from edge_core.identity import host_identity
+from edge_core.evidence import (
+    conditions,
+    matched,
+    memory,
+    startup,
+    stream_levels,
+    sustained,
+    workload,
+)
+from edge_core.evidence.tracing import PhaseTracer
+from edge_core.evidence.workload_file import RequestClass
+from edge_core.identity import (
+    host_identity,
+    identity_digest,
+    package_inventory,
+    runtime_identity,
+    source_revision,
+)
 from edge_core.progress import Progress
-from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime import CandidatesRefused, Pipeline
 
-__all__ = ["PROFILE_SCHEMA", "ProfileSettings", "run_profile", "write_profile"]
+__all__ = ["PROFILE_SCHEMA", "PROFILE_SCHEMAS", "ProfileSettings", "run_profile",
+           "write_profile"]
 
-PROFILE_SCHEMA = "edge.profile/1"
+PROFILE_SCHEMA = "edge.profile/2"
 """The ``schema`` value of every profile this module writes."""
+
+PROFILE_SCHEMAS = ("edge.profile/1", PROFILE_SCHEMA)
+"""The profile schemas ``edge qualify`` reads (version 1: before matched runs)."""
 
 
 def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -44,13 +78,27 @@ def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         raise ValueError(f"{attribute.name}: must be >= 1: {value!r}")
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or value < 0:
         raise ValueError(f"{attribute.name}: must be >= 0: {value!r}")
 
 
-def _ints(values: Iterable[int]) -> tuple[int, ...]:
+def _positive_number(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
+
+
+def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not value > 0):
+        raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
+
+
+def _ints(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(values)
+
+
+def _texts(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)
 
 
 def _levels(_: object, attribute: attrs.Attribute[tuple[int, ...]],
@@ -64,12 +112,25 @@ class ProfileSettings:
     """How much to measure.
 
     Attributes:
-        requests: measured requests per input group and concurrency level.
+        requests: measured requests per input group (or request class) and level.
         warmup_requests: unmeasured requests per group before measuring (kept apart).
         concurrency: levels to try, in order; one above the admission is skipped.
-        process_start_repeats: bare worker starts per route.
-        warm_restart: restart every stage once in the traced run.
+        process_start_repeats: bare worker starts per route (each traced run).
+        warm_restart: restart every stage once in the first untraced and traced runs.
         deadline_s: the bound on each request, waiting for admission and slots included.
+        startup_samples: traced runs, each between two untraced runs (0: the baseline
+            alone, without start-up phases or the tracer's overhead).
+        matched_requests: requests of the matched block every run serves.
+        slow_consumer_pause_s: how long the slow consumer stops (streamed stages).
+        chunk_seconds: media seconds per streamed event when the stage does not say
+            (``duration_s`` in its events); ``None``: no real-time measures then.
+        duration_s: the sustained run's length (``None``: no sustained run); it runs at
+            the highest level of ``concurrency`` the pipeline admits.
+        window_s: the sustained run's window.
+        memory_interval_s: the resident-set sampler's period.
+        sysfs: the sysfs root the conditions are read from (``None``: ``/sys`` or
+            ``$EDGE_SYSFS_ROOT``).
+        targets: product targets given with ``--targets`` (the pipeline's own are added).
     """
 
     requests: int = attrs.field(default=20, validator=_positive)
@@ -79,6 +140,15 @@ class ProfileSettings:
     process_start_repeats: int = attrs.field(default=3, validator=_positive)
     warm_restart: bool = True
     deadline_s: float = 300.0
+    startup_samples: int = attrs.field(default=1, validator=_non_negative)
+    matched_requests: int = attrs.field(default=5, validator=_positive)
+    slow_consumer_pause_s: float = attrs.field(default=1.0, validator=_non_negative)
+    chunk_seconds: float | None = attrs.field(default=None, validator=_positive_or_none)
+    duration_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    window_s: float = attrs.field(default=60.0, validator=_positive_number)
+    memory_interval_s: float = attrs.field(default=0.1, validator=_positive_number)
+    sysfs: str | None = None
+    targets: tuple[str, ...] = attrs.field(default=(), converter=_texts)
 
 
 def _error(step: str, exc: BaseException) -> dict[str, Any]:
@@ -97,29 +167,6 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _memory(pipeline: Pipeline) -> dict[str, Any]:
-    from edge_core.host.identity import described_identity
-    from edge_core.workerstage import tree_peak_rss
-
-    stages = {}
-    checks = {s["id"]: s["memory_check"] for s in pipeline.execution_plan()["stages"]}
-    for runtime in pipeline.stages:
-        described: dict[str, Any] = dict(runtime.loaded.describe())
-        identity = described_identity(described)
-        peak = (tree_peak_rss(identity.pid, identity.start_time)
-                if identity is not None else None)
-        observed = dict(runtime.loaded.observed_memory())
-        stages[runtime.stage_id] = {
-            "worker_tree_peak_rss_bytes": peak, "observed": observed,
-            # demanded pools with no observed figure: never counted as within the demand
-            "unobserved": sorted(pool for pool, how in checks[runtime.stage_id].items()
-                                 if how == "unobserved"),
-        }
-    return {"stages": stages, "ledger": pipeline.ledger.snapshot(),
-            "boundary": "peak resident set (VmHWM) summed over each worker's process "
-                        "tree, read after the measured requests"}
-
-
 def _tried(pipeline: Pipeline) -> dict[str, Any]:
     """Stage id → the candidates tried at open, in order (exactly one chosen)."""
     return {s["id"]: s["candidates"] for s in pipeline.execution_plan()["stages"]}
@@ -127,8 +174,6 @@ def _tried(pipeline: Pipeline) -> dict[str, Any]:
 
 def _refusals(exc: BaseException) -> dict[str, Any] | None:
     """Stage id → candidates tried, when the open ended with every candidate refused."""
-    from edge_core.runtime.candidates import CandidatesRefused
-
     return dict(exc.tried) if isinstance(exc, CandidatesRefused) else None
 
 
@@ -141,100 +186,349 @@ class _Ticker:
             self.progress.update(1)
 
 
-def _traced(path: str, name: str | None, settings: ProfileSettings, inputs: Callable[
-        [Pipeline], list[workload.InputGroup]], say: Callable[[str], None],
-        profile: dict[str, Any]) -> None:
-    clock = startup.StartupClock([], say)
-    traced: dict[str, Any] = {"instrumented": True, "tracer": "sys.setprofile"}
-    profile["traced"] = traced
-    step = "open"
-    pipeline: Pipeline | None = None
-    try:
-        pipeline = startup.traced_open(path, name, clock, say)
-        profile["candidates"] = _tried(pipeline)
-        opened = startup.open_summary(clock)
-        traced["open"] = opened
-        step = "inputs"
-        groups = inputs(pipeline)
-        step = "first_output"
-        traced["first_output_s"] = workload.timed_run(pipeline, groups[0].arrays)["total_s"]
-        step = "process_start"
-        say("timing bare worker starts")
-        bare = startup.measure_process_start(pipeline, settings.process_start_repeats)
-        traced["process_start"] = bare
-        traced["stages"] = startup.stage_startup(opened, bare)
-        if settings.warm_restart:
-            step = "warm_restart"
-            say("restarting every stage (warm)")
-            traced["warm_restart"] = startup.measure_warm_restart(
-                pipeline, lambda: workload.timed_run(pipeline, groups[0].arrays)["total_s"])
-    except Exception as exc:
-        traced["reached"] = clock.reached()
-        profile["outcome"] = _error(step, exc)
-        if _refusals(exc) is not None:
-            profile["candidates"] = _refusals(exc)
-    finally:
-        profile["config"] = clock.config
-        try:
-            profile["probes"] = startup.probe_backends(clock)
-        except Exception as exc:  # a probe that breaks is recorded, not fatal
-            profile["probes"] = [{"error": f"{type(exc).__name__}: {exc}"}]
-        if pipeline is not None:
-            traced["closed"] = pipeline.close()
+class _MemoryHooks(workload.LevelHooks):
+    """Around each level: a memory segment and a conditions snapshot."""
+
+    def __init__(self, watch: memory.MemoryWatch, shots: list[dict[str, Any]],
+                 sysfs: str | None) -> None:
+        self.watch = watch
+        self.shots = shots
+        self.sysfs = sysfs
+
+    def before(self, label: str) -> None:
+        self.shots.append({**conditions.snapshot(self.sysfs), "label": f"{label} start"})
+        self.watch.begin(label)
+
+    def after(self) -> dict[str, Any] | None:
+        row = self.watch.end()
+        self.shots.append({**conditions.snapshot(self.sysfs), "label": f"{row['segment']} end"})
+        return {"memory": row}
 
 
-def _baseline(path: str, name: str | None, settings: ProfileSettings, inputs: Callable[
-        [Pipeline], list[workload.InputGroup]], progress: Progress | None,
-        say: Callable[[str], None], profile: dict[str, Any]) -> None:
-    from edge_core.runtime.opening import open_pipeline
+class _Harness:
+    """One profile in the making: inputs, the streamed flag, and the runs in order."""
 
-    baseline: dict[str, Any] = {"instrumented": False}
-    profile["baseline"] = baseline
-    step = "open"
-    pipeline: Pipeline | None = None
-    try:
+    def __init__(self, path: str, name: str | None, settings: ProfileSettings,
+                 sources: Sequence[str], npz_files: Sequence[str],
+                 classes: Sequence[RequestClass], progress: Progress | None,
+                 say: Callable[[str], None], profile: dict[str, Any]) -> None:
+        self.path = path
+        self.name = name
+        self.settings = settings
+        self.sources = sources
+        self.npz_files = npz_files
+        self.classes = classes
+        self.progress = progress
+        self.say = say
+        self.profile = profile
+        self.streamed: bool | None = None
+        self.plugins: Any = None
+        self.shots: list[dict[str, Any]] = profile["conditions"]["snapshots"]
+        self.tick = _Ticker(progress)
+
+    # -- requests every run makes ---------------------------------------------------------
+
+    def groups(self, pipeline: Pipeline) -> list[workload.InputGroup]:
+        return workload.resolve_groups(pipeline, self.sources, self.npz_files, self.classes)
+
+    def first_output(self, pipeline: Pipeline, group: workload.InputGroup) -> float:
+        """The first request after open (``Pipeline.run``); decides whether it streams."""
         started = time.perf_counter()
-        pipeline = open_pipeline(path, name=name)
-        baseline["open_total_s"] = time.perf_counter() - started
-        profile["candidates"] = _tried(pipeline)  # the run the plan and figures are of
-        step = "inputs"
-        groups = inputs(pipeline)
-        step = "first_output"
-        baseline["first_output_s"] = workload.timed_run(pipeline, groups[0].arrays)["total_s"]
-        allowed = sum(1 for c in settings.concurrency if c <= pipeline.admission.limit)
-        if progress is not None:
-            progress.set_total(len(groups) * (settings.warmup_requests
-                                              + settings.requests * allowed))
-        step = "requests"
-        say("measuring requests")
-        baseline["groups"] = [
-            workload.measure_group(pipeline, group, requests=settings.requests,
-                                   warmup=settings.warmup_requests,
-                                   concurrency=settings.concurrency,
-                                   deadline_s=settings.deadline_s, tick=_Ticker(progress))
-            for group in groups
-        ]
-        step = "memory"
-        baseline["memory"] = _memory(pipeline)
-        profile["plan"] = pipeline.execution_plan()
-        failed = [(g["name"], lvl["concurrency"]) for g in baseline["groups"]
-                  for lvl in g["levels"] if lvl["status"] == "failed"]
-        if failed:
-            first = next(lvl["errors"][0] for g in baseline["groups"] for lvl in g["levels"]
-                         if lvl["status"] == "failed")
-            profile["outcome"] = {"ok": False, "step": "requests", "error_type": first["type"],
-                                  "error": first["message"], "chain": [
-                                      {"type": first["type"], "classes": [first["type"]],
-                                       "message": first["message"]}],
-                                  "failed_levels": failed}
-    except Exception as exc:
-        profile["outcome"] = _error(step, exc)
-        if _refusals(exc) is not None:
-            profile["candidates"] = _refusals(exc)
-    finally:
+        with pipeline.run(group.arrays, params=group.params(0),
+                          deadline_s=self.settings.deadline_s) as result:
+            total = time.perf_counter() - started
+            events = getattr(result.final, "events", ()) or ()
+            streamed = any(not event.terminal for event in events)
+        if self.streamed is None:
+            kinds = pipeline.execution_plan()["stages"][-1]["kind"]
+            self.streamed = streamed or "generate" in kinds
+            self.profile["streamed"] = self.streamed
+        return total
+
+    def matched(self, pipeline: Pipeline, group: workload.InputGroup,
+                tracer: PhaseTracer | None = None) -> dict[str, Any]:
+        """The matched block: the same requests, one at a time, on this thread."""
+        samples = []
+        for index in range(self.settings.matched_requests):
+            def once(index: int = index) -> dict[str, Any]:
+                if self.streamed:
+                    return stream_levels.timed_stream(pipeline, group.arrays,
+                                                      group.params(index),
+                                                      self.settings.deadline_s)
+                return workload.timed_run(pipeline, group.arrays, self.settings.deadline_s,
+                                          group.params(index))
+            if tracer is not None:
+                with tracer:
+                    samples.append(once())
+            else:
+                samples.append(once())
+        return {"group": group.name, "instrumented": tracer is not None, "samples": samples}
+
+    def _clock(self) -> startup.StartupClock:
+        """A clock for an untraced open: its progress marks say how far a failed one got."""
+        stages = [str(s["id"]) for s in (self.profile.get("config") or {}).get("stages") or []]
+        return startup.StartupClock(stages, self.say)
+
+    def _fail(self, step: str, exc: BaseException) -> None:
+        self.profile["outcome"] = _error(step, exc)
+        refused = _refusals(exc)
+        if refused is not None:
+            self.profile["candidates"] = refused
+
+    def _close(self, pipeline: Pipeline | None, entry: dict[str, Any]) -> None:
         if pipeline is not None:
-            baseline["closed"] = pipeline.close()
-            baseline["ledger_after_close"] = pipeline.ledger.snapshot()
+            entry["closed"] = pipeline.close()
+            entry["ledger_after_close"] = pipeline.ledger.snapshot()
+        self.shots.append({**conditions.snapshot(self.settings.sysfs),
+                           "label": f"after run {entry['index']} ({entry['role']})"})
+
+    # -- the runs -------------------------------------------------------------------------
+
+    def untraced(self, index: int, first: bool) -> dict[str, Any]:
+        from edge_core.runtime.opening import open_pipeline
+
+        entry: dict[str, Any] = {"index": index, "role": "untraced", "instrumented": False}
+        step = "open"
+        pipeline: Pipeline | None = None
+        clock = self._clock()
+        try:
+            started = time.perf_counter()
+            pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress)
+            entry["open_s"] = time.perf_counter() - started
+            entry["compiled_cache"] = matched.cache_states(pipeline.execution_plan())
+            self.profile["candidates"] = _tried(pipeline)
+            step = "inputs"
+            groups = self.groups(pipeline)
+            step = "first_output"
+            entry["first_output_s"] = self.first_output(pipeline, groups[0])
+            step = "matched"
+            entry["matched"] = self.matched(pipeline, groups[0])
+            if first and self.settings.warm_restart:
+                step = "warm_restart"
+                self.say("restarting every stage (warm, untraced)")
+                entry["warm_restart"] = startup.measure_warm_restart(
+                    pipeline, lambda: self.first_output(pipeline, groups[0]), traced=False)
+        except Exception as exc:
+            entry["reached"] = clock.reached()
+            self._fail(step, exc)
+        finally:
+            self._close(pipeline, entry)
+        return entry
+
+    def traced(self, index: int, first: bool) -> dict[str, Any]:
+        clock = startup.StartupClock([], self.say)
+        entry: dict[str, Any] = {"index": index, "role": "traced", "instrumented": True,
+                                 "tracer": "sys.setprofile"}
+        step = "open"
+        pipeline: Pipeline | None = None
+        try:
+            pipeline = startup.traced_open(self.path, self.name, clock, self.say)
+            self.plugins = clock.plugins
+            self.profile["candidates"] = _tried(pipeline)
+            opened = startup.open_summary(clock)
+            entry["open"] = opened
+            entry["open_s"] = opened["total_s"]  # file to serving, as an untraced run's
+            entry["compiled_cache"] = matched.cache_states(pipeline.execution_plan())
+            step = "inputs"
+            groups = self.groups(pipeline)
+            step = "first_output"
+            with clock.tracer:
+                entry["first_output_s"] = self.first_output(pipeline, groups[0])
+            step = "matched"
+            entry["matched"] = self.matched(pipeline, groups[0], PhaseTracer({}))
+            step = "process_start"
+            self.say("timing bare worker starts")
+            bare = startup.measure_process_start(pipeline,
+                                                 self.settings.process_start_repeats)
+            entry["process_start"] = bare
+            entry["stages"] = startup.stage_startup(opened, bare)
+            if first and self.settings.warm_restart:
+                step = "warm_restart"
+                self.say("restarting every stage (warm, traced)")
+                entry["warm_restart"] = startup.measure_warm_restart(
+                    pipeline, lambda: self.first_output(pipeline, groups[0]))
+        except Exception as exc:
+            entry["reached"] = clock.reached()
+            self._fail(step, exc)
+        finally:
+            self._close(pipeline, entry)
+        return entry
+
+    def baseline(self, index: int) -> dict[str, Any]:
+        from edge_core.runtime.opening import open_pipeline
+
+        settings = self.settings
+        entry: dict[str, Any] = {"index": index, "role": "baseline", "instrumented": False}
+        step = "open"
+        pipeline: Pipeline | None = None
+        clock = self._clock()
+        try:
+            started = time.perf_counter()
+            pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress)
+            entry["open_s"] = entry["open_total_s"] = time.perf_counter() - started
+            watch = memory.MemoryWatch(pipeline)
+            watch.after_open()
+            entry["compiled_cache"] = matched.cache_states(pipeline.execution_plan())
+            self.profile["candidates"] = _tried(pipeline)  # the run the figures are of
+            step = "inputs"
+            groups = self.groups(pipeline)
+            step = "first_output"
+            entry["first_output_s"] = self.first_output(pipeline, groups[0])
+            step = "matched"
+            entry["matched"] = self.matched(pipeline, groups[0])
+            allowed = sum(1 for c in settings.concurrency if c <= pipeline.admission.limit)
+            if self.progress is not None:
+                self.progress.set_total(len(groups) * (settings.warmup_requests
+                                                       + settings.requests * allowed))
+            step = "requests"
+            self.say("measuring requests")
+            with memory.RssSampler(pipeline, settings.memory_interval_s) as sampler:
+                entry["groups"] = self._levels(pipeline, groups, watch)
+                if self.streamed:
+                    step = "stream_cases"
+                    self.say("slow consumer and cancellation")
+                    entry["stream_cases"] = {
+                        "slow_consumer": stream_levels.slow_consumer(
+                            pipeline, groups[0], settings.deadline_s,
+                            settings.slow_consumer_pause_s, settings.chunk_seconds),
+                        "cancellation": stream_levels.cancellation(
+                            pipeline, groups[0], settings.deadline_s, settings.chunk_seconds),
+                    }
+                step = "quality"
+                entry["quality"] = self._quality(pipeline)
+                if settings.duration_s is not None:
+                    step = "sustained"
+                    level = max([c for c in settings.concurrency
+                                 if c <= pipeline.admission.limit] or [1])
+                    self.say(f"sustained run: {settings.duration_s:g} s at concurrency "
+                             f"{level}")
+                    entry["sustained"] = sustained.sustained_run(
+                        pipeline, groups, concurrency=level,
+                        duration_s=settings.duration_s, window_s=settings.window_s,
+                        deadline_s=settings.deadline_s, streamed=bool(self.streamed),
+                        chunk_seconds=settings.chunk_seconds, sysfs=settings.sysfs,
+                        say=self.say)
+            step = "memory"
+            plan = pipeline.execution_plan()
+            entry["memory"] = self._memory(pipeline, plan, watch, sampler)
+            self.profile["plan"] = plan
+            self._request_failures(entry)
+        except Exception as exc:
+            entry["reached"] = clock.reached()
+            self._fail(step, exc)
+        finally:
+            self._close(pipeline, entry)
+        return entry
+
+    # -- the baseline's parts -------------------------------------------------------------
+
+    def _levels(self, pipeline: Pipeline, groups: Sequence[workload.InputGroup],
+                watch: memory.MemoryWatch) -> list[dict[str, Any]]:
+        settings = self.settings
+        hooks = _MemoryHooks(watch, self.shots, settings.sysfs)
+
+        def streamed(group: workload.InputGroup, level: int) -> dict[str, Any]:
+            return stream_levels.stream_level(pipeline, group, level, settings.requests,
+                                              settings.deadline_s, self.tick,
+                                              settings.chunk_seconds)
+
+        return [workload.measure_group(pipeline, group, requests=settings.requests,
+                                       warmup=settings.warmup_requests,
+                                       concurrency=settings.concurrency,
+                                       deadline_s=settings.deadline_s, tick=self.tick,
+                                       level=streamed if self.streamed else None,
+                                       hooks=hooks)
+                for group in groups]
+
+    def _quality(self, pipeline: Pipeline) -> dict[str, Any]:
+        from edge_core.config.transforms import resolve_input_transform
+        from edge_core.evidence.golden import load_golden, run_golden
+
+        config = pipeline.config
+        if config.quality is None or config.golden is None:
+            missing = [n for n, v in (("quality", config.quality), ("golden", config.golden))
+                       if v is None]
+            return {"declared": False, "reason": f"the pipeline names no {' or '.join(missing)}"}
+        base = config.source.parent if config.source is not None else Path.cwd()
+        golden = load_golden(base / config.golden)
+        function = resolve_input_transform(config.quality, "quality")
+        self.say(f"quality: {config.quality.reference} on {len(golden.items)} golden item(s)")
+        report = run_golden(pipeline, golden, config.quality.reference, function,
+                            self.settings.deadline_s)
+        return {"declared": True, **report}
+
+    def _memory(self, pipeline: Pipeline, plan: dict[str, Any], watch: memory.MemoryWatch,
+                sampler: memory.RssSampler) -> dict[str, Any]:
+        from edge_core.host.identity import described_identity
+        from edge_core.workerstage import tree_peak_rss
+
+        stages = {}
+        checks = {s["id"]: s["memory_check"] for s in plan["stages"]}
+        observed_by_name = {}
+        for runtime in pipeline.stages:
+            described: dict[str, Any] = dict(runtime.loaded.describe())
+            identity = described_identity(described)
+            peak = (tree_peak_rss(identity.pid, identity.start_time)
+                    if identity is not None else None)
+            observed = dict(runtime.loaded.observed_memory())
+            observed_by_name[runtime.name] = observed
+            stages[runtime.stage_id] = {
+                "worker_tree_peak_rss_bytes": peak, "observed": observed,
+                # demanded pools with no observed figure: never counted as within the demand
+                "unobserved": sorted(pool for pool, how in checks[runtime.stage_id].items()
+                                     if how == "unobserved"),
+            }
+        told = watch.finish()
+        return {"stages": stages, "ledger": pipeline.ledger.snapshot(),
+                "boundary": "peak resident set (VmHWM) summed over each worker's process "
+                            "tree, read after the measured requests (since the high-water "
+                            "marks were reset after open: runtime only)"
+                if told["separable"] else "peak resident set (VmHWM) summed over each "
+                "worker's process tree, read after the measured requests (load included)",
+                "told_apart": told, "sampled": sampler.result(),
+                "pools": memory.pool_rows(plan, told["trees"], observed_by_name),
+                "boundaries": memory.__doc__}
+
+    def _request_failures(self, entry: dict[str, Any]) -> None:
+        failed = [[g["name"], lvl["concurrency"]] for g in entry["groups"]
+                  for lvl in g["levels"] if lvl["status"] == "failed"]
+        if not failed:
+            return
+        first = next(lvl["errors"][0] for g in entry["groups"] for lvl in g["levels"]
+                     if lvl["status"] == "failed")
+        self.profile["outcome"] = {
+            "ok": False, "step": "requests", "error_type": first["type"],
+            "error": first["message"], "failed_levels": failed,
+            "chain": [{"type": first["type"], "classes": first["classes"],
+                       "message": first["message"]}]}
+
+
+def _plugins(harness: _Harness) -> Any:
+    """The plugins of the profiled pipeline (loaded again when no run got that far)."""
+    config = harness.profile.get("config")
+    if harness.plugins is None and config:
+        from edge_core.plugins import load_plugins
+
+        harness.plugins = load_plugins(local_modules=config.get("plugins") or ())
+    return harness.plugins
+
+
+def _identity(harness: _Harness, plugins: Any) -> dict[str, Any]:
+    """The runtime identity (and digest), the inventories and the source revision."""
+    config = harness.profile.get("config") or {}
+    stages = config.get("stages") or []
+    backends = {str(s["backend"]) for s in stages} | {
+        str(c["backend"]) for s in stages for c in s.get("candidates") or ()}
+    found: dict[str, Any] = {"source": source_revision(),
+                             "controller_packages": package_inventory()}
+    if plugins is not None:
+        runtime = runtime_identity(plugins, backends)
+        found["runtime"] = runtime
+        found["digest"] = identity_digest(runtime)
+    interpreters = sorted({str(route["interpreter"]) for s in stages
+                           for route in [s.get("route") or {}] if route.get("interpreter")})
+    found["route_packages"] = {i: package_inventory(i) for i in interpreters}
+    return found
 
 
 def run_profile(
@@ -243,6 +537,7 @@ def run_profile(
     name: str | None = None,
     sources: Sequence[str] = (),
     npz_files: Sequence[str] = (),
+    classes: Sequence[RequestClass] = (),
     settings: ProfileSettings | None = None,
     command: Sequence[str] = (),
     progress: Progress | None = None,
@@ -255,6 +550,7 @@ def run_profile(
         name: the pipeline's name in a pyproject.toml.
         sources: ``--input`` values, one input group each (prepare function).
         npz_files: ``--inputs`` .npz files, one input group each.
+        classes: request classes (``--workload``, ``--params``): the final stage's params.
         settings: how much to measure.
         command: the command line to record as the reproducible command.
         progress: advanced by one per request of the baseline run.
@@ -271,18 +567,62 @@ def run_profile(
         "command": {"argv": list(command), "cwd": os.getcwd()},
         "host": host_identity(),
         "settings": attrs.asdict(settings),
-        "boundaries": {"startup": startup.__doc__, "requests": workload.__doc__},
+        "boundaries": {"startup": startup.__doc__, "requests": workload.__doc__,
+                       "streams": stream_levels.__doc__, "runs": matched.__doc__},
         "outcome": {"ok": True},
+        "conditions": {"snapshots": [{**conditions.snapshot(settings.sysfs),
+                                      "label": "before"}]},
+        "config": None, "probes": None,
     }
+    try:  # the cell's labels even when no run opens (the first run then fails the same)
+        from edge_core.runtime.opening import load_config
 
-    def inputs(pipeline: Pipeline) -> list[workload.InputGroup]:
-        return workload.resolve_groups(pipeline, sources, npz_files)
-
-    tell("traced run: start-up phases")
-    _traced(str(path), name, settings, inputs, tell, profile)
-    if profile["outcome"]["ok"]:
-        tell("baseline run: uninstrumented")
-        _baseline(str(path), name, settings, inputs, progress, tell, profile)
+        profile["config"] = load_config(path, name).to_json()
+    except Exception:  # noqa: S110 - the first run records this error with its step
+        pass
+    harness = _Harness(str(path), name, settings, sources, npz_files, classes, progress,
+                       tell, profile)
+    runs: list[dict[str, Any]] = []
+    roles = matched.sequence(settings.startup_samples)
+    for index, role in enumerate(roles):
+        if index == len(roles) - 1:
+            tell("baseline run: uninstrumented, measuring requests")
+            entry = harness.baseline(index)
+            profile["baseline"] = entry
+        elif role == "traced":
+            tell(f"run {index + 1}/{len(roles)}: traced (start-up phases)")
+            entry = harness.traced(index, first=index == 1)
+            profile.setdefault("traced", entry)
+        else:
+            tell(f"run {index + 1}/{len(roles)}: untraced")
+            entry = harness.untraced(index, first=index == 0)
+        runs.append(entry)
+        if not profile["outcome"]["ok"]:
+            break
+    profile["runs"] = [{k: v for k, v in run.items() if k not in ("groups",)}
+                       for run in runs if run is not profile.get("baseline")]
+    traced_runs = [r for r in runs if r.get("instrumented") and "stages" in r]
+    profile["startup"] = {"phases": matched.phase_samples(traced_runs),
+                          "by_cache": matched.by_cache(runs)}
+    profile["instrumentation"] = matched.overhead(runs)
+    profile["targets"] = list(settings.targets) + list(
+        (profile.get("config") or {}).get("targets") or [])
+    try:
+        plugins = _plugins(harness)
+        profile["probes"] = startup.probe_backends(plugins, profile.get("config"))
+        profile["identity"] = _identity(harness, plugins)
+    except Exception as exc:  # recorded, never fatal: the figures stand without it
+        profile["probes"] = profile.get("probes") or [{"error": f"{type(exc).__name__}: {exc}"}]
+        profile["identity"] = {"error": f"{type(exc).__name__}: {exc}"}
+    shots = profile["conditions"]["snapshots"]
+    shots.append({**conditions.snapshot(settings.sysfs), "label": "after"})
+    origin = shots[0]["at"]
+    for shot in shots:
+        shot["at_s"] = round(shot.pop("at") - origin, 3)
+    profile["conditions"]["summary"] = conditions.summarise(
+        [{**s, "at": s["at_s"]} for s in shots])
+    profile["conditions"]["compiled_cache"] = (profile.get("baseline") or {}).get(
+        "compiled_cache")
     profile["finished_at"] = _now()
     return profile
 

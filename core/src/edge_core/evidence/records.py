@@ -5,6 +5,13 @@ outcomes (latency, start-up, memory) in separate fields, carries the identities 
 to reproduce the cell (device/OS, artifact, backend, command, execution plan) and, for
 FAILED, REJECTED and BLOCKED, the failing layer, the observed reason and the smallest
 next step.
+
+Schema version 2 (``edge.qualification/2``) adds four separate verdicts (functional,
+quality, performance, reliability: :mod:`.verdicts`), the operating conditions the
+evidence was taken under, the runtime identity (the one stored placement decisions key
+on) with the package inventories and source revision, and the placement comparison of
+candidate backends. Version 1 records are still read (and rendered by ``edge matrix``);
+they carry none of these, and say so.
 """
 
 from __future__ import annotations
@@ -21,11 +28,15 @@ import attrs
 from edge_core.evidence.errors import RecordInvalid
 from edge_core.evidence.status import Status
 
-__all__ = ["RECORD_SCHEMA", "Cell", "Failure", "QualificationRecord", "load_record",
-           "write_record"]
+__all__ = ["RECORD_SCHEMA", "RECORD_SCHEMAS", "Cell", "Failure", "QualificationRecord",
+           "load_record", "write_record"]
 
-RECORD_SCHEMA = "edge.qualification/1"
-"""The ``schema`` value of every record."""
+RECORD_SCHEMA = "edge.qualification/2"
+"""The ``schema`` value of every record written now."""
+
+RECORD_SCHEMA_V1 = "edge.qualification/1"
+RECORD_SCHEMAS = (RECORD_SCHEMA_V1, RECORD_SCHEMA)
+"""The record schemas read (version 1: before the four verdicts)."""
 
 
 def _text(field: str) -> Any:
@@ -90,6 +101,13 @@ class QualificationRecord:
         performance: performance outcomes (latency, start-up, memory) only.
         failure: for FAILED, REJECTED and BLOCKED: layer, reason, next step.
         notes: free remarks (measurement caveats).
+        verdicts: functional, quality, performance and reliability, each ``{"verdict":
+            "met" | "failed" | "unjudged", "basis": ...}`` (empty in a version 1 record).
+        conditions: the operating conditions observed (load, frequency, temperature,
+            power, compiled-cache use).
+        identity: runtime identity and digest, package inventories, source revision.
+        placement: the candidates each stage tried and the comparison that chose one.
+        schema: the schema the record was written in.
     """
 
     status: Status = attrs.field(converter=_status)
@@ -105,8 +123,18 @@ class QualificationRecord:
     performance: Mapping[str, Any]
     failure: Failure | None = None
     notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    verdicts: Mapping[str, Any] = attrs.field(factory=dict)
+    conditions: Mapping[str, Any] = attrs.field(factory=dict)
+    identity: Mapping[str, Any] = attrs.field(factory=dict)
+    placement: Mapping[str, Any] = attrs.field(factory=dict)
+    schema: str = RECORD_SCHEMA
 
     def __attrs_post_init__(self) -> None:
+        if self.schema not in RECORD_SCHEMAS:
+            raise RecordInvalid("schema", f"must be one of {list(RECORD_SCHEMAS)}", self.schema)
+        if self.schema == RECORD_SCHEMA_V1 and not self.status.in_v1:
+            raise RecordInvalid("status", f"not a status of {RECORD_SCHEMA_V1}",
+                                self.status.value)
         if self.status.needs_failure and self.failure is None:
             raise RecordInvalid("failure", f"required for status {self.status.value}", None)
         if not self.status.needs_failure and self.failure is not None:
@@ -124,21 +152,29 @@ class QualificationRecord:
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form (``schema`` first)."""
+        """The JSON form (``schema`` first); a version 1 record keeps its own fields."""
         body = attrs.asdict(self, recurse=True,
                             value_serializer=lambda _i, _a, v: v.value
                             if isinstance(v, Status) else v)
         body["notes"] = list(self.notes)
-        return {"schema": RECORD_SCHEMA, "record_id": self.record_id, **body}
+        schema = body.pop("schema")
+        if schema == RECORD_SCHEMA_V1:
+            for name in ("verdicts", "conditions", "identity", "placement"):
+                body.pop(name)
+        return {"schema": schema, "record_id": self.record_id, **body}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> QualificationRecord:
-        """Read a record's JSON form; refuse another schema or a missing field."""
+        """Read a record's JSON form (version 1 or 2).
+
+        Refuses another schema or a missing field.
+        """
         if not isinstance(data, Mapping):
             raise RecordInvalid("record", "must be a JSON object", type(data).__name__)
-        if data.get("schema") != RECORD_SCHEMA:
-            raise RecordInvalid("schema", f"must be {RECORD_SCHEMA!r}", data.get("schema"))
-        fields = {f.name for f in attrs.fields(cls)}
+        schema = data.get("schema")
+        if schema not in RECORD_SCHEMAS:
+            raise RecordInvalid("schema", f"must be one of {list(RECORD_SCHEMAS)}", schema)
+        fields = {f.name for f in attrs.fields(cls)} - {"schema"}
         required = {f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING}
         missing = sorted(required - set(data))
         if missing:
@@ -156,11 +192,20 @@ class QualificationRecord:
             values["failure"] = Failure(failure.get("layer", ""), failure.get("reason", ""),
                                         failure.get("next_step", ""), failure.get("step"),
                                         failure.get("error_type"))
-        for name in ("source", "device", "artifact", "backend", "command", "functional",
-                     "performance"):
+        names = ["source", "device", "artifact", "backend", "command", "functional",
+                 "performance"]
+        if schema == RECORD_SCHEMA:
+            names += ["verdicts", "conditions", "identity", "placement"]
+            missing = sorted(set(names) - set(values))
+            if missing:
+                raise RecordInvalid("record", "missing fields", missing)
+        else:
+            values = {k: v for k, v in values.items()
+                      if k not in ("verdicts", "conditions", "identity", "placement")}
+        for name in names:
             if not isinstance(values[name], Mapping):
                 raise RecordInvalid(name, "must be an object", values[name])
-        return cls(**values)
+        return cls(**values, schema=str(schema))
 
 
 def load_record(path: str | os.PathLike[str]) -> QualificationRecord:

@@ -19,7 +19,8 @@ Boundaries (all ``time.perf_counter`` in the controller process):
   imports and handler construction), a derived figure;
 - ``first_output_s``: the first ``Pipeline.run`` after ``open`` returned, until its result;
 - ``warm_restart``: ``StageRuntime.restart()`` of each stage (retire, load again under a
-  new generation, full gate) with the OS caches warm, then one request.
+  new generation, full gate) with the OS caches warm, then one request; traced (split
+  into phases) in the traced run, untraced (totals only) in the first untraced run.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import attrs
 
 from edge_core.evidence.tracing import PhaseTracer, default_targets
-from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime import Pipeline
 
 __all__ = ["BARE_ENTRY", "StartupClock", "measure_process_start", "measure_warm_restart",
            "open_summary", "probe_backends", "stage_startup", "traced_open"]
@@ -137,20 +138,20 @@ def open_summary(clock: StartupClock) -> dict[str, Any]:
     }
 
 
-def probe_backends(clock: StartupClock) -> list[dict[str, Any]]:
+def probe_backends(plugins: Any, config: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The probe reports (devices, availability, reason) of the backends the stages name."""
     from edge_core.binding import backend_table
     from edge_core.runtime.pipeline import PROBE_TIMEOUT_S
 
-    if clock.plugins is None or clock.config is None:
+    if plugins is None or config is None:
         return []
-    stages = clock.config.get("stages", [])
+    stages = config.get("stages", [])
     names = {str(stage["backend"]) for stage in stages} | {
         str(c["backend"]) for stage in stages for c in stage.get("candidates") or ()}
-    table = backend_table(clock.plugins)
+    table = backend_table(plugins)
     reports = []
     for owner in sorted({table[n][1] for n in names if n in table}):
-        answer = clock.plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        answer = plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
         reports += [r.to_json() for r in answer.result or () if r.backend in names]
     return reports
 
@@ -186,24 +187,30 @@ def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
     return result
 
 
-def measure_warm_restart(pipeline: Pipeline, run_once: Callable[[], float]) -> dict[str, Any]:
-    """Restart each stage in turn (traced), then time one request through the pipeline."""
+def measure_warm_restart(pipeline: Pipeline, run_once: Callable[[], float], *,
+                         traced: bool = True) -> dict[str, Any]:
+    """Restart each stage in turn, then time one request through the pipeline.
+
+    ``traced``: split each restart into the traced phases; untraced, only its total.
+    """
     stages: dict[str, Any] = {}
     for runtime in pipeline.stages:
         tracer = PhaseTracer(_targets())
-        with tracer:
-            started = time.perf_counter()
+        started = time.perf_counter()
+        if traced:
+            with tracer:
+                runtime.restart()
+        else:
             runtime.restart()
-            ended = time.perf_counter()
-        traced = tracer.between(started, ended)
-        stages[runtime.stage_id] = {
-            "restart_s": ended - started,
-            "generation": runtime.generation,
-            **{f"{phase}_s": traced.get(phase, 0.0)
-               for phase in ("worker_retire", "artifact_verification", "worker_start",
-                             "worker_load", "worker_warmup")},
-        }
-    return {"stages": stages, "first_output_s": run_once()}
+        ended = time.perf_counter()
+        row: dict[str, Any] = {"restart_s": ended - started, "generation": runtime.generation}
+        if traced:
+            spans = tracer.between(started, ended)
+            row.update({f"{phase}_s": spans.get(phase, 0.0)
+                        for phase in ("worker_retire", "artifact_verification", "worker_start",
+                                      "worker_load", "worker_warmup")})
+        stages[runtime.stage_id] = row
+    return {"instrumented": traced, "stages": stages, "first_output_s": run_once()}
 
 
 def stage_startup(open_phases: Mapping[str, Any],

@@ -1,8 +1,9 @@
 """Qualification statuses, what each one means, and the failing layer of an error.
 
 The statuses are deliberately distinct: a prerequisite that is missing (BLOCKED) is not
-an attempt that failed (FAILED), an artifact that was refused (REJECTED) is neither, and
-a measured but unchecked result (PROFILE_ONLY) is not a qualification.
+an attempt that failed (FAILED), an artifact that was refused (REJECTED) is neither, a
+measured but unchecked result (PROFILE_ONLY) is not a qualification, and a cell whose
+every judged verdict was met while some were not judged (MET_AS_JUDGED) is not a PASS.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ __all__ = ["COLOURS", "MEANINGS", "FailureClass", "Status", "classify_error", "c
 class Status(enum.StrEnum):
     """The status of one device x model x configuration cell."""
 
-    #: The complete model ran on the target device: every stage entirely on its target
-    #: provider, every stage's outputs within bound of its reference, performance measured.
+    #: All four verdicts judged and met: the complete model ran on the target device
+    #: within bound of its reference (functional), the task-level check on the golden set
+    #: passed (quality), the product targets were met on at least the protocol's request
+    #: count (performance), and the run served without errors and retired verified
+    #: (reliability).
     PASS = "PASS"  # noqa: S105 - a status, not a password
+    #: The functional verdict is met and no judged verdict failed, but some verdicts were
+    #: not judged (no golden set, no targets, ...): the record names which were.
+    MET_AS_JUDGED = "MET_AS_JUDGED"
     #: The complete model ran and matched its references, but part of the graph ran on a
     #: fallback provider (a split the placement policy allowed).
     PARTIAL = "PARTIAL"
@@ -45,13 +52,21 @@ class Status(enum.StrEnum):
         """True for the statuses that must name a failing layer and a next step."""
         return self in (Status.FAILED, Status.REJECTED, Status.BLOCKED)
 
+    @property
+    def in_v1(self) -> bool:
+        """True for the statuses a version 1 record can carry."""
+        return self is not Status.MET_AS_JUDGED
+
 
 MEANINGS: dict[Status, str] = {
-    Status.PASS: "complete model on the target, within bound of its reference, measured",
+    Status.PASS: "all four verdicts judged and met: functional, quality, performance, "
+    "reliability",
+    Status.MET_AS_JUDGED: "functional met, nothing judged failed, some verdicts unjudged "
+    "(the cell names which were judged)",
     Status.PARTIAL: "complete model within bound, but part of it ran on a fallback provider",
     Status.COMPONENT: "only components checked against a reference, not the complete model",
     Status.PROFILE_ONLY: "measured, but no output compared against a reference",
-    Status.FAILED: "an attempted run failed",
+    Status.FAILED: "an attempted run failed, or a judged verdict was not met",
     Status.REJECTED: "the artifact was refused before anything ran",
     Status.BLOCKED: "a prerequisite is missing; nothing was attempted",
 }
@@ -59,6 +74,7 @@ MEANINGS: dict[Status, str] = {
 
 COLOURS: dict[Status, str] = {
     Status.PASS: "#1a7f37",
+    Status.MET_AS_JUDGED: "#1b7c83",
     Status.PARTIAL: "#9a6700",
     Status.COMPONENT: "#0969da",
     Status.PROFILE_ONLY: "#8250df",
@@ -118,6 +134,9 @@ _TABLE: dict[str, FailureClass] = {
     "WorkerUnresponsive": FailureClass(
         Status.FAILED, "worker",
         "the worker stopped answering heartbeats: check for a stopped or hung process"),
+    "RequestTooLarge": FailureClass(
+        Status.FAILED, "request",
+        "raise stages[].max_io_bytes to the request's size, or send smaller inputs"),
     "RequestFailed": FailureClass(
         Status.FAILED, "request", "rerun one request with `edge run --inputs` to isolate it"),
     "WorkerLost": FailureClass(

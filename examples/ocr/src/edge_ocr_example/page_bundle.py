@@ -19,7 +19,11 @@ DB network downsamples by 32), ``B`` the batch of one call
 320, 640, 960 or 1280, so calls of similar lines batch together.
 
 The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
-:mod:`edge_ocr_example.page_pipeline`; ort-cpu), ``pipeline-auto.toml`` (the classifier
+:mod:`edge_ocr_example.page_pipeline`, the quality check
+:func:`edge_ocr_example.quality.page_cer` on ``golden.json``; ort-cpu),
+``golden.json`` (the golden set: the demo page with its ground truth, shipped with the
+package as ``demo_page_truth.json``, and its pass criterion ``cer <= GOLDEN_MAX_CER``),
+``pipeline-auto.toml`` (the classifier
 with a ``qnn`` candidate on the bundle ``make demo`` derives into ``classify-qnn``, then
 ``ort-cpu``: :func:`pipeline_auto_toml`), ``page.png`` (the demo page:
 :func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
@@ -61,12 +65,19 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_PIPELINE", "PAGE",
-           "REC_MAX", "PageBuild", "build_page_bundles", "main", "pipeline_auto_toml",
-           "pipeline_toml"]
+__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_PIPELINE",
+           "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX", "PageBuild", "build_page_bundles",
+           "golden_set", "main", "pipeline_auto_toml", "pipeline_toml"]
 
 PAGE: Final = "page.png"
 """The demo page in the bundle directory."""
+GOLDEN: Final = "golden.json"
+"""The golden set in the bundle directory (the pipeline's ``golden``)."""
+GOLDEN_MAX_CER: Final = 0.02
+"""The golden set's pass criterion: the demo page read with at most 2 % character errors
+(the direct onnxruntime run of the same transforms reads it without any)."""
+TRUTH: Final = "demo_page_truth.json"
+"""The demo page's ground truth, shipped inside the package."""
 REC_MAX: Final = 1280
 """Widest recogniser input the bundle serves."""
 AUTO_PIPELINE: Final = "pipeline-auto.toml"
@@ -155,7 +166,8 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
     transforms = {"classify": f"{_MODULE}:detect_to_classify",
                   "recognize": f"{_MODULE}:classify_to_recognize"}
     lines = ['name = "ocr-page"', f'prepare = "{_MODULE}:prepare"',
-             f'finish = "{_MODULE}:finish"', ""]
+             f'finish = "{_MODULE}:finish"', 'quality = "edge_ocr_example.quality:page_cer"',
+             f'golden = "{GOLDEN}"', ""]
     for stage in STAGES:
         lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
         if stage.id in transforms:
@@ -197,6 +209,25 @@ def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
         classify + plain[end:])
 
 
+def golden_set(drawn: tuple[str, ...]) -> dict[str, Any]:
+    """The golden set file: the demo page with the shipped truth, and its pass criterion.
+
+    Raises:
+        OcrError: the page as drawn now does not carry the shipped truth's text.
+    """
+    from importlib.resources import files
+
+    truth = json.loads(files("edge_ocr_example").joinpath(TRUTH).read_text(encoding="utf-8"))
+    if list(drawn) != truth["lines"]:
+        raise OcrError("golden", f"the demo page no longer draws the text of {TRUTH}",
+                       list(drawn))
+    return {"schema": "edge.golden/1",
+            "description": f"{truth['page']}; read through the whole pipeline, scored by "
+                           "page CER (edge_ocr_example.quality)",
+            "passes": [f"cer <= {GOLDEN_MAX_CER}"],
+            "items": [{"name": "demo-page", "input": PAGE, "truth": truth["lines"]}]}
+
+
 def _clear(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise OcrError("out", "exists and is not a directory", str(out))
@@ -232,7 +263,8 @@ def build_page_bundles(
     if not dictionary:
         raise OcrError("recognize.metadata['character']", "no dictionary in the graph", None)
     characters = character_table(dictionary.split("\n"))
-    image, _ = demo_page()
+    image, drawn = demo_page()
+    golden = golden_set(drawn)
     pixels = np.asarray(image)
     text = tuple(line.text for line in read_page(pixels, runner, characters=characters,
                                                  limit=limit, batch=BATCH))
@@ -268,6 +300,7 @@ def build_page_bundles(
     description = {"pipeline": "ocr-page", "det_limit": limit, "batch": BATCH,
                    "shapes": shapes, "example_text": list(text)}
     (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
+    (out / GOLDEN).write_text(json.dumps(golden, indent=1) + "\n")
     (out / PIPELINE).write_text(pipeline_toml())
     (out / AUTO_PIPELINE).write_text(pipeline_auto_toml())
     return PageBuild(out, shapes, text)

@@ -63,9 +63,10 @@ def bundles(directory: Path | None) -> Path:
 
 def start_server(pipeline: Path) -> tuple[subprocess.Popen[str], str]:
     """``edge serve`` on a free port; returns the process and its URL."""
+    env = {**os.environ, "EDGE_TEST_BACKENDS": "1"}  # the echo pipeline's test backend
     process = subprocess.Popen([EDGE, "serve", str(pipeline), "--port", "0"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, env=env)
     assert process.stderr is not None
     for line in process.stderr:
         if "listening on " in line:

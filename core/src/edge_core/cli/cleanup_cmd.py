@@ -26,7 +26,7 @@ NAME = "cleanup"
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``cleanup`` command."""
     parser = common.add_command(
-        sub, NAME, "remove shared memory and staged copies left by dead edge-core processes",
+        sub, NAME, "remove shared memory and copies left by dead edge-core processes",
         "Remove (or with --dry-run list) the shared-memory segments and staged folders "
         "(worker packages, verified bundle copies in the temporary folder) whose owner "
         "process is gone, checked by process id and start time: a live process's files are "

@@ -34,6 +34,8 @@ EXIT_PLUGINS = 3
 
 HELP_WIDTH = 88
 """Columns of ``--help`` text, whatever the terminal's width."""
+HELP_COLUMN = 18
+"""The column where every command's and option's help text starts."""
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -45,7 +47,9 @@ class HelpFormatter(argparse.HelpFormatter):
     """
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=17, width=HELP_WIDTH)
+        super().__init__(prog, max_help_position=HELP_COLUMN, width=HELP_WIDTH)
+        self._action_max_length = HELP_COLUMN - 2  # the same column in every command
+
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
@@ -263,8 +267,9 @@ def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
         for owner, commands in sorted(listed.items()):
             lines.append(f"  from {owner}:")
             for name, text in commands:
-                lines += textwrap.wrap(text, HELP_WIDTH, initial_indent=f"    {name:<13}",
-                                       subsequent_indent=" " * 17)
+                lines += textwrap.wrap(text, HELP_WIDTH,
+                                       initial_indent=f"    {name:<{HELP_COLUMN - 4}}",
+                                       subsequent_indent=" " * HELP_COLUMN)
         parser.epilog = "\n".join(lines) + "\n\n" + (parser.epilog or "")
     return None
 

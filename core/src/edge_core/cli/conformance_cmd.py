@@ -24,8 +24,7 @@ NAME = "conformance"
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``conformance`` command."""
     parser = sub.add_parser(
-        NAME, help="run the conformance kit: does a backend keep edge-core's lifecycle "
-        "contract?",
+        NAME, help="run the conformance kit: do backends keep the lifecycle contract?",
         description="Run the conformance kit's checks (load, gate, calls, cancel, retire, "
         "leaks) on the named backends (default: every installed backend). An unavailable "
         "backend reports every check skipped, and skipped never counts as passed. Exit 0 "

@@ -22,7 +22,7 @@ NAME = "qualify"
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``qualify`` command."""
     parser = common.add_command(
-        sub, NAME, "write a qualification record for one device x model x configuration cell",
+        sub, NAME, "write a qualification record (PASS ... BLOCKED) from a profile",
         "Turn a profile from 'edge profile' (or an AI Hub job record) into a qualification "
         "record: a status (PASS, PARTIAL, COMPONENT, PROFILE_ONLY, FAILED, REJECTED, BLOCKED), "
         "the identities, the command, and on failure the failing layer and the next step. "

@@ -60,11 +60,19 @@ def register(subparsers: Any) -> None:
     devices.add_argument("--name", default="", metavar="NAME",
                          help="an exact device name (default: every device)")
     _connection(devices)
-    for name, text in (("compile", "compile the bundle's graph for a device"),
-                       ("profile", "compile, then profile on the device"),
-                       ("infer", "compile, profile and run the example inputs; compare "
-                        "the outputs with the local reference")):
-        sub = add_command(commands, name, text, text[0].upper() + text[1:] + ".",
+    for name, text, detail in (
+            ("compile", "compile the bundle's graph for a device",
+             "Upload the bundle's graph and compile it for the named hosted device; the job "
+             "record names the compiled target."),
+            ("profile", "compile, then profile on the device",
+             "Compile the bundle's graph for the named hosted device, then profile it there: "
+             "inference time, peak memory and compute units go into the job record."),
+            ("infer", "compile, profile and run the example inputs; compare the outputs "
+             "with the local reference",
+             "Compile and profile the bundle's graph on the named hosted device, run the "
+             "bundle's example inputs there and compare the outputs with the local "
+             "reference; the job record holds the comparison.")):
+        sub = add_command(commands, name, text, detail,
                           f"edge hub {name} build/ocr/classify-qnn --device NAME")
         sub.add_argument("bundle", metavar="BUNDLE", help="an artifact bundle directory")
         sub.add_argument("--device", required=True, metavar="NAME",

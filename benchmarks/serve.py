@@ -47,6 +47,8 @@ from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.opening import open_pipeline
 
 EDGE = str(Path(sys.executable).with_name("edge"))
+# The echo comparison runs the echo test backend, here and in the edge serve it starts.
+os.environ["EDGE_TEST_BACKENDS"] = "1"
 
 
 def bundles(directory: Path | None) -> Path:
@@ -63,10 +65,9 @@ def bundles(directory: Path | None) -> Path:
 
 def start_server(pipeline: Path) -> tuple[subprocess.Popen[str], str]:
     """``edge serve`` on a free port; returns the process and its URL."""
-    env = {**os.environ, "EDGE_TEST_BACKENDS": "1"}  # the echo pipeline's test backend
     process = subprocess.Popen([EDGE, "serve", str(pipeline), "--port", "0"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, env=env)
+                               stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     for line in process.stderr:
         if "listening on " in line:

@@ -93,3 +93,13 @@ def test_no_command_given_prints_the_help_and_exits_2() -> None:
                           text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert "commands added by installed plugins:" in done.stdout
+
+
+def test_the_command_line_reference_page_is_current() -> None:
+    from pathlib import Path
+
+    from edge_core.cli.reference import render
+
+    page = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
+    assert page.read_text(encoding="utf-8") == render(), (
+        "docs/cli.md is out of date: run python -m edge_core.cli.reference docs/cli.md")

@@ -158,10 +158,18 @@ def read_npz_inputs(path: str, config: Any) -> dict[str, Any]:
 
 
 def _declared_shapes(config: Any) -> Any:
-    """The shape set the first stage's manifest declares, when it is simple to read."""
+    """The shapes the first stage's bundle serves, read from its manifest (no verification).
+
+    The declared shape set, or for a bundle without one the single shape of its example
+    inputs; ``None`` when the stage transforms its inputs or the manifest cannot be read
+    (opening then decides).
+    """
     import json
 
+    import numpy as np
+
     from edge_contracts.shapesets import ShapeSet
+    from edge_core.shapes import specs_of
 
     stage = config.stages[0]
     if stage.input_transform is not None or stage.manifest is None:
@@ -170,10 +178,14 @@ def _declared_shapes(config: Any) -> Any:
     if path.is_dir():
         path = path / "edge-manifest.json"
     try:
-        declared = json.loads(path.read_text(encoding="utf-8"))["metadata"]["validation"][
-            "shapes"]
-        return ShapeSet.from_json([{"name": e.get("name"), "inputs": e.get("inputs")}
-                                   for e in declared], "shapes")
+        metadata = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+        declared = (metadata.get("validation") or {}).get("shapes")
+        if declared is not None:
+            return ShapeSet.from_json([{"name": e.get("name"), "inputs": e.get("inputs")}
+                                       for e in declared], "shapes")
+        example = path.parent / metadata["example_inputs"]
+        with np.load(example, allow_pickle=False) as data:
+            return ShapeSet.single(specs_of({name: data[name] for name in data.files}))
     except Exception:  # an unreadable or undeclared shape set: opening decides
         return None
 

@@ -10,14 +10,17 @@ Exit codes (the same for every command):
       an unavailable backend that was asked for by name, a conformance run in which
       nothing passed; also an unexpected error
 2     usage, input or configuration error (bad arguments, an unreadable input, an
-      invalid pipeline file: every problem of the file named at once)
+      invalid pipeline file: the file named and every problem of every stage at once,
+      unknown backend names with the closest installed ones; all of it checked before
+      any worker starts, :mod:`edge_core.preflight`)
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set
 ====  ================================================================================
 
-Errors are one line on stderr (inside the JSON document with ``--json``); ``--debug`` or
-``EDGE_DEBUG=1`` adds the traceback. Output to a closed pipe (``edge probe --json |
-head -1``) ends quietly: the rest of the output is dropped and the exit code is the
-command's own.
+``edge --help`` lists the built-in commands, then those installed plugins add, under
+their distribution. Errors are one line on stderr (inside the JSON document with
+``--json``); ``--debug`` or ``EDGE_DEBUG=1`` adds the traceback. Output to a closed pipe
+(``edge probe --json | head -1``) ends quietly: the rest of the output is dropped and
+the exit code is the command's own.
 """
 
 from __future__ import annotations

@@ -89,17 +89,19 @@ def strip_machine_paths(folder: Path) -> None:
 
     Records and profiles name the interpreter, the pipeline file and the bundles' staged
     copies by absolute path, which is right for evidence kept on the machine that made
-    it. In the committed example the checkout's root becomes ``.`` and the temporary
-    directory ``$TMPDIR``.
+    it. In the committed example the checkout's root becomes ``.``, the temporary
+    directory ``$TMPDIR`` and the home directory (the QNN context cache) ``~``.
     """
     root = re.escape(str(Path.cwd().resolve()))
     temp = re.escape(tempfile.gettempdir())
+    home = re.escape(str(Path.home()))
     end = r"""(?=["'<\s,;)\]}]|$)"""  # where a path ends in JSON, Markdown or HTML
     rules = [
         (re.compile(root + "/"), ""),  # paths inside the checkout become relative
         (re.compile(root + end), "."),
         (re.compile(r"(?<![\w/.])" + temp + "(?=/)"), "$TMPDIR"),
         (re.compile(r"(?<![\w/.])" + temp + end), "$TMPDIR"),
+        (re.compile(r"(?<![\w/.])" + home + "(?=/)"), "~"),
     ]
     for path in sorted(folder.rglob("*")):
         if path.suffix not in {".json", ".md", ".html"}:

@@ -99,12 +99,12 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     validate = _validator(plugins)
     problems: list[ConfigError] = []
     if config is not None:
+        files = _file_problems(config)
         try:
             config = source.read(validate)
         except InvalidConfigError as exc:
             problems = list(exc.problems)
-        if not problems:
-            problems = _file_problems(config)
+        problems += files
     else:
         problems = _raw_backend_problems(source, validate)
     seen = {str(p) for p in structural}

@@ -148,6 +148,19 @@ def test_structure_and_backend_problems_are_named_together(work: Path) -> None:
     assert logs == []
 
 
+def test_backend_manifest_and_transform_problems_are_named_together(work: Path) -> None:
+    broken = THREE.replace('id = "c"', 'id = "c"\nmanifest = "no/such/bundle"').replace(
+        "edge_echo.transforms:passthrough", "edge_echo.transforms:no_such_function", 1)
+    (work / "four.toml").write_text(broken)
+    done, logs = edge("plan", "four.toml", "--json", cwd=work)
+    assert done.returncode == 2, done.stderr
+    paths = sorted(p.split(":")[0] for p in json.loads(done.stdout)["problems"])
+    assert paths == ["stages[0].backend.name", "stages[1].backend.options.delay_s",
+                     "stages[1].input_transform", "stages[2].backend.options.scael",
+                     "stages[2].manifest"]
+    assert logs == []
+
+
 def test_an_uninstalled_candidate_stays_a_refusal_and_the_next_one_serves(work: Path) -> None:
     done, _ = edge("plan", "fallback.toml", "--probe-only", "--json", cwd=work)
     assert done.returncode == 0, done.stderr

@@ -47,6 +47,8 @@ from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.opening import open_pipeline
 
 EDGE = str(Path(sys.executable).with_name("edge"))
+# The echo comparison runs the echo test backend, here and in the edge serve it starts.
+os.environ["EDGE_TEST_BACKENDS"] = "1"
 
 
 def bundles(directory: Path | None) -> Path:

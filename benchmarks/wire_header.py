@@ -7,7 +7,8 @@ shared-memory reference. Both decoders end in the same validated FrameHeader, so
 numbers compare the whole per-call header path, not just the codec.
 
 Run: .venv/bin/python benchmarks/wire_header.py [--quick]
-Prints per-operation times (best of several repeats), sizes and the JSON/binary ratio.
+Prints per-operation times (best of several repeats), sizes and the JSON/binary ratio; the
+last line is one JSON object with the same figures.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ def main() -> None:
         f"{'header':30} {'codec':7} {'bytes':>6} {'encode µs':>10} {'parse µs':>9} {'total µs':>9}"
     )
     ratios = []
+    totals: dict[str, dict[str, float]] = {}
     for label, header in sample_headers().items():
         json_raw, binary_raw = encode_header(header), encode_binary(header)
         assert parse_header(json_raw, LIMITS) == header
@@ -250,6 +252,7 @@ def main() -> None:
             rows[codec] = enc + dec
             print(f"{label:30} {codec:7} {len(raw):6d} {enc:10.2f} {dec:9.2f} {enc + dec:9.2f}")
         ratios.append(rows["json"] / rows["binary"])
+        totals[label] = {f"{codec}_us": round(value, 2) for codec, value in rows.items()}
         print(f"{'':30} json/binary time ratio: {ratios[-1]:.2f}")
     small = FrameHeader("call", "r1", "s1", 0, 0, (TensorSpec("x", DType.FLOAT32, (16,), 64),))
     payload = bytes(64)
@@ -265,6 +268,9 @@ def main() -> None:
     rtt = echo_round_trip_us(frame, 2000 if args.quick else 20000)
     print(f"same frame, socketpair round trip to a child process (median): {rtt:.2f} µs")
     print(f"mean json/binary ratio over the samples: {sum(ratios) / len(ratios):.2f}")
+    print(json.dumps({"headers": totals, "whole_frame_us": round(whole / 1000, 2),
+                      "socketpair_rtt_us": round(rtt, 2),
+                      "json_over_binary": round(sum(ratios) / len(ratios), 3)}))
 
 
 if __name__ == "__main__":

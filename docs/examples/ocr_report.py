@@ -4,13 +4,15 @@ Run from the repository root with the workspace's virtual environment::
 
     .venv/bin/python docs/examples/ocr_report.py
 
-It builds the PP-OCRv4 bundles (``build/ocr``) if they are missing, writes three
-variants of the OCR pipeline next to them, then for each configuration runs
-``edge profile`` → ``edge qualify`` and finally ``edge matrix`` over the records:
+It reads ``make demo``'s build (``build/ocr``: the page pipeline, its demo page and
+``pipeline-auto.toml`` with the classifier's QNN candidate), writes two variants of the
+page pipeline next to it, then for each configuration runs ``edge profile`` → ``edge
+qualify`` on the demo page and finally ``edge matrix`` over the records:
 
 - ``ort-cpu`` as built (admission 1: concurrency 2 and 4 are skipped and say so);
 - ``ort-cpu`` with admission 4 (concurrency 1, 2 and 4 measured);
-- ``qnn`` on the HTP simulator (onnxruntime-qnn), whatever happens;
+- ``pipeline-auto.toml``: the classifier on ``qnn`` (the HTP simulator here), the other
+  stages on ``ort-cpu``: one record per stage and tried candidate;
 - ``ort-directml``, which cannot run on Linux (a BLOCKED cell with the probe's reason).
 """
 
@@ -32,7 +34,8 @@ def variant(name: str, *, admission: int | None = None, backend: str | None = No
     """Write ``build/ocr/pipeline-<name>.toml`` from the built pipeline.toml."""
     text = (BUILD / "pipeline.toml").read_text(encoding="utf-8")
     if admission is not None:
-        text = text.replace('name = "ocr"\n', f'name = "ocr"\nadmission = {admission}\n', 1)
+        text = text.replace('name = "ocr-page"\n', f'name = "ocr-page"\nadmission = {admission}\n',
+                            1)
     if backend is not None:
         text = text.replace('name = "ort-cpu"', f'name = "{backend}"')
     if target is not None:
@@ -50,25 +53,30 @@ def run(*args: str) -> int:
 
 def main() -> int:
     """Build, profile, qualify and aggregate; returns 0 when the report was written."""
-    if not (BUILD / "pipeline.toml").exists():
-        subprocess.run([sys.executable, "-m", "edge_ocr_example.bundle", str(BUILD)],
-                       check=True)
+    if not (BUILD / "pipeline-auto.toml").exists() or not (BUILD / "classify-qnn").exists():
+        print("build/ocr is missing or incomplete: run make demo first", file=sys.stderr)
+        return 2
     cells = [
         ("ort-cpu", BUILD / "pipeline.toml", None),
         ("ort-cpu-admission4", variant("admission4", admission=4), None),
-        ("qnn-htp-simulator", variant("qnn", backend="qnn", target="QNNExecutionProvider"),
-         "QNN HTP simulator (onnxruntime-qnn) on the host CPU"),
+        ("auto-qnn-classifier", BUILD / "pipeline-auto.toml", None),
         ("ort-directml", variant("directml", backend="ort-directml",
                                  target="DmlExecutionProvider"), "DirectML GPU (none here)"),
     ]
+    for folder in ("profiles", "records"):
+        for old in (OUT / folder).glob("*.json"):
+            old.unlink()
     for name, pipeline, device in cells:
         profile = OUT / "profiles" / f"{name}.json"
-        run("profile", str(pipeline), "--input", str(BUILD / "image.png"), "--out", str(profile))
+        requests = "3" if name.startswith("auto") else "10"  # the simulator is slow
+        run("profile", str(pipeline), "--input", str(BUILD / "page.png"), "--requests", requests,
+            "--out", str(profile))
         labels = ["--device", device] if device else []
         if name == "ort-cpu-admission4":
             labels += ["--configuration", "ort-cpu / CPUExecutionProvider, admission 4"]
-        if run("qualify", "--profile", str(profile), *labels,
-               "--out", str(OUT / "records" / f"{name}.json")) != 0:
+        where = (["--out-dir", str(OUT / "records")] if name.startswith("auto")
+                 else ["--out", str(OUT / "records" / f"{name}.json")])
+        if run("qualify", "--profile", str(profile), *labels, *where) != 0:
             return 1
     status = run("matrix", str(OUT / "records"), "--out-dir", str(OUT),
                  "--title", "OCR (PP-OCRv4) qualification matrix")
@@ -81,17 +89,19 @@ def strip_machine_paths(folder: Path) -> None:
 
     Records and profiles name the interpreter, the pipeline file and the bundles' staged
     copies by absolute path, which is right for evidence kept on the machine that made
-    it. In the committed example the checkout's root becomes ``.`` and the temporary
-    directory ``$TMPDIR``.
+    it. In the committed example the checkout's root becomes ``.``, the temporary
+    directory ``$TMPDIR`` and the home directory (the QNN context cache) ``~``.
     """
     root = re.escape(str(Path.cwd().resolve()))
     temp = re.escape(tempfile.gettempdir())
+    home = re.escape(str(Path.home()))
     end = r"""(?=["'<\s,;)\]}]|$)"""  # where a path ends in JSON, Markdown or HTML
     rules = [
         (re.compile(root + "/"), ""),  # paths inside the checkout become relative
         (re.compile(root + end), "."),
         (re.compile(r"(?<![\w/.])" + temp + "(?=/)"), "$TMPDIR"),
         (re.compile(r"(?<![\w/.])" + temp + end), "$TMPDIR"),
+        (re.compile(r"(?<![\w/.])" + home + "(?=/)"), "~"),
     ]
     for path in sorted(folder.rglob("*")):
         if path.suffix not in {".json", ".md", ".html"}:

@@ -1,16 +1,42 @@
-"""The docs' examples run: every ```` ```python run ```` block of docs/*.md is executed.
+"""The docs' commands run: what a reader copies is what the suite runs.
 
-One fresh interpreter per page runs its blocks in order (later blocks build on earlier
-ones), in an empty working directory. A page whose blocks fail fails here, with the
-block's first line and the traceback.
+Two kinds of page:
+
+* **Walk-through pages** — the README, docs/getting-started.md and every how-to in
+  docs/howto/ — have each shell (``sh``, ``bash``) and ``python`` block run, in order, in
+  a fresh working directory where ``build/`` is ``make demo``'s build (the session's
+  ``demo_build`` fixture, built once) and ``.venv`` is this environment, with the
+  environment a user has (no test backends, no ``EDGE_PLUGINS``). A block is in one of
+  three classes, marked by an HTML comment on the line before its fence:
+
+  - run (the default, no marker);
+  - ``<!-- doc-test: syntax-only (REASON) -->``: only parsed (``bash -n``, ``compile``),
+    for what cannot run here, each with its reason (a GPU, Windows, the network, an
+    unpublished package); at most a tenth of the blocks;
+  - ``<!-- doc-test: exclude (REASON) -->``: not run, for the test entry points
+    themselves (``make demo``, ``make test``).
+
+  Other markers: ``<!-- doc-test: write PATH -->`` writes the block (a TOML file, say) to
+  PATH in the working directory before the next block runs; ``<!-- doc-test: expect
+  TEXT -->`` requires TEXT in the block's standard output. A shell block runs under
+  ``bash -e -o pipefail`` in its own process group, which is ended after the block (a
+  server it started in the background goes with it); a Python block runs as a script of
+  its own.
+* **Reference pages** (docs/*.md) have their ```` ```python run ```` blocks executed, in
+  order, in one fresh interpreter per page (later blocks build on earlier ones).
+
+``test_block_counts`` prints how many blocks of each class there are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,6 +44,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```python run[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+#: Pages whose shell and Python blocks are run (see the module docstring).
+WALKTHROUGHS = [ROOT / "README.md", DOCS / "getting-started.md",
+                *sorted((DOCS / "howto").glob("*.md"))]
+SHELL = {"sh", "bash", "shell"}
+RUNNABLE = SHELL | {"python"}
+BLOCK = re.compile(
+    r"((?:^<!-- doc-test: [^\n]*-->[ \t]*\n)*)^```([A-Za-z]*)[^\n]*\n(.*?)^```[ \t]*$",
+    re.MULTILINE | re.DOTALL)
+MARKER = re.compile(r"<!-- doc-test: (exclude|syntax-only|expect|write) ?(.*?) ?-->")
+REASON = re.compile(r"^\((.+)\)$")
+BLOCK_TIMEOUT_S = 900
+
+#: Link targets written on another branch (issue 27, layering): checked once they exist.
+PENDING_TARGETS = {ROOT / "CONTRIBUTING.md", DOCS / "architecture.md"}
 
 #: Names that the tested snippets must show, one group per docs gap of issue 21.
 COVERED = {
@@ -38,12 +79,83 @@ COVERED = {
 }
 
 
+@dataclass
+class Block:
+    """One fenced block of a walk-through page and what its markers say."""
+
+    page: Path
+    line: int
+    lang: str
+    text: str
+    kind: str = "run"  # run, syntax-only, excluded, file, shown (not a command)
+    reason: str = ""
+    expects: list[str] = field(default_factory=list)
+    path: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def walkthrough_blocks(page: Path) -> list[Block]:
+    """Every fenced block of ``page`` with its class (``shown`` for data, output, TOML)."""
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in BLOCK.finditer(text):
+        markers, lang, body = match.group(1), match.group(2).lower(), match.group(3)
+        line = text.count("\n", 0, match.start(2)) + 1
+        block = Block(page, line, lang, body,
+                      kind="run" if lang in RUNNABLE else "shown")
+        for kind, argument in MARKER.findall(markers):
+            if kind == "expect":
+                block.expects.append(argument)
+            elif kind == "write":
+                block.kind, block.path = "file", argument
+            else:
+                reason = REASON.match(argument)
+                block.kind = "excluded" if kind == "exclude" else "syntax-only"
+                block.reason = reason.group(1) if reason else ""
+        if markers.count("<!--") != len(MARKER.findall(markers)):
+            block.kind, block.reason = "bad-marker", markers.strip()
+        found.append(block)
+    return found
+
+
 def blocks(page: Path) -> list[str]:
-    """The ``python run`` blocks of a page, in order."""
+    """The ``python run`` blocks of a reference page, in order."""
     return FENCE.findall(page.read_text(encoding="utf-8"))
 
 
 PAGES = sorted(p for p in DOCS.glob("*.md") if blocks(p))
+COUNTED = ("run", "syntax-only", "excluded")
+
+
+def _user_env(venv_bin: Path) -> dict[str, str]:
+    hidden = {"EDGE_PLUGINS", "EDGE_TEST_BACKENDS", "PYTHONPATH", "EDGE_DEBUG",
+              "EDGE_WORKER_LOG_DIR", "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _run(block: Block, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    if block.lang in SHELL:
+        argv = ["bash", "-e", "-o", "pipefail", "-c", block.text]
+    else:
+        argv = [sys.executable, "-c", block.text]
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        raise AssertionError(
+            f"{block.where}: no end within {BLOCK_TIMEOUT_S} s\n{err[-3000:]}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what the block left running
+            os.killpg(process.pid, signal.SIGTERM)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def test_the_runner_finds_blocks_and_only_marked_ones(tmp_path: Path) -> None:
@@ -51,6 +163,95 @@ def test_the_runner_finds_blocks_and_only_marked_ones(tmp_path: Path) -> None:
     page.write_text("```python\nnot run\n```\n\n```python run\nx = 1\n```\n")
     assert blocks(page) == ["x = 1\n"]
     assert PAGES, "no docs page has a ```python run block"
+    walk = tmp_path / "walk.md"
+    walk.write_text("```sh\nls\n```\n\n<!-- doc-test: syntax-only (needs a GPU) -->\n"
+                    "```python\nimport cuda\n```\n\n<!-- doc-test: expect hello -->\n"
+                    "```sh\necho hello\n```\n\n```text\noutput\n```\n\n"
+                    "<!-- doc-test: write p.toml -->\n```toml\nname = 1\n```\n")
+    found = [(b.kind, b.reason, b.expects, b.path) for b in walkthrough_blocks(walk)]
+    assert found == [("run", "", [], ""), ("syntax-only", "needs a GPU", [], ""),
+                     ("run", "", ["hello"], ""), ("shown", "", [], ""),
+                     ("file", "", [], "p.toml")]
+
+
+def test_block_counts(request: pytest.FixtureRequest) -> None:
+    every = [b for page in WALKTHROUGHS for b in walkthrough_blocks(page)]
+    counts = {kind: sum(b.kind == kind for b in every) for kind in COUNTED}
+    line = ("doc blocks of the README and walk-throughs: " +
+            ", ".join(f"{n} {kind}" for kind, n in counts.items()))
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # shown in the run's output
+            reporter.write_line(line)
+    print(line)
+    bad = [f"{b.where}: {b.reason}" for b in every if b.kind == "bad-marker"]
+    assert not bad, f"unknown doc-test markers: {bad}"
+    unexplained = [b.where for b in every if b.kind in {"syntax-only", "excluded"}
+                   and not b.reason]
+    assert not unexplained, f"a syntax-only or excluded block must say why: {unexplained}"
+    assert counts["run"] >= 20
+    assert counts["syntax-only"] * 10 <= sum(counts.values()), counts
+
+
+@pytest.mark.parametrize("page", WALKTHROUGHS, ids=[p.name for p in WALKTHROUGHS])
+def test_every_walkthrough_page_exists(page: Path) -> None:
+    assert page.is_file(), page
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in WALKTHROUGHS if p.is_file()],
+                         ids=[p.name for p in WALKTHROUGHS if p.is_file()])
+def test_the_walkthrough_runs(page: Path, demo_build: Path, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "build").symlink_to(demo_build / "build", target_is_directory=True)
+    venv = Path(sys.prefix)
+    (work / ".venv").symlink_to(venv, target_is_directory=True)
+    env = _user_env(Path(sys.executable).parent)
+    ran = 0
+    for block in walkthrough_blocks(page):
+        if block.kind == "file":
+            target = work / block.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.text, encoding="utf-8")
+        elif block.kind == "syntax-only":
+            if block.lang in SHELL:
+                check = subprocess.run(["bash", "-n", "-c", block.text], capture_output=True,
+                                       text=True, check=False)
+                assert check.returncode == 0, f"{block.where}: {check.stderr}"
+            else:
+                compile(block.text, block.where, "exec")
+        elif block.kind == "run":
+            done = _run(block, work, env)
+            assert done.returncode == 0, (
+                f"{block.where} exited {done.returncode}:\n{block.text}\n--- stdout\n"
+                f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-4000:]}")
+            for text in block.expects:
+                assert text in done.stdout, f"{block.where}: {text!r} not in\n{done.stdout}"
+            ran += 1
+    assert ran, f"{page.name}: no block ran"
+
+
+def _links(page: Path) -> list[tuple[str, Path]]:
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    found = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        found.append((target, (page.parent / target.split("#")[0]).resolve()))
+    return found
+
+
+LINKED = [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), ROOT / "benchmarks/RESULTS.md"]
+
+
+@pytest.mark.parametrize("page", LINKED, ids=[str(p.relative_to(ROOT)) for p in LINKED])
+def test_every_relative_link_resolves(page: Path) -> None:
+    missing = [target for target, path in _links(page)
+               if not path.exists() and path not in PENDING_TARGETS]
+    assert not missing, f"{page.relative_to(ROOT)}: links to nothing: {missing}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])

@@ -30,10 +30,9 @@ def ocr_bundles(ocr_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 @pytest.fixture(scope="session")
-def page_bundles(ocr_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The page pipeline's bundles (shape sets), pipeline.toml and demo page, built once."""
-    from edge_ocr_example.page_bundle import build_page_bundles
+def page_bundles(demo_build: Path) -> Path:
+    """The page pipeline's bundles (shape sets), pipeline.toml and demo page, built once.
 
-    out = tmp_path_factory.mktemp("ocr-page") / "bundles"
-    build_page_bundles(out, wheel=ocr_wheel)
-    return out
+    They are ``make demo``'s build, shared with the docs' tests (the root conftest.py).
+    """
+    return demo_build / "build" / "ocr"

@@ -140,8 +140,8 @@ def test_without_input_the_bundled_example_page_is_read_and_said_so(
 ) -> None:
     result = _edge("run", str(page_bundles / PIPELINE), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert ("edge: no --input given: reading the example inputs bundled with stage 'detect' "
-            "(examples/page-2.npz)") in result.stderr
+    assert ("input: no --input given, so this read the example inputs bundled with stage "
+            "'detect' (examples/page-2.npz)") in result.stdout
     assert "Invoice 2024-0417 total 98.50" in result.stdout  # read at the detection scale
 
 

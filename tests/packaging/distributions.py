@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Every distribution this repository publishes (the template under examples/ is not one).
 DIRS = ["contracts", "core", "plugins/libraries/ort", "plugins/backends/ort_cpu",
         "plugins/backends/ort_directml", "plugins/backends/ort_vitisai", "plugins/backends/qnn",
-        "plugins/backends/vllm_cuda", "tests/edge_echo", "examples/ocr"]
+        "plugins/backends/vllm_cuda", "plugins/apps/serve", "tests/edge_echo", "examples/ocr"]
 
 
 def project(directory: str) -> dict[str, Any]:

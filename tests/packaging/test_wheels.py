@@ -6,7 +6,10 @@ built here, the rest from the registry; nothing installed by hand) and every mod
 ships is imported. A module may fail to import only for a runtime that lives in the
 route's interpreter or for a declared extra that was not asked for, and the failure
 must name exactly that module. Where the backend runs here from its wheel alone (qnn on
-the HTP simulator, the echo test backend), ``edge conformance`` passes in that venv.
+the HTP simulator, the echo test backend), ``edge conformance`` passes in that venv. The
+echo test backend, installed alone, shows in neither ``edge plugins`` nor ``edge probe``
+unless ``EDGE_TEST_BACKENDS=1`` asks for it; edge-serve's wheel lists ``serve`` under its
+distribution in ``edge --help``.
 """
 
 from __future__ import annotations
@@ -119,9 +122,22 @@ def test_each_wheel_alone_in_a_fresh_venv_imports_every_module(
     assert not unexpected, f"{directory}: {unexpected}"
     # Optional modules really are the exception: most of the wheel imported.
     assert len(failed) <= max(1, len(modules) // 4), failed
+    edge = str(venv / "bin" / "edge")
+    if directory == "tests/edge_echo":  # a test backend: hidden from a user's listing
+        user_env = {k: v for k, v in env.items() if k != "EDGE_TEST_BACKENDS"}
+        listing = subprocess.run([edge, "plugins", "--json"], cwd=tmp_path, env=user_env,
+                                 capture_output=True, text=True, timeout=300, check=True)
+        assert json.loads(listing.stdout)["plugins"] == [], listing.stdout
+        probe = subprocess.run([edge, "probe", "--json"], cwd=tmp_path, env=user_env,
+                               capture_output=True, text=True, timeout=300, check=True)
+        assert json.loads(probe.stdout)["backends"] == [], probe.stdout
+    if directory == "plugins/apps/serve":  # its command, listed under its distribution
+        helped = subprocess.run([edge, "--help"], cwd=tmp_path, env=env, capture_output=True,
+                                text=True, timeout=300, check=True)
+        assert "from edge-serve 0.1.0:\n    serve " in helped.stdout, helped.stdout
     backend = RUNS_HERE.get(directory)
     if backend is not None:  # the backend runs here from its wheel alone: the whole kit
-        kit = subprocess.run([str(venv / "bin" / "edge"), "conformance", backend, "--json"],
+        kit = subprocess.run([edge, "conformance", backend, "--json"],
                              cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=600, check=False)
         assert kit.returncode == 0, kit.stdout[-3000:] + kit.stderr[-3000:]

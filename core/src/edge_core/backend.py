@@ -125,6 +125,11 @@ class ProbeReport:
         devices: Devices the backend can place work on, as the runtime reports them.
         runtime: Versions of the runtime pieces seen (``{"onnxruntime": "1.31.1"}``).
         notes: Extra observations worth showing a user (e.g. conflicting distributions).
+        limitation: For an available backend that runs here only in a reduced form, what
+            that form is, in a few words a user reads first (``edge probe`` shows it in
+            place of a bare "available"): ``"HTP simulator: no Qualcomm NPU here"``,
+            ``"CPU only: no GPU found"``. ``None`` when it runs as its name promises.
+        pool_totals: Totals of the device pools the backend observed, by pool name.
 
     """
 
@@ -135,6 +140,7 @@ class ProbeReport:
     runtime: Mapping[str, str] = attrs.field(factory=dict)
     notes: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     pool_totals: Mapping[str, int | None] = attrs.field(factory=dict)
+    limitation: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.available and not self.reason:
@@ -153,4 +159,5 @@ class ProbeReport:
             "runtime": dict(self.runtime),
             "notes": list(self.notes),
             "pool_totals": dict(self.pool_totals),
+            "limitation": self.limitation,
         }

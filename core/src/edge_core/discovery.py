@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ENV_TEST_BACKENDS",
+    "TEST_ENTRY_POINT_GROUP",
     "EntryPointRow",
     "PluginRecord",
     "check_contract",
@@ -31,6 +33,9 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "edge"
+TEST_ENTRY_POINT_GROUP = "edge.testing"
+"""Test backends (the echo backend): loaded only when asked for, never in a user's listing."""
+ENV_TEST_BACKENDS = "EDGE_TEST_BACKENDS"
 ENV_ALLOWLIST = "EDGE_PLUGINS"
 ENV_STRICT = "EDGE_STRICT_PLUGINS"
 ENV_TRACE = "EDGE_TRACE_HOOKS"
@@ -300,7 +305,10 @@ def discover(
     """Find and import plugins, recording every failure instead of raising.
 
     Order: entry points (filtered by ``EDGE_PLUGINS``), then local modules named in
-    configuration, then objects given as they are.
+    configuration, then objects given as they are. Entry points of the test group
+    (:data:`TEST_ENTRY_POINT_GROUP`, test backends such as ``echo``) join the plugin group's
+    only when ``EDGE_TEST_BACKENDS=1`` or when ``EDGE_PLUGINS`` names them, so an
+    installed test backend never shows in a user's ``edge plugins`` or ``edge probe``.
 
     Returns:
         A record per plugin found (failures included, in load order) and the plugins that
@@ -314,7 +322,13 @@ def discover(
     }
     records: list[PluginRecord] = []
     plugins: dict[str, object] = {}
-    for row in sorted(scan_entry_points(group), key=lambda r: r.name):
+    rows = scan_entry_points(group)
+    if group == ENTRY_POINT_GROUP:
+        tests = scan_entry_points(TEST_ENTRY_POINT_GROUP)
+        if not _env_true(env, ENV_TEST_BACKENDS):
+            tests = [r for r in tests if allow is not None and r.name in allow]
+        rows += tests
+    for row in sorted(rows, key=lambda r: r.name):
         if allow is not None and row.name not in allow:
             continue
         record = PluginRecord(row.name, row.value, "entry-point", row.distribution, row.version)

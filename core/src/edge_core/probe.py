@@ -44,7 +44,7 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
                     "plugin": answer.plugin, "backend": backend, "available": False,
                     "reason": f"probe failed: {problem}" if problem
                     else "probe gave no report for this backend",
-                    "devices": [], "runtime": {}, "notes": [],
+                    "devices": [], "runtime": {}, "notes": [], "limitation": None,
                 })
     for record in plugins.records:
         if record.error and not record.hooks:

@@ -63,7 +63,7 @@ def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith("edge: 3 configuration problems: ")
+    assert line.startswith("edge: p.toml: 3 configuration problems: ")
     for path in ("stages[0].backend.options.delay_ss", "stages[0].backend.options.delay_s",
                  "stages[0].backend.options.allocate_mb"):
         assert f"{path}:" in line, path

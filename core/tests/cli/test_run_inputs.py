@@ -74,10 +74,37 @@ def test_a_directory_reads_its_files_in_name_order_with_the_suffixes_prepare_tak
     assert "latency p50" in result.stderr  # the summary goes to stderr with --jsonl
 
 
-def test_human_output_prints_each_files_answer(work: Path) -> None:
+def test_human_output_prints_each_files_answer_once(work: Path) -> None:
     result = edge("run", "pipeline.toml", "--input", "a.txt", cwd=work)
     assert result.returncode == 0, result.stderr
     assert "answer (a.txt): [2.0, 4.0]" in result.stdout
+    assert result.stdout.count("[2.0, 4.0]") == 1
+
+
+def test_the_files_a_directory_holds_but_prepare_does_not_read_are_listed(work: Path) -> None:
+    result = edge("run", "pipeline.toml", "--input", "batch", cwd=work)
+    assert result.returncode == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
+    assert skipped == [f"edge: --input: skipped 1 file(s) that the pipeline's prepare does "
+                       f"not read (by suffix): {Path('batch') / 'README.md'}"]
+    as_json = edge("run", "pipeline.toml", "--input", "batch", "--json", cwd=work)
+    assert json.loads(as_json.stdout)["skipped"] == [str(Path("batch") / "README.md")]
+
+
+def test_answers_print_as_text_lines_no_text_found_or_json(capsys: pytest.CaptureFixture[str],
+                                                          ) -> None:
+    import sys as system
+
+    from edge_core.cli.run_cmd import print_answer
+
+    print_answer([{"text": "Hello", "score": 0.9}, {"text": "world", "score": 0.8}], "p.png",
+                 system.stdout)
+    print_answer([], "blank.png", system.stdout)
+    print_answer({"y": [1]}, None, system.stdout)
+    assert capsys.readouterr().out.splitlines() == [
+        "recognised text in p.png:", "  Hello", "  world",
+        "no text found in blank.png",
+        'answer: {"y": [1]}']
 
 
 @pytest.mark.parametrize(("content", "reason"), [
@@ -120,9 +147,11 @@ def test_without_input_the_command_says_where_the_inputs_come_from(work: Path) -
 def test_expand_inputs_keeps_missing_paths_and_refuses_an_empty_directory(
     tmp_path: Path,
 ) -> None:
-    assert expand_inputs(["nope.png"], (".png",)) == ["nope.png"]
+    assert expand_inputs(["nope.png"], (".png",)) == (["nope.png"], [])
     (tmp_path / "x.PNG").write_bytes(b"")
-    assert expand_inputs([str(tmp_path)], (".png",)) == [str(tmp_path / "x.PNG")]
+    (tmp_path / "notes.txt").write_text("")
+    assert expand_inputs([str(tmp_path)], (".png",)) == ([str(tmp_path / "x.PNG")],
+                                                         [str(tmp_path / "notes.txt")])
     with pytest.raises(common.CommandFailed, match="holds no file with a suffix in"):
         expand_inputs([str(tmp_path)], (".jpg",))
 

@@ -54,10 +54,13 @@ def test_an_unavailable_backend_asked_for_by_name_is_all_skipped_and_exits_1() -
                for c in backend["checks"])
 
 
-def test_unknown_backend_exits_1_and_unknown_check_exits_2() -> None:
+def test_unknown_backend_and_unknown_check_exit_2_before_any_check_runs() -> None:
     missing = edge("conformance", "no-such-backend")
-    assert missing.returncode == 1
-    assert "backend: no installed plugin provides it: 'no-such-backend'" in missing.stderr
+    assert missing.returncode == 2
+    assert "no installed plugin provides this backend" in missing.stderr
+    assert "'no-such-backend'" in missing.stderr and "Traceback" not in missing.stderr
+    typo = edge("conformance", "ort-cpuu")
+    assert typo.returncode == 2 and "did you mean 'ort-cpu'?" in typo.stderr
     bad = edge("conformance", "echo", "--check", "nope")
     assert bad.returncode == 2
     assert "--check: unknown check" in bad.stderr and "'nope'" in bad.stderr

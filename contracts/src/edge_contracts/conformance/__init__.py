@@ -5,7 +5,7 @@ language-independent cases: valid objects of every type, overrides that must be
 rejected with a given error class and field, stale state handles that must not be
 accepted, feature negotiations, and frames as hex -- valid ones that must decode to a
 given header and tensor bytes, malformed ones that must be refused with a given error
-class while allocating at most ``max_alloc_bytes``. docs/conformance.md describes
+class while allocating at most ``max_alloc_bytes``. docs/fixtures.md describes
 the format for implementations in other languages.
 
 Run ``python -m edge_contracts.conformance [--json] [--fixtures PATH]``; the exit

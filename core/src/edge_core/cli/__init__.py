@@ -10,14 +10,17 @@ Exit codes (the same for every command):
       an unavailable backend that was asked for by name, a conformance run in which
       nothing passed; also an unexpected error
 2     usage, input or configuration error (bad arguments, an unreadable input, an
-      invalid pipeline file: every problem of the file named at once)
+      invalid pipeline file: the file named and every problem of every stage at once,
+      unknown backend names with the closest installed ones; all of it checked before
+      any worker starts, :mod:`edge_core.preflight`)
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set
 ====  ================================================================================
 
-Errors are one line on stderr (inside the JSON document with ``--json``); ``--debug`` or
-``EDGE_DEBUG=1`` adds the traceback. Output to a closed pipe (``edge probe --json |
-head -1``) ends quietly: the rest of the output is dropped and the exit code is the
-command's own.
+``edge --help`` lists the built-in commands, then those installed plugins add, under
+their distribution. Errors are one line on stderr (inside the JSON document with
+``--json``); ``--debug`` or ``EDGE_DEBUG=1`` adds the traceback. Output to a closed pipe
+(``edge probe --json | head -1``) ends quietly: the rest of the output is dropped and
+the exit code is the command's own.
 """
 
 from __future__ import annotations
@@ -47,21 +50,37 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
-_BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, plan_cmd, conformance_cmd,
-                     profile_cmd, qualify_cmd, matrix_cmd, cleanup_cmd)
+#: In the order ``edge --help`` lists them: the everyday ones first.
+_BUILTIN_COMMANDS = (run_cmd, plan_cmd, probe_cmd, plugins_cmd, manifest_cmd, profile_cmd,
+                     qualify_cmd, matrix_cmd, conformance_cmd, cleanup_cmd)
+
+
+DESCRIPTION = """\
+Run ML model stages (an OCR pipeline, a text generator) on the accelerators of this
+machine: memory admitted before anything loads, the device each stage really ran on
+checked, every worker retired and verified."""
+
+EPILOG = """\
+start with:
+  edge probe                                  which backends run here, and why not
+  edge run PIPELINE --input FILE              read your own file with a pipeline
+  edge COMMAND --help                         a command's options, defaults and examples
+
+Every command has --json (one JSON document on stdout). Exit codes: 0 ok; 1 the answer
+is negative (refused, failed, unavailable); 2 a usage, input or configuration problem
+(every problem of a pipeline file named at once, before any worker starts); 3 a plugin
+failed to load under EDGE_STRICT_PLUGINS=1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with the built-in commands (plugin commands are added by main)."""
     parser = argparse.ArgumentParser(
-        prog="edge",
-        description="Run ML model stages on the accelerators of this machine.",
-        epilog="Exit codes: 0 ok, 1 refused/failed, 2 usage or configuration error, "
-        "3 plugin loading failed in strict mode.",
+        prog="edge", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=common.HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"edge-core {__version__}")
     common.add_debug_flag(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for module in _BUILTIN_COMMANDS:
         module.register(sub)
     return parser
@@ -71,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``edge`` command line; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if _wants_plugin_command(args_list, parser):
+    if _wants_plugin_commands(args_list):
         status = common.add_plugin_commands(parser)
         if status is not None:
             return status
@@ -94,11 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = original
 
 
-def _wants_plugin_command(argv: list[str], parser: argparse.ArgumentParser) -> bool:
-    """True when the first positional argument is not a built-in command."""
+def _wants_plugin_commands(argv: list[str]) -> bool:
+    """True unless the first positional argument is a built-in command.
+
+    No positional argument at all (``edge``, ``edge --help``) lists every command, so the
+    plugins' are added too; a built-in command never pays for loading plugins.
+    """
     known = {m.NAME for m in _BUILTIN_COMMANDS}
     for arg in argv:
         if arg.startswith("-"):
             continue
         return arg not in known
-    return False
+    return True

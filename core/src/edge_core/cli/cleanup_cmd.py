@@ -25,12 +25,14 @@ NAME = "cleanup"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``cleanup`` command."""
-    parser = sub.add_parser(
-        NAME,
-        help="remove shared memory and staged copies left by dead edge-core processes",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = common.add_command(
+        sub, NAME, "remove shared memory and copies left by dead edge-core processes",
+        "Remove (or with --dry-run list) the shared-memory segments and staged folders "
+        "(worker packages, verified bundle copies in the temporary folder) whose owner "
+        "process is gone, checked by process id and start time: a live process's files are "
+        "never touched. Exit 0 when nothing of a dead owner is left; 1 when --dry-run found "
+        "something to remove, or something could not be removed (it is listed).",
+        "edge cleanup --dry-run", "edge cleanup --json")
     common.add_json_flag(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="only list what would be removed (exit 1 if anything)")

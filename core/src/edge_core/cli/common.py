@@ -32,6 +32,39 @@ EXIT_USAGE = 2
 EXIT_PLUGINS = 3
 
 
+HELP_WIDTH = 88
+"""Columns of ``--help`` text, whatever the terminal's width."""
+HELP_COLUMN = 18
+"""The column where every command's and option's help text starts."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` layout of every command: paragraphs wrapped, indented blocks as written.
+
+    A description or epilog paragraph (blank-line separated) whose lines start with
+    spaces, or that ends in a colon, is an example block or a heading and is kept as
+    written; other paragraphs are wrapped to :data:`HELP_WIDTH` columns.
+    """
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=HELP_COLUMN, width=HELP_WIDTH)
+        self._action_max_length = HELP_COLUMN - 2  # the same column in every command
+
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") or line.endswith(":") for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(textwrap.fill(" ".join(lines), width,
+                                                initial_indent=indent, subsequent_indent=indent))
+        return "\n\n".join(paragraphs)
+
+
 class CommandFailed(EdgeError):
     """Raised by a command to end with an exit code and a message (and a JSON body)."""
 
@@ -75,10 +108,7 @@ def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
     if isinstance(exc, CommandFailed):
         return exc
     if isinstance(exc, ConfigError):
-        problems = config_problems(exc)
-        message = problems[0] if len(problems) == 1 else (
-            f"{len(problems)} configuration problems: " + "; ".join(problems))
-        return CommandFailed(EXIT_USAGE, message, {"problems": problems})
+        return config_failure(exc)
     if isinstance(exc, EdgeError):
         return CommandFailed(EXIT_FAILED, f"{type(exc).__name__}: {exc}")
     if isinstance(exc, ValueError):
@@ -87,6 +117,75 @@ def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
         return CommandFailed(EXIT_USAGE, f"{prefix}{exc}", {"problems": problems})
     return CommandFailed(EXIT_FAILED, f"internal error: {type(exc).__name__}: {exc} "
                          "(--debug or EDGE_DEBUG=1 prints the traceback)")
+
+
+def config_failure(exc: ConfigError, file: str | None = None) -> CommandFailed:
+    """Exit 2 naming every problem of a configuration at once, after the file's name.
+
+    A file that cannot be read or parsed is named with the reason (``p.toml: cannot read
+    (No such file or directory)``); problems inside it are listed by their paths.
+    """
+    problems = config_problems(exc)
+    if exc.path == "source" and len(problems) == 1:
+        return CommandFailed(EXIT_USAGE, f"{file or exc.value}: {exc.reason}",
+                             {"problems": [f"{file or exc.value}: {exc.reason}"]})
+    head = f"{file}: " if file else ""
+    message = head + (problems[0] if len(problems) == 1 else
+                      f"{len(problems)} configuration problems: " + "; ".join(problems))
+    body: dict[str, Any] = {"problems": problems}
+    if file:
+        body["file"] = file
+    return CommandFailed(EXIT_USAGE, message, body)
+
+
+def checked_pipeline(args: argparse.Namespace) -> Any:
+    """The pipeline file of ``args`` checked against the installed plugins (exit 2 if not).
+
+    Returns a :class:`~edge_core.preflight.CheckedPipeline`; every problem of every stage
+    is named at once (see :mod:`edge_core.preflight`). No worker starts here.
+    """
+    from edge_core.preflight import check_pipeline
+
+    try:
+        return check_pipeline(args.pipeline, getattr(args, "name", None))
+    except PluginError as exc:
+        raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
+    except ConfigError as exc:
+        raise config_failure(exc, args.pipeline) from exc
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``PIPELINE`` argument and ``--name`` of every command that opens a pipeline."""
+    parser.add_argument("pipeline", metavar="PIPELINE",
+                        help="a pipeline file (.toml, .yaml, .json), or a pyproject.toml "
+                        "with --name")
+    parser.add_argument("--name", metavar="NAME",
+                        help="which of the pyproject.toml's [tool.edge.pipelines] to use")
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``: workers' output on stderr instead of a log file per worker."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the workers' output on stderr (default: a log file per "
+                        "worker, in the folder named by 'edge: worker logs:')")
+
+
+def examples(*commands: str) -> str:
+    """An ``examples:`` epilog for a command's ``--help`` (one command a line)."""
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
+def add_command(sub: argparse._SubParsersAction[Any], name: str, summary: str,
+                description: str, *example_lines: str) -> argparse.ArgumentParser:
+    """A subcommand with its one-line summary, its description and its examples."""
+    return sub.add_parser(name, help=summary, description=description,  # type: ignore[no-any-return]
+                          epilog=examples(*example_lines) if example_lines else None,
+                          formatter_class=HelpFormatter)
+
+
+def say(message: str) -> None:
+    """One progress or notice line on stderr, prefixed ``edge:``."""
+    print(f"edge: {message}", file=sys.stderr, flush=True)
 
 
 def print_json(data: object) -> None:
@@ -130,7 +229,11 @@ def load_plugins_or_fail() -> Any:
 
 
 def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
-    """Let plugins add their subcommands; returns an exit code when loading failed."""
+    """Let plugins add their subcommands; returns an exit code when loading failed.
+
+    Each plugin's commands are listed in ``edge --help`` under its distribution, after
+    the built-in ones (the epilog's "commands added by installed plugins").
+    """
     from edge_core.plugins import load_plugins
 
     try:
@@ -143,17 +246,39 @@ def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
     )
     if sub is None:  # pragma: no cover - build_parser always adds one
         return None
-    for answer in plugins.call_each("edge_register_commands", subparsers=sub):
+    listed: dict[str, list[tuple[str, str]]] = {}
+    for record in plugins.records:
+        if "edge_register_commands" not in record.hooks or not record.loaded:
+            continue
+        before = len(sub._choices_actions)
+        answer = plugins.call_one(record.name, "edge_register_commands", subparsers=sub)
         if answer.error:
             print(f"edge: plugin {answer.plugin!r} failed to add commands: {answer.error}",
                   file=sys.stderr)
+        added = sub._choices_actions[before:]
+        del sub._choices_actions[before:]  # listed under the distribution instead
+        owner = (f"{record.distribution} {record.version}" if record.distribution
+                 else f"plugin {record.name}")
+        listed.setdefault(owner, []).extend((a.dest, a.help or "") for a in added)
+    if listed:
+        import textwrap
+
+        lines = ["commands added by installed plugins:"]
+        for owner, commands in sorted(listed.items()):
+            lines.append(f"  from {owner}:")
+            for name, text in commands:
+                lines += textwrap.wrap(text, HELP_WIDTH,
+                                       initial_indent=f"    {name:<{HELP_COLUMN - 4}}",
+                                       subsequent_indent=" " * HELP_COLUMN)
+        parser.epilog = "\n".join(lines) + "\n\n" + (parser.epilog or "")
     return None
 
 
-def worker_logs(verbose: bool) -> Any:
+def worker_logs(verbose: bool, notice: Any = None) -> Any:
     """Send workers' output to a fresh log directory (returned), or to stderr when verbose.
 
     Either way it never reaches this process's stdout (see ``edge_core.host.worker_logs``).
+    ``notice`` (e.g. :func:`say`) is told ``worker logs: DIR`` before any worker starts.
     """
     import tempfile
     from pathlib import Path
@@ -166,4 +291,6 @@ def worker_logs(verbose: bool) -> Any:
         return None
     directory = log_directory() or Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
     set_log_directory(directory)
+    if notice is not None:
+        notice(f"worker logs: {directory}")
     return directory

@@ -3,7 +3,8 @@
 Exit 0 when no check failed and at least one passed; 1 when a check failed, when a
 backend asked for by name is unavailable (its checks are reported skipped), or when
 nothing passed at all (skipped checks are shown as skipped and never count as passed);
-2 for an unknown check name.
+2 for an unknown check name or a backend name no installed plugin provides (with the
+closest installed names), before any check runs.
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ NAME = "conformance"
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``conformance`` command."""
     parser = sub.add_parser(
-        NAME, help="check that backends conform to edge-core's lifecycle contract",
-        description="Run the conformance checks on the named backends (default: every "
-        "installed backend). Unavailable backends report every check skipped.",
+        NAME, help="run the conformance kit: do backends keep the lifecycle contract?",
+        description="Run the conformance kit's checks (load, gate, calls, cancel, retire, "
+        "leaks) on the named backends (default: every installed backend). An unavailable "
+        "backend reports every check skipped, and skipped never counts as passed. Exit 0 "
+        "when no check failed and one passed, 1 otherwise, 2 for an unknown backend or "
+        "check name.",
+        epilog=common.examples("edge conformance ort-cpu",
+                               "edge conformance ort-cpu --check cancel_running_call --json"),
+        formatter_class=common.HelpFormatter,
     )
     common.add_json_flag(parser)
-    parser.add_argument("backends", nargs="*", metavar="NAME", help="backend names")
+    parser.add_argument("backends", nargs="*", metavar="BACKEND",
+                        help="backend names (default: every installed backend)")
     parser.add_argument("--check", action="append", default=None, metavar="CHECK",
-                        help="run only this check (repeatable)")
+                        help="run only this check (repeatable; default: every check)")
     parser.set_defaults(func=run)
 
 
@@ -46,7 +54,17 @@ def run(args: argparse.Namespace) -> int:
         raise common.CommandFailed(common.EXIT_USAGE,
                                    f"--check: unknown check (known: {list(CHECKS)}): {unknown}")
     plugins = common.load_plugins_or_fail()
-    names = args.backends or installed_backends(plugins)
+    installed = installed_backends(plugins)
+    missing = [name for name in args.backends if name not in installed]
+    if missing:
+        from edge_core.preflight import unknown_backend
+
+        failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+        problems = [f"backends: {unknown_backend(name, installed, failed)}: {name!r}"
+                    for name in missing]
+        raise common.CommandFailed(common.EXIT_USAGE, "; ".join(problems),
+                                   {"problems": problems})
+    names = args.backends or installed
     reports = []
     for backend in names:
         try:

@@ -29,31 +29,55 @@ PROGRESS_MIN_BYTES = 8 << 20
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``manifest`` command with its ``create`` and ``verify`` subcommands."""
-    parser = sub.add_parser(NAME, help="create or verify an artifact bundle's manifest")
-    actions = parser.add_subparsers(dest="manifest_action", metavar="ACTION", required=True)
+    parser = common.add_command(
+        sub, NAME, "create or verify an artifact bundle's manifest",
+        "An artifact bundle is a folder with a model graph, example inputs and a manifest "
+        "of every file's SHA-256; a stage loads only a bundle that verifies. 'create' "
+        "writes the manifest, 'verify' checks a folder against it. Exit 1 when a bundle is "
+        "refused (the message names the field, the reason and the value), 2 for a usage "
+        "problem.",
+        "edge manifest create models/net --example-inputs x.npz",
+        "edge manifest verify models/net")
+    actions = parser.add_subparsers(dest="manifest_action", metavar="ACTION", required=True,
+                                    title="actions")
 
-    create = actions.add_parser(
-        "create", help="hash every file of DIR and write DIR/edge-manifest.json",
-        description="Hash every file of DIR and write DIR/edge-manifest.json. File "
-        "arguments are paths inside DIR (relative to DIR, or to the working directory).",
-    )
+    create = common.add_command(
+        actions, "create", "hash every file of DIR and write DIR/edge-manifest.json",
+        "Hash every file of DIR and write DIR/edge-manifest.json. File arguments are paths "
+        "inside DIR (relative to DIR, or to the working directory). A stage loads a bundle "
+        "only with example inputs to warm up and gate it: give --example-inputs (and "
+        "--expected-outputs to compare its outputs too).",
+        "edge manifest create models/net --example-inputs x.npz",
+        "edge manifest create models/net --example-inputs x.npz --expected-outputs y.npz "
+        "--precision float32")
     create.add_argument("directory", metavar="DIR", help="the bundle directory")
-    create.add_argument("--component", metavar="NAME", help="default: the name of DIR")
-    create.add_argument("--graph", metavar="FILE", help="default: the only .onnx file")
-    create.add_argument("--example-inputs", metavar="FILE", help=".npz of warm-up inputs")
+    create.add_argument("--component", metavar="NAME",
+                        help="the bundle's component name (default: the name of DIR)")
+    create.add_argument("--graph", metavar="FILE",
+                        help="the model graph (default: the only .onnx file in DIR)")
+    create.add_argument("--example-inputs", metavar="FILE",
+                        help=".npz of example inputs, by input name: what the warm-up gate "
+                        "runs (a stage cannot load a bundle without them)")
     create.add_argument("--expected-outputs", metavar="FILE",
-                        help=".npz of reference outputs (recorded in validation)")
+                        help=".npz of reference outputs for the example inputs (recorded in "
+                        "validation; the gate compares against them)")
     for name in ("checkpoint-revision", "precision", "layout", "exporter"):
-        create.add_argument(f"--{name}", metavar="TEXT")
-    create.add_argument("--calibration", metavar="JSON", help="a JSON object")
-    create.add_argument("--validation", metavar="JSON", help="a JSON object")
+        create.add_argument(f"--{name}", metavar="TEXT",
+                            help=f"recorded as the manifest's {name.replace('-', '_')}")
+    create.add_argument("--calibration", metavar="JSON",
+                        help="a JSON object recorded as the calibration")
+    create.add_argument("--validation", metavar="JSON",
+                        help="a JSON object recorded as the validation")
     create.add_argument("--force", action="store_true", help="replace an existing manifest")
     common.add_json_flag(create)
     create.set_defaults(func=run)
 
-    verify = actions.add_parser(
-        "verify", help="verify DIR against its manifest (hashes, paths, references)",
-    )
+    verify = common.add_command(
+        actions, "verify", "verify DIR against its manifest (hashes, paths, references)",
+        "Check every file of DIR against DIR/edge-manifest.json: hashes, paths inside the "
+        "folder (no symbolic link escapes), the members the metadata references. Files not "
+        "listed are named (they are never loaded).",
+        "edge manifest verify build/ocr/detect")
     verify.add_argument("directory", metavar="DIR", help="the bundle directory")
     common.add_json_flag(verify)
     verify.set_defaults(func=run)
@@ -157,3 +181,6 @@ def _print_human(action: str, result: dict[str, Any]) -> None:
     print(f"  manifest sha256 {result['manifest_sha256']}")
     for path in result.get("unlisted", []):
         print(f"  note: not listed in the manifest (never loaded): {path}")
+    if action == "create" and not result.get("example_inputs"):
+        print("  note: no example inputs: a stage cannot load this bundle until its manifest "
+              "names them (edge manifest create DIR --example-inputs FILE --force)")

@@ -17,13 +17,19 @@ NAME = "matrix"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``matrix`` command."""
-    parser = sub.add_parser(NAME, help="aggregate qualification records into a matrix report")
+    parser = common.add_command(
+        sub, NAME, "aggregate qualification records into a matrix report",
+        "Read qualification records (files, or folders searched for *.json) and write the "
+        "device x model matrix as Markdown and as one self-contained HTML page. Exit 2 when "
+        "a record is unreadable or none is found.",
+        "edge matrix qualification/", "edge matrix r1.json r2.json --out-dir report")
     common.add_json_flag(parser)
     parser.add_argument("records", nargs="+", metavar="RECORD",
                         help="record files, or directories searched for *.json records")
     parser.add_argument("--out-dir", default="matrix", metavar="DIR",
                         help="where matrix.md and matrix.html go (default ./matrix)")
-    parser.add_argument("--title", default="Qualification matrix", help="the report's title")
+    parser.add_argument("--title", default="Qualification matrix", metavar="TEXT",
+                        help="the report's title (default 'Qualification matrix')")
     parser.set_defaults(func=run)
 
 

@@ -6,7 +6,9 @@ and released; ``--probe-only`` answers from probes and admission alone, starting
 worker (see :mod:`edge_core.runtime.planning`).
 
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
-could not verify a retirement), 2 for usage or configuration errors.
+could not verify a retirement), 2 for usage or configuration errors: the pipeline file is
+checked against the installed plugins first (:mod:`edge_core.preflight`), every problem
+of every stage named at once, before any worker starts.
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ NAME = "plan"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``plan`` command."""
-    parser = sub.add_parser(NAME, help="say which candidate backend each stage would get, "
-                            "without serving a request")
+    parser = sub.add_parser(
+        NAME, help="say which backend each stage would get, and why the others would not",
+        description="Answer, without serving a request, which candidate backend each stage "
+        "gets: by default every stage is opened for real (admitted, loaded, gated) and "
+        "closed again; with --probe-only from probes and admission alone, starting no "
+        "worker. Exit 0 when every stage has a candidate, 1 when some stage has none, 2 for "
+        "a problem in the pipeline file (every one named at once).",
+        epilog=common.examples("edge plan build/ocr/pipeline-auto.toml",
+                               "edge plan build/ocr/pipeline-auto.toml --probe-only --json"),
+        formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
-    parser.add_argument("pipeline", help="a pipeline file (.toml/.yaml/.json) or pyproject.toml")
-    parser.add_argument("--name", help="the pipeline's name in pyproject.toml")
+    common.add_pipeline_arguments(parser)
     parser.add_argument("--probe-only", action="store_true",
                         help="answer from probes and admission alone (start no worker)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the workers' output on stderr (default: a log file per "
-                        "worker)")
+    common.add_verbose_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -60,23 +67,17 @@ def _lines(answer: PlanAnswer) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2."""
-    from edge_core.plugins import load_plugins
-    from edge_core.runtime.opening import default_ledger, load_config
+    from edge_core.runtime.opening import default_ledger
     from edge_core.runtime.planning import plan_by_opening, plan_by_probe
 
-    say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
-    try:
-        config = load_config(args.pipeline, args.name)
-    except Exception as exc:
-        raise common.failure_for(exc, "pipeline") from exc
-    plugins = load_plugins(local_modules=config.plugins)
+    say = None if args.json else common.say
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    config, plugins = checked.config, checked.plugins
     ledger = default_ledger(config, plugins)
     if args.probe_only:
         answer = plan_by_probe(config, plugins, ledger)
     else:
-        logs = common.worker_logs(args.verbose)
-        if logs is not None and say is not None:
-            say(f"worker logs: {logs}")
+        common.worker_logs(args.verbose, say)
         answer = plan_by_opening(config, plugins, ledger, progress=say)
     code = common.EXIT_OK if answer.ok and answer.released else common.EXIT_FAILED
     if args.json:

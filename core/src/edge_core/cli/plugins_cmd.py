@@ -15,7 +15,14 @@ NAME = "plugins"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``plugins`` command."""
-    parser = sub.add_parser(NAME, help="list installed plugins and their hooks")
+    parser = common.add_command(
+        sub, NAME, "list the installed plugins: distribution, version, hooks, load errors",
+        "List every plugin edge-core finds (entry points of the 'edge' group, and local "
+        "modules a configuration names): its distribution and version, hook contract, the "
+        "hooks it implements, and why it failed to load if it did. A broken plugin is listed "
+        "with its error and never stops the others (exit 0; exit 3 under "
+        "EDGE_STRICT_PLUGINS=1).",
+        "edge plugins", "edge plugins --backends --json")
     common.add_json_flag(parser)
     parser.add_argument(
         "--backends", action="store_true",

@@ -16,11 +16,19 @@ DEFAULT_TIMEOUT_S = 10.0
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``probe`` command."""
-    parser = sub.add_parser(NAME, help="report backends, devices and memory pools")
+    parser = sub.add_parser(
+        NAME, help="say which backends can run here, on which devices, and why not",
+        description="Ask every installed backend, each isolated with a timeout, whether it "
+        "can run on this machine: 'available', 'available (LIMITATION)' when it runs only "
+        "in a reduced form (the HTP simulator, CPU only), or 'unavailable: REASON'; with "
+        "its devices, memory pools and runtime versions. Exit 0, or 1 when --backend names "
+        "an unavailable backend.",
+        epilog=common.examples("edge probe", "edge probe --backend qnn --json"),
+        formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-        help=f"per-plugin probe timeout (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"per-plugin probe timeout in seconds (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--backend", metavar="NAME",
@@ -35,13 +43,18 @@ def run(args: argparse.Namespace) -> int:
 
     plugins = common.load_plugins_or_fail()
     result = probe_all(plugins, timeout_s=args.timeout)
-    backends = result["backends"]
+    backends = every = result["backends"]
     if args.backend:
         backends = [b for b in backends if b["backend"] == args.backend]
         result["backends"] = backends
         if not backends:
+            from edge_core.preflight import unknown_backend
+
+            known = sorted(row["backend"] for row in every)
+            failed = [f"{r['plugin']} ({r['error']})" for r in result["plugin_errors"]]
             raise common.CommandFailed(
-                common.EXIT_FAILED, f"backend: no installed plugin provides it: {args.backend!r}",
+                common.EXIT_USAGE,
+                f"--backend: {unknown_backend(args.backend, known, failed)}: {args.backend!r}",
                 {"backends": []},
             )
     exit_code = common.EXIT_OK
@@ -54,6 +67,18 @@ def run(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def state_words(row: dict[str, Any]) -> str:
+    """What ``edge probe`` says of a backend: available, limited or unavailable.
+
+    ``available``; ``available (HTP simulator: ...)`` when it runs here only in a reduced
+    form (the report's ``limitation``); or ``unavailable: reason``.
+    """
+    if not row["available"]:
+        return f"unavailable: {row['reason']}"
+    limitation = row.get("limitation")
+    return f"available ({limitation})" if limitation else "available"
+
+
 def _print_human(result: dict[str, Any]) -> None:
     host = result.get("host", {})
     if host:
@@ -63,7 +88,7 @@ def _print_human(result: dict[str, Any]) -> None:
         shown = f"{total / 2**30:.1f} GiB" if isinstance(total, int) else "unknown"
         print(f"pool {pool['name']}: {shown}")
     for row in result["backends"]:
-        state = "available" if row["available"] else f"unavailable: {row['reason']}"
+        state = state_words(row)
         print(f"\n{row['backend']}  [{row['plugin']}]  {state}")
         for device in row.get("devices", []):
             print(f"  device {device['physical_id']}: {device['kind']} {device['name']} "

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import re
-import sys
 
 from edge_core.cli import common
 
@@ -57,13 +56,23 @@ def _params(text: str) -> Any:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``profile`` command."""
-    parser = sub.add_parser(NAME, help="profile a pipeline: start-up phases, latency, token "
-                            "streams, memory, operating conditions")
+    parser = sub.add_parser(
+        NAME, help="profile a pipeline: start-up, latency, token streams, memory",
+        description="Open the pipeline, serve warm-up and measured requests (or a "
+        "workload, or a sustained run) at each concurrency level, and write a JSON "
+        "profile: start-up phases, p50/p95 with sample counts, token streams, worker "
+        "memory peaks, placement, operating conditions, raw samples. Exit 0 when the run "
+        "completed, 1 when it failed (the profile says where), 2 for a usage problem or a "
+        "problem in the pipeline file (every one named at once, before anything opens).",
+        epilog=common.examples(
+            "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
+            "edge profile pipeline.toml --inputs x.npz --concurrency 1,2 --out p.json "
+            "--records qualification/"),
+        formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
-    parser.add_argument("pipeline", help="a pipeline file (.toml/.yaml/.json) or pyproject.toml")
-    parser.add_argument("--name", help="the pipeline's name in pyproject.toml")
+    common.add_pipeline_arguments(parser)
     parser.add_argument("--input", dest="sources", action="append", default=[],
-                        metavar="SOURCE",
+                        metavar="PATH",
                         help="an input for the pipeline's prepare function; one group each "
                         "(repeatable)")
     parser.add_argument("--inputs", dest="npz", action="append", default=[], metavar="NPZ",
@@ -100,10 +109,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "frequency, temperature and their trends")
     parser.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
                         help="the sustained run's window (default 1m)")
-    parser.add_argument("--chunk-seconds", type=float, metavar="S",
+    parser.add_argument("--chunk-seconds", type=float, metavar="SECONDS",
                         help="media seconds each streamed event carries, where the stage "
                         "does not say (duration_s): enables the real-time measures")
-    parser.add_argument("--slow-consumer-pause", type=float, default=1.0, metavar="S",
+    parser.add_argument("--slow-consumer-pause", type=float, default=1.0, metavar="SECONDS",
                         help="how long the slow consumer stops reading (default 1)")
     parser.add_argument("--targets", metavar="FILE",
                         help="product targets (TOML or JSON: targets = [\"ttft_p95_ms <= "
@@ -114,8 +123,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--out", default="profile.json", metavar="PATH",
                         help="where to write the JSON profile (default profile.json)")
     parser.add_argument("--records", metavar="DIR",
-                        help="also write its qualification records into DIR (as `edge "
-                        "qualify --profile` would): one per stage and tried candidate")
+                        help="also write its qualification records into DIR (as 'edge "
+                        "qualify --profile' would): one per stage and tried candidate")
     parser.set_defaults(func=run)
 
 
@@ -327,7 +336,8 @@ def run(args: argparse.Namespace) -> int:
                                    sysfs=args.sysfs, targets=targets)
     except ValueError as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    say = None if args.json else (lambda message: print(f"edge: {message}", file=sys.stderr))
+    common.checked_pipeline(args)  # every problem of the file: exit 2, before anything opens
+    say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,
                               npz_files=args.npz, classes=classes, settings=settings,

@@ -21,17 +21,27 @@ NAME = "qualify"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``qualify`` command."""
-    parser = sub.add_parser(NAME, help="write a qualification record for one "
-                            "device x model x configuration cell")
+    parser = common.add_command(
+        sub, NAME, "write a qualification record (PASS ... BLOCKED) from a profile",
+        "Turn a profile from 'edge profile' (or an AI Hub job record) into a qualification "
+        "record: a status (PASS, PARTIAL, COMPONENT, PROFILE_ONLY, FAILED, REJECTED, BLOCKED), "
+        "the identities, the command, and on failure the failing layer and the next step. "
+        "A profile of a pipeline with candidate backends gives one record per stage and "
+        "tried candidate. Exit 2 for an unreadable source.",
+        "edge qualify --profile profile.json",
+        "edge qualify --profile profile.json --device laptop --out-dir qualification")
     common.add_json_flag(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--profile", metavar="PATH", help="a profile from `edge profile`")
     source.add_argument("--hub-job", metavar="PATH",
                         help="an AI Hub job record (JSON: status, device, job ids, compute "
                         "units, inference time, peak memory)")
-    parser.add_argument("--device", help="the cell's device label (default: from the source)")
-    parser.add_argument("--model", help="the cell's model label (default: from the source)")
-    parser.add_argument("--configuration", help="the cell's configuration label")
+    parser.add_argument("--device", metavar="LABEL",
+                        help="the cell's device label (default: from the source)")
+    parser.add_argument("--model", metavar="LABEL",
+                        help="the cell's model label (default: from the source)")
+    parser.add_argument("--configuration", metavar="LABEL",
+                        help="the cell's configuration label (default: from the source)")
     parser.add_argument("--out", metavar="PATH",
                         help="where to write the record (default qualification/<id>.json); "
                         "not with a profile of candidate backends, which gives several")

@@ -5,25 +5,41 @@ checked by the pipeline's ``prepare`` before the pipeline opens (see
 :mod:`edge_core.cli.run_inputs`); ``--json`` then prints one document whose ``results``
 hold one entry per input (``file`` and the ``finish`` answer as ``lines``) ahead of the
 plan, and ``--jsonl`` prints one line per input as it is read (the summary goes to
-standard error). Without ``--input`` or ``--inputs`` the first stage's bundled example
-inputs are used, and the command says so.
+standard error). Files a directory holds that ``prepare`` does not read are listed as
+skipped (on standard error; ``skipped`` in the JSON document).
+
+``--inputs NPZ`` gives the first stage's tensors directly; the archive is read and its
+names, dtypes and shapes are checked against the first stage's declared shapes before the
+pipeline opens. Without ``--input`` or ``--inputs`` the first stage's bundled example
+inputs are read, and the output says so on standard output (a first stage without them
+is a usage error, exit 2, before anything loads).
+
+The answer of each input is printed once: as its text lines for an answer that is a list
+of items with ``text`` (``no text found`` when the list is empty), as the generated text
+for a generate stage, else as one line of JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
 from edge_core.cli import common, generated
-from edge_core.cli.run_inputs import BufferedInputs, PreparedInputs, Progress, expand_inputs
+from edge_core.cli.run_inputs import (
+    BufferedInputs,
+    PreparedInputs,
+    Progress,
+    bundled_example,
+    expand_inputs,
+    read_npz_inputs,
+    skipped_line,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any, TextIO
 
 NAME = "run"
@@ -31,29 +47,41 @@ NAME = "run"
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``run`` command."""
-    parser = sub.add_parser(NAME, help="run a pipeline and print its plan and answer")
+    parser = sub.add_parser(
+        NAME, help="open a pipeline, read your inputs with it, print the answers",
+        description="Check the pipeline file and every input, then admit, load and gate "
+        "every stage, serve one request per input and close. Without --input or --inputs "
+        "the first stage's bundled example inputs are read (and the output says so).",
+        epilog=common.examples(
+            "edge run build/ocr/pipeline.toml --input page.png",
+            "edge run build/ocr/pipeline.toml --input scans/ --jsonl",
+            "edge run pipeline.toml --inputs tensors.npz --json",
+            "edge run pipeline.toml --repeat 10 --profile profile.json"),
+        formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
-    parser.add_argument("pipeline", help="a pipeline file (.toml/.yaml/.json) or pyproject.toml")
-    parser.add_argument("--name", help="the pipeline's name in pyproject.toml")
+    common.add_pipeline_arguments(parser)
     parser.add_argument("--input", dest="source", action="append", metavar="PATH",
-                        help="what the pipeline's prepare function takes (e.g. an image "
-                        "path); repeat it, or name a directory to read every file in it")
+                        help="a file for the pipeline's prepare function to read (an image "
+                        "for the OCR example); repeat it, or name a directory to read "
+                        "every file in it that prepare reads")
     parser.add_argument("--jsonl", action="store_true",
                         help="print one JSON line per input (file and answer) as it is read")
     parser.add_argument("--inputs", metavar="NPZ",
-                        help="first-stage inputs as an .npz (loaded with pickle disabled)")
+                        help="the first stage's input tensors as an .npz file, by input name "
+                        "(read with pickle disabled)")
     parser.add_argument("--params", metavar="JSON", type=json.loads, default=None,
                         help='request parameters for the final stage, e.g. a generate '
-                        'stage\'s {"prompt": "...", "max_tokens": 16}')
+                        'stage\'s \'{"prompt": "Hello", "max_tokens": 16}\'')
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="serve N sequential requests (latency p50 over them)")
+                        help="serve N sequential requests per input; latency p50 over them "
+                        "(default 1)")
     parser.add_argument("--profile", metavar="PATH",
-                        help="write a deployment profile JSON (plan, raw samples, outputs)")
+                        help="also write a deployment profile (plan, raw samples, answers) "
+                        "as JSON to PATH")
     parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
-                        help="bound each request, admission to result (DeadlineExceeded)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show the workers' output on stderr (default: a log file per "
-                        "worker, named in the plan)")
+                        help="bound each request from admission to result; past it the "
+                        "request fails with DeadlineExceeded (default: no bound)")
+    common.add_verbose_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -76,56 +104,32 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _npz_inputs(path: str) -> dict[str, Any]:
-    import zipfile
-
-    import numpy as np
-
-    if not os.path.isfile(path):
-        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise common.CommandFailed(
-            common.EXIT_USAGE, f"--inputs {path}: not an .npz archive (to read an image or "
-            "another file through the pipeline's prepare function, use --input)")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: np.array(data[name]) for name in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as exc:
-        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: {exc}") from exc
-
-
-def _check_inputs(args: argparse.Namespace) -> PreparedInputs | None:
+def _check_inputs(args: argparse.Namespace, config: Any) -> PreparedInputs | None:
     """Read and check every ``--input`` with the pipeline's prepare, before it opens."""
     if not args.source:
         return None
     from edge_core.config.transforms import resolve_input_transform
     from edge_core.errors import ConfigError
-    from edge_core.runtime.opening import load_config
 
+    if config.prepare is None:
+        raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
+                                   "'prepare' function to read it with (give its first "
+                                   "stage's tensors with --inputs NPZ)")
     try:
-        config = load_config(args.pipeline, args.name)
-        if config.prepare is None:
-            raise common.CommandFailed(common.EXIT_USAGE, "--input: the pipeline names no "
-                                       "'prepare' function to read it with")
         prepare = resolve_input_transform(config.prepare, "prepare")
     except ConfigError as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    files = expand_inputs(args.source, getattr(prepare, "input_suffixes", None))
-    return PreparedInputs(prepare, files)
+    expanded = expand_inputs(args.source, getattr(prepare, "input_suffixes", None))
+    return PreparedInputs(prepare, expanded.files, skipped=expanded.skipped)
 
 
-def _example_inputs(args: argparse.Namespace, pipeline: Any,
-                    say: Callable[[str], None] | None) -> tuple[dict[str, Any], str]:
-    """The inputs when no ``--input`` is given, and a line saying where they come from."""
-    if args.inputs:
-        return _npz_inputs(args.inputs), f"--inputs {args.inputs}"
+def _example_inputs(pipeline: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The inputs when neither ``--input`` nor ``--inputs`` is given, and where from."""
     first = pipeline._stages[0]
     bundle = getattr(first.runtime.loaded, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
         member = bundle.manifest.metadata.example_inputs
         where = f"the example inputs bundled with stage {first.config.id!r} ({member})"
-        if say is not None:
-            say(f"no --input given: reading {where}")
         return dict(bundle.load_example_inputs()), where
     if args.params is not None:  # a prompt-only generate stage takes no tensors
         return {}, "no tensors (--params only)"
@@ -199,15 +203,28 @@ def _serve(pipeline: Any, inputs: dict[str, Any], args: argparse.Namespace,
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
     from edge_core.evidence.memory import annotate_plan
-    from edge_core.runtime.opening import open_pipeline
+    from edge_core.runtime import Pipeline
+    from edge_core.runtime.opening import default_ledger
 
     quiet = args.json or args.jsonl
-    say = None if quiet else (lambda message: print(f"edge: {message}", file=sys.stderr))
-    prepared = _check_inputs(args)  # before any worker starts: bad input is exit 2
-    logs = common.worker_logs(args.verbose)
+    say = None if quiet else common.say
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    config = checked.config
+    prepared = _check_inputs(args, config)  # before any worker starts: bad input is exit 2
+    tensors = read_npz_inputs(args.inputs, config) if args.inputs and prepared is None else None
+    if prepared is None and tensors is None and args.params is None:
+        example = bundled_example(config)  # None: exit 2 now, not after loading
+        if example is None:
+            raise common.CommandFailed(
+                common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+                f"stage, {config.stages[0].id!r}, bundles no example inputs to read instead)")
+    if prepared is not None and prepared.skipped and not args.json:
+        print(f"edge: {skipped_line(prepared.skipped)}", file=sys.stderr)
+    logs = common.worker_logs(args.verbose, say)
     started = time.perf_counter()
     try:
-        pipeline = open_pipeline(args.pipeline, name=args.name, progress=say)
+        pipeline = Pipeline.open(config, checked.plugins, default_ledger(config, checked.plugins),
+                                 progress=say)
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started
@@ -215,12 +232,17 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     answer: Any = None
     source = ""
+    streamed = False  # a generated text already shown as it arrived
     buffered = BufferedInputs(pipeline)
     try:
         if prepared is None:
-            inputs, source = _example_inputs(args, pipeline, say)
+            if tensors is not None:
+                inputs, source = tensors, f"--inputs {args.inputs}"
+            else:
+                inputs, source = _example_inputs(pipeline, args)
             if not quiet and sys.stdout.isatty() and generated.is_generate(pipeline):
                 generated.stream_text(pipeline, inputs, args.params)
+                streamed = True
             answer = _serve(pipeline, buffered.stage(inputs), args, samples)
         else:
             progress = Progress(len(prepared.files), enabled=not quiet)
@@ -253,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3
     head: dict[str, Any] = {"results": results} if prepared is not None else \
         {"input": source, "answer": answer}
+    if prepared is not None and prepared.skipped:
+        head["skipped"] = prepared.skipped
     report = {
         **head, "ok": True, "pipeline": plan["pipeline"], "open_s": open_s,
         "requests": len(samples), "latency_p50_ms": p50_ms, "input_buffers": buffers,
@@ -273,13 +297,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"health: {health['state']}", file=out)
     for line in _health_lines(health):
         print(line, file=out)
-    if logs is not None:
-        print(f"worker logs: {logs}", file=sys.stderr)
     if prepared is None:
-        _print_answer(answer, None, out)
+        if source.startswith("the example"):
+            print(f"input: no --input given, so this read {source}; to read your own "
+                  f"file: edge run {args.pipeline} --input FILE", file=out)
+        if not streamed:
+            print_answer(answer, None, out)
     elif not args.jsonl:
         for result in results:
-            _print_answer(result["lines"], result["file"], out)
+            print_answer(result["lines"], result["file"], out)
     if buffers["copied"]:
         print(f"input buffers: {buffers['copied']} tensor(s) copied in once, "
               f"{buffers['sent_by_reference']} request(s) sent them by reference", file=out)
@@ -293,12 +319,25 @@ def run(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _print_answer(answer: Any, file: str | None, out: TextIO) -> None:
-    texts = [item["text"] for item in answer if isinstance(item, dict) and "text" in item] \
-        if isinstance(answer, list) else []
-    if texts:
-        print(f"recognised text{f' in {file}' if file else ''}:", file=out)
-        for text in texts:
-            print(f"  {text}", file=out)
+def print_answer(answer: Any, file: str | None, out: TextIO) -> None:
+    """Print one answer once: its text lines, "no text found", or its JSON.
+
+    An answer that is a list of items with ``text`` (the OCR example's) prints as those
+    lines; an empty list prints ``no text found``; a generated answer prints its text;
+    anything else prints as one line of JSON.
+    """
+    where = f" in {file}" if file else ""
+    if isinstance(answer, list) and not answer:
+        print(f"no text found{where}", file=out)
+        return
+    if isinstance(answer, list) and all(isinstance(i, dict) and "text" in i for i in answer):
+        print(f"recognised text{where}:", file=out)
+        for item in answer:
+            print(f"  {item['text']}", file=out)
+        return
+    if isinstance(answer, dict) and isinstance(answer.get("text"), str):
+        print(f"generated text{where} ({answer.get('finish_reason')}):", file=out)
+        print(answer["text"], file=out)
+        return
     label = f"answer ({file})" if file else "answer"
     print(f"{label}: {json.dumps(answer, default=str)}", file=out)

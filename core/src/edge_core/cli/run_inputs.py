@@ -26,20 +26,39 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, NamedTuple, TextIO
 
 from edge_core.cli import common
 
-__all__ = ["KEEP_PREPARED", "BufferedInputs", "PreparedInputs", "Progress", "expand_inputs"]
+__all__ = [
+    "KEEP_PREPARED",
+    "BufferedInputs",
+    "ExpandedInputs",
+    "PreparedInputs",
+    "Progress",
+    "bundled_example",
+    "expand_inputs",
+    "read_npz_inputs",
+    "skipped_line",
+]
 
 KEEP_PREPARED: Final = 16
 """How many prepared inputs a run keeps from the check before the pipeline opens."""
 
 
-def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> list[str]:
+class ExpandedInputs(NamedTuple):
+    """The files a run reads, and the files of its directories that it skips."""
+
+    files: list[str]
+    skipped: list[str]
+
+
+def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> ExpandedInputs:
     """Files to read, in order: each ``--input`` value, directories expanded.
 
     A path that does not exist is kept as given (``prepare`` names what is wrong with it).
+    Regular files of a directory whose suffix ``prepare`` does not list are returned as
+    ``skipped`` (hidden files are neither read nor listed).
 
     Raises:
         common.CommandFailed: (exit 2) a directory holds no file to read.
@@ -47,21 +66,128 @@ def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> lis
     """
     wanted = {s.lower() for s in suffixes} if suffixes else None
     files: list[str] = []
+    skipped: list[str] = []
     for source in sources:
         if not os.path.isdir(source):
             files.append(source)
             continue
-        found = sorted(
-            str(entry) for entry in Path(source).iterdir()
-            if entry.is_file() and not entry.name.startswith(".")
-            and (wanted is None or entry.suffix.lower() in wanted)
-        )
+        entries = sorted(entry for entry in Path(source).iterdir()
+                         if entry.is_file() and not entry.name.startswith("."))
+        found = [str(e) for e in entries if wanted is None or e.suffix.lower() in wanted]
+        skipped += [str(e) for e in entries if str(e) not in found]
         if not found:
             kinds = f" with a suffix in {sorted(wanted)}" if wanted else ""
             raise common.CommandFailed(
                 common.EXIT_USAGE, f"--input {source}: the directory holds no file{kinds}")
         files.extend(found)
-    return files
+    return ExpandedInputs(files, skipped)
+
+
+def skipped_line(skipped: Sequence[str]) -> str:
+    """The notice naming the files of ``--input`` directories that are not read."""
+    shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more"
+                                        if len(skipped) > 10 else "")
+    return (f"--input: skipped {len(skipped)} file(s) that the pipeline's prepare does not "
+            f"read (by suffix): {shown}")
+
+
+def bundled_example(config: Any) -> str | None:
+    """The example inputs member the first stage's bundle names, read from its manifest.
+
+    ``None`` when the stage has no manifest, the manifest cannot be read, or it names no
+    example inputs; nothing is verified here (opening verifies the bundle).
+    """
+    import json
+
+    stage = config.stages[0]
+    manifest = stage.manifest or next((c.manifest for c in stage.candidates if c.manifest),
+                                      None)
+    if manifest is None:
+        return None
+    path = Path(manifest)
+    if path.is_dir():
+        path = path / "edge-manifest.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        member = document["metadata"]["example_inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return member if isinstance(member, str) else None
+
+
+def read_npz_inputs(path: str, config: Any) -> dict[str, Any]:
+    """The first-stage tensors of ``--inputs``, checked before anything opens.
+
+    The archive is read with pickle disabled; when the first stage's bundle declares the
+    shapes it serves (and the stage has no input transform), the tensors' names, dtypes and
+    shapes must fit one of them.
+
+    Raises:
+        common.CommandFailed: (exit 2) naming the file and what is wrong with it.
+
+    """
+    import zipfile
+
+    import numpy as np
+
+    if not os.path.isfile(path):
+        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"--inputs {path}: not an .npz archive (to read an image or "
+            "another file through the pipeline's prepare function, use --input)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: np.array(data[name]) for name in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: {exc}") from exc
+    if not arrays:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: the archive holds "
+                                   "no array")
+    shapes = _declared_shapes(config)
+    if shapes is not None:
+        from edge_contracts.errors import ContractError
+        from edge_core.shapes import specs_of
+
+        try:
+            shapes.match(specs_of(arrays), where="inputs")
+        except (ContractError, ValueError) as exc:
+            raise common.CommandFailed(common.EXIT_USAGE, f"--inputs {path}: does not fit "
+                                       f"stage {config.stages[0].id!r}: {exc}") from exc
+    return arrays
+
+
+def _declared_shapes(config: Any) -> Any:
+    """The shapes the first stage's bundle serves, read from its manifest (no verification).
+
+    The declared shape set, or for a bundle without one the single shape of its example
+    inputs; ``None`` when the stage transforms its inputs or the manifest cannot be read
+    (opening then decides).
+    """
+    import json
+
+    import numpy as np
+
+    from edge_contracts.shapesets import ShapeSet
+    from edge_core.shapes import specs_of
+
+    stage = config.stages[0]
+    if stage.input_transform is not None or stage.manifest is None:
+        return None
+    path = Path(stage.manifest)
+    if path.is_dir():
+        path = path / "edge-manifest.json"
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+        declared = (metadata.get("validation") or {}).get("shapes")
+        if declared is not None:
+            return ShapeSet.from_json([{"name": e.get("name"), "inputs": e.get("inputs")}
+                                       for e in declared], "shapes")
+        example = path.parent / metadata["example_inputs"]
+        with np.load(example, allow_pickle=False) as data:
+            return ShapeSet.single(specs_of({name: data[name] for name in data.files}))
+    except Exception:  # an unreadable or undeclared shape set: opening decides
+        return None
 
 
 def _refuse(source: str, exc: BaseException) -> common.CommandFailed:
@@ -74,8 +200,8 @@ class PreparedInputs:
     """Every input checked through ``prepare``; the first few kept for the run."""
 
     def __init__(self, prepare: Callable[[str], Any], files: Sequence[str],
-                 keep: int = KEEP_PREPARED) -> None:
-        """Run ``prepare`` on every file now.
+                 keep: int = KEEP_PREPARED, skipped: Sequence[str] = ()) -> None:
+        """Run ``prepare`` on every file now (``skipped``: files of directories not read).
 
         Raises:
             common.CommandFailed: (exit 2) ``prepare`` refused a file (``ValueError`` or
@@ -84,6 +210,7 @@ class PreparedInputs:
         """
         self._prepare = prepare
         self.files = list(files)
+        self.skipped = list(skipped)
         self._kept: dict[int, dict[str, Any]] = {}
         for index, source in enumerate(self.files):
             prepared = self._call(source)

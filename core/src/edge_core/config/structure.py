@@ -12,6 +12,7 @@ validation notes; :func:`structure_config` walks them and raises one
 from __future__ import annotations
 
 import json
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -260,6 +261,23 @@ def _sub_value(exc: BaseException, value: object) -> object:
     return _MISSING
 
 
+_ATTRS_MESSAGE = re.compile(
+    r"'([A-Za-z_][A-Za-z0-9_]*)' (must .*?)(?: \(got (.*)\)|: (.*))$", re.DOTALL)
+"""attrs' own validators' messages: ``'n' must be >= 0: -3``, ``'k' must be in (...) (got 'x')``."""
+
+
+def _literal(text: str | None) -> object:
+    """The value an attrs validator message shows, as a Python literal where it is one."""
+    import ast
+
+    if text is None:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
 def _problems(exc: BaseException, path: str, value: object = _MISSING) -> Iterator[ConfigError]:
     if isinstance(exc, ClassValidationError | IterableValidationError):
         for sub in exc.exceptions:
@@ -276,6 +294,12 @@ def _problems(exc: BaseException, path: str, value: object = _MISSING) -> Iterat
         yield ConfigError(_concat(path, exc.path), exc.reason, exc.value)
     elif isinstance(exc, KeyError) and _note_of(exc) is not None:
         yield ConfigError(path, "required key is missing", None)
+    elif isinstance(exc, ValueError) and exc.args and (
+            named := _ATTRS_MESSAGE.match(str(exc.args[0]))):
+        # an attrs validator's "'field' must be ...: value": the field by its own path
+        name, reason, text = named.group(1), named.group(2), named.group(3) or named.group(4)
+        at = path if path == name or path.endswith(f".{name}") else join_path(path, name)
+        yield ConfigError(at, reason, _literal(text))
     else:
         shown = None if value is _MISSING else value
         yield ConfigError(path or "<root>", f"invalid value ({exc})", shown)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 from typing import Any
 
 import pytest
 
+from edge_core.cli.probe_cmd import state_words
 from edge_core.config import InvalidConfigError
 from edge_core.plugins import load_plugins
 from edge_core.probe import probe_all
@@ -35,6 +37,9 @@ def test_the_probe_reports_the_qnn_device_and_sdk_version_ort_sees() -> None:
     assert row["runtime"]["onnxruntime-qnn"]
     assert row["devices"], row
     assert any("QNN EP device" in note for note in row["notes"])
+    if platform.machine() in {"x86_64", "AMD64"}:  # the HTP backend is simulated here
+        assert row["limitation"].startswith("HTP simulator: no Qualcomm NPU here"), row
+        assert state_words(row).startswith("available (HTP simulator")
 
 
 def test_the_probe_says_why_when_the_interpreter_has_no_qnn(

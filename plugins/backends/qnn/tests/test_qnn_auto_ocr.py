@@ -28,18 +28,18 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The page bundles and the derived classifier, as ``make demo`` writes them."""
-    from edge_ocr_example.models import fetch_wheel
-    from edge_ocr_example.page_bundle import AUTO_CLASSIFY, build_page_bundles
-    from edge_ocr_example.page_pipeline import BATCH
-    from edge_ort.derive.build import derive_bundle
-    from edge_ort.derive.specs import parse_bucket
+def page(demo_build: Path) -> Path:
+    """The page bundles and the derived classifier, as ``make demo`` writes them.
 
-    out = tmp_path_factory.mktemp("ocr") / "page"
-    build_page_bundles(out, wheel=fetch_wheel())
-    derive_bundle(out / "classify", out / AUTO_CLASSIFY,
-                  [parse_bucket(f"{BATCH}x3x48x192", 0)])
+    The session's shared ``demo_build`` (the root conftest.py), derived with the same
+    bucket of ``BATCH`` rows.
+    """
+    from edge_ocr_example.page_bundle import AUTO_CLASSIFY
+    from edge_ocr_example.page_pipeline import BATCH
+
+    out = demo_build / "build" / "ocr"
+    manifest = (out / AUTO_CLASSIFY / "edge-manifest.json").read_text(encoding="utf-8")
+    assert f"b{BATCH}x3x48x192" in manifest  # the bucket this test's calls fill
     return out
 
 

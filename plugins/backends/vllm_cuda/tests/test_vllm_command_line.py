@@ -142,7 +142,8 @@ def test_on_a_terminal_the_text_streams_before_the_summary(
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "edge_core.cli", "run", str(path), "--params",
-             json.dumps(params)], cwd=tmp_path, stdout=secondary, stderr=subprocess.PIPE)
+             json.dumps(params), "--profile", str(tmp_path / "run.json")], cwd=tmp_path,
+            stdout=secondary, stderr=subprocess.PIPE)
         os.close(secondary)
         chunks = []
         while True:
@@ -158,8 +159,10 @@ def test_on_a_terminal_the_text_streams_before_the_summary(
         os.close(primary)
     assert process.returncode == 0, stderr.decode()[-3000:]
     lines = b"".join(chunks).decode().replace("\r\n", "\n").splitlines()
-    answer = json.loads(next(line for line in lines if line.startswith("answer: "))[8:])
+    answer = json.loads((tmp_path / "run.json").read_text())["answer"]
     assert answer["finish_reason"] == "length" and len(answer["token_ids"]) == 5
     summary = next(i for i, line in enumerate(lines) if line.startswith("pipeline tty"))
     streamed = "\n".join(lines[:summary])  # printed before the plan's summary
     assert streamed.strip() == answer["text"].strip()  # greedy: equal to the timed one
+    text = answer["text"].strip()
+    assert not text or not any(text in line for line in lines[summary:])  # printed once

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from edge_contracts.devices import RAM_POOL
+from edge_core.cli.probe_cmd import state_words
 from edge_core.config.structure import InvalidConfigError
 from edge_core.ledger import CeilingAboveTotal, PoolExhausted, ResourceLedger
 from edge_core.plugins import load_plugins
@@ -67,10 +68,12 @@ def test_probe_without_gpus_is_available_for_cpu_stages_and_says_why_no_gpu() ->
     if probe.gpus:  # a machine with GPUs lists each with its VRAM pool
         assert {d["physical_id"] for d in row["devices"]} == {g.uuid for g in probe.gpus}
         assert row["pool_totals"] == {g.pool: g.total_bytes for g in probe.gpus}
+        assert row["limitation"] is None and state_words(row) == "available"
     else:
         assert row["devices"] == [] and row["pool_totals"] == {}
         assert any("no NVIDIA GPU seen" in note and "nvidia-smi" in note
                    for note in row["notes"])
+        assert state_words(row) == "available (CPU only: no GPU found)"
 
 
 def test_gpu_probe_names_each_method_that_failed() -> None:

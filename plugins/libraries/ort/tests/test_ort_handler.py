@@ -60,6 +60,24 @@ def test_profiling_leaves_no_file_behind(add_relu_bundle: dict[str, Path]) -> No
     assert not Path(profile_dir).exists()
 
 
+def test_plain_onnxruntime_runs_on_the_cpu_when_the_asked_provider_is_absent(
+    add_relu_bundle: dict[str, Path],
+) -> None:
+    """The peer: ONNX Runtime itself takes a session asking for DirectML first, warns, and
+    runs it on the CPU, without an error (what edge's handler refuses, below)."""
+    import onnxruntime as ort
+
+    assert "DmlExecutionProvider" not in ort.get_available_providers()
+    with pytest.warns(UserWarning, match="'DmlExecutionProvider' is not in available"):
+        session = ort.InferenceSession(
+            str(add_relu_bundle["graph"]),
+            providers=["DmlExecutionProvider", "CPUExecutionProvider"])
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    with np.load(add_relu_bundle["example"]) as example:
+        inputs = {name: example[name] for name in example.files}
+    assert session.run(None, inputs)  # it answers, on the CPU
+
+
 def test_absent_provider_creates_no_session(add_relu_bundle: dict[str, Path]) -> None:
     handler = OrtHandler()
     loaded = handler.load(config(

@@ -96,8 +96,11 @@ def report_from(backend: str, found: Mapping[str, Any], interpreter: str) -> Pro
                                       if d.get("type") == "CPU" else "")
         for d in devices
     ]
+    simulated = all(str(d.get("type", "")).upper() == "CPU" for d in devices)
+    limitation = ("HTP simulator: no Qualcomm NPU here, QNN simulates its HTP backend on "
+                  "the CPU" if simulated else None)
     return ProbeReport(backend=backend, available=True, runtime=runtime, notes=notes,
-                       devices=[_device(d) for d in devices])
+                       devices=[_device(d) for d in devices], limitation=limitation)
 
 
 def probe_qnn(backend: str) -> ProbeReport:

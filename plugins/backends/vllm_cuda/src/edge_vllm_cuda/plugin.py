@@ -77,6 +77,7 @@ def edge_probe() -> list[ProbeReport]:
         backend=BACKEND, available=True,
         devices=[gpu.descriptor(domain) for gpu in probe.gpus], runtime=runtime, notes=notes,
         pool_totals={gpu.pool: gpu.total_bytes for gpu in probe.gpus},
+        limitation=None if probe.gpus else "CPU only: no GPU found",
     )]
 
 

@@ -19,40 +19,67 @@ NAME = "hub"
 
 def _connection(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection")
-    group.add_argument("--config", help="qai-hub client ini (default: $QAIHUB_CLIENT_INI, "
+    group.add_argument("--config", metavar="PATH",
+                       help="qai-hub client ini (default: $QAIHUB_CLIENT_INI, "
                        "then ~/.qai_hub/client.ini)")
-    group.add_argument("--api-token", help="explicit API token (instead of an ini file)")
+    group.add_argument("--api-token", metavar="TOKEN",
+                       help="explicit API token (instead of an ini file)")
     group.add_argument("--api-url", default="https://workbench.aihub.qualcomm.com",
-                       help="API URL with --api-token")
-    group.add_argument("--web-url", default=None, help="web URL with --api-token")
-    group.add_argument("--retries", type=int, default=2,
+                       metavar="URL", help="API URL with --api-token (default "
+                       "https://workbench.aihub.qualcomm.com)")
+    group.add_argument("--web-url", default=None, metavar="URL",
+                       help="web URL with --api-token (default: the API URL)")
+    group.add_argument("--retries", type=int, default=2, metavar="N",
                        help="retries per HTTP call (default 2; the client's own is 6)")
-    group.add_argument("--job-timeout", type=float, default=1800.0,
+    group.add_argument("--job-timeout", type=float, default=1800.0, metavar="SECONDS",
                        help="seconds to wait for one job (default 1800)")
-    group.add_argument("--poll", type=float, default=5.0,
+    group.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
                        help="seconds between job-status polls (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
 def register(subparsers: Any) -> None:
     """Add ``edge hub`` and its subcommands."""
-    parser = subparsers.add_parser(
-        NAME, help="AI Hub: compile, profile and run a bundle on a hosted device "
-        "(evidence records, never local deployment; needs edge-qnn[hub])")
-    commands = parser.add_subparsers(dest="hub_command", required=True)
-    devices = commands.add_parser("devices", help="list the service's devices")
-    devices.add_argument("--name", default="", help="an exact device name")
+    from edge_core.cli.common import add_command
+
+    parser = add_command(
+        subparsers, NAME, "AI Hub: compile, profile and run a bundle on a hosted device "
+        "(evidence records, never local deployment; needs edge-qnn[hub])",
+        "Use Qualcomm AI Hub as a qualification facility: compile a bundle's graph for a "
+        "hosted Snapdragon device, profile it there, run its example inputs and compare the "
+        "outputs with the local reference. Each job writes an evidence record ('edge "
+        "qualify --hub-job'); nothing is deployed locally. Needs the network and an AI Hub "
+        "account. Exit 0 done, 1 a job failed, 2 a usage problem.",
+        "edge hub devices",
+        "edge hub infer build/ocr/classify-qnn --device NAME   # NAME: from edge hub devices")
+    commands = parser.add_subparsers(dest="hub_command", required=True, metavar="ACTION",
+                                     title="actions")
+    devices = add_command(commands, "devices", "list the service's devices",
+                          "List the devices AI Hub offers (their exact names).",
+                          "edge hub devices")
+    devices.add_argument("--name", default="", metavar="NAME",
+                         help="an exact device name (default: every device)")
     _connection(devices)
-    for name, text in (("compile", "compile the bundle's graph for a device"),
-                       ("profile", "compile, then profile on the device"),
-                       ("infer", "compile, profile and run the example inputs; compare "
-                        "the outputs with the local reference")):
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("bundle", help="an artifact bundle directory")
-        sub.add_argument("--device", required=True, help="exact device name (edge hub devices)")
-        sub.add_argument("--options", default=None,
+    for name, text, detail in (
+            ("compile", "compile the bundle's graph for a device",
+             "Upload the bundle's graph and compile it for the named hosted device; the job "
+             "record names the compiled target."),
+            ("profile", "compile, then profile on the device",
+             "Compile the bundle's graph for the named hosted device, then profile it there: "
+             "inference time, peak memory and compute units go into the job record."),
+            ("infer", "compile, profile and run the example inputs; compare the outputs "
+             "with the local reference",
+             "Compile and profile the bundle's graph on the named hosted device, run the "
+             "bundle's example inputs there and compare the outputs with the local "
+             "reference; the job record holds the comparison.")):
+        sub = add_command(commands, name, text, detail,
+                          f"edge hub {name} build/ocr/classify-qnn --device NAME")
+        sub.add_argument("bundle", metavar="BUNDLE", help="an artifact bundle directory")
+        sub.add_argument("--device", required=True, metavar="NAME",
+                         help="exact device name (edge hub devices)")
+        sub.add_argument("--options", default=None, metavar="TEXT",
                          help="compile options (default: --target_runtime qnn_context_binary)")
-        sub.add_argument("--record-dir", default=".",
+        sub.add_argument("--record-dir", default=".", metavar="DIR",
                          help="where the evidence record is written (default: .)")
         _connection(sub)
     parser.set_defaults(func=run)

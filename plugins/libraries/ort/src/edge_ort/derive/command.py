@@ -26,10 +26,11 @@ _BUCKET_HELP = ("a static bucket: [NAME:]DIMS for a one-input graph (b0:1x3x48x1
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", type=Path, help="the source bundle (fp32, may be dynamic)")
+    parser.add_argument("bundle", type=Path, metavar="BUNDLE",
+                        help="the source bundle (fp32, may be dynamic)")
     parser.add_argument("--bucket", action="append", default=[], required=True,
-                        help=_BUCKET_HELP)
-    parser.add_argument("--out", type=Path, required=True,
+                        metavar="BUCKET", help=_BUCKET_HELP)
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the derived bundle's directory (must not exist)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -37,25 +38,43 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add ``edge derive`` and its subcommands."""
-    parser = subparsers.add_parser(
-        NAME, help="derive a bundle for a device: static-shape copies per bucket, QDQ "
-        "quantisation (written and verified like any bundle)")
-    commands = parser.add_subparsers(dest="derive_command", required=True)
-    static = commands.add_parser(
-        "qnn-static", help="one static copy of the graph per bucket (QNN compiles fixed "
-        "shapes only); outputs checked against the source graph")
+    from edge_core.cli.common import add_command
+
+    parser = add_command(
+        subparsers, NAME, "derive a bundle for a device: static-shape copies per bucket, "
+        "QDQ quantisation (written and verified like any bundle)",
+        "Derive a new artifact bundle from an fp32 one, for a device that needs it: "
+        "'qnn-static' writes one static-shape copy of the graph per bucket, 'qnn-qdq' also "
+        "quantises them. The derived bundle is written, hashed and verified like any other, "
+        "its outputs checked against the source graph's. Exit 0 written, 1 refused, 2 bad "
+        "arguments.",
+        "edge derive qnn-static build/ocr/classify --bucket 4x3x48x192 "
+        "--out build/ocr/classify-qnn")
+    commands = parser.add_subparsers(dest="derive_command", required=True, metavar="KIND",
+                                     title="kinds")
+    static = add_command(
+        commands, "qnn-static", "one static copy of the graph per bucket (QNN compiles "
+        "fixed shapes only); outputs checked against the source graph",
+        "Write one static-shape copy of the source graph per --bucket; each copy's outputs "
+        "on the bucket's example are checked against the source graph's.",
+        "edge derive qnn-static build/ocr/classify --bucket 4x3x48x192 "
+        "--out build/ocr/classify-qnn")
     _common(static)
-    qdq = commands.add_parser(
-        "qnn-qdq", help="static copies per bucket, QDQ-quantised (uint8) with "
-        "calibration data; its error against the fp32 reference is recorded as its bound")
+    qdq = add_command(
+        commands, "qnn-qdq", "static copies per bucket, QDQ-quantised (uint8) with "
+        "calibration data; its error against the fp32 reference is recorded as its bound",
+        "Write one static, QDQ-quantised (uint8) copy of the source graph per --bucket, "
+        "calibrated on --calibration data; the error against the fp32 reference becomes "
+        "the bundle's numerics bound.",
+        "edge derive qnn-qdq build/ocr/classify --bucket 4x3x48x192 --out classify-qdq")
     _common(qdq)
-    qdq.add_argument("--calibration", type=Path, action="append", default=[],
+    qdq.add_argument("--calibration", type=Path, action="append", default=[], metavar="PATH",
                      help=".npz files (arrays named like the graph's inputs), images, or "
                      "directories of them (default: the bundle's own examples)")
-    qdq.add_argument("--preprocess", default=None,
-                     help="module:function turning an HxWx3 uint8 image into {input: array} "
-                     "(needed for images)")
-    qdq.add_argument("--bound", default=None,
+    qdq.add_argument("--preprocess", default=None, metavar="MODULE:FUNCTION",
+                     help="turns an HxWx3 uint8 image into {input: array} (needed for "
+                     "images; default: none)")
+    qdq.add_argument("--bound", default=None, metavar="BOUND",
                      help="max_abs_error=X[,normalised_error=Y] against the fp32 reference "
                      "(default: twice the largest error measured, at least 0.001)")
     parser.set_defaults(func=run)

@@ -1,0 +1,86 @@
+"""The command-line reference (``docs/cli.md``), generated from the commands' own ``--help``.
+
+Run ``python -m edge_core.cli.reference docs/cli.md`` after changing a command, its
+options or its help; ``--check`` exits 1 when the file is out of date (a test of
+edge-core runs that comparison). The commands installed plugins add (``edge serve``,
+``edge derive``, ``edge hub``) are included when their distributions are installed, as
+in the development environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["commands", "main", "render"]
+
+HEAD = """\
+# Command line reference
+
+Generated from each command's `--help` by `python -m edge_core.cli.reference
+docs/cli.md` (a test checks that it is current), with every installed plugin's
+commands. Every command prints one JSON document with `--json`, and `--debug` (or
+`EDGE_DEBUG=1`) adds the traceback to an error.
+
+| exit code | meaning |
+|---|---|
+| 0 | success |
+| 1 | the command ran and the answer is negative: a refusal, a failed check, a requested \
+backend unavailable, a conformance run in which nothing passed |
+| 2 | a usage, input or configuration problem: one line on stderr naming the file and \
+every problem at once, before any worker starts |
+| 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` |
+
+Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
+plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
+`EDGE_WORKER_LOG_DIR` names the folder for workers' log files.
+"""
+
+
+def commands(parser: argparse.ArgumentParser, prefix: str = "edge"
+             ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every subcommand of ``parser``, depth first, with its full name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield f"{prefix} {name}", child
+                yield from commands(child, f"{prefix} {name}")
+
+
+def render() -> str:
+    """The reference page: ``edge --help``, then every command's ``--help``."""
+    from edge_core.cli import build_parser
+    from edge_core.cli.common import add_plugin_commands
+
+    parser = build_parser()
+    add_plugin_commands(parser)
+    parts = [HEAD, "## edge\n", "```text", parser.format_help().rstrip(), "```\n"]
+    for name, child in commands(parser):
+        parts += [f"## {name}\n", "```text", child.format_help().rstrip(), "```\n"]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the page to a file (or stdout); ``--check`` compares instead."""
+    parser = argparse.ArgumentParser(prog="python -m edge_core.cli.reference",
+                                     description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("out", nargs="?", default="docs/cli.md", help="the page to write")
+    parser.add_argument("--check", action="store_true", help="exit 1 when it differs")
+    args = parser.parse_args(argv)
+    text = render()
+    path = Path(args.out)
+    if args.check:
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != text:
+            print(f"{path} is out of date: run python -m edge_core.cli.reference {path}",
+                  file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

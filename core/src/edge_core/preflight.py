@@ -1,0 +1,233 @@
+"""Checking a pipeline file against the installed plugins before anything opens.
+
+:func:`check_pipeline` is what every command that opens a pipeline (``edge run``, ``edge
+plan``, ``edge profile``, ``edge serve``) does first. It reads the file and loads the
+plugins it needs, then checks, for every stage at once:
+
+* the file's structure (types, unknown keys, sizes: :mod:`edge_core.config`);
+* each single-backend stage's backend name: a name no installed plugin provides is a
+  problem at ``stages[i].backend.name`` with the closest installed names ("did you
+  mean"). A name inside a ``candidates`` list is not: an uninstalled candidate is refused
+  at layer ``backend`` when the pipeline opens, and the next candidate is tried;
+* each backend section's options, through the owning plugin's ``edge_validate_stage``
+  (with its ``edge_config_defaults`` under them), for single backends and candidates;
+* each manifest path exists, and every ``prepare``, ``finish`` and ``input_transform``
+  names a callable that imports.
+
+Every problem found is raised together as one
+:class:`~edge_core.config.InvalidConfigError`, each with its path. Nothing here starts
+a worker, probes a device or reserves memory: availability, admission, artifact
+verification and the placement gate stay with the opening itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from edge_core.binding import backend_table, bind_owner
+from edge_core.config import (
+    InvalidConfigError,
+    PipelineConfig,
+    load_pipeline,
+    load_pyproject_pipeline,
+    read_document,
+    resolve_input_transform,
+)
+from edge_core.config.structure import join_path
+from edge_core.errors import ConfigError
+from edge_core.plugins import PluginSet, load_plugins
+
+__all__ = ["CheckedPipeline", "check_pipeline", "unknown_backend"]
+
+
+@attrs.frozen
+class CheckedPipeline:
+    """A pipeline configuration that passed :func:`check_pipeline`, and its plugins.
+
+    Each backend section's options are already validated by their plugin (its
+    ``backend.validated``), so opening does not validate them again.
+    """
+
+    config: PipelineConfig
+    plugins: PluginSet
+
+
+def unknown_backend(name: str, installed: Iterable[str], failed: Iterable[str] = ()) -> str:
+    """The reason for a backend name no installed plugin provides, with "did you mean".
+
+    ``failed`` names plugins that failed to load (their backends are unknown too).
+    """
+    known = sorted(installed)
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.7)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    broken = list(failed)
+    tail = f"; plugins that failed to load: {', '.join(broken)}" if broken else ""
+    return (f"no installed plugin provides this backend ({hint}installed: "
+            f"{', '.join(known) or 'none'}{tail})")
+
+
+def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
+                   *, plugins: PluginSet | None = None) -> CheckedPipeline:
+    """Read the pipeline at ``path`` and check it against the installed plugins.
+
+    ``path`` is a pipeline file (``.toml``, ``.yaml``, ``.json``) or a ``pyproject.toml``
+    with ``name`` naming one of its ``[tool.edge.pipelines]``. ``plugins`` defaults to
+    the installed plugins plus the local modules the file names.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed (its path is ``source``), or a
+            ``pyproject.toml`` is given without ``name``.
+        InvalidConfigError: every problem of every stage (see the module docstring).
+
+    """
+    source = _Source(Path(path), name)
+    structural: list[ConfigError] = []
+    config: PipelineConfig | None = None
+    try:
+        config = source.read(None)
+    except InvalidConfigError as exc:
+        structural = list(exc.problems)
+    if plugins is None:
+        modules = config.plugins if config is not None else source.raw_plugins()
+        plugins = load_plugins(local_modules=modules)
+    validate = _validator(plugins)
+    problems: list[ConfigError] = []
+    if config is not None:
+        files = _file_problems(config)
+        try:
+            config = source.read(validate)
+        except InvalidConfigError as exc:
+            problems = list(exc.problems)
+        problems += files
+    else:
+        problems = _raw_backend_problems(source, validate)
+    seen = {str(p) for p in structural}
+    every = structural + [p for p in problems if str(p) not in seen]
+    if every:
+        raise InvalidConfigError(every)
+    assert config is not None
+    return CheckedPipeline(config, plugins)
+
+
+@attrs.frozen
+class _Source:
+    """A pipeline file, or one pipeline of a ``pyproject.toml``."""
+
+    file: Path
+    name: str | None
+
+    def __attrs_post_init__(self) -> None:
+        if self.file.name == "pyproject.toml" and not self.name:
+            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml "
+                              "(--name)", str(self.file))
+
+    def read(self, validate: Any) -> PipelineConfig:
+        """The configuration, its backend sections checked by ``validate`` when given."""
+        if self.name is not None and self.file.name == "pyproject.toml":
+            return load_pyproject_pipeline(self.file, self.name, validate_backend=validate)
+        return load_pipeline(self.file, validate_backend=validate)
+
+    def raw(self) -> tuple[Mapping[str, Any], str]:
+        """The pipeline's raw table and the path prefix of its values."""
+        document = read_document(self.file)
+        if self.name is None or self.file.name != "pyproject.toml":
+            return document, ""
+        tool = document.get("tool", {})
+        edge = tool.get("edge", {}) if isinstance(tool, Mapping) else {}
+        tables = edge.get("pipelines", {}) if isinstance(edge, Mapping) else {}
+        table = tables.get(self.name, {}) if isinstance(tables, Mapping) else {}
+        return (table if isinstance(table, Mapping) else {},
+                join_path("tool.edge.pipelines", self.name))
+
+    def raw_plugins(self) -> tuple[str, ...]:
+        """The ``plugins`` list of a document whose structure has problems (strings only)."""
+        try:
+            document, _ = self.raw()
+        except ConfigError:
+            return ()
+        listed = document.get("plugins", ())
+        return tuple(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else ()
+
+
+def _validator(plugins: PluginSet) -> Any:
+    """The ``validate_backend`` callback: names resolved, options checked by their plugin."""
+    table = backend_table(plugins)
+    failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+
+    def validate(backend: str, options: Mapping[str, object], path: str) -> object:
+        if backend not in table:
+            if ".candidates[" in path:
+                return None  # refused at layer "backend" when the pipeline opens
+            raise ConfigError(path.removesuffix(".options") + ".name",
+                              unknown_backend(backend, table, failed), backend)
+        binding = bind_owner(plugins, backend)
+        defaults = binding.config_defaults(backend) or {}
+        return binding.validate_stage(backend, {**defaults, **dict(options)}, path)
+
+    return validate
+
+
+def _file_problems(config: PipelineConfig) -> list[ConfigError]:
+    """Manifests that do not exist; transforms that do not import (every one of them)."""
+    problems: list[ConfigError] = []
+    for name in ("prepare", "finish"):
+        transform = getattr(config, name)
+        if transform is not None:
+            _collect(problems, lambda t=transform, n=name: resolve_input_transform(t, n))
+    for index, stage in enumerate(config.stages):
+        path = f"stages[{index}]"
+        places = [(f"{path}.manifest", stage.manifest)]
+        places += [(f"{path}.candidates[{n}].manifest", c.manifest)
+                   for n, c in enumerate(stage.candidates)]
+        for where, manifest in places:
+            if manifest is not None and not Path(manifest).exists():
+                problems.append(ConfigError(where, "no such file or directory", str(manifest)))
+        if stage.input_transform is not None:
+            _collect(problems, lambda t=stage.input_transform, p=path:
+                     resolve_input_transform(t, f"{p}.input_transform"))
+    return problems
+
+
+def _collect(problems: list[ConfigError], check: Any) -> None:
+    try:
+        check()
+    except InvalidConfigError as exc:
+        problems.extend(exc.problems)
+    except ConfigError as exc:
+        problems.append(exc)
+
+
+def _raw_backend_problems(source: _Source, validate: Any) -> list[ConfigError]:
+    """Backend problems of a document whose structure has problems, from its raw tables."""
+    try:
+        document, prefix = source.raw()
+    except ConfigError:
+        return []
+    stages = document.get("stages")
+    if not isinstance(stages, list):
+        return []
+    problems: list[ConfigError] = []
+    for index, stage in enumerate(stages):
+        if not isinstance(stage, Mapping):
+            continue
+        path = join_path(join_path(prefix, "stages"), index)
+        sections = [(f"{path}.backend", stage.get("backend"))]
+        candidates = stage.get("candidates")
+        if isinstance(candidates, list):
+            sections += [(f"{path}.candidates[{n}].backend",
+                          c.get("backend") if isinstance(c, Mapping) else None)
+                         for n, c in enumerate(candidates)]
+        for where, section in sections:
+            if not isinstance(section, Mapping) or not isinstance(section.get("name"), str):
+                continue
+            options = section.get("options", {})
+            if isinstance(options, Mapping):
+                _collect(problems, lambda s=section, o=options, w=where:
+                         validate(s["name"], o, f"{w}.options"))
+    return problems

@@ -1,0 +1,170 @@
+"""Command-line misuse: exit 2, every problem named at once, and no worker started.
+
+Each row runs a real ``edge`` subprocess (the echo test backend) with a worker log
+folder set: a worker that started would leave its log file there, so an empty folder
+shows that every check ran before anything was loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ONE = """
+name = "one"
+prepare = "edge_echo.ends:prepare"
+finish = "edge_echo.ends:finish"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+"""
+
+THREE = """
+name = "three"
+
+[[stages]]
+id = "a"
+backend = { name = "ecko" }
+
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:passthrough"
+backend = { name = "echo", options = { delay_s = -1.0 } }
+
+[[stages]]
+id = "c"
+input_transform = "edge_echo.transforms:passthrough"
+backend = { name = "echo", options = { scael = 2.0 } }
+"""
+
+CANDIDATES = """
+name = "fallback"
+
+[[stages]]
+id = "a"
+[[stages.candidates]]
+backend = { name = "not-installed" }
+[[stages.candidates]]
+backend = { name = "echo" }
+"""
+
+
+def edge(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], list[Path]]:
+    logs = cwd / "worker-logs"
+    logs.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
+    env.update({"EDGE_PLUGINS": "echo,serve", "EDGE_WORKER_LOG_DIR": str(logs)})
+    done = subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    return done, sorted(logs.iterdir())
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "one.toml").write_text(ONE)
+    (tmp_path / "three.toml").write_text(THREE)
+    (tmp_path / "fallback.toml").write_text(CANDIDATES)
+    (tmp_path / "typo.toml").write_text(ONE.replace('name = "echo"', 'name = "ecoh"'))
+    (tmp_path / "badopt.toml").write_text(ONE + "[stages.backend.options]\nallocate_mb = -3\n")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
+    np.savez(tmp_path / "pickled.npz", x=np.array([object()], dtype=object))
+    (tmp_path / "a.txt").write_text("1 2\n")
+    return tmp_path
+
+
+THREE_PROBLEMS = ["stages[0].backend.name", "did you mean 'echo'?",
+                  "stages[1].backend.options.delay_s", "stages[2].backend.options.scael"]
+
+#: (command line, what stderr must name) — every row exits 2 and starts no worker.
+TABLE = [
+    (["run", "typo.toml", "--input", "a.txt"],
+     ["typo.toml: stages[0].backend.name", "did you mean 'echo'?", "'ecoh'"]),
+    (["plan", "typo.toml"], ["typo.toml: stages[0].backend.name", "did you mean 'echo'?"]),
+    (["plan", "typo.toml", "--probe-only"], ["typo.toml: stages[0].backend.name"]),
+    (["profile", "typo.toml", "--requests", "1"], ["typo.toml: stages[0].backend.name"]),
+    (["serve", "typo.toml", "--port", "0"], ["typo.toml: stages[0].backend.name"]),
+    (["run", "badopt.toml", "--input", "a.txt"],
+     ["badopt.toml: stages[0].backend.options.allocate_mb", "-3"]),
+    (["plan", "badopt.toml"], ["badopt.toml: stages[0].backend.options.allocate_mb"]),
+    (["profile", "badopt.toml"], ["badopt.toml: stages[0].backend.options.allocate_mb"]),
+    (["run", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
+    (["plan", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
+    (["profile", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
+    (["serve", "three.toml", "one.toml"], ["three.toml: 3 configuration problems",
+                                           *THREE_PROBLEMS]),
+    (["run", "one.toml", "--inputs", "image.png"],
+     ["--inputs image.png: not an .npz archive", "use --input"]),
+    (["run", "one.toml", "--inputs", "pickled.npz"], ["--inputs pickled.npz"]),
+    (["run", "one.toml", "--inputs", "missing.npz"], ["--inputs missing.npz: no such file"]),
+    (["run", "one.toml", "--input", "missing.txt"], ["input missing.txt: ", "No such file"]),
+    (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
+    (["plan", "nope.toml"], ["nope.toml: cannot read"]),
+    (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),
+    (["conformance", "ecoh"], ["no installed plugin provides this backend",
+                               "did you mean 'echo'", "'ecoh'"]),
+    (["probe", "--backend", "ecoh"], ["--backend: ", "did you mean 'echo'"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), TABLE, ids=[" ".join(a) for a, _ in TABLE])
+def test_misuse_exits_2_naming_every_problem_before_any_worker_starts(
+    work: Path, argv: list[str], named: list[str],
+) -> None:
+    done, logs = edge(*argv, cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("edge: worker")]
+    assert len(errors) == 1, done.stderr  # one line, every problem in it
+    for text in named:
+        assert text in errors[0], (text, errors[0])
+    assert logs == [], f"a worker started: {logs}"
+
+
+def test_json_lists_each_problem_with_the_file(work: Path) -> None:
+    done, logs = edge("plan", "three.toml", "--json", cwd=work)
+    assert done.returncode == 2
+    body = json.loads(done.stdout)
+    assert body["ok"] is False and body["file"] == "three.toml"
+    assert [p.split(":")[0] for p in body["problems"]] == [
+        "stages[0].backend.name", "stages[1].backend.options.delay_s",
+        "stages[2].backend.options.scael"]
+    assert logs == []
+
+
+def test_structure_and_backend_problems_are_named_together(work: Path) -> None:
+    (work / "mixed.toml").write_text(THREE.replace('id = "c"', 'id = "c"\nrepliccas = 2'))
+    done, logs = edge("run", "mixed.toml", cwd=work)
+    assert done.returncode == 2
+    for text in ["stages[2].repliccas", *THREE_PROBLEMS]:
+        assert text in done.stderr, text
+    assert logs == []
+
+
+def test_backend_manifest_and_transform_problems_are_named_together(work: Path) -> None:
+    broken = THREE.replace('id = "c"', 'id = "c"\nmanifest = "no/such/bundle"').replace(
+        "edge_echo.transforms:passthrough", "edge_echo.transforms:no_such_function", 1)
+    (work / "four.toml").write_text(broken)
+    done, logs = edge("plan", "four.toml", "--json", cwd=work)
+    assert done.returncode == 2, done.stderr
+    paths = sorted(p.split(":")[0] for p in json.loads(done.stdout)["problems"])
+    assert paths == ["stages[0].backend.name", "stages[1].backend.options.delay_s",
+                     "stages[1].input_transform", "stages[2].backend.options.scael",
+                     "stages[2].manifest"]
+    assert logs == []
+
+
+def test_an_uninstalled_candidate_stays_a_refusal_and_the_next_one_serves(work: Path) -> None:
+    done, _ = edge("plan", "fallback.toml", "--probe-only", "--json", cwd=work)
+    assert done.returncode == 0, done.stderr
+    (stage,) = json.loads(done.stdout)["stages"]
+    first, second = stage["candidates"]
+    assert first["backend"] == "not-installed" and first["layer"] == "backend"
+    assert second["backend"] == "echo" and second["outcome"] != "refused"

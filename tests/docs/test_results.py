@@ -1,0 +1,59 @@
+"""benchmarks/RESULTS.md keeps its format: one section per benchmark, each current.
+
+Every benchmark in ``benchmarks/`` (a script that prints one JSON object last) has a
+``## NAME`` section with one table (command, machine, date) and, once measured, the JSON
+line it printed, which must parse; the command runs that benchmark. The helper modules
+the benchmarks import are not benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+#: Modules the benchmarks import or run first; they print no result of their own.
+HELPERS = {"precompile", "transport_anchors", "transport_timing", "transport_worker"}
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
+                    if p.stem not in HELPERS and not p.stem.startswith("_"))
+ROW = re.compile(r"^\| `(?P<command>[^`]+)` \| (?P<machine>[^|]+) \| (?P<date>[^|]+) \|$",
+                 re.MULTILINE)
+
+
+def sections() -> dict[str, str]:
+    text = RESULTS.read_text(encoding="utf-8")
+    parts = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    return {part.split("\n", 1)[0].strip(): part for part in parts}
+
+
+def test_the_helpers_are_really_helpers() -> None:
+    for name in HELPERS:
+        assert (ROOT / "benchmarks" / f"{name}.py").is_file(), name
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_each_benchmark_has_one_current_section(name: str) -> None:
+    found = sections()
+    assert name in found, f"benchmarks/RESULTS.md has no section for {name}"
+    body = found[name]
+    rows = ROW.findall(body)
+    assert len(rows) == 1, f"{name}: one table row (command, machine, date), found {rows}"
+    command, machine, date = (part.strip() for part in rows[0])
+    assert f"benchmarks/{name}.py" in command, command
+    blocks = re.findall(r"^```json\n(.*?)\n```", body, flags=re.MULTILINE | re.DOTALL)
+    if machine == "not measured yet":
+        assert not blocks and date == "—", name
+        return
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date), date
+    assert len(blocks) == 1, f"{name}: one JSON line"
+    assert isinstance(json.loads(blocks[0]), dict)
+
+
+def test_every_section_names_a_benchmark_here_or_on_its_way() -> None:
+    planned = {"memory", "placement"}  # issues 32 and 28 add these benchmarks
+    unknown = set(sections()) - set(BENCHMARKS) - planned
+    assert not unknown, unknown

@@ -15,8 +15,8 @@ import pytest
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.runtime import OutputReleased
+from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.results import AckOutcome
-from edge_core.runtime.stage_runtime import PendingCall
 from edge_core.stage import RetainedOutputs
 
 

@@ -100,7 +100,7 @@ def _check_inputs(args: argparse.Namespace) -> PreparedInputs | None:
         return None
     from edge_core.config.transforms import resolve_input_transform
     from edge_core.errors import ConfigError
-    from edge_core.runtime.opening import load_config
+    from edge_core.runtime.pipeline_files import load_config
 
     try:
         config = load_config(args.pipeline, args.name)
@@ -119,11 +119,11 @@ def _example_inputs(args: argparse.Namespace, pipeline: Any,
     """The inputs when no ``--input`` is given, and a line saying where they come from."""
     if args.inputs:
         return _npz_inputs(args.inputs), f"--inputs {args.inputs}"
-    first = pipeline._stages[0]
-    bundle = getattr(first.runtime.loaded, "bundle", None)
+    first = pipeline.stages[0]
+    bundle = getattr(first.loaded, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
         member = bundle.manifest.metadata.example_inputs
-        where = f"the example inputs bundled with stage {first.config.id!r} ({member})"
+        where = f"the example inputs bundled with stage {first.stage_id!r} ({member})"
         if say is not None:
             say(f"no --input given: reading {where}")
         return dict(bundle.load_example_inputs()), where
@@ -199,7 +199,7 @@ def _serve(pipeline: Any, inputs: dict[str, Any], args: argparse.Namespace,
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
     from edge_core.evidence.memory import annotate_plan
-    from edge_core.runtime.opening import open_pipeline
+    from edge_core.runtime.pipeline_files import open_pipeline
 
     quiet = args.json or args.jsonl
     say = None if quiet else (lambda message: print(f"edge: {message}", file=sys.stderr))

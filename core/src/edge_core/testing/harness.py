@@ -21,7 +21,7 @@ from edge_core.errors import EdgeError
 from edge_core.host.client import WorkerClient
 from edge_core.host.identity import described_identity, start_time
 from edge_core.runtime import Pipeline
-from edge_core.runtime.opening import default_ledger
+from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.testing.conformance_stage import ConformanceStage
 from edge_core.testing.leaks import leaks_since, snapshot

@@ -21,12 +21,12 @@ from edge_core.stage import RetainedOutputs
 
 
 class AcceptingStage:
-    """Stand-in for StageRuntime: every event is accepted, acks and cancels recorded."""
+    """A CallStage standing in for StageRuntime: every event accepted, cancels recorded."""
 
     def __init__(self) -> None:
         self.cancelled: list[str] = []
 
-    def _accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
+    def accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
         return True
 
     def ack(self, key: Any) -> AckOutcome:

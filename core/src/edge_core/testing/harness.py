@@ -93,9 +93,7 @@ def track_prefixes(runtime: StageRuntime, prefixes: set[str]) -> None:
     """Remember the shared-memory producer prefixes of the stage's worker channel."""
     client = getattr(runtime.loaded, "client", None)
     if isinstance(client, WorkerClient):
-        for prefix in (client._worker_prefix, getattr(client._producer, "prefix", None)):
-            if prefix:
-                prefixes.add(prefix)
+        prefixes.update(client.shm_prefixes)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ It fails (exit 1) on any of:
   (``argparse._SubParsersAction``, ``os._exit``) and the namedtuple methods
   (:data:`STDLIB_IDIOMS`);
 * a mixin: a class that declares attributes it never sets (``_lock: Lock`` in its body,
-  no ``self._lock = ...`` in any of its methods) for its methods to use, or whose methods
+  no ``._lock = ...`` in any of its own methods) for its methods to use, or whose methods
   raise ``NotImplementedError`` for another base of the same object to provide while it
   is combined with another base. Protocols, attrs classes and dataclasses, enums,
   ``TypedDict``/``NamedTuple`` and exceptions are not mixins.
@@ -299,9 +299,12 @@ def _mixins(module: Module) -> Iterator[tuple[str, int]]:
         used: set[str] = set()
         for method in methods:
             for inner in ast.walk(method):
-                if (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name)
-                        and inner.value.id == "self"):
-                    (assigned if isinstance(inner.ctx, ast.Store) else used).add(inner.attr)
+                if not isinstance(inner, ast.Attribute) or not isinstance(inner.value, ast.Name):
+                    continue
+                if isinstance(inner.ctx, ast.Store):  # on self, or on an instance it makes
+                    assigned.add(inner.attr)
+                elif inner.value.id == "self":
+                    used.add(inner.attr)
         needed = sorted(n for n in declared if n in used and n not in assigned)
         if needed:
             yield (f"{node.name} uses attributes it never sets: {', '.join(needed)}",

@@ -53,6 +53,12 @@ _BUILTIN_COMMANDS = (plugins_cmd, probe_cmd, manifest_cmd, run_cmd, plan_cmd, co
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with the built-in commands (plugin commands are added by main)."""
+    return _parser_and_commands()[0]
+
+
+def _parser_and_commands() -> tuple[argparse.ArgumentParser,
+                                    argparse._SubParsersAction[argparse.ArgumentParser]]:
+    """The parser, and the subparsers action its commands (and plugins') are added to."""
     parser = argparse.ArgumentParser(
         prog="edge",
         description="Run ML model stages on the accelerators of this machine.",
@@ -64,15 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _BUILTIN_COMMANDS:
         module.register(sub)
-    return parser
+    return parser, sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``edge`` command line; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser, commands = _parser_and_commands()
     if _wants_plugin_command(args_list, parser):
-        status = common.add_plugin_commands(parser)
+        status = common.add_plugin_commands(commands)
         if status is not None:
             return status
     args = parser.parse_args(args_list)

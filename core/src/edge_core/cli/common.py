@@ -129,8 +129,10 @@ def load_plugins_or_fail() -> Any:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
 
 
-def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
-    """Let plugins add their subcommands; returns an exit code when loading failed."""
+def add_plugin_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> int | None:
+    """Let plugins add their subcommands to ``sub``; an exit code when loading failed."""
     from edge_core.plugins import load_plugins
 
     try:
@@ -138,11 +140,6 @@ def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
     except PluginError as exc:
         print(f"edge: {exc}", file=sys.stderr)
         return EXIT_PLUGINS
-    sub = next(
-        (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
-    )
-    if sub is None:  # pragma: no cover - build_parser always adds one
-        return None
     for answer in plugins.call_each("edge_register_commands", subparsers=sub):
         if answer.error:
             print(f"edge: plugin {answer.plugin!r} failed to add commands: {answer.error}",

@@ -36,12 +36,9 @@ from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import JSONObject, thaw_json
-from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
-from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
-from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import require_int
-from edge_contracts.wire import Frame, encode_frame, write_frame
-from edge_contracts.worker_protocol import (
+from edge_contracts.protocol import (
+    FEATURE_BINARY_HEADER,
+    FEATURE_HEARTBEAT,
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
@@ -52,6 +49,10 @@ from edge_contracts.worker_protocol import (
     OP_SHUTDOWN,
     OP_WARMUP,
 )
+from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
+from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
+from edge_contracts.validation import require_int
+from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
 from edge_core.host.calls import Call, Delivery

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from edge_contracts.errors import ContractError
-from edge_contracts.protocol import negotiate
+from edge_contracts.protocol import OP_HELLO, negotiate
 from edge_contracts.wire import Frame
-from edge_contracts.worker_protocol import OP_HELLO
 from edge_core.host.errors import BootstrapRefused
 from edge_core.host.identity import CREATE_TIME_TOLERANCE_S, ProcessIdentity
 

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from edge_contracts.errors import HeaderMalformed, InvalidValue
@@ -86,12 +86,11 @@ class BootConfig:
             InvalidValue: naming ``boot.<key>`` for a missing, unknown or mistyped key.
 
         """
-        keys = tuple(f for f in cls.__dataclass_fields__)
-        mapping: Mapping[str, Any] = check_keys(data, "boot", keys[:9], keys[9:])
-        for name in ("token", "entry", "shm_prefix", "peer_prefix"):
+        mapping: Mapping[str, Any] = check_keys(data, "boot", _BOOT_REQUIRED, _BOOT_OPTIONAL)
+        for name in _BOOT_STRINGS:
             if not isinstance(mapping[name], str):
                 raise InvalidValue(f"boot.{name}", mapping[name], "must be a string")
-        for name in keys[2:3] + keys[5:10] + keys[11:]:
+        for name in _BOOT_COUNTS:
             value = mapping.get(name, 0)
             if type(value) is not int or value < 0:
                 raise InvalidValue(f"boot.{name}", value, "must be an integer >= 0")
@@ -112,6 +111,17 @@ class BootConfig:
         except (ValueError, RecursionError) as exc:
             raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
         return cls.from_dict(data)
+
+
+_BOOT_FIELDS = fields(BootConfig)
+_BOOT_REQUIRED = frozenset(f.name for f in _BOOT_FIELDS
+                           if f.default is MISSING and f.default_factory is MISSING)
+"""The keys every boot configuration carries: the fields without a default."""
+_BOOT_OPTIONAL = frozenset(f.name for f in _BOOT_FIELDS) - _BOOT_REQUIRED
+_BOOT_STRINGS = tuple(f.name for f in _BOOT_FIELDS if f.type == "str")
+"""The fields that are text, checked by name (the annotations, under postponed evaluation)."""
+_BOOT_COUNTS = tuple(f.name for f in _BOOT_FIELDS if f.type == "int")
+"""The fields that are integers >= 0."""
 
 
 def read_boot(recv_into: Callable[[memoryview], int]) -> BootConfig:

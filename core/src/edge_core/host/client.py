@@ -1,4 +1,4 @@
-"""The controller's handle on one running worker: requests, control calls, health, retirement.
+"""The controller's handle on one running worker: calls, control, liveness, health, retirement.
 
 A :class:`WorkerClient` is made by :func:`edge_core.host.bootstrap.start_worker` once the
 worker's hello was verified. Incoming frames are demultiplexed by request id (so many

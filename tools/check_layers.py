@@ -316,6 +316,12 @@ def _mixins(module: Module) -> Iterator[tuple[str, int]]:
                    f"for {', '.join(abstract)}", node.lineno)
 
 
+def import_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """Module → the other scanned modules it imports (every import counted)."""
+    return {name: {target for target, _, _ in _imports(module, modules) if target != name}
+            for name, module in modules.items()}
+
+
 def check(roots: Sequence[Path]) -> Findings:
     """Run every check over the modules under ``roots``."""
     modules = discover(roots)

@@ -56,14 +56,7 @@ def check_warmup(stage_id: str, report: WarmupReport, policy: PlacementPolicy) -
                         f"{report.placement.target!r}: {policy.target!r}")
     check_placement(stage_id, report.placement, policy)
     check_buckets(stage_id, report, policy)
-    numerics = report.numerics
-    if numerics is not None and not numerics.get("passed", False):
-        raise NumericsRefused(
-            f"stages[{stage_id}].numerics: outputs differ from the "
-            f"{numerics.get('reference')} reference beyond the bound {numerics.get('bound')}: "
-            f"max_abs_error={numerics.get('max_abs_error')}, "
-            f"normalised_error={numerics.get('normalised_error')}"
-        )
+    _check_numerics(f"stages[{stage_id}].numerics", report.numerics)
 
 
 def check_buckets(stage_id: str, report: WarmupReport, policy: PlacementPolicy) -> None:
@@ -80,14 +73,17 @@ def check_buckets(stage_id: str, report: WarmupReport, policy: PlacementPolicy) 
             check_placement(stage_id, bucket.placement, policy)
         except PlacementRefusal as exc:
             raise PlacementRefusal(stage_id, f"{label}: {exc.reason}", exc.report) from None
-        numerics = bucket.numerics
-        if numerics is not None and not numerics.get("passed", False):
-            raise NumericsRefused(
-                f"stages[{stage_id}].numerics: {label}: outputs differ from the "
-                f"{numerics.get('reference')} reference beyond the bound "
-                f"{numerics.get('bound')}: max_abs_error={numerics.get('max_abs_error')}, "
-                f"normalised_error={numerics.get('normalised_error')}"
-            )
+        _check_numerics(f"stages[{stage_id}].numerics: {label}", bucket.numerics)
+
+
+def _check_numerics(where: str, numerics: Mapping[str, Any] | None) -> None:
+    """Refuse a numerical check that ran and did not pass, naming its errors and bound."""
+    if numerics is not None and not numerics.get("passed", False):
+        raise NumericsRefused(
+            f"{where}: outputs differ from the {numerics.get('reference')} reference beyond "
+            f"the bound {numerics.get('bound')}: max_abs_error={numerics.get('max_abs_error')}, "
+            f"normalised_error={numerics.get('normalised_error')}"
+        )
 
 
 def memory_verdicts(demands: Mapping[str, int], observed: Mapping[str, int]) -> dict[str, str]:

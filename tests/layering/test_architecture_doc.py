@@ -13,7 +13,8 @@ DOC = ROOT / "docs" / "architecture.md"
 
 
 def tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_layers", ROOT / "tools" / "check_layers.py")
+    path = ROOT / "tools" / "check_layers.py"
+    spec = importlib.util.spec_from_file_location("check_layers", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["check_layers"] = module  # dataclasses look their module up

@@ -42,8 +42,13 @@ demo: $(STAMP) fonts
 	  > $(OCR)/auto-run.json
 	$(BIN)/python -m edge_ocr_example.auto_report $(OCR)/auto-run.json
 
+# Layers: no import circles (deferred and TYPE_CHECKING imports count), no private names
+# across modules, no mixins (tools/check_layers.py; --report lists each module's concept).
+LAYERED := contracts core plugins tests/edge_echo examples
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python tools/check_layers.py $(LAYERED)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy contracts/src core/src $(foreach p,$(PLUGINS),$(p)/src) tests/edge_echo/src \

@@ -46,7 +46,7 @@ Reader = Callable[[Path], list[str]]
 def runtime_reader(pipeline_file: Path) -> tuple[Reader, Callable[[], None]]:
     """Read files through the edge runtime exactly as ``edge run --input FILE`` does."""
     from edge_core.config.transforms import resolve_input_transform
-    from edge_core.runtime.opening import open_pipeline
+    from edge_core.runtime.pipeline_files import open_pipeline
 
     pipeline = open_pipeline(pipeline_file)
     prepare = resolve_input_transform(pipeline.config.prepare, "prepare")

@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
-from edge_core.runtime.opening import open_pipeline
+from edge_core.runtime.pipeline_files import open_pipeline
 
 EDGE = str(Path(sys.executable).with_name("edge"))
 # The echo comparison runs the echo test backend, here and in the edge serve it starts.

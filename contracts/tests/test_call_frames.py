@@ -18,9 +18,10 @@ from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_EVENT_FIELDS,
     FEATURE_SHM_TENSORS,
+    OP_EVENT,
+    OP_RUN,
 )
 from edge_contracts.wire import PREFIX, decode_frame, encode_frame, parse_header
-from edge_contracts.worker_protocol import OP_EVENT, OP_RUN
 
 LIMITS = Limits(max_io_bytes=1 << 20, supported_features=frozenset(
     {FEATURE_BINARY_HEADER, FEATURE_EVENT_FIELDS, FEATURE_SHM_TENSORS}))

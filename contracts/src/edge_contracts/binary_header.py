@@ -70,10 +70,13 @@ from edge_contracts.protocol import (
     FEATURE_EVENT_FIELDS,
     FEATURE_SHM_TENSORS,
     FEATURE_STREAM_EVENTS,
+    OP_ACK,
+    OP_EVENT,
+    OP_GENERATE,
+    OP_RUN,
     PROTOCOL_VERSION,
 )
 from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, rebase, require_id
-from edge_contracts.worker_protocol import OP_ACK, OP_EVENT, OP_GENERATE, OP_RUN
 
 __all__ = [
     "BINARY_FEATURES",

@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, FIXED
 from edge_contracts.headers import TensorSpec, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject
-from edge_contracts.protocol import FEATURE_EVENT_FIELDS
+from edge_contracts.protocol import FEATURE_EVENT_FIELDS, OP_EVENT
 from edge_contracts.wire import PREFIX, encode_frame
-from edge_contracts.worker_protocol import OP_EVENT
 
 __all__ = ["MAX_TEMPLATES", "encode_call_frame", "template_count"]
 

@@ -156,7 +156,7 @@ def freeze_object(
 def thaw_json(value: JSONValue) -> object:
     """Return the plain ``dict``/``list`` form of a frozen JSON value."""
     if type(value) is JSONObject:
-        items = value._items
+        items = value.view()
         plain: dict[str, object] = {}
         for key, item in items.items():
             kind = type(item)

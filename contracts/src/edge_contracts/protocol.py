@@ -1,4 +1,37 @@
-"""Protocol version and feature negotiation.
+"""The worker channel's protocol constants: version, frame ops, features and negotiation.
+
+Ops, controller to worker:
+    ``boot``: the very first frame, written before the worker starts: ``meta`` is the
+    :class:`~edge_contracts.worker_protocol.BootConfig` (token included), so the secret
+    is never in the worker's environment or command line.
+    ``load`` / ``warmup``: control calls, ``meta`` is a JSON config; answered by ``reply``.
+    ``run`` / ``generate``: data requests, ``meta`` is the request params, tensors are the
+    inputs; answered by ``event`` frames ending with a terminal one.
+    ``cancel``: ``meta`` has ``target`` (one request id or null) and ``fence_epoch`` (every
+    request of the frame's stage with an older epoch, or null); no answer.
+    ``ack``: ``meta.segments`` lists ``[segment, generation]`` pairs of worker-produced
+    shared memory the controller is done with (pooled for reuse); the optional
+    ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
+    them instead of reusing them. ``meta.gone`` (see below) may come alone. No answer.
+    ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
+
+Ops, worker to controller:
+    ``hello`` (first frame, see :func:`~edge_contracts.worker_protocol.hello_meta`; the
+    serve loop adds ``sealed_segments``: true when its shared memory is sealed memfd
+    segments passed over the descriptor channel of ``BootConfig.shm_fds``); ``heartbeat``
+    (no meta, no answer: sent while the worker has work, when the ``heartbeat`` feature is
+    in use; see :mod:`edge_contracts.worker_heartbeat`); ``event`` (``meta`` carries
+    ``seq``, ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
+    controller-produced segments of that request's inputs; with the ``event-fields``
+    feature the first three travel in the binary header's event block and ``data``,
+    ``error`` and ``acks`` appear only when set), ``reply``
+    (``meta.ok`` plus ``result`` or ``error``).
+
+Frames whose ``meta`` this protocol defines (``ack``, ``event``, ``reply``) may carry
+``meta.gone``: shared-memory segments its sender has unlinked, so that the receiver can
+drop its mappings. Data and control frames never do: their ``meta`` belongs to the stage
+(request params, load config), so the controller sends the names in an ``ack`` frame
+written just before the request.
 
 Two peers agree on the features of a connection by :func:`negotiate`: every feature
 the other side *requires* must be supported here, or the connection is refused with
@@ -14,6 +47,8 @@ from collections.abc import Iterable
 from edge_contracts.errors import InvalidValue, UnknownRequiredFeature
 
 __all__ = [
+    "CONTROL_OPS",
+    "DATA_OPS",
     "FEATURE_BFLOAT16",
     "FEATURE_BINARY_HEADER",
     "FEATURE_CANCEL",
@@ -22,6 +57,19 @@ __all__ = [
     "FEATURE_SHM_TENSORS",
     "FEATURE_STREAM_EVENTS",
     "KNOWN_FEATURES",
+    "OP_ACK",
+    "OP_BOOT",
+    "OP_CANCEL",
+    "OP_EVENT",
+    "OP_GENERATE",
+    "OP_HEARTBEAT",
+    "OP_HELLO",
+    "OP_LOAD",
+    "OP_PING",
+    "OP_REPLY",
+    "OP_RUN",
+    "OP_SHUTDOWN",
+    "OP_WARMUP",
     "PROTOCOL_VERSION",
     "negotiate",
     "validate_feature_name",
@@ -29,6 +77,26 @@ __all__ = [
 
 PROTOCOL_VERSION: int = 1
 """The wire protocol version this implementation speaks."""
+
+OP_BOOT = "boot"
+OP_HELLO = "hello"
+OP_LOAD = "load"
+OP_WARMUP = "warmup"
+OP_RUN = "run"
+OP_GENERATE = "generate"
+OP_CANCEL = "cancel"
+OP_ACK = "ack"
+OP_PING = "ping"
+OP_SHUTDOWN = "shutdown"
+OP_EVENT = "event"
+OP_REPLY = "reply"
+OP_HEARTBEAT = "heartbeat"
+
+DATA_OPS = frozenset({OP_RUN, OP_GENERATE})
+"""Ops that carry a stage request and are answered by events."""
+
+CONTROL_OPS = frozenset({OP_LOAD, OP_WARMUP})
+"""Ops that run in order with data ops and are answered by one reply."""
 
 FEATURE_SHM_TENSORS = "shm-tensors"
 """Tensors may travel through shared memory (a header entry carries an ``ShmRef``)."""

@@ -59,16 +59,27 @@ from edge_contracts.errors import (
     StreamClosed,
     WireError,
 )
-from edge_contracts.events import TERMINAL_KINDS, EventKind
+from edge_contracts.events import EventKind
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import (
+    CONTROL_OPS,
+    DATA_OPS,
     FEATURE_BINARY_HEADER,
     FEATURE_EVENT_FIELDS,
     FEATURE_HEARTBEAT,
     FEATURE_SHM_TENSORS,
     KNOWN_FEATURES,
+    OP_ACK,
+    OP_CANCEL,
+    OP_EVENT,
+    OP_HEARTBEAT,
+    OP_HELLO,
+    OP_LOAD,
+    OP_PING,
+    OP_REPLY,
+    OP_SHUTDOWN,
 )
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
@@ -80,23 +91,7 @@ from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_events import KIND_TEXT, event_meta
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
-from edge_contracts.worker_protocol import (
-    CONTROL_OPS,
-    DATA_OPS,
-    OP_ACK,
-    OP_CANCEL,
-    OP_EVENT,
-    OP_HEARTBEAT,
-    OP_HELLO,
-    OP_LOAD,
-    OP_PING,
-    OP_REPLY,
-    OP_SHUTDOWN,
-    BootConfig,
-    hello_meta,
-    parse_ack,
-    read_boot,
-)
+from edge_contracts.worker_protocol import BootConfig, hello_meta, parse_ack, read_boot
 
 if TYPE_CHECKING:
     import socket
@@ -159,7 +154,8 @@ class _Server:
 
     # -- tensors (numpy imported on first use) ------------------------------------------
 
-    def _tensors(self) -> tuple[TensorPacker, TensorUnpacker]:
+    def tensors(self) -> tuple[TensorPacker, TensorUnpacker]:
+        """The loop's tensor packer and unpacker (numpy imported on first use)."""
         if self._packer is None or self._unpacker is None:
             from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
 
@@ -232,21 +228,19 @@ class _Server:
         call: Call,
         kind: EventKind,
         seq: int,
-        outputs: Mapping[str, Any] | None,
+        packed: Packed | None,
         data: Mapping[str, Any] | None,
         error: BaseException | None,
+        acks: list[list[Any]] | None,
     ) -> bool:
-        """Encode and send one event of ``call`` (called under the call's lock)."""
-        packed = None
-        if outputs and kind not in (EventKind.ERROR, EventKind.CANCELLED):
-            try:
-                packed = self._tensors()[0].pack(outputs, call._allocated)
-            except Exception as exc:  # becomes the request's ERROR event
-                if not kind.terminal:
-                    call._closed = True
-                kind, error, data = EventKind.ERROR, exc, None
+        """Encode and send one event of ``call`` (called under the call's lock).
+
+        ``packed``: the event's outputs, packed by the call; ``acks``: the segments of
+        the request's inputs, on its terminal event only. False when it was not sent (its
+        packed outputs are taken back).
+        """
         if self.binary:
-            return self._send_binary_event(call, kind, seq, packed, data, error)
+            return self._send_binary_event(call, kind, seq, packed, data, error, acks)
         meta: dict[str, Any] = {
             "seq": seq,
             "kind": KIND_TEXT[kind],  # not the enum's (Python-level) value property
@@ -254,8 +248,8 @@ class _Server:
             "error": None if error is None else error_info(error),
             "created_ns": time.monotonic_ns(),
         }
-        if kind in TERMINAL_KINDS or call._closed:
-            meta["acks"] = call._acks
+        if acks is not None:
+            meta["acks"] = acks
         gone = self._gone()
         if gone:
             meta["gone"] = gone
@@ -271,7 +265,7 @@ class _Server:
         )
         sent = self.send(header, packed.payloads if packed else None)
         if not sent and packed is not None:
-            self._tensors()[0].take_back(packed.leases)
+            self.tensors()[0].take_back(packed.leases)
         return sent
 
     def _send_binary_event(
@@ -282,12 +276,11 @@ class _Server:
         packed: Packed | None,
         data: Mapping[str, Any] | None,
         error: BaseException | None,
+        acks: list[list[Any]] | None,
     ) -> bool:
         """:meth:`send_event` on a binary channel (meta written as text, see worker_events)."""
-        meta, block = event_meta(
-            kind, seq, data, error, call._acks if kind in TERMINAL_KINDS or call._closed else None,
-            self._gone(), block=self.event_fields,
-        )
+        meta, block = event_meta(kind, seq, data, error, acks, self._gone(),
+                                 block=self.event_fields)
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
         if self.event_fields:
@@ -307,7 +300,7 @@ class _Server:
                 except OSError:
                     self._broken = sent = False
         if not sent and packed is not None:
-            self._tensors()[0].take_back(packed.leases)
+            self.tensors()[0].take_back(packed.leases)
         return sent
 
     def forget(self, call: Call) -> None:
@@ -413,7 +406,7 @@ class _Server:
         inputs: dict[str, Any] = {}
         failure: BaseException | None = None
         if header.tensors:
-            unpacker = self._tensors()[1]  # imports worker_transport (numpy) the first time
+            unpacker = self.tensors()[1]  # imports worker_transport (numpy) the first time
             acks = refs_of(frame)
             try:
                 inputs = unpacker.unpack(frame)

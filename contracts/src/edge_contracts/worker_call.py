@@ -20,7 +20,7 @@ from edge_contracts.jsonvalues import thaw_json
 
 if TYPE_CHECKING:
     from edge_contracts.worker_protocol import BootConfig
-    from edge_contracts.worker_transport import TensorPacker, TensorUnpacker
+    from edge_contracts.worker_transport import Packed, TensorPacker, TensorUnpacker
 
 __all__ = ["Call", "CallServer"]
 
@@ -31,7 +31,7 @@ class CallServer(Protocol):
     boot: BootConfig
     use_shm: bool
 
-    def _tensors(self) -> tuple[TensorPacker, TensorUnpacker]:
+    def tensors(self) -> tuple[TensorPacker, TensorUnpacker]:
         """The loop's tensor packer and unpacker (numpy imported on first use)."""
         ...
 
@@ -40,11 +40,16 @@ class CallServer(Protocol):
         call: Call,
         kind: EventKind,
         seq: int,
-        outputs: Mapping[str, Any] | None,
+        packed: Packed | None,
         data: Mapping[str, Any] | None,
         error: BaseException | None,
+        acks: list[list[Any]] | None,
     ) -> bool:
-        """Encode and send one event of ``call``; False when it was not sent."""
+        """Encode and send one event of ``call`` (under its lock); False when not sent.
+
+        ``packed`` holds the event's outputs (packed by the call into its own leases);
+        ``acks``, the input segments to acknowledge, comes with the terminal event only.
+        """
         ...
 
     def forget(self, call: Call) -> None:
@@ -118,15 +123,22 @@ class Call:
             else:
                 seq = self._seq
                 self._seq += 1
+                packed = None
+                if outputs and kind is not EventKind.ERROR and kind is not EventKind.CANCELLED:
+                    try:
+                        packed = self._server.tensors()[0].pack(outputs, self._allocated)
+                    except Exception as exc:  # becomes the request's ERROR event
+                        kind, error, data = EventKind.ERROR, exc, None
                 if kind in TERMINAL_KINDS:
                     self._closed = True
-                sent = self._server.send_event(self, kind, seq, outputs, data, error)
+                sent = self._server.send_event(self, kind, seq, packed, data, error,
+                                               self._acks if self._closed else None)
                 ended = self._closed
                 unsent = self._take_unsent() if ended else []
         if unsent:
             # A request the loop ended (CANCELLED) may still have a handler thread
             # writing into its buffers: those segments are unlinked, never reused.
-            self._server._tensors()[0].take_back(unsent, unlink=kind is EventKind.CANCELLED
+            self._server.tensors()[0].take_back(unsent, unlink=kind is EventKind.CANCELLED
                                                  or not ended)
         if ended:
             self._server.forget(self)
@@ -149,7 +161,7 @@ class Call:
         Do not write into it after it was sent. Buffers a request does not send are
         taken back when the request ends.
         """
-        packer = self._server._tensors()[0]
+        packer = self._server.tensors()[0]
         with self._lock:
             if self._closed:  # ended already (cancelled): private memory, nothing leased
                 return packer.allocate(tuple(shape), dtype, private=True)[0]

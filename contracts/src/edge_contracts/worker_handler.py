@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from edge_contracts.worker import Call
+    from edge_contracts.worker_call import Call
 
 __all__ = ["BaseHandler", "Handler"]
 

@@ -1,40 +1,10 @@
-"""The worker channel's protocol: frame ops, the boot configuration and the hello.
+"""The worker channel's handshake and control payloads: boot configuration, hello, acks.
 
 Shared by the controller (edge-core's host layer) and the worker serve loop
-(:mod:`edge_contracts.worker`); standard library only.
-
-Ops, controller to worker:
-    ``boot``: the very first frame, written before the worker starts: ``meta`` is the
-    :class:`BootConfig` (token included), so the secret is never in the worker's
-    environment or command line.
-    ``load`` / ``warmup``: control calls, ``meta`` is a JSON config; answered by ``reply``.
-    ``run`` / ``generate``: data requests, ``meta`` is the request params, tensors are the
-    inputs; answered by ``event`` frames ending with a terminal one.
-    ``cancel``: ``meta`` has ``target`` (one request id or null) and ``fence_epoch`` (every
-    request of the frame's stage with an older epoch, or null); no answer.
-    ``ack``: ``meta.segments`` lists ``[segment, generation]`` pairs of worker-produced
-    shared memory the controller is done with (pooled for reuse); the optional
-    ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
-    them instead of reusing them. ``meta.gone`` (see below) may come alone. No answer.
-    ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
-
-Ops, worker to controller:
-    ``hello`` (first frame, see :func:`hello_meta`; the serve loop adds
-    ``sealed_segments``: true when its shared memory is sealed memfd segments passed over
-    the descriptor channel of :attr:`BootConfig.shm_fds`); ``heartbeat`` (no meta, no
-    answer: sent while the worker has work, when the ``heartbeat`` feature is in use; see
-    :mod:`edge_contracts.worker_heartbeat`); ``event`` (``meta`` carries ``seq``,
-    ``kind``, ``data``, ``error``, ``created_ns`` and, on a terminal event, ``acks``: the
-    controller-produced segments of that request's inputs; with the ``event-fields``
-    feature the first three travel in the binary header's event block and ``data``,
-    ``error`` and ``acks`` appear only when set), ``reply``
-    (``meta.ok`` plus ``result`` or ``error``).
-
-Frames whose ``meta`` this protocol defines (``ack``, ``event``, ``reply``) may carry
-``meta.gone``: shared-memory segments its sender has unlinked, so that the receiver can
-drop its mappings. Data and control frames never do: their ``meta`` belongs to the stage
-(request params, load config), so the controller sends the names in an ``ack`` frame
-written just before the request.
+(:mod:`edge_contracts.worker`); standard library only. The frame ops and what each
+carries are listed in :mod:`edge_contracts.protocol`; this module builds and checks the
+payloads of three of them: the ``boot`` frame's :class:`BootConfig`, the ``hello``'s
+meta (:func:`hello_meta`) and an ``ack``'s meta (:func:`parse_ack`).
 """
 
 from __future__ import annotations
@@ -43,30 +13,16 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from edge_contracts.errors import HeaderMalformed, InvalidValue
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import strict_loads
+from edge_contracts.protocol import OP_BOOT
 from edge_contracts.validation import check_keys
 
 __all__ = [
-    "CONTROL_OPS",
-    "DATA_OPS",
-    "OP_ACK",
-    "OP_BOOT",
-    "OP_CANCEL",
-    "OP_EVENT",
-    "OP_GENERATE",
-    "OP_HEARTBEAT",
-    "OP_HELLO",
-    "OP_LOAD",
-    "OP_PING",
-    "OP_REPLY",
-    "OP_RUN",
-    "OP_SHUTDOWN",
-    "OP_WARMUP",
     "BootConfig",
     "boot_frame",
     "hello_meta",
@@ -75,27 +31,6 @@ __all__ = [
     "process_start_time",
     "read_boot",
 ]
-
-OP_BOOT = "boot"
-OP_HELLO = "hello"
-OP_LOAD = "load"
-OP_WARMUP = "warmup"
-OP_RUN = "run"
-OP_GENERATE = "generate"
-OP_CANCEL = "cancel"
-OP_ACK = "ack"
-OP_PING = "ping"
-OP_SHUTDOWN = "shutdown"
-OP_EVENT = "event"
-OP_REPLY = "reply"
-OP_HEARTBEAT = "heartbeat"
-
-DATA_OPS = frozenset({OP_RUN, OP_GENERATE})
-"""Ops that carry a stage request and are answered by events."""
-
-CONTROL_OPS = frozenset({OP_LOAD, OP_WARMUP})
-"""Ops that run in order with data ops and are answered by one reply."""
-
 
 @dataclass(frozen=True, slots=True)
 class BootConfig:
@@ -151,12 +86,11 @@ class BootConfig:
             InvalidValue: naming ``boot.<key>`` for a missing, unknown or mistyped key.
 
         """
-        keys = tuple(f for f in cls.__dataclass_fields__)
-        mapping: Mapping[str, Any] = check_keys(data, "boot", keys[:9], keys[9:])
-        for name in ("token", "entry", "shm_prefix", "peer_prefix"):
+        mapping: Mapping[str, Any] = check_keys(data, "boot", _BOOT_REQUIRED, _BOOT_OPTIONAL)
+        for name in _BOOT_STRINGS:
             if not isinstance(mapping[name], str):
                 raise InvalidValue(f"boot.{name}", mapping[name], "must be a string")
-        for name in keys[2:3] + keys[5:10] + keys[11:]:
+        for name in _BOOT_COUNTS:
             value = mapping.get(name, 0)
             if type(value) is not int or value < 0:
                 raise InvalidValue(f"boot.{name}", value, "must be an integer >= 0")
@@ -177,6 +111,17 @@ class BootConfig:
         except (ValueError, RecursionError) as exc:
             raise InvalidValue("boot", text[:64], f"must be JSON ({exc})") from None
         return cls.from_dict(data)
+
+
+_BOOT_FIELDS = fields(BootConfig)
+_BOOT_REQUIRED = frozenset(f.name for f in _BOOT_FIELDS
+                           if f.default is MISSING and f.default_factory is MISSING)
+"""The keys every boot configuration carries: the fields without a default."""
+_BOOT_OPTIONAL = frozenset(f.name for f in _BOOT_FIELDS) - _BOOT_REQUIRED
+_BOOT_STRINGS = tuple(f.name for f in _BOOT_FIELDS if f.type == "str")
+"""The fields that are text, checked by name (the annotations, under postponed evaluation)."""
+_BOOT_COUNTS = tuple(f.name for f in _BOOT_FIELDS if f.type == "int")
+"""The fields that are integers >= 0."""
 
 
 def read_boot(recv_into: Callable[[memoryview], int]) -> BootConfig:

@@ -20,6 +20,8 @@ and the command line.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from edge_core.markers import hookimpl, hookspec
 
 TYPE_CHECKING = False
@@ -36,7 +38,17 @@ if TYPE_CHECKING:
 
 PROJECT = "edge"
 
-__all__ = ["CONTRACT_VERSION", "HOOK_NAMES", "PROJECT", "hookimpl", "hookspec"]
+__all__ = ["CONTRACT_VERSION", "HOOK_NAMES", "PROJECT", "CommandRegistry", "hookimpl",
+           "hookspec"]
+
+
+class CommandRegistry(Protocol):
+    """What :func:`edge_register_commands` adds subcommands to (argparse's subparsers have it)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """Add subcommand ``name``; keyword arguments as argparse's ``add_parser`` takes."""
+        ...
+
 
 #: The hook-contract version this core implements, as ``"major.minor"``. A plugin's
 #: ``EDGE_CONTRACT`` must have the same major and a minor no greater than this one.
@@ -301,17 +313,20 @@ def edge_conformance_stage(backend: str, workdir: Path) -> Mapping[str, Any] | N
 
 
 @hookspec
-def edge_register_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
+def edge_register_commands(subparsers: CommandRegistry) -> None:
     """Add subcommands to the ``edge`` command line.
 
     Every plugin answers, each call isolated. Called only when the first command-line word
-    is not a built-in command, so plugin commands cost nothing to the built-in ones.
+    is not a built-in command (or there is none, as in ``edge --help``), so plugin commands
+    cost nothing to the built-in ones.
 
     Args:
         subparsers: The ``edge`` parser's subcommand registry; add parsers with
-            ``subparsers.add_parser(name, ...)``. Each must set a ``func`` default taking the
-            parsed ``argparse.Namespace`` and returning an exit code. Import heavy modules
-            inside that function, never at registration.
+            ``subparsers.add_parser(name, help=..., ...)``, which takes what argparse's
+            ``add_parser`` takes. Each must set a ``func`` default taking the parsed
+            ``argparse.Namespace`` and returning an exit code. Import heavy modules inside
+            that function, never at registration. ``edge --help`` lists each command's
+            ``help`` under the plugin's distribution.
 
     """
 

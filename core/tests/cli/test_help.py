@@ -12,31 +12,22 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from edge_core.cli import build_parser, common
+from edge_core.cli import common, parser_and_commands
+from edge_core.cli.reference import commands
 
 METAVAR = re.compile(r"^[A-Z][A-Z0-9_]*(:[A-Z][A-Z0-9_]*)?$")
 
 
 def _full_parser() -> argparse.ArgumentParser:
-    parser = build_parser()
-    assert common.add_plugin_commands(parser) is None
+    parser, sub = parser_and_commands()
+    assert common.add_plugin_commands(parser, sub) is None
     return parser
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = "edge"
-              ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield f"{prefix} {name}", child
-                yield from _commands(child, f"{prefix} {name}")
-
-
-COMMANDS = dict(_commands(_full_parser()))
+COMMANDS = dict(commands(_full_parser()))
 
 
 def test_the_plugin_commands_are_there() -> None:

@@ -22,7 +22,7 @@ from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.pools import Pool
-from edge_core.runtime.planning import plan_by_opening, plan_by_probe
+from edge_core.runtime.preview import plan_by_opening, plan_by_probe
 
 from .conftest import build_scale_bundle, write_pipeline
 

@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from edge_contracts.headers import FrameHeader
+from edge_contracts.protocol import OP_ACK
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import own_segment_names, segment_names
-from edge_contracts.worker_protocol import OP_ACK
 from edge_core.errors import WorkerLost
 from edge_core.host import (
     BootstrapRefused,

@@ -270,7 +270,7 @@ def test_on_failure_gives_up_after_max_restarts_and_leaves_nothing_charged(
         stage = pipeline.stage("a")
         os.kill(pid_of(pipeline), signal.SIGKILL)
         wait_for(lambda: faults.loads == 3 and stage.state is StageState.FAILED
-                 and not (stage.supervisor._thread and stage.supervisor._thread.is_alive()))
+                 and not (stage.restarter._thread and stage.restarter._thread.is_alive()))
         assert "restart 2 of 2 failed" in (stage.closed_reason or "")
         assert pipeline.health()["stages"]["a"]["restarts"] == 2
         assert ledger.is_empty()

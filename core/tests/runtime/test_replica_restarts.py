@@ -68,7 +68,7 @@ def serve(pipeline: Pipeline, times: int = 1) -> set[int]:
 
 def idle(runtime: StageRuntime) -> bool:
     """The replica's supervisor is not restarting it (now, or any more)."""
-    thread = runtime.supervisor._thread
+    thread = runtime.restarter._thread
     return thread is None or not thread.is_alive()
 
 
@@ -171,7 +171,7 @@ def test_max_restarts_is_counted_per_replica(open_with: Any, ledger: ResourceLed
     first, second = pipeline.stages
     kill(first)
     wait_for(lambda: first.state is StageState.READY and first.generation == 2)
-    assert first.supervisor.restarts == 1
+    assert first.restarter.restarts == 1
     before = first.last_retire  # the first worker's retirement
     kill(first)  # a crash loop: it fails again before serving, its one attempt is spent
     wait_for(lambda: first.state is StageState.FAILED and first.generation == 2

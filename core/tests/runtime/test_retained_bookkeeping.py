@@ -15,18 +15,18 @@ import pytest
 from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.runtime import OutputReleased
+from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.results import AckOutcome
-from edge_core.runtime.stage_runtime import PendingCall
 from edge_core.stage import RetainedOutputs
 
 
 class AcceptingStage:
-    """Stand-in for StageRuntime: every event is accepted, acks and cancels recorded."""
+    """A CallStage standing in for StageRuntime: every event accepted, cancels recorded."""
 
     def __init__(self) -> None:
         self.cancelled: list[str] = []
 
-    def _accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
+    def accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
         return True
 
     def ack(self, key: Any) -> AckOutcome:

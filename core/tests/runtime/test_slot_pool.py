@@ -8,7 +8,7 @@ import time
 import pytest
 
 from edge_core.errors import ResourceUnavailable
-from edge_core.runtime.flow import SlotPool
+from edge_core.runtime.admission import SlotPool
 
 
 def test_a_full_pool_refuses_at_once_without_a_deadline() -> None:

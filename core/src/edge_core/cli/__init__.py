@@ -48,7 +48,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parser_and_commands"]
 
 #: In the order ``edge --help`` lists them: the everyday ones first.
 _BUILTIN_COMMANDS = (run_cmd, plan_cmd, probe_cmd, plugins_cmd, manifest_cmd, profile_cmd,
@@ -74,7 +74,13 @@ failed to load under EDGE_STRICT_PLUGINS=1."""
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with the built-in commands (plugin commands are added by main)."""
-    parser = argparse.ArgumentParser(
+    return parser_and_commands()[0]
+
+
+def parser_and_commands() -> tuple[argparse.ArgumentParser,
+                                    argparse._SubParsersAction[argparse.ArgumentParser]]:
+    """The parser, and the subparsers action its commands (and plugins') are added to."""
+    parser = common.CommandParser(
         prog="edge", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=common.HelpFormatter,
     )
@@ -83,15 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for module in _BUILTIN_COMMANDS:
         module.register(sub)
-    return parser
+    return parser, sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``edge`` command line; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser, commands = parser_and_commands()
     if _wants_plugin_commands(args_list):
-        status = common.add_plugin_commands(parser)
+        status = common.add_plugin_commands(parser, commands)
         if status is not None:
             return status
     args = parser.parse_args(args_list)

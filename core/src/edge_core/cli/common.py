@@ -228,10 +228,52 @@ def load_plugins_or_fail() -> Any:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
 
 
-def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
-    """Let plugins add their subcommands; returns an exit code when loading failed.
+class CommandParser(argparse.ArgumentParser):
+    """The ``edge`` parser: remembers its subcommands' action, so the reference can walk them.
 
-    Each plugin's commands are listed in ``edge --help`` under its distribution, after
+    Subcommand parsers are made of the same class (argparse creates them from the
+    parent's), so every level of ``edge hub devices`` keeps its own :attr:`subcommands`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.subcommands: argparse._SubParsersAction[argparse.ArgumentParser] | None = None
+        """The action holding this parser's subcommands (``choices``: name to parser)."""
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """Add the subcommand action as argparse does, and remember it."""
+        action = super().add_subparsers(**kwargs)
+        self.subcommands = action
+        return action
+
+
+class PluginCommands:
+    """What a plugin's ``edge_register_commands`` adds its subcommands to.
+
+    ``add_parser`` takes what :meth:`argparse._SubParsersAction.add_parser` takes; the
+    command is parsed like a built-in one, but its ``help`` line is kept here instead of
+    in the built-in list, so ``edge --help`` can show it under the plugin's distribution.
+    """
+
+    def __init__(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        self.sub = sub
+        self.added: list[tuple[str, str]] = []
+        """Each command added so far: its name and its one-line help."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """Add subcommand ``name`` (its ``help`` listed under the plugin's distribution)."""
+        text = kwargs.pop("help", None)
+        self.added.append((name, str(text or kwargs.get("description") or "").split("\n")[0]))
+        return self.sub.add_parser(name, **kwargs)
+
+
+def add_plugin_commands(
+    parser: argparse.ArgumentParser,
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> int | None:
+    """Let plugins add their subcommands to ``sub``; an exit code when loading failed.
+
+    Each plugin's commands are listed in ``parser``'s help under its distribution, after
     the built-in ones (the epilog's "commands added by installed plugins").
     """
     from edge_core.plugins import load_plugins
@@ -241,25 +283,18 @@ def add_plugin_commands(parser: argparse.ArgumentParser) -> int | None:
     except PluginError as exc:
         print(f"edge: {exc}", file=sys.stderr)
         return EXIT_PLUGINS
-    sub = next(
-        (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
-    )
-    if sub is None:  # pragma: no cover - build_parser always adds one
-        return None
     listed: dict[str, list[tuple[str, str]]] = {}
     for record in plugins.records:
         if "edge_register_commands" not in record.hooks or not record.loaded:
             continue
-        before = len(sub._choices_actions)
-        answer = plugins.call_one(record.name, "edge_register_commands", subparsers=sub)
+        registry = PluginCommands(sub)
+        answer = plugins.call_one(record.name, "edge_register_commands", subparsers=registry)
         if answer.error:
             print(f"edge: plugin {answer.plugin!r} failed to add commands: {answer.error}",
                   file=sys.stderr)
-        added = sub._choices_actions[before:]
-        del sub._choices_actions[before:]  # listed under the distribution instead
         owner = (f"{record.distribution} {record.version}" if record.distribution
                  else f"plugin {record.name}")
-        listed.setdefault(owner, []).extend((a.dest, a.help or "") for a in added)
+        listed.setdefault(owner, []).extend(registry.added)
     if listed:
         import textwrap
 

@@ -3,7 +3,7 @@
 No request is served. By default every stage is opened for real (load, warm-up
 placement gate, numerics, memory), the answer is reported, and everything is retired
 and released; ``--probe-only`` answers from probes and admission alone, starting no
-worker (see :mod:`edge_core.runtime.planning`).
+worker (see :mod:`edge_core.runtime.preview`).
 
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
 could not verify a retirement), 2 for usage or configuration errors: the pipeline file is
@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from edge_core.runtime.planning import PlanAnswer
+    from edge_core.runtime.preview import PlanAnswer
 
 NAME = "plan"
 
@@ -67,8 +67,8 @@ def _lines(answer: PlanAnswer) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2."""
-    from edge_core.runtime.opening import default_ledger
-    from edge_core.runtime.planning import plan_by_opening, plan_by_probe
+    from edge_core.runtime.pipeline_files import default_ledger
+    from edge_core.runtime.preview import plan_by_opening, plan_by_probe
 
     say = None if args.json else common.say
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2

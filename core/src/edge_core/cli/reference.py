@@ -41,21 +41,20 @@ plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
 
 def commands(parser: argparse.ArgumentParser, prefix: str = "edge"
              ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    """Every subcommand of ``parser``, depth first, with its full name."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                yield f"{prefix} {name}", child
-                yield from commands(child, f"{prefix} {name}")
+    """Every subcommand of ``parser`` (a :class:`CommandParser`), depth first, with its name."""
+    action = getattr(parser, "subcommands", None)
+    for name, child in (action.choices.items() if action is not None else ()):
+        yield f"{prefix} {name}", child
+        yield from commands(child, f"{prefix} {name}")
 
 
 def render() -> str:
     """The reference page: ``edge --help``, then every command's ``--help``."""
-    from edge_core.cli import build_parser
+    from edge_core.cli import parser_and_commands
     from edge_core.cli.common import add_plugin_commands
 
-    parser = build_parser()
-    add_plugin_commands(parser)
+    parser, sub = parser_and_commands()
+    add_plugin_commands(parser, sub)
     parts = [HEAD, "## edge\n", "```text", parser.format_help().rstrip(), "```\n"]
     for name, child in commands(parser):
         parts += [f"## {name}\n", "```text", child.format_help().rstrip(), "```\n"]

@@ -125,11 +125,11 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> PreparedInputs | Non
 
 def _example_inputs(pipeline: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The inputs when neither ``--input`` nor ``--inputs`` is given, and where from."""
-    first = pipeline._stages[0]
-    bundle = getattr(first.runtime.loaded, "bundle", None)
+    first = pipeline.stages[0]
+    bundle = getattr(first.loaded, "bundle", None)
     if bundle is not None and bundle.example_inputs is not None:
         member = bundle.manifest.metadata.example_inputs
-        where = f"the example inputs bundled with stage {first.config.id!r} ({member})"
+        where = f"the example inputs bundled with stage {first.stage_id!r} ({member})"
         return dict(bundle.load_example_inputs()), where
     if args.params is not None:  # a prompt-only generate stage takes no tensors
         return {}, "no tensors (--params only)"
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
     from edge_core.evidence.memory import annotate_plan
     from edge_core.runtime import Pipeline
-    from edge_core.runtime.opening import default_ledger
+    from edge_core.runtime.pipeline_files import default_ledger
 
     quiet = args.json or args.jsonl
     say = None if quiet else common.say

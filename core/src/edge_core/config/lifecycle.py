@@ -2,7 +2,8 @@
 
 ``call_timeout_s`` bounds one stage call (None: the default of the backend's kind, see
 :mod:`edge_core.runtime.deadlines`); ``restart``, ``max_restarts`` and
-``restart_backoff_s`` are the restart policy (:mod:`edge_core.runtime.health`).
+``restart_backoff_s`` are the restart policy (:mod:`edge_core.runtime.restarts`, whose
+:class:`~edge_core.runtime.restarts.RestartMode` takes the value of ``restart``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ __all__ = [
     "NonNegativeInt",
     "NonNegativeSeconds",
     "PositiveSeconds",
-    "RestartMode",
+    "RestartOption",
     "check_non_negative_int",
     "check_non_negative_seconds",
     "check_positive_seconds",
@@ -72,4 +73,5 @@ def check_restart_mode(value: object) -> str:
 PositiveSeconds = Annotated[float, Check(check_positive_seconds)]
 NonNegativeSeconds = Annotated[float, Check(check_non_negative_seconds)]
 NonNegativeInt = Annotated[int, Check(check_non_negative_int)]
-RestartMode = Annotated[str, Check(check_restart_mode)]
+RestartOption = Annotated[str, Check(check_restart_mode)]
+"""The ``restart`` option's value: one of :data:`RESTART_MODES`."""

@@ -38,7 +38,7 @@ from edge_core.config.lifecycle import (
     NonNegativeInt,
     NonNegativeSeconds,
     PositiveSeconds,
-    RestartMode,
+    RestartOption,
     check_non_negative_int,
     check_non_negative_seconds,
     check_positive_seconds,
@@ -324,7 +324,7 @@ class StageConfig:
     )
     """Most seconds one call of this stage may take once sent; ``None``: the default of
     the backend's kind (120 s for graph stages, 600 s for generate-only stages)."""
-    restart: RestartMode = attrs.field(default="never", validator=validator(check_restart_mode))
+    restart: RestartOption = attrs.field(default="never", validator=validator(check_restart_mode))
     """``"never"``: a failed (or cancel-retired) stage waits for ``restart()``;
     ``"on-failure"``: it is restarted automatically through the whole gate."""
     max_restarts: NonNegativeInt = attrs.field(

@@ -285,7 +285,7 @@ class _Harness:
     # -- the runs -------------------------------------------------------------------------
 
     def untraced(self, index: int, first: bool) -> dict[str, Any]:
-        from edge_core.runtime.opening import open_pipeline
+        from edge_core.runtime.pipeline_files import open_pipeline
 
         entry: dict[str, Any] = {"index": index, "role": "untraced", "instrumented": False}
         step = "open"
@@ -355,7 +355,7 @@ class _Harness:
         return entry
 
     def baseline(self, index: int) -> dict[str, Any]:
-        from edge_core.runtime.opening import open_pipeline
+        from edge_core.runtime.pipeline_files import open_pipeline
 
         settings = self.settings
         entry: dict[str, Any] = {"index": index, "role": "baseline", "instrumented": False}
@@ -575,7 +575,7 @@ def run_profile(
         "config": None, "probes": None,
     }
     try:  # the cell's labels even when no run opens (the first run then fails the same)
-        from edge_core.runtime.opening import load_config
+        from edge_core.runtime.pipeline_files import load_config
 
         profile["config"] = load_config(path, name).to_json()
     except Exception:  # noqa: S110 - the first run records this error with its step

@@ -105,7 +105,7 @@ def traced_open(path: str, name: str | None, clock: StartupClock,
                 say: Callable[[str], None] | None = None) -> Pipeline:
     """Open the pipeline at ``path`` with the tracer installed; fills ``clock.points``."""
     from edge_core.plugins import load_plugins
-    from edge_core.runtime.opening import default_ledger, load_config
+    from edge_core.runtime.pipeline_files import default_ledger, load_config
 
     clock.mark("start")
     config = load_config(path, name)
@@ -141,7 +141,7 @@ def open_summary(clock: StartupClock) -> dict[str, Any]:
 def probe_backends(plugins: Any, config: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The probe reports (devices, availability, reason) of the backends the stages name."""
     from edge_core.binding import backend_table
-    from edge_core.runtime.pipeline import PROBE_TIMEOUT_S
+    from edge_core.runtime.opener import PROBE_TIMEOUT_S
 
     if plugins is None or config is None:
         return []

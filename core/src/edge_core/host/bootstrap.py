@@ -16,7 +16,6 @@ worker with :class:`~edge_core.host.errors.BootstrapRefused` after retiring it.
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import select
@@ -32,7 +31,7 @@ import psutil
 
 from edge_contracts.errors import ContractError, StreamClosed
 from edge_contracts.headers import Limits
-from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES, negotiate
+from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import (
     DEFAULT_MAX_BUFFERS,
@@ -45,13 +44,14 @@ from edge_contracts.shm import (
 )
 from edge_contracts.waiting import spin_us_from_env
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
-from edge_contracts.worker_protocol import OP_HELLO, BootConfig, boot_frame
+from edge_contracts.worker_protocol import BootConfig, boot_frame
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
 from edge_core.host.client import WorkerClient
 from edge_core.host.environment import check_env_names, worker_environment
 from edge_core.host.errors import BootstrapRefused, RouteRefused
 from edge_core.host.exit_cleanup import track
-from edge_core.host.identity import CREATE_TIME_TOLERANCE_S, ProcessIdentity
+from edge_core.host.hello import verify_hello
+from edge_core.host.identity import ProcessIdentity
 from edge_core.host.leftovers import sweep_once
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
@@ -225,7 +225,7 @@ def start_worker(
     try:
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
         tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
-        in_use = _verify_hello(hello, token, tree.main, required, supported)
+        in_use = verify_hello(hello, token, tree.main, required, supported)
     except BaseException:
         tree.retire(5.0)
         parent.close()
@@ -317,67 +317,3 @@ def _await_hello(
         raise BootstrapRefused("hello", f"incomplete within {timeout_s} s", popen.pid) from None
     finally:
         sock.settimeout(None)
-
-
-def _verify_hello(
-    frame: Frame,
-    token: str,
-    root: ProcessIdentity,
-    required: frozenset[str],
-    supported: frozenset[str],
-) -> frozenset[str]:
-    header = frame.header
-    meta = header.meta
-    if header.op != OP_HELLO:
-        raise BootstrapRefused("hello.op", "first frame must be a hello", header.op)
-    got = meta.get("token")
-    if not isinstance(got, str) or not hmac.compare_digest(got.encode(), token.encode()):
-        raise BootstrapRefused(
-            "hello.token", "does not match the token given to the worker", "<redacted>"
-        )
-    error = meta.get("error")
-    if error is not None:
-        if isinstance(error, Mapping):
-            error = {str(k): str(v)[:512] for k, v in list(error.items())[:8]}
-        raise BootstrapRefused("hello.error", "worker entry failed", error)
-    if meta.get("pid") != root.pid:
-        raise BootstrapRefused(
-            "hello.pid", f"must be the started process {root.pid}", meta.get("pid")
-        )
-    _verify_start(meta, root)
-    features = meta.get("features")
-    if not isinstance(features, Mapping):
-        raise BootstrapRefused("hello.features", "must be an object", features)
-    try:
-        in_use = negotiate(features.get("required", ()), features.get("offered", ()), supported)
-    except ContractError as exc:
-        raise BootstrapRefused(f"hello.{exc.field}", exc.reason, exc.value) from None
-    missing = sorted(required - in_use)
-    if missing:
-        raise BootstrapRefused("hello.features", "worker does not offer required features", missing)
-    return in_use
-
-
-def _verify_start(meta: Mapping[str, Any], root: ProcessIdentity) -> None:
-    """The hello's start time (since boot) must be the started process's.
-
-    A worker that reads no start time (no ``/proc``) sends None and is not checked; one
-    that sends only ``create_time`` (an older worker) is checked by it as before, which a
-    step of the wall clock between its reading and the controller's can make fail.
-    """
-    started = meta.get("start_time")
-    if started is not None:
-        if not isinstance(started, int | float) or not root.matches(float(started)):
-            raise BootstrapRefused(
-                "hello.start_time", f"must match the started process ({root.start_time})",
-                started,
-            )
-        return
-    created = meta.get("create_time")
-    if created is not None and (
-        not isinstance(created, int | float)
-        or abs(float(created) - root.create_time) > CREATE_TIME_TOLERANCE_S
-    ):
-        raise BootstrapRefused(
-            "hello.create_time", f"must match the started process ({root.create_time})", created
-        )

@@ -1,7 +1,9 @@
 """Controller-side view of one request in flight: its event stream and its deliveries.
 
 A :class:`Call` is returned by :meth:`WorkerClient.submit`; iterate it (or call
-:meth:`Call.next`) for :class:`Delivery` objects until the terminal one. Delivering an
+:meth:`Call.next`) for :class:`Delivery` objects until the terminal one. Its other side,
+the feed, is the worker client's: :meth:`Call.deliver` and :meth:`Call.fail`, from
+whichever thread reads the channel. Delivering an
 event does not free its shared memory: :meth:`Delivery.release` acknowledges it to the
 worker (``with delivery:`` does so on exit). :meth:`Call.result` is the convenience for a
 graph stage: it collects every output as owned copies and releases as it goes.
@@ -179,13 +181,15 @@ class Call:
         self._ended = False
         self._lock = threading.Lock()
 
-    # -- fed by the client's reader thread -------------------------------------------
+    # -- the feed: what the worker client puts in, from whichever thread reads ------------
 
-    def _deliver(self, delivery: Delivery) -> None:
+    def deliver(self, delivery: Delivery) -> None:
+        """Hand the consumer the request's next event (the client's reading side)."""
         self.last_seq = delivery.seq
         self._queue.put(delivery)
 
-    def _fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> None:
+        """End the request for the consumer with ``error`` (the channel ended)."""
         self._queue.put(error)
 
     # -- consumer side -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The controller's handle on one running worker: requests, control calls, health, retirement.
+"""The controller's handle on one running worker: calls, control, liveness, health, retirement.
 
 A :class:`WorkerClient` is made by :func:`edge_core.host.bootstrap.start_worker` once the
 worker's hello was verified. Incoming frames are demultiplexed by request id (so many
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import select
 import shutil
 import socket
 import subprocess
@@ -34,33 +35,39 @@ from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
-from edge_contracts.jsonvalues import JSONObject
-from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_HEARTBEAT
-from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
-from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import require_int
-from edge_contracts.wire import Frame, encode_frame, write_frame
-from edge_contracts.worker_protocol import (
+from edge_contracts.jsonvalues import JSONObject, thaw_json
+from edge_contracts.protocol import (
+    FEATURE_BINARY_HEADER,
+    FEATURE_HEARTBEAT,
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
     OP_HEARTBEAT,
+    OP_LOAD,
+    OP_PING,
     OP_REPLY,
     OP_SHUTDOWN,
+    OP_WARMUP,
 )
+from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
+from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
+from edge_contracts.validation import require_int
+from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
+from edge_core.errors import DeadlineExceeded
 from edge_core.host.calls import Call, Delivery
-from edge_core.host.control import ControlCalls
+from edge_core.host.devlock import DEFAULT_LOCK_TIMEOUT_S, DeviceLock
 from edge_core.host.errors import (
     ProtocolViolation,
+    RemoteError,
     TransportCapExceeded,
     WorkerGone,
+    WorkerUnresponsive,
 )
 from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, describe_exit
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
-from edge_core.host.liveness_hooks import LivenessHooks
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
@@ -80,7 +87,7 @@ def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
                      str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None)
 
 
-class WorkerClient(ControlCalls, LivenessHooks):
+class WorkerClient:
     """A started, verified worker. Build with :func:`~edge_core.host.bootstrap.start_worker`.
 
     Attributes:
@@ -154,6 +161,113 @@ class WorkerClient(ControlCalls, LivenessHooks):
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
 
+    # -- control calls -------------------------------------------------------------------
+
+    def control(
+        self, op: str, meta: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Send a control op (``load``, ``warmup``, ``ping``) and wait for its reply."""
+        self._refuse_if_down()
+        request_id = f"ctl-{next(self._control_ids)}"
+        waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)
+        with self._lock:
+            self._replies[request_id] = waiter
+        try:
+            self._send(FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
+            delivery = waiter.next(timeout_s)
+        except DeadlineExceeded:
+            if op != OP_PING:
+                raise
+            raise WorkerUnresponsive(
+                "worker.ping", f"no answer within {timeout_s} s", self.identity.pid
+            ) from None
+        finally:
+            with self._lock:
+                self._replies.pop(request_id, None)
+        if delivery.error is not None:
+            raise RemoteError(f"worker.{op}", delivery.error.type, delivery.error.message)
+        return thaw_json(delivery.data)  # type: ignore[return-value,arg-type]
+
+    def load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Ask the worker's handler to load; return its report."""
+        return self.control(OP_LOAD, config, timeout_s=timeout_s)
+
+    def warmup(
+        self, config: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the worker's handler to warm up; return its report (e.g. node -> provider)."""
+        return self.control(OP_WARMUP, config, timeout_s=timeout_s)
+
+    def initialise(
+        self,
+        load_config: Mapping[str, Any],
+        warmup_config: Mapping[str, Any],
+        *,
+        device_id: str | None = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        timeout_s: float | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Load then warm up, holding the device's initialisation lock across both.
+
+        ``device_id`` is the physical identity of the device the worker initialises
+        (None: no lock). Waiting for the lock is bounded by ``lock_timeout_s`` and ends
+        in :class:`~edge_core.host.errors.DeviceLockTimeout` naming the holder's PID.
+        """
+        if device_id is None:
+            return self.load(load_config, timeout_s=timeout_s), self.warmup(
+                warmup_config, timeout_s=timeout_s
+            )
+        with DeviceLock(device_id, timeout_s=lock_timeout_s):
+            loaded = self.load(load_config, timeout_s=timeout_s)
+            return loaded, self.warmup(warmup_config, timeout_s=timeout_s)
+
+    def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Round-trip a ping through the worker's loop; return its answer.
+
+        Raises :class:`WorkerUnresponsive` when no answer comes within ``timeout_s`` (the
+        loop answers between requests: a ping behind a long graph call waits for it).
+        """
+        return self.control(OP_PING, {}, timeout_s=timeout_s)
+
+    # -- liveness (what the monitor asks, :mod:`edge_core.host.liveness`) -----------------
+
+    @property
+    def liveness_pid(self) -> int:
+        """The worker's PID, for the liveness monitor."""
+        return self.identity.pid
+
+    def outstanding(self) -> int:
+        """Calls, control calls and cancelled calls whose last event the worker owes."""
+        busy = len(self._calls) + len(self._replies) + len(self._owed)
+        return busy if self._state == READY else 0
+
+    def unread(self) -> bool:
+        """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
+        if self._frames.buffered:
+            return True
+        try:
+            return bool(select.select([self._sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed meanwhile
+            return False
+
+    def unresponsive(self, reason: str) -> None:
+        """The liveness monitor's verdict: fail everything in flight with WorkerUnresponsive."""
+        pid = self.identity.pid
+        self._lost(f"worker: unresponsive: {reason}: pid {pid}",
+                   WorkerUnresponsive("worker", f"unresponsive: {reason}", pid))
+
+    def on_lost(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener(error)`` once, from the thread that notices, when the worker is lost.
+
+        Also when it is retired (the error then says ``retired``); listeners must be quick.
+        A worker lost already is reported at once.
+        """
+        with self._lock:
+            if self._state == READY:
+                self._listeners.append(listener)
+                return
+        listener(self._gone_error())
+
     # -- health ------------------------------------------------------------------------
 
     def health(self) -> Health:
@@ -183,7 +297,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
         for listener in self._listeners:  # first: who sees the error sees the state too
             listener(error)
         for call in calls:
-            call._fail(error)
+            call.fail(error)
         with self._send_lock, contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         if self._worker_prefix is not None and self._exit_status is not None:
@@ -246,6 +360,25 @@ class WorkerClient(ControlCalls, LivenessHooks):
                 raise WorkerGone(
                     "worker.channel", f"send failed ({exc})", self.identity.pid
                 ) from None
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write ``data`` to the worker as it is, between whole frames.
+
+        For fault injection (the conformance kit sends malformed frames this way): the
+        bytes are not checked, and the worker is expected to refuse them.
+        """
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    @property
+    def shm_prefixes(self) -> tuple[str, ...]:
+        """The prefixes of the shared-memory segments of this channel, worker's first.
+
+        The worker's own (its outputs) and this controller's producer's (inputs), each
+        when there is one; what a leak check of this worker counts.
+        """
+        controller = self._producer.prefix if self._producer is not None else None
+        return tuple(p for p in (self._worker_prefix, controller) if p)
 
     def in_flight(self, request_id: str) -> bool:
         """True until the reader has seen the request's terminal event.
@@ -344,7 +477,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
                 del self._calls[call.request_id]
                 self._owed.add(call.request_id)  # its worker still answers it: watched
         for call in victims:
-            call._deliver(self._cancelled(call))
+            call.deliver(self._cancelled(call))
         if victims:
             self._reader.nudge()  # a victim's own thread may be waiting on the socket
         if self._state != READY:
@@ -454,7 +587,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
                 waiter = self._replies.get(header.request_id)
             if waiter is not None:
                 error = meta.get("error")
-                waiter._deliver(
+                waiter.deliver(
                     Delivery(
                         request_id=header.request_id,
                         stage_id="",
@@ -509,7 +642,7 @@ class WorkerClient(ControlCalls, LivenessHooks):
                 self._ack(refs)
             raise
         error = meta.get("error")
-        call._deliver(
+        call.deliver(
             Delivery(
                 request_id=header.request_id,
                 stage_id=header.stage_id,

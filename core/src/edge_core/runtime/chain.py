@@ -26,12 +26,12 @@ from edge_contracts.requests import StageEvent
 from edge_core.errors import DeadlineExceeded
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
 from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
-from edge_core.runtime.stage_runtime import PendingCall
 
 if TYPE_CHECKING:
-    from edge_core.runtime.submission import RequestTracker
+    from edge_core.runtime.request_tracker import RequestTracker
 
 __all__ = [
     "CARRY_PREFIX",
@@ -115,8 +115,7 @@ class GatheredCall:
     """A finished fan-out standing where a :class:`PendingCall` would (for the last stage)."""
 
     def __init__(self, result: GatheredResult) -> None:
-        self._result: GatheredResult | None = result
-        self._done = True
+        self._result = result
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """A fan-out streams nothing: its outputs are gathered."""
@@ -124,8 +123,11 @@ class GatheredCall:
 
     def result(self) -> GatheredResult:
         """The gathered result."""
-        assert self._result is not None
         return self._result
+
+    def close(self) -> None:
+        """The caller is done with it: acknowledge the gathered result."""
+        self._result.ack()
 
     def cancel(self) -> None:
         """Nothing runs any more."""
@@ -250,7 +252,7 @@ def run_chain(
     ``until`` (a ``time.monotonic()`` deadline) bounds the whole request: it is checked
     before each stage and bounds each stage call. With ``request_id`` and ``tracker`` the
     request carries that id on every stage and can be cancelled alone
-    (:class:`~edge_core.runtime.submission.RequestTracker`).
+    (:class:`~edge_core.runtime.request_tracker.RequestTracker`).
 
     Returns:
         The last stage's call (or its gathered fan-out), each earlier stage's latency,

@@ -18,7 +18,7 @@ is never counted, whatever the backend's own summary says.
 
 Or a run on an independent runtime in a worker that core starts: a stage that names
 ``reference_backend`` has the bundle's example inputs run on that backend too, and the
-outputs compared within the stage's bound (:mod:`edge_core.runtime.independent`; core
+outputs compared within the stage's bound (:mod:`edge_core.runtime.reference_run`; core
 itself never imports a runtime). ``complete-model`` then only when that comparison was
 made and passed and the stage serves a single bucket (the run covers the example
 inputs alone, so it counts as that one bucket compared); the basis names the reference
@@ -182,7 +182,7 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
         selected: The shape-set entries the stage serves (``StageContext.shapes``;
             empty: all the bundle declares).
         reference: The record of an independent reference run
-            (:func:`edge_core.runtime.independent.reference_run`), when the stage asked
+            (:func:`edge_core.runtime.reference_run.reference_run`), when the stage asked
             for one: the bundle's hashed expected outputs are looked at first, then that run.
     """
     found = _from_bundle(numerics, manifest_dir, buckets, selected)

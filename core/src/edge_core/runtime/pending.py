@@ -6,26 +6,54 @@ caller's side: it streams the request's events or waits for its result, and turn
 request ended into a typed error — ``RequestCancelled`` when it was fenced,
 ``DeadlineExceeded`` when a deadline or ``call_timeout_s`` ended it, ``RequestFailed``
 (with the worker's traceback) when the worker ended it with an error.
+
+A pending call knows its stage only through :class:`CallStage`, the four things it asks
+of it (a :class:`~edge_core.runtime.stage_runtime.StageRuntime` is one): its id, the
+decision on each arriving event, the acknowledgement, the cancel.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from edge_contracts.requests import EventKind, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, EdgeError
 from edge_core.runtime.deadlines import TimerHandle
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
-from edge_core.runtime.results import ResultKey, StageResult
+from edge_core.runtime.results import AckOutcome, ResultKey, StageResult
 from edge_core.stage import RetainedOutputs
 
-if TYPE_CHECKING:
-    from edge_core.runtime.stage_runtime import StageRuntime
+__all__ = ["CallStage", "Entry", "PendingCall"]
 
-__all__ = ["Entry", "PendingCall"]
+
+class CallStage(Protocol):
+    """What a :class:`PendingCall` asks of the stage that runs its request."""
+
+    @property
+    def stage_id(self) -> str:
+        """The stage's id (named in errors)."""
+        ...
+
+    def accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
+        """Decide, atomically with cancellation, what becomes of one arriving event.
+
+        ``event`` is ``None`` when the stream broke. False: the request is fenced and the
+        event must not be delivered. A terminal event, a broken stream or a fenced request
+        ends the request on the stage.
+        """
+        ...
+
+    def ack(self, key: ResultKey) -> AckOutcome:
+        """Acknowledge a delivered result (frees its slot when the key matches)."""
+        ...
+
+    def cancel(self, request_id: str | None = None) -> CancelOutcome:
+        """Cancel one request (fenced before this returns); its exact outcome."""
+        ...
+
 
 _CANCELLED = "request {rid}: cancelled"
 _CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
@@ -55,7 +83,7 @@ class PendingCall:
     Consume it from one thread; :meth:`cancel` may be called from any thread.
     """
 
-    def __init__(self, stage: StageRuntime, request: StageRequest, serial: int,
+    def __init__(self, stage: CallStage, request: StageRequest, serial: int,
                  events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
                  started: float | None = None, entry: Entry | None = None) -> None:
         self.stage = stage
@@ -114,14 +142,14 @@ class PendingCall:
         except StopIteration:
             self._done = True
             self._drop_retained()
-            if stage._accept(self.request_id, self.serial, None):
+            if stage.accept(self.request_id, self.serial, None):
                 raise RequestFailed(self.request_id, "WorkerLost",
                                     "the event stream ended without a terminal event") from None
             raise self._cancelled(cancelled) from None
         except EdgeError as exc:
             self._done = True
             self._drop_retained()
-            if stage._accept(self.request_id, self.serial, None):
+            if stage.accept(self.request_id, self.serial, None):
                 raise
             raise self._cancelled(cancelled) from exc
         for names, _ in self._retained:  # outputs this event replaces are not theirs
@@ -130,7 +158,7 @@ class PendingCall:
             self._retained.append((set(tensors), tensors.release))
         # One locked decision: a fenced request's event is refused, and a terminal event
         # is either delivered (DONE, slot kept until the ack) or ends the request.
-        if not stage._accept(self.request_id, self.serial, event):
+        if not stage.accept(self.request_id, self.serial, event):
             self._done = True
             tensors = {}  # let go of the views first, so that their memory can be reused
             self._drop_retained()
@@ -171,13 +199,13 @@ class PendingCall:
             try:
                 event, tensors = next(self._events)
             except (StopIteration, EdgeError):
-                stage._accept(self.request_id, self.serial, None)
+                stage.accept(self.request_id, self.serial, None)
                 return
             if isinstance(tensors, RetainedOutputs):
                 tensors.release()
             del tensors
             if event.terminal:
-                stage._accept(self.request_id, self.serial, event)
+                stage.accept(self.request_id, self.serial, event)
                 return
 
     def _drop_retained(self) -> None:
@@ -199,6 +227,17 @@ class PendingCall:
         if self._result is None:  # pragma: no cover - _next() raised otherwise
             raise RequestFailed(self.request_id, "NoResult", "no terminal event")
         return self._result
+
+    def close(self) -> None:
+        """The caller is done with this request, whatever its state.
+
+        A delivered result is acknowledged (its slot and worker memory go back); a request
+        that has not ended is cancelled; one that ended otherwise needs nothing.
+        """
+        if self._result is not None:
+            self._result.ack()
+        elif not self._done:
+            self.cancel()
 
     def cancel(self) -> CancelOutcome:
         """Cancel this request (see :meth:`StageRuntime.cancel`).

@@ -1,11 +1,19 @@
-"""A whole pipeline: admitted, loaded and gated as one plan, served as a linear chain.
+"""A whole pipeline: opened as one plan, served as a linear chain, closed, reported.
 
-:meth:`Pipeline.open` runs the flow of DESIGN.md: resolve each stage's backend (an
+:meth:`Pipeline.open` runs the flow of DESIGN.md through a
+:class:`~edge_core.runtime.opener.StageOpener`: resolve each stage's backend (an
 unavailable one is refused with its probe's reason) → check the topology → reserve every
 stage's demands on every pool at once → load each stage → warm-up placement gate,
-numerical check and observed-memory check. Any failure unwinds in reverse — retire the
-started workers, release their reservations (or quarantine them when retirement was not
-verified) — and re-raises the first error.
+numerical check and observed-memory check. Stages that list candidates are opened one
+candidate at a time instead (:mod:`edge_core.runtime.candidates`). Any failure unwinds in
+reverse — retire the started workers, release their reservations (or quarantine them
+when retirement was not verified) — and re-raises the first error. Once every gate has
+passed, the reference runs are made (:mod:`edge_core.runtime.reference_run`).
+
+Serving (:meth:`Pipeline.run`, :meth:`~Pipeline.stream`, :meth:`~Pipeline.submit`) takes
+the pipeline's admission and drives one request through the chain
+(:mod:`edge_core.runtime.chain`); :meth:`Pipeline.close` retires every stage and settles
+each reservation; :meth:`Pipeline.execution_plan` reports what was admitted and how.
 """
 
 from __future__ import annotations
@@ -13,20 +21,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import attrs
-
-from edge_core.binding import OwnerBinding, backend_table, bind_owner
-from edge_core.config.model import PipelineConfig, StageConfig
-from edge_core.config.transforms import resolve_input_transform
-from edge_core.errors import BackendUnavailable, EdgeError, StageClosed
-from edge_core.ledger import ReservationToken, ResourceLedger
-from edge_core.placement import PlacementPolicy, WarmupReport, check_placement
+from edge_core.config.model import PipelineConfig
+from edge_core.errors import StageClosed
+from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
-from edge_core.runtime.candidates import open_stages, reload_in_order
+from edge_core.runtime.admission import SlotPool, take_slot
+from edge_core.runtime.candidates import open_stages
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
@@ -35,104 +39,76 @@ from edge_core.runtime.chain import (
     split_carry,
     with_bundles,
 )
-from edge_core.runtime.errors import DemandExceeded, NumericsRefused, RequestCancelled
-from edge_core.runtime.flow import SlotPool, take_slot
-from edge_core.runtime.gate import check_buckets
-from edge_core.runtime.health import RestartMode, RestartPolicy, pipeline_health
-from edge_core.runtime.independent import run_references
-from edge_core.runtime.pipeline_result import PipelineResult, _Unverified
-from edge_core.runtime.plan import execution_plan
+from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.execution_plan import execution_plan
+from edge_core.runtime.health import pipeline_health
+from edge_core.runtime.opener import StageOpener
+from edge_core.runtime.pending import PendingCall
+from edge_core.runtime.pipeline_result import PipelineResult
+from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
-from edge_core.runtime.stage_runtime import PendingCall, StageRuntime
-from edge_core.runtime.submission import OnEvent, RequestTracker, Submission, submit
-from edge_core.runtime.topology import check_linear_chain
-from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
+from edge_core.runtime.request_tracker import RequestTracker
+from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
+from edge_core.runtime.submission import OnEvent, Submission, submit
 
 __all__ = ["CARRY_PREFIX", "Pipeline", "PipelineResult", "Transform", "split_carry"]
-
-PROBE_TIMEOUT_S = 10.0
 
 CLOSE_HEAL_WAIT_S = 2.0
 """How long ``close()`` waits for a quarantined worker tree that was just killed to go."""
 
 
-class _Stage:
-    """Everything the pipeline keeps per stage while opening and serving."""
-
-    def __init__(self, config: StageConfig, binding: OwnerBinding, context: StageContext,
-                 transform: Transform | None) -> None:
-        self.config = config
-        self.binding = binding
-        self.context = context
-        self.transform = transform
-        self.token: ReservationToken | None = None
-        self.demands: Mapping[str, int] = {}
-        self.runtime: StageRuntime | None = None
-        self.warmup: WarmupReport | None = None
-        self.observed: Mapping[str, int] = {}
-        self.memory_check: dict[str, str] = {}
-        self.release_outcome: str | None = None
-        #: The independent reference run's record (``reference_backend``), if any.
-        self.reference: dict[str, Any] | None = None
-
-
-def _name(stage: _Stage) -> str:
-    """A stage's name in reports: its id, ``stage#r`` for replica r > 0."""
-    replica = f"#{stage.context.replica}" if stage.context.replica else ""
-    return f"{stage.context.stage_id}{replica}"
-
-
-def _owner(stage: _Stage) -> str:
-    """The ledger owner of a stage: ``pipeline/stage``, ``pipeline/stage#r`` for replica r > 0.
-
-    Pipelines may share a ledger.
-    """
-    return f"{stage.context.pipeline}/{_name(stage)}"
-
-
-def _groups(stages: list[_Stage]) -> list[ReplicaSet]:
+def _groups(slots: Sequence[StageSlot]) -> list[ReplicaSet]:
     """The replicas of each configured stage, in data-flow order."""
     by_id: dict[str, list[StageRuntime]] = {}
-    for stage in stages:
-        assert stage.runtime is not None
-        by_id.setdefault(stage.context.stage_id, []).append(stage.runtime)
+    for slot in slots:
+        assert slot.runtime is not None
+        by_id.setdefault(slot.context.stage_id, []).append(slot.runtime)
     return [ReplicaSet(runtimes) for runtimes in by_id.values()]
 
 
-def _settle(ledger: ResourceLedger, token: ReservationToken | None, outcome: Any) -> str:
-    """Release a reservation after retirement; quarantine it when retirement is unverified."""
-    if token is None:
-        return "none"
-    verified = bool(getattr(outcome, "verified", outcome is None))
-    reason = getattr(outcome, "reason", None)
-    # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
-    tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
-    return ledger.release(token, verified=verified, reason=reason, processes=tree).value
-
-
 class Pipeline:
-    """An admitted, loaded, gated pipeline. Open with :meth:`open`; close with :meth:`close`."""
+    """An admitted, loaded, gated pipeline. Open with :meth:`open`; close with :meth:`close`.
 
-    def __init__(self, config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger,
-                 stages: list[_Stage]) -> None:
+    Args:
+        opener: The opener that opened ``slots`` (it reloads them on restart).
+        slots: Every stage replica, opened and gated, in data-flow order. Their reference
+            runs are made here; if that raises, everything is closed first.
+
+    Attributes:
+        config: The pipeline's configuration.
+        plugins: The plugins its stages run on.
+        ledger: Where its reservations are charged.
+        admission: The pipeline's admission slots (``admission`` requests at once).
+        requests: Where each submitted request is, to cancel it alone.
+        candidates: Stage id → each candidate tried at open (or the last restart), in
+            order.
+    """
+
+    def __init__(self, opener: StageOpener, slots: list[StageSlot]) -> None:
+        config = opener.config
         self.config = config
-        self.plugins = plugins
-        self.ledger = ledger
-        self._stages = stages
-        self._groups: list[ReplicaSet] = []
-        self._transforms: list[Transform | None] = []
+        self.plugins = opener.plugins
+        self.ledger = opener.ledger
+        self.opener = opener
+        self._slots = slots
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
         self._where = f"pipelines[{config.name}]"  # names the pipeline in refusals
         self.requests = RequestTracker(config.name)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._ids = iter(range(1, 1 << 62))
         self.epoch = 0
-        self.opened_at = time.time()
+        self.opened_at = opener.started_at
         self.closed = False
-        self.candidates: dict[str, list[dict[str, Any]]] = {}
-        """Stage id → each candidate tried at open (or the last restart), in order."""
-
-    # -- opening ---------------------------------------------------------------------------
+        self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
+        try:  # after every gate passed; a reference that fails only withholds a label
+            run_references(opener, slots)
+        except BaseException:
+            self.close()
+            raise
+        self._groups = _groups(slots)
+        self._transforms = [with_bundles(s.transform, self.bundle_directories)
+                            for s in slots if s.context.replica == 0]
 
     @classmethod
     def open(
@@ -151,217 +127,33 @@ class Pipeline:
             TopologyRefused: the stages are not a linear chain.
             ResourceUnavailable: the plan does not fit the ledger (nothing is charged).
             PlacementRefused / NumericsRefused / DemandExceeded: a stage failed its gate.
+            CandidatesRefused: every candidate of a stage that lists some was refused.
             Any error from a plugin's load or warm-up, after unwinding.
         """
-        say = progress or (lambda _message: None)
+        opener = StageOpener(config, plugins, ledger, progress=progress,
+                             retire_deadline_s=retire_deadline_s)
         if any(stage.candidates for stage in config.stages):
-            pipeline = cls(config, plugins, ledger, [])
-            return pipeline._serving(open_stages(pipeline, say, retire_deadline_s),
-                                     retire_deadline_s)
-        stages = [replica for index in range(len(config.stages))
-                  for replica in cls._resolve(config, index, plugins)]
-        check_linear_chain(config)
-        plan: dict[str, Mapping[str, int]] = {}
-        for stage in stages:
-            stage.demands = dict(stage.binding.reserve(stage.context))
-            plan[_owner(stage)] = stage.demands
-        tokens = ledger.reserve_plan(plan)
-        for stage in stages:
-            stage.token = tokens[_owner(stage)]
-        pipeline = cls(config, plugins, ledger, stages)
-        started: list[_Stage] = []
-        try:
-            for stage in stages:
-                started.append(stage)
-                pipeline._start(stage, say, retire_deadline_s)
-        except BaseException:
-            pipeline._unwind(started, stages)
-            raise
-        return pipeline._serving(stages, retire_deadline_s)
-
-    def _serving(self, stages: list[_Stage], retire_deadline_s: float) -> Pipeline:
-        self._stages = stages
-        try:  # after every gate passed; a reference that fails only withholds a label
-            run_references(self, stages, retire_deadline_s)
-        except BaseException:
-            self.close()
-            raise
-        self._groups = _groups(stages)
-        self._transforms = [with_bundles(s.transform, self.bundle_directories)
-                            for s in stages if s.context.replica == 0]
-        return self
-
-    def _start(self, stage: _Stage, say: Callable[[str], None],
-               retire_deadline_s: float) -> None:
-        """Load one reserved stage, give it its runtime and run its gate."""
-        say(f"loading stage {stage.context.stage_id} on {stage.binding.backend.name}")
-        try:
-            loaded = stage.binding.load(stage.context)
-        except BaseException as error:
-            # A plugin that retired its own worker while failing says how that went.
-            outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
-            if outcome is not None:
-                stage.release_outcome = _settle(self.ledger, stage.token, outcome)
-                stage.token = None
-            raise
-        stage.runtime = self._runtime_for(stage, loaded, retire_deadline_s)
-        say(f"warming up stage {stage.context.stage_id}")
-        self._gate(stage, loaded)
-
-    @staticmethod
-    def _resolve(config: PipelineConfig, index: int, plugins: PluginSet,
-                 stage: StageConfig | None = None, path: str | None = None) -> list[_Stage]:
-        """The replicas of stage ``index`` on ``stage`` (a candidate; default: its own)."""
-        stage = stage or config.stages[index]
-        path = path or f"stages[{index}]"
-        owner = backend_table(plugins).get(stage.backend.name)
-        if owner is None:
-            bind_owner(plugins, stage.backend.name)  # raises, naming what is installed
-        assert owner is not None
-        answer = plugins.probe(owner[1], timeout_s=PROBE_TIMEOUT_S)
-        if answer.error:
-            raise BackendUnavailable(
-                f"{path}.backend.name: probe of plugin {owner[1]!r} failed "
-                f"({answer.error}): {stage.backend.name!r}"
-            )
-        report = next((r for r in answer.result or () if r.backend == stage.backend.name), None)
-        if report is None or not report.available:
-            reason = report.reason if report is not None else "the probe did not report it"
-            raise BackendUnavailable(f"{path}.backend.name: unavailable: {reason}: "
-                                     f"{stage.backend.name!r}")
-        binding = bind_owner(plugins, stage.backend.name)
-        options = stage.backend.validated
-        if options is None:
-            defaults = binding.config_defaults(stage.backend.name) or {}
-            options = binding.validate_stage(
-                stage.backend.name, {**defaults, **dict(stage.backend.options)},
-                f"{path}.backend.options",
-            )
-        manifest = stage.manifest
-        manifest_dir = (manifest if manifest is None or manifest.is_dir() else manifest.parent)
-        context = StageContext(
-            pipeline=config.name, stage_id=stage.id, backend=stage.backend.name,
-            options=options, manifest_dir=Path(manifest_dir) if manifest_dir else None,
-            route=stage.backend.route, max_io_bytes=stage.max_io_bytes,
-            placement=stage.placement.to_policy(),
-            declared_demands=dict(stage.resources.demands), generation=1,
-            shapes=tuple(stage.shapes),
-        )
-        transform = None
-        if stage.input_transform is not None:
-            transform = resolve_input_transform(stage.input_transform,
-                                                f"{path}.input_transform")
-        return [_Stage(stage, binding, attrs.evolve(context, replica=replica),
-                       cast("Transform | None", transform))
-                for replica in range(stage.replicas)]
-
-    def _runtime_for(self, stage: _Stage, loaded: LoadedStage,
-                     retire_deadline_s: float) -> StageRuntime:
-        def settle(outcome: Any) -> None:
-            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
-            stage.token = None
-
-        def reload(generation: int) -> LoadedStage:
-            return reload_in_order(self, stage, generation)
-
-        limit = getattr(loaded, "max_in_flight", None)
-        config = stage.config
-        policy = RestartPolicy(RestartMode(config.restart), config.max_restarts,
-                               config.restart_backoff_s)
-        return StageRuntime(stage.binding, stage.context, loaded, on_retired=settle,
-                            reload=reload, retire_deadline_s=retire_deadline_s,
-                            max_in_flight=limit if isinstance(limit, int) else None,
-                            call_timeout_s=config.call_timeout_s, policy=policy)
-
-    def _gate(self, stage: _Stage, loaded: LoadedStage) -> None:
-        sid = stage.context.stage_id
-        report = stage.binding.warmup_placement(loaded)
-        if not isinstance(report, WarmupReport):
-            raise EdgeError(f"stages[{sid}]: edge_warmup_placement returned {report!r}, "
-                            "not a WarmupReport")
-        stage.warmup = report
-        policy = stage.context.placement
-        if policy.target is None:
-            policy = PlacementPolicy(target=report.placement.target,
-                                     min_fraction_on_target=policy.min_fraction_on_target,
-                                     allowed_providers=policy.allowed_providers)
-        if report.placement.target != policy.target:
-            raise EdgeError(f"stages[{sid}].placement.target: the backend reported on "
-                            f"{report.placement.target!r}: {policy.target!r}")
-        check_placement(sid, report.placement, policy)
-        check_buckets(sid, report, policy)
-        numerics = report.numerics
-        if numerics is not None and not numerics.get("passed", False):
-            raise NumericsRefused(
-                f"stages[{sid}].numerics: outputs differ from the {numerics.get('reference')} "
-                f"reference beyond the bound {numerics.get('bound')}: "
-                f"max_abs_error={numerics.get('max_abs_error')}, "
-                f"normalised_error={numerics.get('normalised_error')}"
-            )
-        stage.observed = dict(loaded.observed_memory())
-        # A demanded pool the backend observes nothing of (VRAM, say) is not checked: the
-        # plan records it as "unobserved", never as passed.
-        stage.memory_check = {pool: "checked" if pool in stage.observed else "unobserved"
-                              for pool in stage.demands}
-        for pool, peak in stage.observed.items():
-            demand = stage.demands.get(pool)
-            if demand is not None and peak > demand:
-                raise DemandExceeded(
-                    f"stages[{sid}].resources.demands[{pool!r}]: observed peak {peak} bytes "
-                    f"after load and warm-up exceeds the demand: {demand}"
-                )
-
-    def _reload(self, stage: _Stage, generation: int) -> LoadedStage:
-        """Restart one stage: reserve again, load under ``generation`` and re-run the gate."""
-        stage.context = attrs.evolve(stage.context, generation=generation)
-        self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
-        if stage.token is None:
-            stage.token = self.ledger.reserve(_owner(stage), stage.demands)
-        loaded: LoadedStage | None = None
-        try:
-            loaded = stage.binding.load(stage.context)
-            self._gate(stage, loaded)
-        except BaseException as error:
-            outcome = (stage.binding.retire(loaded, 5.0) if loaded is not None
-                       else getattr(error, RETIRE_OUTCOME_ATTR, None))
-            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
-            stage.token = None
-            raise
-        return loaded
-
-    def _unwind(self, started: list[_Stage], stages: list[_Stage]) -> None:
-        for stage in reversed(started):
-            outcome = None
-            try:
-                if stage.runtime is not None:
-                    outcome = stage.runtime.close()
-            except Exception as exc:  # keep unwinding; the first error is re-raised
-                outcome = _Unverified(f"retire failed: {type(exc).__name__}: {exc}")
-            stage.release_outcome = _settle(self.ledger, stage.token, outcome)
-            stage.token = None
-        for stage in stages:
-            if stage.token is not None:  # reserved but never started: nothing to retire
-                stage.release_outcome = _settle(self.ledger, stage.token, None)
-                stage.token = None
+            return cls(opener, open_stages(opener))
+        return cls(opener, opener.open_all())
 
     # -- serving ---------------------------------------------------------------------------
 
     @property
     def stages(self) -> list[StageRuntime]:
         """The stage runtimes, in data-flow order."""
-        return [s.runtime for s in self._stages if s.runtime is not None]
+        return [s.runtime for s in self._slots if s.runtime is not None]
 
     def bundle_directories(self) -> dict[str, Path | None]:
         """Stage id → the directory its worker loaded the verified bundle from (or None)."""
         found: dict[str, Path | None] = {}
-        for s in self._stages:
+        for s in self._slots:
             bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
             found[s.context.stage_id] = getattr(bundle, "directory", None)
         return found
 
     def stage(self, stage_id: str) -> StageRuntime:
         """One stage's runtime by id."""
-        for s in self._stages:
+        for s in self._slots:
             if s.context.stage_id == stage_id and s.runtime is not None:
                 return s.runtime
         raise KeyError(stage_id)
@@ -440,7 +232,7 @@ class Pipeline:
         except BaseException:
             self.admission.release()
             raise
-        latencies[self._stages[-1].context.stage_id] = final.latency_s
+        latencies[self._slots[-1].context.stage_id] = final.latency_s
         return PipelineResult(final, latencies, self.admission.release)
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
@@ -458,10 +250,7 @@ class Pipeline:
             try:
                 yield from pending.events()
             finally:
-                if pending._result is not None:
-                    pending._result.ack()
-                elif not pending._done:
-                    pending.cancel()
+                pending.close()
         finally:
             self.admission.release()
 
@@ -511,7 +300,7 @@ class Pipeline:
         """
         self.epoch += 1
         answers: dict[str, str] = {}
-        for stage in self._stages:
+        for stage in self._slots:
             if stage.runtime is None:
                 continue
             try:
@@ -540,15 +329,14 @@ class Pipeline:
         self.closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        for stage in reversed(self._stages):
+        for stage in reversed(self._slots):
             try:
                 outcome = stage.runtime.close() if stage.runtime is not None else None
             except Exception as exc:
-                outcome = _Unverified(f"retire failed: {type(exc).__name__}: {exc}")
+                outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
             if stage.token is not None:
-                stage.release_outcome = _settle(self.ledger, stage.token, outcome)
-                stage.token = None
-            summary[_name(stage)] = {
+                stage.settle(self.ledger, outcome)
+            summary[stage.name] = {
                 "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
                            else outcome),
                 "release": stage.release_outcome,
@@ -561,13 +349,13 @@ class Pipeline:
         """Release every quarantine whose recorded tree is gone (waiting a bounded time)."""
         if not self.ledger.quarantined():
             return
-        owners = {_owner(stage): stage for stage in self._stages}
+        owners = {stage.owner: stage for stage in self._slots}
         for token in self.ledger.heal("close", wait_s=CLOSE_HEAL_WAIT_S):
             stage = owners.get(token.owner)
             if stage is not None:
                 stage.release_outcome = "released"
-                summary[_name(stage)]["release"] = "released"
-                summary[_name(stage)]["healed_by"] = "close"
+                summary[stage.name]["release"] = "released"
+                summary[stage.name]["healed_by"] = "close"
 
     def __enter__(self) -> Pipeline:
         return self
@@ -579,5 +367,5 @@ class Pipeline:
 
     def execution_plan(self) -> dict[str, Any]:
         """The JSON execution plan: identities, route, reservations, placement, numerics."""
-        return execution_plan(self.config, self._stages, self.opened_at, self.ledger,
+        return execution_plan(self.config, self._slots, self.opened_at, self.ledger,
                               self.candidates)

@@ -11,18 +11,6 @@ from edge_core.runtime.results import AckOutcome, StageResult
 __all__ = ["PipelineResult"]
 
 
-class _Unverified:
-    """The outcome recorded when retirement itself raised: nothing is verified gone."""
-
-    verified = False
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def to_dict(self) -> dict[str, object]:
-        return {"verified": False, "reason": self.reason}
-
-
 class PipelineResult:
     """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
 

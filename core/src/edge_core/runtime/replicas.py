@@ -10,7 +10,7 @@ them (without this, under four concurrent pages one page's chunk waited behind o
 p95 21 s against a p50 of 8 s). A replica whose worker is lost is
 skipped until it is ready again: its own requests fail with typed errors, the others keep
 serving; the replica's own runtime retires it, settles its reservation and — under
-``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.health`). While
+``restart = "on-failure"`` — restarts it alone (:mod:`edge_core.runtime.restarts`). While
 no replica is ready but one is restarting or will be (:meth:`ReplicaSet.restart_pending`),
 a request waits for it — holding its admission slot — up to its deadline (else the
 stage's ``call_timeout_s``); a cancel ends that wait. Only when no replica is ready and
@@ -39,8 +39,9 @@ from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed,
 from edge_core.host.errors import InputBufferBusy
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
-from edge_core.runtime.health import replica_summary
-from edge_core.runtime.stage_runtime import PendingCall, StageRuntime, StageState
+from edge_core.runtime.health import StageState, replica_summary
+from edge_core.runtime.pending import CallStage, PendingCall
+from edge_core.runtime.stage_runtime import StageRuntime
 
 __all__ = ["ReplicaSet"]
 
@@ -105,10 +106,10 @@ class ReplicaSet:
             if self._sleepers:
                 self._cond.notify_all()
 
-    def note_failure(self, runtime: StageRuntime) -> None:
-        """After a failed call: stop routing to the replica if its worker is gone."""
-        for index, candidate in enumerate(self.runtimes):
-            if candidate is runtime and _worker_lost(runtime):
+    def note_failure(self, stage: CallStage) -> None:
+        """After a failed call on ``stage``: stop routing to that replica if its worker is gone."""
+        for index, runtime in enumerate(self.runtimes):
+            if runtime is stage and _worker_lost(runtime):
                 self.lost.add(index)
                 self._lost_at[index] = runtime.generation
                 self._wake()
@@ -137,7 +138,7 @@ class ReplicaSet:
             if runtime.restart_pending():
                 return True
             if (index in self.lost and runtime.state is StageState.READY
-                    and runtime.supervisor.pending):
+                    and runtime.restarter.pending):
                 return True
         return False
 

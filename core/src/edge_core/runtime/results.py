@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Set
 from types import TracebackType
 from typing import Any
 
@@ -44,14 +44,19 @@ class OutputReleased(EdgeError, KeyError):
 
 
 class ResultOutputs(dict[str, Any]):
-    """A result's outputs by name; names released by the acknowledgement say so when read."""
+    """A result's outputs by name; names released by the acknowledgement say so when read.
+
+    ``released`` is the set of names the owning :class:`StageResult` released; it is the
+    result's own set (the result adds to it as it removes those outputs).
+    """
 
     __slots__ = ("_owner", "_released")
 
-    def __init__(self, outputs: Mapping[str, Any], request_id: str) -> None:
+    def __init__(self, outputs: Mapping[str, Any], request_id: str,
+                 released: Set[str] = frozenset()) -> None:
         super().__init__(outputs)
         self._owner = request_id  # worded only when an error needs it
-        self._released: frozenset[str] = frozenset()
+        self._released = released
 
     def __missing__(self, key: str) -> Any:
         if key in self._released:
@@ -60,12 +65,6 @@ class ResultOutputs(dict[str, Any]):
                 "worker's shared memory): take the array, or a copy, before acknowledging"
             )
         raise KeyError(key)
-
-    def _release(self, names: Iterable[str]) -> None:
-        names = frozenset(names)
-        for name in names:
-            self.pop(name, None)
-        self._released |= names
 
 
 class StageResult:
@@ -88,7 +87,7 @@ class StageResult:
         latency_s: Submit-to-terminal time measured by the runtime.
     """
 
-    __slots__ = ("_ack", "_retained", "events", "key", "latency_s", "outputs")
+    __slots__ = ("_ack", "_released", "_retained", "events", "key", "latency_s", "outputs")
 
     def __init__(
         self,
@@ -100,7 +99,10 @@ class StageResult:
         retained: list[tuple[set[str], Callable[[], bool]]] | None = None,
     ) -> None:
         self.key = key
-        self.outputs = ResultOutputs(outputs, key.request_id)
+        # Only outputs that are views of worker memory (retained) are ever released.
+        self._released: set[str] | None = set() if retained else None
+        self.outputs = ResultOutputs(outputs, key.request_id,
+                                     frozenset() if self._released is None else self._released)
         self.events = events
         self.latency_s = latency_s
         self._ack = ack
@@ -126,7 +128,11 @@ class StageResult:
         retained, self._retained = self._retained, []
         if not retained:
             return
-        self.outputs._release(name for names, _ in retained for name in names)
+        released = self._released
+        assert released is not None  # made with the retained outputs
+        for name in {name for names, _ in retained for name in names}:
+            self.outputs.pop(name, None)
+            released.add(name)
         kept = [name for names, release in retained if release() for name in names]
         if kept:
             warnings.warn(

@@ -13,7 +13,7 @@ Rules enforced here:
 * a preemptible backend cancels in place; a non-preemptible one with the request still
   running has its worker retired — the reservation is released only when retirement is
   verified, else quarantined — and the stage refuses work until :meth:`restart` (or the
-  automatic restart its policy allows: :mod:`edge_core.runtime.health`);
+  automatic restart its policy allows: :mod:`edge_core.runtime.restarts`);
 * every call is bounded by the earlier of its request's deadline and the stage's
   ``call_timeout_s`` (:mod:`edge_core.runtime.deadlines`); a worker that dies or stops
   answering fails the stage (``failed``) and its calls with typed errors.
@@ -36,33 +36,32 @@ from edge_contracts.requests import (
     StageRequest,
     prechecked_request,
 )
+from edge_contracts.validation import require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, StageClosed
+from edge_core.runtime.admission import SlotPool, check_request_size, take_slot
 from edge_core.runtime.deadlines import default_call_timeout, timer
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
-from edge_core.runtime.flow import SlotPool, take_slot
-from edge_core.runtime.health import (
-    RestartPolicy,
-    StageHealth,
-    StageState,
-    Supervisor,
-    error_record,
-    restart_coming,
+from edge_core.runtime.health import StageHealth, StageState, error_record, restart_coming
+from edge_core.runtime.input_buffers import (
+    check_input_buffers,
+    input_buffer_counts,
+    make_input_buffer,
+    owns_input_buffer,
 )
 from edge_core.runtime.pending import Entry, PendingCall
+from edge_core.runtime.restarts import Restarter, RestartPolicy
 from edge_core.runtime.results import AckOutcome, ResultKey
-from edge_core.runtime.stage_buffers import InputBufferMethods
-from edge_core.runtime.submission import check_request_size
 from edge_core.stage import LoadedStage, StageContext
 
-__all__ = ["PendingCall", "StageRuntime", "StageState"]
+__all__ = ["StageRuntime"]
 
 _SEND_WAIT_S = 2.0  # how long a cancel waits for the request's send to complete
 
 
-class StageRuntime(InputBufferMethods):
+class StageRuntime:
     """A loaded stage with bounded calls.
 
     Built and started by :class:`edge_core.runtime.pipeline.Pipeline`.
@@ -79,7 +78,7 @@ class StageRuntime(InputBufferMethods):
             after the full load and warm-up gate.
         call_timeout_s: The most one call may take once sent (None: the default of the
             backend's kind, :func:`~edge_core.runtime.deadlines.default_call_timeout`).
-        policy: The restart policy (:class:`~edge_core.runtime.health.RestartPolicy`).
+        policy: The restart policy (:class:`~edge_core.runtime.restarts.RestartPolicy`).
     """
 
     def __init__(
@@ -89,7 +88,7 @@ class StageRuntime(InputBufferMethods):
         loaded: LoadedStage,
         *,
         max_in_flight: int | None = None,
-        on_retired: Callable[[Any], None] | None = None,
+        on_retired: Callable[[Any], object] | None = None,
         reload: Callable[[int], LoadedStage] | None = None,
         retire_deadline_s: float = 5.0,
         call_timeout_s: float | None = None,
@@ -125,8 +124,8 @@ class StageRuntime(InputBufferMethods):
         #: The typed error that took the stage out of ``ready`` or failed its last restart.
         self.last_error: BaseException | None = None
         self._retired = False  # the current worker was retired (at most once)
-        self.supervisor = Supervisor(policy or RestartPolicy(), self._auto_restart,
-                                     self._restart_failed, f"edge-restart-{self.name}")
+        self.restarter = Restarter(policy or RestartPolicy(), self._auto_restart,
+                                   self._restart_failed, f"edge-restart-{self.name}")
         kinds = binding.backend.kinds
         self._operation = (Operation.GENERATE if StageKind.GENERATE in kinds
                            and StageKind.GRAPH not in kinds else Operation.RUN)
@@ -154,7 +153,7 @@ class StageRuntime(InputBufferMethods):
     @property
     def policy(self) -> RestartPolicy:
         """The stage's restart policy."""
-        return self.supervisor.policy
+        return self.restarter.policy
 
     # -- submission -----------------------------------------------------------------
 
@@ -263,7 +262,7 @@ class StageRuntime(InputBufferMethods):
 
     def restart_pending(self) -> bool:
         """Not serving, but a restart runs or will (:func:`~.health.restart_coming`)."""
-        return restart_coming(self.state, self.supervisor)
+        return restart_coming(self.state, self.restarter)
 
     def _require_ready(self) -> None:
         if self.state is not StageState.READY:
@@ -273,6 +272,41 @@ class StageRuntime(InputBufferMethods):
                 + (f" ({self.closed_reason})" if self.closed_reason else "")
                 + (": call restart()" if waiting else "")
             )
+
+    # -- input buffers --------------------------------------------------------------------
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Return an array to fill in place and pass as input ``name`` of a later submit.
+
+        On a worker stage with shared memory it lives in the controller's segment and
+        travels by reference, without a copy (ownership: :mod:`edge_core.host.inputs`:
+        read-only while a request holds it, reusable once that request has ended); on
+        other stages, or below the shared-memory threshold, it is a private array.
+        """
+        self._require_ready()
+        require_id(name, "input_buffer.name")
+        buffer, own = make_input_buffer(self.loaded, shape, dtype)
+        self.made_input_buffers = own or self.made_input_buffers
+        return buffer
+
+    def owns_input_buffer(self, value: Any) -> bool:
+        """True when ``value`` is an input buffer of this stage's current worker.
+
+        Such a buffer travels by reference only to that worker; sent to another stage or
+        replica it is an ordinary array (copied).
+        """
+        return owns_input_buffer(self.loaded, value)
+
+    def check_input_buffers(self, inputs: Mapping[str, Any]) -> None:
+        """Raise ``InputBufferBusy`` when one of ``inputs`` is a buffer a request holds."""
+        check_input_buffers(self.loaded, inputs)
+
+    def input_buffer_counts(self) -> dict[str, int]:
+        """Input-buffer counts of the current worker (zeros on stages without them).
+
+        ``buffers``: alive; ``sent``: how many requests carried one by reference.
+        """
+        return input_buffer_counts(self.loaded)
 
     # -- delivery and acknowledgement -----------------------------------------------------
 
@@ -284,12 +318,14 @@ class StageRuntime(InputBufferMethods):
                 return True
             return entry.cancelled or entry.epoch < self.epoch
 
-    def _accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
+    def accept(self, request_id: str, serial: int, event: StageEvent | None) -> bool:
         """Decide, atomically with cancellation, what becomes of one arriving event.
 
-        ``event`` is ``None`` when the stream broke. Returns False when the request is
-        fenced (its event must not be delivered). A terminal event, a broken stream or a
-        fenced request ends the request: its slot is freed, except after a delivered DONE,
+        Asked by the request's :class:`~edge_core.runtime.pending.PendingCall` (its
+        :class:`~edge_core.runtime.pending.CallStage`) for every event it reads. ``event``
+        is ``None`` when the stream broke. Returns False when the request is fenced (its
+        event must not be delivered). A terminal event, a broken stream or a fenced
+        request ends the request: its slot is freed, except after a delivered DONE,
         whose slot the acknowledgement frees.
         """
         release = False
@@ -309,8 +345,8 @@ class StageRuntime(InputBufferMethods):
                     entry.timer.cancel()
                 if event is not None and not fenced and event.kind is EventKind.DONE:
                     entry.delivered = True
-                    if self.supervisor.restarts:  # served again: the count starts over
-                        self.supervisor.reset()
+                    if self.restarter.restarts:  # served again: the count starts over
+                        self.restarter.reset()
                     return True
                 del self._entries[request_id]
                 release = True
@@ -469,7 +505,7 @@ class StageRuntime(InputBufferMethods):
         with self._restart_lock:
             if generation == self.generation and not self._retired:
                 self._retire_current()
-        self.supervisor.schedule()
+        self.restarter.schedule()
 
     def _retire_current(self) -> None:
         """Retire the current worker and settle its reservation (holding the restart lock)."""
@@ -500,7 +536,7 @@ class StageRuntime(InputBufferMethods):
             if self.state is StageState.RESTARTING:
                 self.state = StageState.FAILED
                 self.last_error = error
-                self.closed_reason = (f"restart {self.supervisor.restarts} of "
+                self.closed_reason = (f"restart {self.restarter.restarts} of "
                                       f"{self.policy.max_restarts} failed: "
                                       f"{type(error).__name__}: {error}")
 
@@ -519,7 +555,7 @@ class StageRuntime(InputBufferMethods):
         except BaseException as error:
             self._restart_failed(error)
             raise
-        self.supervisor.reset()
+        self.restarter.reset()
 
     def _restart(self, *, manual: bool) -> None:
         with self._restart_lock:
@@ -567,7 +603,7 @@ class StageRuntime(InputBufferMethods):
             worker = answer.to_dict() if hasattr(answer, "to_dict") else dict(answer)
         error = self.last_error
         return StageHealth(self.name, self.state, self.closed_reason, self.generation,
-                           self.supervisor.restarts, self.outstanding, self.policy, worker,
+                           self.restarter.restarts, self.outstanding, self.policy, worker,
                            error_record(error) if error is not None
                            and self.state is not StageState.READY else None)
 
@@ -591,7 +627,7 @@ class StageRuntime(InputBufferMethods):
         """Retire for good (no restart); waits for an automatic restart in progress."""
         with self._lock:  # no restart starts (or completes) from now on
             self.state = StageState.RETIRED
-        self.supervisor.close()
+        self.restarter.close()
         with self._restart_lock:
             outcome = self.retire()
         self.state = StageState.RETIRED

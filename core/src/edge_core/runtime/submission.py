@@ -1,14 +1,10 @@
-"""Submission: checks a request passes before it is sent, and handles on submitted requests.
+"""Submission: a request handed to a pipeline's request threads, and its handle.
 
-* :func:`check_request_size` refuses, before anything is sent or charged, a request whose
-  tensors exceed the stage's ``max_io_bytes`` (the worker would refuse the frame and drop
-  its channel; refused here, the stage keeps serving).
-* :class:`RequestTracker` knows, per pipeline request id, which stage holds the request
-  now, so that :meth:`Submission.cancel` cancels that one request and says exactly what
-  became of it — interrupting it (:meth:`RequestTracker.cancel`) or not
-  (:meth:`RequestTracker.fence`, :mod:`edge_core.runtime.fence`).
-* :class:`Submission` is what :meth:`Pipeline.submit` returns: the request id, its
-  result, its own ``cancel()``.
+:func:`submit` takes the pipeline's admission in the caller's thread and runs the request
+on an executor; :class:`Submission` is what :meth:`Pipeline.submit
+<edge_core.runtime.pipeline.Pipeline.submit>` returns: the request id, its result, its own
+``cancel()`` (through the pipeline's
+:class:`~edge_core.runtime.request_tracker.RequestTracker`).
 """
 
 from __future__ import annotations
@@ -17,159 +13,24 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from edge_contracts.requests import StageEvent
 from edge_core.backend import CancelOutcome
-from edge_core.errors import DeadlineExceeded, EdgeError
+from edge_core.errors import DeadlineExceeded
+from edge_core.runtime.admission import take_slot
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
-from edge_core.runtime.flow import take_slot
+from edge_core.runtime.request_tracker import RequestTracker
 
 if TYPE_CHECKING:
-    from edge_core.runtime.flow import SlotPool
+    from edge_core.runtime.admission import SlotPool
     from edge_core.runtime.pipeline_result import PipelineResult
-
-
-class Cancellable(Protocol):
-    """Where a request can be: a stage runtime, or the replica set of a stage."""
-
-    def cancel(self, request_id: str | None = None) -> CancelOutcome:
-        """Cancel one request (or everything); its exact outcome."""
-        ...
-
-    def fence(self, request_id: str) -> FenceOutcome:
-        """Cancel one request without interrupting a running call; its exact outcome."""
-        ...
-
 
 #: Called with each non-terminal event (a token) of a submitted request's final stage.
 OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 
-__all__ = ["OnEvent", "RequestTooLarge", "RequestTracker", "Submission", "check_request_size",
-           "request_bytes", "submit"]
-
-
-class RequestTooLarge(EdgeError, ValueError):
-    """A request's tensors exceed the stage's ``max_io_bytes``; nothing was sent."""
-
-
-def request_bytes(inputs: Mapping[str, Any]) -> int:
-    """Total tensor bytes of a request's inputs (arrays and other buffer-like values)."""
-    total = 0
-    for value in inputs.values():
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int):
-            total += nbytes
-        elif isinstance(value, bytes | bytearray | memoryview):
-            total += len(value)
-    return total
-
-
-def check_request_size(stage_id: str, inputs: Mapping[str, Any], limit: int) -> None:
-    """Refuse a request larger than ``limit`` bytes, naming stage, bytes and limit."""
-    total = request_bytes(inputs)
-    if total > limit:
-        raise RequestTooLarge(
-            f"stages[{stage_id}].max_io_bytes: a request of {total} bytes exceeds the "
-            f"limit: {limit}"
-        )
-
-
-class _Tracked:
-    __slots__ = ("cancelled", "finished", "stage")
-
-    def __init__(self) -> None:
-        self.stage: Cancellable | None = None
-        self.cancelled = False
-        self.finished = False
-
-
-class RequestTracker:
-    """Where each request of a pipeline is, for cancelling one request alone."""
-
-    def __init__(self, pipeline: str) -> None:
-        self._pipeline = pipeline
-        self._lock = threading.Lock()
-        self._requests: dict[str, _Tracked] = {}
-
-    def begin(self, request_id: str) -> None:
-        """A request was accepted (before admission)."""
-        with self._lock:
-            if request_id in self._requests:
-                from edge_core.runtime.errors import DuplicateRequest
-
-                raise DuplicateRequest(f"request_id: already in flight on pipeline "
-                                       f"{self._pipeline!r}: {request_id!r}")
-            self._requests[request_id] = _Tracked()
-
-    def enter(self, request_id: str, stage: Cancellable) -> None:
-        """The request is about to be submitted to ``stage``; refuse if it was cancelled."""
-        with self._lock:
-            tracked = self._requests.get(request_id)
-            if tracked is not None:
-                if tracked.cancelled:
-                    raise RequestCancelled(f"request {request_id!r}: cancelled")
-                tracked.stage = stage
-
-    def end(self, request_id: str) -> None:
-        """The request ended (delivered or failed): a later cancel finds it finished."""
-        with self._lock:
-            tracked = self._requests.pop(request_id, None)
-            if tracked is not None:
-                tracked.finished = True
-
-    def cancel(self, request_id: str) -> CancelOutcome:
-        """Cancel one request; its outcome, exactly.
-
-        ``already-finished`` when it ended; ``not-started`` when no backend is running it
-        (waiting for admission, or between two stages: it is stopped before the next);
-        otherwise what its current stage answered.
-        """
-        found, stage = self._mark(request_id)
-        if not found:
-            return CancelOutcome.ALREADY_FINISHED
-        if stage is None:
-            return CancelOutcome.NOT_STARTED
-        outcome = stage.cancel(request_id)
-        if outcome is CancelOutcome.ALREADY_FINISHED:  # done there, not yet sent on
-            return CancelOutcome.NOT_STARTED
-        return outcome
-
-    def fence(self, request_id: str) -> FenceOutcome:
-        """Cancel one request without interrupting a running call; its outcome, exactly.
-
-        Marked cancelled at once (no further stage starts for it, and the pipeline
-        delivers none of its output), then its current stage fences it
-        (:meth:`StageRuntime.fence`): ``already-finished`` when it ended;
-        ``not-started`` when no call of it runs (waiting for admission, between two
-        stages, or its call done there and not yet sent on); ``cancelled-in-place`` or
-        ``left-to-finish`` as its stage answered.
-        """
-        found, stage = self._mark(request_id)
-        if not found:
-            return FenceOutcome.ALREADY_FINISHED
-        if stage is None:
-            return FenceOutcome.NOT_STARTED
-        outcome = stage.fence(request_id)
-        if outcome is FenceOutcome.ALREADY_FINISHED:  # done there, not yet sent on
-            return FenceOutcome.NOT_STARTED
-        return outcome
-
-    def _mark(self, request_id: str) -> tuple[bool, Cancellable | None]:
-        """Mark a request cancelled: (whether it is still in flight, its stage)."""
-        with self._lock:
-            tracked = self._requests.get(request_id)
-            if tracked is None or tracked.finished:
-                return False, None
-            tracked.cancelled = True
-            return True, tracked.stage
-
-    def cancelled(self, request_id: str) -> bool:
-        """True once :meth:`cancel` was called for the request."""
-        with self._lock:
-            tracked = self._requests.get(request_id)
-            return tracked is not None and tracked.cancelled
+__all__ = ["OnEvent", "Submission", "submit"]
 
 
 class Submission:

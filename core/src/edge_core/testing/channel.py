@@ -74,6 +74,5 @@ def inject_from_worker(client: WorkerClient, data: bytes) -> None:
 
 def inject_to_worker(client: WorkerClient, data: bytes) -> None:
     """Write ``data`` on the controller's end, towards the worker."""
-    with client._send_lock:
-        client._sock.sendall(data)
+    client.send_bytes(data)
 

@@ -33,10 +33,12 @@ from edge_core.plugins import EdgePluginManager
 from edge_core.pools import Pool, probe_host
 from edge_core.runtime import Pipeline
 from edge_core.runtime.errors import RequestCancelled
-from edge_core.runtime.health import RestartMode
-from edge_core.runtime.opening import default_ledger
+from edge_core.runtime.health import StageState
+from edge_core.runtime.opener import resolve_slots
+from edge_core.runtime.pipeline_files import default_ledger
+from edge_core.runtime.restarts import RestartMode
 from edge_core.runtime.results import AckOutcome
-from edge_core.runtime.stage_runtime import StageRuntime, StageState
+from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.testing import channel
 from edge_core.testing.harness import (
     WAIT_S,
@@ -157,7 +159,7 @@ def probe_fast_and_light(subject: Subject) -> str:
 def reserve_overcommit_refused(subject: Subject) -> str:
     """A two-stage plan that fits once but not twice is refused with nothing charged."""
     config = pipeline_config(subject)
-    resolved = Pipeline._resolve(config, 0, subject.plugins)[0]
+    resolved = resolve_slots(config, subject.plugins, 0)[0]
     demands = {p: int(b) for p, b in resolved.binding.reserve(resolved.context).items()
                if int(b) > 0}
     if not demands:

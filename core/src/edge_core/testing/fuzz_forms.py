@@ -209,13 +209,13 @@ def _hello(rng: random.Random) -> bytes:
 def _check_hello(frame: Frame) -> object:
     """The controller's verification of a hello (token, error, pid, features)."""
     from edge_contracts.protocol import KNOWN_FEATURES
-    from edge_core.host.bootstrap import _verify_hello
+    from edge_core.host.hello import verify_hello
     from edge_core.host.identity import ProcessIdentity
 
     global _ROOT
     if _ROOT is None:
         _ROOT = ProcessIdentity.of(os.getpid())
-    return _verify_hello(frame, _HELLO_TOKEN, _ROOT, frozenset(), KNOWN_FEATURES)
+    return verify_hello(frame, _HELLO_TOKEN, _ROOT, frozenset(), KNOWN_FEATURES)
 
 
 _ROOT: Any = None

@@ -21,7 +21,7 @@ from edge_core.errors import EdgeError
 from edge_core.host.client import WorkerClient
 from edge_core.host.identity import described_identity, start_time
 from edge_core.runtime import Pipeline
-from edge_core.runtime.opening import default_ledger
+from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.testing.conformance_stage import ConformanceStage
 from edge_core.testing.leaks import leaks_since, snapshot
@@ -93,9 +93,7 @@ def track_prefixes(runtime: StageRuntime, prefixes: set[str]) -> None:
     """Remember the shared-memory producer prefixes of the stage's worker channel."""
     client = getattr(runtime.loaded, "client", None)
     if isinstance(client, WorkerClient):
-        for prefix in (client._worker_prefix, getattr(client._producer, "prefix", None)):
-            if prefix:
-                prefixes.add(prefix)
+        prefixes.update(client.shm_prefixes)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from edge_core.placement import PlacementPolicy
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
-from edge_core.runtime.opening import default_ledger
+from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.stage import StageContext
 from edge_ort.controller import BASE_RAM_BYTES
 from edge_ort.vendor import RouteUnavailable, StageRefused, clear_probe_cache

@@ -107,7 +107,7 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
 
     from edge_core.runtime.errors import RequestCancelled
-    from edge_core.runtime.opening import open_pipeline
+    from edge_core.runtime.pipeline_files import open_pipeline
     from edge_vllm_cuda.gpus import probe_gpus
 
     record = Record()

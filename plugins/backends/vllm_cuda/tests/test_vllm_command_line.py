@@ -37,7 +37,7 @@ def test_closing_a_generate_pipeline_retires_gracefully_with_a_clean_log(
     # within its declared window (escalation "graceful", no signal needed) and its log
     # holds no trace of a task destroyed while pending.
     from edge_core.host.worker_logs import set_log_directory
-    from edge_core.runtime.opening import open_pipeline
+    from edge_core.runtime.pipeline_files import open_pipeline
 
     set_log_directory(tmp_path / "logs")
     try:

@@ -19,8 +19,8 @@ from edge_core.config.model import RouteConfig
 from edge_core.errors import ResourceUnavailable
 from edge_core.placement import PlacementRefusal
 from edge_core.runtime.errors import RequestCancelled
-from edge_core.runtime.opening import open_pipeline
 from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.stage import StageContext
 from edge_vllm_cuda import plugin
 from edge_vllm_cuda.gpus import Gpu, GpuProbe

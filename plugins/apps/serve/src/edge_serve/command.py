@@ -117,8 +117,8 @@ def _unwind_on_sigterm() -> None:
 def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
     from edge_core.errors import EdgeError
     from edge_core.plugins import load_plugins
-    from edge_core.runtime.opening import shared_ledger
     from edge_core.runtime.pipeline import Pipeline
+    from edge_core.runtime.pipeline_files import shared_ledger
 
     modules = sorted({m for config in configs for m in config.plugins})
     plugins = load_plugins(local_modules=modules)

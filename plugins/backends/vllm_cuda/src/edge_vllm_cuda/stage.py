@@ -115,9 +115,9 @@ class VllmStage(WorkerStage):
         loaded.gpus = gpus
         loaded.admission = threading.Lock()
         loaded.max_in_flight = options.max_concurrency  # the runtime's slots follow it
-        problem = loaded._device_problem()
+        problem = _device_problem(loaded)
         if problem is not None:
-            placement = loaded._placement(loaded.load_report.get("devices", []))
+            placement = _placement(loaded, loaded.load_report.get("devices", []))
             outcome = loaded.retire()
             refusal = PlacementRefusal(stage.stage_id, problem, placement)
             refusal.add_note(f"worker retired: verified={outcome.verified}")
@@ -125,39 +125,11 @@ class VllmStage(WorkerStage):
             raise refusal
         return loaded
 
-    def _device_problem(self) -> str | None:
-        """Why the engine's devices are not the requested ones, or None."""
-        report = self.load_report
-        platform = report.get("platform")
-        if platform != self.options.device or report.get("engine") is None:
-            return (f"requested device {self.options.device!r} but vLLM runs on the "
-                    f"{platform!r} platform in this environment; refusing rather than "
-                    "running elsewhere")
-        engine_device = str(report["engine"].get("device", ""))
-        if engine_device.split(":")[0] != self.options.device:
-            return (f"requested device {self.options.device!r} but the engine was built on "
-                    f"{engine_device!r}")
-        if self.options.device == "cuda":
-            seen = [d.get("uuid") for d in report.get("devices", [])]
-            wanted = [g.uuid for g in self.gpus]
-            if seen != wanted:
-                return f"ranks run on GPUs {seen}, not the requested {wanted}"
-        return None
-
-    def _placement(self, devices: list[Mapping[str, Any]]) -> PlacementReport:
-        platform = str(self.load_report.get("platform"))
-        names = [f"{d.get('device')} {d.get('name')}" + (f" {d['uuid']}" if d.get("uuid") else "")
-                 for d in devices]
-        shares = {platform: ProviderShare(nodes=len(devices), op_types={"rank": len(devices)},
-                                          node_names=names)} if devices else {}
-        return PlacementReport(target=self.options.device, available_providers=[platform],
-                               providers=shares, method="engine-devices")
-
     def warm_up(self) -> WarmupReport:
         """Generate a few tokens; report the platform and each rank's device."""
         answer = self.warmup({"tokens": self.options.warmup_tokens},
                              timeout_s=self.options.load_timeout_s)
-        placement = self._placement(list(answer.get("devices", [])))
+        placement = _placement(self, list(answer.get("devices", [])))
         extra = {"platform": answer.get("platform"), "engine_device": answer.get("engine_device"),
                  "warmup_tokens": answer.get("tokens"), "warmup_ms": answer.get("warmup_ms"),
                  "engine": self.load_report.get("engine"),
@@ -198,3 +170,34 @@ class VllmStage(WorkerStage):
         described["devices"] = self.load_report.get("devices", [])
         described["platform"] = self.load_report.get("platform")
         return described
+
+
+def _device_problem(stage: VllmStage) -> str | None:
+    """Why the engine's devices are not the requested ones, or None."""
+    report = stage.load_report
+    platform = report.get("platform")
+    if platform != stage.options.device or report.get("engine") is None:
+        return (f"requested device {stage.options.device!r} but vLLM runs on the "
+                f"{platform!r} platform in this environment; refusing rather than "
+                "running elsewhere")
+    engine_device = str(report["engine"].get("device", ""))
+    if engine_device.split(":")[0] != stage.options.device:
+        return (f"requested device {stage.options.device!r} but the engine was built on "
+                f"{engine_device!r}")
+    if stage.options.device == "cuda":
+        seen = [d.get("uuid") for d in report.get("devices", [])]
+        wanted = [g.uuid for g in stage.gpus]
+        if seen != wanted:
+            return f"ranks run on GPUs {seen}, not the requested {wanted}"
+    return None
+
+
+def _placement(stage: VllmStage, devices: list[Mapping[str, Any]]) -> PlacementReport:
+    """The engine's ranks as a placement report: one provider, the platform."""
+    platform = str(stage.load_report.get("platform"))
+    names = [f"{d.get('device')} {d.get('name')}" + (f" {d['uuid']}" if d.get("uuid") else "")
+             for d in devices]
+    shares = {platform: ProviderShare(nodes=len(devices), op_types={"rank": len(devices)},
+                                      node_names=names)} if devices else {}
+    return PlacementReport(target=stage.options.device, available_providers=[platform],
+                           providers=shares, method="engine-devices")

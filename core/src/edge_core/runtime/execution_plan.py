@@ -1,7 +1,7 @@
 """The execution plan of an open pipeline: one JSON report of what was admitted and how.
 
-Split from :mod:`edge_core.runtime.pipeline`, whose :meth:`Pipeline.execution_plan
-<edge_core.runtime.pipeline.Pipeline.execution_plan>` returns :func:`execution_plan`: per
+:meth:`Pipeline.execution_plan <edge_core.runtime.pipeline.Pipeline.execution_plan>`
+returns :func:`execution_plan`, over the pipeline's stage slots: per
 stage (replica), its identity, backend and plugin, worker and route (``null`` while the
 replica has no live worker: failed, restarting or retired), reservation,
 warm-up placement, numerics and buckets, observed memory and evidence label; then the
@@ -11,79 +11,29 @@ configuration and the ledger's snapshot.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from edge_core import __version__
+from edge_core.config.model import PipelineConfig
+from edge_core.ledger import ResourceLedger
+from edge_core.runtime.candidate_entries import chosen_entry
 from edge_core.runtime.evidence import evidence_of
 from edge_core.runtime.health import StageState, replica_summary
+from edge_core.runtime.stage_slot import StageSlot
 
-if TYPE_CHECKING:
-    from edge_core.binding import OwnerBinding
-    from edge_core.config.model import PipelineConfig
-    from edge_core.ledger import ReservationToken, ResourceLedger
-    from edge_core.placement import WarmupReport
-    from edge_core.runtime.stage_runtime import StageRuntime
-    from edge_core.stage import StageContext
-
-__all__ = ["PlannedStage", "execution_plan"]
+__all__ = ["execution_plan"]
 
 
-class PlannedStage(Protocol):
-    """What the plan reads of each stage the pipeline keeps."""
-
-    @property
-    def binding(self) -> OwnerBinding:
-        """The stage's backend binding."""
-        ...
-
-    @property
-    def context(self) -> StageContext:
-        """The stage's identity and manifest directory."""
-        ...
-
-    @property
-    def token(self) -> ReservationToken | None:
-        """Its reservation, once reserved."""
-        ...
-
-    @property
-    def demands(self) -> Mapping[str, int]:
-        """What it reserved, per pool."""
-        ...
-
-    @property
-    def runtime(self) -> StageRuntime | None:
-        """Its runtime, once loaded."""
-        ...
-
-    @property
-    def warmup(self) -> WarmupReport | None:
-        """Its warm-up report, once gated."""
-        ...
-
-    @property
-    def observed(self) -> Mapping[str, int]:
-        """Memory observed after warm-up, per pool."""
-        ...
-
-    @property
-    def memory_check(self) -> Mapping[str, str]:
-        """The observed-memory check's verdict, per pool."""
-        ...
-
-
-def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opened_at: float,
+def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_at: float,
                    ledger: ResourceLedger,
                    candidates: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
                    ) -> dict[str, Any]:
     """The JSON execution plan: identities, route, reservations, placement, numerics.
 
     ``candidates`` maps a stage id to the candidates tried for it, in order (see
-    :mod:`edge_core.runtime.candidates`); a stage without an entry lists its one backend
+    :mod:`edge_core.runtime.candidate_entries`); a stage without an entry lists its one backend
     as chosen.
     """
-    from edge_core.runtime.candidates import chosen_entry
-
     tried = candidates or {}
     states: dict[str, list[StageState]] = {}
     for stage in stages:
@@ -97,7 +47,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
         live = runtime is not None and runtime.state is StageState.READY
         described = dict(runtime.loaded.describe()) if live and runtime is not None else None
         numerics = stage.warmup.numerics if stage.warmup is not None else None
-        reference = getattr(stage, "reference", None)
+        reference = stage.reference
         evidence = evidence_of(numerics, stage.context.manifest_dir,
                                stage.warmup.buckets if stage.warmup is not None else (),
                                stage.context.shapes, reference)
@@ -110,7 +60,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[PlannedStage], opene
             "generation": runtime.generation if runtime is not None else None,
             "state": runtime.state.value if runtime is not None else None,
             "state_reason": runtime.closed_reason if runtime is not None else None,
-            "restarts": runtime.supervisor.restarts if runtime is not None else 0,
+            "restarts": runtime.restarter.restarts if runtime is not None else 0,
             "replicas": replica_summary(states[stage.context.stage_id]),
             "worker": described,
             "route": described.get("route") if described is not None else None,

@@ -1,14 +1,23 @@
-"""Bounded admission: a counter of slots that refuses at once or waits up to a deadline."""
+"""Admission limits: bounded slots, and the size check a request passes before it is sent.
+
+* :class:`SlotPool` is a counter of slots that refuses at once or waits up to a deadline:
+  a pipeline's ``admission`` and each stage's in-flight limit are slot pools
+  (:func:`take_slot` takes one under a request's deadline).
+* :func:`check_request_size` refuses, before anything is sent or charged, a request whose
+  tensors exceed the stage's ``max_io_bytes`` (the worker would refuse the frame and drop
+  its channel; refused here, the stage keeps serving).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from edge_core.errors import DeadlineExceeded, ResourceUnavailable
+from edge_core.errors import DeadlineExceeded, EdgeError, ResourceUnavailable
 
-__all__ = ["SlotPool", "take_slot"]
+__all__ = ["RequestTooLarge", "SlotPool", "check_request_size", "request_bytes", "take_slot"]
 
 
 class SlotPool:
@@ -110,3 +119,29 @@ def take_slot(pool: SlotPool, until: float | None) -> None:
         raise DeadlineExceeded(
             f"{pool.what}: no slot free before the deadline: {max(left, 0.0):.3f} s left"
         ) from exc
+
+
+class RequestTooLarge(EdgeError, ValueError):
+    """A request's tensors exceed the stage's ``max_io_bytes``; nothing was sent."""
+
+
+def request_bytes(inputs: Mapping[str, Any]) -> int:
+    """Total tensor bytes of a request's inputs (arrays and other buffer-like values)."""
+    total = 0
+    for value in inputs.values():
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            total += nbytes
+        elif isinstance(value, bytes | bytearray | memoryview):
+            total += len(value)
+    return total
+
+
+def check_request_size(stage_id: str, inputs: Mapping[str, Any], limit: int) -> None:
+    """Refuse a request larger than ``limit`` bytes, naming stage, bytes and limit."""
+    total = request_bytes(inputs)
+    if total > limit:
+        raise RequestTooLarge(
+            f"stages[{stage_id}].max_io_bytes: a request of {total} bytes exceeds the "
+            f"limit: {limit}"
+        )

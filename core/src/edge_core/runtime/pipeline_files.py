@@ -1,4 +1,10 @@
-"""Opening a pipeline from a file: configuration, plugins, the ledger, the pipeline."""
+"""Pipeline files: reading one, and opening it with the plugins and the ledger it needs.
+
+:func:`open_pipeline` is the whole path from a file to a serving pipeline
+(:func:`load_config`, the plugins the configuration names, :func:`default_ledger`,
+:meth:`Pipeline.open <edge_core.runtime.pipeline.Pipeline.open>`); :func:`shared_ledger`
+is the one ledger several pipelines served together share (``edge serve``).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,12 @@ from pathlib import Path
 from edge_core.binding import backend_table
 from edge_core.config import load_pipeline, load_pyproject_pipeline
 from edge_core.config.model import PipelineConfig
+from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool, probe_host
-from edge_core.runtime.pipeline import PROBE_TIMEOUT_S, Pipeline
+from edge_core.runtime.opener import PROBE_TIMEOUT_S
+from edge_core.runtime.pipeline import Pipeline
 
 __all__ = ["default_ledger", "load_config", "open_pipeline", "shared_ledger"]
 
@@ -22,8 +30,6 @@ def load_config(path: str | os.PathLike[str], name: str | None = None) -> Pipeli
     file = Path(path)
     if file.name == "pyproject.toml":
         if not name:
-            from edge_core.errors import ConfigError
-
             raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml", None)
         return load_pyproject_pipeline(file, name)
     return load_pipeline(file)

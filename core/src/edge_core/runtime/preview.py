@@ -1,6 +1,6 @@
-"""Which candidate each stage would get, and why the others would not — without a request.
+"""A preview of opening: which candidate each stage would get, and why not the others.
 
-Behind ``edge plan``. Two ways to answer:
+Behind ``edge plan``; no request is served. Two ways to answer:
 
 * :func:`plan_by_probe` — from probes and admission alone, no worker started: each
   candidate is resolved (installed, probed available, options valid) and its demands are
@@ -10,7 +10,7 @@ Behind ``edge plan``. Two ways to answer:
   after one with no candidate.
 * :func:`plan_by_opening` — for real: each stage is opened on its first candidate that
   passes load, placement gate, numerics and memory (as :meth:`Pipeline.open` does), then
-  everything is retired and released. No request is served. Opening stops at the first
+  everything is retired and released. Opening stops at the first
   stage with no candidate; its later stages are ``untried``.
 
 Candidate outcomes: ``chosen`` (open), ``would-try`` (probe only), ``refused`` (with its
@@ -25,11 +25,19 @@ from typing import Any
 import attrs
 
 from edge_core.config.model import PipelineConfig
-from edge_core.ledger import ReservationToken, ResourceLedger
+from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
-from edge_core.runtime.candidates import CandidatesRefused, open_stage, refusal_entry
-from edge_core.runtime.pipeline import Pipeline, _owner, _Stage
-from edge_core.runtime.topology import check_linear_chain
+from edge_core.runtime.candidate_entries import (
+    CHOSEN,
+    CandidatesRefused,
+    candidate_path,
+    refusal_entry,
+)
+from edge_core.runtime.candidates import open_stage
+from edge_core.runtime.linear_chain import check_linear_chain
+from edge_core.runtime.opener import StageOpener
+from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime.stage_slot import StageSlot
 
 __all__ = ["BY_OPENING", "BY_PROBE", "UNTRIED", "WOULD_TRY", "PlanAnswer", "StageAnswer",
            "plan_by_opening", "plan_by_probe"]
@@ -103,11 +111,6 @@ class PlanAnswer:
                 "ledger_after": dict(self.ledger_after)}
 
 
-def _path(index: int, config: PipelineConfig, number: int) -> str:
-    stage = config.stages[index]
-    return f"stages[{index}].candidates[{number}]" if stage.candidates else f"stages[{index}]"
-
-
 def _entry(number: int, backend: str, outcome: str, reason: str | None = None,
            layer: str | None = None) -> dict[str, Any]:
     return {"candidate": number, "backend": backend, "outcome": outcome, "layer": layer,
@@ -118,10 +121,6 @@ def _refused(number: int, backend: str, error: BaseException) -> dict[str, Any]:
     return {"candidate": number, **refusal_entry(backend, error)}
 
 
-def _demands(replicas: Sequence[_Stage]) -> dict[str, dict[str, int]]:
-    return {_owner(r): dict(r.binding.reserve(r.context)) for r in replicas}
-
-
 def plan_by_probe(config: PipelineConfig, plugins: PluginSet,
                   ledger: ResourceLedger) -> PlanAnswer:
     """Answer from probes and admission alone; no worker is started.
@@ -130,33 +129,33 @@ def plan_by_probe(config: PipelineConfig, plugins: PluginSet,
         TopologyRefused: the stages are not a linear chain (nothing is reserved).
     """
     check_linear_chain(config)
-    held: list[ReservationToken] = []
+    opener = StageOpener(config, plugins, ledger)
+    held: list[StageSlot] = []
     answers: list[StageAnswer] = []
     try:
         for index, stage in enumerate(config.stages):
             entries: list[dict[str, Any]] = []
-            expected: dict[str, dict[str, int]] | None = None
+            expected: list[StageSlot] | None = None
             choice: int | None = None
             for number, candidate in enumerate(stage.choices()):
                 name = candidate.backend.name
                 try:
-                    replicas = Pipeline._resolve(config, index, plugins, candidate,
-                                                 _path(index, config, number))
-                    plan = _demands(replicas)
-                    for token in ledger.reserve_plan(plan).values():
-                        ledger.release(token, verified=True)  # never started
+                    replicas = opener.resolve(index, candidate,
+                                              candidate_path(index, stage, number))
+                    opener.reserve(replicas)
+                    opener.release(replicas)  # never started
                 except Exception as error:
                     entries.append(_refused(number, name, error))
                     continue
                 entries.append(_entry(number, name, WOULD_TRY))
                 if choice is None:
-                    choice, expected = number, plan
+                    choice, expected = number, replicas
             if expected is not None:  # charged as it would be while later stages open
-                held.extend(ledger.reserve_plan(expected).values())
+                opener.charge(expected)
+                held.extend(expected)
             answers.append(StageAnswer(stage.id, choice, tuple(entries)))
     finally:
-        for token in reversed(held):
-            ledger.release(token, verified=True)
+        opener.release(reversed(held))
     return PlanAnswer(config.name, BY_PROBE, tuple(answers), ledger_after=ledger.snapshot())
 
 
@@ -170,7 +169,7 @@ def _opened(config: PipelineConfig, index: int,
             tries: Sequence[Mapping[str, Any]]) -> StageAnswer:
     stage = config.stages[index]
     entries = [{"candidate": n, **t} for n, t in enumerate(tries)]
-    choice = next((e["candidate"] for e in entries if e["outcome"] == "chosen"), None)
+    choice = next((e["candidate"] for e in entries if e["outcome"] == CHOSEN), None)
     for number, candidate in enumerate(stage.choices()):
         if number >= len(entries):
             entries.append(_entry(number, candidate.backend.name, UNTRIED,
@@ -187,10 +186,10 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
         TopologyRefused: the stages are not a linear chain (nothing is reserved).
         Anything unexpected, after unwinding whatever was opened.
     """
-    say = progress or (lambda _message: None)
     check_linear_chain(config)
-    pipeline = Pipeline(config, plugins, ledger, [])
-    opened: list[_Stage] = []
+    opener = StageOpener(config, plugins, ledger, progress=progress,
+                         retire_deadline_s=retire_deadline_s)
+    opened: list[StageSlot] = []
     answers: list[StageAnswer] = []
     failed: str | None = None
     try:
@@ -199,24 +198,24 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
                 answers.append(_untried(config, index, f"stage {failed} has no candidate"))
                 continue
             try:
-                opened.extend(open_stage(pipeline, index, say, retire_deadline_s))
+                opened.extend(open_stage(opener, index))
             except CandidatesRefused:
                 failed = stage.id
             except Exception as error:  # a stage without candidates: its own error
-                pipeline.candidates[stage.id] = [refusal_entry(stage.backend.name, error)]
+                opener.tried[stage.id] = [refusal_entry(stage.backend.name, error)]
                 failed = stage.id
-            answers.append(_opened(config, index, pipeline.candidates.get(stage.id, [])))
+            answers.append(_opened(config, index, opener.tried.get(stage.id, [])))
     except BaseException:
-        pipeline._unwind(opened, opened)
+        opener.retire(opened)
         raise
     plan = None
     if failed is None:
-        pipeline._serving(opened, retire_deadline_s)
+        pipeline = Pipeline(opener, opened)
         plan = pipeline.execution_plan()
         closed = pipeline.close()
     else:
-        pipeline._unwind(opened, opened)
+        opener.retire(opened)
         closed = {s.context.stage_id: {"release": s.release_outcome} for s in opened}
-    say("closed: every stage retired")
+    opener.say("closed: every stage retired")
     return PlanAnswer(config.name, BY_OPENING, tuple(answers), plan=plan, closed=closed,
                       ledger_after=ledger.snapshot())

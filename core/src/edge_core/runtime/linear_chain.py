@@ -1,4 +1,4 @@
-"""The topology check: the runtime serves linear chains, and says why it refuses others."""
+"""The linear-chain check: the runtime serves linear chains, and says why it refuses others."""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""An independent reference run: ``complete-model`` evidence from a second runtime.
+"""The reference run: ``complete-model`` evidence from a second, independent runtime.
 
 A stage that names ``reference_backend`` (docs/evidence.md) is checked, once it has
 opened, against a run of the same bundle on that backend in a worker core starts through
-the ordinary plugin hooks: probe, option defaults and validation, a reservation charged
-in the pipeline's ledger, load, warm-up. The bundle's example inputs go through the stage
-and through the reference; the outputs are compared by name within the stage's bound
-(its warm-up bound, else the manifest's ``validation.bound``, else
-:data:`DEFAULT_BOUND`). The reference worker is then retired — verified — and its
-reservation released (quarantined if the retirement is not verified). Core imports no
-runtime: both runs happen in workers.
+the ordinary plugin hooks (:class:`~edge_core.runtime.opener.StageOpener`): probe, option
+defaults and validation, a reservation charged in the pipeline's ledger, load, warm-up.
+The bundle's example inputs go through the stage and through the reference; the outputs
+are compared by name within the stage's bound (its warm-up bound, else the manifest's
+``validation.bound``, else :data:`DEFAULT_BOUND`). The reference worker is then
+retired — verified — and its reservation released (quarantined if the retirement is not
+verified). Core imports no runtime: both runs happen in workers.
 
 The record (:func:`reference_run`) says what was compared and how it went; the plan's
 evidence label (:func:`edge_core.runtime.evidence.evidence_label`) is ``complete-model``
@@ -19,18 +19,17 @@ bundle without example inputs, a failed call or a mismatch all leave the stage
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 
 from edge_core.artifacts.verify import verify_bundle
 from edge_core.config.model import BackendSection, ResourceBudget
+from edge_core.runtime.opener import StageOpener
+from edge_core.runtime.stage_slot import StageSlot
 from edge_core.stage import RETIRE_OUTCOME_ATTR
-
-if TYPE_CHECKING:
-    from edge_core.runtime.pipeline import Pipeline, _Stage
 
 __all__ = ["DEFAULT_BOUND", "INDEPENDENT_RUN", "compare_with_reference", "reference_run",
            "run_references"]
@@ -88,7 +87,7 @@ def compare_with_reference(
     return problems, worst_abs, worst_norm
 
 
-def _bound(stage: _Stage, manifest_bound: Mapping[str, Any]) -> dict[str, float]:
+def _bound(stage: StageSlot, manifest_bound: Mapping[str, Any]) -> dict[str, float]:
     numerics = stage.warmup.numerics if stage.warmup is not None else None
     declared = (numerics or {}).get("bound") or manifest_bound or {}
     return {**DEFAULT_BOUND, **{k: float(v) for k, v in dict(declared).items()}}
@@ -103,17 +102,13 @@ def _outputs(runtime: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
         result.ack()
 
 
-def reference_run(pipeline: Pipeline, stage: _Stage, index: int,
-                  retire_deadline_s: float) -> dict[str, Any]:
+def reference_run(opener: StageOpener, stage: StageSlot, index: int) -> dict[str, Any]:
     """Run the stage's example inputs on its ``reference_backend``; compare; clean up.
 
     Never raises for the reference's faults: the record carries ``passed`` and, when
     false, ``reason``. The reference's reservation is released (or quarantined) before
     this returns.
     """
-    from edge_core.runtime.pipeline import Pipeline as _Pipeline
-    from edge_core.runtime.pipeline import _owner, _settle
-
     backend = str(stage.config.reference_backend)
     record: dict[str, Any] = {"reference": f"{INDEPENDENT_RUN}:{backend}", "backend": backend,
                               "passed": False}
@@ -138,15 +133,12 @@ def reference_run(pipeline: Pipeline, stage: _Stage, index: int,
         stage.config, id=f"{stage.config.id}.reference", backend=BackendSection(name=backend),
         replicas=1, candidates=(), resources=ResourceBudget(), input_transform=None,
         reference_backend=None, restart="never", inputs_from=())
-    reference: _Stage | None = None
+    reference: StageSlot | None = None
     try:
-        (reference,) = _Pipeline._resolve(pipeline.config, index, pipeline.plugins,
-                                          stage=config, path=where)
-        reference.demands = dict(reference.binding.reserve(reference.context))
-        owner = _owner(reference)
-        reference.token = pipeline.ledger.reserve_plan({owner: reference.demands})[owner]
+        (reference,) = opener.resolve(index, config, where)
+        opener.reserve([reference])
         loaded = reference.binding.load(reference.context)
-        runtime = pipeline._runtime_for(reference, loaded, retire_deadline_s)
+        runtime = opener.runtime(reference, loaded)
         try:
             reference.binding.warmup_placement(loaded)
             theirs = _outputs(runtime, inputs)
@@ -155,15 +147,13 @@ def reference_run(pipeline: Pipeline, stage: _Stage, index: int,
             outcome = runtime.close()
             record["retire"] = outcome.to_dict() if hasattr(outcome, "to_dict") else outcome
             if reference.token is not None:
-                reference.release_outcome = _settle(pipeline.ledger, reference.token, outcome)
-                reference.token = None
+                reference.settle(opener.ledger, outcome)
             record["release"] = reference.release_outcome
     except Exception as exc:
         if reference is not None and reference.token is not None:
             # a load that fails retires its own worker first and says how (or none ran)
             outcome = getattr(exc, RETIRE_OUTCOME_ATTR, None)
-            record["release"] = _settle(pipeline.ledger, reference.token, outcome)
-            reference.token = None
+            record["release"] = reference.settle(opener.ledger, outcome)
         record["reason"] = f"{where}: the reference run failed: {type(exc).__name__}: {exc}"
         return record
     problems, max_abs, normalised = compare_with_reference(ours, theirs, bound)
@@ -174,10 +164,10 @@ def reference_run(pipeline: Pipeline, stage: _Stage, index: int,
     return record
 
 
-def run_references(pipeline: Pipeline, stages: list[_Stage], retire_deadline_s: float) -> None:
+def run_references(opener: StageOpener, stages: Sequence[StageSlot]) -> None:
     """Make the reference run of every opened stage that names ``reference_backend``."""
-    ids = [config.id for config in pipeline.config.stages]
+    ids = [config.id for config in opener.config.stages]
     for stage in stages:
         if stage.config.reference_backend is not None and stage.context.replica == 0:
             index = ids.index(stage.config.id)
-            stage.reference = reference_run(pipeline, stage, index, retire_deadline_s)
+            stage.reference = reference_run(opener, stage, index)

@@ -1,0 +1,351 @@
+"""The stage opener: resolve, reserve, start, reload and unwind the stages of a pipeline.
+
+:class:`StageOpener` holds what opening needs — the configuration, the plugins, the
+ledger, progress — and owns every step of it, for every policy that opens stages
+(:meth:`Pipeline.open <edge_core.runtime.pipeline.Pipeline.open>`, the candidates of
+:mod:`edge_core.runtime.candidates`, the reference runs of
+:mod:`edge_core.runtime.reference_run`, ``edge plan`` in :mod:`edge_core.runtime.preview`):
+
+* :meth:`~StageOpener.resolve` — the backend of a stage (or of one of its candidates) is
+  installed and its probe says it is available (else ``BackendUnavailable`` with the
+  probe's reason); its options are validated; one :class:`StageSlot` per replica;
+* :meth:`~StageOpener.reserve` — each slot's demands (``edge_reserve``) charged on the
+  ledger at once, or nothing charged (``ResourceUnavailable``);
+* :meth:`~StageOpener.start` — load, give the slot its
+  :class:`~edge_core.runtime.stage_runtime.StageRuntime`, and the load gate
+  (:mod:`edge_core.runtime.gate`): warm-up placement, numerics, observed memory;
+* :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
+  generation, the gate again; through the stage's candidates in order when it has some;
+* :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
+  reverse order and settle each reservation (released after verified retirement, else
+  quarantined), release what was reserved and never started.
+
+:meth:`~StageOpener.open_candidate` is one stage on one candidate — resolved, reserved,
+started and gated, or unwound and the error raised — and :meth:`~StageOpener.open_all`
+the single-backend form of a whole pipeline (every stage's demands reserved at once).
+Each slot keeps its own state, so slots admitted together can be started independently.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import attrs
+
+from edge_core.binding import backend_table, bind_owner
+from edge_core.config.model import PipelineConfig, StageConfig
+from edge_core.config.transforms import resolve_input_transform
+from edge_core.errors import BackendUnavailable
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet
+from edge_core.runtime.candidate_entries import (
+    CandidatesRefused,
+    candidate_path,
+    chosen_entry,
+    refusal_entry,
+)
+from edge_core.runtime.chain import Transform
+from edge_core.runtime.gate import check_memory, check_warmup, memory_verdicts, warmup_report
+from edge_core.runtime.linear_chain import check_linear_chain
+from edge_core.runtime.restarts import RestartMode, RestartPolicy
+from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
+from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
+
+__all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
+
+PROBE_TIMEOUT_S = 10.0
+"""The bound on one plugin's probe while a stage's backend is resolved."""
+
+RELOAD_RETIRE_S = 5.0
+"""How long a reload that failed its gate waits for the new worker's verified retirement."""
+
+
+def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
+                  stage: StageConfig | None = None, path: str | None = None) -> list[StageSlot]:
+    """The replicas of stage ``index`` of ``config`` on ``stage`` (default: its own).
+
+    ``stage`` is one of the stage's candidates, or any variant of it (a reference run's);
+    ``path`` names it in errors (default ``stages[index]``). Nothing is reserved.
+
+    Raises:
+        BackendUnavailable: the backend is not installed (naming what is), its
+            plugin's probe failed, or the probe says it is unavailable (its reason).
+        ConfigError: the backend's options or the input transform are invalid.
+    """
+    stage = stage or config.stages[index]
+    path = path or f"stages[{index}]"
+    owner = backend_table(plugins).get(stage.backend.name)
+    if owner is None:
+        bind_owner(plugins, stage.backend.name)  # raises, naming what is installed
+    assert owner is not None
+    answer = plugins.probe(owner[1], timeout_s=PROBE_TIMEOUT_S)
+    if answer.error:
+        raise BackendUnavailable(
+            f"{path}.backend.name: probe of plugin {owner[1]!r} failed "
+            f"({answer.error}): {stage.backend.name!r}"
+        )
+    report = next((r for r in answer.result or () if r.backend == stage.backend.name), None)
+    if report is None or not report.available:
+        reason = report.reason if report is not None else "the probe did not report it"
+        raise BackendUnavailable(f"{path}.backend.name: unavailable: {reason}: "
+                                 f"{stage.backend.name!r}")
+    binding = bind_owner(plugins, stage.backend.name)
+    options = stage.backend.validated
+    if options is None:
+        defaults = binding.config_defaults(stage.backend.name) or {}
+        options = binding.validate_stage(
+            stage.backend.name, {**defaults, **dict(stage.backend.options)},
+            f"{path}.backend.options",
+        )
+    manifest = stage.manifest
+    manifest_dir = (manifest if manifest is None or manifest.is_dir() else manifest.parent)
+    context = StageContext(
+        pipeline=config.name, stage_id=stage.id, backend=stage.backend.name,
+        options=options, manifest_dir=Path(manifest_dir) if manifest_dir else None,
+        route=stage.backend.route, max_io_bytes=stage.max_io_bytes,
+        placement=stage.placement.to_policy(),
+        declared_demands=dict(stage.resources.demands), generation=1,
+        shapes=tuple(stage.shapes),
+    )
+    transform = None
+    if stage.input_transform is not None:
+        transform = resolve_input_transform(stage.input_transform,
+                                            f"{path}.input_transform")
+    return [StageSlot(stage, binding, attrs.evolve(context, replica=replica),
+                      cast("Transform | None", transform))
+            for replica in range(stage.replicas)]
+
+
+class StageOpener:
+    """Opens the stages of one pipeline on a ledger; see the module docstring.
+
+    Args:
+        config: The pipeline.
+        plugins: The loaded plugins.
+        ledger: Where every reservation is charged (pipelines may share one).
+        progress: Called with one line per step (``loading stage ...``).
+        retire_deadline_s: How long a retirement waits for the worker tree to go.
+
+    Attributes:
+        tried: Stage id → each candidate tried at open (or the last reload), in order
+            (:mod:`edge_core.runtime.candidate_entries`).
+        started_at: When opening began (``time.time()``).
+    """
+
+    def __init__(self, config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger,
+                 *, progress: Callable[[str], None] | None = None,
+                 retire_deadline_s: float = 5.0) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.ledger = ledger
+        self.say: Callable[[str], None] = progress or (lambda _message: None)
+        self.retire_deadline_s = retire_deadline_s
+        self.tried: dict[str, list[dict[str, Any]]] = {}
+        self.started_at = time.time()
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def resolve(self, index: int, stage: StageConfig | None = None,
+                path: str | None = None) -> list[StageSlot]:
+        """The replicas of stage ``index`` on ``stage`` (a candidate; default: its own).
+
+        See :func:`resolve_slots`.
+        """
+        return resolve_slots(self.config, self.plugins, index, stage, path)
+
+    def demand(self, slots: Iterable[StageSlot]) -> None:
+        """Ask each slot's backend what it demands (``edge_reserve``); kept on the slot."""
+        for slot in slots:
+            slot.demands = dict(slot.binding.reserve(slot.context))
+
+    def charge(self, slots: Sequence[StageSlot]) -> None:
+        """Charge the slots' demands on the ledger at once and hand each its token.
+
+        Raises:
+            ResourceUnavailable: they do not fit together; nothing is charged.
+        """
+        tokens = self.ledger.reserve_plan({slot.owner: slot.demands for slot in slots})
+        for slot in slots:
+            slot.token = tokens[slot.owner]
+
+    def reserve(self, slots: Sequence[StageSlot]) -> None:
+        """The reservation: :meth:`demand`, then :meth:`charge` every slot at once."""
+        self.demand(slots)
+        self.charge(slots)
+
+    def start(self, slot: StageSlot) -> None:
+        """Load one reserved slot, give it its runtime and run the load gate.
+
+        A load that fails after its plugin retired the worker itself settles the
+        reservation as the plugin's retire outcome says; any other failure leaves it to
+        :meth:`unwind`.
+        """
+        self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
+        try:
+            loaded = slot.binding.load(slot.context)
+        except BaseException as error:
+            # A plugin that retired its own worker while failing says how that went.
+            outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
+            if outcome is not None:
+                slot.settle(self.ledger, outcome)
+            raise
+        slot.runtime = self.runtime(slot, loaded)
+        self.say(f"warming up stage {slot.context.stage_id}")
+        self._gate(slot, loaded)
+
+    def runtime(self, slot: StageSlot, loaded: LoadedStage) -> StageRuntime:
+        """The runtime of a loaded slot: it settles the slot and reloads it through here."""
+        limit = getattr(loaded, "max_in_flight", None)
+        config = slot.config
+        policy = RestartPolicy(RestartMode(config.restart), config.max_restarts,
+                               config.restart_backoff_s)
+        return StageRuntime(slot.binding, slot.context, loaded,
+                            on_retired=functools.partial(slot.settle, self.ledger),
+                            reload=functools.partial(self.reload, slot),
+                            retire_deadline_s=self.retire_deadline_s,
+                            max_in_flight=limit if isinstance(limit, int) else None,
+                            call_timeout_s=config.call_timeout_s, policy=policy)
+
+    def _gate(self, slot: StageSlot, loaded: LoadedStage) -> None:
+        """The load gate on what the backend reports of ``loaded`` (:mod:`.gate`)."""
+        sid = slot.context.stage_id
+        report = warmup_report(sid, slot.binding.warmup_placement(loaded))
+        slot.warmup = report
+        check_warmup(sid, report, slot.context.placement)
+        slot.observed = dict(loaded.observed_memory())
+        slot.memory_check = memory_verdicts(slot.demands, slot.observed)
+        check_memory(sid, slot.demands, slot.observed)
+
+    def reload(self, slot: StageSlot, generation: int) -> LoadedStage:
+        """Restart one replica under ``generation``, as its runtime's ``reload``.
+
+        A stage without candidates reserves again (when its reservation was settled),
+        loads and runs the gate again. A stage with candidates retries them in order of
+        preference and switches to the first that passes the whole gate (its runtime
+        then calls that candidate's backend), recording every try in :attr:`tried`.
+
+        Raises:
+            CandidatesRefused: every candidate was refused; nothing is left charged.
+            The error of the load or the gate, for a stage without candidates (the new
+            worker retired and the reservation settled first).
+        """
+        original = self.config.stage(slot.context.stage_id)
+        if not original.candidates:
+            return self._reload(slot, generation)
+        index = self.config.stages.index(original)
+        runtime = slot.runtime
+        tries: list[dict[str, Any]] = []
+        for number, choice in enumerate(original.choices()):
+            try:
+                fresh = self.resolve(index, choice, candidate_path(index, original, number))
+                slot.adopt(fresh[slot.context.replica])
+                self.demand([slot])
+                if runtime is not None:
+                    runtime.binding = slot.binding
+                loaded = self._reload(slot, generation)
+            except Exception as error:
+                tries.append(refusal_entry(choice.backend.name, error))
+                continue
+            if runtime is not None:
+                runtime.context = slot.context
+            tries.append(chosen_entry(choice.backend.name))
+            self.tried[original.id] = tries
+            return loaded
+        self.tried[original.id] = tries
+        raise CandidatesRefused(original.id, tries)
+
+    def _reload(self, slot: StageSlot, generation: int) -> LoadedStage:
+        """Reserve again if needed, load under ``generation`` and re-run the gate."""
+        slot.context = attrs.evolve(slot.context, generation=generation)
+        self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
+        if slot.token is None:
+            self.charge([slot])
+        loaded: LoadedStage | None = None
+        try:
+            loaded = slot.binding.load(slot.context)
+            self._gate(slot, loaded)
+        except BaseException as error:
+            outcome = (slot.binding.retire(loaded, RELOAD_RETIRE_S) if loaded is not None
+                       else getattr(error, RETIRE_OUTCOME_ATTR, None))
+            slot.settle(self.ledger, outcome)
+            raise
+        return loaded
+
+    def unwind(self, started: Sequence[StageSlot], slots: Iterable[StageSlot]) -> None:
+        """Retire ``started`` in reverse order, settle each; release the rest of ``slots``.
+
+        A retirement that raises is recorded unverified (the reservation quarantined) and
+        unwinding goes on: the first error is the caller's to re-raise.
+        """
+        for slot in reversed(started):
+            outcome: Any = None
+            try:
+                if slot.runtime is not None:
+                    outcome = slot.runtime.close()
+            except Exception as exc:  # keep unwinding; the first error is re-raised
+                outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
+            slot.settle(self.ledger, outcome)
+        self.release(slots)
+
+    def retire(self, slots: Sequence[StageSlot]) -> None:
+        """Retire every slot (verified, in reverse order) and settle its reservation."""
+        self.unwind(slots, slots)
+
+    def release(self, slots: Iterable[StageSlot]) -> None:
+        """Release the reservations of slots that hold one and never started."""
+        for slot in slots:
+            if slot.token is not None:  # reserved but never started: nothing to retire
+                slot.settle(self.ledger, None)
+
+    # -- opening -------------------------------------------------------------------------
+
+    def open_candidate(self, index: int, choice: StageConfig | None = None,
+                       path: str | None = None) -> list[StageSlot]:
+        """Stage ``index`` on ``choice`` (default: its own backend): its replicas, gated.
+
+        Resolved, reserved (every replica at once), started and gated; on any failure what
+        was started is retired, every reservation settled, and the error raised.
+        """
+        replicas: list[StageSlot] = []
+        try:
+            replicas = self.resolve(index, choice, path)
+            self.reserve(replicas)
+            for replica in replicas:
+                self.start(replica)
+        except BaseException:
+            self.unwind([r for r in replicas if r.runtime is not None], replicas)
+            raise
+        return replicas
+
+    def open_all(self) -> list[StageSlot]:
+        """Open every stage on its own backend, the whole plan reserved at once.
+
+        Every stage is resolved, the topology checked, every replica's demands reserved
+        in one plan (nothing charged when it does not fit), then each started and gated in
+        data-flow order.
+
+        Raises:
+            BackendUnavailable: a stage's backend is not installed or its probe says no.
+            TopologyRefused: the stages are not a linear chain.
+            ResourceUnavailable: the plan does not fit the ledger (nothing is charged).
+            PlacementRefusal / NumericsRefused / DemandExceeded: a stage failed its gate.
+            Any error from a plugin's load or warm-up, after unwinding.
+        """
+        slots = [replica for index in range(len(self.config.stages))
+                 for replica in self.resolve(index)]
+        check_linear_chain(self.config)
+        self.reserve(slots)
+        started: list[StageSlot] = []
+        try:
+            for slot in slots:
+                started.append(slot)
+                self.start(slot)
+        except BaseException:
+            self.unwind(started, slots)
+            raise
+        return slots

@@ -1,0 +1,119 @@
+"""A stage slot: everything a pipeline keeps per stage replica while opening and serving.
+
+A :class:`StageSlot` is made by the opener's resolution
+(:meth:`StageOpener.resolve <edge_core.runtime.opener.StageOpener.resolve>`) and filled
+in as the replica is opened: its reservation token and demands, its runtime once loaded,
+its warm-up report and observed memory once gated, its reference run's record. Its
+ledger owner is ``pipeline/stage`` (``pipeline/stage#r`` for replica r > 0), so that
+pipelines may share a ledger.
+
+:meth:`StageSlot.settle` is the one way a slot's reservation ends after retirement:
+released when the retirement was verified (or nothing ever ran), quarantined otherwise
+(with the worker tree's identities, which :meth:`ResourceLedger.heal
+<edge_core.ledger.ResourceLedger.heal>` re-checks), and then forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edge_core.binding import OwnerBinding
+from edge_core.config.model import StageConfig
+from edge_core.ledger import ReservationToken, ResourceLedger
+from edge_core.placement import WarmupReport
+from edge_core.runtime.chain import Transform
+from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.stage import StageContext
+
+__all__ = ["StageSlot", "UnverifiedRetirement"]
+
+
+class UnverifiedRetirement:
+    """The retire outcome recorded when retirement itself raised: nothing is verified gone.
+
+    Attributes:
+        verified: Always False.
+        reason: What retirement raised.
+    """
+
+    verified = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        """The outcome as the close summary reports it."""
+        return {"verified": False, "reason": self.reason}
+
+
+class StageSlot:
+    """One stage replica of a pipeline, from its resolution to its retirement.
+
+    Attributes:
+        config: The stage's configuration (of the candidate it runs on).
+        binding: The owner plugin's bound hooks for the stage's backend.
+        context: The stage as the plugin sees it (its generation moves on at each reload).
+        transform: The stage's input transform, resolved (None: the previous outputs).
+        token: Its reservation while it holds one.
+        demands: What it reserved, per pool.
+        runtime: Its runtime once loaded.
+        warmup: Its warm-up report once gated.
+        observed: Memory observed after warm-up, per pool.
+        memory_check: The observed-memory check's verdict, per pool.
+        release_outcome: How its last reservation ended (``released``, ``quarantined``,
+            ``none``), once settled.
+        reference: The reference run's record (``reference_backend``), if any.
+    """
+
+    def __init__(self, config: StageConfig, binding: OwnerBinding, context: StageContext,
+                 transform: Transform | None) -> None:
+        self.config = config
+        self.binding = binding
+        self.context = context
+        self.transform = transform
+        self.token: ReservationToken | None = None
+        self.demands: Mapping[str, int] = {}
+        self.runtime: StageRuntime | None = None
+        self.warmup: WarmupReport | None = None
+        self.observed: Mapping[str, int] = {}
+        self.memory_check: dict[str, str] = {}
+        self.release_outcome: str | None = None
+        self.reference: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The replica's name in reports: its stage id, ``stage#r`` for replica r > 0."""
+        replica = f"#{self.context.replica}" if self.context.replica else ""
+        return f"{self.context.stage_id}{replica}"
+
+    @property
+    def owner(self) -> str:
+        """Its ledger owner: ``pipeline/stage``, ``pipeline/stage#r`` for replica r > 0."""
+        return f"{self.context.pipeline}/{self.name}"
+
+    def adopt(self, other: StageSlot) -> None:
+        """Run from now on as ``other`` (a fresh resolution on another candidate) does."""
+        self.config, self.binding, self.transform = other.config, other.binding, other.transform
+        self.context = other.context
+
+    def settle(self, ledger: ResourceLedger, outcome: Any) -> str:
+        """End the reservation after retirement, record how and forget the token.
+
+        ``outcome`` is the retire outcome (None: nothing ran). Released when it is
+        verified, quarantined otherwise with the worker tree's identities; ``none`` when
+        the slot holds no reservation.
+
+        Returns:
+            ``released``, ``quarantined`` or ``none`` (also kept as :attr:`release_outcome`).
+        """
+        if self.token is None:
+            self.release_outcome = "none"
+            return self.release_outcome
+        verified = bool(getattr(outcome, "verified", outcome is None))
+        reason = getattr(outcome, "reason", None)
+        # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
+        tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
+        released = ledger.release(self.token, verified=verified, reason=reason, processes=tree)
+        self.release_outcome, self.token = released.value, None
+        return self.release_outcome

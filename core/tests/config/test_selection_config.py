@@ -105,3 +105,17 @@ def test_values_built_in_code_obey_the_same_rules() -> None:
         MeasurementConfig(margin=1.5)
     with pytest.raises(ConfigError, match="min_samples"):
         MeasurementConfig(min_samples=9, max_samples=3)
+
+
+def test_the_docs_example_loads_with_every_key(tmp_path: Path) -> None:
+    import re
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "config.md"
+    blocks = re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    example = next(b for b in blocks if b.startswith('name = "ocr-measured"'))
+    file = tmp_path / "pipeline.toml"
+    file.write_text(example, encoding="utf-8")
+    config = load_pipeline(file)
+    assert config.workload == (tmp_path / "page.png",)
+    assert config.measurement == MeasurementConfig()  # the defaults, written out
+    assert [c.backend.name for c in config.stages[0].candidates] == ["qnn", "ort-cpu"]

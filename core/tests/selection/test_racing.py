@@ -150,3 +150,15 @@ def test_every_combination_of_outcomes_is_json_ready() -> None:
         costs = itertools.cycle([1.0, 1.01, 5.0])
         drive(race, lambda i, n, costs=costs: next(costs) + i)
         json.dumps(race.result().to_json())
+
+
+def test_a_failed_entrant_is_never_chosen() -> None:
+    race = Race(["broken", "fine"], RaceSettings(max_samples=4))
+    index = race.next()
+    assert index == 0
+    race.stop(0, "failed")
+    drive(race, lambda i, n: 5.0)
+    result = race.result()
+    assert result.chosen == 1
+    assert result.entrants[0]["outcome"] == "failed"
+    assert result.entrants[1]["samples"] == 3  # alone once its rival failed: min_samples

@@ -10,6 +10,7 @@ machine falls on all of them alike. An entrant stops being timed:
 - ``max-samples``: it has ``max_samples``;
 - ``budget``: the next sample would not fit in what is left of the budget (its last
   sample's cost is the estimate); an entrant never timed then stays unmeasured;
+- ``failed``: a timed request failed (the measuring side stops it; it is never chosen);
 - ``bound``: objective ``memory`` only — its p50's bounds already place it inside or
   outside the latency bound, so more samples would not change the answer (and one that
   reserves more than an entrant known to be inside, beyond the margin, stops: ``race``).
@@ -34,7 +35,7 @@ from edge_core.selection.statistics import DEFAULT_CONFIDENCE, Summary, summariz
 
 __all__ = ["STOP_REASONS", "Entrant", "Race", "RaceResult", "RaceSettings"]
 
-STOP_REASONS = ("race", "max-samples", "budget", "bound")
+STOP_REASONS = ("race", "max-samples", "budget", "bound", "failed")
 """Why an entrant stopped being timed (see the module's docstring)."""
 
 
@@ -104,7 +105,8 @@ class RaceResult:
     """Per entrant: ``label``, ``samples`` (count), ``p50_s``/``p95_s`` and bounds,
     ``memory_bytes``, ``stopped`` (why, or null), ``relative`` (p50 over the chosen one's,
     minus one; for ``memory``, reserved bytes likewise), ``outcome``
-    (``chosen``/``slower``/``tie``/``over-bound``/``more-memory``/``unmeasured``)."""
+    (``chosen``/``slower``/``tie``/``over-bound``/``more-memory``/``unmeasured``/
+    ``failed``)."""
     spent_s: float
     """Seconds of timing recorded."""
 
@@ -200,7 +202,7 @@ class Race:
         others = [e for i, e in enumerate(self.entrants) if i != racing[0]]
         alone = self.entrants[racing[0]]
         return (len(alone.samples) >= self.settings.min_samples
-                and all(e.stopped in ("race", "bound") for e in others))
+                and all(e.stopped in ("race", "bound", "failed") for e in others))
 
     def _summaries(self) -> list[Summary | None]:
         return [e.summary(self.settings.confidence) for e in self.entrants]
@@ -236,7 +238,7 @@ class Race:
 
     def _leader(self, summaries: list[Summary | None]) -> int | None:
         measured = [(s.p50, i) for i, s in enumerate(summaries)
-                    if s is not None and self.entrants[i].stopped != "race"]
+                    if s is not None and self.entrants[i].stopped not in ("race", "failed")]
         return min(measured)[1] if measured else None
 
     # -- the outcome -----------------------------------------------------------------------
@@ -245,7 +247,8 @@ class Race:
         """Judge on what was measured (see the module's docstring)."""
         settings = self.settings
         summaries = self._summaries()
-        measured = [i for i, s in enumerate(summaries) if s is not None]
+        measured = [i for i, s in enumerate(summaries)
+                    if s is not None and self.entrants[i].stopped != "failed"]
         if not measured:
             chosen, reason = 0, "nothing was measured within the budget: the first serves"
         elif settings.objective == "memory":
@@ -308,6 +311,8 @@ class Race:
                  relative: float | None) -> str:
         if index == chosen:
             return "chosen"
+        if self.entrants[index].stopped == "failed":
+            return "failed"
         if summary is None:
             return "unmeasured"
         if self.settings.objective == "memory":

@@ -177,7 +177,7 @@ class DecisionStore:
         document: dict[str, Any] = {"format": FORMAT, "key": key.digest,
                                     "parts": dict(key.parts), "pipeline": config.name,
                                     "measured_at": _now(),
-                                    "decision": json.loads(json.dumps(decision))}
+                                    "decision": json.loads(json.dumps(decision, default=str))}
         document["digest"] = _digest(document)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.path(key)

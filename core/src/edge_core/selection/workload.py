@@ -36,6 +36,8 @@ class Workload:
     """``--input``, ``workload`` or ``examples``."""
     note: str
     """One line for the plan: what was timed."""
+    params: Mapping[str, Any] | None = None
+    """Request parameters for the final stage (``edge run --params``), if any."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready description (not the arrays)."""

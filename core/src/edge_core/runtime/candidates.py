@@ -57,6 +57,8 @@ def open_stage(opener: StageOpener, index: int) -> list[StageSlot]:
                        f"at {tries[-1]['layer']}")
             continue
         tries.append(chosen_entry(choice.backend.name))
+        for replica in replicas:
+            replica.candidate = number
         return replicas
     raise CandidatesRefused(stage_config.id, tries)
 

@@ -92,7 +92,7 @@ def selection_record(config: Any, decision: str, note: str) -> dict[str, Any]:
     return {"selection": config.selection, "objective": config.objective,
             "start": config.start, "decision": decision, "note": note,
             "measured_at": None, "key": None, "changed": [], "warning": None,
-            "workload": None, "schedule": None, "races": [], "split": None,
+            "workload": None, "schedule": None, "races": [], "split": None, "alone": [],
             "switches": [], "background": None}
 
 
@@ -109,7 +109,7 @@ def open_decided(opener: StageOpener, decision: Mapping[str, Any]) -> list[Held]
             number = int(decision["stages"][stage.id]["choice"])
             choice = stage.choices()[number]
             held.append(open_held(opener, index, number, choice,
-                                  candidate_path(index, stage, number), tag=True))
+                                  candidate_path(index, stage, number), tag=False))
     except BaseException:
         opener.retire([slot for h in held for slot in h.slots])
         raise
@@ -152,9 +152,12 @@ class MeasuredOpen:
         self.passing: list[list[Held]] = []
         self.entries: list[dict[int, dict[str, Any]]] = []
         self.deferred: list[list[int]] = []
-        self.races: list[tuple[tuple[int, ...], RaceRun]] = []
+        self.races: list[tuple[tuple[int, ...], RaceRun, list[list[Held]]]] = []
         self.chosen: list[int] = []
-        self.figures: dict[tuple[int, int], dict[str, Any]] = {}
+        self.dropped: list[Held] = []
+        """Candidates that passed and were retired before the end (a deferred round's)."""
+        self.alone: list[dict[str, Any]] = []
+        """Deferred candidates measured in the winner's place (the ledger was too tight)."""
 
     # -- the whole open -----------------------------------------------------------------
 
@@ -290,6 +293,7 @@ class MeasuredOpen:
         chosen = [self.passing[index][c] for index, c in enumerate(self.chosen)]
         self._retire(lambda h: h not in chosen)
         self._entries()
+        self.record["alone"] = list(self.alone)
         self.record["measured_at"] = _now()
         self._keep()
         return chosen
@@ -305,7 +309,7 @@ class MeasuredOpen:
                 continue
             try:
                 held.append(open_held(self.opener, index, number, choice,
-                                      candidate_path(index, stage, number), tag=True))
+                                      candidate_path(index, stage, number), tag=bool(held)))
             except Exception as error:
                 if not stage.candidates:
                     raise
@@ -361,7 +365,7 @@ class MeasuredOpen:
                        warmup_calls=self.config.measurement.warmup_calls,
                        concurrency=self.config.admission, say=self.opener.say,
                        params=workload.params, stop=self.stop)
-        self.races.append((tuple(varying), run))
+        self.races.append((tuple(varying), run, [lineup.held for lineup in lineups]))
         self.record["races"].append({
             "stages": [self.config.stages[i].id for i in varying],
             **run.to_json(self._names)})
@@ -369,33 +373,94 @@ class MeasuredOpen:
         return run
 
     def _deferred_rounds(self, workload: Workload) -> None:
-        """Open each deferred candidate after retiring its stage's losers; race the winner."""
+        """Measure each deferred candidate after retiring its stage's losers.
+
+        It is raced against the stage's winner when the ledger admits both; otherwise it
+        is measured alone in the winner's place (the winner retired, and opened again if
+        it stays the better one), the two compared on their p50s.
+        """
         for index, numbers in enumerate(self.deferred):
             if not numbers:
                 continue
-            stage = self.config.stages[index]
             winner = self.passing[index][self.chosen[index]]
             self._retire_losers(index, winner)
             self.passing[index] = [winner]
             self.chosen[index] = 0
             for number in numbers:
-                choice = stage.choices()[number]
-                try:
-                    opened = open_held(self.opener, index, number, choice,
-                                       candidate_path(index, stage, number), tag=True)
-                except Exception as error:
-                    self.entries[index][number] = refusal_entry(choice.backend.name, error)
-                    continue
-                self.entries[index].pop(number, None)
-                self.passing[index].append(opened)
-                self.passing[index].sort(key=lambda h: h.number)
-                placements = [tuple([*self.chosen[:index], k, *self.chosen[index + 1:]])
-                              for k in range(len(self.passing[index]))]
-                run = self._race(placements, [index], workload)
-                best = self.passing[index][run.placements[run.result.chosen][index]]
-                self._retire_losers(index, best)
-                self.passing[index] = [best]
-                self.chosen[index] = 0
+                self._deferred(index, number, workload)
+
+    def _deferred(self, index: int, number: int, workload: Workload) -> None:
+        stage = self.config.stages[index]
+        choice = stage.choices()[number]
+        path = candidate_path(index, stage, number)
+        winner = self.passing[index][0]
+        try:
+            opened = open_held(self.opener, index, number, choice, path, tag=True)
+        except ResourceUnavailable as error:
+            if id(winner) in set(map(id, self.seed.values())):  # serving: it stays
+                self.entries[index][number] = {
+                    **refusal_entry(choice.backend.name, error),
+                    "reason": f"ResourceUnavailable: {error} (did not fit beside the "
+                              "serving candidate)"}
+                return
+            self._alone(index, number, workload)
+            return
+        except Exception as error:
+            self.entries[index][number] = refusal_entry(choice.backend.name, error)
+            return
+        self.entries[index].pop(number, None)
+        contenders = sorted([winner, opened], key=lambda h: h.number)
+        self.passing[index] = contenders
+        placements = [tuple([*self.chosen[:index], k, *self.chosen[index + 1:]])
+                      for k in range(len(contenders))]
+        run = self._race(placements, [index], workload)
+        best = contenders[run.placements[run.result.chosen][index]]
+        self.dropped.extend(h for h in contenders if h is not best)
+        self._retire_losers(index, best)
+        self.passing[index] = [best]
+
+    def _alone(self, index: int, number: int, workload: Workload) -> None:
+        """Measure candidate ``number`` in the place of the stage's winner, one at a time."""
+        stage = self.config.stages[index]
+        winner = self.passing[index][0]
+        before = self._figure(index, winner)
+        if before is None:  # never raced (it was alone): timed now, while it is open
+            before = self._race([tuple(self.chosen)], [index], workload).result.entrants[0]
+        self.opener.say(f"stage {stage.id}: measuring {stage.choices()[number].backend.name}"
+                        f"[{number}] alone: the ledger does not admit it beside "
+                        f"{candidate_label(winner)}")
+        self._retire_losers(index, None)
+        try:
+            opened = open_held(self.opener, index, number, stage.choices()[number],
+                               candidate_path(index, stage, number), tag=False)
+        except Exception as error:
+            self.entries[index][number] = refusal_entry(stage.choices()[number].backend.name,
+                                                        error)
+            self.passing[index] = [self._reopen(winner)]
+            return
+        self.entries[index].pop(number, None)
+        self.passing[index] = [opened]
+        run = self._race([tuple(self.chosen)], [index], workload)
+        mine = run.result.entrants[0].get("p50_s")
+        theirs = before.get("p50_s") if before is not None else None
+        margin = self.config.measurement.margin
+        if mine is None or (theirs is not None and not (
+                mine < theirs * (1.0 - margin) if number > winner.number
+                else mine <= theirs * (1.0 + margin))):
+            self.dropped.append(opened)
+            self._retire_losers(index, None)
+            self.passing[index] = [self._reopen(winner)]
+            note = "measured alone (the ledger does not admit it beside the winner): slower"
+        else:
+            self.dropped.append(winner)
+            note = "measured alone (the ledger does not admit it beside the winner): faster"
+        self.alone.append({"stage": stage.id, "candidate": number, "note": note,
+                           "p50_s": mine, "against_p50_s": theirs})
+
+    def _reopen(self, held: Held) -> Held:
+        stage = self.config.stages[held.index]
+        return open_held(self.opener, held.index, held.number, stage.choices()[held.number],
+                         candidate_path(held.index, stage, held.number), tag=False)
 
     def _judge_split(self, workload: Workload) -> None:
         names = [[h.backend for h in held] for held in self.passing]
@@ -466,35 +531,40 @@ class MeasuredOpen:
         if slots:
             self.opener.retire(slots)
 
-    def _retire_losers(self, index: int, winner: Held) -> None:
-        """Retire stage ``index``'s held candidates other than ``winner``."""
+    def _retire_losers(self, index: int, winner: Held | None) -> None:
+        """Retire stage ``index``'s held candidates other than ``winner`` (None: all)."""
         self._retire(lambda h: h.index == index and h is not winner)
 
     def _figure(self, index: int, held: Held) -> dict[str, Any] | None:
         """The candidate's figures from the last race that timed it beside the chosen."""
+        chosen = [self.passing[i][c] for i, c in enumerate(self.chosen)]
         found: dict[str, Any] | None = None
-        for varying, run in self.races:
+        for varying, run, lineups in self.races:
             if index not in varying:
                 continue
-            document = run.to_json(self._names)
-            for number, placement in enumerate(run.placements):
-                same_rest = all(placement[i] == self.chosen[i] or i == index
-                                for i in range(len(placement)))
-                if same_rest and self.passing[index][placement[index]] is held:
-                    found = dict(document["entrants"][number])
+            entrants = run.result.to_json()["entrants"]
+            for number, lineup in enumerate(lineups):  # candidates by number: reopened
+                same_rest = all(h.number == chosen[i].number or i == index  # ones count
+                                for i, h in enumerate(lineup))
+                if same_rest and lineup[index].number == held.number:
+                    found = {**entrants[number], "placement": {
+                        h.stage_id: h.number for h in lineup}}
         return found
 
     def _entries(self) -> None:
         for index, stage in enumerate(self.config.stages):
             entries = dict(self.entries[index])
             chosen = self.passing[index][self.chosen[index]]
-            for held in self.passing[index]:
+            passed = {h.number: h for h in self.dropped if h.index == index}
+            passed.update({h.number: h for h in self.passing[index]})
+            for held in passed.values():
                 measured = self._figure(index, held)
                 entry: dict[str, Any] = {
-                    "backend": held.backend, "outcome": CHOSEN if held is chosen else PASSED,
+                    "backend": held.backend,
+                    "outcome": CHOSEN if held.number == chosen.number else PASSED,
                     "layer": None, "reason": None, "open_s": held.open_s,
                     "provider": held.provider(), "gate": held.gate(), "measured": measured}
-                if held is not chosen:
+                if held.number != chosen.number:
                     entry["reason"] = self._why_not(held, chosen, measured)
                 entries[held.number] = entry
             for number, entry in entries.items():

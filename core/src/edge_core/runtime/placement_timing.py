@@ -92,17 +92,17 @@ def open_held(opener: StageOpener, index: int, number: int, choice: StageConfig,
               path: str, *, tag: bool) -> Held:
     """Open candidate ``number`` of stage ``index``: resolved, reserved, started, gated.
 
-    With ``tag`` its ledger owners carry ``~number`` (number > 0), so that it may be held
-    beside another candidate of the stage. On any failure what was started is retired,
-    every reservation settled, and the error raised.
+    With ``tag`` (another candidate of the stage is held) its ledger owners carry
+    ``~number``, so that both hold a reservation of their own. On any failure what was
+    started is retired, every reservation settled, and the error raised.
     """
     started = time.perf_counter()
     slots: list[StageSlot] = []
     try:
         slots = opener.resolve(index, choice, path)
-        if tag and number > 0:
-            for slot in slots:
-                slot.candidate_tag = f"~{number}"
+        for slot in slots:
+            slot.candidate = number
+            slot.candidate_tag = f"~{number}" if tag else ""
         opener.reserve(slots)
         for slot in slots:
             opener.start(slot)

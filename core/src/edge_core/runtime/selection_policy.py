@@ -442,7 +442,7 @@ def _open_first(opener: StageOpener, index: int, stage: Any, order: list[int]) -
         choice = stage.choices()[number]
         try:
             held = open_held(opener, index, number, choice,
-                             candidate_path(index, stage, number), tag=True)
+                             candidate_path(index, stage, number), tag=False)
         except Exception as error:
             if not stage.candidates:
                 raise

@@ -44,11 +44,6 @@ def _groups(slots: Sequence[StageSlot]) -> list[ReplicaSet]:
     return [ReplicaSet(runtimes) for runtimes in by_id.values()]
 
 
-def _candidate(slot: StageSlot) -> int:
-    tag = slot.candidate_tag
-    return int(tag[1:]) if tag.startswith("~") else 0
-
-
 class Serving:
     """One placement ready to serve (see the module's docstring).
 
@@ -91,7 +86,7 @@ class Serving:
             found.append({
                 "stage": slot.context.stage_id, "backend": slot.binding.backend.name,
                 "provider": warmup.placement.target if warmup is not None else None,
-                "candidate": _candidate(slot),
+                "candidate": slot.candidate,
                 "generation": runtime.generation if runtime is not None else None,
                 "placement": self.number, "decision": decision,
                 "measured_at": self.measured_at if decision in ("measured", "reused")

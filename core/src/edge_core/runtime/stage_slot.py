@@ -81,9 +81,11 @@ class StageSlot:
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
         self.reference: dict[str, Any] | None = None
+        self.candidate = 0
+        """Which of its stage's candidates the slot runs (0 for a stage without any)."""
         self.candidate_tag = ""
-        """``~c`` for candidate ``c`` of a stage that holds it beside another of its
-        candidates (a measured selection or a first-ready start), so that each holds a
+        """``~c`` for candidate ``c`` of a stage opened while another of its candidates is
+        held (a measured selection, a first-ready start), so that each holds a
         reservation of its own (:mod:`edge_core.runtime.measured_selection`); else empty."""
 
     @property

@@ -11,7 +11,7 @@ A decision is reused only while none of these has changed:
 ``bundles``
     the sha256 of every bundle's manifest (which lists every file's sha256);
 ``workload``
-    what was timed: each input source's sha256 (a string that names no file: itself);
+    what was timed: each input file's sha256 (a source that names no file: itself);
 ``environment``
     the values of the variables the stages' backends declare their runtimes read
     (:attr:`edge_core.backend.BackendInfo.env_names`), and the dynamic loader's paths;
@@ -117,12 +117,17 @@ def bundle_identity(config: PipelineConfig) -> dict[str, str | None]:
     return {path: _sha256_file(Path(path)) for path in sorted(paths)}
 
 
-def workload_identity(sources: Sequence[str | os.PathLike[str]]) -> list[list[str | None]]:
-    """Each workload source with its sha256 (a source that is no readable file: ``None``)."""
-    found: list[list[str | None]] = []
+def workload_identity(sources: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Each workload source's sha256 when it is a readable file, else the source itself.
+
+    A file counts by its content, not its path: the same page named two ways (``edge run
+    --input page.png``, the pipeline's ``workload``) is the same workload.
+    """
+    found: list[str] = []
     for source in sources:
         path = Path(source)
-        found.append([str(source), _sha256_file(path) if path.is_file() else None])
+        digest = _sha256_file(path) if path.is_file() else None
+        found.append(f"sha256:{digest}" if digest is not None else f"source:{source}")
     return found
 
 

@@ -9,7 +9,9 @@ machine falls on all of them alike. An entrant stops being timed:
   leader's upper bound plus the margin (``low > high_leader * (1 + margin)``);
 - ``max-samples``: it has ``max_samples``;
 - ``budget``: the next sample would not fit in what is left of the budget (its last
-  sample's cost is the estimate); an entrant never timed then stays unmeasured;
+  sample's cost is the estimate). Every entrant gets its first sample whatever the
+  budget says — a race cannot judge an entrant it never timed, and which one is slow is
+  what it is finding out — so a slow first entrant costs one sample over the budget;
 - ``failed``: a timed request failed (the measuring side stops it; it is never chosen);
 - ``bound``: objective ``memory`` only — its p50's bounds already place it inside or
   outside the latency bound, so more samples would not change the answer (and one that
@@ -158,9 +160,7 @@ class Race:
             if index not in racing:
                 continue
             entrant = self.entrants[index]
-            estimate = entrant.samples[-1] if entrant.samples else 0.0
-            if self.spent_s >= self.settings.budget_s or (
-                    entrant.samples and self.spent_s + estimate > self.settings.budget_s):
+            if entrant.samples and self.spent_s + entrant.samples[-1] > self.settings.budget_s:
                 entrant.stopped = "budget"
                 continue
             return index

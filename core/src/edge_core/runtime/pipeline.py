@@ -103,7 +103,7 @@ class Pipeline:
         self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
         try:  # after every gate passed; a reference that fails only withholds a label
             run_references(opener, slots)
-            self.policy.serving(self)  # a first-ready start goes on in the background
+            self.policy.serving(self.lineup)  # a first-ready start goes on in the background
         except BaseException:
             self.close()
             raise

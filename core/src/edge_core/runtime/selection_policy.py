@@ -34,7 +34,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import ResourceUnavailable
@@ -53,14 +53,11 @@ from edge_core.runtime.measured_selection import (
 )
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.placement_timing import Held, candidate_label, open_held
-from edge_core.runtime.serving_lineup import Serving
+from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_slot import StageSlot
 from edge_core.selection.key import DecisionKey, decision_key
 from edge_core.selection.store import DecisionStore, Lookup, StoredDecision
 from edge_core.selection.workload import Workload, load_workload
-
-if TYPE_CHECKING:
-    from edge_core.runtime.pipeline import Pipeline
 
 __all__ = ["FirstReadyPolicy", "SelectionPolicy", "open_selected"]
 
@@ -117,8 +114,8 @@ class SelectionPolicy:
         value = self.record.get("measured_at")
         return value if isinstance(value, str) else None
 
-    def serving(self, pipeline: Pipeline) -> None:
-        """The pipeline serves now (a first-ready start begins its background work)."""
+    def serving(self, lineup: ServingLineup) -> None:
+        """The pipeline serves on ``lineup`` now (a first-ready start begins its work)."""
 
     def stop(self) -> None:
         """The pipeline closes: end any background work and retire what it held."""
@@ -243,9 +240,9 @@ class FirstReadyPolicy(SelectionPolicy):
 
     # -- the background ------------------------------------------------------------------
 
-    def serving(self, pipeline: Pipeline) -> None:
-        """Start choosing in the background while ``pipeline`` serves."""
-        self._thread = threading.Thread(target=self._run, args=(pipeline,),
+    def serving(self, lineup: ServingLineup) -> None:
+        """Start choosing in the background while the pipeline serves on ``lineup``."""
+        self._thread = threading.Thread(target=self._run, args=(lineup,),
                                         name=f"edge-first-ready-{self.config.name}",
                                         daemon=True)
         self._thread.start()
@@ -255,7 +252,7 @@ class FirstReadyPolicy(SelectionPolicy):
             self.record["background"]["steps"].append({"at": _now(), "step": text})
         self.opener.say(f"first-ready: {text}")
 
-    def _run(self, pipeline: Pipeline) -> None:
+    def _run(self, lineup: ServingLineup) -> None:
         self.record["background"]["state"] = "running"
         measured_at: str | None
         try:
@@ -274,7 +271,7 @@ class FirstReadyPolicy(SelectionPolicy):
                 chosen = self._first_passing()
                 word, measured_at = "first-passing", None
             if chosen is not None and not self._stopping.is_set():
-                self._switch(pipeline, chosen, word, measured_at)
+                self._switch(lineup, chosen, word, measured_at)
             self._release_owned()  # whatever was opened and does not serve
             self.record["background"]["state"] = ("stopped" if self._stopping.is_set()
                                                   else "done")
@@ -365,7 +362,7 @@ class FirstReadyPolicy(SelectionPolicy):
             self._owned.extend(h for h in chosen if h not in self.foreground)
         return chosen
 
-    def _switch(self, pipeline: Pipeline, chosen: Sequence[Held], word: str,
+    def _switch(self, lineup: ServingLineup, chosen: Sequence[Held], word: str,
                 measured_at: str | None) -> None:
         changed = [(old, new) for old, new in zip(self.foreground, chosen, strict=True)
                    if old is not new]
@@ -375,10 +372,10 @@ class FirstReadyPolicy(SelectionPolicy):
             self._step("the serving candidates are the chosen ones: no switch")
             return
         slots = [slot for held in chosen for slot in held.slots]
-        old = pipeline.lineup.current
+        old = lineup.current
         fresh = Serving(slots, self.decisions(), number=old.number + 1, measured_at=measured_at)
         with self._lock:
-            previous = pipeline.lineup.switch(fresh)
+            previous = lineup.switch(fresh)
             self._owned = [h for h in self._owned if h not in chosen]
             leaving = [s for o, _ in changed for s in o.slots]
             self._old.extend(leaving)
@@ -390,7 +387,7 @@ class FirstReadyPolicy(SelectionPolicy):
             self.record["switches"].append(event)
             self.opener.say(f"first-ready: stage {held_old.stage_id} switched from "
                             f"{event['from']} to {event['to']} ({word})")
-        while not pipeline.lineup.wait_idle(previous, 0.5):
+        while not lineup.wait_idle(previous, 0.5):
             if self._stopping.is_set():
                 return  # close retires them (finishing())
         if any(s.runtime is not None and s.runtime.made_input_buffers for s in leaving):

@@ -327,9 +327,12 @@ class MeasuredOpen:
         self.passing.append(held)
         self.entries.append(entries)
         self.deferred.append(deferred)
-        found = {**entries, **{h.number: {"backend": h.backend, "outcome": PASSED, "layer": None,
-                                          "reason": "passed every gate; not measured yet"}
-                               for h in held}}
+        # until the choice is made (or when a later stage has no candidate and nothing is
+        # measured): the first that passed stands chosen, as first-passing would have it
+        found = {**entries, **{h.number: {
+            "backend": h.backend, "outcome": CHOSEN if k == 0 else PASSED, "layer": None,
+            "reason": None if k == 0 else "passed every gate; not measured"}
+            for k, h in enumerate(held)}}
         tries = [{"candidate": n, **found[n]} for n in sorted(found)]
         self.opener.tried[stage.id] = tries
         if not held:

@@ -256,8 +256,15 @@ def _plan_measured(config: PipelineConfig, plugins: PluginSet, ledger: ResourceL
             answers.append(_opened(config, index, error.tried.get(stage.id, [])))
             if stage.id == error.stage_id:
                 failed = stage.id
-        return PlanAnswer(config.name, BY_OPENING, tuple(answers),
-                          ledger_after=ledger.snapshot())
+        after = ledger.snapshot()
+        held = {r["owner"].split("/", 1)[1].split("~")[0].split("#")[0]: r["state"]
+                for r in after.get("reservations", [])
+                if r["owner"].startswith(f"{config.name}/")}
+        closed = {sid: {"release": "quarantined" if held.get(sid) == "quarantined"
+                        else "released"}
+                  for sid in error.tried if sid != error.stage_id}
+        return PlanAnswer(config.name, BY_OPENING, tuple(answers), closed=closed,
+                          ledger_after=after)
     plan = pipeline.execution_plan()
     answers = [_opened(config, index, pipeline.candidates.get(stage.id, []))
                for index, stage in enumerate(config.stages)]

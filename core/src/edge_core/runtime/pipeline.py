@@ -368,14 +368,16 @@ class Pipeline:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired
-        for stage in reversed([*self.policy.finishing(), *self._slots]):
+        finishing = self.policy.finishing()  # switched out, still waiting for requests
+        for stage in reversed([*finishing, *self._slots]):
             try:
                 outcome = stage.runtime.close() if stage.runtime is not None else None
             except Exception as exc:
                 outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
             if stage.token is not None:
                 stage.settle(self.ledger, outcome)
-            summary[stage.name] = {
+            name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
+            summary[name] = {
                 "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
                            else outcome),
                 "release": stage.release_outcome,

@@ -11,7 +11,8 @@ as before: first-passing, or every stage on its one backend):
   candidate (or reuses a stored decision) before the pipeline serves;
 * ``start = "first-ready"`` (:class:`FirstReadyPolicy`): each stage opens one candidate
   — the fastest to open, as the stored decision's (or the previous decision's) open
-  times say, else the first listed — and the pipeline serves on those at once. In the
+  times say, else the first listed — and the pipeline serves on those at once. Once the
+  first answer is out (or :data:`FIRST_ANSWER_WAIT_S` passed without one), in the
   background the other candidates open, are gated and measured (``measured``), or the
   stored decision's candidates open (reused), or the earlier-listed candidates are tried
   (``first-passing``); when a better placement is ready the pipeline switches to it at a
@@ -66,6 +67,10 @@ SWITCH_WAIT_S = 600.0
 
 ROOM_POLL_S = 0.25
 """How often a background candidate that does not fit asks the ledger again."""
+
+FIRST_ANSWER_WAIT_S = 2.0
+"""How long the background work waits for the first answer before it starts opening
+(on a machine with few cores, starting workers beside the first request slows it)."""
 
 
 def _now() -> str:
@@ -253,6 +258,8 @@ class FirstReadyPolicy(SelectionPolicy):
         self.opener.say(f"first-ready: {text}")
 
     def _run(self, lineup: ServingLineup) -> None:
+        # the first request goes first: opening workers beside it would slow it down
+        lineup.first_answered.wait(FIRST_ANSWER_WAIT_S)
         self.record["background"]["state"] = "running"
         measured_at: str | None
         try:

@@ -102,6 +102,8 @@ class ServingLineup:
         self.current = serving
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self.first_answered = threading.Event()
+        """Set once the first request's result was acknowledged."""
 
     def enter(self) -> Serving:
         """Take the current placement for one request (hold it until :meth:`leave`)."""
@@ -116,6 +118,7 @@ class ServingLineup:
             serving.holds -= 1
             if serving.holds <= 0:
                 self._idle.notify_all()
+        self.first_answered.set()
 
     def switch(self, serving: Serving) -> Serving:
         """Make ``serving`` current for requests that start from now on; return the old."""

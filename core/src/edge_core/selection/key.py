@@ -7,7 +7,7 @@ A decision is reused only while none of these has changed:
     (provider and session options included), route (its ``env`` values too), placement
     policy, resources, shapes, replicas, the pipeline's admission and its selection
     settings (not ``start`` or ``measurement.reuse``, which change when, not what, is
-    measured);
+    measured, nor ``workload``, which is the next part but one);
 ``bundles``
     the sha256 of every bundle's manifest (which lists every file's sha256);
 ``workload``
@@ -53,7 +53,8 @@ LOADER_ENV_NAMES = ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
 """Variables that reach every worker and decide which native libraries (EPs) load."""
 
 _LEFT_OUT = {"source", "validated"}  # where the file lies; what a validator made of options
-_NOT_MEASURED = {"start", "reuse"}  # when or whether to measure, not what
+_NOT_MEASURED = {"start", "reuse",  # when or whether to measure, not what
+                 "workload"}  # what is timed is the workload part, by content
 
 
 @attrs.frozen

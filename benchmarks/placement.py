@@ -34,7 +34,7 @@ The last line is one JSON object with those keys. Decisions are stored in a temp
 directory (``EDGE_PLACEMENT_CACHE``), never the user's cache.
 
 Run: ``.venv/bin/python benchmarks/placement.py [--ocr build/ocr] [--rounds R]
-[--samples N] [--placement-budget-s S]``.
+[--samples N] [--placement-budget-s S] [--blocks B]``.
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="requests per placement and round of the exhaustive run")
     parser.add_argument("--placement-budget-s", type=float, default=60.0,
                         help="seconds one placement's block of the exhaustive run may take")
+    parser.add_argument("--blocks", type=int, default=8,
+                        help="alternating blocks of the open and first-result comparisons")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="relative noise allowed on top of the margin")
     args = parser.parse_args(argv)
@@ -258,15 +260,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     open_reused, open_first_passing = alternate(
         lambda: open_time(slower, plugins, ledger, store),
         lambda: open_time(pinned(slower, chosen, "pinned"), plugins, ledger, store),
-        args.rounds)
+        args.blocks)
     slow_open = cases["faster-slow-to-open"]
     fastest_to_open = pinned(slow_open, (0, 0), "fastest-to-open")
     first_ready, single = alternate(
         lambda: first_result(slow_open, plugins, ledger, store, inputs),
-        lambda: first_result(fastest_to_open, plugins, ledger, store, inputs), args.rounds)
+        lambda: first_result(fastest_to_open, plugins, ledger, store, inputs), args.blocks)
     served = first_ready_run(slow_open, plugins, ledger, store, inputs, reference)
     summary = {
         "rounds": args.rounds,
+        "blocks": args.blocks,
         "open_s_reused": round(open_reused, 4),
         "open_s_first_passing": round(open_first_passing, 4),
         "open_reused_over_first_passing": round(open_reused / open_first_passing, 3),

@@ -111,7 +111,7 @@ def test_a_route_interpreters_inventory_is_part_of_the_runtime(
         {"backend": {"name": "echo", "route": route}}, {"backend": {"name": "echo"}}]})
     key = decision_key(config, plugins, env={})
     inventory = key.runtime["interpreters"][str(interpreter)]
-    assert inventory["distributions"] == {"onnxruntime-qnn": "1.22.0"}
+    assert inventory["packages"] == {"onnxruntime-qnn": "1.22.0"}
     (site / "onnxruntime_qnn-1.22.0.dist-info").rename(site / "onnxruntime_qnn-1.23.0.dist-info")
     assert decision_key(config, plugins, env={}).changed(key.parts) == ["runtime"]
 

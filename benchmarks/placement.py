@@ -63,6 +63,8 @@ from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.selection import DecisionStore
 from edge_core.selection.workload import Workload, load_workload
 
+os.environ["EDGE_TEST_BACKENDS"] = "1"  # the synthetic pipelines run on the echo backend
+
 
 def combinations(config: PipelineConfig) -> list[tuple[int, ...]]:
     """Every placement of ``config``: one candidate index per stage, in preference order."""

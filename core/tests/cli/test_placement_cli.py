@@ -84,3 +84,14 @@ def test_run_gives_every_answer_its_placement(tmp_path: Path) -> None:
     assert human.returncode == 0, human.stderr
     assert "placement: a on echo (numpy, candidate 0, only); b on echo (numpy, candidate 1, "\
         "reused " in human.stdout
+
+
+def test_probe_only_says_a_measured_choice_is_made_at_open(tmp_path: Path) -> None:
+    _write(tmp_path)
+    probed = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    assert "note: selection is measured: which would-try candidate of b serves" in \
+        probed.stdout
+    first = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+    assert first.returncode == 0  # nothing measured, nothing stored

@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         return code
     for line in _lines(answer):
         print(line)
+    several = [s.stage_id for s in answer.stages
+               if sum(c["outcome"] == "would-try" for c in s.candidates) > 1]
+    if answer.mode == "probe-only" and config.selection == "measured" and several:
+        print(f"note: selection is measured: which would-try candidate of "
+              f"{', '.join(several)} serves is decided by timing them when the pipeline "
+              f"opens (edge plan without --probe-only); 'expected' is the first listed")
     if answer.mode != "probe-only":
         print(f"closed: every worker retired and verified, reservations released: "
               f"{answer.released}")

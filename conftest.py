@@ -9,6 +9,11 @@ plugins`` in the same virtual environment does not.
 ``demo_build`` is what ``make demo`` builds, built once per test session: the README's
 and the how-tos' commands run against it (tests/docs), and the OCR example's tests read
 its bundles (tests/examples).
+
+Stored placement decisions (docs/config.md) go to a temporary directory of the session,
+never to the user's cache (``EDGE_PLACEMENT_CACHE``, set for the whole session): a test
+that opens a pipeline with candidates measures, stores and reuses decisions there, and
+tests of the store point it at their own directories.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +54,10 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True, text=True, timeout=600, check=False)
     assert derive.returncode == 0, derive.stderr
     return root
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _placement_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGE_PLACEMENT_CACHE", str(tmp_path_factory.mktemp("placement-cache")))
+        yield

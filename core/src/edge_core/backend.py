@@ -92,6 +92,10 @@ class BackendInfo:
         providers: Execution providers or device targets this backend can place work on,
             spelled as the runtime itself spells them (e.g. ``CPUExecutionProvider``).
         description: One line for ``edge plugins`` and ``edge probe``.
+        env_names: Variables of the controller's environment that reach the backend's
+            workers and change what its runtime does (``VLLM_*``, ``CUDA_*``: a name, or
+            a prefix ending in ``*``). Their values are part of a stored placement
+            decision's key (:mod:`edge_core.selection.key`), so changing one re-measures.
 
     """
 
@@ -101,6 +105,7 @@ class BackendInfo:
     max_concurrency: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     providers: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     description: str = ""
+    env_names: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dictionary of this declaration."""
@@ -111,6 +116,7 @@ class BackendInfo:
             "max_concurrency": self.max_concurrency,
             "providers": list(self.providers),
             "description": self.description,
+            "env_names": list(self.env_names),
         }
 
 

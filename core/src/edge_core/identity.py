@@ -11,7 +11,11 @@ same thing to both; :func:`identity_digest` turns any such identity into a stabl
 :func:`package_inventory` lists what an environment has installed (the controller's, or a
 route interpreter's) and :func:`source_revision` the git commit edge-core runs from: the
 evidence records carry both, beside (not inside) the runtime identity, whose digest must
-not change when an unrelated package does.
+not change when an unrelated package does. A stage routed to another interpreter (a
+vendor environment) runs whatever that environment has installed, so
+``runtime_identity(..., interpreters=...)`` includes each route interpreter's inventory,
+read from its ``site-packages`` without running it (``package_inventory(...,
+from_disk=True)``): a stored placement decision is made again when it changes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -81,7 +86,8 @@ def host_identity() -> dict[str, Any]:
 
 
 def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
-                     timeout_s: float = 10.0) -> dict[str, Any]:
+                     timeout_s: float = 10.0,
+                     interpreters: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Any]:
     """The identity of the stack the named backends run on, as their probes see it now.
 
     Returns ``{"edge_core": version, "machine": {...}, "backends": {name: {...}}}``; per
@@ -89,7 +95,9 @@ def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
     probe's runtime versions), ``devices`` (their full descriptors) and, when the probe
     failed, ``probe_error``. A backend no installed plugin declares is
     ``{"installed": False}``. Probes are the cheap, cached ones of ``edge probe``
-    (:meth:`PluginSet.probe`); nothing here imports a runtime.
+    (:meth:`PluginSet.probe`); nothing here imports a runtime. With ``interpreters`` (the
+    stages' route interpreters) it also holds ``"interpreters": {path:
+    package_inventory(path, from_disk=True)}``; without, the identity is as before.
     """
     host = host_identity()
     table = backend_table(plugins)
@@ -112,8 +120,13 @@ def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
         entry["devices"] = ([d.to_dict() for d in report.devices] if report is not None
                             else [])
         found[name] = entry
-    return {"edge_core": __version__, "machine": {k: host[k] for k in MACHINE_KEYS},
-            "backends": found}
+    identity: dict[str, Any] = {"edge_core": __version__,
+                                "machine": {k: host[k] for k in MACHINE_KEYS},
+                                "backends": found}
+    routes = sorted({str(p) for p in interpreters})
+    if routes:
+        identity["interpreters"] = {p: package_inventory(p, from_disk=True) for p in routes}
+    return identity
 
 
 def identity_digest(identity: Mapping[str, Any]) -> str:
@@ -132,19 +145,79 @@ _INVENTORY_SCRIPT = (
 )
 
 
-def package_inventory(interpreter: str | None = None, *,
-                      timeout_s: float = 30.0) -> dict[str, Any]:
+_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+?)(?:-py[^-]*)?"
+                        r"\.(?:dist-info|egg-info)$")
+
+
+def _site_packages(interpreter: Path) -> list[Path]:
+    """The ``site-packages`` folders of the environment ``interpreter`` belongs to."""
+    found: list[Path] = []
+    # bin/python (POSIX venv or prefix), Scripts/python.exe (Windows venv), python.exe
+    for prefix in dict.fromkeys((interpreter.parent.parent, interpreter.parent)):
+        found += sorted(prefix.glob("lib/python*/site-packages"))
+        found += sorted(prefix.glob("lib64/python*/site-packages"))
+        found += [p for p in (prefix / "Lib" / "site-packages",) if p.is_dir()]
+        if found:
+            break
+    unique: dict[str, Path] = {}
+    for folder in found:  # lib64 is often a link to lib: keep the first name
+        unique.setdefault(os.path.realpath(folder), folder)
+    return list(unique.values())
+
+
+def _metadata_name(info: Path) -> str | None:
+    """The ``Name:`` a ``.dist-info``/``.egg-info`` declares (its first lines only)."""
+    for member in ("METADATA", "PKG-INFO"):
+        try:
+            with (info / member).open(encoding="utf-8", errors="replace") as handle:
+                for _, line in zip(range(40), handle, strict=False):
+                    if line.startswith("Name:"):
+                        return line.partition(":")[2].strip() or None
+        except OSError:
+            continue
+    return None
+
+
+def _disk_inventory(interpreter: str) -> dict[str, Any]:
+    """What ``interpreter``'s environment has installed, read from disk (never run)."""
+    folders = _site_packages(Path(interpreter))
+    packages: dict[str, str] = {}
+    for folder in folders:
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            match = _DIST_INFO.match(entry.name)
+            if match is not None:
+                name = _metadata_name(entry) or match["name"].replace("_", "-")
+                packages.setdefault(name, match["version"])
+    return {"interpreter": interpreter, "site_packages": [str(f) for f in folders],
+            "packages": dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))}
+
+
+def package_inventory(interpreter: str | os.PathLike[str] | None = None, *,
+                      timeout_s: float = 30.0, from_disk: bool = False) -> dict[str, Any]:
     """The distributions installed for an interpreter: name → version, sorted by name.
 
     ``interpreter`` ``None`` reads this process's own environment (the controller's);
     another interpreter (a route's) is asked in a child process started in isolated mode
     (``-I``: no user site, no ``PYTHONPATH``), so it lists what that environment has
     installed. Returns ``{"interpreter", "python", "packages"}``, or ``{"interpreter",
-    "error"}`` when the child failed or gave no answer within ``timeout_s``.
+    "error"}`` when the child failed or gave no answer within ``timeout_s``. With
+    ``from_disk`` the interpreter is never started: its environment's ``site-packages``
+    (a venv's or a prefix's, POSIX or Windows layout) are read instead, and the answer is
+    ``{"interpreter", "site_packages", "packages"}`` (empty lists where there is none) —
+    what a stored placement decision keys on, since a vendor environment may be slow, or
+    broken, to start.
     """
     import importlib.metadata
     import subprocess
 
+    if interpreter is not None:
+        interpreter = str(interpreter)
+        if from_disk:
+            return _disk_inventory(interpreter)
     if interpreter is None:
         found: dict[str, str] = {}
         for dist in importlib.metadata.distributions():

@@ -57,8 +57,11 @@ def test_several_inputs_give_one_json_document_with_a_result_each(work: Path) ->
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert next(iter(report)) == "results"  # the answer first, then the plan
-    assert report["results"] == [{"file": "a.txt", "lines": [2.0, 4.0]},
-                                 {"file": "b.txt", "lines": [20.0]}]
+    assert [{k: r[k] for k in ("file", "lines")} for r in report["results"]] == [
+        {"file": "a.txt", "lines": [2.0, 4.0]}, {"file": "b.txt", "lines": [20.0]}]
+    # each answer with the placement that served it (one backend: no choice made)
+    assert all(r["placement"][0]["backend"] == "echo" and r["placement"][0]["decision"]
+               == "only" for r in report["results"])
     assert report["requests"] == 2 and report["plan"]["stages"][0]["id"] == "a"
     assert report["ledger_after_close"]["reservations"] == []
 
@@ -69,8 +72,10 @@ def test_a_directory_reads_its_files_in_name_order_with_the_suffixes_prepare_tak
     result = edge("run", "pipeline.toml", "--input", "batch", "--jsonl", cwd=work)
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert lines == [{"file": str(Path("batch") / "1.txt"), "lines": [2.0]},
-                     {"file": str(Path("batch") / "2.txt"), "lines": [4.0]}]
+    assert [{k: line[k] for k in ("file", "lines")} for line in lines] == [
+        {"file": str(Path("batch") / "1.txt"), "lines": [2.0]},
+        {"file": str(Path("batch") / "2.txt"), "lines": [4.0]}]
+    assert all("placement" in line for line in lines)
     assert "latency p50" in result.stderr  # the summary goes to stderr with --jsonl
 
 

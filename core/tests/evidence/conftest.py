@@ -28,11 +28,11 @@ def only_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write_pipeline(directory: Path, stages: list[dict[str, Any]], *, admission: int = 1,
-                   name: str = "t") -> Path:
-    """A pipeline file (JSON) in ``directory``."""
+                   name: str = "t", **keys: Any) -> Path:
+    """A pipeline file (JSON) in ``directory``; ``keys`` are more top-level keys."""
     path = directory / f"{name}.json"
-    path.write_text(json.dumps({"name": name, "admission": admission, "stages": stages}),
-                    encoding="utf-8")
+    path.write_text(json.dumps({"name": name, "admission": admission, "stages": stages,
+                                **keys}), encoding="utf-8")
     return path
 
 

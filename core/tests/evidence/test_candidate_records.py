@@ -58,7 +58,7 @@ def test_profile_and_qualify_write_one_record_per_stage_and_tried_candidate(
         {"backend": {"name": "echo", "options": {"wrong_numerics": True}}},
         _ort(bundle),
         {"backend": {"name": "echo"}},
-    ]}], name="cands")
+    ]}], name="cands", selection="first-passing")
     profiled = edge("profile", str(pipeline), *QUICK, "--out", "p.json",
                     "--records", "from-profile", "--json", cwd=tmp_path)
     assert profiled.returncode == 0, profiled.stderr

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import psutil
 import pytest
 
@@ -62,7 +63,8 @@ def _children() -> set[int]:
 
 def test_plan_opens_each_stage_for_real_names_every_refusal_and_closes(tmp_path: Path) -> None:
     bundle = build_scale_bundle(tmp_path / "scale")
-    path = write_pipeline(tmp_path, [{"id": "a", "candidates": _candidates(bundle)}])
+    path = write_pipeline(tmp_path, [{"id": "a", "candidates": _candidates(bundle)}],
+                          selection="first-passing")
     result = _edge(str(path), "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
@@ -181,7 +183,7 @@ def test_in_process_both_modes_leave_the_ledger_and_the_host_as_they_were(
 ) -> None:
     plugins = load_plugins(env={"EDGE_PLUGINS": PLUGINS})
     bundle = build_scale_bundle(tmp_path / "scale")
-    config = load_pipeline({"name": "p", "stages": [
+    config = load_pipeline({"name": "p", "selection": "first-passing", "stages": [
         {"id": "a", "candidates": [
             _ort(bundle, resources={"demands": {"machine:ram": 3 * GiB}}),
             {"backend": {"name": "echo"}}]},
@@ -198,5 +200,11 @@ def test_in_process_both_modes_leave_the_ledger_and_the_host_as_they_were(
     assert probed.stages[1].candidates[0]["layer"] == "admission"
     opened = plan_by_opening(config, plugins, ledger, retire_deadline_s=3.0)
     assert [s.choice for s in opened.stages] == [0, 1] and opened.ok and opened.released
+    assert ledger.is_empty() and not ledger.quarantined()
+    assert _children() <= before
+    # measured (the default): every candidate that fits is opened and timed, then all go
+    measured = plan_by_opening(attrs.evolve(config, selection="measured"), plugins, ledger,
+                               retire_deadline_s=3.0)
+    assert measured.ok and measured.released
     assert ledger.is_empty() and not ledger.quarantined()
     assert _children() <= before

@@ -1,5 +1,8 @@
 """Candidate backends: tried in order at open and at restart, each refusal recorded and undone.
 
+These are ``selection = "first-passing"`` pipelines (test_measured_selection.py has the
+measured ones, the default).
+
 Real echo workers (and the real ort-directml probe, which says "unavailable" off
 Windows); the autouse ``no_leaks`` fixture checks processes and shared-memory segments
 after every test, and each test checks the ledger after every refusal.
@@ -42,7 +45,7 @@ def _stage(stage_id: str, *candidates: dict[str, Any], **extra: Any) -> dict[str
 
 def _open(plugins: PluginSet, ledger: ResourceLedger, *stages: dict[str, Any],
           progress: list[str] | None = None) -> Pipeline:
-    config = load_pipeline({"name": "c", "stages": list(stages)})
+    config = load_pipeline({"name": "c", "selection": "first-passing", "stages": list(stages)})
     return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0,
                          progress=None if progress is None else progress.append)
 

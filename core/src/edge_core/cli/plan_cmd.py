@@ -1,9 +1,12 @@
 """``edge plan``: which candidate each stage would get, and why the others would not.
 
 No request is served. By default every stage is opened for real (load, warm-up
-placement gate, numerics, memory), the answer is reported, and everything is retired
-and released; ``--probe-only`` answers from probes and admission alone, starting no
-worker (see :mod:`edge_core.runtime.preview`).
+placement gate, numerics, memory) — and where the pipeline's selection is measured,
+every passing candidate is timed on ``--input`` (else the pipeline's workload, else the
+bundles' examples) or the stored decision reused (``--remeasure`` forces a new
+measurement) — the answer is reported, and everything is retired and released;
+``--probe-only`` answers from probes and admission alone, starting no worker (see
+:mod:`edge_core.runtime.preview`).
 
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
 could not verify a retirement), 2 for usage or configuration errors: the pipeline file is
@@ -44,7 +47,22 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--probe-only", action="store_true",
                         help="answer from probes and admission alone (start no worker)")
     common.add_verbose_flag(parser)
+    parser.add_argument("--input", dest="source", action="append", metavar="PATH",
+                        help="what a measured selection times (through the pipeline's "
+                        "prepare, or an .npz of first-stage inputs); repeatable; default: "
+                        "the pipeline's workload, else the bundles' examples")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="measure the candidates even when a stored decision matches "
+                        "(and store the new one)")
     parser.set_defaults(func=run)
+
+
+def _figures(measured: Any) -> str:
+    if not isinstance(measured, dict) or measured.get("p50_s") is None:
+        return ""
+    samples = measured.get("samples", 0)
+    return (f" [p50 {measured['p50_s'] * 1e3:.1f} ms, p95 {measured['p95_s'] * 1e3:.1f} ms "
+            f"over {samples} sample{'s' if samples != 1 else ''}]")
 
 
 def _lines(answer: PlanAnswer) -> list[str]:
@@ -52,6 +70,15 @@ def _lines(answer: PlanAnswer) -> list[str]:
            else "opened for real (loaded and gated), then closed; no request served")
     word = "expected" if answer.mode == "probe-only" else "chosen"
     lines = [f"pipeline {answer.pipeline}: {how}"]
+    selection = (answer.plan or {}).get("selection") or {}
+    if selection.get("decision") in ("measured", "reused", "not-measured"):
+        lines.append(f"  selection: {selection['objective']}; {selection['note']}")
+        if selection.get("workload"):
+            lines.append(f"  timed: {selection['workload']['note']}")
+        if selection.get("schedule"):
+            lines.append(f"  {selection['schedule']['note']}")
+        if selection.get("split"):
+            lines.append(f"  split: {selection['split']['reason']}")
     for stage in answer.stages:
         got = stage.to_json()
         head = (f"{word} {got['backend']} (candidate {stage.choice})"
@@ -61,7 +88,7 @@ def _lines(answer: PlanAnswer) -> list[str]:
             detail = f" at {entry['layer']}: {entry['reason']}" if entry["layer"] else (
                 f": {entry['reason']}" if entry["reason"] else "")
             lines.append(f"    candidate {entry['candidate']} {entry['backend']}: "
-                         f"{entry['outcome']}{detail}")
+                         f"{entry['outcome']}{detail}{_figures(entry.get('measured'))}")
     return lines
 
 
@@ -73,18 +100,33 @@ def run(args: argparse.Namespace) -> int:
     say = None if args.json else common.say
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     config, plugins = checked.config, checked.plugins
+    workload = None
+    if args.source and not args.probe_only:
+        from edge_core.selection.workload import load_workload
+
+        try:
+            workload = load_workload(config, args.source)
+        except Exception as exc:
+            raise common.failure_for(exc, "input") from exc
     ledger = default_ledger(config, plugins)
     if args.probe_only:
         answer = plan_by_probe(config, plugins, ledger)
     else:
         common.worker_logs(args.verbose, say)
-        answer = plan_by_opening(config, plugins, ledger, progress=say)
+        answer = plan_by_opening(config, plugins, ledger, progress=say, workload=workload,
+                                 remeasure=args.remeasure)
     code = common.EXIT_OK if answer.ok and answer.released else common.EXIT_FAILED
     if args.json:
         common.print_json(answer.to_json())
         return code
     for line in _lines(answer):
         print(line)
+    several = [s.stage_id for s in answer.stages
+               if sum(c["outcome"] == "would-try" for c in s.candidates) > 1]
+    if answer.mode == "probe-only" and config.selection == "measured" and several:
+        print(f"note: selection is measured: which would-try candidate of "
+              f"{', '.join(several)} serves is decided by timing them when the pipeline "
+              f"opens (edge plan without --probe-only); 'expected' is the first listed")
     if answer.mode != "probe-only":
         print(f"closed: every worker retired and verified, reservations released: "
               f"{answer.released}")

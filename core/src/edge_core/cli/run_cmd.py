@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from edge_core.cli import common, generated
 from edge_core.cli.run_inputs import (
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
 NAME = "run"
+
+WORKLOAD_INPUTS = 4
+"""How many ``--input`` files a measured selection times (the first ones)."""
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -179,25 +183,62 @@ def _summary(plan: dict[str, Any]) -> list[str]:
                              f" MiB after the requests is over the declared demand "
                              f"{row['demand_bytes'] / 2**20:.0f} MiB")
         for tried in stage.get("candidates") or ():
-            if tried["outcome"] != "chosen":
+            if tried["outcome"] == "refused":
                 lines.append(f"    candidate {tried['backend']} refused at {tried['layer']}: "
                              f"{tried['reason']}")
+            elif tried["outcome"] != "chosen":
+                lines.append(f"    candidate {tried['backend']} {tried['outcome']}: "
+                             f"{tried['reason']}")
+    selection = plan.get("selection") or {}
+    if selection.get("decision") in ("measured", "reused", "not-measured", "first-ready"):
+        lines.append(f"  selection ({selection['objective']}): {selection['note']}")
+        if selection.get("split"):
+            lines.append(f"  split: {selection['split']['reason']}")
+        for switch in selection.get("switches") or ():
+            lines.append(f"  switched stage {switch['stage']} from {switch['from']} to "
+                         f"{switch['to']} ({switch['decision']})")
     return lines
 
 
 def _serve(pipeline: Any, inputs: dict[str, Any], args: argparse.Namespace,
-           samples: list[dict[str, Any]]) -> Any:
-    """Serve ``--repeat`` requests of one input; returns the first one's answer."""
+           samples: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    """Serve ``--repeat`` requests of one input; the first one's answer and receipt."""
     answer: Any = None
+    receipt: list[dict[str, Any]] = []
     for index in range(max(1, args.repeat)):
         t0 = time.perf_counter()
         with pipeline.run(inputs, params=args.params, deadline_s=args.deadline) as result:
             total = time.perf_counter() - t0
             if index == 0:
                 answer = _answer(pipeline, result, inputs)
+                receipt = result.placement
         samples.append({"request": len(samples), "total_s": total,
-                        "stages_s": dict(result.latencies)})
-    return answer
+                        "stages_s": dict(result.latencies), "placement": result.placement})
+    return answer, receipt
+
+
+def _workload(args: argparse.Namespace, prepared: PreparedInputs | None,
+              tensors: dict[str, Any] | None) -> Any:
+    """What a measured selection times: the first ``--input`` files, or ``--inputs``."""
+    from edge_core.selection.workload import Workload
+
+    if prepared is None:
+        if tensors is not None:
+            return Workload(inputs=(tensors,), sources=(args.inputs,), origin="--input",
+                            note=f"--inputs {args.inputs}", params=args.params)
+        return None
+    count = min(len(prepared.files), WORKLOAD_INPUTS)
+    names = ", ".join(Path(f).name for f in prepared.files[:count])
+    return Workload(inputs=tuple(prepared.peek(i) for i in range(count)),
+                    sources=tuple(prepared.files[:count]), origin="--input",
+                    note=f"--input: {names}", params=args.params)
+
+
+def _receipt_line(receipt: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{s['stage']} on {s['backend']} ({s['provider']}, candidate {s['candidate']}, "
+        f"{s['decision']}{' ' + s['measured_at'] if s.get('measured_at') else ''})"
+        for s in receipt)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -224,13 +265,14 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         pipeline = Pipeline.open(config, checked.plugins, default_ledger(config, checked.plugins),
-                                 progress=say)
+                                 progress=say, workload=_workload(args, prepared, tensors))
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started
     samples: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     answer: Any = None
+    receipt: list[dict[str, Any]] = []
     source = ""
     streamed = False  # a generated text already shown as it arrived
     buffered = BufferedInputs(pipeline)
@@ -243,13 +285,14 @@ def run(args: argparse.Namespace) -> int:
             if not quiet and sys.stdout.isatty() and generated.is_generate(pipeline):
                 generated.stream_text(pipeline, inputs, args.params)
                 streamed = True
-            answer = _serve(pipeline, buffered.stage(inputs), args, samples)
+            answer, receipt = _serve(pipeline, buffered.stage(inputs), args, samples)
         else:
             progress = Progress(len(prepared.files), enabled=not quiet)
             for index, file in enumerate(prepared.files):
                 progress.update(index, file)
-                lines = _serve(pipeline, buffered.stage(prepared.get(index)), args, samples)
-                results.append({"file": file, "lines": lines})
+                lines, placement = _serve(pipeline, buffered.stage(prepared.get(index)), args,
+                                          samples)
+                results.append({"file": file, "lines": lines, "placement": placement})
                 if args.jsonl:
                     print(json.dumps(results[-1], default=str), flush=True)
             progress.update(len(prepared.files), "")
@@ -274,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
               for sid in stage_ids}
     p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3
     head: dict[str, Any] = {"results": results} if prepared is not None else \
-        {"input": source, "answer": answer}
+        {"input": source, "answer": answer, "placement": receipt}
     if prepared is not None and prepared.skipped:
         head["skipped"] = prepared.skipped
     report = {
@@ -303,9 +346,11 @@ def run(args: argparse.Namespace) -> int:
                   f"file: edge run {args.pipeline} --input FILE", file=out)
         if not streamed:
             print_answer(answer, None, out)
+        print(f"placement: {_receipt_line(receipt)}", file=out)
     elif not args.jsonl:
         for result in results:
             print_answer(result["lines"], result["file"], out)
+            print(f"placement: {_receipt_line(result['placement'])}", file=out)
     if buffers["copied"]:
         print(f"input buffers: {buffers['copied']} tensor(s) copied in once, "
               f"{buffers['sent_by_reference']} request(s) sent them by reference", file=out)

@@ -224,6 +224,11 @@ class PreparedInputs:
             raise _refuse(source, exc) from exc
         return dict(prepared)
 
+    def peek(self, index: int) -> dict[str, Any]:
+        """The prepared inputs of file ``index``, kept for :meth:`get` if they were."""
+        kept = self._kept.get(index)
+        return kept if kept is not None else self._call(self.files[index])
+
     def get(self, index: int) -> dict[str, Any]:
         """The prepared inputs of file ``index`` (kept, or prepared again)."""
         kept = self._kept.pop(index, None)

@@ -26,12 +26,14 @@ from edge_core.config.model import (
     BackendSection,
     CandidateConfig,
     InputTransform,
+    MeasurementConfig,
     PipelineConfig,
     PlacementConfig,
     ResourceBudget,
     RouteConfig,
     StageConfig,
 )
+from edge_core.config.selection import OBJECTIVES, SELECTIONS, STARTS
 from edge_core.config.sizes import ByteSizeError, format_byte_size, parse_byte_size
 from edge_core.config.structure import InvalidConfigError, structure_config
 from edge_core.config.transforms import ADAPTER_GROUP, resolve_input_transform
@@ -39,13 +41,17 @@ from edge_core.config.transforms import ADAPTER_GROUP, resolve_input_transform
 __all__ = [
     "ADAPTER_GROUP",
     "DEFAULT_MAX_IO_BYTES",
+    "OBJECTIVES",
     "OS_DOMAINS",
+    "SELECTIONS",
+    "STARTS",
     "BackendSection",
     "BackendValidator",
     "ByteSizeError",
     "CandidateConfig",
     "InputTransform",
     "InvalidConfigError",
+    "MeasurementConfig",
     "PipelineConfig",
     "PlacementConfig",
     "ResourceBudget",

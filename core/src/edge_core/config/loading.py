@@ -248,7 +248,9 @@ def _build(
     if problems:
         raise InvalidConfigError(problems)
     plugins = _merge_plugins(settings.plugins if settings else (), config.plugins)
-    return attrs.evolve(config, stages=tuple(stages), plugins=plugins, source=file)
+    workload = tuple(_resolve(folder, path) for path in config.workload)
+    return attrs.evolve(config, stages=tuple(stages), plugins=plugins, workload=workload,
+                        source=file)
 
 
 def _first_candidate_as_backend(

@@ -44,6 +44,16 @@ from edge_core.config.lifecycle import (
     check_positive_seconds,
     check_restart_mode,
 )
+from edge_core.config.selection import (
+    Margin,
+    Objective,
+    Selection,
+    Start,
+    check_margin,
+    check_objective,
+    check_selection,
+    check_start,
+)
 from edge_core.errors import ConfigError
 from edge_core.placement import PlacementPolicy
 
@@ -55,6 +65,7 @@ __all__ = [
     "BackendSection",
     "CandidateConfig",
     "InputTransform",
+    "MeasurementConfig",
     "PipelineConfig",
     "PlacementConfig",
     "ResourceBudget",
@@ -361,6 +372,53 @@ class StageConfig:
 
 
 @attrs.frozen
+class MeasurementConfig:
+    """How a measured selection times its candidates (the pipeline's ``[measurement]`` table).
+
+    Candidates are raced: each is timed inside the whole chain, and one stops being timed
+    as soon as its lower bound is worse than the leader's upper bound plus ``margin``
+    (docs/runtime.md, "Placement by measurement").
+    """
+
+    margin: Margin = attrs.field(default=0.05, validator=validator(check_margin))
+    """Relative margin in [0, 1) within which two candidates tie (the earlier-listed one is
+    kept) and beyond which a raced candidate stops; default 0.05 (5 %)."""
+    split_margin: Margin = attrs.field(default=0.05, validator=validator(check_margin))
+    """How much better than the fewest-backend placement a placement across backends must
+    be, relatively, to be kept; default 0.05 (5 %)."""
+    latency_bound_s: PositiveSeconds | None = attrs.field(
+        default=None, validator=attrs.validators.optional(validator(check_positive_seconds))
+    )
+    """``objective = "memory"`` only, and required there: the largest p50 of the whole chain,
+    in seconds, that a placement may have to be chosen for its memory."""
+    budget_s: PositiveSeconds = attrs.field(default=60.0,
+                                            validator=validator(check_positive_seconds))
+    """Seconds of timing each stage (or each joint race) may spend; the race is decided
+    on what was measured when it runs out; default 60."""
+    min_samples: PositiveInt = attrs.field(default=3, validator=validator(check_positive_int))
+    """Timed requests per candidate before it may be stopped; default 3."""
+    max_samples: PositiveInt = attrs.field(default=20, validator=validator(check_positive_int))
+    """Timed requests per candidate at most; default 20."""
+    warmup_calls: NonNegativeInt = attrs.field(default=1,
+                                               validator=validator(check_non_negative_int))
+    """Untimed requests per candidate before its timing starts; default 1."""
+    joint_limit: PositiveInt = attrs.field(default=16, validator=validator(check_positive_int))
+    """Most combinations measured jointly when several stages have candidates; more are
+    measured greedily, stage by stage in data-flow order; default 16."""
+    reuse: bool = True
+    """Reuse a stored decision whose key matches (``false``: measure at every open)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_samples > self.max_samples:
+            raise ConfigError("min_samples", f"must not exceed max_samples "
+                              f"({self.max_samples})", self.min_samples)
+
+    def to_json(self) -> dict[str, Any]:
+        """The table's values, JSON-ready."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
 class PipelineConfig:
     """A whole pipeline: a linear chain of stages admitted and loaded as one plan."""
 
@@ -397,12 +455,38 @@ class PipelineConfig:
     targets: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
     """Product targets (``"ttft_p95_ms <= 800"``) the evidence records judge performance
     against; none: performance is ``unjudged``. Checked by ``edge profile``."""
+    selection: Selection = attrs.field(default="measured", validator=validator(check_selection))
+    """How a stage with several candidates gets its backend: ``"measured"`` (default: each
+    candidate that passes every gate is timed inside the whole chain and the best on
+    ``objective`` serves) or ``"first-passing"`` (the first that passes serves)."""
+    objective: Objective = attrs.field(default="latency", validator=validator(check_objective))
+    """What a measured selection minimises: ``"latency"`` (p50 of the chain, one request at
+    a time), ``"throughput"`` (the most requests per second at ``admission``) or
+    ``"memory"`` (least reserved memory within ``measurement.latency_bound_s``)."""
+    start: Start = attrs.field(default="all-ready", validator=validator(check_start))
+    """``"all-ready"``: serve once every stage's choice is made; ``"first-ready"``: serve
+    as soon as each stage has one ready candidate while the others open, are gated and
+    measured in the background, switching at a request boundary."""
+    workload: tuple[Path, ...] = attrs.field(default=(), converter=_path_tuple)
+    """What a measurement times: sources for ``prepare`` (an image, say), or ``.npz`` files
+    of first-stage inputs without it (resolved against the config file). Empty: the
+    ``--input`` of ``edge run`` / ``edge plan``, else the bundles' own examples."""
+    measurement: MeasurementConfig = attrs.field(factory=MeasurementConfig)
+    """How candidates are raced (``[measurement]``)."""
     source: Path | None = attrs.field(default=None, eq=False, metadata={INTERNAL: True})
     """The file the configuration was read from, when it came from one."""
 
     def __attrs_post_init__(self) -> None:
         if not self.stages:
             raise ConfigError("stages", "a pipeline needs at least one stage", [])
+        bound = self.measurement.latency_bound_s
+        if self.objective == "memory" and bound is None:
+            raise ConfigError("measurement.latency_bound_s",
+                              'required with objective = "memory"', None)
+        if self.objective != "memory" and bound is not None:
+            raise ConfigError("measurement.latency_bound_s",
+                              f'applies only to objective = "memory" (objective is '
+                              f'{self.objective!r})', bound)
         seen: dict[str, int] = {}
         for index, stage in enumerate(self.stages):
             if stage.id in seen:
@@ -467,6 +551,11 @@ class PipelineConfig:
             "golden": self.golden,
             "targets": list(self.targets),
             "source": str(self.source) if self.source else None,
+            "selection": self.selection,
+            "objective": self.objective,
+            "start": self.start,
+            "workload": [str(p) for p in self.workload],
+            "measurement": self.measurement.to_json(),
             "stages": [
                 {
                     "id": stage.id,

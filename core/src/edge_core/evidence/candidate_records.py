@@ -10,7 +10,15 @@ its backend's probe reported, on this host), configuration ``<backend> (candidat
 * the chosen candidate: that stage's functional verdict with the run's quality,
   performance and reliability verdicts (PASS, MET_AS_JUDGED, PARTIAL, COMPONENT,
   PROFILE_ONLY, or FAILED on a failed verdict), or the run's failure when the profile
-  failed after it was chosen.
+  failed after it was chosen;
+* a candidate that passed every gate but was not chosen by a measured selection:
+  PROFILE_ONLY (measured, never served: its verdicts are unjudged), its own measured
+  figures as its performance and why it lost in the notes.
+
+Every candidate's record carries the whole comparison the choice was made on
+(``performance["comparison"]``: the objective, where the decision came from, each
+candidate's figures, and for a split single-backend against split-serial against
+split-overlapped), so the matrix shows why a cell was kept or refused.
 
 A profile without candidates is one cell, as before (:func:`records_from_profile`).
 """
@@ -27,7 +35,7 @@ from edge_core.evidence.records import Cell, Failure, QualificationRecord
 from edge_core.evidence.status import Status, classify_layer
 from edge_core.evidence.verdicts import UNJUDGED, decide, functional_verdict
 
-__all__ = ["candidate_device", "records_from_profile"]
+__all__ = ["candidate_device", "comparison", "records_from_profile"]
 
 
 def _host_label(host: Mapping[str, Any]) -> str:
@@ -61,7 +69,8 @@ def _refused(base: QualificationRecord, entry: Mapping[str, Any]) -> Qualificati
     functional, _ = functional_verdict({}, failure)
     unjudged = {"verdict": UNJUDGED, "basis": "the candidate was refused when the pipeline "
                 "opened: it served nothing"}
-    return attrs.evolve(base, status=found.status, failure=failure, performance={},
+    kept = {k: v for k, v in base.performance.items() if k == "comparison"}
+    return attrs.evolve(base, status=found.status, failure=failure, performance=kept,
                         functional={"candidate": dict(entry), "complete_model": False},
                         verdicts={"functional": functional, "quality": unjudged,
                                   "performance": unjudged, "reliability": unjudged},
@@ -90,6 +99,42 @@ def _chosen(base: QualificationRecord, whole: QualificationRecord,
     return attrs.evolve(base, status=status, failure=judged_failure, functional=functional,
                         verdicts=verdicts,
                         notes=(*notes, "performance figures are the whole pipeline's"))
+
+
+def comparison(profile: Mapping[str, Any], stage_id: str) -> dict[str, Any] | None:
+    """The measured comparison behind a stage's choice, from a profile (None: none made)."""
+    selection = (profile.get("plan") or {}).get("selection") or {}
+    if selection.get("decision") not in ("measured", "reused"):
+        return None
+    entries = (profile.get("candidates") or {}).get(stage_id) or []
+    return {
+        "objective": selection.get("objective"), "decision": selection.get("decision"),
+        "measured_at": selection.get("measured_at"), "note": selection.get("note"),
+        "workload": selection.get("workload"), "schedule": selection.get("schedule"),
+        "candidates": [{"candidate": e.get("candidate"), "backend": e.get("backend"),
+                        "outcome": e.get("outcome"), "measured": e.get("measured")}
+                       for e in entries if isinstance(e, Mapping)],
+        "split": selection.get("split"),
+    }
+
+
+def _passed(base: QualificationRecord, entry: Mapping[str, Any]) -> QualificationRecord:
+    measured = entry.get("measured") or {}
+    figures = {key: measured.get(key) for key in ("p50_s", "p95_s", "p50_low_s",
+                                                  "p50_high_s", "samples", "stopped",
+                                                  "relative")}
+    unjudged = {"verdict": UNJUDGED, "basis": "the candidate passed every gate and was "
+                "measured when the pipeline opened, but another was chosen: it served "
+                "none of the profiled requests"}
+    kept = {k: v for k, v in base.performance.items() if k == "comparison"}
+    return attrs.evolve(base, status=Status.PROFILE_ONLY, failure=None,
+                        performance={**kept, "candidate": figures},
+                        functional={"candidate": dict(entry), "complete_model": False},
+                        verdicts={name: dict(unjudged) for name in
+                                  ("functional", "quality", "performance", "reliability")},
+                        notes=(str(entry.get("reason") or "passed every gate; not chosen"),
+                               "measured inside the whole chain when the pipeline opened; "
+                               "it did not serve the profiled run"))
 
 
 def records_from_profile(profile: Mapping[str, Any], *, profile_path: str | None = None,
@@ -122,11 +167,19 @@ def records_from_profile(profile: Mapping[str, Any], *, profile_path: str | None
                 configuration = f"{given['configuration']}: {configuration}"
             cell = Cell(device=given.get("device") or candidate_device(backend, profile),
                         model=f"{model}/{stage_id}", configuration=configuration)
+            compared = comparison(profile, stage_id)
             base = attrs.evolve(
                 whole, cell=cell,
                 source={**whole.source, "stage": stage_id, "candidate": number},
                 backend={stage_id: {"backend": backend, "outcome": entry.get("outcome")}}
-                if entry.get("outcome") != "chosen" else whole.backend)
-            records.append(_chosen(base, whole, stage_id) if entry.get("outcome") == "chosen"
-                           else _refused(base, entry))
+                if entry.get("outcome") != "chosen" else whole.backend,
+                performance={**whole.performance,
+                             **({"comparison": compared} if compared is not None else {})})
+            outcome = entry.get("outcome")
+            if outcome == "chosen":
+                records.append(_chosen(base, whole, stage_id))
+            elif outcome == "passed":
+                records.append(_passed(base, entry))
+            else:
+                records.append(_refused(base, entry))
     return records or [whole]

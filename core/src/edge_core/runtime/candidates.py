@@ -1,4 +1,4 @@
-"""Candidate backends of a stage: tried in order of preference, the first that passes serves.
+"""Candidate backends of a stage, ``selection = "first-passing"``: the first that passes serves.
 
 A stage that lists ``candidates`` is opened one candidate at a time
 (:meth:`StageOpener.open_candidate <edge_core.runtime.opener.StageOpener.open_candidate>`):
@@ -6,8 +6,11 @@ probe → reserve → load → warm-up placement gate → numerical and memory c
 candidate refused at any step is recorded with its layer and reason
 (:mod:`edge_core.runtime.candidate_entries`); its workers are retired and its reservation
 settled (released after verified retirement, else quarantined) before the next candidate
-is reserved, so the ledger never holds two candidates of one stage at once. When every
-candidate is refused the stage raises :class:`CandidatesRefused`, listing every refusal.
+is reserved, so a first-passing open never holds two candidates of one stage at once.
+(A measured selection or a first-ready start may, each candidate under its own ledger
+owner and only when the ledger admits both: :mod:`edge_core.runtime.selection_policy`.)
+When every candidate is refused the stage raises :class:`CandidatesRefused`, listing
+every refusal.
 A restart retries the candidates in the same order
 (:meth:`StageOpener.reload <edge_core.runtime.opener.StageOpener.reload>`).
 
@@ -57,6 +60,8 @@ def open_stage(opener: StageOpener, index: int) -> list[StageSlot]:
                        f"at {tries[-1]['layer']}")
             continue
         tries.append(chosen_entry(choice.backend.name))
+        for replica in replicas:
+            replica.candidate = number
         return replicas
     raise CandidatesRefused(stage_config.id, tries)
 

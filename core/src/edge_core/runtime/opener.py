@@ -226,8 +226,9 @@ class StageOpener:
 
         A stage without candidates reserves again (when its reservation was settled),
         loads and runs the gate again. A stage with candidates retries them in order of
-        preference and switches to the first that passes the whole gate (its runtime
-        then calls that candidate's backend), recording every try in :attr:`tried`.
+        preference — under ``selection = "measured"`` the measured choice first — and
+        switches to the first that passes the whole gate (its runtime then calls that
+        candidate's backend), recording every try in :attr:`tried`.
 
         Raises:
             CandidatesRefused: every candidate was refused; nothing is left charged.
@@ -240,10 +241,16 @@ class StageOpener:
         index = self.config.stages.index(original)
         runtime = slot.runtime
         tries: list[dict[str, Any]] = []
-        for number, choice in enumerate(original.choices()):
+        choices = original.choices()
+        order = list(range(len(choices)))
+        if self.config.selection == "measured":  # the measured choice first, then in order
+            order.sort(key=lambda number: number != slot.candidate)
+        for number in order:
+            choice = choices[number]
             try:
                 fresh = self.resolve(index, choice, candidate_path(index, original, number))
                 slot.adopt(fresh[slot.context.replica])
+                slot.candidate = number
                 self.demand([slot])
                 if runtime is not None:
                     runtime.binding = slot.binding

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from edge_core.runtime.chain import (
     Transform,
     run_chain,
     split_carry,
-    with_bundles,
 )
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.execution_plan import execution_plan
@@ -48,23 +47,18 @@ from edge_core.runtime.pipeline_result import PipelineResult
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.request_tracker import RequestTracker
+from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
+from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, submit
+from edge_core.selection.store import DecisionStore
+from edge_core.selection.workload import Workload
 
 __all__ = ["CARRY_PREFIX", "Pipeline", "PipelineResult", "Transform", "split_carry"]
 
 CLOSE_HEAL_WAIT_S = 2.0
 """How long ``close()`` waits for a quarantined worker tree that was just killed to go."""
-
-
-def _groups(slots: Sequence[StageSlot]) -> list[ReplicaSet]:
-    """The replicas of each configured stage, in data-flow order."""
-    by_id: dict[str, list[StageRuntime]] = {}
-    for slot in slots:
-        assert slot.runtime is not None
-        by_id.setdefault(slot.context.stage_id, []).append(slot.runtime)
-    return [ReplicaSet(runtimes) for runtimes in by_id.values()]
 
 
 class Pipeline:
@@ -85,13 +79,19 @@ class Pipeline:
             order.
     """
 
-    def __init__(self, opener: StageOpener, slots: list[StageSlot]) -> None:
+    def __init__(self, opener: StageOpener, slots: list[StageSlot],
+                 policy: SelectionPolicy | None = None) -> None:
         config = opener.config
         self.config = config
         self.plugins = opener.plugins
         self.ledger = opener.ledger
         self.opener = opener
-        self._slots = slots
+        self.policy = policy or SelectionPolicy.fixed(config)
+        """How the stages' candidates were (and are being) chosen: its ``record`` is the
+        plan's ``selection`` section (:mod:`edge_core.runtime.selection_policy`)."""
+        self.lineup = ServingLineup(Serving(slots, self.policy.decisions(),
+                                            measured_at=self.policy.measured_at()))
+        """The placement requests are served on (switched by a first-ready start)."""
         self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
         self._where = f"pipelines[{config.name}]"  # names the pipeline in refusals
         self.requests = RequestTracker(config.name)
@@ -103,12 +103,10 @@ class Pipeline:
         self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
         try:  # after every gate passed; a reference that fails only withholds a label
             run_references(opener, slots)
+            self.policy.serving(self.lineup)  # a first-ready start goes on in the background
         except BaseException:
             self.close()
             raise
-        self._groups = _groups(slots)
-        self._transforms = [with_bundles(s.transform, self.bundle_directories)
-                            for s in slots if s.context.replica == 0]
 
     @classmethod
     def open(
@@ -119,8 +117,18 @@ class Pipeline:
         *,
         progress: Callable[[str], None] | None = None,
         retire_deadline_s: float = 5.0,
+        workload: Workload | None = None,
+        store: DecisionStore | None = None,
+        remeasure: bool = False,
     ) -> Pipeline:
         """Resolve, check, reserve, load and gate every stage; unwind on any failure.
+
+        A stage with several candidates gets the one the pipeline's ``selection`` says:
+        measured on ``workload`` (default: the pipeline's own, else the first stage's
+        bundled examples), the decision kept in ``store`` (default: the user's cache
+        directory) and reused while its key matches unless ``remeasure``; or the first
+        that passes. ``start = "first-ready"`` serves before the measurement ends
+        (:mod:`edge_core.runtime.selection_policy`).
 
         Raises:
             BackendUnavailable: a stage's backend is not installed or its probe says no.
@@ -132,11 +140,24 @@ class Pipeline:
         """
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s)
+        policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
+        if policy is not None:
+            return cls(opener, policy.slots, policy)
         if any(stage.candidates for stage in config.stages):
             return cls(opener, open_stages(opener))
         return cls(opener, opener.open_all())
 
     # -- serving ---------------------------------------------------------------------------
+
+    @property
+    def _slots(self) -> list[StageSlot]:
+        """The slots of the placement requests start on now."""
+        return self.lineup.current.slots
+
+    @property
+    def _groups(self) -> list[ReplicaSet]:
+        """The replica set of each stage of the current placement."""
+        return self.lineup.current.groups
 
     @property
     def stages(self) -> list[StageRuntime]:
@@ -176,16 +197,17 @@ class Pipeline:
         return self._groups[0].input_buffer_counts()
 
     def _chain(
-        self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+        self, serving: Serving, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         until: float | None, request_id: str | None = None,
     ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it.
 
-        ``until`` (monotonic) bounds every stage call; ``request_id`` is the request's id
-        on every stage, tracked so that :meth:`Submission.cancel` finds it.
+        Every stage runs on ``serving``, the placement the request entered. ``until``
+        (monotonic) bounds every stage call; ``request_id`` is the request's id on every
+        stage, tracked so that :meth:`Submission.cancel` finds it.
         """
         epoch = self.epoch
-        return run_chain(self._groups, self._transforms, inputs, params=params,
+        return run_chain(serving.groups, serving.transforms, inputs, params=params,
                          until=until, cancelled=lambda: self.epoch != epoch,
                          where=self._where,
                          request_id=request_id, tracker=self.requests)
@@ -218,8 +240,9 @@ class Pipeline:
         if not admitted:
             take_slot(self.admission, until)
         epoch = self.epoch
+        serving = self.lineup.enter()
         try:
-            pending, latencies, carry = self._chain(inputs, params, until, request_id)
+            pending, latencies, carry = self._chain(serving, inputs, params, until, request_id)
             if on_event is not None:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
@@ -230,10 +253,16 @@ class Pipeline:
                 raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
             final.outputs.update(carry)
         except BaseException:
+            self.lineup.leave(serving)
             self.admission.release()
             raise
-        latencies[self._slots[-1].context.stage_id] = final.latency_s
-        return PipelineResult(final, latencies, self.admission.release)
+        latencies[serving.slots[-1].context.stage_id] = final.latency_s
+
+        def release() -> None:
+            self.lineup.leave(serving)
+            self.admission.release()
+
+        return PipelineResult(final, latencies, release, placement=serving.receipt())
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:
@@ -245,13 +274,15 @@ class Pipeline:
         """
         until = None if deadline_s is None else time.monotonic() + deadline_s
         take_slot(self.admission, until)
+        serving = self.lineup.enter()
         try:
-            pending, _, _ = self._chain(inputs, params, until)
+            pending, _, _ = self._chain(serving, inputs, params, until)
             try:
                 yield from pending.events()
             finally:
                 pending.close()
         finally:
+            self.lineup.leave(serving)
             self.admission.release()
 
     async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
@@ -287,9 +318,16 @@ class Pipeline:
 
         Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`).
         """
-        return pipeline_health(self.config.name, self.closed,
-                               [s.health() for s in self.stages],
-                               {g.stage_id: g.summary() for g in self._groups})
+        health = pipeline_health(self.config.name, self.closed,
+                                 [s.health() for s in self.stages],
+                                 {g.stage_id: g.summary() for g in self._groups})
+        record = self.policy.plan_record()
+        background = record.get("background") or {}
+        health["placement"] = {"number": self.lineup.current.number,
+                               "decision": record.get("decision"),
+                               "switches": record.get("switches") or [],
+                               "background": background.get("state")}
+        return health
 
     def cancel(self) -> dict[str, str]:
         """Cancel everything in flight; stage id (``stage#r`` for replica r > 0) → outcome.
@@ -300,7 +338,7 @@ class Pipeline:
         """
         self.epoch += 1
         answers: dict[str, str] = {}
-        for stage in self._slots:
+        for stage in [*self.policy.finishing(), *self._slots]:
             if stage.runtime is None:
                 continue
             try:
@@ -329,14 +367,17 @@ class Pipeline:
         self.closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        for stage in reversed(self._slots):
+        self.policy.stop()  # background opening and measuring end, what they held retired
+        finishing = self.policy.finishing()  # switched out, still waiting for requests
+        for stage in reversed([*finishing, *self._slots]):
             try:
                 outcome = stage.runtime.close() if stage.runtime is not None else None
             except Exception as exc:
                 outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
             if stage.token is not None:
                 stage.settle(self.ledger, outcome)
-            summary[stage.name] = {
+            name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
+            summary[name] = {
                 "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
                            else outcome),
                 "release": stage.release_outcome,
@@ -367,5 +408,7 @@ class Pipeline:
 
     def execution_plan(self) -> dict[str, Any]:
         """The JSON execution plan: identities, route, reservations, placement, numerics."""
-        return execution_plan(self.config, self._slots, self.opened_at, self.ledger,
+        plan = execution_plan(self.config, self._slots, self.opened_at, self.ledger,
                               self.candidates)
+        plan["selection"] = self.policy.plan_record()
+        return plan

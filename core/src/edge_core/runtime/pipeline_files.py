@@ -21,6 +21,7 @@ from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool, probe_host
 from edge_core.runtime.opener import PROBE_TIMEOUT_S
 from edge_core.runtime.pipeline import Pipeline
+from edge_core.selection.workload import Workload
 
 __all__ = ["default_ledger", "load_config", "open_pipeline", "shared_ledger"]
 
@@ -74,9 +75,16 @@ def open_pipeline(
     *,
     name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    workload: Workload | None = None,
+    remeasure: bool = False,
 ) -> Pipeline:
-    """Load the configuration and the plugins it needs, build the ledger and open it."""
+    """Load the configuration and the plugins it needs, build the ledger and open it.
+
+    ``workload`` and ``remeasure`` go to :meth:`Pipeline.open` (a measured selection
+    times ``workload``; default: the pipeline's own, else the bundles' examples).
+    """
     config = load_config(path, name)
     plugins = load_plugins(local_modules=config.plugins)
     ledger = default_ledger(config, plugins)
-    return Pipeline.open(config, plugins, ledger, progress=progress)
+    return Pipeline.open(config, plugins, ledger, progress=progress, workload=workload,
+                         remeasure=remeasure)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_core.runtime.chain import GatheredResult
@@ -14,13 +14,19 @@ __all__ = ["PipelineResult"]
 class PipelineResult:
     """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
 
-    Acknowledging frees the final stage's slot and the pipeline's admission slot.
+    Acknowledging frees the final stage's slot and the pipeline's admission slot (and the
+    hold on the placement it ran on). ``placement`` is the request's placement receipt.
     """
 
     def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
-                 release: Callable[[], None]) -> None:
+                 release: Callable[[], None],
+                 placement: Sequence[Mapping[str, Any]] = ()) -> None:
         self.final = final
         self.latencies = dict(latencies)
+        self.placement = [dict(stage) for stage in placement]
+        """The placement receipt: per stage the backend and execution provider that served
+        this request, its candidate, the worker generation and where the decision came
+        from (:meth:`edge_core.runtime.serving_lineup.Serving.receipt`)."""
         self._release = release
         self._acked = False
 

@@ -38,6 +38,8 @@ from edge_core.runtime.linear_chain import check_linear_chain
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.stage_slot import StageSlot
+from edge_core.selection.store import DecisionStore
+from edge_core.selection.workload import Workload
 
 __all__ = ["BY_OPENING", "BY_PROBE", "UNTRIED", "WOULD_TRY", "PlanAnswer", "StageAnswer",
            "plan_by_opening", "plan_by_probe"]
@@ -179,14 +181,27 @@ def _opened(config: PipelineConfig, index: int,
 
 def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger, *,
                     progress: Callable[[str], None] | None = None,
-                    retire_deadline_s: float = 5.0) -> PlanAnswer:
-    """Open every stage for real on its first candidate that passes, then close.
+                    retire_deadline_s: float = 5.0, workload: Workload | None = None,
+                    store: DecisionStore | None = None,
+                    remeasure: bool = False) -> PlanAnswer:
+    """Open every stage for real as the pipeline's selection says, then close.
+
+    First-passing: each stage on its first candidate that passes. Measured (the default
+    where a stage lists more than one candidate): every passing candidate is measured
+    on ``workload`` — or the stored decision reused unless ``remeasure`` — exactly as
+    :meth:`Pipeline.open` does (a ``first-ready`` pipeline is answered as if all-ready:
+    with the choice it would switch to).
 
     Raises:
         TopologyRefused: the stages are not a linear chain (nothing is reserved).
+        ConfigError: the workload cannot be read (nothing is reserved).
         Anything unexpected, after unwinding whatever was opened.
     """
     check_linear_chain(config)
+    if config.selection == "measured" and any(len(s.candidates) > 1 for s in config.stages):
+        return _plan_measured(attrs.evolve(config, start="all-ready"), plugins, ledger,
+                              progress=progress, retire_deadline_s=retire_deadline_s,
+                              workload=workload, store=store, remeasure=remeasure)
     opener = StageOpener(config, plugins, ledger, progress=progress,
                          retire_deadline_s=retire_deadline_s)
     opened: list[StageSlot] = []
@@ -217,5 +232,43 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
         opener.retire(opened)
         closed = {s.context.stage_id: {"release": s.release_outcome} for s in opened}
     opener.say("closed: every stage retired")
+    return PlanAnswer(config.name, BY_OPENING, tuple(answers), plan=plan, closed=closed,
+                      ledger_after=ledger.snapshot())
+
+
+def _plan_measured(config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger, *,
+                   progress: Callable[[str], None] | None, retire_deadline_s: float,
+                   workload: Workload | None, store: DecisionStore | None,
+                   remeasure: bool) -> PlanAnswer:
+    """Open as :meth:`Pipeline.open` would (measuring), answer, close."""
+    say = progress or (lambda _message: None)
+    try:
+        pipeline = Pipeline.open(config, plugins, ledger, progress=progress,
+                                 retire_deadline_s=retire_deadline_s, workload=workload,
+                                 store=store, remeasure=remeasure)
+    except CandidatesRefused as error:
+        answers: list[StageAnswer] = []
+        failed: str | None = None
+        for index, stage in enumerate(config.stages):
+            if failed is not None:
+                answers.append(_untried(config, index, f"stage {failed} has no candidate"))
+                continue
+            answers.append(_opened(config, index, error.tried.get(stage.id, [])))
+            if stage.id == error.stage_id:
+                failed = stage.id
+        after = ledger.snapshot()
+        held = {r["owner"].split("/", 1)[1].split("~")[0].split("#")[0]: r["state"]
+                for r in after.get("reservations", [])
+                if r["owner"].startswith(f"{config.name}/")}
+        closed = {sid: {"release": "quarantined" if held.get(sid) == "quarantined"
+                        else "released"}
+                  for sid in error.tried if sid != error.stage_id}
+        return PlanAnswer(config.name, BY_OPENING, tuple(answers), closed=closed,
+                          ledger_after=after)
+    plan = pipeline.execution_plan()
+    answers = [_opened(config, index, pipeline.candidates.get(stage.id, []))
+               for index, stage in enumerate(config.stages)]
+    closed = pipeline.close()
+    say("closed: every stage retired")
     return PlanAnswer(config.name, BY_OPENING, tuple(answers), plan=plan, closed=closed,
                       ledger_after=ledger.snapshot())

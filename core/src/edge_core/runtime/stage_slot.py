@@ -5,7 +5,8 @@ A :class:`StageSlot` is made by the opener's resolution
 in as the replica is opened: its reservation token and demands, its runtime once loaded,
 its warm-up report and observed memory once gated, its reference run's record. Its
 ledger owner is ``pipeline/stage`` (``pipeline/stage#r`` for replica r > 0), so that
-pipelines may share a ledger.
+pipelines may share a ledger; a candidate held beside another candidate of its stage is
+``pipeline/stage~c`` (candidate ``c``).
 
 :meth:`StageSlot.settle` is the one way a slot's reservation ends after retirement:
 released when the retirement was verified (or nothing ever ran), quarantined otherwise
@@ -80,6 +81,12 @@ class StageSlot:
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
         self.reference: dict[str, Any] | None = None
+        self.candidate = 0
+        """Which of its stage's candidates the slot runs (0 for a stage without any)."""
+        self.candidate_tag = ""
+        """``~c`` for candidate ``c`` of a stage opened while another of its candidates is
+        held (a measured selection, a first-ready start), so that each holds a
+        reservation of its own (:mod:`edge_core.runtime.measured_selection`); else empty."""
 
     @property
     def name(self) -> str:
@@ -89,8 +96,12 @@ class StageSlot:
 
     @property
     def owner(self) -> str:
-        """Its ledger owner: ``pipeline/stage``, ``pipeline/stage#r`` for replica r > 0."""
-        return f"{self.context.pipeline}/{self.name}"
+        """Its ledger owner: ``pipeline/stage`` (``pipeline/stage~c#r``: tag, replica).
+
+        ``#r`` for replica r > 0; the :attr:`candidate_tag` after the stage id.
+        """
+        replica = f"#{self.context.replica}" if self.context.replica else ""
+        return f"{self.context.pipeline}/{self.context.stage_id}{self.candidate_tag}{replica}"
 
     def adopt(self, other: StageSlot) -> None:
         """Run from now on as ``other`` (a fresh resolution on another candidate) does."""

@@ -1,10 +1,12 @@
 """Print what ``edge run pipeline-auto.toml --json`` tried, and check its text.
 
-``python -m edge_ocr_example.auto_report RUN.json`` prints, per stage, every candidate
-tried (backend, outcome, layer, reason) and checks that each stage has exactly one
-``chosen`` candidate and that the page's text equals the direct run's (``bundle.json``'s
-``example_text`` in the run file's directory's bundle). Exit 0 when both hold, 1 when
-not, 2 when the file is unreadable.
+``python -m edge_ocr_example.auto_report RUN.json`` prints how the candidates were chosen
+(measured, or a stored measurement reused, and what was timed) and, per stage, every
+candidate tried (backend, outcome — ``chosen``, ``passed`` every gate but not chosen, or
+``refused`` with its layer — the reason, and its measured p50 over how many samples),
+and checks that each stage has exactly one ``chosen`` candidate and that the page's text
+equals the direct run's (``bundle.json``'s ``example_text`` in the run file's
+directory's bundle). Exit 0 when both hold, 1 when not, 2 when the file is unreadable.
 """
 
 from __future__ import annotations
@@ -46,13 +48,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    selection = run["plan"].get("selection") or {}
+    if selection.get("decision") in ("measured", "reused", "not-measured"):
+        timed = (selection.get("workload") or {}).get("note", "-")
+        print(f"selection: {selection['objective']}; {selection['note']}; timed on {timed}")
     for stage in run["plan"]["stages"]:
         for candidate in stage.get("candidates", []):
             line = f"{stage['id']}: {candidate['backend']} {candidate['outcome']}"
-            if candidate["outcome"] != "chosen":
+            if candidate["outcome"] == "refused":
                 line += f" at {candidate['layer']}: {candidate['reason']}"
+            elif candidate["outcome"] != "chosen":
+                line += f": {candidate['reason']}"
+            measured = candidate.get("measured") or {}
+            if measured.get("p50_s") is not None:
+                line += (f" [p50 {measured['p50_s'] * 1e3:.0f} ms over "
+                         f"{measured['samples']} sample(s)]")
             print(line)
-    print(f"classifier calls: {run['latency_p50_ms'].get('classify', 0.0) / 1e3:.1f} s; "
+    print(f"classifier calls: {run['latency_p50_ms'].get('classify', 0.0) / 1e3:.2f} s; "
           f"open {run['open_s']:.1f} s")
     problems = check_run(run, expected["example_text"])
     for problem in problems:

@@ -65,9 +65,9 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_PIPELINE",
-           "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX", "PageBuild", "build_page_bundles",
-           "golden_set", "main", "pipeline_auto_toml", "pipeline_toml"]
+__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_MEASUREMENT",
+           "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX", "PageBuild",
+           "build_page_bundles", "golden_set", "main", "pipeline_auto_toml", "pipeline_toml"]
 
 PAGE: Final = "page.png"
 """The demo page in the bundle directory."""
@@ -88,6 +88,10 @@ AUTO_GATE_TIMEOUT_S: Final = 60.0
 """Bound on the qnn candidate's load and, separately, its warm-up gate (seconds)."""
 AUTO_FP16_BOUND: Final = {"max_abs_error": 0.01, "normalised_error": 0.01}
 """The qnn candidate's bound: fp16 on HTP against the fp32 reference (observed 0.0015)."""
+AUTO_MEASUREMENT: Final = {"budget_s": 45, "warmup_calls": 0}
+"""``pipeline-auto.toml``'s ``[measurement]``: the classifier's candidates are raced on
+the page within 45 s, unwarmed (their gates ran every bucket already): on the simulator
+one page through the chain takes tens of seconds with ``qnn`` classifying."""
 _MODULE: Final = "edge_ocr_example.page_pipeline"
 _DEMANDS: Final = {"detect": "512 MiB", "classify": "192 MiB", "recognize": "512 MiB"}
 """RAM reserved per stage worker, load and warm-up peak included (observed worker-tree
@@ -187,8 +191,10 @@ def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
     bucket of ``BATCH`` rows, run in fp16 within a declared bound, its load and warm-up
     each bounded by ``gate_timeout_s``) before ``ort-cpu`` with the plain bundle; every
     call is padded to ``BATCH`` rows (the simulator's cost is per call, not per row).
-    Detection and recognition stay on ``ort-cpu`` (on the simulator they take 19.5 and
-    58 s per run: plugins/backends/qnn/README.md).
+    Which one serves is measured (the default ``selection``) on what ``edge run --input``
+    reads, within :data:`AUTO_MEASUREMENT`. Detection and recognition stay on
+    ``ort-cpu`` (on the simulator they take 19.5 and 58 s per run:
+    plugins/backends/qnn/README.md).
     """
     plain = pipeline_toml()
     start = plain.index('[[stages]]\nid = "classify"')
@@ -205,8 +211,11 @@ def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
         'resources = { demands = { "machine:ram" = "512 MiB" } }', "",
         "[[stages.candidates]]", 'backend = { name = "ort-cpu" }',
         f'placement = {{ target = "{PROVIDER}", min_fraction_on_target = 1.0 }}', "", ""])
-    return plain[:start].replace('name = "ocr-page"', 'name = "ocr-page-auto"', 1) + (
-        classify + plain[end:])
+    measurement = "\n".join(["[measurement]"] + [f"{key} = {value}" for key, value
+                                                   in AUTO_MEASUREMENT.items()] + ["", ""])
+    head = plain[:start].replace('name = "ocr-page"', 'name = "ocr-page-auto"', 1)
+    first = head.index("[[stages]]")  # the table after the top-level keys
+    return head[:first] + measurement + head[first:] + classify + plain[end:]
 
 
 def golden_set(drawn: tuple[str, ...]) -> dict[str, Any]:

@@ -185,9 +185,10 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
         _wait_ready(client)
         health = client.get("/health").json()
         text = client.get("/metrics").text
+    one = {"number": 1, "decision": "only", "switches": [], "background": None}
     assert health == {"status": "ok", "pipelines": {
-        "slow": {"state": "ready", "stages": {"echo": "ready"}},
-        "fast": {"state": "ready", "stages": {"echo": "ready"}}}}
+        "slow": {"state": "ready", "stages": {"echo": "ready"}, "placement": one},
+        "fast": {"state": "ready", "stages": {"echo": "ready"}, "placement": one}}}
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert {"edge_requests", "edge_request_seconds", "edge_stage_seconds",
             "edge_admission_refusals", "edge_ledger_reserved_bytes",

@@ -253,12 +253,20 @@ def test_a_chat_with_a_page_image_goes_through_ocr_then_the_model(
     digest = hashlib.sha256(json.dumps(sent, ensure_ascii=False).encode()).hexdigest()
     edge = (whole.model_extra or {})["edge"]
     assert edge["prompt_sha256"] == digest
+    # the placement receipt rides in the edge object: each stage's backend, provider,
+    # worker generation and where the decision came from; a strict client parses it
+    assert [s["stage"] for s in edge["placement"]][-1] == "gen"
+    assert all({"backend", "provider", "generation", "decision"} <= set(s)
+               for s in edge["placement"])
     assert whole.usage is not None and whole.usage.completion_tokens == 6
     streamed = client.chat.completions.create(model="page-chat", messages=messages,
                                               max_tokens=6, stream=True,
                                               extra_body={"ignore_eos": True}, **GREEDY)
-    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    chunks = list(streamed)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
+    finishing = [c for c in chunks if (c.model_extra or {}).get("edge")]
+    assert finishing and finishing[-1].model_extra["edge"]["placement"] == edge["placement"]
 
     refused = [
         (lambda: client.completions.create(model="page-chat", prompt="x", max_tokens=2),

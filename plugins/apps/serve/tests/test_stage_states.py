@@ -77,7 +77,9 @@ def test_a_stage_that_needs_a_restart_is_503_until_restarted(pipeline: Pipeline)
                 health = await client.get("/health")
                 assert health.status_code == 503
                 assert health.json()["pipelines"]["echo"] == {
-                    "state": "degraded", "stages": {"e": "needs-restart"}}
+                    "state": "degraded", "stages": {"e": "needs-restart"},
+                    "placement": {"number": 1, "decision": "only", "switches": [],
+                                  "background": None}}
                 refused = await client.post("/v1/pipelines/echo/run", json=BODY)
                 assert refused.status_code == 503
                 error = refused.json()["error"]

@@ -2,9 +2,10 @@
 
 Built as ``make demo`` builds it: the page bundles, then ``classify-qnn`` derived from
 the classifier (one static bucket of ``BATCH`` rows). The stage is opened from the
-file's own ``[[stages.candidates]]`` (qnn with fp16 and a bounded gate, then ort-cpu):
-exactly one candidate is chosen, whichever the simulator allows, and a refusal carries
-its layer and reason. One padded call is then checked against the fp32 reference.
+file's own ``[[stages.candidates]]`` (qnn with fp16 and a bounded gate, then ort-cpu)
+and its ``[measurement]``: exactly one candidate is chosen — the faster, ort-cpu — and
+the other says why (a refusal with its layer, or its measured figures). One padded call
+is then checked against the fp32 reference.
 Slow (the simulator compiles and runs the classifier), kept to one call.
 """
 
@@ -69,21 +70,24 @@ def classify_stage(page: Path, cache: Path) -> dict[str, Any]:
 def test_the_auto_classifier_chooses_one_candidate_and_matches_the_reference(
     page: Path, ledger: ResourceLedger, tmp_path: Path
 ) -> None:
-    from edge_ocr_example.page_bundle import AUTO_FP16_BOUND
+    from edge_ocr_example.page_bundle import AUTO_FP16_BOUND, AUTO_MEASUREMENT
     from edge_ocr_example.page_pipeline import BATCH
 
     stage = classify_stage(page, tmp_path / "cache")
     qnn = stage["candidates"][0]["backend"]
     assert qnn["name"] == "qnn" and qnn["options"]["gate_timeout_s"] <= 120
-    config = load_pipeline({"name": "auto-classify", "stages": [stage]})
+    config = load_pipeline({"name": "auto-classify", "stages": [stage],
+                            "measurement": dict(AUTO_MEASUREMENT)})
     plugins = load_plugins(env={"EDGE_PLUGINS": "qnn,ort-cpu"})
     with Pipeline.open(config, plugins, ledger) as pipeline:
         tried = pipeline.execution_plan()["stages"][0]["candidates"]
         outcomes = [c["outcome"] for c in tried]
+        # measured on the bundle's examples: ort-cpu is faster by far than the simulator
         assert outcomes.count("chosen") == 1 and outcomes[-1] == "chosen"
         assert [c["backend"] for c in tried] == ["qnn", "ort-cpu"][: len(tried)]
-        for refused in tried[:-1]:  # whatever the simulator did, it is said
-            assert refused["layer"] and refused["reason"]
+        for other in tried[:-1]:  # whatever the simulator did, it is said
+            assert other["reason"]
+            assert other["layer"] if other["outcome"] == "refused" else other["measured"]
         examples = page / "classify-qnn" / "examples"
         with np.load(examples / f"b{BATCH}x3x48x192.npz") as x, \
                 np.load(examples / f"b{BATCH}x3x48x192.expected.npz") as expected, \

@@ -156,7 +156,8 @@ async def health(request: Request) -> Response:
         stages = served.stage_states()
         up = all(s == "ready" for s in stages.values())
         ready = ready and up
-        pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages}
+        pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages,
+                           "placement": served.pipeline.health()["placement"]}
     body = {"status": "ok" if ready else "degraded", "pipelines": pipelines}
     return JSONResponse(body, status_code=200 if ready else 503)
 

@@ -19,7 +19,7 @@ parameters (:mod:`edge_serve.openai_api` maps the request).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edge_core.runtime.results import StageResult
@@ -47,14 +47,17 @@ class ImagePart:
 class Finished:
     """The end of a generation: the terminal event's data and each stage's latency.
 
-    The data: finish reason, text, token counts; latencies in seconds by stage id.
+    The data: finish reason, text, token counts; latencies in seconds by stage id; the
+    request's placement receipt.
     """
 
-    __slots__ = ("data", "latencies")
+    __slots__ = ("data", "latencies", "placement")
 
-    def __init__(self, data: Mapping[str, Any], latencies: Mapping[str, float]) -> None:
+    def __init__(self, data: Mapping[str, Any], latencies: Mapping[str, float],
+                 placement: Sequence[Mapping[str, Any]] = ()) -> None:
         self.data = dict(data)
         self.latencies = dict(latencies)
+        self.placement = [dict(stage) for stage in placement]
 
 
 class TokenFeed:
@@ -129,4 +132,4 @@ class Generation:
             if not isinstance(final, StageResult):
                 raise HttpRefusal(500, "model", "the generate stage was fed a fan-out; "
                                   "its items' answers are not served here", self.served.name)
-            return Finished(final.events[-1].data, result.latencies)
+            return Finished(final.events[-1].data, result.latencies, result.placement)

@@ -64,12 +64,25 @@ class _RuntimeCollector(Collector):
                                        "first)", labels=["pipeline", "stage"])
         up = GaugeMetricFamily("edge_stage_up", "1 for the state each stage is in",
                                labels=["pipeline", "stage", "state"])
+        switches = CounterMetricFamily("edge_placement_switches",
+                                       "Switches of a stage to a measured-better candidate "
+                                       "(start = first-ready)", labels=["pipeline", "stage"])
+        placement = GaugeMetricFamily("edge_placement_number",
+                                      "The placement requests start on (1 at open, one more "
+                                      "at each switch)", labels=["pipeline"])
         for served in self._pipelines():
             for stage, count in served.restarts().items():
                 restarts.add_metric([served.name, stage], count)
             for stage, state in served.stage_states().items():
                 up.add_metric([served.name, stage, state], 1)
-        yield from (reserved, capacity, quarantined, restarts, up)
+            health = served.pipeline.health()["placement"]
+            placement.add_metric([served.name], health["number"])
+            counted: dict[str, int] = {}
+            for event in health["switches"]:
+                counted[event["stage"]] = counted.get(event["stage"], 0) + 1
+            for stage, count in counted.items():
+                switches.add_metric([served.name, stage], count)
+        yield from (reserved, capacity, quarantined, restarts, up, switches, placement)
 
 
 class ServerMetrics:

@@ -144,6 +144,7 @@ class _Shape:
         answer = self._envelope(choice, chunk=False)
         answer["usage"] = usage(finished)
         answer["edge"] = {k: v for k, v in finished.data.items() if k != "text"}
+        answer["edge"]["placement"] = finished.placement
         return answer
 
     def usage_chunk(self, finished: Finished) -> dict[str, Any]:
@@ -236,7 +237,9 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
             while True:
                 if isinstance(item, Finished):
                     state.metrics.observe_stages(served.name, item.latencies)
-                    yield _sse(shape.chunk("", finish=item.data.get("finish_reason")))
+                    last = shape.chunk("", finish=item.data.get("finish_reason"))
+                    last["edge"] = {"placement": item.placement}  # as the whole answer's
+                    yield _sse(last)
                     if include_usage:
                         yield _sse(shape.usage_chunk(item))
                     break

@@ -153,6 +153,7 @@ class ServedPipeline:
             else:
                 body = {"outputs": encode_tensors(result.outputs)}
             latencies = result.latencies
+            body["placement"] = result.placement  # which backend served each stage, and why
         body["latency_ms"] = {k: round(v * 1e3, 3) for k, v in latencies.items()}
         return Answer(body, latencies)
 

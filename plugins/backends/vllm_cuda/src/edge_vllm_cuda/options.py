@@ -13,7 +13,14 @@ import attrs
 
 from edge_core.errors import ConfigError
 
-__all__ = ["MAX_CONCURRENCY", "VllmOptions"]
+__all__ = ["MAX_CONCURRENCY", "WORKER_ENV_NAMES", "VllmOptions"]
+
+WORKER_ENV_NAMES = ("VLLM_*", "CUDA_*", "NCCL_*", "NVIDIA_*", "HF_*", "HUGGING_FACE_*",
+                    "TRANSFORMERS_*", "TOKENIZERS_*", "TORCH_*", "TORCHINDUCTOR_*",
+                    "TRITON_*", "OMP_*", "MKL_*", "KMP_*")
+"""What a vLLM worker takes from the controller's environment (besides the host's
+allowlist): the engine's, PyTorch's, the CUDA stack's and the Hugging Face hub's own
+settings. Nothing else of the controller's environment reaches the worker."""
 
 #: The most requests one loaded stage admits at once (the backend's declared maximum).
 MAX_CONCURRENCY = 64

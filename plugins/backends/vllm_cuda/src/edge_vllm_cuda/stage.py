@@ -18,7 +18,7 @@ from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
-from edge_vllm_cuda.options import VllmOptions
+from edge_vllm_cuda.options import WORKER_ENV_NAMES, VllmOptions
 from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
 
 __all__ = ["WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
@@ -31,12 +31,6 @@ class GenerateRefused(GenerateParamsInvalid):
     """A generate request's parameters were refused before anything was sent."""
 
 
-WORKER_ENV_NAMES = ("VLLM_*", "CUDA_*", "NCCL_*", "NVIDIA_*", "HF_*", "HUGGING_FACE_*",
-                    "TRANSFORMERS_*", "TOKENIZERS_*", "TORCH_*", "TORCHINDUCTOR_*",
-                    "TRITON_*", "OMP_*", "MKL_*", "KMP_*")
-"""What a vLLM worker takes from the controller's environment (besides the host's
-allowlist): the engine's, PyTorch's, the CUDA stack's and the Hugging Face hub's own
-settings. Nothing else of the controller's environment reaches the worker."""
 
 _DEFAULTS = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_NO_USAGE_STATS": "1",
              "VLLM_DO_NOT_TRACK": "1"}

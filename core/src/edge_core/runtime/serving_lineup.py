@@ -1,0 +1,138 @@
+"""The placement a pipeline serves on, switched only at a request boundary, and its receipt.
+
+A :class:`Serving` is one placement ready to serve: its stage slots, a replica set and
+an input transform per stage, and how it was decided. A request takes the current one
+when it starts (:meth:`ServingLineup.enter`) and keeps it — every stage of that request
+runs on it — until its result is acknowledged (:meth:`ServingLineup.leave`). A switch
+(:meth:`ServingLineup.switch`, a first-ready start's) makes a new placement current for
+the requests that start after it; requests in flight finish where they started, so no
+request sees two backends for one stage, and the old placement is retired only once no
+request holds it (:meth:`ServingLineup.wait_idle`).
+
+Every answer carries the placement's receipt (:meth:`Serving.receipt`): per stage the
+backend, the execution provider, the candidate, the worker generation and where the
+decision came from (``measured`` now, ``reused`` from a stored decision, ``first-ready``
+before the measurement ended, ``first-passing``, or ``only`` for a stage without a
+choice).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edge_core.runtime.chain import Transform, with_bundles
+from edge_core.runtime.replicas import ReplicaSet
+from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.runtime.stage_slot import StageSlot
+
+__all__ = ["DECISIONS", "Serving", "ServingLineup"]
+
+DECISIONS = ("measured", "reused", "first-ready", "first-passing", "only")
+"""Where a stage's placement came from, as a receipt says."""
+
+
+def _groups(slots: Sequence[StageSlot]) -> list[ReplicaSet]:
+    """The replicas of each configured stage, in data-flow order."""
+    by_id: dict[str, list[StageRuntime]] = {}
+    for slot in slots:
+        assert slot.runtime is not None
+        by_id.setdefault(slot.context.stage_id, []).append(slot.runtime)
+    return [ReplicaSet(runtimes) for runtimes in by_id.values()]
+
+
+class Serving:
+    """One placement ready to serve (see the module's docstring).
+
+    Args:
+        slots: Every stage replica, in data-flow order.
+        decisions: Stage id → where its placement came from (one of :data:`DECISIONS`).
+        number: The placement's number: 1 at open, one more at each switch.
+        measured_at: When the decision was measured (UTC ISO 8601), if it was.
+    """
+
+    def __init__(self, slots: Sequence[StageSlot], decisions: Mapping[str, str],
+                 number: int = 1, measured_at: str | None = None) -> None:
+        self.slots = list(slots)
+        self.decisions = dict(decisions)
+        self.number = number
+        self.measured_at = measured_at
+        self.groups = _groups(self.slots)
+        self.transforms: list[Transform | None] = [
+            with_bundles(s.transform, self.bundle_directories)
+            for s in self.slots if s.context.replica == 0]
+        self.holds = 0
+
+    def bundle_directories(self) -> dict[str, Path | None]:
+        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
+        found: dict[str, Path | None] = {}
+        for s in self.slots:
+            bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
+            found[s.context.stage_id] = getattr(bundle, "directory", None)
+        return found
+
+    def receipt(self) -> list[dict[str, Any]]:
+        """Per stage (replica 0): backend, provider, candidate, generation, decision."""
+        found = []
+        for slot in self.slots:
+            if slot.context.replica:
+                continue
+            runtime = slot.runtime
+            warmup = slot.warmup
+            decision = self.decisions.get(slot.context.stage_id, "only")
+            found.append({
+                "stage": slot.context.stage_id, "backend": slot.binding.backend.name,
+                "provider": warmup.placement.target if warmup is not None else None,
+                "candidate": slot.candidate,
+                "generation": runtime.generation if runtime is not None else None,
+                "placement": self.number, "decision": decision,
+                "measured_at": self.measured_at if decision in ("measured", "reused")
+                else None})
+        return found
+
+
+class ServingLineup:
+    """The current :class:`Serving` placement and the ones still finishing requests."""
+
+    def __init__(self, serving: Serving) -> None:
+        """Serve on ``serving`` first."""
+        self.current = serving
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.first_answered = threading.Event()
+        """Set once the first request's result was acknowledged."""
+
+    def enter(self) -> Serving:
+        """Take the current placement for one request (hold it until :meth:`leave`)."""
+        with self._lock:
+            serving = self.current
+            serving.holds += 1
+            return serving
+
+    def leave(self, serving: Serving) -> None:
+        """The request that entered ``serving`` is done (its result acknowledged)."""
+        with self._lock:
+            serving.holds -= 1
+            if serving.holds <= 0:
+                self._idle.notify_all()
+        self.first_answered.set()
+
+    def switch(self, serving: Serving) -> Serving:
+        """Make ``serving`` current for requests that start from now on; return the old."""
+        with self._lock:
+            old, self.current = self.current, serving
+            return old
+
+    def wait_idle(self, serving: Serving, timeout_s: float) -> bool:
+        """Wait until no request holds ``serving``; False when ``timeout_s`` passed first."""
+        end = time.monotonic() + timeout_s
+        with self._lock:
+            while serving.holds > 0:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+            return True

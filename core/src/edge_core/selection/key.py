@@ -1,0 +1,180 @@
+"""The key a measured placement decision is stored under: everything the measurement depends on.
+
+A decision is reused only while none of these has changed:
+
+``configuration``
+    the pipeline as configured — every stage and candidate with its backend options
+    (provider and session options included), route (its ``env`` values too), placement
+    policy, resources, shapes, replicas, the pipeline's admission and its selection
+    settings (not ``start`` or ``measurement.reuse``, which change when, not what, is
+    measured, nor ``workload``, which is the next part but one);
+``bundles``
+    the sha256 of every bundle's manifest (which lists every file's sha256);
+``workload``
+    what was timed: each input file's sha256 (a source that names no file: itself);
+``environment``
+    the values of the variables the stages' backends declare their runtimes read
+    (:attr:`edge_core.backend.BackendInfo.env_names`), and the dynamic loader's paths;
+``runtime``
+    :func:`edge_core.identity.runtime_identity` of every candidate backend and every
+    route interpreter's installed distributions: edge-core's version, the machine, each
+    plugin's distribution and version, the probes' runtime versions (ONNX Runtime, EP
+    libraries, SDKs, drivers where a probe reports one) and the device identities.
+
+The key is the sha256 of the five parts' digests; the parts' own digests are stored with
+the decision so that a re-measurement can say which part changed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_core.binding import backend_table
+from edge_core.config.model import PipelineConfig
+from edge_core.identity import identity_digest, runtime_identity
+from edge_core.plugins import PluginSet
+
+__all__ = ["KEY_PARTS", "LOADER_ENV_NAMES", "DecisionKey", "bundle_identity",
+           "configuration_identity", "decision_key", "environment_identity",
+           "manifest_file", "workload_identity"]
+
+KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
+"""The parts of a decision's key, in the order they are shown."""
+
+LOADER_ENV_NAMES = ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
+"""Variables that reach every worker and decide which native libraries (EPs) load."""
+
+_LEFT_OUT = {"source", "validated"}  # where the file lies; what a validator made of options
+_NOT_MEASURED = {"start", "reuse",  # when or whether to measure, not what
+                 "workload"}  # what is timed is the workload part, by content
+
+
+@attrs.frozen
+class DecisionKey:
+    """A decision's key: its digest and each part's digest."""
+
+    digest: str
+    """sha256 over the parts' digests."""
+    parts: Mapping[str, str]
+    """Part name (:data:`KEY_PARTS`) → that part's sha256."""
+    runtime: Mapping[str, Any] = attrs.field(eq=False)
+    """The runtime identity the ``runtime`` part was made of (shown in the plan)."""
+
+    def changed(self, other_parts: Mapping[str, str]) -> list[str]:
+        """The parts whose digest differs from ``other_parts``' (in :data:`KEY_PARTS` order)."""
+        return [name for name in KEY_PARTS if self.parts.get(name) != other_parts.get(name)]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy of a configuration value (attrs classes become tables)."""
+    if attrs.has(type(value)):
+        return {field.name: _plain(getattr(value, field.name))
+                for field in attrs.fields(type(value))
+                if field.name not in _LEFT_OUT | _NOT_MEASURED}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def configuration_identity(config: PipelineConfig) -> dict[str, Any]:
+    """The configuration as the key sees it (see the module's docstring)."""
+    plain = _plain(config)
+    assert isinstance(plain, dict)
+    return plain
+
+
+def manifest_file(manifest: Path) -> Path:
+    """The manifest file of a stage's ``manifest`` (a bundle folder or the file itself)."""
+    return manifest / MANIFEST_FILENAME if manifest.is_dir() else manifest
+
+
+def _sha256_file(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def bundle_identity(config: PipelineConfig) -> dict[str, str | None]:
+    """Manifest path → its sha256 (``None``: unreadable), for every stage and candidate."""
+    paths = {str(manifest_file(choice.manifest)): None for stage in config.stages
+             for choice in stage.choices() if choice.manifest is not None}
+    return {path: _sha256_file(Path(path)) for path in sorted(paths)}
+
+
+def workload_identity(sources: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Each workload source's sha256 when it is a readable file, else the source itself.
+
+    A file counts by its content, not its path: the same page named two ways (``edge run
+    --input page.png``, the pipeline's ``workload``) is the same workload.
+    """
+    found: list[str] = []
+    for source in sources:
+        path = Path(source)
+        digest = _sha256_file(path) if path.is_file() else None
+        found.append(f"sha256:{digest}" if digest is not None else f"source:{source}")
+    return found
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) if p.endswith("*") else name == p
+               for p in patterns)
+
+
+def environment_identity(config: PipelineConfig, plugins: PluginSet,
+                         env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Values of the variables the pipeline's backends declare, plus the loader's paths."""
+    env = os.environ if env is None else env
+    table = backend_table(plugins)
+    declared: list[str] = list(LOADER_ENV_NAMES)
+    for name in sorted(_backends(config)):
+        if name in table:
+            declared.extend(table[name][0].env_names)
+    return {name: env[name] for name in sorted(env) if _matches(name, declared)}
+
+
+def _backends(config: PipelineConfig) -> set[str]:
+    return {choice.backend.name for stage in config.stages for choice in stage.choices()}
+
+
+def _interpreters(config: PipelineConfig) -> set[str]:
+    return {choice.backend.route.interpreter for stage in config.stages
+            for choice in stage.choices() if choice.backend.route is not None}
+
+
+def decision_key(config: PipelineConfig, plugins: PluginSet, *,
+                 workload: Sequence[str | os.PathLike[str]] = (),
+                 env: Mapping[str, str] | None = None,
+                 runtime: Mapping[str, Any] | None = None) -> DecisionKey:
+    """The key of ``config``'s decision, measured on ``workload``, with these plugins now.
+
+    ``runtime`` overrides the runtime identity (it is computed with
+    :func:`~edge_core.identity.runtime_identity` otherwise, probing the backends).
+    """
+    identity = (dict(runtime) if runtime is not None else
+                runtime_identity(plugins, _backends(config),
+                                 interpreters=sorted(_interpreters(config))))
+    parts = {
+        "configuration": identity_digest(configuration_identity(config)),
+        "bundles": identity_digest(bundle_identity(config)),
+        "workload": identity_digest({"sources": workload_identity(workload)}),
+        "environment": identity_digest(environment_identity(config, plugins, env)),
+        "runtime": identity_digest(identity),
+    }
+    return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)

@@ -1,0 +1,97 @@
+"""``edge plan`` and ``edge run`` with a measured selection, in subprocesses on echo workers.
+
+``edge plan`` measures (or reuses the stored decision, or re-measures with
+``--remeasure``) and shows every candidate's figures; ``edge run --json`` times its own
+``--input`` and gives every answer its placement receipt. The decisions go to the test's
+own cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from edge_echo.synthetic import pipeline, write_workload
+
+QUICK = {"min_samples": 3, "max_samples": 6}
+
+
+def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGE_PLUGINS": "echo", "EDGE_PLACEMENT_CACHE": str(cwd / "cache")}
+    return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+def _write(tmp_path: Path, **keys: object) -> Path:
+    write_workload(tmp_path)
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(pipeline("preferred-slower", workload=["workload.npz"],
+                                        measurement=QUICK, **keys)))
+    return file
+
+
+def test_plan_measures_then_reuses_then_remeasures(tmp_path: Path) -> None:
+    _write(tmp_path)
+    first = edge("plan", "p.json", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    answer = json.loads(first.stdout)
+    stage = answer["stages"][1]
+    assert stage["choice"] == 1
+    assert [c["outcome"] for c in stage["candidates"]] == ["passed", "chosen"]
+    assert stage["candidates"][0]["measured"]["samples"] >= 1
+    assert answer["plan"]["selection"]["decision"] == "measured"
+    assert answer["released"] is True
+
+    again = edge("plan", "p.json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "selection: latency; measured on " in again.stdout and ", reused" in again.stdout
+    assert "candidate 0 echo: passed: passed every gate; not chosen" in again.stdout
+    assert "[p50 " in again.stdout
+
+    forced = edge("plan", "p.json", "--remeasure", "--json", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    selection = json.loads(forced.stdout)["plan"]["selection"]
+    assert selection["decision"] == "measured" and "--remeasure" in selection["note"]
+
+
+def test_plan_times_its_input_and_names_a_bad_one(tmp_path: Path) -> None:
+    _write(tmp_path)
+    timed = edge("plan", "p.json", "--input", "workload.npz", "--json", cwd=tmp_path)
+    assert timed.returncode == 0, timed.stderr
+    workload = json.loads(timed.stdout)["plan"]["selection"]["workload"]
+    assert workload["origin"] == "--input" and workload["note"] == "--input: workload.npz"
+    (tmp_path / "bad.npz").write_text("not an archive")
+    bad = edge("plan", "p.json", "--input", "bad.npz", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("edge: input[0]: not a readable .npz")
+
+
+def test_run_gives_every_answer_its_placement(tmp_path: Path) -> None:
+    _write(tmp_path)
+    ran = edge("run", "p.json", "--inputs", "workload.npz", "--repeat", "2", "--json",
+               cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    receipt = {s["stage"]: s for s in report["placement"]}
+    assert receipt["b"]["candidate"] == 1 and receipt["b"]["decision"] == "measured"
+    assert receipt["b"]["backend"] == "echo" and receipt["b"]["provider"] == "numpy"
+    assert receipt["a"]["decision"] == "only"
+    assert report["plan"]["selection"]["workload"]["origin"] == "--input"
+    human = edge("run", "p.json", "--inputs", "workload.npz", cwd=tmp_path)
+    assert human.returncode == 0, human.stderr
+    assert "placement: a on echo (numpy, candidate 0, only); b on echo (numpy, candidate 1, "\
+        "reused " in human.stdout
+
+
+def test_probe_only_says_a_measured_choice_is_made_at_open(tmp_path: Path) -> None:
+    _write(tmp_path)
+    probed = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    assert "note: selection is measured: which would-try candidate of b serves" in \
+        probed.stdout
+    first = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+    assert first.returncode == 0  # nothing measured, nothing stored

@@ -1,0 +1,221 @@
+"""A decision's key follows what a measurement depends on; a bad stored file never crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.config.model import PipelineConfig
+from edge_core.identity import identity_digest
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.selection.key import decision_key, environment_identity
+from edge_core.selection.store import (
+    FORMAT,
+    KEEP_PER_PIPELINE,
+    DecisionCacheWarning,
+    DecisionStore,
+    default_cache_dir,
+)
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "echo,ort-cpu"})
+
+
+def _bundle(folder: Path, content: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "edge-manifest.json").write_text(content, encoding="utf-8")
+    return folder
+
+
+def _config(tmp_path: Path, **over: Any) -> PipelineConfig:
+    bundle = tmp_path / "bundle"
+    if not bundle.exists():
+        _bundle(bundle, '{"files": {}}')
+    stage: dict[str, Any] = {"id": "a", "manifest": str(bundle), "candidates": [
+        {"backend": {"name": "echo", "options": {"delay_s": 0.2}}},
+        {"backend": {"name": "echo-preemptible"}}]}
+    stage.update(over.pop("stage", {}))
+    return load_pipeline({"name": "p", "stages": [stage], **over}, base_dir=tmp_path)
+
+
+def _decision(choice: int = 1, backend: str = "echo-preemptible") -> dict[str, Any]:
+    return {"stages": {"a": {"choice": choice, "backend": backend}}}
+
+
+def test_the_key_is_stable_and_each_change_names_its_part(
+        tmp_path: Path, plugins: PluginSet, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    assert decision_key(config, plugins, env={}) == key  # probes are the same twice
+    # start and reuse change when, not what, is measured
+    same = attrs.evolve(config, start="first-ready",
+                        measurement=attrs.evolve(config.measurement, reuse=False))
+    assert decision_key(same, plugins, env={}).digest == key.digest
+
+    options = _config(tmp_path, stage={"candidates": [
+        {"backend": {"name": "echo", "options": {"delay_s": 0.3}}},
+        {"backend": {"name": "echo-preemptible"}}]})
+    assert decision_key(options, plugins, env={}).changed(key.parts) == ["configuration"]
+
+    objective = attrs.evolve(config, objective="throughput")
+    assert decision_key(objective, plugins, env={}).changed(key.parts) == ["configuration"]
+
+    _bundle(tmp_path / "bundle", '{"files": {"model.onnx": "00"}}')
+    assert decision_key(config, plugins, env={}).changed(key.parts) == ["bundles"]
+    _bundle(tmp_path / "bundle", '{"files": {}}')
+
+    page = tmp_path / "page.txt"
+    page.write_text("1 2 3")
+    with_workload = decision_key(config, plugins, env={}, workload=[page])
+    assert with_workload.changed(key.parts) == ["workload"]
+    page.write_text("1 2 4")
+    assert decision_key(config, plugins, env={}, workload=[page]).changed(
+        with_workload.parts) == ["workload"]
+
+    loader = decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/opt/ep"})
+    assert loader.changed(key.parts) == ["environment"]
+
+    # a faked distribution version of the backend's plugin
+    monkeypatch.setattr(plugins.record("echo"), "version", "9.9.9")
+    assert decision_key(config, plugins, env={}).changed(key.parts) == ["runtime"]
+
+
+def test_the_environment_part_holds_what_the_backends_declare(plugins: PluginSet,
+                                                              tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    env = {"LD_LIBRARY_PATH": "/x", "HOME": "/home/u", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # echo declares nothing: only the loader's path counts
+    assert environment_identity(config, plugins, env) == {"LD_LIBRARY_PATH": "/x"}
+
+
+def test_a_route_interpreters_inventory_is_part_of_the_runtime(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "onnxruntime_qnn-1.22.0.dist-info").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    interpreter = venv / "bin" / "python"
+    interpreter.write_text("#!/bin/false\n")  # never started: read from disk only
+    interpreter.chmod(0o755)
+    route = {"name": "vendor", "interpreter": str(interpreter)}
+    config = _config(tmp_path, stage={"candidates": [
+        {"backend": {"name": "echo", "route": route}}, {"backend": {"name": "echo"}}]})
+    key = decision_key(config, plugins, env={})
+    inventory = key.runtime["interpreters"][str(interpreter)]
+    assert inventory["packages"] == {"onnxruntime-qnn": "1.22.0"}
+    (site / "onnxruntime_qnn-1.22.0.dist-info").rename(site / "onnxruntime_qnn-1.23.0.dist-info")
+    assert decision_key(config, plugins, env={}).changed(key.parts) == ["runtime"]
+
+
+def test_a_decision_round_trips_and_a_new_key_finds_the_previous(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    lookup = store.load(key, config)
+    assert lookup.found is None and lookup.previous is None and lookup.warning is None
+    saved = store.save(key, config, _decision())
+    assert oct(saved.path.stat().st_mode & 0o777) == oct(0o600)
+    found = store.load(key, config).found
+    assert found is not None and found.decision == _decision()
+    assert found.measured_at.endswith("Z")
+    other = decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/ep"})
+    miss = store.load(other, config)
+    assert miss.found is None and miss.previous is not None
+    assert miss.changed(other) == ["environment"]
+    assert store.forget(key) and not store.forget(key)
+
+
+def _corruptions(document: dict[str, Any]) -> dict[str, Any]:
+    digest_off = dict(document, measured_at="2001-01-01T00:00:00Z")
+    wrong_backend = json.loads(json.dumps(document))
+    wrong_backend["decision"]["stages"]["a"]["backend"] = "echo"
+    wrong_backend["digest"] = identity_digest(  # well-formed, verified, and still wrong
+        {k: v for k, v in wrong_backend.items() if k != "digest"})
+    return {
+        "not JSON": "{not json",
+        "not a JSON object": "[1, 2]",
+        "format": json.dumps(dict(document, format="other/9")),
+        "another key": json.dumps(dict(document, key="0" * 64)),
+        "digest does not verify": json.dumps(digest_off),
+        "does not fit the pipeline": json.dumps(wrong_backend),
+        "cannot be read": b"\xff\xfe\x00",
+    }
+
+
+@pytest.mark.parametrize("problem", ["not JSON", "not a JSON object", "format", "another key",
+                                     "digest does not verify", "does not fit the pipeline",
+                                     "cannot be read"])
+def test_a_corrupt_or_unverifiable_file_warns_and_is_measured_again(
+        tmp_path: Path, plugins: PluginSet, problem: str) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    saved = store.save(key, config, _decision())
+    document = json.loads(saved.path.read_text())
+    content = _corruptions(document)[problem]
+    if isinstance(content, bytes):
+        saved.path.write_bytes(content)
+    else:
+        saved.path.write_text(content)
+    with pytest.warns(DecisionCacheWarning, match=problem):
+        lookup = store.load(key, config)
+    assert lookup.found is None and lookup.warning is not None
+    assert str(saved.path) in lookup.warning and "measuring again" in lookup.warning
+
+
+def test_a_decision_that_does_not_fit_is_never_saved(tmp_path: Path, plugins: PluginSet) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    for bad in ({"stages": {}}, _decision(choice=2), _decision(choice=0),
+                {"stages": {"a": {"choice": True, "backend": "echo"}}},
+                {"stages": {**_decision()["stages"], "b": {"choice": 0}}}):
+        with pytest.raises(ValueError, match="decision"):
+            store.save(key, config, bad)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+
+
+def test_an_unreadable_directory_is_no_crash(tmp_path: Path, plugins: PluginSet) -> None:
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    store = DecisionStore(blocked / "cache")
+    config = _config(tmp_path)
+    lookup = store.load(decision_key(config, plugins, env={}), config)
+    assert lookup.found is None
+
+
+def test_old_decisions_of_a_pipeline_are_pruned(tmp_path: Path, plugins: PluginSet) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    for number in range(KEEP_PER_PIPELINE + 3):
+        key = decision_key(config, plugins, env={"LD_LIBRARY_PATH": str(number)})
+        store.save(key, config, _decision())
+    files = list((tmp_path / "cache").glob("*.json"))
+    assert len(files) == KEEP_PER_PIPELINE
+    assert all(json.loads(f.read_text())["format"] == FORMAT for f in files)
+    assert not list((tmp_path / "cache").glob(".decision.*"))  # no temporary left
+
+
+def test_the_cache_directory_follows_the_environment(tmp_path: Path) -> None:
+    assert default_cache_dir({"EDGE_PLACEMENT_CACHE": str(tmp_path)}) == tmp_path
+    assert default_cache_dir({"XDG_CACHE_HOME": "/c"}) == Path("/c/edge/placement")
+    home = default_cache_dir({})
+    assert home == Path(os.path.expanduser("~")) / ".cache" / "edge" / "placement"
+
+
+def test_no_warning_for_a_clean_miss(tmp_path: Path, plugins: PluginSet) -> None:
+    config = _config(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert DecisionStore(tmp_path / "c").load(decision_key(config, plugins, env={}),
+                                                  config).found is None

@@ -16,6 +16,7 @@ from edge_core.errors import ConfigError
 from edge_core.stage import StageContext
 
 __all__ = [
+    "ARENA_EXTEND_STRATEGIES",
     "BASE_RAM_BYTES",
     "BUNDLE_RAM_FACTOR",
     "CPU",
@@ -33,6 +34,10 @@ CPU = "CPUExecutionProvider"
 BASE_RAM_BYTES = 192 * 1024 * 1024
 #: A session holds the graph's weights about once more plus arenas; rounded up.
 BUNDLE_RAM_FACTOR = 3
+
+
+ARENA_EXTEND_STRATEGIES = ("next_power_of_two", "same_as_requested")
+"""How ONNX Runtime's CPU arena grows (``kNextPowerOfTwo``, ``kSameAsRequested``)."""
 
 
 DEFAULT_SESSION_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": "0"}
@@ -77,6 +82,16 @@ class OrtOptions:
             dimensions fixed to the bucket (what static-only providers such as QNN and
             VitisAI compile; each bucket gets its own EP-context cache entry). ``False``:
             one session serves every entry (a CPU session runs any shape).
+        cpu_mem_arena: ONNX Runtime's CPU memory arena (``enable_cpu_mem_arena``). On: a
+            stage's intermediate tensors come from a pool that grows to the largest
+            request's working set and keeps it; off: each tensor is allocated and freed
+            (with the lean heap, ``EDGE_HEAP``, large ones go back to the system at once).
+            The default and its cost are in docs/config.md.
+        arena_extend_strategy: How the arena grows: ``next_power_of_two`` (ONNX
+            Runtime's default) or ``same_as_requested``. Needs ``cpu_mem_arena``.
+        arena_shrinkage: Shrink the arena after every call
+            (``memory.enable_memory_arena_shrinkage = cpu:0``): its chunks free at the end
+            of the run are given back. Needs ``cpu_mem_arena``.
         gate_timeout_s: Bound in seconds on the worker's load and, separately, on its
             warm-up (the placement and numerics gate); ``None``: 600 s each. A stage past
             it is refused (the worker is retired), so a slow device or simulator cannot
@@ -91,6 +106,20 @@ class OrtOptions:
     stage_bundle: bool = True
     session_per_bucket: bool = False
     gate_timeout_s: float | None = attrs.field(default=None, validator=_check_timeout)
+    cpu_mem_arena: bool = False
+    arena_extend_strategy: Literal["next_power_of_two", "same_as_requested"] = (
+        "next_power_of_two")
+    arena_shrinkage: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        """Refuse arena settings without the arena."""
+        if not self.cpu_mem_arena:
+            if self.arena_shrinkage:
+                raise ConfigError("arena_shrinkage", "needs cpu_mem_arena = true",
+                                  self.arena_shrinkage)
+            if self.arena_extend_strategy != "next_power_of_two":
+                raise ConfigError("arena_extend_strategy", "needs cpu_mem_arena = true",
+                                  self.arena_extend_strategy)
 
 
 def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
@@ -106,6 +135,9 @@ def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
         "placement_method": options.placement_method,
         "session_config": {**DEFAULT_SESSION_CONFIG, **options.session_config},
         "session_per_bucket": options.session_per_bucket,
+        "cpu_mem_arena": options.cpu_mem_arena,
+        "arena_extend_strategy": options.arena_extend_strategy,
+        "arena_shrinkage": options.arena_shrinkage,
     }
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_contracts.heap import keep_heap_lean
 from edge_contracts.shapesets import ShapeEntry, ShapeSet
 from edge_contracts.tensors import dtype_of
 from edge_contracts.worker import BaseHandler, Call
@@ -174,9 +175,12 @@ class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
     def __init__(self) -> None:
+        self._heap = keep_heap_lean()  # before ONNX Runtime allocates anything
         import onnxruntime as ort
 
         self._ort = ort
+        self._run_options: Any = None  # per-call options (arena shrinkage), once loaded
+        self._arena_registered = False
         self._session: Any = None
         self._output_names: list[str] = []
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
@@ -221,6 +225,17 @@ class OrtHandler(BaseHandler):
                     names.append(str(device.ep_name))
         return names
 
+    def _register_arena(self) -> None:
+        """The process's shared CPU arena, growing by what is requested (once)."""
+        if self._arena_registered:
+            return
+        ort = self._ort
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                                 ort.OrtMemType.DEFAULT)
+        # (max_mem 0: no limit, strategy 1: kSameAsRequested, -1: defaults)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
+        self._arena_registered = True
+
     def _context_entry(self, config: Mapping[str, Any],
                        bucket: Mapping[str, Any] | None = None) -> ContextEntry | None:
         """The EP-context cache entry for ``config["ep_context"]`` (``{dir, material}``).
@@ -250,6 +265,11 @@ class OrtHandler(BaseHandler):
         options.log_severity_level = int(config.get("log_severity_level", 3))
         if config.get("intra_op_threads"):
             options.intra_op_num_threads = int(config["intra_op_threads"])
+        options.enable_cpu_mem_arena = bool(config.get("cpu_mem_arena", True))
+        if (options.enable_cpu_mem_arena
+                and config.get("arena_extend_strategy") == "same_as_requested"):
+            self._register_arena()
+            options.add_session_config_entry("session.use_env_allocators", "1")
         for key, value in dict(config.get("session_config", {})).items():
             options.add_session_config_entry(str(key), str(value))
         if self._method == "assignment":
@@ -353,7 +373,17 @@ class OrtHandler(BaseHandler):
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         self._largest.clear()
+        self._run_options = None
+        if config.get("cpu_mem_arena", True) and config.get("arena_shrinkage"):
+            self._run_options = ort.RunOptions()
+            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
+                                                   "cpu:0")
         report.update({
+            "memory": {"heap": dict(self._heap),
+                       "cpu_mem_arena": bool(config.get("cpu_mem_arena", True)),
+                       "arena_extend_strategy": str(config.get("arena_extend_strategy",
+                                                               "next_power_of_two")),
+                       "arena_shrinkage": self._run_options is not None},
             # Static output shapes: large outputs are written by ONNX Runtime straight
             # into shared memory (IOBinding), with no copy after the run.
             "outputs_in_place": bool(self._static_outputs),
@@ -433,7 +463,8 @@ class OrtHandler(BaseHandler):
 
     def _run(self, inputs: Mapping[str, np.ndarray],
              session: Any = None) -> dict[str, np.ndarray]:
-        values = (session or self._session).run(self._output_names, dict(inputs))
+        values = (session or self._session).run(self._output_names, dict(inputs),
+                                                self._run_options)
         return dict(zip(self._output_names, values, strict=True))
 
     def _reference(self, inputs: Mapping[str, np.ndarray],
@@ -577,7 +608,7 @@ class OrtHandler(BaseHandler):
             out = call.output_buffer(shape, dtype)
             binding.bind_output(name, "cpu", 0, dtype, list(shape), out.ctypes.data)
             outputs[name] = out
-        session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding, self._run_options)
         return outputs
 
     def close(self) -> None:

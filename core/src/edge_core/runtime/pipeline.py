@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_contracts.heap import keep_heap_lean
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import StageClosed
 from edge_core.ledger import ResourceLedger
@@ -42,6 +43,7 @@ from edge_core.runtime.chain import (
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.execution_plan import execution_plan
 from edge_core.runtime.health import pipeline_health
+from edge_core.runtime.memory_check import memory_report
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.pipeline_result import PipelineResult
@@ -130,6 +132,7 @@ class Pipeline:
             CandidatesRefused: every candidate of a stage that lists some was refused.
             Any error from a plugin's load or warm-up, after unwinding.
         """
+        keep_heap_lean()  # this controller gives freed arrays back (EDGE_HEAP=default: not)
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s)
         if any(stage.candidates for stage in config.stages):
@@ -285,11 +288,14 @@ class Pipeline:
     def health(self) -> dict[str, Any]:
         """The pipeline's health, each stage runtime's and how many replicas serve.
 
-        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`).
+        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`);
+        ``memory`` compares each stage's peak so far with its declared demand
+        (:func:`~.memory_check.memory_report`).
         """
-        return pipeline_health(self.config.name, self.closed,
-                               [s.health() for s in self.stages],
-                               {g.stage_id: g.summary() for g in self._groups})
+        return {**pipeline_health(self.config.name, self.closed,
+                                  [s.health() for s in self.stages],
+                                  {g.stage_id: g.summary() for g in self._groups}),
+                "memory": memory_report(self._stages)}
 
     def cancel(self) -> dict[str, str]:
         """Cancel everything in flight; stage id (``stage#r`` for replica r > 0) → outcome.

@@ -9,27 +9,30 @@ seed: 90 to 2400 pixels a side, 1 to 30 lines) plus the demo page, saved as file
 * **run**: ``edge run PIPELINE --input DIR --jsonl`` reads them: its controller, the
   stage workers and every process of their trees;
 * **serve**: one ``edge serve`` per configuration (below), all open at once; every page
-  is uploaded once to each (the warm-up pass), then ``--rounds`` timed passes. Within a
-  pass each page goes to every configuration in turn, the order rotated from page to page
-  and round to round, so that a page's requests to all configurations fall within
-  seconds of each other and the machine's drift falls on all alike. Memory is measured
-  after the last request.
+  is uploaded once to each (the warm-up pass). Then ``--rounds`` rounds of blocks: each
+  configuration reads the whole page set back to back (a busy server), the order of the
+  configurations rotated from round to round; after its last block each tree is measured
+  (memory while busy). Then ``--sparse-rounds`` rounds with the configurations
+  interleaved page by page: each server rests while the others work, so these are the
+  requests that come after a rest. Then every server is left alone for ``REST_WAIT_S``
+  and measured again (memory at rest), and ``/health`` gives the stage checks.
 
-Configurations (ONNX Runtime's CPU arena in every stage's worker, and the heap policy of
-every process, ``EDGE_HEAP``: :mod:`edge_contracts.heap`):
+Configurations (``EDGE_HEAP``, the heap policy of every process: :mod:`edge_contracts.heap`;
+and ONNX Runtime's CPU arena in every stage's worker):
 
-=================  ============  ===========================================================
-``default``        as installed  the pipeline as built, no option set, ``EDGE_HEAP`` unset
-                                 (the lean heap; the arena on, shrunk after every call)
-``today``          default heap  the arena on, growing by powers of two, never shrunk (ONNX
-                                 Runtime's defaults), glibc's own heap policy: what edge-core
-                                 did before this benchmark existed
-``arena``          lean          the arena on, never shrunk (ONNX Runtime's defaults)
-``arena-same``     lean          the arena on, growing by what is requested, shrunk after
-                                 every call
-``no-arena``       lean          the arena off
-``no-arena-heap``  default heap  the arena off, glibc's own heap policy
-=================  ============  ===========================================================
+==================  =========  ============================================================
+``default``         ``rest``   the pipeline as built, no option set, ``EDGE_HEAP`` unset:
+                               the arena on, shrunk once the worker rests; every heap
+                               trimmed once its process rests
+``today``           ``off``    the arena on, never shrunk (ONNX Runtime's defaults), glibc's
+                               own heap policy: what edge-core did before this benchmark
+``arena-never``     ``rest``   the arena never shrunk; heaps trimmed at rest
+``every-call``      ``eager``  the arena shrunk after every call; large blocks unmapped at
+                               once (every request pays for fresh pages)
+``arena-same``      ``rest``   the arena growing by what is requested, shrunk at rest
+``no-arena``        ``rest``   the arena off; heaps trimmed at rest
+``no-arena-eager``  ``eager``  the arena off; large blocks unmapped at once
+==================  =========  ============================================================
 
 Measured per process: USS (what the process alone holds: its private pages), PSS and RSS
 from ``/proc/PID/smaps``; a tree's USS adds, once, the resident pages of edge-core's
@@ -42,20 +45,26 @@ its worker's tree, against its declared demand).
 
 The last line is one JSON object:
 
-* ``serve_tree_uss_over_rapidocr``: the ``default`` server's tree USS after the requests
-  / RapidOCR's USS after the same pages (goal <= 1.0);
+* ``serve_tree_uss_over_rapidocr``: the ``default`` server's tree USS at rest after the
+  requests / RapidOCR's USS after the same pages (goal <= 1.0); ``..._busy_...``: the same
+  with the tree measured right after its last busy block;
 * ``run_tree_uss_over_rapidocr``: the peak of ``edge run``'s sampled tree USS / RapidOCR's
   sampled peak (goal <= 1.0);
-* ``controller_uss_mib``: the ``default`` server's controller after the requests (goal
-  <= 80);
+* ``controller_uss_mib``: the ``default`` server's controller at rest after the requests
+  (goal <= 80), and ``controller_uss_busy_mib``;
 * ``peak_over_demand``: per stage of the ``default`` server (goal <= 1.0 each);
-* ``configs``: per configuration, its tree, controller and workers, its stage checks,
-  ``warm_p50_s`` (per request, over the timed rounds) and ``p50_over_today`` (median of
-  the per-page, per-round ratios against ``today``, with its 95 % bootstrap interval):
-  the page pipeline's warm p50 should stay within 10 % of today's.
+* ``warm_p50_over_today``: the ``default`` server's busy p50 against ``today``'s (goal
+  <= 1.10: the page pipeline's warm p50 within 10 % of today's), and
+  ``sparse_p50_over_today`` for requests after a rest;
+* ``configs``: per configuration its trees (busy, at rest), controller and workers, stage
+  checks, ``warm_p50_s`` and ``p50_over_today`` (median of the per-page, per-round ratios
+  against ``today``, with a 95 % bootstrap interval), the same for the sparse requests,
+  and ``cpu_s_per_request`` per process (user + system CPU seconds per busy request),
+  which says where a difference comes from.
 
-Run: ``.venv/bin/python benchmarks/memory.py [--pages 12] [--rounds 3] [--configs a,b]
-[--bundles DIR]``; ``--quick`` is a smoke run (4 pages, 1 round, 2 configurations).
+Run: ``.venv/bin/python benchmarks/memory.py [--pages 12] [--rounds 3] [--sparse-rounds 1]
+[--configs a,b] [--bundles DIR]``; ``--quick`` is a smoke run (4 pages, one round of each,
+two configurations).
 """
 
 from __future__ import annotations
@@ -80,6 +89,8 @@ from typing import Any
 import httpx
 import psutil
 
+from edge_contracts.heap import REST_S
+
 MIB = 1024 * 1024
 EDGE = str(Path(sys.executable).with_name("edge"))
 SEED = 17
@@ -87,13 +98,15 @@ SEED = 17
 #: name -> (EDGE_HEAP or None for unset, ORT options for every stage or None for none)
 CONFIGS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
     "default": (None, None),
-    "today": ("default", {"cpu_mem_arena": True, "arena_shrinkage": False}),
-    "arena": ("lean", {"cpu_mem_arena": True, "arena_shrinkage": False}),
-    "arena-same": ("lean", {"cpu_mem_arena": True, "arena_shrinkage": True,
-                            "arena_extend_strategy": "same_as_requested"}),
-    "no-arena": ("lean", {"cpu_mem_arena": False}),
-    "no-arena-heap": ("default", {"cpu_mem_arena": False}),
+    "today": ("off", {"cpu_mem_arena": True, "arena_shrinkage": "never"}),
+    "arena-never": ("rest", {"arena_shrinkage": "never"}),
+    "every-call": ("eager", {"arena_shrinkage": "every-call"}),
+    "arena-same": ("rest", {"arena_extend_strategy": "same_as_requested"}),
+    "no-arena": ("rest", {"cpu_mem_arena": False}),
+    "no-arena-eager": ("eager", {"cpu_mem_arena": False}),
 }
+REST_WAIT_S = REST_S + 3.0
+"""How long the servers are left alone before the memory at rest is measured."""
 ANCHOR = "today"
 
 
@@ -177,6 +190,19 @@ def role_of(process: psutil.Process, root: int, workers: Mapping[int, str]) -> s
     if "supervisor.py" in command:
         return "supervisor"
     return "worker" if "edge_contracts" in command or "import sys" in command else "child"
+
+
+def cpu_seconds(root: int, workers: Mapping[int, str]) -> dict[str, float]:
+    """CPU time (user + system) used so far by each process of ``root``'s tree, by role."""
+    found: dict[str, float] = {}
+    for process in tree(root):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        role = role_of(process, root, workers)
+        found[role] = found.get(role, 0.0) + times.user + times.system
+    return found
 
 
 def snapshot(root: int, workers: Mapping[int, str] | None = None) -> dict[str, Any]:
@@ -385,7 +411,7 @@ class Server:
             env=environment(heap))
         self.url = ""
         self.client: httpx.Client | None = None
-        self.times: list[tuple[int, int, float]] = []  # (round, page, seconds)
+        self.times: list[tuple[str, int, int, float]] = []  # (phase, round, page, seconds)
 
     def wait_listening(self) -> None:
         """Block until it prints its address."""
@@ -461,39 +487,79 @@ def ratio_interval(ratios: Sequence[float], resamples: int = 2000) -> list[float
             round(medians[int(0.975 * resamples) - 1], 3)]
 
 
+def _ratios(server: Server, base: Mapping[tuple[str, int, int], float],
+            phase: str) -> list[float]:
+    return [t / base[(phase, r, i)] for ph, r, i, t in server.times
+            if ph == phase and (phase, r, i) in base]
+
+
 def measure_serve(directory: Path, files: Sequence[Path], names: Sequence[str],
-                  rounds: int) -> dict[str, Any]:
-    """Every configuration's server: warm-up pass, timed rounds, then memory and checks."""
+                  rounds: int, sparse_rounds: int) -> dict[str, Any]:
+    """Every configuration's server: warm-up pass, timed rounds, then memory and checks.
+
+    ``rounds`` of blocks (each configuration reads every page back to back; the order of
+    the configurations rotates from round to round): the warm p50 of a busy server, and
+    after its last block each tree's memory while busy. Then ``sparse_rounds`` with the
+    configurations interleaved page by page (each server rests while the others work):
+    the p50 of requests that come after a rest. Then, once every server has rested
+    (``REST_WAIT_S``), the memory at rest and ``/health``'s stage checks.
+    """
     results: dict[str, Any] = {}
     with servers(directory, names) as started:
-        opened = {s.name: snapshot(s.process.pid, s.workers()) for s in started}
+        roles = {s.name: s.workers() for s in started}
+        opened = {s.name: snapshot(s.process.pid, roles[s.name]) for s in started}
         for server in started:  # the warm-up pass: every shape seen once
             for file in files:
                 server.read(file)
+        cpu_before = {s.name: cpu_seconds(s.process.pid, roles[s.name]) for s in started}
+        busy: dict[str, dict[str, Any]] = {}
         for number in range(rounds):
+            shift = number % len(started)
+            for server in [*started[shift:], *started[:shift]]:
+                for index, file in enumerate(files):
+                    server.times.append(("busy", number, index, server.read(file)))
+                if number == rounds - 1:
+                    busy[server.name] = snapshot(server.process.pid, roles[server.name])
+            print(f"round {number + 1}/{rounds} done", file=sys.stderr, flush=True)
+        cpu_used = {s.name: cpu_seconds(s.process.pid, roles[s.name]) for s in started}
+        for number in range(sparse_rounds):
             for index, file in enumerate(files):
                 shift = (number + index) % len(started)
                 for server in [*started[shift:], *started[:shift]]:
-                    server.times.append((number, index, server.read(file)))
-            print(f"round {number + 1}/{rounds} done", file=sys.stderr, flush=True)
+                    server.times.append(("sparse", number, index, server.read(file)))
+            print(f"sparse round {number + 1}/{sparse_rounds} done", file=sys.stderr,
+                  flush=True)
+        time.sleep(REST_WAIT_S)
         anchor = next((s for s in started if s.name == ANCHOR), None)
-        base = {(r, i): t for r, i, t in anchor.times} if anchor is not None else {}
+        base = ({(ph, r, i): t for ph, r, i, t in anchor.times} if anchor is not None
+                else {})
         for server in started:
-            after = snapshot(server.process.pid, server.workers())
-            health = server.health()
-            memory = health["pipelines"]["ocr-page"]["memory"]
-            times = [t for _, _, t in server.times]
-            ratios = [t / base[(r, i)] for r, i, t in server.times if (r, i) in base]
-            controller = next(p for p in after["processes"] if p["role"] == "controller")
+            before = cpu_before[server.name]
+            used = cpu_used[server.name]
+            timed = sum(1 for ph, *_ in server.times if ph == "busy")
+            cpu = {role: round((used[role] - before.get(role, 0.0)) / max(1, timed), 4)
+                   for role in sorted(used) if role != "supervisor"}
+            rest = snapshot(server.process.pid, roles[server.name])
+            memory = server.health()["pipelines"]["ocr-page"]["memory"]
+            times = [t for ph, _, _, t in server.times if ph == "busy"]
+            sparse = [t for ph, _, _, t in server.times if ph == "sparse"]
+            ratios = _ratios(server, base, "busy")
+            sparse_ratios = _ratios(server, base, "sparse")
+            controller = next(p for p in rest["processes"] if p["role"] == "controller")
+            held = busy.get(server.name, rest)
+            busy_controller = next(p for p in held["processes"] if p["role"] == "controller")
             results[server.name] = {
                 "heap": CONFIGS[server.name][0], "options": CONFIGS[server.name][1],
                 "settings": server.settings(),
-                "tree_uss_mib": after["tree_uss_mib"],
-                "tree_rss_mib": after["tree_rss_mib"],
+                "tree_uss_mib": rest["tree_uss_mib"],
+                "tree_rss_mib": rest["tree_rss_mib"],
                 "controller_uss_mib": controller["uss_mib"],
+                "busy_tree_uss_mib": held["tree_uss_mib"],
+                "busy_controller_uss_mib": busy_controller["uss_mib"],
                 "opened_tree_uss_mib": opened[server.name]["tree_uss_mib"],
-                "processes": after["processes"],
-                "shared_segments_mib": after["shared_segments_mib"],
+                "processes": rest["processes"],
+                "busy_processes": held["processes"],
+                "shared_segments_mib": rest["shared_segments_mib"],
                 "peak_over_demand": {
                     sid: check["pools"]["machine:ram"]["peak_over_demand"]
                     for sid, check in memory["stages"].items()},
@@ -504,7 +570,14 @@ def measure_serve(directory: Path, files: Sequence[Path], names: Sequence[str],
                 "warm_p50_s": round(statistics.median(times), 3) if times else None,
                 "p50_over_today": round(statistics.median(ratios), 3) if ratios else None,
                 "p50_over_today_ci95": ratio_interval(ratios) if ratios else None,
-                "requests_timed": len(times),
+                "sparse_p50_s": round(statistics.median(sparse), 3) if sparse else None,
+                "sparse_p50_over_today": (round(statistics.median(sparse_ratios), 3)
+                                          if sparse_ratios else None),
+                "sparse_p50_over_today_ci95": (ratio_interval(sparse_ratios)
+                                               if sparse_ratios else None),
+                "requests_timed": len(times) + len(sparse),
+                # CPU seconds per busy request, per process (load inflates wall time more)
+                "cpu_s_per_request": cpu,
             }
     return results
 
@@ -515,7 +588,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure the three, print a table per configuration and the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=12, help="generated pages (+ the demo)")
-    parser.add_argument("--rounds", type=int, default=3, help="timed passes per configuration")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed passes per configuration, each page set back to back")
+    parser.add_argument("--sparse-rounds", type=int, default=1,
+                        help="timed passes with the configurations interleaved page by page")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help=f"configurations to serve (of {', '.join(CONFIGS)})")
     parser.add_argument("--bundles", type=Path, help="built page bundles (pipeline.toml)")
@@ -532,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or "default" not in names:
         parser.error(f"--configs: unknown {unknown} (and 'default' is required)")
     if args.quick:
-        args.pages, args.rounds = 4, 1
+        args.pages, args.rounds, args.sparse_rounds = 4, 1, 1
         names = [n for n in names if n in ("default", ANCHOR)]
 
     with tempfile.TemporaryDirectory(prefix="edge-memory-bench-") as scratch:
@@ -548,26 +624,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["run"] = measure_run(variant(directory, "default", None), work / "pages",
                                         len(files), None, args.interval)
             print(f"edge run: {json.dumps(result['run'])}", file=sys.stderr)
-        configs = measure_serve(directory, files, names, args.rounds)
+        configs = measure_serve(directory, files, names, args.rounds, args.sparse_rounds)
         for name, found in configs.items():
             workers = {p["role"]: p["uss_mib"] for p in found["processes"]}
-            print(f"{name:14s} tree {found['tree_uss_mib']:7.1f} MiB  controller "
+            print(f"{name:14s} tree {found['tree_uss_mib']:7.1f} MiB at rest "
+                  f"({found['busy_tree_uss_mib']:.1f} busy)  controller "
                   f"{found['controller_uss_mib']:6.1f}  {workers}  p50 "
                   f"{found['warm_p50_s']} s  x today {found['p50_over_today']} "
-                  f"{found['p50_over_today_ci95']}", file=sys.stderr)
+                  f"{found['p50_over_today_ci95']}  sparse x today "
+                  f"{found['sparse_p50_over_today']}  cpu {found['cpu_s_per_request']}",
+                  file=sys.stderr)
     default = configs["default"]
     peer = result.get("rapidocr")
     run = result.get("run")
     summary = {
         "serve_tree_uss_over_rapidocr": (round(default["tree_uss_mib"] / peer["uss_mib"], 3)
                                          if peer else None),
+        "serve_tree_uss_busy_over_rapidocr": (
+            round(default["busy_tree_uss_mib"] / peer["uss_mib"], 3) if peer else None),
         "run_tree_uss_over_rapidocr": (
             round(run["peak_tree_uss_mib"] / peer["peak_tree_uss_mib"], 3)
             if peer and run else None),
         "controller_uss_mib": default["controller_uss_mib"],
+        "controller_uss_busy_mib": default["busy_controller_uss_mib"],
         "peak_over_demand": default["peak_over_demand"],
         "warm_p50_s": default["warm_p50_s"],
         "warm_p50_over_today": default["p50_over_today"],
+        "sparse_p50_over_today": default["sparse_p50_over_today"],
         "serve_tree_uss_mib": default["tree_uss_mib"],
         "run_peak_tree_uss_mib": run["peak_tree_uss_mib"] if run else None,
         "rapidocr_uss_mib": peer["uss_mib"] if peer else None,

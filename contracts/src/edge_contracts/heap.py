@@ -1,22 +1,32 @@
-"""The process heap's policy: large blocks go back to the operating system when freed.
+"""The process heap's policy: what a process gives back to the system, and when.
 
-glibc's ``malloc`` serves a block of at least ``M_MMAP_THRESHOLD`` bytes (128 KiB at
-start) with a mapping of its own, unmapped when freed. But the threshold is *dynamic*:
-each time such a block is freed, it rises to that block's size (up to 32 MiB), so after a
-few freed page-sized arrays every later array of that size comes from the heap, and a
-heap keeps what was freed inside it. A process that handles arrays of varying size on
-several threads (the controller's transforms, an ONNX Runtime worker's tensors) then holds
-the largest working set it ever had, once per thread's heap, for good.
+glibc's ``malloc`` keeps freed memory for reuse. A process that handles arrays of varying
+size on several threads (the controller's transforms, a worker's tensors) then holds its
+largest working set once per thread's heap, for good: glibc raises its ``mmap`` threshold
+to the size of every large block freed (up to 32 MiB), after which such blocks come from
+the heaps, which give back only what is free at their top. Giving memory back is not free
+either: the next request touches fresh pages again (page faults and zeroing, a few
+milliseconds per 10 MiB). So the policy decides *when*:
 
-:func:`keep_heap_lean` fixes the threshold (glibc then stops moving it) and the trim
-threshold at :data:`LEAN_THRESHOLD_BYTES`: a freed large block is unmapped at once, and a
-heap's free top beyond that size is given back. The cost is a fresh mapping (page
-faults) for each large block, measured in ``benchmarks/memory.py``.
+``rest`` (the default)
+    glibc reuses freed memory while the process works; once the process has been at rest
+    for :data:`REST_S` (under 5 % of one CPU), a watcher thread gives back every free page
+    of every heap (``malloc_trim(0)``) and calls what was registered with :func:`on_rest`
+    (an ONNX Runtime worker shrinks its arena there). Requests that follow each other pay
+    nothing; the first one after a rest pays for the pages it touches again.
+``eager``
+    Blocks of :data:`LEAN_THRESHOLD_BYTES` or more are mapped on their own and unmapped
+    when freed (both glibc thresholds fixed): memory goes back at once, and every request
+    pays for fresh pages. A new process gets the same from its start through
+    ``GLIBC_TUNABLES`` (:func:`eager_process_environment`).
+``off``
+    glibc's own policy: nothing is given back.
 
-:data:`HEAP_ENV` (``EDGE_HEAP``) chooses: ``lean`` (the default) or ``default`` (glibc's
-own dynamic policy, as before). Other allocators (musl, macOS, Windows) are left as they
-are. Standard library only: the controller names the variable in a worker's environment
-allowlist, and worker modules call :func:`keep_heap_lean` before loading their runtime.
+:data:`HEAP_ENV` (``EDGE_HEAP``) chooses; it passes to workers. Other C libraries than
+glibc (musl, macOS, Windows) are left as they are (the watcher still runs the
+:func:`on_rest` callbacks). Standard library only: the controller names the variable in a
+worker's environment allowlist, and worker modules apply the policy before loading their
+runtime. ``benchmarks/memory.py`` measures each policy.
 """
 
 from __future__ import annotations
@@ -24,53 +34,66 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping
+import time
+import traceback
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import ctypes
 
-__all__ = ["HEAP_ENV", "HEAP_POLICIES", "LEAN_THRESHOLD_BYTES", "LEAN_TUNABLES", "heap_policy",
-           "keep_heap_lean", "lean_process_environment"]
+__all__ = ["HEAP_ENV", "HEAP_POLICIES", "LEAN_THRESHOLD_BYTES", "LEAN_TUNABLES", "REST_S",
+           "apply_heap_policy", "eager_process_environment", "heap_policy", "on_rest",
+           "rests"]
 
 HEAP_ENV: Final = "EDGE_HEAP"
-"""Environment variable naming the heap policy: ``lean`` (default) or ``default``."""
+"""Environment variable naming the heap policy: ``rest`` (default), ``eager`` or ``off``."""
 
-HEAP_POLICIES: Final = ("lean", "default")
+HEAP_POLICIES: Final = ("rest", "eager", "off")
 """The policies :data:`HEAP_ENV` accepts."""
 
+REST_S: Final = 5.0
+"""How long a process stays under 5 % of one CPU before it counts as at rest.
+
+Longer than one stage call usually takes: in a pipeline, a stage's worker (and the
+controller) wait while the other stages compute, and a request that resumes after a
+give-back pays for the pages it touches again."""
+
 LEAN_THRESHOLD_BYTES: Final = 256 * 1024
-"""Blocks at least this large are mapped on their own and unmapped when freed."""
+"""``eager``: blocks at least this large are mapped on their own and unmapped when freed."""
 
 LEAN_TUNABLES: Final = (f"glibc.malloc.mmap_threshold={LEAN_THRESHOLD_BYTES}:"
                         f"glibc.malloc.trim_threshold={LEAN_THRESHOLD_BYTES}:"
                         "glibc.malloc.hugetlb=1")
-"""``GLIBC_TUNABLES`` for a process started with the lean heap: the two thresholds, and
-transparent huge pages for the blocks mapped on their own (``hugetlb=1``: a fresh block
-then costs a few page faults instead of one per 4 KiB, which is most of what a worker
-pays for giving its tensors back; no effect where the kernel's THP mode is ``never``)."""
+"""``GLIBC_TUNABLES`` for a process started with the ``eager`` heap: the two thresholds,
+and transparent huge pages for the blocks mapped on their own (fewer page faults per
+fresh block; no effect where the kernel's THP mode is ``never``)."""
 
+_REST_CPU: Final = 0.05  # of one CPU: below it, a poll interval counts as quiet
+_POLL_S: Final = 0.25
 _M_TRIM_THRESHOLD: Final = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD: Final = -3
 
 _lock = threading.Lock()
 _applied: dict[str, object] | None = None
+_callbacks: list[Callable[[], None]] = []
+_watcher: _RestWatcher | None = None
 
 
 def heap_policy(environ: Mapping[str, str] | None = None) -> str:
-    """The policy :data:`HEAP_ENV` names (``lean`` when unset or not one of the two)."""
+    """The policy :data:`HEAP_ENV` names (``rest`` when unset or not one of the three)."""
     raw = (os.environ if environ is None else environ).get(HEAP_ENV, "").strip().lower()
-    return raw if raw in HEAP_POLICIES else "lean"
+    return raw if raw in HEAP_POLICIES else "rest"
 
 
-def lean_process_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Variables that give a process the lean heap from its first allocation.
+def eager_process_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables that give a new process the ``eager`` heap from its first allocation.
 
-    ``{"GLIBC_TUNABLES": LEAN_TUNABLES}`` under the ``lean`` policy, else nothing. A
+    ``{"GLIBC_TUNABLES": LEAN_TUNABLES}`` under the ``eager`` policy, else nothing. A
     backend sets them for its worker processes (glibc reads them at start only; other C
     libraries ignore them).
     """
-    return {"GLIBC_TUNABLES": LEAN_TUNABLES} if heap_policy(environ) == "lean" else {}
+    return {"GLIBC_TUNABLES": LEAN_TUNABLES} if heap_policy(environ) == "eager" else {}
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -87,14 +110,71 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
-def keep_heap_lean(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+class _RestWatcher:
+    """A daemon thread: once the process rests, give memory back (once per busy spell)."""
+
+    def __init__(self, trim: Callable[[], object] | None) -> None:
+        self.trim = trim
+        self.rests = 0
+        self._thread = threading.Thread(target=self._run, name="edge-heap-rest", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        busy = False
+        quiet_since = time.monotonic()
+        before = time.process_time()
+        own = 0.0  # CPU spent giving memory back: not work that makes the process busy
+        while True:
+            time.sleep(_POLL_S)
+            now, used = time.monotonic(), time.process_time()
+            worked = used - before - own
+            before, own = used, 0.0
+            if worked > _REST_CPU * _POLL_S:
+                busy, quiet_since = True, now
+                continue
+            if busy and now - quiet_since >= REST_S:
+                started = time.process_time()  # its runtime's threads included
+                self.give_back()
+                own = time.process_time() - started
+                busy = False
+
+    def give_back(self) -> None:
+        """Run the registered callbacks, then trim every heap."""
+        with _lock:
+            callbacks = list(_callbacks)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # one failing callback keeps neither the others nor the trim
+                traceback.print_exc()
+        if self.trim is not None:
+            self.trim()
+        self.rests += 1
+
+
+def on_rest(callback: Callable[[], None]) -> None:
+    """Call ``callback`` (from the watcher thread) each time the process comes to rest.
+
+    Only under the ``rest`` policy, once :func:`apply_heap_policy` has started the
+    watcher; the callback must be safe to run while another thread may start work.
+    """
+    with _lock:
+        _callbacks.append(callback)
+
+
+def rests() -> int:
+    """How many times this process has given memory back at rest so far."""
+    return _watcher.rests if _watcher is not None else 0
+
+
+def apply_heap_policy(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """Apply the policy :data:`HEAP_ENV` names to this process, once; what was done.
 
-    Returns ``{"policy", "allocator", "applied"}`` (and ``threshold_bytes`` when
-    applied, ``tunables`` when the process was started with ``GLIBC_TUNABLES``).
-    Idempotent: a second call returns the first call's answer.
+    Returns ``{"policy", "allocator", "applied"}`` plus ``rest_s`` (``rest``),
+    ``threshold_bytes`` (``eager``) and ``tunables`` (a process started with
+    ``GLIBC_TUNABLES``). Idempotent: a later call returns the first call's answer.
     """
-    global _applied
+    global _applied, _watcher
     with _lock:
         if _applied is not None:
             return dict(_applied)
@@ -105,15 +185,25 @@ def keep_heap_lean(environ: Mapping[str, str] | None = None) -> dict[str, object
             "allocator": ("glibc " + libc.gnu_get_libc_version().decode()) if libc else "other",
             "applied": False,
         }
-        if libc is not None and policy == "lean":
+        if policy == "eager" and libc is not None:
             import ctypes
 
             mallopt = libc.mallopt
             mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-            ok = (mallopt(_M_MMAP_THRESHOLD, LEAN_THRESHOLD_BYTES) == 1
-                  and mallopt(_M_TRIM_THRESHOLD, LEAN_THRESHOLD_BYTES) == 1)
-            answer["applied"] = ok
+            answer["applied"] = (mallopt(_M_MMAP_THRESHOLD, LEAN_THRESHOLD_BYTES) == 1
+                                 and mallopt(_M_TRIM_THRESHOLD, LEAN_THRESHOLD_BYTES) == 1)
             answer["threshold_bytes"] = LEAN_THRESHOLD_BYTES
+        elif policy == "rest":
+            trim: Callable[[], object] | None = None
+            if libc is not None:
+                import ctypes
+
+                malloc_trim = libc.malloc_trim
+                malloc_trim.argtypes = (ctypes.c_size_t,)
+                trim = lambda: malloc_trim(0)  # noqa: E731 - every heap, every free page
+            _watcher = _RestWatcher(trim)
+            answer["applied"] = True
+            answer["rest_s"] = REST_S
         if os.environ.get("GLIBC_TUNABLES"):
             answer["tunables"] = os.environ["GLIBC_TUNABLES"]
         _applied = answer

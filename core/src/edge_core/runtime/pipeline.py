@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edge_contracts.heap import keep_heap_lean
+from edge_contracts.heap import apply_heap_policy
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import StageClosed
 from edge_core.ledger import ResourceLedger
@@ -132,7 +132,7 @@ class Pipeline:
             CandidatesRefused: every candidate of a stage that lists some was refused.
             Any error from a plugin's load or warm-up, after unwinding.
         """
-        keep_heap_lean()  # this controller gives freed arrays back (EDGE_HEAP=default: not)
+        apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s)
         if any(stage.candidates for stage in config.stages):

@@ -6,6 +6,7 @@ rows of 3 (24 MB at the top), so one large request leaves a large working set be
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,10 @@ def _anonymous(pid: int) -> int:
     raise AssertionError("no Anonymous line")
 
 
-def _after_a_large_request(plugins: PluginSet, bundle: Path,
-                           options: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def _after_a_large_request(plugins: PluginSet, bundle: Path, options: dict[str, Any],
+                           until_below: int | None = None) -> tuple[int, dict[str, Any]]:
+    """The worker's anonymous memory after a large request then a small one (polled for
+    up to 20 s while it stays at or above ``until_below``), and its memory settings."""
     with _open(plugins, bundle, options) as pipeline:
         x = np.full((ROWS, 3), -0.5, np.float32)
         with pipeline.run({"x": x}) as result:
@@ -82,34 +85,48 @@ def _after_a_large_request(plugins: PluginSet, bundle: Path,
         with pipeline.run({"x": x[:4]}) as result:  # a small one after it
             np.testing.assert_array_equal(result.outputs["y"], np.zeros((4, 3)))
         stage = pipeline.execution_plan()["stages"][0]
-        return _anonymous(int(stage["worker"]["pid"])), stage["worker"]["load"]["memory"]
+        pid = int(stage["worker"]["pid"])
+        found = _anonymous(pid)
+        deadline = time.monotonic() + 20
+        while until_below is not None and found >= until_below and time.monotonic() < deadline:
+            time.sleep(0.25)
+            found = _anonymous(pid)
+        return found, stage["worker"]["load"]["memory"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux /proc only")
-def test_without_the_arena_a_large_request_leaves_nothing_behind_with_it_the_arena_keeps_it(
+def test_the_arena_gives_a_large_requests_working_set_back_at_rest_or_after_every_call(
     plugins: PluginSet, bundle: Path,
 ) -> None:
-    kept, arena = _after_a_large_request(plugins, bundle, {"cpu_mem_arena": True})
-    freed, plain = _after_a_large_request(plugins, bundle, {"cpu_mem_arena": False})
-    shrunk, shrink = _after_a_large_request(plugins, bundle, {"cpu_mem_arena": True,
-                                                              "arena_shrinkage": True})
-    assert arena["cpu_mem_arena"] is True and arena["arena_shrinkage"] is False
-    assert plain["cpu_mem_arena"] is False and plain["heap"]["policy"] == "lean"
-    assert shrink["arena_shrinkage"] is True
-    # x + x at 2 000 000 x 3 is 24 MB: the arena keeps it (and more), the others do not
-    assert kept - freed > 16 * MiB, (kept, freed)
-    assert kept - shrunk > 16 * MiB, (kept, shrunk)
+    kept, never = _after_a_large_request(plugins, bundle, {"arena_shrinkage": "never"})
+    every, each = _after_a_large_request(plugins, bundle, {"arena_shrinkage": "every-call"})
+    plain, off = _after_a_large_request(plugins, bundle, {"cpu_mem_arena": False},
+                                        until_below=kept - 16 * MiB)
+    rested, rest = _after_a_large_request(plugins, bundle, {},  # the defaults
+                                          until_below=kept - 16 * MiB)
+    assert never == {"heap": never["heap"], "cpu_mem_arena": True,
+                     "arena_extend_strategy": "next_power_of_two", "arena_shrinkage": "never"}
+    assert rest["arena_shrinkage"] == "at-rest" and rest["heap"]["policy"] == "rest"
+    assert each["arena_shrinkage"] == "every-call"
+    assert off["cpu_mem_arena"] is False and off["arena_shrinkage"] == "never"
+    # x + x at 2 000 000 x 3 is 24 MB: an arena never shrunk keeps it (and more); shrunk
+    # after every call, at rest, or without the arena (the heap trimmed at rest), it goes
+    assert kept - every > 16 * MiB, (kept, every)
+    assert kept - rested > 16 * MiB, (kept, rested)
+    assert kept - plain > 16 * MiB, (kept, plain)
 
 
-def test_arena_settings_without_the_arena_are_refused_naming_the_option() -> None:
+def test_an_extend_strategy_without_the_arena_is_refused_naming_the_option() -> None:
     path = "stages[0].backend.options"
-    for option, value in (("arena_shrinkage", True),
-                          ("arena_extend_strategy", "same_as_requested")):
-        with pytest.raises(ConfigError, match=f"{option}: needs cpu_mem_arena = true"):
-            structure_config({"cpu_mem_arena": False, option: value}, OrtOptions, path=path)
-    with pytest.raises(ConfigError, match=r"backend.options.arena_extend_strategy"):
-        structure_config({"cpu_mem_arena": True, "arena_extend_strategy": "doubling"},
+    with pytest.raises(ConfigError, match=r"arena_extend_strategy: needs cpu_mem_arena = true"):
+        structure_config({"cpu_mem_arena": False, "arena_extend_strategy": "same_as_requested"},
                          OrtOptions, path=path)
-    chosen = structure_config({"cpu_mem_arena": True, "arena_shrinkage": True}, OrtOptions,
-                              path=path)
-    assert chosen.arena_shrinkage is True
+    with pytest.raises(ConfigError, match=r"backend.options.arena_extend_strategy"):
+        structure_config({"arena_extend_strategy": "doubling"}, OrtOptions, path=path)
+    default = structure_config({}, OrtOptions, path=path)
+    assert default.cpu_mem_arena is True
+    assert default.arena_shrinkage == "at-rest"
+    plain = structure_config({"cpu_mem_arena": False}, OrtOptions, path=path)
+    assert plain.arena_shrinkage == "at-rest"  # ignored without the arena; not an error
+    with pytest.raises(ConfigError, match=r"backend.options.arena_shrinkage"):
+        structure_config({"arena_shrinkage": True}, OrtOptions, path=path)

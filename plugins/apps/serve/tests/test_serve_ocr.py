@@ -28,6 +28,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serving import EDGE, Served, running
 
+from edge_contracts.heap import REST_S
+
 pytestmark = pytest.mark.slow
 
 MAX_BODY = 1 << 20
@@ -148,7 +150,7 @@ def test_the_page_uploads_an_image_in_headless_chromium(server: Served, ocr_dir:
 
 def test_the_serving_controller_imports_no_onnxruntime_and_stays_lean(
         server: Served, ocr_dir: Path) -> None:
-    """After the requests above: no onnxruntime mapped in the controller, USS <= 80 MiB."""
+    """After the requests: no onnxruntime mapped in the controller; at rest, USS <= 80 MiB."""
     image = (ocr_dir / "page.png").read_bytes()
     with httpx.Client(base_url=server.url, timeout=120) as client:
         for _ in range(3):
@@ -157,7 +159,10 @@ def test_the_serving_controller_imports_no_onnxruntime_and_stays_lean(
     pid = server.process.pid
     with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
         assert "onnxruntime" not in maps.read()  # only the workers load it
-    assert psutil.Process(pid).memory_full_info().uss <= 80 * 1024 * 1024
+    deadline = time.monotonic() + REST_S + 10  # the heap is given back once at rest
+    while (uss := psutil.Process(pid).memory_full_info().uss) > 80 * 1024 * 1024:
+        assert time.monotonic() < deadline, f"controller USS {uss / 2**20:.1f} MiB at rest"
+        time.sleep(0.5)
     assert health["memory_over_demand"] == []  # every stage within its declared demand
 
 

@@ -9,11 +9,13 @@ either: the next request touches fresh pages again (page faults and zeroing, a f
 milliseconds per 10 MiB). So the policy decides *when*:
 
 ``rest`` (the default)
-    glibc reuses freed memory while the process works; once the process has been at rest
-    for :data:`REST_S` (under 5 % of one CPU), a watcher thread gives back every free page
-    of every heap (``malloc_trim(0)``) and calls what was registered with :func:`on_rest`
-    (an ONNX Runtime worker shrinks its arena there). Requests that follow each other pay
-    nothing; the first one after a rest pays for the pages it touches again.
+    One heap for all threads (``M_ARENA_MAX`` 1: what one thread frees, the next reuses,
+    instead of each thread keeping a working set of its own), reused while the process
+    works; once the process has been at rest for :data:`REST_S` (under 5 % of one CPU), a
+    watcher thread gives back every free page (``malloc_trim(0)``) and calls what was
+    registered with :func:`on_rest` (an ONNX Runtime worker shrinks its arena there).
+    Requests that follow each other pay nothing; the first one after a rest pays for the
+    pages it touches again.
 ``eager``
     Blocks of :data:`LEAN_THRESHOLD_BYTES` or more are mapped on their own and unmapped
     when freed (both glibc thresholds fixed): memory goes back at once, and every request
@@ -73,6 +75,7 @@ _REST_CPU: Final = 0.05  # of one CPU: below it, a poll interval counts as quiet
 _POLL_S: Final = 0.25
 _M_TRIM_THRESHOLD: Final = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD: Final = -3
+_M_ARENA_MAX: Final = -8
 
 _lock = threading.Lock()
 _applied: dict[str, object] | None = None
@@ -170,7 +173,8 @@ def rests() -> int:
 def apply_heap_policy(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     """Apply the policy :data:`HEAP_ENV` names to this process, once; what was done.
 
-    Returns ``{"policy", "allocator", "applied"}`` plus ``rest_s`` (``rest``),
+    Returns ``{"policy", "allocator", "applied"}`` plus ``rest_s`` and ``arenas``
+    (``rest``),
     ``threshold_bytes`` (``eager``) and ``tunables`` (a process started with
     ``GLIBC_TUNABLES``). Idempotent: a later call returns the first call's answer.
     """
@@ -198,6 +202,8 @@ def apply_heap_policy(environ: Mapping[str, str] | None = None) -> dict[str, obj
             if libc is not None:
                 import ctypes
 
+                libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+                answer["arenas"] = 1 if libc.mallopt(_M_ARENA_MAX, 1) == 1 else None
                 malloc_trim = libc.malloc_trim
                 malloc_trim.argtypes = (ctypes.c_size_t,)
                 trim = lambda: malloc_trim(0)  # noqa: E731 - every heap, every free page

@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(len(prepared.files), "")
             progress.close()
         plan = pipeline.execution_plan()
-        annotate_plan(plan, pipeline)  # each stage's peak after the requests vs its demand
+        annotate_plan(plan)  # each stage's peak after the requests vs its demand
         health = pipeline.health()
         buffers = buffered.counts()
     except common.CommandFailed:

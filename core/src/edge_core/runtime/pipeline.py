@@ -295,7 +295,7 @@ class Pipeline:
         return {**pipeline_health(self.config.name, self.closed,
                                   [s.health() for s in self.stages],
                                   {g.stage_id: g.summary() for g in self._groups}),
-                "memory": memory_report(self._stages)}
+                "memory": memory_report(self._slots)}
 
     def cancel(self) -> dict[str, str]:
         """Cancel everything in flight; stage id (``stage#r`` for replica r > 0) → outcome.

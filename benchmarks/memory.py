@@ -221,7 +221,7 @@ def snapshot(root: int, workers: Mapping[int, str] | None = None) -> dict[str, A
             continue
         for name, size in found["shm_shared"].items():
             segments[name] = max(segments.get(name, 0), size)
-        rows.append({"pid": process.pid, "role": role_of(process, root, workers or {}),
+        rows.append({"role": role_of(process, root, workers or {}),
                      "uss_mib": round(found["uss"] / MIB, 1),
                      "pss_mib": round(found["pss"] / MIB, 1),
                      "rss_mib": round(found["rss"] / MIB, 1),
@@ -242,6 +242,7 @@ class Sampler:
         self.interval = interval
         self.peak_tree = 0
         self.peak_by_pid: dict[int, int] = {}
+        self.role_by_pid: dict[int, str] = {}
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -256,6 +257,8 @@ class Sampler:
                     continue
                 total += uss
                 self.peak_by_pid[process.pid] = max(self.peak_by_pid.get(process.pid, 0), uss)
+                if process.pid not in self.role_by_pid:
+                    self.role_by_pid[process.pid] = role_of(process, self.root, {})
             self.peak_tree = max(self.peak_tree, total)
             self.samples += 1
             self._stop.wait(self.interval)
@@ -271,8 +274,9 @@ class Sampler:
     def to_json(self) -> dict[str, Any]:
         """Peaks in MiB and the number of samples."""
         return {"peak_tree_uss_mib": round(self.peak_tree / MIB, 1),
-                "peak_uss_mib_by_pid": {str(p): round(v / MIB, 1)
-                                        for p, v in sorted(self.peak_by_pid.items())},
+                "peak_uss_mib": sorted(
+                    ([self.role_by_pid.get(pid, "?"), round(v / MIB, 1)]
+                     for pid, v in self.peak_by_pid.items()), key=lambda row: -row[1]),
                 "samples": self.samples}
 
 
@@ -440,12 +444,18 @@ class Server:
         plan = self.client.get("/v1/pipelines/ocr-page").json()["plan"]
         return {int(s["worker"]["pid"]): s["id"] for s in plan["stages"] if s.get("worker")}
 
-    def settings(self) -> dict[str, Any]:
-        """What each stage's worker reports of its memory settings (arena, heap)."""
+    def settings(self) -> dict[str, str]:
+        """What each stage's worker reports of its memory settings (heap, arena)."""
         assert self.client is not None
         plan = self.client.get("/v1/pipelines/ocr-page").json()["plan"]
-        return {s["id"]: (s.get("worker") or {}).get("load", {}).get("memory")
-                for s in plan["stages"]}
+        found = {}
+        for stage in plan["stages"]:
+            memory = (stage.get("worker") or {}).get("load", {}).get("memory") or {}
+            found[stage["id"]] = (f"heap {memory.get('heap', {}).get('policy')}, arena "
+                                  f"{memory.get('cpu_mem_arena')}, shrinkage "
+                                  f"{memory.get('arena_shrinkage')}, extend "
+                                  f"{memory.get('arena_extend_strategy')}")
+        return found
 
     def health(self) -> dict[str, Any]:
         """``/health``."""

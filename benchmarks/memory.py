@@ -178,7 +178,8 @@ def tree(pid: int) -> list[psutil.Process]:
 
 
 def role_of(process: psutil.Process, root: int, workers: Mapping[int, str]) -> str:
-    """``controller``, ``worker:<stage>``, ``supervisor``, or ``worker`` / ``child``."""
+    """``controller`` (the tree's root: RapidOCR's own process for the peer),
+    ``worker:<stage>``, ``supervisor``, or ``worker`` / ``child``."""
     if process.pid == root:
         return "controller"
     if process.pid in workers:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -161,17 +162,23 @@ def test_expand_inputs_keeps_missing_paths_and_refuses_an_empty_directory(
         expand_inputs([str(tmp_path)], (".jpg",))
 
 
-def test_prepared_inputs_keep_the_first_few_and_prepare_the_rest_again() -> None:
+def test_prepared_inputs_keep_the_first_within_the_byte_budget_and_prepare_the_rest_again(
+) -> None:
     calls: list[str] = []
+    sizes = {"a": 600, "b": 300, "c": 200}  # a and b fit the budget; c would not
 
-    def prepare(source: str) -> dict[str, str]:
+    def prepare(source: str) -> dict[str, Any]:
         calls.append(source)
-        return {"x": source}
+        return {"x": np.zeros(sizes[source], np.uint8), "name": source}
 
-    prepared = PreparedInputs(prepare, ["a", "b", "c"], keep=1)
+    prepared = PreparedInputs(prepare, ["a", "b", "c"], keep_bytes=1000)
     assert calls == ["a", "b", "c"]
-    assert [prepared.get(i)["x"] for i in range(3)] == ["a", "b", "c"]
-    assert calls == ["a", "b", "c", "b", "c"]
+    assert [prepared.get(i)["name"] for i in range(3)] == ["a", "b", "c"]
+    assert calls == ["a", "b", "c", "c"]
+    calls.clear()
+    prepared = PreparedInputs(prepare, ["a", "b", "c"], keep_bytes=500)  # a alone is over
+    assert [prepared.get(i)["name"] for i in range(3)] == ["a", "b", "c"]
+    assert calls == ["a", "b", "c", "a", "b", "c"]
 
 
 def test_a_bug_in_prepare_is_not_taken_for_bad_input() -> None:
@@ -220,3 +227,17 @@ def test_large_inputs_travel_in_input_buffers_and_repeats_reuse_them(work: Path)
     assert human.returncode == 0, human.stderr
     assert "input buffers: 1 tensor(s) copied in once, 2 request(s) sent them by reference" \
         in human.stdout
+
+
+def test_inputs_of_varying_size_share_one_buffer_per_name(work: Path) -> None:
+    sizes = {"big1.txt": 70_000, "big3.txt": 90_000}  # both above the 256 KiB threshold
+    for name, count in sizes.items():
+        (work / name).write_text(" ".join(["3"] * count))
+    result = edge("run", "pipeline.toml", "--input", "big1.txt", "--input", "big3.txt",
+                  "--input", "big1.txt", "--json", cwd=work)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [len(entry["lines"]) for entry in report["results"]] == [70_000, 90_000, 70_000]
+    # each shape replaced the buffer of the one before: one held at a time, not one per shape
+    assert report["input_buffers"] == {"buffers": 1, "copied": 3, "sent_by_reference": 3}
+    assert report["ledger_after_close"]["reservations"] == []

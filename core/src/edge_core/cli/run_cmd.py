@@ -243,10 +243,12 @@ def _receipt_line(receipt: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
+    from edge_contracts.heap import apply_heap_policy
     from edge_core.evidence.memory import annotate_plan
     from edge_core.runtime import Pipeline
     from edge_core.runtime.pipeline_files import default_ledger
 
+    apply_heap_policy()  # before any thread allocates: one heap, given back at rest
     quiet = args.json or args.jsonl
     say = None if quiet else common.say
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
@@ -298,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(len(prepared.files), "")
             progress.close()
         plan = pipeline.execution_plan()
-        annotate_plan(plan, pipeline)  # each stage's peak after the requests vs its demand
+        annotate_plan(plan)  # each stage's peak after the requests vs its demand
         health = pipeline.health()
         buffers = buffered.counts()
     except common.CommandFailed:

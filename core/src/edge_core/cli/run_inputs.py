@@ -8,14 +8,17 @@ one (the OCR example lists image suffixes), else all of them.
 Every input goes through ``prepare`` *before* the pipeline opens, so a bad one is refused
 with exit code 2 and one line naming it, and no worker starts. ``prepare`` signals bad
 input by raising ``ValueError`` (a typed subclass names the reason) or ``OSError``; any
-other exception is a bug in ``prepare`` and propagates. The first :data:`KEEP_PREPARED`
-prepared inputs are kept for the run; later ones are prepared again when their turn comes
-(a long batch does not hold every input in memory at once).
+other exception is a bug in ``prepare`` and propagates. Prepared inputs are kept for the
+run, in order, while together they hold at most :data:`KEEP_PREPARED_BYTES` of tensors;
+later ones are prepared again when their turn comes (a batch of large pages does not
+hold them all in memory at once).
 
 Once the pipeline is open, :class:`BufferedInputs` copies each large first-stage tensor
 (``--input``, ``--inputs`` or the bundled example) into one of the pipeline's input
 buffers, once per input: every ``--repeat`` request then sends it by reference, and a later
-input of the same name, shape and dtype reuses the same buffer. Tensors below the
+input of the same name, shape and dtype reuses the same buffer. One buffer is held per
+input name: an input of another shape replaces it (the old one goes back to the
+transport's pool), so inputs of varying size never pile up buffers. Tensors below the
 shared-memory threshold, ``carry:*`` inputs and stages without shared memory are sent as
 they are.
 """
@@ -31,7 +34,7 @@ from typing import Any, Final, NamedTuple, TextIO
 from edge_core.cli import common
 
 __all__ = [
-    "KEEP_PREPARED",
+    "KEEP_PREPARED_BYTES",
     "BufferedInputs",
     "ExpandedInputs",
     "PreparedInputs",
@@ -42,8 +45,8 @@ __all__ = [
     "skipped_line",
 ]
 
-KEEP_PREPARED: Final = 16
-"""How many prepared inputs a run keeps from the check before the pipeline opens."""
+KEEP_PREPARED_BYTES: Final = 32 * 1024 * 1024
+"""How many bytes of prepared tensors a run keeps from the check before the pipeline opens."""
 
 
 class ExpandedInputs(NamedTuple):
@@ -200,8 +203,10 @@ class PreparedInputs:
     """Every input checked through ``prepare``; the first few kept for the run."""
 
     def __init__(self, prepare: Callable[[str], Any], files: Sequence[str],
-                 keep: int = KEEP_PREPARED, skipped: Sequence[str] = ()) -> None:
-        """Run ``prepare`` on every file now (``skipped``: files of directories not read).
+                 keep_bytes: int = KEEP_PREPARED_BYTES, skipped: Sequence[str] = ()) -> None:
+        """Run ``prepare`` on every file now; keep the first ones within ``keep_bytes``.
+
+        ``skipped``: files of directories not read.
 
         Raises:
             common.CommandFailed: (exit 2) ``prepare`` refused a file (``ValueError`` or
@@ -212,10 +217,13 @@ class PreparedInputs:
         self.files = list(files)
         self.skipped = list(skipped)
         self._kept: dict[int, dict[str, Any]] = {}
+        held = 0
         for index, source in enumerate(self.files):
             prepared = self._call(source)
-            if index < keep:
+            size = sum(int(getattr(value, "nbytes", 0) or 0) for value in prepared.values())
+            if held + size <= keep_bytes and len(self._kept) == index:  # a prefix only
                 self._kept[index] = prepared
+                held += size
 
     def _call(self, source: str) -> dict[str, Any]:
         try:
@@ -241,7 +249,10 @@ class BufferedInputs:
     def __init__(self, pipeline: Any) -> None:
         """Stage inputs for ``pipeline`` (open), through its ``input_buffer``."""
         self._pipeline = pipeline
-        self._buffers: dict[tuple[str, tuple[int, ...], str], Any] = {}
+        self._buffers: dict[str, tuple[tuple[tuple[int, ...], str], Any]] = {}
+        """Input name -> ((shape, dtype), its buffer): one buffer per name."""
+        self._private: set[tuple[str, tuple[int, ...], str]] = set()
+        """(name, shape, dtype) the pipeline gives no buffer for: sent as they are."""
         self.copied = 0
         """How many tensors were copied into a buffer (once per input and name)."""
 
@@ -254,14 +265,18 @@ class BufferedInputs:
             if (name.startswith("carry:") or not isinstance(value, np.ndarray)
                     or value.dtype.hasobject):
                 continue
-            key = (name, value.shape, value.dtype.str)
-            if key not in self._buffers:
-                made = self._pipeline.input_buffer(name, value.shape, value.dtype)
-                owned = self._pipeline.owns_input_buffer(made)
-                self._buffers[key] = made if owned else None  # None: a private array
-            buffer = self._buffers[key]
-            if buffer is None:
+            key = (value.shape, value.dtype.str)
+            held = self._buffers.get(name)
+            if held is not None and held[0] == key:
+                buffer = held[1]
+            elif (name, *key) in self._private:
                 continue
+            else:
+                buffer = self._pipeline.input_buffer(name, value.shape, value.dtype)
+                if not self._pipeline.owns_input_buffer(buffer):  # small, or no shared memory
+                    self._private.add((name, *key))
+                    continue
+                self._buffers[name] = (key, buffer)  # the one it replaces is given back
             buffer[...] = value
             staged[name] = buffer
             self.copied += 1
@@ -269,7 +284,7 @@ class BufferedInputs:
 
     def counts(self) -> dict[str, int]:
         """``buffers`` held, ``copied`` tensors and requests ``sent_by_reference``."""
-        return {"buffers": sum(b is not None for b in self._buffers.values()),
+        return {"buffers": len(self._buffers),
                 "copied": self.copied,
                 "sent_by_reference": self._pipeline.input_buffer_counts()["sent"]}
 

@@ -277,25 +277,24 @@ def pool_rows(plan: Mapping[str, Any], trees: Mapping[str, Any],
     return rows
 
 
-def demand_checks(pipeline: Pipeline, plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per stage and charged pool: the stage's observed peak now against its demand.
+def demand_checks(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage and charged pool: the stage's observed peak against its demand.
 
-    For ``edge run``'s plan, after the requests were served: the figure is the stage's
-    own peak since it started (load and warm-up included), so ``over_demand`` is a peak
-    above the demand at any time; an unobserved pool says so (``over_demand`` None).
+    Read from the plan's own check (each stage's ``memory``: the runtime compares the
+    peak since the stage started, load and warm-up included, whenever a plan is made:
+    :mod:`edge_core.runtime.memory_check`), so for ``edge run``'s plan, taken after the
+    requests, ``over_demand`` is a peak above the demand at any time; an unobserved pool
+    says so (``over_demand`` None).
     """
-    observed = {runtime.name: dict(runtime.loaded.observed_memory())
-                for runtime in pipeline.stages}
     found: dict[str, dict[str, Any]] = {}
     for stage in plan.get("stages") or []:
-        name = _stage_name(stage)
-        demands = (stage.get("reservation") or {}).get("demands") or {}
-        own = observed.get(name) or {}
-        found[name] = {
-            pool: ({"demand_bytes": demand, "observed_peak_bytes": int(own[pool]),
-                    "over_demand": int(own[pool]) > demand} if pool in own else
-                   {"demand_bytes": demand, "observed_peak_bytes": None, "over_demand": None})
-            for pool, demand in demands.items()}
+        pools = (stage.get("memory") or {}).get("pools") or {}
+        found[_stage_name(stage)] = {
+            pool: {"demand_bytes": check["demand_bytes"],
+                   "observed_peak_bytes": check["peak_bytes"],
+                   "over_demand": (None if check["verdict"] == "unobserved"
+                                   else check["verdict"] == "over")}
+            for pool, check in pools.items()}
     return found
 
 
@@ -303,12 +302,12 @@ PLAN_KEY = "memory_after_requests"
 """The key :func:`annotate_plan` adds to each stage of a plan."""
 
 
-def annotate_plan(plan: dict[str, Any], pipeline: Pipeline) -> list[str]:
+def annotate_plan(plan: dict[str, Any]) -> list[str]:
     """Add :data:`PLAN_KEY` to each stage of ``plan`` (kept where a stage has it already).
 
     Returns the names of the stages with a pool whose observed peak is above its demand.
     """
-    checks = demand_checks(pipeline, plan)
+    checks = demand_checks(plan)
     over = []
     for stage in plan.get("stages") or []:
         name = _stage_name(stage)

@@ -464,6 +464,7 @@ class _Harness:
 
         stages = {}
         checks = {s["id"]: s["memory_check"] for s in plan["stages"]}
+        demand_checks = {s["id"]: s.get("memory") for s in plan["stages"]}
         observed_by_name = {}
         for runtime in pipeline.stages:
             described: dict[str, Any] = dict(runtime.loaded.describe())
@@ -477,6 +478,8 @@ class _Harness:
                 # demanded pools with no observed figure: never counted as within the demand
                 "unobserved": sorted(pool for pool, how in checks[runtime.stage_id].items()
                                      if how == "unobserved"),
+                # the plan's peak so far against the declared demand, per pool
+                "demand_check": demand_checks.get(runtime.stage_id),
             }
         told = watch.finish()
         return {"stages": stages, "ledger": pipeline.ledger.snapshot(),

@@ -91,7 +91,12 @@ def _memory(profile: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     plan_stages = (profile.get("plan") or {}).get("stages") or []
     reserved = {s["id"]: s.get("reservation", {}).get("demands") for s in plan_stages}
     per_stage = {sid: {"worker_tree_peak_rss_bytes": m.get("worker_tree_peak_rss_bytes"),
-                       "reserved": reserved.get(sid)}
+                       "reserved": reserved.get(sid),
+                       # the peak after the requests against the declared demand, per pool
+                       "peak_over_demand": {
+                           pool: check["peak_over_demand"] for pool, check in
+                           ((m.get("demand_check") or {}).get("pools") or {}).items()},
+                       "over_demand": (m.get("demand_check") or {}).get("over_demand")}
                  for sid, m in (memory.get("stages") or {}).items()}
     told = memory.get("told_apart")
     if not told:

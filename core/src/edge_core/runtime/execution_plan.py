@@ -19,6 +19,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.runtime.candidate_entries import chosen_entry
 from edge_core.runtime.evidence import evidence_of
 from edge_core.runtime.health import StageState, replica_summary
+from edge_core.runtime.memory_check import checked_stage, over_demand
 from edge_core.runtime.stage_slot import StageSlot
 
 __all__ = ["execution_plan"]
@@ -74,6 +75,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
                         if stage.warmup is not None else []),
             "observed_memory": dict(stage.observed),
             "memory_check": dict(stage.memory_check),
+            "memory": checked_stage(stage),  # the peak now, after the requests served
             "evidence": evidence.label,
             "evidence_basis": evidence.basis,
             "evidence_buckets": evidence.buckets.to_json(),
@@ -87,5 +89,6 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
         "opened_at": opened_at,
         "config": config.to_json(),
         "stages": entries,
+        "memory_over_demand": over_demand(entries),
         "ledger": ledger.snapshot(),
     }

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from edge_contracts.heap import apply_heap_policy
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import StageClosed
 from edge_core.ledger import ResourceLedger
@@ -41,6 +42,7 @@ from edge_core.runtime.chain import (
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.execution_plan import execution_plan
 from edge_core.runtime.health import pipeline_health
+from edge_core.runtime.memory_check import memory_report
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.pipeline_result import PipelineResult
@@ -138,6 +140,7 @@ class Pipeline:
             CandidatesRefused: every candidate of a stage that lists some was refused.
             Any error from a plugin's load or warm-up, after unwinding.
         """
+        apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s)
         policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
@@ -316,7 +319,9 @@ class Pipeline:
     def health(self) -> dict[str, Any]:
         """The pipeline's health, each stage runtime's and how many replicas serve.
 
-        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`).
+        Replica r > 0 is named ``stage#r`` (see :func:`~.health.pipeline_health`);
+        ``memory`` compares each stage's peak so far with its declared demand
+        (:func:`~.memory_check.memory_report`).
         """
         health = pipeline_health(self.config.name, self.closed,
                                  [s.health() for s in self.stages],
@@ -327,6 +332,7 @@ class Pipeline:
                                "decision": record.get("decision"),
                                "switches": record.get("switches") or [],
                                "background": background.get("state")}
+        health["memory"] = memory_report(self._slots)
         return health
 
     def cancel(self) -> dict[str, str]:

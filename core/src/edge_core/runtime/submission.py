@@ -33,6 +33,42 @@ OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 __all__ = ["OnEvent", "Submission", "submit"]
 
 
+class _Settler:
+    """Hands a request thread's outcome to its caller's answer; discards it when fenced."""
+
+    __slots__ = ("answer", "lock", "request_id")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.lock = threading.Lock()
+        self.answer: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
+
+    def settle(self, future: concurrent.futures.Future[PipelineResult]) -> None:
+        """The request thread ended: its result or error becomes the answer."""
+        if future.cancelled():  # never started (cancelled, or the pool shut down)
+            self.give_up()
+            return
+        error = future.exception()
+        with self.lock:
+            if self.answer.done():  # fenced meanwhile: nobody takes this result
+                result = None if error is not None else future.result()
+            else:
+                if error is not None:
+                    self.answer.set_exception(error)
+                else:
+                    self.answer.set_result(future.result())
+                return
+        if result is not None:
+            result.ack()  # its stage slot and the admission slot go back now
+
+    def give_up(self) -> None:
+        """The caller's answer is ``RequestCancelled`` (unless it has one already)."""
+        with self.lock:
+            if not self.answer.done():
+                self.answer.set_exception(
+                    RequestCancelled(f"request {self.request_id!r}: cancelled"))
+
+
 class Submission:
     """A request submitted with :meth:`Pipeline.submit`: its id, its result, its cancel.
 
@@ -49,35 +85,13 @@ class Submission:
         self._until = until
         self._unadmit = unadmit
         # What the caller gets: the request thread's outcome, or RequestCancelled at once
-        # after a non-interrupting cancel (the thread then still unwinds on its own).
-        self._lock = threading.Lock()
-        self._answer: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
-        future.add_done_callback(self._settle)
-
-    def _settle(self, future: concurrent.futures.Future[PipelineResult]) -> None:
-        """Hand the request thread's outcome to the caller; discard it when fenced."""
-        if future.cancelled():  # never started (cancelled, or the pool shut down)
-            self._give_up()
-            return
-        error = future.exception()
-        with self._lock:
-            if self._answer.done():  # fenced meanwhile: nobody takes this result
-                result = None if error is not None else future.result()
-            else:
-                if error is not None:
-                    self._answer.set_exception(error)
-                else:
-                    self._answer.set_result(future.result())
-                return
-        if result is not None:
-            result.ack()  # its stage slot and the admission slot go back now
-
-    def _give_up(self) -> None:
-        """The caller's answer is ``RequestCancelled`` (unless it has one already)."""
-        with self._lock:
-            if not self._answer.done():
-                self._answer.set_exception(
-                    RequestCancelled(f"request {self.request_id!r}: cancelled"))
+        # after a non-interrupting cancel (the thread then still unwinds on its own). The
+        # future's callback holds the answer alone, not this submission: a reference
+        # back to it would make a cycle that keeps the result's arrays alive until the
+        # cyclic garbage collector happens to run.
+        self._settler = _Settler(request_id)
+        self._answer = self._settler.answer
+        future.add_done_callback(self._settler.settle)
 
     def done(self) -> bool:
         """True once the request has a result or an error (a fenced one has at once)."""
@@ -134,7 +148,7 @@ class Submission:
             return self._tracker.cancel(self.request_id)
         outcome = self._tracker.fence(self.request_id)
         if outcome is not FenceOutcome.ALREADY_FINISHED:
-            self._give_up()
+            self._settler.give_up()
         return outcome
 
 

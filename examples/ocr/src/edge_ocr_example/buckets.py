@@ -97,11 +97,12 @@ REC_STRIDE: Final = 8
 REC_CLASSES: Final = 6625
 """Recogniser classes: the CTC blank, 6623 dictionary characters and the space."""
 
-STAGE_RAM: Final = {"detect": "400 MiB", "recognize": "448 MiB"}
-"""Worker memory to reserve per stage where the ORT backend's estimate (a base plus three
-times the bundle) would run short: the warm-up of the largest shapes raises the peak.
-Measured on the 2-vCPU machine: detection 274 MB after the 960x960 warm-up (estimate
-291 MB), the recogniser 279 MB after batch 8 x 1280 (460 MB when batch 16 was served)."""
+STAGE_RAM: Final = {"detect": "352 MiB", "classify": "128 MiB", "recognize": "352 MiB"}
+"""Worker memory to reserve per stage: its peak plus a quarter, rounded up to 32 MiB.
+Measured on the 2-vCPU machine with the default arena settings (the worker tree's peak
+resident set after the warm-up of every bucket, 640 x 640 and batch 8 x 1280 included,
+and 13 varied pages): detection 262 MiB, the classifier 78 MiB, the recogniser 274 MiB
+(460 MB when batch 16 was served)."""
 
 CARRY_PREFIX: Final = "carry:"
 """Prefix of tensors a transform passes on to the next transform rather than to a graph.

@@ -186,9 +186,14 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
         health = client.get("/health").json()
         text = client.get("/metrics").text
     one = {"number": 1, "decision": "only", "switches": [], "background": None}
-    assert health == {"status": "ok", "pipelines": {
+    memory = {name: health["pipelines"][name].pop("memory") for name in ("slow", "fast")}
+    assert health == {"status": "ok", "memory_over_demand": [], "pipelines": {
         "slow": {"state": "ready", "stages": {"echo": "ready"}, "placement": one},
         "fast": {"state": "ready", "stages": {"echo": "ready"}, "placement": one}}}
+    for found in memory.values():  # each stage's peak so far against its demand
+        ram = found["stages"]["echo"]["pools"]["machine:ram"]
+        assert ram["verdict"] == "within" and 0 < ram["peak_bytes"] <= ram["demand_bytes"]
+        assert found["over_demand"] == []
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert {"edge_requests", "edge_request_seconds", "edge_stage_seconds",
             "edge_admission_refusals", "edge_ledger_reserved_bytes",

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serving import EDGE, Served, running
+
+from edge_contracts.heap import REST_S
 
 pytestmark = pytest.mark.slow
 
@@ -143,6 +146,24 @@ def test_the_page_uploads_an_image_in_headless_chromium(server: Served, ocr_dir:
     assert 'data-state="answered"' in dom, status
     assert ('<li class="line">Served over HTTP today</li>'
             '<li class="line">Total 12.75 for 3 pages</li>') in dom
+
+
+def test_the_serving_controller_imports_no_onnxruntime_and_stays_lean(
+        server: Served, ocr_dir: Path) -> None:
+    """After the requests: no onnxruntime mapped in the controller; at rest, USS <= 80 MiB."""
+    image = (ocr_dir / "page.png").read_bytes()
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for _ in range(3):
+            assert _upload(client, image).status_code == 200
+        health = client.get("/health").json()
+    pid = server.process.pid
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+        assert "onnxruntime" not in maps.read()  # only the workers load it
+    deadline = time.monotonic() + REST_S + 10  # the heap is given back once at rest
+    while (uss := psutil.Process(pid).memory_full_info().uss) > 80 * 1024 * 1024:
+        assert time.monotonic() < deadline, f"controller USS {uss / 2**20:.1f} MiB at rest"
+        time.sleep(0.5)
+    assert health["memory_over_demand"] == []  # every stage within its declared demand
 
 
 def test_16_clients_200_requests_each_answered_and_nothing_left(ocr_dir: Path) -> None:

@@ -4,7 +4,7 @@ Routes:
 
 ====================================  =====================================================
 ``GET /``                             a page to upload an image to a pipeline with prepare
-``GET /health``                       every stage's state; 200 when all are ready, else 503
+``GET /health``                       stage states, memory peaks vs demands; 200 all ready, else 503
 ``GET /metrics``                      Prometheus text (:mod:`edge_serve.metrics`)
 ``GET /v1/pipelines``                 each pipeline: stages, states, execution plan
 ``GET /v1/pipelines/{name}``          one of them
@@ -148,17 +148,26 @@ async def page(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    """Every stage's state; 503 while any is not ready."""
+    """Every stage's state and memory peak against its demand; 503 while any is not ready.
+
+    A stage whose peak exceeds its declared demand still serves (the status stays
+    ``ok``); it is listed in ``memory_over_demand`` as ``pipeline/stage``.
+    """
     state = _state(request)
     pipelines = {}
     ready = True
+    over: list[str] = []
     for name, served in state.pipelines.items():
         stages = served.stage_states()
         up = all(s == "ready" for s in stages.values())
         ready = ready and up
+        report = served.pipeline.health()
+        memory = report["memory"]  # each stage's peak so far vs demand
+        over += [f"{name}/{stage}" for stage in memory["over_demand"]]
         pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages,
-                           "placement": served.pipeline.health()["placement"]}
-    body = {"status": "ok" if ready else "degraded", "pipelines": pipelines}
+                           "placement": report["placement"], "memory": memory}
+    body = {"status": "ok" if ready else "degraded", "memory_over_demand": over,
+            "pipelines": pipelines}
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

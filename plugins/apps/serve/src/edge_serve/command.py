@@ -171,6 +171,9 @@ def _cancel_all(pipelines: list[Pipeline]) -> dict[str, Any]:
 
 def serve(args: argparse.Namespace) -> int:
     """Open the pipelines, serve until SIGINT/SIGTERM, close them; the closing summary."""
+    from edge_contracts.heap import apply_heap_policy
+
+    apply_heap_policy()  # before any thread allocates: one heap, given back at rest
     import uvicorn
 
     from edge_serve.app import ServerState, build_app

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_contracts.tensors import dtype_of
@@ -144,6 +145,7 @@ class OrtStage(WorkerStage):
             bundle.ensure_unchanged()
             loaded = cls.start(stage, default_entry=WORKER_ENTRY, load_config=config,
                                stage_packages=("edge_ort",), device_id=device_id,
+                               env=eager_process_environment(),
                                manifest=bundle.describe(),
                                load_timeout_s=options.gate_timeout_s or 600.0)
             loaded.gate_timeout_s = options.gate_timeout_s

@@ -16,6 +16,8 @@ from edge_core.errors import ConfigError
 from edge_core.stage import StageContext
 
 __all__ = [
+    "ARENA_EXTEND_STRATEGIES",
+    "ARENA_SHRINKAGE",
     "BASE_RAM_BYTES",
     "BUNDLE_RAM_FACTOR",
     "CPU",
@@ -33,6 +35,12 @@ CPU = "CPUExecutionProvider"
 BASE_RAM_BYTES = 192 * 1024 * 1024
 #: A session holds the graph's weights about once more plus arenas; rounded up.
 BUNDLE_RAM_FACTOR = 3
+
+
+ARENA_EXTEND_STRATEGIES = ("next_power_of_two", "same_as_requested")
+"""How ONNX Runtime's CPU arena grows (``kNextPowerOfTwo``, ``kSameAsRequested``)."""
+ARENA_SHRINKAGE = ("at-rest", "every-call", "never")
+"""When the CPU arena gives its free chunks back."""
 
 
 DEFAULT_SESSION_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": "0"}
@@ -77,6 +85,20 @@ class OrtOptions:
             dimensions fixed to the bucket (what static-only providers such as QNN and
             VitisAI compile; each bucket gets its own EP-context cache entry). ``False``:
             one session serves every entry (a CPU session runs any shape).
+        cpu_mem_arena: ONNX Runtime's CPU memory arena (``enable_cpu_mem_arena``): a
+            stage's intermediate tensors come from a pool that grows to the largest
+            request's working set. Off: each tensor is allocated and freed on its own
+            (with the lean heap, ``EDGE_HEAP``, large ones go back to the system at once).
+        arena_extend_strategy: How the arena grows: ``next_power_of_two`` (ONNX
+            Runtime's default) or ``same_as_requested``. Needs ``cpu_mem_arena``.
+        arena_shrinkage: When the arena gives its free chunks back
+            (``memory.enable_memory_arena_shrinkage = cpu:0``): ``at-rest`` (once the worker
+            has been at rest for a few seconds, under the ``rest`` heap policy,
+            ``EDGE_HEAP``; CPU targets only: requests that follow each other keep the
+            arena), ``every-call`` (at the end of
+            every run: each run then grows it again) or ``never`` (it keeps the largest
+            request's working set). Ignored without the arena. What each costs is in
+            docs/config.md.
         gate_timeout_s: Bound in seconds on the worker's load and, separately, on its
             warm-up (the placement and numerics gate); ``None``: 600 s each. A stage past
             it is refused (the worker is retired), so a slow device or simulator cannot
@@ -91,6 +113,16 @@ class OrtOptions:
     stage_bundle: bool = True
     session_per_bucket: bool = False
     gate_timeout_s: float | None = attrs.field(default=None, validator=_check_timeout)
+    cpu_mem_arena: bool = True
+    arena_extend_strategy: Literal["next_power_of_two", "same_as_requested"] = (
+        "next_power_of_two")
+    arena_shrinkage: Literal["at-rest", "every-call", "never"] = "at-rest"
+
+    def __attrs_post_init__(self) -> None:
+        """Refuse an extend strategy without the arena to extend."""
+        if not self.cpu_mem_arena and self.arena_extend_strategy != "next_power_of_two":
+            raise ConfigError("arena_extend_strategy", "needs cpu_mem_arena = true",
+                              self.arena_extend_strategy)
 
 
 def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
@@ -106,6 +138,9 @@ def base_load_config(target: str, options: OrtOptions | None) -> dict[str, Any]:
         "placement_method": options.placement_method,
         "session_config": {**DEFAULT_SESSION_CONFIG, **options.session_config},
         "session_per_bucket": options.session_per_bucket,
+        "cpu_mem_arena": options.cpu_mem_arena,
+        "arena_extend_strategy": options.arena_extend_strategy,
+        "arena_shrinkage": options.arena_shrinkage,
     }
 
 

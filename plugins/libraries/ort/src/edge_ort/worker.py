@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_contracts.heap import apply_heap_policy, on_rest
 from edge_contracts.shapesets import ShapeEntry, ShapeSet
 from edge_contracts.tensors import dtype_of
 from edge_contracts.worker import BaseHandler, Call
@@ -174,9 +175,15 @@ class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
     def __init__(self) -> None:
+        self._heap = apply_heap_policy()  # before ONNX Runtime allocates anything
         import onnxruntime as ort
 
         self._ort = ort
+        self._run_options: Any = None  # per-call options (arena shrinkage), once loaded
+        self._arena_registered = False
+        # (session, its smallest warm-up inputs) per session: run with shrinkage at rest
+        self._at_rest: list[tuple[Any, dict[str, np.ndarray]]] = []
+        self._shrink_options: Any = None
         self._session: Any = None
         self._output_names: list[str] = []
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
@@ -221,6 +228,17 @@ class OrtHandler(BaseHandler):
                     names.append(str(device.ep_name))
         return names
 
+    def _register_arena(self) -> None:
+        """The process's shared CPU arena, growing by what is requested (once)."""
+        if self._arena_registered:
+            return
+        ort = self._ort
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                                 ort.OrtMemType.DEFAULT)
+        # (max_mem 0: no limit, strategy 1: kSameAsRequested, -1: defaults)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
+        self._arena_registered = True
+
     def _context_entry(self, config: Mapping[str, Any],
                        bucket: Mapping[str, Any] | None = None) -> ContextEntry | None:
         """The EP-context cache entry for ``config["ep_context"]`` (``{dir, material}``).
@@ -250,6 +268,11 @@ class OrtHandler(BaseHandler):
         options.log_severity_level = int(config.get("log_severity_level", 3))
         if config.get("intra_op_threads"):
             options.intra_op_num_threads = int(config["intra_op_threads"])
+        options.enable_cpu_mem_arena = bool(config.get("cpu_mem_arena", True))
+        if (options.enable_cpu_mem_arena
+                and config.get("arena_extend_strategy") == "same_as_requested"):
+            self._register_arena()
+            options.add_session_config_entry("session.use_env_allocators", "1")
         for key, value in dict(config.get("session_config", {})).items():
             options.add_session_config_entry(str(key), str(value))
         if self._method == "assignment":
@@ -353,7 +376,24 @@ class OrtHandler(BaseHandler):
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         self._largest.clear()
+        arena = bool(config.get("cpu_mem_arena", True))
+        shrinkage = str(config.get("arena_shrinkage", "never")) if arena else "never"
+        self._shrink_options = ort.RunOptions()
+        self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
+                                                  "cpu:0")
+        self._run_options = self._shrink_options if shrinkage == "every-call" else None
+        if shrinkage == "at-rest" and (self._heap.get("policy") != "rest"
+                                       or self._target != CPU):
+            # nothing tells this worker when it rests; or its runs are on another device
+            # (the tiny run that shrinks would run there: on a simulator, for seconds)
+            shrinkage = "never"
+        if shrinkage == "at-rest":
+            on_rest(self._shrink_at_rest)
         report.update({
+            "memory": {"heap": dict(self._heap), "cpu_mem_arena": arena,
+                       "arena_extend_strategy": str(config.get("arena_extend_strategy",
+                                                               "next_power_of_two")),
+                       "arena_shrinkage": shrinkage},
             # Static output shapes: large outputs are written by ONNX Runtime straight
             # into shared memory (IOBinding), with no copy after the run.
             "outputs_in_place": bool(self._static_outputs),
@@ -433,7 +473,8 @@ class OrtHandler(BaseHandler):
 
     def _run(self, inputs: Mapping[str, np.ndarray],
              session: Any = None) -> dict[str, np.ndarray]:
-        values = (session or self._session).run(self._output_names, dict(inputs))
+        values = (session or self._session).run(self._output_names, dict(inputs),
+                                                self._run_options)
         return dict(zip(self._output_names, values, strict=True))
 
     def _reference(self, inputs: Mapping[str, np.ndarray],
@@ -478,6 +519,7 @@ class OrtHandler(BaseHandler):
         buckets: list[dict[str, Any]] = []
         full: list[Mapping[str, Any]] = []
         placements: dict[int, dict[str, Any]] = {}
+        smallest: dict[int, tuple[int, Any, dict[str, np.ndarray]]] = {}
         total_ms = 0.0
         for case in self._cases():
             example = _load_npz(str(case["example_inputs"]))
@@ -493,6 +535,9 @@ class OrtHandler(BaseHandler):
             outputs = self._run(example, session)
             elapsed = (time.perf_counter() - started) * 1e3
             total_ms += elapsed
+            size = sum(int(a.nbytes) for a in example.values())
+            if id(session) not in smallest or size < smallest[id(session)][0]:
+                smallest[id(session)] = (size, session, dict(example))
             if entry.static and entry.name not in self._entry_outputs:
                 self._entry_outputs[entry.name] = _observed_outputs(outputs)
             if id(session) not in placements and self._method != "profiling":
@@ -514,6 +559,7 @@ class OrtHandler(BaseHandler):
             for session in {id(s): s for s in (self._session, *self._bucket_sessions.values())
                             }.values():
                 placements[id(session)] = self._placement(session)
+        self._at_rest = [(session, example) for _, session, example in smallest.values()]
         worst = _worst(full)
         first = placements.get(int(buckets[0]["session"]), {})
         return {
@@ -577,11 +623,22 @@ class OrtHandler(BaseHandler):
             out = call.output_buffer(shape, dtype)
             binding.bind_output(name, "cpu", 0, dtype, list(shape), out.ctypes.data)
             outputs[name] = out
-        session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding, self._run_options)
         return outputs
+
+    def _shrink_at_rest(self) -> None:
+        """The worker is at rest: one tiny run per session gives the arena's free chunks back.
+
+        Each session runs its smallest warm-up example with arena shrinkage (ONNX Runtime
+        shrinks an arena only at the end of a run); called from the heap policy's watcher
+        thread (:func:`edge_contracts.heap.on_rest`).
+        """
+        for session, inputs in list(self._at_rest):
+            session.run(None, inputs, self._shrink_options)
 
     def close(self) -> None:
         """Drop the session and any profiling directory."""
+        self._at_rest.clear()
         self._session = None
         self._bucket_sessions.clear()
         if self._profile_dir:

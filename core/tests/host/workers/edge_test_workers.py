@@ -22,6 +22,16 @@ from edge_contracts.worker import BaseHandler, Call
 from edge_contracts.worker_protocol import hello_meta
 
 
+class Refused(ValueError):
+    """A request refused as its own fault, declared the way a backend declares one."""
+
+    request_fault = "invalid_value"
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: refused on purpose")
+
+
 class Echo(BaseHandler):
     """A graph-style handler: returns its inputs; params may ask it to sleep or scale."""
 
@@ -60,6 +70,8 @@ class Echo(BaseHandler):
             time.sleep(sleep_s)
         if call.params.get("raise"):
             raise ValueError(f"asked to fail: {call.params['raise']}")
+        if call.params.get("refuse"):
+            raise Refused(str(call.params["refuse"]))
         nbytes = call.params.get("alloc")
         if nbytes:
             import numpy as np

@@ -180,6 +180,37 @@ def slow_close() -> BaseHandler:
     return SlowClose()
 
 
+class AtExit(Echo):
+    """At load, registers an ``atexit`` handler that writes ``config["marker"]`` after 1 s."""
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        import atexit
+
+        marker = str(config["marker"])
+
+        def write() -> None:
+            time.sleep(1.0)  # a slow interpreter teardown
+            with open(marker, "w", encoding="ascii") as out:
+                out.write("atexit ran")
+
+        atexit.register(write)
+        return {"pid": os.getpid()}
+
+
+class ExitAtOnce(AtExit):
+    """The same, declaring ``exit_after_close``: the process ends without its teardown."""
+
+    exit_after_close = True
+
+
+def at_exit() -> BaseHandler:
+    return AtExit()
+
+
+def exit_at_once() -> BaseHandler:
+    return ExitAtOnce()
+
+
 class SessionChild(Echo):
     """Starts, while it is built, a child in a session of its own (not the worker's)."""
 

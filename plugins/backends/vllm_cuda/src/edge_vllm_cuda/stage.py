@@ -157,9 +157,10 @@ class VllmStage(WorkerStage):
         """Check the request, enforce ``max_concurrency``, then send it.
 
         What can be counted without the model's tokenizer is checked against the context
-        here, before a slot is taken: token-id prompts, and a ``max_tokens`` that no prompt
-        could fit beside; text prompts and chats are counted by the worker, before the
-        engine sees them.
+        here, before anything is sent to the worker (the runtime gives the stage's slot
+        back at once): token-id prompts, and a ``max_tokens`` that no prompt could fit
+        beside. Text prompts and chats are counted by the worker, before the engine sees
+        them.
 
         Raises:
             GenerateRefused: malformed prompt or sampling parameters, tensor inputs, or a

@@ -164,12 +164,12 @@ def _prompt(value: object) -> dict[str, Any]:
     if isinstance(value, list) and value:
         if all(isinstance(i, int) and not isinstance(i, bool) for i in value):
             return {"prompt_token_ids": value}
-        if all(isinstance(p, (str, list)) for p in value):
+        if all(isinstance(p, str) for p in value) or all(isinstance(p, list) for p in value):
             if len(value) == 1:
                 return _prompt(value[0])
             return {"prompts": value}
-    raise _refuse("prompt", "must be a string, token ids, or a list of strings or of token-id "
-                  "lists", value)
+    raise _refuse("prompt", "must be a string, token ids, a list of strings or a list of "
+                  "token-id lists", value)
 
 
 def _stream_options(body: Mapping[str, Any]) -> bool:

@@ -97,6 +97,7 @@ class NodeRun:
         self._process.stdin.write(_node_input(base_url, api_key, cases, True))
         self._process.stdin.close()
         self._firsts: set[str] = set()
+        self._started = False
         self._results: dict[str, dict[str, Any]] = {}
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -109,11 +110,18 @@ class NodeRun:
                 continue
             item = json.loads(line)
             with self._changed:
-                if item.get("first"):
+                if item.get("started"):
+                    self._started = True
+                elif item.get("first"):
                     self._firsts.add(item["name"])
                 else:
                     self._results[item["name"]] = item
                 self._changed.notify_all()
+
+    def started(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the client is loaded and its requests go out."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._started, timeout_s)
 
     def first(self, name: str, timeout_s: float = 300.0) -> bool:
         """Wait until case ``name`` received its first chunk (False: it ended first)."""

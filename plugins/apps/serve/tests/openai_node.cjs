@@ -6,8 +6,9 @@
 //   "chat", "params", "stream": bool, "apiKey"?, "maxRetries"?, "announce"?: bool}]}.
 // Output: per case {"name", "ok", "chunks", "choices": {index: {"text", "finish",
 //   "logprobs": [[token, logprob], ...]}}, "usage", "error": {"class", "status", "param",
-//   "code", "type", "message"} | null}; a case with "announce" also prints
-//   {"name", "first": true} when its first chunk arrives (the caller may then cut it).
+//   "code", "type", "message"} | null}; with "concurrent" it first prints {"started": true}
+//   as the requests go out, and a case with "announce" prints {"name", "first": true} when
+//   its first chunk arrives (the caller may then cut it).
 "use strict";
 
 const fs = require("fs");
@@ -81,6 +82,7 @@ async function run(input, spec) {
 async function main() {
   const input = JSON.parse(fs.readFileSync(0, "utf8"));
   if (input.concurrent) {
+    emit({ started: true }); // the client is loaded: the requests go out now
     await Promise.all(input.cases.map(async (spec) => emit(await run(input, spec))));
   } else {
     for (const spec of input.cases) emit(await run(input, spec));

@@ -17,6 +17,7 @@ from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.errors import InvalidValue
 from edge_contracts.events import TERMINAL_KINDS, EventKind, Operation
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
+from edge_contracts.request_faults import RequestFault
 from edge_contracts.validation import (
     INT64_MAX,
     MAX_ID_LENGTH,
@@ -160,12 +161,16 @@ class ErrorInfo:
         type: the error's class or category name (non-empty, printable, <= 128).
         message: the message, at most 8192 characters (may be empty).
         traceback: the worker's formatted traceback, its last 8192 characters (optional).
+        fault: present when the error declared itself the request's own fault (a client
+            error): its code word and the request field at fault
+            (:mod:`edge_contracts.request_faults`); absent for a server error.
 
     """
 
     type: str
     message: str
     traceback: str | None = None
+    fault: RequestFault | None = None
 
     def __post_init__(self) -> None:
         require_id(self.type, "error.type")
@@ -173,18 +178,25 @@ class ErrorInfo:
         if self.traceback is not None:
             require_str(self.traceback, "error.traceback", max_length=MAX_ERROR_MESSAGE,
                         allow_empty=True)
+        if self.fault is not None and not isinstance(self.fault, RequestFault):
+            raise InvalidValue("error.fault", self.fault, "must be a RequestFault or None")
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON-ready form (``traceback`` only when there is one)."""
-        data = {"type": self.type, "message": self.message}
+        """Return the JSON-ready form (``traceback`` and ``fault`` only when set)."""
+        data: dict[str, Any] = {"type": self.type, "message": self.message}
         if self.traceback is not None:
             data["traceback"] = self.traceback
+        if self.fault is not None:
+            data["fault"] = self.fault.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "error") -> ErrorInfo:
         """Build from the JSON form; ``type`` and ``message`` are required."""
-        mapping: Any = check_keys(data, field, ("type", "message"), ("traceback",))
+        mapping: Any = check_keys(data, field, ("type", "message"), ("traceback", "fault"))
+        if mapping.get("fault") is not None:
+            mapping = {**mapping, "fault": RequestFault.from_dict(mapping["fault"],
+                                                                  f"{field}.fault")}
         try:
             return cls(**mapping)
         except InvalidValue as exc:

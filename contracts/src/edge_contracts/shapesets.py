@@ -49,11 +49,16 @@ Spec = tuple[str, tuple[int, ...]]
 class ShapeRefused(InvalidValue):
     """An input matches no entry of the stage's shape set (names the input, shape, set).
 
+    The request's own fault (:mod:`edge_contracts.request_faults`), wherever it is
+    raised: the controller's check or the worker's.
+
     Attributes:
         input: the input's name (or ``"inputs"`` when the names differ).
         shape: the input's shape as received.
         served: the served set, described (:meth:`ShapeSet.describe`).
     """
+
+    request_fault = "unsupported_shape"
 
     def __init__(self, field: str, value: object, reason: str) -> None:
         super().__init__(field, value, reason)

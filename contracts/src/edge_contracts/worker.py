@@ -25,6 +25,8 @@ handler's :meth:`Handler.versions`) and serves frames in arrival order:
   request's terminal CANCELLED event; it should abort the work in place (the worker
   stays). Events the handler emits for a cancelled request are dropped.
 * ``close()`` runs once, when the controller asks for shutdown or the channel closes.
+  A handler that sets ``exit_after_close`` has the process end right after it (once the
+  channel and the segments are closed), without the interpreter's teardown.
 
 When the channel ends without a shutdown (the controller died, or gave up on the
 channel), the worker also unlinks the controller's segments of this channel (the peer
@@ -514,7 +516,18 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
     server = _Server(sock, boot, handler)
     meta["sealed_segments"] = server.sealed
     _send_hello(sock, boot, meta)
-    return server.serve()
+    status = server.serve()
+    if getattr(handler, "exit_after_close", False) is True:
+        _exit_at_once(status)
+    return status
+
+
+def _exit_at_once(status: int) -> None:
+    """End the process now, its output flushed (see ``BaseHandler.exit_after_close``)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def _send_hello(sock: socket.socket, boot: BootConfig, meta: dict[str, Any]) -> None:

@@ -1,10 +1,17 @@
 """How a worker reports an exception: its type, its message and its traceback, bounded.
 
+An exception that declares itself the request's fault (:mod:`edge_contracts.request_faults`)
+is reported with that declaration (``fault``: its code and the field at fault).
+
 Standard library only; ``traceback`` is imported on the error path alone (it costs
 milliseconds at start-up).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from edge_contracts.request_faults import fault_of
 
 __all__ = ["MAX_ERROR_TEXT", "error_info", "print_exception"]
 
@@ -12,9 +19,17 @@ MAX_ERROR_TEXT = 8192
 """Most characters of a message, and of a traceback (its last ones), sent in an event."""
 
 
-def error_info(error: BaseException) -> dict[str, str]:
-    """The JSON form of an ERROR event's or reply's ``error``: type, message, traceback."""
-    info = {"type": type(error).__name__, "message": str(error)[:MAX_ERROR_TEXT] or "-"}
+def error_info(error: BaseException) -> dict[str, Any]:
+    """The JSON form of an ERROR event's or reply's ``error``.
+
+    Its type, message and traceback, and the request fault the error declares (when it
+    does: :func:`~edge_contracts.request_faults.fault_of`).
+    """
+    info: dict[str, Any] = {"type": type(error).__name__,
+                            "message": str(error)[:MAX_ERROR_TEXT] or "-"}
+    fault = fault_of(error)
+    if fault is not None:
+        info["fault"] = fault.to_dict()
     if error.__traceback__ is not None:  # its last lines: where the handler failed
         import traceback
 

@@ -117,12 +117,23 @@ EVENTS = {
         case("missing terminal", "InvalidValue", "event.terminal", delete=["/terminal"]),
     ],
 }
+FAULT = {"type": "ContextLengthExceeded", "message": "params.max_tokens: exceeds the context",
+         "fault": {"code": "context_length_exceeded", "param": "max_tokens"}}
 ERRORS = {
-    "valid": [ERROR, {"type": "edge.Cancelled", "message": ""}],
+    "valid": [ERROR, {"type": "edge.Cancelled", "message": ""}, FAULT,
+              {**FAULT, "fault": {"code": "invalid_value", "param": None}}],
     "invalid": [
         case("empty type", "InvalidValue", "error.type", {"/type": ""}),
         case("message not a string", "InvalidValue", "error.message", {"/message": 7}),
         case("missing message", "InvalidValue", "error.message", delete=["/message"]),
+        case("fault code not a word", "InvalidValue", "error.fault.code",
+             {"/fault/code": "Bad Code"}, base=2),
+        case("fault without a code", "InvalidValue", "error.fault.code",
+             delete=["/fault/code"], base=2),
+        case("fault param empty", "InvalidValue", "error.fault.param", {"/fault/param": ""},
+             base=2),
+        case("fault with an unknown key", "InvalidValue", "error.fault.why",
+             {"/fault/why": "x"}, base=2),
     ],
 }
 

@@ -76,6 +76,18 @@ def test_handler_error_is_a_typed_remote_error_and_the_worker_stays(start):
     assert client.submit(request("r2"), {"x": np.ones(2)}).result(timeout=10)["x"].sum() == 2
 
 
+def test_a_declared_request_fault_travels_with_the_error_event(start):
+    client = start()
+    plain = client.submit(request("r1", **{"raise": "boom"})).next(timeout=10)
+    assert plain.kind is EventKind.ERROR and plain.error is not None
+    assert plain.error.fault is None  # undeclared: the server's fault
+    refused = client.submit(request("r2", refuse="params.size")).next(timeout=10)
+    assert refused.kind is EventKind.ERROR and refused.error is not None
+    assert refused.error.type == "Refused"
+    assert refused.error.fault is not None
+    assert refused.error.fault.to_dict() == {"code": "invalid_value", "param": "params.size"}
+
+
 def test_worker_cap_exceeded_is_a_typed_error(start):
     client = start(shm_threshold=1024, shm_max_bytes=1 * MIB)
     with pytest.raises(TransportCapExceeded, match=r"shm\.retained_bytes"):

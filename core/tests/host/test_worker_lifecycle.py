@@ -175,6 +175,20 @@ def test_a_declared_graceful_window_is_waited_in_full_before_the_deadline(start)
     assert 1.9 < patient.elapsed_s < 7.0  # the window was waited, and bounded
 
 
+def test_a_handler_that_exits_after_close_skips_the_interpreter_teardown(start, tmp_path):
+    # The same atexit handler (1 s, then a file) runs for a plain handler and is skipped
+    # for one that declares exit_after_close; both leave by themselves, verified.
+    for factory, runs in (("at_exit", True), ("exit_at_once", False)):
+        marker = tmp_path / f"{factory}.txt"
+        client = start(factory)
+        client.load({"marker": str(marker)})
+        outcome = client.retire(deadline_s=5.0, graceful_s=5.0)
+        assert outcome.verified and outcome.escalation == "graceful", outcome
+        assert marker.exists() is runs, factory
+        if not runs:
+            assert outcome.elapsed_s < 1.0, outcome
+
+
 def test_a_declared_window_does_not_take_the_time_of_the_signal_phases(start):
     # A tree that never leaves: the window passes, then SIGTERM and SIGKILL still get the
     # whole deadline (the kill phase its share) and the retirement is verified.

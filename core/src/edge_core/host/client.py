@@ -49,6 +49,7 @@ from edge_contracts.protocol import (
     OP_SHUTDOWN,
     OP_WARMUP,
 )
+from edge_contracts.request_faults import RequestFault
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import require_int
@@ -83,8 +84,13 @@ _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
     trace = error.get("traceback")
+    fault = None
+    if error.get("fault") is not None:
+        # a malformed declaration is dropped: the error then counts as the server's
+        with contextlib.suppress(ContractError):
+            fault = RequestFault.from_dict(error["fault"])
     return ErrorInfo(str(error["type"]), str(error["message"]),
-                     str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None)
+                     str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None, fault)
 
 
 class WorkerClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edge_contracts.request_faults import RequestFault
 from edge_core.errors import ConfigError, EdgeError, ResourceUnavailable, WorkerError
 
 __all__ = [
@@ -38,14 +39,19 @@ class RequestFailed(WorkerError):
         error_message: The worker's message.
         traceback: The worker's formatted traceback (its last 8192 characters), when the
             worker sent one; shown in ``str()`` after the message.
+        request_fault: What the worker's error declared when it was the request's own
+            fault (a client error; :mod:`edge_contracts.request_faults`): its code word
+            and the field at fault. None for a server error.
     """
 
     def __init__(self, request_id: str, error_type: str, error_message: str,
-                 *, traceback: str | None = None) -> None:
+                 *, traceback: str | None = None,
+                 request_fault: RequestFault | None = None) -> None:
         self.request_id = request_id
         self.error_type = error_type
         self.error_message = error_message
         self.traceback = traceback
+        self.request_fault = request_fault
         text = f"request {request_id!r}: {error_type}: {error_message}"
         if traceback:
             text += f"\n--- worker traceback ---\n{traceback.rstrip()}"

@@ -178,7 +178,8 @@ class PendingCall:
                 info = event.error
                 raise RequestFailed(self.request_id, info.type if info else "Error",
                                     info.message if info else "",
-                                    traceback=info.traceback if info else None)
+                                    traceback=info.traceback if info else None,
+                                    request_fault=info.fault if info else None)
             request = self.request
             self._result = StageResult(
                 ResultKey(request.request_id, request.epoch, request.generation, self.serial),

@@ -22,6 +22,16 @@ from edge_contracts.worker import BaseHandler, Call
 from edge_contracts.worker_protocol import hello_meta
 
 
+class Refused(ValueError):
+    """A request refused as its own fault, declared the way a backend declares one."""
+
+    request_fault = "invalid_value"
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: refused on purpose")
+
+
 class Echo(BaseHandler):
     """A graph-style handler: returns its inputs; params may ask it to sleep or scale."""
 
@@ -60,6 +70,8 @@ class Echo(BaseHandler):
             time.sleep(sleep_s)
         if call.params.get("raise"):
             raise ValueError(f"asked to fail: {call.params['raise']}")
+        if call.params.get("refuse"):
+            raise Refused(str(call.params["refuse"]))
         nbytes = call.params.get("alloc")
         if nbytes:
             import numpy as np
@@ -166,6 +178,37 @@ class SlowClose(Echo):
 
 def slow_close() -> BaseHandler:
     return SlowClose()
+
+
+class AtExit(Echo):
+    """At load, registers an ``atexit`` handler that writes ``config["marker"]`` after 1 s."""
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        import atexit
+
+        marker = str(config["marker"])
+
+        def write() -> None:
+            time.sleep(1.0)  # a slow interpreter teardown
+            with open(marker, "w", encoding="ascii") as out:
+                out.write("atexit ran")
+
+        atexit.register(write)
+        return {"pid": os.getpid()}
+
+
+class ExitAtOnce(AtExit):
+    """The same, declaring ``exit_after_close``: the process ends without its teardown."""
+
+    exit_after_close = True
+
+
+def at_exit() -> BaseHandler:
+    return AtExit()
+
+
+def exit_at_once() -> BaseHandler:
+    return ExitAtOnce()
 
 
 class SessionChild(Echo):

@@ -7,11 +7,14 @@ keeps shared-memory segments for reuse while it runs, so a per-test check would 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from generate_server import SharedServer, write_pipelines
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +37,14 @@ def ocr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     render_page([str(out / "page.png"), "--line", "Served over HTTP today",
                  "--line", "Total 12.75 for 3 pages"])
     return out
+
+
+@pytest.fixture(scope="session")
+def generate_server(tmp_path_factory: pytest.TempPathFactory,
+                    ocr_dir: Path) -> Iterator[SharedServer]:
+    """The server the generate tests share (:mod:`generate_server`): ``ocr``, ``tiny``
+    and ``page-chat``, started on first use, stopped and checked at the end."""
+    folder = tmp_path_factory.mktemp("generate")
+    shared = SharedServer(lambda: write_pipelines(folder, ocr_dir))
+    yield shared
+    shared.stop()

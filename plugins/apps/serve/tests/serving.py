@@ -1,11 +1,11 @@
 """``edge serve`` as a real process on a free port, for the tests.
 
-:func:`running` starts ``edge serve --port 0 --json ...``, waits for its ``listening on``
-line, and on exit sends SIGTERM, waits for the exit, and checks that the server's whole
-process tree is gone and that its closing summary says every worker was retired verified
-and the ledger is empty, and that none of its processes and none of the shared-memory
-segments they had mapped is left. The
-summary is handed back through :class:`Served`.
+:func:`start` (or the block :func:`running`) starts ``edge serve --port 0 --json ...``
+and waits for its ``listening on`` line; :meth:`Served.stop` (the block's end) sends
+SIGTERM, waits for the exit, and checks that the server's whole process tree is gone, that
+its closing summary says every worker was retired verified and the ledger is empty, and
+that none of the shared-memory segments its processes had mapped is left. The summary is
+kept on the :class:`Served`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class Served:
         self.segments: set[str] = set()
         self.memfds: set[str] = set()
         self.returncode: int | None = None
+        self.before: Any = None
+        self.readers: list[threading.Thread] = []
+        self.stdout: list[str] = []
+        self.stopped = False
+        self.signalled = False
 
     def record_tree(self) -> set[tuple[int, float]]:
         """The server and every process below it (pid, creation time), and the edge
@@ -70,6 +75,56 @@ class Served:
     def producers(self) -> set[str]:
         """The producer prefixes (``edge_<id>_``) of the segments seen mapped."""
         return {name.rsplit("_", 1)[0] + "_" for name in self.segments}
+
+    def send_signal(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        """Send the server a signal (recording its process tree first)."""
+        if self.process.poll() is None:
+            self.record_tree()
+            self.process.send_signal(signum)
+            self.signalled = True
+
+    def stop(self, stop_signal: signal.Signals = signal.SIGTERM,
+             stop_timeout_s: float = 90.0) -> None:
+        """Stop the server (unless it stopped already) and check its shutdown (once).
+
+        Its process tree must be gone, its closing summary must say that every worker was
+        retired verified and the ledger is empty, and none of the shared-memory segments
+        its processes had mapped may be left; the summary is kept in :attr:`summary`.
+        """
+        if self.stopped:
+            return
+        self.stopped = True
+        if not self.signalled:
+            self.send_signal(stop_signal)
+        try:
+            self.process.wait(timeout=stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError("edge serve did not stop on SIGTERM:\n"
+                                 + "".join(self.stderr[-40:])) from None
+        for reader in self.readers:
+            reader.join(10.0)
+        self.returncode = self.process.returncode
+        self.summary = _last_document("".join(self.stdout))
+        deadline = time.monotonic() + 10.0
+        while any(_alive(pid, created) for pid, created in self.tree):
+            assert time.monotonic() < deadline, f"processes left: {self.tree}"
+            time.sleep(0.05)
+        leaks = leaks_since(self.before)
+        # Other test runs on a shared machine create segments too: only this server's
+        # count (those its processes had mapped, and any other of the same producers).
+        ours = [name for name in leaks.segments
+                if name in self.segments or name.startswith(tuple(self.producers()))]
+        left = sorted(n for n in self.segments if Path("/dev/shm", n).exists())
+        assert not leaks.children and not ours and not left, (leaks.describe(), ours, left)
+        assert self.returncode == 0, "".join(self.stderr[-40:])
+        assert self.summary["ok"] is True, self.summary
+        assert self.summary["ledger_after_close"]["reservations"] == []
+        for pipeline in self.summary["closed"].values():
+            for stage in pipeline.values():
+                assert stage["release"] == "released", stage
+                assert stage["retire"]["verified"] is True, stage
 
 
 def echo_pipeline(folder: Path, name: str, *, delay_s: float = 0.0, admission: int = 1,
@@ -124,11 +179,13 @@ def _alive(pid: int, created: float) -> bool:
         return False
 
 
-@contextmanager
-def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
-            start_timeout_s: float = 240.0, stop_timeout_s: float = 90.0,
-            stop_signal: signal.Signals = signal.SIGTERM) -> Iterator[Served]:
-    """Run ``edge serve`` on the pipelines until the block ends; check the shutdown."""
+def start(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
+          start_timeout_s: float = 240.0) -> Served:
+    """Start ``edge serve --port 0 --json`` on the pipelines; the server once it listens.
+
+    Both of its outputs are read by threads of their own while it runs (a worker's
+    runtime may log to the stdout it inherited: a full pipe would block it).
+    """
     before = snapshot()
     command = [EDGE, "serve", *map(str, pipelines), "--port", "0", "--json", *extra]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -136,6 +193,7 @@ def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | 
                                env={**os.environ, **(env or {})})
     assert process.stderr is not None and process.stdout is not None
     lines: list[str] = []
+    out: list[str] = []
     found = threading.Event()
     url: list[str] = []
 
@@ -149,47 +207,33 @@ def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | 
                 found.set()
         found.set()
 
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    served: Served | None = None
+    def read_stdout() -> None:
+        assert process.stdout is not None
+        out.extend(process.stdout)
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=read_stdout, daemon=True)]
+    for reader in readers:
+        reader.start()
+    if not found.wait(start_timeout_s) or not url:
+        process.kill()
+        process.wait()
+        raise AssertionError("edge serve did not start:\n" + "".join(lines[-40:]))
+    served = Served(process, url[0], lines)
+    served.before = before
+    served.readers = readers
+    served.stdout = out
+    served.record_tree()
+    return served
+
+
+@contextmanager
+def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
+            start_timeout_s: float = 240.0, stop_timeout_s: float = 90.0,
+            stop_signal: signal.Signals = signal.SIGTERM) -> Iterator[Served]:
+    """Run ``edge serve`` on the pipelines until the block ends; check the shutdown."""
+    served = start(pipelines, *extra, env=env, start_timeout_s=start_timeout_s)
     try:
-        if not found.wait(start_timeout_s) or not url:
-            raise AssertionError("edge serve did not start:\n" + "".join(lines[-40:]))
-        served = Served(process, url[0], lines)
-        served.record_tree()
         yield served
     finally:
-        if served is not None and process.poll() is None:
-            served.record_tree()
-        if process.poll() is None:
-            process.send_signal(stop_signal)
-        try:
-            out, _ = process.communicate(timeout=stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, _ = process.communicate()
-            raise AssertionError("edge serve did not stop on SIGTERM:\n"
-                                 + "".join(lines[-40:])) from None
-        reader.join(5.0)
-        if served is not None:
-            served.returncode = process.returncode
-            served.summary = _last_document(out)
-    assert served is not None
-    deadline = time.monotonic() + 10.0
-    while any(_alive(pid, created) for pid, created in served.tree):
-        assert time.monotonic() < deadline, f"processes left: {served.tree}"
-        time.sleep(0.05)
-    leaks = leaks_since(before)
-    # Other test runs on a shared machine create segments too: only this server's count
-    # (those its processes had mapped, and any other of the same producers).
-    ours = [name for name in leaks.segments
-            if name in served.segments or name.startswith(tuple(served.producers()))]
-    left = sorted(n for n in served.segments if Path("/dev/shm", n).exists())
-    assert not leaks.children and not ours and not left, (leaks.describe(), ours, left)
-    assert served.returncode == 0, "".join(lines[-40:])
-    assert served.summary["ok"] is True, served.summary
-    assert served.summary["ledger_after_close"]["reservations"] == []
-    for pipeline in served.summary["closed"].values():
-        for stage in pipeline.values():
-            assert stage["release"] == "released", stage
-            assert stage["retire"]["verified"] is True, stage
+        served.stop(stop_signal, stop_timeout_s)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 import pytest
 
 from edge_contracts.errors import InvalidValue, PayloadTooLarge
+from edge_contracts.request_faults import RequestFault
+from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_serve.outcomes import HttpRefusal, from_exception
@@ -58,9 +61,13 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (RequestCancelled("request 'r': cancelled"), 503, "request"),
     (PayloadTooLarge("inputs[0].nbytes", 10, "must be <= 4"), 413, "inputs[0].nbytes"),
     (InvalidValue("inputs[0].shape", [1], "must match the bucket"), 400, "inputs[0].shape"),
-    (RequestFailed("r", "BucketMismatch", "x: wrong shape"), 400, "request"),
-    (RequestFailed("r", "WorkerLost", "gone"), 500, "request"),
-    (ValueError("plain"), 400, "request"),
+    (RequestFailed("r", "ShapeRefused", "inputs.x: wrong shape",
+                   request_fault=RequestFault("unsupported_shape", "inputs.x")), 400,
+     "inputs.x"),
+    (RequestFailed("r", "BucketMismatch", "x: wrong shape"), 500, "request"),
+    (RequestFailed("r", "WorkerLost", "gone"), 503, "stage"),
+    (ValueError("plain"), 500, "request"),
+    (ShapeRefused("inputs.x", [1, 2], "outside every declared shape"), 400, "inputs.x"),
     (TimeoutError("deadline passed"), 504, "deadline_s"),
     (WorkerLost("worker 12 died"), 503, "stage"),
     (RuntimeError("boom"), 500, "request"),
@@ -70,7 +77,38 @@ def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
     refusal = from_exception(error)
     assert refusal.status == status and refusal.field == field
     assert (refusal.headers.get("Retry-After") == "1") == (status in (429, 503))
+    assert (refusal.headers.get("x-should-retry") == "false") == (status in (500, 504))
     assert b"Traceback" not in refusal.body()
+    body = json.loads(refusal.body())["error"]
+    assert set(body) == {"message", "type", "param", "code", "edge"}
+    assert body["edge"]["status"] == status and body["edge"]["field"] == field
+    assert body["code"] and body["code"] == body["code"].lower()
+
+
+def test_a_declared_fault_is_400_with_its_param_and_code_in_the_clients_spelling() -> None:
+    failed = RequestFailed("r", "ContextLengthExceeded", "params.prompt_token_ids: too long",
+                           traceback="Traceback (most recent call last): ...",
+                           request_fault=RequestFault("context_length_exceeded",
+                                                      "prompt_token_ids"))
+    refusal = from_exception(failed, field="params",
+                             rename=lambda name: {"prompt_token_ids": "prompt"}.get(name, name))
+    body = json.loads(refusal.body())["error"]
+    assert refusal.status == 400
+    assert (body["param"], body["code"], body["type"]) == (
+        "prompt", "context_length_exceeded", "invalid_request_error")
+    assert body["message"] == "params.prompt_token_ids: too long"  # no worker traceback
+    assert body["edge"]["kind"] == "ContextLengthExceeded"
+
+
+def test_an_undeclared_backend_error_is_500_logged_once_with_its_type(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for _ in range(3):
+        refusal = from_exception(RequestFailed("r", "EngineExploded", "the engine is gone"))
+        assert refusal.status == 500 and refusal.param is None
+        assert refusal.code == "internal_error"
+        assert refusal.headers["x-should-retry"] == "false"
+    logged = capsys.readouterr().err
+    assert logged.count("EngineExploded") == 1 and "500" in logged
 
 
 def _part_image(url: str) -> dict[str, object]:

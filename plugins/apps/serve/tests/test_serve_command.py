@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -93,3 +94,38 @@ def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path)
     assert "listening on" not in done.stderr
     report = leaks_since(before)
     assert not report.children, report.describe()
+
+
+@pytest.mark.slow
+def test_a_request_still_running_when_the_grace_period_ends_is_answered_503(
+        tmp_path: Path) -> None:
+    # A 6 s echo call, SIGTERM after it started, a grace period of 0.5 s: the request is
+    # answered by its route (503, not retried), uvicorn cuts nothing, the log shows no
+    # traceback, and the closing summary lists the stage's retire time.
+    import base64
+
+    import numpy as np
+
+    x = np.ones((2, 2), np.float32)
+    body = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                             "data": base64.b64encode(x.tobytes()).decode()}}}
+    with running([echo_pipeline(tmp_path, "slow", delay_s=6.0,
+                                backend="echo-preemptible")], "--grace", "0.5") as served:
+        answer: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: answer.append(httpx.post(
+            f"{served.url}/v1/pipelines/slow/run", json=body, timeout=60)))
+        sender.start()
+        time.sleep(1.0)  # the call is running in the worker
+        started = time.monotonic()
+        served.send_signal(signal.SIGTERM)
+        sender.join(60)
+        ended = time.monotonic() - started
+    (reply,) = answer
+    error = reply.json()["error"]
+    assert reply.status_code == 503 and error["code"] == "server_shutting_down", reply.text
+    assert reply.headers["x-should-retry"] == "false"
+    assert 0.4 < ended < 5.0  # at the end of the grace period, not of the 6 s call
+    log = "".join(served.stderr)
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+    assert set(served.summary["retire_s"]["slow"]) == {"echo"}
+    assert served.summary["closing_s"] >= 0

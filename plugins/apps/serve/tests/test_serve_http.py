@@ -46,11 +46,14 @@ def _tensor(array: np.ndarray) -> dict[str, Any]:
 
 
 def _error(reply: httpx.Response) -> dict[str, Any]:
+    """The answer's edge fields, after checking OpenAI's error shape around them."""
     assert reply.headers["content-type"].startswith("application/json")
     assert "Traceback" not in reply.text
     error: dict[str, Any] = reply.json()["error"]
-    assert error["status"] == reply.status_code
-    return error
+    assert {"message", "type", "param", "code"} <= set(error)
+    edge: dict[str, Any] = error["edge"]
+    assert edge["status"] == reply.status_code
+    return {**edge, "message": error["message"], "code": error["code"]}
 
 
 def test_named_tensors_go_through_the_worker_and_come_back(server: Served) -> None:

@@ -66,8 +66,8 @@ def _wait_ready(client: httpx.Client, timeout_s: float = 180.0) -> None:
 
 def _error(reply: httpx.Response) -> dict[str, Any]:
     assert "Traceback" not in reply.text
-    error: dict[str, Any] = reply.json()["error"]
-    return error
+    edge: dict[str, Any] = reply.json()["error"]["edge"]
+    return edge
 
 
 def test_the_text_of_a_rendered_page_equals_edge_runs(

@@ -20,7 +20,6 @@ import base64
 import hashlib
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,16 +28,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from generate_server import API_KEY, SharedServer
 from prometheus_client.parser import text_string_to_metric_families
-from serving import Served, running
-
-sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "tests"))
-
-from vllm_env import build_tiny_model, ensure_env
+from serving import Served
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-API_KEY = "vllm-test-key"
 GREEDY = {"temperature": 0.0}
 CHAT = [{"role": "system", "content": "You answer briefly."},
         {"role": "user", "content": "edge stage token worker"}]
@@ -53,73 +48,19 @@ print(json.dumps(tokenizer.encode(text, add_special_tokens=False)))
 """
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    python = ensure_env()
-    return python, build_tiny_model(python, tmp_path_factory.mktemp("tiny-llama"))
-
-
 PAGE_TEXT = "Served over HTTP today\nTotal 12.75 for 3 pages"  # rendered in conftest
 
 
-def _page_chat(ocr_dir: Path, python: Path, directory: Path) -> Path:
-    """The OCR pipeline, then a generate stage fed by ``page_chat`` (next to its bundles)."""
-    text = (ocr_dir / "pipeline.toml").read_text().replace('name = "ocr"\n',
-                                                          'name = "page-chat"\n', 1)
-    path = ocr_dir / "page-chat.toml"
-    path.write_text(text + f'''
-[[stages]]
-id = "gen"
-input_transform = "edge_ocr_example.prompt:page_chat"
-
-[stages.backend]
-name = "vllm-cuda"
-
-[stages.backend.options]
-model = "{directory}"
-device = "cpu"
-dtype = "float32"
-max_model_len = 256
-enforce_eager = true
-max_num_seqs = 2
-
-[stages.backend.route]
-name = "vllm-cpu"
-interpreter = "{python}"
-''')
-    return path
+@pytest.fixture(scope="module")
+def server(generate_server: SharedServer) -> Served:
+    """The shared server (:mod:`generate_server`): ``ocr``, ``tiny`` and ``page-chat``."""
+    return generate_server.get()
 
 
 @pytest.fixture(scope="module")
-def server(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory,
-           ocr_dir: Path) -> Iterator[Served]:
-    python, directory = model
-    path = tmp_path_factory.mktemp("gen") / "tiny.toml"
-    path.write_text(f'''
-name = "tiny"
-admission = 8
-
-[[stages]]
-id = "gen"
-
-[stages.backend]
-name = "vllm-cuda"
-
-[stages.backend.options]
-model = "{directory}"
-device = "cpu"
-dtype = "float32"
-max_model_len = 256
-enforce_eager = true
-max_num_seqs = 8
-
-[stages.backend.route]
-name = "vllm-cpu"
-interpreter = "{python}"
-''')
-    with running([path, _page_chat(ocr_dir, python, directory)], "--api-key",
-                 API_KEY) as served:
-        yield served
+def model(generate_server: SharedServer) -> tuple[Path, Path]:
+    """The vLLM environment's interpreter and the tiny model's directory."""
+    return generate_server.python, generate_server.model
 
 
 @pytest.fixture
@@ -230,9 +171,11 @@ def test_a_passed_deadline_is_504_and_aborts_the_request(client: openai.OpenAI) 
 
 
 def _field(error: openai.APIStatusError) -> str:
+    """The field at fault as edge names it (``error.edge.field``; the SDK's ``body`` is
+    the error object)."""
     body = error.body if isinstance(error.body, dict) else {}
-    found = body.get("error", body)
-    return str(found.get("field")) if isinstance(found, dict) else ""
+    edge = body.get("edge")
+    return str(edge.get("field")) if isinstance(edge, dict) else ""
 
 
 def test_a_chat_with_a_page_image_goes_through_ocr_then_the_model(

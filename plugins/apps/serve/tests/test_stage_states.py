@@ -85,7 +85,8 @@ def test_a_stage_that_needs_a_restart_is_503_until_restarted(pipeline: Pipeline)
                 refused = await client.post("/v1/pipelines/echo/run", json=BODY)
                 assert refused.status_code == 503
                 error = refused.json()["error"]
-                assert error["field"] == "pipelines[echo].stages[e].state"
+                assert error["edge"]["field"] == "pipelines[echo].stages[e].state"
+                assert error["code"] == "stage_unavailable" and error["param"] is None
                 assert "needs-restart" in error["message"]
                 assert _up((await client.get("/metrics")).text) == {"e": "needs-restart"}
                 listed = (await client.get("/v1/pipelines")).json()["pipelines"][0]

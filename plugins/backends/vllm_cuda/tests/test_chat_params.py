@@ -23,7 +23,7 @@ def test_messages_are_a_prompt_form_of_their_own() -> None:
 
 @pytest.mark.parametrize(("params", "field"), [
     ({"messages": CHAT, "prompt": "x"}, "params.prompt: give exactly one of prompt, "
-                                        "prompt_token_ids and messages"),
+                                        "prompt_token_ids, prompts and messages"),
     ({"messages": []}, "params.messages: must be a non-empty list"),
     ({"messages": "hi"}, "params.messages: must be a non-empty list"),
     ({"messages": [{"role": "user"}]}, r"params.messages\[0\]: must be an object"),

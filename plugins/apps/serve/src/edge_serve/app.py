@@ -33,6 +33,7 @@ from edge_core.errors import EdgeError
 from edge_core.ledger import ResourceLedger
 from edge_serve import openai_api
 from edge_serve.bodies import deadline_of, json_body, params_of
+from edge_serve.draining import Drain
 from edge_serve.guards import (
     App,
     BearerAuth,
@@ -59,13 +60,18 @@ _RUN_KEYS = frozenset({"inputs", "params", "deadline_s"})
 
 
 class ServerState:
-    """What every route reads: the pipelines by name, the ledger, limits, metrics."""
+    """What every route reads: pipelines by name, ledger, limits, metrics, and the drain.
+
+    The drain ends the requests still open when the grace period ends (the pipelines'
+    own, :mod:`edge_serve.draining`).
+    """
 
     def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
-                 *, max_body_bytes: int) -> None:
+                 *, max_body_bytes: int, drain: Drain | None = None) -> None:
         self.pipelines = dict(pipelines)
         self.ledger = ledger
         self.max_body_bytes = max_body_bytes
+        self.drain = drain if drain is not None else Drain()
         self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
 
     def pipeline(self, name: str, request: Request) -> ServedPipeline:

@@ -61,14 +61,16 @@ async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HttpRefusal(400, "body", "not valid JSON", str(exc), kind="InvalidJSON") from None
+        raise HttpRefusal(400, "body", "not valid JSON", str(exc), kind="InvalidJSON",
+                          code="invalid_json") from None
     if not isinstance(body, dict):
         raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
-                          kind="InvalidJSON")
+                          kind="InvalidJSON", code="invalid_json")
     unknown = sorted(set(body) - known)
     if unknown:
-        raise HttpRefusal(400, unknown[0], f"unknown field (known: {', '.join(sorted(known))})",
-                          body[unknown[0]], kind="InvalidValue")
+        raise HttpRefusal(400, unknown[0], f"not served (served: {', '.join(sorted(known))})",
+                          body[unknown[0]], kind="UnsupportedParameter",
+                          code="unsupported_parameter")
     return body
 
 

@@ -6,8 +6,12 @@ pipeline is opened as ``edge run`` opens it (admitted, loaded, gated; a failure 
 those already open) → the socket is bound (127.0.0.1 unless ``--host`` says otherwise;
 ``--port 0`` takes a free port) and ``edge serve: listening on http://HOST:PORT`` is
 printed → uvicorn serves until SIGINT or SIGTERM → it stops accepting and lets running
-requests finish (``--grace``) → work still in flight is cancelled → every pipeline is
-closed with verified retirement → the closing summary is printed (JSON with ``--json``).
+requests finish (``--grace``); when the grace period ends, every request still open is
+answered by its route (a stream with an SSE error event, then ``[DONE]``; see
+:mod:`edge_serve.draining`) → work still in flight is cancelled → every pipeline is closed
+with verified retirement, the pipelines in parallel → the closing summary is printed (JSON
+with ``--json``): each pipeline's close, each stage's retire time (``retire_s``) and how
+long closing took (``closing_s``).
 
 Exit codes: 0 every worker retired verified and the ledger empty; 1 a pipeline failed to
 open, or something was left (quarantined, unverified); 2 usage or configuration error.
@@ -16,11 +20,13 @@ open, or something was left (quarantined, unverified); 2 usage or configuration 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from edge_core.runtime.pipeline import Pipeline
+    from edge_serve.draining import Drain
 
 __all__ = ["NAME", "register", "serve"]
 
@@ -169,6 +176,27 @@ def _cancel_all(pipelines: list[Pipeline]) -> dict[str, Any]:
     return summary
 
 
+def _close_all(pipelines: list[Pipeline]) -> dict[str, Any]:
+    """Close every pipeline, all at once (each retires its stages in reverse order)."""
+    if not pipelines:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(pipelines),
+                            thread_name_prefix="edge-serve-close") as pool:
+        futures = {p.config.name: pool.submit(p.close) for p in pipelines}
+    return {name: future.result() for name, future in futures.items()}
+
+
+def _retire_times(closed: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Pipeline → stage → seconds its worker tree took to retire (None: no worker)."""
+    times: dict[str, dict[str, float | None]] = {}
+    for name, summary in closed.items():
+        for stage, entry in summary.items():
+            retire = entry.get("retire")
+            elapsed = retire.get("elapsed_s") if isinstance(retire, dict) else None
+            times.setdefault(name, {})[stage] = elapsed
+    return times
+
+
 def serve(args: argparse.Namespace) -> int:
     """Open the pipelines, serve until SIGINT/SIGTERM, close them; the closing summary."""
     from edge_contracts.heap import apply_heap_policy
@@ -177,11 +205,15 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from edge_serve.app import ServerState, build_app
+    from edge_serve.draining import UVICORN_MARGIN_S, Drain
     from edge_serve.served import ServedPipeline, private_upload_dir
 
     if args.max_body_bytes < 1:
         raise common.CommandFailed(common.EXIT_USAGE, f"--max-body-bytes: must be at least 1: "
                                    f"{args.max_body_bytes}")
+    if not args.grace >= 0.0:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--grace: must be a number of seconds "
+                                   f">= 0: {args.grace}")
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
 
     def say(message: str) -> None:
@@ -193,6 +225,7 @@ def serve(args: argparse.Namespace) -> int:
     upload_dir = private_upload_dir()
     pipelines: list[Pipeline] = []
     stopped = False
+    drain = Drain(args.grace)
     try:
         _unwind_on_sigterm()
         ledger, pipelines = _open(configs, say)
@@ -201,12 +234,15 @@ def serve(args: argparse.Namespace) -> int:
             executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
                                           thread_name_prefix=f"edge-serve-{pipeline.config.name}")
             executors.append(executor)
-            served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir)
-        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes)
+            served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
+                                                          drain)
+        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain)
         app = build_app(state, api_key=api_key)
+        # uvicorn's own timeout is a backstop only: the drain ends every open request at
+        # the end of the grace period, so uvicorn finds nothing to cut.
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=max(0.1, args.grace))
-        server = _Server(config)
+                                timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
+        server = _Server(config, drain)
         server.stop_on_signals()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -220,22 +256,28 @@ def serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # closing is bounded: let it finish
             signal.signal(sig, signal.SIG_IGN)
         sock.close()
+        closing = time.monotonic()
         cancel = _cancel_all(pipelines)
         for executor in executors:
             executor.shutdown(wait=True, cancel_futures=True)
-        closed = {p.config.name: p.close() for p in pipelines}
+        closed = _close_all(pipelines)
+        closing_s = round(time.monotonic() - closing, 3)
         shutil.rmtree(upload_dir, ignore_errors=True)
     snapshot = pipelines[0].ledger.snapshot() if pipelines else {"reservations": []}
     clean = not snapshot["reservations"] and all(
         stage.get("release") in ("released", "none")
         and (stage.get("retire") is None or stage["retire"].get("verified") is True)
         for summary in closed.values() for stage in summary.values())
-    report = {"ok": clean, "closed": closed, "ledger_after_close": snapshot, **cancel}
+    retire_s = _retire_times(closed)
+    report = {"ok": clean, "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
+              "ledger_after_close": snapshot, **cancel}
     if args.json:
         common.print_json(report)
     else:
-        say("closed: every worker retired and verified, reservations released: "
-            f"{clean}")
+        shown = ", ".join(f"{name}/{stage} {seconds:.2f} s" for name, stages in retire_s.items()
+                          for stage, seconds in stages.items() if seconds is not None)
+        say(f"closed in {closing_s:.2f} s (retire: {shown or 'no workers'}): every worker "
+            f"retired and verified, reservations released: {clean}")
     return common.EXIT_OK if clean and not stopped else common.EXIT_FAILED
 
 
@@ -245,19 +287,44 @@ class _Server:
     uvicorn installs its own handlers only once its loop has started, and re-raises the
     signal after shutting down; here a signal that comes right after ``listening on`` is
     printed must stop the server too, and the pipelines still have to be closed after it,
-    so the handlers are installed by :meth:`stop_on_signals` and only recorded.
+    so the handlers are installed by :meth:`stop_on_signals` and only recorded. The grace
+    period is timed from the signal: when it ends, ``drain`` ends every request still open.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, drain: Drain) -> None:
         import uvicorn
+
+        outer = self
 
         class Server(uvicorn.Server):
             @contextmanager
             def capture_signals(self) -> Iterator[None]:
                 yield  # the handlers of stop_on_signals stay in place
 
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets=sockets)
+                outer.started(asyncio.get_running_loop())
+
         self.stop_signal: str | None = None
+        self.drain = drain
+        self._signalled_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._grace: asyncio.Task[None] | None = None
         self._server = Server(config)
+
+    def started(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server's loop runs: a signal that came before starts the grace period now."""
+        self._loop = loop
+        if self._signalled_at is not None:
+            self._end_grace_later()
+
+    def _end_grace_later(self) -> None:
+        if self._grace is None and self._loop is not None and self._signalled_at is not None:
+            self._grace = self._loop.create_task(self._end_grace(self._signalled_at))
+
+    async def _end_grace(self, signalled_at: float) -> None:
+        await asyncio.sleep(max(0.0, signalled_at + self.drain.grace_s - time.monotonic()))
+        self.drain.end()
 
     def stop_on_signals(self) -> None:
         """From now on SIGINT and SIGTERM stop the server (a second SIGINT: at once)."""
@@ -268,6 +335,10 @@ class _Server:
             if server.should_exit and signum == signal.SIGINT:
                 server.force_exit = True
             server.should_exit = True
+            if self._signalled_at is None:
+                self._signalled_at = time.monotonic()
+                if self._loop is not None:  # on the loop's own thread, between its steps
+                    self._loop.call_soon_threadsafe(self._end_grace_later)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle)

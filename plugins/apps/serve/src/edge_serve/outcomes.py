@@ -1,32 +1,57 @@
 """Runtime errors and stage states as HTTP answers: the one place that maps them.
 
 Every refusal the server gives goes through :func:`from_exception` or is built here as an
-:class:`HttpRefusal`; each answer is JSON ``{"error": {"status", "type", "field",
-"reason", "message"}}`` and never carries a traceback. The mapping:
+:class:`HttpRefusal`, and is answered in the shape of OpenAI's API, the same on every
+route (and, on a stream that already sent its headers, as one server-sent event)::
 
-=====  ===================================================================================
-400    bad input: a malformed body, tensor or parameter (``ContractError`` and other
-       ``ValueError`` raised before anything ran), a file ``prepare`` cannot read
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
+               "code": "context_length_exceeded",
+               "edge": {"status": 400, "kind": "ContextLengthExceeded",
+                        "field": "max_tokens", "reason": "..."}}}
+
+``param`` is the request field at fault (null when none is), ``code`` a stable machine
+word, ``edge`` the server's own fields: the status, the error's type name, the field in
+edge's own spelling and the reason naming the limit. Never a traceback.
+
+Which errors are the request's fault is declared where they are raised, never decided
+here by their names: a backend's error type declares a code in ``request_fault``
+(:mod:`edge_contracts.request_faults`), and a worker sends that declaration with its error
+event. A declared fault is 400 with that ``code`` and ``param``; an error a backend raises
+without one is 500, and the server logs its type once (stderr). edge-core's and
+edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
+``ValueError``) are 400 too. The rest of the mapping:
+
+=====  ================================================================================
+400    a malformed body, tensor, parameter or deadline; a file ``prepare`` cannot read; a
+       request fault a backend declared (``invalid_value``, ``context_length_exceeded``,
+       ``unsupported_parameter`` ...)
 401    a route other than ``/health`` (and the page) without the right bearer token
-404    an unknown pipeline or route
+404    an unknown pipeline, model or route
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
+500    anything else: the error's type and message (``x-should-retry: false``: the same
+       request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
-       ready, or lost its worker (``WorkerLost``), with ``Retry-After``
+       ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
+       shutting down (``x-should-retry: false``)
 504    the request's deadline passed before its answer was ready (the server's own timer,
-       or the runtime's ``TimeoutError``)
-500    anything else: the error's type and message, nothing more
-=====  ===================================================================================
+       or the runtime's ``TimeoutError``; ``x-should-retry: false``)
+=====  ================================================================================
+
+``x-should-retry`` is the header both official OpenAI clients obey before their own
+retry rules (they retry 5xx twice by default).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from edge_contracts.errors import ContractError, PayloadTooLarge
-from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
+from edge_contracts.request_faults import fault_of
+from edge_core.errors import EdgeError, ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 
 __all__ = [
@@ -38,6 +63,7 @@ __all__ = [
     "from_exception",
     "outcome_of",
     "retry_headers",
+    "server_stopping",
     "stage_unready",
 ]
 
@@ -52,10 +78,30 @@ _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                       405: "bad_request", 413: "too_large", 429: "refused",
                       503: "unavailable", 504: "deadline", 499: "cancelled"}
 
-#: Worker error types that mean the request's own inputs were wrong (answered 400).
-_INPUT_ERROR_TYPES = frozenset({"InvalidValue", "BucketMismatch", "DescriptorInvalid",
-                                "PayloadMismatch", "GenerateParamsInvalid",
-                                "InvalidArgument", "ValueError"})
+#: OpenAI's error ``type`` for each status.
+_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+          404: "invalid_request_error", 405: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error",
+          499: "invalid_request_error", 500: "server_error", 503: "server_error",
+          504: "timeout_error"}
+
+#: The ``code`` of a refusal that names none of its own.
+_CODES = {400: "invalid_value", 401: "invalid_api_key", 404: "not_found",
+          405: "method_not_allowed", 413: "request_too_large", 429: "rate_limit_exceeded",
+          499: "client_disconnected", 500: "internal_error", 503: "unavailable",
+          504: "deadline_exceeded"}
+
+#: Statuses whose ``param`` is the field at fault unless told otherwise (the others
+#: concern the server's state, not a field of the request).
+_PARAM_STATUSES = frozenset({400, 404, 413})
+
+#: Statuses a retry of the same request cannot cure.
+_NO_RETRY = frozenset({500, 504})
+
+_UNSET: Any = object()
+
+#: Error types already logged as a backend's undeclared error (each is logged once).
+_logged: set[str] = set()
 
 
 class HttpRefusal(Exception):
@@ -63,23 +109,38 @@ class HttpRefusal(Exception):
 
     Args:
         status: The HTTP status code.
-        field: The request field at fault (``inputs['x'].shape``, ``deadline_s``, ...).
+        field: The request field at fault in edge's spelling (``inputs['x'].shape``,
+            ``deadline_s``, ...), or the subject (``admission``, ``stage``).
         reason: What is wrong, naming the limit.
         value: The offending value (shown shortened), or None.
-        kind: The error's type name as the client sees it.
+        kind: The error's type name as the client sees it (``edge.kind``).
+        code: OpenAI's ``code``, a stable machine word (default: the status's).
+        param: OpenAI's ``param`` (default: ``field`` for 400, 404 and 413, else None).
+        message: The whole message (default: ``field: reason: value``).
         headers: Extra response headers (``Retry-After``, ``WWW-Authenticate``).
+        retry: Whether a client may retry the same request (``x-should-retry``; default:
+            not after a 500 or 504, the client's own rules otherwise).
     """
 
     def __init__(self, status: int, field: str, reason: str, value: object = None, *,
-                 kind: str = "", headers: Mapping[str, str] | None = None) -> None:
+                 kind: str = "", code: str = "", param: str | None = _UNSET,
+                 message: str = "", headers: Mapping[str, str] | None = None,
+                 retry: bool | None = None) -> None:
         self.status = status
         self.field = field
         self.reason = reason
         self.value = value
         self.kind = kind or type(self).__name__
+        self.code = code or _CODES.get(status, "error")
+        self.param: str | None = (field if status in _PARAM_STATUSES else None) \
+            if param is _UNSET else param
         self.headers = dict(headers or {})
+        if retry is None and status in _NO_RETRY:
+            retry = False
+        if retry is not None:
+            self.headers["x-should-retry"] = "true" if retry else "false"
         shown = "" if value is None else f": {_short(value)}"
-        super().__init__(f"{field}: {reason}{shown}")
+        super().__init__(message or f"{field}: {reason}{shown}")
 
     @property
     def outcome(self) -> str:
@@ -88,14 +149,20 @@ class HttpRefusal(Exception):
 
     def body(self) -> bytes:
         """The JSON body of the answer."""
-        error = {"status": self.status, "type": self.kind, "field": self.field,
-                 "reason": self.reason, "message": str(self)}
-        return json.dumps({"error": error}).encode()
+        return json.dumps(describe(self)).encode()
 
 
 def _short(value: object, limit: int = 200) -> str:
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(error: HttpRefusal) -> dict[str, Any]:
+    """The answer's JSON: ``{"error": {...}}`` (a body, or a stream's error event)."""
+    return {"error": {"message": str(error), "type": _TYPES.get(error.status, "server_error"),
+                      "param": error.param, "code": error.code,
+                      "edge": {"status": error.status, "kind": error.kind,
+                               "field": error.field, "reason": error.reason}}}
 
 
 def outcome_of(status: int) -> str:
@@ -114,60 +181,81 @@ def stage_unready(pipeline: str, stage: str, state: str) -> HttpRefusal:
     """503 for a stage that is not ready (failed, restarting, needs a restart, retired)."""
     return HttpRefusal(503, f"pipelines[{pipeline}].stages[{stage}].state",
                        "the stage is not serving", state, kind="StageUnavailable",
-                       headers=retry_headers())
+                       code="stage_unavailable", headers=retry_headers())
 
 
 def deadline_passed(pipeline: str, deadline_s: float) -> HttpRefusal:
     """504 for a request whose deadline passed before its answer was ready."""
     return HttpRefusal(504, "deadline_s", f"pipelines[{pipeline}]: no answer within the "
-                       "deadline", deadline_s, kind="DeadlineExceeded")
+                       "deadline", deadline_s, kind="DeadlineExceeded", param="deadline_s")
 
 
-def from_exception(error: BaseException, *, field: str = "request") -> HttpRefusal:
+def server_stopping(grace_s: float) -> HttpRefusal:
+    """503 for a request still open when the server's grace period ended."""
+    return HttpRefusal(503, "request", "the server is shutting down: the request was still "
+                       "running when the grace period ended", grace_s,
+                       kind="ServerShuttingDown", code="server_shutting_down", retry=False)
+
+
+def _report_unknown(kind: str, text: str) -> None:
+    """Log, once per type, an error a backend raised without declaring whose fault it is."""
+    if kind in _logged:
+        return
+    _logged.add(kind)
+    print(f"edge serve: error: {kind} was raised serving a request and is not declared a "
+          f"request's fault: answered 500 (logged once per type): {_short(text, 500)}",
+          file=sys.stderr, flush=True)
+
+
+def from_exception(error: BaseException, *, field: str = "request",
+                   rename: Callable[[str], str] | None = None) -> HttpRefusal:
     """The HTTP answer for an error raised while serving a request.
 
     Args:
         error: What the runtime, a transform or the request's decoding raised.
         field: The field to name when the error carries none of its own.
+        rename: Maps a stage parameter's name to the request field a client sent it as
+            (``prompt_token_ids`` is a completion's ``prompt``).
     """
     if isinstance(error, HttpRefusal):
         return error
     kind = type(error).__name__
+    fault = fault_of(error)
+    if fault is not None:
+        if isinstance(error, RequestFailed):
+            kind, text = error.error_type, error.error_message
+        else:
+            text = str(error)
+        param = fault.param if fault.param is None or rename is None else rename(fault.param)
+        return HttpRefusal(400, param or field, "the stage refused the request", kind=kind,
+                           code=fault.code, param=param, message=text)
     if isinstance(error, ResourceUnavailable):
         return HttpRefusal(429, "admission", "full", str(error), kind=kind,
                            headers=retry_headers())
     if isinstance(error, StageClosed):
         return HttpRefusal(503, "stage", "the stage is not serving", str(error), kind=kind,
-                           headers=retry_headers())
+                           code="stage_unavailable", headers=retry_headers())
     if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
         return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
-                           kind=kind)
-    if isinstance(error, WorkerLost):  # the stage failed; it may be restarting
+                           kind=kind, param="deadline_s")
+    if isinstance(error, WorkerLost) or (isinstance(error, RequestFailed)
+                                         and error.error_type == "WorkerLost"):
         return HttpRefusal(503, "stage", "the stage's worker was lost", str(error),
-                           kind=kind, headers=retry_headers())
+                           kind=kind, code="worker_lost", headers=retry_headers())
     if isinstance(error, RequestCancelled):
         return HttpRefusal(503, "request", "cancelled by the server (shutdown or a stage "
-                           "cancel)", str(error), kind=kind, headers=retry_headers())
+                           "cancel)", str(error), kind=kind, code="request_cancelled",
+                           headers=retry_headers())
     if isinstance(error, PayloadTooLarge):
         return HttpRefusal(413, error.field, error.reason, error.value, kind=kind)
     if isinstance(error, ContractError):
         return HttpRefusal(400, error.field, error.reason, error.value, kind=kind)
     if isinstance(error, RequestFailed):
-        if error.error_type in _INPUT_ERROR_TYPES:
-            return HttpRefusal(400, field, f"the stage refused the request: "
-                               f"{error.error_type}", error.error_message, kind=kind)
+        _report_unknown(error.error_type, error.error_message)
         return HttpRefusal(500, field, f"the stage failed the request: {error.error_type}",
-                           error.error_message, kind=kind)
-    named = getattr(error, "field", None)
-    reason = getattr(error, "reason", None)
-    if isinstance(error, ValueError):
-        if isinstance(named, str) and isinstance(reason, str):
-            return HttpRefusal(400, named, reason, getattr(error, "value", None), kind=kind)
+                           error.error_message, kind=error.error_type, param=None)
+    if isinstance(error, EdgeError) and isinstance(error, ValueError):
         return HttpRefusal(400, field, "refused", str(error), kind=kind)
-    return HttpRefusal(500, field, f"internal error: {kind}", str(error), kind=kind)
-
-
-def describe(error: HttpRefusal) -> dict[str, Any]:
-    """The error part of a JSON answer (for streams that already sent their headers)."""
-    return {"status": error.status, "type": error.kind, "field": error.field,
-            "reason": error.reason, "message": str(error)}
+    _report_unknown(kind, str(error))
+    return HttpRefusal(500, field, f"internal error: {kind}", str(error), kind=kind,
+                       param=None)

@@ -26,7 +26,8 @@ from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
-from edge_serve.outcomes import HttpRefusal, deadline_passed, stage_unready
+from edge_serve.draining import Drain
+from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
 from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
@@ -70,14 +71,18 @@ class ServedPipeline:
         executor: Where the blocking part of each request runs.
         upload_dir: A private directory (0700) for uploaded files on their way to
             ``prepare``.
+        drain: What ends the requests still open when the grace period ends (the
+            server's; default: one of its own).
     """
 
-    def __init__(self, pipeline: Pipeline, executor: Executor, upload_dir: Path) -> None:
+    def __init__(self, pipeline: Pipeline, executor: Executor, upload_dir: Path,
+                 drain: Drain | None = None) -> None:
         config = pipeline.config
         self.pipeline = pipeline
         self.name = config.name
         self.executor = executor
         self.upload_dir = upload_dir
+        self.drain = drain if drain is not None else Drain()
         self.prepare: Callable[..., Any] | None = None
         self.finish: Callable[..., Any] | None = None
         if config.prepare is not None:
@@ -216,23 +221,28 @@ class ServedPipeline:
         whole request by ``deadline_s`` itself (``DeadlineExceeded``: 504, with the
         stage's state already settled); this timer is only a backstop, :data:`BACKSTOP_S`
         later, for work that does not return (a transform that hangs): the request is
-        cancelled and the answer is 504.
+        cancelled and the answer is 504. A request still running when the server's grace
+        period ends is cancelled and answered 503 (:mod:`edge_serve.draining`).
         """
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, work)
         gone = asyncio.Event()
+        drained = asyncio.Event()
+        release = self.drain.hold(drained.set)
         watcher = asyncio.ensure_future(watch_disconnect(request, gone.set))
-        waiter = asyncio.ensure_future(gone.wait())
+        waiters = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(drained.wait())]
         limit = None if deadline_s is None else deadline_s + BACKSTOP_S
         try:
-            either: set[asyncio.Future[Any]] = {future, waiter}
+            either: set[asyncio.Future[Any]] = {future, *waiters}
             await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the server is stopping: the request goes with it
             future.add_done_callback(retrieve)
             raise
         finally:
+            release()
             watcher.cancel()
-            waiter.cancel()
+            for waiter in waiters:
+                waiter.cancel()
         if future.done():
             return future.result()
         await asyncio.to_thread(handle.cancel)
@@ -244,6 +254,8 @@ class ServedPipeline:
             raise HttpRefusal(499, "request", "the client disconnected; the request was "
                               "cancelled", kind="ClientDisconnected")
         future.add_done_callback(retrieve)
+        if drained.is_set():
+            raise server_stopping(self.drain.grace_s)
         assert deadline_s is not None
         raise deadline_passed(self.name, deadline_s)
 

@@ -19,7 +19,13 @@ from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
 from edge_vllm_cuda.options import WORKER_ENV_NAMES, VllmOptions
-from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
+from edge_vllm_cuda.sampling import (
+    ContextLengthExceeded,
+    GenerateParams,
+    GenerateParamsInvalid,
+    check_context,
+    parse_generate_params,
+)
 
 __all__ = ["WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
 
@@ -28,7 +34,11 @@ _GIB = 1024**3
 
 
 class GenerateRefused(GenerateParamsInvalid):
-    """A generate request's parameters were refused before anything was sent."""
+    """A generate request's parameters were refused before anything was sent.
+
+    The request's own fault, with the code of the problem found (``invalid_value``,
+    ``unsupported_parameter``, ``context_length_exceeded``).
+    """
 
 
 
@@ -78,15 +88,16 @@ class VllmStage(WorkerStage):
     gpus: tuple[Gpu, ...] = ()
     admission: threading.Lock
     max_in_flight: int
-    #: The engine's own shutdown: vLLM stops its EngineCore process (SIGTERM, the core
-    #: tears its executor and distributed state down, then its interpreter exits; vLLM
-    #: joins it for at most 5 s before killing it), then the worker's interpreter exits.
-    #: Measured at 5.2 s on a loaded 2-core host (3.5 s EngineCore, 1.7 s worker exit) —
-    #: work, not an idle timeout, so it cannot be cut without killing the EngineCore
-    #: mid-teardown. Waited in full on top of the retire deadline (see
-    #: :attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): a healthy engine
-    #: leaves by itself, a hung one is signalled after this window.
-    retire_graceful_s = 15.0
+    #: How long the worker's own shutdown may take before it is signalled. Where the time
+    #: goes (measured on a loaded 2-core host): vLLM stops its EngineCore process (SIGTERM;
+    #: the core tears its executor and distributed state down in about 1.5 s, then its
+    #: interpreter spends 2-3 s collecting objects; vLLM joins it for at most 5 s, then
+    #: kills it), then the worker ends at once (``exit_after_close``: without it the
+    #: worker's own interpreter teardown took another 2.7-4.7 s), then the supervisor and
+    #: vLLM's resource tracker leave (under 0.5 s). So the window is vLLM's 5 s plus 3 s of
+    #: margin; the whole retirement is bounded by it plus the retire deadline
+    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 8 + 5 = 13 s.
+    retire_graceful_s = 8.0
     worker_env_names = WORKER_ENV_NAMES
 
     @classmethod
@@ -139,17 +150,26 @@ class VllmStage(WorkerStage):
                  inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Check the request, enforce ``max_concurrency``, then send it.
 
+        What can be counted without the model's tokenizer is checked against the context
+        here, before anything is sent to the worker (the runtime gives the stage's slot
+        back at once): token-id prompts, and a ``max_tokens`` that no prompt could fit
+        beside. Text prompts and chats are counted by the worker, before the engine sees
+        them.
+
         Raises:
-            GenerateRefused: malformed prompt or sampling parameters, or tensor inputs.
+            GenerateRefused: malformed prompt or sampling parameters, tensor inputs, or a
+                prompt and ``max_tokens`` that do not fit the context.
             ResourceUnavailable: ``max_concurrency`` requests are already in flight.
         """
         if inputs:
             raise GenerateRefused("inputs", "a generate request carries its prompt in params, "
                                   "not tensors", sorted(inputs))
         try:
-            parse_generate_params(request.params)
+            self._check_context(parse_generate_params(request.params))
         except GenerateParamsInvalid as exc:
-            raise GenerateRefused(exc.field, exc.reason, exc.value) from None
+            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
+            refused.request_fault = exc.request_fault
+            raise refused from None
         with self.admission:
             active = self.in_flight()
             if active >= self.options.max_concurrency:
@@ -157,6 +177,28 @@ class VllmStage(WorkerStage):
                     f"stages[{self.context.stage_id}].backend.options.max_concurrency: every "
                     f"slot is in flight ({self.options.max_concurrency}): {active}")
             return self.call(request, inputs)
+
+    @property
+    def max_model_len(self) -> int:
+        """The engine's context length in tokens (prompt plus generation)."""
+        return int(self.load_report["engine"]["max_model_len"])
+
+    def _check_context(self, params: GenerateParams) -> None:
+        """Refuse what does not fit the context and needs no tokenizer to tell."""
+        limit = self.max_model_len
+        if params.max_tokens is not None and params.max_tokens >= limit:
+            raise ContextLengthExceeded(
+                "max_tokens", f"asks for {params.max_tokens} tokens; the stage's context "
+                f"holds {limit} tokens, prompt and generation together: at most {limit - 1} "
+                f"can be generated after the shortest prompt ({params.max_tokens - limit + 1} "
+                "too many)", params.max_tokens)
+        if params.messages is not None:
+            return
+        several = params.prompts is not None
+        for index, prompt in enumerate(params.engine_prompts()):
+            if not isinstance(prompt, str):
+                check_context(len(prompt), params, limit,
+                              f"prompts[{index}]" if several else None)
 
     def describe(self) -> Mapping[str, object]:
         """The worker facts plus the engine's platform and devices."""

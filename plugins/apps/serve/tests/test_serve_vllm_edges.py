@@ -1,0 +1,435 @@
+"""``edge serve`` at its edges, through both official OpenAI clients, on the real vLLM engine.
+
+One server (:mod:`generate_server`) holds the OCR page pipeline, ``tiny`` (the tiny Llama
+on vLLM's CPU engine, context 256) and ``page-chat`` (OCR, then the same model). The
+Python ``openai`` client and the Node ``openai`` package (:mod:`clients`; its half is
+skipped, with the reason, where ``node`` or the registry is missing) run the same cases:
+
+* every refusal — the context (prompt, ``max_tokens``, their sum), bad sampling values, a
+  token outside the vocabulary, fields that are not served, an unknown model, a wrong key,
+  a body over the limit, a passed deadline — is its 4xx (504 for the deadline) with
+  OpenAI's body: the SDK's class, ``status``, ``param`` and ``code`` are checked, and the
+  server's request count shows that neither client (left to its default of 2 retries)
+  sent any of them twice;
+* every sampling feature vLLM has — ``n``, ``logprobs`` / ``top_logprobs``, penalties,
+  ``response_format`` (``json_object``, ``json_schema``), several prompts — gives the same
+  choices streamed and whole, from both clients;
+* a stream cut by its deadline, by its stage's worker dying, and by the end of the
+  server's grace period ends with an SSE error event in OpenAI's shape that both clients
+  raise as ``APIError`` with its code, and the response ends cleanly;
+* the server's log has no traceback, and its closing summary lists every stage's retire
+  time, the generate stages' within the documented bound.
+
+The tests run in file order: the last two leave ``page-chat`` failed and stop the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from clients import NodeRun, node_openai, run_node, run_python
+from generate_server import API_KEY, GRACE_S, MAX_MODEL_LEN, SharedServer
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+#: A generate stage's retirement is bounded by its declared window plus the retire
+#: deadline (``VllmStage.retire_graceful_s`` + 5 s): docs/serve.md states it.
+GENERATE_RETIRE_BOUND_S = 13.0
+
+CHAT = [{"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": "edge stage token worker"}]
+GREEDY = {"temperature": 0.0, "ignore_eos": True}
+#: The routes a client's generation requests are counted under ("other": refused before
+#: routing, as a request without the right key is).
+ROUTES = ("/v1/completions", "/v1/chat/completions", "other")
+
+
+@pytest.fixture(scope="module")
+def server(generate_server: SharedServer) -> Served:
+    """The shared server: ``ocr``, ``tiny`` and ``page-chat``."""
+    return generate_server.get()
+
+
+@pytest.fixture
+def client(server: Served) -> Iterator[openai.OpenAI]:
+    """The Python client as a user makes it: default retries (2) and all."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=300) as made:
+        yield made
+
+
+def _node_or_none() -> Path | None:
+    """The Node client's package directory, or None (the Node half is then skipped)."""
+    return node_openai()[0]
+
+
+def _requests(server: Served) -> float:
+    """Requests the server has counted on the OpenAI generation routes, every outcome."""
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {API_KEY}"},
+                     timeout=60).text
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples
+               if sample.name == "edge_requests_total" and sample.labels["route"] in ROUTES)
+
+
+def _case(name: str, kind: str, params: Mapping[str, Any], *, stream: bool = False,
+          model: str = "tiny", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "kind": kind, "params": {"model": model, **params},
+            "stream": stream, **extra}
+
+
+# -- every refusal: its 4xx, OpenAI's body, never retried -----------------------------------
+
+_LONG = "edge " * 300  # 301 tokens: more than the whole context
+_REFUSALS: list[tuple[dict[str, Any], str, int, str | None, str]] = [
+    (_case("prompt over the context", "completions", {"prompt": _LONG, "max_tokens": 4}),
+     "BadRequestError", 400, "prompt", "context_length_exceeded"),
+    (_case("chat over the context", "chat", {"messages": [{"role": "user", "content": _LONG}],
+                                             "max_tokens": 4}),
+     "BadRequestError", 400, "messages", "context_length_exceeded"),
+    (_case("max_tokens over the context", "completions", {"prompt": "edge",
+                                                          "max_tokens": 100_000}),
+     "BadRequestError", 400, "max_tokens", "context_length_exceeded"),
+    (_case("max_completion_tokens over the context", "chat",
+           {"messages": CHAT, "max_completion_tokens": 100_000}),
+     "BadRequestError", 400, "max_completion_tokens", "context_length_exceeded"),
+    (_case("prompt and max_tokens together", "completions",
+           {"prompt": "edge " * 100, "max_tokens": 200}),
+     "BadRequestError", 400, "max_tokens", "context_length_exceeded"),
+    (_case("second prompt of a list", "completions",
+           {"prompt": [[1, 5, 9], [5] * MAX_MODEL_LEN], "max_tokens": 2}),
+     "BadRequestError", 400, "prompt[1]", "context_length_exceeded"),
+    (_case("token outside the vocabulary", "completions", {"prompt": [1, 100_000],
+                                                           "max_tokens": 2}),
+     "BadRequestError", 400, "prompt", "invalid_value"),
+    (_case("a prompt list of texts and token ids", "completions",
+           {"prompt": ["edge", [1, 5]], "max_tokens": 2}),
+     "BadRequestError", 400, "prompt", "invalid_value"),
+    (_case("temperature", "completions", {"prompt": "x", "max_tokens": 2,
+                                          "temperature": -1}),
+     "BadRequestError", 400, "temperature", "invalid_value"),
+    (_case("top_p", "chat", {"messages": CHAT, "max_tokens": 2, "top_p": 2}),
+     "BadRequestError", 400, "top_p", "invalid_value"),
+    (_case("presence_penalty", "chat", {"messages": CHAT, "max_tokens": 2,
+                                        "presence_penalty": 3}),
+     "BadRequestError", 400, "presence_penalty", "invalid_value"),
+    (_case("frequency_penalty", "completions", {"prompt": "x", "max_tokens": 2,
+                                                "frequency_penalty": -2.5}),
+     "BadRequestError", 400, "frequency_penalty", "invalid_value"),
+    (_case("logprobs above vLLM's 20", "completions", {"prompt": "x", "max_tokens": 2,
+                                                        "logprobs": 50}),
+     "BadRequestError", 400, "logprobs", "invalid_value"),
+    (_case("top_logprobs above vLLM's 20", "chat", {"messages": CHAT, "max_tokens": 2,
+                                                     "logprobs": True, "top_logprobs": 30}),
+     "BadRequestError", 400, "top_logprobs", "invalid_value"),
+    (_case("n above 1 when greedy", "chat", {"messages": CHAT, "max_tokens": 2, "n": 2,
+                                             "temperature": 0}),
+     "BadRequestError", 400, "n", "invalid_value"),
+    (_case("min_tokens above max_tokens", "completions", {"prompt": "x", "max_tokens": 2,
+                                                          "min_tokens": 5}),
+     "BadRequestError", 400, "min_tokens", "invalid_value"),
+    (_case("echo", "completions", {"prompt": "x", "max_tokens": 2, "echo": True}),
+     "BadRequestError", 400, "echo", "unsupported_parameter"),
+    (_case("logit_bias", "chat", {"messages": CHAT, "max_tokens": 2,
+                                  "logit_bias": {"5": 1}}),
+     "BadRequestError", 400, "logit_bias", "unsupported_parameter"),
+    (_case("tools", "chat", {"messages": CHAT, "max_tokens": 2, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {}}}]}),
+     "BadRequestError", 400, "tools", "unsupported_parameter"),
+    (_case("response_format type", "chat", {"messages": CHAT, "max_tokens": 2,
+                                            "response_format": {"type": "xml"}}),
+     "BadRequestError", 400, "response_format.type", "unsupported_value"),
+    (_case("stream_options without a stream", "chat",
+           {"messages": CHAT, "max_tokens": 2, "stream_options": {"include_usage": True}}),
+     "BadRequestError", 400, "stream_options", "invalid_value"),
+    (_case("unknown model", "completions", {"prompt": "x", "max_tokens": 2}, model="nope"),
+     "NotFoundError", 404, "model", "model_not_found"),
+    (_case("wrong key", "completions", {"prompt": "x", "max_tokens": 2},
+           apiKey="wrong-key"),
+     "AuthenticationError", 401, None, "invalid_api_key"),
+    (_case("passed deadline", "completions", {"prompt": "edge", "max_tokens": 230,
+                                              "deadline_s": 0.05, **GREEDY}),
+     "InternalServerError", 504, "deadline_s", "deadline_exceeded"),
+]
+
+
+def _python_refusal(server: Served, case: Mapping[str, Any]) -> dict[str, Any]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=case.get("apiKey", API_KEY),
+                       timeout=300) as client:  # default retries: 2
+        return run_python(client, case)
+
+
+def test_every_refusal_is_its_4xx_with_openais_body_from_both_clients_never_retried(
+        server: Served) -> None:
+    for case, kind, status, param, code in _REFUSALS:
+        before = _requests(server)
+        result = _python_refusal(server, case)
+        error = result["error"]
+        assert error is not None, (case["name"], result)
+        assert (error["class"], error["status"], error["param"], error["code"]) == (
+            kind, status, param, code), (case["name"], error)
+        if status == 400:
+            assert error["type"] == "invalid_request_error", error
+        assert "Traceback" not in error["message"]
+        assert _requests(server) - before == 1, f"{case['name']}: retried"
+    package = _node_or_none()
+    if package is None:
+        pytest.skip(f"the Node half: {node_openai()[1]}")
+    before = _requests(server)
+    results = run_node(package, f"{server.url}/v1", API_KEY, [c for c, *_ in _REFUSALS])
+    for case, kind, status, param, code in _REFUSALS:
+        error = results[case["name"]]["error"]
+        assert error is not None, results[case["name"]]
+        assert (error["class"], error["status"], error["param"], error["code"]) == (
+            kind, status, param, code), (case["name"], error)
+    assert _requests(server) - before == len(_REFUSALS)  # none sent twice
+
+
+def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
+    big = "x" * (33 * 1024 * 1024)  # the server's default limit is 32 MiB
+    case = _case("over the body limit", "completions", {"prompt": big, "max_tokens": 2},
+                 maxRetries=0)
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                       timeout=300) as client:
+        error = run_python(client, case)["error"]
+    assert error is not None and (error["status"], error["param"], error["code"]) == (
+        413, "body", "request_too_large"), error
+    package = _node_or_none()
+    if package is None:
+        pytest.skip(f"the Node half: {node_openai()[1]}")
+    error = run_node(package, f"{server.url}/v1", API_KEY, [case])[case["name"]]["error"]
+    assert error is not None and (error["status"], error["param"], error["code"]) == (
+        413, "body", "request_too_large"), error
+
+
+# -- every sampling feature: the same answer streamed and whole, from both clients ----------
+
+_SCHEMA = {"type": "json_schema", "json_schema": {"name": "point", "schema": {
+    "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+_FEATURES: list[dict[str, Any]] = [
+    _case("plain", "completions", {"prompt": "edge stage token", "max_tokens": 8, **GREEDY}),
+    _case("several prompts", "completions", {"prompt": ["edge stage", "token worker"],
+                                             "max_tokens": 6, **GREEDY}),
+    _case("several prompts, n=2", "completions", {"prompt": [[1, 5, 9], [1, 9, 5, 9]],
+                                                  "n": 2, "temperature": 0.8, "seed": 5,
+                                                  "max_tokens": 5, "ignore_eos": True}),
+    _case("logprobs", "completions", {"prompt": "edge stage", "logprobs": 3,
+                                      "max_tokens": 6, **GREEDY}),
+    _case("penalties", "completions", {"prompt": "edge stage", "presence_penalty": 1.5,
+                                       "frequency_penalty": 2.0, "max_tokens": 40,
+                                       **GREEDY}),
+    _case("no penalties", "completions", {"prompt": "edge stage", "max_tokens": 40,
+                                          **GREEDY}, reference=True),
+    _case("json_object", "completions", {"prompt": "edge stage", "max_tokens": 12,
+                                         "response_format": {"type": "json_object"},
+                                         "temperature": 0.0}),
+    _case("chat", "chat", {"messages": CHAT, "max_tokens": 8, **GREEDY}),
+    _case("chat n=2", "chat", {"messages": CHAT, "n": 2, "temperature": 0.9, "seed": 11,
+                               "max_tokens": 6, "ignore_eos": True}),
+    _case("chat logprobs", "chat", {"messages": CHAT, "logprobs": True, "top_logprobs": 3,
+                                    "max_tokens": 6, **GREEDY}),
+    _case("chat penalties", "chat", {"messages": CHAT, "presence_penalty": -1.0,
+                                     "frequency_penalty": 1.5, "max_tokens": 10, **GREEDY}),
+    _case("chat json_object", "chat", {"messages": CHAT, "max_tokens": 12,
+                                       "response_format": {"type": "json_object"},
+                                       "temperature": 0.0}),
+    _case("chat json_schema", "chat", {"messages": CHAT, "max_tokens": 12,
+                                       "response_format": _SCHEMA, "temperature": 0.0}),
+]
+
+
+def _rounded(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result's choices with log-probabilities to 4 decimals (for comparing runs)."""
+    assert result["ok"], result
+    return {index: {"text": c["text"], "finish": c["finish"],
+                    "logprobs": [[t, round(lp, 4)] for t, lp in c["logprobs"]]}
+            for index, c in sorted(result["choices"].items())}
+
+
+def test_every_feature_gives_the_same_choices_streamed_and_whole_from_both_clients(
+        client: openai.OpenAI, server: Served) -> None:
+    # A reference (what the penalties change) is asked for once, whole, from Python.
+    cases = [dict(case, name=f"{case['name']} ({how})", stream=how == "stream")
+             for case in _FEATURES for how in ("whole", "stream")
+             if how == "whole" or not case.get("reference")]
+    python = {case["name"]: run_python(client, case) for case in cases}
+    answers = {case["name"]: _rounded(python[f"{case['name']} (whole)"])
+               for case in _FEATURES}
+    for case in _FEATURES:
+        name = case["name"]
+        if not case.get("reference"):
+            assert _rounded(python[f"{name} (stream)"]) == answers[name], name
+    cases = [case for case in cases if not case.get("reference")]
+    package = _node_or_none()
+    node = run_node(package, f"{server.url}/v1", API_KEY, cases) if package else {}
+    for case in cases:
+        if node:
+            base = case["name"].rsplit(" (", 1)[0]
+            assert _rounded(node[case["name"]]) == answers[base], case["name"]
+
+    def choices(name: str) -> list[dict[str, Any]]:
+        return [answers[name][key] for key in sorted(answers[name], key=int)]
+
+    assert len(choices("several prompts")) == 2 and len(choices("several prompts, n=2")) == 4
+    assert len(choices("chat n=2")) == 2
+    assert python["several prompts (whole)"]["usage"]["completion_tokens"] == 12
+    for name in ("logprobs", "chat logprobs"):
+        (only,) = choices(name)
+        assert len(only["logprobs"]) == 6 and all(lp <= 0 for _, lp in only["logprobs"])
+    assert choices("penalties")[0]["text"] != choices("no penalties")[0]["text"]
+    for name in ("json_object", "chat json_object", "chat json_schema"):
+        text = choices(name)[0]["text"].lstrip()
+        assert text.startswith("{"), (name, text)  # guided: JSON from the first token
+        if choices(name)[0]["finish"] == "stop":
+            json.loads(text)
+    if not node:
+        pytest.skip(f"the Node half: {node_openai()[1]}")
+
+
+# -- streams cut: a deadline, a worker lost, the grace period's end ------------------------
+
+
+def _cut_stream(server: Served, case: dict[str, Any],
+                cut: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Stream ``case`` from both clients at once; call ``cut()`` once both have a chunk."""
+    package = _node_or_none()
+    node = NodeRun(package, f"{server.url}/v1", API_KEY,
+                   [dict(case, announce=True)]) if package else None
+    first = threading.Event()
+    found: dict[str, Any] = {}
+
+    def python() -> None:
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                           timeout=300) as made:
+            found.update(run_python(made, case, on_first=first.set))
+        first.set()
+
+    thread = threading.Thread(target=python)
+    assert node is None or node.started()  # both clients' requests go out together
+    thread.start()
+    try:
+        assert first.wait(300) and found.get("error") is None, found
+        assert node is None or node.first(case["name"]), node.results()
+        if cut is not None:
+            cut()
+    finally:
+        thread.join(300)
+        results = node.results() if node is not None else {}
+    return found, results.get(case["name"])
+
+
+def _ended_with(result: Mapping[str, Any], code: str) -> None:
+    """The stream had chunks, then an SSE error event the client raised as APIError."""
+    error = result["error"]
+    assert result["chunks"] >= 1 and error is not None, result
+    assert error["class"] == "APIError" and error["code"] == code, error
+    assert error["type"] in ("server_error", "timeout_error"), error
+
+
+def test_a_deadline_that_passes_mid_stream_ends_it_with_an_error_event(
+        server: Served, client: openai.OpenAI) -> None:
+    # How fast the engine is now (the machine is shared, or quiet): the deadline falls
+    # after the first token of both streams and long before their 240 tokens are done.
+    started = time.monotonic()
+    list(client.completions.create(model="tiny", prompt="edge", max_tokens=1, stream=True,
+                                   extra_body={"ignore_eos": True}))
+    first = time.monotonic() - started
+    started = time.monotonic()
+    client.completions.create(model="tiny", prompt="edge stage", max_tokens=240,
+                              extra_body={"ignore_eos": True})
+    whole = time.monotonic() - started
+    deadline = round(max(3 * first, whole / 3), 3)
+    case = _case("deadline mid-stream", "completions",
+                 {"prompt": "edge stage", "max_tokens": 240, "deadline_s": deadline,
+                  **GREEDY}, stream=True)
+    python, node = _cut_stream(server, case)
+    for result in (python, node):
+        if result is not None:
+            _ended_with(result, "deadline_exceeded")
+    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
+                                       extra_body={"ignore_eos": True})
+    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0  # both aborted
+
+
+def _worker_pid(server: Served, pipeline: str, stage: str) -> int:
+    plan = httpx.get(f"{server.url}/v1/pipelines/{pipeline}",
+                     headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60).json()["plan"]
+    (found,) = [s for s in plan["stages"] if s["id"] == stage]
+    return int(found["worker"]["pid"])
+
+
+def _page_chat(ocr_dir: Path) -> list[dict[str, Any]]:
+    """A chat whose user message carries the rendered page as an image_url part."""
+    page = base64.b64encode((ocr_dir / "page.png").read_bytes()).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{page}"}}
+    return [CHAT[0], {"role": "user", "content": [{"type": "text", "text": "Read it."},
+                                                  image]}]
+
+
+def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
+        server: Served, client: openai.OpenAI, ocr_dir: Path) -> None:
+    # page-chat's generate stage: its worker dies under both streams.
+    case = _case("worker lost mid-stream", "chat",
+                 {"messages": _page_chat(ocr_dir), "max_tokens": 150, "n": 2,
+                  "temperature": 1.0, "seed": 5, "ignore_eos": True},
+                 stream=True, model="page-chat")
+    pid = _worker_pid(server, "page-chat", "gen")
+    python, node = _cut_stream(server, case, cut=lambda: os.kill(pid, signal.SIGKILL))
+    for result in (python, node):
+        if result is not None:
+            _ended_with(result, "worker_lost")
+    # The stage has failed (no restart policy): refused with 503 and Retry-After, which
+    # the client may retry (a restart would cure it), until the server stops.
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.with_options(max_retries=0).chat.completions.create(
+            model="page-chat", messages=case["params"]["messages"], max_tokens=2)
+    assert caught.value.status_code == 503 and caught.value.code == "stage_unavailable"
+    assert caught.value.response.headers["retry-after"] == "1"
+
+
+def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_retire_times(
+        generate_server: SharedServer, server: Served) -> None:
+    # tiny's streams: 4 choices of 250 tokens each, far longer than the grace period.
+    case = _case("open at the end of the grace period", "completions",
+                 {"prompt": "edge", "max_tokens": 250, "n": 4, "temperature": 1.0,
+                  "seed": 3, "ignore_eos": True}, stream=True)
+    signalled: list[float] = []
+
+    def stop() -> None:
+        signalled.append(time.monotonic())
+        server.send_signal(signal.SIGTERM)
+
+    try:
+        python, node = _cut_stream(server, case, cut=stop)
+        ended = time.monotonic() - signalled[0]
+        for result in (python, node):
+            if result is not None:
+                _ended_with(result, "server_shutting_down")
+        assert ended >= 0.9 * GRACE_S  # the streams ran on through the grace period
+    finally:
+        stopped = generate_server.stop()  # waits for the exit; checks nothing is left
+    assert stopped is not None
+    log = "".join(stopped.stderr)
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]
+    summary = stopped.summary
+    retire = summary["retire_s"]
+    assert set(retire) == {"ocr", "tiny", "page-chat"}
+    assert set(retire["ocr"]) == {"detect", "classify", "recognize"}
+    assert set(retire["page-chat"]) == {"detect", "classify", "recognize", "gen"}
+    assert all(isinstance(s, float) for stages in retire.values() for s in stages.values())
+    generate = summary["closed"]["tiny"]["gen"]["retire"]
+    assert generate["escalation"] == "graceful", generate  # left by itself, in its window
+    assert retire["tiny"]["gen"] <= GENERATE_RETIRE_BOUND_S
+    assert summary["closing_s"] >= retire["tiny"]["gen"]

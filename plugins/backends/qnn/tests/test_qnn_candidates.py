@@ -2,7 +2,10 @@
 
 Real sessions on both: the dynamic-batch graph falls wholly to the CPU under QNN, so the
 real placement gate refuses the qnn candidate and ort-cpu serves; the static graph runs
-wholly on QNN, so qnn is chosen and ort-cpu is never tried.
+wholly on QNN, so qnn is chosen and ort-cpu is never tried. These pipelines select
+``first-passing``: what is checked here is each candidate's gate, not which is faster
+(measured selection with the simulator is checked by the OCR example and the placement
+benchmark).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def ledger() -> Iterator[ResourceLedger]:
 
 
 def _open(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Path) -> Pipeline:
-    config = load_pipeline({"name": "p", "stages": [{
+    config = load_pipeline({"name": "p", "selection": "first-passing", "stages": [{
         "id": "s", "manifest": str(bundle), "candidates": [
             {"backend": {"name": "qnn", "options": {"context_cache_dir": str(cache),
                                                     "session_per_bucket": False}}},
@@ -75,7 +78,7 @@ def test_qnn_is_chosen_when_the_simulator_places_the_whole_graph(
 
 def _open_derived(plugins: PluginSet, ledger: ResourceLedger, derived: Path, fallback: Path,
                   cache: Path, gate_timeout_s: float) -> Pipeline:
-    config = load_pipeline({"name": "p", "stages": [{
+    config = load_pipeline({"name": "p", "selection": "first-passing", "stages": [{
         "id": "s", "manifest": str(fallback), "candidates": [
             {"manifest": str(derived),
              "backend": {"name": "qnn", "options": {"context_cache_dir": str(cache),

@@ -41,6 +41,9 @@ def test_a_stage_that_outgrows_its_demand_after_the_gate_is_reported_in_plan_and
     assert check["peak_over_demand"] == round(check["peak_bytes"] / (160 * MiB), 3) > 1.0
     assert plan["stages"][0]["memory"]["over_demand"] is False
     health = pipeline.health()
+    assert set(health) == {"pipeline", "state", "stages", "replicas", "placement", "memory"}
+    assert health["placement"] == {"number": 1, "decision": "only", "switches": [],
+                                   "background": None}  # beside memory (docs/runtime.md)
     assert health["state"] == "ready"  # it still serves: the report says what is wrong
     assert health["memory"]["over_demand"] == ["b"]
     assert health["memory"]["stages"]["b"]["pools"]["machine:ram"]["verdict"] == "over"

@@ -49,7 +49,8 @@ The last line is one JSON object:
   requests / RapidOCR's USS after the same pages (goal <= 1.0); ``..._busy_...``: the same
   with the tree measured right after its last busy block;
 * ``run_tree_uss_over_rapidocr``: the peak of ``edge run``'s sampled tree USS / RapidOCR's
-  sampled peak (goal <= 1.0);
+  sampled peak (goal <= 1.0), with ``run_p50_s`` (median time between two of its answers)
+  and ``rapidocr_p50_s`` (RapidOCR's median page) beside it;
 * ``controller_uss_mib``: the ``default`` server's controller at rest after the requests
   (goal <= 80), and ``controller_uss_busy_mib``;
 * ``peak_over_demand``: per stage of the ``default`` server (goal <= 1.0 each);
@@ -656,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run_tree_uss_over_rapidocr": (
             round(run["peak_tree_uss_mib"] / peer["peak_tree_uss_mib"], 3)
             if peer and run else None),
+        "run_p50_s": run["p50_s_between_answers"] if run else None,
+        "rapidocr_p50_s": peer["p50_s"] if peer else None,
         "controller_uss_mib": default["controller_uss_mib"],
         "controller_uss_busy_mib": default["busy_controller_uss_mib"],
         "peak_over_demand": default["peak_over_demand"],

@@ -18,6 +18,7 @@ from edge_contracts.heap import (
     REST_S,
     eager_process_environment,
     heap_policy,
+    unknown_heap_policy,
 )
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux")
@@ -99,3 +100,12 @@ def test_the_policy_comes_from_the_environment_and_defaults_to_rest() -> None:
     assert eager_process_environment({HEAP_ENV: "eager"}) == {"GLIBC_TUNABLES": LEAN_TUNABLES}
     assert eager_process_environment({}) == {}
     assert "glibc.malloc.mmap_threshold=262144" in LEAN_TUNABLES
+
+
+def test_a_value_that_names_no_policy_is_told_apart_from_unset() -> None:
+    for value in ("", "  ", "rest", "EAGER", " off "):
+        assert unknown_heap_policy({HEAP_ENV: value}) is None, value
+    assert unknown_heap_policy({}) is None
+    assert unknown_heap_policy({HEAP_ENV: "eagre"}) == "eagre"
+    assert unknown_heap_policy({HEAP_ENV: "1"}) == "1"
+    assert heap_policy({HEAP_ENV: "eagre"}) == "rest"  # a worker still starts (with rest)

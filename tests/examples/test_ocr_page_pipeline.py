@@ -73,6 +73,12 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
                 assert 1480 < min(x for x, _ in line["box"]) < 1505  # image pixels, not 960
             else:
                 assert got == []
+        # the declared demands hold after pages of every size, not only after warm-up
+        after = pipeline.execution_plan()
+        assert after["memory_over_demand"] == [], {s["id"]: s["memory"]
+                                                   for s in after["stages"]}
+        assert all(s["memory"]["pools"]["machine:ram"]["verdict"] == "within"
+                   for s in after["stages"])
     finally:
         pipeline.close()
     assert ledger.snapshot()["reservations"] == []

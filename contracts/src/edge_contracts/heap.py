@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HEAP_ENV", "HEAP_POLICIES", "LEAN_THRESHOLD_BYTES", "LEAN_TUNABLES", "REST_S",
            "apply_heap_policy", "eager_process_environment", "heap_policy", "on_rest",
-           "rests"]
+           "rests", "unknown_heap_policy"]
 
 HEAP_ENV: Final = "EDGE_HEAP"
 """Environment variable naming the heap policy: ``rest`` (default), ``eager`` or ``off``."""
@@ -84,9 +84,23 @@ _watcher: _RestWatcher | None = None
 
 
 def heap_policy(environ: Mapping[str, str] | None = None) -> str:
-    """The policy :data:`HEAP_ENV` names (``rest`` when unset or not one of the three)."""
+    """The policy :data:`HEAP_ENV` names (``rest`` when unset or not one of the three).
+
+    :func:`unknown_heap_policy` tells a value that names no policy apart from unset.
+    """
     raw = (os.environ if environ is None else environ).get(HEAP_ENV, "").strip().lower()
     return raw if raw in HEAP_POLICIES else "rest"
+
+
+def unknown_heap_policy(environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of :data:`HEAP_ENV` when it names no policy, else ``None``.
+
+    Unset or empty means ``rest``; case and surrounding spaces do not matter. A process
+    that opens pipelines (the controller) refuses such a value before anything starts;
+    :func:`heap_policy` alone reads it as ``rest`` (a worker never refuses to start).
+    """
+    raw = (os.environ if environ is None else environ).get(HEAP_ENV, "")
+    return raw if raw.strip() and raw.strip().lower() not in HEAP_POLICIES else None
 
 
 def eager_process_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:

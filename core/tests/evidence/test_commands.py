@@ -153,6 +153,32 @@ def test_edge_run_flags_a_peak_over_the_declared_demand_in_its_plan(
     assert "after the requests is over the declared demand 96 MiB" in over.stdout
 
 
+def test_profile_and_qualification_records_carry_a_peak_over_the_declared_demand(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    """The evidence record (issue 32): the profile's stage check, the record's ratio."""
+    stage = {**echo_stage("a"), "resources": {"demands": {"machine:ram": "96 MiB"}}}
+    pipeline = write_pipeline(tmp_path, [stage], name="mem")
+    profiled = edge("profile", str(pipeline), "--inputs", str(echo_inputs), "--params",
+                    '{"allocate_mb": 128}', "--requests", "2", "--warmup", "0",
+                    "--concurrency", "1", "--process-starts", "1", "--startup-samples", "0",
+                    "--matched-requests", "1", "--no-warm-restart", "--out", "p.json",
+                    cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stderr
+    profile = json.loads((tmp_path / "p.json").read_text())
+    check = profile["baseline"]["memory"]["stages"]["a"]["demand_check"]
+    ram = check["pools"]["machine:ram"]
+    assert check["over_demand"] is True and ram["verdict"] == "over"
+    assert ram["demand_bytes"] == 96 * 2**20 and ram["peak_bytes"] > 96 * 2**20 + 64 * 2**20
+    assert ram["peak_over_demand"] == round(ram["peak_bytes"] / (96 * 2**20), 3) > 1.0
+    qualified = edge("qualify", "--profile", "p.json", "--out", "r.json", cwd=tmp_path)
+    assert qualified.returncode == 0, qualified.stderr
+    record = json.loads((tmp_path / "r.json").read_text())
+    found = record["performance"]["memory"]["a"]
+    assert found["over_demand"] is True
+    assert found["peak_over_demand"] == {"machine:ram": ram["peak_over_demand"]}
+    assert found["reserved"] == {"machine:ram": 96 * 2**20}
+
+
 def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "w.jsonl").write_text('{"class": "a", "prompt": "x"}\n{"prompt": "y"}\n')
     (tmp_path / "t.toml").write_text('targets = ["ttft_p95 <= 1"]\n')

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from edge_core.config import load_pipeline
+from edge_core.errors import ConfigError
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet
+from edge_core.runtime import Pipeline
 from edge_core.runtime.memory_check import stage_memory
 
 from .conftest import MiB, OpenPipeline, echo_stage
@@ -35,6 +41,9 @@ def test_a_stage_that_outgrows_its_demand_after_the_gate_is_reported_in_plan_and
     assert check["peak_over_demand"] == round(check["peak_bytes"] / (160 * MiB), 3) > 1.0
     assert plan["stages"][0]["memory"]["over_demand"] is False
     health = pipeline.health()
+    assert set(health) == {"pipeline", "state", "stages", "replicas", "placement", "memory"}
+    assert health["placement"] == {"number": 1, "decision": "only", "switches": [],
+                                   "background": None}  # beside memory (docs/runtime.md)
     assert health["state"] == "ready"  # it still serves: the report says what is wrong
     assert health["memory"]["over_demand"] == ["b"]
     assert health["memory"]["stages"]["b"]["pools"]["machine:ram"]["verdict"] == "over"
@@ -55,3 +64,20 @@ def test_the_verdicts_name_within_over_and_unobserved_pools() -> None:
     assert found["pools"]["empty"] == {"demand_bytes": 0, "peak_bytes": 0,
                                        "peak_over_demand": None, "verdict": "within"}
     assert stage_memory({"machine:ram": 100}, {"machine:ram": 100})["over_demand"] is False
+
+
+@pytest.mark.parametrize("value", ["eagre", "never", "0"])
+def test_a_heap_policy_no_one_knows_refuses_the_open_before_anything_is_charged(
+    plugins: PluginSet, ledger: ResourceLedger, monkeypatch: pytest.MonkeyPatch, value: str,
+) -> None:
+    monkeypatch.setenv("EDGE_HEAP", value)
+    config = load_pipeline({"name": "t", "stages": [echo_stage("a", demand=64 * MiB)]})
+    with pytest.raises(ConfigError) as refused:
+        Pipeline.open(config, plugins, ledger)
+    assert refused.value.path == "EDGE_HEAP" and refused.value.value == value
+    assert "one of rest, eager, off" in str(refused.value)
+    assert ledger.snapshot()["reservations"] == []  # no worker either: no_leaks checks
+    monkeypatch.setenv("EDGE_HEAP", " Rest ")  # case and spaces do not matter
+    with Pipeline.open(config, plugins, ledger) as pipeline:
+        assert pipeline.execution_plan()["memory_over_demand"] == []
+    assert ledger.snapshot()["reservations"] == []

@@ -25,9 +25,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from edge_contracts.heap import apply_heap_policy
+from edge_contracts.heap import (
+    HEAP_ENV,
+    HEAP_POLICIES,
+    apply_heap_policy,
+    unknown_heap_policy,
+)
 from edge_core.config.model import PipelineConfig
-from edge_core.errors import StageClosed
+from edge_core.errors import ConfigError, StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -138,8 +143,13 @@ class Pipeline:
             ResourceUnavailable: the plan does not fit the ledger (nothing is charged).
             PlacementRefused / NumericsRefused / DemandExceeded: a stage failed its gate.
             CandidatesRefused: every candidate of a stage that lists some was refused.
+            ConfigError: ``EDGE_HEAP`` names no heap policy (before anything starts).
             Any error from a plugin's load or warm-up, after unwinding.
         """
+        if (unknown := unknown_heap_policy()) is not None:  # before anything is charged
+            policies = ", ".join(HEAP_POLICIES)
+            raise ConfigError(HEAP_ENV, f"names no heap policy (one of {policies}; unset "
+                              "means rest)", unknown)
         apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s)

@@ -93,13 +93,14 @@ AUTO_MEASUREMENT: Final = {"budget_s": 45, "warmup_calls": 0}
 the page within 45 s, unwarmed (their gates ran every bucket already): on the simulator
 one page through the chain takes tens of seconds with ``qnn`` classifying."""
 _MODULE: Final = "edge_ocr_example.page_pipeline"
-_DEMANDS: Final = {"detect": "352 MiB", "classify": "96 MiB", "recognize": "416 MiB"}
+_DEMANDS: Final = {"detect": "416 MiB", "classify": "96 MiB", "recognize": "448 MiB"}
 """RAM reserved per stage worker: its peak plus a quarter, rounded up to 32 MiB. The peaks
-(the worker tree's peak resident set, load, the warm-up of every declared shape up to
+(the worker tree's peak resident set: load, the warm-up of every declared shape up to
 960 x 960 and 4 x 1280, and 13 varied pages served: ``benchmarks/memory.py``'s
-``stage_peak_mib`` for the default settings on the 2-vCPU machine) were detect 271 MiB,
-classify 68 MiB, recognise 330 MiB. ONNX Runtime's arena never shrunk, or no arena,
-reached detect 339 MiB: still within."""
+``stage_peak_mib`` for the default settings on the 2-vCPU machine, benchmarks/RESULTS.md)
+were detect 331 MiB, classify 69 MiB, recognise 333 MiB. The other settings that run
+measures reach at most detect 376 MiB (no arena) and recognise 366 MiB (arena growing by
+what is requested): still within."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,12 @@ def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
         done = _serve(str(one), "--port", str(taken.getsockname()[1]))
     assert done.returncode == 2 and "--host/--port: cannot bind" in done.stderr
     assert "Traceback" not in done.stderr
+    done = subprocess.run([EDGE, "serve", str(one), "--port", "0"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "EDGE_HEAP": "eagre"})  # a typo: refused
+    assert done.returncode == 2, done.stderr
+    assert "EDGE_HEAP: names no heap policy (one of rest, eager, off" in done.stderr
+    assert "'eagre'" in done.stderr and "opening" not in done.stderr
 
 
 @pytest.mark.slow

@@ -100,3 +100,47 @@ def test_a_stage_that_needs_a_restart_is_503_until_restarted(pipeline: Pipeline)
                 assert _up(text) == {"e": "ready"} and _restarts(text) == 1.0
 
         asyncio.run(scenario())
+
+
+def test_a_stage_over_its_demand_still_serves_and_health_names_it() -> None:
+    """Issue 32: a request makes the stage's peak outgrow its declared demand; /health stays
+    200 (it still serves) and says so per pipeline and in ``memory_over_demand``."""
+    ledger = ResourceLedger([Pool(name="machine:ram", total=4 * 1024**3)])
+    config = load_pipeline({"name": "echo", "stages": [
+        {"id": "e", "backend": {"name": "echo"},
+         "resources": {"demands": {"machine:ram": "96 MiB"}}}]})
+    pipeline = Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger)
+    try:
+        with ThreadPoolExecutor(2) as executor:
+            served = ServedPipeline(pipeline, executor, private_upload_dir())
+            app = build_app(ServerState({"echo": served}, ledger, max_body_bytes=1 << 20))
+
+            async def scenario() -> None:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://edge") as client:
+                    before = (await client.get("/health")).json()
+                    assert before["memory_over_demand"] == []
+                    small = await client.post("/v1/pipelines/echo/run", json=BODY)
+                    assert small.status_code == 200, small.text
+                    large = await client.post("/v1/pipelines/echo/run",
+                                              json={**BODY, "params": {"allocate_mb": 128}})
+                    assert large.status_code == 200, large.text
+                    health = await client.get("/health")
+                    assert health.status_code == 200  # over its demand, still serving
+                    body = health.json()
+                    assert body["status"] == "ok" and body["memory_over_demand"] == ["echo/e"]
+                    echo = body["pipelines"]["echo"]
+                    assert echo["state"] == "ready" and echo["memory"]["over_demand"] == ["e"]
+                    ram = echo["memory"]["stages"]["e"]["pools"]["machine:ram"]
+                    assert ram["verdict"] == "over" and ram["demand_bytes"] == 96 * 2**20
+                    assert ram["peak_bytes"] > 96 * 2**20 and ram["peak_over_demand"] > 1.0
+                    plan = (await client.get("/v1/pipelines/echo")).json()["plan"]
+                    assert plan["memory_over_demand"] == ["e"]
+                    again = await client.post("/v1/pipelines/echo/run", json=BODY)
+                    assert again.status_code == 200, again.text
+
+            asyncio.run(scenario())
+    finally:
+        pipeline.close()
+    assert ledger.snapshot()["reservations"] == []

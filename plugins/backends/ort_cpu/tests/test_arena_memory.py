@@ -6,6 +6,10 @@ rows of 3 (24 MB at the top), so one large request leaves a large working set be
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -130,3 +134,36 @@ def test_an_extend_strategy_without_the_arena_is_refused_naming_the_option() -> 
     assert plain.arena_shrinkage == "at-rest"  # ignored without the arena; not an error
     with pytest.raises(ConfigError, match=r"backend.options.arena_shrinkage"):
         structure_config({"arena_shrinkage": True}, OrtOptions, path=path)
+
+
+def test_an_arena_option_refused_at_open_charges_nothing_and_starts_no_worker(
+    plugins: PluginSet, bundle: Path, tmp_path: Path,
+) -> None:
+    """The refusal through the real open path and the command line: the ledger holds no
+    reservation, and this test's processes and segments are gone (``no_leaks``)."""
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+    bad = {"cpu_mem_arena": False, "arena_extend_strategy": "same_as_requested"}
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu", "options": bad}, "manifest": str(bundle)}]})
+    field = "stages[0].backend.options.arena_extend_strategy"
+    with pytest.raises(ConfigError, match=re.escape(f"{field}: needs cpu_mem_arena = true")):
+        Pipeline.open(config, plugins, ledger)
+    snapshot = ledger.snapshot()
+    assert snapshot["reservations"] == []
+    assert all(pool["reserved"] == 0 for pool in snapshot["pools"].values())
+    with pytest.raises(ConfigError, match=r"backend.options.arena_shrinkage"):
+        Pipeline.open(load_pipeline({"name": "p", "stages": [
+            {"id": "s", "backend": {"name": "ort-cpu",
+                                    "options": {"arena_shrinkage": "sometimes"}},
+             "manifest": str(bundle)}]}), plugins, ledger)
+    assert ledger.snapshot()["reservations"] == []
+    (tmp_path / "p.toml").write_text(
+        f'name = "p"\n\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n\n'
+        '[stages.backend]\nname = "ort-cpu"\n\n[stages.backend.options]\n'
+        'cpu_mem_arena = false\narena_extend_strategy = "same_as_requested"\n')
+    done = subprocess.run([str(Path(sys.executable).with_name("edge")), "run",
+                           str(tmp_path / "p.toml"), "--json"], capture_output=True,
+                          text=True, timeout=300, check=False,
+                          env={**os.environ, "EDGE_PLUGINS": "ort-cpu"})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert field in done.stdout + done.stderr and "Traceback" not in done.stderr

@@ -199,8 +199,17 @@ def _retire_times(closed: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 def serve(args: argparse.Namespace) -> int:
     """Open the pipelines, serve until SIGINT/SIGTERM, close them; the closing summary."""
-    from edge_contracts.heap import apply_heap_policy
+    from edge_contracts.heap import (
+        HEAP_ENV,
+        HEAP_POLICIES,
+        apply_heap_policy,
+        unknown_heap_policy,
+    )
 
+    if (unknown := unknown_heap_policy()) is not None:  # before anything opens or binds
+        raise common.CommandFailed(common.EXIT_USAGE, f"{HEAP_ENV}: names no heap policy (one "
+                                   f"of {', '.join(HEAP_POLICIES)}; unset means rest): "
+                                   f"{unknown!r}")
     apply_heap_policy()  # before any thread allocates: one heap, given back at rest
     import uvicorn
 

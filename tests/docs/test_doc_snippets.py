@@ -213,6 +213,18 @@ def test_block_counts(request: pytest.FixtureRequest) -> None:
     assert counts["syntax-only"] * 10 <= sum(counts.values()), counts
 
 
+#: The README is a landing page (issue 30): at most this many words, as ``wc -w`` counts.
+README_WORDS = 900
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.split()) <= README_WORDS, f"README.md: {len(text.split())} words"
+    first = text.split("\n## ")[0]  # the first screen: what it does, before any heading
+    for promise in ("reads your files", "HTTP API", "refuses to run silently"):
+        assert promise in " ".join(first.split()), promise
+
+
 @pytest.mark.parametrize("page", WALKTHROUGHS, ids=[p.name for p in WALKTHROUGHS])
 def test_every_walkthrough_page_exists(page: Path) -> None:
     assert page.is_file(), page

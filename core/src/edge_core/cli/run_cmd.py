@@ -34,7 +34,6 @@ from edge_core.cli.run_inputs import (
     PreparedInputs,
     Progress,
     bundled_example,
-    check_readable,
     expand_inputs,
     read_npz_inputs,
     skipped_line,
@@ -125,8 +124,6 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> PreparedInputs | Non
     except ConfigError as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
     expanded = expand_inputs(args.source, getattr(prepare, "input_suffixes", None))
-    for file in expanded.files:
-        check_readable("--input", file)
     return PreparedInputs(prepare, expanded.files, skipped=expanded.skipped)
 
 

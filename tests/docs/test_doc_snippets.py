@@ -2,8 +2,8 @@
 
 Two kinds of page:
 
-* **Walk-through pages** — the README, docs/getting-started.md and every how-to in
-  docs/howto/ — have each shell (``sh``, ``bash``) and ``python`` block run, in order, in
+* **Walk-through pages** — the README, docs/getting-started.md, every how-to in
+  docs/howto/ and docs/evidence.md — have each shell (``sh``, ``bash``) and ``python`` block run, in order, in
   a fresh working directory where ``build/`` is ``make demo``'s build (the session's
   ``demo_build`` fixture, built once) and ``.venv`` is this environment, with the
   environment a user has (no test backends, no ``EDGE_PLUGINS``). A block is in one of
@@ -56,7 +56,7 @@ FENCE = re.compile(r"^```python run[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.
 
 #: Pages whose shell and Python blocks are run (see the module docstring).
 WALKTHROUGHS = [ROOT / "README.md", DOCS / "getting-started.md",
-                *sorted((DOCS / "howto").glob("*.md"))]
+                *sorted((DOCS / "howto").glob("*.md")), DOCS / "evidence.md"]
 SHELL = {"sh", "bash", "shell"}
 RUNNABLE = SHELL | {"python"}
 BLOCK = re.compile(

@@ -1,13 +1,14 @@
 """The docs' commands run: what a reader copies is what the suite runs.
 
-Two kinds of page:
+Three kinds of page:
 
 * **Walk-through pages** — the README, docs/getting-started.md, every how-to in
-  docs/howto/ and docs/evidence.md — have each shell (``sh``, ``bash``) and ``python`` block run, in order, in
-  a fresh working directory where ``build/`` is ``make demo``'s build (the session's
-  ``demo_build`` fixture, built once) and ``.venv`` is this environment, with the
-  environment a user has (no test backends, no ``EDGE_PLUGINS``). A block is in one of
-  three classes, marked by an HTML comment on the line before its fence:
+  docs/howto/ and docs/evidence.md — have each shell (``sh``, ``bash``) and ``python``
+  block run, in order, in a fresh working directory where ``build/`` is ``make demo``'s
+  build (the session's ``demo_build`` fixture, built once) and ``.venv`` is this
+  environment, with the environment a user has (no test backends, no ``EDGE_PLUGINS``).
+  A block is in one of three classes, marked by an HTML comment on the line before its
+  fence:
 
   - run (the default, no marker);
   - ``<!-- doc-test: syntax-only (REASON) -->``: only parsed (``bash -n``, ``compile``),

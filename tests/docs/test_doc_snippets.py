@@ -1,13 +1,14 @@
 """The docs' commands run: what a reader copies is what the suite runs.
 
-Two kinds of page:
+Three kinds of page:
 
-* **Walk-through pages** — the README, docs/getting-started.md and every how-to in
-  docs/howto/ — have each shell (``sh``, ``bash``) and ``python`` block run, in order, in
-  a fresh working directory where ``build/`` is ``make demo``'s build (the session's
-  ``demo_build`` fixture, built once) and ``.venv`` is this environment, with the
-  environment a user has (no test backends, no ``EDGE_PLUGINS``). A block is in one of
-  three classes, marked by an HTML comment on the line before its fence:
+* **Walk-through pages** — the README, docs/getting-started.md, every how-to in
+  docs/howto/ and docs/evidence.md — have each shell (``sh``, ``bash``) and ``python``
+  block run, in order, in a fresh working directory where ``build/`` is ``make demo``'s
+  build (the session's ``demo_build`` fixture, built once) and ``.venv`` is this
+  environment, with the environment a user has (no test backends, no ``EDGE_PLUGINS``).
+  A block is in one of three classes, marked by an HTML comment on the line before its
+  fence:
 
   - run (the default, no marker);
   - ``<!-- doc-test: syntax-only (REASON) -->``: only parsed (``bash -n``, ``compile``),
@@ -17,13 +18,21 @@ Two kinds of page:
     themselves (``make demo``, ``make test``).
 
   Other markers: ``<!-- doc-test: write PATH -->`` writes the block (a TOML file, say) to
-  PATH in the working directory before the next block runs; ``<!-- doc-test: expect
+  PATH in the working directory before the next block runs, ``<!-- doc-test: append
+  PATH -->`` adds it to the end of PATH (fragments of one module); ``<!-- doc-test: expect
   TEXT -->`` requires TEXT in the block's standard output. A shell block runs under
   ``bash -e -o pipefail`` in its own process group, which is ended after the block (a
   server it started in the background goes with it); a Python block runs as a script of
   its own.
 * **Reference pages** (docs/*.md) have their ```` ```python run ```` blocks executed, in
   order, in one fresh interpreter per page (later blocks build on earlier ones).
+* **The backend guide** (docs/authoring.md) builds a distribution: its ``write``/``append``
+  blocks are its files (the pyproject.toml, the plugin module's fragments), the parts it
+  tells the reader to copy from ``examples/third_party_backend`` (the worker, the options
+  class, the lifecycle hooks of its §5 table) are copied from there renamed, the result
+  is built and installed by pip (into a folder on ``PYTHONPATH``, not this environment),
+  and then its shell blocks run in the distribution's folder, in order: ``edge plugins``
+  lists it and the conformance kit passes, from the command line and from pytest.
 
 ``test_block_counts`` prints how many blocks of each class there are.
 """
@@ -31,6 +40,7 @@ Two kinds of page:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -47,13 +57,13 @@ FENCE = re.compile(r"^```python run[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.
 
 #: Pages whose shell and Python blocks are run (see the module docstring).
 WALKTHROUGHS = [ROOT / "README.md", DOCS / "getting-started.md",
-                *sorted((DOCS / "howto").glob("*.md"))]
+                *sorted((DOCS / "howto").glob("*.md")), DOCS / "evidence.md"]
 SHELL = {"sh", "bash", "shell"}
 RUNNABLE = SHELL | {"python"}
 BLOCK = re.compile(
     r"((?:^<!-- doc-test: [^\n]*-->[ \t]*\n)*)^```([A-Za-z]*)[^\n]*\n(.*?)^```[ \t]*$",
     re.MULTILINE | re.DOTALL)
-MARKER = re.compile(r"<!-- doc-test: (exclude|syntax-only|expect|write) ?(.*?) ?-->")
+MARKER = re.compile(r"<!-- doc-test: (exclude|syntax-only|expect|write|append) ?(.*?) ?-->")
 REASON = re.compile(r"^\((.+)\)$")
 BLOCK_TIMEOUT_S = 900
 
@@ -91,6 +101,7 @@ class Block:
     reason: str = ""
     expects: list[str] = field(default_factory=list)
     path: str = ""
+    append: bool = False
 
     @property
     def where(self) -> str:
@@ -109,8 +120,8 @@ def walkthrough_blocks(page: Path) -> list[Block]:
         for kind, argument in MARKER.findall(markers):
             if kind == "expect":
                 block.expects.append(argument)
-            elif kind == "write":
-                block.kind, block.path = "file", argument
+            elif kind in {"write", "append"}:
+                block.kind, block.path, block.append = "file", argument, kind == "append"
             else:
                 reason = REASON.match(argument)
                 block.kind = "excluded" if kind == "exclude" else "syntax-only"
@@ -136,6 +147,13 @@ def _user_env(venv_bin: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def _write(block: Block, work: Path) -> None:
+    target = work / block.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a" if block.append else "w", encoding="utf-8") as file:
+        file.write(block.text + ("\n\n" if block.append else ""))
 
 
 def _run(block: Block, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -167,11 +185,13 @@ def test_the_runner_finds_blocks_and_only_marked_ones(tmp_path: Path) -> None:
     walk.write_text("```sh\nls\n```\n\n<!-- doc-test: syntax-only (needs a GPU) -->\n"
                     "```python\nimport cuda\n```\n\n<!-- doc-test: expect hello -->\n"
                     "```sh\necho hello\n```\n\n```text\noutput\n```\n\n"
-                    "<!-- doc-test: write p.toml -->\n```toml\nname = 1\n```\n")
-    found = [(b.kind, b.reason, b.expects, b.path) for b in walkthrough_blocks(walk)]
-    assert found == [("run", "", [], ""), ("syntax-only", "needs a GPU", [], ""),
-                     ("run", "", ["hello"], ""), ("shown", "", [], ""),
-                     ("file", "", [], "p.toml")]
+                    "<!-- doc-test: write p.toml -->\n```toml\nname = 1\n```\n"
+                    "<!-- doc-test: append m.py -->\n```python\nx = 1\n```\n")
+    found = [(b.kind, b.reason, b.expects, b.path, b.append)
+             for b in walkthrough_blocks(walk)]
+    assert found == [("run", "", [], "", False), ("syntax-only", "needs a GPU", [], "", False),
+                     ("run", "", ["hello"], "", False), ("shown", "", [], "", False),
+                     ("file", "", [], "p.toml", False), ("file", "", [], "m.py", True)]
 
 
 def test_block_counts(request: pytest.FixtureRequest) -> None:
@@ -194,6 +214,18 @@ def test_block_counts(request: pytest.FixtureRequest) -> None:
     assert counts["syntax-only"] * 10 <= sum(counts.values()), counts
 
 
+#: The README is a landing page (issue 30): at most this many words, as ``wc -w`` counts.
+README_WORDS = 900
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.split()) <= README_WORDS, f"README.md: {len(text.split())} words"
+    first = text.split("\n## ")[0]  # the first screen: what it does, before any heading
+    for promise in ("reads your files", "HTTP API", "refuses to run silently"):
+        assert promise in " ".join(first.split()), promise
+
+
 @pytest.mark.parametrize("page", WALKTHROUGHS, ids=[p.name for p in WALKTHROUGHS])
 def test_every_walkthrough_page_exists(page: Path) -> None:
     assert page.is_file(), page
@@ -212,9 +244,7 @@ def test_the_walkthrough_runs(page: Path, demo_build: Path, tmp_path: Path) -> N
     ran = 0
     for block in walkthrough_blocks(page):
         if block.kind == "file":
-            target = work / block.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(block.text, encoding="utf-8")
+            _write(block, work)
         elif block.kind == "syntax-only":
             if block.lang in SHELL:
                 check = subprocess.run(["bash", "-n", "-c", block.text], capture_output=True,
@@ -269,3 +299,72 @@ def test_each_docs_gap_has_a_tested_snippet(gap: str) -> None:
     tested = "\n".join(block for page in PAGES for block in blocks(page))
     missing = [name for name in COVERED[gap] if name not in tested]
     assert not missing, f"{gap}: no tested snippet shows {missing}"
+
+
+GUIDE = DOCS / "authoring.md"
+TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
+#: The template's names, and the guide's.
+RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",
+           "ExampleOptions": "MyOptions"}
+
+
+def _renamed(text: str) -> str:
+    for old, new in RENAMED.items():
+        text = text.replace(old, new)
+    return text
+
+
+def _guide_plugin(fragments: str) -> str:
+    """The plugin module: the template's header, the guide's fragments, the §5 hooks.
+
+    The guide shows the module's declaration, probe and options hooks and says to take
+    the lifecycle hooks (its §5 table) from the template's ``plugin.py``: those come from
+    there, renamed, with the template's imports (the hooks' annotations need them).
+    """
+    template = (TEMPLATE / "plugin.py").read_text(encoding="utf-8")
+    header = template[:template.index("#: The hook-contract version")]
+    constants = template[template.index("BACKEND = "):template.index("@hookimpl")]
+    lifecycle = template[template.index("@hookimpl\ndef edge_reserve"):]
+    return _renamed(header) + fragments + _renamed(constants) + _renamed(lifecycle)
+
+
+@pytest.mark.slow
+def test_the_backend_guide_builds_a_backend_that_passes_the_kit(tmp_path: Path) -> None:
+    guide = walkthrough_blocks(GUIDE)
+    files = [b for b in guide if b.kind == "file"]
+    commands = [b for b in guide if b.kind == "run"]
+    assert {b.path for b in files} == {"my-backend/pyproject.toml",
+                                       "my-backend/src/edge_mybackend/plugin.py"}
+    assert [b.lang for b in commands] == ["sh", "sh"]
+    assert not [b.where for b in guide if b.kind in {"bad-marker", "syntax-only"}]
+    for block in files:
+        _write(block, tmp_path)
+    dist = tmp_path / "my-backend"
+    package = dist / "src" / "edge_mybackend"
+    plugin = package / "plugin.py"
+    plugin.write_text(_guide_plugin(plugin.read_text(encoding="utf-8")), encoding="utf-8")
+    for name in ("__init__.py", "py.typed", "worker.py", "options.py"):
+        (package / name).write_text(_renamed((TEMPLATE / name).read_text(encoding="utf-8")),
+                                    encoding="utf-8")
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--no-build-isolation", "--target", str(site), str(dist)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert install.returncode == 0, install.stderr[-3000:]
+    assert (site / "edge_mybackend" / "plugin.py").is_file()
+    env = _user_env(Path(sys.executable).parent)
+    env["PYTHONPATH"] = str(site)  # the installed distribution, as pip install would add it
+    for block in commands:
+        done = _run(block, dist, env)
+        assert done.returncode == 0, (
+            f"{block.where} exited {done.returncode}:\n{block.text}\n--- stdout\n"
+            f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-4000:]}")
+        for text in block.expects:
+            assert text in done.stdout, f"{block.where}: {text!r} not in\n{done.stdout}"
+    from edge_core.testing.checks import CHECKS
+
+    report = json.loads((dist / "conformance.json").read_text(encoding="utf-8"))
+    assert report["summary"] == {"passed": len(CHECKS), "failed": 0, "skipped": 0}
+    assert [b["backend"] for b in report["backends"]] == ["mybackend"]
+

@@ -77,6 +77,10 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
     np.savez(tmp_path / "pickled.npz", x=np.array([object()], dtype=object))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "noprepare.toml").write_text(ONE.replace('prepare = "edge_echo.ends:prepare"\n',
+                                                         ""))
     return tmp_path
 
 
@@ -105,6 +109,21 @@ TABLE = [
     (["run", "one.toml", "--inputs", "pickled.npz"], ["--inputs pickled.npz"]),
     (["run", "one.toml", "--inputs", "missing.npz"], ["--inputs missing.npz: no such file"]),
     (["run", "one.toml", "--input", "missing.txt"], ["input missing.txt: ", "No such file"]),
+    (["profile", "one.toml", "--input", "missing.txt"],
+     ["--input missing.txt: No such file or directory"]),
+    (["profile", "one.toml", "--input", "a.txt", "--input", "gone.png"],
+     ["--input gone.png: No such file or directory"]),
+    (["profile", "one.toml", "--input", "dir"], ["--input dir: is a directory, not a file"]),
+    (["profile", "one.toml", "--input", "fifo"], ["--input fifo: not a regular file"]),
+    (["profile", "one.toml", "--inputs", "missing.npz"],
+     ["--inputs missing.npz: No such file or directory"]),
+    (["profile", "one.toml", "--inputs", "image.png"],
+     ["--inputs image.png: not an .npz archive"]),
+    (["profile", "three.toml", "--input", "missing.txt"],  # the input before the file's
+     ["--input missing.txt: No such file or directory"]),
+    (["profile", "noprepare.toml", "--input", "a.txt"],
+     ["--input a.txt: the pipeline names no 'prepare' function"]),
+    (["run", "one.toml", "--input", "dir/"], ["--input dir/: the directory holds no file"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
     (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),
@@ -168,3 +187,48 @@ def test_an_uninstalled_candidate_stays_a_refusal_and_the_next_one_serves(work: 
     first, second = stage["candidates"]
     assert first["backend"] == "not-installed" and first["layer"] == "backend"
     assert second["backend"] == "echo" and second["outcome"] != "refused"
+
+
+#: A regular file that even root cannot open to read (a write-only sysctl); opening it
+#: for reading has no effect.
+WRITE_ONLY = Path("/proc/sys/vm/compact_memory")
+
+
+def test_profile_refuses_an_unreadable_input_by_name(work: Path) -> None:
+    if os.geteuid() != 0:
+        (work / "secret.png").write_bytes(b"x")
+        (work / "secret.png").chmod(0)
+    elif WRITE_ONLY.exists():  # root reads a file whatever its mode
+        (work / "secret.png").symlink_to(WRITE_ONLY)
+    else:
+        pytest.skip("running as root without a write-only file to point at")
+    done, logs = edge("profile", "one.toml", "--input", "secret.png", cwd=work)
+    assert done.returncode == 2, done.stderr
+    assert "--input secret.png: cannot be read (Permission denied)" in done.stderr
+    assert logs == []
+
+
+def test_a_refused_profile_input_leaves_nothing_behind(work: Path) -> None:
+    """Exit 2 in JSON too; no profile or record written, no worker, no segment of its own."""
+    from edge_contracts.shm import segment_names, segment_owner
+
+    logs = work / "worker-logs"
+    logs.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
+    env.update({"EDGE_PLUGINS": "echo", "EDGE_WORKER_LOG_DIR": str(logs)})
+    before = set(segment_names())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_core.cli", "profile", "one.toml", "--input",
+         "missing.png", "--json", "--out", "p.json", "--records", "records"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 2, err
+    body = json.loads(out)
+    assert body["ok"] is False
+    assert body["error"] == "--input missing.png: No such file or directory"
+    assert body["option"] == "--input" and body["input"] == "missing.png"
+    assert not (work / "p.json").exists() and not (work / "records").exists()
+    assert list(logs.iterdir()) == [], "a worker started"
+    left = [name for name in set(segment_names()) - before
+            if (owner := segment_owner(name)) is not None and owner.pid == process.pid]
+    assert left == []

@@ -58,8 +58,14 @@ def test_every_stage_has_separately_measured_startup_phases(
         assert phases["load_s"] >= phases["worker_start_s"] + phases["worker_load_s"]
         assert phases["artifact_verification_s"] == 0.0  # echo stages have no bundle
         assert phases["process_start_s"] > 0
-        assert phases["imports_s"] == pytest.approx(phases["worker_start_s"]
-                                                    - phases["process_start_s"])
+        # measured in the worker itself, within its own spawn -> hello span
+        assert phases["imports_basis"] == "worker"
+        assert phases["entry_import_s"] > 0 and phases["handler_s"] >= 0
+        assert phases["imports_s"] == pytest.approx(phases["entry_import_s"]
+                                                    + phases["handler_s"])
+        assert phases["imports_s"] < phases["worker_start_s"]
+        assert phases["imports_derived_s"] == pytest.approx(phases["worker_start_s"]
+                                                            - phases["process_start_s"])
     assert traced["first_output_s"] > 0
     assert traced["process_start"]["a"]["entry"] == "edge_contracts.worker:BaseHandler"
     assert len(traced["process_start"]["a"]["samples_s"]) == 1
@@ -138,7 +144,8 @@ def test_a_real_onnx_stage_reports_artifact_verification_and_placement(
     assert profile["outcome"] == {"ok": True}
     phases = profile["traced"]["stages"]["scale"]
     assert phases["artifact_verification_s"] > 0
-    assert phases["imports_s"] is not None
+    assert phases["imports_basis"] == "worker"
+    assert 0 < phases["entry_import_s"] <= phases["imports_s"] < phases["worker_start_s"]
     (group,) = profile["baseline"]["groups"]
     assert group["name"] == "example"
     stage = profile["plan"]["stages"][0]
@@ -238,3 +245,17 @@ def test_a_generation_golden_set_is_judged_by_reference_tokens(
     assert record.status is Status.FAILED
     assert record.failure is not None and record.failure.layer == "quality"
     assert "exact_match >= 1 (measured 0.5)" in record.failure.reason
+
+
+def test_imports_fall_back_to_the_derived_difference_without_the_workers_figures() -> None:
+    from edge_core.evidence.startup import stage_startup
+
+    opened = {"stages": {"a": {"worker_start_s": 0.5}, "b": {"worker_start_s": 0.4}}}
+    bare = {"a": {"median_s": 0.1}, "b": {"median_s": 0.1}}
+    rows = stage_startup(opened, bare, {"a": {"entry_import_s": 0.25, "handler_s": 0.05}})
+    assert rows["a"]["imports_s"] == pytest.approx(0.3)
+    assert rows["a"]["imports_basis"] == "worker"
+    assert rows["a"]["imports_derived_s"] == pytest.approx(0.4)
+    assert rows["b"]["imports_s"] == pytest.approx(0.3)
+    assert rows["b"]["imports_basis"] == "derived"
+    assert "entry_import_s" not in rows["b"]

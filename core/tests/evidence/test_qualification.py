@@ -353,3 +353,17 @@ def test_a_pipeline_that_never_opened_still_names_its_cell(tmp_path: Path,
     assert record.cell.model == "gpu"
     assert record.cell.configuration == "ort-directml / DmlExecutionProvider"
     assert record.device["probes"] == []  # not installed: no plugin answers for it
+
+
+def test_a_run_that_failed_before_tracing_says_so_not_startup_samples_0(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    stage = {"id": "a", "backend": {"name": "ort-directml"}}
+    profile = _profile(tmp_path, [stage], echo_inputs, name="gpu")
+    assert profile["settings"]["startup_samples"] == 1
+    notes = record_from_profile(profile).notes
+    assert "no traced run (the run failed at open first): no start-up phases, no tracer " \
+           "overhead" in notes
+    assert not any("--startup-samples 0" in note for note in notes)
+    asked_none = {**profile, "settings": {**profile["settings"], "startup_samples": 0}}
+    assert any("no traced run (--startup-samples 0)" in note
+               for note in record_from_profile(asked_none).notes)

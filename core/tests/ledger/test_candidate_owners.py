@@ -1,7 +1,7 @@
 """Two candidates of one stage in the ledger: two owners, both charged only when both fit.
 
 A measured selection or a first-ready start may hold a stage's candidates at once
-(docs/runtime.md, "The ledger and candidates of one stage"): each is its own owner
+(docs/placement.md, "The ledger and candidates of one stage"): each is its own owner
 (``pipeline/stage`` and ``pipeline/stage~c``), charged like any stage — never beyond a
 pool or a ceiling — and one that does not fit is refused with nothing charged, so it
 waits, is measured in the other's place, or is skipped.

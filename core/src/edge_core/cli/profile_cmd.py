@@ -62,8 +62,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "workload, or a sustained run) at each concurrency level, and write a JSON "
         "profile: start-up phases, p50/p95 with sample counts, token streams, worker "
         "memory peaks, placement, operating conditions, raw samples. Exit 0 when the run "
-        "completed, 1 when it failed (the profile says where), 2 for a usage problem or a "
-        "problem in the pipeline file (every one named at once, before anything opens).",
+        "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
+        "--input/--inputs file that is missing, unreadable or unfit, or a problem in the "
+        "pipeline file (every one named at once), each before anything opens.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
             "edge profile pipeline.toml --inputs x.npz --concurrency 1,2 --out p.json "
@@ -315,8 +316,28 @@ def _classes(args: argparse.Namespace) -> list[Any]:
     return []
 
 
+def _check_inputs(args: argparse.Namespace, config: Any) -> None:
+    """Refuse (exit 2) inputs the pipeline cannot take, before anything opens.
+
+    ``--input`` needs a ``prepare`` function in the pipeline; each ``--inputs`` archive
+    is read and checked as ``edge run`` checks it (pickle disabled, the first stage's
+    declared shapes). The files themselves were checked readable before the pipeline
+    file was read (:func:`~edge_core.cli.run_inputs.check_readable`). No ledger is made
+    and no worker starts before this passes.
+    """
+    from edge_core.cli.run_inputs import read_npz_inputs
+
+    if args.sources and config.prepare is None:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--input {args.sources[0]}: the "
+                                   "pipeline names no 'prepare' function to read it with "
+                                   "(give its first stage's tensors with --inputs NPZ)")
+    for file in args.npz:
+        read_npz_inputs(file, config)
+
+
 def run(args: argparse.Namespace) -> int:
     """Profile the pipeline, write the profile, print a summary; 1 when the run failed."""
+    from edge_core.cli.run_inputs import check_readable
     from edge_core.evidence.profiling import ProfileSettings, run_profile, write_profile
     from edge_core.progress import Progress
 
@@ -336,7 +357,11 @@ def run(args: argparse.Namespace) -> int:
                                    sysfs=args.sysfs, targets=targets)
     except ValueError as exc:
         raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
-    common.checked_pipeline(args)  # every problem of the file: exit 2, before anything opens
+    for option, files in (("--input", args.sources), ("--inputs", args.npz)):
+        for file in files:  # a missing or unreadable file: exit 2, before anything else
+            check_readable(option, file)
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    _check_inputs(args, checked.config)  # what the inputs need of the pipeline: exit 2
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,

@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 def _health_lines(health: dict[str, Any]) -> list[str]:
     """One line per stage runtime (state, generation, restarts), one per replicated stage.
 
-    The state is that of docs/runtime.md; a replicated stage's line says how many of its
+    The state is that of docs/health.md; a replicated stage's line says how many of its
     replicas are live.
     """
     lines = []

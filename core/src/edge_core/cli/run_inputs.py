@@ -40,6 +40,7 @@ __all__ = [
     "PreparedInputs",
     "Progress",
     "bundled_example",
+    "check_readable",
     "expand_inputs",
     "read_npz_inputs",
     "skipped_line",
@@ -84,6 +85,40 @@ def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> Exp
                 common.EXIT_USAGE, f"--input {source}: the directory holds no file{kinds}")
         files.extend(found)
     return ExpandedInputs(files, skipped)
+
+
+def check_readable(option: str, path: str) -> None:
+    """Refuse ``path`` (exit 2) unless it is a regular file this process can open to read.
+
+    The message names the option and the value (``--input page.png: No such file or
+    directory``); nothing is opened besides the file itself, and nothing is read from it.
+
+    Raises:
+        common.CommandFailed: (exit 2) the file is missing, not a regular file (a
+            directory, a FIFO, a device) or cannot be opened for reading.
+
+    """
+    import stat
+
+    body = {"option": option, "input": path}
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{option} {path}: {exc.strerror or exc}", body) from exc
+    if stat.S_ISDIR(mode):
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{option} {path}: is a directory, not a file", body)
+    if not stat.S_ISREG(mode):
+        raise common.CommandFailed(common.EXIT_USAGE,
+                                   f"{option} {path}: not a regular file", body)
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"{option} {path}: cannot be read ({exc.strerror or exc})",
+            body) from exc
 
 
 def skipped_line(skipped: Sequence[str]) -> str:

@@ -377,7 +377,7 @@ class MeasurementConfig:
 
     Candidates are raced: each is timed inside the whole chain, and one stops being timed
     as soon as its lower bound is worse than the leader's upper bound plus ``margin``
-    (docs/runtime.md, "Placement by measurement").
+    (docs/placement.md, "Placement by measurement").
     """
 
     margin: Margin = attrs.field(default=0.05, validator=validator(check_margin))

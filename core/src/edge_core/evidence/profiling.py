@@ -341,7 +341,8 @@ class _Harness:
             bare = startup.measure_process_start(pipeline,
                                                  self.settings.process_start_repeats)
             entry["process_start"] = bare
-            entry["stages"] = startup.stage_startup(opened, bare)
+            entry["stages"] = startup.stage_startup(opened, bare,
+                                                    startup.worker_startup(pipeline))
             if first and self.settings.warm_restart:
                 step = "warm_restart"
                 self.say("restarting every stage (warm, traced)")

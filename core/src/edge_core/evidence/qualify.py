@@ -263,8 +263,11 @@ def record_from_profile(profile: Mapping[str, Any], *, profile_path: str | None 
         notes.append("a version 1 profile: no quality run, no operating conditions, no "
                      "matched untraced run after the traced one")
     if profile.get("schema") != "edge.profile/1" and not profile.get("traced"):
-        notes.append("no traced run (--startup-samples 0): no start-up phases, no tracer "
-                     "overhead")
+        asked = (profile.get("settings") or {}).get("startup_samples")
+        why = ("--startup-samples 0" if asked == 0 else
+               f"the run failed at {(profile.get('outcome') or {}).get('step')} first"
+               if not (profile.get("outcome") or {}).get("ok", True) else "none recorded")
+        notes.append(f"no traced run ({why}): no start-up phases, no tracer overhead")
     below = (performance.get("protocol") or {}).get("below")
     if below:
         notes.append(f"fewer than the protocol's {PROTOCOL_MIN_REQUESTS} requests: {below}")

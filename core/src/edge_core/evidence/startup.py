@@ -15,8 +15,14 @@ Boundaries (all ``time.perf_counter`` in the controller process):
   memory checks), of which ``worker_warmup_s`` is the worker's ``warmup`` call;
 - ``process_start_s``: a bare worker (entry ``edge_contracts.worker:BaseHandler``, no
   runtime imported) started on the stage's route, spawn → verified hello, median of a
-  few starts; ``imports_s`` = ``worker_start_s`` - ``process_start_s`` (the entry's
-  imports and handler construction), a derived figure;
+  few starts;
+- ``imports_s``: the entry's imports and handler construction, measured in the worker
+  process itself (``entry_import_s`` + ``handler_s`` of its hello's ``startup``, on the
+  worker's ``time.perf_counter``; ``imports_basis`` = ``worker``). ``worker_start_s`` -
+  ``process_start_s`` is kept beside it as ``imports_derived_s`` (two separate starts:
+  a cross-check, not the figure); a worker whose hello carries no ``startup`` (an older
+  edge-contracts in a vendor interpreter) gets the derived figure, ``imports_basis`` =
+  ``derived``;
 - ``first_output_s``: the first ``Pipeline.run`` after ``open`` returned, until its result;
 - ``warm_restart``: ``StageRuntime.restart()`` of each stage (retire, load again under a
   new generation, full gate) with the OS caches warm, then one request; traced (split
@@ -36,7 +42,7 @@ from edge_core.evidence.tracing import PhaseTracer, default_targets
 from edge_core.runtime import Pipeline
 
 __all__ = ["BARE_ENTRY", "StartupClock", "measure_process_start", "measure_warm_restart",
-           "open_summary", "probe_backends", "stage_startup", "traced_open"]
+           "open_summary", "probe_backends", "stage_startup", "traced_open", "worker_startup"]
 
 BARE_ENTRY = "edge_contracts.worker:BaseHandler"
 """The worker entry used to time a bare process start: imports no runtime."""
@@ -213,16 +219,51 @@ def measure_warm_restart(pipeline: Pipeline, run_once: Callable[[], float], *,
     return {"instrumented": traced, "stages": stages, "first_output_s": run_once()}
 
 
-def stage_startup(open_phases: Mapping[str, Any],
-                  process_start: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Per stage: the traced phases plus ``process_start_s`` and the derived ``imports_s``."""
-    result: dict[str, dict[str, float | None]] = {}
+def worker_startup(pipeline: Pipeline) -> dict[str, dict[str, float]]:
+    """Stage id → the ``startup`` its worker measured and sent in its hello.
+
+    ``entry_import_s`` and ``handler_s`` (see the module docstring); a stage that is not
+    worker-backed, or whose worker sent no such figures, is left out.
+    """
+    result: dict[str, dict[str, float]] = {}
+    for runtime in pipeline.stages:
+        client = getattr(pipeline.stage(runtime.stage_id).loaded, "client", None)
+        hello = getattr(client, "hello", None)
+        figures = hello.get("startup") if isinstance(hello, Mapping) else None
+        if not isinstance(figures, Mapping):
+            continue
+        picked = {name: figures.get(name) for name in ("entry_import_s", "handler_s")}
+        if all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+               for v in picked.values()):
+            result[runtime.stage_id] = {k: float(v) for k, v in picked.items() if v is not None}
+    return result
+
+
+def stage_startup(open_phases: Mapping[str, Any], process_start: Mapping[str, Any],
+                  measured: Mapping[str, Mapping[str, float]] | None = None,
+                  ) -> dict[str, dict[str, Any]]:
+    """Per stage: the traced phases, ``process_start_s`` and ``imports_s`` with its basis.
+
+    ``measured``: :func:`worker_startup` of the same open; a stage found there has
+    ``imports_s`` as its worker measured it, else the derived difference.
+    """
+    result: dict[str, dict[str, Any]] = {}
     for sid, phases in open_phases["stages"].items():
-        row: dict[str, float | None] = dict(phases)
+        row: dict[str, Any] = dict(phases)
         bare = process_start.get(sid, {})
         start = bare.get("median_s")
         row["process_start_s"] = start
         worker = phases.get("worker_start_s")
-        row["imports_s"] = (worker - start) if start is not None and worker else None
+        derived = (worker - start) if start is not None and worker else None
+        row["imports_derived_s"] = derived
+        own = (measured or {}).get(sid)
+        if own is not None:
+            row["entry_import_s"] = own["entry_import_s"]
+            row["handler_s"] = own["handler_s"]
+            row["imports_s"] = own["entry_import_s"] + own["handler_s"]
+            row["imports_basis"] = "worker"
+        else:
+            row["imports_s"] = derived
+            row["imports_basis"] = "derived" if derived is not None else None
         result[sid] = row
     return result

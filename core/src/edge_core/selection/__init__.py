@@ -10,7 +10,7 @@ The parts that need no running pipeline live here and are tested on their own:
 - :mod:`~edge_core.selection.key` and :mod:`~edge_core.selection.store`: the key a
   decision is stored under and the store in the user's cache directory.
 
-The runtime measures while a pipeline opens (docs/runtime.md, "Placement by measurement").
+The runtime measures while a pipeline opens (docs/placement.md, "Placement by measurement").
 """
 
 from __future__ import annotations

@@ -34,14 +34,12 @@ def ocr_bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_bundles(tmp_path_factory.mktemp("ocr") / "bundles", wheel=fetch_wheel()).root
 
 
-def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
-    ocr_bundles: Path, tiny_model: Path, vllm_python: Path,
-) -> None:
+def _ocr_gen_stages(ocr_bundles: Path, tiny_model: Path,
+                    vllm_python: Path) -> list[dict[str, Any]]:
+    """The letterbox OCR chain on ort-cpu, then a generate stage on the tiny Llama."""
     from edge_ocr_example.buckets import STAGE_RAM
     from edge_ocr_example.bundle_layout import MANIFEST
     from edge_ocr_example.chain import STAGES
-    from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
-    from edge_ocr_example.preprocess import preprocess
 
     stages: list[dict[str, Any]] = []
     for stage in STAGES:
@@ -60,6 +58,16 @@ def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
                                 "max_num_seqs": 2},
                     "route": {"name": "vllm-cpu", "interpreter": str(vllm_python)}},
     })
+    return stages
+
+
+def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
+    ocr_bundles: Path, tiny_model: Path, vllm_python: Path,
+) -> None:
+    from edge_ocr_example.make_image import DEFAULT_LINES, render_lines
+    from edge_ocr_example.preprocess import preprocess
+
+    stages = _ocr_gen_stages(ocr_bundles, tiny_model, vllm_python)
     config = load_pipeline({"name": "ocr-gen", "stages": stages})
     ledger = ResourceLedger([Pool(name="machine:ram", total=16 * 1024**3)])
     pipeline = Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "ort-cpu,vllm-cuda"}),
@@ -83,3 +91,50 @@ def test_ocr_text_becomes_the_prompt_and_tokens_stream_back(
         summary = pipeline.close()
     assert summary["gen"]["retire"]["verified"] is True
     assert ledger.is_empty()
+
+
+def test_the_ocr_to_generate_pipeline_profiles_end_to_end_with_each_stages_share(
+    ocr_bundles: Path, tiny_model: Path, vllm_python: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``edge profile``'s harness on OCR text made into a prompt: one stream per request.
+
+    The figures say nothing of a real model (the tiny random-weight Llama); what is
+    checked is that the whole chain is measured per request, with each stage's latency
+    and share, and the tokens counted from the stream are the stage's own count.
+    """
+    import json
+
+    import numpy as np
+
+    from edge_core.evidence.profiling import ProfileSettings, run_profile
+    from edge_core.evidence.workload_file import classes_from_params
+    from edge_ocr_example.make_image import render_lines
+    from edge_ocr_example.preprocess import preprocess
+
+    path = tmp_path / "ocr-gen.json"
+    path.write_text(json.dumps({"name": "ocr-gen", "stages": _ocr_gen_stages(
+        ocr_bundles, tiny_model, vllm_python)}), encoding="utf-8")
+    np.savez(tmp_path / "page.npz", **dict(preprocess(render_lines())))
+    monkeypatch.setenv("EDGE_PLUGINS", "ort-cpu,vllm-cuda")
+    settings = ProfileSettings(requests=3, warmup_requests=1, concurrency=(1,),
+                               startup_samples=0, matched_requests=1,
+                               process_start_repeats=1, warm_restart=False,
+                               slow_consumer_pause_s=0.2)
+    profile = run_profile(path, npz_files=[str(tmp_path / "page.npz")],
+                          classes=classes_from_params(GREEDY), settings=settings)
+    assert profile["outcome"] == {"ok": True}, profile["outcome"]
+    assert profile["streamed"] is True
+    (group,) = profile["baseline"]["groups"]
+    (level,) = group["levels"]
+    stream = level["stream"]
+    assert stream["ttft_ms"]["n"] == 3
+    assert stream["tokens"]["total"] == stream["tokens"]["reported_total"] == (
+        3 * GREEDY["max_tokens"])
+    stages = stream["stages"]
+    assert set(stages) == {"detect", "classify", "recognize", "gen"}
+    for stage in stages.values():
+        assert stage["n"] == 3 and 0.0 < stage["share_of_request"] < 1.0
+    assert sum(s["share_of_request"] for s in stages.values()) <= 1.0 + 1e-6
+    assert profile["baseline"]["ledger_after_close"]["reservations"] == []
+

@@ -13,7 +13,9 @@ its bundles (tests/examples).
 Stored placement decisions (docs/config.md) go to a temporary directory of the session,
 never to the user's cache (``EDGE_PLACEMENT_CACHE``, set for the whole session): a test
 that opens a pipeline with candidates measures, stores and reuses decisions there, and
-tests of the store point it at their own directories.
+tests of the store point it at their own directories. Stored load gates
+(``EDGE_GATE_CACHE``) go to a directory of each test's own, so that no test's gate is
+reused by another's open (a test of gate reuse opens twice within itself).
 """
 
 from __future__ import annotations
@@ -61,3 +63,9 @@ def _placement_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EDGE_PLACEMENT_CACHE", str(tmp_path_factory.mktemp("placement-cache")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _gate_cache(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGE_GATE_CACHE", str(tmp_path_factory.mktemp("gates")))

@@ -52,6 +52,7 @@ def _stage_functional(stage: Mapping[str, Any]) -> dict[str, Any]:
         "numerics": stage.get("numerics"),
         "evidence": stage.get("evidence"),
         "evidence_buckets": stage.get("evidence_buckets"),
+        "gate": stage.get("gate"),
     }
 
 

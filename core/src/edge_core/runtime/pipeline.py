@@ -54,6 +54,7 @@ from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, submit
+from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
 
@@ -122,6 +123,7 @@ class Pipeline:
         workload: Workload | None = None,
         store: DecisionStore | None = None,
         remeasure: bool = False,
+        gates: GateStore | None = None,
     ) -> Pipeline:
         """Resolve, check, reserve, load and gate every stage; unwind on any failure.
 
@@ -130,7 +132,10 @@ class Pipeline:
         bundled examples), the decision kept in ``store`` (default: the user's cache
         directory) and reused while its key matches unless ``remeasure``; or the first
         that passes. ``start = "first-ready"`` serves before the measurement ends
-        (:mod:`edge_core.runtime.selection_policy`).
+        (:mod:`edge_core.runtime.selection_policy`). Stages admitted together start in
+        parallel; a stage whose full load gate is stored in ``gates`` (default: the
+        user's cache directory) under the same key checks one point of each dynamic
+        entry, unless ``remeasure`` (:mod:`edge_core.selection.gates`).
 
         Raises:
             BackendUnavailable: a stage's backend is not installed or its probe says no.
@@ -142,7 +147,9 @@ class Pipeline:
         """
         apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         opener = StageOpener(config, plugins, ledger, progress=progress,
-                             retire_deadline_s=retire_deadline_s)
+                             retire_deadline_s=retire_deadline_s,
+                             gates=gates if gates is not None else GateStore(),
+                             reuse_gates=not remeasure)
         policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
         if policy is not None:
             return cls(opener, policy.slots, policy)

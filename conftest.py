@@ -15,7 +15,8 @@ never to the user's cache (``EDGE_PLACEMENT_CACHE``, set for the whole session):
 that opens a pipeline with candidates measures, stores and reuses decisions there, and
 tests of the store point it at their own directories. Stored load gates
 (``EDGE_GATE_CACHE``) go to a directory of each test's own, so that no test's gate is
-reused by another's open (a test of gate reuse opens twice within itself).
+reused by another's open (a test of gate reuse opens twice within itself); cached probe
+answers (``EDGE_PROBE_CACHE``) to one of the session.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _placement_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EDGE_PLACEMENT_CACHE", str(tmp_path_factory.mktemp("placement-cache")))
+        patch.setenv("EDGE_PROBE_CACHE", str(tmp_path_factory.mktemp("probe-cache")))
         yield
 
 

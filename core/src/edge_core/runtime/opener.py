@@ -149,6 +149,9 @@ class StageOpener:
             and nothing is stored).
         reuse_gates: Whether a matching stored gate may be reused (``False``: full gates,
             stored again, as ``--remeasure`` asks).
+        parallel_start: Whether :meth:`start_all` starts admitted slots in parallel
+            (``False``: one after another in data-flow order, as a traced profile needs
+            to tell each stage's phases apart).
 
     Attributes:
         tried: Stage id → each candidate tried at open (or the last reload), in order
@@ -159,8 +162,9 @@ class StageOpener:
     def __init__(self, config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger,
                  *, progress: Callable[[str], None] | None = None,
                  retire_deadline_s: float = 5.0, gates: GateStore | None = None,
-                 reuse_gates: bool = True) -> None:
+                 reuse_gates: bool = True, parallel_start: bool = True) -> None:
         self.config = config
+        self.parallel_start = parallel_start
         self.gates = gates
         self.reuse_gates = reuse_gates
         self.plugins = plugins
@@ -232,8 +236,8 @@ class StageOpener:
         in its final state. The error raised is the first failing slot's in data-flow
         order; the others' are attached as notes.
         """
-        if len(slots) <= 1:
-            for slot in slots:
+        if len(slots) <= 1 or not self.parallel_start:
+            for slot in slots:  # one after another; the first failure stops the rest
                 self.start(slot)
             return
         errors: list[BaseException | None] = [None] * len(slots)

@@ -124,6 +124,8 @@ class Pipeline:
         store: DecisionStore | None = None,
         remeasure: bool = False,
         gates: GateStore | None = None,
+        parallel_start: bool = True,
+        full_gates: bool = False,
     ) -> Pipeline:
         """Resolve, check, reserve, load and gate every stage; unwind on any failure.
 
@@ -135,7 +137,8 @@ class Pipeline:
         (:mod:`edge_core.runtime.selection_policy`). Stages admitted together start in
         parallel; a stage whose full load gate is stored in ``gates`` (default: the
         user's cache directory) under the same key checks one point of each dynamic
-        entry, unless ``remeasure`` (:mod:`edge_core.selection.gates`).
+        entry, unless ``remeasure`` or ``full_gates`` (:mod:`edge_core.selection.gates`);
+        ``parallel_start=False`` starts them one after another (a traced profile).
 
         Raises:
             BackendUnavailable: a stage's backend is not installed or its probe says no.
@@ -149,7 +152,8 @@ class Pipeline:
         opener = StageOpener(config, plugins, ledger, progress=progress,
                              retire_deadline_s=retire_deadline_s,
                              gates=gates if gates is not None else GateStore(),
-                             reuse_gates=not remeasure)
+                             reuse_gates=not (remeasure or full_gates),
+                             parallel_start=parallel_start)
         policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
         if policy is not None:
             return cls(opener, policy.slots, policy)

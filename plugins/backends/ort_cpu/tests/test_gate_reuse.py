@@ -218,3 +218,27 @@ def test_edge_plan_says_the_gate_was_reused(tmp_path: Path) -> None:
     assert "gate: full gate, 4 of 4 points checked now (no stored gate)" in answers[0]
     assert "gate: gate reused from 20" in answers[1]
     assert ", 2 of 4 points checked now" in answers[1]
+
+
+def test_a_profile_records_reused_gates_of_its_opens_and_keeps_its_evidence_full(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The evidence record says how each untraced open's gates ran; its plan is full."""
+    from edge_core.evidence.profiling import ProfileSettings, run_profile
+    from edge_core.evidence.qualify import record_from_profile
+
+    bundle = write_bundle(tmp_path / "b")
+    _open(plugins, ledger, GateStore(), _config(bundle))  # the user's gate store: stored
+    path = tmp_path / "p.toml"
+    path.write_text(f'name = "p"\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n'
+                    '[stages.backend]\nname = "ort-cpu"\n')
+    np.savez(tmp_path / "x.npz", x=np.ones((8, 3), np.float32))
+    settings = ProfileSettings(requests=1, warmup_requests=0, concurrency=(1,),
+                               process_start_repeats=1, warm_restart=False)
+    profile = run_profile(str(path), npz_files=[str(tmp_path / "x.npz")], settings=settings,
+                          command=["edge", "profile", str(path)])
+    record = record_from_profile(profile, profile_path="p.json")
+    untraced = record.performance["startup"]["untraced_gates"]
+    assert untraced and untraced[0]["s"]["mode"] == "reused"
+    assert untraced[0]["s"]["note"].endswith(", 2 of 4 points checked now")
+    stage = record.functional["stages"]["s"]
+    assert stage["gate"]["mode"] == "full" and stage["evidence"] == "complete-model"

@@ -77,8 +77,10 @@ pytest: $(STAMP) chromium fonts
 
 test: lint typecheck pytest
 
+# Start-up in fresh processes against RapidOCR and import onnxruntime (benchmarks/startup.py;
+# it reads make demo's build/ocr, so run make demo first).
 bench: $(STAMP)
-	$(BIN)/python benchmarks/cli_startup.py
+	$(BIN)/python benchmarks/startup.py
 
 # OCR accuracy on 40 generated pages against RapidOCR's own pipeline (slow: minutes).
 bench-ocr: $(STAMP) fonts

@@ -13,7 +13,10 @@ its bundles (tests/examples).
 Stored placement decisions (docs/config.md) go to a temporary directory of the session,
 never to the user's cache (``EDGE_PLACEMENT_CACHE``, set for the whole session): a test
 that opens a pipeline with candidates measures, stores and reuses decisions there, and
-tests of the store point it at their own directories.
+tests of the store point it at their own directories. Stored load gates
+(``EDGE_GATE_CACHE``) go to a directory of each test's own, so that no test's gate is
+reused by another's open (a test of gate reuse opens twice within itself); cached probe
+answers (``EDGE_PROBE_CACHE``) to one of the session.
 """
 
 from __future__ import annotations
@@ -60,4 +63,11 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _placement_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EDGE_PLACEMENT_CACHE", str(tmp_path_factory.mktemp("placement-cache")))
+        patch.setenv("EDGE_PROBE_CACHE", str(tmp_path_factory.mktemp("probe-cache")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _gate_cache(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGE_GATE_CACHE", str(tmp_path_factory.mktemp("gates")))

@@ -12,7 +12,11 @@ import compileall
 import importlib.util
 from pathlib import Path
 
-PACKAGES = ("edge_contracts", "edge_core", "edge_ort", "edge_ort_cpu")
+PACKAGES = ("edge_contracts", "edge_core", "edge_ort", "edge_ort_cpu", "edge_ort_directml",
+            "edge_ort_vitisai", "edge_qnn", "edge_vllm_cuda", "edge_serve",
+            "edge_ocr_example")
+"""Every package ``edge`` or a worker may import at start-up (``edge probe`` loads every
+installed plugin)."""
 
 
 def ensure_bytecode() -> None:

@@ -37,7 +37,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -163,6 +162,9 @@ class _RestWatcher:
             try:
                 callback()
             except Exception:  # one failing callback keeps neither the others nor the trim
+                import traceback  # only here: traceback (and linecache, tokenize) is not
+                # on every worker's way to its hello
+
                 traceback.print_exc()
         if self.trim is not None:
             self.trim()

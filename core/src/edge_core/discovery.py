@@ -188,9 +188,14 @@ def scan_entry_points(group: str = ENTRY_POINT_GROUP,
             if not child.endswith((".dist-info", ".egg-info")):
                 continue
             info = os.path.join(directory, child)
-            meta = "METADATA" if child.endswith(".dist-info") else "PKG-INFO"
-            dist_name, version = _read_header_fields(os.path.join(info, meta))
-            key = _normalise(dist_name or child.split("-")[0])
+            meta = os.path.join(info, "METADATA" if child.endswith(".dist-info")
+                                else "PKG-INFO")
+            dist_name = version = None
+            if child.endswith(".dist-info"):  # NAME-VERSION.dist-info names it: no read
+                key = _normalise(child[:-len(".dist-info")].rsplit("-", 1)[0])
+            else:
+                dist_name, version = _read_header_fields(meta)
+                key = _normalise(dist_name or child.split("-")[0])
             if key in seen:
                 continue
             seen.add(key)
@@ -199,7 +204,10 @@ def scan_entry_points(group: str = ENTRY_POINT_GROUP,
                     text = handle.read()
             except OSError:
                 continue
-            for name, value in _parse_group(text, group):
+            found = _parse_group(text, group)
+            if found and dist_name is None:  # the spelling and version it declares
+                dist_name, version = _read_header_fields(meta)
+            for name, value in found:
                 rows.append(EntryPointRow(name, value, dist_name, version))
     return rows
 

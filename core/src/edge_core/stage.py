@@ -44,6 +44,11 @@ class StageContext:
         replica: Which of the stage's ``replicas`` this is (0 for the first or only one).
         shapes: Names of the bundle's shape-set entries the stage serves (empty: all of
             them); see :func:`edge_core.shapes.select`.
+        gate_points: Which examples of each dynamic shape-set entry the load gate warms
+            up: ``all`` (its minimum, its maximum and a shape between), or one point name
+            (``min``) when a full gate of the same stack passed before
+            (:mod:`edge_core.selection.gates`); static buckets are always warmed up. A
+            plugin that warms up more than asked is still gated on what it reports.
 
     """
 
@@ -59,6 +64,7 @@ class StageContext:
     generation: int = 1
     replica: int = 0
     shapes: tuple[str, ...] = ()
+    gate_points: str = "all"
 
 
 @runtime_checkable

@@ -78,6 +78,11 @@ def test_a_real_onnx_stage_on_target_without_golden_set_or_targets_is_not_pass(
     assert stage["on_target"] and stage["numerics"]["passed"]
     assert stage["evidence_buckets"] == {"compared": 1, "declared": 1, "runs_compared": 1,
                                          "runs": 1, "not_compared": {}}
+    # the record says how the load gate ran: the evidence run's is always full
+    assert stage["gate"]["mode"] == "full"
+    assert stage["gate"]["note"].startswith("full gate, 1 of 1 points checked now")
+    untraced = record.performance["startup"]["untraced_gates"]
+    assert untraced and all(gates["scale"]["points_checked"] == 1 for gates in untraced)
     assert record.performance["latency"]["example@c1"]["n"] == 2
     assert len(record.performance["latency_samples_ms"]["example@c1"]) == 2
     assert record.artifact["scale"]["component"] == "scale"

@@ -26,33 +26,30 @@ the exit code is the command's own.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from edge_core import __version__
-from edge_core.cli import (
-    cleanup_cmd,
-    common,
-    conformance_cmd,
-    manifest_cmd,
-    matrix_cmd,
-    plan_cmd,
-    plugins_cmd,
-    probe_cmd,
-    profile_cmd,
-    qualify_cmd,
-    run_cmd,
-)
+from edge_core.cli import common
 from edge_core.cli.pipes import ClosedPipeGuard
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import ModuleType
 
-__all__ = ["build_parser", "main", "parser_and_commands"]
+__all__ = ["BUILTIN_COMMANDS", "build_parser", "main", "parser_and_commands"]
 
-#: In the order ``edge --help`` lists them: the everyday ones first.
-_BUILTIN_COMMANDS = (run_cmd, plan_cmd, probe_cmd, plugins_cmd, manifest_cmd, profile_cmd,
-                     qualify_cmd, matrix_cmd, conformance_cmd, cleanup_cmd)
+BUILTIN_COMMANDS = ("run", "plan", "probe", "plugins", "manifest", "profile", "qualify",
+                    "matrix", "conformance", "cleanup")
+"""The built-in commands, in the order ``edge --help`` lists them: the everyday ones first.
+Each is the module ``edge_core.cli.<name>_cmd``, imported only when it is needed: a
+command imports its own module alone (``edge probe`` never pays for ``edge profile``'s
+imports), help imports them all."""
+
+
+def _command_module(name: str) -> ModuleType:
+    return importlib.import_module(f"edge_core.cli.{name}_cmd")
 
 
 DESCRIPTION = """\
@@ -77,9 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser_and_commands()[0]
 
 
-def parser_and_commands() -> tuple[argparse.ArgumentParser,
-                                    argparse._SubParsersAction[argparse.ArgumentParser]]:
-    """The parser, and the subparsers action its commands (and plugins') are added to."""
+def parser_and_commands(only: str | None = None) -> tuple[
+        argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]]:
+    """The parser, and the subparsers action its commands (and plugins') are added to.
+
+    ``only`` (a built-in command's name) registers that command alone: what ``main``
+    does when the command line names one, so that nothing else is imported.
+    """
     parser = common.CommandParser(
         prog="edge", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=common.HelpFormatter,
@@ -87,16 +88,17 @@ def parser_and_commands() -> tuple[argparse.ArgumentParser,
     parser.add_argument("--version", action="version", version=f"edge-core {__version__}")
     common.add_debug_flag(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for module in _BUILTIN_COMMANDS:
-        module.register(sub)
+    for name in BUILTIN_COMMANDS if only is None else (only,):
+        _command_module(name).register(sub)
     return parser, sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``edge`` command line; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser, commands = parser_and_commands()
-    if _wants_plugin_commands(args_list):
+    named = _builtin_named(args_list)
+    parser, commands = parser_and_commands(named)
+    if named is None:
         status = common.add_plugin_commands(parser, commands)
         if status is not None:
             return status
@@ -119,15 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = original
 
 
-def _wants_plugin_commands(argv: list[str]) -> bool:
-    """True unless the first positional argument is a built-in command.
+def _builtin_named(argv: list[str]) -> str | None:
+    """The built-in command the first positional argument names, else ``None``.
 
-    No positional argument at all (``edge``, ``edge --help``) lists every command, so the
-    plugins' are added too; a built-in command never pays for loading plugins.
+    No positional argument at all (``edge``, ``edge --help``) lists every command, so
+    every built-in one is registered and the plugins' are added too; a built-in command
+    never pays for loading plugins, nor for importing the other commands.
     """
-    known = {m.NAME for m in _BUILTIN_COMMANDS}
     for arg in argv:
         if arg.startswith("-"):
             continue
-        return arg not in known
-    return True
+        return arg if arg in BUILTIN_COMMANDS else None
+    return None

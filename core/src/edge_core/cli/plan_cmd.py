@@ -84,6 +84,10 @@ def _lines(answer: PlanAnswer) -> list[str]:
         head = (f"{word} {got['backend']} (candidate {stage.choice})"
                 if stage.choice is not None else "no candidate")
         lines.append(f"  stage {stage.stage_id}: {head}")
+        gate = next((s.get("gate") for s in (answer.plan or {}).get("stages") or ()
+                     if s.get("id") == stage.stage_id and s.get("gate")), None)
+        if gate:
+            lines.append(f"    gate: {gate['note']}")
         for entry in stage.candidates:
             detail = f" at {entry['layer']}: {entry['reason']}" if entry["layer"] else (
                 f": {entry['reason']}" if entry["reason"] else "")

@@ -177,6 +177,8 @@ def _summary(plan: dict[str, Any]) -> list[str]:
             f"numerics {numerics.get('reference')} max_abs {numerics.get('max_abs_error')}; "
             f"evidence {stage['evidence']}{gated}"
         )
+        if (stage.get("gate") or {}).get("mode") == "reused":
+            lines.append(f"    gate: {stage['gate']['note']}")
         for pool, row in (stage.get(PLAN_KEY) or {}).items():
             if row.get("over_demand"):
                 lines.append(f"    memory: {pool} peak {row['observed_peak_bytes'] / 2**20:.0f}"

@@ -6,17 +6,21 @@ Every run times its open and its first output and serves the same *matched block
 requests, so the tracer's overhead is told from the order the runs came in.
 
 - **untraced** runs: the open, the first output, the matched block; the first one also
-  restarts every stage (warm restart, totals only).
-- **traced** runs: opened with the phase tracer installed (:mod:`.startup`): start-up
-  phases per stage, the first output and the matched block under the tracer, bare
-  process starts on each route and a traced warm restart of every stage. The tracer slows
+  restarts every stage (warm restart, totals only). They open as a user's open does
+  (stages in parallel, a matching stored full gate reused): each records how every
+  stage's gate ran (``gates``), so its ``open_s`` is read with it.
+- **traced** runs: opened with the phase tracer installed (:mod:`.startup`), one stage
+  after another and with full gates: start-up phases per stage, the first output and the
+  matched block under the tracer, bare process starts on each route and a traced warm
+  restart of every stage. The tracer slows
   what it watches; nothing here is a latency figure.
 - the last untraced run is the **baseline**: after the matched block it measures warm-up
   and measured requests per input group or request class and concurrency level
   (:mod:`.workload`; streamed stages: :mod:`.stream_levels`), the slow-consumer and
   cancellation cases of a streamed stage, the golden set's quality check (:mod:`.golden`),
   the sustained run (``--duration``: :mod:`.sustained`), memory told apart
-  (:mod:`.memory`), the ledger's reservations and the execution plan.
+  (:mod:`.memory`), the ledger's reservations and the execution plan (its open runs
+  every stage's full gate: the plan is the evidence).
 
 Every profile also records the operating conditions (:mod:`.conditions`: before, at
 each level, after), the runtime identity the measured-placement decisions key on
@@ -295,7 +299,11 @@ class _Harness:
             started = time.perf_counter()
             pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress)
             entry["open_s"] = time.perf_counter() - started
-            entry["compiled_cache"] = matched.cache_states(pipeline.execution_plan())
+            plan = pipeline.execution_plan()
+            entry["compiled_cache"] = matched.cache_states(plan)
+            # how each stage's load gate ran in this open: full, or reused from a stored
+            # full gate (its open_s is then not a full gate's)
+            entry["gates"] = {stage["id"]: stage.get("gate") for stage in plan["stages"]}
             self.profile["candidates"] = _tried(pipeline)
             step = "inputs"
             groups = self.groups(pipeline)
@@ -365,7 +373,8 @@ class _Harness:
         clock = self._clock()
         try:
             started = time.perf_counter()
-            pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress)
+            pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress,
+                                     full_gates=True)  # its plan is the evidence
             entry["open_s"] = entry["open_total_s"] = time.perf_counter() - started
             watch = memory.MemoryWatch(pipeline)
             watch.after_open()

@@ -52,6 +52,7 @@ def _stage_functional(stage: Mapping[str, Any]) -> dict[str, Any]:
         "numerics": stage.get("numerics"),
         "evidence": stage.get("evidence"),
         "evidence_buckets": stage.get("evidence_buckets"),
+        "gate": stage.get("gate"),
     }
 
 
@@ -82,6 +83,10 @@ def _startup(profile: Mapping[str, Any]) -> dict[str, Any]:
         "phase_samples": startup.get("phases"),
         "by_cache": startup.get("by_cache"),
         "compiled_cache": baseline.get("compiled_cache"),
+        # per untraced open, how each stage's gate ran ("gate reused from DATE, 1 of 3
+        # points checked now", or full): their open_s is read with it
+        "untraced_gates": [r.get("gates") for r in profile.get("runs") or []
+                           if not r.get("instrumented") and r.get("gates") is not None],
     }
 
 

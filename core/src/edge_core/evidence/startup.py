@@ -6,6 +6,11 @@ Boundaries (all ``time.perf_counter`` in the controller process):
   the plugins it needs, probing pools for the ledger.
 - ``plan_s``: from ``Pipeline.open`` until its first "loading stage" progress message
   (backend resolution, probes, topology check, reservation of the whole plan).
+- The traced open starts its stages one after another (``Pipeline.open(...,
+  parallel_start=False)``), so that each stage's phases lie between its own progress
+  marks — and runs every stage's full gate, never a stored one reused (its plan is the
+  profile's evidence); an untraced open starts them in parallel and reuses a matching
+  stored gate, as a user's open does (docs/runtime.md, "Gate reuse").
 - per stage, ``load_s``: from "loading stage X" to "warming up stage X" (the owner's
   ``edge_load``), split by the tracer into ``artifact_verification_s``,
   ``worker_start_s`` (spawn → verified hello), ``worker_load_s`` (the worker's ``load``
@@ -124,7 +129,10 @@ def traced_open(path: str, name: str | None, clock: StartupClock,
     ledger = default_ledger(config, plugins)
     clock.mark("open")
     with clock.tracer:
-        pipeline = Pipeline.open(config, plugins, ledger, progress=clock.progress)
+        # one stage after another: each stage's phases lie between its own progress
+        # marks; every gate full: this open's plan is the profile's evidence
+        pipeline = Pipeline.open(config, plugins, ledger, progress=clock.progress,
+                                 parallel_start=False, full_gates=True)
     clock.mark("opened")
     return pipeline
 

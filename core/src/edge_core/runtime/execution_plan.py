@@ -4,7 +4,9 @@
 returns :func:`execution_plan`, over the pipeline's stage slots: per
 stage (replica), its identity, backend and plugin, worker and route (``null`` while the
 replica has no live worker: failed, restarting or retired), reservation,
-warm-up placement, numerics and buckets, observed memory and evidence label; then the
+warm-up placement, numerics and buckets, how its load gate ran (``gate``: ``full``, or
+``reused`` from a stored full gate with the points checked now), observed memory and
+evidence label; then the
 configuration and the ledger's snapshot.
 """
 
@@ -73,6 +75,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
             "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
             "buckets": ([b.to_json() for b in stage.warmup.buckets]
                         if stage.warmup is not None else []),
+            "gate": dict(stage.gate) if stage.gate is not None else None,
             "observed_memory": dict(stage.observed),
             "memory_check": dict(stage.memory_check),
             "memory": checked_stage(stage),  # the peak now, after the requests served

@@ -23,12 +23,25 @@ ledger, progress — and owns every step of it, for every policy that opens stag
 :meth:`~StageOpener.open_candidate` is one stage on one candidate — resolved, reserved,
 started and gated, or unwound and the error raised — and :meth:`~StageOpener.open_all`
 the single-backend form of a whole pipeline (every stage's demands reserved at once).
-Each slot keeps its own state, so slots admitted together can be started independently.
+Each slot keeps its own state, so slots admitted together are started independently:
+:meth:`~StageOpener.start_all` starts them in parallel, one thread each, once the ledger
+has admitted all of them (reservation stays one atomic step, in data-flow order; loading
+workers, warming up and gating overlap), waits for every one to finish, and raises the
+first failure in data-flow order so that the caller unwinds everything.
+
+**Gate reuse.** With a :class:`~edge_core.selection.gates.GateStore`, :meth:`start` looks
+up the slot's stored full gate (:func:`~edge_core.selection.key.gate_key`: the same
+stage configuration, bundle sha256, declared environment and runtime identity); when one
+matches, the load asks the backend to warm up one point of each dynamic shape-set entry
+(``StageContext.gate_points``) and the slot's :attr:`StageSlot.gate` record says "gate
+reused from DATE, n of m points checked now". Any mismatch runs the full gate, which is
+stored when it passes. A reused gate is never recorded as a full one.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -54,6 +67,8 @@ from edge_core.runtime.linear_chain import check_linear_chain
 from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
+from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
+from edge_core.selection.key import gate_key
 from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
@@ -130,6 +145,13 @@ class StageOpener:
         ledger: Where every reservation is charged (pipelines may share one).
         progress: Called with one line per step (``loading stage ...``).
         retire_deadline_s: How long a retirement waits for the worker tree to go.
+        gates: Where full gates are stored and looked up (``None``: every gate is full
+            and nothing is stored).
+        reuse_gates: Whether a matching stored gate may be reused (``False``: full gates,
+            stored again, as ``--remeasure`` asks).
+        parallel_start: Whether :meth:`start_all` starts admitted slots in parallel
+            (``False``: one after another in data-flow order, as a traced profile needs
+            to tell each stage's phases apart).
 
     Attributes:
         tried: Stage id → each candidate tried at open (or the last reload), in order
@@ -139,8 +161,12 @@ class StageOpener:
 
     def __init__(self, config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger,
                  *, progress: Callable[[str], None] | None = None,
-                 retire_deadline_s: float = 5.0) -> None:
+                 retire_deadline_s: float = 5.0, gates: GateStore | None = None,
+                 reuse_gates: bool = True, parallel_start: bool = True) -> None:
         self.config = config
+        self.parallel_start = parallel_start
+        self.gates = gates
+        self.reuse_gates = reuse_gates
         self.plugins = plugins
         self.ledger = ledger
         self.say: Callable[[str], None] = progress or (lambda _message: None)
@@ -185,6 +211,9 @@ class StageOpener:
         reservation as the plugin's retire outcome says; any other failure leaves it to
         :meth:`unwind`.
         """
+        stored = self._stored_gate(slot)
+        if stored is not None:
+            slot.context = attrs.evolve(slot.context, gate_points=REUSED_POINT)
         self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
         try:
             loaded = slot.binding.load(slot.context)
@@ -197,6 +226,109 @@ class StageOpener:
         slot.runtime = self.runtime(slot, loaded)
         self.say(f"warming up stage {slot.context.stage_id}")
         self._gate(slot, loaded)
+        self._record_gate(slot, stored)
+
+    def start_all(self, slots: Sequence[StageSlot]) -> None:
+        """:meth:`start` every reserved slot in parallel; raise the first failure.
+
+        Each slot starts in a thread of its own; every thread is waited for, even when one
+        fails (or the wait is interrupted), so that the caller's unwinding sees every slot
+        in its final state. The error raised is the first failing slot's in data-flow
+        order; the others' are attached as notes.
+        """
+        if len(slots) <= 1 or not self.parallel_start:
+            for slot in slots:  # one after another; the first failure stops the rest
+                self.start(slot)
+            return
+        errors: list[BaseException | None] = [None] * len(slots)
+
+        def run(number: int) -> None:
+            try:
+                self.start(slots[number])
+            except BaseException as error:  # handed to the caller's thread below
+                errors[number] = error
+
+        threads = [threading.Thread(target=run, args=(number,), daemon=True,
+                                    name=f"edge-start-{slot.owner}")
+                   for number, slot in enumerate(slots)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        finally:
+            for thread in threads:  # an interrupted wait still waits: unwinding follows
+                thread.join()
+        failed = [(slot, error) for slot, error in zip(slots, errors, strict=True)
+                  if error is not None]
+        if failed:
+            first = failed[0][1]
+            for slot, error in failed[1:]:
+                first.add_note(f"stage {slot.name} also failed while starting: "
+                               f"{type(error).__name__}: {error}")
+            raise first
+
+    def _stored_gate(self, slot: StageSlot) -> StoredGate | None:
+        """The slot's matching stored full gate, if it may be reused; keeps the lookup."""
+        slot.gate_key, slot.gate_lookup, slot.gate_problem = None, None, None
+        if self.gates is None:
+            return None
+        try:
+            key = gate_key(slot.config, self.plugins)
+        except Exception as error:  # an identity that cannot be made: full gate
+            slot.gate_problem = f"no gate key: {type(error).__name__}: {error}"
+            return None
+        slot.gate_key = key
+        if not (self.reuse_gates and self.config.measurement.reuse):
+            return None
+        lookup = self.gates.load(key, slot.gate_owner, slot.binding.backend.name)
+        slot.gate_lookup = lookup
+        return lookup.found
+
+    def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
+        """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
+        report = slot.warmup
+        points = [{"entry": b.entry, "point": b.point,
+                   "shapes": {n: list(v) for n, v in sorted(b.shapes.items())}}
+                  for b in (report.buckets if report is not None else ())]
+        checked = len(points)
+        if stored is not None and checked < len(stored.points):
+            slot.gate = {
+                "mode": "reused", "reused_from": stored.checked_at,
+                "points_checked": checked, "points": len(stored.points),
+                "key": stored.key,
+                "note": (f"gate reused from {stored.checked_at}, {checked} of "
+                         f"{len(stored.points)} points checked now"),
+            }
+            return
+        why = ""
+        lookup = slot.gate_lookup
+        if not (self.reuse_gates and self.config.measurement.reuse):
+            why = "reuse off"
+        elif lookup is not None and lookup.problem:
+            why = f"stored gate not used: {lookup.problem}"
+        elif lookup is not None and lookup.changed:
+            why = f"changed since the stored gate: {', '.join(lookup.changed)}"
+        elif stored is not None:
+            why = "the backend warmed up every point"
+        elif slot.gate_key is not None:
+            why = "no stored gate"
+        elif slot.gate_problem:
+            why = slot.gate_problem
+        slot.gate = {"mode": "full", "points_checked": checked, "points": checked,
+                     "note": f"full gate, {checked} of {checked} points checked now"
+                             + (f" ({why})" if why else "")}
+        dynamic = any(p["point"] not in ("static",) for p in points)
+        if self.gates is None or slot.gate_key is None or not dynamic \
+                or slot.context.gate_points != "all":
+            return
+        try:
+            saved = self.gates.save(slot.gate_key, slot.gate_owner, slot.binding.backend.name,
+                                    points)
+        except OSError as error:  # a cache that cannot be written: the next gate is full
+            slot.gate["stored"] = f"not stored: {error}"
+            return
+        slot.gate["stored"] = saved.checked_at
 
     def runtime(self, slot: StageSlot, loaded: LoadedStage) -> StageRuntime:
         """The runtime of a loaded slot: it settles the slot and reloads it through here."""
@@ -268,7 +400,8 @@ class StageOpener:
 
     def _reload(self, slot: StageSlot, generation: int) -> LoadedStage:
         """Reserve again if needed, load under ``generation`` and re-run the gate."""
-        slot.context = attrs.evolve(slot.context, generation=generation)
+        # a restart runs the full gate: the worker it replaces failed
+        slot.context = attrs.evolve(slot.context, generation=generation, gate_points="all")
         self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
         if slot.token is None:
             self.charge([slot])
@@ -276,6 +409,7 @@ class StageOpener:
         try:
             loaded = slot.binding.load(slot.context)
             self._gate(slot, loaded)
+            self._record_gate(slot, None)
         except BaseException as error:
             outcome = (slot.binding.retire(loaded, RELOAD_RETIRE_S) if loaded is not None
                        else getattr(error, RETIRE_OUTCOME_ATTR, None))
@@ -322,8 +456,7 @@ class StageOpener:
         try:
             replicas = self.resolve(index, choice, path)
             self.reserve(replicas)
-            for replica in replicas:
-                self.start(replica)
+            self.start_all(replicas)
         except BaseException:
             self.unwind([r for r in replicas if r.runtime is not None], replicas)
             raise
@@ -333,8 +466,9 @@ class StageOpener:
         """Open every stage on its own backend, the whole plan reserved at once.
 
         Every stage is resolved, the topology checked, every replica's demands reserved
-        in one plan (nothing charged when it does not fit), then each started and gated in
-        data-flow order.
+        in one plan (nothing charged when it does not fit), then all started and gated in
+        parallel (:meth:`start_all`); on any failure every one is waited for, then what
+        started is retired and every reservation settled.
 
         Raises:
             BackendUnavailable: a stage's backend is not installed or its probe says no.
@@ -347,12 +481,9 @@ class StageOpener:
                  for replica in self.resolve(index)]
         check_linear_chain(self.config)
         self.reserve(slots)
-        started: list[StageSlot] = []
         try:
-            for slot in slots:
-                started.append(slot)
-                self.start(slot)
+            self.start_all(slots)
         except BaseException:
-            self.unwind(started, slots)
+            self.unwind([slot for slot in slots if slot.runtime is not None], slots)
             raise
         return slots

@@ -59,6 +59,7 @@ from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, submit
+from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
 
@@ -127,6 +128,9 @@ class Pipeline:
         workload: Workload | None = None,
         store: DecisionStore | None = None,
         remeasure: bool = False,
+        gates: GateStore | None = None,
+        parallel_start: bool = True,
+        full_gates: bool = False,
     ) -> Pipeline:
         """Resolve, check, reserve, load and gate every stage; unwind on any failure.
 
@@ -135,7 +139,11 @@ class Pipeline:
         bundled examples), the decision kept in ``store`` (default: the user's cache
         directory) and reused while its key matches unless ``remeasure``; or the first
         that passes. ``start = "first-ready"`` serves before the measurement ends
-        (:mod:`edge_core.runtime.selection_policy`).
+        (:mod:`edge_core.runtime.selection_policy`). Stages admitted together start in
+        parallel; a stage whose full load gate is stored in ``gates`` (default: the
+        user's cache directory) under the same key checks one point of each dynamic
+        entry, unless ``remeasure`` or ``full_gates`` (:mod:`edge_core.selection.gates`);
+        ``parallel_start=False`` starts them one after another (a traced profile).
 
         Raises:
             BackendUnavailable: a stage's backend is not installed or its probe says no.
@@ -152,7 +160,10 @@ class Pipeline:
                               "means rest)", unknown)
         apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         opener = StageOpener(config, plugins, ledger, progress=progress,
-                             retire_deadline_s=retire_deadline_s)
+                             retire_deadline_s=retire_deadline_s,
+                             gates=gates if gates is not None else GateStore(),
+                             reuse_gates=not (remeasure or full_gates),
+                             parallel_start=parallel_start)
         policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
         if policy is not None:
             return cls(opener, policy.slots, policy)

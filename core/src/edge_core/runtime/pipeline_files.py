@@ -77,14 +77,16 @@ def open_pipeline(
     progress: Callable[[str], None] | None = None,
     workload: Workload | None = None,
     remeasure: bool = False,
+    full_gates: bool = False,
 ) -> Pipeline:
     """Load the configuration and the plugins it needs, build the ledger and open it.
 
-    ``workload`` and ``remeasure`` go to :meth:`Pipeline.open` (a measured selection
-    times ``workload``; default: the pipeline's own, else the bundles' examples).
+    ``workload``, ``remeasure`` and ``full_gates`` go to :meth:`Pipeline.open` (a
+    measured selection times ``workload``; default: the pipeline's own, else the
+    bundles' examples; ``full_gates``: no stored gate reused).
     """
     config = load_config(path, name)
     plugins = load_plugins(local_modules=config.plugins)
     ledger = default_ledger(config, plugins)
     return Pipeline.open(config, plugins, ledger, progress=progress, workload=workload,
-                         remeasure=remeasure)
+                         remeasure=remeasure, full_gates=full_gates)

@@ -104,8 +104,7 @@ def open_held(opener: StageOpener, index: int, number: int, choice: StageConfig,
             slot.candidate = number
             slot.candidate_tag = f"~{number}" if tag else ""
         opener.reserve(slots)
-        for slot in slots:
-            opener.start(slot)
+        opener.start_all(slots)
     except BaseException:
         opener.unwind([s for s in slots if s.runtime is not None], slots)
         raise

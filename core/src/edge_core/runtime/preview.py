@@ -38,6 +38,7 @@ from edge_core.runtime.linear_chain import check_linear_chain
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.stage_slot import StageSlot
+from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
 
@@ -203,7 +204,8 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
                               progress=progress, retire_deadline_s=retire_deadline_s,
                               workload=workload, store=store, remeasure=remeasure)
     opener = StageOpener(config, plugins, ledger, progress=progress,
-                         retire_deadline_s=retire_deadline_s)
+                         retire_deadline_s=retire_deadline_s, gates=GateStore(),
+                         reuse_gates=not remeasure)
     opened: list[StageSlot] = []
     answers: list[StageAnswer] = []
     failed: str | None = None

@@ -25,6 +25,8 @@ from edge_core.ledger import ReservationToken, ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.runtime.chain import Transform
 from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.selection.gates import GateLookup
+from edge_core.selection.key import DecisionKey
 from edge_core.stage import StageContext
 
 __all__ = ["StageSlot", "UnverifiedRetirement"]
@@ -83,6 +85,15 @@ class StageSlot:
         self.reference: dict[str, Any] | None = None
         self.candidate = 0
         """Which of its stage's candidates the slot runs (0 for a stage without any)."""
+        self.gate: dict[str, Any] | None = None
+        """How its last load gate ran: ``full`` or ``reused`` (from when, how many of the
+        stored gate's points were checked now), as the plan shows it."""
+        self.gate_key: DecisionKey | None = None
+        """The key its gate is stored under (:func:`~edge_core.selection.key.gate_key`)."""
+        self.gate_lookup: GateLookup | None = None
+        """What the gate store found for :attr:`gate_key`."""
+        self.gate_problem: str | None = None
+        """Why no gate key could be made, if so."""
         self.candidate_tag = ""
         """``~c`` for candidate ``c`` of a stage opened while another of its candidates is
         held (a measured selection, a first-ready start), so that each holds a
@@ -102,6 +113,11 @@ class StageSlot:
         """
         replica = f"#{self.context.replica}" if self.context.replica else ""
         return f"{self.context.pipeline}/{self.context.stage_id}{self.candidate_tag}{replica}"
+
+    @property
+    def gate_owner(self) -> str:
+        """Its stored gates' owner: ``pipeline/stage`` (replicas and tags share them)."""
+        return f"{self.context.pipeline}/{self.context.stage_id}"
 
     def adopt(self, other: StageSlot) -> None:
         """Run from now on as ``other`` (a fresh resolution on another candidate) does."""

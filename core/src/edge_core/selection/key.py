@@ -23,6 +23,13 @@ A decision is reused only while none of these has changed:
 
 The key is the sha256 of the five parts' digests; the parts' own digests are stored with
 the decision so that a re-measurement can say which part changed.
+
+:func:`gate_key` is the narrower key of one candidate's stored load gate
+(:mod:`edge_core.selection.gates`): that stage's configuration (its backend section with
+the provider and session options, route, placement policy, shapes and demands), its
+bundle's manifest sha256, the environment its backend declares and its runtime identity
+(:data:`GATE_KEY_PARTS`) — the workload is not in it, since the gate runs the bundle's
+own examples.
 """
 
 from __future__ import annotations
@@ -38,16 +45,20 @@ import attrs
 
 from edge_contracts.manifest import MANIFEST_FILENAME
 from edge_core.binding import backend_table
-from edge_core.config.model import PipelineConfig
+from edge_core.config.model import PipelineConfig, StageConfig
 from edge_core.identity import identity_digest, runtime_identity
 from edge_core.plugins import PluginSet
 
-__all__ = ["KEY_PARTS", "LOADER_ENV_NAMES", "DecisionKey", "bundle_identity",
-           "configuration_identity", "decision_key", "environment_identity",
-           "manifest_file", "workload_identity"]
+__all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "DecisionKey",
+           "bundle_identity", "configuration_identity", "decision_key",
+           "environment_identity", "gate_key", "manifest_file", "stage_identity",
+           "workload_identity"]
 
 KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
 """The parts of a decision's key, in the order they are shown."""
+
+GATE_KEY_PARTS = ("configuration", "bundles", "environment", "runtime")
+"""The parts of a stored gate's key (:func:`gate_key`), in the order they are shown."""
 
 LOADER_ENV_NAMES = ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
 """Variables that reach every worker and decide which native libraries (EPs) load."""
@@ -70,7 +81,8 @@ class DecisionKey:
 
     def changed(self, other_parts: Mapping[str, str]) -> list[str]:
         """The parts whose digest differs from ``other_parts``' (in :data:`KEY_PARTS` order)."""
-        return [name for name in KEY_PARTS if self.parts.get(name) != other_parts.get(name)]
+        return [name for name in KEY_PARTS
+                if name in self.parts and self.parts.get(name) != other_parts.get(name)]
 
 
 def _plain(value: Any) -> Any:
@@ -91,6 +103,13 @@ def _plain(value: Any) -> Any:
 def configuration_identity(config: PipelineConfig) -> dict[str, Any]:
     """The configuration as the key sees it (see the module's docstring)."""
     plain = _plain(config)
+    assert isinstance(plain, dict)
+    return plain
+
+
+def stage_identity(stage: StageConfig) -> dict[str, Any]:
+    """One stage (or candidate) as a gate's key sees it (see the module's docstring)."""
+    plain = _plain(stage)
     assert isinstance(plain, dict)
     return plain
 
@@ -140,10 +159,15 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 def environment_identity(config: PipelineConfig, plugins: PluginSet,
                          env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Values of the variables the pipeline's backends declare, plus the loader's paths."""
+    return _declared_env(_backends(config), plugins, env)
+
+
+def _declared_env(backends: Iterable[str], plugins: PluginSet,
+                  env: Mapping[str, str] | None) -> dict[str, str]:
     env = os.environ if env is None else env
     table = backend_table(plugins)
     declared: list[str] = list(LOADER_ENV_NAMES)
-    for name in sorted(_backends(config)):
+    for name in sorted(backends):
         if name in table:
             declared.extend(table[name][0].env_names)
     return {name: env[name] for name in sorted(env) if _matches(name, declared)}
@@ -175,6 +199,30 @@ def decision_key(config: PipelineConfig, plugins: PluginSet, *,
         "bundles": identity_digest(bundle_identity(config)),
         "workload": identity_digest({"sources": workload_identity(workload)}),
         "environment": identity_digest(environment_identity(config, plugins, env)),
+        "runtime": identity_digest(identity),
+    }
+    return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
+
+
+def gate_key(stage: StageConfig, plugins: PluginSet, *,
+             env: Mapping[str, str] | None = None,
+             runtime: Mapping[str, Any] | None = None) -> DecisionKey:
+    """The key of one candidate's stored load gate: ``stage`` with these plugins now.
+
+    ``stage`` is the candidate as it opens (:meth:`StageConfig.choices`); ``runtime``
+    overrides its backend's runtime identity (computed with
+    :func:`~edge_core.identity.runtime_identity` otherwise, from the cached probe).
+    """
+    backend = stage.backend.name
+    interpreters = [stage.backend.route.interpreter] if stage.backend.route is not None else []
+    identity = (dict(runtime) if runtime is not None else
+                runtime_identity(plugins, {backend}, interpreters=interpreters))
+    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
+              if stage.manifest is not None else {})
+    parts = {
+        "configuration": identity_digest(stage_identity(stage)),
+        "bundles": identity_digest(bundle),
+        "environment": identity_digest(_declared_env({backend}, plugins, env)),
         "runtime": identity_digest(identity),
     }
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)

@@ -4,7 +4,9 @@ The probe runs in a child interpreter (the controller's own unless ``EDGE_QNN_PY
 names another), so the controller never loads the QNN libraries itself. It starts as every
 probe does (:func:`edge_core.host.probe_process.run_probe`): an allowlisted environment
 plus :data:`PROBE_ENV_NAMES`, stdin closed, the working directory off ``sys.path``. The child
-registers the EP library exactly as the worker does and lists ``get_ep_devices()``.
+registers the EP library exactly as the worker does and lists ``get_ep_devices()``. Its
+answer is kept per boot and per installed stack (:mod:`edge_core.host.probe_answers`):
+a fresh ``edge probe`` does not start that interpreter again until something changes.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from edge_contracts.devices import RAM_POOL, DeviceDescriptor, DeviceKind, Integration
 from edge_core.backend import ProbeReport
-from edge_core.host.probe_process import DROP_CWD, run_probe
+from edge_core.host.probe_answers import PROBE_CACHE_ENV, cached_probe
+from edge_core.host.probe_process import DROP_CWD
 from edge_core.pools import detect_execution_domain, host_cpu
 
 __all__ = ["EP_NAME", "PROBE_ENV_NAMES", "PYTHON_ENV", "probe_interpreter", "probe_qnn",
@@ -106,9 +111,9 @@ def report_from(backend: str, found: Mapping[str, Any], interpreter: str) -> Pro
 def probe_qnn(backend: str) -> ProbeReport:
     """Ask the probe interpreter which QNN devices and versions ONNX Runtime sees."""
     interpreter = probe_interpreter()
-    try:
-        result = run_probe([interpreter, "-c", _SCRIPT], timeout_s=PROBE_TIMEOUT_S,
-                           declared=PROBE_ENV_NAMES)
+    try:  # kept per boot and installed stack (edge_core.host.probe_answers)
+        result, cached_at = cached_probe([interpreter, "-c", _SCRIPT], interpreter=interpreter,
+                                         timeout_s=PROBE_TIMEOUT_S, declared=PROBE_ENV_NAMES)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ProbeReport(backend=backend, available=False,
                            reason=f"probe interpreter {interpreter} failed: {exc}")
@@ -118,4 +123,9 @@ def probe_qnn(backend: str) -> ProbeReport:
         return ProbeReport(backend=backend, available=False,
                            reason=f"probe interpreter {interpreter} exited "
                            f"{result.returncode}: {tail}")
-    return report_from(backend, json.loads(lines[-1]), interpreter)
+    report = report_from(backend, json.loads(lines[-1]), interpreter)
+    if cached_at is not None:
+        report = attrs.evolve(report, notes=(
+            *report.notes, f"probe answer cached at {cached_at} (same interpreter, installed "
+            f"packages, environment and boot; {PROBE_CACHE_ENV}=off asks afresh)"))
+    return report

@@ -137,6 +137,8 @@ class OrtStage(WorkerStage):
                      "expected_outputs": (str(bundle.path(case.expected_outputs))
                                           if case.expected_outputs else None)}
                     for case in cases
+                    if stage.gate_points == "all" or case.point in ("static",
+                                                                     stage.gate_points)
                 ],
             }
             if config["example_inputs"] is None:

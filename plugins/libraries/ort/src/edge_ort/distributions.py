@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, distribution
 
 from edge_core.host.probe_process import run_probe
+from edge_core.installed import distribution_folder, installed_versions, recorded_files
 
 __all__ = [
     "KNOWN_DISTRIBUTIONS",
@@ -64,13 +64,8 @@ def installed_distributions(interpreter: str | None = None, timeout_s: float = 1
         OSError: it cannot be started.
     """
     if interpreter is None or interpreter == sys.executable:
-        found: dict[str, str] = {}
-        for name in KNOWN_DISTRIBUTIONS:
-            try:
-                found[name] = distribution(name).version
-            except PackageNotFoundError:
-                continue
-        return found
+        # read from the metadata folders: importlib.metadata costs every fresh ``edge``
+        return installed_versions(KNOWN_DISTRIBUTIONS)
     script = _SCRIPT.replace("NAMES", repr(KNOWN_DISTRIBUTIONS))
     result = run_probe([interpreter, "-I", "-c", script], timeout_s=timeout_s,
                        declared=env_names)
@@ -88,10 +83,8 @@ def ships_onnxruntime_package(name: str, interpreter: str | None = None) -> bool
     """
     if interpreter not in (None, sys.executable):
         return True
-    try:
-        files = distribution(name).files
-    except PackageNotFoundError:
-        return True
+    folder = distribution_folder(name)
+    files = recorded_files(folder) if folder is not None else None
     if files is None:
         return True
     return any(str(f).replace("\\", "/") == "onnxruntime/__init__.py" for f in files)

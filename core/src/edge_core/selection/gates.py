@@ -1,0 +1,206 @@
+"""Stored load gates: a candidate's full gate, kept so that the next open may check less.
+
+A stage's load gate warms up every example of its shape set — each static bucket, and each
+dynamic entry at its minimum, its maximum and a shape between — and checks placement,
+numerics and observed memory (:mod:`edge_core.runtime.gate`). When a full gate passes, the
+opener stores what it checked here, under :func:`~edge_core.selection.key.gate_key`: the
+stage's configuration (backend, provider and session options, route, placement, shapes,
+demands), its bundle's manifest sha256, its backend's declared environment and its runtime
+identity (:func:`edge_core.identity.runtime_identity`: distributions, EP libraries,
+devices, edge-core's version). An open whose key matches a stored gate checks one point of
+each dynamic entry (:data:`REUSED_POINT`) instead of all three, and its plan says so
+("gate reused from DATE, 1 of 3 points checked now"); any change of the key runs the full
+gate again and names the parts that changed.
+
+The directory is ``$EDGE_GATE_CACHE`` when set, else ``gates/`` under the placement
+decisions' directory (:func:`~edge_core.selection.store.default_cache_dir`). A file is
+named for its key's digest and holds::
+
+    {"format": "edge-gate/1", "key": "<sha256>", "parts": {...}, "owner": "<pipeline/stage>",
+     "backend": "<name>", "checked_at": "<UTC ISO 8601>", "points": [{entry, point, shapes}],
+     "digest": "<sha256 of everything above>"}
+
+A file that cannot be read or does not verify is ignored (the full gate runs, and the
+lookup says why), never an exception. Writes are atomic (a private temporary file, then a
+rename), mode 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from edge_core.identity import identity_digest
+from edge_core.selection.key import GATE_KEY_PARTS, DecisionKey
+from edge_core.selection.store import default_cache_dir
+
+__all__ = ["FORMAT", "GATE_CACHE_ENV", "REUSED_POINT", "GateLookup", "GateStore", "StoredGate",
+           "default_gate_dir"]
+
+FORMAT = "edge-gate/1"
+"""The ``format`` of a stored gate file."""
+
+GATE_CACHE_ENV = "EDGE_GATE_CACHE"
+"""Environment variable naming the stored gates' directory."""
+
+REUSED_POINT = "min"
+"""The one point of each dynamic entry an open with a matching stored gate checks: the
+smallest shape, which still loads the session on its target, checks where its nodes run
+and compares its outputs with the bundle's reference, at the least cost (the stored full
+gate covered the maximum, where memory peaks)."""
+
+_SUFFIX = ".json"
+
+
+def default_gate_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$EDGE_GATE_CACHE``, else ``gates/`` in the placement decisions' directory."""
+    env = os.environ if env is None else env
+    configured = env.get(GATE_CACHE_ENV)
+    if configured:
+        return Path(configured)
+    return default_cache_dir(env) / "gates"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _digest(document: Mapping[str, Any]) -> str:
+    return identity_digest({k: v for k, v in document.items() if k != "digest"})
+
+
+@attrs.frozen
+class StoredGate:
+    """A full gate read back from the store, verified."""
+
+    key: str
+    """The key's digest."""
+    parts: Mapping[str, str]
+    """The key's parts' digests when it was stored."""
+    owner: str
+    """The stage it was checked for (``pipeline/stage``)."""
+    backend: str
+    """The candidate's backend."""
+    checked_at: str
+    """When the full gate ran (UTC, ISO 8601)."""
+    points: tuple[Mapping[str, Any], ...]
+    """Every warm-up point it checked: ``{entry, point, shapes}``."""
+
+
+@attrs.frozen
+class GateLookup:
+    """What the store found for a key."""
+
+    found: StoredGate | None
+    """The verified stored gate, or ``None``."""
+    problem: str | None = None
+    """Why a file for this key was not used."""
+    changed: tuple[str, ...] = ()
+    """Without one for this key: the key parts that differ from the newest stored gate of
+    the same stage and backend (empty when there is none)."""
+
+
+class GateStore:
+    """The stored gates in one directory (created on first save, mode 0700)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        """Use ``directory``, or :func:`default_gate_dir`."""
+        self.directory = Path(directory) if directory is not None else default_gate_dir()
+
+    def path(self, key: DecisionKey | str) -> Path:
+        """The file a key's gate lives in."""
+        digest = key.digest if isinstance(key, DecisionKey) else key
+        return self.directory / f"{digest}{_SUFFIX}"
+
+    def load(self, key: DecisionKey, owner: str, backend: str) -> GateLookup:
+        """The verified gate stored under ``key``, if any (never raises for what it reads)."""
+        path = self.path(key)
+        if not path.exists():
+            return GateLookup(found=None, changed=self._changed(key, owner, backend))
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            return GateLookup(found=None, problem=f"{path}: cannot be read ({exc})")
+        problem = _problem(document, key.digest)
+        if problem is not None:
+            return GateLookup(found=None, problem=f"{path}: {problem}")
+        return GateLookup(found=StoredGate(
+            key=key.digest, parts=document["parts"], owner=str(document.get("owner")),
+            backend=str(document.get("backend")), checked_at=document["checked_at"],
+            points=tuple(document["points"])))
+
+    def save(self, key: DecisionKey, owner: str, backend: str,
+             points: Sequence[Mapping[str, Any]]) -> StoredGate:
+        """Store a full gate that passed at ``points``; returns what :meth:`load` gives.
+
+        Raises:
+            OSError: the directory cannot be written.
+        """
+        document: dict[str, Any] = {
+            "format": FORMAT, "key": key.digest, "parts": dict(key.parts), "owner": owner,
+            "backend": backend, "checked_at": _now(),
+            "points": [json.loads(json.dumps(dict(p), default=str)) for p in points]}
+        document["digest"] = _digest(document)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".gate.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=1, sort_keys=True)
+            os.replace(temporary, self.path(key))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        return StoredGate(key=key.digest, parts=dict(key.parts), owner=owner, backend=backend,
+                          checked_at=document["checked_at"],
+                          points=tuple(document["points"]))
+
+    def _changed(self, key: DecisionKey, owner: str, backend: str) -> tuple[str, ...]:
+        """Key parts that differ from the newest stored gate of ``owner`` on ``backend``."""
+        newest: tuple[str, Mapping[str, str]] | None = None
+        try:
+            paths = list(self.directory.glob(f"*{_SUFFIX}"))
+        except OSError:
+            return ()
+        for path in paths:
+            try:
+                document = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            if (isinstance(document, dict) and document.get("owner") == owner
+                    and document.get("backend") == backend
+                    and isinstance(document.get("parts"), dict)
+                    and isinstance(document.get("checked_at"), str)
+                    and (newest is None or document["checked_at"] > newest[0])):
+                newest = (document["checked_at"], document["parts"])
+        if newest is None:
+            return ()
+        return tuple(name for name in GATE_KEY_PARTS
+                     if key.parts.get(name) != newest[1].get(name))
+
+
+def _problem(document: object, digest: str) -> str | None:
+    """Why a stored gate document is not usable for ``digest`` (``None``: it is)."""
+    if not isinstance(document, dict):
+        return "not a JSON object"
+    if document.get("format") != FORMAT:
+        return f"format {document.get('format')!r}, expected {FORMAT!r}"
+    if document.get("key") != digest:
+        return "it names another key"
+    if document.get("digest") != _digest(document):
+        return "its digest does not verify (changed after it was written)"
+    points = document.get("points")
+    if (not isinstance(document.get("parts"), dict)
+            or not isinstance(document.get("checked_at"), str)
+            or not isinstance(points, list) or not points
+            or not all(isinstance(p, dict) for p in points)):
+        return "parts, checked_at or points missing"
+    return None

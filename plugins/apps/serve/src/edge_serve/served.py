@@ -3,9 +3,11 @@
 A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.submit` and
 the wait for its result, ``finish`` and the acknowledgement — runs as one function on the
 server's thread pool, so the result's worker memory is given back in the same thread that
-read it. :meth:`ServedPipeline.within` awaits it while watching the client: a client that
-disconnects cancels its request alone (:mod:`edge_serve.submitted`; outcome
-``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
+read it. Before it starts, the request waits for its turn in the pipeline's admission
+queue (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and
+the request's deadline. :meth:`ServedPipeline.within` awaits it while watching the
+client: a client that disconnects cancels its request alone (:mod:`edge_serve.submitted`;
+outcome ``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
 request, or retires a non-preemptible stage, and raises ``DeadlineExceeded``: 504).
 """
 
@@ -16,6 +18,7 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -26,8 +29,10 @@ from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime.submission import OnEvent, Submission
 from edge_serve.draining import Drain
 from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
+from edge_serve.queueing import AdmissionQueue, QueuePolicy
 from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
@@ -73,13 +78,16 @@ class ServedPipeline:
             ``prepare``.
         drain: What ends the requests still open when the grace period ends (the
             server's; default: one of its own).
+        queue: How many requests may wait for admission, and how long (default
+            :class:`QueuePolicy`'s).
     """
 
     def __init__(self, pipeline: Pipeline, executor: Executor, upload_dir: Path,
-                 drain: Drain | None = None) -> None:
+                 drain: Drain | None = None, queue: QueuePolicy | None = None) -> None:
         config = pipeline.config
         self.pipeline = pipeline
         self.name = config.name
+        self.queue = AdmissionQueue(config.name, pipeline.admission, queue or QueuePolicy())
         self.executor = executor
         self.upload_dir = upload_dir
         self.drain = drain if drain is not None else Drain()
@@ -128,6 +136,8 @@ class ServedPipeline:
             "name": self.name,
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
             "admission": self.pipeline.config.admission,
+            "queue": {"length": self.queue.policy.length, "wait_s": self.queue.policy.wait_s,
+                      "waiting": self.queue.waiting},
             "accepts": (["tensors", "file"] if self.prepare is not None else ["tensors"])
             + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
                None: []}[self.openai],
@@ -140,6 +150,19 @@ class ServedPipeline:
 
     # -- blocking work (runs on the executor) -------------------------------------------------
 
+    def submit(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+               deadline_s: float | None, handle: RequestHandle,
+               on_event: OnEvent | None = None) -> Submission:
+        """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
+        handle.check()
+        try:
+            submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
+                                              on_event=on_event)
+        finally:
+            handle.admitted()
+        handle.attach(submission)
+        return submission
+
     def answer(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                deadline_s: float | None, handle: RequestHandle) -> Answer:
         """Submit one request, wait for it, and build its answer.
@@ -147,9 +170,7 @@ class ServedPipeline:
         The answer is ``finish``'s, else the outputs as tensors; nothing is built for a
         request cancelled meanwhile.
         """
-        handle.check()
-        submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s)
-        handle.attach(submission)
+        submission = self.submit(inputs, params, deadline_s, handle)
         with submission.result() as result:
             handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
@@ -211,27 +232,58 @@ class ServedPipeline:
 
     # -- awaiting ----------------------------------------------------------------------------
 
-    async def within(self, request: Request, handle: RequestHandle, work: Callable[[], T],
-                     deadline_s: float | None) -> T:
-        """Run ``work`` on the executor and await it, watching the client meanwhile.
+    async def within(self, request: Request, handle: RequestHandle,
+                     work: Callable[[float | None], T], deadline_s: float | None) -> T:
+        """Wait for the request's turn, run ``work(deadline left)`` on the executor, await it.
 
-        A client that disconnects cancels the request (``handle.cancel()``), whose thread
-        is waited for so that its admission slot is free when this returns; the answer
-        is 499 (nobody reads it), counted as outcome ``cancelled``. The runtime bounds the
-        whole request by ``deadline_s`` itself (``DeadlineExceeded``: 504, with the
-        stage's state already settled); this timer is only a backstop, :data:`BACKSTOP_S`
-        later, for work that does not return (a transform that hangs): the request is
-        cancelled and the answer is 504. A request still running when the server's grace
-        period ends is cancelled and answered 503 (:mod:`edge_serve.draining`).
+        The client is watched from the start. While the request waits in the admission
+        queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that passes
+        is 504, a disconnect takes it out of the queue (499, outcome ``cancelled``) and the
+        end of the grace period is 503. Once it runs, a client that disconnects cancels
+        the request (``handle.cancel()``), whose thread is waited for so that its
+        admission slot is free when this returns; the answer is 499. The runtime bounds
+        the whole request by what is left of ``deadline_s`` itself (``DeadlineExceeded``:
+        504, with the stage's state already settled); this timer is only a backstop,
+        :data:`BACKSTOP_S` later, for work that does not return (a transform that hangs):
+        the request is cancelled and the answer is 504. A request still running when the
+        server's grace period ends is cancelled and answered 503
+        (:mod:`edge_serve.draining`).
         """
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.executor, work)
         gone = asyncio.Event()
         drained = asyncio.Event()
         release = self.drain.hold(drained.set)
         watcher = asyncio.ensure_future(watch_disconnect(request, gone.set))
+        try:
+            return await self._run(request, handle, work, deadline_s, loop, gone, drained)
+        finally:
+            release()
+            watcher.cancel()
+
+    async def _run(self, request: Request, handle: RequestHandle,
+                   work: Callable[[float | None], T], deadline_s: float | None,
+                   loop: asyncio.AbstractEventLoop, gone: asyncio.Event,
+                   drained: asyncio.Event) -> T:
+        entered = time.monotonic()
+        try:
+            claim = await self.queue.enter(deadline_s, gone, drained)
+        except HttpRefusal as refusal:
+            if refusal.status == 499:
+                request.scope[OUTCOME_KEY] = "cancelled"
+            if refusal.status == 503:
+                raise server_stopping(self.drain.grace_s) from None
+            raise
+        left = None if deadline_s is None else \
+            max(deadline_s - (time.monotonic() - entered), 1e-3)
+        handle.on_admitted = claim.settle
+        try:
+            future = loop.run_in_executor(self.executor, work, left)
+        except BaseException:
+            claim.finished()
+            raise
+        future.add_done_callback(lambda _: claim.finished())
         waiters = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(drained.wait())]
-        limit = None if deadline_s is None else deadline_s + BACKSTOP_S
+        limit = None if left is None else left + BACKSTOP_S
         try:
             either: set[asyncio.Future[Any]] = {future, *waiters}
             await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
@@ -239,8 +291,6 @@ class ServedPipeline:
             future.add_done_callback(retrieve)
             raise
         finally:
-            release()
-            watcher.cancel()
             for waiter in waiters:
                 waiter.cancel()
         if future.done():

@@ -209,9 +209,7 @@ async def run_pipeline(request: Request) -> Response:
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
     handle = RequestHandle(served.name)
-    answer = await served.within(request, handle,
-                                 lambda left: served.answer(inputs, params, left, handle),
-                                 deadline)
+    answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONResponse(answer.body)
 

@@ -27,6 +27,7 @@ Read from the runtime at each scrape:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -108,6 +109,7 @@ class ServerMetrics:
     def __init__(self, ledger: ResourceLedger,
                  pipelines: Callable[[], Iterable[ServedPipeline]]) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter("edge_requests", "HTTP requests by outcome",
                                 ["pipeline", "route", "outcome"], registry=self.registry)
         self.request_seconds = Histogram("edge_request_seconds", "HTTP request latency",
@@ -135,16 +137,24 @@ class ServerMetrics:
         if outcome != "admitted":
             self.queue_refusals.labels(pipeline, outcome).inc()
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once (the per-request path reuses it)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe_stages(self, pipeline: str, latencies: dict[str, float]) -> None:
         """Record each stage's latency of one request."""
         for stage, seconds in latencies.items():
-            self.stage_seconds.labels(pipeline, stage).observe(seconds)
+            self._child(self.stage_seconds, pipeline, stage).observe(seconds)
 
     def observe_request(self, pipeline: str, route: str, outcome: str,
                         seconds: float) -> None:
         """Count one finished request and its latency."""
-        self.requests.labels(pipeline, route, outcome).inc()
-        self.request_seconds.labels(pipeline, route).observe(seconds)
+        self._child(self.requests, pipeline, route, outcome).inc()
+        self._child(self.request_seconds, pipeline, route).observe(seconds)
         if outcome == "refused" and pipeline:
             self.admission_refusals.labels(pipeline).inc()
 

@@ -31,10 +31,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from edge_core.runtime.admission import SlotPool
 from edge_serve.outcomes import HttpRefusal, server_stopping
+from edge_serve.signals import Signals
 
 __all__ = ["DEFAULT_LENGTH", "DEFAULT_WAIT_S", "AdmissionQueue", "Claim", "QueuePolicy"]
 
@@ -125,6 +125,7 @@ class AdmissionQueue:
         self._claimed = 0  # turns handed out whose request has not yet taken its slot
         self._hold_s: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         slots.listeners.append(self._slot_freed)
 
     # -- figures -----------------------------------------------------------------------------
@@ -142,8 +143,7 @@ class AdmissionQueue:
 
     # -- entering ----------------------------------------------------------------------------
 
-    async def enter(self, deadline_s: float | None, gone: asyncio.Event,
-                    drained: asyncio.Event) -> Claim:
+    async def enter(self, deadline_s: float | None, signals: Signals) -> Claim:
         """Wait for this request's turn; its :class:`Claim` (settle it after submitting).
 
         Raises:
@@ -151,7 +151,9 @@ class AdmissionQueue:
                 wait limit) passed while it waited; 499 its client disconnected; 503 the
                 server's grace period ended.
         """
-        self._loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
         if not self.waiting and self._free() > 0:
             return self._admit(0.0)
         if self.waiting >= self.policy.length:
@@ -162,28 +164,33 @@ class AdmissionQueue:
         started = time.monotonic()
         limit = self.policy.wait_s if deadline_s is None else min(deadline_s,
                                                                   self.policy.wait_s)
-        watchers = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(drained.wait())]
+        woken: asyncio.Future[None] = self._loop.create_future()
+
+        def wake(*_: object) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        waiter.add_done_callback(wake)
+        forget = signals.on_change(wake)
+        timer = self._loop.call_later(max(limit, 0.0), wake)
         try:
-            either: set[asyncio.Future[Any]] = {waiter, *watchers}
-            await asyncio.wait(either, timeout=max(limit, 0.0),
-                               return_when=asyncio.FIRST_COMPLETED)
+            await woken
         except BaseException:
             self._leave(waiter)
             raise
         finally:
-            for watcher in watchers:
-                watcher.cancel()
+            timer.cancel()
+            forget()
         waited = time.monotonic() - started
-        if waiter.done() and not waiter.cancelled() and not gone.is_set() \
-                and not drained.is_set():
+        if waiter.done() and not waiter.cancelled() and not signals.set:
             self._observe("admitted", waited)
             return waiter.result()
         self._leave(waiter)
-        if gone.is_set():
+        if signals.gone:
             self._observe("disconnected", waited)
             raise HttpRefusal(499, "request", "the client disconnected while the request "
                               "waited for admission", kind="ClientDisconnected")
-        if drained.is_set():
+        if signals.drained:
             self._observe("stopping", waited)
             raise server_stopping(0.0)
         self._observe("deadline", waited)
@@ -235,9 +242,9 @@ class AdmissionQueue:
             waiter.set_result(Claim(self))
 
     def _on_loop(self, call: Callable[[], None]) -> None:
-        """Run ``call`` on the server's loop soon (from any thread, the loop's own too)."""
+        """Run ``call`` on the server's loop: now on its own thread, else soon."""
         loop = self._loop
-        if loop is None:
+        if loop is None or threading.get_ident() == self._loop_thread:
             call()
             return
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits

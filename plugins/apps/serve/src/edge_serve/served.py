@@ -33,6 +33,7 @@ from edge_core.runtime.submission import OnEvent, Submission
 from edge_serve.draining import Drain
 from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
 from edge_serve.queueing import AdmissionQueue, QueuePolicy
+from edge_serve.signals import Signals
 from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
@@ -47,6 +48,9 @@ BACKSTOP_S = 2.0
 
 UNWIND_WAIT_S = 10.0
 """How long a cancelled request's thread is waited for (its admission slot given back)."""
+
+DIRECT_BUILD_BYTES = 256 * 1024
+"""Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
 
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
@@ -170,7 +174,11 @@ class ServedPipeline:
         The answer is ``finish``'s, else the outputs as tensors; nothing is built for a
         request cancelled meanwhile.
         """
-        submission = self.submit(inputs, params, deadline_s, handle)
+        return self.built(self.submit(inputs, params, deadline_s, handle), inputs, handle)
+
+    def built(self, submission: Submission, inputs: Mapping[str, Any],
+              handle: RequestHandle) -> Answer:
+        """Wait for a submitted request and build its answer (then acknowledge it)."""
         with submission.result() as result:
             handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
@@ -236,6 +244,56 @@ class ServedPipeline:
                      work: Callable[[float | None], T], deadline_s: float | None) -> T:
         """Wait for the request's turn, run ``work(deadline left)`` on the executor, await it.
 
+        See :meth:`waiting`; ``work`` runs on the server's thread pool.
+        """
+        loop = asyncio.get_running_loop()
+        return await self.waiting(
+            request, handle, lambda left: loop.run_in_executor(self.executor, work, left),
+            deadline_s)
+
+    async def answer_direct(self, request: Request, handle: RequestHandle,
+                            inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+                            deadline_s: float | None) -> Answer:
+        """:meth:`answer` for inputs already decoded, with no thread of the server's between.
+
+        The request is submitted from the event loop once its turn came (its admission
+        slot is then free: submitting does not wait), and awaited through the
+        submission's done callback; a small tensor answer is built on the loop, ``finish``
+        or a large one on the thread pool. Two thread hops fewer than :meth:`within`.
+        """
+        loop = asyncio.get_running_loop()
+
+        def start(left: float | None) -> asyncio.Future[Submission]:
+            submission = self.submit(inputs, params, left, handle)
+            done: asyncio.Future[Submission] = loop.create_future()
+
+            def settle() -> None:
+                if not done.done():
+                    done.set_result(submission)
+
+            def settled() -> None:  # in the thread that settled the request
+                loop.call_soon_threadsafe(settle)
+
+            submission.add_done_callback(settled)
+            return done
+
+        submission = await self.waiting(request, handle, start, deadline_s)
+        if self.finish is None and submission.done():
+            small = True
+            with contextlib.suppress(Exception):  # its error is raised by built()
+                result = submission.result(0)
+                small = sum(int(getattr(v, "nbytes", 0)) for v in result.outputs.values()
+                            if not isinstance(v, list)) <= DIRECT_BUILD_BYTES
+            if small:
+                return self.built(submission, inputs, handle)
+        return await loop.run_in_executor(self.executor, self.built, submission, inputs,
+                                          handle)
+
+    async def waiting(self, request: Request, handle: RequestHandle,
+                      start: Callable[[float | None], asyncio.Future[T]],
+                      deadline_s: float | None) -> T:
+        """Wait for the request's turn, ``start(deadline left)`` it, await what it returns.
+
         The client is watched from the start. While the request waits in the admission
         queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that passes
         is 504, a disconnect takes it out of the queue (499, outcome ``cancelled``) and the
@@ -249,24 +307,21 @@ class ServedPipeline:
         server's grace period ends is cancelled and answered 503
         (:mod:`edge_serve.draining`).
         """
-        loop = asyncio.get_running_loop()
-        gone = asyncio.Event()
-        drained = asyncio.Event()
-        release = self.drain.hold(drained.set)
-        watcher = asyncio.ensure_future(watch_disconnect(request, gone.set))
+        signals = Signals()
+        release = self.drain.hold(signals.drain)
+        watcher = asyncio.ensure_future(watch_disconnect(request, signals.client_gone))
         try:
-            return await self._run(request, handle, work, deadline_s, loop, gone, drained)
+            return await self._run(request, handle, start, deadline_s, signals)
         finally:
             release()
             watcher.cancel()
 
     async def _run(self, request: Request, handle: RequestHandle,
-                   work: Callable[[float | None], T], deadline_s: float | None,
-                   loop: asyncio.AbstractEventLoop, gone: asyncio.Event,
-                   drained: asyncio.Event) -> T:
+                   start: Callable[[float | None], asyncio.Future[T]],
+                   deadline_s: float | None, signals: Signals) -> T:
         entered = time.monotonic()
         try:
-            claim = await self.queue.enter(deadline_s, gone, drained)
+            claim = await self.queue.enter(deadline_s, signals)
         except HttpRefusal as refusal:
             if refusal.status == 499:
                 request.scope[OUTCOME_KEY] = "cancelled"
@@ -277,26 +332,34 @@ class ServedPipeline:
             max(deadline_s - (time.monotonic() - entered), 1e-3)
         handle.on_admitted = claim.settle
         try:
-            future = loop.run_in_executor(self.executor, work, left)
+            future = start(left)
         except BaseException:
             claim.finished()
             raise
         future.add_done_callback(lambda _: claim.finished())
-        waiters = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(drained.wait())]
-        limit = None if left is None else left + BACKSTOP_S
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake(*_: object) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        future.add_done_callback(wake)
+        forget = signals.on_change(wake)
+        timer = None if left is None else loop.call_later(left + BACKSTOP_S, wake)
         try:
-            either: set[asyncio.Future[Any]] = {future, *waiters}
-            await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            await woken
         except BaseException:  # the server is stopping: the request goes with it
             future.add_done_callback(retrieve)
             raise
         finally:
-            for waiter in waiters:
-                waiter.cancel()
+            forget()
+            if timer is not None:
+                timer.cancel()
         if future.done():
             return future.result()
         await asyncio.to_thread(handle.cancel)
-        if gone.is_set():
+        if signals.gone:
             request.scope[OUTCOME_KEY] = "cancelled"
             with contextlib.suppress(Exception):  # how it ended no longer matters
                 await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
@@ -304,7 +367,7 @@ class ServedPipeline:
             raise HttpRefusal(499, "request", "the client disconnected; the request was "
                               "cancelled", kind="ClientDisconnected")
         future.add_done_callback(retrieve)
-        if drained.is_set():
+        if signals.drained:
             raise server_stopping(self.drain.grace_s)
         assert deadline_s is not None
         raise deadline_passed(self.name, deadline_s)

@@ -38,13 +38,14 @@ CPU seconds per page against the core count for the ceiling), ``serve_c1_over_ra
 
 ``--sweep`` instead measures ``serve_c1`` and ``serve_c4`` for a grid of the page
 pipeline's settings (admission, recogniser replicas, ort-cpu intra-op threads, the
-recogniser's rows per call, ``EDGE_OCR_REC_BATCH``) on bundles built with a recogniser
-batch range of 8, in alternating rounds, and prints each configuration's pages/s and CPU
+recogniser's rows per call, ``EDGE_OCR_REC_BATCH``; ``--configs a2-r2-t1-b1,...`` names
+them, :data:`SWEEP` by default) on bundles built with a recogniser batch range of 8, in
+rounds whose order rotates, and prints each configuration's pages/s and CPU
 seconds per page, then one JSON line: the way the defaults were chosen (docs/config.md,
 "Choosing admission, replicas, threads and the recogniser batch").
 
 Run: ``.venv/bin/python benchmarks/ocr_throughput.py [--pages 12] [--rounds 2]
-[--bundles build/ocr] [--sweep]``.
+[--bundles build/ocr] [--sweep [--configs LABELS]]``.
 """
 
 from __future__ import annotations
@@ -441,17 +442,27 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- the sweep -----------------------------------------------------------------------------------
 
-#: (label, admission, recogniser replicas, intra-op threads (None: ORT's default), rec batch)
-SWEEP: tuple[tuple[str, int, int, int | None, int], ...] = (
-    ("a1-r1-tdef-b4", 1, 1, None, 4),
-    ("a2-r1-tdef-b4", 2, 1, None, 4),
-    ("a2-r1-t1-b4", 2, 1, 1, 4),
-    ("a3-r1-t1-b4", 3, 1, 1, 4),
-    ("a2-r2-t1-b4", 2, 2, 1, 4),
-    ("a2-r1-tdef-b1", 2, 1, None, 1),
-    ("a2-r1-tdef-b8", 2, 1, None, 8),
-    ("a2-r1-t1-b8", 2, 1, 1, 8),
-)
+SWEEP = ("a1-r1-tdef-b4", "a2-r1-tdef-b4", "a2-r1-t1-b4", "a3-r1-t1-b4", "a2-r2-t1-b4",
+         "a2-r1-tdef-b1", "a2-r1-tdef-b8", "a2-r1-t1-b8")
+"""The default grid: ``aA-rR-tT-bB`` is admission A, R recogniser replicas, T intra-op
+threads per worker (``tdef``: ONNX Runtime's default, one per core) and B rows per
+recogniser call (``EDGE_OCR_REC_BATCH``, at most 8 here)."""
+
+
+def parse_configuration(label: str) -> tuple[int, int, int | None, int]:
+    """``aA-rR-tT-bB`` -> (admission, replicas, threads or None, batch)."""
+    try:
+        a, r, t, b = label.split("-")
+        if not (a[0], r[0], t[0], b[0]) == ("a", "r", "t", "b"):
+            raise ValueError(label)
+        threads = None if t == "tdef" else int(t[1:])
+        found = int(a[1:]), int(r[1:]), threads, int(b[1:])
+    except (ValueError, IndexError):
+        raise SystemExit(f"--configs: not aA-rR-tT-bB (tT may be tdef): {label!r}") from None
+    if min(found[0], found[1], found[3]) < 1 or not 1 <= found[3] <= 8 or \
+            (threads is not None and threads < 1):
+        raise SystemExit(f"--configs: out of range (batch 1..8): {label!r}")
+    return found
 
 
 SWEEP_REC_DEMAND = "896 MiB"
@@ -486,16 +497,20 @@ def variant(text: str, admission: int, replicas: int, threads: int | None) -> st
 
 
 def sweep(args: argparse.Namespace) -> dict[str, Any]:
-    """Each configuration of :data:`SWEEP` served at 1 and 4 clients, in alternating rounds."""
+    """Each configuration (``--configs``, else :data:`SWEEP`) served at 1 and 4 clients,
+    in rounds whose order rotates."""
     bundles = page_bundles(args.bundles, rec_batch=8)
     base = (bundles / "pipeline.toml").read_text(encoding="utf-8")
     work = Path(tempfile.mkdtemp(prefix="edge-ocr-sweep-"))
     paths, _ = write_pages(work / "pages", args.pages, args.seed)
     results: dict[str, dict[str, list[float]]] = {}
     texts: dict[str, list[tuple[str, ...]]] = {}
+    grid = args.configs.split(",") if args.configs else list(SWEEP)
+    parsed = {label: parse_configuration(label) for label in grid}
     for number in range(args.rounds):
-        order = SWEEP[number % len(SWEEP):] + SWEEP[: number % len(SWEEP)]
-        for label, admission, replicas, threads, batch in order:
+        order = grid[number % len(grid):] + grid[: number % len(grid)]
+        for label in order:
+            admission, replicas, threads, batch = parsed[label]
             file = bundles / f"sweep-{label}.toml"
             file.write_text(variant(base, admission, replicas, threads), encoding="utf-8")
             server = Server(file, env={"EDGE_OCR_REC_BATCH": str(batch)})
@@ -540,6 +555,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="built page bundles with pipeline.toml (make demo: build/ocr)")
     parser.add_argument("--sweep", action="store_true",
                         help="measure a grid of admission/replicas/threads/recogniser batch")
+    parser.add_argument("--configs", default="",
+                        help="with --sweep: comma-separated aA-rR-tT-bB labels (default: "
+                        "the built-in grid)")
     parser.add_argument("--rapidocr-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rapidocr_worker is not None:

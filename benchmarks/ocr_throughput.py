@@ -366,7 +366,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     # RapidOCR's thread sweep: one block each, the grid printed; the best is kept.
     sweep: dict[str, float] = {}
     best_threads, best_rate = -1, 0.0
-    for threads in (-1, *RAPIDOCR_THREADS):
+    grid = [int(t) for t in args.rapidocr_grid.split(",")] if args.rapidocr_grid else \
+        list(RAPIDOCR_THREADS)
+    for threads in (-1, *grid):
         engine = RapidOcr(threads, paths[0])
         rate = engine.block(paths)["pages_per_s"]
         engine.stop()
@@ -558,6 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--configs", default="",
                         help="with --sweep: comma-separated aA-rR-tT-bB labels (default: "
                         "the built-in grid)")
+    parser.add_argument("--rapidocr-grid", default="",
+                        help="RapidOCR's intra_op_num_threads values to sweep besides its "
+                        "default (comma-separated; default 1,2,4)")
     parser.add_argument("--rapidocr-worker", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rapidocr_worker is not None:

@@ -68,9 +68,10 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_MEASUREMENT",
-           "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX", "PageBuild",
-           "build_page_bundles", "golden_set", "main", "pipeline_auto_toml", "pipeline_toml"]
+__all__ = ["ADMISSION", "AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S",
+           "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX",
+           "REC_REPLICAS", "PageBuild", "build_page_bundles", "golden_set", "main",
+           "pipeline_auto_toml", "pipeline_toml"]
 
 PAGE: Final = "page.png"
 """The demo page in the bundle directory."""
@@ -95,6 +96,15 @@ AUTO_MEASUREMENT: Final = {"budget_s": 45, "warmup_calls": 0}
 """``pipeline-auto.toml``'s ``[measurement]``: the classifier's candidates are raced on
 the page within 45 s, unwarmed (their gates ran every bucket already): on the simulator
 one page through the chain takes tens of seconds with ``qnn`` classifying."""
+ADMISSION: Final = 2
+"""Pages ``pipeline.toml`` admits at once: one page's detection overlaps another's
+recognition, and ``edge serve``'s queue keeps both places filled. With
+:data:`REC_REPLICAS`, ORT's default threads and ``REC_BATCH`` 1, the best of the
+configurations ``benchmarks/ocr_throughput.py --sweep`` measured on the 2-vCPU machine at
+one and at four clients (benchmarks/RESULTS.md, ``ocr_throughput``; docs/config.md)."""
+REC_REPLICAS: Final = 2
+"""Recogniser workers in ``pipeline.toml``: the recogniser is most of a page, and a
+page's lines fan out over both."""
 _MODULE: Final = "edge_ocr_example.page_pipeline"
 _DEMANDS: Final = {"detect": "416 MiB", "classify": "96 MiB", "recognize": "448 MiB"}
 """RAM reserved per stage worker: its peak plus a quarter, rounded up to 32 MiB. The peaks
@@ -175,14 +185,22 @@ def _metadata(stage_id: str, producer: str, shapes: list[dict[str, Any]]) -> dic
 
 
 def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
-    """The page pipeline's file, for the bundles it sits beside."""
+    """The page pipeline's file, for the bundles it sits beside.
+
+    It admits :data:`ADMISSION` pages at once and runs the recogniser in
+    :data:`REC_REPLICAS` workers; every worker keeps ONNX Runtime's default intra-op
+    threads, and the recogniser takes ``REC_BATCH`` rows a call
+    (:data:`edge_ocr_example.page_pipeline.REC_BATCH`).
+    """
     transforms = {"classify": f"{_MODULE}:detect_to_classify",
                   "recognize": f"{_MODULE}:classify_to_recognize"}
-    lines = ['name = "ocr-page"', f'prepare = "{_MODULE}:prepare"',
+    lines = ['name = "ocr-page"', f"admission = {ADMISSION}", f'prepare = "{_MODULE}:prepare"',
              f'finish = "{_MODULE}:finish"', 'quality = "edge_ocr_example.quality:page_cer"',
              f'golden = "{GOLDEN}"', ""]
     for stage in STAGES:
         lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
+        if stage.id == "recognize" and REC_REPLICAS > 1:
+            lines.append(f"replicas = {REC_REPLICAS}")
         if stage.id in transforms:
             lines.append(f'input_transform = "{transforms[stage.id]}"')
         lines += ["", "[stages.resources]",

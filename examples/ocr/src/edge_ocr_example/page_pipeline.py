@@ -73,11 +73,13 @@ __all__ = [
 
 BATCH: Final = 4
 """Most rows in one classifier call (the top of its batch range)."""
-REC_BATCH: Final = 4
+REC_BATCH: Final = 1
 """Most rows in one recogniser call by default (the top of the recogniser's batch range
 as :mod:`edge_ocr_example.page_bundle` builds it). Chosen by measurement on the 2-vCPU
-machine: ``benchmarks/ocr_throughput.py --sweep`` (docs/config.md, "Choosing admission,
-replicas, threads and the recogniser batch")."""
+machine, ``benchmarks/ocr_throughput.py --sweep`` (docs/config.md, "Choosing admission,
+replicas, threads and the recogniser batch"): on this CPU a row costs more in a larger
+batch (the pieces of a width are padded alike, and the model's cost per row grows with
+the batch), and single rows spread evenly over the recogniser's replicas."""
 REC_BATCH_ENV: Final = "EDGE_OCR_REC_BATCH"
 """The environment variable that sets the recogniser's rows per call."""
 IMAGE: Final = "carry:image"

@@ -69,7 +69,8 @@ from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
 __all__ = ["ADMISSION", "AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S",
-           "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX",
+           "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "INTRA_OP_THREADS",
+           "PAGE", "REC_MAX",
            "REC_REPLICAS", "PageBuild", "build_page_bundles", "golden_set", "main",
            "pipeline_auto_toml", "pipeline_toml"]
 
@@ -96,12 +97,17 @@ AUTO_MEASUREMENT: Final = {"budget_s": 45, "warmup_calls": 0}
 """``pipeline-auto.toml``'s ``[measurement]``: the classifier's candidates are raced on
 the page within 45 s, unwarmed (their gates ran every bucket already): on the simulator
 one page through the chain takes tens of seconds with ``qnn`` classifying."""
-ADMISSION: Final = 2
-"""Pages ``pipeline.toml`` admits at once: one page's detection overlaps another's
-recognition, and ``edge serve``'s queue keeps both places filled. With
-:data:`REC_REPLICAS`, ORT's default threads and ``REC_BATCH`` 1, the best of the
+ADMISSION: Final = 3
+"""Pages ``pipeline.toml`` admits at once: one page's detection overlaps others'
+recognition, and ``edge serve``'s queue keeps the places filled. With
+:data:`REC_REPLICAS`, :data:`INTRA_OP_THREADS` and ``REC_BATCH`` 1, the best of the
 configurations ``benchmarks/ocr_throughput.py --sweep`` measured on the 2-vCPU machine at
-one and at four clients (benchmarks/RESULTS.md, ``ocr_throughput``; docs/config.md)."""
+one and at four clients, and the fewest CPU seconds per page (benchmarks/RESULTS.md,
+``ocr_throughput``; docs/config.md)."""
+INTRA_OP_THREADS: Final[int | None] = 1
+"""ONNX Runtime intra-op threads of every ort-cpu worker in ``pipeline.toml`` (None: ORT's
+default, one per core): with four workers on two cores, one each leaves the cores to the
+stages running at once instead of contending for them."""
 REC_REPLICAS: Final = 2
 """Recogniser workers in ``pipeline.toml``: the recogniser is most of a page, and a
 page's lines fan out over both."""
@@ -188,8 +194,8 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
     """The page pipeline's file, for the bundles it sits beside.
 
     It admits :data:`ADMISSION` pages at once and runs the recogniser in
-    :data:`REC_REPLICAS` workers; every worker keeps ONNX Runtime's default intra-op
-    threads, and the recogniser takes ``REC_BATCH`` rows a call
+    :data:`REC_REPLICAS` workers; every ort-cpu worker runs :data:`INTRA_OP_THREADS`
+    intra-op threads, and the recogniser takes ``REC_BATCH`` rows a call
     (:data:`edge_ocr_example.page_pipeline.REC_BATCH`).
     """
     transforms = {"classify": f"{_MODULE}:detect_to_classify",
@@ -205,7 +211,10 @@ def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
             lines.append(f'input_transform = "{transforms[stage.id]}"')
         lines += ["", "[stages.resources]",
                   f'demands = {{ "machine:ram" = "{_DEMANDS[stage.id]}" }}',
-                  "", "[stages.backend]", f'name = "{backend}"', "", "[stages.placement]",
+                  "", "[stages.backend]", f'name = "{backend}"']
+        if backend == "ort-cpu" and INTRA_OP_THREADS is not None:
+            lines.append(f"options = {{ intra_op_threads = {INTRA_OP_THREADS} }}")
+        lines += ["", "[stages.placement]",
                   f'target = "{target}"', "min_fraction_on_target = 1.0", ""]
     return "\n".join(lines)
 

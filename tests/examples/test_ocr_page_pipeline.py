@@ -25,7 +25,7 @@ from edge_core.runtime import Pipeline
 from edge_ocr_example.bundle_layout import PIPELINE
 from edge_ocr_example.decode import CHARACTERS_FILE, load_characters
 from edge_ocr_example.images import read_image
-from edge_ocr_example.page_bundle import PAGE
+from edge_ocr_example.page_bundle import PAGE, REC_REPLICAS
 from edge_ocr_example.page_pipeline import finish, prepare
 from edge_ocr_example.page_reader import read_page
 from edge_ocr_example.pages import demo_page, load_font
@@ -138,7 +138,9 @@ def test_edge_run_reads_a_directory_into_one_json_document(
         assert [line["text"] for line in entry["lines"]] == list(lines), entry["file"]
     flipped = report["results"][1]["lines"][0]["box"]
     assert min(x for x, _ in flipped) > image.width / 2  # the first line is bottom right now
-    assert [s["id"] for s in report["plan"]["stages"]] == ["detect", "classify", "recognize"]
+    # the shipped pipeline runs the recogniser in REC_REPLICAS workers: the plan lists each
+    assert [s["id"] for s in report["plan"]["stages"]] == (
+        ["detect", "classify"] + ["recognize"] * REC_REPLICAS)
 
 
 def test_without_input_the_bundled_example_page_is_read_and_said_so(

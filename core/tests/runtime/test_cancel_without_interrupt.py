@@ -140,3 +140,30 @@ def test_a_fan_out_on_a_non_preemptible_stage_leaves_its_item_and_sends_no_more(
     assert len(sent) == in_flight == 1  # echo takes one call at a time; none sent after
     assert all(rid.startswith(submission.request_id + "#") for rid in sent)
     assert pid_of(pipeline, "rows") == pid and rows.state is StageState.READY
+
+
+def test_a_done_callback_runs_once_the_request_settles_or_at_once_after(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    """``Submission.add_done_callback``: how an event loop awaits a request (edge serve)."""
+    import threading
+
+    pipeline = open_pipeline(echo_stage("a", scale=2.0))
+    settled = threading.Event()
+    submission = pipeline.submit(X, params={"delay_s": 0.3})
+    submission.add_done_callback(settled.set)
+    assert settled.wait(30.0) and submission.done()
+    with submission.result() as result:
+        assert float(result.outputs["x"][0, 0]) == 2.0
+    late: list[bool] = []
+    submission.add_done_callback(lambda: late.append(True))  # already done: called at once
+    assert late == [True]
+    fenced = threading.Event()  # a fenced request settles at once, its call still running
+    slow = pipeline.submit(X, params={"delay_s": 2.0})
+    slow.add_done_callback(fenced.set)
+    wait_for(lambda: pipeline.stage("a").outstanding == 1)
+    assert slow.cancel(interrupt=False) is FenceOutcome.LEFT_TO_FINISH
+    assert fenced.is_set()
+    wait_for(lambda: pipeline.admission.used == 0)
+    pipeline.close()
+    assert ledger.is_empty()

@@ -97,6 +97,14 @@ class Submission:
         """True once the request has a result or an error (a fenced one has at once)."""
         return self._answer.done()
 
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once :meth:`done`: at once if it is, else in the settling thread.
+
+        An event loop awaits a submission this way, without a thread of its own waiting
+        on :meth:`result`.
+        """
+        self._answer.add_done_callback(lambda _: callback())
+
     def result(self, timeout_s: float | None = None) -> PipelineResult:
         """Wait for the result (at most ``timeout_s``, else until the request's deadline).
 

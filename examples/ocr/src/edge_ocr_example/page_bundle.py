@@ -10,12 +10,14 @@ stage      served inputs ``x``                     examples (from the demo page)
 ========== ======================================= =======================================
 detect     ``1 x 3 x [32..L/32] x [32..L/32]``     32 x 32, L x L, the page's own input
 classify   ``[1..B] x 3 x 48 x 192``               1, B and B/2 of the page's windows
-recognize  ``[1..B] x 3 x 48 x [32..1280]``        1 x 32, B x 1280, B/2 x 640
+recognize  ``[1..R] x 3 x 48 x [32..1280]``        1 x 32, R x 1280, R/2 x 640
 ========== ======================================= =======================================
 
 ``L`` is the detection limit (960 unless ``--det-limit``; ``/32``: in steps of 32, as the
-DB network downsamples by 32), ``B`` the batch of one call
-(:data:`edge_ocr_example.page_pipeline.BATCH`). Recogniser rows are padded to widths of
+DB network downsamples by 32), ``B`` the classifier's batch of one call
+(:data:`edge_ocr_example.page_pipeline.BATCH`), ``R`` the recogniser's
+(:data:`edge_ocr_example.page_pipeline.REC_BATCH` unless ``--rec-batch``; the pipeline
+then needs ``EDGE_OCR_REC_BATCH`` at most ``R``). Recogniser rows are padded to widths of
 320, 640, 960 or 1280, so calls of similar lines batch together.
 
 The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
@@ -28,7 +30,8 @@ with a ``qnn`` candidate on the bundle ``make demo`` derives into ``classify-qnn
 ``ort-cpu``: :func:`pipeline_auto_toml`), ``page.png`` (the demo page:
 :func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
 
-``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--wheel WHL]`` builds it.
+``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--rec-batch R] [--wheel WHL]``
+builds it.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from edge_ocr_example.errors import OcrError
 from edge_ocr_example.line_input import line_row
 from edge_ocr_example.models import RAPIDOCR_VERSION, WHEEL_SHA256, read_graph
 from edge_ocr_example.npz import save_npz
-from edge_ocr_example.page_pipeline import BATCH
+from edge_ocr_example.page_pipeline import BATCH, REC_BATCH
 from edge_ocr_example.page_reader import (
     CLS_ROW,
     REC_HEIGHT,
@@ -65,9 +68,11 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S", "AUTO_MEASUREMENT",
-           "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "PAGE", "REC_MAX", "PageBuild",
-           "build_page_bundles", "golden_set", "main", "pipeline_auto_toml", "pipeline_toml"]
+__all__ = ["ADMISSION", "AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S",
+           "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "INTRA_OP_THREADS",
+           "PAGE", "REC_MAX",
+           "REC_REPLICAS", "PageBuild", "build_page_bundles", "golden_set", "main",
+           "pipeline_auto_toml", "pipeline_toml"]
 
 PAGE: Final = "page.png"
 """The demo page in the bundle directory."""
@@ -92,6 +97,20 @@ AUTO_MEASUREMENT: Final = {"budget_s": 45, "warmup_calls": 0}
 """``pipeline-auto.toml``'s ``[measurement]``: the classifier's candidates are raced on
 the page within 45 s, unwarmed (their gates ran every bucket already): on the simulator
 one page through the chain takes tens of seconds with ``qnn`` classifying."""
+ADMISSION: Final = 3
+"""Pages ``pipeline.toml`` admits at once: one page's detection overlaps others'
+recognition, and ``edge serve``'s queue keeps the places filled. With
+:data:`REC_REPLICAS`, :data:`INTRA_OP_THREADS` and ``REC_BATCH`` 1, the best of the
+configurations ``benchmarks/ocr_throughput.py --sweep`` measured on the 2-vCPU machine at
+one and at four clients, and the fewest CPU seconds per page (benchmarks/RESULTS.md,
+``ocr_throughput``; docs/config.md)."""
+INTRA_OP_THREADS: Final[int | None] = 1
+"""ONNX Runtime intra-op threads of every ort-cpu worker in ``pipeline.toml`` (None: ORT's
+default, one per core): with four workers on two cores, one each leaves the cores to the
+stages running at once instead of contending for them."""
+REC_REPLICAS: Final = 2
+"""Recogniser workers in ``pipeline.toml``: the recogniser is most of a page, and a
+page's lines fan out over both."""
 _MODULE: Final = "edge_ocr_example.page_pipeline"
 _DEMANDS: Final = {"detect": "416 MiB", "classify": "96 MiB", "recognize": "448 MiB"}
 """RAM reserved per stage worker: its peak plus a quarter, rounded up to 32 MiB. The peaks
@@ -120,7 +139,8 @@ def _entry(name: str, dims: list[Any]) -> dict[str, Any]:
 
 
 def _examples(stage: str, det: np.ndarray, lines_rows: np.ndarray, crops: list[np.ndarray],
-              limit: int) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
+              limit: int, rec_batch: int = REC_BATCH,
+              ) -> list[tuple[dict[str, Any], list[np.ndarray]]]:
     """The shape-set entries of one stage and the example input arrays of each."""
     if stage == "detect":
         biggest = np.ones((1, 3, limit, limit), np.float32)  # white paper around the page
@@ -134,10 +154,11 @@ def _examples(stage: str, det: np.ndarray, lines_rows: np.ndarray, crops: list[n
         picks = [rows[:1], rows[:BATCH], rows[: max(2, BATCH // 2)]]
         return [(_entry("rows", [[1, BATCH], 3, *CLS_ROW]), picks)]
     widths = [DET_MULTIPLE, REC_MAX, REC_MAX // 2]
-    counts = [1, BATCH, max(2, BATCH // 2)]
+    counts = [1, rec_batch, max(1, rec_batch // 2)]
     picks = [np.stack([line_row(crops[i % len(crops)], REC_HEIGHT, w) for i in range(n)])
              for w, n in zip(widths, counts, strict=True)]
-    return [(_entry("pieces", [[1, BATCH], 3, REC_HEIGHT, [DET_MULTIPLE, REC_MAX]]), picks)]
+    batches: Any = [1, rec_batch] if rec_batch > 1 else 1
+    return [(_entry("pieces", [batches, 3, REC_HEIGHT, [DET_MULTIPLE, REC_MAX]]), picks)]
 
 
 def _metadata(stage_id: str, producer: str, shapes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -170,19 +191,30 @@ def _metadata(stage_id: str, producer: str, shapes: list[dict[str, Any]]) -> dic
 
 
 def pipeline_toml(backend: str = "ort-cpu", target: str = PROVIDER) -> str:
-    """The page pipeline's file, for the bundles it sits beside."""
+    """The page pipeline's file, for the bundles it sits beside.
+
+    It admits :data:`ADMISSION` pages at once and runs the recogniser in
+    :data:`REC_REPLICAS` workers; every ort-cpu worker runs :data:`INTRA_OP_THREADS`
+    intra-op threads, and the recogniser takes ``REC_BATCH`` rows a call
+    (:data:`edge_ocr_example.page_pipeline.REC_BATCH`).
+    """
     transforms = {"classify": f"{_MODULE}:detect_to_classify",
                   "recognize": f"{_MODULE}:classify_to_recognize"}
-    lines = ['name = "ocr-page"', f'prepare = "{_MODULE}:prepare"',
+    lines = ['name = "ocr-page"', f"admission = {ADMISSION}", f'prepare = "{_MODULE}:prepare"',
              f'finish = "{_MODULE}:finish"', 'quality = "edge_ocr_example.quality:page_cer"',
              f'golden = "{GOLDEN}"', ""]
     for stage in STAGES:
         lines += ["[[stages]]", f'id = "{stage.id}"', f'manifest = "{stage.id}/{MANIFEST}"']
+        if stage.id == "recognize" and REC_REPLICAS > 1:
+            lines.append(f"replicas = {REC_REPLICAS}")
         if stage.id in transforms:
             lines.append(f'input_transform = "{transforms[stage.id]}"')
         lines += ["", "[stages.resources]",
                   f'demands = {{ "machine:ram" = "{_DEMANDS[stage.id]}" }}',
-                  "", "[stages.backend]", f'name = "{backend}"', "", "[stages.placement]",
+                  "", "[stages.backend]", f'name = "{backend}"']
+        if backend == "ort-cpu" and INTRA_OP_THREADS is not None:
+            lines.append(f"options = {{ intra_op_threads = {INTRA_OP_THREADS} }}")
+        lines += ["", "[stages.placement]",
                   f'target = "{target}"', "min_fraction_on_target = 1.0", ""]
     return "\n".join(lines)
 
@@ -257,19 +289,24 @@ def build_page_bundles(
     out: Path,
     *,
     limit: int = DET_LIMIT,
+    rec_batch: int = REC_BATCH,
     wheel: Path | None = None,
     cache_dir: Path | None = None,
     write_manifest: ManifestWriter | None = edge_manifest,
 ) -> PageBuild:
     """Write the page pipeline's three bundles, ``pipeline.toml`` and the demo page.
 
+    ``rec_batch`` is the most rows the recogniser's bundle serves in one call.
+
     Raises:
-        OcrError: ``out`` is unusable, the limit is not a multiple of 32, the graphs cannot
-            be obtained, or the demo page reads no text.
+        OcrError: ``out`` is unusable, the limit is not a multiple of 32, the recogniser's
+            batch is below 1, the graphs cannot be obtained, or the demo page reads no text.
 
     """
     if limit < DET_MULTIPLE or limit % DET_MULTIPLE:
         raise OcrError("det_limit", f"must be a multiple of {DET_MULTIPLE}", limit)
+    if rec_batch < 1:
+        raise OcrError("rec_batch", "must be at least 1", rec_batch)
     graphs = {s.id: read_graph(s.graph_member, wheel=wheel, cache_dir=cache_dir) for s in STAGES}
     runner = DirectRunner(graphs)
     dictionary = runner.metadata("recognize", "character")
@@ -296,7 +333,7 @@ def build_page_bundles(
         (folder / graph_name(stage)).write_bytes(graphs[stage.id])
         declared: list[dict[str, Any]] = []
         crops = [line.crop for line in lines]
-        for entry, arrays in _examples(stage.id, det, cls_rows, crops, limit):
+        for entry, arrays in _examples(stage.id, det, cls_rows, crops, limit, rec_batch):
             examples = []
             for number, array in enumerate(arrays):
                 stem = f"examples/{entry['name']}-{number}"
@@ -311,6 +348,7 @@ def build_page_bundles(
         if write_manifest is not None:
             write_manifest(folder, _metadata(stage.id, runner.producer(stage.id), declared))
     description = {"pipeline": "ocr-page", "det_limit": limit, "batch": BATCH,
+                   "rec_batch": rec_batch,
                    "shapes": shapes, "example_text": list(text)}
     (out / DESCRIPTION).write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
     (out / GOLDEN).write_text(json.dumps(golden, indent=1) + "\n")
@@ -325,12 +363,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="bundle directory to write")
     parser.add_argument("--det-limit", type=int, default=DET_LIMIT,
                         help="longest side of the detection input (a multiple of 32)")
+    parser.add_argument("--rec-batch", type=int, default=REC_BATCH,
+                        help="most rows the recogniser's bundle serves in one call "
+                        f"(default {REC_BATCH}; the pipeline's EDGE_OCR_REC_BATCH must not "
+                        "exceed it)")
     parser.add_argument("--wheel", type=Path, help="a local rapidocr-onnxruntime wheel")
     parser.add_argument("--cache", type=Path, help="where to download the wheel to")
     args = parser.parse_args(argv)
     try:
-        result = build_page_bundles(args.out, limit=args.det_limit, wheel=args.wheel,
-                                    cache_dir=args.cache)
+        result = build_page_bundles(args.out, limit=args.det_limit, rec_batch=args.rec_batch,
+                                    wheel=args.wheel, cache_dir=args.cache)
     except (OcrError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,10 @@
   from the original image) and fans the classifier out over them, up to
   :data:`BATCH` rows per call;
 * :func:`classify_to_recognize` turns upside-down lines, splits long ones and fans the
-  recogniser out over the pieces, grouped by recognition width, up to :data:`BATCH` rows
-  per call;
+  recogniser out over the pieces, grouped by recognition width, up to :data:`REC_BATCH`
+  rows per call (``EDGE_OCR_REC_BATCH`` changes it: the recogniser's bundle must serve
+  that many rows, ``python -m edge_ocr_example.page_bundle --rec-batch N``, or the stage
+  refuses the larger call by name);
 * :func:`finish` decodes every piece, re-joins the lines and returns them in reading
   order: ``[{"text", "score", "box"}]`` with the box's four corners in image pixels.
 
@@ -58,16 +60,28 @@ from edge_ocr_example.page_scale import DET_LIMIT, PageFrame, page_input
 __all__ = [
     "BATCH",
     "IMAGE",
+    "REC_BATCH",
+    "REC_BATCH_ENV",
     "PagePrepare",
     "classify_to_recognize",
     "detect_to_classify",
     "detect_to_classify_padded",
     "finish",
     "prepare",
+    "rec_batch",
 ]
 
 BATCH: Final = 4
-"""Most rows in one classifier or recogniser call (the top of their batch ranges)."""
+"""Most rows in one classifier call (the top of its batch range)."""
+REC_BATCH: Final = 1
+"""Most rows in one recogniser call by default (the top of the recogniser's batch range
+as :mod:`edge_ocr_example.page_bundle` builds it). Chosen by measurement on the 2-vCPU
+machine, ``benchmarks/ocr_throughput.py --sweep`` (docs/config.md, "Choosing admission,
+replicas, threads and the recogniser batch"): on this CPU a row costs more in a larger
+batch (the pieces of a width are padded alike, and the model's cost per row grows with
+the batch), and single rows spread evenly over the recogniser's replicas."""
+REC_BATCH_ENV: Final = "EDGE_OCR_REC_BATCH"
+"""The environment variable that sets the recogniser's rows per call."""
 IMAGE: Final = "carry:image"
 """The original page, ``H x W x 3`` uint8, carried past the detect stage."""
 FRAME: Final = "carry:frame"
@@ -208,13 +222,36 @@ def detect_to_classify_padded(previous: Mapping[str, Any],
     return Fanout(items=items, carry={**fanned.carry, _CLS_ROWS: np.array(real, dtype=_INT)})
 
 
+def rec_batch() -> int:
+    """Rows per recogniser call: ``EDGE_OCR_REC_BATCH``, else :data:`REC_BATCH`.
+
+    Raises:
+        OcrError: the variable is not a whole number of at least 1.
+
+    """
+    raw = os.environ.get(REC_BATCH_ENV)
+    if raw is None or raw == "":
+        return REC_BATCH
+    try:
+        batch = int(raw)
+    except ValueError:
+        raise OcrError(REC_BATCH_ENV, "must be a whole number", raw) from None
+    if batch < 1:
+        raise OcrError(REC_BATCH_ENV, "must be at least 1", raw)
+    return batch
+
+
 def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Fanout:
     """Directions -> recogniser calls: lines turned, long ones split, pieces by width.
 
+    Each call holds up to :func:`rec_batch` rows of one recognition width.
+
     Raises:
         TensorMismatch: a carried tensor is missing, or the classifier's rows do not match.
+        OcrError: ``EDGE_OCR_REC_BATCH`` is not a whole number of at least 1.
 
     """
+    batch = rec_batch()
     image, _ = _source(source)
     quads = np.asarray(previous[_QUADS], dtype=np.float32)
     owners = np.asarray(previous[_OWNERS], dtype=_INT)
@@ -234,8 +271,8 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
     order: list[int] = []
     for width in sorted(by_width):
         members = by_width[width]
-        for start in range(0, len(members), BATCH):
-            chunk = members[start : start + BATCH]
+        for start in range(0, len(members), batch):
+            chunk = members[start : start + batch]
             items.append({REC_INPUT: np.stack([rows[i].row for i in chunk])})
             order.extend(chunk)
     pieces = np.array([[rows[i].line, rows[i].piece.x0, rows[i].piece.x1,

@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("disconnect")
     pipelines = [echo_pipeline(folder, "held", backend="echo-preemptible"),
                  echo_pipeline(folder, "blocking")]  # no restart policy: none is needed
-    with running(pipelines) as served:
+    with running(pipelines, "--queue-length", "0") as served:  # full: refused at once
         yield served
 
 

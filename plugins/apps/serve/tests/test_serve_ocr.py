@@ -37,7 +37,9 @@ MAX_BODY = 1 << 20
 
 @pytest.fixture(scope="module")
 def server(ocr_dir: Path) -> Iterator[Served]:
-    with running([ocr_dir / "served.toml"], "--max-body-bytes", str(MAX_BODY)) as served:
+    # no admission queue: a burst beyond admission is refused at once (429)
+    with running([ocr_dir / "served.toml"], "--max-body-bytes", str(MAX_BODY),
+                  "--queue-length", "0") as served:
         yield served
 
 
@@ -99,7 +101,7 @@ def test_refusals_400_413_429_504_and_metrics_parsed(server: Served, ocr_dir: Pa
         codes = Counter(r.status_code for r in burst)
         assert set(codes) <= {200, 429} and codes[200] >= 1 and codes[429] >= 1, codes
         refused = next(r for r in burst if r.status_code == 429)
-        assert refused.headers["retry-after"] == "1"
+        assert int(refused.headers["retry-after"]) >= 1
 
         late = _upload(client, image, deadline_s="0.001")
         assert late.status_code == 504 and _error(late)["field"] == "deadline_s"
@@ -181,7 +183,7 @@ def test_16_clients_200_requests_each_answered_and_nothing_left(ocr_dir: Path) -
                     if reply.status_code == 200:
                         texts.add(tuple(line["text"] for line in reply.json()["answer"]))
                     elif reply.status_code == 429:
-                        assert reply.headers["retry-after"] == "1"
+                        assert int(reply.headers["retry-after"]) >= 1
 
     with running([ocr_dir / "served.toml"]) as served:
         per_client = [200 // 16 + (1 if i < 200 % 16 else 0) for i in range(16)]

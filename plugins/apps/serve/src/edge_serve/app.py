@@ -73,6 +73,8 @@ class ServerState:
         self.max_body_bytes = max_body_bytes
         self.drain = drain if drain is not None else Drain()
         self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
+        for served in self.pipelines.values():
+            served.queue.observer = self.metrics.observe_queue
 
     def pipeline(self, name: str, request: Request) -> ServedPipeline:
         """The served pipeline ``name`` (404 otherwise); labels the request with it."""
@@ -207,9 +209,7 @@ async def run_pipeline(request: Request) -> Response:
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
     handle = RequestHandle(served.name)
-    answer = await served.within(request, handle,
-                                 lambda: served.answer(inputs, params, deadline, handle),
-                                 deadline)
+    answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONResponse(answer.body)
 
@@ -243,7 +243,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
     served.require_ready()
     handle = RequestHandle(served.name)
     answer = await served.within(
-        request, handle, lambda: served.answer_file(data, suffix, params, deadline, handle),
+        request, handle, lambda left: served.answer_file(data, suffix, params, left, handle),
         deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONResponse(answer.body)

@@ -78,6 +78,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, metavar="N",
                         help=f"refuse request bodies over N bytes with 413 (default "
                         f"{DEFAULT_MAX_BODY // 2**20} MiB = {DEFAULT_MAX_BODY})")
+    parser.add_argument("--queue-length", action="append", default=[], metavar="[NAME=]N",
+                        help="requests that may wait for a pipeline's admission when it is "
+                        "full (default 64; 0: refuse at once); NAME=N for one pipeline; "
+                        "repeatable. A request past it gets 429 with Retry-After")
+    parser.add_argument("--queue-wait", action="append", default=[], metavar="[NAME=]SECONDS",
+                        help="longest wait for admission of a request without a shorter "
+                        "deadline (default 30); NAME=SECONDS for one pipeline; repeatable. "
+                        "One that passes while waiting gets 504")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="on a signal, let running requests finish for SECONDS before "
                         "they are cancelled (default 10)")
@@ -107,6 +115,42 @@ def _configs(paths: list[str]) -> list[Any]:
                                        f"twice: {config.name!r}")
         seen.add(config.name)
     return configs
+
+
+def _per_pipeline(values: list[str], flag: str, names: list[str],
+                  parse: Any) -> dict[str | None, Any]:
+    """``[NAME=]VALUE`` options: None → the value for every pipeline, NAME → its own."""
+    found: dict[str | None, Any] = {}
+    for given in values:
+        name, _, text = given.rpartition("=")
+        key = name or None
+        if key is not None and key not in names:
+            raise common.CommandFailed(common.EXIT_USAGE, f"{flag}: no pipeline named "
+                                       f"{key!r} is served ({', '.join(names)}): {given}")
+        try:
+            found[key] = parse(text)
+        except ValueError:
+            raise common.CommandFailed(common.EXIT_USAGE, f"{flag}: not a number: "
+                                       f"{given}") from None
+    return found
+
+
+def queue_policies(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Each pipeline's admission queue from ``--queue-length`` and ``--queue-wait``."""
+    from edge_serve.queueing import DEFAULT_LENGTH, DEFAULT_WAIT_S, QueuePolicy
+
+    lengths = _per_pipeline(args.queue_length, "--queue-length", names, int)
+    waits = _per_pipeline(args.queue_wait, "--queue-wait", names, float)
+    policies = {}
+    for name in names:
+        length = lengths.get(name, lengths.get(None, DEFAULT_LENGTH))
+        wait = waits.get(name, waits.get(None, DEFAULT_WAIT_S))
+        try:
+            policies[name] = QueuePolicy(length, wait)
+        except ValueError as exc:
+            flag = "--queue-length" if "length" in str(exc) else "--queue-wait"
+            raise common.CommandFailed(common.EXIT_USAGE, f"{flag}: {exc}") from None
+    return policies
 
 
 def _unwind_on_sigterm() -> None:
@@ -229,6 +273,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"edge serve: {message}", file=sys.stderr, flush=True)
 
     configs = _configs(args.pipelines)
+    queues = queue_policies(args, [config.name for config in configs])
     sock = _bind(args.host, args.port)
     executors: list[ThreadPoolExecutor] = []
     upload_dir = private_upload_dir()
@@ -244,7 +289,7 @@ def serve(args: argparse.Namespace) -> int:
                                           thread_name_prefix=f"edge-serve-{pipeline.config.name}")
             executors.append(executor)
             served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
-                                                          drain)
+                                                          drain, queues[pipeline.config.name])
         state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain)
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at

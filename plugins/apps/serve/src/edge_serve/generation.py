@@ -121,11 +121,9 @@ class Generation:
                                           self.image.field)
         if self.chat is not None:
             inputs[CHAT_CARRY] = [dict(message) for message in self.chat]
-        self.handle.check()
-        submission = self.served.pipeline.submit(
-            inputs, params=self.params, deadline_s=self.deadline_s,
+        submission = self.served.submit(  # tells the admission queue, attaches the handle
+            inputs, self.params, self.deadline_s, self.handle,
             on_event=lambda event, _: feed.put(dict(event.data)))
-        self.handle.attach(submission)
         with submission.result() as result:
             self.handle.check()
             final = result.final

@@ -6,19 +6,28 @@ Counted as requests are served:
   ``bad_request``, ``refused``, ``deadline``, ...; see :data:`edge_serve.outcomes.OUTCOMES`);
 * ``edge_request_seconds{pipeline, route}`` — request latency as the server saw it;
 * ``edge_stage_seconds{pipeline, stage}`` — each stage's latency (from the runtime);
-* ``edge_admission_refusals_total{pipeline}`` — requests refused because admission was full.
+* ``edge_admission_refusals_total{pipeline}`` — requests refused because admission was full
+  (and its queue too);
+* ``edge_queue_wait_seconds{pipeline}`` — how long each request waited for admission
+  (0 for one admitted at once; those that left the queue unadmitted included);
+* ``edge_queue_refusals_total{pipeline, reason}`` — requests that left the admission queue
+  without being admitted: ``full`` (429), ``deadline`` (504), ``disconnected``,
+  ``stopping`` (:mod:`edge_serve.queueing`).
 
 Read from the runtime at each scrape:
 
 * ``edge_ledger_reserved_bytes{pool}`` / ``edge_ledger_capacity_bytes{pool}`` /
   ``edge_ledger_quarantined_bytes{pool}`` — the shared ledger;
 * ``edge_worker_restarts_total{pipeline, stage}`` — restarts (generations after the first);
-* ``edge_stage_up{pipeline, stage, state}`` — 1 for the state each stage is in.
+* ``edge_stage_up{pipeline, stage, state}`` — 1 for the state each stage is in;
+* ``edge_queue_length{pipeline}`` / ``edge_queue_limit{pipeline}`` — requests waiting for
+  admission now, and how many may.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -67,10 +76,18 @@ class _RuntimeCollector(Collector):
         switches = CounterMetricFamily("edge_placement_switches",
                                        "Switches of a stage to a measured-better candidate "
                                        "(start = first-ready)", labels=["pipeline", "stage"])
+        waiting = GaugeMetricFamily("edge_queue_length",
+                                    "Requests waiting for the pipeline's admission now",
+                                    labels=["pipeline"])
+        limit = GaugeMetricFamily("edge_queue_limit",
+                                  "Requests that may wait for the pipeline's admission",
+                                  labels=["pipeline"])
         placement = GaugeMetricFamily("edge_placement_number",
                                       "The placement requests start on (1 at open, one more "
                                       "at each switch)", labels=["pipeline"])
         for served in self._pipelines():
+            waiting.add_metric([served.name], served.queue.waiting)
+            limit.add_metric([served.name], served.queue.policy.length)
             for stage, count in served.restarts().items():
                 restarts.add_metric([served.name, stage], count)
             for stage, state in served.stage_states().items():
@@ -82,7 +99,8 @@ class _RuntimeCollector(Collector):
                 counted[event["stage"]] = counted.get(event["stage"], 0) + 1
             for stage, count in counted.items():
                 switches.add_metric([served.name, stage], count)
-        yield from (reserved, capacity, quarantined, restarts, up, switches, placement)
+        yield from (reserved, capacity, quarantined, restarts, up, switches, placement,
+                    waiting, limit)
 
 
 class ServerMetrics:
@@ -91,6 +109,7 @@ class ServerMetrics:
     def __init__(self, ledger: ResourceLedger,
                  pipelines: Callable[[], Iterable[ServedPipeline]]) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter("edge_requests", "HTTP requests by outcome",
                                 ["pipeline", "route", "outcome"], registry=self.registry)
         self.request_seconds = Histogram("edge_request_seconds", "HTTP request latency",
@@ -102,18 +121,40 @@ class ServerMetrics:
         self.admission_refusals = Counter("edge_admission_refusals",
                                           "Requests refused because admission was full",
                                           ["pipeline"], registry=self.registry)
+        self.queue_wait = Histogram("edge_queue_wait_seconds",
+                                    "How long requests waited for admission",
+                                    ["pipeline"], buckets=_LATENCY_BUCKETS,
+                                    registry=self.registry)
+        self.queue_refusals = Counter("edge_queue_refusals",
+                                      "Requests that left the admission queue unadmitted, "
+                                      "by reason (full, deadline, disconnected, stopping)",
+                                      ["pipeline", "reason"], registry=self.registry)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
+
+    def observe_queue(self, pipeline: str, outcome: str, waited_s: float) -> None:
+        """Record one request leaving the admission queue (``admitted`` or a reason)."""
+        self.queue_wait.labels(pipeline).observe(waited_s)
+        if outcome != "admitted":
+            self.queue_refusals.labels(pipeline, outcome).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once (the per-request path reuses it)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def observe_stages(self, pipeline: str, latencies: dict[str, float]) -> None:
         """Record each stage's latency of one request."""
         for stage, seconds in latencies.items():
-            self.stage_seconds.labels(pipeline, stage).observe(seconds)
+            self._child(self.stage_seconds, pipeline, stage).observe(seconds)
 
     def observe_request(self, pipeline: str, route: str, outcome: str,
                         seconds: float) -> None:
         """Count one finished request and its latency."""
-        self.requests.labels(pipeline, route, outcome).inc()
-        self.request_seconds.labels(pipeline, route).observe(seconds)
+        self._child(self.requests, pipeline, route, outcome).inc()
+        self._child(self.request_seconds, pipeline, route).observe(seconds)
         if outcome == "refused" and pipeline:
             self.admission_refusals.labels(pipeline).inc()
 

@@ -63,7 +63,9 @@ from edge_serve.outcomes import (
     from_exception,
     server_stopping,
 )
+from edge_serve.queueing import Claim
 from edge_serve.served import ServedPipeline, retrieve
+from edge_serve.signals import Signals
 from edge_serve.submitted import watch_disconnect
 
 __all__ = ["routes"]
@@ -349,6 +351,34 @@ def _finishes(finished: Finished, choices: _Choices) -> None:
             choice.finish = entry.get("finish_reason")
 
 
+async def _turn(request: Request, state: Any, generation: Generation) -> Claim:
+    """Wait for the request's turn in the pipeline's admission queue (:mod:`.queueing`).
+
+    A full queue is 429, a deadline passing while waiting 504, a disconnect 499; the
+    time waited is taken off the request's deadline.
+    """
+    signals = Signals()
+    release = state.drain.hold(signals.drain)
+    watcher = asyncio.ensure_future(watch_disconnect(request, signals.client_gone))
+    entered = time.monotonic()
+    try:
+        claim = await generation.served.queue.enter(generation.deadline_s, signals)
+    except HttpRefusal as refusal:
+        if refusal.status == 499:
+            request.scope[_OUTCOME_KEY] = "cancelled"
+        if refusal.status == 503:
+            raise server_stopping(state.drain.grace_s) from None
+        raise
+    finally:
+        watcher.cancel()
+        release()
+    if generation.deadline_s is not None:
+        generation.deadline_s = max(generation.deadline_s - (time.monotonic() - entered),
+                                    1e-3)
+    generation.handle.on_admitted = claim.settle
+    return claim
+
+
 def _sse(data: object) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
@@ -358,8 +388,9 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
                     rename: Callable[[str], str]) -> Response:
     state = _state(request)
     served = generation.served
-    deadline = generation.deadline_s
     served.require_ready()
+    claim = await _turn(request, state, generation)  # the admission queue (perfserve)
+    deadline = generation.deadline_s
     loop = asyncio.get_running_loop()
     feed = TokenFeed(loop)
     late = {"deadline": False}
@@ -382,7 +413,8 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
 
     release = state.drain.hold(on_drained)
     timer = loop.call_later(deadline, on_deadline) if deadline is not None else None
-    loop.run_in_executor(served.executor, generation.run, feed)
+    loop.run_in_executor(served.executor, generation.run, feed).add_done_callback(
+        lambda _: claim.finished())
     watcher = asyncio.ensure_future(watch_disconnect(request, on_gone))
 
     def failure(error: BaseException) -> HttpRefusal:

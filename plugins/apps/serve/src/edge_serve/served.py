@@ -3,9 +3,11 @@
 A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.submit` and
 the wait for its result, ``finish`` and the acknowledgement — runs as one function on the
 server's thread pool, so the result's worker memory is given back in the same thread that
-read it. :meth:`ServedPipeline.within` awaits it while watching the client: a client that
-disconnects cancels its request alone (:mod:`edge_serve.submitted`; outcome
-``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
+read it. Before it starts, the request waits for its turn in the pipeline's admission
+queue (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and
+the request's deadline. :meth:`ServedPipeline.within` awaits it while watching the
+client: a client that disconnects cancels its request alone (:mod:`edge_serve.submitted`;
+outcome ``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
 request, or retires a non-preemptible stage, and raises ``DeadlineExceeded``: 504).
 """
 
@@ -16,6 +18,7 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
@@ -26,8 +29,11 @@ from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime.submission import OnEvent, Submission
 from edge_serve.draining import Drain
 from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
+from edge_serve.queueing import AdmissionQueue, QueuePolicy
+from edge_serve.signals import Signals
 from edge_serve.submitted import RequestHandle, watch_disconnect
 from edge_serve.tensors import encode_tensors
 
@@ -42,6 +48,9 @@ BACKSTOP_S = 2.0
 
 UNWIND_WAIT_S = 10.0
 """How long a cancelled request's thread is waited for (its admission slot given back)."""
+
+DIRECT_BUILD_BYTES = 256 * 1024
+"""Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
 
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
@@ -73,13 +82,16 @@ class ServedPipeline:
             ``prepare``.
         drain: What ends the requests still open when the grace period ends (the
             server's; default: one of its own).
+        queue: How many requests may wait for admission, and how long (default
+            :class:`QueuePolicy`'s).
     """
 
     def __init__(self, pipeline: Pipeline, executor: Executor, upload_dir: Path,
-                 drain: Drain | None = None) -> None:
+                 drain: Drain | None = None, queue: QueuePolicy | None = None) -> None:
         config = pipeline.config
         self.pipeline = pipeline
         self.name = config.name
+        self.queue = AdmissionQueue(config.name, pipeline.admission, queue or QueuePolicy())
         self.executor = executor
         self.upload_dir = upload_dir
         self.drain = drain if drain is not None else Drain()
@@ -128,6 +140,8 @@ class ServedPipeline:
             "name": self.name,
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
             "admission": self.pipeline.config.admission,
+            "queue": {"length": self.queue.policy.length, "wait_s": self.queue.policy.wait_s,
+                      "waiting": self.queue.waiting},
             "accepts": (["tensors", "file"] if self.prepare is not None else ["tensors"])
             + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
                None: []}[self.openai],
@@ -140,6 +154,19 @@ class ServedPipeline:
 
     # -- blocking work (runs on the executor) -------------------------------------------------
 
+    def submit(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+               deadline_s: float | None, handle: RequestHandle,
+               on_event: OnEvent | None = None) -> Submission:
+        """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
+        handle.check()
+        try:
+            submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
+                                              on_event=on_event)
+        finally:
+            handle.admitted()
+        handle.attach(submission)
+        return submission
+
     def answer(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                deadline_s: float | None, handle: RequestHandle) -> Answer:
         """Submit one request, wait for it, and build its answer.
@@ -147,9 +174,11 @@ class ServedPipeline:
         The answer is ``finish``'s, else the outputs as tensors; nothing is built for a
         request cancelled meanwhile.
         """
-        handle.check()
-        submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s)
-        handle.attach(submission)
+        return self.built(self.submit(inputs, params, deadline_s, handle), inputs, handle)
+
+    def built(self, submission: Submission, inputs: Mapping[str, Any],
+              handle: RequestHandle) -> Answer:
+        """Wait for a submitted request and build its answer (then acknowledge it)."""
         with submission.result() as result:
             handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
@@ -211,42 +240,126 @@ class ServedPipeline:
 
     # -- awaiting ----------------------------------------------------------------------------
 
-    async def within(self, request: Request, handle: RequestHandle, work: Callable[[], T],
-                     deadline_s: float | None) -> T:
-        """Run ``work`` on the executor and await it, watching the client meanwhile.
+    async def within(self, request: Request, handle: RequestHandle,
+                     work: Callable[[float | None], T], deadline_s: float | None) -> T:
+        """Wait for the request's turn, run ``work(deadline left)`` on the executor, await it.
 
-        A client that disconnects cancels the request (``handle.cancel()``), whose thread
-        is waited for so that its admission slot is free when this returns; the answer
-        is 499 (nobody reads it), counted as outcome ``cancelled``. The runtime bounds the
-        whole request by ``deadline_s`` itself (``DeadlineExceeded``: 504, with the
-        stage's state already settled); this timer is only a backstop, :data:`BACKSTOP_S`
-        later, for work that does not return (a transform that hangs): the request is
-        cancelled and the answer is 504. A request still running when the server's grace
-        period ends is cancelled and answered 503 (:mod:`edge_serve.draining`).
+        See :meth:`waiting`; ``work`` runs on the server's thread pool.
         """
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.executor, work)
-        gone = asyncio.Event()
-        drained = asyncio.Event()
-        release = self.drain.hold(drained.set)
-        watcher = asyncio.ensure_future(watch_disconnect(request, gone.set))
-        waiters = [asyncio.ensure_future(gone.wait()), asyncio.ensure_future(drained.wait())]
-        limit = None if deadline_s is None else deadline_s + BACKSTOP_S
+        return await self.waiting(
+            request, handle, lambda left: loop.run_in_executor(self.executor, work, left),
+            deadline_s)
+
+    async def answer_direct(self, request: Request, handle: RequestHandle,
+                            inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+                            deadline_s: float | None) -> Answer:
+        """:meth:`answer` for inputs already decoded, with no thread of the server's between.
+
+        The request is submitted from the event loop once its turn came (its admission
+        slot is then free: submitting does not wait), and awaited through the
+        submission's done callback; a small tensor answer is built on the loop, ``finish``
+        or a large one on the thread pool. Two thread hops fewer than :meth:`within`.
+        """
+        loop = asyncio.get_running_loop()
+
+        def start(left: float | None) -> asyncio.Future[Submission]:
+            submission = self.submit(inputs, params, left, handle)
+            done: asyncio.Future[Submission] = loop.create_future()
+
+            def settle() -> None:
+                if not done.done():
+                    done.set_result(submission)
+
+            def settled() -> None:  # in the thread that settled the request
+                loop.call_soon_threadsafe(settle)
+
+            submission.add_done_callback(settled)
+            return done
+
+        submission = await self.waiting(request, handle, start, deadline_s)
+        if self.finish is None and submission.done():
+            small = True
+            with contextlib.suppress(Exception):  # its error is raised by built()
+                result = submission.result(0)
+                small = sum(int(getattr(v, "nbytes", 0)) for v in result.outputs.values()
+                            if not isinstance(v, list)) <= DIRECT_BUILD_BYTES
+            if small:
+                return self.built(submission, inputs, handle)
+        return await loop.run_in_executor(self.executor, self.built, submission, inputs,
+                                          handle)
+
+    async def waiting(self, request: Request, handle: RequestHandle,
+                      start: Callable[[float | None], asyncio.Future[T]],
+                      deadline_s: float | None) -> T:
+        """Wait for the request's turn, ``start(deadline left)`` it, await what it returns.
+
+        The client is watched from the start. While the request waits in the admission
+        queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that passes
+        is 504, a disconnect takes it out of the queue (499, outcome ``cancelled``) and the
+        end of the grace period is 503. Once it runs, a client that disconnects cancels
+        the request (``handle.cancel()``), whose thread is waited for so that its
+        admission slot is free when this returns; the answer is 499. The runtime bounds
+        the whole request by what is left of ``deadline_s`` itself (``DeadlineExceeded``:
+        504, with the stage's state already settled); this timer is only a backstop,
+        :data:`BACKSTOP_S` later, for work that does not return (a transform that hangs):
+        the request is cancelled and the answer is 504. A request still running when the
+        server's grace period ends is cancelled and answered 503
+        (:mod:`edge_serve.draining`).
+        """
+        signals = Signals()
+        release = self.drain.hold(signals.drain)
+        watcher = asyncio.ensure_future(watch_disconnect(request, signals.client_gone))
         try:
-            either: set[asyncio.Future[Any]] = {future, *waiters}
-            await asyncio.wait(either, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+            return await self._run(request, handle, start, deadline_s, signals)
+        finally:
+            release()
+            watcher.cancel()
+
+    async def _run(self, request: Request, handle: RequestHandle,
+                   start: Callable[[float | None], asyncio.Future[T]],
+                   deadline_s: float | None, signals: Signals) -> T:
+        entered = time.monotonic()
+        try:
+            claim = await self.queue.enter(deadline_s, signals)
+        except HttpRefusal as refusal:
+            if refusal.status == 499:
+                request.scope[OUTCOME_KEY] = "cancelled"
+            if refusal.status == 503:
+                raise server_stopping(self.drain.grace_s) from None
+            raise
+        left = None if deadline_s is None else \
+            max(deadline_s - (time.monotonic() - entered), 1e-3)
+        handle.on_admitted = claim.settle
+        try:
+            future = start(left)
+        except BaseException:
+            claim.finished()
+            raise
+        future.add_done_callback(lambda _: claim.finished())
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake(*_: object) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        future.add_done_callback(wake)
+        forget = signals.on_change(wake)
+        timer = None if left is None else loop.call_later(left + BACKSTOP_S, wake)
+        try:
+            await woken
         except BaseException:  # the server is stopping: the request goes with it
             future.add_done_callback(retrieve)
             raise
         finally:
-            release()
-            watcher.cancel()
-            for waiter in waiters:
-                waiter.cancel()
+            forget()
+            if timer is not None:
+                timer.cancel()
         if future.done():
             return future.result()
         await asyncio.to_thread(handle.cancel)
-        if gone.is_set():
+        if signals.gone:
             request.scope[OUTCOME_KEY] = "cancelled"
             with contextlib.suppress(Exception):  # how it ended no longer matters
                 await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
@@ -254,7 +367,7 @@ class ServedPipeline:
             raise HttpRefusal(499, "request", "the client disconnected; the request was "
                               "cancelled", kind="ClientDisconnected")
         future.add_done_callback(retrieve)
-        if drained.is_set():
+        if signals.drained:
             raise server_stopping(self.drain.grace_s)
         assert deadline_s is not None
         raise deadline_passed(self.name, deadline_s)

@@ -37,6 +37,9 @@ class RequestHandle:
         self._lock = threading.Lock()
         self._submission: Submission | None = None
         self._cancelled = False
+        #: Called once the request has taken its admission slot, or failed to (the
+        #: admission queue's turn, :class:`edge_serve.queueing.Claim`).
+        self.on_admitted: Callable[[], None] | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -47,6 +50,11 @@ class RequestHandle:
         """Raise ``RequestCancelled`` when the request was cancelled (before submitting)."""
         if self._cancelled:
             raise RequestCancelled(f"pipelines[{self.name}]: the client disconnected")
+
+    def admitted(self) -> None:
+        """``Pipeline.submit`` returned or raised: the queue may let the next request in."""
+        if self.on_admitted is not None:
+            self.on_admitted()
 
     def attach(self, submission: Submission) -> None:
         """Hold the submitted request; cancel it at once when the cancel came first."""

@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True, help="the checkout compared against")
     parser.add_argument("--new", type=Path, default=HERE.parent, help="default: this checkout")
     parser.add_argument("--pairs", type=int, default=6, help="process pairs (at least 5)")
+    parser.add_argument("--figure", action="append", choices=sorted(FIGURES),
+                        help="measure only this figure (repeatable; default: all)")
     args = parser.parse_args()
     if args.pairs < 5:
         parser.error(f"--pairs must be at least 5, got {args.pairs}")
@@ -78,7 +80,8 @@ def main() -> None:
     ratios: dict[str, list[float]] = {}
     for pair in range(args.pairs):
         order = ["old", "new"] if pair % 2 == 0 else ["new", "old"]
-        for name, (script, raw, anchor) in FIGURES.items():
+        for name in args.figure or sorted(FIGURES):
+            script, raw, anchor = FIGURES[name]
             found = {side: run_once(trees[side], script) for side in order}
             ratios.setdefault(f"{name}_raw", []).append(found["new"][raw] / found["old"][raw])
             ratios.setdefault(f"{name}_over_anchor", []).append(

@@ -164,12 +164,7 @@ class VllmStage(WorkerStage):
         if inputs:
             raise GenerateRefused("inputs", "a generate request carries its prompt in params, "
                                   "not tensors", sorted(inputs))
-        try:
-            self._check_context(parse_generate_params(request.params))
-        except GenerateParamsInvalid as exc:
-            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
-            refused.request_fault = exc.request_fault
-            raise refused from None
+        self.check_params(request.params)
         with self.admission:
             active = self.in_flight()
             if active >= self.options.max_concurrency:
@@ -177,6 +172,25 @@ class VllmStage(WorkerStage):
                     f"stages[{self.context.stage_id}].backend.options.max_concurrency: every "
                     f"slot is in flight ({self.options.max_concurrency}): {active}")
             return self.call(request, inputs)
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """Refuse what is wrong with a request's parameters without sending anything.
+
+        Malformed prompt or sampling parameters, and what does not fit the context and
+        needs no tokenizer to tell (token-id prompts; a ``max_tokens`` no prompt could fit
+        beside). The runtime calls it before admission when the caller's parameters reach
+        this stage as they are (:meth:`edge_core.runtime.pipeline.Pipeline.check_params`),
+        and :meth:`generate` calls it again for every request.
+
+        Raises:
+            GenerateRefused: as :meth:`generate` (each declares its ``request_fault``).
+        """
+        try:
+            self._check_context(parse_generate_params(params))
+        except GenerateParamsInvalid as exc:
+            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
+            refused.request_fault = exc.request_fault
+            raise refused from None
 
     @property
     def max_model_len(self) -> int:

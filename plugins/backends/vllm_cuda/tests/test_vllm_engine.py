@@ -26,7 +26,7 @@ from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.stage import StageContext
 from edge_vllm_cuda import plugin
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
-from edge_vllm_cuda.stage import GenerateRefused, VllmStage
+from edge_vllm_cuda.stage import RETIRE_MARGIN_S, GenerateRefused, VllmStage
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -196,9 +196,12 @@ def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
 
 def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
         pipeline_file: Any) -> None:
-    pipeline = open_pipeline(pipeline_file("closing"))
+    pipeline = open_pipeline(pipeline_file("closing", extra="engine_stop_s = 0.5"))
     try:
         assert pipeline.ledger.reserved("machine:ram") > 0
+        # the worker's window: vLLM's EngineCore gets engine_stop_s, then the margin
+        stage = pipeline.stage("gen").loaded
+        assert stage.retire_graceful_s == 0.5 + RETIRE_MARGIN_S  # type: ignore[attr-defined]
         streamed = [event.data["token_ids"] for event, _ in pipeline.stream(
             {}, params={"prompt_token_ids": [1, 5, 9], "max_tokens": 5, "temperature": 0.0,
                         "ignore_eos": True})]
@@ -208,6 +211,8 @@ def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
     finally:
         summary = pipeline.close()
     assert summary["gen"]["retire"]["verified"] is True
+    # the worker left by itself within its window, its engine core with it (no signal)
+    assert summary["gen"]["retire"]["escalation"] == "graceful", summary["gen"]["retire"]
     assert len(summary["gen"]["retire"]["tree"]) >= 2  # the worker and vLLM's engine core
     assert summary["gen"]["release"] == "released"
     assert pipeline.ledger.reserved("machine:ram") == 0 and pipeline.ledger.is_empty()

@@ -14,13 +14,17 @@ skipped, with the reason, where ``node`` or the registry is missing) run the sam
 * every sampling feature vLLM has — ``n``, ``logprobs`` / ``top_logprobs``, penalties,
   ``response_format`` (``json_object``, ``json_schema``), several prompts — gives the same
   choices streamed and whole, from both clients;
-* a stream cut by its deadline, by its stage's worker dying, and by the end of the
-  server's grace period ends with an SSE error event in OpenAI's shape that both clients
-  raise as ``APIError`` with its code, and the response ends cleanly;
+* a stream cut by its deadline, by its stage's worker dying (the stage fails and
+  restarts: ``page-chat``'s generate stage has ``restart = "on-failure"``), and by the end
+  of the server's grace period ends with an SSE error event in OpenAI's shape that both
+  clients raise as ``APIError`` with its code, and the response ends cleanly; the
+  restarted stage (a new worker and engine, generation 2) streams again;
 * the server's log has no traceback, and its closing summary lists every stage's retire
   time, the generate stages' within the documented bound.
 
-The tests run in file order: the last two leave ``page-chat`` failed and stop the server.
+The tests run in file order: the worker-lost test comes before the sampling features so
+that ``page-chat``'s restart (a vLLM engine loading) overlaps them; the restart test waits
+for it; the last test stops the server.
 """
 
 from __future__ import annotations
@@ -215,90 +219,6 @@ def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
         413, "body", "request_too_large"), error
 
 
-# -- every sampling feature: the same answer streamed and whole, from both clients ----------
-
-_SCHEMA = {"type": "json_schema", "json_schema": {"name": "point", "schema": {
-    "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
-_FEATURES: list[dict[str, Any]] = [
-    _case("plain", "completions", {"prompt": "edge stage token", "max_tokens": 8, **GREEDY}),
-    _case("several prompts", "completions", {"prompt": ["edge stage", "token worker"],
-                                             "max_tokens": 6, **GREEDY}),
-    _case("several prompts, n=2", "completions", {"prompt": [[1, 5, 9], [1, 9, 5, 9]],
-                                                  "n": 2, "temperature": 0.8, "seed": 5,
-                                                  "max_tokens": 5, "ignore_eos": True}),
-    _case("logprobs", "completions", {"prompt": "edge stage", "logprobs": 3,
-                                      "max_tokens": 6, **GREEDY}),
-    _case("penalties", "completions", {"prompt": "edge stage", "presence_penalty": 1.5,
-                                       "frequency_penalty": 2.0, "max_tokens": 40,
-                                       **GREEDY}),
-    _case("no penalties", "completions", {"prompt": "edge stage", "max_tokens": 40,
-                                          **GREEDY}, reference=True),
-    _case("json_object", "completions", {"prompt": "edge stage", "max_tokens": 12,
-                                         "response_format": {"type": "json_object"},
-                                         "temperature": 0.0}),
-    _case("chat", "chat", {"messages": CHAT, "max_tokens": 8, **GREEDY}),
-    _case("chat n=2", "chat", {"messages": CHAT, "n": 2, "temperature": 0.9, "seed": 11,
-                               "max_tokens": 6, "ignore_eos": True}),
-    _case("chat logprobs", "chat", {"messages": CHAT, "logprobs": True, "top_logprobs": 3,
-                                    "max_tokens": 6, **GREEDY}),
-    _case("chat penalties", "chat", {"messages": CHAT, "presence_penalty": -1.0,
-                                     "frequency_penalty": 1.5, "max_tokens": 10, **GREEDY}),
-    _case("chat json_object", "chat", {"messages": CHAT, "max_tokens": 12,
-                                       "response_format": {"type": "json_object"},
-                                       "temperature": 0.0}),
-    _case("chat json_schema", "chat", {"messages": CHAT, "max_tokens": 12,
-                                       "response_format": _SCHEMA, "temperature": 0.0}),
-]
-
-
-def _rounded(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A result's choices with log-probabilities to 4 decimals (for comparing runs)."""
-    assert result["ok"], result
-    return {index: {"text": c["text"], "finish": c["finish"],
-                    "logprobs": [[t, round(lp, 4)] for t, lp in c["logprobs"]]}
-            for index, c in sorted(result["choices"].items())}
-
-
-def test_every_feature_gives_the_same_choices_streamed_and_whole_from_both_clients(
-        client: openai.OpenAI, server: Served) -> None:
-    # A reference (what the penalties change) is asked for once, whole, from Python.
-    cases = [dict(case, name=f"{case['name']} ({how})", stream=how == "stream")
-             for case in _FEATURES for how in ("whole", "stream")
-             if how == "whole" or not case.get("reference")]
-    python = {case["name"]: run_python(client, case) for case in cases}
-    answers = {case["name"]: _rounded(python[f"{case['name']} (whole)"])
-               for case in _FEATURES}
-    for case in _FEATURES:
-        name = case["name"]
-        if not case.get("reference"):
-            assert _rounded(python[f"{name} (stream)"]) == answers[name], name
-    cases = [case for case in cases if not case.get("reference")]
-    package = _node_or_none()
-    node = run_node(package, f"{server.url}/v1", API_KEY, cases) if package else {}
-    for case in cases:
-        if node:
-            base = case["name"].rsplit(" (", 1)[0]
-            assert _rounded(node[case["name"]]) == answers[base], case["name"]
-
-    def choices(name: str) -> list[dict[str, Any]]:
-        return [answers[name][key] for key in sorted(answers[name], key=int)]
-
-    assert len(choices("several prompts")) == 2 and len(choices("several prompts, n=2")) == 4
-    assert len(choices("chat n=2")) == 2
-    assert python["several prompts (whole)"]["usage"]["completion_tokens"] == 12
-    for name in ("logprobs", "chat logprobs"):
-        (only,) = choices(name)
-        assert len(only["logprobs"]) == 6 and all(lp <= 0 for _, lp in only["logprobs"])
-    assert choices("penalties")[0]["text"] != choices("no penalties")[0]["text"]
-    for name in ("json_object", "chat json_object", "chat json_schema"):
-        text = choices(name)[0]["text"].lstrip()
-        assert text.startswith("{"), (name, text)  # guided: JSON from the first token
-        if choices(name)[0]["finish"] == "stop":
-            json.loads(text)
-    if not node:
-        pytest.skip(f"the Node half: {node_openai()[1]}")
-
-
 # -- streams cut: a deadline, a worker lost, the grace period's end ------------------------
 
 
@@ -391,13 +311,133 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
     for result in (python, node):
         if result is not None:
             _ended_with(result, "worker_lost")
-    # The stage has failed (no restart policy): refused with 503 and Retry-After, which
-    # the client may retry (a restart would cure it), until the server stops.
+    # The stage fails and restarts (restart = "on-failure": a new engine loads, through
+    # the whole gate, while the next tests run): refused meanwhile with 503 and
+    # Retry-After, which the client may retry (the restart cures it).
     with pytest.raises(openai.InternalServerError) as caught:
         client.with_options(max_retries=0).chat.completions.create(
             model="page-chat", messages=case["params"]["messages"], max_tokens=2)
     assert caught.value.status_code == 503 and caught.value.code == "stage_unavailable"
     assert caught.value.response.headers["retry-after"] == "1"
+
+
+# -- every sampling feature: the same answer streamed and whole, from both clients ----------
+
+_SCHEMA = {"type": "json_schema", "json_schema": {"name": "point", "schema": {
+    "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+_FEATURES: list[dict[str, Any]] = [
+    _case("plain", "completions", {"prompt": "edge stage token", "max_tokens": 8, **GREEDY}),
+    _case("several prompts", "completions", {"prompt": ["edge stage", "token worker"],
+                                             "max_tokens": 6, **GREEDY}),
+    _case("several prompts, n=2", "completions", {"prompt": [[1, 5, 9], [1, 9, 5, 9]],
+                                                  "n": 2, "temperature": 0.8, "seed": 5,
+                                                  "max_tokens": 5, "ignore_eos": True}),
+    _case("logprobs", "completions", {"prompt": "edge stage", "logprobs": 3,
+                                      "max_tokens": 6, **GREEDY}),
+    _case("penalties", "completions", {"prompt": "edge stage", "presence_penalty": 1.5,
+                                       "frequency_penalty": 2.0, "max_tokens": 40,
+                                       **GREEDY}),
+    _case("no penalties", "completions", {"prompt": "edge stage", "max_tokens": 40,
+                                          **GREEDY}, reference=True),
+    _case("json_object", "completions", {"prompt": "edge stage", "max_tokens": 12,
+                                         "response_format": {"type": "json_object"},
+                                         "temperature": 0.0}),
+    _case("chat", "chat", {"messages": CHAT, "max_tokens": 8, **GREEDY}),
+    _case("chat n=2", "chat", {"messages": CHAT, "n": 2, "temperature": 0.9, "seed": 11,
+                               "max_tokens": 6, "ignore_eos": True}),
+    _case("chat logprobs", "chat", {"messages": CHAT, "logprobs": True, "top_logprobs": 3,
+                                    "max_tokens": 6, **GREEDY}),
+    _case("chat penalties", "chat", {"messages": CHAT, "presence_penalty": -1.0,
+                                     "frequency_penalty": 1.5, "max_tokens": 10, **GREEDY}),
+    _case("chat json_object", "chat", {"messages": CHAT, "max_tokens": 12,
+                                       "response_format": {"type": "json_object"},
+                                       "temperature": 0.0}),
+    _case("chat json_schema", "chat", {"messages": CHAT, "max_tokens": 12,
+                                       "response_format": _SCHEMA, "temperature": 0.0}),
+]
+
+
+def _rounded(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result's choices with log-probabilities to 4 decimals (for comparing runs)."""
+    assert result["ok"], result
+    return {index: {"text": c["text"], "finish": c["finish"],
+                    "logprobs": [[t, round(lp, 4)] for t, lp in c["logprobs"]]}
+            for index, c in sorted(result["choices"].items())}
+
+
+def test_every_feature_gives_the_same_choices_streamed_and_whole_from_both_clients(
+        client: openai.OpenAI, server: Served) -> None:
+    # A reference (what the penalties change) is asked for once, whole, from Python.
+    cases = [dict(case, name=f"{case['name']} ({how})", stream=how == "stream")
+             for case in _FEATURES for how in ("whole", "stream")
+             if how == "whole" or not case.get("reference")]
+    python = {case["name"]: run_python(client, case) for case in cases}
+    answers = {case["name"]: _rounded(python[f"{case['name']} (whole)"])
+               for case in _FEATURES}
+    for case in _FEATURES:
+        name = case["name"]
+        if not case.get("reference"):
+            assert _rounded(python[f"{name} (stream)"]) == answers[name], name
+    cases = [case for case in cases if not case.get("reference")]
+    package = _node_or_none()
+    node = run_node(package, f"{server.url}/v1", API_KEY, cases) if package else {}
+    for case in cases:
+        if node:
+            base = case["name"].rsplit(" (", 1)[0]
+            assert _rounded(node[case["name"]]) == answers[base], case["name"]
+
+    def choices(name: str) -> list[dict[str, Any]]:
+        return [answers[name][key] for key in sorted(answers[name], key=int)]
+
+    assert len(choices("several prompts")) == 2 and len(choices("several prompts, n=2")) == 4
+    assert len(choices("chat n=2")) == 2
+    assert python["several prompts (whole)"]["usage"]["completion_tokens"] == 12
+    for name in ("logprobs", "chat logprobs"):
+        (only,) = choices(name)
+        assert len(only["logprobs"]) == 6 and all(lp <= 0 for _, lp in only["logprobs"])
+    assert choices("penalties")[0]["text"] != choices("no penalties")[0]["text"]
+    for name in ("json_object", "chat json_object", "chat json_schema"):
+        text = choices(name)[0]["text"].lstrip()
+        assert text.startswith("{"), (name, text)  # guided: JSON from the first token
+        if choices(name)[0]["finish"] == "stop":
+            json.loads(text)
+    if not node:
+        pytest.skip(f"the Node half: {node_openai()[1]}")
+
+
+def _stages(server: Served, pipeline: str) -> dict[str, dict[str, Any]]:
+    listed = httpx.get(f"{server.url}/v1/pipelines/{pipeline}",
+                       headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60).json()
+    return {stage["id"]: stage for stage in listed["stages"]}
+
+
+def test_the_stage_restarted_after_its_lost_worker_streams_again(
+        server: Served, client: openai.OpenAI, ocr_dir: Path) -> None:
+    # page-chat's generate stage lost its worker above and has been restarting since.
+    end = time.monotonic() + 900
+    while (gen := _stages(server, "page-chat")["gen"])["state"] != "ready":
+        assert gen["state"] in ("failed", "restarting"), gen  # never given up
+        assert time.monotonic() < end, gen
+        time.sleep(1.0)
+    assert gen["generation"] == 2  # a new worker and engine
+    messages: list[Any] = _page_chat(ocr_dir)
+    whole = client.chat.completions.create(model="page-chat", messages=messages,
+                                           max_tokens=6, extra_body={"ignore_eos": True},
+                                           **GREEDY)
+    streamed = list(client.chat.completions.create(
+        model="page-chat", messages=messages, max_tokens=6, stream=True,
+        extra_body={"ignore_eos": True}, **GREEDY))
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == whole.choices[0].message.content and whole.usage is not None
+    assert whole.usage.completion_tokens == 6
+    receipt = (whole.model_extra or {})["edge"]["placement"]
+    assert [s["generation"] for s in receipt if s["stage"] == "gen"] == [2]
+    metrics = httpx.get(f"{server.url}/metrics", timeout=60,
+                        headers={"Authorization": f"Bearer {API_KEY}"}).text
+    restarts = {(s.labels["pipeline"], s.labels["stage"]): s.value
+                for family in text_string_to_metric_families(metrics)
+                for s in family.samples if s.name == "edge_worker_restarts_total"}
+    assert restarts[("page-chat", "gen")] == 1
 
 
 def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_retire_times(

@@ -10,7 +10,8 @@ skipped, with the reason, where ``node`` or the registry is missing) run the sam
   a body over the limit, a passed deadline — is its 4xx (504 for the deadline) with
   OpenAI's body: the SDK's class, ``status``, ``param`` and ``code`` are checked, and the
   server's request count shows that neither client (left to its default of 2 retries)
-  sent any of them twice;
+  sent any of them twice; a request over the context is refused so (checked before
+  admission) even while all of ``tiny``'s admission slots are held by running streams;
 * every sampling feature vLLM has — ``n``, ``logprobs`` / ``top_logprobs``, penalties,
   ``response_format`` (``json_object``, ``json_schema``), several prompts — gives the same
   choices streamed and whole, from both clients;
@@ -30,6 +31,7 @@ for it; the last test stops the server.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -217,6 +219,50 @@ def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
     error = run_node(package, f"{server.url}/v1", API_KEY, [case])[case["name"]]["error"]
     assert error is not None and (error["status"], error["param"], error["code"]) == (
         413, "body", "request_too_large"), error
+
+
+def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
+        server: Served) -> None:
+    # tiny's 8 admission slots held by 8 running streams; a request that cannot fit is
+    # still told why (400, context_length_exceeded) at once, from both clients, instead
+    # of 429 or a wait in line: it is checked before admission.
+    doomed = _case("max_tokens over the context, admission full", "completions",
+                   {"prompt": [1, 5, 9], "max_tokens": 100_000}, maxRetries=0)
+    body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "stream": True,
+            "temperature": 0.0, "ignore_eos": True}
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    with contextlib.ExitStack() as holders:
+        http = holders.enter_context(httpx.Client(base_url=server.url, headers=auth,
+                                                  timeout=300))
+        for _ in range(8):
+            stream = holders.enter_context(http.stream("POST", "/v1/completions", json=body))
+            assert stream.status_code == 200
+            assert next(stream.iter_lines()).startswith("data: ")  # admitted, generating
+        held = [_stages(server, "tiny")["gen"]["in_flight"]]
+        with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                           timeout=300) as made:
+            started = time.monotonic()
+            results = [run_python(made, doomed)]
+            waited = time.monotonic() - started
+        held.append(_stages(server, "tiny")["gen"]["in_flight"])
+        # the Node client (its start takes a moment: the holders may end meanwhile)
+        package = _node_or_none()
+        if package is not None:
+            results.append(run_node(package, f"{server.url}/v1", API_KEY,
+                                    [doomed])[doomed["name"]])
+    for result in results:
+        error = result["error"]
+        assert error is not None and (error["class"], error["status"], error["param"],
+                                      error["code"]) == (
+            "BadRequestError", 400, "max_tokens", "context_length_exceeded"), result
+    assert waited < 30.0  # answered, not left waiting for a slot
+    assert held == [8, 8]  # every slot was held while the Python client was answered
+    end = time.monotonic() + 120  # the holders' disconnects free the engine
+    while _stages(server, "tiny")["gen"]["in_flight"]:
+        assert time.monotonic() < end
+        time.sleep(0.2)
+    if package is None:
+        pytest.skip(f"the Node half: {node_openai()[1]}")
 
 
 # -- streams cut: a deadline, a worker lost, the grace period's end ------------------------

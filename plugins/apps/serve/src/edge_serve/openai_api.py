@@ -388,6 +388,10 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
                     rename: Callable[[str], str]) -> Response:
     state = _state(request)
     served = generation.served
+    try:  # what the stage can refuse without running: before the queue or any slot
+        served.pipeline.check_params(generation.params)
+    except Exception as exc:  # mapped: a declared fault is 400, else 500
+        raise from_exception(exc, field="params", rename=rename) from None
     served.require_ready()
     claim = await _turn(request, state, generation)  # the admission queue (perfserve)
     deadline = generation.deadline_s

@@ -30,8 +30,8 @@ for it; the last test stops the server.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import contextlib
 import json
 import os
 import signal
@@ -221,35 +221,55 @@ def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
         413, "body", "request_too_large"), error
 
 
+async def _hold(url: str, body: Mapping[str, Any], count: int,
+                while_held: Any) -> Any:
+    """Run ``while_held()`` (in a thread) while ``count`` streams of ``body`` are open."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    async with httpx.AsyncClient(base_url=url, headers=auth, timeout=300) as http:
+
+        async def hold() -> None:
+            async with http.stream("POST", "/v1/completions", json=body) as stream:
+                async for _ in stream.aiter_lines():
+                    pass
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(count)]
+        try:
+            return await asyncio.to_thread(while_held)
+        finally:
+            for holder in holders:  # the disconnects cancel them in the engine
+                holder.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+
+
 def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
         server: Served) -> None:
-    # tiny's 8 admission slots held by 8 running streams; a request that cannot fit is
-    # still told why (400, context_length_exceeded) at once, from both clients, instead
-    # of 429 or a wait in line: it is checked before admission.
+    # tiny's 8 admission slots held by 8 running requests (16 choices each: the engine
+    # runs 8 sequences at a time, so they last); a request that cannot fit is still told
+    # why (400, context_length_exceeded) at once, from both clients, instead of 429 or a
+    # wait in line: it is checked before admission.
     doomed = _case("max_tokens over the context, admission full", "completions",
                    {"prompt": [1, 5, 9], "max_tokens": 100_000}, maxRetries=0)
-    body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "stream": True,
-            "temperature": 0.0, "ignore_eos": True}
-    auth = {"Authorization": f"Bearer {API_KEY}"}
-    with contextlib.ExitStack() as holders:
-        http = holders.enter_context(httpx.Client(base_url=server.url, headers=auth,
-                                                  timeout=300))
-        for _ in range(8):
-            stream = holders.enter_context(http.stream("POST", "/v1/completions", json=body))
-            assert stream.status_code == 200
-            assert next(stream.iter_lines()).startswith("data: ")  # admitted, generating
-        held = [_stages(server, "tiny")["gen"]["in_flight"]]
+    body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "n": 16, "stream": True,
+            "temperature": 1.0, "seed": 7, "ignore_eos": True}
+    package = _node_or_none()
+
+    def refused_while_held() -> tuple[list[dict[str, Any]], list[int], float]:
+        end = time.monotonic() + 300
+        while (held := _stages(server, "tiny")["gen"]["in_flight"]) < 8:
+            assert time.monotonic() < end, held
+            time.sleep(0.1)
         with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
                            timeout=300) as made:
             started = time.monotonic()
             results = [run_python(made, doomed)]
             waited = time.monotonic() - started
-        held.append(_stages(server, "tiny")["gen"]["in_flight"])
-        # the Node client (its start takes a moment: the holders may end meanwhile)
-        package = _node_or_none()
-        if package is not None:
+        counts = [held, _stages(server, "tiny")["gen"]["in_flight"]]
+        if package is not None:  # its start takes a moment: the holders may end meanwhile
             results.append(run_node(package, f"{server.url}/v1", API_KEY,
                                     [doomed])[doomed["name"]])
+        return results, counts, waited
+
+    results, held, waited = asyncio.run(_hold(server.url, body, 8, refused_while_held))
     for result in results:
         error = result["error"]
         assert error is not None and (error["class"], error["status"], error["param"],

@@ -488,11 +488,11 @@ def test_the_stage_restarted_after_its_lost_worker_streams_again(
     assert gen["generation"] == 2  # a new worker and engine
     messages: list[Any] = _page_chat(ocr_dir)
     whole = client.chat.completions.create(model="page-chat", messages=messages,
-                                           max_tokens=6, extra_body={"ignore_eos": True},
-                                           **GREEDY)
+                                           max_tokens=6, temperature=0.0,
+                                           extra_body={"ignore_eos": True})
     streamed = list(client.chat.completions.create(
-        model="page-chat", messages=messages, max_tokens=6, stream=True,
-        extra_body={"ignore_eos": True}, **GREEDY))
+        model="page-chat", messages=messages, max_tokens=6, stream=True, temperature=0.0,
+        extra_body={"ignore_eos": True}))
     text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
     assert text == whole.choices[0].message.content and whole.usage is not None
     assert whole.usage.completion_tokens == 6

@@ -221,6 +221,14 @@ def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
         413, "body", "request_too_large"), error
 
 
+def _engine_unfinished(server: Served) -> int:
+    """How many requests tiny's engine still held when a one-token request finished."""
+    answer = httpx.post(f"{server.url}/v1/completions", timeout=300,
+                        headers={"Authorization": f"Bearer {API_KEY}"},
+                        json={"model": "tiny", "prompt": [1, 5], "max_tokens": 1}).json()
+    return int(answer["edge"]["engine_unfinished"])
+
+
 async def _hold(url: str, body: Mapping[str, Any], count: int,
                 while_held: Any) -> Any:
     """Run ``while_held()`` (in a thread) while ``count`` streams of ``body`` are open."""
@@ -277,8 +285,8 @@ def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
             "BadRequestError", 400, "max_tokens", "context_length_exceeded"), result
     assert waited < 30.0  # answered, not left waiting for a slot
     assert held == [8, 8]  # every slot was held while the Python client was answered
-    end = time.monotonic() + 120  # the holders' disconnects free the engine
-    while _stages(server, "tiny")["gen"]["in_flight"]:
+    end = time.monotonic() + 120  # the holders' disconnects free the stage and the engine
+    while _stages(server, "tiny")["gen"]["in_flight"] or _engine_unfinished(server):
         assert time.monotonic() < end
         time.sleep(0.2)
     if package is None:
@@ -333,11 +341,13 @@ def test_a_deadline_that_passes_mid_stream_ends_it_with_an_error_event(
     list(client.completions.create(model="tiny", prompt="edge", max_tokens=1, stream=True,
                                    extra_body={"ignore_eos": True}))
     first = time.monotonic() - started
-    started = time.monotonic()
-    client.completions.create(model="tiny", prompt="edge stage", max_tokens=240,
-                              extra_body={"ignore_eos": True})
-    whole = time.monotonic() - started
-    deadline = round(max(3 * first, whole / 3), 3)
+    wholes = []
+    for _ in range(2):  # the quicker of two: a moment of load elsewhere does not count
+        started = time.monotonic()
+        client.completions.create(model="tiny", prompt="edge stage", max_tokens=240,
+                                  extra_body={"ignore_eos": True})
+        wholes.append(time.monotonic() - started)
+    deadline = round(max(3 * first, min(wholes) / 3), 3)
     case = _case("deadline mid-stream", "completions",
                  {"prompt": "edge stage", "max_tokens": 240, "deadline_s": deadline,
                   **GREEDY}, stream=True)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "t
 from vllm_env import build_tiny_model, ensure_env
 
 API_KEY = "vllm-test-key"
-GRACE_S = 0.5
+GRACE_S = 0.25
 """The server's ``--grace``: the shutdown test's streams outlast it."""
 MAX_MODEL_LEN = 256
 

@@ -79,6 +79,10 @@ class LoadedStage(Protocol):
     dies or stops answering, so that the stage turns ``failed`` at once (contract 1.1);
     ``health()`` returns the worker's health (an object with ``to_dict()``, or a mapping)
     for :meth:`Pipeline.health`. :class:`edge_core.workerstage.WorkerStage` has all three.
+    ``check_params(params)`` raises the request's own fault (an error declaring
+    ``request_fault``, :mod:`edge_contracts.request_faults`) for parameters the stage can
+    refuse without running them; :meth:`Pipeline.check_params` calls it before admission
+    where the caller's parameters reach the stage unchanged (a one-stage pipeline).
     """
 
     @property

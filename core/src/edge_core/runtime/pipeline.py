@@ -255,6 +255,7 @@ class Pipeline:
             WorkerUnresponsive / WorkerGone: the worker stopped answering or died.
             RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
         """
+        self.check_params(params)
         until = None if deadline_s is None else time.monotonic() + deadline_s
         return self._run(inputs, params, until, None)
 
@@ -296,6 +297,7 @@ class Pipeline:
         when the generator finishes or is closed. ``deadline_s`` bounds the whole stream
         (see :meth:`run`).
         """
+        self.check_params(params)
         until = None if deadline_s is None else time.monotonic() + deadline_s
         take_slot(self.admission, until)
         serving = self.lineup.enter()
@@ -329,6 +331,7 @@ class Pipeline:
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
+        self.check_params(params)
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
@@ -336,6 +339,24 @@ class Pipeline:
                       lambda until, rid: self._run(inputs, params, until, rid, admitted=True,
                                                    on_event=on_event),
                       request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
+
+    def check_params(self, params: Mapping[str, Any] | None) -> None:
+        """Refuse, before admission, parameters the stage can tell are the request's fault.
+
+        Where the caller's parameters reach the final stage as they are — a pipeline of
+        one stage (a transform before a later stage merges its own over them) — and that
+        stage's handle has the optional ``check_params(params)``
+        (:class:`edge_core.stage.LoadedStage`), it is called here: what it raises (the
+        request's own fault, e.g. a prompt and ``max_tokens`` that cannot fit a
+        generate stage's context) is raised before any admission slot, stage slot or
+        worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
+        """
+        stages = self.stages
+        if len(stages) != 1:
+            return
+        check = getattr(stages[0].loaded, "check_params", None)
+        if check is not None:
+            check(dict(params or {}))
 
     def health(self) -> dict[str, Any]:
         """The pipeline's health, each stage runtime's and how many replicas serve.

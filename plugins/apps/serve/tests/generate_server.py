@@ -6,7 +6,8 @@ of the OpenAI routes uses one server holding three pipelines loaded together:
 * ``ocr`` — the PP-OCRv4 page pipeline (three ort-cpu stages, ``prepare`` and ``finish``);
 * ``tiny`` — one generate stage: the tiny local Llama on the real vLLM CPU engine
   (context 256 tokens);
-* ``page-chat`` — the OCR stages, then the same model, fed by the transform ``page_chat``.
+* ``page-chat`` — the OCR stages, then the same model, fed by the transform ``page_chat``;
+  its generate stage restarts on failure.
 
 :class:`SharedServer` starts it on first use and hands the same one to every module; a
 test that stops it (the shutdown test) gets the checked closing summary back, and a
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "t
 from vllm_env import build_tiny_model, ensure_env
 
 API_KEY = "vllm-test-key"
-GRACE_S = 0.5
+GRACE_S = 0.25
 """The server's ``--grace``: the shutdown test's streams outlast it."""
 MAX_MODEL_LEN = 256
 
@@ -62,6 +63,7 @@ def write_pipelines(folder: Path, ocr_dir: Path) -> tuple[Path, Path, list[Path]
     page_chat.write_text(ocr.replace('name = "ocr"\n', 'name = "page-chat"\nadmission = 2\n', 1)
                          + '\n[[stages]]\nid = "gen"\n'
                          'input_transform = "edge_ocr_example.prompt:page_chat"\n'
+                         'restart = "on-failure"\n'  # the worker-lost test's stage restarts
                          + _generate_stage(python, model, max_num_seqs=4))
     return python, model, [ocr_dir / "pipeline.toml", tiny, page_chat]
 

@@ -7,12 +7,14 @@ reservation and the device refusal each get their own worker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from edge_contracts.request_faults import RequestFault, fault_of
 from edge_contracts.requests import EventKind
 from edge_core.backend import CancelOutcome
 from edge_core.config.model import RouteConfig
@@ -24,7 +26,7 @@ from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.stage import StageContext
 from edge_vllm_cuda import plugin
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
-from edge_vllm_cuda.stage import GenerateRefused, VllmStage
+from edge_vllm_cuda.stage import RETIRE_MARGIN_S, GenerateRefused, VllmStage
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -138,6 +140,46 @@ def test_malformed_params_are_refused_before_anything_is_sent(generator: Pipelin
     assert stage.outstanding == 0
 
 
+def test_a_request_that_cannot_fit_the_context_is_refused_before_admission(
+        generator: Pipeline) -> None:
+    """With every admission slot taken, a doomed request is still told why (400's error),
+    at once, not refused as if it could have run (429's ResourceUnavailable) nor queued
+    behind the others until its deadline."""
+    taken = 0
+    try:
+        while generator.admission.free:  # every slot, held as running requests would
+            generator.admission.acquire()
+            taken += 1
+        doomed: list[tuple[dict[str, Any], str]] = [
+            ({"prompt_token_ids": [5] * 256, "max_tokens": 2}, "prompt_token_ids"),
+            ({"prompt": "edge", "max_tokens": 100_000}, "max_tokens"),  # fits no prompt
+            ({"prompts": [[1, 5], [5] * 250], "max_tokens": 10}, "max_tokens"),  # 250 + 10
+        ]
+        for params, field in doomed:
+            for attempt in (lambda p=params: generator.submit({}, params=p, deadline_s=30.0),
+                            lambda p=params: generator.run({}, params=p)):
+                started = time.monotonic()
+                with pytest.raises(GenerateRefused) as caught:
+                    attempt()
+                assert time.monotonic() - started < 5.0  # not queued until the deadline
+                assert fault_of(caught.value) == RequestFault("context_length_exceeded",
+                                                              field), caught.value
+        # a request that fits waits for admission as before (refused: it is full)
+        with pytest.raises(ResourceUnavailable):
+            generator.submit({}, params={"prompt_token_ids": [1, 5], "max_tokens": 2})
+        assert generator.admission.used == taken  # the refusals took no slot
+        assert generator.stage("gen").outstanding == 0  # and sent nothing
+    finally:
+        for _ in range(taken):
+            generator.admission.release()
+    follow = generator.run({}, params={"prompt_token_ids": [1, 5, 9], "max_tokens": 2,
+                                       "ignore_eos": True})
+    try:
+        assert len(follow.outputs["token_ids"]) == 2
+    finally:
+        follow.ack()
+
+
 def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
         generator: Pipeline, vllm_python: Path) -> None:
     stage = generator.execution_plan()["stages"][0]
@@ -154,9 +196,12 @@ def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
 
 def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
         pipeline_file: Any) -> None:
-    pipeline = open_pipeline(pipeline_file("closing"))
+    pipeline = open_pipeline(pipeline_file("closing", extra="engine_stop_s = 0.5"))
     try:
         assert pipeline.ledger.reserved("machine:ram") > 0
+        # the worker's window: vLLM's EngineCore gets engine_stop_s, then the margin
+        stage = pipeline.stage("gen").loaded
+        assert stage.retire_graceful_s == 0.5 + RETIRE_MARGIN_S  # type: ignore[attr-defined]
         streamed = [event.data["token_ids"] for event, _ in pipeline.stream(
             {}, params={"prompt_token_ids": [1, 5, 9], "max_tokens": 5, "temperature": 0.0,
                         "ignore_eos": True})]
@@ -166,6 +211,8 @@ def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
     finally:
         summary = pipeline.close()
     assert summary["gen"]["retire"]["verified"] is True
+    # the worker left by itself within its window, its engine core with it (no signal)
+    assert summary["gen"]["retire"]["escalation"] == "graceful", summary["gen"]["retire"]
     assert len(summary["gen"]["retire"]["tree"]) >= 2  # the worker and vLLM's engine core
     assert summary["gen"]["release"] == "released"
     assert pipeline.ledger.reserved("machine:ram") == 0 and pipeline.ledger.is_empty()

@@ -100,6 +100,9 @@ def test_nvidia_smi_output_becomes_gpus_with_vram_pools() -> None:
     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: must be in (0, 1]"),
     ({"max_concurrency": 65}, "above the backend's maximum of 64"),
     ({"device": "rocm"}, "device"),
+    ({"engine_stop_s": 0}, "engine_stop_s: must be in (0, 60] seconds"),
+    ({"engine_stop_s": 61.0}, "engine_stop_s: must be in (0, 60] seconds"),
+    ({"engine_stop_s": True}, "engine_stop_s"),
 ])
 def test_invalid_engine_settings_are_refused_with_their_path(
         model_dir: Path, values: dict[str, object], message: str) -> None:

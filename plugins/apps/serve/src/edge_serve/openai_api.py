@@ -22,7 +22,10 @@ Served fields besides the prompt: ``max_tokens`` (chat: also ``max_completion_to
 list (choice ``i * n + j`` answers prompt ``i``); vLLM's own ``top_k``, ``min_p``,
 ``min_tokens``, ``repetition_penalty``, ``ignore_eos``; and ``deadline_s``. Any other field
 is refused with 400 naming it (``unsupported_parameter``), and what the stage refuses is
-400 naming the field as the client sent it (:mod:`edge_serve.outcomes`).
+400 naming the field as the client sent it (:mod:`edge_serve.outcomes`). What the stage
+can refuse without running it (``Pipeline.check_params``: malformed values, a prompt and
+``max_tokens`` over the context it can count) is refused before the request waits for
+anything, so a doomed request never holds or awaits an admission slot.
 
 ``stream: true`` answers with server-sent events: for a chat first each choice's role,
 then one chunk per token event of a choice, each choice's finish reason in a chunk of its
@@ -37,7 +40,8 @@ counted as outcome ``cancelled``. A deadline (``deadline_s`` in the body, or
 ``X-Edge-Deadline``) does the same when it passes: 504 before the first token, an error
 event after it. Non-streamed answers carry an ``edge`` object: the stage's terminal event
 data (finish reasons, token counts, how many requests the engine still held when it
-finished).
+finished) and the request's placement receipt; in a stream, the finish chunk of the last
+choice to finish carries the receipt.
 """
 
 from __future__ import annotations
@@ -388,6 +392,10 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
                     rename: Callable[[str], str]) -> Response:
     state = _state(request)
     served = generation.served
+    try:  # what the stage can refuse without running: before the queue or any slot
+        served.pipeline.check_params(generation.params)
+    except Exception as exc:  # mapped: a declared fault is 400, else 500
+        raise from_exception(exc, field="params", rename=rename) from None
     served.require_ready()
     claim = await _turn(request, state, generation)  # the admission queue (perfserve)
     deadline = generation.deadline_s

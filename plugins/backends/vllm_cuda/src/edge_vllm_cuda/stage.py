@@ -27,7 +27,7 @@ from edge_vllm_cuda.sampling import (
     parse_generate_params,
 )
 
-__all__ = ["WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
+__all__ = ["RETIRE_MARGIN_S", "WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
 
 WORKER_ENTRY = "edge_vllm_cuda.worker:create"
 _GIB = 1024**3
@@ -41,6 +41,10 @@ class GenerateRefused(GenerateParamsInvalid):
     """
 
 
+
+#: What the worker's shutdown may take beyond the EngineCore's ``engine_stop_s``: vLLM's
+#: kill and clean-up, the engine's loop stopping, the worker's exit (seconds).
+RETIRE_MARGIN_S = 3.0
 
 _DEFAULTS = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_NO_USAGE_STATS": "1",
              "VLLM_DO_NOT_TRACK": "1"}
@@ -72,7 +76,7 @@ def _load_config(options: VllmOptions) -> dict[str, Any]:
         "device": options.device, "model": options.model, "dtype": options.dtype,
         "tensor_parallel_size": options.tensor_parallel_size,
         "enforce_eager": options.enforce_eager, "max_num_seqs": options.max_num_seqs,
-        "seed": options.seed,
+        "seed": options.seed, "engine_stop_s": options.engine_stop_s,
     }
     if options.max_model_len is not None:
         config["max_model_len"] = options.max_model_len
@@ -88,16 +92,19 @@ class VllmStage(WorkerStage):
     gpus: tuple[Gpu, ...] = ()
     admission: threading.Lock
     max_in_flight: int
-    #: How long the worker's own shutdown may take before it is signalled. Where the time
-    #: goes (measured on a loaded 2-core host): vLLM stops its EngineCore process (SIGTERM;
-    #: the core tears its executor and distributed state down in about 1.5 s, then its
-    #: interpreter spends 2-3 s collecting objects; vLLM joins it for at most 5 s, then
-    #: kills it), then the worker ends at once (``exit_after_close``: without it the
-    #: worker's own interpreter teardown took another 2.7-4.7 s), then the supervisor and
-    #: vLLM's resource tracker leave (under 0.5 s). So the window is vLLM's 5 s plus 3 s of
-    #: margin; the whole retirement is bounded by it plus the retire deadline
-    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 8 + 5 = 13 s.
-    retire_graceful_s = 8.0
+    #: How long the worker's own shutdown may take before it is signalled: the options'
+    #: ``engine_stop_s`` plus :data:`RETIRE_MARGIN_S` (set at open; this is the default's).
+    #: Where the time goes (measured on a loaded 2-core host, benchmarks/serve_shutdown.py):
+    #: vLLM SIGTERMs its EngineCore process, whose own teardown — the model runner's KV
+    #: cache, the scheduler, torch.distributed's groups, then its interpreter's exit —
+    #: took 5 s and more, so vLLM's default 5 s join always ended in a kill; the core is
+    #: now killed after ``engine_stop_s`` (default 1 s), its teardown freeing nothing a
+    #: process's end does not. Then the worker ends at once (``exit_after_close``: without
+    #: it the worker's own interpreter teardown took another 2.7-4.7 s), then the
+    #: supervisor and vLLM's resource tracker leave (under 1 s). The whole retirement is
+    #: bounded by this window plus the retire deadline
+    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 1 + 3 + 5 = 9 s.
+    retire_graceful_s = 1.0 + RETIRE_MARGIN_S
     worker_env_names = WORKER_ENV_NAMES
 
     @classmethod
@@ -117,6 +124,7 @@ class VllmStage(WorkerStage):
             device_id=gpus[0].uuid if gpus else None, load_timeout_s=options.load_timeout_s,
         )
         loaded.options = options
+        loaded.retire_graceful_s = options.engine_stop_s + RETIRE_MARGIN_S
         loaded.gpus = gpus
         loaded.admission = threading.Lock()
         loaded.max_in_flight = options.max_concurrency  # the runtime's slots follow it
@@ -164,12 +172,7 @@ class VllmStage(WorkerStage):
         if inputs:
             raise GenerateRefused("inputs", "a generate request carries its prompt in params, "
                                   "not tensors", sorted(inputs))
-        try:
-            self._check_context(parse_generate_params(request.params))
-        except GenerateParamsInvalid as exc:
-            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
-            refused.request_fault = exc.request_fault
-            raise refused from None
+        self.check_params(request.params)
         with self.admission:
             active = self.in_flight()
             if active >= self.options.max_concurrency:
@@ -177,6 +180,25 @@ class VllmStage(WorkerStage):
                     f"stages[{self.context.stage_id}].backend.options.max_concurrency: every "
                     f"slot is in flight ({self.options.max_concurrency}): {active}")
             return self.call(request, inputs)
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """Refuse what is wrong with a request's parameters without sending anything.
+
+        Malformed prompt or sampling parameters, and what does not fit the context and
+        needs no tokenizer to tell (token-id prompts; a ``max_tokens`` no prompt could fit
+        beside). The runtime calls it before admission when the caller's parameters reach
+        this stage as they are (:meth:`edge_core.runtime.pipeline.Pipeline.check_params`),
+        and :meth:`generate` calls it again for every request.
+
+        Raises:
+            GenerateRefused: as :meth:`generate` (each declares its ``request_fault``).
+        """
+        try:
+            self._check_context(parse_generate_params(params))
+        except GenerateParamsInvalid as exc:
+            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
+            refused.request_fault = exc.request_fault
+            raise refused from None
 
     @property
     def max_model_len(self) -> int:

@@ -179,6 +179,8 @@ class VllmHandler(BaseHandler):
         self._platform = ""
         self._max_model_len = 0
         self._vocab_size = 0
+        #: How long vLLM gives its EngineCore to tear itself down before killing it.
+        self._engine_stop_s = 5.0
 
     def versions(self) -> Mapping[str, str]:
         """Versions of vLLM (either distribution) and torch in this interpreter."""
@@ -207,6 +209,7 @@ class VllmHandler(BaseHandler):
         self._thread = threading.Thread(target=loop.run_forever, name="vllm-loop", daemon=True)
         self._thread.start()
         engine_args = {key: config[key] for key in _ENGINE_KEYS if key in config}
+        self._engine_stop_s = float(config.get("engine_stop_s", self._engine_stop_s))
         self._engine = self._run(self._build(engine_args), None)
         engine = self._engine
         self._devices = self._describe_devices(int(config.get("tensor_parallel_size", 1)))
@@ -451,7 +454,8 @@ class VllmHandler(BaseHandler):
         with self._lock:
             pending = [engine_id for ids in self._engine_ids.values() for engine_id in ids]
         try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(engine, pending), loop).result(60.0)
+            asyncio.run_coroutine_threadsafe(
+                self._shutdown(engine, pending, self._engine_stop_s), loop).result(60.0)
         finally:
             loop.call_soon_threadsafe(loop.stop)
             if self._thread is not None:
@@ -462,11 +466,13 @@ class VllmHandler(BaseHandler):
             self._engine = None
 
     @staticmethod
-    async def _shutdown(engine: Any, pending: list[str]) -> None:
+    async def _shutdown(engine: Any, pending: list[str], stop_s: float) -> None:
         if engine is not None:
             if pending:
                 await engine.abort(pending)
-            engine.shutdown()
+            # vLLM SIGTERMs its EngineCore and kills it after ``stop_s``: the core's own
+            # teardown (seconds of freeing what its process's end frees anyway) is cut.
+            engine.shutdown(timeout=stop_s)
         current = asyncio.current_task()
         tasks = [task for task in asyncio.all_tasks() if task is not current]
         for task in tasks:

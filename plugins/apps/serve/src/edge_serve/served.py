@@ -260,7 +260,10 @@ class ServedPipeline:
         slot is then free: submitting does not wait), and awaited through the
         submission's done callback; a small tensor answer is built on the loop, ``finish``
         or a large one on the thread pool. Two thread hops fewer than :meth:`within`.
+        Parameters the stage can tell are the request's fault are refused first, before
+        the request waits in the queue (:meth:`Pipeline.check_params`).
         """
+        self.pipeline.check_params(params)
         loop = asyncio.get_running_loop()
 
         def start(left: float | None) -> asyncio.Future[Submission]:

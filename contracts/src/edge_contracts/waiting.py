@@ -19,6 +19,7 @@ ends. ONNX Runtime makes the same trade for its own intra-op threads
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -113,9 +114,12 @@ class ReadableWait:
     def wait(self, timeout_s: float | None) -> list[tuple[int, int]]:
         """Wait until a descriptor is readable or hung up; return ``(fd, events)`` pairs.
 
-        Empty when ``timeout_s`` passed first.
+        Empty when ``timeout_s`` passed first. Without a budget this is one blocking
+        ``poll`` (a descriptor that is ready already ends it at once).
         """
         poll = self._poll.poll
+        if not self._spin_ns:
+            return poll() if timeout_s is None else poll(max(0, math.ceil(timeout_s * 1000)))
         events = poll(0)
         if events:
             self._observe(0)

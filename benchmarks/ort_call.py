@@ -33,7 +33,14 @@ round trip (history), ``large_overhead_memcpy_ratio`` = (edge - direct) / memcpy
 start (goal ≤ 1.15). Both starts spawn a fresh interpreter and are timed from the spawn
 until the first run is done (the direct one's own in-process part is printed too).
 
-Run: ``.venv/bin/python benchmarks/ort_call.py [--quick]``.
+With ``--page-pipeline build/ocr/pipeline.toml`` (``make demo`` writes it) the run also
+compares the three-stage OCR page pipeline as shipped with the same pipeline with ORT's
+intra-op spinning on in every stage, at 1 and 4 clients in alternating blocks
+(``page_pipeline_spinning_over_shipped_c1``/``_c4``: pages/s ratios, above 1 when
+spinning serves better): with the single-stage figures above, the evidence for the
+stage's session default.
+
+Run: ``.venv/bin/python benchmarks/ort_call.py [--quick] [--page-pipeline TOML]``.
 """
 
 from __future__ import annotations
@@ -321,6 +328,97 @@ def open_stage(bundle: Path, session_config: dict[str, str] | None = None,
     return pipeline, time.perf_counter() - t
 
 
+SPINNING = {"session.intra_op.allow_spinning": "1"}
+
+
+def open_page_pipeline(path: Path, session_config: dict[str, str] | None) -> Pipeline:
+    """The OCR page pipeline of ``path`` (as ``make demo`` writes it) with admission 4.
+
+    ``session_config``: entries added to every ort-cpu stage (none: as shipped). Admission
+    4 lets four clients' pages overlap across the stages (the file's own admission is
+    the serving default's business, not this comparison's).
+    """
+    import tomllib
+
+    from edge_core.runtime.pipeline_files import default_ledger
+
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data["admission"] = 4
+    data["name"] = f"{data['name']}-{'spinning' if session_config else 'shipped'}"
+    for stage in data["stages"]:
+        backend = stage["backend"]
+        if session_config and backend["name"] == "ort-cpu":
+            options = backend.setdefault("options", {})
+            options["session_config"] = {**options.get("session_config", {}),
+                                         **session_config}
+    config = load_pipeline(data, base_dir=path.parent)
+    if not _PLUGINS:
+        _PLUGINS.append(load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}))
+    return Pipeline.open(config, _PLUGINS[0], default_ledger(config, _PLUGINS[0]))
+
+
+def pages_per_s(pipeline: Pipeline, inputs: dict[str, Any], clients: int,
+                pages: int) -> list[float]:
+    """``pages`` pages from ``clients`` threads at once; one sample: seconds per page."""
+    import threading
+
+    counts = [pages // clients + (i < pages % clients) for i in range(clients)]
+
+    def client(count: int) -> None:
+        for _ in range(count):
+            pipeline.run(dict(inputs)).ack()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in counts]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [(time.perf_counter() - started) / pages]
+
+
+def page_pipeline_spinning(path: Path, page: Path, pages: int, blocks: int) -> dict[str, Any]:
+    """The page pipeline as shipped vs with ORT's intra-op spinning on, at 1 and 4 clients.
+
+    Both are open at once (idle workers wait on their sockets); the four (configuration,
+    clients) runs are taken in alternating blocks of ``pages`` pages each. Returns pages/s
+    (median over blocks) and the ratios spinning / shipped at each client count.
+    """
+    from edge_core.config.transforms import resolve_input_transform
+
+    shipped = open_page_pipeline(path, None)
+    try:
+        spinning = open_page_pipeline(path, SPINNING)
+        try:
+            prepare = resolve_input_transform(shipped.config.prepare, "prepare")
+            inputs = dict(prepare(str(page)))
+            runs = {f"{name}_c{clients}": (lambda n, p=pipe, c=clients: [
+                        x for _ in range(n) for x in pages_per_s(p, inputs, c, pages)])
+                    for name, pipe in (("shipped", shipped), ("spinning", spinning))
+                    for clients in (1, 4)}
+            for run in runs.values():
+                run(1)  # warm
+            per_block = dict(zip(runs, interleaved_blocks(list(runs.values()), blocks, blocks),
+                                 strict=True))
+        finally:
+            spinning.close()
+    finally:
+        shipped.close()
+    rate = {k: 1 / p50([x for b in v for x in b]) for k, v in per_block.items()}
+    return {
+        "page_pipeline_pages_per_s": {k: round(v, 2) for k, v in rate.items()},
+        "page_pipeline_spinning_over_shipped_c1": round(
+            rate["spinning_c1"] / rate["shipped_c1"], 3),
+        "page_pipeline_spinning_over_shipped_c4": round(
+            rate["spinning_c4"] / rate["shipped_c4"], 3),
+        "page_pipeline_spinning_over_shipped_c1_ci": rounded(paired_ratio(
+            per_block["shipped_c1"], per_block["spinning_c1"])),
+        "page_pipeline_spinning_over_shipped_c4_ci": rounded(paired_ratio(
+            per_block["shipped_c4"], per_block["spinning_c4"])),
+        "page_pipeline_pages_per_block": pages, "page_pipeline_blocks": blocks,
+    }
+
+
 def rounded(figures: dict[str, float]) -> dict[str, float]:
     """Two decimals for ratios (block counts stay whole)."""
     return {k: v if isinstance(v, int) else round(v, 2) for k, v in figures.items()}
@@ -329,6 +427,11 @@ def rounded(figures: dict[str, float]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--page-pipeline", type=Path, metavar="TOML",
+                        help="also compare the OCR page pipeline (build/ocr/pipeline.toml) "
+                             "as shipped with ORT intra-op spinning on, at 1 and 4 clients")
+    parser.add_argument("--page", type=Path, metavar="PNG",
+                        help="the page it reads (default: page.png beside the pipeline)")
     args = parser.parse_args()
     ensure_bytecode()
     rounds = {"tiny": 2000, "1mib": 100, "64mib": 15, "starts": 7}
@@ -400,6 +503,11 @@ def main() -> None:
         result["stage_start_ms"] = p50(starts) * 1e3
         result["direct_start_ms"] = p50(directs) * 1e3
         result["direct_start_in_process_ms"] = p50(inside) * 1e3
+    if args.page_pipeline is not None:
+        page = args.page or args.page_pipeline.parent / "page.png"
+        extra.update(page_pipeline_spinning(args.page_pipeline, page,
+                                            pages=2 if args.quick else 4,
+                                            blocks=2 if args.quick else 6))
     for key, value in result.items():
         print(f"{key:32s} {value:12.1f}")
     summary = {

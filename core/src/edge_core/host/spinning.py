@@ -197,8 +197,8 @@ class SpinGovernor:
         Runs ``round_trip`` (a ping that ``wait`` waits for) ``2 * rounds`` times after two
         unrecorded ones, alternately with the wait's budget at 0 and at
         :data:`CALIBRATION_SPIN_US`, timed by ``clock`` (nanoseconds); returns
-        :func:`wake_up_us` of the two. The wait's
-        budget is decided afresh afterwards. One measurement at a time: a second caller
+        :func:`wake_up_us` of the two. A governed wait's budget is decided afresh
+        afterwards; any other gets its own back. One measurement at a time: a second caller
         meanwhile gets ``ValueError``.
         """
         with self._lock:
@@ -207,6 +207,7 @@ class SpinGovernor:
             self._measuring = True
         blocking: list[int] = []
         spinning: list[int] = []
+        saved = wait.spin_us
         try:
             round_trip()
             round_trip()
@@ -225,7 +226,7 @@ class SpinGovernor:
                     self._wake_us = wake_up_us(blocking, spinning)
                 self._apply()
                 if wait not in self._waits:
-                    wait.spin_us = 0
+                    wait.spin_us = saved
                 wait.forget()
         return wake_up_us(blocking, spinning)
 

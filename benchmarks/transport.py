@@ -16,6 +16,10 @@ share a core:
 * ``cpu_us_per_call`` = controller plus worker CPU time per round trip of each, and
   ``cpu_per_call_over_mp_pipe`` = edge (as shipped) / Pipe.
 
+Beside them, ``echo_over_mp_pipe_fixed_spin`` is the echo with a fixed 200 µs spin on
+both ends (``EDGE_SPIN_US=200``, the default before spinning was decided by measurement),
+so that one run shows what the decision saves or costs on this host.
+
 The bare socketpair, both edge echoes, the Pipe echo and the pure-Python binary-header
 floor are taken in alternating blocks (their order rotating); each ratio is also given per
 block (medians paired within a block) with a bootstrap 95 % interval over the blocks
@@ -51,6 +55,7 @@ from transport_timing import CpuMeter, interleaved, interleaved_blocks, p50, pai
 
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import SegmentProducer, new_prefix
+from edge_contracts.waiting import DEFAULT_SPIN_US
 from edge_core.host import Route, WorkerClient, start_worker
 from edge_core.host.spinning import governor
 
@@ -151,13 +156,16 @@ def main() -> None:
     client = _start(threshold=256 * 1024)  # spinning as shipped
     decision = governor().decision
     blocking = _start(threshold=256 * 1024, spin_us=0)  # what EDGE_SPIN_US=0 gives
+    fixed = _start(threshold=256 * 1024, spin_us=DEFAULT_SPIN_US)  # what EDGE_SPIN_US=200 gives
     edge_cpu = CpuMeter(client.identity.pid)
     blocking_cpu = CpuMeter(blocking.identity.pid)
+    fixed_cpu = CpuMeter(fixed.identity.pid)
     pipe_cpu = CpuMeter(pipe_echo.pid)
     counter = iter(range(1 << 30))
     try:
         edge_echo(client, 200, tiny, warm=0)
         edge_echo(blocking, 200, tiny, warm=0)
+        edge_echo(fixed, 200, tiny, warm=0)
         per_block = interleaved_blocks(
             [
                 bare_echo.rtt,
@@ -165,14 +173,16 @@ def main() -> None:
                 lambda n: edge_block(blocking, blocking_cpu, n, tiny, next(counter) * 10_000),
                 lambda n: pipe_block(pipe_echo, pipe_cpu, n, tiny),
                 floor_echo.rtt,
+                lambda n: edge_block(fixed, fixed_cpu, n, tiny, next(counter) * 10_000),
             ],
             n_rtt,
             blocks,
         )
-        bare, edge, edge_blocking, pipe, floor_struct = (
+        bare, edge, edge_blocking, pipe, floor_struct, edge_fixed = (
             [x for block in run for x in block] for run in per_block)
         echo_ci = paired_ratio(per_block[1], per_block[3])
         echo_no_spin_ci = paired_ratio(per_block[2], per_block[3])
+        echo_fixed_ci = paired_ratio(per_block[5], per_block[3])
         big = {"x": np.ones(64 * MIB, dtype=np.uint8)}
         edge_echo(client, 3, big, warm=0)
         src = np.ones(64 * MIB, dtype=np.uint8)
@@ -193,6 +203,7 @@ def main() -> None:
     finally:
         client.retire()
         blocking.retire()
+        fixed.retire()
         bare_echo.close()
         pipe_echo.close()
         floor_echo.close()
@@ -208,8 +219,10 @@ def main() -> None:
     print(f"multiprocessing.Pipe echo (float32[4]) p50: {p50(pipe) * 1e6:8.1f} us"
           f"  (n={len(pipe)}; per block: "
           + ", ".join(f"{p50(b) * 1e6:.1f}" for b in per_block[3]) + ")")
+    print(f"edge worker echo, fixed {DEFAULT_SPIN_US} us spin p50: {p50(edge_fixed) * 1e6:8.1f} us")
     print(f"CPU per round trip, both processes: edge {edge_cpu.per_call_us:.1f} us,"
-          f" edge no spin {blocking_cpu.per_call_us:.1f} us, Pipe {pipe_cpu.per_call_us:.1f} us")
+          f" edge no spin {blocking_cpu.per_call_us:.1f} us, fixed spin"
+          f" {fixed_cpu.per_call_us:.1f} us, Pipe {pipe_cpu.per_call_us:.1f} us")
     shm_mem = shm_copyto(64 * MIB, n_big * 2)
     print(f"edge echo 64 MiB (shm) p50: {p50(echo64) * 1e3:8.2f} ms  (n={len(echo64)})")
     print(f"np.copyto 64 MiB p50:       {p50(mem) * 1e3:8.2f} ms  (n={len(mem)})")
@@ -262,8 +275,11 @@ def main() -> None:
         echo_over_mp_pipe_ci=echo_ci,
         echo_over_mp_pipe_no_spin=p50(edge_blocking) / p50(pipe),
         echo_over_mp_pipe_no_spin_ci=echo_no_spin_ci,
+        echo_over_mp_pipe_fixed_spin=p50(edge_fixed) / p50(pipe),
+        echo_over_mp_pipe_fixed_spin_ci=echo_fixed_ci,
         echo_over_binary_floor=p50(edge) / p50(floor_struct),
         cpu_us_per_call={"edge": edge_cpu.per_call_us, "edge_no_spin": blocking_cpu.per_call_us,
+                         "edge_fixed_spin": fixed_cpu.per_call_us,
                          "mp_pipe": pipe_cpu.per_call_us},
         cpu_per_call_over_mp_pipe=edge_cpu.per_call_us / pipe_cpu.per_call_us,
         spin={"spin_us": decision.spin_us, "reason": decision.reason,

@@ -118,7 +118,8 @@ class ServingLineup:
             serving.holds -= 1
             if serving.holds <= 0:
                 self._idle.notify_all()
-        self.first_answered.set()
+        if not self.first_answered.is_set():  # set takes a lock and notifies: once is enough
+            self.first_answered.set()
 
     def switch(self, serving: Serving) -> Serving:
         """Make ``serving`` current for requests that start from now on; return the old."""

@@ -434,7 +434,7 @@ def main() -> None:
                         help="the page it reads (default: page.png beside the pipeline)")
     args = parser.parse_args()
     ensure_bytecode()
-    rounds = {"tiny": 2000, "1mib": 100, "64mib": 15, "starts": 7}
+    rounds = {"tiny": 2000, "1mib": 100, "64mib": 25, "starts": 7}
     if args.quick:
         rounds = {"tiny": 200, "1mib": 20, "64mib": 5, "starts": 1}
     result: dict[str, float] = {}

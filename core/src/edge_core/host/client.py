@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
@@ -456,7 +456,7 @@ class WorkerClient:
         try:
             # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
-            params = cast(JSONObject, request.params)
+            params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
             ids = (_OP_TEXT[request.operation], request.request_id, request.stage_id,
                    request.epoch, self.generation)
             if gone or not self._binary:
@@ -635,7 +635,8 @@ class WorkerClient:
         header = frame.header
         # A FrameHeader's meta is always frozen (a JSONObject); several keys are read
         # here, so through a view whose lookups run in C.
-        meta: Mapping[str, Any] = cast(JSONObject, header.meta).view()
+        frozen: JSONObject = header.meta  # type: ignore[assignment]  # (no cast call)
+        meta: Mapping[str, Any] = frozen.view()
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -64,7 +65,19 @@ def interleaved_all(
     runs: list[Callable[[int], list[float]]], n: int, blocks: int
 ) -> list[list[float]]:
     """``n`` samples of each of ``runs``, in blocks whose order rotates every block."""
-    out: list[list[float]] = [[] for _ in runs]
+    return [[x for block in per_run for x in block]
+            for per_run in interleaved_blocks(runs, n, blocks)]
+
+
+def interleaved_blocks(
+    runs: list[Callable[[int], list[float]]], n: int, blocks: int
+) -> list[list[list[float]]]:
+    """Like :func:`interleaved_all`, but each run's samples kept per block.
+
+    ``result[run][block]`` are the samples of ``run`` taken in ``block``; the runs of one
+    block saw the same moment of the host, so per-block ratios pair them.
+    """
+    out: list[list[list[float]]] = [[] for _ in runs]
     size = max(1, n // blocks)
     for block in range(blocks):
         order = list(range(len(runs)))
@@ -72,5 +85,28 @@ def interleaved_all(
         if block % 2:
             order.reverse()
         for index in order:
-            out[index].extend(runs[index](size))
+            out[index].append(runs[index](size))
     return out
+
+
+def paired_ratio(
+    numerator: list[list[float]], denominator: list[list[float]],
+    minus: list[list[float]] | None = None, resamples: int = 2000,
+) -> dict[str, float]:
+    """Per-block ratio of medians, ``(num - minus) / den``: median and bootstrap 95 % interval.
+
+    Each block's medians are paired (taken at the same moment of the host); the median of
+    the per-block ratios is the figure, and resampling the blocks (seeded, so the same
+    samples always give the same interval) gives its interval.
+    """
+    ratios = []
+    for index, (num, den) in enumerate(zip(numerator, denominator, strict=True)):
+        less = statistics.median(minus[index]) if minus is not None else 0.0
+        ratios.append((statistics.median(num) - less) / statistics.median(den))
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(resamples))
+    return {"median": statistics.median(ratios),
+            "ci95_low": medians[int(0.025 * resamples)],
+            "ci95_high": medians[int(0.975 * resamples) - 1],
+            "blocks": len(ratios)}

@@ -157,3 +157,25 @@ def test_over_a_socket_frames_written_back_to_back_are_all_read() -> None:
             reader.read()
     finally:
         right.close()
+
+
+def test_drained_says_whether_the_last_receive_took_everything_the_stream_held():
+    left, right = socket.socketpair()
+    try:
+        reader = FrameReader(left.recv_into, LIMITS, buffer_bytes=4096)
+        assert not reader.drained  # nothing received yet
+        right.sendall(frame_bytes("a", b"12") + frame_bytes("b", b"34"))
+        assert reader.read().header.request_id == "a"
+        assert reader.drained and reader.buffered  # one receive took both frames
+        assert reader.read().header.request_id == "b"
+        assert reader.drained and not reader.buffered
+        # A payload larger than the buffer is read straight into its own buffer, up to
+        # the frame's end: the bytes behind it are still in the stream.
+        right.sendall(frame_bytes("big", bytes(10_000)) + frame_bytes("c", b"5"))
+        assert reader.read().header.request_id == "big"
+        assert not reader.drained
+        assert reader.read().header.request_id == "c"
+        assert reader.drained
+    finally:
+        left.close()
+        right.close()

@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from edge_contracts.waiting import DEFAULT_SPIN_US, SPIN_ENV, ReadableWait, spin_us_from_env
+from edge_contracts.waiting import (
+    DEFAULT_SPIN_US,
+    SPIN_ENV,
+    ReadableWait,
+    spin_override_us,
+    spin_us_from_env,
+)
 
 
 @pytest.fixture
@@ -124,3 +130,30 @@ def test_spin_budget_from_the_environment(monkeypatch, raw, expected):
     else:
         monkeypatch.setenv(SPIN_ENV, raw)
     assert spin_us_from_env() == expected
+
+
+def test_budget_can_be_changed_and_history_forgotten(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 0)
+    assert not wait.spinning
+    wait.spin_us = 150
+    assert wait.spin_us == 150 and wait.spinning
+    with pytest.raises(ValueError, match="spin_us"):
+        wait.spin_us = -5
+    timer = threading.Timer(0.01, b.send, args=(b"x",))  # far over the budget
+    timer.start()
+    assert wait.wait(5.0)
+    timer.join()
+    assert not wait.spinning
+    wait.forget()
+    assert wait.spinning
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, None), ("0", 0), ("x", None),
+                                               ("250", 250), ("999999999", 100_000)])
+def test_override_is_none_when_unset(monkeypatch, raw, expected):
+    if raw is None:
+        monkeypatch.delenv(SPIN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SPIN_ENV, raw)
+    assert spin_override_us() == expected

@@ -15,7 +15,10 @@ checked before the payload buffer is allocated.
 
 Because bytes can wait in the buffer, a caller that polls the socket must first ask
 :attr:`FrameReader.buffered`: a frame may be complete in the buffer while the socket
-has nothing more to read.
+has nothing more to read. :attr:`FrameReader.drained` says whether the last receive
+took everything the stream held at that instant (it filled less than the room it was
+given), so that a caller who must see every frame already sent before it acts can skip
+a poll right after such a read.
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ class FrameReader:
     Not thread-safe: one thread reads at a time (the channel's read role).
     """
 
-    __slots__ = ("_binary", "_buffer", "_end", "_header_cap", "_io_cap", "_limits",
-                 "_recv_into", "_start", "_view")
+    __slots__ = ("_binary", "_buffer", "_drained", "_end", "_header_cap", "_io_cap",
+                 "_limits", "_recv_into", "_start", "_view")
 
     def __init__(
         self,
@@ -76,11 +79,22 @@ class FrameReader:
         self._view = memoryview(self._buffer)
         self._start = 0
         self._end = 0
+        self._drained = False
 
     @property
     def buffered(self) -> bool:
         """True when bytes of a frame wait in the buffer (read them before polling)."""
         return self._end > self._start
+
+    @property
+    def drained(self) -> bool:
+        """True when the last receive filled less than the room it offered.
+
+        The stream then held no more bytes at that instant: every frame sent before it
+        is in the buffer (or was read). False before the first receive and after a
+        payload read straight into its own buffer (which may stop at the frame's end).
+        """
+        return self._drained
 
     def read(self) -> Frame:
         """Read and check the next frame.
@@ -125,6 +139,7 @@ class FrameReader:
         if buffered == payload_len:  # all here already (small frames): one copy out
             # parse_header checked payload_len against the header's inline bytes
             return prechecked_frame(header, bytearray(head))
+        self._drained = False  # read exactly to the frame's end: more may wait
         return Frame(header, receive_payload(self._recv_into, payload_len, head))
 
     def _have(self, wanted: int, part: str) -> None:
@@ -163,6 +178,8 @@ class FrameReader:
 
     def _recv(self, view: memoryview, part: str) -> int:
         count = self._recv_into(view)
-        if not 0 <= count <= len(view):
-            raise WireError(part, count, f"recv_into must return 0..{len(view)} bytes")
+        room = len(view)
+        if not 0 <= count <= room:
+            raise WireError(part, count, f"recv_into must return 0..{room} bytes")
+        self._drained = count < room
         return count

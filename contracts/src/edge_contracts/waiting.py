@@ -9,35 +9,57 @@ blocks, and only while the waits it has recently seen were short: an exponential
 weighted average of observed waits above the budget turns the spin off (a 5 ms inference
 is waited for with a blocking poll), and it turns back on by itself when waits shorten.
 
-The CPU spent is therefore bounded by ``spin_ns`` per wait and is only spent where it
-pays. ``spin_ns = 0`` disables spinning. ONNX Runtime makes the same trade for its own
-intra-op threads (``session.intra_op.allow_spinning``). Standard library only.
+The CPU spent is therefore bounded by ``spin_ns`` per wait. ``spin_ns = 0`` disables
+spinning. How large the budget is, and whether there is one at all, is decided by whoever
+owns the wait: the controller sizes its own from the measured wake-up cost and the cores
+its workers share (``edge_core.host.spinning``); :data:`SPIN_ENV` overrides that on both
+ends. ONNX Runtime makes the same trade for its own intra-op threads
+(``session.intra_op.allow_spinning``). Standard library only.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
 
-__all__ = ["DEFAULT_SPIN_US", "SPIN_ENV", "ReadableWait", "spin_us_from_env"]
+__all__ = [
+    "DEFAULT_SPIN_US",
+    "MAX_SPIN_US",
+    "SPIN_ENV",
+    "ReadableWait",
+    "spin_override_us",
+    "spin_us_from_env",
+]
 
 SPIN_ENV = "EDGE_SPIN_US"
-"""Environment variable overriding the default spin budget (microseconds; 0 disables)."""
+"""Environment variable overriding the spin budget on both ends (microseconds; 0 disables)."""
 
 DEFAULT_SPIN_US = 200
-"""Default spin budget per wait: a few wake-up latencies, far below a model call."""
+"""The largest spin budget chosen without :data:`SPIN_ENV`: a few slow wake-ups."""
 
-_MAX_SPIN_US = 100_000
+MAX_SPIN_US = 100_000
+"""The largest budget accepted anywhere (an override above it is clipped to it)."""
+
 _WEIGHT = 0.25  # of the newest observation in the running average
+
+
+def spin_override_us() -> int | None:
+    """The budget :data:`SPIN_ENV` sets (clipped to :data:`MAX_SPIN_US`); None when unset.
+
+    A value that is not a non-negative integer counts as unset.
+    """
+    raw = os.environ.get(SPIN_ENV)
+    if raw is None or not raw.strip().isdigit():
+        return None
+    return min(int(raw), MAX_SPIN_US)
 
 
 def spin_us_from_env(default: int = DEFAULT_SPIN_US) -> int:
     """Return the spin budget from :data:`SPIN_ENV`, else ``default`` (bad values: default)."""
-    raw = os.environ.get(SPIN_ENV)
-    if raw is None or not raw.strip().isdigit():
-        return default
-    return min(int(raw), _MAX_SPIN_US)
+    override = spin_override_us()
+    return default if override is None else override
 
 
 class ReadableWait:
@@ -53,16 +75,31 @@ class ReadableWait:
 
     """
 
-    __slots__ = ("_average_ns", "_poll", "_spin_ns")
+    __slots__ = ("__weakref__", "_average_ns", "_poll", "_spin_ns")
 
     def __init__(self, fd: int, spin_us: int, wake_fd: int | None = None) -> None:
-        if type(spin_us) is not int or not 0 <= spin_us <= _MAX_SPIN_US:
-            raise ValueError(f"spin_us: must be an integer in 0..{_MAX_SPIN_US}: {spin_us!r}")
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
         if wake_fd is not None:
             self._poll.register(wake_fd, select.POLLIN)
-        self._spin_ns = spin_us * 1000
+        self._spin_ns = 0
+        self._average_ns = 0.0
+        self.spin_us = spin_us
+
+    @property
+    def spin_us(self) -> int:
+        """The spin budget per wait in microseconds (0: always block at once)."""
+        return self._spin_ns // 1000
+
+    @spin_us.setter
+    def spin_us(self, value: int) -> None:
+        """Set the budget (takes effect at the next wait; the wait history is kept)."""
+        if type(value) is not int or not 0 <= value <= MAX_SPIN_US:
+            raise ValueError(f"spin_us: must be an integer in 0..{MAX_SPIN_US}: {value!r}")
+        self._spin_ns = value * 1000
+
+    def forget(self) -> None:
+        """Drop the wait history, so that the next wait spins if there is a budget."""
         self._average_ns = 0.0
 
     @property
@@ -77,9 +114,12 @@ class ReadableWait:
     def wait(self, timeout_s: float | None) -> list[tuple[int, int]]:
         """Wait until a descriptor is readable or hung up; return ``(fd, events)`` pairs.
 
-        Empty when ``timeout_s`` passed first.
+        Empty when ``timeout_s`` passed first. Without a budget this is one blocking
+        ``poll`` (a descriptor that is ready already ends it at once).
         """
         poll = self._poll.poll
+        if not self._spin_ns:
+            return poll() if timeout_s is None else poll(max(0, math.ceil(timeout_s * 1000)))
         events = poll(0)
         if events:
             self._observe(0)

@@ -35,6 +35,12 @@ prefix it was given): a dead controller cannot, and they would outlive both othe
 Before each request, the loop reads every frame already waiting, so that a ``cancel``
 (one request, or an epoch fence for a stage) is applied before fenced work starts: a
 queued request of a fenced epoch is answered CANCELLED without reaching the handler.
+When the request was read just now by a receive that took everything the channel held
+(:attr:`~edge_contracts.frame_reader.FrameReader.drained`) and nothing ran since, the
+frames already waiting are those in the read buffer, and no poll is made; a frame sent
+after that receive is one that arrived while the request ran. Without a spin budget the
+loop waits for the next frame in the receive itself (a blocking socket), not in a poll
+first: a small request then costs the worker one receive and one send.
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
 
@@ -143,6 +149,9 @@ class _Server:
         self._poll.register(sock, select.POLLIN)
         self._frames = FrameReader(sock.recv_into, self.limits)
         self._next_frame = ReadableWait(sock.fileno(), boot.spin_us)
+        # no spin budget and a blocking socket: the receive itself waits (one system
+        # call per frame instead of a poll and a receive)
+        self._wait_in_recv = not boot.spin_us and os.get_blocking(sock.fileno())
         self._producer: SegmentProducer | None = None
         self._consumer: SegmentConsumer | None = None
         self._packer: TensorPacker | None = None
@@ -313,8 +322,13 @@ class _Server:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _readable(self) -> bool:
-        return self._frames.buffered or bool(self._poll.poll(0))
+    def _readable(self, fresh: bool) -> bool:
+        """True when a frame waits: in the read buffer, or (unless ``fresh``) the socket.
+
+        ``fresh``: the last receive drained the socket and nothing ran since, so any
+        frame already waiting is in the buffer.
+        """
+        return self._frames.buffered or (not fresh and bool(self._poll.poll(0)))
 
     def _read_one(self) -> bool:
         """Read and dispatch one frame; False at end of stream."""
@@ -430,27 +444,35 @@ class _Server:
 
     def serve(self) -> int:
         """Serve frames until shutdown or end of stream; return the exit status."""
+        frames = self._frames
+        fresh = False  # the last receive drained the socket and nothing has run since
         try:
             while not self._stop:
                 if self._pending:
-                    while self._readable() and not self._stop:
+                    while self._readable(fresh) and not self._stop:
                         if not self._read_one():
                             self._orphaned = True
                             return 0
+                        fresh = fresh and frames.drained
                     if self._pending and not self._stop:
                         if self._heartbeat is not None:
                             self._heartbeat.wake()
                         self._executing = True
+                        fresh = False
                         try:
                             self._execute(self._pending.popleft())
                         finally:
                             self._executing = False
                 else:
-                    if not self._frames.buffered:  # a frame may wait in the read buffer
+                    # a frame may wait in the read buffer; without a spin budget the
+                    # receive in _read_one waits for the socket itself
+                    from_socket = not frames.buffered
+                    if from_socket and not self._wait_in_recv:
                         self._next_frame.wait(None)  # spins briefly while requests come fast
                     if not self._read_one():
                         self._orphaned = True
                         return 0
+                    fresh = frames.drained and (from_socket or fresh)
             return 0
         finally:
             self._close()

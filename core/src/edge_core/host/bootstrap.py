@@ -42,7 +42,7 @@ from edge_contracts.shm import (
     new_prefix,
     sweep,
 )
-from edge_contracts.waiting import spin_us_from_env
+from edge_contracts.waiting import MAX_SPIN_US
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
 from edge_contracts.worker_protocol import BootConfig, boot_frame
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
@@ -55,6 +55,7 @@ from edge_core.host.identity import ProcessIdentity
 from edge_core.host.leftovers import sweep_once
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
+from edge_core.host.spinning import worker_spin_us
 from edge_core.host.staging import stage_packages
 from edge_core.host.supervisor import supervisor_argv
 
@@ -129,8 +130,12 @@ def start_worker(
         shm_max_buffers: per-producer cap on retained segments (each side).
         max_io_bytes: cap on the tensor bytes of one frame, both ways.
         spin_us: how long either end polls without sleeping for the next frame before it
-            blocks (adaptive: only while recent waits were shorter; 0 disables; default
-            :data:`~edge_contracts.waiting.SPIN_ENV` or 200 µs).
+            blocks (adaptive: only while recent waits were shorter; 0 disables). Default
+            (None): :data:`~edge_contracts.waiting.SPIN_ENV` on both ends when set; else
+            the worker never spins and the controller's budget is decided by
+            measurement (:mod:`edge_core.host.spinning`: 0 where its processes share
+            too few cores or waking is cheap; the first such worker of the process
+            measures the wake-up cost with a few pings).
         stdout: where the worker's stdout goes (default: the controller's stderr, so
             that the controller's stdout carries only its own output).
         stderr: where the worker's stderr goes (default: inherited).
@@ -156,9 +161,9 @@ def start_worker(
     unknown = sorted(required - supported)
     if unknown:
         raise BootstrapRefused("features", "not supported by this controller", unknown)
-    spin = spin_us_from_env() if spin_us is None else spin_us
-    if type(spin) is not int or not 0 <= spin <= 100_000:
-        raise BootstrapRefused("spin_us", "must be an integer in 0..100000", spin)
+    spin = worker_spin_us() if spin_us is None else spin_us
+    if type(spin) is not int or not 0 <= spin <= MAX_SPIN_US:
+        raise BootstrapRefused("spin_us", f"must be an integer in 0..{MAX_SPIN_US}", spin)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
     use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
@@ -266,9 +271,10 @@ def start_worker(
         worker_prefix=worker_prefix,
         threshold=shm_threshold,
         staged=staged,
-        spin_us=spin,
+        spin_us=None if spin_us is None else spin,
     )
     track(client)  # retired at interpreter exit if nobody closes it
+    client.measure_wake_up()  # once per process, where the budget depends on it
     return client
 
 

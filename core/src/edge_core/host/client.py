@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
@@ -72,6 +72,7 @@ from edge_core.host.liveness import monitor
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
+from edge_core.host.spinning import governor
 
 __all__ = ["WorkerClient"]
 
@@ -121,7 +122,7 @@ class WorkerClient:
         worker_prefix: str | None,
         threshold: int,
         staged: Path | None,
-        spin_us: int = 0,
+        spin_us: int | None = 0,
     ) -> None:
         self.route = route
         self.generation = require_int(generation, "worker.generation")  # sent unchecked
@@ -226,6 +227,24 @@ class WorkerClient:
         with DeviceLock(device_id, timeout_s=lock_timeout_s):
             loaded = self.load(load_config, timeout_s=timeout_s)
             return loaded, self.warmup(warmup_config, timeout_s=timeout_s)
+
+    def measure_wake_up(self) -> float | None:
+        """Measure the wake-up cost on this channel if the spin governor needs it.
+
+        Only for a channel the governor sizes (``spin_us=None`` at start) and only while
+        the process has no measurement (see :mod:`edge_core.host.spinning`); returns the
+        wake-up cost in µs, else None. A failed ping ends the measurement, leaving the
+        budget at 0; what failed is left to the next call to report (a worker is never
+        lost to its own measurement).
+        """
+        spins = governor()
+        wait = self._reader.lead_wait
+        if not self._reader.governed or not spins.wants_measurement():
+            return None
+        try:
+            return spins.measure(lambda: self.ping(timeout_s=5.0), wait)
+        except Exception:  # any failure: no measurement (see the docstring)
+            return None
 
     def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
         """Round-trip a ping through the worker's loop; return its answer.
@@ -437,7 +456,7 @@ class WorkerClient:
         try:
             # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
-            params = cast(JSONObject, request.params)
+            params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
             ids = (_OP_TEXT[request.operation], request.request_id, request.stage_id,
                    request.epoch, self.generation)
             if gone or not self._binary:
@@ -616,7 +635,8 @@ class WorkerClient:
         header = frame.header
         # A FrameHeader's meta is always frozen (a JSONObject); several keys are read
         # here, so through a view whose lookups run in C.
-        meta: Mapping[str, Any] = cast(JSONObject, header.meta).view()
+        frozen: JSONObject = header.meta  # type: ignore[assignment]  # (no cast call)
+        meta: Mapping[str, Any] = frozen.view()
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from edge_contracts.waiting import ReadableWait
+from edge_core.host.spinning import governor
 
 __all__ = ["HANDOVER", "LINGER_S", "ChannelReader"]
 
@@ -77,7 +78,9 @@ class ChannelReader:
             are read before the socket is polled (the socket may have nothing more).
         gone: builds the error raised to a waiter when the channel has ended and its
             queue is empty.
-        spin_us: spin budget of each wait for the socket (0: never spin).
+        spin_us: spin budget of each wait for the socket (0: never spin); None: the
+            process's :func:`~edge_core.host.spinning.governor` sizes it, counting this
+            channel as one of its workers until :meth:`close`.
         name: the background thread's name.
 
     """
@@ -89,7 +92,7 @@ class ChannelReader:
         gone: Callable[[], BaseException],
         *,
         buffered: Callable[[], bool] = lambda: False,
-        spin_us: int,
+        spin_us: int | None,
         name: str,
     ) -> None:
         self._fd = fd
@@ -99,7 +102,10 @@ class ChannelReader:
         self._nudge_r, self._nudge_w = os.pipe()
         os.set_blocking(self._nudge_r, False)
         os.set_blocking(self._nudge_w, False)
-        self._lead_wait = ReadableWait(fd, spin_us, wake_fd=self._nudge_r)
+        self._lead_wait = ReadableWait(fd, spin_us or 0, wake_fd=self._nudge_r)
+        self._governed = spin_us is None
+        if self._governed:
+            governor().attach(self._lead_wait)
         self._role = threading.Lock()
         self._guard = threading.Lock()  # taken directly on the per-call path (no wrapper)
         self._cv = threading.Condition(self._guard)
@@ -118,6 +124,16 @@ class ChannelReader:
     def closing(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closing
+
+    @property
+    def governed(self) -> bool:
+        """True when the process's spin governor sizes this channel's budget."""
+        return self._governed
+
+    @property
+    def lead_wait(self) -> ReadableWait:
+        """The wait a leading caller spends for the socket (its budget, its history)."""
+        return self._lead_wait
 
     @property
     def ended(self) -> bool:
@@ -272,6 +288,8 @@ class ChannelReader:
         with self._cv:
             if self._closing:
                 return self._quiet
+            if self._governed:
+                governor().detach(self._lead_wait)
             self._closing = True
             self._ended = True
             self._cv.notify_all()

@@ -51,6 +51,11 @@ Transform = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
 def split_carry(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Separate a transform's output into the stage's inputs and the carried values."""
+    for key in data:
+        if key.startswith(CARRY_PREFIX):
+            break
+    else:  # the usual case: nothing carried (a copy, without a comprehension per call)
+        return dict(data), {}
     inputs = {k: v for k, v in data.items() if not k.startswith(CARRY_PREFIX)}
     carry = {k: v for k, v in data.items() if k.startswith(CARRY_PREFIX)}
     return inputs, carry

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -69,35 +70,47 @@ class DeadlineTimer:
     """Runs actions at ``time.monotonic()`` deadlines, each on a short-lived thread.
 
     One thread per controller process keeps a heap of pending deadlines and sleeps until
-    the earliest; scheduling costs a heap push (the thread is woken only when the new
-    deadline is the earliest). An expired action runs on a thread of its own, because it
-    may retire a worker (seconds); expiries are rare, calls are not.
+    the earliest; scheduling costs a heap push under a plain lock (the thread is woken only
+    when the new deadline is the earliest). The thread starts with the first deadline and
+    again in a forked child (which has none). An expired action runs on a thread of its
+    own, because it may retire a worker (seconds); expiries are rare, calls are not.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # taken directly on the per-call path (no wrapper)
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._order = itertools.count()
-        self._thread: threading.Thread | None = None
+        self._started = False  # the thread runs (in this process) from then on
         self._compact_at = 1024
 
     def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
         """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
         handle = TimerHandle(when, action)
-        with self._cond:
-            if len(self._heap) >= self._compact_at:  # most are cancelled: calls ended in time
-                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
-                heapq.heapify(self._heap)
-                self._compact_at = max(1024, 2 * len(self._heap))
-            earliest = not self._heap or when < self._heap[0][0]
-            heapq.heappush(self._heap, (when, next(self._order), handle))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="edge-deadlines",
-                                                daemon=True)
-                self._thread.start()
+        with self._lock:
+            heap = self._heap
+            if len(heap) >= self._compact_at:  # most are cancelled: calls ended in time
+                heap = self._heap = [entry for entry in heap if not entry[2].cancelled]
+                heapq.heapify(heap)
+                self._compact_at = max(1024, 2 * len(heap))
+            earliest = not heap or when < heap[0][0]
+            heapq.heappush(heap, (when, next(self._order), handle))
+            if not self._started:
+                threading.Thread(target=self._run, name="edge-deadlines", daemon=True).start()
+                self._started = True
             elif earliest:
                 self._cond.notify()
         return handle
+
+    def forked(self) -> None:
+        """In a forked child: no thread runs there; the next :meth:`schedule` starts one.
+
+        The parent's deadlines are not the child's: they are dropped.
+        """
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._heap = []
+        self._started = False
 
     def _run(self) -> None:
         while True:
@@ -124,6 +137,8 @@ class DeadlineTimer:
 
 
 _TIMER = DeadlineTimer()
+if hasattr(os, "register_at_fork"):  # POSIX: the child has no timer thread
+    os.register_at_fork(after_in_child=_TIMER.forked)
 
 
 def timer() -> DeadlineTimer:

@@ -182,7 +182,12 @@ class ReplicaSet:
 
     def owner_of(self, inputs: Mapping[str, Any]) -> StageRuntime | None:
         """The replica that owns an input buffer among ``inputs`` (the first found), if any."""
-        if not inputs or not any(r.made_input_buffers for r in self.runtimes):
+        if not inputs:
+            return None
+        for made in self.runtimes:  # a loop, not any(generator): no frame per replica
+            if made.made_input_buffers:
+                break
+        else:
             return None  # the common case costs one attribute read per replica
         for value in inputs.values():
             for runtime in self.runtimes:

@@ -102,6 +102,8 @@ class ServingLineup:
         self.current = serving
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._idle_waiters = 0  # threads in wait_idle: leave notifies only then
+        self._answered = False  # first_answered is set (read without a call)
         self.first_answered = threading.Event()
         """Set once the first request's result was acknowledged."""
 
@@ -116,9 +118,11 @@ class ServingLineup:
         """The request that entered ``serving`` is done (its result acknowledged)."""
         with self._lock:
             serving.holds -= 1
-            if serving.holds <= 0:
+            if serving.holds <= 0 and self._idle_waiters:
                 self._idle.notify_all()
-        self.first_answered.set()
+        if not self._answered:  # set takes a lock and notifies: once is enough
+            self._answered = True
+            self.first_answered.set()
 
     def switch(self, serving: Serving) -> Serving:
         """Make ``serving`` current for requests that start from now on; return the old."""
@@ -130,9 +134,13 @@ class ServingLineup:
         """Wait until no request holds ``serving``; False when ``timeout_s`` passed first."""
         end = time.monotonic() + timeout_s
         with self._lock:
-            while serving.holds > 0:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-            return True
+            self._idle_waiters += 1
+            try:
+                while serving.holds > 0:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._idle.wait(left)
+                return True
+            finally:
+                self._idle_waiters -= 1

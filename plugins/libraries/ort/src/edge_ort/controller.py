@@ -52,9 +52,10 @@ __all__ = [
 ]
 
 def _spec(array: Any) -> tuple[str, tuple[int, ...]]:
+    # str() of a DType (a StrEnum) is its value, without the enum's Python-level property
     if type(array) is np.ndarray:  # its shape is a tuple of ints already
-        return dtype_of(array).value, array.shape
-    return dtype_of(array).value, tuple(int(d) for d in array.shape)
+        return str(dtype_of(array)), array.shape
+    return str(dtype_of(array)), tuple(int(d) for d in array.shape)
 
 
 def _shares(providers: Mapping[str, Any]) -> dict[str, ProviderShare]:

@@ -49,9 +49,11 @@ DEFAULT_SESSION_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": 
 ONNX Runtime's intra-op threads spin after each run, which pays when one session owns its
 cores. Here every stage is a worker process sharing the machine with the other stages'
 workers and the controller: idle pools spinning steal the cores the busy stage needs.
-Measured on the 2-vCPU development machine: the three-stage OCR pipeline takes 137 ms
-per image without the spin against 235 ms with it (detect 57 vs 90 ms, recognize 70 vs
-136 ms); a one-stage 1 MiB call 430 to 480 vs 585 to 600 µs; a 64 MiB call about the same.
+Chosen by measurement against what a user runs instead (``benchmarks/ort_call.py``, in
+alternating blocks of one run): the three-stage OCR page pipeline with spinning on in
+every stage against it off, at 1 and 4 clients (``--page-pipeline``), and the 64 MiB
+zero-copy call of one stage with and without it against a plain default
+``InferenceSession``; the figures are in benchmarks/RESULTS.md (``ort_call``).
 """
 
 

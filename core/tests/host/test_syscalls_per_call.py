@@ -1,0 +1,95 @@
+"""System calls per small call, counted with strace: the per-call path stays lean.
+
+A ``multiprocessing.Pipe`` echo costs each side one send and one or two receives per
+round trip. The edge echo (no spin budget, ``EDGE_SPIN_US=0``) must stay near that: the
+worker's loop receives and sends (it waits in the receive itself and polls nothing after
+a receive that drained the socket), and the calling thread sends, polls the socket
+(together with the channel's wake-up pipe, which a cancel or deadline needs) and
+receives. Counts, not timings: the same on a loaded machine as on a quiet one.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import WORKERS
+
+CALLS = 300
+
+CHILD = r"""
+import os, sys
+import numpy as np
+from edge_contracts.requests import Operation, StageRequest
+from edge_core.host import Route, start_worker
+
+route = Route.default("echo", "edge_test_workers:echo", python_path=(sys.argv[1],))
+client = start_worker(route, generation=1, spin_us=0)
+tiny = {"x": np.arange(4, dtype=np.float32)}
+
+def call(i):
+    delivery = client.submit(StageRequest(f"r{i}", "s0", 0, 1, Operation.RUN), tiny).next()
+    delivery.release()
+    assert delivery.terminal and delivery.error is None, delivery.error
+
+try:
+    for i in range(50):
+        call(i)
+    os.write(2, b"CALLS-START\n")
+    for i in range(int(sys.argv[2])):
+        call(1000 + i)
+    os.write(2, b"CALLS-END\n")
+finally:
+    assert client.retire(deadline_s=10.0).verified
+"""
+
+LINE = re.compile(r"^(\d+)\s+(?:<\.\.\. )?([a-z_0-9]+)[( ]")
+
+
+def _strace_works() -> bool:
+    if shutil.which("strace") is None:
+        return False
+    probe = subprocess.run(
+        ["strace", "-f", "-o", os.devnull, sys.executable, "-c", "pass"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _strace_works(), reason="strace is missing or may not trace here")
+def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.txt"
+    env = {**os.environ, "EDGE_SPIN_US": "0"}
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), sys.executable, "-c", CHILD,
+         str(WORKERS), str(CALLS)],
+        check=True, env=env, capture_output=True, timeout=300,
+    )
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "CALLS-START" in line)
+    end = next(i for i, line in enumerate(lines) if "CALLS-END" in line)
+    caller = lines[start].split()[0]
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in lines[start + 1 : end]:
+        match = LINE.match(line)
+        if match and "resumed>" not in line:
+            counts[match.group(1)][match.group(2)] += 1
+    mine = counts.pop(caller)
+    # the worker's loop thread: the other thread that sent an event per call (a receive
+    # that began before the first mark is counted by the line of its start: not here)
+    loop = max(counts.values(), key=lambda c: c["sendmsg"])
+    per_call = {"caller": sum(mine.values()) / CALLS, "worker": sum(loop.values()) / CALLS}
+    assert loop["sendmsg"] >= CALLS and mine["sendmsg"] >= CALLS, (per_call, loop, mine)
+    # the worker: one receive and one send (was four: a poll before the receive and a
+    # zero-timeout poll after it)
+    assert per_call["worker"] <= 2.05, (per_call, loop)
+    # the caller: one send, one poll, one receive
+    assert per_call["caller"] <= 3.05, (per_call, mine)

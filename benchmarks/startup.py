@@ -205,7 +205,10 @@ def main() -> None:
                    "after_first_ever": open_seconds(ever),
                    "after_stored": open_seconds(stored)},
         "p50_ms": {name: round(value * 1e3, 1) for name, value in medians.items()},
-        "baseline_edge": args.baseline_edge,
+        # what the older side is, by its own --version (never a path of this machine)
+        "baseline_edge": (subprocess.run([args.baseline_edge, "--version"], capture_output=True,
+                                         text=True, check=False).stdout.strip()
+                          if args.baseline_edge else None),
     }))
 
 

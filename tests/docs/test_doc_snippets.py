@@ -34,7 +34,27 @@ Three kinds of page:
   and then its shell blocks run in the distribution's folder, in order: ``edge plugins``
   lists it and the conformance kit passes, from the command line and from pytest.
 
-``test_block_counts`` prints how many blocks of each class there are.
+Beyond the docs/ pages:
+
+* **Command pages** (:data:`COMMAND_PAGES`: core/README.md, the OCR example's and the
+  backend template's READMEs) run their shell and Python blocks as a walk-through does,
+  in a fresh folder of their own (the template's in a copy of the template): what they
+  build, they build. Their ``pip install`` lines meet :data:`PIP_SHIM`, the stand-in at
+  the network boundary: named distributions are checked to be installed here (extras
+  included), a local folder not installed yet is built and installed for real into the
+  page's own ``site`` folder.
+* ``<!-- doc-test: given NAME -->`` before a block runs the context :data:`CONTEXTS`
+  names around it (what the fragment takes as given: an open pipeline, a folder of
+  scans), so that a reference fragment runs as printed; ```` ```sh run ```` blocks of a
+  reference page run too (:func:`test_the_reference_commands_run`).
+* **Every page** (:data:`ALL_PAGES`): every fenced block has a language, and each block
+  of commands or code (:data:`COMMAND_LANGS`) is run, or marked syntax-only or excluded
+  with its reason (:func:`test_every_command_block_is_run_or_marked`, which prints the
+  count of each class); a syntax-only block is parsed, the modules and names it imports
+  exist where installed, and its ``edge`` commands exist and take its options
+  (``--help``); docs/hooks.md's generated signatures are the hookspecs' own.
+
+``test_block_counts`` prints how many blocks of each class the walk-throughs have.
 """
 
 from __future__ import annotations

@@ -574,25 +574,57 @@ def _edge_help(words: tuple[str, ...], env: dict[str, str]) -> str:
     raise AssertionError(f"edge {' '.join(words)}: no such command")
 
 
-def check_edge_options(block: Block, env: dict[str, str]) -> int:
-    """Every ``edge`` command of ``block``: its command exists and takes each option."""
+def _command_starts(words: list[str], names: set[str]) -> list[int]:
+    """Where a command named one of ``names`` starts (first word, or after ``&&`` ...)."""
+    return [i for i, w in enumerate(words)
+            if re.split(r"[/\\]", w)[-1] in names
+            and all(re.fullmatch(r"[A-Za-z_]+=.*", v) for v in itertools.takewhile(
+                lambda v: v not in {"&&", "||", ";", "|", "&"}, reversed(words[:i])))]
+
+
+def _python_help(args: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
+    """``python SCRIPT.py ...`` (a script of the checkout) or ``python -m MODULE ...``."""
+    if args[:1] == ["-m"] and len(args) > 1:
+        target, rest = ["-m", args[1]], args[2:]
+    elif args and args[0].endswith(".py") and (ROOT / args[0]).is_file():
+        target, rest = [str(ROOT / args[0])], args[1:]
+    else:
+        return None
+    if target[0] == "-m" and target[1] in {"pip", "venv", "pytest"}:
+        return None
+    shown = subprocess.run([sys.executable, *target, "--help"], capture_output=True,
+                           text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    assert shown.returncode == 0, f"python {' '.join(target)} --help: {shown.stderr[-2000:]}"
+    return shown.stdout, rest
+
+
+def check_command_options(block: Block, env: dict[str, str]) -> int:
+    """Every ``edge`` command of ``block`` (its command exists) and every ``python``
+    script or module of the checkout it runs: each takes the options the block gives it
+    (as its ``--help`` lists them). Returns how many commands were checked."""
     checked = 0
     for line in _logical_lines(block):
         words = [w.strip("[]|") for w in shlex.split(line)]
-        starts = [i for i, w in enumerate(words)
-                  if re.split(r"[/\\]", w)[-1] in {"edge", "edge.exe"}
-                  and all(re.fullmatch(r"[A-Za-z_]+=.*", v) for v in itertools.takewhile(
-                      lambda v: v not in {"&&", "||", ";", "|", "&"}, reversed(words[:i])))]
-        if not starts:
-            continue
-        args = words[starts[0] + 1:]
-        command = tuple(itertools.takewhile(lambda w: re.fullmatch(r"[a-z][a-z-]*", w), args))
-        shown = _edge_help(command[:2], env)
-        for word in args:
+        for start in _command_starts(words, {"edge", "edge.exe"}):
+            args = words[start + 1:]
+            command = tuple(itertools.takewhile(
+                lambda w: re.fullmatch(r"[a-z][a-z-]*", w) is not None, args))
+            name, shown = f"edge {' '.join(command[:2])}", _edge_help(command[:2], env)
+            break
+        else:
+            for start in _command_starts(words, {"python", "python3", "python.exe"}):
+                found = _python_help(words[start + 1:], env)
+                if found is not None:
+                    shown, args = found
+                    name = " ".join(words[start:start + 3])
+                    break
+            else:
+                continue
+        for word in itertools.takewhile(lambda w: w not in {"&&", "||", ";", "|"}, args):
             option = word.split("=")[0]
             if option.startswith("--"):
                 assert re.search(rf"{re.escape(option)}(?![\w-])", shown), (
-                    f"{block.where}: edge {' '.join(command[:2])} has no option {option}")
+                    f"{block.where}: {name} has no option {option}")
         checked += 1
     return checked
 
@@ -629,7 +661,7 @@ CHECKED = [b for page in ALL_PAGES for b in command_blocks(page) if b.kind == "s
 def test_a_checked_only_block_is_checked_as_far_as_this_machine_allows(block: Block) -> None:
     """Parsed; its imports and names exist; its ``edge`` commands take its options."""
     if block.lang in {"bat", "cmd"}:
-        assert check_edge_options(block, _user_env(Path(sys.executable).parent)), block.where
+        assert check_command_options(block, _user_env(Path(sys.executable).parent)), block.where
         return
     if block.lang == "console":
         script = "\n".join(_logical_lines(block))
@@ -640,7 +672,7 @@ def test_a_checked_only_block_is_checked_as_far_as_this_machine_allows(block: Bl
         _check_syntax(block)
     if block.lang == "python":
         check_imports(block)
-    check_edge_options(block, _user_env(Path(sys.executable).parent))
+    check_command_options(block, _user_env(Path(sys.executable).parent))
 
 
 HOOK_BLOCKS = [b for b in command_blocks(HOOKS) if b.kind == "hook"]

@@ -123,7 +123,8 @@ class Block:
     lang: str
     text: str
     info: str = ""  # the fence's words after the language (``run``)
-    kind: str = "run"  # run, syntax-only, excluded, file, shown (not a command)
+    kind: str = "run"  # run, syntax-only, excluded, file, shown (not a command);
+    # command_blocks adds hook (a generated signature) and unmarked (no test runs it)
     reason: str = ""
     expects: list[str] = field(default_factory=list)
     path: str = ""

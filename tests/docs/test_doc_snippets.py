@@ -34,25 +34,49 @@ Three kinds of page:
   and then its shell blocks run in the distribution's folder, in order: ``edge plugins``
   lists it and the conformance kit passes, from the command line and from pytest.
 
-``test_block_counts`` prints how many blocks of each class there are.
+Beyond the docs/ pages:
+
+* **Command pages** (:data:`COMMAND_PAGES`: core/README.md, the OCR example's and the
+  backend template's READMEs) run their shell and Python blocks as a walk-through does,
+  in a fresh folder of their own (the template's in a copy of the template): what they
+  build, they build. Their ``pip install`` lines meet :data:`PIP_SHIM`, the stand-in at
+  the network boundary: named distributions are checked to be installed here (extras
+  included), a local folder not installed yet is built and installed for real into the
+  page's own ``site`` folder.
+* ``<!-- doc-test: given NAME -->`` before a block runs the context :data:`CONTEXTS`
+  names around it (what the fragment takes as given: an open pipeline, a folder of
+  scans), so that a reference fragment runs as printed; ```` ```sh run ```` blocks of a
+  reference page run too (:func:`test_the_reference_commands_run`).
+* **Every page** (:data:`ALL_PAGES`): every fenced block has a language, and each block
+  of commands or code (:data:`COMMAND_LANGS`) is run, or marked syntax-only or excluded
+  with its reason (:func:`test_every_command_block_is_run_or_marked`, which prints the
+  count of each class); a syntax-only block is parsed, the modules and names it imports
+  exist where installed, and its ``edge`` commands exist and take its options
+  (``--help``); docs/hooks.md's generated signatures are the hookspecs' own.
+
+``test_block_counts`` prints how many blocks of each class the walk-throughs have.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
+GUIDE = DOCS / "authoring.md"
 FENCE = re.compile(r"^```python run[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 #: Pages whose shell and Python blocks are run (see the module docstring).
@@ -61,9 +85,10 @@ WALKTHROUGHS = [ROOT / "README.md", DOCS / "getting-started.md",
 SHELL = {"sh", "bash", "shell"}
 RUNNABLE = SHELL | {"python"}
 BLOCK = re.compile(
-    r"((?:^<!-- doc-test: [^\n]*-->[ \t]*\n)*)^```([A-Za-z]*)[^\n]*\n(.*?)^```[ \t]*$",
+    r"((?:^<!-- doc-test: [^\n]*-->[ \t]*\n)*)^```([A-Za-z]*)([^\n]*)\n(.*?)^```[ \t]*$",
     re.MULTILINE | re.DOTALL)
-MARKER = re.compile(r"<!-- doc-test: (exclude|syntax-only|expect|write|append) ?(.*?) ?-->")
+MARKER = re.compile(
+    r"<!-- doc-test: (exclude|syntax-only|expect|write|append|given) ?(.*?) ?-->")
 REASON = re.compile(r"^\((.+)\)$")
 BLOCK_TIMEOUT_S = 900
 
@@ -97,11 +122,14 @@ class Block:
     line: int
     lang: str
     text: str
-    kind: str = "run"  # run, syntax-only, excluded, file, shown (not a command)
+    info: str = ""  # the fence's words after the language (``run``)
+    kind: str = "run"  # run, syntax-only, excluded, file, shown (not a command);
+    # command_blocks adds hook (a generated signature) and unmarked (no test runs it)
     reason: str = ""
     expects: list[str] = field(default_factory=list)
     path: str = ""
     append: bool = False
+    given: str = ""
 
     @property
     def where(self) -> str:
@@ -113,13 +141,15 @@ def walkthrough_blocks(page: Path) -> list[Block]:
     text = page.read_text(encoding="utf-8")
     found = []
     for match in BLOCK.finditer(text):
-        markers, lang, body = match.group(1), match.group(2).lower(), match.group(3)
+        markers, lang, body = match.group(1), match.group(2).lower(), match.group(4)
         line = text.count("\n", 0, match.start(2)) + 1
-        block = Block(page, line, lang, body,
+        block = Block(page, line, lang, body, info=match.group(3).strip(),
                       kind="run" if lang in RUNNABLE else "shown")
         for kind, argument in MARKER.findall(markers):
             if kind == "expect":
                 block.expects.append(argument)
+            elif kind == "given":
+                block.given = argument
             elif kind in {"write", "append"}:
                 block.kind, block.path, block.append = "file", argument, kind == "append"
             else:
@@ -135,6 +165,104 @@ def walkthrough_blocks(page: Path) -> list[Block]:
 def blocks(page: Path) -> list[str]:
     """The ``python run`` blocks of a reference page, in order."""
     return FENCE.findall(page.read_text(encoding="utf-8"))
+
+
+#: What a fragment marked ``<!-- doc-test: given NAME -->`` takes as given: Python run
+#: before it (and after it, to use what it defined), in the page's working directory.
+#: Real components throughout: the packaged ``add_relu`` graph on ONNX Runtime's CPU.
+CONTEXTS: dict[str, tuple[str, str]] = {
+    # docs/runtime.md: "open_pipeline('pipeline.toml')" and an input named x.
+    "pipeline.toml": (r"""
+from pathlib import Path as _Path
+from edge_ort.bundles import EXAMPLE_X as image, write_add_relu_bundle
+write_add_relu_bundle(_Path("net"))
+_Path("pipeline.toml").write_text(
+    'name = "net"\n[[stages]]\nid = "s"\nmanifest = "net"\nbackend = { name = "ort-cpu" }\n')
+""", ""),
+    # docs/cancellation.md: a pipeline already open, closed (and its ledger checked) after.
+    "an open pipeline": ("""
+from pathlib import Path as _Path
+from edge_core.config import load_pipeline as _load
+from edge_core.ledger import ResourceLedger as _Ledger
+from edge_core.plugins import load_plugins as _plugins
+from edge_core.pools import probe_host as _host
+from edge_core.runtime import Pipeline as _Pipeline
+from edge_ort.bundles import EXAMPLE_X as image, write_add_relu_bundle
+_ledger = _Ledger.from_topology(_host().topology())
+pipeline = _Pipeline.open(_load({"name": "doc", "stages": [{"id": "s", "manifest": str(
+    write_add_relu_bundle(_Path("open"))), "backend": {"name": "ort-cpu"}}]}),
+    _plugins(), _ledger)
+""", """
+assert submission.cancel().value == "already-finished"
+pipeline.close()
+assert _ledger.is_empty()
+"""),
+    # docs/runtime.md's fan-out transform, called on 37 crops.
+    "a crop chunker": ("""
+import numpy as _np
+def chunk_crops(previous, source):
+    crops, sizes, start = previous["crops"], [], 0
+    while start < len(crops):
+        size = min(16, 1 << (len(crops) - start).bit_length() - 1)
+        sizes.append(crops[start:start + size])
+        start += size
+    return sizes, previous["boxes"]
+""", """
+_made = crops_to_recognize({"crops": _np.zeros((37, 3, 48, 320), _np.float32),
+                            "boxes": _np.zeros((37, 4, 2))}, {})
+assert isinstance(_made, Fanout)
+assert [len(item["x"]) for item in _made.items] == [16, 16, 4, 1]
+assert _made.carry["carry:boxes"].shape == (37, 4, 2)
+"""),
+    # core/README.md: a folder holding a graph and its example input, to make a bundle of.
+    "models/net": ("""
+from pathlib import Path
+import numpy as np
+from edge_ort.bundles import EXAMPLE_X, write_add_relu_graph
+Path("models/net").mkdir(parents=True)
+write_add_relu_graph(Path("models/net"))
+np.savez("models/net/x.npz", x=EXAMPLE_X)
+""", ""),
+    # docs/serve.md: a request fault declared on an error type is a 400 with its code.
+    "the server's error mapping": ("", """
+from edge_serve.outcomes import describe as _describe, from_exception as _answer
+_refusal = _answer(ContextLengthExceeded("asks for 100000 tokens"))
+assert _refusal.status == 400, _refusal.status
+assert _describe(_refusal)["error"]["code"] == "context_length_exceeded"
+"""),
+    # docs/fixtures.md: another fixtures file (a copy of the shipped one).
+    "other.json": ("""
+import json
+from edge_contracts.conformance import load_fixtures
+with open("other.json", "w", encoding="utf-8") as file:
+    json.dump(load_fixtures(), file)
+""", ""),
+    # examples/ocr/README.md: a folder of scans (the demo page, written alone).
+    "scans/": ("""
+import subprocess, sys
+from pathlib import Path
+Path("scans").mkdir()
+subprocess.run([sys.executable, "-m", "edge_ocr_example.make_image", "scans/page.png"],
+               check=True)
+""", ""),
+}
+
+
+def _given(block: Block) -> tuple[str, str]:
+    if not block.given:
+        return "", ""
+    assert block.given in CONTEXTS, f"{block.where}: no doc-test context {block.given!r}"
+    return CONTEXTS[block.given]
+
+
+def page_script(page: Path) -> str:
+    """A reference page's ``python run`` blocks as one script, each with its context."""
+    parts = []
+    for block in walkthrough_blocks(page):
+        if block.lang == "python" and block.info == "run":
+            before, after = _given(block)
+            parts += [before, block.text, after]
+    return "\n\n".join(part for part in parts if part)
 
 
 PAGES = sorted(p for p in DOCS.glob("*.md") if blocks(p))
@@ -231,6 +359,41 @@ def test_every_walkthrough_page_exists(page: Path) -> None:
     assert page.is_file(), page
 
 
+def _check_syntax(block: Block) -> None:
+    if block.lang in SHELL:
+        check = subprocess.run(["bash", "-n", "-c", block.text], capture_output=True,
+                               text=True, check=False)
+        assert check.returncode == 0, f"{block.where}: {check.stderr}"
+    elif block.lang == "python":
+        compile(block.text, block.where, "exec")
+
+
+def _run_blocks(page: Path, work: Path, env: dict[str, str]) -> int:
+    """Run ``page``'s blocks in ``work`` as the module docstring says; how many ran."""
+    ran = 0
+    for block in walkthrough_blocks(page):
+        if block.kind == "file":
+            _write(block, work)
+        elif block.kind == "syntax-only":
+            _check_syntax(block)
+        elif block.kind == "run":
+            before, after = _given(block)
+            if block.lang == "python":
+                block = replace(block, text=f"{before}\n{block.text}\n{after}")
+            elif before or after:  # a shell block's context runs as Python around it
+                block = replace(block, text=(
+                    f"python - <<'CONTEXT'\n{before}\nCONTEXT\n{block.text}\n"
+                    f"python - <<'CONTEXT'\n{after}\nCONTEXT\n"))
+            done = _run(block, work, env)
+            assert done.returncode == 0, (
+                f"{block.where} exited {done.returncode}:\n{block.text}\n--- stdout\n"
+                f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-4000:]}")
+            for text in block.expects:
+                assert text in done.stdout, f"{block.where}: {text!r} not in\n{done.stdout}"
+            ran += 1
+    return ran
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in WALKTHROUGHS if p.is_file()],
                          ids=[p.name for p in WALKTHROUGHS if p.is_file()])
@@ -241,26 +404,324 @@ def test_the_walkthrough_runs(page: Path, demo_build: Path, tmp_path: Path) -> N
     venv = Path(sys.prefix)
     (work / ".venv").symlink_to(venv, target_is_directory=True)
     env = _user_env(Path(sys.executable).parent)
-    ran = 0
+    assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+
+
+#: Pages of the distributions and examples whose shell and Python blocks run as a
+#: walk-through's do, in a fresh working directory of their own (not ``make demo``'s
+#: build: what they build, they build), and the folder their relative paths start from.
+COMMAND_PAGES = {
+    ROOT / "core" / "README.md": "work",
+    ROOT / "examples" / "ocr" / "README.md": "work",
+    ROOT / "examples" / "third_party_backend" / "README.md": "template",
+}
+
+#: ``pip`` for the command pages: the stand-in at the network boundary (the docs'
+#: ``pip install`` of unpublished distributions cannot reach an index here). A name is
+#: checked to be installed in this environment, with its extras' requirements; a local
+#: folder already installed (the workspace's editable installs) is checked the same way,
+#: and any other is built and installed for real (``--no-deps``) into the page's own
+#: ``site`` folder, which is on the page's ``PYTHONPATH``.
+PIP_SHIM = """
+import re, subprocess, sys, tomllib
+from importlib import metadata
+from pathlib import Path
+
+args = sys.argv[1:]
+assert args and args[0] == "install", f"pip shim: only 'pip install', not {args}"
+for arg in args[1:]:
+    if arg in {"-e", "--editable"}:
+        continue
+    assert not arg.startswith("-"), f"pip shim: option {arg} not understood"
+    spec = re.fullmatch(r"(.+?)(?:\\[(.+)\\])?", arg)
+    where, extras = spec.group(1), (spec.group(2) or "").split(",")
+    local = Path(where)
+    if where.startswith((".", "/")) or (local / "pyproject.toml").is_file():
+        name = tomllib.loads((local / "pyproject.toml").read_text())["project"]["name"]
+    else:
+        local, name = None, where
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        assert local is not None, f"pip shim: {name} is not installed here"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--no-index", "--no-build-isolation", "--target", "SITE",
+                        str(local)], check=True)
+        print(f"installed {name} from {local} into SITE")
+        continue
+    for extra in filter(None, extras):
+        wanted = [r for r in dist.requires or ()
+                  if extra in re.findall(r"extra == .([A-Za-z0-9_.-]+).", r)]
+        assert wanted, f"pip shim: {name} has no extra {extra!r}"
+        for requirement in wanted:
+            metadata.version(re.match(r"[A-Za-z0-9_.-]+", requirement).group(0))
+    print(f"{name} {dist.version}: already installed")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(COMMAND_PAGES),
+                         ids=[str(p.relative_to(ROOT)) for p in sorted(COMMAND_PAGES)])
+def test_the_command_page_runs(page: Path, tmp_path: Path) -> None:
+    if COMMAND_PAGES[page] == "template":  # its blocks run in a copy of the template
+        work = tmp_path / "template"
+        shutil.copytree(page.parent, work, ignore=shutil.ignore_patterns(
+            "build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    else:  # the checkout's examples/ beside what the page builds (pip install -e ...)
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    site = tmp_path / "site"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pip").write_text(f"#!{sys.executable}\n" +
+                              PIP_SHIM.replace("SITE", str(site)), encoding="utf-8")
+    (shim / "pip").chmod(0o755)
+    env = _user_env(Path(sys.executable).parent)
+    env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = str(site)
+    assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+
+
+#: Fence languages that hold commands or code a reader runs.
+COMMAND_LANGS = RUNNABLE | {"console", "zsh", "bat", "cmd", "powershell", "ps1", "py",
+                            "pycon"}
+#: Every Markdown page of the repository, but what tools and builds leave in it.
+SKIPPED_DIRS = {"build", "dist", "node_modules", "__pycache__"}
+ALL_PAGES = sorted(
+    p for p in ROOT.rglob("*.md")
+    if not any(part.startswith(".") or part in SKIPPED_DIRS or part.endswith(".egg-info")
+               for part in p.relative_to(ROOT).parts[:-1]))
+HOOKS = DOCS / "hooks.md"
+#: Pages whose every command block a test of their own runs or checks.
+RUN_WHOLE = {*WALKTHROUGHS, *COMMAND_PAGES, GUIDE, HOOKS}
+INDENTED_FENCE = re.compile(r"^[ \t]+```([A-Za-z]*)", re.MULTILINE)
+
+
+def command_blocks(page: Path) -> list[Block]:
+    """``page``'s blocks of commands or code, each classed as the docstring says.
+
+    ``run`` (a test runs it), ``syntax-only``, ``excluded``, ``file``, ``hook`` (a
+    generated hook signature), or ``unmarked``: a block no test runs and no marker
+    explains (a ``python`` block of a reference page without ``run``, a ``console`` or
+    ``bat`` block without a marker).
+    """
+    found = []
     for block in walkthrough_blocks(page):
-        if block.kind == "file":
-            _write(block, work)
-        elif block.kind == "syntax-only":
-            if block.lang in SHELL:
-                check = subprocess.run(["bash", "-n", "-c", block.text], capture_output=True,
-                                       text=True, check=False)
-                assert check.returncode == 0, f"{block.where}: {check.stderr}"
+        if block.lang not in COMMAND_LANGS and block.kind != "bad-marker":
+            continue
+        if block.kind == "run" and page not in RUN_WHOLE and block.info != "run":
+            block.kind = "unmarked"
+        elif block.kind == "run" and page == HOOKS:
+            block.kind = "hook"
+        elif block.kind == "shown":
+            block.kind = "unmarked"
+        found.append(block)
+    return found
+
+
+def test_every_command_block_is_run_or_marked(request: pytest.FixtureRequest) -> None:
+    """A block of commands or code added to any page is run, or marked with its reason."""
+    assert ROOT / "README.md" in ALL_PAGES and GUIDE in ALL_PAGES
+    every = [b for page in ALL_PAGES for b in command_blocks(page)]
+    counts = {kind: sum(b.kind == kind for b in every)
+              for kind in ("run", "file", "hook", "syntax-only", "excluded")}
+    line = "command blocks of every page: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+    unlabelled = [b.where for page in ALL_PAGES for b in walkthrough_blocks(page)
+                  if not b.lang]
+    assert not unlabelled, f"fenced blocks without a language (say text, sh, ...): {unlabelled}"
+    indented = [f"{p.relative_to(ROOT)}: {lang or '(none)'}" for p in ALL_PAGES
+                for lang in INDENTED_FENCE.findall(p.read_text(encoding="utf-8"))
+                if lang.lower() in COMMAND_LANGS]
+    assert not indented, f"indented command fences are not found by the runners: {indented}"
+    bad = [f"{b.where}: {b.reason}" for b in every if b.kind == "bad-marker"]
+    assert not bad, f"unknown doc-test markers: {bad}"
+    unmarked = [f"{b.where} ({b.lang})" for b in every if b.kind == "unmarked"]
+    assert not unmarked, (
+        "blocks no test runs: make them ```python run```, or mark them "
+        f"<!-- doc-test: syntax-only (REASON) --> / exclude (REASON): {unmarked}")
+    unexplained = [b.where for b in every if b.kind in {"syntax-only", "excluded"}
+                   and not b.reason]
+    assert not unexplained, f"a syntax-only or excluded block must say why: {unexplained}"
+    givens = [b.where for b in every if b.given and b.given not in CONTEXTS]
+    assert not givens, f"unknown doc-test contexts: {givens}"
+
+
+def _logical_lines(block: Block) -> list[str]:
+    lines = []
+    text = block.text
+    if block.lang == "console":  # a transcript: the commands are the lines after "$ "
+        text = "\n".join(re.findall(r"^\$ ((?:.*\\\n)*.*)", text, re.MULTILINE))
+    if block.lang in {"bat", "cmd"}:
+        text = text.replace("\\", "/")
+    for line in text.replace("\\\n", " ").splitlines():
+        with contextlib.suppress(ValueError):
+            lines.append(shlex.split(line, comments=True))
+    return [" ".join(shlex.quote(word) for word in words) for words in lines if words]
+
+
+def _edge_help(words: tuple[str, ...], env: dict[str, str]) -> str:
+    edge = str(Path(sys.executable).with_name("edge"))
+    for end in range(len(words), 0 if words else -1, -1):
+        shown = subprocess.run([edge, *words[:end], "--help"], capture_output=True,
+                               text=True, env=env, timeout=120, check=False)
+        if shown.returncode == 0:
+            return shown.stdout
+    raise AssertionError(f"edge {' '.join(words)}: no such command")
+
+
+def _command_starts(words: list[str], names: set[str]) -> list[int]:
+    """Where a command named one of ``names`` starts (first word, or after ``&&`` ...)."""
+    return [i for i, w in enumerate(words)
+            if re.split(r"[/\\]", w)[-1] in names
+            and all(re.fullmatch(r"[A-Za-z_]+=.*", v) for v in itertools.takewhile(
+                lambda v: v not in {"&&", "||", ";", "|", "&"}, reversed(words[:i])))]
+
+
+def _python_help(args: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
+    """``python SCRIPT.py ...`` (a script of the checkout) or ``python -m MODULE ...``."""
+    if args[:1] == ["-m"] and len(args) > 1:
+        target, rest = ["-m", args[1]], args[2:]
+    elif args and args[0].endswith(".py") and (ROOT / args[0]).is_file():
+        target, rest = [str(ROOT / args[0])], args[1:]
+    else:
+        return None
+    if target[0] == "-m" and target[1] in {"pip", "venv", "pytest"}:
+        return None
+    shown = subprocess.run([sys.executable, *target, "--help"], capture_output=True,
+                           text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    assert shown.returncode == 0, f"python {' '.join(target)} --help: {shown.stderr[-2000:]}"
+    return shown.stdout, rest
+
+
+def check_command_options(block: Block, env: dict[str, str]) -> int:
+    """Every ``edge`` command of ``block`` (its command exists) and every ``python``
+    script or module of the checkout it runs: each takes the options the block gives it
+    (as its ``--help`` lists them). Returns how many commands were checked."""
+    checked = 0
+    for line in _logical_lines(block):
+        words = [w.strip("[]|") for w in shlex.split(line)]
+        for start in _command_starts(words, {"edge", "edge.exe"}):
+            args = words[start + 1:]
+            command = tuple(itertools.takewhile(
+                lambda w: re.fullmatch(r"[a-z][a-z-]*", w) is not None, args))
+            name, shown = f"edge {' '.join(command[:2])}", _edge_help(command[:2], env)
+            break
+        else:
+            for start in _command_starts(words, {"python", "python3", "python.exe"}):
+                found = _python_help(words[start + 1:], env)
+                if found is not None:
+                    shown, args = found
+                    name = " ".join(words[start:start + 3])
+                    break
             else:
-                compile(block.text, block.where, "exec")
-        elif block.kind == "run":
-            done = _run(block, work, env)
+                continue
+        for word in itertools.takewhile(lambda w: w not in {"&&", "||", ";", "|"}, args):
+            option = word.split("=")[0]
+            if option.startswith("--"):
+                assert re.search(rf"{re.escape(option)}(?![\w-])", shown), (
+                    f"{block.where}: {name} has no option {option}")
+        checked += 1
+    return checked
+
+
+#: Modules a checked-only block may import that this machine has not installed.
+NOT_INSTALLED_HERE = {"vllm", "torch", "onnxruntime_directml", "qai_hub"}
+
+
+def check_imports(block: Block) -> None:
+    """The modules ``block`` imports exist, and so do the names it takes from them."""
+    import ast
+    import importlib
+    import importlib.util
+
+    for node in ast.walk(ast.parse(block.text)):
+        if isinstance(node, ast.Import):
+            wanted = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            wanted = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        for module, name in wanted:
+            if importlib.util.find_spec(module.split(".")[0]) is None:
+                assert module.split(".")[0] in NOT_INSTALLED_HERE, f"{block.where}: {module}"
+                continue
+            loaded = importlib.import_module(module)
+            assert name is None or hasattr(loaded, name), f"{block.where}: {module}.{name}"
+
+
+CHECKED = [b for page in ALL_PAGES for b in command_blocks(page) if b.kind == "syntax-only"]
+
+
+@pytest.mark.parametrize("block", CHECKED, ids=[b.where for b in CHECKED])
+def test_a_checked_only_block_is_checked_as_far_as_this_machine_allows(block: Block) -> None:
+    """Parsed; its imports and names exist; its ``edge`` commands take its options."""
+    if block.lang in {"bat", "cmd"}:
+        assert check_command_options(block, _user_env(Path(sys.executable).parent)), block.where
+        return
+    if block.lang == "console":
+        script = "\n".join(_logical_lines(block))
+        check = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True,
+                               check=False)
+        assert check.returncode == 0, f"{block.where}: {check.stderr}"
+    else:
+        _check_syntax(block)
+    if block.lang == "python":
+        check_imports(block)
+    check_command_options(block, _user_env(Path(sys.executable).parent))
+
+
+HOOK_BLOCKS = [b for b in command_blocks(HOOKS) if b.kind == "hook"]
+
+
+def test_the_hook_reference_shows_the_real_hookspecs() -> None:
+    """docs/hooks.md's signatures parse, and each is its hookspec's, name and parameters."""
+    import ast
+    import inspect
+
+    from edge_core import hookspecs
+
+    assert len(HOOK_BLOCKS) >= 10
+    shown = set()
+    for block in HOOK_BLOCKS:
+        tree = ast.parse(block.text.rstrip() + ": ...\n", block.where)
+        [function] = tree.body
+        assert isinstance(function, ast.FunctionDef), block.where
+        spec = getattr(hookspecs, function.name)
+        real = inspect.signature(spec)
+        assert [a.arg for a in function.args.args] == list(real.parameters), block.where
+        assert ast.unparse(function.returns) == ast.unparse(ast.parse(
+            inspect.getsource(spec)).body[0].returns), block.where  # type: ignore[attr-defined]
+        shown.add(function.name)
+    specs = {name for name, value in vars(hookspecs).items()
+             if name.startswith("edge_") and callable(value)}
+    assert shown == specs
+
+
+@pytest.mark.parametrize("page", [p for p in ALL_PAGES if p not in RUN_WHOLE and any(
+    b.lang in SHELL and b.info == "run" for b in command_blocks(p))],
+    ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_reference_commands_run(page: Path, tmp_path: Path) -> None:
+    """A reference page's ```` ```sh run ```` blocks run in order, in a fresh folder."""
+    env = _user_env(Path(sys.executable).parent)
+    for block in command_blocks(page):
+        if block.lang in SHELL and block.info == "run":
+            before, after = _given(block)
+            if before or after:
+                block = replace(block, text=(
+                    f"python - <<'CONTEXT'\n{before}\nCONTEXT\n{block.text}\n"
+                    f"python - <<'CONTEXT'\n{after}\nCONTEXT\n"))
+            done = _run(block, tmp_path, env)
             assert done.returncode == 0, (
                 f"{block.where} exited {done.returncode}:\n{block.text}\n--- stdout\n"
                 f"{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-4000:]}")
             for text in block.expects:
                 assert text in done.stdout, f"{block.where}: {text!r} not in\n{done.stdout}"
-            ran += 1
-    assert ran, f"{page.name}: no block ran"
 
 
 def _links(page: Path) -> list[tuple[str, Path]]:
@@ -286,7 +747,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_the_page_runs(page: Path, tmp_path: Path) -> None:
-    script = "\n\n".join(blocks(page))
+    script = page_script(page)
     env = {k: v for k, v in os.environ.items() if k not in {"EDGE_PLUGINS", "PYTHONPATH"}}
     env["PYTHONPATH"] = str(tmp_path)  # modules a snippet writes are importable
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
@@ -301,7 +762,6 @@ def test_each_docs_gap_has_a_tested_snippet(gap: str) -> None:
     assert not missing, f"{gap}: no tested snippet shows {missing}"
 
 
-GUIDE = DOCS / "authoring.md"
 TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
 #: The template's names, and the guide's.
 RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",

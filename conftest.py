@@ -17,14 +17,31 @@ tests of the store point it at their own directories. Stored load gates
 (``EDGE_GATE_CACHE``) go to a directory of each test's own, so that no test's gate is
 reused by another's open (a test of gate reuse opens twice within itself); cached probe
 answers (``EDGE_PROBE_CACHE``) to one of the session.
+
+Parallel runs (pytest-xdist, ``make test``'s default ``-n 2 --dist loadgroup``): every
+test module is one xdist group, so a module's module-scoped fixtures are built once, on
+the worker that runs the whole module; modules whose tests share a session fixture that
+holds a live process (:data:`PROCESS_GROUPS`) go to one worker together. Session fixtures
+that build files (``demo_build``, the wheels, the bundles, the tiny model) build them
+through :func:`build_once`: one worker builds under a file lock into a folder of the
+run's shared temporary directory, the others wait for it and reuse it.
+
+``EDGE_TEST_CPU=FILE`` appends one JSON line per test module to ``FILE`` at the end of
+the run (per xdist worker): the CPU seconds (user and system, this process and its
+reaped children) its tests, their fixtures' setup and teardown took, and its wall time.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,8 +52,126 @@ os.environ["EDGE_TEST_BACKENDS"] = "1"
 DEMO_BUCKET = "4x3x48x192"
 
 
+#: Session fixtures that hold a live process (a server): the modules whose tests use one
+#: form one xdist group, so that a parallel run starts the process once, not per worker.
+PROCESS_GROUPS = {"generate_server": "generate-server"}
+
+BuildOnce = Callable[[str, Callable[[Path], None]], Path]
+
+
+def _shared_root(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
+    """The run's folder that every xdist worker sees (the session's own without xdist)."""
+    base = factory.getbasetemp()
+    # An xdist worker's base temp is a popen-gwN folder inside the controller's, which is
+    # unique to the run (pytest-N); the shared folder sits beside the workers' folders.
+    root = (base.parent if hasattr(config, "workerinput") else base) / "shared"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def build_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """``root/name`` built by ``build(folder)`` once per run, whichever worker asks first.
+
+    The first caller holds ``root/name.lock`` (``fcntl.flock``) while it builds; callers
+    on other workers wait on the lock, then find the finished marker and reuse the
+    folder. A failed build leaves no marker: the next caller builds again (and fails the
+    same way, with its own traceback).
+    """
+    folder = root / name
+    done = root / f"{name}.done"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                build(folder)
+                done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return folder
+
+
 @pytest.fixture(scope="session")
-def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_build(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> BuildOnce:
+    """:func:`build_once` in the run's shared folder: ``shared_build(name, build)``."""
+    root = _shared_root(request.config, tmp_path_factory)
+    return lambda name, build: build_once(root, name, build)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test module in one xdist group (or its :data:`PROCESS_GROUPS` entry's).
+
+    It runs before pytest-xdist's own hook, which reads the groups (``--dist loadgroup``).
+    On an xdist worker the groups holding a ``slow`` test come first (in their collected
+    order), so the longest work starts first and the fast modules fill in around it;
+    ``--no-loadscope-reorder`` (make test) makes xdist hand the groups out in that order.
+    """
+    groups: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        for fixture, group in PROCESS_GROUPS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                groups[module] = group
+    slow: set[str] = set()
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            module = item.nodeid.split("::", 1)[0]
+            mark = pytest.mark.xdist_group(groups.get(module, module)).mark
+            item.add_marker(mark)
+        if item.get_closest_marker("slow") is not None:
+            slow.add(str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")))
+    if hasattr(config, "workerinput"):
+        def first(item: pytest.Item) -> bool:
+            mark = item.get_closest_marker("xdist_group")
+            assert mark is not None
+            return str(mark.args[0] if mark.args else mark.kwargs.get("name")) not in slow
+
+        items.sort(key=first)
+
+
+_CPU: dict[str, list[float]] = {}
+
+
+def _cpu_now() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """Add each test's CPU and wall seconds (setup, call, teardown) to its module's."""
+    if not os.environ.get("EDGE_TEST_CPU"):
+        yield
+        return
+    cpu, wall = _cpu_now(), time.perf_counter()
+    yield
+    row = _CPU.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0, 0])
+    row[0] += _cpu_now() - cpu
+    row[1] += time.perf_counter() - wall
+    row[2] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Append the per-module CPU lines to ``$EDGE_TEST_CPU`` (one write per process)."""
+    target = os.environ.get("EDGE_TEST_CPU")
+    if not target or not _CPU:
+        return
+    worker = getattr(session.config, "workerinput", {}).get("workerid", "main")
+    lines = "".join(
+        json.dumps({"module": module, "worker": worker, "cpu_s": round(cpu, 2),
+                    "wall_s": round(wall, 2), "tests": int(count)}) + "\n"
+        for module, (cpu, wall, count) in sorted(_CPU.items()))
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write(lines)
+
+
+@pytest.fixture(scope="session")
+def demo_build(shared_build: BuildOnce) -> Path:
     """A folder holding ``build/ocr`` as ``make demo`` leaves it, built once per session.
 
     The page pipeline's bundles, ``pipeline.toml``, ``pipeline-auto.toml`` and the demo
@@ -47,16 +182,17 @@ def demo_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edge_ocr_example.models import fetch_wheel
     from edge_ocr_example.page_bundle import build_page_bundles
 
-    root = tmp_path_factory.mktemp("demo")
-    ocr = root / "build" / "ocr"
-    build_page_bundles(ocr, wheel=fetch_wheel())
-    edge = Path(sys.executable).with_name("edge")
-    derive = subprocess.run(
-        [str(edge), "derive", "qnn-static", str(ocr / "classify"), "--bucket", DEMO_BUCKET,
-         "--out", str(ocr / "classify-qnn"), "--quiet"],
-        capture_output=True, text=True, timeout=600, check=False)
-    assert derive.returncode == 0, derive.stderr
-    return root
+    def build(root: Path) -> None:
+        ocr = root / "build" / "ocr"
+        build_page_bundles(ocr, wheel=fetch_wheel())
+        edge = Path(sys.executable).with_name("edge")
+        derive = subprocess.run(
+            [str(edge), "derive", "qnn-static", str(ocr / "classify"), "--bucket",
+             DEMO_BUCKET, "--out", str(ocr / "classify-qnn"), "--quiet"],
+            capture_output=True, text=True, timeout=600, check=False)
+        assert derive.returncode == 0, derive.stderr
+
+    return shared_build("demo", build)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -18,13 +18,14 @@ tests of the store point it at their own directories. Stored load gates
 reused by another's open (a test of gate reuse opens twice within itself); cached probe
 answers (``EDGE_PROBE_CACHE``) to one of the session.
 
-Parallel runs (pytest-xdist, ``make test``'s default ``-n 2 --dist loadgroup``): every
-test module is one xdist group, so a module's module-scoped fixtures are built once, on
-the worker that runs the whole module; modules whose tests share a session fixture that
-holds a live process (:data:`PROCESS_GROUPS`) go to one worker together. Session fixtures
-that build files (``demo_build``, the wheels, the bundles, the tiny model) build them
-through :func:`build_once`: one worker builds under a file lock into a folder of the
-run's shared temporary directory, the others wait for it and reuse it.
+Parallel runs (pytest-xdist; ``make test`` runs ``-n 2`` or more with ``--dist
+loadgroup``): a module whose tests share a module-scoped fixture is one xdist group, so
+one worker runs it whole and builds the fixture once; modules whose tests share a session
+fixture that holds a live process (:data:`PROCESS_GROUPS`) go to one worker together;
+other tests go to whichever worker is free. Session fixtures that build files
+(``demo_build``, the wheels, the bundles, the tiny model) build them through
+:func:`build_once`: one worker builds under a file lock into a folder of the run's shared
+temporary directory, the others wait for it and reuse it.
 
 ``EDGE_TEST_CPU=FILE`` appends one JSON line per test module to ``FILE`` at the end of
 the run (per xdist worker): the CPU seconds (user and system, this process and its
@@ -100,14 +101,37 @@ def shared_build(request: pytest.FixtureRequest,
     return lambda name, build: build_once(root, name, build)
 
 
+def _binds_its_module(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture shared within its module.
+
+    That is a fixture of module, class or package scope, or a session fixture its own
+    module defines: a parallel run keeps such a module's tests on one worker, so the
+    fixture is built once.
+    """
+    # pytest has no public way to a test's fixture definitions; fixturenames is public.
+    info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::", 1)[0]
+    for definitions in getattr(info, "name2fixturedefs", {}).values():
+        for definition in definitions:
+            if definition.scope in {"module", "class", "package"} or (
+                    definition.scope == "session" and definition.baseid == module):
+                return True
+    return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test module in one xdist group (or its :data:`PROCESS_GROUPS` entry's).
+    """Group the tests for pytest-xdist's ``--dist loadgroup`` (``make test``).
 
-    It runs before pytest-xdist's own hook, which reads the groups (``--dist loadgroup``).
-    On an xdist worker the groups holding a ``slow`` test come first (in their collected
-    order), so the longest work starts first and the fast modules fill in around it;
-    ``--no-loadscope-reorder`` (make test) makes xdist hand the groups out in that order.
+    A module whose tests share a module-scoped fixture is one group (one worker runs it
+    whole, building the fixture once); the modules whose tests use a session fixture
+    holding a live process (:data:`PROCESS_GROUPS`) are one group together; any other
+    test goes to whichever worker is free. An ``xdist_group`` mark of the test's own
+    wins. This hook runs before pytest-xdist's, which reads the marks.
+
+    On an xdist worker the work holding a ``slow`` test comes first (otherwise in the
+    collected order), so the longest work starts first and the fast tests fill in around
+    it; ``--no-loadscope-reorder`` makes xdist hand the work out in that order.
     """
     groups: dict[str, str] = {}
     for item in items:
@@ -115,22 +139,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, group in PROCESS_GROUPS.items():
             if fixture in getattr(item, "fixturenames", ()):
                 groups[module] = group
+        if module not in groups and _binds_its_module(item):
+            groups[module] = module
+    unit: dict[str, str] = {}  # nodeid -> its unit of work (group name, or itself)
     slow: set[str] = set()
     for item in items:
         mark = item.get_closest_marker("xdist_group")
-        if mark is None:
-            module = item.nodeid.split("::", 1)[0]
-            mark = pytest.mark.xdist_group(groups.get(module, module)).mark
-            item.add_marker(mark)
+        module = item.nodeid.split("::", 1)[0]
+        if mark is None and module in groups:
+            decorator = pytest.mark.xdist_group(groups[module])
+            item.add_marker(decorator)
+            mark = decorator.mark
+        name = item.nodeid if mark is None else str(
+            mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        unit[item.nodeid] = name
         if item.get_closest_marker("slow") is not None:
-            slow.add(str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")))
+            slow.add(name)
     if hasattr(config, "workerinput"):
-        def first(item: pytest.Item) -> bool:
-            mark = item.get_closest_marker("xdist_group")
-            assert mark is not None
-            return str(mark.args[0] if mark.args else mark.kwargs.get("name")) not in slow
-
-        items.sort(key=first)
+        items.sort(key=lambda item: unit[item.nodeid] not in slow)
 
 
 _CPU: dict[str, list[float]] = {}

@@ -41,9 +41,11 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,17 +123,16 @@ def _binds_its_module(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist's ``--dist loadgroup`` (``make test``).
+    """Group the tests for a parallel run (pytest-xdist, ``--dist loadgroup``).
 
     A module whose tests share a module-scoped fixture is one group (one worker runs it
     whole, building the fixture once); the modules whose tests use a session fixture
-    holding a live process (:data:`PROCESS_GROUPS`) are one group together; any other
-    test goes to whichever worker is free. An ``xdist_group`` mark of the test's own
-    wins. This hook runs before pytest-xdist's, which reads the marks.
-
-    On an xdist worker the work holding a ``slow`` test comes first (otherwise in the
-    collected order), so the longest work starts first and the fast tests fill in around
-    it; ``--no-loadscope-reorder`` makes xdist hand the work out in that order.
+    holding a live process (:data:`PROCESS_GROUPS`) are one group together; an
+    ``xdist_group`` mark names a group of its own; any other test goes to whichever
+    worker is free. On an xdist worker the work holding a ``slow`` test comes first
+    (otherwise in the collected order), so the longest work starts first and the fast
+    tests fill in around it; each worker writes the groups to the file the controller
+    named (:class:`GroupScheduling` reads it).
     """
     groups: dict[str, str] = {}
     for item in items:
@@ -146,17 +147,73 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         mark = item.get_closest_marker("xdist_group")
         module = item.nodeid.split("::", 1)[0]
-        if mark is None and module in groups:
-            decorator = pytest.mark.xdist_group(groups[module])
-            item.add_marker(decorator)
-            mark = decorator.mark
-        name = item.nodeid if mark is None else str(
-            mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        if mark is not None:
+            name = "@" + str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        else:
+            name = "@" + groups[module] if module in groups else item.nodeid
         unit[item.nodeid] = name
         if item.get_closest_marker("slow") is not None:
             slow.add(name)
-    if hasattr(config, "workerinput"):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
         items.sort(key=lambda item: unit[item.nodeid] not in slow)
+        target = Path(workerinput.get(GROUPS_KEY, ""))
+        if target.name:  # written whole, then renamed: the controller reads one or other
+            partial = target.with_name(f"{target.name}.{workerinput['workerid']}")
+            partial.write_text(json.dumps(unit), encoding="utf-8")
+            partial.replace(target)
+
+
+#: The worker input naming the file the workers write the groups to.
+GROUPS_KEY = "edge_test_groups"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Name the groups file (in a folder of this run's controller) to every xdist worker."""
+    folder = node.config.stash.setdefault(_GROUPS_DIR, tempfile.mkdtemp(prefix="edge-groups-"))
+    node.workerinput[GROUPS_KEY] = str(Path(folder) / "groups.json")
+
+
+_GROUPS_DIR = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the controller's groups folder."""
+    folder = config.stash.get(_GROUPS_DIR, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` as :class:`GroupScheduling`; other modes as xdist has them.
+
+    pytest-xdist's own loadgroup scheduling reads each group from a suffix it writes
+    into the test's node id, which pytest 9 no longer lets a plugin change.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling over this conftest's groups, in collected order.
+
+        A unit of work is a group (all its tests to one worker) or a single test; units
+        go out in the order the workers collected them (slow work first), not xdist's
+        largest-first, and a worker gets its next unit when it has two tests left.
+        """
+
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                self.units = json.loads(Path(
+                    config.stash[_GROUPS_DIR], "groups.json").read_text(encoding="utf-8"))
+            return self.units.get(nodeid, nodeid)
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
 
 
 _CPU: dict[str, list[float]] = {}

@@ -166,16 +166,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: The worker input naming the file the workers write the groups to.
 GROUPS_KEY = "edge_test_groups"
+_GROUPS_DIR = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """Name the groups file (in a folder of this run's controller) to every xdist worker."""
-    folder = node.config.stash.setdefault(_GROUPS_DIR, tempfile.mkdtemp(prefix="edge-groups-"))
+    if _GROUPS_DIR not in node.config.stash:
+        node.config.stash[_GROUPS_DIR] = tempfile.mkdtemp(prefix="edge-groups-")
+    folder = node.config.stash[_GROUPS_DIR]
     node.workerinput[GROUPS_KEY] = str(Path(folder) / "groups.json")
-
-
-_GROUPS_DIR = pytest.StashKey[str]()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

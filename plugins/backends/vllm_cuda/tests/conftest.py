@@ -17,16 +17,27 @@ from vllm_env import build_tiny_model, ensure_env
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 
-@pytest.fixture(scope="session")
-def vllm_python() -> Path:
-    """The interpreter of the cached vLLM CPU environment (built on first use)."""
-    return ensure_env()
+BuildOnce = Callable[[str, Callable[[Path], None]], Path]
 
 
 @pytest.fixture(scope="session")
-def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny Llama (random weights, locally trained tokenizer) vLLM can load."""
-    return build_tiny_model(vllm_python, tmp_path_factory.mktemp("tiny-llama"))
+def vllm_python(shared_build: BuildOnce) -> Path:
+    """The interpreter of the cached vLLM CPU environment (built on first use; one xdist
+    worker checks or builds it while the others wait: the root conftest's
+    ``shared_build``)."""
+
+    def check_or_build(_folder: Path) -> None:
+        ensure_env()
+
+    shared_build("vllm-env", check_or_build)
+    return ensure_env()  # there by now: this only checks
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: Path, shared_build: BuildOnce) -> Path:
+    """A tiny Llama (random weights, locally trained tokenizer) vLLM can load, built once
+    per run (shared by the run's xdist workers)."""
+    return shared_build("tiny-llama", lambda folder: build_tiny_model(vllm_python, folder))
 
 
 PipelineFile = Callable[..., Path]

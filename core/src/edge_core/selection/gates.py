@@ -32,6 +32,7 @@ import datetime as dt
 import json
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,7 @@ class GateStore:
         """
         document: dict[str, Any] = {
             "format": FORMAT, "key": key.digest, "parts": dict(key.parts), "owner": owner,
-            "backend": backend, "checked_at": _now(),
+            "backend": backend, "checked_at": _now(), "stored_ns": time.time_ns(),
             "points": [json.loads(json.dumps(dict(p), default=str)) for p in points]}
         document["digest"] = _digest(document)
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -165,7 +166,7 @@ class GateStore:
 
     def _changed(self, key: DecisionKey, owner: str, backend: str) -> tuple[str, ...]:
         """Key parts that differ from the newest stored gate of ``owner`` on ``backend``."""
-        newest: tuple[str, Mapping[str, str]] | None = None
+        newest: tuple[tuple[str, int], Mapping[str, str]] | None = None
         try:
             paths = list(self.directory.glob(f"*{_SUFFIX}"))
         except OSError:
@@ -178,9 +179,13 @@ class GateStore:
             if (isinstance(document, dict) and document.get("owner") == owner
                     and document.get("backend") == backend
                     and isinstance(document.get("parts"), dict)
-                    and isinstance(document.get("checked_at"), str)
-                    and (newest is None or document["checked_at"] > newest[0])):
-                newest = (document["checked_at"], document["parts"])
+                    and isinstance(document.get("checked_at"), str)):
+                # checked_at has whole seconds: two gates stored in one second are told
+                # apart by stored_ns (0 in a file written before it was kept)
+                stored = document.get("stored_ns")
+                when = (document["checked_at"], stored if isinstance(stored, int) else 0)
+                if newest is None or when > newest[0]:
+                    newest = (when, document["parts"])
         if newest is None:
             return ()
         return tuple(name for name in GATE_KEY_PARTS

@@ -26,6 +26,7 @@ def drawing() -> dict[str, list[list[str]]]:
     """Package → its drawn lines (top first), each a list of names, from the layers block."""
     text = DOC.read_text(encoding="utf-8")
     block = text.split("## The layers inside each distribution", 1)[1].split("```")[1]
+    block = block.split("\n", 1)[1]  # past the fence's language label (``text``)
     sections: dict[str, list[list[str]]] = {}
     current: list[list[str]] | None = None
     for line in block.splitlines():

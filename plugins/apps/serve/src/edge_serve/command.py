@@ -78,13 +78,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, metavar="N",
                         help=f"refuse request bodies over N bytes with 413 (default "
                         f"{DEFAULT_MAX_BODY // 2**20} MiB = {DEFAULT_MAX_BODY})")
-    parser.add_argument("--queue-length", action="append", default=[], metavar="[NAME=]N",
+    parser.add_argument("--queue-length", action="append", default=[], metavar="N",
                         help="requests that may wait for a pipeline's admission when it is "
-                        "full (default 64; 0: refuse at once); NAME=N for one pipeline; "
+                        "full (default 64; 0: refuse at once); NAME=N for pipeline NAME only; "
                         "repeatable. A request past it gets 429 with Retry-After")
-    parser.add_argument("--queue-wait", action="append", default=[], metavar="[NAME=]SECONDS",
+    parser.add_argument("--queue-wait", action="append", default=[], metavar="SECONDS",
                         help="longest wait for admission of a request without a shorter "
-                        "deadline (default 30); NAME=SECONDS for one pipeline; repeatable. "
+                        "deadline (default 30); NAME=SECONDS for pipeline NAME only; repeatable. "
                         "One that passes while waiting gets 504")
     parser.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                         help="on a signal, let running requests finish for SECONDS before "

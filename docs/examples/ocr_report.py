@@ -9,7 +9,7 @@ It reads ``make demo``'s build (``build/ocr``: the page pipeline, its demo page 
 page pipeline next to it, then for each configuration runs ``edge profile`` → ``edge
 qualify`` on the demo page and finally ``edge matrix`` over the records:
 
-- ``ort-cpu`` as built (admission 1: concurrency 2 and 4 are skipped and say so), 20
+- ``ort-cpu`` as built (levels above its admission are skipped and say so), 20
   requests, no product targets: performance ``unjudged``, so the status is
   ``MET_AS_JUDGED``, never ``PASS``; quality is the demo page's CER (its golden set);
 - ``ort-cpu`` with admission 4 (concurrency 1, 2 and 4 measured, 20 requests each),

@@ -351,10 +351,10 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        stages = self.stages
-        if len(stages) != 1:
+        slots = self._slots  # on every request's path: no list is built
+        if len(slots) != 1 or (runtime := slots[0].runtime) is None:
             return
-        check = getattr(stages[0].loaded, "check_params", None)
+        check = getattr(runtime.loaded, "check_params", None)
         if check is not None:
             check(dict(params or {}))
 

@@ -130,6 +130,11 @@ class NodeRun:
                                    timeout_s)
             return name in self._firsts
 
+    def ended(self, name: str) -> bool:
+        """Whether case ``name`` has ended (its result is in)."""
+        with self._changed:
+            return name in self._results
+
     def results(self, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
         """Every case's result, once the process has ended (killed past ``timeout_s``)."""
         try:

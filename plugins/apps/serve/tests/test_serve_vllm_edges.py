@@ -298,7 +298,10 @@ def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
 
 def _cut_stream(server: Served, case: dict[str, Any],
                 cut: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Stream ``case`` from both clients at once; call ``cut()`` once both have a chunk."""
+    """Stream ``case`` from both clients at once; call ``cut(open)`` once both have a chunk.
+
+    ``open()`` tells whether both streams are still open at their clients.
+    """
     package = _node_or_none()
     node = NodeRun(package, f"{server.url}/v1", API_KEY,
                    [dict(case, announce=True)]) if package else None
@@ -318,7 +321,7 @@ def _cut_stream(server: Served, case: dict[str, Any],
         assert first.wait(300) and found.get("error") is None, found
         assert node is None or node.first(case["name"]), node.results()
         if cut is not None:
-            cut()
+            cut(lambda: thread.is_alive() and (node is None or not node.ended(case["name"])))
     finally:
         thread.join(300)
         results = node.results() if node is not None else {}
@@ -412,8 +415,34 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
                  {"messages": _page_chat(ocr_dir), "max_tokens": 150, "n": 2,
                   "temperature": 1.0, "seed": 5, "ignore_eos": True},
                  stream=True, model="page-chat")
+    # The streams must still run when the worker dies: on a loaded machine one can finish
+    # while the other client waits for its first chunk. So the worker (which relays the
+    # engine's tokens) is stopped once both have a chunk; after 0.3 s for chunks in flight
+    # to land, it is killed only if neither client has seen its stream end (it stays
+    # stopped well under the 2 s after which an unanswering worker is declared
+    # unresponsive). Otherwise it goes on, both streams end whole (a correct answer of its
+    # own), and the case is tried again with twice the choices (more work per step).
     pid = _worker_pid(server, "page-chat", "gen")
-    python, node = _cut_stream(server, case, cut=lambda: os.kill(pid, signal.SIGKILL))
+    tried: list[int] = []
+    killed: list[int] = []
+
+    def cut(still_open: Any) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.3)
+        if still_open():
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        else:
+            os.kill(pid, signal.SIGCONT)
+
+    for n in (2, 4, 8):
+        case["params"]["n"] = n
+        python, node = _cut_stream(server, case, cut=cut)
+        tried.append(n)
+        if killed:
+            break
+    else:
+        pytest.fail(f"a stream ended before the worker could be killed, with n in {tried}")
     for result in (python, node):
         if result is not None:
             _ended_with(result, "worker_lost")
@@ -556,7 +585,7 @@ def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_ret
                   "seed": 3, "ignore_eos": True}, stream=True)
     signalled: list[float] = []
 
-    def stop() -> None:
+    def stop(_: Any) -> None:
         signalled.append(time.monotonic())
         server.send_signal(signal.SIGTERM)
 

@@ -35,7 +35,7 @@ from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
-from edge_contracts.jsonvalues import JSONObject, thaw_json
+from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_HEARTBEAT,
@@ -676,7 +676,7 @@ class WorkerClient:
                 generation=header.generation,
                 seq=int(meta["seq"]),
                 kind=kind,
-                data=meta.get("data") or _EMPTY,
+                data=meta.get("data") or EMPTY_OBJECT,  # frozen already: not frozen again
                 error=None if error is None else _error_of(error),
                 created_ns=int(meta.get("created_ns", 0)),
                 arrays=arrays,

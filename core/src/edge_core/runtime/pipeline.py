@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from edge_contracts.heap import (
     unknown_heap_policy,
 )
 from edge_core.config.model import PipelineConfig
-from edge_core.errors import ConfigError, StageClosed
+from edge_core.errors import ConfigError, DeadlineExceeded, StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -54,6 +55,7 @@ from edge_core.runtime.pipeline_result import PipelineResult
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.request_tracker import RequestTracker
+from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime
@@ -267,7 +269,14 @@ class Pipeline:
         epoch = self.epoch
         serving = self.lineup.enter()
         try:
-            pending, latencies, carry = self._chain(serving, inputs, params, until, request_id)
+            if serving.direct is not None:  # one stage: no chain to run
+                pending: PendingCall | GatheredCall = self._direct(
+                    serving.direct, inputs, params, until, request_id, epoch)
+                latencies: dict[str, float] = {}
+                carry: dict[str, Any] = {}
+            else:
+                pending, latencies, carry = self._chain(serving, inputs, params, until,
+                                                        request_id)
             if on_event is not None:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
@@ -276,18 +285,55 @@ class Pipeline:
                     request_id is not None and self.requests.cancelled(request_id)):
                 final.ack()
                 raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
-            final.outputs.update(carry)
+            if carry:
+                final.outputs.update(carry)
         except BaseException:
             self.lineup.leave(serving)
             self.admission.release()
             raise
         latencies[serving.slots[-1].context.stage_id] = final.latency_s
+        lineup, admission = self.lineup, self.admission
 
         def release() -> None:
-            self.lineup.leave(serving)
-            self.admission.release()
+            lineup.leave(serving)
+            admission.release()
 
-        return PipelineResult(final, latencies, release, placement=serving.receipt())
+        if serving.direct is not None and isinstance(final, StageResult):
+            generations: tuple[int | None, ...] = (final.key.generation,)
+        else:
+            generations = serving.generations()
+        return PipelineResult(final, latencies, release,
+                              receipt=partial(serving.receipt_of, generations))
+
+    def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
+                params: Mapping[str, Any] | None, until: float | None,
+                request_id: str | None, epoch: int) -> PendingCall:
+        """Submit a request of a one-stage placement to its stage, as the chain would.
+
+        What :func:`~edge_core.runtime.chain.run_chain` does for a chain of one stage,
+        without its loop: carried inputs stay out of the stage's inputs (and out of the
+        result: only a transform carries values on), the pipeline's cancel and the
+        request's deadline are checked first, the request is tracked on the stage and
+        its parameters go to the stage as they are.
+        """
+        data = split_carry(inputs)[0]
+        if self.epoch != epoch:
+            raise RequestCancelled(f"{self._where}: cancelled")
+        if until is not None and time.monotonic() >= until:
+            raise DeadlineExceeded(f"{self._where}: deadline_s expired before stage "
+                                   f"{group.stage_id!r}")
+        requests = self.requests
+        if request_id is not None:
+            requests.enter(request_id, group)  # raises when it was cancelled
+            rid = request_id
+
+            def abandoned() -> bool:
+                return self.epoch != epoch or requests.cancelled(rid)
+        else:
+            def abandoned() -> bool:
+                return self.epoch != epoch
+        return group.submit(data, params=dict(params) if params else None, until=until,
+                            request_id=request_id, abandoned=abandoned)
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:

@@ -15,20 +15,34 @@ class PipelineResult:
     """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
 
     Acknowledging frees the final stage's slot and the pipeline's admission slot (and the
-    hold on the placement it ran on). ``placement`` is the request's placement receipt.
+    hold on the placement it ran on). ``placement`` is the request's placement receipt:
+    given as it is, or as ``receipt``, which builds it when it is first read (a request
+    whose receipt nobody reads does not build it).
     """
+
+    __slots__ = ("_acked", "_placement", "_receipt", "_release", "final", "latencies")
 
     def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
                  release: Callable[[], None],
-                 placement: Sequence[Mapping[str, Any]] = ()) -> None:
+                 placement: Sequence[Mapping[str, Any]] = (), *,
+                 receipt: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> None:
         self.final = final
         self.latencies = dict(latencies)
-        self.placement = [dict(stage) for stage in placement]
+        self._placement: list[dict[str, Any]] | None = (
+            None if receipt is not None else [dict(stage) for stage in placement])
+        self._receipt = receipt
+        self._release = release
+        self._acked = False
+
+    @property
+    def placement(self) -> list[dict[str, Any]]:
         """The placement receipt: per stage the backend and execution provider that served
         this request, its candidate, the worker generation and where the decision came
         from (:meth:`edge_core.runtime.serving_lineup.Serving.receipt`)."""
-        self._release = release
-        self._acked = False
+        if self._placement is None:
+            assert self._receipt is not None  # one of the two is always given
+            self._placement = [dict(stage) for stage in self._receipt()]
+        return self._placement
 
     @property
     def outputs(self) -> dict[str, Any]:

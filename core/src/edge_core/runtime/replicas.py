@@ -83,6 +83,8 @@ class ReplicaSet:
         self._turn = itertools.count()
         self._tickets = itertools.count()
         self._waiting: collections.deque[int] = collections.deque()
+        # A stage of one replica: the choice among replicas is no choice (see _submit_free).
+        self._only = self.runtimes[0] if len(self.runtimes) == 1 else None
         for runtime in self.runtimes:
             runtime.slots.listeners.append(self._wake)
 
@@ -221,6 +223,15 @@ class ReplicaSet:
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,
                      abandoned: Callable[[], bool] | None) -> PendingCall | None:
+        only = self._only
+        if only is not None and not self.lost and only.state is StageState.READY:
+            # One serving replica: no candidates to rank (None when it is full or closes
+            # meanwhile, so that the caller waits, as below).
+            if only.slots.free <= 0:
+                return None
+            if only.made_input_buffers:
+                only.check_input_buffers(inputs)  # busy: refused at once, not after a slot
+            return self._submit_to(only, inputs, params, until, request_id, abandoned)
         candidates = self._candidates()
         owner = self.owner_of(inputs)
         if owner is not None and any(owner is c for c in candidates):
@@ -229,18 +240,28 @@ class ReplicaSet:
         for runtime in candidates:
             if runtime.slots.free <= 0:
                 continue
-            try:
-                return runtime.submit(inputs, params=params, until=until,
-                                      request_id=request_id, abandoned=abandoned,
-                                      wait_for_slot=False)
-            except InputBufferBusy:
-                raise  # the caller's error: the buffer is still held by a request
-            except (ResourceUnavailable, StageClosed):
-                continue  # taken or closed in between: try the next one
-            except WorkerError:
-                self.note_failure(runtime)
-                if not _worker_lost(runtime):
-                    raise
+            call = self._submit_to(runtime, inputs, params, until, request_id, abandoned)
+            if call is not None:
+                return call
+        return None
+
+    def _submit_to(self, runtime: StageRuntime, inputs: Mapping[str, Any],
+                   params: Mapping[str, Any] | None, until: float | None,
+                   request_id: str | None,
+                   abandoned: Callable[[], bool] | None) -> PendingCall | None:
+        """Submit on ``runtime`` if it takes the call now; None when it is taken or closed."""
+        try:
+            return runtime.submit(inputs, params=params, until=until,
+                                  request_id=request_id, abandoned=abandoned,
+                                  wait_for_slot=False)
+        except InputBufferBusy:
+            raise  # the caller's error: the buffer is still held by a request
+        except (ResourceUnavailable, StageClosed):
+            return None  # taken or closed in between: try the next one
+        except WorkerError:
+            self.note_failure(runtime)
+            if not _worker_lost(runtime):
+                raise
         return None
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,

@@ -13,7 +13,13 @@ Every answer carries the placement's receipt (:meth:`Serving.receipt`): per stag
 backend, the execution provider, the candidate, the worker generation and where the
 decision came from (``measured`` now, ``reused`` from a stored decision, ``first-ready``
 before the measurement ended, ``first-passing``, or ``only`` for a stage without a
-choice).
+choice). Only the generations change while a placement serves, so a request records
+them (:meth:`Serving.generations`) and its receipt is built from them when it is read,
+once per set of generations (:meth:`Serving.receipt_of`).
+
+A placement of one stage (:attr:`Serving.direct`) is served without the chain: its
+request goes to the stage's replica set as it is (:meth:`Pipeline.run
+<edge_core.runtime.pipeline.Pipeline.run>`).
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ class Serving:
             with_bundles(s.transform, self.bundle_directories)
             for s in self.slots if s.context.replica == 0]
         self.holds = 0
+        self.direct: ReplicaSet | None = self.groups[0] if len(self.groups) == 1 else None
+        """The one stage's replica set when the placement has one stage (no chain), else None."""
+        self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
+        self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 
     def bundle_directories(self) -> dict[str, Path | None]:
         """Stage id → the directory its worker loaded the verified bundle from (or None)."""
@@ -74,23 +84,35 @@ class Serving:
             found[s.context.stage_id] = getattr(bundle, "directory", None)
         return found
 
+    def generations(self) -> tuple[int | None, ...]:
+        """The worker generation of each stage (replica 0) now: what a receipt records."""
+        return tuple([s.runtime.generation if s.runtime is not None else None
+                      for s in self._heads])
+
     def receipt(self) -> list[dict[str, Any]]:
         """Per stage (replica 0): backend, provider, candidate, generation, decision."""
-        found = []
-        for slot in self.slots:
-            if slot.context.replica:
-                continue
-            runtime = slot.runtime
+        return [dict(stage) for stage in self.receipt_of(self.generations())]
+
+    def receipt_of(self, generations: tuple[int | None, ...]) -> tuple[dict[str, Any], ...]:
+        """The receipt of a request served by ``generations`` (kept: do not change it)."""
+        found = self._receipts.get(generations)
+        if found is not None:
+            return found
+        stages = []
+        for slot, generation in zip(self._heads, generations, strict=True):
             warmup = slot.warmup
             decision = self.decisions.get(slot.context.stage_id, "only")
-            found.append({
+            stages.append({
                 "stage": slot.context.stage_id, "backend": slot.binding.backend.name,
                 "provider": warmup.placement.target if warmup is not None else None,
-                "candidate": slot.candidate,
-                "generation": runtime.generation if runtime is not None else None,
+                "candidate": slot.candidate, "generation": generation,
                 "placement": self.number, "decision": decision,
                 "measured_at": self.measured_at if decision in ("measured", "reused")
                 else None})
+        found = tuple(stages)
+        if len(self._receipts) >= 64:  # restarts make new generations: keep a few
+            self._receipts.clear()
+        self._receipts[generations] = found
         return found
 
 

@@ -36,9 +36,11 @@ class PipelineResult:
 
     @property
     def placement(self) -> list[dict[str, Any]]:
-        """The placement receipt: per stage the backend and execution provider that served
-        this request, its candidate, the worker generation and where the decision came
-        from (:meth:`edge_core.runtime.serving_lineup.Serving.receipt`)."""
+        """The placement receipt (:meth:`~edge_core.runtime.serving_lineup.Serving.receipt`).
+
+        Per stage the backend and execution provider that served this request, its
+        candidate, the worker generation and where the decision came from.
+        """
         if self._placement is None:
             assert self._receipt is not None  # one of the two is always given
             self._placement = [dict(stage) for stage in self._receipt()]

@@ -150,9 +150,11 @@ class ChannelReader:
             BaseException: ``gone()`` when the channel ended and ``inbox`` is empty.
 
         """
-        item = take_nowait(inbox)
-        if item is not None:
-            return item
+        # take_nowait, written out here (twice): one call fewer per wait on the per-call path
+        while not inbox.empty():  # only the inbox's owner takes from it: get cannot block
+            item = inbox.get_nowait()
+            if item is not HANDOVER:
+                return item
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._guard:
             self._waiting.append(inbox)
@@ -161,9 +163,10 @@ class ChannelReader:
                     os.write(self._wake_w, b"\0")
         try:
             while True:
-                item = take_nowait(inbox)
-                if item is not None:
-                    return item
+                while not inbox.empty():
+                    item = inbox.get_nowait()
+                    if item is not HANDOVER:
+                        return item
                 if self._ended:
                     raise self._gone()
                 if self._role.acquire(blocking=False):

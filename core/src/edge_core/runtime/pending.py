@@ -89,6 +89,8 @@ class PendingCall:
         self.stage = stage
         self._entry = entry
         self.request = request
+        self.request_id = request.request_id
+        """The request's id."""
         self.serial = serial
         self._events = events
         # When the request was handed to the backend (before it was sent): the latency
@@ -102,11 +104,6 @@ class PendingCall:
         self._retained: list[tuple[set[str], Callable[[], bool]]] = []
         self._result: StageResult | None = None
         self._done = False
-
-    @property
-    def request_id(self) -> str:
-        """The request's id."""
-        return self.request.request_id
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Yield the non-terminal events (tokens, partial outputs) as they arrive.

@@ -397,7 +397,7 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        slots = self._slots  # on every request's path: no list is built
+        slots = self.lineup.current.slots  # on every request's path: no list is built
         if len(slots) != 1 or (runtime := slots[0].runtime) is None:
             return
         check = getattr(runtime.loaded, "check_params", None)

@@ -103,6 +103,11 @@ class ReplicaSet:
         return replica_summary([r.state for r in self.runtimes])
 
     def _wake(self) -> None:
+        if not self._waiting:  # read without the lock (see submit): nobody to wake
+            # A waiter queues its ticket before it first tries a replica, and a pool's
+            # release frees the slot before it calls here: one queued after this read
+            # finds the slot free on that first try.
+            return
         with self._lock:
             self._wakes += 1
             if self._sleepers:

@@ -195,8 +195,11 @@ class StageRuntime:
             until = own if until is None else min(until, own)
         if self.state is not StageState.READY:
             self._require_ready()
-        check_request_size(self.stage_id, inputs, self.context.max_io_bytes)
-        take_slot(self.slots, until if wait_for_slot else None)
+        check_request_size(self.context.stage_id, inputs, self.context.max_io_bytes)
+        if until is None or not wait_for_slot:
+            self.slots.acquire(None)  # take_slot without a deadline: free now or refused
+        else:
+            take_slot(self.slots, until)
         generated = not request_id  # an id of ours needs no checking; a caller's does
         request_id = request_id or f"{self._id_prefix}{next(self._ids):x}"
         serial = 0
@@ -215,16 +218,19 @@ class StageRuntime:
                 serial = next(self._serials)
                 entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
-            ids = (request_id, self.stage_id, entry.epoch, self.generation, self._operation)
+            ids = (request_id, self.context.stage_id, entry.epoch, self.generation,
+                   self._operation)
             request = (prechecked_request(*ids, params) if generated
                        else StageRequest(*ids, params=dict(params or {})))
             started = time.perf_counter()
             try:
                 events = self.binding.call(self.loaded, request, inputs)
             finally:
-                with self._lock:  # the Condition's own lock; notified only if awaited
-                    entry.sent = True
-                    if self._send_waiters:
+                # Set before the waiters are read: a cancel that starts waiting after
+                # that read sees it set (_cancel_targets checks it under the lock).
+                entry.sent = True
+                if self._send_waiters:
+                    with self._lock:  # the Condition's own lock
                         self._sent.notify_all()
         except BaseException:
             with self._lock:
@@ -233,22 +239,19 @@ class StageRuntime:
                     del self._entries[request_id]
             self.slots.release()
             raise
-        self._arm(request_id, entry, until)
-        return PendingCall(self, request, serial, iter(events), started, entry)
-
-    def _arm(self, request_id: str, entry: Entry, until: float | None) -> None:
-        """Schedule the end of a call that outlives its deadline or ``call_timeout_s``."""
+        # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
+        # it); partial (C) rather than a closure, the reason worded only on expiry.
         bound = time.monotonic() + self.call_timeout_s
         by_deadline = False
         if until is not None and until <= bound:
             bound, by_deadline = until, True
-        # partial (C) rather than a closure, and the reason is only worded on expiry
         handle = timer().schedule(bound, partial(self._expire, request_id, entry, by_deadline))
         with self._lock:
             if entry.finished:  # ended already: nothing to bound
                 handle.cancel()
             else:
                 entry.timer = handle
+        return PendingCall(self, request, serial, iter(events), started, entry)
 
     def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
         """A call outlived its bound: fence it and end it (from the timer's thread)."""

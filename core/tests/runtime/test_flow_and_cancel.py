@@ -232,3 +232,38 @@ def test_a_stage_latency_counts_from_before_the_request_is_sent(
     config = load_pipeline({"name": "l", "stages": [echo_stage("a")]})
     with Pipeline.open(config, plugins, ledger) as pipeline, pipeline.run(X) as result:
         assert result.latencies["a"] >= 0.08
+
+
+def test_a_receipt_names_the_generation_that_served_its_request_when_read_later(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """The receipt is built when read, from the generations recorded when the request ended."""
+    pipeline = open_pipeline(echo_stage("a"),
+                             echo_stage("b", transform="edge_echo.transforms:passthrough"),
+                             name="two")
+    single = open_pipeline(echo_stage("s"), name="one")
+    for opened, restarted in ((single, "s"), (pipeline, "b")):
+        first = opened.run(X, params={"tag": 1})
+        first.ack()
+        opened.stage(restarted).restart()
+        with opened.run(X) as second:
+            assert {s["stage"]: s["generation"] for s in second.placement}[restarted] == 2
+        receipt = first.placement  # read only now, after the restart
+        assert {s["stage"]: s["generation"] for s in receipt}[restarted] == 1
+        assert first.placement is receipt  # built once
+        receipt[-1]["generation"] = 99  # the caller's copy: the kept receipt is unchanged
+        with opened.run(X) as third:
+            assert third.placement[-1]["generation"] == 2
+            assert [s["decision"] for s in third.placement] == ["only"] * len(third.placement)
+
+
+def test_a_one_stage_pipeline_leaves_carried_inputs_out_and_frees_its_slots(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """The one-stage path does what the chain does: carry:* inputs are not sent."""
+    pipeline = open_pipeline(echo_stage("s"))
+    with pipeline.run({**X, "carry:page": np.zeros(3)}) as result:
+        assert set(result.outputs) == {"x"}
+    submission = pipeline.submit({**X}, request_id="r1")
+    assert submission.result().ack() is AckOutcome.ACKNOWLEDGED
+    assert pipeline.admission.used == 0 and pipeline.stage("s").outstanding == 0

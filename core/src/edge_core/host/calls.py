@@ -12,7 +12,6 @@ graph stage: it collects every output as owned copies and releases as it goes.
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -154,7 +153,6 @@ class Call:
     __slots__ = (
         "_cancel",
         "_ended",
-        "_lock",
         "_queue",
         "_wait",
         "epoch",
@@ -179,7 +177,6 @@ class Call:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._wait = wait
         self._ended = False
-        self._lock = threading.Lock()
 
     # -- the feed: what the worker client puts in, from whichever thread reads ------------
 

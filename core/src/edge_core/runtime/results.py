@@ -54,7 +54,7 @@ class ResultOutputs(dict[str, Any]):
 
     def __init__(self, outputs: Mapping[str, Any], request_id: str,
                  released: Set[str] = frozenset()) -> None:
-        super().__init__(outputs)
+        dict.__init__(self, outputs)  # (no super() lookup per result)
         self._owner = request_id  # worded only when an error needs it
         self._released = released
 

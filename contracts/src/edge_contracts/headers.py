@@ -486,6 +486,16 @@ def tensor_totals(tensors: tuple[TensorSpec, ...], features: frozenset[str]) -> 
     return inline, total
 
 
+# The slots' own setters, taken once: a prechecked header is built field by field as
+# object.__setattr__ would, without looking each field's slot up by name per frame.
+_new = object.__new__
+(_set_op, _set_request_id, _set_stage_id, _set_epoch, _set_generation, _set_tensors,
+ _set_meta, _set_required_features, _set_version, _set_inline_nbytes, _set_total_nbytes) = (
+    FrameHeader.__dict__[name].__set__ for name in (
+        "op", "request_id", "stage_id", "epoch", "generation", "tensors", "meta",
+        "required_features", "version", "inline_nbytes", "total_nbytes"))
+
+
 def prechecked_header(
     op: str,
     request_id: str,
@@ -507,19 +517,18 @@ def prechecked_header(
     byte counts). Running ``FrameHeader``'s checks again would repeat them all for
     nothing; a caller holding anything unchecked must build ``FrameHeader`` instead.
     """
-    header = object.__new__(FrameHeader)
-    set_ = object.__setattr__
-    set_(header, "op", op)
-    set_(header, "request_id", request_id)
-    set_(header, "stage_id", stage_id)
-    set_(header, "epoch", epoch)
-    set_(header, "generation", generation)
-    set_(header, "tensors", tensors)
-    set_(header, "meta", meta)
-    set_(header, "required_features", required_features)
-    set_(header, "version", version)
-    set_(header, "inline_nbytes", inline_nbytes)
-    set_(header, "total_nbytes", total_nbytes)
+    header = _new(FrameHeader)
+    _set_op(header, op)
+    _set_request_id(header, request_id)
+    _set_stage_id(header, stage_id)
+    _set_epoch(header, epoch)
+    _set_generation(header, generation)
+    _set_tensors(header, tensors)
+    _set_meta(header, meta)
+    _set_required_features(header, required_features)
+    _set_version(header, version)
+    _set_inline_nbytes(header, inline_nbytes)
+    _set_total_nbytes(header, total_nbytes)
     return header
 
 

@@ -316,6 +316,21 @@ _EVENT_REQUIRED = frozenset(
 _EVENT_OPTIONAL = frozenset({"error", "outputs", "data", "created_ns"})
 
 
+# The slots' own setters, taken once: the prechecked builders below set each field as
+# object.__setattr__ would, without looking its slot up by name per request or event.
+_new = object.__new__
+(_req_request_id, _req_stage_id, _req_epoch, _req_generation, _req_operation, _req_inputs,
+ _req_params, _req_deadline_ns) = (
+    StageRequest.__dict__[name].__set__ for name in (
+        "request_id", "stage_id", "epoch", "generation", "operation", "inputs", "params",
+        "deadline_ns"))
+(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
+ _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
+    StageEvent.__dict__[name].__set__ for name in (
+        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
+        "outputs", "data", "created_ns"))
+
+
 def prechecked_request(
     request_id: str, stage_id: str, epoch: int, generation: int, operation: Operation,
     params: Mapping[str, Any] | None,
@@ -327,16 +342,15 @@ def prechecked_request(
     ``operation`` an :class:`Operation`. ``params`` come from the caller and are still
     checked and frozen here. A caller holding anything else must build ``StageRequest``.
     """
-    request = object.__new__(StageRequest)
-    set_ = object.__setattr__
-    set_(request, "request_id", request_id)
-    set_(request, "stage_id", stage_id)
-    set_(request, "epoch", epoch)
-    set_(request, "generation", generation)
-    set_(request, "operation", operation)
-    set_(request, "inputs", ())
-    set_(request, "params", freeze_object(params, "request.params") if params else EMPTY_OBJECT)
-    set_(request, "deadline_ns", None)
+    request = _new(StageRequest)
+    _req_request_id(request, request_id)
+    _req_stage_id(request, stage_id)
+    _req_epoch(request, epoch)
+    _req_generation(request, generation)
+    _req_operation(request, operation)
+    _req_inputs(request, ())
+    _req_params(request, freeze_object(params, "request.params") if params else EMPTY_OBJECT)
+    _req_deadline_ns(request, None)
     return request
 
 
@@ -359,17 +373,16 @@ def prechecked_event(
     if (error is not None) != (kind is EventKind.ERROR) or (outputs and failed) or not stage_id:
         return StageEvent(request_id, stage_id, epoch, generation, seq, kind,
                           kind in TERMINAL_KINDS, error, outputs, data, created_ns)
-    event = object.__new__(StageEvent)
-    set_ = object.__setattr__
-    set_(event, "request_id", request_id)
-    set_(event, "stage_id", stage_id)
-    set_(event, "epoch", epoch)
-    set_(event, "generation", generation)
-    set_(event, "seq", seq)
-    set_(event, "kind", kind)
-    set_(event, "terminal", kind in TERMINAL_KINDS)
-    set_(event, "error", error)
-    set_(event, "outputs", outputs)
-    set_(event, "data", data if type(data) is JSONObject else freeze_object(data, "event.data"))
-    set_(event, "created_ns", created_ns)
+    event = _new(StageEvent)
+    _ev_request_id(event, request_id)
+    _ev_stage_id(event, stage_id)
+    _ev_epoch(event, epoch)
+    _ev_generation(event, generation)
+    _ev_seq(event, seq)
+    _ev_kind(event, kind)
+    _ev_terminal(event, kind in TERMINAL_KINDS)
+    _ev_error(event, error)
+    _ev_outputs(event, outputs)
+    _ev_data(event, data if type(data) is JSONObject else freeze_object(data, "event.data"))
+    _ev_created_ns(event, created_ns)
     return event

@@ -155,9 +155,14 @@ def prechecked_frame(header: FrameHeader, payload: bytearray) -> Frame:
     them). Anything else must build ``Frame``, which checks.
     """
     frame = object.__new__(Frame)
-    object.__setattr__(frame, "header", header)
-    object.__setattr__(frame, "payload", payload)
+    _set_header(frame, header)
+    _set_payload(frame, payload)
     return frame
+
+
+# The slots' own setters, taken once (as object.__setattr__ would set them, without a
+# lookup by name per frame).
+_set_header, _set_payload = Frame.__dict__["header"].__set__, Frame.__dict__["payload"].__set__
 
 
 def refs_of(frame: Frame) -> list[list[Any]]:

@@ -18,6 +18,7 @@ raises :class:`~edge_core.errors.DeadlineExceeded` naming the bound that expired
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import os
@@ -70,37 +71,50 @@ class DeadlineTimer:
     """Runs actions at ``time.monotonic()`` deadlines, each on a short-lived thread.
 
     One thread per controller process keeps a heap of pending deadlines and sleeps until
-    the earliest; scheduling costs a heap push under a plain lock (the thread is woken only
-    when the new deadline is the earliest). The thread starts with the first deadline and
-    again in a forked child (which has none). An expired action runs on a thread of its
-    own, because it may retire a worker (seconds); expiries are rare, calls are not.
+    the earliest. Scheduling takes no lock: the handle goes into an inbox (a deque) that
+    the thread empties into its heap whenever it wakes, dropping what was cancelled
+    meanwhile (most calls end long before their bound). The scheduling thread wakes it
+    only when the new deadline is earlier than the one it sleeps towards, or when the
+    inbox has grown to :attr:`drain_at` handles (so that memory stays bounded while it
+    sleeps). The thread starts with the first deadline and again in a forked child
+    (which has none). An expired action runs on a thread of its own, because it may
+    retire a worker (seconds); expiries are rare, calls are not.
+
+    Why no wake-up is lost: the thread sets the time it will sleep until, then looks at
+    the inbox once more, both holding its lock, and only then waits (which releases the
+    lock). A handle put in after that look finds that time set, and a wake-up it sends
+    takes the lock, so it reaches the thread once it waits.
     """
 
+    #: Inbox size at which a schedule wakes the thread to empty it.
+    drain_at = 1024
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # taken directly on the per-call path (no wrapper)
+        self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._inbox: collections.deque[TimerHandle] = collections.deque()
         self._order = itertools.count()
+        self._wake_at = float("-inf")  # what the thread sleeps towards (-inf: not asleep)
         self._started = False  # the thread runs (in this process) from then on
-        self._compact_at = 1024
 
     def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
         """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
         handle = TimerHandle(when, action)
+        inbox = self._inbox
+        inbox.append(handle)
+        if not self._started:
+            self._start()
+        elif when < self._wake_at or len(inbox) >= self.drain_at:
+            with self._lock:
+                self._cond.notify()
+        return handle
+
+    def _start(self) -> None:
         with self._lock:
-            heap = self._heap
-            if len(heap) >= self._compact_at:  # most are cancelled: calls ended in time
-                heap = self._heap = [entry for entry in heap if not entry[2].cancelled]
-                heapq.heapify(heap)
-                self._compact_at = max(1024, 2 * len(heap))
-            earliest = not heap or when < heap[0][0]
-            heapq.heappush(heap, (when, next(self._order), handle))
             if not self._started:
                 threading.Thread(target=self._run, name="edge-deadlines", daemon=True).start()
                 self._started = True
-            elif earliest:
-                self._cond.notify()
-        return handle
 
     def forked(self) -> None:
         """In a forked child: no thread runs there; the next :meth:`schedule` starts one.
@@ -110,30 +124,53 @@ class DeadlineTimer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._heap = []
+        self._inbox = collections.deque()
+        self._wake_at = float("-inf")
         self._started = False
+
+    def _drain(self) -> None:
+        """Move the inbox into the heap, leaving out what was cancelled (holding the lock)."""
+        heap, inbox = self._heap, self._inbox
+        while inbox:
+            handle = inbox.popleft()
+            if not handle.cancelled:
+                heapq.heappush(heap, (handle.when, next(self._order), handle))
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)  # cancelled entries leave lazily
+        if len(heap) >= self.drain_at:  # mostly cancelled ones below the top: compact
+            kept = [entry for entry in heap if not entry[2].cancelled]
+            if len(kept) < len(heap):
+                heapq.heapify(kept)
+                self._heap = kept
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    while self._heap and self._heap[0][2].cancelled:
-                        heapq.heappop(self._heap)  # cancelled entries leave lazily
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    left = self._heap[0][0] - time.monotonic()
-                    if left <= 0:
-                        handle = heapq.heappop(self._heap)[2]
+                    self._wake_at = float("-inf")
+                    self._drain()
+                    heap = self._heap
+                    left = heap[0][0] - time.monotonic() if heap else None
+                    if left is not None and left <= 0:
+                        handle = heapq.heappop(heap)[2]
                         break
+                    self._wake_at = heap[0][0] if heap else float("inf")
+                    if self._inbox:  # put in before the time was set: take it first
+                        continue
                     self._cond.wait(left)
             if not handle.cancelled:
                 threading.Thread(target=handle.action, name="edge-deadline-expired",
                                  daemon=True).start()
 
+    def backlog(self) -> tuple[int, int]:
+        """Handles in the inbox, and heap entries (cancelled ones included): what it holds."""
+        return len(self._inbox), len(self._heap)
+
     def pending(self) -> int:
         """Deadlines not yet expired nor cancelled (for tests and reports)."""
         with self._cond:
-            return sum(1 for _, _, h in self._heap if not h.cancelled)
+            return (sum(1 for _, _, h in self._heap if not h.cancelled)
+                    + sum(1 for h in list(self._inbox) if not h.cancelled))
 
 
 _TIMER = DeadlineTimer()

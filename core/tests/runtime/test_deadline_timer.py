@@ -1,0 +1,65 @@
+"""The deadline timer: lock-free scheduling into an inbox, no wake-up lost, memory bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from edge_core.runtime.deadlines import DeadlineTimer
+
+
+def test_an_earlier_deadline_scheduled_while_the_timer_sleeps_fires_on_time() -> None:
+    timer = DeadlineTimer()
+    late = threading.Event()
+    timer.schedule(time.monotonic() + 60.0, late.set)  # the thread sleeps towards this
+    time.sleep(0.05)
+    fired: list[float] = []
+    done = threading.Event()
+    due = time.monotonic() + 0.2
+
+    def action() -> None:
+        fired.append(time.monotonic())
+        done.set()
+
+    timer.schedule(due, action)
+    assert done.wait(5.0), "the earlier deadline was not noticed by the sleeping thread"
+    assert fired[0] >= due  # never early
+    assert not late.is_set()
+
+
+def test_cancelled_handles_never_run_and_the_inbox_stays_bounded() -> None:
+    timer = DeadlineTimer()
+    ran: list[int] = []
+    keep = timer.schedule(time.monotonic() + 60.0, lambda: ran.append(-1))
+    for i in range(5 * DeadlineTimer.drain_at):  # the thread sleeps towards keep's time
+        timer.schedule(time.monotonic() + 30.0, lambda i=i: ran.append(i)).cancel()
+    # Woken at drain_at handles, the thread empties the inbox and keeps none of them.
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and (
+            timer.backlog()[0] >= DeadlineTimer.drain_at or timer.backlog()[1] > 1):
+        time.sleep(0.01)
+    inbox, heap = timer.backlog()
+    assert inbox < DeadlineTimer.drain_at
+    assert heap == 1  # cancelled handles were left out
+    assert timer.pending() == 1  # only the one kept
+    keep.cancel()
+    assert timer.pending() == 0 and ran == []
+
+
+def test_many_threads_scheduling_at_once_lose_no_deadline() -> None:
+    timer = DeadlineTimer()
+    fired = threading.Semaphore(0)
+    count = 200
+
+    def schedule_some() -> None:
+        for k in range(count // 4):
+            timer.schedule(time.monotonic() + 0.05 + 0.001 * (k % 7), fired.release)
+
+    threads = [threading.Thread(target=schedule_some) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for _ in range(count):
+        assert fired.acquire(timeout=10.0), "a deadline never fired"
+    assert timer.pending() == 0

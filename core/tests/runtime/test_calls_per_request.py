@@ -1,33 +1,36 @@
-"""Python function calls per small ``Pipeline.run`` in the calling thread: a counted bound.
+"""Python work per small ``Pipeline.run`` in the calling thread: counted bounds.
 
-The per-request path (admission, lineup, chain, replica choice, stage submission,
-deadline timer, framing, reading, delivery, acknowledgement) is counted with
-``sys.setprofile`` over many requests on a one-stage echo pipeline, after a warm-up (the
-header templates and shape matches are made once). A count, not a timing: it is the same
-on a loaded machine as on a quiet one, and it grows only when the code does more per
-request. The bound sits a little above what the path costs now; raise it only for work
-a request needs.
+The per-request path (admission, lineup, the one-stage path, replica choice, stage
+submission, deadline timer, framing, reading, delivery, acknowledgement) is counted over
+many requests on a one-stage echo pipeline, after a warm-up (the header templates and
+shape matches are made once): the Python function calls with ``sys.setprofile``, and the
+bytecode instructions with ``sys.settrace``'s opcode events. Counts, not timings: they
+are the same on a loaded machine as on a quiet one, and they grow only when the code
+does more per request. Each bound sits a little above what the path costs now; raise it
+only for work a request needs.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import numpy as np
 
+from edge_core.runtime import Pipeline
+
 from .conftest import OpenPipeline, echo_stage
 
 REQUESTS = 100
 MAX_PYTHON_CALLS = 98  # 126, 113, 111 in earlier rounds; 96 with the one-stage path (no chain)
+MAX_BYTECODES = 3650  # 3913 before the one-stage path, lazy receipt, timer inbox; 3514 after
 
 
-def test_a_small_request_costs_a_bounded_number_of_python_calls(
-    open_pipeline: OpenPipeline,
-) -> None:
-    pipeline = open_pipeline(echo_stage("s0"))
+def _requests(pipeline: Pipeline) -> Callable[[], None]:
+    """One small request, acknowledged, after a warm-up of 30."""
     x = np.arange(4, dtype=np.float32)
 
     def request() -> None:
@@ -37,6 +40,13 @@ def test_a_small_request_costs_a_bounded_number_of_python_calls(
 
     for _ in range(30):
         request()
+    return request
+
+
+def test_a_small_request_costs_a_bounded_number_of_python_calls(
+    open_pipeline: OpenPipeline,
+) -> None:
+    request = _requests(open_pipeline(echo_stage("s0")))
     counts: Counter[str] = Counter()
 
     def count(frame: FrameType, event: str, arg: Any) -> None:
@@ -51,3 +61,28 @@ def test_a_small_request_costs_a_bounded_number_of_python_calls(
         sys.setprofile(None)
     per_request = (sum(counts.values()) - REQUESTS) / REQUESTS  # less request() itself
     assert per_request <= MAX_PYTHON_CALLS, (per_request, counts.most_common(20))
+
+
+def test_a_small_request_runs_a_bounded_number_of_bytecodes(
+    open_pipeline: OpenPipeline,
+) -> None:
+    request = _requests(open_pipeline(echo_stage("s0")))
+    counts: Counter[str] = Counter()
+    mine = request.__code__
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            frame.f_trace_opcodes = True
+            return trace
+        if event == "opcode" and frame.f_code is not mine:  # less request() itself
+            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for _ in range(REQUESTS):
+            request()
+    finally:
+        sys.settrace(None)
+    per_request = sum(counts.values()) / REQUESTS
+    assert per_request <= MAX_BYTECODES, (per_request, counts.most_common(20))

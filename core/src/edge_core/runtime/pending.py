@@ -149,8 +149,9 @@ class PendingCall:
             if stage.accept(self.request_id, self.serial, None):
                 raise
             raise self._cancelled(cancelled) from exc
-        for names, _ in self._retained:  # outputs this event replaces are not theirs
-            names.difference_update(tensors)
+        if self._retained:
+            for names, _ in self._retained:  # outputs this event replaces are not theirs
+                names.difference_update(tensors)
         if isinstance(tensors, RetainedOutputs):
             self._retained.append((set(tensors), tensors.release))
         # One locked decision: a fenced request's event is refused, and a terminal event

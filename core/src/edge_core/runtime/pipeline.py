@@ -298,7 +298,7 @@ class Pipeline:
             lineup.leave(serving)
             admission.release()
 
-        if serving.direct is not None and isinstance(final, StageResult):
+        if serving.single_worker and isinstance(final, StageResult):
             generations: tuple[int | None, ...] = (final.key.generation,)
         else:
             generations = serving.generations()

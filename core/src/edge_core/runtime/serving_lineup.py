@@ -73,6 +73,8 @@ class Serving:
         self.holds = 0
         self.direct: ReplicaSet | None = self.groups[0] if len(self.groups) == 1 else None
         """The one stage's replica set when the placement has one stage (no chain), else None."""
+        self.single_worker = self.direct is not None and len(self.direct.runtimes) == 1
+        """One stage of one replica: a request's result names the generation of the receipt."""
         self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
         self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 

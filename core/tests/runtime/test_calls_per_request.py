@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from edge_core.runtime import Pipeline
 
@@ -26,7 +27,12 @@ from .conftest import OpenPipeline, echo_stage
 
 REQUESTS = 100
 MAX_PYTHON_CALLS = 98  # 126, 113, 111 in earlier rounds; 96 with the one-stage path (no chain)
-MAX_BYTECODES = 3650  # 3913 before the one-stage path, lazy receipt, timer inbox; 3514 after
+#: Bytecode counts depend on the interpreter's compiler (3.12 and 3.13 emit other
+#: instruction sequences for the same code), so the bound is kept per minor version, for
+#: the versions it was measured on; on others the bytecode test is skipped (the call
+#: count above holds everywhere). On 3.11: 3913 before the one-stage path, the lazy
+#: receipt and the timer inbox; 3514 after.
+MAX_BYTECODES = {(3, 11): 3650}
 
 
 def _requests(pipeline: Pipeline) -> Callable[[], None]:
@@ -66,6 +72,9 @@ def test_a_small_request_costs_a_bounded_number_of_python_calls(
 def test_a_small_request_runs_a_bounded_number_of_bytecodes(
     open_pipeline: OpenPipeline,
 ) -> None:
+    bound = MAX_BYTECODES.get(sys.version_info[:2])
+    if bound is None:
+        pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
     request = _requests(open_pipeline(echo_stage("s0")))
     counts: Counter[str] = Counter()
     mine = request.__code__
@@ -85,4 +94,4 @@ def test_a_small_request_runs_a_bounded_number_of_bytecodes(
     finally:
         sys.settrace(None)
     per_request = sum(counts.values()) / REQUESTS
-    assert per_request <= MAX_BYTECODES, (per_request, counts.most_common(20))
+    assert per_request <= bound, (per_request, counts.most_common(20))

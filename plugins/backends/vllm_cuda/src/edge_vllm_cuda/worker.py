@@ -61,6 +61,8 @@ _PROMPT_PARAMETERS = frozenset({"input_tokens", "input_text", "prompt", "prompt_
 #: The lowest log-probability sent (vLLM's server clamps ``-inf`` the same way; JSON has
 #: no infinity).
 _MIN_LOGPROB = -9999.0
+#: Most seconds a token count waits for the engine's loop (it answers in milliseconds).
+_COUNT_TIMEOUT_S = 30.0
 
 
 class EngineRefused(ValueError):
@@ -106,6 +108,18 @@ def _refusal(error: BaseException, field: str | None, *, before_output: bool) ->
                           or _template_error(error)):
         return EngineRefused(field, "invalid_value", f"{type(error).__name__}: {error}")
     return error
+
+
+def _refused(refusal: BaseException) -> dict[str, Any]:
+    """A count's answer when the prompt is the request's own fault: field, code, reason."""
+    fault = fault_of(refusal)
+    assert fault is not None
+    value = getattr(refusal, "value", None)
+    reason = getattr(refusal, "reason", None)
+    return {"refused": {
+        "param": fault.param, "code": fault.code,
+        "reason": reason if isinstance(reason, str) else str(refusal),
+        "value": value if isinstance(value, (int, float, str)) else None}}
 
 
 def _prompt_digest(params: GenerateParams) -> str:
@@ -303,6 +317,44 @@ class VllmHandler(BaseHandler):
             self._streams[call.request_id] = future
         future.add_done_callback(lambda _: self._forget(call.request_id, future))
         return None
+
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Answer ``{"count_tokens": prompt}``: each prompt's length in the model's tokens.
+
+        ``prompt`` holds the request's prompt field (``prompt``, ``prompt_token_ids``,
+        ``prompts`` or ``messages``); each prompt is rendered and tokenised exactly as a
+        request's is (:meth:`_prepare`: the chat template, the model's tokenizer), on the
+        engine's loop, where vLLM uses the same tokenizer. The answer is
+        ``{"prompt_tokens": [n, ...]}`` (one count per prompt, in order), or
+        ``{"refused": {"param", "code", "message"}}`` when the prompt is the request's own
+        fault (a chat its template refuses, a token id outside the vocabulary). The
+        stage asks before admission (``VllmStage.check_params``); the serve loop answers
+        between frames, so it takes no slot and waits for no request.
+
+        Raises:
+            ValueError: a question other than ``count_tokens``.
+            EngineNotLoaded: no engine.
+        """
+        prompt = question.get("count_tokens")
+        if set(question) != {"count_tokens"} or not isinstance(prompt, Mapping):
+            raise ValueError(f"query: expected {{'count_tokens': {{prompt field}}}}, got "
+                             f"{sorted(question)}")
+        try:
+            params = parse_generate_params(prompt)
+        except GenerateParamsInvalid as exc:
+            return _refused(exc)
+        answer: Mapping[str, Any] = self._run(self._count(params), _COUNT_TIMEOUT_S)
+        return answer
+
+    async def _count(self, params: GenerateParams) -> Mapping[str, Any]:
+        try:
+            prompts = self._prepare(params)
+        except Exception as exc:
+            refusal = _refusal(exc, params.prompt_field, before_output=True)
+            if fault_of(refusal) is None:
+                raise
+            return _refused(refusal)
+        return {"prompt_tokens": [len(ids) for _, ids in prompts]}
 
     def _forget(self, request_id: str, future: Future[None]) -> None:
         with self._lock:

@@ -81,7 +81,7 @@ def test_a_query_is_answered_ahead_of_queued_requests_and_its_errors_keep_the_wo
     # the next request; the query was sent well within r1's second): r2, queued before
     # the query was sent, is still running
     assert client.in_flight("r2")
-    with pytest.raises(RemoteError, match="RuntimeError in worker.*query failed on purpose"):
+    with pytest.raises(RemoteError, match=r"RuntimeError in worker.*query failed on purpose"):
         client.query({"fail": True}, timeout_s=10)
     assert running.result(timeout=10)["x"].sum() == 2
     assert queued.result(timeout=10)["x"].sum() == 2
@@ -92,7 +92,7 @@ def test_a_query_to_a_handler_without_one_is_an_error_while_streams_go_on(start)
     client = start("stream")
     streaming = client.submit(request("g1", Operation.GENERATE, tokens=50, delay_s=0.01))
     assert streaming.next(timeout=10).kind is EventKind.TOKEN
-    with pytest.raises(RemoteError, match="NotImplementedError in worker.*answers no query"):
+    with pytest.raises(RemoteError, match=r"NotImplementedError in worker.*answers no query"):
         client.query({"count_tokens": {"prompt": "edge"}}, timeout_s=10)
     assert [d.kind for d in streaming][-1] is EventKind.DONE  # the stream went on
     assert client.health().ready and client.ping()["in_flight"] == 0

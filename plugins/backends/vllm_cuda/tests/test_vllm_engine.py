@@ -22,8 +22,9 @@ from edge_contracts.requests import EventKind
 from edge_core.backend import CancelOutcome
 from edge_core.config.model import RouteConfig
 from edge_core.errors import ResourceUnavailable
+from edge_core.host import RemoteError
 from edge_core.placement import PlacementRefusal
-from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.stage import StageContext
@@ -274,6 +275,35 @@ def test_a_text_prompt_or_chat_over_the_context_is_refused_before_admission(
         assert len(follow.outputs["token_ids"]) == 2
     finally:
         follow.ack()
+
+
+def test_a_prompt_the_worker_refuses_is_told_and_one_it_cannot_count_goes_on(
+        generator: Pipeline) -> None:
+    """The worker's refusal of a prompt it is asked to count is the request's fault; an
+    unknown question is the worker's error (the worker stays); when no count can be had
+    (here a query that fails as a worker without the op answers) the request goes on and
+    the worker's own check refuses it after admission, leaving nothing held."""
+    stage: VllmStage = generator.stage("gen").loaded  # type: ignore[assignment]
+    with pytest.raises(GenerateRefused) as refused:
+        stage.count_tokens({"prompt": 5})  # what check_params never sends: the worker says
+    assert fault_of(refused.value) == RequestFault("invalid_value", "prompt"), refused.value
+    with pytest.raises(RemoteError, match="ValueError in worker"):
+        stage.query({"how_many": "prompts"})
+    query = stage.query
+
+    def unanswered(question: Any, timeout_s: float | None = 30.0) -> dict[str, Any]:
+        raise RemoteError("worker.query", "NotImplementedError", "answers no query")
+
+    stage.token_counts.clear()
+    stage.query = unanswered  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RequestFailed) as failed:
+            generator.run({}, params={"prompt": "edge " * 300, "max_tokens": 2})
+    finally:
+        stage.query = query  # type: ignore[method-assign]
+    assert fault_of(failed.value) == RequestFault("context_length_exceeded", "prompt")
+    assert generator.admission.used == 0 and generator.stage("gen").outstanding == 0
+    assert generator.health()["state"] == "ready"
 
 
 def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(

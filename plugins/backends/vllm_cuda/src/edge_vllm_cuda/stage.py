@@ -21,7 +21,7 @@ from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
-from edge_vllm_cuda.options import WORKER_ENV_NAMES, VllmOptions
+from edge_vllm_cuda.options import DEFAULT_ENGINE_STOP_S, WORKER_ENV_NAMES, VllmOptions
 from edge_vllm_cuda.sampling import (
     ContextLengthExceeded,
     GenerateParams,
@@ -112,14 +112,13 @@ class VllmStage(WorkerStage):
     #: Where the time goes (measured on a loaded 2-core host, benchmarks/serve_shutdown.py):
     #: vLLM SIGTERMs its EngineCore process, whose own teardown — the model runner's KV
     #: cache, the scheduler, torch.distributed's groups, then its interpreter's exit —
-    #: took 5 s and more, so vLLM's default 5 s join always ended in a kill; the core is
-    #: now killed after ``engine_stop_s`` (default 1 s), its teardown freeing nothing a
-    #: process's end does not. Then the worker ends at once (``exit_after_close``: without
-    #: it the worker's own interpreter teardown took another 2.7-4.7 s), then the
-    #: supervisor and vLLM's resource tracker leave (under 1 s). The whole retirement is
-    #: bounded by this window plus the retire deadline
-    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 1 + 3 + 5 = 9 s.
-    retire_graceful_s = 1.0 + RETIRE_MARGIN_S
+    #: took 3.6-5.8 s; vLLM waits ``engine_stop_s`` (default 10 s) for it, then kills the
+    #: core (the worker's log says which). Then the worker ends at once
+    #: (``exit_after_close``: without it the worker's own interpreter teardown took
+    #: another 2.7-4.7 s), then the supervisor and vLLM's resource tracker leave (under
+    #: 0.2 s). The whole retirement is bounded by this window plus the retire deadline
+    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 10 + 3 + 5 = 18 s.
+    retire_graceful_s = DEFAULT_ENGINE_STOP_S + RETIRE_MARGIN_S
     worker_env_names = WORKER_ENV_NAMES
 
     @classmethod

@@ -194,7 +194,7 @@ class VllmHandler(BaseHandler):
         self._max_model_len = 0
         self._vocab_size = 0
         #: How long vLLM gives its EngineCore to tear itself down before killing it.
-        self._engine_stop_s = 5.0
+        self._engine_stop_s = 10.0  # the stage's default (options.DEFAULT_ENGINE_STOP_S)
 
     def versions(self) -> Mapping[str, str]:
         """Versions of vLLM (either distribution) and torch in this interpreter."""
@@ -522,14 +522,39 @@ class VllmHandler(BaseHandler):
         if engine is not None:
             if pending:
                 await engine.abort(pending)
-            # vLLM SIGTERMs its EngineCore and kills it after ``stop_s``: the core's own
-            # teardown (seconds of freeing what its process's end frees anyway) is cut.
+            # vLLM SIGTERMs its EngineCore and waits up to ``stop_s`` for its own teardown,
+            # then kills it; the worker's log says which it was.
+            cores = _core_processes(engine)
+            started = time.perf_counter()
             engine.shutdown(timeout=stop_s)
+            _report_stop(cores, time.perf_counter() - started, stop_s)
         current = asyncio.current_task()
         tasks = [task for task in asyncio.all_tasks() if task is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _core_processes(engine: Any) -> list[Any]:
+    """The EngineCore processes of vLLM (``multiprocessing`` objects), where it shows them."""
+    manager = getattr(getattr(getattr(engine, "engine_core", None), "resources", None),
+                      "engine_manager", None)
+    return list(getattr(manager, "processes", None) or [])
+
+
+def _report_stop(cores: list[Any], elapsed_s: float, stop_s: float) -> None:
+    """One line in the worker's log: how the EngineCore ended, and in how long."""
+    import sys
+
+    codes = [getattr(core, "exitcode", None) for core in cores]
+    if not codes:
+        how = "stopped (its process is not visible to this vLLM version's handle)"
+    elif all(isinstance(code, int) and code >= 0 for code in codes):
+        how = "stopped by itself"
+    else:  # killed by vLLM after the window (not yet reaped: no exit code), or signalled
+        how = f"killed after engine_stop_s = {stop_s} s (its own teardown took longer)"
+    print(f"edge vllm worker: EngineCore {how}: {elapsed_s:.2f} s, exit codes {codes}",
+          file=sys.stderr, flush=True)
 
 
 def create() -> VllmHandler:

@@ -321,7 +321,7 @@ def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
 
 
 def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
-        pipeline_file: Any) -> None:
+        pipeline_file: Any, capfd: pytest.CaptureFixture[str]) -> None:
     pipeline = open_pipeline(pipeline_file("closing", extra="engine_stop_s = 0.5"))
     try:
         assert pipeline.ledger.reserved("machine:ram") > 0
@@ -342,6 +342,11 @@ def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
     assert len(summary["gen"]["retire"]["tree"]) >= 2  # the worker and vLLM's engine core
     assert summary["gen"]["release"] == "released"
     assert pipeline.ledger.reserved("machine:ram") == 0 and pipeline.ledger.is_empty()
+    # the worker's log (its stderr here) says how the EngineCore ended: a 0.5 s window is
+    # shorter than its own teardown on this host, so vLLM killed it
+    said = re.search(r"edge vllm worker: EngineCore (stopped by itself|killed after "
+                     r"engine_stop_s = 0\.5 s)", capfd.readouterr().err)
+    assert said is not None
 
 
 def test_a_cuda_stage_on_a_cpu_only_vllm_is_refused_and_its_worker_retired(

@@ -10,16 +10,16 @@ same close of a one-stage ``echo`` pipeline (a plain worker), so that the machin
 falls on both.
 
 Each run prints one JSON line; the last line is the summary, with medians:
-``close_s`` (the whole close), ``engine_core_s`` (vLLM's part: it SIGTERMs the core and
-kills it after ``engine_stop_s``; a killed core is gone once its memory is given back),
-``worker_after_core_s`` (the worker's own exit once the core is gone; negative when the
-worker left while its killed core was still being reaped), ``tree_after_worker_s`` (the
-supervisor and the resource tracker), the retire
-escalation seen, the stage's ``engine_stop_s`` (vLLM kills its EngineCore after it), the
-bound docs/serve.md states (9 s with the default) and the anchor's ``close_s``.
+``close_s`` (the whole close), ``engine_core_s`` (vLLM's part: it SIGTERMs the core,
+waits up to ``engine_stop_s`` for its own teardown and kills it after that; a killed core
+is gone once its memory is given back), ``worker_after_core_s`` (the worker's own exit
+once the core is gone; negative when the worker left while a killed core was still being
+reaped), ``tree_after_worker_s`` (the supervisor and the resource tracker), the retire
+escalation seen, the stage's ``engine_stop_s``, the bound docs/serve.md states (18 s
+with the default) and the anchor's ``close_s``.
 
-``--engine-stop-s 5`` measures vLLM's own default window (the figure before edge set
-its own).
+``--engine-stop-s 1`` measures the window of before (the core killed mid-teardown on
+every close); ``--engine-stop-s 5`` vLLM's own default window.
 
 Run: ``.venv/bin/python benchmarks/serve_shutdown.py [--runs N] [--engine-stop-s S]
 [--python PY --model DIR]``.
@@ -41,6 +41,7 @@ from typing import Any
 import psutil
 
 from edge_core.runtime.pipeline_files import open_pipeline
+from edge_vllm_cuda.options import DEFAULT_ENGINE_STOP_S
 from edge_vllm_cuda.stage import RETIRE_MARGIN_S
 
 # The anchor runs the echo test backend (hidden from users unless asked for).
@@ -49,7 +50,7 @@ os.environ["EDGE_TEST_BACKENDS"] = "1"
 #: The retire deadline after the worker's window (StageRuntime's default).
 RETIRE_DEADLINE_S = 5.0
 #: The stage's default ``engine_stop_s`` (``--engine-stop-s`` sets another).
-ENGINE_STOP_S = 1.0
+ENGINE_STOP_S = DEFAULT_ENGINE_STOP_S
 VLLM_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "vllm_cuda" / "tests"
 
 

@@ -14,6 +14,12 @@ Ops, controller to worker:
     ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
     them instead of reusing them. ``meta.gone`` (see below) may come alone. No answer.
     ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
+    ``query``: a question to the loaded handler that takes no slot (``meta`` is the
+    handler's own JSON question, e.g. a generate stage's "how many tokens is this
+    prompt?"); answered by ``reply`` at once, between frames, like ``ping`` — never
+    queued behind the requests waiting in the worker — with the handler's JSON answer,
+    or an error when the handler has no ``query`` (see
+    :meth:`edge_contracts.worker_handler.BaseHandler.query`).
 
 Ops, worker to controller:
     ``hello`` (first frame, see :func:`~edge_contracts.worker_protocol.hello_meta`; the
@@ -66,6 +72,7 @@ __all__ = [
     "OP_HELLO",
     "OP_LOAD",
     "OP_PING",
+    "OP_QUERY",
     "OP_REPLY",
     "OP_RUN",
     "OP_SHUTDOWN",
@@ -87,6 +94,7 @@ OP_GENERATE = "generate"
 OP_CANCEL = "cancel"
 OP_ACK = "ack"
 OP_PING = "ping"
+OP_QUERY = "query"
 OP_SHUTDOWN = "shutdown"
 OP_EVENT = "event"
 OP_REPLY = "reply"

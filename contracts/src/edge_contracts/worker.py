@@ -21,6 +21,10 @@ handler's :meth:`Handler.versions`) and serves frames in arrival order:
   to its own engine and returns ``None`` at once; it later emits events from any thread
   with :meth:`Call.emit` (thread-safe) and must end with :meth:`Call.done` or
   :meth:`Call.fail`. An exception from ``submit`` becomes a terminal ERROR event.
+* ``query(question)`` (optional: :meth:`BaseHandler.query`) runs on the loop thread as
+  soon as a ``query`` frame is read — like a ``ping``, ahead of requests still waiting
+  in the worker and while streaming ones go on — and returns a JSON object sent back as
+  the reply; it takes no slot.
 * ``cancel(request_id)`` is called on the loop thread after the loop has already sent the
   request's terminal CANCELLED event; it should abort the work in place (the worker
   stays). Events the handler emits for a cancelled request are dropped.
@@ -86,6 +90,7 @@ from edge_contracts.protocol import (
     OP_HELLO,
     OP_LOAD,
     OP_PING,
+    OP_QUERY,
     OP_REPLY,
     OP_SHUTDOWN,
 )
@@ -352,11 +357,32 @@ class _Server:
                 print(f"edge worker: channel: refused ack: {exc}", file=sys.stderr)
         elif op == OP_PING:
             self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
+        elif op == OP_QUERY:
+            self._query(header)
         elif op == OP_SHUTDOWN:
             self._stop = True
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
         return True
+
+    def _query(self, header: FrameHeader) -> None:
+        """Answer a ``query`` now with the handler's ``query`` (an error without one)."""
+        answer = getattr(self.handler, "query", None)
+        if answer is None:
+            self.reply(header, None, NotImplementedError(
+                f"op: {OP_QUERY!r}: this worker's handler answers no query"))
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.wake()
+        executing, self._executing = self._executing, True  # beats while it answers
+        try:
+            result = answer(thaw_json(header.meta))  # type: ignore[arg-type]
+        except Exception as exc:  # reported to the controller
+            self.reply(header, None, exc)
+        else:
+            self.reply(header, result, None)
+        finally:
+            self._executing = executing
 
     def _ack(self, meta: Mapping[str, Any]) -> None:
         """Apply an ``ack``: checked whole before anything is released."""

@@ -79,6 +79,22 @@ class BaseHandler:
         """Refuse: a handler must implement this."""
         raise NotImplementedError(f"{type(self).__name__}.submit")
 
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Answer a ``query`` frame: a question about the loaded model that takes no slot.
+
+        Optional (the serve loop looks it up with ``getattr``; a handler without it
+        answers an error). Called on the loop thread as soon as the frame is read —
+        between requests, ahead of those still waiting in the worker, while streaming
+        requests go on — so it must be quick and must not wait for a request. The
+        question and the answer are JSON objects whose meaning the backend's own stage
+        and handler agree on; a generate backend answers how many tokens a prompt is with
+        the model's own tokenizer, so that its stage refuses a prompt over the context
+        before admission (``LoadedStage.check_params``). An exception is the reply's
+        error. This default has no answer to give.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.query: this handler answers no "
+                                  f"query: {sorted(question)}")
+
     def cancel(self, request_id: str) -> None:
         """Nothing to abort."""
 

@@ -82,7 +82,11 @@ class LoadedStage(Protocol):
     ``check_params(params)`` raises the request's own fault (an error declaring
     ``request_fault``, :mod:`edge_contracts.request_faults`) for parameters the stage can
     refuse without running them; :meth:`Pipeline.check_params` calls it before admission
-    where the caller's parameters reach the stage unchanged (a one-stage pipeline).
+    where the caller's parameters reach the stage unchanged (a one-stage pipeline). It may
+    ask the stage's worker (a ``query``, :meth:`edge_core.workerstage.WorkerStage.query`,
+    answered by the handler's ``query`` without taking a slot) — a generate stage counts
+    a text prompt's tokens with its own tokenizer so — so it may block for that round
+    trip: an event loop calls it from a thread.
     """
 
     @property

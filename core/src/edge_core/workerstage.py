@@ -217,6 +217,14 @@ class WorkerStage:
         self._sample_memory()
         return report
 
+    def query(self, question: Mapping[str, Any], timeout_s: float | None = 30.0) -> dict[str, Any]:
+        """Ask the worker's handler a question that takes no slot (its ``query``).
+
+        Answered by the worker between frames, while the stage's requests stream: no
+        admission slot, no stage slot (see :meth:`edge_core.host.client.WorkerClient.query`).
+        """
+        return self.client.query(question, timeout_s=timeout_s)
+
     def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An input array in the controller's shared memory, sent by reference."""
         return self.client.input_buffer(shape, dtype)

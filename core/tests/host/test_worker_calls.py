@@ -69,6 +69,36 @@ def test_load_and_warmup_return_the_handler_reports(start):
     assert client.ping()["in_flight"] == 0
 
 
+def test_a_query_is_answered_ahead_of_queued_requests_and_its_errors_keep_the_worker(start):
+    client = start()
+    client.load({"model": "m"})
+    running = client.submit(request("r1", sleep_s=1.0), {"x": np.ones(2)})
+    queued = client.submit(request("r2", sleep_s=2.0), {"x": np.ones(2)})
+    answer = client.query({"count_tokens": {"prompt": "edge"}}, timeout_s=10)
+    assert answer == {"asked": {"count_tokens": {"prompt": "edge"}},
+                      "loaded": {"model": "m"}}
+    # answered between r1 and r2 (the worker reads every waiting frame before running
+    # the next request; the query was sent well within r1's second): r2, queued before
+    # the query was sent, is still running
+    assert client.in_flight("r2")
+    with pytest.raises(RemoteError, match=r"RuntimeError in worker.*query failed on purpose"):
+        client.query({"fail": True}, timeout_s=10)
+    assert running.result(timeout=10)["x"].sum() == 2
+    assert queued.result(timeout=10)["x"].sum() == 2
+    assert client.health().ready and client.ping()["in_flight"] == 0
+
+
+def test_a_query_to_a_handler_without_one_is_an_error_while_streams_go_on(start):
+    client = start("stream")
+    streaming = client.submit(request("g1", Operation.GENERATE, tokens=50, delay_s=0.01))
+    assert streaming.next(timeout=10).kind is EventKind.TOKEN
+    with pytest.raises(RemoteError, match=r"NotImplementedError in worker.*answers no query"):
+        client.query({"count_tokens": {"prompt": "edge"}}, timeout_s=10)
+    assert [d.kind for d in streaming][-1] is EventKind.DONE  # the stream went on
+    # (the worker forgets a streamed call just after sending its DONE: not counted here)
+    assert client.health().ready and client.ping()["pid"] == client.identity.pid
+
+
 def test_handler_error_is_a_typed_remote_error_and_the_worker_stays(start):
     client = start()
     with pytest.raises(RemoteError, match="asked to fail: boom"):

@@ -45,6 +45,7 @@ from edge_contracts.protocol import (
     OP_HEARTBEAT,
     OP_LOAD,
     OP_PING,
+    OP_QUERY,
     OP_REPLY,
     OP_SHUTDOWN,
     OP_WARMUP,
@@ -173,7 +174,7 @@ class WorkerClient:
     def control(
         self, op: str, meta: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        """Send a control op (``load``, ``warmup``, ``ping``) and wait for its reply."""
+        """Send a control op (``load``, ``warmup``, ``ping``, ``query``); wait for its reply."""
         self._refuse_if_down()
         request_id = f"ctl-{next(self._control_ids)}"
         waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)
@@ -204,6 +205,19 @@ class WorkerClient:
     ) -> dict[str, Any]:
         """Ask the worker's handler to warm up; return its report (e.g. node -> provider)."""
         return self.control(OP_WARMUP, config, timeout_s=timeout_s)
+
+    def query(
+        self, question: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the worker's handler a question that takes no slot; return its JSON answer.
+
+        The worker answers as soon as it reads the frame, while requests stream and ahead
+        of those still queued in it (:data:`edge_contracts.protocol.OP_QUERY`). Raises
+        :class:`RemoteError` when the handler failed or answers no query,
+        :class:`WorkerGone` when the worker is down, ``DeadlineExceeded`` after
+        ``timeout_s``.
+        """
+        return self.control(OP_QUERY, question, timeout_s=timeout_s)
 
     def initialise(
         self,

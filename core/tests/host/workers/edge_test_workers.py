@@ -64,6 +64,11 @@ class Echo(BaseHandler):
             raise RuntimeError("warm-up failed on purpose")
         return {"placement": {"node0": "CPUExecutionProvider"}}
 
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        if question.get("fail"):
+            raise RuntimeError("query failed on purpose")
+        return {"asked": dict(question), "loaded": self.loaded}
+
     def submit(self, call: Call) -> Mapping[str, Any] | None:
         sleep_s = call.params.get("sleep_s", 0)
         if sleep_s:

@@ -34,6 +34,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -52,9 +53,9 @@ from serving import Served
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 #: A generate stage's retirement is bounded by its declared window plus the retire
-#: deadline (``VllmStage.retire_graceful_s`` + 5 s = 1 + 3 + 5 s with the default
+#: deadline (``VllmStage.retire_graceful_s`` + 5 s = 10 + 3 + 5 s with the default
 #: ``engine_stop_s``): docs/serve.md states it.
-GENERATE_RETIRE_BOUND_S = 9.0
+GENERATE_RETIRE_BOUND_S = 18.0
 
 CHAT = [{"role": "system", "content": "You answer briefly."},
         {"role": "user", "content": "edge stage token worker"}]
@@ -249,17 +250,36 @@ async def _hold(url: str, body: Mapping[str, Any], count: int,
             await asyncio.gather(*holders, return_exceptions=True)
 
 
+#: Requests that cannot fit tiny's context, each with the limit its 400 names: token ids
+#: (counted on the controller), a text prompt and chats (counted by the stage's worker
+#: with the model's tokenizer and chat template, in a query that takes no slot).
+_DOOMED = [
+    (_case("max_tokens over the context, admission full", "completions",
+           {"prompt": [1, 5, 9], "max_tokens": 100_000}, maxRetries=0), "max_tokens"),
+    (_case("text prompt over the context, admission full", "completions",
+           {"prompt": _LONG, "max_tokens": 4}, maxRetries=0), "prompt"),
+    (_case("text prompt and max_tokens together, admission full", "completions",
+           {"prompt": "edge " * 100, "max_tokens": 200}, maxRetries=0), "max_tokens"),
+    (_case("chat over the context, admission full", "chat",
+           {"messages": [{"role": "user", "content": _LONG}], "max_tokens": 4},
+           maxRetries=0), "messages"),
+    (_case("chat and max_completion_tokens together, admission full", "chat",
+           {"messages": CHAT, "max_completion_tokens": 250}, maxRetries=0),
+     "max_completion_tokens"),
+]
+
+
 def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
         server: Served) -> None:
     # tiny's 8 admission slots held by 8 running requests (16 choices each: the engine
-    # runs 8 sequences at a time, so they last); a request that cannot fit is still told
-    # why (400, context_length_exceeded) at once, from both clients, instead of 429 or a
-    # wait in line: it is checked before admission.
-    doomed = _case("max_tokens over the context, admission full", "completions",
-                   {"prompt": [1, 5, 9], "max_tokens": 100_000}, maxRetries=0)
+    # runs 8 sequences at a time, so they last); a request that cannot fit — token ids,
+    # a text prompt or a chat — is still told why (400, context_length_exceeded, the
+    # limit named) at once, from both clients, instead of 429 or a wait in line: it is
+    # checked (and a text or chat counted by the stage's worker) before admission.
     body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "n": 16, "stream": True,
             "temperature": 1.0, "seed": 7, "ignore_eos": True}
     package = _node_or_none()
+    doomed = [case for case, _ in _DOOMED]
 
     def refused_while_held() -> tuple[list[dict[str, Any]], list[int], float]:
         end = time.monotonic() + 300
@@ -269,21 +289,23 @@ def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
         with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
                            timeout=300) as made:
             started = time.monotonic()
-            results = [run_python(made, doomed)]
+            results = [run_python(made, case) for case in doomed]
             waited = time.monotonic() - started
         counts = [held, _stages(server, "tiny")["gen"]["in_flight"]]
         if package is not None:  # its start takes a moment: the holders may end meanwhile
-            results.append(run_node(package, f"{server.url}/v1", API_KEY,
-                                    [doomed])[doomed["name"]])
+            answered = run_node(package, f"{server.url}/v1", API_KEY, doomed)
+            results += [answered[case["name"]] for case in doomed]
         return results, counts, waited
 
     results, held, waited = asyncio.run(_hold(server.url, body, 8, refused_while_held))
-    for result in results:
+    limits = [param for _, param in _DOOMED] * (len(results) // len(_DOOMED))
+    for result, param in zip(results, limits, strict=True):
         error = result["error"]
         assert error is not None and (error["class"], error["status"], error["param"],
                                       error["code"]) == (
-            "BadRequestError", 400, "max_tokens", "context_length_exceeded"), result
-    assert waited < 30.0  # answered, not left waiting for a slot
+            "BadRequestError", 400, param, "context_length_exceeded"), result
+        assert re.search(r"\d+ too many|by \d+", error["message"]), error  # by how much
+    assert waited < 30.0 * len(_DOOMED)  # answered, not left waiting for a slot
     assert held == [8, 8]  # every slot was held while the Python client was answered
     end = time.monotonic() + 120  # the holders' disconnects free the stage and the engine
     while _stages(server, "tiny")["gen"]["in_flight"] or _engine_unfinished(server):

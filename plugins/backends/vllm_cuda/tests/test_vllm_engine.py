@@ -7,6 +7,9 @@ reservation and the device refusal each get their own worker.
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,9 @@ from edge_contracts.requests import EventKind
 from edge_core.backend import CancelOutcome
 from edge_core.config.model import RouteConfig
 from edge_core.errors import ResourceUnavailable
+from edge_core.host import RemoteError
 from edge_core.placement import PlacementRefusal
-from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.stage import StageContext
@@ -180,6 +184,128 @@ def test_a_request_that_cannot_fit_the_context_is_refused_before_admission(
         follow.ack()
 
 
+_CHAT = [{"role": "system", "content": "You answer briefly."},
+         {"role": "user", "content": "edge stage token worker"}]
+_TEXTS = ["edge stage token worker", "héllo wörld, ✓ edge — 42"]
+_PEER = """
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+texts, chat = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+rendered = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+ids = rendered["input_ids"] if hasattr(rendered, "keys") else rendered  # transformers 5: a dict
+print(json.dumps({"texts": [len(tokenizer.encode(t)) for t in texts], "chat": len(ids)}))
+"""
+
+
+def test_text_and_chat_token_counts_are_the_tokenizers_and_the_engines_own(
+        generator: Pipeline, tiny_model: Path, vllm_python: Path) -> None:
+    """The worker's count (a query: no slot) against transformers' tokenizer in the vLLM
+    environment — the peer — and against the prompt_tokens the engine's run reports."""
+    stage: VllmStage = generator.stage("gen").loaded  # type: ignore[assignment]
+    texts = stage.count_tokens({"prompts": _TEXTS})
+    chat = stage.count_tokens({"messages": _CHAT})
+    peer = json.loads(subprocess.run(
+        [str(vllm_python), "-c", _PEER, str(tiny_model), json.dumps(_TEXTS), json.dumps(_CHAT)],
+        capture_output=True, text=True, check=True, timeout=300).stdout)
+    assert texts == tuple(peer["texts"]) and chat == (peer["chat"],), (texts, chat, peer)
+    for params, counted in (({"messages": _CHAT}, chat[0]), ({"prompt": _TEXTS[1]}, texts[1])):
+        result = generator.run({}, params={**params, "max_tokens": 1})
+        try:
+            assert result.final.events[-1].data["prompt_tokens"] == counted
+        finally:
+            result.ack()
+
+
+def test_a_text_prompt_or_chat_over_the_context_is_refused_before_admission(
+        generator: Pipeline) -> None:
+    """Counted by the worker's tokenizer before admission: with every admission slot
+    taken, a text prompt or a chat that cannot fit is told why at once, took no slot and
+    sent no request; a second check of the same prompt asks the worker nothing."""
+    stage: VllmStage = generator.stage("gen").loaded  # type: ignore[assignment]
+    asked: list[Any] = []
+    query = stage.query
+
+    def counting(question: Any, timeout_s: float | None = 30.0) -> dict[str, Any]:
+        asked.append(question)
+        return query(question, timeout_s)
+
+    long = "edge " * 300  # 301 tokens: more than the whole context
+    doomed: list[tuple[dict[str, Any], str, str]] = [
+        ({"prompt": long, "max_tokens": 2}, "prompt", "context_length_exceeded"),
+        ({"messages": [{"role": "user", "content": long}], "max_tokens": 2}, "messages",
+         "context_length_exceeded"),
+        ({"prompt": "edge " * 100, "max_tokens": 200}, "max_tokens",  # the sum
+         "context_length_exceeded"),
+        ({"messages": _CHAT, "max_tokens": 250}, "max_tokens", "context_length_exceeded"),
+        ({"prompts": ["edge", long], "max_tokens": 2}, "prompts[1]",
+         "context_length_exceeded"),
+        ({"prompt_token_ids": [1, 100_000], "max_tokens": 2}, "prompt_token_ids",
+         "invalid_value"),  # outside the vocabulary: known from the load report
+    ]
+    taken = 0
+    stage.token_counts.clear()  # what earlier tests counted is asked about again
+    stage.query = counting  # type: ignore[method-assign]
+    try:
+        while generator.admission.free:
+            generator.admission.acquire()
+            taken += 1
+        for params, field, code in doomed:
+            for attempt in (lambda p=params: generator.submit({}, params=p, deadline_s=30.0),
+                            lambda p=params: generator.run({}, params=p)):
+                started = time.monotonic()
+                with pytest.raises(GenerateRefused) as caught:
+                    attempt()
+                assert time.monotonic() - started < 10.0  # not queued until the deadline
+                assert fault_of(caught.value) == RequestFault(code, field), caught.value
+                if code == "context_length_exceeded":  # says by how much
+                    assert re.search(r"\d+ too many|by \d+", str(caught.value)), caught.value
+        # five text or chat prompts asked about, once each: the second attempt of each
+        # was remembered (token ids are counted here, without asking)
+        assert len(asked) == 5, asked
+        assert generator.admission.used == taken  # the refusals took no slot
+        assert generator.stage("gen").outstanding == 0  # and sent no request
+    finally:
+        stage.query = query  # type: ignore[method-assign]
+        for _ in range(taken):
+            generator.admission.release()
+    follow = generator.run({}, params={"prompt": "edge stage", "max_tokens": 2,
+                                       "ignore_eos": True})
+    try:
+        assert len(follow.outputs["token_ids"]) == 2
+    finally:
+        follow.ack()
+
+
+def test_a_prompt_the_worker_refuses_is_told_and_one_it_cannot_count_goes_on(
+        generator: Pipeline) -> None:
+    """The worker's refusal of a prompt it is asked to count is the request's fault; an
+    unknown question is the worker's error (the worker stays); when no count can be had
+    (here a query that fails as a worker without the op answers) the request goes on and
+    the worker's own check refuses it after admission, leaving nothing held."""
+    stage: VllmStage = generator.stage("gen").loaded  # type: ignore[assignment]
+    with pytest.raises(GenerateRefused) as refused:
+        stage.count_tokens({"prompt": 5})  # what check_params never sends: the worker says
+    assert fault_of(refused.value) == RequestFault("invalid_value", "prompt"), refused.value
+    with pytest.raises(RemoteError, match="ValueError in worker"):
+        stage.query({"how_many": "prompts"})
+    query = stage.query
+
+    def unanswered(question: Any, timeout_s: float | None = 30.0) -> dict[str, Any]:
+        raise RemoteError("worker.query", "NotImplementedError", "answers no query")
+
+    stage.token_counts.clear()
+    stage.query = unanswered  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RequestFailed) as failed:
+            generator.run({}, params={"prompt": "edge " * 300, "max_tokens": 2})
+    finally:
+        stage.query = query  # type: ignore[method-assign]
+    assert fault_of(failed.value) == RequestFault("context_length_exceeded", "prompt")
+    assert generator.admission.used == 0 and generator.stage("gen").outstanding == 0
+    assert generator.health()["state"] == "ready"
+
+
 def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
         generator: Pipeline, vllm_python: Path) -> None:
     stage = generator.execution_plan()["stages"][0]
@@ -195,7 +321,7 @@ def test_plan_reports_the_cpu_platform_the_route_and_a_demand_above_the_peak(
 
 
 def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
-        pipeline_file: Any) -> None:
+        pipeline_file: Any, capfd: pytest.CaptureFixture[str]) -> None:
     pipeline = open_pipeline(pipeline_file("closing", extra="engine_stop_s = 0.5"))
     try:
         assert pipeline.ledger.reserved("machine:ram") > 0
@@ -216,6 +342,11 @@ def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
     assert len(summary["gen"]["retire"]["tree"]) >= 2  # the worker and vLLM's engine core
     assert summary["gen"]["release"] == "released"
     assert pipeline.ledger.reserved("machine:ram") == 0 and pipeline.ledger.is_empty()
+    # the worker's log (its stderr here) says how the EngineCore ended: a 0.5 s window is
+    # shorter than its own teardown on this host, so vLLM killed it
+    said = re.search(r"edge vllm worker: EngineCore (stopped by itself|killed after "
+                     r"engine_stop_s = 0\.5 s)", capfd.readouterr().err)
+    assert said is not None
 
 
 def test_a_cuda_stage_on_a_cpu_only_vllm_is_refused_and_its_worker_retired(

@@ -24,8 +24,11 @@ list (choice ``i * n + j`` answers prompt ``i``); vLLM's own ``top_k``, ``min_p`
 is refused with 400 naming it (``unsupported_parameter``), and what the stage refuses is
 400 naming the field as the client sent it (:mod:`edge_serve.outcomes`). What the stage
 can refuse without running it (``Pipeline.check_params``: malformed values, a prompt and
-``max_tokens`` over the context it can count) is refused before the request waits for
-anything, so a doomed request never holds or awaits an admission slot.
+``max_tokens`` over the context — token ids counted on the controller, texts and chats
+by the stage's worker with the model's own tokenizer and chat template, in a ``query``
+that takes no slot) is refused before the request waits for anything, so a doomed
+request never holds or awaits an admission slot. That check runs in a thread, off the
+event loop: a count waits for one round trip to the worker.
 
 ``stream: true`` answers with server-sent events: for a chat first each choice's role,
 then one chunk per token event of a choice, each choice's finish reason in a chunk of its
@@ -393,7 +396,8 @@ async def _generate(request: Request, generation: Generation, shape: _Shape, *,
     state = _state(request)
     served = generation.served
     try:  # what the stage can refuse without running: before the queue or any slot
-        served.pipeline.check_params(generation.params)
+        # in a thread: a generate stage may ask its worker to count a text prompt's tokens
+        await asyncio.to_thread(served.pipeline.check_params, generation.params)
     except Exception as exc:  # mapped: a declared fault is 400, else 500
         raise from_exception(exc, field="params", rename=rename) from None
     served.require_ready()

@@ -261,9 +261,13 @@ class ServedPipeline:
         submission's done callback; a small tensor answer is built on the loop, ``finish``
         or a large one on the thread pool. Two thread hops fewer than :meth:`within`.
         Parameters the stage can tell are the request's fault are refused first, before
-        the request waits in the queue (:meth:`Pipeline.check_params`).
+        the request waits in the queue (:meth:`Pipeline.check_params`); in a thread when
+        there are any, since a generate stage may ask its worker to count a text prompt.
         """
-        self.pipeline.check_params(params)
+        if params:
+            await asyncio.to_thread(self.pipeline.check_params, params)
+        else:
+            self.pipeline.check_params(params)
         loop = asyncio.get_running_loop()
 
         def start(left: float | None) -> asyncio.Future[Submission]:

@@ -7,18 +7,21 @@ whose engine is not on the requested device type or GPUs (no silent CPU).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from edge_contracts.requests import StageEvent, StageRequest
-from edge_core.errors import ResourceUnavailable
+from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
 from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare, WarmupReport
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
-from edge_vllm_cuda.options import WORKER_ENV_NAMES, VllmOptions
+from edge_vllm_cuda.options import DEFAULT_ENGINE_STOP_S, WORKER_ENV_NAMES, VllmOptions
 from edge_vllm_cuda.sampling import (
     ContextLengthExceeded,
     GenerateParams,
@@ -27,10 +30,18 @@ from edge_vllm_cuda.sampling import (
     parse_generate_params,
 )
 
-__all__ = ["RETIRE_MARGIN_S", "WORKER_ENTRY", "WORKER_ENV_NAMES", "VllmStage", "worker_env"]
+__all__ = ["COUNT_MEMO_SIZE", "COUNT_TIMEOUT_S", "RETIRE_MARGIN_S", "WORKER_ENTRY",
+           "WORKER_ENV_NAMES", "GenerateRefused", "VllmStage", "worker_env"]
 
 WORKER_ENTRY = "edge_vllm_cuda.worker:create"
 _GIB = 1024**3
+#: The parameters a prompt comes in: what a token count is asked about.
+_PROMPT_KEYS = ("prompt", "prompt_token_ids", "prompts", "messages")
+#: Most seconds :meth:`VllmStage.count_tokens` waits for the worker's answer; past it the
+#: request goes on and the worker counts it after admission.
+COUNT_TIMEOUT_S = 10.0
+#: How many prompts' token counts a stage remembers (least recently used out first).
+COUNT_MEMO_SIZE = 256
 
 
 class GenerateRefused(GenerateParamsInvalid):
@@ -91,20 +102,23 @@ class VllmStage(WorkerStage):
     options: VllmOptions
     gpus: tuple[Gpu, ...] = ()
     admission: threading.Lock
+    #: Prompts' token counts as the worker answered them, by the prompt's sha256
+    #: (:meth:`count_tokens`), most recently used last; guarded by ``counts_lock``.
+    token_counts: OrderedDict[bytes, tuple[int, ...]]
+    counts_lock: threading.Lock
     max_in_flight: int
     #: How long the worker's own shutdown may take before it is signalled: the options'
     #: ``engine_stop_s`` plus :data:`RETIRE_MARGIN_S` (set at open; this is the default's).
     #: Where the time goes (measured on a loaded 2-core host, benchmarks/serve_shutdown.py):
     #: vLLM SIGTERMs its EngineCore process, whose own teardown — the model runner's KV
     #: cache, the scheduler, torch.distributed's groups, then its interpreter's exit —
-    #: took 5 s and more, so vLLM's default 5 s join always ended in a kill; the core is
-    #: now killed after ``engine_stop_s`` (default 1 s), its teardown freeing nothing a
-    #: process's end does not. Then the worker ends at once (``exit_after_close``: without
-    #: it the worker's own interpreter teardown took another 2.7-4.7 s), then the
-    #: supervisor and vLLM's resource tracker leave (under 1 s). The whole retirement is
-    #: bounded by this window plus the retire deadline
-    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 1 + 3 + 5 = 9 s.
-    retire_graceful_s = 1.0 + RETIRE_MARGIN_S
+    #: took 3.6-5.8 s; vLLM waits ``engine_stop_s`` (default 10 s) for it, then kills the
+    #: core (the worker's log says which). Then the worker ends at once
+    #: (``exit_after_close``: without it the worker's own interpreter teardown took
+    #: another 2.7-4.7 s), then the supervisor and vLLM's resource tracker leave (under
+    #: 0.2 s). The whole retirement is bounded by this window plus the retire deadline
+    #: (:attr:`edge_core.workerstage.WorkerStage.retire_graceful_s`): 10 + 3 + 5 = 18 s.
+    retire_graceful_s = DEFAULT_ENGINE_STOP_S + RETIRE_MARGIN_S
     worker_env_names = WORKER_ENV_NAMES
 
     @classmethod
@@ -127,6 +141,8 @@ class VllmStage(WorkerStage):
         loaded.retire_graceful_s = options.engine_stop_s + RETIRE_MARGIN_S
         loaded.gpus = gpus
         loaded.admission = threading.Lock()
+        loaded.token_counts = OrderedDict()
+        loaded.counts_lock = threading.Lock()
         loaded.max_in_flight = options.max_concurrency  # the runtime's slots follow it
         problem = _device_problem(loaded)
         if problem is not None:
@@ -161,8 +177,9 @@ class VllmStage(WorkerStage):
         What can be counted without the model's tokenizer is checked against the context
         here, before anything is sent to the worker (the runtime gives the stage's slot
         back at once): token-id prompts, and a ``max_tokens`` that no prompt could fit
-        beside. Text prompts and chats are counted by the worker, before the engine sees
-        them.
+        beside. Text prompts and chats were counted before admission when the runtime
+        called :meth:`check_params`; the worker counts them again, before the engine sees
+        them (the last word: behind graph stages the prompt is built by a transform).
 
         Raises:
             GenerateRefused: malformed prompt or sampling parameters, tensor inputs, or a
@@ -172,7 +189,7 @@ class VllmStage(WorkerStage):
         if inputs:
             raise GenerateRefused("inputs", "a generate request carries its prompt in params, "
                                   "not tensors", sorted(inputs))
-        self.check_params(request.params)
+        self._check_local(request.params)
         with self.admission:
             active = self.in_flight()
             if active >= self.options.max_concurrency:
@@ -182,23 +199,100 @@ class VllmStage(WorkerStage):
             return self.call(request, inputs)
 
     def check_params(self, params: Mapping[str, Any]) -> None:
-        """Refuse what is wrong with a request's parameters without sending anything.
+        """Refuse what is wrong with a request's parameters before it is admitted.
 
-        Malformed prompt or sampling parameters, and what does not fit the context and
-        needs no tokenizer to tell (token-id prompts; a ``max_tokens`` no prompt could fit
-        beside). The runtime calls it before admission when the caller's parameters reach
-        this stage as they are (:meth:`edge_core.runtime.pipeline.Pipeline.check_params`),
-        and :meth:`generate` calls it again for every request.
+        Malformed prompt or sampling parameters, token ids outside the vocabulary, and
+        every prompt, ``max_tokens`` and their sum against the context: token-id prompts
+        are counted here; text prompts and chats are counted by the worker with the
+        model's own tokenizer and chat template (:meth:`count_tokens`: a ``query`` that
+        takes no admission slot, no stage slot, and is answered while other requests
+        stream). The runtime calls it before admission where the caller's parameters
+        reach this stage as they are (:meth:`edge_core.runtime.pipeline.Pipeline.check_params`);
+        it may wait for that one round trip to the worker, so an event loop calls it from
+        a thread. When the count cannot be had (the worker is down, restarting, or does
+        not answer in time) the request goes on and the worker's own check, after
+        admission, answers it.
 
         Raises:
             GenerateRefused: as :meth:`generate` (each declares its ``request_fault``).
         """
+        parsed = self._check_local(params)
+        if parsed.messages is None and all(not isinstance(p, str)
+                                           for p in parsed.engine_prompts()):
+            return  # every prompt counted already
+        counts = self.count_tokens(params)
+        prompts = (None,) if parsed.messages is not None else parsed.engine_prompts()
+        if counts is None or len(counts) != len(prompts):
+            return  # no count: the worker's own check, after admission, answers
+        several = parsed.prompts is not None
         try:
-            self._check_context(parse_generate_params(params))
+            for index, (prompt, count) in enumerate(zip(prompts, counts, strict=True)):
+                if not isinstance(prompt, tuple):  # token ids were checked above
+                    check_context(count, parsed, self.max_model_len,
+                                  f"prompts[{index}]" if several else None)
         except GenerateParamsInvalid as exc:
-            refused = GenerateRefused(exc.field, exc.reason, exc.value, exc.problems[1:])
-            refused.request_fault = exc.request_fault
-            raise refused from None
+            raise _refused(exc) from None
+
+    def count_tokens(self, params: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """Each prompt's length in the model's tokens, as the worker counts it; None if unknown.
+
+        Asks the worker (``query`` ``{"count_tokens": prompt}``, see
+        :meth:`edge_vllm_cuda.worker.VllmHandler.query`): a chat is rendered with the
+        model's chat template and generation prompt, texts tokenised with its tokenizer,
+        as the worker does for the request itself. The answer for the same prompt is
+        remembered (:data:`COUNT_MEMO_SIZE` prompts, by the sha256 of the prompt): a count
+        is a function of the prompt and of this worker's tokenizer, fixed for the
+        worker's life, so it is never stale, and the second check of one request (the
+        serve routes check before their queue, the pipeline again before admission)
+        costs no round trip. None when the worker cannot answer (down, restarting, no
+        answer within :data:`COUNT_TIMEOUT_S`).
+
+        Raises:
+            GenerateRefused: the worker refused the prompt itself (a chat its template
+                refuses, a token id outside the vocabulary).
+        """
+        prompt = {key: params[key] for key in _PROMPT_KEYS if key in params}
+        key = hashlib.sha256(json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+                             .encode("utf-8", "surrogatepass")).digest()
+        with self.counts_lock:
+            counts = self.token_counts.get(key)
+            if counts is not None:
+                self.token_counts.move_to_end(key)
+                return counts
+        try:
+            answer = self.query({"count_tokens": prompt}, timeout_s=COUNT_TIMEOUT_S)
+        except (WorkerError, DeadlineExceeded, StageClosed):
+            return None  # the worker's own count, after admission, answers the request
+        refused = answer.get("refused")
+        if isinstance(refused, Mapping):
+            field = refused.get("param")
+            error = GenerateRefused(field if isinstance(field, str) else "prompt",
+                                    str(refused.get("reason")), refused.get("value"))
+            error.request_fault = str(refused.get("code") or "invalid_value")
+            raise error
+        found = answer.get("prompt_tokens")
+        if (not isinstance(found, list) or not found
+                or not all(type(n) is int and n >= 0 for n in found)):
+            return None  # not an answer this stage understands: the worker checks later
+        counts = tuple(found)
+        with self.counts_lock:
+            self.token_counts[key] = counts
+            while len(self.token_counts) > COUNT_MEMO_SIZE:
+                self.token_counts.popitem(last=False)
+        return counts
+
+    def _check_local(self, params: Mapping[str, Any]) -> GenerateParams:
+        """What needs no tokenizer: the values, token-id prompts, a ``max_tokens`` too big.
+
+        Raises:
+            GenerateRefused: as :meth:`generate`.
+        """
+        try:
+            parsed = parse_generate_params(params)
+            self._check_context(parsed)
+        except GenerateParamsInvalid as exc:
+            raise _refused(exc) from None
+        return parsed
 
     @property
     def max_model_len(self) -> int:
@@ -217,8 +311,15 @@ class VllmStage(WorkerStage):
         if params.messages is not None:
             return
         several = params.prompts is not None
+        vocab = int(self.load_report["engine"].get("vocab_size") or 0)
         for index, prompt in enumerate(params.engine_prompts()):
             if not isinstance(prompt, str):
+                field = f"prompts[{index}]" if several else params.prompt_field
+                outside = next((i for i in prompt if i >= vocab), None) if vocab else None
+                if outside is not None:
+                    raise GenerateParamsInvalid(
+                        field, f"token id outside the model's vocabulary of {vocab}",
+                        outside)
                 check_context(len(prompt), params, limit,
                               f"prompts[{index}]" if several else None)
 
@@ -228,6 +329,13 @@ class VllmStage(WorkerStage):
         described["devices"] = self.load_report.get("devices", [])
         described["platform"] = self.load_report.get("platform")
         return described
+
+
+def _refused(error: GenerateParamsInvalid) -> GenerateRefused:
+    """``error`` (and every problem it lists) as a :class:`GenerateRefused`, same code."""
+    refused = GenerateRefused(error.field, error.reason, error.value, error.problems[1:])
+    refused.request_fault = error.request_fault
+    return refused
 
 
 def _device_problem(stage: VllmStage) -> str | None:

@@ -61,6 +61,8 @@ _PROMPT_PARAMETERS = frozenset({"input_tokens", "input_text", "prompt", "prompt_
 #: The lowest log-probability sent (vLLM's server clamps ``-inf`` the same way; JSON has
 #: no infinity).
 _MIN_LOGPROB = -9999.0
+#: Most seconds a token count waits for the engine's loop (it answers in milliseconds).
+_COUNT_TIMEOUT_S = 30.0
 
 
 class EngineRefused(ValueError):
@@ -106,6 +108,18 @@ def _refusal(error: BaseException, field: str | None, *, before_output: bool) ->
                           or _template_error(error)):
         return EngineRefused(field, "invalid_value", f"{type(error).__name__}: {error}")
     return error
+
+
+def _refused(refusal: BaseException) -> dict[str, Any]:
+    """A count's answer when the prompt is the request's own fault: field, code, reason."""
+    fault = fault_of(refusal)
+    assert fault is not None
+    value = getattr(refusal, "value", None)
+    reason = getattr(refusal, "reason", None)
+    return {"refused": {
+        "param": fault.param, "code": fault.code,
+        "reason": reason if isinstance(reason, str) else str(refusal),
+        "value": value if isinstance(value, (int, float, str)) else None}}
 
 
 def _prompt_digest(params: GenerateParams) -> str:
@@ -180,7 +194,7 @@ class VllmHandler(BaseHandler):
         self._max_model_len = 0
         self._vocab_size = 0
         #: How long vLLM gives its EngineCore to tear itself down before killing it.
-        self._engine_stop_s = 5.0
+        self._engine_stop_s = 10.0  # the stage's default (options.DEFAULT_ENGINE_STOP_S)
 
     def versions(self) -> Mapping[str, str]:
         """Versions of vLLM (either distribution) and torch in this interpreter."""
@@ -303,6 +317,44 @@ class VllmHandler(BaseHandler):
             self._streams[call.request_id] = future
         future.add_done_callback(lambda _: self._forget(call.request_id, future))
         return None
+
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Answer ``{"count_tokens": prompt}``: each prompt's length in the model's tokens.
+
+        ``prompt`` holds the request's prompt field (``prompt``, ``prompt_token_ids``,
+        ``prompts`` or ``messages``); each prompt is rendered and tokenised exactly as a
+        request's is (:meth:`_prepare`: the chat template, the model's tokenizer), on the
+        engine's loop, where vLLM uses the same tokenizer. The answer is
+        ``{"prompt_tokens": [n, ...]}`` (one count per prompt, in order), or
+        ``{"refused": {"param", "code", "message"}}`` when the prompt is the request's own
+        fault (a chat its template refuses, a token id outside the vocabulary). The
+        stage asks before admission (``VllmStage.check_params``); the serve loop answers
+        between frames, so it takes no slot and waits for no request.
+
+        Raises:
+            ValueError: a question other than ``count_tokens``.
+            EngineNotLoaded: no engine.
+        """
+        prompt = question.get("count_tokens")
+        if set(question) != {"count_tokens"} or not isinstance(prompt, Mapping):
+            raise ValueError(f"query: expected {{'count_tokens': {{prompt field}}}}, got "
+                             f"{sorted(question)}")
+        try:
+            params = parse_generate_params(prompt)
+        except GenerateParamsInvalid as exc:
+            return _refused(exc)
+        answer: Mapping[str, Any] = self._run(self._count(params), _COUNT_TIMEOUT_S)
+        return answer
+
+    async def _count(self, params: GenerateParams) -> Mapping[str, Any]:
+        try:
+            prompts = self._prepare(params)
+        except Exception as exc:
+            refusal = _refusal(exc, params.prompt_field, before_output=True)
+            if fault_of(refusal) is None:
+                raise
+            return _refused(refusal)
+        return {"prompt_tokens": [len(ids) for _, ids in prompts]}
 
     def _forget(self, request_id: str, future: Future[None]) -> None:
         with self._lock:
@@ -470,14 +522,39 @@ class VllmHandler(BaseHandler):
         if engine is not None:
             if pending:
                 await engine.abort(pending)
-            # vLLM SIGTERMs its EngineCore and kills it after ``stop_s``: the core's own
-            # teardown (seconds of freeing what its process's end frees anyway) is cut.
+            # vLLM SIGTERMs its EngineCore and waits up to ``stop_s`` for its own teardown,
+            # then kills it; the worker's log says which it was.
+            cores = _core_processes(engine)
+            started = time.perf_counter()
             engine.shutdown(timeout=stop_s)
+            _report_stop(cores, time.perf_counter() - started, stop_s)
         current = asyncio.current_task()
         tasks = [task for task in asyncio.all_tasks() if task is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _core_processes(engine: Any) -> list[Any]:
+    """The EngineCore processes of vLLM (``multiprocessing`` objects), where it shows them."""
+    manager = getattr(getattr(getattr(engine, "engine_core", None), "resources", None),
+                      "engine_manager", None)
+    return list(getattr(manager, "processes", None) or [])
+
+
+def _report_stop(cores: list[Any], elapsed_s: float, stop_s: float) -> None:
+    """One line in the worker's log: how the EngineCore ended, and in how long."""
+    import sys
+
+    codes = [getattr(core, "exitcode", None) for core in cores]
+    if not codes:
+        how = "stopped (its process is not visible to this vLLM version's handle)"
+    elif all(isinstance(code, int) and code >= 0 for code in codes):
+        how = "stopped by itself"
+    else:  # killed by vLLM after the window (not yet reaped: no exit code), or signalled
+        how = f"killed after engine_stop_s = {stop_s} s (its own teardown took longer)"
+    print(f"edge vllm worker: EngineCore {how}: {elapsed_s:.2f} s, exit codes {codes}",
+          file=sys.stderr, flush=True)
 
 
 def create() -> VllmHandler:

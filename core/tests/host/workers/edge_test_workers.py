@@ -142,7 +142,8 @@ class Stream(BaseHandler):
                 else:
                     call.done(data={"tokens": total, "aborted_so_far": len(self.cancelled)})
                     del active[request_id]
-            time.sleep(float(active and next(iter(active.values()))[0].params.get("delay_s", 0.0)))
+            if active:  # the first active call's pace (an empty ``active`` sleeps not)
+                time.sleep(float(next(iter(active.values()))[0].params.get("delay_s", 0.0)))
 
     def close(self) -> None:
         with self._wake:

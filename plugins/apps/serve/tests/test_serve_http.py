@@ -8,10 +8,12 @@ a traceback.
 from __future__ import annotations
 
 import base64
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -115,6 +117,33 @@ def test_a_body_over_the_limit_is_413_declared_or_chunked(server: Served) -> Non
                             headers={"content-type": "application/json"})
         assert reply.status_code == 413
         assert "limit of 65536 bytes" in _error(reply)["reason"]
+
+
+def test_a_body_longer_than_its_declared_length_never_reaches_the_route(
+        server: Served) -> None:
+    """A declared length within the limit is trusted (the guard passes the body through).
+
+    That holds because the server reads no more than it declares: a request that
+    declares a small length and sends a chunked body over the limit besides is refused
+    by the HTTP parser itself, and the server keeps serving.
+    """
+    url = urlsplit(server.url)
+    chunked = b"".join(b"2000\r\n" + b" " * 0x2000 + b"\r\n" for _ in range(10)) + b"0\r\n\r\n"
+    for headers in (b"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n",
+                    b"Transfer-Encoding: chunked\r\nContent-Length: 10\r\n"):
+        with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/pipelines/fast/run HTTP/1.1\r\nHost: " + url.netloc.encode()
+                         + b"\r\nAuthorization: Bearer " + API_KEY.encode()
+                         + b"\r\nContent-Type: application/json\r\n" + headers + b"\r\n"
+                         + chunked)
+            head = sock.recv(4096)
+        # the parser's own refusal, not the route's JSON (nor the guard's 413)
+        assert head.startswith(b"HTTP/1.1 400 "), head[:80]
+        assert b"application/json" not in head.lower(), head[:200]
+    with _client(server) as client:
+        reply = client.post("/v1/pipelines/fast/run",
+                            json={"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}})
+        assert reply.status_code == 200
 
 
 def test_admission_full_is_429_with_retry_after(server: Served) -> None:

@@ -211,7 +211,7 @@ async def run_pipeline(request: Request) -> Response:
     handle = RequestHandle(served.name)
     answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
-    return JSONResponse(answer.body)
+    return Response(answer.content, media_type="application/json")
 
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
@@ -246,7 +246,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
         request, handle, lambda left: served.answer_file(data, suffix, params, left, handle),
         deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
-    return JSONResponse(answer.body)
+    return Response(answer.content, media_type="application/json")
 
 
 def _suffix(filename: str | None) -> str:
@@ -267,13 +267,13 @@ async def not_found(request: Request, exc: Exception) -> Response:
 
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
-    routes = [
+    routes = [  # matched in order: the request route first (no two paths overlap)
+        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),
         Route("/", page, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/pipelines", list_pipelines, methods=["GET"]),
         Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
-        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),
         *openai_api.routes(),
     ]
     middleware = [Middleware(Accounting, metrics=state.metrics,

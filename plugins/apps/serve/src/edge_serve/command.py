@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import shutil
 import signal
@@ -298,6 +299,10 @@ def serve(args: argparse.Namespace) -> int:
                                 timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
         server = _Server(config, drain)
         server.stop_on_signals()
+        # What start-up made (modules, plugins, the opened pipelines) lives as long as the
+        # server: kept out of the cyclic collector, whose full passes would otherwise
+        # walk all of it again and again while requests wait.
+        gc.freeze()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         say(f"listening on http://{shown}:{port} ({', '.join(served)})")

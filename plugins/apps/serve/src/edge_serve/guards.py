@@ -3,9 +3,10 @@
 * :class:`BearerAuth` asks every request for ``Authorization: Bearer <key>`` (compared in
   constant time) except ``GET /health`` and the static page at ``/`` (which holds no data
   and sends the key the user types with each of its own calls): 401 otherwise.
-* :class:`BodyLimit` answers 413 when ``Content-Length`` exceeds the limit, and stops a
-  body sent without one (chunked) as soon as it passes the limit, before the route has
-  read it all.
+* :class:`BodyLimit` answers 413 when ``Content-Length`` exceeds the limit (a body within
+  its declared length passes untouched: the server reads no more than it declares), and
+  stops a body sent without one (chunked) as soon as it passes the limit, before the
+  route has read it all.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class BodyLimit:
             if size > self.max_bytes:
                 await send_refusal(send, self._refusal(size))
                 return
+            # The server reads exactly the declared length (HTTP/1.1 framing; a request
+            # that declares a length and is chunked too is refused by the server's parser)
+            await self.app(scope, receive, send)
+            return
         seen = 0
         started = False
 

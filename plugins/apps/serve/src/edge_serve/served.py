@@ -1,20 +1,25 @@
 """One opened pipeline as the server holds it: its ends, its states, its blocking work.
 
-A request's blocking part — ``prepare`` on an uploaded file, :meth:`Pipeline.submit` and
-the wait for its result, ``finish`` and the acknowledgement — runs as one function on the
-server's thread pool, so the result's worker memory is given back in the same thread that
-read it. Before it starts, the request waits for its turn in the pipeline's admission
-queue (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and
-the request's deadline. :meth:`ServedPipeline.within` awaits it while watching the
-client: a client that disconnects cancels its request alone (:mod:`edge_serve.submitted`;
-outcome ``cancelled``). The request's deadline is the runtime's to enforce (it cancels the
-request, or retires a non-preemptible stage, and raises ``DeadlineExceeded``: 504).
+A file upload's blocking part — ``prepare`` on the uploaded file, :meth:`Pipeline.submit`
+and the wait for its result, ``finish`` and the acknowledgement — runs as one function on
+the server's thread pool, so the result's worker memory is given back in the same thread
+that read it. A tensor request is submitted from the event loop itself and awaited
+through the submission's done callback (:meth:`ServedPipeline.answer_direct`): the
+pipeline's request thread only wakes the loop, which builds a small answer. Before
+either starts, the request waits for its turn in the pipeline's admission queue
+(:mod:`edge_serve.queueing`): first come first served, up to the queue's length and the
+request's deadline. :meth:`ServedPipeline.waiting` awaits it while watching the client
+(:class:`~edge_serve.submitted.DisconnectWatch`): a client that disconnects cancels its
+request alone (:mod:`edge_serve.submitted`; outcome ``cancelled``). The request's deadline
+is the runtime's to enforce (it cancels the request, or retires a non-preemptible stage,
+and raises ``DeadlineExceeded``: 504).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import tempfile
@@ -29,12 +34,13 @@ from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.runtime.pipeline import Pipeline
+from edge_core.runtime.pipeline_result import PipelineResult
 from edge_core.runtime.submission import OnEvent, Submission
 from edge_serve.draining import Drain
 from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
 from edge_serve.queueing import AdmissionQueue, QueuePolicy
 from edge_serve.signals import Signals
-from edge_serve.submitted import RequestHandle, watch_disconnect
+from edge_serve.submitted import DisconnectWatch, RequestHandle
 from edge_serve.tensors import encode_tensors
 
 __all__ = ["Answer", "ServedPipeline", "retrieve"]
@@ -49,20 +55,32 @@ BACKSTOP_S = 2.0
 UNWIND_WAIT_S = 10.0
 """How long a cancelled request's thread is waited for (its admission slot given back)."""
 
-DIRECT_BUILD_BYTES = 256 * 1024
-"""Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
-
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
 
 
-class Answer:
-    """What one request produced: the JSON answer and each stage's latency in seconds."""
+DIRECT_BUILD_BYTES = 256 * 1024
+"""Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
 
-    __slots__ = ("body", "latencies")
+#: The JSON an answer is sent as (Starlette's ``JSONResponse`` form, one encoder for all).
+_render = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+class Answer:
+    """What one request produced: the JSON answer, rendered, and each stage's latency.
+
+    Attributes:
+        body: The answer as a JSON object.
+        content: ``body`` as the UTF-8 JSON bytes the response sends (rendered where the
+            answer is built, off the event loop).
+        latencies: Each stage's latency in seconds.
+    """
+
+    __slots__ = ("body", "content", "latencies")
 
     def __init__(self, body: dict[str, Any], latencies: Mapping[str, float]) -> None:
         self.body = body
+        self.content = _render(body).encode()
         self.latencies = dict(latencies)
 
 
@@ -178,8 +196,17 @@ class ServedPipeline:
 
     def built(self, submission: Submission, inputs: Mapping[str, Any],
               handle: RequestHandle) -> Answer:
-        """Wait for a submitted request and build its answer (then acknowledge it)."""
-        with submission.result() as result:
+        """Wait for a submitted request and build its answer (:meth:`answered`)."""
+        return self.answered(submission.result(), inputs, handle)
+
+    def answered(self, result: PipelineResult, inputs: Mapping[str, Any],
+                 handle: RequestHandle) -> Answer:
+        """A request's answer from its result, which is acknowledged here.
+
+        ``finish``'s answer, else the outputs as tensors; nothing is built for a request
+        cancelled meanwhile.
+        """
+        with result:
             handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
                 body = {"answer": self.finish(result.outputs, inputs,
@@ -247,9 +274,13 @@ class ServedPipeline:
         See :meth:`waiting`; ``work`` runs on the server's thread pool.
         """
         loop = asyncio.get_running_loop()
-        return await self.waiting(
-            request, handle, lambda left: loop.run_in_executor(self.executor, work, left),
-            deadline_s)
+
+        def start(left: float | None, wake: Callable[[], None]) -> asyncio.Future[T]:
+            future = loop.run_in_executor(self.executor, work, left)
+            future.add_done_callback(lambda _: wake())
+            return future
+
+        return await self.waiting(request, handle, start, deadline_s)
 
     async def answer_direct(self, request: Request, handle: RequestHandle,
                             inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
@@ -258,11 +289,14 @@ class ServedPipeline:
 
         The request is submitted from the event loop once its turn came (its admission
         slot is then free: submitting does not wait), and awaited through the
-        submission's done callback; a small tensor answer is built on the loop, ``finish``
-        or a large one on the thread pool. Two thread hops fewer than :meth:`within`.
-        Parameters the stage can tell are the request's fault are refused first, before
-        the request waits in the queue (:meth:`Pipeline.check_params`); in a thread when
-        there are any, since a generate stage may ask its worker to count a text prompt.
+        submission's done callback, which wakes the waiting request directly: one call
+        across threads, and the pipeline's request thread does nothing more for it (its
+        work done, it lets go of the interpreter at once instead of contending with the
+        loop). A small tensor answer is then built on the loop, ``finish`` or a large one
+        on the thread pool. Parameters the stage can tell are the request's fault are
+        refused first, before the request waits in the queue
+        (:meth:`Pipeline.check_params`); in a thread when there are any, since a generate
+        stage may ask its worker to count a text prompt.
         """
         if params:
             await asyncio.to_thread(self.pipeline.check_params, params)
@@ -270,42 +304,46 @@ class ServedPipeline:
             self.pipeline.check_params(params)
         loop = asyncio.get_running_loop()
 
-        def start(left: float | None) -> asyncio.Future[Submission]:
-            submission = self.submit(inputs, params, left, handle)
+        def start(left: float | None,
+                  wake: Callable[[], None]) -> asyncio.Future[Submission]:
             done: asyncio.Future[Submission] = loop.create_future()
 
-            def settle() -> None:
+            def settle() -> None:  # on the loop
                 if not done.done():
                     done.set_result(submission)
+                wake()
 
-            def settled() -> None:  # in the thread that settled the request
+            def settled() -> None:  # in the thread that settled the request: nothing more
                 loop.call_soon_threadsafe(settle)
 
+            # Made before the request is handed over: the pipeline's request thread
+            # takes it as soon as the loop lets go of the interpreter.
+            submission = self.submit(inputs, params, left, handle)
             submission.add_done_callback(settled)
             return done
 
         submission = await self.waiting(request, handle, start, deadline_s)
-        if self.finish is None and submission.done():
-            small = True
-            with contextlib.suppress(Exception):  # its error is raised by built()
-                result = submission.result(0)
-                small = sum(int(getattr(v, "nbytes", 0)) for v in result.outputs.values()
-                            if not isinstance(v, list)) <= DIRECT_BUILD_BYTES
-            if small:
-                return self.built(submission, inputs, handle)
+        if self.finish is None:
+            result = submission.result(0)  # how it failed is raised here
+            if sum(int(getattr(v, "nbytes", 0)) for v in result.outputs.values()
+                   if not isinstance(v, list)) <= DIRECT_BUILD_BYTES:
+                return self.answered(result, inputs, handle)
         return await loop.run_in_executor(self.executor, self.built, submission, inputs,
                                           handle)
 
     async def waiting(self, request: Request, handle: RequestHandle,
-                      start: Callable[[float | None], asyncio.Future[T]],
+                      start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
                       deadline_s: float | None) -> T:
-        """Wait for the request's turn, ``start(deadline left)`` it, await what it returns.
+        """Wait for the request's turn, ``start(deadline left, wake)`` it, await its future.
 
-        The client is watched from the start. While the request waits in the admission
-        queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that passes
-        is 504, a disconnect takes it out of the queue (499, outcome ``cancelled``) and the
-        end of the grace period is 503. Once it runs, a client that disconnects cancels
-        the request (``handle.cancel()``), whose thread is waited for so that its
+        ``start`` returns the request's future and calls ``wake()`` on the loop once that
+        future is done. The client is watched from the start (a request that ends
+        within :data:`~edge_serve.submitted.WATCH_AFTER_S` is answered before its
+        watch begins: there is nothing left to cancel). While the request waits in the
+        admission queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that
+        passes is 504, a disconnect takes it out of the queue (499, outcome ``cancelled``)
+        and the end of the grace period is 503. Once it runs, a client that disconnects
+        cancels the request (``handle.cancel()``), whose thread is waited for so that its
         admission slot is free when this returns; the answer is 499. The runtime bounds
         the whole request by what is left of ``deadline_s`` itself (``DeadlineExceeded``:
         504, with the stage's state already settled); this timer is only a backstop,
@@ -316,15 +354,15 @@ class ServedPipeline:
         """
         signals = Signals()
         release = self.drain.hold(signals.drain)
-        watcher = asyncio.ensure_future(watch_disconnect(request, signals.client_gone))
+        watch = DisconnectWatch(request, signals.client_gone)
         try:
             return await self._run(request, handle, start, deadline_s, signals)
         finally:
             release()
-            watcher.cancel()
+            watch.stop()
 
     async def _run(self, request: Request, handle: RequestHandle,
-                   start: Callable[[float | None], asyncio.Future[T]],
+                   start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
                    deadline_s: float | None, signals: Signals) -> T:
         entered = time.monotonic()
         try:
@@ -338,33 +376,35 @@ class ServedPipeline:
         left = None if deadline_s is None else \
             max(deadline_s - (time.monotonic() - entered), 1e-3)
         handle.on_admitted = claim.settle
-        try:
-            future = start(left)
-        except BaseException:
-            claim.finished()
-            raise
-        future.add_done_callback(lambda _: claim.finished())
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
 
-        def wake(*_: object) -> None:
+        def wake() -> None:
             if not woken.done():
                 woken.set_result(None)
 
-        future.add_done_callback(wake)
-        forget = signals.on_change(wake)
+        forget = signals.on_change(wake)  # before the request starts: nothing after it
         timer = None if left is None else loop.call_later(left + BACKSTOP_S, wake)
         try:
-            await woken
-        except BaseException:  # the server is stopping: the request goes with it
-            future.add_done_callback(retrieve)
-            raise
+            try:
+                future = start(left, wake)
+            except BaseException:
+                claim.finished()
+                raise
+            try:
+                await woken
+            except BaseException:  # the server is stopping: the request goes with it
+                future.add_done_callback(retrieve)
+                future.add_done_callback(lambda _: claim.finished())
+                raise
         finally:
             forget()
             if timer is not None:
                 timer.cancel()
         if future.done():
+            claim.finished()
             return future.result()
+        future.add_done_callback(lambda _: claim.finished())
         await asyncio.to_thread(handle.cancel)
         if signals.gone:
             request.scope[OUTCOME_KEY] = "cancelled"

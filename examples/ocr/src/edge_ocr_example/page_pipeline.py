@@ -9,7 +9,7 @@
   runtime keeps from the detect stage and hands to every transform as ``source``;
 * :func:`detect_to_classify` finds the lines (rotated boxes in image pixels, crops cut
   from the original image) and fans the classifier out over them, up to
-  :data:`BATCH` rows per call;
+  :data:`BATCH` rows per call; the crops are carried on, so that each line is cut once;
 * :func:`classify_to_recognize` turns upside-down lines, splits long ones and fans the
   recogniser out over the pieces, grouped by recognition width, up to :data:`REC_BATCH`
   rows per call (``EDGE_OCR_REC_BATCH`` changes it: the recogniser's bundle must serve
@@ -48,6 +48,7 @@ from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
 from edge_ocr_example.line_split import LinePiece
 from edge_ocr_example.page_reader import (
     REC_WIDTHS,
+    Line,
     apply_directions,
     assemble,
     classifier_rows,
@@ -91,6 +92,9 @@ _SCORES: Final = "carry:det_scores"
 _TURNS: Final = "carry:turns"
 _OWNERS: Final = "carry:owners"
 _PIECES: Final = "carry:pieces"
+_CROPS: Final = "carry:crops"
+"""The lines' upright crops (a tuple of ``h x w x 3`` uint8), cut once by
+:func:`detect_to_classify` (perspective crops are most of the transforms' CPU time)."""
 _CLS_ROWS: Final = "carry:cls_rows"
 """Real classifier rows when the calls were padded (:func:`detect_to_classify_padded`)."""
 _INT: Final = np.int64
@@ -197,6 +201,7 @@ def detect_to_classify(previous: Mapping[str, Any], source: Mapping[str, Any]) -
         _SCORES: np.array([line.score for line in lines], dtype=np.float32),
         _TURNS: np.array([line.turns for line in lines], dtype=_INT),
         _OWNERS: owners,
+        _CROPS: tuple(line.crop for line in lines),
     }
     return Fanout(items=_chunks(CLS_INPUT, rows), carry=carry)
 
@@ -261,7 +266,14 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
     if len(probabilities) != len(owners):
         raise TensorMismatch(f"previous[{CLS_OUTPUT!r}]", f"expected {len(owners)} rows",
                              len(probabilities))
-    lines = cut_lines(image, quads, np.asarray(previous[_SCORES]))
+    scores = np.asarray(previous[_SCORES])
+    crops = previous.get(_CROPS)
+    if isinstance(crops, tuple) and len(crops) == len(quads):  # cut by detect_to_classify
+        turns = np.asarray(previous[_TURNS], dtype=_INT)
+        lines = [Line(quad, float(score), crop, int(turn))
+                 for quad, score, crop, turn in zip(quads, scores, crops, turns, strict=True)]
+    else:  # the same crops, cut again (deterministic)
+        lines = cut_lines(image, quads, scores)
     apply_directions(lines, probabilities, owners)
     rows = recognition_rows(lines, widths=REC_WIDTHS)
     by_width: dict[int, list[int]] = {}

@@ -26,7 +26,9 @@ alike. The sides:
 
 Printed per side: pages/s (median over rounds) and CPU seconds per page (the process tree's
 user + system time over the block: the server and its stage workers; ``edge run`` and its
-workers; RapidOCR's process), and the resident set size (the tree's sum, MiB, after the
+workers; RapidOCR's process; for ``edge serve`` the controller's own share beside,
+``controller_cpu_s_per_page``: HTTP, ``prepare``, the transforms and ``finish``, on the
+cores the stages need), and the resident set size (the tree's sum, MiB, after the
 rounds; ``edge run``'s peak sampled while it runs). Every edge side's text must be equal,
 page by page (``edge_texts_equal``); the page CER against the generator's text
 (:mod:`benchmarks.ocr_accuracy`'s pooled page CER) of edge and of RapidOCR is printed beside.
@@ -189,15 +191,18 @@ class Server:
                         texts[index] = lines
                         errors += status != 200
 
-        cpu = tree_cpu_s(self.process.pid)
+        controller = psutil.Process(self.process.pid)
+        cpu, own = tree_cpu_s(self.process.pid), sum(controller.cpu_times()[:2])
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             for future in [pool.submit(client_loop) for _ in range(clients)]:
                 future.result()
         wall = time.perf_counter() - started
         cpu = tree_cpu_s(self.process.pid) - cpu
+        own = sum(controller.cpu_times()[:2]) - own
         return {"pages_per_s": len(paths) / wall, "cpu_s_per_page": cpu / len(paths),
-                "texts": texts, "errors": errors}
+                "controller_cpu_s_per_page": own / len(paths), "texts": texts,
+                "errors": errors}
 
     def stop(self) -> None:
         """SIGTERM and wait (it closes its pipeline with verified retirement)."""
@@ -428,6 +433,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "edge_texts_equal": equal,
         "pages_per_s": {side: rounded(value) for side, value in rate.items()},
         "cpu_s_per_page": cpu,
+        "controller_cpu_s_per_page": {
+            side: rounded(median_of(blocks[side], "controller_cpu_s_per_page"))
+            for side in ("serve_c1", "serve_c4")},
         "rss_mib": rss,
         "edge_run_open_s": rounded(median_of(blocks["edge_run"], "open_s")),
         "edge_run_wall_s": rounded(median_of(blocks["edge_run"], "wall_s")),

@@ -300,8 +300,9 @@ def serve(args: argparse.Namespace) -> int:
         server = _Server(config, drain)
         server.stop_on_signals()
         # What start-up made (modules, plugins, the opened pipelines) lives as long as the
-        # server: kept out of the cyclic collector, whose full passes would otherwise
-        # walk all of it again and again while requests wait.
+        # server: kept out of the cyclic collector (its garbage collected first), whose
+        # full passes would otherwise walk all of it again and again while requests wait.
+        gc.collect()
         gc.freeze()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host

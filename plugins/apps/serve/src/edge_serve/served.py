@@ -58,7 +58,6 @@ UNWIND_WAIT_S = 10.0
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
 
-
 DIRECT_BUILD_BYTES = 256 * 1024
 """Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
 
@@ -72,7 +71,7 @@ class Answer:
     Attributes:
         body: The answer as a JSON object.
         content: ``body`` as the UTF-8 JSON bytes the response sends (rendered where the
-            answer is built, off the event loop).
+            answer is built: on the thread pool for ``finish`` or a large answer).
         latencies: Each stage's latency in seconds.
     """
 

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 NAME = "probe"
 DEFAULT_TIMEOUT_S = 10.0
+KEPT_NOTE = "probe answer kept since"
+"""How each backend's note of a kept answer begins (``--json``; the text output says it
+once)."""
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -52,9 +55,8 @@ def _kept() -> dict[str, Any] | None:
     if kept is None:
         return None
     result, cached_at = kept
-    note = (f"probe answer kept since {cached_at} (same interpreter, installed packages, "
-            f"plugin code, environment and boot; edge probe --fresh or {PROBE_CACHE_ENV}=off "
-            "asks afresh)")
+    note = (f"{KEPT_NOTE} {cached_at} (same interpreter, installed packages, plugin code, "
+            f"environment and boot; edge probe --fresh or {PROBE_CACHE_ENV}=off asks afresh)")
     for row in result.get("backends", []):
         row["notes"] = [*row.get("notes", []), note]
     return result
@@ -129,6 +131,10 @@ def _print_human(result: dict[str, Any]) -> None:
         total = pool.get("observed_total")
         shown = f"{total / 2**30:.1f} GiB" if isinstance(total, int) else "unknown"
         print(f"pool {pool['name']}: {shown}")
+    kept = {note for row in result["backends"] for note in row.get("notes", [])
+            if note.startswith(KEPT_NOTE)}
+    for note in sorted(kept):
+        print(note)
     for row in result["backends"]:
         state = state_words(row)
         print(f"\n{row['backend']}  [{row['plugin']}]  {state}")
@@ -138,6 +144,7 @@ def _print_human(result: dict[str, Any]) -> None:
         for key, value in sorted(row.get("runtime", {}).items()):
             print(f"  {key} {value}")
         for note in row.get("notes", []):
-            print(f"  note: {note}")
+            if note not in kept:
+                print(f"  note: {note}")
     for failure in result.get("plugin_errors", []):
         print(f"\nplugin {failure['plugin']}: ERROR {failure['error']}")

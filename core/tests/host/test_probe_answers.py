@@ -176,3 +176,13 @@ def test_off_and_a_corrupt_whole_answer_are_asked_again(
     assert kept_answer() is None
     monkeypatch.setenv(PROBE_CACHE_ENV, "off")
     assert not keep_answer(ANSWER) and kept_answer() is None
+
+
+def test_nested_observers_each_see_the_probes_asked_while_they_are_active(
+        tmp_path: Path) -> None:
+    python = _venv(tmp_path / "env")
+    with observed_probes() as outer:
+        with observed_probes() as inner:  # equal (empty) lists: each is kept by identity
+            pass
+        _ask(python, "print(1)")
+    assert inner == [] and outer == [python]

@@ -53,8 +53,8 @@ def observed_probes() -> Iterator[list[str]]:
     _OBSERVERS.append(programs)
     try:
         yield programs
-    finally:
-        _OBSERVERS.remove(programs)
+    finally:  # by identity: two observers' lists may be equal
+        _OBSERVERS[:] = [other for other in _OBSERVERS if other is not programs]
 
 
 def note_probe(argv: Sequence[str]) -> None:

@@ -41,7 +41,8 @@ Anything else a probe reads (a device node, a vendor SDK's folder) is seen again
 reboot, or at once with ``edge probe --fresh`` or ``EDGE_PROBE_CACHE=off``.
 
 Reading a kept answer imports nothing beyond :mod:`json` and the standard library's
-BLAKE2: a process that only reads it stays as light as ``edge`` itself.
+BLAKE2 on Linux (elsewhere psutil reads the boot time): a process that only reads it stays
+as light as ``edge`` itself.
 """
 
 from __future__ import annotations

@@ -80,3 +80,21 @@ def test_a_kept_probe_answer_imports_no_plugin(tmp_path: Path) -> None:
     assert reports[1]["code"] == 0
     plugins = {name.split(".")[0] for name in kept if name.startswith("edge_")} - {"edge_core"}
     assert not kept & MACHINERY and not plugins, sorted((kept & MACHINERY) | plugins)
+
+
+def test_a_kept_plugin_listing_imports_no_plugin(tmp_path: Path) -> None:
+    cache = tmp_path / "answers"
+    cache.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "EDGE_PROBE_CACHE": str(cache)}
+    reports = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", SCRIPT, "plugins", "--json"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    live, kept = (_imported(report["modules"]) for report in reports)
+    assert {"edge_ort_cpu", "edge_qnn", "edge_core.hookspecs"} <= live
+    plugins = {name.split(".")[0] for name in kept if name.startswith("edge_")} - {"edge_core"}
+    assert not plugins and "edge_core.hookspecs" not in kept, sorted(plugins)
+    assert not kept & MACHINERY, sorted(kept & MACHINERY)

@@ -1,4 +1,5 @@
-"""``edge probe`` reuses its kept answer only while nothing it was made from has moved.
+"""``edge probe`` (and ``edge plugins``) reuse their kept answer only while nothing it was
+made from has moved.
 
 Real ``edge`` processes over a site folder of real plugin distributions: the first probe
 asks every plugin and keeps the answer; the next one gives it back, noting when it was
@@ -111,3 +112,35 @@ def test_an_answer_with_a_failed_plugin_is_never_kept(probe: Probe) -> None:
     for _ in range(2):  # strict mode still fails on every run
         strict = probe("--json", env={"EDGE_PLUGINS": "toy,broken", "EDGE_STRICT_PLUGINS": "1"})
         assert strict.returncode == 3, strict.stdout
+
+
+def test_the_kept_plugin_listing_is_the_live_one_until_a_plugin_changes(
+        probe: Probe, plugin_site: Path) -> None:
+    # the probe fixture made the answer folder and the still working directory used here
+    def listing(*extra: str, env: dict[str, str] | None = None) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from edge_core.cli import main; "
+             "sys.exit(main())", "plugins", "--json", *extra],
+            capture_output=True, text=True, timeout=120, check=False,
+            cwd=plugin_site.parent / "work",
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("EDGE_")},
+                 "PYTHONPATH": str(plugin_site), "PYTHONDONTWRITEBYTECODE": "1",
+                 "EDGE_PROBE_CACHE": str(plugin_site.parent / "answers"), **(env or {})})
+        assert done.returncode == (3 if env and "EDGE_STRICT_PLUGINS" in env else 0), done.stderr
+        body: dict[str, object] = json.loads(done.stdout)
+        return body
+
+    allow = {"EDGE_PLUGINS": "toy"}
+    live = listing(env=allow)
+    assert listing(env=allow) == live  # given back as it was listed
+    (row,) = live["plugins"]  # type: ignore[misc]
+    assert row["hooks"] == ["edge_backends", "edge_probe"]
+    module = plugin_site / "edge_toy_plugin.py"
+    module.write_text(module.read_text() + "\n@hookimpl\ndef edge_cancel(loaded, request_id, "
+                      "epoch):\n    return None\n")
+    (changed,) = listing(env=allow)["plugins"]  # type: ignore[misc]
+    assert changed["hooks"] == ["edge_backends", "edge_cancel", "edge_probe"]
+    for _ in range(2):  # a listing with a broken plugin is found again on every run
+        rows = {r["name"]: r for r in listing(env={"EDGE_PLUGINS": "toy,broken"})["plugins"]}  # type: ignore[attr-defined]
+        assert "import failed" in rows["broken"]["error"]
+        listing(env={"EDGE_PLUGINS": "toy,broken", "EDGE_STRICT_PLUGINS": "1"})

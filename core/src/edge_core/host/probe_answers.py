@@ -33,6 +33,9 @@ plugin machinery while nothing it depends on has moved. Its key (:func:`stack_ke
 * the boot time, the logical CPU count and the physical memory total, the user and its
   groups (device access is granted per group).
 
+``edge plugins``' plain listing (no ``--backends``) is kept the same way, when no plugin
+failed to load: a fresh listing then imports no plugin module.
+
 With the answer are kept, and checked before it is reused, the identity (path,
 modification time, size) of every module file loaded when it was made — the plugins'
 code, edge-core's, the runtimes' — and the ``site-packages`` folders of every other
@@ -66,7 +69,7 @@ try:  # hashlib's blake2b itself; importing hashlib loads OpenSSL (several ms) f
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b
 
-__all__ = ["PROBE_CACHE_ENV", "VOLATILE_ENV", "cached_probe", "keep_answer", "kept_answer",
+__all__ = ["KINDS", "PROBE_CACHE_ENV", "VOLATILE_ENV", "cached_probe", "keep_answer", "kept_answer",
            "probe_cache_dir", "site_folders", "stack_key"]
 
 PROBE_CACHE_ENV = "EDGE_PROBE_CACHE"
@@ -78,9 +81,10 @@ out of the whole answer's key (every other variable is in it)."""
 
 _FORMAT = "edge-probe-answer/1"
 _WHOLE_FORMAT = "edge-probe-whole/1"
-_WHOLE_PREFIX = "edge-probe-"
 _WHOLE_KEPT = 32
-"""Whole answers kept at most (the oldest beyond are removed when one is kept)."""
+"""Whole answers of each kind kept at most (the oldest beyond go when one is kept)."""
+KINDS = ("probe", "plugins")
+"""What is kept whole: ``edge probe``'s answer, and ``edge plugins``' plain listing."""
 
 
 def probe_cache_dir(env: Mapping[str, str] | None = None) -> Path | None:
@@ -250,8 +254,10 @@ def stack_key(env: Mapping[str, str] | None = None) -> str | None:
                    digest_size=32).hexdigest()
 
 
-def _whole_path(directory: str, key: str) -> str:
-    return os.path.join(directory, f"{_WHOLE_PREFIX}{key}.json")
+def _whole_path(directory: str, key: str, kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"kind: not one of {list(KINDS)}: {kind!r}")
+    return os.path.join(directory, f"edge-{kind}-{key}.json")
 
 
 def _file_stamp(path: str) -> list[object] | None:
@@ -280,8 +286,11 @@ def _still(document: Mapping[str, Any]) -> bool:
                and _interpreter_stamp(str(kept[0])) == kept for kept in programs)
 
 
-def kept_answer(env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str] | None:
+def kept_answer(env: Mapping[str, str] | None = None, kind: str = "probe"
+                ) -> tuple[dict[str, Any], str] | None:
     """The kept whole answer of ``edge probe`` and when it was kept, if it still holds.
+
+    ``kind="plugins"``: ``edge plugins``' kept listing instead (:data:`KINDS`).
 
     ``None`` when keeping is off, nothing is kept under this :func:`stack_key`, the file
     does not verify, or a module file or probed interpreter it depends on has changed.
@@ -290,7 +299,7 @@ def kept_answer(env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], s
     key = stack_key(env) if directory is not None else None
     if directory is None or key is None:
         return None
-    document = _read(_whole_path(directory, key))
+    document = _read(_whole_path(directory, key, kind))
     if (document is None or document.get("format") != _WHOLE_FORMAT
             or document.get("key") != key or not isinstance(document.get("answer"), dict)
             or not isinstance(document.get("cached_at"), str) or not _still(document)):
@@ -299,8 +308,10 @@ def kept_answer(env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], s
 
 
 def keep_answer(answer: Mapping[str, Any], programs: Iterable[str] = (),
-                env: Mapping[str, str] | None = None) -> bool:
+                env: Mapping[str, str] | None = None, kind: str = "probe") -> bool:
     """Keep ``edge probe``'s whole answer under this :func:`stack_key`; True when kept.
+
+    ``kind="plugins"``: ``edge plugins``' listing instead (:data:`KINDS`).
 
     ``programs``: what its probes asked (:func:`~edge_core.host.probe_process
     .observed_probes`); this interpreter's own is covered by the key. Every module file
@@ -321,17 +332,17 @@ def keep_answer(answer: Mapping[str, Any], programs: Iterable[str] = (),
     document = {"format": _WHOLE_FORMAT, "key": key, "cached_at": _now(),
                 "answer": json.loads(json.dumps(answer, default=str)), "files": stamps,
                 "interpreters": [_interpreter_stamp(p) for p in others]}
-    path = _whole_path(directory, key)
+    path = _whole_path(directory, key, kind)
     _store(path, document)
-    _prune(directory)
+    _prune(directory, f"edge-{kind}-")
     return os.path.exists(path)
 
 
-def _prune(directory: str) -> None:
+def _prune(directory: str, prefix: str) -> None:
     """Remove the oldest whole answers beyond :data:`_WHOLE_KEPT` (other boots, stacks)."""
     try:
         names = [n for n in os.listdir(directory)
-                 if n.startswith(_WHOLE_PREFIX) and n.endswith(".json")]
+                 if n.startswith(prefix) and n.endswith(".json")]
         if len(names) <= _WHOLE_KEPT:
             return
         paths = sorted((os.path.join(directory, n) for n in names), key=os.path.getmtime)

@@ -7,14 +7,15 @@ implements. Both are loaded lazily so that ``import edge_core`` stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # not typing's: ``edge`` starts without importing typing
+if TYPE_CHECKING:
+    from typing import Any
+
+    from edge_core.hookspecs import CONTRACT_VERSION, hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = ["CONTRACT_VERSION", "__version__", "hookimpl"]
-
-if TYPE_CHECKING:
-    from edge_core.hookspecs import CONTRACT_VERSION, hookimpl
 
 
 def __getattr__(name: str) -> Any:

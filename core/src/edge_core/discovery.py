@@ -19,7 +19,7 @@ from edge_core.markers import IMPL_ATTR
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -30,6 +30,7 @@ __all__ = [
     "check_contract",
     "discover",
     "scan_entry_points",
+    "scan_groups",
 ]
 
 ENTRY_POINT_GROUP = "edge"
@@ -146,19 +147,19 @@ def _read_header_fields(path: str) -> tuple[str | None, str | None]:
     return name, version
 
 
-def _parse_group(text: str, group: str) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    inside = False
+def _parse_groups(text: str, groups: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    rows: dict[str, list[tuple[str, str]]] = {group: [] for group in groups}
+    inside: list[tuple[str, str]] | None = None
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line[0] in "#;":
             continue
         if line.startswith("["):
-            inside = line == f"[{group}]"
+            inside = rows.get(line[1:-1]) if line.endswith("]") else None
             continue
-        if inside and "=" in line:
+        if inside is not None and "=" in line:
             key, _, value = line.partition("=")
-            rows.append((key.strip(), value.strip()))
+            inside.append((key.strip(), value.strip()))
     return rows
 
 
@@ -172,16 +173,26 @@ def scan_entry_points(group: str = ENTRY_POINT_GROUP,
 
     As with :mod:`importlib.metadata`, the first distribution of a name on the path wins.
     """
-    rows: list[EntryPointRow] = []
+    return scan_groups((group,), path)[group]
+
+
+def scan_groups(groups: Sequence[str], path: Iterable[str] | None = None
+                ) -> dict[str, list[EntryPointRow]]:
+    """Entry points of each of ``groups``, reading each distribution's file once.
+
+    What :func:`scan_entry_points` gives for each group, in one pass over ``path``.
+    """
+    rows: dict[str, list[EntryPointRow]] = {group: [] for group in groups}
     seen: set[str] = set()
     for entry in list(sys.path if path is None else path):
         directory = entry or "."
-        if not os.path.isdir(directory):
-            if os.path.isfile(directory):
-                rows.extend(_scan_with_importlib(group, directory, seen))
-            continue
         try:
             names = sorted(os.listdir(directory))
+        except NotADirectoryError:
+            if os.path.isfile(directory):
+                for group, listed in _scan_with_importlib(groups, directory, seen).items():
+                    rows[group].extend(listed)
+            continue
         except OSError:
             continue
         for child in names:
@@ -204,26 +215,29 @@ def scan_entry_points(group: str = ENTRY_POINT_GROUP,
                     text = handle.read()
             except OSError:
                 continue
-            found = _parse_group(text, group)
-            if found and dist_name is None:  # the spelling and version it declares
+            found = _parse_groups(text, groups)
+            if dist_name is None and any(found.values()):  # the spelling and version it declares
                 dist_name, version = _read_header_fields(meta)
-            for name, value in found:
-                rows.append(EntryPointRow(name, value, dist_name, version))
+            for group, pairs in found.items():
+                rows[group] += [EntryPointRow(name, value, dist_name, version)
+                                for name, value in pairs]
     return rows
 
 
-def _scan_with_importlib(group: str, entry: str, seen: set[str]) -> list[EntryPointRow]:
+def _scan_with_importlib(groups: Sequence[str], entry: str, seen: set[str]
+                         ) -> dict[str, list[EntryPointRow]]:
     from importlib.metadata import distributions
 
-    rows: list[EntryPointRow] = []
+    rows: dict[str, list[EntryPointRow]] = {group: [] for group in groups}
     for dist in distributions(path=[entry]):
         key = _normalise(dist.metadata["Name"] or "")
         if key in seen:
             continue
         seen.add(key)
         for ep in dist.entry_points:
-            if ep.group == group:
-                rows.append(EntryPointRow(ep.name, ep.value, dist.metadata["Name"], dist.version))
+            if ep.group in rows:
+                rows[ep.group].append(
+                    EntryPointRow(ep.name, ep.value, dist.metadata["Name"], dist.version))
     return rows
 
 
@@ -330,12 +344,14 @@ def discover(
     }
     records: list[PluginRecord] = []
     plugins: dict[str, object] = {}
-    rows = scan_entry_points(group)
     if group == ENTRY_POINT_GROUP:
-        tests = scan_entry_points(TEST_ENTRY_POINT_GROUP)
+        found = scan_groups((group, TEST_ENTRY_POINT_GROUP))
+        rows, tests = found[group], found[TEST_ENTRY_POINT_GROUP]
         if not _env_true(env, ENV_TEST_BACKENDS):
             tests = [r for r in tests if allow is not None and r.name in allow]
         rows += tests
+    else:
+        rows = scan_entry_points(group)
     for row in sorted(rows, key=lambda r: r.name):
         if allow is not None and row.name not in allow:
             continue

@@ -39,7 +39,9 @@ def run_edge(plugin_site: Path) -> RunEdge:
     """Run the ``edge`` CLI in a subprocess that sees the temporary site directory."""
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_")}
+        # the session's probe-answer folder stays: no test writes to the user's cache
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("EDGE_") or k == "EDGE_PROBE_CACHE"}
         full_env["PYTHONPATH"] = os.pathsep.join(
             [str(plugin_site), *filter(None, [os.environ.get("PYTHONPATH")])]
         )

@@ -1,10 +1,17 @@
-"""The controller stays light: listing and probing plugins imports no heavy runtime."""
+"""The controller stays light: listing and probing plugins imports no heavy runtime.
+
+``edge plugins`` imports the plugin modules but none of the plugin machinery; a kept
+``edge probe`` answer (:mod:`edge_core.host.probe_answers`) imports no plugin at all. What
+each process imported is read from its ``sys.modules`` at the end: no timing.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +31,10 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
     [["plugins", "--json"], ["plugins", "--json", "--backends"], ["probe", "--json"]],
 )
 def test_cli_commands_import_no_heavy_runtime(argv: list[str]) -> None:
+    # the live probe: no kept answer
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, timeout=60,
-        check=True,
+        check=True, env={**os.environ, "EDGE_PROBE_CACHE": "off"},
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["code"] == 0
@@ -36,11 +44,57 @@ def test_cli_commands_import_no_heavy_runtime(argv: list[str]) -> None:
     assert "edge_ort_cpu" in loaded
 
 
-def test_plain_plugin_listing_imports_neither_pluggy_nor_attrs() -> None:
+MACHINERY = {"pluggy", "attrs", "attr", "cattrs", "psutil", "onnxruntime", "numpy",
+             "importlib.metadata", "pathlib", "subprocess", "edge_contracts"}
+"""What a plain listing or a kept probe answer has no need of (top-level names, and the
+two standard modules that cost most: the metadata parser and the path classes)."""
+
+
+def _imported(modules: list[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules} | set(modules)
+
+
+def test_plain_plugin_listing_imports_none_of_the_plugin_machinery() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, "plugins", "--json"], capture_output=True, text=True,
         timeout=60, check=True,
     )
-    loaded = {name.split(".")[0] for name in json.loads(result.stdout)["modules"]}
-    assert {"pluggy", "attrs", "attr"}.isdisjoint(loaded)
-    assert "edge_qnn" in loaded
+    loaded = _imported(json.loads(result.stdout)["modules"])
+    assert not loaded & MACHINERY, sorted(loaded & MACHINERY)
+    assert {"edge_qnn", "edge_ort_cpu", "edge_vllm_cuda"} <= loaded  # still imported: listed
+
+
+def test_a_kept_probe_answer_imports_no_plugin(tmp_path: Path) -> None:
+    cache = tmp_path / "answers"
+    cache.mkdir()
+    work = tmp_path / "work"  # the working directory is on sys.path under -c: keep it still
+    work.mkdir()
+    env = {**os.environ, "EDGE_PROBE_CACHE": str(cache)}
+    reports = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", SCRIPT, "probe", "--json"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    live, kept = (_imported(report["modules"]) for report in reports)
+    assert {"pluggy", "edge_ort_cpu", "edge_qnn"} <= live  # the first asked every plugin
+    assert reports[1]["code"] == 0
+    plugins = {name.split(".")[0] for name in kept if name.startswith("edge_")} - {"edge_core"}
+    assert not kept & MACHINERY and not plugins, sorted((kept & MACHINERY) | plugins)
+
+
+def test_a_kept_plugin_listing_imports_no_plugin(tmp_path: Path) -> None:
+    cache = tmp_path / "answers"
+    cache.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "EDGE_PROBE_CACHE": str(cache)}
+    reports = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", SCRIPT, "plugins", "--json"], cwd=work,
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    live, kept = (_imported(report["modules"]) for report in reports)
+    assert {"edge_ort_cpu", "edge_qnn", "edge_core.hookspecs"} <= live
+    plugins = {name.split(".")[0] for name in kept if name.startswith("edge_")} - {"edge_core"}
+    assert not plugins and "edge_core.hookspecs" not in kept, sorted(plugins)
+    assert not kept & MACHINERY, sorted(kept & MACHINERY)

@@ -178,3 +178,30 @@ def test_a_plugin_can_add_a_subcommand(tmp_path: Path, run_edge: RunEdge,
     assert result.stdout.strip() == "hello world"
     unknown = run_edge("nosuchcommand", env={"EDGE_PLUGINS": "hello"})
     assert unknown.returncode == 2
+
+
+def test_one_pass_over_the_path_finds_each_group_as_importlib_metadata_does(
+        plugin_site: Path, tmp_path: Path) -> None:
+    import importlib.metadata
+    import zipfile
+
+    from edge_core.discovery import ENTRY_POINT_GROUP, TEST_ENTRY_POINT_GROUP, scan_groups
+
+    zipped = tmp_path / "zipped.zip"  # a path entry that is not a folder
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("edge_zed-1.0.dist-info/METADATA",
+                         "Metadata-Version: 2.1\nName: edge-zed\nVersion: 1.0\n")
+        archive.writestr("edge_zed-1.0.dist-info/entry_points.txt",
+                         "[edge]\nzed = edge_zed\n[edge.testing]\nzed-test = edge_zed:T\n")
+    path = [str(plugin_site), str(zipped)]
+    groups = (ENTRY_POINT_GROUP, TEST_ENTRY_POINT_GROUP)
+    found = scan_groups(groups, path)
+    for group in groups:
+        expected = sorted((ep.name, ep.value)
+                          for dist in importlib.metadata.distributions(path=path)
+                          for ep in dist.entry_points if ep.group == group)
+        assert sorted((row.name, row.value) for row in found[group]) == expected
+    assert {row.name for row in found[ENTRY_POINT_GROUP]} == {
+        "toy", "broken", "future", "crashy", "zed"}
+    assert [(row.name, row.distribution) for row in found[TEST_ENTRY_POINT_GROUP]] == [
+        ("zed-test", "edge-zed")]

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 from edge_core.errors import ConfigError, EdgeError, PluginError
 
@@ -201,6 +200,8 @@ def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> i
     caused it follows on stderr.
     """
     if debug_enabled(args):
+        import traceback
+
         cause = failure.__cause__ or failure
         traceback.print_exception(cause, file=sys.stderr)
     message = " ".join(failure.message.split("\n"))
@@ -211,11 +212,14 @@ def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> i
     return failure.code
 
 
+def env_true(name: str) -> bool:
+    """True when environment variable ``name`` is set to a true value (``1``, ``yes``...)."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def strict_plugins() -> bool:
     """True when ``EDGE_STRICT_PLUGINS`` asks for plugin failures to be fatal."""
-    import os
-
-    return os.environ.get("EDGE_STRICT_PLUGINS", "").strip().lower() in {"1", "true", "yes", "on"}
+    return env_true("EDGE_STRICT_PLUGINS")
 
 
 def load_plugins_or_fail() -> Any:

@@ -10,7 +10,10 @@ itself runs to its end and keeps its own exit code.
 from __future__ import annotations
 
 import os
-from typing import Any, TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 __all__ = ["ClosedPipeGuard"]
 

@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "modules a configuration names): its distribution and version, hook contract, the "
         "hooks it implements, and why it failed to load if it did. A broken plugin is listed "
         "with its error and never stops the others (exit 0; exit 3 under "
-        "EDGE_STRICT_PLUGINS=1).",
+        "EDGE_STRICT_PLUGINS=1). A listing in which every plugin loaded is kept, as edge "
+        "probe's answer is, until the next boot or a change of the installed packages, the "
+        "plugins' code or the environment.",
         "edge plugins", "edge plugins --backends --json")
     common.add_json_flag(parser)
     parser.add_argument(
@@ -31,35 +33,60 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=run)
 
 
+def _listed() -> tuple[str, list[dict[str, Any]]]:
+    """The hook contract and every plugin's row, kept per boot and stack or found now.
+
+    A listing is kept (:mod:`edge_core.host.probe_answers`) only when every plugin loaded;
+    one with a failure is found again on every run. A kept one imports neither the plugins
+    nor the hook specifications (whose file is stamped with it).
+    """
+    from edge_core.host.probe_answers import keep_answer, kept_answer
+
+    kept = kept_answer(kind="plugins")
+    if kept is not None:
+        contract, rows = kept[0].get("contract"), kept[0].get("plugins")
+        if isinstance(contract, str) and isinstance(rows, list):
+            return contract, rows
+    from edge_core.discovery import discover
+    from edge_core.hookspecs import CONTRACT_VERSION
+
+    records, _ = discover()
+    rows = [record.to_json() for record in records]
+    if not any(record.error for record in records):
+        keep_answer({"contract": CONTRACT_VERSION, "plugins": rows}, kind="plugins")
+    return CONTRACT_VERSION, rows
+
+
 def run(args: argparse.Namespace) -> int:
     """List plugins; exit 0 even when some failed (they are shown with their error).
 
     Without ``--backends`` this imports the plugin modules but not pluggy, and calls no
-    hook, so it stays fast with every plugin installed. In strict mode
+    hook, so it stays fast with every plugin installed; while nothing it was made from has
+    moved, the kept listing is given back instead (no plugin imported). In strict mode
     (``EDGE_STRICT_PLUGINS=1``) any failure exits 3.
     """
-    from edge_core import __version__, hookspecs
+    from edge_core import __version__
 
     if args.backends:
-        records = common.load_plugins_or_fail().records
-    else:
-        from edge_core.discovery import discover
+        from edge_core.hookspecs import CONTRACT_VERSION
 
-        records, _ = discover()
-        failed = [r for r in records if r.error]
+        contract = CONTRACT_VERSION
+        rows = [record.to_json() for record in common.load_plugins_or_fail().records]
+    else:
+        contract, rows = _listed()
+        failed = [row for row in rows if row["error"]]
         if failed and common.strict_plugins():
-            detail = "; ".join(f"{r.name}: {r.error}" for r in failed)
+            detail = "; ".join(f"{row['name']}: {row['error']}" for row in failed)
             raise common.CommandFailed(
                 common.EXIT_PLUGINS, f"plugins: {len(failed)} plugin(s) failed to load: {detail}",
-                {"plugins": [r.to_json() for r in records]},
+                {"plugins": rows},
             )
-    rows = [record.to_json() for record in records]
     if args.json:
         common.print_json(
-            {"edge_core": __version__, "contract": hookspecs.CONTRACT_VERSION, "plugins": rows}
+            {"edge_core": __version__, "contract": contract, "plugins": rows}
         )
         return common.EXIT_OK
-    print(f"edge-core {__version__} (hook contract {hookspecs.CONTRACT_VERSION})")
+    print(f"edge-core {__version__} (hook contract {contract})")
     if not rows:
         print("no plugins installed")
     for row in rows:

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 NAME = "probe"
 DEFAULT_TIMEOUT_S = 10.0
+KEPT_NOTE = "probe answer kept since"
+"""How each backend's note of a kept answer begins (``--json``; the text output says it
+once)."""
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -21,8 +24,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="Ask every installed backend, each isolated with a timeout, whether it "
         "can run on this machine: 'available', 'available (LIMITATION)' when it runs only "
         "in a reduced form (the HTP simulator, CPU only), or 'unavailable: REASON'; with "
-        "its devices, memory pools and runtime versions. Exit 0, or 1 when --backend names "
-        "an unavailable backend.",
+        "its devices, memory pools and runtime versions. The answer is kept until the next "
+        "boot or a change of the installed packages, the plugins' code or the environment "
+        "(each backend's notes say since when); --fresh asks again. Exit 0, or 1 when "
+        "--backend names an unavailable backend.",
         epilog=common.examples("edge probe", "edge probe --backend qnn --json"),
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
@@ -34,15 +39,54 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--backend", metavar="NAME",
         help="probe only this backend; exit 1 when it is unavailable",
     )
+    parser.add_argument(
+        "--fresh", action="store_true",
+        help="ask every backend now instead of reusing the answer kept since the last boot "
+        "or install (the new answer is kept)",
+    )
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Probe every plugin, isolated with a timeout, and print the reports."""
+def _kept() -> dict[str, Any] | None:
+    """The kept whole answer, each backend noting when it was kept; ``None`` if none holds."""
+    from edge_core.host.probe_answers import PROBE_CACHE_ENV, kept_answer
+
+    kept = kept_answer()
+    if kept is None:
+        return None
+    result, cached_at = kept
+    note = (f"{KEPT_NOTE} {cached_at} (same interpreter, installed packages, plugin code, "
+            f"environment and boot; edge probe --fresh or {PROBE_CACHE_ENV}=off asks afresh)")
+    for row in result.get("backends", []):
+        row["notes"] = [*row.get("notes", []), note]
+    return result
+
+
+def _probed(timeout_s: float) -> dict[str, Any]:
+    """Ask every plugin now; keep the answer when every plugin loaded and answered."""
+    from edge_core.host.probe_answers import keep_answer
+    from edge_core.host.probe_process import observed_probes
     from edge_core.probe import probe_all
 
-    plugins = common.load_plugins_or_fail()
-    result = probe_all(plugins, timeout_s=args.timeout)
+    with observed_probes() as programs:
+        plugins = common.load_plugins_or_fail()
+        result = probe_all(plugins, timeout_s=timeout_s)
+    if not result["plugin_errors"] and not any(record.error for record in plugins.records):
+        keep_answer(result, programs)
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    """Probe every plugin, isolated with a timeout, and print the reports.
+
+    The whole answer is kept per boot and installed stack
+    (:mod:`edge_core.host.probe_answers`) and reused while nothing it depends on has
+    moved: then no plugin is imported and nothing is asked. ``--fresh``,
+    ``EDGE_PROBE_CACHE=off`` and hook tracing (``EDGE_TRACE_HOOKS``) ask every plugin.
+    """
+    result = None if args.fresh or common.env_true("EDGE_TRACE_HOOKS") else _kept()
+    if result is None:
+        result = _probed(args.timeout)
     backends = every = result["backends"]
     if args.backend:
         backends = [b for b in backends if b["backend"] == args.backend]
@@ -87,6 +131,10 @@ def _print_human(result: dict[str, Any]) -> None:
         total = pool.get("observed_total")
         shown = f"{total / 2**30:.1f} GiB" if isinstance(total, int) else "unknown"
         print(f"pool {pool['name']}: {shown}")
+    kept = {note for row in result["backends"] for note in row.get("notes", [])
+            if note.startswith(KEPT_NOTE)}
+    for note in sorted(kept):
+        print(note)
     for row in result["backends"]:
         state = state_words(row)
         print(f"\n{row['backend']}  [{row['plugin']}]  {state}")
@@ -96,6 +144,7 @@ def _print_human(result: dict[str, Any]) -> None:
         for key, value in sorted(row.get("runtime", {}).items()):
             print(f"  {key} {value}")
         for note in row.get("notes", []):
-            print(f"  note: {note}")
+            if note not in kept:
+                print(f"  note: {note}")
     for failure in result.get("plugin_errors", []):
         print(f"\nplugin {failure['plugin']}: ERROR {failure['error']}")

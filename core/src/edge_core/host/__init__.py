@@ -8,9 +8,11 @@ reports a :class:`RetireOutcome`. See docs/host.md.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: a probe's light path imports no typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from edge_core.host.bootstrap import DEFAULT_HELLO_TIMEOUT_S, DEFAULT_MAX_IO_BYTES, start_worker
     from edge_core.host.calls import Call, CallCancelled, Delivery
     from edge_core.host.client import WorkerClient

@@ -19,23 +19,48 @@ A Python probe's script starts with :data:`DROP_CWD`, the line the worker bootst
 with, so the working directory (``sys.path[0]`` under ``-c``) is never searched: an
 ``onnxruntime.py`` or ``numpy.py`` in the folder ``edge`` runs from is never imported.
 Probes that run with ``-I`` (isolated mode) have no such entry to begin with.
+
+:func:`observed_probes` lists the program of every probe asked while it is active (run
+here, or answered from :mod:`edge_core.host.probe_answers`): ``edge probe`` keeps its
+whole answer only with the identity of each program its probes asked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from edge_core.host.environment import check_env_names, worker_environment
 
-__all__ = ["DROP_CWD", "probe_environment", "run_probe"]
+__all__ = ["DROP_CWD", "note_probe", "observed_probes", "probe_environment", "run_probe"]
 
 DROP_CWD = 'import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0)'
 """First line of every Python probe script run with ``-c``: drop the working directory
 from ``sys.path`` before any import (``-P`` does it from 3.11 on; then the line is a
 no-op)."""
+
+
+_OBSERVERS: list[list[str]] = []
+
+
+@contextlib.contextmanager
+def observed_probes() -> Iterator[list[str]]:
+    """While active, the program (``argv[0]``) of every probe asked, in any thread."""
+    programs: list[str] = []
+    _OBSERVERS.append(programs)
+    try:
+        yield programs
+    finally:  # by identity: two observers' lists may be equal
+        _OBSERVERS[:] = [other for other in _OBSERVERS if other is not programs]
+
+
+def note_probe(argv: Sequence[str]) -> None:
+    """Tell :func:`observed_probes` that a probe of ``argv`` was asked (run or cached)."""
+    for programs in list(_OBSERVERS):
+        programs.append(str(argv[0]))
 
 
 def probe_environment(
@@ -90,5 +115,6 @@ def run_probe(
             or not math.isfinite(timeout_s) or timeout_s <= 0):
         raise ValueError(f"timeout_s: must be a positive finite number of seconds: {timeout_s!r}")
     env = probe_environment(source, declared=declared, values=values)
+    note_probe(argv)
     return subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           env=env, timeout=timeout_s, check=False)

@@ -10,7 +10,6 @@ reports, and keeps compiled graphs in the EP-context cache. The ``edge hub`` com
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from edge_core import hookimpl
@@ -18,6 +17,8 @@ from edge_ort.plugin_base import OrtPlugin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from edge_core.backend import ProbeReport
     from edge_core.stage import StageContext
 

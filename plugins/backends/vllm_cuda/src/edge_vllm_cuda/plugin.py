@@ -8,13 +8,14 @@ environment — and the controller learns the GPUs through NVML or ``nvidia-smi`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from edge_core import hookimpl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from edge_contracts.requests import StageEvent, StageRequest
     from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
     from edge_core.host.retire import RetireOutcome

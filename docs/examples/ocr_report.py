@@ -40,9 +40,15 @@ def variant(name: str, *, admission: int | None = None, backend: str | None = No
             target: str | None = None) -> Path:
     """Write ``build/ocr/pipeline-<name>.toml`` from the built pipeline.toml."""
     text = (BUILD / "pipeline.toml").read_text(encoding="utf-8")
-    if admission is not None:
-        text = text.replace('name = "ocr-page"\n', f'name = "ocr-page"\nadmission = {admission}\n',
-                            1)
+    if admission is not None:  # the pipeline's own line replaced, or one added after its name
+        head, found, tail = text.partition("\n[")
+        if re.search(r"^admission = \d+$", head, flags=re.MULTILINE):
+            head = re.sub(r"^admission = \d+$", f"admission = {admission}", head, count=1,
+                          flags=re.MULTILINE)
+        else:
+            head = head.replace('name = "ocr-page"\n',
+                                f'name = "ocr-page"\nadmission = {admission}\n', 1)
+        text = head + found + tail
     if backend is not None:
         text = text.replace('name = "ort-cpu"', f'name = "{backend}"')
     if target is not None:

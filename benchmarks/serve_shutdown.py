@@ -44,6 +44,10 @@ from edge_core.runtime.pipeline_files import open_pipeline
 from edge_vllm_cuda.options import DEFAULT_ENGINE_STOP_S
 from edge_vllm_cuda.stage import RETIRE_MARGIN_S
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_generate import environment, pipeline_file
+
 # The anchor runs the echo test backend (hidden from users unless asked for).
 os.environ["EDGE_TEST_BACKENDS"] = "1"
 
@@ -51,45 +55,12 @@ os.environ["EDGE_TEST_BACKENDS"] = "1"
 RETIRE_DEADLINE_S = 5.0
 #: The stage's default ``engine_stop_s`` (``--engine-stop-s`` sets another).
 ENGINE_STOP_S = DEFAULT_ENGINE_STOP_S
-VLLM_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "vllm_cuda" / "tests"
-
-
-def _environment(python: str | None, model: str | None) -> tuple[Path, Path]:
-    """The vLLM environment's interpreter and a model it loads (built when not given)."""
-    sys.path.insert(0, str(VLLM_TESTS))
-    from vllm_env import build_tiny_model, ensure_env
-
-    interpreter = Path(python) if python else ensure_env()
-    if model:
-        return interpreter, Path(model)
-    return interpreter, build_tiny_model(interpreter,
-                                         Path(tempfile.mkdtemp(prefix="edge-bench-")) / "tiny")
 
 
 def _pipelines(folder: Path, python: Path, model: Path,
                engine_stop_s: float) -> tuple[Path, Path]:
-    generate = folder / "gen.toml"
-    generate.write_text(f'''name = "gen"
-
-[[stages]]
-id = "gen"
-
-[stages.backend]
-name = "vllm-cuda"
-
-[stages.backend.options]
-model = "{model}"
-device = "cpu"
-dtype = "float32"
-max_model_len = 256
-enforce_eager = true
-max_num_seqs = 4
-engine_stop_s = {engine_stop_s}
-
-[stages.backend.route]
-name = "vllm-cpu"
-interpreter = "{python}"
-''')
+    generate = pipeline_file(folder, python, model,
+                             {"max_num_seqs": 4, "engine_stop_s": engine_stop_s})
     echo = folder / "echo.toml"
     echo.write_text('name = "echo"\n\n[[stages]]\nid = "echo"\n\n[stages.backend]\n'
                     'name = "echo"\n')
@@ -164,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="a vLLM environment's interpreter")
     parser.add_argument("--model", help="a model directory that environment loads")
     args = parser.parse_args(argv)
-    python, model = _environment(args.python, args.model)
+    python, model = environment(args.python, args.model)
     folder = Path(tempfile.mkdtemp(prefix="edge-bench-shutdown-"))
     generate, echo = _pipelines(folder, python, model, args.engine_stop_s)
     runs, anchors = [], []

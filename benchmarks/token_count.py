@@ -44,47 +44,11 @@ import psutil
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_files import open_pipeline
 
-VLLM_TESTS = Path(__file__).resolve().parents[1] / "plugins" / "backends" / "vllm_cuda" / "tests"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_generate import environment, pipeline_file
+
 KINDS = ("ids", "text", "chat", "memo", "ping", "request")
-
-
-def _environment(python: str | None, model: str | None) -> tuple[Path, Path]:
-    """The vLLM environment's interpreter and a model it loads (built when not given)."""
-    sys.path.insert(0, str(VLLM_TESTS))
-    from vllm_env import build_tiny_model, ensure_env
-
-    interpreter = Path(python) if python else ensure_env()
-    if model:
-        return interpreter, Path(model)
-    return interpreter, build_tiny_model(interpreter,
-                                         Path(tempfile.mkdtemp(prefix="edge-bench-")) / "tiny")
-
-
-def _pipeline_file(folder: Path, python: Path, model: Path) -> Path:
-    path = folder / "gen.toml"
-    path.write_text(f'''name = "gen"
-admission = 16
-
-[[stages]]
-id = "gen"
-
-[stages.backend]
-name = "vllm-cuda"
-
-[stages.backend.options]
-model = "{model}"
-device = "cpu"
-dtype = "float32"
-max_model_len = 256
-enforce_eager = true
-max_num_seqs = 8
-max_concurrency = 16
-
-[stages.backend.route]
-name = "vllm-cpu"
-interpreter = "{python}"
-''')
-    return path
 
 
 def _calls(pipeline: Pipeline) -> dict[str, Callable[[int], None]]:
@@ -155,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", help="a vLLM environment's interpreter")
     parser.add_argument("--model", help="a model directory that environment loads")
     args = parser.parse_args(argv)
-    python, model = _environment(args.python, args.model)
+    python, model = environment(args.python, args.model)
     folder = Path(tempfile.mkdtemp(prefix="edge-bench-count-"))
-    pipeline = open_pipeline(str(_pipeline_file(folder, python, model)))
+    path = pipeline_file(folder, python, model, {"max_num_seqs": 8, "max_concurrency": 16},
+                         admission=16)
+    pipeline = open_pipeline(str(path))
     counter = itertools.count(1)
     try:
         calls = _calls(pipeline)

@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 #: Modules the benchmarks import or run first; they print no result of their own.
-HELPERS = {"precompile", "transport_anchors", "transport_timing", "transport_worker"}
+HELPERS = {"precompile", "tiny_generate", "transport_anchors", "transport_timing",
+           "transport_worker"}
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
                     if p.stem not in HELPERS and not p.stem.startswith("_"))
 ROW = re.compile(r"^\| `(?P<command>[^`]+)` \| (?P<machine>[^|]+) \| (?P<date>[^|]+) \|$",

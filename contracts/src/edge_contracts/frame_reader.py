@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from edge_contracts.binary_header import kept_header
 from edge_contracts.errors import FrameTruncated, StreamClosed, WireError
 from edge_contracts.headers import Limits
 from edge_contracts.protocol import FEATURE_BINARY_HEADER
@@ -107,15 +108,29 @@ class FrameReader:
 
         """
         start = self._start
-        if self._end - start < PREFIX_SIZE:
+        if start == self._end:  # the usual case: nothing buffered, one receive from 0
+            view = self._view
+            count = self._recv_into(view)
+            room = len(view)
+            if not 0 <= count <= room:
+                raise WireError("prefix", count, f"recv_into must return 0..{room} bytes")
+            self._drained = count < room
+            self._start = start = 0
+            self._end = count
+            if count < PREFIX_SIZE:
+                if not count:
+                    raise StreamClosed("prefix", 0, "end of stream before the next frame")
+                self._have(PREFIX_SIZE, "prefix")
+        elif self._end - start < PREFIX_SIZE:
             self._have(PREFIX_SIZE, "prefix")
             start = self._start
         magic, header_len, payload_len = PREFIX.unpack_from(self._buffer, start)
-        binary = magic == BINARY_MAGIC
         # The usual prefix passes decode_prefix's checks inline; any other is decoded by
         # it (which raises what is wrong, in its order).
-        if not (binary and self._binary and 0 < header_len <= self._header_cap
-                and payload_len <= self._io_cap):
+        usual = (magic == BINARY_MAGIC and self._binary and 0 < header_len <= self._header_cap
+                 and payload_len <= self._io_cap)
+        binary = usual or magic == BINARY_MAGIC
+        if not usual:
             header_len, payload_len = decode_prefix(
                 self._view[start : start + PREFIX_SIZE], self._limits)
         self._start = start = start + PREFIX_SIZE
@@ -126,10 +141,15 @@ class FrameReader:
                 start = self._start
             raw = bytes(self._view[start : start + header_len])
             self._start = start + header_len
+            # A usual binary header equal to a kept one but for its request id (and
+            # event block) is built from it; anything else goes through the full parser.
+            header = kept_header(raw, self._limits, payload_len) if usual else None
         else:  # a header larger than the buffer (only with raised limits)
             raw = bytearray(header_len)
             self._take_into(memoryview(raw), "header")
-        header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary)
+            header = None
+        if header is None:
+            header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary)
         start = self._start
         buffered = min(payload_len, self._end - start)
         head = self._view[start : start + buffered]

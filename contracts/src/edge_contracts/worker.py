@@ -327,14 +327,6 @@ class _Server:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _readable(self, fresh: bool) -> bool:
-        """True when a frame waits: in the read buffer, or (unless ``fresh``) the socket.
-
-        ``fresh``: the last receive drained the socket and nothing ran since, so any
-        frame already waiting is in the buffer.
-        """
-        return self._frames.buffered or (not fresh and bool(self._poll.poll(0)))
-
     def _read_one(self) -> bool:
         """Read and dispatch one frame; False at end of stream."""
         try:
@@ -441,14 +433,15 @@ class _Server:
             else:
                 self.reply(header, result, None)
             return
-        if self._fenced(header):
+        if self._fences and self._fenced(header):
             self._drop(frame)
             return
         acks: list[list[Any]] = []
         inputs: dict[str, Any] = {}
         failure: BaseException | None = None
         if header.tensors:
-            unpacker = self.tensors()[1]  # imports worker_transport (numpy) the first time
+            # imports worker_transport (numpy) the first time
+            unpacker = self._unpacker or self.tensors()[1]
             acks = refs_of(frame)
             try:
                 inputs = unpacker.unpack(frame)
@@ -471,18 +464,22 @@ class _Server:
     def serve(self) -> int:
         """Serve frames until shutdown or end of stream; return the exit status."""
         frames = self._frames
+        heartbeat = self._heartbeat
         fresh = False  # the last receive drained the socket and nothing has run since
         try:
             while not self._stop:
                 if self._pending:
-                    while self._readable(fresh) and not self._stop:
+                    # a frame waits in the read buffer, or (unless the last receive
+                    # drained the socket and nothing ran since) on the socket
+                    while ((frames.buffered or (not fresh and self._poll.poll(0)))
+                           and not self._stop):
                         if not self._read_one():
                             self._orphaned = True
                             return 0
                         fresh = fresh and frames.drained
                     if self._pending and not self._stop:
-                        if self._heartbeat is not None:
-                            self._heartbeat.wake()
+                        if heartbeat is not None and not heartbeat.pending:
+                            heartbeat.wake()
                         self._executing = True
                         fresh = False
                         try:

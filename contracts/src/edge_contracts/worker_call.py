@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.headers import FrameHeader
-from edge_contracts.jsonvalues import thaw_json
+from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
 
 if TYPE_CHECKING:
     from edge_contracts.worker_protocol import BootConfig
@@ -94,7 +94,10 @@ class Call:
         self.epoch = header.epoch
         self.generation = header.generation
         self.operation = header.op
-        self.params: dict[str, Any] = thaw_json(header.meta)  # type: ignore[assignment,arg-type]
+        meta = header.meta
+        # no params (the usual request): a fresh empty dict without thawing anything
+        self.params: dict[str, Any] = (
+            {} if meta is EMPTY_OBJECT else thaw_json(meta))  # type: ignore[assignment,arg-type]
         self.inputs = inputs
 
     @property
@@ -134,7 +137,7 @@ class Call:
                 sent = self._server.send_event(self, kind, seq, packed, data, error,
                                                self._acks if self._closed else None)
                 ended = self._closed
-                unsent = self._take_unsent() if ended else []
+                unsent = self._take_unsent() if ended and self._allocated else []
         if unsent:
             # A request the loop ended (CANCELLED) may still have a handler thread
             # writing into its buffers: those segments are unlinked, never reused.

@@ -34,6 +34,9 @@ class Heartbeat:
         self._busy = busy
         self._interval_s = interval_s
         self._wake = threading.Event()
+        self.pending = False
+        """True while a wake is pending (set by :meth:`wake`, cleared when the thread
+        takes it): :meth:`wake` would do nothing then."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edge-heartbeat", daemon=True)
         self._thread.start()
@@ -44,14 +47,19 @@ class Heartbeat:
         A wake already pending is left as it is: Event.set would take its condition's
         lock and notify for nothing on every call. The thread clears the event before
         it looks at ``busy()``, so work started after that clear is seen either way.
+        A caller on a per-request path may skip the call while :attr:`pending` is true.
         """
         if not self._wake.is_set():
+            self.pending = True
             self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait()
-            self._wake.clear()  # before looking at busy(): a later wake() is not lost
+            # before looking at busy(): a later wake() is not lost (pending first: a
+            # wake() in between sets both again)
+            self.pending = False
+            self._wake.clear()
             while not self._stop.wait(self._interval_s) and self._busy():
                 if not self._beat():  # the channel is gone
                     return

@@ -47,17 +47,19 @@ class Packed:
 
     """
 
-    __slots__ = ("leases", "payloads", "specs")
+    __slots__ = ("_features", "leases", "payloads", "specs")
 
     def __init__(
         self,
         specs: tuple[TensorSpec, ...],
         payloads: list[memoryview],
         leases: list[tuple[str, int]],
+        features: frozenset[str] | None = None,
     ) -> None:
         self.specs = specs
         self.payloads = payloads
         self.leases = leases
+        self._features = features  # None: worked out from the entries when asked
 
     @property
     def uses_shm(self) -> bool:
@@ -67,10 +69,14 @@ class Packed:
     @property
     def features(self) -> frozenset[str]:
         """The features a reader needs for this frame: ``shm-tensors``, ``bfloat16``."""
-        return tensor_features(self.specs)
+        features = self._features
+        if features is None:
+            features = self._features = tensor_features(self.specs)
+        return features
 
 
-_EMPTY = Packed((), [], [])
+_NO_FEATURES: frozenset[str] = frozenset()
+_EMPTY = Packed((), [], [], _NO_FEATURES)
 
 class TensorPacker:
     """Packs outgoing arrays; large ones go through ``producer`` when there is one."""
@@ -128,6 +134,7 @@ class TensorPacker:
         specs: list[TensorSpec] = []
         payloads: list[memoryview] = []
         leases: list[tuple[str, int]] = []
+        plain = True  # every entry inline and of a plain wire dtype: no feature needed
         try:
             for name, value in arrays.items():
                 owned = allocated.pop(id(value), None) if allocated else None
@@ -145,6 +152,7 @@ class TensorPacker:
                         array.reshape(-1).view(np.uint8))
                 else:
                     if dtype is None:
+                        plain = False  # bfloat16, say
                         dtype = dtype_of(array, f"outputs.{name}.dtype")
                         if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
                             array = array.astype(array.dtype.newbyteorder("<"))
@@ -170,7 +178,8 @@ class TensorPacker:
         except BaseException:
             self.take_back(leases)
             raise
-        return Packed(tuple(specs), payloads, leases)
+        return Packed(tuple(specs), payloads, leases,
+                      _NO_FEATURES if plain and not leases else None)
 
     def take_back(self, leases: list[tuple[str, int]], *, unlink: bool = False) -> None:
         """Release leases of a frame that was never delivered (``unlink``: never reuse)."""

@@ -87,6 +87,10 @@ class FrameReader:
         """True when bytes of a frame wait in the buffer (read them before polling)."""
         return self._end > self._start
 
+    def has_buffered(self) -> bool:
+        """:attr:`buffered` as a method, for a caller that is handed a callable."""
+        return self._end > self._start
+
     @property
     def drained(self) -> bool:
         """True when the last receive filled less than the room it offered.

@@ -158,7 +158,7 @@ class WorkerClient:
             sock.fileno(),
             self._read_one,
             self._gone_error,
-            buffered=lambda: self._frames.buffered,
+            buffered=self._frames.has_buffered,
             spin_us=spin_us,
             name=f"edge-reader-{tree.main.pid}",
         )
@@ -613,13 +613,14 @@ class WorkerClient:
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header
+        if header.op == OP_EVENT:  # the usual frame: its ``gone`` is read by _on_event
+            self._on_event(frame)
+            return
         meta = header.meta
         gone = meta.get("gone")
         if gone and self._consumer is not None:
             self._consumer.forget([str(name) for name in gone])
-        if header.op == OP_EVENT:
-            self._on_event(frame)
-        elif header.op == OP_HEARTBEAT:  # heard: ``last_heard`` is all it is for
+        if header.op == OP_HEARTBEAT:  # heard: ``last_heard`` is all it is for
             return
         elif header.op == OP_REPLY:
             with self._lock:
@@ -651,6 +652,9 @@ class WorkerClient:
         # here, so through a view whose lookups run in C.
         frozen: JSONObject = header.meta  # type: ignore[assignment]  # (no cast call)
         meta: Mapping[str, Any] = frozen.view()
+        gone = meta.get("gone")
+        if gone and self._consumer is not None:
+            self._consumer.forget([str(name) for name in gone])
         acks = meta.get("acks")
         if acks and self._producer is not None:
             for segment, generation in acks:

@@ -152,6 +152,8 @@ class InputBuffers:
 
         Buffers go by reference (:meth:`claim`), the rest as the packer does.
         """
+        if not self._by_id:  # no input buffer alive on this channel: nothing to claim
+            return self._packer.pack(inputs), {}
         claimed = self.claim(inputs)
         try:
             return self._packer.pack(inputs, dict(claimed)), claimed

@@ -65,6 +65,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import (
     ContractError,
@@ -295,8 +296,15 @@ class _Server:
         acks: list[list[Any]] | None,
     ) -> bool:
         """:meth:`send_event` on a binary channel (meta written as text, see worker_events)."""
-        meta, block = event_meta(kind, seq, data, error, acks, self._gone(),
-                                 block=self.event_fields)
+        producer = self._producer
+        gone = producer.take_gone() if producer is not None else []
+        if self.event_fields and not data and error is None and not acks and not gone:
+            # the usual event: its fields all in the block, no meta text (what
+            # event_meta writes for it, without the call)
+            meta, block = b"", EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
+        else:
+            meta, block = event_meta(kind, seq, data, error, acks, gone,
+                                     block=self.event_fields)
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
         if self.event_fields:

@@ -91,6 +91,50 @@ class Echo(BaseHandler):
         return dict(call.inputs)
 
 
+class CountingEcho(BaseHandler):
+    """Returns its inputs; counts the serve loop's Python work between two queries.
+
+    ``query({"count": "calls"})`` or ``{"count": "bytecodes"}`` starts counting, on the
+    loop thread (where queries run), Python function calls (``sys.setprofile``) or
+    bytecode instructions (``sys.settrace`` opcode events); ``query({"count": "stop"})``
+    stops and answers ``{"total": N, "top": [[name, count], ...]}``.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def _note(self, frame: Any) -> None:
+        key = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        mode = question.get("count")
+        if mode == "stop":
+            sys.setprofile(None)
+            sys.settrace(None)
+            top = sorted(self.counts.items(), key=lambda item: -item[1])[:20]
+            return {"total": sum(self.counts.values()), "top": [list(item) for item in top]}
+        self.counts = {}
+        if mode == "calls":
+            def count(frame: Any, event: str, arg: Any) -> None:
+                if event == "call":
+                    self._note(frame)
+            sys.setprofile(count)
+        elif mode == "bytecodes":
+            def trace(frame: Any, event: str, arg: Any) -> Any:
+                if event == "call":
+                    frame.f_trace_opcodes = True
+                    return trace
+                if event == "opcode":
+                    self._note(frame)
+                return trace
+            sys.settrace(trace)
+        return {}
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        return call.inputs
+
+
 class Stream(BaseHandler):
     """A streaming handler: its own engine thread emits tokens; cancel aborts in place."""
 
@@ -342,6 +386,10 @@ class LateBuffers(BaseHandler):
 
 def echo() -> BaseHandler:
     return Echo()
+
+
+def counting_echo() -> BaseHandler:
+    return CountingEcho()
 
 
 def late_buffers() -> BaseHandler:

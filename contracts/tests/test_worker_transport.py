@@ -79,6 +79,32 @@ def test_unpacked_inline_tensors_are_read_only_views_and_bools_are_still_checked
         TensorUnpacker(None).unpack(Frame(header, payload))
 
 
+def test_a_repeated_entry_list_is_unpacked_from_its_kept_layout_the_same_way() -> None:
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.wire import Frame
+    from edge_contracts.worker_transport import TensorUnpacker
+
+    packed = TensorPacker(None, threshold=1 << 20).pack(
+        {"f": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.int64(7),
+         "e": np.zeros((0, 4), np.int16), "h": np.ones(3, np.float16)})
+    unpacker = TensorUnpacker(None)
+    seen = []
+    for round_ in range(3):  # the first builds the layout, the others use it
+        header = FrameHeader("run", f"r{round_}", "s", 0, 1, packed.specs)
+        payload = bytearray(b"".join(bytes(p) for p in packed.payloads))
+        arrays = unpacker.unpack(Frame(header, payload))
+        assert list(arrays) == ["f", "s", "e", "h"]
+        np.testing.assert_array_equal(arrays["f"], np.arange(6, dtype=np.float32).reshape(2, 3))
+        assert arrays["s"].shape == () and int(arrays["s"]) == 7
+        assert arrays["e"].shape == (0, 4) and arrays["e"].dtype == np.int16
+        assert arrays["h"].dtype == np.dtype("<f2") and arrays["h"].tolist() == [1.0] * 3
+        assert not any(array.flags.writeable for array in arrays.values())
+        payload[0] = 0x7F  # views of this frame's own bytes, not of an earlier one
+        assert arrays["f"][0, 0] != 0.0
+        seen.append(arrays)
+    assert seen[0]["f"][0, 0] == seen[2]["f"][0, 0]  # each frame its own payload
+
+
 PLAIN = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
          "float16", "float32", "float64"]
 

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.copying import copy_bytes
+from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid
 from edge_contracts.headers import ShmRef, TensorSpec, tensor_features
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
-from edge_contracts.tensors import arrays_from_frame, dtype_of, plain_wire_dtype
+from edge_contracts.tensors import arrays_from_frame, dtype_of, numpy_dtype, plain_wire_dtype
 from edge_contracts.wire import Frame, refs_of
 
 __all__ = [
@@ -188,6 +189,23 @@ class TensorPacker:
                 self.producer.release(segment, generation, unlink=unlink)
 
 
+def _layout(specs: tuple[TensorSpec, ...]) -> _Layout | None:
+    """Where each tensor of an inline entry list lies in the payload; None for any other.
+
+    Only plain numeric types whose every byte pattern is valid (``bool`` values are
+    checked and ``bfloat16`` decodes through its own type in ``arrays_from_frame``).
+    """
+    layout: _Layout = []
+    offset = 0
+    for spec in specs:
+        if spec.ref is not None or spec.dtype is DType.BOOL or spec.dtype is DType.BFLOAT16:
+            return None
+        dtype = numpy_dtype(spec.dtype)
+        layout.append((spec.name, dtype, spec.nbytes // dtype.itemsize, offset, spec.shape))
+        offset += spec.nbytes
+    return layout
+
+
 def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpec:
     """The entry of an array made by :meth:`TensorPacker.allocate`, sent as its lease."""
     ref = ShmRef(lease.segment, lease.offset, lease.generation)
@@ -195,11 +213,24 @@ def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpe
     return TensorSpec(name, dtype, tuple(array.shape), int(array.nbytes), ref)
 
 
+# (name, NumPy dtype, element count, byte offset, shape) of each inline tensor
+_Layout = list[tuple[str, np.dtype[Any], int, int, tuple[int, ...]]]
+_MAX_LAYOUTS = 256
+
+
 class TensorUnpacker:
-    """Turns a received frame's tensors into read-only numpy arrays."""
+    """Turns a received frame's tensors into read-only numpy arrays.
+
+    A stream repeats the same few tensor lists, and a frame reader hands out the same
+    checked entry tuple for a repeated list (:func:`~edge_contracts.binary_header.kept_header`):
+    for such a tuple of inline entries of plain numeric types, where each array lies in
+    the payload is worked out once and kept (bounded), by the tuple's identity.
+    """
 
     def __init__(self, consumer: SegmentConsumer | None) -> None:
         self.consumer = consumer
+        # id(entries) -> (the entries, their layout); holding the entries keeps the id theirs
+        self._layouts: dict[int, tuple[tuple[TensorSpec, ...], _Layout]] = {}
 
     def unpack(self, frame: Frame) -> dict[str, np.ndarray[Any, Any]]:
         """Return the frame's tensors as read-only arrays, by name.
@@ -207,12 +238,23 @@ class TensorUnpacker:
         Shared-memory arrays are views of the peer's segment: valid until the frame's
         references (:func:`refs_of`) are acknowledged.
         """
-        if not frame.header.tensors:
+        specs = frame.header.tensors
+        if not specs:
             return {}
+        kept = self._layouts.get(id(specs))
+        if kept is not None and kept[0] is specs:  # the payload's length: checked by Frame
+            payload = memoryview(frame.payload).toreadonly()
+            return {name: np.frombuffer(payload, dtype, count, offset).reshape(shape)
+                    for name, dtype, count, offset, shape in kept[1]}
         arrays = arrays_from_frame(frame, self._shared, readonly=True)
-        for spec in frame.header.tensors:
+        for spec in specs:
             if spec.ref is not None:  # a view of the peer's mapping: made read-only too
                 arrays[spec.name].flags.writeable = False
+        layout = _layout(specs)
+        if layout is not None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[id(specs)] = (specs, layout)
         return arrays
 
     def _shared(self, spec: TensorSpec) -> memoryview:

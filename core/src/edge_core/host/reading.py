@@ -161,6 +161,7 @@ class ChannelReader:
             if self._polling and not self._closing:  # the pipe is open while we hold _cv
                 with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                     os.write(self._wake_w, b"\0")
+        leading = False  # this thread holds the read role
         try:
             while True:
                 while not inbox.empty():
@@ -170,10 +171,14 @@ class ChannelReader:
                 if self._ended:
                     raise self._gone()
                 if self._role.acquire(blocking=False):
-                    try:
-                        self._lead(inbox, deadline)
-                    finally:
-                        self._give_up(inbox)
+                    leading = True
+                    self._lead(inbox, deadline)
+                    while not inbox.empty():  # the usual way out: the role is given up below
+                        item = inbox.get_nowait()
+                        if item is not HANDOVER:
+                            return item
+                    leading = False
+                    self._give_up(inbox)
                     continue
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -185,9 +190,18 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         finally:
+            # Leaving: the role (if led) and the registration are given up together, as
+            # _give_up then the removal would, under one acquisition of the guard.
+            if leading:
+                self._role.release()
             with self._guard:
-                self._waiting.remove(inbox)
+                waiting = self._waiting
+                waiting.remove(inbox)
                 self._last_active = time.monotonic()
+                others = list(waiting) if leading and waiting else None
+            if others:
+                for other in others:
+                    other.put(HANDOVER)
 
     def nudge(self) -> None:
         """Wake the leader out of its wait: call after delivering to a queue off the socket.
@@ -213,13 +227,16 @@ class ChannelReader:
             events = self._lead_wait.wait(left)  # polls once even when no time is left
             if not events:
                 raise TimeoutError
-            readable = False
-            for ready, _ in events:
-                if ready == fd:
-                    readable = True
-                else:
-                    with contextlib.suppress(OSError):
-                        os.read(self._nudge_r, 4096)
+            if len(events) == 1 and events[0][0] == fd:  # the usual wake-up: the socket
+                readable = True
+            else:
+                readable = False
+                for ready, _ in events:
+                    if ready == fd:
+                        readable = True
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.read(self._nudge_r, 4096)
             if readable and not self._read_one():
                 self._ended = True
 

@@ -59,7 +59,7 @@ class FrameReader:
     """
 
     __slots__ = ("_binary", "_buffer", "_drained", "_end", "_header_cap", "_io_cap",
-                 "_limits", "_recv_into", "_start", "_view")
+                 "_limits", "_recv_into", "_size", "_start", "_view")
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class FrameReader:
         self._header_cap = limits.max_header_bytes
         self._io_cap = limits.max_io_bytes
         self._buffer = bytearray(buffer_bytes)
+        self._size = buffer_bytes
         self._view = memoryview(self._buffer)
         self._start = 0
         self._end = 0
@@ -111,23 +112,27 @@ class FrameReader:
                 and :func:`~edge_contracts.wire.parse_header`).
 
         """
+        # Positions are kept in locals and written back where a call (or a raise) may
+        # need them: the per-frame path reads no attribute twice.
         start = self._start
-        if start == self._end:  # the usual case: nothing buffered, one receive from 0
-            view = self._view
+        end = self._end
+        view = self._view
+        if start == end:  # the usual case: nothing buffered, one receive from 0
             count = self._recv_into(view)
-            room = len(view)
+            room = self._size
             if not 0 <= count <= room:
                 raise WireError("prefix", count, f"recv_into must return 0..{room} bytes")
             self._drained = count < room
             self._start = start = 0
-            self._end = count
+            self._end = end = count
             if count < PREFIX_SIZE:
                 if not count:
                     raise StreamClosed("prefix", 0, "end of stream before the next frame")
                 self._have(PREFIX_SIZE, "prefix")
-        elif self._end - start < PREFIX_SIZE:
+                start, end = self._start, self._end
+        elif end - start < PREFIX_SIZE:
             self._have(PREFIX_SIZE, "prefix")
-            start = self._start
+            start, end = self._start, self._end
         magic, header_len, payload_len = PREFIX.unpack_from(self._buffer, start)
         # The usual prefix passes decode_prefix's checks inline; any other is decoded by
         # it (which raises what is wrong, in its order).
@@ -135,31 +140,35 @@ class FrameReader:
                  and payload_len <= self._io_cap)
         binary = usual or magic == BINARY_MAGIC
         if not usual:
-            header_len, payload_len = decode_prefix(
-                self._view[start : start + PREFIX_SIZE], self._limits)
-        self._start = start = start + PREFIX_SIZE
+            header_len, payload_len = decode_prefix(view[start : start + PREFIX_SIZE],
+                                                    self._limits)
+        start += PREFIX_SIZE
         raw: bytes | bytearray
-        if header_len <= len(self._buffer):
-            if self._end - start < header_len:
+        if header_len <= self._size:
+            if end - start < header_len:
+                self._start = start
                 self._have(header_len, "header")
-                start = self._start
-            raw = bytes(self._view[start : start + header_len])
-            self._start = start + header_len
+                start, end = self._start, self._end
+            raw = bytes(view[start : start + header_len])
+            self._start = start = start + header_len
             # A usual binary header equal to a kept one but for its request id (and
             # event block) is built from it; anything else goes through the full parser.
             header = kept_header(raw, self._limits, payload_len) if usual else None
         else:  # a header larger than the buffer (only with raised limits)
+            self._start = start
             raw = bytearray(header_len)
             self._take_into(memoryview(raw), "header")
+            start, end = self._start, self._end
             header = None
         if header is None:
             header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary)
-        start = self._start
-        buffered = min(payload_len, self._end - start)
-        head = self._view[start : start + buffered]
-        self._start = start + buffered
-        if self._start == self._end:
+        buffered = min(payload_len, end - start)
+        head = view[start : start + buffered]
+        start += buffered
+        if start == end:
             self._start = self._end = 0
+        else:
+            self._start = start
         if buffered == payload_len:  # all here already (small frames): one copy out
             # parse_header checked payload_len against the header's inline bytes
             return prechecked_frame(header, bytearray(head))

@@ -58,7 +58,7 @@ from edge_core.runtime.request_tracker import RequestTracker
 from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
-from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.runtime.stage_runtime import StageRuntime, close_all
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, submit
 from edge_core.selection.gates import GateStore
@@ -448,10 +448,12 @@ class Pipeline:
     # -- closing -----------------------------------------------------------------------
 
     def close(self) -> dict[str, Any]:
-        """Retire every stage in reverse order and settle each reservation (idempotent).
+        """Retire every stage and settle each reservation in reverse order (idempotent).
 
-        A stage whose retirement raises is reported, and its reservation quarantined; the
-        other stages are still retired.
+        The stages' workers are retired at once
+        (:func:`~edge_core.runtime.stage_runtime.close_all`: each verified as always, so
+        the close costs the slowest one, not the sum). A stage whose retirement raises is
+        reported, and its reservation quarantined; the other stages are still retired.
 
         Returns:
             Stage id (``stage#r`` for replica r > 0) → {"retire": outcome, "release":
@@ -463,11 +465,13 @@ class Pipeline:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired
         finishing = self.policy.finishing()  # switched out, still waiting for requests
-        for stage in reversed([*finishing, *self._slots]):
-            try:
-                outcome = stage.runtime.close() if stage.runtime is not None else None
-            except Exception as exc:
-                outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
+        stages = list(reversed([*finishing, *self._slots]))
+        # every stage's worker retired at once; each settled below, in reverse order
+        outcomes = close_all([stage.runtime for stage in stages])
+        for stage, outcome in zip(stages, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                outcome = UnverifiedRetirement(
+                    f"retire failed: {type(outcome).__name__}: {outcome}")
             if stage.token is not None:
                 stage.settle(self.ledger, outcome)
             name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name

@@ -25,7 +25,7 @@ import itertools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -56,7 +56,7 @@ from edge_core.runtime.restarts import Restarter, RestartPolicy
 from edge_core.runtime.results import AckOutcome, ResultKey
 from edge_core.stage import LoadedStage, StageContext
 
-__all__ = ["StageRuntime"]
+__all__ = ["StageRuntime", "close_all"]
 
 _SEND_WAIT_S = 2.0  # how long a cancel waits for the request's send to complete
 
@@ -635,3 +635,45 @@ class StageRuntime:
             outcome = self.retire()
         self.state = StageState.RETIRED
         return outcome
+
+
+def close_all(runtimes: Sequence[StageRuntime | None]) -> list[Any]:
+    """Close every runtime at once, one thread each, and wait for all; their outcomes.
+
+    Each :meth:`StageRuntime.close` retires its own worker tree (bounded by its own retire
+    deadline, verified as always), so closing them together costs the slowest one rather
+    than the sum: a worker's shutdown is mostly waiting for its process to end. Returns
+    one entry per runtime, in the order given: its retire outcome, ``None`` for ``None``,
+    or the :class:`Exception` its close raised (the caller records it as unverified).
+    Every thread is waited for, even when the wait is interrupted; an interruption (a
+    ``BaseException`` that is not an ``Exception``) is raised after that.
+    """
+    results: list[Any] = [None] * len(runtimes)
+
+    def close(number: int) -> None:
+        runtime = runtimes[number]
+        if runtime is None:
+            return
+        try:
+            results[number] = runtime.close()
+        except BaseException as error:  # handed to the caller's thread below
+            results[number] = error
+
+    threads = [threading.Thread(target=close, args=(number,), daemon=True,
+                                name=f"edge-close-{runtime.name}")
+               for number, runtime in enumerate(runtimes) if runtime is not None]
+    if len(threads) == 1:
+        threads[0].run()  # one runtime: closed on this thread
+    elif threads:
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        finally:
+            for thread in threads:  # an interrupted wait still waits: settling follows
+                thread.join()
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+    return results

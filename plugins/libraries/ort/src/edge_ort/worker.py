@@ -175,6 +175,12 @@ def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
 class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
+    #: The process ends right after :meth:`close` (which drops every session and the
+    #: profiling directory; ONNX Runtime holds no child process and no file to flush):
+    #: the interpreter's teardown — collecting the sessions, numpy and onnxruntime's
+    #: modules — only delayed the worker's exit, and so every retirement.
+    exit_after_close = True
+
     def __init__(self) -> None:
         self._heap = apply_heap_policy()  # before ONNX Runtime allocates anything
         import onnxruntime as ort

@@ -26,6 +26,7 @@ the exit code is the command's own.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 
@@ -94,7 +95,22 @@ def parser_and_commands(only: str | None = None) -> tuple[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``edge`` command line; returns the process exit code."""
+    """Run the ``edge`` command line; returns the process exit code.
+
+    Without ``argv`` (the process's own command line: the ``edge`` script, ``python -m
+    edge_core.cli``) the process ends right after this returns, so everything still
+    reachable is frozen for the cycle collector first (:func:`gc.freeze`): the
+    interpreter's teardown then frees it by reference counting alone instead of walking
+    every object in its final collections (0.06-0.3 s after ``edge run`` here). ``atexit``
+    handlers still run; ``main(argv)`` from a caller's own process freezes nothing.
+    """
+    status = _main(argv)
+    if argv is None:
+        gc.freeze()
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     named = _builtin_named(args_list)
     parser, commands = parser_and_commands(named)

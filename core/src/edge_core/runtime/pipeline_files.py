@@ -18,7 +18,7 @@ from edge_core.config.model import PipelineConfig
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool, probe_host
+from edge_core.pools import Pool, observe_host_pools
 from edge_core.runtime.opener import PROBE_TIMEOUT_S
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.selection.workload import Workload
@@ -53,7 +53,8 @@ def shared_ledger(configs: Sequence[PipelineConfig], plugins: PluginSet) -> Reso
     each pool's ceiling is the smallest any of the pipelines declares, so no pipeline can
     loosen a limit another relies on.
     """
-    pools = {pool.name: pool for pool in probe_host().pools}
+    # the pools alone: the CPU's name (probe_host's, which runs `uname -p`) is not needed
+    pools = {pool.name: pool for pool in observe_host_pools()}
     table = backend_table(plugins)
     names = {c.backend.name for config in configs for s in config.stages for c in s.choices()}
     owners = {table[name][1] for name in names if name in table}

@@ -4,7 +4,8 @@ An audit hook in the ``edge`` process records every process it starts (``subproc
 ``posix_spawn``, ``fork``, ``system``) while it runs a two-stage echo pipeline: one
 supervisor per stage (each starts its worker itself), nothing else — no helper command on
 the way to the first answer (``platform.processor()`` ran ``uname -p`` while the ledger
-was made, once per ``edge run``, for a CPU name the ledger does not use).
+was made, once per ``edge run``, for a CPU name the ledger does not use). Nor does it
+import what it never uses: ``asyncio`` (and ``ssl`` with it) only serves the async API.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ try:
     status = main(sys.argv[1:])
 finally:
     sys.stderr.write("STARTS " + json.dumps(starts) + "\\n")
+    sys.stderr.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n")
 sys.exit(status)
 """
 
@@ -56,7 +58,7 @@ scale = 3.0
 """
 
 
-def test_edge_run_starts_one_supervisor_per_stage_and_nothing_else(tmp_path: Path) -> None:
+def test_edge_run_starts_one_supervisor_per_stage_and_imports_no_asyncio(tmp_path: Path) -> None:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
     env = {**os.environ, "EDGE_PLUGINS": "echo",
@@ -69,6 +71,10 @@ def test_edge_run_starts_one_supervisor_per_stage_and_nothing_else(tmp_path: Pat
     line = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
     starts = json.loads(line.removeprefix("STARTS "))
     assert len(starts) == 2, starts  # stages a and b, one start each
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    modules = set(json.loads(line.removeprefix("MODULES ")))
+    assert "edge_core.runtime.pipeline" in modules  # the hook saw the whole run
+    assert not modules & {"asyncio", "ssl"}, sorted(modules & {"asyncio", "ssl"})
     for event, argv in starts:
         assert event == "subprocess.Popen", starts
         if SUPERVISED:

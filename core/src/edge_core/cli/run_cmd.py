@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -316,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
         failure.message = "; ".join([failure.message, "health: " + "; ".join(states)])
         raise failure from exc
     closing = pipeline.close()
+    import statistics  # where used: the command's start-up does not pay for it
+
     stage_ids = [s["id"] for s in plan["stages"]]
     p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3
               for sid in stage_ids}

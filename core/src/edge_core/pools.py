@@ -286,10 +286,23 @@ def observe_host_pools(
     return (Pool(RAM_POOL, total, observed_by=source),)
 
 
+def _processor() -> str:
+    """``platform.processor()`` without a child process where that is all it would run.
+
+    On Linux it runs ``uname -p`` (a process started on every probe of a CPU backend,
+    so on every open), whose answer on the common distributions is
+    ``platform.machine()``'s or ``unknown`` (then ``""``; a few give the CPU's model
+    name); ``""`` is returned there instead: the caller's fallback names the machine.
+    """
+    if sys.platform.startswith("linux"):
+        return ""
+    return platform.processor()
+
+
 def host_cpu(domain: ExecutionDomain | None = None) -> DeviceDescriptor:
     """Describe this host's CPU as a device drawing from the host-visible RAM pool."""
     current = detect_execution_domain() if domain is None else domain
-    name = (platform.processor() or platform.machine() or "cpu").strip() or "cpu"
+    name = (_processor() or platform.machine() or "cpu").strip() or "cpu"
     return DeviceDescriptor(
         physical_id="cpu0",
         kind=DeviceKind.CPU,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -65,3 +67,22 @@ def test_on_windows_and_posix_hosts_machine_ram_is_observed_directly() -> None:
     for domain in (ExecutionDomain.WINDOWS, ExecutionDomain.POSIX):
         (ram,) = observe_host_pools(domain, ram_total=1024)
         assert (ram.name, ram.total, ram.within) == (RAM_POOL, 1024, None)
+
+
+def test_observing_the_host_starts_no_process() -> None:
+    """Counted in a fresh interpreter (``platform`` keeps its answers per process)."""
+    script = (
+        "import sys\n"
+        "starts = []\n"
+        "sys.addaudithook(lambda event, args: starts.append(event) if event in "
+        "('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.system') else None)\n"
+        "from edge_core.pools import host_cpu, probe_host\n"
+        "cpu = host_cpu()\n"
+        "probe_host()\n"
+        "print(cpu.name, len(starts))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    name, starts = done.stdout.split()
+    assert starts == "0", done.stdout
+    assert name  # a name all the same (the machine's, where no processor name is read)

@@ -294,7 +294,7 @@ def _processor() -> str:
     ``platform.machine()``'s or ``unknown`` (then ``""``; a few give the CPU's model
     name); ``""`` is returned there instead: the caller's fallback names the machine.
     """
-    if sys.platform.startswith("linux"):
+    if platform.system() == "Linux":  # os.uname(), no child process
         return ""
     return platform.processor()
 

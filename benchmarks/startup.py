@@ -10,6 +10,10 @@ after one unmeasured run of each (the OS file cache warmed); the medians are com
   over RapidOCR's first answer on the same page in a fresh process
   (``RapidOCR()(PAGE)``, its defaults); ``..._first_ever`` is the same with no stored
   decision (an empty cache directory for every run). Goals 1.5 and 2.0.
+* ``phases_stored``: where the stored side's wall time went, by its own ``--json``
+  answers (medians): ``open_s``, ``page_s`` (the request), ``retire_s`` (the slowest
+  worker's retirement) and ``outside_s`` (the rest: interpreter start, imports, checks,
+  output, exit); also the older tree's with ``--baseline-edge``.
 * ``open_s``: the ``open_s`` ``edge run --json`` reports, first ever and stored; with
   ``--baseline-edge PATH`` (or ``$EDGE_BENCH_BASELINE_EDGE``: the ``edge`` of an older
   checkout, in its own virtual environment, byte-compiled) also that tree's, on the same
@@ -135,6 +139,33 @@ def open_seconds(side: Side) -> float | None:
     return round(statistics.median(found), 3) if found else None
 
 
+def phases(side: Side) -> dict[str, float] | None:
+    """Where a side's wall time went, by its own ``edge run --json`` answers (medians).
+
+    ``open_s`` (admission, workers, gates), ``page_s`` (the request, transforms
+    included), ``retire_s`` (the slowest worker's verified retirement: they retire at
+    once) and ``outside_s``: the rest of the process's wall time — interpreter start,
+    imports, the file and input checks, the plan, the output and the exit.
+    """
+    rows: dict[str, list[float]] = {"open_s": [], "page_s": [], "retire_s": [],
+                                    "outside_s": []}
+    for seconds, out in zip(side.samples, side.outputs, strict=True):
+        try:
+            answer = json.loads(out)
+            opened = float(answer["open_s"])
+            page = float(answer["latency_p50_ms"]["total"]) / 1e3
+            retire = max(float(v["retire"]["elapsed_s"]) for v in answer["closed"].values())
+        except (ValueError, KeyError, TypeError):
+            continue
+        rows["open_s"].append(opened)
+        rows["page_s"].append(page)
+        rows["retire_s"].append(retire)
+        rows["outside_s"].append(seconds - opened - page)
+    if not rows["open_s"]:
+        return None
+    return {name: round(statistics.median(values), 3) for name, values in rows.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-edge", default=os.environ.get("EDGE_BENCH_BASELINE_EDGE"),
@@ -220,6 +251,8 @@ def main() -> None:
         "open_s": {"before": open_seconds(before) if before is not None else None,
                    "after_first_ever": open_seconds(ever),
                    "after_stored": open_seconds(stored)},
+        "phases_stored": {"after": phases(stored),
+                          "before": phases(before) if before is not None else None},
         "p50_ms": {name: round(value * 1e3, 1) for name, value in medians.items()},
         # what the older side is, by its own --version (never a path of this machine)
         "baseline_edge": (subprocess.run([args.baseline_edge, "--version"], capture_output=True,

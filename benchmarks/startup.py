@@ -13,7 +13,10 @@ after one unmeasured run of each (the OS file cache warmed); the medians are com
 * ``phases_stored``: where the stored side's wall time went, by its own ``--json``
   answers (medians): ``open_s``, ``page_s`` (the request), ``retire_s`` (the slowest
   worker's retirement) and ``outside_s`` (the rest: interpreter start, imports, checks,
-  output, exit); also the older tree's with ``--baseline-edge``.
+  output, exit); also the older tree's with ``--baseline-edge``, and then
+  ``stored_over_before``: the stored side's wall time over the older tree's, paired
+  round by round (both ran in the same round, so under the same load): the median
+  ratio, its 95 % bootstrap interval and the pairs (``trees.summary``).
 * ``open_s``: the ``open_s`` ``edge run --json`` reports, first ever and stored; with
   ``--baseline-edge PATH`` (or ``$EDGE_BENCH_BASELINE_EDGE``: the ``edge`` of an older
   checkout, in its own virtual environment, byte-compiled) also that tree's, on the same
@@ -51,6 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from precompile import ensure_bytecode
+from trees import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 OCR = ROOT / "build" / "ocr"
@@ -253,6 +257,10 @@ def main() -> None:
                    "after_stored": open_seconds(stored)},
         "phases_stored": {"after": phases(stored),
                           "before": phases(before) if before is not None else None},
+        # the stored side over the older tree's, round by round (the same load)
+        "stored_over_before": (summary([a / b for a, b in zip(stored.samples, before.samples,
+                                                               strict=True)])
+                               if before is not None else None),
         "p50_ms": {name: round(value * 1e3, 1) for name, value in medians.items()},
         # what the older side is, by its own --version (never a path of this machine)
         "baseline_edge": (subprocess.run([args.baseline_edge, "--version"], capture_output=True,

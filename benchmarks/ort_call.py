@@ -15,9 +15,11 @@ decides; the decision is printed as ``spin``), with what a user writes instead:
   ``zero_copy_overhead_vs_stage_options`` compares with a direct session given the
   options the stage gives its own (``direct_session(like_stage=True)``): that isolates
   the call from the session options, but is not what the goal uses; and
-  ``zero_copy_overhead_vs_ort_defaults_stage_spinning`` is the goal's ratio for the same
-  stage with ONNX Runtime's intra-op spinning on (ORT's default, off in the stage as
-  shipped), taken in the same blocks: the evidence for the stage's session default.
+  ``zero_copy_overhead_vs_ort_defaults_<variant>`` is the goal's ratio for the same stage
+  with other session entries (:data:`STAGE_VARIANTS`: ORT's intra-op spinning on, on only
+  while a run lasts, off), taken in the same blocks: the evidence for the stage's session
+  default. ``zero_copy_cpu_ms_per_call`` gives the CPU each of them costs (this process
+  plus the stage's worker), since spinning trades CPU for latency.
 * ``tiny_call_over_mp_pipe`` = (tiny ``Pipeline.run`` p50 - a plain default session's
   ``run`` p50) / Pipe echo p50 (goal ≤ 1.0), and ``cpu_per_call_over_mp_pipe`` =
   controller plus worker CPU per tiny call / the Pipe's (goal ≤ 1.5); the tiny call,
@@ -34,13 +36,17 @@ start (goal ≤ 1.15). Both starts spawn a fresh interpreter and are timed from 
 until the first run is done (the direct one's own in-process part is printed too).
 
 With ``--page-pipeline build/ocr/pipeline.toml`` (``make demo`` writes it) the run also
-compares the three-stage OCR page pipeline as shipped with the same pipeline with ORT's
-intra-op spinning on in every stage, at 1 and 4 clients in alternating blocks
-(``page_pipeline_spinning_over_shipped_c1``/``_c4``: pages/s ratios, above 1 when
-spinning serves better): with the single-stage figures above, the evidence for the
-stage's session default.
+compares the three-stage OCR page pipeline as shipped with the same pipeline under each
+of :data:`STAGE_VARIANTS` in every stage, at 1 and 4 clients in alternating blocks
+(``page_pipeline_<variant>_over_shipped_c1``/``_c4``: pages/s ratios, above 1 when the
+variant serves better; ``page_pipeline_cpu_s_per_page`` beside); with
+``--page-default-threads`` once more with ONNX Runtime's default thread count in every
+stage instead of the file's (``page_pipeline_default_threads_*``: where the spinning
+entries act at all, since a one-thread session has no pool to spin). With the
+single-stage figures above, the evidence for the stage's session default.
 
-Run: ``.venv/bin/python benchmarks/ort_call.py [--quick] [--page-pipeline TOML]``.
+Run: ``.venv/bin/python benchmarks/ort_call.py [--quick] [--page-pipeline TOML
+[--page-default-threads]]``.
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ from edge_ort.options import CPU, OrtOptions, base_load_config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
 from transport_anchors import BareEcho, PipeEcho
-from transport_timing import CpuMeter, interleaved_blocks, p50, paired_ratio
+from transport_timing import CpuMeter, interleaved_blocks, p50, paired_ratio, process_cpu_s
 
 MIB = 1024 * 1024
 DIRECT_START = r"""
@@ -226,27 +232,73 @@ def zero_copy_runs(pipeline: Pipeline, x: np.ndarray) -> Callable[[int], list[fl
     return edge
 
 
+STAGE_VARIANTS: dict[str, dict[str, str]] = {
+    "stage_spinning": {"session.intra_op.allow_spinning": "1"},
+    "stage_spinning_stop": {"session.intra_op.allow_spinning": "1",
+                            "session.force_spinning_stop": "1"},
+    "stage_no_spinning": {"session.intra_op.allow_spinning": "0"},
+}
+"""The ort-cpu stage's session entries compared with it as shipped, on the 64 MiB call.
+
+``stage_spinning``: ONNX Runtime's own default (intra-op threads spin while they wait for
+work, after each run too); ``stage_spinning_stop``: they spin only while a run lasts
+(``session.force_spinning_stop``); ``stage_no_spinning``: never. One of them is what the
+stage ships (:data:`edge_ort.options.DEFAULT_SESSION_CONFIG`); its figure is the shipped
+one measured again in the same blocks."""
+
+
+def metered(run: Callable[[int], list[float]], pids: list[int],
+            cpu: dict[str, float], key: str) -> Callable[[int], list[float]]:
+    """``run`` with the CPU seconds of this process and ``pids`` added to ``cpu[key]``.
+
+    Per call: ``cpu[key] / calls``, with the calls counted in ``cpu[key + "_calls"]``. The
+    workers' time is read from /proc in clock ticks (10 ms): blocks of tens of 64 MiB
+    calls give a figure within a few percent.
+    """
+    def measured(n: int) -> list[float]:
+        before = time.process_time() + sum(process_cpu_s(pid) for pid in pids)
+        samples = run(n)
+        cpu[key] = cpu.get(key, 0.0) + (time.process_time() + sum(
+            process_cpu_s(pid) for pid in pids) - before)
+        cpu[key + "_calls"] = cpu.get(key + "_calls", 0.0) + len(samples)
+        return samples
+    return measured
+
+
+def worker_pid(pipeline: Pipeline) -> int:
+    """The process id of a one-stage pipeline's worker."""
+    return int(pipeline.stages[0].loaded.client.identity.pid)  # type: ignore[attr-defined]
+
+
 def zero_copy_against_direct(
-    pipeline: Pipeline, spinning: Pipeline, graph: Path, x: np.ndarray, rounds: int
-) -> dict[str, list[list[float]]]:
+    pipeline: Pipeline, variants: dict[str, Pipeline], graph: Path, x: np.ndarray,
+    rounds: int,
+) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     """Per-block samples: ORT-default and stage-option sessions, the zero-copy call, memcpy.
 
-    ``pipeline`` is the stage as shipped; ``spinning`` the same stage with ONNX Runtime's
-    intra-op spinning on (ORT's own default), so that the run shows which session default
-    serves this call better. The five are taken in alternating blocks, after one
-    unrecorded call each.
+    ``pipeline`` is the stage as shipped; ``variants`` the same stage with other session
+    entries (:data:`STAGE_VARIANTS`), so that the run shows which session default serves
+    this call better. All are taken in alternating blocks, after one unrecorded call each.
+    Returns the samples and the CPU milliseconds per call of each (this process plus the
+    stage's worker; the direct sessions run in this process).
     """
+    cpu: dict[str, float] = {}
     runs = {
         "defaults": session_runs(direct_session(graph, like_stage=False), x),
         "stage_options": session_runs(direct_session(graph), x),
         "edge": zero_copy_runs(pipeline, x),
-        "edge_ort_spinning": zero_copy_runs(spinning, x),
+        **{f"edge_{name}": zero_copy_runs(stage, x) for name, stage in variants.items()},
         "memcpy": copy_samples(x.nbytes),
     }
+    pids = {"edge": [worker_pid(pipeline)],
+            **{f"edge_{name}": [worker_pid(stage)] for name, stage in variants.items()}}
+    runs = {key: metered(run, pids.get(key, []), cpu, key) for key, run in runs.items()}
     for warm in runs.values():
         warm(1)
+    cpu.clear()
     blocks = interleaved_blocks(list(runs.values()), rounds, blocks=min(rounds, 10))
-    return dict(zip(runs, blocks, strict=True))
+    per_call = {key: round(cpu[key] / cpu[key + "_calls"] * 1e3, 2) for key in runs}
+    return dict(zip(runs, blocks, strict=True)), per_call
 
 
 def run_samples(pipeline: Pipeline, x: np.ndarray, rounds: int) -> list[float]:
@@ -271,8 +323,7 @@ def tiny_against_anchors(
     """
     echo = BareEcho()
     pipe = PipeEcho()
-    worker_pid = pipeline.stages[0].loaded.client.identity.pid  # type: ignore[attr-defined]
-    edge_cpu, pipe_cpu = CpuMeter(worker_pid), CpuMeter(pipe.pid)
+    edge_cpu, pipe_cpu = CpuMeter(worker_pid(pipeline)), CpuMeter(pipe.pid)
     inputs = {"x": x}
     try:
         run_samples(pipeline, x, 50)  # warm
@@ -328,15 +379,15 @@ def open_stage(bundle: Path, session_config: dict[str, str] | None = None,
     return pipeline, time.perf_counter() - t
 
 
-SPINNING = {"session.intra_op.allow_spinning": "1"}
-
-
-def open_page_pipeline(path: Path, session_config: dict[str, str] | None) -> Pipeline:
+def open_page_pipeline(path: Path, name: str, session_config: dict[str, str] | None,
+                       default_threads: bool = False) -> Pipeline:
     """The OCR page pipeline of ``path`` (as ``make demo`` writes it) with admission 4.
 
-    ``session_config``: entries added to every ort-cpu stage (none: as shipped). Admission
-    4 lets four clients' pages overlap across the stages (the file's own admission is
-    the serving default's business, not this comparison's).
+    ``session_config``: entries added to every ort-cpu stage (none: as shipped);
+    ``default_threads``: the stages' own ``intra_op_threads`` dropped (ONNX Runtime's
+    default, one per core: what a stage gets that does not set it). Admission 4 lets four
+    clients' pages overlap across the stages (the file's own admission is the serving
+    default's business, not this comparison's).
     """
     import tomllib
 
@@ -344,11 +395,15 @@ def open_page_pipeline(path: Path, session_config: dict[str, str] | None) -> Pip
 
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     data["admission"] = 4
-    data["name"] = f"{data['name']}-{'spinning' if session_config else 'shipped'}"
+    data["name"] = f"{data['name']}-{name}".replace("_", "-")
     for stage in data["stages"]:
         backend = stage["backend"]
-        if session_config and backend["name"] == "ort-cpu":
-            options = backend.setdefault("options", {})
+        if backend["name"] != "ort-cpu":
+            continue
+        options = backend.setdefault("options", {})
+        if default_threads:
+            options.pop("intra_op_threads", None)
+        if session_config:
             options["session_config"] = {**options.get("session_config", {}),
                                          **session_config}
     config = load_pipeline(data, base_dir=path.parent)
@@ -377,46 +432,57 @@ def pages_per_s(pipeline: Pipeline, inputs: dict[str, Any], clients: int,
     return [(time.perf_counter() - started) / pages]
 
 
-def page_pipeline_spinning(path: Path, page: Path, pages: int, blocks: int) -> dict[str, Any]:
-    """The page pipeline as shipped vs with ORT's intra-op spinning on, at 1 and 4 clients.
+def page_pipeline_variants(path: Path, page: Path, pages: int, blocks: int,
+                           default_threads: bool = False) -> dict[str, Any]:
+    """The page pipeline as shipped vs each of :data:`STAGE_VARIANTS`, at 1 and 4 clients.
 
-    Both are open at once (idle workers wait on their sockets); the four (configuration,
-    clients) runs are taken in alternating blocks of ``pages`` pages each. Returns pages/s
-    (median over blocks) and the ratios spinning / shipped at each client count.
+    All are open at once (idle workers wait on their sockets); the (configuration,
+    clients) runs are taken in alternating blocks of ``pages`` pages each, with the CPU
+    seconds per page of each pipeline's processes (this one's share included). Returns
+    pages/s (median over blocks) and the ratios variant / shipped at each client count.
+    With ``default_threads`` every configuration runs ONNX Runtime's default thread count
+    instead of the file's (keys ``page_pipeline_default_threads_*``).
     """
     from edge_core.config.transforms import resolve_input_transform
 
-    shipped = open_page_pipeline(path, None)
+    prefix = "page_pipeline_default_threads" if default_threads else "page_pipeline"
+    opened: dict[str, Pipeline] = {}
+    cpu: dict[str, float] = {}
     try:
-        spinning = open_page_pipeline(path, SPINNING)
-        try:
-            prepare = resolve_input_transform(shipped.config.prepare, "prepare")
-            inputs = dict(prepare(str(page)))
-            runs = {f"{name}_c{clients}": (lambda n, p=pipe, c=clients: [
-                        x for _ in range(n) for x in pages_per_s(p, inputs, c, pages)])
-                    for name, pipe in (("shipped", shipped), ("spinning", spinning))
-                    for clients in (1, 4)}
-            for run in runs.values():
-                run(1)  # warm
-            per_block = dict(zip(runs, interleaved_blocks(list(runs.values()), blocks, blocks),
-                                 strict=True))
-        finally:
-            spinning.close()
+        for name, entries in (("shipped", None), *STAGE_VARIANTS.items()):
+            opened[name] = open_page_pipeline(path, name, entries, default_threads)
+        prepare = resolve_input_transform(opened["shipped"].config.prepare, "prepare")
+        inputs = dict(prepare(str(page)))
+        runs: dict[str, Callable[[int], list[float]]] = {}
+        for name, pipe in opened.items():
+            pids = [int(stage.loaded.client.identity.pid)  # type: ignore[attr-defined]
+                    for stage in pipe.stages]
+            for clients in (1, 4):
+                def run(n: int, p: Pipeline = pipe, c: int = clients) -> list[float]:
+                    return [x for _ in range(n) for x in pages_per_s(p, inputs, c, pages)]
+                runs[f"{name}_c{clients}"] = metered(run, pids, cpu, f"{name}_c{clients}")
+        for run in runs.values():
+            run(1)  # warm
+        cpu.clear()
+        per_block = dict(zip(runs, interleaved_blocks(list(runs.values()), blocks, blocks),
+                             strict=True))
     finally:
-        shipped.close()
+        for pipe in opened.values():
+            pipe.close()
     rate = {k: 1 / p50([x for b in v for x in b]) for k, v in per_block.items()}
-    return {
-        "page_pipeline_pages_per_s": {k: round(v, 2) for k, v in rate.items()},
-        "page_pipeline_spinning_over_shipped_c1": round(
-            rate["spinning_c1"] / rate["shipped_c1"], 3),
-        "page_pipeline_spinning_over_shipped_c4": round(
-            rate["spinning_c4"] / rate["shipped_c4"], 3),
-        "page_pipeline_spinning_over_shipped_c1_ci": rounded(paired_ratio(
-            per_block["shipped_c1"], per_block["spinning_c1"])),
-        "page_pipeline_spinning_over_shipped_c4_ci": rounded(paired_ratio(
-            per_block["shipped_c4"], per_block["spinning_c4"])),
-        "page_pipeline_pages_per_block": pages, "page_pipeline_blocks": blocks,
+    found: dict[str, Any] = {
+        f"{prefix}_pages_per_s": {k: round(v, 2) for k, v in rate.items()},
+        f"{prefix}_cpu_s_per_page": {
+            k: round(cpu[k] / (cpu[k + "_calls"] * pages), 3) for k in runs},
+        f"{prefix}_pages_per_block": pages, f"{prefix}_blocks": blocks,
     }
+    for variant in STAGE_VARIANTS:
+        for clients in (1, 4):
+            key = f"{prefix}_{variant}_over_shipped_c{clients}"
+            found[key] = round(rate[f"{variant}_c{clients}"] / rate[f"shipped_c{clients}"], 3)
+            found[f"{key}_ci"] = rounded(paired_ratio(per_block[f"shipped_c{clients}"],
+                                                      per_block[f"{variant}_c{clients}"]))
+    return found
 
 
 def rounded(figures: dict[str, float]) -> dict[str, float]:
@@ -430,6 +496,9 @@ def main() -> None:
     parser.add_argument("--page-pipeline", type=Path, metavar="TOML",
                         help="also compare the OCR page pipeline (build/ocr/pipeline.toml) "
                              "as shipped with ORT intra-op spinning on, at 1 and 4 clients")
+    parser.add_argument("--page-default-threads", action="store_true",
+                        help="with --page-pipeline: also compare them with ONNX Runtime's "
+                             "default intra-op thread count in every stage")
     parser.add_argument("--page", type=Path, metavar="PNG",
                         help="the page it reads (default: page.png beside the pipeline)")
     args = parser.parse_args()
@@ -439,6 +508,7 @@ def main() -> None:
         rounds = {"tiny": 200, "1mib": 20, "64mib": 5, "starts": 1}
     result: dict[str, float] = {}
     extra: dict[str, Any] = {}
+    variant_overheads: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cases = {"tiny": [4], "1mib": [256 * 1024], "64mib": [16 * MIB]}
@@ -466,12 +536,15 @@ def main() -> None:
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
                 if name == "64mib":
-                    spinning, _ = open_stage(bundle, {"session.intra_op.allow_spinning": "1"})
+                    variants: dict[str, Pipeline] = {}
                     try:
-                        zc = zero_copy_against_direct(
-                            pipeline, spinning, bundle / "model.onnx", x, 2 * rounds[name])
+                        for variant, entries in STAGE_VARIANTS.items():
+                            variants[variant] = open_stage(bundle, entries)[0]
+                        zc, zc_cpu = zero_copy_against_direct(
+                            pipeline, variants, bundle / "model.onnx", x, 2 * rounds[name])
                     finally:
-                        spinning.close()
+                        for stage in variants.values():
+                            stage.close()
                     flat = {k: [v for b in blocks for v in b] for k, blocks in zc.items()}
                     result["direct_64mib_zero_copy_pair_us"] = p50(flat["stage_options"]) * 1e6
                     result["edge_64mib_zero_copy_us"] = p50(flat["edge"]) * 1e6
@@ -479,15 +552,18 @@ def main() -> None:
                     result["memcpy_64mib_paired_ms"] = p50(flat["memcpy"]) * 1e3
                     extra["zero_copy_block_p50_ms"] = {
                         k: [round(p50(b) * 1e3, 2) for b in blocks] for k, blocks in zc.items()}
+                    extra["zero_copy_cpu_ms_per_call"] = zc_cpu
                     extra["zero_copy_overhead_vs_ort_defaults_ci"] = rounded(paired_ratio(
                         zc["edge"], zc["memcpy"], minus=zc["defaults"]))
                     extra["zero_copy_overhead_vs_stage_options_ci"] = rounded(paired_ratio(
                         zc["edge"], zc["memcpy"], minus=zc["stage_options"]))
-                    result["edge_64mib_zero_copy_ort_spinning_us"] = p50(
-                        flat["edge_ort_spinning"]) * 1e6
-                    extra["zero_copy_overhead_vs_ort_defaults_stage_spinning_ci"] = rounded(
-                        paired_ratio(zc["edge_ort_spinning"], zc["memcpy"],
-                                     minus=zc["defaults"]))
+                    for variant in STAGE_VARIANTS:
+                        key = f"edge_{variant}"
+                        result[f"edge_64mib_zero_copy_{variant}_us"] = p50(flat[key]) * 1e6
+                        variant_overheads[variant] = round(
+                            (p50(flat[key]) - p50(flat["defaults"])) / p50(flat["memcpy"]), 2)
+                        extra[f"zero_copy_overhead_vs_ort_defaults_{variant}_ci"] = rounded(
+                            paired_ratio(zc[key], zc["memcpy"], minus=zc["defaults"]))
             finally:
                 pipeline.close()
             result[f"direct_{name}_us"] = direct * 1e6
@@ -505,19 +581,19 @@ def main() -> None:
         result["direct_start_in_process_ms"] = p50(inside) * 1e3
     if args.page_pipeline is not None:
         page = args.page or args.page_pipeline.parent / "page.png"
-        extra.update(page_pipeline_spinning(args.page_pipeline, page,
-                                            pages=2 if args.quick else 4,
-                                            blocks=2 if args.quick else 6))
+        for default_threads in (False, True) if args.page_default_threads else (False,):
+            extra.update(page_pipeline_variants(args.page_pipeline, page,
+                                                pages=2 if args.quick else 4,
+                                                blocks=2 if args.quick else 6,
+                                                default_threads=default_threads))
     for key, value in result.items():
         print(f"{key:32s} {value:12.1f}")
     summary = {
         "zero_copy_overhead_vs_ort_defaults": round(
             (result["edge_64mib_zero_copy_us"] - result["direct_64mib_ort_defaults_us"])
             / 1e3 / result["memcpy_64mib_paired_ms"], 2),
-        "zero_copy_overhead_vs_ort_defaults_stage_spinning": round(
-            (result["edge_64mib_zero_copy_ort_spinning_us"]
-             - result["direct_64mib_ort_defaults_us"]) / 1e3 / result["memcpy_64mib_paired_ms"],
-            2),
+        **{f"zero_copy_overhead_vs_ort_defaults_{variant}": value
+           for variant, value in variant_overheads.items()},
         "zero_copy_overhead_vs_stage_options": round(
             (result["edge_64mib_zero_copy_us"] - result["direct_64mib_zero_copy_pair_us"])
             / 1e3 / result["memcpy_64mib_paired_ms"], 2),

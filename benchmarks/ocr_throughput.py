@@ -483,13 +483,15 @@ def variant(text: str, admission: int, replicas: int, threads: int | None) -> st
     """The page pipeline's file with admission, recogniser replicas and threads set.
 
     The recogniser's RAM demand is raised to :data:`SWEEP_REC_DEMAND`: its bundle here
-    serves 8 rows a call, whose warm-up peaks above the shipped 4-row demand.
+    serves 8 rows a call, whose warm-up peaks above the shipped 4-row demand. The file's
+    own admission, replicas and backend options (the shipped intra-op threads) are
+    replaced: ``threads`` None leaves ONNX Runtime's default.
     """
     lines = text.splitlines()
     out: list[str] = []
     stage = ""
     for line in lines:
-        if line.startswith("admission ="):
+        if line.startswith(("admission =", "options = ", "replicas =")):
             continue
         if line.startswith("id = "):
             stage = line.split('"')[1]

@@ -192,6 +192,55 @@ def test_large_outputs_are_exact_and_arrive_without_a_copy(
     assert ledger.is_empty()
 
 
+def test_outputs_written_in_place_stay_exact_when_their_segments_change(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    """The handler keeps each session's output binding and binds an output again only
+    when its buffer moved: outputs kept past their acknowledgement (the worker must then
+    write the next ones elsewhere) alternate with outputs given back (their segment comes
+    back from the pool), inputs come from two input buffers and plain arrays in turn:
+    every output equals a direct session's, bit for bit, and no kept one is overwritten."""
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "static"
+    bundle.mkdir()
+    graph = bundle / "model.onnx"  # 1 MiB outputs of a static shape: written in place
+    tool = Path(__file__).resolve().parents[3] / "libraries/ort/tools/make_graphs.py"
+    subprocess.run([sys.executable, str(tool), "--add-relu", "256,1024", str(graph)],
+                   check=True, timeout=120)
+    rng = np.random.default_rng(11)
+    np.savez(bundle / "example.npz", x=rng.standard_normal((256, 1024)).astype(np.float32))
+    create_manifest(bundle, example_inputs="example.npz")
+    direct = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        load = pipeline.execution_plan()["stages"][0]["worker"]["load"]
+        assert load["outputs_in_place"] is True
+        buffers = [pipeline.input_buffer("x", (256, 1024), np.float32) for _ in range(2)]
+        kept: list[tuple[np.ndarray, np.ndarray]] = []
+        for i in range(8):
+            x: Any = rng.standard_normal((256, 1024)).astype(np.float32)
+            if i % 3 < 2:  # an input buffer (two in turn), else a plain array
+                buffers[i % 3][...] = x
+                x = buffers[i % 3]
+            (expected,) = direct.run(["y"], {"x": x})
+            if i % 2:  # dropped before the ack: its segment is pooled and comes back
+                with pipeline.run({"x": x}) as result:
+                    np.testing.assert_array_equal(result.outputs["y"], expected)
+                continue
+            # kept past the ack: its segment stays the caller's, the worker replaces it
+            with pytest.warns(ResourceWarning, match="still referenced"):
+                with pipeline.run({"x": x}) as result:
+                    y = result.outputs["y"]
+                    np.testing.assert_array_equal(y, expected)
+            kept.append((y, expected))
+            del y
+        for y, expected in kept:  # never written again by a later request
+            np.testing.assert_array_equal(y, expected)
+        del kept
+        del buffers
+    assert ledger.is_empty()
+
+
 def test_a_pipeline_input_buffer_is_filled_in_place_and_sent_by_reference(
     plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
 ) -> None:

@@ -195,6 +195,9 @@ class OrtHandler(BaseHandler):
         self._output_names: list[str] = []
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
         self._served: ServedShapes | None = None
+        # id(session) -> (session, its IOBinding, output name -> (address, shape, dtype)
+        # bound last): large static outputs are bound once, not on every call
+        self._bindings: dict[int, tuple[Any, Any, dict[str, tuple[int, Any, Any]]]] = {}
         # Static entry name -> its own session (``session_per_bucket``: static-only EPs
         # compile one graph per bucket) and the outputs its warm-up observed.
         self._bucket_sessions: dict[str, Any] = {}
@@ -619,18 +622,31 @@ class OrtHandler(BaseHandler):
 
         Only for graphs whose output shapes are all static: each output gets a buffer
         from :meth:`Call.output_buffer` (shared memory when large) bound as the output,
-        so no copy is made after the run.
+        so no copy is made after the run. Each session keeps one ``IOBinding``: the
+        inputs are bound again on every call, an output only when its buffer is not the
+        one bound last time (the producer's pool hands the same segment back call after
+        call, so usually nothing is bound again). A run that fails drops the binding.
         """
         session = session or self._session
-        binding = session.io_binding()
+        kept = self._bindings.get(id(session))
+        if kept is None or kept[0] is not session:
+            kept = self._bindings[id(session)] = (session, session.io_binding(), {})
+        _, binding, bound = kept
         for name, array in call.inputs.items():
             binding.bind_cpu_input(name, array)
         outputs: dict[str, np.ndarray] = {}
         for name, shape, dtype, _ in static:
             out = call.output_buffer(shape, dtype)
-            binding.bind_output(name, "cpu", 0, dtype, list(shape), out.ctypes.data)
+            where = (out.ctypes.data, shape, dtype)
+            if bound.get(name) != where:
+                binding.bind_output(name, "cpu", 0, dtype, list(shape), where[0])
+                bound[name] = where
             outputs[name] = out
-        session.run_with_iobinding(binding, self._run_options)
+        try:
+            session.run_with_iobinding(binding, self._run_options)
+        except BaseException:
+            self._bindings.pop(id(session), None)
+            raise
         return outputs
 
     def _shrink_at_rest(self) -> None:
@@ -646,6 +662,7 @@ class OrtHandler(BaseHandler):
     def close(self) -> None:
         """Drop the session and any profiling directory."""
         self._at_rest.clear()
+        self._bindings.clear()
         self._session = None
         self._bucket_sessions.clear()
         if self._profile_dir:

@@ -544,14 +544,19 @@ class SegmentConsumer:
         self._maps: OrderedDict[str, Segment] = OrderedDict()
 
     def view(self, segment: str, offset: int, generation: int, nbytes: int) -> memoryview:
-        """Return the read-only bytes a reference names, after checking name, range, generation."""
-        if not isinstance(segment, str) or not _NAME_RE.match(segment):
-            raise ShmRefused("shm.segment", segment, "is not an edge segment name")
-        if not segment.startswith(f"{NAME_PREFIX}{self.prefix}_"):
-            raise ShmRefused("shm.segment", segment, f"must belong to producer {self.prefix}")
+        """Return the read-only bytes a reference names, after checking name, range, generation.
+
+        A name is checked (an edge segment of this consumer's producer) before it is first
+        mapped; a name already mapped passed that check then.
+        """
         with self._lock:
-            mapped = self._maps.get(segment)
+            mapped = self._maps.get(segment) if type(segment) is str else None
             if mapped is None:
+                if not isinstance(segment, str) or not _NAME_RE.match(segment):
+                    raise ShmRefused("shm.segment", segment, "is not an edge segment name")
+                if not segment.startswith(f"{NAME_PREFIX}{self.prefix}_"):
+                    raise ShmRefused("shm.segment", segment,
+                                     f"must belong to producer {self.prefix}")
                 mapped = Segment.attach(segment, self.channel)
                 self._maps[segment] = mapped
                 while len(self._maps) > self.max_mappings:

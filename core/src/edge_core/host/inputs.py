@@ -125,22 +125,23 @@ class InputBuffers:
         if not inputs or not self._by_id:
             return {}
         claimed: dict[int, tuple[Any, Lease]] = {}
+        by_id = self._by_id
         with self._lock:
-            found = [
-                (name, value, self._by_id[id(value)])
-                for name, value in inputs.items()
-                if id(value) in self._by_id and self._by_id[id(value)].array() is value
-            ]
+            found = []
+            for name, value in inputs.items():
+                buffer = by_id.get(id(value))
+                if buffer is not None and buffer.array() is value:
+                    found.append((name, value, buffer))
             _refuse_busy((name, buffer) for name, _, buffer in found)
             producer = self._packer.producer
-            for _, _, buffer in found:
-                held = buffer.array()
-                if producer is None or held is None:  # pragma: no cover - both exist
+            for _, held, buffer in found:
+                if producer is None:  # pragma: no cover - a buffer's packer has one
                     continue
-                generation = producer.renew(buffer.lease.segment, buffer.lease.generation)
+                lease = buffer.lease
+                generation = producer.renew(lease.segment, lease.generation)
                 if generation is None:  # the producer was closed: the worker is gone
                     continue
-                buffer.lease = replace(buffer.lease, generation=generation)
+                buffer.lease = Lease(lease.segment, generation, lease.offset, _NO_VIEW)
                 buffer.busy = True
                 held.flags.writeable = False
                 claimed[id(held)] = (held, buffer.lease)

@@ -127,14 +127,17 @@ class InputBuffers:
         claimed: dict[int, tuple[Any, Lease]] = {}
         by_id = self._by_id
         with self._lock:
-            found = []
+            found: list[tuple[str, np.ndarray[Any, Any], _Buffer]] = []
             for name, value in inputs.items():
                 buffer = by_id.get(id(value))
-                if buffer is not None and buffer.array() is value:
-                    found.append((name, value, buffer))
+                if buffer is None:
+                    continue
+                held = buffer.array()
+                if held is not None and held is value:
+                    found.append((name, held, buffer))
             _refuse_busy((name, buffer) for name, _, buffer in found)
             producer = self._packer.producer
-            for _, held, buffer in found:
+            for _, array, buffer in found:
                 if producer is None:  # pragma: no cover - a buffer's packer has one
                     continue
                 lease = buffer.lease
@@ -143,8 +146,8 @@ class InputBuffers:
                     continue
                 buffer.lease = Lease(lease.segment, generation, lease.offset, _NO_VIEW)
                 buffer.busy = True
-                held.flags.writeable = False
-                claimed[id(held)] = (held, buffer.lease)
+                array.flags.writeable = False
+                claimed[id(array)] = (array, buffer.lease)
             self._sent += len(claimed)
         return claimed
 

@@ -228,10 +228,11 @@ def test_outputs_written_in_place_stay_exact_when_their_segments_change(
                     np.testing.assert_array_equal(result.outputs["y"], expected)
                 continue
             # kept past the ack: its segment stays the caller's, the worker replaces it
+            result = pipeline.run({"x": x})
+            y = result.outputs["y"]
+            np.testing.assert_array_equal(y, expected)
             with pytest.warns(ResourceWarning, match="still referenced"):
-                with pipeline.run({"x": x}) as result:
-                    y = result.outputs["y"]
-                    np.testing.assert_array_equal(y, expected)
+                result.ack()
             kept.append((y, expected))
             del y
         for y, expected in kept:  # never written again by a later request

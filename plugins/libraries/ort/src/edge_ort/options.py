@@ -46,14 +46,19 @@ ARENA_SHRINKAGE = ("at-rest", "every-call", "never")
 DEFAULT_SESSION_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": "0"}
 """Session entries every ORT worker gets unless a stage sets them.
 
-ONNX Runtime's intra-op threads spin after each run, which pays when one session owns its
-cores. Here every stage is a worker process sharing the machine with the other stages'
-workers and the controller: idle pools spinning steal the cores the busy stage needs.
-Chosen by measurement against what a user runs instead (``benchmarks/ort_call.py``, in
-alternating blocks of one run): the three-stage OCR page pipeline with spinning on in
-every stage against it off, at 1 and 4 clients (``--page-pipeline``), and the 64 MiB
-zero-copy call of one stage with and without it against a plain default
-``InferenceSession``; the figures are in benchmarks/RESULTS.md (``ort_call``).
+ONNX Runtime's intra-op threads spin while they wait for work (after each run too), which
+pays when one session owns its cores. Here every stage is a worker process sharing the
+machine with the other stages' workers and the controller: idle pools spinning steal the
+cores the busy stage needs, and every call pays for the spin in CPU. Chosen by
+measurement against what a user runs instead (``benchmarks/ort_call.py``, alternating
+blocks of one run): spinning on, spinning only while a run lasts
+(``session.force_spinning_stop``) and off, on the three-stage OCR page pipeline at 1 and
+4 clients (``--page-pipeline``; with ``--page-default-threads`` also with ORT's default
+thread count in every stage, where spinning on doubled the CPU seconds per page and
+halved the pages per second) and on the 64 MiB zero-copy call of one stage against a
+plain default ``InferenceSession``, with the CPU each costs per call; the figures are in
+benchmarks/RESULTS.md (``ort_call``). A stage with one intra-op thread has no pool, so
+the entry changes nothing there.
 """
 
 

@@ -9,7 +9,9 @@ or the bundle itself):
   its external-data locations among the members, without ``..`` or any other unsafe
   form, and the ``offset``/``length`` they name fit inside the file;
 - the example inputs and expected outputs are ``.npz`` archives within the bounds of
-  :mod:`edge_contracts.npz_limits` whose arrays all load with ``allow_pickle=False``.
+  :mod:`edge_contracts.npz_limits` whose arrays all load with ``allow_pickle=False``
+  (checked from each member's ``.npy`` header and a streamed read of its data, without
+  loading the arrays: :func:`npz_headers`).
 
 The graph and example-inputs paths being members is enforced by ``ArtifactManifest``.
 """
@@ -30,13 +32,14 @@ from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
 from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
-from edge_core.shapes import WarmupCase, declared_shapes
+from edge_core.artifacts.npz_headers import ArrayHeader, read_npz_headers
+from edge_core.shapes import WarmupCase, declared_shapes, specs_of
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["EXPECTED_OUTPUTS_KEY", "References", "check_references", "expected_outputs_path",
-           "load_npz"]
+           "load_npz", "npz_headers", "specs_of_headers"]
 
 EXPECTED_OUTPUTS_KEY = "expected_outputs"
 """Key of ``metadata.validation`` naming the ``.npz`` of reference outputs."""
@@ -141,6 +144,51 @@ def load_npz(path: Path, field: str) -> dict[str, npt.NDArray[Any]]:
         ) from None
 
 
+_ZIP_PREFIXES = (b"PK\x03\x04", b"PK\x05\x06")
+"""How an archive that ``numpy.load`` reads as an ``.npz`` begins."""
+
+
+def npz_headers(path: Path, field: str) -> Mapping[str, ArrayHeader]:
+    """The arrays of the ``.npz`` at ``path`` as their headers, none loaded.
+
+    Refuses, naming ``field``, exactly what :func:`load_npz` refuses (bounds, object
+    arrays, unreadable or cut-short members, CRC mismatches, a file ``numpy.load`` would
+    not read as an archive), but reads only each member's ``.npy`` header and streams the
+    rest (:mod:`edge_core.artifacts.npz_headers`).
+    """
+    import zipfile
+
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(4) not in _ZIP_PREFIXES:  # numpy.load's own refusal, unchanged
+                return {name: ArrayHeader(array.dtype, tuple(array.shape))
+                        for name, array in load_npz(path, field).items()}
+            return read_npz_headers(handle, field)
+    except ArchiveRefused as exc:
+        raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
+    except MemoryError as exc:  # a bound above should make this unreachable
+        raise ReferenceRefused(field, f"does not fit in memory ({type(exc).__name__})",
+                               path.name) from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise ReferenceRefused(
+            field, f"must be an .npz archive loadable without pickle ({exc})", path.name
+        ) from None
+
+
+def specs_of_headers(headers: Mapping[str, ArrayHeader]) -> dict[str, Spec]:
+    """``{name: (dtype spelling, shape)}`` as :func:`edge_core.shapes.specs_of` gives it.
+
+    Raises:
+        InvalidValue: a dtype the wire does not carry (a non-array member's bytes too).
+
+    """
+    from edge_contracts.tensors import dtype_of
+
+    return {name: (specs_of({name: header.raw})[name] if header.raw is not None
+                   else (dtype_of(header.dtype).value, header.shape))
+            for name, header in headers.items()}
+
+
 def check_references(
     directory: Path, manifest: ArtifactManifest, sizes: Mapping[str, int]
 ) -> References:
@@ -160,25 +208,26 @@ def check_references(
                 _check_external(ref, member, field, sizes) for ref in refs
             ))
     arrays: dict[str, tuple[str, ...]] = {}
+    headers: dict[str, Mapping[str, ArrayHeader]] = {}
     for name, npz in (("metadata.example_inputs", manifest.metadata.example_inputs),
                       (f"metadata.validation.{EXPECTED_OUTPUTS_KEY}", expected)):
         if npz is not None:
-            loaded = load_npz(directory.joinpath(*npz.split("/")), f"manifest.{name}")
-            arrays[npz] = tuple(loaded)
+            headers[npz] = npz_headers(directory.joinpath(*npz.split("/")),
+                                       f"manifest.{name}")
+            arrays[npz] = tuple(headers[npz])
     specs: dict[str, dict[str, Spec]] = {}
 
-    def npz_specs(member: str, field: str) -> Mapping[str, Spec]:
+    def member_specs(member: str, field: str) -> Mapping[str, Spec]:
         if member not in specs:
-            from edge_core.shapes import specs_of
-
-            loaded = load_npz(directory.joinpath(*member.split("/")), field)
-            arrays[member] = tuple(loaded)
-            specs[member] = specs_of(loaded)
+            if member not in headers:
+                headers[member] = npz_headers(directory.joinpath(*member.split("/")), field)
+                arrays[member] = tuple(headers[member])
+            specs[member] = specs_of_headers(headers[member])
         return specs[member]
 
     try:
         served = declared_shapes(manifest.metadata.validation,
-                                 manifest.metadata.example_inputs, expected, npz_specs,
+                                 manifest.metadata.example_inputs, expected, member_specs,
                                  manifest.files)
     except InvalidValue as exc:
         raise ReferenceRefused(exc.field, exc.reason, exc.value) from None

@@ -31,8 +31,8 @@ from edge_contracts.npz_limits import check_npz_file
 from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
-from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
 from edge_core.artifacts.npz_headers import ArrayHeader, read_npz_headers
+from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
 from edge_core.shapes import WarmupCase, declared_shapes, specs_of
 
 if TYPE_CHECKING:

@@ -41,8 +41,14 @@ def _read(pipeline: Pipeline, path: Path) -> list[dict[str, Any]]:
 
 
 def test_pages_through_the_edge_runtime_equal_the_direct_reader(
-    page_bundles: Path, tmp_path: Path,
+    page_bundles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from edge_core.artifacts import shared_verification
+
+    verified: list[str] = []  # each full verification of a bundle at open
+    real = shared_verification.verify_bundle
+    monkeypatch.setattr(shared_verification, "verify_bundle",
+                        lambda d, **kw: verified.append(Path(d).name) or real(d, **kw))
     big = Image.new("RGB", (3000, 1400), "white")  # scaled to 960 x 448 for detection
     ImageDraw.Draw(big).text((1500, 800), "Total 98.50", font=load_font("DejaVuSans.ttf", 48),
                              fill="black")
@@ -54,6 +60,8 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
     pipeline = Pipeline.open(load_pipeline(page_bundles / PIPELINE),
                              load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger)
     try:
+        # the recogniser's REC_REPLICAS replicas share one verification of their bundle
+        assert sorted(verified) == ["classify", "detect", "recognize"], verified
         plan = pipeline.execution_plan()
         points = {s["id"]: sorted(b["point"] for b in s["buckets"]) for s in plan["stages"]}
         assert points == {s: ["between", "max", "min"] for s in ("detect", "classify",

@@ -9,6 +9,8 @@ its sha256, and metadata naming the graph, example inputs and reference outputs.
   :class:`VerifiedBundle` whose ``directory`` the worker loads from (a private copy of
   the verified bytes by default). Call :meth:`VerifiedBundle.ensure_unchanged` right
   before the load and :meth:`VerifiedBundle.cleanup` (or use ``with``) afterwards.
+- :func:`verify_once`: the same, shared by every load of one unchanged bundle inside a
+  :func:`verification_scope` (the opener's, so replicas verify their bundle once).
 
 Every refusal is a :class:`~edge_core.errors.ManifestInvalid` subclass from
 :mod:`edge_core.artifacts.errors`. Importing this package does not import numpy.
@@ -28,6 +30,7 @@ from edge_core.artifacts.errors import (
     ReferenceRefused,
 )
 from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
+from edge_core.artifacts.shared_verification import verification_scope, verify_once
 from edge_core.artifacts.verify import verify_bundle
 
 __all__ = [
@@ -44,5 +47,7 @@ __all__ = [
     "build_manifest",
     "create_manifest",
     "external_refs",
+    "verification_scope",
     "verify_bundle",
+    "verify_once",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import weakref
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,31 @@ __all__ = ["VerifiedBundle"]
 
 def _remove_tree(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+class _StagedCopy:
+    """A staged directory and how many :class:`VerifiedBundle` handles still use it."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.users = 1
+        self.lock = threading.Lock()
+
+    def acquire(self) -> bool:
+        """Count one more user; False once the directory is gone (nobody held it)."""
+        with self.lock:
+            if self.users == 0:
+                return False
+            self.users += 1
+            return True
+
+    def release(self) -> None:
+        """Count one user fewer; the last one removes the directory."""
+        with self.lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            _remove_tree(self.directory)
 
 
 def _stat_fingerprint(path: Path) -> Fingerprint | None:
@@ -75,15 +101,33 @@ class VerifiedBundle:
     references: References
     unlisted: tuple[str, ...] = ()
     _finalizer: weakref.finalize[Any, Any] | None = attrs.field(default=None, repr=False)
+    _copy: _StagedCopy | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def create(cls, **values: Any) -> VerifiedBundle:
         """Build one; a staged directory is removed at cleanup, collection or exit."""
         bundle = cls(**values)
         if bundle.staged:
-            finalizer = weakref.finalize(bundle, _remove_tree, str(bundle.directory))
-            object.__setattr__(bundle, "_finalizer", finalizer)
+            copy = _StagedCopy(str(bundle.directory))
+            object.__setattr__(bundle, "_copy", copy)
+            object.__setattr__(bundle, "_finalizer", weakref.finalize(bundle, copy.release))
         return bundle
+
+    def share(self) -> VerifiedBundle | None:
+        """Another handle on this verification (for another replica of the same bundle).
+
+        The handle has the same verified manifest, members, references and directory; a
+        staged directory is removed when the last handle is cleaned up (or collected),
+        so each user cleans up its own handle as before. ``None`` when this handle's
+        staged copy is already gone: the caller verifies afresh.
+        """
+        if self.staged and (self._copy is None or not self._copy.acquire()):
+            return None
+        handle = attrs.evolve(self, finalizer=None)
+        if self._copy is not None:
+            object.__setattr__(handle, "_finalizer",
+                               weakref.finalize(handle, self._copy.release))
+        return handle
 
     @property
     def component(self) -> str:
@@ -200,13 +244,16 @@ class VerifiedBundle:
         }
 
     def cleanup(self) -> None:
-        """Remove the staged copy (idempotent; nothing to do when verified in place)."""
+        """Release this handle's staged copy (idempotent; nothing to do in place).
+
+        The copy is removed when no other handle from :meth:`share` still uses it.
+        """
         if self._finalizer is not None:
             self._finalizer()
 
     @property
     def cleaned_up(self) -> bool:
-        """True once a staged copy has been removed (always False in place)."""
+        """True once this handle's staged copy was released (always False in place)."""
         return self._finalizer is not None and not self._finalizer.alive
 
     def __enter__(self) -> VerifiedBundle:

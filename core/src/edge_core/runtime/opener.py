@@ -49,6 +49,7 @@ from typing import Any, cast
 
 import attrs
 
+from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
 from edge_core.config.transforms import resolve_input_transform
@@ -231,11 +232,18 @@ class StageOpener:
     def start_all(self, slots: Sequence[StageSlot]) -> None:
         """:meth:`start` every reserved slot in parallel; raise the first failure.
 
+        The slots start inside one :func:`verification_scope`: the replicas of a stage
+        (any slots loading the same bundle) share one verification of it.
+
         Each slot starts in a thread of its own; every thread is waited for, even when one
         fails (or the wait is interrupted), so that the caller's unwinding sees every slot
         in its final state. The error raised is the first failing slot's in data-flow
         order; the others' are attached as notes.
         """
+        with verification_scope():
+            self._start_all(slots)
+
+    def _start_all(self, slots: Sequence[StageSlot]) -> None:
         if len(slots) <= 1 or not self.parallel_start:
             for slot in slots:  # one after another; the first failure stops the rest
                 self.start(slot)

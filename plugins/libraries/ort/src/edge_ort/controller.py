@@ -16,7 +16,7 @@ from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_contracts.tensors import dtype_of
-from edge_core.artifacts import VerifiedBundle, verify_bundle
+from edge_core.artifacts import VerifiedBundle, verify_once
 from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
@@ -111,7 +111,8 @@ class OrtStage(WorkerStage):
             raise ManifestInvalid(f"stages[{stage.stage_id}].manifest: an ONNX Runtime stage "
                                   "needs an artifact bundle: None")
         options: OrtOptions = stage.options or OrtOptions()
-        bundle = verify_bundle(stage.manifest_dir, stage=options.stage_bundle)
+        # shared by the stage's replicas while the pipeline opens (verify_once)
+        bundle = verify_once(stage.manifest_dir, stage=options.stage_bundle)
         try:
             served, cases = (bundle.shapes, bundle.warmup_cases)
             if served is not None:

@@ -331,30 +331,29 @@ class StageRuntime:
         request ends the request: its slot is freed, except after a delivered DONE,
         whose slot the acknowledgement frees.
         """
-        release = False
         with self._lock:
             entry = self._entries.get(request_id)
-            live = entry is not None and entry.serial == serial
-            fenced = (not live or entry is None or entry.cancelled
-                      or entry.epoch < self.epoch)
-            if event is not None and not event.terminal and not fenced:
-                return True
-            if (event is not None and not event.terminal and live and entry is not None
-                    and entry.draining and not entry.finished):
-                return False  # left to finish: refused, and its slot kept until its end
-            if live and entry is not None and not entry.finished:
-                entry.finished = True
-                if entry.timer is not None:
-                    entry.timer.cancel()
-                if event is not None and not fenced and event.kind is EventKind.DONE:
-                    entry.delivered = True
-                    if self.restarter.restarts:  # served again: the count starts over
-                        self.restarter.reset()
+            if entry is None or entry.serial != serial:
+                return False  # not this request's entry (ended, or its id reused): fenced
+            fenced = entry.cancelled or entry.epoch < self.epoch
+            if event is not None and not event.terminal:
+                if not fenced:
                     return True
-                del self._entries[request_id]
-                release = True
-        if release:
-            self.slots.release()
+                if entry.draining and not entry.finished:
+                    return False  # left to finish: refused, and its slot kept until its end
+            if entry.finished:
+                return not fenced
+            entry.finished = True
+            timer = entry.timer
+            if timer is not None:
+                timer.cancel()
+            if event is not None and not fenced and event.kind is EventKind.DONE:
+                entry.delivered = True
+                if self.restarter.restarts:  # served again: the count starts over
+                    self.restarter.reset()
+                return True
+            del self._entries[request_id]
+        self.slots.release()
         return not fenced
 
     def ack(self, key: ResultKey) -> AckOutcome:

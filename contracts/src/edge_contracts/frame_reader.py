@@ -56,10 +56,20 @@ class FrameReader:
         buffer_bytes: size of the receive buffer (at least 2 * 16 bytes).
 
     Not thread-safe: one thread reads at a time (the channel's read role).
+
+    Attributes:
+        drained: True when the last receive filled less than the room it offered (read
+            it, never set it). The stream then held no more bytes at that instant: every
+            frame sent before it is in the buffer (or was read). False before the first
+            receive and after a payload read straight into its own buffer (which may stop
+            at the frame's end). A plain attribute, not a property: a serve loop reads it
+            per frame.
     """
 
-    __slots__ = ("_binary", "_buffer", "_drained", "_end", "_header_cap", "_io_cap",
-                 "_limits", "_recv_into", "_size", "_start", "_view")
+    __slots__ = ("_binary", "_buffer", "_end", "_header_cap", "_io_cap", "_limits",
+                 "_recv_into", "_size", "_start", "_view", "drained")
+
+    drained: bool
 
     def __init__(
         self,
@@ -81,7 +91,7 @@ class FrameReader:
         self._view = memoryview(self._buffer)
         self._start = 0
         self._end = 0
-        self._drained = False
+        self.drained = False
 
     @property
     def buffered(self) -> bool:
@@ -91,16 +101,6 @@ class FrameReader:
     def has_buffered(self) -> bool:
         """:attr:`buffered` as a method, for a caller that is handed a callable."""
         return self._end > self._start
-
-    @property
-    def drained(self) -> bool:
-        """True when the last receive filled less than the room it offered.
-
-        The stream then held no more bytes at that instant: every frame sent before it
-        is in the buffer (or was read). False before the first receive and after a
-        payload read straight into its own buffer (which may stop at the frame's end).
-        """
-        return self._drained
 
     def read(self) -> Frame:
         """Read and check the next frame.
@@ -122,7 +122,7 @@ class FrameReader:
             room = self._size
             if not 0 <= count <= room:
                 raise WireError("prefix", count, f"recv_into must return 0..{room} bytes")
-            self._drained = count < room
+            self.drained = count < room
             self._start = start = 0
             self._end = end = count
             if count < PREFIX_SIZE:
@@ -172,7 +172,7 @@ class FrameReader:
         if buffered == payload_len:  # all here already (small frames): one copy out
             # parse_header checked payload_len against the header's inline bytes
             return prechecked_frame(header, bytearray(head))
-        self._drained = False  # read exactly to the frame's end: more may wait
+        self.drained = False  # read exactly to the frame's end: more may wait
         return Frame(header, receive_payload(self._recv_into, payload_len, head))
 
     def _have(self, wanted: int, part: str) -> None:
@@ -214,5 +214,5 @@ class FrameReader:
         room = len(view)
         if not 0 <= count <= room:
             raise WireError(part, count, f"recv_into must return 0..{room} bytes")
-        self._drained = count < room
+        self.drained = count < room
         return count

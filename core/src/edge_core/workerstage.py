@@ -284,6 +284,20 @@ class WorkerStage:
             with self._lock:
                 self._calls.pop(request_id, None)
 
+    def on_end(self, request_id: str, callback: Callable[[], None]) -> bool:
+        """Call ``callback()`` once every event of a call sent by :meth:`call` is here.
+
+        From the thread that read (or ended) the call, or at once; the iterator
+        :meth:`call` returned then yields every event without waiting. False (and no
+        callback) when the call is unknown: ended and taken already, or never sent.
+        """
+        with self._lock:
+            call = self._calls.get(request_id)
+        if call is None:
+            return False
+        self.client.on_end(call, callback)
+        return True
+
     def cancel(self, request_id: str, epoch: int, *, preemptible: bool) -> CancelOutcome:
         """Cancel in place (preemptible handlers) or ask the runtime to retire the worker."""
         with self._lock:

@@ -492,6 +492,22 @@ class WorkerClient:
             raise
         return call
 
+    def on_end(self, call: Call, callback: Callable[[], None]) -> None:
+        """:meth:`Call.on_end` for a call of this channel that no thread waits for.
+
+        Until the call's end is queued the channel's background reader reads whenever no
+        caller leads (:meth:`ChannelReader.listening`), so the reply is read and
+        ``callback()`` called from the reading thread.
+        """
+        reader = self._reader
+        reader.listening(1)
+
+        def ended() -> None:
+            reader.listening(-1)
+            callback()
+
+        call.on_end(ended)
+
     def cancel(
         self, request_id: str | None = None, *, stage_id: str = "", fence_epoch: int | None = None
     ) -> None:

@@ -111,6 +111,7 @@ class ChannelReader:
         self._cv = threading.Condition(self._guard)
         self._waiting: list[queue.SimpleQueue[Any]] = []
         self._last_active = float("-inf")
+        self._listened = 0  # calls whose end a callback awaits, no thread waiting for it
         self._polling = False
         self._closing = False
         self._quiet = False
@@ -199,9 +200,22 @@ class ChannelReader:
                 waiting.remove(inbox)
                 self._last_active = time.monotonic()
                 others = list(waiting) if leading and waiting else None
+                if self._listened and not waiting:  # read on for them at once
+                    self._cv.notify_all()
             if others:
                 for other in others:
                     other.put(HANDOVER)
+
+    def listening(self, change: int) -> None:
+        """Count calls whose end a callback awaits instead of a waiting thread (+1, -1).
+
+        While any is counted the background reader does not linger after the last
+        waiter: it reads whenever no caller leads, so that their replies are read.
+        """
+        with self._cv:
+            self._listened += change
+            if change > 0:
+                self._cv.notify_all()
 
     def nudge(self) -> None:
         """Wake the leader out of its wait: call after delivering to a queue off the socket.
@@ -260,7 +274,8 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or time.monotonic() - self._last_active < LINGER_S
+                    self._waiting or (not self._listened
+                                      and time.monotonic() - self._last_active < LINGER_S)
                 ):
                     self._cv.wait(LINGER_S)
                 if self._closing or self._ended:

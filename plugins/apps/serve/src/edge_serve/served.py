@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -173,12 +174,13 @@ class ServedPipeline:
 
     def submit(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                deadline_s: float | None, handle: RequestHandle,
-               on_event: OnEvent | None = None) -> Submission:
+               on_event: OnEvent | None = None,
+               settle_on: Callable[[Callable[[], None]], object] | None = None) -> Submission:
         """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
         handle.check()
         try:
             submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
-                                              on_event=on_event)
+                                              on_event=on_event, settle_on=settle_on)
         finally:
             handle.admitted()
         handle.attach(submission)
@@ -302,6 +304,7 @@ class ServedPipeline:
         else:
             self.pipeline.check_params(params)
         loop = asyncio.get_running_loop()
+        on_loop = threading.get_ident()
 
         def start(left: float | None,
                   wake: Callable[[], None]) -> asyncio.Future[Submission]:
@@ -312,12 +315,17 @@ class ServedPipeline:
                     done.set_result(submission)
                 wake()
 
-            def settled() -> None:  # in the thread that settled the request: nothing more
-                loop.call_soon_threadsafe(settle)
+            def settled() -> None:  # settled on the loop, or in a request thread
+                if threading.get_ident() == on_loop:
+                    settle()
+                else:
+                    loop.call_soon_threadsafe(settle)
 
-            # Made before the request is handed over: the pipeline's request thread
-            # takes it as soon as the loop lets go of the interpreter.
-            submission = self.submit(inputs, params, left, handle)
+            # Sent from here when it can go at once (one stage, a slot free, small
+            # inputs): its reply is read by the channel's reader, which hands the
+            # settling to the loop; otherwise a request thread of the pipeline takes it.
+            submission = self.submit(inputs, params, left, handle,
+                                     settle_on=loop.call_soon_threadsafe)
             submission.add_done_callback(settled)
             return done
 

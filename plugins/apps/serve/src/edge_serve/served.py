@@ -3,9 +3,11 @@
 A file upload's blocking part — ``prepare`` on the uploaded file, :meth:`Pipeline.submit`
 and the wait for its result, ``finish`` and the acknowledgement — runs as one function on
 the server's thread pool, so the result's worker memory is given back in the same thread
-that read it. A tensor request is submitted from the event loop itself and awaited
-through the submission's done callback (:meth:`ServedPipeline.answer_direct`): the
-pipeline's request thread only wakes the loop, which builds a small answer. Before
+that read it. A tensor request is submitted from the event loop itself
+(:meth:`ServedPipeline.answer_direct`): to a one-stage pipeline with a slot free it is
+sent from the loop, and the worker channel's reader hands its reply to the loop, which
+settles it and builds a small answer (``Pipeline.submit``'s ``settle_on``); otherwise
+the pipeline's request thread runs it and only wakes the loop. Before
 either starts, the request waits for its turn in the pipeline's admission queue
 (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and the
 request's deadline. :meth:`ServedPipeline.waiting` awaits it while watching the client
@@ -289,11 +291,12 @@ class ServedPipeline:
         """:meth:`answer` for inputs already decoded, with no thread of the server's between.
 
         The request is submitted from the event loop once its turn came (its admission
-        slot is then free: submitting does not wait), and awaited through the
-        submission's done callback, which wakes the waiting request directly: one call
-        across threads, and the pipeline's request thread does nothing more for it (its
-        work done, it lets go of the interpreter at once instead of contending with the
-        loop). A small tensor answer is then built on the loop, ``finish`` or a large one
+        slot is then free: submitting does not wait). One that can go at once (a
+        one-stage pipeline, a stage slot free, small inputs) is sent from the loop and
+        settled on it (``settle_on``): the thread that reads the worker's reply only
+        schedules that, and no request thread takes part. Any other is run by the
+        pipeline's request thread, whose done callback wakes the waiting request
+        directly. A small tensor answer is then built on the loop, ``finish`` or a large one
         on the thread pool. Parameters the stage can tell are the request's fault are
         refused first, before the request waits in the queue
         (:meth:`Pipeline.check_params`); in a thread when there are any, since a generate

@@ -9,6 +9,7 @@ warm-up report).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import weakref
@@ -284,18 +285,21 @@ class WorkerStage:
             with self._lock:
                 self._calls.pop(request_id, None)
 
-    def on_end(self, request_id: str, callback: Callable[[], None]) -> bool:
+    def on_end(self, request_id: str, callback: Callable[[], None],
+               loop: asyncio.AbstractEventLoop | None = None) -> bool:
         """Call ``callback()`` once every event of a call sent by :meth:`call` is here.
 
         From the thread that read (or ended) the call, or at once; the iterator
-        :meth:`call` returned then yields every event without waiting. False (and no
-        callback) when the call is unknown: ended and taken already, or never sent.
+        :meth:`call` returned then yields every event without waiting. With ``loop``
+        (called on its thread) that loop reads the worker's channel meanwhile
+        (:meth:`WorkerClient.on_end`). False (and no callback) when the call is unknown:
+        ended and taken already, or never sent.
         """
         with self._lock:
             call = self._calls.get(request_id)
         if call is None:
             return False
-        self.client.on_end(call, callback)
+        self.client.on_end(call, callback, loop)
         return True
 
     def cancel(self, request_id: str, epoch: int, *, preemptible: bool) -> CancelOutcome:

@@ -1,8 +1,8 @@
-"""A submission sent from the caller's thread and settled on its event loop (``settle_on``).
+"""A submission sent from an event loop and settled there (``Pipeline.submit``'s ``loop``).
 
-``Pipeline.submit(..., settle_on=loop.call_soon_threadsafe)`` sends a one-stage request
-from the loop itself when it can go at once; the reply is read by the channel's reader,
-which hands the settling to the loop: no request thread takes part. Each test checks that
+``Pipeline.submit(..., loop=loop)`` sends a one-stage request from the loop itself when
+it can go at once; the loop reads the worker's reply and settles it: no request thread
+takes part. Each test checks that
 the request went that way (no request thread of the pipeline exists) and that its
 guarantees hold as on the request threads: it is cancelled alone, its deadline ends it,
 a worker's death is its typed error, and nothing stays charged (the admission, the
@@ -58,7 +58,7 @@ async def settled(submission: Submission) -> int:
 def submit(pipeline: Pipeline, inputs: dict[str, Any] = X, **kwargs: Any) -> Submission:
     """``Pipeline.submit`` settled on the running loop."""
     loop = asyncio.get_running_loop()
-    return pipeline.submit(inputs, settle_on=loop.call_soon_threadsafe, **kwargs)
+    return pipeline.submit(inputs, loop=loop, **kwargs)
 
 
 def assert_nothing_charged(pipeline: Pipeline, *ids: str) -> None:

@@ -19,6 +19,7 @@ each reservation; :meth:`Pipeline.execution_plan` reports what was admitted and 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -69,7 +70,7 @@ __all__ = ["CARRY_PREFIX", "SEND_NOW_BYTES", "Pipeline", "PipelineResult", "Tran
            "split_carry"]
 
 SEND_NOW_BYTES = 256 * 1024
-"""Largest inputs :meth:`Pipeline.submit` sends from the caller's thread (``settle_on``)."""
+"""Largest inputs :meth:`Pipeline.submit` sends from an event loop's thread (``loop``)."""
 
 CLOSE_HEAL_WAIT_S = 2.0
 """How long ``close()`` waits for a quarantined worker tree that was just killed to go."""
@@ -397,7 +398,7 @@ class Pipeline:
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, request_id: str | None = None,
                on_event: OnEvent | None = None,
-               settle_on: Callable[[Callable[[], None]], object] | None = None) -> Submission:
+               loop: asyncio.AbstractEventLoop | None = None) -> Submission:
         """Submit one request; returns its :class:`Submission` (id, result, own cancel).
 
         Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
@@ -408,15 +409,16 @@ class Pipeline:
         ``Submission.cancel(interrupt=False)`` cancels it without ever retiring a worker
         (:mod:`edge_core.runtime.fence`).
 
-        ``settle_on`` (an event loop's ``call_soon_threadsafe``): a request that can go
+        ``loop`` (an asyncio event loop; call this on its thread): a request that can go
         at once — a one-stage placement, an admission slot and a stage slot free now,
-        inputs of at most :data:`SEND_NOW_BYTES`, no ``on_event`` — is sent from this
-        thread, and no request thread takes part: once its reply is read,
-        ``settle_on(settle)`` is called from the reading thread, and ``settle()`` (run
-        there, e.g. on the loop) takes the result and settles the submission, whose done
-        callbacks run in that same call. Its deadline, its own cancel, the tracking, a
-        worker's death and the acknowledgement are as on the request threads. Any other
-        request goes to them as without ``settle_on``.
+        inputs of at most :data:`SEND_NOW_BYTES`, no ``on_event`` — is sent from the
+        loop, and no request thread takes part: the loop reads the worker's channel
+        itself while the request is open (:class:`~edge_core.host.loop_reading.
+        LoopReading`, for a stage that can call back: ``on_end`` on its loaded handle),
+        and settles the submission on its thread once the reply is in — its done
+        callbacks run there. Its deadline, its own cancel, the tracking, a worker's death
+        and the acknowledgement are as on the request threads. Any other request goes to
+        them as without ``loop``.
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
@@ -424,10 +426,10 @@ class Pipeline:
         rid = request_id or f"{self.config.name}-{next(self._ids)}"
         until = None if deadline_s is None else time.monotonic() + deadline_s
         admitted = False
-        if (settle_on is not None and on_event is None
+        if (loop is not None and on_event is None
                 and self.lineup.current.direct is not None  # one stage in every placement
                 and _input_bytes(inputs) <= SEND_NOW_BYTES):
-            sent = self._send_now(inputs, params, until, rid, settle_on)
+            sent = self._send_now(inputs, params, until, rid, loop)
             if isinstance(sent, Submission):
                 return sent
             admitted = sent  # admitted and tracked, no stage slot free now: a thread waits
@@ -441,7 +443,7 @@ class Pipeline:
 
     def _send_now(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                   until: float | None, request_id: str,
-                  settle_on: Callable[[Callable[[], None]], object]) -> Submission | bool:
+                  loop: asyncio.AbstractEventLoop) -> Submission | bool:
         """Send a one-stage request from this thread, settled by its reply (see :meth:`submit`).
 
         Returns its submission; else True when the request is tracked and admitted but
@@ -492,14 +494,19 @@ class Pipeline:
             requests.end(request_id)
             future.set_result(result)
 
+        on_loop = threading.get_ident()
+
         def ended() -> None:  # in the thread that read the reply (or ended the call)
             try:
-                settle_on(settle)
-            except Exception:  # e.g. the event loop is closed: settle here, nothing waits
+                if threading.get_ident() == on_loop:
+                    loop.call_soon(settle)  # after the channel's read, not inside it
+                else:
+                    loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the event loop is closed: settle here, nothing waits
                 settle()
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
-        if on_end is None or not on_end(pending.request_id, ended):
+        if on_end is None or not on_end(pending.request_id, ended, loop):
             # The stage cannot call back: a request thread waits for its reply.
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(

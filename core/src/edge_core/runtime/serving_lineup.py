@@ -19,8 +19,8 @@ once per set of generations (:meth:`Serving.receipt_of`).
 
 A placement of one stage (:attr:`Serving.direct`) is served without the chain: its
 request goes to the stage's replica set as it is (:meth:`Pipeline.run
-<edge_core.runtime.pipeline.Pipeline.run>`), and a submission given ``settle_on`` is sent
-from the caller's own thread and settled by its reply, no request thread between
+<edge_core.runtime.pipeline.Pipeline.run>`), and a submission given an event loop is sent
+from the loop and settled there by its reply, no request thread between
 (:meth:`Pipeline.submit <edge_core.runtime.pipeline.Pipeline.submit>`).
 """
 

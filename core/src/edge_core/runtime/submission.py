@@ -163,8 +163,8 @@ class Submission:
 def running_future() -> concurrent.futures.Future[PipelineResult]:
     """A future for a request already under way on no executor (its ``cancel()`` is False).
 
-    A request sent from its caller's thread (:meth:`Pipeline.submit
-    <edge_core.runtime.pipeline.Pipeline.submit>` with ``settle_on``) is settled through
+    A request sent from an event loop (:meth:`Pipeline.submit
+    <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through
     it; :meth:`Submission.cancel` then cancels it where it runs, never as not started.
     """
     future: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()

@@ -5,8 +5,8 @@ and the wait for its result, ``finish`` and the acknowledgement — runs as one 
 the server's thread pool, so the result's worker memory is given back in the same thread
 that read it. A tensor request is submitted from the event loop itself
 (:meth:`ServedPipeline.answer_direct`): to a one-stage pipeline with a slot free it is
-sent from the loop, and the worker channel's reader hands its reply to the loop, which
-settles it and builds a small answer (``Pipeline.submit``'s ``settle_on``); otherwise
+sent from the loop, which reads the worker's reply itself, settles it and builds a small
+answer (``Pipeline.submit``'s ``loop``); otherwise
 the pipeline's request thread runs it and only wakes the loop. Before
 either starts, the request waits for its turn in the pipeline's admission queue
 (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and the
@@ -177,12 +177,12 @@ class ServedPipeline:
     def submit(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                deadline_s: float | None, handle: RequestHandle,
                on_event: OnEvent | None = None,
-               settle_on: Callable[[Callable[[], None]], object] | None = None) -> Submission:
+               loop: asyncio.AbstractEventLoop | None = None) -> Submission:
         """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
         handle.check()
         try:
             submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
-                                              on_event=on_event, settle_on=settle_on)
+                                              on_event=on_event, loop=loop)
         finally:
             handle.admitted()
         handle.attach(submission)
@@ -292,9 +292,9 @@ class ServedPipeline:
 
         The request is submitted from the event loop once its turn came (its admission
         slot is then free: submitting does not wait). One that can go at once (a
-        one-stage pipeline, a stage slot free, small inputs) is sent from the loop and
-        settled on it (``settle_on``): the thread that reads the worker's reply only
-        schedules that, and no request thread takes part. Any other is run by the
+        one-stage pipeline, a stage slot free, small inputs) is sent from the loop, which
+        reads the worker's reply itself and settles it (``loop``): no request thread
+        takes part. Any other is run by the
         pipeline's request thread, whose done callback wakes the waiting request
         directly. A small tensor answer is then built on the loop, ``finish`` or a large one
         on the thread pool. Parameters the stage can tell are the request's fault are
@@ -325,10 +325,9 @@ class ServedPipeline:
                     loop.call_soon_threadsafe(settle)
 
             # Sent from here when it can go at once (one stage, a slot free, small
-            # inputs): its reply is read by the channel's reader, which hands the
-            # settling to the loop; otherwise a request thread of the pipeline takes it.
-            submission = self.submit(inputs, params, left, handle,
-                                     settle_on=loop.call_soon_threadsafe)
+            # inputs): the loop reads the reply itself and settles it; otherwise a
+            # request thread of the pipeline takes it.
+            submission = self.submit(inputs, params, left, handle, loop=loop)
             submission.add_done_callback(settled)
             return done
 

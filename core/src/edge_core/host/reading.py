@@ -222,15 +222,16 @@ class ChannelReader:
         """Count event loops that read this channel themselves (+1, -1): see :meth:`read_ready`.
 
         While any is counted the background reader stands aside: a loop that watches the
-        socket reads what arrives when no caller leads.
+        socket reads what arrives when no caller leads. After the last it stays aside
+        :data:`LINGER_S` more, as after the last waiting caller.
         """
         with self._cv:
             self._elsewhere += change
             if change > 0 and self._polling and not self._closing:
                 with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                     os.write(self._wake_w, b"\0")
-            # (-1: not woken; it takes the socket back within LINGER_S, so a loop that
-            # watches request after request does not wake it each time)
+            elif change < 0:  # not woken: it takes the socket back LINGER_S from now, so
+                self._last_active = time.monotonic()  # a loop's next request finds it parked
 
     def read_ready(self) -> bool:
         """Read and dispatch every frame ready now, without waiting, if nobody else reads.

@@ -175,3 +175,36 @@ def test_a_workers_death_is_the_settled_requests_error_and_frees_everything(
     stage.restart()  # nothing of the dead worker stays charged: it reloads and serves
     assert_nothing_charged(pipeline, "doomed")
     assert ledger.reserved("machine:ram") > 0
+
+
+def test_two_event_loops_settle_their_own_requests_on_one_worker(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=4)
+    settled_on: dict[str, list[bool]] = {}  # per loop: each request settled on its thread?
+    errors: list[BaseException] = []
+
+    def serve(name: str) -> None:  # one event loop in its own thread
+        async def main() -> None:
+            own = threading.get_ident()
+            seen = settled_on.setdefault(name, [])
+            for _ in range(10):
+                submission = submit(pipeline, params={"delay_s": 0.02})
+                seen.append(await settled(submission) == own)
+                with submission.result(0) as result:
+                    np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert settled_on == {"one": [True] * 10, "two": [True] * 10}
+    assert request_threads(pipeline) == []
+    assert_nothing_charged(pipeline)

@@ -56,7 +56,7 @@ BACKSTOP_S = 2.0
 """How long after a request's deadline the server answers 504 without the runtime."""
 
 UNWIND_WAIT_S = 10.0
-"""How long a cancelled request's thread is waited for (its admission slot given back)."""
+"""How long a cancelled request is waited for to unwind (its admission slot given back)."""
 
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""

@@ -9,13 +9,12 @@ warm-up report).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 import numpy as np
@@ -35,6 +34,9 @@ from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.worker_logs import open_worker_output
 from edge_core.stage import RETIRE_OUTCOME_ATTR, RetainedOutputs, StageContext
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["RETIRE_OUTCOME_ATTR", "WorkerStage", "tree_peak_rss"]
 

@@ -18,7 +18,6 @@ idempotent and bounded.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import select
@@ -30,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
@@ -76,6 +75,9 @@ from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import governor
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["WorkerClient"]
 

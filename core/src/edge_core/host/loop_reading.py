@@ -22,12 +22,15 @@ closed after its last request leaves nothing open: the watch costs a ``dup``, an
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from edge_core.host.reading import ChannelReader
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["LoopReading"]
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_contracts.heap import (
     HEAP_ENV,
@@ -65,6 +65,9 @@ from edge_core.runtime.submission import OnEvent, Submission, running_future, su
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["CARRY_PREFIX", "SEND_NOW_BYTES", "Pipeline", "PipelineResult", "Transform",
            "split_carry"]

@@ -188,9 +188,10 @@ from edge_core.plugins import load_plugins as _plugins
 from edge_core.pools import probe_host as _host
 from edge_core.runtime import Pipeline as _Pipeline
 from edge_ort.bundles import EXAMPLE_X as image, write_add_relu_bundle
+from tempfile import mkdtemp as _mkdtemp  # one bundle directory per fragment
 _ledger = _Ledger.from_topology(_host().topology())
 pipeline = _Pipeline.open(_load({"name": "doc", "stages": [{"id": "s", "manifest": str(
-    write_add_relu_bundle(_Path("open"))), "backend": {"name": "ort-cpu"}}]}),
+    write_add_relu_bundle(_Path(_mkdtemp(dir=".")) / "open")), "backend": {"name": "ort-cpu"}}]}),
     _plugins(), _ledger)
 """, """
 assert submission.cancel().value == "already-finished"

@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 import numpy as np
@@ -34,6 +34,9 @@ from edge_core.host.retire import RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.worker_logs import open_worker_output
 from edge_core.stage import RETIRE_OUTCOME_ATTR, RetainedOutputs, StageContext
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["RETIRE_OUTCOME_ATTR", "WorkerStage", "tree_peak_rss"]
 
@@ -283,6 +286,23 @@ class WorkerStage:
         finally:
             with self._lock:
                 self._calls.pop(request_id, None)
+
+    def on_end(self, request_id: str, callback: Callable[[], None],
+               loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """Call ``callback()`` once every event of a call sent by :meth:`call` is here.
+
+        From the thread that read (or ended) the call, or at once; the iterator
+        :meth:`call` returned then yields every event without waiting. With ``loop``
+        (called on its thread) that loop reads the worker's channel meanwhile
+        (:meth:`WorkerClient.on_end`). False (and no callback) when the call is unknown:
+        ended and taken already, or never sent.
+        """
+        with self._lock:
+            call = self._calls.get(request_id)
+        if call is None:
+            return False
+        self.client.on_end(call, callback, loop)
+        return True
 
     def cancel(self, request_id: str, epoch: int, *, preemptible: bool) -> CancelOutcome:
         """Cancel in place (preemptible handlers) or ask the runtime to retire the worker."""

@@ -153,7 +153,9 @@ class Call:
     __slots__ = (
         "_cancel",
         "_ended",
+        "_on_end",
         "_queue",
+        "_queued_end",
         "_wait",
         "epoch",
         "last_seq",
@@ -177,6 +179,8 @@ class Call:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._wait = wait
         self._ended = False
+        self._queued_end = False  # the terminal delivery (or an error) is in the queue
+        self._on_end: list[Callable[[], None]] | None = None  # on_end's, until called
 
     # -- the feed: what the worker client puts in, from whichever thread reads ------------
 
@@ -184,10 +188,39 @@ class Call:
         """Hand the consumer the request's next event (the client's reading side)."""
         self.last_seq = delivery.seq
         self._queue.put(delivery)
+        if delivery.terminal:
+            self._queued_end = True
+            if self._on_end:
+                self._end_queued()
 
     def fail(self, error: BaseException) -> None:
         """End the request for the consumer with ``error`` (the channel ended)."""
         self._queue.put(error)
+        self._queued_end = True
+        if self._on_end:
+            self._end_queued()
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the call's end is queued: its terminal delivery or error.
+
+        Called once, from the thread that queues the end (the channel's reader, a
+        canceller, a failing channel), or here at once when it is queued already; the
+        consumer can then take every delivery without waiting. ``callback`` must not
+        raise and must not take deliveries itself (it runs inside the channel's read).
+        """
+        self._on_end = [callback]
+        if self._queued_end:
+            self._end_queued()
+
+    def _end_queued(self) -> None:
+        pending = self._on_end
+        if pending is None:
+            return
+        try:  # list.pop is atomic: the queuing side and on_end may both get here
+            callback = pending.pop()
+        except IndexError:
+            return
+        callback()
 
     # -- consumer side -----------------------------------------------------------------
 

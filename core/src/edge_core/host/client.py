@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
@@ -70,10 +70,14 @@ from edge_core.host.health import LOST, READY, RETIRED, Health, Watchdog, descri
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
+from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import governor
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
 
 __all__ = ["WorkerClient"]
 
@@ -165,6 +169,7 @@ class WorkerClient:
         self._watchdog = Watchdog(popen, self._on_exit)
         self._listeners: list[Callable[[BaseException], None]] = []
         self._owed: set[str] = set()  # cancelled here, the worker's own end not yet heard
+        self._loop_reading: LoopReading | None = None  # an event loop reading for its calls
         self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
@@ -491,6 +496,39 @@ class WorkerClient:
                 self._producer.restore_gone(gone)
             raise
         return call
+
+    def on_end(self, call: Call, callback: Callable[[], None],
+               loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """:meth:`Call.on_end` for a call of this channel that no thread waits for.
+
+        With ``loop`` (called on that loop's thread), the loop reads the channel itself
+        until the call's end is queued (:class:`~edge_core.host.loop_reading.LoopReading`):
+        ``callback()`` is then called on the loop, or from the thread of a caller that
+        led the reading meanwhile. Without (or while another loop reads this channel) the
+        channel's background reader reads whenever no caller leads
+        (:meth:`ChannelReader.listening`) and calls it.
+        """
+        watch = self._loop_reading
+        if loop is not None and (watch is None or watch.loop is not loop):
+            if watch is None or watch.idle:
+                watch = self._loop_reading = LoopReading(loop, self._reader, self._sock.fileno())
+            else:
+                watch = None  # another loop reads: the background reader serves this one
+        if loop is not None and watch is not None:
+            watch.opened()
+
+            def ended() -> None:
+                watch.closed()
+                callback()
+        else:
+            reader = self._reader
+            reader.listening(1)
+
+            def ended() -> None:
+                reader.listening(-1)
+                callback()
+
+        call.on_end(ended)
 
     def cancel(
         self, request_id: str | None = None, *, stage_id: str = "", fence_epoch: int | None = None

@@ -111,6 +111,8 @@ class ChannelReader:
         self._cv = threading.Condition(self._guard)
         self._waiting: list[queue.SimpleQueue[Any]] = []
         self._last_active = float("-inf")
+        self._listened = 0  # calls whose end a callback awaits, no thread waiting for it
+        self._elsewhere = 0  # event loops reading this channel (read_ready) for their calls
         self._polling = False
         self._closing = False
         self._quiet = False
@@ -199,9 +201,56 @@ class ChannelReader:
                 waiting.remove(inbox)
                 self._last_active = time.monotonic()
                 others = list(waiting) if leading and waiting else None
+                if self._listened and not waiting:  # read on for them at once
+                    self._cv.notify_all()
             if others:
                 for other in others:
                     other.put(HANDOVER)
+
+    def listening(self, change: int) -> None:
+        """Count calls whose end a callback awaits instead of a waiting thread (+1, -1).
+
+        While any is counted the background reader does not linger after the last
+        waiter: it reads whenever no caller leads, so that their replies are read.
+        """
+        with self._cv:
+            self._listened += change
+            if change > 0:
+                self._cv.notify_all()
+
+    def elsewhere(self, change: int) -> None:
+        """Count event loops that read this channel themselves (+1, -1): see :meth:`read_ready`.
+
+        While any is counted the background reader stands aside: a loop that watches the
+        socket reads what arrives when no caller leads. After the last it stays aside
+        :data:`LINGER_S` more, as after the last waiting caller.
+        """
+        with self._cv:
+            self._elsewhere += change
+            if change > 0 and self._polling and not self._closing:
+                with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+                    os.write(self._wake_w, b"\0")
+            elif change < 0:  # not woken: it takes the socket back LINGER_S from now, so
+                self._last_active = time.monotonic()  # a loop's next request finds it parked
+
+    def read_ready(self) -> bool:
+        """Read and dispatch every frame ready now, without waiting, if nobody else reads.
+
+        For an event loop watching the socket (:class:`~edge_core.host.loop_reading.
+        LoopReading`). False when another thread holds the read role (it reads them) or
+        the channel has ended or is closing.
+        """
+        if self._ended or self._closing or not self._role.acquire(blocking=False):
+            return False
+        try:
+            fd = self._fd
+            while not self._ended and (self._buffered() or any(
+                    ready == fd for ready, _ in self._lead_wait.ready())):
+                if not self._read_one():
+                    self._ended = True
+        finally:
+            self._give_up(None)
+        return True
 
     def nudge(self) -> None:
         """Wake the leader out of its wait: call after delivering to a queue off the socket.
@@ -260,7 +309,8 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or time.monotonic() - self._last_active < LINGER_S
+                    self._waiting or self._elsewhere or (
+                        not self._listened and time.monotonic() - self._last_active < LINGER_S)
                 ):
                     self._cv.wait(LINGER_S)
                 if self._closing or self._ended:

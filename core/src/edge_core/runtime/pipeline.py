@@ -19,11 +19,12 @@ each reservation; :meth:`Pipeline.execution_plan` reports what was admitted and 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_contracts.heap import (
     HEAP_ENV,
@@ -32,7 +33,7 @@ from edge_contracts.heap import (
     unknown_heap_policy,
 )
 from edge_core.config.model import PipelineConfig
-from edge_core.errors import ConfigError, DeadlineExceeded, StageClosed
+from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable, StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -40,6 +41,7 @@ from edge_core.runtime.candidates import open_stages
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
     GatheredCall,
+    GatheredResult,
     Transform,
     run_chain,
     split_carry,
@@ -59,15 +61,27 @@ from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
-from edge_core.runtime.submission import OnEvent, Submission, submit
+from edge_core.runtime.submission import OnEvent, Submission, running_future, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
 
-__all__ = ["CARRY_PREFIX", "Pipeline", "PipelineResult", "Transform", "split_carry"]
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
+
+__all__ = ["CARRY_PREFIX", "SEND_NOW_BYTES", "Pipeline", "PipelineResult", "Transform",
+           "split_carry"]
+
+SEND_NOW_BYTES = 256 * 1024
+"""Largest inputs :meth:`Pipeline.submit` sends from an event loop's thread (``loop``)."""
 
 CLOSE_HEAL_WAIT_S = 2.0
 """How long ``close()`` waits for a quarantined worker tree that was just killed to go."""
+
+
+def _input_bytes(inputs: Mapping[str, Any]) -> int:
+    """The bytes of a request's arrays (what sending them copies)."""
+    return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
 
 
 class Pipeline:
@@ -269,8 +283,9 @@ class Pipeline:
         serving = self.lineup.enter()
         try:
             if serving.direct is not None:  # one stage: no chain to run
-                pending: PendingCall | GatheredCall = self._direct(
-                    serving.direct, inputs, params, until, request_id, epoch)
+                direct = self._direct(serving.direct, inputs, params, until, request_id, epoch)
+                assert direct is not None  # (waits for a slot: never None)
+                pending: PendingCall | GatheredCall = direct
                 latencies: dict[str, float] = {}
                 carry: dict[str, Any] = {}
             else:
@@ -280,6 +295,22 @@ class Pipeline:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
             final = pending.result()
+        except BaseException:
+            self.lineup.leave(serving)
+            self.admission.release()
+            raise
+        return self._delivered(serving, final, epoch, request_id, latencies, carry)
+
+    def _delivered(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
+                   request_id: str | None, latencies: dict[str, float],
+                   carry: dict[str, Any]) -> PipelineResult:
+        """The request's result from its last stage's (its admission and placement held).
+
+        A request cancelled while its last stage ran delivers nothing: that result is
+        acknowledged, the admission slot and the placement given back, and
+        ``RequestCancelled`` raised.
+        """
+        try:
             if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
                     request_id is not None and self.requests.cancelled(request_id)):
                 final.ack()
@@ -306,14 +337,15 @@ class Pipeline:
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,
-                request_id: str | None, epoch: int) -> PendingCall:
+                request_id: str | None, epoch: int, *, now: bool = False) -> PendingCall | None:
         """Submit a request of a one-stage placement to its stage, as the chain would.
 
         What :func:`~edge_core.runtime.chain.run_chain` does for a chain of one stage,
         without its loop: carried inputs stay out of the stage's inputs (and out of the
         result: only a transform carries values on), the pipeline's cancel and the
         request's deadline are checked first, the request is tracked on the stage and
-        its parameters go to the stage as they are.
+        its parameters go to the stage as they are. ``now``: only on a replica with a
+        free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting.
         """
         data = split_carry(inputs)[0]
         if self.epoch != epoch:
@@ -331,6 +363,9 @@ class Pipeline:
         else:
             def abandoned() -> bool:
                 return self.epoch != epoch
+        if now:  # a free slot now, or None
+            return group.try_submit(data, params=dict(params) if params else None,
+                                    until=until, request_id=request_id, abandoned=abandoned)
         return group.submit(data, params=dict(params) if params else None, until=until,
                             request_id=request_id, abandoned=abandoned)
 
@@ -365,7 +400,8 @@ class Pipeline:
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, request_id: str | None = None,
-               on_event: OnEvent | None = None) -> Submission:
+               on_event: OnEvent | None = None,
+               loop: asyncio.AbstractEventLoop | None = None) -> Submission:
         """Submit one request; returns its :class:`Submission` (id, result, own cancel).
 
         Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
@@ -375,17 +411,111 @@ class Pipeline:
         event of the final stage (tokens) as it arrives, as :meth:`stream` yields them.
         ``Submission.cancel(interrupt=False)`` cancels it without ever retiring a worker
         (:mod:`edge_core.runtime.fence`).
+
+        ``loop`` (an asyncio event loop; call this on its thread): a request that can go
+        at once — a one-stage placement, an admission slot and a stage slot free now,
+        inputs of at most :data:`SEND_NOW_BYTES`, no ``on_event`` — is sent from the
+        loop, and no request thread takes part: the loop reads the worker's channel
+        itself while the request is open (:class:`~edge_core.host.loop_reading.
+        LoopReading`, for a stage that can call back: ``on_end`` on its loaded handle),
+        and settles the submission on its thread once the reply is in — its done
+        callbacks run there. Its deadline, its own cancel, the tracking, a worker's death
+        and the acknowledgement are as on the request threads. Any other request goes to
+        them as without ``loop``.
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
         self.check_params(params)
+        rid = request_id or f"{self.config.name}-{next(self._ids)}"
+        until = None if deadline_s is None else time.monotonic() + deadline_s
+        admitted = False
+        if (loop is not None and on_event is None
+                and self.lineup.current.direct is not None  # one stage in every placement
+                and _input_bytes(inputs) <= SEND_NOW_BYTES):
+            sent = self._send_now(inputs, params, until, rid, loop)
+            if isinstance(sent, Submission):
+                return sent
+            admitted = sent  # admitted and tracked, no stage slot free now: a thread waits
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
         return submit(self._executor, self.requests, self.admission,
                       lambda until, rid: self._run(inputs, params, until, rid, admitted=True,
                                                    on_event=on_event),
-                      request_id or f"{self.config.name}-{next(self._ids)}", deadline_s)
+                      rid, until, admitted=admitted)
+
+    def _send_now(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
+                  until: float | None, request_id: str,
+                  loop: asyncio.AbstractEventLoop) -> Submission | bool:
+        """Send a one-stage request from this thread, settled by its reply (see :meth:`submit`).
+
+        Returns its submission; else True when the request is tracked and admitted but
+        no stage slot is free now (a request thread takes it on), False when nothing
+        was taken (no admission slot free now).
+        """
+        requests, admission = self.requests, self.admission
+        requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
+        try:
+            admission.acquire(None)
+        except ResourceUnavailable:
+            requests.end(request_id)
+            return False
+        epoch = self.epoch
+        serving = self.lineup.enter()
+        group = serving.direct
+        future = running_future()
+        submission = Submission(request_id, future, requests, until, admission.release)
+        try:
+            assert group is not None  # one stage in every placement (checked by submit)
+            pending = self._direct(group, inputs, params, until, request_id, epoch, now=True)
+        except StageClosed:  # no replica serves now: a request thread waits for one
+            self.lineup.leave(serving, answered=False)
+            return True
+        except BaseException as exc:  # the request's own error, as its result
+            self.lineup.leave(serving)
+            admission.release()
+            requests.end(request_id)
+            future.set_exception(exc)
+            return submission
+        if pending is None:  # every stage slot is taken: a request thread waits for one
+            self.lineup.leave(serving, answered=False)
+            return True
+
+        def settle() -> None:
+            try:
+                try:
+                    final = pending.result()  # its end is here: nothing waits
+                except BaseException:
+                    self.lineup.leave(serving)
+                    admission.release()
+                    raise
+                result = self._delivered(serving, final, epoch, request_id, {}, {})
+            except BaseException as exc:
+                requests.end(request_id)
+                future.set_exception(exc)
+                return
+            requests.end(request_id)
+            future.set_result(result)
+
+        on_loop = threading.get_ident()
+
+        def ended() -> None:  # in the thread that read the reply (or ended the call)
+            try:
+                if threading.get_ident() == on_loop:
+                    loop.call_soon(settle)  # after the channel's read, not inside it
+                else:
+                    loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the event loop is closed: settle here, nothing waits
+                settle()
+
+        on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
+        if on_end is None or not on_end(pending.request_id, ended, loop):
+            # The stage cannot call back: a request thread waits for its reply.
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
+            self._executor.submit(settle)
+        return submission
 
     def check_params(self, params: Mapping[str, Any] | None) -> None:
         """Refuse, before admission, parameters the stage can tell are the request's fault.

@@ -213,8 +213,11 @@ class ReplicaSet:
 
     def try_submit(self, inputs: Mapping[str, Any], *,
                    params: Mapping[str, Any] | None = None, until: float | None = None,
-                   request_id: str | None = None) -> PendingCall | None:
+                   request_id: str | None = None,
+                   abandoned: Callable[[], bool] | None = None) -> PendingCall | None:
         """Submit on a replica with a free slot; ``None`` when none is free or others wait.
+
+        ``abandoned`` goes to the replica's :meth:`StageRuntime.submit`.
 
         Raises:
             StageClosed: no replica is serving.
@@ -223,7 +226,7 @@ class ReplicaSet:
             if self._waiting:
                 self._candidates()  # still refuses when no replica serves
                 return None
-        return self._submit_free(inputs, params, until, request_id, None)
+        return self._submit_free(inputs, params, until, request_id, abandoned)
 
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,

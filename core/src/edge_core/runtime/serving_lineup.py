@@ -19,7 +19,9 @@ once per set of generations (:meth:`Serving.receipt_of`).
 
 A placement of one stage (:attr:`Serving.direct`) is served without the chain: its
 request goes to the stage's replica set as it is (:meth:`Pipeline.run
-<edge_core.runtime.pipeline.Pipeline.run>`).
+<edge_core.runtime.pipeline.Pipeline.run>`), and a submission given an event loop is sent
+from the loop and settled there by its reply, no request thread between
+(:meth:`Pipeline.submit <edge_core.runtime.pipeline.Pipeline.submit>`).
 """
 
 from __future__ import annotations
@@ -138,13 +140,17 @@ class ServingLineup:
             serving.holds += 1
             return serving
 
-    def leave(self, serving: Serving) -> None:
-        """The request that entered ``serving`` is done (its result acknowledged)."""
+    def leave(self, serving: Serving, *, answered: bool = True) -> None:
+        """The request that entered ``serving`` is done (its result acknowledged).
+
+        ``answered=False``: it leaves unanswered, to enter again on another path (the
+        first answer is not counted).
+        """
         with self._lock:
             serving.holds -= 1
             if serving.holds <= 0 and self._idle_waiters:
                 self._idle.notify_all()
-        if not self._answered:  # set takes a lock and notifies: once is enough
+        if answered and not self._answered:  # set takes a lock and notifies: once is enough
             self._answered = True
             self.first_answered.set()
 

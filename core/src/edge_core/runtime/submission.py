@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 #: Called with each non-terminal event (a token) of a submitted request's final stage.
 OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 
-__all__ = ["OnEvent", "Submission", "submit"]
+__all__ = ["OnEvent", "Submission", "running_future", "submit"]
 
 
 class _Settler:
@@ -160,26 +160,40 @@ class Submission:
         return outcome
 
 
+def running_future() -> concurrent.futures.Future[PipelineResult]:
+    """A future for a request already under way on no executor (its ``cancel()`` is False).
+
+    A request sent from an event loop (:meth:`Pipeline.submit
+    <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through
+    it; :meth:`Submission.cancel` then cancels it where it runs, never as not started.
+    """
+    future: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+    return future
+
+
 def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,
            run: Callable[[float | None, str], PipelineResult], request_id: str,
-           deadline_s: float | None) -> Submission:
+           until: float | None, *, admitted: bool = False) -> Submission:
     """Take admission now, then ``run(until, request_id)`` on ``executor``.
 
-    Admission is taken in the caller's thread — at once, or waiting up to ``deadline_s``
-    — so that a full pipeline refuses the submission itself; ``run`` holds that slot.
+    Admission is taken in the caller's thread — at once, or waiting up to ``until``
+    (monotonic: the request's deadline) — so that a full pipeline refuses the submission
+    itself; ``run`` holds that slot. ``admitted``: the caller has begun tracking the
+    request and holds its admission slot already (both are handed to ``run``).
 
     Raises:
         ResourceUnavailable: the pipeline is full and no deadline was given.
         DeadlineExceeded: admission did not come before the deadline.
         DuplicateRequest: ``request_id`` is in flight on this pipeline.
     """
-    until = None if deadline_s is None else time.monotonic() + deadline_s
-    tracker.begin(request_id)
-    try:
-        take_slot(admission, until)
-    except BaseException:
-        tracker.end(request_id)
-        raise
+    if not admitted:
+        tracker.begin(request_id)
+        try:
+            take_slot(admission, until)
+        except BaseException:
+            tracker.end(request_id)
+            raise
 
     def work() -> PipelineResult:
         try:

@@ -30,6 +30,16 @@ def test_tensors_round_trip_every_numpy_dtype() -> None:
     assert empty["e"].shape == (0, 4)
 
 
+def test_a_big_endian_array_is_named_by_its_type_and_sent_little_endian() -> None:
+    arrays = {"b": np.arange(3, dtype=">i4"), "f": np.arange(3, dtype=">f8")}
+    encoded = encode_tensors(arrays)
+    assert [encoded[name]["dtype"] for name in ("b", "f")] == ["int32", "float64"]
+    assert base64.b64decode(encoded["b"]["data"]) == np.arange(3, dtype="<i4").tobytes()
+    decoded = decode_tensors(json.loads(json.dumps(encoded)), "outputs", max_bytes=1 << 10)
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(decoded[name], array)
+
+
 def test_a_tensor_over_the_limit_is_413_before_its_data_is_decoded() -> None:
     spec = {"dtype": "float32", "shape": [1024, 1024], "data": "not even base64"}
     with pytest.raises(HttpRefusal) as caught:

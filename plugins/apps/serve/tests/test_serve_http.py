@@ -193,6 +193,26 @@ def test_a_passed_deadline_is_504_then_503_while_the_stage_restarts(server: Serv
     assert restarts == {"slow": 1.0, "fast": 0.0}
 
 
+def test_a_worker_that_dies_under_a_request_is_503_worker_lost_then_serves_again(
+    server: Served,
+) -> None:
+    # The tensor route sends from the event loop, which reads the worker's channel itself:
+    # the end of that channel is the request's own answer, and the loop serves on.
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client:
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/slow/run", json={**x, "params": {"crash": True}})
+        assert reply.status_code == 503, reply.text
+        assert _error(reply)["code"] == "worker_lost"
+        fast = client.post("/v1/pipelines/fast/run", json=x)  # the other pipeline serves on
+        assert fast.status_code == 200, fast.text
+        _wait_ready(client)  # restart = "on-failure"
+        reply = client.post("/v1/pipelines/slow/run", json=x, headers={"X-Edge-Deadline": "30"})
+        assert reply.status_code == 200, reply.text
+        listed = client.get("/v1/pipelines/slow").json()
+    assert listed["stages"][0]["in_flight"] == 0 and listed["queue"]["waiting"] == 0
+
+
 def test_every_route_but_health_and_the_page_wants_the_bearer_token(server: Served) -> None:
     with _client(server, key=None) as anonymous, _client(server, key="wrong") as wrong:
         assert anonymous.get("/health").status_code == 200

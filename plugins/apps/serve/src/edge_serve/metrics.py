@@ -133,7 +133,7 @@ class ServerMetrics:
 
     def observe_queue(self, pipeline: str, outcome: str, waited_s: float) -> None:
         """Record one request leaving the admission queue (``admitted`` or a reason)."""
-        self.queue_wait.labels(pipeline).observe(waited_s)
+        self._child(self.queue_wait, pipeline).observe(waited_s)
         if outcome != "admitted":
             self.queue_refusals.labels(pipeline, outcome).inc()
 

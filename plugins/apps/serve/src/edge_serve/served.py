@@ -3,9 +3,11 @@
 A file upload's blocking part — ``prepare`` on the uploaded file, :meth:`Pipeline.submit`
 and the wait for its result, ``finish`` and the acknowledgement — runs as one function on
 the server's thread pool, so the result's worker memory is given back in the same thread
-that read it. A tensor request is submitted from the event loop itself and awaited
-through the submission's done callback (:meth:`ServedPipeline.answer_direct`): the
-pipeline's request thread only wakes the loop, which builds a small answer. Before
+that read it. A tensor request is submitted from the event loop itself
+(:meth:`ServedPipeline.answer_direct`): to a one-stage pipeline with a slot free it is
+sent from the loop, which reads the worker's reply itself, settles it and builds a small
+answer (``Pipeline.submit``'s ``loop``); otherwise
+the pipeline's request thread runs it and only wakes the loop. Before
 either starts, the request waits for its turn in the pipeline's admission queue
 (:mod:`edge_serve.queueing`): first come first served, up to the queue's length and the
 request's deadline. :meth:`ServedPipeline.waiting` awaits it while watching the client
@@ -23,6 +25,7 @@ import json
 import os
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -53,7 +56,7 @@ BACKSTOP_S = 2.0
 """How long after a request's deadline the server answers 504 without the runtime."""
 
 UNWIND_WAIT_S = 10.0
-"""How long a cancelled request's thread is waited for (its admission slot given back)."""
+"""How long a cancelled request is waited for to unwind (its admission slot given back)."""
 
 OUTCOME_KEY = "edge.outcome"
 """The scope key that tells the accounting an outcome the status does not (``cancelled``)."""
@@ -173,12 +176,13 @@ class ServedPipeline:
 
     def submit(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                deadline_s: float | None, handle: RequestHandle,
-               on_event: OnEvent | None = None) -> Submission:
+               on_event: OnEvent | None = None,
+               loop: asyncio.AbstractEventLoop | None = None) -> Submission:
         """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
         handle.check()
         try:
             submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
-                                              on_event=on_event)
+                                              on_event=on_event, loop=loop)
         finally:
             handle.admitted()
         handle.attach(submission)
@@ -287,11 +291,12 @@ class ServedPipeline:
         """:meth:`answer` for inputs already decoded, with no thread of the server's between.
 
         The request is submitted from the event loop once its turn came (its admission
-        slot is then free: submitting does not wait), and awaited through the
-        submission's done callback, which wakes the waiting request directly: one call
-        across threads, and the pipeline's request thread does nothing more for it (its
-        work done, it lets go of the interpreter at once instead of contending with the
-        loop). A small tensor answer is then built on the loop, ``finish`` or a large one
+        slot is then free: submitting does not wait). One that can go at once (a
+        one-stage pipeline, a stage slot free, small inputs) is sent from the loop, which
+        reads the worker's reply itself and settles it (``loop``): no request thread
+        takes part. Any other is run by the
+        pipeline's request thread, whose done callback wakes the waiting request
+        directly. A small tensor answer is then built on the loop, ``finish`` or a large one
         on the thread pool. Parameters the stage can tell are the request's fault are
         refused first, before the request waits in the queue
         (:meth:`Pipeline.check_params`); in a thread when there are any, since a generate
@@ -302,6 +307,7 @@ class ServedPipeline:
         else:
             self.pipeline.check_params(params)
         loop = asyncio.get_running_loop()
+        on_loop = threading.get_ident()
 
         def start(left: float | None,
                   wake: Callable[[], None]) -> asyncio.Future[Submission]:
@@ -312,12 +318,16 @@ class ServedPipeline:
                     done.set_result(submission)
                 wake()
 
-            def settled() -> None:  # in the thread that settled the request: nothing more
-                loop.call_soon_threadsafe(settle)
+            def settled() -> None:  # settled on the loop, or in a request thread
+                if threading.get_ident() == on_loop:
+                    settle()
+                else:
+                    loop.call_soon_threadsafe(settle)
 
-            # Made before the request is handed over: the pipeline's request thread
-            # takes it as soon as the loop lets go of the interpreter.
-            submission = self.submit(inputs, params, left, handle)
+            # Sent from here when it can go at once (one stage, a slot free, small
+            # inputs): the loop reads the reply itself and settles it; otherwise a
+            # request thread of the pipeline takes it.
+            submission = self.submit(inputs, params, left, handle, loop=loop)
             submission.add_done_callback(settled)
             return done
 

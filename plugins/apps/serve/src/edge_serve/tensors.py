@@ -28,15 +28,25 @@ MAX_DIMS = 32
 #: The dtypes a JSON tensor may have: the wire's spellings NumPy itself knows.
 _NUMPY_DTYPES = tuple(d.value for d in DType if d is not DType.BFLOAT16)
 
+#: Each JSON dtype name → (its little-endian dtype, its native one), made once: NumPy's
+#: own name and byte-order lookups are Python code, and they ran on every request.
+_DECODED = {name: (np.dtype(name).newbyteorder("<"), np.dtype(name).newbyteorder("="))
+            for name in _NUMPY_DTYPES}
+
+#: An array's dtype → (its JSON name, its little-endian dtype), filled as they come.
+_ENCODED: dict[np.dtype[Any], tuple[str, np.dtype[Any]]] = {}
+
 
 def _refuse(field: str, reason: str, value: object) -> HttpRefusal:
     return HttpRefusal(400, field, reason, value, kind="TensorInvalid")
 
 
-def _dtype(name: object, field: str) -> np.dtype[Any]:
-    if not isinstance(name, str) or name not in _NUMPY_DTYPES:
+def _dtype(name: object, field: str) -> tuple[np.dtype[Any], np.dtype[Any]]:
+    """The little-endian and the native dtype a tensor's ``dtype`` names."""
+    found = _DECODED.get(name) if isinstance(name, str) else None
+    if found is None:
         raise _refuse(f"{field}.dtype", f"must be one of {', '.join(_NUMPY_DTYPES)}", name)
-    return np.dtype(name).newbyteorder("<")
+    return found
 
 
 def _shape(value: object, field: str) -> tuple[int, ...]:
@@ -59,7 +69,7 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     if unknown:
         raise _refuse(f"{field}.{unknown[0]}", "unknown key (known: data, dtype, shape)",
                       spec[unknown[0]])
-    dtype = _dtype(spec.get("dtype"), field)
+    dtype, native = _dtype(spec.get("dtype"), field)
     shape = _shape(spec.get("shape"), field)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > max_bytes:
@@ -78,7 +88,7 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     if len(raw) != nbytes:
         raise _refuse(f"{field}.data", f"decodes to {len(raw)} bytes, not {nbytes}", len(raw))
     array = np.frombuffer(raw, dtype=dtype).reshape(shape)
-    return array.astype(dtype.newbyteorder("="), copy=False)
+    return array.astype(native, copy=False)
 
 
 def decode_tensors(value: object, field: str, *, max_bytes: int) -> dict[str, np.ndarray]:
@@ -97,8 +107,14 @@ def decode_tensors(value: object, field: str, *, max_bytes: int) -> dict[str, np
 def encode_tensor(array: Any) -> dict[str, Any]:
     """One array as JSON (copied out of any worker memory it views)."""
     value = np.asarray(array)
-    little = value.astype(value.dtype.newbyteorder("<"), copy=False)
-    return {"dtype": str(value.dtype), "shape": list(value.shape),
+    found = _ENCODED.get(value.dtype)
+    if found is None:
+        # named without its byte order (``>i4`` is ``int32``): the data goes little-endian
+        found = _ENCODED[value.dtype] = (str(value.dtype.newbyteorder("=")),
+                                         value.dtype.newbyteorder("<"))
+    name, little_endian = found
+    little = value.astype(little_endian, copy=False)
+    return {"dtype": name, "shape": list(value.shape),
             "data": base64.b64encode(np.ascontiguousarray(little).tobytes()).decode("ascii")}
 
 

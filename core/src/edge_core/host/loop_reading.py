@@ -1,0 +1,109 @@
+"""An asyncio event loop that reads a worker channel itself while its calls are open.
+
+A request sent from an event loop (:meth:`Pipeline.submit
+<edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is not waited for by any
+thread. Its reply could be read by the channel's background reader, which would then
+wake the loop: two wake-ups after the worker's. :class:`LoopReading` instead has the loop
+watch the channel's socket (``loop.add_reader``) while such calls are open, and read
+what arrives itself (:meth:`ChannelReader.read_ready
+<edge_core.host.reading.ChannelReader.read_ready>`): the loop is the thread the kernel
+wakes, and the background reader stands aside meanwhile (:meth:`ChannelReader.elsewhere
+<edge_core.host.reading.ChannelReader.elsewhere>`). A caller that waits in a thread
+still leads the reading as before: the loop then finds the read role taken and leaves
+the frame to it.
+
+The loop watches a duplicate of the socket's descriptor, which only the loop closes, so
+that the number it watches is never another file's, whatever the channel's own closing
+does; once the channel has ended (the worker died, or it was retired) or the last open
+call ended, the loop stops watching and closes the duplicate (at once, so that a loop
+closed after its last request leaves nothing open: the watch costs a ``dup``, an
+``epoll_ctl`` each way and a ``close`` per idle-to-busy turn).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from edge_core.host.reading import ChannelReader
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
+
+__all__ = ["LoopReading"]
+
+
+class LoopReading:
+    """One event loop reading one worker channel while calls settled on it are open.
+
+    Args:
+        loop: The event loop; made on its thread, where its methods are called, but
+            :meth:`closed`, which may come from any thread.
+        reader: The channel's reader.
+        fd: The channel's socket descriptor (duplicated while watched).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, reader: ChannelReader, fd: int) -> None:
+        self.loop = loop
+        self._reader = reader
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._open = 0
+        self._watched: int | None = None  # the duplicate descriptor the loop watches
+        self._thread = threading.get_ident()
+
+    @property
+    def idle(self) -> bool:
+        """True while no call settled on the loop is open."""
+        return self._open == 0
+
+    def opened(self) -> None:
+        """A call settled on the loop was sent (on the loop's thread): watch the channel."""
+        with self._lock:
+            self._open += 1
+            if self._watched is not None or self._reader.ended or self._reader.closing:
+                return  # watched already, or nothing more to read (its calls have failed)
+            watched = os.dup(self._fd)
+            self._watched = watched
+        self._reader.elsewhere(1)
+        self.loop.add_reader(watched, self._read)
+
+    def closed(self) -> None:
+        """An opened call ended (from any thread); after the last, the watch stops."""
+        with self._lock:
+            self._open -= 1
+            if self._open > 0 or self._watched is None:
+                return
+        if threading.get_ident() == self._thread:
+            self._stop()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._stop_if_idle)
+        except RuntimeError:  # the loop is closed: nothing watches any more
+            self._stop(remove=False)
+
+
+    def _read(self) -> None:
+        """The socket is readable: read what is there, unless another thread reads."""
+        reader = self._reader
+        if not reader.read_ready() and (reader.ended or reader.closing):
+            self._stop()  # the channel is gone: its calls have failed
+
+    def _stop_if_idle(self) -> None:
+        with self._lock:
+            if self._open > 0:
+                return
+        self._stop()
+
+    def _stop(self, *, remove: bool = True) -> None:
+        with self._lock:
+            watched, self._watched = self._watched, None
+        if watched is None:
+            return
+        if remove:
+            with contextlib.suppress(RuntimeError, ValueError):  # a closed loop
+                self.loop.remove_reader(watched)
+        os.close(watched)
+        self._reader.elsewhere(-1)

@@ -1,0 +1,210 @@
+"""A submission sent from an event loop and settled there (``Pipeline.submit``'s ``loop``).
+
+``Pipeline.submit(..., loop=loop)`` sends a one-stage request from the loop itself when
+it can go at once; the loop reads the worker's reply and settles it: no request thread
+takes part. Each test checks that
+the request went that way (no request thread of the pipeline exists) and that its
+guarantees hold as on the request threads: it is cancelled alone, its deadline ends it,
+a worker's death is its typed error, and nothing stays charged (the admission, the
+request's id, the stage's slots; the conftest's leak check counts processes, segments
+and descriptors, the ledger is checked here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_core.backend import CancelOutcome
+from edge_core.errors import DeadlineExceeded, WorkerError
+from edge_core.ledger import ResourceLedger
+from edge_core.runtime import Pipeline, RequestCancelled, StageState
+from edge_core.runtime.pipeline import SEND_NOW_BYTES
+from edge_core.runtime.submission import Submission
+
+from .conftest import OpenPipeline, echo_stage
+
+X = {"x": np.ones((2, 2), np.float32)}
+
+
+def request_threads(pipeline: Pipeline) -> list[str]:
+    """The pipeline's request threads alive now (named after it)."""
+    prefix = f"edge-{pipeline.config.name}"
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+async def settled(submission: Submission) -> int:
+    """Await ``submission`` on this loop; the thread its done callback ran in."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+
+    def callback() -> None:
+        ident = threading.get_ident()
+
+        def settle() -> None:
+            if not done.done():
+                done.set_result(ident)
+
+        loop.call_soon_threadsafe(settle)
+
+    submission.add_done_callback(callback)
+    return await asyncio.wait_for(done, 30)
+
+
+def submit(pipeline: Pipeline, inputs: dict[str, Any] = X, **kwargs: Any) -> Submission:
+    """``Pipeline.submit`` settled on the running loop."""
+    loop = asyncio.get_running_loop()
+    return pipeline.submit(inputs, loop=loop, **kwargs)
+
+
+def assert_nothing_charged(pipeline: Pipeline, *ids: str) -> None:
+    """Admission free, every stage slot free, no request tracked; a request is served."""
+    assert pipeline.admission.used == 0
+    for stage in pipeline.stages:
+        assert stage.outstanding == 0 and stage.slots.used == 0
+    for rid in ids:  # the tracker let go of it
+        assert pipeline.requests.cancel(rid) is CancelOutcome.ALREADY_FINISHED
+    with pipeline.run(X) as result:  # and the pipeline serves on
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+
+
+def test_a_one_stage_request_is_sent_and_settled_on_the_loop_without_a_request_thread(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a"), admission=2)
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        for _ in range(20):
+            submission = submit(pipeline)
+            assert await settled(submission) == loop_thread  # settled by the loop
+            with submission.result(0) as result:
+                np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+                assert result.placement[0]["stage"] == "a"  # the placement receipt
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    assert_nothing_charged(pipeline)
+    assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
+
+
+def test_inputs_over_the_limit_and_a_full_stage_go_to_a_request_thread_and_settle_alike(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", delay_s=0.3), admission=2)  # one slot
+    big = {"x": np.ones((SEND_NOW_BYTES // 4 + 1,), np.float32)}
+
+    async def main() -> None:
+        first = submit(pipeline)  # takes the stage's one slot from the loop
+        second = submit(pipeline)  # admitted, no stage slot now: a request thread waits
+        for submission in (first, second):  # the stage slot goes back at the ack
+            await settled(submission)
+            submission.result(0).ack()
+        large = submit(pipeline, big)
+        await settled(large)
+        with large.result(0) as result:
+            assert result.outputs["x"].shape == big["x"].shape
+
+    asyncio.run(main())
+    assert request_threads(pipeline)  # the two that could not go at once went there
+    assert_nothing_charged(pipeline)
+
+
+def test_cancelling_one_settled_request_leaves_the_other_to_finish(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=2)
+    pid = pipeline.stage("a").loaded.describe()["pid"]
+
+    async def main() -> None:
+        slow = {"delay_s": 0.5}
+        kept = submit(pipeline, params=slow, request_id="kept")
+        gone = submit(pipeline, params={"delay_s": 30.0}, request_id="gone")
+        await asyncio.sleep(0.1)
+        outcome = await asyncio.to_thread(gone.cancel)
+        assert outcome is CancelOutcome.CANCELLED_IN_PLACE
+        await settled(gone)
+        with pytest.raises(RequestCancelled):
+            gone.result(0)
+        await settled(kept)
+        with kept.result(0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    stage = pipeline.stage("a")
+    assert stage.state is StageState.READY and stage.loaded.describe()["pid"] == pid
+    assert_nothing_charged(pipeline, "kept", "gone")
+
+
+def test_a_settled_requests_deadline_ends_it(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=2)
+
+    async def main() -> None:
+        late = submit(pipeline, params={"delay_s": 30.0}, deadline_s=0.3, request_id="late")
+        await settled(late)
+        with pytest.raises(DeadlineExceeded):
+            late.result(0)
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    assert pipeline.stage("a").state is StageState.READY  # preemptible: stopped in place
+    assert_nothing_charged(pipeline, "late")
+
+
+def test_a_workers_death_is_the_settled_requests_error_and_frees_everything(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a"), admission=2)
+
+    async def main() -> None:
+        doomed = submit(pipeline, params={"crash": True}, request_id="doomed")
+        await settled(doomed)
+        with pytest.raises(WorkerError):
+            doomed.result(0)
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    stage = pipeline.stage("a")
+    assert stage.state is not StageState.READY  # the death was seen
+    assert pipeline.admission.used == 0 and stage.outstanding == 0
+    stage.restart()  # nothing of the dead worker stays charged: it reloads and serves
+    assert_nothing_charged(pipeline, "doomed")
+    assert ledger.reserved("machine:ram") > 0
+
+
+def test_two_event_loops_settle_their_own_requests_on_one_worker(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=4)
+    settled_on: dict[str, list[bool]] = {}  # per loop: each request settled on its thread?
+    errors: list[BaseException] = []
+
+    def serve(name: str) -> None:  # one event loop in its own thread
+        async def main() -> None:
+            own = threading.get_ident()
+            seen = settled_on.setdefault(name, [])
+            for _ in range(10):
+                submission = submit(pipeline, params={"delay_s": 0.02})
+                seen.append(await settled(submission) == own)
+                with submission.result(0) as result:
+                    np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert settled_on == {"one": [True] * 10, "two": [True] * 10}
+    assert request_threads(pipeline) == []
+    assert_nothing_charged(pipeline)

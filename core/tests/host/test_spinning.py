@@ -30,10 +30,12 @@ from edge_core.host.spinning import (
 @pytest.mark.parametrize(
     ("override", "cores", "processes", "wake", "expected"),
     [
-        (None, 2, 2, 80.0, 0),  # a one-stage pipeline on two cores: never
-        (None, 2, 4, 80.0, 0),  # the three-stage page pipeline on two cores
-        (None, 5, 4, 80.0, 2 * 80),  # three stages, five cores: a core is left
-        (None, 4, 4, 80.0, 0),
+        (None, 2, 2, 80.0, 2 * 80),  # a one-stage pipeline on two cores: a core each
+        (None, 2, 3, 80.0, 0),  # two stages on two cores: too few
+        (None, 2, 5, 80.0, 0),  # the page pipeline (four workers) on two cores
+        (None, 5, 5, 80.0, 2 * 80),  # the page pipeline on five cores: a core each
+        (None, 4, 5, 80.0, 0),
+        (None, 1, 2, 80.0, 0),  # one core: never
         (None, 16, 2, None, 0),  # not measured yet
         (None, 16, 2, MIN_WAKE_US - 0.1, 0),  # waking is as cheap as polling
         (None, 16, 2, 30.0, SPIN_PER_WAKE * 30),
@@ -50,8 +52,8 @@ def test_decision_table(override, cores, processes, wake, expected):
 
 
 def test_reasons_name_what_decided():
-    assert decide_spin(override_us=None, cores=2, processes=2, wake_us=50.0).reason == (
-        "2 processes share 2 cores")
+    assert decide_spin(override_us=None, cores=2, processes=3, wake_us=50.0).reason == (
+        "3 processes share 2 cores")
     assert "EDGE_SPIN_US=7" in decide_spin(override_us=7, cores=2, processes=2,
                                            wake_us=None).reason
     assert "wake-up of 40.0 us" in decide_spin(override_us=None, cores=8, processes=2,
@@ -100,11 +102,13 @@ def test_governor_counts_processes_and_re_decides_on_attach_and_detach(waits, mo
     assert not spins.wants_measurement()  # once per process
     assert spins.decision.spin_us == waits[0].spin_us == 120
     spins.attach(waits[1])
-    spins.attach(waits[2])  # controller + 3 workers on 4 cores: too few
-    assert [w.spin_us for w in waits[:3]] == [0, 0, 0]
-    assert spins.decision.reason == "4 processes share 4 cores"
-    spins.detach(waits[2])
-    assert [w.spin_us for w in waits[:2]] == [120, 120]
+    spins.attach(waits[2])  # controller + 3 workers on 4 cores: a core each
+    assert [w.spin_us for w in waits[:3]] == [120, 120, 120]
+    spins.attach(waits[3])  # controller + 4 workers on 4 cores: too few
+    assert [w.spin_us for w in waits] == [0, 0, 0, 0]
+    assert spins.decision.reason == "5 processes share 4 cores"
+    spins.detach(waits[3])
+    assert [w.spin_us for w in waits[:3]] == [120, 120, 120]
     spins.reset(cores=2)
     assert spins.wake_us is None and waits[0].spin_us == 0
     with pytest.raises(ValueError, match="cores"):
@@ -151,7 +155,7 @@ def test_calls_stay_correct_under_each_mode(start, shared_governor, monkeypatch,
     monkeypatch.delenv(SPIN_ENV, raising=False)
     kwargs: dict[str, object] = {}
     if mode == "too-few-cores":
-        shared_governor.reset(cores=2)
+        shared_governor.reset(cores=1)
     elif mode == "measured":
         shared_governor.reset(cores=64)  # as on a large machine: the start measures
     elif mode == "override":
@@ -162,7 +166,7 @@ def test_calls_stay_correct_under_each_mode(start, shared_governor, monkeypatch,
     echo_round_trips(client)
     decision = shared_governor.decision
     if mode == "too-few-cores":
-        assert decision.spin_us == 0 and "share 2 cores" in decision.reason
+        assert decision.spin_us == 0 and "2 processes share 1 core" in decision.reason
     elif mode == "measured":
         assert shared_governor.wake_us is not None and shared_governor.wake_us >= 0
         assert "measured" in decision.reason or "nothing to save" in decision.reason

@@ -7,8 +7,9 @@ Spinning saves one wake-up per reply that arrives within the budget and costs th
 spun in CPU. It pays only where
 
 * there is a core to spin on: the controller and every worker it runs may each want one
-  at once, so the controller spins only while it runs fewer processes than the cores it
-  may use (a one-stage pipeline needs three; on a two-core machine it never spins), and
+  at once, so the controller spins only while it runs no more processes than the cores it
+  may use (a one-stage pipeline needs two; the three-stage page pipeline, four workers
+  with its two recogniser replicas, needs five: on a two-core machine it never spins), and
 * waking is slow: the budget is :data:`SPIN_PER_WAKE` times the wake-up cost measured on
   the first worker channel of the process (pings with and without spinning, alternated),
   capped at :data:`~edge_contracts.waiting.DEFAULT_SPIN_US`; where a wake-up costs less
@@ -102,8 +103,9 @@ def decide_spin(
     """
     if override_us is not None:
         return SpinDecision(override_us, f"EDGE_SPIN_US={override_us}")
-    if processes >= cores:
-        return SpinDecision(0, f"{processes} processes share {cores} cores")
+    if processes > cores:
+        return SpinDecision(0, f"{processes} processes share {cores} "
+                               + ("core" if cores == 1 else "cores"))
     if wake_us is None:
         return SpinDecision(0, "wake-up cost not measured yet")
     if wake_us < MIN_WAKE_US:
@@ -169,7 +171,7 @@ class SpinGovernor:
         """True when only a measured wake-up cost is missing for the budget to be decided."""
         with self._lock:
             return (self._wake_us is None and not self._measuring
-                    and spin_override_us() is None and 1 + len(self._waits) < self._cores)
+                    and spin_override_us() is None and 1 + len(self._waits) <= self._cores)
 
     def reset(self, cores: int | None = None) -> None:
         """Forget the measured wake-up cost; with ``cores``, count that many from now on.

@@ -1,0 +1,126 @@
+"""Python work per tiny call in the ONNX Runtime handler: counted bounds.
+
+The handler's per-request function (:meth:`OrtHandler.submit`: the served-shape match,
+the session, the zero-copy decision, the run and the output mapping) is counted on a real
+handler with a real onnxruntime session, after a warm-up: Python function calls with
+``sys.setprofile`` (onnxruntime's own Python wrapper around the run included) and
+bytecode instructions with ``sys.settrace``'s opcode events. Counts, not timings: the
+same on a loaded machine as on a quiet one. The serve loop around the handler is counted
+in core (``core/tests/host/test_worker_work_per_call.py``). Each bound sits a little
+above what the handler costs now; raise one only for work a request needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_contracts.headers import FrameHeader
+from edge_contracts.worker_call import Call
+from edge_ort.bundles import write_add_relu_bundle
+from edge_ort.worker import OrtHandler
+
+REQUESTS = 200
+#: 13 before the per-call trims (a comprehension, _spec's dtype_of, ServedShapes.match's
+#: wrapper and _session_for and _run each a call); 8 after, of which 4 are onnxruntime's
+#: own ``Session.run`` and its three validations.
+MAX_HANDLER_CALLS = 9
+#: Bytecode counts depend on the interpreter's compiler, so the bound is kept per minor
+#: version measured: on 3.11, 284 before the trims (onnxruntime 1.32's wrapper included);
+#: 235 after.
+MAX_HANDLER_BYTECODES = {(3, 11): 245}
+
+
+class _ServeLoopStandIn:
+    """Stand-in for the worker's serve loop, as a :class:`Call` reads it on this path.
+
+    The tiny call answers by returning its outputs (the loop packs them), so the only
+    things the handler reads of the loop are the zero-copy threshold and whether shared
+    memory is in use; the real loop is counted in core.
+    """
+
+    class boot:  # noqa: N801 - the attribute the real loop's BootConfig answers
+        shm_threshold = 1 << 16
+
+    use_shm = True
+
+
+@pytest.fixture(scope="module")
+def handler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OrtHandler, Any, Any]]:
+    bundle = write_add_relu_bundle(tmp_path_factory.mktemp("work") / "add_relu")
+    ort = OrtHandler()
+    ort.load({"graph": str(bundle / "model.onnx"), "target": "CPUExecutionProvider",
+              "providers": [["CPUExecutionProvider", {}]],
+              "example_inputs": str(bundle / "example_inputs.npz"),
+              "expected_outputs": str(bundle / "expected.npz"), "intra_op_threads": 1})
+    ort.warmup({})
+    x = np.load(Path(bundle / "example_inputs.npz"))["x"]
+    expected = np.load(Path(bundle / "expected.npz"))["y"]
+    yield ort, x, expected
+    ort.close()
+
+
+def test_a_tiny_call_costs_the_ort_handler_a_bounded_number_of_python_calls(
+    handler: tuple[OrtHandler, Any, Any],
+) -> None:
+    ort, x, expected = handler
+    header = FrameHeader("request", "r", "s0", 0, 1)
+    for _ in range(30):
+        ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
+    counts: Counter[str] = Counter()
+
+    def count(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
+
+    for _ in range(REQUESTS):
+        call = Call(_ServeLoopStandIn(), header, {"x": x}, [])  # type: ignore[arg-type]
+        sys.setprofile(count)
+        try:
+            outputs = ort.submit(call)
+        finally:
+            sys.setprofile(None)
+        assert outputs is not None
+    assert outputs is not None
+    np.testing.assert_array_equal(outputs["y"], expected)
+    per_request = sum(counts.values()) / REQUESTS
+    assert per_request <= MAX_HANDLER_CALLS, (per_request, counts.most_common(20))
+
+
+def test_a_tiny_call_runs_a_bounded_number_of_bytecodes_in_the_ort_handler(
+    handler: tuple[OrtHandler, Any, Any],
+) -> None:
+    bound = MAX_HANDLER_BYTECODES.get(sys.version_info[:2])
+    if bound is None:
+        pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
+    ort, x, _ = handler
+    header = FrameHeader("request", "r", "s0", 0, 1)
+    for _ in range(30):
+        ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
+    counts: Counter[str] = Counter()
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+            return trace
+        if event == "opcode":
+            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
+        return trace
+
+    for _ in range(REQUESTS):
+        call = Call(_ServeLoopStandIn(), header, {"x": x}, [])  # type: ignore[arg-type]
+        sys.settrace(trace)
+        try:
+            ort.submit(call)
+        finally:
+            sys.settrace(None)
+    per_request = sum(counts.values()) / REQUESTS
+    assert per_request <= bound, (per_request, counts.most_common(20))

@@ -1,9 +1,10 @@
 """The shapes a graph stage serves, as the worker and the controller both check them.
 
-Shared by the worker and the controller (standard library + edge_contracts only): the
-controller refuses a request outside every declared shape before sending it, the worker
-checks again before running. The shape set itself is
-:class:`edge_contracts.shapesets.ShapeSet`; this module keeps the ORT-side names.
+Shared by the worker and the controller (standard library, numpy and edge_contracts
+only): the controller refuses a request outside every declared shape before sending it,
+the worker checks again before running; both read an array's spec with :func:`spec_of`.
+The shape set itself is :class:`edge_contracts.shapesets.ShapeSet`; this module keeps the
+ORT-side names.
 """
 
 from __future__ import annotations
@@ -11,12 +12,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from edge_contracts.shapesets import ShapeEntry, ShapeRefused, ShapeSet, Spec
+import numpy as np
 
-__all__ = ["BucketMismatch", "ServedShapes"]
+from edge_contracts.shapesets import ShapeEntry, ShapeRefused, ShapeSet, Spec
+from edge_contracts.tensors import dtype_of
+
+__all__ = ["BucketMismatch", "ServedShapes", "spec_of"]
 
 BucketMismatch = ShapeRefused
 """The error for inputs outside every served shape (the name earlier releases used)."""
+
+
+_WIRE_NAMES: dict[np.dtype[Any], str] = {}
+"""numpy dtype -> its wire dtype's name, kept as requests bring them (a handful)."""
+
+
+def spec_of(array: Any) -> tuple[str, tuple[int, ...]]:
+    """``(wire dtype name, shape)`` of ``array``, as a shape set matches it (per call).
+
+    Raises:
+        InvalidValue: for a dtype the wire does not carry (from
+            :func:`edge_contracts.tensors.dtype_of`; a refused dtype is never kept).
+    """
+    if type(array) is np.ndarray:  # its shape is a tuple of ints already
+        name = _WIRE_NAMES.get(array.dtype)
+        if name is None:
+            # str() of a DType (a StrEnum) is its value, without the enum's property
+            name = _WIRE_NAMES[array.dtype] = str(dtype_of(array))
+        return name, array.shape
+    return str(dtype_of(array)), tuple(int(d) for d in array.shape)
 
 
 class ServedShapes:

@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
-from edge_contracts.tensors import dtype_of
 from edge_core.artifacts import VerifiedBundle, verify_once
 from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.retire import RetireOutcome
@@ -29,6 +26,7 @@ from edge_core.placement import (
 from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
+from edge_ort.bucket import spec_of
 from edge_ort.options import (
     BASE_RAM_BYTES,
     BUNDLE_RAM_FACTOR,
@@ -50,13 +48,6 @@ __all__ = [
     "bucket_graphs",
     "estimate_demands",
 ]
-
-def _spec(array: Any) -> tuple[str, tuple[int, ...]]:
-    # str() of a DType (a StrEnum) is its value, without the enum's Python-level property
-    if type(array) is np.ndarray:  # its shape is a tuple of ints already
-        return str(dtype_of(array)), array.shape
-    return str(dtype_of(array)), tuple(int(d) for d in array.shape)
-
 
 def _shares(providers: Mapping[str, Any]) -> dict[str, ProviderShare]:
     return {name: ProviderShare(nodes=int(v["nodes"]), op_types=dict(v["op_types"]),
@@ -211,8 +202,12 @@ class OrtStage(WorkerStage):
     def run(self, request: StageRequest,
             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Refuse inputs outside every served shape before anything is sent."""
-        if self.shapes is not None:
-            self.shapes.match({name: _spec(array) for name, array in inputs.items()})
+        shapes = self.shapes
+        if shapes is not None:
+            specs = {}
+            for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
+                specs[name] = spec_of(array)
+            shapes.match(specs)
         return self.call(request, inputs)
 
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:

@@ -25,7 +25,6 @@ import numpy as np
 
 from edge_contracts.heap import apply_heap_policy, on_rest
 from edge_contracts.shapesets import ShapeEntry, ShapeSet
-from edge_contracts.tensors import dtype_of
 from edge_contracts.worker import BaseHandler, Call
 from edge_ort.assignment import (
     ASSIGNMENT_CONFIG_KEY,
@@ -33,7 +32,7 @@ from edge_ort.assignment import (
     from_profile,
     supports_assignment,
 )
-from edge_ort.bucket import ServedShapes
+from edge_ort.bucket import ServedShapes, spec_of
 from edge_ort.npz import load_npz
 from edge_ort.numerics import compare_outputs
 
@@ -133,20 +132,6 @@ def _static_outputs(outputs: list[Any]) -> list[tuple[str, tuple[int, ...], np.d
         found.append((str(output.name), tuple(shape), np_dtype,
                       int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize))
     return found
-
-
-_WIRE_NAMES: dict[np.dtype[Any], str] = {}
-"""numpy dtype -> its wire dtype's name, filled as requests bring them (a handful)."""
-
-
-def _spec(array: np.ndarray) -> tuple[str, tuple[int, ...]]:
-    if type(array) is np.ndarray:  # its shape is a tuple of ints already
-        name = _WIRE_NAMES.get(array.dtype)
-        if name is None:  # dtype_of refuses a type the wire does not carry (never kept)
-            # str() of a DType (a StrEnum) is its value, without the enum's property
-            name = _WIRE_NAMES[array.dtype] = str(dtype_of(array))
-        return name, array.shape
-    return str(dtype_of(array)), tuple(int(d) for d in array.shape)
 
 
 def _observed_outputs(
@@ -540,7 +525,7 @@ class OrtHandler(BaseHandler):
         total_ms = 0.0
         for case in self._cases():
             example = _load_npz(str(case["example_inputs"]))
-            specs = {n: _spec(a) for n, a in example.items()}
+            specs = {n: spec_of(a) for n, a in example.items()}
             if self._served is None:
                 self._served = ServedShapes(ShapeSet.single(specs))
             missing = sorted(set(session_inputs) - set(example))
@@ -607,7 +592,7 @@ class OrtHandler(BaseHandler):
         inputs = call.inputs
         specs = {}
         for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
-            specs[name] = _spec(array)
+            specs[name] = spec_of(array)
         entry = served.shapes.match(specs)
         bucket_sessions = self._bucket_sessions  # _session_for, inline
         session = (bucket_sessions.get(entry.name, self._session) if bucket_sessions

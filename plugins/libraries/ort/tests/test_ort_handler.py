@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.shapesets import ShapeSet
-from edge_ort.bucket import BucketMismatch
+from edge_ort.bucket import BucketMismatch, spec_of
 from edge_ort.numerics import compare_outputs
 from edge_ort.worker import OrtHandler
 
@@ -153,3 +154,18 @@ def test_the_distribution_owning_onnxruntime_is_read_from_its_record(tmp_path) -
     (site / "onnxruntime_directml-1.20.0.dist-info" / "RECORD").write_text(
         "onnxruntime\\capi\\x.py,sha256=y,2\nonnxruntime\\__init__.py,sha256=z,3\n")
     assert _distribution_in(str(site / "onnxruntime")) == "onnxruntime-directml"
+
+
+def test_spec_of_keeps_wire_names_and_refuses_an_unwired_dtype_every_time() -> None:
+    x = np.zeros((2, 3), np.float32)
+    assert spec_of(x) == ("float32", (2, 3))
+    assert spec_of(x) == ("float32", (2, 3))  # the kept name: the same answer
+    assert spec_of(np.zeros((2, 3), ">f4")) == ("float32", (2, 3))  # byte order aside
+    assert spec_of(np.zeros(3, np.float64)[::2]) == ("float64", (2,))
+    bad = np.zeros((2, 3), np.complex64)
+    for _ in range(2):  # a refused dtype is never kept: refused again, naming the value
+        with pytest.raises(InvalidValue, match="complex64"):
+            spec_of(bad)
+    shapes = ShapeSet.single({"x": ("float32", (2, 3))})
+    with pytest.raises(BucketMismatch, match=r"inputs\.x: .*'float64\[2, 3\]'"):
+        shapes.match({"x": spec_of(np.zeros((2, 3), np.float64))})

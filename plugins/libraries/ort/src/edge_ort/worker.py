@@ -611,9 +611,8 @@ class OrtHandler(BaseHandler):
                         raise
                     self._entry_outputs.pop(entry.name, None)
                     self._largest.pop(entry.name, None)
-        # The served set's entry names exactly the graph's inputs (warm-up checked each
-        # entry's example against them), and ONNX Runtime only reads the feed: the call's
-        # own dict is passed, not a copy.
+        # ONNX Runtime only reads the feed (and checks its names against the graph's
+        # itself): the call's own dict is passed, not a copy.
         values = session.run(self._output_names, inputs, self._run_options)
         return dict(zip(self._output_names, values, strict=True))
 

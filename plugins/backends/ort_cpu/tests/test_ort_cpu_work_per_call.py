@@ -3,8 +3,8 @@
 The calling thread's side of a tiny call (core's per-request path, which
 ``core/tests/runtime/test_calls_per_request.py`` bounds on an echo stage, plus the ORT
 stage's own: its ``edge_call`` hook and the served-shape check before sending) is counted
-over many requests on a real worker with a real onnxruntime session, after a warm-up:
-Python function calls with ``sys.setprofile`` and bytecode instructions with
+over many requests on a real worker with a real onnxruntime session (spinning off), after
+a warm-up: Python function calls with ``sys.setprofile`` and bytecode instructions with
 ``sys.settrace``'s opcode events. Counts, not timings. The worker's handler is bounded in
 ``plugins/libraries/ort/tests/test_ort_work_per_call.py``. Each bound sits a little above
 what the path costs now; raise one only for work a request needs.
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_contracts.waiting import SPIN_ENV
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
@@ -47,17 +48,22 @@ def tiny_call(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[],
     x = np.load(Path(bundle / "example_inputs.npz"))["x"]
     expected = np.load(Path(bundle / "expected.npz"))["y"]
 
-    with Pipeline.open(config, plugins, ledger) as pipeline:
-        def request() -> None:
-            result = pipeline.run({"x": x})
-            assert result.outputs["y"].shape == expected.shape
-            result.ack()
+    # Spinning off on both ends: a spin's loop runs as long as the wake-up takes, so its
+    # bytecodes are counted only where spinning is pinned (the controller's decision
+    # depends on a measured wake-up).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SPIN_ENV, "0")
+        with Pipeline.open(config, plugins, ledger) as pipeline:
+            def request() -> None:
+                result = pipeline.run({"x": x})
+                assert result.outputs["y"].shape == expected.shape
+                result.ack()
 
-        with pipeline.run({"x": x}) as first:
-            np.testing.assert_array_equal(first.outputs["y"], expected)
-        for _ in range(30):
-            request()
-        yield request
+            with pipeline.run({"x": x}) as first:
+                np.testing.assert_array_equal(first.outputs["y"], expected)
+            for _ in range(30):
+                request()
+            yield request
     assert ledger.is_empty()
 
 

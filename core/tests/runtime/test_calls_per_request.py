@@ -13,15 +13,14 @@ only for work a request needs.
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
+from itertools import repeat
 
 import numpy as np
 import pytest
 
 from edge_core.runtime import Pipeline
+from edge_core.testing.work_counts import bytecodes, python_calls
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -59,21 +58,8 @@ def _requests(pipeline: Pipeline) -> Callable[[], None]:
 def test_a_small_request_costs_a_bounded_number_of_python_calls(
     open_pipeline: OpenPipeline,
 ) -> None:
-    request = _requests(open_pipeline(echo_stage("s0")))
-    counts: Counter[str] = Counter()
-
-    def count(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-
-    sys.setprofile(count)
-    try:
-        for _ in range(REQUESTS):
-            request()
-    finally:
-        sys.setprofile(None)
-    per_request = (sum(counts.values()) - REQUESTS) / REQUESTS  # less request() itself
-    assert per_request <= MAX_PYTHON_CALLS, (per_request, counts.most_common(20))
+    count = python_calls(repeat(_requests(open_pipeline(echo_stage("s0"))), REQUESTS))
+    assert count.per_call <= MAX_PYTHON_CALLS, count
 
 
 def test_a_small_request_runs_a_bounded_number_of_bytecodes(
@@ -82,23 +68,5 @@ def test_a_small_request_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    request = _requests(open_pipeline(echo_stage("s0")))
-    counts: Counter[str] = Counter()
-    mine = request.__code__
-
-    def trace(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            return trace
-        if event == "opcode" and frame.f_code is not mine:  # less request() itself
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        for _ in range(REQUESTS):
-            request()
-    finally:
-        sys.settrace(None)
-    per_request = sum(counts.values()) / REQUESTS
-    assert per_request <= bound, (per_request, counts.most_common(20))
+    count = bytecodes(repeat(_requests(open_pipeline(echo_stage("s0"))), REQUESTS))
+    assert count.per_call <= bound, count

@@ -18,8 +18,9 @@ The graph and example-inputs paths being members is enforced by ``ArtifactManife
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,20 +120,26 @@ def load_npz(path: Path, field: str) -> dict[str, npt.NDArray[Any]]:
     archive beyond the bounds of :mod:`edge_contracts.npz_limits` (declared sizes,
     compression ratio, ``.npy`` headers that disagree with the declared sizes).
     """
-    import zipfile
-
     import numpy as np
 
+    with _npz_refusals(path, field), open(path, "rb") as handle:  # one file: checked, read
+        check_npz_file(handle, field)
+        handle.seek(0)
+        loaded = np.load(handle, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ReferenceRefused(field, "must be an .npz archive of named arrays",
+                                   path.name)
+        with loaded as archive:
+            return {name: archive[name] for name in archive.files}
+
+
+@contextlib.contextmanager
+def _npz_refusals(path: Path, field: str) -> Iterator[None]:
+    """Raise what reading the ``.npz`` at ``path`` raised as :class:`ReferenceRefused`."""
+    import zipfile
+
     try:
-        with open(path, "rb") as handle:  # one open file: checked, then read
-            check_npz_file(handle, field)
-            handle.seek(0)
-            loaded = np.load(handle, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise ReferenceRefused(field, "must be an .npz archive of named arrays",
-                                       path.name)
-            with loaded as archive:
-                return {name: archive[name] for name in archive.files}
+        yield
     except ArchiveRefused as exc:
         raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
     except MemoryError as exc:  # a bound above should make this unreachable
@@ -156,23 +163,11 @@ def npz_headers(path: Path, field: str) -> Mapping[str, ArrayHeader]:
     not read as an archive), but reads only each member's ``.npy`` header and streams the
     rest (:mod:`edge_core.artifacts.npz_headers`).
     """
-    import zipfile
-
-    try:
-        with open(path, "rb") as handle:
-            if handle.read(4) not in _ZIP_PREFIXES:  # numpy.load's own refusal, unchanged
-                return {name: ArrayHeader(array.dtype, tuple(array.shape))
-                        for name, array in load_npz(path, field).items()}
-            return read_npz_headers(handle, field)
-    except ArchiveRefused as exc:
-        raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
-    except MemoryError as exc:  # a bound above should make this unreachable
-        raise ReferenceRefused(field, f"does not fit in memory ({type(exc).__name__})",
-                               path.name) from None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise ReferenceRefused(
-            field, f"must be an .npz archive loadable without pickle ({exc})", path.name
-        ) from None
+    with _npz_refusals(path, field), open(path, "rb") as handle:
+        if handle.read(4) not in _ZIP_PREFIXES:  # numpy.load's own refusal, unchanged
+            return {name: ArrayHeader(array.dtype, tuple(array.shape))
+                    for name, array in load_npz(path, field).items()}
+        return read_npz_headers(handle, field)
 
 
 def specs_of_headers(headers: Mapping[str, ArrayHeader]) -> dict[str, Spec]:

@@ -13,11 +13,9 @@ what the path costs now; raise one only for work a request needs.
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import numpy as np
 import pytest
@@ -28,6 +26,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
+from edge_core.testing.work_counts import bytecodes, python_calls
 from edge_ort.bundles import write_add_relu_bundle
 
 REQUESTS = 100
@@ -70,20 +69,8 @@ def tiny_call(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[],
 def test_a_tiny_call_through_an_ort_stage_costs_a_bounded_number_of_python_calls(
     tiny_call: Callable[[], None],
 ) -> None:
-    counts: Counter[str] = Counter()
-
-    def count(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-
-    sys.setprofile(count)
-    try:
-        for _ in range(REQUESTS):
-            tiny_call()
-    finally:
-        sys.setprofile(None)
-    per_request = (sum(counts.values()) - REQUESTS) / REQUESTS  # less request() itself
-    assert per_request <= MAX_PYTHON_CALLS, (per_request, counts.most_common(20))
+    count = python_calls(repeat(tiny_call, REQUESTS))
+    assert count.per_call <= MAX_PYTHON_CALLS, count
 
 
 def test_a_tiny_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(
@@ -92,22 +79,5 @@ def test_a_tiny_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    counts: Counter[str] = Counter()
-    mine = tiny_call.__code__
-
-    def trace(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            return trace
-        if event == "opcode" and frame.f_code is not mine:  # less request() itself
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        for _ in range(REQUESTS):
-            tiny_call()
-    finally:
-        sys.settrace(None)
-    per_request = sum(counts.values()) / REQUESTS
-    assert per_request <= bound, (per_request, counts.most_common(20))
+    count = bytecodes(repeat(tiny_call, REQUESTS))
+    assert count.per_call <= bound, count

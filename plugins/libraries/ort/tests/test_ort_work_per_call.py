@@ -13,10 +13,9 @@ above what the handler costs now; raise one only for work a request needs.
 from __future__ import annotations
 
 import sys
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ import pytest
 
 from edge_contracts.headers import FrameHeader
 from edge_contracts.worker_call import Call
+from edge_core.testing.work_counts import bytecodes, python_calls
 from edge_ort.bundles import write_add_relu_bundle
 from edge_ort.worker import OrtHandler
 
@@ -67,31 +67,27 @@ def handler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OrtHandl
     ort.close()
 
 
+def _submits(ort: OrtHandler, x: Any) -> Iterator[Callable[[], object]]:
+    """After 30 unmeasured calls, ``REQUESTS`` steps: each the handler's submit of a call made
+    before the count starts."""
+    header = FrameHeader("request", "r", "s0", 0, 1)
+    for _ in range(30):
+        ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
+    for _ in range(REQUESTS):
+        call = Call(_ServeLoopStandIn(), header, {"x": x}, [])  # type: ignore[arg-type]
+        yield partial(ort.submit, call)
+
+
 def test_a_tiny_call_costs_the_ort_handler_a_bounded_number_of_python_calls(
     handler: tuple[OrtHandler, Any, Any],
 ) -> None:
     ort, x, expected = handler
+    count = python_calls(_submits(ort, x))
     header = FrameHeader("request", "r", "s0", 0, 1)
-    for _ in range(30):
-        ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
-    counts: Counter[str] = Counter()
-
-    def count(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-
-    for _ in range(REQUESTS):
-        call = Call(_ServeLoopStandIn(), header, {"x": x}, [])  # type: ignore[arg-type]
-        sys.setprofile(count)
-        try:
-            outputs = ort.submit(call)
-        finally:
-            sys.setprofile(None)
-        assert outputs is not None
+    outputs = ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
     assert outputs is not None
     np.testing.assert_array_equal(outputs["y"], expected)
-    per_request = sum(counts.values()) / REQUESTS
-    assert per_request <= MAX_HANDLER_CALLS, (per_request, counts.most_common(20))
+    assert count.per_call <= MAX_HANDLER_CALLS, count
 
 
 def test_a_tiny_call_runs_a_bounded_number_of_bytecodes_in_the_ort_handler(
@@ -101,26 +97,5 @@ def test_a_tiny_call_runs_a_bounded_number_of_bytecodes_in_the_ort_handler(
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
     ort, x, _ = handler
-    header = FrameHeader("request", "r", "s0", 0, 1)
-    for _ in range(30):
-        ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
-    counts: Counter[str] = Counter()
-
-    def trace(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            frame.f_trace_lines = False
-            return trace
-        if event == "opcode":
-            counts[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
-        return trace
-
-    for _ in range(REQUESTS):
-        call = Call(_ServeLoopStandIn(), header, {"x": x}, [])  # type: ignore[arg-type]
-        sys.settrace(trace)
-        try:
-            ort.submit(call)
-        finally:
-            sys.settrace(None)
-    per_request = sum(counts.values()) / REQUESTS
-    assert per_request <= bound, (per_request, counts.most_common(20))
+    count = bytecodes(_submits(ort, x))
+    assert count.per_call <= bound, count

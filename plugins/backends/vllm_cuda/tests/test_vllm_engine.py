@@ -75,18 +75,21 @@ def test_tokens_stream_in_seq_order_then_done_carries_every_token(generator: Pip
 
 
 def test_concurrent_requests_are_batched_and_each_completes(generator: Pipeline) -> None:
+    TOKENS = 192  # noqa: N806
     stage = generator.stage("gen")
     prompts = ["edge worker", "stream abort", "reserve pool device"]
-    # 64 tokens each: long enough that, even on a loaded host, the first request cannot
-    # finish before the last one has reached the engine (24 once could).
-    pendings = [stage.submit({}, params={"prompt": p, "max_tokens": 64, "temperature": 0.0,
+    # 192 tokens each: long enough that, even on a loaded host, the first request cannot
+    # finish before the last one has reached the engine (24 once could, and 64 did in two
+    # of three full runs on 2 cores: the worker counts each text prompt with the tokenizer
+    # before the engine sees it, on a thread that competes with the engine's).
+    pendings = [stage.submit({}, params={"prompt": p, "max_tokens": TOKENS, "temperature": 0.0,
                                          "ignore_eos": True}) for p in prompts]
     results = [p.result() for p in pendings]
     try:
         spans = []
         for result in results:
             assert result.events[-1].data["finish_reason"] == "length"
-            assert len(result.outputs["token_ids"]) == 64
+            assert len(result.outputs["token_ids"]) == TOKENS
             tokens = [e for e in result.events if e.kind is EventKind.TOKEN]
             spans.append((tokens[0].created_ns, tokens[-1].created_ns))
         # Every request produced its first token before any of them produced its last one:

@@ -40,7 +40,9 @@ __all__ = [
     "DET_WIDTH",
     "FLOAT",
     "REC_BATCHES",
+    "REC_BEST",
     "REC_CLASSES",
+    "REC_CONFIDENCE",
     "REC_HEIGHT",
     "REC_INPUT",
     "REC_OUTPUT",
@@ -92,6 +94,12 @@ REC_INPUT: Final = "x"
 """Input name of the recogniser."""
 REC_OUTPUT: Final = "softmax_11.tmp_0"
 """Output name of the recogniser: NxTxC per-step character probabilities."""
+REC_BEST: Final = "ctc_best"
+"""Output of the page pipeline's recogniser (its CTC head, :mod:`edge_ocr_example.ctc_head`):
+NxT int64, the best class of each step."""
+REC_CONFIDENCE: Final = "ctc_confidence"
+"""Output of the page pipeline's recogniser (its CTC head): NxT float32, the best class's
+probability at each step."""
 REC_STRIDE: Final = 8
 """The recogniser emits one time step per this many pixels of crop width."""
 REC_CLASSES: Final = 6625

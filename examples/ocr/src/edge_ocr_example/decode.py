@@ -16,7 +16,13 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from edge_ocr_example.buckets import CARRY_PREFIX, FLOAT, REC_OUTPUT
+from edge_ocr_example.buckets import (
+    CARRY_PREFIX,
+    FLOAT,
+    REC_BEST,
+    REC_CONFIDENCE,
+    REC_OUTPUT,
+)
 from edge_ocr_example.chunks import scatter
 from edge_ocr_example.errors import OcrError, TensorMismatch
 
@@ -25,9 +31,11 @@ __all__ = [
     "MIN_TEXT_SCORE",
     "TextLine",
     "character_table",
+    "ctc_best_decode",
     "ctc_greedy_decode",
     "decode",
     "load_characters",
+    "recogniser_decode",
 ]
 
 CHARACTERS_FILE: Final = "characters.txt"
@@ -83,8 +91,28 @@ def ctc_greedy_decode(
             f"expected N x T x {len(characters)}",
             probabilities.shape,
         )
-    best = probabilities.argmax(axis=2)
-    confidence = probabilities.max(axis=2)
+    return ctc_best_decode(probabilities.argmax(axis=2), probabilities.max(axis=2), characters)
+
+
+def ctc_best_decode(
+    best: np.ndarray, confidence: np.ndarray, characters: Sequence[str]
+) -> list[tuple[str, float]]:
+    """Decode ``N x T`` best classes and their probabilities to ``(text, score)`` per row.
+
+    What :func:`ctc_greedy_decode` does after its reductions (the recogniser's CTC head,
+    :mod:`edge_ocr_example.ctc_head`, does them in the graph): repeats collapsed, blanks
+    dropped, the score the mean probability of the steps kept (0.0 for an empty line).
+
+    Raises:
+        TensorMismatch: the arrays are not ``N x T`` alike, or a class is outside the table.
+
+    """
+    if best.ndim != 2 or confidence.shape != best.shape:
+        raise TensorMismatch("best", "expected N x T classes and N x T probabilities",
+                             (best.shape, confidence.shape))
+    if best.size and not 0 <= int(best.min()) <= int(best.max()) < len(characters):
+        raise TensorMismatch("best", f"expected classes in [0, {len(characters)})",
+                             (int(best.min()), int(best.max())))
     results: list[tuple[str, float]] = []
     for row, conf in zip(best, confidence, strict=True):
         keep = np.ones(row.shape, dtype=bool)
@@ -94,6 +122,30 @@ def ctc_greedy_decode(
         score = float(conf[keep].mean(dtype=np.float64)) if keep.any() else 0.0
         results.append((text, score))
     return results
+
+
+def recogniser_decode(
+    outputs: Mapping[str, Any], characters: Sequence[str]
+) -> list[tuple[str, float]]:
+    """``(text, score)`` per row of one recogniser call's outputs.
+
+    From its CTC head's best classes and probabilities (:data:`REC_BEST`,
+    :data:`REC_CONFIDENCE`) when it has them, else from its probabilities
+    (:data:`REC_OUTPUT`, a graph without the head): the same texts and scores.
+
+    Raises:
+        TensorMismatch: neither is there, or they are malformed.
+
+    """
+    if REC_BEST in outputs:
+        if REC_CONFIDENCE not in outputs:
+            raise TensorMismatch(REC_CONFIDENCE, "missing beside the best classes",
+                                 sorted(outputs))
+        return ctc_best_decode(np.asarray(outputs[REC_BEST]),
+                               np.asarray(outputs[REC_CONFIDENCE]), characters)
+    if REC_OUTPUT not in outputs:
+        raise TensorMismatch(REC_OUTPUT, "recogniser output missing", sorted(outputs))
+    return ctc_greedy_decode(np.asarray(outputs[REC_OUTPUT]), characters)
 
 
 def _carried(previous: Mapping[str, Any], name: str) -> np.ndarray:

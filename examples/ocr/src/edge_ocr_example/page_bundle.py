@@ -18,7 +18,9 @@ DB network downsamples by 32), ``B`` the classifier's batch of one call
 (:data:`edge_ocr_example.page_pipeline.BATCH`), ``R`` the recogniser's
 (:data:`edge_ocr_example.page_pipeline.REC_BATCH` unless ``--rec-batch``; the pipeline
 then needs ``EDGE_OCR_REC_BATCH`` at most ``R``). Recogniser rows are padded to widths of
-320, 640, 960 or 1280, so calls of similar lines batch together.
+320, 640, 960 or 1280, so calls of similar lines batch together. The recogniser's graph
+ends in its CTC head (:mod:`edge_ocr_example.ctc_head`): each step's best class and its
+probability instead of the ``N x T x 6625`` probabilities.
 
 The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
 :mod:`edge_ocr_example.page_pipeline`, the quality check
@@ -48,9 +50,11 @@ from typing import Any, Final
 import numpy as np
 import onnxruntime as ort
 
+from edge_ocr_example.buckets import REC_BEST, REC_CONFIDENCE
 from edge_ocr_example.bundle import ManifestWriter, edge_manifest
 from edge_ocr_example.bundle_layout import DESCRIPTION, MANIFEST, PIPELINE, graph_name
 from edge_ocr_example.chain import STAGES
+from edge_ocr_example.ctc_head import with_ctc_head
 from edge_ocr_example.decode import CHARACTERS_FILE, character_table
 from edge_ocr_example.errors import OcrError
 from edge_ocr_example.line_input import line_row
@@ -173,15 +177,16 @@ def _metadata(stage_id: str, producer: str, shapes: list[dict[str, Any]]) -> dic
     }
     if stage_id == "recognize":
         validation["characters"] = CHARACTERS_FILE
+    revision = (f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256:{WHEEL_SHA256}) "
+                f"{stage.graph_member}")
+    if stage_id == "recognize":
+        revision += f" with a CTC head ({REC_BEST}, {REC_CONFIDENCE}: edge_ocr_example.ctc_head)"
     return {
         "component": f"ocr-page-{stage_id}",
         "graph": graph_name(stage),
         "example_inputs": first["example_inputs"],
         "expected_outputs": first["expected_outputs"],
-        "checkpoint_revision": (
-            f"rapidocr-onnxruntime=={RAPIDOCR_VERSION} (wheel sha256:{WHEEL_SHA256}) "
-            f"{stage.graph_member}"
-        ),
+        "checkpoint_revision": revision,
         "precision": "float32",
         "layout": "NCHW",
         "exporter": producer or "unrecorded in the graph",
@@ -308,6 +313,7 @@ def build_page_bundles(
     if rec_batch < 1:
         raise OcrError("rec_batch", "must be at least 1", rec_batch)
     graphs = {s.id: read_graph(s.graph_member, wheel=wheel, cache_dir=cache_dir) for s in STAGES}
+    graphs["recognize"] = with_ctc_head(graphs["recognize"])
     runner = DirectRunner(graphs)
     dictionary = runner.metadata("recognize", "character")
     if not dictionary:

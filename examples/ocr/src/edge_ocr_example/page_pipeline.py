@@ -39,10 +39,12 @@ from edge_ocr_example.buckets import (
     CLS_OUTPUT,
     DET_INPUT,
     DET_OUTPUT,
+    REC_BEST,
+    REC_CONFIDENCE,
     REC_INPUT,
     REC_OUTPUT,
 )
-from edge_ocr_example.decode import CHARACTERS_FILE, ctc_greedy_decode, load_characters
+from edge_ocr_example.decode import CHARACTERS_FILE, load_characters, recogniser_decode
 from edge_ocr_example.errors import OcrError, TensorMismatch
 from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
 from edge_ocr_example.line_split import LinePiece
@@ -298,6 +300,21 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
     return Fanout(items=items, carry=carry)
 
 
+def _calls(outputs: Mapping[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Each recogniser call's outputs ``names`` (gathered lists in item order, or one call).
+
+    Raises:
+        TensorMismatch: the names' lists differ in length.
+
+    """
+    columns = [outputs.get(name, []) for name in names]
+    columns = [[c] if isinstance(c, np.ndarray) else list(c) for c in columns]
+    if len({len(c) for c in columns}) > 1:
+        raise TensorMismatch(f"outputs{list(names)}", "expected as many calls of each",
+                             [len(c) for c in columns])
+    return [dict(zip(names, parts, strict=True)) for parts in zip(*columns, strict=True)]
+
+
 @functools.lru_cache(maxsize=4)
 def _characters(path: str) -> tuple[str, ...]:
     return load_characters(Path(path))
@@ -318,11 +335,11 @@ def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
     characters = _characters(str(Path(directory) / CHARACTERS_FILE))
     pieces = np.asarray(outputs[_PIECES], dtype=_INT).reshape(-1, 4)
     decoded: list[tuple[str, float]] = []
-    parts = outputs.get(REC_OUTPUT, [])
-    for part in [parts] if isinstance(parts, np.ndarray) else parts:
-        decoded.extend(ctc_greedy_decode(np.asarray(part), characters))
+    name = REC_BEST if REC_BEST in outputs else REC_OUTPUT
+    for call in _calls(outputs, (name, REC_CONFIDENCE) if name == REC_BEST else (name,)):
+        decoded.extend(recogniser_decode(call, characters))
     if len(decoded) != len(pieces):
-        raise TensorMismatch(f"outputs[{REC_OUTPUT!r}]", f"expected {len(pieces)} rows",
+        raise TensorMismatch(f"outputs[{name!r}]", f"expected {len(pieces)} rows",
                              len(decoded))
     keyed: Sequence[tuple[int, LinePiece]] = [
         (int(line), LinePiece(int(x0), int(x1), bool(space))) for line, x0, x1, space in pieces

@@ -32,9 +32,8 @@ from edge_ocr_example.buckets import (
     DET_INPUT,
     DET_OUTPUT,
     REC_INPUT,
-    REC_OUTPUT,
 )
-from edge_ocr_example.decode import MIN_TEXT_SCORE, TextLine, ctc_greedy_decode
+from edge_ocr_example.decode import MIN_TEXT_SCORE, TextLine, recogniser_decode
 from edge_ocr_example.layout import reading_order
 from edge_ocr_example.line_input import fit_width, line_row, pick_width
 from edge_ocr_example.line_split import REC_MAX_WIDTH, LinePiece, join_pieces, split_line
@@ -250,8 +249,11 @@ def read_page(
         by_width.setdefault(row.row.shape[2], []).append(index)
     for members in by_width.values():
         stacked = np.stack([rows[i].row for i in members])
-        probs = _batched(run_stage, "recognize", REC_INPUT, REC_OUTPUT, stacked, batch)
-        for i, result in zip(members, ctc_greedy_decode(probs, characters), strict=True):
+        results = [result for start in range(0, len(stacked), batch)
+                   for result in recogniser_decode(
+                       run_stage("recognize", {REC_INPUT: stacked[start : start + batch]}),
+                       characters)]
+        for i, result in zip(members, results, strict=True):
             decoded[i] = result
     return assemble(np.stack([line.quad for line in lines]), [line.turns for line in lines],
                     [(row.line, row.piece) for row in rows], [d for d in decoded if d is not None])

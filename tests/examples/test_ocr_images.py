@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edge_ocr_example.images import ImageInputError, read_image
+from edge_ocr_example.images import ImageInputError, read_image, to_rgb
 
 
 def _page() -> np.ndarray:
@@ -132,3 +132,15 @@ def test_a_decompression_bomb_is_refused_before_decoding(tmp_path: Path) -> None
     assert (tmp_path / "bomb.png").stat().st_size < 100_000
     with pytest.raises(ImageInputError, match=r"3000x3000 pixels exceeds the limit of 1000000"):
         read_image(tmp_path / "bomb.png", max_pixels=1_000_000)
+
+
+def test_an_upright_rgb_image_is_read_as_its_own_pixels_into_an_array_of_its_own() -> None:
+    pixels = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 1  # upright: nothing to turn
+    image.info["exif"] = exif.tobytes()
+    rgb = to_rgb(image)
+    assert np.array_equal(rgb, pixels) and rgb.flags.writeable
+    rgb[0, 0] = 255  # the caller's image is not changed
+    assert np.array_equal(np.asarray(image), pixels)

@@ -89,6 +89,37 @@ def test_convex_hull_drops_inner_and_collinear_points() -> None:
     assert sorted(map(tuple, hull.tolist())) == [(0, 0), (0, 3), (4, 0), (4, 3)]
 
 
+def test_convex_hull_equals_the_chain_over_numpys_unique_points() -> None:
+    # the hull sorts and de-duplicates its points faster than np.unique(axis=0): same hull
+    rng = np.random.default_rng(4)
+    clouds = [rng.integers(-40, 40, size=(int(rng.integers(3, 300)), 2)).astype(float)
+              for _ in range(200)]
+    clouds += [rng.normal(size=(50, 2)) * 10 for _ in range(50)]
+    clouds.append(np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 0.0], [1.0, 3.0], [0.0, 1.0]]))
+    for points in clouds:
+        unique = np.unique(points, axis=0)
+        expected = unique if len(unique) <= 2 else _chain_reference(unique)
+        np.testing.assert_array_equal(convex_hull(points), expected)
+    with_nan = np.array([[0.0, 0.0], [1.0, np.nan], [2.0, 0.0], [1.0, 2.0]])
+    assert convex_hull(with_nan).shape[1] == 2  # np.unique's path, as before
+
+
+def _chain_reference(unique: np.ndarray) -> np.ndarray:
+    """Andrew's monotone chain, written out again, over points sorted by x then y."""
+    def chain(points: list[list[float]]) -> list[list[float]]:
+        hull: list[list[float]] = []
+        for p in points:
+            while len(hull) >= 2 and ((hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1])
+                                      - (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0])
+                                      <= 1e-9):
+                hull.pop()
+            hull.append(p)
+        return hull
+
+    rows = unique.tolist()
+    return np.asarray(chain(rows)[:-1] + chain(rows[::-1])[:-1])
+
+
 @pytest.mark.parametrize("degrees", [0.0, 7.0, -10.0, 33.0, 90.0])
 def test_min_area_rect_recovers_a_rotated_rectangle(degrees: float) -> None:
     rect = _rotated(100, 80, 60, 12, degrees)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from edge_ocr_example.errors import OcrError
 
@@ -39,6 +39,8 @@ IMAGE_SUFFIXES: Final = (
 """File name suffixes taken as images when a directory is read (lower case)."""
 
 _PAPER: Final = (255, 255, 255)
+_TURNED: Final = frozenset(range(2, 9))
+"""EXIF orientations other than upright (1): the image is flipped or turned."""
 
 
 class ImageInputError(OcrError):
@@ -71,7 +73,8 @@ def to_rgb(image: Image.Image) -> np.ndarray:
         ImageInputError: the image has no pixels.
 
     """
-    image = ImageOps.exif_transpose(image) or image
+    if image.getexif().get(ExifTags.Base.Orientation, 1) in _TURNED:
+        image = ImageOps.exif_transpose(image) or image  # else it would return a copy
     if image.width == 0 or image.height == 0:
         raise ImageInputError("image", "the image has no pixels", image.size)
     if image.mode == "P" or image.mode == "PA":
@@ -82,7 +85,7 @@ def to_rgb(image: Image.Image) -> np.ndarray:
         paper = Image.new("RGBA", image.size, (*_PAPER, 255))
         paper.alpha_composite(image.convert("RGBA"))
         image = paper
-    rgb = image.convert("RGB")
+    rgb = image if image.mode == "RGB" else image.convert("RGB")  # RGB: it would copy
     return np.asarray(rgb, dtype=np.uint8).copy()
 
 

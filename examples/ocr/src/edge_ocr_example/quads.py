@@ -36,7 +36,7 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
     """
     if points.ndim != 2 or points.shape[1] != 2 or len(points) == 0:
         raise TensorMismatch("points", "expected a non-empty (N, 2) array", points.shape)
-    unique = np.unique(np.asarray(points, dtype=np.float64), axis=0)  # sorted by x, then y
+    unique = _sorted_unique(np.asarray(points, dtype=np.float64))
     if len(unique) <= 2:
         return unique
     pts = unique.tolist()
@@ -55,6 +55,23 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
     lower = chain(pts)
     upper = chain(pts[::-1])
     return np.asarray(lower[:-1] + upper[:-1], dtype=np.float64)
+
+
+def _sorted_unique(points: np.ndarray) -> np.ndarray:
+    """The distinct points sorted by x, then y: ``np.unique(points, axis=0)``, faster.
+
+    ``np.unique`` along an axis sorts the rows as records, several times slower than a
+    lexsort of the two columns for the few hundred corners of a text component. Finite
+    points only (-0.0 read as 0.0); others go to ``np.unique``.
+    """
+    if not np.isfinite(points).all():
+        return np.unique(points, axis=0)
+    points = points + 0.0  # -0.0 -> 0.0: equal points compare and print alike
+    ordered = points[np.lexsort((points[:, 1], points[:, 0]))]
+    distinct = np.empty(len(ordered), dtype=bool)
+    distinct[:1] = True
+    np.any(ordered[1:] != ordered[:-1], axis=1, out=distinct[1:])
+    return ordered[distinct]
 
 
 def order_corners(corners: np.ndarray) -> np.ndarray:

@@ -32,9 +32,12 @@ same order (length, version, features, tensor count, every field and tensor entr
 bytes, payload length), so a refusal raises the same error class naming the same field;
 it reads no byte past the header. A stream repeats the same few inline tensor lists, so
 the parsed entries are kept per distinct entry bytes (bounded): an entry list already
-checked is not parsed or validated again (entries with a shared-memory ref, whose
-generation changes, and lists over 2 KiB are always parsed, so the cache holds at most
-1024 x 2 KiB). Whole headers are kept the same way, per reader limits, without their
+checked is not parsed or validated again (lists over 2 KiB are always parsed, so the
+cache holds at most 1024 x 2 KiB). A list with shared-memory refs is kept by its bytes
+without the refs' generations (a producer stamps a new one on every lease): a later list
+equal but for those takes each ref's generation from its own bytes, checked as
+:class:`~edge_contracts.headers.ShmRef` checks it (a generation the parser refuses, or a
+frame without the ``shm-tensors`` bit, goes through the full parser). Whole headers are kept the same way, per reader limits, without their
 request id and event block: a header equal to a kept one but for those two parts is
 built from it after its own id and block pass the same checks (anything else differing,
 or any check failing, goes through the full parser and its errors). Headers with a
@@ -62,6 +65,7 @@ from edge_contracts.headers import (
     check_totals,
     prechecked_header,
     tensor_totals,
+    with_generation,
 )
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.protocol import (
@@ -282,6 +286,40 @@ _SPEC_BYTES: dict[int, tuple[TensorSpec, bytes]] = {}  # id(spec) -> (spec, its 
 # inline entry bytes -> (checked entries, inline bytes, total bytes, some entry is bfloat16)
 _PARSED: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
 _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
+# entry bytes without their references' generations -> as _PARSED, with the generations
+# of the frame they were checked in (replaced by each later frame's own)
+_PARSED_REFS: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
+
+
+def _without_generations(entries: bytes, count: int) -> tuple[bytes, list[int]] | None:
+    """``entries`` (``count`` tensor entries) without each reference's generation, and those.
+
+    Walks the entries by their own lengths, checking nothing else; None when they do not
+    add up (the full parser then says what is wrong). The generations are 8 bytes at a
+    place the bytes before them fix, so the rest of the bytes and the generations give
+    back the entries exactly: two lists with the same rest differ only in generations.
+    """
+    parts: list[bytes] = []
+    generations: list[int] = []
+    size = len(entries)
+    at = start = 0
+    for _ in range(count):
+        if at + _TENSOR.size > size:
+            return None
+        name_len, _, ndim, has_ref, _ = _TENSOR.unpack_from(entries, at)
+        at += _TENSOR.size + 8 * ndim + name_len
+        if has_ref:
+            if has_ref > 1 or at + _REF.size > size:
+                return None
+            segment_len, _, generation = _REF.unpack_from(entries, at)
+            parts.append(entries[start : at + 10])  # up to the generation ("<HQ" before it)
+            generations.append(generation)
+            start = at + _REF.size
+            at = start + segment_len
+    if at != size or not generations:
+        return None
+    parts.append(entries[start:])
+    return b"".join(parts), generations
 
 
 def _spec_bytes(spec: TensorSpec) -> bytes:
@@ -380,8 +418,19 @@ def parse_binary_header(
     known = _PARSED.get(key) if cached else None
     if known is not None and len(known[0]) != count:  # same bytes, another count: parse
         known = None
+    masked: tuple[bytes, list[int]] | None = None
+    if known is None and cached and _PARSED_REFS and FEATURE_SHM_TENSORS in features:
+        masked = _without_generations(key, count)
+        if masked is not None:
+            known = _PARSED_REFS.get(masked[0])
+            if known is not None and (len(known[0]) != count or max(masked[1]) > INT64_MAX):
+                known = None  # another count, or a generation the full parser refuses
     specs: tuple[TensorSpec, ...]
-    if known is not None:
+    if known is not None and masked is not None:  # the same entries, new generations
+        generations = iter(masked[1])
+        specs = tuple([spec if spec.ref is None else with_generation(spec, next(generations))
+                       for spec in known[0]])
+    elif known is not None:
         specs = known[0]
     elif not count:
         specs = ()
@@ -429,11 +478,18 @@ def parse_binary_header(
         inline, total = known[1], known[2]  # checked as a list when it was cached
     else:
         inline, total = tensor_totals(specs, features)
-        if cached and known is None and all(spec.ref is None for spec in specs):
-            if len(_PARSED) >= 1024:
-                _PARSED.clear()
+        if cached and known is None:
             bf16 = any(spec.dtype is DType.BFLOAT16 for spec in specs)
-            _PARSED[key] = (specs, inline, total, bf16)
+            if all(spec.ref is None for spec in specs):
+                if len(_PARSED) >= 1024:
+                    _PARSED.clear()
+                _PARSED[key] = (specs, inline, total, bf16)
+            else:
+                masked = _without_generations(key, count)
+                if masked is not None:
+                    if len(_PARSED_REFS) >= 1024:
+                        _PARSED_REFS.clear()
+                    _PARSED_REFS[masked[0]] = (specs, inline, total, bf16)
     header = prechecked_header(
         _OPS[code],
         request_id,

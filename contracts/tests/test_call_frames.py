@@ -137,3 +137,41 @@ def test_a_missing_event_block_is_refused_even_with_a_template() -> None:
     with pytest.raises(HeaderMalformed) as refused:
         encode_call_frame(OP_EVENT, "r2", "det", 2, 7, (), [], features, event_meta=b"")
     assert refused.value.field == "header.event"
+
+
+@pytest.mark.parametrize(("segments", "unlink", "gone"), [
+    ([["edge_0123abcd_0123456789abcdef", 7]], [], []),
+    ([], [["edge_0123abcd_0123456789abcdef", 2**63 - 1]], []),
+    ([["a", 0], ["b.c-d_e", 12]], [["f", 3]], ["edge_0123abcd_fedcba9876543210", "g"]),
+    ([], [], ["edge_0123abcd_fedcba9876543210"]),
+])
+def test_an_ack_frame_equals_encode_frame_s_and_reads_back(
+    segments: list[list[Any]], unlink: list[list[Any]], gone: list[str],
+) -> None:
+    from edge_contracts.call_frames import encode_ack_frame
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.protocol import OP_ACK
+
+    meta: dict[str, Any] = {"segments": segments}
+    if unlink:
+        meta["unlink"] = unlink
+    if gone:
+        meta["gone"] = gone
+    header = FrameHeader(OP_ACK, "", "", 0, 5, meta=meta)
+    (want,) = encode_frame(header, [], binary=True)
+    raw = encode_ack_frame(5, segments, unlink, gone)
+    assert raw == bytes(want)
+    assert decode_frame(raw, LIMITS).header == header
+
+
+@pytest.mark.parametrize(("segments", "gone"), [
+    ([["edge\"x", 1]], []), ([["", 1]], []), ([["a" * 129, 1]], []), ([["a", -1]], []),
+    ([["a", 2**63]], []), ([["a", True]], []), ([[1, 1]], []), ([], ["bad\\name"]),
+])
+def test_an_ack_frame_refuses_what_is_not_a_segment_and_generation(
+    segments: list[list[Any]], gone: list[str],
+) -> None:
+    from edge_contracts.call_frames import encode_ack_frame
+
+    with pytest.raises(HeaderMalformed):
+        encode_ack_frame(5, segments, (), gone)

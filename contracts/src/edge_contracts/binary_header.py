@@ -47,7 +47,9 @@ shared-memory entry, an event block beside JSON meta, or over 4 KiB are never ke
 from __future__ import annotations
 
 import json
+import re
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from edge_contracts.dtypes import DType
@@ -89,6 +91,8 @@ __all__ = [
     "EVENT_BLOCK",
     "FIXED",
     "KIND_CODES",
+    "ack_pairs_text",
+    "encode_ack_header",
     "encode_binary_header",
     "encode_event_header",
     "event_block",
@@ -110,6 +114,7 @@ _OPS: tuple[str, ...] = ("", OP_RUN, OP_GENERATE, OP_EVENT, OP_ACK)
 BINARY_OPS: frozenset[str] = frozenset(_OPS[1:])
 """The ops that may travel with a binary header."""
 _OP_CODES = {op: code for code, op in enumerate(_OPS) if op}
+_ACK_CODE = _OP_CODES[OP_ACK]
 
 _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_SHM_TENSORS,
@@ -175,6 +180,66 @@ def encode_binary_header(header: FrameHeader) -> bytes:
         plain = {key: value for key, value in plain.items() if key not in _EVENT_KEYS}
     meta = _ENCODER.encode(plain).encode() if plain else b""
     return _assemble(header, code, bits, meta, block)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # ShmRef's segment names: no JSON escape
+
+
+def ack_pairs_text(pairs: Sequence[Sequence[Any]]) -> str:
+    """``[[segment, generation], ...]`` as the compact JSON text :func:`encode_binary_header`
+    writes for it.
+
+    For the per-call paths' own acknowledgements, whose pairs come from checked
+    references (:func:`~edge_contracts.wire.refs_of`) or the side's own producer: a
+    segment name is 1-128 of ``[A-Za-z0-9_.-]`` (nothing JSON escapes; checked here, in C)
+    and a generation an ``int`` in 0..INT64_MAX (checked too).
+
+    Raises:
+        HeaderMalformed: a pair that is not such a name and generation (field
+            ``header.meta``).
+
+    """
+    items = []
+    for segment, generation in pairs:
+        if (type(segment) is not str or _PLAIN_NAME.fullmatch(segment) is None
+                or type(generation) is not int or not 0 <= generation <= INT64_MAX):
+            raise HeaderMalformed("header.meta", [segment, generation],
+                                  "an acknowledged pair must be [segment name, generation]")
+        items.append(f'["{segment}",{generation}]')
+    return "[" + ",".join(items) + "]"
+
+
+def encode_ack_header(
+    generation: int,
+    segments: Sequence[Sequence[Any]],
+    unlink: Sequence[Sequence[Any]] = (),
+    gone: Sequence[str] = (),
+) -> bytes:
+    """An ``ack`` frame's binary header, its ``meta`` written as text directly.
+
+    The bytes :func:`encode_binary_header` writes for ``FrameHeader("ack", "", "", 0,
+    generation, meta=...)`` with ``meta`` ``{"segments": segments}``, plus ``"unlink"`` and
+    ``"gone"`` when not empty (in that order), without freezing a mapping only to thaw and
+    encode it again: an acknowledgement is sent on every call that read shared memory.
+    ``generation`` is the channel's worker generation, checked once by the caller; the
+    pairs are checked by :func:`ack_pairs_text`, the names in ``gone`` the same way.
+
+    Raises:
+        HeaderMalformed: a pair or name that :func:`ack_pairs_text` refuses.
+
+    """
+    parts = ['{"segments":', ack_pairs_text(segments)]
+    if unlink:
+        parts += (',"unlink":', ack_pairs_text(unlink))
+    if gone:
+        for name in gone:
+            if type(name) is not str or _PLAIN_NAME.fullmatch(name) is None:
+                raise HeaderMalformed("header.meta.gone", name, "must be a segment name")
+        parts += (',"gone":["', '","'.join(gone), '"]')
+    parts.append("}")
+    meta = "".join(parts).encode()
+    return FIXED.pack(PROTOCOL_VERSION, _ACK_CODE, 0, 0, 0, 0, 0, len(meta), 0,
+                      generation) + meta
 
 
 def event_block(seq: object, kind: object, created_ns: object, op: str = OP_EVENT) -> bytes:

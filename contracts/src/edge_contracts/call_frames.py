@@ -16,6 +16,10 @@ and the meta. A frame with a shared-memory entry (its generation changes call af
 call), with non-empty request params, or with event meta over 256 bytes is encoded in
 full every time. At most 1024 templates are kept; then they are dropped and rebuilt.
 
+An acknowledgement (:func:`encode_ack_frame`) has no template: its meta lists the
+segments and generations it acknowledges, which change call after call; its header is
+written directly (:func:`~edge_contracts.binary_header.encode_ack_header`).
+
 For per-call paths whose values were checked once already (see
 :func:`~edge_contracts.headers.prechecked_header`): entries made by the tensor packer,
 payloads its contiguous byte views, one per inline entry, in order.
@@ -24,14 +28,15 @@ payloads its contiguous byte views, one per inline entry, in order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, FIXED
+from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, FIXED, encode_ack_header
 from edge_contracts.headers import TensorSpec, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, OP_EVENT
 from edge_contracts.wire import PREFIX, encode_frame
 
-__all__ = ["MAX_TEMPLATES", "encode_call_frame", "template_count"]
+__all__ = ["MAX_TEMPLATES", "encode_ack_frame", "encode_call_frame", "template_count"]
 
 MAX_TEMPLATES = 1024
 """Most header templates kept at once (then all are dropped and made again)."""
@@ -96,3 +101,19 @@ def encode_call_frame(
             _TEMPLATES.clear()
         _TEMPLATES[key] = (raw[: FIXED.size], stage, raw[tail_at:], block, inline, specs)
     return parts
+
+
+def encode_ack_frame(
+    generation: int,
+    segments: Sequence[Sequence[Any]],
+    unlink: Sequence[Sequence[Any]] = (),
+    gone: Sequence[str] = (),
+) -> bytes:
+    """Return the ``ack`` frame ``encode_frame`` writes on a binary channel, as one buffer.
+
+    ``meta`` is ``{"segments": segments}`` plus ``"unlink"`` and ``"gone"`` when not empty
+    (see :func:`~edge_contracts.binary_header.encode_ack_header`, which checks the pairs and
+    names); ``generation`` the channel's worker generation, checked once already.
+    """
+    raw = encode_ack_header(generation, segments, unlink, gone)
+    return PREFIX.pack(BINARY_MAGIC, len(raw), 0) + raw

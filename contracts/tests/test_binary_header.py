@@ -270,3 +270,15 @@ def test_a_cached_entry_list_is_not_taken_for_another_tensor_count() -> None:
     with pytest.raises(DescriptorInvalid) as refused:
         parse_raw(bytes(raw))
     assert refused.value.field.startswith("header.tensors[1]")
+
+
+def test_ack_headers_are_never_kept() -> None:
+    """An ack's meta lists generations, new on every call: kept, it would only push out the
+    headers that repeat."""
+    binary_header._KEPT.clear()
+    for generation in range(3):
+        header = FrameHeader("ack", "", "", 0, 1, meta={"segments": [["edge_seg", generation]]})
+        assert parse_raw(raw_of(header)) == header
+    assert binary_header._KEPT == {}
+    parse_raw(raw_of(FrameHeader("run", "r1", "s", 0, 1, (X,))))
+    assert len(binary_header._KEPT) == 1

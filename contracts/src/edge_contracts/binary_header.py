@@ -41,7 +41,8 @@ frame without the ``shm-tensors`` bit, goes through the full parser). Whole head
 request id and event block: a header equal to a kept one but for those two parts is
 built from it after its own id and block pass the same checks (anything else differing,
 or any check failing, goes through the full parser and its errors). Headers with a
-shared-memory entry, an event block beside JSON meta, or over 4 KiB are never kept.
+shared-memory entry, an event block beside JSON meta, an ``ack`` (its meta lists
+generations), or over 4 KiB are never kept.
 """
 
 from __future__ import annotations
@@ -409,11 +410,13 @@ def parse_binary_header(
     *,
     payload_len: int | None = None,
     json_decoder: json.JSONDecoder,
+    kept: bool = True,
 ) -> FrameHeader:
     """Parse and check a binary header against ``limits``, allocating no payload.
 
     ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
-    NaN). Checks and errors are those of :func:`edge_contracts.wire.parse_header`, plus
+    NaN); ``kept=False`` skips looking for a kept equal header (:func:`kept_header`)
+    first, for a caller that has just looked. Checks and errors are those of :func:`edge_contracts.wire.parse_header`, plus
     the layout's own: every length inside the header, the op code and the feature bits.
 
     Raises:
@@ -421,7 +424,7 @@ def parse_binary_header(
         DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
 
     """
-    if type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
+    if kept and type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
         found = kept_header(raw, limits, payload_len)
         if found is not None:
             return found
@@ -510,6 +513,11 @@ def parse_binary_header(
                 "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
             )
         specs = tuple(parsed)
+    has_refs = False
+    for spec in specs:  # a loop, not any(): no call per frame
+        if spec.ref is not None:
+            has_refs = True
+            break
     at = end
     if size - at != meta_len:
         raise HeaderMalformed(
@@ -545,7 +553,7 @@ def parse_binary_header(
         inline, total = tensor_totals(specs, features)
         if cached and known is None:
             bf16 = any(spec.dtype is DType.BFLOAT16 for spec in specs)
-            if all(spec.ref is None for spec in specs):
+            if not has_refs:
                 if len(_PARSED) >= 1024:
                     _PARSED.clear()
                 _PARSED[key] = (specs, inline, total, bf16)
@@ -570,7 +578,7 @@ def parse_binary_header(
     )
     check_totals(header, limits, payload_len)
     if (type(raw) is bytes and size <= _KEPT_HEADER_BYTES and not (fields and meta_len)
-            and all(spec.ref is None for spec in specs)):
+            and not has_refs and code != _ACK_CODE):  # an ack's meta differs every call
         _keep_header(raw, limits, header, request_len, stage_len, fields is not None)
     return header
 

@@ -92,7 +92,12 @@ def encode_call_frame(
     parts = encode_frame(header, payloads, binary=True, event_meta=event_meta,
                          event_block=event_block)
     first = parts[0]
-    if key is not None and first[:4] == BINARY_MAGIC and all(s.ref is None for s in specs):
+    plain = key is not None and first[:4] == BINARY_MAGIC
+    for spec in specs:  # a loop, not all(): no generator per frame
+        if spec.ref is not None:
+            plain = False
+            break
+    if plain:
         raw = bytes(first[PREFIX.size :])
         stage = stage_id.encode()
         block = EVENT_BLOCK.size if op == OP_EVENT and FEATURE_EVENT_FIELDS in features else 0

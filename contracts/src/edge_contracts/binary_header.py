@@ -99,6 +99,7 @@ __all__ = [
     "event_block",
     "kept_header",
     "parse_binary_header",
+    "split_generations",
 ]
 
 BINARY_MAGIC = b"EDGB"
@@ -357,15 +358,18 @@ _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cach
 _PARSED_REFS: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
 
 
-def _without_generations(entries: bytes, count: int) -> tuple[bytes, list[int]] | None:
-    """``entries`` (``count`` tensor entries) without each reference's generation, and those.
+def split_generations(entries: bytes, count: int) -> tuple[list[bytes], list[int]] | None:
+    """``entries`` (``count`` tensor entries) cut around each reference's generation.
 
-    Walks the entries by their own lengths, checking nothing else; None when they do not
-    add up (the full parser then says what is wrong). The generations are 8 bytes at a
-    place the bytes before them fix, so the rest of the bytes and the generations give
-    back the entries exactly: two lists with the same rest differ only in generations.
+    Returns the pieces around the generations (one more than the generations) and the
+    generations, or None when the entries hold no reference or do not add up (walked by
+    their own lengths, checking nothing else: the full parser says what is wrong). The
+    generations are 8 bytes at a place the bytes before them fix, so the pieces and the
+    generations give back the entries exactly: two lists with the same pieces differ only
+    in generations. A reader keeps checked entries by their pieces; a sender keeps the
+    pieces of its own entries and writes each frame's generations between them.
     """
-    parts: list[bytes] = []
+    pieces: list[bytes] = []
     generations: list[int] = []
     size = len(entries)
     at = start = 0
@@ -378,14 +382,14 @@ def _without_generations(entries: bytes, count: int) -> tuple[bytes, list[int]] 
             if has_ref > 1 or at + _REF.size > size:
                 return None
             segment_len, _, generation = _REF.unpack_from(entries, at)
-            parts.append(entries[start : at + 10])  # up to the generation ("<HQ" before it)
+            pieces.append(entries[start : at + 10])  # up to the generation ("<HQ" before it)
             generations.append(generation)
             start = at + _REF.size
             at = start + segment_len
     if at != size or not generations:
         return None
-    parts.append(entries[start:])
-    return b"".join(parts), generations
+    pieces.append(entries[start:])
+    return pieces, generations
 
 
 def _spec_bytes(spec: TensorSpec) -> bytes:
@@ -469,8 +473,11 @@ def parse_binary_header(
     if generation > INT64_MAX:
         raise HeaderMalformed("header.generation", generation, f"must be <= {INT64_MAX}")
     at = FIXED.size
-    request_id, at = _text(view, at, request_len, "header.request_id", HeaderMalformed)
-    stage_id, at = _text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+    # connection-level frames (an ack) have neither id: no call for an empty one
+    request_id, at = (_text(view, at, request_len, "header.request_id", HeaderMalformed)
+                      if request_len else ("", at))
+    stage_id, at = (_text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+                    if stage_len else ("", at))
     fields: tuple[int, int, int] | None = None
     if bits & _EVENT_BIT:
         fields, at = _event_fields(view, at, code)
@@ -486,11 +493,11 @@ def parse_binary_header(
     known = _PARSED.get(key) if cached else None
     if known is not None and len(known[0]) != count:  # same bytes, another count: parse
         known = None
-    masked: tuple[bytes, list[int]] | None = None
+    masked: tuple[list[bytes], list[int]] | None = None
     if known is None and cached and _PARSED_REFS and FEATURE_SHM_TENSORS in features:
-        masked = _without_generations(key, count)
+        masked = split_generations(key, count)
         if masked is not None:
-            known = _PARSED_REFS.get(masked[0])
+            known = _PARSED_REFS.get(b"".join(masked[0]))
             if known is not None and (len(known[0]) != count or max(masked[1]) > INT64_MAX):
                 known = None  # another count, or a generation the full parser refuses
     specs: tuple[TensorSpec, ...]
@@ -558,11 +565,11 @@ def parse_binary_header(
                     _PARSED.clear()
                 _PARSED[key] = (specs, inline, total, bf16)
             else:
-                masked = _without_generations(key, count)
+                masked = split_generations(key, count)
                 if masked is not None:
                     if len(_PARSED_REFS) >= 1024:
                         _PARSED_REFS.clear()
-                    _PARSED_REFS[masked[0]] = (specs, inline, total, bf16)
+                    _PARSED_REFS[b"".join(masked[0])] = (specs, inline, total, bf16)
     header = prechecked_header(
         _OPS[code],
         request_id,

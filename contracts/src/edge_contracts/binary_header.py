@@ -37,12 +37,12 @@ cache holds at most 1024 x 2 KiB). A list with shared-memory refs is kept by its
 without the refs' generations (a producer stamps a new one on every lease): a later list
 equal but for those takes each ref's generation from its own bytes, checked as
 :class:`~edge_contracts.headers.ShmRef` checks it (a generation the parser refuses, or a
-frame without the ``shm-tensors`` bit, goes through the full parser). Whole headers are kept the same way, per reader limits, without their
-request id and event block: a header equal to a kept one but for those two parts is
-built from it after its own id and block pass the same checks (anything else differing,
-or any check failing, goes through the full parser and its errors). Headers with a
-shared-memory entry, an event block beside JSON meta, an ``ack`` (its meta lists
-generations), or over 4 KiB are never kept.
+frame without the ``shm-tensors`` bit, goes through the full parser). Whole headers are
+kept the same way, per reader limits, without their request id and event block: a header
+equal to a kept one but for those two parts is built from it after its own id and block
+pass the same checks (anything else differing, or any check failing, goes through the
+full parser and its errors). Headers with a shared-memory entry, an event block beside
+JSON meta, an ``ack`` (its meta lists generations), or over 4 KiB are never kept.
 """
 
 from __future__ import annotations
@@ -188,8 +188,7 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # ShmRef's segment names: no
 
 
 def ack_pairs_text(pairs: Sequence[Sequence[Any]]) -> str:
-    """``[[segment, generation], ...]`` as the compact JSON text :func:`encode_binary_header`
-    writes for it.
+    """``[[segment, generation], ...]`` as the compact JSON :func:`encode_binary_header` writes.
 
     For the per-call paths' own acknowledgements, whose pairs come from checked
     references (:func:`~edge_contracts.wire.refs_of`) or the side's own producer: a
@@ -420,8 +419,9 @@ def parse_binary_header(
 
     ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
     NaN); ``kept=False`` skips looking for a kept equal header (:func:`kept_header`)
-    first, for a caller that has just looked. Checks and errors are those of :func:`edge_contracts.wire.parse_header`, plus
-    the layout's own: every length inside the header, the op code and the feature bits.
+    first, for a caller that has just looked. Checks and errors are those of
+    :func:`edge_contracts.wire.parse_header`, plus the layout's own: every length inside
+    the header, the op code and the feature bits.
 
     Raises:
         HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,

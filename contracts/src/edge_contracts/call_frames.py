@@ -10,12 +10,13 @@ bytes with its own request id (and block). The bytes are those ``encode_frame`` 
 a test compares the two.
 
 What is kept is keyed by everything the kept bytes depend on: op, stage id, epoch,
-generation, required features, the request id's length in bytes, each tensor entry
-(by identity: the template holds the entries, so no other object can take their ids;
-a shared-memory entry by its values but its reference's generation, which changes
-call after call: the kept bytes are cut around it and each frame's generation is
-written between the pieces) and the meta. A frame with non-empty request params, or
-with event meta over 256 bytes, is encoded in full every time. At most 1024 templates are kept; then they are dropped and rebuilt.
+generation, required features, the request id's length in bytes, each tensor entry (by
+identity: the template holds the entries, so no other object can take their ids; a
+shared-memory entry by its values but its reference's generation, which changes call
+after call: the kept bytes are cut around it and each frame's generation is written
+between the pieces) and the meta. A frame with non-empty request params, or with event
+meta over 256 bytes, is encoded in full every time. At most 1024 templates are kept;
+then they are dropped and rebuilt.
 
 An acknowledgement (:func:`encode_ack_frame`) has no template: its meta lists the
 segments and generations it acknowledges, which change call after call; its header is
@@ -113,11 +114,13 @@ def encode_call_frame(
         if kept is not None and len(event_block) == kept[3]:  # else encode_frame refuses
             fixed, stage, tail, _, inline, _ = kept
             if generations:  # the tail: pieces around the references' generations
-                parts = [tail[0]]
-                for value, piece in zip(generations or (), tail[1:], strict=True):
-                    parts += (_GENERATION.pack(value), piece)
-                tail = b"".join(parts)
-            raw = b"".join((fixed, rid, stage, event_block, tail))
+                pieces: tuple[bytes, ...] = tail  # type: ignore[assignment]
+                joined = [pieces[0]]
+                for value, piece in zip(generations, pieces[1:], strict=True):
+                    joined += (_GENERATION.pack(value), piece)
+                tail = b"".join(joined)
+            # bytes: a tail of pieces was joined just above
+            raw = b"".join((fixed, rid, stage, event_block, tail))  # type: ignore[arg-type]
             return [PREFIX.pack(BINARY_MAGIC, len(raw), inline) + raw, *payloads]
     inline, total = tensor_totals(specs, features) if specs else (0, 0)
     header = prechecked_header(op, request_id, stage_id, epoch, generation, specs, meta,
@@ -130,17 +133,16 @@ def encode_call_frame(
         stage = stage_id.encode()
         block = EVENT_BLOCK.size if op == OP_EVENT and FEATURE_EVENT_FIELDS in features else 0
         tail_at = FIXED.size + len(rid) + len(stage) + block
-        tail: bytes | tuple[bytes, ...] = raw[tail_at:]
+        kept_tail: bytes | tuple[bytes, ...] = raw[tail_at:]
         if generations:  # cut around them: the entries come first in the tail
             entries_len = FIXED.unpack_from(raw)[6]
             cut = split_generations(raw[tail_at : tail_at + entries_len], len(specs))
             if cut is None or cut[1] != generations:  # pragma: no cover - own entries
                 return parts
-            pieces = cut[0]
-            tail = (*pieces[:-1], pieces[-1] + raw[tail_at + entries_len :])
+            kept_tail = (*cut[0][:-1], cut[0][-1] + raw[tail_at + entries_len :])
         if len(_TEMPLATES) >= MAX_TEMPLATES:
             _TEMPLATES.clear()
-        _TEMPLATES[key] = (raw[: FIXED.size], stage, tail, block, inline, specs)
+        _TEMPLATES[key] = (raw[: FIXED.size], stage, kept_tail, block, inline, specs)
     return parts
 
 

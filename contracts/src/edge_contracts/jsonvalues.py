@@ -119,9 +119,9 @@ def freeze_json(
                 kind is str
                 or item is None
                 or kind is bool
-                or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)  # type: ignore[operator]
+                or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
             ):
-                items.append(item)  # type: ignore[arg-type]
+                items.append(item)
             else:
                 items.append(freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1))
         return tuple(items)

@@ -640,7 +640,7 @@ class OrtHandler(BaseHandler):
         if kept is None or kept[0] is not session:
             kept = self._bindings[id(session)] = (session, session.io_binding(), {})
         _, binding, bound = kept
-        held: list[np.ndarray] = []  # the arrays whose addresses are bound: alive until the run ends
+        held: list[np.ndarray] = []  # the arrays bound by address: alive until the run ends
         outputs: dict[str, np.ndarray] = {}
         try:
             for name, value in call.inputs.items():

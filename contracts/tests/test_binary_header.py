@@ -37,14 +37,67 @@ def test_cached_entries_still_meet_the_reader_limits() -> None:
         parse(FrameHeader("run", "r2", "s", 0, 1, (X,)), Limits(max_io_bytes=23))
 
 
-def test_entries_with_shared_memory_refs_are_never_kept() -> None:
-    ref = TensorSpec("kv", DType.UINT8, (8,), 8, ShmRef("edge_seg", 0, 3))
-    header = FrameHeader("event", "r1", "s", 0, 1, (ref,), required_features={"shm-tensors"})
+def shm_header(generation: int, segment: str = "edge_seg", request_id: str = "r1",
+               offset: int = 4096) -> FrameHeader:
+    ref = TensorSpec("kv", DType.UINT8, (8,), 8, ShmRef(segment, offset, generation))
+    return FrameHeader("event", request_id, "s", 0, 1, (X, ref),
+                       required_features={"shm-tensors"})
+
+
+def test_entries_with_shared_memory_refs_are_kept_without_their_generations() -> None:
+    binary_header._PARSED_REFS.clear()
     before = dict(binary_header._PARSED)
-    assert parse(header) == header
-    assert before == binary_header._PARSED
+    assert parse(shm_header(3)) == shm_header(3)
+    assert before == binary_header._PARSED and len(binary_header._PARSED_REFS) == 1
+    for generation in (4, 2**63 - 1, 0):  # each frame's own generation, on kept entries
+        assert parse(shm_header(generation, request_id=f"r{generation}")) == shm_header(
+            generation, request_id=f"r{generation}")
+    assert len(binary_header._PARSED_REFS) == 1
+    assert parse(shm_header(5, segment="edge_other")) == shm_header(5, segment="edge_other")
+    assert len(binary_header._PARSED_REFS) == 2  # another segment: checked, then kept
     with pytest.raises(UnknownRequiredFeature):  # and the feature check runs every time
-        parse(header, Limits(max_io_bytes=1 << 20, supported_features=frozenset()))
+        parse(shm_header(6), Limits(max_io_bytes=1 << 20, supported_features=frozenset()))
+
+
+def test_a_kept_shared_memory_entry_still_refuses_what_the_full_parser_refuses() -> None:
+    parse(shm_header(3))  # kept
+    raw = bytearray(raw_of(shm_header(3)))
+    generation_at = raw.index(b"edge_seg") - 8
+    raw[generation_at : generation_at + 8] = (2**63).to_bytes(8, "little")
+    with pytest.raises(DescriptorInvalid) as refused:
+        parse_raw(bytes(raw))
+    assert refused.value.field == "header.tensors[1].ref.generation"
+    raw = bytearray(raw_of(shm_header(4)))
+    raw[3] &= ~1  # the shm-tensors feature bit cleared: a ref needs it
+    with pytest.raises(DescriptorInvalid) as refused:
+        parse_raw(bytes(raw))
+    assert refused.value.field == "header.tensors[1].ref"
+    with pytest.raises(DescriptorInvalid) as refused:  # a bad segment name: never kept
+        parse_raw(raw_of(shm_header(3)).replace(b"edge_seg", b"edge/seg"))
+    assert refused.value.field == "header.tensors[1].ref.segment"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_shared_memory_entries_change_no_outcome_of_mutated_frames(seed: int) -> None:
+    """Differential: every mutation of a header whose entries are kept without their
+    generations parses (or fails) as it does with no entry kept."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = [shm_header(7), shm_header(2**40, segment="edge_0123abcd_0123456789abcdef")]
+    for _ in range(1500):
+        raw = bytearray(raw_of(rng.choice(kinds)))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(raw))
+            raw[at] = rng.randrange(256)
+        binary_header._PARSED_REFS.clear()
+        for header in kinds:  # kept: the unmutated forms
+            parse_raw(raw_of(header))
+        with_kept = outcome(bytes(raw), None)
+        binary_header._PARSED_REFS.clear()
+        binary_header._PARSED.clear()
+        binary_header._KEPT.clear()
+        assert outcome(bytes(raw), None) == with_kept
 
 
 def test_long_entry_lists_are_never_kept() -> None:
@@ -217,3 +270,15 @@ def test_a_cached_entry_list_is_not_taken_for_another_tensor_count() -> None:
     with pytest.raises(DescriptorInvalid) as refused:
         parse_raw(bytes(raw))
     assert refused.value.field.startswith("header.tensors[1]")
+
+
+def test_ack_headers_are_never_kept() -> None:
+    """An ack's meta lists generations, new on every call: kept, it would only push out the
+    headers that repeat."""
+    binary_header._KEPT.clear()
+    for generation in range(3):
+        header = FrameHeader("ack", "", "", 0, 1, meta={"segments": [["edge_seg", generation]]})
+        assert parse_raw(raw_of(header)) == header
+    assert binary_header._KEPT == {}
+    parse_raw(raw_of(FrameHeader("run", "r1", "s", 0, 1, (X,))))
+    assert len(binary_header._KEPT) == 1

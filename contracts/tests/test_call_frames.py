@@ -88,14 +88,10 @@ def test_events_without_the_block_are_kept_too() -> None:
     assert template_count() == 1
 
 
-def test_params_shared_memory_and_long_event_meta_are_encoded_in_full() -> None:
+def test_params_and_long_event_meta_are_encoded_in_full() -> None:
     params = JSONObject({"temperature": 0.5})
     encode_call_frame(OP_RUN, "r1", "det", 2, 7, (X,), payloads((X,)), frozenset(),
                       meta=params)
-    shared = TensorSpec("big", DType.UINT8, (4096,), 4096, ShmRef("edge_abc_1", 4096, 3))
-    frame = encode_call_frame(OP_RUN, "r1", "det", 2, 7, (shared,), [],
-                              frozenset({FEATURE_SHM_TENSORS}))
-    assert joined(frame) == full(OP_RUN, "r1", (shared,), frozenset({FEATURE_SHM_TENSORS}))
     long_meta = b'{"data":{"t":"' + b"x" * 300 + b'"}}'
     encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (), [], frozenset(), event_meta=long_meta)
     assert template_count() == 0
@@ -137,3 +133,75 @@ def test_a_missing_event_block_is_refused_even_with_a_template() -> None:
     with pytest.raises(HeaderMalformed) as refused:
         encode_call_frame(OP_EVENT, "r2", "det", 2, 7, (), [], features, event_meta=b"")
     assert refused.value.field == "header.event"
+
+
+@pytest.mark.parametrize(("segments", "unlink", "gone"), [
+    ([["edge_0123abcd_0123456789abcdef", 7]], [], []),
+    ([], [["edge_0123abcd_0123456789abcdef", 2**63 - 1]], []),
+    ([["a", 0], ["b.c-d_e", 12]], [["f", 3]], ["edge_0123abcd_fedcba9876543210", "g"]),
+    ([], [], ["edge_0123abcd_fedcba9876543210"]),
+])
+def test_an_ack_frame_equals_encode_frame_s_and_reads_back(
+    segments: list[list[Any]], unlink: list[list[Any]], gone: list[str],
+) -> None:
+    from edge_contracts.call_frames import encode_ack_frame
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.protocol import OP_ACK
+
+    meta: dict[str, Any] = {"segments": segments}
+    if unlink:
+        meta["unlink"] = unlink
+    if gone:
+        meta["gone"] = gone
+    header = FrameHeader(OP_ACK, "", "", 0, 5, meta=meta)
+    (want,) = encode_frame(header, [], binary=True)
+    raw = encode_ack_frame(5, segments, unlink, gone)
+    assert raw == bytes(want)
+    assert decode_frame(raw, LIMITS).header == header
+
+
+@pytest.mark.parametrize(("segments", "gone"), [
+    ([["edge\"x", 1]], []), ([["", 1]], []), ([["a" * 129, 1]], []), ([["a", -1]], []),
+    ([["a", 2**63]], []), ([["a", True]], []), ([[1, 1]], []), ([], ["bad\\name"]),
+])
+def test_an_ack_frame_refuses_what_is_not_a_segment_and_generation(
+    segments: list[list[Any]], gone: list[str],
+) -> None:
+    from edge_contracts.call_frames import encode_ack_frame
+
+    with pytest.raises(HeaderMalformed):
+        encode_ack_frame(5, segments, (), gone)
+
+
+def test_frames_with_shared_memory_entries_take_each_frame_s_generations() -> None:
+    shm = frozenset({FEATURE_SHM_TENSORS})
+    with_fields = frozenset({FEATURE_SHM_TENSORS, FEATURE_EVENT_FIELDS})
+    for op, features, block in ((OP_RUN, shm, b""),
+                                (OP_EVENT, with_fields, EVENT_BLOCK.pack(1, 2, 3))):
+        for generation in (3, 4, 2**63 - 1, 0):
+            specs = (X, TensorSpec("big", DType.UINT8, (4096,), 4096,
+                                   ShmRef("edge_abc_1", 4096, generation)),
+                     TensorSpec("kv", DType.FLOAT32, (8,), 32,
+                                ShmRef("edge_abc_2", 4096, generation // 2)),
+                     MASK)
+            frame = encode_call_frame(op, "r1", "det", 2, 7, specs, payloads(specs), features,
+                                      event_meta=b"" if block else None, event_block=block)
+            assert joined(frame) == full(op, "r1", specs, features,
+                                         event_meta=b"" if block else None, event_block=block)
+    assert template_count() == 2  # one per op: later frames wrote their generations in
+    other = (TensorSpec("big", DType.UINT8, (4096,), 4096, ShmRef("edge_abc_9", 4096, 5)),)
+    frame = encode_call_frame(OP_RUN, "r1", "det", 2, 7, other, [], shm)
+    assert joined(frame) == full(OP_RUN, "r1", other, shm)  # another segment: its own
+    assert template_count() == 3
+
+
+def test_an_event_not_to_keep_is_encoded_in_full_and_keeps_nothing() -> None:
+    fields = frozenset({FEATURE_EVENT_FIELDS})
+    for generation in range(3):  # meta acknowledging inputs: new on every call
+        meta = b'{"acks":[["edge_abc_1",%d]]}' % generation
+        block = EVENT_BLOCK.pack(1, 2, 3)
+        frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, (X,), payloads((X,)), fields,
+                                  event_meta=meta, event_block=block, keep=False)
+        assert joined(frame) == full(OP_EVENT, "r1", (X,), fields, event_meta=meta,
+                                     event_block=block)
+    assert template_count() == 0

@@ -158,3 +158,19 @@ def test_invalid_limits_are_refused(change: dict[str, object], field: str) -> No
     with pytest.raises(InvalidValue) as info:
         Limits(**{"max_io_bytes": 10, **change})  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_with_generation_replaces_only_the_generation_and_checks_it() -> None:
+    from edge_contracts.headers import with_generation
+
+    spec = TensorSpec("x", DType.FLOAT32, (2, 3), 24, ShmRef("edge_seg", 4096, 3))
+    assert with_generation(spec, 2**63 - 1) == TensorSpec(
+        "x", DType.FLOAT32, (2, 3), 24, ShmRef("edge_seg", 4096, 2**63 - 1))
+    assert spec.ref is not None and spec.ref.generation == 3  # the kept entry is unchanged
+    for bad in (-1, 2**63, True, 1.0):
+        with pytest.raises(DescriptorInvalid) as refused:
+            with_generation(spec, bad)  # type: ignore[arg-type]
+        assert refused.value.field == "ref.generation"
+    with pytest.raises(DescriptorInvalid) as refused:
+        with_generation(TensorSpec("x", DType.FLOAT32, (2, 3), 24), 1)
+    assert refused.value.field == "tensor.ref"

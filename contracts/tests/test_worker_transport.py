@@ -30,6 +30,26 @@ def test_a_large_buffer_is_sent_as_its_own_segment_without_a_copy(producer) -> N
     assert producer.retained_buffers == 1
 
 
+def test_a_buffer_sent_again_from_its_segment_carries_each_lease_s_generation(producer) -> None:
+    from edge_contracts.dtypes import DType
+    from edge_contracts.headers import ShmRef, TensorSpec
+
+    packer = TensorPacker(producer, threshold=4096)
+    seen = []
+    for _ in range(3):  # pooled: the same segment, a new generation each time
+        array, lease = packer.allocate((256, 64), np.float32)
+        (spec,) = packer.pack({"y": array}, {id(array): (array, lease)}).specs
+        assert spec == TensorSpec("y", DType.FLOAT32, (256, 64), 256 * 64 * 4,
+                                  ShmRef(lease.segment, lease.offset, lease.generation))
+        seen.append((lease.segment, lease.generation))
+        producer.release(lease.segment, lease.generation)
+    assert len({segment for segment, _ in seen}) == 1 and len(set(seen)) == 3
+    array, lease = packer.allocate((128, 128), np.float32)  # same bytes, another shape
+    (spec,) = packer.pack({"y": array}, {id(array): (array, lease)}).specs
+    assert spec.shape == (128, 128) and spec.ref is not None
+    assert spec.ref.generation == lease.generation
+
+
 @pytest.mark.parametrize("dtype", [object, np.complex64, ">f4", "U4"])
 def test_dtypes_the_wire_does_not_carry_as_is_get_private_arrays(producer, dtype) -> None:
     packer = TensorPacker(producer, threshold=16)

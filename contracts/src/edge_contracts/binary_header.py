@@ -32,19 +32,25 @@ same order (length, version, features, tensor count, every field and tensor entr
 bytes, payload length), so a refusal raises the same error class naming the same field;
 it reads no byte past the header. A stream repeats the same few inline tensor lists, so
 the parsed entries are kept per distinct entry bytes (bounded): an entry list already
-checked is not parsed or validated again (entries with a shared-memory ref, whose
-generation changes, and lists over 2 KiB are always parsed, so the cache holds at most
-1024 x 2 KiB). Whole headers are kept the same way, per reader limits, without their
-request id and event block: a header equal to a kept one but for those two parts is
-built from it after its own id and block pass the same checks (anything else differing,
-or any check failing, goes through the full parser and its errors). Headers with a
-shared-memory entry, an event block beside JSON meta, or over 4 KiB are never kept.
+checked is not parsed or validated again (lists over 2 KiB are always parsed, so the
+cache holds at most 1024 x 2 KiB). A list with shared-memory refs is kept by its bytes
+without the refs' generations (a producer stamps a new one on every lease): a later list
+equal but for those takes each ref's generation from its own bytes, checked as
+:class:`~edge_contracts.headers.ShmRef` checks it (a generation the parser refuses, or a
+frame without the ``shm-tensors`` bit, goes through the full parser). Whole headers are
+kept the same way, per reader limits, without their request id and event block: a header
+equal to a kept one but for those two parts is built from it after its own id and block
+pass the same checks (anything else differing, or any check failing, goes through the
+full parser and its errors). Headers with a shared-memory entry, an event block beside
+JSON meta, an ``ack`` (its meta lists generations), or over 4 KiB are never kept.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from edge_contracts.dtypes import DType
@@ -62,6 +68,7 @@ from edge_contracts.headers import (
     check_totals,
     prechecked_header,
     tensor_totals,
+    with_generation,
 )
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
 from edge_contracts.protocol import (
@@ -85,11 +92,14 @@ __all__ = [
     "EVENT_BLOCK",
     "FIXED",
     "KIND_CODES",
+    "ack_pairs_text",
+    "encode_ack_header",
     "encode_binary_header",
     "encode_event_header",
     "event_block",
     "kept_header",
     "parse_binary_header",
+    "split_generations",
 ]
 
 BINARY_MAGIC = b"EDGB"
@@ -106,6 +116,7 @@ _OPS: tuple[str, ...] = ("", OP_RUN, OP_GENERATE, OP_EVENT, OP_ACK)
 BINARY_OPS: frozenset[str] = frozenset(_OPS[1:])
 """The ops that may travel with a binary header."""
 _OP_CODES = {op: code for code, op in enumerate(_OPS) if op}
+_ACK_CODE = _OP_CODES[OP_ACK]
 
 _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_SHM_TENSORS,
@@ -171,6 +182,65 @@ def encode_binary_header(header: FrameHeader) -> bytes:
         plain = {key: value for key, value in plain.items() if key not in _EVENT_KEYS}
     meta = _ENCODER.encode(plain).encode() if plain else b""
     return _assemble(header, code, bits, meta, block)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # ShmRef's segment names: no JSON escape
+
+
+def ack_pairs_text(pairs: Sequence[Sequence[Any]]) -> str:
+    """``[[segment, generation], ...]`` as the compact JSON :func:`encode_binary_header` writes.
+
+    For the per-call paths' own acknowledgements, whose pairs come from checked
+    references (:func:`~edge_contracts.wire.refs_of`) or the side's own producer: a
+    segment name is 1-128 of ``[A-Za-z0-9_.-]`` (nothing JSON escapes; checked here, in C)
+    and a generation an ``int`` in 0..INT64_MAX (checked too).
+
+    Raises:
+        HeaderMalformed: a pair that is not such a name and generation (field
+            ``header.meta``).
+
+    """
+    items = []
+    for segment, generation in pairs:
+        if (type(segment) is not str or _PLAIN_NAME.fullmatch(segment) is None
+                or type(generation) is not int or not 0 <= generation <= INT64_MAX):
+            raise HeaderMalformed("header.meta", [segment, generation],
+                                  "an acknowledged pair must be [segment name, generation]")
+        items.append(f'["{segment}",{generation}]')
+    return "[" + ",".join(items) + "]"
+
+
+def encode_ack_header(
+    generation: int,
+    segments: Sequence[Sequence[Any]],
+    unlink: Sequence[Sequence[Any]] = (),
+    gone: Sequence[str] = (),
+) -> bytes:
+    """An ``ack`` frame's binary header, its ``meta`` written as text directly.
+
+    The bytes :func:`encode_binary_header` writes for ``FrameHeader("ack", "", "", 0,
+    generation, meta=...)`` with ``meta`` ``{"segments": segments}``, plus ``"unlink"`` and
+    ``"gone"`` when not empty (in that order), without freezing a mapping only to thaw and
+    encode it again: an acknowledgement is sent on every call that read shared memory.
+    ``generation`` is the channel's worker generation, checked once by the caller; the
+    pairs are checked by :func:`ack_pairs_text`, the names in ``gone`` the same way.
+
+    Raises:
+        HeaderMalformed: a pair or name that :func:`ack_pairs_text` refuses.
+
+    """
+    parts = ['{"segments":', ack_pairs_text(segments)]
+    if unlink:
+        parts += (',"unlink":', ack_pairs_text(unlink))
+    if gone:
+        for name in gone:
+            if type(name) is not str or _PLAIN_NAME.fullmatch(name) is None:
+                raise HeaderMalformed("header.meta.gone", name, "must be a segment name")
+        parts += (',"gone":["', '","'.join(gone), '"]')
+    parts.append("}")
+    meta = "".join(parts).encode()
+    return FIXED.pack(PROTOCOL_VERSION, _ACK_CODE, 0, 0, 0, 0, 0, len(meta), 0,
+                      generation) + meta
 
 
 def event_block(seq: object, kind: object, created_ns: object, op: str = OP_EVENT) -> bytes:
@@ -282,6 +352,43 @@ _SPEC_BYTES: dict[int, tuple[TensorSpec, bytes]] = {}  # id(spec) -> (spec, its 
 # inline entry bytes -> (checked entries, inline bytes, total bytes, some entry is bfloat16)
 _PARSED: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
 _CACHED_ENTRY_BYTES = 2048  # longer entry lists are parsed every time: the cache stays small
+# entry bytes without their references' generations -> as _PARSED, with the generations
+# of the frame they were checked in (replaced by each later frame's own)
+_PARSED_REFS: dict[bytes, tuple[tuple[TensorSpec, ...], int, int, bool]] = {}
+
+
+def split_generations(entries: bytes, count: int) -> tuple[list[bytes], list[int]] | None:
+    """``entries`` (``count`` tensor entries) cut around each reference's generation.
+
+    Returns the pieces around the generations (one more than the generations) and the
+    generations, or None when the entries hold no reference or do not add up (walked by
+    their own lengths, checking nothing else: the full parser says what is wrong). The
+    generations are 8 bytes at a place the bytes before them fix, so the pieces and the
+    generations give back the entries exactly: two lists with the same pieces differ only
+    in generations. A reader keeps checked entries by their pieces; a sender keeps the
+    pieces of its own entries and writes each frame's generations between them.
+    """
+    pieces: list[bytes] = []
+    generations: list[int] = []
+    size = len(entries)
+    at = start = 0
+    for _ in range(count):
+        if at + _TENSOR.size > size:
+            return None
+        name_len, _, ndim, has_ref, _ = _TENSOR.unpack_from(entries, at)
+        at += _TENSOR.size + 8 * ndim + name_len
+        if has_ref:
+            if has_ref > 1 or at + _REF.size > size:
+                return None
+            segment_len, _, generation = _REF.unpack_from(entries, at)
+            pieces.append(entries[start : at + 10])  # up to the generation ("<HQ" before it)
+            generations.append(generation)
+            start = at + _REF.size
+            at = start + segment_len
+    if at != size or not generations:
+        return None
+    pieces.append(entries[start:])
+    return pieces, generations
 
 
 def _spec_bytes(spec: TensorSpec) -> bytes:
@@ -306,19 +413,22 @@ def parse_binary_header(
     *,
     payload_len: int | None = None,
     json_decoder: json.JSONDecoder,
+    kept: bool = True,
 ) -> FrameHeader:
     """Parse and check a binary header against ``limits``, allocating no payload.
 
     ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
-    NaN). Checks and errors are those of :func:`edge_contracts.wire.parse_header`, plus
-    the layout's own: every length inside the header, the op code and the feature bits.
+    NaN); ``kept=False`` skips looking for a kept equal header (:func:`kept_header`)
+    first, for a caller that has just looked. Checks and errors are those of
+    :func:`edge_contracts.wire.parse_header`, plus the layout's own: every length inside
+    the header, the op code and the feature bits.
 
     Raises:
         HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,
         DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
 
     """
-    if type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
+    if kept and type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
         found = kept_header(raw, limits, payload_len)
         if found is not None:
             return found
@@ -363,8 +473,11 @@ def parse_binary_header(
     if generation > INT64_MAX:
         raise HeaderMalformed("header.generation", generation, f"must be <= {INT64_MAX}")
     at = FIXED.size
-    request_id, at = _text(view, at, request_len, "header.request_id", HeaderMalformed)
-    stage_id, at = _text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+    # connection-level frames (an ack) have neither id: no call for an empty one
+    request_id, at = (_text(view, at, request_len, "header.request_id", HeaderMalformed)
+                      if request_len else ("", at))
+    stage_id, at = (_text(view, at, stage_len, "header.stage_id", HeaderMalformed)
+                    if stage_len else ("", at))
     fields: tuple[int, int, int] | None = None
     if bits & _EVENT_BIT:
         fields, at = _event_fields(view, at, code)
@@ -380,8 +493,19 @@ def parse_binary_header(
     known = _PARSED.get(key) if cached else None
     if known is not None and len(known[0]) != count:  # same bytes, another count: parse
         known = None
+    masked: tuple[list[bytes], list[int]] | None = None
+    if known is None and cached and _PARSED_REFS and FEATURE_SHM_TENSORS in features:
+        masked = split_generations(key, count)
+        if masked is not None:
+            known = _PARSED_REFS.get(b"".join(masked[0]))
+            if known is not None and (len(known[0]) != count or max(masked[1]) > INT64_MAX):
+                known = None  # another count, or a generation the full parser refuses
     specs: tuple[TensorSpec, ...]
-    if known is not None:
+    if known is not None and masked is not None:  # the same entries, new generations
+        generations = iter(masked[1])
+        specs = tuple([spec if spec.ref is None else with_generation(spec, next(generations))
+                       for spec in known[0]])
+    elif known is not None:
         specs = known[0]
     elif not count:
         specs = ()
@@ -396,6 +520,11 @@ def parse_binary_header(
                 "header.tensors", tensors_len, f"entries take {at - end + tensors_len} bytes"
             )
         specs = tuple(parsed)
+    has_refs = False
+    for spec in specs:  # a loop, not any(): no call per frame
+        if spec.ref is not None:
+            has_refs = True
+            break
     at = end
     if size - at != meta_len:
         raise HeaderMalformed(
@@ -429,11 +558,18 @@ def parse_binary_header(
         inline, total = known[1], known[2]  # checked as a list when it was cached
     else:
         inline, total = tensor_totals(specs, features)
-        if cached and known is None and all(spec.ref is None for spec in specs):
-            if len(_PARSED) >= 1024:
-                _PARSED.clear()
+        if cached and known is None:
             bf16 = any(spec.dtype is DType.BFLOAT16 for spec in specs)
-            _PARSED[key] = (specs, inline, total, bf16)
+            if not has_refs:
+                if len(_PARSED) >= 1024:
+                    _PARSED.clear()
+                _PARSED[key] = (specs, inline, total, bf16)
+            else:
+                masked = split_generations(key, count)
+                if masked is not None:
+                    if len(_PARSED_REFS) >= 1024:
+                        _PARSED_REFS.clear()
+                    _PARSED_REFS[b"".join(masked[0])] = (specs, inline, total, bf16)
     header = prechecked_header(
         _OPS[code],
         request_id,
@@ -449,7 +585,7 @@ def parse_binary_header(
     )
     check_totals(header, limits, payload_len)
     if (type(raw) is bytes and size <= _KEPT_HEADER_BYTES and not (fields and meta_len)
-            and all(spec.ref is None for spec in specs)):
+            and not has_refs and code != _ACK_CODE):  # an ack's meta differs every call
         _keep_header(raw, limits, header, request_len, stage_len, fields is not None)
     return header
 

@@ -161,7 +161,8 @@ class FrameReader:
             start, end = self._start, self._end
             header = None
         if header is None:
-            header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary)
+            header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary,
+                                  kept=not usual)  # a usual one was looked up above
         buffered = min(payload_len, end - start)
         head = view[start : start + buffered]
         start += buffered

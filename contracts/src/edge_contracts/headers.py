@@ -57,6 +57,7 @@ __all__ = [
     "prechecked_header",
     "tensor_features",
     "tensor_totals",
+    "with_generation",
 ]
 
 MAX_HEADER_CAP = 2**32 - 1
@@ -530,6 +531,42 @@ def prechecked_header(
     _set_inline_nbytes(header, inline_nbytes)
     _set_total_nbytes(header, total_nbytes)
     return header
+
+
+_set_ref_segment, _set_ref_offset, _set_ref_generation = (
+    ShmRef.__dict__[name].__set__ for name in ("segment", "offset", "generation"))
+_set_spec_fields = tuple(
+    TensorSpec.__dict__[name].__set__ for name in ("name", "dtype", "shape", "nbytes", "ref"))
+
+
+def with_generation(spec: TensorSpec, generation: int) -> TensorSpec:
+    """``spec``, a shared-memory entry, with its reference's generation replaced.
+
+    For a reader that kept an entry it checked and sees it again with only the
+    generation changed (a producer stamps a new one on every lease): everything else was
+    checked when ``spec`` was built, and ``generation`` is checked here as
+    :class:`ShmRef` checks it, so nothing unchecked comes out.
+
+    Raises:
+        DescriptorInvalid: ``spec`` has no reference (field ``tensor.ref``), or
+            ``generation`` is not an integer in 0..INT64_MAX (``ref.generation``).
+
+    """
+    ref = spec.ref
+    if ref is None:
+        raise DescriptorInvalid("tensor.ref", None, "must be a ShmRef to take a generation")
+    if not (type(generation) is int and 0 <= generation <= INT64_MAX):
+        require_int(generation, "ref.generation", error=DescriptorInvalid)
+    new_ref = _new(ShmRef)
+    _set_ref_segment(new_ref, ref.segment)
+    _set_ref_offset(new_ref, ref.offset)
+    _set_ref_generation(new_ref, generation)
+    new_spec = _new(TensorSpec)
+    for setter, value in zip(_set_spec_fields,
+                             (spec.name, spec.dtype, spec.shape, spec.nbytes, new_ref),
+                             strict=True):
+        setter(new_spec, value)
+    return new_spec
 
 
 def _features(value: object, field: str) -> frozenset[str]:

@@ -112,10 +112,19 @@ def freeze_json(
     if depth >= MAX_JSON_DEPTH:
         raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
     if isinstance(value, list | tuple):
-        return tuple(
-            freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1)
-            for index, item in enumerate(value)
-        )
+        items: list[JSONValue] = []
+        for index, item in enumerate(value):
+            kind = type(item)
+            if (  # the common leaves, inline (as freeze_object does)
+                kind is str
+                or item is None
+                or kind is bool
+                or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
+            ):
+                items.append(item)
+            else:
+                items.append(freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1))
+        return tuple(items)
     if isinstance(value, Mapping):
         return freeze_object(value, field, error=error, depth=depth)
     raise error(field, value, "must be JSON-compatible (null, bool, number, string, array, object)")

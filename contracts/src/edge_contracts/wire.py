@@ -218,6 +218,7 @@ def parse_header(
     *,
     payload_len: int | None = None,
     binary: bool = False,
+    kept: bool = True,
 ) -> FrameHeader:
     """Parse and check a header against ``limits``, allocating no payload.
 
@@ -225,7 +226,8 @@ def parse_header(
     version, required features, tensor count, the header's fields and every tensor
     descriptor, total tensor bytes <= ``max_io_bytes`` and, when ``payload_len`` is
     given, that it equals the inline tensors' bytes. With ``binary`` the header is in
-    the layout of :mod:`edge_contracts.binary_header` (same checks, same errors).
+    the layout of :mod:`edge_contracts.binary_header` (same checks, same errors);
+    ``kept=False`` tells it that the caller has just looked for a kept equal header.
 
     Raises:
         HeaderTooLarge, HeaderMalformed, VersionMismatch, UnknownRequiredFeature,
@@ -242,7 +244,7 @@ def parse_header(
                 "header", FEATURE_BINARY_HEADER, "binary headers are not supported here"
             )
         return parse_binary_header(
-            raw, limits, payload_len=payload_len, json_decoder=_DECODER
+            raw, limits, payload_len=payload_len, json_decoder=_DECODER, kept=kept
         )
     try:
         data = _DECODER.decode(str(raw, "utf-8"))

@@ -315,6 +315,7 @@ class _Server:
         frame = encode_call_frame(
             OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation, specs,
             packed.payloads if packed else [], features, event_meta=meta, event_block=block,
+            keep=not acks and not gone,  # acks and names change call after call
         )
         with self._send_lock:
             sent = not self._broken

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
+from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES, ack_pairs_text
 from edge_contracts.errors import HeaderMalformed
 from edge_contracts.events import EventKind
 from edge_contracts.jsonvalues import freeze_object, thaw_json
@@ -60,7 +60,7 @@ def event_meta(
         if problem is not None:
             parts += ('"error":', problem, ",")
         if acks:
-            parts += ('"acks":', _ENCODER.encode(acks), ",")
+            parts += ('"acks":', ack_pairs_text(acks), ",")
         if gone:
             parts += ('"gone":', _ENCODER.encode(gone), ",")
         meta = b"" if len(parts) == 1 else ("".join(parts)[:-1] + "}").encode()
@@ -71,7 +71,7 @@ def event_meta(
         ',"created_ns":', str(time.monotonic_ns()),
     ]
     if acks is not None:
-        parts += (',"acks":', _ENCODER.encode(acks) if acks else "[]")
+        parts += (',"acks":', ack_pairs_text(acks) if acks else "[]")
     if gone:
         parts += (',"gone":', _ENCODER.encode(gone))
     parts.append("}")

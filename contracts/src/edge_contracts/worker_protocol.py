@@ -18,7 +18,7 @@ from typing import Any
 
 from edge_contracts.errors import HeaderMalformed, InvalidValue
 from edge_contracts.headers import FrameHeader, Limits
-from edge_contracts.jsonvalues import strict_loads
+from edge_contracts.jsonvalues import JSONObject, strict_loads
 from edge_contracts.protocol import OP_BOOT
 from edge_contracts.validation import check_keys
 
@@ -204,12 +204,14 @@ def parse_ack(meta: Mapping[str, Any]) -> tuple[list[str], _Pairs, _Pairs]:
             (``gone``) or of ``[segment, generation]`` pairs with an integer generation.
 
     """
-    gone = meta.get("gone", ())
-    if not isinstance(gone, tuple | list) or not all(isinstance(v, str) for v in gone):
+    items = meta.view() if type(meta) is JSONObject else meta  # lookups in C
+    gone = items.get("gone", ())
+    if not isinstance(gone, tuple | list) or (
+            gone and not all(isinstance(v, str) for v in gone)):
         raise InvalidValue("ack.gone", gone, "must be a list of segment names")
-    return list(gone), _pairs(meta.get("segments", ()), "ack.segments"), _pairs(
-        meta.get("unlink", ()), "ack.unlink"
-    )
+    unlink = items.get("unlink", ())
+    return list(gone), _pairs(items.get("segments", ()), "ack.segments"), (
+        _pairs(unlink, "ack.unlink") if unlink != () else [])
 
 
 def _pairs(value: object, field: str) -> _Pairs:

@@ -21,7 +21,7 @@ import numpy as np
 from edge_contracts.copying import copy_bytes
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import DescriptorInvalid
-from edge_contracts.headers import ShmRef, TensorSpec, tensor_features
+from edge_contracts.headers import ShmRef, TensorSpec, tensor_features, with_generation
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
 from edge_contracts.tensors import arrays_from_frame, dtype_of, numpy_dtype, plain_wire_dtype
 from edge_contracts.wire import Frame, refs_of
@@ -207,10 +207,30 @@ def _layout(specs: tuple[TensorSpec, ...]) -> _Layout | None:
 
 
 def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpec:
-    """The entry of an array made by :meth:`TensorPacker.allocate`, sent as its lease."""
+    """The entry of an array made by :meth:`TensorPacker.allocate`, sent as its lease.
+
+    A buffer is sent again and again from the same segment (a pooled output, an input
+    buffer) with a new generation each time: the entry is checked once per distinct name,
+    dtype, shape, segment and offset, and later ones take the lease's generation
+    (:func:`~edge_contracts.headers.with_generation`, which checks it).
+    """
+    key = (name, array.dtype, array.shape, lease.segment, lease.offset)
+    kept = _IN_PLACE.get(key)
+    if kept is not None:
+        return with_generation(kept, lease.generation)
     ref = ShmRef(lease.segment, lease.offset, lease.generation)
     dtype = dtype_of(array, f"outputs.{name}.dtype")
-    return TensorSpec(name, dtype, tuple(array.shape), int(array.nbytes), ref)
+    spec = TensorSpec(name, dtype, tuple(array.shape), int(array.nbytes), ref)
+    if type(name) is str:
+        if len(_IN_PLACE) >= _MAX_IN_PLACE:
+            _IN_PLACE.clear()
+        _IN_PLACE[key] = spec
+    return spec
+
+
+# (name, NumPy dtype, shape, segment, offset) -> an entry checked with some generation
+_IN_PLACE: dict[tuple[Any, ...], TensorSpec] = {}
+_MAX_IN_PLACE = 256
 
 
 # (name, NumPy dtype, element count, byte offset, shape) of each inline tensor

@@ -40,8 +40,16 @@ def wire_spy(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         seen["read"].append((header.op, kwargs.get("binary", False)))
         return header
 
+    encode_ack = client_module.encode_ack_frame
+
+    def spy_encode_ack(*args: Any, **kwargs: Any) -> Any:  # acks, written directly
+        raw = encode_ack(*args, **kwargs)
+        seen["sent"].append(("ack", bytes(raw[:4])))
+        return raw
+
     monkeypatch.setattr(client_module, "encode_frame", spy_encode)
     monkeypatch.setattr(client_module, "encode_call_frame", spy_encode_call)
+    monkeypatch.setattr(client_module, "encode_ack_frame", spy_encode_ack)
     monkeypatch.setattr(frame_reader, "parse_header", spy_parse)
     return seen
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.call_frames import encode_call_frame
+from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
@@ -589,13 +589,17 @@ class WorkerClient:
     def _ack(self, refs: list[list[Any]], unlink: bool = False) -> None:
         if self._state != READY:
             return
-        meta: dict[str, Any] = {"segments": [], "unlink": refs} if unlink else {"segments": refs}
         gone = self._producer.take_gone() if self._producer is not None else []
-        if gone:  # segments this side unlinked: the worker unmaps them now
-            meta["gone"] = gone
-        header = FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta)
         try:
-            self._send(header)
+            if self._binary:  # written directly: one per call that read shared memory
+                self._write([encode_ack_frame(self.generation, () if unlink else refs,
+                                              refs if unlink else (), gone)])
+                return
+            meta: dict[str, Any] = ({"segments": [], "unlink": refs} if unlink
+                                    else {"segments": refs})
+            if gone:  # segments this side unlinked: the worker unmaps them now
+                meta["gone"] = gone
+            self._send(FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta))
         except WorkerGone:
             if gone and self._producer is not None:
                 self._producer.restore_gone(gone)

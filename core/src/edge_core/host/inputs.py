@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -54,13 +53,10 @@ class _Buffer:
         self.collected = False
 
 
-def _refuse_busy(found: Iterable[tuple[str, _Buffer]]) -> None:
-    for name, buffer in found:
-        if buffer.busy:
-            raise InputBufferBusy(
-                f"inputs.{name}", "still held by the worker (request in flight)",
-                buffer.lease.segment,
-            )
+def _busy(name: str, buffer: _Buffer) -> InputBufferBusy:
+    return InputBufferBusy(
+        f"inputs.{name}", "still held by the worker (request in flight)", buffer.lease.segment
+    )
 
 
 class InputBuffers:
@@ -111,9 +107,12 @@ class InputBuffers:
         """Raise :class:`InputBufferBusy` when a buffer among ``inputs`` is held by a request."""
         if not inputs or not self._by_id:
             return
-        with self._lock:
-            _refuse_busy((name, self._by_id[id(value)]) for name, value in inputs.items()
-                         if self.owns(value))
+        by_id = self._by_id
+        with self._lock:  # a loop, not a generator: no call per input
+            for name, value in inputs.items():
+                buffer = by_id.get(id(value))
+                if buffer is not None and buffer.busy and buffer.array() is value:
+                    raise _busy(name, buffer)
 
     def claim(self, inputs: Any) -> dict[int, tuple[Any, Lease]]:
         """Mark the buffers among ``inputs`` as sent; return them for the packer.
@@ -127,17 +126,18 @@ class InputBuffers:
         claimed: dict[int, tuple[Any, Lease]] = {}
         by_id = self._by_id
         with self._lock:
-            found: list[tuple[str, np.ndarray[Any, Any], _Buffer]] = []
+            found: list[tuple[np.ndarray[Any, Any], _Buffer]] = []
             for name, value in inputs.items():
                 buffer = by_id.get(id(value))
                 if buffer is None:
                     continue
                 held = buffer.array()
                 if held is not None and held is value:
-                    found.append((name, held, buffer))
-            _refuse_busy((name, buffer) for name, _, buffer in found)
+                    if buffer.busy:  # before any is renewed: a refusal claims nothing
+                        raise _busy(name, buffer)
+                    found.append((held, buffer))
             producer = self._packer.producer
-            for _, array, buffer in found:
+            for array, buffer in found:
                 if producer is None:  # pragma: no cover - a buffer's packer has one
                     continue
                 lease = buffer.lease

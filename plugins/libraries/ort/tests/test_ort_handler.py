@@ -169,3 +169,69 @@ def test_spec_of_keeps_wire_names_and_refuses_an_unwired_dtype_every_time() -> N
     shapes = ShapeSet.single({"x": ("float32", (2, 3))})
     with pytest.raises(BucketMismatch, match=r"inputs\.x: .*'float64\[2, 3\]'"):
         shapes.match({"x": spec_of(np.zeros((2, 3), np.float64))})
+
+
+class _ZeroCopyLoop:
+    """Stand-in for the worker's serve loop, as a :class:`Call` reads it: with shared memory
+    in use every output counts as large (the IOBinding path) and is bound by address into
+    a buffer from ``Call.output_buffer`` (a private array here: no producer); without, the
+    handler runs the session plainly."""
+
+    class boot:  # noqa: N801 - the attribute the real loop's BootConfig answers
+        shm_threshold = 1
+
+    def __init__(self, use_shm: bool = True) -> None:
+        from edge_contracts.worker_transport import TensorPacker
+
+        self.use_shm = use_shm
+        self._packer = TensorPacker(None, 1)
+
+    def tensors(self) -> tuple[Any, None]:
+        return self._packer, None
+
+
+def test_a_zero_copy_run_keeps_no_hold_on_its_input_mapping(
+    add_relu_bundle: dict[str, Path],
+) -> None:
+    """An input read from a peer's mapping can be unmapped as soon as its call has ended.
+
+    The handler keeps each session's IOBinding across calls; an input bound with
+    ``bind_cpu_input`` stayed referenced by that binding after the call, so the
+    controller's segment could not be unmapped (``BufferError``) until the next call.
+    Each call also runs on its own input, not on one left bound by the call before.
+    """
+    import mmap
+
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.worker_call import Call
+
+    ort = OrtHandler()
+    ort.load(config(add_relu_bundle))
+    ort.warmup({})
+    header = FrameHeader("run", "r", "s0", 0, 1)
+
+    def run(loop: _ZeroCopyLoop, x: np.ndarray) -> np.ndarray:
+        outputs = ort.submit(Call(loop, header, {"x": x}, []))  # type: ignore[arg-type]
+        assert outputs is not None
+        return np.array(outputs["y"])
+
+    try:
+        x = np.load(add_relu_bundle["example"])["x"]
+        np.testing.assert_array_equal(
+            run(_ZeroCopyLoop(), x), np.load(add_relu_bundle["expected"])["y"])
+        answers = set()
+        for scale in (1.0, -3.0, 2.0):
+            mapping = mmap.mmap(-1, x.nbytes)
+            view = memoryview(mapping)
+            shared = np.frombuffer(view, x.dtype, x.size).reshape(x.shape)
+            shared[...] = x * scale
+            shared.flags.writeable = False  # as the worker maps a controller's segment
+            got = run(_ZeroCopyLoop(), shared)
+            np.testing.assert_array_equal(got, run(_ZeroCopyLoop(use_shm=False), shared.copy()))
+            answers.add(got.tobytes())
+            del shared
+            view.release()
+            mapping.close()  # BufferError while anything still exports the mapping
+        assert len(answers) == 3  # three inputs, three answers: none ran on a stale input
+    finally:
+        ort.close()

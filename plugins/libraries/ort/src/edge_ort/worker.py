@@ -628,27 +628,39 @@ class OrtHandler(BaseHandler):
         inputs are bound again on every call, an output only when its buffer is not the
         one bound last time (the producer's pool hands the same segment back call after
         call, so usually nothing is bound again). A run that fails drops the binding.
+
+        Inputs are bound by address and cleared after the run: an input is usually a
+        view of the controller's segment, which may be unlinked, unmapped or reused once
+        this call has ended. ``bind_cpu_input`` would keep a reference to the array in the
+        kept binding (which ``clear_binding_inputs`` does not drop), pinning the
+        segment's mapping until the next call, and leave the binding pointing at it.
         """
         session = session or self._session
         kept = self._bindings.get(id(session))
         if kept is None or kept[0] is not session:
             kept = self._bindings[id(session)] = (session, session.io_binding(), {})
         _, binding, bound = kept
-        for name, array in call.inputs.items():
-            binding.bind_cpu_input(name, array)
+        held: list[np.ndarray] = []  # the arrays bound by address: alive until the run ends
         outputs: dict[str, np.ndarray] = {}
-        for name, shape, dtype, _ in static:
-            out = call.output_buffer(shape, dtype)
-            where = (out.ctypes.data, shape, dtype)
-            if bound.get(name) != where:
-                binding.bind_output(name, "cpu", 0, dtype, list(shape), where[0])
-                bound[name] = where
-            outputs[name] = out
         try:
+            for name, value in call.inputs.items():
+                array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+                held.append(array)
+                binding.bind_input(name, "cpu", 0, array.dtype, array.shape,
+                                   array.ctypes.data)
+            for name, shape, dtype, _ in static:
+                out = call.output_buffer(shape, dtype)
+                where = (out.ctypes.data, shape, dtype)
+                if bound.get(name) != where:
+                    binding.bind_output(name, "cpu", 0, dtype, list(shape), where[0])
+                    bound[name] = where
+                outputs[name] = out
             session.run_with_iobinding(binding, self._run_options)
         except BaseException:
             self._bindings.pop(id(session), None)
             raise
+        finally:
+            binding.clear_binding_inputs()  # nothing stays bound to this call's inputs
         return outputs
 
     def _shrink_at_rest(self) -> None:

@@ -295,12 +295,33 @@ class ReplicaSet:
             DeadlineExceeded: no slot freed (or no replica came back) before ``until``.
             RequestCancelled: ``abandoned()`` said so while waiting; nothing was sent.
         """
-        if not self._waiting and (abandoned is None or not abandoned()):
+        only = self._only
+        if not self._waiting:
             # Nobody queued (read without the lock: one arriving now is served after
             # this request, as if it had come a moment later): no ticket to take.
-            call = self._submit_free(inputs, params, until, request_id, abandoned)
-            if call is not None:
-                return call
+            if (only is not None and not self.lost and only.state is StageState.READY
+                    and only.slots.free > 0):
+                # One serving replica with a free slot: straight to it, as _submit_free
+                # would (its submit checks ``abandoned`` under its lock; a stage that
+                # fills or closes meanwhile is waited for below).
+                if only.made_input_buffers:
+                    only.check_input_buffers(inputs)  # busy: refused at once
+                try:
+                    return only.submit(inputs, params=params, until=until,
+                                       request_id=request_id, abandoned=abandoned,
+                                       wait_for_slot=False)
+                except InputBufferBusy:
+                    raise
+                except (ResourceUnavailable, StageClosed):
+                    pass  # taken or closed in between: wait for it below
+                except WorkerError:
+                    self.note_failure(only)
+                    if not _worker_lost(only):
+                        raise
+            elif abandoned is None or not abandoned():
+                call = self._submit_free(inputs, params, until, request_id, abandoned)
+                if call is not None:
+                    return call
         end = None if deadline_s is None else time.monotonic() + deadline_s
         if until is not None:
             end = until if end is None else min(end, until)

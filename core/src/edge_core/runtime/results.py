@@ -121,7 +121,8 @@ class StageResult:
         try:
             return self._ack(self.key)
         finally:
-            self.release_outputs()
+            if self._retained:  # (no call when nothing came through shared memory)
+                self.release_outputs()
 
     def release_outputs(self) -> None:
         """Give shared-memory outputs back to the worker now (idempotent; ack does it)."""

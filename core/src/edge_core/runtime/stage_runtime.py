@@ -211,7 +211,7 @@ class StageRuntime:
         by_deadline = False
         if until is not None and until <= bound:
             bound, by_deadline = until, True
-        entry = None
+        registered: Entry | None = None  # what the failure path below takes back
         try:
             with self._lock:
                 if self.state is not StageState.READY:
@@ -225,7 +225,7 @@ class StageRuntime:
                         f"{self.stage_id!r}: {request_id!r}"
                     )
                 serial = next(self._serials)
-                entry = Entry(serial, self.epoch)
+                registered = entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
                 # An expiry while the request is still being sent waits for the send
                 # (_cancel_targets), as a cancel does.
@@ -247,11 +247,11 @@ class StageRuntime:
                         self._sent.notify_all()
         except BaseException:
             with self._lock:
-                if entry is not None:
-                    entry.finished = True  # its expiry, if it comes, finds it ended
-                    if entry.timer is not None:
-                        entry.timer.cancelled = True
-                    if self._entries.get(request_id) is entry:
+                if registered is not None:
+                    registered.finished = True  # its expiry, if it comes, finds it ended
+                    if registered.timer is not None:
+                        registered.timer.cancelled = True
+                    if self._entries.get(request_id) is registered:
                         del self._entries[request_id]
             self.slots.release()
             raise

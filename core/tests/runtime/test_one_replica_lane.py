@@ -63,7 +63,7 @@ def test_results_and_held_state_are_the_same_on_either_path(
 ) -> None:
     pipeline = _open(open_pipeline, replicas)
     before = timer().pending()
-    outcomes = [_outcome(lambda: pipeline.run({"x": X * k})) for k in range(4)]
+    outcomes = [_outcome(lambda k=k: pipeline.run({"x": X * k})) for k in range(4)]
     assert outcomes == [{"x": (X * k * 2.0).tolist()} for k in range(4)]
     assert _settled(pipeline) == NOTHING_HELD[replicas]
     assert timer().pending() <= before  # each call's deadline went with it

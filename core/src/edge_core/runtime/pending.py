@@ -171,9 +171,11 @@ class PendingCall:
         self._done = True
         kind = event.kind
         if kind is EventKind.DONE:
-            seen, outputs = self._seen, self._outputs
+            seen = self._seen
+            outputs: Mapping[str, Any]
             if seen:  # events before it: their outputs under the terminal event's
-                outputs.update(tensors)
+                outputs = self._outputs
+                self._outputs.update(tensors)
                 events: tuple[StageEvent, ...] = (*seen, event)
             else:  # the usual lone terminal event: its outputs are the result's
                 outputs, events = tensors, (event,)

@@ -59,6 +59,7 @@ class Delivery:
         "generation",
         "kind",
         "request_id",
+        "retained",
         "seq",
         "stage_id",
         "terminal",
@@ -94,6 +95,8 @@ class Delivery:
         self._refs = refs
         self._ack = ack
         self._event: StageEvent | None = None
+        self.retained = bool(refs)
+        """True while this delivery still holds worker shared memory."""
 
     @property
     def event(self) -> StageEvent:
@@ -126,11 +129,6 @@ class Delivery:
             )
         return self._event
 
-    @property
-    def retained(self) -> bool:
-        """True while this delivery still holds worker shared memory."""
-        return bool(self._refs)
-
     def release(self, *, unlink: bool = False) -> None:
         """Acknowledge the shared memory behind :attr:`arrays` (idempotent).
 
@@ -138,6 +136,7 @@ class Delivery:
         that are still referenced here and must keep their bytes.
         """
         refs, self._refs = self._refs, []
+        self.retained = False
         if refs and self._ack is not None:
             self._ack(refs, unlink)
 

@@ -238,8 +238,10 @@ class TensorUnpacker:
         kept = self._layouts.get(id(specs))
         if kept is not None and kept[0] is specs:  # the payload's length: checked by Frame
             payload = memoryview(frame.payload).toreadonly()
-            return {name: np.frombuffer(payload, dtype, count, offset).reshape(shape)
-                    for name, dtype, count, offset, shape in kept[1]}
+            found: dict[str, np.ndarray[Any, Any]] = {}
+            for name, dtype, count, offset, shape in kept[1]:  # (no comprehension's frame)
+                found[name] = np.frombuffer(payload, dtype, count, offset).reshape(shape)
+            return found
         arrays = arrays_from_frame(frame, self._shared, readonly=True)
         for spec in specs:
             if spec.ref is not None:  # a view of the peer's mapping: made read-only too

@@ -85,8 +85,9 @@ class ReplicaSet:
         self._waiting: collections.deque[int] = collections.deque()
         # A stage of one replica: the choice among replicas is no choice (see _submit_free).
         self._only = self.runtimes[0] if len(self.runtimes) == 1 else None
-        for runtime in self.runtimes:
-            runtime.slots.listeners.append(self._wake)
+        # The replicas' pools call _wake on every release only once a request has had
+        # to wait here (_listen): until then a release has nobody to wake.
+        self._listening = False
 
     @property
     def stage_id(self) -> str:
@@ -101,6 +102,17 @@ class ReplicaSet:
     def summary(self) -> dict[str, object]:
         """``{"declared", "live", "state"}`` (:func:`~edge_core.runtime.health.replica_summary`)."""
         return replica_summary([r.state for r in self.runtimes])
+
+    def _listen(self) -> None:
+        """Have every replica's pool call :meth:`_wake` on release from now on (holding the lock).
+
+        Called as the first waiter queues its ticket, before it first tries a replica: a
+        release before this freed its slot for that try; one after calls ``_wake``.
+        """
+        if not self._listening:
+            for runtime in self.runtimes:
+                runtime.slots.listeners.append(self._wake)
+            self._listening = True
 
     def _wake(self) -> None:
         if not self._waiting:  # read without the lock (see submit): nobody to wake
@@ -327,6 +339,7 @@ class ReplicaSet:
             end = until if end is None else min(end, until)
         restart_end: float | None = None  # set once the wait for a restart begins
         with self._lock:
+            self._listen()
             ticket = next(self._tickets)
             self._waiting.append(ticket)
         try:

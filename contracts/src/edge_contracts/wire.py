@@ -167,7 +167,12 @@ _set_header, _set_payload = Frame.__dict__["header"].__set__, Frame.__dict__["pa
 
 def refs_of(frame: Frame) -> list[list[Any]]:
     """Return ``[segment, generation]`` of every shared-memory tensor of ``frame``."""
-    return [[s.ref.segment, s.ref.generation] for s in frame.header.tensors if s.ref is not None]
+    refs: list[list[Any]] = []
+    for spec in frame.header.tensors:  # a loop, not a comprehension: no frame per call
+        ref = spec.ref
+        if ref is not None:
+            refs.append([ref.segment, ref.generation])
+    return refs
 
 def decode_prefix(prefix: bytes | bytearray | memoryview, limits: Limits) -> tuple[int, int]:
     """Check a 16-byte prefix against ``limits``; return ``(header_len, payload_len)``.

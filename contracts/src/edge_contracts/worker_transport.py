@@ -45,10 +45,12 @@ class Packed:
         specs: one entry per tensor, in the caller's order.
         payloads: the inline tensors' bytes, in header order.
         leases: ``(segment, generation)`` of every segment written for this frame.
+        features: the features a reader needs for this frame (``shm-tensors``,
+            ``bfloat16``): given by the packer, else worked out from ``specs``.
 
     """
 
-    __slots__ = ("_features", "leases", "payloads", "specs")
+    __slots__ = ("features", "leases", "payloads", "specs")
 
     def __init__(
         self,
@@ -60,20 +62,12 @@ class Packed:
         self.specs = specs
         self.payloads = payloads
         self.leases = leases
-        self._features = features  # None: worked out from the entries when asked
+        self.features = tensor_features(specs) if features is None else features
 
     @property
     def uses_shm(self) -> bool:
         """True when at least one tensor travels through shared memory."""
         return bool(self.leases)
-
-    @property
-    def features(self) -> frozenset[str]:
-        """The features a reader needs for this frame: ``shm-tensors``, ``bfloat16``."""
-        features = self._features
-        if features is None:
-            features = self._features = tensor_features(self.specs)
-        return features
 
 
 _NO_FEATURES: frozenset[str] = frozenset()
@@ -264,8 +258,10 @@ class TensorUnpacker:
         kept = self._layouts.get(id(specs))
         if kept is not None and kept[0] is specs:  # the payload's length: checked by Frame
             payload = memoryview(frame.payload).toreadonly()
-            return {name: np.frombuffer(payload, dtype, count, offset).reshape(shape)
-                    for name, dtype, count, offset, shape in kept[1]}
+            found: dict[str, np.ndarray[Any, Any]] = {}
+            for name, dtype, count, offset, shape in kept[1]:  # (no comprehension's frame)
+                found[name] = np.frombuffer(payload, dtype, count, offset).reshape(shape)
+            return found
         arrays = arrays_from_frame(frame, self._shared, readonly=True)
         for spec in specs:
             if spec.ref is not None:  # a view of the peer's mapping: made read-only too

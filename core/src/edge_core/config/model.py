@@ -333,8 +333,8 @@ class StageConfig:
     call_timeout_s: PositiveSeconds | None = attrs.field(
         default=None, validator=attrs.validators.optional(validator(check_positive_seconds))
     )
-    """Most seconds one call of this stage may take once sent; ``None``: the default of
-    the backend's kind (120 s for graph stages, 600 s for generate-only stages)."""
+    """Most seconds one call of this stage may take, its sending included; ``None``: the
+    default of the backend's kind (120 s for graph stages, 600 s for generate-only stages)."""
     restart: RestartOption = attrs.field(default="never", validator=validator(check_restart_mode))
     """``"never"``: a failed (or cancel-retired) stage waits for ``restart()``;
     ``"on-failure"``: it is restarted automatically through the whole gate."""

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
+from edge_contracts.events import TERMINAL_KINDS
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
 from edge_contracts.validation import INT64_MAX
@@ -58,6 +59,7 @@ class Delivery:
         "generation",
         "kind",
         "request_id",
+        "retained",
         "seq",
         "stage_id",
         "terminal",
@@ -85,7 +87,7 @@ class Delivery:
         self.generation = generation
         self.seq = seq
         self.kind = kind
-        self.terminal = kind.terminal
+        self.terminal = kind in TERMINAL_KINDS  # (EventKind.terminal, without the call)
         self.data = data
         self.error = error
         self.created_ns = created_ns
@@ -93,12 +95,19 @@ class Delivery:
         self._refs = refs
         self._ack = ack
         self._event: StageEvent | None = None
+        self.retained = bool(refs)
+        """True while this delivery still holds worker shared memory."""
 
     @property
     def event(self) -> StageEvent:
         """The validated :class:`StageEvent` (built on first access)."""
         if self._event is None:
-            outputs = tuple(_descriptor(self.generation, a) for a in self.arrays.values())
+            arrays = self.arrays
+            if len(arrays) == 1:  # the usual one output: no generator to run
+                outputs: tuple[BufferDescriptor, ...] = (
+                    _descriptor(self.generation, next(iter(arrays.values()))),)
+            else:
+                outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
             if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
                 # ids, epoch and generation passed the header parser; kind is an enum
                 self._event = prechecked_event(
@@ -120,11 +129,6 @@ class Delivery:
             )
         return self._event
 
-    @property
-    def retained(self) -> bool:
-        """True while this delivery still holds worker shared memory."""
-        return bool(self._refs)
-
     def release(self, *, unlink: bool = False) -> None:
         """Acknowledge the shared memory behind :attr:`arrays` (idempotent).
 
@@ -132,6 +136,7 @@ class Delivery:
         that are still referenced here and must keep their bytes.
         """
         refs, self._refs = self._refs, []
+        self.retained = False
         if refs and self._ack is not None:
             self._ack(refs, unlink)
 

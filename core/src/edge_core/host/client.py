@@ -456,7 +456,8 @@ class WorkerClient:
         Raises :class:`TransportCapExceeded` when that retention would exceed the caps,
         :class:`WorkerGone` when the worker is down.
         """
-        self._refuse_if_down()
+        if self._state != READY:  # _refuse_if_down, without the call
+            raise self._gone_error()
         try:  # input buffers (InputBuffers.allocate) travel by reference
             packed, claimed = self._inputs.pack(inputs)
         except ShmCapExceeded as exc:

@@ -4,9 +4,9 @@ Two bounds apply to a stage call:
 
 * the request's ``deadline_s`` (``Pipeline.run``/``arun``/``stream``/``submit``): one
   absolute time for the whole request, admission to result, waiting included;
-* the stage option ``call_timeout_s``: the most one stage call may take once sent; its
-  default follows the backend's kind (:func:`default_call_timeout`): 120 s for a graph
-  stage, 600 s for a generate stage (a long stream).
+* the stage option ``call_timeout_s``: the most one stage call may take, its sending
+  included; its default follows the backend's kind (:func:`default_call_timeout`): 120 s
+  for a graph stage, 600 s for a generate stage (a long stream).
 
 A stage call is bounded by the earlier of the two. The waiting thread cannot time itself
 out (it may be blocked inside a plugin's iterator), so the :class:`DeadlineTimer` thread

@@ -164,28 +164,37 @@ class PendingCall:
                 self._read_to_end()  # left to finish: its slot is freed at its end
             self._close_events()
             raise self._cancelled(cancelled)
-        self._seen.append(event)
-        self._outputs.update(tensors)
-        if event.terminal:
-            self._done = True
-            if event.kind is EventKind.CANCELLED:
-                self._drop_retained()
-                raise self._cancelled(_CANCELLED_BY_WORKER)
-            if event.kind is EventKind.ERROR:
-                self._drop_retained()
-                info = event.error
-                raise RequestFailed(self.request_id, info.type if info else "Error",
-                                    info.message if info else "",
-                                    traceback=info.traceback if info else None,
-                                    request_fault=info.fault if info else None)
+        if not event.terminal:
+            self._seen.append(event)
+            self._outputs.update(tensors)
+            return event, tensors
+        self._done = True
+        kind = event.kind
+        if kind is EventKind.DONE:
+            seen = self._seen
+            outputs: Mapping[str, Any]
+            if seen:  # events before it: their outputs under the terminal event's
+                outputs = self._outputs
+                self._outputs.update(tensors)
+                events: tuple[StageEvent, ...] = (*seen, event)
+            else:  # the usual lone terminal event: its outputs are the result's
+                outputs, events = tensors, (event,)
             request = self.request
             self._result = StageResult(
                 ResultKey(request.request_id, request.epoch, request.generation, self.serial),
-                self._outputs, tuple(self._seen), time.perf_counter() - self._started,
-                stage.ack, self._retained,
+                outputs, events, time.perf_counter() - self._started, stage.ack,
+                self._retained,
             )
             self._outputs, self._retained = {}, []  # the result holds them now
-        return event, tensors
+            return event, tensors
+        self._drop_retained()
+        if kind is EventKind.CANCELLED:
+            raise self._cancelled(_CANCELLED_BY_WORKER)
+        info = event.error  # EventKind.ERROR
+        raise RequestFailed(self.request_id, info.type if info else "Error",
+                            info.message if info else "",
+                            traceback=info.traceback if info else None,
+                            request_fault=info.fault if info else None)
 
     def _read_to_end(self) -> None:
         """Read a fenced call that was left to finish up to its end, delivering nothing.

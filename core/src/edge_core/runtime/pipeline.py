@@ -278,7 +278,10 @@ class Pipeline:
              until: float | None, request_id: str | None, admitted: bool = False,
              on_event: OnEvent | None = None) -> PipelineResult:
         if not admitted:
-            take_slot(self.admission, until)
+            if until is None:  # take_slot without a deadline: free now or refused
+                self.admission.acquire(None)
+            else:
+                take_slot(self.admission, until)
         epoch = self.epoch
         serving = self.lineup.enter()
         try:
@@ -347,7 +350,12 @@ class Pipeline:
         its parameters go to the stage as they are. ``now``: only on a replica with a
         free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting.
         """
-        data = split_carry(inputs)[0]
+        for key in inputs:  # carried values stay out of the stage's inputs
+            if key.startswith(CARRY_PREFIX):
+                data: Mapping[str, Any] = split_carry(inputs)[0]
+                break
+        else:  # the usual case: the inputs as given (sent before the submission returns)
+            data = inputs
         if self.epoch != epoch:
             raise RequestCancelled(f"{self._where}: cancelled")
         if until is not None and time.monotonic() >= until:

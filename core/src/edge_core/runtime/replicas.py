@@ -85,8 +85,9 @@ class ReplicaSet:
         self._waiting: collections.deque[int] = collections.deque()
         # A stage of one replica: the choice among replicas is no choice (see _submit_free).
         self._only = self.runtimes[0] if len(self.runtimes) == 1 else None
-        for runtime in self.runtimes:
-            runtime.slots.listeners.append(self._wake)
+        # The replicas' pools call _wake on every release only once a request has had
+        # to wait here (_listen): until then a release has nobody to wake.
+        self._listening = False
 
     @property
     def stage_id(self) -> str:
@@ -101,6 +102,17 @@ class ReplicaSet:
     def summary(self) -> dict[str, object]:
         """``{"declared", "live", "state"}`` (:func:`~edge_core.runtime.health.replica_summary`)."""
         return replica_summary([r.state for r in self.runtimes])
+
+    def _listen(self) -> None:
+        """Have every replica's pool call :meth:`_wake` on release from now on (holding the lock).
+
+        Called as the first waiter queues its ticket, before it first tries a replica: a
+        release before this freed its slot for that try; one after calls ``_wake``.
+        """
+        if not self._listening:
+            for runtime in self.runtimes:
+                runtime.slots.listeners.append(self._wake)
+            self._listening = True
 
     def _wake(self) -> None:
         if not self._waiting:  # read without the lock (see submit): nobody to wake
@@ -295,17 +307,39 @@ class ReplicaSet:
             DeadlineExceeded: no slot freed (or no replica came back) before ``until``.
             RequestCancelled: ``abandoned()`` said so while waiting; nothing was sent.
         """
-        if not self._waiting and (abandoned is None or not abandoned()):
+        only = self._only
+        if not self._waiting:
             # Nobody queued (read without the lock: one arriving now is served after
             # this request, as if it had come a moment later): no ticket to take.
-            call = self._submit_free(inputs, params, until, request_id, abandoned)
-            if call is not None:
-                return call
+            if (only is not None and not self.lost and only.state is StageState.READY
+                    and only.slots.free > 0):
+                # One serving replica with a free slot: straight to it, as _submit_free
+                # would (its submit checks ``abandoned`` under its lock; a stage that
+                # fills or closes meanwhile is waited for below).
+                if only.made_input_buffers:
+                    only.check_input_buffers(inputs)  # busy: refused at once
+                try:
+                    return only.submit(inputs, params=params, until=until,
+                                       request_id=request_id, abandoned=abandoned,
+                                       wait_for_slot=False)
+                except InputBufferBusy:
+                    raise
+                except (ResourceUnavailable, StageClosed):
+                    pass  # taken or closed in between: wait for it below
+                except WorkerError:
+                    self.note_failure(only)
+                    if not _worker_lost(only):
+                        raise
+            elif abandoned is None or not abandoned():
+                call = self._submit_free(inputs, params, until, request_id, abandoned)
+                if call is not None:
+                    return call
         end = None if deadline_s is None else time.monotonic() + deadline_s
         if until is not None:
             end = until if end is None else min(end, until)
         restart_end: float | None = None  # set once the wait for a restart begins
         with self._lock:
+            self._listen()
             ticket = next(self._tickets)
             self._waiting.append(ticket)
         try:

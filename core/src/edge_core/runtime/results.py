@@ -82,7 +82,9 @@ class StageResult:
 
     Attributes:
         key: The request id, epoch, generation and serial the delivery belongs to.
-        outputs: Output name to array.
+        outputs: Output name to array: a :class:`ResultOutputs` when some came through
+            shared memory (a name the acknowledgement released says so when read), else
+            a plain dict.
         events: Every event the request produced, the terminal one last.
         latency_s: Submit-to-terminal time measured by the runtime.
     """
@@ -100,13 +102,19 @@ class StageResult:
     ) -> None:
         self.key = key
         # Only outputs that are views of worker memory (retained) are ever released.
-        self._released: set[str] | None = set() if retained else None
-        self.outputs = ResultOutputs(outputs, key.request_id,
-                                     frozenset() if self._released is None else self._released)
+        self._released: set[str] | None
+        self.outputs: dict[str, Any]
+        if retained:
+            self._released = set()
+            self.outputs = ResultOutputs(outputs, key.request_id, self._released)
+            self._retained = list(retained)
+        else:  # nothing is ever released: a plain dict reads the same (KeyError if absent)
+            self._released = None
+            self.outputs = dict(outputs)
+            self._retained = []
         self.events = events
         self.latency_s = latency_s
         self._ack = ack
-        self._retained = list(retained or ())
 
     @property
     def data(self) -> Mapping[str, Any]:
@@ -121,7 +129,8 @@ class StageResult:
         try:
             return self._ack(self.key)
         finally:
-            self.release_outputs()
+            if self._retained:  # (no call when nothing came through shared memory)
+                self.release_outputs()
 
     def release_outputs(self) -> None:
         """Give shared-memory outputs back to the worker now (idempotent; ack does it)."""

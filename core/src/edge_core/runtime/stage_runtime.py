@@ -76,8 +76,8 @@ class StageRuntime:
             reservation.
         reload: Called by :meth:`restart` with the next generation; returns the new handle
             after the full load and warm-up gate.
-        call_timeout_s: The most one call may take once sent (None: the default of the
-            backend's kind, :func:`~edge_core.runtime.deadlines.default_call_timeout`).
+        call_timeout_s: The most one call may take, sending included (None: the default
+            of the backend's kind, :func:`~edge_core.runtime.deadlines.default_call_timeout`).
         policy: The restart policy (:class:`~edge_core.runtime.restarts.RestartPolicy`).
     """
 
@@ -105,6 +105,7 @@ class StageRuntime:
                                if call_timeout_s is None else call_timeout_s)
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
+        self._timer = timer()  # the process's one deadline timer (kept across a fork)
         self.made_input_buffers = False
         """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
         self._entries: dict[str, Entry] = {}
@@ -202,7 +203,15 @@ class StageRuntime:
             take_slot(self.slots, until)
         generated = not request_id  # an id of ours needs no checking; a caller's does
         request_id = request_id or f"{self._id_prefix}{next(self._ids):x}"
-        serial = 0
+        # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
+        # it), from the moment it is registered, sending included. Scheduled with the
+        # registration, under the one lock: the call's end (accept) or a retirement
+        # cancels it. partial (C) rather than a closure, the reason worded only on expiry.
+        bound = time.monotonic() + self.call_timeout_s
+        by_deadline = False
+        if until is not None and until <= bound:
+            bound, by_deadline = until, True
+        registered: Entry | None = None  # what the failure path below takes back
         try:
             with self._lock:
                 if self.state is not StageState.READY:
@@ -216,8 +225,12 @@ class StageRuntime:
                         f"{self.stage_id!r}: {request_id!r}"
                     )
                 serial = next(self._serials)
-                entry = Entry(serial, self.epoch)
+                registered = entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
+                # An expiry while the request is still being sent waits for the send
+                # (_cancel_targets), as a cancel does.
+                entry.timer = self._timer.schedule(
+                    bound, partial(self._expire, request_id, entry, by_deadline))
             ids = (request_id, self.context.stage_id, entry.epoch, self.generation,
                    self._operation)
             request = (prechecked_request(*ids, params) if generated
@@ -234,23 +247,14 @@ class StageRuntime:
                         self._sent.notify_all()
         except BaseException:
             with self._lock:
-                live = self._entries.get(request_id)
-                if live is not None and live.serial == serial:
-                    del self._entries[request_id]
+                if registered is not None:
+                    registered.finished = True  # its expiry, if it comes, finds it ended
+                    if registered.timer is not None:
+                        registered.timer.cancelled = True
+                    if self._entries.get(request_id) is registered:
+                        del self._entries[request_id]
             self.slots.release()
             raise
-        # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
-        # it); partial (C) rather than a closure, the reason worded only on expiry.
-        bound = time.monotonic() + self.call_timeout_s
-        by_deadline = False
-        if until is not None and until <= bound:
-            bound, by_deadline = until, True
-        handle = timer().schedule(bound, partial(self._expire, request_id, entry, by_deadline))
-        with self._lock:
-            if entry.finished:  # ended already: nothing to bound
-                handle.cancel()
-            else:
-                entry.timer = handle
         return PendingCall(self, request, serial, iter(events), started, entry)
 
     def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
@@ -346,7 +350,7 @@ class StageRuntime:
             entry.finished = True
             timer = entry.timer
             if timer is not None:
-                timer.cancel()
+                timer.cancelled = True  # TimerHandle.cancel, without the call
             if event is not None and not fenced and event.kind is EventKind.DONE:
                 entry.delivered = True
                 if self.restarter.restarts:  # served again: the count starts over

@@ -234,7 +234,9 @@ def test_a_measured_wait_without_a_reply_breaks_the_cycle(pair):
 
 
 @pytest.mark.parametrize(("name", "kwargs"), [("pairs", {"pairs": 0}),
-                                              ("run", {"run": 2}),
+                                              ("run", {"run": 1}),
+                                              ("settle", {"run": 4, "settle": 4}),
+                                              ("settle", {"settle": 0}),
                                               ("interval", {"interval": -1}),
                                               ("probe_us", {"probe_us": MAX_SPIN_US + 1}),
                                               ("pairs", {"pairs": 1.5})])

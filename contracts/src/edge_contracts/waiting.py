@@ -80,8 +80,9 @@ class WaitSamples:
     up to ``probe_us``, whatever budget the wait has, so that the scheduler places the
     two processes as that kind of waiting makes it. What counts is a *cycle*: from the end
     of one measured wait to the end of the next in the same run, so the request's send
-    (which must wake a blocked worker) is in it as well as the reply's wait; a run's
-    first two waits start no cycle that counts (the first begins in the other kind).
+    (which must wake a blocked worker) is in it as well as the reply's wait; the cycles
+    ending at a run's first ``settle`` waits do not count (the first begins in the other
+    kind, and the scheduler takes a while to place the processes as this kind makes it).
 
     Not thread-safe: filled by the wait's thread; ``on_window`` runs in that thread.
 
@@ -90,7 +91,8 @@ class WaitSamples:
             reads them and normally calls :meth:`clear` (else it is called again at the
             next measured wait) and may set :attr:`interval`.
         pairs: cycles of each kind per window.
-        run: measured waits of one kind in a row (at least 3).
+        run: measured waits of one kind in a row.
+        settle: a run's first waits whose cycles do not count (at least 1, under ``run``).
         interval: waits not measured between two epochs.
         probe_us: how long a spinning measured wait spins at most (µs).
 
@@ -104,20 +106,25 @@ class WaitSamples:
     """
 
     __slots__ = ("_epochs", "_last_end", "_on_window", "_step", "blocking_ns", "caught_ns",
-                 "interval", "pairs", "probe_ns", "run", "spinning_ns", "spun_ns")
+                 "interval", "pairs", "probe_ns", "run", "settle", "spinning_ns", "spun_ns")
 
     def __init__(self, on_window: Callable[[WaitSamples], object], *, pairs: int,
-                 run: int = 10, interval: int = 0, probe_us: int = DEFAULT_SPIN_US) -> None:
-        for name, value, low in (("pairs", pairs, 1), ("run", run, 3),
-                                 ("interval", interval, 0), ("probe_us", probe_us, 0)):
-            if type(value) is not int or not low <= value <= MAX_SPIN_US:
-                raise ValueError(f"{name}: must be an integer in {low}..{MAX_SPIN_US}: {value!r}")
+                 run: int = 10, settle: int = 2, interval: int = 0,
+                 probe_us: int = DEFAULT_SPIN_US) -> None:
+        for name, value, low, high in (("pairs", pairs, 1, MAX_SPIN_US),
+                                       ("run", run, 2, MAX_SPIN_US),
+                                       ("settle", settle, 1, run - 1),
+                                       ("interval", interval, 0, MAX_SPIN_US),
+                                       ("probe_us", probe_us, 0, MAX_SPIN_US)):
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"{name}: must be an integer in {low}..{high}: {value!r}")
         self._on_window = on_window
         self._step = 0  # measured waits of this epoch so far
         self._epochs = 0
         self._last_end: int | None = None
         self.pairs = pairs
         self.run = run
+        self.settle = settle
         self.interval = interval
         self.probe_ns = probe_us * 1000
         self.blocking_ns: list[int] = []
@@ -145,7 +152,7 @@ class WaitSamples:
 
         """
         last = self._last_end
-        if last is not None and self._step % self.run >= 2:
+        if last is not None and self._step % self.run >= self.settle:
             (self.spinning_ns if spun else self.blocking_ns).append(end_ns - last)
         if spun:
             self.spun_ns.append(end_ns - start_ns)

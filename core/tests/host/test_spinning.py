@@ -213,7 +213,7 @@ def test_a_channel_re_decides_its_budget_from_its_own_waits(start, shared_govern
     wait = client.reply_wait
     samples = wait.samples
     assert samples is not None  # governed and measured
-    echo_round_trips(client, 3 * WINDOW_PAIRS * RUN_WAITS // 8 * 2)
+    echo_round_trips(client, 2 * 2 * RUN_WAITS)  # two epochs: a window at least
     assert shared_governor.windows >= 1  # its own traffic was measured and decided
     decided = client.spin_decision
     assert decided is not None and decided.spin_us == wait.spin_us
@@ -248,7 +248,7 @@ def test_calls_stay_correct_under_each_mode(start, shared_governor, monkeypatch,
     else:
         kwargs["spin_us"] = 100  # a caller's own budget: not governed
     client = start(**kwargs)
-    echo_round_trips(client, 100)
+    echo_round_trips(client, 2 * 2 * RUN_WAITS)  # two epochs when measured
     decision = client.spin_decision
     if mode == "too-few-cores":
         assert decision is not None and decision.spin_us == 0

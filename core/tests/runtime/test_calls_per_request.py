@@ -47,9 +47,9 @@ def _no_measured_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Count the per-call path without the spin governor's measured waits.
 
     Where the controller may spin, the governor measures runs of the channel's waits
-    (``edge_core.host.spinning``): back to back in a channel's first few dozen waits,
-    which is where this count runs, then a run of 20 in about 2000 waits; which of them
-    spin, and for how many polls, depends on timing. The override (no spin, nothing
+    (``edge_core.host.spinning``): all of a channel's first 80 waits, which is where this
+    count runs, then 80 in about 4000 once its decision holds; which of them spin, and
+    for how many polls, depends on timing. The override (no spin, nothing
     measured) leaves the path every wait takes: 3310 -> 3320 bytecodes on 3.11 for the
     wait's countdown to its next measured run.
     """

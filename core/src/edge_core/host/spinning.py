@@ -19,7 +19,8 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   worker runs the worker at once, so a spinning wait finds its reply ready (1 µs) while a
   blocking one waits 25 µs, and the round trips take the same; and how the scheduler
   places the processes follows how the controller waits, so each kind is measured over a
-  run of its own. After :data:`WINDOW_PAIRS` cycles of each kind (a *window*) the
+  run of its own (the first :data:`SETTLE_WAITS` of a run do not count). After
+  :data:`WINDOW_PAIRS` cycles of each kind (a *window*) the
   channel's budget is decided afresh (:func:`decide_spin` on the window's
   :class:`WaitFigures`): the *saving*, the median blocking cycle less the median spinning
   one, is what waking costs there; under :data:`MIN_WAKE_US` there is nothing to save,
@@ -30,7 +31,7 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   saving (a spin that catches nothing then costs at most two wake-ups), at most
   ``DEFAULT_SPIN_US``.
 
-The first window is measured at once (the channel's first few dozen waits, its
+The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
 start-up's control calls among them, decide its first budget; until then it does not
 spin); after each window whose decision holds, the waits between two measured epochs
 double, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`, and a changed decision
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_INTERVAL",
     "MIN_WAKE_US",
     "RUN_WAITS",
+    "SETTLE_WAITS",
     "SPIN_PER_WAKE",
     "WINDOW_PAIRS",
     "SpinDecision",
@@ -89,16 +91,22 @@ longer than this many wake-ups is not worth it."""
 MIN_WAKE_US = 5.0
 """Below this saving (µs) spinning has nothing to save (a few polls cost as much)."""
 
-RUN_WAITS = 10
-"""Measured waits of one kind in a row (the first two start no cycle that counts)."""
+RUN_WAITS = 40
+"""Measured waits of one kind in a row."""
 
-WINDOW_PAIRS = 16
-"""Cycles of each kind (blocking, spinning) per window: two epochs."""
+SETTLE_WAITS = 10
+"""A run's first waits whose cycles do not count: where the controller has spun, the
+scheduler keeps the two processes on separate cores for a while after it blocks (and
+their wake-ups cost inter-processor interrupts), which a blocking run of ten waits
+still shows on the 2-vCPU VM."""
 
-FIRST_INTERVAL = 16
+WINDOW_PAIRS = RUN_WAITS - SETTLE_WAITS
+"""Cycles of each kind (blocking, spinning) per window: one epoch."""
+
+FIRST_INTERVAL = 64
 """Waits not measured between two epochs after the first window whose decision held."""
 
-MAX_INTERVAL = 2048
+MAX_INTERVAL = 4096
 """The most waits not measured between two epochs, once a channel's decision holds."""
 
 CAUGHT_PERCENTILE = 0.9
@@ -312,7 +320,7 @@ class SpinGovernor:
                 wait.samples = None
             elif wait.samples is None:
                 wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
-                                           probe_us=DEFAULT_SPIN_US)
+                                           settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
         if not self._channels:
             self._decision = self._decide(None)
 

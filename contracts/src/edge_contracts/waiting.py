@@ -275,7 +275,8 @@ class ReadableWait:
         """Wait until a descriptor is readable or hung up; return ``(fd, events)`` pairs.
 
         Empty when ``timeout_s`` passed first. Without a budget this is one blocking
-        ``poll`` (a descriptor that is ready already ends it at once).
+        ``poll`` (a descriptor that is ready already ends it at once), except in a run of
+        measured waits (:attr:`samples`), which spin or block as the run's kind says.
         """
         self._left -= 1
         if not self._left:

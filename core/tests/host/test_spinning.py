@@ -177,6 +177,10 @@ def test_a_holding_decision_measures_less_often_and_a_change_at_once(waits, monk
     assert waits[0].spin_us == SPIN_PER_WAKE * 80 and samples.interval == 0
     feed(spins, samples, blocking_us=118, spinning_us=41, spin_wait_us=29)  # the same again
     assert samples.interval == FIRST_INTERVAL
+    feed(spins, samples, blocking_us=100, spinning_us=70, spin_wait_us=29)  # resized: holds
+    assert waits[0].spin_us == SPIN_PER_WAKE * 30 and samples.interval == 2 * FIRST_INTERVAL
+    feed(spins, samples, blocking_us=60, spinning_us=60, spin_wait_us=29)  # off: at once
+    assert waits[0].spin_us == 0 and samples.interval == 0
 
 
 def test_override_applies_to_both_ends_and_nothing_is_measured(waits, monkeypatch):

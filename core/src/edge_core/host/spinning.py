@@ -34,9 +34,9 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
 The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
 start-up's control calls among them, decide its first budget; until then it does not
 spin); after each window whose decision holds, the waits between two measured epochs
-double, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`, and a changed decision
-measures again at once. Once steady, measuring costs a run of the other kind of waiting
-per ``MAX_INTERVAL`` waits (about 1 %).
+double, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`, and a decision that turns
+spinning on or off measures again at once. Once steady, measuring costs a run of the
+other kind of waiting per ``MAX_INTERVAL`` waits (about 1 %).
 
 Between windows the wait itself spins only while the replies it has recently seen came
 within the budget (its running average; the saving the channel measured is taken off a
@@ -358,13 +358,13 @@ class SpinGovernor:
 
 
 def _holds(before: int, after: int) -> bool:
-    """True when a budget is the same decision as the one before.
+    """True when a budget is the same decision as the one before: both off or both on.
 
-    Both off, or both on and within a factor of 1.5 of each other.
+    A budget resized while on holds (the round trips it catches vary from window to
+    window by a factor of two on a shared machine); turning on or off measures again at
+    once.
     """
-    if not before or not after:
-        return before == after
-    return max(before, after) <= 1.5 * min(before, after)
+    return bool(before) == bool(after)
 
 
 _GOVERNOR = SpinGovernor()

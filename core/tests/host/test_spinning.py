@@ -41,7 +41,7 @@ def figures(blocking: float, spinning: float, spin_wait: float,
                        caught_us=spin_wait if caught is None else caught, caught_share=1.0)
 
 
-SLOW_WAKE = figures(110.0, 40.0, 20.0, caught=30.0)  # saves 70 us a round trip
+SLOW_WAKE = figures(160.0, 90.0, 20.0, caught=30.0)  # saves 70 us a round trip
 
 
 @pytest.mark.parametrize(
@@ -62,6 +62,8 @@ SLOW_WAKE = figures(110.0, 40.0, 20.0, caught=30.0)  # saves 70 us a round trip
         # the round trip to catch is long: the budget covers it (margin x its percentile)
         (None, 16, 2, figures(150.0, 90.0, 70.0, caught=100.0), math.ceil(BUDGET_MARGIN * 100)),
         (None, 16, 2, figures(900.0, 200.0, 150.0, caught=180.0), DEFAULT_SPIN_US),  # capped
+        # never more than a blocking round trip: a longer spin cannot save time
+        (None, 16, 2, figures(110.0, 40.0, 20.0, caught=30.0), 110),
         (0, 16, 2, SLOW_WAKE, 0),  # the override wins both ways
         (500, 2, 4, None, 500),
     ],
@@ -80,7 +82,7 @@ def test_reasons_name_what_decided():
     assert "EDGE_SPIN_US=7" in decide_spin(override_us=7, cores=2, processes=2,
                                            figures=None).reason
     on = decide_spin(override_us=None, cores=8, processes=2, figures=SLOW_WAKE).reason
-    assert "110.0 us blocking, 40.0 us spinning" in on and "saves 70.0 us" in on
+    assert "160.0 us blocking, 90.0 us spinning" in on and "saves 70.0 us" in on
     assert "30.0 us" in on
     assert "nothing to save" in decide_spin(override_us=None, cores=8, processes=2,
                                             figures=figures(50.0, 49.0, 1.0)).reason
@@ -138,7 +140,7 @@ def test_governor_counts_processes_and_re_decides_on_attach_and_detach(waits, mo
     spins.attach(waits[0])
     assert waits[0].samples is not None  # measured from its first wait
     assert spins.decision_for(waits[0]) == SpinDecision(0, "waits not measured yet")
-    feed(spins, waits[0].samples, blocking_us=110, spinning_us=50, spin_wait_us=30)
+    feed(spins, waits[0].samples, blocking_us=150, spinning_us=90, spin_wait_us=30)
     assert spins.windows == 1 and spins.wake_us == 60.0
     assert spins.decision.spin_us == waits[0].spin_us == SPIN_PER_WAKE * 60
     assert waits[0].wake_us == 60  # taken off a blocked wait before it is averaged
@@ -173,9 +175,11 @@ def test_a_holding_decision_measures_less_often_and_a_change_at_once(waits, monk
         intervals.append(samples.interval)
     assert intervals[0] == FIRST_INTERVAL
     assert intervals == sorted(intervals) and intervals[-1] == MAX_INTERVAL
-    feed(spins, samples, blocking_us=120, spinning_us=40, spin_wait_us=30)  # now it pays
+    assert samples.probe_ns == 60_000  # a probe spins no longer than a blocking round trip
+    feed(spins, samples, blocking_us=200, spinning_us=120, spin_wait_us=30)  # now it pays
     assert waits[0].spin_us == SPIN_PER_WAKE * 80 and samples.interval == 0
-    feed(spins, samples, blocking_us=118, spinning_us=41, spin_wait_us=29)  # the same again
+    assert samples.probe_ns == 1000 * DEFAULT_SPIN_US
+    feed(spins, samples, blocking_us=198, spinning_us=121, spin_wait_us=29)  # the same again
     assert samples.interval == FIRST_INTERVAL
     feed(spins, samples, blocking_us=100, spinning_us=70, spin_wait_us=29)  # resized: holds
     assert waits[0].spin_us == SPIN_PER_WAKE * 30 and samples.interval == 2 * FIRST_INTERVAL

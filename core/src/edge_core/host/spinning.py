@@ -29,7 +29,9 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   it must catch: :data:`BUDGET_MARGIN` times the :data:`CAUGHT_PERCENTILE` of the
   spinning waits that caught their reply, and at least :data:`SPIN_PER_WAKE` times the
   saving (a spin that catches nothing then costs at most two wake-ups), at most
-  ``DEFAULT_SPIN_US``.
+  ``DEFAULT_SPIN_US`` and at most a blocking round trip (a spin longer than that cannot
+  save time). The spinning runs of the next window spin up to the latter too, so that
+  where spinning does not pay, a probe costs a round trip's CPU, not 200 µs.
 
 The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
 start-up's control calls among them, decide its first budget; until then it does not
@@ -205,8 +207,8 @@ def decide_spin(
     if figures.spin_wait_us > SPIN_PER_WAKE * saving:
         return SpinDecision(0, f"{measured}: a spin of {figures.spin_wait_us:.1f} us costs"
                                f" more than {SPIN_PER_WAKE} x the {saving:.1f} us it saves")
-    budget = min(DEFAULT_SPIN_US, math.ceil(max(BUDGET_MARGIN * figures.caught_us,
-                                                SPIN_PER_WAKE * saving)))
+    budget = min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us),
+                 math.ceil(max(BUDGET_MARGIN * figures.caught_us, SPIN_PER_WAKE * saving)))
     return SpinDecision(budget, f"{measured}: saves {saving:.1f} us;"
                                 f" {round(100 * CAUGHT_PERCENTILE)} % of caught replies"
                                 f" within {figures.caught_us:.1f} us")
@@ -349,6 +351,7 @@ class SpinGovernor:
             wait, channel = found[0]
             channel.figures = self._figures = figures
             channel.windows += 1
+            samples.probe_ns = 1000 * max(1, min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us)))
             self._windows += 1
             before = channel.decision.spin_us
             decision = self._decide(figures)

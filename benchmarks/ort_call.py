@@ -68,7 +68,6 @@ from onnx import TensorProto, helper
 
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
-from edge_core.host.spinning import governor
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import probe_host
@@ -78,7 +77,14 @@ from edge_ort.options import CPU, OrtOptions, base_load_config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from precompile import ensure_bytecode
 from transport_anchors import BareEcho, PipeEcho
-from transport_timing import CpuMeter, interleaved_blocks, p50, paired_ratio, process_cpu_s
+from transport_timing import (
+    CpuMeter,
+    interleaved_blocks,
+    p50,
+    paired_ratio,
+    process_cpu_s,
+    spin_report,
+)
 
 MIB = 1024 * 1024
 DIRECT_START = r"""
@@ -528,9 +534,7 @@ def main() -> None:
                     result["direct_tiny_ort_defaults_us"] = tiny["direct"] * 1e6
                     result["cpu_us_per_call_edge"] = tiny["edge_cpu_us"]
                     result["cpu_us_per_call_mp_pipe"] = tiny["pipe_cpu_us"]
-                    spin = governor().decision  # the one in effect while the stage ran
-                    extra["spin"] = {"spin_us": spin.spin_us, "reason": spin.reason,
-                                     "wake_us": governor().wake_us}
+                    extra["spin"] = spin_report()  # the one in effect as the stage ran
                     extra["mp_pipe_block_p50_us"] = [round(v, 1) for v in tiny["pipe_blocks_us"]]
                     extra["tiny_call_over_mp_pipe_ci"] = rounded(tiny["over_pipe_ci"])
                 else:

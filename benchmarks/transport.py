@@ -51,13 +51,19 @@ from transport_anchors import (
     bare_tcp_rtt,
     python_floor_rtt,
 )
-from transport_timing import CpuMeter, interleaved, interleaved_blocks, p50, paired_ratio
+from transport_timing import (
+    CpuMeter,
+    interleaved,
+    interleaved_blocks,
+    p50,
+    paired_ratio,
+    spin_report,
+)
 
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import SegmentProducer, new_prefix
 from edge_contracts.waiting import DEFAULT_SPIN_US
 from edge_core.host import Route, WorkerClient, start_worker
-from edge_core.host.spinning import governor
 
 HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024
@@ -154,7 +160,6 @@ def main() -> None:
     pipe_echo = PipeEcho()
     floor_echo = FloorEcho("struct")
     client = _start(threshold=256 * 1024)  # spinning as shipped
-    decision = governor().decision
     blocking = _start(threshold=256 * 1024, spin_us=0)  # what EDGE_SPIN_US=0 gives
     fixed = _start(threshold=256 * 1024, spin_us=DEFAULT_SPIN_US)  # what EDGE_SPIN_US=200 gives
     edge_cpu = CpuMeter(client.identity.pid)
@@ -180,6 +185,9 @@ def main() -> None:
         )
         bare, edge, edge_blocking, pipe, floor_struct, edge_fixed = (
             [x for block in run for x in block] for run in per_block)
+        # the decision in effect at the end of the blocks (re-made from the echo's own
+        # measured waits all along; the windows say how many times)
+        spin = spin_report(client.spin_decision)
         echo_ci = paired_ratio(per_block[1], per_block[3])
         echo_no_spin_ci = paired_ratio(per_block[2], per_block[3])
         echo_fixed_ci = paired_ratio(per_block[5], per_block[3])
@@ -212,7 +220,8 @@ def main() -> None:
     print(f"bare loopback TCP round trip p50: {p50(tcp) * 1e6:8.1f} us  (n={len(tcp)})")
     print(f"minimal pure-Python framing, polling p50: {p50(floor) * 1e6:8.1f} us"
           f"  (binary header: {p50(floor_struct) * 1e6:.1f} us)")
-    print(f"spin as shipped: {decision.spin_us} us ({decision.reason})")
+    print(f"spin as shipped: {spin['spin_us']} us ({spin['reason']};"
+          f" {spin['windows']} windows decided)")
     print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
     print(f"edge worker echo, as shipped (float32[4]) p50: {p50(edge) * 1e6:8.1f} us"
           f"  (n={len(edge)})")
@@ -282,8 +291,7 @@ def main() -> None:
                          "edge_fixed_spin": fixed_cpu.per_call_us,
                          "mp_pipe": pipe_cpu.per_call_us},
         cpu_per_call_over_mp_pipe=edge_cpu.per_call_us / pipe_cpu.per_call_us,
-        spin={"spin_us": decision.spin_us, "reason": decision.reason,
-              "wake_us": governor().wake_us},
+        spin=spin,
         anchor="multiprocessing.Pipe echo, alternating blocks",
         goals={"echo_over_mp_pipe": 1.0, "echo_over_mp_pipe_no_spin": 1.0,
                "cpu_per_call_over_mp_pipe": 1.5, "rtt_ratio": 1.3, "copy_ratio_64mib": 2.5,

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edge_core.host.spinning import SpinDecision, governor
+
 
 def p50(samples: list[float]) -> float:
     return statistics.median(samples)
@@ -110,3 +112,19 @@ def paired_ratio(
             "ci95_low": medians[int(0.025 * resamples)],
             "ci95_high": medians[int(0.975 * resamples) - 1],
             "blocks": len(ratios)}
+
+
+
+def spin_report(decision: SpinDecision | None = None) -> dict[str, object]:
+    """The controller's spin decision as the benchmarks print it (``spin``).
+
+    ``decision`` (default: the one the governor made last, which with one governed
+    channel open is that channel's), the saving the latest window measured (``wake_us``:
+    median blocking wait less median spinning wait, µs) and how many windows of measured
+    waits were decided in all: the budget is re-made from the channel's own traffic
+    (``edge_core.host.spinning``).
+    """
+    spins = governor()
+    decision = spins.decision if decision is None else decision
+    return {"spin_us": decision.spin_us, "reason": decision.reason,
+            "wake_us": spins.wake_us, "windows": spins.windows}

@@ -11,8 +11,10 @@ import pytest
 
 from edge_contracts.waiting import (
     DEFAULT_SPIN_US,
+    MAX_SPIN_US,
     SPIN_ENV,
     ReadableWait,
+    WaitSamples,
     spin_override_us,
     spin_us_from_env,
 )
@@ -157,3 +159,113 @@ def test_override_is_none_when_unset(monkeypatch, raw, expected):
     else:
         monkeypatch.setenv(SPIN_ENV, raw)
     assert spin_override_us() == expected
+
+
+class Windows:
+    """Records each window a WaitSamples hands over (copies of its lists), then clears it."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, list[int]]] = []
+
+    def __call__(self, samples: WaitSamples) -> None:
+        self.seen.append({"blocking": list(samples.blocking_ns),
+                          "spinning": list(samples.spinning_ns),
+                          "spun": list(samples.spun_ns), "caught": list(samples.caught_ns)})
+        samples.clear()
+
+
+def test_measured_waits_come_in_runs_of_each_kind_and_count_cycles():
+    windows = Windows()
+    samples = WaitSamples(windows, pairs=4, run=4, interval=3)
+    kinds = []
+    for _ in range(2 * 8):  # two epochs of made-up waits, to read the kinds
+        kinds.append(samples.next_spins())
+        samples.add(kinds[-1], 0, 0, kinds[-1])
+    # the first epoch spins first, the second blocks first (Thue-Morse by epoch)
+    assert kinds == [True] * 4 + [False] * 4 + [False] * 4 + [True] * 4
+    assert len(windows.seen) == 1  # 2 cycles of each kind per run (its first two left out)
+    assert len(windows.seen[0]["spinning"]) == len(windows.seen[0]["blocking"]) == 4
+    assert samples.waits_to_next() == 3 + 1  # the interval, then the third epoch
+
+
+def measured_count(samples: WaitSamples) -> int:
+    return len(samples.spun_ns) + len(samples.blocking_ns)
+
+
+def test_real_waits_are_measured_in_epochs_and_not_between(pair):
+    a, b = pair
+    windows = Windows()
+    samples = WaitSamples(windows, pairs=100, run=3, interval=4)
+    wait = ReadableWait(a.fileno(), 0)
+    wait.samples = samples
+    grew = []
+    for _ in range(6 + 4 + 6):  # an epoch, four waits not measured, an epoch
+        b.send(b"x")  # the reply is there: a spinning wait catches it at once
+        before = measured_count(samples)
+        assert wait.wait(1.0)
+        a.recv(16)
+        grew.append(measured_count(samples) - before)
+    # spin x3, block x3 (its third counts a cycle); four not measured; block x3, spin x3
+    assert grew == [1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+    assert len(samples.spun_ns) == len(samples.caught_ns) == 6  # every spin caught
+    assert len(samples.spinning_ns) == len(samples.blocking_ns) == 2  # a run's third wait
+    assert all(cycle >= 0 for cycle in samples.spinning_ns + samples.blocking_ns)
+    wait.samples = None  # stopped: nothing more is measured
+    b.send(b"x")
+    assert wait.wait(1.0)
+    assert len(samples.spun_ns) == 6
+
+
+def test_a_measured_wait_without_a_reply_breaks_the_cycle(pair):
+    a, b = pair
+    windows = Windows()
+    samples = WaitSamples(windows, pairs=100, run=4, probe_us=50)
+    wait = ReadableWait(a.fileno(), 0)
+    wait.samples = samples
+    for _ in range(2):
+        b.send(b"x")
+        assert wait.wait(1.0)
+        a.recv(16)
+    assert wait.wait(0.01) == []  # spun 50 us, then blocked until the timeout
+    b.send(b"x")
+    assert wait.wait(1.0)  # the run's fourth: no cycle, the third had no reply
+    assert len(samples.spun_ns) == 3
+    assert samples.spinning_ns == []
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [("pairs", {"pairs": 0}),
+                                              ("run", {"run": 1}),
+                                              ("settle", {"run": 4, "settle": 4}),
+                                              ("settle", {"settle": 0}),
+                                              ("interval", {"interval": -1}),
+                                              ("probe_us", {"probe_us": MAX_SPIN_US + 1}),
+                                              ("pairs", {"pairs": 1.5})])
+def test_bad_samples_settings_are_refused_naming_the_field(name, kwargs):
+    settings = {"pairs": 4, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        WaitSamples(lambda _: None, **settings)
+
+
+def test_a_blocked_wait_counts_without_the_wake_up_cost(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 100)  # 100 us budget
+    with pytest.raises(ValueError, match="wake_us"):
+        wait.wake_us = -1
+    wait.wake_us = MAX_SPIN_US  # a wake-up said to cost 100 ms: longer than any wait here
+    assert wait.wake_us == MAX_SPIN_US
+    for _ in range(3):
+        timer = threading.Timer(0.01, b.send, args=(b"x",))  # 10 ms: far over the budget
+        timer.start()
+        assert wait.wait(5.0)
+        timer.join()
+        a.recv(16)
+    assert wait.spinning  # 10 ms less the wake-up: not a slow reply
+    wait.wake_us = 0
+    wait.forget()
+    for _ in range(3):
+        timer = threading.Timer(0.01, b.send, args=(b"x",))
+        timer.start()
+        assert wait.wait(5.0)
+        timer.join()
+        a.recv(16)
+    assert not wait.spinning

@@ -11,10 +11,17 @@ is waited for with a blocking poll), and it turns back on by itself when waits s
 
 The CPU spent is therefore bounded by ``spin_ns`` per wait. ``spin_ns = 0`` disables
 spinning. How large the budget is, and whether there is one at all, is decided by whoever
-owns the wait: the controller sizes its own from the measured wake-up cost and the cores
-its workers share (``edge_core.host.spinning``); :data:`SPIN_ENV` overrides that on both
-ends. ONNX Runtime makes the same trade for its own intra-op threads
-(``session.intra_op.allow_spinning``). Standard library only.
+owns the wait: the controller sizes its own from what the channel's own waits take and
+the cores its workers share (``edge_core.host.spinning``); :data:`SPIN_ENV` overrides that
+on both ends. ONNX Runtime makes the same trade for its own intra-op threads
+(``session.intra_op.allow_spinning``).
+
+For that sizing a wait can be given :class:`WaitSamples`: then now and then a run of
+waits is *measured*, blocking at once or spinning first for up to the samples' probe
+budget, whatever the budget in use, and what each run's round trips took goes into the
+samples; when they hold a window of both kinds, their owner reads them (and may change
+the budget and how often runs are measured). A wait pays one counter decrement for this
+on its usual path. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import math
 import os
 import select
 import time
+from collections.abc import Callable
 
 __all__ = [
     "DEFAULT_SPIN_US",
     "MAX_SPIN_US",
     "SPIN_ENV",
     "ReadableWait",
+    "WaitSamples",
     "spin_override_us",
     "spin_us_from_env",
 ]
@@ -62,6 +71,125 @@ def spin_us_from_env(default: int = DEFAULT_SPIN_US) -> int:
     return default if override is None else override
 
 
+class WaitSamples:
+    """What the measured waits of one :class:`ReadableWait` took, by kind, for their owner.
+
+    Measured waits come in *epochs*: ``run`` consecutive waits of one kind, then ``run``
+    of the other (which kind first alternates from epoch to epoch), then ``interval``
+    waits that are not measured. A run's waits all block at once, or all spin first for
+    up to ``probe_us``, whatever budget the wait has, so that the scheduler places the
+    two processes as that kind of waiting makes it. What counts is a *cycle*: from the end
+    of one measured wait to the end of the next in the same run, so the request's send
+    (which must wake a blocked worker) is in it as well as the reply's wait; the cycles
+    ending at a run's first ``settle`` waits do not count (the first begins in the other
+    kind, and the scheduler takes a while to place the processes as this kind makes it).
+
+    Not thread-safe: filled by the wait's thread; ``on_window`` runs in that thread.
+
+    Args:
+        on_window: called with these samples once ``pairs`` cycles of each kind are in; it
+            reads them and normally calls :meth:`clear` (else it is called again at the
+            next measured wait) and may set :attr:`interval`.
+        pairs: cycles of each kind per window.
+        run: measured waits of one kind in a row.
+        settle: a run's first waits whose cycles do not count (at least 1, under ``run``).
+        interval: waits not measured between two epochs.
+        probe_us: how long a spinning measured wait spins at most (µs).
+
+    Attributes:
+        blocking_ns: cycles of the runs that blocked at once.
+        spinning_ns: cycles of the runs that spun first.
+        spun_ns: how long each spinning measured wait waited.
+        caught_ns: those of ``spun_ns`` whose reply came while it spun.
+        interval: as above; read at the end of each epoch.
+
+    """
+
+    __slots__ = ("_epochs", "_last_end", "_on_window", "_step", "blocking_ns", "caught_ns",
+                 "interval", "pairs", "probe_ns", "run", "settle", "spinning_ns", "spun_ns")
+
+    def __init__(self, on_window: Callable[[WaitSamples], object], *, pairs: int,
+                 run: int = 10, settle: int = 2, interval: int = 0,
+                 probe_us: int = DEFAULT_SPIN_US) -> None:
+        for name, value, low, high in (("pairs", pairs, 1, MAX_SPIN_US),
+                                       ("run", run, 2, MAX_SPIN_US),
+                                       ("settle", settle, 1, run - 1),
+                                       ("interval", interval, 0, MAX_SPIN_US),
+                                       ("probe_us", probe_us, 0, MAX_SPIN_US)):
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"{name}: must be an integer in {low}..{high}: {value!r}")
+        self._on_window = on_window
+        self._step = 0  # measured waits of this epoch so far
+        self._epochs = 0
+        self._last_end: int | None = None
+        self.pairs = pairs
+        self.run = run
+        self.settle = settle
+        self.interval = interval
+        self.probe_ns = probe_us * 1000
+        self.blocking_ns: list[int] = []
+        self.spinning_ns: list[int] = []
+        self.spun_ns: list[int] = []
+        self.caught_ns: list[int] = []
+
+    def next_spins(self) -> bool:
+        """True when the next measured wait spins first.
+
+        Epochs start with a spinning run or a blocking one as the Thue-Morse sequence
+        says (spin, block, block, spin, block, spin, spin, block, ...), so that neither
+        kind always follows the decided budget's own waits.
+        """
+        return (self._step < self.run) != bool(self._epochs.bit_count() & 1)
+
+    def add(self, spun: bool, start_ns: int, end_ns: int, caught: bool) -> None:
+        """Record one measured wait that ended with a reply; call ``on_window`` when full.
+
+        Args:
+            spun: it spun first (else it blocked at once).
+            start_ns: when it began (a monotonic clock, nanoseconds).
+            end_ns: when it ended (the same clock).
+            caught: it spun and the reply came while it did.
+
+        """
+        last = self._last_end
+        if last is not None and self._step % self.run >= self.settle:
+            (self.spinning_ns if spun else self.blocking_ns).append(end_ns - last)
+        if spun:
+            self.spun_ns.append(end_ns - start_ns)
+            if caught:
+                self.caught_ns.append(end_ns - start_ns)
+        self._advance(end_ns)
+        if len(self.blocking_ns) >= self.pairs and len(self.spinning_ns) >= self.pairs:
+            self._on_window(self)
+
+    def skip(self) -> None:
+        """Count a measured wait that ended without a reply (a timeout, a nudge)."""
+        self._advance(None)
+
+    def waits_to_next(self) -> int:
+        """How many waits from now the next measured one is (1: the very next)."""
+        return 1 if self._step else self.interval + 1
+
+    def clear(self) -> None:
+        """Start the next window, with a new epoch (one under way is dropped)."""
+        self.blocking_ns = []
+        self.spinning_ns = []
+        self.spun_ns = []
+        self.caught_ns = []
+        if self._step:
+            self._step = 0
+            self._epochs += 1
+            self._last_end = None
+
+    def _advance(self, end_ns: int | None) -> None:
+        self._step += 1
+        self._last_end = end_ns
+        if self._step == 2 * self.run:
+            self._step = 0
+            self._epochs += 1
+            self._last_end = None
+
+
 class ReadableWait:
     """Waits until a file descriptor is readable (or hung up), spinning first when it pays.
 
@@ -75,15 +203,20 @@ class ReadableWait:
 
     """
 
-    __slots__ = ("__weakref__", "_average_ns", "_poll", "_spin_ns")
+    __slots__ = ("__weakref__", "_average_ns", "_fd", "_left", "_poll", "_samples",
+                 "_spin_ns", "_wake_ns")
 
     def __init__(self, fd: int, spin_us: int, wake_fd: int | None = None) -> None:
+        self._fd = fd
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
         if wake_fd is not None:
             self._poll.register(wake_fd, select.POLLIN)
         self._spin_ns = 0
+        self._wake_ns = 0
         self._average_ns = 0.0
+        self._samples: WaitSamples | None = None
+        self._left = -1  # waits until the next measured one; below 0: none measured
         self.spin_us = spin_us
 
     @property
@@ -97,6 +230,33 @@ class ReadableWait:
         if type(value) is not int or not 0 <= value <= MAX_SPIN_US:
             raise ValueError(f"spin_us: must be an integer in 0..{MAX_SPIN_US}: {value!r}")
         self._spin_ns = value * 1000
+
+    @property
+    def wake_us(self) -> int:
+        """The wake-up cost (µs) taken off a blocked wait before it counts in the average.
+
+        A wait that ended in a blocking poll took the reply's time plus a wake-up; the
+        average compares reply times with the budget (0: the whole wait counts).
+        """
+        return self._wake_ns // 1000
+
+    @wake_us.setter
+    def wake_us(self, value: int) -> None:
+        """Set the wake-up cost (takes effect at the next wait)."""
+        if type(value) is not int or not 0 <= value <= MAX_SPIN_US:
+            raise ValueError(f"wake_us: must be an integer in 0..{MAX_SPIN_US}: {value!r}")
+        self._wake_ns = value * 1000
+
+    @property
+    def samples(self) -> WaitSamples | None:
+        """Where measured waits go (None: no wait is measured)."""
+        return self._samples
+
+    @samples.setter
+    def samples(self, value: WaitSamples | None) -> None:
+        """Measure waits into ``value`` from the next one on (None: stop measuring)."""
+        self._samples = value
+        self._left = -1 if value is None else 1
 
     def forget(self) -> None:
         """Drop the wait history, so that the next wait spins if there is a budget."""
@@ -115,8 +275,12 @@ class ReadableWait:
         """Wait until a descriptor is readable or hung up; return ``(fd, events)`` pairs.
 
         Empty when ``timeout_s`` passed first. Without a budget this is one blocking
-        ``poll`` (a descriptor that is ready already ends it at once).
+        ``poll`` (a descriptor that is ready already ends it at once), except in a run of
+        measured waits (:attr:`samples`), which spin or block as the run's kind says.
         """
+        self._left -= 1
+        if not self._left:
+            return self._measured(timeout_s)
         poll = self._poll.poll
         if not self._spin_ns:
             return poll() if timeout_s is None else poll(max(0, math.ceil(timeout_s * 1000)))
@@ -138,7 +302,46 @@ class ReadableWait:
         else:
             left_ms = (start + _ns(timeout_s) - clock()) / 1e6
             events = poll(max(0, int(left_ms + 0.999)))
-        self._observe(clock() - start)
+        self._observe(clock() - start - self._wake_ns)  # the reply's time: no wake-up
+        return events
+
+    def _measured(self, timeout_s: float | None) -> list[tuple[int, int]]:
+        """One measured wait (see :class:`WaitSamples`): blocking at once or spinning first."""
+        samples = self._samples
+        if samples is None:  # stopped since the count began
+            self._left = -1
+            return self.wait(timeout_s)
+        poll = self._poll.poll
+        clock = time.perf_counter_ns
+        spun = samples.next_spins()
+        caught = False
+        start = clock()
+        events: list[tuple[int, int]] = []
+        if spun:
+            end = start + min(samples.probe_ns, _ns(timeout_s))
+            while True:
+                events = poll(0)
+                if events:
+                    caught = True
+                    break
+                if clock() >= end:
+                    break
+        if not events:
+            if timeout_s is None:
+                events = poll()
+            else:
+                left_ms = (start + _ns(timeout_s) - clock()) / 1e6
+                events = poll(max(0, int(left_ms + 0.999)))
+        finish = clock()
+        if spun:  # a blocking wait says nothing of how soon replies come: not averaged
+            self._observe(finish - start if caught else finish - start - self._wake_ns)
+        fd = self._fd
+        if any(ready == fd for ready, _ in events):  # a reply, not a timeout or a nudge
+            samples.add(spun, start, finish, caught)
+        else:
+            samples.skip()
+        now = self._samples  # the window's owner may have stopped or changed it
+        self._left = -1 if now is None else now.waits_to_next()
         return events
 
     def _observe(self, waited_ns: int) -> None:

@@ -134,8 +134,8 @@ def start_worker(
             (None): :data:`~edge_contracts.waiting.SPIN_ENV` on both ends when set; else
             the worker never spins and the controller's budget is decided by
             measurement (:mod:`edge_core.host.spinning`: 0 where its processes share
-            too few cores or waking is cheap; the first such worker of the process
-            measures the wake-up cost with a few pings).
+            too few cores or waking is cheap; the channel's own waits, measured all
+            its life, say which).
         stdout: where the worker's stdout goes (default: the controller's stderr, so
             that the controller's stdout carries only its own output).
         stderr: where the worker's stderr goes (default: inherited).
@@ -274,7 +274,6 @@ def start_worker(
         spin_us=None if spin_us is None else spin,
     )
     track(client)  # retired at interpreter exit if nobody closes it
-    client.measure_wake_up()  # once per process, where the budget depends on it
     return client
 
 

@@ -54,6 +54,7 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import require_int
+from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
@@ -74,7 +75,7 @@ from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
-from edge_core.host.spinning import governor
+from edge_core.host.spinning import SpinDecision, governor
 
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
     import asyncio
@@ -247,23 +248,22 @@ class WorkerClient:
             loaded = self.load(load_config, timeout_s=timeout_s)
             return loaded, self.warmup(warmup_config, timeout_s=timeout_s)
 
-    def measure_wake_up(self) -> float | None:
-        """Measure the wake-up cost on this channel if the spin governor needs it.
+    @property
+    def reply_wait(self) -> ReadableWait:
+        """The wait a leading caller spends for this worker's socket.
 
-        Only for a channel the governor sizes (``spin_us=None`` at start) and only while
-        the process has no measurement (see :mod:`edge_core.host.spinning`); returns the
-        wake-up cost in µs, else None. A failed ping ends the measurement, leaving the
-        budget at 0; what failed is left to the next call to report (a worker is never
-        lost to its own measurement).
+        Its spin budget and its measured waits (:mod:`edge_core.host.spinning`).
         """
-        spins = governor()
-        wait = self._reader.lead_wait
-        if not self._reader.governed or not spins.wants_measurement():
-            return None
-        try:
-            return spins.measure(lambda: self.ping(timeout_s=5.0), wait)
-        except Exception:  # any failure: no measurement (see the docstring)
-            return None
+        return self._reader.lead_wait
+
+    @property
+    def spin_decision(self) -> SpinDecision | None:
+        """The controller's spin budget on this channel and why.
+
+        None when the channel's budget was given at start instead of governed
+        (:mod:`edge_core.host.spinning`).
+        """
+        return governor().decision_for(self._reader.lead_wait) if self._reader.governed else None
 
     def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
         """Round-trip a ping through the worker's loop; return its answer.

@@ -1,70 +1,121 @@
-"""When the controller spins while it waits for a worker: a budget decided by measurement.
+"""When the controller spins while it waits for a worker: a budget its channel's waits decide.
 
 A caller waiting for a worker's reply either blocks (the kernel wakes it when the reply
 arrives: a *wake-up*, which on a virtual machine costs an inter-processor interrupt and a
-reschedule) or spins, polling without sleeping (:class:`~edge_contracts.waiting.ReadableWait`).
-Spinning saves one wake-up per reply that arrives within the budget and costs the time
-spun in CPU. It pays only where
+reschedule, and the worker's send then has someone to wake) or spins, polling without
+sleeping (:class:`~edge_contracts.waiting.ReadableWait`). Spinning saves that wake-up for
+a reply that arrives within the budget and costs the time spun in CPU. It pays only where
 
 * there is a core to spin on: the controller and every worker it runs may each want one
   at once, so the controller spins only while it runs no more processes than the cores it
   may use (a one-stage pipeline needs two; the three-stage page pipeline, four workers
   with its two recogniser replicas, needs five: on a two-core machine it never spins), and
-* waking is slow: the budget is :data:`SPIN_PER_WAKE` times the wake-up cost measured on
-  the first worker channel of the process (pings with and without spinning, alternated),
-  capped at :data:`~edge_contracts.waiting.DEFAULT_SPIN_US`; where a wake-up costs less
-  than :data:`MIN_WAKE_US` there is nothing to save and the budget is 0.
+* waking is slow against the reply's own time. Each governed channel measures this on
+  its own traffic, all its life (:class:`~edge_contracts.waiting.WaitSamples`): now and
+  then a run of :data:`RUN_WAITS` waits blocks at once and another spins first for up to
+  :data:`~edge_contracts.waiting.DEFAULT_SPIN_US`, and what counts is each run's *cycles*,
+  from the end of one wait to the end of the next, so that the request's send is in them
+  too. Single waits mislead: where the two processes share a core, a send to a blocked
+  worker runs the worker at once, so a spinning wait finds its reply ready (1 µs) while a
+  blocking one waits 25 µs, and the round trips take the same; and how the scheduler
+  places the processes follows how the controller waits, so each kind is measured over a
+  run of its own (the first :data:`SETTLE_WAITS` of a run do not count). After
+  :data:`WINDOW_PAIRS` cycles of each kind (a *window*) the
+  channel's budget is decided afresh (:func:`decide_spin` on the window's
+  :class:`WaitFigures`): the *saving*, the median blocking cycle less the median spinning
+  one, is what waking costs there; under :data:`MIN_WAKE_US` there is nothing to save,
+  and where the median spinning wait is more than :data:`SPIN_PER_WAKE` times the saving
+  a spin costs more CPU than it saves time; otherwise the budget covers the round trip
+  it must catch: :data:`BUDGET_MARGIN` times the :data:`CAUGHT_PERCENTILE` of the
+  spinning waits that caught their reply, and at least :data:`SPIN_PER_WAKE` times the
+  saving (a spin that catches nothing then costs at most two wake-ups), at most
+  ``DEFAULT_SPIN_US`` and at most a blocking round trip (a spin longer than that cannot
+  save time). The spinning runs of the next window spin up to the latter too, so that
+  where spinning does not pay, a probe costs a round trip's CPU, not 200 µs.
 
-The wait itself then spins only while the replies it has recently seen came within the
-budget (its running average), so a slow model call is waited for with a blocking poll.
-:data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this, on both ends.
+The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
+start-up's control calls among them, decide its first budget; until then it does not
+spin); after each window whose decision holds, the waits between two measured epochs
+double, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`, and a decision that turns
+spinning on or off measures again at once. Once steady, measuring costs a run of the
+other kind of waiting per ``MAX_INTERVAL`` waits (about 1 %).
+
+Between windows the wait itself spins only while the replies it has recently seen came
+within the budget (its running average; the saving the channel measured is taken off a
+blocked wait first), so a slow model call is waited for with a blocking poll.
+:data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this, on both ends, and then
+no wait is measured.
 
 Workers themselves spin (for their next request) only under the override: the next
 request comes when the application sends it, not within a time anyone can know.
 
-One :class:`SpinGovernor` per controller process (:func:`governor`) holds the measured
-wake-up cost and the waits it sizes, and re-decides when a worker starts or retires.
+One :class:`SpinGovernor` per controller process (:func:`governor`) holds each governed
+channel's figures and decision, and re-decides them all when a worker starts or retires.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
-import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
-from edge_contracts.waiting import DEFAULT_SPIN_US, ReadableWait, spin_override_us
+from edge_contracts.waiting import DEFAULT_SPIN_US, ReadableWait, WaitSamples, spin_override_us
 
 __all__ = [
-    "CALIBRATION_ROUNDS",
-    "CALIBRATION_SPIN_US",
+    "BUDGET_MARGIN",
+    "CAUGHT_PERCENTILE",
+    "FIRST_INTERVAL",
+    "MAX_INTERVAL",
     "MIN_WAKE_US",
+    "RUN_WAITS",
+    "SETTLE_WAITS",
     "SPIN_PER_WAKE",
+    "WINDOW_PAIRS",
     "SpinDecision",
     "SpinGovernor",
+    "WaitFigures",
     "decide_spin",
     "governor",
     "usable_cores",
-    "wake_up_us",
+    "wait_figures",
     "worker_spin_us",
 ]
 
 SPIN_PER_WAKE = 2
-"""Budget per measured wake-up: a reply caught within it saved a wake-up for at most twice
-its cost in CPU."""
+"""The most CPU a caught spin may cost per µs it saves: a spinning wait whose median is
+longer than this many wake-ups is not worth it."""
 
 MIN_WAKE_US = 5.0
-"""Below this wake-up cost (µs) spinning has nothing to save (a few polls cost as much)."""
+"""Below this saving (µs) spinning has nothing to save (a few polls cost as much)."""
 
-CALIBRATION_ROUNDS = 16
-"""Ping pairs (one blocking, one spinning, alternating) that measure the wake-up cost."""
+RUN_WAITS = 40
+"""Measured waits of one kind in a row."""
 
-CALIBRATION_SPIN_US = 2000
-"""Spin budget of the calibration's spinning pings (far above any ping's round trip)."""
+SETTLE_WAITS = 10
+"""A run's first waits whose cycles do not count: where the controller has spun, the
+scheduler keeps the two processes on separate cores for a while after it blocks (and
+their wake-ups cost inter-processor interrupts), which a blocking run of ten waits
+still shows on the 2-vCPU VM."""
+
+WINDOW_PAIRS = RUN_WAITS - SETTLE_WAITS
+"""Cycles of each kind (blocking, spinning) per window: one epoch."""
+
+FIRST_INTERVAL = 64
+"""Waits not measured between two epochs after the first window whose decision held."""
+
+MAX_INTERVAL = 4096
+"""The most waits not measured between two epochs, once a channel's decision holds."""
+
+CAUGHT_PERCENTILE = 0.9
+"""The share of caught replies the budget is sized to catch."""
+
+BUDGET_MARGIN = 1.25
+"""The budget over the caught waits' :data:`CAUGHT_PERCENTILE` (replies vary)."""
 
 
 @attrs.frozen
@@ -81,6 +132,46 @@ class SpinDecision:
     reason: str
 
 
+@attrs.frozen
+class WaitFigures:
+    """What one window of a channel's measured waits took, in µs.
+
+    Attributes:
+        blocking_us: median cycle of the runs that blocked at once.
+        spinning_us: median cycle of the runs that spun first.
+        spin_wait_us: median wait of the spinning waits (the CPU a spin costs).
+        caught_us: :data:`CAUGHT_PERCENTILE` of the spinning waits that caught their
+            reply; None when none did.
+        caught_share: the share of spinning waits that caught their reply.
+
+    """
+
+    blocking_us: float
+    spinning_us: float
+    spin_wait_us: float
+    caught_us: float | None
+    caught_share: float
+
+    @property
+    def saving_us(self) -> float:
+        """What spinning saved a round trip: median blocking cycle less median spinning one."""
+        return self.blocking_us - self.spinning_us
+
+
+def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
+                 spun_ns: Sequence[int], caught_ns: Sequence[int]) -> WaitFigures:
+    """Summarise a window (:class:`~edge_contracts.waiting.WaitSamples`' lists, ns)."""
+    if not blocking_ns or not spinning_ns or not spun_ns:
+        raise ValueError("wait_figures: needs cycles of both kinds and spinning waits")
+    caught = sorted(caught_ns)
+    high = (caught[min(len(caught) - 1, math.ceil(CAUGHT_PERCENTILE * len(caught)) - 1)]
+            / 1000 if caught else None)
+    return WaitFigures(blocking_us=statistics.median(blocking_ns) / 1000,
+                       spinning_us=statistics.median(spinning_ns) / 1000,
+                       spin_wait_us=statistics.median(spun_ns) / 1000,
+                       caught_us=high, caught_share=len(caught) / len(spun_ns))
+
+
 def usable_cores() -> int:
     """CPUs this process may run on (its affinity mask where the platform has one)."""
     try:
@@ -90,15 +181,15 @@ def usable_cores() -> int:
 
 
 def decide_spin(
-    *, override_us: int | None, cores: int, processes: int, wake_us: float | None
+    *, override_us: int | None, cores: int, processes: int, figures: WaitFigures | None
 ) -> SpinDecision:
-    """Decide the controller's spin budget (pure: the tests drive it with made-up figures).
+    """Decide a channel's spin budget (pure: the tests drive it with made-up figures).
 
     Args:
         override_us: the :data:`~edge_contracts.waiting.SPIN_ENV` budget, None when unset.
         cores: CPUs the controller may use.
         processes: the controller plus the workers it runs.
-        wake_us: measured wake-up cost in µs; None while not measured.
+        figures: the channel's latest window of measured waits; None while it has none.
 
     """
     if override_us is not None:
@@ -106,25 +197,36 @@ def decide_spin(
     if processes > cores:
         return SpinDecision(0, f"{processes} processes share {cores} "
                                + ("core" if cores == 1 else "cores"))
-    if wake_us is None:
-        return SpinDecision(0, "wake-up cost not measured yet")
-    if wake_us < MIN_WAKE_US:
-        return SpinDecision(0, f"a wake-up costs {wake_us:.1f} us: nothing to save")
-    budget = min(DEFAULT_SPIN_US, round(SPIN_PER_WAKE * wake_us))
-    return SpinDecision(budget, f"{SPIN_PER_WAKE} x the measured wake-up of {wake_us:.1f} us")
-
-
-def wake_up_us(blocking_ns: Sequence[int], spinning_ns: Sequence[int]) -> float:
-    """The wake-up cost: median blocking round trip minus median spinning one, in µs (≥ 0)."""
-    if not blocking_ns or not spinning_ns:
-        raise ValueError("wake_up_us: needs round trips of both kinds")
-    return max(0.0, (statistics.median(blocking_ns) - statistics.median(spinning_ns)) / 1000)
+    if figures is None:
+        return SpinDecision(0, "waits not measured yet")
+    saving = figures.saving_us
+    measured = (f"round trips {figures.blocking_us:.1f} us blocking, {figures.spinning_us:.1f}"
+                f" us spinning")
+    if saving < MIN_WAKE_US or figures.caught_us is None:
+        return SpinDecision(0, f"{measured}: nothing to save")
+    if figures.spin_wait_us > SPIN_PER_WAKE * saving:
+        return SpinDecision(0, f"{measured}: a spin of {figures.spin_wait_us:.1f} us costs"
+                               f" more than {SPIN_PER_WAKE} x the {saving:.1f} us it saves")
+    budget = min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us),
+                 math.ceil(max(BUDGET_MARGIN * figures.caught_us, SPIN_PER_WAKE * saving)))
+    return SpinDecision(budget, f"{measured}: saves {saving:.1f} us;"
+                                f" {round(100 * CAUGHT_PERCENTILE)} % of caught replies"
+                                f" within {figures.caught_us:.1f} us")
 
 
 def worker_spin_us() -> int:
     """The budget a new worker gets for waiting for its next request (the override, else 0)."""
     override = spin_override_us()
     return 0 if override is None else override
+
+
+@attrs.define
+class _Channel:
+    """What the governor holds for one governed wait."""
+
+    decision: SpinDecision
+    figures: WaitFigures | None = None
+    windows: int = 0
 
 
 class SpinGovernor:
@@ -140,107 +242,132 @@ class SpinGovernor:
     def __init__(self, cores: int | None = None) -> None:
         self._cores = usable_cores() if cores is None else cores
         self._lock = threading.Lock()
-        self._waits: weakref.WeakSet[ReadableWait] = weakref.WeakSet()
-        self._wake_us: float | None = None
-        self._measuring = False
-        self._decision = self._decide()
+        self._channels: weakref.WeakKeyDictionary[ReadableWait, _Channel] = (
+            weakref.WeakKeyDictionary())
+        self._decision = self._decide(None)
+        self._figures: WaitFigures | None = None
+        self._windows = 0
 
     @property
     def decision(self) -> SpinDecision:
-        """The budget the governed waits have now, and why."""
+        """The decision made last, for whichever channel (at a start, retirement or window)."""
         return self._decision
 
     @property
     def wake_us(self) -> float | None:
-        """The measured wake-up cost in µs (None while not measured)."""
-        return self._wake_us
+        """The saving (µs) the latest window of any channel measured (None before any)."""
+        return None if self._figures is None else round(self._figures.saving_us, 3)
 
-    def attach(self, wait: ReadableWait) -> None:
-        """Govern ``wait`` (one more worker) and re-decide every governed budget."""
-        with self._lock:
-            self._waits.add(wait)
-            self._apply()
+    @property
+    def figures(self) -> WaitFigures | None:
+        """The latest window's figures, of whichever channel (None before any)."""
+        return self._figures
 
-    def detach(self, wait: ReadableWait) -> None:
-        """Stop governing ``wait`` (its worker is gone) and re-decide the others."""
-        with self._lock:
-            self._waits.discard(wait)
-            self._apply()
-
-    def wants_measurement(self) -> bool:
-        """True when only a measured wake-up cost is missing for the budget to be decided."""
-        with self._lock:
-            return (self._wake_us is None and not self._measuring
-                    and spin_override_us() is None and 1 + len(self._waits) <= self._cores)
-
-    def reset(self, cores: int | None = None) -> None:
-        """Forget the measured wake-up cost; with ``cores``, count that many from now on.
-
-        For tests, and for a controller that is told to use fewer cores than it may.
-        """
-        with self._lock:
-            self._wake_us = None
-            if cores is not None:
-                if type(cores) is not int or cores < 1:
-                    raise ValueError(f"cores: must be a positive integer: {cores!r}")
-                self._cores = cores
-            self._apply()
+    @property
+    def windows(self) -> int:
+        """Windows decided since the process started (or the last :meth:`reset`)."""
+        return self._windows
 
     @property
     def cores(self) -> int:
         """The CPUs the decision counts."""
         return self._cores
 
-    def measure(self, round_trip: Callable[[], object], wait: ReadableWait,
-                rounds: int = CALIBRATION_ROUNDS,
-                clock: Callable[[], int] = time.perf_counter_ns) -> float:
-        """Measure the wake-up cost on a live channel; store it and re-decide.
+    def decision_for(self, wait: ReadableWait) -> SpinDecision | None:
+        """The budget ``wait`` has now and why (None: not governed)."""
+        with self._lock:
+            channel = self._channels.get(wait)
+            return None if channel is None else channel.decision
 
-        Runs ``round_trip`` (a ping that ``wait`` waits for) ``2 * rounds`` times after two
-        unrecorded ones, alternately with the wait's budget at 0 and at
-        :data:`CALIBRATION_SPIN_US`, timed by ``clock`` (nanoseconds); returns
-        :func:`wake_up_us` of the two. A governed wait's budget is decided afresh
-        afterwards; any other gets its own back. One measurement at a time: a second caller
-        meanwhile gets ``ValueError``.
+    def attach(self, wait: ReadableWait) -> None:
+        """Govern ``wait`` (one more worker) and re-decide every governed budget."""
+        with self._lock:
+            self._channels[wait] = _Channel(SpinDecision(0, "waits not measured yet"))
+            self._apply()
+
+    def detach(self, wait: ReadableWait) -> None:
+        """Stop governing ``wait`` (its worker is gone) and re-decide the others."""
+        with self._lock:
+            if self._channels.pop(wait, None) is not None:
+                wait.samples = None
+            self._apply()
+
+    def reset(self, cores: int | None = None) -> None:
+        """Forget every measured window; with ``cores``, count that many from now on.
+
+        For tests, and for a controller that is told to use fewer cores than it may.
         """
         with self._lock:
-            if self._measuring:
-                raise ValueError("measure: a measurement is under way")
-            self._measuring = True
-        blocking: list[int] = []
-        spinning: list[int] = []
-        saved = wait.spin_us
-        try:
-            round_trip()
-            round_trip()
-            for index in range(rounds):
-                for budget in ((0, CALIBRATION_SPIN_US) if index % 2
-                               else (CALIBRATION_SPIN_US, 0)):
-                    wait.spin_us = budget
-                    wait.forget()
-                    start = clock()
-                    round_trip()
-                    (spinning if budget else blocking).append(clock() - start)
-        finally:
-            with self._lock:
-                self._measuring = False
-                if blocking and spinning and len(blocking) == len(spinning) == rounds:
-                    self._wake_us = wake_up_us(blocking, spinning)
-                self._apply()
-                if wait not in self._waits:
-                    wait.spin_us = saved
-                wait.forget()
-        return wake_up_us(blocking, spinning)
+            if cores is not None:
+                if type(cores) is not int or cores < 1:
+                    raise ValueError(f"cores: must be a positive integer: {cores!r}")
+                self._cores = cores
+            for wait, channel in list(self._channels.items()):
+                channel.figures = None
+                wait.samples = None  # measured from scratch (every wait) by _apply
+            self._figures = None
+            self._windows = 0
+            self._apply()
 
-    def _decide(self) -> SpinDecision:
+    def _decide(self, figures: WaitFigures | None) -> SpinDecision:
         return decide_spin(override_us=spin_override_us(), cores=self._cores,
-                           processes=1 + len(self._waits), wake_us=self._wake_us)
+                           processes=1 + len(self._channels), figures=figures)
 
     def _apply(self) -> None:
-        """Re-decide and set every governed wait's budget (holding the lock)."""
-        self._decision = self._decide()
-        for wait in list(self._waits):
-            wait.spin_us = self._decision.spin_us
+        """Re-decide every governed wait and set its budget (holding the lock)."""
+        measure = (spin_override_us() is None and 1 + len(self._channels) <= self._cores)
+        for wait, channel in list(self._channels.items()):
+            self._set(wait, channel, self._decide(channel.figures))
+            if not measure:
+                wait.samples = None
+            elif wait.samples is None:
+                wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
+                                           settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
+        if not self._channels:
+            self._decision = self._decide(None)
+
+    def _set(self, wait: ReadableWait, channel: _Channel, decision: SpinDecision) -> None:
+        """Give ``wait`` the budget ``decision`` says (holding the lock)."""
+        channel.decision = self._decision = decision
+        figures = channel.figures
+        wake = 0 if figures is None else max(0, min(DEFAULT_SPIN_US, round(figures.saving_us)))
+        wait.spin_us = decision.spin_us
+        wait.wake_us = wake if decision.spin_us else 0
+        wait.forget()
+
+    def _window(self, samples: WaitSamples) -> None:
+        """A governed wait's window is full: re-decide its budget and how often it measures.
+
+        Runs in the thread of the wait whose samples these are.
+        """
+        figures = wait_figures(samples.blocking_ns, samples.spinning_ns, samples.spun_ns,
+                               samples.caught_ns)
+        samples.clear()
+        with self._lock:
+            found = [(wait, channel) for wait, channel in self._channels.items()
+                     if wait.samples is samples]
+            if not found:  # stopped meanwhile
+                return
+            wait, channel = found[0]
+            channel.figures = self._figures = figures
+            channel.windows += 1
+            samples.probe_ns = 1000 * max(1, min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us)))
+            self._windows += 1
+            before = channel.decision.spin_us
+            decision = self._decide(figures)
+            self._set(wait, channel, decision)
+            samples.interval = (min(MAX_INTERVAL, max(FIRST_INTERVAL, 2 * samples.interval))
+                                if _holds(before, decision.spin_us) else 0)
+
+
+def _holds(before: int, after: int) -> bool:
+    """True when a budget is the same decision as the one before: both off or both on.
+
+    A budget resized while on holds (the round trips it catches vary from window to
+    window by a factor of two on a shared machine); turning on or off measures again at
+    once.
+    """
+    return bool(before) == bool(after)
 
 
 _GOVERNOR = SpinGovernor()

@@ -20,7 +20,10 @@ after one unmeasured run of each (the OS file cache warmed); the medians are com
 * ``open_s``: the ``open_s`` ``edge run --json`` reports, first ever and stored; with
   ``--baseline-edge PATH`` (or ``$EDGE_BENCH_BASELINE_EDGE``: the ``edge`` of an older
   checkout, in its own virtual environment, byte-compiled) also that tree's, on the same
-  pipeline without the keys it does not know, as ``before`` (``null`` without one).
+  pipeline without the keys it does not know, as ``before`` (``null`` without one);
+  ``--baseline-pipeline PATH`` gives it the older tree's own built page pipeline instead
+  (where the bundles changed between the trees: the older glue cannot read the newer
+  bundles' outputs).
 * ``edge_probe_over_import_onnxruntime`` and ``edge_plugins_over_import_onnxruntime``:
   ``edge probe --json`` and ``edge plugins --json`` over ``python -c "import
   onnxruntime"``. Goals 0.5 and 0.25. ``edge probe`` keeps its whole answer (and the QNN
@@ -174,6 +177,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-edge", default=os.environ.get("EDGE_BENCH_BASELINE_EDGE"),
                         help="the edge command of an older checkout (open_s before)")
+    parser.add_argument("--baseline-pipeline", default=None,
+                        help="with --baseline-edge: the older checkout's own built page"
+                             " pipeline.toml (default: this tree's, its new keys left out)")
     parser.add_argument("--cli-only", action="store_true",
                         help="measure edge probe, edge plugins and import onnxruntime only")
     args = parser.parse_args()
@@ -231,7 +237,7 @@ def main() -> None:
         ]
         before: Side | None = None
         if args.baseline_edge:
-            older = baseline_pipeline(pipeline, Path(scratch))
+            older = baseline_pipeline(Path(args.baseline_pipeline or pipeline), Path(scratch))
             baseline_run = [args.baseline_edge, "run", str(older), "--input", str(page),
                             "--json"]
             before = Side("edge_before_first_answer",

@@ -13,13 +13,19 @@ Ops, controller to worker:
     shared memory the controller is done with (pooled for reuse); the optional
     ``meta.unlink`` lists pairs the controller still has views of: the worker unlinks
     them instead of reusing them. ``meta.gone`` (see below) may come alone. No answer.
-    ``ping``: answered by ``reply``. ``shutdown``: the worker closes its handler and exits.
+    ``ping``: answered by ``reply`` (``in_flight``, ``pid`` and ``spin``: the worker's
+    spin for its next frame). ``shutdown``: the worker closes its handler and exits.
     ``query``: a question to the loaded handler that takes no slot (``meta`` is the
     handler's own JSON question, e.g. a generate stage's "how many tokens is this
     prompt?"); answered by ``reply`` at once, between frames, like ``ping`` — never
     queued behind the requests waiting in the worker — with the handler's JSON answer,
     or an error when the handler has no ``query`` (see
     :meth:`edge_contracts.worker_handler.BaseHandler.query`).
+    ``spin`` (only with the ``worker-spin`` feature): ``meta.cap_us`` is the most the
+    worker may spin while it waits for its next frame (µs, 0: block at once), checked by
+    :func:`~edge_contracts.worker_protocol.parse_spin`; sent right after the hello and
+    whenever the controller's core rule changes it; no answer (see
+    :mod:`edge_contracts.worker_spin`).
 
 Ops, worker to controller:
     ``hello`` (first frame, see :func:`~edge_contracts.worker_protocol.hello_meta`; the
@@ -62,6 +68,7 @@ __all__ = [
     "FEATURE_HEARTBEAT",
     "FEATURE_SHM_TENSORS",
     "FEATURE_STREAM_EVENTS",
+    "FEATURE_WORKER_SPIN",
     "KNOWN_FEATURES",
     "OP_ACK",
     "OP_BOOT",
@@ -76,6 +83,7 @@ __all__ = [
     "OP_REPLY",
     "OP_RUN",
     "OP_SHUTDOWN",
+    "OP_SPIN",
     "OP_WARMUP",
     "PROTOCOL_VERSION",
     "negotiate",
@@ -99,6 +107,7 @@ OP_SHUTDOWN = "shutdown"
 OP_EVENT = "event"
 OP_REPLY = "reply"
 OP_HEARTBEAT = "heartbeat"
+OP_SPIN = "spin"
 
 DATA_OPS = frozenset({OP_RUN, OP_GENERATE})
 """Ops that carry a stage request and are answered by events."""
@@ -130,6 +139,10 @@ FEATURE_EVENT_FIELDS = "event-fields"
 header, and its ``meta`` JSON holds only what is left (``data``, ``error``, ``acks``,
 ``gone``, each left out when empty); see :mod:`edge_contracts.binary_header`."""
 
+FEATURE_WORKER_SPIN = "worker-spin"
+"""The worker takes ``spin`` frames: the most it may spin for its next frame, within which
+its own measured waits decide (:mod:`edge_contracts.worker_spin`)."""
+
 KNOWN_FEATURES: frozenset[str] = frozenset(
     {
         FEATURE_SHM_TENSORS,
@@ -139,6 +152,7 @@ KNOWN_FEATURES: frozenset[str] = frozenset(
         FEATURE_HEARTBEAT,
         FEATURE_BINARY_HEADER,
         FEATURE_EVENT_FIELDS,
+        FEATURE_WORKER_SPIN,
     }
 )
 """Every feature this implementation supports."""

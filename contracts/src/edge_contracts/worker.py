@@ -42,9 +42,12 @@ queued request of a fenced epoch is answered CANCELLED without reaching the hand
 When the request was read just now by a receive that took everything the channel held
 (:attr:`~edge_contracts.frame_reader.FrameReader.drained`) and nothing ran since, the
 frames already waiting are those in the read buffer, and no poll is made; a frame sent
-after that receive is one that arrived while the request ran. Without a spin budget the
-loop waits for the next frame in the receive itself (a blocking socket), not in a poll
-first: a small request then costs the worker one receive and one send.
+after that receive is one that arrived while the request ran. Without a spin budget
+(none fixed at boot, none permitted by the controller's ``spin`` frames: see
+:mod:`edge_contracts.worker_spin`) the loop waits for the next frame in the receive
+itself (a blocking socket), not in a poll first: a small request then costs the worker
+one receive and one send. A ``ping`` is answered with ``in_flight``, ``pid`` and
+``spin`` (:meth:`~edge_contracts.worker_spin.NextFrameSpin.state`).
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
 
@@ -94,6 +97,7 @@ from edge_contracts.protocol import (
     OP_QUERY,
     OP_REPLY,
     OP_SHUTDOWN,
+    OP_SPIN,
 )
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
@@ -105,7 +109,14 @@ from edge_contracts.worker_errors import error_info, print_exception
 from edge_contracts.worker_events import KIND_TEXT, event_meta
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
-from edge_contracts.worker_protocol import BootConfig, hello_meta, parse_ack, read_boot
+from edge_contracts.worker_protocol import (
+    BootConfig,
+    hello_meta,
+    parse_ack,
+    parse_spin,
+    read_boot,
+)
+from edge_contracts.worker_spin import NextFrameSpin
 
 if TYPE_CHECKING:
     import socket
@@ -154,10 +165,14 @@ class _Server:
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
         self._frames = FrameReader(sock.recv_into, self.limits)
-        self._next_frame = ReadableWait(sock.fileno(), boot.spin_us)
-        # no spin budget and a blocking socket: the receive itself waits (one system
+        self._next_frame = ReadableWait(sock.fileno(), 0)
+        # the budget of the wait for the next frame: fixed at boot (the override), or
+        # measured within the cap the controller's spin frames permit
+        self._spin = NextFrameSpin(self._next_frame, boot.spin_us)
+        self._blocking = os.get_blocking(sock.fileno())
+        # no spin permitted and a blocking socket: the receive itself waits (one system
         # call per frame instead of a poll and a receive)
-        self._wait_in_recv = not boot.spin_us and os.get_blocking(sock.fileno())
+        self._wait_in_recv = not self._spin.active and self._blocking
         self._producer: SegmentProducer | None = None
         self._consumer: SegmentConsumer | None = None
         self._packer: TensorPacker | None = None
@@ -357,11 +372,18 @@ class _Server:
             except ContractError as exc:  # a malformed ack frees nothing; the worker stays
                 print(f"edge worker: channel: refused ack: {exc}", file=sys.stderr)
         elif op == OP_PING:
-            self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid()}, None)
+            self.reply(header, {"in_flight": len(self._calls), "pid": os.getpid(),
+                                "spin": self._spin.state()}, None)
         elif op == OP_QUERY:
             self._query(header)
         elif op == OP_SHUTDOWN:
             self._stop = True
+        elif op == OP_SPIN:
+            try:
+                self._spin.permit(parse_spin(header.meta))
+            except ContractError as exc:  # a malformed cap changes nothing; the worker stays
+                print(f"edge worker: channel: refused spin: {exc}", file=sys.stderr)
+            self._wait_in_recv = not self._spin.active and self._blocking
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
         return True

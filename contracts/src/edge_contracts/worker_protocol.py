@@ -1,10 +1,11 @@
-"""The worker channel's handshake and control payloads: boot configuration, hello, acks.
+"""The worker channel's handshake and control payloads: boot configuration, hello, acks, spin.
 
 Shared by the controller (edge-core's host layer) and the worker serve loop
 (:mod:`edge_contracts.worker`); standard library only. The frame ops and what each
 carries are listed in :mod:`edge_contracts.protocol`; this module builds and checks the
-payloads of three of them: the ``boot`` frame's :class:`BootConfig`, the ``hello``'s
-meta (:func:`hello_meta`) and an ``ack``'s meta (:func:`parse_ack`).
+payloads of four of them: the ``boot`` frame's :class:`BootConfig`, the ``hello``'s
+meta (:func:`hello_meta`), an ``ack``'s meta (:func:`parse_ack`) and a ``spin``'s
+(:func:`spin_meta`, :func:`parse_spin`).
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import JSONObject, strict_loads
 from edge_contracts.protocol import OP_BOOT
 from edge_contracts.validation import check_keys
+from edge_contracts.waiting import MAX_SPIN_US
 
 __all__ = [
     "BootConfig",
     "boot_frame",
     "hello_meta",
     "parse_ack",
+    "parse_spin",
     "process_create_time",
     "process_start_time",
     "read_boot",
+    "spin_meta",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -228,3 +232,26 @@ def _pairs(value: object, field: str) -> _Pairs:
             raise InvalidValue(f"{field}[{index}]", item, "must be [segment, generation]")
         pairs.append((item[0], item[1]))
     return pairs
+
+
+def spin_meta(cap_us: int) -> dict[str, Any]:
+    """The ``meta`` of a ``spin`` frame: the most the worker may spin for its next frame."""
+    return {"cap_us": cap_us}
+
+
+def parse_spin(meta: Mapping[str, Any]) -> int:
+    """Check a ``spin`` frame's ``meta``; return its cap (µs).
+
+    Raises:
+        InvalidValue: naming ``spin.cap_us`` when it is missing or not an integer in
+            ``0..MAX_SPIN_US``, or ``spin`` for any other key.
+
+    """
+    items = meta.view() if type(meta) is JSONObject else meta
+    unknown = sorted(set(items) - {"cap_us"})
+    if unknown:
+        raise InvalidValue("spin", unknown, "unknown keys")
+    cap = items.get("cap_us")
+    if type(cap) is not int or not 0 <= cap <= MAX_SPIN_US:
+        raise InvalidValue("spin.cap_us", cap, f"must be an integer in 0..{MAX_SPIN_US}")
+    return cap

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +40,7 @@ from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_HEARTBEAT,
+    FEATURE_WORKER_SPIN,
     OP_ACK,
     OP_CANCEL,
     OP_EVENT,
@@ -48,6 +50,7 @@ from edge_contracts.protocol import (
     OP_QUERY,
     OP_REPLY,
     OP_SHUTDOWN,
+    OP_SPIN,
     OP_WARMUP,
 )
 from edge_contracts.request_faults import RequestFault
@@ -56,6 +59,7 @@ from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded,
 from edge_contracts.validation import require_int
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.worker_protocol import spin_meta
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
 from edge_core.host.calls import Call, Delivery
@@ -174,6 +178,12 @@ class WorkerClient:
         self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
+        self._spin_lock = threading.Lock()
+        self._spin_told = 0  # the cap the worker was last told (it starts with none)
+        if self._reader.governed and FEATURE_WORKER_SPIN in features:
+            tell = weakref.WeakMethod(self._tell_spin)  # the governor keeps no client alive
+            governor().follow(self._reader.lead_wait,
+                              lambda: (method := tell()) is not None and method())
 
     # -- control calls -------------------------------------------------------------------
 
@@ -264,6 +274,30 @@ class WorkerClient:
         (:mod:`edge_core.host.spinning`).
         """
         return governor().decision_for(self._reader.lead_wait) if self._reader.governed else None
+
+    @property
+    def worker_spin_cap(self) -> int:
+        """The most the worker was last told it may spin for its next request (µs).
+
+        0 when it was told nothing (its budget was given at start, or it does not take
+        ``spin`` frames) or when the controller runs more processes than cores; what the
+        worker does within it, it measures (its ``ping`` answer's ``spin``, see
+        :mod:`edge_contracts.worker_spin`).
+        """
+        return self._spin_told
+
+    def _tell_spin(self) -> None:
+        """Send the worker the cap the governor permits it now, when it changed."""
+        with self._spin_lock:
+            cap = governor().worker_cap_for(self._reader.lead_wait)
+            if cap is None or cap == self._spin_told or self._state != READY:
+                return
+            try:
+                self._send(FrameHeader(OP_SPIN, "", "", 0, self.generation,
+                                       meta=spin_meta(cap)))
+            except WorkerGone:  # the reader reports the loss
+                return
+            self._spin_told = cap
 
     def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
         """Round-trip a ping through the worker's loop; return its answer.

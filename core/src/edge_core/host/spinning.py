@@ -57,13 +57,27 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import attrs
 
+from edge_contracts.spin_budget import (
+    BUDGET_MARGIN,
+    CAUGHT_PERCENTILE,
+    FIRST_INTERVAL,
+    MAX_INTERVAL,
+    MIN_WAKE_US,
+    RUN_WAITS,
+    SETTLE_WAITS,
+    SPIN_PER_WAKE,
+    WINDOW_PAIRS,
+    WaitFigures,
+    next_interval,
+    spin_budget,
+    wait_figures,
+)
 from edge_contracts.waiting import DEFAULT_SPIN_US, ReadableWait, WaitSamples, spin_override_us
 
 __all__ = [
@@ -83,40 +97,9 @@ __all__ = [
     "governor",
     "usable_cores",
     "wait_figures",
+    "worker_spin_cap",
     "worker_spin_us",
 ]
-
-SPIN_PER_WAKE = 2
-"""The most CPU a caught spin may cost per µs it saves: a spinning wait whose median is
-longer than this many wake-ups is not worth it."""
-
-MIN_WAKE_US = 5.0
-"""Below this saving (µs) spinning has nothing to save (a few polls cost as much)."""
-
-RUN_WAITS = 40
-"""Measured waits of one kind in a row."""
-
-SETTLE_WAITS = 10
-"""A run's first waits whose cycles do not count: where the controller has spun, the
-scheduler keeps the two processes on separate cores for a while after it blocks (and
-their wake-ups cost inter-processor interrupts), which a blocking run of ten waits
-still shows on the 2-vCPU VM."""
-
-WINDOW_PAIRS = RUN_WAITS - SETTLE_WAITS
-"""Cycles of each kind (blocking, spinning) per window: one epoch."""
-
-FIRST_INTERVAL = 64
-"""Waits not measured between two epochs after the first window whose decision held."""
-
-MAX_INTERVAL = 4096
-"""The most waits not measured between two epochs, once a channel's decision holds."""
-
-CAUGHT_PERCENTILE = 0.9
-"""The share of caught replies the budget is sized to catch."""
-
-BUDGET_MARGIN = 1.25
-"""The budget over the caught waits' :data:`CAUGHT_PERCENTILE` (replies vary)."""
-
 
 @attrs.frozen
 class SpinDecision:
@@ -130,46 +113,6 @@ class SpinDecision:
 
     spin_us: int
     reason: str
-
-
-@attrs.frozen
-class WaitFigures:
-    """What one window of a channel's measured waits took, in µs.
-
-    Attributes:
-        blocking_us: median cycle of the runs that blocked at once.
-        spinning_us: median cycle of the runs that spun first.
-        spin_wait_us: median wait of the spinning waits (the CPU a spin costs).
-        caught_us: :data:`CAUGHT_PERCENTILE` of the spinning waits that caught their
-            reply; None when none did.
-        caught_share: the share of spinning waits that caught their reply.
-
-    """
-
-    blocking_us: float
-    spinning_us: float
-    spin_wait_us: float
-    caught_us: float | None
-    caught_share: float
-
-    @property
-    def saving_us(self) -> float:
-        """What spinning saved a round trip: median blocking cycle less median spinning one."""
-        return self.blocking_us - self.spinning_us
-
-
-def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
-                 spun_ns: Sequence[int], caught_ns: Sequence[int]) -> WaitFigures:
-    """Summarise a window (:class:`~edge_contracts.waiting.WaitSamples`' lists, ns)."""
-    if not blocking_ns or not spinning_ns or not spun_ns:
-        raise ValueError("wait_figures: needs cycles of both kinds and spinning waits")
-    caught = sorted(caught_ns)
-    high = (caught[min(len(caught) - 1, math.ceil(CAUGHT_PERCENTILE * len(caught)) - 1)]
-            / 1000 if caught else None)
-    return WaitFigures(blocking_us=statistics.median(blocking_ns) / 1000,
-                       spinning_us=statistics.median(spinning_ns) / 1000,
-                       spin_wait_us=statistics.median(spun_ns) / 1000,
-                       caught_us=high, caught_share=len(caught) / len(spun_ns))
 
 
 def usable_cores() -> int:
@@ -199,19 +142,21 @@ def decide_spin(
                                + ("core" if cores == 1 else "cores"))
     if figures is None:
         return SpinDecision(0, "waits not measured yet")
-    saving = figures.saving_us
-    measured = (f"round trips {figures.blocking_us:.1f} us blocking, {figures.spinning_us:.1f}"
-                f" us spinning")
-    if saving < MIN_WAKE_US or figures.caught_us is None:
-        return SpinDecision(0, f"{measured}: nothing to save")
-    if figures.spin_wait_us > SPIN_PER_WAKE * saving:
-        return SpinDecision(0, f"{measured}: a spin of {figures.spin_wait_us:.1f} us costs"
-                               f" more than {SPIN_PER_WAKE} x the {saving:.1f} us it saves")
-    budget = min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us),
-                 math.ceil(max(BUDGET_MARGIN * figures.caught_us, SPIN_PER_WAKE * saving)))
-    return SpinDecision(budget, f"{measured}: saves {saving:.1f} us;"
-                                f" {round(100 * CAUGHT_PERCENTILE)} % of caught replies"
-                                f" within {figures.caught_us:.1f} us")
+    budget, reason = spin_budget(figures, DEFAULT_SPIN_US)
+    return SpinDecision(budget, reason)
+
+
+def worker_spin_cap(*, override_us: int | None, cores: int, processes: int) -> int:
+    """The most a governed worker may spin for its next request (µs; 0: it blocks).
+
+    :data:`~edge_contracts.waiting.DEFAULT_SPIN_US` while the controller runs no more
+    processes than ``cores`` (the rule its own spin keeps), else 0; under the override 0
+    (the worker was given the override's fixed budget at boot). Whether spinning pays,
+    and how long, the worker measures on its own waits (:mod:`edge_contracts.worker_spin`).
+    """
+    if override_us is not None or processes > cores:
+        return 0
+    return DEFAULT_SPIN_US
 
 
 def worker_spin_us() -> int:
@@ -227,6 +172,8 @@ class _Channel:
     decision: SpinDecision
     figures: WaitFigures | None = None
     windows: int = 0
+    worker_cap: int = 0  # what the worker is allowed now (it starts with none)
+    tell: Callable[[], object] | None = None
 
 
 class SpinGovernor:
@@ -279,18 +226,43 @@ class SpinGovernor:
             channel = self._channels.get(wait)
             return None if channel is None else channel.decision
 
+    def worker_cap_for(self, wait: ReadableWait) -> int | None:
+        """The most the worker behind ``wait`` may spin for its next request (None: not governed).
+
+        See :func:`worker_spin_cap`; the worker measures whether spinning pays itself.
+        """
+        with self._lock:
+            channel = self._channels.get(wait)
+            return None if channel is None else channel.worker_cap
+
+    def follow(self, wait: ReadableWait, tell: Callable[[], object]) -> None:
+        """Call ``tell()`` now and whenever the worker cap of governed ``wait`` changes.
+
+        ``tell`` runs outside the governor's lock, in the thread that made the change
+        (a start, a retirement, a reset); it reads :meth:`worker_cap_for` itself, so that
+        two changes told in either order leave the worker with the latest cap.
+        """
+        with self._lock:
+            channel = self._channels.get(wait)
+            if channel is None:
+                return
+            channel.tell = tell
+        tell()
+
     def attach(self, wait: ReadableWait) -> None:
         """Govern ``wait`` (one more worker) and re-decide every governed budget."""
         with self._lock:
             self._channels[wait] = _Channel(SpinDecision(0, "waits not measured yet"))
-            self._apply()
+            changed = self._apply()
+        _tell(changed)
 
     def detach(self, wait: ReadableWait) -> None:
         """Stop governing ``wait`` (its worker is gone) and re-decide the others."""
         with self._lock:
             if self._channels.pop(wait, None) is not None:
                 wait.samples = None
-            self._apply()
+            changed = self._apply()
+        _tell(changed)
 
     def reset(self, cores: int | None = None) -> None:
         """Forget every measured window; with ``cores``, count that many from now on.
@@ -307,17 +279,30 @@ class SpinGovernor:
                 wait.samples = None  # measured from scratch (every wait) by _apply
             self._figures = None
             self._windows = 0
-            self._apply()
+            changed = self._apply()
+        _tell(changed)
 
     def _decide(self, figures: WaitFigures | None) -> SpinDecision:
         return decide_spin(override_us=spin_override_us(), cores=self._cores,
                            processes=1 + len(self._channels), figures=figures)
 
-    def _apply(self) -> None:
-        """Re-decide every governed wait and set its budget (holding the lock)."""
-        measure = (spin_override_us() is None and 1 + len(self._channels) <= self._cores)
+    def _apply(self) -> list[Callable[[], object]]:
+        """Re-decide every governed wait and set its budget (holding the lock).
+
+        Returns the followers (:meth:`follow`) whose worker cap changed, to be told
+        once the lock is released.
+        """
+        override = spin_override_us()
+        processes = 1 + len(self._channels)
+        measure = (override is None and processes <= self._cores)
+        cap = worker_spin_cap(override_us=override, cores=self._cores, processes=processes)
+        changed = []
         for wait, channel in list(self._channels.items()):
             self._set(wait, channel, self._decide(channel.figures))
+            if channel.worker_cap != cap:
+                channel.worker_cap = cap
+                if channel.tell is not None:
+                    changed.append(channel.tell)
             if not measure:
                 wait.samples = None
             elif wait.samples is None:
@@ -325,6 +310,7 @@ class SpinGovernor:
                                            settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
         if not self._channels:
             self._decision = self._decide(None)
+        return changed
 
     def _set(self, wait: ReadableWait, channel: _Channel, decision: SpinDecision) -> None:
         """Give ``wait`` the budget ``decision`` says (holding the lock)."""
@@ -356,18 +342,12 @@ class SpinGovernor:
             before = channel.decision.spin_us
             decision = self._decide(figures)
             self._set(wait, channel, decision)
-            samples.interval = (min(MAX_INTERVAL, max(FIRST_INTERVAL, 2 * samples.interval))
-                                if _holds(before, decision.spin_us) else 0)
+            samples.interval = next_interval(samples.interval, before, decision.spin_us)
 
 
-def _holds(before: int, after: int) -> bool:
-    """True when a budget is the same decision as the one before: both off or both on.
-
-    A budget resized while on holds (the round trips it catches vary from window to
-    window by a factor of two on a shared machine); turning on or off measures again at
-    once.
-    """
-    return bool(before) == bool(after)
+def _tell(followers: list[Callable[[], object]]) -> None:
+    for tell in followers:
+        tell()
 
 
 _GOVERNOR = SpinGovernor()

@@ -1,0 +1,146 @@
+"""What a window of measured waits says a spin budget should be: the rule both ends use.
+
+A wait that owns :class:`~edge_contracts.waiting.WaitSamples` measures, now and then, a
+run of waits that block at once and a run that spin first, and what counts is each run's
+*cycles* (from the end of one wait to the end of the next). :func:`wait_figures` sums a
+window of them up (:class:`WaitFigures`) and :func:`spin_budget` says what budget they
+justify: the *saving* (the median blocking cycle less the median spinning one) is what
+waking costs there; under :data:`MIN_WAKE_US` there is nothing to save, and where the
+median spinning wait is more than :data:`SPIN_PER_WAKE` times the saving a spin costs
+more CPU than it saves time; otherwise the budget covers the wait it must catch:
+:data:`BUDGET_MARGIN` times the :data:`CAUGHT_PERCENTILE` of the spinning waits that
+caught their frame, and at least :data:`SPIN_PER_WAKE` times the saving (a spin that
+catches nothing then costs at most two wake-ups), at most the cap and at most a blocking
+cycle (a spin longer than that cannot save time).
+
+The controller's governor (``edge_core.host.spinning``) applies it to its wait for a
+worker's reply, the worker (:mod:`edge_contracts.worker_spin`) to its wait for its next
+request. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "BUDGET_MARGIN",
+    "CAUGHT_PERCENTILE",
+    "FIRST_INTERVAL",
+    "MAX_INTERVAL",
+    "MIN_WAKE_US",
+    "RUN_WAITS",
+    "SETTLE_WAITS",
+    "SPIN_PER_WAKE",
+    "WINDOW_PAIRS",
+    "WaitFigures",
+    "next_interval",
+    "spin_budget",
+    "wait_figures",
+]
+
+SPIN_PER_WAKE = 2
+"""The most CPU a caught spin may cost per µs it saves: a spinning wait whose median is
+longer than this many wake-ups is not worth it."""
+
+MIN_WAKE_US = 5.0
+"""Below this saving (µs) spinning has nothing to save (a few polls cost as much)."""
+
+RUN_WAITS = 40
+"""Measured waits of one kind in a row."""
+
+SETTLE_WAITS = 10
+"""A run's first waits whose cycles do not count: where one end has spun, the scheduler
+keeps the two processes on separate cores for a while after it blocks (and their
+wake-ups cost inter-processor interrupts), which a blocking run of ten waits still
+shows on the 2-vCPU VM."""
+
+WINDOW_PAIRS = RUN_WAITS - SETTLE_WAITS
+"""Cycles of each kind (blocking, spinning) per window: one epoch."""
+
+FIRST_INTERVAL = 64
+"""Waits not measured between two epochs after the first window whose decision held."""
+
+MAX_INTERVAL = 4096
+"""The most waits not measured between two epochs, once a decision holds."""
+
+CAUGHT_PERCENTILE = 0.9
+"""The share of caught frames the budget is sized to catch."""
+
+BUDGET_MARGIN = 1.25
+"""The budget over the caught waits' :data:`CAUGHT_PERCENTILE` (waits vary)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFigures:
+    """What one window of a wait's measured waits took, in µs.
+
+    Attributes:
+        blocking_us: median cycle of the runs that blocked at once.
+        spinning_us: median cycle of the runs that spun first.
+        spin_wait_us: median wait of the spinning waits (the CPU a spin costs).
+        caught_us: :data:`CAUGHT_PERCENTILE` of the spinning waits that caught their
+            frame; None when none did.
+        caught_share: the share of spinning waits that caught their frame.
+
+    """
+
+    blocking_us: float
+    spinning_us: float
+    spin_wait_us: float
+    caught_us: float | None
+    caught_share: float
+
+    @property
+    def saving_us(self) -> float:
+        """What spinning saved a cycle: median blocking cycle less median spinning one."""
+        return self.blocking_us - self.spinning_us
+
+
+def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
+                 spun_ns: Sequence[int], caught_ns: Sequence[int]) -> WaitFigures:
+    """Summarise a window (:class:`~edge_contracts.waiting.WaitSamples`' lists, ns)."""
+    if not blocking_ns or not spinning_ns or not spun_ns:
+        raise ValueError("wait_figures: needs cycles of both kinds and spinning waits")
+    caught = sorted(caught_ns)
+    high = (caught[min(len(caught) - 1, math.ceil(CAUGHT_PERCENTILE * len(caught)) - 1)]
+            / 1000 if caught else None)
+    return WaitFigures(blocking_us=statistics.median(blocking_ns) / 1000,
+                       spinning_us=statistics.median(spinning_ns) / 1000,
+                       spin_wait_us=statistics.median(spun_ns) / 1000,
+                       caught_us=high, caught_share=len(caught) / len(spun_ns))
+
+
+def spin_budget(figures: WaitFigures, cap_us: int) -> tuple[int, str]:
+    """The budget (µs, 0: block at once) a window justifies, at most ``cap_us``, and why.
+
+    Pure: the tests drive it with made-up figures.
+    """
+    saving = figures.saving_us
+    measured = (f"round trips {figures.blocking_us:.1f} us blocking, {figures.spinning_us:.1f}"
+                f" us spinning")
+    if saving < MIN_WAKE_US or figures.caught_us is None:
+        return 0, f"{measured}: nothing to save"
+    if figures.spin_wait_us > SPIN_PER_WAKE * saving:
+        return 0, (f"{measured}: a spin of {figures.spin_wait_us:.1f} us costs"
+                   f" more than {SPIN_PER_WAKE} x the {saving:.1f} us it saves")
+    budget = min(cap_us, math.ceil(figures.blocking_us),
+                 math.ceil(max(BUDGET_MARGIN * figures.caught_us, SPIN_PER_WAKE * saving)))
+    return budget, (f"{measured}: saves {saving:.1f} us;"
+                    f" {round(100 * CAUGHT_PERCENTILE)} % of caught waits"
+                    f" within {figures.caught_us:.1f} us")
+
+
+def next_interval(interval: int, before_us: int, after_us: int) -> int:
+    """Waits not measured until the next epoch, after a window decided ``after_us``.
+
+    A decision that holds (both budgets on, or both off: a budget resized while on
+    holds, the waits it catches vary by a factor of two on a shared machine) doubles the
+    interval, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`; one that turns
+    spinning on or off measures again at once (0).
+    """
+    if bool(before_us) != bool(after_us):
+        return 0
+    return min(MAX_INTERVAL, max(FIRST_INTERVAL, 2 * interval))

@@ -1,0 +1,142 @@
+"""How long a worker spins for its next request: a cap it is permitted, a budget it measures.
+
+A worker that blocks for its next request is woken by the controller's send: on a
+virtual machine an inter-processor interrupt and a reschedule on both sides (the
+controller's send pays for the wake-up too). A worker that is already polling when the
+request comes wakes nobody; and where the controller spins for the reply as well,
+neither side pays the kernel's wake-up path. That pays only for a back-to-back caller
+(a benchmark loop, a client sending request after request, the next stage of a
+pipeline), only where waking is slow, and only where the worker has a core to spin on.
+
+* **The cap** is the controller's (``spin`` frames, :data:`~edge_contracts.protocol.OP_SPIN`,
+  with the ``worker-spin`` feature): it permits up to
+  :data:`~edge_contracts.waiting.DEFAULT_SPIN_US` only while it runs no more processes
+  than the cores it may use, and tells every worker again when a worker starts or
+  retires (``edge_core.host.spinning``). A worker starts with none: it blocks.
+* **Whether spinning pays, and how long**, the worker measures on its own waits for its
+  next frame, all its life, as the controller does on its waits for replies
+  (:mod:`edge_contracts.spin_budget`): now and then a run of
+  :data:`~edge_contracts.spin_budget.RUN_WAITS` waits blocks at once and another spins
+  first for up to the cap, and each run's *cycles* (from the end of one wait to the end
+  of the next: the request's execution, its reply and the wait for the next request)
+  are compared; :func:`~edge_contracts.spin_budget.spin_budget` says what budget the
+  window justifies (0 where waking is cheap, or where the next request does not come
+  within a spin). Until the first window is in, the worker blocks.
+* **Between windows** the wait spins only while the waits it has recently seen came
+  within the budget (:class:`~edge_contracts.waiting.ReadableWait`'s running average, a
+  blocked wait counted less the saving measured): an idle gap, or slow traffic, turns
+  the spin off until requests come back to back again. The worker never spins while it
+  executes: it waits only when nothing is left to run.
+
+:data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this on both ends: the boot
+configuration's ``spin_us`` is then a fixed budget, nothing is measured and ``spin``
+frames change nothing. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from edge_contracts.errors import InvalidValue
+from edge_contracts.spin_budget import (
+    RUN_WAITS,
+    SETTLE_WAITS,
+    WINDOW_PAIRS,
+    next_interval,
+    spin_budget,
+    wait_figures,
+)
+from edge_contracts.waiting import MAX_SPIN_US, ReadableWait, WaitSamples
+
+__all__ = ["NextFrameSpin"]
+
+
+class NextFrameSpin:
+    """Sizes the spin budget of a worker's wait for its next frame (see the module).
+
+    Not thread-safe: used on the worker's loop thread only (the ``spin`` frames are read
+    there, and the wait's windows end there).
+
+    Args:
+        wait: the wait for the worker's next frame; its budget is set here.
+        fixed_us: the boot configuration's fixed budget (the override); when not 0,
+            nothing is measured and the cap changes nothing.
+
+    Attributes:
+        cap_us: the most the controller permits now (0: block).
+        budget_us: the budget in use (µs).
+        reason: what decided it.
+        windows: windows of measured waits decided so far.
+
+    """
+
+    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "reason", "windows")
+
+    def __init__(self, wait: ReadableWait, fixed_us: int) -> None:
+        if type(fixed_us) is not int or not 0 <= fixed_us <= MAX_SPIN_US:
+            raise InvalidValue("boot.spin_us", fixed_us,
+                               f"must be an integer in 0..{MAX_SPIN_US}")
+        self._wait = wait
+        self._fixed = fixed_us
+        self.cap_us = 0
+        self.budget_us = fixed_us
+        self.reason = f"fixed at boot ({fixed_us} us)" if fixed_us else "not permitted"
+        self.windows = 0
+        wait.spin_us = fixed_us
+
+    @property
+    def active(self) -> bool:
+        """True when the next-frame wait may spin (then it goes through the wait's poll)."""
+        return bool(self._fixed or self.cap_us)
+
+    def permit(self, cap_us: int) -> None:
+        """Take the controller's cap (µs; 0: block from now on).
+
+        Raises:
+            InvalidValue: naming ``spin.cap_us`` for anything but an integer in
+                ``0..MAX_SPIN_US`` (the cap in use stays).
+
+        """
+        if type(cap_us) is not int or not 0 <= cap_us <= MAX_SPIN_US:
+            raise InvalidValue("spin.cap_us", cap_us, f"must be an integer in 0..{MAX_SPIN_US}")
+        before, self.cap_us = self.cap_us, cap_us
+        if self._fixed:
+            return
+        wait = self._wait
+        if not cap_us:
+            wait.samples = None
+            wait.spin_us = wait.wake_us = self.budget_us = 0
+            self.reason = "not permitted"
+            return
+        if not before:  # measured from scratch: the window decides
+            wait.spin_us = wait.wake_us = self.budget_us = 0
+            wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
+                                       settle=SETTLE_WAITS, probe_us=cap_us)
+            self.reason = "waits not measured yet"
+        elif self.budget_us > cap_us:
+            wait.spin_us = self.budget_us = cap_us
+        samples = wait.samples
+        if samples is not None:
+            samples.probe_ns = min(samples.probe_ns, 1000 * cap_us)
+
+    def state(self) -> dict[str, Any]:
+        """What a ``ping`` answers about it: cap, budget, reason, windows, spinning now."""
+        return {"cap_us": self.cap_us, "budget_us": self.budget_us, "reason": self.reason,
+                "windows": self.windows, "spinning": self._wait.spinning}
+
+    def _window(self, samples: WaitSamples) -> None:
+        """A window of measured waits is in: re-decide the budget and how often to measure."""
+        figures = wait_figures(samples.blocking_ns, samples.spinning_ns, samples.spun_ns,
+                               samples.caught_ns)
+        samples.clear()
+        cap = self.cap_us
+        before = self.budget_us
+        self.budget_us, self.reason = spin_budget(figures, cap)
+        self.windows += 1
+        wait = self._wait
+        wait.spin_us = self.budget_us
+        wait.wake_us = (max(0, min(cap, round(figures.saving_us))) if self.budget_us else 0)
+        wait.forget()
+        samples.probe_ns = 1000 * max(1, min(cap, math.ceil(figures.blocking_us)))
+        samples.interval = next_interval(samples.interval, before, self.budget_us)

@@ -103,7 +103,7 @@ def feed(spin: NextFrameSpin, samples: WaitSamples, *, blocking_us: float,
 
 
 def test_nothing_is_measured_or_spun_until_the_controller_permits(pair):
-    a, b = pair
+    a, _ = pair
     wait = ReadableWait(a.fileno(), 0)
     spin = NextFrameSpin(wait, 0)
     assert not spin.active and wait.samples is None and wait.spin_us == 0

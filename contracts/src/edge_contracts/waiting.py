@@ -12,8 +12,10 @@ is waited for with a blocking poll), and it turns back on by itself when waits s
 The CPU spent is therefore bounded by ``spin_ns`` per wait. ``spin_ns = 0`` disables
 spinning. How large the budget is, and whether there is one at all, is decided by whoever
 owns the wait: the controller sizes its own from what the channel's own waits take and
-the cores its workers share (``edge_core.host.spinning``); :data:`SPIN_ENV` overrides that
-on both ends. ONNX Runtime makes the same trade for its own intra-op threads
+the cores its workers share (``edge_core.host.spinning``), a worker its wait for its next
+request from its own waits, within the cap the controller permits
+(:mod:`edge_contracts.worker_spin`); :data:`SPIN_ENV` overrides that on both ends. ONNX
+Runtime makes the same trade for its own intra-op threads
 (``session.intra_op.allow_spinning``).
 
 For that sizing a wait can be given :class:`WaitSamples`: then now and then a run of

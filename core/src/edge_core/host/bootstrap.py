@@ -130,12 +130,13 @@ def start_worker(
         shm_max_buffers: per-producer cap on retained segments (each side).
         max_io_bytes: cap on the tensor bytes of one frame, both ways.
         spin_us: how long either end polls without sleeping for the next frame before it
-            blocks (adaptive: only while recent waits were shorter; 0 disables). Default
-            (None): :data:`~edge_contracts.waiting.SPIN_ENV` on both ends when set; else
-            the worker never spins and the controller's budget is decided by
-            measurement (:mod:`edge_core.host.spinning`: 0 where its processes share
-            too few cores or waking is cheap; the channel's own waits, measured all
-            its life, say which).
+            blocks (adaptive: only while recent waits were shorter; 0 disables): a fixed
+            budget on both ends. Default (None): :data:`~edge_contracts.waiting.SPIN_ENV`
+            on both ends when set; else both budgets are decided by measurement (the
+            controller's by :mod:`edge_core.host.spinning`, the worker's by its own
+            waits within the cap that module tells it, :mod:`edge_contracts.worker_spin`:
+            0 where the processes share too few cores or waking is cheap; the waits,
+            measured all the channel's life, say which).
         stdout: where the worker's stdout goes (default: the controller's stderr, so
             that the controller's stdout carries only its own output).
         stderr: where the worker's stderr goes (default: inherited).

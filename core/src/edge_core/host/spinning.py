@@ -10,28 +10,29 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   at once, so the controller spins only while it runs no more processes than the cores it
   may use (a one-stage pipeline needs two; the three-stage page pipeline, four workers
   with its two recogniser replicas, needs five: on a two-core machine it never spins), and
-* waking is slow against the reply's own time. Each governed channel measures this on
-  its own traffic, all its life (:class:`~edge_contracts.waiting.WaitSamples`): now and
-  then a run of :data:`RUN_WAITS` waits blocks at once and another spins first for up to
-  :data:`~edge_contracts.waiting.DEFAULT_SPIN_US`, and what counts is each run's *cycles*,
-  from the end of one wait to the end of the next, so that the request's send is in them
-  too. Single waits mislead: where the two processes share a core, a send to a blocked
-  worker runs the worker at once, so a spinning wait finds its reply ready (1 µs) while a
-  blocking one waits 25 µs, and the round trips take the same; and how the scheduler
-  places the processes follows how the controller waits, so each kind is measured over a
-  run of its own (the first :data:`SETTLE_WAITS` of a run do not count). After
-  :data:`WINDOW_PAIRS` cycles of each kind (a *window*) the
-  channel's budget is decided afresh (:func:`decide_spin` on the window's
-  :class:`WaitFigures`): the *saving*, the median blocking cycle less the median spinning
-  one, is what waking costs there; under :data:`MIN_WAKE_US` there is nothing to save,
-  and where the median spinning wait is more than :data:`SPIN_PER_WAKE` times the saving
-  a spin costs more CPU than it saves time; otherwise the budget covers the round trip
-  it must catch: :data:`BUDGET_MARGIN` times the :data:`CAUGHT_PERCENTILE` of the
-  spinning waits that caught their reply, and at least :data:`SPIN_PER_WAKE` times the
-  saving (a spin that catches nothing then costs at most two wake-ups), at most
-  ``DEFAULT_SPIN_US`` and at most a blocking round trip (a spin longer than that cannot
-  save time). The spinning runs of the next window spin up to the latter too, so that
-  where spinning does not pay, a probe costs a round trip's CPU, not 200 µs.
+* waking is slow against the reply's own time. Each governed channel measures this on its
+  own traffic, all its life (:class:`~edge_contracts.waiting.WaitSamples`): now and then
+  a run of :data:`RUN_WAITS` waits blocks at once and another spins first for up to
+  :data:`~edge_contracts.waiting.DEFAULT_SPIN_US`, and what counts is each run's
+  *cycles*, from the end of one wait to the end of the next, so that the request's send
+  is in them too. Single waits mislead: where the two processes share a core, a send to a
+  blocked worker runs the worker at once, so a spinning wait finds its reply ready (1 µs)
+  while a blocking one waits 25 µs, and the round trips take the same; and how the
+  scheduler places the processes follows how the controller waits, so each kind is
+  measured over a run of its own (the first :data:`SETTLE_WAITS` of a run do not count).
+  After :data:`WINDOW_PAIRS` cycles of each kind (a *window*) the channel's budget is
+  decided afresh (:func:`decide_spin` on the window's :class:`WaitFigures`, by
+  :func:`~edge_contracts.spin_budget.spin_budget`): the *saving*, the median blocking
+  cycle less the median spinning one, is what waking costs there; under
+  :data:`MIN_WAKE_US` there is nothing to save, and where the median spinning wait is
+  more than :data:`SPIN_PER_WAKE` times the saving a spin costs more CPU than it saves
+  time; otherwise the budget covers the round trip it must catch: :data:`BUDGET_MARGIN`
+  times the :data:`CAUGHT_PERCENTILE` of the spinning waits that caught their reply, and
+  at least :data:`SPIN_PER_WAKE` times the saving (a spin that catches nothing then costs
+  at most two wake-ups), at most ``DEFAULT_SPIN_US`` and at most a blocking round trip (a
+  spin longer than that cannot save time). The spinning runs of the next window spin up
+  to the latter too, so that where spinning does not pay, a probe costs a round trip's
+  CPU, not 200 µs.
 
 The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
 start-up's control calls among them, decide its first budget; until then it does not
@@ -46,11 +47,21 @@ blocked wait first), so a slow model call is waited for with a blocking poll.
 :data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this, on both ends, and then
 no wait is measured.
 
-Workers themselves spin (for their next request) only under the override: the next
-request comes when the application sends it, not within a time anyone can know.
+Workers spin for their next request within a cap this module gives them
+(:func:`worker_spin_cap`: :data:`~edge_contracts.waiting.DEFAULT_SPIN_US` under the same
+core rule, else 0), told in ``spin`` frames right after each worker's hello and whenever
+a worker starts or retires changes it (:meth:`SpinGovernor.follow`); whether spinning
+pays there, and how long, each worker measures on its own waits with the same rule
+(:mod:`edge_contracts.worker_spin`, :mod:`edge_contracts.spin_budget`): a worker whose
+requests come back to back spins where waking is slow, and then the controller's send
+wakes nobody. The cap is not the controller's own decision: its spin rarely catches a
+reply while the worker must be woken first, so it cannot tell what a spinning worker
+saves. Under the override the worker has the override's fixed budget from its boot
+configuration and is told nothing.
 
 One :class:`SpinGovernor` per controller process (:func:`governor`) holds each governed
-channel's figures and decision, and re-decides them all when a worker starts or retires.
+channel's figures, decision and worker cap, and re-decides them all when a worker starts
+or retires.
 """
 
 from __future__ import annotations

@@ -1,0 +1,147 @@
+"""A worker's spin for its next request, on real worker processes: permitted, measured, gated.
+
+The controller tells each governed worker the most it may spin (``spin`` frames): right
+after the hello, and again whenever a worker starts or retires changes the core rule.
+What the worker does within that cap it measures itself; its ``ping`` answer says what
+it has (cap, budget, reason, windows decided, whether its next wait spins). Nothing
+here asserts how fast anything is: the machine decides the measured budget, the tests
+check who decides what, and that an idle gap of tens of milliseconds (hundreds of times
+any budget) turns the spin off.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from edge_contracts.headers import FrameHeader
+from edge_contracts.protocol import FEATURE_WORKER_SPIN, OP_SPIN
+from edge_contracts.requests import Operation, StageRequest
+from edge_contracts.spin_budget import RUN_WAITS
+from edge_contracts.waiting import DEFAULT_SPIN_US, SPIN_ENV
+from edge_contracts.wire import encode_frame
+from edge_core.host import WorkerClient
+from edge_core.host.spinning import SpinGovernor, governor
+
+
+@pytest.fixture
+def shared_governor(monkeypatch) -> Iterator[SpinGovernor]:
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    spins = governor()
+    cores = spins.cores
+    yield spins
+    spins.reset(cores=cores)
+
+
+def round_trips(client: WorkerClient, n: int, first: int = 0, sleep_s: float = 0.0) -> None:
+    for i in range(first, first + n):
+        x = np.full(4, float(i), np.float32)
+        params = {"sleep_s": sleep_s} if sleep_s else {}
+        out = client.submit(StageRequest(f"r{i}", "s0", 0, client.generation, Operation.RUN,
+                                         params=params), {"x": x}).result(timeout=20)
+        np.testing.assert_array_equal(out["x"], x)
+
+
+def spin_of(client: WorkerClient) -> dict[str, object]:
+    """The worker's own account (the ping is read after every frame sent before it)."""
+    answer: dict[str, object] = client.ping(timeout_s=10)["spin"]
+    return answer
+
+
+def test_the_cap_reaches_the_worker_at_start_and_its_own_waits_decide(start, shared_governor):
+    shared_governor.reset(cores=64)  # as on a large machine: a core for each process
+    client = start()
+    assert FEATURE_WORKER_SPIN in client.features
+    assert client.worker_spin_cap == DEFAULT_SPIN_US
+    state = spin_of(client)
+    assert state["cap_us"] == DEFAULT_SPIN_US and state["windows"] == 0
+    round_trips(client, 2 * 2 * RUN_WAITS)  # two epochs: a window at least
+    state = spin_of(client)
+    assert isinstance(state["windows"], int) and state["windows"] >= 1
+    assert "round trips" in str(state["reason"])  # from figures, whatever the machine gave
+    assert isinstance(state["budget_us"], int) and 0 <= state["budget_us"] <= DEFAULT_SPIN_US
+
+
+def test_too_few_cores_permit_nothing_and_nothing_is_measured(start, shared_governor):
+    shared_governor.reset(cores=1)
+    client = start()
+    assert client.worker_spin_cap == 0
+    round_trips(client, 2 * 2 * RUN_WAITS)
+    assert spin_of(client) == {"cap_us": 0, "budget_us": 0, "reason": "not permitted",
+                               "windows": 0, "spinning": False}
+
+
+def test_a_change_of_the_core_rule_reaches_every_worker(start, shared_governor):
+    shared_governor.reset(cores=2)  # the controller and one worker: a core each
+    first = start()
+    assert spin_of(first)["cap_us"] == DEFAULT_SPIN_US
+    round_trips(first, 2 * 2 * RUN_WAITS)
+    assert spin_of(first)["windows"] >= 1
+    second = start()  # three processes on two cores: nobody spins
+    assert first.worker_spin_cap == second.worker_spin_cap == 0
+    decided = {first: spin_of(first)["windows"], second: 0}
+    for client in (first, second):
+        round_trips(client, 2 * 2 * RUN_WAITS, first=1000)
+        assert spin_of(client) == {"cap_us": 0, "budget_us": 0, "reason": "not permitted",
+                                   "windows": decided[client], "spinning": False}
+    assert second.retire(deadline_s=5.0).verified  # two processes again
+    assert first.worker_spin_cap == DEFAULT_SPIN_US
+    state = spin_of(first)
+    assert state["cap_us"] == DEFAULT_SPIN_US and state["reason"] == "waits not measured yet"
+
+
+def test_a_budget_given_at_start_is_fixed_on_the_worker(start, shared_governor, monkeypatch):
+    shared_governor.reset(cores=64)
+    pinned = start(spin_us=0)  # the caller's own budget: not governed, nothing told
+    assert pinned.worker_spin_cap == 0
+    round_trips(pinned, 2 * 2 * RUN_WAITS)
+    assert spin_of(pinned)["windows"] == 0 and spin_of(pinned)["cap_us"] == 0
+    monkeypatch.setenv(SPIN_ENV, "150")  # the override: both ends, fixed, nothing measured
+    overridden = start()
+    assert overridden.worker_spin_cap == 0
+    round_trips(overridden, 2 * 2 * RUN_WAITS, first=1000)
+    state = spin_of(overridden)
+    assert state["budget_us"] == 150 and state["windows"] == 0
+    assert state["reason"] == "fixed at boot (150 us)"
+
+
+def test_it_spins_for_back_to_back_requests_and_blocks_after_an_idle_gap(start, shared_governor):
+    shared_governor.reset(cores=1)  # the budget is fixed here: the gating is what is tested
+    client = start(spin_us=DEFAULT_SPIN_US)
+    round_trips(client, 1)
+    time.sleep(0.05)  # idle: 250 x the budget
+    assert spin_of(client)["spinning"] is False  # the ping's own wait was that gap
+    for i in range(25):
+        # a request that runs 10 ms, and the next sent behind it at once: the worker's
+        # wait for that one finds it there (back to back)
+        x = {"x": np.zeros(4, np.float32)}
+        slow = client.submit(StageRequest(f"s{i}", "s0", 0, client.generation, Operation.RUN,
+                                          params={"sleep_s": 0.01}), x)
+        fast = client.submit(StageRequest(f"f{i}", "s0", 0, client.generation, Operation.RUN,
+                                          params={}), x)
+        slow.result(timeout=20)
+        fast.result(timeout=20)
+    slow = client.submit(StageRequest("last", "s0", 0, client.generation, Operation.RUN,
+                                      params={"sleep_s": 0.01}), {"x": np.zeros(4, np.float32)})
+    state = spin_of(client)  # sent while the worker executes: there when it waits
+    slow.result(timeout=20)
+    assert state["spinning"] is True
+
+
+def test_a_malformed_cap_is_refused_and_the_worker_stays(start, shared_governor):
+    shared_governor.reset(cores=64)
+    with tempfile.TemporaryFile() as errors:
+        client = start(stderr=errors)
+        bad = FrameHeader(OP_SPIN, "", "", 0, client.generation, meta={"cap_us": -3})
+        client.send_bytes(b"".join(bytes(part) for part in encode_frame(bad, [])))
+        state = spin_of(client)
+        assert state["cap_us"] == DEFAULT_SPIN_US  # the cap in use stays
+        round_trips(client, 3)
+        assert client.retire(deadline_s=5.0).verified
+        errors.seek(0)
+        text = errors.read().decode()
+    assert "refused spin" in text and "spin.cap_us" in text

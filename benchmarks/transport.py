@@ -187,7 +187,7 @@ def main() -> None:
             [x for block in run for x in block] for run in per_block)
         # the decision in effect at the end of the blocks (re-made from the echo's own
         # measured waits all along; the windows say how many times)
-        spin = spin_report(client.spin_decision)
+        spin = spin_report(client.spin_decision, client)
         echo_ci = paired_ratio(per_block[1], per_block[3])
         echo_no_spin_ci = paired_ratio(per_block[2], per_block[3])
         echo_fixed_ci = paired_ratio(per_block[5], per_block[3])
@@ -222,6 +222,7 @@ def main() -> None:
           f"  (binary header: {p50(floor_struct) * 1e6:.1f} us)")
     print(f"spin as shipped: {spin['spin_us']} us ({spin['reason']};"
           f" {spin['windows']} windows decided)")
+    print(f"worker spin for its next request: {spin.get('worker')}")
     print(f"edge worker echo, no spin (float32[4]) p50: {p50(edge_blocking) * 1e6:8.1f} us")
     print(f"edge worker echo, as shipped (float32[4]) p50: {p50(edge) * 1e6:8.1f} us"
           f"  (n={len(edge)})")

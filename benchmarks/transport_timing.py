@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edge_core.host import WorkerClient
 from edge_core.host.spinning import SpinDecision, governor
 
 
@@ -115,16 +116,22 @@ def paired_ratio(
 
 
 
-def spin_report(decision: SpinDecision | None = None) -> dict[str, object]:
+def spin_report(decision: SpinDecision | None = None,
+                worker: WorkerClient | None = None) -> dict[str, object]:
     """The controller's spin decision as the benchmarks print it (``spin``).
 
     ``decision`` (default: the one the governor made last, which with one governed
     channel open is that channel's), the saving the latest window measured (``wake_us``:
     median blocking wait less median spinning wait, µs) and how many windows of measured
     waits were decided in all: the budget is re-made from the channel's own traffic
-    (``edge_core.host.spinning``).
+    (``edge_core.host.spinning``). With ``worker``, also that worker's own account of its
+    spin for its next request (``worker``: its ``ping`` answer's ``spin``, see
+    ``edge_contracts.worker_spin``).
     """
     spins = governor()
     decision = spins.decision if decision is None else decision
-    return {"spin_us": decision.spin_us, "reason": decision.reason,
-            "wake_us": spins.wake_us, "windows": spins.windows}
+    report: dict[str, object] = {"spin_us": decision.spin_us, "reason": decision.reason,
+                                 "wake_us": spins.wake_us, "windows": spins.windows}
+    if worker is not None:
+        report["worker"] = worker.ping(timeout_s=10)["spin"]
+    return report

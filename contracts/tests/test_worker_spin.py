@@ -189,3 +189,38 @@ def test_it_spins_for_back_to_back_frames_and_blocks_after_an_idle_gap(pair):
         wait.wait(5.0)
         a.recv(16)
     assert wait.spinning and spin.state()["spinning"]
+
+
+def test_a_window_without_budget_lets_the_loop_receive_plainly_until_the_next_epoch(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 0)
+    assert wait.plain_waits() == -1  # no budget, nothing measured: every wait is plain
+    spin = NextFrameSpin(wait, 0)
+    spin.permit(DEFAULT_SPIN_US)
+    assert wait.plain_waits() == 0  # the next wait is measured
+    samples = wait.samples
+    assert samples is not None
+    for _ in range(2 * RUN_WAITS - 1):  # real waits: all but the epoch's last
+        b.send(b"x")
+        wait.wait(5.0)
+        a.recv(16)
+    # the epoch's last wait (of its blocking run: the first epoch spins first) ends a
+    # window made of made-up cycles: nothing to save
+    assert not samples.next_spins()
+    samples.blocking_ns[:] = [60_000] * (WINDOW_PAIRS - 1)
+    samples.spinning_ns[:] = [61_000] * WINDOW_PAIRS
+    samples.spun_ns[:] = samples.caught_ns[:] = [2_000] * WINDOW_PAIRS
+    assert not spin.settled
+    b.send(b"x")
+    wait.wait(5.0)
+    a.recv(16)
+    assert spin.windows == 1 and spin.budget_us == 0 and spin.settled
+    assert wait.plain_waits() == samples.interval == FIRST_INTERVAL
+    wait.skip(FIRST_INTERVAL)  # the loop received that many times without the wait
+    assert wait.plain_waits() == 0  # the next one is measured again
+    b.send(b"x")
+    wait.wait(5.0)
+    a.recv(16)
+    assert wait.plain_waits() == 0  # inside the epoch: every wait measured
+    wait.spin_us = 50
+    assert wait.plain_waits() == 0  # with a budget no wait is plain

@@ -260,6 +260,22 @@ class ReadableWait:
         self._samples = value
         self._left = -1 if value is None else 1
 
+    def plain_waits(self) -> int:
+        """How many of the next waits are plain blocking polls: no budget, none measured.
+
+        -1: all of them (no budget, nothing measured); 0: the next one spins or is
+        measured. Its owner may make those waits elsewhere (a blocking receive, one system
+        call fewer) and count them with :meth:`skip`.
+        """
+        if self._spin_ns:
+            return 0
+        return -1 if self._left < 0 else self._left - 1
+
+    def skip(self, waits: int) -> None:
+        """Count ``waits`` plain waits its owner made elsewhere (see :meth:`plain_waits`)."""
+        if self._left > 0:
+            self._left = max(1, self._left - waits)
+
     def forget(self) -> None:
         """Drop the wait history, so that the next wait spins if there is a budget."""
         self._average_ns = 0.0

@@ -173,6 +173,8 @@ class _Server:
         # no spin permitted and a blocking socket: the receive itself waits (one system
         # call per frame instead of a poll and a receive)
         self._wait_in_recv = not self._spin.active and self._blocking
+        self._plain = 0  # receives left before the next-frame wait measures again
+        self._plain_total = 0
         self._producer: SegmentProducer | None = None
         self._consumer: SegmentConsumer | None = None
         self._packer: TensorPacker | None = None
@@ -383,6 +385,7 @@ class _Server:
                 self._spin.permit(parse_spin(header.meta))
             except ContractError as exc:  # a malformed cap changes nothing; the worker stays
                 print(f"edge worker: channel: refused spin: {exc}", file=sys.stderr)
+            self._plain = 0
             self._wait_in_recv = not self._spin.active and self._blocking
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
@@ -521,8 +524,16 @@ class _Server:
                     # a frame may wait in the read buffer; without a spin budget the
                     # receive in _read_one waits for the socket itself
                     from_socket = not frames.buffered
-                    if from_socket and not self._wait_in_recv:
-                        self._next_frame.wait(None)  # spins briefly while requests come fast
+                    if from_socket:
+                        if not self._wait_in_recv:
+                            # spins briefly while requests come fast
+                            self._next_frame.wait(None)
+                            if self._spin.settled:
+                                self._receive_plainly()
+                        elif self._plain:  # a plain wait the next-frame wait must count
+                            self._plain -= 1
+                            if not self._plain:
+                                self._wait_again()
                     if not self._read_one():
                         self._orphaned = True
                         return 0
@@ -530,6 +541,19 @@ class _Server:
             return 0
         finally:
             self._close()
+
+    def _receive_plainly(self) -> None:
+        """A window decided no spin: wait in the receive until the next measured wait."""
+        self._spin.settled = False
+        plain = self._next_frame.plain_waits()
+        if plain > 0 and self._blocking:
+            self._plain = self._plain_total = plain
+            self._wait_in_recv = True
+
+    def _wait_again(self) -> None:
+        """The plain receives are done: count them, and wait in the next-frame wait again."""
+        self._next_frame.skip(self._plain_total)
+        self._wait_in_recv = not self._spin.active and self._blocking
 
     def _close(self) -> None:
         if self._heartbeat is not None:

@@ -68,10 +68,13 @@ class NextFrameSpin:
         budget_us: the budget in use (µs).
         reason: what decided it.
         windows: windows of measured waits decided so far.
+        settled: set when a window decided no budget: until the next measured wait
+            (:meth:`~edge_contracts.waiting.ReadableWait.plain_waits`) the loop may wait
+            in its blocking receive instead; its reader clears it.
 
     """
 
-    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "reason", "windows")
+    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "reason", "settled", "windows")
 
     def __init__(self, wait: ReadableWait, fixed_us: int) -> None:
         if type(fixed_us) is not int or not 0 <= fixed_us <= MAX_SPIN_US:
@@ -83,6 +86,7 @@ class NextFrameSpin:
         self.budget_us = fixed_us
         self.reason = f"fixed at boot ({fixed_us} us)" if fixed_us else "not permitted"
         self.windows = 0
+        self.settled = False
         wait.spin_us = fixed_us
 
     @property
@@ -140,3 +144,4 @@ class NextFrameSpin:
         wait.forget()
         samples.probe_ns = 1000 * max(1, min(cap, math.ceil(figures.blocking_us)))
         samples.interval = next_interval(samples.interval, before, self.budget_us)
+        self.settled = not self.budget_us

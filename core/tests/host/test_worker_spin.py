@@ -145,3 +145,15 @@ def test_a_malformed_cap_is_refused_and_the_worker_stays(start, shared_governor)
         errors.seek(0)
         text = errors.read().decode()
     assert "refused spin" in text and "spin.cap_us" in text
+
+
+def test_the_worker_keeps_measuring_all_its_life_whatever_it_decides(start, shared_governor):
+    # Epochs of 80 waits, then 64, 128, 256 ... waits not measured while a decision holds
+    # (between them a worker that decided not to spin receives plainly and counts the
+    # receives): by 768 requests a fourth window is in, whatever this machine decided;
+    # one that turned spinning on or off measures again at once, and has more.
+    shared_governor.reset(cores=64)
+    client = start()
+    round_trips(client, 1000)
+    state = spin_of(client)
+    assert isinstance(state["windows"], int) and state["windows"] >= 4, state

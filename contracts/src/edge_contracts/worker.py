@@ -525,15 +525,17 @@ class _Server:
                     # receive in _read_one waits for the socket itself
                     from_socket = not frames.buffered
                     if from_socket:
-                        if not self._wait_in_recv:
-                            # spins briefly while requests come fast
+                        if self._wait_in_recv:
+                            if self._plain:  # a plain wait the next-frame wait must count
+                                self._plain -= 1
+                                if not self._plain:
+                                    self._wait_again()
+                        elif not self._calls or not self._blocking:
+                            # spins briefly while requests come fast; never while a
+                            # stream runs on the handler's threads (then the receive waits)
                             self._next_frame.wait(None)
                             if self._spin.settled:
                                 self._receive_plainly()
-                        elif self._plain:  # a plain wait the next-frame wait must count
-                            self._plain -= 1
-                            if not self._plain:
-                                self._wait_again()
                     if not self._read_one():
                         self._orphaned = True
                         return 0

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -115,20 +117,24 @@ def test_it_spins_for_back_to_back_requests_and_blocks_after_an_idle_gap(start, 
     round_trips(client, 1)
     time.sleep(0.05)  # idle: 250 x the budget
     assert spin_of(client)["spinning"] is False  # the ping's own wait was that gap
-    for i in range(25):
-        # a request that runs 10 ms, and the next sent behind it at once: the worker's
-        # wait for that one finds it there (back to back)
-        x = {"x": np.zeros(4, np.float32)}
-        slow = client.submit(StageRequest(f"s{i}", "s0", 0, client.generation, Operation.RUN,
-                                          params={"sleep_s": 0.01}), x)
-        fast = client.submit(StageRequest(f"f{i}", "s0", 0, client.generation, Operation.RUN,
-                                          params={}), x)
-        slow.result(timeout=20)
-        fast.result(timeout=20)
-    slow = client.submit(StageRequest("last", "s0", 0, client.generation, Operation.RUN,
-                                      params={"sleep_s": 0.01}), {"x": np.zeros(4, np.float32)})
-    state = spin_of(client)  # sent while the worker executes: there when it waits
-    slow.result(timeout=20)
+    x = {"x": np.zeros(4, np.float32)}
+
+    def send(i: int) -> Any:
+        return client.submit(StageRequest(f"s{i}", "s0", 0, client.generation, Operation.RUN,
+                                          params={"sleep_s": 0.03}), x)
+
+    # Two requests of 30 ms in flight: the next is sent 5 ms after the one before it
+    # started (its predecessor's answer came), so the worker reads it only once that one
+    # is done, and its wait for it finds it there (back to back, no idle gap).
+    pending = deque([send(0), send(1)])
+    for i in range(2, 32):
+        pending.popleft().result(timeout=20)
+        time.sleep(0.005)
+        pending.append(send(i))
+    pending.popleft().result(timeout=20)
+    time.sleep(0.005)
+    state = spin_of(client)  # sent while the last one runs
+    pending.popleft().result(timeout=20)
     assert state["spinning"] is True
 
 

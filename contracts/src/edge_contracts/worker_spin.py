@@ -26,7 +26,8 @@ pipeline), only where waking is slow, and only where the worker has a core to sp
   within the budget (:class:`~edge_contracts.waiting.ReadableWait`'s running average, a
   blocked wait counted less the saving measured): an idle gap, or slow traffic, turns
   the spin off until requests come back to back again. The worker never spins while it
-  executes: it waits only when nothing is left to run.
+  executes (it waits only when nothing is left to run), nor while a streaming call runs
+  on the handler's own threads (then it waits in its blocking receive).
 
 :data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this on both ends: the boot
 configuration's ``spin_us`` is then a fixed budget, nothing is measured and ``spin``

@@ -21,7 +21,11 @@ pipeline), only where waking is slow, and only where the worker has a core to sp
   of the next: the request's execution, its reply and the wait for the next request)
   are compared; :func:`~edge_contracts.spin_budget.spin_budget` says what budget the
   window justifies (0 where waking is cheap, or where the next request does not come
-  within a spin). Until the first window is in, the worker blocks.
+  within a spin). Until the first window is in, the worker blocks. On a channel with one
+  caller (each request: one wait on each end) the controller's runs and the worker's
+  begin at the same request and so coincide: each end compares both ends blocking with
+  both spinning, which is what pays (the controller's spin alone rarely catches a reply
+  while the worker must be woken first).
 * **Between windows** the wait spins only while the waits it has recently seen came
   within the budget (:class:`~edge_contracts.waiting.ReadableWait`'s running average, a
   blocked wait counted less the saving measured): an idle gap, or slow traffic, turns

@@ -17,8 +17,10 @@ recognize  ``[1..R] x 3 x 48 x [32..1280]``        1 x 32, R x 1280, R/2 x 640
 DB network downsamples by 32), ``B`` the classifier's batch of one call
 (:data:`edge_ocr_example.page_pipeline.BATCH`), ``R`` the recogniser's
 (:data:`edge_ocr_example.page_pipeline.REC_BATCH` unless ``--rec-batch``; the pipeline
-then needs ``EDGE_OCR_REC_BATCH`` at most ``R``). Recogniser rows are padded to widths of
-320, 640, 960 or 1280, so calls of similar lines batch together. The recogniser's graph
+then needs ``EDGE_OCR_REC_BATCH`` at most ``R``). The page glue chooses the rows' widths
+within that range (:func:`edge_ocr_example.page_reader.own_width` for one row per call,
+320, 640, 960 or 1280 for several, so calls of similar lines batch together); the bundle
+is the same for both. The recogniser's graph
 ends in its CTC head (:mod:`edge_ocr_example.ctc_head`): each step's best class and its
 probability instead of the ``N x T x 6625`` probabilities.
 

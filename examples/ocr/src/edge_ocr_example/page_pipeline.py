@@ -12,9 +12,12 @@
   :data:`BATCH` rows per call; the crops are carried on, so that each line is cut once;
 * :func:`classify_to_recognize` turns upside-down lines, splits long ones and fans the
   recogniser out over the pieces, grouped by recognition width, up to :data:`REC_BATCH`
-  rows per call (``EDGE_OCR_REC_BATCH`` changes it: the recogniser's bundle must serve
-  that many rows, ``python -m edge_ocr_example.page_bundle --rec-batch N``, or the stage
-  refuses the larger call by name);
+  rows per call (one row per call: each padded to its own width plus 15 %, a multiple of
+  32, :func:`~edge_ocr_example.page_reader.own_width`; several: to 320, 640, 960 or 1280,
+  so that similar pieces share a call). ``EDGE_OCR_REC_BATCH`` changes the rows per
+  call: the recogniser's bundle must serve that many rows,
+  ``python -m edge_ocr_example.page_bundle --rec-batch N``, or the stage refuses the
+  larger call by name;
 * :func:`finish` decodes every piece, re-joins the lines and returns them in reading
   order: ``[{"text", "score", "box"}]`` with the box's four corners in image pixels.
 
@@ -251,7 +254,9 @@ def rec_batch() -> int:
 def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Fanout:
     """Directions -> recogniser calls: lines turned, long ones split, pieces by width.
 
-    Each call holds up to :func:`rec_batch` rows of one recognition width.
+    Each call holds up to :func:`rec_batch` rows of one recognition width: with one row
+    per call each row's own (:func:`~edge_ocr_example.page_reader.own_width`), else 320,
+    640, 960 or 1280.
 
     Raises:
         TensorMismatch: a carried tensor is missing, or the classifier's rows do not match.
@@ -277,7 +282,7 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
     else:  # the same crops, cut again (deterministic)
         lines = cut_lines(image, quads, scores)
     apply_directions(lines, probabilities, owners)
-    rows = recognition_rows(lines, widths=REC_WIDTHS)
+    rows = recognition_rows(lines, widths=REC_WIDTHS if batch > 1 else None)
     by_width: dict[int, list[int]] = {}
     for index, row in enumerate(rows):
         by_width.setdefault(row.row.shape[2], []).append(index)

@@ -10,7 +10,9 @@ batches, fanned out) and still share every transform:
 3. :func:`classifier_rows` / :func:`apply_directions`: the direction classifier's rows
    (48 x 192) and its decisions, turning a line by 180 degrees when it is sure (> 0.9);
 4. :func:`recognition_rows`: each line at height 48, split where it exceeds the widest
-   recognition input, each piece padded to the narrowest width that holds it;
+   recognition input, each piece padded to the narrowest width that holds it (for calls
+   of several rows) or to its own width plus :data:`REC_ROOM` (:func:`own_width`, for
+   calls of one row);
 5. :func:`assemble`: pieces decoded and re-joined, weak lines dropped, the rest in
    reading order, each with its box in image pixels.
 
@@ -20,6 +22,7 @@ and a batch size; :mod:`edge_ocr_example.reference` runs it on onnxruntime direc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -47,6 +50,8 @@ __all__ = [
     "CLS_ROW",
     "CLS_WINDOWS",
     "REC_HEIGHT",
+    "REC_ROOM",
+    "REC_STEP",
     "REC_WIDTHS",
     "Line",
     "PieceRow",
@@ -55,6 +60,7 @@ __all__ = [
     "classifier_rows",
     "cut_lines",
     "find_lines",
+    "own_width",
     "read_page",
     "recognition_rows",
 ]
@@ -68,7 +74,19 @@ CLS_WINDOWS: Final = 3
 REC_HEIGHT: Final = 48
 """The recogniser's row height."""
 REC_WIDTHS: Final = (320, 640, 960, REC_MAX_WIDTH)
-"""Default recognition widths; a piece goes to the narrowest that holds it."""
+"""Recognition widths for calls of several rows: a piece goes to the narrowest that holds
+it, so that pieces of similar length are padded alike and share a call."""
+REC_STEP: Final = 32
+"""A row sent alone (:func:`own_width`) is padded to a multiple of this many columns."""
+REC_ROOM: Final = 1.15
+"""A row sent alone is at least this many times as wide as its text (:func:`own_width`).
+
+The recogniser emits one step per 8 columns and mixes the whole row, so padding changes
+what it reads: measured on the 40 generated pages of ``benchmarks/ocr_accuracy.py``
+(direct onnxruntime, one row per call), padding to the next multiple of 32 read 616 wrong
+characters where the four widths read 379 (dense small print lost characters), the
+widths with 64 or 96 columns of room 388 and 354, a quarter more 342, and 15 % more
+316, at 3 % fewer recogniser columns than the four widths (docs/config.md)."""
 _MIN_SIDE: Final = 3.0
 
 StageRunner = Callable[[str, Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -165,15 +183,27 @@ def apply_directions(lines: Sequence[Line], probabilities: np.ndarray, owners: n
             line.turns += 2
 
 
+def own_width(needed: int, widest: int = REC_MAX_WIDTH) -> int:
+    """The width of a row sent alone: ``needed`` columns plus :data:`REC_ROOM`, rounded up
+    to a multiple of :data:`REC_STEP`, at most ``widest``."""
+    return min(widest, REC_STEP * math.ceil(needed * REC_ROOM / REC_STEP))
+
+
 def recognition_rows(
-    lines: Sequence[Line], *, widths: Sequence[int] = REC_WIDTHS
+    lines: Sequence[Line], *, widths: Sequence[int] | None = REC_WIDTHS
 ) -> list[PieceRow]:
-    """Every line's pieces as recogniser rows (split beyond the widest of ``widths``)."""
+    """Every line's pieces as recogniser rows, split beyond the widest of ``widths``.
+
+    Each row is padded to the narrowest of ``widths`` that holds it, or with ``widths``
+    None (calls of one row, nothing to share a width with) to :func:`own_width`.
+    """
+    widest = REC_MAX_WIDTH if widths is None else max(widths)
     rows: list[PieceRow] = []
     for index, line in enumerate(lines):
-        for piece in split_line(line.crop, height=REC_HEIGHT, max_width=max(widths)):
+        for piece in split_line(line.crop, height=REC_HEIGHT, max_width=widest):
             part = line.crop[:, piece.x0 : piece.x1]
-            width = pick_width(fit_width(part.shape[0], part.shape[1], REC_HEIGHT), widths)
+            needed = fit_width(part.shape[0], part.shape[1], REC_HEIGHT)
+            width = own_width(needed, widest) if widths is None else pick_width(needed, widths)
             rows.append(PieceRow(index, piece, line_row(part, REC_HEIGHT, width)))
     return rows
 

@@ -43,7 +43,9 @@ pipeline's settings (admission, recogniser replicas, ort-cpu intra-op threads, t
 recogniser's rows per call, ``EDGE_OCR_REC_BATCH``; ``--configs a2-r2-t1-b1,...`` names
 them, :data:`SWEEP` by default) on bundles built with a recogniser batch range of 8, in
 rounds whose order rotates, and prints each configuration's pages/s and CPU
-seconds per page, then one JSON line: the way the defaults were chosen (docs/config.md,
+seconds per page, then one JSON line (``texts_equal``: configurations of the same
+recogniser batch read the same text; one row per call pads rows less than several, see
+:func:`edge_ocr_example.page_reader.own_width`): the way the defaults were chosen (docs/config.md,
 "Choosing admission, replicas, threads and the recogniser batch").
 
 Run: ``.venv/bin/python benchmarks/ocr_throughput.py [--pages 12] [--rounds 2]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from edge_core import hookimpl, hookspecs
-from edge_core.backend import BackendInfo, ProbeReport
+from edge_core.backend import BackendInfo, CancelOutcome, ProbeReport
 from edge_core.plugins import EdgePluginManager, PluginRecord, PluginSet, load_plugins
 from edge_core.testing.checks import CHECKS, STAGE_CHECKS
 from edge_core.testing.results import Status
@@ -257,6 +257,26 @@ class BlockingEcho(WrongEcho):
         stage = dict(echo.edge_conformance_stage(backend, workdir))
         stage["slow_params"] = {"delay_s": 4.0}  # the slow request: 4 s inside submit
         return stage
+
+
+class FinishedFirst(WrongEcho):
+    """Declares preemptible, and every cancel finds its request finished already: its
+    "slow" request is over before any cancel can reach it."""
+
+    @hookimpl
+    def edge_cancel(self, loaded: Any, request_id: str, epoch: int) -> Any:
+        return CancelOutcome.ALREADY_FINISHED
+
+
+@pytest.mark.slow
+def test_a_slow_request_that_is_over_before_every_cancel_fails_cancel_running_call() -> None:
+    """A try whose request had finished says nothing of cancelling: the check cancels
+    sooner in the next, and fails only when every try found it finished."""
+    plugins = load_plugins(objects={"wrong": FinishedFirst()}, env=NO_ENTRY_POINTS)
+    (cancel,) = run_backend(plugins, "wrong-echo", ["cancel_running_call"]).results
+    assert cancel.status is Status.FAILED, cancel.detail
+    assert "had finished before its cancel in every try" in cancel.detail
+    assert "slow_inputs/slow_params must run longer" in cancel.detail
 
 
 class CrashesWithoutBundle(WrongEcho):

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from edge_core.identity import host_identity
 from edge_ocr_example.pages import FONTS, GeneratedPage, generate_pages
 from edge_ocr_example.quality import edit_distance, squeeze
 
@@ -185,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed": args.seed,
         "fonts": list(FONTS),
         "by_trait": traits,
+        "machine": host_identity(),
     }
     print(json.dumps(result))
     return 0

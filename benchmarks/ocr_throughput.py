@@ -73,6 +73,8 @@ from typing import Any
 import httpx
 import psutil
 
+from edge_core.identity import host_identity
+
 EDGE = str(Path(sys.executable).with_name("edge"))
 RAPIDOCR_THREADS = (1, 2, 4)
 """RapidOCR's thread sweep (``intra_op_num_threads``; its default, -1, is ONNX Runtime's)."""
@@ -584,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pages < CLIENTS or args.rounds < 1:
         parser.error(f"--pages must be at least {CLIENTS} and --rounds at least 1")
     run: Callable[[argparse.Namespace], dict[str, Any]] = sweep if args.sweep else compare
-    result = run(args)
+    result = {**run(args), "machine": host_identity()}
     print(json.dumps(result))
     return 0
 

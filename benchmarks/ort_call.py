@@ -68,6 +68,7 @@ from onnx import TensorProto, helper
 
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
+from edge_core.identity import host_identity
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import probe_host
@@ -622,6 +623,7 @@ def main() -> None:
         **extra,
         **{k: round(v, 1) for k, v in result.items()},
     }
+    summary["machine"] = host_identity()
     print(json.dumps(summary))
 
 

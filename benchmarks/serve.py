@@ -51,6 +51,7 @@ from typing import Any
 import httpx
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
+from edge_core.identity import host_identity
 from edge_core.runtime.pipeline_files import open_pipeline
 
 EDGE = str(Path(sys.executable).with_name("edge"))
@@ -308,6 +309,7 @@ def main() -> int:
         **{f"ocr_{key}": value for key, value in ocr.items()},
         "cpus": os.cpu_count(),
         "load_average": load,
+        "machine": host_identity(),
     }
     for key, value in summary.items():
         print(f"{key:30s} {value}")

@@ -59,6 +59,8 @@ from pathlib import Path
 from precompile import ensure_bytecode
 from trees import summary
 
+from edge_core.identity import host_identity
+
 ROOT = Path(__file__).resolve().parents[1]
 OCR = ROOT / "build" / "ocr"
 GATE_CACHE_ENV = "EDGE_GATE_CACHE"
@@ -214,7 +216,8 @@ def main() -> None:
             print(f"{name:30s} p50 {value * 1e3:8.1f} ms")
         print(json.dumps({"benchmark": "startup", "cli_rounds": cli_rounds, **cli_ratios,
                           "p50_ms": {name: round(value * 1e3, 1)
-                                     for name, value in medians.items()}}))
+                                     for name, value in medians.items()},
+                          "machine": host_identity()}))
         return
 
     # -- the first answer on a page -------------------------------------------------------
@@ -268,6 +271,7 @@ def main() -> None:
                                                                strict=True)])
                                if before is not None else None),
         "p50_ms": {name: round(value * 1e3, 1) for name, value in medians.items()},
+        "machine": host_identity(),
         # what the older side is, by its own --version (never a path of this machine)
         "baseline_edge": (subprocess.run([args.baseline_edge, "--version"], capture_output=True,
                                          text=True, check=False).stdout.strip()

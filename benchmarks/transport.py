@@ -64,6 +64,7 @@ from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.shm import SegmentProducer, new_prefix
 from edge_contracts.waiting import DEFAULT_SPIN_US
 from edge_core.host import Route, WorkerClient, start_worker
+from edge_core.identity import host_identity
 
 HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024
@@ -298,6 +299,7 @@ def main() -> None:
                "cpu_per_call_over_mp_pipe": 1.5, "rtt_ratio": 1.3, "copy_ratio_64mib": 2.5,
                "echo_over_binary_floor": 5.0},
     )
+    results["machine"] = host_identity()
     print(json.dumps(results, separators=(",", ":")))
 
 

@@ -51,7 +51,13 @@ def test_each_benchmark_has_one_current_section(name: str) -> None:
         return
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date), date
     assert len(blocks) == 1, f"{name}: one JSON line"
-    assert isinstance(json.loads(blocks[0]), dict)
+    line = json.loads(blocks[0])
+    assert isinstance(line, dict)
+    # A line that says where it ran (``machine``: edge_core.identity.host_identity) is the
+    # machine column's source: the column names that CPU, never one typed from memory.
+    cpu = (line.get("machine") or {}).get("cpu_model")
+    if cpu:
+        assert cpu in machine, f"{name}: the line ran on {cpu!r}; the column says {machine!r}"
 
 
 def test_every_section_names_a_benchmark_here_or_on_its_way() -> None:

@@ -254,17 +254,33 @@ stage ships (:data:`edge_ort.options.DEFAULT_SESSION_CONFIG`); its figure is the
 one measured again in the same blocks."""
 
 
+#: Seconds each run of the session-option comparisons is left to settle after its calls,
+#: before the next run of the block starts. ONNX Runtime's intra-op threads keep spinning
+#: for a while after a run when spinning is on (ORT's default, and two of the
+#: :data:`STAGE_VARIANTS`): without the pause that spin lands on whichever run comes next
+#: in the block. It did: in three runs without it the stage as shipped read 0.22-0.26 in
+#: every block where it followed the spinning variant (11.4-13.4 ms a call, reversed
+#: blocks) and 9.6-11.2 ms elsewhere, while the no-spinning variant — the same session
+#: entries as shipped, never placed after a spinning run — read 0.12 throughout.
+SETTLE_S = 0.05
+
+
 def metered(run: Callable[[int], list[float]], pids: list[int],
-            cpu: dict[str, float], key: str) -> Callable[[int], list[float]]:
+            cpu: dict[str, float], key: str, settle_s: float = 0.0,
+            ) -> Callable[[int], list[float]]:
     """``run`` with the CPU seconds of this process and ``pids`` added to ``cpu[key]``.
 
     Per call: ``cpu[key] / calls``, with the calls counted in ``cpu[key + "_calls"]``. The
     workers' time is read from /proc in clock ticks (10 ms): blocks of tens of 64 MiB
-    calls give a figure within a few percent.
+    calls give a figure within a few percent. With ``settle_s`` the run then waits that
+    long (untimed) before its CPU is read: what its threads spin after its last call is
+    counted as its own, and the next run starts on idle cores.
     """
     def measured(n: int) -> list[float]:
         before = time.process_time() + sum(process_cpu_s(pid) for pid in pids)
         samples = run(n)
+        if settle_s:
+            time.sleep(settle_s)
         cpu[key] = cpu.get(key, 0.0) + (time.process_time() + sum(
             process_cpu_s(pid) for pid in pids) - before)
         cpu[key + "_calls"] = cpu.get(key + "_calls", 0.0) + len(samples)
@@ -299,7 +315,8 @@ def zero_copy_against_direct(
     }
     pids = {"edge": [worker_pid(pipeline)],
             **{f"edge_{name}": [worker_pid(stage)] for name, stage in variants.items()}}
-    runs = {key: metered(run, pids.get(key, []), cpu, key) for key, run in runs.items()}
+    runs = {key: metered(run, pids.get(key, []), cpu, key, SETTLE_S)
+            for key, run in runs.items()}
     for warm in runs.values():
         warm(1)
     cpu.clear()
@@ -467,7 +484,8 @@ def page_pipeline_variants(path: Path, page: Path, pages: int, blocks: int,
             for clients in (1, 4):
                 def run(n: int, p: Pipeline = pipe, c: int = clients) -> list[float]:
                     return [x for _ in range(n) for x in pages_per_s(p, inputs, c, pages)]
-                runs[f"{name}_c{clients}"] = metered(run, pids, cpu, f"{name}_c{clients}")
+                runs[f"{name}_c{clients}"] = metered(run, pids, cpu, f"{name}_c{clients}",
+                                                     SETTLE_S)
         for run in runs.values():
             run(1)  # warm
         cpu.clear()

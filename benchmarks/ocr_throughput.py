@@ -35,7 +35,9 @@ page by page (``edge_texts_equal``); the page CER against the generator's text
 
 The last line is one JSON object: ``serve_c4_errors`` (goal 0), ``serve_c4_over_c1``
 (goal >= 1.2; on 2 cores one client already uses both for the larger operators: read the
-CPU seconds per page against the core count for the ceiling), ``serve_c1_over_rapidocr_best``
+CPU seconds per page against the core count for the ceiling, which
+``serve_c4_ceiling_over_c1`` computes: the usable cores over four clients' CPU seconds per
+page, in pages/s, over one client's pages/s), ``serve_c1_over_rapidocr_best``
 (goal >= 1.0) and ``serve_c1_over_rapidocr_default``, with every side's raw figures.
 
 ``--sweep`` instead measures ``serve_c1`` and ``serve_c4`` for a grid of the page
@@ -431,6 +433,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "serve_c4_errors": sum(b["errors"] for b in blocks["serve_c4"] + blocks["serve_c1"]),
         "serve_c4_over_c1": rounded(rate["serve_c4"] / rate["serve_c1"]),
+        # the most four clients could reach: every usable core busy at their CPU per page
+        "serve_c4_ceiling_over_c1": rounded(len(os.sched_getaffinity(0))
+                                            / median_of(blocks["serve_c4"], "cpu_s_per_page")
+                                            / rate["serve_c1"]),
         "serve_c1_over_rapidocr_best": rounded(rate["serve_c1"] / rate["rapidocr_best"]),
         "serve_c1_over_rapidocr_default": rounded(rate["serve_c1"] / rate["rapidocr_default"]),
         "serve_c4_over_rapidocr_best": rounded(rate["serve_c4"] / rate["rapidocr_best"]),

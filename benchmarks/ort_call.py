@@ -6,7 +6,9 @@ a tiny graph, 1 MiB and 64 MiB inputs, a bare socketpair round trip, a
 of a stage (worker start to ready) against a direct import + session + first run in a
 fresh interpreter. The last line is one JSON object. Its goal keys compare the stage,
 as shipped (its default session options, spinning as :mod:`edge_core.host.spinning`
-decides; the decision is printed as ``spin``), with what a user writes instead:
+decides; the stage channel's decision is printed as ``spin``, with its worker's own
+account of its spin for the next request as ``spin.worker``), with what a user writes
+instead:
 
 * ``zero_copy_overhead_vs_ort_defaults`` = (64 MiB ``Pipeline.run`` with the input in a
   pipeline input buffer, filled once and sent by reference call after call - a plain
@@ -553,7 +555,9 @@ def main() -> None:
                     result["direct_tiny_ort_defaults_us"] = tiny["direct"] * 1e6
                     result["cpu_us_per_call_edge"] = tiny["edge_cpu_us"]
                     result["cpu_us_per_call_mp_pipe"] = tiny["pipe_cpu_us"]
-                    extra["spin"] = spin_report()  # the one in effect as the stage ran
+                    # the stage channel's own decision, and its worker's for its next request
+                    client = pipeline.stages[0].loaded.client  # type: ignore[attr-defined]
+                    extra["spin"] = spin_report(client.spin_decision, client)
                     extra["mp_pipe_block_p50_us"] = [round(v, 1) for v in tiny["pipe_blocks_us"]]
                     extra["tiny_call_over_mp_pipe_ci"] = rounded(tiny["over_pipe_ci"])
                 else:

@@ -260,10 +260,8 @@ one measured again in the same blocks."""
 #: before the next run of the block starts. ONNX Runtime's intra-op threads keep spinning
 #: for a while after a run when spinning is on (ORT's default, and two of the
 #: :data:`STAGE_VARIANTS`): without the pause that spin lands on whichever run comes next
-#: in the block. It did: in three runs without it the stage as shipped read 0.22-0.26 in
-#: every block where it followed the spinning variant (11.4-13.4 ms a call, reversed
-#: blocks) and 9.6-11.2 ms elsewhere, while the no-spinning variant — the same session
-#: entries as shipped, never placed after a spinning run — read 0.12 throughout.
+#: in the block (the stage as shipped was slower in exactly the blocks where it followed
+#: the spinning variant: the measurements are in benchmarks/RESULTS.md, ``ort_call``).
 SETTLE_S = 0.05
 
 

@@ -34,7 +34,10 @@ instead:
   controller plus worker CPU per tiny call / the Pipe's (goal ≤ 1.5); the tiny call,
   the direct run, the Pipe echo and the bare round trip are taken in alternating blocks.
   The anchor is the Pipe: the least a Python user pays to reach another process, and
-  steadier than the bare socketpair, which moves 10x between runs on a VM.
+  steadier than the bare socketpair, which moves 10x between runs on a VM. Both one's
+  per-block medians are printed (``edge_tiny_block_p50_us``, ``mp_pipe_block_p50_us``):
+  the stage is a fresh one, which spins only once a window of its own traffic decides
+  so (:mod:`edge_core.host.spinning`), and its first blocks show when that came.
 
 Each goal ratio is also given per block (medians paired within a block) with a
 bootstrap 95 % interval over the blocks (``*_ci``), and the baselines' raw figures are
@@ -433,6 +436,7 @@ def tiny_against_anchors(
 
     return {"edge": p50(flat(edge)), "bare": p50(flat(bare)), "pipe": p50(flat(piped)),
             "direct": p50(flat(plain)), "pipe_blocks_us": [p50(b) * 1e6 for b in piped],
+            "edge_blocks_us": [p50(b) * 1e6 for b in edge],
             "over_pipe_ci": paired_ratio(edge, piped, minus=plain),
             "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us}
 
@@ -617,6 +621,9 @@ def main() -> None:
                     client = pipeline.stages[0].loaded.client  # type: ignore[attr-defined]
                     extra["spin"] = spin_report(client.spin_decision, client)
                     extra["mp_pipe_block_p50_us"] = [round(v, 1) for v in tiny["pipe_blocks_us"]]
+                    # a fresh stage spins only once a window on its traffic decides so
+                    extra["edge_tiny_block_p50_us"] = [round(v, 1)
+                                                       for v in tiny["edge_blocks_us"]]
                     extra["tiny_call_over_mp_pipe_ci"] = rounded(tiny["over_pipe_ci"])
                 else:
                     edge = edge_call(pipeline, x, rounds[name])

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -44,6 +45,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 from clients import NodeRun, node_openai, run_node, run_python
 from generate_server import API_KEY, GRACE_S, MAX_MODEL_LEN, SharedServer
@@ -318,11 +320,38 @@ def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
 # -- streams cut: a deadline, a worker lost, the grace period's end ------------------------
 
 
-def _cut_stream(server: Served, case: dict[str, Any],
-                cut: Any = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
+    """Stop ``pids``, then let them run 5 ms in every 50 until ``ready()``; leave them stopped.
+
+    Far under the 2 s after which a worker that does not answer is declared unresponsive.
+    """
+    _signal_all(pids, signal.SIGSTOP)
+    end = time.monotonic() + limit_s
+    while not ready() and time.monotonic() < end:
+        _signal_all(pids, signal.SIGCONT)
+        time.sleep(0.005)
+        _signal_all(pids, signal.SIGSTOP)
+        time.sleep(0.045)
+
+
+def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
+                hold: list[int] | None = None,
+                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Stream ``case`` from both clients at once; call ``cut(open)`` once both have a chunk.
 
-    ``open()`` tells whether both streams are still open at their clients.
+    ``open()`` tells whether both streams are still open at their clients. With ``hold``
+    (the generating processes: a worker and its engine's), from the first chunk either
+    client receives until both have one they run only in short steps
+    (:func:`_step_until`), so that one stream cannot end while the other client waits
+    for its first chunk (a request may reach the stage long after the other on a loaded
+    machine, either client's); ``cut`` is then called with them stopped, and must
+    continue or kill them.
     """
     package = _node_or_none()
     node = NodeRun(package, f"{server.url}/v1", API_KEY,
@@ -339,12 +368,25 @@ def _cut_stream(server: Served, case: dict[str, Any],
     thread = threading.Thread(target=python)
     assert node is None or node.started()  # both clients' requests go out together
     thread.start()
+    held = False
+    name = case["name"]
     try:
+        if hold and node is not None:  # whichever client's first chunk comes first
+            end = time.monotonic() + 300
+            while not (first.is_set() or node.first(name, timeout_s=0)) and (
+                    time.monotonic() < end):
+                first.wait(0.005)
+            held = True
+            _step_until(hold, lambda: first.is_set() and (
+                node.first(name, timeout_s=0) or node.ended(name)))
         assert first.wait(300) and found.get("error") is None, found
-        assert node is None or node.first(case["name"]), node.results()
+        assert node is None or node.first(name), node.results()
         if cut is not None:
-            cut(lambda: thread.is_alive() and (node is None or not node.ended(case["name"])))
+            held = False  # cut's to continue or kill
+            cut(lambda: thread.is_alive() and (node is None or not node.ended(name)))
     finally:
+        if held:
+            _signal_all(hold or [], signal.SIGCONT)
         thread.join(300)
         results = node.results() if node is not None else {}
     return found, results.get(case["name"])
@@ -437,29 +479,34 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
                  {"messages": _page_chat(ocr_dir), "max_tokens": 150, "n": 2,
                   "temperature": 1.0, "seed": 5, "ignore_eos": True},
                  stream=True, model="page-chat")
-    # The streams must still run when the worker dies: on a loaded machine one can finish
-    # while the other client waits for its first chunk. So the worker (which relays the
-    # engine's tokens) is stopped once both have a chunk; after 0.3 s for chunks in flight
-    # to land, it is killed only if neither client has seen its stream end (it stays
-    # stopped well under the 2 s after which an unanswering worker is declared
-    # unresponsive). Otherwise it goes on, both streams end whole (a correct answer of its
-    # own), and the case is tried again with twice the choices (more work per step).
+    # The streams must still run when the worker dies. On a loaded machine one client's
+    # request can reach the generate stage long after the other's (each page is read
+    # first), and the first stream would end meanwhile: from the first chunk either client
+    # receives until both have one, the worker (which relays the engine's tokens) and its
+    # engine's process run only in 5 ms steps. Then, stopped, after 0.3 s
+    # for chunks in flight to land, the worker is killed if neither client has seen its
+    # stream end (it stays stopped well under the 2 s after which an unanswering worker is
+    # declared unresponsive); its engine's process runs on, to see its parent go.
+    # Otherwise both go on, both streams end whole (a correct answer of its own), and the
+    # case is tried again with twice the choices (more work per step).
     pid = _worker_pid(server, "page-chat", "gen")
+    engine = [child.pid for child in psutil.Process(pid).children(recursive=True)]
     tried: list[int] = []
     killed: list[int] = []
 
     def cut(still_open: Any) -> None:
-        os.kill(pid, signal.SIGSTOP)
+        _signal_all([pid, *engine], signal.SIGSTOP)
         time.sleep(0.3)
         if still_open():
+            _signal_all(engine, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
         else:
-            os.kill(pid, signal.SIGCONT)
+            _signal_all([pid, *engine], signal.SIGCONT)
 
     for n in (2, 4, 8):
         case["params"]["n"] = n
-        python, node = _cut_stream(server, case, cut=cut)
+        python, node = _cut_stream(server, case, cut=cut, hold=[pid, *engine])
         tried.append(n)
         if killed:
             break

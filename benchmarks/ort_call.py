@@ -265,7 +265,8 @@ def frames_2mib(array: np.ndarray) -> int | None:
     print it for each input. Linux shows physical frame numbers to root only (others read
     zeros: None), and only for pages present in this process.
     """
-    start, pages = array.ctypes.data // 4096, -(-array.nbytes // 4096)
+    start = array.ctypes.data // 4096
+    pages = (array.ctypes.data + array.nbytes - 1) // 4096 - start + 1
     try:
         with PAGEMAP.open("rb") as pagemap:
             pagemap.seek(start * 8)

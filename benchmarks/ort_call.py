@@ -259,11 +259,11 @@ PAGEMAP = Path("/proc/self/pagemap")
 def frames_2mib(array: np.ndarray) -> int | None:
     """How many 2 MiB physical frames hold ``array``'s pages; None where unreadable.
 
-    At least ``nbytes / 2 MiB``; more when its pages are scattered. Reading a 64 MiB
-    buffer spread over ~1,500-1,950 frames took 10 % longer than one on ~300-400 frames
-    on the developers' VM (benchmarks/RESULTS.md, ``ort_call``), so the zero-copy figures
-    print it for each input. Linux shows physical frame numbers to root only (others read
-    zeros: None), and only for pages present in this process.
+    At least ``nbytes / 2 MiB``; more when its pages are scattered, which on a virtual
+    machine makes reading them slower (measured in benchmarks/RESULTS.md, ``ort_call``),
+    so the zero-copy figures print it for each input and output. Linux shows physical
+    frame numbers to root only (others read zeros: None), and only for pages present in
+    this process.
     """
     start = array.ctypes.data // 4096
     pages = (array.ctypes.data + array.nbytes - 1) // 4096 - start + 1

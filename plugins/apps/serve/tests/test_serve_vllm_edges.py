@@ -326,16 +326,34 @@ def _signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
-    """Stop ``pids``, then let them run 5 ms in every 50 until ``ready()``; leave them stopped.
+def _cpu_ns(pid: int) -> int:
+    """CPU time every thread of ``pid`` has used so far (ns; 0 once it is gone)."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as stat:
+                    total += int(stat.read().split()[0])
+    return total
 
-    Far under the 2 s after which a worker that does not answer is declared unresponsive.
+
+def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
+    """Stop ``pids``, then let them run in short steps until ``ready()``; leave them stopped.
+
+    A step lasts until the first of them (the generating worker) has used 2 ms more CPU
+    (at most 0.25 s); between steps they stay stopped for 45 ms. Steps by the worker's
+    own progress, not by wall time: the controller declares a worker that it has not
+    heard from for 1 s and finds stopped unresponsive, and on a loaded machine a worker
+    let run 5 ms of wall time may not run at all.
     """
     _signal_all(pids, signal.SIGSTOP)
     end = time.monotonic() + limit_s
     while not ready() and time.monotonic() < end:
+        used = _cpu_ns(pids[0])
+        step_end = time.monotonic() + 0.25
         _signal_all(pids, signal.SIGCONT)
-        time.sleep(0.005)
+        while _cpu_ns(pids[0]) - used < 2_000_000 and time.monotonic() < step_end:
+            time.sleep(0.001)
         _signal_all(pids, signal.SIGSTOP)
         time.sleep(0.045)
 
@@ -346,8 +364,8 @@ def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
     """Stream ``case`` from both clients at once; call ``cut(open)`` once both have a chunk.
 
     ``open()`` tells whether both streams are still open at their clients. With ``hold``
-    (the generating processes: a worker and its engine's), from the first chunk either
-    client receives until both have one they run only in short steps
+    (the generating worker, which runs the engine, and its child processes), from the
+    first chunk either client receives until both have one they run only in short steps
     (:func:`_step_until`), so that one stream cannot end while the other client waits
     for its first chunk (a request may reach the stage long after the other on a loaded
     machine, either client's); ``cut`` is then called with them stopped, and must
@@ -482,11 +500,11 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
     # The streams must still run when the worker dies. On a loaded machine one client's
     # request can reach the generate stage long after the other's (each page is read
     # first), and the first stream would end meanwhile: from the first chunk either client
-    # receives until both have one, the worker (which relays the engine's tokens) and its
-    # engine's process run only in 5 ms steps. Then, stopped, after 0.3 s
+    # receives until both have one, the worker (which runs the engine) and its child
+    # processes run only in steps of 2 ms of the worker's CPU. Then, stopped, after 0.3 s
     # for chunks in flight to land, the worker is killed if neither client has seen its
-    # stream end (it stays stopped well under the 2 s after which an unanswering worker is
-    # declared unresponsive); its engine's process runs on, to see its parent go.
+    # stream end (it stays stopped well under the 1 s of silence after which a stopped
+    # worker is declared unresponsive); its children run on, to see their parent go.
     # Otherwise both go on, both streams end whole (a correct answer of its own), and the
     # case is tried again with twice the choices (more work per step).
     pid = _worker_pid(server, "page-chat", "gen")
@@ -648,14 +666,20 @@ def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_ret
         generate_server: SharedServer, server: Served) -> None:
     # tiny's streams: 4 choices of 250 tokens each with 5 alternatives per token (the 8
     # sequences the engine runs at once: both streams start together), far longer than
-    # the grace period (0.25 s) even on a quiet machine. The server is signalled only
-    # while both streams are still open: where one client's first chunk came late (the
-    # Node client's, on a loaded machine), the other's stream may have finished first;
-    # nothing was cut then, and the case runs again on the same server.
+    # the grace period (0.25 s) even on a quiet machine. On a loaded machine one client's
+    # first chunk can come long after the other's, its stream having been generated
+    # meanwhile (it then ended whole inside the grace period): from the first chunk
+    # either client receives until both have one, tiny's worker (which runs the engine)
+    # and its child processes run only in steps of 2 ms of the worker's CPU; then they
+    # go on and the server is signalled at once. Where a stream has ended by then,
+    # nothing is cut, and the case runs again on the same server.
+    pid = _worker_pid(server, "tiny", "gen")
+    hold = [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
     signalled: list[float] = []
     tried: list[tuple[int, bool, int | None]] = []
 
     def stop(still_open: Any) -> None:
+        _signal_all(hold, signal.SIGCONT)
         if still_open():
             signalled.append(time.monotonic())
             server.send_signal(signal.SIGTERM)
@@ -665,7 +689,7 @@ def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_ret
                      {"prompt": "edge", "max_tokens": 250, "n": 4, "logprobs": 5,
                       "temperature": 1.0, "seed": 3, "ignore_eos": True}, stream=True)
         for _ in range(3):
-            python, node = _cut_stream(server, case, cut=stop)
+            python, node = _cut_stream(server, case, cut=stop, hold=hold)
             tried.append((python["chunks"], python["ok"], node and node["chunks"]))
             if signalled:
                 break

@@ -331,9 +331,9 @@ def _cpu_ns(pid: int) -> int:
     total = 0
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):
         for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as stat:
-                    total += int(stat.read().split()[0])
+            with (contextlib.suppress(FileNotFoundError, ProcessLookupError),
+                  open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as stat):
+                total += int(stat.read().split()[0])
     return total
 
 

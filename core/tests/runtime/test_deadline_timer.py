@@ -33,14 +33,16 @@ def test_cancelled_handles_never_run_and_the_inbox_stays_bounded() -> None:
     keep = timer.schedule(time.monotonic() + 60.0, lambda: ran.append(-1))
     for i in range(5 * DeadlineTimer.drain_at):  # the thread sleeps towards keep's time
         timer.schedule(time.monotonic() + 30.0, lambda i=i: ran.append(i)).cancel()
-    # Woken at drain_at handles, the thread empties the inbox and keeps none of them.
+    # Woken at drain_at handles, the thread empties the inbox and keeps none of those
+    # cancelled by then. The one handle scheduled and not yet cancelled when it last
+    # emptied the inbox may be in the heap, cancelled since: it leaves at a later wake-up,
+    # once on top (every earlier one has: theirs came before the last's).
     deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline and (
-            timer.backlog()[0] >= DeadlineTimer.drain_at or timer.backlog()[1] > 1):
+    while time.monotonic() < deadline and timer.backlog()[0] >= DeadlineTimer.drain_at:
         time.sleep(0.01)
     inbox, heap = timer.backlog()
     assert inbox < DeadlineTimer.drain_at
-    assert heap == 1  # cancelled handles were left out
+    assert heap <= 2  # cancelled handles were left out (all 5,121 would be there)
     assert timer.pending() == 1  # only the one kept
     keep.cancel()
     assert timer.pending() == 0 and ran == []

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 from serving import Served, start
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "tests"))
@@ -30,6 +31,8 @@ API_KEY = "vllm-test-key"
 GRACE_S = 0.25
 """The server's ``--grace``: the shutdown test's streams outlast it."""
 MAX_MODEL_LEN = 256
+ABORT_PROBES = 10
+"""How many 2-token requests :func:`engine_unfinished_after_abort` sends at most."""
 
 
 def _generate_stage(python: Path, model: Path, *, max_num_seqs: int) -> str:
@@ -109,3 +112,26 @@ class SharedServer:
         if served is not None:
             served.stop(stop_timeout_s=120.0)
         return served
+
+
+def engine_unfinished_after_abort(server: Served) -> list[int]:
+    """How many requests tiny's engine held after each probe, until one finds it empty.
+
+    The server answers a client that left (or whose deadline passed) at once and cancels
+    its request off the event loop, so the worker may abort it in the engine a moment
+    after the next request was sent. Each probe is a request of 2 tokens (at most 2
+    engine steps): the engine must hold nothing within :data:`ABORT_PROBES` of them, at
+    most 20 steps, fewer than the aborted requests of these tests mostly had left to
+    generate. The last count is 0 when the engine let it go.
+    """
+    seen: list[int] = []
+    for _ in range(ABORT_PROBES):
+        answer = httpx.post(f"{server.url}/v1/completions", timeout=300,
+                            headers={"Authorization": f"Bearer {API_KEY}"},
+                            json={"model": "tiny", "prompt": "next", "max_tokens": 2,
+                                  "ignore_eos": True, "temperature": 0.0})
+        answer.raise_for_status()
+        seen.append(int(answer.json()["edge"]["engine_unfinished"]))
+        if seen[-1] == 0:
+            break
+    return seen

@@ -48,7 +48,13 @@ import openai
 import psutil
 import pytest
 from clients import NodeRun, node_openai, run_node, run_python
-from generate_server import API_KEY, GRACE_S, MAX_MODEL_LEN, SharedServer
+from generate_server import (
+    API_KEY,
+    GRACE_S,
+    MAX_MODEL_LEN,
+    SharedServer,
+    engine_unfinished_after_abort,
+)
 from prometheus_client.parser import text_string_to_metric_families
 from serving import Served
 
@@ -454,9 +460,10 @@ def test_a_deadline_that_passes_mid_stream_ends_it_with_an_error_event(
         pytest.fail(f"no deadline fell mid-stream for both clients: {tried}")
     for result in results:
         _ended_with(result, "deadline_exceeded")
-    follow = client.completions.create(model="tiny", prompt="next", max_tokens=2,
-                                       extra_body={"ignore_eos": True})
-    assert (follow.model_extra or {})["edge"]["engine_unfinished"] == 0  # both aborted
+    # Both aborted. A stream cut within 20 tokens of its end could also have ended by
+    # itself while the probes ran: the check is weaker there.
+    unfinished = engine_unfinished_after_abort(server)
+    assert unfinished[-1] == 0, unfinished
 
 
 def _worker_pid(server: Served, pipeline: str, stage: str) -> int:

@@ -332,18 +332,36 @@ def _signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
-    """Stop ``pids``, then let them run 5 ms in every 50 until ``ready()``; leave them stopped.
+def _cpu_ns(pids: list[int]) -> int:
+    """CPU time the threads of ``pids`` have used, in ns (``/proc/PID/task/*/schedstat``)."""
+    used = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError, IndexError), open(
+                        f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as stat:
+                    used += int(stat.read().split()[0])
+    return used
 
-    A worker the controller has not heard from for 1 s and finds stopped is declared
-    unresponsive (``edge_core.host.liveness``): its 5 ms steps must let it send a frame
-    within that (they have here, quiet and under two busy loops).
+
+def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
+    """Stop ``pids``, then let them run in short steps until ``ready()``; leave them stopped.
+
+    Each step lasts 5 ms, or longer where the machine is loaded, until they have had 2 ms
+    of CPU (at most 25 ms); 45 ms stopped follow. A worker the controller has not heard
+    from for 1 s and finds stopped is declared unresponsive (``edge_core.host.liveness``):
+    its steps must let its heartbeat thread run within that, and on a machine with more
+    runnable threads than cores a step of 5 ms of wall time may give it no CPU at all.
     """
     _signal_all(pids, signal.SIGSTOP)
     end = time.monotonic() + limit_s
     while not ready() and time.monotonic() < end:
+        before = _cpu_ns(pids)
         _signal_all(pids, signal.SIGCONT)
+        started = time.monotonic()
         time.sleep(0.005)
+        while time.monotonic() - started < 0.025 and _cpu_ns(pids) - before < 2_000_000:
+            time.sleep(0.001)
         _signal_all(pids, signal.SIGSTOP)
         time.sleep(0.045)
 
@@ -351,21 +369,24 @@ def _step_until(pids: list[int], ready: Any, limit_s: float = 120.0) -> None:
 def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
                 hold: list[int] | None = None,
                 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Stream ``case`` from both clients at once; call ``cut(open)`` once both have a chunk.
+    """Stream ``case`` from both clients; call ``cut(running, reading)`` once both have a chunk.
 
-    ``open()`` tells whether both streams are still open at their clients. With ``hold``
-    (the generating worker, which runs the engine, and its child processes), from the
-    first chunk either client receives until both have one they run only in short steps
-    (:func:`_step_until`), so that one stream cannot end while the other client waits
-    for its first chunk (a request may reach the stage long after the other on a loaded
-    machine, either client's); ``cut`` is then called with them stopped, and must
-    continue or kill them.
+    ``running()`` tells, from the server, whether both requests are still in flight at
+    the case's generate stage (the engine has not finished either); ``reading()`` whether
+    either client's stream is still open. With ``hold`` (that
+    stage's worker, which runs the engine, and its child processes) they are stopped
+    before either request goes out and run only in short steps (:func:`_step_until`)
+    until both clients have a chunk; ``cut`` is then called with them stopped, and must
+    continue or kill them. On a loaded machine one request can reach the stage long after
+    the other (a page is read first, the Node client is slow to start) and a client can
+    read far behind the engine: free, one stream could end before the other client's
+    first chunk, or before its own client's.
     """
     package = _node_or_none()
-    node = NodeRun(package, f"{server.url}/v1", API_KEY,
-                   [dict(case, announce=True)]) if package else None
     first = threading.Event()
     found: dict[str, Any] = {}
+    name = case["name"]
+    pipeline = case["params"]["model"]
 
     def python() -> None:
         with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
@@ -374,28 +395,32 @@ def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
         first.set()
 
     thread = threading.Thread(target=python)
-    assert node is None or node.started()  # both clients' requests go out together
-    thread.start()
-    held = False
-    name = case["name"]
+    held = bool(hold)
+    node: NodeRun | None = None
     try:
-        if hold and node is not None:  # whichever client's first chunk comes first
-            end = time.monotonic() + 300
-            while not (first.is_set() or node.first(name, timeout_s=0)) and (
-                    time.monotonic() < end):
-                first.wait(0.005)
-            held = True
+        if hold:
+            _signal_all(hold, signal.SIGSTOP)  # nothing in flight yet: no silence counts
+        node = NodeRun(package, f"{server.url}/v1", API_KEY,
+                       [dict(case, announce=True)]) if package else None
+        assert node is None or node.started()  # both clients' requests go out together
+        thread.start()
+        if hold:
+            started = time.monotonic()
             _step_until(hold, lambda: first.is_set() and (
-                node.first(name, timeout_s=0) or node.ended(name)))
+                node is None or node.first(name, timeout_s=0) or node.ended(name)))
+            found["held_s"] = round(time.monotonic() - started, 2)
         assert first.wait(300) and found.get("error") is None, found
         assert node is None or node.first(name), node.results()
         if cut is not None:
+            expected = 1 if node is None else 2
             held = False  # cut's to continue or kill
-            cut(lambda: thread.is_alive() and (node is None or not node.ended(name)))
+            cut(lambda: _stages(server, pipeline)["gen"]["in_flight"] >= expected,
+                lambda: thread.is_alive() or (node is not None and not node.ended(name)))
     finally:
         if held:
             _signal_all(hold or [], signal.SIGCONT)
-        thread.join(300)
+        if thread.ident is not None:  # started
+            thread.join(300)
         results = node.results() if node is not None else {}
     return found, results.get(case["name"])
 
@@ -488,25 +513,23 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
                  {"messages": _page_chat(ocr_dir), "max_tokens": 150, "n": 2,
                   "temperature": 1.0, "seed": 5, "ignore_eos": True},
                  stream=True, model="page-chat")
-    # The streams must still run when the worker dies. On a loaded machine one client's
-    # request can reach the generate stage long after the other's (each page is read
-    # first), and the first stream would end meanwhile: from the first chunk either client
-    # receives until both have one, the worker (which runs the engine in its own process)
-    # and its child processes run only in 5 ms steps. Then, stopped, after 0.3 s for
-    # chunks in flight to land, the worker is killed if neither client has seen its
-    # stream end (it stays stopped well under the 1 s of silence after which a stopped
-    # worker is declared unresponsive); its children run on, to see their parent go.
-    # Otherwise both go on, both streams end whole (a correct answer of its own), and the
-    # case is tried again with twice the choices (more work per step).
+    # The streams must still run when the worker dies: the worker (which runs the engine
+    # in its own process) and its child processes are held to short steps from before the
+    # requests go out until both clients have a chunk (:func:`_cut_stream`). Then, still
+    # stopped, after 0.3 s for frames in flight to land, the worker is killed if the
+    # server still has both requests in flight at the stage (neither stream can end whole
+    # then, however far behind a client reads); it stays stopped well under the 1 s of
+    # silence after which a stopped worker is declared unresponsive, and its children run
+    # on, to see their parent go. Otherwise both go on, both streams end whole (a correct
+    # answer of its own), and the case is tried again with twice the choices.
     pid = _worker_pid(server, "page-chat", "gen")
     children = [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    tried: list[int] = []
+    tried: list[tuple[int, float | None, int, int | None]] = []
     killed: list[int] = []
 
-    def cut(still_open: Any) -> None:
-        _signal_all([pid, *children], signal.SIGSTOP)
+    def cut(running: Any, reading: Any) -> None:
         time.sleep(0.3)
-        if still_open():
+        if running():
             _signal_all(children, signal.SIGCONT)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
@@ -516,11 +539,12 @@ def test_a_worker_lost_mid_stream_ends_it_with_an_error_event(
     for n in (2, 4, 8):
         case["params"]["n"] = n
         python, node = _cut_stream(server, case, cut=cut, hold=[pid, *children])
-        tried.append(n)
+        tried.append((n, python.get("held_s"), python["chunks"], node and node["chunks"]))
         if killed:
             break
     else:
-        pytest.fail(f"a stream ended before the worker could be killed, with n in {tried}")
+        pytest.fail(f"a stream ended before the worker could be killed (n, held s, chunks): "
+                    f"{tried}")
     for result in (python, node):
         if result is not None:
             _ended_with(result, "worker_lost")
@@ -656,25 +680,36 @@ def test_the_stage_restarted_after_its_lost_worker_streams_again(
 def test_the_end_of_the_grace_period_ends_open_streams_and_the_summary_lists_retire_times(
         generate_server: SharedServer, server: Served) -> None:
     # tiny's streams: 4 choices of 250 tokens each with 5 alternatives per token (the 8
-    # sequences the engine runs at once: both streams start together), far longer than
-    # the grace period (0.25 s) even on a quiet machine. The server is signalled only
-    # while both streams are still open: where one client's first chunk came late (the
-    # Node client's, on a loaded machine), the other's stream may have finished first;
-    # nothing was cut then, and the case runs again on the same server.
+    # sequences the engine runs at once), far longer than the grace period (0.25 s) even
+    # on a quiet machine. tiny's worker is held to short steps from before the requests go
+    # out until both clients have a chunk (:func:`_cut_stream`): on a loaded machine the
+    # Node client's request can go out late and a client read far behind the engine, and
+    # a stream end before the signal. Then, still stopped, after 0.3 s for frames in
+    # flight to land, the server is signalled if it still has both requests in flight at
+    # the stage, and the worker runs in short steps through the grace period and 0.3 s
+    # more (the grace period must not be outrun by an engine near its streams' end; the
+    # steps keep it inside the 1 s of silence after which a stopped worker is declared
+    # unresponsive). Otherwise nothing was cut, and the case runs again on the same server.
     signalled: list[float] = []
     tried: list[tuple[int, bool, int | None]] = []
+    held: list[int] = []
 
-    def stop(still_open: Any) -> None:
-        if still_open():
+    def stop(running: Any, reading: Any) -> None:
+        time.sleep(0.3)
+        if running():
             signalled.append(time.monotonic())
             server.send_signal(signal.SIGTERM)
+            _step_until(held, lambda: not reading(), GRACE_S + 0.3)
+        _signal_all(held, signal.SIGCONT)
 
     try:
         case = _case("open at the end of the grace period", "completions",
                      {"prompt": "edge", "max_tokens": 250, "n": 4, "logprobs": 5,
                       "temperature": 1.0, "seed": 3, "ignore_eos": True}, stream=True)
+        pid = _worker_pid(server, "tiny", "gen")
+        held += [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
         for _ in range(3):
-            python, node = _cut_stream(server, case, cut=stop)
+            python, node = _cut_stream(server, case, cut=stop, hold=held)
             tried.append((python["chunks"], python["ok"], node and node["chunks"]))
             if signalled:
                 break

@@ -148,7 +148,8 @@ def test_the_next_process_sweeps_a_dead_owners_segments_and_never_a_live_ones():
         for pid in (int(made["supervisor"]), int(made["worker"]), proc.pid):
             os.kill(pid, signal.SIGKILL)
         proc.wait()
-        assert _wait(lambda: _gone(int(made["worker"])))
+        worker = int(made["worker"])
+        assert _wait(lambda: _gone(worker))  # noqa: B023 (called before the next round)
         left = _ours(made)
         if left:
             break

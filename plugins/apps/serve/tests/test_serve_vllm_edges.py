@@ -373,14 +373,14 @@ def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
 
     ``running()`` tells, from the server, whether both requests are still in flight at
     the case's generate stage (the engine has not finished either); ``reading()`` whether
-    either client's stream is still open. With ``hold`` (that
-    stage's worker, which runs the engine, and its child processes) they are stopped
-    before either request goes out and run only in short steps (:func:`_step_until`)
-    until both clients have a chunk; ``cut`` is then called with them stopped, and must
-    continue or kill them. On a loaded machine one request can reach the stage long after
-    the other (a page is read first, the Node client is slow to start) and a client can
-    read far behind the engine: free, one stream could end before the other client's
-    first chunk, or before its own client's.
+    either client's stream is still open. With ``hold`` (that stage's worker, which runs
+    the engine, and its child processes) they are stopped before either request goes out
+    and run only in short steps (:func:`_step_until`) until both clients have a chunk;
+    ``cut`` is then called with them stopped, and must continue or kill them. On a loaded
+    machine one request can reach the stage long after the other (a page is read first,
+    the Node client is slow to start) and a client can read far behind the engine: free,
+    one stream could end before the other client's first chunk, or before its own
+    client's.
     """
     package = _node_or_none()
     first = threading.Event()

@@ -279,12 +279,15 @@ _DOOMED = [
 
 def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
         server: Served) -> None:
-    # tiny's 8 admission slots held by 8 running requests (16 choices each: the engine
-    # runs 8 sequences at a time, so they last); a request that cannot fit — token ids,
-    # a text prompt or a chat — is still told why (400, context_length_exceeded, the
-    # limit named) at once, from both clients, instead of 429 or a wait in line: it is
-    # checked (and a text or chat counted by the stage's worker) before admission.
-    body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "n": 16, "stream": True,
+    # tiny's 8 admission slots held by 8 running requests of 128 choices each (the most
+    # a request may have): the engine runs 8 sequences at a time, first come first, so
+    # the first request alone takes 16 rounds of 250 steps (with 16 choices it took 2,
+    # and under two busy loops it once ended while the Python client was answered). A
+    # request that cannot fit — token ids, a text prompt or a chat — is still told why
+    # (400, context_length_exceeded, the limit named) at once, from both clients, instead
+    # of 429 or a wait in line: it is checked (and a text or chat counted by the stage's
+    # worker) before admission.
+    body = {"model": "tiny", "prompt": "edge", "max_tokens": 250, "n": 128, "stream": True,
             "temperature": 1.0, "seed": 7, "ignore_eos": True}
     package = _node_or_none()
     doomed = [case for case, _ in _DOOMED]

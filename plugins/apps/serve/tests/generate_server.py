@@ -114,24 +114,29 @@ class SharedServer:
         return served
 
 
+def engine_unfinished(server: Served) -> int:
+    """How many requests tiny's engine still held when a request of 2 tokens finished."""
+    answer = httpx.post(f"{server.url}/v1/completions", timeout=300,
+                        headers={"Authorization": f"Bearer {API_KEY}"},
+                        json={"model": "tiny", "prompt": "next", "max_tokens": 2,
+                              "ignore_eos": True, "temperature": 0.0})
+    answer.raise_for_status()
+    return int(answer.json()["edge"]["engine_unfinished"])
+
+
 def engine_unfinished_after_abort(server: Served) -> list[int]:
     """How many requests tiny's engine held after each probe, until one finds it empty.
 
     The server answers a client that left (or whose deadline passed) at once and cancels
     its request off the event loop, so the worker may abort it in the engine a moment
-    after the next request was sent. Each probe is a request of 2 tokens (at most 2
-    engine steps): the engine must hold nothing within :data:`ABORT_PROBES` of them, at
+    after the next request was sent. Each probe (:func:`engine_unfinished`) is at most 2
+    engine steps: the engine must hold nothing within :data:`ABORT_PROBES` of them, at
     most 20 steps, fewer than the aborted requests of these tests mostly had left to
     generate. The last count is 0 when the engine let it go.
     """
     seen: list[int] = []
     for _ in range(ABORT_PROBES):
-        answer = httpx.post(f"{server.url}/v1/completions", timeout=300,
-                            headers={"Authorization": f"Bearer {API_KEY}"},
-                            json={"model": "tiny", "prompt": "next", "max_tokens": 2,
-                                  "ignore_eos": True, "temperature": 0.0})
-        answer.raise_for_status()
-        seen.append(int(answer.json()["edge"]["engine_unfinished"]))
+        seen.append(engine_unfinished(server))
         if seen[-1] == 0:
             break
     return seen

@@ -53,6 +53,7 @@ from generate_server import (
     GRACE_S,
     MAX_MODEL_LEN,
     SharedServer,
+    engine_unfinished,
     engine_unfinished_after_abort,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -230,14 +231,6 @@ def test_a_body_over_the_limit_is_413_from_both_clients(server: Served) -> None:
         413, "body", "request_too_large"), error
 
 
-def _engine_unfinished(server: Served) -> int:
-    """How many requests tiny's engine still held when a one-token request finished."""
-    answer = httpx.post(f"{server.url}/v1/completions", timeout=300,
-                        headers={"Authorization": f"Bearer {API_KEY}"},
-                        json={"model": "tiny", "prompt": [1, 5], "max_tokens": 1}).json()
-    return int(answer["edge"]["engine_unfinished"])
-
-
 async def _hold(url: str, body: Mapping[str, Any], count: int,
                 while_held: Any) -> Any:
     """Run ``while_held()`` (in a thread) while ``count`` streams of ``body`` are open."""
@@ -319,7 +312,7 @@ def test_a_request_over_the_context_is_refused_even_while_admission_is_full(
     assert waited < 30.0 * len(_DOOMED)  # answered, not left waiting for a slot
     assert held == [8, 8]  # every slot was held while the Python client was answered
     end = time.monotonic() + 120  # the holders' disconnects free the stage and the engine
-    while _stages(server, "tiny")["gen"]["in_flight"] or _engine_unfinished(server):
+    while _stages(server, "tiny")["gen"]["in_flight"] or engine_unfinished(server):
         assert time.monotonic() < end
         time.sleep(0.2)
     if package is None:

@@ -3,17 +3,22 @@
 ``Submission.cancel(interrupt=False)`` fences the request at once (the caller gets
 ``RequestCancelled``, no further stage starts) and leaves a call that a non-preemptible
 stage is running to finish: the worker is kept, and the call's result is discarded when it
-arrives, its worker memory given back and its slots freed then. The autouse ``no_leaks``
-fixture checks processes, shared-memory segments and descriptors after each test.
+arrives, its worker memory given back and its slots freed then. A deadline submitted with
+``interrupt_at_deadline=False`` fences the same way when it passes (the caller gets
+``DeadlineExceeded``); one that has passed before a call is sent sends nothing. The
+autouse ``no_leaks`` fixture checks processes, shared-memory segments and descriptors
+after each test.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
+from edge_core.errors import DeadlineExceeded
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import FenceOutcome, RequestCancelled, StageState
 
@@ -165,5 +170,112 @@ def test_a_done_callback_runs_once_the_request_settles_or_at_once_after(
     assert slow.cancel(interrupt=False) is FenceOutcome.LEFT_TO_FINISH
     assert fenced.is_set()
     wait_for(lambda: pipeline.admission.used == 0)
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+# -- a deadline that fences (interrupt_at_deadline=False, what edge serve submits) ----------
+
+
+def test_a_fencing_deadline_leaves_the_running_call_to_finish_and_keeps_the_worker(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", scale=3.0))
+    stage = pipeline.stage("a")
+    pid = pid_of(pipeline)
+    submission = pipeline.submit(BIG, params={"delay_s": 3.0}, deadline_s=0.3,
+                                 interrupt_at_deadline=False)
+    with pytest.raises(DeadlineExceeded, match="deadline_s expired; the request was fenced"):
+        submission.result()
+    # Answered while the call still runs (3 s in the worker), which nothing interrupted:
+    # the call holds its stage slot and the admission slot until it ends.
+    assert stage.outstanding == 1 and pipeline.admission.used == 1
+    assert stage.state is StageState.READY and stage.last_retire is None
+    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
+    assert pid_of(pipeline) == pid and stage.generation == 1
+    assert stage.state is StageState.READY and stage.last_retire is None
+    # Its 40 MiB output went back undelivered: two more fit the worker's 64 MiB cap.
+    for _ in range(2):
+        with pipeline.run(BIG) as result:
+            assert float(result.outputs["x"][0]) == 3.0
+    assert submission.cancel(interrupt=False) is FenceOutcome.ALREADY_FINISHED
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_an_interrupting_deadline_still_retires_the_worker_by_default(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", delay_s=3.0))
+    stage = pipeline.stage("a")
+    submission = pipeline.submit(X, deadline_s=0.3)
+    with pytest.raises(DeadlineExceeded):
+        submission.result()
+    wait_for(lambda: stage.last_retire is not None)
+    assert stage.state is not StageState.READY
+
+
+def test_a_fencing_deadline_stops_a_request_before_its_next_stage(
+    open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(
+        echo_stage("a"),
+        echo_stage("b", transform="edge_echo.transforms:slow_passthrough"),
+    )
+    second = pipeline.stage("b")
+    pids = (pid_of(pipeline, "a"), pid_of(pipeline, "b"))
+    sent: list[Any] = []
+    submit = second.submit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the calls of stage b
+        sent.append(kwargs.get("request_id"))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(second, "submit", spy)
+    # the transform before stage b sleeps 0.5 s: the deadline passes in it
+    submission = pipeline.submit(X, deadline_s=0.25, interrupt_at_deadline=False)
+    with pytest.raises(DeadlineExceeded):
+        submission.result()
+    wait_for(lambda: pipeline.admission.used == 0)
+    assert sent == [] and pipeline.stage("a").outstanding == 0 and second.outstanding == 0
+    assert (pid_of(pipeline, "a"), pid_of(pipeline, "b")) == pids
+    with pipeline.run(X) as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 4)
+    assert len(sent) == 1
+    pipeline.close()
+    assert ledger.is_empty()
+
+
+def test_a_fencing_deadline_takes_a_request_waiting_for_a_stage_slot_out_unsent(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", delay_s=1.5), admission=2)
+    stage = pipeline.stage("a")
+    pid = pid_of(pipeline)
+    first = pipeline.submit(X)
+    wait_for(lambda: stage.outstanding == 1)
+    second = pipeline.submit(X, deadline_s=0.3, interrupt_at_deadline=False)
+    with pytest.raises(DeadlineExceeded):  # it waited for stage a's only slot
+        second.result()
+    with first.result() as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
+    assert stage.state is StageState.READY and pid_of(pipeline) == pid
+    assert stage.generation == 1
+
+
+def test_a_deadline_passed_before_the_send_sends_nothing_and_retires_nothing(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", scale=2.0))
+    stage = pipeline.stage("a")
+    pid = pid_of(pipeline)
+    with pytest.raises(DeadlineExceeded, match="expired before it was sent"):
+        stage.submit(X, until=time.monotonic() - 1.0, wait_for_slot=False)
+    assert stage.outstanding == 0 and stage.slots.used == 0
+    assert stage.state is StageState.READY and stage.last_retire is None
+    with pipeline.run(X) as result:  # the worker saw nothing of it
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    assert pid_of(pipeline) == pid and stage.generation == 1
     pipeline.close()
     assert ledger.is_empty()

@@ -63,8 +63,17 @@ class TimerHandle:
         self.cancelled = False
 
     def cancel(self) -> None:
-        """Do not run the action (harmless after it ran)."""
+        """Do not run the action (harmless after it ran); what it would have used is let go.
+
+        A cancelled handle may stay in the timer's heap until its time comes: the action
+        (and whatever it holds, a request's result say) is dropped now, not then.
+        """
         self.cancelled = True
+        self.action = _nothing
+
+
+def _nothing() -> None:
+    """The action of a cancelled handle."""
 
 
 class DeadlineTimer:

@@ -409,7 +409,8 @@ class Pipeline:
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, request_id: str | None = None,
                on_event: OnEvent | None = None,
-               loop: asyncio.AbstractEventLoop | None = None) -> Submission:
+               loop: asyncio.AbstractEventLoop | None = None,
+               interrupt_at_deadline: bool = True) -> Submission:
         """Submit one request; returns its :class:`Submission` (id, result, own cancel).
 
         Admission is taken here (at once, or waiting up to ``deadline_s``, which bounds
@@ -430,32 +431,53 @@ class Pipeline:
         callbacks run there. Its deadline, its own cancel, the tracking, a worker's death
         and the acknowledgement are as on the request threads. Any other request goes to
         them as without ``loop``.
+
+        ``interrupt_at_deadline=False``: the deadline bounds the wait for admission, and
+        when it passes before the answer the request is *fenced*, as
+        ``Submission.cancel(interrupt=False)`` fences it, never interrupted: the result
+        raises ``DeadlineExceeded`` from then on (:meth:`Submission.fence_at`), no further
+        stage starts, a call a non-preemptible stage is running is left to finish (its
+        worker kept, its result discarded, the stage's slot and the admission slot freed
+        at its end) and a preemptible stage stops it in place. Each stage call is then
+        bounded by its stage's ``call_timeout_s`` alone, which still retires a worker
+        whose call overruns it. For a server, where one client's short deadline must not
+        retire a worker that every other client shares.
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
         self.check_params(params)
         rid = request_id or f"{self.config.name}-{next(self._ids)}"
         until = None if deadline_s is None else time.monotonic() + deadline_s
+        fenced = until is not None and not interrupt_at_deadline
+        calls_until = None if fenced else until  # fenced: call_timeout_s bounds each call
         admitted = False
         if (loop is not None and on_event is None
                 and self.lineup.current.direct is not None  # one stage in every placement
                 and _input_bytes(inputs) <= SEND_NOW_BYTES):
-            sent = self._send_now(inputs, params, until, rid, loop)
+            sent = self._send_now(inputs, params, until, rid, loop, calls_until)
             if isinstance(sent, Submission):
+                if until is not None and fenced:
+                    sent.fence_at(until)
                 return sent
             admitted = sent  # admitted and tracked, no stage slot free now: a thread waits
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
-        return submit(self._executor, self.requests, self.admission,
-                      lambda until, rid: self._run(inputs, params, until, rid, admitted=True,
-                                                   on_event=on_event),
-                      rid, until, admitted=admitted)
+        submission = submit(self._executor, self.requests, self.admission,
+                            lambda _, rid: self._run(inputs, params, calls_until, rid,
+                                                     admitted=True, on_event=on_event),
+                            rid, until, admitted=admitted)
+        if until is not None and fenced:
+            submission.fence_at(until)
+        return submission
 
     def _send_now(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
-                  until: float | None, request_id: str,
-                  loop: asyncio.AbstractEventLoop) -> Submission | bool:
+                  until: float | None, request_id: str, loop: asyncio.AbstractEventLoop,
+                  calls_until: float | None) -> Submission | bool:
         """Send a one-stage request from this thread, settled by its reply (see :meth:`submit`).
+
+        ``until`` is the request's deadline, ``calls_until`` the bound its stage call gets
+        (None where the deadline fences the request instead of interrupting it).
 
         Returns its submission; else True when the request is tracked and admitted but
         no stage slot is free now (a request thread takes it on), False when nothing
@@ -475,7 +497,8 @@ class Pipeline:
         submission = Submission(request_id, future, requests, until, admission.release)
         try:
             assert group is not None  # one stage in every placement (checked by submit)
-            pending = self._direct(group, inputs, params, until, request_id, epoch, now=True)
+            pending = self._direct(group, inputs, params, calls_until, request_id, epoch,
+                                   now=True)
         except StageClosed:  # no replica serves now: a request thread waits for one
             self.lineup.leave(serving, answered=False)
             return True

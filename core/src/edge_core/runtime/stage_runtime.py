@@ -187,7 +187,8 @@ class StageRuntime:
             StageClosed: the stage needs a restart, failed, is restarting or was retired.
             RequestTooLarge: the inputs exceed the stage's ``max_io_bytes``.
             ResourceUnavailable: every in-flight slot is taken.
-            DeadlineExceeded: no slot freed before the deadline.
+            DeadlineExceeded: no slot freed before the deadline, or the deadline had
+                passed when the request was about to be sent (nothing is sent then).
             DuplicateRequest: ``request_id`` is still in flight or unacknowledged.
             RequestCancelled: ``abandoned()`` said so; nothing was sent.
         """
@@ -219,6 +220,10 @@ class StageRuntime:
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
                                            f"was sent to stage {self.stage_id!r}")
+                if by_deadline and bound <= time.monotonic():  # nothing ran: nothing retired
+                    raise DeadlineExceeded(f"stages[{self.stage_id}]: request "
+                                           f"{request_id!r}: deadline_s expired before it "
+                                           "was sent")
                 if request_id in self._entries:
                     raise DuplicateRequest(
                         f"request_id: already in flight or unacknowledged on stage "

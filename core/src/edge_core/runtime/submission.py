@@ -19,6 +19,7 @@ from edge_contracts.requests import StageEvent
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.admission import take_slot
+from edge_core.runtime.deadlines import timer
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.request_tracker import RequestTracker
@@ -67,6 +68,16 @@ class _Settler:
             if not self.answer.done():
                 self.answer.set_exception(
                     RequestCancelled(f"request {self.request_id!r}: cancelled"))
+
+    def expire(self) -> bool:
+        """The caller's answer is ``DeadlineExceeded``; False when it had one already."""
+        with self.lock:
+            if self.answer.done():
+                return False
+            self.answer.set_exception(DeadlineExceeded(
+                f"request {self.request_id!r}: deadline_s expired; the request was fenced "
+                "(a call a non-preemptible stage was running is left to finish)"))
+            return True
 
 
 class Submission:
@@ -158,6 +169,31 @@ class Submission:
         if outcome is not FenceOutcome.ALREADY_FINISHED:
             self._settler.give_up()
         return outcome
+
+    def fence_at(self, until: float) -> None:
+        """At ``until`` (monotonic), fence this request instead of interrupting it.
+
+        For a request submitted with ``interrupt_at_deadline=False``
+        (:meth:`Pipeline.submit <edge_core.runtime.pipeline.Pipeline.submit>`): when its
+        deadline passes before its answer, :meth:`result` raises ``DeadlineExceeded`` from
+        then on and the request is fenced as :meth:`cancel` with ``interrupt=False`` does:
+        no worker is retired, a call a non-preemptible stage is running is left to
+        finish (its stage's slot and the pipeline's admission slot are freed at its end),
+        a preemptible stage stops it in place. The timer's handle is let go once the
+        answer is in.
+        """
+        handle = timer().schedule(until, self._expire)
+        self._answer.add_done_callback(lambda _: handle.cancel())
+
+    def _expire(self) -> None:
+        """The deadline passed (the timer's thread): answer DeadlineExceeded, then fence."""
+        if not self._settler.expire():  # answered first: nothing to end
+            return
+        if self._future.cancel():  # still queued: no thread has taken it
+            self._tracker.end(self.request_id)
+            self._unadmit()
+            return
+        self._tracker.fence(self.request_id)
 
 
 def running_future() -> concurrent.futures.Future[PipelineResult]:

@@ -13,8 +13,10 @@ either starts, the request waits for its turn in the pipeline's admission queue
 request's deadline. :meth:`ServedPipeline.waiting` awaits it while watching the client
 (:class:`~edge_serve.submitted.DisconnectWatch`): a client that disconnects cancels its
 request alone (:mod:`edge_serve.submitted`; outcome ``cancelled``). The request's deadline
-is the runtime's to enforce (it cancels the request, or retires a non-preemptible stage,
-and raises ``DeadlineExceeded``: 504).
+is the runtime's to enforce: it fences the request when the deadline passes, as a
+disconnect does, retiring no worker (a preemptible stage stops the call in place, a
+non-preemptible one finishes it and its result is discarded), and raises
+``DeadlineExceeded``: 504.
 """
 
 from __future__ import annotations
@@ -178,11 +180,17 @@ class ServedPipeline:
                deadline_s: float | None, handle: RequestHandle,
                on_event: OnEvent | None = None,
                loop: asyncio.AbstractEventLoop | None = None) -> Submission:
-        """``Pipeline.submit`` for a request whose turn came; the queue is told at once."""
+        """``Pipeline.submit`` for a request whose turn came; the queue is told at once.
+
+        Its deadline fences the request, never retires a worker
+        (``interrupt_at_deadline=False``): a client's short deadline costs at most the
+        rest of its own call, as a disconnect does.
+        """
         handle.check()
         try:
             submission = self.pipeline.submit(inputs, params=params, deadline_s=deadline_s,
-                                              on_event=on_event, loop=loop)
+                                              on_event=on_event, loop=loop,
+                                              interrupt_at_deadline=False)
         finally:
             handle.admitted()
         handle.attach(submission)
@@ -354,8 +362,9 @@ class ServedPipeline:
         and the end of the grace period is 503. Once it runs, a client that disconnects
         cancels the request (``handle.cancel()``), whose thread is waited for so that its
         admission slot is free when this returns; the answer is 499. The runtime bounds
-        the whole request by what is left of ``deadline_s`` itself (``DeadlineExceeded``:
-        504, with the stage's state already settled); this timer is only a backstop,
+        the whole request by what is left of ``deadline_s`` itself: at the deadline it
+        fences the request, retiring no worker (:meth:`submit`), and its
+        ``DeadlineExceeded`` is the 504; this timer is only a backstop,
         :data:`BACKSTOP_S` later, for work that does not return (a transform that hangs):
         the request is cancelled and the answer is 504. A request still running when the
         server's grace period ends is cancelled and answered 503

@@ -135,3 +135,47 @@ def test_a_request_still_running_when_the_grace_period_ends_is_answered_503(
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
     assert set(served.summary["retire_s"]["slow"]) == {"echo"}
     assert served.summary["closing_s"] >= 0
+
+
+@pytest.mark.slow
+def test_a_second_sigint_answers_every_open_request_503_at_once_without_a_traceback(
+        tmp_path: Path) -> None:
+    # One request runs (a 30 s call), two wait in the queue (admission 1); SIGINT starts
+    # an 8 s grace period and a second SIGINT ends it now: every client gets the JSON
+    # 503 of a grace period's end, long before it would have ended, and uvicorn cancels
+    # no task into a 500 (no "Exception in ASGI application" in the log).
+    import base64
+
+    import numpy as np
+
+    x = np.ones((2, 2), np.float32)
+    body = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                             "data": base64.b64encode(x.tobytes()).decode()}}}
+    with running([echo_pipeline(tmp_path, "slow", delay_s=30.0,
+                                backend="echo-preemptible")], "--grace", "8") as served:
+        answers: list[httpx.Response] = []
+        senders = [threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{served.url}/v1/pipelines/slow/run", json=body, timeout=60)))
+            for _ in range(3)]
+        for sender in senders:
+            sender.start()
+        waiting = time.monotonic() + 30.0
+        while httpx.get(f"{served.url}/v1/pipelines/slow").json()["queue"]["waiting"] < 2:
+            assert time.monotonic() < waiting, "the requests never queued"
+            time.sleep(0.05)
+        started = time.monotonic()
+        served.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        served.send_signal(signal.SIGINT)
+        for sender in senders:
+            sender.join(60)
+        ended = time.monotonic() - started
+        served.process.wait(60)
+    assert len(answers) == 3
+    for reply in answers:
+        assert reply.status_code == 503, reply.text
+        assert reply.json()["error"]["code"] == "server_shutting_down", reply.text
+        assert reply.headers["x-should-retry"] == "false"
+    assert ended < 6.0  # the second SIGINT, not the end of the 8 s grace period
+    log = "".join(served.stderr)
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log

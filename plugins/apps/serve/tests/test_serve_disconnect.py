@@ -133,3 +133,37 @@ def test_a_disconnect_on_a_non_preemptible_stage_leaves_the_call_to_finish_and_k
         assert _worker(client, "blocking") == before
         outcomes = _outcomes(client, "blocking")
     assert outcomes.get("cancelled") == 1.0 and outcomes.get("error", 0.0) == 0.0, outcomes
+
+
+def _hang_up_mid_body(server: Served, name: str, content_type: str, body: bytes) -> None:
+    """Declare ``body``'s length, send half of it and close the connection."""
+    url = urlsplit(server.url)
+    head = (f"POST /v1/pipelines/{name}/run HTTP/1.1\r\nHost: {url.netloc}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode() + body[: len(body) // 2])
+        time.sleep(0.2)
+
+
+def test_a_client_gone_before_its_body_was_read_is_cancelled_not_a_server_error(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        before = _outcomes(client, "blocking")
+        _hang_up_mid_body(server, "blocking", "application/json", json.dumps(BODY).encode())
+        _wait(lambda: _outcomes(client, "blocking").get("cancelled", 0.0)
+              >= before.get("cancelled", 0.0) + 1.0,
+              f"a JSON body cut short was not counted cancelled: {_outcomes(client, 'blocking')}")
+        boundary = "edgeboundary"
+        form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"page.png\"\r\nContent-Type: image/png\r\n\r\n").encode() \
+            + bytes(4096) + f"\r\n--{boundary}--\r\n".encode()
+        _hang_up_mid_body(server, "blocking", f"multipart/form-data; boundary={boundary}", form)
+        _wait(lambda: _outcomes(client, "blocking").get("cancelled", 0.0)
+              >= before.get("cancelled", 0.0) + 2.0,
+              f"a form cut short was not counted cancelled: {_outcomes(client, 'blocking')}")
+        after = _outcomes(client, "blocking")
+        assert after.get("error", 0.0) == before.get("error", 0.0), after
+        assert after.get("bad_request", 0.0) == before.get("bad_request", 0.0), after
+        assert client.post("/v1/pipelines/blocking/run", json=BODY).status_code == 200
+    log = "".join(server.stderr)
+    assert "Traceback" not in log and "ClientDisconnect" not in log, log

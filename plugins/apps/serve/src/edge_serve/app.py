@@ -25,7 +25,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
@@ -146,6 +146,17 @@ async def _on_refusal(request: Request, exc: Exception) -> Response:
     return refusal_response(from_exception(exc))
 
 
+async def _on_disconnect(request: Request, exc: Exception) -> Response:
+    """A client that went away before its body was read: 499 (counted ``cancelled``).
+
+    Nobody reads the answer; nothing reached a stage, and it is not the server's error
+    (no 500, nothing logged).
+    """
+    return refusal_response(HttpRefusal(
+        499, "body", "the client disconnected before its body was read",
+        kind="ClientDisconnected"))
+
+
 # -- routes ----------------------------------------------------------------------------------
 
 
@@ -220,7 +231,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
     except HttpRefusal:
         raise
     except Exception as exc:  # python-multipart's and Starlette's parse errors
-        if isinstance(exc, BodyTooLarge):
+        if isinstance(exc, BodyTooLarge | ClientDisconnect):
             raise
         raise HttpRefusal(400, "body", "not a valid multipart form", str(exc),
                           kind="InvalidMultipart") from None
@@ -283,7 +294,8 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes))
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
-                                        ValueError: _on_refusal, 404: not_found,
+                                        ValueError: _on_refusal,
+                                        ClientDisconnect: _on_disconnect, 404: not_found,
                                         405: not_found,
                                         # anything else: a JSON 500, and uvicorn logs it
                                         Exception: _on_refusal})

@@ -341,6 +341,10 @@ def serve(args: argparse.Namespace) -> int:
     return common.EXIT_OK if clean and not stopped else common.EXIT_FAILED
 
 
+FORCE_AFTER_S = 0.5
+"""After a second SIGINT, how long the open requests' 503 answers have to be written."""
+
+
 class _Server:
     """uvicorn's server, stopped by SIGINT/SIGTERM through handlers installed before it runs.
 
@@ -386,14 +390,32 @@ class _Server:
         await asyncio.sleep(max(0.0, signalled_at + self.drain.grace_s - time.monotonic()))
         self.drain.end()
 
+    def _stop_now(self) -> None:
+        """A second SIGINT: the grace period ends now, then uvicorn stops without waiting.
+
+        Every request still open is answered first, as at the grace period's end (503
+        ``server_shutting_down``, in JSON or as a stream's error event); uvicorn is told to
+        stop waiting for connections :data:`FORCE_AFTER_S` later, once those answers are
+        written, instead of cancelling their tasks into 500s and logged tracebacks.
+        """
+        self.drain.end()
+        assert self._loop is not None
+        self._loop.call_later(FORCE_AFTER_S, self._force)
+
+    def _force(self) -> None:
+        self._server.force_exit = True
+
     def stop_on_signals(self) -> None:
         """From now on SIGINT and SIGTERM stop the server (a second SIGINT: at once)."""
         server = self._server
 
         def handle(signum: int, frame: object) -> None:
             self.stop_signal = signal.Signals(signum).name
-            if server.should_exit and signum == signal.SIGINT:
-                server.force_exit = True
+            if server.should_exit and signum == signal.SIGINT:  # a second SIGINT: now
+                if self._loop is None:
+                    server.force_exit = True
+                else:  # on the loop's own thread, between its steps
+                    self._loop.call_soon_threadsafe(self._stop_now)
             server.should_exit = True
             if self._signalled_at is None:
                 self._signalled_at = time.monotonic()

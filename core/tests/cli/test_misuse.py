@@ -232,3 +232,70 @@ def test_a_refused_profile_input_leaves_nothing_behind(work: Path) -> None:
     left = [name for name in set(segment_names()) - before
             if (owner := segment_owner(name)) is not None and owner.pid == process.pid]
     assert left == []
+
+
+#: (command line, the option its one error line names) — refused by the command line's own
+#: checks: exit 2 before the pipeline file is even read.
+OPTIONS = [
+    (["run", "one.toml", "--input", "a.txt", "--repeat", "0"], "--repeat"),
+    (["run", "one.toml", "--input", "a.txt", "--repeat", "-1"], "--repeat"),
+    (["run", "one.toml", "--input", "a.txt", "--deadline", "0"], "--deadline"),
+    (["run", "one.toml", "--input", "a.txt", "--deadline", "-1"], "--deadline"),
+    (["run", "one.toml", "--input", "a.txt", "--deadline", "nan"], "--deadline"),
+    (["run", "one.toml", "--input", "a.txt", "--params", "[1, 2]"], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--params", "null"], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--inputs", "x.npz"], "--inputs"),
+    (["run", "one.toml", "--repeat", "abc"], "--repeat"),
+    (["probe", "--timeout", "0"], "--timeout"),
+    (["probe", "--timeout", "nan"], "--timeout"),
+    (["probe", "--timeout", "inf"], "--timeout"),
+    (["cleanup", "--bogus"], "--bogus"),
+]
+
+
+@pytest.mark.parametrize(("argv", "option"), OPTIONS, ids=[" ".join(a) for a, _ in OPTIONS])
+def test_a_refused_option_exits_2_naming_it_and_answers_json_when_asked(
+    work: Path, argv: list[str], option: str,
+) -> None:
+    done, logs = edge(*argv, cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    *usage, error = done.stderr.strip().splitlines()
+    assert usage and usage[0].startswith("usage: edge"), done.stderr
+    assert ": error: " in error and option in error, done.stderr
+    assert done.stdout == ""
+    as_json, _ = edge(*argv, "--json", cwd=work)
+    assert as_json.returncode == 2, as_json.stdout + as_json.stderr
+    body = json.loads(as_json.stdout)  # one JSON document on stdout, as every refusal
+    assert body["ok"] is False and option in body["error"], body
+    assert logs == [], f"a worker started: {logs}"
+
+
+#: (command line, what its one error line names) — where a command would write, checked
+#: before anything opens.
+OUTPUTS = [
+    (["run", "one.toml", "--input", "a.txt", "--jsonl", "--json"], "--jsonl: not with --json"),
+    (["run", "one.toml", "--input", "a.txt", "--profile", "dir"],
+     "--profile dir: is a directory"),
+    (["run", "one.toml", "--input", "a.txt", "--profile", "a.txt/p.json"],
+     "--profile a.txt/p.json: "),
+    (["profile", "one.toml", "--input", "a.txt", "--out", "dir"], "--out dir: is a directory"),
+    (["profile", "one.toml", "--input", "a.txt", "--records", "a.txt"],
+     "--records a.txt: exists and is not a directory"),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), OUTPUTS, ids=[" ".join(a) for a, _ in OUTPUTS])
+def test_an_output_that_cannot_be_written_exits_2_before_anything_opens(
+    work: Path, argv: list[str], named: str,
+) -> None:
+    done, logs = edge(*argv, cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    if "--json" in argv:  # the refusal is the JSON document on stdout
+        errors = [json.loads(done.stdout)["error"]]
+    else:
+        errors = [line for line in done.stderr.splitlines()
+                  if not line.startswith("edge: worker")]
+    assert len(errors) == 1 and named in errors[0], done.stdout + done.stderr
+    assert logs == [], f"a worker started: {logs}"

@@ -118,7 +118,10 @@ def _main(argv: Sequence[str] | None) -> int:
         status = common.add_plugin_commands(parser, commands)
         if status is not None:
             return status
-    args = parser.parse_args(args_list)
+    try:
+        args = parser.parse_args(args_list)
+    except common.UsageError as exc:  # what argparse refused: exit 2, JSON with --json
+        return common.report_usage_error(exc, "--json" in args_list)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -129,6 +132,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(func(args))
     except KeyboardInterrupt:
         print("edge: interrupted", file=sys.stderr)
+        if getattr(args, "json", False):
+            common.print_json({"ok": False, "error": "interrupted"})
         return 130
     except Exception as exc:
         return common.report_failure(args, common.failure_for(exc))

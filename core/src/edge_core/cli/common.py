@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+from pathlib import Path
 
 from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -232,6 +234,84 @@ def load_plugins_or_fail() -> Any:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
 
 
+class UsageError(Exception):
+    """A command line argparse refused: the message and the refusing command's usage."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+
+
+def report_usage_error(error: UsageError, as_json: bool) -> int:
+    """Print a refused command line and return exit code 2.
+
+    The usage and ``PROG: error: MESSAGE`` go to stderr as argparse writes them; with
+    ``--json`` stdout also gets the one JSON document every refusal gets
+    (``{"ok": false, "error": ...}``).
+    """
+    sys.stderr.write(error.usage)
+    print(error.message, file=sys.stderr)
+    if as_json:
+        print_json({"ok": False, "error": error.message})
+    return EXIT_USAGE
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0: "
+                                         f"{text!r}")
+    return value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (request parameters)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object: {text!r}")
+    return value
+
+
+def check_output(path: str, option: str, *, directory: bool = False) -> None:
+    """Refuse (exit 2) an output path that cannot be written, before anything opens.
+
+    A file output must not be a directory, a directory output not an existing file; the
+    nearest existing folder above it (missing ones are created when it is written) must be
+    a directory this process can write in.
+    """
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        raise CommandFailed(EXIT_USAGE, f"{option} {path}: exists and is not a directory")
+    if not directory and target.is_dir():
+        raise CommandFailed(EXIT_USAGE, f"{option} {path}: is a directory (give a file path)")
+    above = target.absolute().parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise CommandFailed(EXIT_USAGE, f"{option} {path}: {above} is not a directory")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise CommandFailed(EXIT_USAGE, f"{option} {path}: cannot write in {above}")
+
+
 class CommandParser(argparse.ArgumentParser):
     """The ``edge`` parser: remembers its subcommands' action, so the reference can walk them.
 
@@ -249,6 +329,10 @@ class CommandParser(argparse.ArgumentParser):
         action = super().add_subparsers(**kwargs)
         self.subcommands = action
         return action
+
+    def error(self, message: str) -> NoReturn:
+        """Raise :class:`UsageError` (exit 2, printed by :func:`report_usage_error`)."""
+        raise UsageError(f"{self.prog}: error: {message}", self.format_usage())
 
 
 class PluginCommands:

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        "--timeout", type=common.positive_seconds, default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
         help=f"per-plugin probe timeout in seconds (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(

@@ -44,16 +44,6 @@ def duration(text: str) -> float:
     return float(found.group(1)) * _UNITS[found.group(2)]
 
 
-def _params(text: str) -> Any:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--params: not JSON ({exc.msg}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"--params: must be a JSON object: {text!r}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``profile`` command."""
     parser = sub.add_parser(
@@ -82,7 +72,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="request classes for the final stage, JSONL: one request per "
                         'line, {"class": ..., "prompt"|"messages"|"prompt_token_ids": ..., '
                         '"params": {...}}')
-    parser.add_argument("--params", type=_params, metavar="JSON",
+    parser.add_argument("--params", type=common.json_object, metavar="JSON",
                         help="the final stage's params for a single request class "
                         "(e.g. a prompt and sampling parameters)")
     parser.add_argument("--requests", type=int, default=20, metavar="N",
@@ -360,6 +350,9 @@ def run(args: argparse.Namespace) -> int:
     for option, files in (("--input", args.sources), ("--inputs", args.npz)):
         for file in files:  # a missing or unreadable file: exit 2, before anything else
             check_readable(option, file)
+    common.check_output(args.out, "--out")  # where it writes: exit 2, before anything opens
+    if args.records:
+        common.check_output(args.records, "--records", directory=True)
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     _check_inputs(args, checked.config)  # what the inputs need of the pipeline: exit 2
     say = None if args.json else common.say

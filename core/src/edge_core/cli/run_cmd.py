@@ -63,25 +63,28 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
     common.add_pipeline_arguments(parser)
-    parser.add_argument("--input", dest="source", action="append", metavar="PATH",
-                        help="a file for the pipeline's prepare function to read (an image "
-                        "for the OCR example); repeat it, or name a directory to read "
-                        "every file in it that prepare reads")
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("--input", dest="source", action="append", metavar="PATH",
+                       help="a file for the pipeline's prepare function to read (an image "
+                       "for the OCR example); repeat it, or name a directory to read "
+                       "every file in it that prepare reads")
+    given.add_argument("--inputs", metavar="NPZ",
+                       help="the first stage's input tensors as an .npz file, by input name "
+                       "(read with pickle disabled)")
     parser.add_argument("--jsonl", action="store_true",
-                        help="print one JSON line per input (file and answer) as it is read")
-    parser.add_argument("--inputs", metavar="NPZ",
-                        help="the first stage's input tensors as an .npz file, by input name "
-                        "(read with pickle disabled)")
-    parser.add_argument("--params", metavar="JSON", type=json.loads, default=None,
+                        help="print one JSON line per input (file and answer) as it is read "
+                        "(not with --json)")
+    parser.add_argument("--params", metavar="JSON", type=common.json_object, default=None,
                         help='request parameters for the final stage, e.g. a generate '
                         'stage\'s \'{"prompt": "Hello", "max_tokens": 16}\'')
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+    parser.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
                         help="serve N sequential requests per input; latency p50 over them "
                         "(default 1)")
     parser.add_argument("--profile", metavar="PATH",
                         help="also write a deployment profile (plan, raw samples, answers) "
                         "as JSON to PATH")
-    parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--deadline", type=common.positive_seconds, default=None,
+                        metavar="SECONDS",
                         help="bound each request from admission to result; past it the "
                         "request fails with DeadlineExceeded (default: no bound)")
     common.add_verbose_flag(parser)
@@ -250,6 +253,11 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.runtime.pipeline_files import default_ledger
 
     apply_heap_policy()  # before any thread allocates: one heap, given back at rest
+    if args.json and args.jsonl:
+        raise common.CommandFailed(common.EXIT_USAGE, "--jsonl: not with --json (one JSON "
+                                   "document, or one JSON line per input)")
+    if args.profile:
+        common.check_output(args.profile, "--profile")
     quiet = args.json or args.jsonl
     say = None if quiet else common.say
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
@@ -334,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.profile:
         profile = {**report, "samples": samples}
+        Path(args.profile).absolute().parent.mkdir(parents=True, exist_ok=True)
         with open(args.profile, "w", encoding="utf-8") as handle:
             json.dump(profile, handle, indent=2, default=str)
     if args.json:

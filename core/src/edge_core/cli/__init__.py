@@ -14,6 +14,8 @@ Exit codes (the same for every command):
       unknown backend names with the closest installed ones; all of it checked before
       any worker starts, :mod:`edge_core.preflight`)
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set
+130   interrupted (SIGINT, Ctrl-C); 143 after SIGTERM: what the command had started is
+      retired and removed first
 ====  ================================================================================
 
 ``edge --help`` lists the built-in commands, then those installed plugins add, under
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import signal
 import sys
 
 from edge_core import __version__
@@ -104,10 +107,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     every object in its final collections (0.06-0.3 s after ``edge run`` here). ``atexit``
     handlers still run; ``main(argv)`` from a caller's own process freezes nothing.
     """
+    if argv is None:  # the process's own command line: SIGTERM unwinds as Ctrl-C does
+        signal.signal(signal.SIGTERM, _terminate)
     status = _main(argv)
     if argv is None:
         gc.freeze()
     return status
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that it unwinds as after Ctrl-C.
+
+    Whatever the command started is retired and removed on the way out (workers, the
+    verified copies of bundles, shared memory), then it exits 143 (128 + SIGTERM).
+    """
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""The exit code after SIGTERM (after SIGINT: 130)."""
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -130,11 +151,12 @@ def _main(argv: Sequence[str] | None) -> int:
     sys.stdout = ClosedPipeGuard(original)
     try:
         return int(func(args))
-    except KeyboardInterrupt:
-        print("edge: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"edge: {what}", file=sys.stderr)
         if getattr(args, "json", False):
-            common.print_json({"ok": False, "error": "interrupted"})
-        return 130
+            common.print_json({"ok": False, "error": what})
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else 130
     except Exception as exc:
         return common.report_failure(args, common.failure_for(exc))
     finally:

@@ -32,6 +32,8 @@ backend unavailable, a conformance run in which nothing passed |
 | 2 | a usage, input or configuration problem: one line on stderr naming the file and \
 every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` |
+| 130, 143 | interrupted by SIGINT (Ctrl-C) or SIGTERM: what the command had started \
+(workers, bundle copies, shared memory) is retired and removed first |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;

@@ -1,0 +1,55 @@
+"""``edge run`` stopped by SIGTERM unwinds as after Ctrl-C: nothing it started is left.
+
+A real ``edge run`` of the demo's page pipeline (ort-cpu workers, verified bundle copies
+in the temporary directory) is sent SIGTERM while it serves; it must exit 143 with one
+line, its worker processes gone and no staged directory of its own left behind (they
+carry its pid in their name: :mod:`edge_core.host.leftovers`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: Path) -> None:
+    ocr = demo_build / "build" / "ocr"
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_core.cli", "run", str(ocr / "pipeline.toml"),
+         "--input", str(ocr / "page.png"), "--repeat", "1000"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        me = psutil.Process(process.pid)
+        workers: list[psutil.Process] = []
+        deadline = time.monotonic() + 240.0
+        while len(workers) < 4:  # detect, classify, two recognisers: serving by now
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the pipeline never opened"
+            time.sleep(0.2)
+            workers = [p for p in me.children(recursive=True)
+                       if "edge_contracts.worker" in " ".join(p.cmdline())]
+        staged = [p for p in Path(tempfile.gettempdir()).glob(f"edge-*-o{process.pid}-*")]
+        assert staged, "no verified bundle copy was staged"
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr
+    assert "edge: terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
+    gone, alive = psutil.wait_procs(workers, timeout=10.0)
+    assert not alive, alive
+    assert [p for p in staged if p.exists()] == []

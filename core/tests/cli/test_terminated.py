@@ -39,7 +39,7 @@ def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: P
             time.sleep(0.2)
             workers = [p for p in me.children(recursive=True)
                        if "edge_contracts.worker" in " ".join(p.cmdline())]
-        staged = [p for p in Path(tempfile.gettempdir()).glob(f"edge-*-o{process.pid}-*")]
+        staged = list(Path(tempfile.gettempdir()).glob(f"edge-*-o{process.pid}-*"))
         assert staged, "no verified bundle copy was staged"
         time.sleep(1.0)
         process.send_signal(signal.SIGTERM)
@@ -50,6 +50,6 @@ def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: P
             process.communicate()
     assert process.returncode == 143, stderr
     assert "edge: terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
-    gone, alive = psutil.wait_procs(workers, timeout=10.0)
+    _, alive = psutil.wait_procs(workers, timeout=10.0)
     assert not alive, alive
     assert [p for p in staged if p.exists()] == []

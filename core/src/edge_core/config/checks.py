@@ -23,6 +23,7 @@ from edge_core.errors import ConfigError
 
 __all__ = [
     "INTERNAL",
+    "MAX_REPLICAS",
     "OS_DOMAINS",
     "Check",
     "CheckError",
@@ -37,6 +38,7 @@ __all__ = [
     "check_pool_name",
     "check_positive_byte_size",
     "check_positive_int",
+    "check_replicas",
     "check_text",
     "check_top_module",
     "validator",
@@ -133,6 +135,18 @@ def check_positive_int(value: object) -> int:
     if value < 1:
         raise CheckError("must be at least 1", value)
     return value
+
+
+MAX_REPLICAS = 256
+"""The most replicas (worker processes) one stage may declare."""
+
+
+def check_replicas(value: object) -> int:
+    """Return a replica count: an integer from 1 to :data:`MAX_REPLICAS`."""
+    count = check_positive_int(value)
+    if count > MAX_REPLICAS:
+        raise CheckError(f"must be at most {MAX_REPLICAS} (one worker process each)", value)
+    return count
 
 
 def check_byte_size(value: object) -> int:

@@ -30,6 +30,7 @@ from edge_core.config.checks import (
     check_pool_name,
     check_positive_byte_size,
     check_positive_int,
+    check_replicas,
     check_text,
     check_top_module,
     validator,
@@ -83,6 +84,7 @@ PoolName = Annotated[str, Check(check_pool_name)]
 ByteSize = Annotated[int, Check(check_byte_size)]
 PositiveByteSize = Annotated[int, Check(check_positive_byte_size)]
 PositiveInt = Annotated[int, Check(check_positive_int)]
+Replicas = Annotated[int, Check(check_replicas)]
 Fraction = Annotated[float, Check(check_fraction)]
 OsDomain = Annotated[str, Check(check_os_domain)]
 Interpreter = Annotated[str, Check(check_absolute_interpreter)]
@@ -321,7 +323,7 @@ class StageConfig:
     """Ceilings and demands per memory pool."""
     input_transform: InputTransform | None = None
     """Required on every stage but the first; the first stage takes the caller's inputs."""
-    replicas: PositiveInt = attrs.field(default=1, validator=validator(check_positive_int))
+    replicas: Replicas = attrs.field(default=1, validator=validator(check_replicas))
     """How many workers serve this stage, each reserved and gated (default 1)."""
     shapes: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
     """Names of the bundle's shape-set entries to serve (warm up, gate, accept); empty: all.

@@ -62,9 +62,13 @@ the entry changes nothing there.
 """
 
 
+MAX_THREADS = 1024
+"""The most intra-op threads a stage may ask ONNX Runtime for (its option is a C ``int``)."""
+
+
 def _check_threads(_: object, __: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or value < 0:
-        raise ConfigError("intra_op_threads", "must be >= 0", value)
+    if isinstance(value, bool) or not 0 <= value <= MAX_THREADS:
+        raise ConfigError("intra_op_threads", f"must be between 0 and {MAX_THREADS}", value)
 
 
 def _check_timeout(_: object, __: attrs.Attribute[float | None], value: float | None) -> None:

@@ -11,8 +11,9 @@ plugins it needs, then checks, for every stage at once:
   at layer ``backend`` when the pipeline opens, and the next candidate is tried;
 * each backend section's options, through the owning plugin's ``edge_validate_stage``
   (with its ``edge_config_defaults`` under them), for single backends and candidates;
-* each manifest path exists, and every ``prepare``, ``finish`` and ``input_transform``
-  names a callable that imports.
+* each manifest path exists, each ``reference_backend`` is a backend an installed plugin
+  provides, and every ``prepare``, ``finish`` and ``input_transform`` names a callable
+  that imports.
 
 Every problem found is raised together as one
 :class:`~edge_core.config.InvalidConfigError`, each with its path. Nothing here starts
@@ -99,7 +100,7 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     validate = _validator(plugins)
     problems: list[ConfigError] = []
     if config is not None:
-        files = _file_problems(config)
+        files = _file_problems(config) + _reference_problems(config, plugins)
         try:
             config = source.read(validate)
         except InvalidConfigError as exc:
@@ -192,6 +193,22 @@ def _file_problems(config: PipelineConfig) -> list[ConfigError]:
             _collect(problems, lambda t=stage.input_transform, p=path:
                      resolve_input_transform(t, f"{p}.input_transform"))
     return problems
+
+
+def _reference_problems(config: PipelineConfig, plugins: PluginSet) -> list[ConfigError]:
+    """``reference_backend`` names no installed plugin provides (closest names offered).
+
+    An installed reference backend that cannot run here only lowers the stage's evidence
+    label when the pipeline opens (:mod:`edge_core.runtime.reference_run`); a name nothing
+    provides is a mistake in the file.
+    """
+    table = backend_table(plugins)
+    failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+    return [ConfigError(f"stages[{index}].reference_backend",
+                        unknown_backend(stage.reference_backend, table, failed),
+                        stage.reference_backend)
+            for index, stage in enumerate(config.stages)
+            if stage.reference_backend is not None and stage.reference_backend not in table]
 
 
 def _collect(problems: list[ConfigError], check: Any) -> None:

@@ -76,7 +76,9 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "badopt.toml").write_text(ONE + "[stages.backend.options]\nallocate_mb = -3\n")
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
     np.savez(tmp_path / "pickled.npz", x=np.array([object()], dtype=object))
-    (tmp_path / "replicas.toml").write_text(ONE.replace('id = "a"', 'id = "a"\nreplicas = 100000'))
+    for file, line in (("replicas.toml", "replicas = 100000"),
+                       ("reference.toml", 'reference_backend = "ecoh"')):
+        (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "fifo")
@@ -128,6 +130,8 @@ TABLE = [
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas: must be at most 256",
                                  "100000"]),
+    (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",
+                                  "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
     (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),
     (["conformance", "ecoh"], ["no installed plugin provides this backend",

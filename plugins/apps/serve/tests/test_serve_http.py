@@ -8,6 +8,7 @@ a traceback.
 from __future__ import annotations
 
 import base64
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -260,3 +261,36 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
     assert reserved["machine:ram"] > 0
     up = {(s.labels["pipeline"], s.labels["state"]) for s in families["edge_stage_up"].samples}
     assert up == {("slow", "ready"), ("fast", "ready")}
+
+
+def test_header_names_that_http_makes_case_insensitive_are_read_so(server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with httpx.Client(base_url=server.url, timeout=60.0) as client:
+        # the auth scheme's name and the media type are case-insensitive (RFC 9110)
+        reply = client.post("/v1/pipelines/fast/run", content=json.dumps(x),
+                            headers={"Authorization": f"bearer {API_KEY}",
+                                     "Content-Type": "Application/JSON; charset=utf-8"})
+        assert reply.status_code == 200, reply.text
+        # the token itself is not
+        wrong = client.post("/v1/pipelines/fast/run", json=x,
+                            headers={"Authorization": f"Bearer {API_KEY.upper()}"})
+        assert wrong.status_code == 401
+
+
+def test_a_deadline_in_a_json_body_is_a_number_not_text(server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client:
+        reply = client.post("/v1/pipelines/fast/run", json={**x, "deadline_s": "1"})
+        assert reply.status_code == 400
+        assert _error(reply)["field"] == "deadline_s"
+
+
+def test_a_method_a_route_does_not_serve_is_405_naming_those_it_does(server: Served) -> None:
+    with _client(server) as client:
+        reply = client.get("/v1/pipelines/fast/run")
+        assert reply.status_code == 405
+        assert reply.headers["allow"] == "POST"
+        error = _error(reply)
+        assert error["code"] == "method_not_allowed" and "GET" in error["message"]
+        reply = client.delete("/health")
+        assert reply.status_code == 405 and "GET" in reply.headers["allow"]

@@ -212,7 +212,7 @@ async def run_pipeline(request: Request) -> Response:
     state = _state(request)
     served = state.pipeline(request.path_params["name"], request)
     content_type = request.headers.get("content-type", "")
-    if content_type.startswith("multipart/form-data"):
+    if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
     body = await json_body(request, _RUN_KEYS)
     deadline = deadline_of(request, body.get("deadline_s"))
@@ -245,7 +245,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
             raise HttpRefusal(400, "file", "a multipart upload needs a file field",
                               type(upload).__name__ if upload is not None else None,
                               kind="InvalidValue")
-        deadline = deadline_of(request, form.get("deadline_s"))
+        deadline = deadline_of(request, form.get("deadline_s"), form=True)
         params = params_of(form.get("params"))
         data = await upload.read()
         suffix = _suffix(upload.filename)
@@ -269,10 +269,13 @@ def _suffix(filename: str | None) -> str:
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    """404 (or 405) in the server's JSON error form."""
+    """404 (or 405, with the route's ``Allow`` header) in the server's JSON error form."""
     status = int(getattr(exc, "status_code", 404))
+    headers = {k: v for k, v in (getattr(exc, "headers", None) or {}).items()
+               if k.lower() == "allow"}
     return refusal_response(HttpRefusal(status, "path", "no such route" if status == 404
-                                        else "method not allowed", request.url.path,
+                                        else f"method {request.method} not allowed",
+                                        request.url.path, headers=headers,
                                         kind="NotFound" if status == 404 else "BadMethod"))
 
 

@@ -32,8 +32,13 @@ def number(value: object, field: str, *, low: float, high: float) -> float:
     return float(value)
 
 
-def deadline_of(request: Request, body_value: object = None) -> float | None:
-    """The request's deadline in seconds, or None when it gives none."""
+def deadline_of(request: Request, body_value: object = None, *,
+                form: bool = False) -> float | None:
+    """The request's deadline in seconds, or None when it gives none.
+
+    ``body_value`` is ``deadline_s`` from a JSON body (a number) or, with ``form``, a
+    multipart form's field (text holding a number).
+    """
     found: list[float] = []
     header = request.headers.get(DEADLINE_HEADER)
     if header is not None:
@@ -43,7 +48,7 @@ def deadline_of(request: Request, body_value: object = None) -> float | None:
             parsed = header
         found.append(number(parsed, "headers.x-edge-deadline", low=0.0, high=MAX_DEADLINE_S))
     if body_value is not None:
-        if isinstance(body_value, str):  # a multipart form field
+        if form and isinstance(body_value, str):  # a multipart form field
             with contextlib.suppress(ValueError):
                 body_value = float(body_value)
         found.append(number(body_value, "deadline_s", low=0.0, high=MAX_DEADLINE_S))
@@ -53,7 +58,7 @@ def deadline_of(request: Request, body_value: object = None) -> float | None:
 async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
     """The body as a JSON object whose keys are all in ``known``."""
     content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip() != "application/json":
+    if content_type.split(";")[0].strip().lower() != "application/json":
         raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
                           "multipart/form-data with a file where the pipeline has prepare)",
                           content_type or None, kind="InvalidValue")

@@ -46,7 +46,7 @@ class BearerAuth:
         if not api_key:
             raise ValueError("api_key: must not be empty: ''")
         self.app = app
-        self._expected = f"Bearer {api_key}".encode()
+        self._expected = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass an authorised (or open) request on; answer 401 otherwise."""
@@ -54,7 +54,10 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if not hmac.compare_digest(given, self._expected):
+        scheme, _, token = given.strip().partition(b" ")
+        # the scheme's name is case-insensitive (RFC 9110 11.1); the token is compared whole
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(),
+                                                                  self._expected):
             reason = "missing" if not given else "does not match"
             await send_refusal(send, HttpRefusal(
                 401, "headers.authorization", f"a bearer token is required and {reason}",

@@ -16,13 +16,19 @@ import attrs
 
 from edge_core.placement import PlacementPolicy
 
-__all__ = ["RETIRE_OUTCOME_ATTR", "LoadedStage", "RetainedOutputs", "StageContext"]
+__all__ = ["FAILED_STAGE_ATTR", "RETIRE_OUTCOME_ATTR", "LoadedStage", "RetainedOutputs",
+           "StageContext"]
 
 #: The attribute a load error carries when the plugin retired the stage's worker while
 #: failing: the retire outcome, which decides the reservation's fate (released when the
 #: worker is verified gone, quarantined otherwise). Without it the runtime assumes no
 #: worker was left.
 RETIRE_OUTCOME_ATTR = "retire_outcome"
+
+#: The attribute the opener sets on an error a stage's load or load gate raised: where it
+#: happened (``stages[classify] on ort-cpu, bundle /path``), for a message about a file
+#: or a check (a tampered bundle member, say) that does not name its stage itself.
+FAILED_STAGE_ATTR = "edge_failed_stage"
 
 
 @attrs.frozen

@@ -1,9 +1,10 @@
-"""``edge run`` stopped by SIGTERM unwinds as after Ctrl-C: nothing it started is left.
+"""``edge run`` of the demo's page pipeline stopped or refused: what the user is told and left.
 
-A real ``edge run`` of the demo's page pipeline (ort-cpu workers, verified bundle copies
-in the temporary directory) is sent SIGTERM while it serves; it must exit 143 with one
-line, its worker processes gone and no staged directory of its own left behind (they
-carry its pid in their name: :mod:`edge_core.host.leftovers`).
+A real ``edge run`` (ort-cpu workers, verified bundle copies in the temporary directory)
+sent SIGTERM while it serves must exit 143 with one line, its worker processes gone and
+no staged directory of its own left behind (they carry its pid in their name:
+:mod:`edge_core.host.leftovers`). A bundle with a tampered member is refused naming the
+stage and the bundle, not only the member.
 """
 
 from __future__ import annotations
@@ -53,3 +54,29 @@ def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: P
     _, alive = psutil.wait_procs(workers, timeout=10.0)
     assert not alive, alive
     assert [p for p in staged if p.exists()] == []
+
+
+def test_a_tampered_bundle_is_refused_naming_its_stage_and_bundle(
+        demo_build: Path, tmp_path: Path) -> None:
+    """The refusal names the stage and the bundle, not only the member that differs."""
+    import json
+    import shutil
+
+    ocr = tmp_path / "ocr"
+    shutil.copytree(demo_build / "build" / "ocr", ocr, ignore=shutil.ignore_patterns(
+        "classify-qnn", "profile.json", "auto-run.json"))
+    model = next((ocr / "classify").glob("*.onnx"))
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
+    done = subprocess.run(
+        [sys.executable, "-m", "edge_core.cli", "run", str(ocr / "pipeline.toml"),
+         "--input", str(ocr / "page.png"), "--json"],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["ok"] is False and "DigestMismatch" in body["error"], body
+    assert body["stage"].startswith("stages[classify] on ort-cpu, bundle "), body
+    assert body["error"].startswith(body["stage"] + ": "), body
+    assert str(ocr / "classify") in body["stage"], body

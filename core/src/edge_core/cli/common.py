@@ -110,14 +110,19 @@ def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
         return exc
     if isinstance(exc, ConfigError):
         return config_failure(exc)
+    from edge_core.stage import FAILED_STAGE_ATTR  # where used: a failure's path only
+
+    stage = getattr(exc, FAILED_STAGE_ATTR, None)  # a stage's load or gate raised it
+    where = f"{stage}: " if stage else ""
+    body = {"stage": stage} if stage else {}
     if isinstance(exc, EdgeError):
-        return CommandFailed(EXIT_FAILED, f"{type(exc).__name__}: {exc}")
+        return CommandFailed(EXIT_FAILED, f"{where}{type(exc).__name__}: {exc}", body)
     if isinstance(exc, ValueError):
         prefix = f"{what}: " if what else ""
         problems = [str(p) for p in getattr(exc, "problems", ())] or [str(exc)]
-        return CommandFailed(EXIT_USAGE, f"{prefix}{exc}", {"problems": problems})
-    return CommandFailed(EXIT_FAILED, f"internal error: {type(exc).__name__}: {exc} "
-                         "(--debug or EDGE_DEBUG=1 prints the traceback)")
+        return CommandFailed(EXIT_USAGE, f"{where}{prefix}{exc}", {"problems": problems, **body})
+    return CommandFailed(EXIT_FAILED, f"{where}internal error: {type(exc).__name__}: {exc} "
+                         "(--debug or EDGE_DEBUG=1 prints the traceback)", body)
 
 
 def config_failure(exc: ConfigError, file: str | None = None) -> CommandFailed:

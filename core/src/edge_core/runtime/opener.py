@@ -40,6 +40,7 @@ stored when it passes. A reused gate is never recorded as a full one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -70,7 +71,7 @@ from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
 from edge_core.selection.key import gate_key
-from edge_core.stage import RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
+from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
 
@@ -223,10 +224,15 @@ class StageOpener:
             outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
             if outcome is not None:
                 slot.settle(self.ledger, outcome)
+            _name_stage(error, slot)
             raise
         slot.runtime = self.runtime(slot, loaded)
         self.say(f"warming up stage {slot.context.stage_id}")
-        self._gate(slot, loaded)
+        try:
+            self._gate(slot, loaded)
+        except Exception as error:
+            _name_stage(error, slot)
+            raise
         self._record_gate(slot, stored)
 
     def start_all(self, slots: Sequence[StageSlot]) -> None:
@@ -495,3 +501,15 @@ class StageOpener:
             self.unwind([slot for slot in slots if slot.runtime is not None], slots)
             raise
         return slots
+
+
+def _name_stage(error: BaseException, slot: StageSlot) -> None:
+    """Tell ``error`` which stage it came from (:data:`FAILED_STAGE_ATTR`), unless it knows."""
+    if not isinstance(error, Exception) or hasattr(error, FAILED_STAGE_ATTR):
+        return
+    context = slot.context
+    where = f"stages[{context.stage_id}] on {slot.binding.backend.name}"
+    if context.manifest_dir is not None:
+        where += f", bundle {context.manifest_dir}"
+    with contextlib.suppress(AttributeError):  # an exception type without a __dict__
+        setattr(error, FAILED_STAGE_ATTR, where)

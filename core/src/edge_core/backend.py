@@ -96,6 +96,9 @@ class BackendInfo:
             workers and change what its runtime does (``VLLM_*``, ``CUDA_*``: a name, or
             a prefix ending in ``*``). Their values are part of a stored placement
             decision's key (:mod:`edge_core.selection.key`), so changing one re-measures.
+        needs_bundle: Whether every stage of this backend names an artifact bundle
+            (``manifest``): a stage without one is refused when its pipeline file is
+            checked (:mod:`edge_core.preflight`), before any worker starts.
 
     """
 
@@ -106,6 +109,7 @@ class BackendInfo:
     providers: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     description: str = ""
     env_names: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    needs_bundle: bool = False
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dictionary of this declaration."""
@@ -117,6 +121,7 @@ class BackendInfo:
             "providers": list(self.providers),
             "description": self.description,
             "env_names": list(self.env_names),
+            "needs_bundle": self.needs_bundle,
         }
 
 

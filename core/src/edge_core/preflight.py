@@ -11,7 +11,9 @@ plugins it needs, then checks, for every stage at once:
   at layer ``backend`` when the pipeline opens, and the next candidate is tried;
 * each backend section's options, through the owning plugin's ``edge_validate_stage``
   (with its ``edge_config_defaults`` under them), for single backends and candidates;
-* each manifest path exists, each ``reference_backend`` is a backend an installed plugin
+* each manifest path is a bundle folder or its ``edge-manifest.json``, and a stage whose
+  backend needs a bundle (``BackendInfo.needs_bundle``) names one; each
+  ``reference_backend`` is a backend an installed plugin
   provides, and every ``prepare``, ``finish`` and ``input_transform`` names a callable
   that imports.
 
@@ -31,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from edge_contracts.manifest import MANIFEST_FILENAME
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config import (
     InvalidConfigError,
@@ -100,7 +103,8 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     validate = _validator(plugins)
     problems: list[ConfigError] = []
     if config is not None:
-        files = _file_problems(config) + _reference_problems(config, plugins)
+        files = (_file_problems(config) + _reference_problems(config, plugins)
+                 + _bundle_problems(config, plugins))
         try:
             config = source.read(validate)
         except InvalidConfigError as exc:
@@ -187,8 +191,17 @@ def _file_problems(config: PipelineConfig) -> list[ConfigError]:
         places += [(f"{path}.candidates[{n}].manifest", c.manifest)
                    for n, c in enumerate(stage.candidates)]
         for where, manifest in places:
-            if manifest is not None and not Path(manifest).exists():
+            if manifest is None:
+                continue
+            found = Path(manifest)
+            if not found.exists():
                 problems.append(ConfigError(where, "no such file or directory", str(manifest)))
+            elif found.is_dir() and not (found / MANIFEST_FILENAME).is_file():
+                problems.append(ConfigError(where, f"a folder without {MANIFEST_FILENAME}: not "
+                                            "an artifact bundle", str(manifest)))
+            elif not found.is_dir() and found.name != MANIFEST_FILENAME:
+                problems.append(ConfigError(where, f"name a bundle folder or its "
+                                            f"{MANIFEST_FILENAME}", str(manifest)))
         if stage.input_transform is not None:
             _collect(problems, lambda t=stage.input_transform, p=path:
                      resolve_input_transform(t, f"{p}.input_transform"))
@@ -209,6 +222,24 @@ def _reference_problems(config: PipelineConfig, plugins: PluginSet) -> list[Conf
                         stage.reference_backend)
             for index, stage in enumerate(config.stages)
             if stage.reference_backend is not None and stage.reference_backend not in table]
+
+
+def _bundle_problems(config: PipelineConfig, plugins: PluginSet) -> list[ConfigError]:
+    """Stages (and candidates) without a ``manifest`` whose backend needs a bundle."""
+    table = backend_table(plugins)
+    problems = []
+    for index, stage in enumerate(config.stages):
+        path = f"stages[{index}]"
+        # each candidate as it would run: the stage's own bundle when it names none
+        places = ([(path, stage)] if not stage.candidates else
+                  [(f"{path}.candidates[{n}]", c) for n, c in enumerate(stage.choices())])
+        for where, choice in places:
+            found = table.get(choice.backend.name)
+            if choice.manifest is None and found is not None and found[0].needs_bundle:
+                problems.append(ConfigError(
+                    f"{where}.manifest", f"backend {choice.backend.name!r} needs an artifact "
+                    "bundle (the bundle folder or its edge-manifest.json)", None))
+    return problems
 
 
 def _collect(problems: list[ConfigError], check: Any) -> None:

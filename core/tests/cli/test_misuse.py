@@ -57,11 +57,12 @@ backend = { name = "echo" }
 """
 
 
-def edge(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], list[Path]]:
+def edge(*args: str, cwd: Path,
+         plugins: str = "echo,serve") -> tuple[subprocess.CompletedProcess[str], list[Path]]:
     logs = cwd / "worker-logs"
     logs.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
-    env.update({"EDGE_PLUGINS": "echo,serve", "EDGE_WORKER_LOG_DIR": str(logs)})
+    env.update({"EDGE_PLUGINS": plugins, "EDGE_WORKER_LOG_DIR": str(logs)})
     done = subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     return done, sorted(logs.iterdir())
@@ -305,4 +306,47 @@ def test_an_output_that_cannot_be_written_exits_2_before_anything_opens(
         errors = [line for line in done.stderr.splitlines()
                   if not line.startswith("edge: worker")]
     assert len(errors) == 1 and named in errors[0], done.stdout + done.stderr
+    assert logs == [], f"a worker started: {logs}"
+
+
+BUNDLES = """
+name = "bundles"
+
+[[stages]]
+id = "none"
+backend = { name = "ort-cpu" }
+
+[[stages]]
+id = "file"
+input_transform = "edge_echo.transforms:passthrough"
+backend = { name = "ort-cpu" }
+manifest = "a.txt"
+
+[[stages]]
+id = "folder"
+input_transform = "edge_echo.transforms:passthrough"
+backend = { name = "ort-cpu" }
+manifest = "dir"
+
+[[stages]]
+id = "echo"
+input_transform = "edge_echo.transforms:passthrough"
+backend = { name = "echo" }
+"""
+
+
+def test_a_stage_whose_backend_needs_a_bundle_names_one_before_anything_starts(
+        work: Path) -> None:
+    (work / "bundles.toml").write_text(BUNDLES)
+    done, logs = edge("run", "bundles.toml", "--input", "a.txt", cwd=work,
+                      plugins="echo,ort-cpu")
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("edge: worker")]
+    assert len(errors) == 1, done.stderr
+    for named in ("3 configuration problems",
+                  "stages[0].manifest: backend 'ort-cpu' needs an artifact bundle",
+                  "stages[1].manifest: name a bundle folder or its edge-manifest.json: ",
+                  "stages[2].manifest: a folder without edge-manifest.json"):
+        assert named in errors[0], (named, errors[0])
+    assert "stages[3]" not in errors[0]  # echo needs no bundle
     assert logs == [], f"a worker started: {logs}"

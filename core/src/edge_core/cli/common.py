@@ -19,7 +19,6 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 
 from edge_core.errors import ConfigError, EdgeError, PluginError
 
@@ -303,6 +302,8 @@ def check_output(path: str, option: str, *, directory: bool = False) -> None:
     nearest existing folder above it (missing ones are created when it is written) must be
     a directory this process can write in.
     """
+    from pathlib import Path  # where used: `edge plugins` and `edge probe` import no pathlib
+
     target = Path(path)
     if directory and target.exists() and not target.is_dir():
         raise CommandFailed(EXIT_USAGE, f"{option} {path}: exists and is not a directory")

@@ -75,12 +75,12 @@ class OrtPlugin:
 
     @hookimpl
     def edge_backends(self) -> list[BackendInfo]:
-        """Declare the backend: graph stages, not preemptible, one call at a time."""
+        """Declare the backend: graph stages, not preemptible, one call at a time, a bundle each."""
         from edge_core.backend import BackendInfo
 
         return [BackendInfo(name=self.backend, kinds=["graph"], preemptible=False,
                             max_concurrency=1, providers=[self.target],
-                            description=self.description)]
+                            description=self.description, needs_bundle=True)]
 
     @hookimpl
     def edge_probe(self) -> list[ProbeReport]:

@@ -11,8 +11,9 @@ plugins it needs, then checks, for every stage at once:
   at layer ``backend`` when the pipeline opens, and the next candidate is tried;
 * each backend section's options, through the owning plugin's ``edge_validate_stage``
   (with its ``edge_config_defaults`` under them), for single backends and candidates;
-* each manifest path is a bundle folder or its ``edge-manifest.json``, and a stage whose
-  backend needs a bundle (``BackendInfo.needs_bundle``) names one; each
+* each manifest path is a bundle folder or its ``edge-manifest.json``, and a
+  single-backend stage whose backend needs a bundle (``BackendInfo.needs_bundle``) names
+  one; each
   ``reference_backend`` is a backend an installed plugin
   provides, and every ``prepare``, ``finish`` and ``input_transform`` names a callable
   that imports.
@@ -225,20 +226,20 @@ def _reference_problems(config: PipelineConfig, plugins: PluginSet) -> list[Conf
 
 
 def _bundle_problems(config: PipelineConfig, plugins: PluginSet) -> list[ConfigError]:
-    """Stages (and candidates) without a ``manifest`` whose backend needs a bundle."""
+    """Single-backend stages without a ``manifest`` whose backend needs a bundle.
+
+    A candidate is not checked, as its backend's name is not: one that cannot serve is
+    refused when the pipeline opens, and the next candidate is tried.
+    """
     table = backend_table(plugins)
     problems = []
     for index, stage in enumerate(config.stages):
-        path = f"stages[{index}]"
-        # each candidate as it would run: the stage's own bundle when it names none
-        places = ([(path, stage)] if not stage.candidates else
-                  [(f"{path}.candidates[{n}]", c) for n, c in enumerate(stage.choices())])
-        for where, choice in places:
-            found = table.get(choice.backend.name)
-            if choice.manifest is None and found is not None and found[0].needs_bundle:
-                problems.append(ConfigError(
-                    f"{where}.manifest", f"backend {choice.backend.name!r} needs an artifact "
-                    "bundle (the bundle folder or its edge-manifest.json)", None))
+        found = table.get(stage.backend.name)
+        if (not stage.candidates and stage.manifest is None and found is not None
+                and found[0].needs_bundle):
+            problems.append(ConfigError(
+                f"stages[{index}].manifest", f"backend {stage.backend.name!r} needs an "
+                "artifact bundle (the bundle folder or its edge-manifest.json)", None))
     return problems
 
 

@@ -193,7 +193,8 @@ def deadline_passed(pipeline: str, deadline_s: float) -> HttpRefusal:
 def server_stopping(grace_s: float) -> HttpRefusal:
     """503 for a request still open when the server's grace period ended."""
     return HttpRefusal(503, "request", "the server is shutting down: the request was still "
-                       "running when the grace period ended", grace_s,
+                       "open (running or waiting for admission) when the grace period ended",
+                       grace_s,
                        kind="ServerShuttingDown", code="server_shutting_down", retry=False)
 
 

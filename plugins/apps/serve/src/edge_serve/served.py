@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
+from edge_core.runtime.health import StageState, replica_summary
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_result import PipelineResult
 from edge_core.runtime.submission import OnEvent, Submission
@@ -53,6 +54,9 @@ __all__ = ["Answer", "ServedPipeline", "retrieve"]
 T = TypeVar("T")
 
 READY = "ready"
+
+SERVING = frozenset({READY, "degraded"})
+"""Stage states that take requests: ready, or a replica set some of whose replicas serve."""
 
 BACKSTOP_S = 2.0
 """How long after a request's deadline the server answers 504 without the runtime."""
@@ -138,17 +142,30 @@ class ServedPipeline:
     # -- states ---------------------------------------------------------------------------
 
     def stage_states(self) -> dict[str, str]:
-        """Stage id → state (``ready``, ``needs-restart``, ``failed``, ``restarting``...)."""
-        return {runtime.stage_id: runtime.state.value for runtime in self.pipeline.stages}
+        """Stage id → state (``ready``, ``needs-restart``, ``failed``, ``restarting``...).
+
+        A replicated stage's is its replica set's (:func:`~edge_core.runtime.health.
+        replica_summary`): ``ready`` when every replica is, ``degraded`` while some serve
+        (requests go to them), ``unavailable`` when none does.
+        """
+        grouped: dict[str, list[StageState]] = {}
+        for runtime in self.pipeline.stages:
+            grouped.setdefault(runtime.stage_id, []).append(runtime.state)
+        return {stage: states[0].value if len(states) == 1
+                else str(replica_summary(states)["state"])
+                for stage, states in grouped.items()}
 
     def restarts(self) -> dict[str, int]:
-        """Stage id → worker restarts so far (each restart is a new generation)."""
-        return {runtime.stage_id: runtime.generation - 1 for runtime in self.pipeline.stages}
+        """Stage id → worker restarts so far (generations after the first; every replica's)."""
+        counts: dict[str, int] = {}
+        for runtime in self.pipeline.stages:
+            counts[runtime.stage_id] = counts.get(runtime.stage_id, 0) + runtime.generation - 1
+        return counts
 
     def require_ready(self) -> None:
-        """Refuse (503) while any stage is not ready."""
+        """Refuse (503) while any stage serves no request (a degraded replica set serves)."""
         for stage, state in self.stage_states().items():
-            if state != READY:
+            if state not in SERVING:
                 raise stage_unready(self.name, stage, state)
 
     def describe(self) -> dict[str, Any]:
@@ -156,8 +173,10 @@ class ServedPipeline:
         plan = self.pipeline.execution_plan()
         states = self.stage_states()
         in_flight: dict[str, int] = {}
+        replicas: dict[tuple[str, int], Any] = {}
         for runtime in self.pipeline.stages:  # every replica of a stage counts
             in_flight[runtime.stage_id] = in_flight.get(runtime.stage_id, 0) + runtime.outstanding
+            replicas[runtime.stage_id, getattr(runtime.context, "replica", 0)] = runtime
         return {
             "name": self.name,
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
@@ -167,9 +186,7 @@ class ServedPipeline:
             "accepts": (["tensors", "file"] if self.prepare is not None else ["tensors"])
             + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
                None: []}[self.openai],
-            "stages": [{"id": s["id"], "backend": s["backend"], "kind": s["kind"],
-                        "state": states.get(s["id"]), "generation": s["generation"],
-                        "in_flight": in_flight.get(s["id"], 0)}
+            "stages": [_listed(s, states, in_flight, replicas)
                        for s in plan["stages"]],
             "plan": plan,
         }
@@ -436,6 +453,26 @@ class ServedPipeline:
             raise server_stopping(self.drain.grace_s)
         assert deadline_s is not None
         raise deadline_passed(self.name, deadline_s)
+
+
+def _listed(entry: Mapping[str, Any], states: Mapping[str, str], in_flight: Mapping[str, int],
+            replicas: Mapping[tuple[str, int], Any]) -> dict[str, Any]:
+    """One execution-plan entry as ``GET /v1/pipelines`` lists it.
+
+    ``state`` and ``in_flight`` are the stage's (a replicated stage's: its replica set's,
+    every replica counted); each replica of a replicated stage also has its own
+    ``replica`` number, ``replica_state`` and ``replica_in_flight``.
+    """
+    stage = entry["id"]
+    listed = {"id": stage, "backend": entry["backend"], "kind": entry["kind"],
+              "state": states.get(stage), "generation": entry["generation"],
+              "in_flight": in_flight.get(stage, 0)}
+    number = entry.get("replica") or 0
+    runtime = replicas.get((stage, number))
+    if runtime is not None and sum(1 for sid, _ in replicas if sid == stage) > 1:
+        listed.update(replica=number, replica_state=runtime.state.value,
+                      replica_in_flight=runtime.outstanding)
+    return listed
 
 
 def private_upload_dir() -> Path:

@@ -20,7 +20,8 @@ import pytest
 
 from edge_core.errors import DeadlineExceeded
 from edge_core.ledger import ResourceLedger
-from edge_core.runtime import FenceOutcome, RequestCancelled, StageState
+from edge_core.runtime import FenceOutcome, Pipeline, RequestCancelled, StageState
+from edge_core.runtime.submission import Submission
 
 from .conftest import MiB, OpenPipeline, echo_stage
 from .test_faults import pid_of, wait_for
@@ -43,12 +44,23 @@ def test_a_running_non_preemptible_call_is_left_to_finish_and_the_worker_kept(
         submission.result(timeout_s=0.5)
     # Nothing was retired; the call holds its stage slot and the admission slot until
     # it ends, honestly accounted.
+    _left_to_finish(pipeline, pid, submission, ledger)
+
+
+def _left_to_finish(pipeline: Pipeline, pid: int, submission: Submission,
+                    ledger: ResourceLedger) -> None:
+    """The fenced BIG call of stage ``a`` runs on in worker ``pid``, and ends cleanly.
+
+    Right after the fence it still holds the stage's slot and the admission slot; then it
+    ends in the same worker, nothing retired, its 40 MiB output given back undelivered
+    (two more fit the worker's 64 MiB cap), and the pipeline closes with the ledger empty.
+    """
+    stage = pipeline.stage("a")
     assert stage.state is StageState.READY and stage.last_retire is None
     assert pipeline.admission.used == 1 and stage.outstanding == 1
     wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
     assert pid_of(pipeline) == pid and stage.generation == 1
     assert stage.state is StageState.READY and stage.last_retire is None
-    # Its 40 MiB output went back undelivered: two more fit the worker's 64 MiB cap.
     for _ in range(2):
         with pipeline.run(BIG) as result:
             assert float(result.outputs["x"][0]) == 3.0
@@ -181,26 +193,13 @@ def test_a_fencing_deadline_leaves_the_running_call_to_finish_and_keeps_the_work
     open_pipeline: OpenPipeline, ledger: ResourceLedger,
 ) -> None:
     pipeline = open_pipeline(echo_stage("a", scale=3.0))
-    stage = pipeline.stage("a")
     pid = pid_of(pipeline)
     submission = pipeline.submit(BIG, params={"delay_s": 3.0}, deadline_s=0.3,
                                  interrupt_at_deadline=False)
     with pytest.raises(DeadlineExceeded, match="deadline_s expired; the request was fenced"):
         submission.result()
-    # Answered while the call still runs (3 s in the worker), which nothing interrupted:
-    # the call holds its stage slot and the admission slot until it ends.
-    assert stage.outstanding == 1 and pipeline.admission.used == 1
-    assert stage.state is StageState.READY and stage.last_retire is None
-    wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
-    assert pid_of(pipeline) == pid and stage.generation == 1
-    assert stage.state is StageState.READY and stage.last_retire is None
-    # Its 40 MiB output went back undelivered: two more fit the worker's 64 MiB cap.
-    for _ in range(2):
-        with pipeline.run(BIG) as result:
-            assert float(result.outputs["x"][0]) == 3.0
-    assert submission.cancel(interrupt=False) is FenceOutcome.ALREADY_FINISHED
-    pipeline.close()
-    assert ledger.is_empty()
+    # Answered while the call still runs (3 s in the worker), which nothing interrupted.
+    _left_to_finish(pipeline, pid, submission, ledger)
 
 
 def test_an_interrupting_deadline_still_retires_the_worker_by_default(

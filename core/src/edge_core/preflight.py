@@ -132,6 +132,9 @@ class _Source:
         if self.file.name == "pyproject.toml" and not self.name:
             raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml "
                               "(--name)", str(self.file))
+        if self.file.name != "pyproject.toml" and self.name:
+            raise ConfigError("--name", f"picks one of a pyproject.toml's pipelines; "
+                              f"{self.file} is a pipeline file of its own", self.name)
 
     def read(self, validate: Any) -> PipelineConfig:
         """The configuration, its backend sections checked by ``validate`` when given."""

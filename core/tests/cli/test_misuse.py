@@ -129,6 +129,8 @@ TABLE = [
      ["--input a.txt: the pipeline names no 'prepare' function"]),
     (["run", "one.toml", "--input", "dir/"], ["--input dir/: the directory holds no file"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
+    (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
+                                               "pipelines", "'other'"]),
     (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas: must be at most 256",
                                  "100000"]),
     (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",

@@ -13,10 +13,8 @@ plugins it needs, then checks, for every stage at once:
   (with its ``edge_config_defaults`` under them), for single backends and candidates;
 * each manifest path is a bundle folder or its ``edge-manifest.json``, and a
   single-backend stage whose backend needs a bundle (``BackendInfo.needs_bundle``) names
-  one; each
-  ``reference_backend`` is a backend an installed plugin
-  provides, and every ``prepare``, ``finish`` and ``input_transform`` names a callable
-  that imports.
+  one; each ``reference_backend`` is a backend an installed plugin provides; every
+  ``prepare``, ``finish`` and ``input_transform`` names a callable that imports.
 
 Every problem found is raised together as one
 :class:`~edge_core.config.InvalidConfigError`, each with its path. Nothing here starts
@@ -35,6 +33,7 @@ from typing import Any
 import attrs
 
 from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_core.backend import BackendInfo
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config import (
     InvalidConfigError,
@@ -101,11 +100,13 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     if plugins is None:
         modules = config.plugins if config is not None else source.raw_plugins()
         plugins = load_plugins(local_modules=modules)
-    validate = _validator(plugins)
+    installed = _Installed(backend_table(plugins),
+                           [f"{r.name} ({r.error})" for r in plugins.records if r.error])
+    validate = _validator(plugins, installed)
     problems: list[ConfigError] = []
     if config is not None:
-        files = (_file_problems(config) + _reference_problems(config, plugins)
-                 + _bundle_problems(config, plugins))
+        files = (_file_problems(config) + _reference_problems(config, installed)
+                 + _bundle_problems(config, installed))
         try:
             config = source.read(validate)
         except InvalidConfigError as exc:
@@ -164,10 +165,17 @@ class _Source:
         return tuple(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else ()
 
 
-def _validator(plugins: PluginSet) -> Any:
+@attrs.frozen
+class _Installed:
+    """The installed backends (name to declaration and plugin) and the plugins that failed."""
+
+    table: Mapping[str, tuple[BackendInfo, str]]
+    failed: list[str]
+
+
+def _validator(plugins: PluginSet, installed: _Installed) -> Any:
     """The ``validate_backend`` callback: names resolved, options checked by their plugin."""
-    table = backend_table(plugins)
-    failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+    table, failed = installed.table, installed.failed
 
     def validate(backend: str, options: Mapping[str, object], path: str) -> object:
         if backend not in table:
@@ -212,32 +220,30 @@ def _file_problems(config: PipelineConfig) -> list[ConfigError]:
     return problems
 
 
-def _reference_problems(config: PipelineConfig, plugins: PluginSet) -> list[ConfigError]:
+def _reference_problems(config: PipelineConfig, installed: _Installed) -> list[ConfigError]:
     """``reference_backend`` names no installed plugin provides (closest names offered).
 
     An installed reference backend that cannot run here only lowers the stage's evidence
     label when the pipeline opens (:mod:`edge_core.runtime.reference_run`); a name nothing
     provides is a mistake in the file.
     """
-    table = backend_table(plugins)
-    failed = [f"{r.name} ({r.error})" for r in plugins.records if r.error]
+    table = installed.table
     return [ConfigError(f"stages[{index}].reference_backend",
-                        unknown_backend(stage.reference_backend, table, failed),
+                        unknown_backend(stage.reference_backend, table, installed.failed),
                         stage.reference_backend)
             for index, stage in enumerate(config.stages)
             if stage.reference_backend is not None and stage.reference_backend not in table]
 
 
-def _bundle_problems(config: PipelineConfig, plugins: PluginSet) -> list[ConfigError]:
+def _bundle_problems(config: PipelineConfig, installed: _Installed) -> list[ConfigError]:
     """Single-backend stages without a ``manifest`` whose backend needs a bundle.
 
     A candidate is not checked, as its backend's name is not: one that cannot serve is
     refused when the pipeline opens, and the next candidate is tried.
     """
-    table = backend_table(plugins)
     problems = []
     for index, stage in enumerate(config.stages):
-        found = table.get(stage.backend.name)
+        found = installed.table.get(stage.backend.name)
         if (not stage.candidates and stage.manifest is None and found is not None
                 and found[0].needs_bundle):
             problems.append(ConfigError(

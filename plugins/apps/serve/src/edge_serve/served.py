@@ -177,6 +177,7 @@ class ServedPipeline:
         for runtime in self.pipeline.stages:  # every replica of a stage counts
             in_flight[runtime.stage_id] = in_flight.get(runtime.stage_id, 0) + runtime.outstanding
             replicas[runtime.stage_id, getattr(runtime.context, "replica", 0)] = runtime
+        replicated = {stage for stage, number in replicas if number}  # more than one
         return {
             "name": self.name,
             "state": "ready" if all(s == READY for s in states.values()) else "degraded",
@@ -186,7 +187,7 @@ class ServedPipeline:
             "accepts": (["tensors", "file"] if self.prepare is not None else ["tensors"])
             + {"prompt": ["completions", "chat.completions"], "image": ["chat.completions"],
                None: []}[self.openai],
-            "stages": [_listed(s, states, in_flight, replicas)
+            "stages": [_listed(s, states, in_flight, replicas, replicated=replicated)
                        for s in plan["stages"]],
             "plan": plan,
         }
@@ -456,7 +457,8 @@ class ServedPipeline:
 
 
 def _listed(entry: Mapping[str, Any], states: Mapping[str, str], in_flight: Mapping[str, int],
-            replicas: Mapping[tuple[str, int], Any]) -> dict[str, Any]:
+            replicas: Mapping[tuple[str, int], Any], *,
+            replicated: set[str]) -> dict[str, Any]:
     """One execution-plan entry as ``GET /v1/pipelines`` lists it.
 
     ``state`` and ``in_flight`` are the stage's (a replicated stage's: its replica set's,
@@ -469,7 +471,7 @@ def _listed(entry: Mapping[str, Any], states: Mapping[str, str], in_flight: Mapp
               "in_flight": in_flight.get(stage, 0)}
     number = entry.get("replica") or 0
     runtime = replicas.get((stage, number))
-    if runtime is not None and sum(1 for sid, _ in replicas if sid == stage) > 1:
+    if runtime is not None and stage in replicated:
         listed.update(replica=number, replica_state=runtime.state.value,
                       replica_in_flight=runtime.outstanding)
     return listed

@@ -30,6 +30,19 @@ X = {"x": np.ones((2, 2), np.float32)}
 BIG = {"x": np.ones(40 * MiB // 4, np.float32)}  # 40 MiB out, under a 64 MiB worker cap
 
 
+def _sent_to(stage: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The request ids ``stage.submit`` is called with from now on (a spy around it)."""
+    sent: list[Any] = []
+    submit = stage.submit
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs.get("request_id"))
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "submit", spy)
+    return sent
+
+
 def test_a_running_non_preemptible_call_is_left_to_finish_and_the_worker_kept(
     open_pipeline: OpenPipeline, ledger: ResourceLedger,
 ) -> None:
@@ -78,14 +91,7 @@ def test_a_request_between_two_stages_never_reaches_the_next(
     )
     first, second = pipeline.stage("a"), pipeline.stage("b")
     pids = (pid_of(pipeline, "a"), pid_of(pipeline, "b"))
-    sent: list[Any] = []
-    submit = second.submit
-
-    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the calls of stage b
-        sent.append(kwargs.get("request_id"))
-        return submit(*args, **kwargs)
-
-    monkeypatch.setattr(second, "submit", spy)
+    sent = _sent_to(second, monkeypatch)  # counts the calls of stage b
     submission = pipeline.submit(X)
     # stage a's result delivered (the transform sleeps 0.5 s before stage b)
     wait_for(lambda: any(e.delivered for e in first._entries.values()))
@@ -139,14 +145,7 @@ def test_a_fan_out_on_a_non_preemptible_stage_leaves_its_item_and_sends_no_more(
     )
     rows = pipeline.stage("rows")
     pid = pid_of(pipeline, "rows")
-    sent: list[Any] = []
-    submit = rows.submit
-
-    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the items sent to stage rows
-        sent.append(kwargs.get("request_id"))
-        return submit(*args, **kwargs)
-
-    monkeypatch.setattr(rows, "submit", spy)
+    sent = _sent_to(rows, monkeypatch)  # counts the items sent to stage rows
     submission = pipeline.submit({"x": np.ones((3, 2), np.float32)})
     wait_for(lambda: rows.outstanding >= 1)  # an item runs (request_id#i)
     in_flight = rows.outstanding
@@ -223,14 +222,7 @@ def test_a_fencing_deadline_stops_a_request_before_its_next_stage(
     )
     second = pipeline.stage("b")
     pids = (pid_of(pipeline, "a"), pid_of(pipeline, "b"))
-    sent: list[Any] = []
-    submit = second.submit
-
-    def spy(*args: Any, **kwargs: Any) -> Any:  # counts the calls of stage b
-        sent.append(kwargs.get("request_id"))
-        return submit(*args, **kwargs)
-
-    monkeypatch.setattr(second, "submit", spy)
+    sent = _sent_to(second, monkeypatch)  # counts the calls of stage b
     # the transform before stage b sleeps 0.5 s: the deadline passes in it
     submission = pipeline.submit(X, deadline_s=0.25, interrupt_at_deadline=False)
     with pytest.raises(DeadlineExceeded):

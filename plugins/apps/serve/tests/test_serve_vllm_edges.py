@@ -385,13 +385,17 @@ def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
     pipeline = case["params"]["model"]
 
     def python() -> None:
-        with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
-                           timeout=300) as made:
-            found.update(run_python(made, case, on_first=first.set))
-        first.set()
+        try:
+            with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0,
+                               timeout=300) as made:
+                found.update(run_python(made, case, on_first=first.set))
+        except Exception as error:  # not the client's APIError: the test reports it
+            found["error"] = {"class": type(error).__name__, "message": str(error)}
+            found.setdefault("chunks", 0)
+        finally:
+            first.set()  # never leaves the test waiting on a thread that has ended
 
-    thread = threading.Thread(target=python)
-    held = bool(hold)
+    thread = threading.Thread(target=python, daemon=True)
     node: NodeRun | None = None
     try:
         if hold:
@@ -409,12 +413,13 @@ def _cut_stream(server: Served, case: dict[str, Any], cut: Any = None,
         assert node is None or node.first(name), node.results()
         if cut is not None:
             expected = 1 if node is None else 2
-            held = False  # cut's to continue or kill
             cut(lambda: _stages(server, pipeline)["gen"]["in_flight"] >= expected,
                 lambda: thread.is_alive() or (node is not None and not node.ended(name)))
     finally:
-        if held:
-            _signal_all(hold or [], signal.SIGCONT)
+        # Whatever happened above (cut continues or kills them, but may have raised
+        # first), nothing is left stopped: a stopped engine under a live worker would
+        # stall every later request of its stage without an error.
+        _signal_all(hold or [], signal.SIGCONT)
         if thread.ident is not None:  # started
             thread.join(300)
         results = node.results() if node is not None else {}
@@ -440,7 +445,7 @@ def _both(server: Served, case: dict[str, Any]) -> list[dict[str, Any]]:
                            timeout=300) as made:
             found.update(run_python(made, case))
 
-    thread = threading.Thread(target=python)
+    thread = threading.Thread(target=python, daemon=True)
     assert node is None or node.started()  # both clients' requests go out together
     thread.start()
     thread.join(300)

@@ -21,16 +21,11 @@ BuildOnce = Callable[[str, Callable[[Path], None]], Path]
 
 
 @pytest.fixture(scope="session")
-def vllm_python(shared_build: BuildOnce) -> Path:
-    """The interpreter of the cached vLLM CPU environment (built on first use; one xdist
-    worker checks or builds it while the others wait: the root conftest's
-    ``shared_build``)."""
-
-    def check_or_build(_folder: Path) -> None:
-        ensure_env()
-
-    shared_build("vllm-env", check_or_build)
-    return ensure_env()  # there by now: this only checks
+def vllm_python() -> Path:
+    """The interpreter of the cached vLLM CPU environment (built on first use; a caller
+    in another process, an xdist worker of this run or not, waits for that build:
+    :func:`vllm_env.ensure_env` locks)."""
+    return ensure_env()
 
 
 @pytest.fixture(scope="session")

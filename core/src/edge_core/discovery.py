@@ -29,6 +29,7 @@ __all__ = [
     "PluginRecord",
     "check_contract",
     "discover",
+    "not_installed",
     "scan_entry_points",
     "scan_groups",
 ]
@@ -317,6 +318,22 @@ def _env_true(env: Mapping[str, str], key: str) -> bool:
     return env.get(key, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def not_installed(name: str, installed: Sequence[str], group: str = ENTRY_POINT_GROUP
+                  ) -> PluginRecord:
+    """The failed record of a plugin ``EDGE_PLUGINS`` names that is not installed.
+
+    Its error names the entry-point group and the closest of the ``installed`` names.
+    """
+    import difflib  # where used: only a name that matches nothing pays for it
+
+    close = difflib.get_close_matches(name, installed, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    record = PluginRecord(name, "", "entry-point")
+    record.error = (f"not installed: no installed distribution has an entry point {name!r} "
+                    f"in group {group!r}{hint}")
+    return record
+
+
 def discover(
     *,
     local_modules: Iterable[str] = (),
@@ -331,6 +348,8 @@ def discover(
     (:data:`TEST_ENTRY_POINT_GROUP`, test backends such as ``echo``) join the plugin group's
     only when ``EDGE_TEST_BACKENDS=1`` or when ``EDGE_PLUGINS`` names them, so an
     installed test backend never shows in a user's ``edge plugins`` or ``edge probe``.
+    A name ``EDGE_PLUGINS`` lists that no installed entry point, local module or object
+    has is recorded as a failed plugin (:func:`not_installed`), never skipped in silence.
 
     Returns:
         A record per plugin found (failures included, in load order) and the plugins that
@@ -352,12 +371,17 @@ def discover(
         rows += tests
     else:
         rows = scan_entry_points(group)
+    local_modules = tuple(local_modules)
     for row in sorted(rows, key=lambda r: r.name):
         if allow is not None and row.name not in allow:
             continue
         record = PluginRecord(row.name, row.value, "entry-point", row.distribution, row.version)
         records.append(record)
         _admit(record, lambda v=row.value: _import(v), plugins)  # type: ignore[misc]
+    if allow:
+        installed = sorted({row.name for row in rows})
+        missing = allow - set(installed) - set(local_modules) - set(objects or {})
+        records += [not_installed(name, installed, group) for name in sorted(missing)]
     for module_name in local_modules:
         record = PluginRecord(module_name, module_name, "config")
         records.append(record)

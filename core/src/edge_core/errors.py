@@ -1,10 +1,27 @@
 """The exception hierarchy of edge-core: one base class, subclasses named for what went wrong.
 
 Every message names the field (or subject), the reason and the offending value, in the
-form ``field: reason: value``, so that a refusal can be acted on without a debugger.
+form ``field: reason: value``, so that a refusal can be acted on without a debugger; a
+problem that has no value (a required key that is missing) reads ``field: reason``.
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+
+class _NoValue:
+    """The type of :data:`NO_VALUE`."""
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+NO_VALUE: Final = _NoValue()
+"""The ``value`` of a :class:`ConfigError` about no value at all (a key that is missing).
+
+Distinct from ``None``, which is a value a JSON or YAML document can hold (``null``).
+"""
 
 
 class EdgeError(Exception):
@@ -12,13 +29,17 @@ class EdgeError(Exception):
 
 
 class ConfigError(EdgeError, ValueError):
-    """A configuration value is invalid; the message carries its full path and value."""
+    """A configuration value is invalid; the message carries its full path and value.
 
-    def __init__(self, path: str, reason: str, value: object = None) -> None:
+    Without a ``value`` (it is :data:`NO_VALUE`) the message is ``path: reason`` alone.
+    """
+
+    def __init__(self, path: str, reason: str, value: object = NO_VALUE) -> None:
         self.path = path
         self.reason = reason
         self.value = value
-        super().__init__(f"{path}: {reason}: {value!r}")
+        shown = "" if value is NO_VALUE else f": {value!r}"
+        super().__init__(f"{path}: {reason}{shown}")
 
 
 class PluginError(EdgeError):

@@ -5,7 +5,8 @@ contract, declares one this core does not support, or marks hooks that do not ma
 specifications is *recorded* with its error and skipped, so one broken plugin never takes
 the ``edge`` command down. ``EDGE_STRICT_PLUGINS=1`` turns such failures into a
 :class:`~edge_core.errors.PluginError`. ``EDGE_PLUGINS=a,b`` is an allowlist of
-entry-point names (set but empty: load none). ``edge plugins`` is built from these records
+entry-point names (set but empty: load none); a name in it that is not installed is a
+failed record of its own. ``edge plugins`` is built from these records
 and the manager's own state; there is no second registry.
 """
 

@@ -72,6 +72,25 @@ def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
     assert len(json.loads(as_json.stdout)["problems"]) == 3
 
 
+def test_a_named_plugin_that_does_not_load_warns_and_is_fatal_only_when_strict(
+        tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE)
+    result = edge("plan", "p.toml", "--probe-only", "--json", cwd=tmp_path,
+                  EDGE_PLUGINS="echo,no-such-entry-point")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "edge: warning: plugin 'no-such-entry-point' (named by EDGE_PLUGINS) did not load: "
+        "not installed: no installed distribution has an entry point 'no-such-entry-point' "
+        "in group 'edge'",
+        "edge: warning: plugin 'no_such_edge_plugin' (named by a configuration's plugins) did "
+        "not load: import failed: ModuleNotFoundError: No module named 'no_such_edge_plugin'"]
+    strict = edge("plan", "p.toml", "--probe-only", cwd=tmp_path, EDGE_STRICT_PLUGINS="1")
+    assert strict.returncode == 3
+    assert "no_such_edge_plugin" in strict.stderr
+
+
 def test_output_to_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     env = {**os.environ, "EDGE_PLUGINS": "echo"}
     for argv in (["plugins", "--json"], ["probe", "--json"], ["plugins"]):

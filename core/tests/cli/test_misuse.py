@@ -81,6 +81,8 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "targets.toml").write_text('targets = ["latency >>> 5"]\n' + ONE)
+    (tmp_path / "latin1.toml").write_bytes(ONE.replace('"one"', '"caf\u00e9"').encode("latin-1"))
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "noprepare.toml").write_text(ONE.replace('prepare = "edge_echo.ends:prepare"\n',
@@ -136,6 +138,9 @@ TABLE = [
     (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",
                                   "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
+    (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
+    (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),
+    (["run", "latin1.toml", "--input", "a.txt"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),
     (["conformance", "ecoh"], ["no installed plugin provides this backend",
                                "did you mean 'echo'", "'ecoh'"]),

@@ -185,6 +185,21 @@ def test_missing_required_keys_are_reported_by_path() -> None:
     }
 
 
+def test_a_problem_without_a_value_reads_path_and_reason_only() -> None:
+    data = copy.deepcopy(BASE)
+    del data["stages"][0]["backend"]
+    assert str(_error(data)) == "stages[0].backend: required key is missing"
+    del data["stages"][1]["input_transform"]
+    data["stages"][0]["backend"] = {"name": "ort-cpu"}
+    assert str(_error(data)) == "stages[1].input_transform: required on every stage after the first"
+    assert str(ConfigError("x", "reason")) == "x: reason"
+
+
+def test_a_null_value_is_still_shown_as_the_value() -> None:
+    assert str(_error(_with(("stages", 0, "id"), None))) == "stages[0].id: expected a string: None"
+    assert str(ConfigError("x", "reason", None)) == "x: reason: None"
+
+
 def test_all_problems_are_collected_and_the_first_is_the_message() -> None:
     data = _with(("stages", 0, "id"), 3)
     data["stages"][1]["max_io_bytes"] = -1
@@ -213,6 +228,30 @@ def test_stage_ids_are_unique() -> None:
     assert error.path == "stages[1].id"
     assert "duplicate" in error.reason
     assert error.value == "det"
+
+
+@pytest.mark.parametrize("target", ["latency_p95_ms <= 800", "ttft_p95_ms@c4<5.5",
+                                    "  throughput_rps >= 0.05 ", "open_s == 3"])
+def test_well_formed_targets_load(target: str) -> None:
+    assert load_pipeline(_with(("targets",), ["open_s <= 300", target])).targets[1] == target
+
+
+@pytest.mark.parametrize(("target", "reason"), [
+    ("latency >>> 5", "not of the form 'METRIC[@cN] OP NUMBER'"),
+    ("latency_p95_ms 5", "not of the form"),
+    ("latency <= 5", "unknown metric 'latency'"),
+    ("latency_p95_ms <= fast", "the bound is not a number"),
+    ("latency_p95_ms <= inf", "the bound must be finite"),
+    ("latency_p95_ms@c0 <= 5", "a concurrency level is at least 1"),
+])
+def test_a_malformed_target_is_refused_at_load_naming_its_index_and_value(
+    target: str, reason: str
+) -> None:
+    error = _error(_with(("targets",), ["open_s <= 300", target]))
+    assert (error.path, error.value) == ("targets[1]", target)
+    assert reason in error.reason
+    with pytest.raises(ConfigError, match=r"^targets\[0\]: "):
+        attrs.evolve(load_pipeline(BASE), targets=(target,))
 
 
 def test_a_pipeline_needs_a_stage() -> None:

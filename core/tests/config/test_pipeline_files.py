@@ -159,6 +159,28 @@ def test_unreadable_documents_are_refused_as_source_errors(
     assert reason in info.value.reason
 
 
+@pytest.mark.parametrize("name", ["latin1.toml", "latin1.json", "latin1.yaml"])
+def test_a_document_that_is_not_utf8_is_a_source_error_naming_the_file(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes('name = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert info.value.path == "source"
+    assert info.value.reason.startswith("not valid UTF-8 (byte ")
+    assert info.value.value == str(path)
+
+
+def test_a_pyproject_that_is_not_utf8_is_a_source_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_bytes(PYPROJECT.encode("utf-8") + b"# \xff\n")
+    with pytest.raises(ConfigError) as info:
+        load_pyproject_pipeline(path, "ocr")
+    assert (info.value.path, info.value.value) == ("source", str(path))
+    assert "not valid UTF-8" in info.value.reason
+
+
 def test_a_missing_file_is_a_source_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_pipeline(tmp_path / "absent.toml")

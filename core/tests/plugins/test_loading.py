@@ -62,6 +62,52 @@ def test_empty_allowlist_loads_no_plugin(run_edge: RunEdge) -> None:
     assert _rows(result.stdout) == {}
 
 
+def test_an_allowlisted_name_that_is_not_installed_is_listed_and_warned_about(
+    run_edge: RunEdge,
+) -> None:
+    result = run_edge("plugins", "--json", env={"EDGE_PLUGINS": "toy,tyo"})
+    assert result.returncode == 0, result.stderr
+    rows = _rows(result.stdout)
+    assert rows["toy"]["error"] is None
+    assert rows["tyo"]["loaded"] is False
+    assert rows["tyo"]["error"] == ("not installed: no installed distribution has an entry "
+                                    "point 'tyo' in group 'edge'; did you mean 'toy'?")
+    assert result.stderr.splitlines() == [
+        f"edge: warning: plugin 'tyo' (named by EDGE_PLUGINS) did not load: {rows['tyo']['error']}"]
+    text = run_edge("plugins", env={"EDGE_PLUGINS": "tyo"})
+    assert "ERROR:    not installed" in text.stdout and "module:" not in text.stdout
+    strict = run_edge("plugins", "--json", env={"EDGE_PLUGINS": "toy,tyo",
+                                                "EDGE_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 3
+    assert "1 plugin(s) failed to load: tyo: not installed" in json.loads(strict.stdout)["error"]
+
+
+def test_a_plugin_nobody_named_is_listed_with_its_error_but_not_warned_about(
+    run_edge: RunEdge,
+) -> None:
+    result = run_edge("plugins", "--json")
+    assert result.returncode == 0
+    assert _rows(result.stdout)["broken"]["error"]
+    assert "warning" not in result.stderr
+    named = run_edge("plugins", "--json", env={"EDGE_PLUGINS": "toy,broken"})
+    assert "plugin 'broken' (named by EDGE_PLUGINS) did not load: import failed" in named.stderr
+
+
+def test_an_allowlisted_local_module_or_object_is_not_reported_missing(
+    plugin_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Registered:
+        EDGE_CONTRACT = "1.0"
+
+    monkeypatch.syspath_prepend(str(plugin_site))
+    plugins = load_plugins(local_modules=["edge_toy_plugin"], objects={"held": Registered()},
+                           env={"EDGE_PLUGINS": "edge_toy_plugin,held,gone"})
+    assert {r.name: r.loaded for r in plugins.records} == {
+        "gone": False, "edge_toy_plugin": True, "held": True}
+    assert (plugins.record("gone").error or "").startswith("not installed: ")
+    sys.modules.pop("edge_toy_plugin", None)
+
+
 def test_human_output_names_each_plugin_and_its_error(run_edge: RunEdge) -> None:
     result = run_edge("plugins", env={"EDGE_PLUGINS": "toy,broken"})
     assert result.returncode == 0

@@ -24,6 +24,7 @@ from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import Any, NoReturn
 
 EXIT_OK = 0
@@ -152,11 +153,13 @@ def checked_pipeline(args: argparse.Namespace) -> Any:
     from edge_core.preflight import check_pipeline
 
     try:
-        return check_pipeline(args.pipeline, getattr(args, "name", None))
+        checked = check_pipeline(args.pipeline, getattr(args, "name", None))
     except PluginError as exc:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
     except ConfigError as exc:
         raise config_failure(exc, args.pipeline) from exc
+    warn_named_plugins(record.to_json() for record in checked.plugins.records)
+    return checked
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -229,13 +232,42 @@ def strict_plugins() -> bool:
 
 
 def load_plugins_or_fail() -> Any:
-    """Load plugins; a strict-mode failure becomes exit code 3."""
+    """Load plugins (warning about named ones that failed); strict-mode failure: exit 3."""
     from edge_core.plugins import load_plugins
 
     try:
-        return load_plugins()
+        plugins = load_plugins()
     except PluginError as exc:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
+    warn_named_plugins(record.to_json() for record in plugins.records)
+    return plugins
+
+
+def warn_named_plugins(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Warn on stderr about each plugin the user named that did not load; the warnings.
+
+    ``rows`` are plugin rows (:meth:`~edge_core.discovery.PluginRecord.to_json`). Named
+    are the local modules a configuration's ``plugins`` lists and, while ``EDGE_PLUGINS``
+    is set, every entry point (it names each one, and one that is not installed is a
+    failed row of its own). A failure of a plugin nobody named is only listed, by ``edge
+    plugins`` and ``edge probe``; ``EDGE_STRICT_PLUGINS=1`` makes any failure fatal.
+    """
+    allowlist = "EDGE_PLUGINS" in os.environ
+    warnings = []
+    for row in rows:
+        if not row.get("error"):
+            continue
+        if row.get("source") == "config":
+            where = "named by a configuration's plugins"
+        elif row.get("source") == "entry-point" and allowlist:
+            where = "named by EDGE_PLUGINS"
+        else:
+            continue
+        warnings.append(f"warning: plugin {row['name']!r} ({where}) did not load: "
+                        f"{row['error']}")
+    for warning in warnings:
+        say(warning)
+    return warnings
 
 
 class UsageError(Exception):

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 common.EXIT_PLUGINS, f"plugins: {len(failed)} plugin(s) failed to load: {detail}",
                 {"plugins": rows},
             )
+        common.warn_named_plugins(rows)
     if args.json:
         common.print_json(
             {"edge_core": __version__, "contract": contract, "plugins": rows}
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         dist = f"{row['distribution']} {row['version']}" if row["distribution"] else row["source"]
         print(f"\n{row['name']}  [{dist}]  contract {row['contract'] or '?'}")
-        print(f"  module:   {row['module']}")
+        if row["module"]:
+            print(f"  module:   {row['module']}")
         if row["backends"]:
             print(f"  backends: {', '.join(row['backends'])}")
         if row["hooks"]:

@@ -37,7 +37,12 @@ every problem at once, before any worker starts |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
-`EDGE_WORKER_LOG_DIR` names the folder for workers' log files.
+`EDGE_WORKER_LOG_DIR` names the folder for workers' log files. A plugin you name that does
+not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
+`plugins` lists that does not import) is never skipped in silence: every command warns
+about it on stderr (`edge: warning: plugin 'nope' (named by EDGE_PLUGINS) did not load:
+not installed: ...`), `edge plugins` and `edge probe --json` list it with its error, and
+under `EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
 """
 
 

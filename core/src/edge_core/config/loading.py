@@ -69,8 +69,8 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a TOML, YAML or JSON file into a mapping, choosing the format by suffix.
 
     Raises:
-        ConfigError: the file cannot be read, is malformed, is not a table at the top
-            level, or is YAML while PyYAML is not installed.
+        ConfigError: the file cannot be read, is not UTF-8 text, is malformed, is not a
+            table at the top level, or is YAML while PyYAML is not installed.
 
     """
     file = Path(path)
@@ -83,6 +83,9 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("source", f"cannot read ({exc.strerror or exc})", str(file)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("source", f"not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                          str(file)) from None
     data: object
     if suffix == ".toml":
         try:

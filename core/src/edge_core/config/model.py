@@ -56,6 +56,8 @@ from edge_core.config.selection import (
     check_start,
 )
 from edge_core.errors import ConfigError
+from edge_core.evidence.errors import RecordInvalid
+from edge_core.evidence.targets import parse_target
 from edge_core.placement import PlacementPolicy
 
 if TYPE_CHECKING:
@@ -137,6 +139,15 @@ def _check_modules(_instance: Any, attribute: attrs.Attribute[Any], value: tuple
             check_module_path(module)
         except CheckError as exc:
             raise ConfigError(f"{attribute.name}[{index}]", exc.reason, exc.value) from None
+
+
+def _check_targets(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for index, text in enumerate(value):
+        field = f"{attribute.name}[{index}]"
+        try:
+            parse_target(text, field)
+        except RecordInvalid as exc:
+            raise ConfigError(field, exc.reason, exc.value) from None
 
 
 @attrs.frozen
@@ -454,9 +465,12 @@ class PipelineConfig:
     golden: Text | None = None
     """The golden set file (inputs and their known answers, pass criteria), relative to
     the pipeline file; read by ``edge profile`` only."""
-    targets: tuple[Text, ...] = attrs.field(default=(), converter=_text_tuple)
-    """Product targets (``"ttft_p95_ms <= 800"``) the evidence records judge performance
-    against; none: performance is ``unjudged``. Checked by ``edge profile``."""
+    targets: tuple[Text, ...] = attrs.field(
+        default=(), converter=_text_tuple, validator=_check_targets
+    )
+    """Product targets (``"ttft_p95_ms <= 800"``, ``METRIC[@cN] OP NUMBER``) the evidence
+    records judge performance against; none: performance is ``unjudged``. Their form is
+    checked when the file is read; ``edge profile`` judges them."""
     selection: Selection = attrs.field(default="measured", validator=validator(check_selection))
     """How a stage with several candidates gets its backend: ``"measured"`` (default: each
     candidate that passes every gate is timed inside the whole chain and the best on
@@ -484,7 +498,7 @@ class PipelineConfig:
         bound = self.measurement.latency_bound_s
         if self.objective == "memory" and bound is None:
             raise ConfigError("measurement.latency_bound_s",
-                              'required with objective = "memory"', None)
+                              'required with objective = "memory"')
         if self.objective != "memory" and bound is not None:
             raise ConfigError("measurement.latency_bound_s",
                               f'applies only to objective = "memory" (objective is '
@@ -514,7 +528,6 @@ class PipelineConfig:
                 raise ConfigError(
                     f"stages[{index}].input_transform",
                     "required on every stage after the first",
-                    None,
                 )
 
     def stage(self, stage_id: str) -> StageConfig:

@@ -37,7 +37,7 @@ from edge_core.config.checks import (
     check_text,
 )
 from edge_core.config.model import InputTransform
-from edge_core.errors import ConfigError
+from edge_core.errors import NO_VALUE, ConfigError
 
 __all__ = ["InvalidConfigError", "join_path", "make_converter", "structure_config"]
 
@@ -293,7 +293,7 @@ def _problems(exc: BaseException, path: str, value: object = _MISSING) -> Iterat
     elif isinstance(exc, ConfigError):
         yield ConfigError(_concat(path, exc.path), exc.reason, exc.value)
     elif isinstance(exc, KeyError) and _note_of(exc) is not None:
-        yield ConfigError(path, "required key is missing", None)
+        yield ConfigError(path, "required key is missing")
     elif isinstance(exc, ValueError) and exc.args and (
             named := _ATTRS_MESSAGE.match(str(exc.args[0]))):
         # an attrs validator's "'field' must be ...: value": the field by its own path
@@ -301,7 +301,7 @@ def _problems(exc: BaseException, path: str, value: object = _MISSING) -> Iterat
         at = path if path == name or path.endswith(f".{name}") else join_path(path, name)
         yield ConfigError(at, reason, _literal(text))
     else:
-        shown = None if value is _MISSING else value
+        shown = NO_VALUE if value is _MISSING else value
         yield ConfigError(path or "<root>", f"invalid value ({exc})", shown)
 
 

@@ -31,7 +31,8 @@ def load_config(path: str | os.PathLike[str], name: str | None = None) -> Pipeli
     file = Path(path)
     if file.name == "pyproject.toml":
         if not name:
-            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml", None)
+            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml",
+                              str(file))
         return load_pyproject_pipeline(file, name)
     return load_pipeline(file)
 

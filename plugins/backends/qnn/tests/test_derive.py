@@ -180,6 +180,29 @@ def test_a_missing_bundle_or_an_existing_out_is_refused(dynamic: Path, tmp_path:
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize(("graph", "data", "reason"), [
+    ("weights.bin", b"\xff\xfe not protobuf", "not an ONNX model, which edge derive needs ("),
+    ("empty.onnx", b"", "not an ONNX model with a graph and its inputs"),
+])
+def test_a_bundle_whose_graph_is_not_onnx_is_refused_naming_it(
+    tmp_path: Path, graph: str, data: bytes, reason: str
+) -> None:
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "other"
+    bundle.mkdir()
+    (bundle / graph).write_bytes(data)
+    np.savez(bundle / "example.npz", x=np.zeros((1, 3, 8, 8), np.float32))
+    create_manifest(bundle, graph=graph, example_inputs="example.npz")  # a valid bundle
+    out = tmp_path / "out"
+    code, answer = edge_derive(["qnn-static", str(bundle), "--bucket", "1x3x8x8",
+                                "--out", str(out)])
+    assert code == 2 and answer["ok"] is False
+    assert answer["error"].startswith(f"DeriveInputError: BUNDLE: metadata.graph: {reason}")
+    assert answer["error"].endswith(f": {str(bundle / graph)!r}")
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 def test_a_qdq_copy_outside_the_given_bound_is_refused_and_nothing_is_left(
     dynamic: Path, tmp_path: Path
 ) -> None:

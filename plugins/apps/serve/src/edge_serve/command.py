@@ -174,6 +174,7 @@ def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
 
     modules = sorted({m for config in configs for m in config.plugins})
     plugins = load_plugins(local_modules=modules)
+    common.warn_named_plugins(record.to_json() for record in plugins.records)
     ledger = shared_ledger(configs, plugins)
     opened: list[Pipeline] = []
     try:

@@ -151,6 +151,29 @@ def _quantise(fp32: Path, target: Path, calibration: list[Sample]) -> None:
     quantize(str(fp32), str(target), config)
 
 
+def _onnx_graph(onnx: Any, bundle: VerifiedBundle) -> Any:
+    """The bundle's graph as an ONNX model; one that is not ONNX is refused naming it.
+
+    A bundle may name any file as its graph (a backend that does not run ONNX); only an
+    ONNX graph with inputs can be derived from.
+    """
+    import importlib
+
+    # what onnx.load raises on bytes that are not a model: protobuf's, onnx's dependency
+    # (imported by name: it ships no type stubs)
+    decode_error = importlib.import_module("google.protobuf.message").DecodeError
+    where = "BUNDLE: metadata.graph"
+    try:
+        model = onnx.load(str(bundle.graph))
+    except decode_error as exc:
+        raise DeriveInputError(where, f"not an ONNX model, which edge derive needs ({exc})",
+                               str(bundle.graph)) from None
+    if not model.HasField("graph") or not model.graph.input:
+        raise DeriveInputError(where, "not an ONNX model with a graph and its inputs, which "
+                               "edge derive needs", str(bundle.graph))
+    return model
+
+
 def _check_out(out: Path) -> None:
     if os.path.lexists(out):
         raise DeriveInputError("--out", "already exists; a derived bundle is never written "
@@ -183,8 +206,8 @@ def derive_bundle(
     """Derive a bundle from ``source`` into ``out`` (which must not exist).
 
     Raises:
-        DeriveInputError: a bad bucket, ``out`` exists or has no parent, unusable
-            calibration data.
+        DeriveInputError: a bad bucket, ``out`` exists or has no parent, the bundle's
+            graph is not an ONNX model, unusable calibration data.
         ManifestInvalid: ``source`` is not a verified bundle (a ``BundleRefused``).
         DeriveFailed: a static copy differs from the source graph, a QDQ copy exceeds
             the bound, or ONNX Runtime cannot fix or quantise the graph.
@@ -200,7 +223,7 @@ def derive_bundle(
     _check_out(out)
     bundle = verify_bundle(source, stage=False)
     say(f"verified {bundle.component} ({bundle.total_bytes} bytes)")
-    model = onnx.load(str(bundle.graph))
+    model = _onnx_graph(onnx, bundle)
     resolved = check_buckets(buckets, _graph_inputs(model))
     samples = bundle_samples(bundle)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.derive-", dir=out.parent))

@@ -6,8 +6,9 @@ stderr, the result to stdout (``--json``: one JSON document).
 
 Exit codes: 0 the bundle was written and verified; 1 the derivation was refused (a static
 copy differs from the source, a QDQ copy exceeds its bound, ONNX Runtime failed); 2 bad
-input (a bucket spec, a bundle that does not verify, an existing ``--out``, calibration
-data). Nothing is left at ``--out`` unless the exit code is 0.
+input (a bucket spec, a bundle that does not verify or whose graph is not ONNX, an
+existing ``--out``, calibration data). Nothing is left at ``--out`` unless the exit code
+is 0.
 """
 
 from __future__ import annotations

@@ -55,9 +55,8 @@ from edge_core.config.selection import (
     check_selection,
     check_start,
 )
+from edge_core.config.targets import parse_target
 from edge_core.errors import ConfigError
-from edge_core.evidence.errors import RecordInvalid
-from edge_core.evidence.targets import parse_target
 from edge_core.placement import PlacementPolicy
 
 if TYPE_CHECKING:
@@ -143,11 +142,7 @@ def _check_modules(_instance: Any, attribute: attrs.Attribute[Any], value: tuple
 
 def _check_targets(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     for index, text in enumerate(value):
-        field = f"{attribute.name}[{index}]"
-        try:
-            parse_target(text, field)
-        except RecordInvalid as exc:
-            raise ConfigError(field, exc.reason, exc.value) from None
+        parse_target(text, f"{attribute.name}[{index}]")
 
 
 @attrs.frozen

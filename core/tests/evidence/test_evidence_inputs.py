@@ -56,8 +56,14 @@ def test_targets_files_in_toml_and_json(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text('targets = ["ttft <= 1"]\n')
     with pytest.raises(RecordInvalid, match=r"bad.toml: targets\[0\]: unknown metric"):
         load_targets(tmp_path / "bad.toml")
-    with pytest.raises(RecordInvalid, match="cannot read the targets file"):
+    with pytest.raises(RecordInvalid, match="cannot read the targets file") as missing:
         load_targets(tmp_path / "missing.toml")
+    # a problem without a value reads "field: reason", with no ": None" after it
+    assert str(missing.value).endswith("(No such file or directory)"), str(missing.value)
+    (tmp_path / "null.json").write_text(json.dumps({"targets": [None]}))
+    with pytest.raises(RecordInvalid) as null:  # a value that is null is shown as such
+        load_targets(tmp_path / "null.json")
+    assert str(null.value).endswith("must be a string 'METRIC OP NUMBER': None"), str(null.value)
 
 
 def test_a_target_applies_at_every_measured_scope_or_at_its_level() -> None:

@@ -223,7 +223,7 @@ def _minimal(**changes: Any) -> dict[str, Any]:
     ({"schema": "other/1"}, "schema: must be one of ['edge.qualification/1', "
                             "'edge.qualification/2']: 'other/1'"),
     ({"status": "GREAT"}, "status: must be one of"),
-    ({"failure": None}, "failure: required for status BLOCKED: None"),
+    ({"failure": None}, "failure: required for status BLOCKED"),
     ({"cell": {"device": "", "model": "m", "configuration": "c"}},
      "cell.device: must be a non-empty string: ''"),
     ({"source": {"kind": "guess"}}, "source.kind: must be 'profile' or 'ai-hub': 'guess'"),

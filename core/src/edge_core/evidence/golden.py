@@ -79,9 +79,9 @@ def load_golden(path: str | os.PathLike[str]) -> GoldenSet:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise RecordInvalid(f"golden {file}", f"cannot read ({exc.strerror})", None) from None
+        raise RecordInvalid(f"golden {file}", f"cannot read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
-        raise RecordInvalid(f"golden {file}", f"not valid JSON ({exc})", None) from None
+        raise RecordInvalid(f"golden {file}", f"not valid JSON ({exc})") from None
     where = f"golden {file}"
     if not isinstance(data, dict) or data.get("schema") != GOLDEN_SCHEMA:
         raise RecordInvalid(f"{where}: schema", f"must be {GOLDEN_SCHEMA!r}",
@@ -102,7 +102,7 @@ def load_golden(path: str | os.PathLike[str]) -> GoldenSet:
         if not isinstance(name, str) or not name:
             raise RecordInvalid(f"{field}.name", "must be a non-empty string", name)
         if "truth" not in item:
-            raise RecordInvalid(f"{field}.truth", "required: the known answer", None)
+            raise RecordInvalid(f"{field}.truth", "required: the known answer")
         params = item.get("params")
         if params is not None and not isinstance(params, dict):
             raise RecordInvalid(f"{field}.params", "must be an object", params)

@@ -136,7 +136,7 @@ class QualificationRecord:
             raise RecordInvalid("status", f"not a status of {RECORD_SCHEMA_V1}",
                                 self.status.value)
         if self.status.needs_failure and self.failure is None:
-            raise RecordInvalid("failure", f"required for status {self.status.value}", None)
+            raise RecordInvalid("failure", f"required for status {self.status.value}")
         if not self.status.needs_failure and self.failure is not None:
             raise RecordInvalid("failure", f"only FAILED, REJECTED and BLOCKED carry one, "
                                 f"not {self.status.value}", self.failure.layer)
@@ -213,7 +213,7 @@ def load_record(path: str | os.PathLike[str]) -> QualificationRecord:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise RecordInvalid(str(path), f"cannot read a JSON record ({exc})", None) from exc
+        raise RecordInvalid(str(path), f"cannot read a JSON record ({exc})") from exc
     try:
         return QualificationRecord.from_json(data)
     except RecordInvalid as exc:

@@ -68,15 +68,14 @@ def load_targets(path: str | os.PathLike[str]) -> tuple[Target, ...]:
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise RecordInvalid(str(file), f"cannot read the targets file ({exc.strerror})",
-                            None) from None
+        raise RecordInvalid(str(file), f"cannot read the targets file ({exc.strerror})") from None
     try:
         data: Any = (json.loads(text) if file.suffix == ".json" else tomllib.loads(text))
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RecordInvalid(str(file), f"not valid {'JSON' if file.suffix == '.json' else 'TOML'}"
-                            f" ({exc})", None) from None
+                            f" ({exc})") from None
     if not isinstance(data, dict) or "targets" not in data:
-        raise RecordInvalid(f"{file}: targets", "the file needs a 'targets' list", None)
+        raise RecordInvalid(f"{file}: targets", "the file needs a 'targets' list")
     return parse_targets(data["targets"], f"{file}: targets")
 
 

@@ -195,6 +195,17 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),
     ]
     (tmp_path / "p.json").write_text("{}")
+    for name in ("latin.toml", "latin.jsonl", "latin.json"):  # 0xe9, 'é' as latin-1 writes it
+        (tmp_path / name).write_bytes(b'{"x": "caf\xe9"}\n')
+    not_utf8 = "not valid UTF-8 (byte 10: invalid continuation byte)"
+    cases += [
+        (["profile", "p.toml", "--targets", "latin.toml"], f"latin.toml: {not_utf8}"),
+        (["profile", "p.toml", "--workload", "latin.jsonl"], f"{not_utf8}: 'latin.jsonl'"),
+        (["qualify", "--profile", "p.json", "--targets", "latin.toml"],
+         f"latin.toml: {not_utf8}"),
+        (["qualify", "--profile", "latin.json"], f"latin.json: {not_utf8}"),
+        (["matrix", "latin.json"], f"latin.json: {not_utf8}"),
+    ]
     for args, message in cases:
         result = edge(*args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)

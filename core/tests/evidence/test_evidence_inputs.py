@@ -157,6 +157,31 @@ def test_bad_golden_sets_are_refused_naming_the_field(tmp_path: Path, changes: d
         load_golden(_golden(tmp_path, **changes))
 
 
+LATIN_1 = {  # each file as an editor saving latin-1 would write it: 'é' is the one byte 0xe9
+    "t.toml": 'targets = ["open_s < 30"]  # é\n',
+    "w.jsonl": '{"class": "a", "prompt": "café"}\n',
+    "golden.json": '{"schema": "edge.golden/1", "description": "café"}',
+}
+
+
+@pytest.mark.parametrize(("name", "read", "field"), [
+    ("t.toml", load_targets, "{file}: "),
+    ("w.jsonl", read_workload, "--workload: "),
+    ("golden.json", load_golden, "golden {file}: "),
+])
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, name: str,
+                                                      read: Any, field: str) -> None:
+    file = tmp_path / name
+    text = LATIN_1[name]
+    file.write_bytes(text.encode("latin-1"))
+    with pytest.raises(RecordInvalid) as refused:
+        read(file)
+    message = str(refused.value)
+    assert message.startswith(field.format(file=file)), message
+    assert f"not valid UTF-8 (byte {text.index('é')}: invalid continuation byte)" in message
+    assert str(file) in message, message
+
+
 def test_the_built_in_quality_checks() -> None:
     tokens = reference_tokens([({"token_ids": [1, 2, 3]}, [1, 2, 3]),
                                ({"token_ids": [1, 9]}, {"token_ids": [1, 2, 3]})])

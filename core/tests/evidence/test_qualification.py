@@ -210,6 +210,14 @@ def test_records_round_trip_through_json_files(tmp_path: Path, echo_inputs: Path
     assert load_record(path) == record
 
 
+def test_a_record_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "latin.json"
+    path.write_bytes('{"schema": "edge.qualification/2", "cell": "café"}'.encode("latin-1"))
+    with pytest.raises(RecordInvalid) as refused:
+        load_record(path)
+    assert str(refused.value) == f"{path}: not valid UTF-8 (byte 47: invalid continuation byte)"
+
+
 def _minimal(**changes: Any) -> dict[str, Any]:
     record = QualificationRecord(
         status=Status.BLOCKED, cell=Cell("dev", "model", "conf"),

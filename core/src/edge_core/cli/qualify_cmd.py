@@ -61,6 +61,9 @@ def _read(path: str) -> Any:
     except (OSError, json.JSONDecodeError) as exc:
         raise common.CommandFailed(common.EXIT_USAGE,
                                    f"{path}: cannot read JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise common.CommandFailed(common.EXIT_USAGE, f"{path}: not valid UTF-8 "
+                                   f"(byte {exc.start}: {exc.reason})") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -70,9 +70,9 @@ def load_golden(path: str | os.PathLike[str]) -> GoldenSet:
     """Read and check a golden set file.
 
     Raises:
-        RecordInvalid: unreadable, not JSON, another schema, no items, an item without a
-            name or truth, with none of ``input``, ``npz`` and ``params``, a file that
-            does not exist, an unknown key, or no pass criteria (``field: reason:
+        RecordInvalid: unreadable, not UTF-8, not JSON, another schema, no items, an item
+            without a name or truth, with none of ``input``, ``npz`` and ``params``, a file
+            that does not exist, an unknown key, or no pass criteria (``field: reason:
             value``).
     """
     file = Path(path)
@@ -80,6 +80,9 @@ def load_golden(path: str | os.PathLike[str]) -> GoldenSet:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecordInvalid(f"golden {file}", f"cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise RecordInvalid(f"golden {file}",
+                            f"not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise RecordInvalid(f"golden {file}", f"not valid JSON ({exc})") from None
     where = f"golden {file}"

@@ -214,6 +214,9 @@ def load_record(path: str | os.PathLike[str]) -> QualificationRecord:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RecordInvalid(str(path), f"cannot read a JSON record ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordInvalid(str(path),
+                            f"not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
     try:
         return QualificationRecord.from_json(data)
     except RecordInvalid as exc:

@@ -62,13 +62,16 @@ def load_targets(path: str | os.PathLike[str]) -> tuple[Target, ...]:
     """Read a targets file: TOML or JSON with ``targets = ["ttft_p95_ms <= 800", ...]``.
 
     Raises:
-        RecordInvalid: unreadable, not TOML/JSON, no ``targets`` list, or a bad target.
+        RecordInvalid: unreadable, not UTF-8, not TOML/JSON, no ``targets`` list, or a bad target.
     """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise RecordInvalid(str(file), f"cannot read the targets file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise RecordInvalid(str(file),
+                            f"not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
     try:
         data: Any = (json.loads(text) if file.suffix == ".json" else tomllib.loads(text))
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -92,13 +92,17 @@ def read_workload(path: str | os.PathLike[str]) -> list[RequestClass]:
     """The request classes of a workload file, in order of first appearance.
 
     Raises:
-        RecordInvalid: the file cannot be read, holds no request, or a line is malformed.
+        RecordInvalid: the file cannot be read or is not UTF-8, holds no request, or a line
+            is malformed.
     """
     file = Path(path)
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RecordInvalid("--workload", f"cannot read ({exc.strerror})", str(file)) from None
+    except UnicodeDecodeError as exc:
+        raise RecordInvalid("--workload", f"not valid UTF-8 (byte {exc.start}: {exc.reason})",
+                            str(file)) from None
     found: dict[str, list[Mapping[str, Any]]] = {}
     for number, text in enumerate(lines, start=1):
         if not text.strip():

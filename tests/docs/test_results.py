@@ -76,7 +76,7 @@ def test_each_moved_figure_names_its_source_and_date() -> None:
     assert entries, f"{MOVED}: no entries"
     for title in entries:
         assert re.search(r"\((?:written|measured) \d{4}-\d{2}-\d{2}", title), title
-        paths = re.findall(r"(?:docs|plugins)/[\w./-]+", title.split(":")[0])
+        paths = re.findall(r"(?:docs|plugins|core|examples)/[\w./-]+", title.split(":")[0])
         assert paths, f"{title}: names no file"
         for path in paths:
             assert (ROOT / path).exists(), f"{title}: {path} does not exist"

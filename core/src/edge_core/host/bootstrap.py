@@ -86,8 +86,8 @@ WORKER_MAIN = (
 )
 """How a worker is started: ``python -c WORKER_MAIN FD``. The same as ``python -m
 edge_contracts.worker FD`` without ``runpy`` and without running the module twice (as
-``__main__`` and again as itself), which costs ~10 ms of every worker's start-up. Its
-first statement drops ``sys.path[0]`` (the working directory, for ``-c``) before
+``__main__`` and again as itself), work that every worker's start-up would otherwise
+pay. Its first statement drops ``sys.path[0]`` (the working directory, for ``-c``) before
 anything is imported, so a module in the directory ``edge run`` was started from is
 never imported by a worker; ``-I`` would also drop the ``PYTHONPATH`` routes rely on,
 and ``-P`` does not exist before Python 3.11."""

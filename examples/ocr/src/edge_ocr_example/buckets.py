@@ -10,9 +10,9 @@ each warmed up and gated at load; anything else is refused before it is sent:
   training shape);
 * recognition: ``REC_BATCHES`` x ``REC_WIDTHS`` (batch 1, 4 or 8 crops 48 high and 320,
   640, 960 or 1280 wide), so that a short line is not run at the width of a long one and
-  a long line is not squeezed. Batch 16 was measured and left out: its four buckets took
-  11 of the 21 s the warm-up gate needed on the loaded 2-vCPU machine, and raised the
-  worker's peak from about 400 to 460 MB, for no throughput gain on 2 cores.
+  a long line is not squeezed. Batch 16 was measured and left out: its four buckets
+  lengthened the warm-up gate and raised the worker's peak memory, for no throughput gain
+  on 2 cores (the figures: "Figures moved from the prose" in benchmarks/RESULTS.md).
 
 A page's crops are mapped over these buckets within one request (``edge_core.runtime.Fanout``):
 every detected line is classified and recognised, however many there are

@@ -263,6 +263,35 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
     assert up == {("slow", "ready"), ("fast", "ready")}
 
 
+def _requests_counted(client: httpx.Client) -> dict[tuple[str, str, str], float]:
+    """``edge_requests_total`` by (pipeline, route, outcome), as ``/metrics`` shows it now."""
+    text = client.get("/metrics").text
+    return {(s.labels["pipeline"], s.labels["route"], s.labels["outcome"]): s.value
+            for family in text_string_to_metric_families(text) if family.name == "edge_requests"
+            for s in family.samples if s.name == "edge_requests_total"}
+
+
+def test_a_request_refused_before_routing_is_counted_under_the_route_its_path_matches(
+        server: Served) -> None:
+    run = "/v1/pipelines/{name}/run"
+    big = {"inputs": {"x": _tensor(np.zeros(40_000, dtype=np.float32))}}  # over 64 KiB
+    with _client(server) as client, _client(server, key=None) as anonymous:
+        before = _requests_counted(client)
+        # refused by the guards, before Starlette routes them
+        assert client.post("/v1/pipelines/fast/run", json=big).status_code == 413
+        assert anonymous.post("/v1/pipelines/fast/run", json={}).status_code == 401
+        assert client.post("/v1/nowhere/run", json=big).status_code == 413
+        assert anonymous.post("/v1/nowhere/run", json={}).status_code == 401
+        assert client.get("/v1/nowhere/run").status_code == 404
+        after = _requests_counted(client)
+    refused = {"too_large", "unauthorized", "not_found"}
+    grew = {key: value - before.get(key, 0.0) for key, value in after.items()
+            if key[2] in refused and value != before.get(key, 0.0)}
+    assert grew == {("fast", run, "too_large"): 1.0, ("fast", run, "unauthorized"): 1.0,
+                    ("", "other", "too_large"): 1.0, ("", "other", "unauthorized"): 1.0,
+                    ("", "other", "not_found"): 1.0}
+
+
 def test_header_names_that_http_makes_case_insensitive_are_read_so(server: Served) -> None:
     x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
     with httpx.Client(base_url=server.url, timeout=60.0) as client:

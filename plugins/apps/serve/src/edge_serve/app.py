@@ -18,7 +18,7 @@ Routes:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -27,7 +27,7 @@ from starlette.datastructures import UploadFile
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from edge_core.errors import EdgeError
 from edge_core.ledger import ResourceLedger
@@ -92,12 +92,18 @@ def _state(request: Request) -> ServerState:
 
 
 class Accounting:
-    """Outermost middleware: counts every request by outcome, with its latency."""
+    """Outermost middleware: counts every request by outcome, with its latency.
 
-    def __init__(self, app: App, metrics: ServerMetrics, names: frozenset[str]) -> None:
+    ``routes`` are the application's, in the router's order: a request refused before
+    routing is labelled with the one its path matches (:meth:`_unrouted_label`).
+    """
+
+    def __init__(self, app: App, metrics: ServerMetrics, names: frozenset[str],
+                 routes: Sequence[Route] = ()) -> None:
         self.app = app
         self.metrics = metrics
         self.names = names
+        self.routes = tuple(routes)
 
     def _pipeline(self, scope: Scope) -> str:
         """The pipeline a request was for, as its route set it.
@@ -112,6 +118,23 @@ class Accounting:
         if len(parts) > 3 and parts[1:3] == ["v1", "pipelines"] and parts[3] in self.names:
             return parts[3]
         return ""
+
+    def _unrouted_label(self, scope: Scope) -> str:
+        """The route label of a request the router never labelled; ``"other"`` if none.
+
+        A request refused before routing (401, 413) gets the path template of the route its
+        path matches, chosen as the router would (a full match first, else the first whose
+        path matches but not its method); the routes are only matched, never run. Called
+        only when the label would otherwise be ``"other"``.
+        """
+        partial: str | None = None
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return route.path
+            if match is Match.PARTIAL and partial is None:
+                partial = route.path
+        return partial or "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -130,7 +153,8 @@ class Accounting:
             await self.app(scope, receive, observing_send)
         finally:
             route = scope.get("route")
-            label = scope.get(ROUTE_KEY) or getattr(route, "path", None) or "other"
+            label = (scope.get(ROUTE_KEY) or getattr(route, "path", None)
+                     or self._unrouted_label(scope))
             outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
             self.metrics.observe_request(self._pipeline(scope), label, outcome,
                                          time.perf_counter() - started)
@@ -291,7 +315,7 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
         *openai_api.routes(),
     ]
     middleware = [Middleware(Accounting, metrics=state.metrics,
-                             names=frozenset(state.pipelines))]
+                             names=frozenset(state.pipelines), routes=routes)]
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
     middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes))

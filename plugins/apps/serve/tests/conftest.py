@@ -2,12 +2,14 @@
 
 Leaks are checked around each server's whole life (:func:`serving.running`): a server
 keeps shared-memory segments for reuse while it runs, so a per-test check would flag them.
+A failed test whose ``server`` fixture is a running ``edge serve`` carries the end of
+that server's log in its report (a stage that failed says why there, and only there).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from generate_server import SharedServer, write_pipelines
+from serving import Served
+
+#: How many of the server's last log lines a failed test's report shows.
+LOG_TAIL_LINES = 60
 
 BuildOnce = Callable[[str, Callable[[Path], None]], Path]
 
@@ -54,3 +60,16 @@ def generate_server(tmp_path_factory: pytest.TempPathFactory,
     shared = SharedServer(lambda: write_pipelines(folder, ocr_dir))
     yield shared
     shared.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport,
+                                                                         pytest.TestReport]:
+    """Add the end of the server's log to the report of a failed test that used one."""
+    report = yield
+    server = (getattr(item, "funcargs", None) or {}).get("server")
+    if report.failed and isinstance(server, Served) and server.stderr:
+        report.sections.append((f"edge serve's log (its last {LOG_TAIL_LINES} lines)",
+                                 "".join(server.stderr[-LOG_TAIL_LINES:])))
+    return report

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from edge_contracts.manifest import MANIFEST_FILENAME
@@ -87,14 +88,46 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "usage: edge manifest" in capsys.readouterr().err
 
 
-def test_create_refuses_to_overwrite_without_force(
+def test_create_on_a_bundle_with_a_manifest_exits_2_naming_it_and_force_replaces_it(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["manifest", "create", str(bundle), "--json"]) == 1
-    assert "already exists" in _json(capsys)["error"]
+    manifest = bundle.resolve() / MANIFEST_FILENAME
+    before = manifest.read_bytes()
+    assert main(["manifest", "create", str(bundle), "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["ok"] is False
+    assert failure["error"] == (f"DIR: already has a manifest; pass --force to replace it "
+                                f"(nothing was written): {str(manifest)!r}")
+    assert failure["refusal"] == {
+        "kind": "ManifestExists", "field": "manifest",
+        "reason": "already exists (overwrite=True, or edge manifest create --force, "
+                  "replaces it)",
+        "value": str(manifest)}
+    assert main(["manifest", "create", str(bundle)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"edge: DIR: already has a manifest; pass --force to replace it "
+                            f"(nothing was written): {str(manifest)!r}\n")
+    assert manifest.read_bytes() == before
     assert main(["manifest", "create", str(bundle), "--force", "--component", "x"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"wrote {bundle.resolve() / MANIFEST_FILENAME}")
+    assert out.startswith(f"wrote {manifest}")
+    assert json.loads(manifest.read_text())["component"] == "x"
+
+
+def test_create_exits_2_for_a_refused_bundle_and_verify_exits_1(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What create is given is its input (exit 2); what verify answers is a check (exit 1)."""
+    np.save(bundle / "bare.npy", np.ones(3))
+    (bundle / "bare.npy").replace(bundle / "inputs.npz")
+    assert main(["manifest", "create", str(bundle), "--force", "--example-inputs",
+                 "inputs.npz", "--json"]) == 2
+    created = _json(capsys)
+    assert created["refusal"]["kind"] == "ReferenceRefused"
+    assert created["refusal"]["field"] == "manifest.metadata.example_inputs"
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 1
+    assert _json(capsys)["refusal"]["kind"] == "DigestMismatch"
 
 
 def test_real_entry_point_shows_progress_when_forced_and_never_under_json(

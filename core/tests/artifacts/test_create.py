@@ -9,7 +9,7 @@ import pytest
 
 from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts import (
-    ManifestSchemaInvalid,
+    ManifestExists,
     MemberPathRefused,
     ReferenceRefused,
     create_manifest,
@@ -49,8 +49,10 @@ def test_created_manifest_lists_every_file_with_its_digest_and_round_trips(
 
 def test_existing_manifest_is_kept_unless_overwrite_is_asked(bundle: Path) -> None:
     before = (bundle / MANIFEST_FILENAME).read_bytes()
-    with pytest.raises(ManifestSchemaInvalid, match="already exists"):
+    with pytest.raises(ManifestExists, match="already exists") as caught:
         create_manifest(bundle)
+    assert caught.value.field == "manifest"
+    assert caught.value.value == str(bundle.resolve() / MANIFEST_FILENAME)
     assert (bundle / MANIFEST_FILENAME).read_bytes() == before
     created = create_manifest(bundle, overwrite=True, component="again")
     assert created.manifest.component == "again"

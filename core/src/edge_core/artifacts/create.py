@@ -26,7 +26,7 @@ from edge_contracts.manifest import (
     ArtifactManifest,
     ArtifactMetadata,
 )
-from edge_core.artifacts.errors import ManifestSchemaInvalid, ReferenceRefused
+from edge_core.artifacts.errors import ManifestExists, ManifestSchemaInvalid, ReferenceRefused
 from edge_core.artifacts.hashing import hash_member
 from edge_core.artifacts.members import bundle_root, list_bundle_files, resolve_member
 from edge_core.artifacts.references import EXPECTED_OUTPUTS_KEY, References, check_references
@@ -182,13 +182,20 @@ def create_manifest(
     """Build the manifest of the bundle at ``directory`` and write it there.
 
     ``options`` are those of :func:`build_manifest`. An existing manifest is refused
-    unless ``overwrite``; the write is atomic (temporary file, fsync, rename).
+    unless ``overwrite``, before anything is hashed; the write is atomic (temporary file,
+    fsync, rename).
+
+    Raises:
+        ManifestExists: the bundle has a manifest (or anything by its name) and
+            ``overwrite`` is false; nothing was written.
+        ManifestInvalid: another subclass, from :func:`build_manifest`.
+
     """
     root = bundle_root(directory)
     target = root / MANIFEST_FILENAME
     if not overwrite and os.path.lexists(target):
-        raise ManifestSchemaInvalid("manifest", "already exists (overwrite to replace it)",
-                                    str(target))
+        raise ManifestExists("manifest", "already exists (overwrite=True, or edge manifest "
+                             "create --force, replaces it)", str(target))
     created = build_manifest(root, **options)
     fd, temporary = tempfile.mkstemp(dir=root, prefix=".edge-manifest.", suffix=".tmp")
     try:

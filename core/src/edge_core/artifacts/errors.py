@@ -13,6 +13,7 @@ __all__ = [
     "BundleChanged",
     "BundleRefused",
     "DigestMismatch",
+    "ManifestExists",
     "ManifestSchemaInvalid",
     "MemberMissing",
     "MemberPathRefused",
@@ -56,6 +57,10 @@ class BundleRefused(ManifestInvalid):
 
 class ManifestSchemaInvalid(BundleRefused):
     """The manifest file is missing, unreadable, not JSON, or breaks the manifest schema."""
+
+
+class ManifestExists(BundleRefused):
+    """The bundle already has a manifest and creating one was not asked to replace it."""
 
 
 class MemberPathRefused(BundleRefused):

@@ -1,9 +1,11 @@
 """``edge manifest create|verify``: write an artifact bundle's manifest, or verify a bundle.
 
-Exit codes: 0 ok; 1 the bundle was refused (the message names field, reason and value);
-2 usage error (DIR is not a directory, ``--calibration``/``--validation`` not a JSON
-object). Hashing shows a progress line on stderr for bundles of at least 8 MiB when
-stderr is a terminal (``EDGE_PROGRESS=1`` forces it); never under ``--json``.
+Exit codes: 0 ok; 1 ``verify`` refused the bundle (the message names field, reason and
+value); 2 bad input: DIR is not a directory, ``--calibration``/``--validation`` is not a
+JSON object, or ``create`` refused the bundle it was given (a manifest already there
+without ``--force``, or any other refusal, named as ``verify`` names it). Hashing shows
+a progress line on stderr for bundles of at least 8 MiB when stderr is a terminal
+(``EDGE_PROGRESS=1`` forces it); never under ``--json``.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         sub, NAME, "create or verify an artifact bundle's manifest",
         "An artifact bundle is a folder with a model graph, example inputs and a manifest "
         "of every file's SHA-256; a stage loads only a bundle that verifies. 'create' "
-        "writes the manifest, 'verify' checks a folder against it. Exit 1 when a bundle is "
-        "refused (the message names the field, the reason and the value), 2 for a usage "
-        "problem.",
+        "writes the manifest, 'verify' checks a folder against it. Exit 1 when 'verify' "
+        "refuses a bundle (the message names the field, the reason and the value), 2 for a "
+        "usage or input problem, which includes every bundle 'create' refuses (one that "
+        "already has a manifest without --force).",
         "edge manifest create models/net --example-inputs x.npz",
         "edge manifest verify models/net")
     actions = parser.add_subparsers(dest="manifest_action", metavar="ACTION", required=True,
@@ -46,7 +49,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "Hash every file of DIR and write DIR/edge-manifest.json. File arguments are paths "
         "inside DIR (relative to DIR, or to the working directory). A stage loads a bundle "
         "only with example inputs to warm up and gate it: give --example-inputs (and "
-        "--expected-outputs to compare its outputs too).",
+        "--expected-outputs to compare its outputs too). Exit 2, writing nothing, for a "
+        "refused bundle or when DIR already has a manifest (--force replaces it).",
         "edge manifest create models/net --example-inputs x.npz",
         "edge manifest create models/net --example-inputs x.npz --expected-outputs y.npz "
         "--precision float32")
@@ -68,7 +72,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="a JSON object recorded as the calibration")
     create.add_argument("--validation", metavar="JSON",
                         help="a JSON object recorded as the validation")
-    create.add_argument("--force", action="store_true", help="replace an existing manifest")
+    create.add_argument("--force", action="store_true",
+                        help="replace DIR's manifest if it has one (without it, an existing "
+                        "manifest is refused, exit 2)")
     common.add_json_flag(create)
     create.set_defaults(func=run)
 
@@ -105,18 +111,26 @@ def _progress(args: argparse.Namespace, label: str) -> Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Create or verify a manifest; refusals end with exit code 1."""
-    from edge_core.artifacts.errors import BundleRefused
+    """Create or verify a manifest: a refused ``verify`` exits 1, a refused ``create`` 2."""
+    from edge_core.artifacts.errors import BundleRefused, ManifestExists
 
     if not os.path.isdir(args.directory):
         raise common.CommandFailed(common.EXIT_USAGE,
                                    f"DIR: must be an existing directory: {args.directory!r}")
+    creating = args.manifest_action == "create"
     try:
-        result = _create(args) if args.manifest_action == "create" else _verify(args)
-    except BundleRefused as exc:
+        result = _create(args) if creating else _verify(args)
+    except ManifestExists as exc:
         raise common.CommandFailed(
-            common.EXIT_FAILED, str(exc), {"refusal": exc.to_dict()}
+            common.EXIT_USAGE,
+            "DIR: already has a manifest; pass --force to replace it (nothing was "
+            f"written): {exc.value!r}",
+            {"refusal": exc.to_dict()},
         ) from exc
+    except BundleRefused as exc:
+        # what create is given is its input (exit 2); what verify answers is a check (1)
+        code = common.EXIT_USAGE if creating else common.EXIT_FAILED
+        raise common.CommandFailed(code, str(exc), {"refusal": exc.to_dict()}) from exc
     if args.json:
         common.print_json({"ok": True, **result})
     else:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edge_contracts.manifest import MANIFEST_FILENAME
@@ -62,6 +63,35 @@ def constant_model(size: int = 64) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])],
     )
     return helper.make_model(graph)
+
+
+def passthrough_model() -> onnx.ModelProto:
+    """A graph without nodes whose input is its output: valid ONNX that ONNX Runtime runs."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    return helper.make_model(helper.make_graph([], "passthrough", [x], [x]))
+
+
+def _graph_bytes(*, inputs: bool, outputs: bool) -> bytes:
+    """A model whose graph has a node, without its inputs and/or outputs declared."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "partial",
+                              [x] if inputs else [], [y] if outputs else [])
+    return bytes(helper.make_model(graph).SerializeToString())
+
+
+NOT_ONNX_GRAPHS = [
+    pytest.param(b"", "the file is empty (0 bytes)", id="empty"),
+    pytest.param(b"\xff\xfe not protobuf", "not a readable ONNX model (unexpected wire type 7",
+                 id="garbage"),
+    pytest.param(b"hi", "it holds no graph", id="text-that-parses"),  # field 13 = 105
+    pytest.param(b"\x08\x09", "it holds no graph", id="ir-version-only"),
+    pytest.param(_graph_bytes(inputs=False, outputs=False),
+                 "its graph has no input and no output", id="no-inputs-or-outputs"),
+    pytest.param(_graph_bytes(inputs=True, outputs=False), "its graph has no output",
+                 id="no-outputs"),
+]
+"""``(bytes, what is missing)`` of graph files named ``.onnx`` that are refused."""
 
 
 def write_bundle(

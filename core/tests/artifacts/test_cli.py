@@ -16,7 +16,7 @@ from edge_contracts.manifest import MANIFEST_FILENAME
 from edge_core.cli import main
 from edge_core.progress import PROGRESS_ENV
 
-from .bundles import sha256_of, write_bundle
+from .bundles import edit_manifest, sha256_of, write_bundle
 
 
 def _edge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -128,6 +128,49 @@ def test_create_exits_2_for_a_refused_bundle_and_verify_exits_1(
     assert created["refusal"]["field"] == "manifest.metadata.example_inputs"
     assert main(["manifest", "verify", str(bundle), "--json"]) == 1
     assert _json(capsys)["refusal"]["kind"] == "DigestMismatch"
+
+
+@pytest.mark.parametrize(("data", "missing"), [
+    (b"", "the file is empty (0 bytes)"),
+    (b"\xff\xfe not protobuf", "not a readable ONNX model (unexpected wire type 7"),
+])
+def test_a_graph_named_onnx_that_is_not_onnx_exits_2_at_create_and_1_at_verify(
+    bundle: Path, capsys: pytest.CaptureFixture[str], data: bytes, missing: str
+) -> None:
+    graph = bundle / "model.onnx"
+    graph.write_bytes(data)
+    assert main(["manifest", "create", str(bundle), "--force", "--example-inputs",
+                 "inputs.npz", "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["refusal"]["kind"] == "ReferenceRefused"
+    assert failure["refusal"]["field"] == "manifest.metadata.graph"
+    assert failure["refusal"]["value"] == "model.onnx"
+    assert failure["error"].startswith(f"manifest.metadata.graph: named .onnx but {missing}")
+    assert main(["manifest", "create", str(bundle), "--force"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"edge: manifest.metadata.graph: named .onnx but {missing}")
+    # a manifest written by hand for it: verify refuses it as a failed check
+    edit_manifest(bundle, lambda m: m["files"].update({"model.onnx": sha256_of(graph)}))
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 1
+    refused = _json(capsys)
+    assert refused["ok"] is False
+    assert refused["refusal"]["field"] == "manifest.metadata.graph"
+    assert refused["error"].startswith(f"manifest.metadata.graph: named .onnx but {missing}")
+
+
+def test_a_graph_in_another_format_is_accepted_by_create_and_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle for a backend that does not run ONNX names its own file as the graph."""
+    directory = tmp_path / "tanh"
+    directory.mkdir()
+    (directory / "weights.bin").write_bytes(b"\xff\xfe not protobuf")
+    np.savez(directory / "example.npz", x=np.zeros((2, 3), np.float32))
+    assert main(["manifest", "create", str(directory), "--graph", "weights.bin",
+                 "--example-inputs", "example.npz", "--json"]) == 0
+    assert _json(capsys)["graph"] == "weights.bin"
+    assert main(["manifest", "verify", str(directory), "--json"]) == 0
+    assert _json(capsys)["graph"] == "weights.bin"
 
 
 def test_real_entry_point_shows_progress_when_forced_and_never_under_json(

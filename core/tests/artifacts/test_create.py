@@ -16,7 +16,7 @@ from edge_core.artifacts import (
     verify_bundle,
 )
 
-from .bundles import matmul_model, sha256_of, write_bundle
+from .bundles import NOT_ONNX_GRAPHS, matmul_model, passthrough_model, sha256_of, write_bundle
 
 
 def test_created_manifest_lists_every_file_with_its_digest_and_round_trips(
@@ -114,3 +114,55 @@ def test_external_data_missing_from_the_directory_is_refused_at_creation(
 def test_manifest_is_written_as_canonical_json(bundle: Path) -> None:
     text = (bundle / MANIFEST_FILENAME).read_text()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+
+
+def _graph_bundle(directory: Path, graph: str, data: bytes) -> Path:
+    import numpy as np
+
+    directory.mkdir()
+    (directory / graph).write_bytes(data)
+    np.savez(directory / "inputs.npz", x=np.ones((1, 64), np.float32))
+    return directory
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "model.ONNX"])
+@pytest.mark.parametrize(("data", "missing"), NOT_ONNX_GRAPHS)
+def test_a_graph_named_onnx_that_is_not_an_onnx_model_is_refused_at_creation(
+    tmp_path: Path, name: str, data: bytes, missing: str
+) -> None:
+    directory = _graph_bundle(tmp_path / "b", name, data)
+    with pytest.raises(ReferenceRefused) as caught:
+        create_manifest(directory, graph=name, example_inputs="inputs.npz")
+    assert caught.value.field == "manifest.metadata.graph"
+    assert caught.value.value == name
+    assert caught.value.reason.startswith(f"named .onnx but {missing}")
+    assert caught.value.reason.endswith(
+        ": an ONNX model needs a graph with at least one input and one output (a graph in "
+        "another format must not be named .onnx)")
+    assert not (directory / MANIFEST_FILENAME).exists()
+    if name == "model.onnx":  # as the default graph (the only .onnx file): the same
+        with pytest.raises(ReferenceRefused, match=r"^manifest\.metadata\.graph: named "):
+            create_manifest(directory, example_inputs="inputs.npz")
+
+
+def test_a_graph_without_nodes_that_passes_its_input_through_is_accepted(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    directory = _graph_bundle(tmp_path / "b", "model.onnx",
+                              passthrough_model().SerializeToString())
+    create_manifest(directory, example_inputs="inputs.npz")
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.manifest.metadata.graph == "model.onnx"
+
+
+@pytest.mark.parametrize("name", ["weights.bin", "params.npz", "model.onnx.bin"])
+@pytest.mark.parametrize(("data", "missing"), NOT_ONNX_GRAPHS)
+def test_a_graph_not_named_onnx_may_be_any_file(
+    tmp_path: Path, staging_root: Path, name: str, data: bytes, missing: str
+) -> None:
+    """A bundle for a backend that does not run ONNX names its own weights as its graph."""
+    directory = _graph_bundle(tmp_path / "b", name, data)
+    created = create_manifest(directory, graph=name, example_inputs="inputs.npz")
+    assert created.manifest.metadata.graph == name
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.graph.read_bytes() == data

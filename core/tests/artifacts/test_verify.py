@@ -25,7 +25,7 @@ from edge_core.artifacts import (
 )
 from edge_core.errors import ManifestInvalid
 
-from .bundles import edit_manifest, sha256_of, write_bundle
+from .bundles import NOT_ONNX_GRAPHS, edit_manifest, sha256_of, write_bundle
 
 
 def test_created_bundle_verifies_and_gives_the_worker_a_private_copy(
@@ -189,6 +189,22 @@ def test_manifest_breaking_the_schema_or_referencing_unlisted_files_is_refused(
     edit_manifest(bundle, change)
     with pytest.raises(error):
         verify_bundle(bundle, staging_root=staging_root)
+
+
+@pytest.mark.parametrize(("data", "missing"), NOT_ONNX_GRAPHS)
+def test_a_graph_named_onnx_that_is_not_an_onnx_model_is_refused(
+    bundle: Path, staging_root: Path, data: bytes, missing: str
+) -> None:
+    """A manifest written by hand (create refuses it too) for a graph that is not ONNX."""
+    (bundle / "model.onnx").write_bytes(data)
+    edit_manifest(bundle, lambda m: m["files"].update(
+        {"model.onnx": sha256_of(bundle / "model.onnx")}))
+    for stage in (True, False):
+        with pytest.raises(ReferenceRefused) as caught:
+            verify_bundle(bundle, stage=stage, staging_root=staging_root)
+        assert (caught.value.field, caught.value.value) == ("manifest.metadata.graph",
+                                                            "model.onnx")
+        assert caught.value.reason.startswith(f"named .onnx but {missing}")
 
 
 def test_example_inputs_needing_pickle_are_refused(bundle: Path, staging_root: Path) -> None:

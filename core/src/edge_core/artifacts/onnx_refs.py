@@ -10,7 +10,8 @@ Walked (field numbers from ``onnx.proto``):
 - ``ModelProto``: graph (7), training_info (20), functions (25)
 - ``TrainingInfoProto``: initialization (1), algorithm (2)
 - ``FunctionProto``: node (7), attribute_proto (11)
-- ``GraphProto``: node (1), initializer (5), sparse_initializer (15)
+- ``GraphProto``: node (1), initializer (5), sparse_initializer (15); of the model's own
+  graph, input (11) and output (12) are also counted (:func:`graph_outline`)
 - ``NodeProto``: attribute (5)
 - ``AttributeProto``: t (5), g (6), tensors (10), graphs (11), sparse_tensor (22),
   sparse_tensors (23) — so initializers of subgraphs (``If``/``Loop``/``Scan`` bodies)
@@ -33,7 +34,7 @@ import attrs
 
 from edge_core.artifacts.errors import ReferenceRefused
 
-__all__ = ["MAX_NESTING", "ExternalRef", "external_refs"]
+__all__ = ["MAX_NESTING", "ExternalRef", "GraphOutline", "external_refs", "graph_outline"]
 
 MAX_NESTING = 64
 """Deepest nesting of messages followed (subgraph in subgraph ...) before refusing."""
@@ -150,11 +151,32 @@ def _text(data: _Bytes, start: int, end: int) -> str:
     return bytes(data[start:end]).decode("utf-8", errors="surrogateescape")
 
 
+@attrs.frozen
+class GraphOutline:
+    """How much a model file's own graph holds (not its subgraphs or functions).
+
+    Attributes:
+        size: the file's size in bytes.
+        problem: why its bytes are not a readable protobuf message (``None`` when they are).
+        graphs: how many times the model's ``graph`` field occurs (protobuf merges them).
+        inputs: the graph's inputs, all occurrences together.
+        outputs: the graph's outputs, all occurrences together.
+
+    """
+
+    size: int
+    problem: str | None
+    graphs: int
+    inputs: int
+    outputs: int
+
+
 class _Walker:
     def __init__(self, data: _Bytes) -> None:
         self.data = data
         self.refs: list[ExternalRef] = []
         self.graphs = 0
+        self.counts = {11: 0, 12: 0}  # the model graph's input and output
 
     def _children(self, start: int, end: int, wanted: dict[int, str]) -> Iterator[
         tuple[str, int, int, int]
@@ -171,12 +193,18 @@ class _Walker:
         for name, index, a, b in self._children(start, end, wanted):
             if name == "graph":
                 self.graphs += 1
+                self._count(a, b)
                 self.graph(a, b, "graph", 1)
             elif name == "training_info":
                 for sub, _, c, d in self._children(a, b, {1: "initialization", 2: "algorithm"}):
                     self.graph(c, d, f"training_info[{index}].{sub}", 1)
             else:
                 self.function(a, b, f"functions[{index}]")
+
+    def _count(self, start: int, end: int) -> None:
+        for number, wire, _, _ in _fields(self.data, start, end):
+            if wire == _LEN and number in self.counts:
+                self.counts[number] += 1
 
     def function(self, start: int, end: int, where: str) -> None:
         for name, index, a, b in self._children(start, end, {7: "node", 11: "attribute_proto"}):
@@ -256,6 +284,27 @@ def _decimal(text: str | None, where: str, default: int | None) -> int | None:
     return int(text)
 
 
+def _walk(path: Path) -> tuple[_Walker | None, str | None, int]:
+    """Walk the model at ``path``.
+
+    Returns the walker (``None`` for an empty file), the problem that stopped it (``None``
+    when its bytes parsed) and the file's size.
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return None, None, 0
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            walker = _Walker(data)
+            try:
+                walker.model(0, size)
+            except _Malformed as exc:
+                return walker, str(exc), size
+            except RecursionError:
+                return walker, "messages nested too deeply", size
+    return walker, None, size
+
+
 def external_refs(path: Path, field: str, *, any_file: bool = False) -> tuple[ExternalRef, ...]:
     """Every tensor of the ONNX model at ``path`` that keeps its data in another file.
 
@@ -263,23 +312,28 @@ def external_refs(path: Path, field: str, *, any_file: bool = False) -> tuple[Ex
     well-formed protobuf message of the expected shape. With ``any_file`` (a member
     that is not named as a model), bytes that do not parse as a model with a graph are
     simply not a model: the answer is ``()``. Whatever its name, a file that parses as
-    one is checked like a model: a runtime would load it as one.
+    one is checked like a model: a runtime would load it as one. An empty file holds no
+    reference (whether it may be a bundle's graph is :func:`graph_outline`'s question).
     """
-    problem = None
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return ()
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            walker = _Walker(data)
-            try:
-                walker.model(0, size)
-            except _Malformed as exc:
-                problem = str(exc)
-            except RecursionError:
-                problem = "messages nested too deeply"
+    walker, problem, _ = _walk(path)
+    if walker is None:
+        return ()
     if any_file and (problem is not None or not walker.graphs):
         return ()
     if problem is not None:
         raise ReferenceRefused(field, f"not a readable ONNX model ({problem})", path.name)
     return tuple(walker.refs)
+
+
+def graph_outline(path: Path) -> GraphOutline:
+    """What the model at ``path`` holds in its own graph, read as :func:`external_refs` reads it.
+
+    Never raises for bad bytes: a file that is not a readable protobuf message has its
+    ``problem`` set (the counts are then those read before it), an empty file counts
+    nothing. Protobuf parses 0 bytes as an empty model, so an empty file *is* a model
+    without a graph to a runtime's parser; the caller decides what a graph needs.
+    """
+    walker, problem, size = _walk(path)
+    if walker is None:
+        return GraphOutline(size, None, 0, 0, 0)
+    return GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12])

@@ -4,6 +4,10 @@ Checked here, on a directory whose members have already been hashed (the staged 
 or the bundle itself):
 
 - ``metadata.validation.expected_outputs``, when present, is a member path;
+- ``metadata.graph``, when its name says it is ONNX (ends in ``.onnx``, any case), is an
+  ONNX model with a graph that has at least one input and one output
+  (:func:`check_onnx_graph`; a graph named otherwise is a backend's own format, and only
+  checked as any member is);
 - every member that is, or whose bytes parse as, an ONNX model (any name ending in
   ``.onnx`` in any case, and any other file that parses as a model with a graph) has
   its external-data locations among the members, without ``..`` or any other unsafe
@@ -33,19 +37,23 @@ from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
 from edge_core.artifacts.npz_headers import ArrayHeader, read_npz_headers
-from edge_core.artifacts.onnx_refs import ExternalRef, external_refs
+from edge_core.artifacts.onnx_refs import ExternalRef, external_refs, graph_outline
 from edge_core.shapes import WarmupCase, declared_shapes, specs_of
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["EXPECTED_OUTPUTS_KEY", "References", "check_references", "expected_outputs_path",
-           "load_npz", "npz_headers", "specs_of_headers"]
+__all__ = ["EXPECTED_OUTPUTS_KEY", "GRAPH_FIELD", "References", "check_onnx_graph",
+           "check_references", "expected_outputs_path", "load_npz", "npz_headers",
+           "specs_of_headers"]
 
 EXPECTED_OUTPUTS_KEY = "expected_outputs"
 """Key of ``metadata.validation`` naming the ``.npz`` of reference outputs."""
 
 ONNX_SUFFIX = ".onnx"
+
+GRAPH_FIELD = "manifest.metadata.graph"
+"""The field a refused graph is named by."""
 
 
 @attrs.frozen
@@ -84,6 +92,44 @@ def expected_outputs_path(manifest: ArtifactManifest) -> str | None:
     if value not in manifest.files:
         raise ReferenceRefused(field, "must be a key of files (not in the verified set)", value)
     return value
+
+
+def check_onnx_graph(directory: Path, graph: str) -> None:
+    """Refuse the member ``graph`` at ``directory`` unless it is a usable ONNX model.
+
+    Only a graph named as ONNX (``.onnx`` in any case) is checked: a bundle for a backend
+    that does not run ONNX names its own file. Such a graph must parse as an ONNX model
+    (``ModelProto``) with a graph that has at least one input and one output: a protobuf
+    parser reads 0 bytes, and many short byte strings, as a model without a graph, which
+    no runtime can serve. Nodes are not required: a graph may pass an input straight
+    through to an output, and ONNX Runtime runs it.
+
+    Raises:
+        ReferenceRefused: naming ``manifest.metadata.graph``, what is missing, and the
+            member.
+
+    """
+    if not graph.casefold().endswith(ONNX_SUFFIX):
+        return
+    outline = graph_outline(directory.joinpath(*graph.split("/")))
+    if outline.size == 0:
+        missing = "the file is empty (0 bytes)"
+    elif outline.problem is not None:
+        missing = f"not a readable ONNX model ({outline.problem})"
+    elif not outline.graphs:
+        missing = "it holds no graph"
+    else:
+        absent = [name for name, count in (("input", outline.inputs),
+                                           ("output", outline.outputs)) if not count]
+        if not absent:
+            return
+        missing = f"its graph has no {' and no '.join(absent)}"
+    raise ReferenceRefused(
+        GRAPH_FIELD,
+        f"named {ONNX_SUFFIX} but {missing}: an ONNX model needs a graph with at least one "
+        f"input and one output (a graph in another format must not be named {ONNX_SUFFIX})",
+        graph,
+    )
 
 
 def _check_external(
@@ -189,6 +235,7 @@ def check_references(
 ) -> References:
     """Check what the members at ``directory`` refer to; ``sizes`` maps member -> bytes."""
     expected = expected_outputs_path(manifest)
+    check_onnx_graph(directory, manifest.metadata.graph)
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
         # A *.onnx (any case) must parse; every other member (the graph of a backend

@@ -182,7 +182,8 @@ def test_a_missing_bundle_or_an_existing_out_is_refused(dynamic: Path, tmp_path:
 
 @pytest.mark.parametrize(("graph", "data", "reason"), [
     ("weights.bin", b"\xff\xfe not protobuf", "not an ONNX model, which edge derive needs ("),
-    ("empty.onnx", b"", "not an ONNX model with a graph and its inputs"),
+    # named otherwise than .onnx: a valid bundle (one named .onnx must be an ONNX model)
+    ("empty.bin", b"", "not an ONNX model with a graph and its inputs"),
 ])
 def test_a_bundle_whose_graph_is_not_onnx_is_refused_naming_it(
     tmp_path: Path, graph: str, data: bytes, reason: str

@@ -127,13 +127,24 @@ def refuse_timing_without_workers(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2."""
+    """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2.
+
+    The JSON document (and a failure's, once the file is checked) holds
+    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    """
+    refuse_timing_without_workers(args)  # before the file is read: a usage error
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    with common.PluginErrorsOnFailure(errors):
+        return _plan(args, checked, errors)
+
+
+def _plan(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
+    """Answer for the checked pipeline; print the answer; exit 0 / 1."""
     from edge_core.runtime.pipeline_files import default_ledger
     from edge_core.runtime.preview import plan_by_opening, plan_by_probe
 
-    refuse_timing_without_workers(args)  # before the file is read: a usage error
     say = None if args.json else common.say
-    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     config, plugins = checked.config, checked.plugins
     workload = None
     if args.source:
@@ -152,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                                  remeasure=args.remeasure)
     code = common.EXIT_OK if answer.ok and answer.released else common.EXIT_FAILED
     if args.json:
-        common.print_json(answer.to_json())
+        common.print_json({**answer.to_json(), "plugin_errors": plugin_errors})
         return code
     for line in _lines(answer):
         print(line)

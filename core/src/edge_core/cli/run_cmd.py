@@ -246,11 +246,12 @@ def _receipt_line(receipt: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
+    """Check the inputs, open the pipeline, serve them, print plan, answers and latencies.
+
+    The JSON document (and a failure's, once the file is checked) holds
+    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    """
     from edge_contracts.heap import apply_heap_policy
-    from edge_core.evidence.memory import annotate_plan
-    from edge_core.runtime import Pipeline
-    from edge_core.runtime.pipeline_files import default_ledger
 
     apply_heap_policy()  # before any thread allocates: one heap, given back at rest
     if args.json and args.jsonl:
@@ -258,9 +259,20 @@ def run(args: argparse.Namespace) -> int:
                                    "document, or one JSON line per input)")
     if args.profile:
         common.check_output(args.profile, "--profile")
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    with common.PluginErrorsOnFailure(errors):
+        return _run(args, checked, errors)
+
+
+def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
+    """Check the inputs, open the checked pipeline, serve them, report; the exit code."""
+    from edge_core.evidence.memory import annotate_plan
+    from edge_core.runtime import Pipeline
+    from edge_core.runtime.pipeline_files import default_ledger
+
     quiet = args.json or args.jsonl
     say = None if quiet else common.say
-    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     config = checked.config
     prepared = _check_inputs(args, config)  # before any worker starts: bad input is exit 2
     tensors = read_npz_inputs(args.inputs, config) if args.inputs and prepared is None else None
@@ -339,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
         "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
         "worker_logs": str(logs) if logs is not None else None,
+        "plugin_errors": plugin_errors,
     }
     if args.profile:
         profile = {**report, "samples": samples}

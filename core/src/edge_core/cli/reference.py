@@ -28,7 +28,8 @@ commands. Every command prints one JSON document with `--json`, and `--debug` (o
 |---|---|
 | 0 | success |
 | 1 | the command ran and the answer is negative: a refusal, a failed check, a requested \
-backend unavailable, a conformance run in which nothing passed |
+backend unavailable, a conformance run in which nothing passed, an `edge run` in which \
+some input failed (each named; the others' answers reported) |
 | 2 | a usage, input or configuration problem: one line on stderr naming the file and \
 every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` |

@@ -128,6 +128,28 @@ def test_bad_images_exit_2_naming_the_file_before_any_worker_starts(
         assert as_json.returncode == 2 and reason in json.loads(as_json.stdout)["error"]
 
 
+def test_a_folder_with_bad_images_mixed_in_names_each_of_them_before_any_worker_starts(
+    page_bundles: Path, tmp_path: Path,
+) -> None:
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    demo_page()[0].save(scans / "a.png")
+    (scans / "b.png").write_bytes(b"")  # empty
+    (scans / "c.jpg").write_text("shopping list\n")  # not an image
+    (scans / "notes.txt").write_text("not an image, not read")  # skipped by suffix
+    result = _edge("run", str(page_bundles / PIPELINE), "--input", "scans", "--json",
+                   cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert [(r["file"], r["error"].split(": ")[0]) for r in body["refused"]] == [
+        (str(Path("scans") / "b.png"), "ImageInputError"),
+        (str(Path("scans") / "c.jpg"), "ImageInputError")]
+    assert "the file is empty" in body["refused"][0]["error"]
+    assert "not an image Pillow can read" in body["refused"][1]["error"]
+    assert body["error"].startswith(f"2 of 3 inputs refused: input {Path('scans') / 'b.png'}: ")
+    assert "loading stage" not in result.stderr  # refused before the pipeline opened
+
+
 def test_edge_run_reads_a_directory_into_one_json_document(
     page_bundles: Path, tmp_path: Path,
 ) -> None:

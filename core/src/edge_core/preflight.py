@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +77,15 @@ def unknown_backend(name: str, installed: Iterable[str], failed: Iterable[str] =
 
 
 def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
-                   *, plugins: PluginSet | None = None) -> CheckedPipeline:
+                   *, plugins: PluginSet | None = None,
+                   loaded: Callable[[PluginSet], object] | None = None) -> CheckedPipeline:
     """Read the pipeline at ``path`` and check it against the installed plugins.
 
     ``path`` is a pipeline file (``.toml``, ``.yaml``, ``.json``) or a ``pyproject.toml``
     with ``name`` naming one of its ``[tool.edge.pipelines]``. ``plugins`` defaults to
-    the installed plugins plus the local modules the file names.
+    the installed plugins plus the local modules the file names. ``loaded``, when given,
+    is called with the plugins as soon as they are known, before any problem is raised
+    (so that a caller can report the plugins that failed to load even for a refused file).
 
     Raises:
         ConfigError: the file cannot be read or parsed (its path is ``source``), or a
@@ -100,6 +103,8 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     if plugins is None:
         modules = config.plugins if config is not None else source.raw_plugins()
         plugins = load_plugins(local_modules=modules)
+    if loaded is not None:
+        loaded(plugins)
     installed = _Installed(backend_table(plugins),
                            [f"{r.name} ({r.error})" for r in plugins.records if r.error])
     validate = _validator(plugins, installed)

@@ -13,6 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+from edge_core.cli.common import plugin_errors, warn_named_plugins
+
 PIPELINE = """
 name = "one"
 
@@ -72,6 +77,15 @@ def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
     assert len(json.loads(as_json.stdout)["problems"]) == 3
 
 
+#: The warnings for the two named plugins of the tests below that do not load.
+NAMED_WARNINGS = [
+    "edge: warning: plugin 'no-such-entry-point' (named by EDGE_PLUGINS) did not load: "
+    "not installed: no installed distribution has an entry point 'no-such-entry-point' "
+    "in group 'edge'",
+    "edge: warning: plugin 'no_such_edge_plugin' (named by a configuration's plugins) did "
+    "not load: import failed: ModuleNotFoundError: No module named 'no_such_edge_plugin'"]
+
+
 def test_a_named_plugin_that_does_not_load_warns_and_is_fatal_only_when_strict(
         tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE)
@@ -80,15 +94,71 @@ def test_a_named_plugin_that_does_not_load_warns_and_is_fatal_only_when_strict(
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True
     warnings = [line for line in result.stderr.splitlines() if "warning" in line]
-    assert warnings == [
-        "edge: warning: plugin 'no-such-entry-point' (named by EDGE_PLUGINS) did not load: "
-        "not installed: no installed distribution has an entry point 'no-such-entry-point' "
-        "in group 'edge'",
-        "edge: warning: plugin 'no_such_edge_plugin' (named by a configuration's plugins) did "
-        "not load: import failed: ModuleNotFoundError: No module named 'no_such_edge_plugin'"]
+    assert warnings == NAMED_WARNINGS
     strict = edge("plan", "p.toml", "--probe-only", cwd=tmp_path, EDGE_STRICT_PLUGINS="1")
     assert strict.returncode == 3
     assert "no_such_edge_plugin" in strict.stderr
+
+
+#: What ``--json`` lists for the two named plugins of the test below that do not load.
+NAMED_FAILURES = [
+    {"plugin": "no-such-entry-point", "named_by": "EDGE_PLUGINS",
+     "error": "not installed: no installed distribution has an entry point "
+              "'no-such-entry-point' in group 'edge'"},
+    {"plugin": "no_such_edge_plugin", "named_by": "configuration",
+     "error": "import failed: ModuleNotFoundError: No module named 'no_such_edge_plugin'"},
+]
+
+
+def test_plan_and_run_json_list_the_plugins_that_did_not_load(tmp_path: Path) -> None:
+    """``plugin_errors`` as edge probe --json lists them, with who named each one."""
+    (tmp_path / "p.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE)
+    (tmp_path / "clean.toml").write_text(PIPELINE)
+    (tmp_path / "x.npz").write_bytes(b"not a zip file")
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    named = {"EDGE_PLUGINS": "echo,no-such-entry-point"}
+    for argv in (["plan", "p.toml", "--probe-only"], ["plan", "p.toml"],
+                 ["run", "p.toml", "--inputs", "in.npz"]):
+        result = edge(*argv, "--json", cwd=tmp_path, **named)
+        assert result.returncode == 0, result.stderr
+        body = json.loads(result.stdout)
+        assert body["ok"] is True and body["plugin_errors"] == NAMED_FAILURES, argv
+        clean = edge(*argv[:1], "clean.toml", *argv[2:], "--json", cwd=tmp_path)
+        assert json.loads(clean.stdout)["plugin_errors"] == [], argv  # none failed
+    # a failure carries them too (exit code and error unchanged): after the file was
+    # checked, and when the file itself is refused (warned about on stderr there too)
+    (tmp_path / "bad.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE
+                                       + "delay_s = -1.0\n")
+    for argv in (["plan", "p.toml", "--input", "missing.npz"],
+                 ["run", "p.toml", "--inputs", "x.npz"],
+                 ["plan", "bad.toml", "--probe-only"], ["run", "bad.toml"],
+                 ["profile", "bad.toml"]):
+        result = edge(*argv, "--json", cwd=tmp_path, **named)
+        assert result.returncode == 2, result.stderr
+        body = json.loads(result.stdout)
+        assert body["ok"] is False and body["plugin_errors"] == NAMED_FAILURES, argv
+        warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+        assert warnings == NAMED_WARNINGS, argv
+        if "bad.toml" in argv:
+            assert "stages[0].backend.options.delay_s" in body["error"]
+
+
+def test_a_failed_plugin_nobody_named_is_listed_but_not_warned_about(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [{"name": "broken", "source": "entry-point", "error": "import failed: X"},
+            {"name": "mine", "source": "config", "error": "import failed: Y"},
+            {"name": "fine", "source": "entry-point", "error": None}]
+    monkeypatch.delenv("EDGE_PLUGINS", raising=False)
+    assert plugin_errors(rows) == [
+        {"plugin": "broken", "error": "import failed: X", "named_by": None},
+        {"plugin": "mine", "error": "import failed: Y", "named_by": "configuration"}]
+    assert warn_named_plugins(rows) == [
+        "warning: plugin 'mine' (named by a configuration's plugins) did not load: "
+        "import failed: Y"]
+    assert capsys.readouterr().err.count("warning") == 1
+    monkeypatch.setenv("EDGE_PLUGINS", "broken,mine")
+    assert [f["named_by"] for f in plugin_errors(rows)] == ["EDGE_PLUGINS", "configuration"]
 
 
 def test_output_to_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

@@ -145,6 +145,14 @@ TABLE = [
     (["conformance", "ecoh"], ["no installed plugin provides this backend",
                                "did you mean 'echo'", "'ecoh'"]),
     (["probe", "--backend", "ecoh"], ["--backend: ", "did you mean 'echo'"]),
+    # --probe-only times nothing: the timing options are refused, not ignored, before the
+    # pipeline file is read (typo.toml's own problem is not reached)
+    (["plan", "typo.toml", "--probe-only", "--remeasure"],
+     ["--probe-only: not with --remeasure (", "drop --probe-only"]),
+    (["plan", "typo.toml", "--probe-only", "--input", "a.txt"],
+     ["--probe-only: not with --input ("]),
+    (["plan", "one.toml", "--input", "a.txt", "--remeasure", "--probe-only"],
+     ["--probe-only: not with --input or --remeasure ("]),
 ]
 
 
@@ -171,6 +179,25 @@ def test_json_lists_each_problem_with_the_file(work: Path) -> None:
         "stages[0].backend.name", "stages[1].backend.options.delay_s",
         "stages[2].backend.options.scael"]
     assert logs == []
+
+
+def test_probe_only_with_a_timing_option_is_refused_in_json_naming_the_options(
+    work: Path,
+) -> None:
+    for extra, given in ((["--remeasure"], ["--remeasure"]),
+                         (["--input", "a.txt"], ["--input"]),
+                         (["--input", "a.txt", "--remeasure"], ["--input", "--remeasure"])):
+        done, logs = edge("plan", "typo.toml", "--probe-only", *extra, "--json", cwd=work)
+        assert done.returncode == 2, done.stdout + done.stderr
+        body = json.loads(done.stdout)
+        assert body["ok"] is False and body["options"] == ["--probe-only", *given]
+        assert body["error"].startswith(f"--probe-only: not with {' or '.join(given)} ("), body
+        assert "stages[0]" not in body["error"]  # refused before the file was read
+        assert logs == []
+    # each option alone, without --probe-only, is still taken (the plan opens and times)
+    done, _ = edge("plan", "one.toml", "--remeasure", "--input", "a.txt", "--json", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["mode"] == "open"
 
 
 def test_structure_and_backend_problems_are_named_together(work: Path) -> None:

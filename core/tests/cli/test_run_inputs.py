@@ -91,10 +91,167 @@ def test_the_files_a_directory_holds_but_prepare_does_not_read_are_listed(work: 
     result = edge("run", "pipeline.toml", "--input", "batch", cwd=work)
     assert result.returncode == 0, result.stderr
     skipped = [line for line in result.stderr.splitlines() if "skipped" in line]
-    assert skipped == [f"edge: --input: skipped 1 file(s) that the pipeline's prepare does "
-                       f"not read (by suffix): {Path('batch') / 'README.md'}"]
+    assert skipped == [f"edge: --input: skipped 1 entry not read (a suffix the pipeline's "
+                       f"prepare does not read, a subdirectory/ or a special file): "
+                       f"{Path('batch') / 'README.md'}"]
     as_json = edge("run", "pipeline.toml", "--input", "batch", "--json", cwd=work)
     assert json.loads(as_json.stdout)["skipped"] == [str(Path("batch") / "README.md")]
+    # a subdirectory (not descended into) and a special file are listed too, not passed over
+    (work / "batch" / "sub").mkdir()
+    (work / "batch" / "sub" / "3.txt").write_text("3")
+    os.mkfifo(work / "batch" / "pipe.txt")
+    as_json = edge("run", "pipeline.toml", "--input", "batch", "--json", cwd=work)
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert [r["file"] for r in report["results"]] == [
+        str(Path("batch") / "1.txt"), str(Path("batch") / "2.txt")]
+    assert report["skipped"] == [str(Path("batch") / name) for name in ("README.md",
+                                                                      "pipe.txt")] + [
+        f"{Path('batch') / 'sub'}/"]
+
+
+def test_a_directory_with_nothing_to_read_is_refused_naming_it_and_what_it_holds(
+    work: Path,
+) -> None:
+    (work / "empty").mkdir()
+    (work / "notes").mkdir()
+    (work / "notes" / "a.md").write_text("not an input")
+    (work / "notes" / "deeper").mkdir()
+    for folder, tail, skipped in (
+            ("empty", "it is empty", []),
+            ("notes", f"what it holds is not read: {Path('notes') / 'a.md'}, "
+                      f"{Path('notes') / 'deeper'}/",
+             [str(Path("notes") / "a.md"), f"{Path('notes') / 'deeper'}/"])):
+        # a good file beside it does not make the empty directory acceptable
+        result = edge("run", "pipeline.toml", "--input", "a.txt", "--input", folder, cwd=work)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == (f"edge: --input {folder}: the directory holds no file with a "
+                                 f"suffix in ['.txt'] to read; {tail}\n")
+        as_json = edge("run", "pipeline.toml", "--input", folder, "--json", cwd=work)
+        assert as_json.returncode == 2
+        body = json.loads(as_json.stdout)
+        assert body["ok"] is False and body["option"] == "--input"
+        assert body["input"] == folder and body["skipped"] == skipped
+
+
+def test_every_refused_input_is_named_with_its_reason_before_anything_opens(
+    work: Path,
+) -> None:
+    scans = work / "scans"
+    scans.mkdir()
+    (scans / "1.txt").write_text("1")
+    (scans / "2.txt").write_text("two")  # prepare refuses it
+    (scans / "3.txt").write_text("3")
+    (scans / "4.txt").symlink_to(work / "gone.txt")  # a link to nothing: named, not skipped
+    (scans / "5.txt").write_text("")  # prepare refuses it
+    # broken.toml would fail while loading (exit 1): exit 2 shows nothing opened
+    result = edge("run", "broken.toml", "--input", "scans", cwd=work)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    refused = [str(scans.relative_to(work) / name) for name in ("2.txt", "4.txt", "5.txt")]
+    assert line.startswith(f"edge: 3 of 5 inputs refused: input {refused[0]}: ValueError: ")
+    assert f"; input {refused[1]}: FileNotFoundError: " in line
+    assert f"; input {refused[2]}: ValueError: " in line and "holds no numbers" in line
+    assert "loading stage" not in result.stderr
+    as_json = edge("run", "broken.toml", "--input", "scans", "--json", cwd=work)
+    assert as_json.returncode == 2
+    body = json.loads(as_json.stdout)
+    assert body["ok"] is False and body["input"] == refused[0]
+    assert [r["file"] for r in body["refused"]] == refused
+    assert "not a list of numbers" in body["refused"][0]["error"]
+    assert body["problems"] == [f"input {r['file']}: {r['error']}" for r in body["refused"]]
+
+
+def test_a_path_that_is_not_a_regular_file_is_refused_without_reading_it(work: Path) -> None:
+    os.mkfifo(work / "pipe.txt")  # reading it would wait for a writer forever
+    result = edge("run", "pipeline.toml", "--input", "pipe.txt", cwd=work)
+    assert result.returncode == 2
+    assert result.stderr == "edge: input pipe.txt: not a regular file\n"
+
+
+#: A regular file that even root cannot open to read (a write-only sysctl).
+WRITE_ONLY = Path("/proc/sys/vm/compact_memory")
+
+
+def test_an_unreadable_file_in_a_directory_is_named(work: Path) -> None:
+    if os.geteuid() != 0:
+        (work / "batch" / "secret.txt").write_text("1")
+        (work / "batch" / "secret.txt").chmod(0)
+    elif WRITE_ONLY.exists():  # root reads a file whatever its mode
+        (work / "batch" / "secret.txt").symlink_to(WRITE_ONLY)
+    else:
+        pytest.skip("running as root without a write-only file to point at")
+    result = edge("run", "pipeline.toml", "--input", "batch", "--json", cwd=work)
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert body["refused"] == [{"file": str(Path("batch") / "secret.txt"),
+                                "error": body["refused"][0]["error"]}]
+    assert body["refused"][0]["error"].startswith("PermissionError: ")
+
+
+TWO_STAGES = PIPELINE + """
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:refuse_negative"
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 1.0
+"""
+
+
+def test_an_input_whose_request_fails_is_named_and_the_others_are_still_served(
+    work: Path,
+) -> None:
+    (work / "two.toml").write_text(TWO_STAGES)
+    scans = work / "scans"
+    scans.mkdir()
+    for name, text in (("1.txt", "1"), ("2.txt", "-5"), ("3.txt", "3")):
+        (scans / name).write_text(text)  # -5 passes prepare; stage b refuses it
+    files = [str(Path("scans") / name) for name in ("1.txt", "2.txt", "3.txt")]
+    reason = "ValueError: x: negative values are refused: -10.0"
+
+    human = edge("run", "two.toml", "--input", "scans", cwd=work)
+    assert human.returncode == 1, human.stderr
+    assert [line for line in human.stdout.splitlines()
+            if line.startswith(("answer", "failed"))] == [
+        f"answer ({files[0]}): [2.0]", f"failed ({files[1]}): {reason}",
+        f"answer ({files[2]}): [6.0]"]
+    assert "latency p50 over 2 request(s)" in human.stdout
+    assert human.stderr.splitlines()[-1] == (
+        f"edge: 1 of 3 input(s) failed (each with its reason in the output): {files[1]}")
+
+    as_json = edge("run", "two.toml", "--input", "scans", "--json", cwd=work)
+    assert as_json.returncode == 1, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and report["failed"] == [files[1]]
+    assert [{k: v for k, v in r.items() if k != "placement"} for r in report["results"]] == [
+        {"file": files[0], "ok": True, "lines": [2.0]},
+        {"file": files[1], "ok": False, "error": reason},
+        {"file": files[2], "ok": True, "lines": [6.0]}]
+    assert report["requests"] == 2 and report["ledger_after_close"]["reservations"] == []
+
+    lines = edge("run", "two.toml", "--input", "scans", "--jsonl", cwd=work)
+    assert lines.returncode == 1, lines.stderr
+    assert [(r["file"], r["ok"], r.get("error")) for r in map(
+        json.loads, lines.stdout.splitlines())] == [
+        (files[0], True, None), (files[1], False, reason), (files[2], True, None)]
+
+    every = edge("run", "two.toml", "--input", str(scans / "2.txt"), "--json", cwd=work)
+    assert every.returncode == 1, every.stderr
+    report = json.loads(every.stdout)
+    assert report["ok"] is False and report["requests"] == 0
+    assert set(report["latency_p50_ms"].values()) == {None}  # no request to time
+    human = edge("run", "two.toml", "--input", str(scans / "2.txt"), cwd=work)
+    assert human.returncode == 1 and "latency: no request succeeded" in human.stdout
+
+
+def test_every_input_succeeding_reports_ok_and_exits_0(work: Path) -> None:
+    result = edge("run", "pipeline.toml", "--input", "batch", "--json", cwd=work)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["failed"] == []
+    assert all(r["ok"] is True for r in report["results"])
 
 
 def test_answers_print_as_text_lines_no_text_found_or_json(capsys: pytest.CaptureFixture[str],

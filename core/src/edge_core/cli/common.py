@@ -148,16 +148,25 @@ def checked_pipeline(args: argparse.Namespace) -> Any:
     """The pipeline file of ``args`` checked against the installed plugins (exit 2 if not).
 
     Returns a :class:`~edge_core.preflight.CheckedPipeline`; every problem of every stage
-    is named at once (see :mod:`edge_core.preflight`). No worker starts here.
+    is named at once (see :mod:`edge_core.preflight`). No worker starts here. The plugins
+    named that did not load are warned about (:func:`warn_named_plugins`) whether the
+    file passes or not; a refused file's failure lists them all as ``plugin_errors``.
     """
     from edge_core.preflight import check_pipeline
 
+    loaded: list[Any] = []
     try:
-        checked = check_pipeline(args.pipeline, getattr(args, "name", None))
+        checked = check_pipeline(args.pipeline, getattr(args, "name", None),
+                                 loaded=loaded.append)
     except PluginError as exc:
         raise CommandFailed(EXIT_PLUGINS, str(exc)) from exc
     except ConfigError as exc:
-        raise config_failure(exc, args.pipeline) from exc
+        failure = config_failure(exc, args.pipeline)
+        if loaded:  # the file was read far enough to load its plugins
+            rows = [record.to_json() for record in loaded[0].records]
+            warn_named_plugins(rows)
+            failure.body["plugin_errors"] = plugin_errors(rows)
+        raise failure from exc
     warn_named_plugins(record.to_json() for record in checked.plugins.records)
     return checked
 
@@ -252,22 +261,64 @@ def warn_named_plugins(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     failed row of its own). A failure of a plugin nobody named is only listed, by ``edge
     plugins`` and ``edge probe``; ``EDGE_STRICT_PLUGINS=1`` makes any failure fatal.
     """
-    allowlist = "EDGE_PLUGINS" in os.environ
     warnings = []
-    for row in rows:
-        if not row.get("error"):
+    for failure in plugin_errors(rows):
+        if failure["named_by"] is None:
             continue
-        if row.get("source") == "config":
-            where = "named by a configuration's plugins"
-        elif row.get("source") == "entry-point" and allowlist:
-            where = "named by EDGE_PLUGINS"
-        else:
-            continue
-        warnings.append(f"warning: plugin {row['name']!r} ({where}) did not load: "
-                        f"{row['error']}")
+        where = ("named by EDGE_PLUGINS" if failure["named_by"] == "EDGE_PLUGINS"
+                 else "named by a configuration's plugins")
+        warnings.append(f"warning: plugin {failure['plugin']!r} ({where}) did not load: "
+                        f"{failure['error']}")
     for warning in warnings:
         say(warning)
     return warnings
+
+
+def plugin_errors(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every plugin of ``rows`` that did not load, as ``edge probe --json`` lists them.
+
+    Each is ``{"plugin", "error", "named_by"}``: ``named_by`` is ``"EDGE_PLUGINS"`` (an
+    entry point while that variable is set, one not installed included),
+    ``"configuration"`` (a module a configuration's ``plugins`` lists) or ``None`` (a
+    failure nobody named). The named ones are those :func:`warn_named_plugins` warns
+    about; ``edge run --json`` and ``edge plan --json`` carry the whole list as
+    ``plugin_errors``, on success and on failure alike.
+    """
+    allowlist = "EDGE_PLUGINS" in os.environ
+    failures = []
+    for row in rows:
+        if not row.get("error"):
+            continue
+        named_by = ("configuration" if row.get("source") == "config" else
+                    "EDGE_PLUGINS" if row.get("source") == "entry-point" and allowlist
+                    else None)
+        failures.append({"plugin": row["name"], "error": row["error"], "named_by": named_by})
+    return failures
+
+
+class PluginErrorsOnFailure:
+    """A ``with`` block whose failure carries ``plugin_errors`` in its JSON body.
+
+    A :class:`CommandFailed` gets the list added; any other exception (an interrupt
+    aside) is turned into its failure by :func:`failure_for` first, as the command's
+    caller would, so the exit code and message are the same as without the block.
+    """
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        """Add ``errors`` (:func:`plugin_errors`) to a failure of the block."""
+        self.errors = errors
+
+    def __enter__(self) -> PluginErrorsOnFailure:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        if isinstance(exc, CommandFailed):
+            exc.body.setdefault("plugin_errors", self.errors)
+        elif isinstance(exc, Exception):
+            failure = failure_for(exc)
+            failure.body.setdefault("plugin_errors", self.errors)
+            raise failure from exc
 
 
 class UsageError(Exception):

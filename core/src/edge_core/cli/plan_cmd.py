@@ -6,10 +6,13 @@ every passing candidate is timed on ``--input`` (else the pipeline's workload, e
 bundles' examples) or the stored decision reused (``--remeasure`` forces a new
 measurement) — the answer is reported, and everything is retired and released;
 ``--probe-only`` answers from probes and admission alone, starting no worker (see
-:mod:`edge_core.runtime.preview`).
+:mod:`edge_core.runtime.preview`). ``--input`` and ``--remeasure`` say what to time and
+whether to time again, which only a plan that opens the stages does: with
+``--probe-only`` they are refused (exit 2, naming the options), never ignored.
 
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
-could not verify a retirement), 2 for usage or configuration errors: the pipeline file is
+could not verify a retirement), 2 for usage or configuration errors (``--probe-only`` with
+``--input`` or ``--remeasure`` among them, before the file is read): the pipeline file is
 checked against the installed plugins first (:mod:`edge_core.preflight`), every problem
 of every stage named at once, before any worker starts.
 """
@@ -37,23 +40,28 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="Answer, without serving a request, which candidate backend each stage "
         "gets: by default every stage is opened for real (admitted, loaded, gated) and "
         "closed again; with --probe-only from probes and admission alone, starting no "
-        "worker. Exit 0 when every stage has a candidate, 1 when some stage has none, 2 for "
-        "a problem in the pipeline file (every one named at once).",
+        "worker. A measured selection times the candidates that pass while they are open "
+        "(--input, --remeasure); --probe-only times nothing, so it refuses those two "
+        "options rather than ignore them. Exit 0 when every stage has a candidate, 1 when "
+        "some stage has none, 2 for a usage problem (--probe-only with --input or "
+        "--remeasure) or a problem in the pipeline file (every one named at once).",
         epilog=common.examples("edge plan build/ocr/pipeline-auto.toml",
                                "edge plan build/ocr/pipeline-auto.toml --probe-only --json"),
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
     common.add_pipeline_arguments(parser)
     parser.add_argument("--probe-only", action="store_true",
-                        help="answer from probes and admission alone (start no worker)")
+                        help="answer from probes and admission alone (start no worker, "
+                        "time nothing: not with --input or --remeasure)")
     common.add_verbose_flag(parser)
     parser.add_argument("--input", dest="source", action="append", metavar="PATH",
                         help="what a measured selection times (through the pipeline's "
                         "prepare, or an .npz of first-stage inputs); repeatable; default: "
-                        "the pipeline's workload, else the bundles' examples")
+                        "the pipeline's workload, else the bundles' examples; not with "
+                        "--probe-only")
     parser.add_argument("--remeasure", action="store_true",
                         help="measure the candidates even when a stored decision matches "
-                        "(and store the new one)")
+                        "(and store the new one); not with --probe-only")
     parser.set_defaults(func=run)
 
 
@@ -96,16 +104,50 @@ def _lines(answer: PlanAnswer) -> list[str]:
     return lines
 
 
+def refuse_timing_without_workers(args: argparse.Namespace) -> None:
+    """Refuse ``--probe-only`` with ``--input`` or ``--remeasure`` (exit 2, naming them).
+
+    Both options are about timing candidates, which needs the workers ``--probe-only``
+    never starts; ignoring them would answer a question that was not asked.
+
+    Raises:
+        common.CommandFailed: (exit 2) the options given together, in ``options``.
+
+    """
+    if not args.probe_only:
+        return
+    given = [option for option, value in (("--input", args.source),
+                                          ("--remeasure", args.remeasure)) if value]
+    if given:
+        raise common.CommandFailed(
+            common.EXIT_USAGE,
+            f"--probe-only: not with {' or '.join(given)} (timing the candidates needs the "
+            f"workers --probe-only never starts; drop --probe-only to time them)",
+            {"options": ["--probe-only", *given]})
+
+
 def run(args: argparse.Namespace) -> int:
-    """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2."""
+    """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2.
+
+    The JSON document (and a failure's, once the file is checked) holds
+    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    """
+    refuse_timing_without_workers(args)  # before the file is read: a usage error
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    with common.PluginErrorsOnFailure(errors):
+        return _plan(args, checked, errors)
+
+
+def _plan(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
+    """Answer for the checked pipeline; print the answer; exit 0 / 1."""
     from edge_core.runtime.pipeline_files import default_ledger
     from edge_core.runtime.preview import plan_by_opening, plan_by_probe
 
     say = None if args.json else common.say
-    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     config, plugins = checked.config, checked.plugins
     workload = None
-    if args.source and not args.probe_only:
+    if args.source:
         from edge_core.selection.workload import load_workload
 
         try:
@@ -121,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                                  remeasure=args.remeasure)
     code = common.EXIT_OK if answer.ok and answer.released else common.EXIT_FAILED
     if args.json:
-        common.print_json(answer.to_json())
+        common.print_json({**answer.to_json(), "plugin_errors": plugin_errors})
         return code
     for line in _lines(answer):
         print(line)

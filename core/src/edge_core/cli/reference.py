@@ -28,7 +28,8 @@ commands. Every command prints one JSON document with `--json`, and `--debug` (o
 |---|---|
 | 0 | success |
 | 1 | the command ran and the answer is negative: a refusal, a failed check, a requested \
-backend unavailable, a conformance run in which nothing passed |
+backend unavailable, a conformance run in which nothing passed, an `edge run` in which \
+some input failed (each named; the others' answers reported) |
 | 2 | a usage, input or configuration problem: one line on stderr naming the file and \
 every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` |
@@ -41,8 +42,12 @@ plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
 `plugins` lists that does not import) is never skipped in silence: every command warns
 about it on stderr (`edge: warning: plugin 'nope' (named by EDGE_PLUGINS) did not load:
-not installed: ...`), `edge plugins` and `edge probe --json` list it with its error, and
-under `EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
+not installed: ...`), `edge plugins` and `edge probe --json` list it with its error,
+`edge plan --json` and `edge run --json` list every plugin that did not load under
+`plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being `EDGE_PLUGINS`,
+`configuration` or null for one nobody named), in a failure's document too, as does
+`edge profile --json` when it refuses the pipeline file; under `EDGE_STRICT_PLUGINS=1`
+it is fatal (exit 3).
 """
 
 

@@ -2,11 +2,21 @@
 
 With ``--input`` (repeatable; a directory stands for its files) every input is read and
 checked by the pipeline's ``prepare`` before the pipeline opens (see
-:mod:`edge_core.cli.run_inputs`); ``--json`` then prints one document whose ``results``
-hold one entry per input (``file`` and the ``finish`` answer as ``lines``) ahead of the
-plan, and ``--jsonl`` prints one line per input as it is read (the summary goes to
-standard error). Files a directory holds that ``prepare`` does not read are listed as
-skipped (on standard error; ``skipped`` in the JSON document).
+:mod:`edge_core.cli.run_inputs`): inputs it refuses are named together, each with its
+reason, and the run stops there (exit 2, no worker started). Entries a directory holds
+that are not read are listed as skipped (on standard error; ``skipped`` in the JSON
+document); a directory with nothing to read is refused by name (exit 2).
+
+Once the pipeline is open, every input is served in turn; one whose request fails (a
+stage refuses it, a worker is lost, ``--deadline`` passes, ``finish`` raises) is recorded
+with its reason and the next one is served all the same. ``--json`` prints one document
+whose ``results`` hold one entry per input, in order, ahead of the plan: ``{"file", "ok":
+true, "lines", "placement"}`` (``lines``: the ``finish`` answer) or ``{"file", "ok":
+false, "error"}``; ``failed`` lists the files that failed and ``ok`` is true only when
+none did. ``--jsonl`` prints those entries one line per input as each ends (the summary
+goes to standard error); the text output prints each answer, or ``failed (FILE):
+REASON``, and ends with a line on standard error naming the files that failed. Exit 0
+when every input succeeded, 1 when some failed (the others' answers are all there).
 
 ``--inputs NPZ`` gives the first stage's tensors directly; the archive is read and its
 names, dtypes and shapes are checked against the first stage's declared shapes before the
@@ -54,7 +64,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         NAME, help="open a pipeline, read your inputs with it, print the answers",
         description="Check the pipeline file and every input, then admit, load and gate "
         "every stage, serve one request per input and close. Without --input or --inputs "
-        "the first stage's bundled example inputs are read (and the output says so).",
+        "the first stage's bundled example inputs are read (and the output says so).\n\n"
+        "--input files are all read by the pipeline's prepare first: the ones it refuses "
+        "(and paths that are not regular files) are named together with their reasons, "
+        "and nothing runs (exit 2). A directory is read without its subdirectories; the "
+        "entries not read are listed as skipped, and one with nothing to read is refused "
+        "by name (exit 2). Then each input is served in turn: one whose request fails is "
+        "reported with its file and reason ('failed (FILE): REASON'; in JSON "
+        "{\"file\", \"ok\": false, \"error\"}, with 'failed' listing the files) and "
+        "the others are still served and reported. Exit 0 when every input succeeded, 1 "
+        "when some failed, 2 for a usage, input or pipeline-file problem.",
         epilog=common.examples(
             "edge run build/ocr/pipeline.toml --input page.png",
             "edge run build/ocr/pipeline.toml --input scans/ --jsonl",
@@ -67,13 +86,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     given.add_argument("--input", dest="source", action="append", metavar="PATH",
                        help="a file for the pipeline's prepare function to read (an image "
                        "for the OCR example); repeat it, or name a directory to read "
-                       "every file in it that prepare reads")
+                       "every file in it (not its subdirectories) whose suffix prepare "
+                       "reads")
     given.add_argument("--inputs", metavar="NPZ",
                        help="the first stage's input tensors as an .npz file, by input name "
                        "(read with pickle disabled)")
     parser.add_argument("--jsonl", action="store_true",
-                        help="print one JSON line per input (file and answer) as it is read "
-                        "(not with --json)")
+                        help="print one JSON line per input as it ends (file, ok, and its "
+                        "answer or error; not with --json)")
     parser.add_argument("--params", metavar="JSON", type=common.json_object, default=None,
                         help='request parameters for the final stage, e.g. a generate '
                         'stage\'s \'{"prompt": "Hello", "max_tokens": 16}\'')
@@ -246,11 +266,12 @@ def _receipt_line(receipt: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the inputs, open the pipeline, serve them, print plan, answers and latencies."""
+    """Check the inputs, open the pipeline, serve them, print plan, answers and latencies.
+
+    The JSON document (and a failure's, once the file is checked) holds
+    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    """
     from edge_contracts.heap import apply_heap_policy
-    from edge_core.evidence.memory import annotate_plan
-    from edge_core.runtime import Pipeline
-    from edge_core.runtime.pipeline_files import default_ledger
 
     apply_heap_policy()  # before any thread allocates: one heap, given back at rest
     if args.json and args.jsonl:
@@ -258,9 +279,20 @@ def run(args: argparse.Namespace) -> int:
                                    "document, or one JSON line per input)")
     if args.profile:
         common.check_output(args.profile, "--profile")
+    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    with common.PluginErrorsOnFailure(errors):
+        return _run(args, checked, errors)
+
+
+def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
+    """Check the inputs, open the checked pipeline, serve them, report; the exit code."""
+    from edge_core.evidence.memory import annotate_plan
+    from edge_core.runtime import Pipeline
+    from edge_core.runtime.pipeline_files import default_ledger
+
     quiet = args.json or args.jsonl
     say = None if quiet else common.say
-    checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     config = checked.config
     prepared = _check_inputs(args, config)  # before any worker starts: bad input is exit 2
     tensors = read_npz_inputs(args.inputs, config) if args.inputs and prepared is None else None
@@ -301,9 +333,18 @@ def run(args: argparse.Namespace) -> int:
             progress = Progress(len(prepared.files), enabled=not quiet)
             for index, file in enumerate(prepared.files):
                 progress.update(index, file)
-                lines, placement = _serve(pipeline, buffered.stage(prepared.get(index)), args,
-                                          samples)
-                results.append({"file": file, "lines": lines, "placement": placement})
+                try:  # one input's failure is its own: the next one is still served
+                    lines, placement = _serve(pipeline, buffered.stage(prepared.get(index)),
+                                              args, samples)
+                except Exception as exc:
+                    results.append({"file": file, "ok": False, "error": _reason(exc)})
+                    if common.debug_enabled(args):
+                        import traceback
+
+                        traceback.print_exception(exc, file=sys.stderr)
+                else:
+                    results.append({"file": file, "ok": True, "lines": lines,
+                                    "placement": placement})
                 if args.jsonl:
                     print(json.dumps(results[-1], default=str), flush=True)
             progress.update(len(prepared.files), "")
@@ -326,19 +367,24 @@ def run(args: argparse.Namespace) -> int:
     import statistics  # where used: the command's start-up does not pay for it
 
     stage_ids = [s["id"] for s in plan["stages"]]
-    p50_ms = {sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3
-              for sid in stage_ids}
-    p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3
-    head: dict[str, Any] = {"results": results} if prepared is not None else \
-        {"input": source, "answer": answer, "placement": receipt}
+    p50_ms: dict[str, float | None] = {  # None: no request succeeded
+        sid: statistics.median(s["stages_s"][sid] for s in samples) * 1e3 if samples else None
+        for sid in stage_ids}
+    p50_ms["total"] = statistics.median(s["total_s"] for s in samples) * 1e3 if samples \
+        else None
+    failed = [result["file"] for result in results if not result["ok"]]
+    head: dict[str, Any] = {"results": results, "failed": failed} if prepared is not None \
+        else {"input": source, "answer": answer, "placement": receipt}
     if prepared is not None and prepared.skipped:
         head["skipped"] = prepared.skipped
+    code = common.EXIT_FAILED if failed else common.EXIT_OK
     report = {
-        **head, "ok": True, "pipeline": plan["pipeline"], "open_s": open_s,
+        **head, "ok": not failed, "pipeline": plan["pipeline"], "open_s": open_s,
         "requests": len(samples), "latency_p50_ms": p50_ms, "input_buffers": buffers,
         "plan": plan, "health": health,
         "closed": closing, "ledger_after_close": pipeline.ledger.snapshot(),
         "worker_logs": str(logs) if logs is not None else None,
+        "plugin_errors": plugin_errors,
     }
     if args.profile:
         profile = {**report, "samples": samples}
@@ -347,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(profile, handle, indent=2, default=str)
     if args.json:
         common.print_json(report)
-        return common.EXIT_OK
+        return code
     out = sys.stderr if args.jsonl else sys.stdout
     for line in _summary(plan):
         print(line, file=out)
@@ -363,19 +409,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"placement: {_receipt_line(receipt)}", file=out)
     elif not args.jsonl:
         for result in results:
+            if not result["ok"]:
+                print(f"failed ({result['file']}): {result['error']}", file=out)
+                continue
             print_answer(result["lines"], result["file"], out)
             print(f"placement: {_receipt_line(result['placement'])}", file=out)
     if buffers["copied"]:
         print(f"input buffers: {buffers['copied']} tensor(s) copied in once, "
               f"{buffers['sent_by_reference']} request(s) sent them by reference", file=out)
-    latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
-    print(f"latency p50 over {len(samples)} request(s): {latency}", file=out)
+    if samples:
+        latency = ", ".join(f"{k} {v:.2f} ms" for k, v in p50_ms.items())
+        print(f"latency p50 over {len(samples)} request(s): {latency}", file=out)
+    else:
+        print("latency: no request succeeded", file=out)
     released = all(v.get("release") == "released" for v in closing.values())
     print(f"closed: every worker retired and verified, reservations released: {released}",
           file=out)
     if args.profile:
         print(f"profile written to {args.profile}", file=out)
-    return common.EXIT_OK
+    if failed:
+        more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+        print(f"edge: {len(failed)} of {len(results)} input(s) failed (each with its reason "
+              f"in the output): {', '.join(failed[:10])}{more}", file=sys.stderr)
+    return code
+
+
+def _reason(exc: BaseException) -> str:
+    """Why one input's request failed, in one line: ``TYPE: message`` (or the refusal)."""
+    if isinstance(exc, common.CommandFailed):
+        return exc.message
+    return " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
 
 
 def print_answer(answer: Any, file: str | None, out: TextIO) -> None:

@@ -1,17 +1,23 @@
 """``edge run --input``: which files a run reads, checking them first, and a progress bar.
 
 ``--input`` may be given several times; each value is a file or a directory. A directory
-contributes its regular, non-hidden files, sorted by name, keeping only those whose suffix
-the pipeline's ``prepare`` callable lists in its ``input_suffixes`` attribute when it has
-one (the OCR example lists image suffixes), else all of them.
+contributes its non-hidden files, sorted by name, keeping only those whose suffix the
+pipeline's ``prepare`` callable lists in its ``input_suffixes`` attribute when it has one
+(the OCR example lists image suffixes), else all of them (a link whose target is missing
+counts as a file, so that it is named, not passed over). Its other entries are listed as
+skipped: files of another suffix, subdirectories (not descended into; listed with a
+trailing ``/``) and special files. A directory with nothing to read is refused (exit 2),
+naming it and what it holds.
 
-Every input goes through ``prepare`` *before* the pipeline opens, so a bad one is refused
-with exit code 2 and one line naming it, and no worker starts. ``prepare`` signals bad
-input by raising ``ValueError`` (a typed subclass names the reason) or ``OSError``; any
-other exception is a bug in ``prepare`` and propagates. Prepared inputs are kept for the
-run, in order, while together they hold at most :data:`KEEP_PREPARED_BYTES` of tensors;
-later ones are prepared again when their turn comes (a batch of large pages does not
-hold them all in memory at once).
+Every input goes through ``prepare`` *before* the pipeline opens, so bad input is refused
+with exit code 2 and one line naming every bad file with its reason (all of them, not
+only the first), and no worker starts. A path that exists but is not a regular file (a
+FIFO, a device) is refused without calling ``prepare`` (it could not be read twice).
+``prepare`` signals bad input by raising ``ValueError`` (a typed subclass names the
+reason) or ``OSError``; any other exception is a bug in ``prepare`` and propagates.
+Prepared inputs are kept for the run, in order, while together they hold at most
+:data:`KEEP_PREPARED_BYTES` of tensors; later ones are prepared again when their turn
+comes (a batch of large pages does not hold them all in memory at once).
 
 Once the pipeline is open, :class:`BufferedInputs` copies each large first-stage tensor
 (``--input``, ``--inputs`` or the bundled example) into one of the pipeline's input
@@ -39,6 +45,7 @@ __all__ = [
     "ExpandedInputs",
     "PreparedInputs",
     "Progress",
+    "RefusedInput",
     "bundled_example",
     "check_readable",
     "expand_inputs",
@@ -61,11 +68,14 @@ def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> Exp
     """Files to read, in order: each ``--input`` value, directories expanded.
 
     A path that does not exist is kept as given (``prepare`` names what is wrong with it).
-    Regular files of a directory whose suffix ``prepare`` does not list are returned as
-    ``skipped`` (hidden files are neither read nor listed).
+    A directory's entries that are not read are returned as ``skipped``: files whose
+    suffix ``prepare`` does not list, subdirectories (with a trailing ``/``) and special
+    files; a link whose target is missing is read when its suffix is (and so named as
+    missing). Hidden entries are neither read nor listed.
 
     Raises:
-        common.CommandFailed: (exit 2) a directory holds no file to read.
+        common.CommandFailed: (exit 2) a directory holds nothing to read: it is empty, or
+            it holds only entries that are skipped (each named).
 
     """
     wanted = {s.lower() for s in suffixes} if suffixes else None
@@ -76,15 +86,33 @@ def expand_inputs(sources: Sequence[str], suffixes: Sequence[str] | None) -> Exp
             files.append(source)
             continue
         entries = sorted(entry for entry in Path(source).iterdir()
-                         if entry.is_file() and not entry.name.startswith("."))
-        found = [str(e) for e in entries if wanted is None or e.suffix.lower() in wanted]
-        skipped += [str(e) for e in entries if str(e) not in found]
+                         if not entry.name.startswith("."))
+        found: list[str] = []
+        passed: list[str] = []
+        for entry in entries:
+            dangling = entry.is_symlink() and not entry.exists()
+            if (entry.is_file() or dangling) and (wanted is None
+                                                  or entry.suffix.lower() in wanted):
+                found.append(str(entry))
+            else:
+                passed.append(str(entry) + ("/" if entry.is_dir() else ""))
         if not found:
             kinds = f" with a suffix in {sorted(wanted)}" if wanted else ""
+            holds = (f"; what it holds is not read: {_names(passed)}" if passed
+                     else "; it is empty")
             raise common.CommandFailed(
-                common.EXIT_USAGE, f"--input {source}: the directory holds no file{kinds}")
+                common.EXIT_USAGE,
+                f"--input {source}: the directory holds no file{kinds} to read{holds}",
+                {"option": "--input", "input": source, "skipped": passed})
         files.extend(found)
+        skipped.extend(passed)
     return ExpandedInputs(files, skipped)
+
+
+def _names(paths: Sequence[str], shown: int = 10) -> str:
+    """``paths`` joined by commas, the first ``shown`` of them and how many more."""
+    return ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more"
+                                      if len(paths) > shown else "")
 
 
 def check_readable(option: str, path: str) -> None:
@@ -122,11 +150,10 @@ def check_readable(option: str, path: str) -> None:
 
 
 def skipped_line(skipped: Sequence[str]) -> str:
-    """The notice naming the files of ``--input`` directories that are not read."""
-    shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more"
-                                        if len(skipped) > 10 else "")
-    return (f"--input: skipped {len(skipped)} file(s) that the pipeline's prepare does not "
-            f"read (by suffix): {shown}")
+    """The notice naming the entries of ``--input`` directories that are not read."""
+    return (f"--input: skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} "
+            f"not read (a suffix the pipeline's prepare does not read, a subdirectory/ or "
+            f"a special file): {_names(skipped)}")
 
 
 def bundled_example(config: Any) -> str | None:
@@ -228,10 +255,31 @@ def _declared_shapes(config: Any) -> Any:
         return None
 
 
-def _refuse(source: str, exc: BaseException) -> common.CommandFailed:
+class RefusedInput(NamedTuple):
+    """An input ``prepare`` refused (or that is not a regular file), and why."""
+
+    file: str
+    error: str
+    """The reason, ``TYPE: message`` (``ValueError: ...``), or ``not a regular file``."""
+
+
+class _Refused(Exception):
+    """Raised by :meth:`PreparedInputs._prepared` for one refused input."""
+
+    def __init__(self, refused: RefusedInput) -> None:
+        super().__init__(refused.error)
+        self.refused = refused
+
+
+def _refusal(refused: Sequence[RefusedInput], total: int) -> common.CommandFailed:
+    """Exit 2 naming every refused input; ``input`` in the body is the first one."""
+    lines = [f"input {r.file}: {r.error}" for r in refused]
+    message = lines[0] if len(lines) == 1 else (
+        f"{len(lines)} of {total} inputs refused: " + "; ".join(lines))
     return common.CommandFailed(
-        common.EXIT_USAGE, f"input {source}: {type(exc).__name__}: {exc}",
-        {"input": source})
+        common.EXIT_USAGE, message,
+        {"input": refused[0].file, "problems": lines,
+         "refused": [{"file": r.file, "error": r.error} for r in refused]})
 
 
 class PreparedInputs:
@@ -241,31 +289,47 @@ class PreparedInputs:
                  keep_bytes: int = KEEP_PREPARED_BYTES, skipped: Sequence[str] = ()) -> None:
         """Run ``prepare`` on every file now; keep the first ones within ``keep_bytes``.
 
-        ``skipped``: files of directories not read.
+        ``skipped``: entries of directories not read.
 
         Raises:
-            common.CommandFailed: (exit 2) ``prepare`` refused a file (``ValueError`` or
-                ``OSError``); the message names the file and the reason.
+            common.CommandFailed: (exit 2) ``prepare`` refused some file (``ValueError``
+                or ``OSError``), or one is not a regular file: every such file is named
+                with its reason (``refused`` in the body), after every file was tried.
 
         """
         self._prepare = prepare
         self.files = list(files)
         self.skipped = list(skipped)
         self._kept: dict[int, dict[str, Any]] = {}
+        refused: list[RefusedInput] = []
         held = 0
         for index, source in enumerate(self.files):
-            prepared = self._call(source)
+            try:
+                prepared = self._prepared(source)
+            except _Refused as exc:
+                refused.append(exc.refused)
+                continue
             size = sum(int(getattr(value, "nbytes", 0) or 0) for value in prepared.values())
             if held + size <= keep_bytes and len(self._kept) == index:  # a prefix only
                 self._kept[index] = prepared
                 held += size
+        if refused:
+            raise _refusal(refused, len(self.files))
 
-    def _call(self, source: str) -> dict[str, Any]:
+    def _prepared(self, source: str) -> dict[str, Any]:
+        if os.path.exists(source) and not os.path.isfile(source):  # a FIFO, a device
+            raise _Refused(RefusedInput(source, "not a regular file"))
         try:
             prepared: Mapping[str, Any] = self._prepare(source)
         except (ValueError, OSError) as exc:
-            raise _refuse(source, exc) from exc
+            raise _Refused(RefusedInput(source, f"{type(exc).__name__}: {exc}")) from exc
         return dict(prepared)
+
+    def _call(self, source: str) -> dict[str, Any]:
+        try:
+            return self._prepared(source)
+        except _Refused as exc:
+            raise _refusal([exc.refused], 1) from exc
 
     def peek(self, index: int) -> dict[str, Any]:
         """The prepared inputs of file ``index``, kept for :meth:`get` if they were."""

@@ -55,3 +55,19 @@ def call_with_bundles(previous: Mapping[str, Any], source: Mapping[str, Any],
 
     return Call({"x": previous["x"]}, params={"scale_note": 1},
                 carry={"carry:bundles": sorted(bundles)})
+
+
+def refuse_negative(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous outputs, unless ``x`` holds a negative number: a data-dependent failure.
+
+    Raises:
+        ValueError: naming the first negative value (one request fails, the next may not).
+
+    """
+    import numpy as np
+
+    values = np.asarray(previous["x"]).ravel()
+    negative = values[values < 0]
+    if negative.size:
+        raise ValueError(f"x: negative values are refused: {float(negative[0])}")
+    return dict(previous)

@@ -323,3 +323,19 @@ def test_a_method_a_route_does_not_serve_is_405_naming_those_it_does(server: Ser
         assert error["code"] == "method_not_allowed" and "GET" in error["message"]
         reply = client.delete("/health")
         assert reply.status_code == 405 and "GET" in reply.headers["allow"]
+
+
+def test_a_405_is_counted_method_not_allowed_under_the_route_its_path_matches(
+        server: Served) -> None:
+    with _client(server) as client:
+        before = _requests_counted(client)
+        assert client.get("/v1/pipelines/fast/run").status_code == 405
+        assert client.delete("/v1/pipelines/fast/run").status_code == 405
+        assert client.post("/v1/pipelines").status_code == 405
+        assert client.delete("/health").status_code == 405
+        after = _requests_counted(client)
+    grew = {key: value - before.get(key, 0.0) for key, value in after.items()
+            if value != before.get(key, 0.0) and key[1] != "/metrics"}
+    assert grew == {("fast", "/v1/pipelines/{name}/run", "method_not_allowed"): 2.0,
+                    ("", "/v1/pipelines", "method_not_allowed"): 1.0,
+                    ("", "/health", "method_not_allowed"): 1.0}

@@ -421,3 +421,52 @@ def test_a_query_parameter_is_400_naming_it_on_every_route_and_nothing_is_charge
         assert _charged(client) == before
         # without the query string the same request is served
         assert client.post("/v1/pipelines/fast/run", json=x).status_code == 200
+
+
+def _form(boundary: str, *, end: str) -> bytes:
+    """A multipart body with one file part, then ``end`` (the closing boundary, or less)."""
+    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"a.png\"\r\nContent-Type: image/png\r\n\r\n").encode() \
+        + bytes(range(256)) * 4 + end.encode()
+
+
+def test_a_multipart_body_cut_short_is_400_naming_its_missing_boundary_and_logs_nothing(
+        server: Served) -> None:
+    boundary = "edgeboundary"
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+    whole = _form(boundary, end=f"\r\n--{boundary}--\r\n")
+    cut = {  # each ends before the closing boundary '--edgeboundary--'
+        "mid-part": _form(boundary, end=""),
+        "mid-delimiter": _form(boundary, end=f"\r\n--{boundary}-"),
+        "a new part begun": _form(boundary, end=f"\r\n--{boundary}\r\n"),
+        "mid-headers": f"--{boundary}\r\nContent-Disposition: form-da".encode(),
+        "empty": b"",
+    }
+    with _client(server) as client:
+        _wait_ready(client)
+        before = _charged(client)
+        logged = len(server.stderr)
+        for name, body in cut.items():
+            reply = client.post("/v1/pipelines/fast/run", content=body, headers=headers)
+            assert reply.status_code == 400, (name, reply.text)
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == ("body", "TruncatedMultipart"), name
+            assert error["message"] == (
+                "body: the multipart body ended before its closing boundary "
+                f"'--{boundary}--' (a truncated upload): {len(body)} bytes received"), name
+        # a body the parser cannot read says why, and the parser's warning stays out of
+        # the server's log
+        reply = client.post("/v1/pipelines/fast/run", content=b"junk\r\n" + whole,
+                            headers=headers)
+        assert reply.status_code == 400, reply.text
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("body", "InvalidMultipart")
+        assert error["message"] == ("body: not a valid multipart form: Expected boundary "
+                                    "character 45, got 106 at index 2")
+        # the whole body is read to its end: the refusal is about the pipeline, not the form
+        reply = client.post("/v1/pipelines/fast/run", content=whole, headers=headers)
+        assert reply.status_code == 400 and _error(reply)["field"] == "file"
+        assert "names no 'prepare'" in _error(reply)["message"]
+        assert _charged(client) == before
+    time.sleep(0.5)  # the server's stderr is read by a thread of the fixture's
+    assert server.stderr[logged:] == []

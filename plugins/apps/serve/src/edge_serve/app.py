@@ -35,6 +35,7 @@ from edge_core.ledger import ResourceLedger
 from edge_serve import openai_api
 from edge_serve.bodies import deadline_of, json_body, params_of, refuse_query
 from edge_serve.draining import Drain
+from edge_serve.forms import quiet_parser_log, read_form
 from edge_serve.guards import (
     App,
     BearerAuth,
@@ -253,14 +254,12 @@ async def run_pipeline(request: Request) -> Response:
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
     try:
-        form = await request.form(max_files=1, max_fields=8)
-    except HttpRefusal:
+        form = await read_form(request, max_files=1, max_fields=8)
+    except (HttpRefusal, BodyTooLarge, ClientDisconnect):
         raise
-    except Exception as exc:  # python-multipart's and Starlette's parse errors
-        if isinstance(exc, BodyTooLarge | ClientDisconnect):
-            raise
-        raise HttpRefusal(400, "body", "not a valid multipart form", str(exc),
-                          kind="InvalidMultipart") from None
+    except Exception as exc:  # anything else the parser raised on this body
+        raise HttpRefusal(400, "body", "not a valid multipart form",
+                          f"{type(exc).__name__}: {exc}", kind="InvalidMultipart") from None
     try:
         unknown = sorted(set(form.keys()) - {"file", "params", "deadline_s"})
         if unknown:
@@ -349,5 +348,6 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
                                         # anything else: a JSON 500, and uvicorn logs it
                                         Exception: _on_refusal})
     app.state.edge = state
+    quiet_parser_log()  # a malformed upload is answered with its 400, not logged
     return app
 

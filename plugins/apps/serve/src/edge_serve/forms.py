@@ -3,7 +3,7 @@
 Starlette's multipart parser (python-multipart underneath) keeps whatever parts it
 completed when a body ends early: a body cut short before its closing boundary
 (``--BOUNDARY--``) used to come back as a form without its ``file`` field, or — cut just
-after a part's closing delimiter — as a complete file. :func:`read_form` notes whether the
+after a part's delimiter — as a whole form. :func:`read_form` notes whether the
 parser reached the closing boundary (its ``on_end`` callback) and refuses the body with a
 400 that says so (``TruncatedMultipart``) when it did not. A body the parser cannot read
 at all is a 400 naming the parser's own reason (``InvalidMultipart``).

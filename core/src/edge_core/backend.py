@@ -64,6 +64,18 @@ def _to_strings(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _to_params(value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(f"params: expected a collection of parameter names, or None: "
+                         f"{value!r}")
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"params: a parameter name is a non-empty string: {name!r}")
+    return frozenset(value)
+
+
 def _to_devices(value: object) -> tuple[DeviceDescriptor, ...]:
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"devices: expected a list of DeviceDescriptor: {value!r}")
@@ -99,6 +111,12 @@ class BackendInfo:
         needs_bundle: Whether every stage of this backend names an artifact bundle
             (``manifest``): a stage without one is refused when its pipeline file is
             checked (:mod:`edge_core.preflight`), before any worker starts.
+        params: The names of the request parameters a stage of this backend reads (a
+            request's ``params`` reach its pipeline's final stage): a front end refuses a
+            request whose parameters name any other (``edge serve``: 400 naming it), so a
+            misspelt parameter is not silently ignored. An empty set: the stage reads
+            none (an ONNX graph). None (the default): not declared, and a front end
+            passes every name on (the stage may still refuse it itself).
 
     """
 
@@ -110,6 +128,7 @@ class BackendInfo:
     description: str = ""
     env_names: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     needs_bundle: bool = False
+    params: frozenset[str] | None = attrs.field(default=None, converter=_to_params)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dictionary of this declaration."""
@@ -122,6 +141,7 @@ class BackendInfo:
             "description": self.description,
             "env_names": list(self.env_names),
             "needs_bundle": self.needs_bundle,
+            "params": None if self.params is None else sorted(self.params),
         }
 
 

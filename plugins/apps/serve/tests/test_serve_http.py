@@ -323,3 +323,150 @@ def test_a_method_a_route_does_not_serve_is_405_naming_those_it_does(server: Ser
         assert error["code"] == "method_not_allowed" and "GET" in error["message"]
         reply = client.delete("/health")
         assert reply.status_code == 405 and "GET" in reply.headers["allow"]
+
+
+def test_a_405_is_counted_method_not_allowed_under_the_route_its_path_matches(
+        server: Served) -> None:
+    with _client(server) as client:
+        before = _requests_counted(client)
+        assert client.get("/v1/pipelines/fast/run").status_code == 405
+        assert client.delete("/v1/pipelines/fast/run").status_code == 405
+        assert client.post("/v1/pipelines").status_code == 405
+        assert client.delete("/health").status_code == 405
+        after = _requests_counted(client)
+    grew = {key: value - before.get(key, 0.0) for key, value in after.items()
+            if value != before.get(key, 0.0) and key[1] != "/metrics"}
+    assert grew == {("fast", "/v1/pipelines/{name}/run", "method_not_allowed"): 2.0,
+                    ("", "/v1/pipelines", "method_not_allowed"): 1.0,
+                    ("", "/health", "method_not_allowed"): 1.0}
+
+
+def _charged(client: httpx.Client) -> dict[str, Any]:
+    """What requests hold now: each pipeline's in-flight calls and waiting requests, the
+    ledger's reserved bytes, and how many stage calls were ever timed (a request that
+    reached a stage adds one)."""
+    held = {p["name"]: ([s["in_flight"] for s in p["stages"]], p["queue"]["waiting"])
+            for p in client.get("/v1/pipelines").json()["pipelines"]}
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    reserved = {s.labels["pool"]: s.value
+                for s in families["edge_ledger_reserved_bytes"].samples}
+    stage_calls = sum(s.value for s in families["edge_stage_seconds"].samples
+                      if s.name == "edge_stage_seconds_count")
+    return {"held": held, "reserved": reserved, "stage_calls": stage_calls}
+
+
+def test_a_param_the_final_stage_does_not_read_is_400_naming_it_and_nothing_is_charged(
+        server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    # every parameter the echo backend declares (BackendInfo.params) is accepted
+    read = {"delay_s": 0.0, "crash": False, "fail_call": False, "allocate_mb": 0,
+            "stream_chunks": 0, "chunk_rate_hz": 0.0, "tokens_per_chunk": 1,
+            "stall_after": None, "stall_s": 0.0}
+    with _client(server) as client:
+        _wait_ready(client)
+        assert client.post("/v1/pipelines/fast/run",
+                           json={**x, "params": read}).status_code == 200
+        before = _charged(client)
+        counted = _requests_counted(client)
+        reply = client.post("/v1/pipelines/fast/run",
+                            json={**x, "params": {"delay_s": 0.0, "max_tokns": 5}})
+        assert reply.status_code == 400, reply.text
+        error = _error(reply)
+        assert error["field"] == "params.max_tokns" and error["code"] == "unsupported_parameter"
+        assert error["kind"] == "UnsupportedParameter"
+        assert error["message"].startswith("params.max_tokns: not a parameter of this "
+                                           "pipeline (its final stage echo, on echo, reads: "
+                                           "allocate_mb, chunk_rate_hz, crash, delay_s")
+        assert error["message"].endswith("): 5")
+        # the form's params (JSON text) are held to the same names
+        reply = client.post("/v1/pipelines/fast/run", files={"file": ("a.png", b"png")},
+                            data={"params": json.dumps({"Delay_s": 1})})
+        assert reply.status_code == 400, reply.text
+        assert _error(reply)["field"] == "params.Delay_s"
+        assert _error(reply)["message"].endswith(": 1")
+        assert _charged(client) == before
+        after = _requests_counted(client)
+    run = ("fast", "/v1/pipelines/{name}/run", "bad_request")
+    assert after[run] - counted.get(run, 0.0) == 2.0
+
+
+def test_a_query_parameter_is_400_naming_it_on_every_route_and_nothing_is_charged(
+        server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client:
+        _wait_ready(client)
+        before = _charged(client)
+        reply = client.post("/v1/pipelines/fast/run?timeout=3", json=x)
+        assert reply.status_code == 400, reply.text
+        error = _error(reply)
+        assert (error["field"], error["code"]) == ("query.timeout", "unsupported_parameter")
+        assert error["message"] == ("query.timeout: not served (no route of this server "
+                                    "reads a query parameter): 3")
+        for path in ("/v1/pipelines?verbose=1", "/v1/pipelines/fast?verbose=1",
+                     "/metrics?name[]=edge_requests_total", "/health?verbose=",
+                     "/v1/models?limit=2", "/?key=abc"):
+            reply = client.get(path)
+            assert reply.status_code == 400, (path, reply.text)
+            name = path.split("?")[1].split("=")[0]
+            assert _error(reply)["field"] == f"query.{name}", path
+        reply = client.post("/v1/completions?stream=true", json={"model": "fast"})
+        assert reply.status_code == 400 and _error(reply)["field"] == "query.stream"
+        reply = client.get("/health?&")  # a query string without a name=value pair
+        assert reply.status_code == 400
+        assert (_error(reply)["field"], _error(reply)["message"]) == (
+            "query", "query: not served (no route of this server reads a query string): &")
+        # a path no route serves is still 404, a method the route does not serve 405
+        assert client.get("/nowhere?timeout=3").status_code == 404
+        assert client.get("/v1/pipelines/fast/run?timeout=3").status_code == 405
+        assert _charged(client) == before
+        # without the query string the same request is served
+        assert client.post("/v1/pipelines/fast/run", json=x).status_code == 200
+
+
+def _form(boundary: str, *, end: str) -> bytes:
+    """A multipart body with one file part, then ``end`` (the closing boundary, or less)."""
+    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"a.png\"\r\nContent-Type: image/png\r\n\r\n").encode() \
+        + bytes(range(256)) * 4 + end.encode()
+
+
+def test_a_multipart_body_cut_short_is_400_naming_its_missing_boundary_and_logs_nothing(
+        server: Served) -> None:
+    boundary = "edgeboundary"
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+    whole = _form(boundary, end=f"\r\n--{boundary}--\r\n")
+    cut = {  # each ends before the closing boundary '--edgeboundary--'
+        "mid-part": _form(boundary, end=""),
+        "mid-delimiter": _form(boundary, end=f"\r\n--{boundary}-"),
+        "a new part begun": _form(boundary, end=f"\r\n--{boundary}\r\n"),
+        "mid-headers": f"--{boundary}\r\nContent-Disposition: form-da".encode(),
+        "empty": b"",
+    }
+    with _client(server) as client:
+        _wait_ready(client)
+        before = _charged(client)
+        logged = len(server.stderr)
+        for name, body in cut.items():
+            reply = client.post("/v1/pipelines/fast/run", content=body, headers=headers)
+            assert reply.status_code == 400, (name, reply.text)
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == ("body", "TruncatedMultipart"), name
+            assert error["message"] == (
+                "body: the multipart body ended before its closing boundary "
+                f"'--{boundary}--' (a truncated upload): {len(body)} bytes received"), name
+        # a body the parser cannot read says why, and the parser's warning stays out of
+        # the server's log
+        reply = client.post("/v1/pipelines/fast/run", content=b"junk\r\n" + whole,
+                            headers=headers)
+        assert reply.status_code == 400, reply.text
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("body", "InvalidMultipart")
+        assert error["message"] == ("body: not a valid multipart form: Expected boundary "
+                                    "character 45, got 106 at index 2")
+        # the whole body is read to its end: the refusal is about the pipeline, not the form
+        reply = client.post("/v1/pipelines/fast/run", content=whole, headers=headers)
+        assert reply.status_code == 400 and _error(reply)["field"] == "file"
+        assert "names no 'prepare'" in _error(reply)["message"]
+        assert _charged(client) == before
+    time.sleep(0.5)  # the server's stderr is read by a thread of the fixture's
+    assert server.stderr[logged:] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from edge_vllm_cuda import plugin
 from edge_vllm_cuda.demands import DemandRefused, estimate_demands, stage_demands
 from edge_vllm_cuda.gpus import GpuProbe, GpuProbeError, parse_nvidia_smi, probe_gpus
 from edge_vllm_cuda.options import VllmOptions
-from edge_vllm_cuda.sampling import GenerateParamsInvalid, parse_generate_params
+from edge_vllm_cuda.sampling import PARAM_NAMES, GenerateParamsInvalid, parse_generate_params
 from edge_vllm_cuda.stage import VllmStage, worker_env
 
 GIB = 1024**3
@@ -58,6 +59,15 @@ def test_entry_point_declares_a_preemptible_generate_backend() -> None:
     info = plugin.backend_info()
     assert [k.value for k in info.kinds] == ["generate"] and info.preemptible
     assert info.max_concurrency == 64
+    # the request parameters it reads are those parse_generate_params knows: a front end
+    # refuses any other name before the stage sees it (edge serve's /run)
+    assert info.params == PARAM_NAMES and {"prompt", "max_tokens", "json_schema"} <= info.params
+    with pytest.raises(GenerateParamsInvalid, match="unknown parameter"):
+        parse_generate_params({"prompt": "x", "max_tokns": 5})
+    # docs/serve.md lists them as they are
+    doc = (Path(__file__).resolve().parents[4] / "docs/serve.md").read_text(encoding="utf-8")
+    listed = doc.split("a `vllm-cuda` stage reads its prompt", 1)[1].split("Any other name")[0]
+    assert set(re.findall(r"`([a-z_]+)`", listed)) == PARAM_NAMES
 
 
 def test_probe_without_gpus_is_available_for_cpu_stages_and_says_why_no_gpu() -> None:

@@ -28,6 +28,11 @@ EDGE_CONTRACT = "1.0"
 BACKENDS = ("echo", "echo-preemptible")
 DEFAULT_RAM_DEMAND = 256 * 1024 * 1024
 
+#: The request parameters an echo worker reads (:meth:`edge_echo.worker.EchoHandler.submit`):
+#: its own delay, a failure or memory it asks for, and how it streams.
+REQUEST_PARAMS = ("delay_s", "crash", "fail_call", "allocate_mb", "stream_chunks",
+                  "chunk_rate_hz", "tokens_per_chunk", "stall_after", "stall_s")
+
 
 def backend_infos() -> list[BackendInfo]:
     """The two echo backends: identical but for preemptibility and concurrency."""
@@ -35,10 +40,11 @@ def backend_infos() -> list[BackendInfo]:
 
     return [
         BackendInfo(name="echo", kinds=["graph"], preemptible=False, max_concurrency=1,
-                    providers=["numpy"], description="numpy echo; cancel retires the worker"),
+                    providers=["numpy"], description="numpy echo; cancel retires the worker",
+                    params=REQUEST_PARAMS),
         BackendInfo(name="echo-preemptible", kinds=["graph"], preemptible=True,
                     max_concurrency=4, providers=["numpy"],
-                    description="numpy echo; cancels in place"),
+                    description="numpy echo; cancels in place", params=REQUEST_PARAMS),
     ]
 
 

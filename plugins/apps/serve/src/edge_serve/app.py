@@ -17,8 +17,9 @@ Routes:
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -32,8 +33,9 @@ from starlette.routing import Match, Route
 from edge_core.errors import EdgeError
 from edge_core.ledger import ResourceLedger
 from edge_serve import openai_api
-from edge_serve.bodies import deadline_of, json_body, params_of
+from edge_serve.bodies import deadline_of, json_body, params_of, refuse_query
 from edge_serve.draining import Drain
+from edge_serve.forms import quiet_parser_log, read_form
 from edge_serve.guards import (
     App,
     BearerAuth,
@@ -241,6 +243,7 @@ async def run_pipeline(request: Request) -> Response:
     body = await json_body(request, _RUN_KEYS)
     deadline = deadline_of(request, body.get("deadline_s"))
     params = params_of(body.get("params"))
+    served.refuse_unread_params(params)
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
     handle = RequestHandle(served.name)
@@ -251,14 +254,12 @@ async def run_pipeline(request: Request) -> Response:
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
     try:
-        form = await request.form(max_files=1, max_fields=8)
-    except HttpRefusal:
+        form = await read_form(request, max_files=1, max_fields=8)
+    except (HttpRefusal, BodyTooLarge, ClientDisconnect):
         raise
-    except Exception as exc:  # python-multipart's and Starlette's parse errors
-        if isinstance(exc, BodyTooLarge | ClientDisconnect):
-            raise
-        raise HttpRefusal(400, "body", "not a valid multipart form", str(exc),
-                          kind="InvalidMultipart") from None
+    except Exception as exc:  # anything else the parser raised on this body
+        raise HttpRefusal(400, "body", "not a valid multipart form",
+                          f"{type(exc).__name__}: {exc}", kind="InvalidMultipart") from None
     try:
         unknown = sorted(set(form.keys()) - {"file", "params", "deadline_s"})
         if unknown:
@@ -271,6 +272,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
                               kind="InvalidValue")
         deadline = deadline_of(request, form.get("deadline_s"), form=True)
         params = params_of(form.get("params"))
+        served.refuse_unread_params(params)
         data = await upload.read()
         suffix = _suffix(upload.filename)
     finally:
@@ -303,17 +305,36 @@ async def not_found(request: Request, exc: Exception) -> Response:
                                         kind="NotFound" if status == 404 else "BadMethod"))
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _without_query(route: Route) -> Route:
+    """``route`` whose endpoint first refuses a query string (:func:`refuse_query`).
+
+    Checked once the route and its method matched: a path no route serves is still 404,
+    a method it does not serve 405.
+    """
+    endpoint: Endpoint = route.endpoint
+
+    @functools.wraps(endpoint)
+    async def checked(request: Request) -> Response:
+        refuse_query(request)
+        return await endpoint(request)
+
+    return Route(route.path, checked, methods=sorted(route.methods or ()), name=route.name)
+
+
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
-    routes = [  # matched in order: the request route first (no two paths overlap)
-        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),
-        Route("/", page, methods=["GET"]),
+    routes = [_without_query(route) for route in (  # matched in order: the request route
+        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),  # first (no two
+        Route("/", page, methods=["GET"]),                                  # paths overlap)
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/pipelines", list_pipelines, methods=["GET"]),
         Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
         *openai_api.routes(),
-    ]
+    )]
     middleware = [Middleware(Accounting, metrics=state.metrics,
                              names=frozenset(state.pipelines), routes=routes)]
     if api_key:
@@ -327,5 +348,6 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
                                         # anything else: a JSON 500, and uvicorn logs it
                                         Exception: _on_refusal})
     app.state.edge = state
+    quiet_parser_log()  # a malformed upload is answered with its 400, not logged
     return app
 

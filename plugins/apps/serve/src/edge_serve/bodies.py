@@ -1,7 +1,8 @@
 """Reading a request: its JSON body, its deadline, its pipeline; each refusal a 400/404.
 
 The deadline comes from ``deadline_s`` in the body or the ``X-Edge-Deadline`` header (in
-seconds); when both are given the smaller one holds.
+seconds); when both are given the smaller one holds. No route reads a query parameter:
+one in the URL is refused (:func:`refuse_query`) rather than ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from starlette.requests import Request
 
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "number"]
+__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "number",
+           "params_of", "refuse_query"]
 
 DEADLINE_HEADER = "x-edge-deadline"
 MAX_DEADLINE_S = 3600.0
@@ -53,6 +55,23 @@ def deadline_of(request: Request, body_value: object = None, *,
                 body_value = float(body_value)
         found.append(number(body_value, "deadline_s", low=0.0, high=MAX_DEADLINE_S))
     return min(found) if found else None
+
+
+def refuse_query(request: Request) -> None:
+    """Refuse (400, ``unsupported_parameter``) a query string: no route reads one.
+
+    The first parameter is named as ``query.NAME`` with its value; a query string that
+    holds no ``name=value`` pair (``?&``) is refused as ``query`` with its text.
+    """
+    for name, value in request.query_params.multi_items():
+        raise HttpRefusal(400, f"query.{name}", "not served (no route of this server reads a "
+                          "query parameter)", value, kind="UnsupportedParameter",
+                          code="unsupported_parameter")
+    raw = request.scope.get("query_string", b"")
+    if raw:
+        raise HttpRefusal(400, "query", "not served (no route of this server reads a query "
+                          "string)", raw.decode("latin-1"), kind="UnsupportedParameter",
+                          code="unsupported_parameter")
 
 
 async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:

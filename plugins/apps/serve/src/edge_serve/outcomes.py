@@ -27,6 +27,7 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        ``unsupported_parameter`` ...)
 401    a route other than ``/health`` (and the page) without the right bearer token
 404    an unknown pipeline, model or route
+405    a route asked with a method it does not serve (``Allow`` names those it does)
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    anything else: the error's type and message (``x-should-retry: false``: the same
@@ -71,11 +72,11 @@ __all__ = [
 RETRY_AFTER_S = 1
 
 #: The request outcomes counted in ``edge_requests_total{outcome=...}``.
-OUTCOMES = ("ok", "bad_request", "unauthorized", "not_found", "too_large", "refused",
-            "unavailable", "deadline", "cancelled", "error")
+OUTCOMES = ("ok", "bad_request", "unauthorized", "not_found", "method_not_allowed",
+            "too_large", "refused", "unavailable", "deadline", "cancelled", "error")
 
 _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
-                      405: "bad_request", 413: "too_large", 429: "refused",
+                      405: "method_not_allowed", 413: "too_large", 429: "refused",
                       503: "unavailable", 504: "deadline", 499: "cancelled"}
 
 #: OpenAI's error ``type`` for each status.

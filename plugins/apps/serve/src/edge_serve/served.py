@@ -168,6 +168,29 @@ class ServedPipeline:
             if state not in SERVING:
                 raise stage_unready(self.name, stage, state)
 
+    def refuse_unread_params(self, params: Mapping[str, Any] | None) -> None:
+        """Refuse (400, ``unsupported_parameter``) a parameter the final stage does not read.
+
+        A request's ``params`` reach the pipeline's final stage only (a transform before it
+        merges its own over them), whose backend declares the names its stages read
+        (``BackendInfo.params``): any other name is refused, naming it and its value, so
+        that a misspelt parameter is not silently ignored. A backend that declares none
+        (``None``) is passed every name.
+        """
+        if not params:
+            return
+        last = self.pipeline.lineup.current.slots[-1]  # the placement serving now
+        backend = last.binding.backend
+        if backend.params is None:
+            return
+        unread = sorted((key for key in params if key not in backend.params), key=str)
+        if unread:
+            read = ", ".join(sorted(backend.params)) or "none"
+            raise HttpRefusal(400, f"params.{unread[0]}", "not a parameter of this pipeline "
+                              f"(its final stage {last.context.stage_id}, on {backend.name}, "
+                              f"reads: {read})", params[unread[0]],
+                              kind="UnsupportedParameter", code="unsupported_parameter")
+
     def describe(self) -> dict[str, Any]:
         """The pipeline as ``GET /v1/pipelines`` lists it."""
         plan = self.pipeline.execution_plan()

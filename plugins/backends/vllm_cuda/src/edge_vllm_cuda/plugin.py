@@ -33,10 +33,11 @@ def backend_info() -> BackendInfo:
     """The backend's declaration: generate stages, preemptible, many requests batched."""
     from edge_core.backend import BackendInfo
     from edge_vllm_cuda.options import MAX_CONCURRENCY, WORKER_ENV_NAMES
+    from edge_vllm_cuda.sampling import PARAM_NAMES
 
     return BackendInfo(
         name=BACKEND, kinds=("generate",), preemptible=True, max_concurrency=MAX_CONCURRENCY,
-        providers=("cuda", "cpu"), env_names=WORKER_ENV_NAMES,
+        providers=("cuda", "cpu"), env_names=WORKER_ENV_NAMES, params=PARAM_NAMES,
         description="vLLM generation stages on NVIDIA GPUs: streaming, abort, VRAM reservation.",
     )
 

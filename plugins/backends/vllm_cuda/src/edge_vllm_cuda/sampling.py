@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "MAX_CHOICES",
     "MAX_LOGPROBS",
+    "PARAM_NAMES",
     "ContextLengthExceeded",
     "GenerateParams",
     "GenerateParamsInvalid",
@@ -42,7 +43,9 @@ DEFAULT_MAX_TOKENS = 16
 MAX_LOGPROBS = 20
 #: Most choices one request may ask for: prompts times ``n``.
 MAX_CHOICES = 128
-_KNOWN = frozenset({"prompt", "prompt_token_ids", "prompts", "messages", "max_tokens",
+#: Every parameter a generate request may carry (the backend declares them,
+#: ``BackendInfo.params``); any other is refused as ``unsupported_parameter``.
+PARAM_NAMES = frozenset({"prompt", "prompt_token_ids", "prompts", "messages", "max_tokens",
                     "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
                     "min_tokens", "n", "logprobs", "presence_penalty", "frequency_penalty",
                     "repetition_penalty", "json_object", "json_schema"})
@@ -330,9 +333,9 @@ def parse_generate_params(params: Mapping[str, Any]) -> GenerateParams:
             decoding forms, more than :data:`MAX_CHOICES` choices).
     """
     problems: list[GenerateParamsInvalid] = [
-        GenerateParamsInvalid(key, f"unknown parameter (known: {sorted(_KNOWN)})", params[key],
+        GenerateParamsInvalid(key, f"unknown parameter (known: {sorted(PARAM_NAMES)})", params[key],
                               code="unsupported_parameter")
-        for key in sorted(set(params) - _KNOWN, key=str)]
+        for key in sorted(set(params) - PARAM_NAMES, key=str)]
 
     def checked(check: Any, *args: Any, **kwargs: Any) -> Any:
         try:

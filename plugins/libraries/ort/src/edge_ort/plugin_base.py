@@ -75,12 +75,17 @@ class OrtPlugin:
 
     @hookimpl
     def edge_backends(self) -> list[BackendInfo]:
-        """Declare the backend: graph stages, not preemptible, one call at a time, a bundle each."""
+        """Declare the backend: graph stages, one call at a time, a bundle, no params.
+
+        Not preemptible; a session's run takes its inputs only, so a stage reads no
+        request parameters.
+        """
         from edge_core.backend import BackendInfo
 
         return [BackendInfo(name=self.backend, kinds=["graph"], preemptible=False,
                             max_concurrency=1, providers=[self.target],
-                            description=self.description, needs_bundle=True)]
+                            description=self.description, needs_bundle=True,
+                            params=())]
 
     @hookimpl
     def edge_probe(self) -> list[ProbeReport]:

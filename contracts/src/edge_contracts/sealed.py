@@ -27,6 +27,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from edge_contracts.hugepages import back_with_huge_pages
+
 __all__ = [
     "SEALS",
     "SEALS_AVAILABLE",
@@ -169,6 +171,7 @@ def create_sealed(name: str, size: int, channel: FdChannel) -> mmap.mmap:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
+        back_with_huge_pages(fd, size)
         import fcntl
 
         fcntl.fcntl(fd, _F_ADD_SEALS, SEALS)

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from edge_contracts._posix_shm import load_posixshmem
 from edge_contracts.errors import ContractError
+from edge_contracts.hugepages import back_with_huge_pages
 from edge_contracts.owners import Owner, owner_alive, owner_identity
 from edge_contracts.sealed import FdChannel, create_sealed, open_sealed
 
@@ -270,6 +271,7 @@ class Segment:
         try:
             os.fchmod(fd, 0o600)  # the umask may only have narrowed it; make it exact
             os.ftruncate(fd, size)
+            back_with_huge_pages(fd, size)
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
             mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:

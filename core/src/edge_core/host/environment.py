@@ -8,7 +8,7 @@ worker's whole life. So :func:`worker_environment` builds it from four sources o
    ``TMPDIR``, the locale, the dynamic loader's path ...), copied from the source
    environment when set;
 2. the names edge-core's own worker code reads (:data:`EDGE_WORKER_NAMES`:
-   ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SPIN_US``);
+   ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, ``EDGE_SPIN_US``);
 3. the names the backend declares its workers need (``WorkerStage.worker_env_names``,
    e.g. ``VLLM_*``), copied when set, plus values the backend sets itself;
 4. the route's own ``env`` (from the pipeline file), set as given.
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from edge_contracts.copy_env import COPY_THREADS_ENV
 from edge_contracts.heap import HEAP_ENV
+from edge_contracts.hugepages import HUGE_ENV
 from edge_contracts.waiting import SPIN_ENV
 from edge_core.host.errors import RouteRefused
 
@@ -57,7 +58,7 @@ INTERPRETER_NAMES: frozenset[str] = frozenset({
 INTERPRETER_PREFIXES: tuple[str, ...] = ("LC_",)
 """Prefixes of such variables (the locale categories)."""
 
-EDGE_WORKER_NAMES: frozenset[str] = frozenset({COPY_THREADS_ENV, HEAP_ENV, SPIN_ENV})
+EDGE_WORKER_NAMES: frozenset[str] = frozenset({COPY_THREADS_ENV, HEAP_ENV, HUGE_ENV, SPIN_ENV})
 """Variables edge-core's own worker code (``edge_contracts``) reads."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")

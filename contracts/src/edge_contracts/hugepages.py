@@ -50,8 +50,7 @@ MADV_COLLAPSE = 25
 """``madvise`` advice: collapse the range's pages into huge pages now (Linux 6.1)."""
 
 _PMD_SIZE = Path("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
-_MAP_FIXED = 0x10
-_MAP_NORESERVE = 0x4000
+_MAP_FIXED = 0x10  # Linux's value on every architecture but Alpha and PA-RISC
 _PROT_NONE = 0
 
 
@@ -119,7 +118,7 @@ def back_with_huge_pages(fd: int, size: int) -> bool:
     except OSError:
         return False
     reserved = libc.mmap(None, span + huge, _PROT_NONE,
-                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # PROT_NONE: not charged
     if reserved in (None, _FAILED):
         return False
     try:
@@ -128,7 +127,9 @@ def back_with_huge_pages(fd: int, size: int) -> bool:
         # aligned alike: this one, over the reservation, maps offset 0 at a huge boundary
         mapped = libc.mmap(aligned, span, mmap.PROT_READ | mmap.PROT_WRITE,
                            mmap.MAP_SHARED | _MAP_FIXED, fd, 0)
-        if mapped != aligned:
+        if mapped != aligned:  # not placed there: never leave a stray mapping of the file
+            if mapped not in (None, _FAILED):
+                libc.munmap(mapped, span)
             return False
         advised: int = libc.madvise(aligned, span, MADV_HUGEPAGE)
         collapsed: int = libc.madvise(aligned, span, MADV_COLLAPSE) if advised == 0 else -1

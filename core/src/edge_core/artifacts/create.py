@@ -2,8 +2,9 @@
 
 Every file of the directory is listed and hashed (symlinks only when they stay inside the
 bundle; symlinked directories and special files are refused), the metadata is checked
-by ``ArtifactManifest``, and the same reference checks as verification run (ONNX
-external data among the files, ``.npz`` archives loadable without pickle) before the
+by ``ArtifactManifest``, and the same reference checks as verification run (every file
+named ``.onnx`` an ONNX model with a graph, ONNX external data among the files, ``.npz``
+archives loadable without pickle) before the
 manifest is written — atomically, through a temporary file and a rename — so a created
 manifest always verifies.
 """

@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     create.add_argument("--component", metavar="NAME",
                         help="the bundle's component name (default: the name of DIR)")
     create.add_argument("--graph", metavar="FILE",
-                        help="the model graph (default: the only .onnx file in DIR): any "
-                        "file, but every file named .onnx must be an ONNX model")
+                        help="the model graph (default: the only file in DIR named .onnx, "
+                        "in any case): any file, but every file named .onnx must be an ONNX "
+                        "model")
     create.add_argument("--example-inputs", metavar="FILE",
                         help=".npz of example inputs, by input name: what the warm-up gate "
                         "runs (a stage cannot load a bundle without them)")

@@ -158,6 +158,29 @@ def test_a_graph_named_onnx_that_is_not_onnx_exits_2_at_create_and_1_at_verify(
     assert refused["error"].startswith(f"manifest.metadata.graph: named .onnx but {missing}")
 
 
+def test_another_member_named_onnx_that_is_empty_exits_2_at_create_and_1_at_verify(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside a valid graph, an empty buckets/b1.onnx is refused naming its own field."""
+    (bundle / "buckets").mkdir()
+    member = bundle / "buckets" / "b1.onnx"
+    member.write_bytes(b"")
+    field = 'manifest.files["buckets/b1.onnx"]'
+    assert main(["manifest", "create", str(bundle), "--force", "--graph", "model.onnx",
+                 "--example-inputs", "inputs.npz", "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["refusal"]["kind"] == "ReferenceRefused"
+    assert (failure["refusal"]["field"], failure["refusal"]["value"]) == (field,
+                                                                         "buckets/b1.onnx")
+    assert failure["error"].startswith(f"{field}: named .onnx but the file is empty (0 bytes)")
+    edit_manifest(bundle, lambda m: m["files"].update({"buckets/b1.onnx": sha256_of(member)}))
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 1
+    refused = _json(capsys)
+    assert refused["ok"] is False
+    assert refused["refusal"]["field"] == field
+    assert refused["error"].startswith(f"{field}: named .onnx but the file is empty (0 bytes)")
+
+
 def test_a_graph_in_another_format_is_accepted_by_create_and_verify(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

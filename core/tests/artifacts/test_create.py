@@ -64,10 +64,45 @@ def test_graph_must_be_named_when_the_bundle_holds_several(tmp_path: Path) -> No
 
     directory = write_bundle(tmp_path / "b", external=False, create=False)
     onnx.save_model(matmul_model(), directory / "second.onnx")
-    with pytest.raises(ReferenceRefused, match=r"exactly one \.onnx"):
+    with pytest.raises(ReferenceRefused, match=r"exactly one file named \.onnx") as caught:
         create_manifest(directory)
+    assert caught.value.value == ["model.onnx", "second.onnx"]
     assert create_manifest(directory, graph="second.onnx").manifest.metadata.graph == (
         "second.onnx")
+
+
+def test_the_only_graph_named_onnx_in_any_case_is_the_default_graph(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    """The default graph is found by the name the checks use: .onnx in any case."""
+    directory = write_bundle(tmp_path / "b", external=False, graph_name="MODEL.ONNX",
+                             create=False)
+    (directory / "model.onnx.bin").write_bytes(b"not a candidate: it ends in .bin")
+    created = create_manifest(directory, example_inputs="inputs.npz")
+    assert created.manifest.metadata.graph == "MODEL.ONNX"
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.graph.name == "MODEL.ONNX"
+
+
+@pytest.mark.parametrize("other", ["Second.ONNX", "model.onnx"])
+def test_two_graphs_named_onnx_in_different_case_are_two_candidates(
+    tmp_path: Path, other: str
+) -> None:
+    """MODEL.ONNX beside Second.ONNX, or beside model.onnx: the graph must be given."""
+    import onnx
+
+    directory = write_bundle(tmp_path / "b", external=False, graph_name="MODEL.ONNX",
+                             create=False)
+    onnx.save_model(matmul_model(), directory / other)
+    with pytest.raises(ReferenceRefused) as caught:
+        create_manifest(directory, example_inputs="inputs.npz")
+    assert caught.value.field == "metadata.graph"
+    assert caught.value.reason == ("must be given: the bundle does not hold exactly one "
+                                   "file named .onnx (in any case)")
+    assert caught.value.value == sorted(["MODEL.ONNX", other])
+    assert not (directory / MANIFEST_FILENAME).exists()
+    created = create_manifest(directory, graph=other, example_inputs="inputs.npz")
+    assert created.manifest.metadata.graph == other
 
 
 def test_symlink_leading_outside_is_refused_at_creation(tmp_path: Path) -> None:
@@ -137,12 +172,43 @@ def test_a_graph_named_onnx_that_is_not_an_onnx_model_is_refused_at_creation(
     assert caught.value.value == name
     assert caught.value.reason.startswith(f"named .onnx but {missing}")
     assert caught.value.reason.endswith(
-        ": an ONNX model needs a graph with at least one input and one output (a graph in "
+        ": an ONNX model needs a graph with at least one input and one output (a file in "
         "another format must not be named .onnx)")
     assert not (directory / MANIFEST_FILENAME).exists()
-    if name == "model.onnx":  # as the default graph (the only .onnx file): the same
-        with pytest.raises(ReferenceRefused, match=r"^manifest\.metadata\.graph: named "):
-            create_manifest(directory, example_inputs="inputs.npz")
+    # as the default graph (the only file named .onnx, in any case): the same
+    with pytest.raises(ReferenceRefused, match=r"^manifest\.metadata\.graph: named "):
+        create_manifest(directory, example_inputs="inputs.npz")
+
+
+@pytest.mark.parametrize("member", ["sub/x.onnx", "buckets/B1.ONNX"])
+@pytest.mark.parametrize(("data", "missing"), NOT_ONNX_GRAPHS)
+def test_another_member_named_onnx_that_is_not_an_onnx_model_is_refused_at_creation(
+    tmp_path: Path, member: str, data: bytes, missing: str
+) -> None:
+    """Beside a valid graph, a file named .onnx (a derived bundle's per-bucket graph, say)
+    is held to the graph's rule, and named by its own field."""
+    directory = write_bundle(tmp_path / "b", create=False)
+    (directory / member).parent.mkdir(parents=True, exist_ok=True)
+    (directory / member).write_bytes(data)
+    with pytest.raises(ReferenceRefused) as caught:
+        create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz")
+    assert caught.value.field == f'manifest.files["{member}"]'
+    assert caught.value.value == member
+    assert caught.value.reason.startswith(f"named .onnx but {missing}")
+    assert caught.value.reason.endswith("(a file in another format must not be named .onnx)")
+    assert not (directory / MANIFEST_FILENAME).exists()
+
+
+def test_another_member_named_onnx_that_is_a_model_is_accepted_beside_the_graph(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    (directory / "buckets").mkdir()
+    (directory / "buckets" / "B1.ONNX").write_bytes(passthrough_model().SerializeToString())
+    created = create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz")
+    assert "buckets/B1.ONNX" in created.manifest.files
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.manifest == created.manifest
 
 
 def test_a_graph_without_nodes_that_passes_its_input_through_is_accepted(

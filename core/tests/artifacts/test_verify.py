@@ -207,6 +207,24 @@ def test_a_graph_named_onnx_that_is_not_an_onnx_model_is_refused(
         assert caught.value.reason.startswith(f"named .onnx but {missing}")
 
 
+@pytest.mark.parametrize("member", ["sub/x.onnx", "buckets/B1.ONNX"])
+@pytest.mark.parametrize(("data", "missing"), NOT_ONNX_GRAPHS)
+def test_another_member_named_onnx_that_is_not_an_onnx_model_is_refused(
+    bundle: Path, staging_root: Path, member: str, data: bytes, missing: str
+) -> None:
+    """A manifest written by hand (create refuses it too) listing, beside a valid graph,
+    a file named .onnx that is not a model with a graph."""
+    (bundle / member).parent.mkdir(parents=True, exist_ok=True)
+    (bundle / member).write_bytes(data)
+    edit_manifest(bundle, lambda m: m["files"].update({member: sha256_of(bundle / member)}))
+    for stage in (True, False):
+        with pytest.raises(ReferenceRefused) as caught:
+            verify_bundle(bundle, stage=stage, staging_root=staging_root)
+        assert (caught.value.field, caught.value.value) == (f'manifest.files["{member}"]',
+                                                            member)
+        assert caught.value.reason.startswith(f"named .onnx but {missing}")
+
+
 def test_example_inputs_needing_pickle_are_refused(bundle: Path, staging_root: Path) -> None:
     np.savez(bundle / "inputs.npz", x=np.array([{"a": 1}], dtype=object))
     edit_manifest(bundle, lambda m: m["files"].update(

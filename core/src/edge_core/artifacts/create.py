@@ -2,8 +2,9 @@
 
 Every file of the directory is listed and hashed (symlinks only when they stay inside the
 bundle; symlinked directories and special files are refused), the metadata is checked
-by ``ArtifactManifest``, and the same reference checks as verification run (ONNX
-external data among the files, ``.npz`` archives loadable without pickle) before the
+by ``ArtifactManifest``, and the same reference checks as verification run (every file
+named ``.onnx`` an ONNX model with a graph, ONNX external data among the files, ``.npz``
+archives loadable without pickle) before the
 manifest is written — atomically, through a temporary file and a rename — so a created
 manifest always verifies.
 """
@@ -29,7 +30,12 @@ from edge_contracts.manifest import (
 from edge_core.artifacts.errors import ManifestExists, ManifestSchemaInvalid, ReferenceRefused
 from edge_core.artifacts.hashing import hash_member
 from edge_core.artifacts.members import bundle_root, list_bundle_files, resolve_member
-from edge_core.artifacts.references import EXPECTED_OUTPUTS_KEY, References, check_references
+from edge_core.artifacts.references import (
+    EXPECTED_OUTPUTS_KEY,
+    References,
+    check_references,
+    named_onnx,
+)
 from edge_core.progress import Progress
 
 __all__ = ["CreatedManifest", "build_manifest", "create_manifest", "member_argument"]
@@ -89,11 +95,13 @@ def member_argument(root: Path, text: str) -> str:
 
 
 def _default_graph(files: list[str]) -> str:
-    graphs = [f for f in files if f.endswith(".onnx")]
+    # The same names the checks hold to ONNX's rule (references.named_onnx: any case), so
+    # MODEL.ONNX is a default graph, and model.onnx beside MODEL.ONNX is two candidates.
+    graphs = [f for f in files if named_onnx(f)]
     if len(graphs) != 1:
         raise ReferenceRefused(
-            "metadata.graph", "must be given: the bundle does not hold exactly one .onnx file",
-            graphs,
+            "metadata.graph", "must be given: the bundle does not hold exactly one file "
+            "named .onnx (in any case)", graphs,
         )
     return graphs[0]
 
@@ -130,8 +138,9 @@ def build_manifest(
 ) -> CreatedManifest:
     """List, hash and check the bundle at ``directory``; return its manifest unwritten.
 
-    ``component`` defaults to the directory's name; ``graph`` to the only ``.onnx``
-    file; ``expected_outputs`` is recorded as ``metadata.validation.expected_outputs``.
+    ``component`` defaults to the directory's name; ``graph`` to the only file named
+    ``.onnx`` (in any case, in any folder of the bundle); ``expected_outputs`` is recorded
+    as ``metadata.validation.expected_outputs``.
 
     Raises:
         ManifestInvalid: a subclass naming the field, the reason and the value.

@@ -4,10 +4,10 @@ Checked here, on a directory whose members have already been hashed (the staged 
 or the bundle itself):
 
 - ``metadata.validation.expected_outputs``, when present, is a member path;
-- ``metadata.graph``, when its name says it is ONNX (ends in ``.onnx``, any case), is an
-  ONNX model with a graph that has at least one input and one output
-  (:func:`check_onnx_graph`; a graph named otherwise is a backend's own format, and only
-  checked as any member is);
+- every member whose name says it is ONNX (ends in ``.onnx``, any case) — ``metadata.graph``
+  and any other, such as a derived bundle's per-bucket graphs — is an ONNX model with a
+  graph that has at least one input and one output (:func:`check_onnx_graph`; a graph
+  named otherwise is a backend's own format, and only checked as any member is);
 - every member that is, or whose bytes parse as, an ONNX model (any name ending in
   ``.onnx`` in any case, and any other file that parses as a model with a graph) has
   its external-data locations among the members, without ``..`` or any other unsafe
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["EXPECTED_OUTPUTS_KEY", "GRAPH_FIELD", "References", "check_onnx_graph",
-           "check_references", "expected_outputs_path", "load_npz", "npz_headers",
-           "specs_of_headers"]
+           "check_references", "expected_outputs_path", "load_npz", "named_onnx",
+           "npz_headers", "specs_of_headers"]
 
 EXPECTED_OUTPUTS_KEY = "expected_outputs"
 """Key of ``metadata.validation`` naming the ``.npz`` of reference outputs."""
@@ -94,24 +94,34 @@ def expected_outputs_path(manifest: ArtifactManifest) -> str | None:
     return value
 
 
-def check_onnx_graph(directory: Path, graph: str) -> None:
-    """Refuse the member ``graph`` at ``directory`` unless it is a usable ONNX model.
+def named_onnx(member: str) -> bool:
+    """Whether ``member``'s name says it is an ONNX model: it ends in ``.onnx``, any case."""
+    return member.casefold().endswith(ONNX_SUFFIX)
 
-    Only a graph named as ONNX (``.onnx`` in any case) is checked: a bundle for a backend
-    that does not run ONNX names its own file. Such a graph must parse as an ONNX model
+
+def check_onnx_graph(directory: Path, member: str, field: str = GRAPH_FIELD) -> None:
+    """Refuse ``member`` at ``directory`` unless it is a usable ONNX model.
+
+    Only a member named as ONNX (:func:`named_onnx`) is checked: a bundle for a backend
+    that does not run ONNX names its own file. Such a member must parse as an ONNX model
     (``ModelProto``) with a graph that has at least one input and one output: a protobuf
     parser reads 0 bytes, and many short byte strings, as a model without a graph, which
     no runtime can serve. Nodes are not required: a graph may pass an input straight
     through to an output, and ONNX Runtime runs it.
 
+    Args:
+        directory: the bundle (or its staged copy).
+        member: the member path.
+        field: the field a refusal names: ``manifest.metadata.graph`` for the graph, the
+            member's own (``manifest.files["sub/x.onnx"]``) for any other member.
+
     Raises:
-        ReferenceRefused: naming ``manifest.metadata.graph``, what is missing, and the
-            member.
+        ReferenceRefused: naming ``field``, what is missing, and the member.
 
     """
-    if not graph.casefold().endswith(ONNX_SUFFIX):
+    if not named_onnx(member):
         return
-    outline = graph_outline(directory.joinpath(*graph.split("/")))
+    outline = graph_outline(directory.joinpath(*member.split("/")))
     if outline.size == 0:
         missing = "the file is empty (0 bytes)"
     elif outline.problem is not None:
@@ -125,10 +135,10 @@ def check_onnx_graph(directory: Path, graph: str) -> None:
             return
         missing = f"its graph has no {' and no '.join(absent)}"
     raise ReferenceRefused(
-        GRAPH_FIELD,
+        field,
         f"named {ONNX_SUFFIX} but {missing}: an ONNX model needs a graph with at least one "
-        f"input and one output (a graph in another format must not be named {ONNX_SUFFIX})",
-        graph,
+        f"input and one output (a file in another format must not be named {ONNX_SUFFIX})",
+        member,
     )
 
 
@@ -235,14 +245,17 @@ def check_references(
 ) -> References:
     """Check what the members at ``directory`` refer to; ``sizes`` maps member -> bytes."""
     expected = expected_outputs_path(manifest)
-    check_onnx_graph(directory, manifest.metadata.graph)
+    graph = manifest.metadata.graph
+    check_onnx_graph(directory, graph)
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
-        # A *.onnx (any case) must parse; every other member (the graph of a backend
-        # that is not ONNX, weights, data) is scanned too, and checked as a model when its
-        # bytes parse as one, whatever its name.
-        named = member.casefold().endswith(ONNX_SUFFIX)
+        # A *.onnx (any case) must be a model with a graph, as the graph must; every other
+        # member (the graph of a backend that is not ONNX, weights, data) is scanned too,
+        # and checked as a model when its bytes parse as one, whatever its name.
+        named = named_onnx(member)
         field = member_field(member)
+        if named and member != graph:
+            check_onnx_graph(directory, member, field)
         refs = external_refs(directory.joinpath(*member.split("/")), field,
                              any_file=not named)
         if refs:

@@ -3,7 +3,7 @@
 Exit codes: 0 ok; 1 ``verify`` refused the bundle (the message names field, reason and
 value); 2 bad input: DIR is not a directory, ``--calibration``/``--validation`` is not a
 JSON object, or ``create`` refused the bundle it was given (a manifest already there
-without ``--force``, a graph named ``.onnx`` that is not an ONNX model, or any other
+without ``--force``, a file named ``.onnx`` that is not an ONNX model, or any other
 refusal, named as ``verify`` names it). Hashing shows a progress line on stderr for
 bundles of at least 8 MiB when stderr is a terminal (``EDGE_PROGRESS=1`` forces it);
 never under ``--json``.
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "writes the manifest, 'verify' checks a folder against it. Exit 1 when 'verify' "
         "refuses a bundle (the message names the field, the reason and the value), 2 for a "
         "usage or input problem, which includes every bundle 'create' refuses (one that "
-        "already has a manifest without --force, a graph named .onnx that is not an ONNX "
+        "already has a manifest without --force, a file named .onnx that is not an ONNX "
         "model).",
         "edge manifest create models/net --example-inputs x.npz",
         "edge manifest verify models/net")
@@ -52,8 +52,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "inside DIR (relative to DIR, or to the working directory). A stage loads a bundle "
         "only with example inputs to warm up and gate it: give --example-inputs (and "
         "--expected-outputs to compare its outputs too). The graph may be any file (a "
-        "backend that does not run ONNX reads its own format), but one named .onnx must be "
-        "an ONNX model with a graph that has an input and an output. Exit 2, writing "
+        "backend that does not run ONNX reads its own format), but every file named .onnx "
+        "(any case), the graph or not, must be an ONNX model with a graph that has an input "
+        "and an output. Exit 2, writing "
         "nothing, for a refused bundle or when DIR already has a manifest (--force replaces "
         "it).",
         "edge manifest create models/net --example-inputs x.npz",
@@ -63,8 +64,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     create.add_argument("--component", metavar="NAME",
                         help="the bundle's component name (default: the name of DIR)")
     create.add_argument("--graph", metavar="FILE",
-                        help="the model graph (default: the only .onnx file in DIR): any "
-                        "file, but one named .onnx must be an ONNX model")
+                        help="the model graph (default: the only file in DIR named .onnx, "
+                        "in any case): any file, but every file named .onnx must be an ONNX "
+                        "model")
     create.add_argument("--example-inputs", metavar="FILE",
                         help=".npz of example inputs, by input name: what the warm-up gate "
                         "runs (a stage cannot load a bundle without them)")

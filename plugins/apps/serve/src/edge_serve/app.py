@@ -273,6 +273,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
         deadline = deadline_of(request, form.get("deadline_s"), form=True)
         params = params_of(form.get("params"))
         served.refuse_unread_params(params)
+        served.refuse_file("file")
         data = await upload.read()
         suffix = _suffix(upload.filename)
     finally:

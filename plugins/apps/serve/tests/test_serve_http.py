@@ -246,7 +246,8 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
         text = client.get("/metrics").text
     one = {"number": 1, "decision": "only", "switches": [], "background": None}
     memory = {name: health["pipelines"][name].pop("memory") for name in ("slow", "fast")}
-    assert health == {"status": "ok", "memory_over_demand": [], "pipelines": {
+    assert health == {"status": "ok", "memory_over_demand": [], "plugin_errors": [],
+                      "pipelines": {
         "slow": {"state": "ready", "stages": {"echo": "ready"}, "placement": one},
         "fast": {"state": "ready", "stages": {"echo": "ready"}, "placement": one}}}
     for found in memory.values():  # each stage's peak so far against its demand

@@ -27,6 +27,18 @@ def test_the_backend_passes_every_conformance_check() -> None:
     assert len(report.results) == len(CHECKS)
 
 
+def test_the_backend_declares_every_request_parameter_its_stage_reads(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from edge_example_backend import plugin
+
+    info, _ = load_plugins().backends["example-numpy"]  # as edge-core read it
+    assert info.params == frozenset({"spin_s"})
+    # the kit's slow request names only declared parameters: a front end passes it on
+    stage = plugin.edge_conformance_stage("example-numpy", Path(str(tmp_path)))
+    assert info.params is not None and set(stage["slow_params"]) <= info.params
+
+
 def test_a_pipeline_serves_tanh_times_the_bundle_scale(tmp_path: object) -> None:
     from pathlib import Path
 

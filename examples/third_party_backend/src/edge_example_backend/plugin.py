@@ -31,14 +31,19 @@ EDGE_CONTRACT = "1.0"
 BACKEND = "example-numpy"
 DEFAULT_RAM_DEMAND = 192 * 1024 * 1024
 
+#: The request parameters the worker reads (``spin_s``: take that long, for the kit's slow
+#: request); a front end refuses any other name (``edge serve``: 400 naming it).
+PARAMS = ("spin_s",)
+
 
 @hookimpl
 def edge_backends() -> list[BackendInfo]:
-    """Declare one backend: graph stages, preemptible, four calls in flight."""
+    """Declare one backend: graph stages, preemptible, four calls in flight, its params."""
     from edge_core.backend import BackendInfo
 
     return [BackendInfo(name=BACKEND, kinds=["graph"], preemptible=True, max_concurrency=4,
-                        providers=["numpy"], description="tanh(x) * scale in numpy (template)")]
+                        providers=["numpy"], params=PARAMS,
+                        description="tanh(x) * scale in numpy (template)")]
 
 
 @hookimpl

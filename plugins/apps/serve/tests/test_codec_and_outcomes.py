@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -13,6 +14,7 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
+from edge_serve.guards import BodyLimit
 from edge_serve.outcomes import HttpRefusal, from_exception
 from edge_serve.tensors import decode_tensors, encode_tensors
 
@@ -170,3 +172,32 @@ def test_what_a_chat_cannot_map_is_400_naming_the_field(
     with pytest.raises(HttpRefusal) as caught:
         read_chat(messages, images=images)
     assert caught.value.status == 400 and caught.value.field == field
+
+
+def test_a_content_length_that_is_no_integer_is_400_naming_the_header() -> None:
+    # uvicorn's parser refuses it before the application; the guard holds under any server
+    sent: list[dict[str, object]] = []
+    reached: list[object] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        reached.append(scope)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/pipelines/p/run",
+             "headers": [(b"content-length", b"12\xe9")]}
+    asyncio.run(BodyLimit(app, 1024)(scope, receive, send))
+    assert not reached
+    assert sent[0]["status"] == 400
+    body = sent[1]["body"]
+    assert isinstance(body, bytes)
+    assert json.loads(body)["error"] == {
+        "message": "headers.content-length: not an integer: 12\u00e9",
+        "type": "invalid_request_error", "param": "headers.content-length",
+        "code": "invalid_value",
+        "edge": {"status": 400, "kind": "InvalidValue", "field": "headers.content-length",
+                 "reason": "not an integer"}}

@@ -19,9 +19,19 @@ from serving import EDGE, echo_pipeline, running
 from edge_core.testing.leaks import leaks_since, snapshot
 
 
-def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([EDGE, "serve", *args], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+
+
+#: ``EDGE_PLUGINS`` naming the plugins a served echo pipeline needs, and one that no
+#: installed distribution has.
+NOT_INSTALLED = "edge-nope-not-installed"
+ALLOWLIST = {"EDGE_PLUGINS": f"serve,echo,{NOT_INSTALLED}"}
+NOT_INSTALLED_ERROR = {
+    "plugin": NOT_INSTALLED, "named_by": "EDGE_PLUGINS",
+    "error": f"not installed: no installed distribution has an entry point {NOT_INSTALLED!r} "
+             "in group 'edge'"}
 
 
 def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
@@ -179,3 +189,52 @@ def test_a_second_sigint_answers_every_open_request_503_at_once_without_a_traceb
     assert ended < 6.0  # the second SIGINT, not the end of the 8 s grace period
     log = "".join(served.stderr)
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+
+
+def test_a_refused_file_lists_the_plugins_that_did_not_load_in_its_json(
+        tmp_path: Path) -> None:
+    broken = echo_pipeline(tmp_path, "broken", backend="echo-typo")
+    done = _serve(str(broken), "--port", "0", "--json", env=ALLOWLIST)
+    assert done.returncode == 2, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "echo-typo" in answer["error"]
+    assert answer["plugin_errors"] == [NOT_INSTALLED_ERROR]
+    assert f"warning: plugin {NOT_INSTALLED!r} (named by EDGE_PLUGINS) did not load" \
+        in done.stderr
+
+
+@pytest.mark.slow
+def test_plugins_that_did_not_load_are_listed_by_health_the_start_line_and_the_summary(
+        tmp_path: Path) -> None:
+    # one plugin EDGE_PLUGINS names that is not installed, one module a pipeline's plugins
+    # lists that does not import: the pipelines open and serve without them, and the
+    # server says so where an operator looks
+    pipelines = [echo_pipeline(tmp_path, "plain"),
+                 echo_pipeline(tmp_path, "extra", head='plugins = ["edge_no_such_module"]')]
+    expected = [NOT_INSTALLED_ERROR,
+                {"plugin": "edge_no_such_module", "named_by": "configuration",
+                 "error": "import failed: ModuleNotFoundError: No module named "
+                          "'edge_no_such_module'"}]
+    with running(pipelines, env=ALLOWLIST) as served:
+        deadline = time.monotonic() + 90.0
+        while (reply := httpx.get(f"{served.url}/health", timeout=30)).status_code != 200:
+            assert time.monotonic() < deadline, reply.text
+            time.sleep(0.1)
+        health = reply.json()
+    assert health["status"] == "ok" and health["plugin_errors"] == expected
+    (line,) = [line for line in served.stderr if "listening on" in line]
+    assert line.rstrip().endswith(
+        f"(plain, extra); plugins that did not load: {NOT_INSTALLED}, edge_no_such_module "
+        "(GET /health lists them as plugin_errors)"), line
+    assert served.summary["plugin_errors"] == expected
+
+
+@pytest.mark.slow
+def test_a_pipeline_that_fails_to_open_lists_the_plugins_that_did_not_load(
+        tmp_path: Path) -> None:
+    broken = echo_pipeline(tmp_path, "broken", options='fail_at = "warmup"')
+    done = _serve(str(broken), "--port", "0", "--json", env=ALLOWLIST)
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "InjectedFailure" in answer["error"]
+    assert answer["plugin_errors"] == [NOT_INSTALLED_ERROR]

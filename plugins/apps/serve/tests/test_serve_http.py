@@ -246,7 +246,8 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
         text = client.get("/metrics").text
     one = {"number": 1, "decision": "only", "switches": [], "background": None}
     memory = {name: health["pipelines"][name].pop("memory") for name in ("slow", "fast")}
-    assert health == {"status": "ok", "memory_over_demand": [], "pipelines": {
+    assert health == {"status": "ok", "memory_over_demand": [], "plugin_errors": [],
+                      "pipelines": {
         "slow": {"state": "ready", "stages": {"echo": "ready"}, "placement": one},
         "fast": {"state": "ready", "stages": {"echo": "ready"}, "placement": one}}}
     for found in memory.values():  # each stage's peak so far against its demand
@@ -470,3 +471,37 @@ def test_a_multipart_body_cut_short_is_400_naming_its_missing_boundary_and_logs_
         assert _charged(client) == before
     time.sleep(0.5)  # the server's stderr is read by a thread of the fixture's
     assert server.stderr[logged:] == []
+
+
+def test_a_file_to_a_pipeline_without_prepare_is_400_unsupported_before_it_waits(
+        server: Served) -> None:
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client, ThreadPoolExecutor(1) as pool:
+        _wait_ready(client)
+        assert client.get("/v1/pipelines/slow").json()["accepts"] == ["tensors"]
+        # slow's one admission slot held, and it queues nothing (--queue-length slow=0):
+        # a request that waited for admission would be 429, not this pipeline's 400
+        busy = pool.submit(client.post, "/v1/pipelines/slow/run",
+                           json={**x, "params": {"delay_s": 2.0}})
+        deadline = time.monotonic() + 30.0
+        while not client.get("/v1/pipelines/slow").json()["stages"][0]["in_flight"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        counted = _requests_counted(client)
+        reply = client.post("/v1/pipelines/slow/run", files={"file": ("a.png", b"png")},
+                            data={"deadline_s": "5"})
+        assert busy.result().status_code == 200
+        after = _requests_counted(client)
+    assert reply.status_code == 400, reply.text
+    body = reply.json()["error"]
+    assert body == {
+        "message": "file: pipelines[slow] names no 'prepare' function to read a file with: "
+                   "send tensors as JSON",
+        "type": "invalid_request_error", "param": "file", "code": "unsupported_parameter",
+        "edge": {"status": 400, "kind": "UnsupportedParameter", "field": "file",
+                 "reason": "pipelines[slow] names no 'prepare' function to read a file "
+                           "with: send tensors as JSON"}}
+    run = ("slow", "/v1/pipelines/{name}/run", "bad_request")
+    assert after[run] - counted.get(run, 0.0) == 1.0
+    assert after.get(("slow", "/v1/pipelines/{name}/run", "refused"), 0.0) == \
+        counted.get(("slow", "/v1/pipelines/{name}/run", "refused"), 0.0)

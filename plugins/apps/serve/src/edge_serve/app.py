@@ -65,12 +65,16 @@ class ServerState:
     """What every route reads: pipelines by name, ledger, limits, metrics, and the drain.
 
     The drain ends the requests still open when the grace period ends (the pipelines'
-    own, :mod:`edge_serve.draining`).
+    own, :mod:`edge_serve.draining`). ``plugin_errors`` are the plugins that did not load
+    at start-up (``{"plugin", "error", "named_by"}``, as ``edge run --json`` lists them):
+    ``/health`` shows them.
     """
 
     def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
-                 *, max_body_bytes: int, drain: Drain | None = None) -> None:
+                 *, max_body_bytes: int, drain: Drain | None = None,
+                 plugin_errors: Sequence[Mapping[str, Any]] = ()) -> None:
         self.pipelines = dict(pipelines)
+        self.plugin_errors = [dict(failure) for failure in plugin_errors]
         self.ledger = ledger
         self.max_body_bytes = max_body_bytes
         self.drain = drain if drain is not None else Drain()
@@ -196,7 +200,9 @@ async def health(request: Request) -> Response:
     """Every stage's state and memory peak against its demand; 503 while any is not ready.
 
     A stage whose peak exceeds its declared demand still serves (the status stays
-    ``ok``); it is listed in ``memory_over_demand`` as ``pipeline/stage``.
+    ``ok``); it is listed in ``memory_over_demand`` as ``pipeline/stage``. Every plugin
+    that did not load at start-up is listed in ``plugin_errors`` (the status stays ``ok``:
+    each pipeline opened without it).
     """
     state = _state(request)
     pipelines = {}
@@ -212,7 +218,7 @@ async def health(request: Request) -> Response:
         pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages,
                            "placement": report["placement"], "memory": memory}
     body = {"status": "ok" if ready else "degraded", "memory_over_demand": over,
-            "pipelines": pipelines}
+            "plugin_errors": state.plugin_errors, "pipelines": pipelines}
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
@@ -273,6 +279,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
         deadline = deadline_of(request, form.get("deadline_s"), form=True)
         params = params_of(form.get("params"))
         served.refuse_unread_params(params)
+        served.refuse_file("file")
         data = await upload.read()
         suffix = _suffix(upload.filename)
     finally:

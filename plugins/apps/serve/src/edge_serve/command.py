@@ -1,7 +1,9 @@
 """``edge serve PIPELINE...``: open the pipelines, serve HTTP until a signal, close them.
 
 Order of things: every pipeline file is read and checked (names unique) → the plugins
-they need are loaded once → one ledger for all of them (:func:`shared_ledger`) → each
+they need are loaded once (those that did not load are warned about when named, and
+listed as ``plugin_errors`` in ``/health``, the closing summary and a failure's JSON, and
+by name on the ``listening on`` line) → one ledger for all of them (:func:`shared_ledger`) → each
 pipeline is opened as ``edge run`` opens it (admitted, loaded, gated; a failure closes
 those already open) → the socket is bound (127.0.0.1 unless ``--host`` says otherwise;
 ``--port 0`` takes a free port) and ``edge serve: listening on http://HOST:PORT`` is
@@ -61,7 +63,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "upload or named tensors; a generate pipeline also answers /v1/completions and "
         "/v1/chat/completions. Exit 0 when everything closed clean, 1 when a pipeline "
         "failed to open or something was left, 2 for a usage or configuration problem "
-        "(every problem of every file named at once, before any worker starts).",
+        "(every problem of every file named at once, before any worker starts). Plugins "
+        "that did not load are listed as plugin_errors in GET /health, the closing summary "
+        "and a failure's JSON.",
         "edge serve build/ocr/pipeline.toml",
         "edge serve build/ocr/pipeline.toml --port 0 --api-key secret",
         "curl -F file=@build/ocr/page.png http://127.0.0.1:8000/v1/pipelines/ocr-page/run")
@@ -94,21 +98,34 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _configs(paths: list[str]) -> list[Any]:
-    """Every file checked against the installed plugins; all their problems at once."""
+    """Every file checked against the installed plugins; all their problems at once.
+
+    A refusal's document lists every plugin that did not load while the files were
+    checked (``plugin_errors``), and the ones named are warned about, as ``edge run``
+    does for its one file.
+    """
     from edge_core.errors import ConfigError
     from edge_core.preflight import check_pipeline
 
     configs = []
     failures = []
+    rows: list[dict[str, Any]] = []
+
+    def loaded(plugins: Any) -> None:
+        rows.extend(r for r in (record.to_json() for record in plugins.records)
+                    if r not in rows)  # each file loads the plugins: each row once
+
     for path in paths:
         try:
-            configs.append(check_pipeline(path).config)
+            configs.append(check_pipeline(path, loaded=loaded).config)
         except ConfigError as exc:
             failures.append(common.config_failure(exc, path))
     if failures:
+        common.warn_named_plugins(rows)
         raise common.CommandFailed(common.EXIT_USAGE, "; ".join(f.message for f in failures),
                                    {"problems": [p for f in failures
-                                                 for p in f.body["problems"]]})
+                                                 for p in f.body["problems"]],
+                                    "plugin_errors": common.plugin_errors(rows)})
     seen: set[str] = set()
     for index, config in enumerate(configs):
         if config.name in seen:
@@ -166,7 +183,13 @@ def _unwind_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
+def _open(configs: list[Any], say: Any,
+          plugin_errors: list[dict[str, Any]]) -> tuple[Any, list[Pipeline]]:
+    """Load the plugins once, then open every pipeline on one ledger; the ledger and them.
+
+    ``plugin_errors`` is filled with every plugin that did not load
+    (:func:`~edge_core.cli.common.plugin_errors`); a failure to open carries it too.
+    """
     from edge_core.errors import EdgeError
     from edge_core.plugins import load_plugins
     from edge_core.runtime.pipeline import Pipeline
@@ -174,7 +197,9 @@ def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
 
     modules = sorted({m for config in configs for m in config.plugins})
     plugins = load_plugins(local_modules=modules)
-    common.warn_named_plugins(record.to_json() for record in plugins.records)
+    rows = [record.to_json() for record in plugins.records]
+    common.warn_named_plugins(rows)
+    plugin_errors.extend(common.plugin_errors(rows))
     ledger = shared_ledger(configs, plugins)
     opened: list[Pipeline] = []
     try:
@@ -184,13 +209,21 @@ def _open(configs: list[Any], say: Any) -> tuple[Any, list[Pipeline]]:
     except (EdgeError, ValueError) as exc:
         for pipeline in reversed(opened):
             pipeline.close()
-        raise common.CommandFailed(common.EXIT_FAILED,
-                                   f"{type(exc).__name__}: {exc}") from exc
+        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}",
+                                   {"plugin_errors": plugin_errors}) from exc
     except BaseException:
         for pipeline in reversed(opened):
             pipeline.close()
         raise
     return ledger, opened
+
+
+def _not_loaded(plugin_errors: list[dict[str, Any]]) -> str:
+    """What the ``listening on`` line adds about plugins that did not load ('' if none)."""
+    if not plugin_errors:
+        return ""
+    names = ", ".join(failure["plugin"] for failure in plugin_errors)
+    return f"; plugins that did not load: {names} (GET /health lists them as plugin_errors)"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -280,11 +313,12 @@ def serve(args: argparse.Namespace) -> int:
     executors: list[ThreadPoolExecutor] = []
     upload_dir = private_upload_dir()
     pipelines: list[Pipeline] = []
+    plugin_errors: list[dict[str, Any]] = []
     stopped = False
     drain = Drain(args.grace)
     try:
         _unwind_on_sigterm()
-        ledger, pipelines = _open(configs, say)
+        ledger, pipelines = _open(configs, say, plugin_errors)
         served = {}
         for pipeline in pipelines:
             executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
@@ -292,7 +326,8 @@ def serve(args: argparse.Namespace) -> int:
             executors.append(executor)
             served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
                                                           drain, queues[pipeline.config.name])
-        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain)
+        state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain,
+                            plugin_errors=plugin_errors)
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
         # the end of the grace period, so uvicorn finds nothing to cut.
@@ -307,7 +342,8 @@ def serve(args: argparse.Namespace) -> int:
         gc.freeze()
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        say(f"listening on http://{shown}:{port} ({', '.join(served)})")
+        say(f"listening on http://{shown}:{port} ({', '.join(served)})"
+            + _not_loaded(plugin_errors))
         server.run(sockets=[sock])
         say(f"stopping ({server.stop_signal or 'server ended'}): closing the pipelines")
     except (Stopped, KeyboardInterrupt):
@@ -331,7 +367,7 @@ def serve(args: argparse.Namespace) -> int:
         for summary in closed.values() for stage in summary.values())
     retire_s = _retire_times(closed)
     report = {"ok": clean, "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
-              "ledger_after_close": snapshot, **cancel}
+              "ledger_after_close": snapshot, "plugin_errors": plugin_errors, **cancel}
     if args.json:
         common.print_json(report)
     else:

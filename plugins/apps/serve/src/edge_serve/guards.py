@@ -93,8 +93,11 @@ class BodyLimit:
             try:
                 size = int(declared)
             except ValueError:
+                # uvicorn's parser refuses such a request itself; another ASGI server may not
                 await send_refusal(send, HttpRefusal(400, "headers.content-length",
-                                                     "not an integer", declared.decode()))
+                                                     "not an integer",
+                                                     declared.decode("latin-1"),
+                                                     kind="InvalidValue"))
                 return
             if size > self.max_bytes:
                 await send_refusal(send, self._refusal(size))

@@ -191,6 +191,21 @@ class ServedPipeline:
                               f"reads: {read})", params[unread[0]],
                               kind="UnsupportedParameter", code="unsupported_parameter")
 
+    def refuse_file(self, field: str = "file") -> None:
+        """Refuse (400, ``unsupported_parameter``) a file when the pipeline has no ``prepare``.
+
+        Only ``prepare`` reads an uploaded file: without one the pipeline takes tensors
+        alone, and a file is a parameter it does not read. Called before the request waits
+        for admission, as :meth:`refuse_unread_params` is.
+        """
+        if self.prepare is None:
+            raise self._no_prepare(field)
+
+    def _no_prepare(self, field: str) -> HttpRefusal:
+        return HttpRefusal(400, field, f"pipelines[{self.name}] names no 'prepare' function "
+                           "to read a file with: send tensors as JSON",
+                           kind="UnsupportedParameter", code="unsupported_parameter")
+
     def describe(self) -> dict[str, Any]:
         """The pipeline as ``GET /v1/pipelines`` lists it."""
         plan = self.pipeline.execution_plan()
@@ -287,8 +302,7 @@ class ServedPipeline:
         the file's.
         """
         if self.prepare is None:
-            raise HttpRefusal(400, field, f"pipelines[{self.name}] names no 'prepare' "
-                              "function to read a file with: send tensors as JSON")
+            raise self._no_prepare(field)
         buffer_errors: list[Exception] = []
 
         def input_buffer(name: str, shape: tuple[int, ...], dtype: Any) -> Any:

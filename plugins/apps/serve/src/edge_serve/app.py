@@ -201,8 +201,10 @@ async def health(request: Request) -> Response:
 
     A stage whose peak exceeds its declared demand still serves (the status stays
     ``ok``); it is listed in ``memory_over_demand`` as ``pipeline/stage``. Every plugin
-    that did not load at start-up is listed in ``plugin_errors`` (the status stays ``ok``:
-    each pipeline opened without it).
+    that did not load at start-up is listed in ``plugin_errors`` by name and who named it
+    (the status stays ``ok``: each pipeline opened without it). Not its error: this route
+    needs no key, and an import error may name a file on the server; the operator has
+    it on the server's standard error and in the closing summary.
     """
     state = _state(request)
     pipelines = {}
@@ -218,7 +220,9 @@ async def health(request: Request) -> Response:
         pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages,
                            "placement": report["placement"], "memory": memory}
     body = {"status": "ok" if ready else "degraded", "memory_over_demand": over,
-            "plugin_errors": state.plugin_errors, "pipelines": pipelines}
+            "plugin_errors": [{"plugin": failure["plugin"], "named_by": failure.get("named_by")}
+                              for failure in state.plugin_errors],
+            "pipelines": pipelines}
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

@@ -191,18 +191,6 @@ def test_a_second_sigint_answers_every_open_request_503_at_once_without_a_traceb
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
 
 
-def test_a_refused_file_lists_the_plugins_that_did_not_load_in_its_json(
-        tmp_path: Path) -> None:
-    broken = echo_pipeline(tmp_path, "broken", backend="echo-typo")
-    done = _serve(str(broken), "--port", "0", "--json", env=ALLOWLIST)
-    assert done.returncode == 2, done.stderr
-    answer = json.loads(done.stdout)
-    assert answer["ok"] is False and "echo-typo" in answer["error"]
-    assert answer["plugin_errors"] == [NOT_INSTALLED_ERROR]
-    assert f"warning: plugin {NOT_INSTALLED!r} (named by EDGE_PLUGINS) did not load" \
-        in done.stderr
-
-
 @pytest.mark.slow
 def test_plugins_that_did_not_load_are_listed_by_health_the_start_line_and_the_summary(
         tmp_path: Path) -> None:
@@ -233,11 +221,18 @@ def test_plugins_that_did_not_load_are_listed_by_health_the_start_line_and_the_s
 
 
 @pytest.mark.slow
-def test_a_pipeline_that_fails_to_open_lists_the_plugins_that_did_not_load(
-        tmp_path: Path) -> None:
-    broken = echo_pipeline(tmp_path, "broken", options='fail_at = "warmup"')
+@pytest.mark.parametrize(("stage", "code", "error"), [
+    pytest.param({"backend": "echo-typo"}, 2, "echo-typo", id="a file refused"),
+    pytest.param({"options": 'fail_at = "warmup"'}, 1, "InjectedFailure",
+                 id="a pipeline that fails to open"),
+])
+def test_a_refusal_lists_the_plugins_that_did_not_load_in_its_json(
+        tmp_path: Path, stage: dict[str, str], code: int, error: str) -> None:
+    broken = echo_pipeline(tmp_path, "broken", **stage)
     done = _serve(str(broken), "--port", "0", "--json", env=ALLOWLIST)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == code, done.stderr
     answer = json.loads(done.stdout)
-    assert answer["ok"] is False and "InjectedFailure" in answer["error"]
+    assert answer["ok"] is False and error in answer["error"]
     assert answer["plugin_errors"] == [NOT_INSTALLED_ERROR]
+    assert f"warning: plugin {NOT_INSTALLED!r} (named by EDGE_PLUGINS) did not load" \
+        in done.stderr

@@ -40,6 +40,8 @@ REQUESTS = 100
 MAX_PYTHON_CALLS = 72
 #: Per minor version measured: on 3.11, 3426 before, 3403 after; 3234 after core's lane.
 MAX_BYTECODES = {(3, 11): 3260}
+#: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
+BATCHES = 3
 #: A zero-copy call (an input buffer in, an output written in place by the worker, then
 #: acknowledged), request and acknowledgement together: the controller's calling thread
 #: ran 232 Python calls before the shared-memory entries were checked once per distinct
@@ -89,7 +91,12 @@ def test_a_tiny_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    count = bytecodes(repeat(tiny_call, REQUESTS))
+    # The least of three batches: a wait whose reply comes in two reads, or a wake-up
+    # the kernel delays under load, runs the reading loop once more, which is no work the
+    # request needs (one batch of a full `make test` read 3261.39 where the path costs
+    # 3238); a path that grows grows every batch.
+    count = min((bytecodes(repeat(tiny_call, REQUESTS)) for _ in range(BATCHES)),
+                key=lambda counted: counted.per_call)
     assert count.per_call <= bound, count
 
 

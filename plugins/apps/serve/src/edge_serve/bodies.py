@@ -63,15 +63,16 @@ def refuse_query(request: Request) -> None:
     The first parameter is named as ``query.NAME`` with its value; a query string that
     holds no ``name=value`` pair (``?&``) is refused as ``query`` with its text.
     """
+    raw = request.scope.get("query_string", b"")
+    if not raw:  # every request pays this check: the query is parsed only when there is one
+        return
     for name, value in request.query_params.multi_items():
         raise HttpRefusal(400, f"query.{name}", "not served (no route of this server reads a "
                           "query parameter)", value, kind="UnsupportedParameter",
                           code="unsupported_parameter")
-    raw = request.scope.get("query_string", b"")
-    if raw:
-        raise HttpRefusal(400, "query", "not served (no route of this server reads a query "
-                          "string)", raw.decode("latin-1"), kind="UnsupportedParameter",
-                          code="unsupported_parameter")
+    raise HttpRefusal(400, "query", "not served (no route of this server reads a query "
+                      "string)", raw.decode("latin-1"), kind="UnsupportedParameter",
+                      code="unsupported_parameter")
 
 
 async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ problem that has no value (a required key that is missing) reads ``field: reason
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False  # not typing's: the CLI imports this module and starts without typing
+if TYPE_CHECKING:
+    from typing import Final
 
 
 class _NoValue:

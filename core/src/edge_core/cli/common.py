@@ -292,8 +292,8 @@ def plugin_errors(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     entry point while that variable is set, one not installed included),
     ``"configuration"`` (a module a configuration's ``plugins`` lists) or ``None`` (a
     failure nobody named). The named ones are those :func:`warn_named_plugins` warns
-    about; ``edge run --json`` and ``edge plan --json`` carry the whole list as
-    ``plugin_errors``, on success and on failure alike.
+    about; ``edge run --json``, ``edge plan --json`` and ``edge profile --json`` carry the
+    whole list as ``plugin_errors``, on success and on failure alike.
     """
     allowlist = "EDGE_PLUGINS" in os.environ
     failures = []

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts import (
+    BundleRefused,
     ManifestExists,
+    ManifestSchemaInvalid,
     MemberPathRefused,
     ReferenceRefused,
     create_manifest,
@@ -96,13 +99,33 @@ def test_two_graphs_named_onnx_in_different_case_are_two_candidates(
     onnx.save_model(matmul_model(), directory / other)
     with pytest.raises(ReferenceRefused) as caught:
         create_manifest(directory, example_inputs="inputs.npz")
-    assert caught.value.field == "metadata.graph"
+    assert caught.value.field == "manifest.metadata.graph"
     assert caught.value.reason == ("must be given: the bundle does not hold exactly one "
                                    "file named .onnx (in any case)")
     assert caught.value.value == sorted(["MODEL.ONNX", other])
     assert not (directory / MANIFEST_FILENAME).exists()
     created = create_manifest(directory, graph=other, example_inputs="inputs.npz")
     assert created.manifest.metadata.graph == other
+
+
+@pytest.mark.parametrize(("options", "field", "kind"), [
+    ({"graph": "../model.onnx"}, "manifest.metadata.graph", ManifestSchemaInvalid),
+    ({"example_inputs": "a//inputs.npz"}, "manifest.metadata.example_inputs",
+     ManifestSchemaInvalid),
+    ({"precision": 3}, "manifest.metadata.precision", ManifestSchemaInvalid),
+    ({"validation": {"expected_outputs": "inputs.npz"}, "expected_outputs": "expected.npz"},
+     "manifest.metadata.validation.expected_outputs", ReferenceRefused),
+    ({"graph": "absent.onnx"}, "manifest.metadata.graph", ReferenceRefused),
+])
+def test_every_metadata_refusal_at_creation_names_the_field_as_verification_does(
+    tmp_path: Path, options: dict[str, Any], field: str, kind: type[BundleRefused]
+) -> None:
+    """manifest.metadata.<key>, as the graph checks and every refusal of verify name it."""
+    directory = write_bundle(tmp_path / "b", create=False)
+    with pytest.raises(kind) as caught:
+        create_manifest(directory, **options)
+    assert caught.value.field == field
+    assert not (directory / MANIFEST_FILENAME).exists()
 
 
 def test_symlink_leading_outside_is_refused_at_creation(tmp_path: Path) -> None:

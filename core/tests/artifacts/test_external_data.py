@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -13,9 +14,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
-from edge_core.artifacts import ReferenceRefused, external_refs, verify_bundle
+from edge_core.artifacts import (
+    ReferenceRefused,
+    create_manifest,
+    external_refs,
+    onnx_refs,
+    references,
+    verify_bundle,
+)
 
-from .bundles import constant_model, edit_manifest, if_model, matmul_model, sha256_of, write_bundle
+from .bundles import (
+    constant_model,
+    edit_manifest,
+    if_model,
+    matmul_model,
+    passthrough_model,
+    sha256_of,
+    write_bundle,
+)
 
 
 def _onnx_locations(path: Path) -> set[tuple[str, str]]:
@@ -144,3 +160,76 @@ def test_verification_imports_neither_onnx_nor_onnxruntime(bundle: Path) -> None
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _bundle_of_two_models(directory: Path) -> Path:
+    """A graph with external weights, another member named .onnx sorted before it (so the
+    graph, checked first, is not the loop's first member), and a third, ``.ONNX``, after."""
+    write_bundle(directory, create=False)
+    (directory / "a.onnx").write_bytes(passthrough_model().SerializeToString())
+    (directory / "buckets").mkdir()
+    (directory / "buckets" / "B1.ONNX").write_bytes(passthrough_model().SerializeToString())
+    return directory
+
+
+def _check(directory: Path, how: str, staging_root: Path) -> None:
+    if how == "create":
+        create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz",
+                        expected_outputs="expected.npz")
+        return
+    create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz",
+                    expected_outputs="expected.npz")
+    with verify_bundle(directory, stage=how == "staged", staging_root=staging_root):
+        pass
+
+
+@pytest.mark.parametrize("how", ["create", "staged", "in-place"])
+def test_the_model_reader_opens_each_member_once(
+    tmp_path: Path, staging_root: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The graph check and the external-data scan share one read of each .onnx member
+    (every other member is opened once too, to see whether its bytes are a model)."""
+    directory = _bundle_of_two_models(tmp_path / "b")
+    opened: list[str] = []
+
+    def counting_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(Path(path).name)
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(onnx_refs, "open", counting_open, raising=False)
+    _check(directory, how, staging_root)
+    listed = ["B1.ONNX", "a.onnx", "expected.npz", "inputs.npz", "model.onnx", "weights.bin"]
+    expected = listed if how == "create" else listed * 2  # create, then verify
+    assert sorted(opened) == sorted(expected)
+
+
+@pytest.mark.parametrize("how", ["create", "staged", "in-place"])
+def test_check_references_scans_each_member_once_graph_first(
+    tmp_path: Path, staging_root: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    directory = _bundle_of_two_models(tmp_path / "b")
+    scanned: list[str] = []
+
+    def counting_scan(path: Path) -> onnx_refs.ModelScan:
+        scanned.append(path.name)
+        return onnx_refs.scan_model(path)
+
+    monkeypatch.setattr(references, "scan_model", counting_scan)
+    _check(directory, how, staging_root)
+    once = ["model.onnx", "a.onnx", "B1.ONNX", "expected.npz", "inputs.npz", "weights.bin"]
+    assert scanned == (once if how == "create" else once * 2)
+
+
+def test_the_graph_is_refused_before_a_member_sorted_ahead_of_it(tmp_path: Path) -> None:
+    """Order of the checks: the graph's own refusal first, then each member in order."""
+    directory = _bundle_of_two_models(tmp_path / "b")
+    (directory / "a.onnx").write_bytes(b"")
+    (directory / "model.onnx").write_bytes(b"")
+    with pytest.raises(ReferenceRefused) as caught:
+        create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz")
+    assert (caught.value.field, caught.value.value) == ("manifest.metadata.graph",
+                                                        "model.onnx")
+    (directory / "model.onnx").write_bytes(passthrough_model().SerializeToString())
+    with pytest.raises(ReferenceRefused) as caught:
+        create_manifest(directory, graph="model.onnx", example_inputs="inputs.npz")
+    assert (caught.value.field, caught.value.value) == ('manifest.files["a.onnx"]', "a.onnx")

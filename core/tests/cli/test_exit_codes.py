@@ -110,7 +110,12 @@ NAMED_FAILURES = [
 ]
 
 
-def test_plan_and_run_json_list_the_plugins_that_did_not_load(tmp_path: Path) -> None:
+#: A profile as short as it can be (one request, one level, one process start).
+QUICK_PROFILE = ["--requests", "1", "--warmup", "0", "--concurrency", "1",
+                 "--process-starts", "1", "--out", "p.json"]
+
+
+def test_plan_run_and_profile_json_list_the_plugins_that_did_not_load(tmp_path: Path) -> None:
     """``plugin_errors`` as edge probe --json lists them, with who named each one."""
     (tmp_path / "p.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE)
     (tmp_path / "clean.toml").write_text(PIPELINE)
@@ -118,7 +123,8 @@ def test_plan_and_run_json_list_the_plugins_that_did_not_load(tmp_path: Path) ->
     np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
     named = {"EDGE_PLUGINS": "echo,no-such-entry-point"}
     for argv in (["plan", "p.toml", "--probe-only"], ["plan", "p.toml"],
-                 ["run", "p.toml", "--inputs", "in.npz"]):
+                 ["run", "p.toml", "--inputs", "in.npz"],
+                 ["profile", "p.toml", "--inputs", "in.npz", *QUICK_PROFILE]):
         result = edge(*argv, "--json", cwd=tmp_path, **named)
         assert result.returncode == 0, result.stderr
         body = json.loads(result.stdout)
@@ -131,6 +137,8 @@ def test_plan_and_run_json_list_the_plugins_that_did_not_load(tmp_path: Path) ->
                                        + "delay_s = -1.0\n")
     for argv in (["plan", "p.toml", "--input", "missing.npz"],
                  ["run", "p.toml", "--inputs", "x.npz"],
+                 ["profile", "p.toml", "--inputs", "x.npz"],
+                 ["profile", "p.toml", "--input", "in.npz"],  # no prepare to read it
                  ["plan", "bad.toml", "--probe-only"], ["run", "bad.toml"],
                  ["profile", "bad.toml"]):
         result = edge(*argv, "--json", cwd=tmp_path, **named)

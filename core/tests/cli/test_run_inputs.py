@@ -147,11 +147,15 @@ def test_every_refused_input_is_named_with_its_reason_before_anything_opens(
     # broken.toml would fail while loading (exit 1): exit 2 shows nothing opened
     result = edge("run", "broken.toml", "--input", "scans", cwd=work)
     assert result.returncode == 2
-    (line,) = result.stderr.splitlines()
     refused = [str(scans.relative_to(work) / name) for name in ("2.txt", "4.txt", "5.txt")]
-    assert line.startswith(f"edge: 3 of 5 inputs refused: input {refused[0]}: ValueError: ")
-    assert f"; input {refused[1]}: FileNotFoundError: " in line
-    assert f"; input {refused[2]}: ValueError: " in line and "holds no numbers" in line
+    # one line for the count, then one line per refused file, each with its reason
+    head, *lines = result.stderr.splitlines()
+    assert head == "edge: 3 of 5 inputs refused:"
+    assert len(lines) == 3, result.stderr
+    assert lines[0].startswith(f"edge: input {refused[0]}: ValueError: {refused[0]}: not a "
+                               "list of numbers: ")
+    assert lines[1].startswith(f"edge: input {refused[1]}: FileNotFoundError: ")
+    assert lines[2] == f"edge: input {refused[2]}: ValueError: {refused[2]}: holds no numbers: ''"
     assert "loading stage" not in result.stderr
     as_json = edge("run", "broken.toml", "--input", "scans", "--json", cwd=work)
     assert as_json.returncode == 2
@@ -160,6 +164,25 @@ def test_every_refused_input_is_named_with_its_reason_before_anything_opens(
     assert [r["file"] for r in body["refused"]] == refused
     assert "not a list of numbers" in body["refused"][0]["error"]
     assert body["problems"] == [f"input {r['file']}: {r['error']}" for r in body["refused"]]
+    # --json keeps its one-line error; each of its problems is a line of the text output
+    assert body["error"] == "3 of 5 inputs refused: " + "; ".join(body["problems"])
+    assert [f"edge: {problem}" for problem in body["problems"]] == lines
+
+
+def test_a_refused_name_holding_a_newline_is_still_one_line(work: Path) -> None:
+    """A file name may hold a newline: its refusal is one stderr line all the same."""
+    scans = work / "scans"
+    scans.mkdir()
+    (scans / "1.txt").write_text("")
+    (scans / "two\nlines.txt").write_text("x")
+    result = edge("run", "pipeline.toml", "--input", "scans", cwd=work)
+    assert result.returncode == 2
+    named = [str(Path("scans") / name) for name in ("1.txt", "two lines.txt")]
+    assert result.stderr.splitlines() == [
+        "edge: 2 of 2 inputs refused:",
+        f"edge: input {named[0]}: ValueError: {named[0]}: holds no numbers: ''",
+        f"edge: input {named[1]}: ValueError: {named[1]}: not a list of numbers: could not "
+        "convert string to float: 'x'"]
 
 
 def test_a_path_that_is_not_a_regular_file_is_refused_without_reading_it(work: Path) -> None:

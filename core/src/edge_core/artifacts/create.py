@@ -27,11 +27,13 @@ from edge_contracts.manifest import (
     ArtifactManifest,
     ArtifactMetadata,
 )
+from edge_contracts.validation import rebase
 from edge_core.artifacts.errors import ManifestExists, ManifestSchemaInvalid, ReferenceRefused
 from edge_core.artifacts.hashing import hash_member
 from edge_core.artifacts.members import bundle_root, list_bundle_files, resolve_member
 from edge_core.artifacts.references import (
     EXPECTED_OUTPUTS_KEY,
+    GRAPH_FIELD,
     References,
     check_references,
     named_onnx,
@@ -100,7 +102,7 @@ def _default_graph(files: list[str]) -> str:
     graphs = [f for f in files if named_onnx(f)]
     if len(graphs) != 1:
         raise ReferenceRefused(
-            "metadata.graph", "must be given: the bundle does not hold exactly one file "
+            GRAPH_FIELD, "must be given: the bundle does not hold exactly one file "
             "named .onnx (in any case)", graphs,
         )
     return graphs[0]
@@ -114,7 +116,7 @@ def _validation(
         present = merged.get(EXPECTED_OUTPUTS_KEY)
         if present is not None and present != expected_outputs:
             raise ReferenceRefused(
-                f"metadata.validation.{EXPECTED_OUTPUTS_KEY}",
+                f"manifest.metadata.validation.{EXPECTED_OUTPUTS_KEY}",
                 f"differs from the expected outputs given ({expected_outputs})", present,
             )
         merged[EXPECTED_OUTPUTS_KEY] = expected_outputs
@@ -171,9 +173,12 @@ def build_manifest(
             metadata=metadata,
         )
     except InvalidValue as exc:
-        error = ReferenceRefused if exc.reason.startswith("must be a key") else (
+        # The metadata checks name ``metadata.*``; every other refusal of the manifest,
+        # here and at verification, names ``manifest.metadata.*``.
+        moved = rebase(exc, "metadata", "manifest.metadata")
+        error = ReferenceRefused if moved.reason.startswith("must be a key") else (
             ManifestSchemaInvalid)
-        raise error(exc.field, exc.reason, exc.value) from None
+        raise error(moved.field, moved.reason, moved.value) from None
     references = check_references(root, manifest, {m.path: m.size for m in hashed})
     text = manifest.to_json().encode("utf-8")
     return CreatedManifest(

@@ -34,7 +34,8 @@ import attrs
 
 from edge_core.artifacts.errors import ReferenceRefused
 
-__all__ = ["MAX_NESTING", "ExternalRef", "GraphOutline", "external_refs", "graph_outline"]
+__all__ = ["MAX_NESTING", "ExternalRef", "GraphOutline", "ModelScan", "external_refs",
+           "graph_outline", "model_refs", "scan_model"]
 
 MAX_NESTING = 64
 """Deepest nesting of messages followed (subgraph in subgraph ...) before refusing."""
@@ -284,25 +285,63 @@ def _decimal(text: str | None, where: str, default: int | None) -> int | None:
     return int(text)
 
 
-def _walk(path: Path) -> tuple[_Walker | None, str | None, int]:
-    """Walk the model at ``path``.
+@attrs.frozen
+class ModelScan:
+    """One read of a model file: what its own graph holds, and its external-data tensors.
 
-    Returns the walker (``None`` for an empty file), the problem that stopped it (``None``
-    when its bytes parsed) and the file's size.
+    Attributes:
+        outline: what the file's own graph holds (:func:`graph_outline`'s answer).
+        refs: every tensor read before the walk ended (all of them when
+            ``outline.problem`` is ``None``) that keeps its data in another file.
+
+    """
+
+    outline: GraphOutline
+    refs: tuple[ExternalRef, ...]
+
+
+def scan_model(path: Path) -> ModelScan:
+    """Read and walk the model at ``path`` once: its outline and its external-data tensors.
+
+    Its ``outline`` is :func:`graph_outline`'s answer, and :func:`model_refs` gives
+    :func:`external_refs`'s from it: a caller that needs both reads the file once. Never
+    raises for bad bytes (an empty file is walked as nothing; a file that is not a
+    readable protobuf message has ``outline.problem`` set); only for a file that cannot
+    be opened or mapped.
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
-            return None, None, 0
+            return ModelScan(GraphOutline(0, None, 0, 0, 0), ())
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             walker = _Walker(data)
+            problem: str | None = None
             try:
                 walker.model(0, size)
             except _Malformed as exc:
-                return walker, str(exc), size
+                problem = str(exc)
             except RecursionError:
-                return walker, "messages nested too deeply", size
-    return walker, None, size
+                problem = "messages nested too deeply"
+    outline = GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12])
+    return ModelScan(outline, tuple(walker.refs))
+
+
+def model_refs(
+    scan: ModelScan, name: str, field: str, *, any_file: bool = False
+) -> tuple[ExternalRef, ...]:
+    """The external-data tensors of a scanned model, as :func:`external_refs` answers.
+
+    ``name`` is the value a refusal names (the file's name); ``field`` and ``any_file``
+    are :func:`external_refs`'s.
+    """
+    outline = scan.outline
+    if outline.size == 0:
+        return ()
+    if any_file and (outline.problem is not None or not outline.graphs):
+        return ()
+    if outline.problem is not None:
+        raise ReferenceRefused(field, f"not a readable ONNX model ({outline.problem})", name)
+    return scan.refs
 
 
 def external_refs(path: Path, field: str, *, any_file: bool = False) -> tuple[ExternalRef, ...]:
@@ -315,14 +354,7 @@ def external_refs(path: Path, field: str, *, any_file: bool = False) -> tuple[Ex
     one is checked like a model: a runtime would load it as one. An empty file holds no
     reference (whether it may be a bundle's graph is :func:`graph_outline`'s question).
     """
-    walker, problem, _ = _walk(path)
-    if walker is None:
-        return ()
-    if any_file and (problem is not None or not walker.graphs):
-        return ()
-    if problem is not None:
-        raise ReferenceRefused(field, f"not a readable ONNX model ({problem})", path.name)
-    return tuple(walker.refs)
+    return model_refs(scan_model(path), path.name, field, any_file=any_file)
 
 
 def graph_outline(path: Path) -> GraphOutline:
@@ -333,7 +365,4 @@ def graph_outline(path: Path) -> GraphOutline:
     nothing. Protobuf parses 0 bytes as an empty model, so an empty file *is* a model
     without a graph to a runtime's parser; the caller decides what a graph needs.
     """
-    walker, problem, size = _walk(path)
-    if walker is None:
-        return GraphOutline(size, None, 0, 0, 0)
-    return GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12])
+    return scan_model(path).outline

@@ -37,7 +37,13 @@ from edge_contracts.shapesets import ShapeSet, Spec
 from edge_core.artifacts.errors import MemberPathRefused, ReferenceRefused
 from edge_core.artifacts.members import check_member_path, member_field
 from edge_core.artifacts.npz_headers import ArrayHeader, read_npz_headers
-from edge_core.artifacts.onnx_refs import ExternalRef, external_refs, graph_outline
+from edge_core.artifacts.onnx_refs import (
+    ExternalRef,
+    GraphOutline,
+    ModelScan,
+    model_refs,
+    scan_model,
+)
 from edge_core.shapes import WarmupCase, declared_shapes, specs_of
 
 if TYPE_CHECKING:
@@ -99,8 +105,8 @@ def named_onnx(member: str) -> bool:
     return member.casefold().endswith(ONNX_SUFFIX)
 
 
-def check_onnx_graph(directory: Path, member: str, field: str = GRAPH_FIELD) -> None:
-    """Refuse ``member`` at ``directory`` unless it is a usable ONNX model.
+def check_onnx_graph(outline: GraphOutline, member: str, field: str = GRAPH_FIELD) -> None:
+    """Refuse ``member`` unless it is a usable ONNX model; ``outline`` is what it holds.
 
     Only a member named as ONNX (:func:`named_onnx`) is checked: a bundle for a backend
     that does not run ONNX names its own file. Such a member must parse as an ONNX model
@@ -110,7 +116,9 @@ def check_onnx_graph(directory: Path, member: str, field: str = GRAPH_FIELD) -> 
     through to an output, and ONNX Runtime runs it.
 
     Args:
-        directory: the bundle (or its staged copy).
+        outline: the member's :func:`~edge_core.artifacts.onnx_refs.graph_outline` (the
+            ``outline`` of its :func:`~edge_core.artifacts.onnx_refs.scan_model`, the one
+            read that also gives its external-data references).
         member: the member path.
         field: the field a refusal names: ``manifest.metadata.graph`` for the graph, the
             member's own (``manifest.files["sub/x.onnx"]``) for any other member.
@@ -121,7 +129,6 @@ def check_onnx_graph(directory: Path, member: str, field: str = GRAPH_FIELD) -> 
     """
     if not named_onnx(member):
         return
-    outline = graph_outline(directory.joinpath(*member.split("/")))
     if outline.size == 0:
         missing = "the file is empty (0 bytes)"
     elif outline.problem is not None:
@@ -246,7 +253,12 @@ def check_references(
     """Check what the members at ``directory`` refer to; ``sizes`` maps member -> bytes."""
     expected = expected_outputs_path(manifest)
     graph = manifest.metadata.graph
-    check_onnx_graph(directory, graph)
+    # Every member is read and walked once (scan_model): the graph first, so its own
+    # refusal comes before any other member's, and its scan is kept for the loop.
+    scans: dict[str, ModelScan] = {}
+    if named_onnx(graph):
+        scans[graph] = scan_model(directory.joinpath(*graph.split("/")))
+        check_onnx_graph(scans[graph].outline, graph)
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
         # A *.onnx (any case) must be a model with a graph, as the graph must; every other
@@ -254,10 +266,11 @@ def check_references(
         # and checked as a model when its bytes parse as one, whatever its name.
         named = named_onnx(member)
         field = member_field(member)
+        path = directory.joinpath(*member.split("/"))
+        scan = scans.pop(member) if member in scans else scan_model(path)
         if named and member != graph:
-            check_onnx_graph(directory, member, field)
-        refs = external_refs(directory.joinpath(*member.split("/")), field,
-                             any_file=not named)
+            check_onnx_graph(scan.outline, member, field)
+        refs = model_refs(scan, path.name, field, any_file=not named)
         if refs:
             external[member] = tuple(dict.fromkeys(
                 _check_external(ref, member, field, sizes) for ref in refs

@@ -4,7 +4,8 @@ How an error ends a command (:func:`failure_for`, applied by :func:`edge_core.cl
 
 * a usage, input or configuration error — :class:`~edge_core.errors.ConfigError` (every
   problem of the file named at once), a ``ValueError`` from checking a request's input —
-  exits 2 with one line on stderr;
+  exits 2 with one line on stderr (one line each where a failure gives ``lines``: ``edge
+  run``'s refused inputs);
 * any other :class:`~edge_core.errors.EdgeError` (a refusal, a lost worker) exits 1 with
   one line;
 * an unexpected exception exits 1 with one line naming it.
@@ -24,7 +25,7 @@ from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any, NoReturn
 
 EXIT_OK = 0
@@ -67,12 +68,19 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class CommandFailed(EdgeError):
-    """Raised by a command to end with an exit code and a message (and a JSON body)."""
+    """Raised by a command to end with an exit code and a message (and a JSON body).
 
-    def __init__(self, code: int, message: str, body: dict[str, Any] | None = None) -> None:
+    ``lines``, when given, is what :func:`report_failure` prints on stderr without
+    ``--json`` in place of the one-line ``message``: one ``edge:`` line each (a failure
+    that names many things, one per line). ``--json``'s ``error`` is ``message`` still.
+    """
+
+    def __init__(self, code: int, message: str, body: dict[str, Any] | None = None,
+                 lines: Sequence[str] = ()) -> None:
         self.code = code
         self.message = message
         self.body = body or {}
+        self.lines = tuple(lines)
         super().__init__(message)
 
 
@@ -214,8 +222,9 @@ def print_json(data: object) -> None:
 def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> int:
     """Print a failure (as JSON when ``--json`` was given) and return its exit code.
 
-    The message is one line; with ``--debug`` / ``EDGE_DEBUG=1`` the traceback of what
-    caused it follows on stderr.
+    The message is one line (or, without ``--json``, the failure's ``lines``, one
+    ``edge:`` line each); with ``--debug`` / ``EDGE_DEBUG=1`` the traceback of what caused
+    it follows on stderr.
     """
     if debug_enabled(args):
         import traceback
@@ -226,7 +235,9 @@ def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> i
     if getattr(args, "json", False):
         print_json({"ok": False, "error": message, **failure.body})
     else:
-        print(f"edge: {message}", file=sys.stderr)
+        for line in failure.lines or (message,):
+            text = " ".join(line.split("\n"))
+            print(f"edge: {text}", file=sys.stderr)
     return failure.code
 
 
@@ -281,8 +292,8 @@ def plugin_errors(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     entry point while that variable is set, one not installed included),
     ``"configuration"`` (a module a configuration's ``plugins`` lists) or ``None`` (a
     failure nobody named). The named ones are those :func:`warn_named_plugins` warns
-    about; ``edge run --json`` and ``edge plan --json`` carry the whole list as
-    ``plugin_errors``, on success and on failure alike.
+    about; ``edge run --json``, ``edge plan --json`` and ``edge profile --json`` carry the
+    whole list as ``plugin_errors``, on success and on failure alike.
     """
     allowlist = "EDGE_PLUGINS" in os.environ
     failures = []

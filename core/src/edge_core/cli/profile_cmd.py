@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from edge_core.evidence.profiling import ProfileSettings
+
 NAME = "profile"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -326,10 +328,13 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Profile the pipeline, write the profile, print a summary; 1 when the run failed."""
+    """Profile the pipeline, write the profile, print a summary; 1 when the run failed.
+
+    The JSON document (and a failure's, once the file is checked) holds
+    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    """
     from edge_core.cli.run_inputs import check_readable
-    from edge_core.evidence.profiling import ProfileSettings, run_profile, write_profile
-    from edge_core.progress import Progress
+    from edge_core.evidence.profiling import ProfileSettings
 
     levels = args.concurrency
     classes = _classes(args)
@@ -354,6 +359,17 @@ def run(args: argparse.Namespace) -> int:
     if args.records:
         common.check_output(args.records, "--records", directory=True)
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
+    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    with common.PluginErrorsOnFailure(errors):
+        return _profile(args, checked, errors, settings, classes, levels)
+
+
+def _profile(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]],
+             settings: ProfileSettings, classes: list[Any], levels: tuple[int, ...]) -> int:
+    """Profile the checked pipeline, write the profile, print a summary; exit 0 / 1 / 2."""
+    from edge_core.evidence.profiling import run_profile, write_profile
+    from edge_core.progress import Progress
+
     _check_inputs(args, checked.config)  # what the inputs need of the pipeline: exit 2
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
@@ -368,7 +384,8 @@ def run(args: argparse.Namespace) -> int:
                            "records": records, "streamed": profile.get("streamed"),
                            **_figures(profile),
                            "instrumentation": profile.get("instrumentation"),
-                           "conditions": (profile.get("conditions") or {}).get("summary")})
+                           "conditions": (profile.get("conditions") or {}).get("summary"),
+                           "plugin_errors": plugin_errors})
     else:
         print(f"profile of {profile['pipeline_file']}: "
               + ("ok" if outcome["ok"] else

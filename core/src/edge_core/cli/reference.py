@@ -43,11 +43,11 @@ not load (an `EDGE_PLUGINS` name no installed distribution has, a module a confi
 `plugins` lists that does not import) is never skipped in silence: every command warns
 about it on stderr (`edge: warning: plugin 'nope' (named by EDGE_PLUGINS) did not load:
 not installed: ...`), `edge plugins` and `edge probe --json` list it with its error,
-`edge plan --json` and `edge run --json` list every plugin that did not load under
-`plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being `EDGE_PLUGINS`,
-`configuration` or null for one nobody named), in a failure's document too, as does
-`edge profile --json` when it refuses the pipeline file; under `EDGE_STRICT_PLUGINS=1`
-it is fatal (exit 3).
+`edge plan --json`, `edge run --json` and `edge profile --json` list every plugin that
+did not load under `plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being
+`EDGE_PLUGINS`, `configuration` or null for one nobody named; an empty list when every
+plugin loaded), in a failure's document too once the pipeline file is read; under
+`EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
 """
 
 

@@ -2,10 +2,11 @@
 
 With ``--input`` (repeatable; a directory stands for its files) every input is read and
 checked by the pipeline's ``prepare`` before the pipeline opens (see
-:mod:`edge_core.cli.run_inputs`): inputs it refuses are named together, each with its
-reason, and the run stops there (exit 2, no worker started). Entries a directory holds
-that are not read are listed as skipped (on standard error; ``skipped`` in the JSON
-document); a directory with nothing to read is refused by name (exit 2).
+:mod:`edge_core.cli.run_inputs`): inputs it refuses are named together, one line on
+standard error each with its reason, and the run stops there (exit 2, no worker
+started). Entries a directory holds that are not read are listed as skipped (on standard
+error; ``skipped`` in the JSON document); a directory with nothing to read is refused by
+name (exit 2).
 
 Once the pipeline is open, every input is served in turn; one whose request fails (a
 stage refuses it, a worker is lost, ``--deadline`` passes, ``finish`` raises) is recorded
@@ -66,14 +67,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "every stage, serve one request per input and close. Without --input or --inputs "
         "the first stage's bundled example inputs are read (and the output says so).\n\n"
         "--input files are all read by the pipeline's prepare first: the ones it refuses "
-        "(and paths that are not regular files) are named together with their reasons, "
-        "and nothing runs (exit 2). A directory is read without its subdirectories; the "
-        "entries not read are listed as skipped, and one with nothing to read is refused "
-        "by name (exit 2). Then each input is served in turn: one whose request fails is "
-        "reported with its file and reason ('failed (FILE): REASON'; in JSON "
-        "{\"file\", \"ok\": false, \"error\"}, with 'failed' listing the files) and "
-        "the others are still served and reported. Exit 0 when every input succeeded, 1 "
-        "when some failed, 2 for a usage, input or pipeline-file problem.",
+        "(and paths that are not regular files) are named together, one line each with "
+        "its reason ('refused' in JSON), and nothing runs (exit 2). A directory is read "
+        "without its subdirectories; the entries not read are listed as skipped, and one "
+        "with nothing to read is refused by name (exit 2). Then each input is served in "
+        "turn: one whose request fails is reported with its file and reason ('failed "
+        "(FILE): REASON'; in JSON {\"file\", \"ok\": false, \"error\"}, with 'failed' "
+        "listing the files) and the others are still served and reported. Exit 0 when "
+        "every input succeeded, 1 when some failed, 2 for a usage, input or pipeline-file "
+        "problem.",
         epilog=common.examples(
             "edge run build/ocr/pipeline.toml --input page.png",
             "edge run build/ocr/pipeline.toml --input scans/ --jsonl",

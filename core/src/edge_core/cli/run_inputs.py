@@ -272,14 +272,19 @@ class _Refused(Exception):
 
 
 def _refusal(refused: Sequence[RefusedInput], total: int) -> common.CommandFailed:
-    """Exit 2 naming every refused input; ``input`` in the body is the first one."""
+    """Exit 2 naming every refused input; ``input`` in the body is the first one.
+
+    Without ``--json`` stderr has one line for the count, then one line per refused
+    input; ``--json``'s ``error`` joins them in one line.
+    """
     lines = [f"input {r.file}: {r.error}" for r in refused]
-    message = lines[0] if len(lines) == 1 else (
-        f"{len(lines)} of {total} inputs refused: " + "; ".join(lines))
+    head = f"{len(lines)} of {total} inputs refused"
+    message = lines[0] if len(lines) == 1 else f"{head}: " + "; ".join(lines)
     return common.CommandFailed(
         common.EXIT_USAGE, message,
         {"input": refused[0].file, "problems": lines,
-         "refused": [{"file": r.file, "error": r.error} for r in refused]})
+         "refused": [{"file": r.file, "error": r.error} for r in refused]},
+        lines=[] if len(lines) == 1 else [f"{head}:", *lines])
 
 
 class PreparedInputs:

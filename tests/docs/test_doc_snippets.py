@@ -763,6 +763,62 @@ def test_each_docs_gap_has_a_tested_snippet(gap: str) -> None:
     assert not missing, f"{gap}: no tested snippet shows {missing}"
 
 
+def test_the_recipe_backend_declares_each_parameter_its_worker_reads(tmp_path: Path) -> None:
+    """docs/recipes.md's ``recipe-tanh``: ``BackendInfo.params`` names what its worker reads.
+
+    A front end refuses a request parameter its final stage's backend does not declare
+    (``edge serve``: 400 naming it); a backend that declares none passes every name on, a
+    misspelt one too. The worker block is run (it writes the module) and its handler given
+    a request whose parameters note each name read; the plugin block is run as the page
+    runs it, and its loaded declaration must name exactly those.
+    """
+    import importlib.util
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from edge_core.plugins import load_plugins
+
+    page = blocks(DOCS / "recipes.md")
+    (worker,) = [block for block in page if '"recipe_worker.py"' in block]
+    (plugin,) = [block for block in page if 'BackendInfo(name="recipe-tanh"' in block]
+    source = tmp_path / "recipe_worker.py"
+    exec(worker.replace('Path("recipe_worker.py")', f"Path({str(source)!r})"),
+         {"Path": Path})
+    spec = importlib.util.spec_from_file_location("recipe_worker_params", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    read: set[str] = set()
+
+    class Noted(dict[str, object]):
+        def get(self, key: str, default: object = None) -> object:
+            read.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> object:
+            read.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key: object) -> bool:
+            read.add(str(key))
+            return super().__contains__(key)
+
+    handler = module.create()
+    handler.load({})
+    answered = threading.Event()
+    call = SimpleNamespace(inputs={"x": np.zeros((2, 3), np.float32)}, params=Noted(),
+                           request_id="r", done=lambda outputs: answered.set())
+    assert handler.submit(call) is None
+    assert answered.wait(10), "the recipe's worker never answered"
+    plugin_names: dict[str, object] = {"np": np, "load_plugins": load_plugins}
+    exec(plugin, plugin_names)
+    loaded = plugin_names["tanh_plugins"]
+    info, _owner = loaded.backends["recipe-tanh"]  # type: ignore[attr-defined]
+    assert info.params == read, f"recipe-tanh declares params={info.params}, reads {read}"
+
+
 TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
 #: The template's names, and the guide's.
 RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",

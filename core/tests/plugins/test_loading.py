@@ -50,6 +50,23 @@ def test_strict_mode_makes_plugin_failures_fatal(run_edge: RunEdge) -> None:
         assert "broken" in body["error"] and "future" in body["error"]
 
 
+def test_strict_mode_failure_of_a_plugin_command_honours_its_json(run_edge: RunEdge) -> None:
+    """``edge serve --json``: the plugins fail before serve's own flags are parsed."""
+    env = {"EDGE_STRICT_PLUGINS": "1", "EDGE_PLUGINS": "serve,broken"}
+    result = run_edge("serve", "--json", env=env)
+    assert result.returncode == 3, result.stderr
+    body = json.loads(result.stdout)
+    assert body == {"ok": False, "error": body["error"]}
+    assert body["error"].startswith("plugins: 1 plugin(s) failed to load: broken: import "
+                                    "failed: ImportError: this plugin's runtime is missing")
+    builtin = run_edge("plugins", "--backends", "--json", env=env)  # the same document
+    assert (builtin.returncode, json.loads(builtin.stdout)) == (3, body)
+    assert result.stderr == builtin.stderr == ""
+    text = run_edge("serve", env=env)  # without --json: the one line on stderr
+    assert (text.returncode, text.stdout) == (3, "")
+    assert text.stderr == f"edge: {body['error']}\n"
+
+
 def test_allowlist_loads_only_named_plugins(run_edge: RunEdge) -> None:
     result = run_edge("plugins", "--json", env={"EDGE_PLUGINS": "toy,future"})
     assert result.returncode == 0

@@ -136,7 +136,8 @@ def _main(argv: Sequence[str] | None) -> int:
     named = _builtin_named(args_list)
     parser, commands = parser_and_commands(named)
     if named is None:
-        status = common.add_plugin_commands(parser, commands)
+        status = common.add_plugin_commands(parser, commands, as_json="--json" in args_list,
+                                            debug="--debug" in args_list)
         if status is not None:
             return status
     try:

@@ -458,19 +458,28 @@ class PluginCommands:
 def add_plugin_commands(
     parser: argparse.ArgumentParser,
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    *,
+    as_json: bool = False,
+    debug: bool = False,
 ) -> int | None:
     """Let plugins add their subcommands to ``sub``; an exit code when loading failed.
 
     Each plugin's commands are listed in ``parser``'s help under its distribution, after
-    the built-in ones (the epilog's "commands added by installed plugins").
+    the built-in ones (the epilog's "commands added by installed plugins"). A plugin that
+    fails to load under ``EDGE_STRICT_PLUGINS=1`` ends the command here, before its own
+    arguments are parsed, so the caller says what its command line asked for: ``as_json``
+    (``--json`` is on it) prints the failure as the JSON document every command's strict
+    failure is (``{"ok": false, "error": ...}``) instead of the line on stderr, ``debug``
+    adds the traceback (see :func:`report_failure`); exit 3 either way.
     """
     from edge_core.plugins import load_plugins
 
     try:
         plugins = load_plugins()
     except PluginError as exc:
-        print(f"edge: {exc}", file=sys.stderr)
-        return EXIT_PLUGINS
+        failure = CommandFailed(EXIT_PLUGINS, str(exc))
+        failure.__cause__ = exc
+        return report_failure(argparse.Namespace(json=as_json, debug=debug), failure)
     listed: dict[str, list[tuple[str, str]]] = {}
     for record in plugins.records:
         if "edge_register_commands" not in record.hooks or not record.loaded:

@@ -129,5 +129,6 @@ class Generation:
             final = result.final
             if not isinstance(final, StageResult):
                 raise HttpRefusal(500, "model", "the generate stage was fed a fan-out; "
-                                  "its items' answers are not served here", self.served.name)
+                                  "its items' answers are not served here", self.served.name,
+                                  kind="UnsupportedFanout")
             return Finished(final.events[-1].data, result.latencies, result.placement)

@@ -37,7 +37,11 @@ instead:
   steadier than the bare socketpair, which moves 10x between runs on a VM. Both one's
   per-block medians are printed (``edge_tiny_block_p50_us``, ``mp_pipe_block_p50_us``):
   the stage is a fresh one, which spins only once a window of its own traffic decides
-  so (:mod:`edge_core.host.spinning`), and its first blocks show when that came.
+  so (:mod:`edge_core.host.spinning`), and its first blocks show when that came. The
+  controller's CPU is this process's, so the plain session (whose intra-op threads are
+  this process's too, and spin as they start) is made and left to settle before the
+  first block; ``anchor_cpu_ms_in_edge_blocks`` is what its threads used during the edge
+  blocks all the same (0: none of the edge figure is theirs).
 
 Each goal ratio is also given per block (medians paired within a block) with a
 bootstrap 95 % interval over the blocks (``*_ci``), and the baselines' raw figures are
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -417,15 +422,24 @@ def tiny_against_anchors(
     # one per core, spinning on) spin as they start, in this process, whose CPU time the
     # edge blocks count as the controller's (tens of milliseconds, on a core the stage's
     # worker needed, in whichever block came next: the first edge block).
+    # Its threads' CPU in the edge blocks is printed (``anchor_cpu_ms_in_edge_blocks``):
+    # 0 says the edge figure holds none of it.
+    threads = set(os.listdir("/proc/self/task"))
     direct = session_runs(direct_session(graph, like_stage=False), x)
+    anchor = sorted(set(os.listdir("/proc/self/task")) - threads)
     direct(20)
     time.sleep(SETTLE_S)
+    anchor_s = 0.0
     try:
         run_samples(pipeline, x, 50)  # warm
 
         def edge_block(n: int) -> list[float]:
+            nonlocal anchor_s
             run_samples(pipeline, x, 20)
-            return edge_cpu.measure(lambda m: run_samples(pipeline, x, m), n)
+            before = threads_cpu_s(anchor)
+            samples = edge_cpu.measure(lambda m: run_samples(pipeline, x, m), n)
+            anchor_s += threads_cpu_s(anchor) - before
+            return samples
 
         def pipe_block(n: int) -> list[float]:
             pipe.rtt(20, inputs)
@@ -444,7 +458,20 @@ def tiny_against_anchors(
             "direct": p50(flat(plain)), "pipe_blocks_us": [p50(b) * 1e6 for b in piped],
             "edge_blocks_us": [p50(b) * 1e6 for b in edge],
             "over_pipe_ci": paired_ratio(edge, piped, minus=plain),
-            "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us}
+            "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us,
+            "anchor_cpu_ms": anchor_s * 1e3}
+
+
+def threads_cpu_s(tids: list[str]) -> float:
+    """User plus system CPU seconds of these threads of this process (gone ones: 0)."""
+    total = 0
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 _PLUGINS: list[PluginSet] = []
@@ -631,6 +658,8 @@ def main() -> None:
                     extra["edge_tiny_block_p50_us"] = [round(v, 1)
                                                        for v in tiny["edge_blocks_us"]]
                     extra["tiny_call_over_mp_pipe_ci"] = rounded(tiny["over_pipe_ci"])
+                    # the plain session's threads, in the blocks whose CPU is edge's
+                    extra["anchor_cpu_ms_in_edge_blocks"] = round(tiny["anchor_cpu_ms"], 1)
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
                 if name == "64mib":

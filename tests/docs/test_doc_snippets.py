@@ -819,6 +819,37 @@ def test_the_recipe_backend_declares_each_parameter_its_worker_reads(tmp_path: P
     assert info.params == read, f"recipe-tanh declares params={info.params}, reads {read}"
 
 
+def test_the_recipe_backend_declares_it_needs_a_bundle(tmp_path: Path) -> None:
+    """docs/recipes.md's ``recipe-tanh``: a stage without a bundle is refused by the check.
+
+    Its ``edge_load`` refuses a stage whose ``manifest_dir`` is None; declaring
+    ``needs_bundle`` has the pipeline-file check (what ``edge run``, ``plan``, ``profile``
+    and ``serve`` do before opening anything) refuse such a stage at its ``manifest``,
+    before any worker starts. The plugin block is run as the page runs it.
+    """
+    import numpy as np
+
+    from edge_core.config import InvalidConfigError
+    from edge_core.plugins import load_plugins
+    from edge_core.preflight import check_pipeline
+
+    (plugin,) = [block for block in blocks(DOCS / "recipes.md")
+                 if 'BackendInfo(name="recipe-tanh"' in block]
+    plugin_names: dict[str, object] = {"np": np, "load_plugins": load_plugins}
+    exec(plugin, plugin_names)
+    loaded = plugin_names["tanh_plugins"]
+    info, _owner = loaded.backends["recipe-tanh"]  # type: ignore[attr-defined]
+    assert info.needs_bundle, "recipe-tanh refuses a stage without a bundle, undeclared"
+    bare = tmp_path / "bare.toml"
+    bare.write_text('name = "tanh"\n\n[[stages]]\nid = "t"\n'
+                    'backend = { name = "recipe-tanh" }\n', encoding="utf-8")
+    with pytest.raises(InvalidConfigError) as refused:
+        check_pipeline(bare, plugins=loaded)  # type: ignore[arg-type]
+    assert [(problem.path, problem.value) for problem in refused.value.problems] == [
+        ("stages[0].manifest", None)], refused.value.problems
+    assert "'recipe-tanh' needs an artifact bundle" in str(refused.value)
+
+
 TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
 #: The template's names, and the guide's.
 RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",

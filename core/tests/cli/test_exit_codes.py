@@ -151,6 +151,34 @@ def test_plan_run_and_profile_json_list_the_plugins_that_did_not_load(tmp_path: 
             assert "stages[0].backend.options.delay_s" in body["error"]
 
 
+def test_the_profile_files_list_the_plugins_that_did_not_load(tmp_path: Path) -> None:
+    """``plugin_errors`` in what ``edge profile --out`` writes, as in ``edge run --profile``'s.
+
+    Same key, same shape as the commands' ``--json``; in a failed run's profile too (it is
+    written either way), and an empty list when every plugin loaded.
+    """
+    (tmp_path / "p.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE)
+    (tmp_path / "clean.toml").write_text(PIPELINE)
+    (tmp_path / "fails.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE
+                                         + 'fail_at = "load"\n')
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    named = {"EDGE_PLUGINS": "echo,no-such-entry-point"}
+    for pipeline, env, code, listed in (("p.toml", named, 0, NAMED_FAILURES),
+                                        ("clean.toml", {}, 0, []),
+                                        ("fails.toml", named, 1, NAMED_FAILURES)):
+        for argv, written in ((["run", pipeline, "--inputs", "in.npz", "--profile", "r.json"],
+                               "r.json"),
+                              (["profile", pipeline, "--inputs", "in.npz", *QUICK_PROFILE],
+                               "p.json")):
+            (tmp_path / written).unlink(missing_ok=True)
+            result = edge(*argv, cwd=tmp_path, **env)
+            assert result.returncode == code, (argv, result.stderr)
+            if argv[0] == "run" and code:
+                continue  # a run whose pipeline does not open writes no profile
+            profile = json.loads((tmp_path / written).read_text(encoding="utf-8"))
+            assert profile["plugin_errors"] == listed, argv
+
+
 def test_a_failed_plugin_nobody_named_is_listed_but_not_warned_about(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="Open the pipeline, serve warm-up and measured requests (or a "
         "workload, or a sustained run) at each concurrency level, and write a JSON "
         "profile: start-up phases, p50/p95 with sample counts, token streams, worker "
-        "memory peaks, placement, operating conditions, raw samples. Exit 0 when the run "
+        "memory peaks, placement, operating conditions, raw samples, the plugins that did "
+        "not load (plugin_errors). Exit 0 when the run "
         "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
         "--input/--inputs file that is missing, unreadable or unfit, or a problem in the "
         "pipeline file (every one named at once), each before anything opens.",
@@ -330,8 +331,8 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Profile the pipeline, write the profile, print a summary; 1 when the run failed.
 
-    The JSON document (and a failure's, once the file is checked) holds
-    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    The JSON document (and a failure's, once the file is checked) and the profile file
+    hold ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
     """
     from edge_core.cli.run_inputs import check_readable
     from edge_core.evidence.profiling import ProfileSettings
@@ -376,6 +377,7 @@ def _profile(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[st
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,
                               npz_files=args.npz, classes=classes, settings=settings,
                               command=_command(args, levels), progress=bar, say=say)
+    profile["plugin_errors"] = plugin_errors  # as in the file 'edge run --profile' writes
     write_profile(profile, args.out)
     records = _write_records(profile, args) if args.records else []
     outcome = profile["outcome"]

@@ -46,8 +46,9 @@ not installed: ...`), `edge plugins` and `edge probe --json` list it with its er
 `edge plan --json`, `edge run --json` and `edge profile --json` list every plugin that
 did not load under `plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being
 `EDGE_PLUGINS`, `configuration` or null for one nobody named; an empty list when every
-plugin loaded), in a failure's document too once the pipeline file is read; under
-`EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
+plugin loaded), in a failure's document too once the pipeline file is read, and so do
+the profile files `edge run --profile` and `edge profile --out` write (`edge profile`'s
+also when the run failed); under `EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
 """
 
 

@@ -33,6 +33,7 @@ import attrs
 import psutil
 
 from edge_core.host.identity import ProcessIdentity, related_members
+from edge_core.host.supervisor import is_tracker
 
 __all__ = [
     "DEFAULT_RETIRE_DEADLINE_S",
@@ -192,9 +193,14 @@ class ProcessTree:
 
         With ``root_last`` the root is signalled only once nothing else of the tree lives
         (or in the last half of the time left): while it lives, a subreaper root adopts
-        the orphans that the other signals make, and the next capture finds them.
+        the orphans that the other signals make, and the next capture finds them. Python
+        multiprocessing resource trackers (:func:`~edge_core.host.supervisor.is_tracker`)
+        are spared as long: once the processes they watch are gone they unlink what those
+        left in ``/dev/shm`` and exit by themselves, which a ``SIGKILL`` would prevent.
         """
         signalled: set[ProcessIdentity] = set()
+        checked: set[ProcessIdentity] = set()
+        trackers: set[ProcessIdentity] = set()
         root_from = until - 0.5 * max(until - time.monotonic(), 0.0)
         while True:
             self.capture()
@@ -204,10 +210,17 @@ class ProcessTree:
                 if proc is not None:
                     living.append((ident, proc))
             others = [pair for pair in living if pair[0] != self.root]
+            if root_last:
+                for ident, _ in others:
+                    if ident not in checked:
+                        checked.add(ident)
+                        if is_tracker(ident.pid):
+                            trackers.add(ident)
             for ident, proc in living:
                 if ident in signalled:
                     continue
-                if root_last and ident == self.root and others and time.monotonic() < root_from:
+                if root_last and time.monotonic() < root_from and (
+                        (ident == self.root and others) or ident in trackers):
                     continue
                 _send(proc, signum)
                 signalled.add(ident)

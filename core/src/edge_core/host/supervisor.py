@@ -41,10 +41,18 @@ import signal
 import sys
 import time
 
-__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_PATH", "main", "supervisor_argv"]
+__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_PATH", "TRACKER_GRACE_S", "TRACKER_MARK", "is_tracker",
+           "main", "supervisor_argv"]
 
 ORPHAN_GRACE_S = 1.0
 """After the controller died: how long the tree has between ``SIGTERM`` and ``SIGKILL``."""
+
+TRACKER_GRACE_S = 0.5
+"""How long a multiprocessing resource tracker is spared while the rest of a tree is
+killed, so that it unlinks what the processes it watched left (see :func:`is_tracker`)."""
+
+TRACKER_MARK = b"multiprocessing.resource_tracker"
+"""What the command line of Python's multiprocessing resource tracker holds."""
 
 SUPERVISOR_PATH = os.path.abspath(__file__)
 """This file: the script the controller runs as the supervisor."""
@@ -117,6 +125,22 @@ def _descendants() -> list[int]:
     return found
 
 
+def is_tracker(pid: int) -> bool:
+    """True when ``pid`` is a Python multiprocessing resource tracker (``/proc``; else False).
+
+    A worker's ``multiprocessing`` objects of the spawn and forkserver kinds (locks,
+    semaphores, shared memory) are named files in ``/dev/shm``, registered with a tracker
+    process that ignores ``SIGTERM`` and unlinks every name still registered once the
+    processes that use it are gone. Killed together with them, it unlinks nothing, and the
+    names stay on the machine; so a tree is killed with its trackers last.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return TRACKER_MARK in handle.read()
+    except OSError:
+        return False
+
+
 def _close_inherited() -> None:
     """Close every inheritable descriptor above stderr (what the controller passed on)."""
     try:
@@ -174,13 +198,22 @@ class _Supervisor:
         return os.getppid() != self.controller
 
     def _drain_tree(self, until: float) -> None:
-        """Kill (``SIGKILL``) and reap every remaining descendant, bounded by ``until``."""
+        """Kill (``SIGKILL``) and reap every remaining descendant, bounded by ``until``.
+
+        Resource trackers (:func:`is_tracker`) are killed last: for up to
+        :data:`TRACKER_GRACE_S` they are left to unlink what the processes they watched
+        registered, and to exit by themselves once those are gone.
+        """
+        spare_until = min(until, time.monotonic() + TRACKER_GRACE_S)
         while True:
             self._reap()
             left = _descendants()
-            if not left or time.monotonic() >= until:
+            now = time.monotonic()
+            if not left or now >= until:
                 return
             for pid in left:
+                if now < spare_until and is_tracker(pid):
+                    continue
                 with _Quiet(OSError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.005)

@@ -457,6 +457,48 @@ def escaper() -> BaseHandler:
     return Escaper()
 
 
+def _hold_semaphore(names: Any) -> None:
+    """A multiprocessing child: make a named semaphore (registered with the worker's
+    resource tracker), say its name, and hold it until killed."""
+    import multiprocessing
+
+    lock = multiprocessing.get_context("spawn").Lock()
+    names.put(lock._semlock.name)  # type: ignore[attr-defined]
+    while True:
+        time.sleep(1)
+
+
+class SemaphoreHolder(Echo):
+    """``load`` starts a spawn-context multiprocessing child holding a named semaphore.
+
+    Returns the semaphore's name and the child's PID. The name lives in ``/dev/shm``
+    until the worker's resource tracker unlinks it (the child is killed, never cleans
+    up). With ``ignore_term`` the worker ignores SIGTERM and hangs in ``close``.
+    """
+
+    stuck = False
+
+    def load(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        import multiprocessing
+
+        if config.get("ignore_term"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.stuck = True
+        context = multiprocessing.get_context("spawn")
+        names = context.SimpleQueue()
+        self.child = context.Process(target=_hold_semaphore, args=(names,), daemon=False)
+        self.child.start()
+        return {"semaphore": names.get(), "child": self.child.pid}
+
+    def close(self) -> None:
+        while self.stuck:
+            time.sleep(1)
+
+
+def semaphore_holder() -> BaseHandler:
+    return SemaphoreHolder()
+
+
 class Shrinker(BaseHandler):
     """Computes into an output buffer, then (``shrink``) tries to shrink that segment.
 

@@ -2,7 +2,7 @@
 
 Worker side: imports only ``onnxruntime`` (passed in) and the standard library.
 
-ONNX Runtime ≥ 1.32 records the node → provider assignment when the session option
+ONNX Runtime ≥ 1.24.1 records the node → provider assignment when the session option
 ``session.record_ep_graph_assignment_info`` is ``"1"`` and returns it from
 ``get_provider_graph_assignment_info()`` at no run-time cost. Older builds only expose it
 through profiling: node events (``cat == "Node"``) carry ``args.provider``. Profiling is

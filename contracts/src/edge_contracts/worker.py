@@ -210,13 +210,16 @@ class _Server:
 
     def send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> bool:
         """Write one frame; False if the channel is gone."""
-        parts = encode_frame(header, payloads or [], binary=self.binary)
+        return self._write(encode_frame(header, payloads or [], binary=self.binary))
+
+    def _write(self, parts: list[bytes | memoryview]) -> bool:
+        """Write one encoded frame; False if the channel is gone."""
         with self._send_lock:
             if self._broken:
                 return False
             try:
                 write_frame(self.sock.sendmsg, parts)
-            except OSError:
+            except (OSError, WireError):  # a frame cut short: the channel is done
                 self._broken = True
                 return False
         return True
@@ -339,8 +342,8 @@ class _Server:
             if sent:
                 try:
                     write_frame(self.sock.sendmsg, frame)
-                except OSError:
-                    self._broken = sent = False
+                except (OSError, WireError):  # a frame cut short: the channel is done
+                    self._broken, sent = True, False
         if not sent and packed is not None:
             self.tensors()[0].take_back(packed.leases)
         return sent

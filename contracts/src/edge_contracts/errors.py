@@ -13,6 +13,7 @@ __all__ = [
     "ArchiveRefused",
     "ContractError",
     "DescriptorInvalid",
+    "EventTooLarge",
     "FeatureRefused",
     "FrameTruncated",
     "HeaderMalformed",
@@ -54,6 +55,16 @@ class ContractError(ValueError):
 
 class InvalidValue(ContractError):
     """A field of a value type holds a value that the contract does not allow."""
+
+
+class EventTooLarge(InvalidValue):
+    """A worker's event whose header would exceed the channel's ``max_header_bytes``.
+
+    Raised by the worker before anything is written (the controller's reader would refuse
+    the frame and lose the channel): the request ends with an ERROR event carrying this
+    error instead. ``field`` names what made the header that long (``event.data``,
+    ``event.error``, else ``event``), ``value`` is the header's length in bytes.
+    """
 
 
 class WireError(ContractError):

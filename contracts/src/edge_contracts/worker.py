@@ -53,6 +53,9 @@ inputs are acknowledged to the controller with it).
 
 With the ``heartbeat`` feature a thread of its own beats while the worker has work
 (:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
+An event whose header would be longer than the channel's ``max_header_bytes`` (large
+``data`` or error text) is never written, the controller would lose the channel over it:
+its request ends with an ``EventTooLarge`` ERROR instead (:meth:`Call.emit`).
 """
 
 from __future__ import annotations
@@ -103,10 +106,10 @@ from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
 from edge_contracts.validation import require_int
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import Frame, encode_frame, refs_of, write_frame
+from edge_contracts.wire import PREFIX_SIZE, Frame, encode_frame, refs_of, write_frame
 from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, print_exception
-from edge_contracts.worker_events import KIND_TEXT, event_meta
+from edge_contracts.worker_events import KIND_TEXT, event_meta, too_large
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import (
@@ -157,6 +160,9 @@ class _Server:
             supported_features=supported,
         )
         self.supported = supported
+        # the longest prefix and header an event may have: a longer one is refused
+        # (EventTooLarge) before anything is written, never sent to the controller
+        self._longest_head = PREFIX_SIZE + boot.max_header_bytes
         self._send_lock = threading.Lock()
         self._calls_lock = threading.Lock()
         self._calls: dict[str, Call] = {}
@@ -210,13 +216,16 @@ class _Server:
 
     def send(self, header: FrameHeader, payloads: list[memoryview] | None = None) -> bool:
         """Write one frame; False if the channel is gone."""
-        parts = encode_frame(header, payloads or [], binary=self.binary)
+        return self._write(encode_frame(header, payloads or [], binary=self.binary))
+
+    def _write(self, parts: list[bytes | memoryview]) -> bool:
+        """Write one encoded frame; False if the channel is gone."""
         with self._send_lock:
             if self._broken:
                 return False
             try:
                 write_frame(self.sock.sendmsg, parts)
-            except OSError:
+            except (OSError, WireError):  # a frame cut short: the channel is done
                 self._broken = True
                 return False
         return True
@@ -229,6 +238,10 @@ class _Server:
 
     def _gone(self) -> list[str]:
         return self._producer.take_gone() if self._producer is not None else []
+
+    def _restore_gone(self, names: list[str]) -> None:
+        if names and self._producer is not None:
+            self._producer.restore_gone(names)
 
     def reply(self, header: FrameHeader, result: Mapping[str, Any] | None, error: Any) -> None:
         """Answer a control frame with a result or an error."""
@@ -272,6 +285,14 @@ class _Server:
         ``packed``: the event's outputs, packed by the call; ``acks``: the segments of
         the request's inputs, on its terminal event only. False when it was not sent (its
         packed outputs are taken back).
+
+        Raises:
+            ContractError: the event cannot be sent, nothing was written (its packed
+                outputs are the caller's to take back): ``EventTooLarge`` when its header
+                would be longer than ``max_header_bytes`` (the controller would refuse
+                the frame and lose the channel), ``HeaderMalformed`` when its ``data``
+                is not a JSON object.
+
         """
         if self.binary:
             return self._send_binary_event(call, kind, seq, packed, data, error, acks)
@@ -287,17 +308,25 @@ class _Server:
         gone = self._gone()
         if gone:
             meta["gone"] = gone
-        header = FrameHeader(
-            OP_EVENT,
-            call.request_id,
-            call.stage_id,
-            call.epoch,
-            self.boot.generation,
-            tensors=packed.specs if packed else (),
-            meta=meta,
-            required_features=packed.features if packed else frozenset(),
-        )
-        sent = self.send(header, packed.payloads if packed else None)
+        try:
+            header = FrameHeader(
+                OP_EVENT,
+                call.request_id,
+                call.stage_id,
+                call.epoch,
+                self.boot.generation,
+                tensors=packed.specs if packed else (),
+                meta=meta,
+                required_features=packed.features if packed else frozenset(),
+            )
+            parts = encode_frame(header, packed.payloads if packed else [])
+            if len(parts[0]) > self._longest_head:
+                raise too_large(kind, data, error, len(parts[0]) - PREFIX_SIZE,
+                                self.limits.max_header_bytes)
+        except ContractError:  # nothing written: the unlinked names go with a later frame
+            self._restore_gone(gone)
+            raise
+        sent = self._write(parts)
         if not sent and packed is not None:
             self.tensors()[0].take_back(packed.leases)
         return sent
@@ -315,13 +344,6 @@ class _Server:
         """:meth:`send_event` on a binary channel (meta written as text, see worker_events)."""
         producer = self._producer
         gone = producer.take_gone() if producer is not None else []
-        if self.event_fields and not data and error is None and not acks and not gone:
-            # the usual event: its fields all in the block, no meta text (what
-            # event_meta writes for it, without the call)
-            meta, block = b"", EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind])
-        else:
-            meta, block = event_meta(kind, seq, data, error, acks, gone,
-                                     block=self.event_fields)
         specs = packed.specs if packed else ()
         features = packed.features if packed else _NO_FEATURES
         if self.event_fields:
@@ -329,18 +351,38 @@ class _Server:
             if found is None:  # a few sets at most (shm-tensors, bfloat16)
                 found = _WITH_EVENT_FIELDS[features] = features | _EVENT_FIELDS
             features = found
-        frame = encode_call_frame(
-            OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation, specs,
-            packed.payloads if packed else [], features, event_meta=meta, event_block=block,
-            keep=not acks and not gone,  # acks and names change call after call
-        )
+        if self.event_fields and not data and error is None and not acks and not gone:
+            # the usual event: its fields all in the block, no meta text (what event_meta
+            # writes for it, without the call); a header far below any limit, unmeasured
+            frame = encode_call_frame(
+                OP_EVENT, call.request_id, call.stage_id, call.epoch, self.boot.generation,
+                specs, packed.payloads if packed else [], features, event_meta=b"",
+                event_block=EVENT_BLOCK.pack(seq, time.monotonic_ns(), KIND_CODES[kind]),
+            )
+        else:
+            try:
+                meta, block = event_meta(kind, seq, data, error, acks, gone,
+                                         block=self.event_fields)
+                frame = encode_call_frame(
+                    OP_EVENT, call.request_id, call.stage_id, call.epoch,
+                    self.boot.generation, specs, packed.payloads if packed else [], features,
+                    event_meta=meta, event_block=block,
+                    keep=not acks and not gone,  # acks and names change call after call
+                )
+                if len(frame[0]) > self._longest_head:
+                    raise too_large(kind, data, error, len(frame[0]) - PREFIX_SIZE,
+                                    self.limits.max_header_bytes)
+            except ContractError:  # nothing written: the unlinked names go with a later frame
+                if gone and producer is not None:
+                    producer.restore_gone(gone)
+                raise
         with self._send_lock:
             sent = not self._broken
             if sent:
                 try:
                     write_frame(self.sock.sendmsg, frame)
-                except OSError:
-                    self._broken = sent = False
+                except (OSError, WireError):  # a frame cut short: the channel is done
+                    self._broken, sent = True, False
         if not sent and packed is not None:
             self.tensors()[0].take_back(packed.leases)
         return sent

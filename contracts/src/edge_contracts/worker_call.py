@@ -10,13 +10,16 @@ Standard library only, like the rest of the worker side.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edge_contracts.errors import ContractError
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.headers import FrameHeader
 from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
+from edge_contracts.worker_errors import print_exception
 
 if TYPE_CHECKING:
     from edge_contracts.worker_protocol import BootConfig
@@ -49,6 +52,9 @@ class CallServer(Protocol):
 
         ``packed`` holds the event's outputs (packed by the call into its own leases);
         ``acks``, the input segments to acknowledge, comes with the terminal event only.
+        Raises a ``ContractError`` when the event cannot be encoded (its header over the
+        channel's ``max_header_bytes``: ``EventTooLarge``; data that is not JSON), with
+        nothing written and ``packed`` left to the caller.
         """
         ...
 
@@ -115,7 +121,12 @@ class Call:
     ) -> bool:
         """Send one event; return False when it was dropped (request already ended).
 
-        Thread-safe. A terminal kind (DONE, ERROR, CANCELLED) ends the request.
+        Thread-safe. A terminal kind (DONE, ERROR, CANCELLED) ends the request. An event
+        that cannot be sent — its header longer than the channel's ``max_header_bytes``
+        (large ``data`` or error text: put large values in output tensors), or ``data``
+        that is not a JSON object — is not sent either (False): the request ends at once
+        with an ERROR event carrying why (``EventTooLarge`` naming ``event.data`` or
+        ``event.error`` and the sizes; ``HeaderMalformed``), and later emits are dropped.
         """
         if type(kind) is not EventKind:  # members pass without the enum's __call__
             kind = EventKind(kind)
@@ -134,8 +145,11 @@ class Call:
                         kind, error, data = EventKind.ERROR, exc, None
                 if kind in TERMINAL_KINDS:
                     self._closed = True
-                sent = self._server.send_event(self, kind, seq, packed, data, error,
-                                               self._acks if self._closed else None)
+                try:
+                    sent = self._server.send_event(self, kind, seq, packed, data, error,
+                                                   self._acks if self._closed else None)
+                except ContractError as refused:  # not sendable: the request ends with it
+                    sent = self._refused(seq, packed, refused)
                 ended = self._closed
                 unsent = self._take_unsent() if ended and self._allocated else []
         if unsent:
@@ -146,6 +160,26 @@ class Call:
         if ended:
             self._server.forget(self)
         return sent
+
+    def _refused(self, seq: int, packed: Packed | None, refused: ContractError) -> bool:
+        """End the request with an ERROR event carrying why its event ``seq`` was refused.
+
+        Under the lock. The refused event's outputs are taken back (as when a send
+        fails); the ERROR takes its ``seq`` and acknowledges the request's inputs; later
+        emits are dropped. Returns False: the handler's event was not sent.
+        """
+        self._closed = True
+        if packed is not None:
+            self._server.tensors()[0].take_back(packed.leases)
+        report = refused.with_traceback(None)  # the loop's own frames: nothing to tell
+        try:
+            self._server.send_event(self, EventKind.ERROR, seq, None, None, report,
+                                    self._acks)
+        except ContractError:  # not even the report fits: the channel's limit is tiny
+            print(f"edge worker: request {self.request_id!r}: no event could be sent:",
+                  file=sys.stderr)
+            print_exception()
+        return False
 
     def _take_unsent(self) -> list[tuple[str, int]]:
         """The leases of buffers this request allocated and did not send (under the lock)."""

@@ -8,6 +8,10 @@ to thaw and encode it again. Handler ``data`` is checked exactly as
 error); everything else is the worker's own. With the ``event-fields`` feature, ``seq``,
 ``kind`` and ``created_ns`` go in the header's event block instead
 (:data:`~edge_contracts.binary_header.EVENT_BLOCK`) and the text holds only what is set.
+
+An event whose header would be longer than the channel's ``max_header_bytes`` is not
+sent (the controller's reader would refuse the frame and lose the channel): the worker
+ends its request with the :func:`too_large` error instead, on either kind of channel.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES, ack_pairs_text
-from edge_contracts.errors import HeaderMalformed
+from edge_contracts.errors import EventTooLarge, HeaderMalformed
 from edge_contracts.events import EventKind
 from edge_contracts.jsonvalues import freeze_object, thaw_json
 from edge_contracts.worker_errors import error_info
 
-__all__ = ["KIND_TEXT", "event_meta"]
+__all__ = ["EXCERPT_CHARS", "KIND_TEXT", "event_meta", "too_large"]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
 """Each kind's wire text, looked up without the enum's (Python-level) value property."""
+EXCERPT_CHARS = 100
+"""Most characters of a refused error's message quoted in the :func:`too_large` error."""
 
 
 def event_meta(
@@ -76,3 +82,41 @@ def event_meta(
         parts += (',"gone":', _ENCODER.encode(gone))
     parts.append("}")
     return "".join(parts).encode(), b""
+
+
+def too_large(
+    kind: EventKind,
+    data: Mapping[str, Any] | None,
+    error: BaseException | None,
+    size: int,
+    cap: int,
+) -> EventTooLarge:
+    """The error that ends a request whose event's header would be ``size`` bytes, over ``cap``.
+
+    Its field names what is long: ``event.data`` or ``event.error`` (whichever is the
+    longer as JSON), else ``event`` (tensor entries, acknowledgements). Its message says
+    the sizes, the longest value of ``data`` or the start of the error's own message, and
+    what to do. ``data`` must be JSON (the event was encoded before it was measured).
+    """
+    thawed: Mapping[str, Any] = {} if not data else thaw_json(  # type: ignore[assignment]
+        freeze_object(dict(data), "header.meta.data", error=HeaderMalformed, depth=1))
+    data_bytes = len(_ENCODER.encode(thawed)) if thawed else 0
+    error_bytes = 0 if error is None else len(_ENCODER.encode(error_info(error)))
+    start = (f"the {KIND_TEXT[kind]} event's header would be {size} bytes, over the "
+             f"channel's max_header_bytes {cap}")
+    if error is not None and error_bytes > data_bytes:
+        message = str(error)
+        excerpt = message[:EXCERPT_CHARS] + ("..." if len(message) > EXCERPT_CHARS else "")
+        traced = " with its traceback" if error.__traceback__ is not None else ""
+        return EventTooLarge("event.error", size, (
+            f"{start}; its error ({type(error).__name__}: {excerpt!r}) is {error_bytes} "
+            f"bytes as JSON{traced}: raise it with a shorter message"))
+    if data_bytes:
+        longest = max(thawed, key=lambda key: len(_ENCODER.encode(thawed[key])))
+        longest_bytes = len(_ENCODER.encode(thawed[longest]))
+        return EventTooLarge("event.data", size, (
+            f"{start}; its data is {data_bytes} bytes as JSON, {longest_bytes} of them in "
+            f"data[{longest!r}]: put large values in output tensors"))
+    return EventTooLarge("event", size, (
+        f"{start}: its tensor entries and acknowledgements alone; send fewer outputs "
+        "in one event"))

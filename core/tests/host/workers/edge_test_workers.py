@@ -536,3 +536,49 @@ def _segment_fd(name: str) -> int:
 
 def shrinker() -> BaseHandler:
     return Shrinker()
+
+
+class BigEvents(BaseHandler):
+    """Answers with an event as large as its params ask, to test the header limit.
+
+    ``pad``: how many characters of ``"x"`` its event's ``data["text"]`` holds; ``on``:
+    which event carries them: ``"done"`` (the terminal DONE), ``"token"`` (the second of
+    three streamed tokens, then a small DONE), ``"error"`` (an exception whose message is
+    ``pad`` times ``"é"``, six bytes each once escaped in JSON) or ``"set"`` (a DONE whose
+    data is not JSON). ``outputs``: that many bytes of an output buffer sent with the
+    event. What each emit returned is kept by request id: ``query({"returns": rid})``.
+    """
+
+    def __init__(self) -> None:
+        self.returns: dict[str, list[bool]] = {}
+
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"returns": self.returns.get(str(question.get("returns")), [])}
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        import numpy as np
+
+        pad = int(call.params.get("pad", 0))
+        on = call.params.get("on", "done")
+        nbytes = int(call.params.get("outputs", 0))
+        outputs: dict[str, Any] = {}
+        if nbytes:
+            outputs["y"] = call.output_buffer((nbytes,), np.uint8)
+            outputs["y"][:] = 3
+        returns = self.returns.setdefault(call.request_id, [])
+        if on == "error":
+            raise ValueError("é" * pad)
+        if on == "set":
+            returns.append(call.done(outputs, data={"bad": {1, 2}}))
+        elif on == "token":
+            returns.append(call.token({"text": "t0"}))
+            returns.append(call.token({"text": "x" * pad}))
+            returns.append(call.token({"text": "t2"}))
+            returns.append(call.done(outputs, data={"tokens": 3}))
+        else:
+            returns.append(call.done(outputs, data={"text": "x" * pad}))
+        return None
+
+
+def big_events() -> BaseHandler:
+    return BigEvents()

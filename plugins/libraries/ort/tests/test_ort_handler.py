@@ -51,6 +51,68 @@ def test_warmup_reports_every_node_on_cpu_by_either_method(
         {"name": "example", "inputs": {"x": {"dtype": "float32", "dims": [2, 3]}}}]
 
 
+class StandInSessionWithoutAssignmentInfo:
+    """Stand-in for an ONNX Runtime build without ``get_provider_graph_assignment_info``
+    (onnxruntime < 1.24.1, -qnn, -directml, vendor builds), which cannot be installed
+    next to the suite's 1.32: a real ``InferenceSession`` with only that method missing,
+    on the class (what the worker checks) and on the instance."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import onnxruntime as ort
+
+        self._session = ort.InferenceSession(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "get_provider_graph_assignment_info":
+            raise AttributeError(name)
+        return getattr(self._session, name)
+
+
+def onnxruntime_without_assignment_info() -> Any:
+    """The real onnxruntime module, its ``InferenceSession`` the stand-in above."""
+    import types
+
+    import onnxruntime as ort
+
+    module = types.SimpleNamespace(**{k: getattr(ort, k) for k in dir(ort)
+                                      if not k.startswith("__") or k == "__version__"})
+    module.InferenceSession = StandInSessionWithoutAssignmentInfo
+    return module
+
+
+def test_assignment_on_a_build_without_it_is_refused_at_load_by_name(
+    add_relu_bundle: dict[str, Path],
+) -> None:
+    """Before, the load took it and the warm-up failed with AttributeError."""
+    handler = OrtHandler()
+    handler._ort = onnxruntime_without_assignment_info()
+    try:
+        with pytest.raises(InvalidValue, match=r"^placement_method: this onnxruntime build "
+                           r"\(1\.\d+\.\d+\) has no InferenceSession\."
+                           r"get_provider_graph_assignment_info .*'auto' or 'profiling' "
+                           r"work here: 'assignment'$") as info:
+            handler.load(config(add_relu_bundle, placement_method="assignment"))
+        assert (info.value.field, info.value.value) == ("placement_method", "assignment")
+        assert handler._session is None  # refused before any session was made
+    finally:
+        handler.close()
+
+
+def test_auto_on_a_build_without_assignment_info_observes_by_profiling(
+    add_relu_bundle: dict[str, Path],
+) -> None:
+    handler = OrtHandler()
+    handler._ort = onnxruntime_without_assignment_info()
+    try:
+        loaded = handler.load(config(add_relu_bundle, placement_method="auto"))
+        assert loaded["placement_method"] == "profiling"
+        report = handler.warmup({})
+    finally:
+        handler.close()
+    assert report["placement"]["method"] == "profiling"
+    assert report["placement"]["providers"]["CPUExecutionProvider"]["nodes"] == 2
+
+
 def test_profiling_leaves_no_file_behind(add_relu_bundle: dict[str, Path]) -> None:
     handler = OrtHandler()
     handler.load(config(add_relu_bundle, placement_method="profiling"))

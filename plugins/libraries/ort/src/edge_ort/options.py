@@ -85,6 +85,8 @@ class OrtOptions:
         intra_op_threads: ONNX Runtime's intra-op thread count (0: its default).
         placement_method: How node → provider is observed: ``auto`` (assignment info
             where the build has it, else profiling), ``assignment`` or ``profiling``.
+            ``assignment`` on a build without it (onnxruntime < 1.24.1, some vendor
+            builds) is refused by the worker's load (``InvalidValue`` naming the field).
         session_config: Extra ``SessionOptions`` config entries. Unless set here,
             ``session.intra_op.allow_spinning`` is ``"0"`` (see :data:`DEFAULT_SESSION_CONFIG`).
         provider_options: Options for the target execution provider.

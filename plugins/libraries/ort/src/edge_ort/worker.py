@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.heap import apply_heap_policy, on_rest
 from edge_contracts.shapesets import ShapeEntry, ShapeSet
 from edge_contracts.worker import BaseHandler, Call
@@ -356,6 +357,14 @@ class OrtHandler(BaseHandler):
         method = str(config.get("placement_method", "auto"))
         if method == "auto":
             method = "assignment" if supports_assignment(ort.InferenceSession) else "profiling"
+        elif method == "assignment" and not supports_assignment(ort.InferenceSession):
+            # refused here, not at warm-up (where the missing method raised AttributeError)
+            raise InvalidValue(
+                "placement_method", method,
+                f"this onnxruntime build ({getattr(ort, '__version__', 'unknown')}) has no "
+                "InferenceSession.get_provider_graph_assignment_info (onnxruntime >= 1.24.1 "
+                "has it; -qnn, -directml and vendor builds may not); 'auto' or 'profiling' "
+                "work here")
         self._method = method
         if config.get("shape_set"):
             self._served = ServedShapes(ShapeSet.from_json(config["shape_set"]))

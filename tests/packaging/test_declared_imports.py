@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from importlib.metadata import PackageNotFoundError, requires
 
 import pytest
+from packaging.requirements import Requirement
 
 from .distributions import DIRS, ROOT, packages, project
 
@@ -55,6 +57,14 @@ def _declared(directory: str) -> set[str]:
 def _imports(directory: str) -> dict[str, set[str]]:
     """Top-level module -> files importing it, for every import statement at any depth."""
     found: dict[str, set[str]] = {}
+    for name, files in _dotted_imports(directory).items():
+        found.setdefault(name.split(".")[0], set()).update(files)
+    return found
+
+
+def _dotted_imports(directory: str) -> dict[str, set[str]]:
+    """Imported module, as written (``a.b.c``) -> files importing it, at any depth."""
+    found: dict[str, set[str]] = {}
     for package in packages(directory):
         for path in (ROOT / directory / "src" / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -65,7 +75,52 @@ def _imports(directory: str) -> dict[str, set[str]]:
                 else:
                     continue
                 for name in names:
-                    found.setdefault(name.split(".")[0], set()).add(path.name)
+                    found.setdefault(name, set()).add(path.name)
+    return found
+
+
+def _extra_requirements(distribution: str, extra: str) -> set[str]:
+    """What ``distribution`` requires only under its extra ``extra``.
+
+    This workspace's distributions are read from their ``pyproject.toml``; others from
+    the installed metadata (none when not installed).
+    """
+    own = {_requirement_name(str(project(d)["name"])): d for d in DIRS}
+    if distribution in own:
+        extras = project(own[distribution]).get("optional-dependencies", {})
+        return {_requirement_name(r) for r in extras.get(extra, [])}
+    try:
+        listed = requires(distribution) or []
+    except PackageNotFoundError:
+        return set()
+    names = set()
+    for text in listed:
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if (marker is not None and marker.evaluate({"extra": extra})
+                and not marker.evaluate({"extra": ""})):
+            names.add(_requirement_name(requirement.name))
+    return names
+
+
+def _submodule_extras(directory: str) -> dict[str, set[str]]:
+    """``pkg.sub`` imported here -> what pkg's distribution requires under its extra ``sub``.
+
+    A dependency that names an extra after a submodule leaves that submodule's own
+    imports to the extra (onnxruntime: ``ml_dtypes; extra == "quantization"``, imported
+    by ``onnxruntime.quantization`` at its import). Read from the installed
+    distributions' metadata: one not installed here adds nothing.
+    """
+    found: dict[str, set[str]] = {}
+    own = set(packages(directory))
+    for name in _dotted_imports(directory):
+        parts = name.split(".")
+        if len(parts) < 2 or parts[0] in sys.stdlib_module_names or parts[0] in own:
+            continue
+        for distribution in _distribution_of(parts[0]):
+            needed = _extra_requirements(distribution, parts[1].replace("_", "-"))
+            if needed:
+                found.setdefault(".".join(parts[:2]), set()).update(needed)
     return found
 
 
@@ -88,6 +143,39 @@ def test_every_import_is_declared(directory: str) -> None:
         if not _distribution_of(module) & declared:
             missing[module] = sorted(files)
     assert not missing, f"{directory} imports undeclared modules: {missing}"
+
+
+@pytest.mark.parametrize("directory", DIRS)
+def test_a_submodule_whose_extra_brings_requirements_has_them_declared(directory: str) -> None:
+    """Importing ``pkg.sub`` where pkg's distribution has an extra ``sub`` needs what it lists.
+
+    ``from onnxruntime.quantization import ...`` fails with ``No module named
+    'ml_dtypes'`` unless the importer declares it (onnxruntime leaves it to its extra).
+    """
+    declared = _declared(directory)
+    meta = project(directory)
+    with_extras = {(_requirement_name(r.name), extra)
+                   for r in map(Requirement, [*meta.get("dependencies", []),
+                                              *(t for e in meta.get("optional-dependencies",
+                                                                    {}).values() for t in e)])
+                   for extra in r.extras}
+    missing = {}
+    for module, needed in _submodule_extras(directory).items():
+        top, sub = module.split(".")
+        if any((d, sub.replace("_", "-")) in with_extras for d in _distribution_of(top)):
+            continue  # declared as dist[sub]: the extra brings them
+        if needed - declared:
+            missing[module] = sorted(needed - declared)
+    assert not missing, f"{directory} imports submodules needing undeclared extras: {missing}"
+
+
+def test_the_extra_scan_sees_onnxruntime_quantization() -> None:
+    """The extra scan is not vacuous: onnxruntime's extra, and one of the workspace's."""
+    if "ml-dtypes" not in _extra_requirements("onnxruntime", "quantization"):
+        pytest.skip("the installed onnxruntime names no quantization extra")
+    assert "ml-dtypes" in _submodule_extras("plugins/libraries/ort")["onnxruntime.quantization"]
+    # edge-qnn imports edge_ort.derive and declares edge-ort[derive]: read from pyproject
+    assert "onnx" in _submodule_extras("plugins/backends/qnn")["edge_ort.derive"]
 
 
 def test_the_scan_sees_lazy_imports() -> None:

@@ -93,6 +93,15 @@ def _extra_requirements(distribution: str, extra: str) -> set[str]:
         listed = requires(distribution) or []
     except PackageNotFoundError:
         return set()
+    return _only_under_extra(listed, extra)
+
+
+def _only_under_extra(listed: list[str], extra: str) -> set[str]:
+    """The names in ``listed`` (``Requires-Dist`` lines) required only under ``extra``.
+
+    Extra names compare normalized (PEP 685: ``Foo_Bar`` is ``foo-bar``), as
+    ``packaging`` >= 22 evaluates markers; older releases compared them as written.
+    """
     names = set()
     for text in listed:
         requirement = Requirement(text)
@@ -167,6 +176,12 @@ def test_a_submodule_whose_extra_brings_requirements_has_them_declared(directory
         if needed - declared:
             missing[module] = sorted(needed - declared)
     assert not missing, f"{directory} imports submodules needing undeclared extras: {missing}"
+
+
+def test_extra_names_in_markers_compare_normalized() -> None:
+    """A submodule ``foo_bar`` finds an extra written ``Foo_Bar`` or ``foo.bar`` (PEP 685)."""
+    listed = ['a; extra == "Foo_Bar"', "b; extra == 'foo.bar'", 'c; extra == "other"', "d"]
+    assert _only_under_extra(listed, "foo-bar") == {"a", "b"}
 
 
 def test_the_extra_scan_sees_onnxruntime_quantization() -> None:

@@ -20,6 +20,7 @@ from edge_core.markers import IMPL_ATTR
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -30,6 +31,7 @@ __all__ = [
     "check_contract",
     "discover",
     "not_installed",
+    "plugin_errors",
     "scan_entry_points",
     "scan_groups",
 ]
@@ -391,3 +393,28 @@ def discover(
         records.append(record)
         _admit(record, lambda o=obj: o, plugins)  # type: ignore[misc]
     return records, plugins
+
+
+def plugin_errors(rows: Iterable[Mapping[str, Any]],
+                  env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every plugin of ``rows`` (:meth:`PluginRecord.to_json` rows) that did not load.
+
+    Each is ``{"plugin", "error", "named_by"}``, as ``edge probe --json`` lists them:
+    ``named_by`` is ``"EDGE_PLUGINS"`` (an entry point while that variable is set in
+    ``env``, default ``os.environ``; one not installed included), ``"configuration"`` (a
+    module a configuration's ``plugins`` lists) or ``None`` (a failure nobody named).
+    ``edge run --json``, ``edge plan --json``, ``edge profile --json`` and the profile
+    :func:`edge_core.evidence.profiling.run_profile` returns carry the whole list as
+    ``plugin_errors``.
+    """
+    env = os.environ if env is None else env
+    allowlist = ENV_ALLOWLIST in env
+    failures = []
+    for row in rows:
+        if not row.get("error"):
+            continue
+        named_by = ("configuration" if row.get("source") == "config" else
+                    "EDGE_PLUGINS" if row.get("source") == "entry-point" and allowlist
+                    else None)
+        failures.append({"plugin": row["name"], "error": row["error"], "named_by": named_by})
+    return failures

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_core.cli.common import plugin_errors, warn_named_plugins
+from edge_core.cli.common import warn_named_plugins
+from edge_core.discovery import plugin_errors
 
 PIPELINE = """
 name = "one"

@@ -259,3 +259,45 @@ def test_imports_fall_back_to_the_derived_difference_without_the_workers_figures
     assert rows["b"]["imports_s"] == pytest.approx(0.3)
     assert rows["b"]["imports_basis"] == "derived"
     assert "entry_import_s" not in rows["b"]
+
+
+#: The two plugins of the tests below that do not load, as the profile lists them.
+NOT_LOADED = [
+    {"plugin": "no-such-entry-point", "named_by": "EDGE_PLUGINS",
+     "error": "not installed: no installed distribution has an entry point "
+              "'no-such-entry-point' in group 'edge'"},
+    {"plugin": "no_such_edge_plugin", "named_by": "configuration",
+     "error": "import failed: ModuleNotFoundError: No module named 'no_such_edge_plugin'"},
+]
+
+#: A profile as short as it can be (one request, one level, one process start).
+QUICK = ProfileSettings(requests=1, warmup_requests=0, concurrency=(1,),
+                        process_start_repeats=1)
+
+
+@pytest.mark.parametrize("options", [{}, {"fail_at": "load"}], ids=["ok", "failed"])
+def test_the_profile_itself_lists_the_plugins_that_did_not_load(
+        tmp_path: Path, echo_inputs: Path, monkeypatch: pytest.MonkeyPatch,
+        options: dict[str, Any]) -> None:
+    """``plugin_errors`` is run_profile's own, not only ``edge profile``'s, failed run too."""
+    monkeypatch.setenv("EDGE_PLUGINS", "echo,no-such-entry-point")
+    path = write_pipeline(tmp_path, [echo_stage("a", **options)],
+                          plugins=["no_such_edge_plugin"])
+    profile = run_profile(path, npz_files=[str(echo_inputs)], settings=QUICK)
+    assert profile["outcome"]["ok"] is (not options)
+    assert profile["plugin_errors"] == NOT_LOADED
+
+
+def test_a_profile_whose_plugins_all_loaded_lists_none(echo_profile: dict[str, Any]) -> None:
+    assert echo_profile["plugin_errors"] == []
+
+
+def test_a_profile_that_loaded_no_plugin_set_says_null(
+        tmp_path: Path, echo_inputs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unknown, not none: a file that cannot be read, or strict loading refusing one."""
+    missing = run_profile(tmp_path / "missing.json", settings=QUICK)
+    assert missing["outcome"]["ok"] is False and missing["plugin_errors"] is None
+    monkeypatch.setenv("EDGE_STRICT_PLUGINS", "1")
+    path = write_pipeline(tmp_path, [echo_stage("a")], plugins=["no_such_edge_plugin"])
+    strict = run_profile(path, npz_files=[str(echo_inputs)], settings=QUICK)
+    assert strict["outcome"]["ok"] is False and strict["plugin_errors"] is None

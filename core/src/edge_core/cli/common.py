@@ -21,6 +21,7 @@ import math
 import os
 import sys
 
+from edge_core.discovery import plugin_errors
 from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
@@ -283,28 +284,6 @@ def warn_named_plugins(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     for warning in warnings:
         say(warning)
     return warnings
-
-
-def plugin_errors(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every plugin of ``rows`` that did not load, as ``edge probe --json`` lists them.
-
-    Each is ``{"plugin", "error", "named_by"}``: ``named_by`` is ``"EDGE_PLUGINS"`` (an
-    entry point while that variable is set, one not installed included),
-    ``"configuration"`` (a module a configuration's ``plugins`` lists) or ``None`` (a
-    failure nobody named). The named ones are those :func:`warn_named_plugins` warns
-    about; ``edge run --json``, ``edge plan --json`` and ``edge profile --json`` carry the
-    whole list as ``plugin_errors``, on success and on failure alike.
-    """
-    allowlist = "EDGE_PLUGINS" in os.environ
-    failures = []
-    for row in rows:
-        if not row.get("error"):
-            continue
-        named_by = ("configuration" if row.get("source") == "config" else
-                    "EDGE_PLUGINS" if row.get("source") == "entry-point" and allowlist
-                    else None)
-        failures.append({"plugin": row["name"], "error": row["error"], "named_by": named_by})
-    return failures
 
 
 class PluginErrorsOnFailure:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from edge_core import discovery
 from edge_core.cli import common
 
 TYPE_CHECKING = False
@@ -130,11 +131,12 @@ def run(args: argparse.Namespace) -> int:
     """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2.
 
     The JSON document (and a failure's, once the file is checked) holds
-    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    ``plugin_errors``: every plugin that did not load
+    (:func:`edge_core.discovery.plugin_errors`).
     """
     refuse_timing_without_workers(args)  # before the file is read: a usage error
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
-    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):
         return _plan(args, checked, errors)
 

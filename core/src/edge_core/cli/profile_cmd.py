@@ -12,6 +12,7 @@ import json
 import os
 import re
 
+from edge_core import discovery
 from edge_core.cli import common
 
 TYPE_CHECKING = False
@@ -331,8 +332,10 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Profile the pipeline, write the profile, print a summary; 1 when the run failed.
 
-    The JSON document (and a failure's, once the file is checked) and the profile file
-    hold ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    The JSON document and the profile file hold the profile's ``plugin_errors`` (every
+    plugin that did not load, as :func:`~edge_core.evidence.profiling.run_profile` lists
+    them); a failure's document, once the file is checked, the check's
+    (:func:`edge_core.discovery.plugin_errors`).
     """
     from edge_core.cli.run_inputs import check_readable
     from edge_core.evidence.profiling import ProfileSettings
@@ -360,13 +363,13 @@ def run(args: argparse.Namespace) -> int:
     if args.records:
         common.check_output(args.records, "--records", directory=True)
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
-    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):
-        return _profile(args, checked, errors, settings, classes, levels)
+        return _profile(args, checked, settings, classes, levels)
 
 
-def _profile(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]],
-             settings: ProfileSettings, classes: list[Any], levels: tuple[int, ...]) -> int:
+def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
+             classes: list[Any], levels: tuple[int, ...]) -> int:
     """Profile the checked pipeline, write the profile, print a summary; exit 0 / 1 / 2."""
     from edge_core.evidence.profiling import run_profile, write_profile
     from edge_core.progress import Progress
@@ -377,8 +380,7 @@ def _profile(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[st
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,
                               npz_files=args.npz, classes=classes, settings=settings,
                               command=_command(args, levels), progress=bar, say=say)
-    profile["plugin_errors"] = plugin_errors  # as in the file 'edge run --profile' writes
-    write_profile(profile, args.out)
+    write_profile(profile, args.out)  # its plugin_errors: those of the plugins it ran with
     records = _write_records(profile, args) if args.records else []
     outcome = profile["outcome"]
     if args.json:
@@ -387,7 +389,7 @@ def _profile(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[st
                            **_figures(profile),
                            "instrumentation": profile.get("instrumentation"),
                            "conditions": (profile.get("conditions") or {}).get("summary"),
-                           "plugin_errors": plugin_errors})
+                           "plugin_errors": profile["plugin_errors"]})
     else:
         print(f"profile of {profile['pipeline_file']}: "
               + ("ok" if outcome["ok"] else

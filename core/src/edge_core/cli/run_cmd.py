@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from edge_core import discovery
 from edge_core.cli import common, generated
 from edge_core.cli.run_inputs import (
     BufferedInputs,
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
     """Check the inputs, open the pipeline, serve them, print plan, answers and latencies.
 
     The JSON document (and a failure's, once the file is checked) holds
-    ``plugin_errors``: every plugin that did not load (:func:`common.plugin_errors`).
+    ``plugin_errors``: every plugin that did not load
+    (:func:`edge_core.discovery.plugin_errors`).
     """
     from edge_contracts.heap import apply_heap_policy
 
@@ -282,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         common.check_output(args.profile, "--profile")
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
-    errors = common.plugin_errors(record.to_json() for record in checked.plugins.records)
+    errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):
         return _run(args, checked, errors)
 

@@ -46,6 +46,7 @@ from typing import Any
 import attrs
 
 from edge_core import __version__
+from edge_core.discovery import plugin_errors
 from edge_core.evidence import (
     conditions,
     matched,
@@ -620,8 +621,11 @@ def run_profile(
     profile["instrumentation"] = matched.overhead(runs)
     profile["targets"] = list(settings.targets) + list(
         (profile.get("config") or {}).get("targets") or [])
+    profile["plugin_errors"] = None  # no plugin set: the file could not be read
     try:
         plugins = _plugins(harness)
+        if plugins is not None:
+            profile["plugin_errors"] = plugin_errors(r.to_json() for r in plugins.records)
         profile["probes"] = startup.probe_backends(plugins, profile.get("config"))
         profile["identity"] = _identity(harness, plugins)
     except Exception as exc:  # recorded, never fatal: the figures stand without it

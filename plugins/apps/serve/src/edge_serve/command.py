@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from edge_core import discovery
 from edge_core.cli import common
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def _configs(paths: list[str]) -> list[Any]:
         raise common.CommandFailed(common.EXIT_USAGE, "; ".join(f.message for f in failures),
                                    {"problems": [p for f in failures
                                                  for p in f.body["problems"]],
-                                    "plugin_errors": common.plugin_errors(rows)})
+                                    "plugin_errors": discovery.plugin_errors(rows)})
     seen: set[str] = set()
     for index, config in enumerate(configs):
         if config.name in seen:
@@ -188,7 +189,7 @@ def _open(configs: list[Any], say: Any,
     """Load the plugins once, then open every pipeline on one ledger; the ledger and them.
 
     ``plugin_errors`` is filled with every plugin that did not load
-    (:func:`~edge_core.cli.common.plugin_errors`); a failure to open carries it too.
+    (:func:`~edge_core.discovery.plugin_errors`); a failure to open carries it too.
     """
     from edge_core.errors import EdgeError
     from edge_core.plugins import load_plugins
@@ -199,7 +200,7 @@ def _open(configs: list[Any], say: Any,
     plugins = load_plugins(local_modules=modules)
     rows = [record.to_json() for record in plugins.records]
     common.warn_named_plugins(rows)
-    plugin_errors.extend(common.plugin_errors(rows))
+    plugin_errors.extend(discovery.plugin_errors(rows))
     ledger = shared_ledger(configs, plugins)
     opened: list[Pipeline] = []
     try:

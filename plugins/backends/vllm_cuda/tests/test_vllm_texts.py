@@ -15,6 +15,7 @@ tokens' text.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from edge_contracts.requests import EventKind, StageEvent
 from edge_core.runtime.errors import RequestFailed
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_files import open_pipeline
+from edge_core.runtime.results import ResultOutputs
 from edge_core.stage import RetainedOutputs
 from edge_vllm_cuda.stage import restore_texts
 from edge_vllm_cuda.texts import (
@@ -241,5 +243,12 @@ def test_128_choices_whose_texts_are_far_over_the_header_limit_all_come_back(
         assert len(final.outputs) == 2
         assert result.outputs["choice_lengths"].tolist() == [tokens] * choices
         assert result.outputs["token_ids"].tolist() == [i for c in ids for i in c]
+        # token_ids came as a view of the worker's memory (its 480 KB went through shared
+        # memory), handed on with its release: acknowledged with no view left alive
+        assert isinstance(result.outputs, ResultOutputs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result.ack()
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
     finally:
-        result.ack()
+        result.ack()  # a no-op once acknowledged

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from edge_contracts.errors import InvalidValue, PayloadTooLarge
+from edge_contracts.errors import EventTooLarge, InvalidValue, PayloadTooLarge
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
@@ -121,6 +121,35 @@ def test_an_undeclared_backend_error_is_500_logged_once_with_its_type(
         assert refusal.headers["x-should-retry"] == "false"
     logged = capsys.readouterr().err
     assert logged.count("EngineExploded") == 1 and "500" in logged
+
+
+def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events_field(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, it was answered as any undeclared error: field ``params`` (as if the
+    request's parameters were at fault), code ``internal_error``, and the message cut
+    at 200 characters."""
+    refused = EventTooLarge(
+        "event.data", 129627, "the done event's header would be 129627 bytes, over the "
+        "channel's max_header_bytes 65536; its data is 129493 bytes as JSON, 128391 of "
+        "them in data['choices']: put large values in output tensors")
+    sent = RequestFailed("r", "EventTooLarge", str(refused))  # as the worker's ERROR
+    by_error = RequestFailed("r", "EventTooLarge", "event.error: the error event's header "
+                             "would be 90000 bytes, over ...: 90000")
+    for error, field in ((sent, "event.data"), (refused, "event.data"),
+                         (by_error, "event.error")):
+        refusal = from_exception(error, field="params")
+        body = json.loads(refusal.body())["error"]
+        assert refusal.status == 500 and refusal.headers["x-should-retry"] == "false"
+        assert (body["type"], body["code"], body["param"]) == (
+            "server_error", "event_too_large", None)
+        edge = body["edge"]
+        assert (edge["kind"], edge["field"]) == ("EventTooLarge", field)
+        assert "too large for its worker channel" in edge["reason"]
+        assert "max_header_bytes" in edge["reason"]
+    whole = json.loads(from_exception(sent, field="params").body())["error"]["message"]
+    assert whole == str(refused)  # whole: the sizes and what to do, uncut
+    assert whole.endswith("put large values in output tensors: 129627")
+    assert capsys.readouterr().err.count("EventTooLarge") == 1  # logged once, as a 500
 
 
 def _part_image(url: str) -> dict[str, object]:

@@ -218,6 +218,30 @@ def test_a_worker_that_dies_under_a_request_is_503_worker_lost_then_serves_again
     assert listed["stages"][0]["in_flight"] == 0 and listed["queue"]["waiting"] == 0
 
 
+def test_an_event_too_large_for_the_worker_channel_is_500_naming_it_and_the_stage_serves_on(
+        server: Served) -> None:
+    # 15000 streamed chunks make the echo's DONE carry about 94 KB of text in its data:
+    # its header would be over the channel's 64 KiB, so the worker fails the request with
+    # EventTooLarge instead of sending it. Before, the answer named the field "params",
+    # as if the request's parameters were at fault, with code internal_error.
+    x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+    with _client(server) as client:
+        _wait_ready(client)
+        reply = client.post("/v1/pipelines/fast/run",
+                            json={**x, "params": {"stream_chunks": 15000}})
+        assert reply.status_code == 500, reply.text
+        assert reply.headers["x-should-retry"] == "false"
+        error = _error(reply)
+        assert (error["kind"], error["field"], error["code"]) == (
+            "EventTooLarge", "event.data", "event_too_large")
+        assert reply.json()["error"]["param"] is None
+        assert error["message"].startswith("event.data: the done event's header would be ")
+        assert "over the channel's max_header_bytes 65536" in error["message"]
+        assert "data['text']: put large values in output tensors" in error["message"]
+        fast = client.post("/v1/pipelines/fast/run", json=x)  # the channel and stage stay
+        assert fast.status_code == 200, fast.text
+
+
 def test_every_route_but_health_and_the_page_wants_the_bearer_token(server: Served) -> None:
     with _client(server, key=None) as anonymous, _client(server, key="wrong") as wrong:
         assert anonymous.get("/health").status_code == 200

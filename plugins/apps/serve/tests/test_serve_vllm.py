@@ -103,6 +103,30 @@ def test_a_completion_through_the_openai_client(client: openai.OpenAI) -> None:
         client.completions.create(model="tiny", prompt="x", max_tokens=2, top_p=2.0)
 
 
+def test_128_choices_whose_texts_are_over_a_headers_limit_are_answered_whole(
+        server: Served) -> None:
+    """The vLLM worker sends its texts as tensors: an event's header, its data included,
+    must fit the worker channel's 64 KiB. Before, this completion was a 500
+    (``EventTooLarge``: the DONE's header would have been about 130 KB)."""
+    choices, tokens = 128, 250
+    body = {"model": "tiny", "prompt": ["edge stage", "token worker"], "n": choices // 2,
+            "max_tokens": tokens, "temperature": 1.0, "seed": 5, "ignore_eos": True}
+    reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=600,
+                       headers={"Authorization": f"Bearer {API_KEY}"})
+    assert reply.status_code == 200, reply.text[:2000]
+    answer = reply.json()
+    assert [c["index"] for c in answer["choices"]] == list(range(choices))
+    assert {c["finish_reason"] for c in answer["choices"]} == {"length"}
+    size = sum(len(c["text"].encode("utf-8")) for c in answer["choices"])
+    assert size > 65536, size
+    assert answer["usage"]["completion_tokens"] == choices * tokens
+    edge = answer["edge"]  # the DONE's data, its texts left out as always
+    assert "text" not in edge and edge["num_tokens"] == choices * tokens
+    assert [list(c) for c in edge["choices"]] == [["index", "finish_reason",
+                                                  "num_tokens"]] * choices
+    assert [c["num_tokens"] for c in edge["choices"]] == [tokens] * choices
+
+
 def test_a_streamed_chat_completion_uses_the_models_own_template(
         client: openai.OpenAI, model: tuple[Path, Path]) -> None:
     stream = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=10,

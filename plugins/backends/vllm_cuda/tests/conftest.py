@@ -45,7 +45,7 @@ def pipeline_file(vllm_python: Path, tiny_model: Path,
     folder = tmp_path_factory.mktemp("pipelines")
 
     def write(name: str = "gen", *, device: str = "cpu", extra: str = "",
-              resources: str = "") -> Path:
+              resources: str = "", max_model_len: int = 256, max_num_seqs: int = 8) -> Path:
         text = f'''
 name = "{name}"
 admission = 8
@@ -60,9 +60,9 @@ name = "vllm-cuda"
 model = "{tiny_model}"
 device = "{device}"
 dtype = "float32"
-max_model_len = 256
+max_model_len = {max_model_len}
 enforce_eager = true
-max_num_seqs = 8
+max_num_seqs = {max_num_seqs}
 {extra}
 
 [stages.backend.route]

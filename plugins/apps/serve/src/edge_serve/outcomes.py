@@ -30,8 +30,10 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 405    a route asked with a method it does not serve (``Allow`` names those it does)
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
-500    anything else: the error's type and message (``x-should-retry: false``: the same
-       request would fail the same way)
+500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
+       code ``event_too_large``, ``edge.field`` the event's part that was too long,
+       ``event.data`` or ``event.error``); anything else: the error's type and message
+       (``x-should-retry: false`` on both: the same request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
        shutting down (``x-should-retry: false``)
@@ -46,11 +48,12 @@ retry rules (they retry 5xx twice by default).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edge_contracts.errors import ContractError, PayloadTooLarge
+from edge_contracts.errors import ContractError, EventTooLarge, PayloadTooLarge
 from edge_contracts.request_faults import fault_of
 from edge_core.errors import EdgeError, ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
@@ -100,6 +103,9 @@ _PARAM_STATUSES = frozenset({400, 404, 413})
 _NO_RETRY = frozenset({500, 504})
 
 _UNSET: Any = object()
+
+#: The field an ``EventTooLarge`` names, which leads its message (``event.data: ...``).
+_EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: Error types already logged as a backend's undeclared error (each is logged once).
 _logged: set[str] = set()
@@ -209,6 +215,32 @@ def _report_unknown(kind: str, text: str) -> None:
           file=sys.stderr, flush=True)
 
 
+def _event_too_large(error: BaseException) -> HttpRefusal | None:
+    """500 naming the event's field for ``EventTooLarge``, raised or sent by a worker.
+
+    A worker refuses to send an event whose header would be over its channel's
+    ``max_header_bytes`` and fails the request with this error instead
+    (:mod:`edge_contracts.worker_events`). The request is not at fault (its fields are
+    within their limits): the stage's backend put more in an event than the channel
+    carries, a server error, and the same request would fail the same way again. Its
+    field (``event.data``, ``event.error`` or ``event``) leads the worker's message.
+    """
+    kind = EventTooLarge.__name__
+    if isinstance(error, EventTooLarge):
+        field, text = error.field, str(error)
+    elif isinstance(error, RequestFailed) and error.error_type == kind:
+        text = error.error_message
+        head = text.partition(": ")[0]
+        field = head if _EVENT_FIELD.fullmatch(head) else "event"
+    else:
+        return None
+    _report_unknown(kind, text)
+    return HttpRefusal(500, field, "an event of the stage's answer was too large for its "
+                       "worker channel (its header over max_header_bytes): the backend "
+                       "must send such values as output tensors", kind=kind,
+                       code="event_too_large", param=None, message=text)
+
+
 def from_exception(error: BaseException, *, field: str = "request",
                    rename: Callable[[str], str] | None = None) -> HttpRefusal:
     """The HTTP answer for an error raised while serving a request.
@@ -248,6 +280,9 @@ def from_exception(error: BaseException, *, field: str = "request",
         return HttpRefusal(503, "request", "cancelled by the server (shutdown or a stage "
                            "cancel)", str(error), kind=kind, code="request_cancelled",
                            headers=retry_headers())
+    too_large = _event_too_large(error)
+    if too_large is not None:
+        return too_large
     if isinstance(error, PayloadTooLarge):
         return HttpRefusal(413, error.field, error.reason, error.value, kind=kind)
     if isinstance(error, ContractError):

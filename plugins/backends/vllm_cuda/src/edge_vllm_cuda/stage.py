@@ -7,6 +7,7 @@ whose engine is not on the requested device type or GPUs (no silent CPU).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -15,10 +16,11 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from edge_contracts.requests import StageEvent, StageRequest
+from edge_contracts.requests import EventKind, StageEvent, StageRequest
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
 from edge_core.placement import PlacementRefusal, PlacementReport, ProviderShare, WarmupReport
-from edge_core.stage import StageContext
+from edge_core.runtime.errors import RequestFailed
+from edge_core.stage import RetainedOutputs, StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_vllm_cuda.gpus import Gpu, GpuProbe
 from edge_vllm_cuda.options import DEFAULT_ENGINE_STOP_S, WORKER_ENV_NAMES, VllmOptions
@@ -29,9 +31,10 @@ from edge_vllm_cuda.sampling import (
     check_context,
     parse_generate_params,
 )
+from edge_vllm_cuda.texts import TEXT_BYTES, TEXT_LENGTHS, TextsMalformed, decode_texts, with_texts
 
 __all__ = ["COUNT_MEMO_SIZE", "COUNT_TIMEOUT_S", "RETIRE_MARGIN_S", "WORKER_ENTRY",
-           "WORKER_ENV_NAMES", "GenerateRefused", "VllmStage", "worker_env"]
+           "WORKER_ENV_NAMES", "GenerateRefused", "VllmStage", "restore_texts", "worker_env"]
 
 WORKER_ENTRY = "edge_vllm_cuda.worker:create"
 _GIB = 1024**3
@@ -181,6 +184,11 @@ class VllmStage(WorkerStage):
         called :meth:`check_params`; the worker counts them again, before the engine sees
         them (the last word: behind graph stages the prompt is built by a transform).
 
+        The worker's DONE carries the choices' texts as output tensors (its data must fit
+        the channel's header limit); the DONE yielded here has them back in its data as
+        ``text`` and ``choices[i].text``, and not among its outputs
+        (:func:`restore_texts`).
+
         Raises:
             GenerateRefused: malformed prompt or sampling parameters, tensor inputs, or a
                 prompt and ``max_tokens`` that do not fit the context.
@@ -196,7 +204,7 @@ class VllmStage(WorkerStage):
                 raise ResourceUnavailable(
                     f"stages[{self.context.stage_id}].backend.options.max_concurrency: every "
                     f"slot is in flight ({self.options.max_concurrency}): {active}")
-            return self.call(request, inputs)
+            return restore_texts(self.call(request, inputs))
 
     def check_params(self, params: Mapping[str, Any]) -> None:
         """Refuse what is wrong with a request's parameters before it is admitted.
@@ -329,6 +337,64 @@ class VllmStage(WorkerStage):
         described["devices"] = self.load_report.get("devices", [])
         described["platform"] = self.load_report.get("platform")
         return described
+
+
+_TEXT_OUTPUTS = frozenset({TEXT_BYTES, TEXT_LENGTHS})
+
+
+def restore_texts(events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
+                  ) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+    """The worker's events, its DONE with the choices' texts back in its data.
+
+    The worker sends every choice's text as the outputs ``text_utf8`` and ``text_lengths``
+    (:mod:`edge_vllm_cuda.texts`); the DONE yielded here has ``data.text`` (the first
+    choice's) and each ``data.choices[i].text`` as they always were, and only the other
+    outputs (``token_ids``, ``choice_lengths``), so results look as they did when the
+    texts travelled in the data. Other events pass as they are. Like
+    :meth:`~edge_core.workerstage.WorkerStage.call`'s iterator, this one keeps no
+    reference to what it yielded (a view of worker memory still referenced when the
+    result is acknowledged is kept from reuse); closing it closes the worker's.
+
+    Raises:
+        RequestFailed: the DONE's text outputs do not describe its choices
+            (``TextsMalformed``: a worker of another version); their memory goes back.
+    """
+    try:
+        while True:
+            try:
+                event, tensors = next(events)
+            except StopIteration:
+                return
+            if event.kind is EventKind.DONE and TEXT_BYTES in tensors:
+                event, tensors = _done_with_texts(event, tensors)
+            box = [(event, tensors)]
+            del event, tensors
+            yield box.pop()
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def _done_with_texts(event: StageEvent, tensors: Mapping[str, Any],
+                     ) -> tuple[StageEvent, Mapping[str, Any]]:
+    """``event`` with its texts decoded into its data and their outputs left out."""
+    try:
+        texts = decode_texts(tensors, len(event.data.get("choices") or ()))
+        data = with_texts(event.data, texts)
+    except TextsMalformed as exc:
+        release = tensors.release if isinstance(tensors, RetainedOutputs) else None
+        del tensors
+        if release is not None:
+            release()
+        raise RequestFailed(event.request_id, type(exc).__name__, str(exc)) from None
+    names = list(tensors)  # in the order of the event's descriptors
+    outputs = tuple(descriptor for name, descriptor in zip(names, event.outputs, strict=True)
+                    if name not in _TEXT_OUTPUTS)
+    kept = {name: tensors[name] for name in names if name not in _TEXT_OUTPUTS}
+    restored: Mapping[str, Any] = (RetainedOutputs(kept, tensors.release)
+                                   if isinstance(tensors, RetainedOutputs) else kept)
+    return dataclasses.replace(event, data=data, outputs=outputs), restored
 
 
 def _refused(error: GenerateParamsInvalid) -> GenerateRefused:

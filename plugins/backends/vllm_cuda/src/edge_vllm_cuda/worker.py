@@ -1,8 +1,9 @@
 """The vLLM worker handler: runs in the route's interpreter (the vLLM environment).
 
 Imports only ``edge_contracts``, numpy, vLLM and this package's stdlib-only
-:mod:`edge_vllm_cuda.sampling`. vLLM's ``AsyncLLM`` lives on an asyncio loop in a thread of
-its own; ``submit`` hands each request to that loop and returns at once.
+:mod:`edge_vllm_cuda.sampling` and numpy-only :mod:`edge_vllm_cuda.texts`. vLLM's
+``AsyncLLM`` lives on an asyncio loop in a thread of its own; ``submit`` hands each
+request to that loop and returns at once.
 
 On that loop each request is first *prepared*: a chat (``messages``) is rendered with the
 model's own chat template (the controller has no tokenizer), every text prompt is
@@ -13,10 +14,11 @@ ERROR event before the engine sees it. Then one engine request per prompt runs (
 choices each), and the stream emits one TOKEN event per delta of a choice (``choice``,
 its position ``index``, token ids, text, the choice's ``finish_reason`` when it ends, and
 with ``logprobs`` each token's log-probability and alternatives), and ends with DONE (all
-token ids as the ``token_ids`` output, each choice's finish reason, text and count, the
-prompt's token count and sha256 as the worker received it, and how many requests the
-engine still held when this one finished). ``cancel`` aborts the request's engine
-requests: the worker and its engine stay.
+token ids as the ``token_ids`` output and every choice's text as the ``text_utf8`` and
+``text_lengths`` outputs, :mod:`edge_vllm_cuda.texts`; in its data each choice's finish
+reason and count, the prompt's token count and sha256 as the worker received it, and how
+many requests the engine still held when this one finished). ``cancel`` aborts the
+request's engine requests: the worker and its engine stay.
 
 Which failures are the request's own fault is declared here, where vLLM's errors are
 known (:mod:`edge_contracts.request_faults`): vLLM's ``VLLMClientError`` family (its own
@@ -50,6 +52,7 @@ from edge_vllm_cuda.sampling import (
     check_context,
     parse_generate_params,
 )
+from edge_vllm_cuda.texts import encode_texts
 
 __all__ = ["EngineRefused", "VllmHandler", "create"]
 
@@ -469,6 +472,14 @@ class VllmHandler(BaseHandler):
 
     def _finish(self, call: Call, params: GenerateParams, prompts: list[tuple[str, list[int]]],
                 choices: list[_Choice]) -> None:
+        """Send DONE: every choice's token ids and text as output tensors, small data.
+
+        The texts travel as tensors, not in ``data``: an event's header (its ``data``
+        included) must fit the channel's ``max_header_bytes`` (64 KiB), and ``n`` choices
+        of ``max_tokens`` each can be far longer (:mod:`edge_vllm_cuda.texts`). ``data``
+        keeps each choice's finish reason and token count; the stage puts the texts back
+        into it (:func:`edge_vllm_cuda.texts.with_texts`).
+        """
         import numpy as np
 
         first = choices[0]
@@ -476,12 +487,13 @@ class VllmHandler(BaseHandler):
         if len(choices) > 1:
             outputs["choice_lengths"] = np.asarray([len(c.ids) for c in choices],
                                                    dtype=np.int64)
+        outputs.update(encode_texts(["".join(c.text) for c in choices]))
         call.done(outputs=outputs, data={
-            "finish_reason": first.finish, "text": "".join(first.text),
+            "finish_reason": first.finish,
             "num_tokens": sum(len(c.ids) for c in choices),
             "prompt_tokens": sum(len(ids) for _, ids in prompts),
-            "choices": [{"index": number, "finish_reason": c.finish, "text": "".join(c.text),
-                         "num_tokens": len(c.ids)} for number, c in enumerate(choices)],
+            "choices": [{"index": number, "finish_reason": c.finish, "num_tokens": len(c.ids)}
+                        for number, c in enumerate(choices)],
             "prompt_sha256": _prompt_digest(params),
             "engine_unfinished": self._engine.get_num_unfinished_requests()})
 

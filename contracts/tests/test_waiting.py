@@ -269,3 +269,89 @@ def test_a_blocked_wait_counts_without_the_wake_up_cost(pair):
         timer.join()
         a.recv(16)
     assert not wait.spinning
+
+
+class Calls:
+    """Counts the calls of a wait's ``apart`` hook."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def test_apart_is_called_after_a_spin_that_ran_out_and_only_then(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 50)
+    wait.apart = hook = Calls()
+    b.send(b"x")
+    assert wait.wait(1.0)  # the reply was there: no spin ran out
+    a.recv(16)
+    assert hook.count == 0
+    assert wait.wait(0.01) == []  # spun 50 us in vain, then blocked until the timeout
+    assert hook.count == 1
+    wait.spin_us = 0
+    assert wait.wait(0.005) == []  # no budget: never spins, never called
+    assert hook.count == 1
+
+
+def test_on_run_is_told_each_run_of_measured_waits_and_each_epoch_end(pair):
+    a, b = pair
+    samples = WaitSamples(Windows(), pairs=100, run=3, interval=2)
+    wait = ReadableWait(a.fileno(), 0)
+    wait.samples = samples
+    told: list[bool | None] = []
+    wait.on_run = told.append
+    wait.apart = hook = Calls()
+    seen = []
+    for _ in range(6 + 2 + 6):  # an epoch, two waits not measured, an epoch
+        b.send(b"x")  # each reply is there: no spin runs out
+        assert wait.wait(1.0)
+        a.recv(16)
+        seen.append(list(told))
+        told.clear()
+    # spin x3, block x3 (then the epoch is over); two not measured; block x3, spin x3
+    assert seen == [[True], [], [], [False], [], [None], [], [],
+                    [False], [], [], [True], [], [None]]
+    assert hook.count == 0  # no spin ran out
+
+
+def test_apart_is_called_after_a_measured_spin_that_ran_out(pair):
+    a, _ = pair
+    wait = ReadableWait(a.fileno(), 0)
+    wait.samples = WaitSamples(Windows(), pairs=100, run=2, settle=1, probe_us=50)
+    told: list[bool | None] = []
+    wait.on_run = told.append
+    wait.apart = hook = Calls()
+    assert wait.wait(0.01) == []  # the first epoch spins first: 50 us in vain, then blocks
+    assert told == [True] and hook.count == 1
+
+
+def test_an_ungated_wait_spins_whatever_came_before(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 100)
+    for _ in range(3):  # as the gated test: waits far over the budget
+        timer = threading.Timer(0.01, b.send, args=(b"x",))
+        timer.start()
+        assert wait.wait(5.0)
+        timer.join()
+        a.recv(16)
+    assert not wait.spinning and wait.gated
+    wait.gated = False  # the history is dropped, and no wait counts from now on
+    assert wait.spinning
+    for _ in range(3):
+        timer = threading.Timer(0.01, b.send, args=(b"x",))
+        timer.start()
+        assert wait.wait(5.0)
+        timer.join()
+        a.recv(16)
+    assert wait.spinning
+    wait.gated = True  # gated again: long waits count again
+    for _ in range(3):
+        timer = threading.Timer(0.01, b.send, args=(b"x",))
+        timer.start()
+        assert wait.wait(5.0)
+        timer.join()
+        a.recv(16)
+    assert not wait.spinning

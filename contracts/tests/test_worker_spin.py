@@ -72,10 +72,18 @@ def test_a_malformed_cap_is_refused_naming_the_field(meta):
 
 
 def test_a_cap_round_trips_and_unknown_keys_are_refused():
-    assert parse_spin(strict_loads('{"cap_us": 200}')) == 200  # as the worker reads it
-    assert parse_spin(spin_meta(0)) == 0
+    assert parse_spin(strict_loads('{"cap_us": 200}')) == (200, None)  # as the worker reads it
+    assert parse_spin(spin_meta(0)) == (0, None)
+    assert parse_spin(strict_loads('{"cap_us": 200, "follow_us": 80}')) == (200, 80)
+    assert parse_spin(spin_meta(200, 0)) == (200, 0)
     with pytest.raises(InvalidValue, match="spin"):
         parse_spin({"cap_us": 200, "budget_us": 50})
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_SPIN_US + 1, 1.5, True, "80", None])
+def test_a_malformed_follow_is_refused_naming_the_field(bad):
+    with pytest.raises(InvalidValue, match=r"spin\.follow_us"):
+        parse_spin({"cap_us": 200, "follow_us": bad})
 
 
 @pytest.fixture
@@ -224,3 +232,40 @@ def test_a_window_without_budget_lets_the_loop_receive_plainly_until_the_next_ep
     assert wait.plain_waits() == 0  # inside the epoch: every wait measured
     wait.spin_us = 50
     assert wait.plain_waits() == 0  # with a budget no wait is plain
+
+
+def test_a_worker_told_what_to_follow_spins_that_and_measures_nothing(pair):
+    a, _ = pair
+    wait = ReadableWait(a.fileno(), 0)
+    spin = NextFrameSpin(wait, 0)
+    spin.permit(DEFAULT_SPIN_US)
+    assert wait.samples is not None  # measuring its own waits
+    spin.permit(DEFAULT_SPIN_US, 80)  # the controller's spinning run: spin with it
+    assert spin.following and spin.active and wait.samples is None
+    assert not wait.gated  # every wait spins what it was told: the controller measures
+    assert spin.budget_us == wait.spin_us == 80 and wait.spinning
+    assert spin.reason == "follows the controller: spins up to 80 us"
+    spin.permit(50, 80)  # within the cap
+    assert spin.budget_us == wait.spin_us == 50
+    spin.permit(DEFAULT_SPIN_US, 0)  # the controller's blocking run: block with it
+    assert spin.budget_us == wait.spin_us == 0 and not spin.active
+    assert spin.reason == "follows the controller: blocks" and spin.windows == 0
+    with pytest.raises(InvalidValue, match=r"spin\.follow_us"):
+        spin.permit(DEFAULT_SPIN_US, -5)
+    assert spin.following and spin.budget_us == 0 and spin.cap_us == DEFAULT_SPIN_US
+    spin.permit(0, 80)  # withdrawn: blocks, whatever it was told to follow
+    assert not spin.active and not spin.following and wait.spin_us == 0
+    assert spin.reason == "not permitted"
+    spin.permit(DEFAULT_SPIN_US, 120)
+    spin.permit(DEFAULT_SPIN_US)  # no longer told what to follow: measures from scratch
+    assert not spin.following and wait.samples is not None and wait.spin_us == 0
+    assert wait.gated
+    assert spin.reason == "waits not measured yet"
+
+
+def test_a_fixed_budget_is_not_changed_by_what_the_controller_says(pair):
+    a, _ = pair
+    wait = ReadableWait(a.fileno(), 0)
+    spin = NextFrameSpin(wait, 30)
+    spin.permit(DEFAULT_SPIN_US, 150)
+    assert spin.budget_us == wait.spin_us == 30 and not spin.following

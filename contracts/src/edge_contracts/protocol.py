@@ -22,9 +22,12 @@ Ops, controller to worker:
     or an error when the handler has no ``query`` (see
     :meth:`edge_contracts.worker_handler.BaseHandler.query`).
     ``spin`` (only with the ``worker-spin`` feature): ``meta.cap_us`` is the most the
-    worker may spin while it waits for its next frame (µs, 0: block at once), checked by
-    :func:`~edge_contracts.worker_protocol.parse_spin`; sent right after the hello and
-    whenever the controller's core rule changes it; no answer (see
+    worker may spin while it waits for its next frame (µs, 0: block at once), and with
+    the ``spin-follow`` feature ``meta.follow_us``, when present, what it spins within
+    that cap (it then measures nothing itself); checked by
+    :func:`~edge_contracts.worker_protocol.parse_spin`; sent right after the hello,
+    whenever the controller's core rule changes the cap and whenever the controller's
+    own measuring or decision changes what the worker follows; no answer (see
     :mod:`edge_contracts.worker_spin`).
 
 Ops, worker to controller:
@@ -67,6 +70,7 @@ __all__ = [
     "FEATURE_EVENT_FIELDS",
     "FEATURE_HEARTBEAT",
     "FEATURE_SHM_TENSORS",
+    "FEATURE_SPIN_FOLLOW",
     "FEATURE_STREAM_EVENTS",
     "FEATURE_WORKER_SPIN",
     "KNOWN_FEATURES",
@@ -143,6 +147,11 @@ FEATURE_WORKER_SPIN = "worker-spin"
 """The worker takes ``spin`` frames: the most it may spin for its next frame, within which
 its own measured waits decide (:mod:`edge_contracts.worker_spin`)."""
 
+FEATURE_SPIN_FOLLOW = "spin-follow"
+"""The worker takes ``follow_us`` in ``spin`` frames: its spin for its next frame then
+follows the controller's, which measures both ends blocking against both spinning
+(:mod:`edge_contracts.worker_spin`)."""
+
 KNOWN_FEATURES: frozenset[str] = frozenset(
     {
         FEATURE_SHM_TENSORS,
@@ -153,6 +162,7 @@ KNOWN_FEATURES: frozenset[str] = frozenset(
         FEATURE_BINARY_HEADER,
         FEATURE_EVENT_FIELDS,
         FEATURE_WORKER_SPIN,
+        FEATURE_SPIN_FOLLOW,
     }
 )
 """Every feature this implementation supports."""

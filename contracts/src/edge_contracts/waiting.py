@@ -168,6 +168,14 @@ class WaitSamples:
         """Count a measured wait that ended without a reply (a timeout, a nudge)."""
         self._advance(None)
 
+    def starts_run(self) -> bool:
+        """True when the next measured wait is the first of its run."""
+        return not self._step % self.run
+
+    def between_epochs(self) -> bool:
+        """True when no epoch is under way (the next measured wait begins one)."""
+        return not self._step
+
     def waits_to_next(self) -> int:
         """How many waits from now the next measured one is (1: the very next)."""
         return 1 if self._step else self.interval + 1
@@ -203,10 +211,34 @@ class ReadableWait:
         wake_fd: optional second descriptor (a pipe's read end) that ends a wait too, so
             that another thread can interrupt the waiter.
 
+    Attributes:
+        apart: called (without arguments) after a spin that ran out without a reply, so
+            that its owner can keep the two ends on separate CPUs: a spin on the CPU the
+            reply must be computed on only delays it (``edge_core.host.apart``). When it
+            returns true (the thread moved), the wait spins once more before it blocks:
+            a reply that woke it would place it beside its sender again. None (the
+            default): not called.
+        on_run: called as each run of measured waits (:attr:`samples`) begins, with True
+            for a spinning run and False for a blocking one, and with None once an
+            epoch's runs are over, so that its owner can have the other end wait the
+            same way meanwhile (``edge_core.host.spinning``). None (the default): not
+            called.
+
     """
 
-    __slots__ = ("__weakref__", "_average_ns", "_fd", "_left", "_poll", "_samples",
-                 "_spin_ns", "_wake_ns")
+    __slots__ = (
+        "__weakref__",
+        "_average_ns",
+        "_fd",
+        "_gated",
+        "_left",
+        "_poll",
+        "_samples",
+        "_spin_ns",
+        "_wake_ns",
+        "apart",
+        "on_run",
+    )
 
     def __init__(self, fd: int, spin_us: int, wake_fd: int | None = None) -> None:
         self._fd = fd
@@ -217,9 +249,12 @@ class ReadableWait:
         self._spin_ns = 0
         self._wake_ns = 0
         self._average_ns = 0.0
+        self._gated = True
         self._samples: WaitSamples | None = None
         self._left = -1  # waits until the next measured one; below 0: none measured
         self.spin_us = spin_us
+        self.apart: Callable[[], object] | None = None
+        self.on_run: Callable[[bool | None], object] | None = None
 
     @property
     def spin_us(self) -> int:
@@ -276,6 +311,22 @@ class ReadableWait:
         if self._left > 0:
             self._left = max(1, self._left - waits)
 
+    @property
+    def gated(self) -> bool:
+        """True (the default) when the waits it recently saw decide whether a wait spins.
+
+        False: every wait spins up to the budget first, whatever came before; its owner
+        decides when spinning pays (a worker that follows its controller's measuring).
+        """
+        return self._gated
+
+    @gated.setter
+    def gated(self, value: bool) -> None:
+        """Set whether recent waits gate the spin (off: the history is dropped)."""
+        self._gated = bool(value)
+        if not value:
+            self._average_ns = 0.0
+
     def forget(self) -> None:
         """Drop the wait history, so that the next wait spins if there is a budget."""
         self._average_ns = 0.0
@@ -309,12 +360,19 @@ class ReadableWait:
         clock = time.perf_counter_ns
         start = clock()
         if self._spin_ns and self._average_ns < self._spin_ns:
-            end = start + min(self._spin_ns, _ns(timeout_s))
-            while clock() < end:
-                events = poll(0)
-                if events:
-                    self._observe(clock() - start)
-                    return events
+            limit = start + _ns(timeout_s)
+            end = min(start + self._spin_ns, limit)
+            while True:
+                while clock() < end:
+                    events = poll(0)
+                    if events:
+                        self._observe(clock() - start)
+                        return events
+                # moved off the peer's CPU: spin once more (blocking now would have the
+                # reply wake this thread on the peer's CPU again)
+                if self.apart is None or not self.apart():
+                    break
+                end = min(clock() + self._spin_ns, limit)
         if timeout_s is None:
             events = poll()
         else:
@@ -332,18 +390,25 @@ class ReadableWait:
         poll = self._poll.poll
         clock = time.perf_counter_ns
         spun = samples.next_spins()
+        if samples.starts_run() and self.on_run is not None:
+            self.on_run(spun)
+        apart = self.apart if spun else None
         caught = False
         start = clock()
         events: list[tuple[int, int]] = []
         if spun:
-            end = start + min(samples.probe_ns, _ns(timeout_s))
+            limit = start + _ns(timeout_s)
+            end = min(start + samples.probe_ns, limit)
             while True:
                 events = poll(0)
                 if events:
                     caught = True
                     break
-                if clock() >= end:
-                    break
+                now_ns = clock()
+                if now_ns >= end:
+                    if apart is None or not apart():
+                        break
+                    end = min(now_ns + samples.probe_ns, limit)  # moved: spin once more
         if not events:
             if timeout_s is None:
                 events = poll()
@@ -360,10 +425,13 @@ class ReadableWait:
             samples.skip()
         now = self._samples  # the window's owner may have stopped or changed it
         self._left = -1 if now is None else now.waits_to_next()
+        if now is not None and now.between_epochs() and self.on_run is not None:
+            self.on_run(None)
         return events
 
     def _observe(self, waited_ns: int) -> None:
-        self._average_ns += _WEIGHT * (waited_ns - self._average_ns)
+        if self._gated:
+            self._average_ns += _WEIGHT * (waited_ns - self._average_ns)
 
 
 def _ns(timeout_s: float | None) -> int:

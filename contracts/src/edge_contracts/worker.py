@@ -424,7 +424,7 @@ class _Server:
             self._stop = True
         elif op == OP_SPIN:
             try:
-                self._spin.permit(parse_spin(header.meta))
+                self._spin.permit(*parse_spin(header.meta))
             except ContractError as exc:  # a malformed cap changes nothing; the worker stays
                 print(f"edge worker: channel: refused spin: {exc}", file=sys.stderr)
             self._plain = 0

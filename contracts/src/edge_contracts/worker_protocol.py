@@ -234,24 +234,37 @@ def _pairs(value: object, field: str) -> _Pairs:
     return pairs
 
 
-def spin_meta(cap_us: int) -> dict[str, Any]:
-    """The ``meta`` of a ``spin`` frame: the most the worker may spin for its next frame."""
-    return {"cap_us": cap_us}
+def spin_meta(cap_us: int, follow_us: int | None = None) -> dict[str, Any]:
+    """The ``meta`` of a ``spin`` frame: the most the worker may spin for its next frame.
+
+    With ``follow_us`` (only to a worker that offered ``spin-follow``) also what it spins
+    within that cap: the controller's choice, which the worker follows instead of
+    measuring its own waits.
+    """
+    if follow_us is None:
+        return {"cap_us": cap_us}
+    return {"cap_us": cap_us, "follow_us": follow_us}
 
 
-def parse_spin(meta: Mapping[str, Any]) -> int:
-    """Check a ``spin`` frame's ``meta``; return its cap (µs).
+def parse_spin(meta: Mapping[str, Any]) -> tuple[int, int | None]:
+    """Check a ``spin`` frame's ``meta``; return its cap and what to follow (µs; None: none).
 
     Raises:
-        InvalidValue: naming ``spin.cap_us`` when it is missing or not an integer in
-            ``0..MAX_SPIN_US``, or ``spin`` for any other key.
+        InvalidValue: naming ``spin.cap_us`` (or ``spin.follow_us``) when it is missing
+            (``cap_us`` only) or not an integer in ``0..MAX_SPIN_US``, or ``spin`` for any
+            other key.
 
     """
     items = meta.view() if type(meta) is JSONObject else meta
-    unknown = sorted(set(items) - {"cap_us"})
+    unknown = sorted(set(items) - {"cap_us", "follow_us"})
     if unknown:
         raise InvalidValue("spin", unknown, "unknown keys")
     cap = items.get("cap_us")
     if type(cap) is not int or not 0 <= cap <= MAX_SPIN_US:
         raise InvalidValue("spin.cap_us", cap, f"must be an integer in 0..{MAX_SPIN_US}")
-    return cap
+    if "follow_us" not in items:
+        return cap, None
+    follow = items["follow_us"]
+    if type(follow) is not int or not 0 <= follow <= MAX_SPIN_US:
+        raise InvalidValue("spin.follow_us", follow, f"must be an integer in 0..{MAX_SPIN_US}")
+    return cap, follow

@@ -1,4 +1,4 @@
-"""How long a worker spins for its next request: a cap it is permitted, a budget it measures.
+"""How long a worker spins for its next request: a cap it is permitted, a budget told or measured.
 
 A worker that blocks for its next request is woken by the controller's send: on a
 virtual machine an inter-processor interrupt and a reschedule on both sides (the
@@ -13,20 +13,26 @@ pipeline), only where waking is slow, and only where the worker has a core to sp
   :data:`~edge_contracts.waiting.DEFAULT_SPIN_US` only while it runs no more processes
   than the cores it may use, and tells every worker again when a worker starts or
   retires (``edge_core.host.spinning``). A worker starts with none: it blocks.
-* **Whether spinning pays, and how long**, the worker measures on its own waits for its
-  next frame, all its life, as the controller does on its waits for replies
+* **What it spins within the cap** the controller says, where the worker offered
+  ``spin-follow`` (:data:`~edge_contracts.protocol.FEATURE_SPIN_FOLLOW`): the ``spin``
+  frame's ``follow_us``, sent as each of the controller's measured runs begins (its
+  probe's budget for a spinning run, 0 for a blocking one) and as each epoch ends (the
+  channel's budget). The controller's runs then compare both ends blocking with both
+  spinning, which is what pays or not: where the kernel puts a blocking pair on one CPU,
+  one end spinning alone holds the CPU the other needs. A worker that follows measures
+  nothing itself, and spins up to what it was told on every wait (no running average,
+  below): an idle gap costs it one spin, and whether spinning still pays the
+  controller's next window says.
+* **Otherwise, whether spinning pays, and how long**, the worker measures on its own
+  waits for its next frame, all its life, as the controller does on its waits for replies
   (:mod:`edge_contracts.spin_budget`): now and then a run of
   :data:`~edge_contracts.spin_budget.RUN_WAITS` waits blocks at once and another spins
   first for up to the cap, and each run's *cycles* (from the end of one wait to the end
   of the next: the request's execution, its reply and the wait for the next request)
   are compared; :func:`~edge_contracts.spin_budget.spin_budget` says what budget the
   window justifies (0 where waking is cheap, or where the next request does not come
-  within a spin). Until the first window is in, the worker blocks. On a channel with one
-  caller (each request: one wait on each end) the controller's runs and the worker's
-  begin at the same request and so coincide: each end compares both ends blocking with
-  both spinning, which is what pays (the controller's spin alone rarely catches a reply
-  while the worker must be woken first).
-* **Between windows** the wait spins only while the waits it has recently seen came
+  within a spin). Until the first window is in, the worker blocks.
+* **Between windows** a worker that measures spins only while the waits it has recently seen came
   within the budget (:class:`~edge_contracts.waiting.ReadableWait`'s running average, a
   blocked wait counted less the saving measured): an idle gap, or slow traffic, turns
   the spin off until requests come back to back again. The worker never spins while it
@@ -73,13 +79,16 @@ class NextFrameSpin:
         budget_us: the budget in use (µs).
         reason: what decided it.
         windows: windows of measured waits decided so far.
+        following: set while it spins as the controller says (``follow_us``), measuring
+            nothing itself.
         settled: set when a window decided no budget: until the next measured wait
             (:meth:`~edge_contracts.waiting.ReadableWait.plain_waits`) the loop may wait
             in its blocking receive instead; its reader clears it.
 
     """
 
-    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "reason", "settled", "windows")
+    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "following", "reason", "settled",
+                 "windows")
 
     def __init__(self, wait: ReadableWait, fixed_us: int) -> None:
         if type(fixed_us) is not int or not 0 <= fixed_us <= MAX_SPIN_US:
@@ -92,27 +101,44 @@ class NextFrameSpin:
         self.reason = f"fixed at boot ({fixed_us} us)" if fixed_us else "not permitted"
         self.windows = 0
         self.settled = False
+        self.following = False
         wait.spin_us = fixed_us
 
     @property
     def active(self) -> bool:
         """True when the next-frame wait may spin (then it goes through the wait's poll)."""
-        return bool(self._fixed or self.cap_us)
+        return bool(self._fixed or (self.budget_us if self.following else self.cap_us))
 
-    def permit(self, cap_us: int) -> None:
-        """Take the controller's cap (µs; 0: block from now on).
+    def permit(self, cap_us: int, follow_us: int | None = None) -> None:
+        """Take the controller's cap (µs; 0: block from now on), and what to follow.
+
+        With ``follow_us`` the worker spins that long (within the cap) and measures
+        nothing itself: the controller measures both ends at once and says what it
+        spins (see the module). Without it, the worker measures its own waits; one that
+        followed until now starts measuring from scratch.
 
         Raises:
-            InvalidValue: naming ``spin.cap_us`` for anything but an integer in
-                ``0..MAX_SPIN_US`` (the cap in use stays).
+            InvalidValue: naming ``spin.cap_us`` or ``spin.follow_us`` for anything but
+                an integer in ``0..MAX_SPIN_US`` (the cap in use stays).
 
         """
         if type(cap_us) is not int or not 0 <= cap_us <= MAX_SPIN_US:
             raise InvalidValue("spin.cap_us", cap_us, f"must be an integer in 0..{MAX_SPIN_US}")
+        if follow_us is not None and (type(follow_us) is not int
+                                      or not 0 <= follow_us <= MAX_SPIN_US):
+            raise InvalidValue("spin.follow_us", follow_us,
+                               f"must be an integer in 0..{MAX_SPIN_US}")
         before, self.cap_us = self.cap_us, cap_us
         if self._fixed:
             return
         wait = self._wait
+        if follow_us is not None and cap_us:
+            self._follow(min(cap_us, follow_us))
+            return
+        if self.following:  # no longer told what to spin: measured from scratch
+            self.following = False
+            wait.gated = True
+            before = 0
         if not cap_us:
             wait.samples = None
             wait.spin_us = wait.wake_us = self.budget_us = 0
@@ -128,6 +154,19 @@ class NextFrameSpin:
         samples = wait.samples
         if samples is not None:
             samples.probe_ns = min(samples.probe_ns, 1000 * cap_us)
+
+    def _follow(self, budget_us: int) -> None:
+        """Spin ``budget_us`` for the next frame, as the controller says; measure nothing."""
+        wait = self._wait
+        if not self.following:
+            self.following = True
+            wait.samples = None
+            wait.wake_us = 0
+            wait.gated = False  # every wait spins the budget: the controller measures
+            self.settled = False
+        wait.spin_us = self.budget_us = budget_us
+        self.reason = (f"follows the controller: spins up to {budget_us} us" if budget_us
+                       else "follows the controller: blocks")
 
     def state(self) -> dict[str, Any]:
         """What a ``ping`` answers about it: cap, budget, reason, windows, spinning now."""

@@ -1,12 +1,14 @@
-"""A worker's spin for its next request, on real worker processes: permitted, measured, gated.
+"""A worker's spin for its next request, on real worker processes: permitted, followed, gated.
 
 The controller tells each governed worker the most it may spin (``spin`` frames): right
 after the hello, and again whenever a worker starts or retires changes the core rule.
-What the worker does within that cap it measures itself; its ``ping`` answer says what
-it has (cap, budget, reason, windows decided, whether its next wait spins). Nothing
-here asserts how fast anything is: the machine decides the measured budget, the tests
-check who decides what, and that an idle gap of tens of milliseconds (hundreds of times
-any budget) turns the spin off.
+Within that cap a worker that offered ``spin-follow`` spins as the controller says (the
+controller's measured runs are joint: both ends block, or both spin), and one that did
+not (an older worker: here the controller is kept from offering the feature) measures
+its own waits. Its ``ping`` answer says what it has (cap, budget, reason, windows
+decided, whether its next wait spins). Nothing here asserts how fast anything is: the
+machine decides the measured budget, the tests check who decides what, and that an idle
+gap of tens of milliseconds (hundreds of times any budget) turns the spin off.
 """
 
 from __future__ import annotations
@@ -21,13 +23,25 @@ import numpy as np
 import pytest
 
 from edge_contracts.headers import FrameHeader
-from edge_contracts.protocol import FEATURE_WORKER_SPIN, OP_SPIN
+from edge_contracts.protocol import (
+    FEATURE_SPIN_FOLLOW,
+    FEATURE_WORKER_SPIN,
+    KNOWN_FEATURES,
+    OP_SPIN,
+)
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.spin_budget import RUN_WAITS
 from edge_contracts.waiting import DEFAULT_SPIN_US, SPIN_ENV
 from edge_contracts.wire import encode_frame
-from edge_core.host import WorkerClient
+from edge_core.host import WorkerClient, bootstrap
 from edge_core.host.spinning import SpinGovernor, governor
+
+
+@pytest.fixture
+def measuring(monkeypatch) -> None:
+    """Workers started from now on are not offered ``spin-follow``: they measure themselves."""
+    monkeypatch.setattr(bootstrap, "_supported",
+                        lambda: frozenset(KNOWN_FEATURES - {FEATURE_SPIN_FOLLOW}))
 
 
 @pytest.fixture
@@ -54,10 +68,57 @@ def spin_of(client: WorkerClient) -> dict[str, object]:
     return answer
 
 
-def test_the_cap_reaches_the_worker_at_start_and_its_own_waits_decide(start, shared_governor):
+def test_the_cap_reaches_the_worker_at_start_and_it_follows_the_controller(start,
+                                                                          shared_governor):
     shared_governor.reset(cores=64)  # as on a large machine: a core for each process
     client = start()
+    assert {FEATURE_WORKER_SPIN, FEATURE_SPIN_FOLLOW} <= client.features
+    assert client.worker_spin_cap == DEFAULT_SPIN_US
+    assert spin_of(client)["cap_us"] == DEFAULT_SPIN_US
+    round_trips(client, 2 * 2 * RUN_WAITS)  # two epochs of the controller's: a window
+    state = spin_of(client)
+    assert str(state["reason"]).startswith("follows the controller"), state
+    assert state["windows"] == 0  # it measured nothing itself
+    assert isinstance(state["budget_us"], int) and 0 <= state["budget_us"] <= DEFAULT_SPIN_US
+    assert shared_governor.windows >= 1  # the controller did
+
+
+def test_the_worker_waits_as_the_controller_does_in_each_measured_run(start, shared_governor):
+    shared_governor.reset(cores=64)
+    client = start()
+    wait = client.reply_wait
+    told: list[bool | None] = []
+    governed = wait.on_run
+    assert governed is not None
+
+    def spy(kind: bool | None) -> object:
+        told.append(kind)
+        return governed(kind)
+
+    wait.on_run = spy
+    for i in range(2 * 2 * RUN_WAITS):
+        round_trips(client, 1, first=i)
+        follow = shared_governor.worker_follow_for(wait)
+        samples = wait.samples
+        assert told and samples is not None
+        if told[-1] is None:  # between epochs: the channel's own budget
+            decision = client.spin_decision
+            assert decision is not None and follow == decision.spin_us
+        else:  # inside a run: the run's kind
+            assert follow == (samples.probe_ns // 1000 if told[-1] else 0)
+    assert True in told and False in told and None in told
+    follow = shared_governor.worker_follow_for(wait)
+    assert follow is not None
+    state = spin_of(client)  # answered after every spin frame sent before the ping
+    assert state["budget_us"] == min(DEFAULT_SPIN_US, follow)
+    assert str(state["reason"]).startswith("follows the controller")
+
+
+def test_a_worker_not_led_measures_its_own_waits(start, shared_governor, measuring):
+    shared_governor.reset(cores=64)
+    client = start()
     assert FEATURE_WORKER_SPIN in client.features
+    assert FEATURE_SPIN_FOLLOW not in client.features
     assert client.worker_spin_cap == DEFAULT_SPIN_US
     state = spin_of(client)
     assert state["cap_us"] == DEFAULT_SPIN_US and state["windows"] == 0
@@ -77,7 +138,7 @@ def test_too_few_cores_permit_nothing_and_nothing_is_measured(start, shared_gove
                                "windows": 0, "spinning": False}
 
 
-def test_a_change_of_the_core_rule_reaches_every_worker(start, shared_governor):
+def test_a_change_of_the_core_rule_reaches_every_worker(start, shared_governor, measuring):
     shared_governor.reset(cores=2)  # the controller and one worker: a core each
     first = start()
     assert spin_of(first)["cap_us"] == DEFAULT_SPIN_US
@@ -153,7 +214,8 @@ def test_a_malformed_cap_is_refused_and_the_worker_stays(start, shared_governor)
     assert "refused spin" in text and "spin.cap_us" in text
 
 
-def test_the_worker_keeps_measuring_all_its_life_whatever_it_decides(start, shared_governor):
+def test_the_worker_keeps_measuring_all_its_life_whatever_it_decides(start, shared_governor,
+                                                                      measuring):
     # Epochs of 80 waits, then 64, 128, 256 ... waits not measured while a decision holds
     # (between them a worker that decided not to spin receives plainly and counts the
     # receives): by 768 requests a fourth window is in, whatever this machine decided;

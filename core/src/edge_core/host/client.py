@@ -40,6 +40,7 @@ from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_HEARTBEAT,
+    FEATURE_SPIN_FOLLOW,
     FEATURE_WORKER_SPIN,
     OP_ACK,
     OP_CANCEL,
@@ -152,6 +153,10 @@ class WorkerClient:
         self._unpacker = TensorUnpacker(consumer)
         self._staged = staged
         self._send_lock = threading.Lock()
+        self._spin_lock = threading.Lock()
+        self._spin_told = 0  # the cap the worker was last told (it starts with none)
+        self._follow_told: int | None = None  # what it was last told to follow (None: none)
+        self._spin_frame: list[bytes | memoryview] | None = None  # to go with the next write
         self._lock = threading.Lock()
         self._calls: dict[str, Call] = {}
         self._replies: dict[str, Call] = {}
@@ -170,6 +175,7 @@ class WorkerClient:
             buffered=self._frames.has_buffered,
             spin_us=spin_us,
             name=f"edge-reader-{tree.main.pid}",
+            peer_pid=tree.main.pid,
         )
         self._watchdog = Watchdog(popen, self._on_exit)
         self._listeners: list[Callable[[BaseException], None]] = []
@@ -178,8 +184,6 @@ class WorkerClient:
         self.last_heard = time.monotonic()  # liveness: the last frame read from the worker
         self.heartbeats = FEATURE_HEARTBEAT in features
         monitor().watch(self)
-        self._spin_lock = threading.Lock()
-        self._spin_told = 0  # the cap the worker was last told (it starts with none)
         if self._reader.governed and FEATURE_WORKER_SPIN in features:
             tell = weakref.WeakMethod(self._tell_spin)  # the governor keeps no client alive
             governor().follow(self._reader.lead_wait,
@@ -287,17 +291,27 @@ class WorkerClient:
         return self._spin_told
 
     def _tell_spin(self) -> None:
-        """Send the worker the cap the governor permits it now, when it changed."""
+        """Tell the worker the cap the governor permits it now, and what it follows, if changed.
+
+        What it follows (``follow_us``) goes only to a worker that offered ``spin-follow``.
+        The ``spin`` frame goes out with the next frame this client writes, in the same
+        write: what it says matters only to the worker's waits for its next frame, and
+        this may run inside a wait for the worker's reply, where a write could block on a
+        worker that is itself blocked writing to the waiting thread.
+        """
         with self._spin_lock:
-            cap = governor().worker_cap_for(self._reader.lead_wait)
-            if cap is None or cap == self._spin_told or self._state != READY:
+            wait = self._reader.lead_wait
+            cap = governor().worker_cap_for(wait)
+            follow = (governor().worker_follow_for(wait)
+                      if FEATURE_SPIN_FOLLOW in self.features else None)
+            if (cap is None or (cap == self._spin_told and follow == self._follow_told)
+                    or self._state != READY):
                 return
-            try:
-                self._send(FrameHeader(OP_SPIN, "", "", 0, self.generation,
-                                       meta=spin_meta(cap)))
-            except WorkerGone:  # the reader reports the loss
-                return
+            self._spin_frame = encode_frame(
+                FrameHeader(OP_SPIN, "", "", 0, self.generation, meta=spin_meta(cap, follow)),
+                [], binary=self._binary)
             self._spin_told = cap
+            self._follow_told = follow
 
     def ping(self, *, timeout_s: float = 5.0) -> dict[str, Any]:
         """Round-trip a ping through the worker's loop; return its answer.
@@ -432,6 +446,10 @@ class WorkerClient:
 
     def _write(self, parts: list[bytes | memoryview]) -> None:
         with self._send_lock:
+            if self._spin_frame is not None:  # told since the last write: goes first
+                with self._spin_lock:
+                    parts = [*self._spin_frame, *parts]
+                    self._spin_frame = None
             try:
                 write_frame(self._sock.sendmsg, parts)
             except OSError as exc:

@@ -82,6 +82,8 @@ class ChannelReader:
             process's :func:`~edge_core.host.spinning.governor` sizes it, counting this
             channel as one of its workers until :meth:`close`.
         name: the background thread's name.
+        peer_pid: the process that answers on ``fd`` (a worker): a governed wait's
+            spinning thread keeps off its CPU (:mod:`edge_core.host.apart`).
 
     """
 
@@ -94,6 +96,7 @@ class ChannelReader:
         buffered: Callable[[], bool] = lambda: False,
         spin_us: int | None,
         name: str,
+        peer_pid: int | None = None,
     ) -> None:
         self._fd = fd
         self._read_one = read_one
@@ -105,7 +108,7 @@ class ChannelReader:
         self._lead_wait = ReadableWait(fd, spin_us or 0, wake_fd=self._nudge_r)
         self._governed = spin_us is None
         if self._governed:
-            governor().attach(self._lead_wait)
+            governor().attach(self._lead_wait, peer_pid)
         self._role = threading.Lock()
         self._guard = threading.Lock()  # taken directly on the per-call path (no wrapper)
         self._cv = threading.Condition(self._guard)

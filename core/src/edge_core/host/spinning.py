@@ -50,14 +50,21 @@ no wait is measured.
 Workers spin for their next request within a cap this module gives them
 (:func:`worker_spin_cap`: :data:`~edge_contracts.waiting.DEFAULT_SPIN_US` under the same
 core rule, else 0), told in ``spin`` frames right after each worker's hello and whenever
-a worker starts or retires changes it (:meth:`SpinGovernor.follow`); whether spinning
-pays there, and how long, each worker measures on its own waits with the same rule
-(:mod:`edge_contracts.worker_spin`, :mod:`edge_contracts.spin_budget`): a worker whose
-requests come back to back spins where waking is slow, and then the controller's send
-wakes nobody. The cap is not the controller's own decision: its spin rarely catches a
-reply while the worker must be woken first, so it cannot tell what a spinning worker
-saves. Under the override the worker has the override's fixed budget from its boot
-configuration and is told nothing.
+a worker starts or retires changes it (:meth:`SpinGovernor.follow`). Within the cap a
+worker that offered ``spin-follow`` waits as its channel's measured runs do
+(:meth:`SpinGovernor.worker_follow_for`, told in the same frames as each run begins and
+each epoch ends): both ends block in a blocking run and both spin in a spinning one, and
+between epochs the worker spins up to the channel's budget. The runs thus compare the
+two ends blocking with the two spinning, which is what pays or not: where the kernel
+puts a blocking pair on one CPU (where waking there is cheap), one end spinning alone
+holds the CPU the other needs, and only both spinning, on separate CPUs, saves the
+wake-ups. Before each spinning run, and after a spin that ran out without its reply, the
+waiting thread moves off its worker's CPU where it shares it
+(:class:`~edge_core.host.apart.Apart`). A worker that did not offer ``spin-follow``
+measures whether spinning pays on its own waits with the same rule
+(:mod:`edge_contracts.worker_spin`, :mod:`edge_contracts.spin_budget`). Under the
+override the worker has the override's fixed budget from its boot configuration and is
+told nothing.
 
 One :class:`SpinGovernor` per controller process (:func:`governor`) holds each governed
 channel's figures, decision and worker cap, and re-decides them all when a worker starts
@@ -90,6 +97,7 @@ from edge_contracts.spin_budget import (
     wait_figures,
 )
 from edge_contracts.waiting import DEFAULT_SPIN_US, ReadableWait, WaitSamples, spin_override_us
+from edge_core.host.apart import Apart
 
 __all__ = [
     "BUDGET_MARGIN",
@@ -184,6 +192,7 @@ class _Channel:
     figures: WaitFigures | None = None
     windows: int = 0
     worker_cap: int = 0  # what the worker is allowed now (it starts with none)
+    worker_follow: int | None = None  # what it spins as told (None: it measures)
     tell: Callable[[], object] | None = None
 
 
@@ -246,6 +255,19 @@ class SpinGovernor:
             channel = self._channels.get(wait)
             return None if channel is None else channel.worker_cap
 
+    def worker_follow_for(self, wait: ReadableWait) -> int | None:
+        """What the worker behind ``wait`` spins for its next request, as told (µs).
+
+        None: nothing to follow (not governed, or no waits measured: the worker measures
+        its own). While the channel measures a run of spinning waits, the probe's budget;
+        a blocking run, 0; between runs, the channel's own budget: the controller
+        measures both ends blocking against both spinning, since where the kernel puts
+        a blocking pair on one CPU neither end's spin pays alone.
+        """
+        with self._lock:
+            channel = self._channels.get(wait)
+            return None if channel is None else channel.worker_follow
+
     def follow(self, wait: ReadableWait, tell: Callable[[], object]) -> None:
         """Call ``tell()`` now and whenever the worker cap of governed ``wait`` changes.
 
@@ -260,8 +282,15 @@ class SpinGovernor:
             channel.tell = tell
         tell()
 
-    def attach(self, wait: ReadableWait) -> None:
-        """Govern ``wait`` (one more worker) and re-decide every governed budget."""
+    def attach(self, wait: ReadableWait, peer_pid: int | None = None) -> None:
+        """Govern ``wait`` (one more worker) and re-decide every governed budget.
+
+        With ``peer_pid`` (the worker's process id) the thread that spins in ``wait``
+        keeps off the worker's CPU (:class:`~edge_core.host.apart.Apart`).
+        """
+        if peer_pid is not None:
+            wait.apart = Apart(peer_pid)
+        wait.on_run = _RunHook(self, wait)
         with self._lock:
             self._channels[wait] = _Channel(SpinDecision(0, "waits not measured yet"))
             changed = self._apply()
@@ -272,6 +301,7 @@ class SpinGovernor:
         with self._lock:
             if self._channels.pop(wait, None) is not None:
                 wait.samples = None
+                wait.apart = wait.on_run = None
             changed = self._apply()
         _tell(changed)
 
@@ -316,6 +346,10 @@ class SpinGovernor:
                     changed.append(channel.tell)
             if not measure:
                 wait.samples = None
+                if channel.worker_follow is not None:
+                    channel.worker_follow = None
+                    if channel.tell is not None and channel.tell not in changed:
+                        changed.append(channel.tell)
             elif wait.samples is None:
                 wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
                                            settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
@@ -331,6 +365,29 @@ class SpinGovernor:
         wait.spin_us = decision.spin_us
         wait.wake_us = wake if decision.spin_us else 0
         wait.forget()
+
+    def on_run(self, wait: ReadableWait, kind: bool | None) -> None:
+        """Hear that a run of ``wait``'s measured waits begins, or that an epoch ended.
+
+        ``kind``: True for a spinning run, False for a blocking one, None at an epoch's
+        end (:attr:`~edge_contracts.waiting.ReadableWait.on_run`). Runs in the thread of
+        the wait. The worker is told to wait the same way meanwhile, and after the epoch
+        as the channel's budget says; before a spinning run the waiting thread moves off
+        the worker's CPU where it shares it.
+        """
+        with self._lock:
+            channel = self._channels.get(wait)
+            samples = wait.samples
+            if channel is None or samples is None:
+                return
+            follow = (samples.probe_ns // 1000 if kind else 0 if kind is False
+                      else channel.decision.spin_us)
+            tell = channel.tell if follow != channel.worker_follow else None
+            channel.worker_follow = follow
+        if tell is not None:
+            tell()
+        if kind and wait.apart is not None:
+            wait.apart()
 
     def _window(self, samples: WaitSamples) -> None:
         """A governed wait's window is full: re-decide its budget and how often it measures.
@@ -354,6 +411,21 @@ class SpinGovernor:
             decision = self._decide(figures)
             self._set(wait, channel, decision)
             samples.interval = next_interval(samples.interval, before, decision.spin_us)
+
+
+class _RunHook:
+    """A governed wait's ``on_run``: its governor's, holding the wait weakly."""
+
+    __slots__ = ("_governor", "_wait")
+
+    def __init__(self, spins: SpinGovernor, wait: ReadableWait) -> None:
+        self._governor = spins
+        self._wait = weakref.ref(wait)
+
+    def __call__(self, kind: bool | None) -> None:
+        wait = self._wait()
+        if wait is not None:
+            self._governor.on_run(wait, kind)
 
 
 def _tell(followers: list[Callable[[], object]]) -> None:

@@ -41,7 +41,13 @@ instead:
   controller's CPU is this process's, so the plain session (whose intra-op threads are
   this process's too, and spin as they start) is made and left to settle before the
   first block; ``anchor_cpu_ms_in_edge_blocks`` is what its threads used during the edge
-  blocks all the same (0: none of the edge figure is theirs).
+  blocks all the same (0: none of the edge figure is theirs). Where each block's two
+  processes last ran is printed as ``mp_pipe_block_shared_cpu`` and
+  ``edge_tiny_block_shared_cpu`` (1: one CPU, 0: two): a blocking Pipe echo whose two
+  processes the kernel put on one CPU wakes without an inter-processor interrupt and
+  takes about half as long on the 2-vCPU VM, so the anchor has two speeds, and this says
+  which a block saw; ``spin.apart`` counts the stage's checks and moves off its worker's
+  CPU (``edge_core.host.apart``).
 
 Each goal ratio is also given per block (medians paired within a block) with a
 bootstrap 95 % interval over the blocks (``*_ci``), and the baselines' raw figures are
@@ -85,6 +91,7 @@ from onnx import TensorProto, helper
 
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
+from edge_core.host.apart import Apart, last_cpu
 from edge_core.identity import host_identity
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -430,6 +437,8 @@ def tiny_against_anchors(
     direct(20)
     time.sleep(SETTLE_S)
     anchor_s = 0.0
+    shared: dict[str, list[int]] = {"edge": [], "pipe": []}
+    worker = worker_pid(pipeline)
     try:
         run_samples(pipeline, x, 50)  # warm
 
@@ -439,11 +448,14 @@ def tiny_against_anchors(
             before = threads_cpu_s(anchor)
             samples = edge_cpu.measure(lambda m: run_samples(pipeline, x, m), n)
             anchor_s += threads_cpu_s(anchor) - before
+            shared["edge"].append(shares_cpu(worker))
             return samples
 
         def pipe_block(n: int) -> list[float]:
             pipe.rtt(20, inputs)
-            return pipe_cpu.measure(lambda m: pipe.rtt(m, inputs), n)
+            samples = pipe_cpu.measure(lambda m: pipe.rtt(m, inputs), n)
+            shared["pipe"].append(shares_cpu(pipe.pid))
+            return samples
 
         edge, bare, piped, plain = interleaved_blocks(
             [edge_block, echo.rtt, pipe_block, direct], rounds, 10)
@@ -459,7 +471,18 @@ def tiny_against_anchors(
             "edge_blocks_us": [p50(b) * 1e6 for b in edge],
             "over_pipe_ci": paired_ratio(edge, piped, minus=plain),
             "edge_cpu_us": edge_cpu.per_call_us, "pipe_cpu_us": pipe_cpu.per_call_us,
-            "anchor_cpu_ms": anchor_s * 1e3}
+            "anchor_cpu_ms": anchor_s * 1e3, "shared_cpu": shared}
+
+
+def apart_report(keep: Apart | None) -> dict[str, int] | None:
+    """How often the stage's waiting thread checked and moved off its worker's CPU."""
+    return None if keep is None else {"checks": keep.checks, "moves": keep.moves}
+
+
+def shares_cpu(pid: int) -> int:
+    """1 when this thread and process ``pid`` last ran on one CPU, else 0 (-1: unknown)."""
+    mine, theirs = last_cpu("/proc/thread-self/stat"), last_cpu(f"/proc/{pid}/stat")
+    return -1 if mine is None or theirs is None else int(mine == theirs)
 
 
 def threads_cpu_s(tids: list[str]) -> float:
@@ -660,6 +683,10 @@ def main() -> None:
                     extra["tiny_call_over_mp_pipe_ci"] = rounded(tiny["over_pipe_ci"])
                     # the plain session's threads, in the blocks whose CPU is edge's
                     extra["anchor_cpu_ms_in_edge_blocks"] = round(tiny["anchor_cpu_ms"], 1)
+                    # where each block's two processes ran: one CPU (1) or two (0)
+                    extra["mp_pipe_block_shared_cpu"] = tiny["shared_cpu"]["pipe"]
+                    extra["edge_tiny_block_shared_cpu"] = tiny["shared_cpu"]["edge"]
+                    extra["spin"]["apart"] = apart_report(client.reply_wait.apart)
                 else:
                     edge = edge_call(pipeline, x, rounds[name])
                 if name == "64mib":

@@ -85,16 +85,21 @@ def test_wake_descriptor_ends_the_wait_and_is_reported():
         b.close()
 
 
-def test_long_waits_turn_the_spin_off_and_short_ones_turn_it_back_on(pair):
-    a, b = pair
-    wait = ReadableWait(a.fileno(), 100)  # 100 us budget
-    assert wait.spinning
-    for _ in range(3):
-        timer = threading.Timer(0.01, b.send, args=(b"x",))  # 10 ms: far over the budget
+def slow_replies(wait: ReadableWait, a: socket.socket, b: socket.socket, n: int = 3) -> None:
+    """``n`` waits whose reply comes 10 ms after each begins (far over any budget here)."""
+    for _ in range(n):
+        timer = threading.Timer(0.01, b.send, args=(b"x",))
         timer.start()
         assert wait.wait(5.0)
         timer.join()
         a.recv(16)
+
+
+def test_long_waits_turn_the_spin_off_and_short_ones_turn_it_back_on(pair):
+    a, b = pair
+    wait = ReadableWait(a.fileno(), 100)  # 100 us budget
+    assert wait.spinning
+    slow_replies(wait, a, b)  # 10 ms: far over the budget
     assert not wait.spinning
     for _ in range(40):  # data already there: observed waits of zero
         b.send(b"x")
@@ -253,21 +258,11 @@ def test_a_blocked_wait_counts_without_the_wake_up_cost(pair):
         wait.wake_us = -1
     wait.wake_us = MAX_SPIN_US  # a wake-up said to cost 100 ms: longer than any wait here
     assert wait.wake_us == MAX_SPIN_US
-    for _ in range(3):
-        timer = threading.Timer(0.01, b.send, args=(b"x",))  # 10 ms: far over the budget
-        timer.start()
-        assert wait.wait(5.0)
-        timer.join()
-        a.recv(16)
+    slow_replies(wait, a, b)  # 10 ms: far over the budget
     assert wait.spinning  # 10 ms less the wake-up: not a slow reply
     wait.wake_us = 0
     wait.forget()
-    for _ in range(3):
-        timer = threading.Timer(0.01, b.send, args=(b"x",))
-        timer.start()
-        assert wait.wait(5.0)
-        timer.join()
-        a.recv(16)
+    slow_replies(wait, a, b)
     assert not wait.spinning
 
 
@@ -331,27 +326,12 @@ def test_apart_is_called_after_a_measured_spin_that_ran_out(pair):
 def test_an_ungated_wait_spins_whatever_came_before(pair):
     a, b = pair
     wait = ReadableWait(a.fileno(), 100)
-    for _ in range(3):  # as the gated test: waits far over the budget
-        timer = threading.Timer(0.01, b.send, args=(b"x",))
-        timer.start()
-        assert wait.wait(5.0)
-        timer.join()
-        a.recv(16)
+    slow_replies(wait, a, b)  # as the gated test: waits far over the budget
     assert not wait.spinning and wait.gated
     wait.gated = False  # the history is dropped, and no wait counts from now on
     assert wait.spinning
-    for _ in range(3):
-        timer = threading.Timer(0.01, b.send, args=(b"x",))
-        timer.start()
-        assert wait.wait(5.0)
-        timer.join()
-        a.recv(16)
+    slow_replies(wait, a, b)
     assert wait.spinning
     wait.gated = True  # gated again: long waits count again
-    for _ in range(3):
-        timer = threading.Timer(0.01, b.send, args=(b"x",))
-        timer.start()
-        assert wait.wait(5.0)
-        timer.join()
-        a.recv(16)
+    slow_replies(wait, a, b)
     assert not wait.spinning

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_pipelines import opened
 
 from edge_contracts.request_faults import RequestFault, fault_of
 from edge_contracts.requests import EventKind
@@ -41,14 +42,9 @@ MAX_CONCURRENCY = 3
 @pytest.fixture(scope="module")
 def generator(pipeline_file: Any) -> Iterator[Pipeline]:
     """One open pipeline (a vllm-cuda stage on the CPU platform) for the module."""
-    pipeline = open_pipeline(pipeline_file("shared", extra=f"max_concurrency = "
-                                                           f"{MAX_CONCURRENCY}"))
-    try:
+    path = pipeline_file("shared", extra=f"max_concurrency = {MAX_CONCURRENCY}")
+    with opened(path) as pipeline:
         yield pipeline
-    finally:
-        summary = pipeline.close()
-        assert summary["gen"]["retire"]["verified"] is True
-        assert pipeline.ledger.is_empty()
 
 
 def test_tokens_stream_in_seq_order_then_done_carries_every_token(generator: Pipeline) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from vllm_pipelines import opened
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.requests import EventKind, StageEvent
 from edge_core.runtime.errors import RequestFailed
 from edge_core.runtime.pipeline import Pipeline
-from edge_core.runtime.pipeline_files import open_pipeline
 from edge_core.runtime.results import ResultOutputs
 from edge_core.stage import RetainedOutputs
 from edge_vllm_cuda.stage import restore_texts
@@ -200,13 +200,8 @@ def wide(pipeline_file: Any) -> Iterator[Pipeline]:
     Opened and closed around its one test, so that the leak check sees it all gone: the
     controller keeps the worker's output segments mapped while the stage lives.
     """
-    pipeline = open_pipeline(pipeline_file("wide", max_model_len=512, max_num_seqs=128))
-    try:
+    with opened(pipeline_file("wide", max_model_len=512, max_num_seqs=128)) as pipeline:
         yield pipeline
-    finally:
-        summary = pipeline.close()
-        assert summary["gen"]["retire"]["verified"] is True
-        assert pipeline.ledger.is_empty()
 
 
 @pytest.mark.vllm

@@ -1,10 +1,11 @@
-"""TensorPacker.allocate: shared-memory output buffers, and when they must be private."""
+"""TensorPacker: shared-memory output buffers and when they must be private; its byte cap."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from edge_contracts.errors import PayloadTooLarge
 from edge_contracts.shm import SegmentProducer, new_prefix
 from edge_contracts.worker_transport import TensorPacker
 
@@ -66,6 +67,40 @@ def test_small_buffers_and_a_full_cap_give_private_arrays(producer) -> None:
     array, lease = packer.allocate((4 << 20,), np.uint8)  # over the 8 MiB cap
     assert lease is None and array.nbytes == 4 << 20
     assert packer.allocate((4 << 20,), np.uint8, private=True)[1] is None
+
+
+def test_arrays_over_max_bytes_together_are_refused_before_the_one_that_crosses_is_leased(
+    producer,
+) -> None:
+    packer = TensorPacker(producer, threshold=4096, max_bytes=10_000)
+    assert packer.max_bytes == 10_000
+    fits = packer.pack({"a": np.zeros(6000, np.uint8), "b": np.zeros(4000, np.uint8)})
+    assert [spec.nbytes for spec in fits.specs] == [6000, 4000]  # exactly max_bytes
+    packer.take_back(fits.leases)
+    spied: list[int] = []
+    lease = producer.lease
+    producer.lease = lambda nbytes: spied.append(nbytes) or lease(nbytes)  # type: ignore[method-assign]
+    with pytest.raises(PayloadTooLarge) as refused:
+        packer.pack({"a": np.zeros(6000, np.uint8), "b": np.zeros(4001, np.uint8),
+                     "c": [1, 2]})
+    assert (refused.value.field, refused.value.value) == ("tensors", 10_000 + 1 + 16)
+    assert str(refused.value) == (
+        "tensors: the tensors of one frame must be <= max_bytes 10000: 10017")
+    assert spied == [6000]  # "b" was never leased or copied, and "a" was taken back
+    assert producer.retained_bytes == 0
+    # an array already in its own segment (allocate) crossing the limit: taken back too
+    array, held = packer.allocate((12_000,), np.uint8)
+    assert held is not None
+    with pytest.raises(PayloadTooLarge) as again:
+        packer.pack({"y": array}, {id(array): (array, held)})
+    assert producer.retained_bytes == 0
+    del refused, again, array, held  # their frames hold views of the segments
+
+
+def test_sizes_are_each_array_s_wire_bytes_leaving_out_what_is_no_array() -> None:
+    sizes = TensorPacker.sizes({"a": np.zeros((3, 4), np.float32), "b": [1.5, 2.5],
+                                "c": [[1], [1, 2]]})  # ragged: no array
+    assert sizes == {"a": 48, "b": 16}
 
 
 def test_unlinked_names_taken_for_a_frame_that_was_not_sent_come_back(producer) -> None:

@@ -45,6 +45,11 @@ def _requirement_name(requirement: str) -> str:
     return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _extra_name(name: str) -> str:
+    """An extra's name normalized as PEP 685 compares them: lower case, ``-_.`` runs ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _declared(directory: str) -> set[str]:
     meta = project(directory)
     names = {_requirement_name(r) for r in meta.get("dependencies", [])}
@@ -83,12 +88,15 @@ def _extra_requirements(distribution: str, extra: str) -> set[str]:
     """What ``distribution`` requires only under its extra ``extra``.
 
     This workspace's distributions are read from their ``pyproject.toml``; others from
-    the installed metadata (none when not installed).
+    the installed metadata (none when not installed). Extra names compare normalized
+    either way (PEP 685: ``Derive_Tools`` is ``derive-tools``).
     """
     own = {_requirement_name(str(project(d)["name"])): d for d in DIRS}
     if distribution in own:
         extras = project(own[distribution]).get("optional-dependencies", {})
-        return {_requirement_name(r) for r in extras.get(extra, [])}
+        wanted = _extra_name(extra)
+        return {_requirement_name(r) for name, listed in extras.items()
+                if _extra_name(name) == wanted for r in listed}
     try:
         listed = requires(distribution) or []
     except PackageNotFoundError:
@@ -127,7 +135,7 @@ def _submodule_extras(directory: str) -> dict[str, set[str]]:
         if len(parts) < 2 or parts[0] in sys.stdlib_module_names or parts[0] in own:
             continue
         for distribution in _distribution_of(parts[0]):
-            needed = _extra_requirements(distribution, parts[1].replace("_", "-"))
+            needed = _extra_requirements(distribution, _extra_name(parts[1]))
             if needed:
                 found.setdefault(".".join(parts[:2]), set()).update(needed)
     return found
@@ -163,7 +171,7 @@ def test_a_submodule_whose_extra_brings_requirements_has_them_declared(directory
     """
     declared = _declared(directory)
     meta = project(directory)
-    with_extras = {(_requirement_name(r.name), extra)
+    with_extras = {(_requirement_name(r.name), _extra_name(extra))
                    for r in map(Requirement, [*meta.get("dependencies", []),
                                               *(t for e in meta.get("optional-dependencies",
                                                                     {}).values() for t in e)])
@@ -171,11 +179,28 @@ def test_a_submodule_whose_extra_brings_requirements_has_them_declared(directory
     missing = {}
     for module, needed in _submodule_extras(directory).items():
         top, sub = module.split(".")
-        if any((d, sub.replace("_", "-")) in with_extras for d in _distribution_of(top)):
+        if any((d, _extra_name(sub)) in with_extras for d in _distribution_of(top)):
             continue  # declared as dist[sub]: the extra brings them
         if needed - declared:
             missing[module] = sorted(needed - declared)
     assert not missing, f"{directory} imports submodules needing undeclared extras: {missing}"
+
+
+def test_the_workspace_s_own_extras_compare_normalized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extra of a workspace pyproject is found however either side spells it (PEP 685).
+
+    Before, the pyproject's extras were looked up by the exact key: ``derive-tools`` did
+    not find an extra written ``Derive_Tools``, while installed metadata compared
+    normalized (:func:`test_extra_names_in_markers_compare_normalized`).
+    """
+    table = {"name": "Edge_Thing",
+             "optional-dependencies": {"Derive_Tools": ["onnx>=1.16", "Pillow"], "x": ["y"]}}
+    this = sys.modules[__name__]
+    monkeypatch.setattr(this, "DIRS", ["plugins/thing"])
+    monkeypatch.setattr(this, "project", {"plugins/thing": table}.__getitem__)
+    for spelled in ("derive-tools", "derive_tools", "Derive.Tools", "derive__tools"):
+        assert _extra_requirements("edge-thing", spelled) == {"onnx", "pillow"}, spelled
+    assert _extra_requirements("edge-thing", "derive") == set()
 
 
 def test_extra_names_in_markers_compare_normalized() -> None:

@@ -58,12 +58,14 @@ class InvalidValue(ContractError):
 
 
 class EventTooLarge(InvalidValue):
-    """A worker's event whose header would exceed the channel's ``max_header_bytes``.
+    """A worker's event too large for its channel: its header or its output tensors.
 
     Raised by the worker before anything is written (the controller's reader would refuse
     the frame and lose the channel): the request ends with an ERROR event carrying this
-    error instead. ``field`` names what made the header that long (``event.data``,
-    ``event.error``, else ``event``), ``value`` is the header's length in bytes.
+    error instead. A header over the channel's ``max_header_bytes``: ``field`` names what
+    made it that long (``event.data``, ``event.error``, else ``event``), ``value`` is its
+    length in bytes. Output tensors together over the channel's ``max_io_bytes``:
+    ``field`` is ``event.outputs``, ``value`` their total bytes.
     """
 
 

@@ -54,8 +54,9 @@ inputs are acknowledged to the controller with it).
 With the ``heartbeat`` feature a thread of its own beats while the worker has work
 (:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
 An event whose header would be longer than the channel's ``max_header_bytes`` (large
-``data`` or error text) is never written, the controller would lose the channel over it:
-its request ends with an ``EventTooLarge`` ERROR instead (:meth:`Call.emit`).
+``data`` or error text), or whose output tensors together are more than its
+``max_io_bytes``, is never written, the controller would lose the channel over it: its
+request ends with an ``EventTooLarge`` ERROR instead (:meth:`Call.emit`).
 """
 
 from __future__ import annotations
@@ -208,7 +209,10 @@ class _Server:
                     channel=channel,
                 )
                 self._consumer = SegmentConsumer(self.boot.peer_prefix, channel=channel)
-            self._packer = TensorPacker(self._producer, self.boot.shm_threshold)
+            # outputs over the channel's max_io_bytes are refused before they are leased
+            # (the controller's reader would refuse the frame and lose the channel)
+            self._packer = TensorPacker(self._producer, self.boot.shm_threshold,
+                                        self.boot.max_io_bytes)
             self._unpacker = TensorUnpacker(self._consumer)
         return self._packer, self._unpacker
 

@@ -15,11 +15,12 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from edge_contracts.errors import ContractError
+from edge_contracts.errors import ContractError, PayloadTooLarge
 from edge_contracts.events import TERMINAL_KINDS, EventKind
 from edge_contracts.headers import FrameHeader
 from edge_contracts.jsonvalues import EMPTY_OBJECT, thaw_json
 from edge_contracts.worker_errors import print_exception
+from edge_contracts.worker_events import outputs_too_large
 
 if TYPE_CHECKING:
     from edge_contracts.worker_protocol import BootConfig
@@ -138,14 +139,19 @@ class Call:
                 seq = self._seq
                 self._seq += 1
                 packed = None
-                if outputs and kind is not EventKind.ERROR and kind is not EventKind.CANCELLED:
-                    try:
-                        packed = self._server.tensors()[0].pack(outputs, self._allocated)
-                    except Exception as exc:  # becomes the request's ERROR event
-                        kind, error, data = EventKind.ERROR, exc, None
-                if kind in TERMINAL_KINDS:
-                    self._closed = True
-                try:
+                try:  # a ContractError raised here is why the request ends (_refused)
+                    if (outputs and kind is not EventKind.ERROR
+                            and kind is not EventKind.CANCELLED):
+                        try:
+                            packed = self._server.tensors()[0].pack(outputs, self._allocated)
+                        except PayloadTooLarge:  # over max_io_bytes: refused, nothing leased
+                            packer = self._server.tensors()[0]
+                            raise outputs_too_large(kind, packer.sizes(outputs),
+                                                    packer.max_bytes) from None
+                        except Exception as exc:  # becomes the request's ERROR event
+                            kind, error, data = EventKind.ERROR, exc, None
+                    if kind in TERMINAL_KINDS:
+                        self._closed = True
                     sent = self._server.send_event(self, kind, seq, packed, data, error,
                                                    self._acks if self._closed else None)
                 except ContractError as refused:  # not sendable: the request ends with it

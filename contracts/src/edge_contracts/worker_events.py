@@ -11,7 +11,10 @@ error); everything else is the worker's own. With the ``event-fields`` feature, 
 
 An event whose header would be longer than the channel's ``max_header_bytes`` is not
 sent (the controller's reader would refuse the frame and lose the channel): the worker
-ends its request with the :func:`too_large` error instead, on either kind of channel.
+ends its request with the :func:`too_large` error instead, on either kind of channel. An
+event whose output tensors together are more than the channel's ``max_io_bytes`` (which
+the controller's reader holds each frame's tensors to) ends its request the same way,
+with :func:`outputs_too_large`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from edge_contracts.events import EventKind
 from edge_contracts.jsonvalues import freeze_object, thaw_json
 from edge_contracts.worker_errors import error_info
 
-__all__ = ["EXCERPT_CHARS", "KIND_TEXT", "event_meta", "too_large"]
+__all__ = ["EXCERPT_CHARS", "KIND_TEXT", "event_meta", "outputs_too_large", "too_large"]
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 KIND_TEXT: dict[EventKind, str] = {kind: kind.value for kind in EventKind}
@@ -120,3 +123,20 @@ def too_large(
     return EventTooLarge("event", size, (
         f"{start}: its tensor entries and acknowledgements alone; send fewer outputs "
         "in one event"))
+
+
+def outputs_too_large(kind: EventKind, sizes: Mapping[str, int], cap: int) -> EventTooLarge:
+    """The error that ends a request whose event's outputs are more than ``cap`` bytes.
+
+    ``sizes``: the bytes of each output, by name; ``cap``: the channel's ``max_io_bytes``,
+    which the controller's reader holds every frame's tensors to, inline and shared
+    memory together. Its field is ``event.outputs``, its value the outputs' total bytes;
+    its message says both sizes, the largest output and what to do.
+    """
+    total = sum(sizes.values())
+    largest = max(sizes, key=lambda name: sizes[name])
+    return EventTooLarge("event.outputs", total, (
+        f"the {KIND_TEXT[kind]} event's output tensors are {total} bytes, over the "
+        f"channel's max_io_bytes {cap}; the largest is outputs[{largest!r}], "
+        f"{sizes[largest]} bytes: raise the stage's max_io_bytes or send fewer bytes in "
+        "one event"))

@@ -5,13 +5,16 @@ where tensors are handled). :class:`TensorPacker` turns named arrays into header
 entries plus payload buffers: arrays of at least ``threshold`` bytes are copied into a
 leased shared-memory segment (:class:`~edge_contracts.shm.SegmentProducer`) and travel as
 a :class:`~edge_contracts.headers.ShmRef`; smaller ones travel inline, as zero-copy views
-for a scatter-gather write. :class:`TensorUnpacker` turns a received frame back into
+for a scatter-gather write. Arrays whose bytes together are more than the packer's
+``max_bytes`` (the reader's ``max_io_bytes``) are refused before the one that crosses it
+is leased or copied. :class:`TensorUnpacker` turns a received frame back into
 read-only arrays, mapping referenced segments through a
 :class:`~edge_contracts.shm.SegmentConsumer` after validating every reference.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -20,10 +23,11 @@ import numpy as np
 
 from edge_contracts.copying import copy_bytes
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import DescriptorInvalid
+from edge_contracts.errors import DescriptorInvalid, PayloadTooLarge
 from edge_contracts.headers import ShmRef, TensorSpec, tensor_features, with_generation
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded
 from edge_contracts.tensors import arrays_from_frame, dtype_of, numpy_dtype, plain_wire_dtype
+from edge_contracts.validation import INT64_MAX
 from edge_contracts.wire import Frame, refs_of
 
 __all__ = [
@@ -74,11 +78,18 @@ _NO_FEATURES: frozenset[str] = frozenset()
 _EMPTY = Packed((), [], [], _NO_FEATURES)
 
 class TensorPacker:
-    """Packs outgoing arrays; large ones go through ``producer`` when there is one."""
+    """Packs outgoing arrays; large ones go through ``producer`` when there is one.
 
-    def __init__(self, producer: SegmentProducer | None, threshold: int) -> None:
+    ``max_bytes``: the most bytes the arrays of one frame may hold together, inline and
+    shared memory (the reader's ``max_io_bytes``; a worker's packer has its channel's).
+    """
+
+    def __init__(
+        self, producer: SegmentProducer | None, threshold: int, max_bytes: int = INT64_MAX
+    ) -> None:
         self.producer = producer
         self.threshold = threshold
+        self.max_bytes = max_bytes
 
     def allocate(
         self, shape: tuple[int, ...], dtype: Any, *, private: bool = False
@@ -123,18 +134,28 @@ class TensorPacker:
         :meth:`allocate`: such an array (the very object) travels as a reference to its
         lease, without a copy, and its entry is removed. On any failure, segments leased
         for this frame are taken back.
+
+        Raises:
+            PayloadTooLarge: the arrays' bytes together are more than ``max_bytes``
+                (field ``tensors``, value their total): raised before the array that
+                crosses it is leased or copied.
+
         """
         if not arrays:
             return _EMPTY
         specs: list[TensorSpec] = []
         payloads: list[memoryview] = []
         leases: list[tuple[str, int]] = []
+        total = 0  # the bytes of the arrays so far, inline and shared memory
         plain = True  # every entry inline and of a plain wire dtype: no feature needed
         try:
             for name, value in arrays.items():
                 owned = allocated.pop(id(value), None) if allocated else None
                 if owned is not None and owned[0] is value:  # already in its segment
                     leases.append((owned[1].segment, owned[1].generation))
+                    total += value.nbytes
+                    if total > self.max_bytes:
+                        raise self._too_large(arrays)
                     specs.append(_in_place(name, value, owned[1]))
                     continue
                 if owned is not None and allocated is not None:  # an unrelated array
@@ -155,6 +176,9 @@ class TensorPacker:
                         array if array.flags.c_contiguous else np.ascontiguousarray(array)
                     ).reshape(-1).view(np.uint8)
                 nbytes = int(flat.nbytes)
+                total += nbytes
+                if total > self.max_bytes:  # nothing leased or copied for it
+                    raise self._too_large(arrays)
                 ref = None
                 if self.producer is not None and nbytes >= self.threshold:
                     lease = self.producer.lease(nbytes)
@@ -175,6 +199,24 @@ class TensorPacker:
             raise
         return Packed(tuple(specs), payloads, leases,
                       _NO_FEATURES if plain and not leases else None)
+
+    @staticmethod
+    def sizes(arrays: Mapping[str, Any]) -> dict[str, int]:
+        """The bytes each of ``arrays`` (a name -> array mapping) takes on the wire, by name.
+
+        A value that is not an array and cannot be made one is left out (:meth:`pack`
+        would refuse it on its own).
+        """
+        found: dict[str, int] = {}
+        for name, value in arrays.items():
+            with contextlib.suppress(Exception):  # no array: pack refuses it on its own
+                found[name] = int(np.asarray(value).nbytes)
+        return found
+
+    def _too_large(self, arrays: Mapping[str, Any]) -> PayloadTooLarge:
+        total = sum(self.sizes(arrays).values())
+        return PayloadTooLarge(
+            "tensors", total, f"the tensors of one frame must be <= max_bytes {self.max_bytes}")
 
     def take_back(self, leases: list[tuple[str, int]], *, unlink: bool = False) -> None:
         """Release leases of a frame that was never delivered (``unlink``: never reuse)."""

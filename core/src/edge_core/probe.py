@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from edge_core.backend import ProbeReport
+from edge_core.discovery import plugin_errors
 from edge_core.plugins import PluginSet
 from edge_core.pools import probe_host
 
@@ -17,10 +18,13 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
     A plugin whose probe raises, hangs past ``timeout_s`` or returns something other than
     probe reports is listed under ``plugin_errors``; its declared backends are then
     reported unavailable with that error as the reason, so nothing silently disappears.
-    Backends a plugin declares but does not report on are marked unavailable too.
+    Backends a plugin declares but does not report on are marked unavailable too. Every
+    plugin that did not load follows in ``plugin_errors``, as ``edge run --json`` lists
+    them; each row, either kind, is ``{"plugin", "error", "named_by"}``
+    (:func:`edge_core.discovery.plugin_errors`: ``named_by`` says who named the plugin).
     """
     rows: list[dict[str, Any]] = []
-    errors: list[dict[str, str]] = []
+    failed_probes: list[dict[str, Any]] = []  # plugin rows, with the probe's error
     answered: set[str] = set()
     for answer in plugins.call_each("edge_probe", timeout_s=timeout_s):
         record = plugins.record(answer.plugin)
@@ -33,7 +37,7 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
                 else:
                     problem = f"edge_probe returned a non-ProbeReport: {item!r}"
         if problem is not None:
-            errors.append({"plugin": answer.plugin, "error": problem})
+            failed_probes.append({**record.to_json(), "error": problem})
         for report in reports:
             answered.add(report.backend)
             rows.append({"plugin": answer.plugin, **report.to_json()})
@@ -46,9 +50,8 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
                     else "probe gave no report for this backend",
                     "devices": [], "runtime": {}, "notes": [], "limitation": None,
                 })
-    for record in plugins.records:
-        if record.error and not record.hooks:
-            errors.append({"plugin": record.name, "error": record.error})
+    errors = [*plugin_errors(failed_probes),
+              *plugin_errors(record.to_json() for record in plugins.records)]
     rows.sort(key=lambda row: row["backend"])
     host = probe_host()
     pools = [pool.to_json() for pool in host.pools]

@@ -281,7 +281,10 @@ def test_a_malformed_ack_never_kills_the_worker(start, meta):
 
 
 def test_an_output_beyond_the_channels_max_io_bytes_is_refused_before_its_payload(start):
-    client = start(max_io_bytes=64 * 1024, shm_threshold=1 << 30)  # inline, over the cap
+    # The serve loop refuses such an output itself (EventTooLarge: test_output_size.py);
+    # a worker that sends one anyway costs its channel, refused on the header alone: the
+    # payload the header declares is never sent, and never waited for.
+    client = start("oversize_event", max_io_bytes=64 * 1024)
     call = client.submit(request("big", alloc=1 << 20))
     with pytest.raises(ProtocolViolation, match=r"max_io_bytes 65536"):
         call.result(timeout=20)

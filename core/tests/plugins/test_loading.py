@@ -10,6 +10,7 @@ from edge_core.errors import PluginError
 from edge_core.plugins import check_contract, load_plugins
 
 from .conftest import RunEdge
+from .distributions import GOOD_PLUGIN, make_plugin_distribution
 
 
 def _rows(stdout: str) -> dict[str, dict[str, object]]:
@@ -140,7 +141,33 @@ def test_probe_isolates_a_crashing_plugin(run_edge: RunEdge) -> None:
     assert rows["toy"]["available"] is True
     assert rows["crashy"]["available"] is False
     assert "driver exploded" in rows["crashy"]["reason"]
-    assert {"plugin": "crashy", "error": "RuntimeError: driver exploded"} in body["plugin_errors"]
+    assert {"plugin": "crashy", "error": "RuntimeError: driver exploded",
+            "named_by": "EDGE_PLUGINS"} in body["plugin_errors"]
+
+
+def test_probe_json_lists_plugin_errors_as_run_does_with_who_named_each(
+    run_edge: RunEdge, plugin_site: Path,
+) -> None:
+    # Before, a plugin that did not load was {"plugin", "error"} here, and one that
+    # imported but whose backends could not be read (a duplicate) was not listed at all,
+    # while edge run/plan/profile --json list both as {"plugin", "error", "named_by"}.
+    make_plugin_distribution(plugin_site, "edge-toy-again", "again", "edge_toy_again_plugin",
+                             GOOD_PLUGIN)  # declares the backend "toy" a second time
+    for named, named_by, kinds in (
+            ("toy,crashy,broken,again,gone", "EDGE_PLUGINS",
+             ["backend", "import failed", "not installed"]),
+            (None, None, ["EDGE_CONTRACT", "backend", "import failed"])):  # + future
+        env = {"EDGE_PLUGINS": named} if named else {}
+        result = run_edge("probe", "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        listed = json.loads(result.stdout)["plugin_errors"]
+        plugins = run_edge("plugins", "--backends", "--json", env=env)  # as edge run reads
+        not_loaded = [row for row in json.loads(plugins.stdout)["plugins"] if row["error"]]
+        assert listed[0] == {"plugin": "crashy", "error": "RuntimeError: driver exploded",
+                             "named_by": named_by}  # its probe failed
+        assert listed[1:] == [{"plugin": row["name"], "error": row["error"],
+                               "named_by": named_by} for row in not_loaded]
+        assert sorted(row["error"].split(":")[0] for row in listed[1:]) == kinds
 
 
 def test_probe_of_a_named_unavailable_backend_exits_1(run_edge: RunEdge) -> None:

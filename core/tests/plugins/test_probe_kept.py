@@ -106,8 +106,8 @@ def test_an_answer_with_a_failed_plugin_is_never_kept(probe: Probe) -> None:
         result = probe("--json", env={"EDGE_PLUGINS": "toy,crashy"})
         assert result.returncode == 0, result.stderr
         body = json.loads(result.stdout)
-        assert {"plugin": "crashy", "error": "RuntimeError: driver exploded"} in body[
-            "plugin_errors"]
+        assert {"plugin": "crashy", "error": "RuntimeError: driver exploded",
+                "named_by": "EDGE_PLUGINS"} in body["plugin_errors"]
         assert not any(n.startswith(KEPT) for row in body["backends"] for n in row["notes"])
     for _ in range(2):  # strict mode still fails on every run
         strict = probe("--json", env={"EDGE_PLUGINS": "toy,broken", "EDGE_STRICT_PLUGINS": "1"})

@@ -314,6 +314,28 @@ def test_an_oversize_request_is_refused_at_submit_and_the_stage_keeps_serving(
     assert pid_of(pipeline) == pid and pipeline.stage("a").state is StageState.READY
 
 
+def test_outputs_over_max_io_bytes_fail_their_request_and_the_stage_keeps_serving(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    # The worker refuses to send them (the controller's reader would refuse the frame and
+    # lose the channel): the request fails with EventTooLarge, the same worker serves on.
+    config = echo_stage("a")
+    config["max_io_bytes"] = 4096
+    pipeline = open_pipeline(config)
+    pid, charged = pid_of(pipeline), ledger.reserved("machine:ram")
+    with pytest.raises(RequestFailed) as failed:
+        pipeline.run(X, params={"pad_output_bytes": 8192})  # 16 + 8192 bytes of outputs
+    assert failed.value.error_type == "EventTooLarge", failed.value
+    assert failed.value.error_message.startswith(
+        "event.outputs: the done event's output tensors are 8208 bytes, over the channel's "
+        "max_io_bytes 4096; the largest is outputs['pad'], 8192 bytes")
+    assert pipeline.admission.used == 0 and pipeline.stage("a").outstanding == 0
+    assert ledger.reserved("machine:ram") == charged  # nothing released or charged again
+    with pipeline.run(X, params={"pad_output_bytes": 4096 - 16}) as result:  # exactly 4096
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    assert pid_of(pipeline) == pid and pipeline.stage("a").state is StageState.READY
+
+
 def test_a_submission_cancels_its_own_request_alone(open_pipeline: OpenPipeline) -> None:
     pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=1.0),
                              admission=2)

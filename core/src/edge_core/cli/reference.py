@@ -42,13 +42,15 @@ plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
 `plugins` lists that does not import) is never skipped in silence: every command warns
 about it on stderr (`edge: warning: plugin 'nope' (named by EDGE_PLUGINS) did not load:
-not installed: ...`), `edge plugins` and `edge probe --json` list it with its error,
+not installed: ...`), `edge plugins` lists it with its error, `edge probe --json`,
 `edge plan --json`, `edge run --json` and `edge profile --json` list every plugin that
 did not load under `plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being
 `EDGE_PLUGINS`, `configuration` or null for one nobody named; an empty list when every
 plugin loaded), in a failure's document too once the pipeline file is read, and so do
 the profile files `edge run --profile` and `edge profile --out` write (`edge profile`'s
-also when the run failed); under `EDGE_STRICT_PLUGINS=1` it is fatal (exit 3).
+also when the run failed); `edge probe --json` lists there first, in the same shape, each
+plugin whose probe failed (raised, timed out or answered something else). Under
+`EDGE_STRICT_PLUGINS=1` a plugin that does not load is fatal (exit 3).
 """
 
 

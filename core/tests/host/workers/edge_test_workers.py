@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from edge_contracts.headers import FrameHeader
+from edge_contracts.headers import FrameHeader, TensorSpec
 from edge_contracts.wire import encode_frame, write_frame
 from edge_contracts.worker import BaseHandler, Call
 from edge_contracts.worker_protocol import hello_meta
@@ -350,6 +350,31 @@ def bad_kind() -> BaseHandler:
     return BadKind()
 
 
+class OversizeEvent(Echo):
+    """On a request, writes the prefix and header of a DONE whose output is ``alloc`` bytes.
+
+    As a worker that does not keep to the channel's ``max_io_bytes`` would (the serve loop
+    refuses such an event itself): the frame is written without going through
+    :meth:`Call.emit`, and its payload never follows.
+    """
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        nbytes = int(call.params["alloc"])
+        meta = {"seq": 0, "kind": "done", "data": {}, "error": None, "created_ns": 0}
+        header = FrameHeader("event", call.request_id, call.stage_id, call.epoch, 1,
+                             tensors=(TensorSpec("big", "uint8", (nbytes,), nbytes),),
+                             meta=meta)
+        fd = int(sys.argv[-1])
+        head = encode_frame(header, [memoryview(bytes(nbytes))])[0]
+        write_frame(lambda views: os.writev(fd, views), [head])
+        time.sleep(60)
+        return None
+
+
+def oversize_event() -> BaseHandler:
+    return OversizeEvent()
+
+
 class InPlace(Echo):
     """Computes ``2 * x`` straight into an output buffer; also allocates one it never sends."""
 
@@ -582,3 +607,44 @@ class BigEvents(BaseHandler):
 
 def big_events() -> BaseHandler:
     return BigEvents()
+
+
+class BigOutputs(BaseHandler):
+    """Answers with output tensors as large as its params ask, to test ``max_io_bytes``.
+
+    ``sizes``: one ``uint8`` output per entry, ``o0``, ``o1``, ... of that many bytes, each
+    filled with its index plus one; ``buffers``: computed in :meth:`Call.output_buffer`
+    (shared memory at the threshold, sent in place) instead of private arrays; ``on``:
+    which event carries them, ``"done"`` (the terminal DONE) or ``"output"`` (a streamed
+    OUTPUT, then a second OUTPUT and a DONE, both small). What each emit returned is kept
+    by request id: ``query({"returns": rid})``.
+    """
+
+    def __init__(self) -> None:
+        self.returns: dict[str, list[bool]] = {}
+
+    def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"returns": self.returns.get(str(question.get("returns")), [])}
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        import numpy as np
+
+        outputs: dict[str, Any] = {}
+        for index, size in enumerate(call.params.get("sizes", [])):
+            if call.params.get("buffers"):
+                outputs[f"o{index}"] = call.output_buffer((int(size),), np.uint8)
+                outputs[f"o{index}"][:] = index + 1
+            else:
+                outputs[f"o{index}"] = np.full(int(size), index + 1, dtype=np.uint8)
+        returns = self.returns.setdefault(call.request_id, [])
+        if call.params.get("on") == "output":
+            returns.append(call.output(outputs))
+            returns.append(call.output({"small": np.zeros(4, np.uint8)}))
+            returns.append(call.done(data={"outputs": 3}))
+        else:
+            returns.append(call.done(outputs))
+        return None
+
+
+def big_outputs() -> BaseHandler:
+    return BigOutputs()

@@ -149,6 +149,18 @@ def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events
     whole = json.loads(from_exception(sent, field="params").body())["error"]["message"]
     assert whole == str(refused)  # whole: the sizes and what to do, uncut
     assert whole.endswith("put large values in output tensors: 129627")
+    # output tensors over max_io_bytes: the same answer, with a reason of their own
+    outputs = RequestFailed("r", "EventTooLarge", "event.outputs: the done event's output "
+                            "tensors are 8208 bytes, over the channel's max_io_bytes 4096; "
+                            "the largest is outputs['pad'], 8192 bytes: ...: 8208")
+    refusal = from_exception(outputs, field="params")
+    body = json.loads(refusal.body())["error"]
+    assert (refusal.status, body["code"], body["edge"]["field"]) == (
+        500, "event_too_large", "event.outputs")
+    assert body["edge"]["reason"] == (
+        "an event of the stage's answer was too large for its worker channel (its output "
+        "tensors over the stage's max_io_bytes): the stage's max_io_bytes must be raised "
+        "for such answers")
     assert capsys.readouterr().err.count("EventTooLarge") == 1  # logged once, as a 500
 
 

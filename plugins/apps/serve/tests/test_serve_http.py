@@ -385,6 +385,7 @@ def test_a_param_the_final_stage_does_not_read_is_400_naming_it_and_nothing_is_c
     x = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
     # every parameter the echo backend declares (BackendInfo.params) is accepted
     read = {"delay_s": 0.0, "crash": False, "fail_call": False, "allocate_mb": 0,
+            "pad_output_bytes": 0,
             "stream_chunks": 0, "chunk_rate_hz": 0.0, "tokens_per_chunk": 1,
             "stall_after": None, "stall_s": 0.0}
     with _client(server) as client:

@@ -29,9 +29,10 @@ BACKENDS = ("echo", "echo-preemptible")
 DEFAULT_RAM_DEMAND = 256 * 1024 * 1024
 
 #: The request parameters an echo worker reads (:meth:`edge_echo.worker.EchoHandler.submit`):
-#: its own delay, a failure or memory it asks for, and how it streams.
-REQUEST_PARAMS = ("delay_s", "crash", "fail_call", "allocate_mb", "stream_chunks",
-                  "chunk_rate_hz", "tokens_per_chunk", "stall_after", "stall_s")
+#: its own delay, a failure or memory it asks for, an extra output, and how it streams.
+REQUEST_PARAMS = ("delay_s", "crash", "fail_call", "allocate_mb", "pad_output_bytes",
+                  "stream_chunks", "chunk_rate_hz", "tokens_per_chunk", "stall_after",
+                  "stall_s")
 
 
 def backend_infos() -> list[BackendInfo]:

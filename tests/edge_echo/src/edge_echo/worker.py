@@ -62,7 +62,7 @@ class EchoHandler(BaseHandler):
             raise InjectedFailure("warm-up failed as configured")
         shape = tuple(self.options.get("example_shape", [2, 2]))
         x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-        y = self._compute({"x": x})["x"]
+        y = self._compute({"x": x}, {})["x"]
         expected = x * float(self.options.get("scale", 1.0))
         if self.options.get("wrong_numerics"):
             expected = expected + 1.0
@@ -77,10 +77,16 @@ class EchoHandler(BaseHandler):
                          "passed": error == 0.0},
         }
 
-    def _compute(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _compute(self, inputs: Mapping[str, np.ndarray],
+                 params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """``x * scale`` for every input, plus ``pad`` when the request asks for one."""
         scale = float(self.options.get("scale", 1.0))
-        return {name: (np.asarray(a) * scale).astype(np.asarray(a).dtype)
-                for name, a in inputs.items()}
+        outputs = {name: (np.asarray(a) * scale).astype(np.asarray(a).dtype)
+                   for name, a in inputs.items()}
+        pad = int(params.get("pad_output_bytes", 0))
+        if pad:
+            outputs["pad"] = np.zeros(pad, np.uint8)
+        return outputs
 
     def _stream(self, call: Call) -> dict[str, Any]:
         """How this request streams: chunk count, rate, tokens per chunk, a stall."""
@@ -101,7 +107,7 @@ class EchoHandler(BaseHandler):
         A request's params may ask for a failure of its own: ``fail_call`` (its ERROR
         event), ``crash`` (the worker exits at once: the controller sees it gone), or
         ``allocate_mb`` (memory allocated and touched while serving it, kept until the
-        next request).
+        next request); ``pad_output_bytes`` adds an output ``pad`` of that many zero bytes.
         """
         if self.options.get("fail_at") == "call":
             raise InjectedFailure("call failed as configured")
@@ -121,7 +127,7 @@ class EchoHandler(BaseHandler):
             if delay:
                 time.sleep(delay)
             if not stream["chunks"]:
-                return self._compute(call.inputs)
+                return self._compute(call.inputs, call.params)
             streamed = self._streamed(call, call.inputs, stream)
             if streamed is not None:
                 call.done(*streamed)
@@ -168,7 +174,7 @@ class EchoHandler(BaseHandler):
             texts.append(data["text"])
             if not call.token(data):
                 return None  # cancelled: the loop answered CANCELLED already
-        outputs = self._compute(inputs)
+        outputs = self._compute(inputs, call.params)
         count = stream["chunks"] * per
         outputs["token_ids"] = np.arange(count, dtype=np.int64)
         return outputs, {"num_tokens": count, "finish_reason": "length", "text": "".join(texts),
@@ -179,7 +185,7 @@ class EchoHandler(BaseHandler):
         if not self._wait(call, time.monotonic() + delay):
             return
         if not stream["chunks"]:
-            call.done(self._compute(inputs))
+            call.done(self._compute(inputs, call.params))
         else:
             streamed = self._streamed(call, inputs, stream)
             if streamed is None:

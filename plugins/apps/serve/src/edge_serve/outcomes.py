@@ -32,8 +32,9 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
-       ``event.data`` or ``event.error``); anything else: the error's type and message
-       (``x-should-retry: false`` on both: the same request would fail the same way)
+       ``event.data``, ``event.error`` or ``event.outputs``); anything else: the error's
+       type and message (``x-should-retry: false`` on both: the same request would fail
+       the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
        shutting down (``x-should-retry: false``)
@@ -219,11 +220,12 @@ def _event_too_large(error: BaseException) -> HttpRefusal | None:
     """500 naming the event's field for ``EventTooLarge``, raised or sent by a worker.
 
     A worker refuses to send an event whose header would be over its channel's
-    ``max_header_bytes`` and fails the request with this error instead
-    (:mod:`edge_contracts.worker_events`). The request is not at fault (its fields are
-    within their limits): the stage's backend put more in an event than the channel
-    carries, a server error, and the same request would fail the same way again. Its
-    field (``event.data``, ``event.error`` or ``event``) leads the worker's message.
+    ``max_header_bytes``, or whose output tensors together are over its ``max_io_bytes``,
+    and fails the request with this error instead (:mod:`edge_contracts.worker_events`).
+    The request is not at fault (its fields are within their limits): the stage's backend
+    put more in an event than the channel carries, a server error, and the same request
+    would fail the same way again. Its field (``event.data``, ``event.error``, ``event``,
+    or ``event.outputs`` for the tensors) leads the worker's message.
     """
     kind = EventTooLarge.__name__
     if isinstance(error, EventTooLarge):
@@ -235,9 +237,12 @@ def _event_too_large(error: BaseException) -> HttpRefusal | None:
     else:
         return None
     _report_unknown(kind, text)
+    reason = ("(its output tensors over the stage's max_io_bytes): the stage's max_io_bytes "
+              "must be raised for such answers" if field == "event.outputs" else
+              "(its header over max_header_bytes): the backend must send such values as "
+              "output tensors")
     return HttpRefusal(500, field, "an event of the stage's answer was too large for its "
-                       "worker channel (its header over max_header_bytes): the backend "
-                       "must send such values as output tensors", kind=kind,
+                       f"worker channel {reason}", kind=kind,
                        code="event_too_large", param=None, message=text)
 
 

@@ -11,6 +11,11 @@ How an error ends a command (:func:`failure_for`, applied by :func:`edge_core.cl
 * an unexpected exception exits 1 with one line naming it.
 
 The traceback is printed only with ``--debug`` or ``EDGE_DEBUG=1``.
+
+Every command imports this module, kept answers of ``edge plugins`` and ``edge probe``
+too, which import no plugin machinery (``core/tests/plugins/test_import_weight.py``):
+what only a checked pipeline needs (:mod:`edge_core.discovery`, which imports the hook
+specifications and ``typing``) is imported where it is used.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import math
 import os
 import sys
 
-from edge_core.discovery import plugin_errors
 from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
@@ -172,6 +176,8 @@ def checked_pipeline(args: argparse.Namespace) -> Any:
     except ConfigError as exc:
         failure = config_failure(exc, args.pipeline)
         if loaded:  # the file was read far enough to load its plugins
+            from edge_core.discovery import plugin_errors  # not at import: see the module
+
             rows = [record.to_json() for record in loaded[0].records]
             warn_named_plugins(rows)
             failure.body["plugin_errors"] = plugin_errors(rows)
@@ -273,6 +279,11 @@ def warn_named_plugins(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     failed row of its own). A failure of a plugin nobody named is only listed, by ``edge
     plugins`` and ``edge probe``; ``EDGE_STRICT_PLUGINS=1`` makes any failure fatal.
     """
+    rows = list(rows)
+    if not any(row.get("error") for row in rows):  # a kept listing has none
+        return []
+    from edge_core.discovery import plugin_errors  # not at import: see the module
+
     warnings = []
     for failure in plugin_errors(rows):
         if failure["named_by"] is None:

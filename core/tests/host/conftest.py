@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from edge_contracts.requests import EventKind, Operation, StageRequest
 from edge_core.host import Route, WorkerClient, start_worker
 from edge_core.testing.leaks import no_leaks as _no_leaks
 
@@ -22,6 +23,22 @@ def test_route(factory: str, **kwargs: Any) -> Route:
 
 
 test_route.__test__ = False  # type: ignore[attr-defined]
+
+
+def request(rid: str, op: Operation = Operation.RUN, **params: object) -> StageRequest:
+    """A request of stage ``s0``, epoch 0, generation 1 (the ``start`` fixture's)."""
+    return StageRequest(rid, "s0", 0, 1, op, params=params)
+
+
+def refused(client: WorkerClient, rid: str, op: Operation = Operation.RUN,
+            inputs: dict[str, Any] | None = None, **params: object) -> list[Any]:
+    """The deliveries of one request, which must end with an ERROR event."""
+    call = client.submit(request(rid, op, **params), inputs or {})
+    deliveries = []
+    while not deliveries or not deliveries[-1].terminal:
+        deliveries.append(call.next(timeout=10))
+    assert deliveries[-1].kind is EventKind.ERROR, deliveries[-1]
+    return deliveries
 
 
 @pytest.fixture

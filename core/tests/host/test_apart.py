@@ -62,16 +62,25 @@ def _here() -> int:
 
 
 def test_a_thread_on_its_peers_cpu_moves_off_it_and_keeps_its_mask(mask, peer):
-    cpu = min(mask)
-    _place(peer, cpu, mask)
-    os.sched_setaffinity(0, {cpu})  # this thread runs there now
-    os.sched_setaffinity(0, mask)  # and stays there, free to run anywhere
-    assert _here() == cpu
-    keep = Apart(peer.pid)
-    assert keep() is True
-    assert keep.checks == 1 and keep.moves == 1
-    assert _here() != cpu == last_cpu(f"/proc/{peer.pid}/stat")
-    assert os.sched_getaffinity(0) == mask
+    _place(peer, min(mask), mask)
+    # On a busy machine the scheduler may move either process by itself between the
+    # placing and the check (which then rightly finds two CPUs): so the test tries again,
+    # each time on the CPU the peer last ran on, and asks that a check that found one
+    # CPU moved this thread off it.
+    moved_off = []
+    for _ in range(20):
+        theirs = last_cpu(f"/proc/{peer.pid}/stat")
+        assert theirs is not None
+        os.sched_setaffinity(0, {theirs})  # this thread runs there now
+        os.sched_setaffinity(0, mask)  # and stays there, free to run anywhere
+        keep = Apart(peer.pid)
+        if keep():
+            assert keep.checks == 1 and keep.moves == 1
+            assert os.sched_getaffinity(0) == mask
+            moved_off.append(_here() != theirs)
+            if moved_off[-1]:
+                break
+    assert any(moved_off), moved_off
 
 
 def test_a_thread_on_another_cpu_stays(mask, peer):

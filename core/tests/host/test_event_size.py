@@ -19,15 +19,14 @@ import pytest
 from edge_contracts import frame_reader
 from edge_contracts.headers import Limits
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, FEATURE_EVENT_FIELDS, KNOWN_FEATURES
-from edge_contracts.requests import EventKind, Operation, StageRequest
+from edge_contracts.requests import EventKind, Operation
 from edge_core.host import WorkerClient, bootstrap
+
+from .conftest import refused, request
 
 LIMIT = Limits(max_io_bytes=1).max_header_bytes  # the channel's: the default, 64 KiB
 OVER = LIMIT + 4000  # characters of data that no header of this limit holds
 
-
-def request(rid: str, op: Operation = Operation.RUN, **params: object) -> StageRequest:
-    return StageRequest(rid, "s0", 0, 1, op, params=params)
 
 
 def _still_serves(client: WorkerClient, rid: str) -> None:
@@ -36,17 +35,6 @@ def _still_serves(client: WorkerClient, rid: str) -> None:
     assert done.kind is EventKind.DONE and done.data == {"text": "xxx"}, done.error
     health = client.health()
     assert health.state == "ready" and client.ping()["in_flight"] == 0, health
-
-
-def _refused(client: WorkerClient, rid: str, op: Operation = Operation.RUN,
-             inputs: dict[str, Any] | None = None, **params: object) -> list[Any]:
-    """The deliveries of one request, ended by an ERROR event."""
-    call = client.submit(request(rid, op, **params), inputs or {})
-    deliveries = []
-    while not deliveries or not deliveries[-1].terminal:
-        deliveries.append(call.next(timeout=10))
-    assert deliveries[-1].kind is EventKind.ERROR, deliveries[-1]
-    return deliveries
 
 
 @pytest.fixture
@@ -69,7 +57,7 @@ def test_a_done_whose_data_is_over_the_limit_fails_its_request_and_the_channel_s
     start: Callable[..., WorkerClient],
 ) -> None:
     client = start("big_events")
-    error = _refused(client, "r1", pad=OVER)[-1].error
+    error = refused(client, "r1", pad=OVER)[-1].error
     assert error.type == "EventTooLarge", error
     assert error.message.startswith("event.data: the done event's header would be "), error
     assert f"over the channel's max_header_bytes {LIMIT}" in error.message
@@ -83,7 +71,7 @@ def test_a_streamed_token_over_the_limit_ends_the_stream_and_later_emits_are_dro
     start: Callable[..., WorkerClient],
 ) -> None:
     client = start("big_events")
-    deliveries = _refused(client, "g1", Operation.GENERATE, on="token", pad=OVER)
+    deliveries = refused(client, "g1", Operation.GENERATE, on="token", pad=OVER)
     assert [d.kind for d in deliveries] == [EventKind.TOKEN, EventKind.ERROR]
     assert deliveries[0].data == {"text": "t0"}
     assert [d.seq for d in deliveries] == [0, 1]  # the ERROR takes the refused token's seq
@@ -101,7 +89,7 @@ def test_an_error_whose_text_is_over_the_limit_is_replaced_by_one_that_says_so(
     # 8000 "é": cut at 8192 characters, but six bytes each once escaped, twice (message
     # and traceback): about 96 KB of header
     client = start("big_events")
-    error = _refused(client, "r1", on="error", pad=8000)[-1].error
+    error = refused(client, "r1", on="error", pad=8000)[-1].error
     assert error.type == "EventTooLarge"
     assert error.message.startswith("event.error: the error event's header would be ")
     assert "its error (ValueError: 'ééé" in error.message
@@ -114,7 +102,7 @@ def test_data_that_is_not_json_fails_its_request_instead_of_leaving_it_unanswere
     start: Callable[..., WorkerClient],
 ) -> None:
     client = start("big_events")
-    error = _refused(client, "r1", on="set")[-1].error
+    error = refused(client, "r1", on="set")[-1].error
     assert error.type == "HeaderMalformed"
     assert error.message.startswith("header.meta.data.bad: must be JSON-compatible")
     assert client.query({"returns": "r1"}) == {"returns": [False]}
@@ -129,9 +117,9 @@ def test_refused_events_give_back_their_outputs_and_acknowledge_their_inputs(
     client = start("big_events", shm_threshold=1024, shm_max_buffers=2)
     x = np.zeros(4096, dtype=np.uint8)
     for i in range(4):
-        error = _refused(client, f"r{i}", inputs={"x": x}, pad=OVER, outputs=4096)[-1].error
+        error = refused(client, f"r{i}", inputs={"x": x}, pad=OVER, outputs=4096)[-1].error
         assert error.type == "EventTooLarge", error
-        deliveries = _refused(client, f"g{i}", Operation.GENERATE, inputs={"x": x},
+        deliveries = refused(client, f"g{i}", Operation.GENERATE, inputs={"x": x},
                               on="token", pad=OVER, outputs=4096)
         assert deliveries[-1].error.type == "EventTooLarge"
     done = client.submit(request("last", pad=3, outputs=4096), {"x": x}).next(timeout=10)
@@ -143,7 +131,7 @@ def test_refused_events_give_back_their_outputs_and_acknowledge_their_inputs(
 
 @pytest.mark.parametrize("without", [(), (FEATURE_EVENT_FIELDS,), (FEATURE_BINARY_HEADER,)],
                          ids=["binary", "binary-no-event-fields", "json"])
-def test_data_up_to_the_limit_goes_through_and_one_byte_more_is_refused(
+def test_data_up_to_the_limit_goes_through_and_one_byte_more_isrefused(
     start: Callable[..., WorkerClient], header_sizes: list[int],
     monkeypatch: pytest.MonkeyPatch, without: tuple[str, ...],
 ) -> None:
@@ -157,7 +145,7 @@ def test_data_up_to_the_limit_goes_through_and_one_byte_more_is_refused(
     fits = client.submit(request("r2", pad=most)).next(timeout=10)
     assert fits.kind is EventKind.DONE, fits.error
     assert len(fits.data["text"]) == most and header_sizes[-1] == LIMIT
-    error = _refused(client, "r3", pad=most + 1)[-1].error
+    error = refused(client, "r3", pad=most + 1)[-1].error
     assert error.type == "EventTooLarge"
     assert error.message.startswith(
         f"event.data: the done event's header would be {LIMIT + 1} bytes, ")

@@ -21,27 +21,15 @@ import numpy as np
 import pytest
 
 from edge_contracts.protocol import FEATURE_BINARY_HEADER, KNOWN_FEATURES
-from edge_contracts.requests import EventKind, Operation, StageRequest
+from edge_contracts.requests import EventKind, Operation
 from edge_core.host import WorkerClient, bootstrap
+
+from .conftest import refused, request
 
 LIMIT = 16 * 1024  # the channel's max_io_bytes in these tests
 INLINE = {"shm_threshold": 1 << 30}  # every tensor inline
 SHARED = {"shm_threshold": 1024}  # every output of these tests through shared memory
 
-
-def request(rid: str, op: Operation = Operation.RUN, **params: object) -> StageRequest:
-    return StageRequest(rid, "s0", 0, 1, op, params=params)
-
-
-def _refused(client: WorkerClient, rid: str, op: Operation = Operation.RUN,
-             inputs: dict[str, Any] | None = None, **params: object) -> list[Any]:
-    """The deliveries of one request, ended by an ERROR event."""
-    call = client.submit(request(rid, op, **params), inputs or {})
-    deliveries = []
-    while not deliveries or not deliveries[-1].terminal:
-        deliveries.append(call.next(timeout=10))
-    assert deliveries[-1].kind is EventKind.ERROR, deliveries[-1]
-    return deliveries
 
 
 def _still_serves(client: WorkerClient, rid: str, **params: object) -> None:
@@ -77,18 +65,18 @@ def test_outputs_together_over_max_io_bytes_fail_their_request_and_the_channel_s
     client = start("big_outputs", max_io_bytes=LIMIT, **settings)
     assert not set(without) & client.features
     # each under the limit, together over it
-    _over(_refused(client, "r1", sizes=[9000, 11000], buffers=buffers)[-1].error)
+    _over(refused(client, "r1", sizes=[9000, 11000], buffers=buffers)[-1].error)
     assert client.query({"returns": "r1"}) == {"returns": [False]}  # done() said not sent
     _still_serves(client, "r2", buffers=buffers)
 
 
 @pytest.mark.parametrize("transport", [INLINE, SHARED], ids=["inline", "shared-memory"])
-def test_one_byte_over_max_io_bytes_is_refused(
+def test_one_byte_over_max_io_bytes_isrefused(
     start: Callable[..., WorkerClient], transport: dict[str, Any],
 ) -> None:
     client = start("big_outputs", max_io_bytes=LIMIT, **transport)
     _still_serves(client, "r1")  # exactly LIMIT
-    error = _refused(client, "r2", sizes=[LIMIT - 100, 101])[-1].error
+    error = refused(client, "r2", sizes=[LIMIT - 100, 101])[-1].error
     assert error.type == "EventTooLarge"
     assert error.message.startswith(
         f"event.outputs: the done event's output tensors are {LIMIT + 1} bytes, over the "
@@ -100,7 +88,7 @@ def test_a_streamed_output_over_max_io_bytes_ends_the_stream_and_later_emits_are
     start: Callable[..., WorkerClient],
 ) -> None:
     client = start("big_outputs", max_io_bytes=LIMIT, **SHARED)
-    deliveries = _refused(client, "g1", Operation.GENERATE, on="output", sizes=[9000, 11000])
+    deliveries = refused(client, "g1", Operation.GENERATE, on="output", sizes=[9000, 11000])
     assert [(d.kind, d.seq) for d in deliveries] == [(EventKind.ERROR, 0)]
     _over(deliveries[-1].error, "output")
     # the refused OUTPUT, the next OUTPUT and the DONE: none sent
@@ -117,7 +105,7 @@ def test_refused_outputs_give_back_their_segments_and_acknowledge_their_inputs(
     x = np.zeros(4096, dtype=np.uint8)
     for i in range(4):
         for buffers in (False, True):
-            error = _refused(client, f"r{i}-{buffers}", inputs={"x": x}, sizes=[9000, 11000],
+            error = refused(client, f"r{i}-{buffers}", inputs={"x": x}, sizes=[9000, 11000],
                              buffers=buffers)[-1].error
             _over(error)
     done = client.submit(request("last", sizes=[4096, 4096], buffers=True),
@@ -135,7 +123,7 @@ def test_an_output_over_the_shared_memory_cap_fails_its_request_and_the_channel_
     cap = 64 * 1024
     client = start("big_outputs", max_io_bytes=1 << 20, shm_max_bytes=cap, **SHARED)
     for buffers in (False, True):
-        error = _refused(client, f"r-{buffers}", sizes=[2 * cap], buffers=buffers)[-1].error
+        error = refused(client, f"r-{buffers}", sizes=[2 * cap], buffers=buffers)[-1].error
         assert error.type == "ShmCapExceeded", error
         assert error.message.startswith(
             f"shm.retained_bytes: exceeds the per-producer cap of {cap} bytes: "), error

@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, requires
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from .distributions import DIRS, ROOT, packages, project
 
@@ -41,8 +42,9 @@ RUNTIME_USERS = {
 }
 
 
-def _requirement_name(requirement: str) -> str:
-    return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+def requirement_name(requirement: str) -> str:
+    """The distribution a PEP 508 requirement (or a bare name) names, normalized (PEP 503)."""
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def _extra_name(name: str) -> str:
@@ -52,9 +54,9 @@ def _extra_name(name: str) -> str:
 
 def _declared(directory: str) -> set[str]:
     meta = project(directory)
-    names = {_requirement_name(r) for r in meta.get("dependencies", [])}
+    names = {requirement_name(r) for r in meta.get("dependencies", [])}
     for extra in meta.get("optional-dependencies", {}).values():
-        names |= {_requirement_name(r) for r in extra}
+        names |= {requirement_name(r) for r in extra}
     names.add(str(meta["name"]))
     return names
 
@@ -91,11 +93,11 @@ def _extra_requirements(distribution: str, extra: str) -> set[str]:
     the installed metadata (none when not installed). Extra names compare normalized
     either way (PEP 685: ``Derive_Tools`` is ``derive-tools``).
     """
-    own = {_requirement_name(str(project(d)["name"])): d for d in DIRS}
+    own = {requirement_name(str(project(d)["name"])): d for d in DIRS}
     if distribution in own:
         extras = project(own[distribution]).get("optional-dependencies", {})
         wanted = _extra_name(extra)
-        return {_requirement_name(r) for name, listed in extras.items()
+        return {requirement_name(r) for name, listed in extras.items()
                 if _extra_name(name) == wanted for r in listed}
     try:
         listed = requires(distribution) or []
@@ -116,7 +118,7 @@ def _only_under_extra(listed: list[str], extra: str) -> set[str]:
         marker = requirement.marker
         if (marker is not None and marker.evaluate({"extra": extra})
                 and not marker.evaluate({"extra": ""})):
-            names.add(_requirement_name(requirement.name))
+            names.add(requirement_name(requirement.name))
     return names
 
 
@@ -171,7 +173,7 @@ def test_a_submodule_whose_extra_brings_requirements_has_them_declared(directory
     """
     declared = _declared(directory)
     meta = project(directory)
-    with_extras = {(_requirement_name(r.name), _extra_name(extra))
+    with_extras = {(requirement_name(r.name), _extra_name(extra))
                    for r in map(Requirement, [*meta.get("dependencies", []),
                                               *(t for e in meta.get("optional-dependencies",
                                                                     {}).values() for t in e)])
@@ -223,10 +225,10 @@ def test_the_scan_sees_lazy_imports() -> None:
     assert "session.py" in _imports("plugins/backends/qnn")["qai_hub"]  # lazy, in a method
     assert "worker.py" in _imports("plugins/libraries/ort")["onnxruntime"]
     # onnx is never needed to serve: only the derive extra (edge derive) brings it
-    required = {_requirement_name(r)
+    required = {requirement_name(r)
                 for r in project("plugins/libraries/ort").get("dependencies", [])}
     assert "onnx" not in required and "onnx" in _declared("plugins/libraries/ort")
-    assert "onnx" not in {_requirement_name(r)
+    assert "onnx" not in {requirement_name(r)
                           for r in project("plugins/backends/qnn").get("dependencies", [])}
 
 

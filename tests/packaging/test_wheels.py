@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from .distributions import DIRS, ROOT, project, wheel_name
-from .test_declared_imports import PROVIDERS, ROUTE_RUNTIMES, _requirement_name
+from .test_declared_imports import PROVIDERS, ROUTE_RUNTIMES, requirement_name
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +91,7 @@ def _allowed_missing(directory: str) -> set[str]:
     extras = project(directory).get("optional-dependencies", {})
     for requirements in extras.values():
         for requirement in requirements:
-            name = _requirement_name(requirement)
+            name = requirement_name(requirement)
             allowed |= {m for m, dists in PROVIDERS.items() if name in dists}
             allowed.add(name.replace("-", "_"))
     return allowed

@@ -79,6 +79,7 @@ __all__ = [
     "new_prefix",
     "own_prefixes",
     "own_segment_names",
+    "retained_cap_for",
     "segment_names",
     "segment_owner",
     "sweep",
@@ -226,6 +227,17 @@ def _unlink(name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def retained_cap_for(max_io_bytes: int, max_buffers: int = DEFAULT_MAX_BUFFERS) -> int:
+    """The cap on a producer's leased bytes that lets any one frame of ``max_io_bytes`` through.
+
+    A frame's tensors total at most ``max_io_bytes`` (the channel refuses more), each in a
+    segment whose capacity is rounded up to whole pages, at most ``max_buffers`` of them:
+    with nothing else leased they fit under this cap. Never below
+    :data:`DEFAULT_MAX_BYTES`, so a channel for small frames can still hold a few.
+    """
+    return max(DEFAULT_MAX_BYTES, _round_up(max_io_bytes) + max_buffers * _PAGE)
 
 
 def _round_up(n: int) -> int:

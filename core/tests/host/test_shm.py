@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 
 from edge_contracts.shm import (
+    DEFAULT_MAX_BUFFERS,
+    DEFAULT_MAX_BYTES,
     SegmentConsumer,
     SegmentProducer,
     ShmCapExceeded,
     ShmRefused,
     new_prefix,
+    retained_cap_for,
     segment_names,
     sweep,
 )
@@ -154,3 +157,42 @@ def test_peer_processes_share_segments_without_resource_tracker_noise(producer):
     assert out.stdout.strip() == "28.0"
     assert out.stderr == ""
     assert lease.segment in segment_names(producer.prefix), "the consumer unlinked it early"
+
+
+@pytest.mark.parametrize("max_io_bytes", [1, 64 * MIB, 96 * MIB + 12345])
+@pytest.mark.parametrize("buffers", [1, 7, DEFAULT_MAX_BUFFERS])
+def test_the_cap_for_a_frame_holds_any_frame_of_that_size(max_io_bytes, buffers):
+    """``buffers`` segments of odd sizes, ``max_io_bytes`` in all, lease under the cap."""
+    cap = retained_cap_for(max_io_bytes)
+    assert cap >= DEFAULT_MAX_BYTES
+    sizes = [max(1, max_io_bytes // buffers + 1)] * (buffers - 1)  # odd sizes, rounded up
+    sizes = [size for size in sizes if size < max_io_bytes][: max(0, buffers - 1)]
+    if sum(sizes) < max_io_bytes:
+        sizes.append(max_io_bytes - sum(sizes))
+    assert sum(sizes) <= max_io_bytes
+    producer = SegmentProducer(new_prefix(), max_bytes=cap, max_buffers=DEFAULT_MAX_BUFFERS)
+    try:
+        leases = [producer.lease(size) for size in sizes]
+        assert len(leases) == len(sizes)
+    finally:
+        producer.close()
+
+
+def test_a_cap_of_exactly_the_frame_size_is_not_enough_for_odd_arrays():
+    """Why the cap adds a page per segment: capacities are whole pages."""
+    sizes = [4 * MIB + 1] * 15 + [4 * MIB - 15]  # 64 MiB in all
+    assert sum(sizes) == 64 * MIB
+    producer = SegmentProducer(new_prefix(), max_bytes=64 * MIB)
+    try:
+        for size in sizes[:-1]:
+            producer.lease(size)
+        with pytest.raises(ShmCapExceeded, match="retained_bytes"):
+            producer.lease(sizes[-1])
+    finally:
+        producer.close()
+    producer = SegmentProducer(new_prefix(), max_bytes=retained_cap_for(64 * MIB))
+    try:
+        for size in sizes:
+            producer.lease(size)
+    finally:
+        producer.close()

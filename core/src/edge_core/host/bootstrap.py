@@ -35,11 +35,11 @@ from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import (
     DEFAULT_MAX_BUFFERS,
-    DEFAULT_MAX_BYTES,
     SHM_AVAILABLE,
     SegmentConsumer,
     SegmentProducer,
     new_prefix,
+    retained_cap_for,
     sweep,
 )
 from edge_contracts.waiting import MAX_SPIN_US
@@ -103,7 +103,7 @@ def start_worker(
     set_env: Mapping[str, str] | None = None,
     hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
     shm_threshold: int = DEFAULT_SHM_THRESHOLD,
-    shm_max_bytes: int = DEFAULT_MAX_BYTES,
+    shm_max_bytes: int | None = None,
     shm_max_buffers: int = DEFAULT_MAX_BUFFERS,
     max_io_bytes: int = DEFAULT_MAX_IO_BYTES,
     spin_us: int | None = None,
@@ -126,7 +126,12 @@ def start_worker(
         hello_timeout_s: bound on start-up until the hello.
         shm_threshold: tensors of at least this many bytes go through shared memory
             (both ways), when both sides support it.
-        shm_max_bytes: per-producer cap on retained shared memory (each side).
+        shm_max_bytes: per-producer cap on retained shared memory (each side). Default
+            (None): room for one frame of ``max_io_bytes``
+            (:func:`~edge_contracts.shm.retained_cap_for`), at least
+            :data:`~edge_contracts.shm.DEFAULT_MAX_BYTES`: a request or result the
+            channel accepts can always be sent once the frames before it are
+            acknowledged.
         shm_max_buffers: per-producer cap on retained segments (each side).
         max_io_bytes: cap on the tensor bytes of one frame, both ways.
         spin_us: how long either end polls without sleeping for the next frame before it
@@ -165,6 +170,8 @@ def start_worker(
     spin = worker_spin_us() if spin_us is None else spin_us
     if type(spin) is not int or not 0 <= spin <= MAX_SPIN_US:
         raise BootstrapRefused("spin_us", f"must be an integer in 0..{MAX_SPIN_US}", spin)
+    if shm_max_bytes is None:
+        shm_max_bytes = retained_cap_for(max_io_bytes, shm_max_buffers)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
     use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE

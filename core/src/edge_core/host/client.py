@@ -505,7 +505,8 @@ class WorkerClient:
 
         Inputs of at least the shared-memory threshold are copied into this controller's
         segments, retained until the worker acknowledges them with its terminal event.
-        Raises :class:`TransportCapExceeded` when that retention would exceed the caps,
+        Raises :class:`TransportCapExceeded` when that retention would exceed the caps
+        (``clears`` when calls in flight on this channel hold some of it),
         :class:`WorkerGone` when the worker is down.
         """
         if self._state != READY:  # _refuse_if_down, without the call
@@ -513,7 +514,8 @@ class WorkerClient:
         try:  # input buffers (InputBuffers.allocate) travel by reference
             packed, claimed = self._inputs.pack(inputs)
         except ShmCapExceeded as exc:
-            raise TransportCapExceeded(exc.field, exc.reason, exc.value) from None
+            raise TransportCapExceeded(exc.field, exc.reason, exc.value,
+                                       clears=bool(self._calls)) from None
         call = Call(
             request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
         )

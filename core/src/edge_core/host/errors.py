@@ -77,10 +77,18 @@ class WorkerUnresponsive(WorkerGone):
 
 
 class TransportCapExceeded(_Described, ResourceUnavailable):
-    """Shared-memory retention would exceed a producer's cap on bytes or buffers."""
+    """Shared-memory retention would exceed a producer's cap on bytes or buffers.
 
-    def __init__(self, field: str, reason: str, value: object) -> None:
+    ``clears`` is True when calls in flight on the channel held shared memory when it
+    was refused: their ends give it back, so the same request may fit once they end (a
+    replica set waits for that, bounded by the request's deadline). False when nothing
+    in flight would free any: what fills the cap is held by the caller (input buffers,
+    unacknowledged results) or the request alone needs more than the cap.
+    """
+
+    def __init__(self, field: str, reason: str, value: object, *, clears: bool = False) -> None:
         super().__init__(self._describe(field, reason, value))
+        self.clears = clears
 
 
 class InputBufferBusy(_Described, ResourceUnavailable):

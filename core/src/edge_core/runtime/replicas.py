@@ -36,7 +36,7 @@ from typing import Any
 
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
-from edge_core.host.errors import InputBufferBusy
+from edge_core.host.errors import InputBufferBusy, TransportCapExceeded
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import StageState, replica_summary
@@ -238,7 +238,12 @@ class ReplicaSet:
             if self._waiting:
                 self._candidates()  # still refuses when no replica serves
                 return None
-        return self._submit_free(inputs, params, until, request_id, abandoned)
+        try:
+            return self._submit_free(inputs, params, until, request_id, abandoned)
+        except TransportCapExceeded as exc:
+            if not exc.clears:
+                raise
+            return None  # the calls in flight give memory back: the caller waits
 
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,
@@ -257,12 +262,21 @@ class ReplicaSet:
         if owner is not None and any(owner is c for c in candidates):
             owner.check_input_buffers(inputs)  # busy: refused at once, not after its slot
             candidates = [owner]  # its input buffer goes by reference to it alone
+        capped: TransportCapExceeded | None = None
         for runtime in candidates:
             if runtime.slots.free <= 0:
                 continue
-            call = self._submit_to(runtime, inputs, params, until, request_id, abandoned)
+            try:
+                call = self._submit_to(runtime, inputs, params, until, request_id, abandoned)
+            except TransportCapExceeded as exc:
+                if not exc.clears:
+                    raise
+                capped = exc  # its calls in flight give memory back: try the others
+                continue
             if call is not None:
                 return call
+        if capped is not None:
+            raise capped
         return None
 
     def _submit_to(self, runtime: StageRuntime, inputs: Mapping[str, Any],
@@ -274,8 +288,8 @@ class ReplicaSet:
             return runtime.submit(inputs, params=params, until=until,
                                   request_id=request_id, abandoned=abandoned,
                                   wait_for_slot=False)
-        except InputBufferBusy:
-            raise  # the caller's error: the buffer is still held by a request
+        except (InputBufferBusy, TransportCapExceeded):
+            raise  # the buffer is still held; the memory is full: not a slot taken
         except (ResourceUnavailable, StageClosed):
             return None  # taken or closed in between: try the next one
         except WorkerError:
@@ -298,11 +312,17 @@ class ReplicaSet:
         While no replica serves but one is restarting or will be (:meth:`restart_pending`),
         the request waits for it too — bounded by ``until``/``deadline_s``, else by
         :attr:`restart_wait_s` from when the wait for a restart began. ``abandoned()``
-        turning True (the request was cancelled) ends any wait here.
+        turning True (the request was cancelled) ends any wait here. A replica whose
+        shared memory is full with the inputs of its calls in flight
+        (:class:`~edge_core.host.errors.TransportCapExceeded` that ``clears``) is waited
+        for like a taken slot, until one of them ends.
 
         Raises:
             StageClosed: no replica is serving and none will come back (or none came back
                 within :attr:`restart_wait_s`, without a deadline).
+            TransportCapExceeded: the request's inputs do not fit a replica's shared
+                memory and no call in flight there would give any back (what fills it
+                is the caller's, or the request alone is over the cap).
             ResourceUnavailable: no slot freed within ``deadline_s``.
             DeadlineExceeded: no slot freed (or no replica came back) before ``until``.
             RequestCancelled: ``abandoned()`` said so while waiting; nothing was sent.
@@ -324,6 +344,10 @@ class ReplicaSet:
                                        wait_for_slot=False)
                 except InputBufferBusy:
                     raise
+                except TransportCapExceeded as exc:
+                    if not exc.clears:
+                        raise  # nothing in flight gives memory back: waiting cannot help
+                    # else wait below for the calls in flight to end
                 except (ResourceUnavailable, StageClosed):
                     pass  # taken or closed in between: wait for it below
                 except WorkerError:
@@ -331,9 +355,13 @@ class ReplicaSet:
                     if not _worker_lost(only):
                         raise
             elif abandoned is None or not abandoned():
-                call = self._submit_free(inputs, params, until, request_id, abandoned)
-                if call is not None:
-                    return call
+                try:
+                    call = self._submit_free(inputs, params, until, request_id, abandoned)
+                except TransportCapExceeded:
+                    pass  # raised only when it clears: wait below
+                else:
+                    if call is not None:
+                        return call
         end = None if deadline_s is None else time.monotonic() + deadline_s
         if until is not None:
             end = until if end is None else min(end, until)
@@ -350,8 +378,12 @@ class ReplicaSet:
                 with self._lock:
                     seen = self._wakes
                     first = self._waiting[0] == ticket
-                call = (self._submit_free(inputs, params, until, request_id, abandoned)
-                        if first else None)
+                capped = False
+                try:
+                    call = (self._submit_free(inputs, params, until, request_id, abandoned)
+                            if first else None)
+                except TransportCapExceeded:  # raised only when it clears
+                    call, capped = None, True
                 if call is not None:
                     return call
                 down = not self._serving()
@@ -361,7 +393,9 @@ class ReplicaSet:
                 self._check_bounds(now, end, until, deadline_s, restart_end if down else None)
                 remaining = _RECHECK_S if end is None else end - now
                 with self._lock:
-                    if self._wakes == seen:
+                    # A refused try released its slot (one wake of its own): after a
+                    # full memory, wait for the next release, or the recheck, anyway.
+                    if capped or self._wakes == seen:
                         self._sleepers += 1
                         try:
                             self._cond.wait(min(remaining, _RECHECK_S))

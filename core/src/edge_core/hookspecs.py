@@ -223,6 +223,12 @@ def edge_call(
     Returns:
         An iterator of events with their output tensors (name to NumPy array).
 
+    Raises:
+        ResourceUnavailable: not now (the backend is busy; nothing was sent). The request
+            waits for the stage as for a taken slot, asleep until a slot of it is released
+            (or a recheck, every 50 ms), within its deadline, and is tried again. Any other
+            error is the request's.
+
     """
 
 

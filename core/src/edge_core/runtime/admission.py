@@ -17,11 +17,20 @@ from typing import Any
 
 from edge_core.errors import DeadlineExceeded, EdgeError, ResourceUnavailable
 
-__all__ = ["RequestTooLarge", "SlotPool", "check_request_size", "request_bytes", "take_slot"]
+__all__ = ["RequestTooLarge", "SlotPool", "SlotsTaken", "check_request_size", "request_bytes",
+           "take_slot"]
+
+
+class SlotsTaken(ResourceUnavailable):
+    """Every slot of a :class:`SlotPool` is taken, and none freed in time.
+
+    Its own class, so that a caller trying several pools (a replica set) tells a slot taken
+    meanwhile from a backend's own refusal after its slot was taken.
+    """
 
 
 class SlotPool:
-    """``limit`` slots; :meth:`acquire` refuses with ``ResourceUnavailable`` when none is free.
+    """``limit`` slots; :meth:`acquire` refuses with :class:`SlotsTaken` when none is free.
 
     Args:
         limit: How many slots exist.
@@ -59,7 +68,7 @@ class SlotPool:
         """Take a slot: at once, or waiting up to ``deadline_s`` seconds when it is given.
 
         Raises:
-            ResourceUnavailable: naming the limit, when no slot frees in time.
+            SlotsTaken: naming the limit, when no slot frees in time.
         """
         with self._lock:
             if self._used < self.limit:
@@ -81,7 +90,7 @@ class SlotPool:
                 if self._used < self.limit:
                     self._used += 1
                     return
-            raise ResourceUnavailable(
+            raise SlotsTaken(
                 f"{self.what}: all {self.limit} slot(s) taken"
                 + (f" for {deadline_s} s" if deadline_s else "")
                 + f": {self._used}"

@@ -37,6 +37,7 @@ from typing import Any
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
 from edge_core.host.errors import InputBufferBusy, TransportCapExceeded
+from edge_core.runtime.admission import SlotsTaken
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import StageState, replica_summary
@@ -47,6 +48,22 @@ __all__ = ["ReplicaSet"]
 
 #: Longest sleep between checks while waiting for a slot (a closed stage is noticed).
 _RECHECK_S = 0.05
+
+
+def _worth_waiting(error: ResourceUnavailable) -> bool:
+    """Whether a replica's refusal of a call after its slot was taken may pass with time.
+
+    No for an input buffer the caller still holds (:class:`InputBufferBusy`) and for
+    shared memory nothing in flight will give back (:class:`TransportCapExceeded` that
+    does not clear): those are the caller's to fix. Yes for memory that clears and for a
+    backend's own refusal: a request waits for those as for a slot, bounded by its
+    deadline.
+    """
+    if isinstance(error, InputBufferBusy):
+        return False
+    if isinstance(error, TransportCapExceeded):
+        return error.clears
+    return True
 
 
 def _worker_lost(runtime: StageRuntime) -> bool:
@@ -240,10 +257,10 @@ class ReplicaSet:
                 return None
         try:
             return self._submit_free(inputs, params, until, request_id, abandoned)
-        except TransportCapExceeded as exc:
-            if not exc.clears:
+        except ResourceUnavailable as exc:
+            if not _worth_waiting(exc):
                 raise
-            return None  # the calls in flight give memory back: the caller waits
+            return None  # refused after its slot, for now: the caller waits
 
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,
@@ -262,35 +279,38 @@ class ReplicaSet:
         if owner is not None and any(owner is c for c in candidates):
             owner.check_input_buffers(inputs)  # busy: refused at once, not after its slot
             candidates = [owner]  # its input buffer goes by reference to it alone
-        capped: TransportCapExceeded | None = None
+        refused: ResourceUnavailable | None = None
         for runtime in candidates:
             if runtime.slots.free <= 0:
                 continue
             try:
                 call = self._submit_to(runtime, inputs, params, until, request_id, abandoned)
-            except TransportCapExceeded as exc:
-                if not exc.clears:
+            except ResourceUnavailable as exc:
+                if not _worth_waiting(exc):
                     raise
-                capped = exc  # its calls in flight give memory back: try the others
+                refused = exc  # this one refused after its slot, for now: try the others
                 continue
             if call is not None:
                 return call
-        if capped is not None:
-            raise capped
+        if refused is not None:
+            raise refused
         return None
 
     def _submit_to(self, runtime: StageRuntime, inputs: Mapping[str, Any],
                    params: Mapping[str, Any] | None, until: float | None,
                    request_id: str | None,
                    abandoned: Callable[[], bool] | None) -> PendingCall | None:
-        """Submit on ``runtime`` if it takes the call now; None when it is taken or closed."""
+        """Submit on ``runtime`` if it takes the call now; None when it is taken or closed.
+
+        Any other refusal (``ResourceUnavailable`` from the stage's call: its shared memory
+        full, the backend's own "not now") is raised, for the caller to wait or not
+        (:func:`_worth_waiting`).
+        """
         try:
             return runtime.submit(inputs, params=params, until=until,
                                   request_id=request_id, abandoned=abandoned,
                                   wait_for_slot=False)
-        except (InputBufferBusy, TransportCapExceeded):
-            raise  # the buffer is still held; the memory is full: not a slot taken
-        except (ResourceUnavailable, StageClosed):
+        except (SlotsTaken, StageClosed):
             return None  # taken or closed in between: try the next one
         except WorkerError:
             self.note_failure(runtime)
@@ -312,10 +332,11 @@ class ReplicaSet:
         While no replica serves but one is restarting or will be (:meth:`restart_pending`),
         the request waits for it too — bounded by ``until``/``deadline_s``, else by
         :attr:`restart_wait_s` from when the wait for a restart began. ``abandoned()``
-        turning True (the request was cancelled) ends any wait here. A replica whose
-        shared memory is full with the inputs of its calls in flight
-        (:class:`~edge_core.host.errors.TransportCapExceeded` that ``clears``) is waited
-        for like a taken slot, until one of them ends.
+        turning True (the request was cancelled) ends any wait here. A replica that
+        refuses the call after its slot was taken is waited for like a taken slot, asleep
+        until a slot is released (or the recheck): its shared memory full with the inputs
+        of its calls in flight (:class:`~edge_core.host.errors.TransportCapExceeded` that
+        ``clears``), or its backend's own ``ResourceUnavailable`` from the call.
 
         Raises:
             StageClosed: no replica is serving and none will come back (or none came back
@@ -342,14 +363,12 @@ class ReplicaSet:
                     return only.submit(inputs, params=params, until=until,
                                        request_id=request_id, abandoned=abandoned,
                                        wait_for_slot=False)
-                except InputBufferBusy:
-                    raise
-                except TransportCapExceeded as exc:
-                    if not exc.clears:
-                        raise  # nothing in flight gives memory back: waiting cannot help
-                    # else wait below for the calls in flight to end
-                except (ResourceUnavailable, StageClosed):
+                except (SlotsTaken, StageClosed):
                     pass  # taken or closed in between: wait for it below
+                except ResourceUnavailable as exc:
+                    if not _worth_waiting(exc):
+                        raise
+                    # else refused after its slot, for now: wait below, asleep
                 except WorkerError:
                     self.note_failure(only)
                     if not _worker_lost(only):
@@ -357,8 +376,9 @@ class ReplicaSet:
             elif abandoned is None or not abandoned():
                 try:
                     call = self._submit_free(inputs, params, until, request_id, abandoned)
-                except TransportCapExceeded:
-                    pass  # raised only when it clears: wait below
+                except ResourceUnavailable as exc:
+                    if not _worth_waiting(exc):
+                        raise
                 else:
                     if call is not None:
                         return call
@@ -378,12 +398,14 @@ class ReplicaSet:
                 with self._lock:
                     seen = self._wakes
                     first = self._waiting[0] == ticket
-                capped = False
+                refused = False
                 try:
                     call = (self._submit_free(inputs, params, until, request_id, abandoned)
                             if first else None)
-                except TransportCapExceeded:  # raised only when it clears
-                    call, capped = None, True
+                except ResourceUnavailable as exc:
+                    if not _worth_waiting(exc):
+                        raise
+                    call, refused = None, True
                 if call is not None:
                     return call
                 down = not self._serving()
@@ -394,8 +416,8 @@ class ReplicaSet:
                 remaining = _RECHECK_S if end is None else end - now
                 with self._lock:
                     # A refused try released its slot (one wake of its own): after a
-                    # full memory, wait for the next release, or the recheck, anyway.
-                    if capped or self._wakes == seen:
+                    # refusal, wait for the next release, or the recheck, anyway.
+                    if refused or self._wakes == seen:
                         self._sleepers += 1
                         try:
                             self._cond.wait(min(remaining, _RECHECK_S))

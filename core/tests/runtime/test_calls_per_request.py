@@ -48,6 +48,8 @@ MAX_PYTHON_CALLS = 70  # 126, 113, 111 in earlier rounds; 96 with the one-stage 
 #: controller's packer has no cap, but counts like the worker's, which refuses an event's
 #: outputs over ``max_io_bytes`` before leasing them).
 MAX_BYTECODES = {(3, 11): 3180}
+#: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
+BATCHES = 3
 
 
 @pytest.fixture(autouse=True)
@@ -91,5 +93,12 @@ def test_a_small_request_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    count = bytecodes(repeat(_requests(open_pipeline(echo_stage("s0"))), REQUESTS))
+    # The least of three batches, as the ort-cpu stage's bound is checked: a frame the
+    # worker sends between requests (a heartbeat, every 0.2 s while a request is in flight
+    # there) is read and parsed by the waiting request's thread, about 930 bytecodes that
+    # no request needs (seen as 3182.29 in 2 of about 25 runs against 3173); a path that
+    # grows grows every batch.
+    request = _requests(open_pipeline(echo_stage("s0")))
+    count = min((bytecodes(repeat(request, REQUESTS)) for _ in range(BATCHES)),
+                key=lambda counted: counted.per_call)
     assert count.per_call <= bound, count

@@ -8,13 +8,19 @@ steps (``itertools.repeat(request, 100)``, or steps whose arguments a generator 
 outside the count), and return the count per step with the busiest functions. C functions are not
 counted by either. Bytecode counts depend on the interpreter's compiler, so a bound on
 them is kept per Python minor version.
+
+The garbage collector is run before a count and kept off during it: a collection that
+fell inside a step would run the finalizers of whatever earlier code left behind (another
+pipeline's, say) in the counting thread and count them as the step's work.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -38,6 +44,19 @@ class WorkCount:
     busiest: list[tuple[str, int]]
 
 
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """Collect now, then keep the garbage collector off until the block ends."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def python_calls(steps: Iterable[Callable[[], object]]) -> WorkCount:
     """Count the Python function calls each step makes, per step, the step itself left out.
 
@@ -52,14 +71,15 @@ def python_calls(steps: Iterable[Callable[[], object]]) -> WorkCount:
             counts[f"{code.co_filename}:{code.co_name}"] += 1
 
     taken = outer = 0
-    for step in steps:
-        taken += 1
-        outer += getattr(step, "__code__", None) is not None  # Python: its own entry counts
-        sys.setprofile(count)
-        try:
-            step()
-        finally:
-            sys.setprofile(None)
+    with _no_collection():
+        for step in steps:
+            taken += 1
+            outer += getattr(step, "__code__", None) is not None  # Python: its own entry
+            sys.setprofile(count)
+            try:
+                step()
+            finally:
+                sys.setprofile(None)
     if not taken:
         raise ValueError("python_calls: no steps")
     return WorkCount((sum(counts.values()) - outer) / taken, counts.most_common(20))
@@ -84,16 +104,17 @@ def bytecodes(steps: Iterable[Callable[[], object]]) -> WorkCount:
         return trace
 
     taken = 0
-    for step in steps:
-        taken += 1
-        code = getattr(step, "__code__", None)
-        if code is not None:
-            own.add(code)
-        sys.settrace(trace)
-        try:
-            step()
-        finally:
-            sys.settrace(None)
+    with _no_collection():
+        for step in steps:
+            taken += 1
+            code = getattr(step, "__code__", None)
+            if code is not None:
+                own.add(code)
+            sys.settrace(trace)
+            try:
+                step()
+            finally:
+                sys.settrace(None)
     if not taken:
         raise ValueError("bytecodes: no steps")
     return WorkCount(sum(counts.values()) / taken, counts.most_common(20))

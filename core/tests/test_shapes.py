@@ -28,6 +28,16 @@ def test_static_buckets_match_exactly_and_ranges_inclusively() -> None:
     assert info.value.shape == "float32[2, 3, 48, 640]"
     assert "b4_w640{x: float32[4,3,48,640]}" in info.value.served
     assert "wide{x: float32[1,3,48,641..2048]}" in str(info.value)
+    assert "outside every declared shape" in str(info.value)
+
+
+def test_a_dtype_no_entry_serves_is_named_as_the_reason() -> None:
+    with pytest.raises(ShapeRefused) as info:
+        REC.match({"x": ("float16", (4, 3, 48, 640))})  # a served shape, another dtype
+    assert info.value.field == "inputs.x" and info.value.shape == "float16[4, 3, 48, 640]"
+    assert "dtype float16 is not served (only float32)" in str(info.value)
+    with pytest.raises(ShapeRefused, match="dtype int8 is not served"):
+        fit({"x": np.ones((1, 3, 48, 320), np.int8)}, REC)
 
 
 def test_fit_picks_the_smallest_bucket_and_pads_with_the_models_padding() -> None:

@@ -286,10 +286,13 @@ class ShapeSet:
                                               f"served: {served}")
         for name in names:
             dtype, shape = specs[name]
-            if not any(e.inputs[name].accepts(dtype, tuple(shape)) for e in self.entries
-                       if name in e.inputs):
+            inputs = [e.inputs[name] for e in self.entries if name in e.inputs]
+            if not any(i.accepts(dtype, tuple(shape)) for i in inputs):
+                dtypes = sorted({i.dtype for i in inputs})
+                reason = why if dtype in dtypes else (
+                    f"dtype {dtype} is not served (only {', '.join(dtypes)})")
                 return ShapeRefused(f"{where}.{name}", f"{dtype}{list(shape)}",
-                                    f"{why}; served: {served}")
+                                    f"{reason}; served: {served}")
         first = names[0]
         dtype, shape = specs[first]
         return ShapeRefused(f"{where}.{first}", f"{dtype}{list(shape)}",

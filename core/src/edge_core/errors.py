@@ -27,7 +27,21 @@ Distinct from ``None``, which is a value a JSON or YAML document can hold (``nul
 
 
 class EdgeError(Exception):
-    """Base class of every error raised by edge-core."""
+    """Base class of every error raised by edge-core.
+
+    ``str()`` is the whole message; :attr:`summary` and :attr:`detail` split it for a
+    one-line report (the command line's): what it is, and what only ``--debug`` shows.
+    """
+
+    @property
+    def summary(self) -> str:
+        """The error in one line, without its :attr:`detail`."""
+        return " ".join(str(self).split("\n"))
+
+    @property
+    def detail(self) -> str | None:
+        """What a one-line report leaves out (a worker's traceback); None for most errors."""
+        return None
 
 
 class ConfigError(EdgeError, ValueError):

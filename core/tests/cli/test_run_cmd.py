@@ -153,3 +153,24 @@ def test_the_health_lines_say_how_many_replicas_are_live() -> None:
                         "(restart = on-failure)")
     assert lines[-1] == "stage a: 1 of 2 replicas live (degraded)"
     assert len(lines) == 4  # no replica line for a stage of one
+
+
+def test_a_request_failed_in_the_worker_is_one_line_its_traceback_left_to_debug(
+        tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    args = ("run", "pipeline.toml", "--inputs", "in.npz", "--params", '{"fail_call": true}')
+    plain = edge(*args, cwd=tmp_path)
+    assert plain.returncode == 1
+    (line,) = [text for text in plain.stderr.splitlines() if "RequestFailed" in text]
+    assert "InjectedFailure: call failed as the request asked" in line
+    assert "--debug or EDGE_DEBUG=1 prints the worker's traceback" in line
+    assert "Traceback" not in plain.stderr and "worker traceback" not in plain.stderr
+    report = json.loads(edge(*args, "--json", cwd=tmp_path).stdout)
+    assert "Traceback" not in report["error"]
+    assert report["detail"].startswith("Traceback (most recent call last)")
+    assert 'raise InjectedFailure("call failed as the request asked")' in report["detail"]
+    debug = edge(*args, "--debug", cwd=tmp_path)
+    assert debug.returncode == 1
+    assert "--- worker traceback ---" in debug.stderr
+    assert 'raise InjectedFailure("call failed as the request asked")' in debug.stderr

@@ -390,6 +390,10 @@ def test_an_error_event_carries_the_workers_traceback(open_pipeline: OpenPipelin
     trace = caught.value.traceback or ""
     assert "InjectedFailure" in trace and "edge_echo" in trace and "submit" in trace
     assert "worker traceback" in str(caught.value)
+    # a one-line report's split (the command line's): the traceback is the detail alone
+    assert caught.value.detail == caught.value.traceback
+    assert caught.value.summary.endswith("InjectedFailure: call failed as configured")
+    assert "\n" not in caught.value.summary and "Traceback" not in caught.value.summary
     assert pipeline.stage("a").state is StageState.READY
 
 

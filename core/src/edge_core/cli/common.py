@@ -114,6 +114,20 @@ def config_problems(exc: ConfigError) -> list[str]:
     return [str(problem) for problem in problems]
 
 
+def error_line(exc: BaseException) -> str:
+    """``TYPE: message`` in one line; an error's detail (a worker's traceback) left out.
+
+    The detail is named, for ``--debug`` (whose traceback shows it) and ``--json`` (whose
+    ``detail`` holds it).
+    """
+    if not isinstance(exc, EdgeError):
+        return " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
+    line = f"{type(exc).__name__}: {exc.summary}"
+    if exc.detail is not None:
+        line += " (--debug or EDGE_DEBUG=1 prints the worker's traceback)"
+    return line
+
+
 def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
     """The exit code and one-line message for ``exc`` (see the module docstring).
 
@@ -129,7 +143,8 @@ def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
     where = f"{stage}: " if stage else ""
     body = {"stage": stage} if stage else {}
     if isinstance(exc, EdgeError):
-        return CommandFailed(EXIT_FAILED, f"{where}{type(exc).__name__}: {exc}", body)
+        return CommandFailed(EXIT_FAILED, f"{where}{error_line(exc)}",
+                             body if exc.detail is None else {**body, "detail": exc.detail})
     if isinstance(exc, ValueError):
         prefix = f"{what}: " if what else ""
         problems = [str(p) for p in getattr(exc, "problems", ())] or [str(exc)]

@@ -22,7 +22,9 @@ HEAD = """\
 Generated from each command's `--help` by `python -m edge_core.cli.reference
 docs/cli.md` (a test checks that it is current), with every installed plugin's
 commands. Every command prints one JSON document with `--json`, and `--debug` (or
-`EDGE_DEBUG=1`) adds the traceback to an error.
+`EDGE_DEBUG=1`) adds the traceback to an error. A request that failed in a worker is
+one line naming the worker's error type and message; the worker's traceback is left to
+`--debug` and to the `--json` document's `detail`.
 
 | exit code | meaning |
 |---|---|

@@ -442,7 +442,7 @@ def _reason(exc: BaseException) -> str:
     """Why one input's request failed, in one line: ``TYPE: message`` (or the refusal)."""
     if isinstance(exc, common.CommandFailed):
         return exc.message
-    return " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
+    return common.error_line(exc)
 
 
 def print_answer(answer: Any, file: str | None, out: TextIO) -> None:

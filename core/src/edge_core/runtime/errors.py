@@ -57,6 +57,17 @@ class RequestFailed(WorkerError):
             text += f"\n--- worker traceback ---\n{traceback.rstrip()}"
         super().__init__(text)
 
+    @property
+    def summary(self) -> str:
+        """The request, the worker's error type and message, in one line."""
+        text = f"request {self.request_id!r}: {self.error_type}: {self.error_message}"
+        return " ".join(text.split("\n"))
+
+    @property
+    def detail(self) -> str | None:
+        """The worker's traceback, when it sent one."""
+        return self.traceback
+
 
 class DuplicateRequest(EdgeError, ValueError):
     """A request id is already in flight (or retained, not yet acknowledged) on the stage."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_contracts.errors import PayloadTooLarge
+from edge_contracts.errors import InvalidValue, PayloadTooLarge
 from edge_contracts.shm import SegmentProducer, new_prefix
 from edge_contracts.worker_transport import TensorPacker
 
@@ -182,3 +182,18 @@ def test_inline_payloads_are_the_array_bytes_whatever_the_layout(
         (spec,) = packed.specs
         assert (spec.shape, spec.nbytes, spec.ref) == (shape, array.nbytes, None)
         assert all(view.ndim == 1 and view.itemsize == 1 for view in packed.payloads)
+
+
+@pytest.mark.parametrize(("field", "value"), [("outputs", np.array(["a"])),
+                                              ("inputs", np.array([None])),
+                                              ("inputs", "text")])
+def test_a_dtype_the_wire_does_not_carry_is_refused_naming_the_packers_arrays(
+        producer, field, value) -> None:
+    packer = TensorPacker(producer, threshold=16, field=field)
+    refused = ""
+    try:
+        packer.pack({"ok": np.zeros(64, np.float32), "x": value})
+    except InvalidValue as exc:  # not kept: its traceback holds pack's lease views
+        refused = exc.field
+    assert refused == f"{field}.x.dtype"
+    assert producer.retained_buffers == 0  # the first array's lease was taken back

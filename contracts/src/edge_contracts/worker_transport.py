@@ -82,14 +82,18 @@ class TensorPacker:
 
     ``max_bytes``: the most bytes the arrays of one frame may hold together, inline and
     shared memory (the reader's ``max_io_bytes``; a worker's packer has its channel's).
+    ``field``: what its refusals call the arrays, ``outputs`` (a worker's events) or
+    ``inputs`` (a controller's requests): ``inputs.x.dtype``.
     """
 
     def __init__(
-        self, producer: SegmentProducer | None, threshold: int, max_bytes: int = INT64_MAX
+        self, producer: SegmentProducer | None, threshold: int, max_bytes: int = INT64_MAX,
+        *, field: str = "outputs",
     ) -> None:
         self.producer = producer
         self.threshold = threshold
         self.max_bytes = max_bytes
+        self.field = field
 
     def allocate(
         self, shape: tuple[int, ...], dtype: Any, *, private: bool = False
@@ -156,7 +160,7 @@ class TensorPacker:
                     total += value.nbytes
                     if total > self.max_bytes:
                         raise self._too_large(arrays)
-                    specs.append(_in_place(name, value, owned[1]))
+                    specs.append(_in_place(name, value, owned[1], self.field))
                     continue
                 if owned is not None and allocated is not None:  # an unrelated array
                     allocated[id(value)] = owned
@@ -169,7 +173,7 @@ class TensorPacker:
                 else:
                     if dtype is None:
                         plain = False  # bfloat16, say
-                        dtype = dtype_of(array, f"outputs.{name}.dtype")
+                        dtype = dtype_of(array, f"{self.field}.{name}.dtype")
                         if array.dtype.byteorder == ">" and array.dtype.itemsize > 1:
                             array = array.astype(array.dtype.newbyteorder("<"))
                     flat = (
@@ -242,7 +246,8 @@ def _layout(specs: tuple[TensorSpec, ...]) -> _Layout | None:
     return layout
 
 
-def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpec:
+def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease,
+              field: str) -> TensorSpec:
     """The entry of an array made by :meth:`TensorPacker.allocate`, sent as its lease.
 
     A buffer is sent again and again from the same segment (a pooled output, an input
@@ -255,7 +260,7 @@ def _in_place(name: str, array: np.ndarray[Any, Any], lease: Lease) -> TensorSpe
     if kept is not None:
         return with_generation(kept, lease.generation)
     ref = ShmRef(lease.segment, lease.offset, lease.generation)
-    dtype = dtype_of(array, f"outputs.{name}.dtype")
+    dtype = dtype_of(array, f"{field}.{name}.dtype")
     spec = TensorSpec(name, dtype, tuple(array.shape), int(array.nbytes), ref)
     if type(name) is str:
         if len(_IN_PLACE) >= _MAX_IN_PLACE:

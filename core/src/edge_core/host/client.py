@@ -148,7 +148,7 @@ class WorkerClient:
         self._producer = producer
         self._consumer = consumer
         self._worker_prefix = worker_prefix
-        self._packer = TensorPacker(producer, threshold)
+        self._packer = TensorPacker(producer, threshold, field="inputs")
         self._inputs = InputBuffers(self._packer)
         self._unpacker = TensorUnpacker(consumer)
         self._staged = staged

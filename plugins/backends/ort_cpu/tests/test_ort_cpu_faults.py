@@ -15,6 +15,8 @@ import numpy as np
 import psutil
 import pytest
 
+from edge_contracts.errors import InvalidValue
+from edge_contracts.shapesets import ShapeRefused
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -104,6 +106,28 @@ def test_an_oversize_request_is_refused_and_the_ort_stage_keeps_serving(
         with pipeline.run({"x": EXAMPLE_X}) as result:
             assert result.outputs["y"].shape == EXAMPLE_X.shape
         assert pipeline.stage("s").loaded.describe()["pid"] == pid
+
+
+def test_inputs_that_are_not_arrays_are_taken_as_numpy_takes_them_or_refused_by_name(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    with open_stage(plugins, ledger, add_relu_bundle["dir"]) as pipeline:
+        pid = pipeline.stage("s").loaded.describe()["pid"]
+        reserved = ledger.snapshot()["reservations"]
+        as_list = [[np.float32(v) for v in row] for row in EXAMPLE_X]  # float32 to NumPy
+        with pipeline.run({"x": as_list}) as result:
+            assert np.array_equal(result.outputs["y"], np.maximum(EXAMPLE_X + EXAMPLE_X, 0))
+        with pytest.raises(ShapeRefused, match=r"inputs\.x: dtype float64 is not served "
+                                               r"\(only float32\)"):
+            pipeline.run({"x": EXAMPLE_X.tolist()})  # Python floats: float64
+        for value in (np.array([[None] * 3] * 2), "x", None):
+            with pytest.raises(InvalidValue, match=r"^inputs\.x\.dtype: unsupported dtype"):
+                pipeline.run({"x": value})
+        assert ledger.snapshot()["reservations"] == reserved  # nothing more charged
+        with pipeline.run({"x": EXAMPLE_X}) as result:
+            assert result.outputs["y"].shape == EXAMPLE_X.shape
+        assert pipeline.stage("s").loaded.describe()["pid"] == pid
+    assert ledger.is_empty()
 
 
 def test_cancel_after_the_ort_worker_finished_is_already_finished_not_in_place(

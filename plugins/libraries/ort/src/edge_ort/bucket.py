@@ -30,17 +30,21 @@ _WIRE_NAMES: dict[np.dtype[Any], str] = {}
 def spec_of(array: Any) -> tuple[str, tuple[int, ...]]:
     """``(wire dtype name, shape)`` of ``array``, as a shape set matches it (per call).
 
+    Anything else is taken as NumPy takes it (``np.asarray``: a list, a scalar), as the
+    request's packing does.
+
     Raises:
         InvalidValue: for a dtype the wire does not carry (from
-            :func:`edge_contracts.tensors.dtype_of`; a refused dtype is never kept).
+            :func:`edge_contracts.tensors.dtype_of`, field ``dtype``; a refused dtype is
+            never kept).
     """
-    if type(array) is np.ndarray:  # its shape is a tuple of ints already
-        name = _WIRE_NAMES.get(array.dtype)
-        if name is None:
-            # str() of a DType (a StrEnum) is its value, without the enum's property
-            name = _WIRE_NAMES[array.dtype] = str(dtype_of(array))
-        return name, array.shape
-    return str(dtype_of(array)), tuple(int(d) for d in array.shape)
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)
+    name = _WIRE_NAMES.get(array.dtype)
+    if name is None:
+        # str() of a DType (a StrEnum) is its value, without the enum's property
+        name = _WIRE_NAMES[array.dtype] = str(dtype_of(array))
+    return name, array.shape
 
 
 class ServedShapes:

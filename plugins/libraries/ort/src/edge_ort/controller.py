@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
@@ -206,7 +207,11 @@ class OrtStage(WorkerStage):
         if shapes is not None:
             specs = {}
             for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
-                specs[name] = spec_of(array)
+                try:
+                    specs[name] = spec_of(array)
+                except InvalidValue as exc:  # a dtype the wire does not carry: name the input
+                    raise InvalidValue(f"inputs.{name}.{exc.field}", exc.value,
+                                       exc.reason) from None
             shapes.match(specs)
         return self.call(request, inputs)
 

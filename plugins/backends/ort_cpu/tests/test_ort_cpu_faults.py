@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import psutil
 import pytest
+from onnx import TensorProto, helper
 
 from edge_contracts.errors import InvalidValue
+from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
+from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -24,6 +28,7 @@ from edge_core.pools import Pool
 from edge_core.runtime import (
     Pipeline,
     RequestCancelled,
+    RequestFailed,
     RequestTooLarge,
     StageState,
     WorkerUnresponsive,
@@ -127,6 +132,45 @@ def test_inputs_that_are_not_arrays_are_taken_as_numpy_takes_them_or_refused_by_
         with pipeline.run({"x": EXAMPLE_X}) as result:
             assert result.outputs["y"].shape == EXAMPLE_X.shape
         assert pipeline.stage("s").loaded.describe()["pid"] == pid
+    assert ledger.is_empty()
+
+
+@pytest.fixture
+def lookup_bundle(tmp_path: Path) -> Path:
+    """A bundle whose graph gathers rows of a 10x2 table by ``ids`` (int64[3])."""
+    root = tmp_path / "lookup"
+    root.mkdir()
+    table = helper.make_tensor("table", TensorProto.FLOAT, [10, 2],
+                               np.arange(20, dtype=np.float32).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"])], "lookup",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [3, 2])], [table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              root / "model.onnx")
+    np.savez(root / "example.npz", ids=np.array([0, 4, 9], np.int64))
+    create_manifest(root, graph="model.onnx", example_inputs="example.npz")
+    return root
+
+
+def test_input_values_the_runtime_refuses_are_the_requests_fault_and_the_stage_serves_on(
+    plugins: PluginSet, ledger: ResourceLedger, lookup_bundle: Path
+) -> None:
+    with open_stage(plugins, ledger, lookup_bundle) as pipeline:
+        pid = pipeline.stage("s").loaded.describe()["pid"]
+        reserved = ledger.snapshot()["reservations"]
+        with pytest.raises(RequestFailed) as caught:  # row 70 of 10: a value, not a shape
+            pipeline.run({"ids": np.array([1, 70, 3], np.int64)})
+        error = caught.value
+        assert error.error_type == "InputValuesRefused"
+        assert error.error_message.startswith("ONNX Runtime refused the inputs' values: ")
+        assert "idx=70" in error.error_message
+        assert error.request_fault == RequestFault("invalid_value", "inputs")
+        assert ledger.snapshot()["reservations"] == reserved
+        with pipeline.run({"ids": np.array([1, 7, 3], np.int64)}) as result:
+            assert result.outputs["rows"].tolist() == [[2, 3], [14, 15], [6, 7]]
+        assert pipeline.stage("s").loaded.describe()["pid"] == pid
+        assert pipeline.stage("s").state is StageState.READY
     assert ledger.is_empty()
 
 

@@ -40,7 +40,7 @@ from edge_ort.numerics import compare_outputs
 if TYPE_CHECKING:  # imported where used: hashing and file utilities cost start-up time
     from edge_ort.epcontext import ContextEntry
 
-__all__ = ["OrtHandler", "create"]
+__all__ = ["InputValuesRefused", "OrtHandler", "create"]
 
 CPU = "CPUExecutionProvider"
 
@@ -165,6 +165,20 @@ def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+class InputValuesRefused(ValueError):
+    """ONNX Runtime refused a request's input values while running it (``INVALID_ARGUMENT``).
+
+    The inputs had passed the stage's shape set, on a graph whose warm-up ran at every
+    gated shape: what the runtime refuses then is in the values (an index out of range,
+    dimensions a reshape cannot take), so it is the request's own fault
+    (:mod:`edge_contracts.request_faults`: ``invalid_value``, field ``inputs``; a front end
+    answers 400). Its message is the runtime's.
+    """
+
+    request_fault = "invalid_value"
+    field = "inputs"
+
+
 class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
@@ -179,6 +193,10 @@ class OrtHandler(BaseHandler):
         import onnxruntime as ort
 
         self._ort = ort
+        # the runtime's own refusal of a call's input values (every distribution has it)
+        state = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
+        self._invalid_argument: type[BaseException] = getattr(
+            state, "InvalidArgument", InputValuesRefused)
         self._run_options: Any = None  # per-call options (arena shrinkage), once loaded
         self._arena_registered = False
         # (session, its smallest warm-up inputs) per session: run with shrinkage at rest
@@ -598,32 +616,35 @@ class OrtHandler(BaseHandler):
         served = self._served
         if served is None:
             raise RuntimeError("run: the stage was not warmed up")
-        inputs = call.inputs
-        specs = {}
-        for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
-            specs[name] = spec_of(array)
-        entry = served.shapes.match(specs)
-        bucket_sessions = self._bucket_sessions  # _session_for, inline
-        session = (bucket_sessions.get(entry.name, self._session) if bucket_sessions
-                   else self._session)
-        threshold = call.zero_copy_bytes
-        static = self._static_outputs or self._entry_outputs.get(entry.name, [])
-        if static and threshold is not None:
-            largest = self._largest.get(entry.name)
-            if largest is None:  # once per entry, not per call
-                largest = self._largest[entry.name] = max(n for _, _, _, n in static)
-            if largest >= threshold:
-                try:
-                    return self._run_into_shared_memory(call, static, session)
-                except Exception:
-                    if static is self._static_outputs:
-                        raise
-                    self._entry_outputs.pop(entry.name, None)
-                    self._largest.pop(entry.name, None)
-        # ONNX Runtime only reads the feed (and checks its names against the graph's
-        # itself): the call's own dict is passed, not a copy.
-        values = session.run(self._output_names, inputs, self._run_options)
-        return dict(zip(self._output_names, values, strict=True))
+        try:  # no cost unless raised (3.11's exception table)
+            inputs = call.inputs
+            specs = {}
+            for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
+                specs[name] = spec_of(array)
+            entry = served.shapes.match(specs)
+            bucket_sessions = self._bucket_sessions  # _session_for, inline
+            session = (bucket_sessions.get(entry.name, self._session) if bucket_sessions
+                       else self._session)
+            threshold = call.zero_copy_bytes
+            static = self._static_outputs or self._entry_outputs.get(entry.name, [])
+            if static and threshold is not None:
+                largest = self._largest.get(entry.name)
+                if largest is None:  # once per entry, not per call
+                    largest = self._largest[entry.name] = max(n for _, _, _, n in static)
+                if largest >= threshold:
+                    try:
+                        return self._run_into_shared_memory(call, static, session)
+                    except Exception:
+                        if static is self._static_outputs:
+                            raise
+                        self._entry_outputs.pop(entry.name, None)
+                        self._largest.pop(entry.name, None)
+            # ONNX Runtime only reads the feed (and checks its names against the graph's
+            # itself): the call's own dict is passed, not a copy.
+            values = session.run(self._output_names, inputs, self._run_options)
+            return dict(zip(self._output_names, values, strict=True))
+        except self._invalid_argument as exc:
+            raise InputValuesRefused(f"ONNX Runtime refused the inputs' values: {exc}") from exc
 
     def _run_into_shared_memory(
         self, call: Call, static: list[tuple[str, tuple[int, ...], np.dtype[Any], int]],

@@ -1,0 +1,129 @@
+"""Requests ``edge serve`` was not written for, through a real server and real sockets.
+
+Two echo pipelines, each stage a real worker process: ``plain`` (tensors only) and
+``prepared`` (a ``prepare`` that sleeps the uploaded file's first number of seconds,
+:mod:`slow_prepare`). Each hostile request must be refused as the client's fault — 400,
+or 504 for a deadline — in the server's JSON form, never a 500, a traceback in the log or
+a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
+what it held before, no stage was called for a refused request, and the stage serves on.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, echo_pipeline, running
+
+pytestmark = pytest.mark.slow
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("hostile")
+    pipelines = [echo_pipeline(folder, "plain"),
+                 echo_pipeline(folder, "prepared", head='prepare = "slow_prepare:prepare"')]
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    with running(pipelines, env=env) as served:
+        yield served
+
+
+def _tensor(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes()).decode()}
+
+
+X = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+
+
+def _error(reply: httpx.Response) -> dict[str, Any]:
+    """The answer's edge fields and code, after checking OpenAI's error shape around them."""
+    assert reply.headers["content-type"].startswith("application/json"), reply.headers
+    error: dict[str, Any] = reply.json()["error"]
+    assert {"message", "type", "param", "code"} <= set(error)
+    assert error["edge"]["status"] == reply.status_code
+    return {**error["edge"], "message": error["message"], "code": error["code"]}
+
+
+def _charged(client: httpx.Client) -> dict[str, Any]:
+    """What requests hold now: each pipeline's in-flight calls and waiting requests, the
+    queue gauges, the ledger's reserved bytes, how many stage calls were ever timed, and
+    the stages' states."""
+    pipelines = client.get("/v1/pipelines").json()["pipelines"]
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    return {
+        "held": {p["name"]: ([s["in_flight"] for s in p["stages"]], p["queue"]["waiting"])
+                 for p in pipelines},
+        "states": {p["name"]: [s["state"] for s in p["stages"]] for p in pipelines},
+        "queued": {s.labels["pipeline"]: s.value for s in families["edge_queue_length"].samples},
+        "reserved": {s.labels["pool"]: s.value
+                     for s in families["edge_ledger_reserved_bytes"].samples},
+        "stage_calls": sum(s.value for s in families["edge_stage_seconds"].samples
+                           if s.name == "edge_stage_seconds_count"),
+    }
+
+
+def _outcomes(client: httpx.Client) -> dict[str, float]:
+    """``edge_requests_total`` by outcome, every pipeline and route together."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "edge_requests_total":
+                outcome = sample.labels["outcome"]
+                found[outcome] = found.get(outcome, 0.0) + sample.value
+    return found
+
+
+def _idle(charged: dict[str, Any]) -> None:
+    assert all(held == ([0], 0) for held in charged["held"].values()), charged
+    assert all(states == ["ready"] for states in charged["states"].values()), charged
+    assert set(charged["queued"].values()) == {0.0}, charged
+
+
+def _no_traceback(server: Served) -> None:
+    assert not any("Traceback" in line or "edge serve: error" in line
+                   for line in server.stderr), "".join(server.stderr[-40:])
+
+
+def test_json_the_parser_cannot_read_is_400_whatever_its_reason_and_nothing_is_charged(
+        server: Served) -> None:
+    """Not only a syntax error: an integer of more digits than Python converts, and arrays
+    nested deeper than the parser recurses, are the body's fault (they were 500s)."""
+    long_int = '{"delay_s": ' + "9" * 5000 + "}"  # as params: JSON text
+    deep = "[" * 20_000 + "]" * 20_000
+    cases = [(long_int, "4300"), (deep, "nested too deeply")]
+    json_type = {"content-type": "application/json"}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for params, shown in cases:
+            body = '{"inputs": {}, "params": ' + params + "}"
+            for path in ("/v1/pipelines/plain/run", "/v1/chat/completions"):
+                reply = client.post(path, content=body.encode(), headers=json_type)
+                assert reply.status_code == 400, (path, reply.text[:300])
+                error = _error(reply)
+                assert (error["field"], error["code"], error["kind"]) == (
+                    "body", "invalid_json", "InvalidJSON"), error
+                assert error["message"].startswith("body: not valid JSON: ")
+                assert shown in error["message"], error["message"]
+            # a form's params (JSON text) are read by the same parser
+            reply = client.post("/v1/pipelines/prepared/run",
+                                files={"file": ("x.txt", b"0 1 2")}, data={"params": params})
+            assert reply.status_code == 400, reply.text[:300]
+            assert _error(reply)["field"] == "params"
+            assert _error(reply)["kind"] == "InvalidJSON"
+        after = _charged(client)
+        assert after == before
+        outcomes = _outcomes(client)
+        assert outcomes.get("error", 0.0) == counted.get("error", 0.0)
+        assert outcomes["bad_request"] - counted.get("bad_request", 0.0) == 6.0
+        assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+    _no_traceback(server)

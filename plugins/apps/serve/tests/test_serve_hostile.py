@@ -127,3 +127,18 @@ def test_json_the_parser_cannot_read_is_400_whatever_its_reason_and_nothing_is_c
         assert outcomes["bad_request"] - counted.get("bad_request", 0.0) == 6.0
         assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
     _no_traceback(server)
+
+
+def test_a_deadline_too_large_for_a_float_is_400_naming_it(server: Served) -> None:
+    """JSON integers have no bound: one beyond a float's range is refused, not a 500."""
+    body = b'{"inputs": {}, "deadline_s": 1' + b"0" * 400 + b"}"
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        reply = client.post("/v1/pipelines/plain/run", content=body,
+                            headers={"content-type": "application/json"})
+        assert reply.status_code == 400, reply.text[:300]
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("deadline_s", "InvalidValue")
+        assert error["message"].startswith("deadline_s: must be a number in (0.0, 3600.0]: 1000")
+        assert _charged(client) == before
+    _no_traceback(server)

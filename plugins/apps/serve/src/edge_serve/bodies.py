@@ -26,12 +26,18 @@ MAX_DEADLINE_S = 3600.0
 
 
 def number(value: object, field: str, *, low: float, high: float) -> float:
-    """A finite number in ``(low, high]``, else 400 naming the field."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low < value <= high):
+    """A finite number in ``(low, high]``, else 400 naming the field.
+
+    An integer too large for a float (JSON integers have no bound) is refused as well.
+    """
+    converted = math.nan
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        with contextlib.suppress(OverflowError):
+            converted = float(value)
+    if not math.isfinite(converted) or not low < converted <= high:
         raise HttpRefusal(400, field, f"must be a number in ({low}, {high}]", value,
                           kind="InvalidValue")
-    return float(value)
+    return converted
 
 
 def deadline_of(request: Request, body_value: object = None, *,

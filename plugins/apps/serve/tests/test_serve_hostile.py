@@ -142,3 +142,26 @@ def test_a_deadline_too_large_for_a_float_is_400_naming_it(server: Served) -> No
         assert error["message"].startswith("deadline_s: must be a number in (0.0, 3600.0]: 1000")
         assert _charged(client) == before
     _no_traceback(server)
+
+
+def test_an_empty_tensor_whose_other_dimensions_numpy_cannot_hold_is_400_naming_its_shape(
+        server: Served) -> None:
+    """``[0, 2**63]`` has no bytes to send, yet no array has that shape (it was a 500)."""
+    empty = {"dtype": "float32", "data": ""}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        for shape in ([0, 2**63], [0, 2**62], [2**40, 0, 2**40]):
+            reply = client.post("/v1/pipelines/plain/run",
+                                json={"inputs": {"x": {**empty, "shape": shape}}})
+            assert reply.status_code == 400, (shape, reply.text[:300])
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == ("inputs['x'].shape", "TensorInvalid")
+            assert "prod(non-zero dims) * itemsize must be <= 9223372036854775807" \
+                in error["message"], error["message"]
+        assert _charged(client) == before
+        # an empty tensor NumPy can hold goes through
+        reply = client.post("/v1/pipelines/plain/run",
+                            json={"inputs": {"x": {**empty, "shape": [0, 2**20]}}})
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["outputs"]["x"]["shape"] == [0, 2**20]
+    _no_traceback(server)

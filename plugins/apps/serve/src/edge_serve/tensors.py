@@ -2,8 +2,9 @@
 
 The data is the array's bytes in C order, little-endian, base64-encoded (standard
 alphabet, padding required). Every check — a known dtype, at most 32 non-negative dims,
-the element count, the decoded length equal to ``prod(shape) * itemsize`` — runs before
-the array is built, and a refusal names the field: ``inputs['x'].shape``.
+the element count (an empty tensor's other dimensions too: NumPy must be able to describe
+it), the decoded length equal to ``prod(shape) * itemsize`` — runs before the array is
+built, and a refusal names the field: ``inputs['x'].shape``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.dtypes import DType
+from edge_contracts.errors import ContractError
+from edge_contracts.shapes import expected_nbytes
 from edge_serve.outcomes import HttpRefusal
 
 __all__ = ["MAX_DIMS", "decode_tensors", "encode_tensor", "encode_tensors"]
@@ -75,6 +78,11 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     if nbytes > max_bytes:
         raise HttpRefusal(413, f"{field}.shape", f"the tensor exceeds {max_bytes} bytes",
                           nbytes, kind="TensorTooLarge")
+    if not nbytes:  # empty, yet its other dimensions must describe an array (as the wire's)
+        try:
+            expected_nbytes(DType(spec["dtype"]), shape, f"{field}.shape")
+        except ContractError as exc:
+            raise _refuse(exc.field, exc.reason, exc.value) from None
     data = spec.get("data")
     if not isinstance(data, str):
         raise _refuse(f"{field}.data", "must be a base64 string", type(data).__name__)

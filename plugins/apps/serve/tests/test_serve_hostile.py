@@ -165,3 +165,26 @@ def test_an_empty_tensor_whose_other_dimensions_numpy_cannot_hold_is_400_naming_
         assert reply.status_code == 200, reply.text[:300]
         assert reply.json()["outputs"]["x"]["shape"] == [0, 2**20]
     _no_traceback(server)
+
+
+def test_a_bool_tensor_with_a_byte_other_than_0_or_1_is_400_before_any_stage(
+        server: Served) -> None:
+    """The wire carries a bool as a byte 0 or 1; the worker refused any other (a 500)."""
+    def bools(raw: bytes) -> dict[str, Any]:
+        return {"inputs": {"x": {"dtype": "bool", "shape": [len(raw)],
+                                 "data": base64.b64encode(raw).decode()}}}
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        reply = client.post("/v1/pipelines/plain/run", json=bools(bytes([0, 1, 2, 255])))
+        assert reply.status_code == 400, reply.text[:300]
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("inputs['x'].data", "TensorInvalid")
+        assert error["message"] == ("inputs['x'].data: a bool tensor's bytes must each be 0 "
+                                    "or 1 (the largest is shown): 255")
+        assert _charged(client) == before  # no stage was called
+        reply = client.post("/v1/pipelines/plain/run", json=bools(bytes([0, 1, 1])))
+        assert reply.status_code == 200, reply.text[:300]
+        out = reply.json()["outputs"]["x"]
+        assert out["dtype"] == "bool" and base64.b64decode(out["data"]) == bytes([0, 1, 1])
+    _no_traceback(server)

@@ -3,8 +3,9 @@
 The data is the array's bytes in C order, little-endian, base64-encoded (standard
 alphabet, padding required). Every check — a known dtype, at most 32 non-negative dims,
 the element count (an empty tensor's other dimensions too: NumPy must be able to describe
-it), the decoded length equal to ``prod(shape) * itemsize`` — runs before the array is
-built, and a refusal names the field: ``inputs['x'].shape``.
+it), the decoded length equal to ``prod(shape) * itemsize``, a ``bool`` tensor's bytes
+each 0 or 1 (as the wire requires) — runs before the array is built, and a refusal names
+the field: ``inputs['x'].shape``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
         raise _refuse(f"{field}.data", "not valid base64", data[:32]) from None
     if len(raw) != nbytes:
         raise _refuse(f"{field}.data", f"decodes to {len(raw)} bytes, not {nbytes}", len(raw))
+    if dtype.kind == "b" and nbytes:  # the wire carries a bool as one byte, 0 or 1
+        largest = int(np.frombuffer(raw, np.uint8).max())
+        if largest > 1:
+            raise _refuse(f"{field}.data", "a bool tensor's bytes must each be 0 or 1 "
+                          "(the largest is shown)", largest)
     array = np.frombuffer(raw, dtype=dtype).reshape(shape)
     return array.astype(native, copy=False)
 

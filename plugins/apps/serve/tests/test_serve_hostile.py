@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from serving import Served, echo_pipeline, running
 
 pytestmark = pytest.mark.slow
+
+PREPARE_S = 1.0
+"""How long ``prepared``'s prepare takes in the deadline test."""
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
@@ -187,4 +191,31 @@ def test_a_bool_tensor_with_a_byte_other_than_0_or_1_is_400_before_any_stage(
         assert reply.status_code == 200, reply.text[:300]
         out = reply.json()["outputs"]["x"]
         assert out["dtype"] == "bool" and base64.b64decode(out["data"]) == bytes([0, 1, 1])
+    _no_traceback(server)
+
+
+def test_the_time_prepare_takes_counts_against_the_deadline(server: Served) -> None:
+    """A deadline that passes while ``prepare`` runs is 504 and nothing is submitted; the
+    request was submitted with the whole deadline again and answered 200 late."""
+    def upload(client: httpx.Client, deadline_s: float | None) -> httpx.Response:
+        data = {} if deadline_s is None else {"deadline_s": str(deadline_s)}
+        return client.post("/v1/pipelines/prepared/run", data=data,
+                           files={"file": ("x.txt", f"{PREPARE_S} 1 2 3".encode())})
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        started = time.monotonic()
+        reply = upload(client, PREPARE_S / 2)
+        took = time.monotonic() - started
+        assert reply.status_code == 504, (took, reply.text[:300])
+        error = _error(reply)
+        assert (error["field"], error["code"]) == ("deadline_s", "deadline_exceeded")
+        assert "while prepare read the upload" in error["message"], error["message"]
+        # answered once prepare returned, not by the server's backstop 2 s after the deadline
+        assert PREPARE_S <= took < PREPARE_S / 2 + 2.0, took
+        assert reply.headers["x-should-retry"] == "false"
+        assert _charged(client) == before  # the stage was never called
+        reply = upload(client, PREPARE_S + 5.0)
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["outputs"]["x"]["shape"] == [3]
     _no_traceback(server)

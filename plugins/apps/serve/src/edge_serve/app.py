@@ -291,7 +291,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
     served.require_ready()
     handle = RequestHandle(served.name)
     answer = await served.within(
-        request, handle, lambda left: served.answer_file(data, suffix, params, left, handle),
+        request, handle, lambda until: served.answer_file(data, suffix, params, until, handle),
         deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return Response(answer.content, media_type="application/json")

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 PREPARE_S = 1.0
 """How long ``prepared``'s prepare takes in the deadline test."""
 
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("hostile")
@@ -219,3 +220,18 @@ def test_the_time_prepare_takes_counts_against_the_deadline(server: Served) -> N
         assert reply.status_code == 200, reply.text[:300]
         assert reply.json()["outputs"]["x"]["shape"] == [3]
     _no_traceback(server)
+
+
+def test_a_route_s_path_with_a_trailing_slash_is_404_json_not_a_redirect(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        counted = _outcomes(client)
+        for method, path in (("POST", "/v1/pipelines/plain/run/"), ("GET", "/health/"),
+                             ("GET", "/v1/pipelines/"), ("POST", "/v1/chat/completions/")):
+            reply = client.request(method, path, json=X, headers={"Host": "elsewhere.example"})
+            assert reply.status_code == 404, (path, reply.status_code, reply.headers)
+            assert "location" not in reply.headers
+            error = _error(reply)
+            assert (error["field"], error["code"]) == ("path", "not_found")
+            assert error["message"] == f"path: no such route: {path}"
+        assert _outcomes(client)["not_found"] - counted.get("not_found", 0.0) == 4.0

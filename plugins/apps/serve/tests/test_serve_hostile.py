@@ -11,9 +11,11 @@ what it held before, no stage was called for a refused request, and the stage se
 from __future__ import annotations
 
 import base64
+import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +237,40 @@ def test_a_route_s_path_with_a_trailing_slash_is_404_json_not_a_redirect(
             assert (error["field"], error["code"]) == ("path", "not_found")
             assert error["message"] == f"path: no such route: {path}"
         assert _outcomes(client)["not_found"] - counted.get("not_found", 0.0) == 4.0
+
+
+def test_a_tensor_name_the_wire_cannot_carry_is_400_naming_it_before_the_request_waits(
+        server: Served) -> None:
+    """It was refused by the runtime once the request's turn came (after waiting behind
+    the running one), naming the wire's ``tensor.name``, not the request's field."""
+    x = X["inputs"]["x"]
+    with httpx.Client(base_url=server.url, timeout=30) as client, \
+            ThreadPoolExecutor(1) as pool:
+        before = _charged(client)
+        held = pool.submit(client.post, "/v1/pipelines/plain/run",
+                           json={**X, "params": {"delay_s": 1.5}})  # holds the only slot
+        deadline = time.monotonic() + 10.0
+        while client.get("/v1/pipelines/plain").json()["stages"][0]["in_flight"] == 0:
+            assert time.monotonic() < deadline, "the held request never ran"
+            time.sleep(0.02)
+        for name, reason in (("", "must not be empty"),
+                             ("a" * 129, "must be <= 128 characters"),
+                             ("x\n", "must contain printable characters only"),
+                             ("\ud800", "must contain printable characters only")):
+            started = time.monotonic()
+            reply = client.post("/v1/pipelines/plain/run",  # escaped: a lone surrogate too
+                                content=json.dumps({"inputs": {name: x}}),
+                                headers={"content-type": "application/json"})
+            took = time.monotonic() - started
+            assert reply.status_code == 400, (name, reply.text[:300])
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == (f"inputs[{name!r}]", "TensorInvalid")
+            assert error["message"].startswith(f"inputs[{name!r}]: a tensor's name {reason}")
+            assert took < 1.0, took  # refused at once, not after the held request
+            shown = client.get("/v1/pipelines/plain").json()
+            assert (shown["queue"]["waiting"], shown["stages"][0]["in_flight"]) == (0, 1)
+        assert held.result().status_code == 200
+        after = _charged(client)
+        assert after["stage_calls"] == before["stage_calls"] + 1  # the held request's alone
+        assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
+    _no_traceback(server)

@@ -21,6 +21,7 @@ import numpy as np
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import ContractError
 from edge_contracts.shapes import expected_nbytes
+from edge_contracts.validation import require_id
 from edge_serve.outcomes import HttpRefusal
 
 __all__ = ["MAX_DIMS", "decode_tensors", "encode_tensor", "encode_tensors"]
@@ -106,13 +107,22 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
 
 
 def decode_tensors(value: object, field: str, *, max_bytes: int) -> dict[str, np.ndarray]:
-    """A mapping of named tensors (``{"x": {...}}``) from JSON."""
+    """A mapping of named tensors (``{"x": {...}}``) from JSON.
+
+    Each name must be one the wire carries (non-empty, printable, at most 128
+    characters): a refusal names it as ``inputs['NAME']``.
+    """
     if not isinstance(value, dict):
         raise _refuse(field, "must be an object of named tensors", type(value).__name__)
     tensors: dict[str, np.ndarray] = {}
     remaining = max_bytes
     for name, spec in value.items():
-        array = decode_tensor(spec, f"{field}[{name!r}]", max_bytes=remaining)
+        named = f"{field}[{name!r}]"
+        try:  # the wire's rule for a tensor's name, checked before the request waits
+            require_id(name, named)
+        except ContractError as exc:
+            raise _refuse(named, f"a tensor's name {exc.reason}", name) from None
+        array = decode_tensor(spec, named, max_bytes=remaining)
         remaining -= array.nbytes
         tensors[name] = array
     return tensors

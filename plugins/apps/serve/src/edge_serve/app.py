@@ -291,7 +291,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
     served.require_ready()
     handle = RequestHandle(served.name)
     answer = await served.within(
-        request, handle, lambda left: served.answer_file(data, suffix, params, left, handle),
+        request, handle, lambda until: served.answer_file(data, suffix, params, until, handle),
         deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return Response(answer.content, media_type="application/json")
@@ -358,6 +358,10 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
                                         405: not_found,
                                         # anything else: a JSON 500, and uvicorn logs it
                                         Exception: _on_refusal})
+    # A path no route serves is 404 in the server's JSON form, a route's path with a slash
+    # added (or taken away) too: never Starlette's redirect, an empty 307 whose Location
+    # echoes the request's Host header.
+    app.router.redirect_slashes = False
     app.state.edge = state
     quiet_parser_log()  # a malformed upload is answered with its 400, not logged
     return app

@@ -17,8 +17,8 @@ from starlette.requests import Request
 
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "number",
-           "params_of", "refuse_query"]
+__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "loads",
+           "number", "params_of", "refuse_query"]
 
 DEADLINE_HEADER = "x-edge-deadline"
 MAX_DEADLINE_S = 3600.0
@@ -26,12 +26,18 @@ MAX_DEADLINE_S = 3600.0
 
 
 def number(value: object, field: str, *, low: float, high: float) -> float:
-    """A finite number in ``(low, high]``, else 400 naming the field."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low < value <= high):
+    """A finite number in ``(low, high]``, else 400 naming the field.
+
+    An integer too large for a float (JSON integers have no bound) is refused as well.
+    """
+    converted = math.nan
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        with contextlib.suppress(OverflowError):
+            converted = float(value)
+    if not math.isfinite(converted) or not low < converted <= high:
         raise HttpRefusal(400, field, f"must be a number in ({low}, {high}]", value,
                           kind="InvalidValue")
-    return float(value)
+    return converted
 
 
 def deadline_of(request: Request, body_value: object = None, *,
@@ -75,6 +81,25 @@ def refuse_query(request: Request) -> None:
                       code="unsupported_parameter")
 
 
+def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
+          shown: object = None, code: str = "invalid_json") -> Any:
+    """``text`` parsed as JSON, else 400 naming ``field`` (``kind: "InvalidJSON"``).
+
+    Every way the parser refuses a text is the client's fault, not only a syntax error:
+    bytes that are not UTF-8, an integer of more digits than Python converts (4300), and
+    arrays or objects nested deeper than the parser recurses (``RecursionError``). The
+    value shown is ``shown``, else the parser's own reason.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        problem = "nested too deeply for the parser"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        problem = str(exc)
+    raise HttpRefusal(400, field, reason, problem if shown is None else shown,
+                      kind="InvalidJSON", code=code)
+
+
 async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
     """The body as a JSON object whose keys are all in ``known``."""
     content_type = request.headers.get("content-type", "")
@@ -82,12 +107,7 @@ async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
         raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
                           "multipart/form-data with a file where the pipeline has prepare)",
                           content_type or None, kind="InvalidValue")
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HttpRefusal(400, "body", "not valid JSON", str(exc), kind="InvalidJSON",
-                          code="invalid_json") from None
+    body = loads(await request.body(), "body")
     if not isinstance(body, dict):
         raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
                           kind="InvalidJSON", code="invalid_json")
@@ -104,11 +124,8 @@ def params_of(value: object, field: str = "params") -> Mapping[str, Any] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            raise HttpRefusal(400, field, "not a JSON object", value,
-                              kind="InvalidJSON") from None
+        value = loads(value, field, reason="not a JSON object", shown=value,
+                      code="invalid_value")
     if not isinstance(value, dict):
         raise HttpRefusal(400, field, "must be an object", value, kind="InvalidValue")
     return value

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from edge_core.config.transforms import call_prepare, resolve_input_transform
+from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.health import StageState, replica_summary
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_result import PipelineResult
@@ -286,9 +287,27 @@ class ServedPipeline:
         return Answer(body, latencies)
 
     def answer_file(self, data: bytes, suffix: str, params: Mapping[str, Any] | None,
-                    deadline_s: float | None, handle: RequestHandle) -> Answer:
-        """``prepare`` the uploaded bytes (from a private file), then :meth:`answer`."""
-        return self.answer(self.prepared(data, suffix), params, deadline_s, handle)
+                    until: float | None, handle: RequestHandle) -> Answer:
+        """``prepare`` the uploaded bytes (from a private file), then :meth:`answer`.
+
+        ``until`` is the :func:`time.monotonic` instant the request's deadline passes
+        (None: it has none). ``prepare``'s time counts against it: the request is
+        submitted with what is left afterwards, and one whose deadline passed while
+        ``prepare`` ran is not submitted at all (``DeadlineExceeded``: 504).
+        """
+        inputs = self.prepared(data, suffix)
+        return self.answer(inputs, params, self._left(until, "while prepare read the upload"),
+                           handle)
+
+    def _left(self, until: float | None, where: str) -> float | None:
+        """The seconds left until ``until``; ``DeadlineExceeded`` when none are."""
+        if until is None:
+            return None
+        left = until - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(f"pipelines[{self.name}]: deadline_s expired before the "
+                                   f"request was submitted ({where})")
+        return left
 
     def prepared(self, data: bytes, suffix: str, field: str = "file") -> dict[str, Any]:
         """The pipeline's inputs from an uploaded file's bytes, through ``prepare``.
@@ -335,14 +354,18 @@ class ServedPipeline:
 
     async def within(self, request: Request, handle: RequestHandle,
                      work: Callable[[float | None], T], deadline_s: float | None) -> T:
-        """Wait for the request's turn, run ``work(deadline left)`` on the executor, await it.
+        """Wait for the request's turn, run ``work(until)`` on the executor, await it.
 
-        See :meth:`waiting`; ``work`` runs on the server's thread pool.
+        ``until`` is the :func:`time.monotonic` instant the request's deadline passes (None
+        without one), fixed when its turn came: the time ``work`` spends before it submits
+        (a wait for a thread, ``prepare``) counts against the deadline. See
+        :meth:`waiting`; ``work`` runs on the server's thread pool.
         """
         loop = asyncio.get_running_loop()
 
         def start(left: float | None, wake: Callable[[], None]) -> asyncio.Future[T]:
-            future = loop.run_in_executor(self.executor, work, left)
+            until = None if left is None else time.monotonic() + left
+            future = loop.run_in_executor(self.executor, work, until)
             future.add_done_callback(lambda _: wake())
             return future
 

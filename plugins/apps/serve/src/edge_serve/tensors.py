@@ -2,8 +2,10 @@
 
 The data is the array's bytes in C order, little-endian, base64-encoded (standard
 alphabet, padding required). Every check — a known dtype, at most 32 non-negative dims,
-the element count, the decoded length equal to ``prod(shape) * itemsize`` — runs before
-the array is built, and a refusal names the field: ``inputs['x'].shape``.
+the element count (an empty tensor's other dimensions too: NumPy must be able to describe
+it), the decoded length equal to ``prod(shape) * itemsize``, a ``bool`` tensor's bytes
+each 0 or 1 (as the wire requires) — runs before the array is built, and a refusal names
+the field: ``inputs['x'].shape``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 import numpy as np
 
 from edge_contracts.dtypes import DType
+from edge_contracts.errors import ContractError
+from edge_contracts.shapes import expected_nbytes
+from edge_contracts.validation import require_id
 from edge_serve.outcomes import HttpRefusal
 
 __all__ = ["MAX_DIMS", "decode_tensors", "encode_tensor", "encode_tensors"]
@@ -75,6 +80,11 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     if nbytes > max_bytes:
         raise HttpRefusal(413, f"{field}.shape", f"the tensor exceeds {max_bytes} bytes",
                           nbytes, kind="TensorTooLarge")
+    if not nbytes:  # empty, yet its other dimensions must describe an array (as the wire's)
+        try:
+            expected_nbytes(DType(spec["dtype"]), shape, f"{field}.shape")
+        except ContractError as exc:
+            raise _refuse(exc.field, exc.reason, exc.value) from None
     data = spec.get("data")
     if not isinstance(data, str):
         raise _refuse(f"{field}.data", "must be a base64 string", type(data).__name__)
@@ -87,18 +97,32 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
         raise _refuse(f"{field}.data", "not valid base64", data[:32]) from None
     if len(raw) != nbytes:
         raise _refuse(f"{field}.data", f"decodes to {len(raw)} bytes, not {nbytes}", len(raw))
+    if dtype.kind == "b" and nbytes:  # the wire carries a bool as one byte, 0 or 1
+        largest = int(np.frombuffer(raw, np.uint8).max())
+        if largest > 1:
+            raise _refuse(f"{field}.data", "a bool tensor's bytes must each be 0 or 1 "
+                          "(the largest is shown)", largest)
     array = np.frombuffer(raw, dtype=dtype).reshape(shape)
     return array.astype(native, copy=False)
 
 
 def decode_tensors(value: object, field: str, *, max_bytes: int) -> dict[str, np.ndarray]:
-    """A mapping of named tensors (``{"x": {...}}``) from JSON."""
+    """A mapping of named tensors (``{"x": {...}}``) from JSON.
+
+    Each name must be one the wire carries (non-empty, printable, at most 128
+    characters): a refusal names it as ``inputs['NAME']``.
+    """
     if not isinstance(value, dict):
         raise _refuse(field, "must be an object of named tensors", type(value).__name__)
     tensors: dict[str, np.ndarray] = {}
     remaining = max_bytes
     for name, spec in value.items():
-        array = decode_tensor(spec, f"{field}[{name!r}]", max_bytes=remaining)
+        named = f"{field}[{name!r}]"
+        try:  # the wire's rule for a tensor's name, checked before the request waits
+            require_id(name, named)
+        except ContractError as exc:
+            raise _refuse(named, f"a tensor's name {exc.reason}", name) from None
+        array = decode_tensor(spec, named, max_bytes=remaining)
         remaining -= array.nbytes
         tensors[name] = array
     return tensors

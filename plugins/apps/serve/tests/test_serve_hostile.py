@@ -1,0 +1,276 @@
+"""Requests ``edge serve`` was not written for, through a real server and real sockets.
+
+Two echo pipelines, each stage a real worker process: ``plain`` (tensors only) and
+``prepared`` (a ``prepare`` that sleeps the uploaded file's first number of seconds,
+:mod:`slow_prepare`). Each hostile request must be refused as the client's fault — 400,
+or 504 for a deadline — in the server's JSON form, never a 500, a traceback in the log or
+a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
+what it held before, no stage was called for a refused request, and the stage serves on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serving import Served, echo_pipeline, running
+
+pytestmark = pytest.mark.slow
+
+PREPARE_S = 1.0
+"""How long ``prepared``'s prepare takes in the deadline test."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("hostile")
+    pipelines = [echo_pipeline(folder, "plain"),
+                 echo_pipeline(folder, "prepared", head='prepare = "slow_prepare:prepare"')]
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    with running(pipelines, env=env) as served:
+        yield served
+
+
+def _tensor(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "data": base64.b64encode(array.tobytes()).decode()}
+
+
+X = {"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}
+
+
+def _error(reply: httpx.Response) -> dict[str, Any]:
+    """The answer's edge fields and code, after checking OpenAI's error shape around them."""
+    assert reply.headers["content-type"].startswith("application/json"), reply.headers
+    error: dict[str, Any] = reply.json()["error"]
+    assert {"message", "type", "param", "code"} <= set(error)
+    assert error["edge"]["status"] == reply.status_code
+    return {**error["edge"], "message": error["message"], "code": error["code"]}
+
+
+def _charged(client: httpx.Client) -> dict[str, Any]:
+    """What requests hold now: each pipeline's in-flight calls and waiting requests, the
+    queue gauges, the ledger's reserved bytes, how many stage calls were ever timed, and
+    the stages' states."""
+    pipelines = client.get("/v1/pipelines").json()["pipelines"]
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    return {
+        "held": {p["name"]: ([s["in_flight"] for s in p["stages"]], p["queue"]["waiting"])
+                 for p in pipelines},
+        "states": {p["name"]: [s["state"] for s in p["stages"]] for p in pipelines},
+        "queued": {s.labels["pipeline"]: s.value for s in families["edge_queue_length"].samples},
+        "reserved": {s.labels["pool"]: s.value
+                     for s in families["edge_ledger_reserved_bytes"].samples},
+        "stage_calls": sum(s.value for s in families["edge_stage_seconds"].samples
+                           if s.name == "edge_stage_seconds_count"),
+    }
+
+
+def _outcomes(client: httpx.Client) -> dict[str, float]:
+    """``edge_requests_total`` by outcome, every pipeline and route together."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "edge_requests_total":
+                outcome = sample.labels["outcome"]
+                found[outcome] = found.get(outcome, 0.0) + sample.value
+    return found
+
+
+def _idle(charged: dict[str, Any]) -> None:
+    assert all(held == ([0], 0) for held in charged["held"].values()), charged
+    assert all(states == ["ready"] for states in charged["states"].values()), charged
+    assert set(charged["queued"].values()) == {0.0}, charged
+
+
+def _no_traceback(server: Served) -> None:
+    assert not any("Traceback" in line or "edge serve: error" in line
+                   for line in server.stderr), "".join(server.stderr[-40:])
+
+
+def test_json_the_parser_cannot_read_is_400_whatever_its_reason_and_nothing_is_charged(
+        server: Served) -> None:
+    """Not only a syntax error: an integer of more digits than Python converts, and arrays
+    nested deeper than the parser recurses, are the body's fault (they were 500s)."""
+    long_int = '{"delay_s": ' + "9" * 5000 + "}"  # as params: JSON text
+    deep = "[" * 20_000 + "]" * 20_000
+    cases = [(long_int, "4300"), (deep, "nested too deeply")]
+    json_type = {"content-type": "application/json"}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for params, shown in cases:
+            body = '{"inputs": {}, "params": ' + params + "}"
+            for path in ("/v1/pipelines/plain/run", "/v1/chat/completions"):
+                reply = client.post(path, content=body.encode(), headers=json_type)
+                assert reply.status_code == 400, (path, reply.text[:300])
+                error = _error(reply)
+                assert (error["field"], error["code"], error["kind"]) == (
+                    "body", "invalid_json", "InvalidJSON"), error
+                assert error["message"].startswith("body: not valid JSON: ")
+                assert shown in error["message"], error["message"]
+            # a form's params (JSON text) are read by the same parser
+            reply = client.post("/v1/pipelines/prepared/run",
+                                files={"file": ("x.txt", b"0 1 2")}, data={"params": params})
+            assert reply.status_code == 400, reply.text[:300]
+            assert _error(reply)["field"] == "params"
+            assert _error(reply)["kind"] == "InvalidJSON"
+        after = _charged(client)
+        assert after == before
+        outcomes = _outcomes(client)
+        assert outcomes.get("error", 0.0) == counted.get("error", 0.0)
+        assert outcomes["bad_request"] - counted.get("bad_request", 0.0) == 6.0
+        assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+    _no_traceback(server)
+
+
+def test_a_deadline_too_large_for_a_float_is_400_naming_it(server: Served) -> None:
+    """JSON integers have no bound: one beyond a float's range is refused, not a 500."""
+    body = b'{"inputs": {}, "deadline_s": 1' + b"0" * 400 + b"}"
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        reply = client.post("/v1/pipelines/plain/run", content=body,
+                            headers={"content-type": "application/json"})
+        assert reply.status_code == 400, reply.text[:300]
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("deadline_s", "InvalidValue")
+        assert error["message"].startswith("deadline_s: must be a number in (0.0, 3600.0]: 1000")
+        assert _charged(client) == before
+    _no_traceback(server)
+
+
+def test_an_empty_tensor_whose_other_dimensions_numpy_cannot_hold_is_400_naming_its_shape(
+        server: Served) -> None:
+    """``[0, 2**63]`` has no bytes to send, yet no array has that shape (it was a 500)."""
+    empty = {"dtype": "float32", "data": ""}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        for shape in ([0, 2**63], [0, 2**62], [2**40, 0, 2**40]):
+            reply = client.post("/v1/pipelines/plain/run",
+                                json={"inputs": {"x": {**empty, "shape": shape}}})
+            assert reply.status_code == 400, (shape, reply.text[:300])
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == ("inputs['x'].shape", "TensorInvalid")
+            assert "prod(non-zero dims) * itemsize must be <= 9223372036854775807" \
+                in error["message"], error["message"]
+        assert _charged(client) == before
+        # an empty tensor NumPy can hold goes through
+        reply = client.post("/v1/pipelines/plain/run",
+                            json={"inputs": {"x": {**empty, "shape": [0, 2**20]}}})
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["outputs"]["x"]["shape"] == [0, 2**20]
+    _no_traceback(server)
+
+
+def test_a_bool_tensor_with_a_byte_other_than_0_or_1_is_400_before_any_stage(
+        server: Served) -> None:
+    """The wire carries a bool as a byte 0 or 1; the worker refused any other (a 500)."""
+    def bools(raw: bytes) -> dict[str, Any]:
+        return {"inputs": {"x": {"dtype": "bool", "shape": [len(raw)],
+                                 "data": base64.b64encode(raw).decode()}}}
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        reply = client.post("/v1/pipelines/plain/run", json=bools(bytes([0, 1, 2, 255])))
+        assert reply.status_code == 400, reply.text[:300]
+        error = _error(reply)
+        assert (error["field"], error["kind"]) == ("inputs['x'].data", "TensorInvalid")
+        assert error["message"] == ("inputs['x'].data: a bool tensor's bytes must each be 0 "
+                                    "or 1 (the largest is shown): 255")
+        assert _charged(client) == before  # no stage was called
+        reply = client.post("/v1/pipelines/plain/run", json=bools(bytes([0, 1, 1])))
+        assert reply.status_code == 200, reply.text[:300]
+        out = reply.json()["outputs"]["x"]
+        assert out["dtype"] == "bool" and base64.b64decode(out["data"]) == bytes([0, 1, 1])
+    _no_traceback(server)
+
+
+def test_the_time_prepare_takes_counts_against_the_deadline(server: Served) -> None:
+    """A deadline that passes while ``prepare`` runs is 504 and nothing is submitted; the
+    request was submitted with the whole deadline again and answered 200 late."""
+    def upload(client: httpx.Client, deadline_s: float | None) -> httpx.Response:
+        data = {} if deadline_s is None else {"deadline_s": str(deadline_s)}
+        return client.post("/v1/pipelines/prepared/run", data=data,
+                           files={"file": ("x.txt", f"{PREPARE_S} 1 2 3".encode())})
+
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        started = time.monotonic()
+        reply = upload(client, PREPARE_S / 2)
+        took = time.monotonic() - started
+        assert reply.status_code == 504, (took, reply.text[:300])
+        error = _error(reply)
+        assert (error["field"], error["code"]) == ("deadline_s", "deadline_exceeded")
+        assert "while prepare read the upload" in error["message"], error["message"]
+        # answered once prepare returned, not by the server's backstop 2 s after the deadline
+        assert PREPARE_S <= took < PREPARE_S / 2 + 2.0, took
+        assert reply.headers["x-should-retry"] == "false"
+        assert _charged(client) == before  # the stage was never called
+        reply = upload(client, PREPARE_S + 5.0)
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["outputs"]["x"]["shape"] == [3]
+    _no_traceback(server)
+
+
+def test_a_route_s_path_with_a_trailing_slash_is_404_json_not_a_redirect(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        counted = _outcomes(client)
+        for method, path in (("POST", "/v1/pipelines/plain/run/"), ("GET", "/health/"),
+                             ("GET", "/v1/pipelines/"), ("POST", "/v1/chat/completions/")):
+            reply = client.request(method, path, json=X, headers={"Host": "elsewhere.example"})
+            assert reply.status_code == 404, (path, reply.status_code, reply.headers)
+            assert "location" not in reply.headers
+            error = _error(reply)
+            assert (error["field"], error["code"]) == ("path", "not_found")
+            assert error["message"] == f"path: no such route: {path}"
+        assert _outcomes(client)["not_found"] - counted.get("not_found", 0.0) == 4.0
+
+
+def test_a_tensor_name_the_wire_cannot_carry_is_400_naming_it_before_the_request_waits(
+        server: Served) -> None:
+    """It was refused by the runtime once the request's turn came (after waiting behind
+    the running one), naming the wire's ``tensor.name``, not the request's field."""
+    x = X["inputs"]["x"]
+    with httpx.Client(base_url=server.url, timeout=30) as client, \
+            ThreadPoolExecutor(1) as pool:
+        before = _charged(client)
+        held = pool.submit(client.post, "/v1/pipelines/plain/run",
+                           json={**X, "params": {"delay_s": 1.5}})  # holds the only slot
+        deadline = time.monotonic() + 10.0
+        while client.get("/v1/pipelines/plain").json()["stages"][0]["in_flight"] == 0:
+            assert time.monotonic() < deadline, "the held request never ran"
+            time.sleep(0.02)
+        for name, reason in (("", "must not be empty"),
+                             ("a" * 129, "must be <= 128 characters"),
+                             ("x\n", "must contain printable characters only"),
+                             ("\ud800", "must contain printable characters only")):
+            started = time.monotonic()
+            reply = client.post("/v1/pipelines/plain/run",  # escaped: a lone surrogate too
+                                content=json.dumps({"inputs": {name: x}}),
+                                headers={"content-type": "application/json"})
+            took = time.monotonic() - started
+            assert reply.status_code == 400, (name, reply.text[:300])
+            error = _error(reply)
+            assert (error["field"], error["kind"]) == (f"inputs[{name!r}]", "TensorInvalid")
+            assert error["message"].startswith(f"inputs[{name!r}]: a tensor's name {reason}")
+            assert took < 1.0, took  # refused at once, not after the held request
+            shown = client.get("/v1/pipelines/plain").json()
+            assert (shown["queue"]["waiting"], shown["stages"][0]["in_flight"]) == (0, 1)
+        assert held.result().status_code == 200
+        after = _charged(client)
+        assert after["stage_calls"] == before["stage_calls"] + 1  # the held request's alone
+        assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
+    _no_traceback(server)

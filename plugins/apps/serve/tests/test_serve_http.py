@@ -93,10 +93,14 @@ def test_bad_input_is_400_naming_the_field(server: Served) -> None:
         reply = client.post("/v1/pipelines/fast/run", content=b"{not json",
                             headers={"content-type": "application/json"})
         assert reply.status_code == 400 and _error(reply)["field"] == "body"
-        reply = client.post("/v1/pipelines/fast/run", json={"inputs": {"x": x}},
-                            headers={"X-Edge-Deadline": "nan"})
-        assert reply.status_code == 400
-        assert _error(reply)["field"] == "headers.x-edge-deadline"
+        for text in ("nan", "1_0", "abc"):  # float() would read "1_0" as 10
+            reply = client.post("/v1/pipelines/fast/run", json={"inputs": {"x": x}},
+                                headers={"X-Edge-Deadline": text})
+            assert reply.status_code == 400, text
+            assert _error(reply)["field"] == "headers.x-edge-deadline"
+        reply = client.post("/v1/pipelines/fast/run", files={"file": ("a.png", b"png")},
+                            data={"deadline_s": "2_5"})
+        assert reply.status_code == 400 and _error(reply)["field"] == "deadline_s"
         reply = client.post("/v1/pipelines/fast/run", files={"file": ("a.png", b"png")})
         assert reply.status_code == 400 and _error(reply)["field"] == "file"
         reply = client.post("/v1/pipelines/nowhere/run", json={"inputs": {}})

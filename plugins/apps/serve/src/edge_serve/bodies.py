@@ -50,17 +50,26 @@ def deadline_of(request: Request, body_value: object = None, *,
     found: list[float] = []
     header = request.headers.get(DEADLINE_HEADER)
     if header is not None:
-        try:
-            parsed: object = float(header)
-        except ValueError:
-            parsed = header
-        found.append(number(parsed, "headers.x-edge-deadline", low=0.0, high=MAX_DEADLINE_S))
+        found.append(number(_decimal(header), "headers.x-edge-deadline", low=0.0,
+                            high=MAX_DEADLINE_S))
     if body_value is not None:
         if form and isinstance(body_value, str):  # a multipart form field
-            with contextlib.suppress(ValueError):
-                body_value = float(body_value)
+            body_value = _decimal(body_value)
         found.append(number(body_value, "deadline_s", low=0.0, high=MAX_DEADLINE_S))
     return min(found) if found else None
+
+
+def _decimal(text: str) -> object:
+    """``text`` as a float when it is a decimal number (``2.5``, ``1e1``), else ``text``.
+
+    Python's ``float`` also reads ``1_0`` (10) and surrounding spaces: not a number here.
+    """
+    if "_" in text or text != text.strip():
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def refuse_query(request: Request) -> None:

@@ -83,6 +83,28 @@ def test_sixteen_bit_grayscale_keeps_its_range(tmp_path: Path) -> None:
     assert pixels[0, 0].tolist() == [128, 128, 128]
 
 
+def test_twelve_bit_data_in_a_sixteen_bit_file_is_white_at_4095(tmp_path: Path) -> None:
+    # a 12-bit scanner's page stored as 16-bit PNG: paper 4095, ink 0 (65535 as white
+    # would make the paper 16 of 255 and the text all but invisible)
+    deep = np.full((40, 60), 4095, np.uint16)
+    deep[5:15, 30:50] = 0
+    deep[0, 0] = 2048
+    Image.fromarray(deep).save(tmp_path / "deep12.png")
+    pixels = read_image(tmp_path / "deep12.png")
+    assert pixels[20, 10].tolist() == [255, 255, 255]
+    assert pixels[10, 40].tolist() == [0, 0, 0]
+    assert pixels[0, 0].tolist() == [128, 128, 128]
+
+
+def test_a_dark_sixteen_bit_image_is_not_stretched_past_its_bits(tmp_path: Path) -> None:
+    deep = np.full((40, 60), 40000, np.uint16)  # 16-bit data: white stays 65535
+    deep[5:15, 30:50] = 0
+    Image.fromarray(deep).save(tmp_path / "dark16.png")
+    pixels = read_image(tmp_path / "dark16.png")
+    assert pixels[20, 10].tolist() == [156, 156, 156]
+    assert pixels[10, 40].tolist() == [0, 0, 0]
+
+
 def test_exif_orientation_is_honoured(tmp_path: Path) -> None:
     stored = np.ascontiguousarray(np.rot90(_page()))  # stored turned a quarter left
     image = Image.fromarray(stored)

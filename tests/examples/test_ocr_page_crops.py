@@ -23,6 +23,7 @@ from edge_ocr_example.page_pipeline import (
     classify_to_recognize,
     detect_to_classify,
 )
+from edge_ocr_example.page_scale import PageFrame
 from edge_ocr_example.pages import load_font
 
 LINES = ("Invoice 1042", "Total 12.75 for 3 pages", "Paid", "Thank you for your order",
@@ -49,7 +50,7 @@ def _page() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     pixels = np.asarray(image)
     height, width = pixels.shape[:2]
     source = {IMAGE: pixels,
-              FRAME: np.array([height, width, height, width, height, width], np.int64)}
+              FRAME: PageFrame(height, width, height, width, height, width).as_array()}
     return {DET_OUTPUT: prob[None, None]}, source
 
 

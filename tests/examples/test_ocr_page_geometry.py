@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -9,6 +10,9 @@ import pytest
 
 from edge_ocr_example.errors import OcrError, TensorMismatch
 from edge_ocr_example.page_scale import (
+    FOLD_GAP,
+    FOLD_OVERLAP,
+    band_windows,
     page_frame,
     page_input,
     to_frame_points,
@@ -79,6 +83,60 @@ def test_points_map_back_to_the_original_image_pixels() -> None:
     np.testing.assert_allclose(to_image_points(in_frame, frame), block, atol=1e-3)
     # beyond the page: clipped to the image
     np.testing.assert_allclose(to_image_points(np.array([[-5.0, 999.0]]), frame), [[0, 1500]])
+
+
+def test_a_long_thin_page_is_folded_into_bands_at_full_scale() -> None:
+    # one line of 24 px text 4972 px wide: scaled to 960 it would be 5 px high
+    frame = page_frame(52, 4972)
+    assert (frame.height, frame.width) == (52, 4972)  # not scaled down at all
+    assert (frame.folds, frame.band, frame.step, frame.gap) == (6, 960, 960 - FOLD_OVERLAP,
+                                                                 FOLD_GAP)
+    assert (frame.padded_height, frame.padded_width) == (480, 960)
+    windows = band_windows(frame)
+    assert [(w.row, w.column, w.height, w.width) for w in windows] == [
+        (k * (52 + FOLD_GAP), 0, 52, 960) for k in range(6)]
+    starts = [w.x for w in windows]
+    assert starts == [0, 896, 1792, 2688, 3584, 4972 - 960]  # the last ends at the page's end
+    assert all(b - a <= 960 - FOLD_OVERLAP for a, b in itertools.pairwise(starts))
+
+
+def test_a_tall_thin_page_is_folded_side_by_side_and_scaled_as_far_as_it_fits() -> None:
+    frame = page_frame(2632, 300)  # a till receipt
+    assert frame.folds == 3 and frame.scale_y == pytest.approx(frame.scale_x, abs=0.01)
+    assert frame.scale_y > 2 * 960 / 2632  # over twice the plain scale
+    windows = band_windows(frame)
+    assert [(w.row, w.column, w.height, w.width, w.x) for w in windows] == [
+        (0, k * (frame.width + FOLD_GAP), 960, frame.width, 0) for k in range(3)]
+    assert windows[-1].y + 960 == frame.height
+    assert frame.padded_width <= 960 and frame.padded_height == 960
+
+
+@pytest.mark.parametrize(("height", "width"), [(848, 1492), (1400, 3000), (120, 1400),
+                                               (40, 900), (16, 16), (8000, 8000)])
+def test_a_page_folding_would_not_enlarge_enough_is_not_folded(height: int, width: int) -> None:
+    frame = page_frame(height, width)
+    assert frame.folds == 1
+    assert band_windows(frame) == [band_windows(frame)[0]]
+    window = band_windows(frame)[0]
+    assert (window.row, window.column, window.height, window.width) == (
+        0, 0, frame.height, frame.width)
+
+
+def test_page_input_lays_each_band_of_a_folded_page_out_with_white_between() -> None:
+    rng = np.random.default_rng(4)
+    image = rng.integers(0, 255, (30, 2000, 3), dtype=np.uint8)
+    tensor, frame = page_input(image)
+    assert frame.folds == 3 and (frame.height, frame.width) == (30, 2000)
+    page = image.astype(np.float32).transpose(2, 0, 1) * np.float32(2 / 255) - 1
+    covered = np.zeros(tensor.shape[2:], bool)
+    for w in band_windows(frame):
+        np.testing.assert_array_equal(
+            tensor[0, :, w.row : w.row + w.height, w.column : w.column + w.width],
+            page[:, w.y : w.y + w.height, w.x : w.x + w.width])
+        covered[w.row : w.row + w.height, w.column : w.column + w.width] = True
+    np.testing.assert_array_equal(tensor[0][:, ~covered], 1.0)  # the rest is white paper
+    assert frame.as_array().tolist() == [30, 2000, 30, 2000, *tensor.shape[2:], 3, 960, 896,
+                                         FOLD_GAP]
 
 
 # --- quadrilaterals ---------------------------------------------------------------------

@@ -54,6 +54,11 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
                              fill="black")
     big.save(tmp_path / "big.png")
     Image.new("RGB", (300, 200), "white").save(tmp_path / "blank.png")
+    long_font = load_font("DejaVuSans.ttf", 24)
+    long_text = " ".join(f"item{i} costs {i * 7 % 90}.50" for i in range(1, 25))
+    long = Image.new("RGB", (int(long_font.getlength(long_text)) + 20, 44), "white")
+    ImageDraw.Draw(long).text((10, 8), long_text, font=long_font, fill="black")
+    long.save(tmp_path / "long.png")  # folded into bands for detection
     runner = DirectRunner.from_bundles(page_bundles)
     characters = load_characters(page_bundles / "recognize" / CHARACTERS_FILE)
     ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
@@ -67,7 +72,8 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
         assert points == {s: ["between", "max", "min"] for s in ("detect", "classify",
                                                                   "recognize")}
         _, expected_lines = demo_page()
-        for path in (page_bundles / PAGE, tmp_path / "big.png", tmp_path / "blank.png"):
+        for path in (page_bundles / PAGE, tmp_path / "big.png", tmp_path / "blank.png",
+                     tmp_path / "long.png"):
             got = _read(pipeline, path)
             direct = read_page(read_image(path), runner, characters=characters, batch=4)
             assert [g["text"] for g in got] == [d.text for d in direct], path.name
@@ -79,6 +85,9 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
                 (line,) = got
                 assert line["text"] == "Total 98.50"
                 assert 1480 < min(x for x, _ in line["box"]) < 1505  # image pixels, not 960
+            elif path.name == "long.png":
+                assert "".join(g["text"] for g in got).replace(" ", "") == long_text.replace(
+                    " ", "")
             else:
                 assert got == []
         # the declared demands hold after pages of every size, not only after warm-up

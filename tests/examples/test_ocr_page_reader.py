@@ -18,6 +18,7 @@ from edge_ocr_example.decode import CHARACTERS_FILE, load_characters
 from edge_ocr_example.images import to_rgb
 from edge_ocr_example.page_reader import read_page
 from edge_ocr_example.pages import demo_page, load_font
+from edge_ocr_example.quality import edit_distance
 from edge_ocr_example.reference import DirectRunner
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,20 @@ def test_a_transparent_two_column_page_reads_column_by_column_at_any_turn(
     turned = page.rotate(turn, expand=True, resample=Image.Resampling.BICUBIC)
     got = [text for text, _ in reader(turned)]
     assert _squeeze(got) == _squeeze(expected), got
+
+
+@pytest.mark.parametrize("turn", [0, 90])
+def test_a_long_thin_line_is_read_whole(reader, turn: int) -> None:  # type: ignore[no-untyped-def]
+    # 24 px text 4000-odd px long: scaled to 960 it was 5 px high and found nowhere; the
+    # page is folded into bands at full scale instead
+    text = " ".join(f"word{i} {i * 37 % 1000}" for i in range(1, 41))
+    font = load_font("DejaVuSans.ttf", 24)
+    page = Image.new("RGB", (int(font.getlength(text)) + 20, 44), "white")
+    ImageDraw.Draw(page).text((10, 8), text, font=font, fill="black")
+    assert page.width > 3000
+    got = [text for text, _ in reader(page.rotate(turn, expand=True))]
+    # the detector may cut a line into two boxes that share a letter, folded or not
+    assert edit_distance(_squeeze([text]), _squeeze(got)) <= 0.01 * len(_squeeze([text])), got
 
 
 def test_boxes_are_in_the_original_images_pixels(reader) -> None:  # type: ignore[no-untyped-def]

@@ -26,6 +26,7 @@ from edge_ocr_example.page_pipeline import (
     rec_batch,
 )
 from edge_ocr_example.page_reader import REC_ROOM, REC_STEP, REC_WIDTHS, own_width
+from edge_ocr_example.page_scale import PageFrame
 from edge_ocr_example.pages import load_font
 
 LINES = ("Invoice 1042", "Total 12.75 for 3 pages", "Paid", "Thank you for your order",
@@ -54,7 +55,7 @@ def _previous() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         CLS_OUTPUT: [np.tile(np.array([[0.99, 0.01]], np.float32), (count, 1))],
     }
     source = {IMAGE: pixels,
-              FRAME: np.array([height, width, height, width, height, width], np.int64)}
+              FRAME: PageFrame(height, width, height, width, height, width).as_array()}
     return previous, source
 
 

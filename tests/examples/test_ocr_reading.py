@@ -45,6 +45,40 @@ def test_columns_are_read_one_after_the_other() -> None:
         "title", "L0", "L1", "L2", "L3", "R0", "R1", "R2"]
 
 
+def test_a_table_is_read_row_by_row() -> None:
+    # label, quantity and price columns: the quantities are narrower than the gaps beside them
+    names, boxes = [], []
+    for row, (label, width) in enumerate((("Item", 60), ("Apples", 90), ("Coffee beans", 170),
+                                          ("Milk", 55))):
+        y = 30 + 50 * row
+        names += [f"{label}", f"qty{row}", f"price{row}"]
+        boxes += [_box(30, y, 30 + width, y + 30), _box(380, y, 400, y + 30),
+                  _box(560, y, 640, y + 30)]
+    shuffled = np.random.default_rng(5).permutation(len(names))
+    order = reading_order(np.stack(boxes)[shuffled])
+    assert [names[shuffled[i]] for i in order] == names
+
+
+def test_three_columns_of_text_are_read_one_after_the_other() -> None:
+    names, boxes = [], []
+    for column in range(3):
+        for line in range(3):
+            names.append(f"C{column}L{line}")
+            boxes.append(_box(30 + 330 * column, 30 + 40 * line, 330 + 330 * column,
+                              60 + 40 * line))
+    order = reading_order(np.stack(boxes))
+    assert [names[i] for i in order] == names
+
+
+def test_two_short_columns_far_apart_stay_columns() -> None:
+    # two columns of single short words cannot be told from a two-column table: columns
+    names = [f"L{i}" for i in range(3)] + [f"R{i}" for i in range(3)]
+    boxes = [_box(40, 40 + 50 * i, 140, 70 + 50 * i) for i in range(3)]
+    boxes += [_box(600, 40 + 50 * i, 700, 70 + 50 * i) for i in range(3)]
+    order = reading_order(np.stack(boxes))
+    assert [names[i] for i in order] == names
+
+
 def test_a_single_column_reads_top_to_bottom_and_a_split_line_left_to_right() -> None:
     quads = np.stack([_box(400, 10, 700, 40), _box(10, 12, 380, 40),  # one line, two boxes
                       _box(10, 60, 120, 90),  # a short line below, on the left

@@ -7,8 +7,11 @@ always RGB on white paper:
 * transparency (RGBA, LA, PA, palette images with a transparent index) is composited on
   white, so black text on a transparent background stays black text on white;
 * palette, 1-bit, grayscale, CMYK and YCbCr images are converted to RGB;
-* 16-bit and 32-bit grayscale (``I;16``, ``I``) and float (``F``) images are scaled from
-  their own value range to 0..255 rather than clipped.
+* 16-bit and 32-bit grayscale (``I;16``, ``I``) and float (``F``) images are scaled to
+  0..255 rather than clipped: a 16-bit image from 0 to the white of the bits it uses
+  (65535 for 16-bit data, 4095 for 12-bit data stored in 16 bits), a 32-bit integer one
+  from 0 (or its minimum, when negative) to its maximum, a float one from its minimum to
+  its maximum.
 
 A file that cannot be read raises :class:`ImageInputError` naming the file and the reason:
 missing, not a file, empty, not an image (or a format Pillow does not read), truncated or
@@ -18,6 +21,7 @@ decode to gigabytes). The pixel check runs on the header, before anything is dec
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from pathlib import Path
@@ -50,6 +54,12 @@ class ImageInputError(OcrError):
     """
 
 
+def _bit_depth_white(value: float) -> float:
+    """The largest value of the fewest whole bits (at least 8) that hold ``value``."""
+    bits = max(8, math.ceil(math.log2(max(value, 0.0) + 1.0)))
+    return float(2**bits - 1)
+
+
 def _scaled_to_bytes(image: Image.Image) -> Image.Image:
     """A 16/32-bit integer or float single-channel image, stretched to its range as ``L``."""
     values = np.asarray(image, dtype=np.float64)
@@ -57,9 +67,12 @@ def _scaled_to_bytes(image: Image.Image) -> Image.Image:
     low = float(finite.min()) if finite.size else 0.0
     high = float(finite.max()) if finite.size else 0.0
     if image.mode.startswith("I;16") or image.mode == "I":
-        # Integer images keep their nominal range when they use it: 16-bit white is 65535.
         low = min(low, 0.0)
-        high = max(high, 65535.0 if image.mode.startswith("I;16") else high)
+        if image.mode.startswith("I;16"):
+            # White is the largest value of the bits the image uses: 65535 for 16-bit
+            # data, 4095 for a 12-bit scanner's or camera's data in a 16-bit file (whose
+            # pages would otherwise come out nearly black, their text unreadable).
+            high = max(high, _bit_depth_white(high))
     span = high - low
     scaled = np.zeros(values.shape) if span <= 0 else (values - low) * (255.0 / span)
     pixels = np.clip(np.nan_to_num(scaled), 0, 255).round().astype(np.uint8)

@@ -15,12 +15,16 @@ turned it by 180 degrees. The order is decided in the page's *text frame*:
    side of the gutter (a column's short last line) continues the block; a block is read
    as columns only when at least two of its bands hold boxes on both sides (one line
    that the detector cut in two is not a column layout);
-4. blocks are read top to bottom; inside a block each column left to right, and inside a
+4. a block of three or more columns one of which is narrower than a gap beside it is a
+   *table* (quantities and prices beside their labels), read row by row like a block
+   without columns;
+5. blocks are read top to bottom; inside a block each column left to right, and inside a
    column (or a block without columns) lines top to bottom, each left to right.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Final
@@ -35,6 +39,8 @@ _LINE_TOLERANCE: Final = 0.5
 """Boxes whose centres differ by less than this many box heights are on one line."""
 _GUTTER: Final = 0.5
 """Smallest gutter between columns, in median box heights."""
+_TABLE_COLUMNS: Final = 3
+"""A block needs at least this many columns to be read as a table (:func:`_is_table`)."""
 
 
 def _directions(quads: np.ndarray, turns: np.ndarray) -> np.ndarray:
@@ -129,6 +135,26 @@ def _two_sided_bands(members: list[int], bands: list[list[int]], boxes: np.ndarr
     return count
 
 
+def _is_table(columns: Sequence[list[int]], boxes: np.ndarray) -> bool:
+    """Whether a block's columns are a table's (read row by row), not columns of text.
+
+    A column of running text is wider than the gutter beside it; a table's column
+    (quantities, prices, short labels) is often narrower than the space that separates it
+    from its neighbours. A block of three or more columns with one narrower than a gap
+    next to it is a table. Two columns stay columns: two short columns far apart (a
+    two-column list, or the short lines of two text columns) cannot be told from a
+    two-column table by their boxes.
+    """
+    if len(columns) < _TABLE_COLUMNS:
+        return False
+    extents = [(float(boxes[c, 0].min()), float(boxes[c, 2].max())) for c in columns]
+    for (left0, left1), (right0, right1) in itertools.pairwise(extents):
+        gap = right0 - left1
+        if left1 - left0 < gap or right1 - right0 < gap:
+            return True
+    return False
+
+
 def reading_order(quads: np.ndarray, turns: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
     """Indices that put ``(K, 4, 2)`` quads (image pixels) into reading order.
 
@@ -186,6 +212,10 @@ def reading_order(quads: np.ndarray, turns: Sequence[int] | np.ndarray | None = 
         for index in members:
             centre = (boxes[index, 0] + boxes[index, 2]) / 2
             columns[int(np.searchsorted(cuts, centre))].append(index)
+        columns = [column for column in columns if column]
+        if _is_table(columns, boxes):
+            order.extend(_line_sort(members, boxes))  # a table's rows are read across
+            continue
         for column in columns:
             order.extend(_line_sort(column, boxes))
     return np.asarray(order, dtype=np.int64)

@@ -4,8 +4,9 @@
 
 * :data:`prepare` reads an image file (:func:`~edge_ocr_example.images.read_image`) and
   returns the detection input at the page's own scale (``x``: ``1 x 3 x Hp x Wp``, the
-  longer side at most ``limit``, padded to a multiple of 32; the detect stage's shape set
-  serves that range) plus, under ``carry:``, the original image and its frame, which the
+  longer side at most ``limit``, padded to a multiple of 32, a long, thin page folded
+  into bands, :mod:`~edge_ocr_example.page_scale`; the detect stage's shape set serves
+  that range) plus, under ``carry:``, the original image and its frame, which the
   runtime keeps from the detect stage and hands to every transform as ``source``;
 * :func:`detect_to_classify` finds the lines (rotated boxes in image pixels, crops cut
   from the original image) and fans the classifier out over them, up to
@@ -91,7 +92,8 @@ REC_BATCH_ENV: Final = "EDGE_OCR_REC_BATCH"
 IMAGE: Final = "carry:image"
 """The original page, ``H x W x 3`` uint8, carried past the detect stage."""
 FRAME: Final = "carry:frame"
-"""The page's :class:`PageFrame` as six int64: image h, w, scaled h, w, padded h, w."""
+"""The page's :class:`PageFrame` as ten int64 (:meth:`PageFrame.as_array`): image h, w,
+scaled h, w, padded h, w, folds, band, step, gap."""
 _QUADS: Final = "carry:quads"
 _SCORES: Final = "carry:det_scores"
 _TURNS: Final = "carry:turns"
@@ -140,8 +142,7 @@ class PagePrepare:
         return {
             DET_INPUT: detection,
             IMAGE: image,
-            FRAME: np.array([frame.image_height, frame.image_width, frame.height, frame.width,
-                             frame.padded_height, frame.padded_width], dtype=_INT),
+            FRAME: frame.as_array(),
         }
 
 
@@ -167,8 +168,8 @@ def _source(source: Mapping[str, Any]) -> tuple[np.ndarray, PageFrame]:
         return image, PageFrame(height, width, height, width, height, width)
     image = np.asarray(source[IMAGE])
     frame = np.asarray(source[FRAME])
-    if image.dtype != np.uint8 or image.ndim != 3 or frame.shape != (6,):
-        raise TensorMismatch(IMAGE, "expected an HxWx3 uint8 image and a (6,) frame",
+    if image.dtype != np.uint8 or image.ndim != 3 or frame.shape != (10,):
+        raise TensorMismatch(IMAGE, "expected an HxWx3 uint8 image and a (10,) frame",
                              (image.shape, frame.shape))
     return image, PageFrame(*(int(v) for v in frame))
 

@@ -4,7 +4,7 @@ The steps, each a function so that a runtime can call the stages its own way (in
 batches, fanned out) and still share every transform:
 
 1. :func:`page_input` (from :mod:`~edge_ocr_example.page_scale`): the page at its own
-   scale, padded to a multiple of 32;
+   scale, padded to a multiple of 32 (a long, thin page folded into bands);
 2. :func:`find_lines`: DB boxes as rotated rectangles, mapped to the image's pixels, each
    cut out of the *original* image by a perspective transform and turned upright when tall;
 3. :func:`classifier_rows` / :func:`apply_directions`: the direction classifier's rows
@@ -29,6 +29,7 @@ from typing import Final
 
 import numpy as np
 
+from edge_ocr_example.band_join import page_quads
 from edge_ocr_example.buckets import (
     CLS_INPUT,
     CLS_OUTPUT,
@@ -43,7 +44,6 @@ from edge_ocr_example.line_split import REC_MAX_WIDTH, LinePiece, join_pieces, s
 from edge_ocr_example.page_scale import DET_LIMIT, PageFrame, page_input, to_image_points
 from edge_ocr_example.perspective import crop_quad, upright_crop
 from edge_ocr_example.quads import quad_size
-from edge_ocr_example.regions import detect_quads
 
 __all__ = [
     "ANGLE_THRESH",
@@ -121,8 +121,11 @@ class PieceRow:
 
 
 def find_lines(prob: np.ndarray, frame: PageFrame, image: np.ndarray) -> list[Line]:
-    """Boxes from the detector's ``H x W`` map, in image pixels, with their upright crops."""
-    quads, scores = detect_quads(prob)
+    """Boxes from the detector's ``H x W`` map, in image pixels, with their upright crops.
+
+    A folded page's map is read band by band (:func:`~edge_ocr_example.band_join.page_quads`).
+    """
+    quads, scores = page_quads(prob, frame)
     mapped = [to_image_points(quad, frame) for quad in quads]
     keep = [i for i, quad in enumerate(mapped) if min(quad_size(quad)) > _MIN_SIDE]
     if not keep:

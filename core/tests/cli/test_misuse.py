@@ -81,6 +81,8 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "hugeio.toml").write_text(
+        ONE.replace('id = "a"', 'id = "a"\nmax_io_bytes = 9223372036854775807'))
     (tmp_path / "targets.toml").write_text('targets = ["latency >>> 5"]\n' + ONE)
     (tmp_path / "latin1.toml").write_bytes(ONE.replace('"one"', '"caf\u00e9"').encode("latin-1"))
     (tmp_path / "dir").mkdir()
@@ -110,6 +112,11 @@ TABLE = [
     (["profile", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
     (["serve", "three.toml", "one.toml"], ["three.toml: 3 configuration problems",
                                            *THREE_PROBLEMS]),
+    # a max_io_bytes the worker channel cannot carry: refused by the file's check
+    (["run", "hugeio.toml", "--input", "a.txt"],
+     ["hugeio.toml: stages[0].max_io_bytes: must be at most 4611686018427387904 bytes",
+      "9223372036854775807"]),
+    (["profile", "hugeio.toml", "--input", "a.txt"], ["hugeio.toml: stages[0].max_io_bytes"]),
     (["run", "one.toml", "--inputs", "image.png"],
      ["--inputs image.png: not an .npz archive", "use --input"]),
     (["run", "one.toml", "--inputs", "pickled.npz"], ["--inputs pickled.npz"]),

@@ -45,6 +45,31 @@ input_transform = "edge_echo.transforms:passthrough"
 backend = { name = "echo", options = { scael = 2.0 } }
 """
 
+#: Three problems: a backend's name, a stage nobody declares, a stage reading itself.
+CHAIN = """
+name = "chain"
+
+[[stages]]
+id = "a"
+backend = { name = "ecko" }
+
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:passthrough"
+inputs_from = ["zzz"]
+backend = { name = "echo" }
+
+[[stages]]
+id = "c"
+input_transform = "edge_echo.transforms:passthrough"
+inputs_from = ["c"]
+backend = { name = "echo" }
+"""
+
+CHAIN_PROBLEMS = ["stages[0].backend.name", "did you mean 'echo'?",
+                  "stages[1].inputs_from: no such stage (stages: ['a', 'b', 'c']): 'zzz'",
+                  "stages[2].inputs_from: a stage cannot read its own outputs: 'c'"]
+
 CANDIDATES = """
 name = "fallback"
 
@@ -81,6 +106,11 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "chain.toml").write_text(CHAIN)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text(
+        "[tool.edge.pipelines.chain]\n" + CHAIN.replace('name = "chain"\n', "").replace(
+            "[[stages]]", "[[tool.edge.pipelines.chain.stages]]"))
     (tmp_path / "hugeio.toml").write_text(
         ONE.replace('id = "a"', 'id = "a"\nmax_io_bytes = 9223372036854775807'))
     (tmp_path / "targets.toml").write_text('targets = ["latency >>> 5"]\n' + ONE)
@@ -112,6 +142,20 @@ TABLE = [
     (["profile", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
     (["serve", "three.toml", "one.toml"], ["three.toml: 3 configuration problems",
                                            *THREE_PROBLEMS]),
+    # the stages' wiring is checked with the rest of the file, by every command
+    (["run", "chain.toml", "--input", "a.txt"],
+     ["chain.toml: 3 configuration problems", *CHAIN_PROBLEMS]),
+    (["plan", "chain.toml"], ["chain.toml: 3 configuration problems", *CHAIN_PROBLEMS]),
+    (["plan", "chain.toml", "--probe-only"], ["chain.toml: 3 configuration problems",
+                                              *CHAIN_PROBLEMS]),
+    (["profile", "chain.toml", "--requests", "1"], ["chain.toml: 3 configuration problems",
+                                                    *CHAIN_PROBLEMS]),
+    (["serve", "chain.toml", "--port", "0"], ["chain.toml: 3 configuration problems",
+                                              *CHAIN_PROBLEMS]),
+    (["plan", "proj/pyproject.toml", "--name", "chain"],
+     ["proj/pyproject.toml: 3 configuration problems",
+      "tool.edge.pipelines.chain.stages[1].inputs_from: no such stage",
+      "tool.edge.pipelines.chain.stages[2].inputs_from: a stage cannot read its own"]),
     # a max_io_bytes the worker channel cannot carry: refused by the file's check
     (["run", "hugeio.toml", "--input", "a.txt"],
      ["hugeio.toml: stages[0].max_io_bytes: must be at most 4611686018427387904 bytes",

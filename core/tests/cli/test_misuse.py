@@ -337,6 +337,11 @@ OPTIONS = [
     (["run", "one.toml", "--input", "a.txt", "--deadline", "nan"], "--deadline"),
     (["run", "one.toml", "--input", "a.txt", "--params", "[1, 2]"], "--params"),
     (["run", "one.toml", "--input", "a.txt", "--params", "null"], "--params"),
+    # JSON has no NaN nor Infinity: refused here, not by each request once the stage opened
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": NaN}'], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": [-Infinity]}'], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": 1e999}'], "--params"),
+    (["profile", "one.toml", "--input", "a.txt", "--params", '{"t": NaN}'], "--params"),
     (["run", "one.toml", "--input", "a.txt", "--inputs", "x.npz"], "--inputs"),
     (["run", "one.toml", "--repeat", "abc"], "--repeat"),
     (["probe", "--timeout", "0"], "--timeout"),

@@ -111,6 +111,8 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "proj" / "pyproject.toml").write_text(
         "[tool.edge.pipelines.chain]\n" + CHAIN.replace('name = "chain"\n', "").replace(
             "[[stages]]", "[[tool.edge.pipelines.chain.stages]]"))
+    (tmp_path / "deep.json").write_text('{"name": "x", "stages": ' + "[" * 10**5 + "]" * 10**5
+                                        + "}")
     (tmp_path / "hugeio.toml").write_text(
         ONE.replace('id = "a"', 'id = "a"\nmax_io_bytes = 9223372036854775807'))
     (tmp_path / "targets.toml").write_text('targets = ["latency >>> 5"]\n' + ONE)
@@ -190,6 +192,7 @@ TABLE = [
                                   "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
     (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
+    (["plan", "deep.json"], ["deep.json: not read as JSON: arrays or tables nested too deeply"]),
     (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),
     (["run", "latin1.toml", "--input", "a.txt"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),

@@ -204,6 +204,25 @@ def test_a_pipeline_path_that_is_not_a_regular_file_is_refused_without_reading_i
         assert info.value.reason == "not a regular file (a FIFO, a socket or a device)"
 
 
+@pytest.mark.parametrize(("name", "kind", "head"), [
+    ("deep.toml", "TOML", 'name = "x"\nstages = '),
+    ("deep.json", "JSON", '{"name": "x", "stages": '),
+    ("deep.yaml", "YAML", "name: x\nstages: "),
+])
+def test_a_document_nested_too_deeply_to_read_is_a_source_error(
+    tmp_path: Path, name: str, kind: str, head: str
+) -> None:
+    """Each reader recurses once per level: past Python's limit that is a problem of the
+    file (exit 2 naming it), not an internal error."""
+    depth = 100_000
+    tail = "}" if kind == "JSON" else ""
+    path = _write(tmp_path / name, head + "[" * depth + "]" * depth + tail + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert (info.value.path, info.value.value) == ("source", str(path))
+    assert info.value.reason == f"not read as {kind}: arrays or tables nested too deeply"
+
+
 def test_a_link_is_read_in_the_format_its_own_name_says(tmp_path: Path) -> None:
     """``pipeline.toml`` linking to a file without a suffix (a store's blob) is TOML."""
     blob = _write(tmp_path / "store" / "3f2a9c", PIPELINE_TOML)

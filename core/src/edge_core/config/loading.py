@@ -75,8 +75,8 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises:
         ConfigError: the file cannot be read, is not a regular file, is not UTF-8 text,
-            is malformed, is not a table at the top level, or is YAML while PyYAML is
-            not installed.
+            is malformed or nested too deeply to read, is not a table at the top level,
+            or is YAML while PyYAML is not installed.
 
     """
     file = Path(path)
@@ -100,18 +100,23 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError("source", f"not valid UTF-8 (byte {exc.start}: {exc.reason})",
                           str(file)) from None
     data: object
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("source", f"not valid TOML ({exc})", str(file)) from None
-    elif suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError("source", f"not valid JSON ({exc})", str(file)) from None
-    else:
-        data = _load_yaml(text, file)
+    try:
+        if suffix == ".toml":
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError("source", f"not valid TOML ({exc})", str(file)) from None
+        elif suffix == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError("source", f"not valid JSON ({exc})", str(file)) from None
+        else:
+            data = _load_yaml(text, file)
+    except RecursionError:  # the readers recurse once per level of arrays and tables
+        kind = {".toml": "TOML", ".json": "JSON"}.get(suffix, "YAML")
+        raise ConfigError("source", f"not read as {kind}: arrays or tables nested too "
+                          "deeply", str(file)) from None
     if not isinstance(data, dict):
         raise ConfigError("source", "the document must be a table at the top level", str(file))
     return data

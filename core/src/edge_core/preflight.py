@@ -14,7 +14,10 @@ plugins it needs, then checks, for every stage at once:
 * each manifest path is a bundle folder or its ``edge-manifest.json``, and a
   single-backend stage whose backend needs a bundle (``BackendInfo.needs_bundle``) names
   one; each ``reference_backend`` is a backend an installed plugin provides; every
-  ``prepare``, ``finish`` and ``input_transform`` names a callable that imports.
+  ``prepare``, ``finish`` and ``input_transform`` names a callable that imports;
+* the stages' ``inputs_from`` form a linear chain (every stage named exists; no join,
+  fan-out or second final output): what the runtime serves
+  (:mod:`edge_core.runtime.linear_chain`).
 
 Every problem found is raised together as one
 :class:`~edge_core.config.InvalidConfigError`, each with its path. Nothing here starts
@@ -46,6 +49,7 @@ from edge_core.config import (
 from edge_core.config.structure import join_path
 from edge_core.errors import ConfigError
 from edge_core.plugins import PluginSet, load_plugins
+from edge_core.runtime.linear_chain import linear_chain_problems
 
 __all__ = ["CheckedPipeline", "check_pipeline", "unknown_backend"]
 
@@ -111,7 +115,8 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     problems: list[ConfigError] = []
     if config is not None:
         files = (_file_problems(config) + _reference_problems(config, installed)
-                 + _bundle_problems(config, installed))
+                 + _bundle_problems(config, installed)
+                 + _topology_problems(config, source.prefix))
         try:
             config = source.read(validate)
         except InvalidConfigError as exc:
@@ -148,17 +153,23 @@ class _Source:
             return load_pyproject_pipeline(self.file, self.name, validate_backend=validate)
         return load_pipeline(self.file, validate_backend=validate)
 
+    @property
+    def prefix(self) -> str:
+        """The path prefix of the pipeline's values (its pyproject.toml table, or none)."""
+        if self.name is None or self.file.name != "pyproject.toml":
+            return ""
+        return join_path("tool.edge.pipelines", self.name)
+
     def raw(self) -> tuple[Mapping[str, Any], str]:
         """The pipeline's raw table and the path prefix of its values."""
         document = read_document(self.file)
-        if self.name is None or self.file.name != "pyproject.toml":
+        if not self.prefix:
             return document, ""
         tool = document.get("tool", {})
         edge = tool.get("edge", {}) if isinstance(tool, Mapping) else {}
         tables = edge.get("pipelines", {}) if isinstance(edge, Mapping) else {}
         table = tables.get(self.name, {}) if isinstance(tables, Mapping) else {}
-        return (table if isinstance(table, Mapping) else {},
-                join_path("tool.edge.pipelines", self.name))
+        return table if isinstance(table, Mapping) else {}, self.prefix
 
     def raw_plugins(self) -> tuple[str, ...]:
         """The ``plugins`` list of a document whose structure has problems (strings only)."""
@@ -255,6 +266,13 @@ def _bundle_problems(config: PipelineConfig, installed: _Installed) -> list[Conf
                 f"stages[{index}].manifest", f"backend {stage.backend.name!r} needs an "
                 "artifact bundle (the bundle folder or its edge-manifest.json)", None))
     return problems
+
+
+def _topology_problems(config: PipelineConfig, prefix: str) -> list[ConfigError]:
+    """Why the stages are not the linear chain the runtime serves, at the file's paths."""
+    return [type(problem)(f"{prefix}.{problem.path}" if prefix else problem.path,
+                          problem.reason, problem.value)
+            for problem in linear_chain_problems(config)]
 
 
 def _collect(problems: list[ConfigError], check: Any) -> None:

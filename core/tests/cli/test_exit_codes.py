@@ -214,3 +214,26 @@ def test_a_usage_error_exits_2(tmp_path: Path) -> None:
     result = edge("run", cwd=tmp_path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+def test_debug_prints_the_traceback_of_an_unexpected_error_a_command_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Raised by the command itself, not wrapped on the way: --debug still shows where."""
+    from edge_core import cli
+    from edge_core.cli import cleanup_cmd
+
+    def broken(args: object) -> int:
+        raise RuntimeError("a bug in the command")
+
+    monkeypatch.setattr(cleanup_cmd, "run", broken)
+    monkeypatch.delenv("EDGE_DEBUG", raising=False)
+    assert cli.main(["cleanup"]) == 1
+    quiet = capsys.readouterr().err
+    assert quiet == ("edge: internal error: RuntimeError: a bug in the command (--debug or "
+                     "EDGE_DEBUG=1 prints the traceback)\n")
+    assert cli.main(["cleanup", "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err, err
+    assert 'raise RuntimeError("a bug in the command")' in err, err
+    assert err.endswith(quiet)

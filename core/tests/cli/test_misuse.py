@@ -45,6 +45,31 @@ input_transform = "edge_echo.transforms:passthrough"
 backend = { name = "echo", options = { scael = 2.0 } }
 """
 
+#: Three problems: a backend's name, a stage nobody declares, a stage reading itself.
+CHAIN = """
+name = "chain"
+
+[[stages]]
+id = "a"
+backend = { name = "ecko" }
+
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:passthrough"
+inputs_from = ["zzz"]
+backend = { name = "echo" }
+
+[[stages]]
+id = "c"
+input_transform = "edge_echo.transforms:passthrough"
+inputs_from = ["c"]
+backend = { name = "echo" }
+"""
+
+CHAIN_PROBLEMS = ["stages[0].backend.name", "did you mean 'echo'?",
+                  "stages[1].inputs_from: no such stage (stages: ['a', 'b', 'c']): 'zzz'",
+                  "stages[2].inputs_from: a stage cannot read its own outputs: 'c'"]
+
 CANDIDATES = """
 name = "fallback"
 
@@ -81,6 +106,15 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "chain.toml").write_text(CHAIN)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text(
+        "[tool.edge.pipelines.chain]\n" + CHAIN.replace('name = "chain"\n', "").replace(
+            "[[stages]]", "[[tool.edge.pipelines.chain.stages]]"))
+    (tmp_path / "deep.json").write_text('{"name": "x", "stages": ' + "[" * 10**5 + "]" * 10**5
+                                        + "}")
+    (tmp_path / "hugeio.toml").write_text(
+        ONE.replace('id = "a"', 'id = "a"\nmax_io_bytes = 9223372036854775807'))
     (tmp_path / "targets.toml").write_text('targets = ["latency >>> 5"]\n' + ONE)
     (tmp_path / "latin1.toml").write_bytes(ONE.replace('"one"', '"caf\u00e9"').encode("latin-1"))
     (tmp_path / "dir").mkdir()
@@ -110,6 +144,25 @@ TABLE = [
     (["profile", "three.toml"], ["three.toml: 3 configuration problems", *THREE_PROBLEMS]),
     (["serve", "three.toml", "one.toml"], ["three.toml: 3 configuration problems",
                                            *THREE_PROBLEMS]),
+    # the stages' wiring is checked with the rest of the file, by every command
+    (["run", "chain.toml", "--input", "a.txt"],
+     ["chain.toml: 3 configuration problems", *CHAIN_PROBLEMS]),
+    (["plan", "chain.toml"], ["chain.toml: 3 configuration problems", *CHAIN_PROBLEMS]),
+    (["plan", "chain.toml", "--probe-only"], ["chain.toml: 3 configuration problems",
+                                              *CHAIN_PROBLEMS]),
+    (["profile", "chain.toml", "--requests", "1"], ["chain.toml: 3 configuration problems",
+                                                    *CHAIN_PROBLEMS]),
+    (["serve", "chain.toml", "--port", "0"], ["chain.toml: 3 configuration problems",
+                                              *CHAIN_PROBLEMS]),
+    (["plan", "proj/pyproject.toml", "--name", "chain"],
+     ["proj/pyproject.toml: 3 configuration problems",
+      "tool.edge.pipelines.chain.stages[1].inputs_from: no such stage",
+      "tool.edge.pipelines.chain.stages[2].inputs_from: a stage cannot read its own"]),
+    # a max_io_bytes the worker channel cannot carry: refused by the file's check
+    (["run", "hugeio.toml", "--input", "a.txt"],
+     ["hugeio.toml: stages[0].max_io_bytes: must be at most 4611686018427387904 bytes",
+      "9223372036854775807"]),
+    (["profile", "hugeio.toml", "--input", "a.txt"], ["hugeio.toml: stages[0].max_io_bytes"]),
     (["run", "one.toml", "--inputs", "image.png"],
      ["--inputs image.png: not an .npz archive", "use --input"]),
     (["run", "one.toml", "--inputs", "pickled.npz"], ["--inputs pickled.npz"]),
@@ -139,6 +192,7 @@ TABLE = [
                                   "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
     (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
+    (["plan", "deep.json"], ["deep.json: not read as JSON: arrays or tables nested too deeply"]),
     (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),
     (["run", "latin1.toml", "--input", "a.txt"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["run", "one.toml"], ["give --input FILE or --inputs NPZ", "'a'"]),
@@ -286,6 +340,11 @@ OPTIONS = [
     (["run", "one.toml", "--input", "a.txt", "--deadline", "nan"], "--deadline"),
     (["run", "one.toml", "--input", "a.txt", "--params", "[1, 2]"], "--params"),
     (["run", "one.toml", "--input", "a.txt", "--params", "null"], "--params"),
+    # JSON has no NaN nor Infinity: refused here, not by each request once the stage opened
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": NaN}'], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": [-Infinity]}'], "--params"),
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"t": 1e999}'], "--params"),
+    (["profile", "one.toml", "--input", "a.txt", "--params", '{"t": NaN}'], "--params"),
     (["run", "one.toml", "--input", "a.txt", "--inputs", "x.npz"], "--inputs"),
     (["run", "one.toml", "--repeat", "abc"], "--repeat"),
     (["probe", "--timeout", "0"], "--timeout"),

@@ -87,6 +87,25 @@ def test_a_request_past_its_deadline_exits_1_and_shows_the_failed_stage(tmp_path
     assert "stage b: failed (a call's deadline_s expired" in result.stderr
 
 
+def test_a_call_timeout_centuries_long_leaves_the_next_stages_bound_in_force(
+    tmp_path: Path,
+) -> None:
+    """``call_timeout_s = 1e10`` on stage a (past ``threading.TIMEOUT_MAX``) must not stop
+    the deadline timer: stage b's own 0.5 s bound still ends its 5 s call (exit 1)."""
+    slow = PIPELINE.replace('id = "a"', 'id = "a"\ncall_timeout_s = 1e10').replace(
+        "scale = 2.0", "scale = 2.0\ndelay_s = 0.3").replace(
+        'id = "b"', 'id = "b"\ncall_timeout_s = 0.5').replace(
+        "scale = 10.0", "scale = 10.0\ndelay_s = 5.0")
+    (tmp_path / "p.toml").write_text(slow)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "p.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stdout
+    report = json.loads(result.stdout)
+    assert "DeadlineExceeded" in report["error"] and "call_timeout_s expired: 0.5" in \
+        report["error"], report["error"]
+
+
 def test_worker_logs_are_files_named_in_the_plan_unless_verbose(tmp_path: Path) -> None:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))

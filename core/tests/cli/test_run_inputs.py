@@ -385,6 +385,51 @@ def test_the_progress_bar_draws_only_on_a_terminal() -> None:
     assert piped.getvalue() == ""
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal for the bar")
+def test_an_interrupted_run_ends_the_bars_line_and_leaves_no_worker(work: Path) -> None:
+    """Ctrl-C in the middle of a directory: ``edge: interrupted`` on a line of its own (not
+    glued to the bar's), exit 130, and every worker retired before the exit."""
+    import pty
+    import signal
+
+    import psutil
+
+    (work / "slow.toml").write_text(PIPELINE.replace("scale = 2.0", "scale = 2.0\n"
+                                                     "delay_s = 0.2"))
+    many = work / "many"
+    many.mkdir()
+    for index in range(40):
+        (many / f"{index:02d}.txt").write_text(str(index))
+    leader, follower = pty.openpty()  # stderr a terminal: the bar is drawn
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_core.cli", "run", "slow.toml", "--input", "many"],
+        cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=follower)
+    os.close(follower)
+    seen = b""
+    try:
+        while b"] 3/40 " not in seen:  # a few inputs served: the bar is mid-line
+            seen += os.read(leader, 4096)
+        workers = psutil.Process(process.pid).children(recursive=True)
+        assert workers
+        process.send_signal(signal.SIGINT)
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other end closed: the command is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    assert process.wait(timeout=60) == 130
+    text = seen.decode()
+    assert "\nedge: interrupted" in text, repr(text[-300:])  # its own line
+    assert not [w for w in workers if w.is_running() and w.status() != "zombie"]
+
+
 def test_large_inputs_travel_in_input_buffers_and_repeats_reuse_them(work: Path) -> None:
     count = 70_000  # float32: 280 000 bytes, above the shared-memory threshold (256 KiB)
     values = [np.arange(count, dtype=np.float32) % 97, np.arange(count, dtype=np.float32) % 89]

@@ -59,6 +59,11 @@ def test_the_issue_example_reads_exactly_as_specified() -> None:
         (("stages", 0, "max_io_bytes"), True, "stages[0].max_io_bytes", "expected an integer"),
         (("stages", 0, "max_io_bytes"), 0, "stages[0].max_io_bytes", "at least 1 byte"),
         (("stages", 0, "max_io_bytes"), "1 XB", "stages[0].max_io_bytes", "unknown unit"),
+        # past 2**62 the worker channel's 64-bit limits would refuse it once started
+        (("stages", 0, "max_io_bytes"), 2**62 + 1, "stages[0].max_io_bytes",
+         "must be at most 4611686018427387904 bytes"),
+        (("stages", 0, "max_io_bytes"), "99999999999999 TiB", "stages[0].max_io_bytes",
+         "must be at most 4611686018427387904 bytes"),
         (("stages", 0, "manifest"), 5, "stages[0].manifest", "expected a string"),
         (("stages", 0, "backend"), "ort", "stages[0].backend", "expected a table"),
         (("stages", 0, "backend", "name"), "", "stages[0].backend.name", "must not be empty"),
@@ -151,6 +156,11 @@ def test_invalid_values_name_their_full_path_reason_and_value(
     assert error.path == where
     assert reason in error.reason
     assert str(error).startswith(f"{where}: ")
+
+
+def test_the_largest_max_io_bytes_is_taken() -> None:
+    config = load_pipeline(_with(("stages", 0, "max_io_bytes"), 2**62))
+    assert config.stages[0].max_io_bytes == 2**62
 
 
 def test_unknown_keys_are_errors_at_every_level() -> None:

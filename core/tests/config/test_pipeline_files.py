@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -184,6 +185,57 @@ def test_a_pyproject_that_is_not_utf8_is_a_source_error_naming_the_file(tmp_path
 def test_a_missing_file_is_a_source_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_pipeline(tmp_path / "absent.toml")
+
+
+@pytest.mark.timeout(60)  # reading the FIFO, as before, would wait for a writer forever
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_pipeline_path_that_is_not_a_regular_file_is_refused_without_reading_it(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "pipeline.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")  # read to its end, it never ends
+    for load in (load_pipeline, load_tool_settings):
+        with pytest.raises(ConfigError) as info:
+            load(path)
+        assert (info.value.path, info.value.value) == ("source", str(path))
+        assert info.value.reason == "not a regular file (a FIFO, a socket or a device)"
+
+
+@pytest.mark.parametrize(("name", "kind", "head"), [
+    ("deep.toml", "TOML", 'name = "x"\nstages = '),
+    ("deep.json", "JSON", '{"name": "x", "stages": '),
+    ("deep.yaml", "YAML", "name: x\nstages: "),
+])
+def test_a_document_nested_too_deeply_to_read_is_a_source_error(
+    tmp_path: Path, name: str, kind: str, head: str
+) -> None:
+    """Each reader recurses once per level: past Python's limit that is a problem of the
+    file (exit 2 naming it), not an internal error."""
+    depth = 100_000
+    tail = "}" if kind == "JSON" else ""
+    path = _write(tmp_path / name, head + "[" * depth + "]" * depth + tail + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert (info.value.path, info.value.value) == ("source", str(path))
+    assert info.value.reason == f"not read as {kind}: arrays or tables nested too deeply"
+
+
+def test_a_link_is_read_in_the_format_its_own_name_says(tmp_path: Path) -> None:
+    """``pipeline.toml`` linking to a file without a suffix (a store's blob) is TOML."""
+    blob = _write(tmp_path / "store" / "3f2a9c", PIPELINE_TOML)
+    (tmp_path / "pipeline.toml").symlink_to(blob)
+    config = load_pipeline(tmp_path / "pipeline.toml")
+    assert config.name == "ocr" and [s.id for s in config.stages] == ["det", "rec"]
+    # relative paths still resolve against the folder of the file they are written in
+    assert config.stages[0].manifest == tmp_path / "store" / "models/det/manifest.json"
+    (tmp_path / "blob.toml").symlink_to(tmp_path / "pipeline.toml")
+    (tmp_path / "named.ini").symlink_to(tmp_path / "pipeline.toml")
+    assert load_pipeline(tmp_path / "blob.toml").name == "ocr"
+    with pytest.raises(ConfigError, match="unknown format"):
+        load_pipeline(tmp_path / "named.ini")  # the name given decides, not the target's
 
 
 def test_the_backend_validator_gets_name_options_and_path_and_its_result_is_kept(

@@ -65,3 +65,16 @@ def test_many_threads_scheduling_at_once_lose_no_deadline() -> None:
     for _ in range(count):
         assert fired.acquire(timeout=10.0), "a deadline never fired"
     assert timer.pending() == 0
+
+
+def test_a_deadline_centuries_away_leaves_the_timer_serving_the_next_ones() -> None:
+    """A bound past ``threading.TIMEOUT_MAX`` (``call_timeout_s = 1e10``) is slept towards
+    in steps: the timer's one thread must not die on it, or no deadline fires after it."""
+    timer = DeadlineTimer()
+    far = threading.Event()
+    timer.schedule(time.monotonic() + 1e10, far.set)
+    time.sleep(0.1)  # the thread took it and sleeps towards it
+    near = threading.Event()
+    timer.schedule(time.monotonic() + 0.05, near.set)
+    assert near.wait(5.0), "the timer thread stopped: a later deadline never fired"
+    assert not far.is_set() and timer.pending() == 1

@@ -159,7 +159,10 @@ def _main(argv: Sequence[str] | None) -> int:
             common.print_json({"ok": False, "error": what})
         return EXIT_TERMINATED if isinstance(exc, Terminated) else 130
     except Exception as exc:
-        return common.report_failure(args, common.failure_for(exc))
+        failure = common.failure_for(exc)
+        if failure is not exc and failure.__cause__ is None:
+            failure.__cause__ = exc  # what --debug prints the traceback of
+        return common.report_failure(args, failure)
     finally:
         sys.stdout.flush()
         sys.stdout = original

@@ -335,24 +335,27 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
             answer, receipt = _serve(pipeline, buffered.stage(inputs), args, samples)
         else:
             progress = Progress(len(prepared.files), enabled=not quiet)
-            for index, file in enumerate(prepared.files):
-                progress.update(index, file)
-                try:  # one input's failure is its own: the next one is still served
-                    lines, placement = _serve(pipeline, buffered.stage(prepared.get(index)),
-                                              args, samples)
-                except Exception as exc:
-                    results.append({"file": file, "ok": False, "error": _reason(exc)})
-                    if common.debug_enabled(args):
-                        import traceback
+            try:  # the bar's line is ended however the loop ends (Ctrl-C included)
+                for index, file in enumerate(prepared.files):
+                    progress.update(index, file)
+                    try:  # one input's failure is its own: the next one is still served
+                        lines, placement = _serve(pipeline,
+                                                  buffered.stage(prepared.get(index)),
+                                                  args, samples)
+                    except Exception as exc:
+                        results.append({"file": file, "ok": False, "error": _reason(exc)})
+                        if common.debug_enabled(args):
+                            import traceback
 
-                        traceback.print_exception(exc, file=sys.stderr)
-                else:
-                    results.append({"file": file, "ok": True, "lines": lines,
-                                    "placement": placement})
-                if args.jsonl:
-                    print(json.dumps(results[-1], default=str), flush=True)
-            progress.update(len(prepared.files), "")
-            progress.close()
+                            traceback.print_exception(exc, file=sys.stderr)
+                    else:
+                        results.append({"file": file, "ok": True, "lines": lines,
+                                        "placement": placement})
+                    if args.jsonl:
+                        print(json.dumps(results[-1], default=str), flush=True)
+                progress.update(len(prepared.files), "")
+            finally:
+                progress.close()
         plan = pipeline.execution_plan()
         annotate_plan(plan)  # each stage's peak after the requests vs its demand
         health = pipeline.health()

@@ -23,6 +23,7 @@ from edge_core.errors import ConfigError
 
 __all__ = [
     "INTERNAL",
+    "MAX_IO_BYTES",
     "MAX_REPLICAS",
     "OS_DOMAINS",
     "Check",
@@ -33,6 +34,7 @@ __all__ = [
     "check_entry",
     "check_fraction",
     "check_identifier",
+    "check_io_byte_size",
     "check_module_path",
     "check_os_domain",
     "check_pool_name",
@@ -162,6 +164,21 @@ def check_positive_byte_size(value: object) -> int:
     nbytes = check_byte_size(value)
     if nbytes < 1:
         raise CheckError("must be at least 1 byte", value)
+    return nbytes
+
+
+MAX_IO_BYTES = 2**62
+"""The largest ``max_io_bytes`` a stage may declare: with its shared-memory headroom it
+still fits the worker channel's 64-bit limits (what a worker would refuse only once
+started)."""
+
+
+def check_io_byte_size(value: object) -> int:
+    """Return a ``max_io_bytes``: from one byte to :data:`MAX_IO_BYTES`."""
+    nbytes = check_positive_byte_size(value)
+    if nbytes > MAX_IO_BYTES:
+        raise CheckError(f"must be at most {MAX_IO_BYTES} bytes (2**62, what the worker "
+                         "channel's 64-bit limits carry)", value)
     return nbytes
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -68,9 +69,14 @@ class ToolSettings:
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a TOML, YAML or JSON file into a mapping, choosing the format by suffix.
 
+    The suffix is that of the name given: a link ``pipeline.toml`` is read as TOML
+    wherever it points. Only a regular file (or a link to one) is read: a FIFO or a
+    device is refused before it is opened (reading one could wait forever, or never end).
+
     Raises:
-        ConfigError: the file cannot be read, is not UTF-8 text, is malformed, is not a
-            table at the top level, or is YAML while PyYAML is not installed.
+        ConfigError: the file cannot be read, is not a regular file, is not UTF-8 text,
+            is malformed or nested too deeply to read, is not a table at the top level,
+            or is YAML while PyYAML is not installed.
 
     """
     file = Path(path)
@@ -80,6 +86,13 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
             "source", "unknown format (expected .toml, .yaml, .yml or .json)", str(file)
         )
     try:
+        mode = file.stat().st_mode
+    except OSError:
+        mode = None  # reading it says why (no such file, permission denied)
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise ConfigError("source", "not a regular file (a FIFO, a socket or a device)",
+                          str(file))
+    try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("source", f"cannot read ({exc.strerror or exc})", str(file)) from None
@@ -87,18 +100,23 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError("source", f"not valid UTF-8 (byte {exc.start}: {exc.reason})",
                           str(file)) from None
     data: object
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("source", f"not valid TOML ({exc})", str(file)) from None
-    elif suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError("source", f"not valid JSON ({exc})", str(file)) from None
-    else:
-        data = _load_yaml(text, file)
+    try:
+        if suffix == ".toml":
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError("source", f"not valid TOML ({exc})", str(file)) from None
+        elif suffix == ".json":
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError("source", f"not valid JSON ({exc})", str(file)) from None
+        else:
+            data = _load_yaml(text, file)
+    except RecursionError:  # the readers recurse once per level of arrays and tables
+        kind = {".toml": "TOML", ".json": "JSON"}.get(suffix, "YAML")
+        raise ConfigError("source", f"not read as {kind}: arrays or tables nested too "
+                          "deeply", str(file)) from None
     if not isinstance(data, dict):
         raise ConfigError("source", "the document must be a table at the top level", str(file))
     return data
@@ -162,7 +180,7 @@ def load_pipeline(
                 "use load_pyproject_pipeline",
                 str(file),
             )
-        data = read_document(file)
+        data = read_document(source)  # the format by the name given, not by a link's target
         folder = Path(base_dir) if base_dir is not None else file.parent
     return _build(data, "", folder, file, settings, validate_backend)
 

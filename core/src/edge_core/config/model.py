@@ -25,6 +25,7 @@ from edge_core.config.checks import (
     check_entry,
     check_fraction,
     check_identifier,
+    check_io_byte_size,
     check_module_path,
     check_os_domain,
     check_pool_name,
@@ -84,6 +85,7 @@ ModulePath = Annotated[str, Check(check_module_path)]
 PoolName = Annotated[str, Check(check_pool_name)]
 ByteSize = Annotated[int, Check(check_byte_size)]
 PositiveByteSize = Annotated[int, Check(check_positive_byte_size)]
+IoByteSize = Annotated[int, Check(check_io_byte_size)]
 PositiveInt = Annotated[int, Check(check_positive_int)]
 Replicas = Annotated[int, Check(check_replicas)]
 Fraction = Annotated[float, Check(check_fraction)]
@@ -319,8 +321,8 @@ class StageConfig:
     """Backend name, options and route."""
     manifest: Path | None = None
     """Absolute path of the artifact manifest (resolved against the config file's folder)."""
-    max_io_bytes: PositiveByteSize = attrs.field(
-        default=DEFAULT_MAX_IO_BYTES, validator=validator(check_positive_byte_size)
+    max_io_bytes: IoByteSize = attrs.field(
+        default=DEFAULT_MAX_IO_BYTES, validator=validator(check_io_byte_size)
     )
     """Largest total tensor payload of one request or result on this stage's route."""
     placement: PlacementConfig = attrs.field(factory=PlacementConfig)

@@ -43,6 +43,10 @@ GRAPH_CALL_TIMEOUT_S = 120.0
 GENERATE_CALL_TIMEOUT_S = 600.0
 """Default ``call_timeout_s`` of a stage whose backend only generates (streams)."""
 
+_LONGEST_WAIT_S = min(threading.TIMEOUT_MAX, 86400.0)
+"""The longest the timer thread sleeps at once: a later deadline is slept towards in steps
+(``Condition.wait`` refuses a timeout above ``threading.TIMEOUT_MAX``)."""
+
 
 def default_call_timeout(kinds: Iterable[StageKind]) -> float:
     """The default bound on one stage call, chosen by the backend's declared kinds."""
@@ -166,7 +170,9 @@ class DeadlineTimer:
                     self._wake_at = heap[0][0] if heap else float("inf")
                     if self._inbox:  # put in before the time was set: take it first
                         continue
-                    self._cond.wait(left)
+                    # a bound centuries away (call_timeout_s = 1e10) is slept towards in
+                    # steps a lock's wait accepts: past TIMEOUT_MAX it raises OverflowError
+                    self._cond.wait(None if left is None else min(left, _LONGEST_WAIT_S))
             if not handle.cancelled:
                 threading.Thread(target=handle.action, name="edge-deadline-expired",
                                  daemon=True).start()

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 
-def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+def edge(*args: str, cwd: Path,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EDGE_PLUGINS": "echo", **(env or {})}
     return subprocess.run([sys.executable, "-m", "edge_core.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
@@ -193,3 +194,24 @@ def test_a_request_failed_in_the_worker_is_one_line_its_traceback_left_to_debug(
     assert debug.returncode == 1
     assert "--- worker traceback ---" in debug.stderr
     assert 'raise InjectedFailure("call failed as the request asked")' in debug.stderr
+
+
+def test_a_worker_log_folder_is_removed_at_exit_only_when_no_worker_started(
+        tmp_path: Path) -> None:
+    temporary = tmp_path / "tmp"  # where the command makes its log folder (TMPDIR)
+    temporary.mkdir()
+    unknown_pool = PIPELINE.replace("scale = 2.0",
+                                    'scale = 2.0\n[stages.resources.demands]\n"foo:bar" = 1')
+    (tmp_path / "pool.toml").write_text(unknown_pool)
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    refused = edge("run", "pool.toml", "--inputs", "in.npz", cwd=tmp_path,
+                   env={"TMPDIR": str(temporary)})
+    assert refused.returncode == 2 and "unknown pool" in refused.stderr
+    assert "edge: worker logs: " in refused.stderr  # made, then found empty at exit
+    assert list(temporary.iterdir()) == []
+    served = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path,
+                  env={"TMPDIR": str(temporary)})
+    assert served.returncode == 0, served.stderr
+    (kept,) = temporary.iterdir()
+    assert sorted(p.name for p in kept.iterdir()) == ["a.g1.log", "b.g1.log"]

@@ -214,7 +214,8 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """``--verbose``: workers' output on stderr instead of a log file per worker."""
     parser.add_argument("--verbose", action="store_true",
                         help="show the workers' output on stderr (default: a log file per "
-                        "worker, in the folder named by 'edge: worker logs:')")
+                        "worker, in the folder named by 'edge: worker logs:', removed at "
+                        "exit when no worker started)")
 
 
 def examples(*commands: str) -> str:
@@ -261,6 +262,14 @@ def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> i
             text = " ".join(line.split("\n"))
             print(f"edge: {text}", file=sys.stderr)
     return failure.code
+
+
+def _remove_if_empty(directory: os.PathLike[str]) -> None:
+    """Remove ``directory`` if it holds nothing (no worker wrote a log there)."""
+    import contextlib  # at exit only: no import for every command
+
+    with contextlib.suppress(OSError):  # not empty, or gone already
+        os.rmdir(directory)
 
 
 def env_true(name: str) -> bool:
@@ -535,6 +544,8 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
 
     Either way it never reaches this process's stdout (see ``edge_core.host.worker_logs``).
     ``notice`` (e.g. :func:`say`) is told ``worker logs: DIR`` before any worker starts.
+    A directory made here is removed when the process exits if it is still empty (the
+    command ended before any worker started); ``EDGE_WORKER_LOG_DIR``'s is left as it is.
     """
     import tempfile
     from pathlib import Path
@@ -545,7 +556,12 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
         os.environ.pop(LOG_DIR_ENV, None)
         set_log_directory(None)
         return None
-    directory = log_directory() or Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
+    directory = log_directory()
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
+        import atexit
+
+        atexit.register(_remove_if_empty, directory)
     set_log_directory(directory)
     if notice is not None:
         notice(f"worker logs: {directory}")

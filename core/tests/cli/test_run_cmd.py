@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 
 def edge(*args: str, cwd: Path,
@@ -215,3 +216,34 @@ def test_a_worker_log_folder_is_removed_at_exit_only_when_no_worker_started(
     assert served.returncode == 0, served.stderr
     (kept,) = temporary.iterdir()
     assert sorted(p.name for p in kept.iterdir()) == ["a.g1.log", "b.g1.log"]
+
+
+def test_a_profile_path_no_file_can_have_is_refused_before_anything_opens(
+        tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--profile",
+                  "p" * 300 + ".json", "--json", cwd=tmp_path)  # over NAME_MAX
+    assert result.returncode == 2
+    assert "cannot be written: File name too long" in json.loads(result.stdout)["error"]
+    assert "worker logs" not in result.stderr  # refused before anything opened
+
+
+@pytest.mark.skipif(not (os.path.exists("/dev/full") and os.access("/dev", os.W_OK)),
+                    reason="needs /dev/full and a /dev this user may write in (root)")
+def test_a_profile_the_disk_refuses_keeps_the_answers_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    args = ("run", "pipeline.toml", "--inputs", "in.npz", "--profile", "/dev/full")
+    report = edge(*args, "--json", cwd=tmp_path)  # /dev/full: every write is ENOSPC
+    assert report.returncode == 1
+    document = json.loads(report.stdout)
+    assert document["ok"] is False and document["answer"] == {"x": {"dtype": "float32",
+                                                                     "shape": [1]}}
+    assert document["profile_error"] == ("--profile /dev/full: not written: "
+                                         "No space left on device")
+    assert document["ledger_after_close"]["reservations"] == []
+    text = edge(*args, cwd=tmp_path)
+    assert text.returncode == 1 and "latency p50 over 1 request(s)" in text.stdout
+    assert "profile written" not in text.stdout
+    assert "edge: --profile /dev/full: not written: No space left on device" in text.stderr

@@ -432,13 +432,18 @@ def check_output(path: str, option: str, *, directory: bool = False) -> None:
     from pathlib import Path  # where used: `edge plugins` and `edge probe` import no pathlib
 
     target = Path(path)
-    if directory and target.exists() and not target.is_dir():
-        raise CommandFailed(EXIT_USAGE, f"{option} {path}: exists and is not a directory")
-    if not directory and target.is_dir():
-        raise CommandFailed(EXIT_USAGE, f"{option} {path}: is a directory (give a file path)")
-    above = target.absolute().parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
+    try:
+        if directory and target.exists() and not target.is_dir():
+            raise CommandFailed(EXIT_USAGE, f"{option} {path}: exists and is not a directory")
+        if not directory and target.is_dir():
+            raise CommandFailed(EXIT_USAGE,
+                                f"{option} {path}: is a directory (give a file path)")
+        above = target.absolute().parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+    except OSError as exc:  # a name too long, a loop of links: no file can be made there
+        raise CommandFailed(EXIT_USAGE, f"{option} {path}: cannot be written: "
+                            f"{exc.strerror or exc}") from None
     if not above.is_dir():
         raise CommandFailed(EXIT_USAGE, f"{option} {path}: {above} is not a directory")
     if not os.access(above, os.W_OK | os.X_OK):

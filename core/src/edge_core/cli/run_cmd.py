@@ -393,11 +393,17 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
         "worker_logs": str(logs) if logs is not None else None,
         "plugin_errors": plugin_errors,
     }
+    unwritten = None  # why --profile could not be written: the answers are reported still
     if args.profile:
         profile = {**report, "samples": samples}
-        Path(args.profile).absolute().parent.mkdir(parents=True, exist_ok=True)
-        with open(args.profile, "w", encoding="utf-8") as handle:
-            json.dump(profile, handle, indent=2, default=str)
+        try:
+            Path(args.profile).absolute().parent.mkdir(parents=True, exist_ok=True)
+            with open(args.profile, "w", encoding="utf-8") as handle:
+                json.dump(profile, handle, indent=2, default=str)
+        except OSError as exc:  # checked before the run; the disk filled meanwhile, say
+            unwritten = f"--profile {args.profile}: not written: {exc.strerror or exc}"
+            report.update(ok=False, profile_error=unwritten)
+            code = common.EXIT_FAILED
     if args.json:
         common.print_json(report)
         return code
@@ -432,8 +438,10 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     released = all(v.get("release") == "released" for v in closing.values())
     print(f"closed: every worker retired and verified, reservations released: {released}",
           file=out)
-    if args.profile:
+    if args.profile and unwritten is None:
         print(f"profile written to {args.profile}", file=out)
+    if unwritten is not None:
+        print(f"edge: {unwritten}", file=sys.stderr)
     if failed:
         more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
         print(f"edge: {len(failed)} of {len(results)} input(s) failed (each with its reason "

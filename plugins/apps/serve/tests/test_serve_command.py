@@ -66,7 +66,7 @@ def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> Non
     env = {**os.environ, "EDGE_TEST_SLOW_LOAD_S": "3",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
                                           os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([EDGE, "serve", *map(str, pipelines), "--port", "0"],
+    process = subprocess.Popen([EDGE, "serve", *map(str, pipelines), "--port", "0", "--json"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stderr is not None
@@ -79,9 +79,12 @@ def test_sigterm_while_opening_unwinds_and_leaves_nothing(tmp_path: Path) -> Non
     children = psutil.Process(process.pid).children(recursive=True)
     assert children  # the first pipeline's worker
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=60)
     assert process.returncode == 1, "".join(lines) + err
     assert "stopped by a signal before serving" in err and "Traceback" not in err
+    closing = json.loads(out)  # says what the exit code says
+    assert closing["ok"] is False and closing["stopped_before_serving"] is True
+    assert closing["ledger_after_close"]["reservations"] == []
     report = leaks_since(before)
     assert not report.children, report.describe()  # (an echo stage uses no segment)
 

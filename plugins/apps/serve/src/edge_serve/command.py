@@ -367,7 +367,8 @@ def serve(args: argparse.Namespace) -> int:
         and (stage.get("retire") is None or stage["retire"].get("verified") is True)
         for summary in closed.values() for stage in summary.values())
     retire_s = _retire_times(closed)
-    report = {"ok": clean, "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
+    report = {"ok": clean and not stopped, "stopped_before_serving": stopped,
+              "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
               "ledger_after_close": snapshot, "plugin_errors": plugin_errors, **cancel}
     if args.json:
         common.print_json(report)

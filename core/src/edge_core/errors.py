@@ -26,6 +26,22 @@ Distinct from ``None``, which is a value a JSON or YAML document can hold (``nul
 """
 
 
+MAX_SHOWN_VALUE = 300
+"""Most characters of a value a :class:`ConfigError`'s message shows (its ``repr``, cut)."""
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)``, cut to :data:`MAX_SHOWN_VALUE` characters with the length it had.
+
+    A message stays one readable line whatever the document held (a table nested a
+    thousand deep, a megabyte string); the error's ``value`` keeps the whole value.
+    """
+    text = repr(value)
+    if len(text) <= MAX_SHOWN_VALUE:
+        return text
+    return f"{text[:MAX_SHOWN_VALUE]}... ({len(text)} characters)"
+
+
 class EdgeError(Exception):
     """Base class of every error raised by edge-core.
 
@@ -47,6 +63,9 @@ class EdgeError(Exception):
 class ConfigError(EdgeError, ValueError):
     """A configuration value is invalid; the message carries its full path and value.
 
+    The value is shown as its ``repr`` cut to :data:`MAX_SHOWN_VALUE` characters
+    (:func:`shown_value`); ``value`` holds it whole.
+
     Without a ``value`` (it is :data:`NO_VALUE`) the message is ``path: reason`` alone.
     """
 
@@ -54,7 +73,7 @@ class ConfigError(EdgeError, ValueError):
         self.path = path
         self.reason = reason
         self.value = value
-        shown = "" if value is NO_VALUE else f": {value!r}"
+        shown = "" if value is NO_VALUE else f": {shown_value(value)}"
         super().__init__(f"{path}: {reason}{shown}")
 
 

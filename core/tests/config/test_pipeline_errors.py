@@ -309,3 +309,21 @@ def test_a_value_outside_a_literal_is_reported_with_the_value() -> None:
         structure_config({"mode": "shared"}, _LiteralOptions, path="stages[0].backend.options")
     assert str(info.value).startswith("stages[0].backend.options.mode: invalid value")
     assert str(info.value).endswith(": 'shared'")
+
+
+def test_a_long_value_is_shown_cut_in_the_message_and_kept_whole_in_the_error() -> None:
+    long_text = "x" * 10_000  # text where a number belongs, as a generated file might hold
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(_with(("admission",), long_text))
+    problem = caught.value.problems[0] if isinstance(caught.value, InvalidConfigError) \
+        else caught.value
+    assert problem.path == "admission" and problem.value == long_text
+    text = str(problem)
+    assert len(text) < 500 and text.endswith("... (10002 characters)")
+    nested: Any = 1
+    for _ in range(200):
+        nested = [nested]
+    with pytest.raises(ConfigError) as caught:
+        load_pipeline(_with(("admission",), nested))
+    text = str(caught.value)
+    assert len(text) < 500 and text.endswith(f"... ({len(repr(nested))} characters)")

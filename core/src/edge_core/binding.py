@@ -175,6 +175,26 @@ def _traced(hook_name: str, plugin: str, function: Callable[..., Any]) -> Callab
     return traced
 
 
+def _checked_reserve(plugin: str, backend: str,
+                     function: Callable[..., Any]) -> Callable[..., Mapping[str, int]]:
+    """``edge_reserve`` refusing an answer that is not a mapping of pool to bytes.
+
+    The ledger checks each pool and amount; an answer of another type (an int, a list)
+    would otherwise surface as a bare ``TypeError`` far from the plugin that gave it.
+    """
+
+    def reserve(*args: Any) -> Mapping[str, int]:
+        demands = function(*args)
+        if not isinstance(demands, Mapping):
+            raise PluginError(
+                f"plugin {plugin!r}: edge_reserve for backend {backend!r} returned "
+                f"{_short(demands)} ({type(demands).__name__}), not a mapping of pool to "
+                "bytes")
+        return demands
+
+    return reserve
+
+
 def _short(value: object, limit: int = 48) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -224,6 +244,8 @@ def bind_owner(
                                    _spec_argnames(hook_name))
         if wrappers:
             function = _wrapped(function, wrappers)
+        if hook_name == "edge_reserve":
+            function = _checked_reserve(plugin_name, backend, function)
         if trace:
             function = _traced(hook_name, plugin_name, function)
         bound[hook_name.removeprefix("edge_")] = function

@@ -96,6 +96,22 @@ def test_unknown_backend_names_what_is_installed() -> None:
         bind_owner(plugins, "nope", env={})
 
 
+class WrongReserve(Owner):
+    """Owns 'toy' but answers edge_reserve with a bare number of bytes."""
+
+    @hookimpl
+    def edge_reserve(self, stage: Any) -> Any:
+        return 5
+
+
+def test_a_reserve_answer_that_is_not_a_mapping_is_a_plugin_error_naming_the_plugin() -> None:
+    plugins = load_plugins(objects={"mine": WrongReserve()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    with pytest.raises(PluginError, match=r"plugin 'mine': edge_reserve for backend 'toy' "
+                       r"returned 5 \(int\), not a mapping of pool to bytes"):
+        binding.reserve("S")
+
+
 def test_owner_missing_a_required_hook_is_a_plugin_error() -> None:
     plugins = load_plugins(objects={"other": Other()}, env={"EDGE_PLUGINS": ""})
     with pytest.raises(PluginError, match="does not implement edge_reserve"):

@@ -247,3 +247,26 @@ def test_a_profile_the_disk_refuses_keeps_the_answers_and_exits_1(tmp_path: Path
     assert text.returncode == 1 and "latency p50 over 1 request(s)" in text.stdout
     assert "profile written" not in text.stdout
     assert "edge: --profile /dev/full: not written: No space left on device" in text.stderr
+
+
+def test_without_inputs_a_bundle_of_a_stage_that_keeps_none_gives_its_example_inputs(
+        tmp_path: Path) -> None:
+    """A loaded stage without a ``bundle`` (the echo worker's, a guide-built backend's)."""
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "model.bin").write_bytes(b"weights")
+    np.savez(bundle / "x.npz", x=np.array([1.0, 2.0, 3.0], np.float32))
+    create_manifest(bundle, component="echoed", graph="model.bin", example_inputs="x.npz")
+    (tmp_path / "pipeline.toml").write_text(
+        'name = "one"\n[[stages]]\nid = "a"\nmanifest = "bundle"\n'
+        '[stages.backend]\nname = "echo"\n')
+    result = edge("run", "pipeline.toml", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["answer"] == {"x": {"dtype": "float32", "shape": [3]}}
+    assert "the example inputs bundled with stage 'a' (x.npz)" in json.dumps(report)
+    profiled = edge("profile", "pipeline.toml", "--out", "p.json", "--json", cwd=tmp_path)
+    assert profiled.returncode == 0, profiled.stderr
+    assert "example_inputs(x.npz)" in (tmp_path / "p.json").read_text()

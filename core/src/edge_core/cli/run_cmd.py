@@ -155,7 +155,7 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> PreparedInputs | Non
 def _example_inputs(pipeline: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The inputs when neither ``--input`` nor ``--inputs`` is given, and where from."""
     first = pipeline.stages[0]
-    bundle = getattr(first.loaded, "bundle", None)
+    bundle = first.example_bundle()
     if bundle is not None and bundle.example_inputs is not None:
         member = bundle.manifest.metadata.example_inputs
         where = f"the example inputs bundled with stage {first.stage_id!r} ({member})"

@@ -104,8 +104,7 @@ def _array_groups(pipeline: Pipeline, sources: Sequence[str], npz_files: Sequenc
         groups.append(InputGroup(Path(file).name, f"npz({file})", arrays))
     if groups:
         return groups
-    first = pipeline.stages[0].loaded
-    bundle = getattr(first, "bundle", None)
+    bundle = pipeline.stages[0].example_bundle()
     if bundle is not None and bundle.example_inputs is not None:
         return [InputGroup("example", f"example_inputs({bundle.example_inputs.name})",
                            dict(bundle.load_example_inputs()))]

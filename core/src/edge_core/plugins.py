@@ -22,7 +22,7 @@ from typing import Any
 import pluggy
 
 from edge_core import hookspecs
-from edge_core.backend import BackendInfo
+from edge_core.backend import BackendInfo, ProbeReport
 from edge_core.discovery import (
     ENTRY_POINT_GROUP,
     ENV_STRICT,
@@ -42,6 +42,7 @@ __all__ = [
     "PluginSet",
     "check_contract",
     "load_plugins",
+    "probe_problem",
 ]
 
 
@@ -103,6 +104,10 @@ class PluginSet:
             if cached is not None and now - cached[0] <= max_age_s:
                 return cached[1]
         answer = self.call_one(plugin, "edge_probe", timeout_s=timeout_s)
+        if answer.error is None:
+            answer.error = probe_problem(answer.result)
+            if answer.error is not None:
+                answer.result = None
         if answer.error is None:
             with self._probe_lock:
                 self._probes[plugin] = (now, answer)
@@ -227,6 +232,23 @@ def load_plugins(
         detail = "; ".join(f"{rec.name}: {rec.error}" for rec in failed)
         raise PluginError(f"plugins: {len(failed)} plugin(s) failed to load: {detail}")
     return plugin_set
+
+
+def probe_problem(result: Any) -> str | None:
+    """What is wrong with an ``edge_probe`` answer, or ``None`` for a list of probe reports.
+
+    ``None`` (no answer) is fine; anything else must be a list or tuple of
+    :class:`~edge_core.backend.ProbeReport`.
+    """
+    if result is None:
+        return None
+    if not isinstance(result, list | tuple):
+        return (f"edge_probe returned {type(result).__name__} {result!r:.200}, not a list "
+                "of ProbeReport")
+    for item in result:
+        if not isinstance(item, ProbeReport):
+            return f"edge_probe returned a non-ProbeReport: {item!r:.200}"
+    return None
 
 
 def _env_true(env: Mapping[str, str], key: str) -> bool:

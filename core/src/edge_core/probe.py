@@ -6,7 +6,7 @@ from typing import Any
 
 from edge_core.backend import ProbeReport
 from edge_core.discovery import plugin_errors
-from edge_core.plugins import PluginSet
+from edge_core.plugins import PluginSet, probe_problem
 from edge_core.pools import probe_host
 
 __all__ = ["probe_all"]
@@ -31,11 +31,9 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
         problem = answer.error
         reports: list[ProbeReport] = []
         if problem is None:
-            for item in answer.result or ():
-                if isinstance(item, ProbeReport):
-                    reports.append(item)
-                else:
-                    problem = f"edge_probe returned a non-ProbeReport: {item!r}"
+            problem = probe_problem(answer.result)
+            if isinstance(answer.result, list | tuple):  # the good reports of a mixed answer
+                reports.extend(r for r in answer.result if isinstance(r, ProbeReport))
         if problem is not None:
             failed_probes.append({**record.to_json(), "error": problem})
         for report in reports:

@@ -112,6 +112,34 @@ def test_a_reserve_answer_that_is_not_a_mapping_is_a_plugin_error_naming_the_plu
         binding.reserve("S")
 
 
+class DictProbe(Owner):
+    """Owns 'toy' but answers edge_probe with one report's fields, not a list of reports."""
+
+    @hookimpl
+    def edge_probe(self) -> Any:
+        return {"backend": "toy", "available": True}
+
+
+def test_a_probe_answer_that_is_not_a_list_of_reports_refuses_the_stage_naming_the_plugin(
+        ) -> None:
+    from edge_core.config import load_pipeline
+    from edge_core.probe import probe_all
+    from edge_core.runtime.opener import resolve_slots
+
+    plugins = load_plugins(objects={"mine": DictProbe()}, env={"EDGE_PLUGINS": ""})
+    answer = plugins.probe("mine", timeout_s=5.0)
+    assert answer.result is None
+    assert answer.error == ("edge_probe returned dict {'backend': 'toy', 'available': True}, "
+                            "not a list of ProbeReport")
+    config = load_pipeline({"name": "t", "stages": [{"id": "s", "backend": {"name": "toy"}}]})
+    with pytest.raises(BackendUnavailable, match=r"stages\[0\]\.backend\.name: probe of "
+                       r"plugin 'mine' failed \(edge_probe returned dict "):
+        resolve_slots(config, plugins, 0)
+    row = probe_all(plugins)["backends"][0]
+    assert (row["backend"], row["available"]) == ("toy", False)
+    assert "not a list of ProbeReport" in row["reason"]
+
+
 def test_owner_missing_a_required_hook_is_a_plugin_error() -> None:
     plugins = load_plugins(objects={"other": Other()}, env={"EDGE_PLUGINS": ""})
     with pytest.raises(PluginError, match="does not implement edge_reserve"):

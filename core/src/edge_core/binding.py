@@ -25,7 +25,7 @@ import attrs
 from edge_core import hookspecs
 from edge_core.backend import BackendInfo, CancelOutcome
 from edge_core.discovery import ENV_TRACE
-from edge_core.errors import BackendUnavailable, ConfigError, PluginError
+from edge_core.errors import BackendUnavailable, ConfigError, EdgeError, PluginError
 from edge_core.plugins import PluginSet
 
 __all__ = ["OwnerBinding", "backend_table", "bind_owner"]
@@ -195,6 +195,27 @@ def _checked_reserve(plugin: str, backend: str,
     return reserve
 
 
+def _checked_validate(plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``edge_validate_stage`` whose every failure is a ``ConfigError`` at the options' path.
+
+    An :class:`~edge_core.errors.EdgeError` passes unchanged (``structure_config``'s carry
+    the path already); anything else the plugin raised (a bare ``ValueError``) is named
+    with the plugin, the hook and the options' path instead of surfacing as its message
+    alone.
+    """
+
+    def validate_stage(backend: str, section: Mapping[str, Any], path: str) -> Any:
+        try:
+            return function(backend, section, path)
+        except EdgeError:
+            raise
+        except Exception as exc:
+            raise ConfigError(path, f"plugin {plugin!r}: edge_validate_stage raised "
+                              f"{type(exc).__name__}: {exc}", dict(section)) from exc
+
+    return validate_stage
+
+
 def _short(value: object, limit: int = 48) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -246,6 +267,8 @@ def bind_owner(
             function = _wrapped(function, wrappers)
         if hook_name == "edge_reserve":
             function = _checked_reserve(plugin_name, backend, function)
+        elif hook_name == "edge_validate_stage" and impl is not None:
+            function = _checked_validate(plugin_name, function)
         if trace:
             function = _traced(hook_name, plugin_name, function)
         bound[hook_name.removeprefix("edge_")] = function

@@ -112,6 +112,25 @@ def test_a_reserve_answer_that_is_not_a_mapping_is_a_plugin_error_naming_the_plu
         binding.reserve("S")
 
 
+class RaisingValidator(Owner):
+    """Owns 'toy'; its options check raises a bare ValueError."""
+
+    @hookimpl
+    def edge_validate_stage(self, backend: str, section: Any, path: str) -> Any:
+        raise ValueError("threads must be even")
+
+
+def test_an_options_check_raising_a_bare_error_is_a_config_error_at_the_options_path() -> None:
+    plugins = load_plugins(objects={"mine": RaisingValidator()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    with pytest.raises(ConfigError) as raised:
+        binding.validate_stage("toy", {"threads": 3}, "stages[0].backend.options")
+    assert raised.value.path == "stages[0].backend.options"
+    assert raised.value.reason == ("plugin 'mine': edge_validate_stage raised ValueError: "
+                                   "threads must be even")
+    assert raised.value.value == {"threads": 3}
+
+
 class DictProbe(Owner):
     """Owns 'toy' but answers edge_probe with one report's fields, not a list of reports."""
 

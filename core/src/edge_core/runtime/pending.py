@@ -135,7 +135,7 @@ class PendingCall:
         stage = self.stage
         cancelled = _CANCELLED  # worded by _cancelled, on the refusal paths only
         try:
-            event, tensors = next(self._events)
+            item = next(self._events)
         except StopIteration:
             self._done = True
             self._drop_retained()
@@ -149,6 +149,22 @@ class PendingCall:
             if stage.accept(self.request_id, self.serial, None):
                 raise
             raise self._cancelled(cancelled) from exc
+        if not (isinstance(item, tuple | list) and len(item) == 2
+                and isinstance(item[0], StageEvent)
+                and isinstance(item[1], Mapping)):
+            self._done = True
+            self._drop_retained()
+            self._close_events()
+            if stage.accept(self.request_id, self.serial, None):
+                plugin = getattr(getattr(stage, "binding", None), "plugin", None)
+                raise RequestFailed(
+                    self.request_id, "PluginError",
+                    f"stages[{stage.stage_id}]: "
+                    + (f"plugin {plugin!r}: " if plugin else "")
+                    + f"edge_call's stream yielded {item!r:.200}, not a (StageEvent, "
+                    "outputs) pair")
+            raise self._cancelled(cancelled)
+        event, tensors = item
         if self._retained:
             for names, _ in self._retained:  # outputs this event replaces are not theirs
                 names.difference_update(tensors)

@@ -39,7 +39,7 @@ from edge_contracts.requests import (
 from edge_contracts.validation import require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
-from edge_core.errors import DeadlineExceeded, StageClosed
+from edge_core.errors import DeadlineExceeded, PluginError, StageClosed
 from edge_core.runtime.admission import SlotPool, check_request_size, take_slot
 from edge_core.runtime.deadlines import default_call_timeout, timer
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
@@ -264,6 +264,13 @@ class StageRuntime:
                 if self._send_waiters:
                     with self._lock:  # the Condition's own lock
                         self._sent.notify_all()
+            try:
+                stream = iter(events)
+            except TypeError:
+                raise PluginError(
+                    f"stages[{self.stage_id}]: plugin {self.binding.plugin!r}: edge_call "
+                    f"returned {type(events).__name__}, not an iterator of (StageEvent, "
+                    "outputs) pairs") from None
         except BaseException:
             with self._lock:
                 if registered is not None:
@@ -274,7 +281,7 @@ class StageRuntime:
                         del self._entries[request_id]
             self.slots.release()
             raise
-        return PendingCall(self, request, serial, iter(events), started, entry)
+        return PendingCall(self, request, serial, stream, started, entry)
 
     def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
         """A call outlived its bound: fence it and end it (from the timer's thread)."""

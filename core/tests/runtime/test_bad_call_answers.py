@@ -1,0 +1,71 @@
+"""An ``edge_call`` that breaks the hook contract fails its request, naming the plugin.
+
+Real echo workers; each stage's bound ``edge_call`` is replaced by one answering what a
+third-party plugin might by mistake: a value that is not an iterator, or a stream whose
+items are not ``(StageEvent, outputs)`` pairs. The request fails typed, its slot is
+freed, and the next request with the real hook is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from edge_core.errors import PluginError
+from edge_core.runtime import Pipeline
+from edge_core.runtime.errors import RequestFailed
+
+from .conftest import OpenPipeline, echo_stage
+
+X = {"x": np.arange(4, dtype=np.float32)}
+
+
+def _answering(pipeline: Pipeline, answer: Callable[..., Any]) -> Callable[[], None]:
+    """Make the stage's edge_call answer ``answer(...)``; return the undo."""
+    (runtime,) = pipeline.stages
+    real = runtime.binding
+
+    def call(loaded: Any, request: Any, inputs: Any) -> Any:
+        real.call(loaded, request, inputs)  # sent for real: the worker's answer is unread
+        return answer()
+
+    runtime.binding = attrs.evolve(real, call=call)
+
+    def undo() -> None:
+        runtime.binding = real
+
+    return undo
+
+
+def _serves_again(pipeline: Pipeline, undo: Callable[[], None]) -> None:
+    (runtime,) = pipeline.stages
+    assert pipeline.admission.used == 0
+    assert runtime.slots.used == 0 and runtime.outstanding == 0
+    undo()
+    with pipeline.run(X, deadline_s=10.0) as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"])
+
+
+def test_an_answer_that_is_not_an_iterator_is_a_plugin_error(
+        open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", scale=1.0))
+    undo = _answering(pipeline, lambda: 5)
+    with pytest.raises(PluginError, match=r"stages\[s\]: plugin 'echo': edge_call returned "
+                       r"int, not an iterator of \(StageEvent, outputs\) pairs"):
+        pipeline.run(X, deadline_s=10.0)
+    _serves_again(pipeline, undo)
+
+
+def test_a_stream_item_that_is_not_an_event_pair_fails_the_request(
+        open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", scale=1.0))
+    undo = _answering(pipeline, lambda: iter([1]))
+    with pytest.raises(RequestFailed, match=r"stages\[s\]: plugin 'echo': edge_call's stream "
+                       r"yielded 1, not a \(StageEvent, outputs\) pair") as raised:
+        pipeline.run(X, deadline_s=10.0)
+    assert raised.value.error_type == "PluginError"
+    _serves_again(pipeline, undo)

@@ -135,7 +135,7 @@ class PendingCall:
         stage = self.stage
         cancelled = _CANCELLED  # worded by _cancelled, on the refusal paths only
         try:
-            item = next(self._events)
+            item: Any = next(self._events)  # a plugin may yield anything
         except StopIteration:
             self._done = True
             self._drop_retained()

@@ -195,6 +195,19 @@ def _checked_reserve(plugin: str, backend: str,
     return reserve
 
 
+def _checked_load(plugin: str, backend: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``edge_load`` refusing ``None`` (a hook that forgot to return its loaded stage)."""
+
+    def load(*args: Any) -> Any:
+        loaded = function(*args)
+        if loaded is None:
+            raise PluginError(f"plugin {plugin!r}: edge_load for backend {backend!r} returned "
+                              "None, not the loaded stage")
+        return loaded
+
+    return load
+
+
 def _checked_validate(plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """``edge_validate_stage`` whose every failure is a ``ConfigError`` at the options' path.
 
@@ -267,6 +280,8 @@ def bind_owner(
             function = _wrapped(function, wrappers)
         if hook_name == "edge_reserve":
             function = _checked_reserve(plugin_name, backend, function)
+        elif hook_name == "edge_load":
+            function = _checked_load(plugin_name, backend, function)
         elif hook_name == "edge_validate_stage" and impl is not None:
             function = _checked_validate(plugin_name, function)
         if trace:

@@ -112,6 +112,22 @@ def test_a_reserve_answer_that_is_not_a_mapping_is_a_plugin_error_naming_the_plu
         binding.reserve("S")
 
 
+class NoneLoad(Owner):
+    """Owns 'toy'; its edge_load forgets to return what it loaded."""
+
+    @hookimpl
+    def edge_load(self, stage: Any) -> Any:
+        return None
+
+
+def test_a_load_returning_none_is_a_plugin_error_naming_the_plugin() -> None:
+    plugins = load_plugins(objects={"mine": NoneLoad()}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    with pytest.raises(PluginError, match=r"^plugin 'mine': edge_load for backend 'toy' "
+                       r"returned None, not the loaded stage$"):
+        binding.load("S")
+
+
 class RaisingValidator(Owner):
     """Owns 'toy'; its options check raises a bare ValueError."""
 

@@ -54,8 +54,9 @@ def test_an_answer_that_is_not_an_iterator_is_a_plugin_error(
         open_pipeline: OpenPipeline) -> None:
     pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", scale=1.0))
     undo = _answering(pipeline, lambda: 5)
-    with pytest.raises(PluginError, match=r"stages\[s\]: plugin 'echo': edge_call returned "
-                       r"int, not an iterator of \(StageEvent, outputs\) pairs"):
+    with pytest.raises(PluginError, match=r"stages\[s\]: plugin 'echo': edge_call did not "
+                       r"return an iterator of \(StageEvent, outputs\) pairs "
+                       r"\('int' object is not iterable\)"):
         pipeline.run(X, deadline_s=10.0)
     _serves_again(pipeline, undo)
 
@@ -65,7 +66,8 @@ def test_a_stream_item_that_is_not_an_event_pair_fails_the_request(
     pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", scale=1.0))
     undo = _answering(pipeline, lambda: iter([1]))
     with pytest.raises(RequestFailed, match=r"stages\[s\]: plugin 'echo': edge_call's stream "
-                       r"yielded 1, not a \(StageEvent, outputs\) pair") as raised:
+                       r"yielded an item that is not a \(StageEvent, outputs\) pair "
+                       r"\(cannot unpack non-iterable int object\)") as raised:
         pipeline.run(X, deadline_s=10.0)
     assert raised.value.error_type == "PluginError"
     _serves_again(pipeline, undo)

@@ -135,7 +135,7 @@ class PendingCall:
         stage = self.stage
         cancelled = _CANCELLED  # worded by _cancelled, on the refusal paths only
         try:
-            item: Any = next(self._events)  # a plugin may yield anything
+            event, tensors = next(self._events)
         except StopIteration:
             self._done = True
             self._drop_retained()
@@ -149,9 +149,12 @@ class PendingCall:
             if stage.accept(self.request_id, self.serial, None):
                 raise
             raise self._cancelled(cancelled) from exc
-        if not (isinstance(item, tuple | list) and len(item) == 2
-                and isinstance(item[0], StageEvent)
-                and isinstance(item[1], Mapping)):
+        except (TypeError, ValueError) as exc:
+            trace = exc.__traceback__
+            if trace is None or trace.tb_next is not None:
+                raise  # raised inside the plugin's stream: its own error, as it is
+            # Raised by this frame's unpacking (the checks cost nothing until then): the
+            # stream yielded something that is not a (StageEvent, outputs) pair.
             self._done = True
             self._drop_retained()
             self._close_events()
@@ -161,10 +164,9 @@ class PendingCall:
                     self.request_id, "PluginError",
                     f"stages[{stage.stage_id}]: "
                     + (f"plugin {plugin!r}: " if plugin else "")
-                    + f"edge_call's stream yielded {item!r:.200}, not a (StageEvent, "
-                    "outputs) pair")
-            raise self._cancelled(cancelled)
-        event, tensors = item
+                    + f"edge_call's stream yielded an item that is not a (StageEvent, "
+                    f"outputs) pair ({exc})") from None
+            raise self._cancelled(cancelled) from None
         if self._retained:
             for names, _ in self._retained:  # outputs this event replaces are not theirs
                 names.difference_update(tensors)

@@ -256,7 +256,16 @@ class StageRuntime:
                        else StageRequest(*ids, params=dict(params or {})))
             started = time.perf_counter()
             try:
-                events = self.binding.call(self.loaded, request, inputs)
+                events = iter(self.binding.call(self.loaded, request, inputs))
+            except TypeError as exc:
+                trace = exc.__traceback__
+                if trace is None or trace.tb_next is not None:
+                    raise  # raised inside the hook: its own error, as it is
+                # raised by iter() here (nothing is checked until then): the hook's answer
+                raise PluginError(
+                    f"stages[{self.stage_id}]: plugin {self.binding.plugin!r}: edge_call "
+                    f"did not return an iterator of (StageEvent, outputs) pairs ({exc})"
+                ) from None
             finally:
                 # Set before the waiters are read: a cancel that starts waiting after
                 # that read sees it set (_cancel_targets checks it under the lock).
@@ -264,13 +273,6 @@ class StageRuntime:
                 if self._send_waiters:
                     with self._lock:  # the Condition's own lock
                         self._sent.notify_all()
-            try:
-                stream = iter(events)
-            except TypeError:
-                raise PluginError(
-                    f"stages[{self.stage_id}]: plugin {self.binding.plugin!r}: edge_call "
-                    f"returned {type(events).__name__}, not an iterator of (StageEvent, "
-                    "outputs) pairs") from None
         except BaseException:
             with self._lock:
                 if registered is not None:
@@ -281,7 +283,7 @@ class StageRuntime:
                         del self._entries[request_id]
             self.slots.release()
             raise
-        return PendingCall(self, request, serial, stream, started, entry)
+        return PendingCall(self, request, serial, events, started, entry)
 
     def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
         """A call outlived its bound: fence it and end it (from the timer's thread)."""

@@ -256,26 +256,42 @@ def _env_true(env: Mapping[str, str], key: str) -> bool:
 
 
 def _read_backends(plugin_set: PluginSet) -> None:
-    """Ask every plugin for its backends; record duplicates and failures on the plugin."""
-    seen: dict[str, str] = {}
+    """Ask every plugin for its backends; record duplicates and failures on the plugin.
+
+    A backend name two plugins declare is served by neither: which one a stage naming it
+    would get is not the user's choice (it would hang on the plugins' entry-point names,
+    and a newly installed package could take over ``ort-cpu`` in silence). Both plugins
+    record the clash as their error, so that every report and a stage naming the
+    backend say it.
+    """
+    claims: dict[str, list[tuple[str, BackendInfo]]] = {}
+    answered: list[str] = []
     for answer in plugin_set.call_each("edge_backends"):
         record = plugin_set.record(answer.plugin)
         if answer.error:
             record.error = f"edge_backends failed: {answer.error}"
             continue
-        names: list[str] = []
+        answered.append(answer.plugin)
         for info in answer.result or ():
             if not isinstance(info, BackendInfo):
                 record.error = f"edge_backends: not a BackendInfo: {info!r}"
                 continue
-            if info.name in seen:
-                record.error = (f"backend: {info.name!r} is already declared by plugin "
-                                f"{seen[info.name]!r}")
-                continue
-            seen[info.name] = answer.plugin
-            plugin_set.backends[info.name] = (info, answer.plugin)
-            names.append(info.name)
-        record.backends = tuple(names)
+            claims.setdefault(info.name, []).append((answer.plugin, info))
+    declared: dict[str, list[str]] = {}
+    for name, claimants in claims.items():
+        owners = sorted({plugin for plugin, _ in claimants})
+        if len(owners) > 1:
+            for plugin in owners:
+                plugin_set.record(plugin).error = (
+                    f"backend: {name!r} is declared by plugins "
+                    f"{' and '.join(repr(o) for o in owners)}: neither serves it "
+                    "(uninstall or rename one)")
+            continue
+        plugin, info = claimants[0]
+        plugin_set.backends[name] = (info, plugin)
+        declared.setdefault(plugin, []).append(name)
+    for plugin in answered:
+        plugin_set.record(plugin).backends = tuple(declared.get(plugin, ()))
 
 
 def _trace(hook_name: str, plugins: str, kwargs: Mapping[str, Any], seconds: float,

@@ -181,12 +181,18 @@ def test_owner_missing_a_required_hook_is_a_plugin_error() -> None:
         bind_owner(plugins, "other", env={})
 
 
-def test_a_backend_declared_twice_is_kept_by_the_first_plugin_only() -> None:
-    plugins = load_plugins(objects={"a": Owner(), "b": Owner()}, env={"EDGE_PLUGINS": ""})
-    assert plugins.record("a").backends == ("toy",)
-    assert plugins.record("b").backends == ()
-    assert "already declared by plugin 'a'" in (plugins.record("b").error or "")
-    assert bind_owner(plugins, "toy", env={}).plugin == "a"
+def test_a_backend_declared_by_two_plugins_is_served_by_neither() -> None:
+    plugins = load_plugins(objects={"a": Owner(), "b": Owner(), "c": Other()},
+                           env={"EDGE_PLUGINS": ""})
+    for name in ("a", "b"):  # whichever sorts first would have taken it, in silence
+        assert plugins.record(name).backends == ()
+        assert plugins.record(name).error == ("backend: 'toy' is declared by plugins 'a' "
+                                              "and 'b': neither serves it (uninstall or "
+                                              "rename one)")
+    assert "toy" not in plugins.backends
+    assert plugins.record("c").backends == ("other",) and plugins.record("c").error is None
+    with pytest.raises(BackendUnavailable, match="'toy' is declared by plugins 'a' and 'b'"):
+        bind_owner(plugins, "toy", env={})
 
 
 def test_tracing_wraps_bound_hooks(capsys: pytest.CaptureFixture[str]) -> None:

@@ -152,11 +152,12 @@ def test_probe_json_lists_plugin_errors_as_run_does_with_who_named_each(
     # imported but whose backends could not be read (a duplicate) was not listed at all,
     # while edge run/plan/profile --json list both as {"plugin", "error", "named_by"}.
     make_plugin_distribution(plugin_site, "edge-toy-again", "again", "edge_toy_again_plugin",
-                             GOOD_PLUGIN)  # declares the backend "toy" a second time
+                             GOOD_PLUGIN)  # declares the backend "toy" a second time:
+    # neither "toy" nor "again" serves it then, and both list the clash
     for named, named_by, kinds in (
             ("toy,crashy,broken,again,gone", "EDGE_PLUGINS",
-             ["backend", "import failed", "not installed"]),
-            (None, None, ["EDGE_CONTRACT", "backend", "import failed"])):  # + future
+             ["backend", "backend", "import failed", "not installed"]),
+            (None, None, ["EDGE_CONTRACT", "backend", "backend", "import failed"])):  # + future
         env = {"EDGE_PLUGINS": named} if named else {}
         result = run_edge("probe", "--json", env=env)
         assert result.returncode == 0, result.stderr

@@ -383,6 +383,14 @@ OUTPUTS = [
     (["profile", "one.toml", "--input", "a.txt", "--out", "dir"], "--out dir: is a directory"),
     (["profile", "one.toml", "--input", "a.txt", "--records", "a.txt"],
      "--records a.txt: exists and is not a directory"),
+    # matrix and qualify check where they write before reading a record or a profile (the
+    # record and profile named here do not even exist)
+    (["matrix", "nope.json", "--out-dir", "a.txt"], "--out-dir a.txt: exists and is not a"),
+    (["matrix", "nope.json", "--out-dir", "a.txt/m", "--json"], "--out-dir a.txt/m: "),
+    (["qualify", "--profile", "nope.json", "--out", "dir"], "--out dir: is a directory"),
+    (["qualify", "--profile", "nope.json", "--out-dir", "a.txt", "--json"],
+     "--out-dir a.txt: exists and is not a directory"),
+    (["qualify", "--hub-job", "nope.json", "--out", "a.txt/r.json"], "--out a.txt/r.json: "),
 ]
 
 

@@ -351,6 +351,22 @@ OPTIONS = [
     (["probe", "--timeout", "nan"], "--timeout"),
     (["probe", "--timeout", "inf"], "--timeout"),
     (["cleanup", "--bogus"], "--bogus"),
+    # profile's counts and seconds, named as typed (not as the settings' field names) and
+    # refused when not finite: the profile file is JSON, which has no NaN nor Infinity
+    (["profile", "one.toml", "--input", "a.txt", "--requests", "0"], "--requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--warmup", "-1"], "--warmup"),
+    (["profile", "one.toml", "--input", "a.txt", "--process-starts", "0"], "--process-starts"),
+    (["profile", "one.toml", "--input", "a.txt", "--startup-samples", "-1"],
+     "--startup-samples"),
+    (["profile", "one.toml", "--input", "a.txt", "--matched-requests", "0"],
+     "--matched-requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--slow-consumer-pause", "nan"],
+     "--slow-consumer-pause"),
+    (["profile", "one.toml", "--input", "a.txt", "--slow-consumer-pause", "inf"],
+     "--slow-consumer-pause"),
+    (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "inf"], "--chunk-seconds"),
+    (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "nan"], "--chunk-seconds"),
+    (["profile", "one.toml", "--input", "a.txt", "--duration", "9" * 400], "--duration"),
 ]
 
 

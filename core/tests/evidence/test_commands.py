@@ -191,7 +191,8 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         (["profile", "p.toml", "--params", "{}", "--workload", "w.jsonl"],
          "give --workload or --params, not both"),
         (["profile", "p.toml", "--duration", "0"], "not a positive duration"),
-        (["profile", "p.toml", "--startup-samples", "-1"], "startup_samples: must be >= 0"),
+        (["profile", "p.toml", "--startup-samples", "-1"],
+         "argument --startup-samples: must be at least 0: '-1'"),
         (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),
     ]
     (tmp_path / "p.json").write_text("{}")

@@ -183,6 +183,12 @@ TABLE = [
     (["profile", "noprepare.toml", "--input", "a.txt"],
      ["--input a.txt: the pipeline names no 'prepare' function"]),
     (["run", "one.toml", "--input", "dir/"], ["--input dir/: the directory holds no file"]),
+    # plan's --input (what a measured selection times) is checked as profile's is
+    (["plan", "one.toml", "--input", "missing.txt"],
+     ["--input missing.txt: No such file or directory"]),
+    (["plan", "one.toml", "--input", "dir"], ["--input dir: is a directory, not a file"]),
+    (["plan", "three.toml", "--input", "missing.txt"],  # the input before the file's
+     ["--input missing.txt: No such file or directory"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),

@@ -115,6 +115,21 @@ def test_create_on_a_bundle_with_a_manifest_exits_2_naming_it_and_force_replaces
     assert json.loads(manifest.read_text())["component"] == "x"
 
 
+def test_force_refuses_a_directory_named_like_the_manifest_with_exit_2(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = bundle.resolve() / MANIFEST_FILENAME
+    manifest.unlink()
+    manifest.mkdir()  # a rename cannot replace it: was an internal error (exit 1)
+    assert main(["manifest", "create", str(bundle), "--force", "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["error"] == ("manifest: is a directory: only a manifest file is replaced "
+                                f"(remove the directory): {str(manifest)!r}")
+    assert failure["refusal"]["kind"] == "ManifestSchemaInvalid"
+    assert manifest.is_dir() and sorted(p.name for p in bundle.iterdir()
+                                        if p.name.startswith(".edge-manifest.")) == []
+
+
 def test_create_exits_2_for_a_refused_bundle_and_verify_exits_1(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

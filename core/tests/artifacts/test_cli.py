@@ -55,6 +55,24 @@ def test_create_then_verify_round_trip_with_json(
     assert verified["files"] == 4 and verified["unlisted"] == []
 
 
+def test_verify_names_every_unlisted_entry_even_one_no_manifest_could_list(
+    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    (bundle / "escape").symlink_to(outside)  # leads outside the bundle
+    (bundle / "linked-dir").symlink_to(tmp_path)  # a symlinked directory
+    (bundle / "odd\nname.txt").write_text("x")  # not a valid member name
+    (bundle / "extra.txt").write_text("x")
+    named = ["escape", "extra.txt", "linked-dir", "odd\nname.txt"]
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 0
+    assert sorted(_json(capsys)["unlisted"]) == named
+    assert main(["manifest", "verify", str(bundle)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "not listed" in line]
+    assert [line.split("(never loaded): ")[1] for line in sorted(notes)] == [
+        "'odd\\nname.txt'", "escape", "extra.txt", "linked-dir"]  # one line each
+
+
 def test_verify_of_a_tampered_bundle_exits_1_with_the_refusal(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

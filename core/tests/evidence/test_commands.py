@@ -91,7 +91,11 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     assert bad.returncode == 2 and "bad.json: cannot read JSON" in bad.stderr
     job = edge("qualify", "--hub-job", "job.json", cwd=tmp_path)
     assert job.returncode == 2
-    assert "device: must be a name or an object with a name: None" in job.stderr
+    assert job.stderr == ("edge: job.json: device: must be a name or an object with a "
+                          "name: None\n")  # the field, with the file it is in
+    record = edge("qualify", "--profile", "other.json", "--json", cwd=tmp_path)
+    assert record.returncode == 2
+    assert json.loads(record.stdout)["error"].startswith("other.json: schema: must be one of")
     other = edge("matrix", "other.json", cwd=tmp_path)
     assert other.returncode == 2
     assert ("other.json: schema: must be one of ['edge.qualification/1', "

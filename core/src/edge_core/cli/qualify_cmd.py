@@ -83,16 +83,21 @@ def run(args: argparse.Namespace) -> int:
     labels = {"device": args.device, "model": args.model, "configuration": args.configuration}
     try:
         targets = ([t.text for t in load_targets(args.targets)] if args.targets else None)
+    except RecordInvalid as exc:  # names the targets file
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    source = args.profile or args.hub_job
+    document = _read(source)
+    try:
         if args.profile:
-            records = records_from_profile(_read(args.profile), profile_path=args.profile,
+            records = records_from_profile(document, profile_path=args.profile,
                                            labels=labels, targets=targets,
                                            targets_origin=f"--targets {args.targets}")
         else:
             argv = ["edge", NAME, "--hub-job", args.hub_job]
-            records = [record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
+            records = [record_from_hub_job(document, job_path=args.hub_job,
                                            labels=labels, command=argv)]
-    except RecordInvalid as exc:
-        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    except RecordInvalid as exc:  # the field of the source: named with its file
+        raise common.CommandFailed(common.EXIT_USAGE, f"{source}: {exc}") from exc
     if args.out and len(records) > 1:
         raise common.CommandFailed(
             common.EXIT_USAGE, f"--out: the profile tried candidate backends and gives "

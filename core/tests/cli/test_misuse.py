@@ -405,6 +405,12 @@ OUTPUTS = [
     (["profile", "one.toml", "--input", "a.txt", "--out", "dir"], "--out dir: is a directory"),
     (["profile", "one.toml", "--input", "a.txt", "--records", "a.txt"],
      "--records a.txt: exists and is not a directory"),
+    # --sysfs is read, not written, but a root that is not there would only make every
+    # condition 'unavailable' in silence
+    (["profile", "one.toml", "--input", "a.txt", "--sysfs", "nope"],
+     "--sysfs nope: not an existing directory"),
+    (["profile", "one.toml", "--input", "a.txt", "--sysfs", "a.txt", "--json"],
+     "--sysfs a.txt: not an existing directory"),
     # matrix and qualify check where they write before reading a record or a profile (the
     # record and profile named here do not even exist)
     (["matrix", "nope.json", "--out-dir", "a.txt"], "--out-dir a.txt: exists and is not a"),

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "memory peaks, placement, operating conditions, raw samples, the plugins that did "
         "not load (plugin_errors). Exit 0 when the run "
         "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
-        "--input/--inputs file that is missing, unreadable or unfit, or a problem in the "
+        "--input/--inputs file that is missing, unreadable or unfit, a --sysfs that is not a "
+        "directory, or a problem in the "
         "pipeline file (every one named at once), each before anything opens.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
@@ -362,6 +363,9 @@ def run(args: argparse.Namespace) -> int:
     for option, files in (("--input", args.sources), ("--inputs", args.npz)):
         for file in files:  # a missing or unreadable file: exit 2, before anything else
             check_readable(option, file)
+    if args.sysfs is not None and not os.path.isdir(args.sysfs):  # read as it runs: not later
+        raise common.CommandFailed(common.EXIT_USAGE, f"--sysfs {args.sysfs}: not an existing "
+                                   "directory (a sysfs root, such as /sys)")
     common.check_output(args.out, "--out")  # where it writes: exit 2, before anything opens
     if args.records:
         common.check_output(args.records, "--records", directory=True)

@@ -55,6 +55,24 @@ def test_create_then_verify_round_trip_with_json(
     assert verified["files"] == 4 and verified["unlisted"] == []
 
 
+def test_verify_names_every_unlisted_entry_even_one_no_manifest_could_list(
+    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    (bundle / "escape").symlink_to(outside)  # leads outside the bundle
+    (bundle / "linked-dir").symlink_to(tmp_path)  # a symlinked directory
+    (bundle / "odd\nname.txt").write_text("x")  # not a valid member name
+    (bundle / "extra.txt").write_text("x")
+    named = ["escape", "extra.txt", "linked-dir", "odd\nname.txt"]
+    assert main(["manifest", "verify", str(bundle), "--json"]) == 0
+    assert sorted(_json(capsys)["unlisted"]) == named
+    assert main(["manifest", "verify", str(bundle)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "not listed" in line]
+    assert [line.split("(never loaded): ")[1] for line in sorted(notes)] == [
+        "'odd\\nname.txt'", "escape", "extra.txt", "linked-dir"]  # one line each
+
+
 def test_verify_of_a_tampered_bundle_exits_1_with_the_refusal(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +131,21 @@ def test_create_on_a_bundle_with_a_manifest_exits_2_naming_it_and_force_replaces
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {manifest}")
     assert json.loads(manifest.read_text())["component"] == "x"
+
+
+def test_force_refuses_a_directory_named_like_the_manifest_with_exit_2(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = bundle.resolve() / MANIFEST_FILENAME
+    manifest.unlink()
+    manifest.mkdir()  # a rename cannot replace it: was an internal error (exit 1)
+    assert main(["manifest", "create", str(bundle), "--force", "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["error"] == ("manifest: is a directory: only a manifest file is replaced "
+                                f"(remove the directory): {str(manifest)!r}")
+    assert failure["refusal"]["kind"] == "ManifestSchemaInvalid"
+    assert manifest.is_dir() and sorted(p.name for p in bundle.iterdir()
+                                        if p.name.startswith(".edge-manifest.")) == []
 
 
 def test_create_exits_2_for_a_refused_bundle_and_verify_exits_1(

@@ -183,6 +183,12 @@ TABLE = [
     (["profile", "noprepare.toml", "--input", "a.txt"],
      ["--input a.txt: the pipeline names no 'prepare' function"]),
     (["run", "one.toml", "--input", "dir/"], ["--input dir/: the directory holds no file"]),
+    # plan's --input (what a measured selection times) is checked as profile's is
+    (["plan", "one.toml", "--input", "missing.txt"],
+     ["--input missing.txt: No such file or directory"]),
+    (["plan", "one.toml", "--input", "dir"], ["--input dir: is a directory, not a file"]),
+    (["plan", "three.toml", "--input", "missing.txt"],  # the input before the file's
+     ["--input missing.txt: No such file or directory"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
@@ -351,6 +357,22 @@ OPTIONS = [
     (["probe", "--timeout", "nan"], "--timeout"),
     (["probe", "--timeout", "inf"], "--timeout"),
     (["cleanup", "--bogus"], "--bogus"),
+    # profile's counts and seconds, named as typed (not as the settings' field names) and
+    # refused when not finite: the profile file is JSON, which has no NaN nor Infinity
+    (["profile", "one.toml", "--input", "a.txt", "--requests", "0"], "--requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--warmup", "-1"], "--warmup"),
+    (["profile", "one.toml", "--input", "a.txt", "--process-starts", "0"], "--process-starts"),
+    (["profile", "one.toml", "--input", "a.txt", "--startup-samples", "-1"],
+     "--startup-samples"),
+    (["profile", "one.toml", "--input", "a.txt", "--matched-requests", "0"],
+     "--matched-requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--slow-consumer-pause", "nan"],
+     "--slow-consumer-pause"),
+    (["profile", "one.toml", "--input", "a.txt", "--slow-consumer-pause", "inf"],
+     "--slow-consumer-pause"),
+    (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "inf"], "--chunk-seconds"),
+    (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "nan"], "--chunk-seconds"),
+    (["profile", "one.toml", "--input", "a.txt", "--duration", "9" * 400], "--duration"),
 ]
 
 
@@ -383,6 +405,20 @@ OUTPUTS = [
     (["profile", "one.toml", "--input", "a.txt", "--out", "dir"], "--out dir: is a directory"),
     (["profile", "one.toml", "--input", "a.txt", "--records", "a.txt"],
      "--records a.txt: exists and is not a directory"),
+    # --sysfs is read, not written, but a root that is not there would only make every
+    # condition 'unavailable' in silence
+    (["profile", "one.toml", "--input", "a.txt", "--sysfs", "nope"],
+     "--sysfs nope: not an existing directory"),
+    (["profile", "one.toml", "--input", "a.txt", "--sysfs", "a.txt", "--json"],
+     "--sysfs a.txt: not an existing directory"),
+    # matrix and qualify check where they write before reading a record or a profile (the
+    # record and profile named here do not even exist)
+    (["matrix", "nope.json", "--out-dir", "a.txt"], "--out-dir a.txt: exists and is not a"),
+    (["matrix", "nope.json", "--out-dir", "a.txt/m", "--json"], "--out-dir a.txt/m: "),
+    (["qualify", "--profile", "nope.json", "--out", "dir"], "--out dir: is a directory"),
+    (["qualify", "--profile", "nope.json", "--out-dir", "a.txt", "--json"],
+     "--out-dir a.txt: exists and is not a directory"),
+    (["qualify", "--hub-job", "nope.json", "--out", "a.txt/r.json"], "--out a.txt/r.json: "),
 ]
 
 

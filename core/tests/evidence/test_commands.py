@@ -91,7 +91,11 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     assert bad.returncode == 2 and "bad.json: cannot read JSON" in bad.stderr
     job = edge("qualify", "--hub-job", "job.json", cwd=tmp_path)
     assert job.returncode == 2
-    assert "device: must be a name or an object with a name: None" in job.stderr
+    assert job.stderr == ("edge: job.json: device: must be a name or an object with a "
+                          "name: None\n")  # the field, with the file it is in
+    record = edge("qualify", "--profile", "other.json", "--json", cwd=tmp_path)
+    assert record.returncode == 2
+    assert json.loads(record.stdout)["error"].startswith("other.json: schema: must be one of")
     other = edge("matrix", "other.json", cwd=tmp_path)
     assert other.returncode == 2
     assert ("other.json: schema: must be one of ['edge.qualification/1', "
@@ -99,7 +103,8 @@ def test_unreadable_or_invalid_inputs_are_usage_errors_naming_the_problem(
     levels = edge("profile", "p.toml", "--concurrency", "0", cwd=tmp_path)
     assert levels.returncode == 2 and "--concurrency: levels must be >= 1" in levels.stderr
     requests = edge("profile", "p.toml", "--requests", "0", cwd=tmp_path)
-    assert requests.returncode == 2 and "requests: must be >= 1: 0" in requests.stderr
+    assert requests.returncode == 2
+    assert "argument --requests: must be at least 1: '0'" in requests.stderr
 
 
 def test_profile_a_streamed_stage_with_a_workload_and_targets(tmp_path: Path,
@@ -191,7 +196,8 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         (["profile", "p.toml", "--params", "{}", "--workload", "w.jsonl"],
          "give --workload or --params, not both"),
         (["profile", "p.toml", "--duration", "0"], "not a positive duration"),
-        (["profile", "p.toml", "--startup-samples", "-1"], "startup_samples: must be >= 0"),
+        (["profile", "p.toml", "--startup-samples", "-1"],
+         "argument --startup-samples: must be at least 0: '-1'"),
         (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),
     ]
     (tmp_path / "p.json").write_text("{}")

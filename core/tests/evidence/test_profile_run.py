@@ -301,3 +301,12 @@ def test_a_profile_that_loaded_no_plugin_set_says_null(
     path = write_pipeline(tmp_path, [echo_stage("a")], plugins=["no_such_edge_plugin"])
     strict = run_profile(path, npz_files=[str(echo_inputs)], settings=QUICK)
     assert strict["outcome"]["ok"] is False and strict["plugin_errors"] is None
+
+
+@pytest.mark.parametrize("field", ["slow_consumer_pause_s", "chunk_seconds", "duration_s",
+                                   "window_s", "memory_interval_s"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_settings_refuse_seconds_that_are_not_finite(field: str, value: float) -> None:
+    # the settings are written into the profile, and JSON has no NaN nor Infinity
+    with pytest.raises(ValueError, match=f"^{field}: must be a finite number"):
+        ProfileSettings(**{field: value})

@@ -202,6 +202,8 @@ def create_manifest(
     Raises:
         ManifestExists: the bundle has a manifest (or anything by its name) and
             ``overwrite`` is false; nothing was written.
+        ManifestSchemaInvalid: with ``overwrite``, a directory has the manifest's name
+            (nothing is replaced: a directory is not a manifest).
         ManifestInvalid: another subclass, from :func:`build_manifest`.
 
     """
@@ -210,6 +212,9 @@ def create_manifest(
     if not overwrite and os.path.lexists(target):
         raise ManifestExists("manifest", "already exists (overwrite=True, or edge manifest "
                              "create --force, replaces it)", str(target))
+    if os.path.isdir(target) and not os.path.islink(target):  # a rename cannot replace it
+        raise ManifestSchemaInvalid("manifest", "is a directory: only a manifest file is "
+                                    "replaced (remove the directory)", str(target))
     created = build_manifest(root, **options)
     fd, temporary = tempfile.mkstemp(dir=root, prefix=".edge-manifest.", suffix=".tmp")
     try:

@@ -159,18 +159,21 @@ def list_bundle_files(root: Path, *, strict: bool = True) -> list[str]:
     link's own path). With ``strict`` (what manifest creation uses) anything else is
     refused: a symlink leading outside the bundle, a symlinked directory, a special file,
     a name that is not a valid member path, more than ``MAX_FILES`` files. Without
-    ``strict``, such entries are skipped (used to list unlisted files).
+    ``strict`` (used to name the files a manifest does not list), such entries are listed
+    too: whatever is in the folder, a manifest cannot list them, so they are never loaded.
     """
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
         for name in sorted(dirnames):
             full = here / name
-            if full.is_symlink() and strict:
-                raise MemberPathRefused(
-                    "bundle", "symlinked directories are not supported in a bundle",
-                    _relative(root, full),
-                )
+            if full.is_symlink():
+                if strict:
+                    raise MemberPathRefused(
+                        "bundle", "symlinked directories are not supported in a bundle",
+                        _relative(root, full),
+                    )
+                found.append(_relative(root, full))
         for name in sorted(filenames):
             full = here / name
             rel = _relative(root, full)
@@ -181,7 +184,6 @@ def list_bundle_files(root: Path, *, strict: bool = True) -> list[str]:
             except MemberPathRefused:
                 if strict:
                     raise
-                continue
             found.append(rel)
             if strict and len(found) > MAX_FILES:
                 raise MemberPathRefused("bundle", f"must hold <= {MAX_FILES} files", len(found))

@@ -201,8 +201,9 @@ def _print_human(action: str, result: dict[str, Any]) -> None:
     for graph, files in result.get("external_data", {}).items():
         print(f"  external data of {graph}: {', '.join(files)}")
     print(f"  manifest sha256 {result['manifest_sha256']}")
-    for path in result.get("unlisted", []):
-        print(f"  note: not listed in the manifest (never loaded): {path}")
+    for path in result.get("unlisted", []):  # a name with a newline shown quoted, on one line
+        shown = path if path.isprintable() else repr(path)
+        print(f"  note: not listed in the manifest (never loaded): {shown}")
     if action == "create" and not result.get("example_inputs"):
         print("  note: no example inputs: a stage cannot load this bundle until its manifest "
               "names them (edge manifest create DIR --example-inputs FILE --force)")

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         sub, NAME, "aggregate qualification records into a matrix report",
         "Read qualification records (files, or folders searched for *.json) and write the "
         "device x model matrix as Markdown and as one self-contained HTML page. Exit 2 when "
-        "a record is unreadable or none is found.",
+        "a record is unreadable or none is found, or --out-dir cannot be written.",
         "edge matrix qualification/", "edge matrix r1.json r2.json --out-dir report")
     common.add_json_flag(parser)
     parser.add_argument("records", nargs="+", metavar="RECORD",
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.evidence.matrix import build_matrix
     from edge_core.evidence.records import load_record
 
+    common.check_output(args.out_dir, "--out-dir", directory=True)  # exit 2, before reading
     out = Path(args.out_dir)
     pairs = []
     for file in _files(args.records):

@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "(--input, --remeasure); --probe-only times nothing, so it refuses those two "
         "options rather than ignore them. Exit 0 when every stage has a candidate, 1 when "
         "some stage has none, 2 for a usage problem (--probe-only with --input or "
-        "--remeasure) or a problem in the pipeline file (every one named at once).",
+        "--remeasure, an --input that is missing or not a readable file) or a problem in "
+        "the pipeline file (every one named at once).",
         epilog=common.examples("edge plan build/ocr/pipeline-auto.toml",
                                "edge plan build/ocr/pipeline-auto.toml --probe-only --json"),
         formatter_class=common.HelpFormatter)
@@ -134,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
     ``plugin_errors``: every plugin that did not load
     (:func:`edge_core.discovery.plugin_errors`).
     """
+    from edge_core.cli.run_inputs import check_readable
+
     refuse_timing_without_workers(args)  # before the file is read: a usage error
+    for file in args.source or ():  # a missing or unreadable file: exit 2, naming the option
+        check_readable("--input", file)
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):

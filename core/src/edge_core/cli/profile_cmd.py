@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 
@@ -41,10 +42,11 @@ def _levels(text: str) -> tuple[int, ...]:
 def duration(text: str) -> float:
     """Seconds of a duration: ``30m``, ``90s``, ``1.5h``, ``500ms`` or plain seconds."""
     found = _DURATION.match(text)
-    if found is None or float(found.group(1)) <= 0:
+    seconds = 0.0 if found is None else float(found.group(1)) * _UNITS[found.group(2)]
+    if not 0 < seconds < math.inf:  # a run of digits too long for a float is infinite
         raise argparse.ArgumentTypeError(
             f"not a positive duration (30m, 90s, 1h, 500ms, or seconds): {text!r}")
-    return float(found.group(1)) * _UNITS[found.group(2)]
+    return seconds
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -57,7 +59,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "memory peaks, placement, operating conditions, raw samples, the plugins that did "
         "not load (plugin_errors). Exit 0 when the run "
         "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
-        "--input/--inputs file that is missing, unreadable or unfit, or a problem in the "
+        "--input/--inputs file that is missing, unreadable or unfit, a --sysfs that is not a "
+        "directory, or a problem in the "
         "pipeline file (every one named at once), each before anything opens.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
@@ -79,21 +82,21 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--params", type=common.json_object, metavar="JSON",
                         help="the final stage's params for a single request class "
                         "(e.g. a prompt and sampling parameters)")
-    parser.add_argument("--requests", type=int, default=20, metavar="N",
+    parser.add_argument("--requests", type=common.positive_int, default=20, metavar="N",
                         help="measured requests per class (or input group) and concurrency "
                         "level (default 20, the protocol's minimum; fewer is flagged)")
-    parser.add_argument("--warmup", type=int, default=2, metavar="N",
+    parser.add_argument("--warmup", type=common.non_negative_int, default=2, metavar="N",
                         help="unmeasured warm-up requests per group (default 2)")
     parser.add_argument("--concurrency", type=_levels, default=(1, 2, 4), metavar="LEVELS",
                         help="comma-separated concurrency levels (default 1,2,4; levels "
                         "above the pipeline's admission are skipped and say so)")
-    parser.add_argument("--process-starts", type=int, default=3, metavar="N",
+    parser.add_argument("--process-starts", type=common.positive_int, default=3, metavar="N",
                         help="bare worker starts per route to time process start (default 3)")
-    parser.add_argument("--startup-samples", type=int, default=1, metavar="N",
+    parser.add_argument("--startup-samples", type=common.non_negative_int, default=1, metavar="N",
                         help="traced start-ups, each between two untraced ones (default 1: "
                         "untraced, traced, untraced; 0: the measuring run alone, with no "
                         "start-up phases and no tracer overhead)")
-    parser.add_argument("--matched-requests", type=int, default=5, metavar="N",
+    parser.add_argument("--matched-requests", type=common.positive_int, default=5, metavar="N",
                         help="requests every run serves alike, to compare traced and untraced "
                         "runs (default 5)")
     parser.add_argument("--no-warm-restart", action="store_true",
@@ -104,10 +107,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "frequency, temperature and their trends")
     parser.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
                         help="the sustained run's window (default 1m)")
-    parser.add_argument("--chunk-seconds", type=float, metavar="SECONDS",
+    parser.add_argument("--chunk-seconds", type=common.positive_seconds, metavar="SECONDS",
                         help="media seconds each streamed event carries, where the stage "
                         "does not say (duration_s): enables the real-time measures")
-    parser.add_argument("--slow-consumer-pause", type=float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--slow-consumer-pause", type=common.non_negative_seconds, default=1.0,
+                        metavar="SECONDS",
                         help="how long the slow consumer stops reading (default 1)")
     parser.add_argument("--targets", metavar="FILE",
                         help="product targets (TOML or JSON: targets = [\"ttft_p95_ms <= "
@@ -359,6 +363,9 @@ def run(args: argparse.Namespace) -> int:
     for option, files in (("--input", args.sources), ("--inputs", args.npz)):
         for file in files:  # a missing or unreadable file: exit 2, before anything else
             check_readable(option, file)
+    if args.sysfs is not None and not os.path.isdir(args.sysfs):  # read as it runs: not later
+        raise common.CommandFailed(common.EXIT_USAGE, f"--sysfs {args.sysfs}: not an existing "
+                                   "directory (a sysfs root, such as /sys)")
     common.check_output(args.out, "--out")  # where it writes: exit 2, before anything opens
     if args.records:
         common.check_output(args.records, "--records", directory=True)

@@ -1,7 +1,8 @@
 """``edge qualify``: write one qualification record from a profile or an AI Hub job record.
 
 Exit status: 0 when the record was written (whatever its status), 2 when the profile, job
-record or targets file cannot be read or is malformed.
+record or targets file cannot be read or is malformed, or ``--out`` / ``--out-dir``
+cannot be written (checked before anything is read).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "record: a status (PASS, PARTIAL, COMPONENT, PROFILE_ONLY, FAILED, REJECTED, BLOCKED), "
         "the identities, the command, and on failure the failing layer and the next step. "
         "A profile of a pipeline with candidate backends gives one record per stage and "
-        "tried candidate. Exit 2 for an unreadable source.",
+        "tried candidate. Exit 2 for an unreadable source, or an --out or --out-dir that "
+        "cannot be written.",
         "edge qualify --profile profile.json",
         "edge qualify --profile profile.json --device laptop --out-dir qualification")
     common.add_json_flag(parser)
@@ -74,19 +76,28 @@ def run(args: argparse.Namespace) -> int:
     from edge_core.evidence.records import write_record
     from edge_core.evidence.targets import load_targets
 
+    if args.out:  # where it writes: exit 2, before anything is read
+        common.check_output(args.out, "--out")
+    else:
+        common.check_output(args.out_dir, "--out-dir", directory=True)
     labels = {"device": args.device, "model": args.model, "configuration": args.configuration}
     try:
         targets = ([t.text for t in load_targets(args.targets)] if args.targets else None)
+    except RecordInvalid as exc:  # names the targets file
+        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    source = args.profile or args.hub_job
+    document = _read(source)
+    try:
         if args.profile:
-            records = records_from_profile(_read(args.profile), profile_path=args.profile,
+            records = records_from_profile(document, profile_path=args.profile,
                                            labels=labels, targets=targets,
                                            targets_origin=f"--targets {args.targets}")
         else:
             argv = ["edge", NAME, "--hub-job", args.hub_job]
-            records = [record_from_hub_job(_read(args.hub_job), job_path=args.hub_job,
+            records = [record_from_hub_job(document, job_path=args.hub_job,
                                            labels=labels, command=argv)]
-    except RecordInvalid as exc:
-        raise common.CommandFailed(common.EXIT_USAGE, str(exc)) from exc
+    except RecordInvalid as exc:  # the field of the source: named with its file
+        raise common.CommandFailed(common.EXIT_USAGE, f"{source}: {exc}") from exc
     if args.out and len(records) > 1:
         raise common.CommandFailed(
             common.EXIT_USAGE, f"--out: the profile tried candidate backends and gives "

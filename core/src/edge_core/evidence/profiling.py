@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -84,18 +85,21 @@ def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
 
 
 def _non_negative(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or value < 0:
-        raise ValueError(f"{attribute.name}: must be >= 0: {value!r}")
+    # NaN and infinity refused: a profile is JSON, which has neither
+    if isinstance(value, bool) or not value >= 0 or not math.isfinite(value):
+        raise ValueError(f"{attribute.name}: must be a finite number >= 0: {value!r}")
 
 
 def _positive_number(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            or not math.isfinite(value)):
+        raise ValueError(f"{attribute.name}: must be a finite number > 0: {value!r}")
 
 
 def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not value > 0):
-        raise ValueError(f"{attribute.name}: must be > 0: {value!r}")
+    if value is not None and (isinstance(value, bool) or not value > 0
+                              or not math.isfinite(value)):
+        raise ValueError(f"{attribute.name}: must be a finite number > 0: {value!r}")
 
 
 def _ints(values: Sequence[int]) -> tuple[int, ...]:

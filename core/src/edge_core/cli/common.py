@@ -418,30 +418,22 @@ def positive_seconds(text: str) -> float:
 def json_object(text: str) -> dict[str, Any]:
     """An argparse type: a JSON object (request parameters).
 
-    ``NaN``, ``Infinity`` and a number too large for a float (``1e999``) are refused here,
-    as JSON has none of them: a request would refuse them anyway, but only once the
-    pipeline is open, input by input.
+    Read as the wire reads JSON (:func:`edge_contracts.jsonvalues.strict_loads`): ``NaN``,
+    ``Infinity``, a number too large for a float (``1e999``) and a repeated key are
+    refused here, as JSON has none of them: a request would refuse them anyway, but only
+    once the pipeline is open, input by input.
     """
+    from edge_contracts.jsonvalues import strict_loads  # where used: not every command
+
     try:
-        value = json.loads(text, parse_constant=_not_a_json_number,
-                           parse_float=_finite_float)
+        value = strict_loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not JSON ({exc.msg}): {text!r}") from None
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
+    except (ValueError, RecursionError) as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc or 'nested too deeply'}): "
+                                         f"{text!r}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"must be a JSON object: {text!r}")
-    return value
-
-
-def _not_a_json_number(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is too large for a float")
     return value
 
 

@@ -136,8 +136,7 @@ def test_plan_run_and_profile_json_list_the_plugins_that_did_not_load(tmp_path: 
     # checked, and when the file itself is refused (warned about on stderr there too)
     (tmp_path / "bad.toml").write_text('plugins = ["no_such_edge_plugin"]\n' + PIPELINE
                                        + "delay_s = -1.0\n")
-    for argv in (["plan", "p.toml", "--input", "missing.npz"],
-                 ["run", "p.toml", "--inputs", "x.npz"],
+    for argv in (["run", "p.toml", "--inputs", "x.npz"],
                  ["profile", "p.toml", "--inputs", "x.npz"],
                  ["profile", "p.toml", "--input", "in.npz"],  # no prepare to read it
                  ["plan", "bad.toml", "--probe-only"], ["run", "bad.toml"],
@@ -150,6 +149,14 @@ def test_plan_run_and_profile_json_list_the_plugins_that_did_not_load(tmp_path: 
         assert warnings == NAMED_WARNINGS, argv
         if "bad.toml" in argv:
             assert "stages[0].backend.options.delay_s" in body["error"]
+    # an --input that cannot be read is refused before the file is read: no plugin was
+    # loaded then, so its document has no plugin_errors (docs/cli.md: "once the pipeline
+    # file is read")
+    result = edge("plan", "p.toml", "--input", "missing.npz", "--json", cwd=tmp_path, **named)
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert body["ok"] is False and "plugin_errors" not in body
+    assert body["error"].startswith("--input missing.npz: ")
 
 
 def test_the_profile_files_list_the_plugins_that_did_not_load(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ RUNTIME = "core/tests/runtime"
 HOOK_TESTS: dict[str, tuple[str, ...]] = {
     "edge_backends": (
         "core/tests/plugins/test_binding.py::"
-        "test_a_backend_declared_twice_is_kept_by_the_first_plugin_only",
+        "test_a_backend_declared_by_two_plugins_is_served_by_neither",
         "core/tests/plugins/test_loading.py::test_backends_flag_reads_each_plugins_backends",
     ),
     "edge_probe": (

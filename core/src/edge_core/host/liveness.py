@@ -18,14 +18,17 @@ Silence is measured by this side's reading; a worker whose frames wait unread on
 channel (a loaded controller) is not silent. A worker with calls outstanding that has
 been silent for :data:`SILENCE_S` is declared
 **unresponsive** when one of its threads is stopped (``T``/``t``: ``SIGSTOP``, a
-debugger), or — when it heartbeats — when none of its threads is runnable (it should
-have beaten and is not even waiting for a CPU: stuck in the kernel, frozen). A
+debugger), or — when it heartbeats — when none of its threads has been runnable at any
+look for :data:`NOT_RUNNABLE_S` (it should have beaten and is not even waiting for a
+CPU: stuck in the kernel, frozen; one look is not enough, as every thread of a busy
+worker on a loaded host can be asleep at one instant). A
 heartbeating worker whose threads are runnable but silent for :data:`STARVED_SILENCE_S`
 (a loaded machine delays threads; a C extension that holds the GIL starves its heartbeat)
 is declared unresponsive too. A worker without heartbeats is judged only by the stopped
 state. Detection therefore takes at most ``SILENCE_S + TICK_S`` (1.2 s) for a stopped
-worker. What a hung handler thread does inside a living worker is not this module's
-business: each call's ``call_timeout_s`` bounds that.
+worker, ``SILENCE_S + NOT_RUNNABLE_S + TICK_S`` (1.8 s) for a frozen one. What a hung
+handler thread does inside a living worker is not this module's business: each call's
+``call_timeout_s`` bounds that.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 __all__ = [
+    "NOT_RUNNABLE_S",
     "SILENCE_S",
     "STARVED_SILENCE_S",
     "TICK_S",
@@ -52,6 +56,11 @@ TICK_S = 0.2
 
 SILENCE_S = 1.0
 """Silence (no frame) after which a busy worker's thread states are examined."""
+
+NOT_RUNNABLE_S = 0.6
+"""How long a silent heartbeating worker must show no runnable thread, at every look,
+before that makes it unresponsive (a busy vLLM worker waiting on its engine process was
+once seen with every thread asleep 1.18 s into a silence on a loaded 2-core host)."""
 
 STARVED_SILENCE_S = 5.0
 """Silence after which a heartbeating worker is unresponsive whatever its threads' states."""
@@ -105,27 +114,34 @@ def thread_states(pid: int) -> set[str] | None:
     return states or None
 
 
-def judge(silent_s: float, heartbeats: bool, states: set[str] | None) -> str | None:
-    """Why a busy worker silent for ``silent_s`` is unresponsive, or None if it is not."""
+def judge(silent_s: float, heartbeats: bool, states: set[str] | None,
+          not_runnable_s: float) -> str | None:
+    """Why a busy worker silent for ``silent_s`` is unresponsive, or None if it is not.
+
+    ``not_runnable_s``: how long every look at its threads during this silence, this
+    one included, found none runnable (0 when this look did find one).
+    """
     if silent_s < SILENCE_S:
         return None
     if states is not None and states & {"T", "t"}:
         return f"stopped (thread states {''.join(sorted(states))})"
     if not heartbeats:
         return None
-    if states is not None and "R" not in states:
-        return f"no heartbeat and no runnable thread (thread states {''.join(sorted(states))})"
+    if states is not None and "R" not in states and not_runnable_s >= NOT_RUNNABLE_S:
+        return (f"no heartbeat and no runnable thread for {not_runnable_s:.2f} s "
+                f"(thread states {''.join(sorted(states))})")
     if silent_s >= STARVED_SILENCE_S:
         return "no heartbeat although its threads are runnable"
     return None
 
 
 class _Entry:
-    __slots__ = ("busy_since", "client")
+    __slots__ = ("busy_since", "client", "not_runnable_since")
 
     def __init__(self, client: weakref.ref[Watched]) -> None:
         self.client = client
         self.busy_since: float | None = None
+        self.not_runnable_since: float | None = None  # first look of a run finding no R
 
 
 class LivenessMonitor:
@@ -175,15 +191,23 @@ class LivenessMonitor:
             self.forget_key(key)
             return
         if client.outstanding() == 0:
-            entry.busy_since = None
+            entry.busy_since = entry.not_runnable_since = None
             return
         now = self._clock()
         if entry.busy_since is None:
             entry.busy_since = now
         silent_s = now - max(client.last_heard, entry.busy_since)
         if silent_s < SILENCE_S or client.unread():  # unread: it spoke, we are slow
+            entry.not_runnable_since = None
             return
-        reason = judge(silent_s, client.heartbeats, thread_states(client.liveness_pid))
+        states = thread_states(client.liveness_pid)
+        if states is None or "R" in states:
+            entry.not_runnable_since = None
+        elif entry.not_runnable_since is None:
+            entry.not_runnable_since = now
+        not_runnable_s = (0.0 if entry.not_runnable_since is None
+                          else now - entry.not_runnable_since)
+        reason = judge(silent_s, client.heartbeats, states, not_runnable_s)
         if reason is not None:
             self.forget_key(key)
             client.unresponsive(f"silent for {silent_s:.2f} s with work outstanding: {reason}")

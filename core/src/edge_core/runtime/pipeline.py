@@ -259,9 +259,11 @@ class Pipeline:
             inputs: The first stage's inputs (name to array).
             params: Request parameters for the final stage (e.g. sampling parameters).
             deadline_s: Bound on the whole request, from now to its result, waiting for
-                admission and in-flight slots included. Without it a full pipeline or
-                stage refuses at once (``ResourceUnavailable``), and each stage call is
-                still bounded by its stage's ``call_timeout_s``.
+                admission and in-flight slots included. Without it a full pipeline
+                refuses at once (``ResourceUnavailable``), an admitted request waits for
+                each stage's in-flight slot (held until the results that hold one are
+                acknowledged), and each stage call is still bounded by its stage's
+                ``call_timeout_s``.
 
         Raises:
             DeadlineExceeded: the deadline (or a stage's ``call_timeout_s``) expired; a

@@ -16,6 +16,7 @@ from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_serve.guards import BodyLimit
 from edge_serve.outcomes import HttpRefusal, from_exception
+from edge_serve.served import Answer, unencodable
 from edge_serve.tensors import decode_tensors, encode_tensors
 
 
@@ -242,3 +243,37 @@ def test_a_content_length_that_is_no_integer_is_400_naming_the_header() -> None:
         "code": "invalid_value",
         "edge": {"status": 400, "kind": "InvalidValue", "field": "headers.content-length",
                  "reason": "not an integer"}}
+
+
+_CYCLE: list[object] = []
+_CYCLE.append(_CYCLE)
+_SHARED = [1.5]
+
+
+@pytest.mark.parametrize(("value", "found"), [
+    ({"a": [1.0, float("nan")]}, ("answer.a[1]", "a number JSON cannot carry", "NaN")),
+    ({"a b": {"c": -float("inf")}}, ("answer['a b'].c", "a number JSON cannot carry",
+                                     "-Infinity")),
+    ((1, {"x": float("inf")}), ("answer[1].x", "a number JSON cannot carry", "Infinity")),
+    ([np.float32(1.0)], ("answer[0]", "a value of a type JSON cannot carry", "numpy.float32")),
+    ({"m": np.zeros(2)}, ("answer.m", "a value of a type JSON cannot carry", "numpy.ndarray")),
+    ({(1, 2): 1}, ("answer", "a key JSON cannot carry", "builtins.tuple")),
+    ({float("nan"): 1}, ("answer", "a key JSON cannot carry", "NaN")),
+    ({"ok": 1, "loop": _CYCLE}, ("answer.loop[0]", "a container that holds itself", None)),
+    (["a", "b\ud800"], ("answer[1]", "a string UTF-8 cannot carry (a lone surrogate)",
+                        "b\ud800")),
+    ({"\udfff": 1}, ("answer", "a key UTF-8 cannot carry (a lone surrogate)", "\udfff")),
+])
+def test_where_strict_json_cannot_carry_a_finish_answer_is_found_as_the_encoder_refuses_it(
+        value: object, found: tuple[str, str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):  # the answer's own encoder
+        Answer({"answer": value}, {})
+    assert unencodable(value, "answer") == found
+
+
+def test_a_finish_answer_the_encoder_takes_has_nothing_to_find() -> None:
+    value = {"a": [_SHARED, _SHARED], 1: None, None: True, 2.5: "x", "n": 2**80,
+             "t": (1, "y"), "s": "\u00e9\U0001f600"}  # the same list twice is no cycle
+    Answer({"answer": value}, {})
+    assert unencodable(value, "answer") is None
+

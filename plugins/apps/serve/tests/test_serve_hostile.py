@@ -6,6 +6,10 @@ Two echo pipelines, each stage a real worker process: ``plain`` (tensors only) a
 or 504 for a deadline — in the server's JSON form, never a 500, a traceback in the log or
 a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
 what it held before, no stage was called for a refused request, and the stage serves on.
+
+A second server (``strict``) has a pipeline whose ``finish`` returns what strict JSON
+cannot carry for some inputs (:mod:`scores_finish`: the server side's fault, a 500 logged
+once). Its log is checked by its own tests.
 """
 
 from __future__ import annotations
@@ -31,14 +35,27 @@ PREPARE_S = 1.0
 """How long ``prepared``'s prepare takes in the deadline test."""
 
 
+def _env() -> dict[str, str]:
+    """This folder on the server's ``PYTHONPATH`` (its ``prepare`` and ``finish``)."""
+    return {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("hostile")
     pipelines = [echo_pipeline(folder, "plain"),
                  echo_pipeline(folder, "prepared", head='prepare = "slow_prepare:prepare"')]
-    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    with running(pipelines, env=env) as served:
+    with running(pipelines, env=_env()) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``scored``: echo, then :mod:`scores_finish`."""
+    folder = tmp_path_factory.mktemp("strict")
+    pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"')]
+    with running(pipelines, env=_env()) as served:
         yield served
 
 
@@ -274,3 +291,49 @@ def test_a_tensor_name_the_wire_cannot_carry_is_400_naming_it_before_the_request
         assert after["stage_calls"] == before["stage_calls"] + 1  # the held request's alone
         assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
     _no_traceback(server)
+
+
+def _scores(*values: float) -> dict[str, Any]:
+    return {"inputs": {"x": _tensor(np.array(values, dtype=np.float32))}}
+
+
+def test_a_finish_answer_strict_json_cannot_carry_is_500_naming_its_path_logged_once(
+        strict: Served) -> None:
+    """NaN or an infinity from ``finish`` (the model's own code), or a NumPy scalar, was a
+    500 ``internal error: ValueError`` saying only "Out of range float values are not
+    JSON compliant" (a ``TypeError`` for the scalar, with a traceback in the log): now the
+    answer names the finish and the path to the value, the log says it once, and the
+    request holds nothing after it."""
+    cases = [((1.0, float("nan")), "answer.scores[1]", "a number JSON cannot carry", "NaN"),
+             ((float("inf"), 1.0), "answer.scores[0]", "a number JSON cannot carry",
+              "Infinity"),
+             ((-float("inf"),), "answer.scores[0]", "a number JSON cannot carry", "-Infinity"),
+             ((7.0, 1.0), "answer.scores[0]", "a value of a type JSON cannot carry",
+              "numpy.float32")]
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for values, field, what, shown in cases:
+            reply = client.post("/v1/pipelines/scored/run", json=_scores(*values))
+            assert reply.status_code == 500, (values, reply.text[:300])
+            assert reply.headers["x-should-retry"] == "false"
+            assert reply.json()["error"]["param"] is None
+            assert reply.json()["error"]["type"] == "server_error"
+            error = _error(reply)
+            assert (error["field"], error["kind"], error["code"]) == (
+                field, "FinishAnswerInvalid", "finish_answer_invalid"), error
+            assert error["message"] == (f"{field}: pipelines[scored].finish "
+                                        f"(scores_finish:finish) returned {what}: {shown}")
+        after = _charged(client)
+        assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
+        assert _outcomes(client)["error"] - counted.get("error", 0.0) == len(cases)
+        reply = client.post("/v1/pipelines/scored/run", json=_scores(1.0, 2.5))
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["answer"] == {"size": 2, "scores": [2.0, 5.0]}
+    logged = [line for line in strict.stderr if "edge serve: error" in line]
+    assert logged == ["edge serve: error: answer.scores[1]: pipelines[scored].finish "
+                      "(scores_finish:finish) returned a number JSON cannot carry: NaN "
+                      "(answered 500; logged once per pipeline)\n"], logged
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+

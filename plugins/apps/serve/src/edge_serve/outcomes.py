@@ -32,9 +32,11 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
-       ``event.data``, ``event.error`` or ``event.outputs``); anything else: the error's
-       type and message (``x-should-retry: false`` on both: the same request would fail
-       the same way)
+       ``event.data``, ``event.error`` or ``event.outputs``); a pipeline's ``finish``
+       that returned what strict JSON cannot carry (``FinishAnswerInvalid``: code
+       ``finish_answer_invalid``, ``edge.field`` the path to it in the answer); anything
+       else: the error's type and message (``x-should-retry: false`` on all: the same
+       request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
        shutting down (``x-should-retry: false``)
@@ -65,6 +67,7 @@ __all__ = [
     "HttpRefusal",
     "deadline_passed",
     "describe",
+    "finish_answer_invalid",
     "from_exception",
     "outcome_of",
     "retry_headers",
@@ -108,7 +111,8 @@ _UNSET: Any = object()
 #: The field an ``EventTooLarge`` names, which leads its message (``event.data: ...``).
 _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
-#: Error types already logged as a backend's undeclared error (each is logged once).
+#: What was already logged (each is logged once): a backend's undeclared error by its
+#: type, a pipeline's ``finish`` that answered what JSON cannot carry by the pipeline.
 _logged: set[str] = set()
 
 
@@ -206,14 +210,40 @@ def server_stopping(grace_s: float) -> HttpRefusal:
                        kind="ServerShuttingDown", code="server_shutting_down", retry=False)
 
 
+def _log_once(key: str, line: str) -> None:
+    """Print ``line`` on stderr the first time ``key`` is met (no traceback: the answer says it)."""
+    if key in _logged:
+        return
+    _logged.add(key)
+    print(line, file=sys.stderr, flush=True)
+
+
 def _report_unknown(kind: str, text: str) -> None:
     """Log, once per type, an error a backend raised without declaring whose fault it is."""
-    if kind in _logged:
-        return
-    _logged.add(kind)
-    print(f"edge serve: error: {kind} was raised serving a request and is not declared a "
-          f"request's fault: answered 500 (logged once per type): {_short(text, 500)}",
-          file=sys.stderr, flush=True)
+    _log_once(kind, f"edge serve: error: {kind} was raised serving a request and is not "
+              f"declared a request's fault: answered 500 (logged once per type): "
+              f"{_short(text, 500)}")
+
+
+def finish_answer_invalid(pipeline: str, finish: str, field: str, reason: str,
+                          value: object) -> HttpRefusal:
+    """500 for a ``finish`` whose answer strict JSON cannot carry, naming where in it.
+
+    The pipeline's ``finish`` (the model's own code) returned NaN or an infinity (JSON has
+    no such numbers), a value of a type JSON has no form for, or a container holding
+    itself: the server side is at fault, not the request (500, ``param`` null,
+    ``x-should-retry: false``: the same request would fail the same way), and nothing of
+    that answer is sent. ``field`` is the path to the value in the answer
+    (``answer.scores[2]``), ``finish`` the function's reference as the pipeline file
+    names it, ``reason`` what the value is (``a number JSON cannot carry``). Logged once
+    per pipeline on stderr, as a backend's undeclared error is.
+    """
+    refusal = HttpRefusal(500, field, f"pipelines[{pipeline}].finish ({finish}) returned "
+                          f"{reason}", value, kind="FinishAnswerInvalid",
+                          code="finish_answer_invalid", param=None)
+    _log_once(f"finish:{pipeline}", f"edge serve: error: {refusal} (answered 500; logged "
+              "once per pipeline)")
+    return refusal
 
 
 def _event_too_large(error: BaseException) -> HttpRefusal | None:

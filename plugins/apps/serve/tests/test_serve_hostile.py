@@ -7,9 +7,10 @@ or 504 for a deadline — in the server's JSON form, never a 500, a traceback in
 a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
 what it held before, no stage was called for a refused request, and the stage serves on.
 
-A second server (``strict``) has a pipeline whose ``finish`` returns what strict JSON
-cannot carry for some inputs (:mod:`scores_finish`: the server side's fault, a 500 logged
-once). Its log is checked by its own tests.
+A second server (``strict``) has a short ``--body-timeout`` and a pipeline whose
+``finish`` returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`:
+the server side's fault, a 500 logged once); it takes raw sockets that send part of a
+body and wait. Its log is checked by its own tests.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -34,6 +37,9 @@ pytestmark = pytest.mark.slow
 PREPARE_S = 1.0
 """How long ``prepared``'s prepare takes in the deadline test."""
 
+
+BODY_TIMEOUT_S = 1.0
+"""The ``strict`` server's ``--body-timeout``."""
 
 def _env() -> dict[str, str]:
     """This folder on the server's ``PYTHONPATH`` (its ``prepare`` and ``finish``)."""
@@ -52,10 +58,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``scored``: echo, then :mod:`scores_finish`."""
+    """``scored`` (echo, then :mod:`scores_finish`) under ``--body-timeout
+    BODY_TIMEOUT_S``."""
     folder = tmp_path_factory.mktemp("strict")
     pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"')]
-    with running(pipelines, env=_env()) as served:
+    with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), env=_env()) as served:
         yield served
 
 
@@ -335,5 +342,98 @@ def test_a_finish_answer_strict_json_cannot_carry_is_500_naming_its_path_logged_
     assert logged == ["edge serve: error: answer.scores[1]: pipelines[scored].finish "
                       "(scores_finish:finish) returned a number JSON cannot carry: NaN "
                       "(answered 500; logged once per pipeline)\n"], logged
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def _address(served: Served) -> tuple[str, int]:
+    parts = urlsplit(served.url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def _response(raw: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """A raw HTTP response's status, headers and JSON body."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip()
+               for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def _request_head(path: str, content_type: str, length: int | None) -> bytes:
+    framing = (f"Content-Length: {length}" if length is not None
+               else "Transfer-Encoding: chunked")
+    return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+            f"{framing}\r\n\r\n").encode()
+
+
+def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_timeout(
+        strict: Served) -> None:
+    """uvicorn has no body-read timeout: a body shorter than its Content-Length, on a
+    connection the client left open, held its request for ever. Now a JSON body, a
+    multipart upload and a chunked body that stall are answered 408 once no more came
+    for ``--body-timeout`` seconds, the connection is closed, and nothing was charged
+    (the body is read before the request waits for admission). A body that keeps coming,
+    in pieces each within the timeout but longer than it in all, is read whole."""
+    body = json.dumps(X).encode()
+    boundary = "edgeboundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"x.txt\"\r\n\r\n1 2 3\r\n--{boundary}--\r\n").encode()
+    stalls = [
+        (_request_head("/v1/pipelines/scored/run", "application/json", len(body))
+         + body[:10], f"10 bytes received of the {len(body)} its Content-Length declares"),
+        (_request_head("/v1/pipelines/scored/run",
+                       f"multipart/form-data; boundary={boundary}", len(form)) + form[:30],
+         f"30 bytes received of the {len(form)} its Content-Length declares"),
+        (_request_head("/v1/pipelines/scored/run", "application/json", None)
+         + b"a\r\n" + body[:10] + b"\r\n", "10 bytes received"),
+    ]
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for sent, received in stalls:
+            with socket.create_connection(_address(strict), timeout=30) as sock:
+                sock.sendall(sent)
+                started = time.monotonic()
+                time.sleep(BODY_TIMEOUT_S / 2)
+                assert _charged(client) == before  # waiting for its body, it holds nothing
+                raw = _until_closed(sock)  # the server closes the connection
+                took = time.monotonic() - started
+            status, headers, answer = _response(raw)
+            assert status == 408, raw[:300]
+            assert headers["connection"] == "close"
+            assert answer["error"]["code"] == "body_timeout"
+            assert answer["error"]["edge"]["kind"] == "BodyTimeout"
+            assert answer["error"]["edge"]["field"] == "body"
+            assert answer["error"]["message"] == (
+                f"body: no more of it arrived for {BODY_TIMEOUT_S:g} s (--body-timeout): a "
+                "body shorter than its Content-Length, or a client that stopped sending: "
+                f"{received}")
+            assert BODY_TIMEOUT_S <= took < BODY_TIMEOUT_S + 2.0, took
+        assert _charged(client) == before
+        outcomes = _outcomes(client)
+        assert outcomes["body_timeout"] - counted.get("body_timeout", 0.0) == len(stalls)
+        with socket.create_connection(_address(strict), timeout=30) as sock:
+            sock.sendall(_request_head("/v1/pipelines/scored/run", "application/json",
+                                       len(body)))
+            pieces = [body[i:i + 16] for i in range(0, len(body), 16)]
+            assert len(pieces) * BODY_TIMEOUT_S / 2 > 1.5 * BODY_TIMEOUT_S
+            for piece in pieces:
+                time.sleep(BODY_TIMEOUT_S / 2)
+                sock.sendall(piece)
+            sock.settimeout(30)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 "), head[:300]
     assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
 

@@ -28,6 +28,8 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 401    a route other than ``/health`` (and the page) without the right bearer token
 404    an unknown pipeline, model or route
 405    a route asked with a method it does not serve (``Allow`` names those it does)
+408    no more of the body arrived for ``--body-timeout`` seconds (a body shorter than its
+       ``Content-Length``, a client that stopped sending): ``Connection: close``
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
@@ -80,22 +82,25 @@ RETRY_AFTER_S = 1
 
 #: The request outcomes counted in ``edge_requests_total{outcome=...}``.
 OUTCOMES = ("ok", "bad_request", "unauthorized", "not_found", "method_not_allowed",
-            "too_large", "refused", "unavailable", "deadline", "cancelled", "error")
+            "body_timeout", "too_large", "refused", "unavailable", "deadline", "cancelled",
+            "error")
 
 _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
-                      405: "method_not_allowed", 413: "too_large", 429: "refused",
+                      405: "method_not_allowed", 408: "body_timeout", 413: "too_large",
+                      429: "refused",
                       503: "unavailable", 504: "deadline", 499: "cancelled"}
 
 #: OpenAI's error ``type`` for each status.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error",
           404: "invalid_request_error", 405: "invalid_request_error",
-          413: "invalid_request_error", 429: "rate_limit_error",
+          408: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
           499: "invalid_request_error", 500: "server_error", 503: "server_error",
           504: "timeout_error"}
 
 #: The ``code`` of a refusal that names none of its own.
 _CODES = {400: "invalid_value", 401: "invalid_api_key", 404: "not_found",
-          405: "method_not_allowed", 413: "request_too_large", 429: "rate_limit_exceeded",
+          405: "method_not_allowed", 408: "body_timeout", 413: "request_too_large",
+          429: "rate_limit_exceeded",
           499: "client_disconnected", 500: "internal_error", 503: "unavailable",
           504: "deadline_exceeded"}
 

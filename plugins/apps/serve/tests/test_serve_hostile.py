@@ -7,10 +7,10 @@ or 504 for a deadline — in the server's JSON form, never a 500, a traceback in
 a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
 what it held before, no stage was called for a refused request, and the stage serves on.
 
-A second server (``strict``) has a short ``--body-timeout`` and a pipeline whose
-``finish`` returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`:
-the server side's fault, a 500 logged once); it takes raw sockets that send part of a
-body and wait. Its log is checked by its own tests.
+A second server (``strict``) has a short ``--body-timeout``, a pipeline whose ``finish``
+returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`: the server
+side's fault, a 500 logged once) and a slow one; it takes raw sockets that send part of a
+body and wait, or half-close after their request. Its log is checked by its own tests.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ PREPARE_S = 1.0
 BODY_TIMEOUT_S = 1.0
 """The ``strict`` server's ``--body-timeout``."""
 
+SLOW_S = 1.0
+"""How long a call of the ``strict`` server's ``slow`` pipeline takes."""
+
+
 def _env() -> dict[str, str]:
     """This folder on the server's ``PYTHONPATH`` (its ``prepare`` and ``finish``)."""
     return {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
@@ -58,10 +62,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``scored`` (echo, then :mod:`scores_finish`) under ``--body-timeout
-    BODY_TIMEOUT_S``."""
+    """``scored`` (echo, then :mod:`scores_finish`) and ``slow`` (echo, ``SLOW_S`` a call)
+    under ``--body-timeout BODY_TIMEOUT_S``."""
     folder = tmp_path_factory.mktemp("strict")
-    pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"')]
+    pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"'),
+                 echo_pipeline(folder, "slow", delay_s=SLOW_S)]
     with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), env=_env()) as served:
         yield served
 
@@ -437,3 +442,29 @@ def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_tim
         assert head.startswith(b"HTTP/1.1 200 "), head[:300]
     assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
 
+
+def test_a_client_that_half_closes_after_its_request_gets_no_answer_and_is_cancelled(
+        strict: Served) -> None:
+    """The limit docs/serve.md states (Safety): the end of a client's input is taken as
+    the client gone — ``shutdown(SHUT_WR)`` sends the same FIN as closing the socket, and
+    that FIN is how a client that hangs up cancels its request — so the request is
+    cancelled as a disconnect's is and no answer comes; nothing is left held."""
+    body = json.dumps(X).encode()
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        with socket.create_connection(_address(strict), timeout=30) as sock:
+            sock.sendall(_request_head("/v1/pipelines/slow/run", "application/json",
+                                       len(body)) + body)
+            sock.shutdown(socket.SHUT_WR)
+            started = time.monotonic()
+            assert _until_closed(sock) == b""
+            assert time.monotonic() - started < SLOW_S  # closed, not answered late
+        deadline = time.monotonic() + 10.0
+        while _charged(client)["held"] != before["held"]:  # the call left to finish
+            assert time.monotonic() < deadline, _charged(client)
+            time.sleep(0.05)
+        assert _charged(client) == before
+        assert _outcomes(client)["cancelled"] - counted.get("cancelled", 0.0) == 1.0
+        assert client.post("/v1/pipelines/slow/run", json=X).status_code == 200

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from edge_contracts.errors import InvalidValue
+from edge_contracts.errors import BoolBytesInvalid, DescriptorInvalid, InvalidValue
 from edge_contracts.request_faults import MAX_PARAM_LENGTH, RequestFault, fault_of
 from edge_contracts.requests import ErrorInfo
-from edge_contracts.worker_errors import error_info
+from edge_contracts.worker_errors import error_info, input_fault
 
 
 class TooLong(ValueError):
@@ -73,3 +73,21 @@ def test_a_malformed_fault_is_refused_naming_its_field(fault: object, field: str
     with pytest.raises(InvalidValue) as caught:
         ErrorInfo.from_dict({"type": "X", "message": "m", "fault": fault}, "event.error")
     assert caught.value.field == field
+
+
+def test_a_bool_input_s_stray_bytes_are_reported_as_the_request_s_fault_naming_the_input(
+) -> None:
+    """Only on the worker's failure path for a request's inputs: any other error reading
+    them (a frame the worker cannot read) is reported as raised, as no fault."""
+    stray = BoolBytesInvalid("tensors.mask.v2", 7, "bool payload holds bytes other than 0 "
+                             "and 1 (the largest is shown)")
+    reported = input_fault(stray)
+    assert str(reported) == ("inputs.mask.v2: a bool tensor's bytes must each be 0 or 1 "
+                             "(the largest is shown): 7")
+    info = error_info(reported)
+    assert (info["type"], info["fault"]) == ("BoolInputInvalid",
+                                             {"code": "invalid_value", "param": "inputs.mask.v2"})
+    assert "traceback" not in info
+    framing = DescriptorInvalid("tensors.x.ref", None, "shared memory is not in use")
+    assert input_fault(framing) is framing and fault_of(framing) is None
+    assert fault_of(stray) is None  # read anywhere else (a peer's outputs): nobody's request

@@ -113,7 +113,7 @@ def test_unlinked_names_taken_for_a_frame_that_was_not_sent_come_back(producer) 
 
 
 def test_unpacked_inline_tensors_are_read_only_views_and_bools_are_still_checked() -> None:
-    from edge_contracts.errors import DescriptorInvalid
+    from edge_contracts.errors import BoolBytesInvalid
     from edge_contracts.headers import FrameHeader
     from edge_contracts.wire import Frame
     from edge_contracts.worker_transport import TensorUnpacker
@@ -130,7 +130,7 @@ def test_unpacked_inline_tensors_are_read_only_views_and_bools_are_still_checked
     payload[0] = 0x7F  # views, not copies: the frame's own bytes
     assert arrays["f"][0, 0] != 0.0
     payload[24] = 2  # a bool byte other than 0 and 1 is refused, as before
-    with pytest.raises(DescriptorInvalid):
+    with pytest.raises(BoolBytesInvalid, match=r"^tensors\.b: bool payload .*: 2$"):
         TensorUnpacker(None).unpack(Frame(header, payload))
 
 

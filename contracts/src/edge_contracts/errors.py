@@ -11,6 +11,8 @@ from __future__ import annotations
 
 __all__ = [
     "ArchiveRefused",
+    "BoolBytesInvalid",
+    "BoolInputInvalid",
     "ContractError",
     "DescriptorInvalid",
     "EventTooLarge",
@@ -103,6 +105,29 @@ FeatureRefused = UnknownRequiredFeature
 
 class DescriptorInvalid(WireError, InvalidValue):
     """A tensor entry of a header is invalid (dtype, shape, nbytes, name or shm ref)."""
+
+
+class BoolBytesInvalid(DescriptorInvalid):
+    """A ``bool`` tensor holds a byte other than 0 and 1 (the wire's bool is one byte).
+
+    ``field`` is ``tensors.NAME``, ``value`` the tensor's largest byte. Raised wherever a
+    frame's tensors are read: not by itself anyone's fault in particular (a worker that
+    reads a request's inputs reports it as the request's own, see
+    :func:`edge_contracts.worker_errors.input_fault`; a peer's outputs are the peer's).
+    """
+
+
+class BoolInputInvalid(InvalidValue):
+    """A request's ``bool`` input holds a byte other than 0 and 1: the request's own fault.
+
+    ``field`` is ``inputs.NAME``, ``value`` the largest byte. A NumPy bool array made by
+    viewing other bytes (``np.array([0, 1, 7], np.uint8).view(bool)``) holds such bytes;
+    the wire carries a bool as one byte, 0 or 1. Declared the request's fault with code
+    ``invalid_value`` (:mod:`edge_contracts.request_faults`): a front end answers it with a
+    4xx naming the input, and the same request fails the same way again.
+    """
+
+    request_fault = "invalid_value"
 
 
 class PayloadTooLarge(WireError):

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # annotations only: numpy.typing costs ~0.5 ms of a worker's 
     import numpy.typing as npt
 
 from edge_contracts.dtypes import DType
-from edge_contracts.errors import DescriptorInvalid, InvalidValue
+from edge_contracts.errors import BoolBytesInvalid, DescriptorInvalid, InvalidValue
 from edge_contracts.headers import TensorSpec
 from edge_contracts.wire import Frame
 
@@ -191,17 +191,21 @@ def array_from_buffer(spec: TensorSpec, buffer: Any) -> npt.NDArray[Any]:
     """Return the array of ``spec`` as a view over ``buffer`` (exactly ``spec.nbytes``).
 
     The array is writable when ``buffer`` is. Raises :class:`DescriptorInvalid` when the
-    buffer has the wrong size or a ``bool`` tensor holds bytes other than 0 and 1.
+    buffer has the wrong size, :class:`BoolBytesInvalid` (one) when a ``bool`` tensor holds
+    bytes other than 0 and 1.
     """
     view = memoryview(buffer).cast("B")
     if view.nbytes != spec.nbytes:
         raise DescriptorInvalid(
             f"tensors.{spec.name}", view.nbytes, f"buffer must be exactly {spec.nbytes} bytes"
         )
-    if spec.dtype is DType.BOOL and spec.nbytes and np.frombuffer(view, np.uint8).max() > 1:
-        raise DescriptorInvalid(
-            f"tensors.{spec.name}", "bool", "bool payload holds bytes other than 0 and 1"
-        )
+    if spec.dtype is DType.BOOL and spec.nbytes:
+        largest = int(np.frombuffer(view, np.uint8).max())
+        if largest > 1:
+            raise BoolBytesInvalid(
+                f"tensors.{spec.name}", largest,
+                "bool payload holds bytes other than 0 and 1 (the largest is shown)",
+            )
     array = np.frombuffer(view, dtype=_WIRE_DTYPES.get(spec.dtype, np.dtype("<u2")))
     if spec.dtype is DType.BFLOAT16:
         bf16 = bfloat16_dtype()

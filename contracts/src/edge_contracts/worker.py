@@ -109,7 +109,7 @@ from edge_contracts.validation import require_int
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import PREFIX_SIZE, Frame, encode_frame, refs_of, write_frame
 from edge_contracts.worker_call import Call
-from edge_contracts.worker_errors import error_info, print_exception
+from edge_contracts.worker_errors import error_info, input_fault, print_exception
 from edge_contracts.worker_events import KIND_TEXT, event_meta, too_large
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
@@ -526,7 +526,7 @@ class _Server:
             try:
                 inputs = unpacker.unpack(frame)
             except Exception as exc:  # a refused input ends the request
-                failure = exc
+                failure = input_fault(exc)  # a bool input's stray bytes: the request's
         call = Call(self, header, inputs, acks)
         if failure is not None:
             call.fail(failure)

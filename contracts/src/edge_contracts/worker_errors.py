@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from edge_contracts.errors import BoolBytesInvalid, BoolInputInvalid
 from edge_contracts.request_faults import fault_of
 
-__all__ = ["MAX_ERROR_TEXT", "error_info", "print_exception"]
+__all__ = ["MAX_ERROR_TEXT", "error_info", "input_fault", "print_exception"]
 
 MAX_ERROR_TEXT = 8192
 """Most characters of a message, and of a traceback (its last ones), sent in an event."""
@@ -36,6 +37,22 @@ def error_info(error: BaseException) -> dict[str, Any]:
         text = "".join(traceback.format_exception(error))
         info["traceback"] = text[-MAX_ERROR_TEXT:]
     return info
+
+
+def input_fault(error: Exception) -> Exception:
+    """What a worker reports for ``error``, raised while it read a request's input tensors.
+
+    A ``bool`` tensor holding a byte other than 0 and 1 (:class:`BoolBytesInvalid`) is the
+    request's own values: reported as :class:`BoolInputInvalid` naming ``inputs.NAME``
+    (code ``invalid_value``, no traceback). Any other error is reported as raised: a
+    frame the worker cannot read is not the request's fault. Called on the failure path
+    only: a request whose inputs are read pays nothing for it.
+    """
+    if isinstance(error, BoolBytesInvalid):
+        name = error.field.removeprefix("tensors.")
+        return BoolInputInvalid(f"inputs.{name}", error.value, "a bool tensor's bytes must "
+                                "each be 0 or 1 (the largest is shown)")
+    return error
 
 
 def print_exception() -> None:

@@ -16,6 +16,7 @@ from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_serve.guards import BodyLimit
 from edge_serve.outcomes import HttpRefusal, from_exception
+from edge_serve.served import Answer, unencodable
 from edge_serve.tensors import decode_tensors, encode_tensors
 
 
@@ -242,3 +243,116 @@ def test_a_content_length_that_is_no_integer_is_400_naming_the_header() -> None:
         "code": "invalid_value",
         "edge": {"status": 400, "kind": "InvalidValue", "field": "headers.content-length",
                  "reason": "not an integer"}}
+
+
+_CYCLE: list[object] = []
+_CYCLE.append(_CYCLE)
+_SHARED = [1.5]
+
+
+@pytest.mark.parametrize(("value", "found"), [
+    ({"a": [1.0, float("nan")]}, ("answer.a[1]", "a number JSON cannot carry", "NaN")),
+    ({"a b": {"c": -float("inf")}}, ("answer['a b'].c", "a number JSON cannot carry",
+                                     "-Infinity")),
+    ((1, {"x": float("inf")}), ("answer[1].x", "a number JSON cannot carry", "Infinity")),
+    ([np.float32(1.0)], ("answer[0]", "a value of a type JSON cannot carry", "numpy.float32")),
+    ({"m": np.zeros(2)}, ("answer.m", "a value of a type JSON cannot carry", "numpy.ndarray")),
+    ({(1, 2): 1}, ("answer", "a key JSON cannot carry", "builtins.tuple")),
+    ({float("nan"): 1}, ("answer", "a key JSON cannot carry", "NaN")),
+    ({"ok": 1, "loop": _CYCLE}, ("answer.loop[0]", "a container that holds itself", None)),
+    (["a", "b\ud800"], ("answer[1]", "a string UTF-8 cannot carry (a lone surrogate)",
+                        "b\ud800")),
+    ({"\udfff": 1}, ("answer", "a key UTF-8 cannot carry (a lone surrogate)", "\udfff")),
+])
+def test_where_strict_json_cannot_carry_a_finish_answer_is_found_as_the_encoder_refuses_it(
+        value: object, found: tuple[str, str, object]) -> None:
+    with pytest.raises((ValueError, TypeError)):  # the answer's own encoder
+        Answer({"answer": value}, {})
+    assert unencodable(value, "answer") == found
+
+
+def test_a_finish_answer_the_encoder_takes_has_nothing_to_find() -> None:
+    value = {"a": [_SHARED, _SHARED], 1: None, None: True, 2.5: "x", "n": 2**80,
+             "t": (1, "y"), "s": "\u00e9\U0001f600"}  # the same list twice is no cycle
+    Answer({"answer": value}, {})
+    assert unencodable(value, "answer") is None
+
+
+def test_a_stalled_body_is_408_unless_an_answer_began_and_another_cancel_stays_one() -> None:
+    """The guard's three ends (the real socket's 408 is in test_serve_hostile): a route
+    reading a body that never comes is answered 408 with ``Connection: close``; an answer
+    already begun is left incomplete, so the server closes the connection; a cancellation
+    that is not the guard's (the server stopping) stays a cancellation. Each leaves no
+    request waiting on the guard's timer."""
+    scope = {"type": "http", "method": "POST", "path": "/v1/pipelines/p/run",
+             "headers": [(b"content-length", b"20")]}
+
+    async def scenario() -> None:
+        never = asyncio.Event()
+        first = True
+
+        async def receive() -> dict[str, object]:
+            nonlocal first
+            if first:  # part of the body, then nothing more
+                first = False
+                return {"type": "http.request", "body": b"0123456789", "more_body": True}
+            await never.wait()
+            raise AssertionError("unreachable")
+
+        async def reading(scope: object, receive: object, send: object) -> None:
+            while True:
+                await receive()  # type: ignore[operator]
+
+        async def answering(scope: object, receive: object, send: object) -> None:
+            await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
+                        "headers": []})
+            while True:
+                await receive()  # type: ignore[operator]
+
+        sent: list[dict[str, object]] = []
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        guard = BodyLimit(reading, 1024, timeout_s=0.05)
+        await asyncio.wait_for(guard(scope, receive, send), 5.0)
+        assert sent[0]["status"] == 408
+        assert (b"connection", b"close") in sent[0]["headers"]  # type: ignore[operator]
+        body = sent[1]["body"]
+        assert isinstance(body, bytes)
+        error = json.loads(body)["error"]
+        assert (error["code"], error["edge"]["kind"], error["edge"]["field"]) == (
+            "body_timeout", "BodyTimeout", "body")
+        assert error["message"].endswith(": 10 bytes received of the 20 its Content-Length "
+                                         "declares")
+        assert guard.stalls.waiting == 0
+
+        sent.clear()
+        first = True
+        guard = BodyLimit(answering, 1024, timeout_s=0.05)
+        await asyncio.wait_for(guard(scope, receive, send), 5.0)
+        assert [m["type"] for m in sent] == ["http.response.start"]  # nothing more
+        assert guard.stalls.waiting == 0
+
+        sent.clear()
+        first = True
+        guard = BodyLimit(reading, 1024, timeout_s=30.0)
+        task = asyncio.create_task(guard(scope, receive, send))
+        await asyncio.sleep(0.05)
+        assert guard.stalls.waiting == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sent == [] and guard.stalls.waiting == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_body_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
+        timeout_s: float) -> None:
+    async def app(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("unreachable")
+
+    with pytest.raises(ValueError, match=r"^body_timeout_s: must be a number of seconds > 0"):
+        BodyLimit(app, 1024, timeout_s=timeout_s)

@@ -34,6 +34,14 @@ NOT_INSTALLED_ERROR = {
              "in group 'edge'"}
 
 
+def test_the_body_timeout_s_help_says_the_default_the_server_uses() -> None:
+    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S
+
+    done = subprocess.run([EDGE, "serve", "--help"], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=True)
+    assert f"default {DEFAULT_BODY_TIMEOUT_S:g}, above 0)" in " ".join(done.stdout.split())
+
+
 def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
     one = echo_pipeline(tmp_path, "same")
     two = echo_pipeline(tmp_path, "same", file="other.toml")
@@ -44,6 +52,12 @@ def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
     assert done.returncode == 2 and "name: expected letters" in done.stderr  # a URL segment
     done = _serve(str(one), "--port", "0", "--max-body-bytes", "0")
     assert done.returncode == 2 and "--max-body-bytes: must be at least 1" in done.stderr
+    for timeout in ("0", "-1", "inf", "nan"):
+        done = _serve(str(one), "--port", "0", "--body-timeout", timeout)
+        assert done.returncode == 2, (timeout, done.stderr)
+        assert f"--body-timeout: must be a number of seconds > 0: {float(timeout)}" \
+            in done.stderr, done.stderr
+        assert "opening" not in done.stderr
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

@@ -6,6 +6,11 @@ Two echo pipelines, each stage a real worker process: ``plain`` (tensors only) a
 or 504 for a deadline — in the server's JSON form, never a 500, a traceback in the log or
 a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
 what it held before, no stage was called for a refused request, and the stage serves on.
+
+A second server (``strict``) has a short ``--body-timeout``, a pipeline whose ``finish``
+returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`: the server
+side's fault, a 500 logged once) and a slow one; it takes raw sockets that send part of a
+body and wait, or half-close after their request. Its log is checked by its own tests.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -31,14 +38,36 @@ PREPARE_S = 1.0
 """How long ``prepared``'s prepare takes in the deadline test."""
 
 
+BODY_TIMEOUT_S = 1.0
+"""The ``strict`` server's ``--body-timeout``."""
+
+SLOW_S = 1.0
+"""How long a call of the ``strict`` server's ``slow`` pipeline takes."""
+
+
+def _env() -> dict[str, str]:
+    """This folder on the server's ``PYTHONPATH`` (its ``prepare`` and ``finish``)."""
+    return {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("hostile")
     pipelines = [echo_pipeline(folder, "plain"),
                  echo_pipeline(folder, "prepared", head='prepare = "slow_prepare:prepare"')]
-    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                          os.environ.get("PYTHONPATH", "")])}
-    with running(pipelines, env=env) as served:
+    with running(pipelines, env=_env()) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``scored`` (echo, then :mod:`scores_finish`) and ``slow`` (echo, ``SLOW_S`` a call)
+    under ``--body-timeout BODY_TIMEOUT_S``."""
+    folder = tmp_path_factory.mktemp("strict")
+    pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"'),
+                 echo_pipeline(folder, "slow", delay_s=SLOW_S)]
+    with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), env=_env()) as served:
         yield served
 
 
@@ -274,3 +303,168 @@ def test_a_tensor_name_the_wire_cannot_carry_is_400_naming_it_before_the_request
         assert after["stage_calls"] == before["stage_calls"] + 1  # the held request's alone
         assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
     _no_traceback(server)
+
+
+def _scores(*values: float) -> dict[str, Any]:
+    return {"inputs": {"x": _tensor(np.array(values, dtype=np.float32))}}
+
+
+def test_a_finish_answer_strict_json_cannot_carry_is_500_naming_its_path_logged_once(
+        strict: Served) -> None:
+    """NaN or an infinity from ``finish`` (the model's own code), or a NumPy scalar, was a
+    500 ``internal error: ValueError`` saying only "Out of range float values are not
+    JSON compliant" (a ``TypeError`` for the scalar, with a traceback in the log): now the
+    answer names the finish and the path to the value, the log says it once, and the
+    request holds nothing after it."""
+    cases = [((1.0, float("nan")), "answer.scores[1]", "a number JSON cannot carry", "NaN"),
+             ((float("inf"), 1.0), "answer.scores[0]", "a number JSON cannot carry",
+              "Infinity"),
+             ((-float("inf"),), "answer.scores[0]", "a number JSON cannot carry", "-Infinity"),
+             ((7.0, 1.0), "answer.scores[0]", "a value of a type JSON cannot carry",
+              "numpy.float32")]
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for values, field, what, shown in cases:
+            reply = client.post("/v1/pipelines/scored/run", json=_scores(*values))
+            assert reply.status_code == 500, (values, reply.text[:300])
+            assert reply.headers["x-should-retry"] == "false"
+            assert reply.json()["error"]["param"] is None
+            assert reply.json()["error"]["type"] == "server_error"
+            error = _error(reply)
+            assert (error["field"], error["kind"], error["code"]) == (
+                field, "FinishAnswerInvalid", "finish_answer_invalid"), error
+            assert error["message"] == (f"{field}: pipelines[scored].finish "
+                                        f"(scores_finish:finish) returned {what}: {shown}")
+        after = _charged(client)
+        assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
+        assert _outcomes(client)["error"] - counted.get("error", 0.0) == len(cases)
+        reply = client.post("/v1/pipelines/scored/run", json=_scores(1.0, 2.5))
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["answer"] == {"size": 2, "scores": [2.0, 5.0]}
+    logged = [line for line in strict.stderr if "edge serve: error" in line]
+    assert logged == ["edge serve: error: answer.scores[1]: pipelines[scored].finish "
+                      "(scores_finish:finish) returned a number JSON cannot carry: NaN "
+                      "(answered 500; logged once per pipeline)\n"], logged
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def _address(served: Served) -> tuple[str, int]:
+    parts = urlsplit(served.url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def _response(raw: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """A raw HTTP response's status, headers and JSON body."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip()
+               for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def _request_head(path: str, content_type: str, length: int | None) -> bytes:
+    framing = (f"Content-Length: {length}" if length is not None
+               else "Transfer-Encoding: chunked")
+    return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+            f"{framing}\r\n\r\n").encode()
+
+
+def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_timeout(
+        strict: Served) -> None:
+    """uvicorn has no body-read timeout: a body shorter than its Content-Length, on a
+    connection the client left open, held its request for ever. Now a JSON body, a
+    multipart upload and a chunked body that stall are answered 408 once no more came
+    for ``--body-timeout`` seconds, the connection is closed, and nothing was charged
+    (the body is read before the request waits for admission). A body that keeps coming,
+    in pieces each within the timeout but longer than it in all, is read whole."""
+    body = json.dumps(X).encode()
+    boundary = "edgeboundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"x.txt\"\r\n\r\n1 2 3\r\n--{boundary}--\r\n").encode()
+    stalls = [
+        (_request_head("/v1/pipelines/scored/run", "application/json", len(body))
+         + body[:10], f"10 bytes received of the {len(body)} its Content-Length declares"),
+        (_request_head("/v1/pipelines/scored/run",
+                       f"multipart/form-data; boundary={boundary}", len(form)) + form[:30],
+         f"30 bytes received of the {len(form)} its Content-Length declares"),
+        (_request_head("/v1/pipelines/scored/run", "application/json", None)
+         + b"a\r\n" + body[:10] + b"\r\n", "10 bytes received"),
+    ]
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for sent, received in stalls:
+            with socket.create_connection(_address(strict), timeout=30) as sock:
+                sock.sendall(sent)
+                started = time.monotonic()
+                time.sleep(BODY_TIMEOUT_S / 2)
+                assert _charged(client) == before  # waiting for its body, it holds nothing
+                raw = _until_closed(sock)  # the server closes the connection
+                took = time.monotonic() - started
+            status, headers, answer = _response(raw)
+            assert status == 408, raw[:300]
+            assert headers["connection"] == "close"
+            assert answer["error"]["code"] == "body_timeout"
+            assert answer["error"]["edge"]["kind"] == "BodyTimeout"
+            assert answer["error"]["edge"]["field"] == "body"
+            assert answer["error"]["message"] == (
+                f"body: no more of it arrived for {BODY_TIMEOUT_S:g} s (--body-timeout): a "
+                "body shorter than its Content-Length, or a client that stopped sending: "
+                f"{received}")
+            assert BODY_TIMEOUT_S <= took < BODY_TIMEOUT_S + 2.0, took
+        assert _charged(client) == before
+        outcomes = _outcomes(client)
+        assert outcomes["body_timeout"] - counted.get("body_timeout", 0.0) == len(stalls)
+        with socket.create_connection(_address(strict), timeout=30) as sock:
+            sock.sendall(_request_head("/v1/pipelines/scored/run", "application/json",
+                                       len(body)))
+            pieces = [body[i:i + 16] for i in range(0, len(body), 16)]
+            assert len(pieces) * BODY_TIMEOUT_S / 2 > 1.5 * BODY_TIMEOUT_S
+            for piece in pieces:
+                time.sleep(BODY_TIMEOUT_S / 2)
+                sock.sendall(piece)
+            sock.settimeout(30)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 "), head[:300]
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def test_a_client_that_half_closes_after_its_request_gets_no_answer_and_is_cancelled(
+        strict: Served) -> None:
+    """The limit docs/serve.md states (Safety): the end of a client's input is taken as
+    the client gone — ``shutdown(SHUT_WR)`` sends the same FIN as closing the socket, and
+    that FIN is how a client that hangs up cancels its request — so the request is
+    cancelled as a disconnect's is and no answer comes; nothing is left held."""
+    body = json.dumps(X).encode()
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        with socket.create_connection(_address(strict), timeout=30) as sock:
+            sock.sendall(_request_head("/v1/pipelines/slow/run", "application/json",
+                                       len(body)) + body)
+            sock.shutdown(socket.SHUT_WR)
+            started = time.monotonic()
+            assert _until_closed(sock) == b""
+            assert time.monotonic() - started < SLOW_S  # closed, not answered late
+        deadline = time.monotonic() + 10.0
+        while _charged(client)["held"] != before["held"]:  # the call left to finish
+            assert time.monotonic() < deadline, _charged(client)
+            time.sleep(0.05)
+        assert _charged(client) == before
+        assert _outcomes(client)["cancelled"] - counted.get("cancelled", 0.0) == 1.0
+        assert client.post("/v1/pipelines/slow/run", json=X).status_code == 200

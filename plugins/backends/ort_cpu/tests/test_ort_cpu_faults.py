@@ -174,6 +174,51 @@ def test_input_values_the_runtime_refuses_are_the_requests_fault_and_the_stage_s
     assert ledger.is_empty()
 
 
+@pytest.fixture
+def negate_bundle(tmp_path: Path) -> Path:
+    """A bundle whose graph negates a bool[3] (``Not``)."""
+    root = tmp_path / "negate"
+    root.mkdir()
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["x"], ["y"])], "negate",
+        [helper.make_tensor_value_info("x", TensorProto.BOOL, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              root / "model.onnx")
+    np.savez(root / "example.npz", x=np.array([True, False, True]))
+    create_manifest(root, graph="model.onnx", example_inputs="example.npz")
+    return root
+
+
+def test_a_bool_input_viewed_from_other_bytes_is_the_requests_fault_naming_it(
+    plugins: PluginSet, ledger: ResourceLedger, negate_bundle: Path
+) -> None:
+    """The wire's bool is one byte, 0 or 1; a bool array viewed from other bytes holds 7.
+
+    The worker refused it as an undeclared ``DescriptorInvalid`` on ``tensors.x`` (with
+    its traceback): a server error where the request's own values were at fault.
+    """
+    with open_stage(plugins, ledger, negate_bundle) as pipeline:
+        stage = pipeline.stage("s")
+        pid = stage.loaded.describe()["pid"]
+        reserved = ledger.snapshot()["reservations"]
+        stray = np.array([0, 1, 7], dtype=np.uint8).view(bool)
+        with pytest.raises(RequestFailed) as caught:
+            pipeline.run({"x": stray})
+        error = caught.value
+        assert error.error_type == "BoolInputInvalid", error
+        assert error.error_message == ("inputs.x: a bool tensor's bytes must each be 0 or 1 "
+                                       "(the largest is shown): 7")
+        assert error.request_fault == RequestFault("invalid_value", "inputs.x")
+        assert "Traceback" not in str(error)
+        assert (stage.outstanding, ledger.snapshot()["reservations"]) == (0, reserved)
+        with pipeline.run({"x": np.array([0, 1, 1], dtype=np.uint8).view(bool)}) as result:
+            assert result.outputs["y"].tolist() == [True, False, False]
+        assert stage.loaded.describe()["pid"] == pid
+        assert stage.state is StageState.READY
+    assert ledger.is_empty()
+
+
 def test_cancel_after_the_ort_worker_finished_is_already_finished_not_in_place(
     plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
 ) -> None:

@@ -37,9 +37,11 @@ from edge_serve.bodies import deadline_of, json_body, params_of, refuse_query
 from edge_serve.draining import Drain
 from edge_serve.forms import quiet_parser_log, read_form
 from edge_serve.guards import (
+    DEFAULT_BODY_TIMEOUT_S,
     App,
     BearerAuth,
     BodyLimit,
+    BodyTimeout,
     BodyTooLarge,
     Receive,
     Scope,
@@ -67,16 +69,22 @@ class ServerState:
     The drain ends the requests still open when the grace period ends (the pipelines'
     own, :mod:`edge_serve.draining`). ``plugin_errors`` are the plugins that did not load
     at start-up (``{"plugin", "error", "named_by"}``, as ``edge run --json`` lists them):
-    ``/health`` shows them.
+    ``/health`` shows them. ``max_body_bytes`` is the largest body a request may send
+    (413 past it, ``--max-body-bytes``); ``body_timeout_s`` how long, in seconds, a route
+    waits for more of a body before answering 408 and closing the connection
+    (``--body-timeout``, default :data:`~edge_serve.guards.DEFAULT_BODY_TIMEOUT_S`:
+    uvicorn bounds no body read of its own).
     """
 
     def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
                  *, max_body_bytes: int, drain: Drain | None = None,
-                 plugin_errors: Sequence[Mapping[str, Any]] = ()) -> None:
+                 plugin_errors: Sequence[Mapping[str, Any]] = (),
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
         self.pipelines = dict(pipelines)
         self.plugin_errors = [dict(failure) for failure in plugin_errors]
         self.ledger = ledger
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self.drain = drain if drain is not None else Drain()
         self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
         for served in self.pipelines.values():
@@ -265,7 +273,7 @@ async def run_pipeline(request: Request) -> Response:
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
     try:
         form = await read_form(request, max_files=1, max_fields=8)
-    except (HttpRefusal, BodyTooLarge, ClientDisconnect):
+    except (HttpRefusal, BodyTooLarge, BodyTimeout, ClientDisconnect):
         raise
     except Exception as exc:  # anything else the parser raised on this body
         raise HttpRefusal(400, "body", "not a valid multipart form",
@@ -350,7 +358,8 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
                              names=frozenset(state.pipelines), routes=routes)]
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
-    middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes))
+    middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes,
+                                 timeout_s=state.body_timeout_s))
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
                                         ValueError: _on_refusal,

@@ -84,6 +84,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, metavar="N",
                         help=f"refuse request bodies over N bytes with 413 (default "
                         f"{DEFAULT_MAX_BODY // 2**20} MiB = {DEFAULT_MAX_BODY})")
+    parser.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
+                        help="answer 408 and close the connection when no more of a request's "
+                        "body arrived for SECONDS (a body shorter than its Content-Length, a "
+                        "client that stopped sending; counted from each wait, so a large "
+                        "upload that keeps arriving is never cut; default 30, above 0)")
     parser.add_argument("--queue-length", action="append", default=[], metavar="N",
                         help="requests that may wait for a pipeline's admission when it is "
                         "full (default 64; 0: refuse at once); NAME=N for pipeline NAME only; "
@@ -295,11 +300,16 @@ def serve(args: argparse.Namespace) -> int:
 
     from edge_serve.app import ServerState, build_app
     from edge_serve.draining import UVICORN_MARGIN_S, Drain
+    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S
     from edge_serve.served import ServedPipeline, private_upload_dir
 
     if args.max_body_bytes < 1:
         raise common.CommandFailed(common.EXIT_USAGE, f"--max-body-bytes: must be at least 1: "
                                    f"{args.max_body_bytes}")
+    body_timeout = DEFAULT_BODY_TIMEOUT_S if args.body_timeout is None else args.body_timeout
+    if not 0.0 < body_timeout < float("inf"):
+        raise common.CommandFailed(common.EXIT_USAGE, f"--body-timeout: must be a number of "
+                                   f"seconds > 0: {body_timeout}")
     if not args.grace >= 0.0:
         raise common.CommandFailed(common.EXIT_USAGE, f"--grace: must be a number of seconds "
                                    f">= 0: {args.grace}")
@@ -328,7 +338,7 @@ def serve(args: argparse.Namespace) -> int:
             served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
                                                           drain, queues[pipeline.config.name])
         state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain,
-                            plugin_errors=plugin_errors)
+                            plugin_errors=plugin_errors, body_timeout_s=body_timeout)
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
         # the end of the grace period, so uvicorn finds nothing to cut.

@@ -28,13 +28,17 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 401    a route other than ``/health`` (and the page) without the right bearer token
 404    an unknown pipeline, model or route
 405    a route asked with a method it does not serve (``Allow`` names those it does)
+408    no more of the body arrived for ``--body-timeout`` seconds (a body shorter than its
+       ``Content-Length``, a client that stopped sending): ``Connection: close``
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
-       ``event.data``, ``event.error`` or ``event.outputs``); anything else: the error's
-       type and message (``x-should-retry: false`` on both: the same request would fail
-       the same way)
+       ``event.data``, ``event.error`` or ``event.outputs``); a pipeline's ``finish``
+       that returned what strict JSON cannot carry (``FinishAnswerInvalid``: code
+       ``finish_answer_invalid``, ``edge.field`` the path to it in the answer); anything
+       else: the error's type and message (``x-should-retry: false`` on all: the same
+       request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
        shutting down (``x-should-retry: false``)
@@ -65,6 +69,7 @@ __all__ = [
     "HttpRefusal",
     "deadline_passed",
     "describe",
+    "finish_answer_invalid",
     "from_exception",
     "outcome_of",
     "retry_headers",
@@ -77,22 +82,25 @@ RETRY_AFTER_S = 1
 
 #: The request outcomes counted in ``edge_requests_total{outcome=...}``.
 OUTCOMES = ("ok", "bad_request", "unauthorized", "not_found", "method_not_allowed",
-            "too_large", "refused", "unavailable", "deadline", "cancelled", "error")
+            "body_timeout", "too_large", "refused", "unavailable", "deadline", "cancelled",
+            "error")
 
 _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
-                      405: "method_not_allowed", 413: "too_large", 429: "refused",
+                      405: "method_not_allowed", 408: "body_timeout", 413: "too_large",
+                      429: "refused",
                       503: "unavailable", 504: "deadline", 499: "cancelled"}
 
 #: OpenAI's error ``type`` for each status.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error",
           404: "invalid_request_error", 405: "invalid_request_error",
-          413: "invalid_request_error", 429: "rate_limit_error",
+          408: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
           499: "invalid_request_error", 500: "server_error", 503: "server_error",
           504: "timeout_error"}
 
 #: The ``code`` of a refusal that names none of its own.
 _CODES = {400: "invalid_value", 401: "invalid_api_key", 404: "not_found",
-          405: "method_not_allowed", 413: "request_too_large", 429: "rate_limit_exceeded",
+          405: "method_not_allowed", 408: "body_timeout", 413: "request_too_large",
+          429: "rate_limit_exceeded",
           499: "client_disconnected", 500: "internal_error", 503: "unavailable",
           504: "deadline_exceeded"}
 
@@ -108,7 +116,8 @@ _UNSET: Any = object()
 #: The field an ``EventTooLarge`` names, which leads its message (``event.data: ...``).
 _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
-#: Error types already logged as a backend's undeclared error (each is logged once).
+#: What was already logged (each is logged once): a backend's undeclared error by its
+#: type, a pipeline's ``finish`` that answered what JSON cannot carry by the pipeline.
 _logged: set[str] = set()
 
 
@@ -206,14 +215,40 @@ def server_stopping(grace_s: float) -> HttpRefusal:
                        kind="ServerShuttingDown", code="server_shutting_down", retry=False)
 
 
+def _log_once(key: str, line: str) -> None:
+    """Print ``line`` on stderr the first time ``key`` is met (no traceback: the answer says it)."""
+    if key in _logged:
+        return
+    _logged.add(key)
+    print(line, file=sys.stderr, flush=True)
+
+
 def _report_unknown(kind: str, text: str) -> None:
     """Log, once per type, an error a backend raised without declaring whose fault it is."""
-    if kind in _logged:
-        return
-    _logged.add(kind)
-    print(f"edge serve: error: {kind} was raised serving a request and is not declared a "
-          f"request's fault: answered 500 (logged once per type): {_short(text, 500)}",
-          file=sys.stderr, flush=True)
+    _log_once(kind, f"edge serve: error: {kind} was raised serving a request and is not "
+              f"declared a request's fault: answered 500 (logged once per type): "
+              f"{_short(text, 500)}")
+
+
+def finish_answer_invalid(pipeline: str, finish: str, field: str, reason: str,
+                          value: object) -> HttpRefusal:
+    """500 for a ``finish`` whose answer strict JSON cannot carry, naming where in it.
+
+    The pipeline's ``finish`` (the model's own code) returned NaN or an infinity (JSON has
+    no such numbers), a value of a type JSON has no form for, or a container holding
+    itself: the server side is at fault, not the request (500, ``param`` null,
+    ``x-should-retry: false``: the same request would fail the same way), and nothing of
+    that answer is sent. ``field`` is the path to the value in the answer
+    (``answer.scores[2]``), ``finish`` the function's reference as the pipeline file
+    names it, ``reason`` what the value is (``a number JSON cannot carry``). Logged once
+    per pipeline on stderr, as a backend's undeclared error is.
+    """
+    refusal = HttpRefusal(500, field, f"pipelines[{pipeline}].finish ({finish}) returned "
+                          f"{reason}", value, kind="FinishAnswerInvalid",
+                          code="finish_answer_invalid", param=None)
+    _log_once(f"finish:{pipeline}", f"edge serve: error: {refusal} (answered 500; logged "
+              "once per pipeline)")
+    return refusal
 
 
 def _event_too_large(error: BaseException) -> HttpRefusal | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import secrets
 import tempfile
@@ -44,13 +45,19 @@ from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_result import PipelineResult
 from edge_core.runtime.submission import OnEvent, Submission
 from edge_serve.draining import Drain
-from edge_serve.outcomes import HttpRefusal, deadline_passed, server_stopping, stage_unready
+from edge_serve.outcomes import (
+    HttpRefusal,
+    deadline_passed,
+    finish_answer_invalid,
+    server_stopping,
+    stage_unready,
+)
 from edge_serve.queueing import AdmissionQueue, QueuePolicy
 from edge_serve.signals import Signals
 from edge_serve.submitted import DisconnectWatch, RequestHandle
 from edge_serve.tensors import encode_tensors
 
-__all__ = ["Answer", "ServedPipeline", "retrieve"]
+__all__ = ["Answer", "ServedPipeline", "retrieve", "unencodable"]
 
 T = TypeVar("T")
 
@@ -124,10 +131,13 @@ class ServedPipeline:
         self.drain = drain if drain is not None else Drain()
         self.prepare: Callable[..., Any] | None = None
         self.finish: Callable[..., Any] | None = None
+        #: ``finish``'s reference as the pipeline file names it ('' without one).
+        self.finish_name = ""
         if config.prepare is not None:
             self.prepare = resolve_input_transform(config.prepare, "prepare")
         if config.finish is not None:
             self.finish = resolve_input_transform(config.finish, "finish")
+            self.finish_name = config.finish.reference
         last = pipeline.stages[-1]
         self.generates = "generate" in {k.value for k in last.binding.backend.kinds}
         #: How the OpenAI routes feed it: ``"prompt"`` (its only stage generates: the
@@ -272,7 +282,10 @@ class ServedPipeline:
         """A request's answer from its result, which is acknowledged here.
 
         ``finish``'s answer, else the outputs as tensors; nothing is built for a request
-        cancelled meanwhile.
+        cancelled meanwhile. A ``finish`` answer that strict JSON cannot carry (NaN, an
+        infinity, a value of a type JSON has no form for) is a 500 naming the path to it
+        in the answer (:func:`~edge_serve.outcomes.finish_answer_invalid`); the result is
+        acknowledged all the same.
         """
         with result:
             handle.check()  # gone while the last stage answered: nothing further
@@ -284,7 +297,13 @@ class ServedPipeline:
             latencies = result.latencies
             body["placement"] = result.placement  # which backend served each stage, and why
         body["latency_ms"] = {k: round(v * 1e3, 3) for k, v in latencies.items()}
-        return Answer(body, latencies)
+        try:
+            return Answer(body, latencies)
+        except (ValueError, TypeError):  # the encoder's refusals: only finish's can fail
+            found = unencodable(body.get("answer"), "answer") if self.finish else None
+            if found is None:
+                raise
+            raise finish_answer_invalid(self.name, self.finish_name, *found) from None
 
     def answer_file(self, data: bytes, suffix: str, params: Mapping[str, Any] | None,
                     until: float | None, handle: RequestHandle) -> Answer:
@@ -535,6 +554,70 @@ def _listed(entry: Mapping[str, Any], states: Mapping[str, str], in_flight: Mapp
         listed.update(replica=number, replica_state=runtime.state.value,
                       replica_in_flight=runtime.outstanding)
     return listed
+
+
+def unencodable(value: object, path: str,
+                within: frozenset[int] = frozenset()) -> tuple[str, str, object] | None:
+    """Where strict JSON cannot carry ``value``: ``(path, what it is, the value shown)``.
+
+    The first such value in the encoder's order, with its path from ``path`` in edge's
+    spelling (``answer.scores[2]``, ``answer['a b']``): NaN or an infinity (shown as JSON's
+    extended names), a value of a type JSON has no form for (its type shown), a key that
+    is not a string, number, bool or null, a string holding a lone surrogate (the answer
+    is UTF-8), or a container that holds itself. None when there is none. Only called
+    once the encoder refused an answer: a request whose answer encodes pays nothing.
+    """
+    if value is None or isinstance(value, int):  # bool is an int
+        return None
+    if isinstance(value, str):
+        return None if _utf8(value) else (path, "a string UTF-8 cannot carry (a lone "
+                                          "surrogate)", value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return path, "a number JSON cannot carry", _json_name(value)
+    if not isinstance(value, (dict, list, tuple)):
+        kind = type(value)
+        return path, "a value of a type JSON cannot carry", \
+            f"{kind.__module__}.{kind.__qualname__}"
+    if id(value) in within:
+        return path, "a container that holds itself", None
+    inside = within | {id(value)}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, float) and not math.isfinite(key):
+                return path, "a key JSON cannot carry", _json_name(key)
+            if not (key is None or isinstance(key, (str, int, float))):
+                kind = type(key)
+                return path, "a key JSON cannot carry", \
+                    f"{kind.__module__}.{kind.__qualname__}"
+            if isinstance(key, str) and not _utf8(key):
+                return path, "a key UTF-8 cannot carry (a lone surrogate)", key
+            named = f"{path}.{key}" if isinstance(key, str) and key.isidentifier() \
+                else f"{path}[{key!r}]"
+            found = unencodable(item, named, inside)
+            if found is not None:
+                return found
+        return None
+    for index, item in enumerate(value):
+        found = unencodable(item, f"{path}[{index}]", inside)
+        if found is not None:
+            return found
+    return None
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_name(number: float) -> str:
+    """NaN and the infinities as JSON's extended forms name them."""
+    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
 
 
 def private_upload_dir() -> Path:

@@ -72,8 +72,11 @@ def edge_backends() -> Sequence[BackendInfo]:
     import no runtime.
 
     Returns:
-        One :class:`~edge_core.backend.BackendInfo` per backend. Two plugins declaring the
-        same backend name is a plugin error reported by ``edge plugins``.
+        One :class:`~edge_core.backend.BackendInfo` per backend, in a list or tuple. Any
+        other answer (a mapping, a single ``BackendInfo``, a list holding something else)
+        is a plugin error and the plugin serves no backend (``edge probe`` reports its
+        probe's rows unavailable). Two plugins declaring the same backend name is a
+        plugin error reported by ``edge plugins``.
 
     """
 

@@ -26,6 +26,8 @@ HOOK_TESTS: dict[str, tuple[str, ...]] = {
         "core/tests/plugins/test_binding.py::"
         "test_a_backend_declared_by_two_plugins_is_served_by_neither",
         "core/tests/plugins/test_loading.py::test_backends_flag_reads_each_plugins_backends",
+        "core/tests/plugins/test_binding.py::"
+        "test_a_backends_answer_that_is_not_a_list_of_backend_info_is_refused_naming_the_plugin",
     ),
     "edge_probe": (
         "core/tests/plugins/test_binding.py::"

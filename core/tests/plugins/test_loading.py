@@ -349,3 +349,45 @@ def test_strict_plugins_spares_the_commands_that_load_none_and_ends_the_others(
         assert "noisy: import failed: ImportError: broken on purpose" in result.stderr, argv
         assert marker.read_text() == "imported\n", argv
         marker.unlink()
+
+
+DICT_BACKENDS_PLUGIN = """
+    from edge_core import hookimpl
+    from edge_core.backend import BackendInfo, ProbeReport
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl
+    def edge_backends():
+        return {"dicty": BackendInfo(name="dicty", kinds=["graph"])}
+
+    @hookimpl
+    def edge_probe():
+        return [ProbeReport(backend="dicty", available=True)]
+"""
+
+
+def test_edge_probe_reports_no_backend_of_a_plugin_whose_backends_answer_is_refused(
+    run_edge: RunEdge, plugin_site: Path,
+) -> None:
+    """edge_backends answering a dict: the plugin is named with the error, its row is not
+    available (it was, though no stage could bind to it) and ``--backend`` exits 1."""
+    make_plugin_distribution(plugin_site, "edge-dicty", "dicty", "edge_dicty_plugin",
+                             DICT_BACKENDS_PLUGIN)
+    env = {"EDGE_PLUGINS": "toy,dicty"}
+    result = run_edge("probe", "--fresh", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    rows = {row["backend"]: row for row in body["backends"]}
+    assert rows["toy"]["available"] is True
+    error = "edge_backends returned dict {'dicty': BackendInfo(name='dicty', "
+    assert rows["dicty"]["available"] is False
+    assert rows["dicty"]["reason"].startswith(f"plugin 'dicty' does not serve it: {error}")
+    (listed,) = body["plugin_errors"]
+    assert listed["plugin"] == "dicty" and listed["error"].startswith(error)
+    named = run_edge("probe", "--fresh", "--backend", "dicty", env=env)
+    assert named.returncode == 1
+    assert "dicty  [dicty]  unavailable: plugin 'dicty' does not serve it: " in named.stdout
+    strict = run_edge("probe", "--fresh", "--json", env={**env, "EDGE_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 3
+    assert "dicty: edge_backends returned dict" in json.loads(strict.stdout)["error"]

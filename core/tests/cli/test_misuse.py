@@ -189,6 +189,10 @@ TABLE = [
     (["plan", "one.toml", "--input", "dir"], ["--input dir: is a directory, not a file"]),
     (["plan", "three.toml", "--input", "missing.txt"],  # the input before the file's
      ["--input missing.txt: No such file or directory"]),
+    # ... and refused where the pipeline times nothing (one stage, one candidate)
+    (["plan", "one.toml", "--input", "a.txt"],
+     ["--input: pipeline 'one' times nothing to read it with (no stage lists more than "
+      "one candidate", "drop --input"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
@@ -254,8 +258,14 @@ def test_probe_only_with_a_timing_option_is_refused_in_json_naming_the_options(
         assert body["error"].startswith(f"--probe-only: not with {' or '.join(given)} ("), body
         assert "stages[0]" not in body["error"]  # refused before the file was read
         assert logs == []
-    # each option alone, without --probe-only, is still taken (the plan opens and times)
-    done, _ = edge("plan", "one.toml", "--remeasure", "--input", "a.txt", "--json", cwd=work)
+    # without --probe-only, --remeasure is taken (the plan opens, its gates run in full);
+    # --input only where a measured choice reads it: one.toml has none, so it is refused
+    # (test_placement_cli.py times it on a pipeline that has one)
+    done, logs = edge("plan", "one.toml", "--remeasure", "--input", "a.txt", "--json",
+                      cwd=work)
+    assert done.returncode == 2 and json.loads(done.stdout)["options"] == ["--input"]
+    assert logs == []
+    done, _ = edge("plan", "one.toml", "--remeasure", "--json", cwd=work)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["mode"] == "open"
 

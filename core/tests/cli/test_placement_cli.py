@@ -95,3 +95,34 @@ def test_probe_only_says_a_measured_choice_is_made_at_open(tmp_path: Path) -> No
     first = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
     assert first.returncode == 0  # nothing measured, nothing stored
+
+
+def test_plan_refuses_an_input_its_pipeline_would_not_time(tmp_path: Path) -> None:
+    """Without a measured choice nothing reads --input: refused naming it, before opening.
+
+    Before, ``edge plan --input`` of a first-passing pipeline (or one where no stage has
+    several candidates) opened every stage and answered as if the option were not given.
+    """
+    write_workload(tmp_path)
+    first = pipeline("preferred-slower", selection="first-passing")
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    only = pipeline("preferred-slower")
+    only["stages"][1]["candidates"] = only["stages"][1]["candidates"][:1]
+    (tmp_path / "only.json").write_text(json.dumps(only))
+    for file, why in (("first.json", "its selection is 'first-passing': each stage takes "
+                                     "the first candidate that passes"),
+                      ("only.json", "no stage lists more than one candidate: there is no "
+                                    "choice to time")):
+        error = (f"--input: pipeline 'preferred-slower' times nothing to read it with "
+                 f"({why}); drop --input")
+        refused = edge("plan", file, "--input", "workload.npz", "--json", cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert json.loads(refused.stdout) == {"ok": False, "error": error,
+                                              "options": ["--input"], "plugin_errors": []}
+        assert "worker logs" not in refused.stderr  # nothing opened
+        text = edge("plan", file, "--input", "workload.npz", cwd=tmp_path)
+        assert (text.returncode, text.stdout, text.stderr) == (2, "", f"edge: {error}\n")
+        planned = edge("plan", file, "--json", cwd=tmp_path)  # without it: the plan
+        assert planned.returncode == 0, planned.stderr
+        assert json.loads(planned.stdout)["plan"]["selection"]["decision"] in (
+            "first-passing", "only")

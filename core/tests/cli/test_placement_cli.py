@@ -126,3 +126,23 @@ def test_plan_refuses_an_input_its_pipeline_would_not_time(tmp_path: Path) -> No
         assert planned.returncode == 0, planned.stderr
         assert json.loads(planned.stdout)["plan"]["selection"]["decision"] in (
             "first-passing", "only")
+
+
+def test_plan_says_a_stage_without_gate_points_has_none(tmp_path: Path) -> None:
+    """A backend reporting no per-shape warm-ups (echo; docs/authoring.md's) has no points.
+
+    Its one warm-up is gated whole; the plan said "full gate, 0 of 0 points checked now
+    (no stored gate)", a count of nothing and a store that never holds such a gate.
+    """
+    note = ("full gate on the warm-up's placement and numerics; no gate points (the "
+            "backend reports no per-shape warm-ups)")
+    (tmp_path / "p.toml").write_text('name = "one"\n[[stages]]\nid = "a"\n'
+                                     '[stages.backend]\nname = "echo"\n')
+    text = edge("plan", "p.toml", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert f"    gate: {note}\n" in text.stdout and "0 of 0" not in text.stdout
+    as_json = edge("plan", "p.toml", "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    (stage,) = json.loads(as_json.stdout)["plan"]["stages"]
+    assert stage["gate"] == {"mode": "full", "points_checked": 0, "points": 0,
+                             "note": note}

@@ -383,7 +383,37 @@ OPTIONS = [
     (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "inf"], "--chunk-seconds"),
     (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "nan"], "--chunk-seconds"),
     (["profile", "one.toml", "--input", "a.txt", "--duration", "9" * 400], "--duration"),
+    # counts that size the run have a ceiling (10**23 requests was a run without end)
+    (["profile", "one.toml", "--input", "a.txt", "--requests", str(10**23)], "--requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--startup-samples", "9" * 5000],
+     "--startup-samples"),
 ]
+
+
+#: Each count option of ``edge profile`` and its documented ceiling (docs/cli.md).
+PROFILE_CEILINGS = {"--requests": 100_000, "--warmup": 100_000,
+                    "--matched-requests": 100_000, "--process-starts": 1_000,
+                    "--startup-samples": 100}
+
+
+@pytest.mark.parametrize(("option", "ceiling"), PROFILE_CEILINGS.items())
+def test_a_profile_count_above_its_documented_ceiling_is_refused_naming_it(
+        option: str, ceiling: int) -> None:
+    from edge_core.cli import parser_and_commands
+    from edge_core.cli.common import UsageError
+
+    parser, _ = parser_and_commands("profile")
+    args = parser.parse_args(["profile", "p.toml", option, str(ceiling)])
+    assert getattr(args, option[2:].replace("-", "_")) == ceiling
+    for value in (str(ceiling + 1), str(10**23), "9" * 5000):
+        with pytest.raises(UsageError) as refused:
+            parser.parse_args(["profile", "p.toml", option, value])
+        assert refused.value.message.startswith(
+            f"edge profile: error: argument {option}: must be at most {ceiling}: "), value
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text("utf-8")
+    section = page.split("## edge profile\n", 1)[1].split("\n## ", 1)[0]
+    documented = " ".join(section.split(f"  {option} N", 1)[1].split("\n  --", 1)[0].split())
+    assert f"at most {ceiling})" in documented, documented
 
 
 @pytest.mark.parametrize(("argv", "option"), OPTIONS, ids=[" ".join(a) for a, _ in OPTIONS])

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 
 NAME = "profile"
 
+MAX_REQUESTS = 100_000
+"""The most requests ``--requests``, ``--warmup`` and ``--matched-requests`` take (each
+per class or input group, and per concurrency level for the first two)."""
+MAX_PROCESS_STARTS = 1_000
+"""The most bare worker starts ``--process-starts`` takes per route."""
+MAX_STARTUP_SAMPLES = 100
+"""The most traced start-ups ``--startup-samples`` takes (each opens the pipeline twice
+more: the traced run and the untraced one after it)."""
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -82,23 +91,32 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--params", type=common.json_object, metavar="JSON",
                         help="the final stage's params for a single request class "
                         "(e.g. a prompt and sampling parameters)")
-    parser.add_argument("--requests", type=common.positive_int, default=20, metavar="N",
+    parser.add_argument("--requests", type=common.int_between(1, MAX_REQUESTS), default=20,
+                        metavar="N",
                         help="measured requests per class (or input group) and concurrency "
-                        "level (default 20, the protocol's minimum; fewer is flagged)")
-    parser.add_argument("--warmup", type=common.non_negative_int, default=2, metavar="N",
-                        help="unmeasured warm-up requests per group (default 2)")
+                        "level (default 20, the protocol's minimum; fewer is flagged; at "
+                        f"most {MAX_REQUESTS})")
+    parser.add_argument("--warmup", type=common.int_between(0, MAX_REQUESTS), default=2,
+                        metavar="N",
+                        help=f"unmeasured warm-up requests per group (default 2, at most "
+                        f"{MAX_REQUESTS})")
     parser.add_argument("--concurrency", type=_levels, default=(1, 2, 4), metavar="LEVELS",
                         help="comma-separated concurrency levels (default 1,2,4; levels "
                         "above the pipeline's admission are skipped and say so)")
-    parser.add_argument("--process-starts", type=common.positive_int, default=3, metavar="N",
-                        help="bare worker starts per route to time process start (default 3)")
-    parser.add_argument("--startup-samples", type=common.non_negative_int, default=1, metavar="N",
+    parser.add_argument("--process-starts", type=common.int_between(1, MAX_PROCESS_STARTS),
+                        default=3, metavar="N",
+                        help="bare worker starts per route to time process start (default 3, "
+                        f"at most {MAX_PROCESS_STARTS})")
+    parser.add_argument("--startup-samples", type=common.int_between(0, MAX_STARTUP_SAMPLES),
+                        default=1, metavar="N",
                         help="traced start-ups, each between two untraced ones (default 1: "
                         "untraced, traced, untraced; 0: the measuring run alone, with no "
-                        "start-up phases and no tracer overhead)")
-    parser.add_argument("--matched-requests", type=common.positive_int, default=5, metavar="N",
+                        f"start-up phases and no tracer overhead; at most "
+                        f"{MAX_STARTUP_SAMPLES})")
+    parser.add_argument("--matched-requests", type=common.int_between(1, MAX_REQUESTS),
+                        default=5, metavar="N",
                         help="requests every run serves alike, to compare traced and untraced "
-                        "runs (default 5)")
+                        f"runs (default 5, at most {MAX_REQUESTS})")
     parser.add_argument("--no-warm-restart", action="store_true",
                         help="skip restarting every stage in the first runs")
     parser.add_argument("--duration", type=duration, metavar="DURATION",

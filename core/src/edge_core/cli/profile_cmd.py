@@ -68,9 +68,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "memory peaks, placement, operating conditions, raw samples, the plugins that did "
         "not load (plugin_errors). Exit 0 when the run "
         "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
-        "--input/--inputs file that is missing, unreadable or unfit, a --sysfs that is not a "
-        "directory, or a problem in the "
-        "pipeline file (every one named at once), each before anything opens.",
+        "--input/--inputs file that is missing, unreadable or unfit, no input at all where "
+        "the first stage bundles no example inputs, a --sysfs that is not a directory, or a "
+        "problem in the pipeline file (every one named at once), each before anything "
+        "opens.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
             "edge profile pipeline.toml --inputs x.npz --concurrency 1,2 --out p.json "
@@ -332,17 +333,24 @@ def _classes(args: argparse.Namespace) -> list[Any]:
     return []
 
 
-def _check_inputs(args: argparse.Namespace, config: Any) -> None:
+def _check_inputs(args: argparse.Namespace, config: Any, classes: list[Any]) -> None:
     """Refuse (exit 2) inputs the pipeline cannot take, before anything opens.
 
     ``--input`` needs a ``prepare`` function in the pipeline; each ``--inputs`` archive
     is read and checked as ``edge run`` checks it (pickle disabled, the first stage's
     declared shapes). The files themselves were checked readable before the pipeline
-    file was read (:func:`~edge_core.cli.run_inputs.check_readable`). No ledger is made
-    and no worker starts before this passes.
+    file was read (:func:`~edge_core.cli.run_inputs.check_readable`). Without any input
+    or request class, the first stage's bundled example inputs are read: a first stage
+    none of whose bundles names any is refused here, as ``edge run`` refuses it (it was
+    the profile's failure, exit 1, after the first open). No ledger is made and no
+    worker starts before this passes.
     """
-    from edge_core.cli.run_inputs import read_npz_inputs
+    from edge_core.cli.run_inputs import bundled_example, read_npz_inputs
 
+    if not (args.sources or args.npz or classes) and bundled_example(config) is None:
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+            f"stage, {config.stages[0].id!r}, bundles no example inputs to read instead)")
     if args.sources and config.prepare is None:
         raise common.CommandFailed(common.EXIT_USAGE, f"--input {args.sources[0]}: the "
                                    "pipeline names no 'prepare' function to read it with "
@@ -399,7 +407,7 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
     from edge_core.evidence.profiling import run_profile, write_profile
     from edge_core.progress import Progress
 
-    _check_inputs(args, checked.config)  # what the inputs need of the pipeline: exit 2
+    _check_inputs(args, checked.config, classes)  # what they need of the pipeline: exit 2
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,

@@ -177,7 +177,10 @@ def edge_load(stage: StageContext) -> LoadedStage:
 
     Owner only. Called after the whole pipeline was admitted, one stage at a time in
     pipeline order. On failure the plugin must leave no worker behind (or raise after
-    retiring it); the runtime then unwinds the stages loaded before this one.
+    retiring it); the runtime then unwinds the stages loaded before this one. A load that
+    raises or returns ``None`` (a :class:`~edge_core.errors.PluginError` naming the
+    plugin) has every worker it started on the calling thread (``start_worker``,
+    ``WorkerStage.start``) retired by core as well, before the error goes on.
 
     Args:
         stage: The resolved stage, with the worker generation to run under.

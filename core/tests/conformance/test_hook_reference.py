@@ -55,6 +55,8 @@ HOOK_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "edge_load": (
         f"{RUNTIME}/test_open_and_unwind.py::test_a_failing_second_stage_unwinds_the_first",
+        "core/tests/plugins/test_binding.py::"
+        "test_a_load_that_fails_after_starting_a_worker_retires_it_there_and_then",
         f"{RUNTIME}/test_open_and_unwind.py::"
         "test_a_two_stage_chain_runs_and_closes_with_nothing_charged",
     ),

@@ -128,6 +128,57 @@ def test_a_load_returning_none_is_a_plugin_error_naming_the_plugin() -> None:
         binding.load("S")
 
 
+class ForgetfulLoad(Owner):
+    """Owns 'toy'; its edge_load starts the echo worker, then returns None (or raises)."""
+
+    def __init__(self, then: str) -> None:
+        super().__init__()
+        self.then = then
+        self.pids: list[int] = []
+
+    @hookimpl
+    def edge_load(self, stage: Any) -> Any:
+        from edge_echo import plugin as echo
+
+        loaded = echo.edge_load(stage)
+        self.pids.append(loaded.client.identity.pid)
+        if self.then == "raise":
+            raise RuntimeError("failed after starting its worker")
+        return None
+
+
+@pytest.mark.parametrize("then", ["none", "raise"])
+def test_a_load_that_fails_after_starting_a_worker_retires_it_there_and_then(
+        then: str) -> None:
+    """edge_load returning None (or raising) after its worker started leaves no process.
+
+    Nothing held the worker's handle: it lived until the controller exited, while the
+    stage's reservation was given back. Now the binding retires every worker the hook
+    started, and the error carries the outcome that settles the reservation.
+    """
+    import psutil
+
+    from edge_core.stage import RETIRE_OUTCOME_ATTR, StageContext
+    from edge_core.testing.leaks import leaks_since, snapshot
+
+    owner = ForgetfulLoad(then)
+    plugins = load_plugins(objects={"mine": owner}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    before = snapshot()
+    expected = (r"^plugin 'mine': edge_load for backend 'toy' returned None, not the loaded "
+                r"stage \(the 1 worker it started was retired\)$" if then == "none"
+                else r"^failed after starting its worker$")
+    with pytest.raises(Exception, match=expected) as failed:
+        binding.load(StageContext(pipeline="p", stage_id="s", backend="toy"))
+    assert isinstance(failed.value, PluginError if then == "none" else RuntimeError)
+    (pid,) = owner.pids
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    outcome = getattr(failed.value, RETIRE_OUTCOME_ATTR)
+    assert outcome.verified is True and pid in {p.pid for p in outcome.tree}
+    report = leaks_since(before, grace_s=0.5)
+    assert not report.children, report.describe()
+
+
 class RaisingValidator(Owner):
     """Owns 'toy'; its options check raises a bare ValueError."""
 

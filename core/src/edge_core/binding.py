@@ -26,7 +26,10 @@ from edge_core import hookspecs
 from edge_core.backend import BackendInfo, CancelOutcome
 from edge_core.discovery import ENV_TRACE
 from edge_core.errors import BackendUnavailable, ConfigError, EdgeError, PluginError
+from edge_core.host.retire import RetireOutcome
+from edge_core.host.started_workers import StartedWorkers, combined_outcome
 from edge_core.plugins import PluginSet
+from edge_core.stage import RETIRE_OUTCOME_ATTR
 
 __all__ = ["OwnerBinding", "backend_table", "bind_owner"]
 
@@ -195,17 +198,56 @@ def _checked_reserve(plugin: str, backend: str,
     return reserve
 
 
+FAILED_LOAD_RETIRE_S = 5.0
+"""How long a failed ``edge_load`` waits for each worker it started to be retired."""
+
+
 def _checked_load(plugin: str, backend: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``edge_load`` refusing ``None`` (a hook that forgot to return its loaded stage)."""
+    """``edge_load`` refusing ``None``, and leaving no worker when it fails either way.
+
+    ``None`` (a hook that forgot to return its loaded stage) is a :class:`PluginError`
+    naming the plugin and the backend. Every worker the hook started on this thread
+    (:class:`~edge_core.host.started_workers.StartedWorkers`) is retired when it returns
+    ``None`` or raises — no ``edge_retire`` could reach it, nothing holds its handle —
+    and the error carries the retire outcome (:data:`~edge_core.stage.RETIRE_OUTCOME_ATTR`,
+    combined with one the plugin set itself), which settles the stage's reservation.
+    """
 
     def load(*args: Any) -> Any:
-        loaded = function(*args)
+        with StartedWorkers() as started:
+            try:
+                loaded = function(*args)
+            except BaseException as error:
+                _retire_started(started, error)
+                raise
         if loaded is None:
-            raise PluginError(f"plugin {plugin!r}: edge_load for backend {backend!r} returned "
-                              "None, not the loaded stage")
+            outcome = started.retire(FAILED_LOAD_RETIRE_S)
+            count = len(started.clients)
+            retired = "" if outcome is None else (
+                f" (the {count} worker{'s' if count != 1 else ''} it started "
+                f"{'were' if count != 1 else 'was'} retired"
+                + ("" if outcome.verified else f", unverified: {outcome.reason}") + ")")
+            refusal = PluginError(f"plugin {plugin!r}: edge_load for backend {backend!r} "
+                                  f"returned None, not the loaded stage{retired}")
+            if outcome is not None:
+                setattr(refusal, RETIRE_OUTCOME_ATTR, outcome)
+            raise refusal
         return loaded
 
     return load
+
+
+def _retire_started(started: StartedWorkers, error: BaseException) -> None:
+    """Retire what a failed load started; the error carries the (combined) outcome."""
+    outcome = started.retire(FAILED_LOAD_RETIRE_S)
+    if outcome is None:
+        return
+    own = getattr(error, RETIRE_OUTCOME_ATTR, None)
+    if isinstance(own, RetireOutcome):
+        outcome = combined_outcome([own, outcome])
+    elif own is not None and not getattr(own, "verified", True):
+        return  # the plugin's own outcome, of another type, says unverified: it stands
+    setattr(error, RETIRE_OUTCOME_ATTR, outcome)
 
 
 def _checked_validate(plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:

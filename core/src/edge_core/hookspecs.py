@@ -72,8 +72,11 @@ def edge_backends() -> Sequence[BackendInfo]:
     import no runtime.
 
     Returns:
-        One :class:`~edge_core.backend.BackendInfo` per backend. Two plugins declaring the
-        same backend name is a plugin error reported by ``edge plugins``.
+        One :class:`~edge_core.backend.BackendInfo` per backend, in a list or tuple. Any
+        other answer (a mapping, a single ``BackendInfo``, a list holding something else)
+        is a plugin error and the plugin serves no backend (``edge probe`` reports its
+        probe's rows unavailable). Two plugins declaring the same backend name is a
+        plugin error reported by ``edge plugins``.
 
     """
 
@@ -174,7 +177,10 @@ def edge_load(stage: StageContext) -> LoadedStage:
 
     Owner only. Called after the whole pipeline was admitted, one stage at a time in
     pipeline order. On failure the plugin must leave no worker behind (or raise after
-    retiring it); the runtime then unwinds the stages loaded before this one.
+    retiring it); the runtime then unwinds the stages loaded before this one. A load that
+    raises or returns ``None`` (a :class:`~edge_core.errors.PluginError` naming the
+    plugin) has every worker it started on the calling thread (``start_worker``,
+    ``WorkerStage.start``) retired by core as well, before the error goes on.
 
     Args:
         stage: The resolved stage, with the worker generation to run under.

@@ -40,6 +40,7 @@ __all__ = [
     "HookAnswer",
     "PluginRecord",
     "PluginSet",
+    "backends_problem",
     "check_contract",
     "load_plugins",
     "probe_problem",
@@ -251,12 +252,37 @@ def probe_problem(result: Any) -> str | None:
     return None
 
 
+def backends_problem(result: Any) -> str | None:
+    """What is wrong with an ``edge_backends`` answer, or ``None`` for a list of backends.
+
+    ``None`` (no answer: the plugin owns no backend) is fine; anything else must be a list
+    or tuple of :class:`~edge_core.backend.BackendInfo` (the hook's documented type). A
+    plugin whose answer is anything else declares no backend at all: which of its items
+    it meant is not known.
+    """
+    if result is None:
+        return None
+    if not isinstance(result, list | tuple):
+        return (f"edge_backends returned {type(result).__name__} {result!r:.200}, not a "
+                "list of BackendInfo")
+    for item in result:
+        if not isinstance(item, BackendInfo):
+            return (f"edge_backends returned a list holding {type(item).__name__} "
+                    f"{item!r:.200}, not a list of BackendInfo")
+    return None
+
+
 def _env_true(env: Mapping[str, str], key: str) -> bool:
     return env.get(key, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _read_backends(plugin_set: PluginSet) -> None:
     """Ask every plugin for its backends; record duplicates and failures on the plugin.
+
+    An answer that raised or is not a list of :class:`BackendInfo`
+    (:func:`backends_problem`) is the plugin's error, and it declares no backend: no
+    stage binds to it, and ``edge probe`` reports whatever its probe says of a backend as
+    unavailable, with that error (:func:`edge_core.probe.probe_all`).
 
     A backend name two plugins declare is served by neither: which one a stage naming it
     would get is not the user's choice (it would hang on the plugins' entry-point names,
@@ -271,11 +297,12 @@ def _read_backends(plugin_set: PluginSet) -> None:
         if answer.error:
             record.error = f"edge_backends failed: {answer.error}"
             continue
+        problem = backends_problem(answer.result)
+        if problem is not None:  # refused whole: the plugin serves no backend
+            record.error = problem
+            continue
         answered.append(answer.plugin)
         for info in answer.result or ():
-            if not isinstance(info, BackendInfo):
-                record.error = f"edge_backends: not a BackendInfo: {info!r}"
-                continue
             claims.setdefault(info.name, []).append((answer.plugin, info))
     declared: dict[str, list[str]] = {}
     for name, claimants in claims.items():

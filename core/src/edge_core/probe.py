@@ -18,7 +18,10 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
     A plugin whose probe raises, hangs past ``timeout_s`` or returns something other than
     probe reports is listed under ``plugin_errors``; its declared backends are then
     reported unavailable with that error as the reason, so nothing silently disappears.
-    Backends a plugin declares but does not report on are marked unavailable too. Every
+    Backends a plugin declares but does not report on are marked unavailable too, and so
+    is a report on a backend its plugin does not serve (:func:`_not_served`: the plugin's
+    ``edge_backends`` failed or answered something else, or another plugin declares the
+    name too): no stage can be bound to it, whatever the probe says. Every
     plugin that did not load follows in ``plugin_errors``, as ``edge run --json`` lists
     them; each row, either kind, is ``{"plugin", "error", "named_by"}``
     (:func:`edge_core.discovery.plugin_errors`: ``named_by`` says who named the plugin).
@@ -38,7 +41,11 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
             failed_probes.append({**record.to_json(), "error": problem})
         for report in reports:
             answered.add(report.backend)
-            rows.append({"plugin": answer.plugin, **report.to_json()})
+            row: dict[str, Any] = {"plugin": answer.plugin, **report.to_json()}
+            unserved = _not_served(plugins, answer.plugin, report.backend)
+            if unserved is not None:
+                row.update(available=False, reason=unserved, limitation=None)
+            rows.append(row)
         for backend in record.backends:
             if backend not in answered:
                 answered.add(backend)
@@ -63,3 +70,19 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
     for pool in pools:
         pool["observed_total"] = pool.get("total")
     return {"host": host.to_json(), "pools": pools, "backends": rows, "plugin_errors": errors}
+
+
+def _not_served(plugins: PluginSet, plugin: str, backend: str) -> str | None:
+    """Why ``plugin`` does not serve ``backend`` though it reported on it; ``None`` if it does.
+
+    A stage binds only to a backend its plugin declared and nobody else did
+    (:meth:`PluginSet.backends <edge_core.plugins.PluginSet>`); a probe cannot make one
+    available that no stage could run on.
+    """
+    owner = plugins.backends.get(backend)
+    if owner is not None and owner[1] == plugin:
+        return None
+    error = plugins.record(plugin).error
+    if error:
+        return f"plugin {plugin!r} does not serve it: {error}"
+    return f"plugin {plugin!r} does not declare backend {backend!r} (edge_backends)"

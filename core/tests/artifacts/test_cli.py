@@ -163,6 +163,26 @@ def test_create_exits_2_for_a_refused_bundle_and_verify_exits_1(
     assert _json(capsys)["refusal"]["kind"] == "DigestMismatch"
 
 
+def test_create_over_the_file_limit_says_more_than_the_limit_not_where_it_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The walk stops at the first file over 4096: 4097 was named as if it were the count."""
+    from edge_contracts.manifest import MAX_FILES
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for index in range(MAX_FILES + 50):
+        (folder / f"f{index}.bin").write_bytes(b"")
+    assert main(["manifest", "create", str(folder), "--graph", "f0.bin", "--json"]) == 2
+    created = _json(capsys)
+    assert created["error"] == f"bundle: must hold <= {MAX_FILES} files: 'more than {MAX_FILES}'"
+    assert created["refusal"]["value"] == f"more than {MAX_FILES}"
+    assert not (folder / MANIFEST_FILENAME).exists()
+    assert main(["manifest", "create", str(folder), "--graph", "f0.bin"]) == 2
+    assert capsys.readouterr().err == (f"edge: bundle: must hold <= {MAX_FILES} files: "
+                                       f"'more than {MAX_FILES}'\n")
+
+
 @pytest.mark.parametrize(("data", "missing"), [
     (b"", "the file is empty (0 bytes)"),
     (b"\xff\xfe not protobuf", "not a readable ONNX model (unexpected wire type 7"),

@@ -244,3 +244,22 @@ def test_debug_prints_the_traceback_of_an_unexpected_error_a_command_raised(
     assert "Traceback (most recent call last)" in err, err
     assert 'raise RuntimeError("a bug in the command")' in err, err
     assert err.endswith(quiet)
+
+
+def test_the_table_names_the_commands_that_load_no_plugin_for_exit_3() -> None:
+    """docs/cli.md's exit 3 row names exactly the commands ``EDGE_STRICT_PLUGINS`` spares.
+
+    Before, the row said exit 3 for any command, while ``edge manifest``, ``qualify``,
+    ``matrix`` and ``cleanup`` never load a plugin (exit 0/1/2 with a broken one):
+    core/tests/plugins/test_loading.py runs them under ``EDGE_STRICT_PLUGINS=1``.
+    """
+    import re
+
+    from edge_core.cli import BUILTIN_COMMANDS, PLUGIN_FREE_COMMANDS
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text("utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith("| 3 |")]
+    assert "EDGE_STRICT_PLUGINS=1" in row
+    spared = re.findall(r"`edge ([a-z]+)`", row)
+    assert spared == list(PLUGIN_FREE_COMMANDS)
+    assert set(spared) < set(BUILTIN_COMMANDS)

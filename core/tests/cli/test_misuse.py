@@ -189,6 +189,10 @@ TABLE = [
     (["plan", "one.toml", "--input", "dir"], ["--input dir: is a directory, not a file"]),
     (["plan", "three.toml", "--input", "missing.txt"],  # the input before the file's
      ["--input missing.txt: No such file or directory"]),
+    # ... and refused where the pipeline times nothing (one stage, one candidate)
+    (["plan", "one.toml", "--input", "a.txt"],
+     ["--input: pipeline 'one' times nothing to read it with (no stage lists more than "
+      "one candidate", "drop --input"]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
@@ -254,8 +258,14 @@ def test_probe_only_with_a_timing_option_is_refused_in_json_naming_the_options(
         assert body["error"].startswith(f"--probe-only: not with {' or '.join(given)} ("), body
         assert "stages[0]" not in body["error"]  # refused before the file was read
         assert logs == []
-    # each option alone, without --probe-only, is still taken (the plan opens and times)
-    done, _ = edge("plan", "one.toml", "--remeasure", "--input", "a.txt", "--json", cwd=work)
+    # without --probe-only, --remeasure is taken (the plan opens, its gates run in full);
+    # --input only where a measured choice reads it: one.toml has none, so it is refused
+    # (test_placement_cli.py times it on a pipeline that has one)
+    done, logs = edge("plan", "one.toml", "--remeasure", "--input", "a.txt", "--json",
+                      cwd=work)
+    assert done.returncode == 2 and json.loads(done.stdout)["options"] == ["--input"]
+    assert logs == []
+    done, _ = edge("plan", "one.toml", "--remeasure", "--json", cwd=work)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["mode"] == "open"
 
@@ -373,7 +383,37 @@ OPTIONS = [
     (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "inf"], "--chunk-seconds"),
     (["profile", "one.toml", "--input", "a.txt", "--chunk-seconds", "nan"], "--chunk-seconds"),
     (["profile", "one.toml", "--input", "a.txt", "--duration", "9" * 400], "--duration"),
+    # counts that size the run have a ceiling (10**23 requests was a run without end)
+    (["profile", "one.toml", "--input", "a.txt", "--requests", str(10**23)], "--requests"),
+    (["profile", "one.toml", "--input", "a.txt", "--startup-samples", "9" * 5000],
+     "--startup-samples"),
 ]
+
+
+#: Each count option of ``edge profile`` and its documented ceiling (docs/cli.md).
+PROFILE_CEILINGS = {"--requests": 100_000, "--warmup": 100_000,
+                    "--matched-requests": 100_000, "--process-starts": 1_000,
+                    "--startup-samples": 100}
+
+
+@pytest.mark.parametrize(("option", "ceiling"), PROFILE_CEILINGS.items())
+def test_a_profile_count_above_its_documented_ceiling_is_refused_naming_it(
+        option: str, ceiling: int) -> None:
+    from edge_core.cli import parser_and_commands
+    from edge_core.cli.common import UsageError
+
+    parser, _ = parser_and_commands("profile")
+    args = parser.parse_args(["profile", "p.toml", option, str(ceiling)])
+    assert getattr(args, option[2:].replace("-", "_")) == ceiling
+    for value in (str(ceiling + 1), str(10**23), "9" * 5000):
+        with pytest.raises(UsageError) as refused:
+            parser.parse_args(["profile", "p.toml", option, value])
+        assert refused.value.message.startswith(
+            f"edge profile: error: argument {option}: must be at most {ceiling}: "), value
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text("utf-8")
+    section = page.split("## edge profile\n", 1)[1].split("\n## ", 1)[0]
+    documented = " ".join(section.split(f"  {option} N", 1)[1].split("\n  --", 1)[0].split())
+    assert f"at most {ceiling})" in documented, documented
 
 
 @pytest.mark.parametrize(("argv", "option"), OPTIONS, ids=[" ".join(a) for a, _ in OPTIONS])

@@ -95,3 +95,54 @@ def test_probe_only_says_a_measured_choice_is_made_at_open(tmp_path: Path) -> No
     first = edge("plan", "p.json", "--probe-only", cwd=tmp_path)
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
     assert first.returncode == 0  # nothing measured, nothing stored
+
+
+def test_plan_refuses_an_input_its_pipeline_would_not_time(tmp_path: Path) -> None:
+    """Without a measured choice nothing reads --input: refused naming it, before opening.
+
+    Before, ``edge plan --input`` of a first-passing pipeline (or one where no stage has
+    several candidates) opened every stage and answered as if the option were not given.
+    """
+    write_workload(tmp_path)
+    first = pipeline("preferred-slower", selection="first-passing")
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    only = pipeline("preferred-slower")
+    only["stages"][1]["candidates"] = only["stages"][1]["candidates"][:1]
+    (tmp_path / "only.json").write_text(json.dumps(only))
+    for file, why in (("first.json", "its selection is 'first-passing': each stage takes "
+                                     "the first candidate that passes"),
+                      ("only.json", "no stage lists more than one candidate: there is no "
+                                    "choice to time")):
+        error = (f"--input: pipeline 'preferred-slower' times nothing to read it with "
+                 f"({why}); drop --input")
+        refused = edge("plan", file, "--input", "workload.npz", "--json", cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert json.loads(refused.stdout) == {"ok": False, "error": error,
+                                              "options": ["--input"], "plugin_errors": []}
+        assert "worker logs" not in refused.stderr  # nothing opened
+        text = edge("plan", file, "--input", "workload.npz", cwd=tmp_path)
+        assert (text.returncode, text.stdout, text.stderr) == (2, "", f"edge: {error}\n")
+        planned = edge("plan", file, "--json", cwd=tmp_path)  # without it: the plan
+        assert planned.returncode == 0, planned.stderr
+        assert json.loads(planned.stdout)["plan"]["selection"]["decision"] in (
+            "first-passing", "only")
+
+
+def test_plan_says_a_stage_without_gate_points_has_none(tmp_path: Path) -> None:
+    """A backend reporting no per-shape warm-ups (echo; docs/authoring.md's) has no points.
+
+    Its one warm-up is gated whole; the plan said "full gate, 0 of 0 points checked now
+    (no stored gate)", a count of nothing and a store that never holds such a gate.
+    """
+    note = ("full gate on the warm-up's placement and numerics; no gate points (the "
+            "backend reports no per-shape warm-ups)")
+    (tmp_path / "p.toml").write_text('name = "one"\n[[stages]]\nid = "a"\n'
+                                     '[stages.backend]\nname = "echo"\n')
+    text = edge("plan", "p.toml", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert f"    gate: {note}\n" in text.stdout and "0 of 0" not in text.stdout
+    as_json = edge("plan", "p.toml", "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    (stage,) = json.loads(as_json.stdout)["plan"]["stages"]
+    assert stage["gate"] == {"mode": "full", "points_checked": 0, "points": 0,
+                             "note": note}

@@ -270,3 +270,48 @@ def test_without_inputs_a_bundle_of_a_stage_that_keeps_none_gives_its_example_in
     profiled = edge("profile", "pipeline.toml", "--out", "p.json", "--json", cwd=tmp_path)
     assert profiled.returncode == 0, profiled.stderr
     assert "example_inputs(x.npz)" in (tmp_path / "p.json").read_text()
+
+
+def test_without_inputs_a_candidate_bundle_without_examples_is_refused_before_any_start(
+        tmp_path: Path) -> None:
+    """The only candidate of the first stage has its own bundle, without example inputs.
+
+    The check before opening read the stage's manifest (which has some) rather than the
+    candidate's own: ``edge run`` loaded the stage, started its worker, and only then
+    refused; ``edge profile`` failed its run (exit 1) after the first open. Both refuse
+    now (exit 2) with no process started: every candidate's own bundle is read.
+    """
+    from edge_core.artifacts import create_manifest
+
+    from .test_run_process_starts import HOOKED_EDGE
+
+    for name, examples in (("with", True), ("without", False)):
+        bundle = tmp_path / name
+        bundle.mkdir()
+        (bundle / "model.bin").write_bytes(b"weights")
+        np.savez(bundle / "x.npz", x=np.array([1.0, 2.0], np.float32))
+        create_manifest(bundle, component=name, graph="model.bin",
+                        example_inputs="x.npz" if examples else None)
+    (tmp_path / "pipeline.toml").write_text(
+        'name = "one"\n[[stages]]\nid = "a"\nmanifest = "with"\n'
+        '[[stages.candidates]]\nmanifest = "without"\n'
+        '[stages.candidates.backend]\nname = "echo"\n')
+    error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
+             "example inputs to read instead)")
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    for argv in (["run", "pipeline.toml"], ["profile", "pipeline.toml", "--out", "p.json"]):
+        for as_json in ((), ("--json",)):
+            done = subprocess.run([sys.executable, "-c", HOOKED_EDGE, *argv, *as_json],
+                                  cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert done.returncode == 2, (argv, done.stderr)
+            starts = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
+            assert json.loads(starts.removeprefix("STARTS ")) == [], argv  # no process
+            assert "worker logs" not in done.stderr, argv
+            if as_json:
+                body = json.loads(done.stdout)
+                assert body["ok"] is False and body["error"] == error, argv
+                assert body["plugin_errors"] == [], argv
+            else:
+                assert f"edge: {error}\n" in done.stderr, argv
+    assert not (tmp_path / "p.json").exists()

@@ -26,6 +26,8 @@ HOOK_TESTS: dict[str, tuple[str, ...]] = {
         "core/tests/plugins/test_binding.py::"
         "test_a_backend_declared_by_two_plugins_is_served_by_neither",
         "core/tests/plugins/test_loading.py::test_backends_flag_reads_each_plugins_backends",
+        "core/tests/plugins/test_binding.py::"
+        "test_a_backends_answer_that_is_not_a_list_of_backend_info_is_refused_naming_the_plugin",
     ),
     "edge_probe": (
         "core/tests/plugins/test_binding.py::"
@@ -53,6 +55,8 @@ HOOK_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "edge_load": (
         f"{RUNTIME}/test_open_and_unwind.py::test_a_failing_second_stage_unwinds_the_first",
+        "core/tests/plugins/test_binding.py::"
+        "test_a_load_that_fails_after_starting_a_worker_retires_it_there_and_then",
         f"{RUNTIME}/test_open_and_unwind.py::"
         "test_a_two_stage_chain_runs_and_closes_with_nothing_charged",
     ),

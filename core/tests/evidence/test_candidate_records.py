@@ -112,7 +112,13 @@ def test_a_profile_whose_every_candidate_was_refused_records_each_refusal(
             {"backend": {"name": "ort-directml"}},
             {"backend": {"name": "echo", "options": {"wrong_numerics": True}}}]}],
         name="none")
-    profiled = edge("profile", str(pipeline), *QUICK, "--out", "p.json", cwd=tmp_path)
+    import numpy as np
+
+    # inputs for stage a, which bundles none (without them the profile is refused before
+    # it opens: exit 2, edge run's refusal)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    profiled = edge("profile", str(pipeline), *QUICK, "--inputs", "in.npz", "--out", "p.json",
+                    cwd=tmp_path)
     assert profiled.returncode == 1
     profile = json.loads((tmp_path / "p.json").read_text())
     assert profile["outcome"]["error_type"] == "CandidatesRefused"

@@ -128,6 +128,57 @@ def test_a_load_returning_none_is_a_plugin_error_naming_the_plugin() -> None:
         binding.load("S")
 
 
+class ForgetfulLoad(Owner):
+    """Owns 'toy'; its edge_load starts the echo worker, then returns None (or raises)."""
+
+    def __init__(self, then: str) -> None:
+        super().__init__()
+        self.then = then
+        self.pids: list[int] = []
+
+    @hookimpl
+    def edge_load(self, stage: Any) -> Any:
+        from edge_echo import plugin as echo
+
+        loaded = echo.edge_load(stage)
+        self.pids.append(loaded.client.identity.pid)
+        if self.then == "raise":
+            raise RuntimeError("failed after starting its worker")
+        return None
+
+
+@pytest.mark.parametrize("then", ["none", "raise"])
+def test_a_load_that_fails_after_starting_a_worker_retires_it_there_and_then(
+        then: str) -> None:
+    """edge_load returning None (or raising) after its worker started leaves no process.
+
+    Nothing held the worker's handle: it lived until the controller exited, while the
+    stage's reservation was given back. Now the binding retires every worker the hook
+    started, and the error carries the outcome that settles the reservation.
+    """
+    import psutil
+
+    from edge_core.stage import RETIRE_OUTCOME_ATTR, StageContext
+    from edge_core.testing.leaks import leaks_since, snapshot
+
+    owner = ForgetfulLoad(then)
+    plugins = load_plugins(objects={"mine": owner}, env={"EDGE_PLUGINS": ""})
+    binding = bind_owner(plugins, "toy", env={})
+    before = snapshot()
+    expected = (r"^plugin 'mine': edge_load for backend 'toy' returned None, not the loaded "
+                r"stage \(the 1 worker it started was retired\)$" if then == "none"
+                else r"^failed after starting its worker$")
+    with pytest.raises(Exception, match=expected) as failed:
+        binding.load(StageContext(pipeline="p", stage_id="s", backend="toy"))
+    assert isinstance(failed.value, PluginError if then == "none" else RuntimeError)
+    (pid,) = owner.pids
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    outcome = getattr(failed.value, RETIRE_OUTCOME_ATTR)
+    assert outcome.verified is True and pid in {p.pid for p in outcome.tree}
+    report = leaks_since(before, grace_s=0.5)
+    assert not report.children, report.describe()
+
+
 class RaisingValidator(Owner):
     """Owns 'toy'; its options check raises a bare ValueError."""
 
@@ -173,6 +224,79 @@ def test_a_probe_answer_that_is_not_a_list_of_reports_refuses_the_stage_naming_t
     row = probe_all(plugins)["backends"][0]
     assert (row["backend"], row["available"]) == ("toy", False)
     assert "not a list of ProbeReport" in row["reason"]
+
+
+TOY = BackendInfo(name="toy", kinds=["graph"])
+
+
+class WrongBackends(Owner):
+    """Owns 'toy' by its hooks, but answers edge_backends with something else than a list."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    @hookimpl
+    def edge_backends(self) -> Any:
+        return self.answer
+
+    @hookimpl
+    def edge_probe(self) -> list[ProbeReport]:
+        return [ProbeReport(backend="toy", available=True)]
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    ({"toy": TOY}, "edge_backends returned dict {'toy': BackendInfo(name='toy', "),
+    (TOY, "edge_backends returned BackendInfo BackendInfo(name='toy', "),
+    ("toy", "edge_backends returned str 'toy', not a list of BackendInfo"),
+    ([TOY, "other"], "edge_backends returned a list holding str 'other', not a list of "
+                     "BackendInfo"),
+])
+def test_a_backends_answer_that_is_not_a_list_of_backend_info_is_refused_naming_the_plugin(
+        answer: Any, problem: str) -> None:
+    """Its plugin serves nothing, and edge probe reports none of its rows as available.
+
+    Before, a mapping or a string was read item by item (its keys, its letters: the error
+    named the last one, ``'y'``), a single BackendInfo was an internal TypeError in every
+    command, a list with one stray item still declared the good ones, and ``edge probe``
+    listed the plugin's own report of 'toy' as available in every case.
+    """
+    from edge_core.probe import probe_all
+
+    plugins = load_plugins(objects={"mine": WrongBackends(answer)}, env={"EDGE_PLUGINS": ""})
+    record = plugins.record("mine")
+    assert record.error is not None and record.error.startswith(problem)
+    assert record.error.endswith("not a list of BackendInfo")
+    assert record.backends == () and "toy" not in plugins.backends
+    with pytest.raises(BackendUnavailable, match=r"plugins that failed to load: mine "
+                       r"\(edge_backends returned "):
+        bind_owner(plugins, "toy", env={})
+    probed = probe_all(plugins)
+    (row,) = probed["backends"]
+    assert (row["backend"], row["plugin"], row["available"]) == ("toy", "mine", False)
+    assert row["reason"] == f"plugin 'mine' does not serve it: {record.error}"
+    assert probed["plugin_errors"] == [{"plugin": "mine", "error": record.error,
+                                        "named_by": None}]
+    with pytest.raises(PluginError, match=r"1 plugin\(s\) failed to load: mine: "
+                       r"edge_backends returned "):
+        load_plugins(objects={"mine": WrongBackends(answer)}, env={"EDGE_PLUGINS": ""},
+                     strict=True)
+
+
+def test_a_probe_report_on_a_backend_its_plugin_does_not_serve_is_not_available() -> None:
+    """A clash (two plugins declare 'toy': neither serves it) or a backend never declared."""
+    from edge_core.probe import probe_all
+
+    plugins = load_plugins(objects={"a": WrongBackends([TOY]), "b": WrongBackends([TOY]),
+                                    "c": WrongBackends(None)}, env={"EDGE_PLUGINS": ""})
+    rows = probe_all(plugins)["backends"]
+    assert [(r["plugin"], r["available"]) for r in rows] == [("a", False), ("b", False),
+                                                             ("c", False)]
+    clash = plugins.record("a").error
+    assert clash is not None and "is declared by plugins 'a' and 'b'" in clash
+    assert [r["reason"] for r in rows] == [
+        f"plugin 'a' does not serve it: {clash}", f"plugin 'b' does not serve it: {clash}",
+        "plugin 'c' does not declare backend 'toy' (edge_backends)"]
 
 
 def test_owner_missing_a_required_hook_is_a_plugin_error() -> None:

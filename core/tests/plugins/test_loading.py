@@ -296,3 +296,98 @@ def test_one_pass_over_the_path_finds_each_group_as_importlib_metadata_does(
         "toy", "broken", "future", "crashy", "zed"}
     assert [(row.name, row.distribution) for row in found[TEST_ENTRY_POINT_GROUP]] == [
         ("zed-test", "edge-zed")]
+
+
+def test_strict_plugins_spares_the_commands_that_load_none_and_ends_the_others(
+    run_edge: RunEdge, plugin_site: Path, tmp_path: Path,
+) -> None:
+    """docs/cli.md: exit 3 under EDGE_STRICT_PLUGINS=1 in every command that loads plugins.
+
+    ``edge manifest``, ``qualify``, ``matrix`` and ``cleanup`` load none (nothing they read
+    depends on one): a broken plugin is not imported there, not warned about and no exit
+    3 (their exit is what it is without the variable); every other command imports it
+    and ends with exit 3.
+    """
+    from edge_core.cli import BUILTIN_COMMANDS, PLUGIN_FREE_COMMANDS
+
+    marker = tmp_path / "imported"
+    make_plugin_distribution(plugin_site, "edge-noisy", "noisy", "edge_noisy_plugin",
+                             f"open({str(marker)!r}, 'a').write('imported\\n')\n"
+                             "raise ImportError('broken on purpose')\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "weights.bin").write_bytes(b"weights")
+    (tmp_path / "p.toml").write_text('name = "p"\n[[stages]]\nid = "a"\n'
+                                     '[stages.backend]\nname = "toy"\n')
+    free = {"manifest": [["manifest", "create", str(bundle), "--graph", "weights.bin",
+                          "--force"],
+                         ["manifest", "verify", str(bundle)]],
+            "qualify": [["qualify", "--profile", str(tmp_path / "none.json")]],
+            "matrix": [["matrix", str(tmp_path / "no-records")]],
+            "cleanup": [["cleanup", "--dry-run"]]}
+    assert sorted(free) == sorted(PLUGIN_FREE_COMMANDS)
+    named = {"EDGE_PLUGINS": "toy,noisy"}
+    strict = {**named, "EDGE_STRICT_PLUGINS": "1"}
+    for argvs in free.values():
+        for argv in argvs:
+            for as_json in ((), ("--json",)):
+                lenient = run_edge(*argv, *as_json, env=named)
+                result = run_edge(*argv, *as_json, env=strict)
+                assert result.returncode == lenient.returncode != 3, (argv, result.stderr)
+                assert "noisy" not in result.stderr + result.stdout, argv
+                assert not marker.exists(), argv
+    others = {"run": ["run", str(tmp_path / "p.toml")],
+              "plan": ["plan", str(tmp_path / "p.toml"), "--probe-only"],
+              "probe": ["probe", "--fresh"], "plugins": ["plugins"],
+              "profile": ["profile", str(tmp_path / "p.toml"), "--out",
+                          str(tmp_path / "p.json")],
+              "conformance": ["conformance", "toy"]}
+    assert sorted([*free, *others]) == sorted(BUILTIN_COMMANDS)
+    for argv in [*others.values(), []]:  # and `edge` alone: its help lists plugin commands
+        result = run_edge(*argv, env=strict)
+        assert result.returncode == 3, (argv, result.stderr)
+        assert "noisy: import failed: ImportError: broken on purpose" in result.stderr, argv
+        assert marker.read_text() == "imported\n", argv
+        marker.unlink()
+
+
+DICT_BACKENDS_PLUGIN = """
+    from edge_core import hookimpl
+    from edge_core.backend import BackendInfo, ProbeReport
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl
+    def edge_backends():
+        return {"dicty": BackendInfo(name="dicty", kinds=["graph"])}
+
+    @hookimpl
+    def edge_probe():
+        return [ProbeReport(backend="dicty", available=True)]
+"""
+
+
+def test_edge_probe_reports_no_backend_of_a_plugin_whose_backends_answer_is_refused(
+    run_edge: RunEdge, plugin_site: Path,
+) -> None:
+    """edge_backends answering a dict: the plugin is named with the error, its row is not
+    available (it was, though no stage could bind to it) and ``--backend`` exits 1."""
+    make_plugin_distribution(plugin_site, "edge-dicty", "dicty", "edge_dicty_plugin",
+                             DICT_BACKENDS_PLUGIN)
+    env = {"EDGE_PLUGINS": "toy,dicty"}
+    result = run_edge("probe", "--fresh", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    rows = {row["backend"]: row for row in body["backends"]}
+    assert rows["toy"]["available"] is True
+    error = "edge_backends returned dict {'dicty': BackendInfo(name='dicty', "
+    assert rows["dicty"]["available"] is False
+    assert rows["dicty"]["reason"].startswith(f"plugin 'dicty' does not serve it: {error}")
+    (listed,) = body["plugin_errors"]
+    assert listed["plugin"] == "dicty" and listed["error"].startswith(error)
+    named = run_edge("probe", "--fresh", "--backend", "dicty", env=env)
+    assert named.returncode == 1
+    assert "dicty  [dicty]  unavailable: plugin 'dicty' does not serve it: " in named.stdout
+    strict = run_edge("probe", "--fresh", "--json", env={**env, "EDGE_STRICT_PLUGINS": "1"})
+    assert strict.returncode == 3
+    assert "dicty: edge_backends returned dict" in json.loads(strict.stdout)["error"]

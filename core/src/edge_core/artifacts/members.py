@@ -158,7 +158,8 @@ def list_bundle_files(root: Path, *, strict: bool = True) -> list[str]:
     Regular files are listed, and symlinks to regular files inside the bundle (under the
     link's own path). With ``strict`` (what manifest creation uses) anything else is
     refused: a symlink leading outside the bundle, a symlinked directory, a special file,
-    a name that is not a valid member path, more than ``MAX_FILES`` files. Without
+    a name that is not a valid member path, more than ``MAX_FILES`` files (said so: the
+    walk stops at the first file over the limit, it does not count them all). Without
     ``strict`` (used to name the files a manifest does not list), such entries are listed
     too: whatever is in the folder, a manifest cannot list them, so they are never loaded.
     """
@@ -185,8 +186,9 @@ def list_bundle_files(root: Path, *, strict: bool = True) -> list[str]:
                 if strict:
                     raise
             found.append(rel)
-            if strict and len(found) > MAX_FILES:
-                raise MemberPathRefused("bundle", f"must hold <= {MAX_FILES} files", len(found))
+            if strict and len(found) > MAX_FILES:  # the walk stops here: not a total
+                raise MemberPathRefused("bundle", f"must hold <= {MAX_FILES} files",
+                                        f"more than {MAX_FILES}")
     return sorted(found)
 
 

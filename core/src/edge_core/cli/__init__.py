@@ -13,7 +13,8 @@ Exit codes (the same for every command):
       invalid pipeline file: the file named and every problem of every stage at once,
       unknown backend names with the closest installed ones; all of it checked before
       any worker starts, :mod:`edge_core.preflight`)
-3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set
+3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set (every command that
+      loads plugins: all but :data:`PLUGIN_FREE_COMMANDS`, which load none)
 130   interrupted (SIGINT, Ctrl-C); 143 after SIGTERM: what the command had started is
       retired and removed first
 ====  ================================================================================
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import ModuleType
 
-__all__ = ["BUILTIN_COMMANDS", "build_parser", "main", "parser_and_commands"]
+__all__ = ["BUILTIN_COMMANDS", "PLUGIN_FREE_COMMANDS", "build_parser", "main",
+           "parser_and_commands"]
 
 BUILTIN_COMMANDS = ("run", "plan", "probe", "plugins", "manifest", "profile", "qualify",
                     "matrix", "conformance", "cleanup")
@@ -50,6 +52,13 @@ BUILTIN_COMMANDS = ("run", "plan", "probe", "plugins", "manifest", "profile", "q
 Each is the module ``edge_core.cli.<name>_cmd``, imported only when it is needed: a
 command imports its own module alone (``edge probe`` never pays for ``edge profile``'s
 imports), help imports them all."""
+
+PLUGIN_FREE_COMMANDS = ("manifest", "qualify", "matrix", "cleanup")
+"""The built-in commands that load no plugin: nothing they read or answer depends on one
+(a bundle's files, records, the temporary folder). ``EDGE_PLUGINS`` and
+``EDGE_STRICT_PLUGINS`` do not touch them: no plugin is imported, none is warned about,
+and a broken one is no exit 3 there (docs/cli.md says so; every other command, and
+``edge`` with no command, loads the plugins and exits 3 under ``EDGE_STRICT_PLUGINS=1``)."""
 
 
 def _command_module(name: str) -> ModuleType:

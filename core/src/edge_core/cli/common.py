@@ -30,7 +30,7 @@ from edge_core.errors import ConfigError, EdgeError, PluginError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, NoReturn
 
 EXIT_OK = 0
@@ -389,6 +389,33 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be at least 0: {text!r}")
     return value
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high`` (both included).
+
+    A count that sizes a run (``edge profile --requests``) has a ceiling, so that a typo
+    of a few digits is refused by name at once instead of starting a run that never ends.
+    An integer too long to read (more digits than Python parses) is over the ceiling too.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            digits = text.strip().removeprefix("+")
+            if digits.isascii() and digits.isdigit():  # beyond int()'s digit limit
+                raise argparse.ArgumentTypeError(f"must be at most {high}: "
+                                                 f"{text[:40]!r}...") from None
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {text!r}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}: {text!r}")
+        return value
+
+    parse.__name__ = f"integer from {low} to {high}"
+    return parse
 
 
 def non_negative_seconds(text: str) -> float:

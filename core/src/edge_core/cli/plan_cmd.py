@@ -8,11 +8,15 @@ measurement) — the answer is reported, and everything is retired and released;
 ``--probe-only`` answers from probes and admission alone, starting no worker (see
 :mod:`edge_core.runtime.preview`). ``--input`` and ``--remeasure`` say what to time and
 whether to time again, which only a plan that opens the stages does: with
-``--probe-only`` they are refused (exit 2, naming the options), never ignored.
+``--probe-only`` they are refused (exit 2, naming the options), never ignored; so is
+``--input`` for a pipeline whose opening times nothing (``selection = "first-passing"``,
+or no stage with more than one candidate), once its file is read and before anything
+opens.
 
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
 could not verify a retirement), 2 for usage or configuration errors (``--probe-only`` with
-``--input`` or ``--remeasure`` among them, before the file is read): the pipeline file is
+``--input`` or ``--remeasure`` among them, before the file is read, and ``--input`` for a
+pipeline that times nothing, after it): the pipeline file is
 checked against the installed plugins first (:mod:`edge_core.preflight`), every problem
 of every stage named at once, before any worker starts.
 """
@@ -43,10 +47,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "closed again; with --probe-only from probes and admission alone, starting no "
         "worker. A measured selection times the candidates that pass while they are open "
         "(--input, --remeasure); --probe-only times nothing, so it refuses those two "
-        "options rather than ignore them. Exit 0 when every stage has a candidate, 1 when "
-        "some stage has none, 2 for a usage problem (--probe-only with --input or "
-        "--remeasure, an --input that is missing or not a readable file) or a problem in "
-        "the pipeline file (every one named at once).",
+        "options rather than ignore them, and a pipeline without a measured choice "
+        "(selection = \"first-passing\", or no stage with several candidates) refuses "
+        "--input. Exit 0 when every stage has a candidate, 1 when some stage has none, 2 "
+        "for a usage problem (--probe-only with --input or --remeasure, an --input that is "
+        "missing or not a readable file, or that the pipeline would not time) or a problem "
+        "in the pipeline file (every one named at once).",
         epilog=common.examples("edge plan build/ocr/pipeline-auto.toml",
                                "edge plan build/ocr/pipeline-auto.toml --probe-only --json"),
         formatter_class=common.HelpFormatter)
@@ -60,7 +66,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="what a measured selection times (through the pipeline's "
                         "prepare, or an .npz of first-stage inputs); repeatable; default: "
                         "the pipeline's workload, else the bundles' examples; not with "
-                        "--probe-only")
+                        "--probe-only, nor for a pipeline without a measured choice")
     parser.add_argument("--remeasure", action="store_true",
                         help="measure the candidates even when a stored decision matches "
                         "(and store the new one); not with --probe-only")
@@ -128,6 +134,31 @@ def refuse_timing_without_workers(args: argparse.Namespace) -> None:
             {"options": ["--probe-only", *given]})
 
 
+def refuse_untimed_input(args: argparse.Namespace, config: Any) -> None:
+    """Refuse ``--input`` for a pipeline whose opening times nothing (exit 2, naming it).
+
+    ``--input`` is what a measured selection times; a first-passing pipeline, or one
+    where no stage has a choice of candidates, never reads it: the plan would be the one
+    without it, and the option ignored in silence.
+
+    Raises:
+        common.CommandFailed: (exit 2) naming ``--input`` and why nothing is timed, in
+            ``options``.
+
+    """
+    from edge_core.runtime.preview import times_candidates
+
+    if not args.source or times_candidates(config):
+        return
+    why = (f"its selection is {config.selection!r}: each stage takes the first candidate "
+           "that passes" if config.selection != "measured"
+           else "no stage lists more than one candidate: there is no choice to time")
+    raise common.CommandFailed(
+        common.EXIT_USAGE,
+        f"--input: pipeline {config.name!r} times nothing to read it with ({why}); drop "
+        "--input", {"options": ["--input"]})
+
+
 def run(args: argparse.Namespace) -> int:
     """Answer for the pipeline's stages; print the answer; exit 0 / 1 / 2.
 
@@ -143,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     checked = common.checked_pipeline(args)  # every problem of the file: exit 2
     errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):
+        refuse_untimed_input(args, checked.config)  # before anything reads or opens
         return _plan(args, checked, errors)
 
 

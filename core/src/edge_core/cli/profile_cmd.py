@@ -24,6 +24,15 @@ if TYPE_CHECKING:
 
 NAME = "profile"
 
+MAX_REQUESTS = 100_000
+"""The most requests ``--requests``, ``--warmup`` and ``--matched-requests`` take (each
+per class or input group, and per concurrency level for the first two)."""
+MAX_PROCESS_STARTS = 1_000
+"""The most bare worker starts ``--process-starts`` takes per route."""
+MAX_STARTUP_SAMPLES = 100
+"""The most traced start-ups ``--startup-samples`` takes (each opens the pipeline twice
+more: the traced run and the untraced one after it)."""
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -59,9 +68,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "memory peaks, placement, operating conditions, raw samples, the plugins that did "
         "not load (plugin_errors). Exit 0 when the run "
         "completed, 1 when it failed (the profile says where), 2 for a usage problem, an "
-        "--input/--inputs file that is missing, unreadable or unfit, a --sysfs that is not a "
-        "directory, or a problem in the "
-        "pipeline file (every one named at once), each before anything opens.",
+        "--input/--inputs file that is missing, unreadable or unfit, no input at all where "
+        "the first stage bundles no example inputs, a --sysfs that is not a directory, or a "
+        "problem in the pipeline file (every one named at once), each before anything "
+        "opens.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
             "edge profile pipeline.toml --inputs x.npz --concurrency 1,2 --out p.json "
@@ -82,23 +92,32 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--params", type=common.json_object, metavar="JSON",
                         help="the final stage's params for a single request class "
                         "(e.g. a prompt and sampling parameters)")
-    parser.add_argument("--requests", type=common.positive_int, default=20, metavar="N",
+    parser.add_argument("--requests", type=common.int_between(1, MAX_REQUESTS), default=20,
+                        metavar="N",
                         help="measured requests per class (or input group) and concurrency "
-                        "level (default 20, the protocol's minimum; fewer is flagged)")
-    parser.add_argument("--warmup", type=common.non_negative_int, default=2, metavar="N",
-                        help="unmeasured warm-up requests per group (default 2)")
+                        "level (default 20, the protocol's minimum; fewer is flagged; at "
+                        f"most {MAX_REQUESTS})")
+    parser.add_argument("--warmup", type=common.int_between(0, MAX_REQUESTS), default=2,
+                        metavar="N",
+                        help=f"unmeasured warm-up requests per group (default 2, at most "
+                        f"{MAX_REQUESTS})")
     parser.add_argument("--concurrency", type=_levels, default=(1, 2, 4), metavar="LEVELS",
                         help="comma-separated concurrency levels (default 1,2,4; levels "
                         "above the pipeline's admission are skipped and say so)")
-    parser.add_argument("--process-starts", type=common.positive_int, default=3, metavar="N",
-                        help="bare worker starts per route to time process start (default 3)")
-    parser.add_argument("--startup-samples", type=common.non_negative_int, default=1, metavar="N",
+    parser.add_argument("--process-starts", type=common.int_between(1, MAX_PROCESS_STARTS),
+                        default=3, metavar="N",
+                        help="bare worker starts per route to time process start (default 3, "
+                        f"at most {MAX_PROCESS_STARTS})")
+    parser.add_argument("--startup-samples", type=common.int_between(0, MAX_STARTUP_SAMPLES),
+                        default=1, metavar="N",
                         help="traced start-ups, each between two untraced ones (default 1: "
                         "untraced, traced, untraced; 0: the measuring run alone, with no "
-                        "start-up phases and no tracer overhead)")
-    parser.add_argument("--matched-requests", type=common.positive_int, default=5, metavar="N",
+                        f"start-up phases and no tracer overhead; at most "
+                        f"{MAX_STARTUP_SAMPLES})")
+    parser.add_argument("--matched-requests", type=common.int_between(1, MAX_REQUESTS),
+                        default=5, metavar="N",
                         help="requests every run serves alike, to compare traced and untraced "
-                        "runs (default 5)")
+                        f"runs (default 5, at most {MAX_REQUESTS})")
     parser.add_argument("--no-warm-restart", action="store_true",
                         help="skip restarting every stage in the first runs")
     parser.add_argument("--duration", type=duration, metavar="DURATION",
@@ -314,17 +333,24 @@ def _classes(args: argparse.Namespace) -> list[Any]:
     return []
 
 
-def _check_inputs(args: argparse.Namespace, config: Any) -> None:
+def _check_inputs(args: argparse.Namespace, config: Any, classes: list[Any]) -> None:
     """Refuse (exit 2) inputs the pipeline cannot take, before anything opens.
 
     ``--input`` needs a ``prepare`` function in the pipeline; each ``--inputs`` archive
     is read and checked as ``edge run`` checks it (pickle disabled, the first stage's
     declared shapes). The files themselves were checked readable before the pipeline
-    file was read (:func:`~edge_core.cli.run_inputs.check_readable`). No ledger is made
-    and no worker starts before this passes.
+    file was read (:func:`~edge_core.cli.run_inputs.check_readable`). Without any input
+    or request class, the first stage's bundled example inputs are read: a first stage
+    none of whose bundles names any is refused here, as ``edge run`` refuses it (it was
+    the profile's failure, exit 1, after the first open). No ledger is made and no
+    worker starts before this passes.
     """
-    from edge_core.cli.run_inputs import read_npz_inputs
+    from edge_core.cli.run_inputs import bundled_example, read_npz_inputs
 
+    if not (args.sources or args.npz or classes) and bundled_example(config) is None:
+        raise common.CommandFailed(
+            common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+            f"stage, {config.stages[0].id!r}, bundles no example inputs to read instead)")
     if args.sources and config.prepare is None:
         raise common.CommandFailed(common.EXIT_USAGE, f"--input {args.sources[0]}: the "
                                    "pipeline names no 'prepare' function to read it with "
@@ -381,7 +407,7 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
     from edge_core.evidence.profiling import run_profile, write_profile
     from edge_core.progress import Progress
 
-    _check_inputs(args, checked.config)  # what the inputs need of the pipeline: exit 2
+    _check_inputs(args, checked.config, classes)  # what they need of the pipeline: exit 2
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,

@@ -34,7 +34,8 @@ backend unavailable, a conformance run in which nothing passed, an `edge run` in
 some input failed (each named; the others' answers reported) |
 | 2 | a usage, input or configuration problem: one line on stderr naming the file and \
 every problem at once, before any worker starts |
-| 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` |
+| 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` (a command that loads \
+plugins: every one but `edge manifest`, `edge qualify`, `edge matrix` and `edge cleanup`) |
 | 130, 143 | interrupted by SIGINT (Ctrl-C) or SIGTERM: what the command had started \
 (workers, bundle copies, shared memory) is retired and removed first |
 
@@ -42,17 +43,23 @@ Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
 `EDGE_WORKER_LOG_DIR` names the folder for workers' log files. A plugin you name that does
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
-`plugins` lists that does not import) is never skipped in silence: every command warns
-about it on stderr (`edge: warning: plugin 'nope' (named by EDGE_PLUGINS) did not load:
-not installed: ...`), `edge plugins` lists it with its error, `edge probe --json`,
-`edge plan --json`, `edge run --json` and `edge profile --json` list every plugin that
-did not load under `plugin_errors` (`{"plugin", "error", "named_by"}`, `named_by` being
-`EDGE_PLUGINS`, `configuration` or null for one nobody named; an empty list when every
-plugin loaded), in a failure's document too once the pipeline file is read, and so do
-the profile files `edge run --profile` and `edge profile --out` write (`edge profile`'s
-also when the run failed); `edge probe --json` lists there first, in the same shape, each
-plugin whose probe failed (raised, timed out or answered something else). Under
-`EDGE_STRICT_PLUGINS=1` a plugin that does not load is fatal (exit 3).
+`plugins` lists that does not import) is never skipped in silence: every command that
+loads plugins warns about it on stderr (`edge: warning: plugin 'nope' (named by
+EDGE_PLUGINS) did not load: not installed: ...`), `edge plugins` lists it with its
+error, `edge probe --json`, `edge plan --json`, `edge run --json` and
+`edge profile --json` list every plugin that did not load under `plugin_errors`
+(`{"plugin", "error", "named_by"}`, `named_by` being `EDGE_PLUGINS`, `configuration` or
+null for one nobody named; an empty list when every plugin loaded), in a failure's
+document too once the pipeline file is read, and so do the profile files
+`edge run --profile` and `edge profile --out` write (`edge profile`'s also when the run
+failed); `edge probe --json` lists there first, in the same shape, each plugin whose
+probe failed (raised, timed out or answered something else). Under
+`EDGE_STRICT_PLUGINS=1` a plugin that does not load is fatal (exit 3) to every command
+that loads plugins: `edge` itself (its help lists the plugins' commands) and every
+command but `edge manifest`, `edge qualify`, `edge matrix` and `edge cleanup`. Those
+four load no plugin, as nothing they read or answer depends on one (a bundle's files,
+records, the temporary folder): neither variable touches them, and a broken plugin is
+neither warned about there nor fatal.
 """
 
 

@@ -22,8 +22,9 @@ when every input succeeded, 1 when some failed (the others' answers are all ther
 ``--inputs NPZ`` gives the first stage's tensors directly; the archive is read and its
 names, dtypes and shapes are checked against the first stage's declared shapes before the
 pipeline opens. Without ``--input`` or ``--inputs`` the first stage's bundled example
-inputs are read, and the output says so on standard output (a first stage without them
-is a usage error, exit 2, before anything loads).
+inputs are read, and the output says so on standard output (a first stage none of whose
+candidates' bundles has any is a usage error, exit 2, before anything loads:
+:func:`~edge_core.cli.run_inputs.bundled_example` reads every candidate's manifest).
 
 The answer of each input is printed once: as its text lines for an answer that is a list
 of items with ``text`` (``no text found`` when the list is empty), as the generated text
@@ -66,7 +67,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         NAME, help="open a pipeline, read your inputs with it, print the answers",
         description="Check the pipeline file and every input, then admit, load and gate "
         "every stage, serve one request per input and close. Without --input or --inputs "
-        "the first stage's bundled example inputs are read (and the output says so).\n\n"
+        "the first stage's bundled example inputs are read (and the output says so); where "
+        "none of its bundles has any, that is refused (exit 2) before anything starts.\n\n"
         "--input files are all read by the pipeline's prepare first: the ones it refuses "
         "(and paths that are not regular files) are named together, one line each with "
         "its reason ('refused' in JSON), and nothing runs (exit 2). A directory is read "

@@ -157,16 +157,28 @@ def skipped_line(skipped: Sequence[str]) -> str:
 
 
 def bundled_example(config: Any) -> str | None:
-    """The example inputs member the first stage's bundle names, read from its manifest.
+    """The example inputs member a bundle of the first stage names, read from its manifest.
 
-    ``None`` when the stage has no manifest, the manifest cannot be read, or it names no
-    example inputs; nothing is verified here (opening verifies the bundle).
+    Every candidate that may serve the first stage is looked at, in order, with its own
+    manifest or else the stage's (:meth:`~edge_core.config.model.StageConfig.choices`):
+    the first whose manifest names example inputs answers. ``None`` when none does (no
+    manifest, one that cannot be read, or none naming example inputs): whichever
+    candidate serves, ``edge run`` and ``edge profile`` without inputs would have nothing
+    to read, so they refuse before anything starts. Nothing is verified here (opening
+    verifies the bundle); where some candidates have example inputs and others not, only
+    the open knows which serves.
     """
+    for choice in config.stages[0].choices():
+        member = _example_member(choice.manifest)
+        if member is not None:
+            return member
+    return None
+
+
+def _example_member(manifest: Path | None) -> str | None:
+    """The example inputs member the manifest at (or in) ``manifest`` names, if any."""
     import json
 
-    stage = config.stages[0]
-    manifest = stage.manifest or next((c.manifest for c in stage.candidates if c.manifest),
-                                      None)
     if manifest is None:
         return None
     path = Path(manifest)

@@ -57,6 +57,7 @@ from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
 from edge_core.host.spinning import worker_spin_us
 from edge_core.host.staging import stage_packages
+from edge_core.host.started_workers import note_started
 from edge_core.host.supervisor import supervisor_argv
 
 SUPERVISED = os.name == "posix" and bool(sys.executable)
@@ -282,6 +283,7 @@ def start_worker(
         spin_us=None if spin_us is None else spin,
     )
     track(client)  # retired at interpreter exit if nobody closes it
+    note_started(client)  # and by a failed edge_load that started it (binding)
     return client
 
 

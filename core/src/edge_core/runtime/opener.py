@@ -35,7 +35,9 @@ stage configuration, bundle sha256, declared environment and runtime identity); 
 matches, the load asks the backend to warm up one point of each dynamic shape-set entry
 (``StageContext.gate_points``) and the slot's :attr:`StageSlot.gate` record says "gate
 reused from DATE, n of m points checked now". Any mismatch runs the full gate, which is
-stored when it passes. A reused gate is never recorded as a full one.
+stored when it passes. A reused gate is never recorded as a full one. A stage whose
+backend reports no per-shape warm-ups (no ``WarmupReport.buckets``) has no gate points:
+its record says so (:data:`NO_POINTS_NOTE`) rather than "0 of 0 points checked".
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ PROBE_TIMEOUT_S = 10.0
 
 RELOAD_RETIRE_S = 5.0
 """How long a reload that failed its gate waits for the new worker's verified retirement."""
+
+NO_POINTS_NOTE = ("full gate on the warm-up's placement and numerics; no gate points (the "
+                  "backend reports no per-shape warm-ups)")
+"""The gate note of a stage whose warm-up report holds no buckets (``WarmupReport.buckets``
+empty: a backend without a shape set, the echo worker's, docs/authoring.md's): its one
+warm-up is gated as a whole, there is no point to count or check again, and nothing is
+stored for a later open to reuse."""
 
 
 def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
@@ -306,6 +315,10 @@ class StageOpener:
                    "shapes": {n: list(v) for n, v in sorted(b.shapes.items())}}
                   for b in (report.buckets if report is not None else ())]
         checked = len(points)
+        if not points:  # one warm-up, gated whole: nothing per point, nothing to store
+            slot.gate = {"mode": "full", "points_checked": 0, "points": 0,
+                         "note": NO_POINTS_NOTE}
+            return
         if stored is not None and checked < len(stored.points):
             slot.gate = {
                 "mode": "reused", "reused_from": stored.checked_at,

@@ -43,7 +43,7 @@ from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
 
 __all__ = ["BY_OPENING", "BY_PROBE", "UNTRIED", "WOULD_TRY", "PlanAnswer", "StageAnswer",
-           "plan_by_opening", "plan_by_probe"]
+           "plan_by_opening", "plan_by_probe", "times_candidates"]
 
 BY_PROBE = "probe-only"
 BY_OPENING = "open"
@@ -180,6 +180,17 @@ def _opened(config: PipelineConfig, index: int,
     return StageAnswer(stage.id, choice, tuple(entries))
 
 
+def times_candidates(config: PipelineConfig) -> bool:
+    """True when opening ``config`` times its candidates: what a workload is read for.
+
+    A measured selection (the default) with a choice to make: some stage lists more than
+    one candidate. Otherwise each stage takes the first candidate that passes and nothing
+    is timed, so an ``edge plan --input`` would be read for nothing (it is refused).
+    """
+    return config.selection == "measured" and any(len(s.candidates) > 1
+                                                  for s in config.stages)
+
+
 def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: ResourceLedger, *,
                     progress: Callable[[str], None] | None = None,
                     retire_deadline_s: float = 5.0, workload: Workload | None = None,
@@ -199,7 +210,7 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
         Anything unexpected, after unwinding whatever was opened.
     """
     check_linear_chain(config)
-    if config.selection == "measured" and any(len(s.candidates) > 1 for s in config.stages):
+    if times_candidates(config):
         return _plan_measured(attrs.evolve(config, start="all-ready"), plugins, ledger,
                               progress=progress, retire_deadline_s=retire_deadline_s,
                               workload=workload, store=store, remeasure=remeasure)

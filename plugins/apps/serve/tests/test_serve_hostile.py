@@ -11,6 +11,10 @@ A second server (``strict``) has a short ``--body-timeout``, a pipeline whose ``
 returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`: the server
 side's fault, a 500 logged once) and a slow one; it takes raw sockets that send part of a
 body and wait, or half-close after their request. Its log is checked by its own tests.
+
+A third (``failing``) has two pipelines whose ``finish`` raises for some inputs
+(:mod:`failing_finish`): a 500 naming the finish and the error, its traceback logged once
+per pipeline.
 """
 
 from __future__ import annotations
@@ -68,6 +72,16 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"'),
                  echo_pipeline(folder, "slow", delay_s=SLOW_S)]
     with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), env=_env()) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``first`` and ``second``: echo, then :mod:`failing_finish`."""
+    folder = tmp_path_factory.mktemp("failing")
+    pipelines = [echo_pipeline(folder, name, head='finish = "failing_finish:finish"')
+                 for name in ("first", "second")]
+    with running(pipelines, env=_env()) as served:
         yield served
 
 
@@ -348,6 +362,52 @@ def test_a_finish_answer_strict_json_cannot_carry_is_500_naming_its_path_logged_
                       "(scores_finish:finish) returned a number JSON cannot carry: NaN "
                       "(answered 500; logged once per pipeline)\n"], logged
     assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def test_a_finish_that_raises_is_500_naming_it_and_its_error_traceback_logged_once(
+        failing: Served) -> None:
+    """A ``finish`` (the model's own code) that raised was a 500 ``internal error`` not
+    naming it, a full traceback in uvicorn's log for every such request (a ``ValueError``
+    from it none at all): now the answer names the pipeline's finish and the error's type
+    and message, its traceback is logged for the first failure of each pipeline only, the
+    result is acknowledged (nothing held) and the pipeline serves on."""
+    cases = [(2.0, "RuntimeError", "the labels file is gone"),
+             (3.0, "ValueError", "scores and labels differ in length: 4 and 3"),
+             (5.0, "KeyError", "'x'"),
+             (2.0, "RuntimeError", "the labels file is gone")]
+    with httpx.Client(base_url=failing.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        for pipeline in ("first", "second"):
+            for first, kind, text in cases:
+                reply = client.post(f"/v1/pipelines/{pipeline}/run", json=_scores(first, 1.0))
+                assert reply.status_code == 500, (pipeline, first, reply.text[:300])
+                assert reply.headers["x-should-retry"] == "false"
+                assert reply.json()["error"]["param"] is None
+                assert reply.json()["error"]["type"] == "server_error"
+                error = _error(reply)
+                assert (error["field"], error["kind"], error["code"], error["reason"]) == (
+                    f"pipelines[{pipeline}].finish", "FinishFailed", "finish_failed",
+                    f"failing_finish:finish raised {kind}"), error
+                assert error["message"] == (f"pipelines[{pipeline}].finish: "
+                                            f"failing_finish:finish raised {kind}: {text}")
+        after = _charged(client)
+        assert {**after, "stage_calls": 0} == {**before, "stage_calls": 0}
+        assert _outcomes(client)["error"] - counted.get("error", 0.0) == 2 * len(cases)
+        for pipeline in ("first", "second"):
+            reply = client.post(f"/v1/pipelines/{pipeline}/run", json=_scores(1.0, 2.5))
+            assert reply.status_code == 200, reply.text[:300]
+            assert reply.json()["answer"] == {"size": 2}
+    logged = [line for line in failing.stderr if "edge serve: error" in line]
+    assert logged == [f"edge serve: error: pipelines[{pipeline}].finish: failing_finish:finish "
+                      "raised RuntimeError: the labels file is gone (answered 500; logged once "
+                      "per pipeline, with its traceback):\n"
+                      for pipeline in ("first", "second")], logged
+    text = "".join(failing.stderr)
+    assert text.count("Traceback") == 2, text
+    assert text.count('raise RuntimeError("the labels file is gone")') == 2, text
+    assert "Exception in ASGI application" not in text, text
 
 
 def _address(served: Served) -> tuple[str, int]:

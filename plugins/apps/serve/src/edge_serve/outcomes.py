@@ -36,7 +36,9 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
        ``event.data``, ``event.error`` or ``event.outputs``); a pipeline's ``finish``
        that returned what strict JSON cannot carry (``FinishAnswerInvalid``: code
-       ``finish_answer_invalid``, ``edge.field`` the path to it in the answer); anything
+       ``finish_answer_invalid``, ``edge.field`` the path to it in the answer); a
+       ``finish`` that raised (``FinishFailed``: code ``finish_failed``, naming the finish
+       and the error's type and message; its traceback logged once per pipeline); anything
        else: the error's type and message (``x-should-retry: false`` on all: the same
        request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
@@ -55,6 +57,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,6 +73,7 @@ __all__ = [
     "deadline_passed",
     "describe",
     "finish_answer_invalid",
+    "finish_failed",
     "from_exception",
     "outcome_of",
     "retry_headers",
@@ -117,7 +121,8 @@ _UNSET: Any = object()
 _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: What was already logged (each is logged once): a backend's undeclared error by its
-#: type, a pipeline's ``finish`` that answered what JSON cannot carry by the pipeline.
+#: type, a pipeline's ``finish`` that answered what JSON cannot carry, or that raised, by
+#: the pipeline.
 _logged: set[str] = set()
 
 
@@ -248,6 +253,29 @@ def finish_answer_invalid(pipeline: str, finish: str, field: str, reason: str,
                           code="finish_answer_invalid", param=None)
     _log_once(f"finish:{pipeline}", f"edge serve: error: {refusal} (answered 500; logged "
               "once per pipeline)")
+    return refusal
+
+
+def finish_failed(pipeline: str, finish: str, error: BaseException) -> HttpRefusal:
+    """500 for a ``finish`` that raised, naming it and the error's type and message.
+
+    The pipeline's ``finish`` (the model's own code) raised while it built the answer from
+    the request's outputs: the server side is at fault, not the request (500, ``param``
+    null, ``x-should-retry: false``: the same request would fail the same way), whatever
+    the error's type (a ``ValueError`` from it is no request's fault either). ``finish``
+    is the function's reference as the pipeline file names it. The first failure of each
+    pipeline's ``finish`` is logged on stderr with its traceback, which the operator needs
+    to mend it; later ones are answered without a log line.
+    """
+    kind = type(error).__name__
+    refusal = HttpRefusal(500, f"pipelines[{pipeline}].finish", f"{finish} raised {kind}",
+                          _short(str(error), 500), kind="FinishFailed", code="finish_failed",
+                          param=None)
+    key = f"finish-failed:{pipeline}"
+    if key not in _logged:
+        trace = "".join(traceback.format_exception(error)).rstrip("\n")
+        _log_once(key, f"edge serve: error: {refusal} (answered 500; logged once per "
+                  f"pipeline, with its traceback):\n{trace}")
     return refusal
 
 

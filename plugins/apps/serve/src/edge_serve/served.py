@@ -49,6 +49,7 @@ from edge_serve.outcomes import (
     HttpRefusal,
     deadline_passed,
     finish_answer_invalid,
+    finish_failed,
     server_stopping,
     stage_unready,
 )
@@ -284,14 +285,20 @@ class ServedPipeline:
         ``finish``'s answer, else the outputs as tensors; nothing is built for a request
         cancelled meanwhile. A ``finish`` answer that strict JSON cannot carry (NaN, an
         infinity, a value of a type JSON has no form for) is a 500 naming the path to it
-        in the answer (:func:`~edge_serve.outcomes.finish_answer_invalid`); the result is
-        acknowledged all the same.
+        in the answer (:func:`~edge_serve.outcomes.finish_answer_invalid`), a ``finish``
+        that raises a 500 naming it and the error
+        (:func:`~edge_serve.outcomes.finish_failed`); the result is acknowledged all the
+        same.
         """
         with result:
             handle.check()  # gone while the last stage answered: nothing further
             if self.finish is not None:
-                body = {"answer": self.finish(result.outputs, inputs,
-                                              self.pipeline.bundle_directories())}
+                try:
+                    answer = self.finish(result.outputs, inputs,
+                                         self.pipeline.bundle_directories())
+                except Exception as exc:  # the model's own code: a 500 naming it
+                    raise finish_failed(self.name, self.finish_name, exc) from None
+                body = {"answer": answer}
             else:
                 body = {"outputs": encode_tensors(result.outputs)}
             latencies = result.latencies

@@ -315,3 +315,43 @@ def test_without_inputs_a_candidate_bundle_without_examples_is_refused_before_an
             else:
                 assert f"edge: {error}\n" in done.stderr, argv
     assert not (tmp_path / "p.json").exists()
+
+
+def test_params_without_inputs_on_a_graph_first_stage_are_refused_before_any_start(
+        tmp_path: Path) -> None:
+    """``--params '{}'`` without inputs on a first stage whose backend does not generate.
+
+    ``--params`` skipped the early check (a prompt-only generate stage takes no tensors):
+    ``edge run`` started the worker and then failed the request (exit 1), ``edge profile``
+    did the same. Both refuse now (exit 2) with no process started, naming the inputs.
+    """
+    from edge_core.artifacts import create_manifest
+
+    from .test_run_process_starts import HOOKED_EDGE
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "model.bin").write_bytes(b"weights")
+    create_manifest(bundle, component="bundle", graph="model.bin")
+    (tmp_path / "pipeline.toml").write_text(
+        'name = "one"\n[[stages]]\nid = "a"\nmanifest = "bundle"\n'
+        '[stages.backend]\nname = "echo"\n')
+    error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
+             "example inputs to read instead, and --params alone gives no tensors: only a "
+             "generate stage runs without them; its backends: echo)")
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    for argv in (["run", "pipeline.toml"], ["profile", "pipeline.toml", "--out", "p.json"]):
+        for as_json in ((), ("--json",)):
+            done = subprocess.run([sys.executable, "-c", HOOKED_EDGE, *argv, "--params", "{}",
+                                   *as_json], cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=120, check=False)
+            assert done.returncode == 2, (argv, done.stderr)
+            starts = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
+            assert json.loads(starts.removeprefix("STARTS ")) == [], argv  # no process
+            assert "worker logs" not in done.stderr, argv
+            if as_json:
+                body = json.loads(done.stdout)
+                assert body["ok"] is False and body["error"] == error, argv
+            else:
+                assert f"edge: {error}\n" in done.stderr, argv
+    assert not (tmp_path / "p.json").exists()

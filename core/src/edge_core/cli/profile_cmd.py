@@ -333,7 +333,8 @@ def _classes(args: argparse.Namespace) -> list[Any]:
     return []
 
 
-def _check_inputs(args: argparse.Namespace, config: Any, classes: list[Any]) -> None:
+def _check_inputs(args: argparse.Namespace, config: Any, plugins: Any,
+                  classes: list[Any]) -> None:
     """Refuse (exit 2) inputs the pipeline cannot take, before anything opens.
 
     ``--input`` needs a ``prepare`` function in the pipeline; each ``--inputs`` archive
@@ -342,15 +343,17 @@ def _check_inputs(args: argparse.Namespace, config: Any, classes: list[Any]) -> 
     file was read (:func:`~edge_core.cli.run_inputs.check_readable`). Without any input
     or request class, the first stage's bundled example inputs are read: a first stage
     none of whose bundles names any is refused here, as ``edge run`` refuses it (it was
-    the profile's failure, exit 1, after the first open). No ledger is made and no
-    worker starts before this passes.
+    the profile's failure, exit 1, after the first open); with request classes
+    (``--params``, ``--workload``) but no input, too, unless a candidate of the first
+    stage generates (:func:`~edge_core.cli.run_inputs.no_inputs`). No ledger is made and
+    no worker starts before this passes.
     """
-    from edge_core.cli.run_inputs import bundled_example, read_npz_inputs
+    from edge_core.cli.run_inputs import no_inputs, read_npz_inputs
 
-    if not (args.sources or args.npz or classes) and bundled_example(config) is None:
-        raise common.CommandFailed(
-            common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
-            f"stage, {config.stages[0].id!r}, bundles no example inputs to read instead)")
+    if not (args.sources or args.npz):
+        refused = no_inputs(config, plugins, bool(classes))
+        if refused is not None:
+            raise refused
     if args.sources and config.prepare is None:
         raise common.CommandFailed(common.EXIT_USAGE, f"--input {args.sources[0]}: the "
                                    "pipeline names no 'prepare' function to read it with "
@@ -407,7 +410,8 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
     from edge_core.evidence.profiling import run_profile, write_profile
     from edge_core.progress import Progress
 
-    _check_inputs(args, checked.config, classes)  # what they need of the pipeline: exit 2
+    # what they need of the pipeline: exit 2
+    _check_inputs(args, checked.config, checked.plugins, classes)
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,

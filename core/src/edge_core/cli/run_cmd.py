@@ -45,8 +45,8 @@ from edge_core.cli.run_inputs import (
     BufferedInputs,
     PreparedInputs,
     Progress,
-    bundled_example,
     expand_inputs,
+    no_inputs,
     read_npz_inputs,
     skipped_line,
 )
@@ -68,7 +68,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         description="Check the pipeline file and every input, then admit, load and gate "
         "every stage, serve one request per input and close. Without --input or --inputs "
         "the first stage's bundled example inputs are read (and the output says so); where "
-        "none of its bundles has any, that is refused (exit 2) before anything starts.\n\n"
+        "none of its bundles has any, that is refused (exit 2) before anything starts, with "
+        "--params too unless a backend of that stage generates (--params alone gives no "
+        "tensors).\n\n"
         "--input files are all read by the pipeline's prepare first: the ones it refuses "
         "(and paths that are not regular files) are named together, one line each with "
         "its reason ('refused' in JSON), and nothing runs (exit 2). A directory is read "
@@ -302,12 +304,10 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     config = checked.config
     prepared = _check_inputs(args, config)  # before any worker starts: bad input is exit 2
     tensors = read_npz_inputs(args.inputs, config) if args.inputs and prepared is None else None
-    if prepared is None and tensors is None and args.params is None:
-        example = bundled_example(config)  # None: exit 2 now, not after loading
-        if example is None:
-            raise common.CommandFailed(
-                common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
-                f"stage, {config.stages[0].id!r}, bundles no example inputs to read instead)")
+    if prepared is None and tensors is None:  # exit 2 now, not after loading
+        refused = no_inputs(config, checked.plugins, args.params is not None)
+        if refused is not None:
+            raise refused
     if prepared is not None and prepared.skipped and not args.json:
         print(f"edge: {skipped_line(prepared.skipped)}", file=sys.stderr)
     logs = common.worker_logs(args.verbose, say)

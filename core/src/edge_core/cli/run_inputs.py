@@ -49,6 +49,7 @@ __all__ = [
     "bundled_example",
     "check_readable",
     "expand_inputs",
+    "no_inputs",
     "read_npz_inputs",
     "skipped_line",
 ]
@@ -173,6 +174,36 @@ def bundled_example(config: Any) -> str | None:
         if member is not None:
             return member
     return None
+
+
+def no_inputs(config: Any, plugins: Any, params: bool) -> common.CommandFailed | None:
+    """Exit 2 for a run without tensors or files that its first stage cannot take.
+
+    Without ``--input`` or ``--inputs`` the first stage's bundled example inputs are read
+    (:func:`bundled_example`); with ``--params`` only a stage that generates may run on
+    no tensors at all (a prompt-only generate stage). ``None`` when the run may go on:
+    some candidate's bundle names example inputs, or ``params`` is given and some
+    candidate's backend generates. Read from the manifests and the plugins' declarations
+    before anything starts (else the worker started and the request failed, exit 1).
+    """
+    from edge_core.backend import StageKind
+
+    if bundled_example(config) is not None:
+        return None
+    stage = config.stages[0]
+    if params:
+        kinds = [plugins.backends.get(choice.backend.name) for choice in stage.choices()]
+        if any(found is None or StageKind.GENERATE in found[0].kinds for found in kinds):
+            return None
+        backends = ", ".join(dict.fromkeys(c.backend.name for c in stage.choices()))
+        return common.CommandFailed(
+            common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+            f"stage, {stage.id!r}, bundles no example inputs to read instead, and --params "
+            f"alone gives no tensors: only a generate stage runs without them; its "
+            f"backends: {backends})")
+    return common.CommandFailed(
+        common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+        f"stage, {stage.id!r}, bundles no example inputs to read instead)")
 
 
 def _example_member(manifest: Path | None) -> str | None:

@@ -387,6 +387,10 @@ OPTIONS = [
     (["profile", "one.toml", "--input", "a.txt", "--requests", str(10**23)], "--requests"),
     (["profile", "one.toml", "--input", "a.txt", "--startup-samples", "9" * 5000],
      "--startup-samples"),
+    # lengths and repeats have a ceiling too (--duration 9999h was taken)
+    (["profile", "one.toml", "--input", "a.txt", "--duration", "169h"], "--duration"),
+    (["profile", "one.toml", "--input", "a.txt", "--window", "25h"], "--window"),
+    (["run", "one.toml", "--input", "a.txt", "--repeat", str(10**23)], "--repeat"),
 ]
 
 
@@ -414,6 +418,53 @@ def test_a_profile_count_above_its_documented_ceiling_is_refused_naming_it(
     section = page.split("## edge profile\n", 1)[1].split("\n## ", 1)[0]
     documented = " ".join(section.split(f"  {option} N", 1)[1].split("\n  --", 1)[0].split())
     assert f"at most {ceiling})" in documented, documented
+
+
+#: Each length option of ``edge profile``, its documented ceiling (docs/cli.md) and the
+#: ceiling in seconds.
+PROFILE_LENGTHS = {"--duration": ("168h", 168 * 3600.0), "--window": ("24h", 24 * 3600.0)}
+
+
+@pytest.mark.parametrize(("option", "ceiling"), PROFILE_LENGTHS.items())
+def test_a_profile_length_above_its_documented_ceiling_is_refused_naming_it(
+        option: str, ceiling: tuple[str, float]) -> None:
+    """``--duration`` and ``--window`` took any finite length (``--duration 99999h``)."""
+    from edge_core.cli import parser_and_commands
+    from edge_core.cli.common import UsageError
+
+    shown, seconds = ceiling
+    parser, _ = parser_and_commands("profile")
+    args = parser.parse_args(["profile", "p.toml", option, shown])
+    assert getattr(args, option[2:]) == seconds
+    for value in (f"{seconds + 1:g}", f"{seconds / 60 + 1:g}m", "99999h", "9" * 300):
+        with pytest.raises(UsageError) as refused:
+            parser.parse_args(["profile", "p.toml", option, value])
+        assert refused.value.message.startswith(
+            f"edge profile: error: argument {option}: must be at most {shown} "
+            f"({seconds:g} s): "), value
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text("utf-8")
+    section = page.split("## edge profile\n", 1)[1].split("\n## ", 1)[0]
+    documented = " ".join(section.split(f"  {option} DURATION", 1)[1]
+                          .split("\n  --", 1)[0].split())
+    assert f"at most {shown})" in documented, documented
+
+
+def test_run_repeat_above_its_documented_ceiling_is_refused_naming_it() -> None:
+    """``edge run --repeat`` had no ceiling (``--repeat 10**23`` ran until killed)."""
+    from edge_core.cli import parser_and_commands
+    from edge_core.cli.common import UsageError
+
+    parser, _ = parser_and_commands("run")
+    assert parser.parse_args(["run", "p.toml", "--repeat", "100000"]).repeat == 100_000
+    for value in ("100001", str(10**23), "9" * 5000):
+        with pytest.raises(UsageError) as refused:
+            parser.parse_args(["run", "p.toml", "--repeat", value])
+        assert refused.value.message.startswith(
+            "edge run: error: argument --repeat: must be at most 100000: "), value
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text("utf-8")
+    section = page.split("## edge run\n", 1)[1].split("\n## ", 1)[0]
+    documented = " ".join(section.split("  --repeat N", 1)[1].split("\n  --", 1)[0].split())
+    assert "at most 100000)" in documented, documented
 
 
 @pytest.mark.parametrize(("argv", "option"), OPTIONS, ids=[" ".join(a) for a, _ in OPTIONS])

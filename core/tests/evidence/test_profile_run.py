@@ -310,3 +310,26 @@ def test_settings_refuse_seconds_that_are_not_finite(field: str, value: float) -
     # the settings are written into the profile, and JSON has no NaN nor Infinity
     with pytest.raises(ValueError, match=f"^{field}: must be a finite number"):
         ProfileSettings(**{field: value})
+
+
+@pytest.mark.parametrize(("field", "good", "bad"), [
+    ("requests", 100_000, 100_001), ("warmup_requests", 100_000, 10**23),
+    ("matched_requests", 100_000, 100_001), ("process_start_repeats", 1_000, 1_001),
+    ("startup_samples", 100, 101), ("duration_s", 7 * 24 * 3600.0, 7 * 24 * 3600.0 + 1),
+    ("window_s", 24 * 3600.0, 1e300)])
+def test_profile_settings_have_the_command_line_s_ceilings(field: str, good: float,
+                                                            bad: float) -> None:
+    """The Python API took any count or length the CLI refuses (``requests=10**23``): its
+    ceilings are the same numbers, from one place (edge_core.evidence.profile_limits)."""
+    from edge_core.evidence import profile_limits
+    from edge_core.evidence.profiling import ProfileSettings
+
+    assert getattr(ProfileSettings(**{field: good}), field) == good
+    with pytest.raises(ValueError, match=rf"^{field}: must be at most ") as refused:
+        ProfileSettings(**{field: bad})
+    assert repr(bad) in str(refused.value)
+    ceilings = {"requests": "MAX_REQUESTS", "warmup_requests": "MAX_REQUESTS",
+                "matched_requests": "MAX_REQUESTS", "process_start_repeats":
+                "MAX_PROCESS_STARTS", "startup_samples": "MAX_STARTUP_SAMPLES",
+                "duration_s": "MAX_DURATION_S", "window_s": "MAX_WINDOW_S"}
+    assert getattr(profile_limits, ceilings[field]) == good

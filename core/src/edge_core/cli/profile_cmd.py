@@ -12,9 +12,17 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 
 from edge_core import discovery
 from edge_core.cli import common
+from edge_core.evidence.profile_limits import (
+    MAX_DURATION_S,
+    MAX_PROCESS_STARTS,
+    MAX_REQUESTS,
+    MAX_STARTUP_SAMPLES,
+    MAX_WINDOW_S,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,15 +31,6 @@ if TYPE_CHECKING:
     from edge_core.evidence.profiling import ProfileSettings
 
 NAME = "profile"
-
-MAX_REQUESTS = 100_000
-"""The most requests ``--requests``, ``--warmup`` and ``--matched-requests`` take (each
-per class or input group, and per concurrency level for the first two)."""
-MAX_PROCESS_STARTS = 1_000
-"""The most bare worker starts ``--process-starts`` takes per route."""
-MAX_STARTUP_SAMPLES = 100
-"""The most traced start-ups ``--startup-samples`` takes (each opens the pipeline twice
-more: the traced run and the untraced one after it)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -56,6 +55,20 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"not a positive duration (30m, 90s, 1h, 500ms, or seconds): {text!r}")
     return seconds
+
+
+def duration_up_to(high: float, shown: str) -> Callable[[str], float]:
+    """An argparse type: a :func:`duration` of at most ``high`` seconds (``shown``: 7d)."""
+
+    def parse(text: str) -> float:
+        seconds = duration(text)
+        if seconds > high:
+            raise argparse.ArgumentTypeError(f"must be at most {shown} ({high:g} s): "
+                                             f"{text!r}")
+        return seconds
+
+    parse.__name__ = f"duration up to {shown}"
+    return parse
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -120,12 +133,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         f"runs (default 5, at most {MAX_REQUESTS})")
     parser.add_argument("--no-warm-restart", action="store_true",
                         help="skip restarting every stage in the first runs")
-    parser.add_argument("--duration", type=duration, metavar="DURATION",
+    parser.add_argument("--duration", type=duration_up_to(MAX_DURATION_S, "168h"),
+                        metavar="DURATION",
                         help="also run a sustained load this long (30m, 90s, 1h) at the "
                         "highest admitted --concurrency level: per-window p50/p95, memory, "
-                        "frequency, temperature and their trends")
-    parser.add_argument("--window", type=duration, default=60.0, metavar="DURATION",
-                        help="the sustained run's window (default 1m)")
+                        "frequency, temperature and their trends (at most 168h)")
+    parser.add_argument("--window", type=duration_up_to(MAX_WINDOW_S, "24h"), default=60.0,
+                        metavar="DURATION",
+                        help="the sustained run's window (default 1m, at most 24h)")
     parser.add_argument("--chunk-seconds", type=common.positive_seconds, metavar="SECONDS",
                         help="media seconds each streamed event carries, where the stage "
                         "does not say (duration_s): enables the real-time measures")

@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 
 NAME = "run"
 
+MAX_REPEAT = 100_000
+"""The most requests ``--repeat`` serves per input (a typo of a few digits is refused by
+name, not a run that never ends)."""
+
 WORKLOAD_INPUTS = 4
 """How many ``--input`` files a measured selection times (the first ones)."""
 
@@ -104,9 +108,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--params", metavar="JSON", type=common.json_object, default=None,
                         help='request parameters for the final stage, e.g. a generate '
                         'stage\'s \'{"prompt": "Hello", "max_tokens": 16}\'')
-    parser.add_argument("--repeat", type=common.positive_int, default=1, metavar="N",
+    parser.add_argument("--repeat", type=common.int_between(1, MAX_REPEAT), default=1,
+                        metavar="N",
                         help="serve N sequential requests per input; latency p50 over them "
-                        "(default 1)")
+                        f"(default 1, at most {MAX_REPEAT})")
     parser.add_argument("--profile", metavar="PATH",
                         help="also write a deployment profile (plan, raw samples, answers) "
                         "as JSON to PATH")

@@ -57,6 +57,13 @@ from edge_core.evidence import (
     sustained,
     workload,
 )
+from edge_core.evidence.profile_limits import (
+    MAX_DURATION_S,
+    MAX_PROCESS_STARTS,
+    MAX_REQUESTS,
+    MAX_STARTUP_SAMPLES,
+    MAX_WINDOW_S,
+)
 from edge_core.evidence.tracing import PhaseTracer
 from edge_core.evidence.workload_file import RequestClass
 from edge_core.identity import (
@@ -102,6 +109,16 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: Any) ->
         raise ValueError(f"{attribute.name}: must be a finite number > 0: {value!r}")
 
 
+def _at_most(high: float) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    """A validator: a value (or ``None``) of at most ``high`` (:mod:`.profile_limits`)."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and value > high:
+            raise ValueError(f"{attribute.name}: must be at most {high:g}: {value!r}")
+
+    return check
+
+
 def _ints(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(values)
 
@@ -140,21 +157,31 @@ class ProfileSettings:
         sysfs: the sysfs root the conditions are read from (``None``: ``/sys`` or
             ``$EDGE_SYSFS_ROOT``).
         targets: product targets given with ``--targets`` (the pipeline's own are added).
+
+    The counts and lengths that size the run have the ceilings of
+    :mod:`~edge_core.evidence.profile_limits` (those of ``edge profile``'s options): a
+    value over one is a ``ValueError`` naming the field.
     """
 
-    requests: int = attrs.field(default=20, validator=_positive)
-    warmup_requests: int = attrs.field(default=2, validator=_non_negative)
+    requests: int = attrs.field(default=20, validator=[_positive, _at_most(MAX_REQUESTS)])
+    warmup_requests: int = attrs.field(default=2,
+                                     validator=[_non_negative, _at_most(MAX_REQUESTS)])
     concurrency: tuple[int, ...] = attrs.field(default=(1, 2, 4), converter=_ints,
                                                validator=_levels)
-    process_start_repeats: int = attrs.field(default=3, validator=_positive)
+    process_start_repeats: int = attrs.field(
+        default=3, validator=[_positive, _at_most(MAX_PROCESS_STARTS)])
     warm_restart: bool = True
     deadline_s: float = 300.0
-    startup_samples: int = attrs.field(default=1, validator=_non_negative)
-    matched_requests: int = attrs.field(default=5, validator=_positive)
+    startup_samples: int = attrs.field(
+        default=1, validator=[_non_negative, _at_most(MAX_STARTUP_SAMPLES)])
+    matched_requests: int = attrs.field(default=5,
+                                      validator=[_positive, _at_most(MAX_REQUESTS)])
     slow_consumer_pause_s: float = attrs.field(default=1.0, validator=_non_negative)
     chunk_seconds: float | None = attrs.field(default=None, validator=_positive_or_none)
-    duration_s: float | None = attrs.field(default=None, validator=_positive_or_none)
-    window_s: float = attrs.field(default=60.0, validator=_positive_number)
+    duration_s: float | None = attrs.field(
+        default=None, validator=[_positive_or_none, _at_most(MAX_DURATION_S)])
+    window_s: float = attrs.field(default=60.0,
+                                  validator=[_positive_number, _at_most(MAX_WINDOW_S)])
     memory_interval_s: float = attrs.field(default=0.1, validator=_positive_number)
     sysfs: str | None = None
     targets: tuple[str, ...] = attrs.field(default=(), converter=_texts)

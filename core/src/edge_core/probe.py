@@ -16,8 +16,10 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
     """Call ``edge_probe`` on every plugin separately and gather a JSON-ready result.
 
     A plugin whose probe raises, hangs past ``timeout_s`` or returns something other than
-    probe reports is listed under ``plugin_errors``; its declared backends are then
-    reported unavailable with that error as the reason, so nothing silently disappears.
+    a list of probe reports (one item that is not one refuses the whole answer, as
+    opening a pipeline does) is listed under ``plugin_errors``; its declared backends are
+    then reported unavailable with that error as the reason, so nothing silently
+    disappears.
     Backends a plugin declares but does not report on are marked unavailable too, and so
     is a report on a backend its plugin does not serve (:func:`_not_served`: the plugin's
     ``edge_backends`` failed or answered something else, or another plugin declares the
@@ -35,8 +37,10 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
         reports: list[ProbeReport] = []
         if problem is None:
             problem = probe_problem(answer.result)
-            if isinstance(answer.result, list | tuple):  # the good reports of a mixed answer
-                reports.extend(r for r in answer.result if isinstance(r, ProbeReport))
+            if problem is None and answer.result is not None:
+                # a mixed answer is refused whole, as opening a pipeline refuses it
+                # (PluginSet.probe): no row of it is reported available
+                reports.extend(answer.result)
         if problem is not None:
             failed_probes.append({**record.to_json(), "error": problem})
         for report in reports:

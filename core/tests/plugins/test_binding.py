@@ -226,6 +226,34 @@ def test_a_probe_answer_that_is_not_a_list_of_reports_refuses_the_stage_naming_t
     assert "not a list of ProbeReport" in row["reason"]
 
 
+class MixedProbe(Owner):
+    """Owns 'toy' and answers edge_probe with a good report and one that is not a report."""
+
+    @hookimpl
+    def edge_probe(self) -> Any:
+        return [ProbeReport(backend="toy", available=True), {"backend": "toy"}]
+
+
+def test_a_probe_answer_mixing_reports_and_others_is_refused_whole_by_probe_and_open() -> None:
+    """edge probe and the open agree: the good report of a mixed answer does not make its
+    backend available in the one while the other refuses the stage."""
+    from edge_core.config import load_pipeline
+    from edge_core.probe import probe_all
+    from edge_core.runtime.opener import resolve_slots
+
+    plugins = load_plugins(objects={"mine": MixedProbe()}, env={"EDGE_PLUGINS": ""})
+    config = load_pipeline({"name": "t", "stages": [{"id": "s", "backend": {"name": "toy"}}]})
+    with pytest.raises(BackendUnavailable, match=r"probe of plugin 'mine' failed "
+                       r"\(edge_probe returned a non-ProbeReport: \{'backend': 'toy'\}"):
+        resolve_slots(config, plugins, 0)
+    probed = probe_all(plugins)
+    (row,) = probed["backends"]
+    assert (row["backend"], row["available"]) == ("toy", False)
+    assert row["reason"] == ("probe failed: edge_probe returned a non-ProbeReport: "
+                             "{'backend': 'toy'}")
+    assert [e["plugin"] for e in probed["plugin_errors"]] == ["mine"]
+
+
 TOY = BackendInfo(name="toy", kinds=["graph"])
 
 

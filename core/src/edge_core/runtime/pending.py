@@ -258,12 +258,18 @@ class PendingCall:
         """The caller is done with this request, whatever its state.
 
         A delivered result is acknowledged (its slot and worker memory go back); a request
-        that has not ended is cancelled; one that ended otherwise needs nothing.
+        that has not ended is cancelled and then read to its end, delivering nothing (the
+        stage's slot is freed by that end: nobody else reads it, so without this a stream
+        abandoned half-way would hold its slot for good); one that ended otherwise needs
+        nothing.
         """
         if self._result is not None:
             self._result.ack()
         elif not self._done:
             self.cancel()
+            self._done = True
+            self._read_to_end()
+            self._close_events()
 
     def cancel(self) -> CancelOutcome:
         """Cancel this request (see :meth:`StageRuntime.cancel`).

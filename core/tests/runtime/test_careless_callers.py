@@ -7,8 +7,16 @@ check, processes and shared-memory segments).
 
 from __future__ import annotations
 
-import numpy as np
+import asyncio
+import concurrent.futures
+import math
+from typing import Any
 
+import numpy as np
+import pytest
+
+from edge_contracts.errors import InvalidValue
+from edge_core.errors import DeadlineExceeded
 from edge_core.runtime import Pipeline
 
 from .conftest import OpenPipeline, echo_stage
@@ -36,4 +44,48 @@ def test_a_stream_closed_half_way_gives_back_its_stage_slot(open_pipeline: OpenP
     assert pipeline.health()["stages"]["s"]["state"] == "ready"
     with pipeline.run({"x": X}, params={"stream_chunks": 0}) as result:  # still serves
         assert result.outputs["x"].shape == (2, 2)
+    assert _charged(pipeline) == (0, 0)
+
+
+@pytest.mark.parametrize("deadline_s", [math.nan, math.inf, -math.inf, "1", True, None])
+def test_a_deadline_that_is_no_finite_number_is_refused_naming_deadline_s(
+    open_pipeline: OpenPipeline, deadline_s: Any,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"), admission=2)
+    if deadline_s is None:  # the control: None is "no deadline", served
+        with pipeline.run({"x": X}, deadline_s=deadline_s) as result:
+            assert result.outputs["x"].shape == (2, 2)
+        return
+    calls = [
+        lambda: pipeline.run({"x": X}, deadline_s=deadline_s),
+        lambda: pipeline.submit({"x": X}, deadline_s=deadline_s),
+        lambda: next(pipeline.stream({"x": X}, deadline_s=deadline_s)),
+        lambda: asyncio.run(pipeline.arun({"x": X}, deadline_s=deadline_s)),
+        lambda: pipeline.stage("s").submit({"x": X}, deadline_s=deadline_s),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidValue) as info:
+            call()
+        assert info.value.field == "deadline_s"
+        assert "finite number of seconds" in str(info.value)
+    assert _charged(pipeline) == (0, 0)
+    with pipeline.run({"x": X}) as result:  # nothing was taken
+        assert result.outputs["x"].shape == (2, 2)
+
+
+def test_many_threads_with_a_passed_deadline_each_get_deadline_exceeded(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"), admission=2)
+
+    def call(deadline_s: float) -> str:
+        try:
+            pipeline.run({"x": X}, deadline_s=deadline_s).ack()
+        except DeadlineExceeded:
+            return "expired"
+        return "served"
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, [0.0, -1.0, -1e300, 0.0] * 16))
+    assert set(answers) == {"expired"}
     assert _charged(pipeline) == (0, 0)

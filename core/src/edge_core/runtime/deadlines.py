@@ -21,11 +21,13 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 
+from edge_contracts.errors import InvalidValue
 from edge_core.backend import StageKind
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "GRAPH_CALL_TIMEOUT_S",
     "DeadlineTimer",
     "TimerHandle",
+    "deadline_until",
     "default_call_timeout",
     "timer",
 ]
@@ -196,3 +199,22 @@ if hasattr(os, "register_at_fork"):  # POSIX: the child has no timer thread
 def timer() -> DeadlineTimer:
     """The controller process's one deadline timer."""
     return _TIMER
+
+
+def deadline_until(deadline_s: float, field: str = "deadline_s") -> float:
+    """The monotonic time a request's ``deadline_s`` ends at (from now).
+
+    Zero or a negative number is a deadline already passed (the request then ends with
+    ``DeadlineExceeded`` before anything is sent); ``None`` is the caller's "no
+    deadline" and never reaches here.
+
+    Raises:
+        InvalidValue: ``deadline_s`` is not a number of seconds (a bool, a string, ...)
+            or not finite (NaN, which no time compares with, or an infinity, which no
+            timer or wait can be given: pass ``None`` for no deadline).
+    """
+    if (isinstance(deadline_s, bool) or not isinstance(deadline_s, int | float)
+            or not math.isfinite(deadline_s)):
+        raise InvalidValue(field, deadline_s, "must be a finite number of seconds, or None "
+                           "for no deadline")
+    return time.monotonic() + deadline_s

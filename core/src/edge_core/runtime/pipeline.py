@@ -46,6 +46,7 @@ from edge_core.runtime.chain import (
     run_chain,
     split_carry,
 )
+from edge_core.runtime.deadlines import deadline_until
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.execution_plan import execution_plan
 from edge_core.runtime.health import pipeline_health
@@ -273,7 +274,7 @@ class Pipeline:
             RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
         """
         self.check_params(params)
-        until = None if deadline_s is None else time.monotonic() + deadline_s
+        until = None if deadline_s is None else deadline_until(deadline_s)
         return self._run(inputs, params, until, None)
 
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
@@ -388,7 +389,7 @@ class Pipeline:
         (see :meth:`run`).
         """
         self.check_params(params)
-        until = None if deadline_s is None else time.monotonic() + deadline_s
+        until = None if deadline_s is None else deadline_until(deadline_s)
         take_slot(self.admission, until)
         serving = self.lineup.enter()
         try:
@@ -449,7 +450,7 @@ class Pipeline:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
         self.check_params(params)
         rid = request_id or f"{self.config.name}-{next(self._ids)}"
-        until = None if deadline_s is None else time.monotonic() + deadline_s
+        until = None if deadline_s is None else deadline_until(deadline_s)
         fenced = until is not None and not interrupt_at_deadline
         calls_until = None if fenced else until  # fenced: call_timeout_s bounds each call
         admitted = False

@@ -38,6 +38,7 @@ from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, ResourceUnavailable, StageClosed, WorkerError
 from edge_core.host.errors import InputBufferBusy, TransportCapExceeded
 from edge_core.runtime.admission import SlotsTaken
+from edge_core.runtime.deadlines import deadline_until
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome, strongest_fence
 from edge_core.runtime.health import StageState, replica_summary
@@ -382,7 +383,7 @@ class ReplicaSet:
                 else:
                     if call is not None:
                         return call
-        end = None if deadline_s is None else time.monotonic() + deadline_s
+        end = None if deadline_s is None else deadline_until(deadline_s)
         if until is not None:
             end = until if end is None else min(end, until)
         restart_end: float | None = None  # set once the wait for a restart begins

@@ -41,7 +41,7 @@ from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, PluginError, StageClosed
 from edge_core.runtime.admission import SlotPool, check_request_size, take_slot
-from edge_core.runtime.deadlines import default_call_timeout, timer
+from edge_core.runtime.deadlines import deadline_until, default_call_timeout, timer
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.health import StageHealth, StageState, error_record, restart_coming
@@ -207,7 +207,7 @@ class StageRuntime:
             RequestCancelled: ``abandoned()`` said so; nothing was sent.
         """
         if deadline_s is not None:
-            own = time.monotonic() + deadline_s
+            own = deadline_until(deadline_s)
             until = own if until is None else min(until, own)
         if self.state is not StageState.READY:
             self._require_ready()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import math
+import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -89,3 +92,47 @@ def test_many_threads_with_a_passed_deadline_each_get_deadline_exceeded(
         answers = list(pool.map(call, [0.0, -1.0, -1e300, 0.0] * 16))
     assert set(answers) == {"expired"}
     assert _charged(pipeline) == (0, 0)
+
+
+def _settles(pipeline: Pipeline, within_s: float = 5.0) -> tuple[int, int]:
+    """What stays charged once the background acknowledgements had time to run."""
+    ends = time.monotonic() + within_s
+    while _charged(pipeline) != (0, 0) and time.monotonic() < ends:
+        time.sleep(0.01)
+    return _charged(pipeline)
+
+
+def test_a_result_dropped_unacknowledged_is_acknowledged_with_a_warning(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):  # admission 1: each run needs the one before given back
+            pipeline.run({"x": X}, deadline_s=5.0)  # the result dropped at once
+            gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    assert any(issubclass(w.category, ResourceWarning) and "without ack()" in str(w.message)
+               for w in seen)
+    with pipeline.run({"x": X}) as result:  # no deadline: admitted at once
+        assert result.outputs["x"].shape == (2, 2)
+
+
+def test_an_arun_cancelled_in_flight_gives_its_slots_back(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", delay_s=0.3))
+
+    async def cancel_in_flight() -> None:
+        task = asyncio.ensure_future(pipeline.arun({"x": X}))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        asyncio.run(cancel_in_flight())
+        time.sleep(0.5)  # the request's thread finishes it; nobody takes the result
+        gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    with pipeline.run({"x": X}) as result:
+        assert result.outputs["x"].shape == (2, 2)

@@ -53,7 +53,7 @@ from edge_core.runtime.health import pipeline_health
 from edge_core.runtime.memory_check import memory_report
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pending import PendingCall
-from edge_core.runtime.pipeline_result import PipelineResult
+from edge_core.runtime.pipeline_result import PipelineResult, start_unacknowledged_drain
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.request_tracker import RequestTracker
@@ -125,6 +125,7 @@ class Pipeline:
         self.opened_at = opener.started_at
         self.closed = False
         self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
+        start_unacknowledged_drain()  # a result dropped unacknowledged is acknowledged
         try:  # after every gate passed; a reference that fails only withholds a label
             run_references(opener, slots)
             self.policy.serving(self.lineup)  # a first-ready start goes on in the background

@@ -2,21 +2,67 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_core.runtime.chain import GatheredResult
 from edge_core.runtime.results import AckOutcome, StageResult
 
-__all__ = ["PipelineResult"]
+__all__ = ["PipelineResult", "start_unacknowledged_drain"]
+
+# Results dropped unacknowledged: (final, release), acknowledged by the drain thread. A
+# SimpleQueue's put is safe from a finalizer that runs inside a garbage collection,
+# wherever it interrupts (a lock the acknowledgement takes may be held right there).
+_DROPPED: queue.SimpleQueue[tuple[StageResult | GatheredResult, Callable[[], None]]] = (
+    queue.SimpleQueue())
+_DRAIN_LOCK = threading.Lock()
+_drain: list[threading.Thread] = []
+
+
+def start_unacknowledged_drain() -> None:
+    """Start, once per process, the thread that acknowledges results dropped unacknowledged.
+
+    Called when a pipeline opens (not from a finalizer, where starting a thread is unsafe).
+    """
+    with _DRAIN_LOCK:
+        if not _drain:
+            thread = threading.Thread(target=_acknowledge_dropped, daemon=True,
+                                      name="edge-unacknowledged")
+            thread.start()
+            _drain.append(thread)
+
+
+def _acknowledge_dropped() -> None:
+    """Acknowledge each result that was garbage-collected unacknowledged, with a warning."""
+    while True:
+        final, release = _DROPPED.get()
+        rid = getattr(getattr(final, "key", None), "request_id", "?")
+        note = "acknowledged now (use `with` or call ack())"
+        try:
+            try:
+                final.ack()
+            finally:
+                release()
+        except Exception as exc:  # this thread must live on: said in the warning
+            note = f"its acknowledgement failed: {type(exc).__name__}: {exc}"
+        warnings.warn(f"request[{rid}]: a result was garbage-collected without ack(): {note}",
+                      ResourceWarning, stacklevel=1)
+        del final, release
+
 
 
 class PipelineResult:
     """The final stage's result plus each stage's latency; acknowledge it (or use ``with``).
 
     Acknowledging frees the final stage's slot and the pipeline's admission slot (and the
-    hold on the placement it ran on). ``placement`` is the request's placement receipt:
-    given as it is, or as ``receipt``, which builds it when it is first read (a request
+    hold on the placement it ran on). A result garbage-collected without an
+    acknowledgement is acknowledged then, by a thread of its own (soon after, not at
+    once), with a ``ResourceWarning``: a bug to fix, never a way to release.
+    ``placement`` is the request's placement receipt: given as it is, or as ``receipt``,
+    which builds it when it is first read (a request
     whose receipt nobody reads does not build it).
     """
 
@@ -58,6 +104,10 @@ class PipelineResult:
             self._acked = True
             self._release()
         return outcome
+
+    def __del__(self) -> None:
+        if not self._acked:  # dropped unacknowledged: its slots would be held for good
+            _DROPPED.put((self.final, self._release))
 
     def __enter__(self) -> PipelineResult:
         return self

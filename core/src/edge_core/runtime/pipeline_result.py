@@ -106,8 +106,11 @@ class PipelineResult:
         return outcome
 
     def __del__(self) -> None:
-        if not self._acked:  # dropped unacknowledged: its slots would be held for good
-            _DROPPED.put((self.final, self._release))
+        try:
+            if not self._acked:  # dropped unacknowledged: its slots would be held for good
+                _DROPPED.put((self.final, self._release))
+        except (AttributeError, TypeError):  # its __init__ failed, or the interpreter is
+            pass  # shutting down (this module's names gone): nothing to give back then
 
     def __enter__(self) -> PipelineResult:
         return self

@@ -106,11 +106,11 @@ class PipelineResult:
         return outcome
 
     def __del__(self) -> None:
-        try:
-            if not self._acked:  # dropped unacknowledged: its slots would be held for good
+        if not self._acked:  # dropped unacknowledged: its slots would be held for good
+            try:
                 _DROPPED.put((self.final, self._release))
-        except (AttributeError, TypeError):  # its __init__ failed, or the interpreter is
-            pass  # shutting down (this module's names gone): nothing to give back then
+            except (AttributeError, TypeError):  # the interpreter is shutting down (this
+                pass  # module's names gone): nothing is served any more
 
     def __enter__(self) -> PipelineResult:
         return self

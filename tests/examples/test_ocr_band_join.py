@@ -67,8 +67,8 @@ def test_join_checks_its_inputs() -> None:
 
 
 def test_a_folded_maps_line_comes_back_whole_in_page_pixels() -> None:
-    frame = page_frame(40, 3000)  # four bands of 960, one under the other
-    assert frame.folds == 4
+    frame = page_frame(40, 3000)  # enlarged twice: seven bands of 960, one under the other
+    assert frame.folds == 7 and (frame.height, frame.width) == (80, 6000)
     prob = np.zeros((frame.padded_height, frame.padded_width), np.float32)
     line = (300, 2500)  # page columns of a line's shrunk core, rows 15 .. 25
     for w in band_windows(frame):

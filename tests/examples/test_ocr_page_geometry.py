@@ -11,7 +11,9 @@ import pytest
 from edge_ocr_example.errors import OcrError, TensorMismatch
 from edge_ocr_example.page_scale import (
     FOLD_GAP,
+    FOLD_MAX_SCALE,
     FOLD_OVERLAP,
+    MAX_ENLARGE,
     band_windows,
     page_frame,
     page_input,
@@ -47,10 +49,17 @@ def test_a_large_page_is_scaled_to_the_limit_and_padded_to_32() -> None:
     assert frame.scale_x == pytest.approx(0.48) and frame.scale_y == pytest.approx(0.48)
 
 
-def test_a_small_page_is_not_enlarged_only_padded() -> None:
-    frame = page_frame(100, 301)
+def test_a_small_page_is_enlarged_towards_the_limit_at_most_max_enlarge_times() -> None:
+    frame = page_frame(100, 301)  # to the limit: 960 / 301 times
     assert (frame.height, frame.width, frame.padded_height, frame.padded_width) == (
-        100, 301, 128, 320)
+        319, 960, 320, 960)
+    frame = page_frame(16, 16)  # the limit is further than MAX_ENLARGE
+    assert MAX_ENLARGE == 4
+    assert (frame.height, frame.width, frame.padded_height, frame.padded_width) == (
+        64, 64, 64, 64)
+    assert page_frame(16, 16, limit=32).height == 32  # the limit still caps it
+    frame = page_frame(960, 500)  # a page as large as the limit is left as it is
+    assert (frame.scale_x, frame.scale_y) == (1.0, 1.0)
 
 
 def test_the_limit_is_configurable_and_checked() -> None:
@@ -64,13 +73,13 @@ def test_the_limit_is_configurable_and_checked() -> None:
 def test_page_input_normalises_and_pads_with_white() -> None:
     image = np.zeros((50, 70, 3), np.uint8)
     image[:, :, 0] = 255
-    tensor, frame = page_input(image)
-    assert tensor.shape == (1, 3, 64, 96) and tensor.dtype == np.float32
-    assert (frame.height, frame.width) == (50, 70)
-    np.testing.assert_array_equal(tensor[0, 0, :50, :70], 1.0)
-    np.testing.assert_array_equal(tensor[0, 1, :50, :70], -1.0)
-    np.testing.assert_array_equal(tensor[0, :, 50:, :], 1.0)  # padding is white paper
-    np.testing.assert_array_equal(tensor[0, :, :, 70:], 1.0)
+    tensor, frame = page_input(image)  # enlarged four times: 200 x 280
+    assert tensor.shape == (1, 3, 224, 288) and tensor.dtype == np.float32
+    assert (frame.height, frame.width) == (200, 280)
+    np.testing.assert_array_equal(tensor[0, 0, :200, :280], 1.0)
+    np.testing.assert_array_equal(tensor[0, 1, :200, :280], -1.0)
+    np.testing.assert_array_equal(tensor[0, :, 200:, :], 1.0)  # padding is white paper
+    np.testing.assert_array_equal(tensor[0, :, :, 280:], 1.0)
     with pytest.raises(TensorMismatch, match="HxWx3 uint8"):
         page_input(np.zeros((5, 5), np.uint8))
 
@@ -86,18 +95,44 @@ def test_points_map_back_to_the_original_image_pixels() -> None:
 
 
 def test_a_long_thin_page_is_folded_into_bands_at_full_scale() -> None:
-    # one line of 24 px text 4972 px wide: scaled to 960 it would be 5 px high
-    frame = page_frame(52, 4972)
-    assert (frame.height, frame.width) == (52, 4972)  # not scaled down at all
-    assert (frame.folds, frame.band, frame.step, frame.gap) == (6, 960, 960 - FOLD_OVERLAP,
+    # a page 3000 px wide, 216 high: scaled to 960 its text would be a third as high;
+    # four bands of 216 and their gaps fill the 960 rows exactly, so it is read at 1:1
+    frame = page_frame(216, 3000)
+    assert (frame.height, frame.width) == (216, 3000)  # not scaled at all
+    assert (frame.folds, frame.band, frame.step, frame.gap) == (4, 960, 960 - FOLD_OVERLAP,
                                                                  FOLD_GAP)
-    assert (frame.padded_height, frame.padded_width) == (480, 960)
+    assert (frame.padded_height, frame.padded_width) == (960, 960)
     windows = band_windows(frame)
     assert [(w.row, w.column, w.height, w.width) for w in windows] == [
-        (k * (52 + FOLD_GAP), 0, 52, 960) for k in range(6)]
+        (k * (216 + FOLD_GAP), 0, 216, 960) for k in range(4)]
     starts = [w.x for w in windows]
-    assert starts == [0, 896, 1792, 2688, 3584, 4972 - 960]  # the last ends at the page's end
+    assert starts == [0, 896, 1792, 3000 - 960]  # the last ends at the page's end
     assert all(b - a <= 960 - FOLD_OVERLAP for a, b in itertools.pairwise(starts))
+
+
+def test_a_line_as_wide_as_a_screen_is_folded_and_enlarged_as_far_as_the_bands_fit() -> None:
+    # one line of 24 px text 4972 px wide: scaled to 960 it would be 5 px high
+    frame = page_frame(52, 4972)
+    assert frame.scale_y == pytest.approx(1.5) and frame.scale_x == pytest.approx(1.5, abs=0.01)
+    assert (frame.folds, frame.padded_height, frame.padded_width) == (9, 960, 960)
+    windows = band_windows(frame)
+    assert [(w.row, w.height, w.width) for w in windows] == [
+        (k * (78 + FOLD_GAP), 78, 960) for k in range(9)]
+    assert windows[-1].x + 960 == frame.width  # the last band ends at the page's end
+
+
+@pytest.mark.parametrize(("height", "width", "scale", "folds"), [
+    (120, 1400, 1.96, 3),  # one short line of small print on a wide strip
+    (40, 900, FOLD_MAX_SCALE, 2),  # a line of text alone: at most FOLD_MAX_SCALE
+    (68, 5000, 1.35, 8),
+])
+def test_a_thin_page_folding_enlarges_is_folded_at_most_fold_max_scale(
+        height: int, width: int, scale: float, folds: int) -> None:
+    frame = page_frame(height, width)
+    assert frame.folds == folds
+    assert frame.scale_y == pytest.approx(scale, abs=0.01)
+    assert frame.scale_x <= FOLD_MAX_SCALE and frame.scale_y <= FOLD_MAX_SCALE
+    assert frame.padded_height <= 960 and frame.padded_width <= 960
 
 
 def test_a_tall_thin_page_is_folded_side_by_side_and_scaled_as_far_as_it_fits() -> None:
@@ -111,8 +146,8 @@ def test_a_tall_thin_page_is_folded_side_by_side_and_scaled_as_far_as_it_fits() 
     assert frame.padded_width <= 960 and frame.padded_height == 960
 
 
-@pytest.mark.parametrize(("height", "width"), [(848, 1492), (1400, 3000), (120, 1400),
-                                               (40, 900), (16, 16), (8000, 8000)])
+@pytest.mark.parametrize(("height", "width"), [(848, 1492), (1400, 3000), (500, 1400),
+                                               (245, 68), (16, 16), (8000, 8000)])
 def test_a_page_folding_would_not_enlarge_enough_is_not_folded(height: int, width: int) -> None:
     frame = page_frame(height, width)
     assert frame.folds == 1
@@ -124,9 +159,9 @@ def test_a_page_folding_would_not_enlarge_enough_is_not_folded(height: int, widt
 
 def test_page_input_lays_each_band_of_a_folded_page_out_with_white_between() -> None:
     rng = np.random.default_rng(4)
-    image = rng.integers(0, 255, (30, 2000, 3), dtype=np.uint8)
-    tensor, frame = page_input(image)
-    assert frame.folds == 3 and (frame.height, frame.width) == (30, 2000)
+    image = rng.integers(0, 255, (216, 3000, 3), dtype=np.uint8)
+    tensor, frame = page_input(image)  # folded at 1:1 (see above)
+    assert frame.folds == 4 and (frame.height, frame.width) == (216, 3000)
     page = image.astype(np.float32).transpose(2, 0, 1) * np.float32(2 / 255) - 1
     covered = np.zeros(tensor.shape[2:], bool)
     for w in band_windows(frame):
@@ -135,7 +170,7 @@ def test_page_input_lays_each_band_of_a_folded_page_out_with_white_between() -> 
             page[:, w.y : w.y + w.height, w.x : w.x + w.width])
         covered[w.row : w.row + w.height, w.column : w.column + w.width] = True
     np.testing.assert_array_equal(tensor[0][:, ~covered], 1.0)  # the rest is white paper
-    assert frame.as_array().tolist() == [30, 2000, 30, 2000, *tensor.shape[2:], 3, 960, 896,
+    assert frame.as_array().tolist() == [216, 3000, 216, 3000, *tensor.shape[2:], 4, 960, 896,
                                          FOLD_GAP]
 
 

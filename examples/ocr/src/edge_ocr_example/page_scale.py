@@ -4,7 +4,9 @@ PP-OCR's detector is fully convolutional: it reads a page at (almost) any size w
 are multiples of 32. A page is therefore not squeezed into one square; it is
 
 1. scaled by one factor so that its longer side is at most ``limit`` pixels (960 by
-   default; smaller pages are never enlarged), aspect ratio kept;
+   default), aspect ratio kept; a smaller page is enlarged towards the limit, at most
+   :data:`MAX_ENLARGE` times (the detector's boxes of small print read at its own size
+   are loose or missing, see :data:`MAX_ENLARGE`);
 2. normalised to ``(v / 255 - 0.5) / 0.5``, the range all three PP-OCR graphs use;
 3. padded at the right and bottom to the next multiple of 32 with white paper
    (normalised 1.0), so the padding looks like the page's margin, not like an edge.
@@ -12,13 +14,13 @@ are multiples of 32. A page is therefore not squeezed into one square; it is
 A long, thin page (a line of text as wide as a screen, a till receipt) scaled so would
 leave most of the ``limit x limit`` input unused and its text a few pixels high, below
 what the detector finds. Such a page is *folded* instead: scaled by a larger factor (at
-most 1), cut across its long side into :attr:`PageFrame.folds` bands of ``band`` pixels
-that overlap by :data:`FOLD_OVERLAP`, and the bands laid side by side across the input
-(a wide page's one under the other, a tall page's next to each other), :data:`FOLD_GAP`
-pixels of white apart. A page is folded when that scales it at least :data:`FOLD_GAIN`
-times as large as the plain scaling does. :func:`band_windows` says where each band lies
-in the input and in the scaled page; text the cuts divide is joined again by
-:mod:`edge_ocr_example.band_join`.
+most :data:`FOLD_MAX_SCALE`), cut across its long side into :attr:`PageFrame.folds` bands
+of ``band`` pixels that overlap by :data:`FOLD_OVERLAP`, and the bands laid side by side
+across the input (a wide page's one under the other, a tall page's next to each other),
+:data:`FOLD_GAP` pixels of white apart. A page is folded when that scales it at least
+:data:`FOLD_GAIN` times as large as the plain scaling does. :func:`band_windows` says
+where each band lies in the input and in the scaled page; text the cuts divide is joined
+again by :mod:`edge_ocr_example.band_join`.
 
 :class:`PageFrame` records the sizes and the fold; :func:`to_image_points` maps points
 found in the scaled page (pixel-edge coordinates: the pixel in column 3 spans x = 3 .. 4)
@@ -41,7 +43,9 @@ __all__ = [
     "DET_MULTIPLE",
     "FOLD_GAIN",
     "FOLD_GAP",
+    "FOLD_MAX_SCALE",
     "FOLD_OVERLAP",
+    "MAX_ENLARGE",
     "BandWindow",
     "PageFrame",
     "band_windows",
@@ -62,6 +66,20 @@ FOLD_GAP: Final = 32
 FOLD_OVERLAP: Final = 64
 """Pixels of the scaled page two neighbouring bands share, so that a word cut at one
 band's end lies whole in the next (a few letters of the smallest text detected)."""
+MAX_ENLARGE: Final = 4.0
+"""The most a page smaller than the limit is enlarged for detection.
+
+Small print read at its own size gives the detector a few pixels a line: its boxes come
+out loose (far taller than the text in them, which the classifier then reads as upside
+down and the recogniser misreads) or the line is missed. Enlarged, the boxes
+fit the text; they are mapped back, and the lines are cut from the original image as
+before. Chosen on generated pages of small print against RapidOCR, which enlarges a
+page's shorter side to 736 px (benchmarks/RESULTS.md, "ocr_small_print")."""
+FOLD_MAX_SCALE: Final = 2.0
+"""The most a folded page is enlarged: folding for more scale lays more bands into the
+input (a 900 x 40 line enlarged four times fills 960 x 736 instead of 960 x 192), and on
+sparse strips of small print it read no better than twice
+(benchmarks/RESULTS.md, "ocr_small_print")."""
 _MAX_FOLDS: Final = 32
 _WHITE: Final = np.float32(1.0)
 
@@ -128,7 +146,8 @@ class BandWindow:
 
 
 def _fold_scale(long: int, short: int, limit: int) -> float:
-    """The largest scale (at most 1) of a ``long x short`` page folded into bands.
+    """The largest scale (at most :data:`FOLD_MAX_SCALE`) of a ``long x short`` page folded
+    into bands.
 
     ``k`` bands ``limit`` long, overlapping by ``FOLD_OVERLAP``, must cover the long side;
     ``k`` short sides and the gaps between them must fit in ``limit``.
@@ -137,15 +156,16 @@ def _fold_scale(long: int, short: int, limit: int) -> float:
     for k in range(2, _MAX_FOLDS + 1):
         across = (limit - (k - 1) * FOLD_GAP) / (k * short)
         along = (k * limit - (k - 1) * FOLD_OVERLAP) / long
-        best = max(best, min(1.0, across, along))
+        best = max(best, min(FOLD_MAX_SCALE, across, along))
     return best
 
 
 def page_frame(
     image_height: int, image_width: int, *, limit: int = DET_LIMIT, multiple: int = DET_MULTIPLE
 ) -> PageFrame:
-    """The frame of an ``image_height x image_width`` page with its longer side ``<= limit``,
-    or folded (see the module docstring) when that scales it ``FOLD_GAIN`` times as large.
+    """The frame of an ``image_height x image_width`` page with its longer side ``<= limit``
+    (a smaller page enlarged, at most ``MAX_ENLARGE`` times), or folded (see the module
+    docstring) when that scales it ``FOLD_GAIN`` times as large.
 
     Raises:
         OcrError: the image is empty, or ``limit`` / ``multiple`` is not positive or
@@ -156,7 +176,7 @@ def page_frame(
         raise OcrError("image", "the image has no pixels", (image_height, image_width))
     if multiple < 1 or limit < multiple:
         raise OcrError("limit", f"must be at least the multiple {multiple}", limit)
-    scale = min(1.0, limit / max(image_height, image_width))
+    scale = min(MAX_ENLARGE, limit / max(image_height, image_width))
     long, short = max(image_height, image_width), min(image_height, image_width)
     fold_scale = _fold_scale(long, short, limit) if limit > FOLD_OVERLAP else 0.0
     if fold_scale >= FOLD_GAIN * scale:

@@ -107,10 +107,12 @@ class PipelineResult:
 
     def __del__(self) -> None:
         if not self._acked:  # dropped unacknowledged: its slots would be held for good
-            try:
+            # AttributeError, TypeError: the interpreter is shutting down, this module's
+            # names gone (contextlib's too, hence no suppress): nothing is served any more
+            try:  # noqa: SIM105
                 _DROPPED.put((self.final, self._release))
-            except (AttributeError, TypeError):  # the interpreter is shutting down (this
-                pass  # module's names gone): nothing is served any more
+            except (AttributeError, TypeError):
+                pass
 
     def __enter__(self) -> PipelineResult:
         return self

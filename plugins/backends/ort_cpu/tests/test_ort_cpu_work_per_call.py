@@ -36,8 +36,10 @@ REQUESTS = 100
 #: 91 before the ORT stage's spec was read with one kept dtype name and built in a loop;
 #: 89 after (4 of them the ORT stage's own: edge_call, run, spec_of, the shape match).
 #: 71 after core's one-replica lane and leaner request path (68 of them core's: see
-#: core/tests/runtime/test_calls_per_request.py).
-MAX_PYTHON_CALLS = 72
+#: core/tests/runtime/test_calls_per_request.py). 72 in session 24: the finalizer of a
+#: ``PipelineResult`` (its ``__del__``: one dropped unacknowledged is acknowledged by a
+#: drain thread); the bound one above it, as a heartbeat read during a batch adds 0.03.
+MAX_PYTHON_CALLS = 73
 #: Per minor version measured: on 3.11, 3426 before, 3403 after; 3234 after core's lane;
 #: 3266 in session 21 (14 of them core's: see core/tests/runtime/test_calls_per_request.py).
 MAX_BYTECODES = {(3, 11): 3275}

@@ -130,6 +130,29 @@ def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_a_demand_on_a_pool_no_backend_reports_is_the_files_problem_as_in_edge_run(
+        tmp_path: Path) -> None:
+    # Found as the second pipeline reserves (the pools are the probes'): the first, open
+    # by then, is closed, and the exit is 2 naming the stage's demand, as `edge run` says
+    # of the same file (it was 1, as for a pipeline that failed to load).
+    before = snapshot()
+    good = echo_pipeline(tmp_path, "good")
+    broken = echo_pipeline(tmp_path, "unpooled",
+                           stage='[stages.resources]\ndemands = { "npu:sram" = "1 MiB" }')
+    done = _serve(str(good), str(broken), "--port", "0", "--json")
+    assert done.returncode == 2, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "UnknownPool" in answer["error"]
+    assert 'unpooled/echo.demands["npu:sram"]' in answer["error"], answer["error"]
+    assert "Traceback" not in done.stderr and "listening on" not in done.stderr
+    ran = subprocess.run([EDGE, "run", str(broken), "--json"], capture_output=True,
+                         text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert ran.returncode == 2, ran.stderr
+    report = leaks_since(before)
+    assert not report.children, report.describe()
+
+
+@pytest.mark.slow
 def test_a_request_still_running_when_the_grace_period_ends_is_answered_503(
         tmp_path: Path) -> None:
     # A 6 s echo call, SIGTERM after it started, a grace period of 0.5 s: the request is

@@ -196,7 +196,7 @@ def _open(configs: list[Any], say: Any,
     ``plugin_errors`` is filled with every plugin that did not load
     (:func:`~edge_core.discovery.plugin_errors`); a failure to open carries it too.
     """
-    from edge_core.errors import EdgeError
+    from edge_core.errors import ConfigError, EdgeError
     from edge_core.plugins import load_plugins
     from edge_core.runtime.pipeline import Pipeline
     from edge_core.runtime.pipeline_files import shared_ledger
@@ -215,7 +215,10 @@ def _open(configs: list[Any], say: Any,
     except (EdgeError, ValueError) as exc:
         for pipeline in reversed(opened):
             pipeline.close()
-        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}",
+        # a configuration problem found as it opens (a demand on a pool no backend
+        # reports) is the file's, as `edge run` says: exit 2, the problem named
+        code = common.EXIT_USAGE if isinstance(exc, ConfigError) else common.EXIT_FAILED
+        raise common.CommandFailed(code, f"{type(exc).__name__}: {exc}",
                                    {"plugin_errors": plugin_errors}) from exc
     except BaseException:
         for pipeline in reversed(opened):

@@ -196,6 +196,12 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         (["profile", "p.toml", "--params", "{}", "--workload", "w.jsonl"],
          "give --workload or --params, not both"),
         (["profile", "p.toml", "--duration", "0"], "not a positive duration"),
+        # a window longer than the run was one window with no trend; without a run, ignored
+        (["profile", "p.toml", "--duration", "30s", "--window", "1m"],
+         "--window 60s: longer than --duration 30s (the run would be one window, "
+         "with no trend)"),
+        (["profile", "p.toml", "--window", "10s"],
+         "--window 10s: only with --duration (it divides the sustained run)"),
         (["profile", "p.toml", "--startup-samples", "-1"],
          "argument --startup-samples: must be at least 0: '-1'"),
         (["qualify", "--profile", "p.json", "--targets", "t.toml"], "unknown metric"),

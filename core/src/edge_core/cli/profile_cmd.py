@@ -17,6 +17,7 @@ from collections.abc import Callable
 from edge_core import discovery
 from edge_core.cli import common
 from edge_core.evidence.profile_limits import (
+    DEFAULT_WINDOW_S,
     MAX_DURATION_S,
     MAX_PROCESS_STARTS,
     MAX_REQUESTS,
@@ -138,9 +139,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="also run a sustained load this long (30m, 90s, 1h) at the "
                         "highest admitted --concurrency level: per-window p50/p95, memory, "
                         "frequency, temperature and their trends (at most 168h)")
-    parser.add_argument("--window", type=duration_up_to(MAX_WINDOW_S, "24h"), default=60.0,
+    parser.add_argument("--window", type=duration_up_to(MAX_WINDOW_S, "24h"), default=None,
                         metavar="DURATION",
-                        help="the sustained run's window (default 1m, at most 24h)")
+                        help="the sustained run's window, with --duration and no longer "
+                        "than it (default 1m, at most 24h)")
     parser.add_argument("--chunk-seconds", type=common.positive_seconds, metavar="SECONDS",
                         help="media seconds each streamed event carries, where the stage "
                         "does not say (duration_s): enables the real-time measures")
@@ -391,6 +393,7 @@ def run(args: argparse.Namespace) -> int:
     levels = args.concurrency
     classes = _classes(args)
     targets = _targets(args)
+    _check_window(args)
     try:
         settings = ProfileSettings(requests=args.requests, warmup_requests=args.warmup,
                                    concurrency=levels,
@@ -417,6 +420,24 @@ def run(args: argparse.Namespace) -> int:
     errors = discovery.plugin_errors(record.to_json() for record in checked.plugins.records)
     with common.PluginErrorsOnFailure(errors):
         return _profile(args, checked, settings, classes, levels)
+
+
+def _check_window(args: argparse.Namespace) -> None:
+    """``--window`` only with ``--duration`` and no longer than it (exit 2); its default.
+
+    A window longer than the run would be cut to the run's length: one window, no trend.
+    The default window (a minute) is cut so for a shorter ``--duration``, as documented.
+    """
+    if args.window is None:
+        args.window = DEFAULT_WINDOW_S
+        return
+    if args.duration is None:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--window {args.window:g}s: only "
+                                   "with --duration (it divides the sustained run)")
+    if args.window > args.duration:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--window {args.window:g}s: longer "
+                                   f"than --duration {args.duration:g}s (the run would be "
+                                   "one window, with no trend)")
 
 
 def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,

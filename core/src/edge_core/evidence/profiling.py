@@ -58,6 +58,7 @@ from edge_core.evidence import (
     workload,
 )
 from edge_core.evidence.profile_limits import (
+    DEFAULT_WINDOW_S,
     MAX_DURATION_S,
     MAX_PROCESS_STARTS,
     MAX_REQUESTS,
@@ -180,7 +181,7 @@ class ProfileSettings:
     chunk_seconds: float | None = attrs.field(default=None, validator=_positive_or_none)
     duration_s: float | None = attrs.field(
         default=None, validator=[_positive_or_none, _at_most(MAX_DURATION_S)])
-    window_s: float = attrs.field(default=60.0,
+    window_s: float = attrs.field(default=DEFAULT_WINDOW_S,
                                   validator=[_positive_number, _at_most(MAX_WINDOW_S)])
     memory_interval_s: float = attrs.field(default=0.1, validator=_positive_number)
     sysfs: str | None = None

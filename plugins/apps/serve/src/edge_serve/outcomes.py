@@ -29,7 +29,9 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 404    an unknown pipeline, model or route
 405    a route asked with a method it does not serve (``Allow`` names those it does)
 408    no more of the body arrived for ``--body-timeout`` seconds (a body shorter than its
-       ``Content-Length``, a client that stopped sending): ``Connection: close``
+       ``Content-Length``, a client that stopped sending): ``Connection: close``; or the
+       request head was not complete within ``--header-timeout`` seconds (sent before any
+       route, by :mod:`edge_serve.heads`)
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:

@@ -712,3 +712,90 @@ def test_keep_alive_requests_each_get_the_header_timeout_from_the_last_answer(
         now_cut = _header_timeouts(client)
         assert (now_cut["408"] - cut["408"], now_cut["closed"] - cut["closed"]) == (1, 1)
         assert _charged(client) == before
+
+
+def _too_large_count(client: httpx.Client) -> float:
+    """``edge_header_too_large_total``."""
+    return sum(sample.value
+               for family in text_string_to_metric_families(client.get("/metrics").text)
+               for sample in family.samples if sample.name == "edge_header_too_large_total")
+
+
+@pytest.mark.parametrize("shape", ["one long header", "many headers"])
+def test_a_head_over_the_size_bound_is_431_at_once_and_nothing_is_charged(
+        server: Served, shape: str) -> None:
+    """httptools takes a header of any length: one endless header line sent for six
+    seconds grew the server by 80 MiB before the time bound cut it. A head past
+    ``MAX_HEAD_BYTES`` is refused 431 as soon as it is read, well inside the server's
+    ``--header-timeout`` (10 s), and its connection closed; no route sees it."""
+    from edge_serve.heads import MAX_HEAD_BYTES
+
+    start = b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+    if shape == "one long header":
+        pieces = [start + b"X-Long: "] + [b"a" * 16384] * (2 * MAX_HEAD_BYTES // 16384)
+    else:
+        line = b"X-Many-%05d: " + b"b" * 100 + b"\r\n"
+        pieces = [start] + [line % i for i in range(2 * MAX_HEAD_BYTES // len(line % 0))]
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        refused = _too_large_count(client)
+        with socket.create_connection(_address(server), timeout=30) as sock:
+            started = time.monotonic()
+            try:
+                for piece in pieces:  # never the end of the head
+                    sock.sendall(piece)
+                    time.sleep(0.002)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed by the server while this was still sending: as meant
+            raw = _until_closed(sock)
+            took = time.monotonic() - started
+        assert took < 5.0, took  # the size bound, not the 10 s header timeout
+        status, headers, answer = _response(raw)
+        assert status == 431, raw[:300]
+        assert headers["connection"] == "close"
+        assert answer["error"]["code"] == "header_too_large"
+        assert answer["error"]["type"] == "invalid_request_error"
+        assert (answer["error"]["edge"]["kind"], answer["error"]["edge"]["field"]) == (
+            "HeaderTooLarge", "head")
+        assert answer["error"]["message"] == (
+            f"head: the request line and headers are over {MAX_HEAD_BYTES} bytes")
+        assert _too_large_count(client) == refused + 1
+        assert _charged(client) == before
+        outcomes = _outcomes(client)  # none but the scrapes' own oks since
+        assert {k: v for k, v in outcomes.items() if k != "ok"} == {
+            k: v for k, v in counted.items() if k != "ok"}
+        assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+    _no_traceback(server)
+
+
+def test_a_head_under_the_bound_in_pieces_and_a_large_body_in_its_reads_are_served(
+        server: Served) -> None:
+    """Only a head's own bytes count: headers just under the bound, sent in pieces, and a
+    body of many times the bound sent in the same reads as its head are answered."""
+    from edge_serve.heads import MAX_HEAD_BYTES
+
+    filler = [f"X-Fill-{i:04d}: {'c' * 200}\r\n".encode()  # 215 bytes each
+              for i in range((MAX_HEAD_BYTES - 1024) // 215)]
+    body = json.dumps({"inputs": {"x": _tensor(np.ones((512, 512), dtype=np.float32))}})
+    assert len(body) > 8 * MAX_HEAD_BYTES
+    with socket.create_connection(_address(server), timeout=30) as sock:
+        head = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\n" + b"".join(filler)
+                + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        assert MAX_HEAD_BYTES - 2048 < len(head) <= MAX_HEAD_BYTES
+        for at in range(0, len(head), 4096):
+            sock.sendall(head[at:at + 4096])
+            time.sleep(0.002)
+        sock.sendall(body.encode())
+        status, _, answer = _one_response(sock)
+        assert status == 200, answer[:300]
+        assert json.loads(answer)["outputs"]["x"]["shape"] == [512, 512]
+        whole = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+                 b"Content-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body.encode())
+        sock.sendall(whole)  # the head and the start of its body in one read
+        status, _, answer = _one_response(sock)
+        assert status == 200, answer[:300]
+    _no_traceback(server)

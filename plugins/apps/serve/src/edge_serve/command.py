@@ -312,7 +312,7 @@ def serve(args: argparse.Namespace) -> int:
     from edge_serve.app import ServerState, build_app
     from edge_serve.draining import UVICORN_MARGIN_S, Drain
     from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
-    from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S, PROTOCOL, SlowHeads
+    from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S, SlowHeads, bounded_protocol
     from edge_serve.served import ServedPipeline, private_upload_dir
 
     if args.max_body_bytes < 1:
@@ -359,7 +359,8 @@ def serve(args: argparse.Namespace) -> int:
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
         # the end of the grace period, so uvicorn finds nothing to cut. The protocol is
         # named (auto picks it too): the sweep of slow heads reads its state.
-        config = uvicorn.Config(app, http=PROTOCOL, log_level="warning", access_log=False,
+        protocol = bounded_protocol(on_refused=state.metrics.count_head_too_large)
+        config = uvicorn.Config(app, http=protocol, log_level="warning", access_log=False,
                                 lifespan="off",
                                 timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
         heads = SlowHeads(header_timeout, on_close=state.metrics.count_header_timeout)

@@ -21,6 +21,15 @@ Nothing is charged for such a connection: its request never reached the app.
 The sweep reads the state of uvicorn's httptools protocol (:data:`PROTOCOL`, the one
 ``edge serve`` runs): whether a request of the connection is running, and whether a new
 head has begun since the last.
+
+A head is bounded in size too: httptools takes a header of any length (one line of 60 MiB
+sent in six seconds grew the server by 80 MiB before the time bound cut it). The protocol
+:func:`bounded_protocol` makes counts the bytes of each read that continues an unfinished
+head, and a head past :data:`MAX_HEAD_BYTES` is answered 431 (``code:
+"header_too_large"``, ``Connection: close``) and its connection closed at once. Only reads
+that lie wholly inside a head are counted (the one a head begins in is not), so no byte of
+a body is ever taken for a head's, and a head is cut at most two reads (256 KiB each, as
+asyncio reads) past the bound.
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from edge_serve.guards import MAX_TIMEOUT_S
 from edge_serve.outcomes import HttpRefusal, describe
 
-__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "PROTOCOL", "SlowHeads", "header_timeout_refusal"]
+__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "MAX_HEAD_BYTES", "PROTOCOL", "SlowHeads",
+           "bounded_protocol", "head_too_large_refusal", "header_timeout_refusal"]
 
 PROTOCOL: Final = HttpToolsProtocol
 """uvicorn's HTTP protocol ``edge serve`` runs (its C parser): the one the sweep reads."""
@@ -44,6 +54,10 @@ PROTOCOL: Final = HttpToolsProtocol
 DEFAULT_HEADER_TIMEOUT_S: Final = 10.0
 """How long, in seconds, a connection may take to send a whole request head (``edge serve
 --header-timeout``'s default), from its opening and from the end of each answer."""
+
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""The most bytes of a request head (request line and headers) the server reads: a head
+past it is refused 431 (see the module docstring for how it is counted)."""
 
 _BUSY: Final = object()
 """A connection with a request running (or closing): not waiting for a head."""
@@ -54,6 +68,70 @@ def header_timeout_refusal(timeout_s: float) -> HttpRefusal:
     return HttpRefusal(408, "head", f"the request line and headers were not complete within "
                        f"{timeout_s:g} s (--header-timeout)", kind="HeaderTimeout",
                        code="header_timeout", headers={"Connection": "close"})
+
+
+def head_too_large_refusal(limit: int) -> HttpRefusal:
+    """The 431 a connection whose request head ran past ``limit`` bytes is sent."""
+    return HttpRefusal(431, "head", f"the request line and headers are over {limit} bytes",
+                       kind="HeaderTooLarge", code="header_too_large",
+                       headers={"Connection": "close"})
+
+
+def _refuse(connection: Any, status_line: bytes, body: bytes) -> None:
+    """Write a whole JSON error answer on ``connection``, then close it.
+
+    For a connection no request of which runs: nothing else is on the wire.
+    """
+    head = [status_line]
+    head += [name + b": " + value + b"\r\n"
+             for name, value in connection.server_state.default_headers]
+    head += [b"content-type: application/json\r\n",
+             b"content-length: " + str(len(body)).encode() + b"\r\n",
+             b"connection: close\r\n\r\n", body]
+    connection.transport.write(b"".join(head))
+    connection.transport.close()
+
+
+def bounded_protocol(limit: int = MAX_HEAD_BYTES,
+                     on_refused: Callable[[], None] | None = None) -> type[HttpToolsProtocol]:
+    """The httptools protocol of uvicorn with each request head bounded to ``limit`` bytes.
+
+    ``on_refused`` is told of each connection refused 431. A request pays two calls more
+    (the head's begin and end); each read one comparison.
+    """
+    if limit < 1:
+        raise ValueError(f"limit: must be at least 1 byte: {limit!r}")
+    answer = json.dumps(describe(head_too_large_refusal(limit))).encode()
+
+    class BoundedHeads(PROTOCOL):  # type: ignore[misc,valid-type]
+        """httptools' protocol, refusing a request head over ``limit`` bytes (431)."""
+
+        head_open = False  # between a head's begin and its end
+        head_begun = False  # a head began during the read being parsed
+        head_bytes = 0  # of the open head, in reads that lay wholly inside it
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self.head_open = self.head_begun = True
+            self.head_bytes = 0
+
+        def on_headers_complete(self) -> None:
+            self.head_open = False
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            inside = self.head_open
+            self.head_begun = False
+            super().data_received(data)
+            if inside and self.head_open and not self.head_begun:
+                self.head_bytes += len(data)
+                if self.head_bytes > limit and not self.transport.is_closing():
+                    _refuse(self, b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+                            answer)
+                    if on_refused is not None:
+                        on_refused()
+
+    return BoundedHeads
 
 
 def _waiting_since(connection: Any) -> object:
@@ -129,13 +207,8 @@ class SlowHeads:
         cycle = connection.cycle
         begun = connection.scope is not (None if cycle is None else cycle.scope)
         if begun:
-            head = [b"HTTP/1.1 408 Request Timeout\r\n"]
-            head += [name + b": " + value + b"\r\n"
-                     for name, value in connection.server_state.default_headers]
-            head += [b"content-type: application/json\r\n",
-                     b"content-length: " + str(len(self._answer)).encode() + b"\r\n",
-                     b"connection: close\r\n\r\n", self._answer]
-            connection.transport.write(b"".join(head))
-        connection.transport.close()
+            _refuse(connection, b"HTTP/1.1 408 Request Timeout\r\n", self._answer)
+        else:
+            connection.transport.close()
         if self._on_close is not None:
             self._on_close("408" if begun else "closed")

@@ -16,6 +16,8 @@ Counted as requests are served:
 * ``edge_header_timeouts_total{answer}`` — connections closed because no whole request
   head arrived within ``--header-timeout`` (:mod:`edge_serve.heads`): ``408`` when part of
   one had arrived, ``closed`` when nothing had.
+* ``edge_header_too_large_total`` — connections refused 431 for a request head over
+  :data:`~edge_serve.heads.MAX_HEAD_BYTES`.
 
 Read from the runtime at each scrape:
 
@@ -138,11 +140,18 @@ class ServerMetrics:
                                        "closed)", ["answer"], registry=self.registry)
         for answer in ("408", "closed"):
             self.header_timeouts.labels(answer)
+        self.header_too_large = Counter("edge_header_too_large",
+                                        "Connections refused 431 for a request head over "
+                                        "the server's bound", registry=self.registry)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
 
     def count_header_timeout(self, answer: str) -> None:
         """Count one connection closed for a slow head (``answer``: ``408`` or ``closed``)."""
         self.header_timeouts.labels(answer).inc()
+
+    def count_head_too_large(self) -> None:
+        """Count one connection refused 431 for a request head over the bound."""
+        self.header_too_large.inc()
 
     def observe_queue(self, pipeline: str, outcome: str, waited_s: float) -> None:
         """Record one request leaving the admission queue (``admitted`` or a reason)."""

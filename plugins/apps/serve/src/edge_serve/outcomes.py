@@ -33,6 +33,8 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        request head was not complete within ``--header-timeout`` seconds (sent before any
        route, by :mod:`edge_serve.heads`)
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
+431    the request head ran past :data:`~edge_serve.heads.MAX_HEAD_BYTES` (sent before any
+       route, by :mod:`edge_serve.heads`): ``Connection: close``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
@@ -99,14 +101,15 @@ _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
 #: OpenAI's error ``type`` for each status.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error",
           404: "invalid_request_error", 405: "invalid_request_error",
-          408: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          408: "invalid_request_error", 413: "invalid_request_error",
+          431: "invalid_request_error", 429: "rate_limit_error",
           499: "invalid_request_error", 500: "server_error", 503: "server_error",
           504: "timeout_error"}
 
 #: The ``code`` of a refusal that names none of its own.
 _CODES = {400: "invalid_value", 401: "invalid_api_key", 404: "not_found",
           405: "method_not_allowed", 408: "body_timeout", 413: "request_too_large",
-          429: "rate_limit_exceeded",
+          431: "header_too_large", 429: "rate_limit_exceeded",
           499: "client_disconnected", 500: "internal_error", 503: "unavailable",
           504: "deadline_exceeded"}
 

@@ -15,7 +15,8 @@ from edge_core.config import load_pipeline
 from edge_core.config.model import PipelineConfig
 from edge_core.identity import identity_digest
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.selection.key import decision_key, environment_identity
+from edge_core.selection.gates import GateStore
+from edge_core.selection.key import decision_key, environment_identity, gate_key
 from edge_core.selection.store import (
     FORMAT,
     KEEP_PER_PIPELINE,
@@ -219,3 +220,67 @@ def test_no_warning_for_a_clean_miss(tmp_path: Path, plugins: PluginSet) -> None
         warnings.simplefilter("error")
         assert DecisionStore(tmp_path / "c").load(decision_key(config, plugins, env={}),
                                                   config).found is None
+
+
+def _write_as(store: DecisionStore, name: str, document: dict[str, Any]) -> Path:
+    path = store.directory / f"{name}.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def test_the_previous_decision_is_only_one_this_version_wrote_and_can_verify(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """A newer edge's file, or a hand-edited one, is never the previous decision."""
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    saved = store.save(key, config, _decision())
+    document = json.loads(saved.path.read_text())
+    later = {"measured_at": "2099-01-01T00:00:00Z", "key": "0" * 64}
+    newer = dict(document, **later, format="edge-placement-decision/2",
+                 decision=["another layout"], parts={"runtime": "x"})
+    newer["digest"] = identity_digest({k: v for k, v in newer.items() if k != "digest"})
+    _write_as(store, "0" * 64, newer)
+    edited = dict(document, **{**later, "key": "1" * 64}, parts={"runtime": "x"})  # stale digest
+    _write_as(store, "1" * 64, edited)
+    other = decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/ep"})
+    miss = store.load(other, config)
+    assert miss.previous is not None and miss.previous.path == saved.path
+    assert miss.changed(other) == ["environment"]  # not every part, as the others say
+    saved.path.unlink()
+    alone = store.load(other, config)
+    assert alone.previous is None and alone.changed(other) == []
+
+
+def test_pruning_leaves_another_versions_files_alone(tmp_path: Path, plugins: PluginSet) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    saved = store.save(decision_key(config, plugins, env={}), config, _decision())
+    newer = dict(json.loads(saved.path.read_text()), format="edge-placement-decision/2",
+                 measured_at="2000-01-01T00:00:00Z")
+    kept = _write_as(store, "0" * 64, newer)
+    for number in range(KEEP_PER_PIPELINE + 1):
+        store.save(decision_key(config, plugins, env={"LD_LIBRARY_PATH": f"/{number}"}),
+                   config, _decision())
+    assert kept.exists()
+
+
+def test_a_gate_is_compared_only_with_stored_gates_that_verify(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """Which parts changed is said against a gate this version stored, never an edited one."""
+    store = GateStore(tmp_path / "gates")
+    stage = _config(tmp_path).stages[0].choices()[0]
+    key = gate_key(stage, plugins, env={})
+    points = [{"entry": "e", "point": "min", "shapes": {"x": [1]}}]
+    saved = store.save(key, "p/a", "echo", points)
+    document = json.loads(store.path(key).read_text())
+    later = dict(document, key="0" * 64, checked_at="2099-01-01T00:00:00Z",
+                 parts={"runtime": "x"})
+    store.path("0" * 64).write_text(json.dumps(later))  # its digest no longer verifies
+    newer = dict(later, key="1" * 64, format="edge-gate/2")
+    newer["digest"] = identity_digest({k: v for k, v in newer.items() if k != "digest"})
+    store.path("1" * 64).write_text(json.dumps(newer))
+    other = gate_key(stage, plugins, env={"LD_LIBRARY_PATH": "/ep"})
+    lookup = store.load(other, "p/a", "echo")
+    assert lookup.found is None and lookup.changed == ("environment",)
+    assert store.load(key, "p/a", "echo").found == saved

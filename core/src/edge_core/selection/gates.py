@@ -21,7 +21,8 @@ named for its key's digest and holds::
      "digest": "<sha256 of everything above>"}
 
 A file that cannot be read or does not verify is ignored (the full gate runs, and the
-lookup says why), never an exception. Writes are atomic (a private temporary file, then a
+lookup says why), never an exception; nor is such a file, or one of another format, the
+stored gate the changed parts are named against. Writes are atomic (a private temporary file, then a
 rename), mode 0600.
 """
 
@@ -176,7 +177,9 @@ class GateStore:
                 document = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, UnicodeDecodeError):
                 continue
-            if (isinstance(document, dict) and document.get("owner") == owner
+            if (isinstance(document, dict) and document.get("format") == FORMAT
+                    and document.get("digest") == _digest(document)
+                    and document.get("owner") == owner
                     and document.get("backend") == backend
                     and isinstance(document.get("parts"), dict)
                     and isinstance(document.get("checked_at"), str)):

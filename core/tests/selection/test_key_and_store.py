@@ -98,6 +98,20 @@ def test_the_environment_part_holds_what_the_backends_declare(plugins: PluginSet
     assert environment_identity(config, plugins, env) == {"LD_LIBRARY_PATH": "/x"}
 
 
+@pytest.mark.parametrize("name", ["EDGE_SPIN_US", "EDGE_COPY_THREADS", "EDGE_HEAP",
+                                  "EDGE_SHM_HUGE"])
+def test_what_edge_cores_worker_code_reads_is_in_the_environment_part(
+        plugins: PluginSet, tmp_path: Path, name: str) -> None:
+    """Spinning off, fewer copy threads, another heap policy: measured again, said so."""
+    config = _config(tmp_path)
+    base = decision_key(config, plugins, env={})
+    assert base.changed(decision_key(config, plugins, env={name: "0"}).parts) == [
+        "environment"]
+    stage = config.stages[0].choices()[0]
+    gate = gate_key(stage, plugins, env={})
+    assert gate.changed(gate_key(stage, plugins, env={name: "0"}).parts) == ["environment"]
+
+
 def test_a_route_interpreters_inventory_is_part_of_the_runtime(
         tmp_path: Path, plugins: PluginSet) -> None:
     venv = tmp_path / "venv"

@@ -14,7 +14,11 @@ A decision is reused only while none of these has changed:
     what was timed: each input file's sha256 (a source that names no file: itself);
 ``environment``
     the values of the variables the stages' backends declare their runtimes read
-    (:attr:`edge_core.backend.BackendInfo.env_names`), and the dynamic loader's paths;
+    (:attr:`edge_core.backend.BackendInfo.env_names`), the dynamic loader's paths and the
+    variables edge-core's own worker code reads in every worker
+    (:data:`~edge_core.host.environment.EDGE_WORKER_NAMES`: ``EDGE_SPIN_US``,
+    ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, which change what a request
+    costs and what memory a worker holds);
 ``runtime``
     :func:`edge_core.identity.runtime_identity` of every candidate backend and every
     route interpreter's installed distributions: edge-core's version, the machine, each
@@ -27,7 +31,8 @@ the decision so that a re-measurement can say which part changed.
 :func:`gate_key` is the narrower key of one candidate's stored load gate
 (:mod:`edge_core.selection.gates`): that stage's configuration (its backend section with
 the provider and session options, route, placement policy, shapes and demands), its
-bundle's manifest sha256, the environment its backend declares and its runtime identity
+bundle's manifest sha256, the environment its backend declares (with
+:data:`WORKER_ENV_NAMES`) and its runtime identity
 (:data:`GATE_KEY_PARTS`) — the workload is not in it, since the gate runs the bundle's
 own examples.
 """
@@ -46,10 +51,11 @@ import attrs
 from edge_contracts.manifest import MANIFEST_FILENAME
 from edge_core.binding import backend_table
 from edge_core.config.model import PipelineConfig, StageConfig
+from edge_core.host.environment import EDGE_WORKER_NAMES
 from edge_core.identity import identity_digest, runtime_identity
 from edge_core.plugins import PluginSet
 
-__all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "DecisionKey",
+__all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
            "bundle_identity", "configuration_identity", "decision_key",
            "environment_identity", "gate_key", "manifest_file", "stage_identity",
            "workload_identity"]
@@ -62,6 +68,10 @@ GATE_KEY_PARTS = ("configuration", "bundles", "environment", "runtime")
 
 LOADER_ENV_NAMES = ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
 """Variables that reach every worker and decide which native libraries (EPs) load."""
+
+WORKER_ENV_NAMES = (*LOADER_ENV_NAMES, *sorted(EDGE_WORKER_NAMES))
+"""Variables in every key's ``environment`` part whatever the backend: the loader's paths
+and what edge-core's worker code reads (waiting, copying, the heap, huge pages)."""
 
 _LEFT_OUT = {"source", "validated"}  # where the file lies; what a validator made of options
 _NOT_MEASURED = {"start", "reuse",  # when or whether to measure, not what
@@ -158,7 +168,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 def environment_identity(config: PipelineConfig, plugins: PluginSet,
                          env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Values of the variables the pipeline's backends declare, plus the loader's paths."""
+    """Values of the variables the pipeline's backends declare, plus :data:`WORKER_ENV_NAMES`."""
     return _declared_env(_backends(config), plugins, env)
 
 
@@ -166,7 +176,7 @@ def _declared_env(backends: Iterable[str], plugins: PluginSet,
                   env: Mapping[str, str] | None) -> dict[str, str]:
     env = os.environ if env is None else env
     table = backend_table(plugins)
-    declared: list[str] = list(LOADER_ENV_NAMES)
+    declared: list[str] = list(WORKER_ENV_NAMES)
     for name in sorted(backends):
         if name in table:
             declared.extend(table[name][0].env_names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,34 @@ def test_a_gate_is_compared_only_with_stored_gates_that_verify(
     lookup = store.load(other, "p/a", "echo")
     assert lookup.found is None and lookup.changed == ("environment",)
     assert store.load(key, "p/a", "echo").found == saved
+
+
+def test_what_changed_is_said_against_the_nearest_stored_decision(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """Back on the first environment with another workload: the workload changed, not
+    the environment (which differs only from the newer decision, made elsewhere)."""
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    first = store.save(decision_key(config, plugins, env={}), config, _decision())
+    time.sleep(1.05)  # measured_at has whole seconds: the second one is the newer
+    store.save(decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/b"}), config,
+               _decision())
+    page = tmp_path / "page.npz"
+    page.write_bytes(b"page")
+    now = decision_key(config, plugins, env={}, workload=[page])
+    lookup = store.load(now, config)
+    assert lookup.previous is not None and lookup.previous.path == first.path
+    assert lookup.changed(now) == ["workload"]
+
+
+def test_what_changed_is_said_against_the_nearest_stored_gate(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    store = GateStore(tmp_path / "gates")
+    stage = _config(tmp_path).stages[0].choices()[0]
+    points = [{"entry": "e", "point": "min", "shapes": {"x": [1]}}]
+    runtime = {"onnxruntime": "1"}
+    store.save(gate_key(stage, plugins, env={}, runtime=runtime), "p/a", "echo", points)
+    store.save(gate_key(stage, plugins, env={"LD_LIBRARY_PATH": "/b"}, runtime=runtime),
+               "p/a", "echo", points)  # newer, in another environment
+    upgraded = gate_key(stage, plugins, env={}, runtime={"onnxruntime": "2"})
+    assert store.load(upgraded, "p/a", "echo").changed == ("runtime",)

@@ -146,3 +146,13 @@ def test_plan_says_a_stage_without_gate_points_has_none(tmp_path: Path) -> None:
     (stage,) = json.loads(as_json.stdout)["plan"]["stages"]
     assert stage["gate"] == {"mode": "full", "points_checked": 0, "points": 0,
                              "note": note}
+
+
+def test_plan_says_when_the_decision_cannot_be_stored(tmp_path: Path) -> None:
+    """A cache directory that cannot be made: the plan still answers, and says so."""
+    _write(tmp_path)
+    (tmp_path / "cache").write_text("a file where the directory should be")
+    done = edge("plan", "p.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  warning: the decision could not be stored: " in done.stdout
+    assert str(tmp_path / "cache") in done.stdout

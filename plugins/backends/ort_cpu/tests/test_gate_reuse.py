@@ -242,3 +242,47 @@ def test_a_profile_records_reused_gates_of_its_opens_and_keeps_its_evidence_full
     assert untraced[0]["s"]["note"].endswith(", 2 of 4 points checked now")
     stage = record.functional["stages"]["s"]
     assert stage["gate"]["mode"] == "full" and stage["evidence"] == "complete-model"
+
+
+def _plan(config: Path, env: dict[str, str]) -> str:
+    edge = str(Path(sys.executable).with_name("edge"))
+    done = subprocess.run([edge, "plan", str(config)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env}, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_onnxruntime_upgrade_runs_the_full_gate_naming_the_runtime(tmp_path: Path) -> None:
+    """What runtime_identity reads, changed as an upgrade changes it: the version in the
+    distribution's metadata, in a folder on the path (here one ahead of the real one)."""
+    bundle = write_bundle(tmp_path / "b")
+    config = tmp_path / "p.toml"
+    config.write_text(f'name = "p"\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n'
+                      '[stages.backend]\nname = "ort-cpu"\n')
+    site = tmp_path / "site"
+    installed = site / "onnxruntime-1.0.dist-info"
+    installed.mkdir(parents=True)
+    (installed / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime\n"
+                                        "Version: 1.0\n")
+    env = {gates_module.GATE_CACHE_ENV: str(tmp_path / "gates"),
+           "EDGE_PROBE_CACHE": str(tmp_path / "probes"),  # kept answers: seen to move too
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    assert "(no stored gate)" in _plan(config, env)
+    assert "gate: gate reused from 20" in _plan(config, env)
+    upgraded = installed.rename(site / "onnxruntime-999.0.dist-info")
+    (upgraded / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime\n"
+                                       "Version: 999.0\n")
+    assert ("gate: full gate, 4 of 4 points checked now (changed since the stored gate: "
+            "runtime)") in _plan(config, env)
+
+
+def test_edge_plan_says_a_gate_it_could_not_store(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b")
+    config = tmp_path / "p.toml"
+    config.write_text(f'name = "p"\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n'
+                      '[stages.backend]\nname = "ort-cpu"\n')
+    blocked = tmp_path / "gates"
+    blocked.write_text("a file where the directory should be")
+    answer = _plan(config, {gates_module.GATE_CACHE_ENV: str(blocked)})
+    assert "gate: full gate, 4 of 4 points checked now (no stored gate)" in answer
+    assert f"    gate not stored: [Errno 17] File exists: '{blocked}'" in answer

@@ -286,3 +286,30 @@ def test_edge_plan_says_a_gate_it_could_not_store(tmp_path: Path) -> None:
     answer = _plan(config, {gates_module.GATE_CACHE_ENV: str(blocked)})
     assert "gate: full gate, 4 of 4 points checked now (no stored gate)" in answer
     assert f"    gate not stored: [Errno 17] File exists: '{blocked}'" in answer
+
+
+def test_a_restart_stores_its_gate_under_the_key_it_was_checked_for(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """A bundle rewritten under a serving pipeline, then a restart: the restart's full gate
+    ran on the new bundle, so it is stored under the new bundle's key (the open's record
+    is left as it was) and the plan names what changed since the stage opened."""
+    store = GateStore(tmp_path / "gates")
+    bundle = write_bundle(tmp_path / "b")
+    config = _config(bundle)
+    opened_key = gate_key(config.stages[0], plugins)
+    with Pipeline.open(config, plugins, ledger, gates=store) as pipeline:
+        stage = pipeline.stage("s")
+        stage.restart()
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert gate["note"] == "full gate, 4 of 4 points checked now (restart)"
+        kept = json.loads(store.path(opened_key).read_text())["stored_ns"]  # the restart's
+        write_bundle(bundle, offset=5.0)  # another manifest sha256
+        stage.restart()
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert gate["note"] == ("full gate, 4 of 4 points checked now (restart; changed "
+                                "since the stage opened: bundles)")
+    assert json.loads(store.path(opened_key).read_text())["stored_ns"] == kept
+    now_key = gate_key(config.stages[0], plugins)
+    assert now_key.changed(opened_key.parts) == ["bundles"]
+    assert json.loads(store.path(now_key).read_text())["stored_ns"] > kept
+    assert ledger.is_empty()

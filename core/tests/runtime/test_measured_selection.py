@@ -139,17 +139,18 @@ def test_a_stored_decision_is_reused_without_measuring_and_remade_on_change(
             assert result.placement[1]["decision"] == "reused"
             assert result.placement[1]["measured_at"] == measured_at
     # another version of a backend's distribution (faked here) re-measures, and the
-    # plan says what changed since the newest decision of the pipeline
+    # plan says what changed since the nearest decision of the pipeline
     with monkeypatch.context() as patch:
         patch.setattr(plugins.record("echo"), "version", "99.0.0")
         with _open(config, plugins, ledger, store) as opened:
             selection = opened.execution_plan()["selection"]
             assert selection["decision"] == "measured"
             assert selection["changed"] == ["runtime"]
-    # so does a configuration change
+    # so does a configuration change, said against the nearest decision (the first one,
+    # whose runtime is this one's), not the newest (measured with the faked version)
     changed = _config(tmp_path, "preferred-slower", admission=2)
     with _open(changed, plugins, ledger, store) as opened:
-        assert opened.execution_plan()["selection"]["changed"] == ["configuration", "runtime"]
+        assert opened.execution_plan()["selection"]["changed"] == ["configuration"]
     # and --remeasure, whatever is stored
     with _open(config, plugins, ledger, store, remeasure=True) as opened:
         selection = opened.execution_plan()["selection"]
@@ -264,3 +265,4 @@ def test_every_candidate_refused_unwinds_everything(
     assert [t["layer"] for t in caught.value.tried["b"]] == ["numerics", "numerics"]
     assert "a" in caught.value.tried
     assert ledger.is_empty()
+

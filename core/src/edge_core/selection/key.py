@@ -56,7 +56,7 @@ from edge_core.identity import identity_digest, runtime_identity
 from edge_core.plugins import PluginSet
 
 __all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
-           "bundle_identity", "configuration_identity", "decision_key",
+           "bundle_identity", "configuration_identity", "content_parts", "decision_key",
            "environment_identity", "gate_key", "manifest_file", "stage_identity",
            "workload_identity"]
 
@@ -204,14 +204,27 @@ def decision_key(config: PipelineConfig, plugins: PluginSet, *,
     identity = (dict(runtime) if runtime is not None else
                 runtime_identity(plugins, _backends(config),
                                  interpreters=sorted(_interpreters(config))))
+    content = content_parts(config, workload)
     parts = {
         "configuration": identity_digest(configuration_identity(config)),
-        "bundles": identity_digest(bundle_identity(config)),
-        "workload": identity_digest({"sources": workload_identity(workload)}),
+        "bundles": content["bundles"],
+        "workload": content["workload"],
         "environment": identity_digest(environment_identity(config, plugins, env)),
         "runtime": identity_digest(identity),
     }
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
+
+
+def content_parts(config: PipelineConfig,
+                  workload: Sequence[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """The ``bundles`` and ``workload`` parts of :func:`decision_key`, read from disk now.
+
+    What a measurement reads while it runs: a decision is stored only while these are
+    still the parts of the key it was measured under (a bundle or a workload file
+    rewritten during the measurement would otherwise file it under contents it never saw).
+    """
+    return {"bundles": identity_digest(bundle_identity(config)),
+            "workload": identity_digest({"sources": workload_identity(workload)})}
 
 
 def gate_key(stage: StageConfig, plugins: PluginSet, *,

@@ -52,6 +52,7 @@ from typing import Any, cast
 
 import attrs
 
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
@@ -72,7 +73,7 @@ from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
-from edge_core.selection.key import DecisionKey, gate_key
+from edge_core.selection.key import DecisionKey, gate_bundle_part, gate_key, manifest_file
 from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
@@ -239,10 +240,33 @@ class StageOpener:
         self.say(f"warming up stage {slot.context.stage_id}")
         try:
             self._gate(slot, loaded)
+            if stored is not None:
+                self._check_bundle(slot)
         except Exception as error:
             _name_stage(error, slot)
             raise
         self._record_gate(slot, stored)
+
+    def _bundle_moved(self, slot: StageSlot) -> bool:
+        """True when the slot's manifest is no longer the one its gate key was made of."""
+        key = slot.gate_key
+        return key is not None and gate_bundle_part(slot.config) != key.parts.get("bundles")
+
+    def _check_bundle(self, slot: StageSlot) -> None:
+        """Refuse a reused gate when the manifest changed between its lookup and the load.
+
+        The stored gate was the old manifest's; what loaded (verified as it was then) had
+        one point checked, not a full gate.
+
+        Raises:
+            BundleChanged: the manifest's sha256 differs from the key's.
+        """
+        if self._bundle_moved(slot):
+            manifest = slot.config.manifest
+            raise BundleChanged(
+                str(manifest_file(manifest)) if manifest is not None else "manifest",
+                "changed while the stage opened on a gate stored for the manifest read "
+                "before it loaded; open again to run the full gate", "sha256 differs")
 
     def start_all(self, slots: Sequence[StageSlot]) -> None:
         """:meth:`start` every reserved slot in parallel; raise the first failure.
@@ -371,6 +395,9 @@ class StageOpener:
         dynamic = any(p["point"] not in ("static",) for p in points)
         if self.gates is None or slot.gate_key is None or not dynamic \
                 or slot.context.gate_points != "all":
+            return
+        if self._bundle_moved(slot):  # what was gated is not what the key names
+            slot.gate["stored"] = "not stored: bundles changed while the stage opened"
             return
         try:
             saved = self.gates.save(slot.gate_key, slot.gate_owner, slot.binding.backend.name,

@@ -57,8 +57,8 @@ from edge_core.plugins import PluginSet
 
 __all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
            "bundle_identity", "configuration_identity", "content_parts", "decision_key",
-           "environment_identity", "gate_key", "manifest_file", "stage_identity",
-           "workload_identity"]
+           "environment_identity", "gate_bundle_part", "gate_key", "manifest_file",
+           "stage_identity", "workload_identity"]
 
 KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
 """The parts of a decision's key, in the order they are shown."""
@@ -240,12 +240,21 @@ def gate_key(stage: StageConfig, plugins: PluginSet, *,
     interpreters = [stage.backend.route.interpreter] if stage.backend.route is not None else []
     identity = (dict(runtime) if runtime is not None else
                 runtime_identity(plugins, {backend}, interpreters=interpreters))
-    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
-              if stage.manifest is not None else {})
     parts = {
         "configuration": identity_digest(stage_identity(stage)),
-        "bundles": identity_digest(bundle),
+        "bundles": gate_bundle_part(stage),
         "environment": identity_digest(_declared_env({backend}, plugins, env)),
         "runtime": identity_digest(identity),
     }
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
+
+
+def gate_bundle_part(stage: StageConfig) -> str:
+    """The ``bundles`` part of :func:`gate_key`: ``stage``'s manifest sha256, read now.
+
+    The opener reads it again once the stage has loaded: a manifest rewritten in between
+    was not the one the key was made of.
+    """
+    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
+              if stage.manifest is not None else {})
+    return identity_digest(bundle)

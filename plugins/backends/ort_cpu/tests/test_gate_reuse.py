@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from edge_core.artifacts import create_manifest
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -312,4 +313,33 @@ def test_a_restart_stores_its_gate_under_the_key_it_was_checked_for(
     now_key = gate_key(config.stages[0], plugins)
     assert now_key.changed(opened_key.parts) == ["bundles"]
     assert json.loads(store.path(now_key).read_text())["stored_ns"] > kept
+    assert ledger.is_empty()
+
+
+def test_a_manifest_rewritten_between_the_gate_lookup_and_the_load(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The key is made before the load; the load verifies the bundle as it is then. A
+    reused gate on a manifest rewritten in between is refused (the new bundle had one
+    point checked); a full gate that ran on one is not stored under the old key."""
+    store = GateStore(tmp_path / "gates")
+    bundle = write_bundle(tmp_path / "b")
+    config = _config(bundle)
+    _open(plugins, ledger, store, config)  # stored for this manifest
+
+    def rewrite(offset: float) -> Any:
+        def said(line: str) -> None:
+            if line.startswith("loading stage s"):
+                write_bundle(bundle, offset=offset)
+        return said
+
+    with pytest.raises(BundleChanged, match="changed while the stage opened") as refused:
+        Pipeline.open(config, plugins, ledger, gates=store, progress=rewrite(5.0))
+    assert refused.value.field == str(bundle / "edge-manifest.json")
+    assert ledger.is_empty()
+    before = {p.name for p in store.directory.glob("*.json")}
+    with Pipeline.open(config, plugins, ledger, gates=store, progress=rewrite(6.0)) as p:
+        gate = p.execution_plan()["stages"][0]["gate"]
+    assert gate["mode"] == "full"
+    assert gate["stored"] == "not stored: bundles changed while the stage opened"
+    assert {p.name for p in store.directory.glob("*.json")} == before
     assert ledger.is_empty()

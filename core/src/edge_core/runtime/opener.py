@@ -52,6 +52,7 @@ from typing import Any, cast
 
 import attrs
 
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
@@ -72,7 +73,7 @@ from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
-from edge_core.selection.key import gate_key
+from edge_core.selection.key import DecisionKey, gate_bundle_part, gate_key, manifest_file
 from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
@@ -239,10 +240,33 @@ class StageOpener:
         self.say(f"warming up stage {slot.context.stage_id}")
         try:
             self._gate(slot, loaded)
+            if stored is not None:
+                self._check_bundle(slot)
         except Exception as error:
             _name_stage(error, slot)
             raise
         self._record_gate(slot, stored)
+
+    def _bundle_moved(self, slot: StageSlot) -> bool:
+        """True when the slot's manifest is no longer the one its gate key was made of."""
+        key = slot.gate_key
+        return key is not None and gate_bundle_part(slot.config) != key.parts.get("bundles")
+
+    def _check_bundle(self, slot: StageSlot) -> None:
+        """Refuse a reused gate when the manifest changed between its lookup and the load.
+
+        The stored gate was the old manifest's; what loaded (verified as it was then) had
+        one point checked, not a full gate.
+
+        Raises:
+            BundleChanged: the manifest's sha256 differs from the key's.
+        """
+        if self._bundle_moved(slot):
+            manifest = slot.config.manifest
+            raise BundleChanged(
+                str(manifest_file(manifest)) if manifest is not None else "manifest",
+                "changed while the stage opened on a gate stored for the manifest read "
+                "before it loaded; open again to run the full gate", "sha256 differs")
 
     def start_all(self, slots: Sequence[StageSlot]) -> None:
         """:meth:`start` every reserved slot in parallel; raise the first failure.
@@ -294,19 +318,40 @@ class StageOpener:
     def _stored_gate(self, slot: StageSlot) -> StoredGate | None:
         """The slot's matching stored full gate, if it may be reused; keeps the lookup."""
         slot.gate_key, slot.gate_lookup, slot.gate_problem = None, None, None
-        if self.gates is None:
+        slot.gate_reason = None
+        key = self._gate_key(slot)
+        if self.gates is None or key is None:
             return None
-        try:
-            key = gate_key(slot.config, self.plugins)
-        except Exception as error:  # an identity that cannot be made: full gate
-            slot.gate_problem = f"no gate key: {type(error).__name__}: {error}"
-            return None
-        slot.gate_key = key
         if not (self.reuse_gates and self.config.measurement.reuse):
             return None
         lookup = self.gates.load(key, slot.gate_owner, slot.binding.backend.name)
         slot.gate_lookup = lookup
         return lookup.found
+
+    def _gate_key(self, slot: StageSlot) -> DecisionKey | None:
+        """The slot's gate key as things are now (kept in :attr:`StageSlot.gate_key`)."""
+        if self.gates is None:
+            return None
+        try:
+            slot.gate_key = gate_key(slot.config, self.plugins)
+        except Exception as error:  # an identity that cannot be made: full gate
+            slot.gate_key = None
+            slot.gate_problem = f"no gate key: {type(error).__name__}: {error}"
+        return slot.gate_key
+
+    def _restart_key(self, slot: StageSlot) -> None:
+        """Key a restart's full gate as things are now, not as they were at open.
+
+        A restart loads the bundle, the environment and the runtime as they are now: its
+        gate is stored under that key, and the record names what changed since the slot
+        opened (a bundle rewritten under a serving pipeline, an upgraded runtime).
+        """
+        opened = slot.gate_key
+        slot.gate_lookup, slot.gate_problem = None, None
+        key = self._gate_key(slot)
+        changed = opened.changed(key.parts) if opened is not None and key is not None else []
+        slot.gate_reason = "restart" + (
+            f"; changed since the stage opened: {', '.join(changed)}" if changed else "")
 
     def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
         """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
@@ -330,7 +375,9 @@ class StageOpener:
             return
         why = ""
         lookup = slot.gate_lookup
-        if not (self.reuse_gates and self.config.measurement.reuse):
+        if slot.gate_reason:
+            why = slot.gate_reason
+        elif not (self.reuse_gates and self.config.measurement.reuse):
             why = "reuse off"
         elif lookup is not None and lookup.problem:
             why = f"stored gate not used: {lookup.problem}"
@@ -348,6 +395,9 @@ class StageOpener:
         dynamic = any(p["point"] not in ("static",) for p in points)
         if self.gates is None or slot.gate_key is None or not dynamic \
                 or slot.context.gate_points != "all":
+            return
+        if self._bundle_moved(slot):  # what was gated is not what the key names
+            slot.gate["stored"] = "not stored: bundles changed while the stage opened"
             return
         try:
             saved = self.gates.save(slot.gate_key, slot.gate_owner, slot.binding.backend.name,
@@ -429,6 +479,7 @@ class StageOpener:
         """Reserve again if needed, load under ``generation`` and re-run the gate."""
         # a restart runs the full gate: the worker it replaces failed
         slot.context = attrs.evolve(slot.context, generation=generation, gate_points="all")
+        self._restart_key(slot)
         self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
         if slot.token is None:
             self.charge([slot])

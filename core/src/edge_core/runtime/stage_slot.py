@@ -94,6 +94,8 @@ class StageSlot:
         """What the gate store found for :attr:`gate_key`."""
         self.gate_problem: str | None = None
         """Why no gate key could be made, if so."""
+        self.gate_reason: str | None = None
+        """Why a restart's gate is full (a restart, and what changed since the slot opened)."""
         self.candidate_tag = ""
         """``~c`` for candidate ``c`` of a stage opened while another of its candidates is
         held (a measured selection, a first-ready start), so that each holds a

@@ -330,3 +330,28 @@ def test_what_changed_is_said_against_the_nearest_stored_gate(
                "p/a", "echo", points)  # newer, in another environment
     upgraded = gate_key(stage, plugins, env={}, runtime={"onnxruntime": "2"})
     assert store.load(upgraded, "p/a", "echo").changed == ("runtime",)
+
+
+def test_a_first_gate_saved_makes_the_placement_directory_private_too(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """The gates' directory lies in the decisions' (``placement/gates``): saved first, a
+    gate made ``placement`` as a parent with the default mode (0755 under umask 022), not
+    the documented 0700. Every folder a save creates is 0700, its file 0600."""
+    from edge_core.selection.gates import default_gate_dir
+
+    cache = tmp_path / "cache"
+    env = {"EDGE_PLACEMENT_CACHE": str(cache / "edge" / "placement")}
+    store = GateStore(default_gate_dir(env))
+    stage = _config(tmp_path).stages[0].choices()[0]
+    key = gate_key(stage, plugins, env={})
+    above = tmp_path.stat().st_mode
+    old = os.umask(0o022)
+    try:
+        store.save(key, "p/a", "echo", [{"entry": "e", "point": "min", "shapes": {"x": [1]}}])
+    finally:
+        os.umask(old)
+    for folder in (cache, cache / "edge", cache / "edge" / "placement",
+                   cache / "edge" / "placement" / "gates"):
+        assert oct(folder.stat().st_mode & 0o777) == oct(0o700), folder
+    assert oct(store.path(key).stat().st_mode & 0o777) == oct(0o600)
+    assert tmp_path.stat().st_mode == above  # a folder that was there is left as it was

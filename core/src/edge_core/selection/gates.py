@@ -43,7 +43,7 @@ import attrs
 
 from edge_core.identity import identity_digest
 from edge_core.selection.key import GATE_KEY_PARTS, DecisionKey
-from edge_core.selection.store import default_cache_dir
+from edge_core.selection.store import default_cache_dir, make_private_directory
 
 __all__ = ["FORMAT", "GATE_CACHE_ENV", "REUSED_POINT", "GateLookup", "GateStore", "StoredGate",
            "default_gate_dir"]
@@ -153,7 +153,7 @@ class GateStore:
             "backend": backend, "checked_at": _now(), "stored_ns": time.time_ns(),
             "points": [json.loads(json.dumps(dict(p), default=str)) for p in points]}
         document["digest"] = _digest(document)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_directory(self.directory)
         fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".gate.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

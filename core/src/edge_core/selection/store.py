@@ -39,7 +39,8 @@ from edge_core.identity import identity_digest
 from edge_core.selection.key import DecisionKey
 
 __all__ = ["CACHE_ENV", "FORMAT", "KEEP_PER_PIPELINE", "DecisionCacheWarning",
-           "DecisionStore", "Lookup", "StoredDecision", "check_decision", "default_cache_dir"]
+           "DecisionStore", "Lookup", "StoredDecision", "check_decision", "default_cache_dir",
+           "make_private_directory"]
 
 CACHE_ENV = "EDGE_PLACEMENT_CACHE"
 """Environment variable naming the decisions' directory (tests point it at a temporary one)."""
@@ -55,6 +56,22 @@ _SUFFIX = ".json"
 
 class DecisionCacheWarning(UserWarning):
     """A stored decision could not be used (unreadable, corrupt, not verifiable)."""
+
+
+def make_private_directory(directory: Path) -> None:
+    """Create ``directory`` and each missing folder above it, each mode 0700.
+
+    ``Path.mkdir(parents=True, mode=...)`` gives the mode to the last folder only: the
+    placement directory, made as the parent of the gates' on a first save of a gate, was
+    0755 (world-readable) against the documented 0700.
+    """
+    missing = []
+    folder = directory
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -183,7 +200,7 @@ class DecisionStore:
                                     "measured_at": _now(),
                                     "decision": json.loads(json.dumps(decision, default=str))}
         document["digest"] = _digest(document)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_directory(self.directory)
         path = self.path(key)
         fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".decision.",
                                          suffix=".tmp")

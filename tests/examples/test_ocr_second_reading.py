@@ -16,6 +16,7 @@ from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.line_split import LinePiece
 from edge_ocr_example.page_reader import (
     CHECK_HEIGHT,
+    CHECK_MARGIN,
     Line,
     apply_directions,
     assemble,
@@ -75,11 +76,16 @@ def test_the_surer_reading_is_kept_and_the_turn_follows_it() -> None:
         ("vision", 0.95), ("upright", 0.90), ("once", 0.90)]
 
 
-def test_a_tie_keeps_the_first_reading() -> None:
+@pytest.mark.parametrize(("second", "kept"), [
+    (0.8, "and 6986"),
+    (0.8 + CHECK_MARGIN * 0.9, "and 6986"),
+    (0.8 + CHECK_MARGIN * 1.1, "9869 pue"),
+])
+def test_scores_within_the_margin_keep_the_first_reading(second: float, kept: str) -> None:
     piece = LinePiece(0, 100, False)
-    lines = assemble(_quads(1), [0], [(0, piece), (0, piece)], [("first", 0.8), ("other", 0.8)],
-                     other=[False, True])
-    assert [line.text for line in lines] == ["first"]
+    lines = assemble(_quads(1), [0], [(0, piece), (0, piece)],
+                     [("and 6986", 0.8), ("9869 pue", second)], other=[False, True])
+    assert [line.text for line in lines] == [kept]
 
 
 def test_the_turned_reading_counts_in_the_reading_order() -> None:

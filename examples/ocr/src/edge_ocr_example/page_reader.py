@@ -79,20 +79,20 @@ CHECK_THRESH: Final = 0.5
 exceeds this is read both ways, and the reading the recogniser is surer of is kept.
 
 The classifier misjudges small print: upscaled to its 48-pixel rows, windows of upright
-7-10 px text are called upside down with 0.95-0.999 (and turned lines upright), and its
-verdicts move with a pixel or two of margin around the text. The recogniser's confidence
-in the two readings tells them apart; the classifier only picks which lines to ask about
-(``benchmarks/RESULTS.md``, ``ocr_small_print``)."""
+7-10 px text are called upside down with high confidence (and turned lines upright), and
+its verdicts move with a pixel or two of margin around the text. The recogniser's
+confidence in the two readings tells them apart; the classifier only picks which lines to
+ask about (measured: ``benchmarks/RESULTS.md``, ``ocr_small_print``)."""
 CHECK_HEIGHT: Final = 32
 """A line crop less than this many pixels high counts as small print for :data:`CHECK_THRESH`.
 
 On the generated images of ``benchmarks/ocr_small_print.py`` and ``ocr_accuracy.py``
-every upright line the classifier leaned to turn was at most 25 px high; taller lines it
-turns are turned, so they are read once."""
+every upright line the classifier leaned to turn was under this height; the taller lines
+it turns are turned, so they are read once."""
 CHECK_MARGIN: Final = 0.01
 """A line read both ways keeps its second reading only when the recogniser is surer of it
-by more than this; closer scores are a tie (``and 6986`` reads ``9869 pue`` as surely:
-0.991 and 0.996), and the classifier's verdict stands."""
+by more than this; closer scores are a tie (``and 6986`` turned reads ``9869 pue``, about
+as surely), and the classifier's verdict stands."""
 CLS_ROW: Final = (48, 192)
 """The direction classifier's row: height and width."""
 CLS_WINDOWS: Final = 3

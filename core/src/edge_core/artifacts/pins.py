@@ -124,6 +124,16 @@ class BundlePin:
         with self._lock:
             return {str(root): str(b.directory) for root, b in self._kept.items()}
 
+    def directory(self, bundle: str | os.PathLike[str]) -> Path | None:
+        """Where the kept copy of ``bundle`` is (its verified manifest and members), or None.
+
+        What a report reads for the bundle that serves: the bundle on disk may have been
+        rewritten since the stage opened.
+        """
+        with self._lock:
+            held = self._kept.get(Path(os.path.realpath(bundle)))
+        return None if held is None else held.directory
+
     def reissue(self, root: Path) -> VerifiedBundle | None:
         """A handle on the kept copy of ``root`` (checked byte for byte), else None.
 

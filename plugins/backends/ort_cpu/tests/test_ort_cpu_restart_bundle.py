@@ -52,8 +52,11 @@ def plugins() -> PluginSet:
     return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
 
 
-def write_scale_bundle(directory: Path, k: float) -> str:
-    """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256."""
+def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> str:
+    """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256.
+
+    Without ``expected`` the manifest names no expected outputs (the file is left out).
+    """
     directory.mkdir(exist_ok=True)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
@@ -64,9 +67,13 @@ def write_scale_bundle(directory: Path, k: float) -> str:
     model.ir_version = 8
     (directory / "model.onnx").write_bytes(model.SerializeToString())
     np.savez(directory / "example_inputs.npz", x=EXAMPLE_X)
-    np.savez(directory / "expected.npz", y=(EXAMPLE_X * np.float32(k)).astype(np.float32))
+    if expected:
+        np.savez(directory / "expected.npz",
+                 y=(EXAMPLE_X * np.float32(k)).astype(np.float32))
+    else:
+        (directory / "expected.npz").unlink(missing_ok=True)
     create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
-                    expected_outputs="expected.npz", precision="fp32",
+                    expected_outputs="expected.npz" if expected else None, precision="fp32",
                     exporter="onnx.helper", overwrite=True)
     return verify_bundle(directory, stage=False).manifest_sha256  # a fresh one passes
 
@@ -187,4 +194,28 @@ def test_an_unchanged_bundle_restarts_from_the_copy_kept_since_the_open(
         only.restart()  # by hand, too
         assert served_by(only)[1] == 3 and manifests(pipeline) == before
     assert not Path(before[0][1]).exists()
+    assert ledger.is_empty()
+
+
+def test_the_plan_judges_the_evidence_of_the_bundle_that_serves_not_the_rewrite(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The rewrite names no expected outputs: judged on it, the label would drop to
+    backend-execution; the plan reads the copy that loaded, before and after a restart."""
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle) as pipeline:
+        (only,) = pipeline.stages
+
+        def evidence() -> tuple[str, str]:
+            entry = pipeline.execution_plan()["stages"][0]
+            return entry["evidence"], entry["evidence_basis"]
+
+        opened = evidence()
+        assert opened[0] == "complete-model"
+        write_scale_bundle(bundle, 3.0, expected=False)
+        assert evidence() == opened
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY)
+        assert evidence() == opened
+        np.testing.assert_array_equal(served_by(only)[0], EXAMPLE_X * 2)
     assert ledger.is_empty()

@@ -15,7 +15,9 @@ ledger, progress — and owns every step of it, for every policy that opens stag
   :class:`~edge_core.runtime.stage_runtime.StageRuntime`, and the load gate
   (:mod:`edge_core.runtime.gate`): warm-up placement, numerics, observed memory;
 * :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
-  generation, the gate again; through the stage's candidates in order when it has some;
+  generation on the bundle the stage opened with (the slot's
+  :class:`~edge_core.artifacts.pins.BundlePin`: every load of a slot runs inside it), the
+  gate again; through the stage's candidates in order when it has some;
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.

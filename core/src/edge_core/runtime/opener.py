@@ -15,7 +15,9 @@ ledger, progress — and owns every step of it, for every policy that opens stag
   :class:`~edge_core.runtime.stage_runtime.StageRuntime`, and the load gate
   (:mod:`edge_core.runtime.gate`): warm-up placement, numerics, observed memory;
 * :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
-  generation, the gate again; through the stage's candidates in order when it has some;
+  generation on the bundle the stage opened with (the slot's
+  :class:`~edge_core.artifacts.pins.BundlePin`: every load of a slot runs inside it), the
+  gate again; through the stage's candidates in order when it has some;
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.
@@ -53,6 +55,7 @@ from typing import Any, cast
 import attrs
 
 from edge_core.artifacts.errors import BundleChanged
+from edge_core.artifacts.pins import BundleIdentities, BundlePin
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
@@ -143,8 +146,9 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     if stage.input_transform is not None:
         transform = resolve_input_transform(stage.input_transform,
                                             f"{path}.input_transform")
+    identities = BundleIdentities()  # the replicas open on one bundle, and restart on it
     return [StageSlot(stage, binding, attrs.evolve(context, replica=replica),
-                      cast("Transform | None", transform))
+                      cast("Transform | None", transform), BundlePin(identities))
             for replica in range(stage.replicas)]
 
 
@@ -228,7 +232,8 @@ class StageOpener:
             slot.context = attrs.evolve(slot.context, gate_points=REUSED_POINT)
         self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
         try:
-            loaded = slot.binding.load(slot.context)
+            with slot.pin.active():
+                loaded = slot.binding.load(slot.context)
         except BaseException as error:
             # A plugin that retired its own worker while failing says how that went.
             outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
@@ -237,6 +242,7 @@ class StageOpener:
             _name_stage(error, slot)
             raise
         slot.runtime = self.runtime(slot, loaded)
+        slot.pin.keep(loaded)  # released when the runtime closes
         self.say(f"warming up stage {slot.context.stage_id}")
         try:
             self._gate(slot, loaded)
@@ -342,9 +348,12 @@ class StageOpener:
     def _restart_key(self, slot: StageSlot) -> None:
         """Key a restart's full gate as things are now, not as they were at open.
 
-        A restart loads the bundle, the environment and the runtime as they are now: its
-        gate is stored under that key, and the record names what changed since the slot
-        opened (a bundle rewritten under a serving pipeline, an upgraded runtime).
+        A restart loads the environment and the runtime as they are now, and the bundle
+        the stage opened with (:mod:`edge_core.artifacts.pins`): its gate is stored under
+        the key they make now, and the record names what changed since the slot opened
+        (an upgraded runtime). When the bundle on disk changed since, the key now names a
+        bundle that is not the one loaded: the gate is not stored (the restart is refused
+        with ``BundleChanged`` anyway unless it loads the copy kept since the open).
         """
         opened = slot.gate_key
         slot.gate_lookup, slot.gate_problem = None, None
@@ -352,6 +361,9 @@ class StageOpener:
         changed = opened.changed(key.parts) if opened is not None and key is not None else []
         slot.gate_reason = "restart" + (
             f"; changed since the stage opened: {', '.join(changed)}" if changed else "")
+        if "bundles" in changed:
+            slot.gate_key = None
+            slot.gate_reason += " (the restart loads the bundle the stage opened with)"
 
     def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
         """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
@@ -418,7 +430,8 @@ class StageOpener:
                             reload=functools.partial(self.reload, slot),
                             retire_deadline_s=self.retire_deadline_s,
                             max_in_flight=limit if isinstance(limit, int) else None,
-                            call_timeout_s=config.call_timeout_s, policy=policy)
+                            call_timeout_s=config.call_timeout_s, policy=policy,
+                            on_closed=slot.pin.release)
 
     def _gate(self, slot: StageSlot, loaded: LoadedStage) -> None:
         """The load gate on what the backend reports of ``loaded`` (:mod:`.gate`)."""
@@ -485,7 +498,9 @@ class StageOpener:
             self.charge([slot])
         loaded: LoadedStage | None = None
         try:
-            loaded = slot.binding.load(slot.context)
+            with slot.pin.active():  # the bundle the stage opened with, or BundleChanged
+                loaded = slot.binding.load(slot.context)
+            slot.pin.keep(loaded)  # when none was kept (a copy gone, verified afresh)
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:

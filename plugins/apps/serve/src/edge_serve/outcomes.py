@@ -204,10 +204,15 @@ def retry_headers() -> dict[str, str]:
     return {"Retry-After": str(RETRY_AFTER_S)}
 
 
-def stage_unready(pipeline: str, stage: str, state: str) -> HttpRefusal:
-    """503 for a stage that is not ready (failed, restarting, needs a restart, retired)."""
+def stage_unready(pipeline: str, stage: str, state: str, why: str = "") -> HttpRefusal:
+    """503 for a stage that is not ready (failed, restarting, needs a restart, retired).
+
+    ``why`` names each replica not serving and its reason (a failed restart's typed
+    error, ``BundleChanged`` say); the message then says it in parentheses.
+    """
+    reason = "the stage is not serving" + (f" ({why})" if why else "")
     return HttpRefusal(503, f"pipelines[{pipeline}].stages[{stage}].state",
-                       "the stage is not serving", state, kind="StageUnavailable",
+                       reason, state, kind="StageUnavailable",
                        code="stage_unavailable", headers=retry_headers())
 
 

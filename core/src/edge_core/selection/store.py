@@ -72,6 +72,7 @@ def make_private_directory(directory: Path) -> None:
         folder = folder.parent
     for folder in reversed(missing):
         folder.mkdir(mode=0o700, exist_ok=True)
+    directory.mkdir(mode=0o700, exist_ok=True)  # a file in its place: FileExistsError
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:

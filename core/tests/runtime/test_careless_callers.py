@@ -13,6 +13,7 @@ import gc
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -136,3 +137,67 @@ def test_an_arun_cancelled_in_flight_gives_its_slots_back(open_pipeline: OpenPip
         assert _settles(pipeline) == (0, 0)
     with pipeline.run({"x": X}) as result:
         assert result.outputs["x"].shape == (2, 2)
+
+
+def _taken(pipeline: Pipeline) -> tuple[int, tuple[int, ...]]:
+    """(admission slots taken, requests each stage still holds)."""
+    return pipeline.admission.used, tuple(stage.outstanding for stage in pipeline.stages)
+
+
+async def _submitted_on_the_loop(pipeline: Pipeline, inputs: Any) -> Any:
+    """``submit(loop=...)`` from the loop's thread, its result taken off the loop."""
+    submission = pipeline.submit(inputs, loop=asyncio.get_running_loop())
+    return await asyncio.to_thread(submission.result, 5.0)
+
+
+def _stream_once(pipeline: Pipeline, inputs: Any) -> None:
+    """The stream's first event (its inputs are read when it starts)."""
+    next(pipeline.stream(inputs))
+
+
+#: Inputs that are no mapping of input names to arrays, and the value each refusal names.
+MALFORMED_INPUTS = [
+    ({1: X}, 1),
+    ({"x": X, ("x",): X}, ("x",)),  # a bad key after a good one
+    (None, None),
+    ("x", "x"),
+    ([("x", X)], "the inputs"),
+]
+
+
+#: Every way of making a request, each taking the pipeline and the inputs.
+CALLS: list[Callable[[Pipeline, Any], Any]] = [
+    lambda pipeline, inputs: pipeline.run(inputs),
+    lambda pipeline, inputs: pipeline.run(inputs, deadline_s=5.0),
+    lambda pipeline, inputs: pipeline.submit(inputs).result(5.0),
+    lambda pipeline, inputs: asyncio.run(_submitted_on_the_loop(pipeline, inputs)),
+    _stream_once,
+    lambda pipeline, inputs: asyncio.run(pipeline.arun(inputs)),
+]
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_inputs_that_are_no_mapping_of_names_are_refused_naming_inputs(
+    open_pipeline: OpenPipeline, ledger: Any, stages: int,
+) -> None:
+    chain = [echo_stage("s")]
+    if stages == 2:
+        chain.append(echo_stage("t", transform="edge_echo.transforms:passthrough"))
+    pipeline = open_pipeline(*chain, admission=2)
+    workers = [(stage.generation, stage.state) for stage in pipeline.stages]
+    held = ledger.holdings()
+    for inputs, value in MALFORMED_INPUTS:
+        for call in CALLS:
+            with pytest.raises(InvalidValue) as info:
+                call(pipeline, inputs)
+            assert info.value.field == "inputs"
+            if value == "the inputs":
+                assert info.value.value is inputs
+            else:
+                assert info.value.value == value
+            assert _taken(pipeline) == (0, (0,) * stages)
+    assert ledger.holdings() == held
+    assert [(stage.generation, stage.state) for stage in pipeline.stages] == workers
+    with pipeline.run({"x": X}) as result:  # the same workers serve on
+        assert result.outputs["x"].shape == (2, 2)
+    assert _taken(pipeline) == (0, (0,) * stages)

@@ -56,6 +56,7 @@ from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.pipeline_result import PipelineResult, start_unacknowledged_drain
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
+from edge_core.runtime.request_inputs import malformed_inputs
 from edge_core.runtime.request_tracker import RequestTracker
 from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
@@ -81,8 +82,15 @@ CLOSE_HEAL_WAIT_S = 2.0
 
 
 def _input_bytes(inputs: Mapping[str, Any]) -> int:
-    """The bytes of a request's arrays (what sending them copies)."""
-    return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+    """The bytes of a request's arrays (what sending them copies).
+
+    Inputs that are no mapping count as too many to send from the loop: the request
+    thread refuses them (``InvalidValue`` naming ``inputs``) through the result.
+    """
+    try:
+        return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+    except (AttributeError, TypeError):
+        return SEND_NOW_BYTES + 1
 
 
 class Pipeline:
@@ -302,9 +310,11 @@ class Pipeline:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
             final = pending.result()
-        except BaseException:
+        except BaseException as exc:
             self.lineup.leave(serving)
             self.admission.release()
+            if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
+                raise refusal from None  # the inputs' fault, not the code that read them
             raise
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
 
@@ -394,7 +404,12 @@ class Pipeline:
         take_slot(self.admission, until)
         serving = self.lineup.enter()
         try:
-            pending, _, _ = self._chain(serving, inputs, params, until)
+            try:
+                pending, _, _ = self._chain(serving, inputs, params, until)
+            except Exception:
+                if refusal := malformed_inputs(inputs):
+                    raise refusal from None
+                raise
             try:
                 yield from pending.events()
             finally:
@@ -510,7 +525,8 @@ class Pipeline:
             self.lineup.leave(serving)
             admission.release()
             requests.end(request_id)
-            future.set_exception(exc)
+            refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
+            future.set_exception(refusal or exc)
             return submission
         if pending is None:  # every stage slot is taken: a request thread waits for one
             self.lineup.leave(serving, answered=False)

@@ -201,3 +201,34 @@ def test_inputs_that_are_no_mapping_of_names_are_refused_naming_inputs(
     with pipeline.run({"x": X}) as result:  # the same workers serve on
         assert result.outputs["x"].shape == (2, 2)
     assert _taken(pipeline) == (0, (0,) * stages)
+
+
+@pytest.mark.parametrize("timeout_s", [math.nan, math.inf, -math.inf, "1", True])
+def test_a_result_wait_that_is_no_finite_number_is_refused_naming_timeout_s(
+    open_pipeline: OpenPipeline, timeout_s: Any,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"))
+    submission = pipeline.submit({"x": X}, params={"delay_s": 0.3})
+    for _ in range(2):  # in flight, then done: refused either way
+        with pytest.raises(InvalidValue) as info:
+            submission.result(timeout_s)
+        assert info.value.field == "timeout_s"
+        assert "finite number of seconds" in str(info.value)
+        with submission.result(5.0) as result:  # the request itself went on
+            assert result.outputs["x"].shape == (2, 2)
+    assert _charged(pipeline) == (0, 0)
+
+
+def test_a_result_wait_of_zero_or_less_does_not_wait(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"))
+    submission = pipeline.submit({"x": X}, params={"delay_s": 0.5})
+    for timeout_s in (0.0, -1.0, -1e300):  # as deadline_s: a wait already over
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            submission.result(timeout_s)
+        assert time.monotonic() - started < 0.2
+    with submission.result(5.0) as result:
+        assert result.outputs["x"].shape == (2, 2)
+    with submission.result(-1.0) as result:  # done: the result, without waiting
+        assert result.outputs["x"].shape == (2, 2)
+    assert _charged(pipeline) == (0, 0)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from edge_contracts.validation import require_seconds
 from edge_contracts.waiting import ReadableWait
 from edge_core.host.spinning import governor
 
@@ -152,6 +153,7 @@ class ChannelReader:
 
         Raises:
             TimeoutError: nothing arrived within ``timeout_s``.
+            InvalidValue: nothing is in ``inbox`` and ``timeout_s`` is no finite number.
             BaseException: ``gone()`` when the channel ended and ``inbox`` is empty.
 
         """
@@ -160,7 +162,10 @@ class ChannelReader:
             item = inbox.get_nowait()
             if item is not HANDOVER:
                 return item
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        # A timeout that is no finite number is refused here, before this caller waits
+        # (a NaN deadline would never pass): the caller's call goes on untouched.
+        deadline = None if timeout_s is None else time.monotonic() + require_seconds(
+            timeout_s, "timeout_s", reason="must be a finite number of seconds, or None")
         with self._guard:
             self._waiting.append(inbox)
             if self._polling and not self._closing:  # the pipe is open while we hold _cv

@@ -645,6 +645,7 @@ class Pipeline:
         """
         summary: dict[str, Any] = {}
         self.closed = True
+        self.admission.close("closed")  # a request waiting for admission ends now
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired

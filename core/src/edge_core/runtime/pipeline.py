@@ -552,11 +552,13 @@ class Pipeline:
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
             try:
-                if threading.get_ident() == on_loop:
+                if not loop.is_running():  # stopped or closed: it would never settle it
+                    settle()
+                elif threading.get_ident() == on_loop:
                     loop.call_soon(settle)  # after the channel's read, not inside it
                 else:
                     loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the event loop is closed: settle here, nothing waits
+            except RuntimeError:  # the event loop closed meanwhile: settle here
                 settle()
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)

@@ -232,3 +232,61 @@ def test_a_result_wait_of_zero_or_less_does_not_wait(open_pipeline: OpenPipeline
     with submission.result(-1.0) as result:  # done: the result, without waiting
         assert result.outputs["x"].shape == (2, 2)
     assert _charged(pipeline) == (0, 0)
+
+
+def test_an_arun_cancelled_while_it_waits_for_a_stage_slot_gives_admission_back_at_once(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s"), admission=2)  # echo: one stage slot
+    held = pipeline.run({"x": X})  # the stage's one slot, held unacknowledged
+
+    async def cancel_while_waiting() -> tuple[int, int]:
+        try:
+            task = asyncio.ensure_future(pipeline.arun({"x": X}))
+            await asyncio.sleep(0.3)  # admitted, waiting for the slot (no deadline)
+            assert pipeline.admission.used == 2
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            ends = time.monotonic() + 2.0  # not when the slot frees: the request is fenced
+            while pipeline.admission.used != 1 and time.monotonic() < ends:
+                await asyncio.sleep(0.01)
+            return _charged(pipeline)
+        finally:
+            held.ack()  # else a request thread would wait for the slot for good
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # nothing left to a finalizer
+        assert asyncio.run(cancel_while_waiting()) == (1, 1)  # the held result's alone
+        gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    with pipeline.run({"x": X}) as result:
+        assert result.outputs["x"].shape == (2, 2)
+
+
+def test_an_arun_cancelled_while_it_waits_for_admission_never_runs(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"), admission=1)
+    held = pipeline.run({"x": X})  # the one admission slot
+
+    async def cancel_while_waiting() -> None:
+        try:
+            task = asyncio.ensure_future(pipeline.arun({"x": X}, deadline_s=20.0))
+            await asyncio.sleep(0.3)  # waiting for admission
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:  # admission frees: the cancelled request takes it, is fenced, gives it back
+            held.ack()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # no result left to a finalizer
+        started = time.monotonic()
+        asyncio.run(cancel_while_waiting())  # its end waits for the thread: not 20 s
+        assert time.monotonic() - started < 5.0
+        gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    assert pipeline.requests.cancel("t-1") is not None  # the tracker let every id go
+    with pipeline.run({"x": X}) as result:
+        assert result.outputs["x"].shape == (2, 2)

@@ -19,6 +19,7 @@ each reservation; :meth:`Pipeline.execution_plan` reports what was admitted and 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -91,6 +92,33 @@ def _input_bytes(inputs: Mapping[str, Any]) -> int:
         return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
     except (AttributeError, TypeError):
         return SEND_NOW_BYTES + 1
+
+
+def _wake(done: Any) -> None:
+    """Set an awaited future's result, unless its task was cancelled meanwhile."""
+    if not done.done():
+        done.set_result(None)
+
+
+def _acknowledge(submission: Submission) -> None:
+    """Acknowledge a result nobody will take (an error is the abandoned request's own)."""
+    try:
+        result = submission.result(0)
+    except Exception:  # how an abandoned request ended is nobody's business now
+        return
+    result.ack()
+
+
+def _abandon(submission: Submission) -> None:
+    """Fence a request whose awaiting task was cancelled; acknowledge its result if any."""
+    submission.cancel(interrupt=False)
+    submission.add_done_callback(partial(_acknowledge, submission))
+
+
+def _abandon_submitted(submitting: Any) -> None:
+    """:func:`_abandon` the submission a cancelled task was still waiting to get."""
+    if not submitting.cancelled() and submitting.exception() is None:
+        _abandon(submitting.result())
 
 
 class Pipeline:
@@ -420,10 +448,37 @@ class Pipeline:
 
     async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    deadline_s: float | None = None) -> PipelineResult:
-        """:meth:`run` for asyncio code (the blocking work runs in a worker thread)."""
+        """:meth:`run` for asyncio code: :meth:`submit` off the loop, its result awaited.
+
+        Cancelling the awaiting task fences the request, as ``Submission.cancel(interrupt=
+        False)`` does: one still waiting (for admission, a stage's slot, a replica) never
+        runs and gives its admission back now; a call running is left to finish (no worker
+        is retired) and its result acknowledged when it arrives.
+        """
         import asyncio  # where used: importing it (ssl with it) is ~20 ms of edge run's start
 
-        return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
+        loop = asyncio.get_running_loop()
+        # Admission may be waited for (up to the deadline): in a thread, not on the loop.
+        submitting = loop.run_in_executor(None, partial(self.submit, inputs, params=params,
+                                                        deadline_s=deadline_s))
+        try:
+            submission = await asyncio.shield(submitting)
+        except asyncio.CancelledError:  # the request is fenced once it is submitted
+            submitting.add_done_callback(_abandon_submitted)
+            raise
+        done = loop.create_future()
+
+        def settled() -> None:  # in the thread that settled it (or here, when done)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
+                loop.call_soon_threadsafe(_wake, done)
+
+        submission.add_done_callback(settled)
+        try:
+            await done
+        except asyncio.CancelledError:
+            _abandon(submission)
+            raise
+        return submission.result(0)
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, request_id: str | None = None,

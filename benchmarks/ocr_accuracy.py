@@ -83,6 +83,20 @@ def direct_reader(bundles: Path) -> tuple[Reader, Callable[[], None]]:
     return read, lambda: None
 
 
+def edge_reader(bundles: Path | None, reader: str,
+                work: Path) -> tuple[Reader, Callable[[], None]]:
+    """The edge side of a comparison: ``reader`` (``runtime`` or ``direct``) over
+    ``bundles``, built afresh in ``work`` when none are given."""
+    if bundles is None:
+        from edge_ocr_example.page_bundle import build_page_bundles
+
+        bundles = work / "bundles"
+        build_page_bundles(bundles)
+    if reader == "runtime":
+        return runtime_reader(bundles / "pipeline.toml")
+    return direct_reader(bundles)
+
+
 def peer_reader() -> Reader:
     """RapidOCR's own pipeline, from the installed ``rapidocr-onnxruntime`` package."""
     from rapidocr_onnxruntime import RapidOCR
@@ -118,20 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ocr-accuracy-") as scratch:
         work = Path(scratch)
-        bundles = args.bundles
-        if bundles is None:
-            from edge_ocr_example.page_bundle import build_page_bundles
-
-            bundles = work / "bundles"
-            build_page_bundles(bundles)
         folder = args.keep or work / "pages"
         folder.mkdir(parents=True, exist_ok=True)
         pages = generate_pages(args.pages, args.seed)
         files = [page.save(folder) for page in pages]
-        if args.reader == "runtime":
-            edge_read, close = runtime_reader(bundles / "pipeline.toml")
-        else:
-            edge_read, close = direct_reader(bundles)
+        edge_read, close = edge_reader(args.bundles, args.reader, work)
         peer_read = peer_reader()
         edge_out: list[list[str]] = []
         peer_out: list[list[str]] = []

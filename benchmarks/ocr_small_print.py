@@ -31,11 +31,11 @@ import json
 import random
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ocr_accuracy import direct_reader, peer_reader, runtime_reader
+from ocr_accuracy import edge_reader, peer_reader
 from PIL import Image, ImageDraw, ImageFont
 
 from edge_core.identity import host_identity
@@ -155,19 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="ocr-small-print-") as scratch:
         work = Path(scratch)
-        bundles = args.bundles
-        if bundles is None:
-            from edge_ocr_example.page_bundle import build_page_bundles
-
-            bundles = work / "bundles"
-            build_page_bundles(bundles)
         folder = args.keep or work / "images"
         folder.mkdir(parents=True, exist_ok=True)
-        close: Callable[[], None]
-        if args.reader == "runtime":
-            edge_read, close = runtime_reader(bundles / "pipeline.toml")
-        else:
-            edge_read, close = direct_reader(bundles)
+        edge_read, close = edge_reader(args.bundles, args.reader, work)
         peer_read = peer_reader()
         try:
             for kind, pages in kinds.items():

@@ -106,6 +106,8 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "target.toml").write_text(ONE + '[stages.placement]\ntarget = "nmupy"\n')
+    (tmp_path / "candtarget.toml").write_text(CANDIDATES + 'placement = { target = "cuda" }\n')
     (tmp_path / "chain.toml").write_text(CHAIN)
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "pyproject.toml").write_text(
@@ -201,6 +203,16 @@ TABLE = [
     (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",
                                   "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
+    # a placement target the backend does not place on: named before any worker starts
+    # (else the warm-up gate refused it, exit 1, after loading)
+    (["run", "target.toml", "--input", "a.txt"],
+     ["target.toml: stages[0].placement.target: backend 'echo' does not place work on this "
+      "target (did you mean 'numpy'? it places on: numpy): 'nmupy'"]),
+    (["plan", "target.toml", "--probe-only"], ["target.toml: stages[0].placement.target"]),
+    (["serve", "target.toml", "--port", "0"], ["target.toml: stages[0].placement.target"]),
+    (["plan", "candtarget.toml"],  # the installed candidate's own target; not the other's
+     ["candtarget.toml: stages[0].candidates[1].placement.target: candidate 1 backend 'echo' "
+      "does not place work on this target (it places on: numpy): 'cuda'"]),
     (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["plan", "deep.json"], ["deep.json: not read as JSON: arrays or tables nested too deeply"]),
     (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),

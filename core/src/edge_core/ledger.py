@@ -28,6 +28,7 @@ Every method is thread-safe; :meth:`ResourceLedger.snapshot` returns a JSON-able
 
 from __future__ import annotations
 
+import difflib
 import enum
 import itertools
 import threading
@@ -230,8 +231,7 @@ class ResourceLedger:
         for name, ceiling in (ceilings or {}).items():
             path = f'{ceilings_path}["{name}"]'
             if name not in self._pools:
-                known = ", ".join(sorted(self._pools))
-                raise UnknownPool(path, f"unknown pool (known: {known})", name)
+                raise UnknownPool(path, self._unknown(name), name)
             if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 1:
                 raise ConfigError(path, "must be a positive number of bytes", ceiling)
             total = self._pools[name].total
@@ -493,5 +493,12 @@ class ResourceLedger:
 
     def _require_pool(self, pool: str, path: str) -> None:
         if pool not in self._pools:
-            known = ", ".join(sorted(self._pools))
-            raise UnknownPool(path, f"unknown pool (known: {known})", pool)
+            raise UnknownPool(path, self._unknown(pool), pool)
+
+    def _unknown(self, pool: object) -> str:
+        """Why ``pool`` is refused: the closest known pool, and every known one."""
+        known = sorted(self._pools)
+        close = (difflib.get_close_matches(pool, known, n=1, cutoff=0.6)
+                 if isinstance(pool, str) else [])
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown pool ({hint}known: {', '.join(known)})"

@@ -300,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
     """Check the inputs, open the checked pipeline, serve them, report; the exit code."""
+    from edge_core.errors import ConfigError
     from edge_core.evidence.memory import annotate_plan
     from edge_core.runtime import Pipeline
     from edge_core.runtime.pipeline_files import default_ledger
@@ -320,6 +321,8 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     try:
         pipeline = Pipeline.open(config, checked.plugins, default_ledger(config, checked.plugins),
                                  progress=say, workload=_workload(args, prepared, tensors))
+    except ConfigError as exc:  # found as it opens (a demand on a pool no probe reports)
+        raise common.config_failure(exc, args.pipeline) from exc
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started

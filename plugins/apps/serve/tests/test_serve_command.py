@@ -143,7 +143,8 @@ def test_a_demand_on_a_pool_no_backend_reports_is_the_files_problem_as_in_edge_r
     assert done.returncode == 2, done.stderr
     answer = json.loads(done.stdout)
     assert answer["ok"] is False and "UnknownPool" in answer["error"]
-    assert 'unpooled/echo.demands["npu:sram"]' in answer["error"], answer["error"]
+    assert (f'{broken}: UnknownPool: stages[0].resources.demands["npu:sram"]: unknown pool'
+            in answer["error"]), answer["error"]  # the file's path of it, not the ledger's
     assert "Traceback" not in done.stderr and "listening on" not in done.stderr
     ran = subprocess.run([EDGE, "run", str(broken), "--json"], capture_output=True,
                          text=True, timeout=120, stdin=subprocess.DEVNULL)

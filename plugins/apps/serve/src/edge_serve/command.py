@@ -208,17 +208,22 @@ def _open(configs: list[Any], say: Any,
     plugin_errors.extend(discovery.plugin_errors(rows))
     ledger = shared_ledger(configs, plugins)
     opened: list[Pipeline] = []
+    source = ""
     try:
         for config in configs:
+            source = f"{config.source}: " if config.source is not None else ""
             say(f"opening pipeline {config.name}")
             opened.append(Pipeline.open(config, plugins, ledger, progress=say))
     except (EdgeError, ValueError) as exc:
         for pipeline in reversed(opened):
             pipeline.close()
         # a configuration problem found as it opens (a demand on a pool no backend
-        # reports) is the file's, as `edge run` says: exit 2, the problem named
-        code = common.EXIT_USAGE if isinstance(exc, ConfigError) else common.EXIT_FAILED
-        raise common.CommandFailed(code, f"{type(exc).__name__}: {exc}",
+        # reports) is the file's, as `edge run` says: exit 2, the file and problem named
+        if isinstance(exc, ConfigError):
+            raise common.CommandFailed(common.EXIT_USAGE,
+                                       f"{source}{type(exc).__name__}: {exc}",
+                                       {"plugin_errors": plugin_errors}) from exc
+        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}",
                                    {"plugin_errors": plugin_errors}) from exc
     except BaseException:
         for pipeline in reversed(opened):

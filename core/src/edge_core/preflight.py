@@ -49,6 +49,7 @@ from edge_core.config import (
     PipelineConfig,
     load_pipeline,
     load_pyproject_pipeline,
+    pyproject_name_required,
     read_document,
     resolve_input_transform,
 )
@@ -148,8 +149,7 @@ class _Source:
 
     def __attrs_post_init__(self) -> None:
         if self.file.name == "pyproject.toml" and not self.name:
-            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml "
-                              "(--name)", str(self.file))
+            raise pyproject_name_required(self.file)
         if self.file.name != "pyproject.toml" and self.name:
             raise ConfigError("--name", f"picks one of a pyproject.toml's pipelines; "
                               f"{self.file} is a pipeline file of its own", self.name)

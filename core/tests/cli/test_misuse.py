@@ -156,6 +156,17 @@ TABLE = [
                                                     *CHAIN_PROBLEMS]),
     (["serve", "chain.toml", "--port", "0"], ["chain.toml: 3 configuration problems",
                                               *CHAIN_PROBLEMS]),
+    # a pyproject.toml without --name: the pipelines it defines are named (serve, which
+    # has no --name, says it takes pipeline files instead of asking for one)
+    (["run", "proj/pyproject.toml", "--input", "a.txt"],
+     ["proj/pyproject.toml: --name: required with a pyproject.toml: which of its "
+      "[tool.edge.pipelines] to use (defined: chain)"]),
+    (["plan", "proj/pyproject.toml"], ["proj/pyproject.toml: --name: required", "chain"]),
+    (["profile", "proj/pyproject.toml"], ["proj/pyproject.toml: --name: required", "chain"]),
+    (["serve", "proj/pyproject.toml", "one.toml", "--port", "0"],
+     ["proj/pyproject.toml: PIPELINE: edge serve takes pipeline files (.toml, .yaml, "
+      ".json), not a pyproject.toml's [tool.edge.pipelines] (defined: chain): write the "
+      "pipeline's table to a file of its own"]),
     (["plan", "proj/pyproject.toml", "--name", "chain"],
      ["proj/pyproject.toml: 3 configuration problems",
       "tool.edge.pipelines.chain.stages[1].inputs_from: no such stage",

@@ -19,6 +19,8 @@ from edge_core.config.loading import (
     load_pipeline,
     load_pyproject_pipeline,
     load_tool_settings,
+    pyproject_name_required,
+    pyproject_pipelines,
     read_document,
 )
 from edge_core.config.model import (
@@ -63,6 +65,8 @@ __all__ = [
     "load_pyproject_pipeline",
     "load_tool_settings",
     "parse_byte_size",
+    "pyproject_name_required",
+    "pyproject_pipelines",
     "read_document",
     "resolve_input_transform",
     "structure_config",

@@ -36,6 +36,8 @@ __all__ = [
     "load_pipeline",
     "load_pyproject_pipeline",
     "load_tool_settings",
+    "pyproject_name_required",
+    "pyproject_pipelines",
     "read_document",
 ]
 
@@ -143,6 +145,30 @@ def load_tool_settings(pyproject_path: str | os.PathLike[str]) -> ToolSettings:
     table = tool.get("edge", {}) if isinstance(tool, dict) else {}
     settings = structure_config(table, ToolSettings, path="tool.edge")
     return attrs.evolve(settings, source=file.resolve())
+
+
+def pyproject_name_required(pyproject_path: str | os.PathLike[str],
+                            option: str = "--name") -> ConfigError:
+    """The error for a ``pyproject.toml`` given without which of its pipelines to use.
+
+    ``option`` is what names a pipeline where the caller takes it (``--name``, or a
+    function's ``name``); the error lists the pipelines the file defines (or says it
+    defines none, or that it cannot be read).
+    """
+    return ConfigError(option, "required with a pyproject.toml: which of its "
+                       f"[tool.edge.pipelines] to use ({pyproject_pipelines(pyproject_path)})")
+
+
+def pyproject_pipelines(pyproject_path: str | os.PathLike[str]) -> str:
+    """The pipelines a ``pyproject.toml`` defines, said for an error message.
+
+    ``defined: a, b``; ``it defines none``; or why its ``[tool.edge]`` cannot be read.
+    """
+    try:
+        names = sorted(load_tool_settings(pyproject_path).pipelines)
+    except ConfigError as exc:
+        return f"its [tool.edge] cannot be read: {exc}"
+    return f"defined: {', '.join(names)}" if names else "it defines none"
 
 
 def load_pipeline(

@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edge_core.binding import backend_table
-from edge_core.config import load_pipeline, load_pyproject_pipeline
+from edge_core.config import load_pipeline, load_pyproject_pipeline, pyproject_name_required
 from edge_core.config.model import PipelineConfig
-from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool, observe_host_pools
@@ -31,8 +30,7 @@ def load_config(path: str | os.PathLike[str], name: str | None = None) -> Pipeli
     file = Path(path)
     if file.name == "pyproject.toml":
         if not name:
-            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml",
-                              str(file))
+            raise pyproject_name_required(file, "name")
         return load_pyproject_pipeline(file, name)
     return load_pipeline(file)
 

@@ -123,6 +123,8 @@ def _configs(paths: list[str]) -> list[Any]:
 
     for path in paths:
         try:
+            if os.path.basename(path) == "pyproject.toml":
+                raise _pyproject_not_served(path)
             configs.append(check_pipeline(path, loaded=loaded).config)
         except ConfigError as exc:
             failures.append(common.config_failure(exc, path))
@@ -139,6 +141,21 @@ def _configs(paths: list[str]) -> list[Any]:
                                        f"twice: {config.name!r}")
         seen.add(config.name)
     return configs
+
+
+def _pyproject_not_served(path: str) -> Any:
+    """Why a ``pyproject.toml`` is refused: serve takes pipeline files, and has no --name.
+
+    ``check_pipeline`` would ask for ``--name``, an option ``edge run`` has and this
+    command has not; the refusal names the pipelines the file defines and what to do.
+    """
+    from edge_core.config import pyproject_pipelines
+    from edge_core.errors import ConfigError
+
+    listed = pyproject_pipelines(path)
+    return ConfigError("PIPELINE", "edge serve takes pipeline files (.toml, .yaml, .json), "
+                       f"not a pyproject.toml's [tool.edge.pipelines] ({listed}): write the "
+                       "pipeline's table to a file of its own (the same keys, with its name)")
 
 
 def _per_pipeline(values: list[str], flag: str, names: list[str],

@@ -206,6 +206,11 @@ TABLE = [
     (["plan", "one.toml", "--input", "a.txt"],
      ["--input: pipeline 'one' times nothing to read it with (no stage lists more than "
       "one candidate", "drop --input"]),
+    # a --params name the final stage's backend does not read: named, as edge serve's
+    # 400 names it (it was passed on and ignored)
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"delay": 1, "delay_s": 0}'],
+     ["--params: not a parameter of this pipeline: 'delay' (its final stage 'a', on echo, "
+      "reads: allocate_mb, chunk_rate_hz, crash, delay_s, "]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),

@@ -377,6 +377,10 @@ def test_a_refused_profile_input_leaves_nothing_behind(work: Path) -> None:
 #: (command line, the option its one error line names) — refused by the command line's own
 #: checks: exit 2 before the pipeline file is even read.
 OPTIONS = [
+    # a port beyond 65535: was an internal error (OverflowError, exit 1) at bind, after
+    # every pipeline had opened
+    (["serve", "one.toml", "--port", "99999"], "--port"),
+    (["serve", "one.toml", "--port", "-1"], "--port"),
     (["run", "one.toml", "--input", "a.txt", "--repeat", "0"], "--repeat"),
     (["run", "one.toml", "--input", "a.txt", "--repeat", "-1"], "--repeat"),
     (["run", "one.toml", "--input", "a.txt", "--deadline", "0"], "--deadline"),

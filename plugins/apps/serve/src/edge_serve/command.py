@@ -48,6 +48,8 @@ __all__ = ["NAME", "register", "serve"]
 NAME = "serve"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 API_KEY_ENV = "EDGE_API_KEY"
+MAX_PORT = 65535
+"""The highest TCP port (a larger --port is refused by name before any pipeline opens)."""
 
 
 class Stopped(BaseException):
@@ -76,8 +78,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "name")
     parser.add_argument("--host", default="127.0.0.1", metavar="HOST",
                         help="address to bind (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000, metavar="PORT",
-                        help="port to bind (default 8000; 0 takes a free one)")
+    parser.add_argument("--port", type=common.int_between(0, MAX_PORT), default=8000,
+                        metavar="PORT",
+                        help="port to bind, 0 to 65535 (default 8000; 0 takes a free one)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
                         help=f"require 'Authorization: Bearer KEY' on every route but /health "
                         f"and the page (default: ${API_KEY_ENV}, else none)")

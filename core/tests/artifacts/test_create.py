@@ -308,3 +308,23 @@ def test_a_graph_input_an_initializer_gives_is_not_required_of_the_example_input
     with pytest.raises(ReferenceRefused, match=r"lacks the graph's input\(s\) \['x'\]: "
                        r"model.onnx takes \['x'\], the archive holds \['W'\]"):
         create_manifest(directory, example_inputs="w.npz", overwrite=True)
+
+
+def test_expected_outputs_that_name_no_output_of_the_graph_are_refused_at_creation(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    # the example inputs given as the expected outputs (x, not y): it was written, and a
+    # stage's warm-up refused it as "outputs differ ... beyond the bound: max_abs_error=0.0"
+    directory = write_bundle(tmp_path / "b", create=False)
+    with pytest.raises(ReferenceRefused) as info:
+        create_manifest(directory, example_inputs="inputs.npz", expected_outputs="inputs.npz")
+    assert str(info.value) == (
+        "manifest.metadata.validation.expected_outputs: names no output of the graph: ['x']: "
+        "model.onnx gives ['y'], the archive holds ['x'] (expected outputs are the graph's "
+        "outputs for the example inputs, by output name): 'inputs.npz'")
+    assert not (directory / MANIFEST_FILENAME).exists()
+    create_manifest(directory, example_inputs="inputs.npz", expected_outputs="expected.npz")
+    edit_manifest(directory, lambda data: data["metadata"]["validation"].update(
+        expected_outputs="inputs.npz"))  # by hand: verification refuses it the same way
+    with pytest.raises(ReferenceRefused, match="names no output of the graph: \\['x'\\]"):
+        verify_bundle(directory, staging_root=staging_root)

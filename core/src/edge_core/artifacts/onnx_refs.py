@@ -164,6 +164,7 @@ class GraphOutline:
         outputs: the graph's outputs, all occurrences together.
         feeds: the names of the graph's inputs that no initializer of the graph gives a
             value (what a run must be fed), in the graph's order.
+        output_names: the names of the graph's outputs, in the graph's order.
 
     """
 
@@ -173,6 +174,7 @@ class GraphOutline:
     inputs: int
     outputs: int
     feeds: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
 
 
 class _Walker:
@@ -182,6 +184,7 @@ class _Walker:
         self.graphs = 0
         self.counts = {11: 0, 12: 0}  # the model graph's input and output
         self.input_names: list[str] = []  # the model graph's, in order
+        self.output_names: list[str] = []  # the model graph's, in order
         self.initialized: set[str] = set()  # names its initializers give a value
 
     def _children(self, start: int, end: int, wanted: dict[int, str]) -> Iterator[
@@ -215,6 +218,8 @@ class _Walker:
                 self.counts[number] += 1
             if number == 11:  # ValueInfoProto: name is field 1
                 self.input_names.extend(self._name(a, b, 1))
+            elif number == 12:
+                self.output_names.extend(self._name(a, b, 1))
             elif number == 5:  # TensorProto: name is field 8
                 self.initialized.update(self._name(a, b, 8))
             elif number == 15:  # SparseTensorProto: its values tensor's name
@@ -349,7 +354,7 @@ def scan_model(path: Path) -> ModelScan:
             except RecursionError:
                 problem = "messages nested too deeply"
     outline = GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12],
-                           walker.feeds)
+                           walker.feeds, tuple(dict.fromkeys(walker.output_names)))
     return ModelScan(outline, tuple(walker.refs))
 
 

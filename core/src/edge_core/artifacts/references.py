@@ -17,8 +17,9 @@ or the bundle itself):
   (checked from each member's ``.npy`` header and a streamed read of its data, without
   loading the arrays: :func:`npz_headers`);
 - the example inputs of an ONNX graph hold an array for every input of the graph that no
-  initializer gives a value (:func:`check_example_feeds`), so that a bundle whose
-  archive is not its graph's inputs is refused here, not by a stage's warm-up.
+  initializer gives a value (:func:`check_example_feeds`), and its expected outputs
+  name only outputs of the graph, so that a bundle whose archives are not its graph's
+  inputs and outputs is refused here, not by a stage's warm-up.
 
 The graph and example-inputs paths being members is enforced by ``ArtifactManifest``.
 """
@@ -283,10 +284,12 @@ def check_references(
     # refusal comes before any other member's, and its scan is kept for the loop.
     scans: dict[str, ModelScan] = {}
     feeds: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
     if named_onnx(graph):
         scans[graph] = scan_model(directory.joinpath(*graph.split("/")))
         check_onnx_graph(scans[graph].outline, graph)
         feeds = scans[graph].outline.feeds
+        outputs = scans[graph].outline.output_names
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
         # A *.onnx (any case) must be a model with a graph, as the graph must; every other
@@ -314,6 +317,14 @@ def check_references(
     example = manifest.metadata.example_inputs
     if example is not None:
         check_example_feeds(feeds, tuple(headers[example]), graph, example)
+    if expected is not None and outputs:
+        unknown = [name for name in headers[expected] if name not in outputs]
+        if unknown:
+            raise ReferenceRefused(
+                f"manifest.metadata.validation.{EXPECTED_OUTPUTS_KEY}",
+                f"names no output of the graph: {unknown}: {graph} gives {list(outputs)}, "
+                f"the archive holds {sorted(headers[expected])} (expected outputs are the "
+                "graph's outputs for the example inputs, by output name)", expected)
     specs: dict[str, dict[str, Spec]] = {}
 
     def member_specs(member: str, field: str) -> Mapping[str, Spec]:

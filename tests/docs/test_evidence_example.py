@@ -5,12 +5,16 @@ demo`` builds and renders the matrix; this checks the committed result without r
 it again: every record is of the current schema and says where it came from, the
 profiles are of the current profile schema with every run's ``imports_s`` measured in
 the worker, and ``edge matrix`` over the committed records reproduces the committed
-``matrix.md`` — so a record, a renderer or the report that drifts apart fails here.
+``matrix.md`` — so a record, a renderer or the report that drifts apart fails here. The
+inputs each profile recorded are those the page pipeline's ``prepare`` makes of the demo
+page now (a change to ``prepare`` the example was not remade for fails here), and no file
+names a path of the machine that made it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -72,3 +76,39 @@ def test_the_committed_matrix_is_what_edge_matrix_renders_from_the_records(
     assert done.returncode == 0, done.stderr
     rendered = (tmp_path / "matrix.md").read_text(encoding="utf-8")
     assert rendered == (EXAMPLE / "matrix.md").read_text(encoding="utf-8")
+
+
+def test_every_profile_recorded_the_inputs_the_page_pipeline_prepares_now(
+        demo_build: Path) -> None:
+    """The example's profiles ran the current ``prepare``: the names, dtypes and shapes of
+    the inputs it makes of ``make demo``'s page now are those each profile measured with
+    (the page frame the pipeline carries grew from 6 numbers to 10 while the example
+    still showed 6)."""
+    from edge_ocr_example.page_pipeline import prepare
+
+    page = demo_build / "build" / "ocr" / "page.png"
+    made = {name: {"dtype": str(array.dtype), "shape": list(array.shape)}
+            for name, array in prepare(str(page)).items()}
+    compared = 0
+    for path in sorted((EXAMPLE / "profiles").glob("*.json")):
+        profile = _json(path)
+        if not profile["outcome"]["ok"]:  # failed at open: nothing was prepared
+            continue
+        for group in profile["baseline"]["groups"]:
+            assert group["source"] == "prepare(build/ocr/page.png)", (path.name, group)
+            assert group["inputs"] == made, (path.name, group["inputs"], made)
+            compared += 1
+    assert compared >= 3  # every profile that ran (the BLOCKED one ran nothing)
+
+
+#: An absolute path in a committed file, other than the kernel's own (``/sys``, ``/proc``,
+#: ``/dev``): the checkout, the temporary directory and the home directory are stripped
+#: (``.``, ``$TMPDIR``, ``~``), so what is left came from the machine that made the report.
+_MACHINE_PATH = re.compile(r"""(?<=["'(\s=])/(?!sys/|proc/|dev/)[A-Za-z][\w.-]*/""")
+
+
+def test_no_committed_file_names_a_path_of_the_machine_that_made_it() -> None:
+    found = {path.relative_to(EXAMPLE).as_posix(): match.group(0)
+             for path in sorted(EXAMPLE.rglob("*")) if path.suffix in {".json", ".md", ".html"}
+             for match in [_MACHINE_PATH.search(path.read_text(encoding="utf-8"))] if match}
+    assert not found, found

@@ -59,6 +59,12 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
     long = Image.new("RGB", (int(long_font.getlength(long_text)) + 20, 44), "white")
     ImageDraw.Draw(long).text((10, 8), long_text, font=long_font, fill="black")
     long.save(tmp_path / "long.png")  # folded into bands for detection
+    small = Image.new("RGB", (1579, 243), "white")  # upright 8 px print the classifier
+    small_lines = ["River balance service station", "summary"]  # calls upside down
+    small_font = load_font("DejaVuSans.ttf", 8)
+    for xy, text in zip(((305, 32), (1337, 45)), small_lines, strict=True):
+        ImageDraw.Draw(small).text(xy, text, font=small_font, fill=(20, 20, 20))
+    small.save(tmp_path / "small.png")  # 'summary' is read both ways, kept upright
     runner = DirectRunner.from_bundles(page_bundles)
     characters = load_characters(page_bundles / "recognize" / CHARACTERS_FILE)
     ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
@@ -73,7 +79,7 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
                                                                   "recognize")}
         _, expected_lines = demo_page()
         for path in (page_bundles / PAGE, tmp_path / "big.png", tmp_path / "blank.png",
-                     tmp_path / "long.png"):
+                     tmp_path / "long.png", tmp_path / "small.png"):
             got = _read(pipeline, path)
             direct = read_page(read_image(path), runner, characters=characters, batch=4)
             assert [g["text"] for g in got] == [d.text for d in direct], path.name
@@ -88,6 +94,8 @@ def test_pages_through_the_edge_runtime_equal_the_direct_reader(
             elif path.name == "long.png":
                 assert "".join(g["text"] for g in got).replace(" ", "") == long_text.replace(
                     " ", "")
+            elif path.name == "small.png":
+                assert [g["text"] for g in got] == small_lines
             else:
                 assert got == []
         # the declared demands hold after pages of every size, not only after warm-up

@@ -142,3 +142,45 @@ def test_a_short_line_of_small_print_on_a_wide_empty_strip_is_read_whole(
         pages.append((page, (text,)))
         pages.append((page.rotate(90, expand=True), (text,)))  # the same strip standing up
     assert _pooled_cer(reader, pages) <= 0.03
+
+
+def _strip(size: tuple[int, int], face: str, px: int,
+           placed: tuple[tuple[tuple[int, int], str], ...]) -> tuple[Image.Image, tuple[str, ...]]:
+    font = load_font(face, px)
+    page = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(page)
+    for xy, text in placed:
+        draw.text(xy, text, font=font, fill=(20, 20, 20))
+    return page, tuple(text for _, text in placed)
+
+
+# sparse strips of benchmarks/ocr_small_print.py (seed 5): upright 8-10 px lines whose
+# classifier windows say 180 degrees with 0.95-0.999; they were read upside down
+# ('fewwns' for 'summary') or dropped as weak
+_UPRIGHT_SMALL_PRINT = (
+    ((1476, 284), "pillow:Aileron", 9, (((1245, 57), "station total meeting 8741 Discount"),)),
+    ((2023, 58), "DejaVuSans-Bold.ttf", 10, (((1304, 11), "amount paper and for date"),
+                                             ((1747, 27), "quick at Jumps payment balance"))),
+    ((1579, 243), "DejaVuSans.ttf", 8, (((305, 32), "River balance service station"),
+                                        ((1337, 45), "summary"))),
+    ((1610, 198), "DejaVuSans-Bold.ttf", 9, (((1072, 35), "street 389 discount"),
+                                             ((403, 77), "to 6883 with"), ((860, 119), "2616"))),
+)
+
+
+@pytest.mark.parametrize("case", range(len(_UPRIGHT_SMALL_PRINT)))
+def test_upright_small_print_the_classifier_calls_upside_down_is_read_upright(
+        reader, case: int) -> None:  # type: ignore[no-untyped-def]
+    # the line is read both ways (page_reader.CHECK_THRESH) and the recogniser's surer
+    # reading kept
+    page, lines = _strip(*_UPRIGHT_SMALL_PRINT[case])
+    assert [text for text, _ in reader(page)] == list(lines)
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_the_same_small_print_upside_down_is_turned(
+        reader, case: int) -> None:  # type: ignore[no-untyped-def]
+    # the second reading must not undo a right turn (the first strip upside down was
+    # read upside down before it: its classifier windows fell short of 0.9)
+    page, lines = _strip(*_UPRIGHT_SMALL_PRINT[case])
+    assert [text for text, _ in reader(page.rotate(180))] == list(lines)

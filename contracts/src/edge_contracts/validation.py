@@ -7,6 +7,7 @@ value and the limit. Booleans are never accepted where an integer is expected.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from enum import Enum
 from typing import TypeVar
@@ -25,6 +26,7 @@ __all__ = [
     "require_list",
     "require_mapping",
     "require_optional_str",
+    "require_seconds",
     "require_str",
 ]
 
@@ -64,6 +66,24 @@ def require_bool(value: object, field: str, *, error: ErrorType = InvalidValue) 
     """Return ``value`` if it is exactly ``True`` or ``False``."""
     if not isinstance(value, bool):
         raise error(field, value, "must be a boolean")
+    return value
+
+
+def require_seconds(
+    value: object,
+    field: str,
+    *,
+    reason: str = "must be a finite number of seconds",
+    error: ErrorType = InvalidValue,
+) -> float:
+    """Return ``value`` if it is a finite ``int`` or ``float`` (not a bool) of seconds.
+
+    NaN compares with no time and an infinity can be given to no wait: both are refused,
+    as a bool or a string is. The sign is the caller's to read (a wait of zero or less
+    is usually a wait already over). ``reason`` names what the caller's ``None`` means.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise error(field, value, reason)
     return value
 
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from edge_echo.synthetic import pipeline, write_workload
 
 QUICK = {"min_samples": 3, "max_samples": 6}
@@ -146,3 +148,16 @@ def test_plan_says_a_stage_without_gate_points_has_none(tmp_path: Path) -> None:
     (stage,) = json.loads(as_json.stdout)["plan"]["stages"]
     assert stage["gate"] == {"mode": "full", "points_checked": 0, "points": 0,
                              "note": note}
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_plan_and_run_say_when_the_decision_cannot_be_stored(tmp_path: Path,
+                                                             command: str) -> None:
+    """A cache directory that cannot be made: the command still answers, and says so."""
+    _write(tmp_path)
+    (tmp_path / "cache").write_text("a file where the directory should be")
+    done = edge(command, "p.json", *(["--inputs", "workload.npz"] if command == "run" else []),
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  warning: the decision could not be stored: " in done.stdout
+    assert str(tmp_path / "cache") in done.stdout

@@ -310,6 +310,29 @@ def test_without_inputs_a_bundle_of_a_stage_that_keeps_none_gives_its_example_in
     assert "example_inputs(x.npz)" in (tmp_path / "p.json").read_text()
 
 
+def _refused_before_any_start(folder: Path, hooked_edge: str, error: str,
+                              *extra: str) -> None:
+    """``edge run`` and ``edge profile`` on ``folder``'s pipeline.toml, with and without
+    ``--json``: exit 2 with ``error``, no process started, no profile written."""
+    env = {**os.environ, "EDGE_PLUGINS": "echo"}
+    for argv in (["run", "pipeline.toml"], ["profile", "pipeline.toml", "--out", "p.json"]):
+        for as_json in ((), ("--json",)):
+            done = subprocess.run([sys.executable, "-c", hooked_edge, *argv, *extra,
+                                   *as_json], cwd=folder, env=env, capture_output=True,
+                                  text=True, timeout=120, check=False)
+            assert done.returncode == 2, (argv, done.stderr)
+            starts = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
+            assert json.loads(starts.removeprefix("STARTS ")) == [], argv  # no process
+            assert "worker logs" not in done.stderr, argv
+            if as_json:
+                body = json.loads(done.stdout)
+                assert body["ok"] is False and body["error"] == error, argv
+                assert body["plugin_errors"] == [], argv
+            else:
+                assert f"edge: {error}\n" in done.stderr, argv
+    assert not (folder / "p.json").exists()
+
+
 def test_without_inputs_a_candidate_bundle_without_examples_is_refused_before_any_start(
         tmp_path: Path) -> None:
     """The only candidate of the first stage has its own bundle, without example inputs.
@@ -336,23 +359,7 @@ def test_without_inputs_a_candidate_bundle_without_examples_is_refused_before_an
         '[stages.candidates.backend]\nname = "echo"\n')
     error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
              "example inputs to read instead)")
-    env = {**os.environ, "EDGE_PLUGINS": "echo"}
-    for argv in (["run", "pipeline.toml"], ["profile", "pipeline.toml", "--out", "p.json"]):
-        for as_json in ((), ("--json",)):
-            done = subprocess.run([sys.executable, "-c", HOOKED_EDGE, *argv, *as_json],
-                                  cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=120, check=False)
-            assert done.returncode == 2, (argv, done.stderr)
-            starts = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
-            assert json.loads(starts.removeprefix("STARTS ")) == [], argv  # no process
-            assert "worker logs" not in done.stderr, argv
-            if as_json:
-                body = json.loads(done.stdout)
-                assert body["ok"] is False and body["error"] == error, argv
-                assert body["plugin_errors"] == [], argv
-            else:
-                assert f"edge: {error}\n" in done.stderr, argv
-    assert not (tmp_path / "p.json").exists()
+    _refused_before_any_start(tmp_path, HOOKED_EDGE, error)
 
 
 def test_params_without_inputs_on_a_graph_first_stage_are_refused_before_any_start(
@@ -377,19 +384,4 @@ def test_params_without_inputs_on_a_graph_first_stage_are_refused_before_any_sta
     error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
              "example inputs to read instead, and --params alone gives no tensors: only a "
              "generate stage runs without them; its backends: echo)")
-    env = {**os.environ, "EDGE_PLUGINS": "echo"}
-    for argv in (["run", "pipeline.toml"], ["profile", "pipeline.toml", "--out", "p.json"]):
-        for as_json in ((), ("--json",)):
-            done = subprocess.run([sys.executable, "-c", HOOKED_EDGE, *argv, "--params", "{}",
-                                   *as_json], cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=120, check=False)
-            assert done.returncode == 2, (argv, done.stderr)
-            starts = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
-            assert json.loads(starts.removeprefix("STARTS ")) == [], argv  # no process
-            assert "worker logs" not in done.stderr, argv
-            if as_json:
-                body = json.loads(done.stdout)
-                assert body["ok"] is False and body["error"] == error, argv
-            else:
-                assert f"edge: {error}\n" in done.stderr, argv
-    assert not (tmp_path / "p.json").exists()
+    _refused_before_any_start(tmp_path, HOOKED_EDGE, error, "--params", "{}")

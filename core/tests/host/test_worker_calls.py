@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.requests import EventKind, Operation, StageRequest
 from edge_contracts.shm import own_segment_names, segment_names
@@ -241,3 +244,38 @@ def test_unlinked_segments_reach_the_worker_without_touching_request_params(star
     params = {"report_params": True, "gone": [["not", "names"]]}
     with client.submit(request("c", **params)).next(timeout=10) as done:
         assert thaw_json(done.data["params"]) == params
+
+
+NO_WAITS = [math.nan, math.inf, -math.inf, "1"]
+"""Timeouts that are no finite number of seconds."""
+
+
+@pytest.mark.parametrize("timeout", NO_WAITS)
+def test_a_wait_for_the_next_event_that_is_no_finite_number_is_refused_and_the_call_goes_on(
+    start, timeout,
+):
+    client = start("stream")
+    call = client.submit(request("g1", Operation.GENERATE, tokens=3, delay_s=0.5))
+    assert call.next(timeout=10).kind is EventKind.TOKEN  # the first comes at once
+    with pytest.raises(InvalidValue) as info:  # the next in 0.5 s: this would wait for it
+        call.next(timeout)
+    assert info.value.field == "timeout"
+    assert not call.ended
+    kinds = [call.next(timeout=10).kind for _ in range(3)]  # the call goes on, whole
+    assert kinds == [EventKind.TOKEN] * 2 + [EventKind.DONE]
+    assert client.health().ready
+
+
+@pytest.mark.parametrize("timeout_s", [*NO_WAITS, True])
+def test_a_control_wait_that_is_no_finite_number_is_refused_before_anything_is_sent(
+    start, timeout_s,
+):
+    client = start("echo")
+    for control in (lambda: client.ping(timeout_s=timeout_s),
+                    lambda: client.query({"q": 1}, timeout_s=timeout_s)):
+        with pytest.raises(InvalidValue) as info:
+            control()
+        assert info.value.field == "timeout_s"
+        assert "finite number of seconds" in str(info.value)
+    assert client.outstanding() == 0
+    assert client.ping(timeout_s=5.0)["in_flight"] == 0

@@ -13,6 +13,7 @@ import gc
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -134,5 +135,158 @@ def test_an_arun_cancelled_in_flight_gives_its_slots_back(open_pipeline: OpenPip
         time.sleep(0.5)  # the request's thread finishes it; nobody takes the result
         gc.collect()
         assert _settles(pipeline) == (0, 0)
+    with pipeline.run({"x": X}) as result:
+        assert result.outputs["x"].shape == (2, 2)
+
+
+def _taken(pipeline: Pipeline) -> tuple[int, tuple[int, ...]]:
+    """(admission slots taken, requests each stage still holds)."""
+    return pipeline.admission.used, tuple(stage.outstanding for stage in pipeline.stages)
+
+
+async def _submitted_on_the_loop(pipeline: Pipeline, inputs: Any) -> Any:
+    """``submit(loop=...)`` from the loop's thread, its result taken off the loop."""
+    submission = pipeline.submit(inputs, loop=asyncio.get_running_loop())
+    return await asyncio.to_thread(submission.result, 5.0)
+
+
+def _stream_once(pipeline: Pipeline, inputs: Any) -> None:
+    """The stream's first event (its inputs are read when it starts)."""
+    next(pipeline.stream(inputs))
+
+
+#: Inputs that are no mapping of input names to arrays, and the value each refusal names.
+MALFORMED_INPUTS = [
+    ({1: X}, 1),
+    ({"x": X, ("x",): X}, ("x",)),  # a bad key after a good one
+    (None, None),
+    ("x", "x"),
+    ([("x", X)], "the inputs"),
+]
+
+
+#: Every way of making a request, each taking the pipeline and the inputs.
+CALLS: list[Callable[[Pipeline, Any], Any]] = [
+    lambda pipeline, inputs: pipeline.run(inputs),
+    lambda pipeline, inputs: pipeline.run(inputs, deadline_s=5.0),
+    lambda pipeline, inputs: pipeline.submit(inputs).result(5.0),
+    lambda pipeline, inputs: asyncio.run(_submitted_on_the_loop(pipeline, inputs)),
+    _stream_once,
+    lambda pipeline, inputs: asyncio.run(pipeline.arun(inputs)),
+]
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_inputs_that_are_no_mapping_of_names_are_refused_naming_inputs(
+    open_pipeline: OpenPipeline, ledger: Any, stages: int,
+) -> None:
+    chain = [echo_stage("s")]
+    if stages == 2:
+        chain.append(echo_stage("t", transform="edge_echo.transforms:passthrough"))
+    pipeline = open_pipeline(*chain, admission=2)
+    workers = [(stage.generation, stage.state) for stage in pipeline.stages]
+    held = ledger.holdings()
+    for inputs, value in MALFORMED_INPUTS:
+        for call in CALLS:
+            with pytest.raises(InvalidValue) as info:
+                call(pipeline, inputs)
+            assert info.value.field == "inputs"
+            if value == "the inputs":
+                assert info.value.value is inputs
+            else:
+                assert info.value.value == value
+            assert _taken(pipeline) == (0, (0,) * stages)
+    assert ledger.holdings() == held
+    assert [(stage.generation, stage.state) for stage in pipeline.stages] == workers
+    with pipeline.run({"x": X}) as result:  # the same workers serve on
+        assert result.outputs["x"].shape == (2, 2)
+    assert _taken(pipeline) == (0, (0,) * stages)
+
+
+@pytest.mark.parametrize("timeout_s", [math.nan, math.inf, -math.inf, "1", True])
+def test_a_result_wait_that_is_no_finite_number_is_refused_naming_timeout_s(
+    open_pipeline: OpenPipeline, timeout_s: Any,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"))
+    submission = pipeline.submit({"x": X}, params={"delay_s": 0.3})
+    for _ in range(2):  # in flight, then done: refused either way
+        with pytest.raises(InvalidValue) as info:
+            submission.result(timeout_s)
+        assert info.value.field == "timeout_s"
+        assert "finite number of seconds" in str(info.value)
+        with submission.result(5.0) as result:  # the request itself went on
+            assert result.outputs["x"].shape == (2, 2)
+    assert _charged(pipeline) == (0, 0)
+
+
+def test_a_result_wait_of_zero_or_less_does_not_wait(open_pipeline: OpenPipeline) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"))
+    submission = pipeline.submit({"x": X}, params={"delay_s": 0.5})
+    for timeout_s in (0.0, -1.0, -1e300):  # as deadline_s: a wait already over
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            submission.result(timeout_s)
+        assert time.monotonic() - started < 0.2
+    with submission.result(5.0) as result:
+        assert result.outputs["x"].shape == (2, 2)
+    with submission.result(-1.0) as result:  # done: the result, without waiting
+        assert result.outputs["x"].shape == (2, 2)
+    assert _charged(pipeline) == (0, 0)
+
+
+def test_an_arun_cancelled_while_it_waits_for_a_stage_slot_gives_admission_back_at_once(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s"), admission=2)  # echo: one stage slot
+    held = pipeline.run({"x": X})  # the stage's one slot, held unacknowledged
+
+    async def cancel_while_waiting() -> tuple[int, int]:
+        try:
+            task = asyncio.ensure_future(pipeline.arun({"x": X}))
+            await asyncio.sleep(0.3)  # admitted, waiting for the slot (no deadline)
+            assert pipeline.admission.used == 2
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            ends = time.monotonic() + 2.0  # not when the slot frees: the request is fenced
+            while pipeline.admission.used != 1 and time.monotonic() < ends:
+                await asyncio.sleep(0.01)
+            return _charged(pipeline)
+        finally:
+            held.ack()  # else a request thread would wait for the slot for good
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # nothing left to a finalizer
+        assert asyncio.run(cancel_while_waiting()) == (1, 1)  # the held result's alone
+        gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    with pipeline.run({"x": X}) as result:
+        assert result.outputs["x"].shape == (2, 2)
+
+
+def test_an_arun_cancelled_while_it_waits_for_admission_never_runs(
+    open_pipeline: OpenPipeline,
+) -> None:
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"), admission=1)
+    held = pipeline.run({"x": X})  # the one admission slot
+
+    async def cancel_while_waiting() -> None:
+        try:
+            task = asyncio.ensure_future(pipeline.arun({"x": X}, deadline_s=20.0))
+            await asyncio.sleep(0.3)  # waiting for admission
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:  # admission frees: the cancelled request takes it, is fenced, gives it back
+            held.ack()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # no result left to a finalizer
+        started = time.monotonic()
+        asyncio.run(cancel_while_waiting())  # its end waits for the thread: not 20 s
+        assert time.monotonic() - started < 5.0
+        gc.collect()
+        assert _settles(pipeline) == (0, 0)
+    assert pipeline.requests.cancel("t-1") is not None  # the tracker let every id go
     with pipeline.run({"x": X}) as result:
         assert result.outputs["x"].shape == (2, 2)

@@ -8,12 +8,14 @@ exactly (the echo's bound is 0), and nothing is left running or charged.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
@@ -21,6 +23,7 @@ from edge_core.plugins import PluginSet
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.selection import DecisionStore
+from edge_core.selection.key import DecisionKey
 from edge_echo.synthetic import SCALE, pipeline, workload_inputs, write_workload
 
 from .conftest import MiB
@@ -185,3 +188,31 @@ def test_without_room_a_reused_decision_waits_for_it_then_skips(
         with opened.run(workload_inputs()) as result:
             assert result.placement[1]["candidate"] == 0
     assert roomy.is_empty() and tight.is_empty()
+
+
+@pytest.mark.parametrize("stored", ["newer edge", "odd entries"])
+def test_a_previous_decision_edge_cannot_read_is_not_the_open_order_hint(
+        tmp_path: Path, plugins: PluginSet, ledger: ResourceLedger, stored: str,
+) -> None:
+    """A newer edge's decision of this pipeline (another layout), or a verified one whose
+    entries are not a list, orders nothing and is no internal error."""
+    store = DecisionStore(tmp_path / "decisions")
+    config = _config(tmp_path)
+    store.directory.mkdir(parents=True)
+    if stored == "newer edge":
+        newer = {"format": "edge-placement-decision/2", "key": "0" * 64, "parts": {},
+                 "pipeline": config.name, "measured_at": "2099-01-01T00:00:00Z",
+                 "decision": ["another layout"], "digest": "0" * 64}
+        (store.directory / f"{'0' * 64}.json").write_text(json.dumps(newer))
+    else:
+        odd = {stage.id: {"choice": 0, "backend": stage.choices()[0].backend.name,
+                          "entries": 5} for stage in config.stages}
+        store.save(DecisionKey(digest="0" * 64, parts={}, runtime={}), config,
+                   {"stages": odd})
+    opened = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0, store=store)
+    try:
+        with opened.run(workload_inputs()) as result:
+            assert result.placement[1]["candidate"] == 0  # listed order: no usable hint
+    finally:
+        opened.close()
+    assert ledger.is_empty()

@@ -139,17 +139,18 @@ def test_a_stored_decision_is_reused_without_measuring_and_remade_on_change(
             assert result.placement[1]["decision"] == "reused"
             assert result.placement[1]["measured_at"] == measured_at
     # another version of a backend's distribution (faked here) re-measures, and the
-    # plan says what changed since the newest decision of the pipeline
+    # plan says what changed since the nearest decision of the pipeline
     with monkeypatch.context() as patch:
         patch.setattr(plugins.record("echo"), "version", "99.0.0")
         with _open(config, plugins, ledger, store) as opened:
             selection = opened.execution_plan()["selection"]
             assert selection["decision"] == "measured"
             assert selection["changed"] == ["runtime"]
-    # so does a configuration change
+    # so does a configuration change, said against the nearest decision (the first one,
+    # whose runtime is this one's), not the newest (measured with the faked version)
     changed = _config(tmp_path, "preferred-slower", admission=2)
     with _open(changed, plugins, ledger, store) as opened:
-        assert opened.execution_plan()["selection"]["changed"] == ["configuration", "runtime"]
+        assert opened.execution_plan()["selection"]["changed"] == ["configuration"]
     # and --remeasure, whatever is stored
     with _open(config, plugins, ledger, store, remeasure=True) as opened:
         selection = opened.execution_plan()["selection"]
@@ -263,4 +264,39 @@ def test_every_candidate_refused_unwinds_everything(
         _open(load_pipeline(document), plugins, ledger, store)
     assert [t["layer"] for t in caught.value.tried["b"]] == ["numerics", "numerics"]
     assert "a" in caught.value.tried
+    assert ledger.is_empty()
+
+
+@pytest.mark.parametrize("rewritten", ["workload", "bundles"])
+def test_a_decision_measured_while_its_files_changed_is_not_stored(
+        tmp_path: Path, plugins: PluginSet, ledger: ResourceLedger, store: DecisionStore,
+        rewritten: str,
+) -> None:
+    """The workload file, or a bundle's manifest, rewritten while the candidates are timed:
+    the figures are not those of the key's contents, so nothing is stored, and it is said."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    manifest = bundle / "edge-manifest.json"
+    manifest.write_text('{"files": {}}')
+    document = pipeline("preferred-slower", workload=[str(write_workload(tmp_path))],
+                        measurement=QUICK)
+    document["stages"][1]["manifest"] = str(bundle)
+    config = load_pipeline(document)
+
+    def rewrite(line: str) -> None:
+        if line.startswith("measuring"):
+            if rewritten == "workload":
+                np.savez(tmp_path / "workload.npz", x=workload_inputs()["x"] + 1)
+            else:
+                manifest.write_text('{"files": {}, "rewritten": true}')
+
+    with _open(config, plugins, ledger, store, progress=rewrite) as opened:
+        selection = opened.execution_plan()["selection"]
+        assert selection["decision"] == "measured"
+        assert selection["warning"] == (f"the decision was not stored: {rewritten} changed "
+                                        "while it was measured")
+    assert not list((tmp_path / "decisions").glob("*.json"))
+    with _open(config, plugins, ledger, store) as again:  # measured and stored now
+        assert again.execution_plan()["selection"]["warning"] is None
+    assert len(list((tmp_path / "decisions").glob("*.json"))) == 1
     assert ledger.is_empty()

@@ -208,3 +208,29 @@ def test_two_event_loops_settle_their_own_requests_on_one_worker(
     assert settled_on == {"one": [True] * 10, "two": [True] * 10}
     assert request_threads(pipeline) == []
     assert_nothing_charged(pipeline)
+
+
+@pytest.mark.parametrize("backend", ["echo", "echo-preemptible"])
+@pytest.mark.parametrize("behind", ["closed", "stopped"])
+def test_a_loop_closed_or_stopped_behind_its_request_leaves_it_to_end_without_it(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger, backend: str, behind: str,
+) -> None:
+    # No deadline: nothing but the reply can end the request. The loop that sent it
+    # stops (or closes) before the reply is in: another thread reads it and settles it.
+    pipeline = open_pipeline(echo_stage("a", backend=backend, delay_s=0.3), admission=2)
+    loop = asyncio.new_event_loop()
+
+    async def send() -> Submission:
+        return submit(pipeline)
+
+    try:
+        submission = loop.run_until_complete(send())
+        assert request_threads(pipeline) == []  # sent from the loop, read by it
+        if behind == "closed":
+            loop.close()
+        with submission.result(10.0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    finally:
+        loop.close()
+    assert_nothing_charged(pipeline, submission.request_id)
+    assert pipeline.stage("a").state is StageState.READY

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from edge_core.config import load_pipeline
 from edge_core.config.model import PipelineConfig
 from edge_core.identity import identity_digest
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.selection.key import decision_key, environment_identity
+from edge_core.selection.gates import GateStore
+from edge_core.selection.key import decision_key, environment_identity, gate_key
 from edge_core.selection.store import (
     FORMAT,
     KEEP_PER_PIPELINE,
@@ -95,6 +97,20 @@ def test_the_environment_part_holds_what_the_backends_declare(plugins: PluginSet
     env = {"LD_LIBRARY_PATH": "/x", "HOME": "/home/u", "VLLM_CPU_KVCACHE_SPACE": "1"}
     # echo declares nothing: only the loader's path counts
     assert environment_identity(config, plugins, env) == {"LD_LIBRARY_PATH": "/x"}
+
+
+@pytest.mark.parametrize("name", ["EDGE_SPIN_US", "EDGE_COPY_THREADS", "EDGE_HEAP",
+                                  "EDGE_SHM_HUGE"])
+def test_what_edge_cores_worker_code_reads_is_in_the_environment_part(
+        plugins: PluginSet, tmp_path: Path, name: str) -> None:
+    """Spinning off, fewer copy threads, another heap policy: measured again, said so."""
+    config = _config(tmp_path)
+    base = decision_key(config, plugins, env={})
+    assert base.changed(decision_key(config, plugins, env={name: "0"}).parts) == [
+        "environment"]
+    stage = config.stages[0].choices()[0]
+    gate = gate_key(stage, plugins, env={})
+    assert gate.changed(gate_key(stage, plugins, env={name: "0"}).parts) == ["environment"]
 
 
 def test_a_route_interpreters_inventory_is_part_of_the_runtime(
@@ -219,3 +235,123 @@ def test_no_warning_for_a_clean_miss(tmp_path: Path, plugins: PluginSet) -> None
         warnings.simplefilter("error")
         assert DecisionStore(tmp_path / "c").load(decision_key(config, plugins, env={}),
                                                   config).found is None
+
+
+def _write_as(store: DecisionStore, name: str, document: dict[str, Any]) -> Path:
+    path = store.directory / f"{name}.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def test_the_previous_decision_is_only_one_this_version_wrote_and_can_verify(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """A newer edge's file, or a hand-edited one, is never the previous decision."""
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    key = decision_key(config, plugins, env={})
+    saved = store.save(key, config, _decision())
+    document = json.loads(saved.path.read_text())
+    later = {"measured_at": "2099-01-01T00:00:00Z", "key": "0" * 64}
+    newer = dict(document, **later, format="edge-placement-decision/2",
+                 decision=["another layout"], parts={"runtime": "x"})
+    newer["digest"] = identity_digest({k: v for k, v in newer.items() if k != "digest"})
+    _write_as(store, "0" * 64, newer)
+    edited = dict(document, **{**later, "key": "1" * 64}, parts={"runtime": "x"})  # stale digest
+    _write_as(store, "1" * 64, edited)
+    other = decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/ep"})
+    miss = store.load(other, config)
+    assert miss.previous is not None and miss.previous.path == saved.path
+    assert miss.changed(other) == ["environment"]  # not every part, as the others say
+    saved.path.unlink()
+    alone = store.load(other, config)
+    assert alone.previous is None and alone.changed(other) == []
+
+
+def test_pruning_leaves_another_versions_files_alone(tmp_path: Path, plugins: PluginSet) -> None:
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    saved = store.save(decision_key(config, plugins, env={}), config, _decision())
+    newer = dict(json.loads(saved.path.read_text()), format="edge-placement-decision/2",
+                 measured_at="2000-01-01T00:00:00Z")
+    kept = _write_as(store, "0" * 64, newer)
+    for number in range(KEEP_PER_PIPELINE + 1):
+        store.save(decision_key(config, plugins, env={"LD_LIBRARY_PATH": f"/{number}"}),
+                   config, _decision())
+    assert kept.exists()
+
+
+def test_a_gate_is_compared_only_with_stored_gates_that_verify(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """Which parts changed is said against a gate this version stored, never an edited one."""
+    store = GateStore(tmp_path / "gates")
+    stage = _config(tmp_path).stages[0].choices()[0]
+    key = gate_key(stage, plugins, env={})
+    points = [{"entry": "e", "point": "min", "shapes": {"x": [1]}}]
+    saved = store.save(key, "p/a", "echo", points)
+    document = json.loads(store.path(key).read_text())
+    later = dict(document, key="0" * 64, checked_at="2099-01-01T00:00:00Z",
+                 parts={"runtime": "x"})
+    store.path("0" * 64).write_text(json.dumps(later))  # its digest no longer verifies
+    newer = dict(later, key="1" * 64, format="edge-gate/2")
+    newer["digest"] = identity_digest({k: v for k, v in newer.items() if k != "digest"})
+    store.path("1" * 64).write_text(json.dumps(newer))
+    other = gate_key(stage, plugins, env={"LD_LIBRARY_PATH": "/ep"})
+    lookup = store.load(other, "p/a", "echo")
+    assert lookup.found is None and lookup.changed == ("environment",)
+    assert store.load(key, "p/a", "echo").found == saved
+
+
+def test_what_changed_is_said_against_the_nearest_stored_decision(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """Back on the first environment with another workload: the workload changed, not
+    the environment (which differs only from the newer decision, made elsewhere)."""
+    store = DecisionStore(tmp_path / "cache")
+    config = _config(tmp_path)
+    first = store.save(decision_key(config, plugins, env={}), config, _decision())
+    time.sleep(1.05)  # measured_at has whole seconds: the second one is the newer
+    store.save(decision_key(config, plugins, env={"LD_LIBRARY_PATH": "/b"}), config,
+               _decision())
+    page = tmp_path / "page.npz"
+    page.write_bytes(b"page")
+    now = decision_key(config, plugins, env={}, workload=[page])
+    lookup = store.load(now, config)
+    assert lookup.previous is not None and lookup.previous.path == first.path
+    assert lookup.changed(now) == ["workload"]
+
+
+def test_what_changed_is_said_against_the_nearest_stored_gate(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    store = GateStore(tmp_path / "gates")
+    stage = _config(tmp_path).stages[0].choices()[0]
+    points = [{"entry": "e", "point": "min", "shapes": {"x": [1]}}]
+    runtime = {"onnxruntime": "1"}
+    store.save(gate_key(stage, plugins, env={}, runtime=runtime), "p/a", "echo", points)
+    store.save(gate_key(stage, plugins, env={"LD_LIBRARY_PATH": "/b"}, runtime=runtime),
+               "p/a", "echo", points)  # newer, in another environment
+    upgraded = gate_key(stage, plugins, env={}, runtime={"onnxruntime": "2"})
+    assert store.load(upgraded, "p/a", "echo").changed == ("runtime",)
+
+
+def test_a_first_gate_saved_makes_the_placement_directory_private_too(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """The gates' directory lies in the decisions' (``placement/gates``): saved first, a
+    gate made ``placement`` as a parent with the default mode (0755 under umask 022), not
+    the documented 0700. Every folder a save creates is 0700, its file 0600."""
+    from edge_core.selection.gates import default_gate_dir
+
+    cache = tmp_path / "cache"
+    env = {"EDGE_PLACEMENT_CACHE": str(cache / "edge" / "placement")}
+    store = GateStore(default_gate_dir(env))
+    stage = _config(tmp_path).stages[0].choices()[0]
+    key = gate_key(stage, plugins, env={})
+    above = tmp_path.stat().st_mode
+    old = os.umask(0o022)
+    try:
+        store.save(key, "p/a", "echo", [{"entry": "e", "point": "min", "shapes": {"x": [1]}}])
+    finally:
+        os.umask(old)
+    for folder in (cache, cache / "edge", cache / "edge" / "placement",
+                   cache / "edge" / "placement" / "gates"):
+        assert oct(folder.stat().st_mode & 0o777) == oct(0o700), folder
+    assert oct(store.path(key).stat().st_mode & 0o777) == oct(0o600)
+    assert tmp_path.stat().st_mode == above  # a folder that was there is left as it was

@@ -11,6 +11,8 @@ its sha256, and metadata naming the graph, example inputs and reference outputs.
   before the load and :meth:`VerifiedBundle.cleanup` (or use ``with``) afterwards.
 - :func:`verify_once`: the same, shared by every load of one unchanged bundle inside a
   :func:`verification_scope` (the opener's, so replicas verify their bundle once).
+- :mod:`edge_core.artifacts.pins`: a stage's restart loads the bundle the stage opened
+  with (the staged copy kept since), or is refused with ``BundleChanged``.
 
 Every refusal is a :class:`~edge_core.errors.ManifestInvalid` subclass from
 :mod:`edge_core.artifacts.errors`. Importing this package does not import numpy.

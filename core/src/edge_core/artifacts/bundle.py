@@ -8,6 +8,11 @@ the bundle after verification cannot reach it. Right before the load the runtime
 bundle on disk or the staged copy changed since verification (cheap: a ``stat`` per file;
 ``rehash=True`` re-reads every byte as well). :meth:`VerifiedBundle.cleanup` (or leaving
 the ``with`` block) removes the copy; it also runs at garbage collection or exit.
+
+A stage keeps a handle on its staged copy for its whole life
+(:mod:`edge_core.artifacts.pins`): a restart loads from :meth:`VerifiedBundle.reissue`,
+the same bytes again (their sha256 checked once more), whatever the bundle on disk holds
+by then.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ class VerifiedBundle:
         members: every listed file with its digest, size and fingerprints.
         references: external-data files per ONNX member, expected outputs, array names.
         unlisted: files present in the bundle but not listed (never copied; reported).
+        detached: a handle from :meth:`reissue`: it stands for the bytes verified earlier
+            (in the staged copy), not for the bundle on disk, which may have been
+            rewritten since; :meth:`ensure_unchanged` checks the staged copy alone.
 
     """
 
@@ -100,6 +108,7 @@ class VerifiedBundle:
     members: tuple[HashedMember, ...]
     references: References
     unlisted: tuple[str, ...] = ()
+    detached: bool = False
     _finalizer: weakref.finalize[Any, Any] | None = attrs.field(default=None, repr=False)
     _copy: _StagedCopy | None = attrs.field(default=None, repr=False)
 
@@ -127,6 +136,31 @@ class VerifiedBundle:
         if self._copy is not None:
             object.__setattr__(handle, "_finalizer",
                                weakref.finalize(handle, self._copy.release))
+        return handle
+
+    def reissue(self) -> VerifiedBundle | None:
+        """A handle on the staged copy alone, for a restart: the bytes verified earlier.
+
+        The copy is checked first, every byte hashed again (the manifest's and each
+        member's sha256 against the verification's): what the new worker loads is what
+        was verified, whatever the bundle on disk holds now. The handle is
+        :attr:`detached` (its :meth:`ensure_unchanged` does not look at the bundle on
+        disk) and is cleaned up like one from :meth:`share`.
+
+        Returns:
+            ``None`` when this bundle was verified in place (there is no copy), or the
+            copy is gone or no longer holds the verified bytes: the caller verifies
+            afresh.
+        """
+        if not self.staged:
+            return None
+        try:
+            self._check_copy(rehash=True)
+        except (BundleChanged, OSError):
+            return None
+        handle = self.share()
+        if handle is not None:
+            object.__setattr__(handle, "detached", True)
         return handle
 
     @property
@@ -191,38 +225,49 @@ class VerifiedBundle:
         staged copy by fingerprint too. With ``rehash`` every byte is hashed again: the
         bundle's, and the staged copy's (twice the read cost). A same-size rewrite within
         one tick of the file system's timestamp clock (a few ms) can only be seen by a
-        rehash; in staged mode it cannot reach the worker in any case.
+        rehash; in staged mode it cannot reach the worker in any case. A :attr:`detached`
+        handle checks the staged copy alone (the bundle on disk is not what it loads).
         """
+        if not self.detached:
+            self._check_source(rehash=rehash)
+        if self.staged:
+            self._check_copy(rehash=rehash)
+
+    def _check_source(self, *, rehash: bool) -> None:
+        """Refuse when the bundle on disk changed since verification."""
         if _stat_fingerprint(self.source / MANIFEST_FILENAME) != self.manifest_fingerprint:
             raise BundleChanged("manifest", "changed after verification",
                                 str(self.source / MANIFEST_FILENAME))
-        if self.staged:
-            staged = self.directory / MANIFEST_FILENAME
-            try:
-                digest = hashlib.sha256(staged.read_bytes()).hexdigest()
-            except OSError:
-                digest = ""
-            if digest != self.manifest_sha256:
-                raise BundleChanged("manifest", "staged copy changed after verification",
-                                    str(staged))
         for member in self.members:
             field = member_field(member.path)
             resolved = resolve_member(self.source, member.path, field)
             if _stat_fingerprint(resolved) != member.source:
                 raise BundleChanged(field, "changed in the bundle after verification",
                                     member.path)
-            if self.staged:
-                copy = self.path(member.path)
-                if _stat_fingerprint(copy) != member.copy:
-                    raise BundleChanged(field, "staged copy changed after verification",
-                                        str(copy))
-                if rehash and sha256_path(copy) != member.sha256:
-                    raise BundleChanged(field, "staged copy's sha256 changed", str(copy))
             if rehash:
                 again = hash_member(self.source, member.path)
                 if (again.sha256, again.source) != (member.sha256, member.source):
                     raise BundleChanged(field, "sha256 changed in the bundle after verification",
                                         member.path)
+
+    def _check_copy(self, *, rehash: bool) -> None:
+        """Refuse when the staged copy changed since verification (or is gone)."""
+        staged = self.directory / MANIFEST_FILENAME
+        try:
+            digest = hashlib.sha256(staged.read_bytes()).hexdigest()
+        except OSError:
+            digest = ""
+        if digest != self.manifest_sha256:
+            raise BundleChanged("manifest", "staged copy changed after verification",
+                                str(staged))
+        for member in self.members:
+            field = member_field(member.path)
+            copy = self.path(member.path)
+            if _stat_fingerprint(copy) != member.copy:
+                raise BundleChanged(field, "staged copy changed after verification",
+                                    str(copy))
+            if rehash and sha256_path(copy) != member.sha256:
+                raise BundleChanged(field, "staged copy's sha256 changed", str(copy))
 
     def describe(self) -> dict[str, object]:
         """The JSON-ready identity of the bundle, for execution plans and ``--json``."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged
 from edge_core.artifacts.members import bundle_root
+from edge_core.artifacts.pins import observe, reissue
 from edge_core.artifacts.verify import verify_bundle
 from edge_core.progress import Progress
 
@@ -77,6 +78,11 @@ class SharedVerifications:
                 if handle is not None:
                     self._held[key] = held
                     self.shared += 1
+                    try:
+                        observe(handle)  # verify_bundle observed the first one
+                    except BaseException:
+                        handle.cleanup()
+                        raise
                     return handle
             bundle = verify_bundle(directory, stage=stage, staging_root=staging_root,
                                    progress=progress)
@@ -159,7 +165,15 @@ def verify_once(
     staging_root: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
 ) -> VerifiedBundle:
-    """:func:`verify_bundle`, shared with earlier requests inside a :func:`verification_scope`."""
+    """:func:`verify_bundle`, shared with earlier requests inside a :func:`verification_scope`.
+
+    Inside a stage's restart (:mod:`edge_core.artifacts.pins`) a staged load gets the
+    staged copy the stage kept since it opened, checked byte for byte, whatever the
+    bundle on disk holds now.
+    """
+    kept = reissue(directory, stage=stage)
+    if kept is not None:
+        return kept
     with _SCOPE.lock:
         active = _SCOPE.active
     if active is None:

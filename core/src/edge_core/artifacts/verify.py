@@ -47,6 +47,7 @@ from edge_core.artifacts.members import (
     member_field,
     resolve_member,
 )
+from edge_core.artifacts.pins import observe
 from edge_core.artifacts.references import check_references, expected_outputs_path
 from edge_core.host.leftovers import tagged_prefix
 from edge_core.progress import Progress
@@ -185,6 +186,8 @@ def verify_bundle(
     Raises:
         ManifestInvalid: one of its subclasses in ``edge_core.artifacts.errors``, naming
             the field, the reason and the value. Nothing is left on disk.
+        BundleChanged: inside a stage's load (:mod:`edge_core.artifacts.pins`), the
+            manifest's sha256 is not the one the stage opened with.
 
     """
     root = bundle_root(directory)
@@ -211,7 +214,13 @@ def verify_bundle(
             "manifest_fingerprint": manifest_fp, "members": tuple(members),
             "references": references, "unlisted": unlisted,
         }
-        return VerifiedBundle.create(**values)
+        bundle = VerifiedBundle.create(**values)
+        try:
+            observe(bundle)  # a stage's restart: the manifest it opened with, or refused
+        except BaseException:
+            bundle.cleanup()
+            raise
+        return bundle
     except BaseException:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -89,6 +89,8 @@ def _lines(answer: PlanAnswer) -> list[str]:
     selection = (answer.plan or {}).get("selection") or {}
     if selection.get("decision") in ("measured", "reused", "not-measured"):
         lines.append(f"  selection: {selection['objective']}; {selection['note']}")
+        if selection.get("warning"):  # a stored file not used, or the decision not stored
+            lines.append(f"  warning: {selection['warning']}")
         if selection.get("workload"):
             lines.append(f"  timed: {selection['workload']['note']}")
         if selection.get("schedule"):
@@ -104,6 +106,8 @@ def _lines(answer: PlanAnswer) -> list[str]:
                      if s.get("id") == stage.stage_id and s.get("gate")), None)
         if gate:
             lines.append(f"    gate: {gate['note']}")
+            if str(gate.get("stored", "")).startswith("not stored"):
+                lines.append(f"    gate {gate['stored']}")
         for entry in stage.candidates:
             detail = f" at {entry['layer']}: {entry['reason']}" if entry["layer"] else (
                 f": {entry['reason']}" if entry["reason"] else "")

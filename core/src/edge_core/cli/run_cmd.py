@@ -230,6 +230,8 @@ def _summary(plan: dict[str, Any]) -> list[str]:
     selection = plan.get("selection") or {}
     if selection.get("decision") in ("measured", "reused", "not-measured", "first-ready"):
         lines.append(f"  selection ({selection['objective']}): {selection['note']}")
+        if selection.get("warning"):  # a stored file not used, or the decision not stored
+            lines.append(f"  warning: {selection['warning']}")
         if selection.get("split"):
             lines.append(f"  split: {selection['split']['reason']}")
         for switch in selection.get("switches") or ():

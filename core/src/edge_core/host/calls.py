@@ -23,11 +23,13 @@ from edge_contracts.copying import owned_copy
 from edge_contracts.events import TERMINAL_KINDS
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
-from edge_contracts.validation import INT64_MAX
+from edge_contracts.validation import INT64_MAX, require_seconds
 from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.host.errors import RemoteError, TransportCapExceeded
 
 __all__ = ["Call", "CallCancelled", "Delivery"]
+
+_NO_WAIT = "must be a finite number of seconds, or None to wait for the next event"
 
 Array = npt.NDArray[Any]
 
@@ -235,7 +237,15 @@ class Call:
         return self._ended
 
     def next(self, timeout: float | None = None) -> Delivery:
-        """Return the next delivery; raise the call's error, or :class:`DeadlineExceeded`."""
+        """Return the next delivery; raise the call's error, or :class:`DeadlineExceeded`.
+
+        ``timeout`` is a finite number of seconds (zero or less: no wait), or ``None`` to
+        wait for as long as the call takes. One that is no such number (NaN, an infinity,
+        a string) is refused with ``InvalidValue`` naming ``timeout`` when the wait would
+        use it (a delivery already in is returned): the call goes on, to be waited for
+        again. Checked on the wait's failure path only, which a call's usual path never
+        takes.
+        """
         if self._ended:
             raise StopIteration
         try:
@@ -244,10 +254,14 @@ class Call:
             else:
                 item = self._queue.get(timeout=timeout)
         except (queue.Empty, TimeoutError):
+            if timeout is not None:  # NaN and -inf end a wait at once: no wait was asked
+                require_seconds(timeout, "timeout", reason=_NO_WAIT)
             raise DeadlineExceeded(
                 f"request[{self.request_id}]: no event within the timeout: {timeout}"
             ) from None
         except Exception:  # the channel has ended: this call ends with its error
+            if timeout is not None:  # or the timeout could not be waited for: it goes on
+                require_seconds(timeout, "timeout", reason=_NO_WAIT)
             self._ended = True
             raise
         if isinstance(item, BaseException):

@@ -57,7 +57,7 @@ from edge_contracts.protocol import (
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import require_int
+from edge_contracts.validation import require_int, require_seconds
 from edge_contracts.waiting import ReadableWait
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
@@ -194,7 +194,16 @@ class WorkerClient:
     def control(
         self, op: str, meta: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        """Send a control op (``load``, ``warmup``, ``ping``, ``query``); wait for its reply."""
+        """Send a control op (``load``, ``warmup``, ``ping``, ``query``); wait for its reply.
+
+        ``timeout_s`` is a finite number of seconds (zero or less: no wait), or ``None``
+        to wait for as long as the reply takes; anything else (NaN, an infinity, a bool,
+        a string) is refused with ``InvalidValue`` naming ``timeout_s``, before anything
+        is sent.
+        """
+        if timeout_s is not None:
+            require_seconds(timeout_s, "timeout_s", reason="must be a finite number of "
+                            "seconds, or None to wait for the reply")
         self._refuse_if_down()
         request_id = f"ctl-{next(self._control_ids)}"
         waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)

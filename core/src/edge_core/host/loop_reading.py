@@ -18,6 +18,11 @@ does; once the channel has ended (the worker died, or it was retired) or the las
 call ended, the loop stops watching and closes the duplicate (at once, so that a loop
 closed after its last request leaves nothing open: the watch costs a ``dup``, an
 ``epoll_ctl`` each way and a ``close`` per idle-to-busy turn).
+
+A loop that stops running (or is closed) while its calls are open reads nothing more:
+the background reader then reads in its place (:meth:`ChannelReader.elsewhere
+<edge_core.host.reading.ChannelReader.elsewhere>` is given the loop's ``is_running``),
+and a call that ends meanwhile stops the watch from the thread that ended it.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ class LoopReading:
                 return  # watched already, or nothing more to read (its calls have failed)
             watched = os.dup(self._fd)
             self._watched = watched
-        self._reader.elsewhere(1)
+        self._reader.elsewhere(1, self.loop.is_running)
         self.loop.add_reader(watched, self._read)
 
     def closed(self) -> None:
@@ -79,9 +84,15 @@ class LoopReading:
         if threading.get_ident() == self._thread:
             self._stop()
             return
+        if self.loop.is_closed():  # nothing watches any more
+            self._stop(remove=False)
+            return
+        if not self.loop.is_running():  # stopped: it may be closed before it runs again,
+            self._stop_if_idle()  # dropping a callback and the duplicate with it
+            return
         try:
             self.loop.call_soon_threadsafe(self._stop_if_idle)
-        except RuntimeError:  # the loop is closed: nothing watches any more
+        except RuntimeError:  # the loop closed meanwhile: nothing watches any more
             self._stop(remove=False)
 
 
@@ -106,4 +117,4 @@ class LoopReading:
             with contextlib.suppress(RuntimeError, ValueError):  # a closed loop
                 self.loop.remove_reader(watched)
         os.close(watched)
-        self._reader.elsewhere(-1)
+        self._reader.elsewhere(-1, self.loop.is_running)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from edge_contracts.validation import require_seconds
 from edge_contracts.waiting import ReadableWait
 from edge_core.host.spinning import governor
 
@@ -116,6 +117,7 @@ class ChannelReader:
         self._last_active = float("-inf")
         self._listened = 0  # calls whose end a callback awaits, no thread waiting for it
         self._elsewhere = 0  # event loops reading this channel (read_ready) for their calls
+        self._loops_running: list[Callable[[], bool]] = []  # each such loop's is_running
         self._polling = False
         self._closing = False
         self._quiet = False
@@ -152,6 +154,7 @@ class ChannelReader:
 
         Raises:
             TimeoutError: nothing arrived within ``timeout_s``.
+            InvalidValue: nothing is in ``inbox`` and ``timeout_s`` is no finite number.
             BaseException: ``gone()`` when the channel ended and ``inbox`` is empty.
 
         """
@@ -160,7 +163,10 @@ class ChannelReader:
             item = inbox.get_nowait()
             if item is not HANDOVER:
                 return item
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        # A timeout that is no finite number is refused here, before this caller waits
+        # (a NaN deadline would never pass): the caller's call goes on untouched.
+        deadline = None if timeout_s is None else time.monotonic() + require_seconds(
+            timeout_s, "timeout_s", reason="must be a finite number of seconds, or None")
         with self._guard:
             self._waiting.append(inbox)
             if self._polling and not self._closing:  # the pipe is open while we hold _cv
@@ -221,15 +227,24 @@ class ChannelReader:
             if change > 0:
                 self._cv.notify_all()
 
-    def elsewhere(self, change: int) -> None:
+    def elsewhere(self, change: int, running: Callable[[], bool] | None = None) -> None:
         """Count event loops that read this channel themselves (+1, -1): see :meth:`read_ready`.
 
         While any is counted the background reader stands aside: a loop that watches the
         socket reads what arrives when no caller leads. After the last it stays aside
-        :data:`LINGER_S` more, as after the last waiting caller.
+        :data:`LINGER_S` more, as after the last waiting caller. ``running`` (the loop's
+        ``is_running``, given with both changes) is asked every :data:`LINGER_S` while
+        the reader stands aside: while no counted loop runs (each was stopped, or closed
+        behind its open calls) the background reader reads, so that those calls end.
         """
         with self._cv:
             self._elsewhere += change
+            if running is not None:
+                if change > 0:
+                    self._loops_running.append(running)
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._loops_running.remove(running)
             if change > 0 and self._polling and not self._closing:
                 with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                     os.write(self._wake_w, b"\0")
@@ -312,7 +327,7 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or self._elsewhere or (
+                    self._waiting or (self._elsewhere and self._a_loop_reads()) or (
                         not self._listened and time.monotonic() - self._last_active < LINGER_S)
                 ):
                     self._cv.wait(LINGER_S)
@@ -349,6 +364,13 @@ class ChannelReader:
                 self._give_up(None)
             if self._ended:
                 return
+
+    def _a_loop_reads(self) -> bool:
+        """True while an event loop counted by :meth:`elsewhere` runs (holding ``_cv``)."""
+        loops = self._loops_running
+        if len(loops) < self._elsewhere:  # counted without a way to ask: assumed running
+            return True
+        return any(running() for running in loops)
 
     def close(self) -> bool:
         """Stop reading for good (after the socket was shut down); idempotent.

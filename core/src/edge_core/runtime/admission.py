@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edge_core.errors import DeadlineExceeded, EdgeError, ResourceUnavailable
+from edge_core.errors import DeadlineExceeded, EdgeError, ResourceUnavailable, StageClosed
 
 __all__ = ["RequestTooLarge", "SlotPool", "SlotsTaken", "check_request_size", "request_bytes",
            "take_slot"]
@@ -44,6 +44,7 @@ class SlotPool:
         self.what = what
         self._used = 0
         self._waiters = 0  # threads inside acquire's wait: release notifies only then
+        self._closed: str | None = None  # why every wait ends now (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
         # __enter__/__exit__); the Condition over it is only for waiting.
         self._lock = threading.RLock()
@@ -69,16 +70,22 @@ class SlotPool:
 
         Raises:
             SlotsTaken: naming the limit, when no slot frees in time.
+            StageClosed: no slot was free and the pool was closed (:meth:`close`), before
+                or while this waited.
         """
         with self._lock:
             if self._used < self.limit:
                 self._used += 1
                 return
+            if self._closed is not None:  # nothing free: a wait would outlive its owner
+                raise StageClosed(f"{self.what}: {self._closed}")
             if deadline_s is not None and deadline_s > 0:
                 end = time.monotonic() + deadline_s
                 self._waiters += 1
                 try:
                     while self._used >= self.limit:
+                        if self._closed is not None:
+                            raise StageClosed(f"{self.what}: {self._closed}")
                         remaining = end - time.monotonic()
                         if remaining <= 0 or not self._cond.wait(remaining):
                             if self._used < self.limit:
@@ -95,6 +102,18 @@ class SlotPool:
                 + (f" for {deadline_s} s" if deadline_s else "")
                 + f": {self._used}"
             )
+
+    def close(self, why: str) -> None:
+        """End every wait for a slot, now and later, with ``StageClosed`` naming ``why``.
+
+        What the pool's owner calls when it closes (``Pipeline.close``): a request waiting
+        for a slot up to its deadline would otherwise wait for slots that only results
+        still held can free. A slot free now is still taken at once (the request then
+        meets the closed stage's own refusal); releases go on as before.
+        """
+        with self._lock:
+            self._closed = why
+            self._cond.notify_all()
 
     def release(self) -> None:
         """Free one slot and wake one waiter."""

@@ -51,7 +51,11 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
         described = dict(runtime.loaded.describe()) if live and runtime is not None else None
         numerics = stage.warmup.numerics if stage.warmup is not None else None
         reference = stage.reference
-        evidence = evidence_of(numerics, stage.context.manifest_dir,
+        # the bundle that loaded: the copy kept since the open, not the disk's rewrite
+        manifest_dir = stage.context.manifest_dir
+        if manifest_dir is not None:
+            manifest_dir = stage.pin.directory(manifest_dir) or manifest_dir
+        evidence = evidence_of(numerics, manifest_dir,
                                stage.warmup.buckets if stage.warmup is not None else (),
                                stage.context.shapes, reference)
         entries.append({

@@ -66,7 +66,7 @@ from edge_core.selection.combinations import (
     judge_split,
     plan_schedule,
 )
-from edge_core.selection.key import DecisionKey
+from edge_core.selection.key import DecisionKey, content_parts
 from edge_core.selection.store import DecisionStore, Lookup, StoredDecision
 from edge_core.selection.workload import Workload, examples_workload
 
@@ -612,6 +612,13 @@ class MeasuredOpen:
             key: self.record.get(key) for key in ("workload", "schedule", "races", "split",
                                                   "objective", "measured_at")}}
         if self.record["decision"] != "measured" or self.store is None or self.key is None:
+            return
+        sources = self.workload.sources if self.workload is not None else ()
+        now = content_parts(self.config, sources)
+        moved = [part for part, digest in now.items() if self.key.parts.get(part) != digest]
+        if moved:
+            self.record["warning"] = (f"the decision was not stored: {', '.join(moved)} "
+                                      "changed while it was measured")
             return
         try:
             self.store.save(self.key, self.config, self.decision)

@@ -15,7 +15,9 @@ ledger, progress — and owns every step of it, for every policy that opens stag
   :class:`~edge_core.runtime.stage_runtime.StageRuntime`, and the load gate
   (:mod:`edge_core.runtime.gate`): warm-up placement, numerics, observed memory;
 * :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
-  generation, the gate again; through the stage's candidates in order when it has some;
+  generation on the bundle the stage opened with (the slot's
+  :class:`~edge_core.artifacts.pins.BundlePin`: every load of a slot runs inside it), the
+  gate again; through the stage's candidates in order when it has some;
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.
@@ -52,6 +54,8 @@ from typing import Any, cast
 
 import attrs
 
+from edge_core.artifacts.errors import BundleChanged
+from edge_core.artifacts.pins import BundleIdentities, BundlePin
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
@@ -73,7 +77,7 @@ from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
-from edge_core.selection.key import gate_key
+from edge_core.selection.key import DecisionKey, gate_bundle_part, gate_key, manifest_file
 from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
 __all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
@@ -143,8 +147,9 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     if stage.input_transform is not None:
         transform = resolve_input_transform(stage.input_transform,
                                             f"{path}.input_transform")
+    identities = BundleIdentities()  # the replicas open on one bundle, and restart on it
     return [StageSlot(stage, binding, attrs.evolve(context, replica=replica),
-                      cast("Transform | None", transform))
+                      cast("Transform | None", transform), BundlePin(identities))
             for replica in range(stage.replicas)]
 
 
@@ -255,7 +260,8 @@ class StageOpener:
             slot.context = attrs.evolve(slot.context, gate_points=REUSED_POINT)
         self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
         try:
-            loaded = slot.binding.load(slot.context)
+            with slot.pin.active():
+                loaded = slot.binding.load(slot.context)
         except BaseException as error:
             # A plugin that retired its own worker while failing says how that went.
             outcome = getattr(error, RETIRE_OUTCOME_ATTR, None)
@@ -264,13 +270,37 @@ class StageOpener:
             _name_stage(error, slot)
             raise
         slot.runtime = self.runtime(slot, loaded)
+        slot.pin.keep(loaded)  # released when the runtime closes
         self.say(f"warming up stage {slot.context.stage_id}")
         try:
             self._gate(slot, loaded)
+            if stored is not None:
+                self._check_bundle(slot)
         except Exception as error:
             _name_stage(error, slot)
             raise
         self._record_gate(slot, stored)
+
+    def _bundle_moved(self, slot: StageSlot) -> bool:
+        """True when the slot's manifest is no longer the one its gate key was made of."""
+        key = slot.gate_key
+        return key is not None and gate_bundle_part(slot.config) != key.parts.get("bundles")
+
+    def _check_bundle(self, slot: StageSlot) -> None:
+        """Refuse a reused gate when the manifest changed between its lookup and the load.
+
+        The stored gate was the old manifest's; what loaded (verified as it was then) had
+        one point checked, not a full gate.
+
+        Raises:
+            BundleChanged: the manifest's sha256 differs from the key's.
+        """
+        if self._bundle_moved(slot):
+            manifest = slot.config.manifest
+            raise BundleChanged(
+                str(manifest_file(manifest)) if manifest is not None else "manifest",
+                "changed while the stage opened on a gate stored for the manifest read "
+                "before it loaded; open again to run the full gate", "sha256 differs")
 
     def start_all(self, slots: Sequence[StageSlot]) -> None:
         """:meth:`start` every reserved slot in parallel; raise the first failure.
@@ -322,19 +352,46 @@ class StageOpener:
     def _stored_gate(self, slot: StageSlot) -> StoredGate | None:
         """The slot's matching stored full gate, if it may be reused; keeps the lookup."""
         slot.gate_key, slot.gate_lookup, slot.gate_problem = None, None, None
-        if self.gates is None:
+        slot.gate_reason = None
+        key = self._gate_key(slot)
+        if self.gates is None or key is None:
             return None
-        try:
-            key = gate_key(slot.config, self.plugins)
-        except Exception as error:  # an identity that cannot be made: full gate
-            slot.gate_problem = f"no gate key: {type(error).__name__}: {error}"
-            return None
-        slot.gate_key = key
         if not (self.reuse_gates and self.config.measurement.reuse):
             return None
         lookup = self.gates.load(key, slot.gate_owner, slot.binding.backend.name)
         slot.gate_lookup = lookup
         return lookup.found
+
+    def _gate_key(self, slot: StageSlot) -> DecisionKey | None:
+        """The slot's gate key as things are now (kept in :attr:`StageSlot.gate_key`)."""
+        if self.gates is None:
+            return None
+        try:
+            slot.gate_key = gate_key(slot.config, self.plugins)
+        except Exception as error:  # an identity that cannot be made: full gate
+            slot.gate_key = None
+            slot.gate_problem = f"no gate key: {type(error).__name__}: {error}"
+        return slot.gate_key
+
+    def _restart_key(self, slot: StageSlot) -> None:
+        """Key a restart's full gate as things are now, not as they were at open.
+
+        A restart loads the environment and the runtime as they are now, and the bundle
+        the stage opened with (:mod:`edge_core.artifacts.pins`): its gate is stored under
+        the key they make now, and the record names what changed since the slot opened
+        (an upgraded runtime). When the bundle on disk changed since, the key now names a
+        bundle that is not the one loaded: the gate is not stored (the restart is refused
+        with ``BundleChanged`` anyway unless it loads the copy kept since the open).
+        """
+        opened = slot.gate_key
+        slot.gate_lookup, slot.gate_problem = None, None
+        key = self._gate_key(slot)
+        changed = opened.changed(key.parts) if opened is not None and key is not None else []
+        slot.gate_reason = "restart" + (
+            f"; changed since the stage opened: {', '.join(changed)}" if changed else "")
+        if "bundles" in changed:
+            slot.gate_key = None
+            slot.gate_reason += " (the restart loads the bundle the stage opened with)"
 
     def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
         """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
@@ -358,7 +415,9 @@ class StageOpener:
             return
         why = ""
         lookup = slot.gate_lookup
-        if not (self.reuse_gates and self.config.measurement.reuse):
+        if slot.gate_reason:
+            why = slot.gate_reason
+        elif not (self.reuse_gates and self.config.measurement.reuse):
             why = "reuse off"
         elif lookup is not None and lookup.problem:
             why = f"stored gate not used: {lookup.problem}"
@@ -376,6 +435,9 @@ class StageOpener:
         dynamic = any(p["point"] not in ("static",) for p in points)
         if self.gates is None or slot.gate_key is None or not dynamic \
                 or slot.context.gate_points != "all":
+            return
+        if self._bundle_moved(slot):  # what was gated is not what the key names
+            slot.gate["stored"] = "not stored: bundles changed while the stage opened"
             return
         try:
             saved = self.gates.save(slot.gate_key, slot.gate_owner, slot.binding.backend.name,
@@ -396,7 +458,8 @@ class StageOpener:
                             reload=functools.partial(self.reload, slot),
                             retire_deadline_s=self.retire_deadline_s,
                             max_in_flight=limit if isinstance(limit, int) else None,
-                            call_timeout_s=config.call_timeout_s, policy=policy)
+                            call_timeout_s=config.call_timeout_s, policy=policy,
+                            on_closed=slot.pin.release)
 
     def _gate(self, slot: StageSlot, loaded: LoadedStage) -> None:
         """The load gate on what the backend reports of ``loaded`` (:mod:`.gate`)."""
@@ -457,12 +520,15 @@ class StageOpener:
         """Reserve again if needed, load under ``generation`` and re-run the gate."""
         # a restart runs the full gate: the worker it replaces failed
         slot.context = attrs.evolve(slot.context, generation=generation, gate_points="all")
+        self._restart_key(slot)
         self.ledger.heal("restart")  # a quarantine whose tree is gone by now is released
         if slot.token is None:
             self.charge([slot])
         loaded: LoadedStage | None = None
         try:
-            loaded = slot.binding.load(slot.context)
+            with slot.pin.active():  # the bundle the stage opened with, or BundleChanged
+                loaded = slot.binding.load(slot.context)
+            slot.pin.keep(loaded)  # when none was kept (a copy gone, verified afresh)
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:

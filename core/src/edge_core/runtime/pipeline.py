@@ -19,6 +19,7 @@ each reservation; :meth:`Pipeline.execution_plan` reports what was admitted and 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +57,7 @@ from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.pipeline_result import PipelineResult, start_unacknowledged_drain
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
+from edge_core.runtime.request_inputs import malformed_inputs
 from edge_core.runtime.request_tracker import RequestTracker
 from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
@@ -81,8 +83,42 @@ CLOSE_HEAL_WAIT_S = 2.0
 
 
 def _input_bytes(inputs: Mapping[str, Any]) -> int:
-    """The bytes of a request's arrays (what sending them copies)."""
-    return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+    """The bytes of a request's arrays (what sending them copies).
+
+    Inputs that are no mapping count as too many to send from the loop: the request
+    thread refuses them (``InvalidValue`` naming ``inputs``) through the result.
+    """
+    try:
+        return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+    except (AttributeError, TypeError):
+        return SEND_NOW_BYTES + 1
+
+
+def _wake(done: Any) -> None:
+    """Set an awaited future's result, unless its task was cancelled meanwhile."""
+    if not done.done():
+        done.set_result(None)
+
+
+def _acknowledge(submission: Submission) -> None:
+    """Acknowledge a result nobody will take (an error is the abandoned request's own)."""
+    try:
+        result = submission.result(0)
+    except Exception:  # how an abandoned request ended is nobody's business now
+        return
+    result.ack()
+
+
+def _abandon(submission: Submission) -> None:
+    """Fence a request whose awaiting task was cancelled; acknowledge its result if any."""
+    submission.cancel(interrupt=False)
+    submission.add_done_callback(partial(_acknowledge, submission))
+
+
+def _abandon_submitted(submitting: Any) -> None:
+    """:func:`_abandon` the submission a cancelled task was still waiting to get."""
+    if not submitting.cancelled() and submitting.exception() is None:
+        _abandon(submitting.result())
 
 
 class Pipeline:
@@ -302,9 +338,11 @@ class Pipeline:
                 for event, tensors in pending.events():
                     on_event(event, tensors)
             final = pending.result()
-        except BaseException:
+        except BaseException as exc:
             self.lineup.leave(serving)
             self.admission.release()
+            if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
+                raise refusal from None  # the inputs' fault, not the code that read them
             raise
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
 
@@ -394,7 +432,12 @@ class Pipeline:
         take_slot(self.admission, until)
         serving = self.lineup.enter()
         try:
-            pending, _, _ = self._chain(serving, inputs, params, until)
+            try:
+                pending, _, _ = self._chain(serving, inputs, params, until)
+            except Exception:
+                if refusal := malformed_inputs(inputs):
+                    raise refusal from None
+                raise
             try:
                 yield from pending.events()
             finally:
@@ -405,10 +448,37 @@ class Pipeline:
 
     async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    deadline_s: float | None = None) -> PipelineResult:
-        """:meth:`run` for asyncio code (the blocking work runs in a worker thread)."""
+        """:meth:`run` for asyncio code: :meth:`submit` off the loop, its result awaited.
+
+        Cancelling the awaiting task fences the request, as ``Submission.cancel(interrupt=
+        False)`` does: one still waiting (for admission, a stage's slot, a replica) never
+        runs and gives its admission back now; a call running is left to finish (no worker
+        is retired) and its result acknowledged when it arrives.
+        """
         import asyncio  # where used: importing it (ssl with it) is ~20 ms of edge run's start
 
-        return await asyncio.to_thread(self.run, inputs, params=params, deadline_s=deadline_s)
+        loop = asyncio.get_running_loop()
+        # Admission may be waited for (up to the deadline): in a thread, not on the loop.
+        submitting = loop.run_in_executor(None, partial(self.submit, inputs, params=params,
+                                                        deadline_s=deadline_s))
+        try:
+            submission = await asyncio.shield(submitting)
+        except asyncio.CancelledError:  # the request is fenced once it is submitted
+            submitting.add_done_callback(_abandon_submitted)
+            raise
+        done = loop.create_future()
+
+        def settled() -> None:  # in the thread that settled it (or here, when done)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
+                loop.call_soon_threadsafe(_wake, done)
+
+        submission.add_done_callback(settled)
+        try:
+            await done
+        except asyncio.CancelledError:
+            _abandon(submission)
+            raise
+        return submission.result(0)
 
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, request_id: str | None = None,
@@ -510,7 +580,8 @@ class Pipeline:
             self.lineup.leave(serving)
             admission.release()
             requests.end(request_id)
-            future.set_exception(exc)
+            refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
+            future.set_exception(refusal or exc)
             return submission
         if pending is None:  # every stage slot is taken: a request thread waits for one
             self.lineup.leave(serving, answered=False)
@@ -536,11 +607,13 @@ class Pipeline:
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
             try:
-                if threading.get_ident() == on_loop:
+                if not loop.is_running():  # stopped or closed: it would never settle it
+                    settle()
+                elif threading.get_ident() == on_loop:
                     loop.call_soon(settle)  # after the channel's read, not inside it
                 else:
                     loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the event loop is closed: settle here, nothing waits
+            except RuntimeError:  # the event loop closed meanwhile: settle here
                 settle()
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
@@ -629,6 +702,7 @@ class Pipeline:
         """
         summary: dict[str, Any] = {}
         self.closed = True
+        self.admission.close("closed")  # a request waiting for admission ends now
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired

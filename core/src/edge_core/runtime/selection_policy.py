@@ -170,9 +170,13 @@ def _open_order(stage: Any, hint: StoredDecision | None) -> list[int]:
     numbers = list(range(len(stage.choices())))
     if hint is None:
         return numbers
-    entries = (hint.decision.get("stages") or {}).get(stage.id, {}).get("entries") or []
-    times = {e.get("candidate"): e.get("open_s") for e in entries
-             if isinstance(e, Mapping) and isinstance(e.get("open_s"), int | float)
+    stages = hint.decision.get("stages")
+    entry = stages.get(stage.id) if isinstance(stages, Mapping) else None
+    entries = entry.get("entries") if isinstance(entry, Mapping) else None
+    listed = entries if isinstance(entries, list) else []
+    times = {e["candidate"]: e["open_s"] for e in listed
+             if isinstance(e, Mapping) and isinstance(e.get("candidate"), int)
+             and isinstance(e.get("open_s"), int | float)
              and e.get("outcome") in (CHOSEN, PASSED)}
     known = sorted((n for n in numbers if n in times), key=lambda n: (times[n], n))
     return known + [n for n in numbers if n not in times]

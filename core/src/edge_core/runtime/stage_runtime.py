@@ -79,6 +79,8 @@ class StageRuntime:
         call_timeout_s: The most one call may take, sending included (None: the default
             of the backend's kind, :func:`~edge_core.runtime.deadlines.default_call_timeout`).
         policy: The restart policy (:class:`~edge_core.runtime.restarts.RestartPolicy`).
+        on_closed: Called once by :meth:`close`, after the worker's retirement (the
+            opener releases the replica's kept bundle copy there).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class StageRuntime:
         retire_deadline_s: float = 5.0,
         call_timeout_s: float | None = None,
         policy: RestartPolicy | None = None,
+        on_closed: Callable[[], object] | None = None,
     ) -> None:
         self.binding = binding
         self.context = context
@@ -119,6 +122,7 @@ class StageRuntime:
         self._id_prefix = secrets.token_hex(8) + "-"
         self._ids = itertools.count(1)
         self._on_retired = on_retired
+        self._on_closed = on_closed
         self._reload = reload
         self.last_retire: Any = None
         self.closed_reason: str | None = None
@@ -662,8 +666,13 @@ class StageRuntime:
         with self._lock:  # no restart starts (or completes) from now on
             self.state = StageState.RETIRED
         self.restarter.close()
-        with self._restart_lock:
-            outcome = self.retire()
+        try:
+            with self._restart_lock:
+                outcome = self.retire()
+        finally:
+            closed, self._on_closed = self._on_closed, None
+            if closed is not None:
+                closed()
         self.state = StageState.RETIRED
         return outcome
 

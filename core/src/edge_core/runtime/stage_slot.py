@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from edge_core.artifacts.pins import BundlePin
 from edge_core.binding import OwnerBinding
 from edge_core.config.model import StageConfig
 from edge_core.ledger import ReservationToken, ResourceLedger
@@ -67,10 +68,13 @@ class StageSlot:
         release_outcome: How its last reservation ended (``released``, ``quarantined``,
             ``none``), once settled.
         reference: The reference run's record (``reference_backend``), if any.
+        pin: The replica's bundle pin (:mod:`edge_core.artifacts.pins`): the manifest
+            sha256 its stage opened with (shared by the replicas resolved together) and
+            the staged copy kept for restarts; every load of the replica runs inside it.
     """
 
     def __init__(self, config: StageConfig, binding: OwnerBinding, context: StageContext,
-                 transform: Transform | None) -> None:
+                 transform: Transform | None, pin: BundlePin | None = None) -> None:
         self.config = config
         self.binding = binding
         self.context = context
@@ -83,6 +87,7 @@ class StageSlot:
         self.memory_check: dict[str, str] = {}
         self.release_outcome: str | None = None
         self.reference: dict[str, Any] | None = None
+        self.pin = pin if pin is not None else BundlePin()
         self.candidate = 0
         """Which of its stage's candidates the slot runs (0 for a stage without any)."""
         self.gate: dict[str, Any] | None = None
@@ -94,6 +99,8 @@ class StageSlot:
         """What the gate store found for :attr:`gate_key`."""
         self.gate_problem: str | None = None
         """Why no gate key could be made, if so."""
+        self.gate_reason: str | None = None
+        """Why a restart's gate is full (a restart, and what changed since the slot opened)."""
         self.candidate_tag = ""
         """``~c`` for candidate ``c`` of a stage opened while another of its candidates is
         held (a measured selection, a first-ready start), so that each holds a

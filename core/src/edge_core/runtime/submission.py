@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from edge_contracts.requests import StageEvent
+from edge_contracts.validation import require_seconds
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.admission import take_slot
@@ -119,14 +120,25 @@ class Submission:
     def result(self, timeout_s: float | None = None) -> PipelineResult:
         """Wait for the result (at most ``timeout_s``, else until the request's deadline).
 
+        ``timeout_s`` is a finite number of seconds; zero or less does not wait (the
+        result if it is in, else ``DeadlineExceeded`` at once). ``None`` waits until the
+        request's deadline (and a second more), else for as long as the request takes.
+
         Raises:
+            InvalidValue: ``timeout_s`` is NaN, an infinity, a bool or no number (the
+                request goes on untouched).
             DeadlineExceeded: no result in time (the request itself goes on unless its
                 own deadline expired, which ends it).
             RequestCancelled, RequestFailed, WorkerUnresponsive, ...: how the request ended.
         """
-        wait = timeout_s
-        if wait is None and self._until is not None:  # the request's deadline ends it
+        if timeout_s is not None:
+            wait: float | None = require_seconds(
+                timeout_s, "timeout_s", reason="must be a finite number of seconds, or None "
+                "to wait until the request's deadline")
+        elif self._until is not None:  # the request's deadline ends it
             wait = max(0.0, self._until - time.monotonic()) + 1.0
+        else:
+            wait = None
         try:
             return self._answer.result(wait)
         except concurrent.futures.TimeoutError:

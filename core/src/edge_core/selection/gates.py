@@ -10,7 +10,8 @@ identity (:func:`edge_core.identity.runtime_identity`: distributions, EP librari
 devices, edge-core's version). An open whose key matches a stored gate checks one point of
 each dynamic entry (:data:`REUSED_POINT`) instead of all three, and its plan says so
 ("gate reused from DATE, 1 of 3 points checked now"); any change of the key runs the full
-gate again and names the parts that changed.
+gate again and names the parts that changed (against the stored gate of that stage and
+backend whose key differs in the fewest parts).
 
 The directory is ``$EDGE_GATE_CACHE`` when set, else ``gates/`` under the placement
 decisions' directory (:func:`~edge_core.selection.store.default_cache_dir`). A file is
@@ -21,7 +22,8 @@ named for its key's digest and holds::
      "digest": "<sha256 of everything above>"}
 
 A file that cannot be read or does not verify is ignored (the full gate runs, and the
-lookup says why), never an exception. Writes are atomic (a private temporary file, then a
+lookup says why), never an exception; nor is such a file, or one of another format, the
+stored gate the changed parts are named against. Writes are atomic (a private temporary file, then a
 rename), mode 0600.
 """
 
@@ -41,7 +43,7 @@ import attrs
 
 from edge_core.identity import identity_digest
 from edge_core.selection.key import GATE_KEY_PARTS, DecisionKey
-from edge_core.selection.store import default_cache_dir
+from edge_core.selection.store import default_cache_dir, make_private_directory
 
 __all__ = ["FORMAT", "GATE_CACHE_ENV", "REUSED_POINT", "GateLookup", "GateStore", "StoredGate",
            "default_gate_dir"]
@@ -105,8 +107,9 @@ class GateLookup:
     problem: str | None = None
     """Why a file for this key was not used."""
     changed: tuple[str, ...] = ()
-    """Without one for this key: the key parts that differ from the newest stored gate of
-    the same stage and backend (empty when there is none)."""
+    """Without one for this key: the key parts that differ from the nearest stored gate
+    of the same stage and backend — the one differing in the fewest parts, the newest among
+    those (empty when there is none)."""
 
 
 class GateStore:
@@ -150,7 +153,7 @@ class GateStore:
             "backend": backend, "checked_at": _now(), "stored_ns": time.time_ns(),
             "points": [json.loads(json.dumps(dict(p), default=str)) for p in points]}
         document["digest"] = _digest(document)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_directory(self.directory)
         fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".gate.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -165,8 +168,11 @@ class GateStore:
                           points=tuple(document["points"]))
 
     def _changed(self, key: DecisionKey, owner: str, backend: str) -> tuple[str, ...]:
-        """Key parts that differ from the newest stored gate of ``owner`` on ``backend``."""
-        newest: tuple[tuple[str, int], Mapping[str, str]] | None = None
+        """Key parts that differ from the nearest stored gate of ``owner`` on ``backend``.
+
+        The nearest is the one whose key differs in the fewest parts, the newest among those.
+        """
+        nearest: tuple[tuple[int, str, int], Mapping[str, str]] | None = None
         try:
             paths = list(self.directory.glob(f"*{_SUFFIX}"))
         except OSError:
@@ -176,20 +182,24 @@ class GateStore:
                 document = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, UnicodeDecodeError):
                 continue
-            if (isinstance(document, dict) and document.get("owner") == owner
+            if (isinstance(document, dict) and document.get("format") == FORMAT
+                    and document.get("digest") == _digest(document)
+                    and document.get("owner") == owner
                     and document.get("backend") == backend
                     and isinstance(document.get("parts"), dict)
                     and isinstance(document.get("checked_at"), str)):
                 # checked_at has whole seconds: two gates stored in one second are told
                 # apart by stored_ns (0 in a file written before it was kept)
                 stored = document.get("stored_ns")
-                when = (document["checked_at"], stored if isinstance(stored, int) else 0)
-                if newest is None or when > newest[0]:
-                    newest = (when, document["parts"])
-        if newest is None:
+                parts = document["parts"]
+                same = -sum(key.parts.get(n) != parts.get(n) for n in GATE_KEY_PARTS)
+                when = (same, document["checked_at"], stored if isinstance(stored, int) else 0)
+                if nearest is None or when > nearest[0]:
+                    nearest = (when, document["parts"])
+        if nearest is None:
             return ()
         return tuple(name for name in GATE_KEY_PARTS
-                     if key.parts.get(name) != newest[1].get(name))
+                     if key.parts.get(name) != nearest[1].get(name))
 
 
 def _problem(document: object, digest: str) -> str | None:

@@ -14,7 +14,11 @@ A decision is reused only while none of these has changed:
     what was timed: each input file's sha256 (a source that names no file: itself);
 ``environment``
     the values of the variables the stages' backends declare their runtimes read
-    (:attr:`edge_core.backend.BackendInfo.env_names`), and the dynamic loader's paths;
+    (:attr:`edge_core.backend.BackendInfo.env_names`), the dynamic loader's paths and the
+    variables edge-core's own worker code reads in every worker
+    (:data:`~edge_core.host.environment.EDGE_WORKER_NAMES`: ``EDGE_SPIN_US``,
+    ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, which change what a request
+    costs and what memory a worker holds);
 ``runtime``
     :func:`edge_core.identity.runtime_identity` of every candidate backend and every
     route interpreter's installed distributions: edge-core's version, the machine, each
@@ -27,7 +31,8 @@ the decision so that a re-measurement can say which part changed.
 :func:`gate_key` is the narrower key of one candidate's stored load gate
 (:mod:`edge_core.selection.gates`): that stage's configuration (its backend section with
 the provider and session options, route, placement policy, shapes and demands), its
-bundle's manifest sha256, the environment its backend declares and its runtime identity
+bundle's manifest sha256, the environment its backend declares (with
+:data:`WORKER_ENV_NAMES`) and its runtime identity
 (:data:`GATE_KEY_PARTS`) — the workload is not in it, since the gate runs the bundle's
 own examples.
 """
@@ -46,13 +51,14 @@ import attrs
 from edge_contracts.manifest import MANIFEST_FILENAME
 from edge_core.binding import backend_table
 from edge_core.config.model import PipelineConfig, StageConfig
+from edge_core.host.environment import EDGE_WORKER_NAMES
 from edge_core.identity import identity_digest, runtime_identity
 from edge_core.plugins import PluginSet
 
-__all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "DecisionKey",
-           "bundle_identity", "configuration_identity", "decision_key",
-           "environment_identity", "gate_key", "manifest_file", "stage_identity",
-           "workload_identity"]
+__all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
+           "bundle_identity", "configuration_identity", "content_parts", "decision_key",
+           "environment_identity", "gate_bundle_part", "gate_key", "manifest_file",
+           "stage_identity", "workload_identity"]
 
 KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
 """The parts of a decision's key, in the order they are shown."""
@@ -62,6 +68,10 @@ GATE_KEY_PARTS = ("configuration", "bundles", "environment", "runtime")
 
 LOADER_ENV_NAMES = ("LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
 """Variables that reach every worker and decide which native libraries (EPs) load."""
+
+WORKER_ENV_NAMES = (*LOADER_ENV_NAMES, *sorted(EDGE_WORKER_NAMES))
+"""Variables in every key's ``environment`` part whatever the backend: the loader's paths
+and what edge-core's worker code reads (waiting, copying, the heap, huge pages)."""
 
 _LEFT_OUT = {"source", "validated"}  # where the file lies; what a validator made of options
 _NOT_MEASURED = {"start", "reuse",  # when or whether to measure, not what
@@ -158,7 +168,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 def environment_identity(config: PipelineConfig, plugins: PluginSet,
                          env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Values of the variables the pipeline's backends declare, plus the loader's paths."""
+    """Values of the variables the pipeline's backends declare, plus :data:`WORKER_ENV_NAMES`."""
     return _declared_env(_backends(config), plugins, env)
 
 
@@ -166,7 +176,7 @@ def _declared_env(backends: Iterable[str], plugins: PluginSet,
                   env: Mapping[str, str] | None) -> dict[str, str]:
     env = os.environ if env is None else env
     table = backend_table(plugins)
-    declared: list[str] = list(LOADER_ENV_NAMES)
+    declared: list[str] = list(WORKER_ENV_NAMES)
     for name in sorted(backends):
         if name in table:
             declared.extend(table[name][0].env_names)
@@ -194,14 +204,27 @@ def decision_key(config: PipelineConfig, plugins: PluginSet, *,
     identity = (dict(runtime) if runtime is not None else
                 runtime_identity(plugins, _backends(config),
                                  interpreters=sorted(_interpreters(config))))
+    content = content_parts(config, workload)
     parts = {
         "configuration": identity_digest(configuration_identity(config)),
-        "bundles": identity_digest(bundle_identity(config)),
-        "workload": identity_digest({"sources": workload_identity(workload)}),
+        "bundles": content["bundles"],
+        "workload": content["workload"],
         "environment": identity_digest(environment_identity(config, plugins, env)),
         "runtime": identity_digest(identity),
     }
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
+
+
+def content_parts(config: PipelineConfig,
+                  workload: Sequence[str | os.PathLike[str]] = ()) -> dict[str, str]:
+    """The ``bundles`` and ``workload`` parts of :func:`decision_key`, read from disk now.
+
+    What a measurement reads while it runs: a decision is stored only while these are
+    still the parts of the key it was measured under (a bundle or a workload file
+    rewritten during the measurement would otherwise file it under contents it never saw).
+    """
+    return {"bundles": identity_digest(bundle_identity(config)),
+            "workload": identity_digest({"sources": workload_identity(workload)})}
 
 
 def gate_key(stage: StageConfig, plugins: PluginSet, *,
@@ -217,12 +240,21 @@ def gate_key(stage: StageConfig, plugins: PluginSet, *,
     interpreters = [stage.backend.route.interpreter] if stage.backend.route is not None else []
     identity = (dict(runtime) if runtime is not None else
                 runtime_identity(plugins, {backend}, interpreters=interpreters))
-    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
-              if stage.manifest is not None else {})
     parts = {
         "configuration": identity_digest(stage_identity(stage)),
-        "bundles": identity_digest(bundle),
+        "bundles": gate_bundle_part(stage),
         "environment": identity_digest(_declared_env({backend}, plugins, env)),
         "runtime": identity_digest(identity),
     }
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
+
+
+def gate_bundle_part(stage: StageConfig) -> str:
+    """The ``bundles`` part of :func:`gate_key`: ``stage``'s manifest sha256, read now.
+
+    The opener reads it again once the stage has loaded: a manifest rewritten in between
+    was not the one the key was made of.
+    """
+    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
+              if stage.manifest is not None else {})
+    return identity_digest(bundle)

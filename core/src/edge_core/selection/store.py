@@ -13,7 +13,11 @@ its digest or holds a decision that does not fit the pipeline (a stage it does n
 a candidate index out of range, another backend at that index) is not used: the caller
 measures again, and a :class:`DecisionCacheWarning` says why — never an exception.
 Files are written atomically (a private temporary file, then a rename) with mode 0600;
-at most :data:`KEEP_PER_PIPELINE` decisions are kept per pipeline name, the newest.
+at most :data:`KEEP_PER_PIPELINE` decisions are kept per pipeline name, the newest. The
+previous decision a lookup names (to say which key part changed, and to order a
+first-ready open) is the one whose key differs in the fewest parts, the newest among
+those — and only ever one of this format whose digest verifies: a file another
+edge version wrote, or one edited by hand, is neither read for it nor pruned.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from edge_core.identity import identity_digest
 from edge_core.selection.key import DecisionKey
 
 __all__ = ["CACHE_ENV", "FORMAT", "KEEP_PER_PIPELINE", "DecisionCacheWarning",
-           "DecisionStore", "Lookup", "StoredDecision", "check_decision", "default_cache_dir"]
+           "DecisionStore", "Lookup", "StoredDecision", "check_decision", "default_cache_dir",
+           "make_private_directory"]
 
 CACHE_ENV = "EDGE_PLACEMENT_CACHE"
 """Environment variable naming the decisions' directory (tests point it at a temporary one)."""
@@ -51,6 +56,23 @@ _SUFFIX = ".json"
 
 class DecisionCacheWarning(UserWarning):
     """A stored decision could not be used (unreadable, corrupt, not verifiable)."""
+
+
+def make_private_directory(directory: Path) -> None:
+    """Create ``directory`` and each missing folder above it, each mode 0700.
+
+    ``Path.mkdir(parents=True, mode=...)`` gives the mode to the last folder only: the
+    placement directory, made as the parent of the gates' on a first save of a gate, was
+    0755 (world-readable) against the documented 0700.
+    """
+    missing = []
+    folder = directory
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    directory.mkdir(mode=0o700, exist_ok=True)  # a file in its place: FileExistsError
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -90,8 +112,8 @@ class Lookup:
     warning: str | None = None
     """Why a file for this key was not used (also issued as a warning)."""
     previous: StoredDecision | None = None
-    """Without a decision for this key: the newest for the same pipeline, to say which
-    part of the key changed."""
+    """Without a decision for this key: the stored one of the same pipeline whose key
+    differs in the fewest parts (the newest among those), to say which part changed."""
 
     def changed(self, key: DecisionKey) -> list[str]:
         """The key parts that differ from :attr:`previous`'s (empty without one)."""
@@ -153,13 +175,13 @@ class DecisionStore:
         """
         path = self.path(key)
         if not path.exists():
-            return Lookup(found=None, previous=self._newest(config.name))
+            return Lookup(found=None, previous=self._nearest(key, config.name))
         try:
             stored = self._read(path, key.digest, config)
         except _Unusable as problem:
             message = f"stored placement decision {path}: {problem}; measuring again"
             warnings.warn(message, DecisionCacheWarning, stacklevel=2)
-            return Lookup(found=None, warning=message, previous=self._newest(config.name))
+            return Lookup(found=None, warning=message, previous=self._nearest(key, config.name))
         return Lookup(found=stored)
 
     def save(self, key: DecisionKey, config: PipelineConfig,
@@ -179,7 +201,7 @@ class DecisionStore:
                                     "measured_at": _now(),
                                     "decision": json.loads(json.dumps(decision, default=str))}
         document["digest"] = _digest(document)
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_directory(self.directory)
         path = self.path(key)
         fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".decision.",
                                          suffix=".tmp")
@@ -235,8 +257,13 @@ class DecisionStore:
                               measured_at=measured_at, decision=document["decision"],
                               path=path)
 
-    def _headers(self, pipeline: str) -> list[tuple[str, Path, dict[str, Any]]]:
-        """(measured_at, path, document) of every readable decision of ``pipeline``."""
+    def _headers(self, pipeline: str, *, verified: bool = False
+                 ) -> list[tuple[str, Path, dict[str, Any]]]:
+        """(measured_at, path, document) of every readable decision of ``pipeline``.
+
+        Only files of this :data:`FORMAT` count (another version's files are left alone);
+        with ``verified``, only those whose digest verifies and whose decision is a table.
+        """
         found = []
         try:
             entries = list(self.directory.glob(f"*{_SUFFIX}"))
@@ -247,20 +274,28 @@ class DecisionStore:
                 document = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, UnicodeDecodeError):
                 continue
-            if (isinstance(document, dict) and document.get("pipeline") == pipeline
+            if (isinstance(document, dict) and document.get("format") == FORMAT
+                    and document.get("pipeline") == pipeline
                     and isinstance(document.get("measured_at"), str)
-                    and isinstance(document.get("parts"), dict)):
+                    and isinstance(document.get("parts"), dict)
+                    and (not verified or (document.get("digest") == _digest(document)
+                                          and isinstance(document.get("decision"), dict)))):
                 found.append((document["measured_at"], path, document))
         return sorted(found, key=lambda item: (item[0], str(item[1])))
 
-    def _newest(self, pipeline: str) -> StoredDecision | None:
-        headers = self._headers(pipeline)
+    def _nearest(self, key: DecisionKey, pipeline: str) -> StoredDecision | None:
+        """The stored decision of ``pipeline`` nearest ``key``: what changed is said against it.
+
+        The nearest is the one whose key differs in the fewest parts, the newest among those.
+        """
+        headers = self._headers(pipeline, verified=True)
         if not headers:
             return None
-        measured_at, path, document = headers[-1]
+        measured_at, path, document = min(
+            reversed(headers), key=lambda header: len(key.changed(header[2]["parts"])))
         return StoredDecision(key=str(document.get("key")), parts=document["parts"],
                               pipeline=pipeline, measured_at=measured_at,
-                              decision=document.get("decision") or {}, path=path)
+                              decision=document["decision"], path=path)
 
     def _prune(self, pipeline: str, keep: Path) -> None:
         headers = [h for h in self._headers(pipeline) if h[1] != keep]

@@ -11,7 +11,9 @@
 * :func:`detect_to_classify` finds the lines (rotated boxes in image pixels, crops cut
   from the original image) and fans the classifier out over them, up to
   :data:`BATCH` rows per call; the crops are carried on, so that each line is cut once;
-* :func:`classify_to_recognize` turns upside-down lines, splits long ones and fans the
+* :func:`classify_to_recognize` turns upside-down lines (a line of small print the
+  classifier leans to turn is read both ways,
+  :data:`~edge_ocr_example.page_reader.CHECK_THRESH`), splits long ones and fans the
   recogniser out over the pieces, grouped by recognition width, up to :data:`REC_BATCH`
   rows per call (one row per call: each padded to its own width plus 15 %, a multiple of
   32, :func:`~edge_ocr_example.page_reader.own_width`; several: to 320, 640, 960 or 1280,
@@ -19,8 +21,9 @@
   call: the recogniser's bundle must serve that many rows,
   ``python -m edge_ocr_example.page_bundle --rec-batch N``, or the stage refuses the
   larger call by name;
-* :func:`finish` decodes every piece, re-joins the lines and returns them in reading
-  order: ``[{"text", "score", "box"}]`` with the box's four corners in image pixels.
+* :func:`finish` decodes every piece, re-joins the lines (a line read both ways as the
+  recogniser is surer of) and returns them in reading order: ``[{"text", "score",
+  "box"}]`` with the box's four corners in image pixels.
 
 The detection limit is 960 by default; ``EDGE_OCR_DET_LIMIT`` changes it for
 :data:`prepare` (the bundles must then be built with the same ``--det-limit``, or the
@@ -99,6 +102,8 @@ _SCORES: Final = "carry:det_scores"
 _TURNS: Final = "carry:turns"
 _OWNERS: Final = "carry:owners"
 _PIECES: Final = "carry:pieces"
+"""Per recogniser row, int64: line, x0, x1, space before, and 1 for a piece of the line
+turned by 180 degrees (the second reading of a checked line; a 4-column array has none)."""
 _CROPS: Final = "carry:crops"
 """The lines' upright crops (a tuple of ``h x w x 3`` uint8), cut once by
 :func:`detect_to_classify` (perspective crops are most of the transforms' CPU time)."""
@@ -296,8 +301,8 @@ def classify_to_recognize(previous: Mapping[str, Any], source: Mapping[str, Any]
             items.append({REC_INPUT: np.stack([rows[i].row for i in chunk])})
             order.extend(chunk)
     pieces = np.array([[rows[i].line, rows[i].piece.x0, rows[i].piece.x1,
-                        int(rows[i].piece.space_before)] for i in order],
-                      dtype=_INT).reshape(-1, 4)
+                        int(rows[i].piece.space_before), int(rows[i].other)] for i in order],
+                      dtype=_INT).reshape(-1, 5)
     carry = {
         _QUADS: quads,
         _TURNS: np.array([line.turns for line in lines], dtype=_INT),
@@ -339,7 +344,11 @@ def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
     if directory is None:
         raise OcrError("bundles.recognize", "the recognise stage has no bundle", None)
     characters = _characters(str(Path(directory) / CHARACTERS_FILE))
-    pieces = np.asarray(outputs[_PIECES], dtype=_INT).reshape(-1, 4)
+    pieces = np.asarray(outputs[_PIECES], dtype=_INT)
+    pieces = pieces.reshape(-1, pieces.shape[-1] if pieces.ndim == 2 else 4)
+    if pieces.shape[1] not in (4, 5):
+        raise TensorMismatch(f"outputs[{_PIECES!r}]", "expected 4 or 5 columns",
+                             pieces.shape)
     decoded: list[tuple[str, float]] = []
     name = REC_BEST if REC_BEST in outputs else REC_OUTPUT
     for call in _calls(outputs, (name, REC_CONFIDENCE) if name == REC_BEST else (name,)):
@@ -348,9 +357,11 @@ def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
         raise TensorMismatch(f"outputs[{name!r}]", f"expected {len(pieces)} rows",
                              len(decoded))
     keyed: Sequence[tuple[int, LinePiece]] = [
-        (int(line), LinePiece(int(x0), int(x1), bool(space))) for line, x0, x1, space in pieces
+        (int(row[0]), LinePiece(int(row[1]), int(row[2]), bool(row[3]))) for row in pieces
     ]
-    lines = assemble(np.asarray(outputs[_QUADS]), np.asarray(outputs[_TURNS]), keyed, decoded)
+    other = [bool(row[4]) for row in pieces] if pieces.shape[1] == 5 else None
+    lines = assemble(np.asarray(outputs[_QUADS]), np.asarray(outputs[_TURNS]), keyed, decoded,
+                     other=other)
     return [{"text": line.text, "score": round(float(line.score), 4),
              "box": np.asarray(line.box, dtype=np.float64).round(1).tolist()}
             for line in lines]

@@ -8,13 +8,16 @@ batches, fanned out) and still share every transform:
 2. :func:`find_lines`: DB boxes as rotated rectangles, mapped to the image's pixels, each
    cut out of the *original* image by a perspective transform and turned upright when tall;
 3. :func:`classifier_rows` / :func:`apply_directions`: the direction classifier's rows
-   (48 x 192) and its decisions, turning a line by 180 degrees when it is sure (> 0.9);
+   (48 x 192) and its decisions, turning a line by 180 degrees when it is sure (> 0.9),
+   and marking a line of small print it leans to turn (:data:`CHECK_HEIGHT`,
+   :data:`CHECK_THRESH`) to be read both ways;
 4. :func:`recognition_rows`: each line at height 48, split where it exceeds the widest
    recognition input, each piece padded to the narrowest width that holds it (for calls
    of several rows) or to its own width plus :data:`REC_ROOM` (:func:`own_width`, for
-   calls of one row);
-5. :func:`assemble`: pieces decoded and re-joined, weak lines dropped, the rest in
-   reading order, each with its box in image pixels.
+   calls of one row); a marked line's pieces also turned the other way;
+5. :func:`assemble`: pieces decoded and re-joined (a marked line the way the recogniser
+   is surer of), weak lines dropped, the rest in reading order, each with its box in
+   image pixels.
 
 :func:`read_page` runs all five with a ``run_stage(stage_id, inputs) -> outputs`` callable
 and a batch size; :mod:`edge_ocr_example.reference` runs it on onnxruntime directly.
@@ -38,6 +41,7 @@ from edge_ocr_example.buckets import (
     REC_INPUT,
 )
 from edge_ocr_example.decode import MIN_TEXT_SCORE, TextLine, recogniser_decode
+from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.layout import reading_order
 from edge_ocr_example.line_input import fit_width, line_row, pick_width
 from edge_ocr_example.line_split import REC_MAX_WIDTH, LinePiece, join_pieces, split_line
@@ -47,6 +51,9 @@ from edge_ocr_example.quads import quad_size
 
 __all__ = [
     "ANGLE_THRESH",
+    "CHECK_HEIGHT",
+    "CHECK_MARGIN",
+    "CHECK_THRESH",
     "CLS_ROW",
     "CLS_WINDOWS",
     "REC_HEIGHT",
@@ -67,6 +74,25 @@ __all__ = [
 
 ANGLE_THRESH: Final = 0.9
 """A line is turned by 180 degrees only when the classifier says so with this confidence."""
+CHECK_THRESH: Final = 0.5
+"""A line of small print (:data:`CHECK_HEIGHT`) whose combined probability of 180 degrees
+exceeds this is read both ways, and the reading the recogniser is surer of is kept.
+
+The classifier misjudges small print: upscaled to its 48-pixel rows, windows of upright
+7-10 px text are called upside down with high confidence (and turned lines upright), and
+its verdicts move with a pixel or two of margin around the text. The recogniser's
+confidence in the two readings tells them apart; the classifier only picks which lines to
+ask about (measured: ``benchmarks/RESULTS.md``, ``ocr_small_print``)."""
+CHECK_HEIGHT: Final = 32
+"""A line crop less than this many pixels high counts as small print for :data:`CHECK_THRESH`.
+
+On the generated images of ``benchmarks/ocr_small_print.py`` and ``ocr_accuracy.py``
+every upright line the classifier leaned to turn was under this height; the taller lines
+it turns are turned, so they are read once."""
+CHECK_MARGIN: Final = 0.01
+"""A line read both ways keeps its second reading only when the recogniser is surer of it
+by more than this; closer scores are a tie (``and 6986`` turned reads ``9869 pue``, about
+as surely), and the classifier's verdict stands."""
 CLS_ROW: Final = (48, 192)
 """The direction classifier's row: height and width."""
 CLS_WINDOWS: Final = 3
@@ -106,6 +132,8 @@ class Line:
     """Counter-clockwise quarter turns applied to the crop (1: tall, +2: upside down)."""
     angle_score: float = field(default=0.0)
     """The classifier's confidence in its decision (0 before classification)."""
+    check: bool = False
+    """Read both ways: small print the classifier leans to turn (:data:`CHECK_THRESH`)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +146,9 @@ class PieceRow:
     """The columns of the line crop this row holds."""
     row: np.ndarray
     """``3 x 48 x W`` float32."""
+    other: bool = False
+    """The piece is of the line's crop turned by 180 degrees (a checked line's second
+    reading, :attr:`Line.check`); its columns count in that turned crop."""
 
 
 def find_lines(prob: np.ndarray, frame: PageFrame, image: np.ndarray) -> list[Line]:
@@ -170,7 +201,8 @@ def apply_directions(lines: Sequence[Line], probabilities: np.ndarray, owners: n
 
     A line's windows are independent evidence: their log-odds add up (each capped at
     +-log(999)), and the line turns when the combined probability of 180 degrees exceeds
-    :data:`ANGLE_THRESH`.
+    :data:`ANGLE_THRESH`. A line under :data:`CHECK_HEIGHT` pixels high whose combined
+    probability exceeds :data:`CHECK_THRESH` is marked :attr:`Line.check` (turned or not).
     """
     cap = float(np.log(999.0))
     for index, line in enumerate(lines):
@@ -181,6 +213,7 @@ def apply_directions(lines: Sequence[Line], probabilities: np.ndarray, owners: n
         total = float(np.clip(odds, -cap, cap).sum())
         upside_down = 1.0 / (1.0 + float(np.exp(-np.clip(total, -50.0, 50.0))))
         line.angle_score = max(upside_down, 1.0 - upside_down)
+        line.check = upside_down > CHECK_THRESH and line.crop.shape[0] < CHECK_HEIGHT
         if upside_down > ANGLE_THRESH:
             line.crop = np.ascontiguousarray(line.crop[::-1, ::-1])
             line.turns += 2
@@ -198,16 +231,23 @@ def recognition_rows(
     """Every line's pieces as recogniser rows, split beyond the widest of ``widths``.
 
     Each row is padded to the narrowest of ``widths`` that holds it, or with ``widths``
-    None (calls of one row, nothing to share a width with) to :func:`own_width`.
+    None (calls of one row, nothing to share a width with) to :func:`own_width`. A checked
+    line (:attr:`Line.check`) also gives the pieces of its crop turned by 180 degrees
+    (:attr:`PieceRow.other`).
     """
     widest = REC_MAX_WIDTH if widths is None else max(widths)
     rows: list[PieceRow] = []
     for index, line in enumerate(lines):
-        for piece in split_line(line.crop, height=REC_HEIGHT, max_width=widest):
-            part = line.crop[:, piece.x0 : piece.x1]
-            needed = fit_width(part.shape[0], part.shape[1], REC_HEIGHT)
-            width = own_width(needed, widest) if widths is None else pick_width(needed, widths)
-            rows.append(PieceRow(index, piece, line_row(part, REC_HEIGHT, width)))
+        crops = [(line.crop, False)]
+        if line.check:
+            crops.append((np.ascontiguousarray(line.crop[::-1, ::-1]), True))
+        for crop, other in crops:
+            for piece in split_line(crop, height=REC_HEIGHT, max_width=widest):
+                part = crop[:, piece.x0 : piece.x1]
+                needed = fit_width(part.shape[0], part.shape[1], REC_HEIGHT)
+                width = (own_width(needed, widest) if widths is None
+                         else pick_width(needed, widths))
+                rows.append(PieceRow(index, piece, line_row(part, REC_HEIGHT, width), other))
     return rows
 
 
@@ -218,35 +258,60 @@ def assemble(
     decoded: Sequence[tuple[str, float]],
     *,
     min_score: float = MIN_TEXT_SCORE,
+    other: Sequence[bool] | None = None,
+    margin: float = CHECK_MARGIN,
 ) -> list[TextLine]:
     """Join each line's decoded pieces, drop weak or empty lines, order the rest for reading.
 
     ``quads`` and ``turns`` describe the lines; ``pieces[i]`` is ``(line, piece)`` of the
     ``i``-th decoded row, in any order (a line's pieces are joined left to right). A line's
-    score is the mean of its pieces' scores weighted by their text lengths.
+    score is the mean of its pieces' scores weighted by their text lengths. ``other[i]``
+    (default all False) says the ``i``-th row reads the line turned by 180 degrees
+    (:attr:`PieceRow.other`): a line read both ways keeps the second reading only when its
+    score is more than ``margin`` (:data:`CHECK_MARGIN`) above the first's, and then
+    counts two more turns.
     """
     count = len(quads)
-    texts: list[list[str]] = [[] for _ in range(count)]
-    parts: list[list[LinePiece]] = [[] for _ in range(count)]
-    weights: list[list[tuple[float, int]]] = [[] for _ in range(count)]
-    for (line, piece), (text, score) in zip(pieces, decoded, strict=True):
-        texts[line].append(text)
-        parts[line].append(piece)
-        weights[line].append((score, max(1, len(text.strip()))))
+    flags = [False] * len(pieces) if other is None else [bool(flag) for flag in other]
+    if len(flags) != len(pieces):
+        raise TensorMismatch("other", f"expected one flag per piece ({len(pieces)})",
+                             len(flags))
+    texts: list[list[list[str]]] = [[[], []] for _ in range(count)]
+    parts: list[list[list[LinePiece]]] = [[[], []] for _ in range(count)]
+    weights: list[list[list[tuple[float, int]]]] = [[[], []] for _ in range(count)]
+    for (line, piece), (text, score), flag in zip(pieces, decoded, flags, strict=True):
+        side = int(flag)
+        texts[line][side].append(text)
+        parts[line][side].append(piece)
+        weights[line][side].append((score, max(1, len(text.strip()))))
+    final_turns = np.asarray(turns, dtype=np.int64).copy()
     kept: list[int] = []
     results: list[TextLine] = []
     for index in range(count):
-        by_x = sorted(range(len(parts[index])), key=lambda i: parts[index][i].x0)
-        text = join_pieces([texts[index][i] for i in by_x],
-                           [parts[index][i] for i in by_x]).strip()
-        total = sum(n for _, n in weights[index])
-        score = sum(s * n for s, n in weights[index]) / total if total else 0.0
+        readings = []
+        for side in (0, 1):
+            if not parts[index][side]:
+                continue
+            mine = parts[index][side]
+            by_x = sorted(range(len(mine)), key=lambda i: mine[i].x0)
+            text = join_pieces([texts[index][side][i] for i in by_x],
+                               [mine[i] for i in by_x]).strip()
+            total = sum(n for _, n in weights[index][side])
+            score = sum(s * n for s, n in weights[index][side]) / total if total else 0.0
+            readings.append((score, side, text))
+        if not readings:
+            continue
+        score, side, text = readings[0]  # the first reading, or the only one
+        if len(readings) == 2 and readings[1][0] > score + margin:
+            score, side, text = readings[1]
+        if side:
+            final_turns[index] += 2
         if score >= min_score and text:
             kept.append(index)
             results.append(TextLine(text, score, np.asarray(quads[index], dtype=np.float32)))
     if not results:
         return []
-    order = reading_order(np.asarray(quads)[kept], np.asarray(turns)[kept])
+    order = reading_order(np.asarray(quads)[kept], final_turns[kept])
     return [results[i] for i in order]
 
 
@@ -289,4 +354,5 @@ def read_page(
         for i, result in zip(members, results, strict=True):
             decoded[i] = result
     return assemble(np.stack([line.quad for line in lines]), [line.turns for line in lines],
-                    [(row.line, row.piece) for row in rows], [d for d in decoded if d is not None])
+                    [(row.line, row.piece) for row in rows], [d for d in decoded if d is not None],
+                    other=[row.other for row in rows])

@@ -15,6 +15,7 @@ from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_serve.guards import BodyLimit
+from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
 from edge_serve.served import Answer, unencodable
 from edge_serve.tensors import decode_tensors, encode_tensors
@@ -348,11 +349,14 @@ def test_a_stalled_body_is_408_unless_an_answer_began_and_another_cancel_stays_o
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("timeout_s", [0.0, -1.0, float("inf"), float("nan")])
-def test_a_body_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
-        timeout_s: float) -> None:
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, float("inf"), float("nan"), 3600.5])
+def test_a_body_or_header_timeout_outside_0_to_an_hour_is_refused(timeout_s: float) -> None:
     async def app(scope: object, receive: object, send: object) -> None:
         raise AssertionError("unreachable")
 
-    with pytest.raises(ValueError, match=r"^body_timeout_s: must be a number of seconds > 0"):
+    with pytest.raises(ValueError, match=r"^body_timeout_s: must be a number of seconds > 0 "
+                       r"and <= 3600: "):
         BodyLimit(app, 1024, timeout_s=timeout_s)
+    with pytest.raises(ValueError, match=r"^header_timeout_s: must be a number of seconds > 0 "
+                       r"and <= 3600: "):
+        SlowHeads(timeout_s)

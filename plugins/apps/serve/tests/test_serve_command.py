@@ -34,12 +34,16 @@ NOT_INSTALLED_ERROR = {
              "in group 'edge'"}
 
 
-def test_the_body_timeout_s_help_says_the_default_the_server_uses() -> None:
-    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S
+def test_the_timeouts_help_says_the_defaults_and_the_ceiling_the_server_uses() -> None:
+    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
+    from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S
 
     done = subprocess.run([EDGE, "serve", "--help"], capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL, check=True)
-    assert f"default {DEFAULT_BODY_TIMEOUT_S:g}, above 0)" in " ".join(done.stdout.split())
+    shown = " ".join(done.stdout.split())
+    assert f"default {DEFAULT_BODY_TIMEOUT_S:g}, above 0, at most {MAX_TIMEOUT_S:g})" in shown
+    assert f"default {DEFAULT_HEADER_TIMEOUT_S:g}, above 0, at most {MAX_TIMEOUT_S:g} " \
+        in shown
 
 
 def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
@@ -52,12 +56,13 @@ def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
     assert done.returncode == 2 and "name: expected letters" in done.stderr  # a URL segment
     done = _serve(str(one), "--port", "0", "--max-body-bytes", "0")
     assert done.returncode == 2 and "--max-body-bytes: must be at least 1" in done.stderr
-    for timeout in ("0", "-1", "inf", "nan"):
-        done = _serve(str(one), "--port", "0", "--body-timeout", timeout)
-        assert done.returncode == 2, (timeout, done.stderr)
-        assert f"--body-timeout: must be a number of seconds > 0: {float(timeout)}" \
-            in done.stderr, done.stderr
-        assert "opening" not in done.stderr
+    for option in ("--body-timeout", "--header-timeout"):
+        for timeout in ("0", "-1", "inf", "nan", "3600.5"):
+            done = _serve(str(one), "--port", "0", option, timeout)
+            assert done.returncode == 2, (option, timeout, done.stderr)
+            assert (f"{option}: must be a number of seconds > 0 and <= 3600: "
+                    f"{float(timeout)}") in done.stderr, done.stderr
+            assert "opening" not in done.stderr
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

@@ -15,6 +15,10 @@ body and wait, or half-close after their request. Its log is checked by its own 
 A third (``failing``) has two pipelines whose ``finish`` raises for some inputs
 (:mod:`failing_finish`): a 500 naming the finish and the error, its traceback logged once
 per pipeline.
+
+A fourth (``heads``) has a short ``--header-timeout``: raw sockets that send nothing, part
+of a request head, or a head a byte at a time, are cut; a head that arrives in time, and
+kept-alive requests that follow each other in time, are served.
 """
 
 from __future__ import annotations
@@ -528,3 +532,270 @@ def test_a_client_that_half_closes_after_its_request_gets_no_answer_and_is_cance
         assert _charged(client) == before
         assert _outcomes(client)["cancelled"] - counted.get("cancelled", 0.0) == 1.0
         assert client.post("/v1/pipelines/slow/run", json=X).status_code == 200
+
+
+HEADER_TIMEOUT_S = 1.0
+"""The ``heads`` server's ``--header-timeout``."""
+
+HEADER_TICK_S = HEADER_TIMEOUT_S / 4
+"""How often the ``heads`` server sweeps its connections (a quarter of the timeout)."""
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``plain`` (echo) under ``--header-timeout HEADER_TIMEOUT_S``."""
+    folder = tmp_path_factory.mktemp("heads")
+    with running([echo_pipeline(folder, "plain")], "--header-timeout",
+                 str(HEADER_TIMEOUT_S)) as served:
+        yield served
+
+
+def _unpooled(served: Served) -> httpx.Client:
+    """A client that opens a connection for each request: none of its own idles on the
+    ``heads`` server long enough to be closed under it."""
+    return httpx.Client(base_url=served.url, timeout=30,
+                        limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def _header_timeouts(client: httpx.Client) -> dict[str, float]:
+    """``edge_header_timeouts_total`` by answer."""
+    return {sample.labels["answer"]: sample.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for sample in family.samples if sample.name == "edge_header_timeouts_total"}
+
+
+def _one_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One whole response read off a kept-alive connection (its Content-Length's worth)."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {raw!r}"
+        raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip()
+               for name, _, value in (line.partition(":") for line in lines)}
+    while len(body) < int(headers["content-length"]):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {raw!r}"
+        body += chunk
+    assert len(body) == int(headers["content-length"]), body
+    return int(status_line.split()[1]), headers, body
+
+
+def test_a_head_not_complete_within_the_header_timeout_is_cut_whether_trickled_or_not(
+        heads: Served) -> None:
+    """uvicorn bounds no read of a request's head: a connection that sent nothing, or
+    part of a head, or trickled its head a byte at a time without ending it (slowloris),
+    was held for ever, and enough of them (one file descriptor each) left the server
+    unable to accept any. Now each is closed ``--header-timeout`` seconds after it opened
+    (a trickle that keeps coming earns no more time), by one sweep: with a 408 naming the
+    timeout when part of a head arrived, silently when nothing did. None reached the app:
+    nothing is charged or counted as a request, only as ``edge_header_timeouts_total``."""
+    head = b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\nX-Slow: "
+    kinds = ["silent"] * 4 + ["partial"] * 4 + ["trickled"] * 4
+    with _unpooled(heads) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        cut = _header_timeouts(client)
+        socks = [socket.create_connection(_address(heads), timeout=30) for _ in kinds]
+        opened = time.monotonic()
+        try:
+            for sock, kind in zip(socks, kinds, strict=True):
+                if kind != "silent":
+                    sock.sendall(head)
+                sock.setblocking(False)
+            received: dict[int, bytes] = {}
+            closed_after: dict[int, float] = {}
+            trickled = 0
+            while len(closed_after) < len(socks):
+                now = time.monotonic() - opened
+                assert now < HEADER_TIMEOUT_S + 2 * HEADER_TICK_S + 2.0, closed_after
+                for index, sock in enumerate(socks):
+                    if index in closed_after:
+                        continue
+                    try:
+                        chunk = sock.recv(65536)
+                    except BlockingIOError:
+                        if kinds[index] == "trickled":
+                            sock.send(b"a")
+                        continue
+                    received[index] = received.get(index, b"") + chunk
+                    if not chunk:
+                        closed_after[index] = now
+                trickled += 1
+                time.sleep(0.05)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert trickled * 0.05 > HEADER_TIMEOUT_S  # the trickle went on past the timeout
+        for index, kind in enumerate(kinds):
+            took = closed_after[index]
+            assert HEADER_TIMEOUT_S <= took < HEADER_TIMEOUT_S + 2 * HEADER_TICK_S + 1.0, (
+                kind, took)
+            if kind == "silent":
+                assert received[index] == b"", received[index][:300]
+                continue
+            status, headers, answer = _response(received[index])
+            assert status == 408, received[index][:300]
+            assert headers["connection"] == "close"
+            assert headers["content-type"] == "application/json"
+            assert answer["error"]["code"] == "header_timeout"
+            assert answer["error"]["type"] == "invalid_request_error"
+            assert (answer["error"]["edge"]["kind"], answer["error"]["edge"]["field"]) == (
+                "HeaderTimeout", "head")
+            assert answer["error"]["message"] == (
+                f"head: the request line and headers were not complete within "
+                f"{HEADER_TIMEOUT_S:g} s (--header-timeout)")
+        assert _charged(client) == before
+        outcomes = _outcomes(client)
+        assert {k: v for k, v in outcomes.items() if k != "ok"} == {
+            k: v for k, v in counted.items() if k != "ok"}
+        now_cut = _header_timeouts(client)
+        assert now_cut["408"] - cut["408"] == kinds.count("partial") + kinds.count("trickled")
+        assert now_cut["closed"] - cut["closed"] == kinds.count("silent")
+        assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+    assert not any("Traceback" in line for line in heads.stderr), "".join(heads.stderr)
+
+
+def test_a_head_trickled_within_the_header_timeout_is_answered(heads: Served) -> None:
+    """A head that comes in pieces but whole within the timeout is served as any other."""
+    body = json.dumps(X).encode()
+    head = _request_head("/v1/pipelines/plain/run", "application/json", len(body))
+    pieces = [head[i:i + 8] for i in range(0, len(head), 8)]
+    pause = 0.6 * HEADER_TIMEOUT_S / len(pieces)
+    with socket.create_connection(_address(heads), timeout=30) as sock:
+        started = time.monotonic()
+        for piece in pieces:
+            sock.sendall(piece)
+            time.sleep(pause)
+        assert time.monotonic() - started < HEADER_TIMEOUT_S
+        sock.sendall(body)
+        status, _, answer = _one_response(sock)
+    assert status == 200, answer[:300]
+    assert json.loads(answer)["outputs"]["x"]["shape"] == [2, 2]
+
+
+def test_keep_alive_requests_each_get_the_header_timeout_from_the_last_answer(
+        heads: Served) -> None:
+    """The timeout counts from the end of each answer, not from the connection's opening:
+    a kept-alive connection whose requests follow each other within it is served for as
+    long as they come (here more than twice the timeout). Idle after an answer for the
+    timeout it is closed silently (uvicorn's own keep-alive timeout is longer); a head
+    begun after an answer and left unfinished is answered 408."""
+    request = b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n"
+    with _unpooled(heads) as client:
+        before = _charged(client)
+        cut = _header_timeouts(client)
+        with socket.create_connection(_address(heads), timeout=30) as sock:
+            started = time.monotonic()
+            for _ in range(4):
+                time.sleep(0.6 * HEADER_TIMEOUT_S)
+                sock.sendall(request)
+                status, headers, _ = _one_response(sock)
+                assert status == 200 and headers.get("connection") != "close", headers
+            assert time.monotonic() - started > 2 * HEADER_TIMEOUT_S
+            answered = time.monotonic()
+            assert _until_closed(sock) == b""  # idle: closed, nothing sent
+            took = time.monotonic() - answered
+            assert HEADER_TIMEOUT_S - HEADER_TICK_S <= took < HEADER_TIMEOUT_S + 1.5, took
+        with socket.create_connection(_address(heads), timeout=30) as sock:
+            sock.sendall(request)
+            assert _one_response(sock)[0] == 200
+            answered = time.monotonic()
+            sock.sendall(request[:20])
+            status, headers, answer = _response(_until_closed(sock))
+            took = time.monotonic() - answered
+        assert status == 408 and answer["error"]["code"] == "header_timeout", answer
+        assert HEADER_TIMEOUT_S - HEADER_TICK_S <= took < HEADER_TIMEOUT_S + 1.5, took
+        now_cut = _header_timeouts(client)
+        assert (now_cut["408"] - cut["408"], now_cut["closed"] - cut["closed"]) == (1, 1)
+        assert _charged(client) == before
+
+
+def _too_large_count(client: httpx.Client) -> float:
+    """``edge_header_too_large_total``."""
+    return sum(sample.value
+               for family in text_string_to_metric_families(client.get("/metrics").text)
+               for sample in family.samples if sample.name == "edge_header_too_large_total")
+
+
+@pytest.mark.parametrize("shape", ["one long header", "many headers"])
+def test_a_head_over_the_size_bound_is_431_at_once_and_nothing_is_charged(
+        server: Served, shape: str) -> None:
+    """httptools takes a header of any length: one endless header line sent for six
+    seconds grew the server by 80 MiB before the time bound cut it. A head past
+    ``MAX_HEAD_BYTES`` is refused 431 as soon as it is read, well inside the server's
+    ``--header-timeout`` (10 s), and its connection closed; no route sees it."""
+    from edge_serve.heads import MAX_HEAD_BYTES
+
+    start = b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+    if shape == "one long header":
+        pieces = [start + b"X-Long: "] + [b"a" * 16384] * (2 * MAX_HEAD_BYTES // 16384)
+    else:
+        line = b"X-Many-%05d: " + b"b" * 100 + b"\r\n"
+        pieces = [start] + [line % i for i in range(2 * MAX_HEAD_BYTES // len(line % 0))]
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        refused = _too_large_count(client)
+        with socket.create_connection(_address(server), timeout=30) as sock:
+            started = time.monotonic()
+            try:
+                for piece in pieces:  # never the end of the head
+                    sock.sendall(piece)
+                    time.sleep(0.002)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed by the server while this was still sending: as meant
+            raw = _until_closed(sock)
+            took = time.monotonic() - started
+        assert took < 5.0, took  # the size bound, not the 10 s header timeout
+        status, headers, answer = _response(raw)
+        assert status == 431, raw[:300]
+        assert headers["connection"] == "close"
+        assert answer["error"]["code"] == "header_too_large"
+        assert answer["error"]["type"] == "invalid_request_error"
+        assert (answer["error"]["edge"]["kind"], answer["error"]["edge"]["field"]) == (
+            "HeaderTooLarge", "head")
+        assert answer["error"]["message"] == (
+            f"head: the request line and headers are over {MAX_HEAD_BYTES} bytes")
+        assert _too_large_count(client) == refused + 1
+        assert _charged(client) == before
+        outcomes = _outcomes(client)  # none but the scrapes' own oks since
+        assert {k: v for k, v in outcomes.items() if k != "ok"} == {
+            k: v for k, v in counted.items() if k != "ok"}
+        assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+    _no_traceback(server)
+
+
+def test_a_head_under_the_bound_in_pieces_and_a_large_body_in_its_reads_are_served(
+        server: Served) -> None:
+    """Only a head's own bytes count: headers just under the bound, sent in pieces, and a
+    body of many times the bound sent in the same reads as its head are answered."""
+    from edge_serve.heads import MAX_HEAD_BYTES
+
+    filler = [f"X-Fill-{i:04d}: {'c' * 200}\r\n".encode()  # 215 bytes each
+              for i in range((MAX_HEAD_BYTES - 1024) // 215)]
+    body = json.dumps({"inputs": {"x": _tensor(np.ones((512, 512), dtype=np.float32))}})
+    assert len(body) > 8 * MAX_HEAD_BYTES
+    with socket.create_connection(_address(server), timeout=30) as sock:
+        head = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\n" + b"".join(filler)
+                + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        assert MAX_HEAD_BYTES - 2048 < len(head) <= MAX_HEAD_BYTES
+        for at in range(0, len(head), 4096):
+            sock.sendall(head[at:at + 4096])
+            time.sleep(0.002)
+        sock.sendall(body.encode())
+        status, _, answer = _one_response(sock)
+        assert status == 200, answer[:300]
+        assert json.loads(answer)["outputs"]["x"]["shape"] == [512, 512]
+        whole = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+                 b"Content-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body.encode())
+        sock.sendall(whole)  # the head and the start of its body in one read
+        status, _, answer = _one_response(sock)
+        assert status == 200, answer[:300]
+    _no_traceback(server)

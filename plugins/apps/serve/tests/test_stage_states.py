@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -141,6 +145,62 @@ def test_a_stage_over_its_demand_still_serves_and_health_names_it() -> None:
                     assert again.status_code == 200, again.text
 
             asyncio.run(scenario())
+    finally:
+        pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+
+
+def test_a_restart_refused_for_a_rewritten_bundle_is_503_naming_why(
+        tmp_path: Path) -> None:
+    """An ort-cpu stage verified in place, its bundle rewritten (consistently: a fresh
+    verification passes), its worker SIGKILLed: the restart is refused with BundleChanged,
+    and the 503 says so, naming the manifest and both sha256s."""
+    from edge_core.artifacts import create_manifest, verify_bundle
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundle = write_add_relu_bundle(tmp_path / "b")
+    opened = verify_bundle(bundle, stage=False).manifest_sha256
+    ledger = ResourceLedger([Pool(name="machine:ram", total=4 * 1024**3)])
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu", "options": {"stage_bundle": False}},
+         "manifest": str(bundle), "restart": "on-failure", "max_restarts": 1,
+         "restart_backoff_s": 0.0}]})
+    pipeline = Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger,
+                             retire_deadline_s=3.0)
+    try:
+        x = EXAMPLE_X + 1  # another example: another manifest, the same graph
+        np.savez(bundle / "example_inputs.npz", x=x)
+        np.savez(bundle / "expected.npz", y=np.maximum(x + x, 0))
+        create_manifest(bundle, component="add-relu", example_inputs="example_inputs.npz",
+                        expected_outputs="expected.npz", precision="fp32",
+                        exporter="onnx.helper", overwrite=True)
+        rewritten = verify_bundle(bundle, stage=False).manifest_sha256
+        (runtime,) = pipeline.stages
+        os.kill(int(str(runtime.loaded.describe()["pid"])), signal.SIGKILL)
+        end = time.monotonic() + 60.0
+        while time.monotonic() < end and (runtime.state.value != "failed"
+                                          or runtime.restarter.pending):
+            time.sleep(0.05)
+        assert runtime.state.value == "failed" and not runtime.restarter.pending
+        with ThreadPoolExecutor(2) as executor:
+            served = ServedPipeline(pipeline, executor, private_upload_dir())
+            app = build_app(ServerState({"p": served}, ledger, max_body_bytes=1 << 20))
+            body = {"inputs": {"x": {"dtype": "float32", "shape": [2, 3],
+                                     "data": base64.b64encode(EXAMPLE_X.tobytes()).decode()}}}
+
+            async def scenario() -> httpx.Response:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://edge") as client:
+                    return await client.post("/v1/pipelines/p/run", json=body)
+
+            refused = asyncio.run(scenario())
+        assert refused.status_code == 503
+        error = refused.json()["error"]
+        assert error["code"] == "stage_unavailable"
+        assert "BundleChanged" in error["message"]
+        assert str(bundle / "edge-manifest.json") in error["message"]
+        assert opened in error["message"] and rewritten in error["message"]
     finally:
         pipeline.close()
     assert ledger.snapshot()["reservations"] == []

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from edge_core.artifacts import create_manifest
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -242,3 +243,107 @@ def test_a_profile_records_reused_gates_of_its_opens_and_keeps_its_evidence_full
     assert untraced[0]["s"]["note"].endswith(", 2 of 4 points checked now")
     stage = record.functional["stages"]["s"]
     assert stage["gate"]["mode"] == "full" and stage["evidence"] == "complete-model"
+
+
+def _plan(config: Path, env: dict[str, str]) -> str:
+    edge = str(Path(sys.executable).with_name("edge"))
+    done = subprocess.run([edge, "plan", str(config)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env}, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_onnxruntime_upgrade_runs_the_full_gate_naming_the_runtime(tmp_path: Path) -> None:
+    """What runtime_identity reads, changed as an upgrade changes it: the version in the
+    distribution's metadata, in a folder on the path (here one ahead of the real one)."""
+    bundle = write_bundle(tmp_path / "b")
+    config = tmp_path / "p.toml"
+    config.write_text(f'name = "p"\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n'
+                      '[stages.backend]\nname = "ort-cpu"\n')
+    site = tmp_path / "site"
+    installed = site / "onnxruntime-1.0.dist-info"
+    installed.mkdir(parents=True)
+    (installed / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime\n"
+                                        "Version: 1.0\n")
+    env = {gates_module.GATE_CACHE_ENV: str(tmp_path / "gates"),
+           "EDGE_PROBE_CACHE": str(tmp_path / "probes"),  # kept answers: seen to move too
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    assert "(no stored gate)" in _plan(config, env)
+    assert "gate: gate reused from 20" in _plan(config, env)
+    upgraded = installed.rename(site / "onnxruntime-999.0.dist-info")
+    (upgraded / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime\n"
+                                       "Version: 999.0\n")
+    assert ("gate: full gate, 4 of 4 points checked now (changed since the stored gate: "
+            "runtime)") in _plan(config, env)
+
+
+def test_edge_plan_says_a_gate_it_could_not_store(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b")
+    config = tmp_path / "p.toml"
+    config.write_text(f'name = "p"\n[[stages]]\nid = "s"\nmanifest = "{bundle}"\n'
+                      '[stages.backend]\nname = "ort-cpu"\n')
+    blocked = tmp_path / "gates"
+    blocked.write_text("a file where the directory should be")
+    answer = _plan(config, {gates_module.GATE_CACHE_ENV: str(blocked)})
+    assert "gate: full gate, 4 of 4 points checked now (no stored gate)" in answer
+    assert f"    gate not stored: [Errno 17] File exists: '{blocked}'" in answer
+
+
+def test_a_restart_stores_its_gate_under_the_key_it_was_checked_for(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """A restart of an unchanged bundle stores its full gate under the open's key. After
+    the bundle was rewritten under the serving pipeline, a restart loads the bundle the
+    stage opened with (its kept staged copy), so its gate is stored under neither key:
+    not the new bundle's (it did not run on it), and the open's record is left as it was;
+    the plan names what changed and what loaded."""
+    store = GateStore(tmp_path / "gates")
+    bundle = write_bundle(tmp_path / "b")
+    config = _config(bundle)
+    opened_key = gate_key(config.stages[0], plugins)
+    with Pipeline.open(config, plugins, ledger, gates=store) as pipeline:
+        stage = pipeline.stage("s")
+        stage.restart()
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert gate["note"] == "full gate, 4 of 4 points checked now (restart)"
+        kept = json.loads(store.path(opened_key).read_text())["stored_ns"]  # the restart's
+        write_bundle(bundle, offset=5.0)  # another manifest sha256
+        stage.restart()
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert gate["note"] == ("full gate, 4 of 4 points checked now (restart; changed "
+                                "since the stage opened: bundles (the restart loads the "
+                                "bundle the stage opened with))")
+        assert "stored" not in gate
+    assert json.loads(store.path(opened_key).read_text())["stored_ns"] == kept
+    now_key = gate_key(config.stages[0], plugins)
+    assert now_key.changed(opened_key.parts) == ["bundles"]
+    assert not store.path(now_key).exists()
+    assert ledger.is_empty()
+
+
+def test_a_manifest_rewritten_between_the_gate_lookup_and_the_load(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The key is made before the load; the load verifies the bundle as it is then. A
+    reused gate on a manifest rewritten in between is refused (the new bundle had one
+    point checked); a full gate that ran on one is not stored under the old key."""
+    store = GateStore(tmp_path / "gates")
+    bundle = write_bundle(tmp_path / "b")
+    config = _config(bundle)
+    _open(plugins, ledger, store, config)  # stored for this manifest
+
+    def rewrite(offset: float) -> Any:
+        def said(line: str) -> None:
+            if line.startswith("loading stage s"):
+                write_bundle(bundle, offset=offset)
+        return said
+
+    with pytest.raises(BundleChanged, match="changed while the stage opened") as refused:
+        Pipeline.open(config, plugins, ledger, gates=store, progress=rewrite(5.0))
+    assert refused.value.field == str(bundle / "edge-manifest.json")
+    assert ledger.is_empty()
+    before = {p.name for p in store.directory.glob("*.json")}
+    with Pipeline.open(config, plugins, ledger, gates=store, progress=rewrite(6.0)) as p:
+        gate = p.execution_plan()["stages"][0]["gate"]
+    assert gate["mode"] == "full"
+    assert gate["stored"] == "not stored: bundles changed while the stage opened"
+    assert {p.name for p in store.directory.glob("*.json")} == before
+    assert ledger.is_empty()

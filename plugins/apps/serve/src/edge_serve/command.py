@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from edge_core.runtime.pipeline import Pipeline
     from edge_serve.draining import Drain
+    from edge_serve.heads import SlowHeads
 
 __all__ = ["NAME", "register", "serve"]
 
@@ -91,7 +92,14 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="answer 408 and close the connection when no more of a request's "
                         "body arrived for SECONDS (a body shorter than its Content-Length, a "
                         "client that stopped sending; counted from each wait, so a large "
-                        "upload that keeps arriving is never cut; default 30, above 0)")
+                        "upload that keeps arriving is never cut; default 30, above 0, at "
+                        "most 3600)")
+    parser.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
+                        help="close a connection that has not sent a whole request head "
+                        "(request line and headers) within SECONDS of its opening or of the "
+                        "end of its last answer, with 408 when part of one arrived (a client "
+                        "that trickles its head, or an idle one); default 10, above 0, at "
+                        "most 3600")
     parser.add_argument("--queue-length", action="append", default=[], metavar="N",
                         help="requests that may wait for a pipeline's admission when it is "
                         "full (default 64; 0: refuse at once); NAME=N for pipeline NAME only; "
@@ -328,16 +336,21 @@ def serve(args: argparse.Namespace) -> int:
 
     from edge_serve.app import ServerState, build_app
     from edge_serve.draining import UVICORN_MARGIN_S, Drain
-    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S
+    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
+    from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S, SlowHeads, bounded_protocol
     from edge_serve.served import ServedPipeline, private_upload_dir
 
     if args.max_body_bytes < 1:
         raise common.CommandFailed(common.EXIT_USAGE, f"--max-body-bytes: must be at least 1: "
                                    f"{args.max_body_bytes}")
     body_timeout = DEFAULT_BODY_TIMEOUT_S if args.body_timeout is None else args.body_timeout
-    if not 0.0 < body_timeout < float("inf"):
-        raise common.CommandFailed(common.EXIT_USAGE, f"--body-timeout: must be a number of "
-                                   f"seconds > 0: {body_timeout}")
+    header_timeout = (DEFAULT_HEADER_TIMEOUT_S if args.header_timeout is None
+                      else args.header_timeout)
+    for option, seconds in (("--body-timeout", body_timeout),
+                            ("--header-timeout", header_timeout)):
+        if not 0.0 < seconds <= MAX_TIMEOUT_S:
+            raise common.CommandFailed(common.EXIT_USAGE, f"{option}: must be a number of "
+                                       f"seconds > 0 and <= {MAX_TIMEOUT_S:g}: {seconds}")
     if not args.grace >= 0.0:
         raise common.CommandFailed(common.EXIT_USAGE, f"--grace: must be a number of seconds "
                                    f">= 0: {args.grace}")
@@ -369,10 +382,14 @@ def serve(args: argparse.Namespace) -> int:
                             plugin_errors=plugin_errors, body_timeout_s=body_timeout)
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
-        # the end of the grace period, so uvicorn finds nothing to cut.
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+        # the end of the grace period, so uvicorn finds nothing to cut. The protocol is
+        # named (auto picks it too): the sweep of slow heads reads its state.
+        protocol = bounded_protocol(on_refused=state.metrics.count_head_too_large)
+        config = uvicorn.Config(app, http=protocol, log_level="warning", access_log=False,
+                                lifespan="off",
                                 timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
-        server = _Server(config, drain)
+        heads = SlowHeads(header_timeout, on_close=state.metrics.count_header_timeout)
+        server = _Server(config, drain, heads)
         server.stop_on_signals()
         # What start-up made (modules, plugins, the opened pipelines) lives as long as the
         # server: kept out of the cyclic collector (its garbage collected first), whose
@@ -430,9 +447,11 @@ class _Server:
     printed must stop the server too, and the pipelines still have to be closed after it,
     so the handlers are installed by :meth:`stop_on_signals` and only recorded. The grace
     period is timed from the signal: when it ends, ``drain`` ends every request still open.
+    ``heads`` sweeps the server's connections for request heads that do not arrive in
+    time from start-up until shutdown begins.
     """
 
-    def __init__(self, config: Any, drain: Drain) -> None:
+    def __init__(self, config: Any, drain: Drain, heads: SlowHeads) -> None:
         import uvicorn
 
         outer = self
@@ -444,7 +463,12 @@ class _Server:
 
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                 await super().startup(sockets=sockets)
+                heads.start(self.server_state.connections)
                 outer.started(asyncio.get_running_loop())
+
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                heads.stop()
+                await super().shutdown(sockets=sockets)
 
         self.stop_signal: str | None = None
         self.drain = drain

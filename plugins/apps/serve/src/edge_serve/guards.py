@@ -23,8 +23,8 @@ from typing import Any
 
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEFAULT_BODY_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout", "BodyTooLarge",
-           "StalledBodies", "send_refusal"]
+__all__ = ["DEFAULT_BODY_TIMEOUT_S", "MAX_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout",
+           "BodyTooLarge", "StalledBodies", "send_refusal"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -39,6 +39,10 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 """How long, in seconds, a route waits for more of a request's body before answering 408
 (``edge serve --body-timeout``'s default): counted from each wait for more of it, so a
 large body that keeps arriving is never cut, while one that stops is not held for ever."""
+
+MAX_TIMEOUT_S = 3600.0
+"""The longest ``--body-timeout`` and ``--header-timeout``, in seconds (an hour): a typo of
+a few digits is refused by name instead of leaving slow clients unbounded in effect."""
 
 
 async def send_refusal(send: Send, refusal: HttpRefusal) -> None:
@@ -99,8 +103,9 @@ class StalledBodies:
     """
 
     def __init__(self, timeout_s: float) -> None:
-        if not 0.0 < timeout_s < float("inf"):
-            raise ValueError(f"body_timeout_s: must be a number of seconds > 0: {timeout_s!r}")
+        if not 0.0 < timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(f"body_timeout_s: must be a number of seconds > 0 and <= "
+                             f"{MAX_TIMEOUT_S:g}: {timeout_s!r}")
         self.timeout_s = timeout_s
         self.tick = min(1.0, timeout_s / 4)
         self._waiting: dict[asyncio.Task[Any], float] = {}

@@ -12,7 +12,12 @@ Counted as requests are served:
   (0 for one admitted at once; those that left the queue unadmitted included);
 * ``edge_queue_refusals_total{pipeline, reason}`` — requests that left the admission queue
   without being admitted: ``full`` (429), ``deadline`` (504), ``disconnected``,
-  ``stopping`` (:mod:`edge_serve.queueing`).
+  ``stopping`` (:mod:`edge_serve.queueing`);
+* ``edge_header_timeouts_total{answer}`` — connections closed because no whole request
+  head arrived within ``--header-timeout`` (:mod:`edge_serve.heads`): ``408`` when part of
+  one had arrived, ``closed`` when nothing had.
+* ``edge_header_too_large_total`` — connections refused 431 for a request head over
+  :data:`~edge_serve.heads.MAX_HEAD_BYTES`.
 
 Read from the runtime at each scrape:
 
@@ -129,7 +134,24 @@ class ServerMetrics:
                                       "Requests that left the admission queue unadmitted, "
                                       "by reason (full, deadline, disconnected, stopping)",
                                       ["pipeline", "reason"], registry=self.registry)
+        self.header_timeouts = Counter("edge_header_timeouts",
+                                       "Connections closed because no whole request head "
+                                       "arrived within --header-timeout, by answer (408, "
+                                       "closed)", ["answer"], registry=self.registry)
+        for answer in ("408", "closed"):
+            self.header_timeouts.labels(answer)
+        self.header_too_large = Counter("edge_header_too_large",
+                                        "Connections refused 431 for a request head over "
+                                        "the server's bound", registry=self.registry)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
+
+    def count_header_timeout(self, answer: str) -> None:
+        """Count one connection closed for a slow head (``answer``: ``408`` or ``closed``)."""
+        self.header_timeouts.labels(answer).inc()
+
+    def count_head_too_large(self) -> None:
+        """Count one connection refused 431 for a request head over the bound."""
+        self.header_too_large.inc()
 
     def observe_queue(self, pipeline: str, outcome: str, waited_s: float) -> None:
         """Record one request leaving the admission queue (``admitted`` or a reason)."""

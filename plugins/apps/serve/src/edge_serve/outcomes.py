@@ -29,8 +29,12 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 404    an unknown pipeline, model or route
 405    a route asked with a method it does not serve (``Allow`` names those it does)
 408    no more of the body arrived for ``--body-timeout`` seconds (a body shorter than its
-       ``Content-Length``, a client that stopped sending): ``Connection: close``
+       ``Content-Length``, a client that stopped sending): ``Connection: close``; or the
+       request head was not complete within ``--header-timeout`` seconds (sent before any
+       route, by :mod:`edge_serve.heads`)
 413    the body exceeds the server's limit, or a tensor a stage's ``max_io_bytes``
+431    the request head ran past :data:`~edge_serve.heads.MAX_HEAD_BYTES` (sent before any
+       route, by :mod:`edge_serve.heads`): ``Connection: close``
 429    admission full (``ResourceUnavailable``), with ``Retry-After``
 500    an event of a stage's answer too large for its worker channel (``EventTooLarge``:
        code ``event_too_large``, ``edge.field`` the event's part that was too long,
@@ -97,14 +101,15 @@ _OUTCOME_BY_STATUS = {400: "bad_request", 401: "unauthorized", 404: "not_found",
 #: OpenAI's error ``type`` for each status.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error",
           404: "invalid_request_error", 405: "invalid_request_error",
-          408: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          408: "invalid_request_error", 413: "invalid_request_error",
+          431: "invalid_request_error", 429: "rate_limit_error",
           499: "invalid_request_error", 500: "server_error", 503: "server_error",
           504: "timeout_error"}
 
 #: The ``code`` of a refusal that names none of its own.
 _CODES = {400: "invalid_value", 401: "invalid_api_key", 404: "not_found",
           405: "method_not_allowed", 408: "body_timeout", 413: "request_too_large",
-          429: "rate_limit_exceeded",
+          431: "header_too_large", 429: "rate_limit_exceeded",
           499: "client_disconnected", 500: "internal_error", 503: "unavailable",
           504: "deadline_exceeded"}
 
@@ -199,10 +204,15 @@ def retry_headers() -> dict[str, str]:
     return {"Retry-After": str(RETRY_AFTER_S)}
 
 
-def stage_unready(pipeline: str, stage: str, state: str) -> HttpRefusal:
-    """503 for a stage that is not ready (failed, restarting, needs a restart, retired)."""
+def stage_unready(pipeline: str, stage: str, state: str, why: str = "") -> HttpRefusal:
+    """503 for a stage that is not ready (failed, restarting, needs a restart, retired).
+
+    ``why`` names each replica not serving and its reason (a failed restart's typed
+    error, ``BundleChanged`` say); the message then says it in parentheses.
+    """
+    reason = "the stage is not serving" + (f" ({why})" if why else "")
     return HttpRefusal(503, f"pipelines[{pipeline}].stages[{stage}].state",
-                       "the stage is not serving", state, kind="StageUnavailable",
+                       reason, state, kind="StageUnavailable",
                        code="stage_unavailable", headers=retry_headers())
 
 

@@ -178,7 +178,10 @@ class ServedPipeline:
         """Refuse (503) while any stage serves no request (a degraded replica set serves)."""
         for stage, state in self.stage_states().items():
             if state not in SERVING:
-                raise stage_unready(self.name, stage, state)
+                why = "; ".join(f"{r.name}: {r.state.value}: {r.closed_reason}"
+                                for r in self.pipeline.stages
+                                if r.stage_id == stage and r.closed_reason)
+                raise stage_unready(self.name, stage, state, why)
 
     def refuse_unread_params(self, params: Mapping[str, Any] | None) -> None:
         """Refuse (400, ``unsupported_parameter``) a parameter the final stage does not read.

@@ -1,0 +1,178 @@
+"""Bundle pins: a stage restarts on the bundle it opened with, never silently another.
+
+A stage's bundle is verified when the pipeline opens (:func:`verify_bundle`, or
+:func:`verify_once` shared by its replicas). A restart loads again — and an operator may
+have rewritten the bundle in place meanwhile, files and manifest consistently, so that a
+fresh verification would pass. The restarted worker would then serve another model than
+the execution plan, the stored decision and the other replicas describe.
+
+The opener makes one :class:`BundleIdentities` per stage (shared by its replicas) and one
+:class:`BundlePin` per replica, and runs every load of the replica inside
+:meth:`BundlePin.active`. While a pin is active (in that thread):
+
+* every verification of a bundle (:func:`observe`, called by :func:`verify_bundle` and
+  by :func:`verify_once` for a shared handle) records the manifest's sha256 the first
+  time the stage verifies that bundle, and refuses with ``BundleChanged`` — naming the
+  manifest, the sha256 the stage opened with and the one found now — when a later one
+  differs: a restart after a rewrite, or a replica that opened on a bundle rewritten
+  while its sibling was opening;
+* :func:`verify_once` first asks the pin for the replica's kept staged copy
+  (:func:`reissue`): the pin keeps a handle on the copy its loaded stage verified
+  (:meth:`BundlePin.keep`, the loaded stage's ``bundle`` attribute, as ``edge_ort``'s),
+  for the replica's whole life, so that the restart loads those very bytes (hashed once
+  more, :meth:`VerifiedBundle.reissue`) whatever is on disk. A bundle verified in place,
+  a backend that removes its copy once the worker loaded, or a copy that is gone: the
+  restart verifies the disk afresh, which is refused as above when it was rewritten.
+
+The kept copy costs no disk beyond what the loaded stage already held while serving (the
+same directory, shared); it is released when the replica's runtime closes
+(:meth:`BundlePin.release`), at garbage collection, or at exit, and a copy of a process
+that died without cleaning up is removed by the next edge-core process
+(:mod:`edge_core.host.leftovers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_core.artifacts.bundle import VerifiedBundle
+from edge_core.artifacts.errors import BundleChanged
+
+__all__ = ["BundleIdentities", "BundlePin", "observe", "reissue"]
+
+_ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
+    "edge_bundle_pin", default=None)
+
+
+class BundleIdentities:
+    """Bundle directory → the manifest sha256 a stage opened with (shared by its replicas)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sha256: dict[Path, str] = {}
+
+    def opened(self, root: Path) -> str | None:
+        """The manifest sha256 the stage verified for ``root`` first, or None."""
+        with self._lock:
+            return self._sha256.get(root)
+
+    def observe(self, bundle: VerifiedBundle) -> None:
+        """Record ``bundle``'s manifest sha256 the first time; refuse a different one.
+
+        Raises:
+            BundleChanged: naming the manifest file, the sha256 the stage opened with
+                (in the reason) and the one verified now (the value).
+        """
+        with self._lock:
+            opened = self._sha256.setdefault(bundle.source, bundle.manifest_sha256)
+        if opened != bundle.manifest_sha256:
+            raise BundleChanged(
+                str(bundle.source / MANIFEST_FILENAME),
+                f"rewritten since the stage opened with manifest sha256 {opened}; a "
+                "restart loads only the bundle the stage opened with (open the pipeline "
+                "again to serve the new one); manifest sha256 now",
+                bundle.manifest_sha256)
+
+
+class BundlePin:
+    """One stage replica's pin: the stage's identities and the staged copies it keeps.
+
+    Args:
+        identities: The stage's :class:`BundleIdentities` (shared by its replicas).
+    """
+
+    def __init__(self, identities: BundleIdentities | None = None) -> None:
+        self.identities = identities if identities is not None else BundleIdentities()
+        self._lock = threading.Lock()
+        self._kept: dict[Path, VerifiedBundle] = {}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[BundlePin]:
+        """While open (in this thread), verifications observe and reissue through the pin."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    def keep(self, loaded: object) -> None:
+        """Keep a handle on ``loaded``'s staged copy (its ``bundle``), if it has one.
+
+        Only a staged :class:`VerifiedBundle` whose manifest is the one the stage opened
+        with, and only one per bundle directory (the first).
+        """
+        bundle = getattr(loaded, "bundle", None)
+        if not isinstance(bundle, VerifiedBundle) or not bundle.staged or bundle.cleaned_up:
+            return
+        if self.identities.opened(bundle.source) != bundle.manifest_sha256:
+            return
+        with self._lock:
+            if bundle.source in self._kept:
+                return
+            handle = bundle.share()
+            if handle is not None:
+                self._kept[bundle.source] = handle
+
+    def kept(self) -> dict[str, str]:
+        """Bundle directory → where its kept staged copy is (for reports and tests)."""
+        with self._lock:
+            return {str(root): str(b.directory) for root, b in self._kept.items()}
+
+    def directory(self, bundle: str | os.PathLike[str]) -> Path | None:
+        """Where the kept copy of ``bundle`` is (its verified manifest and members), or None.
+
+        What a report reads for the bundle that serves: the bundle on disk may have been
+        rewritten since the stage opened.
+        """
+        with self._lock:
+            held = self._kept.get(Path(os.path.realpath(bundle)))
+        return None if held is None else held.directory
+
+    def reissue(self, root: Path) -> VerifiedBundle | None:
+        """A handle on the kept copy of ``root`` (checked byte for byte), else None.
+
+        A kept copy that no longer holds the verified bytes is released.
+        """
+        with self._lock:
+            held = self._kept.get(root)
+        if held is None:
+            return None
+        handle = held.reissue()
+        if handle is None:
+            with self._lock:
+                if self._kept.get(root) is held:
+                    del self._kept[root]
+            held.cleanup()
+        return handle
+
+    def release(self) -> None:
+        """Release every kept copy (idempotent); each is removed once no handle uses it."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        for bundle in kept:
+            bundle.cleanup()
+
+
+def observe(bundle: VerifiedBundle) -> None:
+    """Check ``bundle`` against the active pin's identities (nothing without one).
+
+    Raises:
+        BundleChanged: the stage opened with another manifest (see :class:`BundlePin`).
+    """
+    pin = _ACTIVE.get()
+    if pin is not None:
+        pin.identities.observe(bundle)
+
+
+def reissue(directory: str | os.PathLike[str], *, stage: bool) -> VerifiedBundle | None:
+    """The active pin's kept copy of ``directory`` for a staged load, else None."""
+    pin = _ACTIVE.get()
+    if pin is None or not stage:
+        return None
+    return pin.reissue(Path(os.path.realpath(directory)))  # kept even if the bundle is gone

@@ -1,0 +1,221 @@
+"""A restart loads the bundle its stage opened with, never one rewritten since.
+
+Real ort-cpu workers over a bundle whose graph is ``y = k * x``. The bundle is rewritten
+in place as an operator deploying a new model would: graph, expected outputs and manifest
+together, consistently, so that a fresh verification passes (``k`` = 3 instead of 2).
+Then a worker is SIGKILLed and restarted (``restart = "on-failure"``):
+
+* staged (the default): the restarted replica loads the staged copy kept since the open
+  (the bytes verified then, hashed again) and serves ``2 * x``, as its sibling does; the
+  plan names the same manifest sha256; the copy is removed at close;
+* verified in place (``stage_bundle = false``): there are no kept bytes, so the restart is
+  refused with ``BundleChanged`` naming the manifest and both sha256s; the replica stays
+  ``failed`` with that reason and nothing charged;
+* an unchanged bundle restarts as before, from the kept copy (no second copy made).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from edge_core.artifacts import create_manifest, verify_bundle
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline, StageState
+from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.testing.leaks import no_leaks as _no_leaks
+
+from .conftest import EXAMPLE_X
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+GiB = 1024**3
+
+
+@pytest.fixture
+def ledger() -> ResourceLedger:
+    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> str:
+    """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256.
+
+    Without ``expected`` the manifest names no expected outputs (the file is left out).
+    """
+    directory.mkdir(exist_ok=True)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    scale = helper.make_tensor("k", TensorProto.FLOAT, [], [k])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"], name="mul0")],
+                              "scale", [x], [y], initializer=[scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (directory / "model.onnx").write_bytes(model.SerializeToString())
+    np.savez(directory / "example_inputs.npz", x=EXAMPLE_X)
+    if expected:
+        np.savez(directory / "expected.npz",
+                 y=(EXAMPLE_X * np.float32(k)).astype(np.float32))
+    else:
+        (directory / "expected.npz").unlink(missing_ok=True)
+    create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
+                    expected_outputs="expected.npz" if expected else None, precision="fp32",
+                    exporter="onnx.helper", overwrite=True)
+    return verify_bundle(directory, stage=False).manifest_sha256  # a fresh one passes
+
+
+def open_scale(plugins: PluginSet, ledger: ResourceLedger, bundle: Path,
+               **stage: Any) -> Pipeline:
+    config = load_pipeline({"name": "r", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu", "options": stage.pop("options", {})},
+         "manifest": str(bundle), "restart": "on-failure", "restart_backoff_s": 0.0,
+         **stage}]})
+    return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+
+
+def kill(runtime: StageRuntime) -> int:
+    """SIGKILL the replica's worker; returns its pid."""
+    victim = int(str(runtime.loaded.describe()["pid"]))
+    os.kill(victim, signal.SIGKILL)
+    return victim
+
+
+def settled(check: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def restarted(runtime: StageRuntime) -> bool:
+    thread = runtime.restarter._thread
+    return thread is not None and not thread.is_alive()
+
+
+def served_by(runtime: StageRuntime) -> tuple[np.ndarray, int]:
+    """One request on this very replica: its output and the generation that served it."""
+    result = runtime.submit({"x": EXAMPLE_X}, deadline_s=30.0).result()
+    try:
+        return np.array(result.outputs["y"]), result.key.generation
+    finally:
+        result.ack()
+
+
+def manifests(pipeline: Pipeline) -> list[tuple[str, str]]:
+    """Per replica: the manifest sha256 and directory its live worker loaded."""
+    return [(s["worker"]["manifest"]["manifest_sha256"], s["worker"]["manifest"]["directory"])
+            for s in pipeline.execution_plan()["stages"]]
+
+
+def test_a_restart_after_the_bundle_was_rewritten_in_place_serves_the_model_it_opened(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    twice = EXAMPLE_X * 2
+    with open_scale(plugins, ledger, bundle, replicas=2) as pipeline:
+        first, second = pipeline.stages
+        before = manifests(pipeline)
+        assert {sha for sha, _ in before} == {opened}
+        copy = Path(before[0][1])
+        assert copy.is_dir() and copy != bundle
+        rewritten = write_scale_bundle(bundle, 3.0)  # what an operator deploys in place
+        assert rewritten != opened
+        kill(first)
+        assert settled(lambda: restarted(first) and first.state is StageState.READY), (
+            first.state, first.closed_reason)
+        for replica in (first, second):
+            y, generation = served_by(replica)
+            np.testing.assert_array_equal(y, twice)  # the old model, never 3 * x
+            assert generation == (2 if replica is first else 1)
+        assert manifests(pipeline) == before  # the plan: the bundle that serves
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert "changed since the stage opened: bundles (the restart loads the bundle " \
+               "the stage opened with)" in gate["note"]
+        with pipeline.run({"x": EXAMPLE_X}) as result:
+            np.testing.assert_array_equal(result.outputs["y"], twice)
+    assert not copy.exists()  # the kept copy goes with the stage
+    assert ledger.is_empty()
+
+
+def test_a_restart_of_a_bundle_verified_in_place_and_rewritten_is_refused(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, max_restarts=2,
+                    options={"stage_bundle": False}) as pipeline:
+        (only,) = pipeline.stages
+        rewritten = write_scale_bundle(bundle, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and not only.restarter.pending), only.state
+        assert only.state is StageState.FAILED
+        health = only.health().to_dict()
+        assert health["error"]["type"] == "BundleChanged"
+        message = health["error"]["message"]
+        assert str(bundle / "edge-manifest.json") in message
+        assert opened in message and rewritten in message
+        entry = pipeline.execution_plan()["stages"][0]
+        assert entry["worker"] is None and entry["state"] == "failed"
+        assert "BundleChanged" in entry["state_reason"] and rewritten in entry["state_reason"]
+        assert [r["owner"] for r in ledger.snapshot()["reservations"]] == []
+    assert ledger.is_empty()
+
+
+def test_an_unchanged_bundle_restarts_from_the_copy_kept_since_the_open(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle) as pipeline:
+        (only,) = pipeline.stages
+        before = manifests(pipeline)
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY)
+        y, generation = served_by(only)
+        np.testing.assert_array_equal(y, EXAMPLE_X * 2)
+        assert generation == 2
+        assert manifests(pipeline) == before == [(opened, before[0][1])]
+        gate = pipeline.execution_plan()["stages"][0]["gate"]
+        assert gate["note"].endswith("(restart)")
+        only.restart()  # by hand, too
+        assert served_by(only)[1] == 3 and manifests(pipeline) == before
+    assert not Path(before[0][1]).exists()
+    assert ledger.is_empty()
+
+
+def test_the_plan_judges_the_evidence_of_the_bundle_that_serves_not_the_rewrite(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The rewrite names no expected outputs: judged on it, the label would drop to
+    backend-execution; the plan reads the copy that loaded, before and after a restart."""
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle) as pipeline:
+        (only,) = pipeline.stages
+
+        def evidence() -> tuple[str, str]:
+            entry = pipeline.execution_plan()["stages"][0]
+            return entry["evidence"], entry["evidence_basis"]
+
+        opened = evidence()
+        assert opened[0] == "complete-model"
+        write_scale_bundle(bundle, 3.0, expected=False)
+        assert evidence() == opened
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY)
+        assert evidence() == opened
+        np.testing.assert_array_equal(served_by(only)[0], EXAMPLE_X * 2)
+    assert ledger.is_empty()

@@ -212,6 +212,17 @@ TABLE = [
      ["--params: not a parameter of this pipeline: 'delay' (its final stage 'a', on echo, "
       "reads: allocate_mb, chunk_rate_hz, crash, delay_s, "]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
+    # a folder where PIPELINE is expected: said so, with what to give (each command that
+    # takes PIPELINE shares the loader); a folder with a pyproject.toml names it
+    (["run", "dir", "--input", "a.txt"],
+     ["dir: a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json), "
+      "or a pyproject.toml with --name NAME"]),
+    (["plan", "proj"], ["proj: a folder, not a file: ", "with --name NAME (this one holds "
+                        "proj/pyproject.toml)"]),
+    (["profile", "dir", "--out", "p.json"], ["dir: a folder, not a file: "]),
+    # edge serve takes no pyproject.toml: its refusal offers none
+    (["serve", "dir", "one.toml", "--port", "0"],
+     ["dir: a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
     (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas: must be at most 256",
@@ -260,6 +271,20 @@ def test_misuse_exits_2_naming_every_problem_before_any_worker_starts(
     for text in named:
         assert text in errors[0], (text, errors[0])
     assert logs == [], f"a worker started: {logs}"
+
+
+def test_a_folder_given_to_serve_names_its_pipeline_files_and_offers_no_name_option(
+    work: Path,
+) -> None:
+    (work / "models").mkdir()
+    (work / "models" / "b.yaml").write_text("name: b\n")
+    (work / "models" / "pyproject.toml").write_text("")
+    done, logs = edge("serve", "models", "--port", "0", "--json", cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    problems = json.loads(done.stdout)["problems"]
+    assert problems == ["models: a folder, not a file: give a pipeline file (.toml, .yaml, "
+                        ".yml or .json) (this one holds b.yaml)"]
+    assert logs == []
 
 
 def test_json_lists_each_problem_with_the_file(work: Path) -> None:

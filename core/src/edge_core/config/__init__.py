@@ -16,6 +16,7 @@ from edge_core.config.checks import OS_DOMAINS
 from edge_core.config.loading import (
     BackendValidator,
     ToolSettings,
+    folder_problem,
     load_pipeline,
     load_pyproject_pipeline,
     load_tool_settings,
@@ -60,6 +61,7 @@ __all__ = [
     "RouteConfig",
     "StageConfig",
     "ToolSettings",
+    "folder_problem",
     "format_byte_size",
     "load_pipeline",
     "load_pyproject_pipeline",

@@ -121,6 +121,9 @@ def _configs(paths: list[str]) -> list[Any]:
     checked (``plugin_errors``), and the ones named are warned about, as ``edge run``
     does for its one file.
     """
+    from pathlib import Path
+
+    from edge_core.config import folder_problem
     from edge_core.errors import ConfigError
     from edge_core.preflight import check_pipeline
 
@@ -136,6 +139,8 @@ def _configs(paths: list[str]) -> list[Any]:
         try:
             if os.path.basename(path) == "pyproject.toml":
                 raise _pyproject_not_served(path)
+            if os.path.isdir(path):  # not the loader's words: they offer --name
+                raise ConfigError("source", folder_problem(Path(path), pyproject=False), path)
             configs.append(check_pipeline(path, loaded=loaded).config)
         except ConfigError as exc:
             failures.append(common.config_failure(exc, path))

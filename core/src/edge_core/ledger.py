@@ -262,18 +262,18 @@ class ResourceLedger:
 
     def capacity(self, pool: str) -> int | None:
         """Return the capacity of ``pool``: its ceiling, else its total (``None``: unknown)."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         return self._ceilings.get(pool, self._pools[pool].total)
 
     def reserved(self, pool: str) -> int:
         """Return the bytes currently charged to ``pool`` (quarantined bytes included)."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         with self._lock:
             return self._reserved[pool]
 
     def charge_path(self, pool: str) -> tuple[str, ...]:
         """Return the pools one byte demanded of ``pool`` is charged to, innermost first."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         return self._paths[pool]
 
     def reserve(self, owner: str, demands: Mapping[str, int]) -> ReservationToken:
@@ -308,7 +308,7 @@ class ResourceLedger:
             charges: dict[str, int] = {}
             for pool, nbytes in demands.items():
                 path = f'{owner}.demands["{pool}"]'
-                self._require_pool(pool, path)
+                self.require_pool(pool, path)
                 if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
                     raise ConfigError(path, "must be a non-negative number of bytes", nbytes)
                 for charged in self._paths[pool]:
@@ -491,7 +491,13 @@ class ResourceLedger:
                 return generation
         return None
 
-    def _require_pool(self, pool: str, path: str) -> None:
+    def require_pool(self, pool: str, path: str) -> None:
+        """Refuse a pool this ledger does not know, at ``path``.
+
+        Raises:
+            UnknownPool: ``pool`` is not one of the ledger's pools (the closest one named).
+
+        """
         if pool not in self._pools:
             raise UnknownPool(path, self._unknown(pool), pool)
 

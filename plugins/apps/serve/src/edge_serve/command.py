@@ -232,7 +232,7 @@ def _open(configs: list[Any], say: Any,
     from edge_core.errors import ConfigError, EdgeError
     from edge_core.plugins import load_plugins
     from edge_core.runtime.pipeline import Pipeline
-    from edge_core.runtime.pipeline_files import shared_ledger
+    from edge_core.runtime.pipeline_files import refuse_unknown_pools, shared_ledger
 
     modules = sorted({m for config in configs for m in config.plugins})
     plugins = load_plugins(local_modules=modules)
@@ -240,6 +240,18 @@ def _open(configs: list[Any], say: Any,
     common.warn_named_plugins(rows)
     plugin_errors.extend(discovery.plugin_errors(rows))
     ledger = shared_ledger(configs, plugins)
+    failures = []
+    for config in configs:  # a sole backend's demand on an unknown pool: before any opens
+        try:
+            refuse_unknown_pools(config, ledger)
+        except ConfigError as exc:
+            failures.append(common.config_failure(
+                exc, str(config.source) if config.source is not None else None))
+    if failures:
+        raise common.CommandFailed(common.EXIT_USAGE, "; ".join(f.message for f in failures),
+                                   {"problems": [p for f in failures
+                                                 for p in f.body["problems"]],
+                                    "plugin_errors": plugin_errors})
     opened: list[Pipeline] = []
     source = ""
     try:

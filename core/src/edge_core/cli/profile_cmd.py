@@ -362,8 +362,8 @@ def _check_inputs(args: argparse.Namespace, config: Any, plugins: Any,
     none of whose bundles names any is refused here, as ``edge run`` refuses it (it was
     the profile's failure, exit 1, after the first open); with request classes
     (``--params``, ``--workload``) but no input, too, unless a candidate of the first
-    stage generates (:func:`~edge_core.cli.run_inputs.no_inputs`). No ledger is made and
-    no worker starts before this passes.
+    stage generates (:func:`~edge_core.cli.run_inputs.no_inputs`). Nothing is reserved
+    and no worker starts before this passes.
     """
     from edge_core.cli.run_inputs import no_inputs, read_npz_inputs
 

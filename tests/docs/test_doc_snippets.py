@@ -6,9 +6,10 @@ Three kinds of page:
   docs/howto/ and docs/evidence.md — have each shell (``sh``, ``bash``) and ``python``
   block run, in order, in a fresh working directory where ``build/`` is ``make demo``'s
   build (the session's ``demo_build`` fixture, built once) and ``.venv`` is this
-  environment, with the environment a user has (no test backends, no ``EDGE_PLUGINS``).
-  A block is in one of three classes, marked by an HTML comment on the line before its
-  fence:
+  environment, with the environment a user has (no test backends, no ``EDGE_PLUGINS``);
+  their ``pip install`` lines (getting-started's route from wheels) meet
+  :data:`PIP_SHIM`, as the command pages' do. A block is in one of three classes,
+  marked by an HTML comment on the line before its fence:
 
   - run (the default, no marker);
   - ``<!-- doc-test: syntax-only (REASON) -->``: only parsed (``bash -n``, ``compile``),
@@ -404,7 +405,7 @@ def test_the_walkthrough_runs(page: Path, demo_build: Path, tmp_path: Path) -> N
     (work / "build").symlink_to(demo_build / "build", target_is_directory=True)
     venv = Path(sys.prefix)
     (work / ".venv").symlink_to(venv, target_is_directory=True)
-    env = _user_env(Path(sys.executable).parent)
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)  # the wheel route
     assert _run_blocks(page, work, env), f"{page.name}: no block ran"
 
 
@@ -472,16 +473,24 @@ def test_the_command_page_runs(page: Path, tmp_path: Path) -> None:
         work = tmp_path / "work"
         work.mkdir()
         (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
+    assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+
+
+def _pip_shim(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """``env`` with :data:`PIP_SHIM` as ``pip``, its ``site`` folder on ``PYTHONPATH``.
+
+    A page's ``pip install`` of the wheels (getting-started's route from wheels, the
+    command pages') is checked against this environment's installed distributions and
+    their extras instead of reaching an index, as the module docstring says.
+    """
     site = tmp_path / "site"
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "pip").write_text(f"#!{sys.executable}\n" +
                               PIP_SHIM.replace("SITE", str(site)), encoding="utf-8")
     (shim / "pip").chmod(0o755)
-    env = _user_env(Path(sys.executable).parent)
-    env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
-    env["PYTHONPATH"] = str(site)
-    assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+    return {**env, "PATH": f"{shim}{os.pathsep}{env['PATH']}", "PYTHONPATH": str(site)}
 
 
 #: Fence languages that hold commands or code a reader runs.

@@ -28,6 +28,7 @@ Every method is thread-safe; :meth:`ResourceLedger.snapshot` returns a JSON-able
 
 from __future__ import annotations
 
+import difflib
 import enum
 import itertools
 import threading
@@ -230,8 +231,7 @@ class ResourceLedger:
         for name, ceiling in (ceilings or {}).items():
             path = f'{ceilings_path}["{name}"]'
             if name not in self._pools:
-                known = ", ".join(sorted(self._pools))
-                raise UnknownPool(path, f"unknown pool (known: {known})", name)
+                raise UnknownPool(path, self._unknown(name), name)
             if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 1:
                 raise ConfigError(path, "must be a positive number of bytes", ceiling)
             total = self._pools[name].total
@@ -262,18 +262,18 @@ class ResourceLedger:
 
     def capacity(self, pool: str) -> int | None:
         """Return the capacity of ``pool``: its ceiling, else its total (``None``: unknown)."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         return self._ceilings.get(pool, self._pools[pool].total)
 
     def reserved(self, pool: str) -> int:
         """Return the bytes currently charged to ``pool`` (quarantined bytes included)."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         with self._lock:
             return self._reserved[pool]
 
     def charge_path(self, pool: str) -> tuple[str, ...]:
         """Return the pools one byte demanded of ``pool`` is charged to, innermost first."""
-        self._require_pool(pool, "pool")
+        self.require_pool(pool, "pool")
         return self._paths[pool]
 
     def reserve(self, owner: str, demands: Mapping[str, int]) -> ReservationToken:
@@ -308,7 +308,7 @@ class ResourceLedger:
             charges: dict[str, int] = {}
             for pool, nbytes in demands.items():
                 path = f'{owner}.demands["{pool}"]'
-                self._require_pool(pool, path)
+                self.require_pool(pool, path)
                 if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
                     raise ConfigError(path, "must be a non-negative number of bytes", nbytes)
                 for charged in self._paths[pool]:
@@ -491,7 +491,20 @@ class ResourceLedger:
                 return generation
         return None
 
-    def _require_pool(self, pool: str, path: str) -> None:
+    def require_pool(self, pool: str, path: str) -> None:
+        """Refuse a pool this ledger does not know, at ``path``.
+
+        Raises:
+            UnknownPool: ``pool`` is not one of the ledger's pools (the closest one named).
+
+        """
         if pool not in self._pools:
-            known = ", ".join(sorted(self._pools))
-            raise UnknownPool(path, f"unknown pool (known: {known})", pool)
+            raise UnknownPool(path, self._unknown(pool), pool)
+
+    def _unknown(self, pool: object) -> str:
+        """Why ``pool`` is refused: the closest known pool, and every known one."""
+        known = sorted(self._pools)
+        close = (difflib.get_close_matches(pool, known, n=1, cutoff=0.6)
+                 if isinstance(pool, str) else [])
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown pool ({hint}known: {', '.join(known)})"

@@ -11,6 +11,12 @@ plugins it needs, then checks, for every stage at once:
   at layer ``backend`` when the pipeline opens, and the next candidate is tried;
 * each backend section's options, through the owning plugin's ``edge_validate_stage``
   (with its ``edge_config_defaults`` under them), for single backends and candidates;
+* each ``placement.target`` is one the stage's backend declares it places work on
+  (``BackendInfo.providers``; a backend that declares none is not checked), with the
+  closest declared names ("did you mean"): a target the backend cannot place on would
+  only be refused by the warm-up gate, after the worker started. A candidate's target
+  (its own, or the stage's it inherits) is checked against its backend when that backend
+  is installed;
 * each manifest path is a bundle folder or its ``edge-manifest.json``, and a
   single-backend stage whose backend needs a bundle (``BackendInfo.needs_bundle``) names
   one; each ``reference_backend`` is a backend an installed plugin provides; every
@@ -43,6 +49,7 @@ from edge_core.config import (
     PipelineConfig,
     load_pipeline,
     load_pyproject_pipeline,
+    pyproject_name_required,
     read_document,
     resolve_input_transform,
 )
@@ -116,6 +123,7 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     if config is not None:
         files = (_file_problems(config) + _reference_problems(config, installed)
                  + _bundle_problems(config, installed)
+                 + _target_problems(config, installed, source.prefix)
                  + _topology_problems(config, source.prefix))
         try:
             config = source.read(validate)
@@ -141,8 +149,7 @@ class _Source:
 
     def __attrs_post_init__(self) -> None:
         if self.file.name == "pyproject.toml" and not self.name:
-            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml "
-                              "(--name)", str(self.file))
+            raise pyproject_name_required(self.file)
         if self.file.name != "pyproject.toml" and self.name:
             raise ConfigError("--name", f"picks one of a pyproject.toml's pipelines; "
                               f"{self.file} is a pipeline file of its own", self.name)
@@ -265,6 +272,39 @@ def _bundle_problems(config: PipelineConfig, installed: _Installed) -> list[Conf
             problems.append(ConfigError(
                 f"stages[{index}].manifest", f"backend {stage.backend.name!r} needs an "
                 "artifact bundle (the bundle folder or its edge-manifest.json)", None))
+    return problems
+
+
+def _target_problems(config: PipelineConfig, installed: _Installed,
+                     prefix: str) -> list[ConfigError]:
+    """Placement targets the stage's (or a candidate's) installed backend does not place on.
+
+    A backend that declares no ``providers`` is not checked; nor is a candidate whose
+    backend is not installed (it is refused when the pipeline opens). Each target is named
+    once, at the path where the file sets it.
+    """
+    problems: list[ConfigError] = []
+    for index, stage in enumerate(config.stages):
+        path = join_path(join_path(prefix, "stages"), index)
+        uses = ([(stage.backend.name, stage.placement, f"{path}.placement", None)]
+                if not stage.candidates else
+                [(c.backend.name, c.placement or stage.placement,
+                  f"{path}.candidates[{n}].placement" if c.placement else f"{path}.placement",
+                  n) for n, c in enumerate(stage.candidates)])
+        for backend, placement, where, candidate in uses:
+            found = installed.table.get(backend)
+            target = placement.target
+            if found is None or target is None or not found[0].providers:
+                continue
+            declared = found[0].providers
+            if target in declared:
+                continue
+            close = difflib.get_close_matches(target, declared, n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            who = f"candidate {candidate} " if candidate is not None else ""
+            problems.append(ConfigError(
+                f"{where}.target", f"{who}backend {backend!r} does not place work on this "
+                f"target ({hint}it places on: {', '.join(declared)})", target))
     return problems
 
 

@@ -106,6 +106,46 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "usage: edge manifest" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("option", "given", "named"), [
+    ("--example-inputs", "input.npz", "did you mean 'inputs.npz'? its files: expected.npz, "
+     "inputs.npz, model.onnx, weights.bin): 'input.npz'"),
+    ("--expected-outputs", "expect.npz", "did you mean 'expected.npz'? its files: "),
+    ("--graph", "modle.onnx", "did you mean 'model.onnx'? its files: "),
+    ("--example-inputs", "zzz.bin", "(its files: expected.npz, inputs.npz, model.onnx, "
+     "weights.bin): 'zzz.bin'"),
+])
+def test_create_names_a_file_argument_that_is_not_in_the_bundle_with_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, given: str, named: str,
+) -> None:
+    # it read "manifest.metadata.example_inputs: must be a key of files: 'input.npz'":
+    # neither the option, the folder, nor the file that was meant
+    directory = write_bundle(tmp_path / "b", create=False)
+    args = ["--example-inputs", "inputs.npz", option, given]
+    assert main(["manifest", "create", str(directory), *args, "--json"]) == 2
+    failure = _json(capsys)
+    assert failure["error"].startswith(f"{option}: no such file in {directory} (")
+    assert named in failure["error"], failure["error"]
+    assert failure["field"] == option and failure["value"] == given
+    assert not (directory / MANIFEST_FILENAME).exists()
+
+
+def test_create_names_a_file_outside_the_bundle_and_takes_one_inside_by_any_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    directory = write_bundle(tmp_path / "b", create=False)
+    outside = tmp_path / "elsewhere.npz"
+    np.savez(outside, x=np.ones((1, 64), np.float32))
+    assert main(["manifest", "create", str(directory), "--example-inputs", str(outside)]) == 2
+    assert capsys.readouterr().err == (
+        f"edge: --example-inputs: not a file inside {directory} (file arguments are paths "
+        "inside the bundle folder: copy the file there, or name it relative to the folder): "
+        f"{str(outside)!r}\n")
+    monkeypatch.chdir(directory)  # ../b/inputs.npz from inside the bundle is inputs.npz
+    assert main(["manifest", "create", ".", "--example-inputs", "../b/inputs.npz",
+                 "--json"]) == 0
+    assert _json(capsys)["example_inputs"] == "inputs.npz"
+
+
 def test_create_on_a_bundle_with_a_manifest_exits_2_naming_it_and_force_replaces_it(
     bundle: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

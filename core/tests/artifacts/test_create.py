@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts import (
@@ -19,7 +22,14 @@ from edge_core.artifacts import (
     verify_bundle,
 )
 
-from .bundles import NOT_ONNX_GRAPHS, matmul_model, passthrough_model, sha256_of, write_bundle
+from .bundles import (
+    NOT_ONNX_GRAPHS,
+    edit_manifest,
+    matmul_model,
+    passthrough_model,
+    sha256_of,
+    write_bundle,
+)
 
 
 def test_created_manifest_lists_every_file_with_its_digest_and_round_trips(
@@ -255,3 +265,66 @@ def test_a_graph_not_named_onnx_may_be_any_file(
     assert created.manifest.metadata.graph == name
     with verify_bundle(directory, staging_root=staging_root) as verified:
         assert verified.graph.read_bytes() == data
+
+
+def test_example_inputs_that_lack_a_graph_input_are_refused_at_creation(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    # the expected outputs given as the example inputs (y, not x): it was refused only by
+    # a stage's warm-up, after its worker started ("inputs of the graph missing: ['x']")
+    directory = write_bundle(tmp_path / "b", create=False)
+    with pytest.raises(ReferenceRefused) as info:
+        create_manifest(directory, example_inputs="expected.npz")
+    assert str(info.value) == (
+        "manifest.metadata.example_inputs: lacks the graph's input(s) ['x']: model.onnx "
+        "takes ['x'], the archive holds ['y'] (example inputs are the arrays the graph is "
+        "fed, by input name): 'expected.npz'")
+    assert not (directory / MANIFEST_FILENAME).exists()
+    create_manifest(directory, example_inputs="inputs.npz")  # x: accepted
+    edit_manifest(directory, lambda data: data["metadata"].update(
+        example_inputs="expected.npz"))  # by hand: verification refuses it the same way
+    with pytest.raises(ReferenceRefused, match=r"lacks the graph's input\(s\) \['x'\]"):
+        verify_bundle(directory, staging_root=staging_root)
+
+
+def test_a_graph_input_an_initializer_gives_is_not_required_of_the_example_inputs(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    # IR < 4 lists initializers among the inputs: W has a value, only x must be fed
+    weight = numpy_helper.from_array(np.eye(4, dtype=np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [weight])
+    directory = tmp_path / "b"
+    directory.mkdir()
+    onnx.save_model(helper.make_model(graph), directory / "model.onnx")
+    np.savez(directory / "inputs.npz", x=np.ones((1, 4), np.float32))
+    np.savez(directory / "w.npz", W=np.ones((4, 4), np.float32))
+    create_manifest(directory, example_inputs="inputs.npz")
+    with verify_bundle(directory, staging_root=staging_root) as verified:
+        assert verified.manifest.metadata.example_inputs == "inputs.npz"
+    with pytest.raises(ReferenceRefused, match=r"lacks the graph's input\(s\) \['x'\]: "
+                       r"model.onnx takes \['x'\], the archive holds \['W'\]"):
+        create_manifest(directory, example_inputs="w.npz", overwrite=True)
+
+
+def test_expected_outputs_that_name_no_output_of_the_graph_are_refused_at_creation(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    # the example inputs given as the expected outputs (x, not y): it was written, and a
+    # stage's warm-up refused it as "outputs differ ... beyond the bound: max_abs_error=0.0"
+    directory = write_bundle(tmp_path / "b", create=False)
+    with pytest.raises(ReferenceRefused) as info:
+        create_manifest(directory, example_inputs="inputs.npz", expected_outputs="inputs.npz")
+    assert str(info.value) == (
+        "manifest.metadata.validation.expected_outputs: names no output of the graph: ['x']: "
+        "model.onnx gives ['y'], the archive holds ['x'] (expected outputs are the graph's "
+        "outputs for the example inputs, by output name): 'inputs.npz'")
+    assert not (directory / MANIFEST_FILENAME).exists()
+    create_manifest(directory, example_inputs="inputs.npz", expected_outputs="expected.npz")
+    edit_manifest(directory, lambda data: data["metadata"]["validation"].update(
+        expected_outputs="inputs.npz"))  # by hand: verification refuses it the same way
+    with pytest.raises(ReferenceRefused, match="names no output of the graph: \\['x'\\]"):
+        verify_bundle(directory, staging_root=staging_root)

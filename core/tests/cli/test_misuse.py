@@ -106,6 +106,8 @@ def work(tmp_path: Path) -> Path:
                        ("reference.toml", 'reference_backend = "ecoh"')):
         (tmp_path / file).write_text(ONE.replace('id = "a"', f'id = "a"\n{line}'))
     (tmp_path / "a.txt").write_text("1 2\n")
+    (tmp_path / "target.toml").write_text(ONE + '[stages.placement]\ntarget = "nmupy"\n')
+    (tmp_path / "candtarget.toml").write_text(CANDIDATES + 'placement = { target = "cuda" }\n')
     (tmp_path / "chain.toml").write_text(CHAIN)
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "pyproject.toml").write_text(
@@ -154,6 +156,17 @@ TABLE = [
                                                     *CHAIN_PROBLEMS]),
     (["serve", "chain.toml", "--port", "0"], ["chain.toml: 3 configuration problems",
                                               *CHAIN_PROBLEMS]),
+    # a pyproject.toml without --name: the pipelines it defines are named (serve, which
+    # has no --name, says it takes pipeline files instead of asking for one)
+    (["run", "proj/pyproject.toml", "--input", "a.txt"],
+     ["proj/pyproject.toml: --name: required with a pyproject.toml: which of its "
+      "[tool.edge.pipelines] to use (defined: chain)"]),
+    (["plan", "proj/pyproject.toml"], ["proj/pyproject.toml: --name: required", "chain"]),
+    (["profile", "proj/pyproject.toml"], ["proj/pyproject.toml: --name: required", "chain"]),
+    (["serve", "proj/pyproject.toml", "one.toml", "--port", "0"],
+     ["proj/pyproject.toml: PIPELINE: edge serve takes pipeline files (.toml, .yaml, "
+      ".json), not a pyproject.toml's [tool.edge.pipelines] (defined: chain): write the "
+      "pipeline's table to a file of its own"]),
     (["plan", "proj/pyproject.toml", "--name", "chain"],
      ["proj/pyproject.toml: 3 configuration problems",
       "tool.edge.pipelines.chain.stages[1].inputs_from: no such stage",
@@ -193,7 +206,23 @@ TABLE = [
     (["plan", "one.toml", "--input", "a.txt"],
      ["--input: pipeline 'one' times nothing to read it with (no stage lists more than "
       "one candidate", "drop --input"]),
+    # a --params name the final stage's backend does not read: named, as edge serve's
+    # 400 names it (it was passed on and ignored)
+    (["run", "one.toml", "--input", "a.txt", "--params", '{"delay": 1, "delay_s": 0}'],
+     ["--params: not a parameter of this pipeline: 'delay' (its final stage 'a', on echo, "
+      "reads: allocate_mb, chunk_rate_hz, crash, delay_s, "]),
     (["run", "nope.toml"], ["nope.toml: cannot read (No such file or directory)"]),
+    # a folder where PIPELINE is expected: said so, with what to give (each command that
+    # takes PIPELINE shares the loader); a folder with a pyproject.toml names it
+    (["run", "dir", "--input", "a.txt"],
+     ["dir: a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json), "
+      "or a pyproject.toml with --name NAME"]),
+    (["plan", "proj"], ["proj: a folder, not a file: ", "with --name NAME (this one holds "
+                        "proj/pyproject.toml)"]),
+    (["profile", "dir", "--out", "p.json"], ["dir: a folder, not a file: "]),
+    # edge serve takes no pyproject.toml: its refusal offers none
+    (["serve", "dir", "one.toml", "--port", "0"],
+     ["dir: a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
     (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas: must be at most 256",
@@ -201,6 +230,16 @@ TABLE = [
     (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",
                                   "did you mean 'echo'?", "'ecoh'"]),
     (["plan", "nope.toml"], ["nope.toml: cannot read"]),
+    # a placement target the backend does not place on: named before any worker starts
+    # (else the warm-up gate refused it, exit 1, after loading)
+    (["run", "target.toml", "--input", "a.txt"],
+     ["target.toml: stages[0].placement.target: backend 'echo' does not place work on this "
+      "target (did you mean 'numpy'? it places on: numpy): 'nmupy'"]),
+    (["plan", "target.toml", "--probe-only"], ["target.toml: stages[0].placement.target"]),
+    (["serve", "target.toml", "--port", "0"], ["target.toml: stages[0].placement.target"]),
+    (["plan", "candtarget.toml"],  # the installed candidate's own target; not the other's
+     ["candtarget.toml: stages[0].candidates[1].placement.target: candidate 1 backend 'echo' "
+      "does not place work on this target (it places on: numpy): 'cuda'"]),
     (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["plan", "deep.json"], ["deep.json: not read as JSON: arrays or tables nested too deeply"]),
     (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),
@@ -232,6 +271,20 @@ def test_misuse_exits_2_naming_every_problem_before_any_worker_starts(
     for text in named:
         assert text in errors[0], (text, errors[0])
     assert logs == [], f"a worker started: {logs}"
+
+
+def test_a_folder_given_to_serve_names_its_pipeline_files_and_offers_no_name_option(
+    work: Path,
+) -> None:
+    (work / "models").mkdir()
+    (work / "models" / "b.yaml").write_text("name: b\n")
+    (work / "models" / "pyproject.toml").write_text("")
+    done, logs = edge("serve", "models", "--port", "0", "--json", cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    problems = json.loads(done.stdout)["problems"]
+    assert problems == ["models: a folder, not a file: give a pipeline file (.toml, .yaml, "
+                        ".yml or .json) (this one holds b.yaml)"]
+    assert logs == []
 
 
 def test_json_lists_each_problem_with_the_file(work: Path) -> None:
@@ -349,6 +402,10 @@ def test_a_refused_profile_input_leaves_nothing_behind(work: Path) -> None:
 #: (command line, the option its one error line names) — refused by the command line's own
 #: checks: exit 2 before the pipeline file is even read.
 OPTIONS = [
+    # a port beyond 65535: was an internal error (OverflowError, exit 1) at bind, after
+    # every pipeline had opened
+    (["serve", "one.toml", "--port", "99999"], "--port"),
+    (["serve", "one.toml", "--port", "-1"], "--port"),
     (["run", "one.toml", "--input", "a.txt", "--repeat", "0"], "--repeat"),
     (["run", "one.toml", "--input", "a.txt", "--repeat", "-1"], "--repeat"),
     (["run", "one.toml", "--input", "a.txt", "--deadline", "0"], "--deadline"),

@@ -197,6 +197,75 @@ def test_a_request_failed_in_the_worker_is_one_line_its_traceback_left_to_debug(
     assert 'raise InjectedFailure("call failed as the request asked")' in debug.stderr
 
 
+def test_a_demand_on_an_unknown_pool_names_the_file_its_path_and_the_closest_pool(
+        tmp_path: Path) -> None:
+    # Found as the pipeline reserves (the pools are the probes'): the file's own path of
+    # the demand, not the ledger's owner ('twice/a.demands[...]'), and the pool meant.
+    typo = PIPELINE.replace("scale = 2.0",
+                            'scale = 2.0\n[stages.resources.demands]\n"machine:rma" = 1')
+    (tmp_path / "pool.toml").write_text(typo)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    refused = edge("run", "pool.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert ('edge: pool.toml: stages[0].resources.demands["machine:rma"]: unknown pool (did '
+            "you mean 'machine:ram'? known: machine:ram): 'machine:rma'") in refused.stderr
+    body = json.loads(edge("run", "pool.toml", "--inputs", "in.npz", "--json",
+                           cwd=tmp_path).stdout)
+    assert body["file"] == "pool.toml"
+    assert body["problems"] == ['stages[0].resources.demands["machine:rma"]: unknown pool '
+                                "(did you mean 'machine:ram'? known: machine:ram): "
+                                "'machine:rma'"]
+
+
+UNKNOWN_POOL = ['stages[0].resources.demands["machine:rma"]: unknown pool (did you mean '
+                "'machine:ram'? known: machine:ram): 'machine:rma'"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan"], ["plan", "--probe-only"], ["profile", "--inputs", "in.npz", "--out", "p.json"],
+    ["serve", "--port", "0"], ["run", "--inputs", "in.npz"]],
+    ids=["plan", "plan --probe-only", "profile", "serve", "run"])
+def test_every_command_refuses_a_stage_without_candidates_on_an_unknown_pool_as_the_files(
+        tmp_path: Path, argv: list[str]) -> None:
+    # The stage has one backend and nothing to fall back to: a configuration problem
+    # (exit 2) at the file's path, as edge run says it; not 'no candidate' (exit 1), and
+    # edge profile writes no profile for it (docs/cli.md).
+    typo = PIPELINE.replace("scale = 2.0",
+                            'scale = 2.0\n[stages.resources.demands]\n"machine:rma" = 1')
+    (tmp_path / "pool.toml").write_text(typo)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    command, *options = argv
+    refused = edge(command, "pool.toml", *options, "--json", cwd=tmp_path,
+                   env={"EDGE_PLUGINS": "echo,serve"})
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    body = json.loads(refused.stdout)
+    assert body["ok"] is False, body
+    if command == "serve":  # several files: each problem after its file's path
+        assert body["problems"] == UNKNOWN_POOL
+        assert body["error"].startswith(f"{tmp_path / 'pool.toml'}: {UNKNOWN_POOL[0]}")
+    else:
+        assert body["file"] == "pool.toml" and body["problems"] == UNKNOWN_POOL, body
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_candidates_unknown_pool_is_named_at_its_own_resources(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text("""
+name = "c"
+[[stages]]
+id = "a"
+[[stages.candidates]]
+backend = { name = "echo" }
+resources = { demands = { "machine:rma" = 1 } }
+[[stages.candidates]]
+backend = { name = "echo" }
+""")
+    plan = edge("plan", "c.toml", "--probe-only", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr  # the next candidate would serve
+    assert ('candidate 0 echo: refused at configuration: UnknownPool: stages[0].candidates[0]'
+            '.resources.demands["machine:rma"]: unknown pool (did you mean '
+            "'machine:ram'?") in plan.stdout, plan.stdout
+
+
 def test_a_worker_log_folder_is_removed_at_exit_only_when_no_worker_started(
         tmp_path: Path) -> None:
     temporary = tmp_path / "tmp"  # where the command makes its log folder (TMPDIR)

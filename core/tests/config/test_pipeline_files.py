@@ -332,6 +332,19 @@ def test_a_pipeline_missing_from_pyproject_names_those_defined(tmp_path: Path) -
     assert "defined: ocr" in info.value.reason
 
 
+def test_a_pyproject_opened_without_a_name_names_those_defined(tmp_path: Path) -> None:
+    from edge_core.runtime.pipeline_files import load_config
+
+    path = _write(tmp_path / "pyproject.toml", PYPROJECT)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == ("name: required with a pyproject.toml: which of its "
+                               "[tool.edge.pipelines] to use (defined: ocr)")
+    empty = _write(tmp_path / "empty" / "pyproject.toml", "[project]\nname = 'x'\n")
+    with pytest.raises(ConfigError, match=r"to use \(it defines none\)$"):
+        load_config(empty)
+
+
 def test_a_pyproject_pipeline_name_must_match_its_table_key(tmp_path: Path) -> None:
     path = _write(
         tmp_path / "pyproject.toml",

@@ -161,6 +161,20 @@ def test_an_unknown_pool_is_a_configuration_error_not_unavailability() -> None:
         ResourceLedger([Pool(RAM_POOL, GiB)], {"machine:vram:x": 1})
 
 
+def test_an_unknown_pool_names_the_closest_known_one() -> None:
+    ledger = ResourceLedger([Pool(RAM_POOL, GiB)])
+    with pytest.raises(UnknownPool) as info:
+        ledger.reserve("det", {"machine:rma": 1})
+    assert info.value.reason == "unknown pool (did you mean 'machine:ram'? known: machine:ram)"
+    with pytest.raises(UnknownPool) as far:
+        ledger.reserve("det", {"npu:sram": 1})
+    assert far.value.reason == "unknown pool (known: machine:ram)"  # nothing close
+    with pytest.raises(UnknownPool) as ceiling:
+        ResourceLedger([Pool(RAM_POOL, GiB)], {"machine:rma": 1})
+    assert "did you mean 'machine:ram'?" in ceiling.value.reason
+    assert ledger.is_empty()
+
+
 @pytest.mark.parametrize("nbytes", [-1, True, 1.5, "1 GiB"])
 def test_demands_must_be_non_negative_integers(nbytes: object) -> None:
     ledger = _ledger()

@@ -121,6 +121,9 @@ def test_observed_memory_above_the_demand_is_refused_with_both_numbers(
         Pipeline.open(config, plugins, ledger)
     message = str(info.value)
     assert "observed peak" in message and str(64 * MiB) in message
+    # both in units a reader compares, and what to do
+    assert "exceeds the demand (64.0 MiB; a size without a unit counts bytes): declare at " \
+        "least the peak: 67108864" in message, message
     assert ledger.is_empty()
 
 

@@ -81,12 +81,13 @@ class CreatedManifest:
 def member_argument(root: Path, text: str) -> str:
     """A member path from a command-line argument.
 
-    The argument is taken relative to the bundle when that exists; otherwise a path
-    (relative to the working directory, or absolute) that lies inside the bundle is
-    turned into its member path.
+    The argument is taken relative to the bundle when that exists (and it does not climb
+    with ``..``); otherwise a path (relative to the working directory, or absolute) that
+    lies inside the bundle is turned into its member path.
     """
     candidate = Path(text)
-    if not candidate.is_absolute() and (root / candidate).exists():
+    if (not candidate.is_absolute() and ".." not in candidate.parts
+            and (root / candidate).exists()):
         return candidate.as_posix()
     if candidate.exists():
         absolute = os.path.abspath(candidate)

@@ -162,6 +162,9 @@ class GraphOutline:
         graphs: how many times the model's ``graph`` field occurs (protobuf merges them).
         inputs: the graph's inputs, all occurrences together.
         outputs: the graph's outputs, all occurrences together.
+        feeds: the names of the graph's inputs that no initializer of the graph gives a
+            value (what a run must be fed), in the graph's order.
+        output_names: the names of the graph's outputs, in the graph's order.
 
     """
 
@@ -170,6 +173,8 @@ class GraphOutline:
     graphs: int
     inputs: int
     outputs: int
+    feeds: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
 
 
 class _Walker:
@@ -178,6 +183,9 @@ class _Walker:
         self.refs: list[ExternalRef] = []
         self.graphs = 0
         self.counts = {11: 0, 12: 0}  # the model graph's input and output
+        self.input_names: list[str] = []  # the model graph's, in order
+        self.output_names: list[str] = []  # the model graph's, in order
+        self.initialized: set[str] = set()  # names its initializers give a value
 
     def _children(self, start: int, end: int, wanted: dict[int, str]) -> Iterator[
         tuple[str, int, int, int]
@@ -203,9 +211,32 @@ class _Walker:
                 self.function(a, b, f"functions[{index}]")
 
     def _count(self, start: int, end: int) -> None:
-        for number, wire, _, _ in _fields(self.data, start, end):
-            if wire == _LEN and number in self.counts:
+        for number, wire, a, b in _fields(self.data, start, end):
+            if wire != _LEN:
+                continue
+            if number in self.counts:
                 self.counts[number] += 1
+            if number == 11:  # ValueInfoProto: name is field 1
+                self.input_names.extend(self._name(a, b, 1))
+            elif number == 12:
+                self.output_names.extend(self._name(a, b, 1))
+            elif number == 5:  # TensorProto: name is field 8
+                self.initialized.update(self._name(a, b, 8))
+            elif number == 15:  # SparseTensorProto: its values tensor's name
+                for sub, sub_wire, c, d in _fields(self.data, a, b):
+                    if sub == 1 and sub_wire == _LEN:
+                        self.initialized.update(self._name(c, d, 8))
+
+    def _name(self, start: int, end: int, field: int) -> list[str]:
+        """The last ``field`` string of a message (protobuf keeps the last), or none."""
+        names = [_text(self.data, a, b) for number, wire, a, b in _fields(self.data, start, end)
+                 if number == field and wire == _LEN]
+        return names[-1:]
+
+    @property
+    def feeds(self) -> tuple[str, ...]:
+        """The graph's inputs without an initializer, each once, in order."""
+        return tuple(dict.fromkeys(n for n in self.input_names if n not in self.initialized))
 
     def function(self, start: int, end: int, where: str) -> None:
         for name, index, a, b in self._children(start, end, {7: "node", 11: "attribute_proto"}):
@@ -322,7 +353,8 @@ def scan_model(path: Path) -> ModelScan:
                 problem = str(exc)
             except RecursionError:
                 problem = "messages nested too deeply"
-    outline = GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12])
+    outline = GraphOutline(size, problem, walker.graphs, walker.counts[11], walker.counts[12],
+                           walker.feeds, tuple(dict.fromkeys(walker.output_names)))
     return ModelScan(outline, tuple(walker.refs))
 
 

@@ -15,7 +15,11 @@ or the bundle itself):
 - the example inputs and expected outputs are ``.npz`` archives within the bounds of
   :mod:`edge_contracts.npz_limits` whose arrays all load with ``allow_pickle=False``
   (checked from each member's ``.npy`` header and a streamed read of its data, without
-  loading the arrays: :func:`npz_headers`).
+  loading the arrays: :func:`npz_headers`);
+- the example inputs of an ONNX graph hold an array for every input of the graph that no
+  initializer gives a value (:func:`check_example_feeds`), and its expected outputs
+  name only outputs of the graph, so that a bundle whose archives are not its graph's
+  inputs and outputs is refused here, not by a stage's warm-up.
 
 The graph and example-inputs paths being members is enforced by ``ArtifactManifest``.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +53,9 @@ from edge_core.shapes import WarmupCase, declared_shapes, specs_of
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["EXPECTED_OUTPUTS_KEY", "GRAPH_FIELD", "References", "check_onnx_graph",
-           "check_references", "expected_outputs_path", "load_npz", "named_onnx",
-           "npz_headers", "specs_of_headers"]
+__all__ = ["EXPECTED_OUTPUTS_KEY", "GRAPH_FIELD", "References", "check_example_feeds",
+           "check_onnx_graph", "check_references", "expected_outputs_path", "load_npz",
+           "named_onnx", "npz_headers", "specs_of_headers"]
 
 EXPECTED_OUTPUTS_KEY = "expected_outputs"
 """Key of ``metadata.validation`` naming the ``.npz`` of reference outputs."""
@@ -147,6 +151,29 @@ def check_onnx_graph(outline: GraphOutline, member: str, field: str = GRAPH_FIEL
         f"input and one output (a file in another format must not be named {ONNX_SUFFIX})",
         member,
     )
+
+
+def check_example_feeds(feeds: Sequence[str], given: Sequence[str], graph: str,
+                        example: str) -> None:
+    """Refuse example inputs that lack an input the ONNX graph must be fed.
+
+    ``feeds`` are the graph's inputs without an initializer
+    (:attr:`~edge_core.artifacts.onnx_refs.GraphOutline.feeds`; empty for a graph that is
+    not ONNX, which is not checked); ``given`` the arrays of the example inputs. Without
+    this, the bundle was refused only by a stage's warm-up, after its worker started.
+
+    Raises:
+        ReferenceRefused: naming ``manifest.metadata.example_inputs``, the inputs missing,
+            the arrays it holds and the graph's inputs.
+
+    """
+    missing = [name for name in feeds if name not in given]
+    if missing:
+        raise ReferenceRefused(
+            "manifest.metadata.example_inputs",
+            f"lacks the graph's input(s) {missing}: {graph} takes {list(feeds)}, the archive "
+            f"holds {sorted(given)} (example inputs are the arrays the graph is fed, by "
+            "input name)", example)
 
 
 def _check_external(
@@ -256,9 +283,13 @@ def check_references(
     # Every member is read and walked once (scan_model): the graph first, so its own
     # refusal comes before any other member's, and its scan is kept for the loop.
     scans: dict[str, ModelScan] = {}
+    feeds: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
     if named_onnx(graph):
         scans[graph] = scan_model(directory.joinpath(*graph.split("/")))
         check_onnx_graph(scans[graph].outline, graph)
+        feeds = scans[graph].outline.feeds
+        outputs = scans[graph].outline.output_names
     external: dict[str, tuple[str, ...]] = {}
     for member in sorted(manifest.files):
         # A *.onnx (any case) must be a model with a graph, as the graph must; every other
@@ -283,6 +314,17 @@ def check_references(
             headers[npz] = npz_headers(directory.joinpath(*npz.split("/")),
                                        f"manifest.{name}")
             arrays[npz] = tuple(headers[npz])
+    example = manifest.metadata.example_inputs
+    if example is not None:
+        check_example_feeds(feeds, tuple(headers[example]), graph, example)
+    if expected is not None and outputs:
+        unknown = [name for name in headers[expected] if name not in outputs]
+        if unknown:
+            raise ReferenceRefused(
+                f"manifest.metadata.validation.{EXPECTED_OUTPUTS_KEY}",
+                f"names no output of the graph: {unknown}: {graph} gives {list(outputs)}, "
+                f"the archive holds {sorted(headers[expected])} (expected outputs are the "
+                "graph's outputs for the example inputs, by output name)", expected)
     specs: dict[str, dict[str, Spec]] = {}
 
     def member_specs(member: str, field: str) -> Mapping[str, Spec]:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok; 1 ``verify`` refused the bundle (the message names field, reason and
 value); 2 bad input: DIR is not a directory, ``--calibration``/``--validation`` is not a
-JSON object, or ``create`` refused the bundle it was given (a manifest already there
+JSON object, a file argument that names no file inside DIR (the option, DIR's files and
+the closest one named), or ``create`` refused the bundle it was given (a manifest already there
 without ``--force``, a file named ``.onnx`` that is not an ONNX model, or any other
 refusal, named as ``verify`` names it). Hashing shows a progress line on stderr for
 bundles of at least 8 MiB when stderr is a terminal (``EDGE_PROGRESS=1`` forces it);
@@ -20,6 +21,7 @@ from edge_core.cli import common
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from edge_core.progress import Progress
@@ -155,17 +157,25 @@ def _create(args: argparse.Namespace) -> dict[str, object]:
     calibration = _json_object(args.calibration, "--calibration")
     validation = _json_object(args.validation, "--validation")
 
-    def member(text: str | None) -> str | None:
-        return None if text is None else member_argument(root, text)
+    def member(text: str | None, option: str) -> str | None:
+        if text is None:
+            return None
+        found = member_argument(root, text)
+        inside = not Path(found).is_absolute() and ".." not in Path(found).parts
+        if not inside or not (root / found).is_file():
+            raise common.CommandFailed(common.EXIT_USAGE,
+                                       _not_a_member(root, args.directory, option, text),
+                                       {"field": option, "value": text})
+        return found
 
     with _progress(args, "hashing") as progress:
         created = create_manifest(
             root,
             overwrite=args.force,
             component=args.component,
-            graph=member(args.graph),
-            example_inputs=member(args.example_inputs),
-            expected_outputs=member(args.expected_outputs),
+            graph=member(args.graph, "--graph"),
+            example_inputs=member(args.example_inputs, "--example-inputs"),
+            expected_outputs=member(args.expected_outputs, "--expected-outputs"),
             checkpoint_revision=args.checkpoint_revision,
             precision=args.precision,
             layout=args.layout,
@@ -175,6 +185,29 @@ def _create(args: argparse.Namespace) -> dict[str, object]:
             progress=progress,
         )
     return created.describe()
+
+
+MAX_NAMED_FILES = 12
+"""How many of the bundle's files a refused file argument lists."""
+
+
+def _not_a_member(root: Path, directory: str, option: str, text: str) -> str:
+    """Why a file argument names no file of the bundle: the closest files, and the rule."""
+    import difflib
+
+    from edge_core.artifacts.members import list_bundle_files
+
+    if os.path.exists(text) and not os.path.isdir(text):
+        return (f"{option}: not a file inside {directory} (file arguments are paths inside "
+                f"the bundle folder: copy the file there, or name it relative to the "
+                f"folder): {text!r}")
+    files = list_bundle_files(root, strict=False)
+    close = difflib.get_close_matches(text, files, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    shown = ", ".join(files[:MAX_NAMED_FILES]) + (", ..." if len(files) > MAX_NAMED_FILES
+                                                   else "")
+    return (f"{option}: no such file in {directory} ({hint}its files: {shown or 'none'}): "
+            f"{text!r}")
 
 
 def _verify(args: argparse.Namespace) -> dict[str, object]:

@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
     """Answer for the checked pipeline; print the answer; exit 0 / 1."""
-    from edge_core.runtime.pipeline_files import default_ledger
+    from edge_core.errors import ConfigError
+    from edge_core.runtime.pipeline_files import default_ledger, refuse_unknown_pools
     from edge_core.runtime.preview import plan_by_opening, plan_by_probe
 
     say = None if args.json else common.say
@@ -198,6 +199,10 @@ def _plan(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, 
         except Exception as exc:
             raise common.failure_for(exc, "input") from exc
     ledger = default_ledger(config, plugins)
+    try:  # a stage without candidates demanding an unknown pool: the file's, exit 2
+        refuse_unknown_pools(config, ledger)
+    except ConfigError as exc:
+        raise common.config_failure(exc, args.pipeline) from exc
     if args.probe_only:
         answer = plan_by_probe(config, plugins, ledger)
     else:

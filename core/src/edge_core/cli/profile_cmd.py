@@ -362,8 +362,8 @@ def _check_inputs(args: argparse.Namespace, config: Any, plugins: Any,
     none of whose bundles names any is refused here, as ``edge run`` refuses it (it was
     the profile's failure, exit 1, after the first open); with request classes
     (``--params``, ``--workload``) but no input, too, unless a candidate of the first
-    stage generates (:func:`~edge_core.cli.run_inputs.no_inputs`). No ledger is made and
-    no worker starts before this passes.
+    stage generates (:func:`~edge_core.cli.run_inputs.no_inputs`). Nothing is reserved
+    and no worker starts before this passes.
     """
     from edge_core.cli.run_inputs import no_inputs, read_npz_inputs
 
@@ -377,6 +377,22 @@ def _check_inputs(args: argparse.Namespace, config: Any, plugins: Any,
                                    "(give its first stage's tensors with --inputs NPZ)")
     for file in args.npz:
         read_npz_inputs(file, config)
+
+
+def _check_pools(args: argparse.Namespace, checked: Any) -> None:
+    """Refuse (exit 2) a stage without candidates demanding a pool the host lacks.
+
+    A configuration problem of the file, as ``edge run`` and ``edge plan`` refuse it: found
+    from the pools the host and the backends' probes report, before any worker starts;
+    no profile is written (:func:`~edge_core.runtime.pipeline_files.refuse_unknown_pools`).
+    """
+    from edge_core.errors import ConfigError
+    from edge_core.runtime.pipeline_files import default_ledger, refuse_unknown_pools
+
+    try:
+        refuse_unknown_pools(checked.config, default_ledger(checked.config, checked.plugins))
+    except ConfigError as exc:
+        raise common.config_failure(exc, args.pipeline) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -448,6 +464,7 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
 
     # what they need of the pipeline: exit 2
     _check_inputs(args, checked.config, checked.plugins, classes)
+    _check_pools(args, checked)
     say = None if args.json else common.say
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,

@@ -49,6 +49,7 @@ from edge_core.cli.run_inputs import (
     no_inputs,
     read_npz_inputs,
     skipped_line,
+    unread_params,
 )
 
 TYPE_CHECKING = False
@@ -74,7 +75,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "the first stage's bundled example inputs are read (and the output says so); where "
         "none of its bundles has any, that is refused (exit 2) before anything starts, with "
         "--params too unless a backend of that stage generates (--params alone gives no "
-        "tensors).\n\n"
+        "tensors). A --params name the final stage's backend does not read is refused by "
+        "name (exit 2), as edge serve refuses it.\n\n"
         "--input files are all read by the pipeline's prepare first: the ones it refuses "
         "(and paths that are not regular files) are named together, one line each with "
         "its reason ('refused' in JSON), and nothing runs (exit 2). A directory is read "
@@ -302,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, Any]]) -> int:
     """Check the inputs, open the checked pipeline, serve them, report; the exit code."""
+    from edge_core.errors import ConfigError
     from edge_core.evidence.memory import annotate_plan
     from edge_core.runtime import Pipeline
     from edge_core.runtime.pipeline_files import default_ledger
@@ -309,6 +312,9 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     quiet = args.json or args.jsonl
     say = None if quiet else common.say
     config = checked.config
+    unread = unread_params(config, checked.plugins, args.params)
+    if unread is not None:  # a misspelt parameter is named, not ignored
+        raise unread
     prepared = _check_inputs(args, config)  # before any worker starts: bad input is exit 2
     tensors = read_npz_inputs(args.inputs, config) if args.inputs and prepared is None else None
     if prepared is None and tensors is None:  # exit 2 now, not after loading
@@ -322,6 +328,8 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     try:
         pipeline = Pipeline.open(config, checked.plugins, default_ledger(config, checked.plugins),
                                  progress=say, workload=_workload(args, prepared, tensors))
+    except ConfigError as exc:  # found as it opens (a demand on a pool no probe reports)
+        raise common.config_failure(exc, args.pipeline) from exc
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
     open_s = time.perf_counter() - started

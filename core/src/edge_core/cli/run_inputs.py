@@ -52,6 +52,7 @@ __all__ = [
     "no_inputs",
     "read_npz_inputs",
     "skipped_line",
+    "unread_params",
 ]
 
 KEEP_PREPARED_BYTES: Final = 32 * 1024 * 1024
@@ -204,6 +205,34 @@ def no_inputs(config: Any, plugins: Any, params: bool) -> common.CommandFailed |
     return common.CommandFailed(
         common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
         f"stage, {stage.id!r}, bundles no example inputs to read instead)")
+
+
+def unread_params(config: Any, plugins: Any,
+                  params: Mapping[str, Any] | None) -> common.CommandFailed | None:
+    """Exit 2 for a ``--params`` name the pipeline's final stage does not read.
+
+    A request's parameters reach the final stage only, whose backend declares the names
+    it reads (``BackendInfo.params``; an ONNX graph's reads none): any other name is
+    refused by name before anything starts, as ``edge serve`` refuses it (400), so that a
+    misspelt parameter is not silently ignored. Where any of the stage's candidates is not
+    installed or declares no list, every name is passed on. ``None`` when all are read.
+    """
+    if not params:
+        return None
+    stage = config.stages[-1]  # the chain's last: stage i reads stage i-1
+    declared = [plugins.backends.get(choice.backend.name) for choice in stage.choices()]
+    if any(found is None or found[0].params is None for found in declared):
+        return None
+    read = sorted({name for found in declared for name in found[0].params})
+    unread = sorted((key for key in params if key not in read), key=str)
+    if not unread:
+        return None
+    backends = ", ".join(dict.fromkeys(choice.backend.name for choice in stage.choices()))
+    names = ", ".join(repr(key) for key in unread)
+    return common.CommandFailed(
+        common.EXIT_USAGE, f"--params: not a parameter of this pipeline: {names} (its final "
+        f"stage {stage.id!r}, on {backends}, reads: {', '.join(read) or 'none'})",
+        {"field": "params", "unread": unread})
 
 
 def _example_member(manifest: Path | None) -> str | None:

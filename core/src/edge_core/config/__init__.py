@@ -16,9 +16,12 @@ from edge_core.config.checks import OS_DOMAINS
 from edge_core.config.loading import (
     BackendValidator,
     ToolSettings,
+    folder_problem,
     load_pipeline,
     load_pyproject_pipeline,
     load_tool_settings,
+    pyproject_name_required,
+    pyproject_pipelines,
     read_document,
 )
 from edge_core.config.model import (
@@ -58,11 +61,14 @@ __all__ = [
     "RouteConfig",
     "StageConfig",
     "ToolSettings",
+    "folder_problem",
     "format_byte_size",
     "load_pipeline",
     "load_pyproject_pipeline",
     "load_tool_settings",
     "parse_byte_size",
+    "pyproject_name_required",
+    "pyproject_pipelines",
     "read_document",
     "resolve_input_transform",
     "structure_config",

@@ -33,9 +33,12 @@ from edge_core.errors import ConfigError
 __all__ = [
     "BackendValidator",
     "ToolSettings",
+    "folder_problem",
     "load_pipeline",
     "load_pyproject_pipeline",
     "load_tool_settings",
+    "pyproject_name_required",
+    "pyproject_pipelines",
     "read_document",
 ]
 
@@ -66,6 +69,30 @@ class ToolSettings:
     """The ``pyproject.toml`` the settings came from."""
 
 
+def folder_problem(folder: Path, *, pyproject: bool = True) -> str:
+    """What is wrong with a folder given where a pipeline file is expected, and what to give.
+
+    ``pyproject``: whether the command also takes a ``pyproject.toml`` with ``--name``
+    (``edge serve`` does not). A folder holding a ``pyproject.toml`` then gets that file's
+    path; otherwise the pipeline files it holds are named.
+    """
+    expected = "a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json)"
+    if pyproject:
+        expected += ", or a pyproject.toml with --name NAME"
+        if (folder / "pyproject.toml").is_file():
+            return f"{expected} (this one holds {folder / 'pyproject.toml'})"
+    try:
+        held = sorted(entry.name for entry in folder.iterdir()
+                      if entry.is_file() and entry.name != "pyproject.toml"
+                      and entry.suffix.lower() in (".toml", ".yaml", ".yml", ".json"))
+    except OSError:
+        held = []
+    if held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        return f"{expected} (this one holds {shown})"
+    return expected
+
+
 def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a TOML, YAML or JSON file into a mapping, choosing the format by suffix.
 
@@ -74,12 +101,15 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     device is refused before it is opened (reading one could wait forever, or never end).
 
     Raises:
-        ConfigError: the file cannot be read, is not a regular file, is not UTF-8 text,
+        ConfigError: the path is a folder (:func:`folder_problem` says what to give),
+            the file cannot be read, is not a regular file, is not UTF-8 text,
             is malformed or nested too deeply to read, is not a table at the top level,
             or is YAML while PyYAML is not installed.
 
     """
     file = Path(path)
+    if file.is_dir():
+        raise ConfigError("source", folder_problem(file), str(file))
     suffix = file.suffix.lower()
     if suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise ConfigError(
@@ -143,6 +173,30 @@ def load_tool_settings(pyproject_path: str | os.PathLike[str]) -> ToolSettings:
     table = tool.get("edge", {}) if isinstance(tool, dict) else {}
     settings = structure_config(table, ToolSettings, path="tool.edge")
     return attrs.evolve(settings, source=file.resolve())
+
+
+def pyproject_name_required(pyproject_path: str | os.PathLike[str],
+                            option: str = "--name") -> ConfigError:
+    """The error for a ``pyproject.toml`` given without which of its pipelines to use.
+
+    ``option`` is what names a pipeline where the caller takes it (``--name``, or a
+    function's ``name``); the error lists the pipelines the file defines (or says it
+    defines none, or that it cannot be read).
+    """
+    return ConfigError(option, "required with a pyproject.toml: which of its "
+                       f"[tool.edge.pipelines] to use ({pyproject_pipelines(pyproject_path)})")
+
+
+def pyproject_pipelines(pyproject_path: str | os.PathLike[str]) -> str:
+    """The pipelines a ``pyproject.toml`` defines, said for an error message.
+
+    ``defined: a, b``; ``it defines none``; or why its ``[tool.edge]`` cannot be read.
+    """
+    try:
+        names = sorted(load_tool_settings(pyproject_path).pipelines)
+    except ConfigError as exc:
+        return f"its [tool.edge] cannot be read: {exc}"
+    return f"defined: {', '.join(names)}" if names else "it defines none"
 
 
 def load_pipeline(

@@ -106,5 +106,12 @@ def check_memory(stage_id: str, demands: Mapping[str, int], observed: Mapping[st
         if demand is not None and peak > demand:
             raise DemandExceeded(
                 f"stages[{stage_id}].resources.demands[{pool!r}]: observed peak {peak} bytes "
-                f"after load and warm-up exceeds the demand: {demand}"
+                f"({_readable(peak)}) after load and warm-up exceeds the demand "
+                f"({_readable(demand)}; a size without a unit counts bytes): declare at least "
+                f"the peak: {demand}"
             )
+
+
+def _readable(nbytes: int) -> str:
+    """``nbytes`` for a reader: MiB with one decimal from 1 MiB, else bytes."""
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes} bytes"

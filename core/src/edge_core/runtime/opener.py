@@ -59,9 +59,10 @@ from edge_core.artifacts.pins import BundleIdentities, BundlePin
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
+from edge_core.config.structure import join_path
 from edge_core.config.transforms import resolve_input_transform
 from edge_core.errors import BackendUnavailable
-from edge_core.ledger import ResourceLedger
+from edge_core.ledger import ResourceLedger, UnknownPool
 from edge_core.plugins import PluginSet
 from edge_core.runtime.candidate_entries import (
     CandidatesRefused,
@@ -211,9 +212,36 @@ class StageOpener:
         Raises:
             ResourceUnavailable: they do not fit together; nothing is charged.
         """
-        tokens = self.ledger.reserve_plan({slot.owner: slot.demands for slot in slots})
+        try:
+            tokens = self.ledger.reserve_plan({slot.owner: slot.demands for slot in slots})
+        except UnknownPool as error:
+            raise self._where_declared(slots, error) from error
         for slot in slots:
             slot.token = tokens[slot.owner]
+
+    def _where_declared(self, slots: Sequence[StageSlot], error: UnknownPool) -> UnknownPool:
+        """``error`` at the pipeline file's path of the demand, where the file declares it.
+
+        The ledger names its owner (``pipeline/stage``); the reader's file has the demand
+        at ``stages[i].resources.demands["POOL"]`` (or a candidate's own resources). A
+        demand the backend's ``edge_reserve`` made up itself keeps the ledger's path.
+        """
+        for slot in slots:
+            if (not error.path.startswith(f"{slot.owner}.demands[")
+                    or error.value not in slot.config.resources.demands):
+                continue
+            index = next((i for i, s in enumerate(self.config.stages)
+                          if s.id == slot.context.stage_id), None)
+            if index is None:
+                break
+            stage = self.config.stages[index]
+            where = f"stages[{index}]"
+            if (stage.candidates and slot.candidate < len(stage.candidates)
+                    and stage.candidates[slot.candidate].resources is not None):
+                where += f".candidates[{slot.candidate}]"
+            return UnknownPool(join_path(f"{where}.resources.demands", str(error.value)),
+                               error.reason, error.value)
+        return error
 
     def reserve(self, slots: Sequence[StageSlot]) -> None:
         """The reservation: :meth:`demand`, then :meth:`charge` every slot at once."""

@@ -13,8 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edge_core.binding import backend_table
-from edge_core.config import load_pipeline, load_pyproject_pipeline
+from edge_core.config import (
+    InvalidConfigError,
+    load_pipeline,
+    load_pyproject_pipeline,
+    pyproject_name_required,
+)
 from edge_core.config.model import PipelineConfig
+from edge_core.config.structure import join_path
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -23,7 +29,8 @@ from edge_core.runtime.opener import PROBE_TIMEOUT_S
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.selection.workload import Workload
 
-__all__ = ["default_ledger", "load_config", "open_pipeline", "shared_ledger"]
+__all__ = ["default_ledger", "load_config", "open_pipeline", "refuse_unknown_pools",
+           "shared_ledger"]
 
 
 def load_config(path: str | os.PathLike[str], name: str | None = None) -> PipelineConfig:
@@ -31,8 +38,7 @@ def load_config(path: str | os.PathLike[str], name: str | None = None) -> Pipeli
     file = Path(path)
     if file.name == "pyproject.toml":
         if not name:
-            raise ConfigError("pipeline", "name the pipeline to run from pyproject.toml",
-                              str(file))
+            raise pyproject_name_required(file, "name")
         return load_pyproject_pipeline(file, name)
     return load_pipeline(file)
 
@@ -70,6 +76,36 @@ def shared_ledger(configs: Sequence[PipelineConfig], plugins: PluginSet) -> Reso
         for pool, nbytes in config.ceilings().items():
             ceilings[pool] = min(nbytes, ceilings.get(pool, nbytes))
     return ResourceLedger(pools.values(), ceilings)
+
+
+def refuse_unknown_pools(config: PipelineConfig, ledger: ResourceLedger) -> None:
+    """Refuse a demand of a stage without candidates on a pool ``ledger`` does not know.
+
+    Such a stage has one backend and nothing to fall back to: the pool is the file's
+    problem, named at its path (``stages[0].resources.demands["machine:rma"]``) before
+    anything opens. A stage with candidates is left to its candidates: one whose pool is
+    unknown is refused as that candidate's (its backend may be absent from this machine,
+    and so its pools), and the next may serve.
+
+    Raises:
+        UnknownPool: the one such demand (the closest known pool named).
+        InvalidConfigError: several, every one listed.
+
+    """
+    problems: list[ConfigError] = []
+    for index, stage in enumerate(config.stages):
+        if stage.candidates:
+            continue
+        for pool in stage.resources.demands:
+            try:
+                ledger.require_pool(pool, join_path(f"stages[{index}].resources.demands",
+                                                    pool))
+            except ConfigError as problem:
+                problems.append(problem)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise InvalidConfigError(problems)
 
 
 def open_pipeline(

@@ -31,7 +31,8 @@ The directory also gets ``pipeline.toml`` (prepare, transforms and finish of
 package as ``demo_page_truth.json``, and its pass criterion ``cer <= GOLDEN_MAX_CER``),
 ``pipeline-auto.toml`` (the classifier
 with a ``qnn`` candidate on the bundle ``make demo`` derives into ``classify-qnn``, then
-``ort-cpu``: :func:`pipeline_auto_toml`), ``page.png`` (the demo page:
+``ort-cpu``: :func:`pipeline_auto_toml`; not built here: the command prints what makes it,
+:func:`derive_command`), ``page.png`` (the demo page:
 :func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
 
 ``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--rec-batch R] [--wheel WHL]``
@@ -74,10 +75,10 @@ from edge_ocr_example.page_scale import DET_LIMIT, DET_MULTIPLE, page_input
 from edge_ocr_example.pages import demo_page
 from edge_ocr_example.reference import PROVIDER, DirectRunner
 
-__all__ = ["ADMISSION", "AUTO_CLASSIFY", "AUTO_FP16_BOUND", "AUTO_GATE_TIMEOUT_S",
-           "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN", "GOLDEN_MAX_CER", "INTRA_OP_THREADS",
-           "PAGE", "REC_MAX",
-           "REC_REPLICAS", "PageBuild", "build_page_bundles", "golden_set", "main",
+__all__ = ["ADMISSION", "AUTO_CLASSIFY", "AUTO_DERIVE_NEEDS", "AUTO_FP16_BOUND",
+           "AUTO_GATE_TIMEOUT_S", "AUTO_MEASUREMENT", "AUTO_PIPELINE", "GOLDEN",
+           "GOLDEN_MAX_CER", "INTRA_OP_THREADS", "PAGE", "REC_MAX", "REC_REPLICAS",
+           "PageBuild", "build_page_bundles", "derive_command", "golden_set", "main",
            "pipeline_auto_toml", "pipeline_toml"]
 
 PAGE: Final = "page.png"
@@ -95,6 +96,9 @@ AUTO_PIPELINE: Final = "pipeline-auto.toml"
 """The page pipeline with a ``qnn`` candidate for the classifier (:func:`pipeline_auto_toml`)."""
 AUTO_CLASSIFY: Final = "classify-qnn"
 """Where ``make demo`` writes the classifier's derived static bundle (``edge derive``)."""
+AUTO_DERIVE_NEEDS: Final = ("edge derive comes with the edge-qnn plugin: "
+                            "pip install 'edge-qnn[derive]'")
+"""Where ``edge derive`` comes from: not from the wheels the page pipeline needs."""
 AUTO_GATE_TIMEOUT_S: Final = 60.0
 """Bound on the qnn candidate's load and, separately, its warm-up gate (seconds)."""
 AUTO_FP16_BOUND: Final = {"max_abs_error": 0.01, "normalised_error": 0.01}
@@ -258,7 +262,24 @@ def pipeline_auto_toml(gate_timeout_s: float = AUTO_GATE_TIMEOUT_S) -> str:
                                                    in AUTO_MEASUREMENT.items()] + ["", ""])
     head = plain[:start].replace('name = "ocr-page"', 'name = "ocr-page-auto"', 1)
     first = head.index("[[stages]]")  # the table after the top-level keys
-    return head[:first] + measurement + head[first:] + classify + plain[end:]
+    needs = "".join(f"# {line}\n" for line in (
+        f"Needs {AUTO_CLASSIFY}/ beside this file: a static copy of the classifier for QNN,",
+        "which python -m edge_ocr_example.page_bundle does not build. From this folder:",
+        f"  {derive_command(Path())}",
+        f"({AUTO_DERIVE_NEEDS}; make demo runs it.)"))
+    return needs + head[:first] + measurement + head[first:] + classify + plain[end:]
+
+
+def derive_command(out: Path) -> str:
+    """The ``edge derive`` command that makes ``pipeline-auto.toml``'s ``classify-qnn``.
+
+    ``out`` is the bundle directory (``Path()``: the command as run from inside it): the
+    classifier's bundle ``out/classify`` made static at one bucket of ``BATCH`` rows
+    into ``out/classify-qnn``, as ``make demo`` runs it.
+    """
+    bucket = "x".join(str(n) for n in (BATCH, 3, *CLS_ROW))
+    return (f"edge derive qnn-static {out / 'classify'} --bucket {bucket} "
+            f"--out {out / AUTO_CLASSIFY}")
 
 
 def golden_set(drawn: tuple[str, ...]) -> dict[str, Any]:
@@ -390,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"demo page {args.out / PAGE}:")
     for line in result.text:
         print(f"  {line}")
+    print(f"ready: edge run {args.out / PIPELINE} --input {args.out / PAGE}")
+    print(f"not ready: {args.out / AUTO_PIPELINE} needs {args.out / AUTO_CLASSIFY}, which "
+          f"this command does not build: {derive_command(args.out)} ({AUTO_DERIVE_NEEDS})")
     return 0
 
 

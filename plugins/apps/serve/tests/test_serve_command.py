@@ -137,9 +137,10 @@ def test_a_pipeline_that_fails_to_open_closes_those_already_open(tmp_path: Path)
 @pytest.mark.slow
 def test_a_demand_on_a_pool_no_backend_reports_is_the_files_problem_as_in_edge_run(
         tmp_path: Path) -> None:
-    # Found as the second pipeline reserves (the pools are the probes'): the first, open
-    # by then, is closed, and the exit is 2 naming the stage's demand, as `edge run` says
-    # of the same file (it was 1, as for a pipeline that failed to load).
+    # Found from the pools the host and the probes report, before either pipeline opens
+    # (the stage has no candidates to fall back to): exit 2 naming the stage's demand at
+    # the file's path, as `edge run` says of the same file (it was 1, as for a pipeline
+    # that failed to load).
     before = snapshot()
     good = echo_pipeline(tmp_path, "good")
     broken = echo_pipeline(tmp_path, "unpooled",
@@ -147,9 +148,14 @@ def test_a_demand_on_a_pool_no_backend_reports_is_the_files_problem_as_in_edge_r
     done = _serve(str(good), str(broken), "--port", "0", "--json")
     assert done.returncode == 2, done.stderr
     answer = json.loads(done.stdout)
-    assert answer["ok"] is False and "UnknownPool" in answer["error"]
-    assert 'unpooled/echo.demands["npu:sram"]' in answer["error"], answer["error"]
+    assert answer["ok"] is False
+    assert answer["error"].startswith(
+        f'{broken}: stages[0].resources.demands["npu:sram"]: unknown pool'
+    ), answer["error"]  # the file's path of it, not the ledger's
+    assert [p.split(": unknown pool")[0] for p in answer["problems"]] == [
+        'stages[0].resources.demands["npu:sram"]']
     assert "Traceback" not in done.stderr and "listening on" not in done.stderr
+    assert "opening pipeline" not in done.stderr  # refused before either opened
     ran = subprocess.run([EDGE, "run", str(broken), "--json"], capture_output=True,
                          text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert ran.returncode == 2, ran.stderr

@@ -132,6 +132,22 @@ def test_an_absent_provider_is_refused_not_silently_run_on_cpu(
     assert ledger.is_empty()
 
 
+def test_a_bundle_without_example_inputs_is_refused_saying_how_to_give_them(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    from edge_core.artifacts import create_manifest
+    from edge_core.errors import ManifestInvalid
+
+    create_manifest(add_relu_bundle["dir"], overwrite=True)  # no --example-inputs
+    with pytest.raises(ManifestInvalid) as info:
+        open_stage(plugins, ledger, add_relu_bundle["dir"])
+    assert str(info.value) == (
+        "stages[s].manifest.metadata.example_inputs: the bundle names no example inputs, "
+        "which the warm-up gate runs (give them: edge manifest create DIR --example-inputs "
+        "FILE --force): None")
+    assert ledger.is_empty()
+
+
 def test_a_cpu_stage_refuses_a_target_other_than_cpu(
     plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
 ) -> None:

@@ -49,6 +49,8 @@ __all__ = ["NAME", "register", "serve"]
 NAME = "serve"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 API_KEY_ENV = "EDGE_API_KEY"
+MAX_PORT = 65535
+"""The highest TCP port (a larger --port is refused by name before any pipeline opens)."""
 
 
 class Stopped(BaseException):
@@ -77,8 +79,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "name")
     parser.add_argument("--host", default="127.0.0.1", metavar="HOST",
                         help="address to bind (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000, metavar="PORT",
-                        help="port to bind (default 8000; 0 takes a free one)")
+    parser.add_argument("--port", type=common.int_between(0, MAX_PORT), default=8000,
+                        metavar="PORT",
+                        help="port to bind, 0 to 65535 (default 8000; 0 takes a free one)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
                         help=f"require 'Authorization: Bearer KEY' on every route but /health "
                         f"and the page (default: ${API_KEY_ENV}, else none)")
@@ -118,6 +121,9 @@ def _configs(paths: list[str]) -> list[Any]:
     checked (``plugin_errors``), and the ones named are warned about, as ``edge run``
     does for its one file.
     """
+    from pathlib import Path
+
+    from edge_core.config import folder_problem
     from edge_core.errors import ConfigError
     from edge_core.preflight import check_pipeline
 
@@ -131,6 +137,10 @@ def _configs(paths: list[str]) -> list[Any]:
 
     for path in paths:
         try:
+            if os.path.basename(path) == "pyproject.toml":
+                raise _pyproject_not_served(path)
+            if os.path.isdir(path):  # not the loader's words: they offer --name
+                raise ConfigError("source", folder_problem(Path(path), pyproject=False), path)
             configs.append(check_pipeline(path, loaded=loaded).config)
         except ConfigError as exc:
             failures.append(common.config_failure(exc, path))
@@ -147,6 +157,21 @@ def _configs(paths: list[str]) -> list[Any]:
                                        f"twice: {config.name!r}")
         seen.add(config.name)
     return configs
+
+
+def _pyproject_not_served(path: str) -> Any:
+    """Why a ``pyproject.toml`` is refused: serve takes pipeline files, and has no --name.
+
+    ``check_pipeline`` would ask for ``--name``, an option ``edge run`` has and this
+    command has not; the refusal names the pipelines the file defines and what to do.
+    """
+    from edge_core.config import pyproject_pipelines
+    from edge_core.errors import ConfigError
+
+    listed = pyproject_pipelines(path)
+    return ConfigError("PIPELINE", "edge serve takes pipeline files (.toml, .yaml, .json), "
+                       f"not a pyproject.toml's [tool.edge.pipelines] ({listed}): write the "
+                       "pipeline's table to a file of its own (the same keys, with its name)")
 
 
 def _per_pipeline(values: list[str], flag: str, names: list[str],
@@ -207,7 +232,7 @@ def _open(configs: list[Any], say: Any,
     from edge_core.errors import ConfigError, EdgeError
     from edge_core.plugins import load_plugins
     from edge_core.runtime.pipeline import Pipeline
-    from edge_core.runtime.pipeline_files import shared_ledger
+    from edge_core.runtime.pipeline_files import refuse_unknown_pools, shared_ledger
 
     modules = sorted({m for config in configs for m in config.plugins})
     plugins = load_plugins(local_modules=modules)
@@ -215,18 +240,35 @@ def _open(configs: list[Any], say: Any,
     common.warn_named_plugins(rows)
     plugin_errors.extend(discovery.plugin_errors(rows))
     ledger = shared_ledger(configs, plugins)
+    failures = []
+    for config in configs:  # a sole backend's demand on an unknown pool: before any opens
+        try:
+            refuse_unknown_pools(config, ledger)
+        except ConfigError as exc:
+            failures.append(common.config_failure(
+                exc, str(config.source) if config.source is not None else None))
+    if failures:
+        raise common.CommandFailed(common.EXIT_USAGE, "; ".join(f.message for f in failures),
+                                   {"problems": [p for f in failures
+                                                 for p in f.body["problems"]],
+                                    "plugin_errors": plugin_errors})
     opened: list[Pipeline] = []
+    source = ""
     try:
         for config in configs:
+            source = f"{config.source}: " if config.source is not None else ""
             say(f"opening pipeline {config.name}")
             opened.append(Pipeline.open(config, plugins, ledger, progress=say))
     except (EdgeError, ValueError) as exc:
         for pipeline in reversed(opened):
             pipeline.close()
         # a configuration problem found as it opens (a demand on a pool no backend
-        # reports) is the file's, as `edge run` says: exit 2, the problem named
-        code = common.EXIT_USAGE if isinstance(exc, ConfigError) else common.EXIT_FAILED
-        raise common.CommandFailed(code, f"{type(exc).__name__}: {exc}",
+        # reports) is the file's, as `edge run` says: exit 2, the file and problem named
+        if isinstance(exc, ConfigError):
+            raise common.CommandFailed(common.EXIT_USAGE,
+                                       f"{source}{type(exc).__name__}: {exc}",
+                                       {"plugin_errors": plugin_errors}) from exc
+        raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}",
                                    {"plugin_errors": plugin_errors}) from exc
     except BaseException:
         for pipeline in reversed(opened):

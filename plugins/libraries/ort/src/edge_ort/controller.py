@@ -136,8 +136,10 @@ class OrtStage(WorkerStage):
                 ],
             }
             if config["example_inputs"] is None:
-                raise ManifestInvalid(f"stages[{stage.stage_id}].manifest.metadata."
-                                      "example_inputs: the warm-up needs an example bucket: None")
+                raise ManifestInvalid(
+                    f"stages[{stage.stage_id}].manifest.metadata.example_inputs: the bundle "
+                    "names no example inputs, which the warm-up gate runs (give them: edge "
+                    "manifest create DIR --example-inputs FILE --force): None")
             bundle.ensure_unchanged()
             loaded = cls.start(stage, default_entry=WORKER_ENTRY, load_config=config,
                                stage_packages=("edge_ort",), device_id=device_id,

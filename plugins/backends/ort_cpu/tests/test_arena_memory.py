@@ -21,7 +21,7 @@ from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline, structure_config
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
-from edge_core.plugins import PluginSet, load_plugins
+from edge_core.plugins import PluginSet
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.testing.leaks import no_leaks as _no_leaks
@@ -32,11 +32,6 @@ no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 GiB = 1024**3
 MiB = 1024**2
 ROWS = 2_000_000
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
 
 
 @pytest.fixture(scope="module")

@@ -23,24 +23,17 @@ from edge_core.config import load_pipeline
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.runtime.evidence import BACKEND_EXECUTION, COMPLETE_MODEL
 from edge_core.testing.leaks import no_leaks as _no_leaks
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
-GiB = 1024**3
 
 
 @pytest.fixture(scope="module")
 def plugins() -> PluginSet:
     return load_plugins(env={"EDGE_PLUGINS": "echo,ort-cpu"})
-
-
-@pytest.fixture
-def ledger() -> ResourceLedger:
-    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ from edge_contracts.shapesets import ShapeRefused
 from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
-from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
+from edge_core.plugins import PluginSet
 from edge_core.runtime import (
     Pipeline,
     RequestCancelled,
@@ -38,17 +37,6 @@ from edge_core.testing.leaks import no_leaks as _no_leaks
 from .conftest import EXAMPLE_X
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
-GiB = 1024**3
-
-
-@pytest.fixture
-def ledger() -> ResourceLedger:
-    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
 
 
 def gone(pid: int, timeout_s: float = 5.0) -> bool:

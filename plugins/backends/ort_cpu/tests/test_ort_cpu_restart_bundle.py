@@ -30,8 +30,7 @@ from onnx import TensorProto, helper
 from edge_core.artifacts import create_manifest, verify_bundle
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
-from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
+from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline, StageState
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.testing.leaks import no_leaks as _no_leaks
@@ -39,17 +38,6 @@ from edge_core.testing.leaks import no_leaks as _no_leaks
 from .conftest import EXAMPLE_X
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
-GiB = 1024**3
-
-
-@pytest.fixture
-def ledger() -> ResourceLedger:
-    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
 
 
 def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> str:

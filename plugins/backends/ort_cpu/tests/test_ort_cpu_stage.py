@@ -17,7 +17,6 @@ from edge_core.config import load_pipeline
 from edge_core.errors import ManifestInvalid, PlacementRefused
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.testing.leaks import no_leaks as _no_leaks
 from edge_ort.bucket import BucketMismatch
@@ -26,17 +25,6 @@ from edge_ort.plugin_base import OrtPlugin
 from .conftest import EXAMPLE_X
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
-GiB = 1024**3
-
-
-@pytest.fixture
-def ledger() -> ResourceLedger:
-    return ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
 
 
 def open_stage(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, **stage: Any) -> Pipeline:

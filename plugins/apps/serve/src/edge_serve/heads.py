@@ -26,10 +26,10 @@ A head is bounded in size too: httptools takes a header of any length (one line 
 sent in six seconds grew the server by 80 MiB before the time bound cut it). The protocol
 :func:`bounded_protocol` makes counts the bytes of each read that continues an unfinished
 head, and a head past :data:`MAX_HEAD_BYTES` is answered 431 (``code:
-"header_too_large"``, ``Connection: close``) and its connection closed at once. Only reads
-that lie wholly inside a head are counted (the one a head begins in is not), so no byte of
-a body is ever taken for a head's, and a head is cut at most two reads (256 KiB each, as
-asyncio reads) past the bound.
+"header_too_large"``, ``Connection: close``) at once, and its connection closed after
+lingering (:func:`_refuse`). Only reads that lie wholly inside a head are counted (the
+one a head begins in is not), so no byte of a body is ever taken for a head's, and a head
+is cut at most two reads (256 KiB each, as asyncio reads) past the bound.
 """
 
 from __future__ import annotations
@@ -77,10 +77,20 @@ def head_too_large_refusal(limit: int) -> HttpRefusal:
                        headers={"Connection": "close"})
 
 
-def _refuse(connection: Any, status_line: bytes, body: bytes) -> None:
-    """Write a whole JSON error answer on ``connection``, then close it.
+LINGER_S: Final = 2.0
+"""How long a refused connection is kept half-open after its answer, what the client still
+sends read and dropped, before it is closed."""
 
-    For a connection no request of which runs: nothing else is on the wire.
+
+def _refuse(connection: Any, status_line: bytes, body: bytes) -> None:
+    """Write a whole JSON error answer on ``connection``, then close it, lingering.
+
+    For a connection no request of which runs: nothing else is on the wire. Closing a
+    socket with bytes unread makes the kernel answer with a reset, which may throw away
+    the answer before the client reads it (a client still sending the rest of an
+    oversized head). So the answer is followed by the end of the server's side of the
+    stream (``write_eof``), what still arrives is dropped unparsed (``head_refused``), and
+    the connection is closed :data:`LINGER_S` later, or when the client closes first.
     """
     head = [status_line]
     head += [name + b": " + value + b"\r\n"
@@ -88,8 +98,14 @@ def _refuse(connection: Any, status_line: bytes, body: bytes) -> None:
     head += [b"content-type: application/json\r\n",
              b"content-length: " + str(len(body)).encode() + b"\r\n",
              b"connection: close\r\n\r\n", body]
-    connection.transport.write(b"".join(head))
-    connection.transport.close()
+    transport = connection.transport
+    transport.write(b"".join(head))
+    connection.head_refused = True
+    if not transport.can_write_eof():
+        transport.close()
+        return
+    transport.write_eof()
+    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 def bounded_protocol(limit: int = MAX_HEAD_BYTES,
@@ -106,6 +122,7 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
     class BoundedHeads(PROTOCOL):  # type: ignore[misc,valid-type]
         """httptools' protocol, refusing a request head over ``limit`` bytes (431)."""
 
+        head_refused = False  # answered 431: what still arrives is dropped
         head_open = False  # between a head's begin and its end
         head_begun = False  # a head began during the read being parsed
         head_bytes = 0  # of the open head, in reads that lay wholly inside it
@@ -120,12 +137,15 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
             super().on_headers_complete()
 
         def data_received(self, data: bytes) -> None:
+            if self.head_refused:
+                return  # answered and half-closed: dropped until the close
             inside = self.head_open
             self.head_begun = False
             super().data_received(data)
             if inside and self.head_open and not self.head_begun:
                 self.head_bytes += len(data)
-                if self.head_bytes > limit and not self.transport.is_closing():
+                if self.head_bytes > limit and not self.head_refused \
+                        and not self.transport.is_closing():
                     _refuse(self, b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
                             answer)
                     if on_refused is not None:
@@ -139,7 +159,8 @@ def _waiting_since(connection: Any) -> object:
 
     :data:`_BUSY` when a request of it runs (or waits its turn) or it is closing.
     """
-    if not isinstance(connection, PROTOCOL) or connection.transport.is_closing():
+    if not isinstance(connection, PROTOCOL) or connection.transport.is_closing() \
+            or getattr(connection, "head_refused", False):
         return _BUSY
     cycle = connection.cycle
     if cycle is not None and not cycle.response_complete:

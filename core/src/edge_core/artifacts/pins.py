@@ -8,7 +8,14 @@ the execution plan, the stored decision and the other replicas describe.
 
 The opener makes one :class:`BundleIdentities` per stage (shared by its replicas) and one
 :class:`BundlePin` per replica, and runs every load of the replica inside
-:meth:`BundlePin.active`. While a pin is active (in that thread):
+:meth:`BundlePin.active`, naming the stage's bundle directory. The pin follows the load,
+not the thread: while it is active, a verification answers to it when it runs in the
+load's own thread (whatever bundle it verifies), or in any other thread — a plugin that
+verifies its bundle on a thread of its own, a worker pool's — when it verifies the bundle
+that stage is loading. Where several stages (not replicas of one) load the same bundle at
+once and the verification runs outside their threads, it cannot tell which stage it
+serves: it is checked against each of them (refused when any opened with another
+manifest) and reissues no kept copy. While a pin is active:
 
 * every verification of a bundle (:func:`observe`, called by :func:`verify_bundle` and
   by :func:`verify_once` for a shared handle) records the manifest's sha256 the first
@@ -48,6 +55,14 @@ __all__ = ["BundleIdentities", "BundlePin", "observe", "reissue"]
 
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
+
+_LOADS_LOCK = threading.Lock()
+_LOADS: dict[Path, list[BundlePin]] = {}
+"""Bundle directory → the pins of the loads running on it now (in any thread)."""
+
+
+def _root(directory: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(directory))
 
 
 class BundleIdentities:
@@ -93,12 +108,26 @@ class BundlePin:
         self._kept: dict[Path, VerifiedBundle] = {}
 
     @contextlib.contextmanager
-    def active(self) -> Iterator[BundlePin]:
-        """While open (in this thread), verifications observe and reissue through the pin."""
+    def active(self, bundle: str | os.PathLike[str] | None = None) -> Iterator[BundlePin]:
+        """While open, verifications observe and reissue through the pin.
+
+        Those in this thread, of any bundle; and those of ``bundle`` (the stage's bundle
+        directory, when it has one) in any thread (see the module's docstring).
+        """
         token = _ACTIVE.set(self)
+        root = None if bundle is None else _root(bundle)
+        if root is not None:
+            with _LOADS_LOCK:
+                _LOADS.setdefault(root, []).append(self)
         try:
             yield self
         finally:
+            if root is not None:
+                with _LOADS_LOCK:
+                    loads = _LOADS[root]
+                    loads.remove(self)
+                    if not loads:
+                        del _LOADS[root]
             _ACTIVE.reset(token)
 
     def keep(self, loaded: object) -> None:
@@ -159,20 +188,46 @@ class BundlePin:
             bundle.cleanup()
 
 
-def observe(bundle: VerifiedBundle) -> None:
-    """Check ``bundle`` against the active pin's identities (nothing without one).
+def _pins(root: Path) -> list[BundlePin]:
+    """The pins a verification of ``root`` answers to.
 
-    Raises:
-        BundleChanged: the stage opened with another manifest (see :class:`BundlePin`).
+    This thread's active pin, else the pins of every load running on ``root`` now (in any
+    thread).
     """
     pin = _ACTIVE.get()
     if pin is not None:
-        pin.identities.observe(bundle)
+        return [pin]
+    with _LOADS_LOCK:
+        return list(_LOADS.get(root, ()))
+
+
+def observe(bundle: VerifiedBundle) -> None:
+    """Check ``bundle`` against the identities of the pins it answers to (none: nothing).
+
+    Raises:
+        BundleChanged: a stage opened with another manifest (see :class:`BundlePin`).
+    """
+    seen: list[BundleIdentities] = []
+    for pin in _pins(bundle.source):
+        if not any(pin.identities is other for other in seen):
+            seen.append(pin.identities)
+            pin.identities.observe(bundle)
 
 
 def reissue(directory: str | os.PathLike[str], *, stage: bool) -> VerifiedBundle | None:
-    """The active pin's kept copy of ``directory`` for a staged load, else None."""
-    pin = _ACTIVE.get()
-    if pin is None or not stage:
+    """The kept copy of ``directory`` for a staged load, else None.
+
+    From the pin the verification answers to; none when it answers to the pins of
+    several stages (which one it serves cannot be told), so that it is verified afresh.
+    """
+    if not stage:
         return None
-    return pin.reissue(Path(os.path.realpath(directory)))  # kept even if the bundle is gone
+    root = _root(directory)  # a copy is kept even if the bundle is gone
+    pins = _pins(root)
+    if not pins or any(pin.identities is not pins[0].identities for pin in pins):
+        return None
+    for pin in pins:
+        handle = pin.reissue(root)
+        if handle is not None:
+            return handle
+    return None

@@ -260,7 +260,7 @@ class StageOpener:
             slot.context = attrs.evolve(slot.context, gate_points=REUSED_POINT)
         self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
         try:
-            with slot.pin.active():
+            with slot.pin.active(slot.context.manifest_dir):  # in any thread of the load
                 loaded = slot.binding.load(slot.context)
         except BaseException as error:
             # A plugin that retired its own worker while failing says how that went.
@@ -526,7 +526,8 @@ class StageOpener:
             self.charge([slot])
         loaded: LoadedStage | None = None
         try:
-            with slot.pin.active():  # the bundle the stage opened with, or BundleChanged
+            # the bundle the stage opened with, or BundleChanged (in any thread of the load)
+            with slot.pin.active(slot.context.manifest_dir):
                 loaded = slot.binding.load(slot.context)
             slot.pin.keep(loaded)  # when none was kept (a copy gone, verified afresh)
             self._gate(slot, loaded)

@@ -11,13 +11,17 @@ Then a worker is SIGKILLed and restarted (``restart = "on-failure"``):
 * verified in place (``stage_bundle = false``): there are no kept bytes, so the restart is
   refused with ``BundleChanged`` naming the manifest and both sha256s; the replica stays
   ``failed`` with that reason and nothing charged;
-* an unchanged bundle restarts as before, from the kept copy (no second copy made).
+* an unchanged bundle restarts as before, from the kept copy (no second copy made);
+* the pin follows the stage's load, not the thread: a plugin whose load verifies its
+  bundle on a thread of its own (``ort-cpu-thread`` below: the real hooks, the load run
+  on another thread) is pinned as well.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +31,17 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from edge_core import hookimpl
 from edge_core.artifacts import create_manifest, verify_bundle
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
-from edge_core.plugins import PluginSet
+from edge_core.plugins import PluginSet, load_plugins
 from edge_core.runtime import Pipeline, StageState
 from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.stage import StageContext
 from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.controller import OrtStage
+from edge_ort.plugin_base import OrtPlugin
 
 from .conftest import EXAMPLE_X
 
@@ -68,8 +76,9 @@ def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> s
 
 def open_scale(plugins: PluginSet, ledger: ResourceLedger, bundle: Path,
                **stage: Any) -> Pipeline:
+    backend = stage.pop("backend", "ort-cpu")
     config = load_pipeline({"name": "r", "stages": [
-        {"id": "s", "backend": {"name": "ort-cpu", "options": stage.pop("options", {})},
+        {"id": "s", "backend": {"name": backend, "options": stage.pop("options", {})},
          "manifest": str(bundle), "restart": "on-failure", "restart_backoff_s": 0.0,
          **stage}]})
     return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
@@ -206,4 +215,88 @@ def test_the_plan_judges_the_evidence_of_the_bundle_that_serves_not_the_rewrite(
         assert settled(lambda: restarted(only) and only.state is StageState.READY)
         assert evidence() == opened
         np.testing.assert_array_equal(served_by(only)[0], EXAMPLE_X * 2)
+    assert ledger.is_empty()
+
+
+class ThreadedOrtPlugin(OrtPlugin):
+    """ort-cpu whose load — its bundle's verification included — runs on a thread of its own.
+
+    The real hooks and the real ``OrtStage.open``; only the thread differs. The names of
+    the threads its loads ran on are kept in :attr:`threads`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(backend="ort-cpu-thread", target="CPUExecutionProvider",
+                         description="ort-cpu, loaded on a thread of its own",
+                         distribution="test")
+        self.threads: list[str] = []
+
+    @hookimpl
+    def edge_load(self, stage: StageContext) -> OrtStage:
+        """``OrtStage.open`` on a new thread; its error re-raised here."""
+        done: dict[str, Any] = {}
+
+        def load() -> None:
+            self.threads.append(threading.current_thread().name)
+            try:
+                done["loaded"] = OrtStage.open(stage, self.load_config(stage.options, stage),
+                                               self.device_id(stage.options))
+            except BaseException as error:  # handed to the hook's thread
+                done["error"] = error
+
+        thread = threading.Thread(target=load, name=f"own-load-{stage.generation}")
+        thread.start()
+        thread.join()
+        if "error" in done:
+            raise done["error"]
+        return done["loaded"]
+
+
+@pytest.fixture
+def threaded() -> tuple[ThreadedOrtPlugin, PluginSet]:
+    plugin = ThreadedOrtPlugin()
+    return plugin, load_plugins(objects={"ort-cpu-thread": plugin},
+                                env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def test_a_plugin_verifying_on_a_thread_of_its_own_restarts_on_the_copy_it_opened(
+        threaded: tuple[ThreadedOrtPlugin, PluginSet], ledger: ResourceLedger,
+        tmp_path: Path) -> None:
+    plugin, plugins = threaded
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, backend="ort-cpu-thread") as pipeline:
+        (only,) = pipeline.stages
+        before = manifests(pipeline)
+        assert before[0][0] == opened and Path(before[0][1]) != bundle
+        write_scale_bundle(bundle, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY), (
+            only.state, only.closed_reason)
+        y, generation = served_by(only)
+        np.testing.assert_array_equal(y, EXAMPLE_X * 2)  # the copy it opened, not 3 * x
+        assert generation == 2
+        assert manifests(pipeline) == before
+    assert plugin.threads == ["own-load-1", "own-load-2"]  # each load on its own thread
+    assert not Path(before[0][1]).exists()
+    assert ledger.is_empty()
+
+
+def test_a_plugin_verifying_on_a_thread_of_its_own_in_place_is_refused_a_rewrite(
+        threaded: tuple[ThreadedOrtPlugin, PluginSet], ledger: ResourceLedger,
+        tmp_path: Path) -> None:
+    _plugin, plugins = threaded
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, backend="ort-cpu-thread", max_restarts=1,
+                    options={"stage_bundle": False}) as pipeline:
+        (only,) = pipeline.stages
+        rewritten = write_scale_bundle(bundle, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and not only.restarter.pending), only.state
+        assert only.state is StageState.FAILED
+        error = only.health().to_dict()["error"]
+        assert error["type"] == "BundleChanged"
+        assert opened in error["message"] and rewritten in error["message"]
+        assert ledger.snapshot()["reservations"] == []
     assert ledger.is_empty()

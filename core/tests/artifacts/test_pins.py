@@ -204,3 +204,27 @@ def test_two_stages_loading_one_bundle_a_thread_of_neither_is_checked_against_bo
     assert again.detached and again.manifest_sha256 == opened
     again.cleanup()
     first.release()
+
+
+def test_a_manifest_expected_since_the_open_is_the_only_one_that_passes(
+        bundle: Path, staging_root: Path) -> None:
+    """A candidate's bundle read (not verified) when its stage opened: a later
+    verification passes with that manifest alone; one unreadable then never passes."""
+    opened = verify_bundle(bundle, stage=False).manifest_sha256
+    identities = BundleIdentities()
+    identities.expect(bundle, opened)
+    identities.expect(bundle, "0" * 64)  # the first expectation stays
+    assert identities.opened(bundle) == opened
+    with BundlePin(identities).active(bundle):
+        verify_bundle(bundle, stage=False)
+    now = rewrite(bundle)
+    with BundlePin(identities).active(bundle), pytest.raises(BundleChanged) as refused:
+        verify_bundle(bundle, stage=False)
+    assert opened in refused.value.reason and refused.value.value == now
+    unread = BundleIdentities()
+    unread.expect(bundle.parent / "missing", None)
+    unread.expect(bundle, None)
+    assert unread.opened(bundle) is None
+    with BundlePin(unread).active(bundle), pytest.raises(BundleChanged) as refused:
+        verify_bundle(bundle, staging_root=staging_root)
+    assert "could not be read when the stage opened" in refused.value.reason

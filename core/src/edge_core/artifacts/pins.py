@@ -6,30 +6,35 @@ have rewritten the bundle in place meanwhile, files and manifest consistently, s
 fresh verification would pass. The restarted worker would then serve another model than
 the execution plan, the stored decision and the other replicas describe.
 
-The opener makes one :class:`BundleIdentities` per stage (shared by its replicas) and one
-:class:`BundlePin` per replica, and runs every load of the replica inside
-:meth:`BundlePin.active`, naming the stage's bundle directory. The pin follows the load,
-not the thread: while it is active, a verification answers to it when it runs in the
-load's own thread (whatever bundle it verifies), or in any other thread — a plugin that
-verifies its bundle on a thread of its own, a worker pool's — when it verifies the bundle
-that stage is loading. Where several stages (not replicas of one) load the same bundle at
-once and the verification runs outside their threads, it cannot tell which stage it
-serves: it is checked against each of them (refused when any opened with another
-manifest) and reissues no kept copy. While a pin is active:
+The opener makes one :class:`BundleIdentities` per stage (shared by its replicas and its
+candidates; a stage with candidates has every candidate's manifest sha256 read when it
+opens, :meth:`BundleIdentities.expect`) and one :class:`BundlePin` per replica, and runs
+every load of the replica inside :meth:`BundlePin.active`, naming the stage's bundle
+directory. The pin follows the load, not the thread: while it is active, a verification
+answers to it when it runs in the load's own thread (whatever bundle it verifies), or in
+any other thread — a plugin that verifies its bundle on a thread of its own, a worker
+pool's — when it verifies the bundle that stage is loading. Where several stages (not
+replicas of one) load the same bundle at once and the verification runs outside their
+threads, it cannot tell which stage it serves: it is checked against each of them
+(refused when any opened with another manifest) and reissues no kept copy. While a pin
+is active:
 
 * every verification of a bundle (:func:`observe`, called by :func:`verify_bundle` and
   by :func:`verify_once` for a shared handle) records the manifest's sha256 the first
   time the stage verifies that bundle, and refuses with ``BundleChanged`` — naming the
   manifest, the sha256 the stage opened with and the one found now — when a later one
-  differs: a restart after a rewrite, or a replica that opened on a bundle rewritten
-  while its sibling was opening;
+  differs: a restart after a rewrite, a replica that opened on a bundle rewritten
+  while its sibling was opening, or a restart that falls back to a candidate whose bundle
+  was rewritten since the stage opened;
 * :func:`verify_once` first asks the pin for the replica's kept staged copy
   (:func:`reissue`): the pin keeps a handle on the copy its loaded stage verified
   (:meth:`BundlePin.keep`, the loaded stage's ``bundle`` attribute, as ``edge_ort``'s),
   for the replica's whole life, so that the restart loads those very bytes (hashed once
-  more, :meth:`VerifiedBundle.reissue`) whatever is on disk. A bundle verified in place,
-  a backend that removes its copy once the worker loaded, or a copy that is gone: the
-  restart verifies the disk afresh, which is refused as above when it was rewritten.
+  more, :meth:`VerifiedBundle.reissue`) whatever is on disk — the copy of each
+  candidate's bundle the replica has loaded, at open or at a restart. A bundle verified
+  in place, a backend that removes its copy once the worker loaded, a copy that is gone,
+  or a candidate the replica never loaded: the restart verifies the disk afresh, which is
+  refused as above when it was rewritten.
 
 The kept copy costs no disk beyond what the loaded stage already held while serving (the
 same directory, shared); it is released when the replica's runtime closes
@@ -65,17 +70,37 @@ def _root(directory: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(directory))
 
 
+_UNREADABLE = "none (its manifest could not be read when the stage opened)"
+"""What :meth:`BundleIdentities.expect` records for a manifest it could not read."""
+
+
 class BundleIdentities:
-    """Bundle directory → the manifest sha256 a stage opened with (shared by its replicas)."""
+    """Bundle directory → the manifest sha256 a stage opened with.
+
+    Shared by the stage's replicas and by its candidates (a restart that falls back to
+    another candidate loads that candidate's bundle as the stage opened with it).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sha256: dict[Path, str] = {}
 
-    def opened(self, root: Path) -> str | None:
-        """The manifest sha256 the stage verified for ``root`` first, or None."""
+    def opened(self, root: str | os.PathLike[str]) -> str | None:
+        """The manifest sha256 the stage opened ``root`` with, or None."""
         with self._lock:
-            return self._sha256.get(root)
+            found = self._sha256.get(_root(root))
+        return None if found == _UNREADABLE else found
+
+    def expect(self, directory: str | os.PathLike[str], sha256: str | None) -> None:
+        """Take ``sha256`` as the manifest the stage opened ``directory`` with, unless set.
+
+        For a bundle read, not verified, when the stage opened (a candidate its open did
+        not try): a later verification of it passes only with that manifest. ``None``:
+        the manifest could not be read then; every later verification is refused.
+        """
+        with self._lock:
+            self._sha256.setdefault(_root(directory),
+                                    _UNREADABLE if sha256 is None else sha256)
 
     def observe(self, bundle: VerifiedBundle) -> None:
         """Record ``bundle``'s manifest sha256 the first time; refuse a different one.

@@ -17,7 +17,10 @@ ledger, progress — and owns every step of it, for every policy that opens stag
 * :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
   generation on the bundle the stage opened with (the slot's
   :class:`~edge_core.artifacts.pins.BundlePin`: every load of a slot runs inside it), the
-  gate again; through the stage's candidates in order when it has some;
+  gate again; through the stage's candidates in order when it has some, each on its
+  bundle as the stage opened with it (:meth:`~StageOpener.identities`: one
+  :class:`~edge_core.artifacts.pins.BundleIdentities` per stage, shared by its replicas
+  and candidates);
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.
@@ -77,10 +80,16 @@ from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
-from edge_core.selection.key import DecisionKey, gate_bundle_part, gate_key, manifest_file
+from edge_core.selection.key import (
+    DecisionKey,
+    gate_bundle_part,
+    gate_key,
+    manifest_file,
+    manifest_sha256,
+)
 from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
-__all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
+__all__ = ["PROBE_TIMEOUT_S", "StageOpener", "bundle_directory", "resolve_slots"]
 
 PROBE_TIMEOUT_S = 10.0
 """The bound on one plugin's probe while a stage's backend is resolved."""
@@ -96,12 +105,20 @@ warm-up is gated as a whole, there is no point to count or check again, and noth
 stored for a later open to reuse."""
 
 
+def bundle_directory(manifest: Path) -> Path:
+    """The bundle directory of a stage's ``manifest`` (the folder, or the file's folder)."""
+    return manifest if manifest.is_dir() else manifest.parent
+
+
 def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
-                  stage: StageConfig | None = None, path: str | None = None) -> list[StageSlot]:
+                  stage: StageConfig | None = None, path: str | None = None,
+                  identities: BundleIdentities | None = None) -> list[StageSlot]:
     """The replicas of stage ``index`` of ``config`` on ``stage`` (default: its own).
 
     ``stage`` is one of the stage's candidates, or any variant of it (a reference run's);
-    ``path`` names it in errors (default ``stages[index]``). Nothing is reserved.
+    ``path`` names it in errors (default ``stages[index]``); ``identities`` are the
+    bundles the stage opened with (default: new ones, shared by these replicas). Nothing
+    is reserved.
 
     Raises:
         BackendUnavailable: the backend is not installed (naming what is), its
@@ -133,8 +150,7 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
             stage.backend.name, {**defaults, **dict(stage.backend.options)},
             f"{path}.backend.options",
         )
-    manifest = stage.manifest
-    manifest_dir = (manifest if manifest is None or manifest.is_dir() else manifest.parent)
+    manifest_dir = None if stage.manifest is None else bundle_directory(stage.manifest)
     context = StageContext(
         pipeline=config.name, stage_id=stage.id, backend=stage.backend.name,
         options=options, manifest_dir=Path(manifest_dir) if manifest_dir else None,
@@ -147,7 +163,8 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     if stage.input_transform is not None:
         transform = resolve_input_transform(stage.input_transform,
                                             f"{path}.input_transform")
-    identities = BundleIdentities()  # the replicas open on one bundle, and restart on it
+    if identities is None:  # the replicas open on one bundle, and restart on it
+        identities = BundleIdentities()
     return [StageSlot(stage, binding, attrs.evolve(context, replica=replica),
                       cast("Transform | None", transform), BundlePin(identities))
             for replica in range(stage.replicas)]
@@ -190,6 +207,8 @@ class StageOpener:
         self.retire_deadline_s = retire_deadline_s
         self.tried: dict[str, list[dict[str, Any]]] = {}
         self.started_at = time.time()
+        self._identities: dict[int, BundleIdentities] = {}
+        self._identities_lock = threading.Lock()
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -197,9 +216,32 @@ class StageOpener:
                 path: str | None = None) -> list[StageSlot]:
         """The replicas of stage ``index`` on ``stage`` (a candidate; default: its own).
 
-        See :func:`resolve_slots`.
+        See :func:`resolve_slots`; their pins share the stage's :meth:`identities`.
         """
-        return resolve_slots(self.config, self.plugins, index, stage, path)
+        return resolve_slots(self.config, self.plugins, index, stage, path,
+                             self.identities(index))
+
+    def identities(self, index: int) -> BundleIdentities:
+        """The bundles stage ``index`` opened with, shared by its replicas and candidates.
+
+        Made when the stage is first resolved (it opens). A stage with candidates has
+        every candidate's manifest sha256 read then (:meth:`BundleIdentities.expect
+        <edge_core.artifacts.pins.BundleIdentities.expect>`): a restart that falls back
+        to a candidate loads its bundle as the stage opened with it — the copy the
+        replica kept, else the bundle on disk with that manifest — or is refused with
+        ``BundleChanged``, whether the open verified that candidate (a measured one since
+        retired, one refused at its gate) or never tried it.
+        """
+        with self._identities_lock:
+            found = self._identities.get(index)
+            if found is None:
+                found = self._identities[index] = BundleIdentities()
+                stage = self.config.stages[index]
+                for choice in stage.choices() if stage.candidates else ():
+                    if choice.manifest is not None:
+                        found.expect(bundle_directory(choice.manifest),
+                                     manifest_sha256(choice.manifest))
+        return found
 
     def demand(self, slots: Iterable[StageSlot]) -> None:
         """Ask each slot's backend what it demands (``edge_reserve``); kept on the slot."""

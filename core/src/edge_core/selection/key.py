@@ -58,7 +58,7 @@ from edge_core.plugins import PluginSet
 __all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
            "bundle_identity", "configuration_identity", "content_parts", "decision_key",
            "environment_identity", "gate_bundle_part", "gate_key", "manifest_file",
-           "stage_identity", "workload_identity"]
+           "manifest_sha256", "stage_identity", "workload_identity"]
 
 KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
 """The parts of a decision's key, in the order they are shown."""
@@ -127,6 +127,14 @@ def stage_identity(stage: StageConfig) -> dict[str, Any]:
 def manifest_file(manifest: Path) -> Path:
     """The manifest file of a stage's ``manifest`` (a bundle folder or the file itself)."""
     return manifest / MANIFEST_FILENAME if manifest.is_dir() else manifest
+
+
+def manifest_sha256(manifest: Path) -> str | None:
+    """The sha256 of a stage's manifest file (``manifest``: the bundle folder or the file).
+
+    Read now; ``None`` when it cannot be read.
+    """
+    return _sha256_file(manifest_file(manifest))
 
 
 def _sha256_file(path: Path) -> str | None:
@@ -255,6 +263,6 @@ def gate_bundle_part(stage: StageConfig) -> str:
     The opener reads it again once the stage has loaded: a manifest rewritten in between
     was not the one the key was made of.
     """
-    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
+    bundle = ({str(manifest_file(stage.manifest)): manifest_sha256(stage.manifest)}
               if stage.manifest is not None else {})
     return identity_digest(bundle)

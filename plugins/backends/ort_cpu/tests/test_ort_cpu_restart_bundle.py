@@ -12,6 +12,10 @@ Then a worker is SIGKILLed and restarted (``restart = "on-failure"``):
   refused with ``BundleChanged`` naming the manifest and both sha256s; the replica stays
   ``failed`` with that reason and nothing charged;
 * an unchanged bundle restarts as before, from the kept copy (no second copy made);
+* a stage with candidates restarts each candidate on its bundle as the stage opened with
+  it: a candidate refused at open whose bundle was rewritten since is refused
+  (``BundleChanged``), and the fallback serves the copy it opened on; a candidate the open
+  never tried is refused too when its bundle was rewritten since the open;
 * the pin follows the stage's load, not the thread: a plugin whose load verifies its
   bundle on a thread of its own (``ort-cpu-thread`` below: the real hooks, the load run
   on another thread) is pinned as well.
@@ -48,10 +52,12 @@ from .conftest import EXAMPLE_X
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 
-def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> str:
+def write_scale_bundle(directory: Path, k: float, *, expected: bool = True,
+                       expected_k: float | None = None) -> str:
     """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256.
 
-    Without ``expected`` the manifest names no expected outputs (the file is left out).
+    Without ``expected`` the manifest names no expected outputs (the file is left out);
+    ``expected_k`` makes them ``expected_k * x`` instead (a bundle its gate refuses).
     """
     directory.mkdir(exist_ok=True)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
@@ -65,7 +71,8 @@ def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> s
     np.savez(directory / "example_inputs.npz", x=EXAMPLE_X)
     if expected:
         np.savez(directory / "expected.npz",
-                 y=(EXAMPLE_X * np.float32(k)).astype(np.float32))
+                 y=(EXAMPLE_X * np.float32(k if expected_k is None else expected_k)
+                    ).astype(np.float32))
     else:
         (directory / "expected.npz").unlink(missing_ok=True)
     create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
@@ -298,5 +305,75 @@ def test_a_plugin_verifying_on_a_thread_of_its_own_in_place_is_refused_a_rewrite
         error = only.health().to_dict()["error"]
         assert error["type"] == "BundleChanged"
         assert opened in error["message"] and rewritten in error["message"]
+        assert ledger.snapshot()["reservations"] == []
+    assert ledger.is_empty()
+
+
+def open_candidates(plugins: PluginSet, ledger: ResourceLedger, first: Path,
+                    second: Path) -> Pipeline:
+    """One stage, two ort-cpu candidates: ``first`` verified in place, then ``second``."""
+    config = load_pipeline({"name": "r", "selection": "first-passing", "stages": [
+        {"id": "s", "manifest": str(second), "restart": "on-failure",
+         "restart_backoff_s": 0.0, "max_restarts": 1, "candidates": [
+             {"backend": {"name": "ort-cpu", "options": {"stage_bundle": False}},
+              "manifest": str(first)},
+             {"backend": {"name": "ort-cpu"}}]}]})
+    return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+
+
+def tried(pipeline: Pipeline) -> list[tuple[str, str]]:
+    return [(c["outcome"], c["reason"] or "")
+            for c in pipeline.execution_plan()["stages"][0]["candidates"]]
+
+
+def test_a_restart_falls_back_to_the_candidate_it_opened_on_not_a_rewritten_first(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The first candidate is refused at open (its expected outputs are wrong); rewritten
+    since into one that would pass, a restart refuses it and the second candidate
+    restarts on the copy it opened on, whatever its own bundle on disk holds."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    refused_at_open = write_scale_bundle(first, 2.0, expected_k=5.0)
+    write_scale_bundle(second, 2.0)
+    with open_candidates(plugins, ledger, first, second) as pipeline:
+        (only,) = pipeline.stages
+        assert [outcome for outcome, _ in tried(pipeline)] == ["refused", "chosen"]
+        before = manifests(pipeline)
+        rewritten = write_scale_bundle(first, 3.0)  # consistent now: its gate would pass
+        write_scale_bundle(second, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY), (
+            only.state, only.closed_reason)
+        y, generation = served_by(only)
+        np.testing.assert_array_equal(y, EXAMPLE_X * 2)  # never the rewritten 3 * x
+        assert generation == 2
+        (refusal, reason), (chosen, _) = tried(pipeline)
+        assert (refusal, chosen) == ("refused", "chosen")
+        assert reason.startswith("BundleChanged")
+        assert refused_at_open in reason and rewritten in reason
+        assert manifests(pipeline) == before  # the second candidate's copy, as opened
+    assert ledger.is_empty()
+
+
+def test_a_restart_refuses_a_candidate_never_tried_whose_bundle_was_rewritten(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The second candidate was never tried at open (the first passed): its manifest as
+    read when the stage opened is the one a restart may load, else BundleChanged."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_scale_bundle(first, 2.0)
+    opened = write_scale_bundle(second, 2.0)
+    with open_candidates(plugins, ledger, first, second) as pipeline:
+        (only,) = pipeline.stages
+        assert [outcome for outcome, _ in tried(pipeline)] == ["chosen"]
+        write_scale_bundle(first, 3.0)
+        rewritten = write_scale_bundle(second, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and not only.restarter.pending), only.state
+        assert only.state is StageState.FAILED
+        error = only.health().to_dict()["error"]
+        assert error["type"] == "CandidatesRefused"
+        reasons = [reason for _, reason in tried(pipeline)]
+        assert [r.split(":")[0] for r in reasons] == ["BundleChanged", "BundleChanged"]
+        assert opened in reasons[1] and rewritten in reasons[1]
+        assert str(second / "edge-manifest.json") in reasons[1]
         assert ledger.snapshot()["reservations"] == []
     assert ledger.is_empty()

@@ -323,10 +323,33 @@ class StageOpener:
             raise
         self._record_gate(slot, stored)
 
+    def _pinned(self, slot: StageSlot) -> str | None:
+        """The manifest sha256 the slot's stage opened its bundle with (its pin's), if any."""
+        manifest_dir = slot.context.manifest_dir
+        return None if manifest_dir is None else slot.pin.identities.opened(manifest_dir)
+
+    def _loaded_part(self, slot: StageSlot) -> str:
+        """The ``bundles`` gate-key part of what loaded: the pinned manifest, else the disk's.
+
+        Every load of a slot verifies its bundle inside its pin, which lets through only
+        the manifest the stage opened with (:mod:`edge_core.artifacts.pins`); a backend
+        that verifies nothing through core leaves no pin record: the disk is read now.
+        """
+        return gate_bundle_part(slot.config, self._pinned(slot))
+
     def _bundle_moved(self, slot: StageSlot) -> bool:
-        """True when the slot's manifest is no longer the one its gate key was made of."""
+        """True when what loaded is not the manifest the slot's gate key was made of."""
         key = slot.gate_key
-        return key is not None and gate_bundle_part(slot.config) != key.parts.get("bundles")
+        return key is not None and self._loaded_part(slot) != key.parts.get("bundles")
+
+    def _pin_key(self, slot: StageSlot) -> None:
+        """Key the slot's gate by the bundle its pin lets load: the one the stage opened with.
+
+        Whatever the disk holds now; without a pin record the key stays as it is.
+        """
+        key = slot.gate_key
+        if key is not None and self._pinned(slot) is not None:
+            slot.gate_key = key.with_part("bundles", self._loaded_part(slot))
 
     def _check_bundle(self, slot: StageSlot) -> None:
         """Refuse a reused gate when the manifest changed between its lookup and the load.
@@ -416,24 +439,28 @@ class StageOpener:
         return slot.gate_key
 
     def _restart_key(self, slot: StageSlot) -> None:
-        """Key a restart's full gate as things are now, not as they were at open.
+        """Key a restart's full gate by what it loads: the runtime now, the bundle opened with.
 
         A restart loads the environment and the runtime as they are now, and the bundle
-        the stage opened with (:mod:`edge_core.artifacts.pins`): its gate is stored under
-        the key they make now, and the record names what changed since the slot opened
-        (an upgraded runtime). When the bundle on disk changed since, the key now names a
-        bundle that is not the one loaded: the gate is not stored (the restart is refused
-        with ``BundleChanged`` anyway unless it loads the copy kept since the open).
+        the stage opened with (:mod:`edge_core.artifacts.pins`: its kept copy, or the
+        disk when it still holds that manifest, else ``BundleChanged``). Its gate is
+        stored under the key they make — the configuration, environment and runtime read
+        now, the ``bundles`` part of the manifest the stage opened with — and the record
+        names what changed since the slot last loaded (an upgraded runtime; ``bundles``
+        when the disk holds another manifest, read now). So a bundle rewritten under the
+        serving pipeline never gets a gate run on the one it replaced, restart after
+        restart, and the stored gate of the bundle that loaded stays usable (refreshed)
+        for an open after the bundle is restored.
         """
-        opened = slot.gate_key
+        previous = slot.gate_key
         slot.gate_lookup, slot.gate_problem = None, None
-        key = self._gate_key(slot)
-        changed = opened.changed(key.parts) if opened is not None and key is not None else []
+        now = self._gate_key(slot)
+        changed = previous.changed(now.parts) if previous is not None and now is not None else []
         slot.gate_reason = "restart" + (
             f"; changed since the stage opened: {', '.join(changed)}" if changed else "")
-        if "bundles" in changed:
-            slot.gate_key = None
+        if "bundles" in changed and self._pinned(slot) is not None:
             slot.gate_reason += " (the restart loads the bundle the stage opened with)"
+        self._pin_key(slot)
 
     def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
         """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
@@ -572,6 +599,7 @@ class StageOpener:
             with slot.pin.active(slot.context.manifest_dir):
                 loaded = slot.binding.load(slot.context)
             slot.pin.keep(loaded)  # when none was kept (a copy gone, verified afresh)
+            self._pin_key(slot)  # the bundle that loaded, recorded by now
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:

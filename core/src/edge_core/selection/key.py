@@ -94,6 +94,13 @@ class DecisionKey:
         return [name for name in KEY_PARTS
                 if name in self.parts and self.parts.get(name) != other_parts.get(name)]
 
+    def with_part(self, name: str, digest: str) -> DecisionKey:
+        """This key with part ``name`` (one it has) made of ``digest`` instead."""
+        if name not in self.parts:
+            raise KeyError(name)
+        parts = {**self.parts, name: digest}
+        return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=self.runtime)
+
 
 def _plain(value: Any) -> Any:
     """A JSON-ready copy of a configuration value (attrs classes become tables)."""
@@ -257,12 +264,15 @@ def gate_key(stage: StageConfig, plugins: PluginSet, *,
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
 
 
-def gate_bundle_part(stage: StageConfig) -> str:
+def gate_bundle_part(stage: StageConfig, sha256: str | None = None) -> str:
     """The ``bundles`` part of :func:`gate_key`: ``stage``'s manifest sha256, read now.
 
-    The opener reads it again once the stage has loaded: a manifest rewritten in between
-    was not the one the key was made of.
+    Or ``sha256``, the manifest's that loaded (what the stage's bundle pin recorded:
+    :mod:`edge_core.artifacts.pins`). The opener compares the key's part with the
+    loaded one once the stage has loaded: a manifest rewritten in between was not the one
+    the key was made of; and a restart's gate is keyed by the bundle that loaded.
     """
-    bundle = ({str(manifest_file(stage.manifest)): manifest_sha256(stage.manifest)}
-              if stage.manifest is not None else {})
-    return identity_digest(bundle)
+    if stage.manifest is None:
+        return identity_digest({})
+    found = sha256 if sha256 is not None else manifest_sha256(stage.manifest)
+    return identity_digest({str(manifest_file(stage.manifest)): found})

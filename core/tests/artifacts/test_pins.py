@@ -228,3 +228,18 @@ def test_a_manifest_expected_since_the_open_is_the_only_one_that_passes(
     with BundlePin(unread).active(bundle), pytest.raises(BundleChanged) as refused:
         verify_bundle(bundle, staging_root=staging_root)
     assert "could not be read when the stage opened" in refused.value.reason
+
+
+def test_the_identities_keep_the_manifest_verified_first_not_a_rewrite(
+        bundle: Path, staging_root: Path) -> None:
+    identities = BundleIdentities()
+    assert identities.manifest(bundle) is None
+    identities.expect(bundle, verify_bundle(bundle, stage=False).manifest_sha256)
+    assert identities.manifest(bundle) is None  # read, not verified, at open
+    with BundlePin(identities).active(bundle):
+        verified = verify_bundle(bundle, stage=False)
+    assert identities.manifest(bundle) == verified.manifest
+    rewrite(bundle)
+    with BundlePin(identities).active(bundle), pytest.raises(BundleChanged):
+        verify_bundle(bundle, staging_root=staging_root)
+    assert identities.manifest(bundle) == verified.manifest

@@ -52,7 +52,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged
 
@@ -75,7 +75,7 @@ _UNREADABLE = "none (its manifest could not be read when the stage opened)"
 
 
 class BundleIdentities:
-    """Bundle directory → the manifest sha256 a stage opened with.
+    """Bundle directory → the manifest sha256 a stage opened with, and that manifest.
 
     Shared by the stage's replicas and by its candidates (a restart that falls back to
     another candidate loads that candidate's bundle as the stage opened with it).
@@ -84,12 +84,23 @@ class BundleIdentities:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sha256: dict[Path, str] = {}
+        self._manifests: dict[Path, ArtifactManifest] = {}
 
     def opened(self, root: str | os.PathLike[str]) -> str | None:
         """The manifest sha256 the stage opened ``root`` with, or None."""
         with self._lock:
             found = self._sha256.get(_root(root))
         return None if found == _UNREADABLE else found
+
+    def manifest(self, root: str | os.PathLike[str]) -> ArtifactManifest | None:
+        """The manifest the stage verified for ``root`` (its files' sha256s), or None.
+
+        What loaded, whatever the bundle on disk holds now: the execution plan judges the
+        stage's evidence on it (:func:`edge_core.runtime.evidence.evidence_of`). None
+        until a verification of ``root`` passed inside the stage's pin.
+        """
+        with self._lock:
+            return self._manifests.get(_root(root))
 
     def expect(self, directory: str | os.PathLike[str], sha256: str | None) -> None:
         """Take ``sha256`` as the manifest the stage opened ``directory`` with, unless set.
@@ -111,6 +122,8 @@ class BundleIdentities:
         """
         with self._lock:
             opened = self._sha256.setdefault(bundle.source, bundle.manifest_sha256)
+            if opened == bundle.manifest_sha256:
+                self._manifests.setdefault(bundle.source, bundle.manifest)
         if opened != bundle.manifest_sha256:
             raise BundleChanged(
                 str(bundle.source / MANIFEST_FILENAME),

@@ -16,6 +16,9 @@ Then a worker is SIGKILLed and restarted (``restart = "on-failure"``):
   it: a candidate refused at open whose bundle was rewritten since is refused
   (``BundleChanged``), and the fallback serves the copy it opened on; a candidate the open
   never tried is refused too when its bundle was rewritten since the open;
+* verified in place, the plan judges the evidence on the manifest the stage verified
+  (its pin keeps it), the expected outputs hashed on disk against it: a rewrite since
+  neither takes the label away nor lends it one;
 * the pin follows the stage's load, not the thread: a plugin whose load verifies its
   bundle on a thread of its own (``ort-cpu-thread`` below: the real hooks, the load run
   on another thread) is pinned as well.
@@ -306,6 +309,33 @@ def test_a_plugin_verifying_on_a_thread_of_its_own_in_place_is_refused_a_rewrite
         assert error["type"] == "BundleChanged"
         assert opened in error["message"] and rewritten in error["message"]
         assert ledger.snapshot()["reservations"] == []
+    assert ledger.is_empty()
+
+
+def test_the_plan_of_a_stage_verified_in_place_judges_the_manifest_it_verified(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """In place there is no copy to read: the plan judges the evidence on the manifest
+    the stage verified when it loaded (kept by its pin), the expected outputs it names
+    hashed on disk against it. A manifest rewritten to name no expected outputs does not
+    take the label away; expected outputs rewritten since (a consistent 3 * x bundle,
+    which the disk alone would call complete) are not counted."""
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, options={"stage_bundle": False}) as pipeline:
+
+        def evidence() -> tuple[str, str]:
+            entry = pipeline.execution_plan()["stages"][0]
+            return entry["evidence"], entry["evidence_basis"]
+
+        opened = evidence()
+        assert opened[0] == "complete-model"
+        create_manifest(bundle, component="scale", example_inputs="example_inputs.npz",
+                        precision="fp32", exporter="onnx.helper", overwrite=True)
+        assert evidence() == opened  # the manifest that loaded names them
+        write_scale_bundle(bundle, 3.0)
+        label, basis = evidence()
+        assert label == "backend-execution"
+        assert "expected.npz: sha256 differs from the manifest" in basis
     assert ledger.is_empty()
 
 

@@ -4,13 +4,17 @@ A bundle rewritten in place (graph, weights and manifest consistently, so that a
 verification passes) is refused with ``BundleChanged`` naming the manifest and both
 sha256s, unless the stage kept the staged copy it opened with: then that copy is reissued
 (hashed again) whatever the bundle holds. Staged copies are checked to be gone afterwards
-(the ``staging_root`` fixture).
+(the ``staging_root`` fixture). The pin follows the stage's load, not the thread: a
+verification of the bundle a stage is loading answers to its pin from any thread.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +137,109 @@ def test_keep_takes_only_a_staged_copy_of_the_opened_manifest(
 def rewrite_copy(bundle: Path) -> Path:
     """Another bundle directory beside ``bundle``."""
     return write_bundle(bundle.parent / "other")
+
+
+def on_a_thread(work: Callable[[], Any]) -> Any:
+    """``work()`` run on a new thread (as a plugin's own loader thread runs it)."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = work()
+        except BaseException as error:
+            done["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+def test_a_load_pins_its_bundle_in_every_thread_while_it_runs(
+        bundle: Path, staging_root: Path) -> None:
+    pin = BundlePin()
+    with pin.active(bundle):
+        loaded = Loaded(on_a_thread(lambda: verify_once(bundle, staging_root=staging_root)))
+    assert pin.identities.opened(bundle) == loaded.bundle.manifest_sha256  # recorded
+    pin.keep(loaded)
+    loaded.bundle.cleanup()
+    now = rewrite(bundle)
+    with pin.active(bundle):
+        again = on_a_thread(lambda: verify_once(bundle, staging_root=staging_root))
+        assert again.detached and again.directory == loaded.bundle.directory
+        again.cleanup()
+        with pytest.raises(BundleChanged) as refused:  # in place: nothing kept to reissue
+            on_a_thread(lambda: verify_bundle(bundle, stage=False))
+        assert refused.value.value == now
+    # another bundle verified on another thread while the load runs: not the stage's
+    other = write_bundle(bundle.parent / "other")
+    with pin.active(bundle):
+        on_a_thread(lambda: verify_bundle(other, stage=False))
+    assert pin.identities.opened(other) is None
+    # once the load is over, a verification on another thread is nobody's
+    on_a_thread(lambda: verify_bundle(bundle, staging_root=staging_root)).cleanup()
+    pin.release()
+
+
+def test_two_stages_loading_one_bundle_a_thread_of_neither_is_checked_against_both(
+        bundle: Path, staging_root: Path) -> None:
+    """It cannot tell which stage it serves: it is recorded by both, refused when either
+    opened with another manifest, and no kept copy is reissued."""
+    first, second = BundlePin(), BundlePin()
+    with first.active(bundle), second.active(bundle):
+        loaded = Loaded(on_a_thread(lambda: verify_once(bundle, staging_root=staging_root)))
+    opened = loaded.bundle.manifest_sha256
+    assert first.identities.opened(bundle) == second.identities.opened(bundle) == opened
+    first.keep(loaded)
+    loaded.bundle.cleanup()
+    now = rewrite(bundle)
+    third = BundlePin()  # a stage opening on the rewrite while the first restarts
+    with first.active(bundle), third.active(bundle), pytest.raises(BundleChanged) as refused:
+        on_a_thread(lambda: verify_once(bundle, staging_root=staging_root))
+    assert opened in refused.value.reason and refused.value.value == now
+    with first.active(bundle):  # the first alone: its kept copy
+        again = on_a_thread(lambda: verify_once(bundle, staging_root=staging_root))
+    assert again.detached and again.manifest_sha256 == opened
+    again.cleanup()
+    first.release()
+
+
+def test_a_manifest_expected_since_the_open_is_the_only_one_that_passes(
+        bundle: Path, staging_root: Path) -> None:
+    """A candidate's bundle read (not verified) when its stage opened: a later
+    verification passes with that manifest alone; one unreadable then never passes."""
+    opened = verify_bundle(bundle, stage=False).manifest_sha256
+    identities = BundleIdentities()
+    identities.expect(bundle, opened)
+    identities.expect(bundle, "0" * 64)  # the first expectation stays
+    assert identities.opened(bundle) == opened
+    with BundlePin(identities).active(bundle):
+        verify_bundle(bundle, stage=False)
+    now = rewrite(bundle)
+    with BundlePin(identities).active(bundle), pytest.raises(BundleChanged) as refused:
+        verify_bundle(bundle, stage=False)
+    assert opened in refused.value.reason and refused.value.value == now
+    unread = BundleIdentities()
+    unread.expect(bundle.parent / "missing", None)
+    unread.expect(bundle, None)
+    assert unread.opened(bundle) is None
+    with BundlePin(unread).active(bundle), pytest.raises(BundleChanged) as refused:
+        verify_bundle(bundle, staging_root=staging_root)
+    assert "could not be read when the stage opened" in refused.value.reason
+
+
+def test_the_identities_keep_the_manifest_verified_first_not_a_rewrite(
+        bundle: Path, staging_root: Path) -> None:
+    identities = BundleIdentities()
+    assert identities.manifest(bundle) is None
+    identities.expect(bundle, verify_bundle(bundle, stage=False).manifest_sha256)
+    assert identities.manifest(bundle) is None  # read, not verified, at open
+    with BundlePin(identities).active(bundle):
+        verified = verify_bundle(bundle, stage=False)
+    assert identities.manifest(bundle) == verified.manifest
+    rewrite(bundle)
+    with BundlePin(identities).active(bundle), pytest.raises(BundleChanged):
+        verify_bundle(bundle, staging_root=staging_root)
+    assert identities.manifest(bundle) == verified.manifest

@@ -71,6 +71,24 @@ def test_a_missing_manifest_is_not(tmp_path: Path) -> None:
     assert "cannot be checked" in basis
 
 
+def test_a_manifest_verified_at_load_is_judged_not_the_one_on_disk_now(bundle: Path) -> None:
+    """What the execution plan passes for a stage verified in place (its pin's manifest):
+    a manifest rewritten since is not read; expected outputs rewritten since are not
+    counted against the verified sha256s."""
+    from edge_core.artifacts import verify_bundle
+
+    verified = verify_bundle(bundle, stage=False).manifest
+    create_manifest(bundle, graph="model.bin", example_inputs="example.npz",
+                    overwrite=True)  # the manifest rewritten: names no expected outputs
+    assert evidence_label(PASSED, bundle)[0] == BACKEND_EXECUTION  # the disk's
+    found = evidence_of(PASSED, bundle, manifest=verified)
+    assert found.label == COMPLETE_MODEL and "expected.npz" in found.basis
+    np.savez(bundle / "expected.npz", y=np.full(3, 3.0, np.float32))
+    found = evidence_of(PASSED, bundle, manifest=verified)
+    assert found.label == BACKEND_EXECUTION
+    assert "expected.npz: sha256 differs from the manifest" in found.basis
+
+
 # -- bucket counts: how many declared buckets were compared --------------------------------
 
 CPU = PlacementReport(target="cpu", available_providers=["cpu"],

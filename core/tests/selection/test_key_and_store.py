@@ -17,7 +17,13 @@ from edge_core.config.model import PipelineConfig
 from edge_core.identity import identity_digest
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.selection.gates import GateStore
-from edge_core.selection.key import decision_key, environment_identity, gate_key
+from edge_core.selection.key import (
+    decision_key,
+    environment_identity,
+    gate_bundle_part,
+    gate_key,
+    manifest_sha256,
+)
 from edge_core.selection.store import (
     FORMAT,
     KEEP_PER_PIPELINE,
@@ -89,6 +95,24 @@ def test_the_key_is_stable_and_each_change_names_its_part(
     # a faked distribution version of the backend's plugin
     monkeypatch.setattr(plugins.record("echo"), "version", "9.9.9")
     assert decision_key(config, plugins, env={}).changed(key.parts) == ["runtime"]
+
+
+def test_a_gate_key_made_of_the_manifest_that_loaded_not_the_one_on_disk(
+        tmp_path: Path, plugins: PluginSet) -> None:
+    """What the opener keys a restart's gate with: the sha256 the stage's pin recorded."""
+    stage = _config(tmp_path).stages[0].choices()[0]
+    opened = gate_key(stage, plugins, env={})
+    loaded = manifest_sha256(tmp_path / "bundle")
+    assert loaded is not None
+    assert gate_bundle_part(stage, loaded) == opened.parts["bundles"]
+    _bundle(tmp_path / "bundle", '{"files": {"model.onnx": "00"}}')  # rewritten
+    now = gate_key(stage, plugins, env={})
+    assert now.changed(opened.parts) == ["bundles"]
+    pinned = now.with_part("bundles", gate_bundle_part(stage, loaded))
+    assert pinned == opened and pinned.digest == opened.digest
+    assert manifest_sha256(tmp_path / "missing") is None
+    with pytest.raises(KeyError):
+        now.with_part("workload", "00")  # not a part of a gate's key
 
 
 def test_the_environment_part_holds_what_the_backends_declare(plugins: PluginSet,

@@ -6,23 +6,35 @@ have rewritten the bundle in place meanwhile, files and manifest consistently, s
 fresh verification would pass. The restarted worker would then serve another model than
 the execution plan, the stored decision and the other replicas describe.
 
-The opener makes one :class:`BundleIdentities` per stage (shared by its replicas) and one
-:class:`BundlePin` per replica, and runs every load of the replica inside
-:meth:`BundlePin.active`. While a pin is active (in that thread):
+The opener makes one :class:`BundleIdentities` per stage (shared by its replicas and its
+candidates; a stage with candidates has every candidate's manifest sha256 read when it
+opens, :meth:`BundleIdentities.expect`) and one :class:`BundlePin` per replica, and runs
+every load of the replica inside :meth:`BundlePin.active`, naming the stage's bundle
+directory. The pin follows the load, not the thread: while it is active, a verification
+answers to it when it runs in the load's own thread (whatever bundle it verifies), or in
+any other thread — a plugin that verifies its bundle on a thread of its own, a worker
+pool's — when it verifies the bundle that stage is loading. Where several stages (not
+replicas of one) load the same bundle at once and the verification runs outside their
+threads, it cannot tell which stage it serves: it is checked against each of them
+(refused when any opened with another manifest) and reissues no kept copy. While a pin
+is active:
 
 * every verification of a bundle (:func:`observe`, called by :func:`verify_bundle` and
   by :func:`verify_once` for a shared handle) records the manifest's sha256 the first
   time the stage verifies that bundle, and refuses with ``BundleChanged`` — naming the
   manifest, the sha256 the stage opened with and the one found now — when a later one
-  differs: a restart after a rewrite, or a replica that opened on a bundle rewritten
-  while its sibling was opening;
+  differs: a restart after a rewrite, a replica that opened on a bundle rewritten
+  while its sibling was opening, or a restart that falls back to a candidate whose bundle
+  was rewritten since the stage opened;
 * :func:`verify_once` first asks the pin for the replica's kept staged copy
   (:func:`reissue`): the pin keeps a handle on the copy its loaded stage verified
   (:meth:`BundlePin.keep`, the loaded stage's ``bundle`` attribute, as ``edge_ort``'s),
   for the replica's whole life, so that the restart loads those very bytes (hashed once
-  more, :meth:`VerifiedBundle.reissue`) whatever is on disk. A bundle verified in place,
-  a backend that removes its copy once the worker loaded, or a copy that is gone: the
-  restart verifies the disk afresh, which is refused as above when it was rewritten.
+  more, :meth:`VerifiedBundle.reissue`) whatever is on disk — the copy of each
+  candidate's bundle the replica has loaded, at open or at a restart. A bundle verified
+  in place, a backend that removes its copy once the worker loaded, a copy that is gone,
+  or a candidate the replica never loaded: the restart verifies the disk afresh, which is
+  refused as above when it was rewritten.
 
 The kept copy costs no disk beyond what the loaded stage already held while serving (the
 same directory, shared); it is released when the replica's runtime closes
@@ -40,7 +52,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from edge_contracts.manifest import MANIFEST_FILENAME
+from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged
 
@@ -49,18 +61,57 @@ __all__ = ["BundleIdentities", "BundlePin", "observe", "reissue"]
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
 
+_LOADS_LOCK = threading.Lock()
+_LOADS: dict[Path, list[BundlePin]] = {}
+"""Bundle directory → the pins of the loads running on it now (in any thread)."""
+
+
+def _root(directory: str | os.PathLike[str]) -> Path:
+    return Path(os.path.realpath(directory))
+
+
+_UNREADABLE = "none (its manifest could not be read when the stage opened)"
+"""What :meth:`BundleIdentities.expect` records for a manifest it could not read."""
+
 
 class BundleIdentities:
-    """Bundle directory → the manifest sha256 a stage opened with (shared by its replicas)."""
+    """Bundle directory → the manifest sha256 a stage opened with, and that manifest.
+
+    Shared by the stage's replicas and by its candidates (a restart that falls back to
+    another candidate loads that candidate's bundle as the stage opened with it).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sha256: dict[Path, str] = {}
+        self._manifests: dict[Path, ArtifactManifest] = {}
 
-    def opened(self, root: Path) -> str | None:
-        """The manifest sha256 the stage verified for ``root`` first, or None."""
+    def opened(self, root: str | os.PathLike[str]) -> str | None:
+        """The manifest sha256 the stage opened ``root`` with, or None."""
         with self._lock:
-            return self._sha256.get(root)
+            found = self._sha256.get(_root(root))
+        return None if found == _UNREADABLE else found
+
+    def manifest(self, root: str | os.PathLike[str]) -> ArtifactManifest | None:
+        """The manifest the stage verified for ``root`` (its files' sha256s), or None.
+
+        What loaded, whatever the bundle on disk holds now: the execution plan judges the
+        stage's evidence on it (:func:`edge_core.runtime.evidence.evidence_of`). None
+        until a verification of ``root`` passed inside the stage's pin.
+        """
+        with self._lock:
+            return self._manifests.get(_root(root))
+
+    def expect(self, directory: str | os.PathLike[str], sha256: str | None) -> None:
+        """Take ``sha256`` as the manifest the stage opened ``directory`` with, unless set.
+
+        For a bundle read, not verified, when the stage opened (a candidate its open did
+        not try): a later verification of it passes only with that manifest. ``None``:
+        the manifest could not be read then; every later verification is refused.
+        """
+        with self._lock:
+            self._sha256.setdefault(_root(directory),
+                                    _UNREADABLE if sha256 is None else sha256)
 
     def observe(self, bundle: VerifiedBundle) -> None:
         """Record ``bundle``'s manifest sha256 the first time; refuse a different one.
@@ -71,6 +122,8 @@ class BundleIdentities:
         """
         with self._lock:
             opened = self._sha256.setdefault(bundle.source, bundle.manifest_sha256)
+            if opened == bundle.manifest_sha256:
+                self._manifests.setdefault(bundle.source, bundle.manifest)
         if opened != bundle.manifest_sha256:
             raise BundleChanged(
                 str(bundle.source / MANIFEST_FILENAME),
@@ -93,12 +146,26 @@ class BundlePin:
         self._kept: dict[Path, VerifiedBundle] = {}
 
     @contextlib.contextmanager
-    def active(self) -> Iterator[BundlePin]:
-        """While open (in this thread), verifications observe and reissue through the pin."""
+    def active(self, bundle: str | os.PathLike[str] | None = None) -> Iterator[BundlePin]:
+        """While open, verifications observe and reissue through the pin.
+
+        Those in this thread, of any bundle; and those of ``bundle`` (the stage's bundle
+        directory, when it has one) in any thread (see the module's docstring).
+        """
         token = _ACTIVE.set(self)
+        root = None if bundle is None else _root(bundle)
+        if root is not None:
+            with _LOADS_LOCK:
+                _LOADS.setdefault(root, []).append(self)
         try:
             yield self
         finally:
+            if root is not None:
+                with _LOADS_LOCK:
+                    loads = _LOADS[root]
+                    loads.remove(self)
+                    if not loads:
+                        del _LOADS[root]
             _ACTIVE.reset(token)
 
     def keep(self, loaded: object) -> None:
@@ -159,20 +226,46 @@ class BundlePin:
             bundle.cleanup()
 
 
-def observe(bundle: VerifiedBundle) -> None:
-    """Check ``bundle`` against the active pin's identities (nothing without one).
+def _pins(root: Path) -> list[BundlePin]:
+    """The pins a verification of ``root`` answers to.
 
-    Raises:
-        BundleChanged: the stage opened with another manifest (see :class:`BundlePin`).
+    This thread's active pin, else the pins of every load running on ``root`` now (in any
+    thread).
     """
     pin = _ACTIVE.get()
     if pin is not None:
-        pin.identities.observe(bundle)
+        return [pin]
+    with _LOADS_LOCK:
+        return list(_LOADS.get(root, ()))
+
+
+def observe(bundle: VerifiedBundle) -> None:
+    """Check ``bundle`` against the identities of the pins it answers to (none: nothing).
+
+    Raises:
+        BundleChanged: a stage opened with another manifest (see :class:`BundlePin`).
+    """
+    seen: list[BundleIdentities] = []
+    for pin in _pins(bundle.source):
+        if not any(pin.identities is other for other in seen):
+            seen.append(pin.identities)
+            pin.identities.observe(bundle)
 
 
 def reissue(directory: str | os.PathLike[str], *, stage: bool) -> VerifiedBundle | None:
-    """The active pin's kept copy of ``directory`` for a staged load, else None."""
-    pin = _ACTIVE.get()
-    if pin is None or not stage:
+    """The kept copy of ``directory`` for a staged load, else None.
+
+    From the pin the verification answers to; none when it answers to the pins of
+    several stages (which one it serves cannot be told), so that it is verified afresh.
+    """
+    if not stage:
         return None
-    return pin.reissue(Path(os.path.realpath(directory)))  # kept even if the bundle is gone
+    root = _root(directory)  # a copy is kept even if the bundle is gone
+    pins = _pins(root)
+    if not pins or any(pin.identities is not pins[0].identities for pin in pins):
+        return None
+    for pin in pins:
+        handle = pin.reissue(root)
+        if handle is not None:
+            return handle
+    return None

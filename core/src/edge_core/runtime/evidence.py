@@ -8,7 +8,11 @@ expected outputs, members of the manifest's hashed ``files`` (named by
 numerical check against a run the backend made itself (``cpu-run`` in the backend's own
 worker), a label the plugin made up, a failed or missing check, a stage without a bundle,
 a bucket whose example has no expected outputs — is ``backend-execution``: the stage ran
-on its backend, and that is all the plan claims.
+on its backend, and that is all the plan claims. The manifest judged is the one the stage
+verified when it loaded (its bundle pin keeps it: the execution plan passes it), not one
+rewritten on disk since; its expected outputs are hashed where the stage loaded them
+from (the kept copy, or the bundle itself when verified in place, where one rewritten
+since is not counted).
 
 The plan also says how many buckets were compared (:class:`BucketCounts`): a declared
 entry of the shape set (the stage's selection of it) counts as compared only when every
@@ -170,12 +174,14 @@ def _count(entries: list[_Entry], manifest: ArtifactManifest, manifest_dir: Path
 def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
                 buckets: Sequence[BucketWarmup] = (),
                 selected: Sequence[str] = (),
-                reference: Mapping[str, Any] | None = None) -> Evidence:
+                reference: Mapping[str, Any] | None = None, *,
+                manifest: ArtifactManifest | None = None) -> Evidence:
     """The stage's evidence from the warm-up's numerics, its per-bucket records and the bundle.
 
     Args:
         numerics: The warm-up's overall numerics (``WarmupReport.numerics``).
-        manifest_dir: The stage's bundle (None: no bundle).
+        manifest_dir: The stage's bundle (None: no bundle): where the expected outputs
+            are hashed again.
         buckets: The warm-up's per-bucket records (``WarmupReport.buckets``); a backend
             that reports none is judged on ``numerics`` alone, and only for a bundle
             that declares a single example.
@@ -184,8 +190,13 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
         reference: The record of an independent reference run
             (:func:`edge_core.runtime.reference_run.reference_run`), when the stage asked
             for one: the bundle's hashed expected outputs are looked at first, then that run.
+        manifest: The manifest the stage verified when it loaded (its bundle pin's:
+            :meth:`~edge_core.artifacts.pins.BundleIdentities.manifest`); the expected
+            outputs it names are hashed in ``manifest_dir`` against its sha256s, and one
+            that differs — a bundle verified in place and rewritten since — is not
+            counted. None: the manifest in ``manifest_dir`` is read.
     """
-    found = _from_bundle(numerics, manifest_dir, buckets, selected)
+    found = _from_bundle(numerics, manifest_dir, buckets, selected, manifest)
     if found.label == COMPLETE_MODEL or reference is None:
         return found
     name = reference.get("reference")
@@ -204,7 +215,8 @@ def evidence_of(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
 
 
 def _from_bundle(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
-                 buckets: Sequence[BucketWarmup], selected: Sequence[str]) -> Evidence:
+                 buckets: Sequence[BucketWarmup], selected: Sequence[str],
+                 verified: ArtifactManifest | None) -> Evidence:
     """The evidence from the warm-up's numerics and the bundle's hashed expected outputs."""
     # The counts come from the bundle whenever it can be read, whatever the label.
     counts = BucketCounts(0, len({b.entry for b in buckets}), 0, len(buckets))
@@ -213,7 +225,7 @@ def _from_bundle(numerics: Mapping[str, Any] | None, manifest_dir: Path | None,
     unreadable: str | None = None
     if manifest_dir is not None:
         try:
-            manifest, _raw, _fingerprint = read_manifest(manifest_dir)
+            manifest = verified if verified is not None else read_manifest(manifest_dir)[0]
             entries = _declared(manifest, selected)
             counts, members = _count(entries, manifest, manifest_dir, buckets, numerics)
         except (EdgeError, OSError, ValueError) as exc:

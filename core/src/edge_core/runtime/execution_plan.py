@@ -51,13 +51,16 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
         described = dict(runtime.loaded.describe()) if live and runtime is not None else None
         numerics = stage.warmup.numerics if stage.warmup is not None else None
         reference = stage.reference
-        # the bundle that loaded: the copy kept since the open, not the disk's rewrite
+        # the bundle that loaded: the manifest verified then, its expected outputs in the
+        # copy kept since the open; in place, on disk (rewritten since: not counted)
         manifest_dir = stage.context.manifest_dir
+        verified = None
         if manifest_dir is not None:
+            verified = stage.pin.identities.manifest(manifest_dir)
             manifest_dir = stage.pin.directory(manifest_dir) or manifest_dir
         evidence = evidence_of(numerics, manifest_dir,
                                stage.warmup.buckets if stage.warmup is not None else (),
-                               stage.context.shapes, reference)
+                               stage.context.shapes, reference, manifest=verified)
         entries.append({
             "id": stage.context.stage_id,
             "replica": stage.context.replica,

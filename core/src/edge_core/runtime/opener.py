@@ -17,7 +17,10 @@ ledger, progress — and owns every step of it, for every policy that opens stag
 * :meth:`~StageOpener.reload` — the runtime's restart: reserve again, load under the new
   generation on the bundle the stage opened with (the slot's
   :class:`~edge_core.artifacts.pins.BundlePin`: every load of a slot runs inside it), the
-  gate again; through the stage's candidates in order when it has some;
+  gate again; through the stage's candidates in order when it has some, each on its
+  bundle as the stage opened with it (:meth:`~StageOpener.identities`: one
+  :class:`~edge_core.artifacts.pins.BundleIdentities` per stage, shared by its replicas
+  and candidates);
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.
@@ -77,10 +80,16 @@ from edge_core.runtime.restarts import RestartMode, RestartPolicy
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
 from edge_core.selection.gates import REUSED_POINT, GateStore, StoredGate
-from edge_core.selection.key import DecisionKey, gate_bundle_part, gate_key, manifest_file
+from edge_core.selection.key import (
+    DecisionKey,
+    gate_bundle_part,
+    gate_key,
+    manifest_file,
+    manifest_sha256,
+)
 from edge_core.stage import FAILED_STAGE_ATTR, RETIRE_OUTCOME_ATTR, LoadedStage, StageContext
 
-__all__ = ["PROBE_TIMEOUT_S", "StageOpener", "resolve_slots"]
+__all__ = ["PROBE_TIMEOUT_S", "StageOpener", "bundle_directory", "resolve_slots"]
 
 PROBE_TIMEOUT_S = 10.0
 """The bound on one plugin's probe while a stage's backend is resolved."""
@@ -96,12 +105,20 @@ warm-up is gated as a whole, there is no point to count or check again, and noth
 stored for a later open to reuse."""
 
 
+def bundle_directory(manifest: Path) -> Path:
+    """The bundle directory of a stage's ``manifest`` (the folder, or the file's folder)."""
+    return manifest if manifest.is_dir() else manifest.parent
+
+
 def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
-                  stage: StageConfig | None = None, path: str | None = None) -> list[StageSlot]:
+                  stage: StageConfig | None = None, path: str | None = None,
+                  identities: BundleIdentities | None = None) -> list[StageSlot]:
     """The replicas of stage ``index`` of ``config`` on ``stage`` (default: its own).
 
     ``stage`` is one of the stage's candidates, or any variant of it (a reference run's);
-    ``path`` names it in errors (default ``stages[index]``). Nothing is reserved.
+    ``path`` names it in errors (default ``stages[index]``); ``identities`` are the
+    bundles the stage opened with (default: new ones, shared by these replicas). Nothing
+    is reserved.
 
     Raises:
         BackendUnavailable: the backend is not installed (naming what is), its
@@ -133,8 +150,7 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
             stage.backend.name, {**defaults, **dict(stage.backend.options)},
             f"{path}.backend.options",
         )
-    manifest = stage.manifest
-    manifest_dir = (manifest if manifest is None or manifest.is_dir() else manifest.parent)
+    manifest_dir = None if stage.manifest is None else bundle_directory(stage.manifest)
     context = StageContext(
         pipeline=config.name, stage_id=stage.id, backend=stage.backend.name,
         options=options, manifest_dir=Path(manifest_dir) if manifest_dir else None,
@@ -147,7 +163,8 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     if stage.input_transform is not None:
         transform = resolve_input_transform(stage.input_transform,
                                             f"{path}.input_transform")
-    identities = BundleIdentities()  # the replicas open on one bundle, and restart on it
+    if identities is None:  # the replicas open on one bundle, and restart on it
+        identities = BundleIdentities()
     return [StageSlot(stage, binding, attrs.evolve(context, replica=replica),
                       cast("Transform | None", transform), BundlePin(identities))
             for replica in range(stage.replicas)]
@@ -190,6 +207,8 @@ class StageOpener:
         self.retire_deadline_s = retire_deadline_s
         self.tried: dict[str, list[dict[str, Any]]] = {}
         self.started_at = time.time()
+        self._identities: dict[int, BundleIdentities] = {}
+        self._identities_lock = threading.Lock()
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -197,9 +216,32 @@ class StageOpener:
                 path: str | None = None) -> list[StageSlot]:
         """The replicas of stage ``index`` on ``stage`` (a candidate; default: its own).
 
-        See :func:`resolve_slots`.
+        See :func:`resolve_slots`; their pins share the stage's :meth:`identities`.
         """
-        return resolve_slots(self.config, self.plugins, index, stage, path)
+        return resolve_slots(self.config, self.plugins, index, stage, path,
+                             self.identities(index))
+
+    def identities(self, index: int) -> BundleIdentities:
+        """The bundles stage ``index`` opened with, shared by its replicas and candidates.
+
+        Made when the stage is first resolved (it opens). A stage with candidates has
+        every candidate's manifest sha256 read then (:meth:`BundleIdentities.expect
+        <edge_core.artifacts.pins.BundleIdentities.expect>`): a restart that falls back
+        to a candidate loads its bundle as the stage opened with it — the copy the
+        replica kept, else the bundle on disk with that manifest — or is refused with
+        ``BundleChanged``, whether the open verified that candidate (a measured one since
+        retired, one refused at its gate) or never tried it.
+        """
+        with self._identities_lock:
+            found = self._identities.get(index)
+            if found is None:
+                found = self._identities[index] = BundleIdentities()
+                stage = self.config.stages[index]
+                for choice in stage.choices() if stage.candidates else ():
+                    if choice.manifest is not None:
+                        found.expect(bundle_directory(choice.manifest),
+                                     manifest_sha256(choice.manifest))
+        return found
 
     def demand(self, slots: Iterable[StageSlot]) -> None:
         """Ask each slot's backend what it demands (``edge_reserve``); kept on the slot."""
@@ -260,7 +302,7 @@ class StageOpener:
             slot.context = attrs.evolve(slot.context, gate_points=REUSED_POINT)
         self.say(f"loading stage {slot.context.stage_id} on {slot.binding.backend.name}")
         try:
-            with slot.pin.active():
+            with slot.pin.active(slot.context.manifest_dir):  # in any thread of the load
                 loaded = slot.binding.load(slot.context)
         except BaseException as error:
             # A plugin that retired its own worker while failing says how that went.
@@ -281,10 +323,33 @@ class StageOpener:
             raise
         self._record_gate(slot, stored)
 
+    def _pinned(self, slot: StageSlot) -> str | None:
+        """The manifest sha256 the slot's stage opened its bundle with (its pin's), if any."""
+        manifest_dir = slot.context.manifest_dir
+        return None if manifest_dir is None else slot.pin.identities.opened(manifest_dir)
+
+    def _loaded_part(self, slot: StageSlot) -> str:
+        """The ``bundles`` gate-key part of what loaded: the pinned manifest, else the disk's.
+
+        Every load of a slot verifies its bundle inside its pin, which lets through only
+        the manifest the stage opened with (:mod:`edge_core.artifacts.pins`); a backend
+        that verifies nothing through core leaves no pin record: the disk is read now.
+        """
+        return gate_bundle_part(slot.config, self._pinned(slot))
+
     def _bundle_moved(self, slot: StageSlot) -> bool:
-        """True when the slot's manifest is no longer the one its gate key was made of."""
+        """True when what loaded is not the manifest the slot's gate key was made of."""
         key = slot.gate_key
-        return key is not None and gate_bundle_part(slot.config) != key.parts.get("bundles")
+        return key is not None and self._loaded_part(slot) != key.parts.get("bundles")
+
+    def _pin_key(self, slot: StageSlot) -> None:
+        """Key the slot's gate by the bundle its pin lets load: the one the stage opened with.
+
+        Whatever the disk holds now; without a pin record the key stays as it is.
+        """
+        key = slot.gate_key
+        if key is not None and self._pinned(slot) is not None:
+            slot.gate_key = key.with_part("bundles", self._loaded_part(slot))
 
     def _check_bundle(self, slot: StageSlot) -> None:
         """Refuse a reused gate when the manifest changed between its lookup and the load.
@@ -374,24 +439,28 @@ class StageOpener:
         return slot.gate_key
 
     def _restart_key(self, slot: StageSlot) -> None:
-        """Key a restart's full gate as things are now, not as they were at open.
+        """Key a restart's full gate by what it loads: the runtime now, the bundle opened with.
 
         A restart loads the environment and the runtime as they are now, and the bundle
-        the stage opened with (:mod:`edge_core.artifacts.pins`): its gate is stored under
-        the key they make now, and the record names what changed since the slot opened
-        (an upgraded runtime). When the bundle on disk changed since, the key now names a
-        bundle that is not the one loaded: the gate is not stored (the restart is refused
-        with ``BundleChanged`` anyway unless it loads the copy kept since the open).
+        the stage opened with (:mod:`edge_core.artifacts.pins`: its kept copy, or the
+        disk when it still holds that manifest, else ``BundleChanged``). Its gate is
+        stored under the key they make — the configuration, environment and runtime read
+        now, the ``bundles`` part of the manifest the stage opened with — and the record
+        names what changed since the slot last loaded (an upgraded runtime; ``bundles``
+        when the disk holds another manifest, read now). So a bundle rewritten under the
+        serving pipeline never gets a gate run on the one it replaced, restart after
+        restart, and the stored gate of the bundle that loaded stays usable (refreshed)
+        for an open after the bundle is restored.
         """
-        opened = slot.gate_key
+        previous = slot.gate_key
         slot.gate_lookup, slot.gate_problem = None, None
-        key = self._gate_key(slot)
-        changed = opened.changed(key.parts) if opened is not None and key is not None else []
+        now = self._gate_key(slot)
+        changed = previous.changed(now.parts) if previous is not None and now is not None else []
         slot.gate_reason = "restart" + (
             f"; changed since the stage opened: {', '.join(changed)}" if changed else "")
-        if "bundles" in changed:
-            slot.gate_key = None
+        if "bundles" in changed and self._pinned(slot) is not None:
             slot.gate_reason += " (the restart loads the bundle the stage opened with)"
+        self._pin_key(slot)
 
     def _record_gate(self, slot: StageSlot, stored: StoredGate | None) -> None:
         """Record how the slot's gate ran (:attr:`StageSlot.gate`); store a full one."""
@@ -526,9 +595,11 @@ class StageOpener:
             self.charge([slot])
         loaded: LoadedStage | None = None
         try:
-            with slot.pin.active():  # the bundle the stage opened with, or BundleChanged
+            # the bundle the stage opened with, or BundleChanged (in any thread of the load)
+            with slot.pin.active(slot.context.manifest_dir):
                 loaded = slot.binding.load(slot.context)
             slot.pin.keep(loaded)  # when none was kept (a copy gone, verified afresh)
+            self._pin_key(slot)  # the bundle that loaded, recorded by now
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:

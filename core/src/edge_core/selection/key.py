@@ -58,7 +58,7 @@ from edge_core.plugins import PluginSet
 __all__ = ["GATE_KEY_PARTS", "KEY_PARTS", "LOADER_ENV_NAMES", "WORKER_ENV_NAMES", "DecisionKey",
            "bundle_identity", "configuration_identity", "content_parts", "decision_key",
            "environment_identity", "gate_bundle_part", "gate_key", "manifest_file",
-           "stage_identity", "workload_identity"]
+           "manifest_sha256", "stage_identity", "workload_identity"]
 
 KEY_PARTS = ("configuration", "bundles", "workload", "environment", "runtime")
 """The parts of a decision's key, in the order they are shown."""
@@ -94,6 +94,13 @@ class DecisionKey:
         return [name for name in KEY_PARTS
                 if name in self.parts and self.parts.get(name) != other_parts.get(name)]
 
+    def with_part(self, name: str, digest: str) -> DecisionKey:
+        """This key with part ``name`` (one it has) made of ``digest`` instead."""
+        if name not in self.parts:
+            raise KeyError(name)
+        parts = {**self.parts, name: digest}
+        return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=self.runtime)
+
 
 def _plain(value: Any) -> Any:
     """A JSON-ready copy of a configuration value (attrs classes become tables)."""
@@ -127,6 +134,14 @@ def stage_identity(stage: StageConfig) -> dict[str, Any]:
 def manifest_file(manifest: Path) -> Path:
     """The manifest file of a stage's ``manifest`` (a bundle folder or the file itself)."""
     return manifest / MANIFEST_FILENAME if manifest.is_dir() else manifest
+
+
+def manifest_sha256(manifest: Path) -> str | None:
+    """The sha256 of a stage's manifest file (``manifest``: the bundle folder or the file).
+
+    Read now; ``None`` when it cannot be read.
+    """
+    return _sha256_file(manifest_file(manifest))
 
 
 def _sha256_file(path: Path) -> str | None:
@@ -249,12 +264,15 @@ def gate_key(stage: StageConfig, plugins: PluginSet, *,
     return DecisionKey(digest=identity_digest(parts), parts=parts, runtime=identity)
 
 
-def gate_bundle_part(stage: StageConfig) -> str:
+def gate_bundle_part(stage: StageConfig, sha256: str | None = None) -> str:
     """The ``bundles`` part of :func:`gate_key`: ``stage``'s manifest sha256, read now.
 
-    The opener reads it again once the stage has loaded: a manifest rewritten in between
-    was not the one the key was made of.
+    Or ``sha256``, the manifest's that loaded (what the stage's bundle pin recorded:
+    :mod:`edge_core.artifacts.pins`). The opener compares the key's part with the
+    loaded one once the stage has loaded: a manifest rewritten in between was not the one
+    the key was made of; and a restart's gate is keyed by the bundle that loaded.
     """
-    bundle = ({str(manifest_file(stage.manifest)): _sha256_file(manifest_file(stage.manifest))}
-              if stage.manifest is not None else {})
-    return identity_digest(bundle)
+    if stage.manifest is None:
+        return identity_digest({})
+    found = sha256 if sha256 is not None else manifest_sha256(stage.manifest)
+    return identity_digest({str(manifest_file(stage.manifest)): found})

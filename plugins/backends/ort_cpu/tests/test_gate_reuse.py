@@ -277,35 +277,51 @@ def test_edge_plan_says_a_gate_it_could_not_store(tmp_path: Path) -> None:
     assert f"    gate not stored: [Errno 17] File exists: '{blocked}'" in answer
 
 
-def test_a_restart_stores_its_gate_under_the_key_it_was_checked_for(
+def test_a_restart_stores_its_gate_under_the_key_of_the_bundle_it_loaded(
         plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
     """A restart of an unchanged bundle stores its full gate under the open's key. After
-    the bundle was rewritten under the serving pipeline, a restart loads the bundle the
-    stage opened with (its kept staged copy), so its gate is stored under neither key:
-    not the new bundle's (it did not run on it), and the open's record is left as it was;
-    the plan names what changed and what loaded."""
+    the bundle was rewritten under the serving pipeline, every restart loads the bundle
+    the stage opened with (its kept staged copy), so its gate is stored under that
+    bundle's key — the open's, refreshed — restart after restart, never under the
+    rewritten bundle's: the next open of the rewritten bundle runs the full gate, and an
+    open after the bundle is restored reuses the restart's gate."""
     store = GateStore(tmp_path / "gates")
     bundle = write_bundle(tmp_path / "b")
     config = _config(bundle)
     opened_key = gate_key(config.stages[0], plugins)
+
+    def stored_ns() -> int:
+        return int(json.loads(store.path(opened_key).read_text())["stored_ns"])
+
     with Pipeline.open(config, plugins, ledger, gates=store) as pipeline:
         stage = pipeline.stage("s")
         stage.restart()
         gate = pipeline.execution_plan()["stages"][0]["gate"]
         assert gate["note"] == "full gate, 4 of 4 points checked now (restart)"
-        kept = json.loads(store.path(opened_key).read_text())["stored_ns"]  # the restart's
+        before = stored_ns()
         write_bundle(bundle, offset=5.0)  # another manifest sha256
-        stage.restart()
-        gate = pipeline.execution_plan()["stages"][0]["gate"]
-        assert gate["note"] == ("full gate, 4 of 4 points checked now (restart; changed "
-                                "since the stage opened: bundles (the restart loads the "
-                                "bundle the stage opened with))")
-        assert "stored" not in gate
-    assert json.loads(store.path(opened_key).read_text())["stored_ns"] == kept
-    now_key = gate_key(config.stages[0], plugins)
-    assert now_key.changed(opened_key.parts) == ["bundles"]
-    assert not store.path(now_key).exists()
+        now_key = gate_key(config.stages[0], plugins)
+        assert now_key.changed(opened_key.parts) == ["bundles"]
+        for _ in range(2):  # the second restart as the first: the stage opened with it
+            stage.restart()
+            gate = pipeline.execution_plan()["stages"][0]["gate"]
+            assert gate["note"] == ("full gate, 4 of 4 points checked now (restart; changed "
+                                    "since the stage opened: bundles (the restart loads "
+                                    "the bundle the stage opened with))")
+            assert stored_ns() > before  # refreshed under the key of what loaded
+            before = stored_ns()
+            assert not store.path(now_key).exists()
+        restarted_at = gate["stored"]
     assert ledger.is_empty()
+    rewritten = _open(plugins, ledger, store, config)
+    assert _points(rewritten) == FULL  # never the gate run on the bundle it replaced
+    assert rewritten["gate"]["note"] == ("full gate, 4 of 4 points checked now (changed "
+                                         "since the stored gate: bundles)")
+    write_bundle(bundle)  # the bundle the stage opened with, restored
+    assert gate_key(config.stages[0], plugins).digest == opened_key.digest
+    restored = _open(plugins, ledger, store, config)
+    assert restored["gate"]["mode"] == "reused"
+    assert restored["gate"]["reused_from"] == restarted_at
 
 
 def test_a_manifest_rewritten_between_the_gate_lookup_and_the_load(

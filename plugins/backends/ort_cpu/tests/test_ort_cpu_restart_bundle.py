@@ -11,13 +11,24 @@ Then a worker is SIGKILLed and restarted (``restart = "on-failure"``):
 * verified in place (``stage_bundle = false``): there are no kept bytes, so the restart is
   refused with ``BundleChanged`` naming the manifest and both sha256s; the replica stays
   ``failed`` with that reason and nothing charged;
-* an unchanged bundle restarts as before, from the kept copy (no second copy made).
+* an unchanged bundle restarts as before, from the kept copy (no second copy made);
+* a stage with candidates restarts each candidate on its bundle as the stage opened with
+  it: a candidate refused at open whose bundle was rewritten since is refused
+  (``BundleChanged``), and the fallback serves the copy it opened on; a candidate the open
+  never tried is refused too when its bundle was rewritten since the open;
+* verified in place, the plan judges the evidence on the manifest the stage verified
+  (its pin keeps it), the expected outputs hashed on disk against it: a rewrite since
+  neither takes the label away nor lends it one;
+* the pin follows the stage's load, not the thread: a plugin whose load verifies its
+  bundle on a thread of its own (``ort-cpu-thread`` below: the real hooks, the load run
+  on another thread) is pinned as well.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,23 +38,29 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from edge_core import hookimpl
 from edge_core.artifacts import create_manifest, verify_bundle
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
-from edge_core.plugins import PluginSet
+from edge_core.plugins import PluginSet, load_plugins
 from edge_core.runtime import Pipeline, StageState
 from edge_core.runtime.stage_runtime import StageRuntime
+from edge_core.stage import StageContext
 from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.controller import OrtStage
+from edge_ort.plugin_base import OrtPlugin
 
 from .conftest import EXAMPLE_X
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 
-def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> str:
+def write_scale_bundle(directory: Path, k: float, *, expected: bool = True,
+                       expected_k: float | None = None) -> str:
     """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256.
 
-    Without ``expected`` the manifest names no expected outputs (the file is left out).
+    Without ``expected`` the manifest names no expected outputs (the file is left out);
+    ``expected_k`` makes them ``expected_k * x`` instead (a bundle its gate refuses).
     """
     directory.mkdir(exist_ok=True)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
@@ -57,7 +74,8 @@ def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> s
     np.savez(directory / "example_inputs.npz", x=EXAMPLE_X)
     if expected:
         np.savez(directory / "expected.npz",
-                 y=(EXAMPLE_X * np.float32(k)).astype(np.float32))
+                 y=(EXAMPLE_X * np.float32(k if expected_k is None else expected_k)
+                    ).astype(np.float32))
     else:
         (directory / "expected.npz").unlink(missing_ok=True)
     create_manifest(directory, component="scale", example_inputs="example_inputs.npz",
@@ -68,8 +86,9 @@ def write_scale_bundle(directory: Path, k: float, *, expected: bool = True) -> s
 
 def open_scale(plugins: PluginSet, ledger: ResourceLedger, bundle: Path,
                **stage: Any) -> Pipeline:
+    backend = stage.pop("backend", "ort-cpu")
     config = load_pipeline({"name": "r", "stages": [
-        {"id": "s", "backend": {"name": "ort-cpu", "options": stage.pop("options", {})},
+        {"id": "s", "backend": {"name": backend, "options": stage.pop("options", {})},
          "manifest": str(bundle), "restart": "on-failure", "restart_backoff_s": 0.0,
          **stage}]})
     return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
@@ -206,4 +225,185 @@ def test_the_plan_judges_the_evidence_of_the_bundle_that_serves_not_the_rewrite(
         assert settled(lambda: restarted(only) and only.state is StageState.READY)
         assert evidence() == opened
         np.testing.assert_array_equal(served_by(only)[0], EXAMPLE_X * 2)
+    assert ledger.is_empty()
+
+
+class ThreadedOrtPlugin(OrtPlugin):
+    """ort-cpu whose load — its bundle's verification included — runs on a thread of its own.
+
+    The real hooks and the real ``OrtStage.open``; only the thread differs. The names of
+    the threads its loads ran on are kept in :attr:`threads`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(backend="ort-cpu-thread", target="CPUExecutionProvider",
+                         description="ort-cpu, loaded on a thread of its own",
+                         distribution="test")
+        self.threads: list[str] = []
+
+    @hookimpl
+    def edge_load(self, stage: StageContext) -> OrtStage:
+        """``OrtStage.open`` on a new thread; its error re-raised here."""
+        done: dict[str, Any] = {}
+
+        def load() -> None:
+            self.threads.append(threading.current_thread().name)
+            try:
+                done["loaded"] = OrtStage.open(stage, self.load_config(stage.options, stage),
+                                               self.device_id(stage.options))
+            except BaseException as error:  # handed to the hook's thread
+                done["error"] = error
+
+        thread = threading.Thread(target=load, name=f"own-load-{stage.generation}")
+        thread.start()
+        thread.join()
+        if "error" in done:
+            raise done["error"]
+        return done["loaded"]
+
+
+@pytest.fixture
+def threaded() -> tuple[ThreadedOrtPlugin, PluginSet]:
+    plugin = ThreadedOrtPlugin()
+    return plugin, load_plugins(objects={"ort-cpu-thread": plugin},
+                                env={"EDGE_PLUGINS": "ort-cpu"})
+
+
+def test_a_plugin_verifying_on_a_thread_of_its_own_restarts_on_the_copy_it_opened(
+        threaded: tuple[ThreadedOrtPlugin, PluginSet], ledger: ResourceLedger,
+        tmp_path: Path) -> None:
+    plugin, plugins = threaded
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, backend="ort-cpu-thread") as pipeline:
+        (only,) = pipeline.stages
+        before = manifests(pipeline)
+        assert before[0][0] == opened and Path(before[0][1]) != bundle
+        write_scale_bundle(bundle, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY), (
+            only.state, only.closed_reason)
+        y, generation = served_by(only)
+        np.testing.assert_array_equal(y, EXAMPLE_X * 2)  # the copy it opened, not 3 * x
+        assert generation == 2
+        assert manifests(pipeline) == before
+    assert plugin.threads == ["own-load-1", "own-load-2"]  # each load on its own thread
+    assert not Path(before[0][1]).exists()
+    assert ledger.is_empty()
+
+
+def test_a_plugin_verifying_on_a_thread_of_its_own_in_place_is_refused_a_rewrite(
+        threaded: tuple[ThreadedOrtPlugin, PluginSet], ledger: ResourceLedger,
+        tmp_path: Path) -> None:
+    _plugin, plugins = threaded
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, backend="ort-cpu-thread", max_restarts=1,
+                    options={"stage_bundle": False}) as pipeline:
+        (only,) = pipeline.stages
+        rewritten = write_scale_bundle(bundle, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and not only.restarter.pending), only.state
+        assert only.state is StageState.FAILED
+        error = only.health().to_dict()["error"]
+        assert error["type"] == "BundleChanged"
+        assert opened in error["message"] and rewritten in error["message"]
+        assert ledger.snapshot()["reservations"] == []
+    assert ledger.is_empty()
+
+
+def test_the_plan_of_a_stage_verified_in_place_judges_the_manifest_it_verified(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """In place there is no copy to read: the plan judges the evidence on the manifest
+    the stage verified when it loaded (kept by its pin), the expected outputs it names
+    hashed on disk against it. A manifest rewritten to name no expected outputs does not
+    take the label away; expected outputs rewritten since (a consistent 3 * x bundle,
+    which the disk alone would call complete) are not counted."""
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    with open_scale(plugins, ledger, bundle, options={"stage_bundle": False}) as pipeline:
+
+        def evidence() -> tuple[str, str]:
+            entry = pipeline.execution_plan()["stages"][0]
+            return entry["evidence"], entry["evidence_basis"]
+
+        opened = evidence()
+        assert opened[0] == "complete-model"
+        create_manifest(bundle, component="scale", example_inputs="example_inputs.npz",
+                        precision="fp32", exporter="onnx.helper", overwrite=True)
+        assert evidence() == opened  # the manifest that loaded names them
+        write_scale_bundle(bundle, 3.0)
+        label, basis = evidence()
+        assert label == "backend-execution"
+        assert "expected.npz: sha256 differs from the manifest" in basis
+    assert ledger.is_empty()
+
+
+def open_candidates(plugins: PluginSet, ledger: ResourceLedger, first: Path,
+                    second: Path) -> Pipeline:
+    """One stage, two ort-cpu candidates: ``first`` verified in place, then ``second``."""
+    config = load_pipeline({"name": "r", "selection": "first-passing", "stages": [
+        {"id": "s", "manifest": str(second), "restart": "on-failure",
+         "restart_backoff_s": 0.0, "max_restarts": 1, "candidates": [
+             {"backend": {"name": "ort-cpu", "options": {"stage_bundle": False}},
+              "manifest": str(first)},
+             {"backend": {"name": "ort-cpu"}}]}]})
+    return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+
+
+def tried(pipeline: Pipeline) -> list[tuple[str, str]]:
+    return [(c["outcome"], c["reason"] or "")
+            for c in pipeline.execution_plan()["stages"][0]["candidates"]]
+
+
+def test_a_restart_falls_back_to_the_candidate_it_opened_on_not_a_rewritten_first(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The first candidate is refused at open (its expected outputs are wrong); rewritten
+    since into one that would pass, a restart refuses it and the second candidate
+    restarts on the copy it opened on, whatever its own bundle on disk holds."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    refused_at_open = write_scale_bundle(first, 2.0, expected_k=5.0)
+    write_scale_bundle(second, 2.0)
+    with open_candidates(plugins, ledger, first, second) as pipeline:
+        (only,) = pipeline.stages
+        assert [outcome for outcome, _ in tried(pipeline)] == ["refused", "chosen"]
+        before = manifests(pipeline)
+        rewritten = write_scale_bundle(first, 3.0)  # consistent now: its gate would pass
+        write_scale_bundle(second, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and only.state is StageState.READY), (
+            only.state, only.closed_reason)
+        y, generation = served_by(only)
+        np.testing.assert_array_equal(y, EXAMPLE_X * 2)  # never the rewritten 3 * x
+        assert generation == 2
+        (refusal, reason), (chosen, _) = tried(pipeline)
+        assert (refusal, chosen) == ("refused", "chosen")
+        assert reason.startswith("BundleChanged")
+        assert refused_at_open in reason and rewritten in reason
+        assert manifests(pipeline) == before  # the second candidate's copy, as opened
+    assert ledger.is_empty()
+
+
+def test_a_restart_refuses_a_candidate_never_tried_whose_bundle_was_rewritten(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    """The second candidate was never tried at open (the first passed): its manifest as
+    read when the stage opened is the one a restart may load, else BundleChanged."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_scale_bundle(first, 2.0)
+    opened = write_scale_bundle(second, 2.0)
+    with open_candidates(plugins, ledger, first, second) as pipeline:
+        (only,) = pipeline.stages
+        assert [outcome for outcome, _ in tried(pipeline)] == ["chosen"]
+        write_scale_bundle(first, 3.0)
+        rewritten = write_scale_bundle(second, 3.0)
+        kill(only)
+        assert settled(lambda: restarted(only) and not only.restarter.pending), only.state
+        assert only.state is StageState.FAILED
+        error = only.health().to_dict()["error"]
+        assert error["type"] == "CandidatesRefused"
+        reasons = [reason for _, reason in tried(pipeline)]
+        assert [r.split(":")[0] for r in reasons] == ["BundleChanged", "BundleChanged"]
+        assert opened in reasons[1] and rewritten in reasons[1]
+        assert str(second / "edge-manifest.json") in reasons[1]
+        assert ledger.snapshot()["reservations"] == []
     assert ledger.is_empty()

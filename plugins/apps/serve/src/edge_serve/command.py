@@ -107,9 +107,10 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         help="the most connections open at once; past it a new one closes "
                         "the one that has waited longest for a request (idle), or is closed "
                         "at once when every one has a request running (default: what the "
-                        "open-file limit holds, two files a connection, after the server's "
-                        "own and 64 spare; the soft limit is raised to the hard one, at "
-                        "most 65536, at start). More than the limit holds is refused")
+                        "open-file limit holds once the pipelines are open, two files a "
+                        "connection, after the server's own, 64 spare and one a request "
+                        "thread; the soft limit is raised to the hard one, at most 65536, "
+                        "at start). More than the limit holds is refused (exit 2)")
     parser.add_argument("--queue-length", action="append", default=[], metavar="N",
                         help="requests that may wait for a pipeline's admission when it is "
                         "full (default 64; 0: refuse at once); NAME=N for pipeline NAME only; "

@@ -203,16 +203,19 @@ def test_more_idle_connections_than_the_open_file_limit_leave_real_requests_serv
 def test_at_the_cap_the_connection_idle_longest_is_closed_for_a_new_one(
         capped: Served) -> None:
     """At ``--max-connections`` a new connection closes the one that has waited longest
-    for a request head — here the first opened, then the second — and is served; the
-    others stay open."""
+    for a request head — here the first opened (silent), then the second (part of a head
+    sent: a slow head) — and is served; the others stay open."""
     request = b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n"
     with _unpooled(capped) as client:
         evicted = _connections(client)["edge_connections_evicted_total"]
         _settled(lambda: _connections(client)["edge_connections_open"], 1.0)
         idle = []
-        for _ in range(CAP):
+        for index in range(CAP):
             idle.append(socket.create_connection(_address(capped), timeout=10))
+            if index == 1:
+                idle[-1].sendall(request[:20])
             time.sleep(0.05)
+        time.sleep(1.5)  # the sweep (every second) has seen them all waiting
         fresh = []
         try:
             for first in range(2):

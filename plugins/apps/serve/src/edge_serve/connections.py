@@ -44,6 +44,7 @@ import math
 import os
 import socket
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ class ConnectionCap:
         self.evicted = 0
         self._heads = heads
         self._evicting: set[int] = set()
-        self._candidates: list[tuple[Any, object]] = []  # the longest waiting last
+        # (connection, what it waits after) weakly held, the longest waiting last: a list
+        # left over keeps no closed connection alive
+        self._candidates: list[tuple[weakref.ref[Any], weakref.ref[Any] | None]] = []
         self._listed_at = -math.inf
         self._listed_found = True  # the last listing found a connection waiting
         self._listed_size = 0  # how many connections were open at the last listing
@@ -160,7 +163,7 @@ class ConnectionCap:
         On :data:`EVICT` the connection that has waited longest for a head is closed.
         """
         if verdict == EVICT:
-            victim, _ = self._candidates.pop()
+            victim: Any = self._candidates.pop()[0]()  # alive: verdict() just found it
             transport = victim.transport
             self._evicting.add(transport.get_extra_info("socket").fileno())
             transport.abort()  # idle: nothing of an answer is lost
@@ -181,8 +184,11 @@ class ConnectionCap:
         heads = self._heads
         while True:
             while self._candidates:
-                connection, after = self._candidates[-1]
-                if heads.still_waits(connection, after):
+                connection_ref, after_ref = self._candidates[-1]
+                connection = connection_ref()
+                after = None if after_ref is None else after_ref()
+                if connection is not None and (after_ref is None or after is not None) \
+                        and heads.still_waits(connection, after):
                     return connection
                 self._candidates.pop()
             now = time.monotonic()
@@ -190,7 +196,9 @@ class ConnectionCap:
                 return None
             self._listed_at = now
             self._listed_size = len(heads.connections)
-            self._candidates = heads.waiting()[::-1]
+            self._candidates = [(weakref.ref(connection), None if after is None
+                                 else weakref.ref(after))
+                                for connection, after in reversed(heads.waiting())]
             self._listed_found = bool(self._candidates)
             if not self._candidates:
                 return None

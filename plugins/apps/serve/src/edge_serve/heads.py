@@ -215,10 +215,9 @@ class SlowHeads:
     def waiting(self) -> list[tuple[Any, object]]:
         """The connections waiting for a request head, the longest waiting first.
 
-        Each with what it waits after (for :meth:`still_waits`). How long one has waited
-        is the sweep's note (since it was first seen waiting after its last answer),
-        else, before any request, since its opening; one that waits after an answer the
-        sweep has not yet seen counts as waiting from now.
+        Each with what it waits after (for :meth:`still_waits`). One that has had no
+        request has waited since its opening; one that has, since the sweep first saw it
+        waiting after its last answer (from now, if the sweep has not yet seen it).
         """
         now = time.monotonic()
         seen = self._seen
@@ -227,13 +226,11 @@ class SlowHeads:
             after = _waiting_since(connection)
             if after is _BUSY:
                 continue
-            noted = seen.get(connection)
-            if noted is not None and noted[0] is after:
-                since = noted[1]
-            elif after is None:
+            if after is None:
                 since = getattr(connection, "opened_at", now)
             else:
-                since = now
+                noted = seen.get(connection)
+                since = noted[1] if noted is not None and noted[0] is after else now
             found.append((since, connection, after))
         found.sort(key=lambda entry: entry[0])
         return [(connection, after) for _, connection, after in found]

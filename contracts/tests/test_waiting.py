@@ -15,6 +15,7 @@ from edge_contracts.waiting import (
     SPIN_ENV,
     ReadableWait,
     WaitSamples,
+    readable,
     spin_override_us,
     spin_us_from_env,
 )
@@ -335,3 +336,38 @@ def test_an_ungated_wait_spins_whatever_came_before(pair):
     wait.gated = True  # gated again: long waits count again
     slow_replies(wait, a, b)
     assert not wait.spinning
+
+
+@pytest.fixture
+def past_fd_setsize():
+    """Room for descriptors numbered past select's FD_SETSIZE (1024): the soft open-file
+    limit raised to 1600 for the test when lower (skipped when the hard one is lower)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1600:
+        if hard != resource.RLIM_INFINITY and hard < 1600:
+            pytest.skip(f"the open-file limit's hard bound is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1600, hard))
+    yield 1500
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_readable_takes_a_descriptor_past_fd_setsize_data_hangup_and_timeout(
+        pair, past_fd_setsize):
+    """select() refuses a descriptor numbered past 1024 (ValueError): ``readable`` polls,
+    so a process holding many files still sees its channels."""
+    a, b = pair
+    high = os.dup2(a.fileno(), past_fd_setsize)
+    try:
+        started = time.monotonic()
+        assert readable(high, 0.1) is False
+        assert time.monotonic() - started >= 0.09
+        b.send(b"x")
+        assert readable(high, 1.0) is True
+        a.recv(1)
+        assert readable(high, 0.0) is False
+        b.close()
+        assert readable(high, 1.0) is True  # hung up: a read would see the end
+    finally:
+        os.close(high)

@@ -40,6 +40,7 @@ __all__ = [
     "SPIN_ENV",
     "ReadableWait",
     "WaitSamples",
+    "readable",
     "spin_override_us",
     "spin_us_from_env",
 ]
@@ -54,6 +55,18 @@ MAX_SPIN_US = 100_000
 """The largest budget accepted anywhere (an override above it is clipped to it)."""
 
 _WEIGHT = 0.25  # of the newest observation in the running average
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` is readable (or hung up, or in error) within ``timeout_s`` seconds.
+
+    ``poll``, not ``select``: ``select`` refuses a descriptor numbered past ``FD_SETSIZE``
+    (1024), which a process that holds many files (a server's connections) hands out.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    events = poller.poll(max(0, math.ceil(timeout_s * 1000)))
+    return any(event & ~select.POLLNVAL for _, event in events)
 
 
 def spin_override_us() -> int | None:

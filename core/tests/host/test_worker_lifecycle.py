@@ -289,3 +289,36 @@ def test_an_output_beyond_the_channels_max_io_bytes_is_refused_before_its_payloa
     with pytest.raises(ProtocolViolation, match=r"max_io_bytes 65536"):
         call.result(timeout=20)
     assert client.health().state == "lost"
+
+
+@pytest.fixture
+def many_files():
+    """This process holding files up to past select's FD_SETSIZE (1024), as a server with
+    many connections does: every descriptor opened next is numbered above 1100 (the soft
+    open-file limit raised to 1600 for the test when lower)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1600:
+        if hard != resource.RLIM_INFINITY and hard < 1600:
+            pytest.skip(f"the open-file limit's hard bound is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1600, hard))
+    held = [os.open(os.devnull, os.O_RDONLY)]
+    while held[-1] < 1100:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    try:
+        yield held
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_worker_starts_and_is_watched_when_its_channel_is_numbered_past_1024(
+        many_files, start):
+    """The hello was awaited with select(), which refuses a descriptor past FD_SETSIZE
+    (ValueError): a stage restarted by a server holding over a thousand connections could
+    not start. Its channel is polled now."""
+    client = start()
+    assert client.identity.pid > 0
+    assert client.submit(request("r1"), {"x": np.ones(4)}).result(timeout=10) is not None

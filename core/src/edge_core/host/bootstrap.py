@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import shutil
 import socket
 import subprocess
@@ -42,7 +41,7 @@ from edge_contracts.shm import (
     retained_cap_for,
     sweep,
 )
-from edge_contracts.waiting import MAX_SPIN_US
+from edge_contracts.waiting import MAX_SPIN_US, readable
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
 from edge_contracts.worker_protocol import BootConfig, boot_frame
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
@@ -311,8 +310,7 @@ def _await_hello(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise BootstrapRefused("hello", f"not received within {timeout_s} s", popen.pid)
-        readable, _, _ = select.select([sock], [], [], min(remaining, 0.05))
-        if readable:
+        if readable(sock.fileno(), min(remaining, 0.05)):
             break
         if popen.poll() is not None:
             raise BootstrapRefused("hello", "worker exited before its hello", popen.returncode)

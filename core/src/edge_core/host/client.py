@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import select
 import shutil
 import socket
 import subprocess
@@ -58,7 +57,7 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import require_int, require_seconds
-from edge_contracts.waiting import ReadableWait
+from edge_contracts.waiting import ReadableWait, readable
 from edge_contracts.wire import Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
@@ -347,7 +346,7 @@ class WorkerClient:
         if self._frames.buffered:
             return True
         try:
-            return bool(select.select([self._sock], [], [], 0)[0])
+            return readable(self._sock.fileno(), 0.0)
         except (OSError, ValueError):  # closed meanwhile
             return False
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -180,17 +180,19 @@ def _alive(pid: int, created: float) -> bool:
 
 
 def start(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
-          start_timeout_s: float = 240.0) -> Served:
+          start_timeout_s: float = 240.0,
+          preexec: Callable[[], None] | None = None) -> Served:
     """Start ``edge serve --port 0 --json`` on the pipelines; the server once it listens.
 
     Both of its outputs are read by threads of their own while it runs (a worker's
-    runtime may log to the stdout it inherited: a full pipe would block it).
+    runtime may log to the stdout it inherited: a full pipe would block it). ``preexec``
+    runs in the child before ``edge`` does (to lower its open-file limit, say).
     """
     before = snapshot()
     command = [EDGE, "serve", *map(str, pipelines), "--port", "0", "--json", *extra]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, **(env or {})})
+                               env={**os.environ, **(env or {})}, preexec_fn=preexec)
     assert process.stderr is not None and process.stdout is not None
     lines: list[str] = []
     out: list[str] = []
@@ -230,9 +232,11 @@ def start(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | No
 @contextmanager
 def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
             start_timeout_s: float = 240.0, stop_timeout_s: float = 90.0,
-            stop_signal: signal.Signals = signal.SIGTERM) -> Iterator[Served]:
+            stop_signal: signal.Signals = signal.SIGTERM,
+            preexec: Callable[[], None] | None = None) -> Iterator[Served]:
     """Run ``edge serve`` on the pipelines until the block ends; check the shutdown."""
-    served = start(pipelines, *extra, env=env, start_timeout_s=start_timeout_s)
+    served = start(pipelines, *extra, env=env, start_timeout_s=start_timeout_s,
+                   preexec=preexec)
     try:
         yield served
     finally:

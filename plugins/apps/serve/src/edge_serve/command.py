@@ -41,8 +41,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from edge_core.runtime.pipeline import Pipeline
+    from edge_serve.connections import CappedListener, ConnectionCap
     from edge_serve.draining import Drain
     from edge_serve.heads import SlowHeads
+    from edge_serve.open_files import OpenFileLimit
 
 __all__ = ["NAME", "register", "serve"]
 
@@ -100,6 +102,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "end of its last answer, with 408 when part of one arrived (a client "
                         "that trickles its head, or an idle one); default 10, above 0, at "
                         "most 3600")
+    parser.add_argument("--max-connections", type=common.positive_int, default=None,
+                        metavar="N",
+                        help="the most connections open at once; past it a new one closes "
+                        "the one that has waited longest for a request (idle), or is closed "
+                        "at once when every one has a request running (default: what the "
+                        "open-file limit holds once the pipelines are open, two files a "
+                        "connection, after the server's own, 64 spare and one a request "
+                        "thread; the soft limit is raised to the hard one, at most 65536, "
+                        "at start). More than the limit holds is refused (exit 2)")
     parser.add_argument("--queue-length", action="append", default=[], metavar="N",
                         help="requests that may wait for a pipeline's admission when it is "
                         "full (default 64; 0: refuse at once); NAME=N for pipeline NAME only; "
@@ -285,12 +296,15 @@ def _not_loaded(plugin_errors: list[dict[str, Any]]) -> str:
     return f"; plugins that did not load: {names} (GET /health lists them as plugin_errors)"
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int) -> CappedListener:
+    """The listening socket: its accept() keeps to the connection cap once it is set."""
+    from edge_serve.connections import CappedListener
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY on accepted connections only
     # when the listening socket says TCP; with proto 0 every response waited on the
     # client's delayed ACK (~40 ms a request).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = CappedListener(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -301,6 +315,48 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(False)
     return sock
+
+
+def _max_connections(asked: int | None, limit: OpenFileLimit, threads: int) -> int:
+    """``--max-connections``, else what the open-file limit holds (more: exit 2).
+
+    Counted once the pipelines are open: the files the server holds then (their
+    channels among them), ``SPARE_FILES`` more and one for each request thread
+    (``threads``) are kept free, and each connection may hold two. A refusal names
+    these figures.
+    """
+    from edge_serve.connections import SPARE_FILES, connection_room
+    from edge_serve.open_files import OPEN_FILES_CEILING, files_in_use
+
+    in_use = files_in_use() or 0
+    spare = SPARE_FILES + threads
+    if limit.soft is None:  # no limit to keep to (Windows, or unlimited)
+        return asked if asked is not None else connection_room(OPEN_FILES_CEILING, in_use,
+                                                               spare)
+    room = connection_room(limit.soft, in_use, spare)
+    held = (f"the open-file limit is {limit.soft} (hard {limit.hard or 'unlimited'}), "
+            f"{in_use} held by the server and its pipelines' channels, {spare} kept spare, "
+            f"2 a connection")
+    if asked is None and room < 1:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--max-connections: no connection "
+                                   f"fits: {held}; raise the limit (ulimit -n)")
+    if asked is not None and asked > room:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--max-connections: at most "
+                                   f"{max(room, 0)} fit: {held}; raise the limit (ulimit "
+                                   f"-n) or ask for fewer: {asked}")
+    return asked if asked is not None else room
+
+
+def _files_line(limit: OpenFileLimit, max_connections: int) -> str:
+    """The start-up line about the open-file limit and the connection cap."""
+    if limit.soft is None:
+        files = "no open-file limit to raise"
+    elif limit.raised:
+        files = (f"open-file limit raised from {limit.before} to {limit.soft} (hard "
+                 f"{limit.hard or 'unlimited'})")
+    else:
+        files = f"open-file limit {limit.soft} (hard {limit.hard or 'unlimited'})"
+    return f"{files}; at most {max_connections} connections (--max-connections)"
 
 
 def _cancel_all(pipelines: list[Pipeline]) -> dict[str, Any]:
@@ -352,9 +408,11 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from edge_serve.app import ServerState, build_app
+    from edge_serve.connections import ConnectionCap
     from edge_serve.draining import UVICORN_MARGIN_S, Drain
     from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
     from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S, SlowHeads, bounded_protocol
+    from edge_serve.open_files import raise_open_file_limit
     from edge_serve.served import ServedPipeline, private_upload_dir
 
     if args.max_body_bytes < 1:
@@ -378,6 +436,7 @@ def serve(args: argparse.Namespace) -> int:
 
     configs = _configs(args.pipelines)
     queues = queue_policies(args, [config.name for config in configs])
+    limit = raise_open_file_limit()  # before any worker starts: they inherit it
     sock = _bind(args.host, args.port)
     executors: list[ThreadPoolExecutor] = []
     upload_dir = private_upload_dir()
@@ -385,12 +444,16 @@ def serve(args: argparse.Namespace) -> int:
     plugin_errors: list[dict[str, Any]] = []
     stopped = False
     drain = Drain(args.grace)
+    cap: ConnectionCap | None = None
     try:
         _unwind_on_sigterm()
         ledger, pipelines = _open(configs, say, plugin_errors)
         served = {}
+        threads = 0
         for pipeline in pipelines:
-            executor = ThreadPoolExecutor(max_workers=2 * pipeline.config.admission + 2,
+            workers = 2 * pipeline.config.admission + 2
+            threads += workers
+            executor = ThreadPoolExecutor(max_workers=workers,
                                           thread_name_prefix=f"edge-serve-{pipeline.config.name}")
             executors.append(executor)
             served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
@@ -400,12 +463,17 @@ def serve(args: argparse.Namespace) -> int:
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
         # the end of the grace period, so uvicorn finds nothing to cut. The protocol is
-        # named (auto picks it too): the sweep of slow heads reads its state.
+        # named (auto picks it too): the sweep of slow heads reads its state. The loop is
+        # asyncio's own, also where uvloop is installed: its accept() calls are the
+        # listening socket's, which keeps to the connection cap (uvloop accepts by itself).
         protocol = bounded_protocol(on_refused=state.metrics.count_head_too_large)
-        config = uvicorn.Config(app, http=protocol, log_level="warning", access_log=False,
-                                lifespan="off",
+        config = uvicorn.Config(app, http=protocol, loop="asyncio", log_level="warning",
+                                access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
         heads = SlowHeads(header_timeout, on_close=state.metrics.count_header_timeout)
+        cap = ConnectionCap(_max_connections(args.max_connections, limit, threads), heads)
+        sock.cap = cap
+        state.metrics.watch_connections(cap)
         server = _Server(config, drain, heads)
         server.stop_on_signals()
         # What start-up made (modules, plugins, the opened pipelines) lives as long as the
@@ -413,6 +481,7 @@ def serve(args: argparse.Namespace) -> int:
         # full passes would otherwise walk all of it again and again while requests wait.
         gc.collect()
         gc.freeze()
+        say(_files_line(limit, cap.limit))
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         say(f"listening on http://{shown}:{port} ({', '.join(served)})"
@@ -439,9 +508,12 @@ def serve(args: argparse.Namespace) -> int:
         and (stage.get("retire") is None or stage["retire"].get("verified") is True)
         for summary in closed.values() for stage in summary.values())
     retire_s = _retire_times(closed)
+    connections = None if cap is None else {"max": cap.limit, "refused": cap.refused,
+                                            "evicted": cap.evicted}
     report = {"ok": clean and not stopped, "stopped_before_serving": stopped,
               "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
-              "ledger_after_close": snapshot, "plugin_errors": plugin_errors, **cancel}
+              "ledger_after_close": snapshot, "plugin_errors": plugin_errors,
+              "open_files": limit.to_json(), "connections": connections, **cancel}
     if args.json:
         common.print_json(report)
     else:

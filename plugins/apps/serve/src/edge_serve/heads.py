@@ -113,7 +113,8 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
     """The httptools protocol of uvicorn with each request head bounded to ``limit`` bytes.
 
     ``on_refused`` is told of each connection refused 431. A request pays two calls more
-    (the head's begin and end); each read one comparison.
+    (the head's begin and end); each read one comparison; a connection notes when it
+    opened (:meth:`SlowHeads.waiting` orders by it).
     """
     if limit < 1:
         raise ValueError(f"limit: must be at least 1 byte: {limit!r}")
@@ -126,6 +127,11 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
         head_open = False  # between a head's begin and its end
         head_begun = False  # a head began during the read being parsed
         head_bytes = 0  # of the open head, in reads that lay wholly inside it
+        opened_at = 0.0  # time.monotonic() at the connection's opening
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            self.opened_at = time.monotonic()
+            super().connection_made(transport)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -200,6 +206,39 @@ class SlowHeads:
             self._timer.cancel()
             self._timer = None
         self._seen = {}
+
+    @property
+    def connections(self) -> Collection[Any]:
+        """The server's open connections (uvicorn's live set; empty before :meth:`start`)."""
+        return self._connections
+
+    def waiting(self) -> list[tuple[Any, object]]:
+        """The connections waiting for a request head, the longest waiting first.
+
+        Each with what it waits after (for :meth:`still_waits`). One that has had no
+        request has waited since its opening; one that has, since the sweep first saw it
+        waiting after its last answer (from now, if the sweep has not yet seen it).
+        """
+        now = time.monotonic()
+        seen = self._seen
+        found = []
+        for connection in self._connections:
+            after = _waiting_since(connection)
+            if after is _BUSY:
+                continue
+            if after is None:
+                since = getattr(connection, "opened_at", now)
+            else:
+                noted = seen.get(connection)
+                since = noted[1] if noted is not None and noted[0] is after else now
+            found.append((since, connection, after))
+        found.sort(key=lambda entry: entry[0])
+        return [(connection, after) for _, connection, after in found]
+
+    @staticmethod
+    def still_waits(connection: Any, after: object) -> bool:
+        """Whether ``connection`` still waits for a head after the same answer (or none)."""
+        return _waiting_since(connection) is after
 
     def _sweep(self) -> None:
         now = time.monotonic()

@@ -19,6 +19,15 @@ Counted as requests are served:
 * ``edge_header_too_large_total`` — connections refused 431 for a request head over
   :data:`~edge_serve.heads.MAX_HEAD_BYTES`.
 
+Counted by the connection cap (:mod:`edge_serve.connections`), read at each scrape:
+
+* ``edge_connections_refused_total`` — connections closed as soon as they were accepted,
+  the cap reached and every connection busy;
+* ``edge_connections_evicted_total`` — idle connections (waiting for a request head)
+  closed to make room for a new one at the cap;
+* ``edge_connections_open`` / ``edge_connections_limit`` — connections open now, and the
+  cap (``--max-connections``).
+
 Read from the runtime at each scrape:
 
 * ``edge_ledger_reserved_bytes{pool}`` / ``edge_ledger_capacity_bytes{pool}`` /
@@ -39,6 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from edge_core.ledger import ResourceLedger
+from edge_serve.connections import ConnectionCap
 from edge_serve.served import ServedPipeline
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
@@ -108,6 +118,27 @@ class _RuntimeCollector(Collector):
                     waiting, limit)
 
 
+class _ConnectionCollector(Collector):
+    """The connection cap's counts, read at scrape time (nothing is counted twice)."""
+
+    def __init__(self, cap: ConnectionCap) -> None:
+        self._cap = cap
+
+    def collect(self) -> Iterator[Metric]:
+        cap = self._cap
+        yield CounterMetricFamily("edge_connections_refused",
+                                  "Connections closed as soon as they were accepted: the cap "
+                                  "reached and every connection busy", value=cap.refused)
+        yield CounterMetricFamily("edge_connections_evicted",
+                                  "Idle connections (waiting for a request head) closed to "
+                                  "make room for a new one at the cap", value=cap.evicted)
+        yield GaugeMetricFamily("edge_connections_open", "Connections open now",
+                                value=cap.open)
+        yield GaugeMetricFamily("edge_connections_limit",
+                                "The most connections open at once (--max-connections)",
+                                value=cap.limit)
+
+
 class ServerMetrics:
     """The server's metrics and their registry."""
 
@@ -144,6 +175,10 @@ class ServerMetrics:
                                         "Connections refused 431 for a request head over "
                                         "the server's bound", registry=self.registry)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
+
+    def watch_connections(self, cap: ConnectionCap) -> None:
+        """Read the connection cap's counts at each scrape (once; it counts them itself)."""
+        self.registry.register(_ConnectionCollector(cap))
 
     def count_header_timeout(self, answer: str) -> None:
         """Count one connection closed for a slow head (``answer``: ``408`` or ``closed``)."""

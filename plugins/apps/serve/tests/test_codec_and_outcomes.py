@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
-from edge_serve.guards import BodyLimit
+from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
 from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
 from edge_serve.served import Answer, unencodable
@@ -315,8 +318,10 @@ def test_a_stalled_body_is_408_unless_an_answer_began_and_another_cancel_stays_o
         async def send(message: dict[str, object]) -> None:
             sent.append(message)
 
-        guard = BodyLimit(reading, 1024, timeout_s=0.05)
+        told: list[str] = []
+        guard = BodyLimit(reading, 1024, timeout_s=0.05, on_timeout=told.append)
         await asyncio.wait_for(guard(scope, receive, send), 5.0)
+        assert told == ["stalled"]
         assert sent[0]["status"] == 408
         assert (b"connection", b"close") in sent[0]["headers"]  # type: ignore[operator]
         body = sent[1]["body"]
@@ -360,3 +365,90 @@ def test_a_body_or_header_timeout_outside_0_to_an_hour_is_refused(timeout_s: flo
     with pytest.raises(ValueError, match=r"^header_timeout_s: must be a number of seconds > 0 "
                        r"and <= 3600: "):
         SlowHeads(timeout_s)
+
+
+def test_a_body_slower_than_the_minimum_rate_is_408_and_one_above_it_is_read_whole() -> None:
+    """The rate bound: a body still incomplete ``timeout_s`` after the head and one second
+    more for each ``min_rate`` bytes received is cut 408 (``BodyTooSlow``), though each of
+    its pieces came well within the stall timeout; a body sent at twice the rate, for
+    many times the timeout, is read whole."""
+    timeout_s, rate = 0.2, 200
+    length = 400
+
+    def trickling(piece: int, every_s: float) -> Callable[[], Awaitable[dict[str, object]]]:
+        left = length
+
+        async def receive() -> dict[str, object]:
+            nonlocal left
+            await asyncio.sleep(every_s)
+            left -= piece
+            return {"type": "http.request", "body": b"x" * piece, "more_body": left > 0}
+        return receive
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/pipelines/p/run",
+             "headers": [(b"content-length", str(length).encode())]}
+
+    async def scenario() -> None:
+        bodies: list[bytes] = []
+
+        async def reading(scope: object, receive: object, send: object) -> None:
+            body = b""
+            while True:
+                message = await receive()  # type: ignore[operator]
+                body += message["body"]
+                if not message["more_body"]:
+                    break
+            bodies.append(body)
+            await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
+                        "headers": []})
+            await send({"type": "http.response.body", "body": b""})  # type: ignore[operator]
+
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        told: list[str] = []
+        guard = BodyLimit(reading, 1024, timeout_s=timeout_s, min_rate=rate,
+                          on_timeout=told.append)
+        # 2 bytes every 20 ms: 100 bytes/s, each piece 10 times within the stall timeout
+        started = time.monotonic()
+        await asyncio.wait_for(guard(scope, trickling(2, 0.02), send), 10.0)
+        took = time.monotonic() - started
+        assert told == ["slow"] and bodies == []
+        assert sent[0]["status"] == 408
+        assert (b"connection", b"close") in sent[0]["headers"]
+        body = sent[1]["body"]
+        assert isinstance(body, bytes)
+        error = json.loads(body)["error"]
+        assert (error["code"], error["edge"]["kind"], error["edge"]["field"]) == (
+            "body_timeout", "BodyTooSlow", "body")
+        assert error["message"].startswith(
+            f"body: not complete within {timeout_s:g} s and one second more for each {rate} "
+            "bytes received (--body-timeout, --body-min-rate): a client sending too slowly: ")
+        assert f"bytes received of the {length} its Content-Length declares in " \
+            in error["message"]
+        received = int(error["message"].rsplit(": ", 1)[1].split()[0])
+        assert 0 < received < length
+        # cut once the deadline passed (within a sweep's tick), long before the whole body
+        assert timeout_s + received / rate <= took < timeout_s + received / rate + 0.5, took
+        assert guard.stalls.waiting == 0
+
+        sent.clear()
+        told.clear()
+        # 8 bytes every 20 ms: 400 bytes/s, twice the rate, for 5 times the timeout
+        started = time.monotonic()
+        await asyncio.wait_for(guard(scope, trickling(8, 0.02), send), 10.0)
+        assert time.monotonic() - started > 4 * timeout_s
+        assert told == [] and bodies == [b"x" * length]
+        assert [message.get("status") for message in sent] == [200, None]
+        assert guard.stalls.waiting == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("rate", [0, -1, MAX_BODY_MIN_RATE + 1, 1.5, True])
+def test_a_body_min_rate_outside_1_to_its_ceiling_is_refused(rate: object) -> None:
+    with pytest.raises(ValueError, match=r"^body_min_rate: must be a whole number of bytes a "
+                       rf"second from 1 to {MAX_BODY_MIN_RATE}: "):
+        StalledBodies(1.0, rate)  # type: ignore[arg-type]

@@ -35,13 +35,21 @@ NOT_INSTALLED_ERROR = {
 
 
 def test_the_timeouts_help_says_the_defaults_and_the_ceiling_the_server_uses() -> None:
-    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
+    from edge_serve.guards import (
+        DEFAULT_BODY_MIN_RATE,
+        DEFAULT_BODY_TIMEOUT_S,
+        MAX_BODY_MIN_RATE,
+        MAX_TIMEOUT_S,
+    )
     from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S
 
     done = subprocess.run([EDGE, "serve", "--help"], capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL, check=True)
     shown = " ".join(done.stdout.split())
-    assert f"default {DEFAULT_BODY_TIMEOUT_S:g}, above 0, at most {MAX_TIMEOUT_S:g})" in shown
+    assert f"default {DEFAULT_BODY_TIMEOUT_S:g}, above 0, at most {MAX_TIMEOUT_S:g} " \
+        "--body-min-rate BYTES" in shown
+    assert (f"default {DEFAULT_BODY_MIN_RATE} ({DEFAULT_BODY_MIN_RATE * 8 / 1000:g} kbit/s, "
+            f"as Apache's mod_reqtimeout), 1 to {MAX_BODY_MIN_RATE} ") in shown
     assert f"default {DEFAULT_HEADER_TIMEOUT_S:g}, above 0, at most {MAX_TIMEOUT_S:g} " \
         in shown
 
@@ -63,6 +71,14 @@ def test_usage_errors_exit_2_before_anything_is_opened(tmp_path: Path) -> None:
             assert (f"{option}: must be a number of seconds > 0 and <= 3600: "
                     f"{float(timeout)}") in done.stderr, done.stderr
             assert "opening" not in done.stderr
+    for rate in ("0", "-1", "1073741825"):
+        done = _serve(str(one), "--port", "0", "--body-min-rate", rate)
+        assert done.returncode == 2, (rate, done.stderr)
+        assert ("--body-min-rate: must be a whole number of bytes a second from 1 to "
+                f"1073741824: {rate}") in done.stderr, done.stderr
+        assert "opening" not in done.stderr
+    done = _serve(str(one), "--port", "0", "--body-min-rate", "1.5")
+    assert done.returncode == 2 and "--body-min-rate: invalid int value: '1.5'" in done.stderr
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

@@ -8,11 +8,13 @@ limit lowered (``resource.setrlimit`` before ``edge`` starts), or a small
 ``--max-connections``, and raw sockets open idle connections past them, or hold requests
 open: a real request is still served within a bound, idle connections are closed for it
 longest-waiting first, a connection that finds every one busy is closed at once, the
-counts show on ``/metrics``, and the server's descriptors return to their baseline.
+counts show on ``/metrics``, and the server's descriptors return to their baseline. A
+cap filled by clients trickling their bodies frees itself by the body's rate bound.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -69,6 +71,24 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``plain`` (echo) under ``--max-connections CAP``."""
     folder = tmp_path_factory.mktemp("capped")
     with running([echo_pipeline(folder, "plain")], "--max-connections", str(CAP)) as served:
+        yield served
+
+
+BODY_TIMEOUT_S = 1.0
+"""``--body-timeout`` of the ``trickled`` server."""
+
+BODY_MIN_RATE = 1000
+"""``--body-min-rate`` of the ``trickled`` server (bytes a second)."""
+
+
+@pytest.fixture(scope="module")
+def trickled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``plain`` (echo) under ``--max-connections CAP``, a short ``--body-timeout`` and
+    ``--body-min-rate``."""
+    folder = tmp_path_factory.mktemp("trickled")
+    with running([echo_pipeline(folder, "plain")], "--max-connections", str(CAP),
+                 "--body-timeout", str(BODY_TIMEOUT_S), "--body-min-rate",
+                 str(BODY_MIN_RATE)) as served:
         yield served
 
 
@@ -269,6 +289,68 @@ def test_at_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once(
         >= 3
     assert now["edge_connections_evicted_total"] == counts["edge_connections_evicted_total"]
     _no_accept_errors(capped)
+
+
+def test_a_cap_filled_by_bodies_trickled_within_the_body_timeout_frees_itself(
+        trickled: Served) -> None:
+    """A slow-body attack ("R-U-Dead-Yet"): clients that send a body a byte at a time,
+    each within ``--body-timeout``, have requests running, so none is closed for a new
+    connection; enough of them filled the cap, and every new connection was refused for
+    as long as they went on. Now each is answered 408 once its body is slower than
+    ``--body-min-rate`` allows, and closed (after lingering, though its client keeps it
+    open): the cap frees itself within the bound, and a new client is served."""
+    from edge_serve.lingering import LINGER_S
+
+    head = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+    with _unpooled(trickled) as client:
+        counts = _connections(client)
+        cut = {sample.labels["reason"]: sample.value
+               for family in text_string_to_metric_families(client.get("/metrics").text)
+               for sample in family.samples if sample.name == "edge_body_timeouts_total"}
+        _settled(lambda: _connections(client)["edge_connections_open"], 1.0)
+    busy = [socket.create_connection(_address(trickled), timeout=10) for _ in range(CAP)]
+    try:
+        for sock in busy:
+            sock.sendall(head)
+        started = time.monotonic()
+        refused = 0
+        answers = [b""] * CAP
+        while time.monotonic() - started < 3 * BODY_TIMEOUT_S and not all(answers):
+            for index, sock in enumerate(busy):
+                if not answers[index]:
+                    sock.sendall(b" ")  # a byte each 50 ms: twenty within the body timeout
+                    sock.setblocking(False)
+                    with contextlib.suppress(BlockingIOError):
+                        answers[index] = sock.recv(65536)
+                    sock.setblocking(True)
+            if 0.3 <= time.monotonic() - started < 0.8 * BODY_TIMEOUT_S:  # all running
+                with socket.create_connection(_address(trickled), timeout=10) as late:
+                    assert _closed_by_server(late, 1.0)  # the cap full of running requests
+                refused += 1
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        assert refused >= 3
+        assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers), answers
+        assert BODY_TIMEOUT_S <= took < 2 * BODY_TIMEOUT_S + 1.0, took
+        # the trickling clients keep their sockets open: the server closes them itself
+        assert all(_closed_by_server(sock, LINGER_S + 2.0) for sock in busy)
+        assert _health_within(trickled, 3.0) < 3.0
+        with _unpooled(trickled) as client:
+            assert client.post("/v1/pipelines/plain/run", json=X).status_code == 200
+            now = _connections(client)
+            metrics = client.get("/metrics").text
+    finally:
+        for sock in busy:
+            sock.close()
+    slow = [sample.value for family in text_string_to_metric_families(metrics)
+            for sample in family.samples if sample.name == "edge_body_timeouts_total"
+            and sample.labels["reason"] == "slow"]
+    assert slow == [cut["slow"] + CAP]
+    assert now["edge_connections_refused_total"] - counts["edge_connections_refused_total"] \
+        >= refused
+    assert now["edge_connections_evicted_total"] == counts["edge_connections_evicted_total"]
+    _no_accept_errors(trickled)
 
 
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one_and_said(tmp_path: Path) -> None:

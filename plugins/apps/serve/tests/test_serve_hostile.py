@@ -7,10 +7,11 @@ or 504 for a deadline — in the server's JSON form, never a 500, a traceback in
 a redirect; and after each, nothing is held: no request waits or runs, the ledger holds
 what it held before, no stage was called for a refused request, and the stage serves on.
 
-A second server (``strict``) has a short ``--body-timeout``, a pipeline whose ``finish``
-returns what strict JSON cannot carry for some inputs (:mod:`scores_finish`: the server
-side's fault, a 500 logged once) and a slow one; it takes raw sockets that send part of a
-body and wait, or half-close after their request. Its log is checked by its own tests.
+A second server (``strict``) has a short ``--body-timeout`` and a ``--body-min-rate``, a
+pipeline whose ``finish`` returns what strict JSON cannot carry for some inputs
+(:mod:`scores_finish`: the server side's fault, a 500 logged once) and a slow one; it
+takes raw sockets that send part of a body and wait, trickle a body, or half-close after
+their request. Its log is checked by its own tests.
 
 A third (``failing``) has two pipelines whose ``finish`` raises for some inputs
 (:mod:`failing_finish`): a 500 naming the finish and the error, its traceback logged once
@@ -49,6 +50,9 @@ PREPARE_S = 1.0
 BODY_TIMEOUT_S = 1.0
 """The ``strict`` server's ``--body-timeout``."""
 
+BODY_MIN_RATE = 256
+"""The ``strict`` server's ``--body-min-rate`` (bytes a second)."""
+
 SLOW_S = 1.0
 """How long a call of the ``strict`` server's ``slow`` pipeline takes."""
 
@@ -71,11 +75,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``scored`` (echo, then :mod:`scores_finish`) and ``slow`` (echo, ``SLOW_S`` a call)
-    under ``--body-timeout BODY_TIMEOUT_S``."""
+    under ``--body-timeout BODY_TIMEOUT_S --body-min-rate BODY_MIN_RATE``."""
     folder = tmp_path_factory.mktemp("strict")
     pipelines = [echo_pipeline(folder, "scored", head='finish = "scores_finish:finish"'),
                  echo_pipeline(folder, "slow", delay_s=SLOW_S)]
-    with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), env=_env()) as served:
+    with running(pipelines, "--body-timeout", str(BODY_TIMEOUT_S), "--body-min-rate",
+                 str(BODY_MIN_RATE), env=_env()) as served:
         yield served
 
 
@@ -450,8 +455,8 @@ def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_tim
     connection the client left open, held its request for ever. Now a JSON body, a
     multipart upload and a chunked body that stall are answered 408 once no more came
     for ``--body-timeout`` seconds, the connection is closed, and nothing was charged
-    (the body is read before the request waits for admission). A body that keeps coming,
-    in pieces each within the timeout but longer than it in all, is read whole."""
+    (the body is read before the request waits for admission); counted as stalled in
+    ``edge_body_timeouts_total``."""
     body = json.dumps(X).encode()
     boundary = "edgeboundary"
     form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
@@ -469,6 +474,7 @@ def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_tim
         before = _charged(client)
         _idle(before)
         counted = _outcomes(client)
+        cut = _body_timeouts(client)
         for sent, received in stalls:
             with socket.create_connection(_address(strict), timeout=30) as sock:
                 sock.sendall(sent)
@@ -491,19 +497,154 @@ def test_a_body_that_stops_short_on_an_open_connection_is_408_after_the_body_tim
         assert _charged(client) == before
         outcomes = _outcomes(client)
         assert outcomes["body_timeout"] - counted.get("body_timeout", 0.0) == len(stalls)
-        with socket.create_connection(_address(strict), timeout=30) as sock:
-            sock.sendall(_request_head("/v1/pipelines/scored/run", "application/json",
-                                       len(body)))
-            pieces = [body[i:i + 16] for i in range(0, len(body), 16)]
-            assert len(pieces) * BODY_TIMEOUT_S / 2 > 1.5 * BODY_TIMEOUT_S
-            for piece in pieces:
-                time.sleep(BODY_TIMEOUT_S / 2)
-                sock.sendall(piece)
-            sock.settimeout(30)
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += sock.recv(65536)
-        assert head.startswith(b"HTTP/1.1 200 "), head[:300]
+        now_cut = _body_timeouts(client)
+        assert (now_cut["stalled"] - cut["stalled"], now_cut["slow"] - cut["slow"]) == (
+            len(stalls), 0)
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def _body_timeouts(client: httpx.Client) -> dict[str, float]:
+    """``edge_body_timeouts_total`` by reason."""
+    return {sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for sample in family.samples if sample.name == "edge_body_timeouts_total"}
+
+
+TRICKLE_S = 0.05
+"""How often a trickling client sends one more byte of its body: twenty times within the
+``strict`` server's body timeout."""
+
+AFTER_THE_END = 10
+"""How many more bytes a trickling client sends once it read the end of the stream (half
+a second's worth, well within the server's lingering)."""
+
+
+def test_a_body_trickled_within_the_body_timeout_is_cut_at_the_minimum_rate(
+        strict: Served) -> None:
+    """``--body-timeout`` counts from each wait for more of a body: a client that sent a
+    byte each TRICKLE_S held its request and its connection for as long as it went on (a
+    slow-body attack). Now a body still incomplete ``--body-timeout`` seconds after its
+    head, plus one second for each ``--body-min-rate`` bytes received, is answered 408
+    (``BodyTooSlow``) — a JSON body, a multipart upload and a chunked body, each cut
+    within a sweep's tick of that bound. The client, still sending, is not reset: the
+    connection lingers, its bytes read and dropped, so it reads the whole answer and then
+    the end of the stream, and may send on for a while (closed at once, the server's
+    kernel would answer its next bytes with a reset: a broken pipe). Nothing was
+    charged; counted as ``slow``; the server serves on."""
+    boundary = "edgeboundary"
+    declared = 1 << 20
+    starts = [  # each head, and the start of its body sent with it
+        (_request_head("/v1/pipelines/scored/run", "application/json", declared), b"{"),
+        (_request_head("/v1/pipelines/scored/run", f"multipart/form-data; boundary={boundary}",
+                       declared),
+         (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+          'filename="x.txt"\r\n\r\n').encode()),
+        (_request_head("/v1/pipelines/scored/run", "application/json", None),
+         f"{declared:x}\r\n{{".encode()),
+    ]
+    begun = [len(start) for _, start in starts[:2]] + [1]  # the chunk's framing uncounted
+    heads = [head + start for head, start in starts]
+    values = [f"of the {declared} its Content-Length declares in ",
+              f"of the {declared} its Content-Length declares in ", "in "]
+    with httpx.Client(base_url=strict.url, timeout=30) as client:
+        before = _charged(client)
+        _idle(before)
+        counted = _outcomes(client)
+        cut = _body_timeouts(client)
+        socks = [socket.create_connection(_address(strict), timeout=30) for _ in heads]
+        sent = [0] * len(socks)
+        received = [b""] * len(socks)
+        answered_after: dict[int, float] = {}
+        sent_after_end = [0] * len(socks)
+        try:
+            for sock, head in zip(socks, heads, strict=True):
+                sock.sendall(head)
+                sock.setblocking(False)
+            started = time.monotonic()
+            while min(sent_after_end) < AFTER_THE_END:
+                now = time.monotonic() - started
+                assert now < BODY_TIMEOUT_S + 10.0, (answered_after, received)
+                for index, sock in enumerate(socks):
+                    if sent_after_end[index] >= AFTER_THE_END:
+                        continue
+                    if sent_after_end[index]:
+                        sent_after_end[index] += 1
+                    else:
+                        try:
+                            chunk = sock.recv(65536)
+                        except BlockingIOError:
+                            chunk = None
+                        if chunk == b"":  # the end of the stream, after the answer
+                            sent_after_end[index] = 1
+                        elif chunk:
+                            answered_after.setdefault(index, now)
+                            received[index] += chunk
+                    # on and on, also after the answer and its end: never reset
+                    sock.send(b" ")
+                    sent[index] += 1
+                time.sleep(TRICKLE_S)
+        finally:
+            for sock in socks:
+                sock.close()
+        for index, raw in enumerate(received):
+            status, headers, answer = _response(raw)
+            assert status == 408, raw[:300]
+            assert headers["connection"] == "close"
+            error = answer["error"]
+            assert (error["code"], error["edge"]["kind"], error["edge"]["field"]) == (
+                "body_timeout", "BodyTooSlow", "body"), error
+            prefix = (f"body: not complete within {BODY_TIMEOUT_S:g} s and one second more "
+                      f"for each {BODY_MIN_RATE} bytes received (--body-timeout, "
+                      "--body-min-rate): a client sending too slowly: ")
+            assert error["message"].startswith(prefix), error["message"]
+            value = error["message"][len(prefix):]
+            count, _, rest = value.partition(" bytes received ")
+            assert rest.startswith(values[index]), value
+            bound = BODY_TIMEOUT_S + int(count) / BODY_MIN_RATE
+            # more than the body timeout in all, each byte within it: only the rate cuts
+            took = answered_after[index]
+            assert bound <= took < bound + BODY_TIMEOUT_S / 4 + 1.0, (index, took, bound)
+            assert begun[index] <= int(count) <= begun[index] + sent[index]
+        assert _charged(client) == before
+        outcomes = _outcomes(client)
+        assert outcomes["body_timeout"] - counted.get("body_timeout", 0.0) == len(socks)
+        now_cut = _body_timeouts(client)
+        assert (now_cut["stalled"] - cut["stalled"], now_cut["slow"] - cut["slow"]) == (
+            0, len(socks))
+        assert client.get("/health").status_code == 200
+        assert client.post("/v1/pipelines/scored/run", json=X).status_code == 200
+    assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
+
+
+def test_a_body_at_a_slow_rate_above_the_minimum_and_a_large_body_are_read_whole(
+        strict: Served) -> None:
+    """A body that keeps coming at twice ``--body-min-rate``, in pieces each well within
+    the body timeout and for several times the timeout in all, is read whole and
+    answered; so is a body of megabytes sent at once (the rate bound is on time, never
+    on size). (``slow``: plain echo outputs.)"""
+    small = json.dumps({"inputs": {"x": _tensor(np.ones((16, 16), dtype=np.float32))}})
+    body = small.encode()
+    piece = 32
+    pause = piece / (2 * BODY_MIN_RATE)  # twice the minimum rate
+    with socket.create_connection(_address(strict), timeout=30) as sock:
+        sock.sendall(_request_head("/v1/pipelines/slow/run", "application/json",
+                                   len(body)))
+        started = time.monotonic()
+        for at in range(0, len(body), piece):
+            time.sleep(pause)
+            sock.sendall(body[at:at + piece])
+        took = time.monotonic() - started
+        status, _, answer = _one_response(sock)
+    assert took > 2 * BODY_TIMEOUT_S, took
+    assert status == 200, answer[:300]
+    assert json.loads(answer)["outputs"]["x"]["shape"] == [16, 16]
+    large = {"inputs": {"x": _tensor(np.ones((1024, 1024), dtype=np.float32))}}
+    with httpx.Client(base_url=strict.url, timeout=60) as client:
+        cut = _body_timeouts(client)
+        reply = client.post("/v1/pipelines/slow/run", json=large)
+        assert reply.status_code == 200, reply.text[:300]
+        assert reply.json()["outputs"]["x"]["shape"] == [1024, 1024]
+        assert _body_timeouts(client) == cut
     assert not any("Traceback" in line for line in strict.stderr), "".join(strict.stderr)
 
 

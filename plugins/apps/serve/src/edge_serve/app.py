@@ -37,6 +37,7 @@ from edge_serve.bodies import deadline_of, json_body, params_of, refuse_query
 from edge_serve.draining import Drain
 from edge_serve.forms import quiet_parser_log, read_form
 from edge_serve.guards import (
+    DEFAULT_BODY_MIN_RATE,
     DEFAULT_BODY_TIMEOUT_S,
     App,
     BearerAuth,
@@ -73,18 +74,22 @@ class ServerState:
     (413 past it, ``--max-body-bytes``); ``body_timeout_s`` how long, in seconds, a route
     waits for more of a body before answering 408 and closing the connection
     (``--body-timeout``, default :data:`~edge_serve.guards.DEFAULT_BODY_TIMEOUT_S`:
-    uvicorn bounds no body read of its own).
+    uvicorn bounds no body read of its own); ``body_min_rate`` how slowly, in bytes a
+    second, a body may arrive once that many seconds have passed (``--body-min-rate``,
+    default :data:`~edge_serve.guards.DEFAULT_BODY_MIN_RATE`).
     """
 
     def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
                  *, max_body_bytes: int, drain: Drain | None = None,
                  plugin_errors: Sequence[Mapping[str, Any]] = (),
-                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+                 body_min_rate: int = DEFAULT_BODY_MIN_RATE) -> None:
         self.pipelines = dict(pipelines)
         self.plugin_errors = [dict(failure) for failure in plugin_errors]
         self.ledger = ledger
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.body_min_rate = body_min_rate
         self.drain = drain if drain is not None else Drain()
         self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
         for served in self.pipelines.values():
@@ -359,7 +364,9 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     if api_key:
         middleware.append(Middleware(BearerAuth, api_key=api_key))
     middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes,
-                                 timeout_s=state.body_timeout_s))
+                                 timeout_s=state.body_timeout_s,
+                                 min_rate=state.body_min_rate,
+                                 on_timeout=state.metrics.count_body_timeout))
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
                                         ValueError: _on_refusal,

@@ -93,9 +93,16 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
                         help="answer 408 and close the connection when no more of a request's "
                         "body arrived for SECONDS (a body shorter than its Content-Length, a "
-                        "client that stopped sending; counted from each wait, so a large "
-                        "upload that keeps arriving is never cut; default 30, above 0, at "
-                        "most 3600)")
+                        "client that stopped sending; counted from each wait), or when the "
+                        "body is not complete SECONDS after the request's head and one "
+                        "second more for each --body-min-rate bytes received; default 30, "
+                        "above 0, at most 3600")
+    parser.add_argument("--body-min-rate", type=int, default=None, metavar="BYTES",
+                        help="the slowest a request's body may arrive after its first "
+                        "--body-timeout seconds, in bytes a second: slower is answered 408 "
+                        "and the connection closed (a client trickling its body to hold the "
+                        "connection); default 500 (4 kbit/s, as Apache's mod_reqtimeout), "
+                        "1 to 1073741824")
     parser.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
                         help="close a connection that has not sent a whole request head "
                         "(request line and headers) within SECONDS of its opening or of the "
@@ -410,7 +417,12 @@ def serve(args: argparse.Namespace) -> int:
     from edge_serve.app import ServerState, build_app
     from edge_serve.connections import ConnectionCap
     from edge_serve.draining import UVICORN_MARGIN_S, Drain
-    from edge_serve.guards import DEFAULT_BODY_TIMEOUT_S, MAX_TIMEOUT_S
+    from edge_serve.guards import (
+        DEFAULT_BODY_MIN_RATE,
+        DEFAULT_BODY_TIMEOUT_S,
+        MAX_BODY_MIN_RATE,
+        MAX_TIMEOUT_S,
+    )
     from edge_serve.heads import DEFAULT_HEADER_TIMEOUT_S, SlowHeads, bounded_protocol
     from edge_serve.open_files import raise_open_file_limit
     from edge_serve.served import ServedPipeline, private_upload_dir
@@ -426,6 +438,12 @@ def serve(args: argparse.Namespace) -> int:
         if not 0.0 < seconds <= MAX_TIMEOUT_S:
             raise common.CommandFailed(common.EXIT_USAGE, f"{option}: must be a number of "
                                        f"seconds > 0 and <= {MAX_TIMEOUT_S:g}: {seconds}")
+    body_min_rate = (DEFAULT_BODY_MIN_RATE if args.body_min_rate is None
+                     else args.body_min_rate)
+    if not 1 <= body_min_rate <= MAX_BODY_MIN_RATE:
+        raise common.CommandFailed(common.EXIT_USAGE, f"--body-min-rate: must be a whole "
+                                   f"number of bytes a second from 1 to {MAX_BODY_MIN_RATE}: "
+                                   f"{body_min_rate}")
     if not args.grace >= 0.0:
         raise common.CommandFailed(common.EXIT_USAGE, f"--grace: must be a number of seconds "
                                    f">= 0: {args.grace}")
@@ -459,7 +477,8 @@ def serve(args: argparse.Namespace) -> int:
             served[pipeline.config.name] = ServedPipeline(pipeline, executor, upload_dir,
                                                           drain, queues[pipeline.config.name])
         state = ServerState(served, ledger, max_body_bytes=args.max_body_bytes, drain=drain,
-                            plugin_errors=plugin_errors, body_timeout_s=body_timeout)
+                            plugin_errors=plugin_errors, body_timeout_s=body_timeout,
+                            body_min_rate=body_min_rate)
         app = build_app(state, api_key=api_key)
         # uvicorn's own timeout is a backstop only: the drain ends every open request at
         # the end of the grace period, so uvicorn finds nothing to cut. The protocol is

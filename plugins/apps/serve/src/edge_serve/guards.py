@@ -6,11 +6,22 @@
 * :class:`BodyLimit` answers 413 when ``Content-Length`` exceeds the limit (a body within
   its declared length is read as it is: the server reads no more than it declares), and
   stops a body sent without one (chunked) as soon as it passes the limit, before the
-  route has read it all. It also bounds how long a body may stall: a route waiting for
-  more of a body that does not come for ``timeout_s`` (a body shorter than its
-  ``Content-Length`` on a connection its client leaves open, or a client that stopped
-  sending) is answered 408 and the connection closed (:class:`StalledBodies`); uvicorn
-  has no such timeout of its own.
+  route has read it all. It also bounds how long a body may take, in two ways
+  (:class:`StalledBodies`), each answered 408 with the connection closed after lingering
+  (:mod:`edge_serve.lingering`); uvicorn has no such timeout of its own:
+
+  - a stall: a route waiting for more of a body that does not come for ``timeout_s``
+    (a body shorter than its ``Content-Length`` on a connection its client leaves open,
+    or a client that stopped sending);
+  - a body too slow: one still incomplete ``timeout_s`` after the request's head, plus
+    one second for each ``min_rate`` bytes received — a minimum data rate after a grace
+    period, as Apache's ``mod_reqtimeout`` has (``body=20,MinRate=500``). Without it a
+    client that sent a byte just within each ``timeout_s`` held its request and its
+    connection for as long as it liked (a slow-body attack, "R-U-Dead-Yet"); with it, to
+    hold a connection for ``T`` seconds past the grace period costs ``min_rate * T``
+    bytes sent, and at most ``--max-body-bytes`` in all. A deadline scaled by the
+    declared ``Content-Length`` was not chosen: a client declaring the largest body and
+    sending next to nothing would hold its connection for that whole deadline for free.
 """
 
 from __future__ import annotations
@@ -21,10 +32,12 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from edge_serve.lingering import linger_after_answer
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEFAULT_BODY_TIMEOUT_S", "MAX_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout",
-           "BodyTooLarge", "StalledBodies", "send_refusal"]
+__all__ = ["DEFAULT_BODY_MIN_RATE", "DEFAULT_BODY_TIMEOUT_S", "MAX_BODY_MIN_RATE",
+           "MAX_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout", "BodyTooLarge",
+           "StalledBodies", "send_refusal"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -39,6 +52,18 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 """How long, in seconds, a route waits for more of a request's body before answering 408
 (``edge serve --body-timeout``'s default): counted from each wait for more of it, so a
 large body that keeps arriving is never cut, while one that stops is not held for ever."""
+
+DEFAULT_BODY_MIN_RATE = 500
+"""The slowest a request's body may arrive, in bytes a second, once its first
+``--body-timeout`` seconds have passed (``edge serve --body-min-rate``'s default): a body
+has the body timeout, and one second more for each this many bytes received. Apache's
+``mod_reqtimeout`` default (``MinRate=500``): 4 kbit/s, under a single GSM/GPRS time
+slot's uplink (about 9 kbit/s), so no working link is cut, whatever the body's size; a
+client at this rate sends the default 32 MiB ``--max-body-bytes`` in about 19 hours."""
+
+MAX_BODY_MIN_RATE = 2**30
+"""The highest ``--body-min-rate``, in bytes a second (1 GiB/s): a typo of a few digits
+is refused by name instead of cutting every upload."""
 
 MAX_TIMEOUT_S = 3600.0
 """The longest ``--body-timeout`` and ``--header-timeout``, in seconds (an hour): a typo of
@@ -87,29 +112,48 @@ class BodyTooLarge(Exception):
 
 
 class BodyTimeout(Exception):
-    """Raised inside ``receive`` when no more of a body arrived for the timeout."""
+    """Raised inside ``receive`` when a body took too long.
+
+    ``reason``: ``"stalled"`` when no more of it arrived for the body timeout, ``"slow"``
+    when it arrived slower than the minimum rate allows.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StalledBodies:
-    """The requests waiting for more of their body, and the one timer that ends the stalled.
+    """The requests waiting for more of their body, and the one timer that ends the late.
 
-    :meth:`wait` runs a route's ``receive`` while noting its task and when it began to
-    wait; a sweep every :attr:`tick` seconds (armed only while some request waits)
-    cancels each task that has waited ``timeout_s`` or longer, and its :meth:`wait`
-    raises :class:`BodyTimeout` in place of the cancellation. A request is thus answered
-    between ``timeout_s`` and ``timeout_s + tick`` after the last of its body arrived.
-    One timer for the whole server rather than one per ``receive``: a request whose body
-    is there when the route reads it (most) pays a dictionary entry, not a timer.
+    :meth:`wait` runs a route's ``receive`` while noting its task, when it began to wait
+    and its body's deadline (``until``: the request's own, moved on by each read); a
+    sweep every :attr:`tick` seconds (armed only while some request waits) cancels each
+    task that has waited ``timeout_s`` or longer (stalled) or is past its deadline
+    (slow), and its :meth:`wait` raises :class:`BodyTimeout` in place of the
+    cancellation; a wait that begins past its deadline raises it at once. A request is
+    thus answered at most :attr:`tick` after either bound passed. One timer for the whole
+    server rather than one per ``receive``: a request whose body is there when the route
+    reads it (most) pays a dictionary entry and a comparison, not a timer.
+
+    ``min_rate`` (bytes a second, at least 1) is the rate :class:`BodyLimit` moves a
+    deadline on by: :attr:`per_byte` seconds for each byte received.
     """
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, min_rate: int = DEFAULT_BODY_MIN_RATE) -> None:
         if not 0.0 < timeout_s <= MAX_TIMEOUT_S:
             raise ValueError(f"body_timeout_s: must be a number of seconds > 0 and <= "
                              f"{MAX_TIMEOUT_S:g}: {timeout_s!r}")
+        if isinstance(min_rate, bool) or not isinstance(min_rate, int) \
+                or not 1 <= min_rate <= MAX_BODY_MIN_RATE:
+            raise ValueError(f"body_min_rate: must be a whole number of bytes a second from 1 "
+                             f"to {MAX_BODY_MIN_RATE}: {min_rate!r}")
         self.timeout_s = timeout_s
+        self.min_rate = min_rate
+        self.per_byte = 1.0 / min_rate
         self.tick = min(1.0, timeout_s / 4)
-        self._waiting: dict[asyncio.Task[Any], float] = {}
-        self._expired: set[asyncio.Task[Any]] = set()
+        self._waiting: dict[asyncio.Task[Any], tuple[float, float]] = {}
+        self._expired: dict[asyncio.Task[Any], str] = {}
         self._timer: asyncio.TimerHandle | None = None
 
     @property
@@ -117,64 +161,94 @@ class StalledBodies:
         """How many requests wait for more of their body now."""
         return len(self._waiting)
 
-    async def wait(self, receive: Receive) -> Message:
-        """``receive()``, or :class:`BodyTimeout` once it waited ``timeout_s``."""
+    async def wait(self, receive: Receive, until: float) -> Message:
+        """``receive()``, or :class:`BodyTimeout` once it is late.
+
+        Late: it waited ``timeout_s`` (``"stalled"``), or ``time.monotonic()`` passed
+        ``until`` (``"slow"``), before the wait or during it.
+        """
         task = asyncio.current_task()
         assert task is not None
+        now = time.monotonic()
+        if now >= until:
+            raise BodyTimeout("slow")
         cancelling = task.cancelling()
-        self._waiting[task] = time.monotonic()
+        self._waiting[task] = (now, until)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.tick, self._sweep)
         try:
             return await receive()
         except asyncio.CancelledError:
-            if task in self._expired:
-                self._expired.discard(task)
-                if task.uncancel() <= cancelling:  # ours alone: not the server stopping
-                    raise BodyTimeout from None
+            reason = self._expired.pop(task, None)
+            # ours alone: not the server stopping
+            if reason is not None and task.uncancel() <= cancelling:
+                raise BodyTimeout(reason) from None
             raise
         finally:
             del self._waiting[task]
 
     def _sweep(self) -> None:
         self._timer = None
-        stalled_since = time.monotonic() - self.timeout_s
-        for task, since in self._waiting.items():
-            if since <= stalled_since and task not in self._expired:
-                self._expired.add(task)
-                task.cancel()
+        now = time.monotonic()
+        stalled_since = now - self.timeout_s
+        for task, (since, until) in self._waiting.items():
+            if task in self._expired:
+                continue
+            if since <= stalled_since:
+                self._expired[task] = "stalled"
+            elif until <= now:
+                self._expired[task] = "slow"
+            else:
+                continue
+            task.cancel()
         if self._waiting:
             self._timer = asyncio.get_running_loop().call_later(self.tick, self._sweep)
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413, and those that stall with 408.
+    """Refuse request bodies over ``max_bytes`` with 413, and those that take too long 408.
 
-    ``timeout_s``: how long a route may wait for more of a body (:class:`StalledBodies`).
+    ``timeout_s``: how long a route may wait for more of a body; ``min_rate``: how slowly
+    a body may arrive after its first ``timeout_s`` seconds, in bytes a second (a body has
+    ``timeout_s`` from the request's head, and one second more for each ``min_rate`` bytes
+    received); see :class:`StalledBodies`. ``on_timeout`` is told of each body cut, by its
+    reason (``"stalled"`` or ``"slow"``).
     """
 
     def __init__(self, app: App, max_bytes: int,
-                 timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
+                 timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+                 min_rate: int = DEFAULT_BODY_MIN_RATE,
+                 on_timeout: Callable[[str], None] | None = None) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_body_bytes: must be at least 1: {max_bytes!r}")
         self.app = app
         self.max_bytes = max_bytes
-        self.stalls = StalledBodies(timeout_s)
+        self.stalls = StalledBodies(timeout_s, min_rate)
+        self.on_timeout = on_timeout
 
     def _refusal(self, size: int | str) -> HttpRefusal:
         return HttpRefusal(413, "body", f"larger than the server's limit of {self.max_bytes} "
                            "bytes (--max-body-bytes)", size, kind="BodyTooLarge")
 
-    def _stalled(self, seen: int, declared: int | None) -> HttpRefusal:
+    def _late(self, reason: str, seen: int, declared: int | None,
+              took_s: float) -> HttpRefusal:
         of = "" if declared is None else f" of the {declared} its Content-Length declares"
-        return HttpRefusal(408, "body", f"no more of it arrived for {self.stalls.timeout_s:g} "
+        stalls = self.stalls
+        if reason == "slow":
+            return HttpRefusal(408, "body", f"not complete within {stalls.timeout_s:g} s and "
+                               f"one second more for each {stalls.min_rate} bytes received "
+                               "(--body-timeout, --body-min-rate): a client sending too "
+                               f"slowly", f"{seen} bytes received{of} in {took_s:.1f} s",
+                               kind="BodyTooSlow", code="body_timeout",
+                               headers={"Connection": "close"})
+        return HttpRefusal(408, "body", f"no more of it arrived for {stalls.timeout_s:g} "
                            "s (--body-timeout): a body shorter than its Content-Length, or a "
                            "client that stopped sending", f"{seen} bytes received{of}",
                            kind="BodyTimeout", code="body_timeout",
                            headers={"Connection": "close"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on with a guarded ``receive``: 413 past the limit, 408 on a stall."""
+        """Pass the request on with a guarded ``receive``: 413 past the limit, 408 when late."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -197,17 +271,25 @@ class BodyLimit:
             # that declares a length and is chunked too is refused by the server's parser)
         limit = self.max_bytes if size is None else None  # chunked: counted as it comes
         stalls = self.stalls
+        per_byte = stalls.per_byte
         seen = 0
         complete = False
         started = False
+        began = 0.0  # when the route first waited for the body (the head's end)
+        until = 0.0  # the body's deadline: began + timeout_s + per_byte * seen
 
         async def limited_receive() -> Message:
-            nonlocal seen, complete
+            nonlocal seen, complete, began, until
             if complete:  # only the disconnect is left to tell: no timeout
                 return await receive()
-            message = await stalls.wait(receive)
+            if not until:
+                began = time.monotonic()
+                until = began + stalls.timeout_s
+            message = await stalls.wait(receive, until)
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                received = len(message.get("body", b""))
+                seen += received
+                until += received * per_byte
                 complete = not message.get("more_body", False)
                 if limit is not None and seen > limit:
                     raise BodyTooLarge
@@ -226,8 +308,14 @@ class BodyLimit:
         except BodyTooLarge:
             if not started:
                 await send_refusal(send, self._refusal(f"more than {self.max_bytes}"))
-        except BodyTimeout:
+        except BodyTimeout as late:
+            if self.on_timeout is not None:
+                self.on_timeout(late.reason)
             # An answer already begun cannot carry the 408: returned without completing
             # it, the server closes the connection (no route answers before its body).
             if not started:
-                await send_refusal(send, self._stalled(seen, size))
+                # the client may still be sending: its connection lingers after the
+                # answer, so that the close does not reset it before the 408 is read
+                linger_after_answer(receive)
+                await send_refusal(send, self._late(late.reason, seen, size,
+                                                    time.monotonic() - began))

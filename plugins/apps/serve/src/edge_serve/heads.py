@@ -27,9 +27,10 @@ sent in six seconds grew the server by 80 MiB before the time bound cut it). The
 :func:`bounded_protocol` makes counts the bytes of each read that continues an unfinished
 head, and a head past :data:`MAX_HEAD_BYTES` is answered 431 (``code:
 "header_too_large"``, ``Connection: close``) at once, and its connection closed after
-lingering (:func:`_refuse`). Only reads that lie wholly inside a head are counted (the
-one a head begins in is not), so no byte of a body is ever taken for a head's, and a head
-is cut at most two reads (256 KiB each, as asyncio reads) past the bound.
+lingering (:func:`edge_serve.lingering.refuse`). Only reads that lie wholly inside a head
+are counted (the one a head begins in is not), so no byte of a body is ever taken for a
+head's, and a head is cut at most two reads (256 KiB each, as asyncio reads) past the
+bound.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any, Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from edge_serve.guards import MAX_TIMEOUT_S
+from edge_serve.lingering import REFUSED, refuse
 from edge_serve.outcomes import HttpRefusal, describe
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT_S", "MAX_HEAD_BYTES", "PROTOCOL", "SlowHeads",
@@ -77,37 +79,6 @@ def head_too_large_refusal(limit: int) -> HttpRefusal:
                        headers={"Connection": "close"})
 
 
-LINGER_S: Final = 2.0
-"""How long a refused connection is kept half-open after its answer, what the client still
-sends read and dropped, before it is closed."""
-
-
-def _refuse(connection: Any, status_line: bytes, body: bytes) -> None:
-    """Write a whole JSON error answer on ``connection``, then close it, lingering.
-
-    For a connection no request of which runs: nothing else is on the wire. Closing a
-    socket with bytes unread makes the kernel answer with a reset, which may throw away
-    the answer before the client reads it (a client still sending the rest of an
-    oversized head). So the answer is followed by the end of the server's side of the
-    stream (``write_eof``), what still arrives is dropped unparsed (``head_refused``), and
-    the connection is closed :data:`LINGER_S` later, or when the client closes first.
-    """
-    head = [status_line]
-    head += [name + b": " + value + b"\r\n"
-             for name, value in connection.server_state.default_headers]
-    head += [b"content-type: application/json\r\n",
-             b"content-length: " + str(len(body)).encode() + b"\r\n",
-             b"connection: close\r\n\r\n", body]
-    transport = connection.transport
-    transport.write(b"".join(head))
-    connection.head_refused = True
-    if not transport.can_write_eof():
-        transport.close()
-        return
-    transport.write_eof()
-    asyncio.get_running_loop().call_later(LINGER_S, transport.close)
-
-
 def bounded_protocol(limit: int = MAX_HEAD_BYTES,
                      on_refused: Callable[[], None] | None = None) -> type[HttpToolsProtocol]:
     """The httptools protocol of uvicorn with each request head bounded to ``limit`` bytes.
@@ -123,7 +94,7 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
     class BoundedHeads(PROTOCOL):  # type: ignore[misc,valid-type]
         """httptools' protocol, refusing a request head over ``limit`` bytes (431)."""
 
-        head_refused = False  # answered 431: what still arrives is dropped
+        refused = False  # answered and lingering (edge_serve.lingering): arrivals dropped
         head_open = False  # between a head's begin and its end
         head_begun = False  # a head began during the read being parsed
         head_bytes = 0  # of the open head, in reads that lay wholly inside it
@@ -143,16 +114,16 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
             super().on_headers_complete()
 
         def data_received(self, data: bytes) -> None:
-            if self.head_refused:
+            if self.refused:
                 return  # answered and half-closed: dropped until the close
             inside = self.head_open
             self.head_begun = False
             super().data_received(data)
             if inside and self.head_open and not self.head_begun:
                 self.head_bytes += len(data)
-                if self.head_bytes > limit and not self.head_refused \
+                if self.head_bytes > limit and not self.refused \
                         and not self.transport.is_closing():
-                    _refuse(self, b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+                    refuse(self, b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
                             answer)
                     if on_refused is not None:
                         on_refused()
@@ -166,7 +137,7 @@ def _waiting_since(connection: Any) -> object:
     :data:`_BUSY` when a request of it runs (or waits its turn) or it is closing.
     """
     if not isinstance(connection, PROTOCOL) or connection.transport.is_closing() \
-            or getattr(connection, "head_refused", False):
+            or getattr(connection, REFUSED, False):
         return _BUSY
     cycle = connection.cycle
     if cycle is not None and not cycle.response_complete:
@@ -267,7 +238,7 @@ class SlowHeads:
         cycle = connection.cycle
         begun = connection.scope is not (None if cycle is None else cycle.scope)
         if begun:
-            _refuse(connection, b"HTTP/1.1 408 Request Timeout\r\n", self._answer)
+            refuse(connection, b"HTTP/1.1 408 Request Timeout\r\n", self._answer)
         else:
             connection.transport.close()
         if self._on_close is not None:

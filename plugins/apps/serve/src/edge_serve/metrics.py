@@ -18,6 +18,10 @@ Counted as requests are served:
   one had arrived, ``closed`` when nothing had.
 * ``edge_header_too_large_total`` — connections refused 431 for a request head over
   :data:`~edge_serve.heads.MAX_HEAD_BYTES`.
+* ``edge_body_timeouts_total{reason}`` — request bodies cut 408 (:mod:`edge_serve.guards`):
+  ``stalled`` when no more of one arrived for ``--body-timeout``, ``slow`` when one
+  arrived slower than ``--body-min-rate`` allows (each also counted as a request, outcome
+  ``body_timeout``).
 
 Counted by the connection cap (:mod:`edge_serve.connections`), read at each scrape:
 
@@ -174,6 +178,12 @@ class ServerMetrics:
         self.header_too_large = Counter("edge_header_too_large",
                                         "Connections refused 431 for a request head over "
                                         "the server's bound", registry=self.registry)
+        self.body_timeouts = Counter("edge_body_timeouts",
+                                     "Request bodies cut 408, by reason: stalled (nothing "
+                                     "for --body-timeout), slow (under --body-min-rate)",
+                                     ["reason"], registry=self.registry)
+        for reason in ("stalled", "slow"):
+            self.body_timeouts.labels(reason)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
 
     def watch_connections(self, cap: ConnectionCap) -> None:
@@ -183,6 +193,10 @@ class ServerMetrics:
     def count_header_timeout(self, answer: str) -> None:
         """Count one connection closed for a slow head (``answer``: ``408`` or ``closed``)."""
         self.header_timeouts.labels(answer).inc()
+
+    def count_body_timeout(self, reason: str) -> None:
+        """Count one request body cut 408 (``reason``: ``stalled`` or ``slow``)."""
+        self.body_timeouts.labels(reason).inc()
 
     def count_head_too_large(self) -> None:
         """Count one connection refused 431 for a request head over the bound."""

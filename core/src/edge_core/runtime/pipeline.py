@@ -63,7 +63,7 @@ from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
-from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
+from edge_core.runtime.stage_slot import ExampleInputs, StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, running_future, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
@@ -248,6 +248,15 @@ class Pipeline:
             bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
             found[s.context.stage_id] = getattr(bundle, "directory", None)
         return found
+
+    def example_inputs(self) -> ExampleInputs | None:
+        """The first stage's bundled example inputs, as it loaded them.
+
+        What its bundle held when the stage verified it (:meth:`StageSlot.example_inputs`),
+        never a rewrite since: that is refused with ``BundleChanged``. ``None`` when the
+        first stage has no bundle or its bundle no example inputs.
+        """
+        return self._slots[0].example_inputs()
 
     def stage(self, stage_id: str) -> StageRuntime:
         """One stage's runtime by id."""

@@ -11,7 +11,10 @@ with ``BundleChanged`` naming the manifest and both sha256s, never read silently
   ``Pipeline.example_inputs``): staged, the kept copy's; verified in place, or by a
   backend that keeps no copy (``ort-cpu-nocopy`` below: the real hooks, the loaded stage
   holding no bundle, as the backend guide's), refused once rewritten; a manifest
-  rewritten over the same example bytes still gives those bytes.
+  rewritten over the same example bytes still gives those bytes;
+* the reference run (``reference_backend``): its example inputs as above, and its
+  reference worker loaded inside the stage's pin: the copy the stage keeps, else
+  ``BundleChanged`` for a bundle rewritten in place.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from edge_core.evidence.workload import resolve_groups
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.plugins import PluginSet, load_plugins
+from edge_core.runtime.reference_run import reference_run
 from edge_core.stage import StageContext
 from edge_core.testing.leaks import no_leaks as _no_leaks
 from edge_ort.controller import OrtStage
@@ -154,4 +158,55 @@ def test_example_inputs_changed_under_the_same_manifest_are_refused_naming_the_f
             pipeline.example_inputs()
         assert caught.value.field == str(bundle / found.member)
         assert "that the manifest the stage opened with" in caught.value.reason
+    assert ledger.is_empty()
+
+
+def reference(pipeline: Any) -> dict[str, Any]:
+    """The stage's reference run made again now, on the pipeline's opener."""
+    (slot,) = pipeline.lineup.current.slots
+    return reference_run(pipeline.opener, slot, 0)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "in-place"])
+def test_the_reference_run_compares_the_bundle_the_stage_loaded_never_a_rewrite(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path, staged: bool) -> None:
+    """A stage and its independent reference run the same bundle: the one the stage
+    loaded. Its graph rewritten since (k = 3; the example inputs' bytes kept), staged the
+    reference loads the copy the stage keeps (2 * x both: a match); in place its load is
+    refused with ``BundleChanged`` (both sha256s) — never compared on the rewrite (3 * x:
+    a mismatch the stage did not make). Rewritten whole (the example inputs too), in
+    place the example inputs are refused before any reference starts."""
+    bundle = tmp_path / "scale"
+    opened = write_scale_bundle(bundle, 2.0)
+    examples = (bundle / "example_inputs.npz").read_bytes()
+    with open_scale(plugins, ledger, bundle, reference_backend="ort-cpu",
+                    options={"stage_bundle": staged}) as pipeline:
+        assert reference(pipeline)["passed"] is True
+        write_scale_bundle(bundle, 3.0)
+        (bundle / "example_inputs.npz").write_bytes(examples)  # the very bytes loaded
+        graph_only = create_manifest(bundle, component="scale",
+                                     example_inputs="example_inputs.npz",
+                                     expected_outputs="expected.npz", overwrite=True)
+        record = reference(pipeline)
+        if staged:
+            assert (record["passed"], record["max_abs_error"]) == (True, 0.0), record
+        else:
+            assert record["passed"] is False
+            assert record["reason"].startswith(
+                "stages[0].reference_backend: the reference run failed: BundleChanged: "
+                f"{bundle / 'edge-manifest.json'}"), record
+            assert opened in record["reason"] and graph_only.manifest_sha256 in record["reason"]
+        assert record["release"] == "released"
+        rewritten = write_scale_bundle(bundle, 3.0, x=TENFOLD)
+        record = reference(pipeline)
+        if staged:
+            assert (record["passed"], record["max_abs_error"]) == (True, 0.0), record
+        else:
+            assert record["passed"] is False and "release" not in record
+            assert record["reason"].startswith(
+                "stages[0].reference_backend: the bundle's example inputs: BundleChanged: "
+                f"{bundle / 'edge-manifest.json'}"), record
+            assert opened in record["reason"] and rewritten in record["reason"]
+        # the reference's worker is gone and its reservation released each time
+        assert [r["owner"] for r in ledger.snapshot()["reservations"]] == ["r/s"]
     assert ledger.is_empty()

@@ -27,7 +27,7 @@ from edge_core.artifacts import (
     verify_once,
 )
 from edge_core.artifacts.errors import MemberPathRefused
-from edge_core.artifacts.pins import BundleIdentities, BundlePin
+from edge_core.artifacts.pins import BundleIdentities, BundlePin, loaded_directory
 
 from .bundles import matmul_model, write_bundle
 
@@ -289,3 +289,22 @@ def test_read_gives_the_verified_bytes_of_a_member_from_the_copy_or_the_checked_
     assert kept.read(bundle, member) == original
     kept.release()
 
+
+def test_loaded_directory_is_the_copy_or_the_bundle_checked_unchanged(
+        bundle: Path, staging_root: Path) -> None:
+    staged = verify_bundle(bundle, staging_root=staging_root)
+    in_place = verify_bundle(bundle, stage=False)
+    assert loaded_directory(staged) == staged.directory != bundle
+    assert loaded_directory(in_place) == bundle
+    os.utime(bundle / "inputs.npz")  # touched, the manifest unchanged: the file named
+    with pytest.raises(BundleChanged) as touched:
+        loaded_directory(in_place)
+    assert touched.value.field == 'manifest.files["inputs.npz"]'
+    in_place = verify_bundle(bundle, stage=False)
+    now = rewrite(bundle)
+    with pytest.raises(BundleChanged) as refused:
+        loaded_directory(in_place)
+    assert refused.value.field == str(bundle / MANIFEST_FILENAME)
+    assert in_place.manifest_sha256 in refused.value.reason and refused.value.value == now
+    assert loaded_directory(staged) == staged.directory  # the copy: what was verified
+    staged.cleanup()

@@ -63,7 +63,7 @@ from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged, BundleRefused, MemberPathRefused
 from edge_core.artifacts.members import member_field, open_member
 
-__all__ = ["BundleIdentities", "BundlePin", "observe", "reissue"]
+__all__ = ["BundleIdentities", "BundlePin", "loaded_directory", "observe", "reissue"]
 
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
@@ -104,6 +104,29 @@ def _manifest_now(root: str | os.PathLike[str]) -> str:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as error:
         return f"none ({error.strerror or type(error).__name__})"
+
+
+def loaded_directory(bundle: VerifiedBundle) -> Path:
+    """Where ``bundle``'s verified bytes are, for a read of one of its files (an asset).
+
+    Its staged copy (the bytes hashed at verification, whatever the bundle on disk holds
+    since); verified in place, the bundle itself, checked unchanged since the
+    verification first (:meth:`VerifiedBundle.ensure_unchanged`: a ``stat`` per file).
+
+    Raises:
+        BundleChanged: verified in place and changed since. Rewritten (its manifest's
+            sha256 differs): naming the manifest, the sha256 the stage loaded and the one
+            now; else the first file that changed.
+    """
+    if not bundle.staged:
+        try:
+            bundle.ensure_unchanged()
+        except BundleChanged as changed:
+            now = _manifest_now(bundle.source)
+            if now != bundle.manifest_sha256:
+                raise _rewritten(bundle.source, bundle.manifest_sha256, now) from changed
+            raise
+    return bundle.directory
 
 
 class BundleIdentities:

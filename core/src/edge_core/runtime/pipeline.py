@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_contracts.heap import (
@@ -38,6 +37,7 @@ from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable,
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
+from edge_core.runtime.bundle_folders import BundleFolders
 from edge_core.runtime.candidates import open_stages
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
@@ -241,13 +241,14 @@ class Pipeline:
         """The stage runtimes, in data-flow order."""
         return [s.runtime for s in self._slots if s.runtime is not None]
 
-    def bundle_directories(self) -> dict[str, Path | None]:
-        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
-        found: dict[str, Path | None] = {}
-        for s in self._slots:
-            bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
-            found[s.context.stage_id] = getattr(bundle, "directory", None)
-        return found
+    def bundle_directories(self) -> BundleFolders:
+        """Stage id → the folder of the verified bundle its worker loaded (or None).
+
+        What ``finish`` gets: the bytes each stage loaded, never a rewrite since — a
+        folder verified in place is checked when looked up, ``BundleChanged`` once
+        rewritten (:mod:`~edge_core.runtime.bundle_folders`).
+        """
+        return self.lineup.current.bundle_directories()
 
     def example_inputs(self) -> ExampleInputs | None:
         """The first stage's bundled example inputs, as it loaded them.

@@ -14,7 +14,10 @@ with ``BundleChanged`` naming the manifest and both sha256s, never read silently
   rewritten over the same example bytes still gives those bytes;
 * the reference run (``reference_backend``): its example inputs as above, and its
   reference worker loaded inside the stage's pin: the copy the stage keeps, else
-  ``BundleChanged`` for a bundle rewritten in place.
+  ``BundleChanged`` for a bundle rewritten in place;
+* the bundle folders a transform and ``finish`` read model assets from
+  (``Pipeline.bundle_directories``): staged, the copy; in place, the bundle itself while
+  unchanged, ``BundleChanged`` for the stage whose bundle was rewritten.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import pytest
 
 from edge_core import hookimpl
 from edge_core.artifacts import BundleChanged, create_manifest
+from edge_core.config import load_pipeline
 from edge_core.evidence.workload import resolve_groups
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.plugins import PluginSet, load_plugins
+from edge_core.runtime import Pipeline
 from edge_core.runtime.reference_run import reference_run
 from edge_core.stage import StageContext
 from edge_core.testing.leaks import no_leaks as _no_leaks
@@ -209,4 +214,52 @@ def test_the_reference_run_compares_the_bundle_the_stage_loaded_never_a_rewrite(
             assert opened in record["reason"] and rewritten in record["reason"]
         # the reference's worker is gone and its reservation released each time
         assert [r["owner"] for r in ledger.snapshot()["reservations"]] == ["r/s"]
+    assert ledger.is_empty()
+
+
+def open_chain(plugins: PluginSet, ledger: ResourceLedger, first: Path, second: Path,
+               options: dict[str, Any]) -> Pipeline:
+    """``a`` (``first``, its ``options``) → ``b`` (``second``, staged), the transform
+    between them reading each stage's ``table.txt`` from its bundle folder."""
+    config = load_pipeline({"name": "r", "stages": [
+        {"id": "a", "backend": {"name": "ort-cpu", "options": options},
+         "manifest": str(first)},
+        {"id": "b", "backend": {"name": "ort-cpu"}, "manifest": str(second),
+         "input_transform": "edge_echo.transforms:read_tables"}]})
+    return Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "in-place"])
+def test_a_transform_and_finish_read_the_assets_of_the_bundle_that_loaded(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path, staged: bool) -> None:
+    """The bundle folders a transform (and ``finish``) gets hold what each stage loaded:
+    staged, the copy (``k = 2`` still after the rewrite); in place, the bundle itself
+    while unchanged, and ``BundleChanged`` (both sha256s) once rewritten — for that stage
+    alone: the other stage's folder and the list of stage ids are still given."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    opened = write_scale_bundle(first, 2.0)
+    write_scale_bundle(second, 2.0)
+    with open_chain(plugins, ledger, first, second, {"stage_bundle": staged}) as pipeline:
+        with pipeline.run({"x": EXAMPLE_X}) as result:
+            assert result.outputs["carry:tables"] == {"a": "k = 2.0\n", "b": "k = 2.0\n"}
+            np.testing.assert_array_equal(result.outputs["y"], EXAMPLE_X * 4)
+        folders = pipeline.bundle_directories()
+        assert (folders["a"] == first) is not staged  # in place: the bundle itself
+        rewritten = write_scale_bundle(first, 3.0, x=TENFOLD)
+        folders = pipeline.bundle_directories()
+        assert sorted(folders) == ["a", "b"]
+        assert (Path(str(folders["b"])) / "table.txt").read_text() == "k = 2.0\n"
+        if staged:
+            with pipeline.run({"x": EXAMPLE_X}) as result:
+                assert result.outputs["carry:tables"]["a"] == "k = 2.0\n"
+                np.testing.assert_array_equal(result.outputs["y"], EXAMPLE_X * 4)
+            assert (Path(str(folders["a"])) / "table.txt").read_text() == "k = 2.0\n"
+        else:
+            with pytest.raises(BundleChanged) as caught:
+                pipeline.run({"x": EXAMPLE_X})
+            assert caught.value.field == str(first / "edge-manifest.json")
+            assert opened in caught.value.reason and caught.value.value == rewritten
+            with pytest.raises(BundleChanged):
+                folders["a"]
+        assert pipeline.admission.used == 0
     assert ledger.is_empty()

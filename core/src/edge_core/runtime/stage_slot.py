@@ -111,7 +111,8 @@ class StageSlot:
         """Which of its stage's candidates the slot runs (0 for a stage without any)."""
         self.gate: dict[str, Any] | None = None
         """How its last load gate ran: ``full`` or ``reused`` (from when, how many of the
-        stored gate's points were checked now), as the plan shows it."""
+        stored gate's points were checked now), or ``failed`` (its last restart failed,
+        before or in its gate, and why), as the plan shows it."""
         self.gate_key: DecisionKey | None = None
         """The key its gate is stored under (:func:`~edge_core.selection.key.gate_key`)."""
         self.gate_lookup: GateLookup | None = None

@@ -26,7 +26,8 @@ from edge_core.artifacts import (
     verify_bundle,
     verify_once,
 )
-from edge_core.artifacts.pins import BundleIdentities, BundlePin
+from edge_core.artifacts.errors import MemberPathRefused
+from edge_core.artifacts.pins import BundleIdentities, BundlePin, loaded_directory
 
 from .bundles import matmul_model, write_bundle
 
@@ -243,3 +244,67 @@ def test_the_identities_keep_the_manifest_verified_first_not_a_rewrite(
     with BundlePin(identities).active(bundle), pytest.raises(BundleChanged):
         verify_bundle(bundle, staging_root=staging_root)
     assert identities.manifest(bundle) == verified.manifest
+
+
+def test_read_gives_the_verified_bytes_of_a_member_from_the_copy_or_the_checked_disk(
+        bundle: Path, staging_root: Path) -> None:
+    """``BundlePin.read``: the kept copy's bytes whatever the disk holds; without a copy
+    the disk's, only while they hash to what the verified manifest gives the member."""
+    member = "inputs.npz"
+    original = (bundle / member).read_bytes()
+    assert BundlePin().read(bundle, member) is None  # nothing verified: nothing known
+    kept, disk = BundlePin(), BundlePin()
+    with kept.active(bundle):
+        loaded = Loaded(verify_once(bundle, staging_root=staging_root))
+    kept.keep(loaded)
+    loaded.bundle.cleanup()
+    with disk.active(bundle):
+        opened = verify_bundle(bundle, stage=False)
+    with pytest.raises(MemberPathRefused):
+        disk.read(bundle, "not-listed.npz")
+    assert kept.read(bundle, member) == disk.read(bundle, member) == original
+    (bundle / member).write_bytes(original + b"\0")  # the manifest left as it was
+    assert kept.read(bundle, member) == original
+    with pytest.raises(BundleChanged) as changed:
+        disk.read(bundle, member)
+    assert changed.value.field == str(bundle / member)
+    assert opened.manifest.files[member] in changed.value.reason
+    assert opened.manifest_sha256 in changed.value.reason
+    (bundle / member).unlink()  # gone: refused the same way
+    with pytest.raises(BundleChanged) as gone:
+        disk.read(bundle, member)
+    assert gone.value.field == str(bundle / member)
+    assert str(gone.value.value).startswith("none (")
+    rewrite(bundle)
+    (bundle / member).write_bytes(original)  # a new manifest, the member's bytes as verified
+    create_manifest(bundle, graph="model.onnx", example_inputs=member, overwrite=True)
+    assert disk.read(bundle, member) == original
+    (bundle / member).write_bytes(original + b"\0")
+    now = create_manifest(bundle, graph="model.onnx", example_inputs=member,
+                          overwrite=True).manifest_sha256
+    with pytest.raises(BundleChanged) as refused:
+        disk.read(bundle, member)
+    assert refused.value.field == str(bundle / MANIFEST_FILENAME)
+    assert opened.manifest_sha256 in refused.value.reason and refused.value.value == now
+    assert kept.read(bundle, member) == original
+    kept.release()
+
+
+def test_loaded_directory_is_the_copy_or_the_bundle_checked_unchanged(
+        bundle: Path, staging_root: Path) -> None:
+    staged = verify_bundle(bundle, staging_root=staging_root)
+    in_place = verify_bundle(bundle, stage=False)
+    assert loaded_directory(staged) == staged.directory != bundle
+    assert loaded_directory(in_place) == bundle
+    os.utime(bundle / "inputs.npz")  # touched, the manifest unchanged: the file named
+    with pytest.raises(BundleChanged) as touched:
+        loaded_directory(in_place)
+    assert touched.value.field == 'manifest.files["inputs.npz"]'
+    in_place = verify_bundle(bundle, stage=False)
+    now = rewrite(bundle)
+    with pytest.raises(BundleChanged) as refused:
+        loaded_directory(in_place)
+    assert refused.value.field == str(bundle / MANIFEST_FILENAME)
+    assert in_place.manifest_sha256 in refused.value.reason and refused.value.value == now
+    assert loaded_directory(staged) == staged.directory  # the copy: what was verified
+    staged.cleanup()

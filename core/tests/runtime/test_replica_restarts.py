@@ -21,7 +21,7 @@ import pytest
 
 from edge_core import hookimpl
 from edge_core.config import load_pipeline
-from edge_core.errors import StageClosed
+from edge_core.errors import ResourceUnavailable, StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.plugins import load_plugins
@@ -252,5 +252,41 @@ def test_a_replica_that_fails_its_gate_on_restart_is_failed_with_nothing_charged
     assert "restart 2 of 2 failed: NumericsRefused" in health["reason"]
     assert pipeline.health()["replicas"]["a"]["live"] == 1
     assert second.state is StageState.READY and second.generation == 1
+    # the plan's gate is the failed restart's, never the open's that passed
+    failed, serving = (s["gate"] for s in pipeline.execution_plan()["stages"])
+    assert failed["mode"] == "failed" and failed["note"].startswith(
+        "restart's gate failed: NumericsRefused: "), failed
+    assert serving["mode"] == "full"
     pipeline.close()
     assert ledger.is_empty()
+
+
+def test_a_restart_refused_its_reservation_shows_no_gate_passed(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    """The failed replica's memory went to another owner: its restart is refused before
+    anything loads, and the plan's gate says so (not the gate its open passed)."""
+    pipeline = open_pipeline(replicated("never"))
+    first, second = pipeline.stages
+    kill(first)
+    wait_for(lambda: first.state is StageState.FAILED and owners(ledger) == ["t/a#1"])
+    assert second.state is StageState.READY
+    pool = "machine:ram"
+    capacity = ledger.capacity(pool)
+    assert capacity is not None
+    other = ledger.reserve("elsewhere/b", {pool: capacity - ledger.reserved(pool)})
+    with pytest.raises(ResourceUnavailable) as caught:
+        first.restart()
+    failed, serving = (s["gate"] for s in pipeline.execution_plan()["stages"])
+    assert failed == {"mode": "failed", "points_checked": 0, "points": 0,
+                      "note": "restart failed before its gate: "
+                              f"{type(caught.value).__name__}: {caught.value}"}
+    assert serving["mode"] == "full" and first.state is StageState.FAILED
+    assert serve(pipeline, 2) == {1}
+    ledger.release(other, verified=True)
+    first.restart()  # the memory is back: a full gate again
+    assert pipeline.execution_plan()["stages"][0]["gate"]["mode"] == "full"
+    assert serve(pipeline, 4) == {1, 2}
+    pipeline.close()
+    assert ledger.is_empty()
+

@@ -36,6 +36,11 @@ is active:
   or a candidate the replica never loaded: the restart verifies the disk afresh, which is
   refused as above when it was rewritten.
 
+What edge-core reads of the bundle once the stage is open (its example inputs) is read
+through the pin too (:meth:`BundlePin.read`): from the kept copy, else from the bundle on
+disk checked against the manifest the stage verified, refused with ``BundleChanged``
+when the bytes differ — never other bytes than those loaded.
+
 The kept copy costs no disk beyond what the loaded stage already held while serving (the
 same directory, shared); it is released when the replica's runtime closes
 (:meth:`BundlePin.release`), at garbage collection, or at exit, and a copy of a process
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import os
 import threading
 from collections.abc import Iterator
@@ -54,9 +60,10 @@ from pathlib import Path
 
 from edge_contracts.manifest import MANIFEST_FILENAME, ArtifactManifest
 from edge_core.artifacts.bundle import VerifiedBundle
-from edge_core.artifacts.errors import BundleChanged
+from edge_core.artifacts.errors import BundleChanged, BundleRefused, MemberPathRefused
+from edge_core.artifacts.members import member_field, open_member
 
-__all__ = ["BundleIdentities", "BundlePin", "observe", "reissue"]
+__all__ = ["BundleIdentities", "BundlePin", "loaded_directory", "observe", "reissue"]
 
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
@@ -72,6 +79,54 @@ def _root(directory: str | os.PathLike[str]) -> Path:
 
 _UNREADABLE = "none (its manifest could not be read when the stage opened)"
 """What :meth:`BundleIdentities.expect` records for a manifest it could not read."""
+
+_RESTART = "a restart loads only the bundle the stage opened with"
+_READ = "what the stage reads of it is only what it verified then"
+
+
+def _rewritten(root: str | os.PathLike[str], opened: str, now: str,
+              why: str = _READ) -> BundleChanged:
+    """The refusal of a bundle rewritten since its stage opened with it.
+
+    Names the manifest file (the field), the sha256 the stage opened with (in the
+    reason, after ``why``: what is refused) and the one found now (the value).
+    """
+    return BundleChanged(
+        str(Path(root) / MANIFEST_FILENAME),
+        f"rewritten since the stage opened with manifest sha256 {opened}; {why} (open "
+        "the pipeline again to serve the new one); manifest sha256 now", now)
+
+
+def _manifest_now(root: str | os.PathLike[str]) -> str:
+    """The sha256 of the manifest file in ``root`` now, or why it cannot be read."""
+    try:
+        with open(Path(root) / MANIFEST_FILENAME, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as error:
+        return f"none ({error.strerror or type(error).__name__})"
+
+
+def loaded_directory(bundle: VerifiedBundle) -> Path:
+    """Where ``bundle``'s verified bytes are, for a read of one of its files (an asset).
+
+    Its staged copy (the bytes hashed at verification, whatever the bundle on disk holds
+    since); verified in place, the bundle itself, checked unchanged since the
+    verification first (:meth:`VerifiedBundle.ensure_unchanged`: a ``stat`` per file).
+
+    Raises:
+        BundleChanged: verified in place and changed since. Rewritten (its manifest's
+            sha256 differs): naming the manifest, the sha256 the stage loaded and the one
+            now; else the first file that changed.
+    """
+    if not bundle.staged:
+        try:
+            bundle.ensure_unchanged()
+        except BundleChanged as changed:
+            now = _manifest_now(bundle.source)
+            if now != bundle.manifest_sha256:
+                raise _rewritten(bundle.source, bundle.manifest_sha256, now) from changed
+            raise
+    return bundle.directory
 
 
 class BundleIdentities:
@@ -125,12 +180,7 @@ class BundleIdentities:
             if opened == bundle.manifest_sha256:
                 self._manifests.setdefault(bundle.source, bundle.manifest)
         if opened != bundle.manifest_sha256:
-            raise BundleChanged(
-                str(bundle.source / MANIFEST_FILENAME),
-                f"rewritten since the stage opened with manifest sha256 {opened}; a "
-                "restart loads only the bundle the stage opened with (open the pipeline "
-                "again to serve the new one); manifest sha256 now",
-                bundle.manifest_sha256)
+            raise _rewritten(bundle.source, opened, bundle.manifest_sha256, _RESTART)
 
 
 class BundlePin:
@@ -200,6 +250,51 @@ class BundlePin:
         with self._lock:
             held = self._kept.get(Path(os.path.realpath(bundle)))
         return None if held is None else held.directory
+
+    def read(self, bundle: str | os.PathLike[str], member: str) -> bytes | None:
+        """The bytes of ``member`` of ``bundle`` as the stage verified them when it loaded.
+
+        Read from the copy the pin keeps, else from the bundle on disk (verified in place,
+        or a backend that keeps no copy), and checked either way against the sha256 that
+        the manifest the stage verified gives ``member``
+        (:meth:`BundleIdentities.manifest`): never other bytes than those loaded.
+        ``None`` when no verification of ``bundle`` is recorded (a backend that verifies
+        nothing through edge-core): nothing says what loaded.
+
+        Raises:
+            BundleChanged: the bytes differ (or cannot be read): when the bundle was
+                rewritten since (its manifest's sha256 differs), naming the manifest,
+                the sha256 the stage opened with and the one now; else naming the file,
+                the sha256 the verified manifest gives it and the one read now.
+            MemberPathRefused: ``member`` is not listed in the verified manifest.
+        """
+        root = _root(bundle)
+        manifest = self.identities.manifest(root)
+        if manifest is None:
+            return None
+        field = member_field(member)
+        expected = manifest.files.get(member)
+        if expected is None:
+            raise MemberPathRefused(field, "is not a verified member", member)
+        where = self.directory(root) or root
+        try:
+            opened = open_member(where, member, field)
+            with os.fdopen(opened.fd, "rb") as handle:
+                data = handle.read()
+            now = hashlib.sha256(data).hexdigest()
+        except (OSError, BundleRefused) as error:
+            data, now = b"", f"none ({error})"
+        if now == expected:
+            return data
+        manifest_now = _manifest_now(root)
+        opened_sha256 = self.identities.opened(root)
+        if opened_sha256 is not None and manifest_now != opened_sha256:
+            raise _rewritten(root, opened_sha256, manifest_now)
+        raise BundleChanged(
+            str(where.joinpath(*member.split("/"))),
+            f"differs from the sha256 {expected} that the manifest the stage opened with "
+            f"(sha256 {opened_sha256}) gives it; what the stage reads of its bundle is "
+            "only what it verified then; sha256 now", now)
 
     def reissue(self, root: Path) -> VerifiedBundle | None:
         """A handle on the kept copy of ``root`` (checked byte for byte), else None.

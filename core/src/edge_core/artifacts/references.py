@@ -202,30 +202,34 @@ def _check_external(
     return member
 
 
-def load_npz(path: Path, field: str) -> dict[str, npt.NDArray[Any]]:
-    """Every array of the ``.npz`` at ``path``, loaded with pickle disabled.
+def load_npz(source: Path | bytes, field: str, name: str = "") -> dict[str, npt.NDArray[Any]]:
+    """Every array of the ``.npz`` at ``source``, loaded with pickle disabled.
 
-    Refused (naming ``field``): not an ``.npz`` archive, an unreadable member, an
-    object array (which would need pickle), and — before any array is allocated — an
+    ``source`` is the file, or its bytes read already (``name`` then names it in
+    refusals). Refused (naming ``field``): not an ``.npz`` archive, an unreadable member,
+    an object array (which would need pickle), and — before any array is allocated — an
     archive beyond the bounds of :mod:`edge_contracts.npz_limits` (declared sizes,
     compression ratio, ``.npy`` headers that disagree with the declared sizes).
     """
+    import io
+
     import numpy as np
 
-    with _npz_refusals(path, field), open(path, "rb") as handle:  # one file: checked, read
+    shown = source.name if isinstance(source, Path) else name
+    with (_npz_refusals(shown, field),  # one file: checked, read
+          open(source, "rb") if isinstance(source, Path) else io.BytesIO(source) as handle):
         check_npz_file(handle, field)
         handle.seek(0)
         loaded = np.load(handle, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ReferenceRefused(field, "must be an .npz archive of named arrays",
-                                   path.name)
+            raise ReferenceRefused(field, "must be an .npz archive of named arrays", shown)
         with loaded as archive:
-            return {name: archive[name] for name in archive.files}
+            return {key: archive[key] for key in archive.files}
 
 
 @contextlib.contextmanager
-def _npz_refusals(path: Path, field: str) -> Iterator[None]:
-    """Raise what reading the ``.npz`` at ``path`` raised as :class:`ReferenceRefused`."""
+def _npz_refusals(name: str, field: str) -> Iterator[None]:
+    """Raise what reading the ``.npz`` named ``name`` raised as :class:`ReferenceRefused`."""
     import zipfile
 
     try:
@@ -234,10 +238,10 @@ def _npz_refusals(path: Path, field: str) -> Iterator[None]:
         raise ReferenceRefused(exc.field, exc.reason, exc.value) from None
     except MemoryError as exc:  # a bound above should make this unreachable
         raise ReferenceRefused(field, f"does not fit in memory ({type(exc).__name__})",
-                               path.name) from None
+                               name) from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise ReferenceRefused(
-            field, f"must be an .npz archive loadable without pickle ({exc})", path.name
+            field, f"must be an .npz archive loadable without pickle ({exc})", name
         ) from None
 
 
@@ -253,7 +257,7 @@ def npz_headers(path: Path, field: str) -> Mapping[str, ArrayHeader]:
     not read as an archive), but reads only each member's ``.npy`` header and streams the
     rest (:mod:`edge_core.artifacts.npz_headers`).
     """
-    with _npz_refusals(path, field), open(path, "rb") as handle:
+    with _npz_refusals(path.name, field), open(path, "rb") as handle:
         if handle.read(4) not in _ZIP_PREFIXES:  # numpy.load's own refusal, unchanged
             return {name: ArrayHeader(array.dtype, tuple(array.shape))
                     for name, array in load_npz(path, field).items()}

@@ -165,12 +165,11 @@ def _check_inputs(args: argparse.Namespace, config: Any) -> PreparedInputs | Non
 
 def _example_inputs(pipeline: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The inputs when neither ``--input`` nor ``--inputs`` is given, and where from."""
-    first = pipeline.stages[0]
-    bundle = first.example_bundle()
-    if bundle is not None and bundle.example_inputs is not None:
-        member = bundle.manifest.metadata.example_inputs
-        where = f"the example inputs bundled with stage {first.stage_id!r} ({member})"
-        return dict(bundle.load_example_inputs()), where
+    found = pipeline.example_inputs()  # as the stage loaded them, else BundleChanged
+    if found is not None:
+        where = (f"the example inputs bundled with stage {pipeline.stages[0].stage_id!r} "
+                 f"({found.member})")
+        return dict(found.arrays), where
     if args.params is not None:  # a prompt-only generate stage takes no tensors
         return {}, "no tensors (--params only)"
     raise common.CommandFailed(common.EXIT_USAGE, "inputs: give --input or --inputs (the first "

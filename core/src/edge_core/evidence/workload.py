@@ -16,7 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import attrs
@@ -104,10 +104,10 @@ def _array_groups(pipeline: Pipeline, sources: Sequence[str], npz_files: Sequenc
         groups.append(InputGroup(Path(file).name, f"npz({file})", arrays))
     if groups:
         return groups
-    bundle = pipeline.stages[0].example_bundle()
-    if bundle is not None and bundle.example_inputs is not None:
-        return [InputGroup("example", f"example_inputs({bundle.example_inputs.name})",
-                           dict(bundle.load_example_inputs()))]
+    found = pipeline.example_inputs()  # as the stage loaded them, else BundleChanged
+    if found is not None:
+        return [InputGroup("example", f"example_inputs({PurePosixPath(found.member).name})",
+                           dict(found.arrays))]
     if not required:
         return []
     raise RecordInvalid("inputs", "give --input or --inputs: the first stage has no "

@@ -218,7 +218,9 @@ def with_bundles(transform: Callable[..., Any] | None,
 
     A transform may take a third argument, ``bundles`` (stage id → its verified bundle
     directory, as ``finish`` gets): model assets such as a character table live there.
-    ``bundles()`` is asked at every call (a restarted stage loads from a new directory).
+    ``bundles()`` is asked at every call (a restarted stage loads from a new directory);
+    each folder holds the bytes its stage loaded, a bundle verified in place checked when
+    looked up (:mod:`edge_core.runtime.bundle_folders`).
     """
     if transform is None:
         return None

@@ -5,7 +5,8 @@ returns :func:`execution_plan`, over the pipeline's stage slots: per
 stage (replica), its identity, backend and plugin, worker and route (``null`` while the
 replica has no live worker: failed, restarting or retired), reservation,
 warm-up placement, numerics and buckets, how its load gate ran (``gate``: ``full``, or
-``reused`` from a stored full gate with the points checked now), observed memory and
+``reused`` from a stored full gate with the points checked now, or ``failed``: its last
+restart failed, before or in its gate), observed memory and
 evidence label; then the
 configuration and the ledger's snapshot.
 """

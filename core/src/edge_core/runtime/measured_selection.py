@@ -342,11 +342,10 @@ class MeasuredOpen:
         first = self.passing[0][0].slots[0]
         runtime = first.runtime
         bundle = getattr(runtime.loaded, "bundle", None) if runtime is not None else None
-        if bundle is None or getattr(bundle, "example_inputs", None) is None:
+        found = None if bundle is None else first.example_inputs()  # as it loaded them
+        if found is None:
             return None
-        member = bundle.manifest.metadata.example_inputs
-        return examples_workload(first.context.stage_id, bundle.load_example_inputs(),
-                                 str(member))
+        return examples_workload(first.context.stage_id, found.arrays, found.member)
 
     def _lineup(self, placement: Sequence[int]) -> Lineup:
         return Lineup([self.passing[i][c] for i, c in enumerate(placement)])

@@ -20,7 +20,8 @@ ledger, progress — and owns every step of it, for every policy that opens stag
   gate again; through the stage's candidates in order when it has some, each on its
   bundle as the stage opened with it (:meth:`~StageOpener.identities`: one
   :class:`~edge_core.artifacts.pins.BundleIdentities` per stage, shared by its replicas
-  and candidates);
+  and candidates); a restart that fails leaves that failure as the slot's gate record
+  (``mode: "failed"``), never the gate its last successful load passed;
 * :meth:`~StageOpener.unwind` / :meth:`~StageOpener.retire` — retire what was started in
   reverse order and settle each reservation (released after verified retirement, else
   quarantined), release what was reserved and never started.
@@ -66,6 +67,7 @@ from edge_core.config.structure import join_path
 from edge_core.config.transforms import resolve_input_transform
 from edge_core.errors import BackendUnavailable
 from edge_core.ledger import ResourceLedger, UnknownPool
+from edge_core.placement import WarmupReport
 from edge_core.plugins import PluginSet
 from edge_core.runtime.candidate_entries import (
     CandidatesRefused,
@@ -549,11 +551,25 @@ class StageOpener:
         switches to the first that passes the whole gate (its runtime then calls that
         candidate's backend), recording every try in :attr:`tried`.
 
+        A restart that fails leaves its failure as the slot's gate record (``mode``
+        ``failed``): the plan never shows a gate that passed for a replica whose last
+        load did not.
+
         Raises:
             CandidatesRefused: every candidate was refused; nothing is left charged.
             The error of the load or the gate, for a stage without candidates (the new
             worker retired and the reservation settled first).
         """
+        recorded = slot.gate
+        try:
+            return self._reload_choice(slot, generation)
+        except BaseException as error:
+            if slot.gate is recorded:  # failed before any load: nothing recorded it
+                _record_failed_gate(slot, error, gated=False, report=None)
+            raise
+
+    def _reload_choice(self, slot: StageSlot, generation: int) -> LoadedStage:
+        """:meth:`reload`: the stage's own backend, else its candidates in order."""
         original = self.config.stage(slot.context.stage_id)
         if not original.candidates:
             return self._reload(slot, generation)
@@ -594,6 +610,7 @@ class StageOpener:
         if slot.token is None:
             self.charge([slot])
         loaded: LoadedStage | None = None
+        warmed = slot.warmup  # the last warm-up that ran, until this one reports
         try:
             # the bundle the stage opened with, or BundleChanged (in any thread of the load)
             with slot.pin.active(slot.context.manifest_dir):
@@ -603,6 +620,8 @@ class StageOpener:
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:
+            _record_failed_gate(slot, error, gated=loaded is not None,
+                                report=slot.warmup if slot.warmup is not warmed else None)
             outcome = (slot.binding.retire(loaded, RELOAD_RETIRE_S) if loaded is not None
                        else getattr(error, RETIRE_OUTCOME_ATTR, None))
             slot.settle(self.ledger, outcome)
@@ -679,6 +698,20 @@ class StageOpener:
             self.unwind([slot for slot in slots if slot.runtime is not None], slots)
             raise
         return slots
+
+
+def _record_failed_gate(slot: StageSlot, error: BaseException, *, gated: bool,
+                        report: WarmupReport | None) -> None:
+    """Record a restart that failed as the slot's gate: the plan shows no gate passed.
+
+    ``gated``: it loaded, and failed in its gate (``report``: what its warm-up reported,
+    if it did); else it failed before its gate — a load refused (``BundleChanged``) or
+    failed — and no point was checked.
+    """
+    checked = len(report.buckets) if report is not None else 0
+    what = "restart's gate failed" if gated else "restart failed before its gate"
+    slot.gate = {"mode": "failed", "points_checked": checked, "points": checked,
+                 "note": f"{what}: {type(error).__name__}: {error}"}
 
 
 def _name_stage(error: BaseException, slot: StageSlot) -> None:

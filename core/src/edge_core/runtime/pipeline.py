@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_contracts.heap import (
@@ -38,6 +37,7 @@ from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable,
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
+from edge_core.runtime.bundle_folders import BundleFolders
 from edge_core.runtime.candidates import open_stages
 from edge_core.runtime.chain import (
     CARRY_PREFIX,
@@ -63,7 +63,7 @@ from edge_core.runtime.results import StageResult
 from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
-from edge_core.runtime.stage_slot import StageSlot, UnverifiedRetirement
+from edge_core.runtime.stage_slot import ExampleInputs, StageSlot, UnverifiedRetirement
 from edge_core.runtime.submission import OnEvent, Submission, running_future, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
@@ -241,13 +241,23 @@ class Pipeline:
         """The stage runtimes, in data-flow order."""
         return [s.runtime for s in self._slots if s.runtime is not None]
 
-    def bundle_directories(self) -> dict[str, Path | None]:
-        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
-        found: dict[str, Path | None] = {}
-        for s in self._slots:
-            bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
-            found[s.context.stage_id] = getattr(bundle, "directory", None)
-        return found
+    def bundle_directories(self) -> BundleFolders:
+        """Stage id → the folder of the verified bundle its worker loaded (or None).
+
+        What ``finish`` gets: the bytes each stage loaded, never a rewrite since — a
+        folder verified in place is checked when looked up, ``BundleChanged`` once
+        rewritten (:mod:`~edge_core.runtime.bundle_folders`).
+        """
+        return self.lineup.current.bundle_directories()
+
+    def example_inputs(self) -> ExampleInputs | None:
+        """The first stage's bundled example inputs, as it loaded them.
+
+        What its bundle held when the stage verified it (:meth:`StageSlot.example_inputs`),
+        never a rewrite since: that is refused with ``BundleChanged``. ``None`` when the
+        first stage has no bundle or its bundle no example inputs.
+        """
+        return self._slots[0].example_inputs()
 
     def stage(self, stage_id: str) -> StageRuntime:
         """One stage's runtime by id."""

@@ -17,12 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
 
 from edge_core.config.model import StageConfig
+from edge_core.runtime.bundle_folders import BundleFolders
 from edge_core.runtime.chain import Transform, run_chain, with_bundles
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.replicas import ReplicaSet
@@ -131,14 +131,14 @@ class Lineup:
         """Bytes the whole placement reserves."""
         return sum(h.memory_bytes for h in self.held)
 
-    def bundle_directories(self) -> dict[str, Path | None]:
-        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
-        found: dict[str, Path | None] = {}
-        for h in self.held:
-            runtime = h.slots[0].runtime
-            bundle = getattr(runtime.loaded, "bundle", None) if runtime is not None else None
-            found[h.stage_id] = getattr(bundle, "directory", None)
-        return found
+    def bundle_directories(self) -> BundleFolders:
+        """Stage id → the folder of the verified bundle its worker loaded (or None).
+
+        Its bytes as loaded: a folder verified in place is checked when looked up
+        (:mod:`~edge_core.runtime.bundle_folders`).
+        """
+        return BundleFolders({h.stage_id: h.slots[0].runtime.loaded
+                              if h.slots[0].runtime is not None else None for h in self.held})
 
     def label(self, stages: Sequence[int] | None = None) -> str:
         """``b=ort-cpu`` for the given stages (default: every stage with a choice)."""

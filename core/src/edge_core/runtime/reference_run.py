@@ -10,6 +10,13 @@ are compared by name within the stage's bound (its warm-up bound, else the manif
 retired — verified — and its reservation released (quarantined if the retirement is not
 verified). Core imports no runtime: both runs happen in workers.
 
+Both run the bundle the stage loaded, never one rewritten on disk since: the example inputs
+and the manifest's bound are read as the stage verified them
+(:meth:`~edge_core.runtime.stage_slot.StageSlot.example_inputs`), and the reference's load
+runs inside the stage's bundle pin (:mod:`edge_core.artifacts.pins`: the copy the stage
+keeps, else the bundle on disk only while its manifest is the one the stage opened with,
+else ``BundleChanged``, which the record's reason names).
+
 The record (:func:`reference_run`) says what was compared and how it went; the plan's
 evidence label (:func:`edge_core.runtime.evidence.evidence_label`) is ``complete-model``
 only when the comparison was made and passed. A reference that cannot be started, a
@@ -25,7 +32,6 @@ from typing import Any
 import attrs
 import numpy as np
 
-from edge_core.artifacts.verify import verify_bundle
 from edge_core.config.model import BackendSection, ResourceBudget
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.stage_slot import StageSlot
@@ -116,15 +122,16 @@ def reference_run(opener: StageOpener, stage: StageSlot, index: int) -> dict[str
     if stage.context.manifest_dir is None or stage.runtime is None:
         record["reason"] = f"{where}: the stage has no bundle to run on a reference"
         return record
-    try:
-        bundle = verify_bundle(stage.context.manifest_dir, stage=False)
-        inputs = bundle.load_example_inputs()
-        validation = bundle.manifest.metadata.validation or {}
-        bound = _bound(stage, dict(validation.get("bound") or {}))
-        bundle.cleanup()
+    try:  # as the stage loaded them (BundleChanged for a bundle rewritten since)
+        example = stage.example_inputs()
     except Exception as exc:
         record["reason"] = f"{where}: the bundle's example inputs: {type(exc).__name__}: {exc}"
         return record
+    manifest = (example.manifest if example is not None
+                else stage.pin.identities.manifest(stage.context.manifest_dir))
+    inputs = dict(example.arrays) if example is not None else {}
+    validation = (manifest.metadata.validation if manifest is not None else None) or {}
+    bound = _bound(stage, dict(validation.get("bound") or {}))
     record["bound"] = bound
     if not inputs:
         record["reason"] = f"{where}: the bundle has no example inputs to compare on"
@@ -137,7 +144,9 @@ def reference_run(opener: StageOpener, stage: StageSlot, index: int) -> dict[str
     try:
         (reference,) = opener.resolve(index, config, where)
         opener.reserve([reference])
-        loaded = reference.binding.load(reference.context)
+        # inside the stage's pin: the copy it keeps, else the disk with its manifest
+        with stage.pin.active(reference.context.manifest_dir):
+            loaded = reference.binding.load(reference.context)
         runtime = opener.runtime(reference, loaded)
         try:
             reference.binding.warmup_placement(loaded)

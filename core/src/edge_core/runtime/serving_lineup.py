@@ -29,9 +29,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from edge_core.runtime.bundle_folders import BundleFolders
 from edge_core.runtime.chain import Transform, with_bundles
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.stage_runtime import StageRuntime
@@ -80,13 +80,14 @@ class Serving:
         self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
         self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 
-    def bundle_directories(self) -> dict[str, Path | None]:
-        """Stage id → the directory its worker loaded the verified bundle from (or None)."""
-        found: dict[str, Path | None] = {}
-        for s in self.slots:
-            bundle = getattr(s.runtime.loaded, "bundle", None) if s.runtime else None
-            found[s.context.stage_id] = getattr(bundle, "directory", None)
-        return found
+    def bundle_directories(self) -> BundleFolders:
+        """Stage id → the folder of the verified bundle its worker loaded (or None).
+
+        Its bytes as loaded: a folder verified in place is checked when looked up
+        (:mod:`~edge_core.runtime.bundle_folders`).
+        """
+        return BundleFolders({s.context.stage_id: s.runtime.loaded if s.runtime else None
+                              for s in self.slots})
 
     def generations(self) -> tuple[int | None, ...]:
         """The worker generation of each stage (replica 0) now: what a receipt records."""

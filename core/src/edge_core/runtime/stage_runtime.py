@@ -147,20 +147,6 @@ class StageRuntime:
         replica = getattr(self.context, "replica", 0)
         return f"{self.stage_id}#{replica}" if replica else self.stage_id
 
-    def example_bundle(self) -> Any:
-        """The stage's verified bundle, to read its example inputs from; ``None`` without one.
-
-        The loaded stage's own ``bundle`` when it keeps one (``edge_ort``'s); else the
-        stage's manifest folder verified again in place (a ``WorkerStage`` keeps none: the
-        backend guide's cleans its staged copy up once the worker loaded it).
-        """
-        bundle = getattr(self.loaded, "bundle", None)
-        if bundle is None and self.context.manifest_dir is not None:
-            from edge_core.artifacts import verify_bundle
-
-            bundle = verify_bundle(self.context.manifest_dir, stage=False)
-        return bundle
-
     @property
     def shapes(self) -> Any:
         """The shape set the loaded stage serves (``edge_contracts.shapesets.ShapeSet``).

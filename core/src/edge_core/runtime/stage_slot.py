@@ -19,7 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
+from edge_contracts.manifest import ArtifactManifest
 from edge_core.artifacts.pins import BundlePin
+from edge_core.artifacts.references import load_npz
 from edge_core.binding import OwnerBinding
 from edge_core.config.model import StageConfig
 from edge_core.ledger import ReservationToken, ResourceLedger
@@ -30,7 +34,22 @@ from edge_core.selection.gates import GateLookup
 from edge_core.selection.key import DecisionKey
 from edge_core.stage import StageContext
 
-__all__ = ["StageSlot", "UnverifiedRetirement"]
+__all__ = ["ExampleInputs", "StageSlot", "UnverifiedRetirement"]
+
+
+@attrs.frozen
+class ExampleInputs:
+    """A stage's bundled example inputs, as it loaded them (:meth:`StageSlot.example_inputs`).
+
+    Attributes:
+        member: Their file in the bundle (``metadata.example_inputs``).
+        arrays: The arrays by name.
+        manifest: The manifest that names them: the one the stage verified.
+    """
+
+    member: str
+    arrays: Mapping[str, Any] = attrs.field(repr=False)
+    manifest: ArtifactManifest = attrs.field(repr=False)
 
 
 class UnverifiedRetirement:
@@ -92,7 +111,8 @@ class StageSlot:
         """Which of its stage's candidates the slot runs (0 for a stage without any)."""
         self.gate: dict[str, Any] | None = None
         """How its last load gate ran: ``full`` or ``reused`` (from when, how many of the
-        stored gate's points were checked now), as the plan shows it."""
+        stored gate's points were checked now), or ``failed`` (its last restart failed,
+        before or in its gate, and why), as the plan shows it."""
         self.gate_key: DecisionKey | None = None
         """The key its gate is stored under (:func:`~edge_core.selection.key.gate_key`)."""
         self.gate_lookup: GateLookup | None = None
@@ -130,6 +150,39 @@ class StageSlot:
         """Run from now on as ``other`` (a fresh resolution on another candidate) does."""
         self.config, self.binding, self.transform = other.config, other.binding, other.transform
         self.context = other.context
+
+    def example_inputs(self) -> ExampleInputs | None:
+        """The example inputs of the bundle the replica loaded, and the manifest naming them.
+
+        As its stage verified them when it opened (:meth:`BundlePin.read
+        <edge_core.artifacts.pins.BundlePin.read>`): from the copy the replica keeps, else
+        from the bundle on disk, checked against the sha256 the verified manifest gives
+        them. A backend that verifies nothing through edge-core leaves no record of what
+        loaded: its bundle is verified now, in place. ``None``: no bundle, or a bundle
+        without example inputs.
+
+        Raises:
+            BundleChanged: the bundle was rewritten since the stage opened (naming the
+                manifest, the sha256 the stage opened with and the one now), or the
+                example inputs changed under a manifest that did not.
+        """
+        directory = self.context.manifest_dir
+        if directory is None:
+            return None
+        manifest = self.pin.identities.manifest(directory)
+        if manifest is None:  # nothing verified through edge-core: the bundle as it is
+            from edge_core.artifacts.verify import verify_bundle
+
+            bundle = verify_bundle(directory, stage=False)
+            member = bundle.manifest.metadata.example_inputs
+            return None if member is None else ExampleInputs(
+                member, bundle.load_example_inputs(), bundle.manifest)
+        member = manifest.metadata.example_inputs
+        data = None if member is None else self.pin.read(directory, member)
+        if member is None or data is None:
+            return None
+        return ExampleInputs(member, load_npz(data, "manifest.metadata.example_inputs",
+                                              member), manifest)
 
     def settle(self, ledger: ResourceLedger, outcome: Any) -> str:
         """End the reservation after retirement, record how and forget the token.

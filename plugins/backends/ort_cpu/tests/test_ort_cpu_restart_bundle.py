@@ -56,25 +56,28 @@ no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 
 def write_scale_bundle(directory: Path, k: float, *, expected: bool = True,
-                       expected_k: float | None = None) -> str:
+                       expected_k: float | None = None, x: np.ndarray = EXAMPLE_X) -> str:
     """Write (or rewrite in place) the bundle of ``y = k * x``; its manifest sha256.
 
     Without ``expected`` the manifest names no expected outputs (the file is left out);
     ``expected_k`` makes them ``expected_k * x`` instead (a bundle its gate refuses).
+    ``x``: its example inputs; it also holds ``table.txt``, an asset naming ``k`` (a
+    character table, say, that a transform reads from the bundle's folder).
     """
     directory.mkdir(exist_ok=True)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     scale = helper.make_tensor("k", TensorProto.FLOAT, [], [k])
     graph = helper.make_graph([helper.make_node("Mul", ["x", "k"], ["y"], name="mul0")],
-                              "scale", [x], [y], initializer=[scale])
+                              "scale", [x_info], [y_info], initializer=[scale])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (directory / "model.onnx").write_bytes(model.SerializeToString())
-    np.savez(directory / "example_inputs.npz", x=EXAMPLE_X)
+    np.savez(directory / "example_inputs.npz", x=x)
+    (directory / "table.txt").write_text(f"k = {k}\n", encoding="utf-8")
     if expected:
         np.savez(directory / "expected.npz",
-                 y=(EXAMPLE_X * np.float32(k if expected_k is None else expected_k)
+                 y=(x * np.float32(k if expected_k is None else expected_k)
                     ).astype(np.float32))
     else:
         (directory / "expected.npz").unlink(missing_ok=True)
@@ -179,6 +182,12 @@ def test_a_restart_of_a_bundle_verified_in_place_and_rewritten_is_refused(
         entry = pipeline.execution_plan()["stages"][0]
         assert entry["worker"] is None and entry["state"] == "failed"
         assert "BundleChanged" in entry["state_reason"] and rewritten in entry["state_reason"]
+        # no gate ran for what the replica is now: the plan does not show the open's
+        assert entry["gate"] == {"mode": "failed", "points_checked": 0, "points": 0,
+                                 "note": entry["gate"]["note"]}
+        assert entry["gate"]["note"].startswith(
+            f"restart failed before its gate: BundleChanged: {bundle / 'edge-manifest.json'}")
+        assert opened in entry["gate"]["note"] and rewritten in entry["gate"]["note"]
         assert [r["owner"] for r in ledger.snapshot()["reservations"]] == []
     assert ledger.is_empty()
 

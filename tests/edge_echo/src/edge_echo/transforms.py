@@ -57,6 +57,23 @@ def call_with_bundles(previous: Mapping[str, Any], source: Mapping[str, Any],
                 carry={"carry:bundles": sorted(bundles)})
 
 
+def read_tables(previous: Mapping[str, Any], source: Mapping[str, Any],
+                bundles: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous ``y`` as the next ``x``, with each stage's ``table.txt`` carried.
+
+    A model asset read from the stage's bundle folder (a stage whose folder has no
+    ``table.txt``, or that has no folder, is left out).
+    """
+    from pathlib import Path
+
+    tables = {}
+    for stage_id, folder in sorted(bundles.items()):
+        table = None if folder is None else Path(folder) / "table.txt"
+        if table is not None and table.is_file():
+            tables[stage_id] = table.read_text(encoding="utf-8")
+    return {"x": previous["y"], "carry:tables": tables}
+
+
 def refuse_negative(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     """The previous outputs, unless ``x`` holds a negative number: a data-dependent failure.
 

@@ -1,0 +1,66 @@
+"""The bundle folders a transform or ``finish`` reads a stage's model assets from.
+
+``bundles`` — stage id → the folder of the verified bundle its worker loaded, ``None`` for
+a stage whose loaded stage holds none — is what a transform that takes a third argument
+(:func:`edge_core.runtime.chain.with_bundles`) and the pipeline's ``finish`` get: model
+assets such as a character table live there. The folder holds the bytes the stage loaded,
+never a rewrite since: a staged bundle's is its private copy, the bytes verified when the
+stage opened, whatever the bundle on disk holds now; a bundle verified in place is the
+bundle itself, checked unchanged since its verification each time it is looked up
+(:func:`edge_core.artifacts.pins.loaded_directory`: a ``stat`` per file), and refused with
+``BundleChanged`` — naming the manifest, the sha256 the stage loaded and the one now —
+once rewritten. Only the stage looked up is checked, once per mapping (one per call), and
+listing the stage ids checks none. A rewrite between that check and the reader's own
+``open`` is not caught: stage the bundle (the default) when a transform reads from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from edge_core.artifacts.bundle import VerifiedBundle
+from edge_core.artifacts.pins import loaded_directory
+
+__all__ = ["BundleFolders"]
+
+
+class BundleFolders(Mapping[str, Path | None]):
+    """Stage id → the folder of the verified bundle its worker loaded (or None).
+
+    Args:
+        loaded: Stage id → its loaded stage (``None``: not loaded); the folder is that of
+            the loaded stage's ``bundle``.
+    """
+
+    def __init__(self, loaded: Mapping[str, Any]) -> None:
+        self._loaded = dict(loaded)
+        self._found: dict[str, Path | None] = {}
+
+    def __getitem__(self, stage_id: str) -> Path | None:
+        """The stage's folder, checked first when its bundle was verified in place.
+
+        Raises:
+            KeyError: no such stage.
+            BundleChanged: verified in place and changed since it loaded.
+        """
+        if stage_id in self._found:
+            return self._found[stage_id]
+        bundle = getattr(self._loaded[stage_id], "bundle", None)
+        if isinstance(bundle, VerifiedBundle):
+            found: Path | None = loaded_directory(bundle)
+        else:
+            directory = getattr(bundle, "directory", None)
+            found = None if directory is None else Path(directory)
+        self._found[stage_id] = found
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded)
+
+    def __len__(self) -> int:
+        return len(self._loaded)
+
+    def __repr__(self) -> str:
+        return f"BundleFolders({sorted(self._loaded)})"

@@ -309,6 +309,9 @@ class Pipeline:
                 its worker retired and is ``failed``.
             WorkerUnresponsive / WorkerGone: the worker stopped answering or died.
             RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
+            InvalidValue: ``inputs`` are no mapping of input names to arrays.
+            StageClosed: the pipeline was closed (``pipelines[p]: closed``; waiting for
+                admission: ``pipelines[p].admission: closed``), or no stage serves.
         """
         self.check_params(params)
         until = None if deadline_s is None else deadline_until(deadline_s)
@@ -341,10 +344,25 @@ class Pipeline:
         except BaseException as exc:
             self.lineup.leave(serving)
             self.admission.release()
-            if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
-                raise refusal from None  # the inputs' fault, not the code that read them
+            if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):
+                raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
+
+    def _refusal(self, error: Exception, inputs: object) -> Exception | None:
+        """What a failed request raises instead of ``error`` (asked on the failure path).
+
+        Inputs that are no mapping of input names: their ``InvalidValue`` naming
+        ``inputs`` (:func:`~edge_core.runtime.request_inputs.malformed_inputs`), not the
+        error of the code that read them. A stage's ``StageClosed`` once the pipeline is
+        closed: ``StageClosed`` naming the pipeline (``pipelines[p]: closed``), as
+        :meth:`submit` refuses after :meth:`close`.
+        """
+        if refusal := malformed_inputs(inputs):
+            return refusal
+        if self.closed and isinstance(error, StageClosed):
+            return StageClosed(f"{self._where}: closed")
+        return None
 
     def _delivered(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
                    request_id: str | None, latencies: dict[str, float],
@@ -434,8 +452,8 @@ class Pipeline:
         try:
             try:
                 pending, _, _ = self._chain(serving, inputs, params, until)
-            except Exception:
-                if refusal := malformed_inputs(inputs):
+            except Exception as exc:
+                if refusal := self._refusal(exc, inputs):
                     raise refusal from None
                 raise
             try:

@@ -35,6 +35,7 @@ from edge_contracts.heap import (
 )
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable, StageClosed
+from edge_core.host.loop_calls import call_soon_once
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -624,15 +625,12 @@ class Pipeline:
         on_loop = threading.get_ident()
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
-            try:
-                if not loop.is_running():  # stopped or closed: it would never settle it
-                    settle()
-                elif threading.get_ident() == on_loop:
-                    loop.call_soon(settle)  # after the channel's read, not inside it
-                else:
-                    loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the event loop closed meanwhile: settle here
+            if not loop.is_running():  # stopped or closed: it may never settle it
                 settle()
+            else:  # on the loop's thread: after the channel's read, not inside it. Settled
+                # once, whatever the loop does: where it is closed meanwhile, or stopped and
+                # closed with settle still queued, here or in the thread that closes it
+                call_soon_once(loop, settle, threadsafe=threading.get_ident() != on_loop)
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
         if on_end is None or not on_end(pending.request_id, ended, loop):

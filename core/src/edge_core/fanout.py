@@ -65,7 +65,7 @@ class Fanout:
                                   type(item).__name__)
             checked.append(item)
         for name in carry or {}:
-            if not name.startswith(CARRY_PREFIX):
+            if not isinstance(name, str) or not name.startswith(CARRY_PREFIX):
                 raise ConfigError(f"Fanout.carry[{name!r}]",
                                   f"carried names start with {CARRY_PREFIX!r}", name)
         self.items: tuple[Mapping[str, Any], ...] = tuple(checked)
@@ -99,7 +99,7 @@ class Call:
             raise ConfigError("Call.params", "must be a mapping of JSON values",
                               type(params).__name__)
         for name in carry or {}:
-            if not name.startswith(CARRY_PREFIX):
+            if not isinstance(name, str) or not name.startswith(CARRY_PREFIX):
                 raise ConfigError(f"Call.carry[{name!r}]",
                                   f"carried names start with {CARRY_PREFIX!r}", name)
         self.inputs: dict[str, Any] = dict(inputs or {})

@@ -173,6 +173,7 @@ CALLS: list[Callable[[Pipeline, Any], Any]] = [
     lambda pipeline, inputs: asyncio.run(_submitted_on_the_loop(pipeline, inputs)),
     _stream_once,
     lambda pipeline, inputs: asyncio.run(pipeline.arun(inputs)),
+    lambda pipeline, inputs: pipeline.stage("s").submit(inputs),  # a stage on its own
 ]
 
 
@@ -195,11 +196,15 @@ def test_inputs_that_are_no_mapping_of_names_are_refused_naming_inputs(
                 assert info.value.value is inputs
             else:
                 assert info.value.value == value
+            assert f"not {type(info.value.value).__name__}: " in str(info.value)
             assert _taken(pipeline) == (0, (0,) * stages)
+            assert [stage.slots.used for stage in pipeline.stages] == [0] * stages
     assert ledger.holdings() == held
     assert [(stage.generation, stage.state) for stage in pipeline.stages] == workers
     with pipeline.run({"x": X}) as result:  # the same workers serve on
         assert result.outputs["x"].shape == (2, 2)
+    with pipeline.stage("s").submit({"x": X}).result() as served:  # the stage on its own too
+        assert served.outputs["x"].shape == (2, 2)
     assert _taken(pipeline) == (0, (0,) * stages)
 
 

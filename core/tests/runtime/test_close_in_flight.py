@@ -139,3 +139,22 @@ def test_a_request_waiting_for_admission_ends_at_close_not_at_its_deadline(
     with held:  # the result held over the close still reads, and acknowledges
         assert held.outputs["x"].shape == (2, 2)
     _assert_nothing_charged(pipeline, ledger)
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_a_request_made_after_close_is_refused_naming_the_pipeline_as_closed(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: int,
+) -> None:
+    chain = [echo_stage("s", backend="echo-preemptible")]
+    if stages == 2:
+        chain.append(echo_stage("u", transform="edge_echo.transforms:passthrough"))
+    pipeline = open_pipeline(*chain, admission=2)
+    with pipeline.run(X) as result:  # served before the close
+        assert result.outputs["x"].shape == (2, 2)
+    pipeline.close()
+    for name, request in REQUESTS.items():
+        for _ in range(2):  # refused alike the second time: nothing was taken the first
+            outcome = _outcome(lambda r=request: r(pipeline))
+            assert isinstance(outcome, StageClosed), (name, outcome)  # as callers catch it
+            assert str(outcome) == "pipelines[t]: closed", (name, outcome)
+            _assert_nothing_charged(pipeline, ledger)

@@ -13,7 +13,8 @@ import pytest
 from edge_core import hookimpl
 from edge_core.backend import CancelOutcome
 from edge_core.config import load_pipeline
-from edge_core.errors import ResourceUnavailable, StageClosed
+from edge_core.errors import ConfigError, ResourceUnavailable, StageClosed
+from edge_core.fanout import Call, Fanout
 from edge_core.host.retire import RetireOutcome
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
@@ -267,3 +268,63 @@ def test_a_one_stage_pipeline_leaves_carried_inputs_out_and_frees_its_slots(
     submission = pipeline.submit({**X}, request_id="r1")
     assert submission.result().ack() is AckOutcome.ACKNOWLEDGED
     assert pipeline.admission.used == 0 and pipeline.stage("s").outstanding == 0
+
+
+#: What a transform returns wrong, the value its refusal names and what it says was wrong.
+BAD_RETURNS = [
+    (lambda previous: {**previous, 1: previous["x"]}, 1, "a mapping with a key that is no "
+     "input name (a str), not int"),
+    (lambda previous: {"x": previous["x"], ("x",): 0}, ("x",), "not tuple"),
+    (lambda previous: None, None, "returned a NoneType, not a mapping of input names"),
+    (lambda previous: [("x", previous["x"])], "the return", "returned a list, not a mapping"),
+    (lambda previous: Fanout([{"x": previous["x"]}, {2: previous["x"]}]), 2,
+     "returned Fanout.items[1] with a key that is no input name (a str), not int"),
+    (lambda previous: Call({3: previous["x"]}), 3,
+     "returned Call.inputs with a key that is no input name (a str), not int"),
+]
+
+
+def test_a_transform_that_returns_no_mapping_of_input_names_is_refused_naming_it(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"),
+                             echo_stage("b", transform="edge_echo.transforms:returns_carried",
+                                        backend="echo-preemptible"), admission=2)
+    workers = [(stage.generation, stage.state) for stage in pipeline.stages]
+    held = ledger.holdings()
+
+    async def on_a_loop(inputs: dict[str, object]) -> object:
+        return await pipeline.arun(inputs)
+
+    calls = [
+        pipeline.run,
+        lambda inputs: pipeline.submit(inputs).result(5.0),
+        lambda inputs: next(pipeline.stream(inputs)),
+        lambda inputs: asyncio.run(on_a_loop(inputs)),
+    ]
+    for returns, value, reason in BAD_RETURNS:
+        for call in calls:
+            with pytest.raises(ConfigError) as info:
+                call({**X, "carry:returns": returns})
+            assert info.value.path == "pipelines[t].stages[b].input_transform"
+            assert "transform edge_echo.transforms:returns_carried returned " in str(info.value)
+            assert reason in str(info.value)
+            if value == "the return":
+                assert isinstance(info.value.value, list)
+            else:
+                assert info.value.value == value
+            assert pipeline.admission.used == 0
+            assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 2
+    assert ledger.holdings() == held
+    assert [(stage.generation, stage.state) for stage in pipeline.stages] == workers
+    with pipeline.run({**X, "carry:returns": dict}) as result:  # the same workers serve on
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 4)
+    assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 2
+
+
+def test_a_call_or_fanout_carrying_a_name_that_is_no_str_is_refused_naming_it() -> None:
+    for made in (lambda: Call({}, carry={4: 0}), lambda: Fanout([], carry={4: 0})):
+        with pytest.raises(ConfigError) as info:
+            made()
+        assert info.value.path.endswith(".carry[4]")
+        assert info.value.value == 4

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -234,3 +235,85 @@ def test_a_loop_closed_or_stopped_behind_its_request_leaves_it_to_end_without_it
         loop.close()
     assert_nothing_charged(pipeline, submission.request_id)
     assert pipeline.stage("a").state is StageState.READY
+
+
+class _Counting:
+    """Counts what a loop is handed through ``call_soon_threadsafe`` (keeping none of it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, refuse: bool = False) -> None:
+        self.handed = 0
+        self._call = loop.call_soon_threadsafe
+        self._refuse = refuse
+
+    def __call__(self, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        self.handed += 1
+        if self._refuse:  # as a loop closed between the running check and this call
+            raise RuntimeError("Event loop is closed")
+        return self._call(callback, *args, **kwargs)
+
+
+@pytest.mark.parametrize("ended", ["reply read by another thread", "cancelled on the loop",
+                                   "loop refuses the callback"])
+def test_a_loop_stopped_and_closed_with_its_requests_settle_queued_still_settles_it(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger, ended: str,
+) -> None:
+    # The request's end comes while its loop runs, so its settle is queued on the loop
+    # (call_soon_threadsafe from another thread, call_soon on the loop's own); the loop is
+    # then stopped in the same batch and closed, which drops what is queued. The request
+    # must settle all the same, and give back its admission and its stage slot (and the
+    # loop's watch its duplicate descriptor: the leak check counts descriptors).
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=2)
+    stage = pipeline.stage("a")
+    held = ledger.holdings()
+    loop = asyncio.new_event_loop()
+    counting = _Counting(loop, refuse=ended == "loop refuses the callback")
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    sent: list[Submission] = []
+    failed: list[BaseException] = []
+
+    def on_the_loop() -> None:
+        try:
+            the_last_batch()
+        except BaseException as exc:  # raised below, not left to the loop's handler
+            failed.append(exc)
+        finally:
+            loop.stop()  # this batch is the loop's last: what it queued meanwhile never runs
+
+    def the_last_batch() -> None:
+        sent.append(pipeline.submit(X, loop=loop, params={"delay_s": 0.05}))
+        if ended == "cancelled on the loop":  # ended here: its settle queued by call_soon
+            assert sent[0].cancel() is not None
+        else:
+            # A thread waiting for a call of its own leads the channel's reading: it reads
+            # this request's reply too, while the loop is busy here, and hands the loop
+            # the watch's stop and the request's settle. Controlled: it reads until both
+            # were handed over (the loop cannot read meanwhile, it is running this).
+            def lead() -> None:
+                ends = time.monotonic() + 20.0
+                try:
+                    while counting.handed < 2 and time.monotonic() < ends:
+                        with stage.submit(X, params={"delay_s": 0.02},
+                                          deadline_s=10.0).result():
+                            pass
+                except BaseException as exc:  # raised by the test, not lost in the thread
+                    failed.append(exc)
+
+            reader = threading.Thread(target=lead, name="leads-the-reading")
+            reader.start()
+            reader.join()
+            assert counting.handed == 2
+
+    loop.call_soon(on_the_loop)
+    loop.run_forever()
+    loop.close()  # drops the queued callbacks
+    assert failed == []
+    (submission,) = sent
+    if ended == "cancelled on the loop":
+        with pytest.raises(RequestCancelled):
+            submission.result(5.0)
+    else:
+        with submission.result(5.0) as result:  # settled, not left waiting for good
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    assert_nothing_charged(pipeline, submission.request_id)
+    assert ledger.holdings() == held
+    assert stage.state is StageState.READY and stage.generation == 1  # the same worker

@@ -32,6 +32,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from edge_core.host.loop_calls import call_soon_once
 from edge_core.host.reading import ChannelReader
 
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
@@ -90,10 +91,9 @@ class LoopReading:
         if not self.loop.is_running():  # stopped: it may be closed before it runs again,
             self._stop_if_idle()  # dropping a callback and the duplicate with it
             return
-        try:
-            self.loop.call_soon_threadsafe(self._stop_if_idle)
-        except RuntimeError:  # the loop closed meanwhile: nothing watches any more
-            self._stop(remove=False)
+        # Once, whatever the loop does: where it closes meanwhile (the loop refuses it, or
+        # is stopped and closed with it queued), here or in the thread that closes it.
+        call_soon_once(self.loop, self._stop_if_idle)
 
 
     def _read(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from edge_core.errors import DeadlineExceeded, EdgeError, ResourceUnavailable, StageClosed
+from edge_core.runtime.request_inputs import malformed_inputs
 
 __all__ = ["RequestTooLarge", "SlotPool", "SlotsTaken", "check_request_size", "request_bytes",
            "take_slot"]
@@ -166,13 +167,29 @@ def request_bytes(inputs: Mapping[str, Any]) -> int:
 
 
 def check_request_size(stage_id: str, inputs: Mapping[str, Any], limit: int) -> None:
-    """Refuse a request larger than ``limit`` bytes, naming stage, bytes and limit."""
-    if len(inputs) == 1:  # the common one-tensor request: its size without the loop
-        (value,) = inputs.values()
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int) and nbytes <= limit:
-            return
-    total = request_bytes(inputs)
+    """Refuse a request larger than ``limit`` bytes, naming stage, bytes and limit.
+
+    The first code to read a request's inputs: inputs that are no mapping (``None``, a
+    ``str``, a list of pairs) fail here, and that failure is refused as
+    :func:`~edge_core.runtime.request_inputs.malformed_inputs` words it
+    (``InvalidValue`` naming ``inputs``), asked only once reading them failed.
+
+    Raises:
+        RequestTooLarge: the inputs exceed ``limit`` bytes.
+        InvalidValue: the inputs are no mapping (field ``inputs``).
+    """
+    try:  # nothing is checked on the way: the refusal is asked for where reading failed
+        if len(inputs) == 1:  # the common one-tensor request: its size without the loop
+            (value,) = inputs.values()
+            nbytes = getattr(value, "nbytes", None)
+            # an array's is an int exactly (no isinstance call; request_bytes sums others)
+            if nbytes.__class__ is int and nbytes <= limit:
+                return
+        total = request_bytes(inputs)
+    except (AttributeError, TypeError, ValueError):
+        if refusal := malformed_inputs(inputs):
+            raise refusal from None  # the inputs' fault, not the code that read them
+        raise
     if total > limit:
         raise RequestTooLarge(
             f"stages[{stage_id}].max_io_bytes: a request of {total} bytes exceeds the "

@@ -10,11 +10,15 @@ Between stages the model's transform builds the next inputs; arrays that could s
 memory with the previous outputs are copied before the previous result is acknowledged.
 A transform that returns a :class:`~edge_core.fanout.Fanout` gets the next stage
 called once per item (:func:`gather`), and the outputs gathered into lists in item order.
+What a transform returns is not checked on the way: where reading it fails (no mapping,
+a key that is no ``str``), :func:`malformed_return` is asked, and the request fails with
+its ``ConfigError`` naming the stage's transform and the bad key.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edge_contracts.requests import StageEvent
-from edge_core.errors import DeadlineExceeded
+from edge_core.errors import ConfigError, DeadlineExceeded
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.pending import PendingCall
@@ -40,6 +44,7 @@ __all__ = [
     "Transform",
     "copy_apart",
     "gather",
+    "malformed_return",
     "run_chain",
     "split_carry",
     "with_bundles",
@@ -59,6 +64,48 @@ def split_carry(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     inputs = {k: v for k, v in data.items() if not k.startswith(CARRY_PREFIX)}
     carry = {k: v for k, v in data.items() if k.startswith(CARRY_PREFIX)}
     return inputs, carry
+
+
+def _transform_path(where: str, stage_id: str) -> str:
+    """The path refusals of what a stage's transform returned name: ``...input_transform``."""
+    return f"{where}.stages[{stage_id}].input_transform"
+
+
+def _named(transform: Callable[..., Any] | None) -> str:
+    """``transform module:qualname`` (what ``input_transform`` names), else its repr."""
+    module = getattr(transform, "__module__", None)
+    name = getattr(transform, "__qualname__", None)
+    return f"transform {module}:{name}" if module and name else f"transform {transform!r}"
+
+
+def malformed_return(produced: object, transform: Callable[..., Any] | None,
+                     path: str) -> ConfigError | None:
+    """The refusal of what ``transform`` returned, when it is no mapping of input names.
+
+    Asked only once reading a transform's return failed (nothing is checked on a good
+    request's way). A transform returns a mapping of input names (``str``) to arrays, a
+    :class:`~edge_core.fanout.Fanout` of such mappings or a
+    :class:`~edge_core.fanout.Call`: the refusal (``path`` names the stage's
+    ``input_transform``) names the transform, the first key that is not a ``str`` and its
+    type, or the type of a return that is no mapping at all. None when the return is
+    well formed (the failure was something else's).
+    """
+    name = _named(transform)
+    if isinstance(produced, Call):  # (carried names are checked when it is made)
+        mappings: list[tuple[str, Mapping[Any, Any]]] = [("Call.inputs", produced.inputs)]
+    elif isinstance(produced, Fanout):
+        mappings = [(f"Fanout.items[{index}]", item) for index, item in enumerate(produced.items)]
+    elif isinstance(produced, Mapping):
+        mappings = [("a mapping", produced)]
+    else:
+        return ConfigError(path, f"{name} returned a {type(produced).__name__}, not a mapping "
+                           "of input names (str) to arrays, a Fanout or a Call", produced)
+    for what, mapping in mappings:
+        for key in mapping:
+            if not isinstance(key, str):
+                return ConfigError(path, f"{name} returned {what} with a key that is no "
+                                   f"input name (a str), not {type(key).__name__}", key)
+    return None
 
 
 def copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,17 +204,26 @@ def _drain(pending: collections.deque[tuple[int, PendingCall]]) -> None:
 
 def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
            until: float | None, cancelled: Callable[[], bool],
-           where: str, request_id: str | None = None) -> GatheredResult:
+           where: str, request_id: str | None = None,
+           transform: Callable[..., Any] | None = None) -> GatheredResult:
     """Call ``group`` once per item, in parallel up to its free slots; gather in order.
 
     ``until`` (monotonic) bounds each item's call; with ``request_id`` item ``i`` is sent
-    as ``request_id#i``, so that cancelling the request finds its items.
+    as ``request_id#i``, so that cancelling the request finds its items. ``transform``
+    (the one that returned ``fan``) is named when an item has a key that is no ``str``.
 
     Raises:
         RequestCancelled: the request was cancelled; no item's output is delivered.
+        ConfigError: an item has a key that is no ``str`` (nothing was sent).
         Whatever an item's call raised (after the others in flight have ended).
     """
-    items = [split_carry(item) for item in fan.items]
+    try:
+        items = [split_carry(item) for item in fan.items]
+    except (AttributeError, TypeError):
+        refusal = malformed_return(fan, transform, _transform_path(where, group.stage_id))
+        if refusal is not None:
+            raise refusal from None  # the transform's fault, not the code that read it
+        raise
     gathered: list[dict[str, Any] | None] = [None] * len(items)
     pending: collections.deque[tuple[int, PendingCall]] = collections.deque()
     started = time.perf_counter()
@@ -236,6 +292,7 @@ def with_bundles(transform: Callable[..., Any] | None,
         return transform
     bound = transform
 
+    @functools.wraps(transform)  # named as the transform is (in a refusal of its return)
     def call(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
         return bound(previous, source, bundles())
 
@@ -279,15 +336,24 @@ def run_chain(
             asked: Mapping[str, Any] = {}
             if transform is not None and previous is not None:
                 produced = transform(previous.outputs, inputs)
-                if isinstance(produced, Call):
-                    asked = produced.params
-                    data, carry = split_carry(copy_apart(produced.inputs, previous.outputs))
-                    carry.update(copy_apart(produced.carry, previous.outputs))
-                elif isinstance(produced, Fanout):
-                    fan = Fanout([copy_apart(item, previous.outputs) for item in produced.items],
-                                 copy_apart(produced.carry, previous.outputs))
-                else:
-                    data, carry = split_carry(copy_apart(produced, previous.outputs))
+                try:  # what it returned is read here (checked only if that fails)
+                    if isinstance(produced, Call):
+                        asked = produced.params
+                        data, carry = split_carry(copy_apart(produced.inputs,
+                                                             previous.outputs))
+                        carry.update(copy_apart(produced.carry, previous.outputs))
+                    elif isinstance(produced, Fanout):
+                        fan = Fanout([copy_apart(item, previous.outputs)
+                                      for item in produced.items],
+                                     copy_apart(produced.carry, previous.outputs))
+                    else:
+                        data, carry = split_carry(copy_apart(produced, previous.outputs))
+                except (AttributeError, TypeError):
+                    refusal = malformed_return(produced, transform,
+                                               _transform_path(where, group.stage_id))
+                    if refusal is not None:
+                        raise refusal from None  # the transform's fault, not the reader's
+                    raise
                 del produced  # may hold views of previous outputs, released below
             if previous is not None:
                 previous.ack()  # the next inputs are private copies by now
@@ -306,7 +372,8 @@ def run_chain(
                 lambda done=abandoned: cancelled() or done())
             if fan is not None:
                 previous = gather(group, fan, params=stage_params, until=until,
-                                  cancelled=stop, where=where, request_id=request_id)
+                                  cancelled=stop, where=where, request_id=request_id,
+                                  transform=transform)
                 if last:
                     done, previous = previous, None
                     return GatheredCall(done), latencies, {}

@@ -34,6 +34,7 @@ from edge_contracts.heap import (
 )
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable, StageClosed
+from edge_core.host.loop_calls import call_soon_once
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -319,6 +320,9 @@ class Pipeline:
                 its worker retired and is ``failed``.
             WorkerUnresponsive / WorkerGone: the worker stopped answering or died.
             RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
+            InvalidValue: ``inputs`` are no mapping of input names to arrays.
+            StageClosed: the pipeline was closed (``pipelines[p]: closed``; waiting for
+                admission: ``pipelines[p].admission: closed``), or no stage serves.
         """
         self.check_params(params)
         until = None if deadline_s is None else deadline_until(deadline_s)
@@ -351,10 +355,25 @@ class Pipeline:
         except BaseException as exc:
             self.lineup.leave(serving)
             self.admission.release()
-            if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
-                raise refusal from None  # the inputs' fault, not the code that read them
+            if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):
+                raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
+
+    def _refusal(self, error: Exception, inputs: object) -> Exception | None:
+        """What a failed request raises instead of ``error`` (asked on the failure path).
+
+        Inputs that are no mapping of input names: their ``InvalidValue`` naming
+        ``inputs`` (:func:`~edge_core.runtime.request_inputs.malformed_inputs`), not the
+        error of the code that read them. A stage's ``StageClosed`` once the pipeline is
+        closed: ``StageClosed`` naming the pipeline (``pipelines[p]: closed``), as
+        :meth:`submit` refuses after :meth:`close`.
+        """
+        if refusal := malformed_inputs(inputs):
+            return refusal
+        if self.closed and isinstance(error, StageClosed):
+            return StageClosed(f"{self._where}: closed")
+        return None
 
     def _delivered(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
                    request_id: str | None, latencies: dict[str, float],
@@ -444,8 +463,8 @@ class Pipeline:
         try:
             try:
                 pending, _, _ = self._chain(serving, inputs, params, until)
-            except Exception:
-                if refusal := malformed_inputs(inputs):
+            except Exception as exc:
+                if refusal := self._refusal(exc, inputs):
                     raise refusal from None
                 raise
             try:
@@ -616,15 +635,12 @@ class Pipeline:
         on_loop = threading.get_ident()
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
-            try:
-                if not loop.is_running():  # stopped or closed: it would never settle it
-                    settle()
-                elif threading.get_ident() == on_loop:
-                    loop.call_soon(settle)  # after the channel's read, not inside it
-                else:
-                    loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the event loop closed meanwhile: settle here
+            if not loop.is_running():  # stopped or closed: it may never settle it
                 settle()
+            else:  # on the loop's thread: after the channel's read, not inside it. Settled
+                # once, whatever the loop does: where it is closed meanwhile, or stopped and
+                # closed with settle still queued, here or in the thread that closes it
+                call_soon_once(loop, settle, threadsafe=threading.get_ident() != on_loop)
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
         if on_end is None or not on_end(pending.request_id, ended, loop):

@@ -22,12 +22,14 @@ def malformed_inputs(inputs: object) -> InvalidValue | None:
     """The refusal of ``inputs`` that are no mapping of input names to values, else None.
 
     The refusal's field is ``inputs``; its value is the first key that is not a ``str``,
-    or the inputs themselves when they are no mapping at all (``None``, a list).
+    or the inputs themselves when they are no mapping at all (``None``, a list); its
+    reason names that value's type.
     """
     if not isinstance(inputs, Mapping):
         return InvalidValue("inputs", inputs, "must be a mapping of input names (str) to "
-                            "arrays")
+                            f"arrays, not {type(inputs).__name__}")
     for key in inputs:
         if not isinstance(key, str):
-            return InvalidValue("inputs", key, "every key must be an input name (a str)")
+            return InvalidValue("inputs", key, "every key must be an input name (a str), "
+                                f"not {type(key).__name__}")
     return None

@@ -52,6 +52,7 @@ from edge_core.runtime.input_buffers import (
     owns_input_buffer,
 )
 from edge_core.runtime.pending import Entry, PendingCall
+from edge_core.runtime.request_inputs import malformed_inputs
 from edge_core.runtime.restarts import Restarter, RestartPolicy
 from edge_core.runtime.results import AckOutcome, ResultKey
 from edge_core.stage import LoadedStage, StageContext
@@ -195,6 +196,8 @@ class StageRuntime:
                 passed when the request was about to be sent (nothing is sent then).
             DuplicateRequest: ``request_id`` is still in flight or unacknowledged.
             RequestCancelled: ``abandoned()`` said so; nothing was sent.
+            InvalidValue: ``inputs`` are no mapping of input names (``str``) to arrays
+                (field ``inputs``); nothing was sent.
         """
         if deadline_s is not None:
             own = deadline_until(deadline_s)
@@ -263,7 +266,7 @@ class StageRuntime:
                 if self._send_waiters:
                     with self._lock:  # the Condition's own lock
                         self._sent.notify_all()
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 if registered is not None:
                     registered.finished = True  # its expiry, if it comes, finds it ended
@@ -272,6 +275,10 @@ class StageRuntime:
                     if self._entries.get(request_id) is registered:
                         del self._entries[request_id]
             self.slots.release()
+            # A key that is no input name fails where the inputs are packed (a wire
+            # error naming a tensor): refused naming ``inputs``, as the pipeline does.
+            if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
+                raise refusal from None
             raise
         return PendingCall(self, request, serial, events, started, entry)
 

@@ -88,3 +88,14 @@ def refuse_negative(previous: Mapping[str, Any], source: Mapping[str, Any]) -> d
     if negative.size:
         raise ValueError(f"x: negative values are refused: {float(negative[0])}")
     return dict(previous)
+
+
+def returns_carried(previous: Mapping[str, Any], source: Mapping[str, Any],
+                    bundles: Mapping[str, Any]) -> Any:
+    """What the pipeline input ``carry:returns`` (a callable) makes of the previous outputs.
+
+    A test's way of having a transform return anything (a mapping with a key that is no
+    ``str``, ``None``, a ``Fanout`` or ``Call`` built wrong). It takes ``bundles``, so the
+    runtime calls it through the wrapper that binds them.
+    """
+    return source["carry:returns"](previous)

@@ -1,0 +1,64 @@
+"""A callback handed to an asyncio event loop that runs once, even if the loop drops it.
+
+Work that must happen once a call ends — settling a request and giving back what it
+holds, closing a watched descriptor — is handed to the event loop it belongs to, so that
+it runs on the loop's thread. A loop can lose it two ways: ``call_soon_threadsafe``
+raises ``RuntimeError`` once the loop is closed, and a loop stopped and closed with the
+callback still queued throws it away unrun (``loop.close()`` clears its ready queue;
+``loop.stop()`` leaves callbacks queued by the last batch unrun). :func:`call_soon_once`
+hands it over so that it runs exactly once in every case: on the loop; here, when the
+loop refuses it or closed while it was handed over; or in the thread that drops the
+queued callback (the one closing the loop, or collecting it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing only: edge run imports no asyncio
+    import asyncio
+
+__all__ = ["call_soon_once"]
+
+
+class _Once:
+    """``callback`` run at most once: by the loop, or when the loop drops it unrun."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, callback: Callable[[], object]) -> None:
+        self._pending = [callback]
+
+    def __call__(self) -> None:
+        try:  # list.pop is atomic: the loop, this thread and the finalizer may race
+            callback = self._pending.pop()
+        except IndexError:
+            return
+        callback()
+
+    def __del__(self) -> None:  # dropped unrun: a loop closed (or collected) with it queued
+        self()
+
+
+def call_soon_once(loop: asyncio.AbstractEventLoop, callback: Callable[[], object], *,
+                   threadsafe: bool = True) -> None:
+    """Have ``loop`` call ``callback()`` soon; it runs exactly once even if the loop closes.
+
+    ``threadsafe=False`` only on the loop's own thread while it runs (``call_soon``).
+    Where the loop refuses it (closed), or closed while it was handed over, it is called
+    here; where the loop drops it queued (stopped, then closed), in the thread that drops
+    it. ``callback`` must not raise (an error there is reported as unraisable, not
+    raised to anyone).
+    """
+    once = _Once(callback)
+    try:
+        if threadsafe:
+            loop.call_soon_threadsafe(once)
+        else:
+            loop.call_soon(once)
+    except RuntimeError:  # the loop is closed: nothing will run it there
+        once()
+        return
+    if loop.is_closed():  # closed while it was queued (after the clear, or before it)
+        once()

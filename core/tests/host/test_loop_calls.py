@@ -1,0 +1,85 @@
+"""call_soon_once: a callback handed to an event loop runs exactly once, however it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from edge_core.host.loop_calls import call_soon_once
+
+
+def _recorder() -> tuple[list[int], Any]:
+    """(the threads it ran in, the callback)."""
+    ran: list[int] = []
+    return ran, lambda: ran.append(threading.get_ident())
+
+
+def test_a_running_loop_runs_it_once_on_its_own_thread() -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+    try:
+        def on_the_loop() -> None:
+            call_soon_once(loop, callback, threadsafe=False)
+            threading.Thread(target=call_soon_once, args=(loop, callback)).start()
+            loop.call_later(0.3, loop.stop)
+
+        loop.call_soon(on_the_loop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    assert ran == [threading.get_ident()] * 2  # each once, both on the loop's thread
+
+
+def test_a_closed_loop_refuses_it_and_it_runs_here() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()
+    ran, callback = _recorder()
+    call_soon_once(loop, callback)
+    assert ran == [threading.get_ident()]
+
+
+@pytest.mark.parametrize("threadsafe", [True, False])
+def test_a_loop_stopped_and_closed_with_it_queued_runs_it_where_it_is_closed(
+    threadsafe: bool,
+) -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+
+    def the_last_batch() -> None:
+        if threadsafe:  # handed over from another thread while the loop runs this
+            thread = threading.Thread(target=call_soon_once, args=(loop, callback))
+            thread.start()
+            thread.join()
+        else:
+            call_soon_once(loop, callback, threadsafe=False)
+        loop.stop()  # what this batch queued never runs on the loop
+
+    loop.call_soon(the_last_batch)
+    loop.run_forever()
+    assert ran == []  # queued, not run
+    closer = threading.Thread(target=loop.close, name="closer")
+    closer.start()
+    closer.join()
+    assert ran == [closer.ident]  # in the thread that dropped it
+    assert not loop.is_running()
+
+
+def test_a_loop_that_closes_while_it_is_handed_over_still_has_it_run_once() -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+    stranded: list[Any] = []
+
+    def closes_then_queues(once: Any) -> None:
+        # call_soon_threadsafe checked the loop open; another thread closes it before the
+        # callback is queued: it lands in the closed loop's queue, kept there for good
+        loop.close()
+        stranded.append(once)
+
+    loop.call_soon_threadsafe = closes_then_queues  # type: ignore[method-assign]
+    call_soon_once(loop, callback)
+    assert ran == [threading.get_ident()]
+    stranded.clear()  # dropped at last: it does not run again
+    assert ran == [threading.get_ident()]

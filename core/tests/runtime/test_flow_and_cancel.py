@@ -24,6 +24,7 @@ from edge_core.runtime import (
     Pipeline,
     RequestCancelled,
     StageState,
+    TransformReturnInvalid,
 )
 
 from .conftest import MiB, OpenPipeline, echo_stage
@@ -304,8 +305,9 @@ def test_a_transform_that_returns_no_mapping_of_input_names_is_refused_naming_it
     ]
     for returns, value, reason in BAD_RETURNS:
         for call in calls:
-            with pytest.raises(ConfigError) as info:
+            with pytest.raises(TransformReturnInvalid) as info:
                 call({**X, "carry:returns": returns})
+            assert not isinstance(info.value, ValueError)  # the pipeline's fault: no 400
             assert info.value.path == "pipelines[t].stages[b].input_transform"
             assert "transform edge_echo.transforms:returns_carried returned " in str(info.value)
             assert reason in str(info.value)

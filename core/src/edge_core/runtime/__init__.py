@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         RequestCancelled,
         RequestFailed,
         TopologyRefused,
+        TransformReturnInvalid,
     )
     from edge_core.runtime.fence import FenceOutcome
     from edge_core.runtime.health import StageHealth, StageState
@@ -80,6 +81,7 @@ _WHERE = {
     "StageState": "edge_core.runtime.health",
     "Submission": "edge_core.runtime.submission",
     "TopologyRefused": "edge_core.runtime.errors",
+    "TransformReturnInvalid": "edge_core.runtime.errors",
     "WorkerUnresponsive": "edge_core.host.errors",
     "default_ledger": "edge_core.runtime.pipeline_files",
     "load_config": "edge_core.runtime.pipeline_files",
@@ -116,6 +118,7 @@ __all__ = [
     "StageState",
     "Submission",
     "TopologyRefused",
+    "TransformReturnInvalid",
     "WorkerUnresponsive",
     "default_ledger",
     "load_config",

@@ -12,7 +12,8 @@ A transform that returns a :class:`~edge_core.fanout.Fanout` gets the next stage
 called once per item (:func:`gather`), and the outputs gathered into lists in item order.
 What a transform returns is not checked on the way: where reading it fails (no mapping,
 a key that is no ``str``), :func:`malformed_return` is asked, and the request fails with
-its ``ConfigError`` naming the stage's transform and the bad key.
+its :class:`~edge_core.runtime.errors.TransformReturnInvalid` naming the stage's transform
+and the bad key (the pipeline's fault, not the request's).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edge_contracts.requests import StageEvent
-from edge_core.errors import ConfigError, DeadlineExceeded
+from edge_core.errors import DeadlineExceeded
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
-from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.errors import RequestCancelled, TransformReturnInvalid
 from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
@@ -79,7 +80,7 @@ def _named(transform: Callable[..., Any] | None) -> str:
 
 
 def malformed_return(produced: object, transform: Callable[..., Any] | None,
-                     path: str) -> ConfigError | None:
+                     path: str) -> TransformReturnInvalid | None:
     """The refusal of what ``transform`` returned, when it is no mapping of input names.
 
     Asked only once reading a transform's return failed (nothing is checked on a good
@@ -98,13 +99,15 @@ def malformed_return(produced: object, transform: Callable[..., Any] | None,
     elif isinstance(produced, Mapping):
         mappings = [("a mapping", produced)]
     else:
-        return ConfigError(path, f"{name} returned a {type(produced).__name__}, not a mapping "
-                           "of input names (str) to arrays, a Fanout or a Call", produced)
+        return TransformReturnInvalid(
+            path, f"{name} returned a {type(produced).__name__}, not a mapping "
+            "of input names (str) to arrays, a Fanout or a Call", produced)
     for what, mapping in mappings:
         for key in mapping:
             if not isinstance(key, str):
-                return ConfigError(path, f"{name} returned {what} with a key that is no "
-                                   f"input name (a str), not {type(key).__name__}", key)
+                return TransformReturnInvalid(
+                    path, f"{name} returned {what} with a key that is no "
+                    f"input name (a str), not {type(key).__name__}", key)
     return None
 
 
@@ -214,7 +217,7 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
 
     Raises:
         RequestCancelled: the request was cancelled; no item's output is delivered.
-        ConfigError: an item has a key that is no ``str`` (nothing was sent).
+        TransformReturnInvalid: an item has a key that is no ``str`` (nothing was sent).
         Whatever an item's call raised (after the others in flight have ended).
     """
     try:

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from edge_contracts.request_faults import RequestFault
-from edge_core.errors import ConfigError, EdgeError, ResourceUnavailable, WorkerError
+from edge_core.errors import (
+    NO_VALUE,
+    ConfigError,
+    EdgeError,
+    ResourceUnavailable,
+    WorkerError,
+    shown_value,
+)
 
 __all__ = [
     "DemandExceeded",
@@ -12,11 +19,30 @@ __all__ = [
     "RequestCancelled",
     "RequestFailed",
     "TopologyRefused",
+    "TransformReturnInvalid",
 ]
 
 
 class TopologyRefused(ConfigError):
     """The stages do not form a linear chain (fan-out, a join, several final outputs)."""
+
+
+class TransformReturnInvalid(EdgeError):
+    """A stage's input transform returned no mapping of input names (the pipeline's fault).
+
+    Not a ``ValueError``: the request was well formed, the pipeline's own code was not, so
+    ``edge serve`` answers 500 (a server error) and ``edge run`` exits 1, as for a
+    transform that raised. The message names the stage's ``input_transform`` (``path``),
+    the transform and what was wrong (``reason``), and the offending key or return
+    (``value``, shown as :class:`~edge_core.errors.ConfigError` shows values).
+    """
+
+    def __init__(self, path: str, reason: str, value: object = NO_VALUE) -> None:
+        self.path = path
+        self.reason = reason
+        self.value = value
+        shown = "" if value is NO_VALUE else f": {shown_value(value)}"
+        super().__init__(f"{path}: {reason}{shown}")
 
 
 class NumericsRefused(EdgeError):

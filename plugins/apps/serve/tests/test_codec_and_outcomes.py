@@ -16,7 +16,7 @@ from edge_contracts.errors import EventTooLarge, InvalidValue, PayloadTooLarge
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
-from edge_core.runtime.errors import RequestCancelled, RequestFailed
+from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformReturnInvalid
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
 from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
@@ -126,6 +126,21 @@ def test_an_undeclared_backend_error_is_500_logged_once_with_its_type(
         assert refusal.headers["x-should-retry"] == "false"
     logged = capsys.readouterr().err
     assert logged.count("EngineExploded") == 1 and "500" in logged
+
+
+def test_a_transforms_malformed_return_is_the_servers_fault_500_not_the_clients_400(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage's input transform that returns no mapping of input names is the pipeline's
+    bug: before, its ``ConfigError`` (a ``ValueError``) was answered 400 ``refused``."""
+    error = TransformReturnInvalid("pipelines[p].stages[b].input_transform",
+                                   "transform m:f returned a mapping with a key that is no "
+                                   "input name (a str), not int", 1)
+    refusal = from_exception(error, field="inputs")
+    assert refusal.status == 500 and refusal.param is None
+    assert refusal.code == "internal_error"
+    assert "pipelines[p].stages[b].input_transform" in json.loads(refusal.body())["error"][
+        "message"]
+    assert "TransformReturnInvalid" in capsys.readouterr().err
 
 
 def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events_field(

@@ -252,5 +252,6 @@ def test_edge_profile_asks_each_probe_once_per_open_and_records_those_answers(
     refused = edge("profile", str(demanding), "--inputs", str(echo_inputs), *QUICK,
                    "--out", "v.json", cwd=tmp_path, env=env)
     assert refused.returncode == 2, refused.stderr
-    assert 'stages[0].resources.demands["machine:vram:0"]: unknown pool' in refused.stderr
+    assert ('stages[0].resources.demands["machine:vram:0"] (stage \'a\'): unknown pool'
+            in refused.stderr)
     assert _probes(refused) == 1 and not (tmp_path / "v.json").exists()

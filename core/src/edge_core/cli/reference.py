@@ -24,7 +24,10 @@ docs/cli.md` (a test checks that it is current), with every installed plugin's
 commands. Every command prints one JSON document with `--json`, and `--debug` (or
 `EDGE_DEBUG=1`) adds the traceback to an error. A request that failed in a worker is
 one line naming the worker's error type and message; the worker's traceback is left to
-`--debug` and to the `--json` document's `detail`.
+`--debug` and to the `--json` document's `detail`. A path into the pipeline file names a
+stage by its position, with its id after the path (`stages[0].backend.name (stage
+'detect'): ...`); an error of a stage once it loads or runs names it by its id
+(`stages[detect].numerics: ...`): [config.md](config.md#how-an-error-names-a-stage).
 
 | exit code | meaning |
 |---|---|

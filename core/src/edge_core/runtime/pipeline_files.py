@@ -20,7 +20,7 @@ from edge_core.config import (
     pyproject_name_required,
 )
 from edge_core.config.model import PipelineConfig
-from edge_core.config.structure import join_path
+from edge_core.config.structure import join_path, name_stages
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -119,7 +119,7 @@ def refuse_unknown_pools(config: PipelineConfig, ledger: ResourceLedger) -> None
                 ledger.require_pool(pool, join_path(f"stages[{index}].resources.demands",
                                                     pool))
             except ConfigError as problem:
-                problems.append(problem)
+                problems.append(name_stages(problem, [s.id for s in config.stages]))
     if len(problems) == 1:
         raise problems[0]
     if problems:

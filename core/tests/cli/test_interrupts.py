@@ -98,6 +98,26 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     exit_cleanup.retire_all = interrupted_retire_all  # what the exit hook registers
+elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then another
+    import edge_core.preflight as preflight
+    from edge_core.runtime import pipeline as module
+
+    checked, run = preflight.check_pipeline, module.Pipeline.run
+
+    def check_pipeline(*args, **kwargs):
+        try:  # as a weak-reference callback's "Exception ignored" takes one
+            ctrl_c()
+            for _ in range(3):
+                pass
+        except KeyboardInterrupt:
+            mark("swallowed")
+        return checked(*args, **kwargs)
+
+    def interrupted_run(self, *args, **kwargs):
+        ctrl_c()
+        return run(self, *args, **kwargs)
+
+    preflight.check_pipeline, module.Pipeline.run = check_pipeline, interrupted_run
 elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the open unwinds
     import psutil
 
@@ -232,4 +252,14 @@ def test_a_second_ctrl_c_while_an_interrupted_open_unwinds_lets_it_finish(work: 
     assert "KeyboardInterrupt" not in done.stderr
     assert "unwound" in (work / "marks.txt").read_text().splitlines()
     assert seen, "no worker was started"
+    assert_nothing_left(seen, 0)
+
+
+def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> None:
+    # one taken where the command goes on (a weak-reference callback prints "Exception
+    # ignored" and carries on): the next is not taken for a second one while unwinding
+    done, seen = ctrl_c_at("swallowed", work)
+    assert (work / "marks.txt").read_text().splitlines()[0] == "swallowed"
+    assert_interrupted(done)
+    assert "still retiring" not in done.stderr
     assert_nothing_left(seen, 0)

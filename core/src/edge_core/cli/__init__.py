@@ -150,19 +150,23 @@ class Terminated(KeyboardInterrupt):
 class _Interrupts:
     """SIGINT and SIGTERM for the process's own command line.
 
-    The first of them raises where the command is (``KeyboardInterrupt``, or
-    :class:`Terminated`), so that it unwinds: what it started is retired and removed, and
-    it exits 130 or 143. Any later one while it unwinds is ignored (one line on stderr
-    says so): closing is bounded (each worker's retirement has its deadline), and a second
-    Ctrl-C that cut it short left the rest to the exit hooks, or ended the process by the
-    signal, with a traceback. Once the command has ended, both are ignored for good
-    (:meth:`ignore`): Python's teardown resets its handlers to the default action, under
-    which a late Ctrl-C ended the process by the signal instead of with its exit code.
-    SIGKILL still ends it at once.
+    One raises where the command is (``KeyboardInterrupt``, or :class:`Terminated`), so
+    that it unwinds: what it started is retired and removed, and it exits 130 or 143.
+    Another while that one is being handled (it is the exception in flight, or the
+    context of the one in flight), or once it was reported, is ignored (one line on
+    stderr says so): closing is bounded (each worker's retirement has its deadline), and
+    a second Ctrl-C that cut it short left the rest to the exit hooks, or ended the
+    process by the signal, with a traceback. One that was swallowed where nothing could
+    take it (a weak-reference callback's "Exception ignored") does not count: the next
+    raises again. Once the command has ended, both are ignored for good (:meth:`ignore`):
+    Python's teardown resets its handlers to the default action, under which a late
+    Ctrl-C ended the process by the signal instead of with its exit code. SIGKILL still
+    ends it at once.
     """
 
     def __init__(self) -> None:
-        self.raised = False
+        self.raised: KeyboardInterrupt | None = None
+        self.reported = False
         self.noted = False
 
     def install(self) -> None:
@@ -170,7 +174,7 @@ class _Interrupts:
 
         A Python handler, not ``SIG_IGN``: a worker started later inherits neither.
         """
-        self.raised = self.noted = False
+        self.raised, self.reported, self.noted = None, False, False
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -179,15 +183,28 @@ class _Interrupts:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
 
+    def _unwinding(self) -> bool:
+        """Whether the interrupt raised is being handled now, or was reported."""
+        if self.reported:
+            return True
+        current = sys.exc_info()[1]
+        for _ in range(64):  # the contexts of the exception in flight: cleanup's own
+            if current is None:
+                return False
+            if current is self.raised:
+                return True
+            current = current.__context__
+        return False
+
     def _on_signal(self, signum: int, frame: object) -> None:
-        if self.raised:  # unwinding already: let the retirement finish
+        if self.raised is not None and self._unwinding():  # let the retirement finish
             if not self.noted:
                 self.noted = True
                 os.write(2, b"edge: still retiring what the command started; it ends "
                             b"within the retirement deadlines\n")
             return
-        self.raised = True
-        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        self.raised = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise self.raised
 
 
 _interrupts = _Interrupts()
@@ -202,6 +219,7 @@ def _report_interrupt(exc: KeyboardInterrupt, as_json: bool) -> int:
     # then ends the process by SIGINT after its exit code was chosen. Running a string
     # clears the flag first.
     eval("None")  # noqa: S307 - a constant, to clear that flag
+    _interrupts.reported = True
     print(f"edge: {what}", file=sys.stderr)
     if as_json:
         common.print_json({"ok": False, "error": what})

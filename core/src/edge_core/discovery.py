@@ -72,13 +72,16 @@ class PluginRecord:
         contract: The hook-contract version the plugin declares (``EDGE_CONTRACT``).
         hooks: Names of the hooks it implements.
         backends: Names of the backends it declares (filled by the plugin manager).
+        targets: Each declared backend's placement targets (``BackendInfo.providers``: the
+            ``placement.target`` values a stage of it may name; empty when it declares
+            none), filled with ``backends``.
         error: Why it was not loaded (or why its backends could not be read).
         loaded: True when the plugin imported and passed the contract and hook checks.
 
     """
 
     __slots__ = ("backends", "contract", "distribution", "error", "hooks", "loaded",
-                 "module", "name", "source", "version")
+                 "module", "name", "source", "targets", "version")
 
     def __init__(self, name: str, module: str, source: str, distribution: str | None = None,
                  version: str | None = None) -> None:
@@ -90,6 +93,7 @@ class PluginRecord:
         self.contract: str | None = None
         self.hooks: tuple[str, ...] = ()
         self.backends: tuple[str, ...] = ()
+        self.targets: dict[str, tuple[str, ...]] = {}
         self.error: str | None = None
         self.loaded = False
 
@@ -104,6 +108,7 @@ class PluginRecord:
             "contract": self.contract,
             "hooks": list(self.hooks),
             "backends": list(self.backends),
+            "targets": {name: list(found) for name, found in self.targets.items()},
             "loaded": self.loaded,
             "error": self.error,
         }

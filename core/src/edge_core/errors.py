@@ -60,6 +60,16 @@ class EdgeError(Exception):
         return None
 
 
+def stage_label(stage_id: str | None) -> str:
+    """What follows a path into the file that lies in a stage: `` (stage 'classify')``.
+
+    A path into the pipeline file names a stage by its position, as the file lists it
+    (``stages[0].backend.name``); the label adds the stage's id, the name a running stage's
+    errors give it (``stages[classify].numerics``). Empty for a stage without a known id.
+    """
+    return f" (stage {stage_id!r})" if stage_id else ""
+
+
 class ConfigError(EdgeError, ValueError):
     """A configuration value is invalid; the message carries its full path and value.
 
@@ -67,14 +77,26 @@ class ConfigError(EdgeError, ValueError):
     (:func:`shown_value`); ``value`` holds it whole.
 
     Without a ``value`` (it is :data:`NO_VALUE`) the message is ``path: reason`` alone.
+    ``stage`` is the id of the stage ``path`` lies in, when known: :attr:`located` is the
+    message with it after the path (:func:`stage_label`), as the ``edge`` commands show
+    it: ``stages[0].backend.name (stage 'classify'): reason: value``.
     """
 
-    def __init__(self, path: str, reason: str, value: object = NO_VALUE) -> None:
+    def __init__(self, path: str, reason: str, value: object = NO_VALUE, *,
+                 stage: str | None = None) -> None:
         self.path = path
         self.reason = reason
         self.value = value
-        shown = "" if value is NO_VALUE else f": {shown_value(value)}"
-        super().__init__(f"{path}: {reason}{shown}")
+        self.stage = stage
+        super().__init__(f"{path}: {reason}{self._shown()}")
+
+    def _shown(self) -> str:
+        return "" if self.value is NO_VALUE else f": {shown_value(self.value)}"
+
+    @property
+    def located(self) -> str:
+        """The message, the stage's id after the path (the message itself without one)."""
+        return f"{self.path}{stage_label(self.stage)}: {self.reason}{self._shown()}"
 
 
 class PluginError(EdgeError):

@@ -87,7 +87,8 @@ def host_identity() -> dict[str, Any]:
 
 def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
                      timeout_s: float = 10.0,
-                     interpreters: Iterable[str | os.PathLike[str]] = ()) -> dict[str, Any]:
+                     interpreters: Iterable[str | os.PathLike[str]] = (),
+                     max_age_s: float = 30.0) -> dict[str, Any]:
     """The identity of the stack the named backends run on, as their probes see it now.
 
     Returns ``{"edge_core": version, "machine": {...}, "backends": {name: {...}}}``; per
@@ -95,7 +96,8 @@ def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
     probe's runtime versions), ``devices`` (their full descriptors) and, when the probe
     failed, ``probe_error``. A backend no installed plugin declares is
     ``{"installed": False}``. Probes are the cheap, cached ones of ``edge probe``
-    (:meth:`PluginSet.probe`); nothing here imports a runtime. With ``interpreters`` (the
+    (:meth:`PluginSet.probe`: an answer ``plugins`` got within ``max_age_s`` is reused);
+    nothing here imports a runtime. With ``interpreters`` (the
     stages' route interpreters) it also holds ``"interpreters": {path:
     package_inventory(path, from_disk=True)}``; without, the identity is as before.
     """
@@ -110,7 +112,7 @@ def runtime_identity(plugins: PluginSet, backends: Iterable[str], *,
         record = plugins.record(owner[1])
         entry: dict[str, Any] = {"plugin": owner[1], "distribution": record.distribution,
                                  "version": record.version}
-        answer = plugins.probe(owner[1], timeout_s=timeout_s)
+        answer = plugins.probe(owner[1], timeout_s=timeout_s, max_age_s=max_age_s)
         if answer.error:
             entry["probe_error"] = answer.error
         report = next((r for r in answer.result or () if getattr(r, "backend", None) == name),

@@ -318,7 +318,10 @@ def _read_backends(plugin_set: PluginSet) -> None:
         plugin_set.backends[name] = (info, plugin)
         declared.setdefault(plugin, []).append(name)
     for plugin in answered:
-        plugin_set.record(plugin).backends = tuple(declared.get(plugin, ()))
+        record = plugin_set.record(plugin)
+        record.backends = tuple(declared.get(plugin, ()))
+        record.targets = {name: plugin_set.backends[name][0].providers
+                          for name in record.backends}
 
 
 def _trace(hook_name: str, plugins: str, kwargs: Mapping[str, Any], seconds: float,

@@ -53,7 +53,7 @@ from edge_core.config import (
     read_document,
     resolve_input_transform,
 )
-from edge_core.config.structure import join_path
+from edge_core.config.structure import join_path, name_stages, stage_ids
 from edge_core.errors import ConfigError
 from edge_core.plugins import PluginSet, load_plugins
 from edge_core.runtime.linear_chain import linear_chain_problems
@@ -121,8 +121,9 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     validate = _validator(plugins, installed)
     problems: list[ConfigError] = []
     if config is not None:
-        files = (_file_problems(config) + _reference_problems(config, installed)
-                 + _bundle_problems(config, installed)
+        files = (_file_problems(config, source.prefix)
+                 + _reference_problems(config, installed, source.prefix)
+                 + _bundle_problems(config, installed, source.prefix)
                  + _target_problems(config, installed, source.prefix)
                  + _topology_problems(config, source.prefix))
         try:
@@ -135,7 +136,9 @@ def check_pipeline(path: str | os.PathLike[str], name: str | None = None,
     seen = {str(p) for p in structural}
     every = structural + [p for p in problems if str(p) not in seen]
     if every:
-        raise InvalidConfigError(every)
+        ids = ([stage.id for stage in config.stages] if config is not None
+               else source.raw_stage_ids())
+        raise name_stages(InvalidConfigError(every), ids, source.prefix)
     assert config is not None
     return CheckedPipeline(config, plugins)
 
@@ -178,6 +181,14 @@ class _Source:
         table = tables.get(self.name, {}) if isinstance(tables, Mapping) else {}
         return table if isinstance(table, Mapping) else {}, self.prefix
 
+    def raw_stage_ids(self) -> list[str | None]:
+        """The stages' ids of a document whose structure has problems (None where none)."""
+        try:
+            document, _ = self.raw()
+        except ConfigError:
+            return []
+        return stage_ids(document)
+
     def raw_plugins(self) -> tuple[str, ...]:
         """The ``plugins`` list of a document whose structure has problems (strings only)."""
         try:
@@ -213,7 +224,7 @@ def _validator(plugins: PluginSet, installed: _Installed) -> Any:
     return validate
 
 
-def _file_problems(config: PipelineConfig) -> list[ConfigError]:
+def _file_problems(config: PipelineConfig, prefix: str) -> list[ConfigError]:
     """Manifests that do not exist; transforms that do not import (every one of them)."""
     problems: list[ConfigError] = []
     for name in ("prepare", "finish"):
@@ -221,7 +232,7 @@ def _file_problems(config: PipelineConfig) -> list[ConfigError]:
         if transform is not None:
             _collect(problems, lambda t=transform, n=name: resolve_input_transform(t, n))
     for index, stage in enumerate(config.stages):
-        path = f"stages[{index}]"
+        path = join_path(join_path(prefix, "stages"), index)
         places = [(f"{path}.manifest", stage.manifest)]
         places += [(f"{path}.candidates[{n}].manifest", c.manifest)
                    for n, c in enumerate(stage.candidates)]
@@ -243,7 +254,8 @@ def _file_problems(config: PipelineConfig) -> list[ConfigError]:
     return problems
 
 
-def _reference_problems(config: PipelineConfig, installed: _Installed) -> list[ConfigError]:
+def _reference_problems(config: PipelineConfig, installed: _Installed,
+                        prefix: str) -> list[ConfigError]:
     """``reference_backend`` names no installed plugin provides (closest names offered).
 
     An installed reference backend that cannot run here only lowers the stage's evidence
@@ -251,14 +263,15 @@ def _reference_problems(config: PipelineConfig, installed: _Installed) -> list[C
     provides is a mistake in the file.
     """
     table = installed.table
-    return [ConfigError(f"stages[{index}].reference_backend",
+    return [ConfigError(f"{join_path(join_path(prefix, 'stages'), index)}.reference_backend",
                         unknown_backend(stage.reference_backend, table, installed.failed),
                         stage.reference_backend)
             for index, stage in enumerate(config.stages)
             if stage.reference_backend is not None and stage.reference_backend not in table]
 
 
-def _bundle_problems(config: PipelineConfig, installed: _Installed) -> list[ConfigError]:
+def _bundle_problems(config: PipelineConfig, installed: _Installed,
+                     prefix: str) -> list[ConfigError]:
     """Single-backend stages without a ``manifest`` whose backend needs a bundle.
 
     A candidate is not checked, as its backend's name is not: one that cannot serve is
@@ -270,7 +283,8 @@ def _bundle_problems(config: PipelineConfig, installed: _Installed) -> list[Conf
         if (not stage.candidates and stage.manifest is None and found is not None
                 and found[0].needs_bundle):
             problems.append(ConfigError(
-                f"stages[{index}].manifest", f"backend {stage.backend.name!r} needs an "
+                f"{join_path(join_path(prefix, 'stages'), index)}.manifest",
+                f"backend {stage.backend.name!r} needs an "
                 "artifact bundle (the bundle folder or its edge-manifest.json)", None))
     return problems
 
@@ -311,7 +325,7 @@ def _target_problems(config: PipelineConfig, installed: _Installed,
 def _topology_problems(config: PipelineConfig, prefix: str) -> list[ConfigError]:
     """Why the stages are not the linear chain the runtime serves, at the file's paths."""
     return [type(problem)(f"{prefix}.{problem.path}" if prefix else problem.path,
-                          problem.reason, problem.value)
+                          problem.reason, problem.value, stage=problem.stage)
             for problem in linear_chain_problems(config)]
 
 

@@ -27,6 +27,9 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
     plugin that did not load follows in ``plugin_errors``, as ``edge run --json`` lists
     them; each row, either kind, is ``{"plugin", "error", "named_by"}``
     (:func:`edge_core.discovery.plugin_errors`: ``named_by`` says who named the plugin).
+    Each backend's row lists its ``targets``: the ``placement.target`` values a stage of
+    it may name (its ``BackendInfo.providers``; empty when it declares none or its plugin
+    does not serve it).
     """
     rows: list[dict[str, Any]] = []
     failed_probes: list[dict[str, Any]] = []  # plugin rows, with the probe's error
@@ -57,7 +60,8 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
                     "plugin": answer.plugin, "backend": backend, "available": False,
                     "reason": f"probe failed: {problem}" if problem
                     else "probe gave no report for this backend",
-                    "devices": [], "runtime": {}, "notes": [], "limitation": None,
+                    "devices": [], "runtime": {}, "notes": [], "pool_totals": {},
+                    "limitation": None,
                 })
     errors = [*plugin_errors(failed_probes),
               *plugin_errors(record.to_json() for record in plugins.records)]
@@ -73,7 +77,19 @@ def probe_all(plugins: PluginSet, *, timeout_s: float = 10.0) -> dict[str, Any]:
                               "observed_by": f"probe:{row['backend']}"})
     for pool in pools:
         pool["observed_total"] = pool.get("total")
+    for row in rows:
+        row["targets"] = _placement_targets(plugins, row["plugin"], row["backend"])
     return {"host": host.to_json(), "pools": pools, "backends": rows, "plugin_errors": errors}
+
+
+def _placement_targets(plugins: PluginSet, plugin: str, backend: str) -> list[str]:
+    """The ``placement.target`` values a stage of ``backend`` may name (``BackendInfo.providers``).
+
+    Empty when the backend declares none (a stage's target is then not checked before the
+    backend loads it) or when ``plugin`` does not serve it (no stage binds to it).
+    """
+    owner = plugins.backends.get(backend)
+    return list(owner[0].providers) if owner is not None and owner[1] == plugin else []
 
 
 def _not_served(plugins: PluginSet, plugin: str, backend: str) -> str | None:

@@ -72,7 +72,7 @@ def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
     assert line.startswith("edge: p.toml: 3 configuration problems: ")
     for path in ("stages[0].backend.options.delay_ss", "stages[0].backend.options.delay_s",
                  "stages[0].backend.options.allocate_mb"):
-        assert f"{path}:" in line, path
+        assert f"{path} (stage 'a'):" in line, path  # the file's path, the stage's id
     as_json = edge("run", "p.toml", "--json", cwd=tmp_path)
     assert as_json.returncode == 2
     assert len(json.loads(as_json.stdout)["problems"]) == 3

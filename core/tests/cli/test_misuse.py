@@ -67,8 +67,9 @@ backend = { name = "echo" }
 """
 
 CHAIN_PROBLEMS = ["stages[0].backend.name", "did you mean 'echo'?",
-                  "stages[1].inputs_from: no such stage (stages: ['a', 'b', 'c']): 'zzz'",
-                  "stages[2].inputs_from: a stage cannot read its own outputs: 'c'"]
+                  "stages[1].inputs_from (stage 'b'): no such stage (stages: ['a', 'b', 'c']): "
+                  "'zzz'",
+                  "stages[2].inputs_from (stage 'c'): a stage cannot read its own outputs: 'c'"]
 
 CANDIDATES = """
 name = "fallback"
@@ -169,11 +170,13 @@ TABLE = [
       "pipeline's table to a file of its own"]),
     (["plan", "proj/pyproject.toml", "--name", "chain"],
      ["proj/pyproject.toml: 3 configuration problems",
-      "tool.edge.pipelines.chain.stages[1].inputs_from: no such stage",
-      "tool.edge.pipelines.chain.stages[2].inputs_from: a stage cannot read its own"]),
+      "tool.edge.pipelines.chain.stages[1].inputs_from (stage 'b'): no such stage",
+      "tool.edge.pipelines.chain.stages[2].inputs_from (stage 'c'): a stage cannot read its "
+      "own"]),
     # a max_io_bytes the worker channel cannot carry: refused by the file's check
     (["run", "hugeio.toml", "--input", "a.txt"],
-     ["hugeio.toml: stages[0].max_io_bytes: must be at most 4611686018427387904 bytes",
+     ["hugeio.toml: stages[0].max_io_bytes (stage 'a'): must be at most 4611686018427387904 "
+      "bytes",
       "9223372036854775807"]),
     (["profile", "hugeio.toml", "--input", "a.txt"], ["hugeio.toml: stages[0].max_io_bytes"]),
     (["run", "one.toml", "--inputs", "image.png"],
@@ -225,7 +228,8 @@ TABLE = [
      ["dir: a folder, not a file: give a pipeline file (.toml, .yaml, .yml or .json)"]),
     (["plan", "one.toml", "--name", "other"], ["--name: picks one of a pyproject.toml's "
                                                "pipelines", "'other'"]),
-    (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas: must be at most 256",
+    (["plan", "replicas.toml"], ["replicas.toml: stages[0].replicas (stage 'a'): must be "
+                                 "at most 256",
                                  "100000"]),
     (["plan", "reference.toml"], ["reference.toml: stages[0].reference_backend",
                                   "did you mean 'echo'?", "'ecoh'"]),
@@ -233,13 +237,13 @@ TABLE = [
     # a placement target the backend does not place on: named before any worker starts
     # (else the warm-up gate refused it, exit 1, after loading)
     (["run", "target.toml", "--input", "a.txt"],
-     ["target.toml: stages[0].placement.target: backend 'echo' does not place work on this "
-      "target (did you mean 'numpy'? it places on: numpy): 'nmupy'"]),
+     ["target.toml: stages[0].placement.target (stage 'a'): backend 'echo' does not place "
+      "work on this target (did you mean 'numpy'? it places on: numpy): 'nmupy'"]),
     (["plan", "target.toml", "--probe-only"], ["target.toml: stages[0].placement.target"]),
     (["serve", "target.toml", "--port", "0"], ["target.toml: stages[0].placement.target"]),
     (["plan", "candtarget.toml"],  # the installed candidate's own target; not the other's
-     ["candtarget.toml: stages[0].candidates[1].placement.target: candidate 1 backend 'echo' "
-      "does not place work on this target (it places on: numpy): 'cuda'"]),
+     ["candtarget.toml: stages[0].candidates[1].placement.target (stage 'a'): candidate 1 "
+      "backend 'echo' does not place work on this target (it places on: numpy): 'cuda'"]),
     (["plan", "latin1.toml"], ["latin1.toml: not valid UTF-8 (byte "]),
     (["plan", "deep.json"], ["deep.json: not read as JSON: arrays or tables nested too deeply"]),
     (["plan", "targets.toml"], ["targets.toml: targets[0]: not of the form", "'latency >>> 5'"]),
@@ -292,9 +296,9 @@ def test_json_lists_each_problem_with_the_file(work: Path) -> None:
     assert done.returncode == 2
     body = json.loads(done.stdout)
     assert body["ok"] is False and body["file"] == "three.toml"
-    assert [p.split(":")[0] for p in body["problems"]] == [
-        "stages[0].backend.name", "stages[1].backend.options.delay_s",
-        "stages[2].backend.options.scael"]
+    assert [p.split(":")[0] for p in body["problems"]] == [  # the path, then the stage's id
+        "stages[0].backend.name (stage 'a')", "stages[1].backend.options.delay_s (stage 'b')",
+        "stages[2].backend.options.scael (stage 'c')"]
     assert logs == []
 
 
@@ -339,9 +343,11 @@ def test_backend_manifest_and_transform_problems_are_named_together(work: Path) 
     done, logs = edge("plan", "four.toml", "--json", cwd=work)
     assert done.returncode == 2, done.stderr
     paths = sorted(p.split(":")[0] for p in json.loads(done.stdout)["problems"])
-    assert paths == ["stages[0].backend.name", "stages[1].backend.options.delay_s",
-                     "stages[1].input_transform", "stages[2].backend.options.scael",
-                     "stages[2].manifest"]
+    assert paths == ["stages[0].backend.name (stage 'a')",
+                     "stages[1].backend.options.delay_s (stage 'b')",
+                     "stages[1].input_transform (stage 'b')",
+                     "stages[2].backend.options.scael (stage 'c')",
+                     "stages[2].manifest (stage 'c')"]
     assert logs == []
 
 
@@ -621,9 +627,11 @@ def test_a_stage_whose_backend_needs_a_bundle_names_one_before_anything_starts(
     errors = [line for line in done.stderr.splitlines() if not line.startswith("edge: worker")]
     assert len(errors) == 1, done.stderr
     for named in ("3 configuration problems",
-                  "stages[0].manifest: backend 'ort-cpu' needs an artifact bundle",
-                  "stages[1].manifest: name a bundle folder or its edge-manifest.json: ",
-                  "stages[2].manifest: a folder without edge-manifest.json"):
+                  "stages[0].manifest (stage 'none'): backend 'ort-cpu' needs an artifact "
+                  "bundle",
+                  "stages[1].manifest (stage 'file'): name a bundle folder or its "
+                  "edge-manifest.json: ",
+                  "stages[2].manifest (stage 'folder'): a folder without edge-manifest.json"):
         assert named in errors[0], (named, errors[0])
     assert "stages[3]" not in errors[0]  # echo needs no bundle
     assert logs == [], f"a worker started: {logs}"

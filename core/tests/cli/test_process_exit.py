@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -25,20 +26,37 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()  # nothing of this test stays in the permanent generation
 
 
+@pytest.fixture
+def signals() -> Iterator[None]:
+    """The test process's SIGINT and SIGTERM handlers, put back after ``main()``."""
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in kept.items():
+        signal.signal(signum, handler)
+
+
 def test_the_process_command_line_freezes_what_is_left_before_exit(
-        unfrozen: None, monkeypatch: pytest.MonkeyPatch,
+        unfrozen: None, signals: None, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("EDGE_PLUGINS", "echo")
     monkeypatch.setattr(sys, "argv", ["edge", "plugins", "--json"])
     assert main() == 0
     assert gc.get_freeze_count() > 0
     assert json.loads(capsys.readouterr().out)  # the command's output, whole
+    # the exit hooks and the teardown follow: a late Ctrl-C or SIGTERM is ignored there
+    # (the teardown would reset a handler to the default action: the process ended by
+    # the signal instead of with the command's exit code; test_interrupts.py)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
 
 
 def test_a_callers_main_argv_freezes_nothing(
         unfrozen: None, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("EDGE_PLUGINS", "echo")
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["plugins", "--json"]) == 0
     assert gc.get_freeze_count() == 0
     assert json.loads(capsys.readouterr().out)
+    # a caller's process keeps its own handlers
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers

@@ -207,18 +207,17 @@ def test_a_demand_on_an_unknown_pool_names_the_file_its_path_and_the_closest_poo
     np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
     refused = edge("run", "pool.toml", "--inputs", "in.npz", cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
-    assert ('edge: pool.toml: stages[0].resources.demands["machine:rma"]: unknown pool (did '
-            "you mean 'machine:ram'? known: machine:ram): 'machine:rma'") in refused.stderr
+    assert ('edge: pool.toml: stages[0].resources.demands["machine:rma"] (stage \'a\'): unknown '
+            "pool (did you mean 'machine:ram'? known: machine:ram): 'machine:rma'"
+            ) in refused.stderr
     body = json.loads(edge("run", "pool.toml", "--inputs", "in.npz", "--json",
                            cwd=tmp_path).stdout)
     assert body["file"] == "pool.toml"
-    assert body["problems"] == ['stages[0].resources.demands["machine:rma"]: unknown pool '
-                                "(did you mean 'machine:ram'? known: machine:ram): "
-                                "'machine:rma'"]
+    assert body["problems"] == UNKNOWN_POOL
 
 
-UNKNOWN_POOL = ['stages[0].resources.demands["machine:rma"]: unknown pool (did you mean '
-                "'machine:ram'? known: machine:ram): 'machine:rma'"]
+UNKNOWN_POOL = ['stages[0].resources.demands["machine:rma"] (stage \'a\'): unknown pool (did '
+                "you mean 'machine:ram'? known: machine:ram): 'machine:rma'"]
 
 
 @pytest.mark.parametrize("argv", [
@@ -262,7 +261,7 @@ backend = { name = "echo" }
     plan = edge("plan", "c.toml", "--probe-only", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr  # the next candidate would serve
     assert ('candidate 0 echo: refused at configuration: UnknownPool: stages[0].candidates[0]'
-            '.resources.demands["machine:rma"]: unknown pool (did you mean '
+            '.resources.demands["machine:rma"] (stage \'a\'): unknown pool (did you mean '
             "'machine:ram'?") in plan.stdout, plan.stdout
 
 

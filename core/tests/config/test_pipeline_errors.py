@@ -327,3 +327,56 @@ def test_a_long_value_is_shown_cut_in_the_message_and_kept_whole_in_the_error() 
         load_pipeline(_with(("admission",), nested))
     text = str(caught.value)
     assert len(text) < 500 and text.endswith(f"... ({len(repr(nested))} characters)")
+
+
+def test_a_problem_in_a_stage_names_its_position_and_its_id_for_the_commands() -> None:
+    """The path is the file's (``stages[1]``: the second ``[[stages]]`` table); ``stage`` is
+    the id that stage's runtime errors name it by, shown after the path (``located``)."""
+    data = _with(("stages", 1, "max_io_bytes"), 0)
+    data["stages"][0]["bogus"] = 1
+    data["stages"].append({"id": "bad id", "backend": {"name": "ort-cpu"},
+                           "input_transform": "pkg.mod:fn"})
+    data["stages"].append({"backend": "nope"})  # no id: nothing to add
+    with pytest.raises(InvalidConfigError) as info:
+        load_pipeline(data)
+    found = {p.path: p for p in info.value.problems}
+    assert found["stages[0].bogus"].stage == "det"
+    assert found["stages[0].bogus"].located.startswith(
+        "stages[0].bogus (stage 'det'): unknown key")
+    assert found["stages[1].max_io_bytes"].located == (
+        "stages[1].max_io_bytes (stage 'rec'): must be at least 1 byte: 0")
+    assert str(found["stages[1].max_io_bytes"]).startswith("stages[1].max_io_bytes: ")
+    assert found["stages[2].id"].stage is None  # the id's own problem: not named by it
+    assert found["stages[3].backend"].stage is None
+    assert found["stages[3].backend"].located == str(found["stages[3].backend"])
+    assert info.value.stage == "det" and info.value.located.startswith("stages[0].bogus (stage")
+
+
+def test_a_pyproject_pipelines_problems_name_the_stage_under_its_table(tmp_path: Path) -> None:
+    from edge_core.config import load_pyproject_pipeline
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.edge.pipelines.ocr]\n[[tool.edge.pipelines.ocr.stages]]\nid = "det"\n'
+        'backend = { name = "ort-cpu" }\nmax_io_bytes = 0\n')
+    with pytest.raises(ConfigError) as info:
+        load_pyproject_pipeline(tmp_path / "pyproject.toml", "ocr")
+    assert info.value.located.startswith(
+        "tool.edge.pipelines.ocr.stages[0].max_io_bytes (stage 'det'): must be at least 1 byte")
+
+
+def test_the_file_checks_of_a_pyproject_pipeline_name_its_table_and_stage(
+        tmp_path: Path) -> None:
+    # the manifest, reference and bundle checks named stages[0] without the table before
+    from edge_core.plugins import load_plugins
+    from edge_core.preflight import check_pipeline
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.edge.pipelines.ocr]\n[[tool.edge.pipelines.ocr.stages]]\nid = "det"\n'
+        'backend = { name = "echo" }\nmanifest = "no/such/bundle"\n'
+        'reference_backend = "ecoh"\n')
+    with pytest.raises(InvalidConfigError) as info:
+        check_pipeline(tmp_path / "pyproject.toml", "ocr",
+                       plugins=load_plugins(env={"EDGE_PLUGINS": "echo"}))
+    assert sorted((p.path, p.stage) for p in info.value.problems) == [
+        ("tool.edge.pipelines.ocr.stages[0].manifest", "det"),
+        ("tool.edge.pipelines.ocr.stages[0].reference_backend", "det")]

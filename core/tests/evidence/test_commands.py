@@ -222,3 +222,36 @@ def test_bad_workloads_targets_and_params_are_usage_errors(tmp_path: Path) -> No
         result = edge(*args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
+
+
+def _probes(result: subprocess.CompletedProcess[str]) -> int:
+    """How many times the echo plugin's edge_probe ran (EDGE_TRACE_HOOKS traces each call)."""
+    return sum(1 for line in result.stderr.splitlines()
+               if line.startswith("[edge-trace] edge_probe@echo("))
+
+
+def test_edge_profile_asks_each_probe_once_per_open_and_records_those_answers(
+        tmp_path: Path, echo_inputs: Path) -> None:
+    # Before, the pool check before the runs probed, and after them the profile's probe
+    # reports and runtime identity asked twice more: 4 probes for one open, 5 for three.
+    pipeline = write_pipeline(tmp_path, [echo_stage("a")])
+    env = {**os.environ, "EDGE_TRACE_HOOKS": "1"}
+    for samples, opens in (("0", 1), ("1", 3)):  # untraced (baseline) / + traced, untraced
+        profiled = edge("profile", str(pipeline), "--inputs", str(echo_inputs), *QUICK,
+                        "--startup-samples", samples, "--out", f"p{samples}.json",
+                        cwd=tmp_path, env=env)
+        assert profiled.returncode == 0, profiled.stderr
+        assert _probes(profiled) == opens, profiled.stderr  # each open's own, no other
+        profile = json.loads((tmp_path / f"p{samples}.json").read_text())
+        assert [row["backend"] for row in profile["probes"]] == ["echo"]
+        assert profile["probes"][0]["available"] is True
+        assert profile["identity"]["runtime"]["backends"]["echo"]["available"] is True
+    # a pool the host does not have: the check asks the backends before anything opens
+    demanding = write_pipeline(tmp_path, [{**echo_stage("a"), "resources": {
+        "demands": {"machine:vram:0": "1 MiB"}}}], name="vram")
+    refused = edge("profile", str(demanding), "--inputs", str(echo_inputs), *QUICK,
+                   "--out", "v.json", cwd=tmp_path, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert ('stages[0].resources.demands["machine:vram:0"] (stage \'a\'): unknown pool'
+            in refused.stderr)
+    assert _probes(refused) == 1 and not (tmp_path / "v.json").exists()

@@ -8,8 +8,11 @@ from edge_core.placement import (
     PlacementRefusal,
     PlacementReport,
     ProviderShare,
+    WarmupReport,
     check_placement,
 )
+from edge_core.runtime.errors import NumericsRefused
+from edge_core.runtime.gate import check_warmup
 
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -78,3 +81,60 @@ def test_report_json_keeps_every_provider() -> None:
     assert body["total_nodes"] == 3
     assert set(body["providers"]) == {QNN, CPU}
     assert body["method"] == "graph-assignment-info"
+
+
+def _refusal(numerics: dict[str, object]) -> str:
+    """The message ``check_warmup`` refuses a CPU warm-up with these numerics with."""
+    warmup = WarmupReport(placement=report({CPU: 2}, available=(CPU,), target=CPU),
+                          numerics=numerics)
+    with pytest.raises(NumericsRefused) as info:
+        check_warmup("classify", warmup, PlacementPolicy(target=CPU))
+    return str(info.value)
+
+
+BOUND = {"max_abs_error": 1e-4, "normalised_error": 1e-4}
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    ({"passed": False, "why": "missing", "problem": "output missing"},
+     "output 'y': missing from the stage's outputs (the reference has it)"),
+    ({"passed": False, "why": "shape", "expected": {"dtype": "float32", "shape": [3, 2]},
+      "got": {"dtype": "float32", "shape": [2, 3]}},
+     "output 'y': shape mismatch: expected [3, 2], got [2, 3]"),
+    ({"passed": False, "why": "shape", "expected": {"dtype": "float64", "shape": [3, 2]},
+      "got": {"dtype": "float32", "shape": [2, 3]}},
+     "output 'y': shape mismatch: expected [3, 2], got [2, 3] (and dtype float64, got "
+     "float32)"),
+    ({"passed": False, "why": "dtype", "expected": {"dtype": "float64", "shape": [2, 3]},
+      "got": {"dtype": "float32", "shape": [2, 3]}},
+     "output 'y': dtype mismatch: expected float64, got float32 (shape [2, 3])"),
+    ({"passed": False, "why": "tolerance", "max_abs_error": 0.5, "normalised_error": 3e-5,
+      "exceeds": ["max_abs_error"], "worst": {"index": [1, 1], "expected": 0.5, "got": 0.0}},
+     "output 'y': values out of tolerance (max_abs_error 0.5 > tolerance 0.0001): "
+     "worst element [1, 1]: expected 0.5, got 0.0"),
+    ({"passed": False, "why": "tolerance", "max_abs_error": "inf", "normalised_error": "inf",
+      "exceeds": ["max_abs_error", "normalised_error"],
+      "worst": {"index": [0, 2], "expected": 4.0, "got": "inf"}},
+     "output 'y': values out of tolerance (max_abs_error inf > tolerance 0.0001, "
+     "normalised_error inf > tolerance 0.0001): worst element [0, 2]: expected 4.0, got inf"),
+    ({"passed": False, "why": "nan", "exceeds": [],
+      "worst": {"index": [1, 0], "expected": "nan", "got": 6.0}},
+     "output 'y': NaN mismatch (a NaN where the reference has a number, or the reverse): "
+     "element [1, 0]: expected nan, got 6.0"),
+    ({"passed": False, "problem": "a backend's own words"}, "output 'y': a backend's own words"),
+])
+def test_a_numerics_refusal_says_which_output_failed_and_why(
+    record: dict[str, object], why: str
+) -> None:
+    message = _refusal({"reference": "expected-outputs", "bound": BOUND, "passed": False,
+                        "max_abs_error": 0.5, "normalised_error": 0.1,
+                        "outputs": {"y": record, "z": {"passed": True, "max_abs_error": 0.0}}})
+    assert message == ("stages[classify].numerics: outputs differ from the expected-outputs "
+                       f"reference: {why}")
+
+
+def test_a_numerics_refusal_without_per_output_detail_names_the_errors_and_bound() -> None:
+    message = _refusal({"reference": "formula", "bound": BOUND, "passed": False,
+                        "max_abs_error": 1.0, "normalised_error": 0.5})
+    assert message == ("stages[classify].numerics: outputs differ from the formula reference "
+                       f"beyond the bound {BOUND}: max_abs_error=1.0, normalised_error=0.5")

@@ -218,8 +218,8 @@ def test_a_probe_answer_that_is_not_a_list_of_reports_refuses_the_stage_naming_t
     assert answer.error == ("edge_probe returned dict {'backend': 'toy', 'available': True}, "
                             "not a list of ProbeReport")
     config = load_pipeline({"name": "t", "stages": [{"id": "s", "backend": {"name": "toy"}}]})
-    with pytest.raises(BackendUnavailable, match=r"stages\[0\]\.backend\.name: probe of "
-                       r"plugin 'mine' failed \(edge_probe returned dict "):
+    with pytest.raises(BackendUnavailable, match=r"stages\[0\]\.backend\.name \(stage 's'\): "
+                       r"probe of plugin 'mine' failed \(edge_probe returned dict "):
         resolve_slots(config, plugins, 0)
     row = probe_all(plugins)["backends"][0]
     assert (row["backend"], row["available"]) == ("toy", False)

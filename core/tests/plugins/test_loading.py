@@ -391,3 +391,58 @@ def test_edge_probe_reports_no_backend_of_a_plugin_whose_backends_answer_is_refu
     strict = run_edge("probe", "--fresh", "--json", env={**env, "EDGE_STRICT_PLUGINS": "1"})
     assert strict.returncode == 3
     assert "dicty: edge_backends returned dict" in json.loads(strict.stdout)["error"]
+
+
+TARGETED_PLUGIN = """
+    from edge_core import hookimpl
+    from edge_core.backend import BackendInfo, ProbeReport
+
+    EDGE_CONTRACT = "1.0"
+
+    @hookimpl
+    def edge_backends():
+        return [BackendInfo(name="npu", kinds=["graph"],
+                            providers=["NpuExecutionProvider", "CPUExecutionProvider"]),
+                BackendInfo(name="npu-quiet", kinds=["graph"])]
+
+    @hookimpl
+    def edge_probe():
+        return [ProbeReport(backend="npu", available=True)]
+"""
+
+
+def test_probe_and_plugins_name_the_placement_targets_a_backend_declares(
+    run_edge: RunEdge, plugin_site: Path,
+) -> None:
+    """The placement.target values a stage may name are listed, in JSON and text, so that a
+    user need not misspell one to learn them from the file check."""
+    make_plugin_distribution(plugin_site, "edge-npu", "npu", "edge_npu_plugin",
+                             TARGETED_PLUGIN)
+    env = {"EDGE_PLUGINS": "toy,npu"}
+    probed = run_edge("probe", "--fresh", "--json", env=env)
+    assert probed.returncode == 0, probed.stderr
+    rows = {row["backend"]: row for row in json.loads(probed.stdout)["backends"]}
+    assert rows["npu"]["targets"] == ["NpuExecutionProvider", "CPUExecutionProvider"]
+    assert rows["npu-quiet"]["targets"] == []  # no report: unavailable, still listed
+    assert rows["npu-quiet"]["available"] is False
+    assert rows["toy"]["targets"] == []
+    text = run_edge("probe", "--fresh", env=env)
+    assert ("npu  [npu]  available\n"
+            "  placement targets: NpuExecutionProvider, CPUExecutionProvider\n") in text.stdout
+    assert ("toy  [toy]  available\n  placement targets: none declared (a placement.target "
+            "is not checked before load)\n") in text.stdout
+    kept = run_edge("probe", "--json", env=env)  # the kept answer keeps them
+    assert {row["backend"]: row["targets"] for row in json.loads(kept.stdout)["backends"]} == {
+        name: row["targets"] for name, row in rows.items()}
+    listed = run_edge("plugins", "--backends", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    plugin_rows = _rows(listed.stdout)
+    assert plugin_rows["npu"]["targets"] == {
+        "npu": ["NpuExecutionProvider", "CPUExecutionProvider"], "npu-quiet": []}
+    assert plugin_rows["toy"]["targets"] == {"toy": []}
+    assert _rows(run_edge("plugins", "--json", env=env).stdout)["npu"]["targets"] == {}
+    text = run_edge("plugins", "--backends", env=env)
+    assert ("  backends: npu, npu-quiet\n"
+            "  npu: placement targets: NpuExecutionProvider, CPUExecutionProvider\n"
+            "  npu-quiet: placement targets: none declared (a placement.target is not checked "
+            "before load)\n") in text.stdout

@@ -69,7 +69,7 @@ def test_a_candidate_unavailable_at_probe_falls_back_to_the_next(
         assert _tries(pipeline) == [("ort-directml", "refused", "backend"),
                                     ("echo", "chosen", None)]
         refusal = pipeline.execution_plan()["stages"][0]["candidates"][0]["reason"]
-        assert "stages[0].candidates[0].backend.name: unavailable" in refusal
+        assert "stages[0].candidates[0].backend.name (stage 'a'): unavailable" in refusal
         x = np.ones((2, 3), dtype=np.float32)
         with pipeline.run({"x": x}) as result:
             np.testing.assert_array_equal(result.outputs["x"], x * 2)

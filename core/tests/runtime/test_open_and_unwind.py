@@ -132,7 +132,8 @@ def test_an_unavailable_backend_is_refused_with_its_probe_reason(
 ) -> None:
     config = load_pipeline({"name": "p", "stages": [
         {"id": "a", "backend": {"name": "ort-directml"}}]})
-    with pytest.raises(BackendUnavailable, match=r"stages\[0\]\.backend\.name: unavailable: "):
+    with pytest.raises(BackendUnavailable, match=r"stages\[0\]\.backend\.name \(stage 'a'\): "
+                       r"unavailable: "):
         Pipeline.open(config, plugins, ledger)
     assert ledger.is_empty()
 

@@ -16,7 +16,7 @@ Exit codes (the same for every command):
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set (every command that
       loads plugins: all but :data:`PLUGIN_FREE_COMMANDS`, which load none)
 130   interrupted (SIGINT, Ctrl-C); 143 after SIGTERM: what the command had started is
-      retired and removed first
+      retired and removed first (another Ctrl-C or SIGTERM meanwhile is ignored)
 ====  ================================================================================
 
 ``edge --help`` lists the built-in commands, then those installed plugins add, under
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import signal
 import sys
 
@@ -115,11 +116,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     interpreter's teardown then frees it by reference counting alone instead of walking
     every object in its final collections (0.06-0.3 s after ``edge run`` here). ``atexit``
     handlers still run; ``main(argv)`` from a caller's own process freezes nothing.
+
+    Ctrl-C and SIGTERM end the process's own command with 130 and 143 and one line
+    (:class:`_Interrupts`), whenever they come once this runs: while a command module is
+    imported or its options parsed, or while the command runs or unwinds; one after it
+    ended leaves its exit code. Before (the interpreter's start-up, this package's own
+    imports) a Ctrl-C is still Python's own.
     """
-    if argv is None:  # the process's own command line: SIGTERM unwinds as Ctrl-C does
-        signal.signal(signal.SIGTERM, _terminate)
-    status = _main(argv)
-    if argv is None:
+    own = argv is None
+    try:
+        if own:  # the process's own command line: SIGINT and SIGTERM unwind it once
+            _interrupts.install()
+        status = _main(argv)
+    except KeyboardInterrupt as exc:  # outside the command's own handling (its import)
+        args_list = sys.argv[1:] if argv is None else list(argv)
+        status = _report_interrupt(exc, "--json" in args_list)
+    finally:
+        if own:  # the atexit hooks and the teardown run on: nothing is left to interrupt
+            _interrupts.ignore()
+    if own:
         gc.freeze()
     return status
 
@@ -132,8 +147,83 @@ class Terminated(KeyboardInterrupt):
     """
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
+class _Interrupts:
+    """SIGINT and SIGTERM for the process's own command line.
+
+    One raises where the command is (``KeyboardInterrupt``, or :class:`Terminated`), so
+    that it unwinds: what it started is retired and removed, and it exits 130 or 143.
+    Another while that one is being handled (it is the exception in flight, or the
+    context of the one in flight), or once it was reported, is ignored (one line on
+    stderr says so): closing is bounded (each worker's retirement has its deadline), and
+    a second Ctrl-C that cut it short left the rest to the exit hooks, or ended the
+    process by the signal, with a traceback. One that was swallowed where nothing could
+    take it (a weak-reference callback's "Exception ignored") does not count: the next
+    raises again. Once the command has ended, both are ignored for good (:meth:`ignore`):
+    Python's teardown resets its handlers to the default action, under which a late
+    Ctrl-C ended the process by the signal instead of with its exit code. SIGKILL still
+    ends it at once.
+    """
+
+    def __init__(self) -> None:
+        self.raised: KeyboardInterrupt | None = None
+        self.reported = False
+        self.noted = False
+
+    def install(self) -> None:
+        """Handle SIGINT and SIGTERM.
+
+        A Python handler, not ``SIG_IGN``: a worker started later inherits neither.
+        """
+        self.raised, self.reported, self.noted = None, False, False
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def ignore(self) -> None:
+        """Ignore both from now on (the command has ended: its exit code stands)."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+    def _unwinding(self) -> bool:
+        """Whether the interrupt raised is being handled now, or was reported."""
+        if self.reported:
+            return True
+        current = sys.exc_info()[1]
+        for _ in range(64):  # the contexts of the exception in flight: cleanup's own
+            if current is None:
+                return False
+            if current is self.raised:
+                return True
+            current = current.__context__
+        return False
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.raised is not None and self._unwinding():  # let the retirement finish
+            if not self.noted:
+                self.noted = True
+                os.write(2, b"edge: still retiring what the command started; it ends "
+                            b"within the retirement deadlines\n")
+            return
+        self.raised = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise self.raised
+
+
+_interrupts = _Interrupts()
+
+
+def _report_interrupt(exc: KeyboardInterrupt, as_json: bool) -> int:
+    """Say the command was interrupted (on stderr; in the JSON document too); its code."""
+    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    # CPython 3.11: a KeyboardInterrupt raised inside code run from a string (dataclasses
+    # and namedtuple make their classes so, as a module imports) sets the interpreter's
+    # "unhandled KeyboardInterrupt" flag even when it is handled here, and `python -m`
+    # then ends the process by SIGINT after its exit code was chosen. Running a string
+    # clears the flag first.
+    eval("None")  # noqa: S307 - a constant, to clear that flag
+    _interrupts.reported = True
+    print(f"edge: {what}", file=sys.stderr)
+    if as_json:
+        common.print_json({"ok": False, "error": what})
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else 130
 
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -162,11 +252,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(func(args))
     except KeyboardInterrupt as exc:
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"edge: {what}", file=sys.stderr)
-        if getattr(args, "json", False):
-            common.print_json({"ok": False, "error": what})
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else 130
+        return _report_interrupt(exc, bool(getattr(args, "json", False)))
     except Exception as exc:
         failure = common.failure_for(exc)
         if failure is not exc and failure.__cause__ is None:

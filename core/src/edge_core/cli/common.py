@@ -109,9 +109,14 @@ def debug_enabled(args: argparse.Namespace | None) -> bool:
 
 
 def config_problems(exc: ConfigError) -> list[str]:
-    """Every problem a configuration error carries (one for a plain ``ConfigError``)."""
+    """Every problem a configuration error carries (one for a plain ``ConfigError``).
+
+    Each reads ``path (stage 'ID'): reason: value`` (:attr:`ConfigError.located`): a path
+    into the file names a stage by its position, followed by its id when it has one.
+    """
     problems = getattr(exc, "problems", None) or (exc,)
-    return [str(problem) for problem in problems]
+    return [problem.located if isinstance(problem, ConfigError) else str(problem)
+            for problem in problems]
 
 
 def error_line(exc: BaseException) -> str:

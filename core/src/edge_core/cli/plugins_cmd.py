@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from edge_core.cli import common
+from edge_core.cli.probe_cmd import target_words
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +24,11 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "with its error and never stops the others (exit 0; exit 3 under "
         "EDGE_STRICT_PLUGINS=1). A listing in which every plugin loaded is kept, as edge "
         "probe's answer is, until the next boot or a change of the installed packages, the "
-        "plugins' code or the environment.",
+        "plugins' code or the environment. With --json: {edge_core, contract, plugins: "
+        "[{name, module, source, distribution, version, contract, hooks, backends, targets, "
+        "loaded, error}]}; 'backends' (the backend names) and 'targets' (each backend's "
+        "placement targets, the placement.target values a stage of it may name) are filled "
+        "with --backends only.",
         "edge plugins", "edge plugins --backends --json")
     common.add_json_flag(parser)
     parser.add_argument(
@@ -97,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  module:   {row['module']}")
         if row["backends"]:
             print(f"  backends: {', '.join(row['backends'])}")
+        for backend, targets in (row.get("targets") or {}).items():
+            print(f"  {backend}: {target_words(targets)}")
         if row["hooks"]:
             print(f"  hooks:    {', '.join(row['hooks'])}")
         if row["error"]:

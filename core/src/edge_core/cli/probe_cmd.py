@@ -26,8 +26,12 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "in a reduced form (the HTP simulator, CPU only), or 'unavailable: REASON'; with "
         "its devices, memory pools and runtime versions. The answer is kept until the next "
         "boot or a change of the installed packages, the plugins' code or the environment "
-        "(each backend's notes say since when); --fresh asks again. Exit 0, or 1 when "
-        "--backend names an unavailable backend.",
+        "(each backend's notes say since when); --fresh asks again. Each backend's "
+        "placement targets are the placement.target values a stage of it may name. With "
+        "--json: {host, pools, backends: [{plugin, backend, available, reason, limitation, "
+        "devices, runtime, notes, pool_totals, targets}], plugin_errors}, 'targets' being "
+        "those placement targets (empty when the backend declares none). Exit 0, or 1 "
+        "when --backend names an unavailable backend.",
         epilog=common.examples("edge probe", "edge probe --backend qnn --json"),
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
@@ -124,6 +128,13 @@ def state_words(row: dict[str, Any]) -> str:
     return f"available ({limitation})" if limitation else "available"
 
 
+def target_words(targets: list[str]) -> str:
+    """The line that names a backend's placement targets (``placement.target`` values)."""
+    if not targets:
+        return "placement targets: none declared (a placement.target is not checked before load)"
+    return f"placement targets: {', '.join(targets)}"
+
+
 def _print_human(result: dict[str, Any]) -> None:
     host = result.get("host", {})
     if host:
@@ -142,6 +153,7 @@ def _print_human(result: dict[str, Any]) -> None:
         for device in row.get("devices", []):
             print(f"  device {device['physical_id']}: {device['kind']} {device['name']} "
                   f"pools={','.join(device['pools'])}")
+        print(f"  {target_words(row.get('targets') or [])}")
         for key, value in sorted(row.get("runtime", {}).items()):
             print(f"  {key} {value}")
         for note in row.get("notes", []):

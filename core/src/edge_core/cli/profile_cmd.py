@@ -385,12 +385,15 @@ def _check_pools(args: argparse.Namespace, checked: Any) -> None:
     A configuration problem of the file, as ``edge run`` and ``edge plan`` refuse it: found
     from the pools the host and the backends' probes report, before any worker starts;
     no profile is written (:func:`~edge_core.runtime.pipeline_files.refuse_unknown_pools`).
+    The backends are asked only for a pool the host does not have
+    (:func:`~edge_core.runtime.pipeline_files.checking_ledger`): each profiled run's open
+    probes them, as ``edge run``'s does.
     """
     from edge_core.errors import ConfigError
-    from edge_core.runtime.pipeline_files import default_ledger, refuse_unknown_pools
+    from edge_core.runtime.pipeline_files import checking_ledger, refuse_unknown_pools
 
     try:
-        refuse_unknown_pools(checked.config, default_ledger(checked.config, checked.plugins))
+        refuse_unknown_pools(checked.config, checking_ledger(checked.config, checked.plugins))
     except ConfigError as exc:
         raise common.config_failure(exc, args.pipeline) from exc
 

@@ -24,7 +24,10 @@ docs/cli.md` (a test checks that it is current), with every installed plugin's
 commands. Every command prints one JSON document with `--json`, and `--debug` (or
 `EDGE_DEBUG=1`) adds the traceback to an error. A request that failed in a worker is
 one line naming the worker's error type and message; the worker's traceback is left to
-`--debug` and to the `--json` document's `detail`.
+`--debug` and to the `--json` document's `detail`. A path into the pipeline file names a
+stage by its position, with its id after the path (`stages[0].backend.name (stage
+'detect'): ...`); an error of a stage once it loads or runs names it by its id
+(`stages[detect].numerics: ...`): [config.md](config.md#how-an-error-names-a-stage).
 
 | exit code | meaning |
 |---|---|
@@ -37,7 +40,9 @@ every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` (a command that loads \
 plugins: every one but `edge manifest`, `edge qualify`, `edge matrix` and `edge cleanup`) |
 | 130, 143 | interrupted by SIGINT (Ctrl-C) or SIGTERM: what the command had started \
-(workers, bundle copies, shared memory) is retired and removed first |
+(workers, bundle copies, shared memory) is retired and removed first; another Ctrl-C or \
+SIGTERM meanwhile is ignored (the retirement is bounded by its deadlines), and one after \
+the command ended leaves its output and exit code as they are |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;

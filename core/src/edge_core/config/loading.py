@@ -27,7 +27,13 @@ import attrs
 
 from edge_core.config.checks import INTERNAL, check_module_path
 from edge_core.config.model import BackendSection, Identifier, ModulePath, PipelineConfig
-from edge_core.config.structure import InvalidConfigError, join_path, structure_config
+from edge_core.config.structure import (
+    InvalidConfigError,
+    join_path,
+    name_stages,
+    stage_ids,
+    structure_config,
+)
 from edge_core.errors import ConfigError
 
 __all__ = [
@@ -268,6 +274,24 @@ def load_pyproject_pipeline(
 
 
 def _build(
+    data: Mapping[str, object],
+    prefix: str,
+    folder: Path,
+    file: Path | None,
+    settings: ToolSettings | None,
+    validate_backend: BackendValidator | None,
+) -> PipelineConfig:
+    """:func:`_structure`, its problems naming their stages' ids (:func:`name_stages`)."""
+    try:
+        return _structure(data, prefix, folder, file, settings, validate_backend)
+    except ConfigError as exc:
+        named = name_stages(exc, stage_ids(data), prefix)
+        if named is exc:
+            raise
+        raise named.with_traceback(exc.__traceback__) from exc.__cause__
+
+
+def _structure(
     data: Mapping[str, object],
     prefix: str,
     folder: Path,

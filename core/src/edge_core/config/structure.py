@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -39,7 +39,8 @@ from edge_core.config.checks import (
 from edge_core.config.model import InputTransform
 from edge_core.errors import NO_VALUE, ConfigError
 
-__all__ = ["InvalidConfigError", "join_path", "make_converter", "structure_config"]
+__all__ = ["InvalidConfigError", "join_path", "make_converter", "name_stages", "stage_ids",
+           "structure_config"]
 
 T = TypeVar("T")
 
@@ -53,7 +54,7 @@ class InvalidConfigError(ConfigError):
 
     def __init__(self, problems: list[ConfigError]) -> None:
         first = problems[0]
-        super().__init__(first.path, first.reason, first.value)
+        super().__init__(first.path, first.reason, first.value, stage=first.stage)
         self.problems: tuple[ConfigError, ...] = tuple(problems)
         for extra in problems[1:]:
             self.add_note(f"also: {extra}")
@@ -68,6 +69,42 @@ def join_path(prefix: str, part: str | int) -> str:
     if part.isidentifier():
         return f"{prefix}.{part}" if prefix else part
     return f"{prefix}[{json.dumps(part)}]"
+
+
+def stage_ids(document: object) -> list[str | None]:
+    """The ``id`` of each entry of a raw pipeline table's ``stages`` (None where it has none).
+
+    Read from the document as written, so that the problems of a file that does not
+    structure can still name their stages.
+    """
+    stages = document.get("stages") if isinstance(document, Mapping) else None
+    if not isinstance(stages, list):
+        return []
+    return [stage["id"] if isinstance(stage, Mapping) and isinstance(stage.get("id"), str)
+            and stage["id"] else None for stage in stages]
+
+
+def name_stages(error: ConfigError, ids: Sequence[str | None], prefix: str = "") -> ConfigError:
+    """``error`` with every problem about a stage of the file naming that stage's id.
+
+    A problem whose path lies in ``{prefix}.stages[i]`` gets ``stage`` = ``ids[i]``
+    (its message: ``stages[0].backend.name (stage 'classify'): ...``), unless it has one
+    already or is about that id itself (``stages[i].id``). Its type, path, reason and
+    value stay; an :class:`InvalidConfigError` is rebuilt from its named problems.
+    """
+    if isinstance(error, InvalidConfigError):
+        named = [name_stages(problem, ids, prefix) for problem in error.problems]
+        if all(new is old for new, old in zip(named, error.problems, strict=True)):
+            return error
+        return InvalidConfigError(named)
+    found = re.match(re.escape(join_path(prefix, "stages")) + r"\[(\d+)\](.*)$", error.path)
+    if found is None or error.stage is not None or found.group(2) == ".id":
+        return error
+    index = int(found.group(1))
+    stage = ids[index] if index < len(ids) else None
+    if stage is None:
+        return error
+    return type(error)(error.path, error.reason, error.value, stage=stage)
 
 
 def _concat(prefix: str, relative: str) -> str:

@@ -332,6 +332,7 @@ class _Harness:
             started = time.perf_counter()
             pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress)
             entry["open_s"] = time.perf_counter() - started
+            self.plugins = pipeline.plugins  # its probe answers are the profile's
             plan = pipeline.execution_plan()
             entry["compiled_cache"] = matched.cache_states(plan)
             # how each stage's load gate ran in this open: full, or reused from a stored
@@ -409,6 +410,7 @@ class _Harness:
             pipeline = open_pipeline(self.path, name=self.name, progress=clock.progress,
                                      full_gates=True)  # its plan is the evidence
             entry["open_s"] = entry["open_total_s"] = time.perf_counter() - started
+            self.plugins = pipeline.plugins  # its probe answers are the profile's
             watch = memory.MemoryWatch(pipeline)
             watch.after_open()
             entry["compiled_cache"] = matched.cache_states(pipeline.execution_plan())
@@ -568,7 +570,7 @@ def _identity(harness: _Harness, plugins: Any) -> dict[str, Any]:
     found: dict[str, Any] = {"source": source_revision(),
                              "controller_packages": package_inventory()}
     if plugins is not None:
-        runtime = runtime_identity(plugins, backends)
+        runtime = runtime_identity(plugins, backends, max_age_s=math.inf)  # the run's probes
         found["runtime"] = runtime
         found["digest"] = identity_digest(runtime)
     interpreters = sorted({str(route["interpreter"]) for s in stages

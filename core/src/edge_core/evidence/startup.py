@@ -153,7 +153,14 @@ def open_summary(clock: StartupClock) -> dict[str, Any]:
 
 
 def probe_backends(plugins: Any, config: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The probe reports (devices, availability, reason) of the backends the stages name."""
+    """The probe reports (devices, availability, reason) of the backends the stages name.
+
+    Each owner's answer is the one ``plugins`` already got (:meth:`PluginSet.probe
+    <edge_core.plugins.PluginSet.probe>`: the profiled run's open asked it), whatever its
+    age; a plugin it never asked, or whose probe failed, is asked now.
+    """
+    import math
+
     from edge_core.binding import backend_table
     from edge_core.runtime.opener import PROBE_TIMEOUT_S
 
@@ -165,7 +172,7 @@ def probe_backends(plugins: Any, config: Mapping[str, Any] | None) -> list[dict[
     table = backend_table(plugins)
     reports = []
     for owner in sorted({table[n][1] for n in names if n in table}):
-        answer = plugins.call_one(owner, "edge_probe", timeout_s=PROBE_TIMEOUT_S)
+        answer = plugins.probe(owner, timeout_s=PROBE_TIMEOUT_S, max_age_s=math.inf)
         reports += [r.to_json() for r in answer.result or () if r.backend in names]
     return reports
 

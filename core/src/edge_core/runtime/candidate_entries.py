@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from edge_core.config.model import StageConfig
-from edge_core.errors import EdgeError
+from edge_core.errors import ConfigError, EdgeError
 from edge_core.evidence.status import classify_error
 
 __all__ = ["CHOSEN", "REFUSED", "CandidatesRefused", "candidate_path", "chosen_entry",
@@ -40,10 +40,15 @@ class CandidatesRefused(EdgeError):
 
 
 def refusal_entry(backend: str, error: BaseException) -> dict[str, Any]:
-    """The plan's record of a refused candidate: its layer (from the error class) and reason."""
+    """The plan's record of a refused candidate: its layer (from the error class) and reason.
+
+    A configuration problem's reason names the stage's id after its path
+    (:attr:`ConfigError.located <edge_core.errors.ConfigError.located>`).
+    """
     layer = classify_error([cls.__name__ for cls in type(error).__mro__]).layer
+    text = error.located if isinstance(error, ConfigError) else str(error)
     return {"backend": backend, "outcome": REFUSED, "layer": layer,
-            "reason": f"{type(error).__name__}: {error}"}
+            "reason": f"{type(error).__name__}: {text}"}
 
 
 def chosen_entry(backend: str) -> dict[str, Any]:

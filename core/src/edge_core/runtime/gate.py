@@ -77,13 +77,73 @@ def check_buckets(stage_id: str, report: WarmupReport, policy: PlacementPolicy) 
 
 
 def _check_numerics(where: str, numerics: Mapping[str, Any] | None) -> None:
-    """Refuse a numerical check that ran and did not pass, naming its errors and bound."""
-    if numerics is not None and not numerics.get("passed", False):
-        raise NumericsRefused(
-            f"{where}: outputs differ from the {numerics.get('reference')} reference beyond "
-            f"the bound {numerics.get('bound')}: max_abs_error={numerics.get('max_abs_error')}, "
-            f"normalised_error={numerics.get('normalised_error')}"
-        )
+    """Refuse a numerical check that ran and did not pass, naming its errors and bound.
+
+    When the record has per-output detail (``outputs``: name → ``{passed, why, ...}``, as
+    :func:`edge_ort.numerics.compare_outputs` writes it), the refusal says which output
+    failed and why: missing, its shape or dtype, a NaN, or its worst element beyond the
+    bound.
+    """
+    if numerics is None or numerics.get("passed", False):
+        return
+    head = f"{where}: outputs differ from the {numerics.get('reference')} reference"
+    reasons = _failed_outputs(numerics)
+    if reasons:
+        raise NumericsRefused(f"{head}: {'; '.join(reasons)}")
+    raise NumericsRefused(
+        f"{head} beyond the bound {numerics.get('bound')}: "
+        f"max_abs_error={numerics.get('max_abs_error')}, "
+        f"normalised_error={numerics.get('normalised_error')}"
+    )
+
+
+def _failed_outputs(numerics: Mapping[str, Any]) -> list[str]:
+    """One phrase per failed output of a numerics record that says why, sorted by name."""
+    outputs = numerics.get("outputs")
+    if not isinstance(outputs, Mapping):
+        return []
+    given = numerics.get("bound")
+    bound: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    reasons = []
+    for name, record in sorted(outputs.items()):
+        if not isinstance(record, Mapping) or record.get("passed", True):
+            continue
+        reasons.append(f"output {name!r}: {_why(record, bound)}")
+    return reasons
+
+
+def _why(record: Mapping[str, Any], bound: Mapping[str, Any]) -> str:
+    """Why one output failed, from its record's ``why`` (else its ``problem``)."""
+    why = record.get("why")
+    expected, got = record.get("expected") or {}, record.get("got") or {}
+    if why == "missing":
+        return "missing from the stage's outputs (the reference has it)"
+    if why == "shape" and isinstance(expected, Mapping) and isinstance(got, Mapping):
+        dtypes = ("" if expected.get("dtype") == got.get("dtype") else
+                  f" (and dtype {expected.get('dtype')}, got {got.get('dtype')})")
+        return f"shape mismatch: expected {expected.get('shape')}, got {got.get('shape')}{dtypes}"
+    if why == "dtype" and isinstance(expected, Mapping) and isinstance(got, Mapping):
+        return (f"dtype mismatch: expected {expected.get('dtype')}, got {got.get('dtype')} "
+                f"(shape {expected.get('shape')})")
+    if why in ("nan", "tolerance"):
+        worst = record.get("worst") if isinstance(record.get("worst"), Mapping) else None
+        element = (f"worst element {worst.get('index')}: expected {worst.get('expected')}, "
+                   f"got {worst.get('got')}" if worst else "")
+        if why == "nan":
+            head = "NaN mismatch (a NaN where the reference has a number, or the reverse)"
+            return f"{head}: {element.replace('worst element', 'element')}" if element else head
+        exceeded = [f"{key} {_number(record.get(key))} > tolerance {_number(bound.get(key))}"
+                    for key in record.get("exceeds") or () if key in bound]
+        head = "values out of tolerance"
+        if exceeded:
+            head += f" ({', '.join(exceeded)})"
+        return f"{head}: {element}" if element else head
+    return str(record.get("problem") or "did not pass")
+
+
+def _number(value: Any) -> Any:
+    """A float with 4 significant digits (an error against its bound), else as it is."""
+    return f"{value:.4g}" if isinstance(value, float) else value
 
 
 def memory_verdicts(demands: Mapping[str, int], observed: Mapping[str, int]) -> dict[str, str]:

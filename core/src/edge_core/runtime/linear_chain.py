@@ -43,13 +43,15 @@ def linear_chain_problems(config: PipelineConfig) -> list[TopologyRefused]:
         path = f"stages[{index}].inputs_from"
         for source in wanted:
             if source != PIPELINE_INPUT and source not in ids:
-                problems.append(TopologyRefused(path, f"no such stage (stages: {ids})", source))
+                problems.append(TopologyRefused(path, f"no such stage (stages: {ids})", source,
+                                                stage=stage.id))
             elif source == stage.id:
                 problems.append(TopologyRefused(path, "a stage cannot read its own outputs",
-                                                source))
+                                                source, stage=stage.id))
         if len(wanted) > 1:
             problems.append(TopologyRefused(
-                path, "joins are not supported: a stage reads one source", list(wanted)))
+                path, "joins are not supported: a stage reads one source", list(wanted),
+                stage=stage.id))
         sources.append(wanted)
     if problems:
         return problems
@@ -62,6 +64,7 @@ def linear_chain_problems(config: PipelineConfig) -> list[TopologyRefused]:
             return [TopologyRefused(
                 f"stages[{index}].inputs_from",
                 f"fan-out is not supported: {source!r} is read by {who}", source,
+                stage=who[1],
             )]
     finals = [stage_id for stage_id in ids if stage_id not in readers]
     if len(finals) > 1:
@@ -72,5 +75,6 @@ def linear_chain_problems(config: PipelineConfig) -> list[TopologyRefused]:
             return [TopologyRefused(
                 f"stages[{index}].inputs_from",
                 f"stages must be listed in data-flow order (expected {expected!r})", wanted[0],
+                stage=ids[index],
             )]
     return []

@@ -63,9 +63,9 @@ from edge_core.artifacts.pins import BundleIdentities, BundlePin
 from edge_core.artifacts.shared_verification import verification_scope
 from edge_core.binding import backend_table, bind_owner
 from edge_core.config.model import PipelineConfig, StageConfig
-from edge_core.config.structure import join_path
+from edge_core.config.structure import join_path, name_stages
 from edge_core.config.transforms import resolve_input_transform
-from edge_core.errors import BackendUnavailable
+from edge_core.errors import BackendUnavailable, ConfigError, stage_label
 from edge_core.ledger import ResourceLedger, UnknownPool
 from edge_core.placement import WarmupReport
 from edge_core.plugins import PluginSet
@@ -122,11 +122,26 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     bundles the stage opened with (default: new ones, shared by these replicas). Nothing
     is reserved.
 
+    Every path into the file is followed by the stage's id (:func:`stage_label`).
+
     Raises:
         BackendUnavailable: the backend is not installed (naming what is), its
             plugin's probe failed, or the probe says it is unavailable (its reason).
         ConfigError: the backend's options or the input transform are invalid.
     """
+    try:
+        return _resolve_slots(config, plugins, index, stage, path)
+    except ConfigError as exc:
+        named = name_stages(exc, [s.id for s in config.stages])
+        if named is exc:
+            raise
+        raise named.with_traceback(exc.__traceback__) from exc.__cause__
+
+
+def _resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
+                   stage: StageConfig | None, path: str | None) -> list[StageSlot]:
+    """:func:`resolve_slots`, its configuration problems not yet naming the stage."""
+    label = stage_label(config.stages[index].id)
     stage = stage or config.stages[index]
     path = path or f"stages[{index}]"
     owner = backend_table(plugins).get(stage.backend.name)
@@ -136,13 +151,13 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
     answer = plugins.probe(owner[1], timeout_s=PROBE_TIMEOUT_S)
     if answer.error:
         raise BackendUnavailable(
-            f"{path}.backend.name: probe of plugin {owner[1]!r} failed "
+            f"{path}.backend.name{label}: probe of plugin {owner[1]!r} failed "
             f"({answer.error}): {stage.backend.name!r}"
         )
     report = next((r for r in answer.result or () if r.backend == stage.backend.name), None)
     if report is None or not report.available:
         reason = report.reason if report is not None else "the probe did not report it"
-        raise BackendUnavailable(f"{path}.backend.name: unavailable: {reason}: "
+        raise BackendUnavailable(f"{path}.backend.name{label}: unavailable: {reason}: "
                                  f"{stage.backend.name!r}")
     binding = bind_owner(plugins, stage.backend.name)
     options = stage.backend.validated
@@ -284,7 +299,7 @@ class StageOpener:
                     and stage.candidates[slot.candidate].resources is not None):
                 where += f".candidates[{slot.candidate}]"
             return UnknownPool(join_path(f"{where}.resources.demands", str(error.value)),
-                               error.reason, error.value)
+                               error.reason, error.value, stage=stage.id)
         return error
 
     def reserve(self, slots: Sequence[StageSlot]) -> None:

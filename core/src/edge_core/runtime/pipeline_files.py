@@ -20,7 +20,7 @@ from edge_core.config import (
     pyproject_name_required,
 )
 from edge_core.config.model import PipelineConfig
-from edge_core.config.structure import join_path
+from edge_core.config.structure import join_path, name_stages
 from edge_core.errors import ConfigError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
@@ -29,8 +29,8 @@ from edge_core.runtime.opener import PROBE_TIMEOUT_S
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.selection.workload import Workload
 
-__all__ = ["default_ledger", "load_config", "open_pipeline", "refuse_unknown_pools",
-           "shared_ledger"]
+__all__ = ["checking_ledger", "default_ledger", "load_config", "open_pipeline",
+           "refuse_unknown_pools", "shared_ledger"]
 
 
 def load_config(path: str | os.PathLike[str], name: str | None = None) -> PipelineConfig:
@@ -78,6 +78,24 @@ def shared_ledger(configs: Sequence[PipelineConfig], plugins: PluginSet) -> Reso
     return ResourceLedger(pools.values(), ceilings)
 
 
+def checking_ledger(config: PipelineConfig, plugins: PluginSet) -> ResourceLedger:
+    """The ledger a check of the file's pools needs, asking a backend only if it must.
+
+    When every pool the file names — its ceilings, and the demands of its stages without
+    candidates (those :func:`refuse_unknown_pools` checks) — is one of the host's, the
+    host's pools and the ceilings decide both checks alone: no backend's probe is asked
+    (a command that opens the pipeline afterwards probes then, as the open needs). Else it
+    is :func:`default_ledger`'s, with the pools the backends' probes report.
+    """
+    host = observe_host_pools()
+    ceilings = config.ceilings()
+    named = set(ceilings) | {pool for stage in config.stages if not stage.candidates
+                             for pool in stage.resources.demands}
+    if named <= {pool.name for pool in host}:
+        return ResourceLedger(host, ceilings)
+    return default_ledger(config, plugins)
+
+
 def refuse_unknown_pools(config: PipelineConfig, ledger: ResourceLedger) -> None:
     """Refuse a demand of a stage without candidates on a pool ``ledger`` does not know.
 
@@ -101,7 +119,7 @@ def refuse_unknown_pools(config: PipelineConfig, ledger: ResourceLedger) -> None
                 ledger.require_pool(pool, join_path(f"stages[{index}].resources.demands",
                                                     pool))
             except ConfigError as problem:
-                problems.append(problem)
+                problems.append(name_stages(problem, [s.id for s in config.stages]))
     if len(problems) == 1:
         raise problems[0]
     if problems:

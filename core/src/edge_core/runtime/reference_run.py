@@ -33,6 +33,7 @@ import attrs
 import numpy as np
 
 from edge_core.config.model import BackendSection, ResourceBudget
+from edge_core.errors import stage_label
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.stage_slot import StageSlot
 from edge_core.stage import RETIRE_OUTCOME_ATTR
@@ -118,7 +119,7 @@ def reference_run(opener: StageOpener, stage: StageSlot, index: int) -> dict[str
     backend = str(stage.config.reference_backend)
     record: dict[str, Any] = {"reference": f"{INDEPENDENT_RUN}:{backend}", "backend": backend,
                               "passed": False}
-    where = f"stages[{index}].reference_backend"
+    where = f"stages[{index}].reference_backend{stage_label(stage.context.stage_id)}"
     if stage.context.manifest_dir is None or stage.runtime is None:
         record["reason"] = f"{where}: the stage has no bundle to run on a reference"
         return record

@@ -166,10 +166,10 @@ def test_a_demand_on_a_pool_no_backend_reports_is_the_files_problem_as_in_edge_r
     answer = json.loads(done.stdout)
     assert answer["ok"] is False
     assert answer["error"].startswith(
-        f'{broken}: stages[0].resources.demands["npu:sram"]: unknown pool'
+        f'{broken}: stages[0].resources.demands["npu:sram"] (stage \'echo\'): unknown pool'
     ), answer["error"]  # the file's path of it, not the ledger's
     assert [p.split(": unknown pool")[0] for p in answer["problems"]] == [
-        'stages[0].resources.demands["npu:sram"]']
+        'stages[0].resources.demands["npu:sram"] (stage \'echo\')']
     assert "Traceback" not in done.stderr and "listening on" not in done.stderr
     assert "opening pipeline" not in done.stderr  # refused before either opened
     ran = subprocess.run([EDGE, "run", str(broken), "--json"], capture_output=True,

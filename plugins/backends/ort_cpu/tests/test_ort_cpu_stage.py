@@ -272,3 +272,51 @@ def test_a_pipeline_input_buffer_is_filled_in_place_and_sent_by_reference(
         assert producer.held_bytes == held  # no segment was leased for a copy
         del buffer
     assert ledger.is_empty()
+
+
+def _expect(bundle: Path, expected: np.ndarray) -> None:
+    """Write ``expected`` as the bundle's expected outputs, its manifest made again."""
+    from edge_core.artifacts import create_manifest
+
+    np.savez(bundle / "expected.npz", y=expected)
+    create_manifest(bundle, component="add-relu", example_inputs="example_inputs.npz",
+                    expected_outputs="expected.npz", exporter="onnx.helper", overwrite=True)
+
+
+@pytest.mark.parametrize(("expected", "why"), [
+    (np.maximum(EXAMPLE_X + EXAMPLE_X, 0).reshape(3, 2), "shape mismatch: expected [3, 2], "
+                                                         "got [2, 3]"),
+    (np.maximum(EXAMPLE_X + EXAMPLE_X, 0).astype(np.float64),
+     "dtype mismatch: expected float64, got float32 (shape [2, 3])"),
+])
+def test_expected_outputs_of_another_shape_or_dtype_are_refused_saying_so(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    expected: np.ndarray, why: str,
+) -> None:
+    from edge_core.runtime import NumericsRefused
+
+    _expect(add_relu_bundle["dir"], expected)
+    with pytest.raises(NumericsRefused) as info:
+        open_stage(plugins, ledger, add_relu_bundle["dir"])
+    assert str(info.value).endswith(f"reference: output 'y': {why}"), str(info.value)
+    assert ledger.is_empty()
+
+
+def test_edge_run_names_the_output_and_worst_element_beyond_the_bound(
+    add_relu_bundle: dict[str, Path], tmp_path: Path,
+) -> None:
+    expected = np.maximum(EXAMPLE_X + EXAMPLE_X, 0)
+    expected[1, 1] = 0.5  # relu(-8) is 0
+    _expect(add_relu_bundle["dir"], expected)
+    (tmp_path / "p.toml").write_text(
+        f'name = "p"\n\n[[stages]]\nid = "classify"\nmanifest = "{add_relu_bundle["dir"]}"\n\n'
+        '[stages.backend]\nname = "ort-cpu"\n')
+    done = subprocess.run([sys.executable, "-m", "edge_core.cli", "run", str(tmp_path / "p.toml")],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "EDGE_PLUGINS": "ort-cpu"})
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert ("NumericsRefused: stages[classify].numerics: bucket 'example' (static, "
+            "{'x': [2, 3]}): outputs differ from the expected-outputs reference: output 'y': "
+            "values out of tolerance (max_abs_error 0.5 > tolerance 0.0001, normalised_error "
+            "0.06836 > tolerance 0.0001): worst element [1, 1]: expected 0.5, got 0.0\n"
+            ) in done.stderr, done.stderr

@@ -174,6 +174,9 @@ def test_one_bucket_off_its_reference_refuses_the_stage_naming_that_bucket(
                     expected_outputs="n1.expected.npz", exporter="onnx.helper",
                     validation=manifest["metadata"]["validation"], overwrite=True)
     with pytest.raises(NumericsRefused, match=r"stages\[s\]\.numerics: bucket 'n2' "
-                                              r"\(static, \{'x': \[2, 3\]\}\)"):
+                                              r"\(static, \{'x': \[2, 3\]\}\)") as info:
         open_stage(plugins, ledger, bundle)
+    # the bucket's own record says which output failed and its worst element
+    assert "reference: output 'y': values out of tolerance (max_abs_error " in str(info.value)
+    assert "worst element [" in str(info.value) and ", got " in str(info.value)
     assert ledger.is_empty()

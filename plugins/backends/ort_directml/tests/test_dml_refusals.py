@@ -56,8 +56,8 @@ def test_a_directml_stage_on_this_machine_is_refused_at_open_with_the_probe_reas
     with pytest.raises(BackendUnavailable) as info:
         Pipeline.open(config(bundle), plugins, ledger)
     message = str(info.value)
-    assert message.startswith("stages[0].backend.name: unavailable: ort-directml runs only in "
-                              "the windows execution domain")
+    assert message.startswith("stages[0].backend.name (stage 's'): unavailable: ort-directml "
+                              "runs only in the windows execution domain")
     assert "onnxruntime-directml is not installed" in message
     assert ledger.is_empty()
 

@@ -56,8 +56,8 @@ def test_a_vitisai_stage_on_this_machine_is_refused_at_open_with_the_probe_reaso
     held = ledger()
     with pytest.raises(BackendUnavailable) as info:
         Pipeline.open(config(bundle), load_plugins(env={"EDGE_PLUGINS": "ort-vitisai"}), held)
-    assert str(info.value).startswith("stages[0].backend.name: unavailable: ort-vitisai runs "
-                                      "only in the windows execution domain")
+    assert str(info.value).startswith("stages[0].backend.name (stage 's'): unavailable: "
+                                      "ort-vitisai runs only in the windows execution domain")
     assert held.is_empty()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,41 @@ def test_compare_outputs_bounds_and_shapes() -> None:
     assert "expected float32[2]" in shape["outputs"]["y"]["problem"]
     missing = compare_outputs({}, ref)
     assert missing["outputs"]["y"]["problem"] == "output missing"
+
+
+def test_compare_outputs_says_why_an_output_failed_in_json_that_a_wire_carries() -> None:
+    ref = {"y": np.array([[0.0, 1.0, 4.0], [6.0, 0.0, 0.5]], np.float32)}
+    got = ref["y"].copy()
+
+    def why(actual: dict[str, np.ndarray]) -> dict[str, Any]:
+        record = compare_outputs(actual, ref)
+        json.dumps(record, allow_nan=False)  # the worker's reply refuses NaN and infinity
+        return dict(record["outputs"]["y"])
+
+    assert why({})["why"] == "missing"
+    shape = why({"y": got.reshape(3, 2)})
+    assert (shape["why"], shape["expected"], shape["got"]) == (
+        "shape", {"dtype": "float32", "shape": [2, 3]}, {"dtype": "float32", "shape": [3, 2]})
+    dtype = why({"y": got.astype(np.float64)})
+    assert (dtype["why"], dtype["expected"]["dtype"], dtype["got"]["dtype"]) == (
+        "dtype", "float32", "float64")
+    values = got.copy()
+    values[1, 2] = 0.0  # 0.5 off; a smaller difference elsewhere is not the worst
+    values[0, 1] = 1.001
+    tolerance = why({"y": values})
+    assert (tolerance["why"], tolerance["exceeds"], tolerance["worst"]) == (
+        "tolerance", ["max_abs_error", "normalised_error"],
+        {"index": [1, 2], "expected": 0.5, "got": 0.0})
+    assert "why" not in why({"y": got}) and why({"y": got})["worst"]["index"] == [0, 0]
+    nan = got.copy()
+    nan[1, 0] = np.nan
+    assert why({"y": nan})["why"] == "nan"
+    assert why({"y": nan})["worst"] == {"index": [1, 0], "expected": 6.0, "got": "nan"}
+    inf = got.copy()
+    inf[0, 2] = np.inf
+    record = compare_outputs({"y": inf}, ref)
+    assert (record["max_abs_error"], record["normalised_error"]) == ("inf", "inf")
+    assert why({"y": inf})["worst"] == {"index": [0, 2], "expected": 4.0, "got": "inf"}
 
 
 def test_the_distribution_owning_onnxruntime_is_read_from_its_record(tmp_path) -> None:

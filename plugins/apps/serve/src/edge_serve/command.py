@@ -284,7 +284,7 @@ def _open(configs: list[Any], say: Any,
         # reports) is the file's, as `edge run` says: exit 2, the file and problem named
         if isinstance(exc, ConfigError):
             raise common.CommandFailed(common.EXIT_USAGE,
-                                       f"{source}{type(exc).__name__}: {exc}",
+                                       f"{source}{type(exc).__name__}: {exc.located}",
                                        {"plugin_errors": plugin_errors}) from exc
         raise common.CommandFailed(common.EXIT_FAILED, f"{type(exc).__name__}: {exc}",
                                    {"plugin_errors": plugin_errors}) from exc

@@ -35,7 +35,7 @@ from edge_ort.assignment import (
 )
 from edge_ort.bucket import ServedShapes, spec_of
 from edge_ort.npz import load_npz
-from edge_ort.numerics import compare_outputs
+from edge_ort.numerics import compare_outputs, json_number
 
 if TYPE_CHECKING:  # imported where used: hashing and file utilities cost start-up time
     from edge_ort.epcontext import ContextEntry
@@ -144,8 +144,17 @@ def _observed_outputs(
 
 
 def _brief(numerics: Mapping[str, Any]) -> dict[str, Any]:
-    """A bucket's numerics without the per-output detail (the reply stays small)."""
-    return {k: v for k, v in numerics.items() if k != "outputs"}
+    """A bucket's numerics with the detail of its failed outputs only (the reply stays small).
+
+    A failed output's record says why (missing, shape, dtype, values beyond the bound with
+    the worst element): the gate's refusal names it.
+    """
+    brief = {k: v for k, v in numerics.items() if k != "outputs"}
+    failed = {name: record for name, record in (numerics.get("outputs") or {}).items()
+              if not record.get("passed", True)}
+    if failed:
+        brief["outputs"] = failed
+    return brief
 
 
 def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -157,8 +166,9 @@ def _worst(records: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "reference": kinds[0] if len(kinds) == 1 else "+".join(kinds),
         "bound": compared[0].get("bound"),
-        "max_abs_error": max(float(r.get("max_abs_error", 0.0)) for r in compared),
-        "normalised_error": max(float(r.get("normalised_error", 0.0)) for r in compared),
+        "max_abs_error": json_number(max(float(r.get("max_abs_error", 0.0)) for r in compared)),
+        "normalised_error": json_number(max(float(r.get("normalised_error", 0.0))
+                                            for r in compared)),
         "passed": all(bool(r.get("passed")) for r in records),
         "buckets_compared": len(compared),
         "buckets": len(records),

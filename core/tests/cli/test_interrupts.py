@@ -1,0 +1,265 @@
+"""Ctrl-C at the moments it used to escape: ``edge run`` exits 130 with one line, always.
+
+Each test runs ``python -m edge_core.cli run`` (the command line as a user starts it) on
+an echo pipeline with two replicas, and sends SIGINT to it at one moment, deterministically:
+a ``sitecustomize`` module put first on the child's path (:data:`HOOKS`) sends the signal
+from inside the process when the command reaches that moment. Before, each of these
+ended the process by the signal (exit status -2, not 130), or printed a traceback, or
+cut the retirement of its workers short. Every worker the command started is gone afterwards, and no
+shared-memory segment of it is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from edge_contracts.shm import segment_names, segment_owner
+
+PIPELINE = """
+name = "numbers"
+
+[[stages]]
+id = "a"
+replicas = 2
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 2.0
+"""
+
+HOOKS = '''
+"""Sends this process SIGINT at the moment EDGE_TEST_CTRL_C names (test_interrupts)."""
+import atexit
+import os
+import signal
+import sys
+
+MOMENT = os.environ.get("EDGE_TEST_CTRL_C", "")
+MARKS = os.environ.get("EDGE_TEST_MARKS", "")
+
+
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def mark(text):
+    with open(MARKS, "a") as file:
+        file.write(text + "\\n")
+
+
+if MOMENT == "import":  # while the command's module imports
+    class Finder:
+        def find_spec(self, name, path=None, target=None):
+            if name == "edge_core.cli.run_cmd":
+                sys.meta_path.remove(self)
+                ctrl_c()
+            return None
+
+    sys.meta_path.insert(0, Finder())
+elif MOMENT == "exec":  # inside code run from a string, as a dataclass is made
+    import edge_core.preflight as preflight
+
+    checked = preflight.check_pipeline
+
+    def check_pipeline(*args, **kwargs):
+        exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\n"
+             "for _ in range(3): pass")
+        return checked(*args, **kwargs)
+
+    preflight.check_pipeline = check_pipeline
+elif MOMENT == "exit":  # registered first: runs last of the exit hooks
+    atexit.register(ctrl_c)
+elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers retire
+    import psutil
+
+    from edge_core.host import exit_cleanup
+    from edge_core.runtime import pipeline as module
+
+    run, retire_all = module.Pipeline.run, exit_cleanup.retire_all
+
+    def interrupted_run(self, *args, **kwargs):
+        mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
+        ctrl_c()
+        return run(self, *args, **kwargs)
+
+    def interrupted_retire_all():
+        ctrl_c()
+        retire_all()
+        mark("retired")
+
+    module.Pipeline.run = interrupted_run
+    exit_cleanup.retire_all = interrupted_retire_all  # what the exit hook registers
+elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then another
+    import edge_core.preflight as preflight
+    from edge_core.runtime import pipeline as module
+
+    checked, run = preflight.check_pipeline, module.Pipeline.run
+
+    def check_pipeline(*args, **kwargs):
+        try:  # as a weak-reference callback's "Exception ignored" takes one
+            ctrl_c()
+            for _ in range(3):
+                pass
+        except KeyboardInterrupt:
+            mark("swallowed")
+        return checked(*args, **kwargs)
+
+    def interrupted_run(self, *args, **kwargs):
+        ctrl_c()
+        return run(self, *args, **kwargs)
+
+    preflight.check_pipeline, module.Pipeline.run = check_pipeline, interrupted_run
+elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the open unwinds
+    import psutil
+
+    from edge_core.runtime.opener import StageOpener
+
+    gate, unwind = StageOpener._gate, StageOpener.unwind
+    sent = []
+
+    def interrupted_gate(self, slot, loaded):
+        if not sent:
+            sent.append(True)
+            mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
+            ctrl_c()
+        return gate(self, slot, loaded)
+
+    def interrupted_unwind(self, started, slots):
+        ctrl_c()
+        unwind(self, started, slots)
+        mark("unwound")
+
+    StageOpener._gate, StageOpener.unwind = interrupted_gate, interrupted_unwind
+'''
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    # large enough to travel in a shared-memory input buffer
+    np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(HOOKS)
+    return tmp_path
+
+
+def ctrl_c_at(moment: str, work: Path) -> tuple[subprocess.CompletedProcess[str], set[int]]:
+    """Run ``edge run`` with SIGINT sent at ``moment``; the result and every child seen."""
+    env = {k: v for k, v in os.environ.items() if k != "EDGE_DEBUG"}
+    env.update(EDGE_PLUGINS="echo", EDGE_TEST_CTRL_C=moment,
+               EDGE_TEST_MARKS=str(work / "marks.txt"),
+               PYTHONPATH=os.pathsep.join([str(work / "hooks"),
+                                           *filter(None, [env.get("PYTHONPATH")])]))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_core.cli", "run", "pipeline.toml", "--inputs",
+         "big.npz", "--repeat", "3", "--json"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    while process.poll() is None:  # every descendant, to find any left running
+        try:
+            seen |= {c.pid for c in psutil.Process(process.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.005)
+    out, err = process.communicate(timeout=120)
+    marks = work / "marks.txt"
+    if marks.exists():
+        for line in marks.read_text().splitlines():
+            if line.startswith("workers "):
+                seen |= {int(pid) for pid in line.split()[1:]}
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err), seen
+
+
+def assert_nothing_left(seen: set[int], pid: int) -> None:
+    """No process the command started runs on; no segment it or they made is left."""
+    deadline = time.monotonic() + 10
+    alive = seen
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        time.sleep(0.05)
+    assert not alive, f"still running: {sorted(alive)}"
+    owners = {pid, *seen}
+    left = [name for name in segment_names()
+            if (owner := segment_owner(name)) is not None and owner.pid in owners]
+    assert not left, left
+
+
+def assert_interrupted(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode == 130, (done.returncode, done.stderr)  # not -2: by the signal
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == "edge: interrupted", done.stderr
+    assert json.loads(done.stdout) == {"ok": False, "error": "interrupted"}
+
+
+def test_ctrl_c_while_the_command_module_imports_exits_130(work: Path) -> None:
+    done, seen = ctrl_c_at("import", work)
+    assert_interrupted(done)
+    assert done.stderr == "edge: interrupted\n" and not seen
+
+
+def test_ctrl_c_inside_code_run_from_a_string_exits_130_not_by_the_signal(
+        work: Path) -> None:
+    # CPython's flag of an unhandled KeyboardInterrupt, left set by exec(): `python -m`
+    # then ended the process by SIGINT after it had printed `edge: interrupted`
+    done, seen = ctrl_c_at("exec", work)
+    assert_interrupted(done)
+    assert_nothing_left(seen, 0)
+
+
+def test_ctrl_c_after_the_command_ended_keeps_its_output_and_exit_code(work: Path) -> None:
+    # during the exit hooks: a traceback ("Exception ignored in atexit callback"), or,
+    # once Python's teardown had reset the handlers, the process ended by the signal
+    done, seen = ctrl_c_at("exit", work)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    body = json.loads(done.stdout)
+    assert body["ok"] is True and body["ledger_after_close"]["reservations"] == [], body
+    assert all(stage["retire"]["verified"] for stage in body["closed"].values()), body
+    assert_nothing_left(seen, 0)
+
+
+def test_a_second_ctrl_c_while_the_workers_retire_lets_them_retire(work: Path) -> None:
+    # the first Ctrl-C during a request unwinds the command, whose workers are retired as
+    # the process exits; a second one then cut that short with a traceback ("Exception
+    # ignored in atexit callback"), the workers left to their supervisors: now it is
+    # ignored and the retirement finishes
+    done, seen = ctrl_c_at("retire", work)
+    assert_interrupted(done)
+    assert "KeyboardInterrupt" not in done.stderr
+    assert (work / "marks.txt").read_text().splitlines()[-1] == "retired"
+    assert seen, "no worker was started"
+    assert_nothing_left(seen, 0)
+
+
+def test_a_second_ctrl_c_while_an_interrupted_open_unwinds_lets_it_finish(work: Path) -> None:
+    # a second Ctrl-C cut the open's own unwinding short (what it had started left to the
+    # exit hooks): now it is ignored, with one line, and the unwinding finishes
+    done, seen = ctrl_c_at("open", work)
+    assert_interrupted(done)
+    assert ("edge: still retiring what the command started; it ends within the retirement "
+            "deadlines") in done.stderr
+    assert "KeyboardInterrupt" not in done.stderr
+    assert "unwound" in (work / "marks.txt").read_text().splitlines()
+    assert seen, "no worker was started"
+    assert_nothing_left(seen, 0)
+
+
+def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> None:
+    # one taken where the command goes on (a weak-reference callback prints "Exception
+    # ignored" and carries on): the next is not taken for a second one while unwinding
+    done, seen = ctrl_c_at("swallowed", work)
+    assert (work / "marks.txt").read_text().splitlines()[0] == "swallowed"
+    assert_interrupted(done)
+    assert "still retiring" not in done.stderr
+    assert_nothing_left(seen, 0)

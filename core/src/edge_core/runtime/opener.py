@@ -130,7 +130,7 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
         ConfigError: the backend's options or the input transform are invalid.
     """
     try:
-        return _resolve_slots(config, plugins, index, stage, path)
+        return _resolve_slots(config, plugins, index, stage, path, identities)
     except ConfigError as exc:
         named = name_stages(exc, [s.id for s in config.stages])
         if named is exc:
@@ -139,7 +139,8 @@ def resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
 
 
 def _resolve_slots(config: PipelineConfig, plugins: PluginSet, index: int,
-                   stage: StageConfig | None, path: str | None) -> list[StageSlot]:
+                   stage: StageConfig | None, path: str | None,
+                   identities: BundleIdentities | None) -> list[StageSlot]:
     """:func:`resolve_slots`, its configuration problems not yet naming the stage."""
     label = stage_label(config.stages[index].id)
     stage = stage or config.stages[index]

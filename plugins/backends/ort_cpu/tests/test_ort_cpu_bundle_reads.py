@@ -198,7 +198,7 @@ def test_the_reference_run_compares_the_bundle_the_stage_loaded_never_a_rewrite(
         else:
             assert record["passed"] is False
             assert record["reason"].startswith(
-                "stages[0].reference_backend: the reference run failed: BundleChanged: "
+                "stages[0].reference_backend (stage 's'): the reference run failed: BundleChanged: "
                 f"{bundle / 'edge-manifest.json'}"), record
             assert opened in record["reason"] and graph_only.manifest_sha256 in record["reason"]
         assert record["release"] == "released"

@@ -171,7 +171,7 @@ _UPRIGHT_SMALL_PRINT = (
 @pytest.mark.parametrize("case", range(len(_UPRIGHT_SMALL_PRINT)))
 def test_upright_small_print_the_classifier_calls_upside_down_is_read_upright(
         reader, case: int) -> None:  # type: ignore[no-untyped-def]
-    # the line is read both ways (page_reader.CHECK_THRESH) and the recogniser's surer
+    # the line is read both ways (directions.CHECK_THRESH) and the recogniser's surer
     # reading kept
     page, lines = _strip(*_UPRIGHT_SMALL_PRINT[case])
     assert [text for text, _ in reader(page)] == list(lines)

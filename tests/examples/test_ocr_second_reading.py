@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_ocr_example.directions import CHECK_HEIGHT, CHECK_MARGIN
 from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.line_split import LinePiece
 from edge_ocr_example.page_reader import (
-    CHECK_HEIGHT,
-    CHECK_MARGIN,
     Line,
     apply_directions,
     assemble,

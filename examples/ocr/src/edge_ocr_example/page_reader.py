@@ -245,9 +245,10 @@ def assemble(
     ``i``-th decoded row, in any order (a line's pieces are joined left to right). A line's
     score is the mean of its pieces' scores weighted by their text lengths. ``other[i]``
     (default all False) says the ``i``-th row reads the line turned by 180 degrees
-    (:attr:`PieceRow.other`): a line read both ways keeps the second reading only when its
-    score is more than ``margin`` above the first's
-    (:func:`~edge_ocr_example.directions.keep_second`), and then counts two more turns.
+    (:attr:`PieceRow.other`): a line read both ways keeps the second reading only when
+    :func:`~edge_ocr_example.directions.keep_second` says so (its score and its characters,
+    the pieces' text lengths as weighted, against the first's), and then counts two more
+    turns.
     """
     count = len(quads)
     flags = [False] * len(pieces) if other is None else [bool(flag) for flag in other]
@@ -276,12 +277,12 @@ def assemble(
                                [mine[i] for i in by_x]).strip()
             total = sum(n for _, n in weights[index][side])
             score = sum(s * n for s, n in weights[index][side]) / total if total else 0.0
-            readings.append((score, side, text))
+            readings.append((score, total, side, text))
         if not readings:
             continue
-        score, side, text = readings[0]  # the first reading, or the only one
-        if len(readings) == 2 and keep_second(score, readings[1][0], margin):
-            score, side, text = readings[1]
+        score, total, side, text = readings[0]  # the first reading, or the only one
+        if len(readings) == 2 and keep_second((score, total), readings[1][:2], margin):
+            score, total, side, text = readings[1]
         if side:
             final_turns[index] += 2
         if score >= min_score and text:

@@ -37,7 +37,7 @@ ANGLE_THRESH: Final = 0.9
 """A line is turned by 180 degrees only when the classifier says so with this confidence."""
 CHECK_THRESH: Final = 0.05
 """A line of small print (:data:`CHECK_HEIGHT`) whose probability of 180 degrees exceeds
-this is read both ways, and the reading the recogniser is surer of is kept.
+this is read both ways, and the reading with more evidence kept (:func:`keep_second`).
 
 Between :data:`CHECK_ALL_HEIGHT` and :data:`CHECK_HEIGHT`, the turned lines the classifier
 called upright still gave 180 degrees well above this, while it calls upright lines of
@@ -46,9 +46,9 @@ ordinary print upright far more surely: on ordinary pages few lines are read twi
 CHECK_HEIGHT: Final = 32
 """A line crop less than this many pixels high counts as small print for :data:`CHECK_THRESH`.
 
-On the generated images of ``benchmarks/ocr_small_print.py`` and ``ocr_accuracy.py``
-every line the classifier misjudged was under this height; taller lines are turned or
-not on its word alone, and read once."""
+Taller lines are turned or not on the classifier's word alone, and read once: it seldom
+misjudges them, and reading them both ways would double the recogniser's calls on most
+pages."""
 CHECK_ALL_HEIGHT: Final = 16
 """A line crop less than this many pixels high (a third of the classifier's row) is read
 both ways whatever the classifier says.

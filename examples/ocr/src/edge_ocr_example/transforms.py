@@ -17,7 +17,8 @@ those indices into lists in chunk order. Carried once for the whole page:
 * ``carry:second`` (after classification) ``(M,)`` int64, the crops read both ways
   (:func:`edge_ocr_example.directions.line_direction`): crop ``N + j`` of the recogniser's
   calls is crop ``second[j]`` turned the other way, and
-  :func:`edge_ocr_example.decode.decode` keeps the reading the recogniser is surer of.
+  :func:`edge_ocr_example.decode.decode` keeps the reading
+  :func:`edge_ocr_example.directions.keep_second` picks.
 
 Use :func:`split_carry` to separate graph inputs from carried tensors.
 """

@@ -96,6 +96,32 @@ def test_decode_returns_valid_rows_with_boxes_and_skips_padding_and_low_scores()
     ]
 
 
+def test_decode_keeps_the_surer_reading_of_a_crop_read_both_ways() -> None:
+    previous = rec_outputs(
+        [
+            ([1, 0, 2], 0.6),    # crop 0: "ab"
+            ([3, 0, 3], 0.9),    # crop 1: "cc"
+            ([2, 0, 0], 0.9),    # crop 2: "b", read once
+            ([2, 0, 1], 0.95),   # crop 0 the other way: "ba", surer
+            ([1, 0, 1], 0.905),  # crop 1 the other way: "aa", within the margin
+        ],
+        count=3,
+    )
+    previous[CARRY_PREFIX + "second"] = np.array([0, 1], dtype=np.int64)
+    lines = decode(previous, {}, characters=TABLE)
+    assert [(line.text, round(line.score, 3)) for line in lines] == [
+        ("ba", 0.95), ("cc", 0.9), ("b", 0.9)]
+    np.testing.assert_array_equal(lines[0].box, previous[CARRY_PREFIX + "boxes"][0])
+
+
+@pytest.mark.parametrize("second", [[3], [-1], [0, 0], [[0]], [0.0]])
+def test_decode_refuses_second_readings_of_crops_it_does_not_have(second: list[object]) -> None:
+    previous = rec_outputs([([1, 0, 2], 0.9)] * 4, count=3)
+    previous[CARRY_PREFIX + "second"] = np.array(second)
+    with pytest.raises(TensorMismatch, match=r"^carry:second: distinct crop indices below 3: "):
+        decode(previous, {}, characters=TABLE)
+
+
 def test_decode_requires_the_carried_boxes() -> None:
     previous = rec_outputs([([1], 0.9)], count=1)
     del previous[CARRY_PREFIX + "boxes"]

@@ -1,4 +1,4 @@
-"""A line of small print the classifier leans to turn is read both ways, without graphs.
+"""A line of small print the classifier may have misjudged is read both ways, without graphs.
 
 :func:`apply_directions` marks it, :func:`recognition_rows` gives its turned pieces too,
 :func:`assemble` keeps the reading the recogniser is surer of, and the page pipeline's
@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_ocr_example.directions import CHECK_ALL_HEIGHT, CHECK_HEIGHT, CHECK_MARGIN
 from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.line_split import LinePiece
 from edge_ocr_example.page_reader import (
-    CHECK_HEIGHT,
-    CHECK_MARGIN,
     Line,
     apply_directions,
     assemble,
@@ -39,11 +38,13 @@ def _quads(count: int) -> np.ndarray:
 @pytest.mark.parametrize(("height", "p180", "turned", "checked"), [
     (CHECK_HEIGHT - 1, 0.95, True, True),    # small print, sure: turned, and read both ways
     (CHECK_HEIGHT - 1, 0.7, False, True),    # small print, leaning: not turned, read both ways
-    (CHECK_HEIGHT - 1, 0.3, False, False),   # leaning upright: read once
+    (CHECK_HEIGHT - 1, 0.3, False, True),    # leaning upright, not surely: read both ways
+    (CHECK_HEIGHT - 1, 0.01, False, False),  # surely upright: read once
+    (CHECK_ALL_HEIGHT - 1, 0.01, False, True),  # too small to trust the classifier
     (CHECK_HEIGHT, 0.95, True, False),       # large print: the classifier decides alone
-    (CHECK_HEIGHT, 0.7, False, False),
+    (CHECK_HEIGHT, 0.3, False, False),
 ])
-def test_small_print_the_classifier_leans_to_turn_is_marked(
+def test_small_print_the_classifier_may_have_misjudged_is_marked(
         height: int, p180: float, turned: bool, checked: bool) -> None:
     line = _line(height)
     original = line.crop.copy()

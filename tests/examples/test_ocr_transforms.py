@@ -103,9 +103,10 @@ def test_detect_to_classify_with_no_text_makes_no_call() -> None:
     assert nothing.items == () and nothing.carry[CARRY_PREFIX + "angle"].shape == (0,)
 
 
-def classified(up: list[float]) -> dict[str, object]:
+def classified(up: list[float],
+               lines: list[tuple[int, int, int, int]] = LINES) -> dict[str, object]:
     """What the runtime gathers from the classifier: lists of chunk outputs and indices."""
-    fan = detect_to_classify(detection(LINES), source_image())
+    fan = detect_to_classify(detection(lines), source_image())
     outputs, indices = [], []
     for item in fan.items:
         index = item[CARRY_PREFIX + "index"]
@@ -134,6 +135,33 @@ def test_classify_to_recognize_turns_only_confident_upside_down_crops() -> None:
         assert width == width_bucket(int(np.ceil(48 * crop.shape[2] / crop.shape[1])),
                                      (320, 640, 960, 1280))
         np.testing.assert_array_equal(rows[index], fit_crop(crop, REC_HEIGHT, width))
+
+
+SMALL = [(40, 250, 200, 258), (40, 300, 200, 304)]
+"""Two lines of small print below :data:`LINES`: their crops are 23 and 13 px high."""
+
+
+def test_small_crops_the_classifier_may_have_misjudged_are_also_read_the_other_way() -> None:
+    # crops 0-2 are tall (read once whatever the classifier says); crop 3 (23 px) leans
+    # upright (180 degrees at 0.3); crop 4 (13 px) is surely upright, but too small to trust
+    fan = classify_to_recognize(classified([0.99, 0.05, 0.4, 0.7, 0.999], LINES + SMALL),
+                                source_image())
+    assert fan.carry[CARRY_PREFIX + "angle"].tolist() == [0, 180, 0, 0, 0]
+    assert fan.carry[CARRY_PREFIX + "second"].tolist() == [3, 4]
+    assert fan.carry[CARRY_PREFIX + "second"].dtype == np.int64
+    image = source_image()[DET_INPUT][0]
+    boxes = fan.carry[CARRY_PREFIX + "boxes"]
+    assert [crop_box(image, box).shape[1] for box in boxes[3:]] == [23, 13]
+    rows = rows_of(fan, REC_INPUT)
+    assert sorted(rows) == list(range(7))  # the five crops, then the two turned
+    for extra, index in enumerate([3, 4]):
+        for row, crop in ((rows[index], crop_box(image, boxes[index])),
+                          (rows[5 + extra], rotate_half_turn(crop_box(image, boxes[index])))):
+            np.testing.assert_array_equal(row, fit_crop(crop, REC_HEIGHT, row.shape[2]))
+    sure = classify_to_recognize(classified([0.99, 0.05, 0.4, 0.99, 0.999], LINES + SMALL),
+                                 source_image())
+    assert sure.carry[CARRY_PREFIX + "second"].tolist() == [4]  # crop 3 surely upright now
+    assert sorted(rows_of(sure, REC_INPUT)) == list(range(6))
 
 
 def test_recognition_calls_carry_one_crop_unless_the_environment_names_batches(

@@ -24,6 +24,7 @@ from edge_ocr_example.buckets import (
     REC_OUTPUT,
 )
 from edge_ocr_example.chunks import scatter
+from edge_ocr_example.directions import keep_second
 from edge_ocr_example.errors import OcrError, TensorMismatch
 
 __all__ = [
@@ -183,16 +184,35 @@ def decode(
     ``previous`` holds the recogniser output — a list of per-chunk arrays gathered from a
     fan-out with their ``carry:index`` lists, or one batch — and the tensors carried by
     :func:`edge_ocr_example.transforms.classify_to_recognize`; ``source`` is unused and
-    accepted so the final step has the same shape as a transform. Blank padding rows are
+    accepted so the final step has the same shape as a transform. A crop read both ways
+    (``carry:second``, its second reading after the ``count`` first ones) keeps the reading
+    :func:`~edge_ocr_example.directions.keep_second` picks. Blank padding rows are
     skipped; lines scoring below ``min_score`` or with no visible text are dropped. Boxes
     are in detection-bucket pixels (see :func:`edge_ocr_example.preprocess.to_image_coordinates`).
+
+    Raises:
+        TensorMismatch: a carried tensor or the recogniser's output is missing, or
+            ``carry:second`` names a crop outside ``count`` or one crop twice.
+
     """
     del source
     count = int(_carried(previous, "count")[0])
     boxes = _carried(previous, "boxes")
+    second = np.asarray(previous.get(CARRY_PREFIX + "second", np.zeros(0, np.int64)))
+    if second.ndim != 1 or (second.size and (
+            not np.issubdtype(second.dtype, np.integer) or int(second.min()) < 0
+            or int(second.max()) >= count or len(set(second.tolist())) != second.size)):
+        raise TensorMismatch(CARRY_PREFIX + "second", f"distinct crop indices below {count}",
+                             second.tolist())
+    readings = [ctc_greedy_decode(row[None], characters)[0]
+                for row in _rows(previous, count + second.size)]
+    for extra, crop in enumerate(second.tolist()):
+        first, other = readings[crop], readings[count + extra]
+        if keep_second((first[1], max(1, len(first[0].strip()))),
+                       (other[1], max(1, len(other[0].strip())))):
+            readings[crop] = other
     lines: list[TextLine] = []
-    for row, box in zip(_rows(previous, count), boxes[:count], strict=True):
-        ((text, score),) = ctc_greedy_decode(row[None], characters)
+    for (text, score), box in zip(readings[:count], boxes[:count], strict=True):
         if score >= min_score and text.strip():
             lines.append(TextLine(text, score, np.asarray(box, dtype=FLOAT)))
     return lines

@@ -12,8 +12,8 @@
   from the original image) and fans the classifier out over them, up to
   :data:`BATCH` rows per call; the crops are carried on, so that each line is cut once;
 * :func:`classify_to_recognize` turns upside-down lines (a line of small print the
-  classifier leans to turn is read both ways,
-  :data:`~edge_ocr_example.page_reader.CHECK_THRESH`), splits long ones and fans the
+  classifier may have misjudged is read both ways,
+  :func:`~edge_ocr_example.directions.line_direction`), splits long ones and fans the
   recogniser out over the pieces, grouped by recognition width, up to :data:`REC_BATCH`
   rows per call (one row per call: each padded to its own width plus 15 %, a multiple of
   32, :func:`~edge_ocr_example.page_reader.own_width`; several: to 320, 640, 960 or 1280,

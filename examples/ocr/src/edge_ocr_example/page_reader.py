@@ -8,9 +8,9 @@ batches, fanned out) and still share every transform:
 2. :func:`find_lines`: DB boxes as rotated rectangles, mapped to the image's pixels, each
    cut out of the *original* image by a perspective transform and turned upright when tall;
 3. :func:`classifier_rows` / :func:`apply_directions`: the direction classifier's rows
-   (48 x 192) and its decisions, turning a line by 180 degrees when it is sure (> 0.9),
-   and marking a line of small print it leans to turn (:data:`CHECK_HEIGHT`,
-   :data:`CHECK_THRESH`) to be read both ways;
+   (48 x 192) and its decisions (:func:`~edge_ocr_example.directions.line_direction`),
+   turning a line by 180 degrees when it is sure, and marking a line of small print it
+   may have misjudged to be read both ways;
 4. :func:`recognition_rows`: each line at height 48, split where it exceeds the widest
    recognition input, each piece padded to the narrowest width that holds it (for calls
    of several rows) or to its own width plus :data:`REC_ROOM` (:func:`own_width`, for
@@ -41,6 +41,7 @@ from edge_ocr_example.buckets import (
     REC_INPUT,
 )
 from edge_ocr_example.decode import MIN_TEXT_SCORE, TextLine, recogniser_decode
+from edge_ocr_example.directions import CHECK_MARGIN, keep_second, line_direction
 from edge_ocr_example.errors import TensorMismatch
 from edge_ocr_example.layout import reading_order
 from edge_ocr_example.line_input import fit_width, line_row, pick_width
@@ -50,10 +51,6 @@ from edge_ocr_example.perspective import crop_quad, upright_crop
 from edge_ocr_example.quads import quad_size
 
 __all__ = [
-    "ANGLE_THRESH",
-    "CHECK_HEIGHT",
-    "CHECK_MARGIN",
-    "CHECK_THRESH",
     "CLS_ROW",
     "CLS_WINDOWS",
     "REC_HEIGHT",
@@ -72,27 +69,6 @@ __all__ = [
     "recognition_rows",
 ]
 
-ANGLE_THRESH: Final = 0.9
-"""A line is turned by 180 degrees only when the classifier says so with this confidence."""
-CHECK_THRESH: Final = 0.5
-"""A line of small print (:data:`CHECK_HEIGHT`) whose combined probability of 180 degrees
-exceeds this is read both ways, and the reading the recogniser is surer of is kept.
-
-The classifier misjudges small print: upscaled to its 48-pixel rows, windows of upright
-7-10 px text are called upside down with high confidence (and turned lines upright), and
-its verdicts move with a pixel or two of margin around the text. The recogniser's
-confidence in the two readings tells them apart; the classifier only picks which lines to
-ask about (measured: ``benchmarks/RESULTS.md``, ``ocr_small_print``)."""
-CHECK_HEIGHT: Final = 32
-"""A line crop less than this many pixels high counts as small print for :data:`CHECK_THRESH`.
-
-On the generated images of ``benchmarks/ocr_small_print.py`` and ``ocr_accuracy.py``
-every upright line the classifier leaned to turn was under this height; the taller lines
-it turns are turned, so they are read once."""
-CHECK_MARGIN: Final = 0.01
-"""A line read both ways keeps its second reading only when the recogniser is surer of it
-by more than this; closer scores are a tie (``and 6986`` turned reads ``9869 pue``, about
-as surely), and the classifier's verdict stands."""
 CLS_ROW: Final = (48, 192)
 """The direction classifier's row: height and width."""
 CLS_WINDOWS: Final = 3
@@ -133,7 +109,7 @@ class Line:
     angle_score: float = field(default=0.0)
     """The classifier's confidence in its decision (0 before classification)."""
     check: bool = False
-    """Read both ways: small print the classifier leans to turn (:data:`CHECK_THRESH`)."""
+    """Read both ways (:attr:`edge_ocr_example.directions.Direction.check`)."""
 
 
 @dataclass(frozen=True)
@@ -197,12 +173,13 @@ def classifier_rows(lines: Sequence[Line]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def apply_directions(lines: Sequence[Line], probabilities: np.ndarray, owners: np.ndarray) -> None:
-    """Turn each line whose rows say 180 degrees (``> ANGLE_THRESH``) in place.
+    """Turn each line whose rows say 180 degrees in place, and mark those to read both ways.
 
     A line's windows are independent evidence: their log-odds add up (each capped at
-    +-log(999)), and the line turns when the combined probability of 180 degrees exceeds
-    :data:`ANGLE_THRESH`. A line under :data:`CHECK_HEIGHT` pixels high whose combined
-    probability exceeds :data:`CHECK_THRESH` is marked :attr:`Line.check` (turned or not).
+    +-log(999)), and the combined probability of 180 degrees and the crop's height decide
+    (:func:`~edge_ocr_example.directions.line_direction`): the line turns when the
+    classifier is sure, and a line of small print it may have misjudged is marked
+    :attr:`Line.check` (turned or not).
     """
     cap = float(np.log(999.0))
     for index, line in enumerate(lines):
@@ -213,8 +190,9 @@ def apply_directions(lines: Sequence[Line], probabilities: np.ndarray, owners: n
         total = float(np.clip(odds, -cap, cap).sum())
         upside_down = 1.0 / (1.0 + float(np.exp(-np.clip(total, -50.0, 50.0))))
         line.angle_score = max(upside_down, 1.0 - upside_down)
-        line.check = upside_down > CHECK_THRESH and line.crop.shape[0] < CHECK_HEIGHT
-        if upside_down > ANGLE_THRESH:
+        direction = line_direction(upside_down, line.crop.shape[0])
+        line.check = direction.check
+        if direction.turn:
             line.crop = np.ascontiguousarray(line.crop[::-1, ::-1])
             line.turns += 2
 
@@ -267,9 +245,10 @@ def assemble(
     ``i``-th decoded row, in any order (a line's pieces are joined left to right). A line's
     score is the mean of its pieces' scores weighted by their text lengths. ``other[i]``
     (default all False) says the ``i``-th row reads the line turned by 180 degrees
-    (:attr:`PieceRow.other`): a line read both ways keeps the second reading only when its
-    score is more than ``margin`` (:data:`CHECK_MARGIN`) above the first's, and then
-    counts two more turns.
+    (:attr:`PieceRow.other`): a line read both ways keeps the second reading only when
+    :func:`~edge_ocr_example.directions.keep_second` says so (its score and its characters,
+    the pieces' text lengths as weighted, against the first's), and then counts two more
+    turns.
     """
     count = len(quads)
     flags = [False] * len(pieces) if other is None else [bool(flag) for flag in other]
@@ -298,12 +277,12 @@ def assemble(
                                [mine[i] for i in by_x]).strip()
             total = sum(n for _, n in weights[index][side])
             score = sum(s * n for s, n in weights[index][side]) / total if total else 0.0
-            readings.append((score, side, text))
+            readings.append((score, total, side, text))
         if not readings:
             continue
-        score, side, text = readings[0]  # the first reading, or the only one
-        if len(readings) == 2 and readings[1][0] > score + margin:
-            score, side, text = readings[1]
+        score, total, side, text = readings[0]  # the first reading, or the only one
+        if len(readings) == 2 and keep_second((score, total), readings[1][:2], margin):
+            score, total, side, text = readings[1]
         if side:
             final_turns[index] += 2
         if score >= min_score and text:

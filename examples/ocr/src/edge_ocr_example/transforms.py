@@ -13,7 +13,12 @@ those indices into lists in chunk order. Carried once for the whole page:
 * ``carry:count``    ``(1,)`` int64, ``N``;
 * ``carry:detected`` ``(1,)`` int64, how many boxes the detector found (``N`` as well);
 * ``carry:angle`` / ``carry:angle_score`` (after classification) ``(N,)`` int64 0 or 180
-  and float32, the direction decision per crop.
+  and float32, the classifier's direction decision per crop;
+* ``carry:second`` (after classification) ``(M,)`` int64, the crops read both ways
+  (:func:`edge_ocr_example.directions.line_direction`): crop ``N + j`` of the recogniser's
+  calls is crop ``second[j]`` turned the other way, and
+  :func:`edge_ocr_example.decode.decode` keeps the reading
+  :func:`edge_ocr_example.directions.keep_second` picks.
 
 Use :func:`split_carry` to separate graph inputs from carried tensors.
 """
@@ -48,10 +53,10 @@ from edge_ocr_example.buckets import (
 )
 from edge_ocr_example.chunks import chunk_crops, scatter
 from edge_ocr_example.crops import crop_box, rotate_half_turn
+from edge_ocr_example.directions import line_direction
 from edge_ocr_example.errors import OcrError, TensorMismatch
 
 __all__ = [
-    "ANGLE_THRESH",
     "REC_CALL_BATCHES",
     "REC_CALL_BATCHES_ENV",
     "classify_to_recognize",
@@ -92,9 +97,6 @@ def rec_call_batches() -> tuple[int, ...]:
         raise OcrError(REC_CALL_BATCHES_ENV, f"must name batches among {REC_BATCHES}", raw)
     return batches
 
-
-ANGLE_THRESH: Final = 0.9
-"""A crop is turned by 180 degrees only when the classifier says so with this confidence."""
 
 _INT: Final = np.dtype(np.int64)
 
@@ -181,8 +183,12 @@ def classify_to_recognize(
     """Classifier outputs -> recogniser calls: turn upside-down crops, chunk them by width.
 
     Crops are cut again from the source at the carried boxes (cheaper to recompute than to
-    carry), turned by 180 degrees where the classifier is at least ``ANGLE_THRESH`` sure,
-    and cut into chunks at the recogniser's width and batch buckets.
+    carry), turned by 180 degrees where the classifier is sure (more than
+    :data:`~edge_ocr_example.directions.ANGLE_THRESH`), and cut into chunks at the
+    recogniser's width and batch buckets. A crop of small print the classifier may have
+    misjudged (:func:`~edge_ocr_example.directions.line_direction`, the crop's height in
+    detection-bucket pixels) is also sent turned the other way, after all the others
+    (``carry:second``).
 
     Raises:
         TensorMismatch: a required tensor is missing or not at its bucket shape and dtype.
@@ -197,15 +203,21 @@ def classify_to_recognize(
     angle = np.zeros(count, dtype=_INT)
     angle_score = np.zeros(count, dtype=FLOAT)
     crops = []
+    second: list[int] = []
+    others = []
     for index in range(count):
         label = int(probs[index].argmax())
         angle_score[index] = probs[index][label]
         crop = crop_box(image, boxes[index])
-        if label == 1 and angle_score[index] > ANGLE_THRESH:
+        direction = line_direction(float(probs[index][1]), crop.shape[1])
+        if direction.turn:
             angle[index] = 180
             crop = rotate_half_turn(crop)
         crops.append(crop)
-    chunks = chunk_crops(crops, height=REC_HEIGHT, widths=REC_WIDTHS,
+        if direction.check:
+            second.append(index)
+            others.append(rotate_half_turn(crop))
+    chunks = chunk_crops(crops + others, height=REC_HEIGHT, widths=REC_WIDTHS,
                          batches=rec_call_batches())
     return _fanout(chunks, REC_INPUT, {
         CARRY_PREFIX + "boxes": boxes.copy(),
@@ -213,4 +225,5 @@ def classify_to_recognize(
         CARRY_PREFIX + "detected": detected.copy(),
         CARRY_PREFIX + "angle": angle,
         CARRY_PREFIX + "angle_score": angle_score,
+        CARRY_PREFIX + "second": np.array(second, dtype=_INT),
     })

@@ -198,7 +198,8 @@ def test_the_reference_run_compares_the_bundle_the_stage_loaded_never_a_rewrite(
         else:
             assert record["passed"] is False
             assert record["reason"].startswith(
-                "stages[0].reference_backend (stage 's'): the reference run failed: BundleChanged: "
+                "stages[0].reference_backend (stage 's'): the reference run failed: "
+                "BundleChanged: "
                 f"{bundle / 'edge-manifest.json'}"), record
             assert opened in record["reason"] and graph_only.manifest_sha256 in record["reason"]
         assert record["release"] == "released"
@@ -209,7 +210,8 @@ def test_the_reference_run_compares_the_bundle_the_stage_loaded_never_a_rewrite(
         else:
             assert record["passed"] is False and "release" not in record
             assert record["reason"].startswith(
-                "stages[0].reference_backend (stage 's'): the bundle's example inputs: BundleChanged: "
+                "stages[0].reference_backend (stage 's'): the bundle's example inputs: "
+                "BundleChanged: "
                 f"{bundle / 'edge-manifest.json'}"), record
             assert opened in record["reason"] and rewritten in record["reason"]
         # the reference's worker is gone and its reservation released each time

@@ -42,6 +42,15 @@ def shown_value(value: object) -> str:
     return f"{text[:MAX_SHOWN_VALUE]}... ({len(text)} characters)"
 
 
+def field_message(path: str, reason: str, value: object = NO_VALUE) -> str:
+    """``path: reason: value`` (the value as :func:`shown_value` shows it), or ``path: reason``.
+
+    The message of an error about one field: :class:`ConfigError`'s, and the runtime's
+    about a value a pipeline's own code produced (a transform's return).
+    """
+    return f"{path}: {reason}" if value is NO_VALUE else f"{path}: {reason}: {shown_value(value)}"
+
+
 class EdgeError(Exception):
     """Base class of every error raised by edge-core.
 
@@ -88,7 +97,7 @@ class ConfigError(EdgeError, ValueError):
         self.reason = reason
         self.value = value
         self.stage = stage
-        super().__init__(f"{path}: {reason}{self._shown()}")
+        super().__init__(field_message(path, reason, value))
 
     def _shown(self) -> str:
         return "" if self.value is NO_VALUE else f": {shown_value(self.value)}"

@@ -9,7 +9,7 @@ from edge_core.errors import (
     EdgeError,
     ResourceUnavailable,
     WorkerError,
-    shown_value,
+    field_message,
 )
 
 __all__ = [
@@ -41,8 +41,7 @@ class TransformReturnInvalid(EdgeError):
         self.path = path
         self.reason = reason
         self.value = value
-        shown = "" if value is NO_VALUE else f": {shown_value(value)}"
-        super().__init__(f"{path}: {reason}{shown}")
+        super().__init__(field_message(path, reason, value))
 
 
 class NumericsRefused(EdgeError):

@@ -194,6 +194,33 @@ def test_measured_waits_come_in_runs_of_each_kind_and_count_cycles():
     assert samples.waits_to_next() == 3 + 1  # the interval, then the third epoch
 
 
+
+def test_a_cpu_clock_is_read_where_a_runs_counted_cycles_begin_and_end():
+    windows = Windows()
+    samples = WaitSamples(windows, pairs=100, run=4, settle=1)
+    used = [0]
+    reads = []
+
+    def clock() -> int | None:
+        reads.append(used[0])
+        return used[0]
+
+    samples.cpu = clock
+    for _ in range(2 * 4):  # one epoch: a spinning run, then a blocking run
+        spun = samples.next_spins()
+        used[0] += 300_000 if spun else 100_000  # this wait's cycle's CPU
+        samples.add(spun, 0, 0, spun)
+    assert len(reads) == 4  # after each run's first wait (settle) and its last
+    # three counted cycles a run, each 300 us of CPU spinning and 100 us blocking
+    assert samples.spinning_cpu_ns == [300_000.0] and samples.blocking_cpu_ns == [100_000.0]
+    samples.cpu = lambda: None  # a clock that cannot read: the run adds nothing
+    for _ in range(2 * 4):
+        samples.add(samples.next_spins(), 0, 0, False)
+    assert samples.spinning_cpu_ns == [300_000.0] and samples.blocking_cpu_ns == [100_000.0]
+    samples.clear()
+    assert samples.spinning_cpu_ns == [] and samples.blocking_cpu_ns == []
+
+
 def measured_count(samples: WaitSamples) -> int:
     return len(samples.spun_ns) + len(samples.blocking_ns)
 

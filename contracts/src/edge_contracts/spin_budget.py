@@ -7,7 +7,11 @@ window of them up (:class:`WaitFigures`) and :func:`spin_budget` says what budge
 justify: the *saving* (the median blocking cycle less the median spinning one) is what
 waking costs there; under :data:`MIN_WAKE_US` there is nothing to save, and where the
 median spinning wait is more than :data:`SPIN_PER_WAKE` times the saving a spin costs
-more CPU than it saves time; otherwise the budget covers the wait it must catch:
+more CPU than it saves time; where the runs' CPU was measured (both ends' CPU per cycle,
+:attr:`WaitSamples.cpu <edge_contracts.waiting.WaitSamples.cpu>`) and spinning cost
+more than :data:`SPIN_CPU_RATIO` times blocking's, it costs more CPU than the time it
+saves is worth (the two processes share too few CPUs); otherwise the budget covers the
+wait it must catch:
 :data:`BUDGET_MARGIN` times the :data:`CAUGHT_PERCENTILE` of the spinning waits that
 caught their frame, and at least :data:`SPIN_PER_WAKE` times the saving (a spin that
 catches nothing then costs at most two wake-ups), at most the cap and at most a blocking
@@ -33,6 +37,7 @@ __all__ = [
     "MIN_WAKE_US",
     "RUN_WAITS",
     "SETTLE_WAITS",
+    "SPIN_CPU_RATIO",
     "SPIN_PER_WAKE",
     "WINDOW_PAIRS",
     "WaitFigures",
@@ -40,6 +45,13 @@ __all__ = [
     "spin_budget",
     "wait_figures",
 ]
+
+SPIN_CPU_RATIO = 1.5
+"""The most CPU a spinning round trip may cost both ends together, over a blocking one:
+where the two processes share too few CPUs (another process keeps one busy, or the
+kernel puts a blocking pair on one CPU), each spinning end holds a CPU for the whole
+round trip, and a spin that saves a wake-up now and then costs far more CPU than it
+saves time."""
 
 SPIN_PER_WAKE = 2
 """The most CPU a caught spin may cost per µs it saves: a spinning wait whose median is
@@ -84,6 +96,9 @@ class WaitFigures:
         caught_us: :data:`CAUGHT_PERCENTILE` of the spinning waits that caught their
             frame; None when none did.
         caught_share: the share of spinning waits that caught their frame.
+        blocking_cpu_us: median CPU per cycle of the blocking runs, both ends together
+            (None: not measured).
+        spinning_cpu_us: the same of the spinning runs.
 
     """
 
@@ -92,6 +107,8 @@ class WaitFigures:
     spin_wait_us: float
     caught_us: float | None
     caught_share: float
+    blocking_cpu_us: float | None = None
+    spinning_cpu_us: float | None = None
 
     @property
     def saving_us(self) -> float:
@@ -100,17 +117,26 @@ class WaitFigures:
 
 
 def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
-                 spun_ns: Sequence[int], caught_ns: Sequence[int]) -> WaitFigures:
-    """Summarise a window (:class:`~edge_contracts.waiting.WaitSamples`' lists, ns)."""
+                 spun_ns: Sequence[int], caught_ns: Sequence[int],
+                 blocking_cpu_ns: Sequence[float] = (),
+                 spinning_cpu_ns: Sequence[float] = ()) -> WaitFigures:
+    """Summarise a window (:class:`~edge_contracts.waiting.WaitSamples`' lists, ns).
+
+    The CPU figures are the medians of the runs' CPU per cycle, where runs of both kinds
+    were measured (else None).
+    """
     if not blocking_ns or not spinning_ns or not spun_ns:
         raise ValueError("wait_figures: needs cycles of both kinds and spinning waits")
+    cpu = ((statistics.median(blocking_cpu_ns) / 1000, statistics.median(spinning_cpu_ns) / 1000)
+           if blocking_cpu_ns and spinning_cpu_ns else (None, None))
     caught = sorted(caught_ns)
     high = (caught[min(len(caught) - 1, math.ceil(CAUGHT_PERCENTILE * len(caught)) - 1)]
             / 1000 if caught else None)
     return WaitFigures(blocking_us=statistics.median(blocking_ns) / 1000,
                        spinning_us=statistics.median(spinning_ns) / 1000,
                        spin_wait_us=statistics.median(spun_ns) / 1000,
-                       caught_us=high, caught_share=len(caught) / len(spun_ns))
+                       caught_us=high, caught_share=len(caught) / len(spun_ns),
+                       blocking_cpu_us=cpu[0], spinning_cpu_us=cpu[1])
 
 
 def spin_budget(figures: WaitFigures, cap_us: int) -> tuple[int, str]:
@@ -126,6 +152,10 @@ def spin_budget(figures: WaitFigures, cap_us: int) -> tuple[int, str]:
     if figures.spin_wait_us > SPIN_PER_WAKE * saving:
         return 0, (f"{measured}: a spin of {figures.spin_wait_us:.1f} us costs"
                    f" more than {SPIN_PER_WAKE} x the {saving:.1f} us it saves")
+    block_cpu, spin_cpu = figures.blocking_cpu_us, figures.spinning_cpu_us
+    if block_cpu is not None and spin_cpu is not None and spin_cpu > SPIN_CPU_RATIO * block_cpu:
+        return 0, (f"{measured}: spinning costs {spin_cpu:.1f} us of CPU a round trip,"
+                   f" more than {SPIN_CPU_RATIO} x blocking's {block_cpu:.1f}")
     budget = min(cap_us, math.ceil(figures.blocking_us),
                  math.ceil(max(BUDGET_MARGIN * figures.caught_us, SPIN_PER_WAKE * saving)))
     return budget, (f"{measured}: saves {saving:.1f} us;"

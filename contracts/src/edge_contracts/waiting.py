@@ -117,11 +117,18 @@ class WaitSamples:
         spun_ns: how long each spinning measured wait waited.
         caught_ns: those of ``spun_ns`` whose reply came while it spun.
         interval: as above; read at the end of each epoch.
+        cpu: the owner's CPU clock (nanoseconds of CPU both ends of the channel have
+            used, or None where it cannot be read), or None: then no CPU is measured.
+            Read twice a run, where its counted cycles begin and where it ends.
+        blocking_cpu_ns: CPU per counted cycle of each blocking run that the clock
+            measured whole.
+        spinning_cpu_ns: the same of each spinning run.
 
     """
 
-    __slots__ = ("_epochs", "_last_end", "_on_window", "_step", "blocking_ns", "caught_ns",
-                 "interval", "pairs", "probe_ns", "run", "settle", "spinning_ns", "spun_ns")
+    __slots__ = ("_cpu_start", "_epochs", "_last_end", "_on_window", "_step",
+                 "blocking_cpu_ns", "blocking_ns", "caught_ns", "cpu", "interval", "pairs",
+                 "probe_ns", "run", "settle", "spinning_cpu_ns", "spinning_ns", "spun_ns")
 
     def __init__(self, on_window: Callable[[WaitSamples], object], *, pairs: int,
                  run: int = 10, settle: int = 2, interval: int = 0,
@@ -146,6 +153,10 @@ class WaitSamples:
         self.spinning_ns: list[int] = []
         self.spun_ns: list[int] = []
         self.caught_ns: list[int] = []
+        self.cpu: Callable[[], int | None] | None = None
+        self._cpu_start: int | None = None
+        self.blocking_cpu_ns: list[float] = []
+        self.spinning_cpu_ns: list[float] = []
 
     def next_spins(self) -> bool:
         """True when the next measured wait spins first.
@@ -199,18 +210,44 @@ class WaitSamples:
         self.spinning_ns = []
         self.spun_ns = []
         self.caught_ns = []
+        self.blocking_cpu_ns = []
+        self.spinning_cpu_ns = []
+        self._cpu_start = None
         if self._step:
             self._step = 0
             self._epochs += 1
             self._last_end = None
 
     def _advance(self, end_ns: int | None) -> None:
+        if self.cpu is not None:
+            self._clock_cpu()
         self._step += 1
         self._last_end = end_ns
         if self._step == 2 * self.run:
             self._step = 0
             self._epochs += 1
             self._last_end = None
+
+    def _clock_cpu(self) -> None:
+        """Read :attr:`cpu` where a run's counted cycles begin and where the run ends.
+
+        Called as a measured wait ends, before it is counted: the wait that ends a run's
+        ``settle``-th wait begins its first counted cycle, the run's last ends its last.
+        A run the clock could not read at both ends (or that a :meth:`clear` cut) adds
+        nothing.
+        """
+        cpu = self.cpu
+        assert cpu is not None
+        position = self._step % self.run + 1  # this wait's place in its run, from 1
+        if position == self.settle:
+            self._cpu_start = cpu()
+        elif position == self.run and self._cpu_start is not None:
+            now = cpu()
+            if now is not None:
+                spun = (self._step < self.run) != bool(self._epochs.bit_count() & 1)
+                (self.spinning_cpu_ns if spun else self.blocking_cpu_ns).append(
+                    (now - self._cpu_start) / (self.run - self.settle))
+            self._cpu_start = None
 
 
 class ReadableWait:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from edge_core.host.spinning import (
     MAX_INTERVAL,
     MIN_WAKE_US,
     RUN_WAITS,
+    SPIN_CPU_RATIO,
     SPIN_PER_WAKE,
     WINDOW_PAIRS,
     SpinDecision,
@@ -29,6 +33,7 @@ from edge_core.host.spinning import (
     WaitFigures,
     decide_spin,
     governor,
+    pair_cpu_clock,
     wait_figures,
     worker_spin_us,
 )
@@ -64,6 +69,18 @@ SLOW_WAKE = figures(160.0, 90.0, 20.0, caught=30.0)  # saves 70 us a round trip
         (None, 16, 2, figures(900.0, 200.0, 150.0, caught=180.0), DEFAULT_SPIN_US),  # capped
         # never more than a blocking round trip: a longer spin cannot save time
         (None, 16, 2, figures(110.0, 40.0, 20.0, caught=30.0), 110),
+        # spinning saves time but costs both ends more than SPIN_CPU_RATIO x blocking's CPU
+        # (the pair shares too few CPUs): block
+        (None, 16, 2, replace(SLOW_WAKE, blocking_cpu_us=140.0,
+                                   spinning_cpu_us=SPIN_CPU_RATIO * 140.0 + 1), 0),
+        # within the ratio (where waking is slow, spinning often costs less CPU): spin
+        (None, 16, 2, replace(SLOW_WAKE, blocking_cpu_us=280.0, spinning_cpu_us=180.0),
+         2 * 70),
+        (None, 16, 2, replace(SLOW_WAKE, blocking_cpu_us=140.0,
+                                   spinning_cpu_us=SPIN_CPU_RATIO * 140.0), 2 * 70),
+        # one kind's CPU not measured: judged on the times alone
+        (None, 16, 2, replace(SLOW_WAKE, blocking_cpu_us=None, spinning_cpu_us=900.0),
+         2 * 70),
         (0, 16, 2, SLOW_WAKE, 0),  # the override wins both ways
         (500, 2, 4, None, 500),
     ],
@@ -88,6 +105,10 @@ def test_reasons_name_what_decided():
                                             figures=figures(50.0, 49.0, 1.0)).reason
     assert f"more than {SPIN_PER_WAKE} x" in decide_spin(
         override_us=None, cores=8, processes=2, figures=figures(80.0, 60.0, 45.0)).reason
+    costly = replace(SLOW_WAKE, blocking_cpu_us=120.0, spinning_cpu_us=250.0)
+    assert decide_spin(override_us=None, cores=8, processes=2, figures=costly).reason == (
+        "round trips 160.0 us blocking, 90.0 us spinning: spinning costs 250.0 us of CPU a"
+        f" round trip, more than {SPIN_CPU_RATIO} x blocking's 120.0")
 
 
 def test_wait_figures_are_medians_a_percentile_and_a_share():
@@ -99,6 +120,12 @@ def test_wait_figures_are_medians_a_percentile_and_a_share():
     assert summary.spin_wait_us == 65.0  # median of the twelve spinning waits
     assert summary.caught_us == 90.0  # the 90th percentile of the ten caught
     assert summary.caught_share == 10 / 12
+    assert summary.blocking_cpu_us is None and summary.spinning_cpu_us is None
+    with_cpu = wait_figures([1_000], [2_000], [3_000], [], [100_000.0, 300_000.0, 120_000.0],
+                            [250_000.0])
+    assert with_cpu.blocking_cpu_us == 120.0 and with_cpu.spinning_cpu_us == 250.0
+    one_kind = wait_figures([1_000], [2_000], [3_000], [], [100_000.0], [])
+    assert one_kind.blocking_cpu_us is None and one_kind.spinning_cpu_us is None
     nothing = wait_figures([1_000], [2_000], [250_000], [])
     assert nothing.caught_us is None and nothing.caught_share == 0.0
     with pytest.raises(ValueError, match="wait_figures"):
@@ -115,13 +142,17 @@ def waits() -> Iterator[list[ReadableWait]]:
 
 
 def feed(spins: SpinGovernor, samples: WaitSamples, *, blocking_us: float,
-         spinning_us: float, spin_wait_us: float, caught: bool = True) -> None:
+         spinning_us: float, spin_wait_us: float, caught: bool = True,
+         cpu_us: tuple[float, float] | None = None) -> None:
     """Feed ``samples`` made-up measured waits until ``spins`` decides one window.
 
     Each blocking wait ends a cycle of ``blocking_us``, each spinning one a cycle of
-    ``spinning_us`` after waiting ``spin_wait_us`` (caught or not).
+    ``spinning_us`` after waiting ``spin_wait_us`` (caught or not). ``cpu_us``: the CPU
+    a blocking and a spinning cycle use, read by the samples' CPU clock (else none).
     """
     samples.clear()
+    used = [0]
+    samples.cpu = None if cpu_us is None else lambda: used[0]
     windows = spins.windows
     now = 0
     for _ in range(4 * WINDOW_PAIRS * RUN_WAITS):
@@ -129,6 +160,8 @@ def feed(spins: SpinGovernor, samples: WaitSamples, *, blocking_us: float,
             return
         spun = samples.next_spins()
         now += round(1000 * (spinning_us if spun else blocking_us))
+        if cpu_us is not None:
+            used[0] += round(1000 * cpu_us[spun])
         samples.add(spun, now - round(1000 * spin_wait_us) if spun else now - 1000, now,
                     caught and spun)
     raise AssertionError("no window was decided")
@@ -272,3 +305,68 @@ def test_calls_stay_correct_under_each_mode(start, shared_governor, monkeypatch,
     if mode == "too-few-cores":  # a retired worker no longer counts as a process
         assert client.retire(deadline_s=5.0).verified
         assert "2 processes" not in shared_governor.decision.reason
+
+
+
+def test_the_pair_clock_counts_this_process_and_the_workers_main_thread():
+    """A real child that spins 0.2 s of CPU: the clock grows by at least that; once it is
+    gone the clock reads None."""
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "sys.stdin.readline()\n"
+        "end = time.process_time() + 0.2\n"
+        "while time.process_time() < end: pass\n"
+        "print('spun', flush=True)\n"
+        "sys.stdin.readline()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        clock = pair_cpu_clock(child.pid)
+        before = clock()
+        assert before is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "spun\n"
+        after = clock()
+        assert after is not None and after - before >= 200_000_000
+        child.stdin.write("end\n")
+        child.stdin.flush()
+    finally:
+        child.wait(5)
+        child.stdin.close()
+        child.stdout.close()
+    assert pair_cpu_clock(child.pid)() is None  # gone: nothing to read
+
+
+def test_a_window_whose_spinning_costs_too_much_cpu_blocks(waits, monkeypatch):
+    """Spinning saves time but costs both ends twice blocking's CPU: the channel blocks."""
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    spins = SpinGovernor(cores=2)
+    spins.attach(waits[0])
+    samples = waits[0].samples
+    assert samples is not None
+    feed(spins, samples, blocking_us=150, spinning_us=90, spin_wait_us=30,
+         cpu_us=(140.0, 300.0))
+    figures = spins.figures
+    assert figures is not None
+    assert figures.blocking_cpu_us == 140.0 and figures.spinning_cpu_us == 300.0
+    assert waits[0].spin_us == 0
+    assert "spinning costs 300.0 us of CPU a round trip" in spins.decision.reason
+    # where waking both ends costs more CPU than spinning does: it spins
+    feed(spins, samples, blocking_us=150, spinning_us=90, spin_wait_us=30,
+         cpu_us=(280.0, 180.0))
+    assert waits[0].spin_us == SPIN_PER_WAKE * 60
+
+
+def test_a_real_channel_measures_both_ends_cpu_per_run(start, shared_governor, monkeypatch):
+    """A real worker's channel reads its runs' CPU (this process's and the worker's)."""
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    shared_governor.reset(cores=64)  # as on a large machine: its waits are measured
+    client = start()
+    assert client.reply_wait.samples is not None and client.reply_wait.samples.cpu is not None
+    echo_round_trips(client, 2 * 2 * RUN_WAITS)  # two epochs: a window at least
+    figures = shared_governor.figures
+    assert figures is not None
+    assert figures.blocking_cpu_us is not None and figures.blocking_cpu_us > 0
+    assert figures.spinning_cpu_us is not None and figures.spinning_cpu_us > 0
+    assert client.retire(deadline_s=5.0).verified

@@ -32,7 +32,11 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   at most two wake-ups), at most ``DEFAULT_SPIN_US`` and at most a blocking round trip (a
   spin longer than that cannot save time). The spinning runs of the next window spin up
   to the latter too, so that where spinning does not pay, a probe costs a round trip's
-  CPU, not 200 µs.
+  CPU, not 200 µs. Each run's CPU, this process's and the worker's main thread's
+  together (:func:`pair_cpu_clock`), is read where its counted cycles begin and where it
+  ends: where a spinning round trip costs more than :data:`SPIN_CPU_RATIO` times a
+  blocking one's, the two processes share too few CPUs (another process keeps one busy,
+  or the kernel puts the blocking pair on one CPU) and the channel blocks.
 
 The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
 start-up's control calls among them, decide its first budget; until then it does not
@@ -76,6 +80,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -89,6 +94,7 @@ from edge_contracts.spin_budget import (
     MIN_WAKE_US,
     RUN_WAITS,
     SETTLE_WAITS,
+    SPIN_CPU_RATIO,
     SPIN_PER_WAKE,
     WINDOW_PAIRS,
     WaitFigures,
@@ -107,6 +113,7 @@ __all__ = [
     "MIN_WAKE_US",
     "RUN_WAITS",
     "SETTLE_WAITS",
+    "SPIN_CPU_RATIO",
     "SPIN_PER_WAKE",
     "WINDOW_PAIRS",
     "SpinDecision",
@@ -114,6 +121,7 @@ __all__ = [
     "WaitFigures",
     "decide_spin",
     "governor",
+    "pair_cpu_clock",
     "usable_cores",
     "wait_figures",
     "worker_spin_cap",
@@ -184,6 +192,28 @@ def worker_spin_us() -> int:
     return 0 if override is None else override
 
 
+def pair_cpu_clock(peer_pid: int) -> Callable[[], int | None]:
+    """A clock of the CPU this process and its worker ``peer_pid`` have used (ns).
+
+    This process's CPU (all its threads) plus the worker's main thread's, which serves
+    its requests and spins for the next (``/proc/PID/schedstat``, Linux). The clock
+    reads None where the worker's figure cannot be read (another system, or the worker
+    gone): the governor then judges a window without CPU figures.
+    """
+    path = f"/proc/{peer_pid}/schedstat"
+    process_ns = time.process_time_ns
+
+    def cpu() -> int | None:
+        try:
+            with open(path, "rb") as handle:
+                worker_ns = int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return process_ns() + worker_ns
+
+    return cpu
+
+
 @attrs.define
 class _Channel:
     """What the governor holds for one governed wait."""
@@ -194,6 +224,7 @@ class _Channel:
     worker_cap: int = 0  # what the worker is allowed now (it starts with none)
     worker_follow: int | None = None  # what it spins as told (None: it measures)
     tell: Callable[[], object] | None = None
+    peer_pid: int | None = None  # the worker's, for the CPU its windows measure
 
 
 class SpinGovernor:
@@ -292,7 +323,8 @@ class SpinGovernor:
             wait.apart = Apart(peer_pid)
         wait.on_run = _RunHook(self, wait)
         with self._lock:
-            self._channels[wait] = _Channel(SpinDecision(0, "waits not measured yet"))
+            self._channels[wait] = _Channel(SpinDecision(0, "waits not measured yet"),
+                                            peer_pid=peer_pid)
             changed = self._apply()
         _tell(changed)
 
@@ -351,8 +383,11 @@ class SpinGovernor:
                     if channel.tell is not None and channel.tell not in changed:
                         changed.append(channel.tell)
             elif wait.samples is None:
-                wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
-                                           settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
+                samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
+                                      settle=SETTLE_WAITS, probe_us=DEFAULT_SPIN_US)
+                if channel.peer_pid is not None:
+                    samples.cpu = pair_cpu_clock(channel.peer_pid)
+                wait.samples = samples
         if not self._channels:
             self._decision = self._decide(None)
         return changed
@@ -395,7 +430,8 @@ class SpinGovernor:
         Runs in the thread of the wait whose samples these are.
         """
         figures = wait_figures(samples.blocking_ns, samples.spinning_ns, samples.spun_ns,
-                               samples.caught_ns)
+                               samples.caught_ns, samples.blocking_cpu_ns,
+                               samples.spinning_cpu_ns)
         samples.clear()
         with self._lock:
             found = [(wait, channel) for wait, channel in self._channels.items()

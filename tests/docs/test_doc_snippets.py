@@ -686,6 +686,64 @@ def test_a_checked_only_block_is_checked_as_far_as_this_machine_allows(block: Bl
     check_command_options(block, _user_env(Path(sys.executable).parent))
 
 
+#: pip options that take a value (the word after them is not a requirement).
+PIP_VALUED = {"-w", "--wheel-dir", "-r", "--requirement", "-c", "--constraint", "-f",
+              "--find-links", "-i", "--index-url", "--extra-index-url", "-t", "--target",
+              "--prefix", "--root", "--src", "-d", "--dest", "--platform",
+              "--python-version", "--only-binary", "--no-binary"}
+
+
+def bare_folder_requirements(block: Block) -> list[str]:
+    """The requirements of ``block``'s ``pip install/wheel/download`` commands that name a
+    folder of the checkout by a bare name (``contracts``, not ``./contracts``).
+
+    pip reads a requirement as a local folder only when it looks like a path (holds a
+    ``/`` or starts with ``.``), or after ``-e``; a bare name is a project name looked up
+    on the package index: another project's, or none (pip then fails).
+    """
+    found = []
+    for line in _logical_lines(block):
+        words = shlex.split(line)
+        starts = [i + 1 for i in _command_starts(words, {"pip", "pip3"})]
+        starts += [i + 3 for i in _command_starts(words, {"python", "python3"})
+                   if words[i + 1:i + 3] == ["-m", "pip"]]
+        for start in starts:
+            args = list(itertools.takewhile(
+                lambda w: w not in {"&&", "||", ";", "|", "&"}, words[start:]))
+            if args[:1] not in (["install"], ["wheel"], ["download"]):
+                continue
+            skip = False
+            for word in args[1:]:
+                if skip or word.startswith("-"):
+                    skip = word in PIP_VALUED or word in {"-e", "--editable"}
+                    continue
+                name = re.split(r"[\[<>=!~;@ ]", word, maxsplit=1)[0]
+                if ("/" not in name and not name.startswith(".")
+                        and (ROOT / name / "pyproject.toml").is_file()):
+                    found.append(f"{block.where}: {word}")
+    return found
+
+
+EVERY_BLOCK = [b for page in ALL_PAGES for b in command_blocks(page)
+               if b.lang in SHELL | {"console"}]
+
+
+def test_a_pip_command_names_a_checkout_folder_as_a_path() -> None:
+    """``pip wheel contracts core`` fetches whatever the index calls ``contracts``."""
+    bare = [where for block in EVERY_BLOCK for where in bare_folder_requirements(block)]
+    assert not bare, ("pip reads a bare name as a project on the index, not the folder: "
+                      f"write ./NAME: {bare}")
+
+
+def test_the_pip_folder_check_finds_a_bare_folder_name() -> None:
+    """The check above is not vacuous: the README's old wheel command is caught."""
+    old = Block(ROOT / "README.md", 1, "sh",
+                "python -m pip wheel --no-deps -w dist contracts core plugins/libraries/ort\n"
+                "pip install -e contracts --find-links dist 'core[yaml]' ./core\n")
+    assert [w.split(": ")[1] for w in bare_folder_requirements(old)] == [
+        "contracts", "core", "core[yaml]"]
+
+
 HOOK_BLOCKS = [b for b in command_blocks(HOOKS) if b.kind == "hook"]
 
 

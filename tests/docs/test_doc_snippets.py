@@ -421,7 +421,9 @@ COMMAND_PAGES = {
 #: ``pip`` for the command pages: the stand-in at the network boundary (the docs'
 #: ``pip install`` of unpublished distributions cannot reach an index here). A name is
 #: checked to be installed in this environment, with its extras' requirements; a local
-#: folder already installed (the workspace's editable installs) is checked the same way,
+#: folder (named as pip reads one: a path holding ``/`` or starting with ``.``, or any
+#: folder after ``-e``; a bare ``contracts`` is a project name, as it is to pip) already
+#: installed (the workspace's editable installs) is checked the same way,
 #: and any other is built and installed for real (``--no-deps``) into the page's own
 #: ``site`` folder, which is on the page's ``PYTHONPATH``.
 PIP_SHIM = """
@@ -431,14 +433,19 @@ from pathlib import Path
 
 args = sys.argv[1:]
 assert args and args[0] == "install", f"pip shim: only 'pip install', not {args}"
+editable = False
 for arg in args[1:]:
     if arg in {"-e", "--editable"}:
+        editable = True
         continue
     assert not arg.startswith("-"), f"pip shim: option {arg} not understood"
     spec = re.fullmatch(r"(.+?)(?:\\[(.+)\\])?", arg)
     where, extras = spec.group(1), (spec.group(2) or "").split(",")
     local = Path(where)
-    if where.startswith((".", "/")) or (local / "pyproject.toml").is_file():
+    # as pip reads it: a folder when it looks like a path (or follows -e), else a name
+    as_path = "/" in where or where.startswith(".") or editable
+    editable = False
+    if as_path:
         name = tomllib.loads((local / "pyproject.toml").read_text())["project"]["name"]
     else:
         local, name = None, where
@@ -475,6 +482,19 @@ def test_the_command_page_runs(page: Path, tmp_path: Path) -> None:
         (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
     assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+
+
+def test_the_pip_shim_reads_a_bare_folder_name_as_a_project_name(tmp_path: Path) -> None:
+    """As pip does: ``pip install contracts`` is the index's ``contracts``, not the folder."""
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
+    bare = subprocess.run(["pip", "install", "contracts"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert bare.returncode != 0 and "contracts is not installed here" in bare.stderr
+    for args in (["./contracts"], ["-e", "contracts"]):
+        named = subprocess.run(["pip", "install", *args], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert named.returncode == 0, named.stderr
+        assert "edge-contracts 0.1.0: already installed" in named.stdout
 
 
 def _pip_shim(env: dict[str, str], tmp_path: Path) -> dict[str, str]:

@@ -937,6 +937,40 @@ def test_the_recipe_backend_declares_it_needs_a_bundle(tmp_path: Path) -> None:
     assert "'recipe-tanh' needs an artifact bundle" in str(refused.value)
 
 
+def _installs_before_pytest(page: Path) -> list[str]:
+    """The ``pip install`` lines of ``page``'s command blocks before its first ``pytest``
+    command; ``["no pytest"]`` when none runs pytest."""
+    installs = []
+    for block in command_blocks(page):
+        if block.lang not in SHELL:
+            continue
+        for line in _logical_lines(block):
+            words = shlex.split(line)
+            if _command_starts(words, {"pytest"}):
+                return installs
+            if [i for i in _command_starts(words, {"pip", "pip3"})
+                    if words[i + 1:i + 2] == ["install"]]:
+                installs.append(line)
+    return ["no pytest"]
+
+
+@pytest.mark.parametrize("page", [GUIDE, ROOT / "examples/third_party_backend/README.md"],
+                         ids=["authoring", "template"])
+def test_a_page_that_runs_the_kits_pytest_items_installs_pytest_first(page: Path) -> None:
+    """pytest is no dependency of edge-core: its ``testing`` extra brings it, and a
+    backend author with only the wheels has no pytest until the page says so."""
+    import tomllib
+
+    with (ROOT / "core" / "pyproject.toml").open("rb") as handle:
+        extras = tomllib.load(handle)["project"]["optional-dependencies"]
+    assert [r for r in extras["testing"] if r.startswith("pytest")], extras
+    installs = _installs_before_pytest(page)
+    assert installs != ["no pytest"], page
+    assert any("edge-core[testing]" in line for line in installs), (
+        f"{page.relative_to(ROOT)}: runs pytest without installing 'edge-core[testing]' "
+        f"first: {installs}")
+
+
 TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
 #: The template's names, and the guide's.
 RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",
@@ -988,8 +1022,10 @@ def test_the_backend_guide_builds_a_backend_that_passes_the_kit(tmp_path: Path) 
         capture_output=True, text=True, timeout=600, check=False)
     assert install.returncode == 0, install.stderr[-3000:]
     assert (site / "edge_mybackend" / "plugin.py").is_file()
-    env = _user_env(Path(sys.executable).parent)
-    env["PYTHONPATH"] = str(site)  # the installed distribution, as pip install would add it
+    # its pip install meets the shim; PYTHONPATH is the shim's site folder, where the
+    # distribution was installed: as pip install would add it
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
+    assert env["PYTHONPATH"] == str(site)
     for block in commands:
         done = _run(block, dist, env)
         assert done.returncode == 0, (

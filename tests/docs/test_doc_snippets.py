@@ -421,7 +421,9 @@ COMMAND_PAGES = {
 #: ``pip`` for the command pages: the stand-in at the network boundary (the docs'
 #: ``pip install`` of unpublished distributions cannot reach an index here). A name is
 #: checked to be installed in this environment, with its extras' requirements; a local
-#: folder already installed (the workspace's editable installs) is checked the same way,
+#: folder (named as pip reads one: a path holding ``/`` or starting with ``.``, or any
+#: folder after ``-e``; a bare ``contracts`` is a project name, as it is to pip) already
+#: installed (the workspace's editable installs) is checked the same way,
 #: and any other is built and installed for real (``--no-deps``) into the page's own
 #: ``site`` folder, which is on the page's ``PYTHONPATH``.
 PIP_SHIM = """
@@ -431,14 +433,19 @@ from pathlib import Path
 
 args = sys.argv[1:]
 assert args and args[0] == "install", f"pip shim: only 'pip install', not {args}"
+editable = False
 for arg in args[1:]:
     if arg in {"-e", "--editable"}:
+        editable = True
         continue
     assert not arg.startswith("-"), f"pip shim: option {arg} not understood"
     spec = re.fullmatch(r"(.+?)(?:\\[(.+)\\])?", arg)
     where, extras = spec.group(1), (spec.group(2) or "").split(",")
     local = Path(where)
-    if where.startswith((".", "/")) or (local / "pyproject.toml").is_file():
+    # as pip reads it: a folder when it looks like a path (or follows -e), else a name
+    as_path = "/" in where or where.startswith(".") or editable
+    editable = False
+    if as_path:
         name = tomllib.loads((local / "pyproject.toml").read_text())["project"]["name"]
     else:
         local, name = None, where
@@ -475,6 +482,19 @@ def test_the_command_page_runs(page: Path, tmp_path: Path) -> None:
         (work / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
     assert _run_blocks(page, work, env), f"{page.name}: no block ran"
+
+
+def test_the_pip_shim_reads_a_bare_folder_name_as_a_project_name(tmp_path: Path) -> None:
+    """As pip does: ``pip install contracts`` is the index's ``contracts``, not the folder."""
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
+    bare = subprocess.run(["pip", "install", "contracts"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert bare.returncode != 0 and "contracts is not installed here" in bare.stderr
+    for args in (["./contracts"], ["-e", "contracts"]):
+        named = subprocess.run(["pip", "install", *args], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert named.returncode == 0, named.stderr
+        assert "edge-contracts 0.1.0: already installed" in named.stdout
 
 
 def _pip_shim(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
@@ -686,6 +706,64 @@ def test_a_checked_only_block_is_checked_as_far_as_this_machine_allows(block: Bl
     check_command_options(block, _user_env(Path(sys.executable).parent))
 
 
+#: pip options that take a value (the word after them is not a requirement).
+PIP_VALUED = {"-w", "--wheel-dir", "-r", "--requirement", "-c", "--constraint", "-f",
+              "--find-links", "-i", "--index-url", "--extra-index-url", "-t", "--target",
+              "--prefix", "--root", "--src", "-d", "--dest", "--platform",
+              "--python-version", "--only-binary", "--no-binary"}
+
+
+def bare_folder_requirements(block: Block) -> list[str]:
+    """The requirements of ``block``'s ``pip install/wheel/download`` commands that name a
+    folder of the checkout by a bare name (``contracts``, not ``./contracts``).
+
+    pip reads a requirement as a local folder only when it looks like a path (holds a
+    ``/`` or starts with ``.``), or after ``-e``; a bare name is a project name looked up
+    on the package index: another project's, or none (pip then fails).
+    """
+    found = []
+    for line in _logical_lines(block):
+        words = shlex.split(line)
+        starts = [i + 1 for i in _command_starts(words, {"pip", "pip3"})]
+        starts += [i + 3 for i in _command_starts(words, {"python", "python3"})
+                   if words[i + 1:i + 3] == ["-m", "pip"]]
+        for start in starts:
+            args = list(itertools.takewhile(
+                lambda w: w not in {"&&", "||", ";", "|", "&"}, words[start:]))
+            if args[:1] not in (["install"], ["wheel"], ["download"]):
+                continue
+            skip = False
+            for word in args[1:]:
+                if skip or word.startswith("-"):
+                    skip = word in PIP_VALUED or word in {"-e", "--editable"}
+                    continue
+                name = re.split(r"[\[<>=!~;@ ]", word, maxsplit=1)[0]
+                if ("/" not in name and not name.startswith(".")
+                        and (ROOT / name / "pyproject.toml").is_file()):
+                    found.append(f"{block.where}: {word}")
+    return found
+
+
+EVERY_BLOCK = [b for page in ALL_PAGES for b in command_blocks(page)
+               if b.lang in SHELL | {"console"}]
+
+
+def test_a_pip_command_names_a_checkout_folder_as_a_path() -> None:
+    """``pip wheel contracts core`` fetches whatever the index calls ``contracts``."""
+    bare = [where for block in EVERY_BLOCK for where in bare_folder_requirements(block)]
+    assert not bare, ("pip reads a bare name as a project on the index, not the folder: "
+                      f"write ./NAME: {bare}")
+
+
+def test_the_pip_folder_check_finds_a_bare_folder_name() -> None:
+    """The check above is not vacuous: the README's old wheel command is caught."""
+    old = Block(ROOT / "README.md", 1, "sh",
+                "python -m pip wheel --no-deps -w dist contracts core plugins/libraries/ort\n"
+                "pip install -e contracts --find-links dist 'core[yaml]' ./core\n")
+    assert [w.split(": ")[1] for w in bare_folder_requirements(old)] == [
+        "contracts", "core", "core[yaml]"]
+
+
 HOOK_BLOCKS = [b for b in command_blocks(HOOKS) if b.kind == "hook"]
 
 
@@ -859,6 +937,40 @@ def test_the_recipe_backend_declares_it_needs_a_bundle(tmp_path: Path) -> None:
     assert "'recipe-tanh' needs an artifact bundle" in str(refused.value)
 
 
+def _installs_before_pytest(page: Path) -> list[str]:
+    """The ``pip install`` lines of ``page``'s command blocks before its first ``pytest``
+    command; ``["no pytest"]`` when none runs pytest."""
+    installs = []
+    for block in command_blocks(page):
+        if block.lang not in SHELL:
+            continue
+        for line in _logical_lines(block):
+            words = shlex.split(line)
+            if _command_starts(words, {"pytest"}):
+                return installs
+            if [i for i in _command_starts(words, {"pip", "pip3"})
+                    if words[i + 1:i + 2] == ["install"]]:
+                installs.append(line)
+    return ["no pytest"]
+
+
+@pytest.mark.parametrize("page", [GUIDE, ROOT / "examples/third_party_backend/README.md"],
+                         ids=["authoring", "template"])
+def test_a_page_that_runs_the_kits_pytest_items_installs_pytest_first(page: Path) -> None:
+    """pytest is no dependency of edge-core: its ``testing`` extra brings it, and a
+    backend author with only the wheels has no pytest until the page says so."""
+    import tomllib
+
+    with (ROOT / "core" / "pyproject.toml").open("rb") as handle:
+        extras = tomllib.load(handle)["project"]["optional-dependencies"]
+    assert [r for r in extras["testing"] if r.startswith("pytest")], extras
+    installs = _installs_before_pytest(page)
+    assert installs != ["no pytest"], page
+    assert any("edge-core[testing]" in line for line in installs), (
+        f"{page.relative_to(ROOT)}: runs pytest without installing 'edge-core[testing]' "
+        f"first: {installs}")
+
+
 TEMPLATE = ROOT / "examples" / "third_party_backend" / "src" / "edge_example_backend"
 #: The template's names, and the guide's.
 RENAMED = {"edge_example_backend": "edge_mybackend", "example-numpy": "mybackend",
@@ -910,8 +1022,10 @@ def test_the_backend_guide_builds_a_backend_that_passes_the_kit(tmp_path: Path) 
         capture_output=True, text=True, timeout=600, check=False)
     assert install.returncode == 0, install.stderr[-3000:]
     assert (site / "edge_mybackend" / "plugin.py").is_file()
-    env = _user_env(Path(sys.executable).parent)
-    env["PYTHONPATH"] = str(site)  # the installed distribution, as pip install would add it
+    # its pip install meets the shim; PYTHONPATH is the shim's site folder, where the
+    # distribution was installed: as pip install would add it
+    env = _pip_shim(_user_env(Path(sys.executable).parent), tmp_path)
+    assert env["PYTHONPATH"] == str(site)
     for block in commands:
         done = _run(block, dist, env)
         assert done.returncode == 0, (

@@ -340,6 +340,34 @@ def test_without_inputs_a_bundle_of_a_stage_that_keeps_none_gives_its_example_in
     assert "example_inputs(x.npz)" in (tmp_path / "p.json").read_text()
 
 
+def test_without_inputs_the_hint_names_the_option_a_pipeline_without_prepare_takes(
+        tmp_path: Path) -> None:
+    """No ``prepare``: the hint is ``--inputs NPZ`` (``--input FILE`` would be refused)."""
+    from edge_core.artifacts import create_manifest
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "model.bin").write_bytes(b"weights")
+    np.savez(bundle / "x.npz", x=np.array([1.0, 2.0, 3.0], np.float32))
+    create_manifest(bundle, component="echoed", graph="model.bin", example_inputs="x.npz")
+    (tmp_path / "pipeline.toml").write_text(
+        'name = "one"\n[[stages]]\nid = "a"\nmanifest = "bundle"\n'
+        '[stages.backend]\nname = "echo"\n')
+    result = edge("run", "pipeline.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    hint = next(x for x in result.stdout.splitlines() if x.startswith("input: "))
+    assert hint == ("input: no --inputs given, so this read the example inputs bundled with "
+                    "stage 'a' (x.npz); to give your own tensors (an .npz by input name): "
+                    "edge run pipeline.toml --inputs NPZ")
+    np.savez(tmp_path / "mine.npz", x=np.array([4.0, 5.0, 6.0], np.float32))
+    followed = edge("run", "pipeline.toml", "--inputs", "mine.npz", "--json", cwd=tmp_path)
+    assert followed.returncode == 0, followed.stderr
+    assert json.loads(followed.stdout)["input"] == "--inputs mine.npz"
+    refused = edge("run", "pipeline.toml", "--input", "mine.npz", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "--input: the pipeline names no 'prepare' function" in refused.stderr
+
+
 def _refused_before_any_start(folder: Path, hooked_edge: str, error: str,
                               *extra: str) -> None:
     """``edge run`` and ``edge profile`` on ``folder``'s pipeline.toml, with and without

@@ -430,9 +430,13 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
     for line in _health_lines(health):
         print(line, file=out)
     if prepared is None:
-        if source.startswith("the example"):
+        if source.startswith("the example") and config.prepare is not None:
             print(f"input: no --input given, so this read {source}; to read your own "
                   f"file: edge run {args.pipeline} --input FILE", file=out)
+        elif source.startswith("the example"):  # no prepare: --input would be refused
+            print(f"input: no --inputs given, so this read {source}; to give your own "
+                  f"tensors (an .npz by input name): edge run {args.pipeline} --inputs NPZ",
+                  file=out)
         if not streamed:
             print_answer(answer, None, out)
         print(f"placement: {_receipt_line(receipt)}", file=out)

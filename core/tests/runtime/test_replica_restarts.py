@@ -26,6 +26,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.plugins import load_plugins
 from edge_core.runtime import Pipeline, StageState
+from edge_core.runtime.errors import NumericsRefused
 from edge_core.runtime.stage_runtime import StageRuntime
 
 from .conftest import MiB, OpenPipeline, echo_stage
@@ -261,6 +262,47 @@ def test_a_replica_that_fails_its_gate_on_restart_is_failed_with_nothing_charged
     assert ledger.is_empty()
 
 
+def no_current_warmup(entry: dict[str, Any]) -> bool:
+    """A plan entry that shows no warm-up as its current evidence."""
+    return (entry["placement"], entry["numerics"], entry["warmup"], entry["buckets"]) == (
+        None, None, None, [])
+
+
+def test_a_failed_restart_shows_no_warmup_as_current_its_attempt_in_its_gate(
+    open_with: Any, ledger: ResourceLedger,
+) -> None:
+    """A replica whose restart failed its gate: the plan's placement, numerics and
+    buckets are not the open's (generation 1, its worker gone) shown as current, and its
+    evidence is judged on nothing; what the failed attempt reported is in its gate record,
+    named by the generation it tried. The survivor's evidence is its own."""
+    faults = WrongNumericsOnReload()
+    stage = replicated("never")
+    pipeline = open_with(faults, stage)
+    first, second = pipeline.stages
+    assert second.generation == 1
+    opened = pipeline.execution_plan()["stages"][0]
+    assert opened["numerics"]["passed"] is True and opened["placement"] is not None
+    kill(first)
+    wait_for(lambda: first.state is StageState.FAILED and owners(ledger) == ["t/a#1"])
+    with pytest.raises(NumericsRefused):
+        first.restart()
+    assert first.generation == 1 and faults.reloaded_pids and gone(faults.reloaded_pids[0])
+    failed, serving = pipeline.execution_plan()["stages"]
+    assert failed["generation"] == 1 and failed["state"] == "failed"
+    assert no_current_warmup(failed), failed
+    assert failed["evidence_basis"] == "no passing numerical check of the example bucket"
+    gate = failed["gate"]
+    assert (gate["mode"], gate["generation"]) == ("failed", 2)
+    assert gate["numerics"]["passed"] is False and gate["numerics"]["max_abs_error"] == 1.0
+    assert gate["placement"] == {name: share["nodes"] for name, share
+                                 in opened["placement"]["providers"].items()}
+    assert (serving["numerics"], serving["placement"]) == (opened["numerics"],
+                                                           opened["placement"])
+    assert serve(pipeline, 2) == {1}
+    pipeline.close()
+    assert ledger.is_empty()
+
+
 def test_a_restart_refused_its_reservation_shows_no_gate_passed(
     open_pipeline: OpenPipeline, ledger: ResourceLedger,
 ) -> None:
@@ -277,15 +319,20 @@ def test_a_restart_refused_its_reservation_shows_no_gate_passed(
     other = ledger.reserve("elsewhere/b", {pool: capacity - ledger.reserved(pool)})
     with pytest.raises(ResourceUnavailable) as caught:
         first.restart()
-    failed, serving = (s["gate"] for s in pipeline.execution_plan()["stages"])
-    assert failed == {"mode": "failed", "points_checked": 0, "points": 0,
+    entries = pipeline.execution_plan()["stages"]
+    failed, serving = (s["gate"] for s in entries)
+    assert failed == {"mode": "failed", "generation": 2, "points_checked": 0, "points": 0,
                       "note": "restart failed before its gate: "
                               f"{type(caught.value).__name__}: {caught.value}"}
     assert serving["mode"] == "full" and first.state is StageState.FAILED
+    # the open's warm-up (generation 1, its worker gone) is not shown as current evidence
+    assert no_current_warmup(entries[0]) and not no_current_warmup(entries[1])
     assert serve(pipeline, 2) == {1}
     ledger.release(other, verified=True)
     first.restart()  # the memory is back: a full gate again
-    assert pipeline.execution_plan()["stages"][0]["gate"]["mode"] == "full"
+    entry = pipeline.execution_plan()["stages"][0]
+    assert entry["gate"]["mode"] == "full" and entry["generation"] == 2
+    assert entry["numerics"]["passed"] is True and entry["buckets"] == entries[1]["buckets"]
     assert serve(pipeline, 4) == {1, 2}
     pipeline.close()
     assert ledger.is_empty()

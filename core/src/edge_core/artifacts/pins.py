@@ -63,7 +63,8 @@ from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged, BundleRefused, MemberPathRefused
 from edge_core.artifacts.members import member_field, open_member
 
-__all__ = ["BundleIdentities", "BundlePin", "loaded_directory", "observe", "reissue"]
+__all__ = ["BundleIdentities", "BundlePin", "loaded_directory", "member_changed", "observe",
+           "read_member", "reissue"]
 
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
@@ -104,6 +105,78 @@ def _manifest_now(root: str | os.PathLike[str]) -> str:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as error:
         return f"none ({error.strerror or type(error).__name__})"
+
+
+def _member_changed(root: str | os.PathLike[str], path: Path, expected: str,
+                    opened: str | None, now: str) -> BundleChanged:
+    """The refusal of a member read as ``now`` where the verified manifest says ``expected``.
+
+    Names the manifest and both its sha256s when the bundle was rewritten since (its
+    manifest's sha256 is not ``opened``, the one the stage opened with); else the file
+    (``path``), the sha256 the manifest gives it and the one read.
+    """
+    manifest_now = _manifest_now(root)
+    if opened is not None and manifest_now != opened:
+        return _rewritten(root, opened, manifest_now)
+    return BundleChanged(
+        str(path),
+        f"differs from the sha256 {expected} that the manifest the stage opened with "
+        f"(sha256 {opened}) gives it; what the stage reads of its bundle is only what it "
+        "verified then; sha256 now", now)
+
+
+def _read_once(where: Path, member: str, field: str) -> tuple[bytes, str]:
+    """The bytes of ``member`` of the bundle at ``where`` read once, and their sha256.
+
+    Through the checked descriptor (:func:`~edge_core.artifacts.members.open_member`);
+    a member that cannot be read gives no bytes and ``none (why)`` as its sha256.
+    """
+    try:
+        opened = open_member(where, member, field)
+        with os.fdopen(opened.fd, "rb") as handle:
+            data = handle.read()
+        return data, hashlib.sha256(data).hexdigest()
+    except (OSError, BundleRefused) as error:
+        return b"", f"none ({error})"
+
+
+def read_member(bundle: VerifiedBundle, member: str) -> bytes:
+    """The bytes of ``member`` of ``bundle`` as verified: read once, hashed, compared.
+
+    Read from ``bundle.directory`` (its staged copy, or the bundle itself when verified in
+    place) once, through the checked descriptor, and returned only when their sha256 is
+    the one ``bundle``'s manifest gives ``member``: never other bytes than those verified,
+    whatever happens to the file before or after (the bytes returned are those hashed).
+    Costs one read and one sha256 of the member per call.
+
+    Raises:
+        MemberPathRefused: ``member`` is not listed in ``bundle``'s manifest.
+        BundleChanged: the bytes read differ (or cannot be read): see
+            :func:`member_changed`.
+    """
+    field = member_field(member)
+    expected = bundle.manifest.files.get(member)
+    if expected is None:
+        raise MemberPathRefused(field, "is not a verified member", member)
+    data, now = _read_once(bundle.directory, member, field)
+    if now != expected:
+        raise member_changed(bundle, member, now)
+    return data
+
+
+def member_changed(bundle: VerifiedBundle, member: str, now: str) -> BundleChanged:
+    """The refusal of ``member`` of ``bundle`` read with sha256 ``now``, not the verified one.
+
+    For a reader that hashes what it read against ``bundle``'s manifest itself (a worker
+    reading its warm-up's examples): when the bundle's manifest was rewritten since it was
+    verified, naming the manifest, the sha256 verified and the one now; else naming the
+    file read (``bundle.path(member)``), the sha256 the manifest gives it and ``now``.
+
+    Raises:
+        MemberPathRefused: ``member`` is not listed in ``bundle``'s manifest.
+    """
+    return _member_changed(bundle.source, bundle.path(member), bundle.manifest.files[member],
+                           bundle.manifest_sha256, now)
 
 
 def loaded_directory(bundle: VerifiedBundle) -> Path:
@@ -277,24 +350,11 @@ class BundlePin:
         if expected is None:
             raise MemberPathRefused(field, "is not a verified member", member)
         where = self.directory(root) or root
-        try:
-            opened = open_member(where, member, field)
-            with os.fdopen(opened.fd, "rb") as handle:
-                data = handle.read()
-            now = hashlib.sha256(data).hexdigest()
-        except (OSError, BundleRefused) as error:
-            data, now = b"", f"none ({error})"
+        data, now = _read_once(where, member, field)
         if now == expected:
             return data
-        manifest_now = _manifest_now(root)
-        opened_sha256 = self.identities.opened(root)
-        if opened_sha256 is not None and manifest_now != opened_sha256:
-            raise _rewritten(root, opened_sha256, manifest_now)
-        raise BundleChanged(
-            str(where.joinpath(*member.split("/"))),
-            f"differs from the sha256 {expected} that the manifest the stage opened with "
-            f"(sha256 {opened_sha256}) gives it; what the stage reads of its bundle is "
-            "only what it verified then; sha256 now", now)
+        raise _member_changed(root, where.joinpath(*member.split("/")), expected,
+                              self.identities.opened(root), now)
 
     def reissue(self, root: Path) -> VerifiedBundle | None:
         """A handle on the kept copy of ``root`` (checked byte for byte), else None.

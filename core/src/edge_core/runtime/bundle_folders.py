@@ -10,8 +10,15 @@ bundle itself, checked unchanged since its verification each time it is looked u
 (:func:`edge_core.artifacts.pins.loaded_directory`: a ``stat`` per file), and refused with
 ``BundleChanged`` — naming the manifest, the sha256 the stage loaded and the one now —
 once rewritten. Only the stage looked up is checked, once per mapping (one per call), and
-listing the stage ids checks none. A rewrite between that check and the reader's own
-``open`` is not caught: stage the bundle (the default) when a transform reads from it.
+listing the stage ids checks none.
+
+:meth:`BundleFolders.read` is the way to read an asset: the member's bytes read once,
+hashed and returned only when their sha256 is the one the verified manifest gives it
+(:func:`edge_core.artifacts.pins.read_member`): a rewrite at any time before, between or
+after a lookup cannot reach the caller, staged or in place. It costs one read and one
+sha256 of the member per call. A reader that opens files of the folder itself (a path
+handed to a library) gets no such check: a rewrite between the lookup's check and its
+own ``open`` is not caught when the bundle was verified in place.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_core.artifacts.bundle import VerifiedBundle
-from edge_core.artifacts.pins import loaded_directory
+from edge_core.artifacts.errors import MemberMissing
+from edge_core.artifacts.pins import loaded_directory, read_member
 
 __all__ = ["BundleFolders"]
 
@@ -55,6 +63,28 @@ class BundleFolders(Mapping[str, Path | None]):
             found = None if directory is None else Path(directory)
         self._found[stage_id] = found
         return found
+
+    def read(self, stage_id: str, member: str) -> bytes:
+        """The bytes of ``member`` of the bundle the stage loaded, as verified.
+
+        Read once from the stage's folder (its staged copy, or the bundle verified in
+        place), hashed, and returned only when the sha256 is the one the manifest the
+        stage verified gives ``member`` (:func:`~edge_core.artifacts.pins.read_member`).
+
+        Raises:
+            KeyError: no such stage.
+            MemberMissing: the stage's loaded stage holds no verified bundle (none, or a
+                backend's own), so nothing says which bytes it loaded.
+            MemberPathRefused: ``member`` is not listed in the verified manifest.
+            BundleChanged: the bytes read are not those verified: naming the manifest and
+                both its sha256s when the bundle was rewritten, else the file, the sha256
+                the manifest gives it and the one read.
+        """
+        bundle = getattr(self._loaded[stage_id], "bundle", None)
+        if not isinstance(bundle, VerifiedBundle):
+            raise MemberMissing(f"bundles[{stage_id!r}]", "the stage holds no verified bundle "
+                                "to read its members from", member)
+        return read_member(bundle, member)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._loaded)

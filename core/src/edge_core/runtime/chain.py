@@ -279,7 +279,8 @@ def with_bundles(transform: Callable[..., Any] | None,
     directory, as ``finish`` gets): model assets such as a character table live there.
     ``bundles()`` is asked at every call (a restarted stage loads from a new directory);
     each folder holds the bytes its stage loaded, a bundle verified in place checked when
-    looked up (:mod:`edge_core.runtime.bundle_folders`).
+    looked up, and ``bundles.read(stage_id, member)`` returns a member's bytes as verified
+    (:mod:`edge_core.runtime.bundle_folders`).
     """
     if transform is None:
         return None

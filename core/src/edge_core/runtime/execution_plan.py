@@ -9,6 +9,12 @@ warm-up placement, numerics and buckets, how its load gate ran (``gate``: ``full
 restart failed, before or in its gate), observed memory and
 evidence label; then the
 configuration and the ledger's snapshot.
+
+A replica whose last restart failed shows no warm-up as current: its ``placement``,
+``numerics`` and ``warmup`` are ``null``, its ``buckets`` empty and its evidence judged on
+nothing — what ran before was the previous generation's, whose worker is gone; what the
+failed attempt's warm-up reported, if it got that far, is in its ``gate`` record, named
+by the generation it tried.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
         # last worker is gone, and the plan does not show it as if it served.
         live = runtime is not None and runtime.state is StageState.READY
         described = dict(runtime.loaded.describe()) if live and runtime is not None else None
-        numerics = stage.warmup.numerics if stage.warmup is not None else None
+        # a failed restart: the last warm-up is the previous generation's (or the failed
+        # attempt's, in its gate record), never shown as the replica's current evidence
+        warmup = None if (stage.gate or {}).get("mode") == "failed" else stage.warmup
+        numerics = warmup.numerics if warmup is not None else None
         reference = stage.reference
         # the bundle that loaded: the manifest verified then, its expected outputs in the
         # copy kept since the open; in place, on disk (rewritten since: not counted)
@@ -60,7 +69,7 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
             verified = stage.pin.identities.manifest(manifest_dir)
             manifest_dir = stage.pin.directory(manifest_dir) or manifest_dir
         evidence = evidence_of(numerics, manifest_dir,
-                               stage.warmup.buckets if stage.warmup is not None else (),
+                               warmup.buckets if warmup is not None else (),
                                stage.context.shapes, reference, manifest=verified)
         entries.append({
             "id": stage.context.stage_id,
@@ -77,12 +86,10 @@ def execution_plan(config: PipelineConfig, stages: Sequence[StageSlot], opened_a
             "route": described.get("route") if described is not None else None,
             "reservation": {"demands": dict(stage.demands),
                             "token": stage.token.to_json() if stage.token else None},
-            "placement": (stage.warmup.placement.to_json()
-                          if stage.warmup is not None else None),
+            "placement": warmup.placement.to_json() if warmup is not None else None,
             "numerics": dict(numerics) if numerics is not None else None,
-            "warmup": dict(stage.warmup.extra) if stage.warmup is not None else None,
-            "buckets": ([b.to_json() for b in stage.warmup.buckets]
-                        if stage.warmup is not None else []),
+            "warmup": dict(warmup.extra) if warmup is not None else None,
+            "buckets": [b.to_json() for b in warmup.buckets] if warmup is not None else [],
             "gate": dict(stage.gate) if stage.gate is not None else None,
             "observed_memory": dict(stage.observed),
             "memory_check": dict(stage.memory_check),

@@ -581,7 +581,7 @@ class StageOpener:
             return self._reload_choice(slot, generation)
         except BaseException as error:
             if slot.gate is recorded:  # failed before any load: nothing recorded it
-                _record_failed_gate(slot, error, gated=False, report=None)
+                _record_failed_gate(slot, error, generation, gated=False, report=None)
             raise
 
     def _reload_choice(self, slot: StageSlot, generation: int) -> LoadedStage:
@@ -636,7 +636,7 @@ class StageOpener:
             self._gate(slot, loaded)
             self._record_gate(slot, None)
         except BaseException as error:
-            _record_failed_gate(slot, error, gated=loaded is not None,
+            _record_failed_gate(slot, error, generation, gated=loaded is not None,
                                 report=slot.warmup if slot.warmup is not warmed else None)
             outcome = (slot.binding.retire(loaded, RELOAD_RETIRE_S) if loaded is not None
                        else getattr(error, RETIRE_OUTCOME_ATTR, None))
@@ -716,18 +716,24 @@ class StageOpener:
         return slots
 
 
-def _record_failed_gate(slot: StageSlot, error: BaseException, *, gated: bool,
-                        report: WarmupReport | None) -> None:
+def _record_failed_gate(slot: StageSlot, error: BaseException, generation: int, *,
+                        gated: bool, report: WarmupReport | None) -> None:
     """Record a restart that failed as the slot's gate: the plan shows no gate passed.
 
-    ``gated``: it loaded, and failed in its gate (``report``: what its warm-up reported,
-    if it did); else it failed before its gate — a load refused (``BundleChanged``) or
-    failed — and no point was checked.
+    ``generation``: the generation the restart tried. ``gated``: it loaded, and failed
+    in its gate (``report``: what its warm-up reported, if it did: its placement split
+    and numerics are kept in the record, named by that generation); else it failed
+    before its gate — a load refused (``BundleChanged``) or failed — and no point was
+    checked. The plan shows no warm-up of the replica as current while this record
+    stands (:func:`edge_core.runtime.execution_plan.execution_plan`).
     """
     checked = len(report.buckets) if report is not None else 0
     what = "restart's gate failed" if gated else "restart failed before its gate"
-    slot.gate = {"mode": "failed", "points_checked": checked, "points": checked,
-                 "note": f"{what}: {type(error).__name__}: {error}"}
+    slot.gate = {"mode": "failed", "generation": generation, "points_checked": checked,
+                 "points": checked, "note": f"{what}: {type(error).__name__}: {error}"}
+    if report is not None:
+        slot.gate["placement"] = report.placement.split()
+        slot.gate["numerics"] = dict(report.numerics) if report.numerics is not None else None
 
 
 def _name_stage(error: BaseException, slot: StageSlot) -> None:

@@ -10,6 +10,7 @@ the bundle builder writes it next to the graph as ``characters.txt`` (UTF-8, one
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -31,6 +32,7 @@ __all__ = [
     "CHARACTERS_FILE",
     "MIN_TEXT_SCORE",
     "TextLine",
+    "bundle_characters",
     "character_table",
     "ctc_best_decode",
     "ctc_greedy_decode",
@@ -70,8 +72,34 @@ def character_table(dictionary: Sequence[str]) -> tuple[str, ...]:
 
 def load_characters(path: Path) -> tuple[str, ...]:
     """Read a ``characters.txt`` dictionary and return its :func:`character_table`."""
-    text = path.read_bytes().decode("utf-8")  # bytes: no newline translation
-    return character_table(text.split("\n"))
+    return _table_of(path.read_bytes())
+
+
+def bundle_characters(bundles: Mapping[str, Path | None],
+                      stage_id: str = "recognize") -> tuple[str, ...]:
+    """The :func:`character_table` of the ``characters.txt`` in ``stage_id``'s bundle.
+
+    ``bundles`` as a pipeline gives them (``edge_core.runtime.bundle_folders.BundleFolders``):
+    read through its ``read``, the bytes the stage verified (one read and one sha256 of
+    the file per call; ``BundleChanged`` when the bundle was rewritten in place). Any
+    other mapping of folders (a caller's own): the folder's file as it is.
+
+    Raises:
+        OcrError: the stage has no bundle.
+    """
+    directory = bundles.get(stage_id)
+    if directory is None:
+        raise OcrError(f"bundles.{stage_id}", f"the {stage_id} stage has no bundle", None)
+    read = getattr(bundles, "read", None)
+    if callable(read):
+        return _table_of(bytes(read(stage_id, CHARACTERS_FILE)))
+    return load_characters(Path(directory) / CHARACTERS_FILE)
+
+
+@functools.lru_cache(maxsize=4)
+def _table_of(data: bytes) -> tuple[str, ...]:
+    """The table of a dictionary's bytes (UTF-8, no newline translation), kept by bytes."""
+    return character_table(data.decode("utf-8").split("\n"))
 
 
 def ctc_greedy_decode(

@@ -32,7 +32,6 @@ detect stage refuses the larger input by name).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,7 +50,7 @@ from edge_ocr_example.buckets import (
     REC_INPUT,
     REC_OUTPUT,
 )
-from edge_ocr_example.decode import CHARACTERS_FILE, load_characters, recogniser_decode
+from edge_ocr_example.decode import bundle_characters, recogniser_decode
 from edge_ocr_example.errors import OcrError, TensorMismatch
 from edge_ocr_example.images import IMAGE_SUFFIXES, read_image
 from edge_ocr_example.line_split import LinePiece
@@ -326,11 +325,6 @@ def _calls(outputs: Mapping[str, Any], names: Sequence[str]) -> list[dict[str, A
     return [dict(zip(names, parts, strict=True)) for parts in zip(*columns, strict=True)]
 
 
-@functools.lru_cache(maxsize=4)
-def _characters(path: str) -> tuple[str, ...]:
-    return load_characters(Path(path))
-
-
 def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
            bundles: Mapping[str, Path | None]) -> list[dict[str, Any]]:
     """Recognised lines in reading order: text, score and box (image pixels, 4 corners).
@@ -340,10 +334,7 @@ def finish(outputs: Mapping[str, Any], inputs: Mapping[str, Any],
         TensorMismatch: the recogniser's rows do not match the carried pieces.
 
     """
-    directory = bundles.get("recognize")
-    if directory is None:
-        raise OcrError("bundles.recognize", "the recognise stage has no bundle", None)
-    characters = _characters(str(Path(directory) / CHARACTERS_FILE))
+    characters = bundle_characters(bundles)
     pieces = np.asarray(outputs[_PIECES], dtype=_INT)
     pieces = pieces.reshape(-1, pieces.shape[-1] if pieces.ndim == 2 else 4)
     if pieces.shape[1] not in (4, 5):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_core.fanout import Call
-from edge_ocr_example.decode import CHARACTERS_FILE, decode, load_characters
+from edge_ocr_example.decode import bundle_characters, decode
 from edge_ocr_example.errors import OcrError
 
 __all__ = ["PAGE_HEADING", "lines_to_prompt", "page_chat", "page_text"]
@@ -31,10 +31,7 @@ PAGE_HEADING = "The page reads:\n"
 
 def page_text(previous: Mapping[str, Any], bundles: Mapping[str, Path | None]) -> str:
     """The recognised lines of a page, joined by newlines."""
-    directory = bundles.get("recognize")
-    if directory is None:
-        raise OcrError("bundles.recognize", "the recognise stage has no bundle", None)
-    characters = load_characters(Path(directory) / CHARACTERS_FILE)
+    characters = bundle_characters(bundles)
     return "\n".join(line.text for line in decode(previous, {}, characters=characters))
 
 

@@ -17,11 +17,13 @@ with ``BundleChanged`` naming the manifest and both sha256s, never read silently
   ``BundleChanged`` for a bundle rewritten in place;
 * the bundle folders a transform and ``finish`` read model assets from
   (``Pipeline.bundle_directories``): staged, the copy; in place, the bundle itself while
-  unchanged, ``BundleChanged`` for the stage whose bundle was rewritten.
+  unchanged, ``BundleChanged`` for the stage whose bundle was rewritten; and an asset read
+  through ``BundleFolders.read`` is the verified bytes whenever the file is rewritten.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import pytest
 
 from edge_core import hookimpl
 from edge_core.artifacts import BundleChanged, create_manifest
+from edge_core.artifacts.errors import MemberMissing, MemberPathRefused
 from edge_core.config import load_pipeline
 from edge_core.evidence.workload import resolve_groups
 from edge_core.ledger import ResourceLedger
@@ -264,4 +267,57 @@ def test_a_transform_and_finish_read_the_assets_of_the_bundle_that_loaded(
             with pytest.raises(BundleChanged):
                 folders["a"]
         assert pipeline.admission.used == 0
+    assert ledger.is_empty()
+
+
+@pytest.mark.parametrize("staged", [True, False], ids=["staged", "in-place"])
+def test_an_asset_read_through_the_folders_is_the_verified_one_whenever_it_is_rewritten(
+        plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path, staged: bool) -> None:
+    """A folder's lookup checks the bundle (a ``stat`` per file) and a reader opens its
+    file later: a rewrite in between reaches a reader that opens the folder's files
+    itself, never one that reads through ``BundleFolders.read`` (the bytes read once,
+    hashed and compared with the verified manifest): staged, the copy's; in place,
+    ``BundleChanged`` naming the file and both its sha256s (the manifest unchanged). A
+    request whose transform reads through it is refused; the other stage still reads."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_scale_bundle(first, 2.0)
+    write_scale_bundle(second, 2.0)
+    verified = hashlib.sha256((first / "table.txt").read_bytes()).hexdigest()
+    with open_chain(plugins, ledger, first, second, {"stage_bundle": staged}) as pipeline:
+        folders = pipeline.bundle_directories()
+        folder = Path(str(folders["a"]))  # looked up: checked unchanged now
+        assert folders.read("a", "table.txt") == b"k = 2.0\n"
+        (first / "table.txt").write_bytes(b"k = 9.0\n")  # under the same manifest
+        now = hashlib.sha256(b"k = 9.0\n").hexdigest()
+        if staged:
+            assert folders.read("a", "table.txt") == b"k = 2.0\n"
+            with pipeline.run({"x": EXAMPLE_X}) as result:
+                assert result.outputs["carry:tables"]["a"] == "k = 2.0\n"
+        else:
+            # the caveat that remains: a path opened after the lookup reads the rewrite
+            assert (folder / "table.txt").read_bytes() == b"k = 9.0\n"
+            with pytest.raises(BundleChanged) as caught:
+                folders.read("a", "table.txt")
+            assert caught.value.field == str(first / "table.txt")
+            assert f"differs from the sha256 {verified}" in caught.value.reason
+            assert caught.value.value == now
+            with pytest.raises(BundleChanged):
+                pipeline.run({"x": EXAMPLE_X})
+        assert folders.read("b", "table.txt") == b"k = 2.0\n"
+        with pytest.raises(MemberPathRefused):
+            folders.read("b", "notes.txt")  # not a verified member
+        assert pipeline.admission.used == 0
+    assert ledger.is_empty()
+
+
+def test_a_stage_that_keeps_no_bundle_has_no_verified_asset_to_read(
+        nocopy: PluginSet, ledger: ResourceLedger, tmp_path: Path) -> None:
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    with open_scale(nocopy, ledger, bundle, backend="ort-cpu-nocopy") as pipeline:
+        folders = pipeline.bundle_directories()
+        assert folders["s"] is None
+        with pytest.raises(MemberMissing) as caught:
+            folders.read("s", "table.txt")
+        assert caught.value.field == "bundles['s']"
     assert ledger.is_empty()

@@ -183,8 +183,11 @@ def test_a_restart_of_a_bundle_verified_in_place_and_rewritten_is_refused(
         assert entry["worker"] is None and entry["state"] == "failed"
         assert "BundleChanged" in entry["state_reason"] and rewritten in entry["state_reason"]
         # no gate ran for what the replica is now: the plan does not show the open's
-        assert entry["gate"] == {"mode": "failed", "points_checked": 0, "points": 0,
-                                 "note": entry["gate"]["note"]}
+        assert entry["gate"] == {"mode": "failed", "generation": 2, "points_checked": 0,
+                                 "points": 0, "note": entry["gate"]["note"]}
+        # nor the open's warm-up as current evidence: generation 1's worker is gone
+        assert (entry["placement"], entry["numerics"], entry["buckets"]) == (None, None, [])
+        assert entry["evidence"] == "backend-execution"
         assert entry["gate"]["note"].startswith(
             f"restart failed before its gate: BundleChanged: {bundle / 'edge-manifest.json'}")
         assert opened in entry["gate"]["note"] and rewritten in entry["gate"]["note"]

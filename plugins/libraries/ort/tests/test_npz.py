@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_ort.npz import _members, load_npz
+from edge_ort.npz import ArchiveChanged, _members, load_npz
 
 RNG = np.random.default_rng(0)
 ARRAYS = {
@@ -98,6 +99,33 @@ def test_other_archives_fall_back_to_numpy_load(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="compression"):
         _members(memoryview(path.read_bytes()))
     assert np.array_equal(same_as_numpy(path)["x"], ARRAYS["u"])
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2],
+                         ids=["read-here", "numpy-load"])
+def test_given_its_sha256_the_bytes_read_once_are_those_parsed(
+        tmp_path: Path, compression: int) -> None:
+    """With the verified sha256: the same arrays (on both paths); other bytes, or none,
+    are refused naming the file, both sha256s, before any array is read."""
+    path = tmp_path / "inputs.npz"
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name in ("x", "u"):
+            with archive.open(f"{name}.npy", "w") as member:
+                np.lib.format.write_array(member, ARRAYS[name], allow_pickle=False)
+    verified = hashlib.sha256(path.read_bytes()).hexdigest()
+    got = load_npz(str(path), verified)
+    assert list(got) == ["x", "u"]
+    assert all(np.array_equal(got[n], ARRAYS[n]) and got[n].flags.writeable for n in got)
+    np.savez(path, x=ARRAYS["x"] * 10)
+    with pytest.raises(ArchiveChanged) as caught:
+        load_npz(str(path), verified)
+    assert caught.value.field == str(path)
+    assert caught.value.value == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert f"differs from the sha256 {verified}" in caught.value.reason
+    path.unlink()
+    with pytest.raises(ArchiveChanged) as caught:
+        load_npz(str(path), verified)
+    assert caught.value.value == "none (No such file or directory)"
 
 
 def test_reading_an_archive_imports_no_zipfile(tmp_path: Path) -> None:

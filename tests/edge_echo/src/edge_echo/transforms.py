@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: the transforms module stays light
+    from edge_core.runtime.bundle_folders import BundleFolders
 
 
 def passthrough(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,19 +61,21 @@ def call_with_bundles(previous: Mapping[str, Any], source: Mapping[str, Any],
 
 
 def read_tables(previous: Mapping[str, Any], source: Mapping[str, Any],
-                bundles: Mapping[str, Any]) -> dict[str, Any]:
+                bundles: BundleFolders) -> dict[str, Any]:
     """The previous ``y`` as the next ``x``, with each stage's ``table.txt`` carried.
 
-    A model asset read from the stage's bundle folder (a stage whose folder has no
-    ``table.txt``, or that has no folder, is left out).
+    A model asset read from the bundle the stage loaded, as verified
+    (:meth:`~edge_core.runtime.bundle_folders.BundleFolders.read`); a stage whose bundle
+    lists no ``table.txt``, or that holds no verified bundle, is left out.
     """
-    from pathlib import Path
+    from edge_core.artifacts.errors import MemberMissing, MemberPathRefused
 
     tables = {}
-    for stage_id, folder in sorted(bundles.items()):
-        table = None if folder is None else Path(folder) / "table.txt"
-        if table is not None and table.is_file():
-            tables[stage_id] = table.read_text(encoding="utf-8")
+    for stage_id in sorted(bundles):
+        try:
+            tables[stage_id] = bundles.read(stage_id, "table.txt").decode("utf-8")
+        except (MemberMissing, MemberPathRefused):
+            continue
     return {"x": previous["y"], "carry:tables": tables}
 
 

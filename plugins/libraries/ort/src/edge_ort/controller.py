@@ -14,8 +14,10 @@ from edge_contracts.errors import InvalidValue
 from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
-from edge_core.artifacts import VerifiedBundle, verify_once
+from edge_core.artifacts import BundleChanged, VerifiedBundle, verify_once
+from edge_core.artifacts.pins import member_changed
 from edge_core.errors import ConfigError, ManifestInvalid
+from edge_core.host.errors import RemoteError
 from edge_core.host.retire import RetireOutcome
 from edge_core.placement import (
     BucketWarmup,
@@ -28,6 +30,7 @@ from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_ort.bucket import spec_of
+from edge_ort.npz import ArchiveChanged
 from edge_ort.options import (
     BASE_RAM_BYTES,
     BUNDLE_RAM_FACTOR,
@@ -87,11 +90,26 @@ def bucket_graphs(bundle: VerifiedBundle, served: ShapeSet | None,
     return found
 
 
+def warmup_reads(bundle: VerifiedBundle, member: str | None,
+                 key: str) -> dict[str, str | None]:
+    """``{key: path, key_sha256: sha256}`` of a member the worker reads at its warm-up.
+
+    The sha256 is the one the verified manifest gives ``member``: the worker hashes the
+    bytes it reads and parses only those (:func:`edge_ort.npz.load_npz`), so that a file
+    rewritten since the verification (a bundle verified in place) is refused, never run.
+    """
+    if member is None:
+        return {key: None, f"{key}_sha256": None}
+    return {key: str(bundle.path(member)), f"{key}_sha256": bundle.manifest.files[member]}
+
+
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
     bundle: VerifiedBundle
     shapes: ShapeSet | None = None
+    read_at_warmup: Mapping[str, str] = {}
+    """Path the worker reads at its warm-up → its member (for a refusal)."""
     numerics_bound: Mapping[str, float] = {}
     gate_timeout_s: float | None = None
 
@@ -119,22 +137,26 @@ class OrtStage(WorkerStage):
             config = {
                 **load_config,
                 "graph": str(bundle.graph),
-                "example_inputs": str(bundle.example_inputs) if bundle.example_inputs else None,
-                "expected_outputs": (str(bundle.expected_outputs)
-                                     if bundle.expected_outputs else None),
+                **warmup_reads(bundle, bundle.manifest.metadata.example_inputs,
+                               "example_inputs"),
+                **warmup_reads(bundle, bundle.references.expected_outputs,
+                               "expected_outputs"),
                 "numerics_bound": bound,
                 "shape_set": served.to_json() if served is not None else None,
                 "bucket_graphs": bucket_graphs(bundle, served, stage.stage_id),
                 "warmup_cases": [
                     {"entry": case.entry, "point": case.point,
-                     "example_inputs": str(bundle.path(case.example_inputs)),
-                     "expected_outputs": (str(bundle.path(case.expected_outputs))
-                                          if case.expected_outputs else None)}
+                     **warmup_reads(bundle, case.example_inputs, "example_inputs"),
+                     **warmup_reads(bundle, case.expected_outputs, "expected_outputs")}
                     for case in cases
                     if stage.gate_points == "all" or case.point in ("static",
                                                                      stage.gate_points)
                 ],
             }
+            read = {str(bundle.path(member)): member for member in (
+                bundle.manifest.metadata.example_inputs, bundle.references.expected_outputs,
+                *(m for c in cases for m in (c.example_inputs, c.expected_outputs)))
+                if member is not None}
             if config["example_inputs"] is None:
                 raise ManifestInvalid(
                     f"stages[{stage.stage_id}].manifest.metadata.example_inputs: the bundle "
@@ -147,6 +169,7 @@ class OrtStage(WorkerStage):
                                manifest=bundle.describe(),
                                load_timeout_s=options.gate_timeout_s or 600.0)
             loaded.gate_timeout_s = options.gate_timeout_s
+            loaded.read_at_warmup = read
         except BaseException:
             bundle.cleanup()
             raise
@@ -172,8 +195,19 @@ class OrtStage(WorkerStage):
         return loaded
 
     def warm_up(self) -> WarmupReport:
-        """Run every bucket of the shape set in the worker; build the report core gates on."""
-        answer = self.warmup(timeout_s=self.gate_timeout_s or 600.0)
+        """Run every bucket of the shape set in the worker; build the report core gates on.
+
+        Raises:
+            BundleChanged: an example or expected-outputs file the worker read is not the
+                one verified (a bundle verified in place, rewritten since): naming the
+                manifest and both its sha256s when it was rewritten, else the file.
+        """
+        try:
+            answer = self.warmup(timeout_s=self.gate_timeout_s or 600.0)
+        except RemoteError as error:
+            if error.remote_type != ArchiveChanged.__name__:
+                raise
+            raise self._changed(str(error.value)) from error
         placement = answer["placement"]
         notes = list(self.load_report.get("warnings", []))
 
@@ -201,6 +235,15 @@ class OrtStage(WorkerStage):
         return WarmupReport(placement=report_of(placement["providers"]),
                             numerics=answer["numerics"], extra=extra, buckets=buckets,
                             shapes=self.shapes)
+
+    def _changed(self, message: str) -> BundleChanged:
+        """The refusal of the file the worker's ``ArchiveChanged`` message names."""
+        now = message.rpartition("sha256 now: ")[2].strip("'\"")
+        for path, member in self.read_at_warmup.items():
+            if message.startswith(f"{path}: "):
+                return member_changed(self.bundle, member, now)
+        return BundleChanged(f"stages[{self.context.stage_id}].manifest",
+                             "a file the warm-up read is not the one verified", message)
 
     def run(self, request: StageRequest,
             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:

@@ -14,6 +14,12 @@ duplicate names, members that overlap or whose local name differs, a size or CRC
 mismatch, object arrays, truncated files. Pickle is never enabled on either path, and
 both apply the bounds of :mod:`edge_contracts.npz_limits` before allocating an array.
 
+Given the sha256 the verified manifest gives the file, the reader reads the file once
+into memory, hashes those bytes and parses them (never the file again): bytes other than
+those verified are refused with :class:`ArchiveChanged` before any array is read, and a
+rewrite after the hash cannot reach the arrays. That costs one more copy of the file's
+bytes in memory, and its sha256, per read (the warm-up's, not a request's).
+
 Worker side: imports only numpy and the standard library.
 """
 
@@ -31,9 +37,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.npz_limits import check_members, check_npz_file
 
-__all__ = ["load_npz"]
+__all__ = ["ArchiveChanged", "load_npz"]
 
 _EOCD = struct.Struct("<IHHHHIIH")  # end of central directory record
 _EOCD_SIG = 0x06054B50
@@ -51,19 +58,36 @@ class _Unsupported(Exception):
     """Not an archive this reader handles: ``numpy.load`` decides."""
 
 
-def load_npz(path: str) -> dict[str, np.ndarray[Any, Any]]:
+class ArchiveChanged(InvalidValue):
+    """An archive's bytes are not those its verified manifest gives it (sha256).
+
+    ``field`` is the file's path, ``value`` the sha256 of the bytes read (``none (...)``
+    when the file could not be read), ``reason`` names the sha256 the manifest gives it.
+    """
+
+
+def load_npz(path: str, sha256: str | None = None) -> dict[str, np.ndarray[Any, Any]]:
     """The arrays of an ``.npz`` file by name (``.npy`` stripped), as writable copies.
 
     The same names, dtypes, shapes, memory order and values as ``numpy.load(path,
     allow_pickle=False)``, whose errors it raises for any file it does not handle.
 
+    Args:
+        path: The archive.
+        sha256: The sha256 its bytes must have (the verified manifest's), or None. Given,
+            the file is read once into memory and only bytes with that sha256 are parsed.
+
     Raises:
         ArchiveRefused: the archive breaks a bound of :mod:`edge_contracts.npz_limits`
             (declared sizes, compression ratio, ``.npy`` header against declared size),
             checked before any array is allocated, on both paths.
+        ArchiveChanged: ``sha256`` given and the bytes read have another (or the file
+            cannot be read), before any array is read.
 
     """
     field = os.path.basename(path)
+    if sha256 is not None:
+        return _load_verified(path, sha256, field)
     with open(path, "rb") as handle:
         arrays = _read_mapped(handle.fileno(), field)
         if arrays is not None:
@@ -74,18 +98,46 @@ def load_npz(path: str) -> dict[str, np.ndarray[Any, Any]]:
             return {name: np.array(archive[name]) for name in archive.files}
 
 
+def _load_verified(path: str, sha256: str, field: str) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of the bytes of ``path`` read once, when their sha256 is ``sha256``."""
+    import hashlib  # on the warm-up's path only: it costs a fresh worker's start-up time
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        now = hashlib.sha256(data).hexdigest()
+    except OSError as error:
+        data, now = b"", f"none ({error.strerror or type(error).__name__})"
+    if now != sha256:
+        raise ArchiveChanged(path, now, f"differs from the sha256 {sha256} that the verified "
+                             "manifest gives it (only the bytes verified are read); sha256 "
+                             "now")
+    arrays = _read_view(data, field) if data else None
+    if arrays is not None:
+        return arrays
+    check_npz_file(io.BytesIO(data), field)  # the same bounds before numpy allocates anything
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        return {name: np.array(archive[name]) for name in archive.files}
+
+
 def _read_mapped(fd: int, field: str) -> dict[str, np.ndarray[Any, Any]] | None:
     """The arrays, or None when ``numpy.load`` must decide."""
     if os.fstat(fd).st_size == 0:
         return None
     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     try:
-        return _read_all(memoryview(mapped), field)
-    except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
-        return None
+        return _read_view(mapped, field)
     finally:
         with contextlib.suppress(BufferError):  # a view a traceback holds: closed when freed
             mapped.close()
+
+
+def _read_view(data: bytes | mmap.mmap, field: str) -> dict[str, np.ndarray[Any, Any]] | None:
+    """The arrays of an archive's bytes, or None when ``numpy.load`` must decide."""
+    try:
+        return _read_all(memoryview(data), field)
+    except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+        return None
 
 
 def _read_all(data: memoryview, field: str) -> dict[str, np.ndarray[Any, Any]]:

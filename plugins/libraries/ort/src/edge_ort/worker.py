@@ -105,8 +105,8 @@ def _search_distributions(package_dir: str) -> str:
     return "unknown"
 
 
-def _load_npz(path: str) -> dict[str, np.ndarray]:
-    return load_npz(path)  # numpy.load's zipfile import costs ~7 ms of the start-up
+def _load_npz(path: str, sha256: str | None = None) -> dict[str, np.ndarray]:
+    return load_npz(path, sha256)  # numpy.load's zipfile import costs ~7 ms of the start-up
 
 
 _ORT_TYPES = {
@@ -516,10 +516,10 @@ class OrtHandler(BaseHandler):
                                                 self._run_options)
         return dict(zip(self._output_names, values, strict=True))
 
-    def _reference(self, inputs: Mapping[str, np.ndarray],
-                   expected: str | None) -> tuple[str, dict[str, np.ndarray]]:
+    def _reference(self, inputs: Mapping[str, np.ndarray], expected: str | None,
+                   sha256: str | None) -> tuple[str, dict[str, np.ndarray]]:
         if expected:
-            return "expected-outputs", _load_npz(str(expected))
+            return "expected-outputs", _load_npz(str(expected), sha256)
         if self._target == CPU:
             return "none", {}
         options = self._ort.SessionOptions()
@@ -542,7 +542,9 @@ class OrtHandler(BaseHandler):
             return cases
         return [{"entry": "example", "point": "static",
                  "example_inputs": self._config["example_inputs"],
-                 "expected_outputs": self._config.get("expected_outputs")}]
+                 "example_inputs_sha256": self._config.get("example_inputs_sha256"),
+                 "expected_outputs": self._config.get("expected_outputs"),
+                 "expected_outputs_sha256": self._config.get("expected_outputs_sha256")}]
 
     def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         """Run every warm-up case; report placement and numerics per bucket.
@@ -551,6 +553,12 @@ class OrtHandler(BaseHandler):
         minimum, its maximum and a shape between); placement is observed per session (one
         per static bucket with ``session_per_bucket``), numerics per case. The top-level
         ``placement`` and ``numerics`` are the first case's and the worst of all.
+
+        A case's example inputs and expected outputs come with the sha256 the verified
+        manifest gives them (``example_inputs_sha256``, ``expected_outputs_sha256``): each
+        file is read once and only bytes with that sha256 are used, else
+        :class:`~edge_ort.npz.ArchiveChanged` stops the warm-up (the controller refuses
+        the stage with ``BundleChanged``).
         """
         if self._session is None:
             raise RuntimeError("warmup: no session (the target provider was unavailable)")
@@ -561,7 +569,7 @@ class OrtHandler(BaseHandler):
         smallest: dict[int, tuple[int, Any, dict[str, np.ndarray]]] = {}
         total_ms = 0.0
         for case in self._cases():
-            example = _load_npz(str(case["example_inputs"]))
+            example = _load_npz(str(case["example_inputs"]), case.get("example_inputs_sha256"))
             specs = {n: spec_of(a) for n, a in example.items()}
             if self._served is None:
                 self._served = ServedShapes(ShapeSet.single(specs))
@@ -581,7 +589,8 @@ class OrtHandler(BaseHandler):
                 self._entry_outputs[entry.name] = _observed_outputs(outputs)
             if id(session) not in placements and self._method != "profiling":
                 placements[id(session)] = self._placement(session)
-            kind, reference = self._reference(example, case.get("expected_outputs"))
+            kind, reference = self._reference(example, case.get("expected_outputs"),
+                                              case.get("expected_outputs_sha256"))
             if reference:
                 numerics = compare_outputs(outputs, reference,
                                            self._config.get("numerics_bound"), kind)

@@ -6,7 +6,10 @@
 * :class:`BodyLimit` answers 413 when ``Content-Length`` exceeds the limit (a body within
   its declared length is read as it is: the server reads no more than it declares), and
   stops a body sent without one (chunked) as soon as it passes the limit, before the
-  route has read it all. It also bounds how long a body may take, in two ways
+  route has read it all; either 413 closes the connection after lingering
+  (:mod:`edge_serve.lingering`: what the client still sends is dropped for a bounded
+  time and byte count, where a kept-alive connection read it until the header timeout
+  cut it). It also bounds how long a body may take, in two ways
   (:class:`StalledBodies`), each answered 408 with the connection closed after lingering
   (:mod:`edge_serve.lingering`); uvicorn has no such timeout of its own:
 
@@ -213,6 +216,10 @@ class BodyLimit:
     ``timeout_s`` from the request's head, and one second more for each ``min_rate`` bytes
     received); see :class:`StalledBodies`. ``on_timeout`` is told of each body cut, by its
     reason (``"stalled"`` or ``"slow"``).
+
+    Both refusals end the connection (``Connection: close``), after lingering
+    (:mod:`edge_serve.lingering`): the client may still be sending the body, and what it
+    sends after the answer is read and dropped for a bounded time and byte count only.
     """
 
     def __init__(self, app: App, max_bytes: int,
@@ -228,7 +235,8 @@ class BodyLimit:
 
     def _refusal(self, size: int | str) -> HttpRefusal:
         return HttpRefusal(413, "body", f"larger than the server's limit of {self.max_bytes} "
-                           "bytes (--max-body-bytes)", size, kind="BodyTooLarge")
+                           "bytes (--max-body-bytes)", size, kind="BodyTooLarge",
+                           headers={"Connection": "close"})
 
     def _late(self, reason: str, seen: int, declared: int | None,
               took_s: float) -> HttpRefusal:
@@ -265,6 +273,7 @@ class BodyLimit:
                                                      kind="InvalidValue"))
                 return
             if size > self.max_bytes:
+                linger_after_answer(receive)  # the client may be sending the body already
                 await send_refusal(send, self._refusal(size))
                 return
             # The server reads exactly the declared length (HTTP/1.1 framing; a request
@@ -307,6 +316,9 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
+                # the client is still sending: what it sends after the answer is dropped
+                # while the connection lingers (bounded), not read until a header timeout
+                linger_after_answer(receive)
                 await send_refusal(send, self._refusal(f"more than {self.max_bytes}"))
         except BodyTimeout as late:
             if self.on_timeout is not None:

@@ -24,10 +24,11 @@ connection:
   head and a byte held a place for ``--body-timeout`` seconds before; now, at the cap,
   for :data:`~edge_serve.guards.BEHIND_S`. A request whose body is read (running its
   pipeline, or waiting for admission) is never cut, nor one whose body keeps to the rate;
-* when every connection has a request running (or is being closed), the new one is
-  refused: accepted and closed at once. Not answered 503: an answer has to wait for the
-  request to be read (one written first and followed by the close is lost to the reset
-  a close with bytes unread sends, as :mod:`edge_serve.heads` notes), and holding the
+* when every connection has a request running whose body is read or not behind (or is
+  being closed), the new one is refused: accepted and closed at once. Not answered 503:
+  an answer has to wait for the request to be read (one written first and followed by
+  the close is lost to the reset a close with bytes unread sends, as
+  :mod:`edge_serve.heads` notes), and holding the
   connection that long would spend the very file descriptor the cap protects.
 
 A closed connection's descriptor is released on the loop's next turn, so while
@@ -38,7 +39,8 @@ turn a few times (:data:`WAIT_TURNS`, counted again whenever a connection is set
 closed): connections just accepted are set up in the next turns (then they can be closed
 to make room), and those whose ends were read in the same turn (clients that all closed
 at once) are closed there, freeing their places. The request path pays nothing: one
-count per connection opened and closed.
+count per connection opened and closed (and a body's wait notes the ``receive`` it waits
+in beside what it noted for the body's timeouts, no call).
 
 :func:`connection_room` is how many connections an open-file limit holds:
 :data:`FILES_PER_CONNECTION` each, after the files the server holds and those it keeps

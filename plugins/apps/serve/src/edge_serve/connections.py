@@ -28,8 +28,8 @@ connection:
   being closed), the new one is refused: accepted and closed at once. Not answered 503:
   an answer has to wait for the request to be read (one written first and followed by
   the close is lost to the reset a close with bytes unread sends, as
-  :mod:`edge_serve.heads` notes), and holding the
-  connection that long would spend the very file descriptor the cap protects.
+  :mod:`edge_serve.heads` notes), and holding the connection that long would spend the
+  very file descriptor the cap protects.
 
 A closed connection's descriptor is released on the loop's next turn, so while
 :data:`EVICTING_AT_ONCE` evictions are still closing the listener accepts nothing more

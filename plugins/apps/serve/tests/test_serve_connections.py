@@ -256,7 +256,8 @@ def test_at_the_cap_the_connection_idle_longest_is_closed_for_a_new_one(
 def test_at_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once(
         capped: Served) -> None:
     """When every connection has a request running (here bodies that have not all
-    arrived), none is closed for a new one: the new one is accepted and closed at once
+    arrived, each within ``BEHIND_S`` of its head: not behind yet), none is closed for a
+    new one: the new one is accepted and closed at once
     (not left to wait, not answered 503, which would mean holding it until its request
     is read), counted in ``edge_connections_refused_total``; once a connection is free,
     a new one is served."""
@@ -351,6 +352,179 @@ def test_a_cap_filled_by_bodies_trickled_within_the_body_timeout_frees_itself(
         >= refused
     assert now["edge_connections_evicted_total"] == counts["edge_connections_evicted_total"]
     _no_accept_errors(trickled)
+
+
+def _body_cuts(client: httpx.Client) -> dict[str, float]:
+    """``edge_body_timeouts_total`` by reason."""
+    return {sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for sample in family.samples if sample.name == "edge_body_timeouts_total"}
+
+
+def _held(client: httpx.Client) -> dict[str, object]:
+    """What requests hold: each pipeline's in-flight calls and waiting requests, and the
+    ledger's reserved bytes."""
+    held = {p["name"]: ([s["in_flight"] for s in p["stages"]], p["queue"]["waiting"])
+            for p in client.get("/v1/pipelines").json()["pipelines"]}
+    reserved = {sample.labels["pool"]: sample.value
+                for family in text_string_to_metric_families(client.get("/metrics").text)
+                for sample in family.samples if sample.name == "edge_ledger_reserved_bytes"}
+    return {"held": held, "reserved": reserved}
+
+
+def _answer(sock: socket.socket, within_s: float) -> tuple[int, dict[str, str], bytes]:
+    """One whole HTTP answer read from ``sock``: its status, headers and body."""
+    sock.settimeout(within_s)
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        part = sock.recv(65536)
+        assert part, f"closed after {raw!r}"
+        raw += part
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip()
+               for name, _, value in (line.partition(":") for line in lines)}
+    while len(body) < int(headers["content-length"]):
+        part = sock.recv(65536)
+        assert part, f"closed after {raw + body!r}"
+        body += part
+    return int(status_line.split()[1]), headers, body
+
+
+STALLED_HEAD = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+"""A request head declaring a large body, and the body's first byte: all a sender of the
+slow-body attack sends."""
+
+
+def test_at_the_cap_the_body_behind_longest_is_cut_408_for_a_new_client(
+        capped: Served) -> None:
+    """A head and a byte of body held a place in the cap for ``--body-timeout`` (30 s
+    here) before the minimum rate cut it, and the cap closes only connections waiting for
+    a head: a sender reopening a whole cap's worth of them every 30 s kept every new
+    client out. Now, at the cap with no connection waiting for a head, the request whose
+    body has been ``BEHIND_S`` behind ``--body-min-rate`` (counted from its head) longest
+    is cut, or the one that has received nothing for as long (the first here: a burst
+    worth 20 s of the rate, then nothing): answered 408 whole (``BodyTooSlow``,
+    ``Connection: close``) and its connection ends, the new client is served at once,
+    and the others stay. Within
+    ``BEHIND_S`` of their heads no body is behind, and a new connection is refused.
+    Counted in ``edge_connections_evicted_total`` and
+    ``edge_body_timeouts_total{reason="evicted"}``; nothing was charged."""
+    from edge_serve.guards import BEHIND_S, DEFAULT_BODY_MIN_RATE
+
+    burst = 20 * DEFAULT_BODY_MIN_RATE
+    with _unpooled(capped) as client:
+        counts = _connections(client)
+        cut = _body_cuts(client)
+        before = _held(client)
+        _settled(lambda: _connections(client)["edge_connections_open"], 1.0)
+    held: list[socket.socket] = []
+    try:
+        first = time.monotonic()
+        for index in range(CAP):  # the first sent is the longest behind
+            held.append(socket.create_connection(_address(capped), timeout=10))
+            # the first sends 20 s of the rate's worth at once, then nothing: behind too
+            held[-1].sendall(STALLED_HEAD + (b" " * burst if index == 0 else b""))
+            time.sleep(0.1)
+        time.sleep(0.3)  # every head read: their requests wait for their bodies
+        with socket.create_connection(_address(capped), timeout=10) as late:
+            assert _closed_by_server(late, 1.0)  # none behind yet: refused
+        assert time.monotonic() - first < BEHIND_S - 0.2  # (the check above was in time)
+        time.sleep(max(0.0, first + BEHIND_S + 0.3 - time.monotonic()))
+        # served within a listing's interval, not after the 30 s body timeout
+        assert _health_within(capped, 5.0) < 3.0
+        status, headers, body = _answer(held[0], 5.0)
+        assert status == 408, body[:300]
+        assert headers["connection"] == "close"
+        error = json.loads(body)["error"]
+        assert (error["code"], error["edge"]["kind"], error["edge"]["field"]) == (
+            "body_timeout", "BodyTooSlow", "body")
+        assert error["message"].startswith(
+            f"body: more than {BEHIND_S:g} s behind {DEFAULT_BODY_MIN_RATE} bytes a second "
+            f"counted from the head, or nothing received for {BEHIND_S:g} s, while the "
+            "server held its most connections (--body-min-rate, --max-connections): closed "
+            f"to make room for another: {burst + 1} bytes received of the 100000 its "
+            "Content-Length declares in "), error["message"]
+        assert _closed_by_server(held[0], 1.0)  # its side ended after the answer
+        assert all(_still_open(sock) for sock in held[1:])
+        # the cap filled again with a body not yet behind: the next new client cuts the
+        # one behind longest of the others, never the newest
+        fresh = socket.create_connection(_address(capped), timeout=10)
+        held.append(fresh)
+        fresh.sendall(STALLED_HEAD)
+        time.sleep(0.3)
+        assert _health_within(capped, 5.0) < 3.0
+        assert _answer(held[1], 5.0)[0] == 408
+        assert all(_still_open(sock) for sock in held[2:])
+    finally:
+        for sock in held:
+            sock.close()
+    with _unpooled(capped) as client:  # (a new connection at the cap would cut another)
+        assert _settled(lambda: _connections(client)["edge_connections_open"], 1.0) == 1.0
+        now = _connections(client)
+        now_cut = _body_cuts(client)
+        assert _held(client) == before
+    assert now["edge_connections_evicted_total"] - counts["edge_connections_evicted_total"] \
+        == 2
+    assert now_cut["evicted"] - cut["evicted"] == 2
+    assert (now_cut["slow"], now_cut["stalled"]) == (cut["slow"], cut["stalled"])
+    _no_accept_errors(capped)
+
+
+def test_at_the_cap_bodies_arriving_at_a_good_rate_are_never_cut_for_a_new_client(
+        capped: Served) -> None:
+    """A cap filled by requests whose bodies keep coming at twice ``--body-min-rate``,
+    for longer than ``BEHIND_S`` past their heads, is not a cap to make room in: new
+    connections are refused at once, no body is cut, and each request is answered 200
+    once its body is whole."""
+    from edge_serve.guards import BEHIND_S, DEFAULT_BODY_MIN_RATE
+
+    every_s = 0.05
+    piece = int(2 * DEFAULT_BODY_MIN_RATE * every_s)  # twice the rate
+    body = json.dumps(X).encode()
+    body += b" " * (int(2 * DEFAULT_BODY_MIN_RATE * (BEHIND_S + 2.0)) - len(body))
+    head = (b"POST /v1/pipelines/plain/run HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n")
+    with _unpooled(capped) as client:
+        counts = _connections(client)
+        cut = _body_cuts(client)
+        _settled(lambda: _connections(client)["edge_connections_open"], 1.0)
+    senders = [socket.create_connection(_address(capped), timeout=10) for _ in range(CAP)]
+    refused = 0
+    try:
+        for sock in senders:
+            sock.sendall(head)
+        started = time.monotonic()
+        at = 0
+        while at < len(body):
+            for sock in senders:
+                sock.sendall(body[at:at + piece])
+            at += piece
+            if time.monotonic() - started > BEHIND_S + 0.5 and at % (10 * piece) == 0:
+                with socket.create_connection(_address(capped), timeout=10) as late:
+                    assert _closed_by_server(late, 1.0)  # refused: none to cut
+                refused += 1
+            time.sleep(every_s)
+        assert time.monotonic() - started > BEHIND_S + 1.0
+        assert refused >= 2
+        for sock in senders:
+            status, _, answer = _answer(sock, 10.0)
+            assert status == 200, answer[:300]
+            assert json.loads(answer)["outputs"]["x"]["shape"] == [2]
+    finally:
+        for sock in senders:
+            sock.close()
+    with _unpooled(capped) as client:
+        _settled(lambda: _connections(client)["edge_connections_open"], 1.0)
+        now = _connections(client)
+        now_cut = _body_cuts(client)
+    assert now["edge_connections_evicted_total"] == counts["edge_connections_evicted_total"]
+    assert now["edge_connections_refused_total"] - counts["edge_connections_refused_total"] \
+        >= refused
+    assert now_cut == cut
+    _no_accept_errors(capped)
 
 
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one_and_said(tmp_path: Path) -> None:

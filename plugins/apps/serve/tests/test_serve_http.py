@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -149,6 +150,149 @@ def test_a_body_longer_than_its_declared_length_never_reaches_the_route(
         reply = client.post("/v1/pipelines/fast/run",
                             json={"inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}})
         assert reply.status_code == 200
+
+
+def _address(served: Served) -> tuple[str, int]:
+    parts = urlsplit(served.url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port
+
+
+def _chunked_head() -> bytes:
+    """The head of a chunked JSON request to ``fast``, with the bearer token."""
+    return (b"POST /v1/pipelines/fast/run HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer "
+            + API_KEY.encode() + b"\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+CHUNK = b"2000\r\n" + b" " * 0x2000 + b"\r\n"
+"""One chunk of a chunked body: 8 KiB of spaces."""
+
+
+def _whole_answer(raw: bytes) -> tuple[int, dict[str, str], dict[str, Any]] | None:
+    """A raw HTTP response's status, headers and JSON body once all of it is in ``raw``."""
+    head, found, body = raw.partition(b"\r\n\r\n")
+    if not found:
+        return None
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip()
+               for name, _, value in (line.partition(":") for line in lines)}
+    if len(body) < int(headers["content-length"]):
+        return None
+    assert len(body) == int(headers["content-length"]), raw[:300]
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def _check_413(answer: tuple[int, dict[str, str], dict[str, Any]] | None) -> None:
+    assert answer is not None
+    status, headers, body = answer
+    assert status == 413, answer
+    assert headers["connection"] == "close"
+    assert body["error"]["edge"]["kind"] == "BodyTooLarge"
+    assert body["error"]["message"] == ("body: larger than the server's limit of 65536 bytes "
+                                        "(--max-body-bytes): more than 65536")
+
+
+def test_a_client_streaming_on_after_its_413_is_closed_within_the_lingering_bound(
+        server: Served) -> None:
+    """After a 413 for a chunked body over the limit the connection was kept alive, so
+    the server read and dropped what the client still sent until the header timeout cut
+    it (about 10 s). Now the 413 says ``Connection: close``, the server's side ends
+    after it, and a client that keeps sending a chunk every 20 ms has its connection
+    closed within the lingering's time bound — having read the 413 whole, no reset
+    before it. Nothing was charged, and the pipeline serves on."""
+    from edge_serve.lingering import LINGER_S
+
+    with _client(server) as client:
+        before = _charged(client)
+        with socket.create_connection(_address(server), timeout=30) as sock:
+            sock.sendall(_chunked_head())
+            sock.setblocking(False)
+            raw = b""
+            answered: float | None = None
+            ended: float | None = None
+            closed: float | None = None
+            started = time.monotonic()
+            while time.monotonic() - started < LINGER_S + 10.0:
+                try:
+                    sock.sendall(CHUNK)
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = time.monotonic()
+                    break
+                try:
+                    while part := sock.recv(65536):
+                        raw += part
+                    ended = ended or time.monotonic()  # the end of the server's side
+                except BlockingIOError:
+                    pass
+                except ConnectionResetError:
+                    closed = time.monotonic()
+                    break
+                if answered is None and _whole_answer(raw) is not None:
+                    answered = time.monotonic()
+                time.sleep(0.02)
+        _check_413(_whole_answer(raw))
+        assert answered is not None and ended is not None and closed is not None
+        assert ended - answered < 0.5, (answered, ended)  # its side ends with the answer
+        # closed by the lingering's time bound, not the 10 s header timeout
+        assert LINGER_S - 0.5 <= closed - answered < LINGER_S + 1.5, closed - answered
+        assert _charged(client) == before
+        assert client.post("/v1/pipelines/fast/run", json={
+            "inputs": {"x": _tensor(np.ones((2, 2), dtype=np.float32))}}).status_code == 200
+
+
+def _kernel_buffers() -> int:
+    """The most bytes the kernel's socket buffers may hold between a client and the
+    server on one TCP connection: a send buffer and a receive buffer at their largest."""
+    most = 0
+    for name in ("tcp_wmem", "tcp_rmem"):
+        most += int(Path("/proc/sys/net/ipv4", name).read_text().split()[2])
+    return most
+
+
+def test_a_client_flooding_on_after_its_413_is_closed_within_the_lingering_byte_bound(
+        server: Served) -> None:
+    """A client that sends as fast as it can after its 413 is closed once the server has
+    dropped ``LINGER_BYTES`` of it, long before the lingering's time bound: what it
+    managed to send is at most the limit, that bound and what the kernel's buffers hold.
+    It read its 413 whole meanwhile (it reads as it sends)."""
+    import threading
+
+    from edge_serve.lingering import LINGER_BYTES
+
+    chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+    with _client(server) as client:
+        before = _charged(client)
+        with socket.create_connection(_address(server), timeout=30) as sock:
+            sock.sendall(_chunked_head())
+            sent = 0
+            failed: list[OSError] = []
+            started = time.monotonic()
+
+            def flood() -> None:
+                nonlocal sent
+                try:
+                    while time.monotonic() - started < 30.0:
+                        sock.sendall(chunk)
+                        sent += len(chunk)
+                except OSError as exc:  # the server closed: a broken pipe, or a reset
+                    failed.append(exc)
+
+            sender = threading.Thread(target=flood)
+            sender.start()
+            raw = b""
+            try:
+                while part := sock.recv(65536):
+                    raw += part
+            except ConnectionResetError:
+                pass
+            sender.join()
+        _check_413(_whole_answer(raw))
+        assert failed, "the flood was never cut"
+        assert sent <= 65536 + LINGER_BYTES + _kernel_buffers(), sent
+        assert _charged(client) == before
 
 
 def test_admission_full_is_429_with_retry_after(server: Served) -> None:

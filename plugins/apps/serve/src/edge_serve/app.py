@@ -47,6 +47,7 @@ from edge_serve.guards import (
     Receive,
     Scope,
     Send,
+    StalledBodies,
 )
 from edge_serve.metrics import CONTENT_TYPE, ServerMetrics
 from edge_serve.outcomes import HttpRefusal, from_exception, outcome_of
@@ -76,7 +77,9 @@ class ServerState:
     (``--body-timeout``, default :data:`~edge_serve.guards.DEFAULT_BODY_TIMEOUT_S`:
     uvicorn bounds no body read of its own); ``body_min_rate`` how slowly, in bytes a
     second, a body may arrive once that many seconds have passed (``--body-min-rate``,
-    default :data:`~edge_serve.guards.DEFAULT_BODY_MIN_RATE`).
+    default :data:`~edge_serve.guards.DEFAULT_BODY_MIN_RATE`). ``bodies`` are the
+    requests waiting for more of their body, which the body guard notes and the
+    connection cap reads (:class:`~edge_serve.guards.StalledBodies`).
     """
 
     def __init__(self, pipelines: Mapping[str, ServedPipeline], ledger: ResourceLedger,
@@ -90,6 +93,7 @@ class ServerState:
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.body_min_rate = body_min_rate
+        self.bodies = StalledBodies(body_timeout_s, body_min_rate)
         self.drain = drain if drain is not None else Drain()
         self.metrics = ServerMetrics(ledger, lambda: self.pipelines.values())
         for served in self.pipelines.values():
@@ -366,7 +370,8 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     middleware.append(Middleware(BodyLimit, max_bytes=state.max_body_bytes,
                                  timeout_s=state.body_timeout_s,
                                  min_rate=state.body_min_rate,
-                                 on_timeout=state.metrics.count_body_timeout))
+                                 on_timeout=state.metrics.count_body_timeout,
+                                 stalls=state.bodies))
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
                                         ValueError: _on_refusal,

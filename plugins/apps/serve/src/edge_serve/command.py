@@ -490,7 +490,8 @@ def serve(args: argparse.Namespace) -> int:
                                 access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=args.grace + UVICORN_MARGIN_S)
         heads = SlowHeads(header_timeout, on_close=state.metrics.count_header_timeout)
-        cap = ConnectionCap(_max_connections(args.max_connections, limit, threads), heads)
+        cap = ConnectionCap(_max_connections(args.max_connections, limit, threads), heads,
+                            state.bodies)
         sock.cap = cap
         state.metrics.watch_connections(cap)
         server = _Server(config, drain, heads)

@@ -6,7 +6,10 @@
 * :class:`BodyLimit` answers 413 when ``Content-Length`` exceeds the limit (a body within
   its declared length is read as it is: the server reads no more than it declares), and
   stops a body sent without one (chunked) as soon as it passes the limit, before the
-  route has read it all. It also bounds how long a body may take, in two ways
+  route has read it all; either 413 closes the connection after lingering
+  (:mod:`edge_serve.lingering`: what the client still sends is dropped for a bounded
+  time and byte count, where a kept-alive connection read it until the header timeout
+  cut it). It also bounds how long a body may take, in two ways
   (:class:`StalledBodies`), each answered 408 with the connection closed after lingering
   (:mod:`edge_serve.lingering`); uvicorn has no such timeout of its own:
 
@@ -22,6 +25,12 @@
     bytes sent, and at most ``--max-body-bytes`` in all. A deadline scaled by the
     declared ``Content-Length`` was not chosen: a client declaring the largest body and
     sending next to nothing would hold its connection for that whole deadline for free.
+
+  And at the connection cap (:mod:`edge_serve.connections`), when no connection waits for
+  a head, a body :data:`BEHIND_S` behind the rate counted from its head (or that has
+  received nothing for as long) is cut at once to make room for a new connection
+  (``"evicted"``, answered as a body too slow): within its first ``timeout_s`` a head
+  and a byte no longer hold a place that a new client needs.
 """
 
 from __future__ import annotations
@@ -35,9 +44,9 @@ from typing import Any
 from edge_serve.lingering import linger_after_answer
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEFAULT_BODY_MIN_RATE", "DEFAULT_BODY_TIMEOUT_S", "MAX_BODY_MIN_RATE",
-           "MAX_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout", "BodyTooLarge",
-           "StalledBodies", "send_refusal"]
+__all__ = ["BEHIND_S", "DEFAULT_BODY_MIN_RATE", "DEFAULT_BODY_TIMEOUT_S", "EVICTED",
+           "MAX_BODY_MIN_RATE", "MAX_TIMEOUT_S", "BearerAuth", "BodyLimit", "BodyTimeout",
+           "BodyTooLarge", "StalledBodies", "send_refusal"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -64,6 +73,15 @@ client at this rate sends the default 32 MiB ``--max-body-bytes`` in about 19 ho
 MAX_BODY_MIN_RATE = 2**30
 """The highest ``--body-min-rate``, in bytes a second (1 GiB/s): a typo of a few digits
 is refused by name instead of cutting every upload."""
+
+BEHIND_S = 2.0
+"""How long, in seconds, a body may be behind ``--body-min-rate`` (counted from its
+head), or receive nothing, before its connection may be closed to make room at the
+connection cap (:meth:`StalledBodies.behind`)."""
+
+EVICTED = "evicted"
+"""The :class:`BodyTimeout` reason of a body whose connection was closed to make room at
+the connection cap (:meth:`StalledBodies.evict`)."""
 
 MAX_TIMEOUT_S = 3600.0
 """The longest ``--body-timeout`` and ``--header-timeout``, in seconds (an hour): a typo of
@@ -126,11 +144,11 @@ class BodyTimeout(Exception):
 class StalledBodies:
     """The requests waiting for more of their body, and the one timer that ends the late.
 
-    :meth:`wait` runs a route's ``receive`` while noting its task, when it began to wait
-    and its body's deadline (``until``: the request's own, moved on by each read); a
-    sweep every :attr:`tick` seconds (armed only while some request waits) cancels each
-    task that has waited ``timeout_s`` or longer (stalled) or is past its deadline
-    (slow), and its :meth:`wait` raises :class:`BodyTimeout` in place of the
+    :meth:`wait` runs a route's ``receive`` while noting its task, when it began to wait,
+    its body's deadline (``until``: the request's own, moved on by each read) and the
+    ``receive`` itself; a sweep every :attr:`tick` seconds (armed only while some request
+    waits) cancels each task that has waited ``timeout_s`` or longer (stalled) or is past
+    its deadline (slow), and its :meth:`wait` raises :class:`BodyTimeout` in place of the
     cancellation; a wait that begins past its deadline raises it at once. A request is
     thus answered at most :attr:`tick` after either bound passed. One timer for the whole
     server rather than one per ``receive``: a request whose body is there when the route
@@ -138,6 +156,12 @@ class StalledBodies:
 
     ``min_rate`` (bytes a second, at least 1) is the rate :class:`BodyLimit` moves a
     deadline on by: :attr:`per_byte` seconds for each byte received.
+
+    The same notes tell the connection cap (:mod:`edge_serve.connections`) which
+    connections reading a body it may close for a new one when none waits for a head:
+    :meth:`behind` lists the waits :data:`BEHIND_S` behind, and :meth:`evict` ends one
+    as the sweep ends a late one (reason ``"evicted"``). Nothing is added to a wait for
+    it (the ``receive`` noted is what finds its connection, and only then).
     """
 
     def __init__(self, timeout_s: float, min_rate: int = DEFAULT_BODY_MIN_RATE) -> None:
@@ -152,7 +176,8 @@ class StalledBodies:
         self.min_rate = min_rate
         self.per_byte = 1.0 / min_rate
         self.tick = min(1.0, timeout_s / 4)
-        self._waiting: dict[asyncio.Task[Any], tuple[float, float]] = {}
+        # task -> (when its wait began, its body's deadline, the receive it waits in)
+        self._waiting: dict[asyncio.Task[Any], tuple[float, float, Receive]] = {}
         self._expired: dict[asyncio.Task[Any], str] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -162,10 +187,11 @@ class StalledBodies:
         return len(self._waiting)
 
     async def wait(self, receive: Receive, until: float) -> Message:
-        """``receive()``, or :class:`BodyTimeout` once it is late.
+        """``receive()``, or :class:`BodyTimeout` once it is late (or evicted).
 
         Late: it waited ``timeout_s`` (``"stalled"``), or ``time.monotonic()`` passed
-        ``until`` (``"slow"``), before the wait or during it.
+        ``until`` (``"slow"``), before the wait or during it. Evicted (``"evicted"``):
+        :meth:`evict` ended it.
         """
         task = asyncio.current_task()
         assert task is not None
@@ -173,7 +199,7 @@ class StalledBodies:
         if now >= until:
             raise BodyTimeout("slow")
         cancelling = task.cancelling()
-        self._waiting[task] = (now, until)
+        self._waiting[task] = (now, until, receive)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.tick, self._sweep)
         try:
@@ -187,11 +213,57 @@ class StalledBodies:
         finally:
             del self._waiting[task]
 
+    def behind(self, now: float) -> list[asyncio.Task[Any]]:
+        """The requests whose body is behind at ``now``, the longest behind first.
+
+        Behind: the wait has received nothing for :data:`BEHIND_S` seconds, or the body is
+        more than :data:`BEHIND_S` seconds behind ``min_rate`` counted from the request's
+        head (fewer than ``min_rate * (now - head - BEHIND_S)`` bytes received). Longest
+        behind: the earliest of the two moments it began to be so. Only requests whose
+        connection :meth:`evict` can find (a uvicorn request's), none already being cut.
+        Looks at every waiting request: for the cap, which lists no more often than its
+        own bound allows.
+        """
+        found = []
+        for task, entry in self._waiting.items():
+            since = self._behind_since(entry)
+            if since + BEHIND_S <= now and task not in self._expired \
+                    and _transport_of(entry[2]) is not None:
+                found.append((since, task))
+        found.sort(key=lambda item: item[0])
+        return [task for _, task in found]
+
+    def still_behind(self, task: asyncio.Task[Any], now: float) -> bool:
+        """Whether ``task`` still waits for its body and is behind at ``now`` (not cut)."""
+        entry = self._waiting.get(task)
+        return entry is not None and task not in self._expired \
+            and self._behind_since(entry) + BEHIND_S <= now
+
+    def evict(self, task: asyncio.Task[Any]) -> Any:
+        """End ``task``'s wait as a late one's: :class:`BodyTimeout` ``"evicted"``.
+
+        ``task`` is one :meth:`still_behind` just found. Its request is answered 408 and
+        its connection lingers, as a body too slow's; what is returned is the transport
+        of that connection, for the cap to count until it is closed.
+        """
+        self._expired[task] = EVICTED
+        task.cancel()
+        return _transport_of(self._waiting[task][2])
+
+    def _behind_since(self, entry: tuple[float, float, Receive]) -> float:
+        """Since when a wait has been behind (less :data:`BEHIND_S`).
+
+        The earlier of its beginning and the moment its body's bytes stopped covering the
+        time since the head at ``min_rate``.
+        """
+        since, until, _ = entry
+        return min(since, until - self.timeout_s)  # until: head + timeout_s + bytes/rate
+
     def _sweep(self) -> None:
         self._timer = None
         now = time.monotonic()
         stalled_since = now - self.timeout_s
-        for task, (since, until) in self._waiting.items():
+        for task, (since, until, _) in self._waiting.items():
             if task in self._expired:
                 continue
             if since <= stalled_since:
@@ -205,35 +277,60 @@ class StalledBodies:
             self._timer = asyncio.get_running_loop().call_later(self.tick, self._sweep)
 
 
+def _transport_of(receive: Receive) -> Any:
+    """The transport of the connection ``receive`` reads from; None if not found.
+
+    uvicorn's ``receive`` is a method of its request cycle, which holds the transport.
+    """
+    return getattr(getattr(receive, "__self__", None), "transport", None)
+
+
 class BodyLimit:
     """Refuse request bodies over ``max_bytes`` with 413, and those that take too long 408.
 
     ``timeout_s``: how long a route may wait for more of a body; ``min_rate``: how slowly
     a body may arrive after its first ``timeout_s`` seconds, in bytes a second (a body has
     ``timeout_s`` from the request's head, and one second more for each ``min_rate`` bytes
-    received); see :class:`StalledBodies`. ``on_timeout`` is told of each body cut, by its
-    reason (``"stalled"`` or ``"slow"``).
+    received); see :class:`StalledBodies`. ``stalls``, when given, is the
+    :class:`StalledBodies` to keep the waits in (one the connection cap reads too; it
+    then holds the timeout and the rate). ``on_timeout`` is told of each body cut, by its
+    reason (``"stalled"``, ``"slow"`` or ``"evicted"``).
+
+    Both refusals end the connection (``Connection: close``), after lingering
+    (:mod:`edge_serve.lingering`): the client may still be sending the body, and what it
+    sends after the answer is read and dropped for a bounded time and byte count only.
     """
 
     def __init__(self, app: App, max_bytes: int,
                  timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
                  min_rate: int = DEFAULT_BODY_MIN_RATE,
-                 on_timeout: Callable[[str], None] | None = None) -> None:
+                 on_timeout: Callable[[str], None] | None = None,
+                 stalls: StalledBodies | None = None) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_body_bytes: must be at least 1: {max_bytes!r}")
         self.app = app
         self.max_bytes = max_bytes
-        self.stalls = StalledBodies(timeout_s, min_rate)
+        self.stalls = StalledBodies(timeout_s, min_rate) if stalls is None else stalls
         self.on_timeout = on_timeout
 
     def _refusal(self, size: int | str) -> HttpRefusal:
         return HttpRefusal(413, "body", f"larger than the server's limit of {self.max_bytes} "
-                           "bytes (--max-body-bytes)", size, kind="BodyTooLarge")
+                           "bytes (--max-body-bytes)", size, kind="BodyTooLarge",
+                           headers={"Connection": "close"})
 
     def _late(self, reason: str, seen: int, declared: int | None,
               took_s: float) -> HttpRefusal:
         of = "" if declared is None else f" of the {declared} its Content-Length declares"
         stalls = self.stalls
+        if reason == EVICTED:
+            return HttpRefusal(408, "body", f"more than {BEHIND_S:g} s behind "
+                               f"{stalls.min_rate} bytes a second counted from the head, or "
+                               f"nothing received for {BEHIND_S:g} s, while the server held "
+                               "its most connections (--body-min-rate, --max-connections): "
+                               "closed to make room for another",
+                               f"{seen} bytes received{of} in {took_s:.1f} s",
+                               kind="BodyTooSlow", code="body_timeout",
+                               headers={"Connection": "close"})
         if reason == "slow":
             return HttpRefusal(408, "body", f"not complete within {stalls.timeout_s:g} s and "
                                f"one second more for each {stalls.min_rate} bytes received "
@@ -265,6 +362,7 @@ class BodyLimit:
                                                      kind="InvalidValue"))
                 return
             if size > self.max_bytes:
+                linger_after_answer(receive)  # the client may be sending the body already
                 await send_refusal(send, self._refusal(size))
                 return
             # The server reads exactly the declared length (HTTP/1.1 framing; a request
@@ -307,6 +405,9 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
+                # the client is still sending: what it sends after the answer is dropped
+                # while the connection lingers (bounded), not read until a header timeout
+                linger_after_answer(receive)
                 await send_refusal(send, self._refusal(f"more than {self.max_bytes}"))
         except BodyTimeout as late:
             if self.on_timeout is not None:

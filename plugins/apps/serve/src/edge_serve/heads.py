@@ -44,7 +44,7 @@ from typing import Any, Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from edge_serve.guards import MAX_TIMEOUT_S
-from edge_serve.lingering import REFUSED, refuse
+from edge_serve.lingering import REFUSED, drop, refuse
 from edge_serve.outcomes import HttpRefusal, describe
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT_S", "MAX_HEAD_BYTES", "PROTOCOL", "SlowHeads",
@@ -95,6 +95,7 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
         """httptools' protocol, refusing a request head over ``limit`` bytes (431)."""
 
         refused = False  # answered and lingering (edge_serve.lingering): arrivals dropped
+        dropped = 0  # bytes dropped while lingering (edge_serve.lingering.drop)
         head_open = False  # between a head's begin and its end
         head_begun = False  # a head began during the read being parsed
         head_bytes = 0  # of the open head, in reads that lay wholly inside it
@@ -114,8 +115,9 @@ def bounded_protocol(limit: int = MAX_HEAD_BYTES,
             super().on_headers_complete()
 
         def data_received(self, data: bytes) -> None:
-            if self.refused:
-                return  # answered and half-closed: dropped until the close
+            if self.refused:  # answered and half-closed: dropped until the close
+                drop(self, len(data))
+                return
             inside = self.head_open
             self.head_begun = False
             super().data_received(data)

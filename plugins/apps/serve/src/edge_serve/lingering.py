@@ -2,13 +2,16 @@
 
 Closing a socket with bytes unread makes the kernel answer with a reset instead of an end
 of stream, and a reset may throw away an answer the client has not read yet — a client
-still sending the rest of an oversized head, or the rest of a body sent too slowly, would
-see its connection reset and never the 431 or 408 that says why. So a refused connection
-lingers, as common servers close one (Apache's lingering close): its answer is followed by
-the end of the server's side of the stream (``write_eof``), what still arrives is read and
-dropped unparsed (the protocol's :data:`REFUSED` flag, which :mod:`edge_serve.heads`'
-protocol honours), and the connection is closed :data:`LINGER_S` later, or when the client
-closes first.
+still sending the rest of an oversized head, the rest of a body sent too slowly or the
+rest of one over the size limit, would see its connection reset and never the 431, 408
+or 413 that says why. So a refused connection lingers, as common servers close one
+(Apache's lingering close): its answer is followed by the end of the server's side of the
+stream (``write_eof``), what still arrives is read and dropped unparsed (the protocol's
+:data:`REFUSED` flag, which :mod:`edge_serve.heads`' protocol honours, calling
+:func:`drop`), and the connection is closed :data:`LINGER_S` later, once more than
+:data:`LINGER_BYTES` were dropped, or when the client closes first, whichever comes
+first: a client that keeps sending holds the connection, and the server's reading, for a
+bounded time and byte count only.
 
 * :func:`refuse` writes a whole answer on a connection no request of which runs (a head
   refused by the server itself), then lingers.
@@ -24,11 +27,20 @@ from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-__all__ = ["LINGER_S", "REFUSED", "linger", "linger_after_answer", "refuse"]
+__all__ = ["DROPPED", "LINGER_BYTES", "LINGER_S", "REFUSED", "drop", "linger",
+           "linger_after_answer", "refuse"]
 
 LINGER_S: Final = 2.0
 """How long a refused connection is kept half-open after its answer, what the client still
 sends read and dropped, before it is closed."""
+
+LINGER_BYTES: Final = 16 * 1024 * 1024
+"""The most bytes a lingering connection reads and drops: past them it is closed at once
+(a client still sending then sees a reset; one that reads its answer as it arrives has
+read it long before)."""
+
+DROPPED: Final = "dropped"
+"""The protocol's attribute counting the bytes dropped while its connection lingers."""
 
 REFUSED: Final = "refused"
 """The protocol's attribute set once its connection lingers: what still arrives is dropped
@@ -39,8 +51,9 @@ def linger(connection: Any) -> None:
     """End the server's side of ``connection`` now and close it :data:`LINGER_S` later.
 
     Whatever was written before is sent first. Reading goes on (resumed if uvicorn had
-    paused it), and what arrives is dropped: the client is never stuck sending into a
-    full window, and the close finds nothing unread for the lingering's length.
+    paused it), and what arrives is dropped (:func:`drop`): the client is never stuck
+    sending into a full window, and the close finds nothing unread for the lingering's
+    length.
     """
     setattr(connection, REFUSED, True)
     transport = connection.transport
@@ -52,6 +65,18 @@ def linger(connection: Any) -> None:
     if flow is not None:
         flow.resume_reading()
     asyncio.get_running_loop().call_later(LINGER_S, transport.close)
+
+
+def drop(connection: Any, size: int) -> None:
+    """``size`` bytes that arrived on the lingering ``connection``, dropped unread.
+
+    Counted in its :data:`DROPPED` attribute; once more than :data:`LINGER_BYTES` were
+    dropped the connection is closed now (its answer, written before, still goes first).
+    """
+    dropped = getattr(connection, DROPPED, 0) + size
+    setattr(connection, DROPPED, dropped)
+    if dropped > LINGER_BYTES:
+        connection.transport.close()
 
 
 def refuse(connection: Any, status_line: bytes, body: bytes) -> None:

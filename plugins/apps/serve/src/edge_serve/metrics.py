@@ -20,15 +20,17 @@ Counted as requests are served:
   :data:`~edge_serve.heads.MAX_HEAD_BYTES`.
 * ``edge_body_timeouts_total{reason}`` — request bodies cut 408 (:mod:`edge_serve.guards`):
   ``stalled`` when no more of one arrived for ``--body-timeout``, ``slow`` when one
-  arrived slower than ``--body-min-rate`` allows (each also counted as a request, outcome
-  ``body_timeout``).
+  arrived slower than ``--body-min-rate`` allows, ``evicted`` when one behind was cut to
+  make room at the connection cap (each also counted as a request, outcome
+  ``body_timeout``; an evicted one also in ``edge_connections_evicted_total``).
 
 Counted by the connection cap (:mod:`edge_serve.connections`), read at each scrape:
 
 * ``edge_connections_refused_total`` — connections closed as soon as they were accepted,
   the cap reached and every connection busy;
-* ``edge_connections_evicted_total`` — idle connections (waiting for a request head)
-  closed to make room for a new one at the cap;
+* ``edge_connections_evicted_total`` — connections closed to make room for a new one at
+  the cap: idle ones (waiting for a request head), and those reading a body that was
+  behind (answered 408);
 * ``edge_connections_open`` / ``edge_connections_limit`` — connections open now, and the
   cap (``--max-connections``).
 
@@ -134,8 +136,9 @@ class _ConnectionCollector(Collector):
                                   "Connections closed as soon as they were accepted: the cap "
                                   "reached and every connection busy", value=cap.refused)
         yield CounterMetricFamily("edge_connections_evicted",
-                                  "Idle connections (waiting for a request head) closed to "
-                                  "make room for a new one at the cap", value=cap.evicted)
+                                  "Connections closed to make room for a new one at the cap: "
+                                  "idle (waiting for a request head), or reading a body "
+                                  "behind (answered 408)", value=cap.evicted)
         yield GaugeMetricFamily("edge_connections_open", "Connections open now",
                                 value=cap.open)
         yield GaugeMetricFamily("edge_connections_limit",
@@ -180,9 +183,10 @@ class ServerMetrics:
                                         "the server's bound", registry=self.registry)
         self.body_timeouts = Counter("edge_body_timeouts",
                                      "Request bodies cut 408, by reason: stalled (nothing "
-                                     "for --body-timeout), slow (under --body-min-rate)",
-                                     ["reason"], registry=self.registry)
-        for reason in ("stalled", "slow"):
+                                     "for --body-timeout), slow (under --body-min-rate), "
+                                     "evicted (behind, cut to make room at the connection "
+                                     "cap)", ["reason"], registry=self.registry)
+        for reason in ("stalled", "slow", "evicted"):
             self.body_timeouts.labels(reason)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
 
@@ -195,7 +199,7 @@ class ServerMetrics:
         self.header_timeouts.labels(answer).inc()
 
     def count_body_timeout(self, reason: str) -> None:
-        """Count one request body cut 408 (``reason``: ``stalled`` or ``slow``)."""
+        """Count one request body cut 408 (``reason``: ``stalled``, ``slow``, ``evicted``)."""
         self.body_timeouts.labels(reason).inc()
 
     def count_head_too_large(self) -> None:

@@ -15,8 +15,13 @@ import pytest
 from edge_contracts.errors import EventTooLarge, InvalidValue, PayloadTooLarge
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
-from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
-from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformReturnInvalid
+from edge_core.errors import ConfigError, ResourceUnavailable, StageClosed, WorkerLost
+from edge_core.runtime.errors import (
+    RequestCancelled,
+    RequestFailed,
+    TransformFailed,
+    TransformReturnInvalid,
+)
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
 from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
@@ -88,6 +93,9 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (TimeoutError("deadline passed"), 504, "deadline_s"),
     (WorkerLost("worker 12 died"), 503, "stage"),
     (RuntimeError("boom"), 500, "request"),
+    (TransformFailed("pipelines[p].stages[b].input_transform", "transform m:f",
+                     ConfigError("Fanout.items[0]", "must be a mapping of inputs", "ndarray")),
+     500, "pipelines[p].stages[b].input_transform"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
                                                  field: str) -> None:

@@ -203,16 +203,20 @@ def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
                       for name, p in pipelines.items()}
             app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
 
-            async def ask(names: list[str]) -> list[httpx.Response]:
+            async def ask(names: list[str], sent: dict[str, Any] = body) -> list[httpx.Response]:
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport,
                                              base_url="http://edge") as client:
-                    return [await client.post(f"/v1/pipelines/{name}/run", json=body)
+                    return [await client.post(f"/v1/pipelines/{name}/run", json=sent)
                             for name in names]
 
             before = asyncio.run(ask(["read", "chain"]))
             assert [reply.status_code for reply in before] == [200, 200], before[0].text
             assert before[0].json()["answer"]["graph_bytes"] > 0
+            for wrong in (EXAMPLE_X.T.copy(), EXAMPLE_X.astype(np.float64)):  # the client's
+                refused = asyncio.run(ask(["chain"], _body(wrong)))[0]  # fault: before any
+                assert refused.status_code == 400, refused.text  # transform ran, still 400
+                assert refused.json()["error"]["param"].startswith("inputs"), refused.text
             now = {name: _rewrite(bundles[name]) for name in ("f", "a")}
             after = asyncio.run(ask(["read", "chain", "read", "chain"]))
         for reply, bundle in zip(after, ["f", "a", "f", "a"], strict=True):

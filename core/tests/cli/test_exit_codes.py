@@ -78,6 +78,38 @@ def test_every_configuration_problem_is_named_at_once(tmp_path: Path) -> None:
     assert len(json.loads(as_json.stdout)["problems"]) == 3
 
 
+#: Two stages, the second's input transform building a ``Fanout`` wrong (a ``ConfigError``).
+TRANSFORM_FAILS = PIPELINE + """
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:bad_fanout"
+[stages.backend]
+name = "echo"
+"""
+
+
+def test_a_transform_that_raises_config_error_exits_1_naming_it_not_2(tmp_path: Path) -> None:
+    """The file and the input are good; the pipeline's transform failed on a request. Its
+    ``ConfigError`` was reported as a configuration problem (exit 2, the message naming
+    ``Fanout.items[0]`` only): it is the request's failure now, ``TransformFailed`` naming
+    the stage's transform and the error (exit 1)."""
+    (tmp_path / "p.toml").write_text(TRANSFORM_FAILS)
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 2), np.float32))
+    result = edge("run", "p.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "Fanout" in line]
+    assert line.startswith(
+        "edge: TransformFailed: pipelines[one].stages[b].input_transform: transform "
+        "edge_echo.transforms:bad_fanout raised ConfigError: Fanout.items[0]: must be a "
+        "mapping of inputs: 'ndarray'; health: stage a: ready"), line
+    as_json = edge("run", "p.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert as_json.returncode == 1, as_json.stderr
+    body = json.loads(as_json.stdout)
+    assert body["ok"] is False and "problems" not in body  # not a configuration problem
+    assert body["error"].startswith("TransformFailed: pipelines[one].stages[b]")
+
+
 #: The warnings for the two named plugins of the tests below that do not load.
 NAMED_WARNINGS = [
     "edge: warning: plugin 'no-such-entry-point' (named by EDGE_PLUGINS) did not load: "

@@ -232,7 +232,9 @@ def test_an_input_whose_request_fails_is_named_and_the_others_are_still_served(
     for name, text in (("1.txt", "1"), ("2.txt", "-5"), ("3.txt", "3")):
         (scans / name).write_text(text)  # -5 passes prepare; stage b refuses it
     files = [str(Path("scans") / name) for name in ("1.txt", "2.txt", "3.txt")]
-    reason = "ValueError: x: negative values are refused: -10.0"
+    reason = ("TransformFailed: pipelines[numbers].stages[b].input_transform: transform "
+              "edge_echo.transforms:refuse_negative raised ValueError: x: negative values "
+              "are refused: -10.0")
 
     human = edge("run", "two.toml", "--input", "scans", cwd=work)
     assert human.returncode == 1, human.stderr

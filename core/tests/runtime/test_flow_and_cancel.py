@@ -10,10 +10,11 @@ import numpy as np
 import psutil
 import pytest
 
+from edge_contracts.errors import InvalidValue
 from edge_core import hookimpl
 from edge_core.backend import CancelOutcome
 from edge_core.config import load_pipeline
-from edge_core.errors import ConfigError, ResourceUnavailable, StageClosed
+from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable, StageClosed
 from edge_core.fanout import Call, Fanout
 from edge_core.host.retire import RetireOutcome
 from edge_core.ledger import ResourceLedger
@@ -24,6 +25,7 @@ from edge_core.runtime import (
     Pipeline,
     RequestCancelled,
     StageState,
+    TransformFailed,
     TransformReturnInvalid,
 )
 
@@ -210,8 +212,9 @@ def test_a_failing_transform_acknowledges_the_previous_result(
         echo_stage("a", backend="echo-preemptible"),
         echo_stage("b", transform="edge_echo.transforms:explode"),
     )
-    with pytest.raises(ValueError, match="exploded"):
+    with pytest.raises(TransformFailed, match="exploded") as info:
         pipeline.run(X)
+    assert isinstance(info.value.__cause__, ValueError)  # the transform's own error, kept
     assert pipeline.stage("a").outstanding == 0
     assert pipeline.admission.used == 0
 
@@ -322,6 +325,102 @@ def test_a_transform_that_returns_no_mapping_of_input_names_is_refused_naming_it
     with pipeline.run({**X, "carry:returns": dict}) as result:  # the same workers serve on
         np.testing.assert_array_equal(result.outputs["x"], X["x"] * 4)
     assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 2
+
+
+class ContextTooLong(ValueError):
+    """An error type a transform raises that declares itself the request's fault."""
+
+    request_fault = "context_length_exceeded"
+
+
+def _bad_fanout(previous: dict[str, object]) -> object:
+    return Fanout([previous["x"]])  # items must be mappings: the transform's own bug
+
+
+def _missing(previous: dict[str, object]) -> object:
+    return {"x": previous["no such output"]}
+
+
+def _raises(error: Exception) -> object:
+    def transform(previous: dict[str, object]) -> object:
+        raise error
+
+    return transform
+
+
+#: What a transform raises that is its own failure: the type its ``TransformFailed`` names
+#: and the original message.
+OWN_FAILURES = [
+    (_bad_fanout, "ConfigError", "Fanout.items[0]: must be a mapping of inputs: 'ndarray'"),
+    (_raises(ConfigError("labels", "must not be empty", [])), "ConfigError",
+     "labels: must not be empty: []"),
+    (_missing, "KeyError", "'no such output'"),
+    (_raises(ValueError("crop outside the page")), "ValueError", "crop outside the page"),
+]
+
+#: What a transform raises that passes unchanged: typed refusals of the request's input,
+#: and edge-core's own server-side errors.
+PASSED = [
+    InvalidValue("inputs['x']", -1, "must be >= 0"),
+    ContextTooLong("prompt: 5000 tokens, the stage takes 4096"),
+    DeadlineExceeded("pipelines[t]: deadline_s expired in the transform"),
+]
+
+
+def test_a_transform_that_raises_fails_the_request_as_the_pipelines_fault_naming_it(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    """A transform that raised ``ConfigError`` (a ``Fanout`` built wrong, say) failed the
+    request with that ``ConfigError`` (a ``ValueError``), naming neither the stage nor the
+    transform: ``edge serve`` answered it 400 (the client's fault) and ``edge run`` exited
+    2 (a usage problem). It is ``TransformFailed`` now (no ``ValueError``), naming the
+    stage's ``input_transform``, the transform, and the original error's type and message
+    (kept as ``__cause__``); a typed refusal of the request's input, or an edge-core error
+    of the server's side, passes unchanged. Nothing stays charged either way, and the same
+    workers serve on."""
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"),
+                             echo_stage("b", transform="edge_echo.transforms:returns_carried",
+                                        backend="echo-preemptible"), admission=2)
+    workers = [(stage.generation, stage.state) for stage in pipeline.stages]
+    held = ledger.holdings()
+
+    async def on_a_loop(inputs: dict[str, object]) -> object:
+        return await pipeline.arun(inputs)
+
+    calls = [
+        pipeline.run,
+        lambda inputs: pipeline.submit(inputs).result(5.0),
+        lambda inputs: next(pipeline.stream(inputs)),
+        lambda inputs: asyncio.run(on_a_loop(inputs)),
+    ]
+
+    def clean() -> None:
+        assert pipeline.admission.used == 0
+        assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 2
+
+    for transform, kind, message in OWN_FAILURES:
+        for call in calls:
+            with pytest.raises(TransformFailed) as info:
+                call({**X, "carry:returns": transform})
+            failed = info.value
+            assert not isinstance(failed, ValueError)  # the pipeline's fault: no 400, no exit 2
+            assert failed.path == "pipelines[t].stages[b].input_transform"
+            assert failed.reason == (
+                f"transform edge_echo.transforms:returns_carried raised {kind}")
+            assert str(failed) == f"{failed.path}: {failed.reason}: {message}"
+            assert type(failed.__cause__).__name__ == kind and failed.error is failed.__cause__
+            clean()
+    for error in PASSED:
+        for call in calls:
+            with pytest.raises(type(error)) as passed:
+                call({**X, "carry:returns": _raises(error)})
+            assert passed.value is error
+            clean()
+    assert ledger.holdings() == held
+    assert [(stage.generation, stage.state) for stage in pipeline.stages] == workers
+    with pipeline.run({**X, "carry:returns": dict}) as result:  # the same workers serve on
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 4)
+    clean()
 
 
 def test_a_call_or_fanout_carrying_a_name_that_is_no_str_is_refused_naming_it() -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         RequestCancelled,
         RequestFailed,
         TopologyRefused,
+        TransformFailed,
         TransformReturnInvalid,
     )
     from edge_core.runtime.fence import FenceOutcome
@@ -81,6 +82,7 @@ _WHERE = {
     "StageState": "edge_core.runtime.health",
     "Submission": "edge_core.runtime.submission",
     "TopologyRefused": "edge_core.runtime.errors",
+    "TransformFailed": "edge_core.runtime.errors",
     "TransformReturnInvalid": "edge_core.runtime.errors",
     "WorkerUnresponsive": "edge_core.host.errors",
     "default_ledger": "edge_core.runtime.pipeline_files",
@@ -118,6 +120,7 @@ __all__ = [
     "StageState",
     "Submission",
     "TopologyRefused",
+    "TransformFailed",
     "TransformReturnInvalid",
     "WorkerUnresponsive",
     "default_ledger",

@@ -13,7 +13,10 @@ called once per item (:func:`gather`), and the outputs gathered into lists in it
 What a transform returns is not checked on the way: where reading it fails (no mapping,
 a key that is no ``str``), :func:`malformed_return` is asked, and the request fails with
 its :class:`~edge_core.runtime.errors.TransformReturnInvalid` naming the stage's transform
-and the bad key (the pipeline's fault, not the request's).
+and the bad key (the pipeline's fault, not the request's). A transform that raises fails
+the request with :class:`~edge_core.runtime.errors.TransformFailed` naming it and the
+error (:func:`transform_failed`), unless the error is a typed refusal of the request's
+input or one of edge-core's own server-side errors, which pass unchanged.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge_contracts.errors import ContractError
+from edge_contracts.request_faults import fault_of
 from edge_contracts.requests import StageEvent
-from edge_core.errors import DeadlineExceeded
+from edge_core.errors import DeadlineExceeded, EdgeError
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
-from edge_core.runtime.errors import RequestCancelled, TransformReturnInvalid
+from edge_core.runtime.errors import RequestCancelled, TransformFailed, TransformReturnInvalid
 from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
@@ -48,6 +53,7 @@ __all__ = [
     "malformed_return",
     "run_chain",
     "split_carry",
+    "transform_failed",
     "with_bundles",
 ]
 
@@ -109,6 +115,27 @@ def malformed_return(produced: object, transform: Callable[..., Any] | None,
                     path, f"{name} returned {what} with a key that is no "
                     f"input name (a str), not {type(key).__name__}", key)
     return None
+
+
+def transform_failed(error: Exception, transform: Callable[..., Any] | None,
+                     path: str) -> TransformFailed | None:
+    """The failure of a request whose stage ``transform`` raised ``error``; None to pass it.
+
+    Asked only once the transform raised. The request's own fault passes unchanged: an
+    ``edge_contracts`` error (``InvalidValue`` naming a field of the request) or one that
+    declares a request fault (:func:`~edge_contracts.request_faults.fault_of`); so does an
+    edge-core error that is no ``ValueError`` (``BundleChanged`` from a bundle folder the
+    transform read, ``DeadlineExceeded``, ``RequestCancelled``: typed already, none of them
+    a client's fault). Anything else — a ``ConfigError`` (a ``Fanout`` built wrong), a
+    ``KeyError``, a ``ValueError`` — is the transform's own failure: a
+    :class:`~edge_core.runtime.errors.TransformFailed` naming ``path`` (the stage's
+    ``input_transform``), the transform and the error's type and message.
+    """
+    if isinstance(error, ContractError) or fault_of(error) is not None:
+        return None
+    if isinstance(error, EdgeError) and not isinstance(error, ValueError):
+        return None
+    return TransformFailed(path, _named(transform), error)
 
 
 def copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -339,7 +366,14 @@ def run_chain(
             fan: Fanout | None = None
             asked: Mapping[str, Any] = {}
             if transform is not None and previous is not None:
-                produced = transform(previous.outputs, inputs)
+                try:  # a good request pays 2 bytecodes per transform (a NOP, a jump past)
+                    produced = transform(previous.outputs, inputs)
+                except Exception as error:
+                    failed = transform_failed(error, transform,
+                                              _transform_path(where, group.stage_id))
+                    if failed is None:
+                        raise
+                    raise failed from error
                 try:  # what it returned is read here (checked only if that fails)
                     if isinstance(produced, Call):
                         asked = produced.params

@@ -19,6 +19,7 @@ __all__ = [
     "RequestCancelled",
     "RequestFailed",
     "TopologyRefused",
+    "TransformFailed",
     "TransformReturnInvalid",
 ]
 
@@ -42,6 +43,41 @@ class TransformReturnInvalid(EdgeError):
         self.reason = reason
         self.value = value
         super().__init__(field_message(path, reason, value))
+
+
+class TransformFailed(EdgeError):
+    """A stage's input transform raised while it built the next inputs (the pipeline's fault).
+
+    The request reached the transform well formed (its inputs passed every check of the
+    first stage): what the transform raised — a ``ConfigError`` from a ``Fanout`` it built
+    wrong, a ``KeyError``, any error not typed as a refusal of the request — is its own
+    code's failure. Not a ``ValueError``, so ``edge serve`` answers 500 (code
+    ``transform_failed``) and ``edge run`` exits 1, never 400 or 2 as for the request's or
+    the file's fault. A transform refuses the request itself by raising an
+    ``edge_contracts`` error (``InvalidValue`` naming the request's field) or one that
+    declares a request fault (:mod:`edge_contracts.request_faults`): those pass unchanged.
+
+    The original error is :attr:`error` (and ``__cause__``).
+
+    Attributes:
+        path: The stage's ``input_transform`` (``pipelines[p].stages[b].input_transform``).
+        reason: The transform and the type it raised (``transform m:f raised ConfigError``).
+        value: The original error's message.
+        error: The original error.
+    """
+
+    def __init__(self, path: str, transform: str, error: BaseException) -> None:
+        self.path = path
+        self.transform = transform
+        self.error = error
+        self.reason = f"{transform} raised {type(error).__name__}"
+        self.value = str(error)
+        super().__init__(f"{path}: {self.reason}: {self.value}" if self.value
+                         else f"{path}: {self.reason}")
+
+    def __reduce__(self) -> tuple[type[TransformFailed], tuple[str, str, BaseException]]:
+        """Rebuild from the three arguments (keeps copy and deepcopy working)."""
+        return (type(self), (self.path, self.transform, self.error))
 
 
 class NumericsRefused(EdgeError):

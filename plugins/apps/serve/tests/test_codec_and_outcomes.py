@@ -15,8 +15,14 @@ import pytest
 from edge_contracts.errors import EventTooLarge, InvalidValue, PayloadTooLarge
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
-from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
-from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformReturnInvalid
+from edge_core.artifacts.errors import BundleChanged
+from edge_core.errors import ConfigError, ResourceUnavailable, StageClosed, WorkerLost
+from edge_core.runtime.errors import (
+    RequestCancelled,
+    RequestFailed,
+    TransformFailed,
+    TransformReturnInvalid,
+)
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
 from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
@@ -88,6 +94,9 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (TimeoutError("deadline passed"), 504, "deadline_s"),
     (WorkerLost("worker 12 died"), 503, "stage"),
     (RuntimeError("boom"), 500, "request"),
+    (TransformFailed("pipelines[p].stages[b].input_transform", "transform m:f",
+                     ConfigError("Fanout.items[0]", "must be a mapping of inputs", "ndarray")),
+     500, "pipelines[p].stages[b].input_transform"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
                                                  field: str) -> None:
@@ -100,6 +109,25 @@ def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
     assert set(body) == {"message", "type", "param", "code", "edge"}
     assert body["edge"]["status"] == status and body["edge"]["field"] == field
     assert body["code"] and body["code"] == body["code"].lower()
+
+
+def test_a_rewritten_bundle_is_503_bundle_changed_naming_the_manifest_without_retry(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``BundleChanged`` met while a request is answered (a bundle folder read by
+    ``finish`` or a transform) was a 500 ``internal_error``: the pipeline cannot serve as
+    it was opened, a 503, but no retry cures it (no ``Retry-After``)."""
+    changed = BundleChanged("/b/edge-manifest.json", "rewritten since the stage opened "
+                            "with manifest sha256 aa; ...; manifest sha256 now", "bb")
+    for _ in range(2):
+        refusal = from_exception(changed)
+        body = json.loads(refusal.body())["error"]
+        assert refusal.status == 503 and refusal.outcome == "unavailable"
+        assert refusal.headers == {"x-should-retry": "false"}
+        assert (body["code"], body["param"], body["message"]) == (
+            "bundle_changed", None, str(changed))
+        assert body["edge"] == {"status": 503, "kind": "BundleChanged",
+                                "field": "/b/edge-manifest.json", "reason": changed.reason}
+    assert capsys.readouterr().err.count("/b/edge-manifest.json") == 1  # logged once
 
 
 def test_a_declared_fault_is_400_with_its_param_and_code_in_the_clients_spelling() -> None:

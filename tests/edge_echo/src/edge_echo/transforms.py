@@ -24,6 +24,39 @@ def explode(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str,
     raise ValueError("transform exploded as configured")
 
 
+def bad_fanout(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+    """Build a ``Fanout`` wrong (an item that is an array, no mapping): a pipeline's bug.
+
+    Raises:
+        ConfigError: from ``Fanout`` itself, naming ``Fanout.items[0]``.
+
+    """
+    from edge_core.runtime import Fanout
+
+    return Fanout(items=[previous["x"]])
+
+
+def refuse_negative_input(previous: Mapping[str, Any],
+                          source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous outputs, unless the request's ``x`` holds a negative number.
+
+    A transform's typed refusal of the request's own input: the request's fault.
+
+    Raises:
+        InvalidValue: naming the request's field ``inputs['x']`` and the first negative value.
+
+    """
+    import numpy as np
+
+    from edge_contracts.errors import InvalidValue
+
+    values = np.asarray(source["x"]).ravel()
+    negative = values[values < 0]
+    if negative.size:
+        raise InvalidValue("inputs['x']", float(negative[0]), "must not be negative")
+    return dict(previous)
+
+
 def slow_passthrough(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     """The previous outputs after half a second: room to cancel between two stages."""
     import time

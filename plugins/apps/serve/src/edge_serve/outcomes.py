@@ -42,12 +42,19 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        that returned what strict JSON cannot carry (``FinishAnswerInvalid``: code
        ``finish_answer_invalid``, ``edge.field`` the path to it in the answer); a
        ``finish`` that raised (``FinishFailed``: code ``finish_failed``, naming the finish
-       and the error's type and message; its traceback logged once per pipeline); anything
-       else: the error's type and message (``x-should-retry: false`` on all: the same
-       request would fail the same way)
+       and the error's type and message; its traceback logged once per pipeline); a
+       stage's input transform that raised (``TransformFailed``: code
+       ``transform_failed``, ``edge.field`` the stage's ``input_transform``, naming the
+       transform and the error's type and message; its traceback logged once per
+       transform); anything else: the error's type and message (``x-should-retry: false``
+       on all: the same request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
-       ready, or lost its worker (``WorkerLost``), with ``Retry-After``; or the server is
-       shutting down (``x-should-retry: false``)
+       ready, or lost its worker (``WorkerLost``), with ``Retry-After``; a bundle a
+       stage verified in place rewritten since it opened, met by ``finish`` or a
+       transform reading the stage's bundle folder (``BundleChanged``: code
+       ``bundle_changed``, ``edge.field`` the manifest, naming both sha256s; logged once
+       per manifest; ``x-should-retry: false``: only opening the pipeline again mends
+       it); or the server is shutting down (``x-should-retry: false``)
 504    the request's deadline passed before its answer was ready (the server's own timer,
        or the runtime's ``TimeoutError``; ``x-should-retry: false``)
 =====  ================================================================================
@@ -67,8 +74,9 @@ from typing import Any
 
 from edge_contracts.errors import ContractError, EventTooLarge, PayloadTooLarge
 from edge_contracts.request_faults import fault_of
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.errors import EdgeError, ResourceUnavailable, StageClosed, WorkerLost
-from edge_core.runtime.errors import RequestCancelled, RequestFailed
+from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformFailed
 
 __all__ = [
     "OUTCOMES",
@@ -127,7 +135,8 @@ _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: What was already logged (each is logged once): a backend's undeclared error by its
 #: type, a pipeline's ``finish`` that answered what JSON cannot carry, or that raised, by
-#: the pipeline.
+#: the pipeline, a transform that raised by its stage's ``input_transform``, a rewritten
+#: bundle by its manifest.
 _logged: set[str] = set()
 
 
@@ -289,6 +298,44 @@ def finish_failed(pipeline: str, finish: str, error: BaseException) -> HttpRefus
     return refusal
 
 
+def _transform_failed(error: TransformFailed) -> HttpRefusal:
+    """500 for a stage's input transform that raised, naming it and the error.
+
+    The pipeline's own code failed between two stages (the request reached it well
+    formed): the server side is at fault, not the request, whatever the error's type (a
+    ``ConfigError`` from a ``Fanout`` built wrong is no request's fault either): 500,
+    ``param`` null, ``x-should-retry: false``. ``edge.field`` is the stage's
+    ``input_transform`` (``pipelines[p].stages[b].input_transform``). The first failure of
+    each transform is logged on stderr with the original error's traceback.
+    """
+    refusal = HttpRefusal(500, error.path, error.reason, _short(error.value, 500),
+                          kind=type(error).__name__, code="transform_failed", param=None)
+    key = f"transform-failed:{error.path}"
+    if key not in _logged:
+        trace = "".join(traceback.format_exception(error.error)).rstrip("\n")
+        _log_once(key, f"edge serve: error: {refusal} (answered 500; logged once per "
+                  f"transform, with its traceback):\n{trace}")
+    return refusal
+
+
+def _bundle_changed(error: BundleChanged) -> HttpRefusal:
+    """503 for a bundle rewritten since its stage opened, naming the manifest and why.
+
+    Met where a ``finish`` or a transform reads a stage's bundle folder verified in place
+    (:mod:`edge_core.runtime.bundle_folders`): the request and the pipeline's code are
+    fine, but the pipeline cannot serve as it was opened — the same state as a stage
+    whose restart was refused for it (503 ``stage_unavailable``). ``x-should-retry:
+    false`` and no ``Retry-After``: the same request fails the same way until the
+    pipeline is opened again (or the bundle restored). Logged once per manifest.
+    """
+    refusal = HttpRefusal(503, error.field, error.reason, error.value,
+                          kind=type(error).__name__, code="bundle_changed", param=None,
+                          message=str(error), retry=False)
+    _log_once(f"bundle-changed:{error.field}", f"edge serve: error: {refusal} (answered "
+              "503; logged once per bundle)")
+    return refusal
+
+
 def _event_too_large(error: BaseException) -> HttpRefusal | None:
     """500 naming the event's field for ``EventTooLarge``, raised or sent by a worker.
 
@@ -347,6 +394,10 @@ def from_exception(error: BaseException, *, field: str = "request",
     if isinstance(error, StageClosed):
         return HttpRefusal(503, "stage", "the stage is not serving", str(error), kind=kind,
                            code="stage_unavailable", headers=retry_headers())
+    if isinstance(error, BundleChanged):
+        return _bundle_changed(error)
+    if isinstance(error, TransformFailed):
+        return _transform_failed(error)
     if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
         return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
                            kind=kind, param="deadline_s")

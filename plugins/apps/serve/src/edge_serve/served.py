@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
+from edge_core.artifacts.errors import BundleChanged
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.health import StageState, replica_summary
@@ -290,8 +291,10 @@ class ServedPipeline:
         infinity, a value of a type JSON has no form for) is a 500 naming the path to it
         in the answer (:func:`~edge_serve.outcomes.finish_answer_invalid`), a ``finish``
         that raises a 500 naming it and the error
-        (:func:`~edge_serve.outcomes.finish_failed`); the result is acknowledged all the
-        same.
+        (:func:`~edge_serve.outcomes.finish_failed`), except ``BundleChanged`` from the
+        bundle folders it reads (a stage's bundle rewritten in place since it opened: a
+        503 naming the manifest, as :func:`~edge_serve.outcomes.from_exception` answers
+        it); the result is acknowledged all the same.
         """
         with result:
             handle.check()  # gone while the last stage answered: nothing further
@@ -299,6 +302,8 @@ class ServedPipeline:
                 try:
                     answer = self.finish(result.outputs, inputs,
                                          self.pipeline.bundle_directories())
+                except BundleChanged:  # not its code: the pipeline cannot serve as opened
+                    raise
                 except Exception as exc:  # the model's own code: a 500 naming it
                     raise finish_failed(self.name, self.finish_name, exc) from None
                 body = {"answer": answer}

@@ -1,0 +1,246 @@
+"""Errors of a pipeline's own code while a request runs, answered as the server's fault.
+
+In-process: the ASGI application over real pipelines (real worker processes), driven
+through httpx's ASGI transport. A stage's input transform that raises — a ``ConfigError``
+from a ``Fanout`` it built wrong — is the pipeline's failure (500 ``transform_failed``),
+never the client's (400); a transform's typed refusal of the request's own input, and a
+malformed tensor refused before any stage, stay 400. A bundle verified in place and
+rewritten since its stage opened, met where ``finish`` or a transform reads the stage's
+bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was opened),
+not the finish's own failure. After each, nothing is held; every test fails if it leaks
+a process, a segment or a descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_serve.app import ServerState, build_app
+from edge_serve.served import ServedPipeline, private_upload_dir
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+
+def _body(x: np.ndarray) -> dict[str, Any]:
+    return {"inputs": {"x": {"dtype": str(x.dtype), "shape": list(x.shape),
+                             "data": base64.b64encode(x.tobytes()).decode()}}}
+
+
+GOOD = _body(np.ones((2, 2), np.float32))
+NEGATIVE = _body(-np.ones((2, 2), np.float32))
+
+
+def _two_stages(name: str, transform: str) -> dict[str, Any]:
+    return {"name": name, "stages": [
+        {"id": "a", "backend": {"name": "echo"}},
+        {"id": "b", "backend": {"name": "echo"}, "input_transform": transform}]}
+
+
+@pytest.fixture
+def ledger() -> ResourceLedger:
+    return ResourceLedger([Pool(name="machine:ram", total=4 * 1024**3)])
+
+
+@pytest.fixture
+def pipelines(ledger: ResourceLedger) -> Iterator[dict[str, Pipeline]]:
+    """``fanout``: echo, then echo behind a transform that builds a ``Fanout`` wrong;
+    ``checked``: echo, then echo behind a transform that refuses a negative request input
+    with ``InvalidValue`` naming ``inputs['x']``."""
+    plugins = load_plugins(env={"EDGE_PLUGINS": "echo"})
+    opened: dict[str, Pipeline] = {}
+    try:
+        for name, transform in (("fanout", "edge_echo.transforms:bad_fanout"),
+                                ("checked", "edge_echo.transforms:refuse_negative_input")):
+            opened[name] = Pipeline.open(load_pipeline(_two_stages(name, transform)),
+                                         plugins, ledger, retire_deadline_s=3.0)
+        yield opened
+    finally:
+        for pipeline in opened.values():
+            pipeline.close()
+        assert ledger.snapshot()["reservations"] == []
+
+
+def _held(pipelines: dict[str, Pipeline]) -> dict[str, Any]:
+    """What requests hold now: admission, each stage's outstanding calls and slots, and
+    the workers (generation and state) serving."""
+    return {name: (p.admission.used, [(s.outstanding, s.slots.used, s.generation,
+                                       s.state.value) for s in p.stages])
+            for name, p in pipelines.items()}
+
+
+def test_a_transform_that_raises_config_error_is_500_naming_it_not_400(
+        pipelines: dict[str, Pipeline], ledger: ResourceLedger,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The request was well formed; the pipeline's transform built a ``Fanout`` wrong and
+    ``Fanout`` raised ``ConfigError``. It was answered 400 ``refused`` (``param``
+    ``request``: the client told to mend a request that had nothing wrong): now 500
+    ``transform_failed`` naming the stage's transform and the error's type and message,
+    its traceback logged once. A transform's typed refusal of the request's own input and
+    a malformed tensor stay 400; nothing is held afterwards and the pipelines serve on."""
+    held = ledger.holdings()
+    workers = _held(pipelines)
+    with ThreadPoolExecutor(4) as executor:
+        served = {name: ServedPipeline(p, executor, private_upload_dir())
+                  for name, p in pipelines.items()}
+        app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+        async def scenario() -> dict[str, list[httpx.Response]]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+                fanout = [await client.post("/v1/pipelines/fanout/run", json=GOOD)
+                          for _ in range(2)]
+                checked = [await client.post("/v1/pipelines/checked/run", json=body)
+                           for body in (NEGATIVE, GOOD)]
+                malformed = {"inputs": {"x": {**GOOD["inputs"]["x"], "shape": [3, 2]}}}
+                cut = [await client.post(f"/v1/pipelines/{name}/run", json=malformed)
+                       for name in ("fanout", "checked")]
+                return {"fanout": fanout, "checked": checked, "malformed": cut}
+
+        replies = asyncio.run(scenario())
+    message = ("pipelines[fanout].stages[b].input_transform: transform "
+               "edge_echo.transforms:bad_fanout raised ConfigError: Fanout.items[0]: must be "
+               "a mapping of inputs: 'ndarray'")
+    for reply in replies["fanout"]:
+        assert reply.status_code == 500, reply.text
+        assert reply.headers["x-should-retry"] == "false"
+        error = reply.json()["error"]
+        assert (error["type"], error["code"], error["param"]) == (
+            "server_error", "transform_failed", None)
+        assert error["message"] == message
+        assert error["edge"] == {
+            "status": 500, "kind": "TransformFailed",
+            "field": "pipelines[fanout].stages[b].input_transform",
+            "reason": "transform edge_echo.transforms:bad_fanout raised ConfigError"}
+    refused, answered = replies["checked"]
+    assert refused.status_code == 400, refused.text  # the request's own fault, still
+    error = refused.json()["error"]
+    assert (error["code"], error["edge"]["kind"], error["edge"]["field"]) == (
+        "invalid_value", "InvalidValue", "inputs['x']")
+    assert "must not be negative" in error["message"]
+    assert answered.status_code == 200, answered.text
+    for reply in replies["malformed"]:  # refused before any stage, as it was
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["edge"]["field"] == "inputs['x'].data"
+    logged = capsys.readouterr().err
+    assert logged.count("edge serve: error: ") == 1, logged  # once for two failures
+    assert f"edge serve: error: {message} (answered 500; logged once per transform, " \
+        "with its traceback):\nTraceback" in logged
+    assert "return Fanout(items=[previous[\"x\"]])" in logged
+    assert ledger.holdings() == held
+    assert _held(pipelines) == workers  # nothing held, the same workers serve on
+
+
+def _rewrite(bundle: Path) -> str:
+    """Rewrite ``bundle`` in place, consistently (a fresh verification passes): other
+    example inputs, so another manifest; its manifest sha256 now."""
+    from edge_core.artifacts import create_manifest, verify_bundle
+    from edge_ort.bundles import EXAMPLE_X
+
+    x = EXAMPLE_X + 1
+    np.savez(bundle / "example_inputs.npz", x=x)
+    np.savez(bundle / "expected.npz", y=np.maximum(x + x, 0))
+    create_manifest(bundle, component="add-relu", example_inputs="example_inputs.npz",
+                    expected_outputs="expected.npz", precision="fp32",
+                    exporter="onnx.helper", overwrite=True)
+    return verify_bundle(bundle, stage=False).manifest_sha256
+
+
+def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
+        tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """ort-cpu stages verified in place (``stage_bundle = false``); ``finish`` (pipeline
+    ``read``) and a transform (pipeline ``chain``) read their stages' bundle folders. Once
+    a bundle is rewritten, reading its folder raises ``BundleChanged``: from ``finish``
+    it was answered as any error of the finish's own code, 500 ``finish_failed`` with
+    the message cut at 500 characters. The request and the pipeline's code are fine; the
+    pipeline cannot serve as it was opened, as for a stage whose restart was refused for
+    the same reason: 503 ``bundle_changed`` naming the manifest, both sha256s and the
+    reason, ``x-should-retry: false`` and no ``Retry-After`` (the same request fails the
+    same way until the pipeline is opened again), logged once per bundle. The results
+    are acknowledged: nothing is held."""
+    from edge_core.artifacts import verify_bundle
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundles = {name: write_add_relu_bundle(tmp_path / name) for name in ("f", "a", "b")}
+    opened = {name: verify_bundle(path, stage=False).manifest_sha256
+              for name, path in bundles.items()}
+
+    def stage(stage_id: str, bundle: str, **more: str) -> dict[str, Any]:
+        return {"id": stage_id, "manifest": str(bundles[bundle]),
+                "backend": {"name": "ort-cpu", "options": {"stage_bundle": False}}, **more}
+
+    configs = {
+        "read": {"name": "read", "finish": "bundle_finish:finish", "stages": [stage("s", "f")]},
+        "chain": {"name": "chain", "stages": [
+            stage("a", "a"), stage("b", "b", input_transform="edge_echo.transforms:read_tables")]},
+    }
+    plugins = load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+    pipelines: dict[str, Pipeline] = {}
+    body = {"inputs": {"x": {"dtype": "float32", "shape": [2, 3],
+                             "data": base64.b64encode(EXAMPLE_X.tobytes()).decode()}}}
+    try:
+        for name, config in configs.items():
+            pipelines[name] = Pipeline.open(load_pipeline(config), plugins, ledger,
+                                            retire_deadline_s=3.0)
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        with ThreadPoolExecutor(4) as executor:
+            served = {name: ServedPipeline(p, executor, private_upload_dir())
+                      for name, p in pipelines.items()}
+            app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+            async def ask(names: list[str], sent: dict[str, Any] = body) -> list[httpx.Response]:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://edge") as client:
+                    return [await client.post(f"/v1/pipelines/{name}/run", json=sent)
+                            for name in names]
+
+            before = asyncio.run(ask(["read", "chain"]))
+            assert [reply.status_code for reply in before] == [200, 200], before[0].text
+            assert before[0].json()["answer"]["graph_bytes"] > 0
+            for wrong in (EXAMPLE_X.T.copy(), EXAMPLE_X.astype(np.float64)):  # the client's
+                refused = asyncio.run(ask(["chain"], _body(wrong)))[0]  # fault: before any
+                assert refused.status_code == 400, refused.text  # transform ran, still 400
+                assert refused.json()["error"]["param"].startswith("inputs"), refused.text
+            now = {name: _rewrite(bundles[name]) for name in ("f", "a")}
+            after = asyncio.run(ask(["read", "chain", "read", "chain"]))
+        for reply, bundle in zip(after, ["f", "a", "f", "a"], strict=True):
+            assert reply.status_code == 503, reply.text
+            assert reply.headers["x-should-retry"] == "false"
+            assert "retry-after" not in reply.headers
+            error = reply.json()["error"]
+            manifest = str(bundles[bundle] / "edge-manifest.json")
+            assert (error["type"], error["code"], error["param"]) == (
+                "server_error", "bundle_changed", None)
+            assert error["edge"]["kind"] == "BundleChanged"
+            assert error["edge"]["field"] == manifest
+            assert error["edge"]["reason"].startswith(
+                f"rewritten since the stage opened with manifest sha256 {opened[bundle]}; ")
+            assert error["message"].startswith(f"{manifest}: rewritten since ")
+            assert error["message"].endswith(f"manifest sha256 now: {now[bundle]!r}")
+        logged = [line for line in capsys.readouterr().err.splitlines()
+                  if line.startswith("edge serve: error: ")]
+        assert [line.split(": rewritten since ")[0] for line in logged] == [
+            f"edge serve: error: {bundles[name] / 'edge-manifest.json'}" for name in ("f", "a")]
+        assert all(line.endswith("(answered 503; logged once per bundle)") for line in logged)
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # nothing held; the stages' workers still run
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []

@@ -311,7 +311,8 @@ def test_create_without_example_inputs_notes_which_backends_refuse_the_bundle(
     np.savez(tmp_path / "x.npz", x=np.array([1.0, 2.0], np.float32))
     served = subprocess.run(
         [sys.executable, "-m", "edge_core.cli", "run", "pipeline.toml", "--inputs", "x.npz",
-         "--json"], cwd=tmp_path, env={**os.environ, "EDGE_PLUGINS": "echo"},
+         "--json"], cwd=tmp_path, env={**os.environ, "EDGE_PLUGINS": "echo",
+                                        "EDGE_WORKER_LOG_DIR": str(tmp_path / "logs")},
         capture_output=True, text=True, timeout=120, check=False)
     assert served.returncode == 0, served.stderr
     report = json.loads(served.stdout)

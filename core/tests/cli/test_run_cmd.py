@@ -392,7 +392,8 @@ def test_without_inputs_or_example_the_refusal_offers_only_what_the_pipeline_tak
         "example inputs to read instead; --input FILE needs a 'prepare' function, and the "
         "pipeline names none)")
     np.savez(tmp_path / "mine.npz", x=np.array([4.0, 5.0], np.float32))
-    followed = edge("run", "pipeline.toml", "--inputs", "mine.npz", cwd=tmp_path)
+    logs = {"EDGE_WORKER_LOG_DIR": str(tmp_path / "logs")}  # not a folder left in /tmp
+    followed = edge("run", "pipeline.toml", "--inputs", "mine.npz", cwd=tmp_path, env=logs)
     assert followed.returncode == 0, followed.stderr
 
     (tmp_path / "pipeline.toml").write_text('prepare = "edge_echo.ends:prepare"\n' + stage)
@@ -400,7 +401,7 @@ def test_without_inputs_or_example_the_refusal_offers_only_what_the_pipeline_tak
         tmp_path, HOOKED_EDGE, "inputs: give --input FILE or --inputs NPZ (the first stage, "
         "'a', bundles no example inputs to read instead)")
     (tmp_path / "mine.txt").write_text("4 5")
-    followed = edge("run", "pipeline.toml", "--input", "mine.txt", cwd=tmp_path)
+    followed = edge("run", "pipeline.toml", "--input", "mine.txt", cwd=tmp_path, env=logs)
     assert followed.returncode == 0, followed.stderr
 
 

@@ -289,6 +289,38 @@ def test_a_graph_in_another_format_is_accepted_by_create_and_verify(
     assert _json(capsys)["graph"] == "weights.bin"
 
 
+def test_create_without_example_inputs_notes_which_backends_refuse_the_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The note names who refuses such a bundle: the ONNX Runtime backends, not every stage.
+
+    It said "a stage cannot load this bundle"; a stage on a backend that needs no example
+    inputs (here the echo backend, served with ``--inputs``) loads and serves it.
+    """
+    directory = tmp_path / "plain"
+    directory.mkdir()
+    (directory / "weights.bin").write_bytes(b"weights")
+    assert main(["manifest", "create", str(directory), "--graph", "weights.bin"]) == 0
+    notes = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  note:")]
+    assert notes == ["  note: no example inputs: the ONNX Runtime backends refuse to load "
+                     "this bundle until its manifest names them (edge manifest create DIR "
+                     "--example-inputs FILE --force); another backend decides for itself"]
+    (tmp_path / "pipeline.toml").write_text(
+        'name = "one"\n[[stages]]\nid = "a"\nmanifest = "plain"\n'
+        '[stages.backend]\nname = "echo"\n')
+    np.savez(tmp_path / "x.npz", x=np.array([1.0, 2.0], np.float32))
+    served = subprocess.run(
+        [sys.executable, "-m", "edge_core.cli", "run", "pipeline.toml", "--inputs", "x.npz",
+         "--json"], cwd=tmp_path, env={**os.environ, "EDGE_PLUGINS": "echo",
+                                        "EDGE_WORKER_LOG_DIR": str(tmp_path / "logs")},
+        capture_output=True, text=True, timeout=120, check=False)
+    assert served.returncode == 0, served.stderr
+    report = json.loads(served.stdout)
+    assert report["plan"]["stages"][0]["id"] == "a"
+    assert report["ledger_after_close"]["reservations"] == []
+    assert all(v["release"] == "released" for v in report["closed"].values())
+
+
 def test_real_entry_point_shows_progress_when_forced_and_never_under_json(
     tmp_path: Path,
 ) -> None:

@@ -368,6 +368,43 @@ def test_without_inputs_the_hint_names_the_option_a_pipeline_without_prepare_tak
     assert "--input: the pipeline names no 'prepare' function" in refused.stderr
 
 
+def test_without_inputs_or_example_the_refusal_offers_only_what_the_pipeline_takes(
+        tmp_path: Path) -> None:
+    """No input and no bundled example: the refusal names the options that would be taken.
+
+    Without ``prepare`` it offered ``--input FILE`` too, which is then refused (the
+    pipeline names no 'prepare' function); it offers ``--inputs NPZ`` and says why not
+    ``--input``. With ``prepare`` both are offered. Each offer, followed, is served.
+    """
+    from edge_core.artifacts import create_manifest
+
+    from .test_run_process_starts import HOOKED_EDGE
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "model.bin").write_bytes(b"weights")
+    create_manifest(bundle, component="bundle", graph="model.bin")
+    stage = 'name = "one"\n[[stages]]\nid = "a"\nmanifest = "bundle"\n' \
+            '[stages.backend]\nname = "echo"\n'
+    (tmp_path / "pipeline.toml").write_text(stage)
+    _refused_before_any_start(
+        tmp_path, HOOKED_EDGE, "inputs: give --inputs NPZ (the first stage, 'a', bundles no "
+        "example inputs to read instead; --input FILE needs a 'prepare' function, and the "
+        "pipeline names none)")
+    np.savez(tmp_path / "mine.npz", x=np.array([4.0, 5.0], np.float32))
+    logs = {"EDGE_WORKER_LOG_DIR": str(tmp_path / "logs")}  # not a folder left in /tmp
+    followed = edge("run", "pipeline.toml", "--inputs", "mine.npz", cwd=tmp_path, env=logs)
+    assert followed.returncode == 0, followed.stderr
+
+    (tmp_path / "pipeline.toml").write_text('prepare = "edge_echo.ends:prepare"\n' + stage)
+    _refused_before_any_start(
+        tmp_path, HOOKED_EDGE, "inputs: give --input FILE or --inputs NPZ (the first stage, "
+        "'a', bundles no example inputs to read instead)")
+    (tmp_path / "mine.txt").write_text("4 5")
+    followed = edge("run", "pipeline.toml", "--input", "mine.txt", cwd=tmp_path, env=logs)
+    assert followed.returncode == 0, followed.stderr
+
+
 def _refused_before_any_start(folder: Path, hooked_edge: str, error: str,
                               *extra: str) -> None:
     """``edge run`` and ``edge profile`` on ``folder``'s pipeline.toml, with and without
@@ -415,8 +452,9 @@ def test_without_inputs_a_candidate_bundle_without_examples_is_refused_before_an
         'name = "one"\n[[stages]]\nid = "a"\nmanifest = "with"\n'
         '[[stages.candidates]]\nmanifest = "without"\n'
         '[stages.candidates.backend]\nname = "echo"\n')
-    error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
-             "example inputs to read instead)")
+    error = ("inputs: give --inputs NPZ (the first stage, 'a', bundles no example inputs "
+             "to read instead; --input FILE needs a 'prepare' function, and the pipeline "
+             "names none)")
     _refused_before_any_start(tmp_path, HOOKED_EDGE, error)
 
 
@@ -439,7 +477,8 @@ def test_params_without_inputs_on_a_graph_first_stage_are_refused_before_any_sta
     (tmp_path / "pipeline.toml").write_text(
         'name = "one"\n[[stages]]\nid = "a"\nmanifest = "bundle"\n'
         '[stages.backend]\nname = "echo"\n')
-    error = ("inputs: give --input FILE or --inputs NPZ (the first stage, 'a', bundles no "
-             "example inputs to read instead, and --params alone gives no tensors: only a "
-             "generate stage runs without them; its backends: echo)")
+    error = ("inputs: give --inputs NPZ (the first stage, 'a', bundles no example inputs "
+             "to read instead, and --params alone gives no tensors: only a generate stage "
+             "runs without them; its backends: echo; --input FILE needs a 'prepare' "
+             "function, and the pipeline names none)")
     _refused_before_any_start(tmp_path, HOOKED_EDGE, error, "--params", "{}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +74,76 @@ def test_a_run_in_which_nothing_passed_is_never_ok() -> None:
     assert done.returncode == 1
     assert "0 passed, 0 failed, 1 skipped (skipped is not passed)" in done.stdout
     assert "edge: no check passed (every check was skipped or failed)" in done.stderr
+
+
+def _conformance(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``edge conformance ARGV`` in this process (its workers are this test's children, for
+    the leak check); the exit code and what reached stdout and stderr, workers' included."""
+    from edge_core.cli import main
+    from edge_core.host.worker_logs import set_log_directory
+
+    try:
+        code = main(["conformance", *argv])
+        out, err = capfd.readouterr()
+    finally:
+        set_log_directory(None)  # the command's log folder is not the next test's
+    return code, out, err
+
+
+def _logged(folder: Path) -> str:
+    """Every worker log in ``folder``, then the folder removed."""
+    try:
+        return "".join(log.read_text() for log in sorted(folder.iterdir()))
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_workers_expected_refusal_goes_to_the_log_folder_not_the_terminal(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``malformed_frame_to_worker`` passes; the worker's refusal is in the log folder.
+
+    ``edge conformance`` let workers write to the terminal, unlike ``edge run`` and
+    ``edge plan``: the expected refusal read like an error (``edge worker: channel:
+    refused frame: ...``). The folder is named on stderr, or under ``--json`` as
+    ``worker_logs``; ``--verbose`` shows the workers' output on stderr instead.
+    """
+    from edge_core.host.worker_logs import LOG_DIR_ENV
+
+    monkeypatch.delenv(LOG_DIR_ENV, raising=False)
+    refusal = "edge worker: channel: refused frame: prefix.header_len: must be <= "
+    check = ("echo", "--check", "malformed_frame_to_worker")
+    code, out, err = _conformance(capfd, *check)
+    assert code == 0, out + err
+    assert "  PASSED   malformed_frame_to_worker: " in out
+    assert "refused frame" not in out + err
+    (named,) = [x for x in err.splitlines() if x.startswith("edge: worker logs: ")]
+    assert refusal in _logged(Path(named.removeprefix("edge: worker logs: ")))
+
+    code, out, err = _conformance(capfd, *check, "--json")
+    assert code == 0, out + err
+    report = json.loads(out)
+    assert report["ok"] is True and "refused frame" not in err
+    assert refusal in _logged(Path(report["worker_logs"]))
+
+    code, out, err = _conformance(capfd, *check, "--json", "--verbose")
+    assert code == 0, out + err
+    assert json.loads(out)["worker_logs"] is None
+    assert refusal in err and "worker logs" not in err
+
+
+def test_a_run_that_is_not_ok_names_the_log_folder_after_its_problems(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """The folder is named last on stderr when the run is not ok, for the reader of the
+    failure; ``EDGE_WORKER_LOG_DIR``'s folder is the one used."""
+    from edge_core.host.worker_logs import LOG_DIR_ENV
+
+    monkeypatch.setenv(LOG_DIR_ENV, str(tmp_path / "logs"))
+    code, out, err = _conformance(capfd, "ort-directml", "--check", "contract_version")
+    assert code == 1
+    assert "0 passed, 0 failed, 1 skipped (skipped is not passed)" in out
+    assert err.splitlines()[0] == f"edge: worker logs: {tmp_path / 'logs'}"
+    assert err.splitlines()[-2:] == [
+        "edge: no check passed (every check was skipped or failed)",
+        f"edge: worker logs: {tmp_path / 'logs'}"]

@@ -5,6 +5,14 @@ backend asked for by name is unavailable (its checks are reported skipped), or w
 nothing passed at all (skipped checks are shown as skipped and never count as passed);
 2 for an unknown check name or a backend name no installed plugin provides (with the
 closest installed names), before any check runs.
+
+The workers the checks start write their output to a log folder, as ``edge run``'s and
+``edge plan``'s do (:func:`~edge_core.cli.common.worker_logs`): a check that makes a
+worker refuse something (a malformed frame) passes without the worker's own message
+showing on the terminal as if it were an error. The folder is named on stderr before
+any worker starts and again after the summary when the run is not ok, and as
+``worker_logs`` in the ``--json`` document; ``--verbose`` shows the workers' output on
+stderr instead (``worker_logs`` is then null).
 """
 
 from __future__ import annotations
@@ -29,12 +37,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "leaks) on the named backends (default: every installed backend). An unavailable "
         "backend reports every check skipped, and skipped never counts as passed. Exit 0 "
         "when no check failed and one passed, 1 otherwise, 2 for an unknown backend or "
-        "check name.",
+        "check name. The workers' output goes to a log folder, named on stderr (again "
+        "after the summary when the run is not ok) and as worker_logs under --json; "
+        "--verbose shows it on stderr instead.",
         epilog=common.examples("edge conformance ort-cpu",
                                "edge conformance ort-cpu --check cancel_running_call --json"),
         formatter_class=common.HelpFormatter,
     )
     common.add_json_flag(parser)
+    common.add_verbose_flag(parser)
     parser.add_argument("backends", nargs="*", metavar="BACKEND",
                         help="backend names (default: every installed backend)")
     parser.add_argument("--check", action="append", default=None, metavar="CHECK",
@@ -65,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise common.CommandFailed(common.EXIT_USAGE, "; ".join(problems),
                                    {"problems": problems})
     names = args.backends or installed
+    logs = common.worker_logs(args.verbose, None if args.json else common.say)
     reports = []
     for backend in names:
         try:
@@ -78,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                          passed=document["summary"]["passed"])
     if args.json:
         common.print_json({"ok": not problems, **document,
+                           "worker_logs": str(logs) if logs is not None else None,
                            **({"error": "; ".join(problems)} if problems else {})})
     else:
         totals = document["summary"]
@@ -85,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
               f"{totals['skipped']} skipped (skipped is not passed)")
         for problem in problems:
             print(f"edge: {problem}", file=sys.stderr)
+        if problems and logs is not None:
+            print(f"edge: worker logs: {logs}", file=sys.stderr)
     return common.EXIT_FAILED if problems else common.EXIT_OK
 
 

@@ -51,8 +51,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     create = common.add_command(
         actions, "create", "hash every file of DIR and write DIR/edge-manifest.json",
         "Hash every file of DIR and write DIR/edge-manifest.json. File arguments are paths "
-        "inside DIR (relative to DIR, or to the working directory). A stage loads a bundle "
-        "only with example inputs to warm up and gate it: give --example-inputs (and "
+        "inside DIR (relative to DIR, or to the working directory). The ONNX Runtime "
+        "backends load a bundle only with example inputs, which their warm-up gate runs "
+        "(another backend decides for itself): give --example-inputs (and "
         "--expected-outputs to compare its outputs too). The graph may be any file (a "
         "backend that does not run ONNX reads its own format), but every file named .onnx "
         "(any case), the graph or not, must be an ONNX model with a graph that has an input "
@@ -71,7 +72,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                         "model")
     create.add_argument("--example-inputs", metavar="FILE",
                         help=".npz of example inputs, by input name: what the warm-up gate "
-                        "runs (a stage cannot load a bundle without them)")
+                        "runs (the ONNX Runtime backends refuse a bundle without them)")
     create.add_argument("--expected-outputs", metavar="FILE",
                         help=".npz of reference outputs for the example inputs (recorded in "
                         "validation; the gate compares against them)")
@@ -238,5 +239,6 @@ def _print_human(action: str, result: dict[str, Any]) -> None:
         shown = path if path.isprintable() else repr(path)
         print(f"  note: not listed in the manifest (never loaded): {shown}")
     if action == "create" and not result.get("example_inputs"):
-        print("  note: no example inputs: a stage cannot load this bundle until its manifest "
-              "names them (edge manifest create DIR --example-inputs FILE --force)")
+        print("  note: no example inputs: the ONNX Runtime backends refuse to load this "
+              "bundle until its manifest names them (edge manifest create DIR "
+              "--example-inputs FILE --force); another backend decides for itself")

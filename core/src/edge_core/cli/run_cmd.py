@@ -46,6 +46,7 @@ from edge_core.cli.run_inputs import (
     PreparedInputs,
     Progress,
     expand_inputs,
+    input_options,
     no_inputs,
     read_npz_inputs,
     skipped_line,
@@ -172,7 +173,8 @@ def _example_inputs(pipeline: Any, args: argparse.Namespace) -> tuple[dict[str, 
         return dict(found.arrays), where
     if args.params is not None:  # a prompt-only generate stage takes no tensors
         return {}, "no tensors (--params only)"
-    raise common.CommandFailed(common.EXIT_USAGE, "inputs: give --input or --inputs (the first "
+    options = input_options(pipeline.config)  # --input only with a prepare function
+    raise common.CommandFailed(common.EXIT_USAGE, f"inputs: give {options} (the first "
                                "stage has no example inputs to fall back on)")
 
 

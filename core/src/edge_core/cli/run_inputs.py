@@ -49,6 +49,7 @@ __all__ = [
     "bundled_example",
     "check_readable",
     "expand_inputs",
+    "input_options",
     "no_inputs",
     "read_npz_inputs",
     "skipped_line",
@@ -198,13 +199,30 @@ def no_inputs(config: Any, plugins: Any, params: bool) -> common.CommandFailed |
             return None
         backends = ", ".join(dict.fromkeys(c.backend.name for c in stage.choices()))
         return common.CommandFailed(
-            common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
+            common.EXIT_USAGE, f"inputs: give {input_options(config)} (the first "
             f"stage, {stage.id!r}, bundles no example inputs to read instead, and --params "
             f"alone gives no tensors: only a generate stage runs without them; its "
-            f"backends: {backends})")
+            f"backends: {backends}{_no_prepare(config)})")
     return common.CommandFailed(
-        common.EXIT_USAGE, f"inputs: give --input FILE or --inputs NPZ (the first "
-        f"stage, {stage.id!r}, bundles no example inputs to read instead)")
+        common.EXIT_USAGE, f"inputs: give {input_options(config)} (the first "
+        f"stage, {stage.id!r}, bundles no example inputs to read instead"
+        f"{_no_prepare(config)})")
+
+
+def input_options(config: Any) -> str:
+    """The input options ``config``'s pipeline takes, as a refusal offers them.
+
+    ``--input FILE`` only where the pipeline names a ``prepare`` function (without one
+    ``--input`` is refused); ``--inputs NPZ`` always.
+    """
+    return "--input FILE or --inputs NPZ" if config.prepare is not None else "--inputs NPZ"
+
+
+def _no_prepare(config: Any) -> str:
+    """Why ``--input`` is not offered: the clause a refusal adds, or ``""``."""
+    if config.prepare is not None:
+        return ""
+    return "; --input FILE needs a 'prepare' function, and the pipeline names none"
 
 
 def unread_params(config: Any, plugins: Any,

@@ -110,8 +110,9 @@ def _array_groups(pipeline: Pipeline, sources: Sequence[str], npz_files: Sequenc
                            dict(found.arrays))]
     if not required:
         return []
-    raise RecordInvalid("inputs", "give --input or --inputs: the first stage has no "
-                        "example inputs", pipeline.stages[0].stage_id)
+    options = "--input or --inputs" if pipeline.config.prepare is not None else "--inputs"
+    raise RecordInvalid("inputs", f"give {options}: the first stage has no example inputs",
+                        pipeline.stages[0].stage_id)
 
 
 def timed_run(pipeline: Pipeline, arrays: Mapping[str, Any], deadline_s: float | None = None,

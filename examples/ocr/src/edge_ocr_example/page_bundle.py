@@ -32,7 +32,8 @@ package as ``demo_page_truth.json``, and its pass criterion ``cer <= GOLDEN_MAX_
 ``pipeline-auto.toml`` (the classifier
 with a ``qnn`` candidate on the bundle ``make demo`` derives into ``classify-qnn``, then
 ``ort-cpu``: :func:`pipeline_auto_toml`; not built here: the command prints what makes it,
-:func:`derive_command`), ``page.png`` (the demo page:
+:func:`derive_command`, and what to install first where edge-qnn or its derive extra is
+missing, :func:`edge_ocr_example.derive_tool.derive_missing`), ``page.png`` (the demo page:
 :func:`edge_ocr_example.pages.demo_page`) and ``bundle.json``.
 
 ``python -m edge_ocr_example.page_bundle OUT [--det-limit L] [--rec-batch R] [--wheel WHL]``
@@ -59,6 +60,7 @@ from edge_ocr_example.bundle_layout import DESCRIPTION, MANIFEST, PIPELINE, grap
 from edge_ocr_example.chain import STAGES
 from edge_ocr_example.ctc_head import with_ctc_head
 from edge_ocr_example.decode import CHARACTERS_FILE, character_table
+from edge_ocr_example.derive_tool import derive_missing
 from edge_ocr_example.errors import OcrError
 from edge_ocr_example.line_input import line_row
 from edge_ocr_example.models import RAPIDOCR_VERSION, WHEEL_SHA256, read_graph
@@ -98,7 +100,9 @@ AUTO_CLASSIFY: Final = "classify-qnn"
 """Where ``make demo`` writes the classifier's derived static bundle (``edge derive``)."""
 AUTO_DERIVE_NEEDS: Final = ("edge derive comes with the edge-qnn plugin: "
                             "pip install 'edge-qnn[derive]'")
-"""Where ``edge derive`` comes from: not from the wheels the page pipeline needs."""
+"""Where ``edge derive`` comes from: not from the wheels the page pipeline needs (the note
+in ``pipeline-auto.toml``; the command's last line says what this environment lacks,
+:func:`edge_ocr_example.derive_tool.derive_missing`)."""
 AUTO_GATE_TIMEOUT_S: Final = 60.0
 """Bound on the qnn candidate's load and, separately, its warm-up gate (seconds)."""
 AUTO_FP16_BOUND: Final = {"max_abs_error": 0.01, "normalised_error": 0.01}
@@ -412,8 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in result.text:
         print(f"  {line}")
     print(f"ready: edge run {args.out / PIPELINE} --input {args.out / PAGE}")
+    missing = derive_missing()  # edge derive's distributions, read from their metadata
+    step = (f"run {derive_command(args.out)} (edge-qnn and its derive extra are installed)"
+            if missing is None else f"{derive_command(args.out)} ({missing})")
     print(f"not ready: {args.out / AUTO_PIPELINE} needs {args.out / AUTO_CLASSIFY}, which "
-          f"this command does not build: {derive_command(args.out)} ({AUTO_DERIVE_NEEDS})")
+          f"this command does not build: {step}")
     return 0
 
 

@@ -81,23 +81,56 @@ elif MOMENT == "exit":  # registered first: runs last of the exit hooks
 elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers retire
     import psutil
 
-    from edge_core.host import exit_cleanup
     from edge_core.runtime import pipeline as module
 
-    run, retire_all = module.Pipeline.run, exit_cleanup.retire_all
+    run, close = module.Pipeline.run, module.Pipeline.close
 
     def interrupted_run(self, *args, **kwargs):
         mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
         ctrl_c()
         return run(self, *args, **kwargs)
 
-    def interrupted_retire_all():
+    def interrupted_close(self):
         ctrl_c()
-        retire_all()
+        closed = close(self)
         mark("retired")
+        return closed
 
     module.Pipeline.run = interrupted_run
-    exit_cleanup.retire_all = interrupted_retire_all  # what the exit hook registers
+    module.Pipeline.close = interrupted_close  # what the interrupted command closes
+elif MOMENT == "request":  # one Ctrl-C during a request; what is left when it is said
+    import psutil
+
+    from edge_contracts.shm import segment_names, segment_owner
+    from edge_core.runtime import pipeline as module
+
+    run, workers = module.Pipeline.run, []
+
+    def interrupted_run(self, *args, **kwargs):
+        workers.extend(psutil.Process().children(True))
+        mark("workers " + " ".join(str(c.pid) for c in workers))
+        ctrl_c()
+        return run(self, *args, **kwargs)
+
+    class Stderr:  # notes, as the command says it was interrupted, what still runs
+        def __init__(self, stream):
+            self.stream = stream
+
+        def write(self, text):
+            if "interrupted" in text:
+                running = [p.pid for p in workers
+                           if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+                owners = {os.getpid(), *(p.pid for p in workers)}
+                segments = [n for n in segment_names()
+                            if (o := segment_owner(n)) is not None and o.pid in owners]
+                mark(f"said; running {running}; segments {segments}")
+            return self.stream.write(text)
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    module.Pipeline.run = interrupted_run
+    sys.stderr = Stderr(sys.stderr)
 elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then another
     import edge_core.preflight as preflight
     from edge_core.runtime import pipeline as module
@@ -230,13 +263,15 @@ def test_ctrl_c_after_the_command_ended_keeps_its_output_and_exit_code(work: Pat
 
 
 def test_a_second_ctrl_c_while_the_workers_retire_lets_them_retire(work: Path) -> None:
-    # the first Ctrl-C during a request unwinds the command, whose workers are retired as
-    # the process exits; a second one then cut that short with a traceback ("Exception
-    # ignored in atexit callback"), the workers left to their supervisors: now it is
-    # ignored and the retirement finishes
+    # the first Ctrl-C during a request unwinds the command, which closes its pipeline
+    # (before, its workers were retired by the exit hook, where a second one cut that
+    # short with a traceback, "Exception ignored in atexit callback", the workers left
+    # to their supervisors): a second one as the workers retire is ignored, with one
+    # line, and the retirement finishes
     done, seen = ctrl_c_at("retire", work)
     assert_interrupted(done)
     assert "KeyboardInterrupt" not in done.stderr
+    assert "edge: still retiring" in done.stderr
     assert (work / "marks.txt").read_text().splitlines()[-1] == "retired"
     assert seen, "no worker was started"
     assert_nothing_left(seen, 0)
@@ -262,4 +297,16 @@ def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> N
     assert (work / "marks.txt").read_text().splitlines()[0] == "swallowed"
     assert_interrupted(done)
     assert "still retiring" not in done.stderr
+    assert_nothing_left(seen, 0)
+
+
+def test_ctrl_c_during_a_request_says_so_once_the_workers_are_retired(work: Path) -> None:
+    # the command said "edge: interrupted" with its workers still running (and their
+    # shared memory in place), retired only afterwards by the exit hook: now the pipeline
+    # is closed first, and the line is true when it is written
+    done, seen = ctrl_c_at("request", work)
+    assert_interrupted(done)
+    assert seen, "no worker was started"
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[-1] == "said; running []; segments []", marks
     assert_nothing_left(seen, 0)

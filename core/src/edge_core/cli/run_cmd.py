@@ -386,6 +386,9 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
         failure.body["health"] = states  # still one line on stderr: states after a ';'
         failure.message = "; ".join([failure.message, "health: " + "; ".join(states)])
         raise failure from exc
+    except BaseException:  # Ctrl-C, SIGTERM: closed before the command says it ended so
+        pipeline.close()
+        raise
     closing = pipeline.close()
     import statistics  # where used: the command's start-up does not pay for it
 

@@ -98,19 +98,22 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     module.Pipeline.close = interrupted_close  # what the interrupted command closes
-elif MOMENT == "request":  # one Ctrl-C during a request; what is left when it is said
+elif MOMENT in ("request", "buffers"):  # one Ctrl-C; what is left when it is said
     import psutil
 
     from edge_contracts.shm import segment_names, segment_owner
+    from edge_core.cli.run_inputs import BufferedInputs
     from edge_core.runtime import pipeline as module
 
-    run, workers = module.Pipeline.run, []
+    workers = []
 
-    def interrupted_run(self, *args, **kwargs):
-        workers.extend(psutil.Process().children(True))
-        mark("workers " + " ".join(str(c.pid) for c in workers))
-        ctrl_c()
-        return run(self, *args, **kwargs)
+    def interrupting(function):  # during a request, or as the command has just opened
+        def interrupted(self, *args, **kwargs):
+            workers.extend(psutil.Process().children(True))
+            mark("workers " + " ".join(str(c.pid) for c in workers))
+            ctrl_c()
+            return function(self, *args, **kwargs)
+        return interrupted
 
     class Stderr:  # notes, as the command says it was interrupted, what still runs
         def __init__(self, stream):
@@ -129,7 +132,10 @@ elif MOMENT == "request":  # one Ctrl-C during a request; what is left when it i
         def __getattr__(self, name):
             return getattr(self.stream, name)
 
-    module.Pipeline.run = interrupted_run
+    if MOMENT == "request":
+        module.Pipeline.run = interrupting(module.Pipeline.run)
+    else:
+        BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)
 elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then another
     import edge_core.preflight as preflight
@@ -300,11 +306,14 @@ def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> N
     assert_nothing_left(seen, 0)
 
 
-def test_ctrl_c_during_a_request_says_so_once_the_workers_are_retired(work: Path) -> None:
-    # the command said "edge: interrupted" with its workers still running (and their
-    # shared memory in place), retired only afterwards by the exit hook: now the pipeline
-    # is closed first, and the line is true when it is written
-    done, seen = ctrl_c_at("request", work)
+@pytest.mark.parametrize("moment", ["request", "buffers"])
+def test_ctrl_c_once_the_pipeline_is_open_says_so_once_the_workers_are_retired(
+        work: Path, moment: str) -> None:
+    # during a request, or as the command has just opened the pipeline: the command said
+    # "edge: interrupted" with its workers still running (and their shared memory in
+    # place), retired only afterwards by the exit hook: now the pipeline is closed first,
+    # and the line is true when it is written
+    done, seen = ctrl_c_at(moment, work)
     assert_interrupted(done)
     assert seen, "no worker was started"
     marks = (work / "marks.txt").read_text().splitlines()

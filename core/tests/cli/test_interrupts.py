@@ -36,6 +36,19 @@ name = "echo"
 scale = 2.0
 """
 
+MEASURED = """
+name = "measured"
+
+[[stages]]
+id = "a"
+
+[[stages.candidates]]
+backend = { name = "echo", options = { scale = 2.0 } }
+
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { scale = 2.0 } }
+"""
+
 HOOKS = '''
 """Sends this process SIGINT at the moment EDGE_TEST_CTRL_C names (test_interrupts)."""
 import atexit
@@ -98,7 +111,7 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     module.Pipeline.close = interrupted_close  # what the interrupted command closes
-elif MOMENT in ("request", "buffers"):  # one Ctrl-C; what is left when it is said
+elif MOMENT in ("request", "buffers", "plan"):  # one Ctrl-C; what is left when said
     import psutil
 
     from edge_contracts.shm import segment_names, segment_owner
@@ -134,6 +147,8 @@ elif MOMENT in ("request", "buffers"):  # one Ctrl-C; what is left when it is sa
 
     if MOMENT == "request":
         module.Pipeline.run = interrupting(module.Pipeline.run)
+    elif MOMENT == "plan":  # edge plan: the pipeline open, its plan being read
+        module.Pipeline.execution_plan = interrupting(module.Pipeline.execution_plan)
     else:
         BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)
@@ -184,6 +199,7 @@ elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the o
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    (tmp_path / "measured.toml").write_text(MEASURED)  # edge plan measures its candidates
     # large enough to travel in a shared-memory input buffer
     np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
     hooks = tmp_path / "hooks"
@@ -192,16 +208,20 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def ctrl_c_at(moment: str, work: Path) -> tuple[subprocess.CompletedProcess[str], set[int]]:
-    """Run ``edge run`` with SIGINT sent at ``moment``; the result and every child seen."""
+RUN = ["run", "pipeline.toml", "--inputs", "big.npz", "--repeat", "3", "--json"]
+
+
+def ctrl_c_at(moment: str, work: Path, argv: list[str] = RUN,
+              ) -> tuple[subprocess.CompletedProcess[str], set[int]]:
+    """Run ``edge ARGV`` with SIGINT sent at ``moment``; the result and every child seen."""
     env = {k: v for k, v in os.environ.items() if k != "EDGE_DEBUG"}
     env.update(EDGE_PLUGINS="echo", EDGE_TEST_CTRL_C=moment,
                EDGE_TEST_MARKS=str(work / "marks.txt"),
                PYTHONPATH=os.pathsep.join([str(work / "hooks"),
                                            *filter(None, [env.get("PYTHONPATH")])]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "edge_core.cli", "run", "pipeline.toml", "--inputs",
-         "big.npz", "--repeat", "3", "--json"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "edge_core.cli", *argv], cwd=work, env=env,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: set[int] = set()
     while process.poll() is None:  # every descendant, to find any left running
@@ -306,14 +326,16 @@ def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> N
     assert_nothing_left(seen, 0)
 
 
-@pytest.mark.parametrize("moment", ["request", "buffers"])
+@pytest.mark.parametrize(("moment", "argv"), [
+    ("request", RUN), ("buffers", RUN), ("plan", ["plan", "pipeline.toml", "--json"]),
+    ("plan", ["plan", "measured.toml", "--json"])])
 def test_ctrl_c_once_the_pipeline_is_open_says_so_once_the_workers_are_retired(
-        work: Path, moment: str) -> None:
-    # during a request, or as the command has just opened the pipeline: the command said
-    # "edge: interrupted" with its workers still running (and their shared memory in
-    # place), retired only afterwards by the exit hook: now the pipeline is closed first,
-    # and the line is true when it is written
-    done, seen = ctrl_c_at(moment, work)
+        work: Path, moment: str, argv: list[str]) -> None:
+    # edge run during a request, or as it has just opened the pipeline; edge plan as it
+    # reads the open pipeline's plan: the command said "edge: interrupted" with its
+    # workers still running (and their shared memory in place), retired only afterwards
+    # by the exit hook: now the pipeline is closed first, and the line is true when said
+    done, seen = ctrl_c_at(moment, work, argv)
     assert_interrupted(done)
     assert seen, "no worker was started"
     marks = (work / "marks.txt").read_text().splitlines()

@@ -1,23 +1,23 @@
 """The ``edge`` console script's target: Ctrl-C and SIGTERM are handled before any import.
 
 The script an installer writes for ``edge`` imports this module and calls :func:`main`.
-Until the command line's own handling is in place, a Ctrl-C or SIGTERM got Python's: a
-``KeyboardInterrupt`` traceback from whichever module was being imported (the command
-line's are tens of milliseconds of imports), or an end by the signal. :func:`main` first
-makes either end the process at once, with exit code 130 or 143 and the one line
-``edge: interrupted`` or ``edge: terminated (SIGTERM)`` (and, with ``--json``, the
-document ``{"ok": false, "error": ...}`` on stdout), as the command line would: nothing
-has started yet that needs retiring or removing. Only then does it import the command
-line (:mod:`edge_core.cli`), whose ``main`` puts in place the handling that unwinds a
-running command (:class:`edge_core.cli.Terminated`).
+Until the command line's own handling is in place, a Ctrl-C or SIGTERM gets Python's: a
+``KeyboardInterrupt`` traceback from whichever module is being imported (the command line
+imports dozens), or an end by the signal. :func:`main` first makes either end the process
+at once, with exit code 130 or 143 and the one line ``edge: interrupted`` or ``edge:
+terminated (SIGTERM)`` (and, with ``--json``, the document ``{"ok": false, "error":
+...}`` on stdout), as the command line would: nothing has started yet that needs retiring
+or removing. Only then does it import the command line (:mod:`edge_core.cli`), whose
+``main`` puts in place the handling that unwinds a running command.
 
 Before :func:`main` runs, the signal is still Python's: while the interpreter starts (an
 end by the signal, no output, which a shell reports as 130 or 143 all the same), while
-``site`` runs the environment's ``.pth`` files, and while the script imports this module
-and :mod:`edge_core` (which imports nothing). This module imports nothing either: ``os``
-and ``sys`` are loaded by the interpreter's start, and so is the C module ``_signal``,
-used here rather than :mod:`signal` (whose ``enum`` wrappers cost a few milliseconds of
-imports that would widen the window; they are imported later by the command line).
+``site`` runs the environment's ``.pth`` files (Python's own fatal error, exit 1), and
+while the script imports this module and :mod:`edge_core` (which imports nothing). This
+module imports nothing either: ``os`` and ``sys`` are loaded by the interpreter's start,
+and so is the C module ``_signal``, used here rather than :mod:`signal` (whose ``enum``
+wrappers would import ``enum`` and more before the handlers are set; the command line
+imports them afterwards).
 """
 
 import os

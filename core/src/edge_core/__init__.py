@@ -5,8 +5,8 @@ implementations, and :data:`CONTRACT_VERSION`, the hook-contract version this co
 implements. Both are loaded lazily so that ``import edge_core`` stays cheap.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` (an import, before ``edge`` handles Ctrl-C:
+# edge_core.entry): the one annotation that needs it is a string.
 TYPE_CHECKING = False  # not typing's: ``edge`` starts without importing typing
 if TYPE_CHECKING:
     from typing import Any
@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = ["CONTRACT_VERSION", "__version__", "hookimpl"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     if name in {"hookimpl", "CONTRACT_VERSION"}:
         from edge_core import hookspecs
 

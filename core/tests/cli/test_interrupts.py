@@ -36,6 +36,19 @@ name = "echo"
 scale = 2.0
 """
 
+MEASURED = """
+name = "measured"
+
+[[stages]]
+id = "a"
+
+[[stages.candidates]]
+backend = { name = "echo", options = { scale = 2.0 } }
+
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { scale = 2.0 } }
+"""
+
 HOOKS = '''
 """Sends this process SIGINT at the moment EDGE_TEST_CTRL_C names (test_interrupts)."""
 import atexit
@@ -81,23 +94,64 @@ elif MOMENT == "exit":  # registered first: runs last of the exit hooks
 elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers retire
     import psutil
 
-    from edge_core.host import exit_cleanup
     from edge_core.runtime import pipeline as module
 
-    run, retire_all = module.Pipeline.run, exit_cleanup.retire_all
+    run, close = module.Pipeline.run, module.Pipeline.close
 
     def interrupted_run(self, *args, **kwargs):
         mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
         ctrl_c()
         return run(self, *args, **kwargs)
 
-    def interrupted_retire_all():
+    def interrupted_close(self):
         ctrl_c()
-        retire_all()
+        closed = close(self)
         mark("retired")
+        return closed
 
     module.Pipeline.run = interrupted_run
-    exit_cleanup.retire_all = interrupted_retire_all  # what the exit hook registers
+    module.Pipeline.close = interrupted_close  # what the interrupted command closes
+elif MOMENT in ("request", "buffers", "plan"):  # one Ctrl-C; what is left when said
+    import psutil
+
+    from edge_contracts.shm import segment_names, segment_owner
+    from edge_core.cli.run_inputs import BufferedInputs
+    from edge_core.runtime import pipeline as module
+
+    workers = []
+
+    def interrupting(function):  # during a request, or as the command has just opened
+        def interrupted(self, *args, **kwargs):
+            workers.extend(psutil.Process().children(True))
+            mark("workers " + " ".join(str(c.pid) for c in workers))
+            ctrl_c()
+            return function(self, *args, **kwargs)
+        return interrupted
+
+    class Stderr:  # notes, as the command says it was interrupted, what still runs
+        def __init__(self, stream):
+            self.stream = stream
+
+        def write(self, text):
+            if "interrupted" in text:
+                running = [p.pid for p in workers
+                           if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+                owners = {os.getpid(), *(p.pid for p in workers)}
+                segments = [n for n in segment_names()
+                            if (o := segment_owner(n)) is not None and o.pid in owners]
+                mark(f"said; running {running}; segments {segments}")
+            return self.stream.write(text)
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    if MOMENT == "request":
+        module.Pipeline.run = interrupting(module.Pipeline.run)
+    elif MOMENT == "plan":  # edge plan: the pipeline open, its plan being read
+        module.Pipeline.execution_plan = interrupting(module.Pipeline.execution_plan)
+    else:
+        BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
+    sys.stderr = Stderr(sys.stderr)
 elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then another
     import edge_core.preflight as preflight
     from edge_core.runtime import pipeline as module
@@ -145,6 +199,7 @@ elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the o
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
+    (tmp_path / "measured.toml").write_text(MEASURED)  # edge plan measures its candidates
     # large enough to travel in a shared-memory input buffer
     np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
     hooks = tmp_path / "hooks"
@@ -153,16 +208,20 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def ctrl_c_at(moment: str, work: Path) -> tuple[subprocess.CompletedProcess[str], set[int]]:
-    """Run ``edge run`` with SIGINT sent at ``moment``; the result and every child seen."""
+RUN = ["run", "pipeline.toml", "--inputs", "big.npz", "--repeat", "3", "--json"]
+
+
+def ctrl_c_at(moment: str, work: Path, argv: list[str] = RUN,
+              ) -> tuple[subprocess.CompletedProcess[str], set[int]]:
+    """Run ``edge ARGV`` with SIGINT sent at ``moment``; the result and every child seen."""
     env = {k: v for k, v in os.environ.items() if k != "EDGE_DEBUG"}
     env.update(EDGE_PLUGINS="echo", EDGE_TEST_CTRL_C=moment,
                EDGE_TEST_MARKS=str(work / "marks.txt"),
                PYTHONPATH=os.pathsep.join([str(work / "hooks"),
                                            *filter(None, [env.get("PYTHONPATH")])]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "edge_core.cli", "run", "pipeline.toml", "--inputs",
-         "big.npz", "--repeat", "3", "--json"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "edge_core.cli", *argv], cwd=work, env=env,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: set[int] = set()
     while process.poll() is None:  # every descendant, to find any left running
@@ -230,13 +289,15 @@ def test_ctrl_c_after_the_command_ended_keeps_its_output_and_exit_code(work: Pat
 
 
 def test_a_second_ctrl_c_while_the_workers_retire_lets_them_retire(work: Path) -> None:
-    # the first Ctrl-C during a request unwinds the command, whose workers are retired as
-    # the process exits; a second one then cut that short with a traceback ("Exception
-    # ignored in atexit callback"), the workers left to their supervisors: now it is
-    # ignored and the retirement finishes
+    # the first Ctrl-C during a request unwinds the command, which closes its pipeline
+    # (before, its workers were retired by the exit hook, where a second one cut that
+    # short with a traceback, "Exception ignored in atexit callback", the workers left
+    # to their supervisors): a second one as the workers retire is ignored, with one
+    # line, and the retirement finishes
     done, seen = ctrl_c_at("retire", work)
     assert_interrupted(done)
     assert "KeyboardInterrupt" not in done.stderr
+    assert "edge: still retiring" in done.stderr
     assert (work / "marks.txt").read_text().splitlines()[-1] == "retired"
     assert seen, "no worker was started"
     assert_nothing_left(seen, 0)
@@ -262,4 +323,21 @@ def test_a_ctrl_c_after_one_that_was_swallowed_still_interrupts(work: Path) -> N
     assert (work / "marks.txt").read_text().splitlines()[0] == "swallowed"
     assert_interrupted(done)
     assert "still retiring" not in done.stderr
+    assert_nothing_left(seen, 0)
+
+
+@pytest.mark.parametrize(("moment", "argv"), [
+    ("request", RUN), ("buffers", RUN), ("plan", ["plan", "pipeline.toml", "--json"]),
+    ("plan", ["plan", "measured.toml", "--json"])])
+def test_ctrl_c_once_the_pipeline_is_open_says_so_once_the_workers_are_retired(
+        work: Path, moment: str, argv: list[str]) -> None:
+    # edge run during a request, or as it has just opened the pipeline; edge plan as it
+    # reads the open pipeline's plan: the command said "edge: interrupted" with its
+    # workers still running (and their shared memory in place), retired only afterwards
+    # by the exit hook: now the pipeline is closed first, and the line is true when said
+    done, seen = ctrl_c_at(moment, work, argv)
+    assert_interrupted(done)
+    assert seen, "no worker was started"
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[-1] == "said; running []; segments []", marks
     assert_nothing_left(seen, 0)

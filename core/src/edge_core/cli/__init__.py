@@ -16,7 +16,9 @@ Exit codes (the same for every command):
 3     plugin loading failed while ``EDGE_STRICT_PLUGINS=1`` is set (every command that
       loads plugins: all but :data:`PLUGIN_FREE_COMMANDS`, which load none)
 130   interrupted (SIGINT, Ctrl-C); 143 after SIGTERM: what the command had started is
-      retired and removed first (another Ctrl-C or SIGTERM meanwhile is ignored)
+      retired and removed first, then one line says so (another Ctrl-C or SIGTERM
+      meanwhile is ignored); from the ``edge`` script's first step
+      (:mod:`edge_core.entry`, before this package is imported) on
 ====  ================================================================================
 
 ``edge --help`` lists the built-in commands, then those installed plugins add, under
@@ -120,8 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C and SIGTERM end the process's own command with 130 and 143 and one line
     (:class:`_Interrupts`), whenever they come once this runs: while a command module is
     imported or its options parsed, or while the command runs or unwinds; one after it
-    ended leaves its exit code. Before (the interpreter's start-up, this package's own
-    imports) a Ctrl-C is still Python's own.
+    ended leaves its exit code. Before, under the ``edge`` script, :mod:`edge_core.entry`
+    handled them (this package's own imports: the same code and line); under ``python -m
+    edge_core.cli`` they are Python's until this runs.
     """
     own = argv is None
     try:

@@ -40,9 +40,15 @@ every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` (a command that loads \
 plugins: every one but `edge manifest`, `edge qualify`, `edge matrix` and `edge cleanup`) |
 | 130, 143 | interrupted by SIGINT (Ctrl-C) or SIGTERM: what the command had started \
-(workers, bundle copies, shared memory) is retired and removed first; another Ctrl-C or \
-SIGTERM meanwhile is ignored (the retirement is bounded by its deadlines), and one after \
-the command ended leaves its output and exit code as they are |
+(workers, bundle copies, shared memory) is retired and removed first, then one line says \
+so (`edge: interrupted`, `edge: terminated (SIGTERM)`; with `--json` also the document \
+`{"ok": false, "error": ...}`); another Ctrl-C or SIGTERM meanwhile is ignored (the \
+retirement is bounded by its deadlines), and one after the command ended leaves its output \
+and exit code as they are. The `edge` script handles both from its first step, before it \
+imports the command line (no traceback, whenever they come); before that, while the \
+interpreter itself starts and runs the environment's `.pth` files, they are Python's: an \
+end by the signal with no output (which a shell reports as 130 or 143 too) or Python's own \
+error |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;

@@ -333,15 +333,15 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
         raise common.config_failure(exc, args.pipeline) from exc
     except Exception as exc:
         raise common.failure_for(exc, "pipeline") from exc
-    open_s = time.perf_counter() - started
-    samples: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    answer: Any = None
-    receipt: list[dict[str, Any]] = []
-    source = ""
-    streamed = False  # a generated text already shown as it arrived
-    buffered = BufferedInputs(pipeline)
-    try:
+    try:  # from here on the pipeline is closed however the command ends (Ctrl-C too)
+        open_s = time.perf_counter() - started
+        samples: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        answer: Any = None
+        receipt: list[dict[str, Any]] = []
+        source = ""
+        streamed = False  # a generated text already shown as it arrived
+        buffered = BufferedInputs(pipeline)
         if prepared is None:
             if tensors is not None:
                 inputs, source = tensors, f"--inputs {args.inputs}"
@@ -388,6 +388,9 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
         failure.body["health"] = states  # still one line on stderr: states after a ';'
         failure.message = "; ".join([failure.message, "health: " + "; ".join(states)])
         raise failure from exc
+    except BaseException:  # Ctrl-C, SIGTERM: closed before the command says it ended so
+        pipeline.close()
+        raise
     closing = pipeline.close()
     import statistics  # where used: the command's start-up does not pay for it
 

@@ -239,7 +239,11 @@ def plan_by_opening(config: PipelineConfig, plugins: PluginSet, ledger: Resource
     plan = None
     if failed is None:
         pipeline = Pipeline(opener, opened)
-        plan = pipeline.execution_plan()
+        try:
+            plan = pipeline.execution_plan()
+        except BaseException:  # Ctrl-C included: closed before the caller reports it
+            pipeline.close()
+            raise
         closed = pipeline.close()
     else:
         opener.retire(opened)
@@ -278,9 +282,13 @@ def _plan_measured(config: PipelineConfig, plugins: PluginSet, ledger: ResourceL
                   for sid in error.tried if sid != error.stage_id}
         return PlanAnswer(config.name, BY_OPENING, tuple(answers), closed=closed,
                           ledger_after=after)
-    plan = pipeline.execution_plan()
-    answers = [_opened(config, index, pipeline.candidates.get(stage.id, []))
-               for index, stage in enumerate(config.stages)]
+    try:
+        plan = pipeline.execution_plan()
+        answers = [_opened(config, index, pipeline.candidates.get(stage.id, []))
+                   for index, stage in enumerate(config.stages)]
+    except BaseException:  # Ctrl-C included: closed before the caller reports it
+        pipeline.close()
+        raise
     closed = pipeline.close()
     say("closed: every stage retired")
     return PlanAnswer(config.name, BY_OPENING, tuple(answers), plan=plan, closed=closed,

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Call", "CallServer"]
 
+_new = object.__new__
+_Lock = threading.Lock
+
 
 class CallServer(Protocol):
     """What a :class:`Call` needs of the serve loop that made it."""
@@ -57,6 +60,21 @@ class CallServer(Protocol):
         channel's ``max_header_bytes``: ``EventTooLarge``; data that is not JSON), with
         nothing written and ``packed`` left to the caller.
         """
+        ...
+
+    def usual_done(
+        self, call: Call, seq: int, outputs: Mapping[str, Any]
+    ) -> tuple[list[Any], int] | None:
+        """``call``'s DONE event ``seq`` with ``outputs``, encoded on the usual path.
+
+        Called under the call's lock. The frame's buffers and byte count, for
+        :meth:`write_usual`; None when the event is not a usual one (the call then packs
+        and sends it through :meth:`send_event`), with nothing written, taken or leased.
+        """
+        ...
+
+    def write_usual(self, frame: tuple[list[Any], int]) -> bool:
+        """Write a frame :meth:`usual_done` encoded; False when the channel is gone."""
         ...
 
     def forget(self, call: Call) -> None:
@@ -106,6 +124,38 @@ class Call:
         self.params: dict[str, Any] = (
             {} if meta is EMPTY_OBJECT else thaw_json(meta))  # type: ignore[assignment,arg-type]
         self.inputs = inputs
+
+    @classmethod
+    def usual(
+        cls,
+        server: CallServer,
+        request_id: str,
+        operation: str,
+        stage_id: str,
+        epoch: int,
+        generation: int,
+        inputs: dict[str, Any],
+    ) -> Call:
+        """The call of a request without params or shared-memory inputs, from checked values.
+
+        For the serve loop's usual path (see :mod:`edge_contracts.worker_kept`): the same
+        call :class:`Call` makes of such a request's header, without the header.
+        """
+        self = _new(cls)  # set as __init__ sets a call's fields
+        self._server = server
+        self._lock = _Lock()
+        self._seq = 0
+        self._closed = False
+        self._acks = []
+        self._allocated = {}
+        self.request_id = request_id
+        self.stage_id = stage_id
+        self.epoch = epoch
+        self.generation = generation
+        self.operation = operation
+        self.params = {}
+        self.inputs = inputs
+        return self
 
     @property
     def closed(self) -> bool:
@@ -231,6 +281,17 @@ class Call:
         self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
     ) -> bool:
         """End the request successfully, optionally with outputs."""
+        if outputs and data is None:  # the usual end of a graph call: tried first
+            with self._lock:
+                frame = (None if self._closed or self._allocated
+                         else self._server.usual_done(self, self._seq, outputs))
+                if frame is not None:
+                    self._seq += 1
+                    self._closed = True
+                    sent = self._server.write_usual(frame)
+            if frame is not None:
+                self._server.forget(self)
+                return sent
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 
     def fail(self, error: BaseException) -> bool:

@@ -474,20 +474,26 @@ class _Server:
                              EVENT_BLOCK.pack(seq, time.monotonic_ns(), _DONE), tail))
         return parts, total
 
-    def write_usual(self, frame: tuple[list[Any], int]) -> bool:
-        """Write a frame :meth:`usual_done` encoded; False when the channel is gone."""
+    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
+        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
+
+        Called under the call's lock, the call ended (as :meth:`forget` drops it). False
+        when the channel is gone.
+        """
         parts, total = frame
         with self._send_lock:
-            if self._broken:
-                return False
-            try:
-                written = self._sendmsg(parts)
-                if written != total:
-                    _write_rest(self._sendmsg, parts, written, total)
-            except (OSError, WireError):  # a frame cut short: the channel is done
-                self._broken = True
-                return False
-        return True
+            sent = not self._broken
+            if sent:
+                try:
+                    written = self._sendmsg(parts)
+                    if written != total:
+                        _write_rest(self._sendmsg, parts, written, total)
+                except (OSError, WireError):  # a frame cut short: the channel is done
+                    self._broken, sent = True, False
+        with self._calls_lock:
+            if self._calls.get(call.request_id) is call:
+                del self._calls[call.request_id]
+        return sent
 
     def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
                    key: tuple[Any, ...]) -> KeptEvent | None:
@@ -573,8 +579,10 @@ class _Server:
         """Keep the template of a request whose header ``raw`` the reader parsed whole."""
         found = request_template(raw, header)
         if found is not None:
-            if header.tensors:
-                self.tensors()  # numpy imported: the usual path's inputs are arrays
+            if header.tensors and self._frombuffer is None:
+                import numpy  # the usual path's inputs are arrays
+
+                self._frombuffer = numpy.frombuffer
             if len(self._usual) >= MAX_KEPT:
                 self._usual.clear()
             self._usual[found[0]] = found[1]
@@ -779,24 +787,28 @@ class _Server:
                             self._executing = False
                 else:
                     # a frame may wait in the read buffer; without a spin budget the
-                    # receive in _read_one waits for the socket itself
+                    # receive (_receive) waits for the socket itself
                     from_socket = not frames.buffered
                     if from_socket:
-                        if self._wait_in_recv:
-                            if self._plain:  # a plain wait the next-frame wait must count
-                                self._plain -= 1
-                                if not self._plain:
-                                    self._wait_again()
-                        elif not self._calls or not self._blocking:
-                            # spins briefly while requests come fast; never while a
-                            # stream runs on the handler's threads (then the receive waits)
-                            self._next_frame.wait(None)
-                            if self._spin.settled:
-                                self._receive_plainly()
-                        read = self._receive()
-                        if read is None:  # the usual request: served already
+                        while True:
+                            if self._wait_in_recv:
+                                if self._plain:  # a plain wait the next-frame wait must count
+                                    self._plain -= 1
+                                    if not self._plain:
+                                        self._wait_again()
+                            elif not self._calls or not self._blocking:
+                                # spins briefly while requests come fast; never while a
+                                # stream runs on the handler's threads (then the receive
+                                # waits)
+                                self._next_frame.wait(None)
+                                if self._spin.settled:
+                                    self._receive_plainly()
+                            read = self._receive()
+                            if read is not None:
+                                break
+                            # the usual request, served: nothing else ran (no frame read,
+                            # none pending, no stop, the reader's buffer still empty)
                             fresh = False
-                            continue
                     else:
                         read = self._read_one()
                     if not read:

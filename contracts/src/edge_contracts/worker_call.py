@@ -73,8 +73,11 @@ class CallServer(Protocol):
         """
         ...
 
-    def write_usual(self, frame: tuple[list[Any], int]) -> bool:
-        """Write a frame :meth:`usual_done` encoded; False when the channel is gone."""
+    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
+        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
+
+        Called under the call's lock, the call ended. False when the channel is gone.
+        """
         ...
 
     def forget(self, call: Call) -> None:
@@ -282,16 +285,14 @@ class Call:
     ) -> bool:
         """End the request successfully, optionally with outputs."""
         if outputs and data is None:  # the usual end of a graph call: tried first
+            server = self._server
             with self._lock:
-                frame = (None if self._closed or self._allocated
-                         else self._server.usual_done(self, self._seq, outputs))
-                if frame is not None:
-                    self._seq += 1
-                    self._closed = True
-                    sent = self._server.write_usual(frame)
-            if frame is not None:
-                self._server.forget(self)
-                return sent
+                if not self._closed and not self._allocated:
+                    frame = server.usual_done(self, self._seq, outputs)
+                    if frame is not None:
+                        self._seq += 1
+                        self._closed = True
+                        return server.write_usual(self, frame)
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 
     def fail(self, error: BaseException) -> bool:

@@ -51,6 +51,15 @@ one receive and one send. A ``ping`` is answered with ``in_flight``, ``pid`` and
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
 
+The usual request takes a shorter path (:mod:`edge_contracts.worker_kept`): a ``run`` or
+``generate`` frame received alone by a receive that took everything the channel held,
+equal but for its request id to one the frame reader checked whole (no params, inline
+inputs of plain numeric types), is served at once: its id gets the parser's checks, its
+inputs are read-only views of a copy of its payload, and a request of a fenced epoch
+still goes the general way (CANCELLED). Its DONE, with outputs of the names, dtypes and
+shapes of an earlier DONE's that went inline, is written from a kept template: the bytes
+the general path writes. Anything else is read and answered by the general path.
+
 With the ``heartbeat`` feature a thread of its own beats while the worker has work
 (:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
 An event whose header would be longer than the channel's ``max_header_bytes`` (large
@@ -80,7 +89,7 @@ from edge_contracts.errors import (
     WireError,
 )
 from edge_contracts.events import EventKind
-from edge_contracts.frame_reader import FrameReader
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import (
@@ -105,14 +114,30 @@ from edge_contracts.protocol import (
 )
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import SHM_AVAILABLE, SegmentConsumer, SegmentProducer, sweep
-from edge_contracts.validation import require_int
+from edge_contracts.validation import MAX_ID_LENGTH, require_int
 from edge_contracts.waiting import ReadableWait
-from edge_contracts.wire import PREFIX_SIZE, Frame, encode_frame, refs_of, write_frame
+from edge_contracts.wire import (
+    BINARY_MAGIC,
+    PREFIX,
+    PREFIX_SIZE,
+    Frame,
+    encode_frame,
+    refs_of,
+    write_frame,
+)
 from edge_contracts.worker_call import Call
 from edge_contracts.worker_errors import error_info, input_fault, print_exception
 from edge_contracts.worker_events import KIND_TEXT, event_meta, too_large
 from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
+from edge_contracts.worker_kept import (
+    MAX_KEPT,
+    REQUEST_ID_AT,
+    KeptEvent,
+    KeptRequest,
+    event_template,
+    request_template,
+)
 from edge_contracts.worker_protocol import (
     BootConfig,
     hello_meta,
@@ -133,6 +158,9 @@ _SHM = frozenset({FEATURE_SHM_TENSORS})
 _NO_FEATURES: frozenset[str] = frozenset()
 _EVENT_FIELDS = frozenset({FEATURE_EVENT_FIELDS})
 _WITH_EVENT_FIELDS: dict[frozenset[str], frozenset[str]] = {}  # a frame's features, plus it
+_DONE = KIND_CODES[EventKind.DONE.value]
+_UNSEEN: Any = object()
+_ID_END = REQUEST_ID_AT + 2  # the request id's byte count: a u16 at offset 4 of the header
 
 
 class _Server:
@@ -171,7 +199,17 @@ class _Server:
         self._pending: deque[Frame] = deque()
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
-        self._frames = FrameReader(sock.recv_into, self.limits)
+        # The usual request is recognised in the loop's own receive buffer (_receive);
+        # anything else is handed to the frame reader, which takes it first
+        self._recv_into = sock.recv_into
+        self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
+        self._left: memoryview | None = None  # received, not yet taken by the reader
+        self._frames = FrameReader(self._take_received, self.limits)
+        self._usual: dict[bytes, KeptRequest] = {}  # see worker_kept
+        self._done_frames: dict[tuple[Any, ...], KeptEvent | None] = {}
+        self._ndarray: type | None = None  # numpy's, once tensors are handled
+        self._frombuffer: Any = None
+        self._sendmsg = sock.sendmsg
         self._next_frame = ReadableWait(sock.fileno(), 0)
         # the budget of the wait for the next frame: fixed at boot (the override), or
         # measured within the cap the controller's spin frames permit
@@ -214,6 +252,10 @@ class _Server:
             self._packer = TensorPacker(self._producer, self.boot.shm_threshold,
                                         self.boot.max_io_bytes)
             self._unpacker = TensorUnpacker(self._consumer)
+            import numpy
+
+            self._ndarray = numpy.ndarray
+            self._frombuffer = numpy.frombuffer
         return self._packer, self._unpacker
 
     # -- sending -----------------------------------------------------------------------
@@ -391,6 +433,86 @@ class _Server:
             self.tensors()[0].take_back(packed.leases)
         return sent
 
+    def usual_done(
+        self, call: Call, seq: int, outputs: Mapping[str, Any]
+    ) -> tuple[list[Any], int] | None:
+        """``call``'s DONE event ``seq`` from a kept template, when it is the usual one.
+
+        The usual DONE (see :mod:`edge_contracts.worker_kept`): ``outputs`` a dict of
+        C-contiguous arrays whose names, dtypes and shapes, with the call's stage, epoch
+        and request id length, are those of a DONE whose template was made (through the
+        packer, the first time), and no unlinked segment names to announce. Returns the
+        frame's buffers (the arrays themselves after the header) and byte count, for
+        :meth:`write_usual`. None for any other, with nothing taken: the call packs and
+        sends it itself.
+        """
+        ndarray: Any = self._ndarray
+        if ndarray is None or type(outputs) is not dict:
+            return None
+        request_id = call.request_id.encode()
+        key: list[Any] = [call.stage_id, call.epoch, len(request_id)]
+        parts: list[Any] = [b""]
+        value: Any
+        for name, value in outputs.items():  # a loop, no comprehension: no frame per call
+            if type(value) is not ndarray:
+                return None
+            key += (name, value.dtype, value.shape, value.flags.c_contiguous)
+            parts.append(value)  # C-contiguous (the template's): written as it is
+        kept = self._done_frames.get(tuple(key), _UNSEEN)
+        if kept is _UNSEEN:
+            kept = self._keep_done(call, request_id, outputs, tuple(key))
+        if kept is None:
+            return None
+        producer = self._producer
+        if producer is not None:
+            gone = producer.take_gone()
+            if gone:  # announced by the general path's event
+                producer.restore_gone(gone)
+                return None
+        head, stage, tail, total = kept
+        parts[0] = b"".join((head, request_id, stage,
+                             EVENT_BLOCK.pack(seq, time.monotonic_ns(), _DONE), tail))
+        return parts, total
+
+    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
+        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
+
+        Called under the call's lock, the call ended (as :meth:`forget` drops it). False
+        when the channel is gone.
+        """
+        parts, total = frame
+        with self._send_lock:
+            sent = not self._broken
+            if sent:
+                try:
+                    written = self._sendmsg(parts)
+                    if written != total:
+                        _write_rest(self._sendmsg, parts, written, total)
+                except (OSError, WireError):  # a frame cut short: the channel is done
+                    self._broken, sent = True, False
+        with self._calls_lock:
+            if self._calls.get(call.request_id) is call:
+                del self._calls[call.request_id]
+        return sent
+
+    def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
+                   key: tuple[Any, ...]) -> KeptEvent | None:
+        """Make (and keep under ``key``) the template of a DONE with these outputs, or None.
+
+        None (kept too: the key says all it depends on) when it is not a usual DONE: a
+        channel without the binary header's ``event-fields``, or outputs
+        :func:`~edge_contracts.worker_kept.event_template` does not keep.
+        """
+        if len(self._done_frames) >= MAX_KEPT:
+            self._done_frames.clear()
+        kept = None
+        if self.event_fields:
+            kept = event_template(outputs, self.tensors()[0], request_id, call.stage_id,
+                                  call.epoch, self.boot.generation, _EVENT_FIELDS,
+                                  self.limits.max_header_bytes)
+        self._done_frames[key] = kept
+        return kept
+
     def forget(self, call: Call) -> None:
         """Drop a call that has ended."""
         with self._calls_lock:
@@ -398,6 +520,100 @@ class _Server:
                 del self._calls[call.request_id]
 
     # -- receiving ---------------------------------------------------------------------
+
+    def _take_received(self, view: memoryview) -> int:
+        """The frame reader's receive: what :meth:`_receive` took first, then the socket."""
+        left = self._left
+        if left is None:
+            return self._recv_into(view)
+        count = min(len(left), len(view))
+        view[:count] = left[:count]
+        self._left = left[count:] if count < len(left) else None
+        return count
+
+    def _receive(self) -> bool | None:
+        """Receive what the socket holds, and serve it now when it is the usual request.
+
+        None: it was the usual request (see :mod:`edge_contracts.worker_kept`), served.
+        Else what was received is handed to the frame reader, which reads one frame (as
+        :meth:`_read_one`, whose result this is); a request read so, the only frame of
+        the receive, is kept as a template when it is a usual one.
+        """
+        if self._left is not None:
+            return self._read_one()
+        view = self._intake
+        try:
+            count = self._recv_into(view)
+        except OSError as exc:
+            print(f"edge worker: channel: refused frame: {exc}", file=sys.stderr)
+            return False
+        raw = kept = None
+        # all the stream held (less than the room given): no frame waits behind it
+        if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
+            magic, header_len, payload_len = PREFIX.unpack_from(view)
+            header_end = PREFIX_SIZE + header_len
+            if (magic == BINARY_MAGIC and header_end + payload_len == count
+                    and header_len >= _ID_END):  # one whole binary frame
+                raw = bytes(view[PREFIX_SIZE:header_end])
+                id_end = REQUEST_ID_AT + (raw[4] | raw[5] << 8)
+                kept = self._usual.get(raw[:REQUEST_ID_AT] + raw[id_end:])
+                if kept is not None and kept[0] == payload_len:
+                    try:
+                        request_id: str | None = str(raw[REQUEST_ID_AT:id_end], "utf-8")
+                    except UnicodeDecodeError:  # the reader refuses it
+                        request_id = None
+                    # the parser's checks of an id; a fenced request: dropped by _execute
+                    if (request_id is not None
+                            and (not request_id or (len(request_id) <= MAX_ID_LENGTH
+                                                    and request_id.isprintable()))
+                            and not (self._fences and self._fenced_at(kept[2], kept[3]))):
+                        self._run_usual(request_id, kept, view[header_end:count])
+                        return None
+        self._left = view[:count]
+        read = self._read_one()
+        if raw is not None and kept is None and self._pending:
+            self._learn(raw, self._pending[-1].header)
+        return read
+
+    def _learn(self, raw: bytes, header: FrameHeader) -> None:
+        """Keep the template of a request whose header ``raw`` the reader parsed whole."""
+        found = request_template(raw, header)
+        if found is not None:
+            if header.tensors and self._frombuffer is None:
+                import numpy  # the usual path's inputs are arrays
+
+                self._frombuffer = numpy.frombuffer
+            if len(self._usual) >= MAX_KEPT:
+                self._usual.clear()
+            self._usual[found[0]] = found[1]
+
+    def _run_usual(self, request_id: str, kept: KeptRequest, payload: memoryview) -> None:
+        """Run a usual request (as :meth:`_execute` runs any), its inputs views of a copy."""
+        _, op, stage_id, epoch, generation, layout = kept
+        inputs: dict[str, Any] = {}
+        if layout:
+            own = bytes(payload)  # read-only views of the loop's own copy
+            frombuffer = self._frombuffer
+            for name, dtype, count, offset, shape in layout:
+                array = frombuffer(own, dtype, count, offset)
+                inputs[name] = array if shape is None else array.reshape(shape)
+        call = Call.usual(self, request_id, op, stage_id, epoch, generation, inputs)
+        heartbeat = self._heartbeat
+        if heartbeat is not None and not heartbeat.pending:
+            heartbeat.wake()
+        self._executing = True
+        try:
+            with self._calls_lock:
+                self._calls[request_id] = call
+            try:
+                outputs = self.handler.submit(call)
+            except Exception as exc:  # reported as the request's ERROR event
+                call.fail(exc)
+                return
+            if outputs is not None:
+                call.done(outputs)
+        finally:
+            self._executing = False
 
     def _read_one(self) -> bool:
         """Read and dispatch one frame; False at end of stream."""
@@ -494,6 +710,9 @@ class _Server:
     def _fenced(self, header: FrameHeader) -> bool:
         return header.epoch < self._fences.get(header.stage_id, 0)
 
+    def _fenced_at(self, stage_id: str, epoch: int) -> bool:
+        return epoch < self._fences.get(stage_id, 0)
+
     def _drop(self, frame: Frame) -> None:
         """Answer a request that will never run with CANCELLED, acknowledging its inputs."""
         call = Call(self, frame.header, {}, refs_of(frame) if frame.header.tensors else [])
@@ -568,21 +787,31 @@ class _Server:
                             self._executing = False
                 else:
                     # a frame may wait in the read buffer; without a spin budget the
-                    # receive in _read_one waits for the socket itself
+                    # receive (_receive) waits for the socket itself
                     from_socket = not frames.buffered
                     if from_socket:
-                        if self._wait_in_recv:
-                            if self._plain:  # a plain wait the next-frame wait must count
-                                self._plain -= 1
-                                if not self._plain:
-                                    self._wait_again()
-                        elif not self._calls or not self._blocking:
-                            # spins briefly while requests come fast; never while a
-                            # stream runs on the handler's threads (then the receive waits)
-                            self._next_frame.wait(None)
-                            if self._spin.settled:
-                                self._receive_plainly()
-                    if not self._read_one():
+                        while True:
+                            if self._wait_in_recv:
+                                if self._plain:  # a plain wait the next-frame wait must count
+                                    self._plain -= 1
+                                    if not self._plain:
+                                        self._wait_again()
+                            elif not self._calls or not self._blocking:
+                                # spins briefly while requests come fast; never while a
+                                # stream runs on the handler's threads (then the receive
+                                # waits)
+                                self._next_frame.wait(None)
+                                if self._spin.settled:
+                                    self._receive_plainly()
+                            read = self._receive()
+                            if read is not None:
+                                break
+                            # the usual request, served: nothing else ran (no frame read,
+                            # none pending, no stop, the reader's buffer still empty)
+                            fresh = False
+                    else:
+                        read = self._read_one()
+                    if not read:
                         self._orphaned = True
                         return 0
                     fresh = frames.drained and (from_socket or fresh)
@@ -620,6 +849,14 @@ class _Server:
             except Exception:  # exiting regardless
                 print_exception()
         self.sock.close()
+
+
+def _write_rest(sendmsg: Callable[[list[Any]], int], parts: list[Any], written: int,
+                total: int) -> None:
+    """Write the rest of a frame whose first gather-write wrote ``written`` of ``total``."""
+    if written <= 0:
+        raise WireError("frame", 0, f"write made no progress after 0 of {total} bytes")
+    write_frame(sendmsg, [memoryview(b"".join(parts))[written:]])
 
 
 def uses_sealed(boot: BootConfig) -> bool:

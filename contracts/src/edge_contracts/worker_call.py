@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Call", "CallServer"]
 
+_new = object.__new__
+_Lock = threading.Lock
+
 
 class CallServer(Protocol):
     """What a :class:`Call` needs of the serve loop that made it."""
@@ -56,6 +59,24 @@ class CallServer(Protocol):
         Raises a ``ContractError`` when the event cannot be encoded (its header over the
         channel's ``max_header_bytes``: ``EventTooLarge``; data that is not JSON), with
         nothing written and ``packed`` left to the caller.
+        """
+        ...
+
+    def usual_done(
+        self, call: Call, seq: int, outputs: Mapping[str, Any]
+    ) -> tuple[list[Any], int] | None:
+        """``call``'s DONE event ``seq`` with ``outputs``, encoded on the usual path.
+
+        Called under the call's lock. The frame's buffers and byte count, for
+        :meth:`write_usual`; None when the event is not a usual one (the call then packs
+        and sends it through :meth:`send_event`), with nothing written, taken or leased.
+        """
+        ...
+
+    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
+        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
+
+        Called under the call's lock, the call ended. False when the channel is gone.
         """
         ...
 
@@ -106,6 +127,38 @@ class Call:
         self.params: dict[str, Any] = (
             {} if meta is EMPTY_OBJECT else thaw_json(meta))  # type: ignore[assignment,arg-type]
         self.inputs = inputs
+
+    @classmethod
+    def usual(
+        cls,
+        server: CallServer,
+        request_id: str,
+        operation: str,
+        stage_id: str,
+        epoch: int,
+        generation: int,
+        inputs: dict[str, Any],
+    ) -> Call:
+        """The call of a request without params or shared-memory inputs, from checked values.
+
+        For the serve loop's usual path (see :mod:`edge_contracts.worker_kept`): the same
+        call :class:`Call` makes of such a request's header, without the header.
+        """
+        self = _new(cls)  # set as __init__ sets a call's fields
+        self._server = server
+        self._lock = _Lock()
+        self._seq = 0
+        self._closed = False
+        self._acks = []
+        self._allocated = {}
+        self.request_id = request_id
+        self.stage_id = stage_id
+        self.epoch = epoch
+        self.generation = generation
+        self.operation = operation
+        self.params = {}
+        self.inputs = inputs
+        return self
 
     @property
     def closed(self) -> bool:
@@ -231,6 +284,15 @@ class Call:
         self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
     ) -> bool:
         """End the request successfully, optionally with outputs."""
+        if outputs and data is None:  # the usual end of a graph call: tried first
+            server = self._server
+            with self._lock:
+                if not self._closed and not self._allocated:
+                    frame = server.usual_done(self, self._seq, outputs)
+                    if frame is not None:
+                        self._seq += 1
+                        self._closed = True
+                        return server.write_usual(self, frame)
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 
     def fail(self, error: BaseException) -> bool:

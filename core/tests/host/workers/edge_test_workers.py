@@ -96,7 +96,8 @@ class CountingEcho(BaseHandler):
 
     ``query({"count": "calls"})`` or ``{"count": "bytecodes"}`` starts counting, on the
     loop thread (where queries run), Python function calls (``sys.setprofile``) or
-    bytecode instructions (``sys.settrace`` opcode events); ``query({"count": "stop"})``
+    bytecode instructions (``sys.settrace`` opcode events, in the frames already running
+    below the query too: the serve loop's own); ``query({"count": "stop"})``
     stops and answers ``{"total": N, "top": [[name, count], ...]}``.
     """
 
@@ -129,6 +130,14 @@ class CountingEcho(BaseHandler):
                     self._note(frame)
                 return trace
             sys.settrace(trace)
+            # The frames already running (the serve loop's own, below this query) are
+            # traced too: settrace alone sees only frames entered after it, and the
+            # loop's per-request work in its running frame would go uncounted.
+            outer = sys._getframe(1)
+            while outer is not None:
+                outer.f_trace = trace
+                outer.f_trace_opcodes = True
+                outer = outer.f_back
         return {}
 
     def submit(self, call: Call) -> Mapping[str, Any] | None:

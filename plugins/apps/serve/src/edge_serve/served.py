@@ -479,16 +479,18 @@ class ServedPipeline:
         """
         signals = Signals()
         release = self.drain.hold(signals.drain)
-        watch = DisconnectWatch(request, signals.client_gone)
+        loop = asyncio.get_running_loop()
+        watch = DisconnectWatch(request, signals.client_gone, loop=loop)
         try:
-            return await self._run(request, handle, start, deadline_s, signals)
+            return await self._run(request, handle, start, deadline_s, signals, loop)
         finally:
             release()
             watch.stop()
 
     async def _run(self, request: Request, handle: RequestHandle,
                    start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
-                   deadline_s: float | None, signals: Signals) -> T:
+                   deadline_s: float | None, signals: Signals,
+                   loop: asyncio.AbstractEventLoop) -> T:
         entered = time.monotonic()
         try:
             claim = await self.queue.enter(deadline_s, signals)
@@ -501,7 +503,6 @@ class ServedPipeline:
         left = None if deadline_s is None else \
             max(deadline_s - (time.monotonic() - entered), 1e-3)
         handle.on_admitted = claim.settle
-        loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:

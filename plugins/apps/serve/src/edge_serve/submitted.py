@@ -98,13 +98,14 @@ class DisconnectWatch:
 
     Made on the event loop once the request's body has been read (``loop``: that loop,
     when the caller has it at hand); :meth:`stop` ends it (or keeps it from starting)
-    when the request is answered.
+    when the request is answered. ``after_s`` (default: :data:`WATCH_AFTER_S` as it is
+    then) is how long after now it starts.
     """
 
     __slots__ = ("__weakref__", "_on_gone", "_request", "_starter", "_task")
 
     def __init__(self, request: Request, on_gone: Callable[[], None],
-                 after_s: float = WATCH_AFTER_S,
+                 after_s: float | None = None,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._request = request
         self._on_gone = on_gone
@@ -115,7 +116,7 @@ class DisconnectWatch:
         if starter is None:
             starter = _starters[loop] = _Starter(loop)
         self._starter: _Starter | None = starter
-        starter.add(self, after_s)
+        starter.add(self, WATCH_AFTER_S if after_s is None else after_s)
 
     def start(self) -> None:
         """Begin watching now (its time came)."""

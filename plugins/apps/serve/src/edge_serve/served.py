@@ -176,6 +176,11 @@ class ServedPipeline:
 
     def require_ready(self) -> None:
         """Refuse (503) while any stage serves no request (a degraded replica set serves)."""
+        for runtime in self.pipeline.stages:  # every replica ready (the usual): no more
+            if runtime.state is not StageState.READY:
+                break
+        else:
+            return
         for stage, state in self.stage_states().items():
             if state not in SERVING:
                 why = "; ".join(f"{r.name}: {r.state.value}: {r.closed_reason}"

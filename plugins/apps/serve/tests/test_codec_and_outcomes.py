@@ -17,7 +17,6 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.errors import ResourceUnavailable, StageClosed, WorkerLost
 from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformReturnInvalid
-from edge_serve.bodies import head_of, loads
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
 from edge_serve.heads import SlowHeads
 from edge_serve.outcomes import HttpRefusal, from_exception
@@ -468,35 +467,3 @@ def test_a_body_min_rate_outside_1_to_its_ceiling_is_refused(rate: object) -> No
     with pytest.raises(ValueError, match=r"^body_min_rate: must be a whole number of bytes a "
                        rf"second from 1 to {MAX_BODY_MIN_RATE}: "):
         StalledBodies(1.0, rate)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("text", [
-    b'{"a": [1, 2.5, "\xc3\xa9"]}',  # UTF-8, the usual body
-    '{"a": "\U0001f600"}'.encode("utf-16"),  # UTF-16 with its mark
-    '{"a": 1}'.encode("utf-16-le"),  # UTF-16 without: found by its zero bytes
-    b'\xef\xbb\xbf{"a": 1}',  # UTF-8 with its mark
-    b'{"a": "\xed\xa0\x80"}',  # a lone surrogate in UTF-8: json.loads takes it
-])
-def test_a_body_parses_as_json_loads_parses_it(text: bytes) -> None:
-    assert loads(text, "body") == json.loads(text)
-
-
-@pytest.mark.parametrize("text", [b'{"a": "\xff"}', b'{"a": ', b"{\x00}", b"{"])
-def test_a_body_json_loads_refuses_is_400_naming_the_field(text: bytes) -> None:
-    with pytest.raises(ValueError):
-        json.loads(text)
-    with pytest.raises(HttpRefusal) as refused:
-        loads(text, "body")
-    assert refused.value.status == 400 and refused.value.field == "body"
-
-
-def test_the_head_gives_the_first_content_type_and_deadline_as_starlette_reads_them() -> None:
-    from starlette.requests import Request
-
-    headers = [(b"x-edge-deadline", b"2.5"), (b"content-type", b"application/json"),
-               (b"content-type", b"text/plain"), (b"x-edge-deadline", b"9")]
-    request = Request({"type": "http", "headers": headers})
-    assert head_of(request) == (request.headers.get("content-type", ""),
-                                request.headers.get("x-edge-deadline")) == \
-        ("application/json", "2.5")
-    assert head_of(Request({"type": "http", "headers": []})) == ("", None)

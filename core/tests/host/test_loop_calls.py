@@ -1,4 +1,5 @@
-"""call_soon_once: a callback handed to an event loop runs exactly once, however it ends."""
+"""call_soon_once, call_later_once: a callback handed to an event loop runs exactly once,
+however it ends."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from edge_core.host.loop_calls import call_soon_once
+from edge_core.host.loop_calls import call_later_once, call_soon_once
 
 
 def _recorder() -> tuple[list[int], Any]:
@@ -82,4 +83,38 @@ def test_a_loop_that_closes_while_it_is_handed_over_still_has_it_run_once() -> N
     call_soon_once(loop, callback)
     assert ran == [threading.get_ident()]
     stranded.clear()  # dropped at last: it does not run again
+    assert ran == [threading.get_ident()]
+
+
+def test_call_later_once_runs_it_once_when_its_time_comes() -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+    try:
+        loop.call_soon(call_later_once, loop, 0.05, callback)
+        loop.call_later(0.3, loop.stop)
+        loop.run_forever()
+        assert ran == [threading.get_ident()]
+    finally:
+        loop.close()
+    assert ran == [threading.get_ident()]  # not again at the close
+
+
+def test_call_later_once_runs_it_where_the_loop_is_closed_before_its_time() -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+    loop.call_soon(call_later_once, loop, 60.0, callback)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert ran == []
+    closer = threading.Thread(target=loop.close)
+    closer.start()
+    closer.join()
+    assert ran == [closer.ident]  # dropped with the loop's schedule: run by its closer
+
+
+def test_call_later_once_on_a_closed_loop_runs_it_here() -> None:
+    loop = asyncio.new_event_loop()
+    loop.close()
+    ran, callback = _recorder()
+    call_later_once(loop, 1.0, callback)
     assert ran == [threading.get_ident()]

@@ -13,6 +13,7 @@ and descriptors, the ledger is checked here).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -91,6 +92,39 @@ def test_a_one_stage_request_is_sent_and_settled_on_the_loop_without_a_request_t
     asyncio.run(main())
     assert_nothing_charged(pipeline)
     assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
+
+
+def test_a_loop_serving_request_after_request_watches_the_channel_once_and_closes_clean(
+    open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loop keeps watching the worker's channel LINGER_S after its last call ended, so
+    # that requests one after another pay the watch (a dup, epoll_ctl both ways, a close,
+    # the background reader's hand-over) once, not each; the loop's close ends it (the
+    # conftest's leak check counts descriptors).
+    pipeline = open_pipeline(echo_stage("a"), admission=2)
+    real_dup = os.dup
+    dups: list[int] = []
+
+    def counting_dup(fd: int) -> int:
+        dups.append(fd)
+        return real_dup(fd)
+
+    monkeypatch.setattr(os, "dup", counting_dup)
+    before = len(os.listdir("/proc/self/fd"))
+
+    async def main() -> tuple[int, int]:
+        running = len(os.listdir("/proc/self/fd"))  # the loop's own descriptors too
+        for _ in range(20):
+            submission = submit(pipeline)
+            await settled(submission)
+            submission.result(0).ack()
+        return running, len(os.listdir("/proc/self/fd"))
+
+    running, during = asyncio.run(main())
+    assert len(dups) == 1
+    assert during == running + 1  # the watch's duplicate, while the loop lingers
+    assert len(os.listdir("/proc/self/fd")) == before  # closed with the loop
+    assert_nothing_charged(pipeline)
 
 
 def test_inputs_over_the_limit_and_a_full_stage_go_to_a_request_thread_and_settle_alike(

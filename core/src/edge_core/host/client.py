@@ -574,6 +574,8 @@ class WorkerClient:
         watch = self._loop_reading
         if loop is not None and (watch is None or watch.loop is not loop):
             if watch is None or watch.idle:
+                if watch is not None:  # lingering after its last call: it stops watching
+                    watch.leave()
                 watch = self._loop_reading = LoopReading(loop, self._reader, self._sock.fileno())
             else:
                 watch = None  # another loop reads: the background reader serves this one

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
     import asyncio
 
-__all__ = ["call_soon_once"]
+__all__ = ["call_later_once", "call_soon_once"]
 
 
 class _Once:
@@ -61,4 +61,19 @@ def call_soon_once(loop: asyncio.AbstractEventLoop, callback: Callable[[], objec
         once()
         return
     if loop.is_closed():  # closed while it was queued (after the clear, or before it)
+        once()
+
+
+def call_later_once(loop: asyncio.AbstractEventLoop, delay_s: float,
+                    callback: Callable[[], object]) -> None:
+    """Have ``loop`` call ``callback()`` in ``delay_s`` seconds; it runs exactly once.
+
+    Call on the loop's own thread while it runs. Where the loop is closed before the time
+    comes (``loop.close()`` drops what is scheduled), it is called in the thread that
+    drops it. ``callback`` must not raise, as for :func:`call_soon_once`.
+    """
+    once = _Once(callback)
+    try:
+        loop.call_later(delay_s, once)
+    except RuntimeError:  # the loop is closed: nothing will run it there
         once()

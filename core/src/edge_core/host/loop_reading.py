@@ -14,10 +14,15 @@ the frame to it.
 
 The loop watches a duplicate of the socket's descriptor, which only the loop closes, so
 that the number it watches is never another file's, whatever the channel's own closing
-does; once the channel has ended (the worker died, or it was retired) or the last open
-call ended, the loop stops watching and closes the duplicate (at once, so that a loop
-closed after its last request leaves nothing open: the watch costs a ``dup``, an
-``epoll_ctl`` each way and a ``close`` per idle-to-busy turn).
+does. Once the channel has ended (the worker died, or it was retired) the loop stops
+watching and closes the duplicate at once. Once the last open call ended it keeps
+watching :data:`LINGER_S` more (one timer per idle turn, none per call), so that a loop
+serving one request after another pays the watch (a ``dup``, an ``epoll_ctl`` each way,
+a ``close`` and the background reader's hand-over) once per busy spell rather than once
+per request; a loop closed meanwhile stops the watch and closes the duplicate as it
+closes (:func:`~edge_core.host.loop_calls.call_later_once`), so that a loop closed after
+its last request leaves nothing open, and another loop that takes the channel over
+meanwhile (:meth:`LoopReading.leave`) ends it on the next turn of the loop it belongs to.
 
 A loop that stops running (or is closed) while its calls are open reads nothing more:
 the background reader then reads in its place (:meth:`ChannelReader.elsewhere
@@ -32,13 +37,16 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from edge_core.host.loop_calls import call_soon_once
+from edge_core.host.loop_calls import call_later_once, call_soon_once
 from edge_core.host.reading import ChannelReader
 
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
     import asyncio
 
-__all__ = ["LoopReading"]
+__all__ = ["LINGER_S", "LoopReading"]
+
+LINGER_S = 1.0
+"""How long, in seconds, a loop keeps watching a channel after its last open call ended."""
 
 
 class LoopReading:
@@ -58,6 +66,7 @@ class LoopReading:
         self._lock = threading.Lock()
         self._open = 0
         self._watched: int | None = None  # the duplicate descriptor the loop watches
+        self._lingering = False  # a stop is scheduled LINGER_S after the last call ended
         self._thread = threading.get_ident()
 
     @property
@@ -77,15 +86,39 @@ class LoopReading:
         self.loop.add_reader(watched, self._read)
 
     def closed(self) -> None:
-        """An opened call ended (from any thread); after the last, the watch stops."""
+        """An opened call ended (from any thread); after the last, the watch stops.
+
+        On the loop's own thread while it runs, it stops :data:`LINGER_S` later unless a
+        call is open then (a call opened meanwhile finds the channel watched); from
+        another thread, as soon as the loop can stop it.
+        """
         with self._lock:
             self._open -= 1
             if self._open > 0 or self._watched is None:
                 return
+        if threading.get_ident() == self._thread and self.loop.is_running():
+            if not self._lingering:
+                self._lingering = True
+                call_later_once(self.loop, LINGER_S, self._linger_ended)
+            return
+        self._stop_soon()
+
+    def leave(self) -> None:
+        """Stop watching as soon as the loop can, if no call is open (any thread).
+
+        For a channel another loop takes over while this one lingers after its last call.
+        """
+        if self.idle:
+            self._stop_soon()
+
+    def _stop_soon(self) -> None:
         if threading.get_ident() == self._thread:
-            self._stop()
+            self._stop_if_idle()
             return
         if self.loop.is_closed():  # nothing watches any more
+            with self._lock:
+                if self._open > 0:
+                    return
             self._stop(remove=False)
             return
         if not self.loop.is_running():  # stopped: it may be closed before it runs again,
@@ -94,6 +127,11 @@ class LoopReading:
         # Once, whatever the loop does: where it closes meanwhile (the loop refuses it, or
         # is stopped and closed with it queued), here or in the thread that closes it.
         call_soon_once(self.loop, self._stop_if_idle)
+
+    def _linger_ended(self) -> None:
+        """:data:`LINGER_S` after a last call ended (or the loop dropped the timer)."""
+        self._lingering = False
+        self._stop_if_idle()
 
 
     def _read(self) -> None:

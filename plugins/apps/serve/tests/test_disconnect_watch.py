@@ -80,3 +80,34 @@ def test_a_disconnect_is_seen_once_the_watch_runs_even_one_that_came_before() ->
     seen, _ = asyncio.run(run(gone_before=False))
     assert len(seen) == 1 and seen[0] >= 0.1  # seen when it happened
     assert 0 < WATCH_AFTER_S <= 0.05  # a disconnect is never seen much later than it was
+
+
+def test_requests_answered_before_their_watch_began_share_one_timer() -> None:
+    # One after another, each answered within a millisecond: the loop's one timer, armed
+    # for the earliest watch, serves them all (not a timer each, cancelled, that stays
+    # in the loop's schedule until its time).
+    async def run() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        armed = 0
+        call_at = loop.call_at
+
+        def counting_call_at(when: float, callback: Any, *args: Any,
+                             **kwargs: Any) -> asyncio.TimerHandle:
+            nonlocal armed
+            armed += hasattr(callback, "__self__")  # a watch's timer, not a sleep's
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = counting_call_at  # type: ignore[method-assign]
+        channel = Channel()
+        request = _request(channel)
+        await request.body()
+        for _ in range(50):
+            watch = DisconnectWatch(request, lambda: None, after_s=0.05)
+            await asyncio.sleep(0.001)
+            watch.stop()
+        await asyncio.sleep(0.1)  # whatever was armed has fired, reading nothing
+        return armed, channel.reads
+
+    armed, reads = asyncio.run(run())
+    assert reads == 1  # no watch ever began
+    assert armed <= 5, armed  # about one for each 50 ms, not one for each request

@@ -33,7 +33,14 @@ from starlette.routing import Match, Route
 from edge_core.errors import EdgeError
 from edge_core.ledger import ResourceLedger
 from edge_serve import openai_api
-from edge_serve.bodies import deadline_of, json_body, params_of, refuse_query
+from edge_serve.bodies import (
+    deadline_from,
+    deadline_of,
+    head_of,
+    json_body,
+    params_of,
+    refuse_query,
+)
 from edge_serve.draining import Drain
 from edge_serve.forms import quiet_parser_log, read_form
 from edge_serve.guards import (
@@ -183,6 +190,23 @@ class Accounting:
                                          time.perf_counter() - started)
 
 
+class JSONBytes(Response):
+    """A 200 answer of JSON already rendered.
+
+    With the headers Starlette's ``Response`` gives it (``content-length``,
+    ``content-type: application/json``), made without its search for which to add.
+    """
+
+    media_type = "application/json"
+
+    def __init__(self, content: bytes) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = content
+        self.raw_headers = [(b"content-length", str(len(content)).encode("latin-1")),
+                            (b"content-type", b"application/json")]
+
+
 def refusal_response(refusal: HttpRefusal) -> Response:
     """A refusal as a JSON response."""
     return Response(refusal.body(), status_code=refusal.status, headers=refusal.headers,
@@ -264,11 +288,11 @@ async def run_pipeline(request: Request) -> Response:
     """Run one request: JSON tensors, or a multipart file for the pipeline's prepare."""
     state = _state(request)
     served = state.pipeline(request.path_params["name"], request)
-    content_type = request.headers.get("content-type", "")
+    content_type, deadline_header = head_of(request)
     if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
-    body = await json_body(request, _RUN_KEYS)
-    deadline = deadline_of(request, body.get("deadline_s"))
+    body = await json_body(request, _RUN_KEYS, content_type)
+    deadline = deadline_from(deadline_header, body.get("deadline_s"))
     params = params_of(body.get("params"))
     served.refuse_unread_params(params)
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
@@ -276,7 +300,7 @@ async def run_pipeline(request: Request) -> Response:
     handle = RequestHandle(served.name)
     answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
-    return Response(answer.content, media_type="application/json")
+    return JSONBytes(answer.content)
 
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
@@ -311,7 +335,7 @@ async def _run_file(request: Request, served: ServedPipeline, state: ServerState
         request, handle, lambda until: served.answer_file(data, suffix, params, until, handle),
         deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
-    return Response(answer.content, media_type="application/json")
+    return JSONBytes(answer.content)
 
 
 def _suffix(filename: str | None) -> str:

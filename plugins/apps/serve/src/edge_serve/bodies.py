@@ -17,10 +17,13 @@ from starlette.requests import Request
 
 from edge_serve.outcomes import HttpRefusal
 
-__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_of", "json_body", "loads",
-           "number", "params_of", "refuse_query"]
+__all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_from", "deadline_of", "head_of",
+           "json_body", "loads", "number", "params_of", "refuse_query"]
 
 DEADLINE_HEADER = "x-edge-deadline"
+
+#: The parser ``json.loads`` uses (default options), called without its checks of a text.
+_decode = json.JSONDecoder().decode
 MAX_DEADLINE_S = 3600.0
 """The longest deadline a request may ask for, in seconds."""
 
@@ -47,8 +50,13 @@ def deadline_of(request: Request, body_value: object = None, *,
     ``body_value`` is ``deadline_s`` from a JSON body (a number) or, with ``form``, a
     multipart form's field (text holding a number).
     """
+    return deadline_from(request.headers.get(DEADLINE_HEADER), body_value, form=form)
+
+
+def deadline_from(header: str | None, body_value: object = None, *,
+                  form: bool = False) -> float | None:
+    """:func:`deadline_of` for the ``X-Edge-Deadline`` header's value already read."""
     found: list[float] = []
-    header = request.headers.get(DEADLINE_HEADER)
     if header is not None:
         found.append(number(_decimal(header), "headers.x-edge-deadline", low=0.0,
                             high=MAX_DEADLINE_S))
@@ -57,6 +65,22 @@ def deadline_of(request: Request, body_value: object = None, *,
             body_value = _decimal(body_value)
         found.append(number(body_value, "deadline_s", low=0.0, high=MAX_DEADLINE_S))
     return min(found) if found else None
+
+
+def head_of(request: Request) -> tuple[str, str | None]:
+    """The request's ``Content-Type`` ('' without one) and ``X-Edge-Deadline`` (None).
+
+    The first of each, as ``request.headers.get`` reads them, in one pass over the head.
+    """
+    content_type: str | None = None
+    deadline: str | None = None
+    for key, value in request.scope["headers"]:
+        if key == b"content-type":
+            if content_type is None:
+                content_type = value.decode("latin-1")
+        elif key == b"x-edge-deadline" and deadline is None:
+            deadline = value.decode("latin-1")
+    return content_type or "", deadline
 
 
 def _decimal(text: str) -> object:
@@ -100,6 +124,10 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
     value shown is ``shown``, else the parser's own reason.
     """
     try:
+        # JSON text in UTF-8 that opens an object (a request body): decoded as json.loads
+        # decodes bytes it finds UTF-8, without its search for the encoding
+        if type(text) is bytes and text[:1] == b"{" and len(text) > 1 and text[1]:
+            return _decode(text.decode("utf-8", "surrogatepass"))
         return json.loads(text)
     except RecursionError:
         problem = "nested too deeply for the parser"
@@ -109,9 +137,14 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
                       kind="InvalidJSON", code=code)
 
 
-async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
-    """The body as a JSON object whose keys are all in ``known``."""
-    content_type = request.headers.get("content-type", "")
+async def json_body(request: Request, known: frozenset[str],
+                    content_type: str | None = None) -> dict[str, Any]:
+    """The body as a JSON object whose keys are all in ``known``.
+
+    ``content_type``: the request's ``Content-Type`` where the caller has read it already.
+    """
+    if content_type is None:
+        content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
                           "multipart/form-data with a file where the pipeline has prepare)",
@@ -120,8 +153,8 @@ async def json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
                           kind="InvalidJSON", code="invalid_json")
-    unknown = sorted(set(body) - known)
-    if unknown:
+    if not body.keys() <= known:
+        unknown = sorted(body.keys() - known)
         raise HttpRefusal(400, unknown[0], f"not served (served: {', '.join(sorted(known))})",
                           body[unknown[0]], kind="UnsupportedParameter",
                           code="unsupported_parameter")

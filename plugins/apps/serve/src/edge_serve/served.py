@@ -177,6 +177,11 @@ class ServedPipeline:
 
     def require_ready(self) -> None:
         """Refuse (503) while any stage serves no request (a degraded replica set serves)."""
+        for runtime in self.pipeline.stages:  # every replica ready (the usual): no more
+            if runtime.state is not StageState.READY:
+                break
+        else:
+            return
         for stage, state in self.stage_states().items():
             if state not in SERVING:
                 why = "; ".join(f"{r.name}: {r.state.value}: {r.closed_reason}"
@@ -484,16 +489,18 @@ class ServedPipeline:
         """
         signals = Signals()
         release = self.drain.hold(signals.drain)
-        watch = DisconnectWatch(request, signals.client_gone)
+        loop = asyncio.get_running_loop()
+        watch = DisconnectWatch(request, signals.client_gone, loop=loop)
         try:
-            return await self._run(request, handle, start, deadline_s, signals)
+            return await self._run(request, handle, start, deadline_s, signals, loop)
         finally:
             release()
             watch.stop()
 
     async def _run(self, request: Request, handle: RequestHandle,
                    start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
-                   deadline_s: float | None, signals: Signals) -> T:
+                   deadline_s: float | None, signals: Signals,
+                   loop: asyncio.AbstractEventLoop) -> T:
         entered = time.monotonic()
         try:
             claim = await self.queue.enter(deadline_s, signals)
@@ -506,7 +513,6 @@ class ServedPipeline:
         left = None if deadline_s is None else \
             max(deadline_s - (time.monotonic() - entered), 1e-3)
         handle.on_admitted = claim.settle
-        loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:

@@ -16,13 +16,17 @@ back when the request thread unwinds: at once, or when that call ends.
 read (the ASGI receive channel says nothing else until then). :class:`DisconnectWatch`
 starts that watch :data:`WATCH_AFTER_S` after a request began: a request answered sooner
 (a small tensor request takes about a millisecond) costs no task, and a disconnect is
-still seen at most that much later than it happened.
+still seen at most that much later than it happened. The watches of one event loop are
+started by one timer, armed for the earliest of them (:class:`_Starter`): a request
+answered before its watch began costs an entry in a dictionary, not a timer of its own
+that is cancelled and then lingers in the loop's schedule until its time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Callable
 
 from starlette.requests import Request
@@ -92,29 +96,81 @@ async def watch_disconnect(request: Request, on_gone: Callable[[], None]) -> Non
 class DisconnectWatch:
     """:func:`watch_disconnect` for one request, started :data:`WATCH_AFTER_S` from now.
 
-    Made on the event loop once the request's body has been read; :meth:`stop` ends it
-    (or keeps it from starting) when the request is answered.
+    Made on the event loop once the request's body has been read (``loop``: that loop,
+    when the caller has it at hand); :meth:`stop` ends it (or keeps it from starting)
+    when the request is answered. ``after_s`` (default: :data:`WATCH_AFTER_S` as it is
+    then) is how long after now it starts.
     """
 
-    __slots__ = ("_on_gone", "_request", "_task", "_timer")
+    __slots__ = ("__weakref__", "_on_gone", "_request", "_starter", "_task")
 
     def __init__(self, request: Request, on_gone: Callable[[], None],
-                 after_s: float = WATCH_AFTER_S) -> None:
+                 after_s: float | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._request = request
         self._on_gone = on_gone
         self._task: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            after_s, self._start)
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        starter = _starters.get(loop)
+        if starter is None:
+            starter = _starters[loop] = _Starter(loop)
+        self._starter: _Starter | None = starter
+        starter.add(self, WATCH_AFTER_S if after_s is None else after_s)
 
-    def _start(self) -> None:
-        self._timer = None
+    def start(self) -> None:
+        """Begin watching now (its time came)."""
+        self._starter = None
         self._task = asyncio.ensure_future(watch_disconnect(self._request, self._on_gone))
 
     def stop(self) -> None:
         """Stop watching (the request has its answer, or gave up)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._starter is not None:
+            self._starter.discard(self)
+            self._starter = None
         if self._task is not None:
             self._task.cancel()
             self._task = None
+
+
+class _Starter:
+    """The watches of one loop still to start, and the one timer that starts them."""
+
+    __slots__ = ("__weakref__", "_armed", "_due", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: dict[DisconnectWatch, float] = {}  # loop.time() each starts at
+        self._armed: float | None = None  # when the timer fires, if armed
+
+    def add(self, watch: DisconnectWatch, after_s: float) -> None:
+        due = self._loop.time() + after_s
+        self._due[watch] = due
+        if self._armed is None or due < self._armed:
+            self._arm(due)
+
+    def discard(self, watch: DisconnectWatch) -> None:
+        self._due.pop(watch, None)  # its timer, if the earliest, fires and finds it gone
+
+    def _arm(self, due: float) -> None:
+        self._armed = due
+        self._loop.call_at(due, self._fire, due)
+
+    def _fire(self, due: float) -> None:
+        if self._armed != due:
+            return  # a timer armed for an earlier watch took over
+        self._armed = None
+        now = self._loop.time()
+        # within the clock's resolution: the loop runs a timer that close to its time
+        starting = [watch for watch, at in self._due.items() if at <= now + 1e-6]
+        for watch in starting:
+            del self._due[watch]
+        if self._due:
+            self._arm(min(self._due.values()))
+        for watch in starting:
+            watch.start()
+
+
+#: Each running loop's starter (the server has one loop; tests make many).
+_starters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Starter] = \
+    weakref.WeakKeyDictionary()

@@ -42,6 +42,10 @@ _DECODED = {name: (np.dtype(name).newbyteorder("<"), np.dtype(name).newbyteorder
 _ENCODED: dict[np.dtype[Any], tuple[str, np.dtype[Any]]] = {}
 
 
+#: The keys of a tensor's JSON form.
+_KEYS = frozenset({"dtype", "shape", "data"})
+
+
 def _refuse(field: str, reason: str, value: object) -> HttpRefusal:
     return HttpRefusal(400, field, reason, value, kind="TensorInvalid")
 
@@ -55,6 +59,12 @@ def _dtype(name: object, field: str) -> tuple[np.dtype[Any], np.dtype[Any]]:
 
 
 def _shape(value: object, field: str) -> tuple[int, ...]:
+    if type(value) is list and len(value) <= MAX_DIMS:
+        for d in value:
+            if type(d) is not int or d < 0:  # bool is not int; an int subclass is refused
+                break
+        else:
+            return tuple(value)
     if (not isinstance(value, list) or len(value) > MAX_DIMS
             or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in value)):
         raise _refuse(f"{field}.shape", f"must be a list of at most {MAX_DIMS} integers >= 0",
@@ -70,8 +80,8 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     """
     if not isinstance(spec, dict):
         raise _refuse(field, 'must be an object {"dtype", "shape", "data"}', spec)
-    unknown = sorted(set(spec) - {"dtype", "shape", "data"})
-    if unknown:
+    if not spec.keys() <= _KEYS:
+        unknown = sorted(spec.keys() - _KEYS)
         raise _refuse(f"{field}.{unknown[0]}", "unknown key (known: data, dtype, shape)",
                       spec[unknown[0]])
     dtype, native = _dtype(spec.get("dtype"), field)
@@ -88,8 +98,9 @@ def decode_tensor(spec: object, field: str, *, max_bytes: int) -> np.ndarray:
     data = spec.get("data")
     if not isinstance(data, str):
         raise _refuse(f"{field}.data", "must be a base64 string", type(data).__name__)
-    if len(data) != 4 * math.ceil(nbytes / 3):
-        raise _refuse(f"{field}.data", f"base64 of {nbytes} bytes is {4 * math.ceil(nbytes / 3)} "
+    characters = 4 * -(-nbytes // 3)
+    if len(data) != characters:
+        raise _refuse(f"{field}.data", f"base64 of {nbytes} bytes is {characters} "
                       "characters (prod(shape) * itemsize)", len(data))
     try:
         raw = base64.b64decode(data, validate=True)

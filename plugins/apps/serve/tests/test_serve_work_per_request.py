@@ -1,0 +1,161 @@
+"""Python work per small tensor request in ``edge serve``'s process: counted bounds.
+
+The echo request of ``benchmarks/serve.py`` (a 2x2 float32 tensor as base64 JSON to a
+one-stage echo pipeline, its answer JSON) is handed to the server's ASGI application as
+uvicorn hands it over (one task per request, the body in one message), on an event loop
+of the test's thread, against a real echo worker: the body's guards, routing, reading and
+decoding the tensors, the admission queue, the submission from the loop, the loop's read
+of the worker's reply, the answer's encoding, the metrics and the response. Counted over
+many requests after a warm-up, the Python function calls with ``sys.setprofile`` and the
+bytecode instructions with ``sys.settrace``'s opcode events (as
+``core/tests/runtime/test_calls_per_request.py`` counts ``Pipeline.run``): what the HTTP
+server itself does (uvicorn, httptools) is not in it, and every request is answered
+before its client's disconnect watch begins, as a small request is
+(:data:`~edge_serve.submitted.WATCH_AFTER_S`). Counts, not timings: they are the same on
+a loaded machine as on a quiet one, and grow only when the path does more per request.
+Each bound sits a little above what the path costs now; raise it only for work a request
+needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edge_contracts.waiting import SPIN_ENV
+from edge_core.config import load_pipeline
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import load_plugins
+from edge_core.pools import Pool
+from edge_core.runtime import Pipeline
+from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_core.testing.work_counts import WorkCount, bytecodes, python_calls
+from edge_serve.app import ServerState, build_app
+from edge_serve.served import ServedPipeline, private_upload_dir
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+REQUESTS = 100
+MAX_PYTHON_CALLS = 430  # 495 as counted here before session 27's cuts (the loop's watch
+# of the worker channel kept between requests, one timer for the disconnect watches, the
+# head read once, the body parsed and the answer's headers made directly); 419 after
+#: Bytecode counts depend on the interpreter's compiler: kept per minor version, skipped
+#: on others (the call bound holds everywhere).
+MAX_BYTECODES = {(3, 11): 10750}  # 12045 before session 27's cuts, 10554 after
+#: Batches the bytecode bound is checked on (their least count).
+BATCHES = 3
+
+X = np.ones((2, 2), dtype=np.float32)
+BODY = json.dumps({"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
+                                    "data": base64.b64encode(X.tobytes()).decode()}}}).encode()
+#: The head httpx sends (as benchmarks/serve.py's client does), as uvicorn passes it on.
+HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", b"*/*"),
+           (b"accept-encoding", b"gzip, deflate"), (b"connection", b"keep-alive"),
+           (b"user-agent", b"python-httpx/0.28.1"), (b"content-length", str(len(BODY)).encode()),
+           (b"content-type", b"application/json")]
+
+
+@pytest.fixture(autouse=True)
+def _no_measured_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spin governor's measured waits (they depend on timing; see the core count)."""
+    monkeypatch.setenv(SPIN_ENV, "0")
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+    """One echo request through the application, answered 200, after a warm-up of 30."""
+    # Counting slows a request down by more than the watch's delay: kept from starting,
+    # as it is for a small request at full speed.
+    monkeypatch.setattr("edge_serve.submitted.WATCH_AFTER_S", 60.0)
+    ledger = ResourceLedger([Pool(name="machine:ram", total=4 * 1024**3)])
+    config = load_pipeline({"name": "echo", "admission": 2,
+                            "stages": [{"id": "echo", "backend": {"name": "echo"}}]})
+    pipeline = Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                             retire_deadline_s=3.0)
+    loop = asyncio.new_event_loop()
+    try:
+        with ThreadPoolExecutor(6) as executor:
+            served = ServedPipeline(pipeline, executor, private_upload_dir())
+            app = build_app(ServerState({"echo": served}, ledger, max_body_bytes=1 << 20))
+            answers: list[tuple[int, bytes]] = []
+            request = _request(app, loop, answers)
+            for _ in range(30):
+                request()
+            assert answers[-1][0] == 200, answers[-1]
+            assert json.loads(answers[-1][1])["outputs"]["x"]["data"] == \
+                base64.b64encode((X * 2).tobytes()).decode()
+            answers.clear()
+
+            def checked() -> None:
+                request()
+
+            yield checked
+            assert {status for status, _ in answers} == {200}
+    finally:
+        loop.close()
+        pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+
+
+def _request(app: Any, loop: asyncio.AbstractEventLoop,
+             answers: list[tuple[int, bytes]]) -> Callable[[], None]:
+    """A request as uvicorn's httptools protocol hands it to the application."""
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+             "http_version": "1.1", "server": ("127.0.0.1", 8000),
+             "client": ("127.0.0.1", 40000), "scheme": "http", "method": "POST",
+             "root_path": "", "path": "/v1/pipelines/echo/run",
+             "raw_path": b"/v1/pipelines/echo/run", "query_string": b"", "headers": HEADERS}
+
+    def request() -> None:
+        sent: list[dict[str, Any]] = []
+        body = {"type": "http.request", "body": BODY, "more_body": False}
+        read = False
+        never: asyncio.Future[None] = loop.create_future()
+
+        async def receive() -> dict[str, Any]:
+            nonlocal read
+            if not read:
+                read = True
+                return body
+            await never  # the client stays: no http.disconnect
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        loop.run_until_complete(app(dict(scope), receive, send))
+        never.cancel()
+        answers.append((sent[0]["status"], sent[1]["body"]))
+
+    return request
+
+
+def _split(count: WorkCount) -> str:
+    return "\n".join(f"{n:6d} {name}" for name, n in count.busiest)
+
+
+def test_a_small_tensor_request_costs_a_bounded_number_of_python_calls(
+    requests: Callable[[], None],
+) -> None:
+    count = python_calls(repeat(requests, REQUESTS))
+    assert count.per_call <= MAX_PYTHON_CALLS, f"{count.per_call}\n{_split(count)}"
+
+
+def test_a_small_tensor_request_runs_a_bounded_number_of_bytecodes(
+    requests: Callable[[], None],
+) -> None:
+    bound = MAX_BYTECODES.get(sys.version_info[:2])
+    if bound is None:
+        pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
+    count = min((bytecodes(repeat(requests, REQUESTS)) for _ in range(BATCHES)),
+                key=lambda counted: counted.per_call)
+    assert count.per_call <= bound, f"{count.per_call}\n{_split(count)}"

@@ -197,3 +197,26 @@ def test_a_dtype_the_wire_does_not_carry_is_refused_naming_the_packers_arrays(
         refused = exc.field
     assert refused == f"{field}.x.dtype"
     assert producer.retained_buffers == 0  # the first array's lease was taken back
+
+
+def test_a_lone_array_packed_again_goes_as_it_went_unless_it_differs(producer) -> None:
+    """The entry kept for a lone inline array serves only an array packed the same way."""
+    packer = TensorPacker(producer, threshold=4096)
+    small = np.arange(4, dtype=np.float32)
+    first = packer.pack({"x": small})
+    again = packer.pack({"x": small + 1})  # the kept entry: the same spec, its own bytes
+    assert again.specs == first.specs and again.specs[0].ref is None
+    assert again.leases == [] and again.features == frozenset()
+    assert [bytes(view) for view in again.payloads] == [(small + 1).tobytes()]
+    swapped = (small + 2).astype(">f4")  # same name and shape, the other byte order
+    (spec,) = (packed := packer.pack({"x": swapped})).specs
+    assert spec == first.specs[0]
+    assert [bytes(view) for view in packed.payloads] == [(small + 2).tobytes()]
+    strided = np.arange(8, dtype=np.float32)[::2]  # same key, not contiguous
+    packed = packer.pack({"x": strided})
+    assert [bytes(view) for view in packed.payloads] == [strided.tobytes()]
+    assert packer.pack({"y": small}).specs[0].name == "y"  # another name: its own entry
+    large = packer.pack({"x": np.zeros(2048, np.float32)})  # over the threshold
+    assert large.specs[0].ref is not None and len(large.leases) == 1
+    packer.take_back(large.leases)
+    assert producer.retained_buffers == 0

@@ -75,6 +75,7 @@ class Packed:
 
 
 _NO_FEATURES: frozenset[str] = frozenset()
+_MAX_LONE = 64  # lone-array entries a packer keeps
 _EMPTY = Packed((), [], [], _NO_FEATURES)
 
 class TensorPacker:
@@ -94,6 +95,9 @@ class TensorPacker:
         self.threshold = threshold
         self.max_bytes = max_bytes
         self.field = field
+        # (name, NumPy dtype, shape) -> the entry of a lone array that went inline, of a
+        # plain wire dtype, under the threshold and max_bytes (all fixed by the three)
+        self._lone: dict[tuple[Any, ...], TensorSpec] = {}
 
     def allocate(
         self, shape: tuple[int, ...], dtype: Any, *, private: bool = False
@@ -147,6 +151,12 @@ class TensorPacker:
         """
         if not arrays:
             return _EMPTY
+        if not allocated and len(arrays) == 1:  # the usual lone array: its kept entry
+            ((name, value),) = arrays.items()
+            if type(value) is np.ndarray:
+                spec = self._lone.get((name, value.dtype, value.shape))
+                if spec is not None and value.flags.c_contiguous:
+                    return Packed((spec,), [value.data.cast("B")], [], _NO_FEATURES)
         specs: list[TensorSpec] = []
         payloads: list[memoryview] = []
         leases: list[tuple[str, int]] = []
@@ -201,6 +211,11 @@ class TensorPacker:
         except BaseException:
             self.take_back(leases)
             raise
+        if (len(specs) == 1 and plain and not leases and type(value) is np.ndarray
+                and value.ndim and value.size and type(name) is str):  # kept for the next
+            if len(self._lone) >= _MAX_LONE:
+                self._lone.clear()
+            self._lone[(name, value.dtype, value.shape)] = specs[0]
         return Packed(tuple(specs), payloads, leases,
                       _NO_FEATURES if plain and not leases else None)
 

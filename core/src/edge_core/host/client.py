@@ -39,6 +39,7 @@ from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
     FEATURE_BINARY_HEADER,
     FEATURE_HEARTBEAT,
+    FEATURE_SHM_TENSORS,
     FEATURE_SPIN_FOLLOW,
     FEATURE_WORKER_SPIN,
     OP_ACK,
@@ -695,7 +696,10 @@ class WorkerClient:
             return False
         self.last_heard = time.monotonic()
         try:
-            self._dispatch(frame)
+            if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
+                self._on_event(frame)
+            else:
+                self._dispatch(frame)
         except ContractError as exc:
             self._lost(
                 f"worker: protocol violation: {exc}",
@@ -785,7 +789,9 @@ class WorkerClient:
             if refs:
                 self._ack(refs)
             return
-        refs = refs_of(frame) if header.tensors else []
+        # A shared-memory entry needs the frame's ``shm-tensors`` feature (the header's
+        # checks refuse it otherwise): without it there is no reference to look for.
+        refs = refs_of(frame) if FEATURE_SHM_TENSORS in header.required_features else []
         try:
             arrays = self._unpacker.unpack(frame)
         except ContractError:

@@ -55,6 +55,10 @@ class CallStage(Protocol):
         ...
 
 
+_new = object.__new__
+_key_request_id, _key_epoch, _key_generation, _key_serial = (
+    ResultKey.__dict__[name].__set__ for name in ("request_id", "epoch", "generation", "serial"))
+
 _CANCELLED = "request {rid}: cancelled"
 _CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
 
@@ -198,9 +202,15 @@ class PendingCall:
             else:  # the usual lone terminal event: its outputs are the result's
                 outputs, events = tensors, (event,)
             request = self.request
+            # The key's four values are the request's own, checked when it was made: set
+            # as attrs' __init__ would, without its per-field setattr by name.
+            key = _new(ResultKey)
+            _key_request_id(key, request.request_id)
+            _key_epoch(key, request.epoch)
+            _key_generation(key, request.generation)
+            _key_serial(key, self.serial)
             self._result = StageResult(
-                ResultKey(request.request_id, request.epoch, request.generation, self.serial),
-                outputs, events, time.perf_counter() - self._started, stage.ack,
+                key, outputs, events, time.perf_counter() - self._started, stage.ack,
                 self._retained,
             )
             self._outputs, self._retained = {}, []  # the result holds them now

@@ -66,13 +66,16 @@ class PipelineResult:
     whose receipt nobody reads does not build it).
     """
 
-    __slots__ = ("_acked", "_placement", "_receipt", "_release", "final", "latencies")
+    __slots__ = ("_acked", "_placement", "_receipt", "_release", "final", "latencies",
+                 "outputs")
 
     def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
                  release: Callable[[], None],
                  placement: Sequence[Mapping[str, Any]] = (), *,
                  receipt: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> None:
         self.final = final
+        self.outputs: dict[str, Any] = final.outputs
+        """The final stage's outputs (its result's own dict: an attribute, read per call)."""
         self.latencies = dict(latencies)
         self._placement: list[dict[str, Any]] | None = (
             None if receipt is not None else [dict(stage) for stage in placement])
@@ -91,11 +94,6 @@ class PipelineResult:
             assert self._receipt is not None  # one of the two is always given
             self._placement = [dict(stage) for stage in self._receipt()]
         return self._placement
-
-    @property
-    def outputs(self) -> dict[str, Any]:
-        """The final stage's outputs."""
-        return self.final.outputs
 
     def ack(self) -> AckOutcome:
         """Acknowledge the final result; stale the second time."""

@@ -353,11 +353,10 @@ class ReplicaSet:
         if not self._waiting:
             # Nobody queued (read without the lock: one arriving now is served after
             # this request, as if it had come a moment later): no ticket to take.
-            if (only is not None and not self.lost and only.state is StageState.READY
-                    and only.slots.free > 0):
-                # One serving replica with a free slot: straight to it, as _submit_free
-                # would (its submit checks ``abandoned`` under its lock; a stage that
-                # fills or closes meanwhile is waited for below).
+            if only is not None and not self.lost and only.state is StageState.READY:
+                # One serving replica: straight to it, as _submit_free would (its submit
+                # takes a free slot or refuses with SlotsTaken, and checks ``abandoned``
+                # under its lock; a stage full, filled or closed is waited for below).
                 if only.made_input_buffers:
                     only.check_input_buffers(inputs)  # busy: refused at once
                 try:

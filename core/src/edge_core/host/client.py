@@ -31,9 +31,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from edge_contracts.binary_header import EVENT_BLOCK, FIXED
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
-from edge_contracts.frame_reader import FrameReader
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
@@ -57,9 +60,9 @@ from edge_contracts.protocol import (
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import require_int, require_seconds
+from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, require_int, require_seconds
 from edge_contracts.waiting import ReadableWait, readable
-from edge_contracts.wire import Frame, encode_frame, write_frame
+from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
 from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
@@ -78,6 +81,7 @@ from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
 from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
+from edge_core.host.reply_kept import DONE_CODE, MAX_KEPT, KeptReply, reply_template
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import SpinDecision, governor
@@ -91,6 +95,11 @@ _EMPTY: dict[str, Any] = {}
 _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
+_FIXED_SIZE = FIXED.size  # where a binary header's request id begins
+_EVENT_BLOCK = EVENT_BLOCK
+_BLOCK_SIZE = EVENT_BLOCK.size
+_ID_AT = PREFIX_SIZE + FIXED.size  # where a received frame's request id begins
+_frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
@@ -167,7 +176,14 @@ class WorkerClient:
         self._exit_status: int | None = None
         self._retire_lock = threading.Lock()
         self._outcome: RetireOutcome | None = None
-        self._frames = FrameReader(sock.recv_into, limits)
+        # The usual reply is recognised in the client's own receive buffer (_read_one);
+        # anything else is handed to the frame reader, which takes it first
+        self._recv_into = sock.recv_into
+        self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
+        self._left: memoryview | None = None  # received, not yet taken by the reader
+        self._more = False  # bytes of a frame wait in the reader's buffer
+        self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
+        self._frames = FrameReader(self._take_received, limits)
         self._reader = ChannelReader(
             sock.fileno(),
             self._read_one,
@@ -672,10 +688,95 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
+    def _take_received(self, view: memoryview) -> int:
+        """The frame reader's receive: what :meth:`_read_one` took first, then the socket."""
+        left = self._left
+        if left is None:
+            return self._recv_into(view)
+        count = min(len(left), len(view))
+        view[:count] = left[:count]
+        self._left = left[count:] if count < len(left) else None
+        return count
+
     def _read_one(self) -> bool:
-        """Read and dispatch one frame (by whichever thread reads); False once ended."""
+        """Read and dispatch one frame (by whichever thread reads); False once ended.
+
+        A receive that holds the usual reply alone is delivered from its kept template
+        (:mod:`edge_core.host.reply_kept`); what else it holds is handed to the frame
+        reader, whose frame is dispatched, and kept as a template when it is a usual one.
+        """
+        raw = None  # the header of a receive that held one whole binary frame
+        learn = True
         try:
-            frame = self._frames.read()
+            if self._more:  # a frame (or its start) waits in the reader's buffer
+                frame = self._frames.read()
+                self._more = self._frames.has_buffered()
+            else:
+                view = self._intake
+                count = self._recv_into(view)
+                # all the stream held (less than the room given): no frame waits behind it
+                if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
+                    magic, header_len, payload_len = PREFIX.unpack_from(view)
+                    header_end = PREFIX_SIZE + header_len
+                    if (magic == BINARY_MAGIC and header_end + payload_len == count
+                            and header_len >= _FIXED_SIZE):  # one whole binary frame
+                        raw = bytes(view[PREFIX_SIZE:header_end])
+                        id_end = _FIXED_SIZE + (raw[4] | raw[5] << 8)
+                        stage_end = id_end + (raw[6] | raw[7] << 8)
+                        # reply_key, written out: one call fewer per reply
+                        kept = self._usual.get(raw[:_FIXED_SIZE] + raw[id_end:stage_end]
+                                               + raw[stage_end + _BLOCK_SIZE :])
+                        if kept is not None:  # the usual reply, but for its id, its event
+                            learn = False  # block and its payload's bytes: those get the
+                            # parser's checks, the id must name a call in flight of the
+                            # template's epoch (else the general path reads the frame, and
+                            # refuses or drops it)
+                            seq, created_ns, kind = _EVENT_BLOCK.unpack_from(
+                                view, PREFIX_SIZE + stage_end)
+                            try:
+                                request_id = str(view[_ID_AT:PREFIX_SIZE + id_end], "utf-8")
+                            except UnicodeDecodeError:  # refused by the reader
+                                request_id = "\n"
+                            call = None
+                            if (kept[0] == payload_len and kind == DONE_CODE
+                                    and seq <= INT64_MAX and created_ns <= INT64_MAX
+                                    and (not request_id or (len(request_id) <= MAX_ID_LENGTH
+                                                            and request_id.isprintable()))):
+                                with self._lock:
+                                    call = self._calls.get(request_id)
+                                    if call is not None and call.epoch == kept[2]:
+                                        del self._calls[request_id]  # DONE is terminal
+                                    else:
+                                        call = None
+                            if call is not None:
+                                self.last_heard = time.monotonic()
+                                _, stage_id, epoch, generation, layout = kept
+                                arrays: dict[str, Any] = {}
+                                if layout:  # as the unpacker makes them: read-only views
+                                    own = memoryview(  # of a copy of the payload
+                                        bytearray(view[header_end:count])).toreadonly()
+                                    for name, dtype, number, at, shape in layout:
+                                        arrays[name] = _frombuffer(
+                                            own, dtype, number, at).reshape(shape)
+                                call.deliver(Delivery(
+                                    request_id=request_id,
+                                    stage_id=stage_id,
+                                    epoch=epoch,
+                                    generation=generation,
+                                    seq=seq,
+                                    kind=EventKind.DONE,
+                                    data=EMPTY_OBJECT,
+                                    error=None,
+                                    created_ns=created_ns,
+                                    arrays=arrays,
+                                    refs=[],
+                                    ack=None,
+                                ))
+                                return True
+                self._left = view[:count]
+                frame = self._frames.read()
+                if raw is None:  # else it was all the receive held: nothing is left
+                    self._more = self._frames.has_buffered()
         except StreamClosed:
             self._channel_closed()
             return False
@@ -720,6 +821,16 @@ class WorkerClient:
                 WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
             )
             return False
+        header = frame.header
+        # the only frame of its receive, an event without shared memory: perhaps a usual
+        # one, whose template is kept
+        if (learn and raw is not None and header.op == OP_EVENT
+                and FEATURE_SHM_TENSORS not in header.required_features):
+            found = reply_template(raw, header, self.generation)
+            if found is not None:
+                if len(self._usual) >= MAX_KEPT:
+                    self._usual.clear()
+                self._usual[found[0]] = found[1]
         return True
 
     def _dispatch(self, frame: Frame) -> None:

@@ -430,6 +430,68 @@ def late_buffers() -> BaseHandler:
     return LateBuffers()
 
 
+class Replies(Echo):
+    """Echoes; ``params["script"]`` makes it write reply frames of its own as well.
+
+    The frames are DONE events (or of another kind) with the echoed outputs, encoded by
+    the same code as the serve loop's (:func:`edge_contracts.call_frames.encode_call_frame`
+    with the event block), written straight onto the channel:
+
+    * ``done_and_heartbeat``: the call's DONE followed by a heartbeat, in one write;
+    * ``stranger_first``: a DONE for another id of the same length first, then (after
+      50 ms, so that it is received alone) the call's own DONE, written by the loop;
+    * ``output_first``: an OUTPUT event with the outputs first, then (50 ms later) the
+      loop's DONE;
+    * ``bad_id``: a DONE whose id (of the same length) has a control character.
+    """
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        script = call.params.get("script")
+        outputs = super().submit(call)
+        if not script:
+            return outputs
+        assert outputs is not None
+        fd = int(sys.argv[-1])
+        if script == "done_and_heartbeat":
+            beat = encode_frame(FrameHeader("heartbeat", "", "", 0, call.generation), [])
+            os.write(fd, _reply(call, call.request_id, outputs) + b"".join(map(bytes, beat)))
+            return None  # answered here
+        if script == "stranger_first":
+            os.write(fd, _reply(call, call.request_id[:-1] + "~", outputs))
+            time.sleep(0.05)  # read on its own (the controller waits on the socket)
+        elif script == "output_first":
+            os.write(fd, _reply(call, call.request_id, outputs, kind="output"))
+            time.sleep(0.05)
+        elif script == "bad_id":
+            os.write(fd, _reply(call, call.request_id[:-1] + "\x01", outputs))
+            time.sleep(60)
+            return None
+        return outputs
+
+
+def _reply(call: Call, request_id: str, outputs: Mapping[str, Any], kind: str = "done") -> bytes:
+    """The bytes of an event frame of ``call`` as the serve loop encodes one."""
+    import numpy as np
+
+    from edge_contracts.binary_header import event_block
+    from edge_contracts.call_frames import encode_call_frame
+    from edge_contracts.protocol import FEATURE_EVENT_FIELDS, OP_EVENT
+    from edge_contracts.tensors import dtype_of
+
+    arrays = [np.ascontiguousarray(array) for array in outputs.values()]
+    specs = tuple(TensorSpec.inline(name, dtype_of(array), array.shape, array.nbytes)
+                  for name, array in zip(outputs, arrays, strict=True))
+    parts = encode_call_frame(
+        OP_EVENT, request_id, call.stage_id, call.epoch, call.generation, specs,
+        [memoryview(array).cast("B") for array in arrays], frozenset({FEATURE_EVENT_FIELDS}),
+        event_meta=b"", event_block=event_block(0, kind, time.time_ns()), keep=False)
+    return b"".join(bytes(part) for part in parts)
+
+
+def replies() -> BaseHandler:
+    return Replies()
+
+
 def inplace() -> BaseHandler:
     return InPlace()
 

@@ -284,7 +284,9 @@ class Call:
         self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
     ) -> bool:
         """End the request successfully, optionally with outputs."""
-        if outputs and data is None:  # the usual end of a graph call: tried first
+        # the usual end of a graph call, tried first: not for a call with input segments
+        # to acknowledge (its DONE carries their acks, which no template holds)
+        if outputs and data is None and not self._acks:
             server = self._server
             with self._lock:
                 if not self._closed and not self._allocated:

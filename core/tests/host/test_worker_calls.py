@@ -139,6 +139,22 @@ def test_controller_cap_exceeded_is_a_typed_error_and_acks_free_it(start):
     client.submit(request("r4"), {"x": x}).result(timeout=10)
 
 
+
+def test_a_small_done_still_acknowledges_its_shared_memory_inputs(start):
+    """Inputs in shared memory, a small inline output: each DONE frees the inputs.
+
+    The worker writes a usual DONE from a kept template (``edge_contracts.worker_kept``);
+    a call whose inputs came in segments must still carry their acknowledgements, or the
+    controller's producer keeps them and refuses once its buffers are taken (seen as
+    429 ``shm.retained_bytes`` from edge serve's page pipeline after 17 pages).
+    """
+    client = start(shm_threshold=1024, shm_max_buffers=2)
+    x = np.zeros(4096, dtype=np.uint8)  # over the threshold: sent in a segment
+    for i in range(12):  # many more than the producer's two buffers
+        out = client.submit(request(f"r{i}", alloc=16), {"x": x}).result(timeout=10)
+        assert out["big"].shape == (16,)
+
+
 def test_unreleased_outputs_count_against_the_worker_cap(start):
     client = start(shm_threshold=1024, shm_max_buffers=2)
     x = np.zeros(4096, dtype=np.uint8)

@@ -50,6 +50,11 @@ import sys
 
 import _signal
 
+# As started from a terminal: a process started in the background of a script (or under a
+# runner started so) inherits SIGINT ignored, and Python then leaves it ignored.
+if _signal.getsignal(_signal.SIGINT) is _signal.SIG_IGN:
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
 AT = int(os.environ["EDGE_TEST_SIGNAL_AT"])  # -1: count the events, send nothing
 SIGNUM = int(os.environ["EDGE_TEST_SIGNUM"])
 MARKS = os.environ["EDGE_TEST_MARKS"]

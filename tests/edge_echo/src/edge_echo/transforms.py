@@ -97,14 +97,18 @@ def read_tables(previous: Mapping[str, Any], source: Mapping[str, Any],
                 bundles: BundleFolders) -> dict[str, Any]:
     """The previous ``y`` as the next ``x``, with each stage's ``table.txt`` carried.
 
-    A model asset read from the bundle the stage loaded, as verified
+    Each stage's folder is looked up (a bundle verified in place and rewritten since the
+    stage opened is refused there, ``BundleChanged``), and the asset read from the bundle
+    the stage loaded, as verified
     (:meth:`~edge_core.runtime.bundle_folders.BundleFolders.read`); a stage whose bundle
     lists no ``table.txt``, or that holds no verified bundle, is left out.
     """
     from edge_core.artifacts.errors import MemberMissing, MemberPathRefused
 
     tables = {}
-    for stage_id in sorted(bundles):
+    for stage_id, folder in sorted(bundles.items()):  # the lookup checks each folder
+        if folder is None:
+            continue
         try:
             tables[stage_id] = bundles.read(stage_id, "table.txt").decode("utf-8")
         except (MemberMissing, MemberPathRefused):

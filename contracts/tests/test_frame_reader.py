@@ -12,7 +12,7 @@ from edge_contracts import errors
 from edge_contracts.conformance import load_fixtures
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import FrameTruncated, PayloadTooLarge, StreamClosed, WireError
-from edge_contracts.frame_reader import FrameReader
+from edge_contracts.frame_reader import FrameReader, ReceivedFirst
 from edge_contracts.wire import (
     PREFIX_SIZE,
     Frame,
@@ -179,3 +179,29 @@ def test_drained_says_whether_the_last_receive_took_everything_the_stream_held()
     finally:
         left.close()
         right.close()
+
+
+def test_bytes_received_first_are_read_before_the_socket():
+    """A receive's bytes handed back (``ReceivedFirst.left``) are the reader's first."""
+    a, b = socket.socketpair()
+    try:
+        first, second = frame_bytes("r1", b"x" * 10), frame_bytes("r2", b"y" * 20)
+        b.sendall(first + second)
+        taken = bytearray(len(first) + 7)  # the first frame and the start of the second
+        view = memoryview(taken)
+        count = a.recv_into(view)
+        assert count == len(taken)
+        received = ReceivedFirst(a.recv_into)
+        received.left = view[:count]
+        reader = FrameReader(received, LIMITS)
+        frames = [reader.read(), reader.read()]
+        assert [f.header.request_id for f in frames] == ["r1", "r2"]
+        assert bytes(frames[1].payload) == b"y" * 20
+        assert received.left is None  # all handed out; the rest came from the socket
+        small = bytearray(3)
+        received.left = memoryview(b"abcdef")
+        assert received(memoryview(small)) == 3 and bytes(small) == b"abc"
+        assert received.left is not None and bytes(received.left) == b"def"
+    finally:
+        a.close()
+        b.close()

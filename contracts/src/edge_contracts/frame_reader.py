@@ -40,10 +40,40 @@ from edge_contracts.wire import (
     receive_payload,
 )
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader", "ReceivedFirst"]
 
 DEFAULT_BUFFER_BYTES = 16384
 """Receive-buffer size: frames of a few KiB (headers, tiny tensors) take one read."""
+
+
+class ReceivedFirst:
+    """A ``recv_into`` that hands out bytes already received first, then reads the socket.
+
+    For a channel that looks at what one receive brought before its :class:`FrameReader`
+    does (a usual frame served from a kept template): whatever it does not serve itself it
+    sets as :attr:`left`, and the reader, given this object as its ``recv_into``, reads
+    those bytes first, as if they had just arrived.
+
+    Attributes:
+        left: bytes received and not yet taken by the reader (None: none).
+
+    """
+
+    __slots__ = ("_recv_into", "left")
+
+    def __init__(self, recv_into: Callable[[memoryview], int]) -> None:
+        self._recv_into = recv_into
+        self.left: memoryview | None = None
+
+    def __call__(self, view: memoryview) -> int:
+        """Fill a prefix of ``view`` from :attr:`left`, else from the socket; the count."""
+        left = self.left
+        if left is None:
+            return self._recv_into(view)
+        count = min(len(left), len(view))
+        view[:count] = left[:count]
+        self.left = left[count:] if count < len(left) else None
+        return count
 
 
 class FrameReader:

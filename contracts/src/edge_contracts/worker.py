@@ -89,7 +89,7 @@ from edge_contracts.errors import (
     WireError,
 )
 from edge_contracts.events import EventKind
-from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
 from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.jsonvalues import thaw_json
 from edge_contracts.protocol import (
@@ -203,8 +203,9 @@ class _Server:
         # anything else is handed to the frame reader, which takes it first
         self._recv_into = sock.recv_into
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
-        self._left: memoryview | None = None  # received, not yet taken by the reader
-        self._frames = FrameReader(self._take_received, self.limits)
+        # received, not yet taken by the reader: given to it first
+        self._received = ReceivedFirst(self._recv_into)
+        self._frames = FrameReader(self._received, self.limits)
         self._usual: dict[bytes, KeptRequest] = {}  # see worker_kept
         self._done_frames: dict[tuple[Any, ...], KeptEvent | None] = {}
         self._ndarray: type | None = None  # numpy's, once tensors are handled
@@ -521,16 +522,6 @@ class _Server:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _take_received(self, view: memoryview) -> int:
-        """The frame reader's receive: what :meth:`_receive` took first, then the socket."""
-        left = self._left
-        if left is None:
-            return self._recv_into(view)
-        count = min(len(left), len(view))
-        view[:count] = left[:count]
-        self._left = left[count:] if count < len(left) else None
-        return count
-
     def _receive(self) -> bool | None:
         """Receive what the socket holds, and serve it now when it is the usual request.
 
@@ -539,7 +530,7 @@ class _Server:
         :meth:`_read_one`, whose result this is); a request read so, the only frame of
         the receive, is kept as a template when it is a usual one.
         """
-        if self._left is not None:
+        if self._received.left is not None:
             return self._read_one()
         view = self._intake
         try:
@@ -569,7 +560,7 @@ class _Server:
                             and not (self._fences and self._fenced_at(kept[2], kept[3]))):
                         self._run_usual(request_id, kept, view[header_end:count])
                         return None
-        self._left = view[:count]
+        self._received.left = view[:count]
         read = self._read_one()
         if raw is not None and kept is None and self._pending:
             self._learn(raw, self._pending[-1].header)

@@ -36,7 +36,7 @@ import numpy as np
 from edge_contracts.binary_header import EVENT_BLOCK, FIXED
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
-from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
@@ -180,10 +180,11 @@ class WorkerClient:
         # anything else is handed to the frame reader, which takes it first
         self._recv_into = sock.recv_into
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
-        self._left: memoryview | None = None  # received, not yet taken by the reader
+        # received, not yet taken by the reader: given to it first
+        self._received = ReceivedFirst(self._recv_into)
         self._more = False  # bytes of a frame wait in the reader's buffer
         self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
-        self._frames = FrameReader(self._take_received, limits)
+        self._frames = FrameReader(self._received, limits)
         self._reader = ChannelReader(
             sock.fileno(),
             self._read_one,
@@ -688,16 +689,6 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _take_received(self, view: memoryview) -> int:
-        """The frame reader's receive: what :meth:`_read_one` took first, then the socket."""
-        left = self._left
-        if left is None:
-            return self._recv_into(view)
-        count = min(len(left), len(view))
-        view[:count] = left[:count]
-        self._left = left[count:] if count < len(left) else None
-        return count
-
     def _read_one(self) -> bool:
         """Read and dispatch one frame (by whichever thread reads); False once ended.
 
@@ -773,7 +764,7 @@ class WorkerClient:
                                     ack=None,
                                 ))
                                 return True
-                self._left = view[:count]
+                self._received.left = view[:count]
                 frame = self._frames.read()
                 if raw is None:  # else it was all the receive held: nothing is left
                     self._more = self._frames.has_buffered()

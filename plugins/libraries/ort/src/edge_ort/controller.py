@@ -15,7 +15,7 @@ from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_core.artifacts import BundleChanged, VerifiedBundle, verify_once
-from edge_core.artifacts.pins import member_changed
+from edge_core.artifacts.pins import check_loaded, member_changed
 from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.errors import RemoteError
 from edge_core.host.retire import RetireOutcome
@@ -137,7 +137,13 @@ class OrtStage(WorkerStage):
     @classmethod
     def open(cls, stage: StageContext, load_config: Mapping[str, Any],
              device_id: str | None) -> OrtStage:
-        """Verify the bundle, start the worker and load; refuse an absent target provider."""
+        """Verify the bundle, start the worker and load; refuse an absent target provider.
+
+        Raises:
+            BundleChanged: the bundle, verified in place, changed before the worker's load
+                of it ended (:func:`edge_core.artifacts.pins.check_loaded`): the worker is
+                retired.
+        """
         if stage.manifest_dir is None:
             raise ManifestInvalid(f"stages[{stage.stage_id}].manifest: an ONNX Runtime stage "
                                   "needs an artifact bundle: None")
@@ -195,6 +201,14 @@ class OrtStage(WorkerStage):
             bundle.cleanup()
             raise
         loaded.bundle = bundle
+        try:  # in place: what the worker opened is what was verified (a stat per file)
+            check_loaded(bundle)
+        except BundleChanged as changed:
+            outcome = loaded.retire()  # and the bundle's handle with it
+            changed.add_note(f"refused once the worker had loaded; worker retired: "
+                             f"verified={outcome.verified}")
+            setattr(changed, RETIRE_OUTCOME_ATTR, outcome)
+            raise
         report = loaded.load_report
         if not report.get("target_available", False):
             placement = PlacementReport(

@@ -36,6 +36,10 @@ is active:
   or a candidate the replica never loaded: the restart verifies the disk afresh, which is
   refused as above when it was rewritten.
 
+A load from a bundle verified in place is checked once its worker has loaded
+(:func:`check_loaded`: the pre-load fingerprint check made again), so that a rewrite
+between the check before the load and the worker's own ``open`` is refused too.
+
 What edge-core reads of the bundle once the stage is open (its example inputs) is read
 through the pin too (:meth:`BundlePin.read`): from the kept copy, else from the bundle on
 disk checked against the manifest the stage verified, refused with ``BundleChanged``

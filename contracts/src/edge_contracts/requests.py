@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_contracts.buffers import BufferDescriptor
+from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import InvalidValue
 from edge_contracts.events import TERMINAL_KINDS, EventKind, Operation
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
@@ -164,6 +165,8 @@ class ErrorInfo:
         fault: present when the error declared itself the request's own fault (a client
             error): its code word and the request field at fault
             (:mod:`edge_contracts.request_faults`); absent for a server error.
+        detail: the error's own field, reason and value as data, when it has them and
+            they fit (:mod:`edge_contracts.error_details`); absent otherwise.
 
     """
 
@@ -171,6 +174,7 @@ class ErrorInfo:
     message: str
     traceback: str | None = None
     fault: RequestFault | None = None
+    detail: ErrorDetail | None = None
 
     def __post_init__(self) -> None:
         require_id(self.type, "error.type")
@@ -180,23 +184,31 @@ class ErrorInfo:
                         allow_empty=True)
         if self.fault is not None and not isinstance(self.fault, RequestFault):
             raise InvalidValue("error.fault", self.fault, "must be a RequestFault or None")
+        if self.detail is not None and not isinstance(self.detail, ErrorDetail):
+            raise InvalidValue("error.detail", self.detail, "must be an ErrorDetail or None")
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON-ready form (``traceback`` and ``fault`` only when set)."""
+        """Return the JSON-ready form (``traceback``, ``fault``, ``detail`` only when set)."""
         data: dict[str, Any] = {"type": self.type, "message": self.message}
         if self.traceback is not None:
             data["traceback"] = self.traceback
         if self.fault is not None:
             data["fault"] = self.fault.to_dict()
+        if self.detail is not None:
+            data["detail"] = self.detail.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], field: str = "error") -> ErrorInfo:
         """Build from the JSON form; ``type`` and ``message`` are required."""
-        mapping: Any = check_keys(data, field, ("type", "message"), ("traceback", "fault"))
+        mapping: Any = check_keys(data, field, ("type", "message"),
+                                  ("traceback", "fault", "detail"))
         if mapping.get("fault") is not None:
             mapping = {**mapping, "fault": RequestFault.from_dict(mapping["fault"],
                                                                   f"{field}.fault")}
+        if mapping.get("detail") is not None:
+            mapping = {**mapping, "detail": ErrorDetail.from_dict(mapping["detail"],
+                                                                  f"{field}.detail")}
         try:
             return cls(**mapping)
         except InvalidValue as exc:

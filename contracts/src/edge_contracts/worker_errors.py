@@ -1,7 +1,9 @@
 """How a worker reports an exception: its type, its message and its traceback, bounded.
 
 An exception that declares itself the request's fault (:mod:`edge_contracts.request_faults`)
-is reported with that declaration (``fault``: its code and the field at fault).
+is reported with that declaration (``fault``: its code and the field at fault); one that
+keeps its field, reason and value (every edge error does) with them as data
+(``detail``: :mod:`edge_contracts.error_details`).
 
 Standard library only; ``traceback`` is imported on the error path alone (it costs
 milliseconds at start-up).
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edge_contracts.error_details import detail_of
 from edge_contracts.errors import BoolBytesInvalid, BoolInputInvalid
 from edge_contracts.request_faults import fault_of
 
@@ -23,14 +26,19 @@ MAX_ERROR_TEXT = 8192
 def error_info(error: BaseException) -> dict[str, Any]:
     """The JSON form of an ERROR event's or reply's ``error``.
 
-    Its type, message and traceback, and the request fault the error declares (when it
-    does: :func:`~edge_contracts.request_faults.fault_of`).
+    Its type, message and traceback, the request fault the error declares (when it
+    does: :func:`~edge_contracts.request_faults.fault_of`), and its field, reason and
+    value as data (when it has them and they fit:
+    :func:`~edge_contracts.error_details.detail_of`).
     """
     info: dict[str, Any] = {"type": type(error).__name__,
                             "message": str(error)[:MAX_ERROR_TEXT] or "-"}
     fault = fault_of(error)
     if fault is not None:
         info["fault"] = fault.to_dict()
+    detail = detail_of(error)
+    if detail is not None:
+        info["detail"] = detail.to_dict()
     if error.__traceback__ is not None:  # its last lines: where the handler failed
         import traceback
 

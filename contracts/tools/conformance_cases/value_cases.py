@@ -119,9 +119,16 @@ EVENTS = {
 }
 FAULT = {"type": "ContextLengthExceeded", "message": "params.max_tokens: exceeds the context",
          "fault": {"code": "context_length_exceeded", "param": "max_tokens"}}
+DETAIL = {"type": "ArchiveChanged",
+          "message": "/b/x.npz: differs from the manifest's sha256; sha256 now: '9f00'",
+          "detail": {"field": "/b/x.npz", "reason": "differs from the manifest's sha256; "
+                     "sha256 now", "value": "9f00"}}
 ERRORS = {
     "valid": [ERROR, {"type": "edge.Cancelled", "message": ""}, FAULT,
-              {**FAULT, "fault": {"code": "invalid_value", "param": None}}],
+              {**FAULT, "fault": {"code": "invalid_value", "param": None}}, DETAIL,
+              {**DETAIL, "detail": {"field": "shape[0]", "reason": "", "value": None}},
+              {**DETAIL, "detail": {"field": "nbytes", "reason": "must be >= 0",
+                                    "value": -1}}],
     "invalid": [
         case("empty type", "InvalidValue", "error.type", {"/type": ""}),
         case("message not a string", "InvalidValue", "error.message", {"/message": 7}),
@@ -134,6 +141,14 @@ ERRORS = {
              base=2),
         case("fault with an unknown key", "InvalidValue", "error.fault.why",
              {"/fault/why": "x"}, base=2),
+        case("detail field empty", "InvalidValue", "error.detail.field",
+             {"/detail/field": ""}, base=4),
+        case("detail value not a scalar", "InvalidValue", "error.detail.value",
+             {"/detail/value": {"sha256": "9f00"}}, base=4),
+        case("detail without a value", "InvalidValue", "error.detail.value",
+             delete=["/detail/value"], base=4),
+        case("detail with an unknown key", "InvalidValue", "error.detail.why",
+             {"/detail/why": "x"}, base=4),
     ],
 }
 

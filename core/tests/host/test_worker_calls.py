@@ -121,6 +121,32 @@ def test_a_declared_request_fault_travels_with_the_error_event(start):
     assert refused.error.fault.to_dict() == {"code": "invalid_value", "param": "params.size"}
 
 
+def test_a_worker_error_s_fields_arrive_as_data_whatever_its_message_says(start):
+    """A control call's and a request's RemoteError carry the handler's error's field,
+    reason and value exactly as it kept them (``remote_detail``); an error without them
+    carries none."""
+    client = start()
+    with pytest.raises(RemoteError) as control:
+        client.warmup({"invalid": "9f" * 32})
+    assert control.value.remote_type == "InvalidValue"
+    detail = control.value.remote_detail
+    assert detail is not None
+    assert (detail.field, detail.reason, detail.value) == (
+        "warmup.file: a", "reworded: sha256 now", "9f" * 32)
+    with pytest.raises(RemoteError) as failed:
+        client.submit(request("r1", invalid=-3)).result(timeout=10)
+    detail = failed.value.remote_detail
+    assert detail is not None
+    assert (detail.field, detail.reason, detail.value) == ("inputs.x", "named on purpose", -3)
+    event = client.submit(request("r2", invalid=0.5)).next(timeout=10)
+    assert event.kind is EventKind.ERROR and event.error is not None
+    assert event.error.detail is not None and event.error.detail.value == 0.5
+    with pytest.raises(RemoteError) as plain:
+        client.warmup({"fail": True})
+    assert plain.value.remote_detail is None
+    assert client.health().ready
+
+
 def test_worker_cap_exceeded_is_a_typed_error(start):
     client = start(shm_threshold=1024, shm_max_bytes=1 * MIB)
     with pytest.raises(TransportCapExceeded, match=r"shm\.retained_bytes"):

@@ -36,6 +36,10 @@ is active:
   or a candidate the replica never loaded: the restart verifies the disk afresh, which is
   refused as above when it was rewritten.
 
+A load from a bundle verified in place is checked once its worker has loaded
+(:func:`check_loaded`: the pre-load fingerprint check made again), so that a rewrite
+between the check before the load and the worker's own ``open`` is refused too.
+
 What edge-core reads of the bundle once the stage is open (its example inputs) is read
 through the pin too (:meth:`BundlePin.read`): from the kept copy, else from the bundle on
 disk checked against the manifest the stage verified, refused with ``BundleChanged``
@@ -63,8 +67,8 @@ from edge_core.artifacts.bundle import VerifiedBundle
 from edge_core.artifacts.errors import BundleChanged, BundleRefused, MemberPathRefused
 from edge_core.artifacts.members import member_field, open_member
 
-__all__ = ["BundleIdentities", "BundlePin", "loaded_directory", "member_changed", "observe",
-           "read_member", "reissue"]
+__all__ = ["BundleIdentities", "BundlePin", "check_loaded", "loaded_directory",
+           "member_changed", "observe", "read_member", "reissue"]
 
 _ACTIVE: contextvars.ContextVar[BundlePin | None] = contextvars.ContextVar(
     "edge_bundle_pin", default=None)
@@ -83,6 +87,7 @@ _UNREADABLE = "none (its manifest could not be read when the stage opened)"
 
 _RESTART = "a restart loads only the bundle the stage opened with"
 _READ = "what the stage reads of it is only what it verified then"
+_LOAD = "a worker loads only the bundle its stage verified"
 
 
 def _rewritten(root: str | os.PathLike[str], opened: str, now: str,
@@ -179,6 +184,44 @@ def member_changed(bundle: VerifiedBundle, member: str, now: str) -> BundleChang
                            bundle.manifest_sha256, now)
 
 
+def _ensure_in_place_unchanged(bundle: VerifiedBundle, why: str) -> None:
+    """Refuse ``bundle``, verified in place, when it changed since (a ``stat`` per file).
+
+    Rewritten (its manifest's sha256 differs): naming the manifest, both sha256s and
+    ``why``; else the first file that changed. A staged bundle is not checked.
+    """
+    if bundle.staged:
+        return
+    try:
+        bundle.ensure_unchanged()
+    except BundleChanged as changed:
+        now = _manifest_now(bundle.source)
+        if now != bundle.manifest_sha256:
+            raise _rewritten(bundle.source, bundle.manifest_sha256, now, why) from changed
+        raise
+
+
+def check_loaded(bundle: VerifiedBundle) -> None:
+    """Refuse ``bundle``, verified in place, when it changed before a worker's load ended.
+
+    Called once the worker has loaded (its sessions made). The check before the worker
+    starts (:meth:`VerifiedBundle.ensure_unchanged`) cannot see a file rewritten between
+    it and the worker's own ``open`` of the graph and its weights; any write moves the
+    file's ``ctime`` (which nobody can set back), so the same check made again once the
+    load ended tells that what the worker opened is what was verified, to the resolution
+    of that check (a ``stat`` per file; a same-size rewrite within one tick of the file
+    system's timestamp clock is not seen, as before the load). A staged bundle is not
+    checked: the worker loaded the private copy, checked before it started. Costs a
+    ``stat`` per file of the bundle, once per load.
+
+    Raises:
+        BundleChanged: verified in place and changed since. Rewritten (its manifest's
+            sha256 differs): naming the manifest, the sha256 verified and the one now;
+            else the first file that changed.
+    """
+    _ensure_in_place_unchanged(bundle, _LOAD)
+
+
 def loaded_directory(bundle: VerifiedBundle) -> Path:
     """Where ``bundle``'s verified bytes are, for a read of one of its files (an asset).
 
@@ -191,14 +234,7 @@ def loaded_directory(bundle: VerifiedBundle) -> Path:
             sha256 differs): naming the manifest, the sha256 the stage loaded and the one
             now; else the first file that changed.
     """
-    if not bundle.staged:
-        try:
-            bundle.ensure_unchanged()
-        except BundleChanged as changed:
-            now = _manifest_now(bundle.source)
-            if now != bundle.manifest_sha256:
-                raise _rewritten(bundle.source, bundle.manifest_sha256, now) from changed
-            raise
+    _ensure_in_place_unchanged(bundle, _READ)
     return bundle.directory
 
 

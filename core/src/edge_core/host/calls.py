@@ -336,4 +336,5 @@ def _remote(request_id: str, error: ErrorInfo | None) -> Exception:
         return TransportCapExceeded(
             f"request[{request_id}].outputs", "worker cap: " + message, kind
         )
-    return RemoteError(f"request[{request_id}]", kind, message)
+    return RemoteError(f"request[{request_id}]", kind, message,
+                       error.detail if error else None)

@@ -35,6 +35,7 @@ import numpy as np
 
 from edge_contracts.binary_header import EVENT_BLOCK, FIXED
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
+from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
@@ -110,8 +111,14 @@ def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
         # a malformed declaration is dropped: the error then counts as the server's
         with contextlib.suppress(ContractError):
             fault = RequestFault.from_dict(error["fault"])
+    detail = None
+    if error.get("detail") is not None:
+        # a malformed detail is dropped: the message still says everything
+        with contextlib.suppress(ContractError):
+            detail = ErrorDetail.from_dict(error["detail"])
     return ErrorInfo(str(error["type"]), str(error["message"]),
-                     str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None, fault)
+                     str(trace)[-MAX_ERROR_MESSAGE:] if trace is not None else None, fault,
+                     detail)
 
 
 class WorkerClient:
@@ -239,7 +246,8 @@ class WorkerClient:
             with self._lock:
                 self._replies.pop(request_id, None)
         if delivery.error is not None:
-            raise RemoteError(f"worker.{op}", delivery.error.type, delivery.error.message)
+            raise RemoteError(f"worker.{op}", delivery.error.type, delivery.error.message,
+                              delivery.error.detail)
         return thaw_json(delivery.data)  # type: ignore[return-value,arg-type]
 
     def load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Every message reads ``field: reason: value`` and the three parts are kept as att
 
 from __future__ import annotations
 
+from edge_contracts.error_details import ErrorDetail
 from edge_core.errors import ConfigError, ResourceUnavailable, WorkerError, WorkerLost
 
 __all__ = [
@@ -53,10 +54,17 @@ class ProtocolViolation(_Described, WorkerError):
 
 
 class RemoteError(_Described, WorkerError):
-    """The worker's handler failed; ``remote_type`` is the name of the exception it raised."""
+    """The worker's handler failed; ``remote_type`` is the name of the exception it raised.
 
-    def __init__(self, field: str, remote_type: str, message: str) -> None:
+    ``remote_detail`` is that exception's own field, reason and value as the worker sent
+    them (:class:`~edge_contracts.error_details.ErrorDetail`), or None when it had none
+    that fit: read what a worker's error names there, never out of its message.
+    """
+
+    def __init__(self, field: str, remote_type: str, message: str,
+                 detail: ErrorDetail | None = None) -> None:
         self.remote_type = remote_type
+        self.remote_detail = detail
         super().__init__(self._describe(field, f"{remote_type} in worker", message))
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from edge_contracts.errors import InvalidValue
 from edge_contracts.headers import FrameHeader, TensorSpec
 from edge_contracts.wire import encode_frame, write_frame
 from edge_contracts.worker import BaseHandler, Call
@@ -62,6 +63,8 @@ class Echo(BaseHandler):
     def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
         if config.get("fail"):
             raise RuntimeError("warm-up failed on purpose")
+        if config.get("invalid") is not None:
+            raise InvalidValue("warmup.file: a", config["invalid"], "reworded: sha256 now")
         return {"placement": {"node0": "CPUExecutionProvider"}}
 
     def query(self, question: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -77,6 +80,8 @@ class Echo(BaseHandler):
             raise ValueError(f"asked to fail: {call.params['raise']}")
         if call.params.get("refuse"):
             raise Refused(str(call.params["refuse"]))
+        if call.params.get("invalid") is not None:
+            raise InvalidValue("inputs.x", call.params["invalid"], "named on purpose")
         nbytes = call.params.get("alloc")
         if nbytes:
             import numpy as np

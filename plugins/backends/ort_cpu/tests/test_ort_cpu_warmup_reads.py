@@ -21,11 +21,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_contracts.requests import ErrorInfo
+from edge_contracts.worker_errors import error_info
 from edge_core import hookimpl
-from edge_core.artifacts import BundleChanged
+from edge_core.artifacts import BundleChanged, verify_bundle
+from edge_core.host.errors import RemoteError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.testing.leaks import no_leaks as _no_leaks
+from edge_ort.controller import archive_refusal
+from edge_ort.npz import ArchiveChanged
 
 from .conftest import EXAMPLE_X
 from .test_ort_cpu_restart_bundle import open_scale, write_scale_bundle
@@ -130,3 +135,33 @@ def test_a_staged_warmup_runs_the_copy_whatever_the_disk_holds(
         with pipeline.run({"x": EXAMPLE_X}) as result:
             np.testing.assert_array_equal(result.outputs["y"], EXAMPLE_X * 2)
     assert ledger.is_empty()
+
+
+def test_the_refusal_is_built_from_the_worker_error_s_fields_never_from_its_wording(
+        tmp_path: Path) -> None:
+    """The controller's refusal of a worker's ``ArchiveChanged``, as it arrives: the
+    error sent as a worker sends it (``error_info``) and read back as the client reads
+    it. The file and the sha256 read are the error's fields: a reworded message names
+    them as well; an error without them is refused naming the stage's manifest."""
+    bundle = tmp_path / "scale"
+    write_scale_bundle(bundle, 2.0)
+    verified = verify_bundle(bundle, stage=False)
+    try:
+        path = str(bundle / "example_inputs.npz")
+        manifest_gives = sha256(bundle / "example_inputs.npz")
+        np.savez(bundle / "example_inputs.npz", x=TENFOLD)  # the file alone rewritten
+        now = sha256(bundle / "example_inputs.npz")
+        read = {path: "example_inputs.npz"}
+        for reason in ("differs from the sha256 that the verified manifest gives it; "
+                       "sha256 now", "not the bytes verified (the digest read follows)"):
+            info = ErrorInfo.from_dict(error_info(ArchiveChanged(path, now, reason)))
+            error = RemoteError("worker.warmup", info.type, info.message, info.detail)
+            refusal = archive_refusal(verified, read, "s", error)
+            assert (refusal.field, refusal.value) == (path, now)
+            assert f"differs from the sha256 {manifest_gives}" in refusal.reason
+        bare = RemoteError("worker.warmup", "ArchiveChanged", f"{path}: differs; sha256 "
+                           f"now: {now!r}")
+        refusal = archive_refusal(verified, read, "s", bare)
+        assert (refusal.field, refusal.value) == ("stages[s].manifest", bare.value)
+    finally:
+        verified.cleanup()

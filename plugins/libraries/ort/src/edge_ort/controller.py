@@ -15,7 +15,7 @@ from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_contracts.shapesets import ShapeSet
 from edge_core.artifacts import BundleChanged, VerifiedBundle, verify_once
-from edge_core.artifacts.pins import member_changed
+from edge_core.artifacts.pins import check_loaded, member_changed
 from edge_core.errors import ConfigError, ManifestInvalid
 from edge_core.host.errors import RemoteError
 from edge_core.host.retire import RetireOutcome
@@ -48,6 +48,7 @@ __all__ = [
     "WORKER_ENTRY",
     "OrtOptions",
     "OrtStage",
+    "archive_refusal",
     "base_load_config",
     "bucket_graphs",
     "estimate_demands",
@@ -103,6 +104,26 @@ def warmup_reads(bundle: VerifiedBundle, member: str | None,
     return {key: str(bundle.path(member)), f"{key}_sha256": bundle.manifest.files[member]}
 
 
+def archive_refusal(bundle: VerifiedBundle, read_at_warmup: Mapping[str, str], stage_id: str,
+                    error: RemoteError) -> BundleChanged:
+    """The refusal of the file a worker's ``ArchiveChanged`` (``error``) names.
+
+    Read from the error's fields as the worker sent them (``error.remote_detail``: the
+    file's path and the sha256 of the bytes it read), never out of its message:
+    :func:`~edge_core.artifacts.pins.member_changed` of the member at that path
+    (``read_at_warmup``: path → member), naming the manifest and both its sha256s when
+    the bundle was rewritten, else the file. An error without those fields, or naming a
+    file the warm-up does not read, is refused naming the stage's manifest, with the
+    worker's message as the value.
+    """
+    detail = error.remote_detail
+    member = read_at_warmup.get(detail.field) if detail is not None else None
+    if detail is not None and member is not None and isinstance(detail.value, str):
+        return member_changed(bundle, member, detail.value)
+    return BundleChanged(f"stages[{stage_id}].manifest",
+                         "a file the warm-up read is not the one verified", str(error.value))
+
+
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
@@ -116,7 +137,13 @@ class OrtStage(WorkerStage):
     @classmethod
     def open(cls, stage: StageContext, load_config: Mapping[str, Any],
              device_id: str | None) -> OrtStage:
-        """Verify the bundle, start the worker and load; refuse an absent target provider."""
+        """Verify the bundle, start the worker and load; refuse an absent target provider.
+
+        Raises:
+            BundleChanged: the bundle, verified in place, changed before the worker's load
+                of it ended (:func:`edge_core.artifacts.pins.check_loaded`): the worker is
+                retired.
+        """
         if stage.manifest_dir is None:
             raise ManifestInvalid(f"stages[{stage.stage_id}].manifest: an ONNX Runtime stage "
                                   "needs an artifact bundle: None")
@@ -174,6 +201,14 @@ class OrtStage(WorkerStage):
             bundle.cleanup()
             raise
         loaded.bundle = bundle
+        try:  # in place: what the worker opened is what was verified (a stat per file)
+            check_loaded(bundle)
+        except BundleChanged as changed:
+            outcome = loaded.retire()  # and the bundle's handle with it
+            changed.add_note(f"refused once the worker had loaded; worker retired: "
+                             f"verified={outcome.verified}")
+            setattr(changed, RETIRE_OUTCOME_ATTR, outcome)
+            raise
         report = loaded.load_report
         if not report.get("target_available", False):
             placement = PlacementReport(
@@ -207,7 +242,8 @@ class OrtStage(WorkerStage):
         except RemoteError as error:
             if error.remote_type != ArchiveChanged.__name__:
                 raise
-            raise self._changed(str(error.value)) from error
+            raise archive_refusal(self.bundle, self.read_at_warmup,
+                                  self.context.stage_id, error) from error
         placement = answer["placement"]
         notes = list(self.load_report.get("warnings", []))
 
@@ -235,15 +271,6 @@ class OrtStage(WorkerStage):
         return WarmupReport(placement=report_of(placement["providers"]),
                             numerics=answer["numerics"], extra=extra, buckets=buckets,
                             shapes=self.shapes)
-
-    def _changed(self, message: str) -> BundleChanged:
-        """The refusal of the file the worker's ``ArchiveChanged`` message names."""
-        now = message.rpartition("sha256 now: ")[2].strip("'\"")
-        for path, member in self.read_at_warmup.items():
-            if message.startswith(f"{path}: "):
-                return member_changed(self.bundle, member, now)
-        return BundleChanged(f"stages[{self.context.stage_id}].manifest",
-                             "a file the warm-up read is not the one verified", message)
 
     def run(self, request: StageRequest,
             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:

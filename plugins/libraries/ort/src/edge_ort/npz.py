@@ -63,6 +63,9 @@ class ArchiveChanged(InvalidValue):
 
     ``field`` is the file's path, ``value`` the sha256 of the bytes read (``none (...)``
     when the file could not be read), ``reason`` names the sha256 the manifest gives it.
+    Raised in a worker, the three travel as data with the error
+    (:mod:`edge_contracts.error_details`): the controller's refusal reads the path and
+    the sha256 there (:func:`edge_ort.controller.archive_refusal`), never in the wording.
     """
 
 

@@ -213,6 +213,9 @@ class OrtHandler(BaseHandler):
         self._at_rest: list[tuple[Any, dict[str, np.ndarray]]] = []
         self._shrink_options: Any = None
         self._session: Any = None
+        # The CPU session a warm-up compares a non-CPU target with (no expected outputs):
+        # made at load from the graph the target's session loaded, dropped after warm-up.
+        self._reference_session: Any = None
         self._output_names: list[str] = []
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
         self._served: ServedShapes | None = None
@@ -415,6 +418,10 @@ class OrtHandler(BaseHandler):
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         self._largest.clear()
+        load_ms = (time.perf_counter() - started) * 1e3
+        reference = self._load_reference(config)
+        if reference is not None:
+            report["reference"] = reference
         arena = bool(config.get("cpu_mem_arena", True))
         shrinkage = str(config.get("arena_shrinkage", "never")) if arena else "never"
         self._shrink_options = ort.RunOptions()
@@ -438,7 +445,7 @@ class OrtHandler(BaseHandler):
             "outputs_in_place": bool(self._static_outputs),
             "session_providers": list(self._session.get_providers()),
             "placement_method": method,
-            "load_ms": (time.perf_counter() - started) * 1e3,
+            "load_ms": load_ms,
             "warnings": [str(w.message) for w in caught],
             "inputs": [{"name": i.name, "type": i.type, "shape": list(i.shape)}
                        for i in self._session.get_inputs()],
@@ -446,6 +453,30 @@ class OrtHandler(BaseHandler):
                         for o in self._session.get_outputs()],
         })
         return report
+
+    def _load_reference(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Make the CPU session the warm-up compares with, when it needs one; its report.
+
+        Needed for a target other than the CPU provider when a warm-up case has no
+        expected outputs. Made here, from the graph file the target's session has just
+        loaded, not at the warm-up: the controller checks once the load has ended that
+        nothing of a bundle verified in place changed (a ``stat`` per file), which covers
+        this session's reads too, so the reference is the graph verified — a bundle
+        rewritten before the warm-up is never compared with. It is dropped once the
+        warm-up ends (and at :meth:`close`): its memory is held from the load to the end
+        of the warm-up rather than during the warm-up alone, and one session serves every
+        case (one was made per case before).
+        """
+        self._reference_session = None
+        cases = list(config.get("warmup_cases") or []) or [config]  # as :meth:`_cases`
+        if self._target == CPU or all(case.get("expected_outputs") for case in cases):
+            return None
+        started = time.perf_counter()
+        options = self._ort.SessionOptions()
+        options.log_severity_level = 3
+        self._reference_session = self._ort.InferenceSession(
+            str(config["graph"]), options, providers=[CPU])
+        return {"providers": [CPU], "load_ms": (time.perf_counter() - started) * 1e3}
 
     def _bucket_dimensions(self, config: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         """Static entry -> the graph's symbolic dimensions fixed to its sizes, by name.
@@ -522,9 +553,10 @@ class OrtHandler(BaseHandler):
             return "expected-outputs", _load_npz(str(expected), sha256)
         if self._target == CPU:
             return "none", {}
-        options = self._ort.SessionOptions()
-        options.log_severity_level = 3
-        cpu = self._ort.InferenceSession(str(self._config["graph"]), options, providers=[CPU])
+        cpu = self._reference_session
+        if cpu is None:  # made at load for every warm-up that needs it, and only one runs
+            raise RuntimeError("warmup: no CPU reference session (it is made at load, "
+                               "for the load's one warm-up)")
         names = [o.name for o in cpu.get_outputs()]
         return "cpu-run", dict(zip(names, cpu.run(names, dict(inputs)), strict=True))
 
@@ -559,7 +591,17 @@ class OrtHandler(BaseHandler):
         file is read once and only bytes with that sha256 are used, else
         :class:`~edge_ort.npz.ArchiveChanged` stops the warm-up (the controller refuses
         the stage with ``BundleChanged``).
+
+        A case without expected outputs on a target other than the CPU provider is
+        compared with a run of the CPU session made at load (:meth:`_load_reference`),
+        which is dropped when the warm-up ends.
         """
+        try:
+            return self._warm_up()
+        finally:
+            self._reference_session = None
+
+    def _warm_up(self) -> dict[str, Any]:
         if self._session is None:
             raise RuntimeError("warmup: no session (the target provider was unavailable)")
         session_inputs = [i.name for i in self._session.get_inputs()]
@@ -727,6 +769,7 @@ class OrtHandler(BaseHandler):
         self._at_rest.clear()
         self._bindings.clear()
         self._session = None
+        self._reference_session = None
         self._bucket_sessions.clear()
         if self._profile_dir:
             import shutil

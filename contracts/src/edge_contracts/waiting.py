@@ -349,8 +349,8 @@ class ReadableWait:
         """How many of the next waits are plain blocking polls: no budget, none measured.
 
         -1: all of them (no budget, nothing measured); 0: the next one spins or is
-        measured. Its owner may make those waits elsewhere (a blocking receive, one system
-        call fewer) and count them with :meth:`skip`.
+        measured. Its owner may make those waits elsewhere (its own poll, with none of
+        this object's bookkeeping) and count them with :meth:`skip`.
         """
         if self._spin_ns:
             return 0

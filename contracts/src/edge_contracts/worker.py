@@ -44,9 +44,14 @@ When the request was read just now by a receive that took everything the channel
 frames already waiting are those in the read buffer, and no poll is made; a frame sent
 after that receive is one that arrived while the request ran. Without a spin budget
 (none fixed at boot, none permitted by the controller's ``spin`` frames: see
-:mod:`edge_contracts.worker_spin`) the loop waits for the next frame in the receive
-itself (a blocking socket), not in a poll first: a small request then costs the worker
-one receive and one send. A ``ping`` is answered with ``in_flight``, ``pid`` and
+:mod:`edge_contracts.worker_spin`) the loop waits for the next frame in a blocking poll,
+then receives: a small request costs the worker a poll, one receive and one send. It
+does not wait in the receive itself, though that would save the poll: on Linux a thread
+asleep in a unix stream socket's receive is woken, to find nothing and sleep again, each
+time the peer reads what this socket sent (the freed send space wakes every sleeper of
+the socket), so each reply the controller read cost the worker a second wake-up: a
+context switch, and an interrupt to another CPU; a poll for readable data sleeps through
+those. A ``ping`` is answered with ``in_flight``, ``pid`` and
 ``spin`` (:meth:`~edge_contracts.worker_spin.NextFrameSpin.state`).
 Inputs are read-only arrays, valid until the request's terminal event (shared-memory
 inputs are acknowledged to the controller with it).
@@ -216,9 +221,9 @@ class _Server:
         # measured within the cap the controller's spin frames permit
         self._spin = NextFrameSpin(self._next_frame, boot.spin_us)
         self._blocking = os.get_blocking(sock.fileno())
-        # no spin permitted and a blocking socket: the receive itself waits (one system
-        # call per frame instead of a poll and a receive)
-        self._wait_in_recv = not self._spin.active and self._blocking
+        # no spin permitted and a blocking socket: a plain blocking poll waits, not the
+        # measured next-frame wait (and not the receive itself: see the module)
+        self._wait_plainly = not self._spin.active and self._blocking
         self._plain = 0  # receives left before the next-frame wait measures again
         self._plain_total = 0
         self._producer: SegmentProducer | None = None
@@ -639,7 +644,7 @@ class _Server:
             except ContractError as exc:  # a malformed cap changes nothing; the worker stays
                 print(f"edge worker: channel: refused spin: {exc}", file=sys.stderr)
             self._plain = 0
-            self._wait_in_recv = not self._spin.active and self._blocking
+            self._wait_plainly = not self._spin.active and self._blocking
         else:
             self.reply(header, None, ValueError(f"op: unknown to this worker: {op!r}"))
         return True
@@ -755,6 +760,7 @@ class _Server:
         """Serve frames until shutdown or end of stream; return the exit status."""
         frames = self._frames
         heartbeat = self._heartbeat
+        poll = self._poll.poll
         fresh = False  # the last receive drained the socket and nothing has run since
         try:
             while not self._stop:
@@ -777,23 +783,26 @@ class _Server:
                         finally:
                             self._executing = False
                 else:
-                    # a frame may wait in the read buffer; without a spin budget the
-                    # receive (_receive) waits for the socket itself
+                    # a frame may wait in the read buffer; without a spin budget a
+                    # blocking poll waits for the socket
                     from_socket = not frames.buffered
                     if from_socket:
                         while True:
-                            if self._wait_in_recv:
+                            if self._wait_plainly:
                                 if self._plain:  # a plain wait the next-frame wait must count
                                     self._plain -= 1
                                     if not self._plain:
                                         self._wait_again()
+                                poll()  # woken by data only (see the module)
                             elif not self._calls or not self._blocking:
                                 # spins briefly while requests come fast; never while a
-                                # stream runs on the handler's threads (then the receive
-                                # waits)
+                                # stream runs on the handler's threads (then a plain
+                                # poll waits)
                                 self._next_frame.wait(None)
                                 if self._spin.settled:
                                     self._receive_plainly()
+                            else:
+                                poll()
                             read = self._receive()
                             if read is not None:
                                 break
@@ -811,17 +820,17 @@ class _Server:
             self._close()
 
     def _receive_plainly(self) -> None:
-        """A window decided no spin: wait in the receive until the next measured wait."""
+        """A window decided no spin: wait plainly until the next measured wait."""
         self._spin.settled = False
         plain = self._next_frame.plain_waits()
         if plain > 0 and self._blocking:
             self._plain = self._plain_total = plain
-            self._wait_in_recv = True
+            self._wait_plainly = True
 
     def _wait_again(self) -> None:
         """The plain receives are done: count them, and wait in the next-frame wait again."""
         self._next_frame.skip(self._plain_total)
-        self._wait_in_recv = not self._spin.active and self._blocking
+        self._wait_plainly = not self._spin.active and self._blocking
 
     def _close(self) -> None:
         if self._heartbeat is not None:

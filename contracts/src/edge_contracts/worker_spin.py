@@ -37,7 +37,7 @@ pipeline), only where waking is slow, and only where the worker has a core to sp
   blocked wait counted less the saving measured): an idle gap, or slow traffic, turns
   the spin off until requests come back to back again. The worker never spins while it
   executes (it waits only when nothing is left to run), nor while a streaming call runs
-  on the handler's own threads (then it waits in its blocking receive).
+  on the handler's own threads (then it waits in a plain blocking poll).
 
 :data:`~edge_contracts.waiting.SPIN_ENV` overrides all of this on both ends: the boot
 configuration's ``spin_us`` is then a fixed budget, nothing is measured and ``spin``
@@ -83,7 +83,7 @@ class NextFrameSpin:
             nothing itself.
         settled: set when a window decided no budget: until the next measured wait
             (:meth:`~edge_contracts.waiting.ReadableWait.plain_waits`) the loop may wait
-            in its blocking receive instead; its reader clears it.
+            in a plain blocking poll instead; its reader clears it.
 
     """
 

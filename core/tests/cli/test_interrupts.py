@@ -36,6 +36,15 @@ name = "echo"
 scale = 2.0
 """
 
+ONE = """
+name = "one"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+"""
+
 REFUSED = """
 name = "refused"
 selection = "first-passing"
@@ -132,7 +141,7 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     module.Pipeline.close = interrupted_close  # what the interrupted command closes
-elif MOMENT in ("request", "buffers", "plan", "refused"):  # one Ctrl-C; what is left then
+elif MOMENT in ("request", "buffers", "plan", "refused", "closing"):  # one; what is left
     import psutil
 
     from edge_contracts.shm import segment_names, segment_owner
@@ -181,6 +190,10 @@ elif MOMENT in ("request", "buffers", "plan", "refused"):  # one Ctrl-C; what is
             return first(self)
 
         StageRuntime.close = close
+    elif MOMENT == "closing":  # the command's own close, once it has its answer
+        from edge_core.runtime.stage_runtime import StageRuntime
+
+        StageRuntime.close = interrupting(StageRuntime.close)
     else:
         BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)
@@ -233,6 +246,7 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     (tmp_path / "measured.toml").write_text(MEASURED)  # edge plan measures its candidates
     (tmp_path / "refused.toml").write_text(REFUSED)  # edge plan finds no candidate for b
+    (tmp_path / "one.toml").write_text(ONE)  # one worker: closed on the command's thread
     # large enough to travel in a shared-memory input buffer
     np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
     hooks = tmp_path / "hooks"
@@ -386,5 +400,21 @@ def test_ctrl_c_as_edge_plan_retires_after_a_refusal_says_so_once_all_are_retire
     assert_interrupted(done)
     marks = (work / "marks.txt").read_text().splitlines()
     assert marks[0].startswith("workers ") and len(marks[0].split()) > 2, marks  # both a's
+    assert marks[-1] == "said; running []; segments []", marks
+    assert_nothing_left(seen, 0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "one.toml", "--inputs", "big.npz", "--json"], ["plan", "one.toml", "--json"]],
+    ids=["run", "plan"])
+def test_ctrl_c_as_the_command_closes_its_pipeline_says_so_once_it_is_closed(
+        work: Path, argv: list[str]) -> None:
+    # the answer is in, the one worker retiring on the command's own thread: a Ctrl-C
+    # there cut its retirement short, and "edge: interrupted" was said with the worker
+    # still running, left to the exit hook; now the retirement is finished first
+    done, seen = ctrl_c_at("closing", work, argv)
+    assert_interrupted(done)
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[0].startswith("workers ") and len(marks[0].split()) > 1, marks
     assert marks[-1] == "said; running []; segments []", marks
     assert_nothing_left(seen, 0)

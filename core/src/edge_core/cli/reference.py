@@ -52,7 +52,12 @@ error |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
-`EDGE_WORKER_LOG_DIR` names the folder for workers' log files. A plugin you name that does
+`EDGE_WORKER_LOG_DIR` names the folder for workers' log files: every command that starts
+workers (`edge run`, `plan`, `profile`, `conformance`, `serve`) writes their output (a
+runtime's warnings, a worker's traceback) to a log file per worker there, or in a fresh
+folder, named on stderr (`edge: worker logs: DIR`) and as `worker_logs` in the `--json`
+document, never to stdout nor between the command's own lines; `--verbose` shows it on
+stderr instead (`worker_logs` null). A plugin you name that does
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
 `plugins` lists that does not import) is never skipped in silence: every command that
 loads plugins warns about it on stderr (`edge: warning: plugin 'nope' (named by

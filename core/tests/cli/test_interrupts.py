@@ -36,6 +36,36 @@ name = "echo"
 scale = 2.0
 """
 
+ONE = """
+name = "one"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+"""
+
+REFUSED = """
+name = "refused"
+selection = "first-passing"
+
+[[stages]]
+id = "a"
+replicas = 2
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 2.0
+
+[[stages]]
+id = "b"
+input_transform = "edge_echo.transforms:add_source"
+[[stages.candidates]]
+backend = { name = "echo", options = { fail_at = "warmup" } }
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { fail_at = "warmup" } }
+"""
+
 MEASURED = """
 name = "measured"
 
@@ -111,7 +141,7 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     module.Pipeline.close = interrupted_close  # what the interrupted command closes
-elif MOMENT in ("request", "buffers", "plan"):  # one Ctrl-C; what is left when said
+elif MOMENT in ("request", "buffers", "plan", "refused", "closing"):  # one; what is left
     import psutil
 
     from edge_contracts.shm import segment_names, segment_owner
@@ -149,6 +179,21 @@ elif MOMENT in ("request", "buffers", "plan"):  # one Ctrl-C; what is left when 
         module.Pipeline.run = interrupting(module.Pipeline.run)
     elif MOMENT == "plan":  # edge plan: the pipeline open, its plan being read
         module.Pipeline.execution_plan = interrupting(module.Pipeline.execution_plan)
+    elif MOMENT == "refused":  # edge plan: stage b refused, stage a's replicas retiring
+        from edge_core.runtime.stage_runtime import StageRuntime
+
+        plain, first = StageRuntime.close, interrupting(StageRuntime.close)
+
+        def close(self):
+            if workers or not self.name.startswith("a"):  # b's refused candidates: plain
+                return plain(self)
+            return first(self)
+
+        StageRuntime.close = close
+    elif MOMENT == "closing":  # the command's own close, once it has its answer
+        from edge_core.runtime.stage_runtime import StageRuntime
+
+        StageRuntime.close = interrupting(StageRuntime.close)
     else:
         BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)
@@ -200,6 +245,8 @@ elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the o
 def work(tmp_path: Path) -> Path:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     (tmp_path / "measured.toml").write_text(MEASURED)  # edge plan measures its candidates
+    (tmp_path / "refused.toml").write_text(REFUSED)  # edge plan finds no candidate for b
+    (tmp_path / "one.toml").write_text(ONE)  # one worker: closed on the command's thread
     # large enough to travel in a shared-memory input buffer
     np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
     hooks = tmp_path / "hooks"
@@ -339,5 +386,35 @@ def test_ctrl_c_once_the_pipeline_is_open_says_so_once_the_workers_are_retired(
     assert_interrupted(done)
     assert seen, "no worker was started"
     marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[-1] == "said; running []; segments []", marks
+    assert_nothing_left(seen, 0)
+
+
+def test_ctrl_c_as_edge_plan_retires_after_a_refusal_says_so_once_all_are_retired(
+        work: Path) -> None:
+    # stage a opened (two replicas), every candidate of stage b refused: edge plan retires
+    # stage a, and a Ctrl-C there cut that retirement short: the command said "edge:
+    # interrupted" with a's workers still running, left to the exit hook. Now every
+    # replica is retired and settled first, and the line is true when said
+    done, seen = ctrl_c_at("refused", work, ["plan", "refused.toml", "--json"])
+    assert_interrupted(done)
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[0].startswith("workers ") and len(marks[0].split()) > 2, marks  # both a's
+    assert marks[-1] == "said; running []; segments []", marks
+    assert_nothing_left(seen, 0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "one.toml", "--inputs", "big.npz", "--json"], ["plan", "one.toml", "--json"]],
+    ids=["run", "plan"])
+def test_ctrl_c_as_the_command_closes_its_pipeline_says_so_once_it_is_closed(
+        work: Path, argv: list[str]) -> None:
+    # the answer is in, the one worker retiring on the command's own thread: a Ctrl-C
+    # there cut its retirement short, and "edge: interrupted" was said with the worker
+    # still running, left to the exit hook; now the retirement is finished first
+    done, seen = ctrl_c_at("closing", work, argv)
+    assert_interrupted(done)
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[0].startswith("workers ") and len(marks[0].split()) > 1, marks
     assert marks[-1] == "said; running []; segments []", marks
     assert_nothing_left(seen, 0)

@@ -10,7 +10,11 @@ land anywhere, and in the interpreter's own start-up, which is Python's).
 
 Before, the script imported the whole command line (argparse, the commands' shared code,
 tens of milliseconds) before its ``main`` handled the signal: a Ctrl-C there printed a
-``KeyboardInterrupt`` traceback, and a SIGTERM ended the process by the signal.
+``KeyboardInterrupt`` traceback, and a SIGTERM ended the process by the signal. So did
+``python -m edge_core.cli`` (the command line as this suite and the docs run it) after
+that was fixed for the script: ``runpy`` imported the package, which was the command
+line, before its ``__main__`` ran; now the package imports nothing and ``__main__`` goes
+through the script's own target.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ if _signal.getsignal(_signal.SIGINT) is _signal.SIG_IGN:
 AT = int(os.environ["EDGE_TEST_SIGNAL_AT"])  # -1: count the events, send nothing
 SIGNUM = int(os.environ["EDGE_TEST_SIGNUM"])
 MARKS = os.environ["EDGE_TEST_MARKS"]
+ON_IMPORT = os.environ.get("EDGE_TEST_SIGNAL_ON_IMPORT")  # or: as this module imports
 state = {"seen": 0, "handled": False, "done": False, "writing": False, "imports": []}
 
 
@@ -73,6 +78,11 @@ def mark(text):
 
 def hook(event, args):
     if state["done"] or state["writing"]:
+        return
+    if ON_IMPORT and event == "import" and args[0] == ON_IMPORT:  # handled or not
+        state["done"] = True
+        mark(f"sent on import {ON_IMPORT}")
+        os.kill(os.getpid(), SIGNUM)
         return
     handler = _signal.getsignal(_signal.SIGINT)
     if handler is _signal.SIG_IGN:  # the command has ended: its exit code stands
@@ -123,9 +133,18 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
+#: ``python -m edge_core.cli``: the command line started as a module, not as the script.
+AS_MODULE = [sys.executable, "-m", "edge_core.cli"]
+
+
 def edge_signalled(work: Path, argv: list[str], at: int, signum: int = signal.SIGINT,
+                   command: list[str] | None = None, on_import: str | None = None,
                    ) -> tuple[subprocess.CompletedProcess[str], list[str], set[int]]:
-    """Run ``edge ARGV``, the signal sent at audit event ``at``; result, marks, children."""
+    """Run ``edge ARGV``, the signal sent at audit event ``at``; result, marks, children.
+
+    ``command``: how ``edge`` is started (default: the script); ``on_import``: send the
+    signal as that module is imported instead, whether the signal is handled yet or not.
+    """
     marks = work / "marks.txt"
     marks.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "EDGE_DEBUG"}
@@ -133,7 +152,9 @@ def edge_signalled(work: Path, argv: list[str], at: int, signum: int = signal.SI
                EDGE_TEST_MARKS=str(marks),
                PYTHONPATH=os.pathsep.join([str(work / "hooks"),
                                            *filter(None, [env.get("PYTHONPATH")])]))
-    process = subprocess.Popen([str(work / "edge"), *argv], cwd=work, env=env,
+    if on_import is not None:
+        env["EDGE_TEST_SIGNAL_ON_IMPORT"] = on_import
+    process = subprocess.Popen([*(command or [str(work / "edge")]), *argv], cwd=work, env=env,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     seen: set[int] = set()
@@ -196,6 +217,43 @@ def test_the_edge_script_handles_signals_before_it_imports_anything_but_its_targ
     assert ours, imported
     # the script's import of its target (then its package, as the import system goes)
     assert imported[imported.index(ours[0]):] == ["edge_core.entry", "edge_core"], imported
+
+
+def test_python_m_edge_core_cli_handles_signals_before_it_imports_the_command_line(
+        work: Path) -> None:
+    """After Python's own ``runpy``, only the two packages (which import nothing) and the
+    script's target come before the handling.
+
+    Before, ``runpy`` imported the package, then the whole command line (argparse, enum,
+    re, json, the commands' shared code), under Python's own handling.
+    """
+    done, marks, _ = edge_signalled(work, ["plugins"], -1, command=AS_MODULE)
+    assert done.returncode == 0, done.stderr
+    (line,) = [mark for mark in marks if mark.startswith("imported before ")]
+    imported = line.removeprefix("imported before ").split()
+    ours = imported.index("edge_core")
+    assert imported[ours:] == ["edge_core", "edge_core.cli", "edge_core.entry"], imported
+    assert "argparse" not in imported and "runpy" in imported[:ours], imported
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", [None, AS_MODULE], ids=["edge", "python -m edge_core.cli"])
+def test_a_signal_while_the_command_line_imports_exits_with_its_code_and_one_line(
+        work: Path, signum: int, command: list[str] | None) -> None:
+    """The signal comes as argparse is imported (the command line's first import).
+
+    Before, under ``python -m edge_core.cli``, SIGINT there printed a ``KeyboardInterrupt``
+    traceback (from ``runpy``) and SIGTERM ended the process by the signal (-15), with no
+    line and no JSON document.
+    """
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    done, marks, seen = edge_signalled(work, ["plugins", "--json"], -1, signum,
+                                       command=command, on_import="argparse")
+    assert "sent on import argparse" in marks, marks
+    assert done.returncode == 128 + signum, (done.returncode, done.stderr)
+    assert done.stderr == f"edge: {what}\n"
+    assert json.loads(done.stdout) == {"ok": False, "error": what}
+    assert not seen
 
 
 @pytest.mark.parametrize(("argv", "signum", "first", "spread"), [

@@ -179,3 +179,44 @@ def test_invalid_backend_options_name_the_path(
     with pytest.raises(ConfigError, match=r"stages\[0\]\.backend\.options"):
         Pipeline.open(config, plugins, ledger)
     assert ledger.is_empty()
+
+
+@pytest.mark.parametrize("moment", ["before", "after"])
+def test_an_interruption_while_retiring_retires_and_settles_every_slot_then_goes_on(
+    plugins: PluginSet, ledger: ResourceLedger, moment: str
+) -> None:
+    """Ctrl-C (or SIGTERM) as the first slot retires: every slot is still retired.
+
+    ``before``: it lands before the slot's retirement starts; ``after``: once it is done,
+    before its reservation is settled. Either way the slot is retired and settled, the
+    other replica too, and only then is the interruption raised. Before, it went on at
+    once: the other replica's worker was left running (to the exit hook) and both
+    reservations charged (``edge plan``, retiring after a stage found no candidate).
+    """
+    from edge_core.runtime.opener import StageOpener
+
+    config = load_pipeline({"name": "p", "stages": [{**echo_stage("a"), "replicas": 2}]})
+    opener = StageOpener(config, plugins, ledger, retire_deadline_s=3.0)
+    before = _children()
+    slots = opener.open_candidate(0)
+    workers = [p for p in _children() if p not in before]
+    assert len(slots) == 2 and workers
+    first = slots[-1].runtime  # retired first: reverse order
+    assert first is not None
+    close, calls = first.close, []
+
+    def interrupted() -> object:
+        calls.append(moment)
+        if len(calls) == 1:
+            if moment == "after":
+                close()
+            raise KeyboardInterrupt
+        return close()
+
+    first.close = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        opener.retire(slots)
+    assert len(calls) == 2  # the interrupted retirement was run again to its end
+    assert [slot.release_outcome for slot in slots] == ["released", "released"]
+    assert ledger.is_empty()
+    assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

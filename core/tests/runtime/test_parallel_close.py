@@ -82,7 +82,7 @@ def test_a_retirement_that_raises_is_unverified_and_the_others_released(
     assert ledger.is_empty()
 
 
-def test_close_all_gives_each_outcome_in_order_and_raises_an_interruption_last() -> None:
+def test_close_all_gives_each_outcome_in_order_and_hands_back_an_interruption() -> None:
     class Fake:
         def __init__(self, name: str, outcome: Any) -> None:
             self.name = name
@@ -98,8 +98,44 @@ def test_close_all_gives_each_outcome_in_order_and_raises_an_interruption_last()
     error = ValueError("no")
     fakes = [Fake("a", "A"), Fake("b", error), Fake("c", "C")]
     runtimes: list[StageRuntime | None] = [*fakes, None]  # type: ignore[list-item]
-    assert close_all(runtimes) == ["A", error, "C", None]
-    interrupted = [Fake("a", "A"), Fake("b", KeyboardInterrupt())]
-    with pytest.raises(KeyboardInterrupt):
-        close_all(interrupted)  # type: ignore[arg-type]
+    assert close_all(runtimes) == (["A", error, "C", None], None)
+    interruption = KeyboardInterrupt()
+    interrupted = [Fake("a", "A"), Fake("b", interruption)]
+    outcomes, raised = close_all(interrupted)  # type: ignore[arg-type]
+    assert outcomes == ["A", interruption] and raised is interruption  # the caller raises it
     assert [fake.closed for fake in interrupted] == [1, 1]  # both were closed first
+
+
+@pytest.mark.parametrize("moment", ["before", "after"])
+def test_an_interrupted_close_of_a_lone_stage_retires_and_settles_it_then_goes_on(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger, moment: str) -> None:
+    """Ctrl-C (or SIGTERM) as a lone stage closes, on the caller's thread.
+
+    ``before`` its retirement starts, or ``after`` it, before it is settled: the stage
+    is still retired and its reservation released before the interruption goes on.
+    Before, ``close`` raised it at once: the worker was left running (to the exit hook,
+    after ``edge run`` had said it was interrupted) and its reservation charged.
+    """
+    import psutil
+
+    before = psutil.Process().children(recursive=True)
+    pipeline = open_pipeline(echo_stage("a"))
+    workers = [p for p in psutil.Process().children(recursive=True) if p not in before]
+    (runtime,) = pipeline.stages
+    close, calls = runtime.close, []
+
+    def interrupted() -> Any:
+        calls.append(moment)
+        if len(calls) == 1:
+            if moment == "after":
+                close()
+            raise KeyboardInterrupt
+        return close()
+
+    runtime.close = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.close()
+    assert len(calls) == 2  # the interrupted retirement was run again to its end
+    assert ledger.is_empty()
+    assert workers and not [p for p in workers
+                            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -13,6 +13,11 @@ whether to time again, which only a plan that opens the stages does: with
 or no stage with more than one candidate), once its file is read and before anything
 opens.
 
+The workers it starts write their output to a log folder
+(:func:`~edge_core.cli.common.worker_logs`), named on stderr before any starts and as
+``worker_logs`` in the ``--json`` document (null with ``--probe-only``, which starts none,
+and with ``--verbose``, which shows the output on stderr instead).
+
 Exit codes: 0 when every stage has a candidate, 1 when some stage has none (or the close
 could not verify a retirement), 2 for usage or configuration errors (``--probe-only`` with
 ``--input`` or ``--remeasure`` among them, before the file is read, and ``--input`` for a
@@ -52,7 +57,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--input. Exit 0 when every stage has a candidate, 1 when some stage has none, 2 "
         "for a usage problem (--probe-only with --input or --remeasure, an --input that is "
         "missing or not a readable file, or that the pipeline would not time) or a problem "
-        "in the pipeline file (every one named at once).",
+        "in the pipeline file (every one named at once). The workers' output goes to a log "
+        "folder, named on stderr and as worker_logs under --json; --verbose shows it on "
+        "stderr instead.",
         epilog=common.examples("edge plan build/ocr/pipeline-auto.toml",
                                "edge plan build/ocr/pipeline-auto.toml --probe-only --json"),
         formatter_class=common.HelpFormatter)
@@ -203,15 +210,17 @@ def _plan(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, 
         refuse_unknown_pools(config, ledger)
     except ConfigError as exc:
         raise common.config_failure(exc, args.pipeline) from exc
+    logs = None  # --probe-only starts no worker
     if args.probe_only:
         answer = plan_by_probe(config, plugins, ledger)
     else:
-        common.worker_logs(args.verbose, say)
+        logs = common.worker_logs(args.verbose, say)
         answer = plan_by_opening(config, plugins, ledger, progress=say, workload=workload,
                                  remeasure=args.remeasure)
     code = common.EXIT_OK if answer.ok and answer.released else common.EXIT_FAILED
     if args.json:
-        common.print_json({**answer.to_json(), "plugin_errors": plugin_errors})
+        common.print_json({**answer.to_json(), "plugin_errors": plugin_errors,
+                           "worker_logs": str(logs) if logs is not None else None})
         return code
     for line in _lines(answer):
         print(line)

@@ -3,6 +3,13 @@
 Exit status: 0 when the run completed, 1 when it failed (the profile is written either
 way, naming the step and the error), 2 for a usage error (bad option, unreadable
 workload, targets or params) before anything was opened.
+
+The workers' output (a runtime's warnings, a traceback) goes to a log folder, as
+``edge run``'s does (:func:`~edge_core.cli.common.worker_logs`), not to the terminal
+between the command's own lines: the folder is named on stderr before any worker starts,
+again after the summary when the run failed, and as ``worker_logs`` in the ``--json``
+document; ``--verbose`` shows the output on stderr instead (``worker_logs`` is then null).
+Each stage's own log file is named in the profile's execution plans (``worker.log``).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
 
 from edge_core import discovery
@@ -85,7 +93,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "--input/--inputs file that is missing, unreadable or unfit, no input at all where "
         "the first stage bundles no example inputs, a --sysfs that is not a directory, or a "
         "problem in the pipeline file (every one named at once), each before anything "
-        "opens.",
+        "opens. The workers' output goes to a log folder, named on stderr (again after the "
+        "summary when the run failed) and as worker_logs under --json; --verbose shows it "
+        "on stderr instead.",
         epilog=common.examples(
             "edge profile build/ocr/pipeline.toml --input build/ocr/page.png --requests 5",
             "edge profile pipeline.toml --inputs x.npz --concurrency 1,2 --out p.json "
@@ -93,6 +103,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         formatter_class=common.HelpFormatter)
     common.add_json_flag(parser)
     common.add_pipeline_arguments(parser)
+    common.add_verbose_flag(parser)
     parser.add_argument("--input", dest="sources", action="append", default=[],
                         metavar="PATH",
                         help="an input for the pipeline's prepare function; one group each "
@@ -469,6 +480,7 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
     _check_inputs(args, checked.config, checked.plugins, classes)
     _check_pools(args, checked)
     say = None if args.json else common.say
+    logs = common.worker_logs(args.verbose, say)  # not the terminal: before any worker starts
     with Progress("requests", unit="requests", enabled=False if args.json else None) as bar:
         profile = run_profile(args.pipeline, name=args.name, sources=args.sources,
                               npz_files=args.npz, classes=classes, settings=settings,
@@ -482,6 +494,7 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
                            **_figures(profile),
                            "instrumentation": profile.get("instrumentation"),
                            "conditions": (profile.get("conditions") or {}).get("summary"),
+                           "worker_logs": str(logs) if logs is not None else None,
                            "plugin_errors": profile["plugin_errors"]})
     else:
         print(f"profile of {profile['pipeline_file']}: "
@@ -495,4 +508,6 @@ def _profile(args: argparse.Namespace, checked: Any, settings: ProfileSettings,
         print(f"profile written to {args.out}")
         for record in records:
             print(f"record written to {record}")
+        if not outcome["ok"] and logs is not None:  # where the workers said what went wrong
+            print(f"edge: worker logs: {logs}", file=sys.stderr)
     return common.EXIT_OK if outcome["ok"] else common.EXIT_FAILED

@@ -44,15 +44,20 @@ plugins: every one but `edge manifest`, `edge qualify`, `edge matrix` and `edge 
 so (`edge: interrupted`, `edge: terminated (SIGTERM)`; with `--json` also the document \
 `{"ok": false, "error": ...}`); another Ctrl-C or SIGTERM meanwhile is ignored (the \
 retirement is bounded by its deadlines), and one after the command ended leaves its output \
-and exit code as they are. The `edge` script handles both from its first step, before it \
-imports the command line (no traceback, whenever they come); before that, while the \
-interpreter itself starts and runs the environment's `.pth` files, they are Python's: an \
-end by the signal with no output (which a shell reports as 130 or 143 too) or Python's own \
-error |
+and exit code as they are. The `edge` script and `python -m edge_core.cli` handle both \
+from their first step, before they import the command line (no traceback, whenever they \
+come); before that, while the interpreter itself starts and runs the environment's \
+`.pth` files, they are Python's: an end by the signal with no output (which a shell \
+reports as 130 or 143 too) or Python's own error |
 
 Environment: `EDGE_PLUGINS=a,b` loads only those plugins; `EDGE_STRICT_PLUGINS=1` makes a
 plugin that fails to load fatal; `EDGE_TRACE_HOOKS=1` traces every hook call;
-`EDGE_WORKER_LOG_DIR` names the folder for workers' log files. A plugin you name that does
+`EDGE_WORKER_LOG_DIR` names the folder for workers' log files: every command that starts
+workers (`edge run`, `plan`, `profile`, `conformance`, `serve`) writes their output (a
+runtime's warnings, a worker's traceback) to a log file per worker there, or in a fresh
+folder, named on stderr (`edge: worker logs: DIR`) and as `worker_logs` in the `--json`
+document, never to stdout nor between the command's own lines; `--verbose` shows it on
+stderr instead (`worker_logs` null). A plugin you name that does
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
 `plugins` lists that does not import) is never skipped in silence: every command that
 loads plugins warns about it on stderr (`edge: warning: plugin 'nope' (named by
@@ -85,7 +90,7 @@ def commands(parser: argparse.ArgumentParser, prefix: str = "edge"
 
 def render() -> str:
     """The reference page: ``edge --help``, then every command's ``--help``."""
-    from edge_core.cli import parser_and_commands
+    from edge_core.cli.command_line import parser_and_commands
     from edge_core.cli.common import add_plugin_commands
 
     parser, sub = parser_and_commands()

@@ -183,8 +183,14 @@ def _route_of(pipeline: Pipeline, stage_id: str) -> Any:
 
 
 def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
-    """Stage id → bare-worker start samples on the stage's route (shared routes once)."""
+    """Stage id → bare-worker start samples on the stage's route (shared routes once).
+
+    A bare worker's output goes where the stages' workers' goes
+    (:func:`~edge_core.host.worker_logs.open_worker_output`): with a log folder set, to
+    ``<stage>.process-start.g1.log`` there (opened before the timed start).
+    """
     from edge_core.host.bootstrap import start_worker
+    from edge_core.host.worker_logs import open_worker_output
 
     by_route: dict[tuple[Any, ...], dict[str, Any]] = {}
     result: dict[str, Any] = {}
@@ -198,9 +204,14 @@ def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
             bare = attrs.evolve(route, entry=BARE_ENTRY)
             samples = []
             for _ in range(max(1, repeats)):
-                started = time.perf_counter()
-                client = start_worker(bare, generation=1)
-                samples.append(time.perf_counter() - started)
+                output = open_worker_output(f"{runtime.stage_id}.process-start", 1)
+                try:
+                    started = time.perf_counter()
+                    client = start_worker(bare, generation=1, stdout=output.stdout,
+                                          stderr=output.stderr)
+                    samples.append(time.perf_counter() - started)
+                finally:
+                    output.close()  # the worker keeps its own handle
                 client.retire()
             by_route[key] = {"samples_s": samples, "median_s": statistics.median(samples),
                              "interpreter": route.interpreter, "entry": BARE_ENTRY}

@@ -8,8 +8,10 @@ document there). A worker's output therefore goes
   environment variable); the file is named in the execution plan (``worker.log``);
 * otherwise to the controller's stderr — both of the worker's streams.
 
-``edge run`` logs to a fresh directory unless ``--verbose`` is given, which shows the
-workers' output on stderr instead.
+Every command that starts workers (``edge run``, ``plan``, ``profile``, ``conformance``,
+``serve``) logs to a fresh directory (or ``EDGE_WORKER_LOG_DIR``'s) unless ``--verbose``
+is given, which shows the workers' output on stderr instead
+(:func:`edge_core.cli.common.worker_logs`).
 """
 
 from __future__ import annotations

@@ -648,17 +648,41 @@ class StageOpener:
         """Retire ``started`` in reverse order, settle each; release the rest of ``slots``.
 
         A retirement that raises is recorded unverified (the reservation quarantined) and
-        unwinding goes on: the first error is the caller's to re-raise.
+        unwinding goes on: the first error is the caller's to re-raise. An interruption
+        (Ctrl-C, SIGTERM: a ``BaseException`` that is not an ``Exception``) cuts nothing
+        short: the retirement it came in is run again to its end (retiring is idempotent),
+        every slot after it is retired and settled, what never started is released, and
+        only then is it raised, while a second one is ignored (it is the exception in
+        flight: ``edge_core.cli``). Before, the rest of ``started`` was left running, to
+        the exit hook, after the command had said it was interrupted.
         """
-        for slot in reversed(started):
-            outcome: Any = None
-            try:
-                if slot.runtime is not None:
-                    outcome = slot.runtime.close()
-            except Exception as exc:  # keep unwinding; the first error is re-raised
-                outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
-            slot.settle(self.ledger, outcome)
+        pending = list(reversed(started))
+        try:
+            while pending:
+                self._retire_slot(pending[0])
+                del pending[0]
+        except BaseException:
+            for slot in pending:  # the first one's retirement may have been cut short
+                self._retire_slot(slot, again=slot is pending[0])
+            self.release(slots)
+            raise
         self.release(slots)
+
+    def _retire_slot(self, slot: StageSlot, again: bool = False) -> None:
+        """Retire one started slot and settle its reservation by the outcome.
+
+        ``again``: the slot's retirement was interrupted, perhaps after it was settled;
+        a settled reservation (no token left, an outcome recorded) is not settled twice.
+        """
+        outcome: Any = None
+        try:
+            if slot.runtime is not None:
+                outcome = slot.runtime.close()
+        except Exception as exc:  # keep unwinding; the first error is re-raised
+            outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
+        if again and slot.token is None and slot.release_outcome is not None:
+            return
+        slot.settle(self.ledger, outcome)
 
     def retire(self, slots: Sequence[StageSlot]) -> None:
         """Retire every slot (verified, in reverse order) and settle its reservation."""

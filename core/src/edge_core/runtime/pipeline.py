@@ -720,7 +720,9 @@ class Pipeline:
         The stages' workers are retired at once
         (:func:`~edge_core.runtime.stage_runtime.close_all`: each verified as always, so
         the close costs the slowest one, not the sum). A stage whose retirement raises is
-        reported, and its reservation quarantined; the other stages are still retired.
+        reported, and its reservation quarantined; the other stages are still retired. An
+        interruption (Ctrl-C, SIGTERM) while they retire cuts none short: each is retired
+        and settled, then it is raised (and no summary returned).
 
         Returns:
             Stage id (``stage#r`` for replica r > 0) → {"retire": outcome, "release":
@@ -735,21 +737,26 @@ class Pipeline:
         finishing = self.policy.finishing()  # switched out, still waiting for requests
         stages = list(reversed([*finishing, *self._slots]))
         # every stage's worker retired at once; each settled below, in reverse order
-        outcomes = close_all([stage.runtime for stage in stages])
-        for stage, outcome in zip(stages, outcomes, strict=True):
-            if isinstance(outcome, Exception):
-                outcome = UnverifiedRetirement(
-                    f"retire failed: {type(outcome).__name__}: {outcome}")
-            if stage.token is not None:
-                stage.settle(self.ledger, outcome)
-            name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
-            summary[name] = {
-                "retire": (outcome.to_dict() if outcome is not None and hasattr(outcome, "to_dict")
-                           else outcome),
-                "release": stage.release_outcome,
-            }
-        self._heal_on_close(summary)
-        self.closed = True
+        outcomes, interrupted = close_all([stage.runtime for stage in stages])
+        try:
+            if interrupted is not None:  # Ctrl-C, SIGTERM: raised once all is settled
+                raise interrupted
+        finally:  # while it is in flight, a second one is ignored (edge_core.cli)
+            for stage, outcome in zip(stages, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    outcome = UnverifiedRetirement(
+                        f"retire failed: {type(outcome).__name__}: {outcome}")
+                if stage.token is not None:
+                    stage.settle(self.ledger, outcome)
+                name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
+                summary[name] = {
+                    "retire": (outcome.to_dict()
+                               if outcome is not None and hasattr(outcome, "to_dict")
+                               else outcome),
+                    "release": stage.release_outcome,
+                }
+            self._heal_on_close(summary)
+            self.closed = True
         return summary
 
     def _heal_on_close(self, summary: dict[str, Any]) -> None:

@@ -670,18 +670,25 @@ class StageRuntime:
         return outcome
 
 
-def close_all(runtimes: Sequence[StageRuntime | None]) -> list[Any]:
+def close_all(runtimes: Sequence[StageRuntime | None],
+              ) -> tuple[list[Any], BaseException | None]:
     """Close every runtime at once, one thread each, and wait for all; their outcomes.
 
     Each :meth:`StageRuntime.close` retires its own worker tree (bounded by its own retire
     deadline, verified as always), so closing them together costs the slowest one rather
     than the sum: a worker's shutdown is mostly waiting for its process to end. Returns
     one entry per runtime, in the order given: its retire outcome, ``None`` for ``None``,
-    or the :class:`Exception` its close raised (the caller records it as unverified).
-    Every thread is waited for, even when the wait is interrupted; an interruption (a
-    ``BaseException`` that is not an ``Exception``) is raised after that.
+    or the exception its close raised (the caller records it as unverified); and the
+    interruption (a ``BaseException`` that is not an ``Exception``: Ctrl-C, SIGTERM) that
+    came while closing, or ``None``: the caller raises it once it has settled what was
+    closed. It cuts no retirement short: every thread is waited for, and a close it
+    interrupted on the caller's own thread (a lone runtime is closed there) is run again to
+    its end (retiring is idempotent) while it is in flight, so that a second one is
+    ignored by the command line. Before, that close was left cut short, its worker to
+    the exit hook, after ``edge run`` or ``edge plan`` had said it was interrupted.
     """
     results: list[Any] = [None] * len(runtimes)
+    interrupted: BaseException | None = None
 
     def close(number: int) -> None:
         runtime = runtimes[number]
@@ -695,18 +702,31 @@ def close_all(runtimes: Sequence[StageRuntime | None]) -> list[Any]:
     threads = [threading.Thread(target=close, args=(number,), daemon=True,
                                 name=f"edge-close-{runtime.name}")
                for number, runtime in enumerate(runtimes) if runtime is not None]
-    if len(threads) == 1:
-        threads[0].run()  # one runtime: closed on this thread
+    if len(threads) == 1:  # one runtime: closed on this thread
+        number, runtime = next((n, r) for n, r in enumerate(runtimes) if r is not None)
+        try:
+            results[number] = runtime.close()
+        except Exception as error:
+            results[number] = error
+        except BaseException as error:  # interrupted here: the retirement finished first
+            interrupted = error
+            try:
+                results[number] = runtime.close()
+            except Exception as again:
+                results[number] = again
     elif threads:
         for thread in threads:
             thread.start()
         try:
             for thread in threads:
                 thread.join()
+        except BaseException as error:
+            interrupted = error
         finally:
             for thread in threads:  # an interrupted wait still waits: settling follows
                 thread.join()
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, Exception):
-            raise result
-    return results
+    for result in results:  # a close that raised one on its own thread
+        if interrupted is None and isinstance(result, BaseException) \
+                and not isinstance(result, Exception):
+            interrupted = result
+    return results, interrupted

@@ -181,15 +181,19 @@ def _alive(pid: int, created: float) -> bool:
 
 def start(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
           start_timeout_s: float = 240.0,
-          preexec: Callable[[], None] | None = None) -> Served:
+          preexec: Callable[[], None] | None = None, verbose: bool = True) -> Served:
     """Start ``edge serve --port 0 --json`` on the pipelines; the server once it listens.
 
     Both of its outputs are read by threads of their own while it runs (a worker's
     runtime may log to the stdout it inherited: a full pipe would block it). ``preexec``
     runs in the child before ``edge`` does (to lower its open-file limit, say).
+    ``verbose`` (``--verbose``, the default here): the workers' output on the server's
+    stderr, kept in :attr:`Served.stderr` with the server's own lines (a failing test
+    shows both), and no log folder left in the temporary folder.
     """
     before = snapshot()
-    command = [EDGE, "serve", *map(str, pipelines), "--port", "0", "--json", *extra]
+    command = [EDGE, "serve", *map(str, pipelines), "--port", "0", "--json",
+               *(["--verbose"] if verbose else []), *extra]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                env={**os.environ, **(env or {})}, preexec_fn=preexec)
@@ -233,10 +237,11 @@ def start(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | No
 def running(pipelines: Sequence[Path | str], *extra: str, env: dict[str, str] | None = None,
             start_timeout_s: float = 240.0, stop_timeout_s: float = 90.0,
             stop_signal: signal.Signals = signal.SIGTERM,
-            preexec: Callable[[], None] | None = None) -> Iterator[Served]:
+            preexec: Callable[[], None] | None = None,
+            verbose: bool = True) -> Iterator[Served]:
     """Run ``edge serve`` on the pipelines until the block ends; check the shutdown."""
     served = start(pipelines, *extra, env=env, start_timeout_s=start_timeout_s,
-                   preexec=preexec)
+                   preexec=preexec, verbose=verbose)
     try:
         yield served
     finally:

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,8 +20,12 @@ from serving import EDGE, echo_pipeline, running
 from edge_core.testing.leaks import leaks_since, snapshot
 
 
-def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EDGE, "serve", *args], capture_output=True, text=True, timeout=120,
+def _serve(*args: str, env: dict[str, str] | None = None,
+           verbose: bool = True) -> subprocess.CompletedProcess[str]:
+    """``edge serve ARGS``; ``verbose``: the workers' output on its stderr (no log folder
+    left in the temporary folder by a pipeline that opened)."""
+    return subprocess.run([EDGE, "serve", *args, *(["--verbose"] if verbose else [])],
+                          capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
 
 
@@ -303,3 +308,77 @@ def test_a_refusal_lists_the_plugins_that_did_not_load_in_its_json(
     assert answer["plugin_errors"] == [NOT_INSTALLED_ERROR]
     assert f"warning: plugin {NOT_INSTALLED!r} (named by EDGE_PLUGINS) did not load" \
         in done.stderr
+
+
+NOISY_WORKER = """
+import sys
+import warnings
+
+
+def create():
+    print("NOISY-LOAD out", flush=True)
+    print("NOISY-LOAD err", file=sys.stderr, flush=True)
+    warnings.warn("NOISY-LOAD warning")
+    from edge_echo.worker import create as echo
+    return echo()
+"""
+
+
+def _noisy_pipeline(folder: Path, name: str, options: str = "") -> Path:
+    """An echo pipeline whose worker speaks on both streams as it loads, as a runtime may."""
+    noisy = folder / "noisy"
+    noisy.mkdir(exist_ok=True)
+    (noisy / "noisy_worker.py").write_text(NOISY_WORKER)
+    route = (f'\n[stages.backend.route]\nname = "noisy"\ninterpreter = "{sys.executable}"\n'
+             f'entry = "noisy_worker:create"\npython_path = ["{noisy}"]\n')
+    return echo_pipeline(folder, name, options=options + route)
+
+
+def _named_folder(stderr: str) -> Path:
+    (line,) = {x for x in stderr.splitlines() if x.startswith("edge: worker logs: ")}
+    return Path(line.removeprefix("edge: worker logs: "))
+
+
+def _logged(folder: Path) -> str:
+    return "".join(log.read_text() for log in sorted(folder.iterdir()))
+
+
+@pytest.mark.slow
+def test_the_workers_output_goes_to_the_log_folder_the_server_names(tmp_path: Path) -> None:
+    # it reached the server's stderr between its own lines ("listening on" among them),
+    # unlike edge run's and edge plan's; --verbose still shows it there
+    pipeline = _noisy_pipeline(tmp_path, "noisy")
+    (tmp_path / "tmp").mkdir()
+    with running([pipeline], verbose=False, env={"TMPDIR": str(tmp_path / "tmp")}) as served:
+        pass
+    said = "".join(served.stderr) + "".join(served.stdout)
+    assert "NOISY" not in said, said
+    folder = _named_folder("".join(served.stderr))
+    assert folder.parent == tmp_path / "tmp"
+    assert served.summary["worker_logs"] == str(folder)
+    text = _logged(folder)
+    for line in ("NOISY-LOAD out", "NOISY-LOAD err", "UserWarning: NOISY-LOAD warning"):
+        assert line in text, (line, text)
+    with running([pipeline]) as shown:  # --verbose
+        pass
+    assert shown.summary["worker_logs"] is None
+    assert "NOISY-LOAD err" in "".join(shown.stderr)
+    assert "worker logs" not in "".join(shown.stderr)
+
+
+@pytest.mark.slow
+def test_a_pipeline_that_fails_to_open_names_its_workers_log_folder_in_its_json(
+        tmp_path: Path) -> None:
+    before = snapshot()
+    broken = _noisy_pipeline(tmp_path, "broken", options='fail_at = "warmup"')
+    (tmp_path / "tmp").mkdir()
+    done = _serve(str(broken), "--port", "0", "--json", verbose=False,
+                  env={"TMPDIR": str(tmp_path / "tmp")})
+    assert done.returncode == 1, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["ok"] is False and "InjectedFailure" in answer["error"]
+    assert "NOISY" not in done.stderr
+    assert answer["worker_logs"] == str(_named_folder(done.stderr))
+    assert "NOISY-LOAD err" in _logged(Path(answer["worker_logs"]))
+    report = leaks_since(before)
+    assert not report.children, report.describe()

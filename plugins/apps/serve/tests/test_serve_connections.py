@@ -550,7 +550,8 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one_and_said(tmp_path: P
 
 def _serve(path: Path, *args: str,
            preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EDGE, "serve", str(path), "--port", "0", "--json", *args],
+    return subprocess.run([EDGE, "serve", str(path), "--port", "0", "--json", "--verbose",
+                           *args],  # the workers' output on stderr: no log folder left
                           capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL, preexec_fn=preexec)
 

@@ -17,6 +17,13 @@ long closing took (``closing_s``).
 
 Exit codes: 0 every worker retired verified and the ledger empty; 1 a pipeline failed to
 open, or something was left (quarantined, unverified); 2 usage or configuration error.
+
+The workers' output (a runtime's warnings, a traceback) goes to a log folder, as ``edge
+run``'s does (:func:`edge_core.cli.common.worker_logs`), not between the server's own
+lines: ``edge: worker logs: DIR`` is printed on stderr before the first pipeline opens, and
+the folder is ``worker_logs`` in the closing summary and in a failure's JSON;
+``--verbose`` shows the output on stderr instead (``worker_logs`` is then null).
+``EDGE_WORKER_LOG_DIR`` names a folder to use instead of a fresh one.
 """
 
 from __future__ import annotations
@@ -71,11 +78,13 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
         "failed to open or something was left, 2 for a usage or configuration problem "
         "(every problem of every file named at once, before any worker starts). Plugins "
         "that did not load are listed as plugin_errors in GET /health, the closing summary "
-        "and a failure's JSON.",
+        "and a failure's JSON. The workers' output goes to a log folder, named on stderr "
+        "and as worker_logs in the closing summary; --verbose shows it on stderr instead.",
         "edge serve build/ocr/pipeline.toml",
         "edge serve build/ocr/pipeline.toml --port 0 --api-key secret",
         "curl -F file=@build/ocr/page.png http://127.0.0.1:8000/v1/pipelines/ocr-page/run")
     common.add_json_flag(parser)
+    common.add_verbose_flag(parser)
     parser.add_argument("pipelines", nargs="+", metavar="PIPELINE",
                         help="pipeline files (.toml, .yaml, .json); each is served under its "
                         "name")
@@ -463,8 +472,10 @@ def serve(args: argparse.Namespace) -> int:
     stopped = False
     drain = Drain(args.grace)
     cap: ConnectionCap | None = None
+    logs = None
     try:
         _unwind_on_sigterm()
+        logs = common.worker_logs(args.verbose, common.say)  # before any opens
         ledger, pipelines = _open(configs, say, plugin_errors)
         served = {}
         threads = 0
@@ -511,6 +522,9 @@ def serve(args: argparse.Namespace) -> int:
     except (Stopped, KeyboardInterrupt):
         say("stopped by a signal before serving")
         stopped = True
+    except common.CommandFailed as failure:  # a pipeline that failed to open: its log
+        failure.body["worker_logs"] = str(logs) if logs is not None else None
+        raise
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # closing is bounded: let it finish
             signal.signal(sig, signal.SIG_IGN)
@@ -533,7 +547,8 @@ def serve(args: argparse.Namespace) -> int:
     report = {"ok": clean and not stopped, "stopped_before_serving": stopped,
               "closed": closed, "retire_s": retire_s, "closing_s": closing_s,
               "ledger_after_close": snapshot, "plugin_errors": plugin_errors,
-              "open_files": limit.to_json(), "connections": connections, **cancel}
+              "open_files": limit.to_json(), "connections": connections,
+              "worker_logs": str(logs) if logs is not None else None, **cancel}
     if args.json:
         common.print_json(report)
     else:

@@ -1,0 +1,180 @@
+"""``edge profile`` and ``edge plan`` keep their workers' output off the terminal.
+
+The pipeline's one stage runs real echo workers on a route of their own whose Python
+path holds a ``sitecustomize`` module (it speaks on both streams as any worker process of
+the route starts: the stage's, and the bare ones ``edge profile`` times) and whose entry
+speaks again as it loads, with a Python warning, as a runtime does. ``edge run`` and
+``edge plan`` wrote that to a log folder; ``edge profile`` let it reach the terminal,
+between its own lines (and on the stderr a script reads beside ``--json``). Now it goes
+to the folder too, named on stderr and as ``worker_logs`` under ``--json`` (``edge plan``
+named it on stderr only), and ``--verbose`` shows it instead. The command's workers are
+all gone afterwards, and no shared-memory segment of theirs is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from edge_contracts.shm import segment_names, segment_owner
+
+SITECUSTOMIZE = """
+import sys
+print("NOISY-START out", flush=True)
+print("NOISY-START err", file=sys.stderr, flush=True)
+"""
+
+NOISY_WORKER = """
+import sys
+import warnings
+
+
+def create():
+    print("NOISY-LOAD out", flush=True)
+    print("NOISY-LOAD err", file=sys.stderr, flush=True)
+    warnings.warn("NOISY-LOAD warning")
+    from edge_echo.worker import create as echo
+    return echo()
+"""
+
+PIPELINE = """
+name = "noisy"
+
+[[stages]]
+id = "a"
+[stages.backend]
+name = "echo"
+[stages.backend.options]
+scale = 2.0
+{options}
+[stages.backend.route]
+name = "noisy"
+interpreter = "{python}"
+entry = "noisy_worker:create"
+python_path = ["{folder}"]
+"""
+
+PROFILE = ["profile", "pipeline.toml", "--inputs", "x.npz", "--requests", "1", "--warmup",
+           "0", "--concurrency", "1", "--process-starts", "1", "--startup-samples", "0",
+           "--matched-requests", "1", "--no-warm-restart", "--out", "p.json"]
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """The noisy route's folder, the pipeline on it, an input, a temporary folder."""
+    import numpy as np
+
+    noisy = tmp_path / "noisy"
+    noisy.mkdir()
+    (noisy / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (noisy / "noisy_worker.py").write_text(NOISY_WORKER)
+    for name, options in (("pipeline.toml", ""), ("failing.toml", 'fail_at = "call"')):
+        (tmp_path / name).write_text(PIPELINE.format(python=sys.executable, folder=noisy,
+                                                     options=options))
+    np.savez(tmp_path / "x.npz", x=np.arange(4, dtype=np.float32).reshape(2, 2))
+    (tmp_path / "tmp").mkdir()  # where a fresh log folder is made: not /tmp
+    return tmp_path
+
+
+def edge(work: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``edge ARGV`` as a user runs it; then no process it started runs, no segment is left.
+
+    Every descendant is noted while it runs; the log folder is a fresh one (no
+    ``EDGE_WORKER_LOG_DIR``), made in the test's own temporary folder.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG",
+                                                            "EDGE_WORKER_LOG_DIR"}}
+    env.update(EDGE_PLUGINS="echo", TMPDIR=str(work / "tmp"))
+    process = subprocess.Popen([sys.executable, "-m", "edge_core.cli", *argv], cwd=work,
+                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    while process.poll() is None:
+        try:
+            seen |= {c.pid for c in psutil.Process(process.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.005)
+    out, err = process.communicate(timeout=300)
+    deadline = time.monotonic() + 10
+    alive = seen
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        time.sleep(0.05)
+    assert not alive, f"still running: {sorted(alive)}"
+    owners = {process.pid, *seen}
+    assert not [n for n in segment_names()
+                if (owner := segment_owner(n)) is not None and owner.pid in owners]
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def named_folder(err: str) -> Path:
+    """The one log folder the command named on stderr."""
+    (line,) = {x for x in err.splitlines() if x.startswith("edge: worker logs: ")}
+    return Path(line.removeprefix("edge: worker logs: "))
+
+
+def logged(folder: Path) -> str:
+    """Everything the workers wrote to their log files in ``folder``."""
+    return "".join(log.read_text() for log in sorted(folder.iterdir()))
+
+
+def test_edge_profile_logs_its_workers_output_to_the_folder_it_names(work: Path) -> None:
+    traced = [*PROFILE]  # a traced run, in which the bare worker starts are timed
+    traced[traced.index("--startup-samples") + 1] = "1"
+    done = edge(work, *traced)
+    assert done.returncode == 0, done.stderr
+    assert "NOISY" not in done.stdout + done.stderr
+    folder = named_folder(done.stderr)
+    assert folder.parent == work / "tmp"
+    text = logged(folder)
+    for said in ("NOISY-START out", "NOISY-START err", "NOISY-LOAD out", "NOISY-LOAD err",
+                 "UserWarning: NOISY-LOAD warning"):
+        assert said in text, (said, text)
+    assert (folder / "a.process-start.g1.log").is_file()  # the bare worker timed
+    profile = json.loads((work / "p.json").read_text())
+    assert Path(profile["plan"]["stages"][0]["worker"]["log"]).parent == folder
+
+
+def test_edge_profile_json_names_the_folder_and_verbose_shows_the_output(
+        work: Path) -> None:
+    done = edge(work, *PROFILE, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "NOISY" not in done.stderr
+    assert "NOISY-LOAD err" in logged(Path(report["worker_logs"]))
+    shown = edge(work, *PROFILE, "--json", "--verbose")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["worker_logs"] is None  # stdout: the document alone
+    assert "NOISY-LOAD out" in shown.stderr and "NOISY-START err" in shown.stderr
+    assert "worker logs" not in shown.stderr
+
+
+def test_a_failed_profile_names_the_log_folder_again_after_its_summary(work: Path) -> None:
+    done = edge(work, *PROFILE[:1], "failing.toml", *PROFILE[2:])
+    assert done.returncode == 1, done.stderr
+    assert "FAILED at" in done.stdout
+    folder = named_folder(done.stderr)
+    assert done.stderr.splitlines()[-1] == f"edge: worker logs: {folder}"
+    assert "NOISY-LOAD err" in logged(folder)
+    assert "NOISY" not in done.stdout + done.stderr
+
+
+def test_edge_plan_json_names_the_folder_its_workers_logged_to(work: Path) -> None:
+    done = edge(work, "plan", "pipeline.toml", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "NOISY" not in done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert "NOISY-LOAD err" in logged(Path(answer["worker_logs"]))
+    probed = edge(work, "plan", "pipeline.toml", "--probe-only", "--json")
+    assert probed.returncode == 0, probed.stderr
+    assert json.loads(probed.stdout)["worker_logs"] is None  # no worker, no folder
+    assert list((work / "tmp").iterdir()) == [Path(answer["worker_logs"])]

@@ -25,6 +25,7 @@ import math
 import os
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable
 
 from edge_contracts.errors import InvalidValue
@@ -59,15 +60,18 @@ def default_call_timeout(kinds: Iterable[StageKind]) -> float:
     return GRAPH_CALL_TIMEOUT_S
 
 
-class TimerHandle:
-    """One scheduled action; :meth:`cancel` before it runs and it never will."""
+class TimerHandle(types.SimpleNamespace):
+    """One scheduled action; :meth:`cancel` before it runs and it never will.
 
-    __slots__ = ("action", "cancelled", "when")
+    Made as ``TimerHandle(when=..., action=...)``: its attributes are set by the C code of
+    :class:`types.SimpleNamespace` (a handle is made per stage call), ``cancelled`` is
+    False until it is cancelled. Handles are never compared: the timer's heap orders its
+    entries by their time and a counter.
+    """
 
-    def __init__(self, when: float, action: Callable[[], None]) -> None:
-        self.when = when
-        self.action = action
-        self.cancelled = False
+    when: float
+    action: Callable[[], None]
+    cancelled = False
 
     def cancel(self) -> None:
         """Do not run the action (harmless after it ran); what it would have used is let go.
@@ -116,7 +120,7 @@ class DeadlineTimer:
 
     def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
         """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
-        handle = TimerHandle(when, action)
+        handle = TimerHandle(when=when, action=action)
         inbox = self._inbox
         inbox.append(handle)
         if not self._started:

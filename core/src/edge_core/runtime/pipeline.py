@@ -324,7 +324,9 @@ class Pipeline:
             StageClosed: the pipeline was closed (``pipelines[p]: closed``; waiting for
                 admission: ``pipelines[p].admission: closed``), or no stage serves.
         """
-        self.check_params(params)
+        lone = self.lineup.current.lone  # check_params, without the call
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
+            check(dict(params or {}))
         until = None if deadline_s is None else deadline_until(deadline_s)
         return self._run(inputs, params, until, None)
 
@@ -662,11 +664,8 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        slots = self.lineup.current.slots  # on every request's path: no list is built
-        if len(slots) != 1 or (runtime := slots[0].runtime) is None:
-            return
-        check = getattr(runtime.loaded, "check_params", None)
-        if check is not None:
+        lone = self.lineup.current.lone  # (run has the same lines: no call there)
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
             check(dict(params or {}))
 
     def health(self) -> dict[str, Any]:

@@ -89,6 +89,9 @@ class PendingCall:
     Consume it from one thread; :meth:`cancel` may be called from any thread.
     """
 
+    _result: StageResult | None = None  # (on the class: what every call starts with)
+    _done = False
+
     def __init__(self, stage: CallStage, request: StageRequest, serial: int,
                  events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
                  started: float | None = None, entry: Entry | None = None) -> None:
@@ -108,8 +111,6 @@ class PendingCall:
         # Releases of outputs that are views of worker memory (RetainedOutputs), with
         # their names: handed to the result, or called when the request ends otherwise.
         self._retained: list[tuple[set[str], Callable[[], bool]]] = []
-        self._result: StageResult | None = None
-        self._done = False
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Yield the non-terminal events (tokens, partial outputs) as they arrive.

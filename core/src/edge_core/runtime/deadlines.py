@@ -25,7 +25,6 @@ import math
 import os
 import threading
 import time
-import types
 from collections.abc import Callable, Iterable
 
 from edge_contracts.errors import InvalidValue
@@ -60,18 +59,18 @@ def default_call_timeout(kinds: Iterable[StageKind]) -> float:
     return GRAPH_CALL_TIMEOUT_S
 
 
-class TimerHandle(types.SimpleNamespace):
+class TimerHandle:
     """One scheduled action; :meth:`cancel` before it runs and it never will.
 
-    Made as ``TimerHandle(when=..., action=...)``: its attributes are set by the C code of
-    :class:`types.SimpleNamespace` (a handle is made per stage call), ``cancelled`` is
-    False until it is cancelled. Handles are never compared: the timer's heap orders its
-    entries by their time and a counter.
+    ``cancelled`` is False until it is cancelled (on the class: a handle is made per
+    stage call, and sets only its time and action).
     """
 
-    when: float
-    action: Callable[[], None]
     cancelled = False
+
+    def __init__(self, when: float, action: Callable[[], None]) -> None:
+        self.when = when
+        self.action = action
 
     def cancel(self) -> None:
         """Do not run the action (harmless after it ran); what it would have used is let go.
@@ -120,7 +119,7 @@ class DeadlineTimer:
 
     def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
         """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
-        handle = TimerHandle(when=when, action=action)
+        handle = TimerHandle(when, action)
         inbox = self._inbox
         inbox.append(handle)
         if not self._started:

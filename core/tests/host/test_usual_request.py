@@ -151,6 +151,7 @@ def test_segment_names_to_announce_and_a_spin_frame_go_first(
     run(client, "r1")
     run(client, "r2")
     sock.taken()
+    assert len(client._kept_requests) == 1  # r3 and r4 would be written from it
     run(client, "b1", np.ones(2048, np.float32))  # through a segment, pooled once answered
     buffer = client.input_buffer((8192,), np.float32)  # one buffer at most: that one dropped
     del buffer  # (its own segment pooled)
@@ -182,6 +183,7 @@ def test_a_partial_write_of_a_usual_request_is_resumed(
     client, sock = watched
     run(client, "r1")
     sock.taken()
+    assert len(client._kept_requests) == 1  # r2 is written from it
     x = X + 7
     sock.cut = 30  # the first write takes 30 bytes: inside the header
     np.testing.assert_array_equal(run(client, "r2", x)["x"], x)

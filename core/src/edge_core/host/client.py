@@ -65,7 +65,7 @@ from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, require_int, req
 from edge_contracts.waiting import ReadableWait, readable
 from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
-from edge_contracts.worker_transport import TensorPacker, TensorUnpacker, refs_of
+from edge_contracts.worker_transport import Packed, TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
 from edge_core.host.calls import Call, Delivery
 from edge_core.host.devlock import DEFAULT_LOCK_TIMEOUT_S, DeviceLock
@@ -83,6 +83,8 @@ from edge_core.host.liveness import monitor
 from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
 from edge_core.host.reply_kept import DONE_CODE, MAX_KEPT, KeptReply, reply_template
+from edge_core.host.request_kept import MAX_KEPT as MAX_KEPT_REQUESTS
+from edge_core.host.request_kept import KeptRequest, request_template
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import SpinDecision, governor
@@ -93,6 +95,8 @@ if TYPE_CHECKING:  # typing only: edge run imports no asyncio
 __all__ = ["WorkerClient"]
 
 _EMPTY: dict[str, Any] = {}
+_NOT_PACKED = Packed((), [], [], frozenset())  # a kept request's: nothing leased
+_NOTHING_CLAIMED: dict[int, Any] = {}
 _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
@@ -191,6 +195,7 @@ class WorkerClient:
         self._received = ReceivedFirst(self._recv_into)
         self._more = False  # bytes of a frame wait in the reader's buffer
         self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
+        self._kept_requests: dict[tuple[object, ...], KeptRequest] = {}  # see request_kept
         self._frames = FrameReader(self._received, limits)
         self._reader = ChannelReader(
             sock.fileno(),
@@ -487,9 +492,11 @@ class WorkerClient:
             try:
                 write_frame(self._sock.sendmsg, parts)
             except OSError as exc:
-                raise WorkerGone(
-                    "worker.channel", f"send failed ({exc})", self.identity.pid
-                ) from None
+                raise self._send_failed(exc) from None
+
+    def _send_failed(self, error: OSError) -> WorkerGone:
+        """What a failed write to the worker raises."""
+        return WorkerGone("worker.channel", f"send failed ({error})", self.identity.pid)
 
     def send_bytes(self, data: bytes) -> None:
         """Write ``data`` to the worker as it is, between whole frames.
@@ -542,30 +549,60 @@ class WorkerClient:
         Raises :class:`TransportCapExceeded` when that retention would exceed the caps
         (``clears`` when calls in flight on this channel hold some of it),
         :class:`WorkerGone` when the worker is down.
+
+        A usual request (one array, no params: :mod:`edge_core.host.request_kept`) whose
+        frame was written before but for its request id is written from the kept bytes.
         """
         if self._state != READY:  # _refuse_if_down, without the call
             raise self._gone_error()
-        try:  # input buffers (InputBuffers.allocate) travel by reference
-            packed, claimed = self._inputs.pack(inputs)
-        except ShmCapExceeded as exc:
-            raise TransportCapExceeded(exc.field, exc.reason, exc.value,
-                                       clears=bool(self._calls)) from None
-        call = Call(
-            request.request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait
-        )
+        request_id = request.request_id
+        key: tuple[object, ...] | None = None  # a usual request's (see request_kept)
+        kept: KeptRequest | None = None
+        if (inputs is not None and len(inputs) == 1 and request.params is EMPTY_OBJECT
+                and not self._inputs.by_id):  # no input buffer can be among them
+            ((name, value),) = inputs.items()
+            if type(value) is np.ndarray and value.flags.c_contiguous:
+                rid = request_id.encode()
+                key = (len(rid), name, value.dtype, value.shape, request.operation,
+                       request.stage_id, request.epoch)  # request_kept.request_key
+                kept = self._kept_requests.get(key)
+        if kept is None:
+            try:  # input buffers (InputBuffers.allocate) travel by reference
+                packed, claimed = self._inputs.pack(inputs)
+            except ShmCapExceeded as exc:
+                raise TransportCapExceeded(exc.field, exc.reason, exc.value,
+                                           clears=bool(self._calls)) from None
+        else:  # one inline array: nothing leased or claimed
+            packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
+        call = Call(request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait)
         with self._lock:
-            if request.request_id in self._calls:
+            if request_id in self._calls:
                 self._inputs.take_back(packed.leases, claimed)
-                raise ProtocolViolation(
-                    "request.request_id", "already in flight", request.request_id
-                )
-            self._calls[request.request_id] = call
+                raise ProtocolViolation("request.request_id", "already in flight", request_id)
+            self._calls[request_id] = call
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
+            if kept is not None and not gone:  # the kept bytes around this request's id
+                before, after, total = kept
+                head = before + rid + after
+                if self._spin_frame is None:  # (one told meanwhile goes with the next write)
+                    with self._send_lock:
+                        try:
+                            written = self._sock.sendmsg([head, value])
+                            if written != total:  # the rest, resumed as write_frame does
+                                write_frame(self._sock.sendmsg,
+                                            [memoryview(head + value.tobytes())[written:]])
+                        except OSError as exc:
+                            raise self._send_failed(exc) from None
+                else:
+                    self._write([head, value.data.cast("B")])
+                return call
+            if kept is not None:  # segment names to announce first: the general path
+                packed, claimed = self._inputs.pack(inputs)
             # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
             params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
-            ids = (_OP_TEXT[request.operation], request.request_id, request.stage_id,
+            ids = (_OP_TEXT[request.operation], request_id, request.stage_id,
                    request.epoch, self.generation)
             if gone or not self._binary:
                 inline, total = tensor_totals(specs, features) if specs else (0, 0)
@@ -575,16 +612,28 @@ class WorkerClient:
                           if gone else None)
                 self._send(header, packed.payloads, before=notice)
             else:
-                self._write(encode_call_frame(*ids, specs, packed.payloads, features,
-                                              meta=params))
+                parts = encode_call_frame(*ids, specs, packed.payloads, features, meta=params)
+                self._write(parts)
+                if (key is not None and not features and not packed.leases and value.ndim
+                        and value.size and len(specs) == 1 and specs[0].ref is None):
+                    self._keep_request(key, parts[0], value.nbytes)
         except BaseException:
             with self._lock:
-                self._calls.pop(request.request_id, None)
+                self._calls.pop(request_id, None)
             self._inputs.take_back(packed.leases, claimed)
             if gone and self._producer is not None:  # announce them with a later frame
                 self._producer.restore_gone(gone)
             raise
         return call
+
+    def _keep_request(self, key: tuple[object, ...], first: bytes | memoryview,
+                      nbytes: int) -> None:
+        """Keep the frame of a usual request just written (see :mod:`.request_kept`)."""
+        template = request_template(first, key[0], nbytes)  # type: ignore[arg-type]
+        if template is not None:
+            if len(self._kept_requests) >= MAX_KEPT_REQUESTS:
+                self._kept_requests.clear()
+            self._kept_requests[key] = template
 
     def on_end(self, call: Call, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> None:

@@ -60,12 +60,17 @@ def _busy(name: str, buffer: _Buffer) -> InputBufferBusy:
 
 
 class InputBuffers:
-    """The input buffers of one worker channel (see the module docstring). Thread-safe."""
+    """The input buffers of one worker channel (see the module docstring). Thread-safe.
+
+    Attributes:
+        by_id: ``id(array)`` → each buffer alive (read it, never change it); empty while
+            the channel has none, which a request's usual path reads without the lock.
+    """
 
     def __init__(self, packer: TensorPacker) -> None:
         self._packer = packer
         self._lock = threading.Lock()
-        self._by_id: dict[int, _Buffer] = {}
+        self.by_id: dict[int, _Buffer] = {}
         self._by_segment: dict[str, _Buffer] = {}
         self._sent = 0
 
@@ -82,7 +87,7 @@ class InputBuffers:
             return array
         buffer = _Buffer(array, lease)
         with self._lock:
-            self._by_id[id(array)] = buffer
+            self.by_id[id(array)] = buffer
             self._by_segment[lease.segment] = buffer
         weakref.finalize(array, self._collected, id(array), buffer)
         return array
@@ -100,14 +105,14 @@ class InputBuffers:
 
     def owns(self, value: Any) -> bool:
         """True when ``value`` is the very array of one of these buffers (not a view of it)."""
-        buffer = self._by_id.get(id(value))
+        buffer = self.by_id.get(id(value))
         return buffer is not None and buffer.array() is value
 
     def check(self, inputs: Any) -> None:
         """Raise :class:`InputBufferBusy` when a buffer among ``inputs`` is held by a request."""
-        if not inputs or not self._by_id:
+        if not inputs or not self.by_id:
             return
-        by_id = self._by_id
+        by_id = self.by_id
         with self._lock:  # a loop, not a generator: no call per input
             for name, value in inputs.items():
                 buffer = by_id.get(id(value))
@@ -121,10 +126,10 @@ class InputBuffers:
         read-only. Raises :class:`InputBufferBusy` (claiming nothing) when one is still
         held by a request.
         """
-        if not inputs or not self._by_id:
+        if not inputs or not self.by_id:
             return {}
         claimed: dict[int, tuple[Any, Lease]] = {}
-        by_id = self._by_id
+        by_id = self.by_id
         with self._lock:
             found: list[tuple[np.ndarray[Any, Any], _Buffer]] = []
             for name, value in inputs.items():
@@ -156,7 +161,7 @@ class InputBuffers:
 
         Buffers go by reference (:meth:`claim`), the rest as the packer does.
         """
-        if not self._by_id:  # no input buffer alive on this channel: nothing to claim
+        if not self.by_id:  # no input buffer alive on this channel: nothing to claim
             return self._packer.pack(inputs), {}
         claimed = self.claim(inputs)
         try:
@@ -207,8 +212,8 @@ class InputBuffers:
 
     def _collected(self, key: int, buffer: _Buffer) -> None:
         with self._lock:
-            if self._by_id.get(key) is buffer:
-                del self._by_id[key]
+            if self.by_id.get(key) is buffer:
+                del self.by_id[key]
             buffer.collected = True
             if buffer.busy:  # the request's acknowledgement gives it back
                 return

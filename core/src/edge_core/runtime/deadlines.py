@@ -60,14 +60,17 @@ def default_call_timeout(kinds: Iterable[StageKind]) -> float:
 
 
 class TimerHandle:
-    """One scheduled action; :meth:`cancel` before it runs and it never will."""
+    """One scheduled action; :meth:`cancel` before it runs and it never will.
 
-    __slots__ = ("action", "cancelled", "when")
+    ``cancelled`` is False until it is cancelled (on the class: a handle is made per
+    stage call, and sets only its time and action).
+    """
+
+    cancelled = False
 
     def __init__(self, when: float, action: Callable[[], None]) -> None:
         self.when = when
         self.action = action
-        self.cancelled = False
 
     def cancel(self) -> None:
         """Do not run the action (harmless after it ran); what it would have used is let go.

@@ -64,21 +64,23 @@ _CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
 
 
 class Entry:
-    """The runtime's record of one request on a stage, from submission to its end."""
+    """The runtime's record of one request on a stage, from submission to its end.
 
-    __slots__ = ("cancelled", "delivered", "draining", "epoch", "expired", "finished", "sent",
-                 "serial", "timer")
+    What every request starts with is kept on the class (no slots): a request sets only
+    what changes for it.
+    """
+
+    cancelled = False
+    finished = False
+    delivered = False
+    sent = False
+    draining = False  # fenced, left to finish in the worker: read to its end
+    expired: str | None = None  # which bound ended it: its DeadlineExceeded
+    timer: TimerHandle | None = None
 
     def __init__(self, serial: int, epoch: int) -> None:
         self.serial = serial
         self.epoch = epoch
-        self.cancelled = False
-        self.finished = False
-        self.delivered = False
-        self.sent = False
-        self.draining = False  # fenced, left to finish in the worker: read to its end
-        self.expired: str | None = None  # which bound ended it: its DeadlineExceeded
-        self.timer: TimerHandle | None = None
 
 
 class PendingCall:
@@ -86,6 +88,9 @@ class PendingCall:
 
     Consume it from one thread; :meth:`cancel` may be called from any thread.
     """
+
+    _result: StageResult | None = None  # (on the class: what every call starts with)
+    _done = False
 
     def __init__(self, stage: CallStage, request: StageRequest, serial: int,
                  events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
@@ -106,8 +111,6 @@ class PendingCall:
         # Releases of outputs that are views of worker memory (RetainedOutputs), with
         # their names: handed to the result, or called when the request ends otherwise.
         self._retained: list[tuple[set[str], Callable[[], bool]]] = []
-        self._result: StageResult | None = None
-        self._done = False
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Yield the non-terminal events (tokens, partial outputs) as they arrive.

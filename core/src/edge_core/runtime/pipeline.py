@@ -324,7 +324,9 @@ class Pipeline:
             StageClosed: the pipeline was closed (``pipelines[p]: closed``; waiting for
                 admission: ``pipelines[p].admission: closed``), or no stage serves.
         """
-        self.check_params(params)
+        lone = self.lineup.current.lone  # check_params, without the call
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
+            check(dict(params or {}))
         until = None if deadline_s is None else deadline_until(deadline_s)
         return self._run(inputs, params, until, None)
 
@@ -432,21 +434,27 @@ class Pipeline:
         if until is not None and time.monotonic() >= until:
             raise DeadlineExceeded(f"{self._where}: deadline_s expired before stage "
                                    f"{group.stage_id!r}")
-        requests = self.requests
+        # The stage asks abandoned() as it registers the request (a cancel meanwhile):
+        # a partial of a method, not a closure (no cells, no function made per request)
+        abandoned: Callable[[], bool]
         if request_id is not None:
-            requests.enter(request_id, group)  # raises when it was cancelled
-            rid = request_id
-
-            def abandoned() -> bool:
-                return self.epoch != epoch or requests.cancelled(rid)
+            self.requests.enter(request_id, group)  # raises when it was cancelled
+            abandoned = partial(self._request_abandoned, epoch, request_id)
         else:
-            def abandoned() -> bool:
-                return self.epoch != epoch
+            abandoned = partial(self._epoch_moved, epoch)
         if now:  # a free slot now, or None
             return group.try_submit(data, params=dict(params) if params else None,
                                     until=until, request_id=request_id, abandoned=abandoned)
         return group.submit(data, params=dict(params) if params else None, until=until,
                             request_id=request_id, abandoned=abandoned)
+
+    def _epoch_moved(self, epoch: int) -> bool:
+        """True once the pipeline was cancelled since ``epoch`` (its epoch then)."""
+        return self.epoch != epoch
+
+    def _request_abandoned(self, epoch: int, request_id: str) -> bool:
+        """True once the pipeline or request ``request_id`` was cancelled since ``epoch``."""
+        return self.epoch != epoch or self.requests.cancelled(request_id)
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:
@@ -662,11 +670,8 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        slots = self.lineup.current.slots  # on every request's path: no list is built
-        if len(slots) != 1 or (runtime := slots[0].runtime) is None:
-            return
-        check = getattr(runtime.loaded, "check_params", None)
-        if check is not None:
+        lone = self.lineup.current.lone  # (run has the same lines: no call there)
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
             check(dict(params or {}))
 
     def health(self) -> dict[str, Any]:

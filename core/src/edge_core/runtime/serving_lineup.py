@@ -77,6 +77,9 @@ class Serving:
         """The one stage's replica set when the placement has one stage (no chain), else None."""
         self.single_worker = self.direct is not None and len(self.direct.runtimes) == 1
         """One stage of one replica: a request's result names the generation of the receipt."""
+        self.lone: StageRuntime | None = self.slots[0].runtime if len(self.slots) == 1 else None
+        """The runtime of the placement's one stage replica (the caller's parameters reach
+        it as they are), else None."""
         self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
         self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 

@@ -118,10 +118,9 @@ class StageRuntime:
         self._send_waiters = 0  # threads in self._sent.wait (under self._lock)
         self._restart_lock = threading.Lock()
         self._serials = itertools.count(1)
-        # Generated request ids: a random prefix per stage runtime plus a counter
-        # (unique like a uuid4, without its cost on every call).
-        self._id_prefix = secrets.token_hex(8) + "-"
-        self._ids = itertools.count(1)
+        # Generated request ids: a random prefix per stage runtime plus a counter in hex
+        # (unique like a uuid4, without its cost on every call), made by C code.
+        self._ids = map(f"{secrets.token_hex(8)}-{{:x}}".format, itertools.count(1))
         self._on_retired = on_retired
         self._on_closed = on_closed
         self._reload = reload
@@ -210,7 +209,7 @@ class StageRuntime:
         else:
             take_slot(self.slots, until)
         generated = not request_id  # an id of ours needs no checking; a caller's does
-        request_id = request_id or f"{self._id_prefix}{next(self._ids):x}"
+        request_id = request_id or next(self._ids)
         # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
         # it), from the moment it is registered, sending included. Scheduled with the
         # registration, under the one lock: the call's end (accept) or a retirement
@@ -243,10 +242,13 @@ class StageRuntime:
                 # (_cancel_targets), as a cancel does.
                 entry.timer = self._timer.schedule(
                     bound, partial(self._expire, request_id, entry, by_deadline))
-            ids = (request_id, self.context.stage_id, entry.epoch, self.generation,
-                   self._operation)
-            request = (prechecked_request(*ids, params) if generated
-                       else StageRequest(*ids, params=dict(params or {})))
+            if generated:
+                request = prechecked_request(request_id, self.context.stage_id, entry.epoch,
+                                             self.generation, self._operation, params)
+            else:
+                request = StageRequest(request_id, self.context.stage_id, entry.epoch,
+                                       self.generation, self._operation,
+                                       params=dict(params or {}))
             started = time.perf_counter()
             try:
                 events = iter(self.binding.call(self.loaded, request, inputs))

@@ -1,0 +1,69 @@
+"""Kept templates of the usual request frame, for the controller's write to a worker channel.
+
+A stage's caller sends the same request frame call after call: the same op, stage,
+epoch, generation and input entry (one array of one name, dtype and shape), no params,
+no required features; only the request id and the input bytes change. With the request
+id's length the same too, every byte of the frame's prefix and header but the id's is
+the same, and so is the frame's length. :class:`~edge_core.host.client.WorkerClient`
+writes such a request on a usual path made of what this module keeps (the controller's
+side of :mod:`edge_contracts.worker_kept`, which reads it on the worker's):
+
+* :func:`request_template`: after a request was packed by the channel's tensor packer
+  (its checks: one C-contiguous array of a plain wire dtype, inline, within
+  ``max_io_bytes``) and encoded by
+  :func:`~edge_contracts.call_frames.encode_call_frame` with a binary header, its first
+  part (prefix and header) is cut around the request id. A later request whose
+  :func:`request_key` is the same is written as the kept bytes joined around its own id,
+  followed by its array's bytes: the bytes the general path writes (a test compares the
+  two).
+
+Kept: one input, a C-contiguous array (at least one dimension and one byte) that went
+inline without a required feature, no params, no segment names announced with the
+frame (``gone``), headers of at most 4 KiB; at most :data:`MAX_KEPT` at once (then all
+are dropped and made again). The channel's generation is not in the key: a client has
+one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge_contracts.binary_header import FIXED
+from edge_contracts.wire import BINARY_MAGIC, PREFIX_SIZE
+
+__all__ = ["MAX_KEPT", "KeptRequest", "request_key", "request_template"]
+
+MAX_KEPT = 256
+"""Most request templates a client keeps at once (then all are dropped and made again)."""
+_MAX_HEADER = 4096  # longer headers are never kept
+_ID_AT = PREFIX_SIZE + FIXED.size  # where a frame's request id begins (after the fixed part)
+
+#: ``(prefix and fixed part, the header after the request id, the frame's byte count)``
+KeptRequest = tuple[bytes, bytes, int]
+
+
+def request_key(id_length: int, name: str, array: Any, operation: object, stage_id: str,
+                epoch: int) -> tuple[object, ...]:
+    """The key of a usual request: what its frame's bytes but the id's depend on.
+
+    ``id_length`` is the request id's length in UTF-8 bytes, ``array`` the lone input
+    (its dtype and shape), ``operation`` the request's
+    :class:`~edge_contracts.requests.Operation`. (The client's usual path builds the
+    same tuple inline.)
+    """
+    return (id_length, name, array.dtype, array.shape, operation, stage_id, epoch)
+
+
+def request_template(first: bytes | memoryview, id_length: int,
+                     nbytes: int) -> KeptRequest | None:
+    """The template of a request frame whose first part is ``first``, or None.
+
+    ``first`` is what :func:`~edge_contracts.call_frames.encode_call_frame` returned
+    first (the prefix and the header) for a request with one inline input of ``nbytes``
+    bytes and a request id of ``id_length`` UTF-8 bytes. None when the header is not
+    binary or longer than 4 KiB.
+    """
+    if first[:4] != BINARY_MAGIC or len(first) - PREFIX_SIZE > _MAX_HEADER:
+        return None
+    head = bytes(first)
+    return head[:_ID_AT], head[_ID_AT + id_length :], len(head) + nbytes

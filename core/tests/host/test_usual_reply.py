@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from edge_contracts.binary_header import event_block
+from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.call_frames import encode_call_frame
+from edge_contracts.dtypes import DType
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, TensorSpec
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, KNOWN_FEATURES, OP_EVENT, OP_HEARTBEAT
@@ -227,18 +229,19 @@ def _event(request_id: str, seq: int, kind: str = "done", *, generation: int = 1
     return raw, parse_header(raw, LIMITS, payload_len=payload_len, binary=True)
 
 
-def test_a_template_is_kept_of_a_plain_done_only_and_keyed_without_id_and_block() -> None:
+def test_a_template_is_kept_of_a_plain_done_only_and_keyed_without_id_and_stamp() -> None:
     raw, header = _event("r01", 0)
     found = reply_template(raw, header, 1)
     assert found is not None
-    key, (payload_len, stage_id, epoch, generation, layout) = found
+    key, (payload_len, stage_id, epoch, generation, layout, outputs) = found
     assert (payload_len, stage_id, epoch, generation) == (24, "s0", 0, 1)
     assert [(name, count, offset, shape) for name, _, count, offset, shape in layout] == [
         ("x", 6, 0, (2, 3))]
-    other = _event("r99", 5)[0]  # another id of the same length, another block
+    assert outputs == (BufferDescriptor("worker-g1", 1, DType.FLOAT32, (2, 3), 24),)
+    other = _event("r99", 5)[0]  # another id of the same length, another seq and created_ns
     assert other != raw and reply_key(other) == key
     assert reply_key(_event("r100", 0)[0]) != key  # an id of another length
-    assert reply_key(_event("r01", 0, "output")[0]) == key  # the kind: checked per reply
+    assert reply_key(_event("r01", 0, "output")[0]) != key  # the kind: in the key
     assert reply_template(*_event("r01", 0, "output"), 1) is None
     assert reply_template(raw, header, 2) is None  # not the client's generation
     assert reply_template(*_event("r01", 0, dtype=np.bool_), 1) is None  # values checked

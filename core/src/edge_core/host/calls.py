@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
+from edge_contracts.dtypes import DType
 from edge_contracts.events import TERMINAL_KINDS
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
@@ -27,7 +28,7 @@ from edge_contracts.validation import INT64_MAX, require_seconds
 from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.host.errors import RemoteError, TransportCapExceeded
 
-__all__ = ["Call", "CallCancelled", "Delivery"]
+__all__ = ["Call", "CallCancelled", "Delivery", "output_descriptor"]
 
 _NO_WAIT = "must be a finite number of seconds, or None to wait for the next event"
 
@@ -47,6 +48,8 @@ class Delivery:
 
     Arrays that came through shared memory are read-only views of the worker's segment,
     valid until :meth:`release`; inline ones are views of the received frame.
+    ``event``: the delivery's :attr:`event` when its reader built it already (a usual
+    reply, from a kept template); else it is built when first read.
     """
 
     __slots__ = (
@@ -82,6 +85,7 @@ class Delivery:
         arrays: dict[str, Array],
         refs: list[list[Any]],
         ack: Callable[[list[list[Any]], bool], None] | None,
+        event: StageEvent | None = None,
     ) -> None:
         self.request_id = request_id
         self.stage_id = stage_id
@@ -96,7 +100,7 @@ class Delivery:
         self.arrays = arrays
         self._refs = refs
         self._ack = ack
-        self._event: StageEvent | None = None
+        self._event = event
         self.retained = bool(refs)
         """True while this delivery still holds worker shared memory."""
 
@@ -307,6 +311,16 @@ class Call:
         return outputs
 
 
+def output_descriptor(generation: int, dtype: DType, shape: tuple[int, ...],
+                      nbytes: int) -> BufferDescriptor:
+    """The descriptor of an output array of a worker of ``generation`` (validated).
+
+    What :attr:`Delivery.event` lists for each of its arrays (the owner is the worker's
+    generation).
+    """
+    return BufferDescriptor(f"worker-g{generation}", generation, dtype, shape, nbytes)
+
+
 def _descriptor(generation: int, array: Array) -> BufferDescriptor:
     """The output descriptor of ``array``: validated once per generation, dtype and shape.
 
@@ -316,10 +330,8 @@ def _descriptor(generation: int, array: Array) -> BufferDescriptor:
     key = (generation, array.dtype, array.shape)
     found = _DESCRIPTORS.get(key)
     if found is None:
-        found = BufferDescriptor(
-            f"worker-g{generation}", generation, dtype_of(array), tuple(array.shape),
-            array.nbytes,
-        )
+        found = output_descriptor(generation, dtype_of(array), tuple(array.shape),
+                                  array.nbytes)
         if len(_DESCRIPTORS) >= 1024:
             _DESCRIPTORS.clear()
         _DESCRIPTORS[key] = found

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_contracts.binary_header import EVENT_BLOCK, FIXED
+from edge_contracts.binary_header import FIXED
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
@@ -58,9 +58,16 @@ from edge_contracts.protocol import (
     OP_WARMUP,
 )
 from edge_contracts.request_faults import RequestFault
-from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
+from edge_contracts.requests import (
+    MAX_ERROR_MESSAGE,
+    ErrorInfo,
+    EventKind,
+    Operation,
+    StageEvent,
+    StageRequest,
+)
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, require_int, require_seconds
+from edge_contracts.validation import INT64_MAX, require_int, require_seconds
 from edge_contracts.waiting import ReadableWait, readable
 from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
@@ -81,7 +88,7 @@ from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
 from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
-from edge_core.host.reply_kept import DONE_CODE, MAX_KEPT, KeptReply, reply_template
+from edge_core.host.reply_kept import MAX_KEPT, STAMP, KeptReply, reply_template
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import SpinDecision, governor
@@ -96,8 +103,16 @@ _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
-_EVENT_BLOCK = EVENT_BLOCK
-_BLOCK_SIZE = EVENT_BLOCK.size
+_STAMP_SIZE = STAMP.size
+_DONE = EventKind.DONE
+# The event slots' own setters, taken once: a usual reply's event is set as
+# prechecked_event sets one, without a call
+_new = object.__new__
+(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
+ _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
+    StageEvent.__dict__[name].__set__ for name in (
+        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
+        "outputs", "data", "created_ns"))
 _ID_AT = PREFIX_SIZE + FIXED.size  # where a received frame's request id begins
 _frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
@@ -716,32 +731,29 @@ class WorkerClient:
                         stage_end = id_end + (raw[6] | raw[7] << 8)
                         # reply_key, written out: one call fewer per reply
                         kept = self._usual.get(raw[:_FIXED_SIZE] + raw[id_end:stage_end]
-                                               + raw[stage_end + _BLOCK_SIZE :])
-                        if kept is not None:  # the usual reply, but for its id, its event
-                            learn = False  # block and its payload's bytes: those get the
-                            # parser's checks, the id must name a call in flight of the
-                            # template's epoch (else the general path reads the frame, and
-                            # refuses or drops it)
-                            seq, created_ns, kind = _EVENT_BLOCK.unpack_from(
-                                view, PREFIX_SIZE + stage_end)
+                                               + raw[stage_end + _STAMP_SIZE :])
+                        if kept is not None:  # the usual reply (a DONE: the key holds the
+                            learn = False  # kind), but for its id, its stamp and its
+                            # payload's bytes: the stamp gets the parser's checks, the id
+                            # must name a call in flight (ids checked when their requests
+                            # were made) of the template's epoch; else the general path
+                            # reads the frame, and refuses or drops it
+                            seq, created_ns = STAMP.unpack_from(view, PREFIX_SIZE + stage_end)
                             try:
                                 request_id = str(view[_ID_AT:PREFIX_SIZE + id_end], "utf-8")
                             except UnicodeDecodeError:  # refused by the reader
-                                request_id = "\n"
+                                request_id = ""  # (names no call)
                             call = None
-                            if (kept[0] == payload_len and kind == DONE_CODE
-                                    and seq <= INT64_MAX and created_ns <= INT64_MAX
-                                    and (not request_id or (len(request_id) <= MAX_ID_LENGTH
-                                                            and request_id.isprintable()))):
+                            if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
+                                calls = self._calls
                                 with self._lock:
-                                    call = self._calls.get(request_id)
-                                    if call is not None and call.epoch == kept[2]:
-                                        del self._calls[request_id]  # DONE is terminal
-                                    else:
+                                    call = calls.pop(request_id, None)  # DONE is terminal
+                                    if call is not None and call.epoch != kept[2]:
+                                        calls[request_id] = call  # stale: the general path's
                                         call = None
                             if call is not None:
                                 self.last_heard = time.monotonic()
-                                _, stage_id, epoch, generation, layout = kept
+                                _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
                                     own = memoryview(  # of a copy of the payload
@@ -749,19 +761,34 @@ class WorkerClient:
                                     for name, dtype, number, at, shape in layout:
                                         arrays[name] = _frombuffer(
                                             own, dtype, number, at).reshape(shape)
+                                # its event, as prechecked_event builds it from the same
+                                # values (each checked by the parser or the template's)
+                                event = _new(StageEvent)
+                                _ev_request_id(event, request_id)
+                                _ev_stage_id(event, stage_id)
+                                _ev_epoch(event, epoch)
+                                _ev_generation(event, generation)
+                                _ev_seq(event, seq)
+                                _ev_kind(event, _DONE)
+                                _ev_terminal(event, True)
+                                _ev_error(event, None)
+                                _ev_outputs(event, outputs)
+                                _ev_data(event, EMPTY_OBJECT)
+                                _ev_created_ns(event, created_ns)
                                 call.deliver(Delivery(
                                     request_id=request_id,
                                     stage_id=stage_id,
                                     epoch=epoch,
                                     generation=generation,
                                     seq=seq,
-                                    kind=EventKind.DONE,
+                                    kind=_DONE,
                                     data=EMPTY_OBJECT,
                                     error=None,
                                     created_ns=created_ns,
                                     arrays=arrays,
                                     refs=[],
                                     ack=None,
+                                    event=event,
                                 ))
                                 return True
                 self._received.left = view[:count]

@@ -204,7 +204,6 @@ class WorkerClient:
             sock.fileno(),
             self._read_one,
             self._gone_error,
-            buffered=self._frames.has_buffered,
             spin_us=spin_us,
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
@@ -704,8 +703,11 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _read_one(self) -> bool:
-        """Read and dispatch one frame (by whichever thread reads); False once ended.
+    def _read_one(self) -> bool | None:
+        """Read and dispatch one frame (by whichever thread reads); None once ended.
+
+        Returns whether bytes of another frame wait in the frame reader's buffer (the
+        channel reader reads them before it polls the socket again).
 
         A receive that holds the usual reply alone is delivered from its kept template
         (:mod:`edge_core.host.reply_kept`); what else it holds is handed to the frame
@@ -790,29 +792,29 @@ class WorkerClient:
                                     ack=None,
                                     event=event,
                                 ))
-                                return True
+                                return False  # all the receive held was read
                 self._received.left = view[:count]
                 frame = self._frames.read()
                 if raw is None:  # else it was all the receive held: nothing is left
                     self._more = self._frames.has_buffered()
         except StreamClosed:
             self._channel_closed()
-            return False
+            return None
         except WireError as exc:
             self._lost(
                 f"worker: protocol violation: {exc}",
                 ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
             )
-            return False
+            return None
         except ConnectionResetError:
             self._channel_closed()
-            return False
+            return None
         except OSError as exc:
             self._lost(
                 f"worker: channel error: {exc}",
                 WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
             )
-            return False
+            return None
         self.last_heard = time.monotonic()
         try:
             if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
@@ -824,13 +826,13 @@ class WorkerClient:
                 f"worker: protocol violation: {exc}",
                 ProtocolViolation(exc.field, exc.reason, exc.value),
             )
-            return False
+            return None
         except (KeyError, TypeError, ValueError) as exc:
             self._lost(
                 f"worker: protocol violation: {exc!r}",
                 ProtocolViolation("frame.meta", "malformed event", repr(exc)),
             )
-            return False
+            return None
         except Exception as exc:  # e.g. its shared memory could not be mapped (EMFILE)
             # The frame belonged to some call, perhaps not the reading thread's: fail the
             # channel for every call rather than raise into an unrelated caller.
@@ -838,7 +840,7 @@ class WorkerClient:
                 f"worker: frame could not be delivered: {exc!r}",
                 WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
             )
-            return False
+            return None
         header = frame.header
         # the only frame of its receive, an event without shared memory: perhaps a usual
         # one, whose template is kept
@@ -849,7 +851,7 @@ class WorkerClient:
                 if len(self._usual) >= MAX_KEPT:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
-        return True
+        return self._more
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header

@@ -73,10 +73,10 @@ class ChannelReader:
 
     Args:
         fd: the channel's socket descriptor.
-        read_one: reads and dispatches exactly one frame; False once the channel has
-            ended (the client has then failed every call it knows of).
-        buffered: True when bytes of a frame wait in the client's read buffer: they
-            are read before the socket is polled (the socket may have nothing more).
+        read_one: reads and dispatches exactly one frame; returns whether bytes of another
+            frame wait in the client's read buffer (they are read before the socket is
+            polled: the socket may have nothing more), None once the channel has ended
+            (the client has then failed every call it knows of).
         gone: builds the error raised to a waiter when the channel has ended and its
             queue is empty.
         spin_us: spin budget of each wait for the socket (0: never spin); None: the
@@ -91,10 +91,9 @@ class ChannelReader:
     def __init__(
         self,
         fd: int,
-        read_one: Callable[[], bool],
+        read_one: Callable[[], bool | None],
         gone: Callable[[], BaseException],
         *,
-        buffered: Callable[[], bool] = lambda: False,
         spin_us: int | None,
         name: str,
         peer_pid: int | None = None,
@@ -102,7 +101,8 @@ class ChannelReader:
         self._fd = fd
         self._read_one = read_one
         self._gone = gone
-        self._buffered = buffered
+        self._more: bool | None = False  # read_one's last answer (under the read role)
+        self._socket_ready = [(fd, select.POLLIN)]  # the usual wake-up's poll events
         self._nudge_r, self._nudge_w = os.pipe()
         os.set_blocking(self._nudge_r, False)
         os.set_blocking(self._nudge_w, False)
@@ -167,29 +167,59 @@ class ChannelReader:
         # (a NaN deadline would never pass): the caller's call goes on untouched.
         deadline = None if timeout_s is None else time.monotonic() + require_seconds(
             timeout_s, "timeout_s", reason="must be a finite number of seconds, or None")
-        with self._guard:
-            self._waiting.append(inbox)
-            if self._polling and not self._closing:  # the pipe is open while we hold _cv
-                with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
-                    os.write(self._wake_w, b"\0")
+        # A caller that finds the role free leads at once, unregistered (the usual case:
+        # nobody else reads or waits): the background reader stands aside while the role
+        # is held. One that finds it taken registers in _waiting, so that whoever gives it
+        # up hands it over, tries it once more (its holder may have given it up before it
+        # saw this inbox) and then follows, blocked on its inbox.
         leading = False  # this thread holds the read role
+        registered = False  # inbox is in _waiting
         try:
             while True:
-                while not inbox.empty():
-                    item = inbox.get_nowait()
-                    if item is not HANDOVER:
-                        return item
-                if self._ended:
+                if self._ended and inbox.empty():
                     raise self._gone()
                 if self._role.acquire(blocking=False):
                     leading = True
-                    self._lead(inbox, deadline)
+                    if self._polling and not self._closing:  # the pipes are open while the
+                        with contextlib.suppress(OSError):  # role is held; a full one: a
+                            os.write(self._wake_w, b"\0")  # wake-up is pending anyway
+                    # Read frames until inbox has an item or the channel ends.
+                    fd = self._fd
+                    while inbox.empty() and not self._ended:
+                        if not self._more:  # else a frame waits in the client's buffer
+                            left = None if deadline is None else max(
+                                0.0, deadline - time.monotonic())
+                            # polls once even when no time is left
+                            events = self._lead_wait.wait(left)
+                            if events != self._socket_ready:  # else the usual wake-up
+                                if not events:
+                                    raise TimeoutError
+                                readable = False
+                                for ready, _ in events:
+                                    if ready == fd:
+                                        readable = True
+                                    else:
+                                        with contextlib.suppress(OSError):
+                                            os.read(self._nudge_r, 4096)
+                                if not readable:
+                                    continue
+                        more = self._more = self._read_one()
+                        if more is None:
+                            self._ended = True
                     while not inbox.empty():  # the usual way out: the role is given up below
                         item = inbox.get_nowait()
                         if item is not HANDOVER:
                             return item
                     leading = False
                     self._give_up(inbox)
+                    continue
+                if not registered:
+                    with self._guard:
+                        self._waiting.append(inbox)
+                        if self._polling and not self._closing:  # the pipe is open while we
+                            with contextlib.suppress(OSError):  # hold _cv; a full pipe: a
+                                os.write(self._wake_w, b"\0")  # wake-up is pending anyway
+                    registered = True
                     continue
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -201,13 +231,15 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         finally:
-            # Leaving: the role (if led) and the registration are given up together, as
-            # _give_up then the removal would, under one acquisition of the guard.
+            # Leaving: the role (if led) and the registration (if any) are given up
+            # together, as _give_up then the removal would, under one acquisition of the
+            # guard.
             if leading:
                 self._role.release()
             with self._guard:
                 waiting = self._waiting
-                waiting.remove(inbox)
+                if registered:
+                    waiting.remove(inbox)
                 self._last_active = time.monotonic()
                 others = list(waiting) if leading and waiting else None
                 if self._listened and not waiting:  # read on for them at once
@@ -262,10 +294,11 @@ class ChannelReader:
             return False
         try:
             fd = self._fd
-            while not self._ended and (self._buffered() or any(
+            while not self._ended and (self._more or any(
                     ready == fd for ready, _ in self._lead_wait.ready())):
-                if not self._read_one():
+                if (more := self._read_one()) is None:
                     self._ended = True
+                self._more = more
         finally:
             self._give_up(None)
         return True
@@ -281,31 +314,6 @@ class ChannelReader:
                 return
             with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                 os.write(self._nudge_w, b"\0")
-
-    def _lead(self, inbox: queue.SimpleQueue[Any], deadline: float | None) -> None:
-        """Read frames until ``inbox`` has an item or the channel ends (holding the role)."""
-        fd = self._fd
-        while inbox.empty() and not self._ended:
-            if self._buffered():
-                if not self._read_one():
-                    self._ended = True
-                continue
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = self._lead_wait.wait(left)  # polls once even when no time is left
-            if not events:
-                raise TimeoutError
-            if len(events) == 1 and events[0][0] == fd:  # the usual wake-up: the socket
-                readable = True
-            else:
-                readable = False
-                for ready, _ in events:
-                    if ready == fd:
-                        readable = True
-                    else:
-                        with contextlib.suppress(OSError):
-                            os.read(self._nudge_r, 4096)
-            if readable and not self._read_one():
-                self._ended = True
 
     def _give_up(self, inbox: queue.SimpleQueue[Any] | None) -> None:
         """Release the read role and wake every other waiter to take it over."""
@@ -327,13 +335,14 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or (self._elsewhere and self._a_loop_reads()) or (
+                    self._waiting or self._role.locked()  # callers wait, or one leads
+                    or (self._elsewhere and self._a_loop_reads()) or (
                         not self._listened and time.monotonic() - self._last_active < LINGER_S)
                 ):
                     self._cv.wait(LINGER_S)
                 if self._closing or self._ended:
                     return
-                buffered = self._buffered()  # a hint: re-checked holding the role
+                buffered = self._more  # a hint: re-checked holding the role
                 self._polling = not buffered
             if buffered:
                 events = [(self._fd, select.POLLIN)]
@@ -353,13 +362,13 @@ class ChannelReader:
             if not self._role.acquire(blocking=False):
                 continue  # a caller leads; the loop parks until it is done
             try:
-                ready = self._buffered() or any(
+                ready = self._more or any(
                     fd == self._fd for fd, _ in self._lead_wait.ready()
                 )
                 while not self._ended and ready:
-                    if not self._read_one():
+                    if (more := self._read_one()) is None:
                         self._ended = True
-                    ready = self._buffered()  # never poll with a frame in the buffer
+                    ready = self._more = more  # never poll with a frame in the buffer
             finally:
                 self._give_up(None)
             if self._ended:

@@ -13,13 +13,14 @@ implements *leader/follower* reading:
   until its own queue has something; it then gives the role up and wakes the other
   waiters (a :data:`HANDOVER` marker in their queues) so that one of them leads next;
 * while someone else leads, a waiter is a **follower** blocked on its own queue; the
-  leader puts its frames there.
+  leader puts its frames there. Only followers are listed (a leader that found the role
+  free never is): the waiters a leader hands the role to.
 
 When nobody has waited for :data:`LINGER_S`, a background thread reads instead, so that
 frames nobody waits for yet (stream events, acknowledgements, a worker's protocol
 violation) are still taken off the socket, and a worker never blocks on a full channel.
-It polls the socket and a wake-up pipe and parks on a condition while callers lead; the
-first waiter after an idle period wakes it out of its poll through the pipe.
+It polls the socket and a wake-up pipe and parks on a condition while a caller leads or
+follows; the first waiter after an idle period wakes it out of its poll through the pipe.
 
 Only one thread reads at a time (the read lock); every frame is dispatched by
 ``read_one``, the client's single frame handler, whichever thread runs it.

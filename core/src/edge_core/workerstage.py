@@ -269,15 +269,16 @@ class WorkerStage:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
+                if not delivery.retained:  # views of its frame's own buffer: private
+                    # already, as the dict is (nobody else took this delivery)
+                    yield delivery.event, delivery.arrays
+                    continue
                 event = delivery.event  # built from the arrays' descriptors
-                if delivery.retained:  # views of the worker's shared memory: no copy
-                    arrays = delivery.arrays
-                    delivery.arrays = {}
-                    tensors: Mapping[str, Any] = RetainedOutputs(
-                        arrays, _Retention(delivery, arrays).release)
-                    del arrays
-                else:  # views of this frame's own buffer: private already
-                    tensors = dict(delivery.arrays)
+                # views of the worker's shared memory: no copy
+                arrays = delivery.arrays
+                delivery.arrays = {}
+                tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+                del arrays
                 # Hand the item over without this suspended frame keeping a reference
                 # (a view held here would look "still referenced" at release time).
                 box = [(event, tensors)]

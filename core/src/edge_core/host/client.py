@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_contracts.binary_header import FIXED
+from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.errors import ContractError, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
@@ -104,6 +104,7 @@ _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
 _STAMP_SIZE = STAMP.size
+_NO_REFS: list[list[Any]] = []  # a usual reply's shared-memory references (never changed)
 _DONE = EventKind.DONE
 # The event slots' own setters, taken once: a usual reply's event is set as
 # prechecked_event sets one, without a call
@@ -113,7 +114,6 @@ _new = object.__new__
     StageEvent.__dict__[name].__set__ for name in (
         "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
         "outputs", "data", "created_ns"))
-_ID_AT = PREFIX_SIZE + FIXED.size  # where a received frame's request id begins
 _frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
@@ -714,7 +714,7 @@ class WorkerClient:
         reader, whose frame is dispatched, and kept as a template when it is a usual one.
         """
         raw = None  # the header of a receive that held one whole binary frame
-        learn = True
+        kept = None  # its template (then kept already), if it has one
         try:
             if self._more:  # a frame (or its start) waits in the reader's buffer
                 frame = self._frames.read()
@@ -723,26 +723,28 @@ class WorkerClient:
                 view = self._intake
                 count = self._recv_into(view)
                 # all the stream held (less than the room given): no frame waits behind it
-                if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
+                if count < DEFAULT_BUFFER_BYTES:
+                    # (of fewer than PREFIX_SIZE bytes, the sum below exceeds the count)
                     magic, header_len, payload_len = PREFIX.unpack_from(view)
                     header_end = PREFIX_SIZE + header_len
                     if (magic == BINARY_MAGIC and header_end + payload_len == count
                             and header_len >= _FIXED_SIZE):  # one whole binary frame
                         raw = bytes(view[PREFIX_SIZE:header_end])
-                        id_end = _FIXED_SIZE + (raw[4] | raw[5] << 8)
-                        stage_end = id_end + (raw[6] | raw[7] << 8)
+                        id_bytes, stage_bytes = ID_LENGTHS.unpack_from(raw, 4)
+                        id_end = _FIXED_SIZE + id_bytes
+                        stage_end = id_end + stage_bytes
                         # reply_key, written out: one call fewer per reply
                         kept = self._usual.get(raw[:_FIXED_SIZE] + raw[id_end:stage_end]
                                                + raw[stage_end + _STAMP_SIZE :])
                         if kept is not None:  # the usual reply (a DONE: the key holds the
-                            learn = False  # kind), but for its id, its stamp and its
-                            # payload's bytes: the stamp gets the parser's checks, the id
-                            # must name a call in flight (ids checked when their requests
-                            # were made) of the template's epoch; else the general path
-                            # reads the frame, and refuses or drops it
+                            # kind), but for its id, its stamp and its payload's bytes:
+                            # the stamp gets the parser's checks, the id must name a call
+                            # in flight (ids checked when their requests were made) of the
+                            # template's epoch; else the general path reads the frame, and
+                            # refuses or drops it
                             seq, created_ns = STAMP.unpack_from(view, PREFIX_SIZE + stage_end)
                             try:
-                                request_id = str(view[_ID_AT:PREFIX_SIZE + id_end], "utf-8")
+                                request_id = raw[_FIXED_SIZE:id_end].decode()
                             except UnicodeDecodeError:  # refused by the reader
                                 request_id = ""  # (names no call)
                             call = None
@@ -788,7 +790,7 @@ class WorkerClient:
                                     error=None,
                                     created_ns=created_ns,
                                     arrays=arrays,
-                                    refs=[],
+                                    refs=_NO_REFS,
                                     ack=None,
                                     event=event,
                                 ))
@@ -844,7 +846,7 @@ class WorkerClient:
         header = frame.header
         # the only frame of its receive, an event without shared memory: perhaps a usual
         # one, whose template is kept
-        if (learn and raw is not None and header.op == OP_EVENT
+        if (raw is not None and kept is None and header.op == OP_EVENT
                 and FEATURE_SHM_TENSORS not in header.required_features):
             found = reply_template(raw, header, self.generation)
             if found is not None:

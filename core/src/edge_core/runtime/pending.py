@@ -197,7 +197,8 @@ class PendingCall:
             outputs: Mapping[str, Any]
             if seen:  # events before it: their outputs under the terminal event's
                 outputs = self._outputs
-                self._outputs.update(tensors)
+                outputs.update(tensors)
+                self._outputs = {}  # the result holds them now
                 events: tuple[StageEvent, ...] = (*seen, event)
             else:  # the usual lone terminal event: its outputs are the result's
                 outputs, events = tensors, (event,)
@@ -209,11 +210,13 @@ class PendingCall:
             _key_epoch(key, request.epoch)
             _key_generation(key, request.generation)
             _key_serial(key, self.serial)
+            retained = self._retained
             self._result = StageResult(
                 key, outputs, events, time.perf_counter() - self._started, stage.ack,
-                self._retained,
+                retained,
             )
-            self._outputs, self._retained = {}, []  # the result holds them now
+            if retained:
+                self._retained = []  # the result holds them now
             return event, tensors
         self._drop_retained()
         if kind is EventKind.CANCELLED:

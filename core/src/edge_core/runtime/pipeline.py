@@ -395,7 +395,7 @@ class Pipeline:
             self.lineup.leave(serving)
             self.admission.release()
             raise
-        latencies[serving.slots[-1].context.stage_id] = final.latency_s
+        latencies[serving.final_stage_id] = final.latency_s
         lineup, admission = self.lineup, self.admission
 
         def release() -> None:

@@ -77,6 +77,8 @@ class Serving:
         """The one stage's replica set when the placement has one stage (no chain), else None."""
         self.single_worker = self.direct is not None and len(self.direct.runtimes) == 1
         """One stage of one replica: a request's result names the generation of the receipt."""
+        self.final_stage_id = self.slots[-1].context.stage_id
+        """The id of the stage whose result a request's is (its latency is named so)."""
         self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
         self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 
@@ -149,9 +151,9 @@ class ServingLineup:
         """
         with self._lock:
             serving.holds -= 1
-            if serving.holds <= 0 and self._idle_waiters:
+            if self._idle_waiters and serving.holds <= 0:
                 self._idle.notify_all()
-        if answered and not self._answered:  # set takes a lock and notifies: once is enough
+        if not self._answered and answered:  # set takes a lock and notifies: once is enough
             self._answered = True
             self.first_answered.set()
 

@@ -185,7 +185,6 @@ class ChannelReader:
                         with contextlib.suppress(OSError):  # role is held; a full one: a
                             os.write(self._wake_w, b"\0")  # wake-up is pending anyway
                     # Read frames until inbox has an item or the channel ends.
-                    fd = self._fd
                     while inbox.empty() and not self._ended:
                         if not self._more:  # else a frame waits in the client's buffer
                             left = None if deadline is None else max(
@@ -196,6 +195,7 @@ class ChannelReader:
                                 if not events:
                                     raise TimeoutError
                                 readable = False
+                                fd = self._fd
                                 for ready, _ in events:
                                     if ready == fd:
                                         readable = True
@@ -232,22 +232,34 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         finally:
-            # Leaving: the role (if led) and the registration (if any) are given up
-            # together, as _give_up then the removal would, under one acquisition of the
-            # guard.
-            if leading:
-                self._role.release()
-            with self._guard:
-                waiting = self._waiting
-                if registered:
-                    waiting.remove(inbox)
+            if not registered:  # the usual case: nothing to take back under the guard
+                # Set before the role goes, so that the background reader sees either.
                 self._last_active = time.monotonic()
-                others = list(waiting) if leading and waiting else None
-                if self._listened and not waiting:  # read on for them at once
-                    self._cv.notify_all()
-            if others:
-                for other in others:
-                    other.put(HANDOVER)
+                if leading:
+                    self._role.release()
+                    # Read after the release: a follower that registered too late to be
+                    # seen here finds the role free.
+                    if self._waiting:
+                        for other in list(self._waiting):
+                            other.put(HANDOVER)
+                if self._listened and not self._waiting:  # read on for them at once (a
+                    with self._cv:  # count raised after this read notifies by itself)
+                        self._cv.notify_all()
+            else:
+                # Leaving: the role (if led) and the registration are given up together,
+                # as _give_up then the removal would, under one acquisition of the guard.
+                if leading:
+                    self._role.release()
+                with self._guard:
+                    waiting = self._waiting
+                    waiting.remove(inbox)
+                    self._last_active = time.monotonic()
+                    others = list(waiting) if waiting and leading else None
+                    if self._listened and not waiting:  # read on for them at once
+                        self._cv.notify_all()
+                if others:
+                    for other in others:
+                        other.put(HANDOVER)
 
     def listening(self, change: int) -> None:
         """Count calls whose end a callback awaits instead of a waiting thread (+1, -1).

@@ -29,6 +29,7 @@ Only one thread reads at a time (the read lock); every frame is dispatched by
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import select
@@ -108,6 +109,10 @@ class ChannelReader:
         os.set_blocking(self._nudge_r, False)
         os.set_blocking(self._nudge_w, False)
         self._lead_wait = ReadableWait(fd, spin_us or 0, wake_fd=self._nudge_r)
+        poller = select.poll()  # what the lead wait polls, for its plain waits made here
+        poller.register(fd, select.POLLIN)
+        poller.register(self._nudge_r, select.POLLIN)
+        self._poll = poller.poll
         self._governed = spin_us is None
         if self._governed:
             governor().attach(self._lead_wait, peer_pid)
@@ -187,10 +192,15 @@ class ChannelReader:
                     # Read frames until inbox has an item or the channel ends.
                     while inbox.empty() and not self._ended:
                         if not self._more:  # else a frame waits in the client's buffer
-                            left = None if deadline is None else max(
-                                0.0, deadline - time.monotonic())
                             # polls once even when no time is left
-                            events = self._lead_wait.wait(left)
+                            if not self._lead_wait.plain:  # a spin budget, or measured
+                                events = self._lead_wait.wait(None if deadline is None else max(
+                                    0.0, deadline - time.monotonic()))
+                            elif deadline is None:  # the wait's plain poll, made here
+                                events = self._poll()
+                            else:
+                                events = self._poll(max(0, math.ceil(
+                                    (deadline - time.monotonic()) * 1000)))
                             if events != self._socket_ready:  # else the usual wake-up
                                 if not events:
                                     raise TimeoutError

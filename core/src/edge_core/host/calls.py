@@ -54,13 +54,13 @@ class Delivery:
 
     __slots__ = (
         "_ack",
-        "_event",
         "_refs",
         "arrays",
         "created_ns",
         "data",
         "epoch",
         "error",
+        "event",
         "generation",
         "kind",
         "request_id",
@@ -69,6 +69,13 @@ class Delivery:
         "stage_id",
         "terminal",
     )
+
+    event: StageEvent
+    """The validated :class:`StageEvent`: as its reader gave it, else built on first read.
+
+    (Its slot stays empty until then: a read of it finds it there, or builds it through
+    :meth:`__getattr__`, never a call per read.)
+    """
 
     def __init__(
         self,
@@ -100,30 +107,31 @@ class Delivery:
         self.arrays = arrays
         self._refs = refs
         self._ack = ack
-        self._event = event
+        if event is not None:
+            self.event = event
         self.retained = bool(refs)
         """True while this delivery still holds worker shared memory."""
 
-    @property
-    def event(self) -> StageEvent:
-        """The validated :class:`StageEvent` (built on first access)."""
-        if self._event is None:
-            arrays = self.arrays
-            if len(arrays) == 1:  # the usual one output: no generator to run
-                (array,) = arrays.values()
-                # the kept descriptor looked up here, _descriptor called only for a new one
-                found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
-                outputs: tuple[BufferDescriptor, ...] = (
-                    found if found is not None else _descriptor(self.generation, array),)
-            else:
-                outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
-            if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
-                # ids, epoch and generation passed the header parser; kind is an enum
-                self._event = prechecked_event(
-                    self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
-                    self.kind, self.error, outputs, self.data, self.created_ns)
-                return self._event
-            self._event = StageEvent(
+    def __getattr__(self, name: str) -> Any:
+        """Build :attr:`event` on its first read (the only slot ever left empty)."""
+        if name != "event":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        arrays = self.arrays
+        if len(arrays) == 1:  # the usual one output: no generator to run
+            (array,) = arrays.values()
+            # the kept descriptor looked up here, _descriptor called only for a new one
+            found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
+            outputs: tuple[BufferDescriptor, ...] = (
+                found if found is not None else _descriptor(self.generation, array),)
+        else:
+            outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
+        if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
+            # ids, epoch and generation passed the header parser; kind is an enum
+            event = prechecked_event(
+                self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
+                self.kind, self.error, outputs, self.data, self.created_ns)
+        else:
+            event = StageEvent(
                 request_id=self.request_id,
                 stage_id=self.stage_id,
                 epoch=self.epoch,
@@ -136,7 +144,8 @@ class Delivery:
                 data=self.data,
                 created_ns=self.created_ns,
             )
-        return self._event
+        self.event = event
+        return event
 
     def release(self, *, unlink: bool = False) -> None:
         """Acknowledge the shared memory behind :attr:`arrays` (idempotent).

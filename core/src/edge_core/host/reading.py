@@ -385,7 +385,7 @@ class ChannelReader:
             if not self._role.acquire(blocking=False):
                 continue  # a caller leads; the loop parks until it is done
             try:
-                ready = self._more or any(
+                ready: bool | None = self._more or any(
                     fd == self._fd for fd, _ in self._lead_wait.ready()
                 )
                 while not self._ended and ready:

@@ -285,8 +285,11 @@ class WorkerStage:
                 del delivery, event, tensors
                 yield box.pop()
         finally:
+            # Its own call only: once it ended, its id may have been sent again, and this
+            # stream closed later (a caller kept it); the newer call stays known.
             with self._lock:
-                self._calls.pop(request_id, None)
+                if self._calls.get(request_id) is call:
+                    del self._calls[request_id]
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

@@ -262,13 +262,16 @@ class WorkerStage:
 
     def _events(self, request_id: str,
                 call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        take = call.next
+        take = call.take
         try:
             while True:
                 try:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
+                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
+                    yield delivery  # views of a private copy of its payload
+                    continue
                 if not delivery.retained:  # views of its frame's own buffer: private
                     # already, as the dict is (nobody else took this delivery)
                     yield delivery.event, delivery.arrays

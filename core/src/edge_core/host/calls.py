@@ -3,7 +3,9 @@
 A :class:`Call` is returned by :meth:`WorkerClient.submit`; iterate it (or call
 :meth:`Call.next`) for :class:`Delivery` objects until the terminal one. Its other side,
 the feed, is the worker client's: :meth:`Call.deliver` and :meth:`Call.fail`, from
-whichever thread reads the channel. Delivering an
+whichever thread reads the channel, and :meth:`Call.deliver_done` for a usual reply (a
+DONE without shared memory, as its event and arrays: :meth:`Call.take` hands the pair on
+as it is, where no Delivery is needed). Delivering an
 event does not free its shared memory: :meth:`Delivery.release` acknowledges it to the
 worker (``with delivery:`` does so on exit). :meth:`Call.result` is the convenience for a
 graph stage: it collects every output as owned copies and releases as it goes.
@@ -216,6 +218,19 @@ class Call:
             if self._on_end:
                 self._end_queued()
 
+    def deliver_done(self, event: StageEvent, arrays: dict[str, Array]) -> None:
+        """Hand the consumer the request's DONE without shared memory: its event, its arrays.
+
+        What :meth:`deliver` does with a :class:`Delivery` of them, without making one
+        (the client's reader of a usual reply, whose event it built already): :meth:`take`
+        returns the pair as it is, :meth:`next` a Delivery made of it.
+        """
+        self.last_seq = event.seq
+        self._queue.put((event, arrays))
+        self._queued_end = True
+        if self._on_end:
+            self._end_queued()
+
     def fail(self, error: BaseException) -> None:
         """End the request for the consumer with ``error`` (the channel ended)."""
         self._queue.put(error)
@@ -262,6 +277,22 @@ class Call:
         again. Checked on the wait's failure path only, which a call's usual path never
         takes.
         """
+        item = self.take(timeout)
+        if isinstance(item, Delivery):
+            return item
+        event, arrays = item  # a DONE handed over by deliver_done
+        return Delivery(request_id=event.request_id, stage_id=event.stage_id,
+                        epoch=event.epoch, generation=event.generation, seq=event.seq,
+                        kind=event.kind, data=event.data, error=None,
+                        created_ns=event.created_ns, arrays=arrays, refs=[], ack=None,
+                        event=event)
+
+    def take(self, timeout: float | None = None) -> Delivery | tuple[StageEvent, dict[str, Array]]:
+        """:meth:`next`, but a DONE handed over by :meth:`deliver_done` comes as it was given.
+
+        That is, as its ``(event, arrays)`` pair: no :class:`Delivery` is made of it (one
+        would hold no shared memory to release).
+        """
         if self._ended:
             raise StopIteration
         try:
@@ -283,9 +314,9 @@ class Call:
         if isinstance(item, BaseException):
             self._ended = True
             raise item
-        if item.terminal:  # a Delivery
+        if item.__class__ is tuple or item.terminal:  # a DONE's pair, or a Delivery
             self._ended = True
-        return item  # type: ignore[no-any-return]  # (a Delivery: no cast call)
+        return item  # type: ignore[no-any-return]  # (either: no cast call)
 
     def __iter__(self) -> Iterator[Delivery]:
         while not self._ended:

@@ -104,7 +104,6 @@ _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
 _STAMP_SIZE = STAMP.size
-_NO_REFS: list[list[Any]] = []  # a usual reply's shared-memory references (never changed)
 _DONE = EventKind.DONE
 # The event slots' own setters, taken once: a usual reply's event is set as
 # prechecked_event sets one, without a call
@@ -779,21 +778,7 @@ class WorkerClient:
                                 _ev_outputs(event, outputs)
                                 _ev_data(event, EMPTY_OBJECT)
                                 _ev_created_ns(event, created_ns)
-                                call.deliver(Delivery(
-                                    request_id=request_id,
-                                    stage_id=stage_id,
-                                    epoch=epoch,
-                                    generation=generation,
-                                    seq=seq,
-                                    kind=_DONE,
-                                    data=EMPTY_OBJECT,
-                                    error=None,
-                                    created_ns=created_ns,
-                                    arrays=arrays,
-                                    refs=_NO_REFS,
-                                    ack=None,
-                                    event=event,
-                                ))
+                                call.deliver_done(event, arrays)  # (no Delivery made)
                                 return False  # all the receive held was read
                 self._received.left = view[:count]
                 frame = self._frames.read()

@@ -25,7 +25,7 @@ from edge_contracts.dtypes import DType
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, TensorSpec
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, KNOWN_FEATURES, OP_EVENT, OP_HEARTBEAT
-from edge_contracts.requests import EventKind
+from edge_contracts.requests import EventKind, StageEvent
 from edge_contracts.tensors import dtype_of
 from edge_contracts.wire import PREFIX, Frame, parse_header
 from edge_core.host import WorkerClient
@@ -156,6 +156,29 @@ def test_another_shape_an_error_and_a_heartbeat_go_the_general_way(
     assert len(client._usual) == 2
     assert client.outstanding() == 0 and client.health().state == "ready"
     del last
+
+
+def test_a_usual_reply_is_taken_as_its_event_and_arrays_without_a_delivery(
+    watched: tuple[WorkerClient, WatchedReads],
+) -> None:
+    client, reads = watched
+    (first,) = run(client, "r1")
+    call = client.submit(request("r2"), {"x": X})
+    taken = call.take(timeout=10)
+    assert reads.taken() == [OP_EVENT]  # the first DONE only: this one from the template
+    assert isinstance(taken, tuple)
+    event, arrays = taken
+    assert event == StageEvent("r2", "s0", 0, 1, first.seq, EventKind.DONE, True, None,
+                               first.event.outputs, {}, event.created_ns)
+    assert list(arrays) == ["x"] and not arrays["x"].flags.writeable
+    np.testing.assert_array_equal(arrays["x"], X)
+    assert call.ended
+    with pytest.raises(StopIteration):
+        call.take(timeout=10)
+    (general,) = run(client, "r3")  # taken by next: a Delivery made of the pair
+    assert type(general) is Delivery and reads.taken() == []
+    assert_alike(general, first)
+    assert client.outstanding() == 0
 
 
 def test_two_frames_in_one_receive_are_read_by_the_frame_reader(

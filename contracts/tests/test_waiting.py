@@ -157,6 +157,25 @@ def test_budget_can_be_changed_and_history_forgotten(pair):
     assert wait.spinning
 
 
+def test_plain_says_whether_its_waits_are_plain_polls(pair):
+    """No budget and nothing measured: an owner may poll itself (a reader does)."""
+    a, _ = pair
+    wait = ReadableWait(a.fileno(), 0)
+    assert wait.plain
+    wait.spin_us = 50
+    assert not wait.plain  # it spins first
+    wait.spin_us = 0
+    assert wait.plain
+    wait.samples = WaitSamples(Windows(), pairs=10)
+    assert not wait.plain  # its waits are measured
+    wait.spin_us = 50
+    wait.samples = None
+    assert not wait.plain
+    wait.spin_us = 0
+    assert wait.plain
+    assert not ReadableWait(a.fileno(), 20).plain
+
+
 @pytest.mark.parametrize(("raw", "expected"), [(None, None), ("0", 0), ("x", None),
                                                ("250", 250), ("999999999", 100_000)])
 def test_override_is_none_when_unset(monkeypatch, raw, expected):

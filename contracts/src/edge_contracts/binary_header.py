@@ -91,6 +91,7 @@ __all__ = [
     "BINARY_OPS",
     "EVENT_BLOCK",
     "FIXED",
+    "ID_LENGTHS",
     "KIND_CODES",
     "ack_pairs_text",
     "encode_ack_header",
@@ -107,7 +108,8 @@ BINARY_MAGIC = b"EDGB"
 
 FIXED = struct.Struct("<HBBHHHIIQQ")
 """The fixed part of a binary header (34 bytes)."""
-_ID_LENGTHS = struct.Struct("<HH")  # request and stage id bytes, at offset 4 of FIXED
+ID_LENGTHS = struct.Struct("<HH")
+"""The request and stage ids' byte lengths, at offset 4 of :data:`FIXED`."""
 
 _TENSOR = struct.Struct("<HBBBQ")
 _REF = struct.Struct("<HQQ")
@@ -623,7 +625,7 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     size = len(raw)
     if size < FIXED.size:
         return None
-    request_len, stage_len = _ID_LENGTHS.unpack_from(raw, 4)
+    request_len, stage_len = ID_LENGTHS.unpack_from(raw, 4)
     block = raw[3] & _EVENT_BIT
     stage_at = FIXED.size + request_len
     stage_end = stage_at + stage_len

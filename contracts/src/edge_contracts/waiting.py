@@ -273,6 +273,11 @@ class ReadableWait:
             epoch's runs are over, so that its owner can have the other end wait the
             same way meanwhile (``edge_core.host.spinning``). None (the default): not
             called.
+        plain: True while every wait is a plain blocking poll: no spin budget and no
+            wait measured (kept by the :attr:`spin_us` and :attr:`samples` setters).
+            Its owner may then poll the same descriptors itself instead of calling
+            :meth:`wait`, which would do no more (read it before each such wait: the
+            setters may run in any thread).
 
     """
 
@@ -288,6 +293,7 @@ class ReadableWait:
         "_wake_ns",
         "apart",
         "on_run",
+        "plain",
     )
 
     def __init__(self, fd: int, spin_us: int, wake_fd: int | None = None) -> None:
@@ -297,6 +303,7 @@ class ReadableWait:
         if wake_fd is not None:
             self._poll.register(wake_fd, select.POLLIN)
         self._spin_ns = 0
+        self.plain = True
         self._wake_ns = 0
         self._average_ns = 0.0
         self._gated = True
@@ -317,6 +324,7 @@ class ReadableWait:
         if type(value) is not int or not 0 <= value <= MAX_SPIN_US:
             raise ValueError(f"spin_us: must be an integer in 0..{MAX_SPIN_US}: {value!r}")
         self._spin_ns = value * 1000
+        self.plain = not value and self._samples is None
 
     @property
     def wake_us(self) -> int:
@@ -343,6 +351,7 @@ class ReadableWait:
     def samples(self, value: WaitSamples | None) -> None:
         """Measure waits into ``value`` from the next one on (None: stop measuring)."""
         self._samples = value
+        self.plain = not self._spin_ns and value is None
         self._left = -1 if value is None else 1
 
     def plain_waits(self) -> int:

@@ -262,30 +262,37 @@ class WorkerStage:
 
     def _events(self, request_id: str,
                 call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        take = call.next
+        take = call.take
         try:
             while True:
                 try:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
+                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
+                    yield delivery  # views of a private copy of its payload
+                    continue
+                if not delivery.retained:  # views of its frame's own buffer: private
+                    # already, as the dict is (nobody else took this delivery)
+                    yield delivery.event, delivery.arrays
+                    continue
                 event = delivery.event  # built from the arrays' descriptors
-                if delivery.retained:  # views of the worker's shared memory: no copy
-                    arrays = delivery.arrays
-                    delivery.arrays = {}
-                    tensors: Mapping[str, Any] = RetainedOutputs(
-                        arrays, _Retention(delivery, arrays).release)
-                    del arrays
-                else:  # views of this frame's own buffer: private already
-                    tensors = dict(delivery.arrays)
+                # views of the worker's shared memory: no copy
+                arrays = delivery.arrays
+                delivery.arrays = {}
+                tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+                del arrays
                 # Hand the item over without this suspended frame keeping a reference
                 # (a view held here would look "still referenced" at release time).
                 box = [(event, tensors)]
                 del delivery, event, tensors
                 yield box.pop()
         finally:
+            # Its own call only: once it ended, its id may have been sent again, and this
+            # stream closed later (a caller kept it); the newer call stays known.
             with self._lock:
-                self._calls.pop(request_id, None)
+                if self._calls.get(request_id) is call:
+                    del self._calls[request_id]
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 
 from edge_contracts.binary_header import event_block
+from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.call_frames import encode_call_frame
+from edge_contracts.dtypes import DType
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, TensorSpec
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, KNOWN_FEATURES, OP_EVENT, OP_HEARTBEAT
-from edge_contracts.requests import EventKind
+from edge_contracts.requests import EventKind, StageEvent
 from edge_contracts.tensors import dtype_of
 from edge_contracts.wire import PREFIX, Frame, parse_header
 from edge_core.host import WorkerClient
@@ -156,6 +158,29 @@ def test_another_shape_an_error_and_a_heartbeat_go_the_general_way(
     del last
 
 
+def test_a_usual_reply_is_taken_as_its_event_and_arrays_without_a_delivery(
+    watched: tuple[WorkerClient, WatchedReads],
+) -> None:
+    client, reads = watched
+    (first,) = run(client, "r1")
+    call = client.submit(request("r2"), {"x": X})
+    taken = call.take(timeout=10)
+    assert reads.taken() == [OP_EVENT]  # the first DONE only: this one from the template
+    assert isinstance(taken, tuple)
+    event, arrays = taken
+    assert event == StageEvent("r2", "s0", 0, 1, first.seq, EventKind.DONE, True, None,
+                               first.event.outputs, {}, event.created_ns)
+    assert list(arrays) == ["x"] and not arrays["x"].flags.writeable
+    np.testing.assert_array_equal(arrays["x"], X)
+    assert call.ended
+    with pytest.raises(StopIteration):
+        call.take(timeout=10)
+    (general,) = run(client, "r3")  # taken by next: a Delivery made of the pair
+    assert type(general) is Delivery and reads.taken() == []
+    assert_alike(general, first)
+    assert client.outstanding() == 0
+
+
 def test_two_frames_in_one_receive_are_read_by_the_frame_reader(
     watched: tuple[WorkerClient, WatchedReads],
 ) -> None:
@@ -227,18 +252,19 @@ def _event(request_id: str, seq: int, kind: str = "done", *, generation: int = 1
     return raw, parse_header(raw, LIMITS, payload_len=payload_len, binary=True)
 
 
-def test_a_template_is_kept_of_a_plain_done_only_and_keyed_without_id_and_block() -> None:
+def test_a_template_is_kept_of_a_plain_done_only_and_keyed_without_id_and_stamp() -> None:
     raw, header = _event("r01", 0)
     found = reply_template(raw, header, 1)
     assert found is not None
-    key, (payload_len, stage_id, epoch, generation, layout) = found
+    key, (payload_len, stage_id, epoch, generation, layout, outputs) = found
     assert (payload_len, stage_id, epoch, generation) == (24, "s0", 0, 1)
     assert [(name, count, offset, shape) for name, _, count, offset, shape in layout] == [
         ("x", 6, 0, (2, 3))]
-    other = _event("r99", 5)[0]  # another id of the same length, another block
+    assert outputs == (BufferDescriptor("worker-g1", 1, DType.FLOAT32, (2, 3), 24),)
+    other = _event("r99", 5)[0]  # another id of the same length, another seq and created_ns
     assert other != raw and reply_key(other) == key
     assert reply_key(_event("r100", 0)[0]) != key  # an id of another length
-    assert reply_key(_event("r01", 0, "output")[0]) == key  # the kind: checked per reply
+    assert reply_key(_event("r01", 0, "output")[0]) != key  # the kind: in the key
     assert reply_template(*_event("r01", 0, "output"), 1) is None
     assert reply_template(raw, header, 2) is None  # not the client's generation
     assert reply_template(*_event("r01", 0, dtype=np.bool_), 1) is None  # values checked

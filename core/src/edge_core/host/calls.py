@@ -3,7 +3,9 @@
 A :class:`Call` is returned by :meth:`WorkerClient.submit`; iterate it (or call
 :meth:`Call.next`) for :class:`Delivery` objects until the terminal one. Its other side,
 the feed, is the worker client's: :meth:`Call.deliver` and :meth:`Call.fail`, from
-whichever thread reads the channel. Delivering an
+whichever thread reads the channel, and :meth:`Call.deliver_done` for a usual reply (a
+DONE without shared memory, as its event and arrays: :meth:`Call.take` hands the pair on
+as it is, where no Delivery is needed). Delivering an
 event does not free its shared memory: :meth:`Delivery.release` acknowledges it to the
 worker (``with delivery:`` does so on exit). :meth:`Call.result` is the convenience for a
 graph stage: it collects every output as owned copies and releases as it goes.
@@ -20,6 +22,7 @@ import numpy.typing as npt
 
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
+from edge_contracts.dtypes import DType
 from edge_contracts.events import TERMINAL_KINDS
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
@@ -27,7 +30,7 @@ from edge_contracts.validation import INT64_MAX, require_seconds
 from edge_core.errors import DeadlineExceeded, StageClosed
 from edge_core.host.errors import RemoteError, TransportCapExceeded
 
-__all__ = ["Call", "CallCancelled", "Delivery"]
+__all__ = ["Call", "CallCancelled", "Delivery", "output_descriptor"]
 
 _NO_WAIT = "must be a finite number of seconds, or None to wait for the next event"
 
@@ -47,17 +50,19 @@ class Delivery:
 
     Arrays that came through shared memory are read-only views of the worker's segment,
     valid until :meth:`release`; inline ones are views of the received frame.
+    ``event``: the delivery's :attr:`event` when its reader built it already (a usual
+    reply, from a kept template); else it is built when first read.
     """
 
     __slots__ = (
         "_ack",
-        "_event",
         "_refs",
         "arrays",
         "created_ns",
         "data",
         "epoch",
         "error",
+        "event",
         "generation",
         "kind",
         "request_id",
@@ -66,6 +71,13 @@ class Delivery:
         "stage_id",
         "terminal",
     )
+
+    event: StageEvent
+    """The validated :class:`StageEvent`: as its reader gave it, else built on first read.
+
+    (Its slot stays empty until then: a read of it finds it there, or builds it through
+    :meth:`__getattr__`, never a call per read.)
+    """
 
     def __init__(
         self,
@@ -82,6 +94,7 @@ class Delivery:
         arrays: dict[str, Array],
         refs: list[list[Any]],
         ack: Callable[[list[list[Any]], bool], None] | None,
+        event: StageEvent | None = None,
     ) -> None:
         self.request_id = request_id
         self.stage_id = stage_id
@@ -96,30 +109,31 @@ class Delivery:
         self.arrays = arrays
         self._refs = refs
         self._ack = ack
-        self._event: StageEvent | None = None
+        if event is not None:
+            self.event = event
         self.retained = bool(refs)
         """True while this delivery still holds worker shared memory."""
 
-    @property
-    def event(self) -> StageEvent:
-        """The validated :class:`StageEvent` (built on first access)."""
-        if self._event is None:
-            arrays = self.arrays
-            if len(arrays) == 1:  # the usual one output: no generator to run
-                (array,) = arrays.values()
-                # the kept descriptor looked up here, _descriptor called only for a new one
-                found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
-                outputs: tuple[BufferDescriptor, ...] = (
-                    found if found is not None else _descriptor(self.generation, array),)
-            else:
-                outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
-            if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
-                # ids, epoch and generation passed the header parser; kind is an enum
-                self._event = prechecked_event(
-                    self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
-                    self.kind, self.error, outputs, self.data, self.created_ns)
-                return self._event
-            self._event = StageEvent(
+    def __getattr__(self, name: str) -> Any:
+        """Build :attr:`event` on its first read (the only slot ever left empty)."""
+        if name != "event":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        arrays = self.arrays
+        if len(arrays) == 1:  # the usual one output: no generator to run
+            (array,) = arrays.values()
+            # the kept descriptor looked up here, _descriptor called only for a new one
+            found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
+            outputs: tuple[BufferDescriptor, ...] = (
+                found if found is not None else _descriptor(self.generation, array),)
+        else:
+            outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
+        if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
+            # ids, epoch and generation passed the header parser; kind is an enum
+            event = prechecked_event(
+                self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
+                self.kind, self.error, outputs, self.data, self.created_ns)
+        else:
+            event = StageEvent(
                 request_id=self.request_id,
                 stage_id=self.stage_id,
                 epoch=self.epoch,
@@ -132,7 +146,8 @@ class Delivery:
                 data=self.data,
                 created_ns=self.created_ns,
             )
-        return self._event
+        self.event = event
+        return event
 
     def release(self, *, unlink: bool = False) -> None:
         """Acknowledge the shared memory behind :attr:`arrays` (idempotent).
@@ -203,6 +218,19 @@ class Call:
             if self._on_end:
                 self._end_queued()
 
+    def deliver_done(self, event: StageEvent, arrays: dict[str, Array]) -> None:
+        """Hand the consumer the request's DONE without shared memory: its event, its arrays.
+
+        What :meth:`deliver` does with a :class:`Delivery` of them, without making one
+        (the client's reader of a usual reply, whose event it built already): :meth:`take`
+        returns the pair as it is, :meth:`next` a Delivery made of it.
+        """
+        self.last_seq = event.seq
+        self._queue.put((event, arrays))
+        self._queued_end = True
+        if self._on_end:
+            self._end_queued()
+
     def fail(self, error: BaseException) -> None:
         """End the request for the consumer with ``error`` (the channel ended)."""
         self._queue.put(error)
@@ -249,6 +277,22 @@ class Call:
         again. Checked on the wait's failure path only, which a call's usual path never
         takes.
         """
+        item = self.take(timeout)
+        if isinstance(item, Delivery):
+            return item
+        event, arrays = item  # a DONE handed over by deliver_done
+        return Delivery(request_id=event.request_id, stage_id=event.stage_id,
+                        epoch=event.epoch, generation=event.generation, seq=event.seq,
+                        kind=event.kind, data=event.data, error=None,
+                        created_ns=event.created_ns, arrays=arrays, refs=[], ack=None,
+                        event=event)
+
+    def take(self, timeout: float | None = None) -> Delivery | tuple[StageEvent, dict[str, Array]]:
+        """:meth:`next`, but a DONE handed over by :meth:`deliver_done` comes as it was given.
+
+        That is, as its ``(event, arrays)`` pair: no :class:`Delivery` is made of it (one
+        would hold no shared memory to release).
+        """
         if self._ended:
             raise StopIteration
         try:
@@ -270,10 +314,9 @@ class Call:
         if isinstance(item, BaseException):
             self._ended = True
             raise item
-        delivery: Delivery = item
-        if delivery.terminal:
+        if item.__class__ is tuple or item.terminal:  # a DONE's pair, or a Delivery
             self._ended = True
-        return delivery
+        return item  # type: ignore[no-any-return]  # (either: no cast call)
 
     def __iter__(self) -> Iterator[Delivery]:
         while not self._ended:
@@ -307,6 +350,16 @@ class Call:
         return outputs
 
 
+def output_descriptor(generation: int, dtype: DType, shape: tuple[int, ...],
+                      nbytes: int) -> BufferDescriptor:
+    """The descriptor of an output array of a worker of ``generation`` (validated).
+
+    What :attr:`Delivery.event` lists for each of its arrays (the owner is the worker's
+    generation).
+    """
+    return BufferDescriptor(f"worker-g{generation}", generation, dtype, shape, nbytes)
+
+
 def _descriptor(generation: int, array: Array) -> BufferDescriptor:
     """The output descriptor of ``array``: validated once per generation, dtype and shape.
 
@@ -316,10 +369,8 @@ def _descriptor(generation: int, array: Array) -> BufferDescriptor:
     key = (generation, array.dtype, array.shape)
     found = _DESCRIPTORS.get(key)
     if found is None:
-        found = BufferDescriptor(
-            f"worker-g{generation}", generation, dtype_of(array), tuple(array.shape),
-            array.nbytes,
-        )
+        found = output_descriptor(generation, dtype_of(array), tuple(array.shape),
+                                  array.nbytes)
         if len(_DESCRIPTORS) >= 1024:
             _DESCRIPTORS.clear()
         _DESCRIPTORS[key] = found

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_contracts.binary_header import EVENT_BLOCK, FIXED
+from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import ContractError, StreamClosed, WireError
@@ -59,9 +59,16 @@ from edge_contracts.protocol import (
     OP_WARMUP,
 )
 from edge_contracts.request_faults import RequestFault
-from edge_contracts.requests import MAX_ERROR_MESSAGE, ErrorInfo, EventKind, Operation, StageRequest
+from edge_contracts.requests import (
+    MAX_ERROR_MESSAGE,
+    ErrorInfo,
+    EventKind,
+    Operation,
+    StageEvent,
+    StageRequest,
+)
 from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
-from edge_contracts.validation import INT64_MAX, MAX_ID_LENGTH, require_int, require_seconds
+from edge_contracts.validation import INT64_MAX, require_int, require_seconds
 from edge_contracts.waiting import ReadableWait, readable
 from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
 from edge_contracts.worker_protocol import spin_meta
@@ -82,7 +89,7 @@ from edge_core.host.inputs import InputBuffers
 from edge_core.host.liveness import monitor
 from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
-from edge_core.host.reply_kept import DONE_CODE, MAX_KEPT, KeptReply, reply_template
+from edge_core.host.reply_kept import MAX_KEPT, STAMP, KeptReply, reply_template
 from edge_core.host.request_kept import MAX_KEPT as MAX_KEPT_REQUESTS
 from edge_core.host.request_kept import KeptRequest, request_template
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
@@ -101,9 +108,16 @@ _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
 _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum property per call
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
-_EVENT_BLOCK = EVENT_BLOCK
-_BLOCK_SIZE = EVENT_BLOCK.size
-_ID_AT = PREFIX_SIZE + FIXED.size  # where a received frame's request id begins
+_STAMP_SIZE = STAMP.size
+_DONE = EventKind.DONE
+# The event slots' own setters, taken once: a usual reply's event is set as
+# prechecked_event sets one, without a call
+_new = object.__new__
+(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
+ _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
+    StageEvent.__dict__[name].__set__ for name in (
+        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
+        "outputs", "data", "created_ns"))
 _frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
@@ -201,7 +215,6 @@ class WorkerClient:
             sock.fileno(),
             self._read_one,
             self._gone_error,
-            buffered=self._frames.has_buffered,
             spin_us=spin_us,
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
@@ -746,15 +759,18 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _read_one(self) -> bool:
-        """Read and dispatch one frame (by whichever thread reads); False once ended.
+    def _read_one(self) -> bool | None:
+        """Read and dispatch one frame (by whichever thread reads); None once ended.
+
+        Returns whether bytes of another frame wait in the frame reader's buffer (the
+        channel reader reads them before it polls the socket again).
 
         A receive that holds the usual reply alone is delivered from its kept template
         (:mod:`edge_core.host.reply_kept`); what else it holds is handed to the frame
         reader, whose frame is dispatched, and kept as a template when it is a usual one.
         """
         raw = None  # the header of a receive that held one whole binary frame
-        learn = True
+        kept = None  # its template (then kept already), if it has one
         try:
             if self._more:  # a frame (or its start) waits in the reader's buffer
                 frame = self._frames.read()
@@ -763,42 +779,41 @@ class WorkerClient:
                 view = self._intake
                 count = self._recv_into(view)
                 # all the stream held (less than the room given): no frame waits behind it
-                if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
+                if count < DEFAULT_BUFFER_BYTES:
+                    # (of fewer than PREFIX_SIZE bytes, the sum below exceeds the count)
                     magic, header_len, payload_len = PREFIX.unpack_from(view)
                     header_end = PREFIX_SIZE + header_len
                     if (magic == BINARY_MAGIC and header_end + payload_len == count
                             and header_len >= _FIXED_SIZE):  # one whole binary frame
                         raw = bytes(view[PREFIX_SIZE:header_end])
-                        id_end = _FIXED_SIZE + (raw[4] | raw[5] << 8)
-                        stage_end = id_end + (raw[6] | raw[7] << 8)
+                        id_bytes, stage_bytes = ID_LENGTHS.unpack_from(raw, 4)
+                        id_end = _FIXED_SIZE + id_bytes
+                        stage_end = id_end + stage_bytes
                         # reply_key, written out: one call fewer per reply
                         kept = self._usual.get(raw[:_FIXED_SIZE] + raw[id_end:stage_end]
-                                               + raw[stage_end + _BLOCK_SIZE :])
-                        if kept is not None:  # the usual reply, but for its id, its event
-                            learn = False  # block and its payload's bytes: those get the
-                            # parser's checks, the id must name a call in flight of the
-                            # template's epoch (else the general path reads the frame, and
-                            # refuses or drops it)
-                            seq, created_ns, kind = _EVENT_BLOCK.unpack_from(
-                                view, PREFIX_SIZE + stage_end)
+                                               + raw[stage_end + _STAMP_SIZE :])
+                        if kept is not None:  # the usual reply (a DONE: the key holds the
+                            # kind), but for its id, its stamp and its payload's bytes:
+                            # the stamp gets the parser's checks, the id must name a call
+                            # in flight (ids checked when their requests were made) of the
+                            # template's epoch; else the general path reads the frame, and
+                            # refuses or drops it
+                            seq, created_ns = STAMP.unpack_from(view, PREFIX_SIZE + stage_end)
                             try:
-                                request_id = str(view[_ID_AT:PREFIX_SIZE + id_end], "utf-8")
+                                request_id = raw[_FIXED_SIZE:id_end].decode()
                             except UnicodeDecodeError:  # refused by the reader
-                                request_id = "\n"
+                                request_id = ""  # (names no call)
                             call = None
-                            if (kept[0] == payload_len and kind == DONE_CODE
-                                    and seq <= INT64_MAX and created_ns <= INT64_MAX
-                                    and (not request_id or (len(request_id) <= MAX_ID_LENGTH
-                                                            and request_id.isprintable()))):
+                            if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
+                                calls = self._calls
                                 with self._lock:
-                                    call = self._calls.get(request_id)
-                                    if call is not None and call.epoch == kept[2]:
-                                        del self._calls[request_id]  # DONE is terminal
-                                    else:
+                                    call = calls.pop(request_id, None)  # DONE is terminal
+                                    if call is not None and call.epoch != kept[2]:
+                                        calls[request_id] = call  # stale: the general path's
                                         call = None
                             if call is not None:
                                 self.last_heard = time.monotonic()
-                                _, stage_id, epoch, generation, layout = kept
+                                _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
                                     own = memoryview(  # of a copy of the payload
@@ -806,43 +821,44 @@ class WorkerClient:
                                     for name, dtype, number, at, shape in layout:
                                         arrays[name] = _frombuffer(
                                             own, dtype, number, at).reshape(shape)
-                                call.deliver(Delivery(
-                                    request_id=request_id,
-                                    stage_id=stage_id,
-                                    epoch=epoch,
-                                    generation=generation,
-                                    seq=seq,
-                                    kind=EventKind.DONE,
-                                    data=EMPTY_OBJECT,
-                                    error=None,
-                                    created_ns=created_ns,
-                                    arrays=arrays,
-                                    refs=[],
-                                    ack=None,
-                                ))
-                                return True
+                                # its event, as prechecked_event builds it from the same
+                                # values (each checked by the parser or the template's)
+                                event = _new(StageEvent)
+                                _ev_request_id(event, request_id)
+                                _ev_stage_id(event, stage_id)
+                                _ev_epoch(event, epoch)
+                                _ev_generation(event, generation)
+                                _ev_seq(event, seq)
+                                _ev_kind(event, _DONE)
+                                _ev_terminal(event, True)
+                                _ev_error(event, None)
+                                _ev_outputs(event, outputs)
+                                _ev_data(event, EMPTY_OBJECT)
+                                _ev_created_ns(event, created_ns)
+                                call.deliver_done(event, arrays)  # (no Delivery made)
+                                return False  # all the receive held was read
                 self._received.left = view[:count]
                 frame = self._frames.read()
                 if raw is None:  # else it was all the receive held: nothing is left
                     self._more = self._frames.has_buffered()
         except StreamClosed:
             self._channel_closed()
-            return False
+            return None
         except WireError as exc:
             self._lost(
                 f"worker: protocol violation: {exc}",
                 ProtocolViolation("worker.channel", f"refused frame ({exc.reason})", exc.field),
             )
-            return False
+            return None
         except ConnectionResetError:
             self._channel_closed()
-            return False
+            return None
         except OSError as exc:
             self._lost(
                 f"worker: channel error: {exc}",
                 WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
             )
-            return False
+            return None
         self.last_heard = time.monotonic()
         try:
             if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
@@ -854,13 +870,13 @@ class WorkerClient:
                 f"worker: protocol violation: {exc}",
                 ProtocolViolation(exc.field, exc.reason, exc.value),
             )
-            return False
+            return None
         except (KeyError, TypeError, ValueError) as exc:
             self._lost(
                 f"worker: protocol violation: {exc!r}",
                 ProtocolViolation("frame.meta", "malformed event", repr(exc)),
             )
-            return False
+            return None
         except Exception as exc:  # e.g. its shared memory could not be mapped (EMFILE)
             # The frame belonged to some call, perhaps not the reading thread's: fail the
             # channel for every call rather than raise into an unrelated caller.
@@ -868,18 +884,18 @@ class WorkerClient:
                 f"worker: frame could not be delivered: {exc!r}",
                 WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
             )
-            return False
+            return None
         header = frame.header
         # the only frame of its receive, an event without shared memory: perhaps a usual
         # one, whose template is kept
-        if (learn and raw is not None and header.op == OP_EVENT
+        if (raw is not None and kept is None and header.op == OP_EVENT
                 and FEATURE_SHM_TENSORS not in header.required_features):
             found = reply_template(raw, header, self.generation)
             if found is not None:
                 if len(self._usual) >= MAX_KEPT:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
-        return True
+        return self._more
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header

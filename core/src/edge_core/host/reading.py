@@ -13,13 +13,14 @@ implements *leader/follower* reading:
   until its own queue has something; it then gives the role up and wakes the other
   waiters (a :data:`HANDOVER` marker in their queues) so that one of them leads next;
 * while someone else leads, a waiter is a **follower** blocked on its own queue; the
-  leader puts its frames there.
+  leader puts its frames there. Only followers are listed (a leader that found the role
+  free never is): the waiters a leader hands the role to.
 
 When nobody has waited for :data:`LINGER_S`, a background thread reads instead, so that
 frames nobody waits for yet (stream events, acknowledgements, a worker's protocol
 violation) are still taken off the socket, and a worker never blocks on a full channel.
-It polls the socket and a wake-up pipe and parks on a condition while callers lead; the
-first waiter after an idle period wakes it out of its poll through the pipe.
+It polls the socket and a wake-up pipe and parks on a condition while a caller leads or
+follows; the first waiter after an idle period wakes it out of its poll through the pipe.
 
 Only one thread reads at a time (the read lock); every frame is dispatched by
 ``read_one``, the client's single frame handler, whichever thread runs it.
@@ -28,6 +29,7 @@ Only one thread reads at a time (the read lock); every frame is dispatched by
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import select
@@ -73,10 +75,10 @@ class ChannelReader:
 
     Args:
         fd: the channel's socket descriptor.
-        read_one: reads and dispatches exactly one frame; False once the channel has
-            ended (the client has then failed every call it knows of).
-        buffered: True when bytes of a frame wait in the client's read buffer: they
-            are read before the socket is polled (the socket may have nothing more).
+        read_one: reads and dispatches exactly one frame; returns whether bytes of another
+            frame wait in the client's read buffer (they are read before the socket is
+            polled: the socket may have nothing more), None once the channel has ended
+            (the client has then failed every call it knows of).
         gone: builds the error raised to a waiter when the channel has ended and its
             queue is empty.
         spin_us: spin budget of each wait for the socket (0: never spin); None: the
@@ -91,10 +93,9 @@ class ChannelReader:
     def __init__(
         self,
         fd: int,
-        read_one: Callable[[], bool],
+        read_one: Callable[[], bool | None],
         gone: Callable[[], BaseException],
         *,
-        buffered: Callable[[], bool] = lambda: False,
         spin_us: int | None,
         name: str,
         peer_pid: int | None = None,
@@ -102,11 +103,16 @@ class ChannelReader:
         self._fd = fd
         self._read_one = read_one
         self._gone = gone
-        self._buffered = buffered
+        self._more: bool | None = False  # read_one's last answer (under the read role)
+        self._socket_ready = [(fd, select.POLLIN)]  # the usual wake-up's poll events
         self._nudge_r, self._nudge_w = os.pipe()
         os.set_blocking(self._nudge_r, False)
         os.set_blocking(self._nudge_w, False)
         self._lead_wait = ReadableWait(fd, spin_us or 0, wake_fd=self._nudge_r)
+        poller = select.poll()  # what the lead wait polls, for its plain waits made here
+        poller.register(fd, select.POLLIN)
+        poller.register(self._nudge_r, select.POLLIN)
+        self._poll = poller.poll
         self._governed = spin_us is None
         if self._governed:
             governor().attach(self._lead_wait, peer_pid)
@@ -167,29 +173,64 @@ class ChannelReader:
         # (a NaN deadline would never pass): the caller's call goes on untouched.
         deadline = None if timeout_s is None else time.monotonic() + require_seconds(
             timeout_s, "timeout_s", reason="must be a finite number of seconds, or None")
-        with self._guard:
-            self._waiting.append(inbox)
-            if self._polling and not self._closing:  # the pipe is open while we hold _cv
-                with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
-                    os.write(self._wake_w, b"\0")
+        # A caller that finds the role free leads at once, unregistered (the usual case:
+        # nobody else reads or waits): the background reader stands aside while the role
+        # is held. One that finds it taken registers in _waiting, so that whoever gives it
+        # up hands it over, tries it once more (its holder may have given it up before it
+        # saw this inbox) and then follows, blocked on its inbox.
         leading = False  # this thread holds the read role
+        registered = False  # inbox is in _waiting
         try:
             while True:
-                while not inbox.empty():
-                    item = inbox.get_nowait()
-                    if item is not HANDOVER:
-                        return item
-                if self._ended:
+                if self._ended and inbox.empty():
                     raise self._gone()
                 if self._role.acquire(blocking=False):
                     leading = True
-                    self._lead(inbox, deadline)
+                    if self._polling and not self._closing:  # the pipes are open while the
+                        with contextlib.suppress(OSError):  # role is held; a full one: a
+                            os.write(self._wake_w, b"\0")  # wake-up is pending anyway
+                    # Read frames until inbox has an item or the channel ends.
+                    while inbox.empty() and not self._ended:
+                        if not self._more:  # else a frame waits in the client's buffer
+                            # polls once even when no time is left
+                            if not self._lead_wait.plain:  # a spin budget, or measured
+                                events = self._lead_wait.wait(None if deadline is None else max(
+                                    0.0, deadline - time.monotonic()))
+                            elif deadline is None:  # the wait's plain poll, made here
+                                events = self._poll()
+                            else:
+                                events = self._poll(max(0, math.ceil(
+                                    (deadline - time.monotonic()) * 1000)))
+                            if events != self._socket_ready:  # else the usual wake-up
+                                if not events:
+                                    raise TimeoutError
+                                readable = False
+                                fd = self._fd
+                                for ready, _ in events:
+                                    if ready == fd:
+                                        readable = True
+                                    else:
+                                        with contextlib.suppress(OSError):
+                                            os.read(self._nudge_r, 4096)
+                                if not readable:
+                                    continue
+                        more = self._more = self._read_one()
+                        if more is None:
+                            self._ended = True
                     while not inbox.empty():  # the usual way out: the role is given up below
                         item = inbox.get_nowait()
                         if item is not HANDOVER:
                             return item
                     leading = False
                     self._give_up(inbox)
+                    continue
+                if not registered:
+                    with self._guard:
+                        self._waiting.append(inbox)
+                        if self._polling and not self._closing:  # the pipe is open while we
+                            with contextlib.suppress(OSError):  # hold _cv; a full pipe: a
+                                os.write(self._wake_w, b"\0")  # wake-up is pending anyway
+                    registered = True
                     continue
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -201,20 +242,34 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         finally:
-            # Leaving: the role (if led) and the registration are given up together, as
-            # _give_up then the removal would, under one acquisition of the guard.
-            if leading:
-                self._role.release()
-            with self._guard:
-                waiting = self._waiting
-                waiting.remove(inbox)
+            if not registered:  # the usual case: nothing to take back under the guard
+                # Set before the role goes, so that the background reader sees either.
                 self._last_active = time.monotonic()
-                others = list(waiting) if leading and waiting else None
-                if self._listened and not waiting:  # read on for them at once
-                    self._cv.notify_all()
-            if others:
-                for other in others:
-                    other.put(HANDOVER)
+                if leading:
+                    self._role.release()
+                    # Read after the release: a follower that registered too late to be
+                    # seen here finds the role free.
+                    if self._waiting:
+                        for other in list(self._waiting):
+                            other.put(HANDOVER)
+                if self._listened and not self._waiting:  # read on for them at once (a
+                    with self._cv:  # count raised after this read notifies by itself)
+                        self._cv.notify_all()
+            else:
+                # Leaving: the role (if led) and the registration are given up together,
+                # as _give_up then the removal would, under one acquisition of the guard.
+                if leading:
+                    self._role.release()
+                with self._guard:
+                    waiting = self._waiting
+                    waiting.remove(inbox)
+                    self._last_active = time.monotonic()
+                    others = list(waiting) if waiting and leading else None
+                    if self._listened and not waiting:  # read on for them at once
+                        self._cv.notify_all()
+                if others:
+                    for other in others:
+                        other.put(HANDOVER)
 
     def listening(self, change: int) -> None:
         """Count calls whose end a callback awaits instead of a waiting thread (+1, -1).
@@ -262,10 +317,11 @@ class ChannelReader:
             return False
         try:
             fd = self._fd
-            while not self._ended and (self._buffered() or any(
+            while not self._ended and (self._more or any(
                     ready == fd for ready, _ in self._lead_wait.ready())):
-                if not self._read_one():
+                if (more := self._read_one()) is None:
                     self._ended = True
+                self._more = more
         finally:
             self._give_up(None)
         return True
@@ -281,31 +337,6 @@ class ChannelReader:
                 return
             with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                 os.write(self._nudge_w, b"\0")
-
-    def _lead(self, inbox: queue.SimpleQueue[Any], deadline: float | None) -> None:
-        """Read frames until ``inbox`` has an item or the channel ends (holding the role)."""
-        fd = self._fd
-        while inbox.empty() and not self._ended:
-            if self._buffered():
-                if not self._read_one():
-                    self._ended = True
-                continue
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = self._lead_wait.wait(left)  # polls once even when no time is left
-            if not events:
-                raise TimeoutError
-            if len(events) == 1 and events[0][0] == fd:  # the usual wake-up: the socket
-                readable = True
-            else:
-                readable = False
-                for ready, _ in events:
-                    if ready == fd:
-                        readable = True
-                    else:
-                        with contextlib.suppress(OSError):
-                            os.read(self._nudge_r, 4096)
-            if readable and not self._read_one():
-                self._ended = True
 
     def _give_up(self, inbox: queue.SimpleQueue[Any] | None) -> None:
         """Release the read role and wake every other waiter to take it over."""
@@ -327,13 +358,14 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or (self._elsewhere and self._a_loop_reads()) or (
+                    self._waiting or self._role.locked()  # callers wait, or one leads
+                    or (self._elsewhere and self._a_loop_reads()) or (
                         not self._listened and time.monotonic() - self._last_active < LINGER_S)
                 ):
                     self._cv.wait(LINGER_S)
                 if self._closing or self._ended:
                     return
-                buffered = self._buffered()  # a hint: re-checked holding the role
+                buffered = self._more  # a hint: re-checked holding the role
                 self._polling = not buffered
             if buffered:
                 events = [(self._fd, select.POLLIN)]
@@ -353,13 +385,13 @@ class ChannelReader:
             if not self._role.acquire(blocking=False):
                 continue  # a caller leads; the loop parks until it is done
             try:
-                ready = self._buffered() or any(
+                ready: bool | None = self._more or any(
                     fd == self._fd for fd, _ in self._lead_wait.ready()
                 )
                 while not self._ended and ready:
-                    if not self._read_one():
+                    if (more := self._read_one()) is None:
                         self._ended = True
-                    ready = self._buffered()  # never poll with a frame in the buffer
+                    ready = self._more = more  # never poll with a frame in the buffer
             finally:
                 self._give_up(None)
             if self._ended:

@@ -9,15 +9,17 @@ what this module keeps (the controller's side of :mod:`edge_contracts.worker_kep
 * :func:`reply_template`: after an event frame passed every check of the frame reader
   (:class:`~edge_contracts.frame_reader.FrameReader`, the full binary header parser) and
   was the only frame of its receive, its header bytes without the request id and the
-  event block become a key (:func:`reply_key`), and what its delivery needs (stage,
-  epoch, generation, where each output lies in the payload) its template. A later frame
-  that is again the only, whole frame of its receive, whose header equals the key but
-  for those two parts and whose payload length is the template's, differs from the
-  checked one only in them and its output bytes: the client checks the id and the block
-  as the parser does (UTF-8, printable, at most 128 characters; seq and created_ns at
-  most ``INT64_MAX``; the kind DONE), that the id names a call in flight of the
-  template's epoch, and delivers the outputs as the general path makes them (read-only
-  views of a copy of the payload). Anything else goes through the frame reader.
+  event block's stamp (seq and created_ns; its kind code stays) become a key
+  (:func:`reply_key`), and what its delivery needs (stage, epoch, generation, where each
+  output lies in the payload, the event's output descriptors) its template. A later
+  frame that is again the only, whole frame of its receive, whose header equals the key
+  but for those two parts and whose payload length is the template's, differs from the
+  checked one only in them and its output bytes: the client checks the stamp as the
+  parser does (seq and created_ns at most ``INT64_MAX``), that the id is UTF-8 naming a
+  call in flight of the template's epoch (the id of a call in flight was checked when
+  its request was made: printable, at most 128 characters), and delivers the outputs
+  as the general path makes them (read-only views of a copy of the payload) with the
+  event built from the template. Anything else goes through the frame reader.
 
 Kept: DONE events of the client's generation with the ``event-fields`` block and no
 other meta (no error, data, ``gone`` or ``acks``), without the ``shm-tensors`` feature,
@@ -28,38 +30,43 @@ unpacker checks, nor ``bfloat16``), headers of at most 4 KiB; at most
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from edge_contracts.binary_header import EVENT_BLOCK, FIXED, KIND_CODES
+from edge_contracts.binary_header import FIXED
+from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.dtypes import DType
 from edge_contracts.headers import FrameHeader
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, FEATURE_SHM_TENSORS, OP_EVENT
 from edge_contracts.tensors import numpy_dtype
+from edge_core.host.calls import output_descriptor
 
-__all__ = ["DONE_CODE", "MAX_KEPT", "KeptReply", "reply_key", "reply_template"]
+__all__ = ["MAX_KEPT", "STAMP", "KeptReply", "reply_key", "reply_template"]
 
 MAX_KEPT = 256
 """Most reply templates a client keeps at once (then all are dropped and made again)."""
-DONE_CODE = KIND_CODES["done"]
-"""The event block's kind code of DONE."""
+STAMP = struct.Struct("<QQ")
+"""The event block's stamp, seq u64 and created_ns u64: the block but for its kind code."""
 _MAX_HEADER = 4096  # longer headers are never kept
-_BLOCK = EVENT_BLOCK.size
+_STAMP_SIZE = STAMP.size
 _META_KEYS = frozenset({"seq", "kind", "created_ns"})  # the block's: no JSON meta
 
-#: ``(payload length, stage id, epoch, generation, layout)``; the layout holds, per
-#: output in header order, ``(name, NumPy dtype, element count, payload offset, shape)``.
-KeptReply = tuple[int, str, int, int, tuple[tuple[str, Any, int, int, tuple[int, ...]], ...]]
+#: ``(payload length, stage id, epoch, generation, layout, outputs)``; the layout holds,
+#: per output in header order, ``(name, NumPy dtype, element count, payload offset,
+#: shape)``, and ``outputs`` the event's descriptor of each (:attr:`StageEvent.outputs`).
+KeptReply = tuple[int, str, int, int, tuple[tuple[str, Any, int, int, tuple[int, ...]], ...],
+                  tuple[BufferDescriptor, ...]]
 
 
 def reply_key(raw: bytes) -> bytes:
-    """The key of a binary event header ``raw``: without its request id and event block.
+    """The key of a binary event header ``raw``: without its request id and stamp.
 
     ``raw`` is at least the fixed part long. (The client's usual path computes the same
     key inline.)
     """
     id_end = FIXED.size + (raw[4] | raw[5] << 8)
     stage_end = id_end + (raw[6] | raw[7] << 8)
-    return raw[: FIXED.size] + raw[id_end:stage_end] + raw[stage_end + _BLOCK :]
+    return raw[: FIXED.size] + raw[id_end:stage_end] + raw[stage_end + _STAMP_SIZE :]
 
 
 def reply_template(
@@ -78,12 +85,14 @@ def reply_template(
             or meta.get("kind") != "done" or frozenset(meta) != _META_KEYS):
         return None
     layout = []
+    outputs = []
     offset = 0
     for spec in header.tensors:
         if spec.ref is not None or spec.dtype is DType.BOOL or spec.dtype is DType.BFLOAT16:
             return None
         dtype = numpy_dtype(spec.dtype)
         layout.append((spec.name, dtype, spec.nbytes // dtype.itemsize, offset, spec.shape))
+        outputs.append(output_descriptor(generation, spec.dtype, spec.shape, spec.nbytes))
         offset += spec.nbytes
     return reply_key(raw), (header.inline_nbytes, header.stage_id, header.epoch,
-                            header.generation, tuple(layout))
+                            header.generation, tuple(layout), tuple(outputs))

@@ -124,8 +124,9 @@ class SlotPool:
             self._used -= 1
             if self._waiters:
                 self._cond.notify()
-        for listener in self.listeners:
-            listener()
+        if self.listeners:  # (no iterator made for none, the usual case)
+            for listener in self.listeners:
+                listener()
 
 
 def take_slot(pool: SlotPool, until: float | None) -> None:

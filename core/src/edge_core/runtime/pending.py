@@ -59,7 +59,8 @@ _new = object.__new__
 _key_request_id, _key_epoch, _key_generation, _key_serial = (
     ResultKey.__dict__[name].__set__ for name in ("request_id", "epoch", "generation", "serial"))
 
-_CANCELLED = "request {rid}: cancelled"
+_DONE = EventKind.DONE
+_CANCELLED = "request {rid}: cancelled"  # worded by _cancelled, on the refusal paths only
 _CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
 
 
@@ -140,7 +141,6 @@ class PendingCall:
 
     def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
         stage = self.stage
-        cancelled = _CANCELLED  # worded by _cancelled, on the refusal paths only
         try:
             event, tensors = next(self._events)
         except StopIteration:
@@ -149,13 +149,13 @@ class PendingCall:
             if stage.accept(self.request_id, self.serial, None):
                 raise RequestFailed(self.request_id, "WorkerLost",
                                     "the event stream ended without a terminal event") from None
-            raise self._cancelled(cancelled) from None
+            raise self._cancelled(_CANCELLED) from None
         except EdgeError as exc:
             self._done = True
             self._drop_retained()
             if stage.accept(self.request_id, self.serial, None):
                 raise
-            raise self._cancelled(cancelled) from exc
+            raise self._cancelled(_CANCELLED) from exc
         except (TypeError, ValueError) as exc:
             trace = exc.__traceback__
             if trace is None or trace.tb_next is not None:
@@ -173,7 +173,7 @@ class PendingCall:
                     + (f"plugin {plugin!r}: " if plugin else "")
                     + f"edge_call's stream yielded an item that is not a (StageEvent, "
                     f"outputs) pair ({exc})") from None
-            raise self._cancelled(cancelled) from None
+            raise self._cancelled(_CANCELLED) from None
         if self._retained:
             for names, _ in self._retained:  # outputs this event replaces are not theirs
                 names.difference_update(tensors)
@@ -188,19 +188,20 @@ class PendingCall:
             if not event.terminal and self._entry is not None and self._entry.draining:
                 self._read_to_end()  # left to finish: its slot is freed at its end
             self._close_events()
-            raise self._cancelled(cancelled)
+            raise self._cancelled(_CANCELLED)
         if not event.terminal:
             self._seen.append(event)
             self._outputs.update(tensors)
             return event, tensors
         self._done = True
         kind = event.kind
-        if kind is EventKind.DONE:
+        if kind is _DONE:
             seen = self._seen
             outputs: Mapping[str, Any]
             if seen:  # events before it: their outputs under the terminal event's
                 outputs = self._outputs
-                self._outputs.update(tensors)
+                outputs.update(tensors)
+                self._outputs = {}  # the result holds them now
                 events: tuple[StageEvent, ...] = (*seen, event)
             else:  # the usual lone terminal event: its outputs are the result's
                 outputs, events = tensors, (event,)
@@ -212,11 +213,13 @@ class PendingCall:
             _key_epoch(key, request.epoch)
             _key_generation(key, request.generation)
             _key_serial(key, self.serial)
+            retained = self._retained
             self._result = StageResult(
                 key, outputs, events, time.perf_counter() - self._started, stage.ack,
-                self._retained,
+                retained,
             )
-            self._outputs, self._retained = {}, []  # the result holds them now
+            if retained:
+                self._retained = []  # the result holds them now
             return event, tensors
         self._drop_retained()
         if kind is EventKind.CANCELLED:

@@ -101,6 +101,12 @@ def _wake(done: Any) -> None:
         done.set_result(None)
 
 
+def _leave(lineup: ServingLineup, admission: SlotPool, serving: Serving) -> None:
+    """Give back what a delivered request held: its placement and its admission slot."""
+    lineup.leave(serving)
+    admission.release()
+
+
 def _acknowledge(submission: Submission) -> None:
     """Acknowledge a result nobody will take (an error is the abandoned request's own)."""
     try:
@@ -397,13 +403,9 @@ class Pipeline:
             self.lineup.leave(serving)
             self.admission.release()
             raise
-        latencies[serving.slots[-1].context.stage_id] = final.latency_s
-        lineup, admission = self.lineup, self.admission
-
-        def release() -> None:
-            lineup.leave(serving)
-            admission.release()
-
+        latencies[serving.final_stage_id] = final.latency_s
+        # (partial, C: no closure and its cells per request)
+        release = partial(_leave, self.lineup, self.admission, serving)
         if serving.single_worker and isinstance(final, StageResult):
             generations: tuple[int | None, ...] = (final.key.generation,)
         else:

@@ -69,14 +69,14 @@ class PipelineResult:
     __slots__ = ("_acked", "_placement", "_receipt", "_release", "final", "latencies",
                  "outputs")
 
-    def __init__(self, final: StageResult | GatheredResult, latencies: Mapping[str, float],
+    def __init__(self, final: StageResult | GatheredResult, latencies: dict[str, float],
                  release: Callable[[], None],
                  placement: Sequence[Mapping[str, Any]] = (), *,
                  receipt: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> None:
         self.final = final
         self.outputs: dict[str, Any] = final.outputs
         """The final stage's outputs (its result's own dict: an attribute, read per call)."""
-        self.latencies = dict(latencies)
+        self.latencies = latencies  # its maker's own dict, handed over
         self._placement: list[dict[str, Any]] | None = (
             None if receipt is not None else [dict(stage) for stage in placement])
         self._receipt = receipt

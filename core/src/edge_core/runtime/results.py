@@ -67,6 +67,9 @@ class ResultOutputs(dict[str, Any]):
         raise KeyError(key)
 
 
+_NONE_RETAINED: list[tuple[set[str], Callable[[], bool]]] = []  # shared: never changed
+
+
 class StageResult:
     """One request's outputs, retained (and holding its slot) until acknowledged.
 
@@ -91,6 +94,10 @@ class StageResult:
 
     __slots__ = ("_ack", "_released", "_retained", "events", "key", "latency_s", "outputs")
 
+    # Only outputs that are views of worker memory (retained) are ever released.
+    _released: set[str] | None
+    outputs: dict[str, Any]
+
     def __init__(
         self,
         key: ResultKey,
@@ -101,9 +108,6 @@ class StageResult:
         retained: list[tuple[set[str], Callable[[], bool]]] | None = None,
     ) -> None:
         self.key = key
-        # Only outputs that are views of worker memory (retained) are ever released.
-        self._released: set[str] | None
-        self.outputs: dict[str, Any]
         if retained:
             self._released = set()
             self.outputs = ResultOutputs(outputs, key.request_id, self._released)
@@ -111,7 +115,7 @@ class StageResult:
         else:  # nothing is ever released: a plain dict reads the same (KeyError if absent)
             self._released = None
             self.outputs = dict(outputs)
-            self._retained = []
+            self._retained = _NONE_RETAINED
         self.events = events
         self.latency_s = latency_s
         self._ack = ack

@@ -80,6 +80,8 @@ class Serving:
         self.lone: StageRuntime | None = self.slots[0].runtime if len(self.slots) == 1 else None
         """The runtime of the placement's one stage replica (the caller's parameters reach
         it as they are), else None."""
+        self.final_stage_id = self.slots[-1].context.stage_id
+        """The id of the stage whose result a request's is (its latency is named so)."""
         self._heads = [s for s in self.slots if not s.context.replica]  # replica 0 of each
         self._receipts: dict[tuple[int | None, ...], tuple[dict[str, Any], ...]] = {}
 
@@ -152,9 +154,9 @@ class ServingLineup:
         """
         with self._lock:
             serving.holds -= 1
-            if serving.holds <= 0 and self._idle_waiters:
+            if self._idle_waiters and serving.holds <= 0:
                 self._idle.notify_all()
-        if answered and not self._answered:  # set takes a lock and notifies: once is enough
+        if not self._answered and answered:  # set takes a lock and notifies: once is enough
             self._answered = True
             self.first_answered.set()
 

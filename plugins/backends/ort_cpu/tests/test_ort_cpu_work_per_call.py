@@ -41,15 +41,17 @@ REQUESTS = 100
 #: drain thread); the bound one above it, as a heartbeat read during a batch adds 0.03.
 #: 64.03 after session 27's cuts of core's path (see core/tests/runtime/test_calls_per_request.py);
 #: 56 with the usual reply read from its kept template (edge_core.host.reply_kept);
-#: 49.03 in session 28, with the usual request written from its kept template
-#: (edge_core.host.request_kept) and core's other cuts of that round.
-MAX_PYTHON_CALLS = 50
+#: 49.03 in session 28 with the usual request written from its kept template
+#: (edge_core.host.request_kept) and core's other cuts of the request side, 50 with its
+#: cuts of the reply side; 42.99 with both.
+MAX_PYTHON_CALLS = 44
 #: Per minor version measured: on 3.11, 3426 before, 3403 after; 3234 after core's lane;
 #: 3266 in session 21 (14 of them core's: see core/tests/runtime/test_calls_per_request.py);
 #: 3091 after session 27's cuts of core's path; 2645 with the usual reply read from its kept
 #: template (edge_core.host.reply_kept); 2635 at session 28's start, 2371 after its cuts
-#: of core's request path (see core/tests/runtime/test_calls_per_request.py).
-MAX_BYTECODES = {(3, 11): 2381}
+#: of core's request path, 2259 after those of its reply side, 1998 with both (see
+#: core/tests/runtime/test_calls_per_request.py).
+MAX_BYTECODES = {(3, 11): 2008}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3
 #: A zero-copy call (an input buffer in, an output written in place by the worker, then
@@ -59,8 +61,9 @@ BATCHES = 3
 #: session 27's cuts of core's path; 121.24 once the client receives first itself (a reply
 #: with shared-memory entries is never a usual one: its bytes are handed to the frame
 #: reader through one more call, ``WorkerClient._take_received``); 120.26 in session 28
-#: (the lone replica's ``check_params`` looked up without a call).
-MAX_ZERO_COPY_CALLS = 121
+#: (the lone replica's ``check_params`` looked up without a call); 118 after its cuts of core's
+#: reply side (the lead loop's calls); 117.47 with both.
+MAX_ZERO_COPY_CALLS = 118
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from edge_core.runtime.errors import (
     RequestCancelled,
     RequestFailed,
     TransformFailed,
+    TransformOutputRefused,
     TransformReturnInvalid,
 )
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
@@ -97,6 +98,11 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (TransformFailed("pipelines[p].stages[b].input_transform", "transform m:f",
                      ConfigError("Fanout.items[0]", "must be a mapping of inputs", "ndarray")),
      500, "pipelines[p].stages[b].input_transform"),
+    (TransformOutputRefused("pipelines[p].stages[c].input_transform", "c", "transform m:g",
+                            RequestFailed("r", "ShapeRefused", "inputs.x: wrong shape",
+                                          request_fault=RequestFault("unsupported_shape",
+                                                                     "inputs.x"))),
+     500, "pipelines[p].stages[c].input_transform"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
                                                  field: str) -> None:

@@ -4,7 +4,9 @@ In-process: the ASGI application over real pipelines (real worker processes), dr
 through httpx's ASGI transport. A stage's input transform that raises — a ``ConfigError``
 from a ``Fanout`` it built wrong — is the pipeline's failure (500 ``transform_failed``),
 never the client's (400); a transform's typed refusal of the request's own input, and a
-malformed tensor refused before any stage, stay 400. A bundle verified in place and
+malformed tensor refused before any stage, stay 400. So is a stage after the first that
+refuses the inputs its transform built (500 ``transform_output_refused``). A bundle
+verified in place and
 rewritten since its stage opened, met where ``finish`` or a transform reads the stage's
 bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was opened),
 not the finish's own failure. After each, nothing is held; every test fails if it leaks
@@ -143,6 +145,149 @@ def test_a_transform_that_raises_config_error_is_500_naming_it_not_400(
     assert "return Fanout(items=[previous[\"x\"]])" in logged
     assert ledger.holdings() == held
     assert _held(pipelines) == workers  # nothing held, the same workers serve on
+
+
+def _answers(pipelines: dict[str, Pipeline], ledger: ResourceLedger,
+             asked: list[tuple[str, dict[str, Any]]]) -> list[httpx.Response]:
+    """POST each body to its pipeline's ``run`` route of one in-process server, in turn."""
+    with ThreadPoolExecutor(4) as executor:
+        served = {name: ServedPipeline(p, executor, private_upload_dir())
+                  for name, p in pipelines.items()}
+        app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+        async def scenario() -> list[httpx.Response]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+                return [await client.post(f"/v1/pipelines/{name}/run", json=body)
+                        for name, body in asked]
+
+        return asyncio.run(scenario())
+
+
+def _server_error(reply: httpx.Response, code: str, kind: str, field: str) -> dict[str, Any]:
+    """The error of a 500 answer that is the server's fault, checked: its ``code``,
+    ``edge.kind`` and ``edge.field``, ``param`` null, no retry."""
+    assert reply.status_code == 500, reply.text
+    assert reply.headers["x-should-retry"] == "false"
+    error: dict[str, Any] = reply.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", code, None)
+    assert (error["edge"]["kind"], error["edge"]["field"]) == (kind, field)
+    return error
+
+
+def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """Good requests; a stage after the first refused the inputs its transform built, as
+    it refuses a client's malformed tensor: before sending (``unsendable``: an array of
+    objects, ``InvalidValue`` naming ``inputs.x.dtype``), in its worker in the middle of
+    the chain (``bools``: a bool tensor holding 7, ``BoolInputInvalid`` declared a request
+    fault), or last, a parameter the transform asked for (``asked``: ``refuse``). Each
+    was answered 400 with the refusal's ``code`` and ``param`` (the client told to mend
+    ``inputs.x`` it had sent right): now 500 ``transform_output_refused`` naming the
+    refusing stage's ``input_transform``, the transform and the refusal, logged once per
+    transform. The same ``refuse`` sent by the client is still 400 naming it, as is the
+    client's own bool tensor holding 7. Nothing is held afterwards."""
+    def chain(name: str, transform: str, more: int = 0) -> Pipeline:
+        stages = [{"id": "a", "backend": {"name": "echo"}},
+                  {"id": "b", "backend": {"name": "echo"},
+                   "input_transform": f"edge_echo.transforms:{transform}"}]
+        stages += [{"id": "c", "backend": {"name": "echo"},
+                    "input_transform": "edge_echo.transforms:passthrough"}][:more]
+        return Pipeline.open(load_pipeline({"name": name, "stages": stages}),
+                             load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                             retire_deadline_s=3.0)
+
+    pipelines: dict[str, Pipeline] = {}
+    try:
+        for name, transform, more in (("unsendable", "unsendable", 0),
+                                      ("bools", "out_of_range_bools", 1),
+                                      ("asked", "ask_refusal", 0)):
+            pipelines[name] = chain(name, transform, more)
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        bools = {"inputs": {"x": {"dtype": "bool", "shape": [3],
+                                  "data": base64.b64encode(bytes([0, 1, 7])).decode()}}}
+        replies = _answers(pipelines, ledger, [
+            ("unsendable", GOOD), ("unsendable", GOOD), ("bools", GOOD), ("asked", GOOD),
+            ("asked", {**GOOD, "params": {"refuse": "the client's"}}), ("bools", bools)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # nothing held, the same workers serve on
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+    for reply in replies[:2]:
+        error = _server_error(reply, "transform_output_refused", "TransformOutputRefused",
+                              "pipelines[unsendable].stages[b].input_transform")
+        assert error["message"].startswith(
+            "pipelines[unsendable].stages[b].input_transform: stage 'b' refused the inputs "
+            "transform edge_echo.transforms:unsendable returned (InvalidValue): "
+            "inputs.x.dtype: unsupported dtype "), error
+        assert error["edge"]["reason"] == ("stage 'b' refused the inputs transform "
+                                           "edge_echo.transforms:unsendable returned "
+                                           "(InvalidValue)")
+    error = _server_error(replies[2], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[bools].stages[b].input_transform")
+    assert error["message"] == (
+        "pipelines[bools].stages[b].input_transform: stage 'b' refused the inputs transform "
+        "edge_echo.transforms:out_of_range_bools returned (BoolInputInvalid): inputs.x: a "
+        "bool tensor's bytes must each be 0 or 1 (the largest is shown): 7")
+    error = _server_error(replies[3], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[asked].stages[b].input_transform")
+    assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
+                                      "the request asked: 'asked by the transform'")
+    for reply, param in ((replies[4], "refuse"), (replies[5], "inputs['x'].data")):  # the
+        # client's: the parameter it sent, refused by the last stage; its own bool tensor
+        # holding 7, refused before any stage
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_value", param), error
+    lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
+    assert [line.split(".input_transform: ")[0] for line in lines] == [
+        f"edge serve: error: pipelines[{name}].stages[b]"
+        for name in ("unsendable", "bools", "asked")]  # once per transform
+    assert all(line.endswith("(answered 500; logged once per transform)") for line in lines)
+
+
+def test_an_ort_stage_refusing_the_dtype_its_transform_built_is_500_not_400(
+        tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two ort-cpu add-relu stages serving float32 ``x`` of shape (2, 3); stage ``b``'s
+    transform hands it the previous ``y`` as float64. Its controller refused that with
+    ``ShapeRefused`` (code ``unsupported_shape``), answered 400 naming ``inputs.x``: the
+    client told that its float32 request was of a dtype not served. Now 500
+    ``transform_output_refused`` naming ``b``'s transform and the refusal; the client's
+    own float64 ``x`` is still 400 ``unsupported_shape`` naming ``inputs.x``."""
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundle = write_add_relu_bundle(tmp_path / "add")
+    config = {"name": "wide", "stages": [
+        {"id": "a", "manifest": str(bundle), "backend": {"name": "ort-cpu"}},
+        {"id": "b", "manifest": str(bundle), "backend": {"name": "ort-cpu"},
+         "input_transform": "edge_echo.transforms:y_as_float64"}]}
+    pipelines = {"wide": Pipeline.open(load_pipeline(config),
+                                       load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger,
+                                       retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        good, wide = _body(EXAMPLE_X), _body(EXAMPLE_X.astype(np.float64))
+        replies = _answers(pipelines, ledger, [("wide", good), ("wide", wide)])
+        capsys.readouterr()
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers
+    finally:
+        pipelines["wide"].close()
+    assert ledger.snapshot()["reservations"] == []
+    error = _server_error(replies[0], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[wide].stages[b].input_transform")
+    assert error["message"].startswith(
+        "pipelines[wide].stages[b].input_transform: stage 'b' refused the inputs transform "
+        "edge_echo.transforms:y_as_float64 returned (ShapeRefused): inputs.x: dtype float64 "
+        "is not served (only float32)"), error
+    assert replies[1].status_code == 400, replies[1].text  # the client's own float64
+    error = replies[1].json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_shape", "inputs.x"), error
 
 
 def _rewrite(bundle: Path) -> str:

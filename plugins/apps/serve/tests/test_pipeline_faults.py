@@ -3,14 +3,15 @@
 In-process: the ASGI application over real pipelines (real worker processes), driven
 through httpx's ASGI transport. A stage's input transform that raises — a ``ConfigError``
 from a ``Fanout`` it built wrong — is the pipeline's failure (500 ``transform_failed``),
-never the client's (400); a transform's typed refusal of the request's own input, and a
-malformed tensor refused before any stage, stay 400. So is a stage after the first that
-refuses the inputs its transform built (500 ``transform_output_refused``). A bundle
-verified in place and
-rewritten since its stage opened, met where ``finish`` or a transform reads the stage's
-bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was opened),
-not the finish's own failure. After each, nothing is held; every test fails if it leaks
-a process, a segment or a descriptor.
+never the client's (400), as is a transform that returns no mapping of input names (500
+``transform_return_invalid``) and a stage after the first that refuses the inputs its
+transform built (500 ``transform_output_refused``); a transform's typed refusal of the
+request's own input, a malformed tensor refused before any stage or by the first, and a
+parameter the client sent refused by the last stage stay 400. A bundle verified in place
+and rewritten since its stage opened, met where ``finish`` or a transform reads the
+stage's bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was
+opened), not the finish's own failure. After each, nothing is held; every test fails if
+it leaks a process, a segment or a descriptor.
 """
 
 from __future__ import annotations
@@ -288,6 +289,46 @@ def test_an_ort_stage_refusing_the_dtype_its_transform_built_is_500_not_400(
     assert replies[1].status_code == 400, replies[1].text  # the client's own float64
     error = replies[1].json()["error"]
     assert (error["code"], error["param"]) == ("unsupported_shape", "inputs.x"), error
+
+
+def test_a_transform_returning_no_mapping_is_500_transform_return_invalid_naming_it(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transform that returned a list of pairs (no mapping of input names) failed the
+    request with ``TransformReturnInvalid``, which the server answered as any error it
+    does not know: 500 ``internal_error`` naming the field ``request``. It is 500
+    ``transform_return_invalid`` now, ``edge.field`` the stage's ``input_transform``, the
+    message naming the transform and what it returned, logged once per transform without
+    the line for an unknown error type. Nothing is held afterwards."""
+    config = {"name": "pairs", "stages": [
+        {"id": "a", "backend": {"name": "echo"}},
+        {"id": "b", "backend": {"name": "echo"},
+         "input_transform": "edge_echo.transforms:returns_pairs"}]}
+    pipelines = {"pairs": Pipeline.open(load_pipeline(config),
+                                        load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                                        retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        replies = _answers(pipelines, ledger, [("pairs", GOOD), ("pairs", GOOD)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers
+    finally:
+        pipelines["pairs"].close()
+    assert ledger.snapshot()["reservations"] == []
+    message = ("pipelines[pairs].stages[b].input_transform: transform "
+               "edge_echo.transforms:returns_pairs returned a list, not a mapping of input "
+               "names (str) to arrays, a Fanout or a Call: [('x', array(")
+    for reply in replies:
+        error = _server_error(reply, "transform_return_invalid", "TransformReturnInvalid",
+                              "pipelines[pairs].stages[b].input_transform")
+        assert error["message"].startswith(message), error
+        assert error["edge"]["reason"] == (
+            "transform edge_echo.transforms:returns_pairs returned a list, not a mapping of "
+            "input names (str) to arrays, a Fanout or a Call")
+    assert logged.count("edge serve: error: ") == 1, logged  # once for two failures
+    assert logged.startswith(f"edge serve: error: {message}")  # (the list's repr: 2 lines)
+    assert logged.endswith("(answered 500; logged once per transform)\n")
 
 
 def _rewrite(bundle: Path) -> str:

@@ -48,7 +48,10 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        stage's input transform that raised (``TransformFailed``: code
        ``transform_failed``, ``edge.field`` the stage's ``input_transform``, naming the
        transform and the error's type and message; its traceback logged once per
-       transform); a stage after the first that refused the inputs its
+       transform); a transform that returned no mapping of input names
+       (``TransformReturnInvalid``: code ``transform_return_invalid``, ``edge.field`` the
+       stage's ``input_transform``, naming the transform and what it returned; logged
+       once per transform); a stage after the first that refused the inputs its
        transform built — a dtype, shape or name it does not serve, a value the wire
        cannot carry, its worker's declared request fault (``TransformOutputRefused``:
        code ``transform_output_refused``, ``edge.field`` the refusing stage's
@@ -88,6 +91,7 @@ from edge_core.runtime.errors import (
     RequestFailed,
     TransformFailed,
     TransformOutputRefused,
+    TransformReturnInvalid,
 )
 
 __all__ = [
@@ -147,8 +151,8 @@ _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: What was already logged (each is logged once): a backend's undeclared error by its
 #: type, a pipeline's ``finish`` that answered what JSON cannot carry, or that raised, by
-#: the pipeline, a transform that raised or built inputs its stage refused by its stage's
-#: ``input_transform``, a rewritten bundle by its manifest.
+#: the pipeline, a transform that raised, returned no mapping or built inputs its stage
+#: refused by its stage's ``input_transform``, a rewritten bundle by its manifest.
 _logged: set[str] = set()
 
 
@@ -330,6 +334,23 @@ def _transform_failed(error: TransformFailed) -> HttpRefusal:
     return refusal
 
 
+def _transform_return_invalid(error: TransformReturnInvalid) -> HttpRefusal:
+    """500 for a stage's input transform that returned no mapping of input names.
+
+    The pipeline's own code returned something the chain cannot read as the next stage's
+    inputs (``None``, a list, a mapping with a key that is no ``str``): the server side is
+    at fault, not the request (500, ``param`` null, ``x-should-retry: false``).
+    ``edge.field`` is the stage's ``input_transform``; the message names the transform,
+    what it returned and its type. Logged once per transform (no traceback: the
+    transform returned, nothing raised).
+    """
+    refusal = HttpRefusal(500, error.path, error.reason, kind=type(error).__name__,
+                          code="transform_return_invalid", param=None, message=str(error))
+    _log_once(f"transform-return:{error.path}", f"edge serve: error: {refusal} (answered "
+              "500; logged once per transform)")
+    return refusal
+
+
 def _transform_output_refused(error: TransformOutputRefused) -> HttpRefusal:
     """500 for a stage after the first that refused the inputs its transform built.
 
@@ -429,6 +450,8 @@ def from_exception(error: BaseException, *, field: str = "request",
         return _transform_failed(error)
     if isinstance(error, TransformOutputRefused):
         return _transform_output_refused(error)
+    if isinstance(error, TransformReturnInvalid):
+        return _transform_return_invalid(error)
     if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
         return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
                            kind=kind, param="deadline_s")

@@ -430,3 +430,106 @@ def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
         for pipeline in pipelines.values():
             pipeline.close()
     assert ledger.snapshot()["reservations"] == []
+
+
+def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_again(
+        tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """ort-cpu stages verified in place; ``finish`` (pipeline ``read``) and a transform
+    (pipeline ``chain``) read their bundle folders. Once the bundles of stages ``s`` and
+    ``a`` are rewritten, every request reading them is 503 ``bundle_changed``, yet
+    ``/health`` answered 200 ``ok``, every pipeline ``ready``: a load balancer kept
+    sending traffic that could only fail. Now, once a request met it, ``/health`` is 503
+    ``degraded``, each such pipeline ``degraded`` with ``bundle_changed`` naming the stage
+    and the error's message (the stage's own state stays ``ready``: its worker serves),
+    as ``GET /v1/pipelines/NAME`` and ``Pipeline.health()`` say; until the stage loads
+    again: the bundles' bytes restored are not trusted as they are (written since the
+    stage verified them: still 503), but once the stages restart (a new generation,
+    verified again) ``/health`` is 200 and requests are answered."""
+    import shutil
+
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundles = {name: write_add_relu_bundle(tmp_path / name) for name in ("f", "a", "b")}
+    kept = {name: tmp_path / f"kept-{name}" for name in ("f", "a")}
+    for name, copy in kept.items():
+        shutil.copytree(bundles[name], copy)
+
+    def stage(stage_id: str, bundle: str, **more: str) -> dict[str, Any]:
+        return {"id": stage_id, "manifest": str(bundles[bundle]),
+                "backend": {"name": "ort-cpu", "options": {"stage_bundle": False}}, **more}
+
+    configs = {
+        "read": {"name": "read", "finish": "bundle_finish:finish", "stages": [stage("s", "f")]},
+        "chain": {"name": "chain", "stages": [
+            stage("a", "a"), stage("b", "b", input_transform="edge_echo.transforms:read_tables")]},
+    }
+    plugins = load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+    pipelines: dict[str, Pipeline] = {}
+    body = _body(EXAMPLE_X)
+    try:
+        for name, config in configs.items():
+            pipelines[name] = Pipeline.open(load_pipeline(config), plugins, ledger,
+                                            retire_deadline_s=3.0)
+        with ThreadPoolExecutor(4) as executor:
+            served = {name: ServedPipeline(p, executor, private_upload_dir())
+                      for name, p in pipelines.items()}
+            app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+            async def ask(*asked: str) -> list[httpx.Response]:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://edge") as client:
+                    return [await client.post(f"/v1/pipelines/{path}/run", json=body)
+                            if path in pipelines else await client.get(path)
+                            for path in asked]
+
+            health, = asyncio.run(ask("/health"))
+            assert health.status_code == 200, health.text
+            assert {name: entry["bundle_changed"]
+                    for name, entry in health.json()["pipelines"].items()} == {
+                "read": {}, "chain": {}}
+            for name in ("f", "a"):
+                _rewrite(bundles[name])
+            health, = asyncio.run(ask("/health"))  # nothing met it yet: not looked at
+            assert health.status_code == 200, health.text
+            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain"))
+            assert [reply.status_code for reply in answers] == [503, 503, 503, 200]
+            messages = [reply.json()["error"]["message"] for reply in answers[:2]]
+            health = answers[2].json()
+            assert health["status"] == "degraded"
+            listed = {name: (entry["state"], entry["stages"], entry["bundle_changed"])
+                      for name, entry in health["pipelines"].items()}
+            assert listed == {
+                "read": ("degraded", {"s": "ready"}, {"s": messages[0]}),
+                "chain": ("degraded", {"a": "ready", "b": "ready"}, {"a": messages[1]})}
+            assert messages[1].startswith(f"{bundles['a'] / 'edge-manifest.json'}: rewritten")
+            described = answers[3].json()
+            assert (described["state"], described["bundle_changed"]) == (
+                "degraded", {"a": messages[1]})
+            report = pipelines["chain"].health()
+            assert report["state"] == "degraded"
+            assert report["stages"]["a"]["bundle_changed"] == {
+                "type": "BundleChanged", "layer": report["stages"]["a"]["bundle_changed"][
+                    "layer"], "message": messages[1]}
+            assert report["stages"]["b"]["bundle_changed"] is None
+            for name, copy in kept.items():  # the bundles as the stages opened them
+                for member in copy.iterdir():
+                    (bundles[name] / member.name).write_bytes(member.read_bytes())
+            restored = asyncio.run(ask("read", "chain", "/health"))  # the same bytes, but
+            # written since the stages verified them: only a new verification trusts them
+            assert [reply.status_code for reply in restored] == [503, 503, 503]
+            assert [reply.json()["error"]["code"] for reply in restored[:2]] == [
+                "bundle_changed"] * 2
+            pipelines["read"].stage("s").restart()
+            pipelines["chain"].stage("a").restart()
+            answers = asyncio.run(ask("/health", "read", "chain"))
+            assert [reply.status_code for reply in answers] == [200, 200, 200], \
+                answers[0].text
+            assert all(not entry["bundle_changed"]
+                       for entry in answers[0].json()["pipelines"].values())
+            assert [s.generation for s in pipelines["chain"].stages] == [2, 1]
+        capsys.readouterr()
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []

@@ -63,8 +63,9 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        stage verified in place rewritten since it opened, met by ``finish`` or a
        transform reading the stage's bundle folder (``BundleChanged``: code
        ``bundle_changed``, ``edge.field`` the manifest, naming both sha256s; logged once
-       per manifest; ``x-should-retry: false``: only opening the pipeline again mends
-       it); or the server is shutting down (``x-should-retry: false``)
+       per manifest; ``x-should-retry: false``: only the stage loading again mends it,
+       and ``/health`` is 503 naming the stage until then); or the server is shutting
+       down (``x-should-retry: false``)
 504    the request's deadline passed before its answer was ready (the server's own timer,
        or the runtime's ``TimeoutError``; ``x-should-retry: false``)
 =====  ================================================================================
@@ -376,7 +377,9 @@ def _bundle_changed(error: BundleChanged) -> HttpRefusal:
     fine, but the pipeline cannot serve as it was opened — the same state as a stage
     whose restart was refused for it (503 ``stage_unavailable``). ``x-should-retry:
     false`` and no ``Retry-After``: the same request fails the same way until the
-    pipeline is opened again (or the bundle restored). Logged once per manifest.
+    stage loads again (the server started again, or the stage restarted with its bundle
+    restored). Logged once per manifest; ``/health`` names the stage from then on
+    (:meth:`~edge_serve.served.ServedPipeline.bundles_changed`).
     """
     refusal = HttpRefusal(503, error.field, error.reason, error.value,
                           kind=type(error).__name__, code="bundle_changed", param=None,

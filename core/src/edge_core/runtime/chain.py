@@ -169,9 +169,8 @@ def output_refused(error: BaseException, transform: Callable[..., Any] | None, w
     ``ValueError`` (``RequestTooLarge``) — is the transform's fault: a
     :class:`~edge_core.runtime.errors.TransformOutputRefused` naming the stage's
     ``input_transform`` (``where``: ``pipelines[p]``), the stage, the transform and the
-    refusal. Any other error
-    passes unchanged (None): typed already, and none of them the client's
-    (``WorkerLost``, ``DeadlineExceeded``, a worker's undeclared error).
+    refusal. Any other error passes unchanged (None): typed already, and none of them the
+    client's (``WorkerLost``, ``DeadlineExceeded``, a worker's undeclared error).
 
     ``params``: the caller's parameters, for the last stage (they reach it, the
     transform's merged over them). A refusal naming one of them — its field's first name

@@ -110,6 +110,36 @@ def test_a_transform_that_raises_config_error_exits_1_naming_it_not_2(tmp_path: 
     assert body["error"].startswith("TransformFailed: pipelines[one].stages[b]")
 
 
+#: Two stages, the second's input transform building an array no stage can be sent.
+OUTPUT_REFUSED = TRANSFORM_FAILS.replace("edge_echo.transforms:bad_fanout",
+                                         "edge_echo.transforms:unsendable")
+
+
+def test_a_stage_refusing_what_its_transform_built_exits_1_naming_both_not_2(
+        tmp_path: Path) -> None:
+    """The file and the input are good; stage ``b`` refused the inputs its transform built
+    (an array of objects, ``InvalidValue`` naming ``inputs.x.dtype``). That was reported
+    as the input's problem (exit 2, naming ``inputs.x.dtype`` only, as if ``in.npz`` held
+    it): it is the request's failure now, ``TransformOutputRefused`` naming the stage,
+    the transform and the refusal (exit 1)."""
+    (tmp_path / "p.toml").write_text(OUTPUT_REFUSED)
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 2), np.float32))
+    result = edge("run", "p.toml", "--inputs", "in.npz", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "inputs.x.dtype" in line]
+    assert line.startswith(
+        "edge: TransformOutputRefused: pipelines[one].stages[b].input_transform: stage 'b' "
+        "refused the inputs transform edge_echo.transforms:unsendable returned "
+        "(InvalidValue): inputs.x.dtype: unsupported dtype "), line
+    assert "; health: stage a: ready" in line
+    as_json = edge("run", "p.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    assert as_json.returncode == 1, as_json.stderr
+    body = json.loads(as_json.stdout)
+    assert body["ok"] is False and "problems" not in body  # not the input's problem
+    assert body["error"].startswith("TransformOutputRefused: pipelines[one].stages[b]")
+
+
 #: The warnings for the two named plugins of the tests below that do not load.
 NAMED_WARNINGS = [
     "edge: warning: plugin 'no-such-entry-point' (named by EDGE_PLUGINS) did not load: "

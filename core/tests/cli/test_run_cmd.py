@@ -176,6 +176,22 @@ def test_the_health_lines_say_how_many_replicas_are_live() -> None:
     assert len(lines) == 4  # no replica line for a stage of one
 
 
+def test_the_health_lines_name_a_stage_whose_bundle_changed() -> None:
+    """A stage whose bundle a ``finish`` or transform found rewritten is ``ready`` (its
+    worker serves) yet the pipeline is ``degraded``: its line says why."""
+    from edge_core.cli.run_cmd import _health_lines
+
+    stage = {"state": "ready", "reason": None, "generation": 1, "restarts": 0,
+             "policy": {"restart": "never"}, "bundle_changed": None}
+    changed = {"type": "BundleChanged", "layer": "artifact",
+               "message": "/b/edge-manifest.json: rewritten since the stage opened"}
+    health = {"stages": {"a": {**stage, "bundle_changed": changed}, "b": stage}}
+    assert [line.strip() for line in _health_lines(health)] == [
+        "stage a: ready (bundle changed: /b/edge-manifest.json: rewritten since the stage "
+        "opened); generation 1, restarts 0 (restart = never)",
+        "stage b: ready; generation 1, restarts 0 (restart = never)"]
+
+
 def test_a_request_failed_in_the_worker_is_one_line_its_traceback_left_to_debug(
         tmp_path: Path) -> None:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)

@@ -34,7 +34,11 @@ stage by its position, with its id after the path (`stages[0].backend.name (stag
 | 0 | success |
 | 1 | the command ran and the answer is negative: a refusal, a failed check, a requested \
 backend unavailable, a conformance run in which nothing passed, an `edge run` in which \
-some input failed (each named; the others' answers reported) |
+some input failed (each named; the others' answers reported), and a request the \
+pipeline's own code failed, however good its input: a transform that raised \
+(`TransformFailed`), returned no mapping of input names (`TransformReturnInvalid`) or \
+built inputs the next stage refused (`TransformOutputRefused`, naming that stage, the \
+transform and the refusal) |
 | 2 | a usage, input or configuration problem: one line on stderr naming the file and \
 every problem at once, before any worker starts |
 | 3 | a plugin failed to load under `EDGE_STRICT_PLUGINS=1` (a command that loads \

@@ -129,12 +129,15 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
 def _health_lines(health: dict[str, Any]) -> list[str]:
     """One line per stage runtime (state, generation, restarts), one per replicated stage.
 
-    The state is that of docs/health.md; a replicated stage's line says how many of its
-    replicas are live.
+    The state is that of docs/health.md, with the ``BundleChanged`` a ``finish`` or
+    transform met reading the stage's bundle folder; a replicated stage's line says how
+    many of its replicas are live.
     """
     lines = []
     for sid, stage in health["stages"].items():
         reason = f" ({stage['reason']})" if stage.get("reason") else ""
+        if stage.get("bundle_changed"):  # its worker serves; requests reading its folder fail
+            reason += f" (bundle changed: {stage['bundle_changed']['message']})"
         lines.append(f"  stage {sid}: {stage['state']}{reason}; generation "
                      f"{stage['generation']}, restarts {stage['restarts']} "
                      f"(restart = {stage['policy']['restart']})")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         RequestFailed,
         TopologyRefused,
         TransformFailed,
+        TransformOutputRefused,
         TransformReturnInvalid,
     )
     from edge_core.runtime.fence import FenceOutcome
@@ -83,6 +84,7 @@ _WHERE = {
     "Submission": "edge_core.runtime.submission",
     "TopologyRefused": "edge_core.runtime.errors",
     "TransformFailed": "edge_core.runtime.errors",
+    "TransformOutputRefused": "edge_core.runtime.errors",
     "TransformReturnInvalid": "edge_core.runtime.errors",
     "WorkerUnresponsive": "edge_core.host.errors",
     "default_ledger": "edge_core.runtime.pipeline_files",
@@ -121,6 +123,7 @@ __all__ = [
     "Submission",
     "TopologyRefused",
     "TransformFailed",
+    "TransformOutputRefused",
     "TransformReturnInvalid",
     "WorkerUnresponsive",
     "default_ledger",

@@ -10,7 +10,11 @@ bundle itself, checked unchanged since its verification each time it is looked u
 (:func:`edge_core.artifacts.pins.loaded_directory`: a ``stat`` per file), and refused with
 ``BundleChanged`` — naming the manifest, the sha256 the stage loaded and the one now —
 once rewritten. Only the stage looked up is checked, once per mapping (one per call), and
-listing the stage ids checks none.
+listing the stage ids checks none. A ``BundleChanged`` met here is also told to
+``on_changed`` (stage id, the error) before it is raised: the pipeline marks the stage,
+which cannot serve as it was opened any more (its health says so until the stage loads
+again under a new generation; :meth:`StageRuntime.note_bundle_changed
+<edge_core.runtime.stage_runtime.StageRuntime.note_bundle_changed>`).
 
 :meth:`BundleFolders.read` is the way to read an asset: the member's bytes read once,
 hashed and returned only when their sha256 is the one the verified manifest gives it
@@ -23,12 +27,12 @@ own ``open`` is not caught when the bundle was verified in place.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from edge_core.artifacts.bundle import VerifiedBundle
-from edge_core.artifacts.errors import MemberMissing
+from edge_core.artifacts.errors import BundleChanged, MemberMissing
 from edge_core.artifacts.pins import loaded_directory, read_member
 
 __all__ = ["BundleFolders"]
@@ -40,11 +44,15 @@ class BundleFolders(Mapping[str, Path | None]):
     Args:
         loaded: Stage id → its loaded stage (``None``: not loaded); the folder is that of
             the loaded stage's ``bundle``.
+        on_changed: Called with the stage id and the error when a lookup or a read of a
+            stage's bundle meets ``BundleChanged`` (then raised), or None.
     """
 
-    def __init__(self, loaded: Mapping[str, Any]) -> None:
+    def __init__(self, loaded: Mapping[str, Any],
+                 on_changed: Callable[[str, BundleChanged], object] | None = None) -> None:
         self._loaded = dict(loaded)
         self._found: dict[str, Path | None] = {}
+        self._on_changed = on_changed
 
     def __getitem__(self, stage_id: str) -> Path | None:
         """The stage's folder, checked first when its bundle was verified in place.
@@ -57,7 +65,11 @@ class BundleFolders(Mapping[str, Path | None]):
             return self._found[stage_id]
         bundle = getattr(self._loaded[stage_id], "bundle", None)
         if isinstance(bundle, VerifiedBundle):
-            found: Path | None = loaded_directory(bundle)
+            try:
+                found: Path | None = loaded_directory(bundle)
+            except BundleChanged as changed:
+                self._changed(stage_id, changed)
+                raise
         else:
             directory = getattr(bundle, "directory", None)
             found = None if directory is None else Path(directory)
@@ -84,7 +96,16 @@ class BundleFolders(Mapping[str, Path | None]):
         if not isinstance(bundle, VerifiedBundle):
             raise MemberMissing(f"bundles[{stage_id!r}]", "the stage holds no verified bundle "
                                 "to read its members from", member)
-        return read_member(bundle, member)
+        try:
+            return read_member(bundle, member)
+        except BundleChanged as changed:
+            self._changed(stage_id, changed)
+            raise
+
+    def _changed(self, stage_id: str, error: BundleChanged) -> None:
+        """Tell ``on_changed`` that the stage's bundle changed since it loaded."""
+        if self._on_changed is not None:
+            self._on_changed(stage_id, error)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._loaded)

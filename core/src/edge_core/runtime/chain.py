@@ -16,13 +16,18 @@ its :class:`~edge_core.runtime.errors.TransformReturnInvalid` naming the stage's
 and the bad key (the pipeline's fault, not the request's). A transform that raises fails
 the request with :class:`~edge_core.runtime.errors.TransformFailed` naming it and the
 error (:func:`transform_failed`), unless the error is a typed refusal of the request's
-input or one of edge-core's own server-side errors, which pass unchanged.
+input or one of edge-core's own server-side errors, which pass unchanged. A stage after
+the first that refuses the inputs its transform built — as it would refuse a client's
+malformed input — fails the request with
+:class:`~edge_core.runtime.errors.TransformOutputRefused` naming that stage, the transform
+and the refusal (:func:`output_refused`): the pipeline's fault, not the request's.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -35,7 +40,12 @@ from edge_contracts.request_faults import fault_of
 from edge_contracts.requests import StageEvent
 from edge_core.errors import DeadlineExceeded, EdgeError
 from edge_core.fanout import CARRY_PREFIX, Call, Fanout
-from edge_core.runtime.errors import RequestCancelled, TransformFailed, TransformReturnInvalid
+from edge_core.runtime.errors import (
+    RequestCancelled,
+    TransformFailed,
+    TransformOutputRefused,
+    TransformReturnInvalid,
+)
 from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.results import AckOutcome
@@ -51,6 +61,7 @@ __all__ = [
     "copy_apart",
     "gather",
     "malformed_return",
+    "output_refused",
     "run_chain",
     "split_carry",
     "transform_failed",
@@ -136,6 +147,48 @@ def transform_failed(error: Exception, transform: Callable[..., Any] | None,
     if isinstance(error, EdgeError) and not isinstance(error, ValueError):
         return None
     return TransformFailed(path, _named(transform), error)
+
+
+#: The first name of a refusal's field: the input or parameter it concerns
+#: (``max_tokens``, ``messages`` of ``messages[2].content``, ``inputs`` of ``inputs.x``).
+_FIELD_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def output_refused(error: BaseException, transform: Callable[..., Any] | None, where: str,
+                   stage_id: str, params: Mapping[str, Any] | None = None,
+                   ) -> TransformOutputRefused | None:
+    """The failure of a request whose stage ``stage_id`` refused what ``transform`` built.
+
+    Asked only once a call of a stage after the first failed (nothing is checked on a good
+    request's way). Its inputs are the pipeline's own: ``transform`` made them (each item
+    of a ``Fanout`` included) from the previous stage's outputs. A refusal of them — what
+    a front end answers as the request's fault: an ``edge_contracts`` error
+    (``ShapeRefused``, ``InvalidValue``, a tensor over ``max_io_bytes``), an error that
+    declares a request fault (a worker's ``RequestFailed`` carrying one included,
+    :func:`~edge_contracts.request_faults.fault_of`) or an edge-core error that is a
+    ``ValueError`` (``RequestTooLarge``) — is the transform's fault: a
+    :class:`~edge_core.runtime.errors.TransformOutputRefused` naming the stage's
+    ``input_transform`` (``where``: ``pipelines[p]``), the stage, the transform and the
+    refusal. Any other error passes unchanged (None): typed already, and none of them the
+    client's (``WorkerLost``, ``DeadlineExceeded``, a worker's undeclared error).
+
+    ``params``: the caller's parameters, for the last stage (they reach it, the
+    transform's merged over them). A refusal naming one of them — its field's first name
+    (``max_tokens``, ``messages`` of ``messages[2].content``) — is the request's own and
+    passes unchanged: a generate stage's sampling settings and a prompt over its context
+    are the client's to mend.
+    """
+    fault = fault_of(error)
+    if fault is None and not isinstance(error, ContractError) and not (
+            isinstance(error, EdgeError) and isinstance(error, ValueError)):
+        return None
+    field = fault.param if fault is not None else getattr(error, "field", None)
+    if params and isinstance(field, str):
+        head = _FIELD_HEAD.match(field.removeprefix("params."))
+        if head is not None and head.group() in params:
+            return None
+    return TransformOutputRefused(_transform_path(where, stage_id), stage_id,
+                                  _named(transform), error)
 
 
 def copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -408,24 +461,31 @@ def run_chain(
             stage_params = ({**(params or {}), **asked} if last else asked) or None
             stop = cancelled if abandoned is None else (
                 lambda done=abandoned: cancelled() or done())
-            if fan is not None:
-                previous = gather(group, fan, params=stage_params, until=until,
-                                  cancelled=stop, where=where, request_id=request_id,
-                                  transform=transform)
-                if last:
-                    done, previous = previous, None
-                    return GatheredCall(done), latencies, {}
-            else:
-                pending = group.submit(data, params=stage_params, until=until,
-                                       request_id=request_id, abandoned=stop)
-                if last:
-                    return pending, latencies, carry
-                try:
-                    previous = pending.result()
-                except BaseException:
-                    group.note_failure(pending.stage)
+            try:  # a good request pays 1 bytecode per stage here (the try's NOP)
+                if fan is not None:
+                    previous = gather(group, fan, params=stage_params, until=until,
+                                      cancelled=stop, where=where, request_id=request_id,
+                                      transform=transform)
+                    if last:
+                        done, previous = previous, None
+                        return GatheredCall(done), latencies, {}
+                else:
+                    pending = group.submit(data, params=stage_params, until=until,
+                                           request_id=request_id, abandoned=stop)
+                    if last:
+                        return pending, latencies, carry
+                    try:
+                        previous = pending.result()
+                    except BaseException:
+                        group.note_failure(pending.stage)
+                        raise
+                    previous.outputs.update(carry)
+            except Exception as error:
+                refused = None if not position else output_refused(
+                    error, transform, where, group.stage_id, params if last else None)
+                if refused is None:
                     raise
-                previous.outputs.update(carry)
+                raise refused from error
             latencies[group.stage_id] = previous.latency_s
     finally:
         if previous is not None:  # a transform or a submission failed

@@ -20,6 +20,7 @@ __all__ = [
     "RequestFailed",
     "TopologyRefused",
     "TransformFailed",
+    "TransformOutputRefused",
     "TransformReturnInvalid",
 ]
 
@@ -78,6 +79,57 @@ class TransformFailed(EdgeError):
     def __reduce__(self) -> tuple[type[TransformFailed], tuple[str, str, BaseException]]:
         """Rebuild from the three arguments (keeps copy and deepcopy working)."""
         return (type(self), (self.path, self.transform, self.error))
+
+
+class TransformOutputRefused(EdgeError):
+    """A stage after the first refused the inputs its transform built (the pipeline's fault).
+
+    The request reached the stage before it well formed; the pipeline's own transform made
+    this stage's inputs (a ``Fanout`` item's included) from that stage's outputs, and the
+    stage refused them as it refuses a client's malformed input: a dtype, shape or input
+    name it does not serve (``ShapeRefused``), a value the wire cannot carry
+    (``InvalidValue``), tensors over its ``max_io_bytes``, or an error its worker declared
+    a request fault (``RequestFailed`` with ``request_fault``). The client cannot mend
+    that: not a ``ValueError``, so ``edge serve`` answers 500 (code
+    ``transform_output_refused``) and ``edge run`` exits 1, never 400 or 2. Only the first
+    stage's refusal of the request's own input, and the last stage's refusal of a
+    parameter the caller sent, are the request's fault (:func:`~edge_core.runtime.chain.
+    output_refused`).
+
+    The original error is :attr:`error` (and ``__cause__``).
+
+    Attributes:
+        path: The refusing stage's ``input_transform``
+            (``pipelines[p].stages[b].input_transform``).
+        stage_id: The stage that refused.
+        transform: The transform that built the refused inputs (``transform m:f``).
+        field: The field the refusal named (``inputs.x``), or None.
+        reason: Which stage refused what, and the refusal's type.
+        value: The refusal's message (a worker's: its message alone).
+        error: The original error.
+    """
+
+    def __init__(self, path: str, stage_id: str, transform: str, error: BaseException) -> None:
+        self.path = path
+        self.stage_id = stage_id
+        self.transform = transform
+        self.error = error
+        if isinstance(error, RequestFailed):  # the worker's type and message, no request id
+            kind, message = error.error_type, error.error_message
+            fault = error.request_fault
+            self.field: str | None = fault.param if fault is not None else None
+        else:
+            kind, message = type(error).__name__, str(error)
+            field = getattr(error, "field", None)
+            self.field = field if isinstance(field, str) else None
+        self.reason = f"stage {stage_id!r} refused the inputs {transform} returned ({kind})"
+        self.value = message
+        super().__init__(f"{path}: {self.reason}: {message}")
+
+    def __reduce__(self) -> tuple[type[TransformOutputRefused],
+                                  tuple[str, str, str, BaseException]]:
+        """Rebuild from the four arguments (keeps copy and deepcopy working)."""
+        return (type(self), (self.path, self.stage_id, self.transform, self.error))
 
 
 class NumericsRefused(EdgeError):

@@ -68,6 +68,11 @@ class StageHealth:
         worker: The loaded stage's own health report, when it gives one.
         error: The typed error that took it out of ``ready`` or failed its last restart
             (:func:`error_record`), None while ready.
+        bundle_changed: The ``BundleChanged`` (:func:`error_record`) a ``finish`` or a
+            transform met reading this stage's bundle folder under the current
+            generation: the bundle it opened with changed since, so requests that read it
+            fail until the stage loads again. None otherwise. The pipeline is not
+            ``ready`` while any stage has one.
     """
 
     stage_id: str
@@ -79,13 +84,15 @@ class StageHealth:
     policy: RestartPolicy
     worker: dict[str, Any] | None = None
     error: dict[str, str] | None = None
+    bundle_changed: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain form for reports and ``edge run``."""
         return {"stage": self.stage_id, "state": self.state.value, "reason": self.reason,
                 "generation": self.generation, "restarts": self.restarts,
                 "in_flight": self.in_flight, "policy": self.policy.to_dict(),
-                "worker": self.worker, "error": self.error}
+                "worker": self.worker, "error": self.error,
+                "bundle_changed": self.bundle_changed}
 
 
 def error_record(error: BaseException) -> dict[str, str]:
@@ -131,6 +138,9 @@ def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth],
                     ) -> dict[str, Any]:
     """A pipeline's health: ``ready`` when every stage is, ``degraded`` otherwise, or ``closed``.
 
+    A stage whose bundle changed since it loaded (``bundle_changed``) is not ready, though
+    its worker serves: requests that read its bundle folder fail.
+
     Args:
         name: The pipeline.
         closed: Whether it was closed.
@@ -141,7 +151,7 @@ def pipeline_health(name: str, closed: bool, stages: Sequence[StageHealth],
         ``{"pipeline", "state", "stages": {stage id: StageHealth.to_dict()},
         "replicas": {stage id: {"declared", "live", "state"}}}``.
     """
-    ready = all(h.state is StageState.READY for h in stages)
+    ready = all(h.state is StageState.READY and h.bundle_changed is None for h in stages)
     state = "closed" if closed else "ready" if ready else "degraded"
     return {"pipeline": name, "state": state,
             "stages": {h.stage_id: h.to_dict() for h in stages},

@@ -45,6 +45,7 @@ from edge_core.runtime.chain import (
     GatheredCall,
     GatheredResult,
     Transform,
+    output_refused,
     run_chain,
     split_carry,
 )
@@ -350,16 +351,25 @@ class Pipeline:
             if serving.direct is not None:  # one stage: no chain to run
                 direct = self._direct(serving.direct, inputs, params, until, request_id, epoch)
                 assert direct is not None  # (waits for a slot: never None)
-                pending: PendingCall | GatheredCall = direct
+                if on_event is not None:
+                    for event, tensors in direct.events():
+                        on_event(event, tensors)
+                final: StageResult | GatheredResult = direct.result()
                 latencies: dict[str, float] = {}
                 carry: dict[str, Any] = {}
             else:
-                pending, latencies, carry = self._chain(serving, inputs, params, until,
+                chained, latencies, carry = self._chain(serving, inputs, params, until,
                                                         request_id)
-            if on_event is not None:
-                for event, tensors in pending.events():
-                    on_event(event, tensors)
-            final = pending.result()
+                try:  # a good request pays 2 bytecodes here (the try's NOP, a jump past)
+                    if on_event is not None:
+                        for event, tensors in chained.events():
+                            on_event(event, tensors)
+                    final = chained.result()
+                except Exception as error:  # the last stage's answer: refused its inputs?
+                    refused = self._last_refused(serving, error, params)
+                    if refused is None:
+                        raise
+                    raise refused from error
         except BaseException as exc:
             self.lineup.leave(serving)
             self.admission.release()
@@ -367,6 +377,19 @@ class Pipeline:
                 raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
+
+    def _last_refused(self, serving: Serving, error: Exception,
+                      params: Mapping[str, Any] | None) -> Exception | None:
+        """``TransformOutputRefused`` for the last stage's refusal of its inputs, else None.
+
+        Asked once the last stage of a chain (more than one stage) answered with an error
+        (a worker's, declaring a request fault): the inputs its transform built were
+        refused, as the chain finds for every stage before it
+        (:func:`~edge_core.runtime.chain.output_refused`; a refusal naming one of the
+        caller's ``params`` stays the request's own).
+        """
+        return output_refused(error, serving.transforms[-1], self._where,
+                              serving.groups[-1].stage_id, params)
 
     def _refusal(self, error: Exception, inputs: object) -> Exception | None:
         """What a failed request raises instead of ``error`` (asked on the failure path).
@@ -479,6 +502,12 @@ class Pipeline:
                 raise
             try:
                 yield from pending.events()
+            except Exception as error:  # the last stage's answer: a refusal of its inputs?
+                refused = None if serving.direct is not None else self._last_refused(
+                    serving, error, params)
+                if refused is None:
+                    raise
+                raise refused from error
             finally:
                 pending.close()
         finally:

@@ -89,10 +89,17 @@ class Serving:
         """Stage id → the folder of the verified bundle its worker loaded (or None).
 
         Its bytes as loaded: a folder verified in place is checked when looked up
-        (:mod:`~edge_core.runtime.bundle_folders`).
+        (:mod:`~edge_core.runtime.bundle_folders`); a ``BundleChanged`` met there marks
+        the stage's replicas (:meth:`StageRuntime.note_bundle_changed`).
         """
         return BundleFolders({s.context.stage_id: s.runtime.loaded if s.runtime else None
-                              for s in self.slots})
+                              for s in self.slots}, self._bundle_changed)
+
+    def _bundle_changed(self, stage_id: str, error: BaseException) -> None:
+        """A lookup met ``BundleChanged`` for ``stage_id``: mark each of its replicas."""
+        for slot in self.slots:
+            if slot.context.stage_id == stage_id and slot.runtime is not None:
+                slot.runtime.note_bundle_changed(error)
 
     def generations(self) -> tuple[int | None, ...]:
         """The worker generation of each stage (replica 0) now: what a receipt records."""

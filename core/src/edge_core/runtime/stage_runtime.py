@@ -128,6 +128,9 @@ class StageRuntime:
         self.closed_reason: str | None = None
         #: The typed error that took the stage out of ``ready`` or failed its last restart.
         self.last_error: BaseException | None = None
+        # (generation, error record) of the first BundleChanged met reading this stage's
+        # bundle folder (note_bundle_changed), or None.
+        self._bundle_changed: tuple[int, dict[str, str]] | None = None
         self._retired = False  # the current worker was retired (at most once)
         self.restarter = Restarter(policy or RestartPolicy(), self._auto_restart,
                                    self._restart_failed, f"edge-restart-{self.name}")
@@ -627,6 +630,31 @@ class StageRuntime:
         if self._on_retired is not None:
             self._on_retired(outcome)
 
+    def note_bundle_changed(self, error: BaseException) -> None:
+        """Record that reading this stage's bundle folder met ``BundleChanged`` (``error``).
+
+        The bundle the stage opened with (verified in place, or its staged copy) changed
+        since it loaded: a ``finish`` or a transform that reads the folder fails every
+        request so, until the stage loads again. The worker still serves, so the state
+        stays as it is; :meth:`health` reports the first such error under the current
+        generation (``bundle_changed``) and the pipeline is not ``ready`` while it does.
+        A restart (a new generation, which verifies the bundle again) clears it.
+        """
+        generation = self.generation
+        noted = self._bundle_changed
+        if noted is None or noted[0] != generation:
+            self._bundle_changed = (generation, error_record(error))
+
+    @property
+    def bundle_changed(self) -> dict[str, str] | None:
+        """The ``BundleChanged`` met under the current generation, or None.
+
+        Its :func:`~edge_core.runtime.health.error_record` (``{"type", "layer",
+        "message"}``), as :meth:`note_bundle_changed` recorded it.
+        """
+        noted = self._bundle_changed
+        return noted[1] if noted is not None and noted[0] == self.generation else None
+
     def health(self) -> StageHealth:
         """The stage's state, why, its generation, restarts, requests and worker health."""
         report = getattr(self.loaded, "health", None)
@@ -638,7 +666,8 @@ class StageRuntime:
         return StageHealth(self.name, self.state, self.closed_reason, self.generation,
                            self.restarter.restarts, self.outstanding, self.policy, worker,
                            error_record(error) if error is not None
-                           and self.state is not StageState.READY else None)
+                           and self.state is not StageState.READY else None,
+                           self.bundle_changed)
 
     def retire(self) -> Any:
         """Retire the worker (idempotent); returns the backend's retire outcome."""

@@ -21,6 +21,7 @@ from edge_core.runtime.errors import (
     RequestCancelled,
     RequestFailed,
     TransformFailed,
+    TransformOutputRefused,
     TransformReturnInvalid,
 )
 from edge_serve.guards import MAX_BODY_MIN_RATE, BodyLimit, StalledBodies
@@ -97,6 +98,11 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
     (TransformFailed("pipelines[p].stages[b].input_transform", "transform m:f",
                      ConfigError("Fanout.items[0]", "must be a mapping of inputs", "ndarray")),
      500, "pipelines[p].stages[b].input_transform"),
+    (TransformOutputRefused("pipelines[p].stages[c].input_transform", "c", "transform m:g",
+                            RequestFailed("r", "ShapeRefused", "inputs.x: wrong shape",
+                                          request_fault=RequestFault("unsupported_shape",
+                                                                     "inputs.x"))),
+     500, "pipelines[p].stages[c].input_transform"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
                                                  field: str) -> None:
@@ -159,16 +165,23 @@ def test_an_undeclared_backend_error_is_500_logged_once_with_its_type(
 def test_a_transforms_malformed_return_is_the_servers_fault_500_not_the_clients_400(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A stage's input transform that returns no mapping of input names is the pipeline's
-    bug: before, its ``ConfigError`` (a ``ValueError``) was answered 400 ``refused``."""
+    bug: before, its ``ConfigError`` (a ``ValueError``) was answered 400 ``refused``; then
+    500 ``internal_error`` naming the field ``inputs``, as an error the server does not
+    know. Now 500 ``transform_return_invalid``, ``edge.field`` the stage's transform."""
     error = TransformReturnInvalid("pipelines[p].stages[b].input_transform",
                                    "transform m:f returned a mapping with a key that is no "
                                    "input name (a str), not int", 1)
     refusal = from_exception(error, field="inputs")
     assert refusal.status == 500 and refusal.param is None
-    assert refusal.code == "internal_error"
-    assert "pipelines[p].stages[b].input_transform" in json.loads(refusal.body())["error"][
-        "message"]
-    assert "TransformReturnInvalid" in capsys.readouterr().err
+    assert refusal.code == "transform_return_invalid"
+    body = json.loads(refusal.body())["error"]
+    assert body["message"] == str(error)
+    assert body["edge"] == {"status": 500, "kind": "TransformReturnInvalid",
+                            "field": "pipelines[p].stages[b].input_transform",
+                            "reason": "transform m:f returned a mapping with a key that is "
+                                      "no input name (a str), not int"}
+    assert capsys.readouterr().err == (f"edge serve: error: {error} (answered 500; logged "
+                                       "once per transform)\n")
 
 
 def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events_field(

@@ -3,12 +3,15 @@
 In-process: the ASGI application over real pipelines (real worker processes), driven
 through httpx's ASGI transport. A stage's input transform that raises — a ``ConfigError``
 from a ``Fanout`` it built wrong — is the pipeline's failure (500 ``transform_failed``),
-never the client's (400); a transform's typed refusal of the request's own input, and a
-malformed tensor refused before any stage, stay 400. A bundle verified in place and
-rewritten since its stage opened, met where ``finish`` or a transform reads the stage's
-bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was opened),
-not the finish's own failure. After each, nothing is held; every test fails if it leaks
-a process, a segment or a descriptor.
+never the client's (400), as is a transform that returns no mapping of input names (500
+``transform_return_invalid``) and a stage after the first that refuses the inputs its
+transform built (500 ``transform_output_refused``); a transform's typed refusal of the
+request's own input, a malformed tensor refused before any stage or by the first, and a
+parameter the client sent refused by the last stage stay 400. A bundle verified in place
+and rewritten since its stage opened, met where ``finish`` or a transform reads the
+stage's bundle folder, is 503 ``bundle_changed`` (the pipeline cannot serve as it was
+opened), not the finish's own failure. After each, nothing is held; every test fails if
+it leaks a process, a segment or a descriptor.
 """
 
 from __future__ import annotations
@@ -145,6 +148,189 @@ def test_a_transform_that_raises_config_error_is_500_naming_it_not_400(
     assert _held(pipelines) == workers  # nothing held, the same workers serve on
 
 
+def _answers(pipelines: dict[str, Pipeline], ledger: ResourceLedger,
+             asked: list[tuple[str, dict[str, Any]]]) -> list[httpx.Response]:
+    """POST each body to its pipeline's ``run`` route of one in-process server, in turn."""
+    with ThreadPoolExecutor(4) as executor:
+        served = {name: ServedPipeline(p, executor, private_upload_dir())
+                  for name, p in pipelines.items()}
+        app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+        async def scenario() -> list[httpx.Response]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+                return [await client.post(f"/v1/pipelines/{name}/run", json=body)
+                        for name, body in asked]
+
+        return asyncio.run(scenario())
+
+
+def _server_error(reply: httpx.Response, code: str, kind: str, field: str) -> dict[str, Any]:
+    """The error of a 500 answer that is the server's fault, checked: its ``code``,
+    ``edge.kind`` and ``edge.field``, ``param`` null, no retry."""
+    assert reply.status_code == 500, reply.text
+    assert reply.headers["x-should-retry"] == "false"
+    error: dict[str, Any] = reply.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", code, None)
+    assert (error["edge"]["kind"], error["edge"]["field"]) == (kind, field)
+    return error
+
+
+def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """Good requests; a stage after the first refused the inputs its transform built, as
+    it refuses a client's malformed tensor: before sending (``unsendable``: an array of
+    objects, ``InvalidValue`` naming ``inputs.x.dtype``), in its worker in the middle of
+    the chain (``bools``: a bool tensor holding 7, ``BoolInputInvalid`` declared a request
+    fault), or last, a parameter the transform asked for (``asked``: ``refuse``). Each
+    was answered 400 with the refusal's ``code`` and ``param`` (the client told to mend
+    ``inputs.x`` it had sent right): now 500 ``transform_output_refused`` naming the
+    refusing stage's ``input_transform``, the transform and the refusal, logged once per
+    transform. The same ``refuse`` sent by the client is still 400 naming it, as is the
+    client's own bool tensor holding 7. Nothing is held afterwards."""
+    def chain(name: str, transform: str, more: int = 0) -> Pipeline:
+        stages = [{"id": "a", "backend": {"name": "echo"}},
+                  {"id": "b", "backend": {"name": "echo"},
+                   "input_transform": f"edge_echo.transforms:{transform}"}]
+        stages += [{"id": "c", "backend": {"name": "echo"},
+                    "input_transform": "edge_echo.transforms:passthrough"}][:more]
+        return Pipeline.open(load_pipeline({"name": name, "stages": stages}),
+                             load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                             retire_deadline_s=3.0)
+
+    pipelines: dict[str, Pipeline] = {}
+    try:
+        for name, transform, more in (("unsendable", "unsendable", 0),
+                                      ("bools", "out_of_range_bools", 1),
+                                      ("asked", "ask_refusal", 0)):
+            pipelines[name] = chain(name, transform, more)
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        bools = {"inputs": {"x": {"dtype": "bool", "shape": [3],
+                                  "data": base64.b64encode(bytes([0, 1, 7])).decode()}}}
+        replies = _answers(pipelines, ledger, [
+            ("unsendable", GOOD), ("unsendable", GOOD), ("bools", GOOD), ("asked", GOOD),
+            ("asked", {**GOOD, "params": {"refuse": "the client's"}}), ("bools", bools)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # nothing held, the same workers serve on
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+    for reply in replies[:2]:
+        error = _server_error(reply, "transform_output_refused", "TransformOutputRefused",
+                              "pipelines[unsendable].stages[b].input_transform")
+        assert error["message"].startswith(
+            "pipelines[unsendable].stages[b].input_transform: stage 'b' refused the inputs "
+            "transform edge_echo.transforms:unsendable returned (InvalidValue): "
+            "inputs.x.dtype: unsupported dtype "), error
+        assert error["edge"]["reason"] == ("stage 'b' refused the inputs transform "
+                                           "edge_echo.transforms:unsendable returned "
+                                           "(InvalidValue)")
+    error = _server_error(replies[2], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[bools].stages[b].input_transform")
+    assert error["message"] == (
+        "pipelines[bools].stages[b].input_transform: stage 'b' refused the inputs transform "
+        "edge_echo.transforms:out_of_range_bools returned (BoolInputInvalid): inputs.x: a "
+        "bool tensor's bytes must each be 0 or 1 (the largest is shown): 7")
+    error = _server_error(replies[3], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[asked].stages[b].input_transform")
+    assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
+                                      "the request asked: 'asked by the transform'")
+    for reply, param in ((replies[4], "refuse"), (replies[5], "inputs['x'].data")):  # the
+        # client's: the parameter it sent, refused by the last stage; its own bool tensor
+        # holding 7, refused before any stage
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_value", param), error
+    lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
+    assert [line.split(".input_transform: ")[0] for line in lines] == [
+        f"edge serve: error: pipelines[{name}].stages[b]"
+        for name in ("unsendable", "bools", "asked")]  # once per transform
+    assert all(line.endswith("(answered 500; logged once per transform)") for line in lines)
+
+
+def test_an_ort_stage_refusing_the_dtype_its_transform_built_is_500_not_400(
+        tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two ort-cpu add-relu stages serving float32 ``x`` of shape (2, 3); stage ``b``'s
+    transform hands it the previous ``y`` as float64. Its controller refused that with
+    ``ShapeRefused`` (code ``unsupported_shape``), answered 400 naming ``inputs.x``: the
+    client told that its float32 request was of a dtype not served. Now 500
+    ``transform_output_refused`` naming ``b``'s transform and the refusal; the client's
+    own float64 ``x`` is still 400 ``unsupported_shape`` naming ``inputs.x``."""
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundle = write_add_relu_bundle(tmp_path / "add")
+    config = {"name": "wide", "stages": [
+        {"id": "a", "manifest": str(bundle), "backend": {"name": "ort-cpu"}},
+        {"id": "b", "manifest": str(bundle), "backend": {"name": "ort-cpu"},
+         "input_transform": "edge_echo.transforms:y_as_float64"}]}
+    pipelines = {"wide": Pipeline.open(load_pipeline(config),
+                                       load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}), ledger,
+                                       retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        good, wide = _body(EXAMPLE_X), _body(EXAMPLE_X.astype(np.float64))
+        replies = _answers(pipelines, ledger, [("wide", good), ("wide", wide)])
+        capsys.readouterr()
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers
+    finally:
+        pipelines["wide"].close()
+    assert ledger.snapshot()["reservations"] == []
+    error = _server_error(replies[0], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[wide].stages[b].input_transform")
+    assert error["message"].startswith(
+        "pipelines[wide].stages[b].input_transform: stage 'b' refused the inputs transform "
+        "edge_echo.transforms:y_as_float64 returned (ShapeRefused): inputs.x: dtype float64 "
+        "is not served (only float32)"), error
+    assert replies[1].status_code == 400, replies[1].text  # the client's own float64
+    error = replies[1].json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_shape", "inputs.x"), error
+
+
+def test_a_transform_returning_no_mapping_is_500_transform_return_invalid_naming_it(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transform that returned a list of pairs (no mapping of input names) failed the
+    request with ``TransformReturnInvalid``, which the server answered as any error it
+    does not know: 500 ``internal_error`` naming the field ``request``. It is 500
+    ``transform_return_invalid`` now, ``edge.field`` the stage's ``input_transform``, the
+    message naming the transform and what it returned, logged once per transform without
+    the line for an unknown error type. Nothing is held afterwards."""
+    config = {"name": "pairs", "stages": [
+        {"id": "a", "backend": {"name": "echo"}},
+        {"id": "b", "backend": {"name": "echo"},
+         "input_transform": "edge_echo.transforms:returns_pairs"}]}
+    pipelines = {"pairs": Pipeline.open(load_pipeline(config),
+                                        load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                                        retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        replies = _answers(pipelines, ledger, [("pairs", GOOD), ("pairs", GOOD)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers
+    finally:
+        pipelines["pairs"].close()
+    assert ledger.snapshot()["reservations"] == []
+    message = ("pipelines[pairs].stages[b].input_transform: transform "
+               "edge_echo.transforms:returns_pairs returned a list, not a mapping of input "
+               "names (str) to arrays, a Fanout or a Call: [('x', array(")
+    for reply in replies:
+        error = _server_error(reply, "transform_return_invalid", "TransformReturnInvalid",
+                              "pipelines[pairs].stages[b].input_transform")
+        assert error["message"].startswith(message), error
+        assert error["edge"]["reason"] == (
+            "transform edge_echo.transforms:returns_pairs returned a list, not a mapping of "
+            "input names (str) to arrays, a Fanout or a Call")
+    assert logged.count("edge serve: error: ") == 1, logged  # once for two failures
+    assert logged.startswith(f"edge serve: error: {message}")  # (the list's repr: 2 lines)
+    assert logged.endswith("(answered 500; logged once per transform)\n")
+
+
 def _rewrite(bundle: Path) -> str:
     """Rewrite ``bundle`` in place, consistently (a fresh verification passes): other
     example inputs, so another manifest; its manifest sha256 now."""
@@ -240,6 +426,109 @@ def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
         assert all(line.endswith("(answered 503; logged once per bundle)") for line in logged)
         assert ledger.holdings() == held
         assert _held(pipelines) == workers  # nothing held; the stages' workers still run
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+
+
+def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_again(
+        tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """ort-cpu stages verified in place; ``finish`` (pipeline ``read``) and a transform
+    (pipeline ``chain``) read their bundle folders. Once the bundles of stages ``s`` and
+    ``a`` are rewritten, every request reading them is 503 ``bundle_changed``, yet
+    ``/health`` answered 200 ``ok``, every pipeline ``ready``: a load balancer kept
+    sending traffic that could only fail. Now, once a request met it, ``/health`` is 503
+    ``degraded``, each such pipeline ``degraded`` with ``bundle_changed`` naming the stage
+    and the error's message (the stage's own state stays ``ready``: its worker serves),
+    as ``GET /v1/pipelines/NAME`` and ``Pipeline.health()`` say; until the stage loads
+    again: the bundles' bytes restored are not trusted as they are (written since the
+    stage verified them: still 503), but once the stages restart (a new generation,
+    verified again) ``/health`` is 200 and requests are answered."""
+    import shutil
+
+    from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
+
+    bundles = {name: write_add_relu_bundle(tmp_path / name) for name in ("f", "a", "b")}
+    kept = {name: tmp_path / f"kept-{name}" for name in ("f", "a")}
+    for name, copy in kept.items():
+        shutil.copytree(bundles[name], copy)
+
+    def stage(stage_id: str, bundle: str, **more: str) -> dict[str, Any]:
+        return {"id": stage_id, "manifest": str(bundles[bundle]),
+                "backend": {"name": "ort-cpu", "options": {"stage_bundle": False}}, **more}
+
+    configs = {
+        "read": {"name": "read", "finish": "bundle_finish:finish", "stages": [stage("s", "f")]},
+        "chain": {"name": "chain", "stages": [
+            stage("a", "a"), stage("b", "b", input_transform="edge_echo.transforms:read_tables")]},
+    }
+    plugins = load_plugins(env={"EDGE_PLUGINS": "ort-cpu"})
+    pipelines: dict[str, Pipeline] = {}
+    body = _body(EXAMPLE_X)
+    try:
+        for name, config in configs.items():
+            pipelines[name] = Pipeline.open(load_pipeline(config), plugins, ledger,
+                                            retire_deadline_s=3.0)
+        with ThreadPoolExecutor(4) as executor:
+            served = {name: ServedPipeline(p, executor, private_upload_dir())
+                      for name, p in pipelines.items()}
+            app = build_app(ServerState(served, ledger, max_body_bytes=1 << 20))
+
+            async def ask(*asked: str) -> list[httpx.Response]:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport,
+                                             base_url="http://edge") as client:
+                    return [await client.post(f"/v1/pipelines/{path}/run", json=body)
+                            if path in pipelines else await client.get(path)
+                            for path in asked]
+
+            health, = asyncio.run(ask("/health"))
+            assert health.status_code == 200, health.text
+            assert {name: entry["bundle_changed"]
+                    for name, entry in health.json()["pipelines"].items()} == {
+                "read": {}, "chain": {}}
+            for name in ("f", "a"):
+                _rewrite(bundles[name])
+            health, = asyncio.run(ask("/health"))  # nothing met it yet: not looked at
+            assert health.status_code == 200, health.text
+            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain"))
+            assert [reply.status_code for reply in answers] == [503, 503, 503, 200]
+            messages = [reply.json()["error"]["message"] for reply in answers[:2]]
+            health = answers[2].json()
+            assert health["status"] == "degraded"
+            listed = {name: (entry["state"], entry["stages"], entry["bundle_changed"])
+                      for name, entry in health["pipelines"].items()}
+            assert listed == {
+                "read": ("degraded", {"s": "ready"}, {"s": messages[0]}),
+                "chain": ("degraded", {"a": "ready", "b": "ready"}, {"a": messages[1]})}
+            assert messages[1].startswith(f"{bundles['a'] / 'edge-manifest.json'}: rewritten")
+            described = answers[3].json()
+            assert (described["state"], described["bundle_changed"]) == (
+                "degraded", {"a": messages[1]})
+            report = pipelines["chain"].health()
+            assert report["state"] == "degraded"
+            assert report["stages"]["a"]["bundle_changed"] == {
+                "type": "BundleChanged", "layer": report["stages"]["a"]["bundle_changed"][
+                    "layer"], "message": messages[1]}
+            assert report["stages"]["b"]["bundle_changed"] is None
+            for name, copy in kept.items():  # the bundles as the stages opened them
+                for member in copy.iterdir():
+                    (bundles[name] / member.name).write_bytes(member.read_bytes())
+            restored = asyncio.run(ask("read", "chain", "/health"))  # the same bytes, but
+            # written since the stages verified them: only a new verification trusts them
+            assert [reply.status_code for reply in restored] == [503, 503, 503]
+            assert [reply.json()["error"]["code"] for reply in restored[:2]] == [
+                "bundle_changed"] * 2
+            pipelines["read"].stage("s").restart()
+            pipelines["chain"].stage("a").restart()
+            answers = asyncio.run(ask("/health", "read", "chain"))
+            assert [reply.status_code for reply in answers] == [200, 200, 200], \
+                answers[0].text
+            assert all(not entry["bundle_changed"]
+                       for entry in answers[0].json()["pipelines"].values())
+            assert [s.generation for s in pipelines["chain"].stages] == [2, 1]
+        capsys.readouterr()
     finally:
         for pipeline in pipelines.values():
             pipeline.close()

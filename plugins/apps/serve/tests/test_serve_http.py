@@ -420,8 +420,10 @@ def test_health_and_metrics_describe_the_server(server: Served) -> None:
     memory = {name: health["pipelines"][name].pop("memory") for name in ("slow", "fast")}
     assert health == {"status": "ok", "memory_over_demand": [], "plugin_errors": [],
                       "pipelines": {
-        "slow": {"state": "ready", "stages": {"echo": "ready"}, "placement": one},
-        "fast": {"state": "ready", "stages": {"echo": "ready"}, "placement": one}}}
+        "slow": {"state": "ready", "stages": {"echo": "ready"}, "bundle_changed": {},
+                 "placement": one},
+        "fast": {"state": "ready", "stages": {"echo": "ready"}, "bundle_changed": {},
+                 "placement": one}}}
     for found in memory.values():  # each stage's peak so far against its demand
         ram = found["stages"]["echo"]["pools"]["machine:ram"]
         assert ram["verdict"] == "within" and 0 < ram["peak_bytes"] <= ram["demand_bytes"]

@@ -141,3 +141,50 @@ def returns_carried(previous: Mapping[str, Any], source: Mapping[str, Any],
     runtime calls it through the wrapper that binds them.
     """
     return source["carry:returns"](previous)
+
+
+def unsendable(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous ``x`` as an array of Python objects: a pipeline's bug.
+
+    No stage is sent such an array: the next stage refuses it before sending
+    (``InvalidValue`` naming ``inputs.x.dtype``), as it refuses a client's.
+    """
+    import numpy as np
+
+    return {"x": np.array(previous["x"], dtype=object)}
+
+
+def out_of_range_bools(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """``x`` as a bool array holding a byte other than 0 and 1 (7): a pipeline's bug.
+
+    The next stage's worker refuses it as it refuses a client's (``BoolInputInvalid``,
+    declared a request fault, naming ``inputs.x``).
+    """
+    import numpy as np
+
+    return {"x": np.array([0, 1, 7], np.uint8).view(bool)}
+
+
+def ask_refusal(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+    """A ``Call`` of the next stage with the previous ``x`` and the parameter ``refuse``.
+
+    An echo stage refuses ``refuse`` as a request fault naming it: here the pipeline's
+    transform asked for it, not the client.
+    """
+    from edge_core.fanout import Call
+
+    return Call({"x": previous["x"]}, params={"refuse": "asked by the transform"})
+
+
+def y_as_float64(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The previous ``y`` as the next ``x``, in float64: a pipeline's bug before a stage
+    that serves float32 (an ort-cpu stage refuses it, ``ShapeRefused`` naming ``inputs.x``)."""
+    import numpy as np
+
+    return {"x": np.asarray(previous["y"], dtype=np.float64)}
+
+
+def returns_pairs(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+    """The previous outputs as a list of ``(name, array)`` pairs, not a mapping: a
+    pipeline's bug (the request fails with ``TransformReturnInvalid`` naming the list)."""
+    return list(previous.items())

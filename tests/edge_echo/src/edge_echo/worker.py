@@ -28,6 +28,20 @@ class InjectedFailure(RuntimeError):
     """A failure the stage's options asked for."""
 
 
+class ParamRefused(ValueError):
+    """A request refused as its own fault, naming the parameter ``refuse`` it sent.
+
+    Declares the request fault ``invalid_value`` (:mod:`edge_contracts.request_faults`),
+    so the worker's error event carries it as a backend's refusal of a parameter does.
+    """
+
+    request_fault = "invalid_value"
+
+    def __init__(self, field: str, value: object) -> None:
+        self.field = field
+        super().__init__(f"params.{field}: refused as the request asked: {value!r}")
+
+
 class EchoHandler(BaseHandler):
     """Multiplies every input by ``scale``; cancellable in place when preemptible."""
 
@@ -107,10 +121,13 @@ class EchoHandler(BaseHandler):
         A request's params may ask for a failure of its own: ``fail_call`` (its ERROR
         event), ``crash`` (the worker exits at once: the controller sees it gone), or
         ``allocate_mb`` (memory allocated and touched while serving it, kept until the
-        next request); ``pad_output_bytes`` adds an output ``pad`` of that many zero bytes.
+        next request); ``pad_output_bytes`` adds an output ``pad`` of that many zero bytes;
+        ``refuse`` is refused as the request's own fault (:class:`ParamRefused`).
         """
         if self.options.get("fail_at") == "call":
             raise InjectedFailure("call failed as configured")
+        if "refuse" in call.params:
+            raise ParamRefused("refuse", call.params["refuse"])
         if call.params.get("crash"):
             os._exit(3)
         if call.params.get("fail_call"):

@@ -240,6 +240,11 @@ async def page(request: Request) -> Response:
 async def health(request: Request) -> Response:
     """Every stage's state and memory peak against its demand; 503 while any is not ready.
 
+    A stage whose bundle changed since it loaded (``BundleChanged`` met by a ``finish``
+    or transform reading its folder) makes its pipeline not ready although its worker
+    serves: listed in the pipeline's ``bundle_changed`` (stage id → the error's message)
+    until the stage loads again or the server is started again.
+
     A stage whose peak exceeds its declared demand still serves (the status stays
     ``ok``); it is listed in ``memory_over_demand`` as ``pipeline/stage``. Every plugin
     that did not load at start-up is listed in ``plugin_errors`` by name and who named it
@@ -253,13 +258,15 @@ async def health(request: Request) -> Response:
     over: list[str] = []
     for name, served in state.pipelines.items():
         stages = served.stage_states()
-        up = all(s == "ready" for s in stages.values())
+        changed = served.bundles_changed()
+        up = all(s == "ready" for s in stages.values()) and not changed
         ready = ready and up
         report = served.pipeline.health()
         memory = report["memory"]  # each stage's peak so far vs demand
         over += [f"{name}/{stage}" for stage in memory["over_demand"]]
         pipelines[name] = {"state": "ready" if up else "degraded", "stages": stages,
-                           "placement": report["placement"], "memory": memory}
+                           "bundle_changed": changed, "placement": report["placement"],
+                           "memory": memory}
     body = {"status": "ok" if ready else "degraded", "memory_over_demand": over,
             "plugin_errors": [{"plugin": failure["plugin"], "named_by": failure.get("named_by")}
                               for failure in state.plugin_errors],

@@ -16,7 +16,9 @@ edge's own spelling and the reason naming the limit. Never a traceback.
 Which errors are the request's fault is declared where they are raised, never decided
 here by their names: a backend's error type declares a code in ``request_fault``
 (:mod:`edge_contracts.request_faults`), and a worker sends that declaration with its error
-event. A declared fault is 400 with that ``code`` and ``param``; an error a backend raises
+event. A declared fault is 400 with that ``code`` and ``param`` (a stage after the first
+refusing what the pipeline's transform built is no such fault: the runtime raises
+``TransformOutputRefused`` for it, 500 below); an error a backend raises
 without one is 500, and the server logs its type once (stderr). edge-core's and
 edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
 ``ValueError``) are 400 too. The rest of the mapping:
@@ -46,15 +48,24 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        stage's input transform that raised (``TransformFailed``: code
        ``transform_failed``, ``edge.field`` the stage's ``input_transform``, naming the
        transform and the error's type and message; its traceback logged once per
-       transform); anything else: the error's type and message (``x-should-retry: false``
-       on all: the same request would fail the same way)
+       transform); a transform that returned no mapping of input names
+       (``TransformReturnInvalid``: code ``transform_return_invalid``, ``edge.field`` the
+       stage's ``input_transform``, naming the transform and what it returned; logged
+       once per transform); a stage after the first that refused the inputs its
+       transform built — a dtype, shape or name it does not serve, a value the wire
+       cannot carry, its worker's declared request fault (``TransformOutputRefused``:
+       code ``transform_output_refused``, ``edge.field`` the refusing stage's
+       ``input_transform``, naming that stage, the transform and the refusal's type and
+       message; logged once per transform); anything else: the error's type and message
+       (``x-should-retry: false`` on all: the same request would fail the same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; a bundle a
        stage verified in place rewritten since it opened, met by ``finish`` or a
        transform reading the stage's bundle folder (``BundleChanged``: code
        ``bundle_changed``, ``edge.field`` the manifest, naming both sha256s; logged once
-       per manifest; ``x-should-retry: false``: only opening the pipeline again mends
-       it); or the server is shutting down (``x-should-retry: false``)
+       per manifest; ``x-should-retry: false``: only the stage loading again mends it,
+       and ``/health`` is 503 naming the stage until then); or the server is shutting
+       down (``x-should-retry: false``)
 504    the request's deadline passed before its answer was ready (the server's own timer,
        or the runtime's ``TimeoutError``; ``x-should-retry: false``)
 =====  ================================================================================
@@ -76,7 +87,13 @@ from edge_contracts.errors import ContractError, EventTooLarge, PayloadTooLarge
 from edge_contracts.request_faults import fault_of
 from edge_core.artifacts.errors import BundleChanged
 from edge_core.errors import EdgeError, ResourceUnavailable, StageClosed, WorkerLost
-from edge_core.runtime.errors import RequestCancelled, RequestFailed, TransformFailed
+from edge_core.runtime.errors import (
+    RequestCancelled,
+    RequestFailed,
+    TransformFailed,
+    TransformOutputRefused,
+    TransformReturnInvalid,
+)
 
 __all__ = [
     "OUTCOMES",
@@ -135,8 +152,8 @@ _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: What was already logged (each is logged once): a backend's undeclared error by its
 #: type, a pipeline's ``finish`` that answered what JSON cannot carry, or that raised, by
-#: the pipeline, a transform that raised by its stage's ``input_transform``, a rewritten
-#: bundle by its manifest.
+#: the pipeline, a transform that raised, returned no mapping or built inputs its stage
+#: refused by its stage's ``input_transform``, a rewritten bundle by its manifest.
 _logged: set[str] = set()
 
 
@@ -318,6 +335,40 @@ def _transform_failed(error: TransformFailed) -> HttpRefusal:
     return refusal
 
 
+def _transform_return_invalid(error: TransformReturnInvalid) -> HttpRefusal:
+    """500 for a stage's input transform that returned no mapping of input names.
+
+    The pipeline's own code returned something the chain cannot read as the next stage's
+    inputs (``None``, a list, a mapping with a key that is no ``str``): the server side is
+    at fault, not the request (500, ``param`` null, ``x-should-retry: false``).
+    ``edge.field`` is the stage's ``input_transform``; the message names the transform,
+    what it returned and its type. Logged once per transform (no traceback: the
+    transform returned, nothing raised).
+    """
+    refusal = HttpRefusal(500, error.path, error.reason, kind=type(error).__name__,
+                          code="transform_return_invalid", param=None, message=str(error))
+    _log_once(f"transform-return:{error.path}", f"edge serve: error: {refusal} (answered "
+              "500; logged once per transform)")
+    return refusal
+
+
+def _transform_output_refused(error: TransformOutputRefused) -> HttpRefusal:
+    """500 for a stage after the first that refused the inputs its transform built.
+
+    The request's own input passed the first stage; the pipeline's transform made the
+    refusing stage's inputs, and that stage refused them as it would refuse a client's
+    malformed tensor (``ShapeRefused``, ``InvalidValue``, a worker's declared request
+    fault). The client cannot mend that: 500, ``param`` null, ``x-should-retry: false``,
+    ``edge.field`` the refusing stage's ``input_transform``, the message naming that
+    stage, the transform and the refusal's type and message. Logged once per transform.
+    """
+    refusal = HttpRefusal(500, error.path, error.reason, kind=type(error).__name__,
+                          code="transform_output_refused", param=None, message=str(error))
+    _log_once(f"transform-output:{error.path}", f"edge serve: error: {refusal} (answered "
+              "500; logged once per transform)")
+    return refusal
+
+
 def _bundle_changed(error: BundleChanged) -> HttpRefusal:
     """503 for a bundle rewritten since its stage opened, naming the manifest and why.
 
@@ -326,7 +377,9 @@ def _bundle_changed(error: BundleChanged) -> HttpRefusal:
     fine, but the pipeline cannot serve as it was opened — the same state as a stage
     whose restart was refused for it (503 ``stage_unavailable``). ``x-should-retry:
     false`` and no ``Retry-After``: the same request fails the same way until the
-    pipeline is opened again (or the bundle restored). Logged once per manifest.
+    stage loads again (the server started again, or the stage restarted with its bundle
+    restored). Logged once per manifest; ``/health`` names the stage from then on
+    (:meth:`~edge_serve.served.ServedPipeline.bundles_changed`).
     """
     refusal = HttpRefusal(503, error.field, error.reason, error.value,
                           kind=type(error).__name__, code="bundle_changed", param=None,
@@ -398,6 +451,10 @@ def from_exception(error: BaseException, *, field: str = "request",
         return _bundle_changed(error)
     if isinstance(error, TransformFailed):
         return _transform_failed(error)
+    if isinstance(error, TransformOutputRefused):
+        return _transform_output_refused(error)
+    if isinstance(error, TransformReturnInvalid):
+        return _transform_return_invalid(error)
     if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
         return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
                            kind=kind, param="deadline_s")

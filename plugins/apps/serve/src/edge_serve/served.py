@@ -168,6 +168,23 @@ class ServedPipeline:
                 else str(replica_summary(states)["state"])
                 for stage, states in grouped.items()}
 
+    def bundles_changed(self) -> dict[str, str]:
+        """Stage id → the ``BundleChanged`` message met reading its bundle folder, if any.
+
+        The bundle the stage opened with changed since it loaded (a bundle verified in
+        place rewritten): a ``finish`` or transform that reads its folder fails every
+        request so (503 ``bundle_changed``) until the stage loads again under a new
+        generation, or the server is started again
+        (:meth:`~edge_core.runtime.stage_runtime.StageRuntime.note_bundle_changed`). The
+        stage's worker still serves: its state is unchanged, the pipeline is not ready.
+        """
+        changed: dict[str, str] = {}
+        for runtime in self.pipeline.stages:
+            record = runtime.bundle_changed
+            if record is not None:
+                changed.setdefault(runtime.stage_id, record["message"])
+        return changed
+
     def restarts(self) -> dict[str, int]:
         """Stage id → worker restarts so far (generations after the first; every replica's)."""
         counts: dict[str, int] = {}
@@ -237,9 +254,12 @@ class ServedPipeline:
             in_flight[runtime.stage_id] = in_flight.get(runtime.stage_id, 0) + runtime.outstanding
             replicas[runtime.stage_id, getattr(runtime.context, "replica", 0)] = runtime
         replicated = {stage for stage, number in replicas if number}  # more than one
+        changed = self.bundles_changed()
         return {
             "name": self.name,
-            "state": "ready" if all(s == READY for s in states.values()) else "degraded",
+            "state": "ready" if all(s == READY for s in states.values()) and not changed
+            else "degraded",
+            "bundle_changed": changed,
             "admission": self.pipeline.config.admission,
             "queue": {"length": self.queue.policy.length, "wait_s": self.queue.policy.wait_s,
                       "waiting": self.queue.waiting},

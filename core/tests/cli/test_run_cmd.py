@@ -111,14 +111,18 @@ def test_a_call_timeout_centuries_long_leaves_the_next_stages_bound_in_force(
 def test_worker_logs_are_files_named_in_the_plan_unless_verbose(tmp_path: Path) -> None:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
-    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path)
+    (tmp_path / "tmp").mkdir()  # where the command makes its log folder (TMPDIR)
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path,
+                  env={"TMPDIR": str(tmp_path / "tmp")})
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     logs = Path(report["worker_logs"])
-    for stage in report["plan"]["stages"]:
+    assert logs.parent == tmp_path / "tmp"
+    for stage in report["plan"]["stages"]:  # as they were during the run
         log = Path(stage["worker"]["log"])
-        assert log.parent == logs and log.is_file()
+        assert log.parent == logs
         assert log.name == f"{stage['id']}.g{stage['generation']}.log"
+    assert list((tmp_path / "tmp").iterdir()) == []  # the workers said nothing: removed
     verbose = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", "--verbose",
                    cwd=tmp_path)
     assert verbose.returncode == 0, verbose.stderr
@@ -281,8 +285,10 @@ backend = { name = "echo" }
             "'machine:ram'?") in plan.stdout, plan.stdout
 
 
-def test_a_worker_log_folder_is_removed_at_exit_only_when_no_worker_started(
+def test_a_worker_log_folder_is_removed_at_exit_when_every_log_is_empty(
         tmp_path: Path) -> None:
+    # it was removed only when no worker started: every run whose workers said nothing
+    # left a folder of empty logs behind in the temporary folder
     temporary = tmp_path / "tmp"  # where the command makes its log folder (TMPDIR)
     temporary.mkdir()
     unknown_pool = PIPELINE.replace("scale = 2.0",
@@ -295,11 +301,48 @@ def test_a_worker_log_folder_is_removed_at_exit_only_when_no_worker_started(
     assert refused.returncode == 2 and "unknown pool" in refused.stderr
     assert "edge: worker logs: " in refused.stderr  # made, then found empty at exit
     assert list(temporary.iterdir()) == []
-    served = edge("run", "pipeline.toml", "--inputs", "in.npz", cwd=tmp_path,
+    served = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path,
                   env={"TMPDIR": str(temporary)})
     assert served.returncode == 0, served.stderr
-    (kept,) = temporary.iterdir()
-    assert sorted(p.name for p in kept.iterdir()) == ["a.g1.log", "b.g1.log"]
+    report = json.loads(served.stdout)  # names the folder and logs as they were
+    folder = Path(report["worker_logs"])
+    assert folder.parent == temporary
+    assert sorted(stage["worker"]["log"] for stage in report["plan"]["stages"]) == [
+        str(folder / "a.g1.log"), str(folder / "b.g1.log")]
+    assert list(temporary.iterdir()) == []  # both logs empty: gone, and the folder
+
+
+NOISY_WORKER = """
+import sys
+
+
+def create():
+    print("NOISY-LOAD err", file=sys.stderr, flush=True)
+    from edge_echo.worker import create as echo
+    return echo()
+"""
+
+
+def test_a_worker_log_folder_where_a_worker_wrote_is_kept_whole(tmp_path: Path) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    noisy = tmp_path / "noisy"
+    noisy.mkdir()
+    (noisy / "noisy_worker.py").write_text(NOISY_WORKER)
+    route = (f'[stages.backend.route]\nname = "noisy"\ninterpreter = "{sys.executable}"\n'
+             f'entry = "noisy_worker:create"\npython_path = ["{noisy}"]\n')
+    (tmp_path / "pipeline.toml").write_text(  # stage a speaks as it loads, b says nothing
+        PIPELINE.replace("scale = 2.0\n", "scale = 2.0\n" + route, 1))
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    result = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path,
+                  env={"TMPDIR": str(temporary)})
+    assert result.returncode == 0, result.stderr
+    assert "NOISY" not in result.stdout + result.stderr
+    folder = Path(json.loads(result.stdout)["worker_logs"])
+    assert list(temporary.iterdir()) == [folder]
+    assert sorted(p.name for p in folder.iterdir()) == ["a.g1.log", "b.g1.log"]
+    assert "NOISY-LOAD err" in (folder / "a.g1.log").read_text()
+    assert (folder / "b.g1.log").stat().st_size == 0  # kept beside the one that spoke
 
 
 def test_a_profile_path_no_file_can_have_is_refused_before_anything_opens(

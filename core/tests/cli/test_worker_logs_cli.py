@@ -7,8 +7,9 @@ speaks again as it loads, with a Python warning, as a runtime does. ``edge run``
 ``edge plan`` wrote that to a log folder; ``edge profile`` let it reach the terminal,
 between its own lines (and on the stderr a script reads beside ``--json``). Now it goes
 to the folder too, named on stderr and as ``worker_logs`` under ``--json`` (``edge plan``
-named it on stderr only), and ``--verbose`` shows it instead. The command's workers are
-all gone afterwards, and no shared-memory segment of theirs is left.
+named it on stderr only), and ``--verbose`` shows it instead. The folder is kept at exit
+because its logs are not empty (one whose logs all stayed empty is removed). The
+command's workers are all gone afterwards, and no shared-memory segment of theirs is left.
 """
 
 from __future__ import annotations
@@ -177,4 +178,11 @@ def test_edge_plan_json_names_the_folder_its_workers_logged_to(work: Path) -> No
     probed = edge(work, "plan", "pipeline.toml", "--probe-only", "--json")
     assert probed.returncode == 0, probed.stderr
     assert json.loads(probed.stdout)["worker_logs"] is None  # no worker, no folder
+    assert list((work / "tmp").iterdir()) == [Path(answer["worker_logs"])]
+    quiet = (work / "pipeline.toml").read_text().split("[stages.backend.route]")[0]
+    (work / "quiet.toml").write_text(quiet)  # the echo worker on the default route
+    said = edge(work, "plan", "quiet.toml", "--json")
+    assert said.returncode == 0, said.stderr
+    assert Path(json.loads(said.stdout)["worker_logs"]).parent == work / "tmp"
+    # its one log stayed empty: removed at exit with its folder; the noisy one is kept
     assert list((work / "tmp").iterdir()) == [Path(answer["worker_logs"])]

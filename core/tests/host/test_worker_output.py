@@ -71,3 +71,35 @@ def test_with_a_log_directory_worker_output_goes_to_its_log_file(tmp_path: Path)
     text = Path(report["log"]).read_text()
     assert "NOISY-OUT" in text and "NOISY-ERR" in text
     assert "NOISY" not in result.stderr and "NOISY" not in result.stdout
+
+
+def test_a_log_folder_goes_only_when_every_log_this_process_opened_stayed_empty(
+        tmp_path: Path) -> None:
+    from edge_core.host.worker_logs import open_worker_output, remove_if_silent, set_log_directory
+
+    folder = tmp_path / "logs"
+    set_log_directory(folder)
+    try:
+        for stage in ("a", "b"):
+            open_worker_output(stage, 1).close()
+    finally:
+        set_log_directory(None)
+    names = ["a.g1.log", "b.g1.log"]
+    (folder / "c.g1.log").touch()  # empty, but not a log this process opened
+    assert remove_if_silent(folder) is False
+    assert sorted(p.name for p in folder.iterdir()) == [*names, "c.g1.log"]
+    (folder / "c.g1.log").unlink()
+    (folder / "a.g1.log").write_text("said something\n")  # a worker spoke
+    assert remove_if_silent(folder) is False
+    assert sorted(p.name for p in folder.iterdir()) == names  # the empty b.g1.log too
+    (folder / "a.g1.log").write_bytes(b"")
+    (folder / "b.g1.log").unlink()
+    (tmp_path / "elsewhere").touch()
+    (folder / "b.g1.log").symlink_to(tmp_path / "elsewhere")  # a link is not its log
+    assert remove_if_silent(folder) is False
+    assert sorted(p.name for p in folder.iterdir()) == names
+    (folder / "b.g1.log").unlink()
+    (folder / "b.g1.log").touch()
+    assert remove_if_silent(folder) is True
+    assert not folder.exists() and (tmp_path / "elsewhere").exists()
+    assert remove_if_silent(folder) is True  # gone already

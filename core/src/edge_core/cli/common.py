@@ -220,7 +220,7 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true",
                         help="show the workers' output on stderr (default: a log file per "
                         "worker, in the folder named by 'edge: worker logs:', removed at "
-                        "exit when no worker started)")
+                        "exit, logs and all, when every worker's log is empty)")
 
 
 def examples(*commands: str) -> str:
@@ -267,14 +267,6 @@ def report_failure(args: argparse.Namespace | None, failure: CommandFailed) -> i
             text = " ".join(line.split("\n"))
             print(f"edge: {text}", file=sys.stderr)
     return failure.code
-
-
-def _remove_if_empty(directory: os.PathLike[str]) -> None:
-    """Remove ``directory`` if it holds nothing (no worker wrote a log there)."""
-    import contextlib  # at exit only: no import for every command
-
-    with contextlib.suppress(OSError):  # not empty, or gone already
-        os.rmdir(directory)
 
 
 def env_true(name: str) -> bool:
@@ -596,13 +588,21 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
 
     Either way it never reaches this process's stdout (see ``edge_core.host.worker_logs``).
     ``notice`` (e.g. :func:`say`) is told ``worker logs: DIR`` before any worker starts.
-    A directory made here is removed when the process exits if it is still empty (the
-    command ended before any worker started); ``EDGE_WORKER_LOG_DIR``'s is left as it is.
+    A directory made here is removed when the process exits if every log in it is still
+    empty (no worker wrote anything, or none started), its empty logs with it; one where a
+    worker wrote is kept whole (:func:`edge_core.host.worker_logs.remove_if_silent`).
+    ``EDGE_WORKER_LOG_DIR``'s is left as it is. The paths the command reports
+    (``worker_logs``, each worker's ``log``) are the ones used while it ran.
     """
     import tempfile
     from pathlib import Path
 
-    from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory, set_log_directory
+    from edge_core.host.worker_logs import (
+        LOG_DIR_ENV,
+        log_directory,
+        remove_if_silent,
+        set_log_directory,
+    )
 
     if verbose:
         os.environ.pop(LOG_DIR_ENV, None)
@@ -613,7 +613,7 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
         directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
         import atexit
 
-        atexit.register(_remove_if_empty, directory)
+        atexit.register(remove_if_silent, directory)
     set_log_directory(directory)
     if notice is not None:
         notice(f"worker logs: {directory}")

@@ -61,7 +61,11 @@ workers (`edge run`, `plan`, `profile`, `conformance`, `serve`) writes their out
 runtime's warnings, a worker's traceback) to a log file per worker there, or in a fresh
 folder, named on stderr (`edge: worker logs: DIR`) and as `worker_logs` in the `--json`
 document, never to stdout nor between the command's own lines; `--verbose` shows it on
-stderr instead (`worker_logs` null). A plugin you name that does
+stderr instead (`worker_logs` null). A fresh folder is removed at exit, its logs with it,
+when every worker's log is empty; one where any worker wrote something is kept whole, its
+empty logs included. `EDGE_WORKER_LOG_DIR`'s folder and logs are left as they are. The
+`--json` document names the folder and each worker's log as they were during the run.
+A plugin you name that does
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's
 `plugins` lists that does not import) is never skipped in silence: every command that
 loads plugins warns about it on stderr (`edge: warning: plugin 'nope' (named by

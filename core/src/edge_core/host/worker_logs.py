@@ -11,7 +11,9 @@ document there). A worker's output therefore goes
 Every command that starts workers (``edge run``, ``plan``, ``profile``, ``conformance``,
 ``serve``) logs to a fresh directory (or ``EDGE_WORKER_LOG_DIR``'s) unless ``--verbose``
 is given, which shows the workers' output on stderr instead
-(:func:`edge_core.cli.common.worker_logs`).
+(:func:`edge_core.cli.common.worker_logs`). A fresh directory is removed at exit
+(:func:`remove_if_silent`) when every log in it stayed empty, the logs with it; one where
+a worker wrote anything is kept whole, empty logs included.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["LOG_DIR_ENV", "WorkerOutput", "log_directory", "open_worker_output",
-           "set_log_directory"]
+           "remove_if_silent", "set_log_directory"]
 
 #: Environment variable naming the directory for per-worker log files.
 LOG_DIR_ENV = "EDGE_WORKER_LOG_DIR"
 _STDERR_FD = 2
 _directory: Path | None = None
+#: Every log file this process opened for a worker (one per worker start).
+_opened: set[Path] = set()
 
 
 def set_log_directory(directory: Path | None) -> None:
@@ -70,4 +74,43 @@ def open_worker_output(stage_id: str, generation: int) -> WorkerOutput:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stage_id) or "stage"
     path = directory / f"{safe}.g{generation}.log"
     handle = path.open("ab")
+    _opened.add(path)
     return WorkerOutput(handle, path)
+
+
+def remove_if_silent(directory: Path) -> bool:
+    """Remove ``directory`` and its logs when every one stayed empty; True if it is gone.
+
+    For a directory this process made for its workers' logs, called at exit: the empty
+    log files this process opened there (:func:`open_worker_output`) are unlinked, then
+    the directory. It is left whole — every log in it, empty or not — as soon as one
+    entry is anything else: a log a worker wrote to, a file or folder this process did
+    not open as a log, a symbolic link. A directory already gone counts as removed.
+    """
+    import contextlib  # at exit only: no import for every command
+
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return True
+    except OSError:  # not a directory, not readable: left as it is
+        return False
+    for entry in entries:
+        try:
+            silent = (directory / entry.name in _opened
+                      and entry.is_file(follow_symlinks=False)
+                      and entry.stat(follow_symlinks=False).st_size == 0)
+        except OSError:  # gone or unreadable meanwhile: left as it is
+            silent = False
+        if not silent:
+            return False
+    for entry in entries:
+        with contextlib.suppress(OSError):  # gone meanwhile; else rmdir below says so
+            os.unlink(entry.path)
+    try:
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return True
+    except OSError:  # something new in it meanwhile: left as it is
+        return False
+    return True

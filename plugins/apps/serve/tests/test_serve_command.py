@@ -364,6 +364,12 @@ def test_the_workers_output_goes_to_the_log_folder_the_server_names(tmp_path: Pa
     assert shown.summary["worker_logs"] is None
     assert "NOISY-LOAD err" in "".join(shown.stderr)
     assert "worker logs" not in "".join(shown.stderr)
+    quiet = echo_pipeline(tmp_path, "quiet")  # its worker says nothing
+    with running([quiet], verbose=False, env={"TMPDIR": str(tmp_path / "tmp")}) as silent:
+        pass
+    assert Path(silent.summary["worker_logs"]).parent == tmp_path / "tmp"
+    # its log stayed empty: removed at exit with its folder; the noisy one is kept
+    assert list((tmp_path / "tmp").iterdir()) == [folder]
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ run``'s does (:func:`edge_core.cli.common.worker_logs`), not between the server'
 lines: ``edge: worker logs: DIR`` is printed on stderr before the first pipeline opens, and
 the folder is ``worker_logs`` in the closing summary and in a failure's JSON;
 ``--verbose`` shows the output on stderr instead (``worker_logs`` is then null).
-``EDGE_WORKER_LOG_DIR`` names a folder to use instead of a fresh one.
+``EDGE_WORKER_LOG_DIR`` names a folder to use instead of a fresh one. A fresh folder is
+removed at exit, its logs with it, when every worker's log stayed empty.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -34,7 +35,14 @@ class Refused(ValueError):
 
 
 class Echo(BaseHandler):
-    """A graph-style handler: returns its inputs; params may ask it to sleep or scale."""
+    """A graph-style handler: returns its inputs; params may ask it to sleep or scale.
+
+    ``started`` names a file created as the call begins (the serve loop has read every
+    frame already waiting); ``hold_s`` then holds the call until the worker's channel has
+    bytes to read (the controller's next frame, sent once that file exists), at most that
+    many seconds: the worker's wait for its next frame finds one there, however late the
+    controller runs.
+    """
 
     def __init__(self) -> None:
         self.loaded: dict[str, Any] = {}
@@ -76,6 +84,15 @@ class Echo(BaseHandler):
         sleep_s = call.params.get("sleep_s", 0)
         if sleep_s:
             time.sleep(sleep_s)
+        started = call.params.get("started")
+        if started:
+            with open(started, "x"):
+                pass
+        hold_s = call.params.get("hold_s", 0)
+        if hold_s:  # the channel is the FD of ``python -c WORKER_MAIN FD``
+            channel = select.poll()
+            channel.register(int(sys.argv[1]), select.POLLIN)
+            channel.poll(round(1000 * hold_s))
         if call.params.get("raise"):
             raise ValueError(f"asked to fail: {call.params['raise']}")
         if call.params.get("refuse"):

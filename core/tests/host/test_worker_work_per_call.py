@@ -41,7 +41,8 @@ MAX_WORKER_CALLS = 9  # 45 before the frame reader's one receive and the leaner 
 #: before the change) to 1343 with the packer adding up the outputs against max_io_bytes.
 #: 1415 counting the serve loop's own running frame too (72 of them, unseen before: see
 #: ``CountingEcho``); 617 with the usual path; 591 with its DONE's write dropping the call and
-#: the loop receiving again at once after it.
+#: the loop receiving again at once after it; 599.18 after the worker's poll wait, counted
+#: without the heartbeat's wake (counted apart: a share per period, not per request).
 MAX_WORKER_BYTECODES = {(3, 11): 600}
 
 

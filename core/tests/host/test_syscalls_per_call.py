@@ -6,8 +6,9 @@ worker's loop polls, receives and sends (it waits in a poll, not in the receive 
 which the controller's read of each reply would wake once more: see
 ``test_worker_wakeups.py``; and it polls nothing after a receive that drained the
 socket), and the calling thread sends, polls the socket (together with the channel's
-wake-up pipe, which a cancel or deadline needs) and receives. Counts, not timings: the
-same on a loaded machine as on a quiet one.
+wake-up pipe, which a cancel or deadline needs) and receives. Counts, not timings, but
+for what the threads that wake on their own timers cost the two threads counted: that is
+allowed per second of the counted calls (:data:`TIMED_PER_S`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,18 @@ import pytest
 from .conftest import WORKERS
 
 CALLS = 300
+TIMED_PER_S = 40
+"""System calls a second that threads waking on their own timers may cost either thread
+counted, whatever the number of calls: the worker's heartbeat (woken once per
+``HEARTBEAT_S`` of work at most) and the controller's liveness monitor (every ``TICK_S``)
+and background reader (every ``LINGER_S`` while a caller leads) take the GIL, which is
+handed over and back (futex); the caller reads the heartbeat's frames, and writes the
+reader's wake-up pipe after a gap. A quiet machine runs the calls in a fraction of a
+second; a loaded one took seconds, and the worker's loop made a futex call every few
+calls (none with the heartbeat off), over the per-call slack."""
 
 CHILD = r"""
-import os, sys
+import os, sys, time
 import numpy as np
 from edge_contracts.requests import Operation, StageRequest
 from edge_core.host import Route, start_worker
@@ -44,15 +54,16 @@ def call(i):
 try:
     for i in range(50):
         call(i)
-    os.write(2, b"CALLS-START\n")
+    os.write(2, b"CALLS-START %.6f\n" % time.monotonic())
     for i in range(int(sys.argv[2])):
         call(1000 + i)
-    os.write(2, b"CALLS-END\n")
+    os.write(2, b"CALLS-END %.6f\n" % time.monotonic())
 finally:
     assert client.retire(deadline_s=10.0).verified
 """
 
 LINE = re.compile(r"^(\d+)\s+(?:<\.\.\. )?([a-z_0-9]+)[( ]")
+MARK = re.compile(r"CALLS-(?:START|END) ([0-9.]+)")
 
 
 def _strace_works() -> bool:
@@ -85,6 +96,10 @@ def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Pat
         if match and "resumed>" not in line:
             counts[match.group(1)][match.group(2)] += 1
     mine = counts.pop(caller)
+    marks = [MARK.search(lines[at]) for at in (start, end)]
+    assert marks[0] is not None and marks[1] is not None, (lines[start], lines[end])
+    elapsed = float(marks[1].group(1)) - float(marks[0].group(1))
+    timed = TIMED_PER_S * elapsed
     # the worker's loop thread: the other thread that sent an event per call (a receive
     # that began before the first mark is counted by the line of its start: not here)
     loop = max(counts.values(), key=lambda c: c["sendmsg"])
@@ -92,7 +107,7 @@ def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Pat
     assert loop["sendmsg"] >= CALLS and mine["sendmsg"] >= CALLS, (per_call, loop, mine)
     # the worker: a poll, one receive and one send (was four: a zero-timeout poll after
     # the receive too; then two, waiting in the receive, which slept twice a call)
-    assert per_call["worker"] <= 3.05, (per_call, loop)
+    assert sum(loop.values()) <= 3.05 * CALLS + timed, (per_call, loop, elapsed)
     assert loop["poll"] <= CALLS * 1.02, (per_call, loop)
     # the caller: one send, one poll, one receive
-    assert per_call["caller"] <= 3.05, (per_call, mine)
+    assert sum(mine.values()) <= 3.05 * CALLS + timed, (per_call, mine, elapsed)

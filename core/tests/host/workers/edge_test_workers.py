@@ -7,7 +7,9 @@ standard library, edge_contracts and numpy.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from edge_contracts.errors import InvalidValue
 from edge_contracts.headers import FrameHeader, TensorSpec
 from edge_contracts.wire import encode_frame, write_frame
 from edge_contracts.worker import BaseHandler, Call
+from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import hello_meta
 
 
@@ -34,7 +37,14 @@ class Refused(ValueError):
 
 
 class Echo(BaseHandler):
-    """A graph-style handler: returns its inputs; params may ask it to sleep or scale."""
+    """A graph-style handler: returns its inputs; params may ask it to sleep or scale.
+
+    ``started`` names a file created as the call begins (the serve loop has read every
+    frame already waiting); ``hold_s`` then holds the call until the worker's channel has
+    bytes to read (the controller's next frame, sent once that file exists), at most that
+    many seconds: the worker's wait for its next frame finds one there, however late the
+    controller runs.
+    """
 
     def __init__(self) -> None:
         self.loaded: dict[str, Any] = {}
@@ -76,6 +86,15 @@ class Echo(BaseHandler):
         sleep_s = call.params.get("sleep_s", 0)
         if sleep_s:
             time.sleep(sleep_s)
+        started = call.params.get("started")
+        if started:
+            with open(started, "x"):
+                pass
+        hold_s = call.params.get("hold_s", 0)
+        if hold_s:  # the channel is the FD of ``python -c WORKER_MAIN FD``
+            channel = select.poll()
+            channel.register(int(sys.argv[1]), select.POLLIN)
+            channel.poll(round(1000 * hold_s))
         if call.params.get("raise"):
             raise ValueError(f"asked to fail: {call.params['raise']}")
         if call.params.get("refuse"):
@@ -96,6 +115,29 @@ class Echo(BaseHandler):
         return dict(call.inputs)
 
 
+_WAKE = Heartbeat.wake.__code__
+_WAKE_LINES: dict[tuple[str, int], bool] = {}
+
+
+def _in_wake(frame: Any) -> bool:
+    """Whether ``frame`` runs inside the worker heartbeat's ``wake`` (its own frame too)."""
+    while frame is not None:
+        if frame.f_code is _WAKE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _calls_wake(frame: Any) -> bool:
+    """Whether the line ``frame`` runs is a call of a ``wake`` (the serve loop's call site)."""
+    key = (frame.f_code.co_filename, frame.f_lineno)
+    found = _WAKE_LINES.get(key)
+    if found is None:  # (an instruction without a line has f_lineno None)
+        found = _WAKE_LINES[key] = (key[1] is not None
+                                    and ".wake()" in linecache.getline(*key))
+    return found
+
+
 class CountingEcho(BaseHandler):
     """Returns its inputs; counts the serve loop's Python work between two queries.
 
@@ -103,11 +145,18 @@ class CountingEcho(BaseHandler):
     loop thread (where queries run), Python function calls (``sys.setprofile``) or
     bytecode instructions (``sys.settrace`` opcode events, in the frames already running
     below the query too: the serve loop's own); ``query({"count": "stop"})``
-    stops and answers ``{"total": N, "top": [[name, count], ...]}``.
+    stops and answers ``{"total": N, "top": [[name, count], ...], "wakes": W,
+    "wake_total": M}``. The work inside the worker heartbeat's ``wake`` is not in
+    ``total``: it runs once per heartbeat period at most, not per request (it is skipped
+    while a wake is pending), so its share grows with the time the requests took;
+    ``wakes`` counts those calls and ``wake_total`` their work (in bytecodes, with the
+    lines that call it: the call site's share, which the loop's own frame runs).
     """
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        self.wakes = 0
+        self.wake_total = 0
 
     def _note(self, frame: Any) -> None:
         key = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
@@ -119,20 +168,37 @@ class CountingEcho(BaseHandler):
             sys.setprofile(None)
             sys.settrace(None)
             top = sorted(self.counts.items(), key=lambda item: -item[1])[:20]
-            return {"total": sum(self.counts.values()), "top": [list(item) for item in top]}
+            return {"total": sum(self.counts.values()), "top": [list(item) for item in top],
+                    "wakes": self.wakes, "wake_total": self.wake_total}
         self.counts = {}
+        self.wakes = self.wake_total = 0
         if mode == "calls":
             def count(frame: Any, event: str, arg: Any) -> None:
                 if event == "call":
-                    self._note(frame)
+                    if _in_wake(frame):
+                        self.wakes += frame.f_code is _WAKE
+                        self.wake_total += 1
+                    else:
+                        self._note(frame)
             sys.setprofile(count)
         elif mode == "bytecodes":
+            def in_wake(frame: Any, event: str, arg: Any) -> Any:
+                if event == "opcode":
+                    self.wake_total += 1
+                return in_wake
+
             def trace(frame: Any, event: str, arg: Any) -> Any:
                 if event == "call":
                     frame.f_trace_opcodes = True
+                    if _in_wake(frame):
+                        self.wakes += frame.f_code is _WAKE
+                        return in_wake
                     return trace
                 if event == "opcode":
-                    self._note(frame)
+                    if _calls_wake(frame):
+                        self.wake_total += 1
+                    else:
+                        self._note(frame)
                 return trace
             sys.settrace(trace)
             # The frames already running (the serve loop's own, below this query) are

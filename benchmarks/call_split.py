@@ -17,10 +17,15 @@ Configurations, each a block of calls after a warm-up, in alternating rounds:
 Per configuration: the round trip's median (``rtt_p50_us``); the controller's and the
 worker's CPU per call (``controller_cpu_us``, ``worker_cpu_us``: ``/proc`` times, all
 threads); and for the stage, the controller's time per call in its wait for the reply
-(``in_wait_us``, ``ReadableWait.wait``), in its send (``in_write_us``,
-``WorkerClient._write``) and everything else (``controller_work_us``: the Python of the
-call before the send and after the reply), found by timing those two methods (wrapped
-for this run; the wrappers' own cost is in ``controller_work_us``).
+(``in_wait_us``), in its send (``in_write_us``) and everything else
+(``controller_work_us``: the Python of the call before the send and after the reply).
+The wait is timed where the reading caller polls the socket: ``ReadableWait.wait`` (a
+spin budget, or a measured wait) and the channel reader's own plain blocking poll (the
+usual blocking wait, which calls no ``ReadableWait.wait``); the send is timed in the
+socket's ``sendmsg`` (each write of the client: the usual request's from its kept
+template, which calls no ``WorkerClient._write``, and the general path's). These are
+wrapped for this run (the method on its class, the poll and the socket on the stage's
+client); the wrappers' own cost is in ``controller_work_us``.
 ``controller_work_blocking_over_spinning`` divides the blocking stage's
 ``controller_work_us`` on two CPUs by the spinning one's: the same Python, run after a
 blocking wait or without one.
@@ -36,6 +41,7 @@ import contextlib
 import functools
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -59,17 +65,44 @@ from transport_timing import process_cpu_s
 X = np.zeros(4, np.float32)
 
 
+class TimedSocket:
+    """A client's socket whose ``sendmsg`` adds its time to ``timed`` (all else passes)."""
+
+    def __init__(self, sock: socket.socket, timed: Timed) -> None:
+        self.sock = sock
+        self._sendmsg = sock.sendmsg
+        self._timed = timed
+
+    def sendmsg(self, buffers: Any, *args: Any) -> int:
+        """The socket's ``sendmsg``, timed."""
+        clock = time.perf_counter_ns
+        start = clock()
+        try:
+            return self._sendmsg(buffers, *args)
+        finally:
+            self._timed.write_ns += clock() - start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
 class Timed:
-    """Nanoseconds spent in ``ReadableWait.wait`` and ``WorkerClient._write``, this run."""
+    """Nanoseconds the stage's controller spent polling for the reply and in ``sendmsg``."""
 
     def __init__(self) -> None:
         self.wait_ns = 0
         self.write_ns = 0
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        """Wrap both methods (on their classes) while the block runs."""
-        wait, write = ReadableWait.wait, WorkerClient._write
+    def installed(self, pipeline: Pipeline) -> Iterator[None]:
+        """Wrap the waits and the writes of ``pipeline``'s one stage while the block runs.
+
+        ``ReadableWait.wait`` on its class (the waits with a spin budget or measured), the
+        channel reader's plain poll and the client's socket on the stage's client.
+        """
+        client: WorkerClient = pipeline.stages[0].loaded.client  # type: ignore[attr-defined]
+        reader = client._reader
+        wait, poll, sock = ReadableWait.wait, reader._poll, client._sock
         clock = time.perf_counter_ns
 
         def timed_wait(wait_self: ReadableWait, timeout_s: float | None) -> Any:
@@ -79,20 +112,22 @@ class Timed:
             finally:
                 self.wait_ns += clock() - start
 
-        def timed_write(client: WorkerClient, parts: Any) -> None:
+        def timed_poll(timeout_ms: float | None = None) -> list[tuple[int, int]]:
             start = clock()
             try:
-                write(client, parts)
+                return poll(timeout_ms)
             finally:
-                self.write_ns += clock() - start
+                self.wait_ns += clock() - start
 
         ReadableWait.wait = timed_wait  # type: ignore[method-assign,assignment]
-        WorkerClient._write = timed_write  # type: ignore[method-assign,assignment]
+        reader._poll = timed_poll
+        client._sock = TimedSocket(sock, self)  # type: ignore[assignment]
         try:
             yield
         finally:
             ReadableWait.wait = wait  # type: ignore[method-assign]
-            WorkerClient._write = write  # type: ignore[method-assign]
+            reader._poll = poll
+            client._sock = sock
 
 
 def pin(pid: int, cpus: set[int]) -> None:
@@ -131,7 +166,7 @@ def stage_block(pipeline: Pipeline, timed: Timed, calls: int) -> dict[str, float
         pipeline.run({"x": X}).ack()
     samples = []
     clock = time.perf_counter_ns
-    with timed.installed():
+    with timed.installed(pipeline):
         timed.wait_ns = timed.write_ns = 0
         cpu0, worker0 = time.process_time(), process_cpu_s(pid)
         for _ in range(calls):

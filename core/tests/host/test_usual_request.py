@@ -26,7 +26,7 @@ from edge_contracts.wire import BINARY_MAGIC, PREFIX, encode_frame, parse_header
 from edge_contracts.worker_protocol import spin_meta
 from edge_contracts.worker_transport import TensorPacker
 from edge_core.host import WorkerClient
-from edge_core.host.request_kept import request_key, request_template
+from edge_core.host.request_kept import request_template
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
 LIMITS = Limits(max_io_bytes=1 << 20, supported_features=KNOWN_FEATURES)
@@ -90,7 +90,8 @@ def test_a_usual_request_is_written_as_the_general_path_writes_it(
     client, sock = watched
     np.testing.assert_array_equal(run(client, "r01")["x"], X)
     (first,) = sock.taken()
-    assert len(client._kept_requests) == 1  # kept from the general path's frame
+    # kept from the general path's frame, under the key the client builds inline
+    assert list(client._kept_requests) == [(3, "x", X.dtype, X.shape, Operation.RUN, "s0", 0)]
     for index in range(2, 12):
         rid = f"r{index:02}"
         x = X + index
@@ -104,12 +105,41 @@ def test_a_usual_request_is_written_as_the_general_path_writes_it(
     wide = np.arange(12, dtype=np.int64).reshape(3, 4)
     np.testing.assert_array_equal(run(client, "r13", wide)["x"], wide)  # another entry
     np.testing.assert_array_equal(run(client, "r14", X, epoch=3)["x"], X)  # another epoch
-    assert len(client._kept_requests) == 4
+    assert list(client._kept_requests) == [
+        (3, "x", X.dtype, X.shape, Operation.RUN, "s0", 0),
+        (4, "x", X.dtype, X.shape, Operation.RUN, "s0", 0),
+        (3, "x", wide.dtype, wide.shape, Operation.RUN, "s0", 0),
+        (3, "x", X.dtype, X.shape, Operation.RUN, "s0", 3),
+    ]
+    for key, kept in client._kept_requests.items():
+        assert_kept_for_key(client, key, kept)
     for rid, x, epoch in (("r101", X, 0), ("r15", wide, 0), ("r16", X, 3)):
         np.testing.assert_array_equal(run(client, rid, x, epoch=epoch)["x"], x)
     sock.taken()
     assert len(client._kept_requests) == 4
     assert client.outstanding() == 0
+
+
+def assert_kept_for_key(client: WorkerClient, key: tuple[object, ...],
+                        kept: tuple[bytes, bytes, int]) -> None:
+    """The template kept under ``key`` is the general frame of any request with that key.
+
+    ``key`` is read as ``(id length, name, dtype, shape, operation, stage id, epoch)``
+    (``edge_core.host.request_kept``); a request is made of those fields with ids of that
+    length and two arrays of that dtype and shape: if the client's key left out or changed
+    what a frame depends on, the template would not be that frame.
+    """
+    id_length, name, dtype, shape, operation, stage_id, epoch = key
+    assert isinstance(id_length, int) and isinstance(name, str)
+    assert isinstance(operation, Operation) and isinstance(stage_id, str)
+    assert isinstance(epoch, int)
+    before, after, total = kept
+    for rid, fill in (("q" * id_length, 0), ("z" * id_length, 3)):
+        x = np.full(shape, fill, dtype=dtype)  # type: ignore[call-overload]
+        request = StageRequest(rid, stage_id, epoch, 1, operation)
+        assert before + rid.encode() + after + x.tobytes() == general_frame(
+            client, request, {name: x})
+        assert total == len(before) + id_length + len(after) + x.nbytes
 
 
 def test_requests_that_are_not_usual_go_the_general_way(
@@ -209,8 +239,6 @@ def test_a_template_is_the_general_frame_cut_around_the_request_id() -> None:
     assert before + b"b2" + after == other and total == len(other) + len(payload)
     longer, _ = frames["c345"]
     assert before + b"c345" + after != longer  # the id's length is in the fixed part
-    assert request_key(2, "x", X, Operation.RUN, "s0", 2) != request_key(
-        4, "x", X, Operation.RUN, "s0", 2)
     assert request_template(b"EDGJ" + first[4:], 2, X.nbytes) is None  # not binary
 
 

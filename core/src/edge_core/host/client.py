@@ -577,7 +577,7 @@ class WorkerClient:
             if type(value) is np.ndarray and value.flags.c_contiguous:
                 rid = request_id.encode()
                 key = (len(rid), name, value.dtype, value.shape, request.operation,
-                       request.stage_id, request.epoch)  # request_kept.request_key
+                       request.stage_id, request.epoch)  # the key: see request_kept
                 kept = self._kept_requests.get(key)
         if kept is None:
             try:  # input buffers (InputBuffers.allocate) travel by reference

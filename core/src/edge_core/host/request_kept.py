@@ -12,10 +12,16 @@ side of :mod:`edge_contracts.worker_kept`, which reads it on the worker's):
   (its checks: one C-contiguous array of a plain wire dtype, inline, within
   ``max_io_bytes``) and encoded by
   :func:`~edge_contracts.call_frames.encode_call_frame` with a binary header, its first
-  part (prefix and header) is cut around the request id. A later request whose
-  :func:`request_key` is the same is written as the kept bytes joined around its own id,
-  followed by its array's bytes: the bytes the general path writes (a test compares the
-  two).
+  part (prefix and header) is cut around the request id. A later request with the same
+  key is written as the kept bytes joined around its own id, followed by its array's
+  bytes: the bytes the general path writes (a test compares the two).
+
+The key of a usual request is what its frame's bytes but the id's depend on, the tuple
+``(id length, name, dtype, shape, operation, stage id, epoch)``: the request id's length
+in UTF-8 bytes, the lone input's name, its array's dtype and shape, the request's
+:class:`~edge_contracts.requests.Operation`, stage id and epoch. The client builds it
+inline on its per-request path (no call); ``core/tests/host/test_usual_request.py`` checks
+the keys the client keeps.
 
 Kept: one input, a C-contiguous array (at least one dimension and one byte) that went
 inline without a required feature, no params, no segment names announced with the
@@ -26,12 +32,10 @@ one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from edge_contracts.binary_header import FIXED
 from edge_contracts.wire import BINARY_MAGIC, PREFIX_SIZE
 
-__all__ = ["MAX_KEPT", "KeptRequest", "request_key", "request_template"]
+__all__ = ["MAX_KEPT", "KeptRequest", "request_template"]
 
 MAX_KEPT = 256
 """Most request templates a client keeps at once (then all are dropped and made again)."""
@@ -40,18 +44,6 @@ _ID_AT = PREFIX_SIZE + FIXED.size  # where a frame's request id begins (after th
 
 #: ``(prefix and fixed part, the header after the request id, the frame's byte count)``
 KeptRequest = tuple[bytes, bytes, int]
-
-
-def request_key(id_length: int, name: str, array: Any, operation: object, stage_id: str,
-                epoch: int) -> tuple[object, ...]:
-    """The key of a usual request: what its frame's bytes but the id's depend on.
-
-    ``id_length`` is the request id's length in UTF-8 bytes, ``array`` the lone input
-    (its dtype and shape), ``operation`` the request's
-    :class:`~edge_contracts.requests.Operation`. (The client's usual path builds the
-    same tuple inline.)
-    """
-    return (id_length, name, array.dtype, array.shape, operation, stage_id, epoch)
 
 
 def request_template(first: bytes | memoryview, id_length: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,30 @@ def test_loaded_directory_is_the_copy_or_the_bundle_checked_unchanged(
     assert in_place.manifest_sha256 in refused.value.reason and refused.value.value == now
     assert loaded_directory(staged) == staged.directory  # the copy: what was verified
     staged.cleanup()
+
+
+def test_check_loaded_sees_a_file_replaced_or_rewritten_with_every_time_put_back(
+        bundle: Path) -> None:
+    """What a ``stat`` sees (docs/artifacts.md, "What a file-status check sees"): the same
+    bytes renamed into place are another inode, and a same-size write in place moves the
+    ctime, which ``utime`` cannot set back; size, mtime and atime are all as verified."""
+    from edge_core.artifacts.pins import check_loaded
+
+    graph = bundle / "model.onnx"
+    for change in ("renamed into place", "written in place"):
+        verified = verify_bundle(bundle, stage=False)
+        before = graph.stat()
+        data = graph.read_bytes()
+        time.sleep(0.02)  # past one tick of a coarse clock (a kernel before Linux 6.13)
+        if change == "renamed into place":
+            (bundle / "model.new").write_bytes(data)
+            os.replace(bundle / "model.new", graph)
+        else:
+            with open(graph, "r+b") as handle:
+                handle.write(data)
+        os.utime(graph, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = graph.stat()
+        assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        with pytest.raises(BundleChanged) as refused:
+            check_loaded(verified)
+        assert refused.value.field == 'manifest.files["model.onnx"]', change

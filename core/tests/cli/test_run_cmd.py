@@ -209,12 +209,41 @@ def test_a_request_failed_in_the_worker_is_one_line_its_traceback_left_to_debug(
     assert "Traceback" not in plain.stderr and "worker traceback" not in plain.stderr
     report = json.loads(edge(*args, "--json", cwd=tmp_path).stdout)
     assert "Traceback" not in report["error"]
+    assert "error_detail" not in report  # InjectedFailure holds no field, reason, value
     assert report["detail"].startswith("Traceback (most recent call last)")
     assert 'raise InjectedFailure("call failed as the request asked")' in report["detail"]
     debug = edge(*args, "--debug", cwd=tmp_path)
     assert debug.returncode == 1
     assert "--- worker traceback ---" in debug.stderr
     assert 'raise InjectedFailure("call failed as the request asked")' in debug.stderr
+
+
+def test_a_workers_error_names_its_field_reason_and_value_in_the_json_document(
+        tmp_path: Path) -> None:
+    """The worker's error's own fields, as it sent them (``RequestFailed.error_detail``):
+    a caller reads the field there, not out of the message."""
+    one = PIPELINE.split("[[stages]]\nid = \"b\"")[0].replace(
+        'id = "a"', 'id = "a"\nmax_io_bytes = 4096')
+    (tmp_path / "pipeline.toml").write_text(one)
+    np.savez(tmp_path / "in.npz", x=np.array([1.0], np.float32))
+    failed = edge("run", "pipeline.toml", "--inputs", "in.npz", "--params",
+                  '{"pad_output_bytes": 8192}', "--json", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    report = json.loads(failed.stdout)
+    assert "EventTooLarge: event.outputs: the done event's output tensors" in report["error"]
+    detail = report["error_detail"]
+    assert (detail["field"], detail["value"]) == ("event.outputs", 4 + 8192)
+    assert detail["reason"].startswith("the done event's output tensors are 8196 bytes, "
+                                       "over the channel's max_io_bytes 4096")
+    # each input's failed result under --input carries it too
+    (tmp_path / "pipeline.toml").write_text('prepare = "edge_echo.ends:prepare"\n' + one)
+    (tmp_path / "mine.txt").write_text("4 5")
+    failed = edge("run", "pipeline.toml", "--input", "mine.txt", "--params",
+                  '{"pad_output_bytes": 8192}', "--json", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stderr
+    (result,) = json.loads(failed.stdout)["results"]
+    assert (result["ok"], result["error_detail"]["field"]) == (False, "event.outputs")
+    assert result["error_detail"]["value"] == 8 + 8192
 
 
 def test_a_demand_on_an_unknown_pool_names_the_file_its_path_and_the_closest_pool(

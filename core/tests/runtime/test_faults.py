@@ -329,6 +329,10 @@ def test_outputs_over_max_io_bytes_fail_their_request_and_the_stage_keeps_servin
     assert failed.value.error_message.startswith(
         "event.outputs: the done event's output tensors are 8208 bytes, over the channel's "
         "max_io_bytes 4096; the largest is outputs['pad'], 8192 bytes")
+    # the error's field, reason and value, as the worker sent them: typed, not parsed
+    detail = failed.value.error_detail
+    assert detail is not None and (detail.field, detail.value) == ("event.outputs", 8208)
+    assert failed.value.error_message == f"{detail.field}: {detail.reason}: {detail.value}"
     assert pipeline.admission.used == 0 and pipeline.stage("a").outstanding == 0
     assert ledger.reserved("machine:ram") == charged  # nothing released or charged again
     with pipeline.run(X, params={"pad_output_bytes": 4096 - 16}) as result:  # exactly 4096

@@ -223,10 +223,13 @@ class VerifiedBundle:
         Checks the manifest file and every member of the bundle on disk by fingerprint
         (device, inode, size, mtime and ctime in ns; a write always moves ctime), and the
         staged copy by fingerprint too. With ``rehash`` every byte is hashed again: the
-        bundle's, and the staged copy's (twice the read cost). A same-size rewrite within
-        one tick of the file system's timestamp clock (a few ms) can only be seen by a
-        rehash; in staged mode it cannot reach the worker in any case. A :attr:`detached`
-        handle checks the staged copy alone (the bundle on disk is not what it loads).
+        bundle's, and the staged copy's (twice the read cost). Only a rehash sees a change
+        that keeps the fingerprint: a same-size rewrite stamped within the same tick of the
+        file system's timestamp clock as the file's last change before verification, or
+        stores through a writable ``mmap`` of it (docs/artifacts.md, "What a file-status
+        check sees"); in staged mode such a change cannot reach the worker in any case.
+        A :attr:`detached` handle checks the staged copy alone (the bundle on disk is not
+        what it loads).
         """
         if not self.detached:
             self._check_source(rehash=rehash)

@@ -209,8 +209,10 @@ def check_loaded(bundle: VerifiedBundle) -> None:
     it and the worker's own ``open`` of the graph and its weights; any write moves the
     file's ``ctime`` (which nobody can set back), so the same check made again once the
     load ended tells that what the worker opened is what was verified, to the resolution
-    of that check (a ``stat`` per file; a same-size rewrite within one tick of the file
-    system's timestamp clock is not seen, as before the load). A staged bundle is not
+    of that check (a ``stat`` per file: a same-size rewrite stamped within the tick of
+    the file's last change before verification, or stores through a writable ``mmap``
+    of it, are not seen, as before the load; docs/artifacts.md, "What a file-status
+    check sees"). A staged bundle is not
     checked: the worker loaded the private copy, checked before it started. Costs a
     ``stat`` per file of the bundle, once per load.
 

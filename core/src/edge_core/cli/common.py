@@ -133,6 +133,19 @@ def error_line(exc: BaseException) -> str:
     return line
 
 
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """``{"error_detail": {"field", "reason", "value"}}`` for a worker's error, else ``{}``.
+
+    The field, reason and value a request's worker error held, as the worker sent them
+    (``RequestFailed.error_detail``: :mod:`edge_contracts.error_details`); nothing for an
+    error without them (a worker's error whose value was no JSON scalar, any other error).
+    """
+    from edge_contracts.error_details import ErrorDetail  # a failure's path only
+
+    detail = getattr(exc, "error_detail", None)
+    return {"error_detail": detail.to_dict()} if isinstance(detail, ErrorDetail) else {}
+
+
 def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
     """The exit code and one-line message for ``exc`` (see the module docstring).
 
@@ -148,6 +161,7 @@ def failure_for(exc: BaseException, what: str = "") -> CommandFailed:
     where = f"{stage}: " if stage else ""
     body = {"stage": stage} if stage else {}
     if isinstance(exc, EdgeError):
+        body.update(error_fields(exc))
         return CommandFailed(EXIT_FAILED, f"{where}{error_line(exc)}",
                              body if exc.detail is None else {**body, "detail": exc.detail})
     if isinstance(exc, ValueError):

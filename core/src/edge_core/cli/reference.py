@@ -24,8 +24,10 @@ docs/cli.md` (a test checks that it is current), with every installed plugin's
 commands. Every command prints one JSON document with `--json`, and `--debug` (or
 `EDGE_DEBUG=1`) adds the traceback to an error. A request that failed in a worker is
 one line naming the worker's error type and message; the worker's traceback is left to
-`--debug` and to the `--json` document's `detail`. A path into the pipeline file names a
-stage by its position, with its id after the path (`stages[0].backend.name (stage
+`--debug` and to the `--json` document's `detail`, and the field, reason and value
+its error held, when the worker sent them, to its `error_detail` (`{"field", "reason",
+"value"}`; `edge run --input`'s failed results carry it too). A path into the pipeline
+file names a stage by its position, with its id after the path (`stages[0].backend.name (stage
 'detect'): ...`); an error of a stage once it loads or runs names it by its id
 (`stages[detect].numerics: ...`): [config.md](config.md#how-an-error-names-a-stage).
 

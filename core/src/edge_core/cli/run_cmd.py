@@ -13,11 +13,13 @@ stage refuses it, a worker is lost, ``--deadline`` passes, ``finish`` raises) is
 with its reason and the next one is served all the same. ``--json`` prints one document
 whose ``results`` hold one entry per input, in order, ahead of the plan: ``{"file", "ok":
 true, "lines", "placement"}`` (``lines``: the ``finish`` answer) or ``{"file", "ok":
-false, "error"}``; ``failed`` lists the files that failed and ``ok`` is true only when
-none did. ``--jsonl`` prints those entries one line per input as each ends (the summary
-goes to standard error); the text output prints each answer, or ``failed (FILE):
-REASON``, and ends with a line on standard error naming the files that failed. Exit 0
-when every input succeeded, 1 when some failed (the others' answers are all there).
+false, "error"}`` (with ``error_detail``, ``{"field", "reason", "value"}``, when a
+worker's error sent them: :func:`~edge_core.cli.common.error_fields`); ``failed`` lists
+the files that failed and ``ok`` is true only when none did. ``--jsonl`` prints those
+entries one line per input as each ends (the summary goes to standard error); the text
+output prints each answer, or ``failed (FILE): REASON``, and ends with a line on
+standard error naming the files that failed. Exit 0 when every input succeeded, 1 when
+some failed (the others' answers are all there).
 
 ``--inputs NPZ`` gives the first stage's tensors directly; the archive is read and its
 names, dtypes and shapes are checked against the first stage's declared shapes before the
@@ -364,7 +366,8 @@ def _run(args: argparse.Namespace, checked: Any, plugin_errors: list[dict[str, A
                                                   buffered.stage(prepared.get(index)),
                                                   args, samples)
                     except Exception as exc:
-                        results.append({"file": file, "ok": False, "error": _reason(exc)})
+                        results.append({"file": file, "ok": False, "error": _reason(exc),
+                                        **common.error_fields(exc)})
                         if common.debug_enabled(args):
                             import traceback
 

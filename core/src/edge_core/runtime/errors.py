@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edge_contracts.error_details import ErrorDetail
 from edge_contracts.request_faults import RequestFault
 from edge_core.errors import (
     NO_VALUE,
@@ -155,16 +156,24 @@ class RequestFailed(WorkerError):
         request_fault: What the worker's error declared when it was the request's own
             fault (a client error; :mod:`edge_contracts.request_faults`): its code word
             and the field at fault. None for a server error.
+        error_detail: The field, reason and value the worker's error holds, as the
+            worker sent them (:class:`~edge_contracts.error_details.ErrorDetail`: the
+            field it names, such as ``event.outputs`` or a file's path), or None when it
+            had none that fit exactly. Read what the error names here, never out of
+            :attr:`error_message`'s wording. (Not :attr:`detail`, which every edge error
+            has: the text a one-line report leaves out, here the traceback.)
     """
 
     def __init__(self, request_id: str, error_type: str, error_message: str,
                  *, traceback: str | None = None,
-                 request_fault: RequestFault | None = None) -> None:
+                 request_fault: RequestFault | None = None,
+                 error_detail: ErrorDetail | None = None) -> None:
         self.request_id = request_id
         self.error_type = error_type
         self.error_message = error_message
         self.traceback = traceback
         self.request_fault = request_fault
+        self.error_detail = error_detail
         text = f"request {request_id!r}: {error_type}: {error_message}"
         if traceback:
             text += f"\n--- worker traceback ---\n{traceback.rstrip()}"

@@ -228,7 +228,8 @@ class PendingCall:
         raise RequestFailed(self.request_id, info.type if info else "Error",
                             info.message if info else "",
                             traceback=info.traceback if info else None,
-                            request_fault=info.fault if info else None)
+                            request_fault=info.fault if info else None,
+                            error_detail=info.detail if info else None)
 
     def _read_to_end(self) -> None:
         """Read a fenced call that was left to finish up to its end, delivering nothing.

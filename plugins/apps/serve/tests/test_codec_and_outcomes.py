@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_contracts.error_details import ErrorDetail, detail_of
 from edge_contracts.errors import EventTooLarge, InvalidValue, PayloadTooLarge
 from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
@@ -193,9 +194,12 @@ def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events
         "event.data", 129627, "the done event's header would be 129627 bytes, over the "
         "channel's max_header_bytes 65536; its data is 129493 bytes as JSON, 128391 of "
         "them in data['choices']: put large values in output tensors")
-    sent = RequestFailed("r", "EventTooLarge", str(refused))  # as the worker's ERROR
+    sent = RequestFailed("r", "EventTooLarge", str(refused),  # as the worker's ERROR
+                         error_detail=detail_of(refused))
     by_error = RequestFailed("r", "EventTooLarge", "event.error: the error event's header "
-                             "would be 90000 bytes, over ...: 90000")
+                             "would be 90000 bytes, over ...: 90000",
+                             error_detail=ErrorDetail("event.error", "the error event's "
+                                                      "header would be ...", 90000))
     for error, field in ((sent, "event.data"), (refused, "event.data"),
                          (by_error, "event.error")):
         refusal = from_exception(error, field="params")
@@ -213,7 +217,8 @@ def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events
     # output tensors over max_io_bytes: the same answer, with a reason of their own
     outputs = RequestFailed("r", "EventTooLarge", "event.outputs: the done event's output "
                             "tensors are 8208 bytes, over the channel's max_io_bytes 4096; "
-                            "the largest is outputs['pad'], 8192 bytes: ...: 8208")
+                            "the largest is outputs['pad'], 8192 bytes: ...: 8208",
+                            error_detail=ErrorDetail("event.outputs", "...", 8208))
     refusal = from_exception(outputs, field="params")
     body = json.loads(refusal.body())["error"]
     assert (refusal.status, body["code"], body["edge"]["field"]) == (
@@ -223,6 +228,25 @@ def test_an_event_too_large_from_any_stage_is_500_naming_the_kind_and_the_events
         "tensors over the stage's max_io_bytes): the stage's max_io_bytes must be raised "
         "for such answers")
     assert capsys.readouterr().err.count("EventTooLarge") == 1  # logged once, as a 500
+
+
+def test_an_event_too_large_names_the_field_the_worker_sent_never_one_read_from_its_text(
+) -> None:
+    """The field is the worker's error's own (``RequestFailed.error_detail``). Before, it
+    was read out of the message's first words: a message worded otherwise named the wrong
+    field, and one that merely began with ``event.data: `` named that field."""
+    reworded = RequestFailed("r", "EventTooLarge", "outputs of 8208 bytes are over the "
+                             "channel's max_io_bytes 4096",
+                             error_detail=ErrorDetail("event.outputs", "over", 8208))
+    misleading = RequestFailed("r", "EventTooLarge", "event.data: a message that begins so",
+                               error_detail=ErrorDetail("event.error", "over", 90000))
+    unsent = RequestFailed("r", "EventTooLarge", "event.data: no detail was sent")
+    foreign = RequestFailed("r", "EventTooLarge", "event.data: ...",
+                            error_detail=ErrorDetail("params.size", "over", 1))
+    for error, field in ((reworded, "event.outputs"), (misleading, "event.error"),
+                         (unsent, "event"), (foreign, "event")):
+        body = json.loads(from_exception(error, field="params").body())["error"]
+        assert (body["code"], body["edge"]["field"]) == ("event_too_large", field), error
 
 
 def _part_image(url: str) -> dict[str, object]:

@@ -113,3 +113,37 @@ def test_a_graph_rewritten_before_the_worker_loads_it_is_refused_and_never_compa
         open_in_place(wrapper, ledger, bundle, tmp_path / "cache").close()
     assert caught.value.field == 'manifest.files["model.onnx"]'
     assert wrapper.calls == 0  # no warm-up: nothing compared
+
+
+def test_a_context_compiled_from_a_graph_rewritten_before_the_load_is_never_reused(
+        ledger: ResourceLedger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The EP-context key is made of the sha256s verified, but the worker compiles what it
+    reads: a load refused because the bundle changed before it ended removes the entries
+    it wrote. Otherwise the verified bytes, put back, would load the rewrite's compiled
+    graph under their own key."""
+    bundle = make_bundle(tmp_path / "static", expected=False)
+    verified = shutil.copyfile(bundle / "model.onnx", tmp_path / "verified.onnx")
+    other = build_conv_relu(tmp_path / "other.onnx", seed=4)
+    x = example_input(100)
+    assert not np.allclose(cpu_run(other, x), cpu_run(verified, x), atol=1e-2)
+    start = OrtStage.start.__func__  # type: ignore[attr-defined]
+
+    def rewriting(cls: type[OrtStage], *args: Any, **kwargs: Any) -> OrtStage:
+        shutil.copyfile(other, bundle / "model.onnx")  # after the pre-load check
+        return start(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(OrtStage, "start", classmethod(rewriting))
+    cache = tmp_path / "cache"
+    with pytest.raises(BundleChanged) as caught:
+        open_in_place(BeforeWarmup(), ledger, bundle, cache).close()
+    assert any("EP-context cache entries it wrote removed" in note
+               for note in getattr(caught.value, "__notes__", ()))
+    assert list(cache.iterdir()) == []
+    monkeypatch.undo()
+    shutil.copyfile(verified, bundle / "model.onnx")  # the bytes verified, back in place
+    with open_in_place(BeforeWarmup(), ledger, bundle, cache) as pipeline:
+        context = pipeline.execution_plan()["stages"][0]["worker"]["load"]["ep_context"]
+        assert (context["reused"], context["written"]) == (False, True)
+        with pipeline.run({"x": x}) as result:
+            np.testing.assert_allclose(result.outputs["y"], cpu_run(verified, x),
+                                       atol=1e-4, rtol=1e-4)

@@ -173,3 +173,45 @@ def test_without_the_cache_nothing_is_written(
                   options={"context_cache": False}) as pipeline:
         assert "ep_context" not in pipeline.execution_plan()["stages"][0]["worker"]["load"]
     assert not cache.exists()
+
+
+def _read_bytes(pid: int) -> int:
+    """Bytes the process has read through read() and its kin (``/proc/PID/io``'s rchar)."""
+    with open(f"/proc/{pid}/io") as counters:
+        return next(int(line.split()[1]) for line in counters if line.startswith("rchar:"))
+
+
+@pytest.mark.parametrize("stage_bundle", [True, False], ids=["staged", "in-place"])
+def test_the_context_key_reads_no_verified_byte_and_a_changed_file_changes_it(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path, stage_bundle: bool
+) -> None:
+    """The key takes each file's sha256 from the verified manifest: a worker's load reads
+    none of the bundle's bytes for it (a 32 MiB listed file is never read: the worker's
+    reads total a few MiB, its imports). Before, the worker hashed the graph's whole
+    folder again for every entry of a load, after the controller had hashed it to verify
+    it. A listed file rewritten (its manifest made again) still gives another key."""
+    from edge_core.artifacts import create_manifest
+
+    padding = 32 << 20
+    bundle = make_bundle(tmp_path / "a")
+
+    def deploy(fill: bytes) -> None:
+        (bundle / "padding.bin").write_bytes(fill * padding)
+        create_manifest(bundle, overwrite=True, component="conv-relu-static",
+                        example_inputs="example.npz", expected_outputs="expected.npz")
+
+    def load() -> dict[str, Any]:
+        with open_qnn(plugins, ledger, bundle, tmp_path / "cache",
+                      options={"stage_bundle": stage_bundle}) as pipeline:
+            pid = int(str(pipeline.stage("s").loaded.describe()["pid"]))
+            assert _read_bytes(pid) < padding, "the worker read the bundle's bytes"
+            return _context(pipeline.execution_plan()["stages"][0])
+
+    deploy(b"\1")
+    first = load()
+    assert (first["reused"], first["written"]) == (False, True)
+    again = load()
+    assert (again["reused"], again["key"]) == (True, first["key"])
+    deploy(b"\2")  # same size, other bytes: another manifest, another key
+    changed = load()
+    assert changed["key"] != first["key"] and changed["written"] is True

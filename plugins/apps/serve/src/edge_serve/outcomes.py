@@ -147,7 +147,7 @@ _NO_RETRY = frozenset({500, 504})
 
 _UNSET: Any = object()
 
-#: The field an ``EventTooLarge`` names, which leads its message (``event.data: ...``).
+#: The fields an ``EventTooLarge`` may name (``event``, ``event.data``, ...).
 _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 
 #: What was already logged (each is logged once): a backend's undeclared error by its
@@ -398,15 +398,18 @@ def _event_too_large(error: BaseException) -> HttpRefusal | None:
     The request is not at fault (its fields are within their limits): the stage's backend
     put more in an event than the channel carries, a server error, and the same request
     would fail the same way again. Its field (``event.data``, ``event.error``, ``event``,
-    or ``event.outputs`` for the tensors) leads the worker's message.
+    or ``event.outputs`` for the tensors) is the error's own, sent by the worker as data
+    (``RequestFailed.error_detail``), never read out of its message; ``event`` when the
+    worker sent none, or one that names no part of an event.
     """
     kind = EventTooLarge.__name__
     if isinstance(error, EventTooLarge):
         field, text = error.field, str(error)
     elif isinstance(error, RequestFailed) and error.error_type == kind:
         text = error.error_message
-        head = text.partition(": ")[0]
-        field = head if _EVENT_FIELD.fullmatch(head) else "event"
+        detail = error.error_detail
+        field = (detail.field if detail is not None and _EVENT_FIELD.fullmatch(detail.field)
+                 else "event")
     else:
         return None
     _report_unknown(kind, text)

@@ -30,6 +30,7 @@ from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_ort.bucket import spec_of
+from edge_ort.epcontext import discard_written
 from edge_ort.npz import ArchiveChanged
 from edge_ort.options import (
     BASE_RAM_BYTES,
@@ -142,7 +143,8 @@ class OrtStage(WorkerStage):
         Raises:
             BundleChanged: the bundle, verified in place, changed before the worker's load
                 of it ended (:func:`edge_core.artifacts.pins.check_loaded`): the worker is
-                retired.
+                retired, and the EP-context cache entries its load wrote are removed
+                (keyed by the sha256s verified, compiled from what the worker read).
         """
         if stage.manifest_dir is None:
             raise ManifestInvalid(f"stages[{stage.stage_id}].manifest: an ONNX Runtime stage "
@@ -164,6 +166,10 @@ class OrtStage(WorkerStage):
             config = {
                 **load_config,
                 "graph": str(bundle.graph),
+                # the EP-context key reads each file's sha256 from the verified manifest
+                **({"bundle_manifest": {"directory": str(bundle.directory),
+                                        "sha256": bundle.manifest_sha256}}
+                   if load_config.get("ep_context") else {}),
                 **warmup_reads(bundle, bundle.manifest.metadata.example_inputs,
                                "example_inputs"),
                 **warmup_reads(bundle, bundle.references.expected_outputs,
@@ -207,6 +213,10 @@ class OrtStage(WorkerStage):
             outcome = loaded.retire()  # and the bundle's handle with it
             changed.add_note(f"refused once the worker had loaded; worker retired: "
                              f"verified={outcome.verified}")
+            # compiled from what the worker read, keyed by what was verified: never reused
+            removed = discard_written(loaded.load_report)
+            if removed:
+                changed.add_note(f"EP-context cache entries it wrote removed: {removed}")
             setattr(changed, RETIRE_OUTCOME_ATTR, outcome)
             raise
         report = loaded.load_report

@@ -38,7 +38,7 @@ from edge_ort.npz import load_npz
 from edge_ort.numerics import compare_outputs, json_number
 
 if TYPE_CHECKING:  # imported where used: hashing and file utilities cost start-up time
-    from edge_ort.epcontext import ContextEntry
+    from edge_ort.epcontext import ArtifactDigests, ContextEntry
 
 __all__ = ["InputValuesRefused", "OrtHandler", "create"]
 
@@ -228,6 +228,7 @@ class OrtHandler(BaseHandler):
         self._entry_outputs: dict[str, list[tuple[str, tuple[int, ...], np.dtype[Any], int]]] = {}
         self._largest: dict[str, int] = {}  # entry name -> its largest static output's bytes
         self._config: Mapping[str, Any] = {}
+        self._digests: ArtifactDigests | None = None  # a load's EP-context artifact digests
         self._profile_dir: str | None = None
         self._method = "none"
         self._target = CPU
@@ -283,7 +284,18 @@ class OrtHandler(BaseHandler):
         context = config.get("ep_context")
         if not context:
             return None
-        from edge_ort.epcontext import ContextEntry, artifact_digest, context_key
+        from edge_ort.epcontext import (
+            ArtifactDigests,
+            ContextEntry,
+            context_key,
+            verified_sha256s,
+        )
+
+        if self._digests is None:  # once per load: the bundle's verified sha256s
+            bundle = config.get("bundle_manifest")
+            self._digests = ArtifactDigests(
+                verified_sha256s(str(bundle["directory"]), str(bundle["sha256"]))
+                if bundle else None)
 
         versions = {"onnxruntime": str(self._ort.__version__)}
         for lib in config.get("ep_libraries", []):
@@ -293,7 +305,7 @@ class OrtHandler(BaseHandler):
         material = dict(context.get("material", {}))
         if bucket is not None:
             material["bucket"] = dict(bucket)
-        key = context_key(artifact_digest(str(config["graph"])), material, versions)
+        key = context_key(self._digests.of(str(config["graph"])), material, versions)
         return ContextEntry(str(context["dir"]), key)
 
     def _session_options(self, config: Mapping[str, Any]) -> Any:
@@ -374,6 +386,7 @@ class OrtHandler(BaseHandler):
         """
         ort = self._ort
         self._config = config
+        self._digests = None
         self._target = str(config.get("target", CPU))
         registered = self._register_libraries(list(config.get("ep_libraries", [])))
         available = self._available()

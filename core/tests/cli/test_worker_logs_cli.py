@@ -186,3 +186,30 @@ def test_edge_plan_json_names_the_folder_its_workers_logged_to(work: Path) -> No
     assert Path(json.loads(said.stdout)["worker_logs"]).parent == work / "tmp"
     # its one log stayed empty: removed at exit with its folder; the noisy one is kept
     assert list((work / "tmp").iterdir()) == [Path(answer["worker_logs"])]
+
+
+def test_a_failed_profile_keeps_the_folder_it_names_though_its_workers_wrote_nothing(
+        work: Path) -> None:
+    # the echo worker on the default route says nothing, and its call fails: the folder
+    # named after the summary (and under --json) was removed at exit with its empty
+    # logs, so the line pointed at nothing; now a command that failed keeps it
+    quiet = (work / "failing.toml").read_text().split("[stages.backend.route]")[0]
+    (work / "quiet-failing.toml").write_text(quiet)
+    done = edge(work, *PROFILE[:1], "quiet-failing.toml", *PROFILE[2:])
+    assert done.returncode == 1, done.stderr
+    folder = named_folder(done.stderr)
+    assert done.stderr.splitlines()[-1] == f"edge: worker logs: {folder}"
+    assert folder.is_dir() and list(folder.iterdir()), folder  # the logs are there,
+    assert logged(folder) == ""  # all empty: the workers wrote nothing
+    as_json = edge(work, *PROFILE[:1], "quiet-failing.toml", *PROFILE[2:], "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and Path(report["worker_logs"]).is_dir()
+    # a run that succeeds with silent workers still leaves nothing behind
+    (work / "quiet.toml").write_text(
+        (work / "pipeline.toml").read_text().split("[stages.backend.route]")[0])
+    fine = edge(work, *PROFILE[:1], "quiet.toml", *PROFILE[2:], "--json")
+    assert fine.returncode == 0, fine.stderr
+    assert not Path(json.loads(fine.stdout)["worker_logs"]).exists()
+    assert sorted((work / "tmp").iterdir()) == sorted([folder, Path(report["worker_logs"])])
+

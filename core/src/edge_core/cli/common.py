@@ -599,12 +599,7 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
     import tempfile
     from pathlib import Path
 
-    from edge_core.host.worker_logs import (
-        LOG_DIR_ENV,
-        log_directory,
-        remove_if_silent,
-        set_log_directory,
-    )
+    from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory, set_log_directory
 
     global _named_logs
     if verbose:
@@ -617,7 +612,7 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
         directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
         import atexit
 
-        atexit.register(remove_if_silent, directory)
+        atexit.register(_remove_logs_at_exit, directory)
     set_log_directory(directory)
     _named_logs = directory
     if notice is not None:
@@ -649,3 +644,20 @@ def end_worker_logs(failed: bool) -> None:
 
         with contextlib.suppress(OSError):  # it cannot be made: the failure stands as it is
             keep_log_directory(named)
+
+
+def _remove_logs_at_exit(directory: Any) -> None:
+    """At exit: retire every worker still running, then remove ``directory`` if silent.
+
+    A worker writes as it ends (a runtime's shutdown warnings, its own exit hooks): it is
+    retired first (:func:`edge_core.host.exit_cleanup.retire_all`; idempotent, verified),
+    so that what it wrote is in its log when the folder is judged, never written into a
+    folder already removed. Before, where this hook ran before the workers' own (a process
+    that ran a command after another had started workers), a worker still running was
+    retired after its folder was gone, and what it said then was lost.
+    """
+    from edge_core.host.exit_cleanup import retire_all
+    from edge_core.host.worker_logs import remove_if_silent
+
+    retire_all()
+    remove_if_silent(directory)

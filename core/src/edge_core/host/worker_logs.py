@@ -15,6 +15,15 @@ is given, which shows the workers' output on stderr instead
 (:func:`remove_if_silent`) when every log in it stayed empty, the logs with it; one where
 a worker wrote anything is kept whole, empty logs included, and so is one that a command
 that failed named as where to look (:func:`keep_log_directory`), whatever its logs.
+
+No worker of the command writes into a removed directory: a command retires and
+verifies its workers before it ends, and the removal at exit retires every worker still
+running first (:func:`edge_core.host.exit_cleanup.retire_all`: what they write as they
+end is in their logs when the directory is judged). What can outlive the command is a
+tree whose retirement was not verified (its reservation is quarantined, and the command
+says so) or a process a worker started outside its own tree (one that detached itself):
+it still holds its log open, and what it writes after the removal is lost with the
+unlinked file; nothing fails.
 """
 
 from __future__ import annotations

@@ -66,6 +66,21 @@ backend = { name = "echo", options = { fail_at = "warmup" } }
 backend = { name = "echo-preemptible", options = { fail_at = "warmup" } }
 """
 
+READY = """
+name = "ready"
+start = "first-ready"
+selection = "measured"
+
+[[stages]]
+id = "a"
+
+[[stages.candidates]]
+backend = { name = "echo", options = { scale = 2.0 } }
+
+[[stages.candidates]]
+backend = { name = "echo-preemptible", options = { scale = 2.0, load_delay_s = 2.0 } }
+"""
+
 MEASURED = """
 name = "measured"
 
@@ -141,7 +156,7 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 
     module.Pipeline.run = interrupted_run
     module.Pipeline.close = interrupted_close  # what the interrupted command closes
-elif MOMENT in ("request", "buffers", "plan", "refused", "closing"):  # one; what is left
+elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", "joining"):
     import psutil
 
     from edge_contracts.shm import segment_names, segment_owner
@@ -164,6 +179,9 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing"):  # one; wha
 
         def write(self, text):
             if "interrupted" in text:
+                if MOMENT == "stopping":  # and workers started since (in the background)
+                    workers.extend(c for c in psutil.Process().children(True)
+                                   if c not in workers)
                 running = [p.pid for p in workers
                            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
                 owners = {os.getpid(), *(p.pid for p in workers)}
@@ -194,6 +212,32 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing"):  # one; wha
         from edge_core.runtime.stage_runtime import StageRuntime
 
         StageRuntime.close = interrupting(StageRuntime.close)
+    elif MOMENT == "stopping":  # the close, as serving stops: before any stage retires
+        from edge_core.runtime.selection_policy import FirstReadyPolicy, SelectionPolicy
+
+        SelectionPolicy.stop = interrupting(SelectionPolicy.stop)
+        FirstReadyPolicy.stop = interrupting(FirstReadyPolicy.stop)
+    elif MOMENT == "joining":  # the close waits for its replicas to retire: twice
+        import threading
+
+        join, wait, sent = threading.Thread.join, threading.Event.wait, []
+
+        def interrupted_join(self, *args, **kwargs):
+            if self.name.startswith("edge-close-") and len(sent) < 2:
+                sent.append("join")  # the first wait, and a second one by a join
+                if len(sent) == 1:
+                    workers.extend(psutil.Process().children(True))
+                    mark("workers " + " ".join(str(c.pid) for c in workers))
+                ctrl_c()
+            return join(self, *args, **kwargs)
+
+        def interrupted_wait(self, *args, **kwargs):
+            if len(sent) == 1 and threading.current_thread() is threading.main_thread():
+                sent.append("wait")  # a second one as the close waits again otherwise
+                ctrl_c()
+            return wait(self, *args, **kwargs)
+
+        threading.Thread.join, threading.Event.wait = interrupted_join, interrupted_wait
     else:
         BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)
@@ -247,6 +291,7 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "measured.toml").write_text(MEASURED)  # edge plan measures its candidates
     (tmp_path / "refused.toml").write_text(REFUSED)  # edge plan finds no candidate for b
     (tmp_path / "one.toml").write_text(ONE)  # one worker: closed on the command's thread
+    (tmp_path / "ready.toml").write_text(READY)  # a first-ready start: choosing as it closes
     # large enough to travel in a shared-memory input buffer
     np.savez(tmp_path / "big.npz", x=np.arange(200_000, dtype=np.float32))
     hooks = tmp_path / "hooks"
@@ -416,5 +461,42 @@ def test_ctrl_c_as_the_command_closes_its_pipeline_says_so_once_it_is_closed(
     assert_interrupted(done)
     marks = (work / "marks.txt").read_text().splitlines()
     assert marks[0].startswith("workers ") and len(marks[0].split()) > 1, marks
+    assert marks[-1] == "said; running []; segments []", marks
+    assert_nothing_left(seen, 0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "one.toml", "--inputs", "big.npz", "--json"],
+    ["run", "pipeline.toml", "--inputs", "big.npz", "--json"],
+    ["plan", "one.toml", "--json"],
+    ["run", "ready.toml", "--inputs", "big.npz", "--json"]],
+    ids=["run", "run-replicas", "plan", "run-first-ready"])
+def test_ctrl_c_as_the_close_stops_serving_says_so_once_every_stage_is_closed(
+        work: Path, argv: list[str]) -> None:
+    # the close interrupted before any stage retired, as the selection policy stops (a
+    # first-ready start's background work still opening a candidate): Pipeline.close
+    # raised at once, and "edge: interrupted" was said with every worker still running,
+    # left to the exit hook, the reservations charged, the background opening on; now
+    # serving is stopped to its end, every stage retired and settled, then it is said
+    done, seen = ctrl_c_at("stopping", work, argv)
+    assert_interrupted(done)
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[0].startswith("workers ") and len(marks[0].split()) > 1, marks
+    assert marks[-1] == "said; running []; segments []", marks
+    assert_nothing_left(seen, 0)
+
+
+def test_a_second_ctrl_c_as_the_close_waits_for_its_replicas_lets_them_retire(
+        work: Path) -> None:
+    # a Ctrl-C as the close waited for its two replicas' retirement, then another as it
+    # waited again: the second one escaped (the first no longer in flight), nothing was
+    # settled and "edge: interrupted" was said with the replicas still retiring; now it
+    # is ignored, with one line, and every replica is retired and settled first
+    done, seen = ctrl_c_at("joining", work, ["run", "pipeline.toml", "--inputs", "big.npz",
+                                             "--json"])
+    assert_interrupted(done)
+    assert "edge: still retiring" in done.stderr, done.stderr
+    marks = (work / "marks.txt").read_text().splitlines()
+    assert marks[0].startswith("workers ") and len(marks[0].split()) > 2, marks
     assert marks[-1] == "said; running []; segments []", marks
     assert_nothing_left(seen, 0)

@@ -317,7 +317,8 @@ backend = { name = "echo" }
 def test_a_worker_log_folder_is_removed_at_exit_when_every_log_is_empty(
         tmp_path: Path) -> None:
     # it was removed only when no worker started: every run whose workers said nothing
-    # left a folder of empty logs behind in the temporary folder
+    # left a folder of empty logs behind in the temporary folder. A command that failed
+    # keeps the folder it named (it was removed too, and the line pointed at nothing)
     temporary = tmp_path / "tmp"  # where the command makes its log folder (TMPDIR)
     temporary.mkdir()
     unknown_pool = PIPELINE.replace("scale = 2.0",
@@ -328,8 +329,10 @@ def test_a_worker_log_folder_is_removed_at_exit_when_every_log_is_empty(
     refused = edge("run", "pool.toml", "--inputs", "in.npz", cwd=tmp_path,
                    env={"TMPDIR": str(temporary)})
     assert refused.returncode == 2 and "unknown pool" in refused.stderr
-    assert "edge: worker logs: " in refused.stderr  # made, then found empty at exit
-    assert list(temporary.iterdir()) == []
+    (named,) = [line.removeprefix("edge: worker logs: ")
+                for line in refused.stderr.splitlines() if line.startswith("edge: worker logs: ")]
+    kept = Path(named)  # made, empty at exit: kept, the command failed
+    assert list(temporary.iterdir()) == [kept] and list(kept.iterdir()) == []
     served = edge("run", "pipeline.toml", "--inputs", "in.npz", "--json", cwd=tmp_path,
                   env={"TMPDIR": str(temporary)})
     assert served.returncode == 0, served.stderr
@@ -338,7 +341,7 @@ def test_a_worker_log_folder_is_removed_at_exit_when_every_log_is_empty(
     assert folder.parent == temporary
     assert sorted(stage["worker"]["log"] for stage in report["plan"]["stages"]) == [
         str(folder / "a.g1.log"), str(folder / "b.g1.log")]
-    assert list(temporary.iterdir()) == []  # both logs empty: gone, and the folder
+    assert list(temporary.iterdir()) == [kept]  # both logs empty: gone, and the folder
 
 
 NOISY_WORKER = """

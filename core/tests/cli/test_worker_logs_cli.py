@@ -186,3 +186,94 @@ def test_edge_plan_json_names_the_folder_its_workers_logged_to(work: Path) -> No
     assert Path(json.loads(said.stdout)["worker_logs"]).parent == work / "tmp"
     # its one log stayed empty: removed at exit with its folder; the noisy one is kept
     assert list((work / "tmp").iterdir()) == [Path(answer["worker_logs"])]
+
+
+def test_a_failed_profile_keeps_the_folder_it_names_though_its_workers_wrote_nothing(
+        work: Path) -> None:
+    # the echo worker on the default route says nothing, and its call fails: the folder
+    # named after the summary (and under --json) was removed at exit with its empty
+    # logs, so the line pointed at nothing; now a command that failed keeps it
+    quiet = (work / "failing.toml").read_text().split("[stages.backend.route]")[0]
+    (work / "quiet-failing.toml").write_text(quiet)
+    done = edge(work, *PROFILE[:1], "quiet-failing.toml", *PROFILE[2:])
+    assert done.returncode == 1, done.stderr
+    folder = named_folder(done.stderr)
+    assert done.stderr.splitlines()[-1] == f"edge: worker logs: {folder}"
+    assert folder.is_dir() and list(folder.iterdir()), folder  # the logs are there,
+    assert logged(folder) == ""  # all empty: the workers wrote nothing
+    as_json = edge(work, *PROFILE[:1], "quiet-failing.toml", *PROFILE[2:], "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and Path(report["worker_logs"]).is_dir()
+    # a run that succeeds with silent workers still leaves nothing behind
+    (work / "quiet.toml").write_text(
+        (work / "pipeline.toml").read_text().split("[stages.backend.route]")[0])
+    fine = edge(work, *PROFILE[:1], "quiet.toml", *PROFILE[2:], "--json")
+    assert fine.returncode == 0, fine.stderr
+    assert not Path(json.loads(fine.stdout)["worker_logs"]).exists()
+    assert sorted((work / "tmp").iterdir()) == sorted([folder, Path(report["worker_logs"])])
+
+
+EXITING = """
+import atexit
+import sys
+
+atexit.register(lambda: print("EXITING-WORKER said so as it ended", file=sys.stderr,
+                              flush=True))
+"""
+
+UNCLOSED = """
+import sys
+from pathlib import Path
+
+from edge_core.cli import common
+from edge_core.config import load_pipeline
+from edge_core.plugins import load_plugins
+from edge_core.runtime import Pipeline
+from edge_core.runtime.pipeline_files import default_ledger
+
+plugins = load_plugins()
+
+
+def opened(name):
+    config = load_pipeline(Path(name))
+    return Pipeline.open(config, plugins, default_ledger(config, plugins))
+
+
+# a worker started (and closed) first: the workers' exit hook is registered now, before
+# the folder's below, as in a process that ran a pipeline before a command's folder
+opened("quiet.toml").close()
+folder = common.worker_logs(False)  # a fresh folder for what starts next, removed if silent
+pipeline = opened("exiting.toml")
+print(folder)  # and exit with the pipeline open: its worker is retired at exit
+"""
+
+
+def test_a_worker_still_running_at_exit_writes_its_last_words_into_a_folder_kept(
+        work: Path) -> None:
+    # a worker left running at exit (a pipeline never closed) is retired by the exit
+    # hook, and writes as it ends: where the folder's removal ran first (its hook came
+    # after the workers' one: this process had started a worker before the folder was
+    # made), the folder was judged silent and removed with the worker still running, and
+    # what it wrote then was lost with the unlinked log. Now the workers are retired
+    # before the folder is judged.
+    exiting = work / "exiting"
+    exiting.mkdir()
+    (exiting / "sitecustomize.py").write_text(EXITING)
+    (exiting / "noisy_worker.py").write_text("from edge_echo.worker import create\n")
+    route = (work / "pipeline.toml").read_text().replace(str(work / "noisy"), str(exiting))
+    (work / "exiting.toml").write_text(route)
+    (work / "quiet.toml").write_text(
+        (work / "pipeline.toml").read_text().split("[stages.backend.route]")[0])
+    (work / "unclosed.py").write_text(UNCLOSED)
+    env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG",
+                                                            "EDGE_WORKER_LOG_DIR"}}
+    env.update(EDGE_PLUGINS="echo", TMPDIR=str(work / "tmp"))
+    done = subprocess.run([sys.executable, "unclosed.py"], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.splitlines()[-1])
+    assert folder.parent == work / "tmp"
+    assert "EXITING-WORKER said so as it ended" in logged(folder)
+    assert "EXITING-WORKER" not in done.stdout + done.stderr

@@ -147,3 +147,31 @@ def test_a_run_that_is_not_ok_names_the_log_folder_after_its_problems(
     assert err.splitlines()[-2:] == [
         "edge: no check passed (every check was skipped or failed)",
         f"edge: worker logs: {tmp_path / 'logs'}"]
+
+
+def test_a_run_that_is_not_ok_keeps_the_fresh_folder_it_names(tmp_path: Path) -> None:
+    """No worker started (the backend is unavailable): the fresh folder named after the
+    problems, and as ``worker_logs`` under ``--json``, is still there once it exited.
+
+    Before, it was removed at exit as silent (no log in it), and the line that names it
+    for the reader of the failure pointed at nothing.
+    """
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "EDGE_WORKER_LOG_DIR"}
+    env["TMPDIR"] = str(tmp_path)
+    argv = [sys.executable, "-m", "edge_core.cli", "conformance", "ort-directml", "--check",
+            "contract_version"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False,
+                          env=env)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("edge: worker logs: "), done.stderr
+    folder = Path(last.removeprefix("edge: worker logs: "))
+    assert folder.parent == tmp_path and folder.is_dir()
+    as_json = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=300,
+                             check=False, env=env)
+    assert as_json.returncode == 1, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False and Path(report["worker_logs"]).is_dir()
+    assert sorted(tmp_path.iterdir()) == sorted([folder, Path(report["worker_logs"])])

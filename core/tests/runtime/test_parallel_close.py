@@ -10,7 +10,10 @@ its reservation quarantined while the others are released.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -139,3 +142,133 @@ def test_an_interrupted_close_of_a_lone_stage_retires_and_settles_it_then_goes_o
     assert ledger.is_empty()
     assert workers and not [p for p in workers
                             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[Callable[[], None]]:
+    """Send this process a real SIGINT, raised as ``KeyboardInterrupt`` where it lands."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield lambda: os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _started(before: list[Any]) -> list[Any]:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if p not in before]
+
+
+def _running(workers: list[Any]) -> list[Any]:
+    import psutil
+
+    return [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_ctrl_c_as_serving_stops_still_retires_and_settles_every_stage(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger,
+        ctrl_c: Callable[[], None]) -> None:
+    """A real SIGINT in the close before any stage retires (the policy's stop).
+
+    Before, ``close`` raised it at once: no stage was retired or settled (every worker
+    left to the exit hook, every reservation charged). Now the stop is run again to its
+    end, every stage retired and settled, then the interruption goes on.
+    """
+    import psutil
+
+    before = psutil.Process().children(recursive=True)
+    pipeline = open_pipeline(
+        echo_stage("a"),
+        {**echo_stage("b", transform="edge_echo.transforms:passthrough"), "replicas": 2})
+    workers = _started(before)
+    stop, calls = pipeline.policy.stop, []
+
+    def interrupted() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            ctrl_c()  # raised here, at the next instruction
+        stop()
+
+    pipeline.policy.stop = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.close()
+    assert calls == [0, 1]  # the stop it cut short was run again to its end
+    assert ledger.is_empty()
+    assert workers and not _running(workers)
+    assert {s.release_outcome for s in pipeline._slots} == {"released"}
+
+
+def test_a_ctrl_c_as_the_first_stage_is_settled_still_settles_the_others(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger,
+        ctrl_c: Callable[[], None]) -> None:
+    """A real SIGINT once every stage retired, as the first is settled (none in flight).
+
+    Before, the settling loop was cut short there: the stages after it stayed charged
+    in the ledger, their workers gone. Now each is settled, then it goes on.
+    """
+    import psutil
+
+    before = psutil.Process().children(recursive=True)
+    pipeline = open_pipeline(echo_stage("a"),
+                             echo_stage("b", transform="edge_echo.transforms:passthrough"),
+                             echo_stage("c", transform="edge_echo.transforms:passthrough"))
+    workers = _started(before)
+    release, calls = ledger.release, []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].owner)
+        released = release(*args, **kwargs)
+        if len(calls) == 1:
+            ctrl_c()
+        return released
+
+    ledger.release = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.close()
+    # c's settle, cut short after its release, run again; then b's and a's
+    assert [owner.split("/")[-1] for owner in calls] == ["c", "c", "b", "a"]
+    assert ledger.is_empty()
+    assert [s.release_outcome for s in pipeline._slots] == ["released"] * 3
+    assert workers and not _running(workers)
+
+
+def test_a_ctrl_c_that_keeps_a_replica_from_starting_its_close_closes_it_here(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger, ctrl_c: Callable[[], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT as the close starts its replicas' threads: the second never starts.
+
+    Before, it escaped ``close_all`` there: the first replica's thread went on alone,
+    the second was never retired, and nothing was settled. Now the one whose thread did
+    not start is closed on the caller's thread, the other waited for, both settled.
+    """
+    import psutil
+
+    before = psutil.Process().children(recursive=True)
+    pipeline = open_pipeline({**echo_stage("a"), "replicas": 2})
+    workers = _started(before)
+    closed_on: dict[str, str] = {}
+    for runtime in pipeline.stages:
+        def close(runtime: Any = runtime, original: Any = runtime.close) -> Any:
+            closed_on.setdefault(runtime.name, threading.current_thread().name)
+            return original()
+
+        runtime.close = close  # type: ignore[method-assign]
+    start, starts = threading.Thread.start, []
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("edge-close-"):
+            starts.append(thread.name)
+            if len(starts) == 2:
+                ctrl_c()  # raised here: this thread is never started
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.close()
+    monkeypatch.undo()
+    # closed in reverse order: a#1's thread started, a's did not (closed on this thread)
+    assert closed_on == {"a#1": "edge-close-a#1", "a": threading.current_thread().name}
+    assert ledger.is_empty()
+    assert [s.release_outcome for s in pipeline._slots] == ["released"] * 2
+    assert workers and not _running(workers)

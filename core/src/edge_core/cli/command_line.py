@@ -257,18 +257,21 @@ def _main(argv: Sequence[str] | None) -> int:
         return common.EXIT_USAGE
     original = sys.stdout
     sys.stdout = ClosedPipeGuard(original)
+    status = common.EXIT_FAILED
     try:
-        return int(func(args))
+        status = int(func(args))
     except KeyboardInterrupt as exc:
-        return _report_interrupt(exc, bool(getattr(args, "json", False)))
+        status = _report_interrupt(exc, bool(getattr(args, "json", False)))
     except Exception as exc:
         failure = common.failure_for(exc)
         if failure is not exc and failure.__cause__ is None:
             failure.__cause__ = exc  # what --debug prints the traceback of
-        return common.report_failure(args, failure)
+        status = common.report_failure(args, failure)
     finally:
         sys.stdout.flush()
         sys.stdout = original
+        common.end_worker_logs(failed=status != common.EXIT_OK)  # one it named stays
+    return status
 
 
 def _builtin_named(argv: list[str]) -> str | None:

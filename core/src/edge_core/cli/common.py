@@ -234,7 +234,8 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true",
                         help="show the workers' output on stderr (default: a log file per "
                         "worker, in the folder named by 'edge: worker logs:', removed at "
-                        "exit, logs and all, when every worker's log is empty)")
+                        "exit, logs and all, when every worker's log is empty and the "
+                        "command succeeded)")
 
 
 def examples(*commands: str) -> str:
@@ -604,31 +605,73 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
     ``notice`` (e.g. :func:`say`) is told ``worker logs: DIR`` before any worker starts.
     A directory made here is removed when the process exits if every log in it is still
     empty (no worker wrote anything, or none started), its empty logs with it; one where a
-    worker wrote is kept whole (:func:`edge_core.host.worker_logs.remove_if_silent`).
+    worker wrote is kept whole (:func:`edge_core.host.worker_logs.remove_if_silent`), and
+    so is the one a command that failed named (:func:`end_worker_logs`).
     ``EDGE_WORKER_LOG_DIR``'s is left as it is. The paths the command reports
     (``worker_logs``, each worker's ``log``) are the ones used while it ran.
     """
     import tempfile
     from pathlib import Path
 
-    from edge_core.host.worker_logs import (
-        LOG_DIR_ENV,
-        log_directory,
-        remove_if_silent,
-        set_log_directory,
-    )
+    from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory, set_log_directory
 
+    global _named_logs
     if verbose:
         os.environ.pop(LOG_DIR_ENV, None)
         set_log_directory(None)
+        _named_logs = None
         return None
     directory = log_directory()
     if directory is None:
         directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
         import atexit
 
-        atexit.register(remove_if_silent, directory)
+        atexit.register(_remove_logs_at_exit, directory)
     set_log_directory(directory)
+    _named_logs = directory
     if notice is not None:
         notice(f"worker logs: {directory}")
     return directory
+
+
+_named_logs: Any = None
+"""The log directory the running command named (:func:`worker_logs`), if any."""
+
+
+def end_worker_logs(failed: bool) -> None:
+    """The command has ended: a failed one keeps the log directory it named.
+
+    What the command line calls as each command ends. A command that failed (any exit
+    code but 0) named the folder as where to look (``edge: worker logs: DIR`` on stderr,
+    ``worker_logs`` under ``--json``): it is kept at exit whatever its logs, made if no
+    worker ever did (:func:`edge_core.host.worker_logs.keep_log_directory`). Before, a
+    failed ``edge profile`` or ``edge conformance`` whose workers wrote nothing named a
+    folder that was gone once it exited. One that succeeded leaves it to the removal of
+    silent folders.
+    """
+    global _named_logs
+    named, _named_logs = _named_logs, None
+    if failed and named is not None:
+        import contextlib
+
+        from edge_core.host.worker_logs import keep_log_directory
+
+        with contextlib.suppress(OSError):  # it cannot be made: the failure stands as it is
+            keep_log_directory(named)
+
+
+def _remove_logs_at_exit(directory: Any) -> None:
+    """At exit: retire every worker still running, then remove ``directory`` if silent.
+
+    A worker writes as it ends (a runtime's shutdown warnings, its own exit hooks): it is
+    retired first (:func:`edge_core.host.exit_cleanup.retire_all`; idempotent, verified),
+    so that what it wrote is in its log when the folder is judged, never written into a
+    folder already removed. Before, where this hook ran before the workers' own (a process
+    that ran a command after another had started workers), a worker still running was
+    retired after its folder was gone, and what it said then was lost.
+    """
+    from edge_core.host.exit_cleanup import retire_all
+    from edge_core.host.worker_logs import remove_if_silent
+
+    retire_all()
+    remove_if_silent(directory)

@@ -12,7 +12,9 @@ worker refuse something (a malformed frame) passes without the worker's own mess
 showing on the terminal as if it were an error. The folder is named on stderr before
 any worker starts and again after the summary when the run is not ok, and as
 ``worker_logs`` in the ``--json`` document; ``--verbose`` shows the workers' output on
-stderr instead (``worker_logs`` is then null).
+stderr instead (``worker_logs`` is then null). A run that is not ok keeps the folder it
+names, even where every log in it stayed empty or no worker started
+(:func:`~edge_core.cli.common.end_worker_logs`).
 """
 
 from __future__ import annotations

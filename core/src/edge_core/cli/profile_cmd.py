@@ -9,7 +9,9 @@ The workers' output (a runtime's warnings, a traceback) goes to a log folder, as
 between the command's own lines: the folder is named on stderr before any worker starts,
 again after the summary when the run failed, and as ``worker_logs`` in the ``--json``
 document; ``--verbose`` shows the output on stderr instead (``worker_logs`` is then null).
-Each stage's own log file is named in the profile's execution plans (``worker.log``).
+A failed run keeps the folder it names, even where every log in it stayed empty
+(:func:`~edge_core.cli.common.end_worker_logs`). Each stage's own log file is named in
+the profile's execution plans (``worker.log``).
 """
 
 from __future__ import annotations

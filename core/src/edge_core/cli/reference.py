@@ -64,8 +64,11 @@ runtime's warnings, a worker's traceback) to a log file per worker there, or in 
 folder, named on stderr (`edge: worker logs: DIR`) and as `worker_logs` in the `--json`
 document, never to stdout nor between the command's own lines; `--verbose` shows it on
 stderr instead (`worker_logs` null). A fresh folder is removed at exit, its logs with it,
-when every worker's log is empty; one where any worker wrote something is kept whole, its
-empty logs included. `EDGE_WORKER_LOG_DIR`'s folder and logs are left as they are. The
+when every worker's log is empty and the command succeeded; one where any worker wrote
+something is kept whole, its empty logs included, and so is the folder of a command that
+failed (any exit code but 0), which it names as where to look, even where no worker
+wrote or started. `EDGE_WORKER_LOG_DIR`'s folder and logs are left as they are (made
+when a command that failed names it before any worker did). The
 `--json` document names the folder and each worker's log as they were during the run.
 A plugin you name that does
 not load (an `EDGE_PLUGINS` name no installed distribution has, a module a configuration's

@@ -13,7 +13,17 @@ Every command that starts workers (``edge run``, ``plan``, ``profile``, ``confor
 is given, which shows the workers' output on stderr instead
 (:func:`edge_core.cli.common.worker_logs`). A fresh directory is removed at exit
 (:func:`remove_if_silent`) when every log in it stayed empty, the logs with it; one where
-a worker wrote anything is kept whole, empty logs included.
+a worker wrote anything is kept whole, empty logs included, and so is one that a command
+that failed named as where to look (:func:`keep_log_directory`), whatever its logs.
+
+No worker of the command writes into a removed directory: a command retires and
+verifies its workers before it ends, and the removal at exit retires every worker still
+running first (:func:`edge_core.host.exit_cleanup.retire_all`: what they write as they
+end is in their logs when the directory is judged). What can outlive the command is a
+tree whose retirement was not verified (its reservation is quarantined, and the command
+says so) or a process a worker started outside its own tree (one that detached itself):
+it still holds its log open, and what it writes after the removal is lost with the
+unlinked file; nothing fails.
 """
 
 from __future__ import annotations
@@ -23,8 +33,8 @@ import re
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["LOG_DIR_ENV", "WorkerOutput", "log_directory", "open_worker_output",
-           "remove_if_silent", "set_log_directory"]
+__all__ = ["LOG_DIR_ENV", "WorkerOutput", "keep_log_directory", "log_directory",
+           "open_worker_output", "remove_if_silent", "set_log_directory"]
 
 #: Environment variable naming the directory for per-worker log files.
 LOG_DIR_ENV = "EDGE_WORKER_LOG_DIR"
@@ -32,6 +42,8 @@ _STDERR_FD = 2
 _directory: Path | None = None
 #: Every log file this process opened for a worker (one per worker start).
 _opened: set[Path] = set()
+#: Directories kept at exit whatever their logs (:func:`keep_log_directory`).
+_kept: set[Path] = set()
 
 
 def set_log_directory(directory: Path | None) -> None:
@@ -78,6 +90,21 @@ def open_worker_output(stage_id: str, generation: int) -> WorkerOutput:
     return WorkerOutput(handle, path)
 
 
+def keep_log_directory(directory: Path) -> None:
+    """Keep ``directory`` at exit whatever its logs; made now if it is not there yet.
+
+    For a command that failed and names it as where to look (``edge: worker logs: DIR``,
+    ``worker_logs``): a folder removed at exit because every log stayed empty — or never
+    made, when no worker started — would make that line point at nothing. Its empty logs
+    are kept too: they say that the workers wrote nothing.
+
+    Raises:
+        OSError: the directory cannot be made.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    _kept.add(directory)
+
+
 def remove_if_silent(directory: Path) -> bool:
     """Remove ``directory`` and its logs when every one stayed empty; True if it is gone.
 
@@ -85,10 +112,13 @@ def remove_if_silent(directory: Path) -> bool:
     log files this process opened there (:func:`open_worker_output`) are unlinked, then
     the directory. It is left whole — every log in it, empty or not — as soon as one
     entry is anything else: a log a worker wrote to, a file or folder this process did
-    not open as a log, a symbolic link. A directory already gone counts as removed.
+    not open as a log, a symbolic link; and when it was kept (:func:`keep_log_directory`).
+    A directory already gone counts as removed.
     """
     import contextlib  # at exit only: no import for every command
 
+    if directory in _kept:
+        return False
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:

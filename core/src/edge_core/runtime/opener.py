@@ -682,7 +682,7 @@ class StageOpener:
             outcome = UnverifiedRetirement(f"retire failed: {type(exc).__name__}: {exc}")
         if again and slot.token is None and slot.release_outcome is not None:
             return
-        slot.settle(self.ledger, outcome)
+        slot.settle(self.ledger, outcome, again=again)
 
     def retire(self, slots: Sequence[StageSlot]) -> None:
         """Retire every slot (verified, in reverse order) and settle its reservation."""

@@ -753,12 +753,17 @@ class Pipeline:
     def close(self) -> dict[str, Any]:
         """Retire every stage and settle each reservation in reverse order (idempotent).
 
-        The stages' workers are retired at once
-        (:func:`~edge_core.runtime.stage_runtime.close_all`: each verified as always, so
-        the close costs the slowest one, not the sum). A stage whose retirement raises is
-        reported, and its reservation quarantined; the other stages are still retired. An
-        interruption (Ctrl-C, SIGTERM) while they retire cuts none short: each is retired
-        and settled, then it is raised (and no summary returned).
+        Serving stops first (admission, the request threads, the policy's background work
+        and what it held: :meth:`SelectionPolicy.stop`); then the stages' workers are
+        retired at once (:func:`~edge_core.runtime.stage_runtime.close_all`: each verified
+        as always, so the close costs the slowest one, not the sum). A stage whose
+        retirement raises is reported, and its reservation quarantined; the other stages
+        are still retired. An interruption (Ctrl-C, SIGTERM) anywhere in it cuts nothing
+        short: as serving stops, as the stages retire or as they are settled, the step it
+        came in is run to its end, every stage is retired and settled, then it is raised
+        (and no summary returned); a second one meanwhile is ignored by the command line
+        (it is the exception in flight: :mod:`edge_core.cli`). So is an error of the
+        policy's stop: raised once every stage is retired and settled.
 
         Returns:
             Stage id (``stage#r`` for replica r > 0) → {"retire": outcome, "release":
@@ -766,10 +771,33 @@ class Pipeline:
         """
         summary: dict[str, Any] = {}
         self.closed = True
+        try:
+            self._stop_serving()
+        except BaseException:  # before any stage retired: each is, before it goes on
+            with contextlib.suppress(Exception):  # the step it cut short, to its end
+                self._stop_serving()
+            self._retire_stages(summary)
+            raise
+        self._retire_stages(summary)
+        return summary
+
+    def _stop_serving(self) -> None:
+        """End admission, the request threads and the background work (idempotent).
+
+        Run again after an interruption: each step ends where it already ended (the
+        background thread is joined again, what it held retired once).
+        """
         self.admission.close("closed")  # a request waiting for admission ends now
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired
+
+    def _retire_stages(self, summary: dict[str, Any]) -> None:
+        """Retire every stage at once, settle each in reverse order; fill ``summary``.
+
+        An interruption that came as they retired (handed back by ``close_all``) is raised
+        once all are settled; one as they are settled lets the rest be settled first.
+        """
         finishing = self.policy.finishing()  # switched out, still waiting for requests
         stages = list(reversed([*finishing, *self._slots]))
         # every stage's worker retired at once; each settled below, in reverse order
@@ -778,22 +806,36 @@ class Pipeline:
             if interrupted is not None:  # Ctrl-C, SIGTERM: raised once all is settled
                 raise interrupted
         finally:  # while it is in flight, a second one is ignored (edge_core.cli)
-            for stage, outcome in zip(stages, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    outcome = UnverifiedRetirement(
-                        f"retire failed: {type(outcome).__name__}: {outcome}")
-                if stage.token is not None:
-                    stage.settle(self.ledger, outcome)
-                name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
-                summary[name] = {
-                    "retire": (outcome.to_dict()
-                               if outcome is not None and hasattr(outcome, "to_dict")
-                               else outcome),
-                    "release": stage.release_outcome,
-                }
+            pending = list(zip(stages, outcomes, strict=True))
+            try:
+                while pending:
+                    self._settle_stage(*pending[0], finishing, summary)
+                    del pending[0]
+            except BaseException:  # came as one was settled: the rest are settled too
+                for stage, outcome in pending:  # the first again (its settle cut short)
+                    self._settle_stage(stage, outcome, finishing, summary,
+                                       again=stage is pending[0][0])
+                raise
+            finally:
+                self.closed = True
             self._heal_on_close(summary)
-            self.closed = True
-        return summary
+
+    def _settle_stage(self, stage: StageSlot, outcome: Any, finishing: list[StageSlot],
+                      summary: dict[str, Any], *, again: bool = False) -> None:
+        """Settle one retired stage's reservation by its outcome; its ``summary`` entry.
+
+        ``again``: its settle was interrupted (:meth:`StageSlot.settle`'s ``again``).
+        """
+        if isinstance(outcome, BaseException):
+            outcome = UnverifiedRetirement(f"retire failed: {type(outcome).__name__}: {outcome}")
+        if stage.token is not None:
+            stage.settle(self.ledger, outcome, again=again)
+        name = f"{stage.name}~{stage.candidate}" if stage in finishing else stage.name
+        summary[name] = {
+            "retire": (outcome.to_dict()
+                       if outcome is not None and hasattr(outcome, "to_dict") else outcome),
+            "release": stage.release_outcome,
+        }
 
     def _heal_on_close(self, summary: dict[str, Any]) -> None:
         """Release every quarantine whose recorded tree is gone (waiting a bounded time)."""

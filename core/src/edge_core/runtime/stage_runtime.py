@@ -712,50 +712,67 @@ def close_all(runtimes: Sequence[StageRuntime | None],
     or the exception its close raised (the caller records it as unverified); and the
     interruption (a ``BaseException`` that is not an ``Exception``: Ctrl-C, SIGTERM) that
     came while closing, or ``None``: the caller raises it once it has settled what was
-    closed. It cuts no retirement short: every thread is waited for, and a close it
-    interrupted on the caller's own thread (a lone runtime is closed there) is run again to
-    its end (retiring is idempotent) while it is in flight, so that a second one is
-    ignored by the command line. Before, that close was left cut short, its worker to
-    the exit hook, after ``edge run`` or ``edge plan`` had said it was interrupted.
+    closed. It cuts no retirement short, wherever it comes, and finishes while it is in
+    flight, so that a second one is ignored by the command line: a close it interrupted
+    on the caller's own thread (a lone runtime is closed there) is run again to its end
+    (retiring is idempotent); one whose thread it kept from starting is run on the
+    caller's thread; every thread started is waited for. Each runtime is closed once,
+    by whichever comes first: its thread or the caller's. Before, a close cut short on
+    the caller's thread, or a second interruption as the threads were waited for again,
+    left workers to the exit hook after ``edge run`` or ``edge plan`` had said it was
+    interrupted, and nothing was settled.
     """
     results: list[Any] = [None] * len(runtimes)
     interrupted: BaseException | None = None
+    named = [(number, runtime) for number, runtime in enumerate(runtimes) if runtime is not None]
+    claimed: set[int] = set()  # closed (or being closed) by their own thread, or here
+    done = {number: threading.Event() for number, _ in named}
+    claiming = threading.Lock()
+    caller = threading.current_thread()
 
-    def close(number: int) -> None:
-        runtime = runtimes[number]
-        if runtime is None:
-            return
+    def close(number: int, runtime: StageRuntime) -> None:
         try:
             results[number] = runtime.close()
-        except BaseException as error:  # handed to the caller's thread below
+        except Exception as error:  # recorded unverified by the caller
             results[number] = error
+        except BaseException as error:  # an interruption: handed to the caller's thread
+            results[number] = error
+            if threading.current_thread() is caller:
+                raise
 
-    threads = [threading.Thread(target=close, args=(number,), daemon=True,
-                                name=f"edge-close-{runtime.name}")
-               for number, runtime in enumerate(runtimes) if runtime is not None]
-    if len(threads) == 1:  # one runtime: closed on this thread
-        number, runtime = next((n, r) for n, r in enumerate(runtimes) if r is not None)
+    def close_own(number: int, runtime: StageRuntime) -> None:  # on its own thread
+        with claiming:
+            if number in claimed:  # the caller's thread closed it: this one began late
+                return
+            claimed.add(number)
         try:
-            results[number] = runtime.close()
-        except Exception as error:
-            results[number] = error
-        except BaseException as error:  # interrupted here: the retirement finished first
-            interrupted = error
-            try:
-                results[number] = runtime.close()
-            except Exception as again:
-                results[number] = again
-    elif threads:
-        for thread in threads:
-            thread.start()
-        try:
+            close(number, runtime)
+        finally:
+            done[number].set()
+
+    threads: list[threading.Thread] = []
+    try:
+        if len(named) == 1:  # one runtime: closed on this thread
+            close(*named[0])
+        else:
+            for number, runtime in named:
+                thread = threading.Thread(target=close_own, args=(number, runtime),
+                                          daemon=True, name=f"edge-close-{runtime.name}")
+                thread.start()
+                threads.append(thread)
             for thread in threads:
                 thread.join()
-        except BaseException as error:
-            interrupted = error
-        finally:
-            for thread in threads:  # an interrupted wait still waits: settling follows
-                thread.join()
+    except BaseException as error:  # interrupted here: everything closes first, in flight
+        interrupted = error
+        with claiming:  # what no thread began (its start cut short, or this one's close)
+            mine = {number for number, _ in named if number not in claimed}
+            claimed.update(mine)
+        for number, runtime in named:  # closed here, to its end (retiring is idempotent)
+            if number in mine:
+                close(number, runtime)
+        for number, _ in named:  # every one a thread began: waited for
+            if number not in mine:
+                done[number].wait()
     for result in results:  # a close that raised one on its own thread
         if interrupted is None and isinstance(result, BaseException) \
                 and not isinstance(result, Exception):

@@ -26,7 +26,7 @@ from edge_core.artifacts.pins import BundlePin
 from edge_core.artifacts.references import load_npz
 from edge_core.binding import OwnerBinding
 from edge_core.config.model import StageConfig
-from edge_core.ledger import ReservationToken, ResourceLedger
+from edge_core.ledger import ReleaseOutcome, ReservationToken, ResourceLedger
 from edge_core.placement import WarmupReport
 from edge_core.runtime.chain import Transform
 from edge_core.runtime.stage_runtime import StageRuntime
@@ -184,12 +184,14 @@ class StageSlot:
         return ExampleInputs(member, load_npz(data, "manifest.metadata.example_inputs",
                                               member), manifest)
 
-    def settle(self, ledger: ResourceLedger, outcome: Any) -> str:
+    def settle(self, ledger: ResourceLedger, outcome: Any, *, again: bool = False) -> str:
         """End the reservation after retirement, record how and forget the token.
 
         ``outcome`` is the retire outcome (None: nothing ran). Released when it is
         verified, quarantined otherwise with the worker tree's identities; ``none`` when
-        the slot holds no reservation.
+        the slot holds no reservation. ``again``: a settle of this slot was interrupted
+        (Ctrl-C, SIGTERM) and is run again; one cut short after the ledger released the
+        token, before it was forgotten here, finds it no longer held: ``released``.
 
         Returns:
             ``released``, ``quarantined`` or ``none`` (also kept as :attr:`release_outcome`).
@@ -202,5 +204,7 @@ class StageSlot:
         # the identities of the worker's tree, re-checked by ledger.heal() if quarantined
         tree = [p for p in getattr(outcome, "tree", ()) if callable(getattr(p, "is_alive", None))]
         released = ledger.release(self.token, verified=verified, reason=reason, processes=tree)
+        if again and released is ReleaseOutcome.STALE_TOKEN:  # its own release, cut short
+            released = ReleaseOutcome.RELEASED
         self.release_outcome, self.token = released.value, None
         return self.release_outcome

@@ -24,7 +24,8 @@ lines: ``edge: worker logs: DIR`` is printed on stderr before the first pipeline
 the folder is ``worker_logs`` in the closing summary and in a failure's JSON;
 ``--verbose`` shows the output on stderr instead (``worker_logs`` is then null).
 ``EDGE_WORKER_LOG_DIR`` names a folder to use instead of a fresh one. A fresh folder is
-removed at exit, its logs with it, when every worker's log stayed empty.
+removed at exit, its logs with it, when every worker's log stayed empty and the server
+exits 0; after a failure it is kept (:func:`edge_core.cli.common.end_worker_logs`).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_a_tracker_slow_to_clean_up_after_its_worker_was_killed_is_waited_for(
     # The worker is killed (SIGKILL: no shutdown of its own); its supervisor kills the rest
     # of the tree. The tracker is held stopped for 1 s across that, as a loaded host can
     # leave it without CPU, or as it waits for a killed process that takes long to go
-    # (vLLM's EngineCore: 0.3-0.6 s measured). Spared only 0.5 s from the drain's start,
+    # (vLLM's EngineCore: 0.57 s in one run). Spared only 0.5 s from the drain's start,
     # it was killed before it could unlink the name; it is spared until the rest of the
     # tree is gone, then TRACKER_GRACE_S more.
     client = start("semaphore_holder")

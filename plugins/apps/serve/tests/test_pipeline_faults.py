@@ -186,8 +186,8 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
     was answered 400 with the refusal's ``code`` and ``param`` (the client told to mend
     ``inputs.x`` it had sent right): now 500 ``transform_output_refused`` naming the
     refusing stage's ``input_transform``, the transform and the refusal, logged once per
-    transform. The same ``refuse`` sent by the client is still 400 naming it, as is the
-    client's own bool tensor holding 7. Nothing is held afterwards."""
+    transform. The client's own bool tensor holding 7 is still 400 (the client's own
+    ``refuse``: see the next test). Nothing is held afterwards."""
     def chain(name: str, transform: str, more: int = 0) -> Pipeline:
         stages = [{"id": "a", "backend": {"name": "echo"}},
                   {"id": "b", "backend": {"name": "echo"},
@@ -210,7 +210,7 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
                                   "data": base64.b64encode(bytes([0, 1, 7])).decode()}}}
         replies = _answers(pipelines, ledger, [
             ("unsendable", GOOD), ("unsendable", GOOD), ("bools", GOOD), ("asked", GOOD),
-            ("asked", {**GOOD, "params": {"refuse": "the client's"}}), ("bools", bools)])
+            ("bools", bools)])
         logged = capsys.readouterr().err
         assert ledger.holdings() == held
         assert _held(pipelines) == workers  # nothing held, the same workers serve on
@@ -238,12 +238,10 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
                           "pipelines[asked].stages[b].input_transform")
     assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
                                       "the request asked: 'asked by the transform'")
-    for reply, param in ((replies[4], "refuse"), (replies[5], "inputs['x'].data")):  # the
-        # client's: the parameter it sent, refused by the last stage; its own bool tensor
-        # holding 7, refused before any stage
-        assert reply.status_code == 400, reply.text
-        error = reply.json()["error"]
-        assert (error["code"], error["param"]) == ("invalid_value", param), error
+    reply = replies[4]  # the client's own bool tensor holding 7, refused before any stage
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_value", "inputs['x'].data"), error
     lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
     assert [line.split(".input_transform: ")[0] for line in lines] == [
         f"edge serve: error: pipelines[{name}].stages[b]"
@@ -289,6 +287,62 @@ def test_an_ort_stage_refusing_the_dtype_its_transform_built_is_500_not_400(
     assert replies[1].status_code == 400, replies[1].text  # the client's own float64
     error = replies[1].json()["error"]
     assert (error["code"], error["param"]) == ("unsupported_shape", "inputs.x"), error
+
+
+def test_whose_value_the_last_stage_refused_decides_400_or_500(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last stage gets the client's parameters with what its transform's ``Call``
+    asked merged over them. ``asked``'s transform writes ``refuse`` over the client's own:
+    that was answered 400 naming ``refuse`` (the client told to mend a value the stage
+    never saw); it is 500 ``transform_output_refused`` now. A refusal naming no field
+    (``refuse_unnamed``: the stage cannot say which value) was 500 even when the client
+    had sent it; it is 400 (``param`` null, ``edge.field`` ``request``) when any
+    parameter the client sent reached the stage, and 500 when none did: the client sent
+    none, or the transform wrote over each. The client's own ``refuse`` is still 400
+    naming it. Nothing is held afterwards."""
+    pipelines: dict[str, Pipeline] = {}
+    try:
+        for name, transform in (("asked", "ask_refusal"), ("plain", "passthrough"),
+                                ("unnamed", "ask_unnamed_refusal")):
+            pipelines[name] = Pipeline.open(
+                load_pipeline(_two_stages(name, f"edge_echo.transforms:{transform}")),
+                load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger, retire_deadline_s=3.0)
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        replies = _answers(pipelines, ledger, [
+            ("asked", {**GOOD, "params": {"refuse": "the client's"}}),
+            ("plain", {**GOOD, "params": {"refuse": "the client's"}}),
+            ("plain", {**GOOD, "params": {"refuse_unnamed": "the client's"}}),
+            ("unnamed", {**GOOD, "params": {"delay_s": 0}}),
+            ("unnamed", GOOD),
+            ("unnamed", {**GOOD, "params": {"refuse_unnamed": "the client's"}})])
+        capsys.readouterr()
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # nothing held, the same workers serve on
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+    error = _server_error(replies[0], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[asked].stages[b].input_transform")
+    assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
+                                     "the request asked: 'asked by the transform'"), error
+    for reply, param, field, told in (
+            (replies[1], "refuse", "refuse", "the client's"),
+            (replies[2], None, "request", "the client's"),
+            (replies[3], None, "request", "asked by the transform")):  # (no field: the
+        # client's delay_s reached the stage, part of what it refused)
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert (error["code"], error["param"], error["edge"]["field"]) == (
+            "invalid_value", param, field), error
+        assert error["message"].endswith(f"{told!r}"), error
+    for reply in replies[4:]:
+        error = _server_error(reply, "transform_output_refused", "TransformOutputRefused",
+                              "pipelines[unnamed].stages[b].input_transform")
+        assert error["message"].endswith(
+            "returned (RequestRefused): the request was refused as a whole, as it asked: "
+            "'asked by the transform'"), error
 
 
 def test_a_transform_returning_no_mapping_is_500_transform_return_invalid_naming_it(

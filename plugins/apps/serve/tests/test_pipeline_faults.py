@@ -345,6 +345,49 @@ def test_whose_value_the_last_stage_refused_decides_400_or_500(
             "'asked by the transform'"), error
 
 
+def test_a_malformed_reply_of_a_worker_is_500_naming_the_stage_not_400(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker that answers with a well-framed ERROR event carrying no error
+    (:mod:`malformed_worker`): the controller refused the event with ``InvalidValue``
+    naming ``event.error``, answered 400 ``invalid_value`` with ``param`` ``event.error``
+    (the client told to mend a field it never sent), and the stage's slot stayed taken:
+    the next request waited for it for ever. Now the worker's malformed reply is a
+    ``ProtocolViolation``: 500 ``worker_protocol_violation`` naming the stage and the
+    event's field, logged once; the stage's slot is free and the same worker answers the
+    next request. Nothing is held afterwards."""
+    import sys
+
+    route = {"name": "malformed", "interpreter": sys.executable,
+             "entry": "malformed_worker:create", "python_path": [str(Path(__file__).parent)]}
+    config = {"name": "odd", "stages": [
+        {"id": "m", "backend": {"name": "echo", "route": route}}]}
+    pipelines = {"odd": Pipeline.open(load_pipeline(config),
+                                      load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                                      retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        bad = {**GOOD, "params": {"fail_call": True}, "deadline_s": 20}
+        replies = _answers(pipelines, ledger, [("odd", bad), ("odd", {**GOOD, "deadline_s": 20}),
+                                               ("odd", bad)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # its slot free, the same worker serves on
+    finally:
+        pipelines["odd"].close()
+    assert ledger.snapshot()["reservations"] == []
+    for reply in replies[0], replies[2]:
+        error = _server_error(reply, "worker_protocol_violation", "ProtocolViolation",
+                              "stages[m].event.error")
+        assert error["message"] == ("stages[m].event.error: the worker sent a malformed "
+                                    "event: kind error needs an ErrorInfo: None"), error
+    assert replies[1].status_code == 200, replies[1].text
+    lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
+    assert lines == ["edge serve: error: stages[m].event.error: the worker sent a malformed "
+                     "event: kind error needs an ErrorInfo: None (answered 500; logged once "
+                     "per field)"], logged
+
+
 def test_a_transform_returning_no_mapping_is_500_transform_return_invalid_naming_it(
         ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
     """A transform that returned a list of pairs (no mapping of input names) failed the

@@ -529,6 +529,17 @@ def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
     assert ledger.snapshot()["reservations"] == []
 
 
+def _stage_up(text: str) -> dict[tuple[str, str], str]:
+    """``edge_stage_up`` of a ``/metrics`` answer: (pipeline, stage) → the state at 1."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    up = {(sample.labels["pipeline"], sample.labels["stage"]): sample.labels["state"]
+          for sample in families["edge_stage_up"].samples if sample.value == 1}
+    assert len(up) == len(families["edge_stage_up"].samples)  # one state per stage
+    return up
+
+
 def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_again(
         tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
     """ort-cpu stages verified in place; ``finish`` (pipeline ``read``) and a transform
@@ -541,7 +552,9 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
     as ``GET /v1/pipelines/NAME`` and ``Pipeline.health()`` say; until the stage loads
     again: the bundles' bytes restored are not trusted as they are (written since the
     stage verified them: still 503), but once the stages restart (a new generation,
-    verified again) ``/health`` is 200 and requests are answered."""
+    verified again) ``/health`` is 200 and requests are answered. ``edge_stage_up`` on
+    ``/metrics`` said ``ready`` for those stages all along; it says ``bundle-changed``
+    while ``/health`` names them, ``ready`` again once they loaded again."""
     import shutil
 
     from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
@@ -580,17 +593,24 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
                             if path in pipelines else await client.get(path)
                             for path in asked]
 
-            health, = asyncio.run(ask("/health"))
+            health, scraped = asyncio.run(ask("/health", "/metrics"))
             assert health.status_code == 200, health.text
             assert {name: entry["bundle_changed"]
                     for name, entry in health.json()["pipelines"].items()} == {
                 "read": {}, "chain": {}}
+            assert _stage_up(scraped.text) == {("read", "s"): "ready", ("chain", "a"): "ready",
+                                               ("chain", "b"): "ready"}
             for name in ("f", "a"):
                 _rewrite(bundles[name])
             health, = asyncio.run(ask("/health"))  # nothing met it yet: not looked at
             assert health.status_code == 200, health.text
-            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain"))
-            assert [reply.status_code for reply in answers] == [503, 503, 503, 200]
+            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain",
+                                      "/metrics"))
+            assert [reply.status_code for reply in answers] == [503, 503, 503, 200, 200]
+            # edge_stage_up said ready for s and a, while /health was 503 naming them
+            assert _stage_up(answers[4].text) == {("read", "s"): "bundle-changed",
+                                                  ("chain", "a"): "bundle-changed",
+                                                  ("chain", "b"): "ready"}
             messages = [reply.json()["error"]["message"] for reply in answers[:2]]
             health = answers[2].json()
             assert health["status"] == "degraded"
@@ -619,9 +639,10 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
                 "bundle_changed"] * 2
             pipelines["read"].stage("s").restart()
             pipelines["chain"].stage("a").restart()
-            answers = asyncio.run(ask("/health", "read", "chain"))
-            assert [reply.status_code for reply in answers] == [200, 200, 200], \
+            answers = asyncio.run(ask("/health", "read", "chain", "/metrics"))
+            assert [reply.status_code for reply in answers] == [200, 200, 200, 200], \
                 answers[0].text
+            assert set(_stage_up(answers[3].text).values()) == {"ready"}
             assert all(not entry["bundle_changed"]
                        for entry in answers[0].json()["pipelines"].values())
             assert [s.generation for s in pipelines["chain"].stages] == [2, 1]

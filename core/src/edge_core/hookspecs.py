@@ -227,7 +227,9 @@ def edge_call(
             prompt travels in ``request.params``).
 
     Returns:
-        An iterator of events with their output tensors (name to NumPy array).
+        An iterator of events with their output tensors (name to NumPy array). An error
+        the iterator raises ends the request on its stage (its slot freed) and reaches
+        the caller as it was raised.
 
     Raises:
         ResourceUnavailable: not now (the backend is busy; nothing was sent). The request

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from edge_contracts.errors import InvalidValue
+from edge_contracts.request_faults import fault_of
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent
 from edge_contracts.validation import INT64_MAX
 from edge_core.host.calls import Delivery
+from edge_core.host.errors import ProtocolViolation
 
 
 def delivery(**changes: Any) -> Delivery:
@@ -43,9 +45,19 @@ def test_the_event_equals_the_checked_one_and_describes_the_arrays() -> None:
         ({"stage_id": ""}, "event.stage_id"),
     ],
 )
-def test_what_the_header_parser_did_not_check_is_still_refused(
+def test_what_the_header_parser_did_not_check_is_still_refused_as_the_workers_fault(
     changes: dict[str, Any], field: str
 ) -> None:
-    with pytest.raises(InvalidValue) as refused:
+    """The worker sent an event the controller cannot accept: a ``ProtocolViolation``
+    (the stage's fault; the ``InvalidValue`` alone declared a request fault, and edge
+    serve answered it 400) naming the stage and the event's field, the check's
+    ``InvalidValue`` kept as its cause."""
+    with pytest.raises(ProtocolViolation) as refused:
         delivery(**changes).event  # noqa: B018 - the property builds and checks it
-    assert refused.value.field.startswith(field)
+    stage = changes.get("stage_id", "s0")
+    assert refused.value.field.startswith(f"stages[{stage}].{field}")
+    assert fault_of(refused.value) is None
+    cause = refused.value.__cause__
+    assert isinstance(cause, InvalidValue)
+    assert refused.value.field == f"stages[{stage}].{cause.field}"
+    assert refused.value.reason == f"the worker sent a malformed event: {cause.reason}"

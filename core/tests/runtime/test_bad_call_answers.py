@@ -71,3 +71,25 @@ def test_a_stream_item_that_is_not_an_event_pair_fails_the_request(
         pipeline.run(X, deadline_s=10.0)
     assert raised.value.error_type == "PluginError"
     _serves_again(pipeline, undo)
+
+
+def _raising(error: Exception) -> Any:
+    """A stream that raises ``error`` at its first item (a plugin's own failure)."""
+    raise error
+    yield  # pragma: no cover - a generator function
+
+
+@pytest.mark.parametrize("error", [ValueError("the plugin's stream broke"),
+                                   TypeError("the plugin's stream broke"),
+                                   RuntimeError("the plugin's stream broke")])
+def test_a_stream_raising_its_own_error_fails_the_request_and_frees_its_slot(
+        open_pipeline: OpenPipeline, error: Exception) -> None:
+    """The plugin's own error is raised as it is (it is not the hook's contract broken),
+    and the request ends on its stage: its slot was kept taken, so the next request to
+    the stage waited for it for ever (``DeadlineExceeded`` waiting for a slot)."""
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible", scale=1.0))
+    undo = _answering(pipeline, lambda: _raising(error))
+    with pytest.raises(type(error)) as raised:
+        pipeline.run(X, deadline_s=10.0)
+    assert raised.value is error
+    _serves_again(pipeline, undo)

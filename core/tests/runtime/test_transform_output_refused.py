@@ -146,3 +146,48 @@ def test_the_requests_own_input_and_the_callers_parameters_stay_the_requests_fau
     assert pipeline.admission.used == 0
     assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 3
     assert ledger.holdings() == held
+
+
+def test_whose_parameter_the_last_stage_refused_follows_who_wrote_the_value_it_got(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    """The last stage gets the caller's parameters with what its transform's ``Call``
+    asked merged over them. A refusal naming ``refuse`` when both sent it was passed on
+    unchanged (the caller blamed for the value the transform wrote over its own): it is
+    ``TransformOutputRefused`` now. A declared refusal naming no field
+    (``refuse_unnamed``) was always ``TransformOutputRefused``, the caller's own
+    ``refuse_unnamed`` included: it stays the request's own (``RequestFailed`` with its
+    fault, no field) when any parameter of the caller's reached the stage as it sent it,
+    and is the transform's when none did (the caller sent none, or the transform wrote
+    over each)."""
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"),
+                             echo_stage("b", transform="edge_echo.transforms:returns_carried",
+                                        backend="echo-preemptible"), admission=2)
+    held = ledger.holdings()
+
+    def asking(**params: str) -> dict[str, Any]:
+        return {**X, "carry:returns": lambda previous: Call({"x": previous["x"]}, params=params)}
+
+    transforms = [  # (the inputs, the caller's params, whose fault: the transform's?)
+        (asking(refuse="the transform's"), {"refuse": "the caller's"}, True),
+        (asking(refuse_unnamed="the transform's"), None, True),
+        (asking(refuse_unnamed="the transform's"), {"refuse_unnamed": "the caller's"}, True),
+        ({**X, "carry:returns": dict}, {"refuse_unnamed": "the caller's"}, False),
+        (asking(refuse_unnamed="the transform's"), {"delay_s": 0}, False),
+    ]
+    for call in _calls(pipeline):
+        for inputs, params, transforms_fault in transforms:
+            if transforms_fault:
+                with pytest.raises(TransformOutputRefused) as info:
+                    call(inputs, params)
+                cause = info.value.error
+                assert isinstance(cause, RequestFailed)
+                assert "the transform's" in cause.error_message
+            else:
+                with pytest.raises(RequestFailed) as own:
+                    call(inputs, params)
+                assert own.value.request_fault == RequestFault("invalid_value", None)
+                assert own.value.error_type == "RequestRefused"
+    assert pipeline.admission.used == 0
+    assert [(s.outstanding, s.slots.used) for s in pipeline.stages] == [(0, 0)] * 2
+    assert ledger.holdings() == held

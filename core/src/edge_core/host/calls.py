@@ -23,12 +23,13 @@ import numpy.typing as npt
 from edge_contracts.buffers import BufferDescriptor
 from edge_contracts.copying import owned_copy
 from edge_contracts.dtypes import DType
+from edge_contracts.errors import ContractError
 from edge_contracts.events import TERMINAL_KINDS
 from edge_contracts.requests import ErrorInfo, EventKind, StageEvent, prechecked_event
 from edge_contracts.tensors import dtype_of
 from edge_contracts.validation import INT64_MAX, require_seconds
 from edge_core.errors import DeadlineExceeded, StageClosed
-from edge_core.host.errors import RemoteError, TransportCapExceeded
+from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapExceeded
 
 __all__ = ["Call", "CallCancelled", "Delivery", "output_descriptor"]
 
@@ -115,37 +116,52 @@ class Delivery:
         """True while this delivery still holds worker shared memory."""
 
     def __getattr__(self, name: str) -> Any:
-        """Build :attr:`event` on its first read (the only slot ever left empty)."""
+        """Build :attr:`event` on its first read (the only slot ever left empty).
+
+        What the header parser did not check is checked here (``error`` against ``kind``,
+        outputs against ``kind``, ``data`` frozen, ``seq`` and ``created_ns`` in range): an
+        event that fails it is the worker's — the controller's reader parsed a well-formed
+        frame of a malformed event — so the ``ContractError`` is raised as a
+        :class:`~edge_core.host.errors.ProtocolViolation` (a ``WorkerError``: the stage's
+        fault, never the request's) naming the stage and the event's field
+        (``stages[s0].event.error``), the original kept as its ``__cause__``. The
+        request ends with it; the worker and its other calls go on.
+        """
         if name != "event":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         arrays = self.arrays
-        if len(arrays) == 1:  # the usual one output: no generator to run
-            (array,) = arrays.values()
-            # the kept descriptor looked up here, _descriptor called only for a new one
-            found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
-            outputs: tuple[BufferDescriptor, ...] = (
-                found if found is not None else _descriptor(self.generation, array),)
-        else:
-            outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
-        if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
-            # ids, epoch and generation passed the header parser; kind is an enum
-            event = prechecked_event(
-                self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
-                self.kind, self.error, outputs, self.data, self.created_ns)
-        else:
-            event = StageEvent(
-                request_id=self.request_id,
-                stage_id=self.stage_id,
-                epoch=self.epoch,
-                generation=self.generation,
-                seq=self.seq,
-                kind=self.kind,
-                terminal=self.terminal,
-                error=self.error,
-                outputs=outputs,
-                data=self.data,
-                created_ns=self.created_ns,
-            )
+        try:  # (a NOP on the way of a well-formed event)
+            if len(arrays) == 1:  # the usual one output: no generator to run
+                (array,) = arrays.values()
+                # the kept descriptor looked up here, _descriptor called only for a new one
+                found = _DESCRIPTORS.get((self.generation, array.dtype, array.shape))
+                outputs: tuple[BufferDescriptor, ...] = (
+                    found if found is not None else _descriptor(self.generation, array),)
+            else:
+                outputs = tuple([_descriptor(self.generation, a) for a in arrays.values()])
+            if 0 <= self.seq <= INT64_MAX and 0 <= self.created_ns <= INT64_MAX:
+                # ids, epoch and generation passed the header parser; kind is an enum
+                event = prechecked_event(
+                    self.request_id, self.stage_id, self.epoch, self.generation, self.seq,
+                    self.kind, self.error, outputs, self.data, self.created_ns)
+            else:
+                event = StageEvent(
+                    request_id=self.request_id,
+                    stage_id=self.stage_id,
+                    epoch=self.epoch,
+                    generation=self.generation,
+                    seq=self.seq,
+                    kind=self.kind,
+                    terminal=self.terminal,
+                    error=self.error,
+                    outputs=outputs,
+                    data=self.data,
+                    created_ns=self.created_ns,
+                )
+        except ContractError as error:
+            raise ProtocolViolation(f"stages[{self.stage_id}].{error.field}",
+                                    f"the worker sent a malformed event: {error.reason}",
+                                    error.value) from error
         self.event = event
         return event
 

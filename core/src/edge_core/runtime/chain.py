@@ -58,6 +58,7 @@ __all__ = [
     "GatheredCall",
     "GatheredResult",
     "Transform",
+    "caller_params",
     "copy_apart",
     "gather",
     "malformed_return",
@@ -156,6 +157,7 @@ _FIELD_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def output_refused(error: BaseException, transform: Callable[..., Any] | None, where: str,
                    stage_id: str, params: Mapping[str, Any] | None = None,
+                   asked: Mapping[str, Any] | None = None,
                    ) -> TransformOutputRefused | None:
     """The failure of a request whose stage ``stage_id`` refused what ``transform`` built.
 
@@ -172,23 +174,49 @@ def output_refused(error: BaseException, transform: Callable[..., Any] | None, w
     refusal. Any other error passes unchanged (None): typed already, and none of them the
     client's (``WorkerLost``, ``DeadlineExceeded``, a worker's undeclared error).
 
-    ``params``: the caller's parameters, for the last stage (they reach it, the
-    transform's merged over them). A refusal naming one of them — its field's first name
-    (``max_tokens``, ``messages`` of ``messages[2].content``) — is the request's own and
-    passes unchanged: a generate stage's sampling settings and a prompt over its context
-    are the client's to mend.
+    ``params``: the caller's parameters, for the last stage (they reach it);
+    ``asked``: the parameters the transform's ``Call`` set there, which win over the
+    caller's of the same name (:func:`caller_params`). A refusal naming a parameter the
+    stage got from the caller — its field's first name (``max_tokens``, ``messages`` of
+    ``messages[2].content``) — is the request's own and passes unchanged: a generate
+    stage's sampling settings and a prompt over its context are the client's to mend. One
+    naming a parameter the transform set is the transform's, whether or not the caller
+    sent that name too (the stage never saw the caller's value). A declared request fault
+    that names no field at all (the stage refused the request as a whole and cannot say
+    which value) is the request's own when any of the caller's parameters reached the
+    stage — they are part of what it refused, and only the caller can change them — and
+    the transform's when none did (the stage was sent only what the pipeline built).
     """
     fault = fault_of(error)
     if fault is None and not isinstance(error, ContractError) and not (
             isinstance(error, EdgeError) and isinstance(error, ValueError)):
         return None
     field = fault.param if fault is not None else getattr(error, "field", None)
-    if params and isinstance(field, str):
-        head = _FIELD_HEAD.match(field.removeprefix("params."))
-        if head is not None and head.group() in params:
+    if params:
+        own = caller_params(params, asked)
+        if isinstance(field, str):
+            head = _FIELD_HEAD.match(field.removeprefix("params."))
+            if head is not None and head.group() in own:
+                return None
+        elif fault is not None and own:  # no field named: the caller's values among it
             return None
     return TransformOutputRefused(_transform_path(where, stage_id), stage_id,
                                   _named(transform), error)
+
+
+def caller_params(params: Mapping[str, Any] | None,
+                  asked: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The caller's ``params`` the last stage got as sent: those ``asked`` did not replace.
+
+    The last stage is sent the caller's parameters with what its transform's ``Call``
+    asked merged over them (``{**params, **asked}``); a name in both carries the
+    transform's value. Asked on the failure path only (:func:`output_refused`).
+    """
+    if not params:
+        return {}
+    if not asked:
+        return dict(params)
+    return {name: value for name, value in params.items() if name not in asked}
 
 
 def copy_apart(arrays: Mapping[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
@@ -394,7 +422,8 @@ def run_chain(
     where: str,
     request_id: str | None = None,
     tracker: RequestTracker | None = None,
-) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
+) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any],
+           Mapping[str, Any]]:
     """Run every stage but the last to completion; submit the last and return it.
 
     ``until`` (a ``time.monotonic()`` deadline) bounds the whole request: it is checked
@@ -404,7 +433,10 @@ def run_chain(
 
     Returns:
         The last stage's call (or its gathered fan-out), each earlier stage's latency,
-        and the values carried past the last stage.
+        the values carried past the last stage, and the parameters the last stage's
+        transform asked for (its ``Call``'s, merged over the caller's ``params``; empty
+        otherwise), which the caller's answer to a failed last call needs
+        (:func:`output_refused`).
     """
     latencies: dict[str, float] = {}
     # Pipeline inputs named carry:* (an image the transforms crop from, say) are not sent to
@@ -468,12 +500,12 @@ def run_chain(
                                       transform=transform)
                     if last:
                         done, previous = previous, None
-                        return GatheredCall(done), latencies, {}
+                        return GatheredCall(done), latencies, {}, asked
                 else:
                     pending = group.submit(data, params=stage_params, until=until,
                                            request_id=request_id, abandoned=stop)
                     if last:
-                        return pending, latencies, carry
+                        return pending, latencies, carry, asked
                     try:
                         previous = pending.result()
                     except BaseException:
@@ -482,7 +514,8 @@ def run_chain(
                     previous.outputs.update(carry)
             except Exception as error:
                 refused = None if not position else output_refused(
-                    error, transform, where, group.stage_id, params if last else None)
+                    error, transform, where, group.stage_id, params if last else None,
+                    asked)
                 if refused is None:
                     raise
                 raise refused from error

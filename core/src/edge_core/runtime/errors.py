@@ -94,8 +94,9 @@ class TransformOutputRefused(EdgeError):
     that: not a ``ValueError``, so ``edge serve`` answers 500 (code
     ``transform_output_refused``) and ``edge run`` exits 1, never 400 or 2. Only the first
     stage's refusal of the request's own input, and the last stage's refusal of a
-    parameter the caller sent, are the request's fault (:func:`~edge_core.runtime.chain.
-    output_refused`).
+    parameter whose value it got from the caller (not one the transform's ``Call`` wrote
+    over), or of the request as a whole (no field named) while such a parameter reached
+    it, are the request's fault (:func:`~edge_core.runtime.chain.output_refused`).
 
     The original error is :attr:`error` (and ``__cause__``).
 

@@ -156,24 +156,30 @@ class PendingCall:
             if stage.accept(self.request_id, self.serial, None):
                 raise
             raise self._cancelled(_CANCELLED) from exc
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:
+            # Raised inside the plugin's stream (its own error, raised as it is), or a
+            # TypeError or ValueError raised by this frame's unpacking (the checks cost
+            # nothing until then): the stream yielded something that is not a
+            # (StageEvent, outputs) pair. Either way the stream is over, and the request
+            # ends on its stage (its slot freed), as when it broke with an EdgeError.
             trace = exc.__traceback__
-            if trace is None or trace.tb_next is not None:
-                raise  # raised inside the plugin's stream: its own error, as it is
-            # Raised by this frame's unpacking (the checks cost nothing until then): the
-            # stream yielded something that is not a (StageEvent, outputs) pair.
+            unpacking = (isinstance(exc, TypeError | ValueError) and trace is not None
+                         and trace.tb_next is None)
             self._done = True
             self._drop_retained()
-            self._close_events()
-            if stage.accept(self.request_id, self.serial, None):
-                plugin = getattr(getattr(stage, "binding", None), "plugin", None)
-                raise RequestFailed(
-                    self.request_id, "PluginError",
-                    f"stages[{stage.stage_id}]: "
-                    + (f"plugin {plugin!r}: " if plugin else "")
-                    + f"edge_call's stream yielded an item that is not a (StageEvent, "
-                    f"outputs) pair ({exc})") from None
-            raise self._cancelled(_CANCELLED) from None
+            if unpacking:
+                self._close_events()
+            if not stage.accept(self.request_id, self.serial, None):
+                raise self._cancelled(_CANCELLED) from exc
+            if not unpacking:
+                raise
+            plugin = getattr(getattr(stage, "binding", None), "plugin", None)
+            raise RequestFailed(
+                self.request_id, "PluginError",
+                f"stages[{stage.stage_id}]: "
+                + (f"plugin {plugin!r}: " if plugin else "")
+                + f"edge_call's stream yielded an item that is not a (StageEvent, "
+                f"outputs) pair ({exc})") from None
         if self._retained:
             for names, _ in self._retained:  # outputs this event replaces are not theirs
                 names.difference_update(tensors)

@@ -294,7 +294,8 @@ class Pipeline:
     def _chain(
         self, serving: Serving, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         until: float | None, request_id: str | None = None,
-    ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any]]:
+    ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any],
+               Mapping[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it.
 
         Every stage runs on ``serving``, the placement the request entered. ``until``
@@ -358,15 +359,15 @@ class Pipeline:
                 latencies: dict[str, float] = {}
                 carry: dict[str, Any] = {}
             else:
-                chained, latencies, carry = self._chain(serving, inputs, params, until,
-                                                        request_id)
+                chained, latencies, carry, asked = self._chain(serving, inputs, params,
+                                                               until, request_id)
                 try:  # a good request pays 2 bytecodes here (the try's NOP, a jump past)
                     if on_event is not None:
                         for event, tensors in chained.events():
                             on_event(event, tensors)
                     final = chained.result()
                 except Exception as error:  # the last stage's answer: refused its inputs?
-                    refused = self._last_refused(serving, error, params)
+                    refused = self._last_refused(serving, error, params, asked)
                     if refused is None:
                         raise
                     raise refused from error
@@ -379,17 +380,19 @@ class Pipeline:
         return self._delivered(serving, final, epoch, request_id, latencies, carry)
 
     def _last_refused(self, serving: Serving, error: Exception,
-                      params: Mapping[str, Any] | None) -> Exception | None:
+                      params: Mapping[str, Any] | None,
+                      asked: Mapping[str, Any]) -> Exception | None:
         """``TransformOutputRefused`` for the last stage's refusal of its inputs, else None.
 
         Asked once the last stage of a chain (more than one stage) answered with an error
         (a worker's, declaring a request fault): the inputs its transform built were
         refused, as the chain finds for every stage before it
-        (:func:`~edge_core.runtime.chain.output_refused`; a refusal naming one of the
-        caller's ``params`` stays the request's own).
+        (:func:`~edge_core.runtime.chain.output_refused`). A refusal naming one of the
+        caller's ``params`` that the transform's ``asked`` did not replace stays the
+        request's own, as does one naming no field when any such parameter reached it.
         """
         return output_refused(error, serving.transforms[-1], self._where,
-                              serving.groups[-1].stage_id, params)
+                              serving.groups[-1].stage_id, params, asked)
 
     def _refusal(self, error: Exception, inputs: object) -> Exception | None:
         """What a failed request raises instead of ``error`` (asked on the failure path).
@@ -495,7 +498,7 @@ class Pipeline:
         serving = self.lineup.enter()
         try:
             try:
-                pending, _, _ = self._chain(serving, inputs, params, until)
+                pending, _, _, asked = self._chain(serving, inputs, params, until)
             except Exception as exc:
                 if refusal := self._refusal(exc, inputs):
                     raise refusal from None
@@ -504,7 +507,7 @@ class Pipeline:
                 yield from pending.events()
             except Exception as error:  # the last stage's answer: a refusal of its inputs?
                 refused = None if serving.direct is not None else self._last_refused(
-                    serving, error, params)
+                    serving, error, params, asked)
                 if refused is None:
                     raise
                 raise refused from error

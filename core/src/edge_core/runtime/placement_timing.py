@@ -161,7 +161,7 @@ def time_serial(lineup: Lineup, inputs: Mapping[str, Any], where: str,
     """
     until = time.monotonic() + MEASURE_BOUND_S
     started = time.perf_counter()
-    pending, _, _ = run_chain(lineup.groups, lineup.transforms, inputs, params=params,
+    pending, _, _, _ = run_chain(lineup.groups, lineup.transforms, inputs, params=params,
                               until=until, cancelled=lambda: False, where=where)
     try:
         pending.result().ack()

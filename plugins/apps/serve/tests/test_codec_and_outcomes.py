@@ -18,6 +18,7 @@ from edge_contracts.request_faults import RequestFault
 from edge_contracts.shapesets import ShapeRefused
 from edge_core.artifacts.errors import BundleChanged
 from edge_core.errors import ConfigError, ResourceUnavailable, StageClosed, WorkerLost
+from edge_core.host.errors import ProtocolViolation
 from edge_core.runtime.errors import (
     RequestCancelled,
     RequestFailed,
@@ -104,6 +105,8 @@ def test_malformed_tensors_are_400_naming_the_field(spec: object, field: str) ->
                                           request_fault=RequestFault("unsupported_shape",
                                                                      "inputs.x"))),
      500, "pipelines[p].stages[c].input_transform"),
+    (ProtocolViolation("stages[s].event.error", "the worker sent a malformed event: kind "
+                       "error needs an ErrorInfo", None), 500, "stages[s].event.error"),
 ])
 def test_runtime_errors_map_to_their_http_status(error: Exception, status: int,
                                                  field: str) -> None:

@@ -186,8 +186,8 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
     was answered 400 with the refusal's ``code`` and ``param`` (the client told to mend
     ``inputs.x`` it had sent right): now 500 ``transform_output_refused`` naming the
     refusing stage's ``input_transform``, the transform and the refusal, logged once per
-    transform. The same ``refuse`` sent by the client is still 400 naming it, as is the
-    client's own bool tensor holding 7. Nothing is held afterwards."""
+    transform. The client's own bool tensor holding 7 is still 400 (the client's own
+    ``refuse``: see the next test). Nothing is held afterwards."""
     def chain(name: str, transform: str, more: int = 0) -> Pipeline:
         stages = [{"id": "a", "backend": {"name": "echo"}},
                   {"id": "b", "backend": {"name": "echo"},
@@ -210,7 +210,7 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
                                   "data": base64.b64encode(bytes([0, 1, 7])).decode()}}}
         replies = _answers(pipelines, ledger, [
             ("unsendable", GOOD), ("unsendable", GOOD), ("bools", GOOD), ("asked", GOOD),
-            ("asked", {**GOOD, "params": {"refuse": "the client's"}}), ("bools", bools)])
+            ("bools", bools)])
         logged = capsys.readouterr().err
         assert ledger.holdings() == held
         assert _held(pipelines) == workers  # nothing held, the same workers serve on
@@ -238,12 +238,10 @@ def test_a_stage_refusing_what_its_transform_built_is_500_naming_both_not_400(
                           "pipelines[asked].stages[b].input_transform")
     assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
                                       "the request asked: 'asked by the transform'")
-    for reply, param in ((replies[4], "refuse"), (replies[5], "inputs['x'].data")):  # the
-        # client's: the parameter it sent, refused by the last stage; its own bool tensor
-        # holding 7, refused before any stage
-        assert reply.status_code == 400, reply.text
-        error = reply.json()["error"]
-        assert (error["code"], error["param"]) == ("invalid_value", param), error
+    reply = replies[4]  # the client's own bool tensor holding 7, refused before any stage
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_value", "inputs['x'].data"), error
     lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
     assert [line.split(".input_transform: ")[0] for line in lines] == [
         f"edge serve: error: pipelines[{name}].stages[b]"
@@ -289,6 +287,105 @@ def test_an_ort_stage_refusing_the_dtype_its_transform_built_is_500_not_400(
     assert replies[1].status_code == 400, replies[1].text  # the client's own float64
     error = replies[1].json()["error"]
     assert (error["code"], error["param"]) == ("unsupported_shape", "inputs.x"), error
+
+
+def test_whose_value_the_last_stage_refused_decides_400_or_500(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last stage gets the client's parameters with what its transform's ``Call``
+    asked merged over them. ``asked``'s transform writes ``refuse`` over the client's own:
+    that was answered 400 naming ``refuse`` (the client told to mend a value the stage
+    never saw); it is 500 ``transform_output_refused`` now. A refusal naming no field
+    (``refuse_unnamed``: the stage cannot say which value) was 500 even when the client
+    had sent it; it is 400 (``param`` null, ``edge.field`` ``request``) when any
+    parameter the client sent reached the stage, and 500 when none did: the client sent
+    none, or the transform wrote over each. The client's own ``refuse`` is still 400
+    naming it. Nothing is held afterwards."""
+    pipelines: dict[str, Pipeline] = {}
+    try:
+        for name, transform in (("asked", "ask_refusal"), ("plain", "passthrough"),
+                                ("unnamed", "ask_unnamed_refusal")):
+            pipelines[name] = Pipeline.open(
+                load_pipeline(_two_stages(name, f"edge_echo.transforms:{transform}")),
+                load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger, retire_deadline_s=3.0)
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        replies = _answers(pipelines, ledger, [
+            ("asked", {**GOOD, "params": {"refuse": "the client's"}}),
+            ("plain", {**GOOD, "params": {"refuse": "the client's"}}),
+            ("plain", {**GOOD, "params": {"refuse_unnamed": "the client's"}}),
+            ("unnamed", {**GOOD, "params": {"delay_s": 0}}),
+            ("unnamed", GOOD),
+            ("unnamed", {**GOOD, "params": {"refuse_unnamed": "the client's"}})])
+        capsys.readouterr()
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # nothing held, the same workers serve on
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.close()
+    assert ledger.snapshot()["reservations"] == []
+    error = _server_error(replies[0], "transform_output_refused", "TransformOutputRefused",
+                          "pipelines[asked].stages[b].input_transform")
+    assert error["message"].endswith("returned (ParamRefused): params.refuse: refused as "
+                                     "the request asked: 'asked by the transform'"), error
+    for reply, param, field, told in (
+            (replies[1], "refuse", "refuse", "the client's"),
+            (replies[2], None, "request", "the client's"),
+            (replies[3], None, "request", "asked by the transform")):  # (no field: the
+        # client's delay_s reached the stage, part of what it refused)
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert (error["code"], error["param"], error["edge"]["field"]) == (
+            "invalid_value", param, field), error
+        assert error["message"].endswith(f"{told!r}"), error
+    for reply in replies[4:]:
+        error = _server_error(reply, "transform_output_refused", "TransformOutputRefused",
+                              "pipelines[unnamed].stages[b].input_transform")
+        assert error["message"].endswith(
+            "returned (RequestRefused): the request was refused as a whole, as it asked: "
+            "'asked by the transform'"), error
+
+
+def test_a_malformed_reply_of_a_worker_is_500_naming_the_stage_not_400(
+        ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker that answers with a well-framed ERROR event carrying no error
+    (:mod:`malformed_worker`): the controller refused the event with ``InvalidValue``
+    naming ``event.error``, answered 400 ``invalid_value`` with ``param`` ``event.error``
+    (the client told to mend a field it never sent), and the stage's slot stayed taken:
+    the next request waited for it for ever. Now the worker's malformed reply is a
+    ``ProtocolViolation``: 500 ``worker_protocol_violation`` naming the stage and the
+    event's field, logged once; the stage's slot is free and the same worker answers the
+    next request. Nothing is held afterwards."""
+    import sys
+
+    route = {"name": "malformed", "interpreter": sys.executable,
+             "entry": "malformed_worker:create", "python_path": [str(Path(__file__).parent)]}
+    config = {"name": "odd", "stages": [
+        {"id": "m", "backend": {"name": "echo", "route": route}}]}
+    pipelines = {"odd": Pipeline.open(load_pipeline(config),
+                                      load_plugins(env={"EDGE_PLUGINS": "echo"}), ledger,
+                                      retire_deadline_s=3.0)}
+    try:
+        held = ledger.holdings()
+        workers = _held(pipelines)
+        bad = {**GOOD, "params": {"fail_call": True}, "deadline_s": 20}
+        replies = _answers(pipelines, ledger, [("odd", bad), ("odd", {**GOOD, "deadline_s": 20}),
+                                               ("odd", bad)])
+        logged = capsys.readouterr().err
+        assert ledger.holdings() == held
+        assert _held(pipelines) == workers  # its slot free, the same worker serves on
+    finally:
+        pipelines["odd"].close()
+    assert ledger.snapshot()["reservations"] == []
+    for reply in replies[0], replies[2]:
+        error = _server_error(reply, "worker_protocol_violation", "ProtocolViolation",
+                              "stages[m].event.error")
+        assert error["message"] == ("stages[m].event.error: the worker sent a malformed "
+                                    "event: kind error needs an ErrorInfo: None"), error
+    assert replies[1].status_code == 200, replies[1].text
+    lines = [line for line in logged.splitlines() if line.startswith("edge serve: error: ")]
+    assert lines == ["edge serve: error: stages[m].event.error: the worker sent a malformed "
+                     "event: kind error needs an ErrorInfo: None (answered 500; logged once "
+                     "per field)"], logged
 
 
 def test_a_transform_returning_no_mapping_is_500_transform_return_invalid_naming_it(
@@ -432,6 +529,17 @@ def test_a_bundle_rewritten_under_finish_or_a_transform_is_503_bundle_changed(
     assert ledger.snapshot()["reservations"] == []
 
 
+def _stage_up(text: str) -> dict[tuple[str, str], str]:
+    """``edge_stage_up`` of a ``/metrics`` answer: (pipeline, stage) → the state at 1."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    up = {(sample.labels["pipeline"], sample.labels["stage"]): sample.labels["state"]
+          for sample in families["edge_stage_up"].samples if sample.value == 1}
+    assert len(up) == len(families["edge_stage_up"].samples)  # one state per stage
+    return up
+
+
 def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_again(
         tmp_path: Path, ledger: ResourceLedger, capsys: pytest.CaptureFixture[str]) -> None:
     """ort-cpu stages verified in place; ``finish`` (pipeline ``read``) and a transform
@@ -444,7 +552,9 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
     as ``GET /v1/pipelines/NAME`` and ``Pipeline.health()`` say; until the stage loads
     again: the bundles' bytes restored are not trusted as they are (written since the
     stage verified them: still 503), but once the stages restart (a new generation,
-    verified again) ``/health`` is 200 and requests are answered."""
+    verified again) ``/health`` is 200 and requests are answered. ``edge_stage_up`` on
+    ``/metrics`` said ``ready`` for those stages all along; it says ``bundle-changed``
+    while ``/health`` names them, ``ready`` again once they loaded again."""
     import shutil
 
     from edge_ort.bundles import EXAMPLE_X, write_add_relu_bundle
@@ -483,17 +593,24 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
                             if path in pipelines else await client.get(path)
                             for path in asked]
 
-            health, = asyncio.run(ask("/health"))
+            health, scraped = asyncio.run(ask("/health", "/metrics"))
             assert health.status_code == 200, health.text
             assert {name: entry["bundle_changed"]
                     for name, entry in health.json()["pipelines"].items()} == {
                 "read": {}, "chain": {}}
+            assert _stage_up(scraped.text) == {("read", "s"): "ready", ("chain", "a"): "ready",
+                                               ("chain", "b"): "ready"}
             for name in ("f", "a"):
                 _rewrite(bundles[name])
             health, = asyncio.run(ask("/health"))  # nothing met it yet: not looked at
             assert health.status_code == 200, health.text
-            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain"))
-            assert [reply.status_code for reply in answers] == [503, 503, 503, 200]
+            answers = asyncio.run(ask("read", "chain", "/health", "/v1/pipelines/chain",
+                                      "/metrics"))
+            assert [reply.status_code for reply in answers] == [503, 503, 503, 200, 200]
+            # edge_stage_up said ready for s and a, while /health was 503 naming them
+            assert _stage_up(answers[4].text) == {("read", "s"): "bundle-changed",
+                                                  ("chain", "a"): "bundle-changed",
+                                                  ("chain", "b"): "ready"}
             messages = [reply.json()["error"]["message"] for reply in answers[:2]]
             health = answers[2].json()
             assert health["status"] == "degraded"
@@ -522,9 +639,10 @@ def test_health_is_503_naming_the_stage_whose_bundle_changed_until_it_loads_agai
                 "bundle_changed"] * 2
             pipelines["read"].stage("s").restart()
             pipelines["chain"].stage("a").restart()
-            answers = asyncio.run(ask("/health", "read", "chain"))
-            assert [reply.status_code for reply in answers] == [200, 200, 200], \
+            answers = asyncio.run(ask("/health", "read", "chain", "/metrics"))
+            assert [reply.status_code for reply in answers] == [200, 200, 200, 200], \
                 answers[0].text
+            assert set(_stage_up(answers[3].text).values()) == {"ready"}
             assert all(not entry["bundle_changed"]
                        for entry in answers[0].json()["pipelines"].values())
             assert [s.generation for s in pipelines["chain"].stages] == [2, 1]

@@ -32,7 +32,7 @@ DEFAULT_RAM_DEMAND = 256 * 1024 * 1024
 #: its own delay, a failure or memory it asks for, an extra output, and how it streams.
 REQUEST_PARAMS = ("delay_s", "crash", "fail_call", "allocate_mb", "pad_output_bytes",
                   "stream_chunks", "chunk_rate_hz", "tokens_per_chunk", "stall_after",
-                  "stall_s", "refuse")
+                  "stall_s", "refuse", "refuse_unnamed")
 
 
 def backend_infos() -> list[BackendInfo]:

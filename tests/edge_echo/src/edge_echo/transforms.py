@@ -176,6 +176,14 @@ def ask_refusal(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
     return Call({"x": previous["x"]}, params={"refuse": "asked by the transform"})
 
 
+def ask_unnamed_refusal(previous: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
+    """A ``Call`` of the next stage asking ``refuse_unnamed``: a refusal naming no field
+    that the pipeline's transform, not the client, asked for."""
+    from edge_core.fanout import Call
+
+    return Call({"x": previous["x"]}, params={"refuse_unnamed": "asked by the transform"})
+
+
 def y_as_float64(previous: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
     """The previous ``y`` as the next ``x``, in float64: a pipeline's bug before a stage
     that serves float32 (an ort-cpu stage refuses it, ``ShapeRefused`` naming ``inputs.x``)."""

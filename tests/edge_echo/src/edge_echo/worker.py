@@ -42,6 +42,19 @@ class ParamRefused(ValueError):
         super().__init__(f"params.{field}: refused as the request asked: {value!r}")
 
 
+class RequestRefused(ValueError):
+    """A request refused as its own fault as a whole, naming no field (``refuse_unnamed``).
+
+    Declares the request fault ``invalid_value`` with no ``field``: a backend that refuses
+    a request without being able to say which of its values is at fault.
+    """
+
+    request_fault = "invalid_value"
+
+    def __init__(self, value: object) -> None:
+        super().__init__(f"the request was refused as a whole, as it asked: {value!r}")
+
+
 class EchoHandler(BaseHandler):
     """Multiplies every input by ``scale``; cancellable in place when preemptible."""
 
@@ -122,12 +135,16 @@ class EchoHandler(BaseHandler):
         event), ``crash`` (the worker exits at once: the controller sees it gone), or
         ``allocate_mb`` (memory allocated and touched while serving it, kept until the
         next request); ``pad_output_bytes`` adds an output ``pad`` of that many zero bytes;
-        ``refuse`` is refused as the request's own fault (:class:`ParamRefused`).
+        ``refuse`` is refused as the request's own fault (:class:`ParamRefused`), and
+        ``refuse_unnamed`` as the request's own fault naming no field
+        (:class:`RequestRefused`).
         """
         if self.options.get("fail_at") == "call":
             raise InjectedFailure("call failed as configured")
         if "refuse" in call.params:
             raise ParamRefused("refuse", call.params["refuse"])
+        if "refuse_unnamed" in call.params:
+            raise RequestRefused(call.params["refuse_unnamed"])
         if call.params.get("crash"):
             os._exit(3)
         if call.params.get("fail_call"):

@@ -259,7 +259,7 @@ async def health(request: Request) -> Response:
     for name, served in state.pipelines.items():
         stages = served.stage_states()
         changed = served.bundles_changed()
-        up = all(s == "ready" for s in stages.values()) and not changed
+        up = served.ready()  # (edge_stage_up reads the same readiness)
         ready = ready and up
         report = served.pipeline.health()
         memory = report["memory"]  # each stage's peak so far vs demand

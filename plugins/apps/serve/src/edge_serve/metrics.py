@@ -39,7 +39,10 @@ Read from the runtime at each scrape:
 * ``edge_ledger_reserved_bytes{pool}`` / ``edge_ledger_capacity_bytes{pool}`` /
   ``edge_ledger_quarantined_bytes{pool}`` — the shared ledger;
 * ``edge_worker_restarts_total{pipeline, stage}`` — restarts (generations after the first);
-* ``edge_stage_up{pipeline, stage, state}`` — 1 for the state each stage is in;
+* ``edge_stage_up{pipeline, stage, state}`` — 1 for the state each stage is in, as
+  ``/health`` judges it (:meth:`~edge_serve.served.ServedPipeline.readiness`):
+  ``bundle-changed`` instead of ``ready`` (or ``degraded``) for a stage whose bundle
+  changed since it loaded, while ``/health`` is 503 naming it;
 * ``edge_queue_length{pipeline}`` / ``edge_queue_limit{pipeline}`` — requests waiting for
   admission now, and how many may.
 """
@@ -111,7 +114,7 @@ class _RuntimeCollector(Collector):
             limit.add_metric([served.name], served.queue.policy.length)
             for stage, count in served.restarts().items():
                 restarts.add_metric([served.name, stage], count)
-            for stage, state in served.stage_states().items():
+            for stage, state in served.readiness().items():  # as /health reads it
                 up.add_metric([served.name, stage, state], 1)
             health = served.pipeline.health()["placement"]
             placement.add_metric([served.name], health["number"])

@@ -56,8 +56,12 @@ edge-contracts' own input errors (``ContractError``; an ``EdgeError`` that is a
        cannot carry, its worker's declared request fault (``TransformOutputRefused``:
        code ``transform_output_refused``, ``edge.field`` the refusing stage's
        ``input_transform``, naming that stage, the transform and the refusal's type and
-       message; logged once per transform); anything else: the error's type and message
-       (``x-should-retry: false`` on all: the same request would fail the same way)
+       message; logged once per transform); a stage's worker that broke the protocol
+       answering — a malformed event, however its reader refused it
+       (``ProtocolViolation``: code ``worker_protocol_violation``, ``edge.field`` where,
+       ``stages[s].event.error``; logged once per field); anything else: the error's type
+       and message (``x-should-retry: false`` on all: the same request would fail the
+       same way)
 503    a stage refuses work (``StageClosed``: failed, restarting, needs a restart), is not
        ready, or lost its worker (``WorkerLost``), with ``Retry-After``; a bundle a
        stage verified in place rewritten since it opened, met by ``finish`` or a
@@ -87,6 +91,7 @@ from edge_contracts.errors import ContractError, EventTooLarge, PayloadTooLarge
 from edge_contracts.request_faults import fault_of
 from edge_core.artifacts.errors import BundleChanged
 from edge_core.errors import EdgeError, ResourceUnavailable, StageClosed, WorkerLost
+from edge_core.host.errors import ProtocolViolation
 from edge_core.runtime.errors import (
     RequestCancelled,
     RequestFailed,
@@ -153,7 +158,8 @@ _EVENT_FIELD = re.compile(r"event(\.[a-z_]+)?")
 #: What was already logged (each is logged once): a backend's undeclared error by its
 #: type, a pipeline's ``finish`` that answered what JSON cannot carry, or that raised, by
 #: the pipeline, a transform that raised, returned no mapping or built inputs its stage
-#: refused by its stage's ``input_transform``, a rewritten bundle by its manifest.
+#: refused by its stage's ``input_transform``, a rewritten bundle by its manifest, a
+#: worker's protocol violation by its field.
 _logged: set[str] = set()
 
 
@@ -369,6 +375,24 @@ def _transform_output_refused(error: TransformOutputRefused) -> HttpRefusal:
     return refusal
 
 
+def _protocol_violation(error: ProtocolViolation) -> HttpRefusal:
+    """500 for a stage whose worker broke the protocol while answering, naming where.
+
+    A malformed reply — an event the controller could read but not accept (an ``error``
+    event without its error, outputs on a failed event: ``edge.field``
+    ``stages[s].event.error``), or a frame it could not read at all (``worker.channel``,
+    ``frame.meta``; the worker is then lost) — is the stage's fault, never the request's,
+    whatever ``ContractError`` found it: 500, ``param`` null, ``x-should-retry: false``,
+    code ``worker_protocol_violation``. Logged once per field.
+    """
+    refusal = HttpRefusal(500, error.field, error.reason, error.value,
+                          kind=type(error).__name__, code="worker_protocol_violation",
+                          param=None, message=str(error))
+    _log_once(f"protocol:{error.field}", f"edge serve: error: {refusal} (answered 500; "
+              "logged once per field)")
+    return refusal
+
+
 def _bundle_changed(error: BundleChanged) -> HttpRefusal:
     """503 for a bundle rewritten since its stage opened, naming the manifest and why.
 
@@ -458,6 +482,8 @@ def from_exception(error: BaseException, *, field: str = "request",
         return _transform_output_refused(error)
     if isinstance(error, TransformReturnInvalid):
         return _transform_return_invalid(error)
+    if isinstance(error, ProtocolViolation):
+        return _protocol_violation(error)
     if isinstance(error, TimeoutError):  # the runtime's own deadline (DeadlineExceeded)
         return HttpRefusal(504, "deadline_s", "the request's deadline passed", str(error),
                            kind=kind, param="deadline_s")

@@ -68,6 +68,10 @@ READY = "ready"
 SERVING = frozenset({READY, "degraded"})
 """Stage states that take requests: ready, or a replica set some of whose replicas serve."""
 
+BUNDLE_CHANGED = "bundle-changed"
+"""The readiness of a stage that takes requests but whose bundle changed since it loaded
+(:meth:`ServedPipeline.readiness`)."""
+
 BACKSTOP_S = 2.0
 """How long after a request's deadline the server answers 504 without the runtime."""
 
@@ -185,6 +189,27 @@ class ServedPipeline:
                 changed.setdefault(runtime.stage_id, record["message"])
         return changed
 
+    def readiness(self) -> dict[str, str]:
+        """Stage id → whether requests can be answered there: the one view of readiness.
+
+        The stage's state (:meth:`stage_states`), except :data:`BUNDLE_CHANGED`
+        (``bundle-changed``) for a stage that takes requests (``ready``, ``degraded``) but
+        whose bundle changed since it loaded (:meth:`bundles_changed`): every request that
+        reads its folder fails until it loads again, though its worker serves. The
+        pipeline is ready when every stage's entry is ``ready``: ``/health`` (200 or 503),
+        the pipeline's ``state`` in ``GET /v1/pipelines`` and ``edge_stage_up`` on
+        ``/metrics`` all read it here, so they cannot disagree.
+        """
+        states = self.stage_states()
+        for stage in self.bundles_changed():
+            if states.get(stage) in SERVING:
+                states[stage] = BUNDLE_CHANGED
+        return states
+
+    def ready(self) -> bool:
+        """True when every stage's :meth:`readiness` is ``ready``."""
+        return all(state == READY for state in self.readiness().values())
+
     def restarts(self) -> dict[str, int]:
         """Stage id → worker restarts so far (generations after the first; every replica's)."""
         counts: dict[str, int] = {}
@@ -254,12 +279,10 @@ class ServedPipeline:
             in_flight[runtime.stage_id] = in_flight.get(runtime.stage_id, 0) + runtime.outstanding
             replicas[runtime.stage_id, getattr(runtime.context, "replica", 0)] = runtime
         replicated = {stage for stage, number in replicas if number}  # more than one
-        changed = self.bundles_changed()
         return {
             "name": self.name,
-            "state": "ready" if all(s == READY for s in states.values()) and not changed
-            else "degraded",
-            "bundle_changed": changed,
+            "state": "ready" if self.ready() else "degraded",
+            "bundle_changed": self.bundles_changed(),
             "admission": self.pipeline.config.admission,
             "queue": {"length": self.queue.policy.length, "wait_s": self.queue.policy.wait_s,
                       "waiting": self.queue.waiting},

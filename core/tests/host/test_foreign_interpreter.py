@@ -22,10 +22,13 @@ pytestmark = pytest.mark.slow
 def numpy_only_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (no edge package, no psutil) with numpy installed by pip."""
     root = tmp_path_factory.mktemp("numpy-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, capture_output=True)
+    # no pip of its own (this interpreter's installs into it), nothing byte-compiled
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
+                   capture_output=True)
     python = root / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "numpy"],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--no-compile", "numpy"],
         check=True,
         capture_output=True,
     )

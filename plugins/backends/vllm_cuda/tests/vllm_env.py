@@ -62,7 +62,10 @@ def _build(directory: Path) -> None:
     shutil.rmtree(building, ignore_errors=True)
     try:
         _run(sys.executable, "-m", "venv", str(building))
-        pip = (str(building / "bin" / "python"), "-m", "pip", "install", "--quiet")
+        # nothing byte-compiled at install (torch and vLLM are tens of thousands of files):
+        # a module is compiled when first imported, once
+        pip = (str(building / "bin" / "python"), "-m", "pip", "install", "--quiet",
+               "--no-compile")
         constraints = building / "constraints.txt"
         constraints.write_text(f"torch=={TORCH}\n")
         _run(*pip, f"torch=={TORCH}")

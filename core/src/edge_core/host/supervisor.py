@@ -202,13 +202,12 @@ class _Supervisor:
 
         Resource trackers (:func:`is_tracker`) are killed last. A tracker unlinks what the
         processes it watched left registered only once the last of them is gone, and a
-        killed process is gone only when its last thread has exited: vLLM's EngineCore
-        (many threads, a GiB of KV cache) was gone 0.57 s after its worker's ``SIGKILL``,
-        its tracker's clean-up 5 ms later (one run on a loaded 2-core host). So trackers
-        are spared while anything else of the tree is left, then for
-        :data:`TRACKER_GRACE_S` more to clean up and exit by themselves.
-        (A fixed 0.5 s from the start of the drain, before, ran out about as the
-        EngineCore went, and a tracker killed first left its names in ``/dev/shm``.)
+        killed process is gone only when its last thread has exited, which for vLLM's
+        EngineCore (many threads, a large KV cache) takes a while after its worker's
+        ``SIGKILL``. So trackers are spared while anything else of the tree is left, then
+        for :data:`TRACKER_GRACE_S` more to clean up and exit by themselves. (A fixed
+        grace from the start of the drain, before, could run out before the EngineCore
+        went, and a tracker killed first left its names in ``/dev/shm``.)
         """
         others_gone: float | None = None
         while True:

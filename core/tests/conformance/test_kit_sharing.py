@@ -115,3 +115,8 @@ def test_run_backend_reports_every_check_as_before_and_leaves_nothing_open() -> 
     failures = [f"{r.check}: {r.detail}" for r in report.results if r.status is Status.FAILED]
     assert not failures, failures
     assert [r.check for r in report.results] == list(CHECKS)
+
+
+def test_an_empty_selection_of_checks_runs_nothing() -> None:
+    report = run_backend(load_plugins(env=ECHO), "echo", [])
+    assert report.results == ()

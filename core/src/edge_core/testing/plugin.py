@@ -143,7 +143,8 @@ class ConformanceSession:
         from edge_core.testing.checks import SHARED_CHECKS
 
         items = list(session.items)
-        for item, after in zip(items, [*items[1:], None], strict=True):
+        for index, item in enumerate(items):
+            after = items[index + 1] if index + 1 < len(items) else None
             if isinstance(item, ConformanceItem):
                 item.keep_open = (isinstance(after, ConformanceItem) and after.kit is self
                                   and after.backend == item.backend

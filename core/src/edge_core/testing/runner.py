@@ -105,8 +105,9 @@ def run_backend(plugins: PluginSet, backend: str,
         raise KeyError(f"checks: unknown (known: {list(CHECKS)}): {unknown}")
     subject = prepare(plugins, backend)
     try:
-        results = tuple(run_check(subject, name, keep_open=later in SHARED_CHECKS)
-                        for name, later in zip(names, [*names[1:], None], strict=True))
+        following = [*names[1:], None]  # the check run after each (None: the last)
+        results = tuple(run_check(subject, name, keep_open=following[index] in SHARED_CHECKS)
+                        for index, name in enumerate(names))
     finally:
         subject.cleanup()
     return BackendReport(backend=backend, plugin=subject.plugin,

@@ -79,3 +79,32 @@ def test_an_unknown_backend_is_a_usage_error(tmp_path: Path) -> None:
     done = run_pytest(tmp_path, "--edge-backend", "no-such-backend")
     assert done.returncode == 4
     assert "--edge-backend: no installed plugin provides it" in done.stderr
+
+
+WATCHER = '''
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    kit = getattr(item, "kit", None)
+    if kit is not None:
+        held = kit.subjects[item.backend].share.held
+        print(f"SHARE {item.check} {'open' if held is not None else 'closed'}")
+'''
+
+
+def test_selected_items_share_the_pipeline_only_with_the_next_selected_shared_check(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "conftest.py").write_text(WATCHER, encoding="utf-8")
+    done = run_pytest(tmp_path, "--edge-backend", "echo-preemptible", "-s", "-k",
+                      "placement or calls or cancel_finished or retire_verified")
+    assert done.returncode == 0, done.stdout[-3000:]
+    shares = [line[line.index("SHARE "):] for line in done.stdout.splitlines()
+              if "SHARE " in line]
+    # stale_ack_frees_nothing is deselected: calls shares with cancel_finished_call; the
+    # next selected after that is retire_verified, which opens its own.
+    assert shares == ["SHARE warmup_placement_consistent open",
+                      "SHARE calls_match_expected open",
+                      "SHARE cancel_finished_call closed",
+                      "SHARE retire_verified closed"], done.stdout[-3000:]

@@ -52,6 +52,7 @@ from edge_core.testing.harness import (
     opened,
     pipeline_config,
     run_once,
+    shared,
     stage_of,
     track_prefixes,
     worker_identity,
@@ -59,7 +60,7 @@ from edge_core.testing.harness import (
 from edge_core.testing.subject import Subject
 
 __all__ = ["CHECKS", "HEAVY_MODULES", "PLUGIN_PROBE_ENV_NAMES",
-           "PROBE_LIMIT_S", "STAGE_CHECKS", "CheckFailed",
+           "PROBE_LIMIT_S", "SHARED_CHECKS", "STAGE_CHECKS", "CheckFailed",
            "CheckSkipped", "compare_outputs"]
 
 #: A probe slower than this (seconds, in a fresh interpreter) fails the probe check.
@@ -263,7 +264,7 @@ def missing_bundle_handled(subject: Subject) -> str:
 
 def warmup_placement_consistent(subject: Subject) -> str:
     """The warm-up placement report is present and agrees with the declaration and run."""
-    with opened(subject, "placement") as pipeline:
+    with shared(subject, "placement") as pipeline:
         plan = pipeline.execution_plan()["stages"][0]
         placement = plan["placement"]
         if not placement:
@@ -294,7 +295,7 @@ def calls_match_expected(subject: Subject) -> str:
     stage = stage_of(subject)
     if stage.expected is None:
         raise CheckSkipped("expected: the stage gives no expected outputs to compare: None")
-    with opened(subject, "calls") as pipeline:
+    with shared(subject, "calls") as pipeline:
         for attempt in range(3):
             with run_once(first_stage(pipeline), subject) as result:
                 problems = compare_outputs(result.outputs, result.data, stage.expected,
@@ -306,7 +307,7 @@ def calls_match_expected(subject: Subject) -> str:
 
 def stale_ack_frees_nothing(subject: Subject) -> str:
     """Acknowledgements with a wrong id, epoch, generation or serial free no slot."""
-    with opened(subject, "stale ack") as pipeline:
+    with shared(subject, "stale ack") as pipeline:
         runtime = first_stage(pipeline)
         result = run_once(runtime, subject)
         key = result.key
@@ -326,7 +327,7 @@ def stale_ack_frees_nothing(subject: Subject) -> str:
 
 def cancel_finished_call(subject: Subject) -> str:
     """Cancelling a finished request answers already-finished and keeps the worker."""
-    with opened(subject, "cancel finished") as pipeline:
+    with shared(subject, "cancel finished") as pipeline:
         runtime = first_stage(pipeline)
         before = worker_identity(runtime)
         with run_once(runtime, subject) as result:
@@ -371,7 +372,7 @@ def cancel_running_call(subject: Subject) -> str:
         raise CheckSkipped("slow_inputs/slow_params: the stage gives no request slow enough "
                            "to cancel while running: None")
     preemptible = subject.info.preemptible
-    with opened(subject, "cancel running") as pipeline:
+    with shared(subject, "cancel running") as pipeline:
         runtime = first_stage(pipeline)
         before = worker_identity(runtime)
         for after_s in CANCEL_AFTER_S:
@@ -569,3 +570,12 @@ CHECKS: dict[str, Callable[[Subject], str]] = {
 #: Checks that need the backend's conformance stage.
 STAGE_CHECKS = frozenset(CHECKS) - {"contract_version", "hooks_have_specs",
                                      "probe_fast_and_light"}
+
+#: Checks that run on the pipeline the previous check left open, when it shares one and
+#: left it whole (:func:`~edge_core.testing.harness.shared`): they serve, acknowledge and
+#: cancel requests, and each ends with its stage ready and nothing outstanding (a
+#: retire-required cancel restarts the stage first). The others open their own: they
+#: open another configuration, or retire, kill or break the worker on purpose.
+SHARED_CHECKS = frozenset({"warmup_placement_consistent", "calls_match_expected",
+                           "stale_ack_frees_nothing", "cancel_finished_call",
+                           "cancel_running_call"})

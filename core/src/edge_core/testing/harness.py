@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -20,16 +21,19 @@ from edge_core.config import load_pipeline
 from edge_core.errors import EdgeError
 from edge_core.host.client import WorkerClient
 from edge_core.host.identity import described_identity, start_time
+from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline
+from edge_core.runtime.health import StageState
 from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.testing.conformance_stage import ConformanceStage
-from edge_core.testing.leaks import leaks_since, snapshot
+from edge_core.testing.leaks import Snapshot, leaks_since, snapshot
 from edge_core.testing.subject import Subject
 
-__all__ = ["WAIT_S", "CheckFailed", "CheckSkipped", "bounded", "compare_outputs",
-           "first_stage", "gone", "no_leftovers", "opened", "pipeline_config",
-           "pipeline_inputs", "run_once", "stage_of", "track_prefixes", "worker_identity"]
+__all__ = ["SETTLE_S", "WAIT_S", "CheckFailed", "CheckSkipped", "OpenStage", "bounded",
+           "compare_outputs", "first_stage", "gone", "no_leftovers", "open_stage", "opened",
+           "pipeline_config", "pipeline_inputs", "run_once", "shared", "stage_of",
+           "track_prefixes", "worker_identity"]
 
 #: Bound on any single wait of the kit (a call, a cancel, a lost channel).
 WAIT_S = 30.0
@@ -96,15 +100,8 @@ def track_prefixes(runtime: StageRuntime, prefixes: set[str]) -> None:
         prefixes.update(client.shm_prefixes)
 
 
-@contextlib.contextmanager
-def no_leftovers(what: str, prefixes: set[str] | None = None) -> Iterator[None]:
-    """Fail when the block leaves a process, an edge segment or a descriptor behind.
-
-    /dev/shm is machine-wide, so only segments of ``prefixes`` (the producers of the
-    workers the block started) count: other processes' segments are not this backend's.
-    """
-    before = snapshot()
-    yield
+def _leftovers(what: str, before: Snapshot, prefixes: set[str] | None) -> None:
+    """Fail when something appeared since ``before`` (see :func:`no_leftovers`)."""
     report = leaks_since(before)
     mine = tuple(name for name in report.segments
                  if any(name.startswith(f"edge_{p}_") for p in prefixes or ()))
@@ -114,25 +111,128 @@ def no_leftovers(what: str, prefixes: set[str] | None = None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def opened(subject: Subject, what: str) -> Iterator[Pipeline]:
-    """Open the stage on the host's ledger; close it, requiring verified retirement."""
-    prefixes: set[str] = set()
-    with no_leftovers(what, prefixes):
-        config = pipeline_config(subject)
-        ledger = default_ledger(config, subject.plugins)
-        pipeline = Pipeline.open(config, subject.plugins, ledger)
-        track_prefixes(first_stage(pipeline), prefixes)
-        try:
-            yield pipeline
-        finally:
-            track_prefixes(first_stage(pipeline), prefixes)
-            summary = pipeline.close()
+def no_leftovers(what: str, prefixes: set[str] | None = None) -> Iterator[None]:
+    """Fail when the block leaves a process, an edge segment or a descriptor behind.
+
+    /dev/shm is machine-wide, so only segments of ``prefixes`` (the producers of the
+    workers the block started) count: other processes' segments are not this backend's.
+    """
+    before = snapshot()
+    yield
+    _leftovers(what, before, prefixes)
+
+
+#: How long :meth:`OpenStage.whole` waits for the worker channel to drop a delivered call.
+SETTLE_S = 1.0
+
+
+@attrs.define(eq=False)
+class OpenStage:
+    """An open conformance pipeline with what its close must verify.
+
+    Attributes:
+        what: The check using it now (named in a failure of its close).
+        pipeline: The open pipeline.
+        ledger: The ledger it was admitted on (empty again after the close).
+        prefixes: The shared-memory producer prefixes of every worker it ran.
+        before: What this process held before it was opened.
+    """
+
+    what: str
+    pipeline: Pipeline
+    ledger: ResourceLedger
+    prefixes: set[str]
+    before: Snapshot
+
+    def track(self) -> None:
+        """Remember the current workers' segment prefixes."""
+        for runtime in self.pipeline.stages:
+            track_prefixes(runtime, self.prefixes)
+
+    def whole(self) -> bool:
+        """Every stage ready, with nothing outstanding in the runtime or on the channel."""
+        for runtime in self.pipeline.stages:
+            if runtime.state is not StageState.READY or runtime.outstanding:
+                return False
+            client = getattr(runtime.loaded, "client", None)
+            if isinstance(client, WorkerClient):
+                end = time.monotonic() + SETTLE_S
+                while (health := client.health()).state == "ready" and health.in_flight:
+                    if time.monotonic() > end:
+                        return False
+                    time.sleep(0.01)
+                if health.state != "ready":
+                    return False
+        return True
+
+    def close(self) -> None:
+        """Close it, requiring verified retirement, an empty ledger and no leftovers."""
+        self.track()
+        summary = self.pipeline.close()
         for stage_id, closed in summary.items():
             retire = closed.get("retire") or {}
             if not (isinstance(retire, Mapping) and retire.get("verified")):
-                raise CheckFailed(f"{what}: stages[{stage_id}].retire: not verified: {retire}")
-        if not ledger.is_empty():
-            raise CheckFailed(f"{what}: ledger: still charged after close: {ledger.snapshot()}")
+                raise CheckFailed(f"{self.what}: stages[{stage_id}].retire: not verified: "
+                                  f"{retire}")
+        if not self.ledger.is_empty():
+            raise CheckFailed(f"{self.what}: ledger: still charged after close: "
+                              f"{self.ledger.snapshot()}")
+        _leftovers(self.what, self.before, self.prefixes)
+
+    def abandon(self) -> None:
+        """Close it without judging the close (the check already failed or raised)."""
+        self.pipeline.close()
+
+
+def open_stage(subject: Subject, what: str) -> OpenStage:
+    """Open the subject's stage on the host's ledger, recording what to verify at close."""
+    before = snapshot()
+    config = pipeline_config(subject)
+    ledger = default_ledger(config, subject.plugins)
+    pipeline = Pipeline.open(config, subject.plugins, ledger)
+    stage = OpenStage(what=what, pipeline=pipeline, ledger=ledger, prefixes=set(),
+                      before=before)
+    stage.track()
+    return stage
+
+
+@contextlib.contextmanager
+def opened(subject: Subject, what: str) -> Iterator[Pipeline]:
+    """Open the stage on the host's ledger; close it, requiring verified retirement."""
+    stage = open_stage(subject, what)
+    try:
+        yield stage.pipeline
+    except BaseException:
+        stage.track()
+        stage.abandon()
+        raise
+    stage.close()
+
+
+@contextlib.contextmanager
+def shared(subject: Subject, what: str) -> Iterator[Pipeline]:
+    """Like :func:`opened`, on the pipeline the previous check left open when there is one.
+
+    The pipeline stays open after the block only when the runner said the next check
+    shares it (``subject.share.keep_open``) and the block left it whole (see
+    :meth:`OpenStage.whole`); otherwise it is closed here and judged as :func:`opened`
+    judges it. A block that raises has the pipeline closed, never lent on.
+    """
+    share = subject.share
+    held = share.take()
+    stage = held if isinstance(held, OpenStage) else open_stage(subject, what)
+    stage.what = what
+    try:
+        yield stage.pipeline
+    except BaseException:
+        stage.track()
+        stage.abandon()
+        raise
+    stage.track()
+    if share.keep_open and stage.whole():
+        share.held = stage
+        return
+    stage.close()
 
 
 def first_stage(pipeline: Pipeline) -> StageRuntime:

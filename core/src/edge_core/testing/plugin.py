@@ -64,13 +64,17 @@ class ConformanceItem(pytest.Item):
         self.backend = backend
         self.check = check
         self.kit = kit
+        #: The next item to run is a check of this backend that shares the pipeline
+        #: (set once the selection is final): this one may leave it open for it.
+        self.keep_open = False
 
     def runtest(self) -> None:
         """Run the check; a skip or a failure carries the check's reason."""
         from edge_core.testing.results import Status
         from edge_core.testing.runner import run_check
 
-        result = run_check(self.kit.subject(self.backend), self.check)
+        result = run_check(self.kit.subject(self.backend), self.check,
+                           keep_open=self.keep_open)
         self.kit.results.setdefault(self.backend, []).append(result)
         if result.status is Status.SKIPPED:
             pytest.skip(result.detail)
@@ -134,8 +138,20 @@ class ConformanceSession:
                 item.add_marker(backend_marker(backend))
                 items.append(item)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Once the items to run are known: which may leave a shared pipeline open."""
+        from edge_core.testing.checks import SHARED_CHECKS
+
+        items = list(session.items)
+        for index, item in enumerate(items):
+            after = items[index + 1] if index + 1 < len(items) else None
+            if isinstance(item, ConformanceItem):
+                item.keep_open = (isinstance(after, ConformanceItem) and after.kit is self
+                                  and after.backend == item.backend
+                                  and after.check in SHARED_CHECKS)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Remove the stages' directories; write the JSON report when asked."""
+        """Close shared pipelines, remove the stages' folders; write the report when asked."""
         from edge_core.testing.results import BackendReport, report_document
 
         for subject in self.subjects.values():

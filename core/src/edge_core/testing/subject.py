@@ -18,6 +18,7 @@ from edge_core.binding import backend_table, bind_owner
 from edge_core.errors import BackendUnavailable
 from edge_core.plugins import PluginSet
 from edge_core.testing.conformance_stage import ConformanceStage
+from edge_core.testing.sharing import PipelineShare
 
 __all__ = ["PROBE_TIMEOUT_S", "Subject", "prepare"]
 
@@ -41,6 +42,8 @@ class Subject:
             something malformed (``stage_failed`` tells which).
         stage_failed: True when the missing stage is the plugin's fault.
         workdir: The private directory the stage was built in.
+        share: The pipeline consecutive stage checks share (see
+            :mod:`edge_core.testing.sharing`).
     """
 
     backend: str
@@ -53,9 +56,11 @@ class Subject:
     stage_problem: str | None
     stage_failed: bool
     workdir: Path
+    share: PipelineShare = attrs.field(factory=PipelineShare, eq=False, repr=False)
 
     def cleanup(self) -> None:
-        """Remove the stage's directory."""
+        """Close a pipeline still shared, unjudged; remove the stage's directory."""
+        self.share.abandon()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

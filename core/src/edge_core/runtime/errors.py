@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from edge_contracts.error_details import ErrorDetail
+from typing import TYPE_CHECKING
+
 from edge_contracts.request_faults import RequestFault
 from edge_core.errors import (
     NO_VALUE,
@@ -12,6 +13,9 @@ from edge_core.errors import (
     WorkerError,
     field_message,
 )
+
+if TYPE_CHECKING:  # an annotation only: importing the errors stays as light as it was
+    from edge_contracts.error_details import ErrorDetail
 
 __all__ = [
     "DemandExceeded",

@@ -1,4 +1,7 @@
-"""Every edge error survives ``copy.copy`` and ``copy.deepcopy`` whole: type, message, attributes.
+"""Every edge error class: a plain subclass in the hierarchy, copied whole.
+
+Each error class's bases are exception classes (no mixin), and every edge error survives
+``copy.copy`` and ``copy.deepcopy`` whole: type, message, attributes.
 
 pytest, ``concurrent.futures`` and asyncio's re-raise paths copy exceptions; the default
 ``BaseException.__reduce__`` passes only ``self.args`` back to ``__init__``, which fails (or
@@ -125,3 +128,9 @@ def test_an_edge_error_copies_whole(cls: type[BaseException],
     assert vars(clone)["extra"] == ["set after raising"]
     if copier is copy.deepcopy:
         assert vars(clone)["extra"] is not vars(error)["extra"]
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
+def test_an_edge_error_has_only_exception_bases(cls: type[BaseException]) -> None:
+    mixins = [base.__qualname__ for base in cls.__bases__ if not issubclass(base, BaseException)]
+    assert not mixins, f"{cls.__qualname__} has bases that are not exceptions: {mixins}"

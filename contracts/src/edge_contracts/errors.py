@@ -9,8 +9,6 @@ branch under :class:`WireError` so that a frame reader can refuse a peer with on
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = [
     "ArchiveRefused",
     "BoolBytesInvalid",
@@ -52,7 +50,7 @@ class ContractError(ValueError):
         self.reason = reason
         super().__init__(f"{field}: {reason}: {value!r}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         """Rebuild from ``args`` and the attributes, without calling ``__init__`` again.
 
         ``copy.copy`` and ``copy.deepcopy`` keep the error whole: its type, ``args`` and

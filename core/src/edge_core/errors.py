@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: the CLI imports this module and starts without typing
 if TYPE_CHECKING:
-    from typing import Any, Final
+    from typing import Final
 
 
 class _NoValue:
@@ -61,7 +61,7 @@ class EdgeError(Exception):
     attribute (see :meth:`__reduce__`), whatever arguments its ``__init__`` takes.
     """
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         """Rebuild from ``args`` and the attributes, without calling ``__init__`` again.
 
         The built-in reduction calls ``type(self)(*self.args)``, which fails for an error

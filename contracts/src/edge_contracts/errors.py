@@ -50,9 +50,14 @@ class ContractError(ValueError):
         self.reason = reason
         super().__init__(f"{field}: {reason}: {value!r}")
 
-    def __reduce__(self) -> tuple[type[ContractError], tuple[str, object, str]]:
-        """Rebuild from the three attributes (keeps copy/deepcopy working)."""
-        return (type(self), (self.field, self.value, self.reason))
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes, without calling ``__init__`` again.
+
+        ``copy.copy`` and ``copy.deepcopy`` keep the error whole: its type, ``args`` and
+        every attribute, those a subclass or a caller added included.
+        """
+        cls = type(self)
+        return (cls.__new__, (cls, *self.args), self.__dict__)
 
 
 class InvalidValue(ContractError):

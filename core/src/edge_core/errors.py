@@ -56,7 +56,20 @@ class EdgeError(Exception):
 
     ``str()`` is the whole message; :attr:`summary` and :attr:`detail` split it for a
     one-line report (the command line's): what it is, and what only ``--debug`` shows.
+
+    ``copy.copy`` and ``copy.deepcopy`` keep an error whole: its type, ``args`` and every
+    attribute (see :meth:`__reduce__`), whatever arguments its ``__init__`` takes.
     """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes, without calling ``__init__`` again.
+
+        The built-in reduction calls ``type(self)(*self.args)``, which fails for an error
+        whose ``__init__`` takes other arguments than its message (most edge errors), and
+        would run the constructor's checks and derivations a second time.
+        """
+        cls = type(self)
+        return (cls.__new__, (cls, *self.args), self.__dict__)
 
     @property
     def summary(self) -> str:

@@ -6,13 +6,17 @@ every named semaphore or shared-memory block still registered once the processes
 them are gone. Killed together with them, it unlinks nothing, and each name stays on the
 machine. Both ways a tree ends are checked: the worker leaves on ``SIGTERM`` (its
 supervisor kills the rest) and the worker ignores it (the controller kills the tree); and
-a worker killed outright, its tracker slow to clean up (its supervisor waits for it).
+a worker killed outright, its tracker slow to clean up (its supervisor waits for it); and
+a plain tree whose tracker is slow to clean up under a short deadline (the retirement's
+``SIGKILL`` phase waits for it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +25,8 @@ import psutil
 import pytest
 
 from edge_core.host import WorkerClient
+from edge_core.host.identity import ProcessIdentity
+from edge_core.host.retire import ProcessTree
 from edge_core.host.supervisor import TRACKER_GRACE_S, is_tracker
 
 pytestmark = pytest.mark.skipif(
@@ -70,3 +76,74 @@ def test_a_tracker_slow_to_clean_up_after_its_worker_was_killed_is_waited_for(
     outcome = client.retire(deadline_s=5.0)
     assert outcome.verified, outcome
     assert not name.exists(), f"{name} left behind"
+
+
+# The root ignores SIGTERM and forks a child that ignores it too and creates a real
+# multiprocessing shared-memory block: the child's resource tracker (a process of the tree)
+# registers the block and unlinks it once the child is gone. The child prints the block's
+# name, the root relays it.
+TRACKED_BLOCK = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(r)
+    from multiprocessing import shared_memory
+    block = shared_memory.SharedMemory(create=True, size=4096)
+    os.write(w, block.name.encode() + b"\n")
+    while True:
+        time.sleep(1)
+os.close(w)
+sys.stdout.write(os.fdopen(r).readline())
+sys.stdout.flush()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_the_kill_phase_spares_a_slow_tracker_until_its_child_is_gone_then_a_grace() -> None:
+    # Nothing leaves on SIGTERM, so the retirement's SIGKILL phase (the second half of the
+    # 3 s deadline) kills the child at once. The tracker is held stopped until 2.5 s into
+    # the retirement, as a loaded host can leave it without CPU. Spared only until the
+    # middle of the SIGKILL phase (2.25 s) whatever was left of the tree, it was killed
+    # stopped and the block stayed in /dev/shm; spared until the child is gone, then up to
+    # TRACKER_GRACE_S (cut short to stay within the deadline), it unlinks the block and
+    # leaves by itself, then the root is killed.
+    proc = subprocess.Popen([sys.executable, "-c", TRACKED_BLOCK], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    block = Path("/dev/shm") / proc.stdout.readline().decode().strip().lstrip("/")
+    proc.stdout.close()
+    root = psutil.Process(proc.pid)
+    left: list[psutil.Process] = []
+    resumer: threading.Timer | None = None
+    try:
+        assert block.exists(), block
+        (tracker,) = [child for child in root.children(recursive=True)
+                      if is_tracker(child.pid)]
+        tracker.suspend()
+
+        def resume() -> None:
+            with contextlib.suppress(psutil.NoSuchProcess):  # killed, where it was not spared
+                tracker.resume()
+
+        resumer = threading.Timer(2.5, resume)
+        resumer.start()
+        tree = ProcessTree(ProcessIdentity.of(proc.pid), proc)
+        outcome = tree.retire(deadline_s=3.0)
+        resumer.join()
+        assert outcome.verified, outcome
+        assert outcome.escalation == "kill", outcome
+        assert len(outcome.tree) == 3, outcome  # the root, its child and the tracker
+        assert not block.exists(), f"{block} left behind"
+    finally:
+        if resumer is not None:
+            resumer.cancel()
+        with contextlib.suppress(FileNotFoundError):  # the block a failed run left
+            block.unlink()
+        with contextlib.suppress(psutil.NoSuchProcess):  # a failed run's processes
+            left = [*root.children(recursive=True), root]
+        for process in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        proc.wait(timeout=5)

@@ -41,10 +41,6 @@ class BundleRefused(ManifestInvalid):
         self.value = value
         super().__init__(f"{field}: {reason}: {value!r}")
 
-    def __reduce__(self) -> tuple[type[BundleRefused], tuple[str, str, object]]:
-        """Rebuild from the three attributes (keeps copy and deepcopy working)."""
-        return (type(self), (self.field, self.reason, self.value))
-
     def to_dict(self) -> dict[str, object]:
         """The JSON-ready form used by ``edge manifest verify --json``."""
         return {

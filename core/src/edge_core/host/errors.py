@@ -25,35 +25,28 @@ class RouteRefused(ConfigError):
     """A route cannot be used: missing or non-executable interpreter, bad entry, bad domain."""
 
 
-class _Described:
-    """Mixin keeping ``field``, ``reason`` and ``value`` and rendering ``field: reason: value``."""
-
-    field: str
-    reason: str
-    value: object
-
-    def _describe(self, field: str, reason: str, value: object) -> str:
-        self.field = field
-        self.reason = reason
-        self.value = value
-        return f"{field}: {reason}: {value!r}"
+def _message(field: str, reason: str, value: object) -> str:
+    """The message of every error here: ``field: reason: value`` (the value's ``repr``)."""
+    return f"{field}: {reason}: {value!r}"
 
 
-class BootstrapRefused(_Described, WorkerError):
+class BootstrapRefused(WorkerError):
     """The worker's hello was refused (token, protocol version, features, identity) or late."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))
 
 
-class ProtocolViolation(_Described, WorkerError):
+class ProtocolViolation(WorkerError):
     """The worker wrote something that is not a valid frame, or an op out of protocol."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))
 
 
-class RemoteError(_Described, WorkerError):
+class RemoteError(WorkerError):
     """The worker's handler failed; ``remote_type`` is the name of the exception it raised.
 
     ``remote_detail`` is that exception's own field, reason and value as the worker sent
@@ -65,14 +58,16 @@ class RemoteError(_Described, WorkerError):
                  detail: ErrorDetail | None = None) -> None:
         self.remote_type = remote_type
         self.remote_detail = detail
-        super().__init__(self._describe(field, f"{remote_type} in worker", message))
+        self.field, self.reason, self.value = field, f"{remote_type} in worker", message
+        super().__init__(_message(field, self.reason, message))
 
 
-class WorkerGone(_Described, WorkerLost):
+class WorkerGone(WorkerLost):
     """The worker died or its channel closed while work was in flight (a :class:`WorkerLost`)."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))
 
 
 class WorkerUnresponsive(WorkerGone):
@@ -84,7 +79,7 @@ class WorkerUnresponsive(WorkerGone):
     """
 
 
-class TransportCapExceeded(_Described, ResourceUnavailable):
+class TransportCapExceeded(ResourceUnavailable):
     """Shared-memory retention would exceed a producer's cap on bytes or buffers.
 
     ``clears`` is True when calls in flight on the channel held shared memory when it
@@ -95,20 +90,23 @@ class TransportCapExceeded(_Described, ResourceUnavailable):
     """
 
     def __init__(self, field: str, reason: str, value: object, *, clears: bool = False) -> None:
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))
         self.clears = clears
 
 
-class InputBufferBusy(_Described, ResourceUnavailable):
+class InputBufferBusy(ResourceUnavailable):
     """An input buffer was sent again while the worker still holds it (request in flight)."""
 
     def __init__(self, field: str, reason: str, value: object) -> None:
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))
 
 
-class DeviceLockTimeout(_Described, ResourceUnavailable):
+class DeviceLockTimeout(ResourceUnavailable):
     """A device-initialisation lock was not acquired in time; ``holder_pid`` when known."""
 
     def __init__(self, field: str, reason: str, value: object, holder_pid: int | None) -> None:
         self.holder_pid = holder_pid
-        super().__init__(self._describe(field, reason, value))
+        self.field, self.reason, self.value = field, reason, value
+        super().__init__(_message(field, reason, value))

@@ -12,10 +12,11 @@ check and at every step of retirement.
 
 :meth:`ProcessTree.retire` escalates: wait for a graceful exit, ``SIGTERM`` every known
 live process, then ``SIGKILL`` (the root last, so that it keeps adopting orphans while
-the rest is killed); between steps it re-captures so that processes forked late are
-caught too. The deadline is split so that the kill phase always keeps its share
-(:data:`KILL_SHARE`): a ``SIGTERM`` that is ignored cannot use up the time that
-``SIGKILL`` needs. Finally it verifies that every identity ever captured is gone
+the rest is killed, and a Python resource tracker only once the processes it watches are
+gone and it had a grace to clean up after them); between steps it re-captures so that
+processes forked late are caught too. The deadline is split so that the kill phase always
+keeps its share (:data:`KILL_SHARE`): a ``SIGTERM`` that is ignored cannot use up the
+time that ``SIGKILL`` needs. Finally it verifies that every identity ever captured is gone
 (``verified`` is never true while one lives). Signals only ever reach a process whose PID
 *and* creation time match the capture, so a reused PID is never signalled. The outcome
 is recorded; calling again returns it (an unverified outcome is re-checked first).
@@ -33,7 +34,7 @@ import attrs
 import psutil
 
 from edge_core.host.identity import ProcessIdentity, related_members
-from edge_core.host.supervisor import is_tracker
+from edge_core.host.supervisor import TRACKER_GRACE_S, is_tracker
 
 __all__ = [
     "DEFAULT_RETIRE_DEADLINE_S",
@@ -53,6 +54,12 @@ KILL_SHARE = 0.5
 """Least of a retirement's deadline kept for the ``SIGKILL`` phase."""
 
 _POLL_S = 0.01
+
+_LAST_STRETCH_S = 0.1
+"""The last seconds before a ``SIGKILL`` phase's end, when no process is spared any more."""
+
+_LAST_STRETCH_SHARE = 0.25
+"""Most of the time left at its start that a phase's last stretch takes (a short phase)."""
 
 
 @attrs.frozen
@@ -191,17 +198,24 @@ class ProcessTree:
     ) -> bool:
         """Send ``signum`` to every live known process (re-capturing) until all gone or ``until``.
 
-        With ``root_last`` the root is signalled only once nothing else of the tree lives
-        (or in the last half of the time left): while it lives, a subreaper root adopts
-        the orphans that the other signals make, and the next capture finds them. Python
-        multiprocessing resource trackers (:func:`~edge_core.host.supervisor.is_tracker`)
-        are spared as long: once the processes they watch are gone they unlink what those
-        left in ``/dev/shm`` and exit by themselves, which a ``SIGKILL`` would prevent.
+        With ``root_last``, Python multiprocessing resource trackers
+        (:func:`~edge_core.host.supervisor.is_tracker`) are spared while any other process
+        of the tree (the root aside) lives, then for
+        :data:`~edge_core.host.supervisor.TRACKER_GRACE_S` more, as the supervisor spares
+        them: once the processes they watch are gone they unlink what those left in
+        ``/dev/shm`` and exit by themselves, which a ``SIGKILL`` would prevent. The root is
+        signalled only once nothing else of the tree lives: while it lives, a subreaper root
+        adopts the orphans that the other signals make, and the next capture finds them.
+        Neither is spared into the last stretch before ``until`` (:data:`_LAST_STRETCH_S`,
+        at most :data:`_LAST_STRETCH_SHARE` of the time left): then every live process is
+        signalled, so that the signal takes effect within ``until``.
         """
         signalled: set[ProcessIdentity] = set()
         checked: set[ProcessIdentity] = set()
         trackers: set[ProcessIdentity] = set()
-        root_from = until - 0.5 * max(until - time.monotonic(), 0.0)
+        last_from = until - min(_LAST_STRETCH_S,
+                                _LAST_STRETCH_SHARE * max(until - time.monotonic(), 0.0))
+        others_gone: float | None = None  # when only trackers (and the root) were left
         while True:
             self.capture()
             living = []
@@ -209,18 +223,25 @@ class ProcessTree:
                 proc = ident.process()
                 if proc is not None:
                     living.append((ident, proc))
-            others = [pair for pair in living if pair[0] != self.root]
             if root_last:
-                for ident, _ in others:
-                    if ident not in checked:
+                for ident, _ in living:
+                    if ident != self.root and ident not in checked:
                         checked.add(ident)
                         if is_tracker(ident.pid):
                             trackers.add(ident)
+            now = time.monotonic()
+            watched = any(ident != self.root and ident not in trackers for ident, _ in living)
+            if watched:
+                others_gone = None
+            elif others_gone is None:
+                others_gone = now
             for ident, proc in living:
                 if ident in signalled:
                     continue
-                if root_last and time.monotonic() < root_from and (
-                        (ident == self.root and others) or ident in trackers):
+                if root_last and now < last_from and (
+                        (ident == self.root and len(living) > 1)
+                        or (ident in trackers and (
+                            others_gone is None or now < others_gone + TRACKER_GRACE_S))):
                     continue
                 _send(proc, signum)
                 signalled.add(ident)

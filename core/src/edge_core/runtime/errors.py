@@ -81,10 +81,6 @@ class TransformFailed(EdgeError):
         super().__init__(f"{path}: {self.reason}: {self.value}" if self.value
                          else f"{path}: {self.reason}")
 
-    def __reduce__(self) -> tuple[type[TransformFailed], tuple[str, str, BaseException]]:
-        """Rebuild from the three arguments (keeps copy and deepcopy working)."""
-        return (type(self), (self.path, self.transform, self.error))
-
 
 class TransformOutputRefused(EdgeError):
     """A stage after the first refused the inputs its transform built (the pipeline's fault).
@@ -131,11 +127,6 @@ class TransformOutputRefused(EdgeError):
         self.reason = f"stage {stage_id!r} refused the inputs {transform} returned ({kind})"
         self.value = message
         super().__init__(f"{path}: {self.reason}: {message}")
-
-    def __reduce__(self) -> tuple[type[TransformOutputRefused],
-                                  tuple[str, str, str, BaseException]]:
-        """Rebuild from the four arguments (keeps copy and deepcopy working)."""
-        return (type(self), (self.path, self.stage_id, self.transform, self.error))
 
 
 class NumericsRefused(EdgeError):

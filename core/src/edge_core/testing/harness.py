@@ -197,15 +197,22 @@ def open_stage(subject: Subject, what: str) -> OpenStage:
 
 
 @contextlib.contextmanager
-def opened(subject: Subject, what: str) -> Iterator[Pipeline]:
-    """Open the stage on the host's ledger; close it, requiring verified retirement."""
-    stage = open_stage(subject, what)
+def _abandoned_if_raised(stage: OpenStage) -> Iterator[Pipeline]:
+    """Lend the stage's pipeline to a block; one that raises has it closed unjudged, re-raised."""
     try:
         yield stage.pipeline
     except BaseException:
         stage.track()
         stage.abandon()
         raise
+
+
+@contextlib.contextmanager
+def opened(subject: Subject, what: str) -> Iterator[Pipeline]:
+    """Open the stage on the host's ledger; close it, requiring verified retirement."""
+    stage = open_stage(subject, what)
+    with _abandoned_if_raised(stage) as pipeline:
+        yield pipeline
     stage.close()
 
 
@@ -222,12 +229,8 @@ def shared(subject: Subject, what: str) -> Iterator[Pipeline]:
     held = share.take()
     stage = held if isinstance(held, OpenStage) else open_stage(subject, what)
     stage.what = what
-    try:
-        yield stage.pipeline
-    except BaseException:
-        stage.track()
-        stage.abandon()
-        raise
+    with _abandoned_if_raised(stage) as pipeline:
+        yield pipeline
     stage.track()
     if share.keep_open and stage.whole():
         share.held = stage

@@ -2,6 +2,10 @@
 
 Real echo workers, the synthetic pipelines of :mod:`edge_echo.synthetic`:
 
+* A first-ready start closed while its background work holds a candidate it opened and
+  that does not serve: a ``KeyboardInterrupt`` raised on the background thread right
+  after it took the candidates to retire, before it retired any. Before, the list was
+  emptied first and the candidate was lost: left running, its reservation charged.
 * A measured open, Ctrl-C (a real SIGINT) as the loser's worker has just retired. Before,
   the loser was retired a second time on the way out, and its release read ``none``.
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +33,8 @@ from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot
-from edge_echo.synthetic import pipeline, write_workload
+from edge_core.selection import DecisionStore
+from edge_echo.synthetic import pipeline, workload_inputs, write_workload
 
 QUICK = {"min_samples": 3, "max_samples": 6, "budget_s": 20.0}
 
@@ -63,6 +69,46 @@ def sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_an_interrupt_as_the_background_retires_its_candidates_loses_none(
+        tmp_path: Path, plugins: PluginSet, ledger: ResourceLedger) -> None:
+    store = DecisionStore(tmp_path / "decisions")
+    config = _config(tmp_path, "faster-slow-to-open", load_delay_s=3.0)
+    with Pipeline.open(config, plugins, ledger, store=store) as first:  # decides b[1]
+        _wait_for(lambda: first.execution_plan()["selection"]["background"]["state"]
+                  == "done")
+    assert ledger.is_empty()
+    # opened again: serves on b[0] (quick to open), the background opens the stored
+    # decision's b[1] (3 s to load), and the pipeline closes meanwhile: b[1] is open,
+    # held by the background, and does not serve: the background retires it
+    opened = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0, store=store)
+    opener = opened.policy.opener  # type: ignore[attr-defined]
+    retire = opener.retire
+    interrupted: list[str] = []
+
+    def interrupting(slots: Any) -> None:
+        if threading.current_thread().name.startswith("edge-first-ready-") \
+                and not interrupted:
+            interrupted.append(",".join(s.owner for s in slots))
+            raise KeyboardInterrupt  # taken to retire, none retired yet
+        retire(slots)
+
+    opener.retire = interrupting
+    serving = {c.pid for c in psutil.Process().children(recursive=True)}
+    try:
+        with opened.run(workload_inputs()) as result:  # the background starts now
+            assert result.placement[1]["candidate"] == 0
+        # b[1]'s worker has started (it loads for 3 s): the close comes as it loads
+        _wait_for(lambda: {c.pid for c in psutil.Process().children(recursive=True)}
+                  - serving)
+    finally:
+        opened.close()
+    # the interrupt came where it was meant to
+    assert interrupted == [f"{config.name}/b~1"]
+    background = opened.execution_plan()["selection"]["background"]
+    assert background["state"] == "failed" and "KeyboardInterrupt" in background["error"]
+    _assert_nothing_left(ledger)  # before: b[1] ran on, its reservation charged
 
 
 def test_ctrl_c_as_a_measured_open_retires_its_loser_retires_it_once(

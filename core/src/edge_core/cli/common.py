@@ -608,27 +608,34 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
     worker wrote is kept whole (:func:`edge_core.host.worker_logs.remove_if_silent`), and
     so is the one a command that failed named (:func:`end_worker_logs`).
     ``EDGE_WORKER_LOG_DIR``'s is left as it is. The paths the command reports
-    (``worker_logs``, each worker's ``log``) are the ones used while it ran.
+    (``worker_logs``, each worker's ``log``) are the ones used while it ran. The setting
+    lasts as long as the command: :func:`end_worker_logs` undoes it.
     """
     import tempfile
     from pathlib import Path
 
     from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory, set_log_directory
 
-    global _named_logs
+    global _named_logs, _set_before, _env_before
     if verbose:
-        os.environ.pop(LOG_DIR_ENV, None)
-        set_log_directory(None)
+        popped = os.environ.pop(LOG_DIR_ENV, None)
+        if _env_before is None:
+            _env_before = popped
+        previous = set_log_directory(None)
         _named_logs = None
-        return None
-    directory = log_directory()
-    if directory is None:
-        directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
-        import atexit
+    else:
+        directory = log_directory()
+        if directory is None:
+            directory = Path(tempfile.mkdtemp(prefix="edge-worker-logs-"))
+            import atexit
 
-        atexit.register(_remove_logs_at_exit, directory)
-    set_log_directory(directory)
-    _named_logs = directory
+            atexit.register(_remove_logs_at_exit, directory)
+        previous = set_log_directory(directory)
+        _named_logs = directory
+    if _set_before is None:  # the first call of the command: what it ends with again
+        _set_before = (previous,)
+    if verbose:
+        return None
     if notice is not None:
         notice(f"worker logs: {directory}")
     return directory
@@ -637,20 +644,44 @@ def worker_logs(verbose: bool, notice: Any = None) -> Any:
 _named_logs: Any = None
 """The log directory the running command named (:func:`worker_logs`), if any."""
 
+_set_before: tuple[Any] | None = None
+"""The log directory set before the running command's :func:`worker_logs` (in a
+tuple: ``(None,)`` when none was), put back as the command ends."""
+
+_env_before: str | None = None
+"""``EDGE_WORKER_LOG_DIR``'s value, when the running command's ``--verbose`` took it out
+of the environment (its workers log to stderr), put back as the command ends."""
+
 
 def end_worker_logs(failed: bool) -> None:
-    """The command has ended: a failed one keeps the log directory it named.
+    """The command has ended: the log setting it made is undone; a failed one keeps its folder.
 
-    What the command line calls as each command ends. A command that failed (any exit
-    code but 0) named the folder as where to look (``edge: worker logs: DIR`` on stderr,
-    ``worker_logs`` under ``--json``): it is kept at exit whatever its logs, made if no
-    worker ever did (:func:`edge_core.host.worker_logs.keep_log_directory`). Before, a
-    failed ``edge profile`` or ``edge conformance`` whose workers wrote nothing named a
-    folder that was gone once it exited. One that succeeded leaves it to the removal of
-    silent folders.
+    What the command line calls as each command ends. The log directory set before the
+    command's :func:`worker_logs` is set again, and ``EDGE_WORKER_LOG_DIR`` is put back
+    where ``--verbose`` took it out: the next command run in this process (``main(argv)``
+    called again, by a test or a script that embeds the command line) logs to a fresh
+    folder of its own, or to ``EDGE_WORKER_LOG_DIR``'s, as the first did. Before, it
+    logged into the folder the first command had made (or to stderr after a
+    ``--verbose`` one, ``EDGE_WORKER_LOG_DIR`` gone from the environment).
+
+    A command that failed (any exit code but 0) named the folder as where to look
+    (``edge: worker logs: DIR`` on stderr, ``worker_logs`` under ``--json``): it is kept
+    at exit whatever its logs, made if no worker ever did
+    (:func:`edge_core.host.worker_logs.keep_log_directory`). Before, a failed ``edge
+    profile`` or ``edge conformance`` whose workers wrote nothing named a folder that was
+    gone once it exited. One that succeeded leaves it to the removal of silent folders.
     """
-    global _named_logs
+    global _named_logs, _set_before, _env_before
     named, _named_logs = _named_logs, None
+    set_before, _set_before = _set_before, None
+    env_before, _env_before = _env_before, None
+    if set_before is not None or env_before is not None:
+        from edge_core.host.worker_logs import LOG_DIR_ENV, set_log_directory
+
+        if set_before is not None:
+            set_log_directory(set_before[0])
+        if env_before is not None:
+            os.environ[LOG_DIR_ENV] = env_before
     if failed and named is not None:
         import contextlib
 

@@ -46,10 +46,18 @@ _opened: set[Path] = set()
 _kept: set[Path] = set()
 
 
-def set_log_directory(directory: Path | None) -> None:
-    """Log every worker started from now on into ``directory`` (``None``: to stderr)."""
+def set_log_directory(directory: Path | None) -> Path | None:
+    """Log every worker started from now on into ``directory``.
+
+    ``None`` unsets it: ``EDGE_WORKER_LOG_DIR``'s directory then, else the stderr.
+
+    Returns:
+        The directory set before (``None`` when none was), so that a caller that sets
+        one for a while can put the previous setting back.
+    """
     global _directory
-    _directory = directory
+    previous, _directory = _directory, directory
+    return previous
 
 
 def log_directory() -> Path | None:

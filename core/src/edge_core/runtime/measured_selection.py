@@ -524,12 +524,17 @@ class MeasuredOpen:
     def _retire(self, which: Callable[[Held], bool]) -> None:
         """Retire every held candidate ``which`` selects (verified), settling each.
 
-        A seeded candidate (serving) is never retired here.
+        A seeded candidate (serving) is never retired here, nor is a slot already retired
+        and settled: retiring is idempotent. So a Ctrl-C as the losers retire (the
+        retirement it came in runs to its end, then :meth:`measure` retires everything
+        else) retires each loser once, and its ``release_outcome`` stays ``released``.
+        Before, the losers were retired a second time, and that second settle recorded
+        ``none``.
         """
         seeded = set(map(id, self.seed.values()))
         doomed = [h for held in self.passing for h in held if which(h) and h.slots
                   and id(h) not in seeded and h.slots[0].runtime is not None]
-        slots = [slot for h in doomed for slot in h.slots]
+        slots = [slot for h in doomed for slot in h.slots if not slot.settled]
         if slots:
             self.opener.retire(slots)
 

@@ -286,10 +286,12 @@ class FirstReadyPolicy(SelectionPolicy):
             self._release_owned()  # whatever was opened and does not serve
             self.record["background"]["state"] = ("stopped" if self._stopping.is_set()
                                                   else "done")
-        except Exception as error:  # serving goes on where it is
+        except BaseException as error:  # serving goes on where it is
+            # an interruption raised on this thread (no signal is delivered here) ends
+            # the background work as an error does: there is no caller to raise it to
             self.record["background"].update(state="failed",
                                              error=f"{type(error).__name__}: {error}")
-            self.opener.say(f"first-ready: background work failed: {error}")
+            self.opener.say(f"first-ready: background work failed: {error!r}")
             self._release_owned()
 
     def _room(self, index: int, number: int) -> Held | None:
@@ -412,12 +414,34 @@ class FirstReadyPolicy(SelectionPolicy):
                    f"{', '.join(sorted({h.stage_id for h, _ in changed}))}")
 
     def _release_owned(self) -> None:
-        with self._lock:
-            owned, self._owned = self._owned, []
-        slots = [slot for held in owned for slot in held.slots
-                 if slot.runtime is not None or slot.token is not None]
-        if slots:
-            self.opener.retire(slots)
+        """Retire every candidate the background holds and does not serve.
+
+        Each leaves :attr:`_owned` only once it is retired: an interruption (Ctrl-C,
+        SIGTERM, or a ``KeyboardInterrupt`` on this thread) as one retires lets it and
+        every other one still held be retired before it is raised (retiring is
+        idempotent: a slot already settled is not retired again). Before, the list was
+        taken and emptied first: one that came before they retired left them running,
+        their reservations charged, and no later call found them.
+        """
+        try:
+            self._retire_owned()
+        except BaseException:
+            self._retire_owned()  # the one it came in, and the rest
+            raise
+
+    def _retire_owned(self) -> None:
+        while True:
+            with self._lock:
+                if not self._owned:
+                    return
+                held = self._owned[0]
+            slots = [slot for slot in held.slots if not slot.settled
+                     and (slot.runtime is not None or slot.token is not None)]
+            if slots:
+                self.opener.retire(slots)
+            with self._lock:
+                if self._owned and self._owned[0] is held:
+                    del self._owned[0]
 
     def stop(self) -> None:
         """End the background work (it stops between steps) and retire what it held."""

@@ -133,6 +133,15 @@ class StageSlot:
         return f"{self.context.stage_id}{replica}"
 
     @property
+    def settled(self) -> bool:
+        """Whether it was retired and its reservation settled since it last reserved one.
+
+        Nothing is left to retire or release then: retiring it again (a second pass after
+        an interruption) would only overwrite :attr:`release_outcome` with ``none``.
+        """
+        return self.token is None and self.release_outcome is not None
+
+    @property
     def owner(self) -> str:
         """Its ledger owner: ``pipeline/stage`` (``pipeline/stage~c#r``: tag, replica).
 

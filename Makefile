@@ -18,8 +18,8 @@ INPUTS := requirements-dev.txt $(foreach d,contracts core $(PLUGINS) tests/edge_
 $(STAMP): $(INPUTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-compile $(foreach d,$(DISTS),-e '$(d)')
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet $(foreach d,$(DISTS),-e '$(d)')
 	@touch $@
 
 # The main job: build the PP-OCRv4 page pipeline's bundles (shape sets with examples and

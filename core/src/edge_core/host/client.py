@@ -958,11 +958,11 @@ class WorkerClient:
             if not stale and terminal:
                 del self._calls[header.request_id]
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
-            if terminal:
-                self._owed.discard(header.request_id)
             refs = refs_of(frame)
             if refs:
                 self._ack(refs)
+            if terminal:  # heard, once its memory is given back (outstanding() counts it)
+                self._owed.discard(header.request_id)
             return
         # A shared-memory entry needs the frame's ``shm-tensors`` feature (the header's
         # checks refuse it otherwise): without it there is no reference to look for.

@@ -140,3 +140,27 @@ def test_the_events_queued_behind_a_malformed_one_give_their_memory_back_too(
     assert ledger.holdings() == held
     pipeline.close()
     assert ledger.snapshot()["reservations"] == []
+
+
+def test_an_event_whose_error_is_no_object_is_a_protocol_violation_naming_it(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    """A DONE with a 40 MiB output in shared memory whose meta says ``"error": 5``: the
+    client could not read the frame's meta (``5.get``): the worker was lost as one whose
+    frame "could not be delivered" (``WorkerGone``, as for a segment it cannot map).
+    Now it is what it is, the worker's ``ProtocolViolation`` naming ``header.meta.error``
+    and the value; the worker is lost as for any frame it cannot read, and nothing is
+    left after close (its segments acknowledged before the error rose, then swept)."""
+    pipeline = open_pipeline(_forging_stage())
+    loaded = pipeline.stage("a").loaded
+    assert isinstance(loaded, WorkerStage)
+    held = ledger.holdings()
+    with pytest.raises(ProtocolViolation) as caught:
+        pipeline.run(X, params={"forge": "error_not_object", "pad_bytes": BIG},
+                     deadline_s=30.0)
+    assert (caught.value.field, caught.value.reason, caught.value.value) == (
+        "header.meta.error", "must be an object or null", 5), caught.value
+    assert loaded.health().state in {"lost", "retired"}  # (retired once the runtime saw it)
+    assert ledger.holdings() == held
+    pipeline.close()
+    assert ledger.snapshot()["reservations"] == []

@@ -3,14 +3,15 @@
 Named by a stage's route (``entry = "forged_shm_events:create"``, this folder in its
 ``python_path``). A request's ``forge`` parameter makes the worker answer with an event
 whose outputs travel through its shared memory (``pad_bytes`` zero bytes, over the
-shared-memory threshold) but whose fields break the protocol: it carries an error on a
-kind that takes none, which the controller finds when it checks the event, after the
-frame (and its segment references) was read.
+shared-memory threshold) but whose fields break the protocol, which the controller finds
+after the frame (and its segment references) was read:
 
-* ``"done"``: a DONE with the outputs and an error (terminal).
+* ``"done"``: a DONE with the outputs and an error, which its kind takes none of.
 * ``"output"``: an OUTPUT with the outputs and an error, then a well-formed DONE with
   outputs of the same size in shared memory (which the controller must drop, acknowledging
   its memory: the request has ended).
+* ``"error_not_object"``: a DONE with the outputs whose meta text reads ``{"error": 5}``
+  (the serve loop's ``event_meta`` is wrapped here for that; a binary channel's).
 
 Every other request is echoed. Sent through :meth:`Call.emit`, the serve loop's own
 packing and framing: only the event's fields are wrong.
@@ -26,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts import worker
 from edge_contracts.requests import EventKind
 from edge_contracts.worker import Call
+from edge_contracts.worker_events import event_meta
 from edge_echo.worker import EchoHandler
 
 
@@ -50,11 +53,29 @@ class ForgedShmEvents(EchoHandler):
         elif forge == "output":
             call.emit(EventKind.OUTPUT, outputs={"pad": np.zeros(size, np.uint8)}, error=error)
             call.done({"pad": np.ones(size, np.uint8)})
+        elif forge == "error_not_object":  # meta text written over by _forged_meta
+            call.emit(EventKind.DONE, outputs={"pad": np.zeros(size, np.uint8)},
+                      data={_FORGE_META: True})
         else:
             raise ValueError(f"params.forge: no such forgery: {forge!r}")
         return None
 
 
+_FORGE_META = "forge_meta"
+_event_meta = event_meta
+
+
+def _forged_meta(*args: Any, **kwargs: Any) -> tuple[bytes, bytes]:
+    """The serve loop's event meta (binary channel), but ``{"error": 5}`` where asked."""
+    meta, block = _event_meta(*args, **kwargs)
+    data = args[2]
+    if block and data and data.get(_FORGE_META):
+        meta = b'{"error":5}'
+    return meta, block
+
+
 def create() -> ForgedShmEvents:
-    """The worker's handler."""
+    """The worker's handler (its serve loop's event meta forged on request)."""
+    # the name the serve loop calls it by, in its module (edge_contracts.worker)
+    vars(worker)["event_meta"] = _forged_meta
     return ForgedShmEvents()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from edge_core.host.bootstrap import start_worker
 from edge_core.host.calls import Call, Delivery
 from edge_core.host.client import WorkerClient
 from edge_core.host.devlock import DeviceLock
+from edge_core.host.errors import ProtocolViolation
 from edge_core.host.health import Health
 from edge_core.host.identity import descendant_processes
 from edge_core.host.identity import start_time as identity_start_time
@@ -103,6 +105,39 @@ class _Retention:
         self._anchors = []
         self._delivery.release(unlink=alive)
         return alive
+
+
+def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
+    """Let go of what a malformed event holds before ``error`` (its refusal) rises.
+
+    Its shared memory goes back to the worker, acknowledged once (nothing else holds the
+    delivery): reused by the worker, or unlinked when a view of it is still referenced.
+    The frames ``error`` passed through (the event's checks, finished) are cleared of
+    their locals first, so that the error does not keep views of memory given back. A
+    call the event did not end is cancelled: the events the worker still sends for it
+    are dropped, their memory acknowledged, and those queued already are taken here and
+    released, rather than left for a stream that ended.
+    """
+    arrays, delivery.arrays = delivery.arrays, {}
+    anchors = [weakref.ref(_anchor(a)) for a in arrays.values()]
+    del arrays
+    chain: list[BaseException] = []
+    seen: BaseException | None = error
+    while seen is not None and seen not in chain:  # the error, then what it was raised from
+        chain.append(seen)
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
+    delivery.release(unlink=any(anchor() is not None for anchor in anchors))
+    if delivery.terminal:
+        return
+    call.cancel()  # its end is queued now (CANCELLED, or the worker's end read already)
+    while not call.ended:  # what was queued before: given back, delivered to nobody
+        try:
+            item = call.take(0.0)
+        except Exception:  # the call's error (or, never expected, nothing queued)
+            return
+        if isinstance(item, Delivery):
+            item.release()
 
 
 class WorkerStage:
@@ -272,11 +307,15 @@ class WorkerStage:
                 if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
                     yield delivery  # views of a private copy of its payload
                     continue
+                try:  # checked here, on first read (a NOP on a well-formed event's way)
+                    event = delivery.event  # built from the arrays' descriptors
+                except ProtocolViolation as error:
+                    _refuse(delivery, call, error)
+                    raise
                 if not delivery.retained:  # views of its frame's own buffer: private
                     # already, as the dict is (nobody else took this delivery)
-                    yield delivery.event, delivery.arrays
+                    yield event, delivery.arrays
                     continue
-                event = delivery.event  # built from the arrays' descriptors
                 # views of the worker's shared memory: no copy
                 arrays = delivery.arrays
                 delivery.arrays = {}

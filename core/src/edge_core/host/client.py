@@ -36,7 +36,7 @@ import numpy as np
 from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.error_details import ErrorDetail
-from edge_contracts.errors import ContractError, StreamClosed, WireError
+from edge_contracts.errors import ContractError, HeaderMalformed, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
@@ -123,6 +123,8 @@ _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
 def _error_of(error: Mapping[str, Any]) -> ErrorInfo:
+    if not isinstance(error, Mapping):  # (a JSON value of another type: the worker's fault)
+        raise HeaderMalformed("header.meta.error", error, "must be an object or null")
     trace = error.get("traceback")
     fault = None
     if error.get("fault") is not None:
@@ -958,24 +960,19 @@ class WorkerClient:
             if not stale and terminal:
                 del self._calls[header.request_id]
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
-            if terminal:
-                self._owed.discard(header.request_id)
             refs = refs_of(frame)
             if refs:
                 self._ack(refs)
+            if terminal:  # heard, once its memory is given back (outstanding() counts it)
+                self._owed.discard(header.request_id)
             return
         # A shared-memory entry needs the frame's ``shm-tensors`` feature (the header's
         # checks refuse it otherwise): without it there is no reference to look for.
         refs = refs_of(frame) if FEATURE_SHM_TENSORS in header.required_features else []
-        try:
+        try:  # what the frame's meta says, read here: a failure is the worker's (_read_one)
             arrays = self._unpacker.unpack(frame)
-        except ContractError:
-            if refs:
-                self._ack(refs)
-            raise
-        error = meta.get("error")
-        call.deliver(
-            Delivery(
+            error = meta.get("error")
+            delivery = Delivery(
                 request_id=header.request_id,
                 stage_id=header.stage_id,
                 epoch=header.epoch,
@@ -989,7 +986,11 @@ class WorkerClient:
                 refs=refs,
                 ack=self._ack if refs else None,
             )
-        )
+        except Exception:  # its segments acknowledged (once: no delivery holds them)
+            if refs:
+                self._ack(refs)
+            raise
+        call.deliver(delivery)
 
     # -- retirement --------------------------------------------------------------------
 

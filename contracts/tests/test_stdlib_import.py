@@ -11,6 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Modules that must never need more than the standard library.
 REQUIRED = {
     "edge_contracts",
+    "edge_contracts.error_copies",
     "edge_contracts.errors",
     "edge_contracts.validation",
     "edge_contracts.jsonvalues",

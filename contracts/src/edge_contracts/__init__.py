@@ -5,6 +5,7 @@ the standard library only, so a bare vendor interpreter can import it from a sta
 directory. The submodules:
 
 - :mod:`~edge_contracts.errors` -- ``ContractError`` and its typed subclasses.
+- :mod:`~edge_contracts.error_copies` -- ``whole_reduction``: how an error copies whole.
 - :mod:`~edge_contracts.dtypes` -- ``DType``, the one spelling of every element type.
 - :mod:`~edge_contracts.protocol` -- ``PROTOCOL_VERSION``, features, ``negotiate``.
 - :mod:`~edge_contracts.buffers` -- ``BufferDescriptor``, memory domains, layouts.

@@ -9,6 +9,8 @@ branch under :class:`WireError` so that a frame reader can refuse a peer with on
 
 from __future__ import annotations
 
+from edge_contracts.error_copies import whole_reduction
+
 __all__ = [
     "ArchiveRefused",
     "BoolBytesInvalid",
@@ -54,10 +56,10 @@ class ContractError(ValueError):
         """Rebuild from ``args`` and the attributes, without calling ``__init__`` again.
 
         ``copy.copy`` and ``copy.deepcopy`` keep the error whole: its type, ``args`` and
-        every attribute, those a subclass or a caller added included.
+        every attribute, those a subclass or a caller added included
+        (:func:`~edge_contracts.error_copies.whole_reduction`).
         """
-        cls = type(self)
-        return (cls.__new__, (cls, *self.args), self.__dict__)
+        return whole_reduction(self)
 
 
 class InvalidValue(ContractError):

@@ -66,10 +66,13 @@ class EdgeError(Exception):
 
         The built-in reduction calls ``type(self)(*self.args)``, which fails for an error
         whose ``__init__`` takes other arguments than its message (most edge errors), and
-        would run the constructor's checks and derivations a second time.
+        would run the constructor's checks and derivations a second time
+        (:func:`~edge_contracts.error_copies.whole_reduction`).
         """
-        cls = type(self)
-        return (cls.__new__, (cls, *self.args), self.__dict__)
+        # where used: a plain ``edge plugins`` imports this module, and no edge_contracts
+        from edge_contracts.error_copies import whole_reduction
+
+        return whole_reduction(self)
 
     @property
     def summary(self) -> str:

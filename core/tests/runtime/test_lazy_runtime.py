@@ -24,8 +24,9 @@ def loaded_after(statement: str) -> dict[str, object]:
 def test_importing_the_runtime_errors_loads_neither_numpy_nor_pluggy() -> None:
     found = loaded_after("import edge_core.runtime.errors")
     # the contracts' stdlib-only error types (a request's fault) come along
-    assert found == {"edge": ["edge_contracts", "edge_contracts.errors",
-                              "edge_contracts.request_faults", "edge_contracts.validation",
+    assert found == {"edge": ["edge_contracts", "edge_contracts.error_copies",
+                              "edge_contracts.errors", "edge_contracts.request_faults",
+                              "edge_contracts.validation",
                               "edge_core", "edge_core.errors", "edge_core.runtime",
                               "edge_core.runtime.errors"], "numpy": False, "pluggy": False}
 

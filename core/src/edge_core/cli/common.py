@@ -366,6 +366,13 @@ class UsageError(Exception):
         self.message = message
         self.usage = usage
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        # where used: a plain ``edge plugins`` imports this module, and no edge_contracts
+        from edge_contracts.error_copies import whole_reduction
+
+        return whole_reduction(self)
+
 
 def report_usage_error(error: UsageError, as_json: bool) -> int:
     """Print a refused command line and return exit code 2.

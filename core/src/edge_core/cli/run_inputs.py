@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TextIO
 
+from edge_contracts.error_copies import whole_reduction
 from edge_core.cli import common
 
 __all__ = [
@@ -359,6 +360,10 @@ class _Refused(Exception):
     def __init__(self, refused: RefusedInput) -> None:
         super().__init__(refused.error)
         self.refused = refused
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 def _refusal(refused: Sequence[RefusedInput], total: int) -> common.CommandFailed:

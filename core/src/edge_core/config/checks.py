@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from edge_contracts.devices import validate_pool_name
+from edge_contracts.error_copies import whole_reduction
 from edge_contracts.errors import ContractError
 from edge_core.config.sizes import ByteSizeError, parse_byte_size
 from edge_core.errors import ConfigError
@@ -66,6 +67,10 @@ class CheckError(Exception):
         self.value = value
         self.subpath = subpath
         super().__init__(f"{reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 @attrs.frozen

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from edge_contracts.error_copies import whole_reduction
+
 __all__ = ["UNITS", "ByteSizeError", "format_byte_size", "parse_byte_size"]
 
 UNITS: dict[str, int] = {
@@ -37,6 +39,10 @@ class ByteSizeError(ValueError):
         self.reason = reason
         self.value = value
         super().__init__(f"byte size: {reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 def parse_byte_size(value: object) -> int:

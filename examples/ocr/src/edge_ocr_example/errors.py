@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from edge_contracts.error_copies import whole_reduction
+
 __all__ = ["ModelSourceError", "OcrError", "TensorMismatch"]
 
 
@@ -13,6 +15,10 @@ class OcrError(ValueError):
         self.reason = reason
         self.value = value
         super().__init__(f"{field}: {reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 class TensorMismatch(OcrError):

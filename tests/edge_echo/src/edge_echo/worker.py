@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts.error_copies import whole_reduction
 from edge_contracts.worker import BaseHandler, Call
 
 __all__ = ["EchoHandler", "create"]
@@ -41,6 +42,10 @@ class ParamRefused(ValueError):
         self.field = field
         super().__init__(f"params.{field}: refused as the request asked: {value!r}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
+
 
 class RequestRefused(ValueError):
     """A request refused as its own fault as a whole, naming no field (``refuse_unnamed``).
@@ -53,6 +58,10 @@ class RequestRefused(ValueError):
 
     def __init__(self, value: object) -> None:
         super().__init__(f"the request was refused as a whole, as it asked: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 class EchoHandler(BaseHandler):

@@ -87,6 +87,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from edge_contracts.error_copies import whole_reduction
 from edge_contracts.errors import ContractError, EventTooLarge, PayloadTooLarge
 from edge_contracts.request_faults import fault_of
 from edge_core.artifacts.errors import BundleChanged
@@ -200,6 +201,10 @@ class HttpRefusal(Exception):
             self.headers["x-should-retry"] = "true" if retry else "false"
         shown = "" if value is None else f": {_short(value)}"
         super().__init__(message or f"{field}: {reason}{shown}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
     @property
     def outcome(self) -> str:

@@ -30,6 +30,7 @@ from edge_contracts.devices import (
     Integration,
     vram_pool,
 )
+from edge_contracts.error_copies import whole_reduction
 from edge_ort.epdevices import EpDevice, EpDevicesInvalid
 
 __all__ = [
@@ -54,6 +55,10 @@ class LuidInvalid(ValueError):
         self.reason = reason
         self.value = value
         super().__init__(f"{field}: {reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 def parse_luid(text: str, field: str = "LUID") -> int:

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from edge_contracts.error_copies import whole_reduction
+
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "MAX_CHOICES",
@@ -72,11 +74,20 @@ class GenerateParamsInvalid(ValueError):
         self.value = value
         if code is not None:
             self.request_fault = code
-        #: Every problem found in the request, this one first.
-        self.problems: tuple[GenerateParamsInvalid, ...] = (self, *also)
+        #: The other problems found in the request, after this one.
+        self.also = also
         shown = repr(value)
         message = f"params.{field}: {reason}: {shown[:200]}"
         super().__init__("; ".join([message, *(str(extra) for extra in also)]))
+
+    @property
+    def problems(self) -> tuple[GenerateParamsInvalid, ...]:
+        """Every problem found in the request, this one first."""
+        return (self, *self.also)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 class ContextLengthExceeded(GenerateParamsInvalid):

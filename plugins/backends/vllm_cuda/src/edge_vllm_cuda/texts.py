@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_contracts.error_copies import whole_reduction
+
 __all__ = ["TEXT_BYTES", "TEXT_LENGTHS", "TextsMalformed", "decode_texts", "encode_texts",
            "with_texts"]
 
@@ -46,6 +48,10 @@ class TextsMalformed(ValueError):
         self.reason = reason
         self.value = value
         super().__init__(f"{field}: {reason}: {value!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 def encode_texts(texts: Sequence[str]) -> dict[str, np.ndarray]:

@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from edge_contracts.error_copies import whole_reduction
 from edge_contracts.request_faults import fault_of
 from edge_contracts.requests import EventKind
 from edge_contracts.worker import BaseHandler, Call
@@ -81,6 +82,10 @@ class EngineRefused(ValueError):
         self.field = field
         self.request_fault = code
         super().__init__(f"params.{field}: {message}" if field else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuild from ``args`` and the attributes: ``copy.copy`` keeps the error whole."""
+        return whole_reduction(self)
 
 
 def _template_error(error: BaseException) -> bool:

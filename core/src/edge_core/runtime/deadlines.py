@@ -37,6 +37,7 @@ __all__ = [
     "TimerHandle",
     "deadline_until",
     "default_call_timeout",
+    "no_action",
     "timer",
 ]
 
@@ -79,11 +80,15 @@ class TimerHandle:
         (and whatever it holds, a request's result say) is dropped now, not then.
         """
         self.cancelled = True
-        self.action = _nothing
+        self.action = no_action
 
 
-def _nothing() -> None:
-    """The action of a cancelled handle."""
+def no_action() -> None:
+    """The action of a cancelled handle (:meth:`TimerHandle.cancel` sets it).
+
+    Code that cancels a handle without the call sets it too: the action dropped at once
+    frees what it holds, rather than when the timer next empties its inbox.
+    """
 
 
 class DeadlineTimer:

@@ -92,6 +92,13 @@ class PendingCall:
 
     _result: StageResult | None = None  # (on the class: what every call starts with)
     _done = False
+    # The events before the terminal one and their outputs so far, made by the first
+    # such event (the usual call has none: nothing is made for it)
+    _partial: tuple[list[StageEvent], dict[str, Any]] | None = None
+    # Releases of outputs that are views of worker memory (RetainedOutputs), with their
+    # names: handed to the result, or called when the request ends otherwise. Made by
+    # the first such output (a tuple, never appended to, until then).
+    _retained: list[tuple[set[str], Callable[[], bool]]] | tuple[()] = ()
 
     def __init__(self, stage: CallStage, request: StageRequest, serial: int,
                  events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
@@ -107,11 +114,6 @@ class PendingCall:
         # must not start after the send, or a thread descheduled in between would see
         # the work finish "before" it started.
         self._started = time.perf_counter() if started is None else started
-        self._seen: list[StageEvent] = []
-        self._outputs: dict[str, Any] = {}
-        # Releases of outputs that are views of worker memory (RetainedOutputs), with
-        # their names: handed to the result, or called when the request ends otherwise.
-        self._retained: list[tuple[set[str], Callable[[], bool]]] = []
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Yield the non-terminal events (tokens, partial outputs) as they arrive.
@@ -184,7 +186,7 @@ class PendingCall:
             for names, _ in self._retained:  # outputs this event replaces are not theirs
                 names.difference_update(tensors)
         if isinstance(tensors, RetainedOutputs):
-            self._retained.append((set(tensors), tensors.release))
+            self._retained = [*self._retained, (set(tensors), tensors.release)]
         # One locked decision: a fenced request's event is refused, and a terminal event
         # is either delivered (DONE, slot kept until the ack) or ends the request.
         if not stage.accept(self.request_id, self.serial, event):
@@ -195,19 +197,22 @@ class PendingCall:
                 self._read_to_end()  # left to finish: its slot is freed at its end
             self._close_events()
             raise self._cancelled(_CANCELLED)
+        partial = self._partial
         if not event.terminal:
-            self._seen.append(event)
-            self._outputs.update(tensors)
+            if partial is None:
+                self._partial = ([event], dict(tensors))
+            else:
+                partial[0].append(event)
+                partial[1].update(tensors)
             return event, tensors
         self._done = True
         kind = event.kind
         if kind is _DONE:
-            seen = self._seen
             outputs: Mapping[str, Any]
-            if seen:  # events before it: their outputs under the terminal event's
-                outputs = self._outputs
+            if partial is not None:  # events before it: their outputs under the terminal's
+                seen, outputs = partial
                 outputs.update(tensors)
-                self._outputs = {}  # the result holds them now
+                self._partial = None  # the result holds them now
                 events: tuple[StageEvent, ...] = (*seen, event)
             else:  # the usual lone terminal event: its outputs are the result's
                 outputs, events = tensors, (event,)
@@ -222,10 +227,10 @@ class PendingCall:
             retained = self._retained
             self._result = StageResult(
                 key, outputs, events, time.perf_counter() - self._started, stage.ack,
-                retained,
+                retained or None,
             )
             if retained:
-                self._retained = []  # the result holds them now
+                self._retained = ()  # the result holds them now
             return event, tensors
         self._drop_retained()
         if kind is EventKind.CANCELLED:
@@ -259,8 +264,8 @@ class PendingCall:
 
     def _drop_retained(self) -> None:
         """Give back worker memory of a request that ends without a result."""
-        retained, self._retained = self._retained, []
-        self._outputs = {}
+        retained, self._retained = self._retained, ()
+        self._partial = None
         for _, release in retained:
             release()
 

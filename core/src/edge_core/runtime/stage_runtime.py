@@ -41,7 +41,12 @@ from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, PluginError, StageClosed
 from edge_core.runtime.admission import SlotPool, check_request_size, take_slot
-from edge_core.runtime.deadlines import deadline_until, default_call_timeout, timer
+from edge_core.runtime.deadlines import (
+    deadline_until,
+    default_call_timeout,
+    no_action,
+    timer,
+)
 from edge_core.runtime.errors import DuplicateRequest, RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.health import StageHealth, StageState, error_record, restart_coming
@@ -242,9 +247,12 @@ class StageRuntime:
                 registered = entry = Entry(serial, self.epoch)
                 self._entries[request_id] = entry
                 # An expiry while the request is still being sent waits for the send
-                # (_cancel_targets), as a cancel does.
+                # (_cancel_targets), as a cancel does. The action names the entry by its
+                # serial, not by the entry itself: entry -> handle -> action -> entry
+                # would be a reference cycle per call (the handle waits in the timer's
+                # inbox until its next drain), freed only by the garbage collector.
                 entry.timer = self._timer.schedule(
-                    bound, partial(self._expire, request_id, entry, by_deadline))
+                    bound, partial(self._expire, request_id, serial, by_deadline))
             if generated:
                 request = prechecked_request(request_id, self.context.stage_id, entry.epoch,
                                              self.generation, self._operation, params)
@@ -276,7 +284,7 @@ class StageRuntime:
                 if registered is not None:
                     registered.finished = True  # its expiry, if it comes, finds it ended
                     if registered.timer is not None:
-                        registered.timer.cancelled = True
+                        registered.timer.cancel()
                     if self._entries.get(request_id) is registered:
                         del self._entries[request_id]
             self.slots.release()
@@ -287,12 +295,17 @@ class StageRuntime:
             raise
         return PendingCall(self, request, serial, events, started, entry)
 
-    def _expire(self, request_id: str, entry: Entry, by_deadline: bool) -> None:
-        """A call outlived its bound: fence it and end it (from the timer's thread)."""
+    def _expire(self, request_id: str, serial: int, by_deadline: bool) -> None:
+        """A call outlived its bound: fence it and end it (from the timer's thread).
+
+        ``serial`` is the call's (:attr:`Entry.serial`, unique on this stage): an entry
+        of ``request_id`` with another serial is a later call's, left alone.
+        """
         what = ("deadline_s expired" if by_deadline
                 else f"call_timeout_s expired: {self.call_timeout_s}")
         with self._lock:
-            if self._entries.get(request_id) is not entry or entry.finished:
+            entry = self._entries.get(request_id)
+            if entry is None or entry.serial != serial or entry.finished:
                 return
             entry.expired = what
         self._cancel_targets([request_id], entry.epoch, failure=f"a call's {what}")
@@ -379,8 +392,12 @@ class StageRuntime:
                 return not fenced
             entry.finished = True
             timer = entry.timer
-            if timer is not None:
-                timer.cancelled = True  # TimerHandle.cancel, without the call
+            if timer is not None:  # TimerHandle.cancel, without the call: the action
+                # (and what it holds) goes now, not when the timer next drains its inbox,
+                # where the handle waits (a few objects a call, else, kept for about
+                # 1000 calls: the garbage collector's young generation filled by them)
+                timer.cancelled = True
+                timer.action = no_action
             if event is not None and not fenced and event.kind is EventKind.DONE:
                 entry.delivered = True
                 if self.restarter.restarts:  # served again: the count starts over

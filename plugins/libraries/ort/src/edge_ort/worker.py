@@ -143,6 +143,30 @@ def _observed_outputs(
             for name, a in outputs.items()]
 
 
+def _call_run(session: Any, entries: list[frozenset[str]]) -> Any:
+    """What a call runs ``session`` with: its ``run``, or the compiled session's own.
+
+    ``InferenceSession.run`` checks, in Python, on every call, what no call of this
+    worker needs checked, then calls the compiled session's ``run`` (the same
+    arguments, the same errors: ``InvalidArgument`` for input values the graph
+    refuses): that every required input is fed (each of ``entries``, the input names
+    of a served shape entry, which a call's inputs equal once matched, holds them
+    all), that no input is an ``OrtValue`` of another device (a call's inputs are
+    arrays from the channel) and that no WebGPU graph capture is on; on an ``EPFail``
+    it would retry on its fallback providers. So the compiled session's ``run`` is
+    taken only for a session on the CPU provider alone (no fallback to give up, no
+    graph capture), whose entries all hold every required input, in a build that has
+    one; else ``session.run``.
+    """
+    inner = getattr(getattr(session, "_sess", None), "run", None)
+    if inner is None or list(session.get_providers()) != [CPU]:
+        return session.run
+    required = {i.name for i in session.get_inputs() if not i.type.startswith("optional")}
+    if not entries or not all(required <= names for names in entries):
+        return session.run
+    return inner
+
+
 def _brief(numerics: Mapping[str, Any]) -> dict[str, Any]:
     """A bucket's numerics with the detail of its failed outputs only (the reply stays small).
 
@@ -213,6 +237,9 @@ class OrtHandler(BaseHandler):
         self._at_rest: list[tuple[Any, dict[str, np.ndarray]]] = []
         self._shrink_options: Any = None
         self._session: Any = None
+        # what a call runs the session (and each bucket's) with: see _call_run
+        self._session_run: Any = None
+        self._bucket_runs: dict[str, Any] = {}
         # The CPU session a warm-up compares a non-CPU target with (no expected outputs):
         # made at load from the graph the target's session loaded, dropped after warm-up.
         self._reference_session: Any = None
@@ -428,6 +455,8 @@ class OrtHandler(BaseHandler):
                     report["ep_context"] = cached
             else:  # every entry has its own session: no session for other shapes
                 self._session = next(iter(self._bucket_sessions.values()))
+        self._session_run = self._session.run  # until a warm-up checked the entries
+        self._bucket_runs = {name: s.run for name, s in self._bucket_sessions.items()}
         self._output_names = [o.name for o in self._session.get_outputs()]
         self._static_outputs = _static_outputs(self._session.get_outputs())
         self._largest.clear()
@@ -663,6 +692,11 @@ class OrtHandler(BaseHandler):
                             }.values():
                 placements[id(session)] = self._placement(session)
         self._at_rest = [(session, example) for _, session, example in smallest.values()]
+        entries = ([frozenset(e.inputs) for e in self._served.shapes.entries]
+                   if self._served is not None else [])
+        self._session_run = _call_run(self._session, entries)
+        self._bucket_runs = {name: _call_run(s, entries)
+                             for name, s in self._bucket_sessions.items()}
         worst = _worst(full)
         first = placements.get(int(buckets[0]["session"]), {})
         return {
@@ -697,8 +731,11 @@ class OrtHandler(BaseHandler):
                 specs[name] = spec_of(array)
             entry = served.shapes.match(specs)
             bucket_sessions = self._bucket_sessions  # _session_for, inline
-            session = (bucket_sessions.get(entry.name, self._session) if bucket_sessions
-                       else self._session)
+            if bucket_sessions:
+                session = bucket_sessions.get(entry.name, self._session)
+                run = self._bucket_runs.get(entry.name, self._session_run)
+            else:
+                session, run = self._session, self._session_run
             threshold = call.zero_copy_bytes
             static = self._static_outputs or self._entry_outputs.get(entry.name, [])
             if static and threshold is not None:
@@ -715,7 +752,7 @@ class OrtHandler(BaseHandler):
                         self._largest.pop(entry.name, None)
             # ONNX Runtime only reads the feed (and checks its names against the graph's
             # itself): the call's own dict is passed, not a copy.
-            values = session.run(self._output_names, inputs, self._run_options)
+            values = run(self._output_names, inputs, self._run_options)
             return dict(zip(self._output_names, values, strict=True))
         except self._invalid_argument as exc:
             raise InputValuesRefused(f"ONNX Runtime refused the inputs' values: {exc}") from exc

@@ -130,8 +130,10 @@ def _load_verified(path: str, sha256: str, field: str) -> dict[str, np.ndarray[A
 
 
 def _sha256_hex(data: bytes) -> str:
-    """The sha256 of ``data`` (hex), by the cheaper module for its size (see
-    :data:`OWN_SHA256_MAX_BYTES`)."""
+    """The sha256 of ``data`` (hex), by the cheaper module for its size.
+
+    See :data:`OWN_SHA256_MAX_BYTES`.
+    """
     if len(data) <= OWN_SHA256_MAX_BYTES:
         for name in ("_sha2", "_sha256"):  # the interpreter's own: 3.12+, 3.11
             try:

@@ -149,3 +149,20 @@ def test_an_ort_cpu_worker_opens_without_modules_it_has_no_need_of(
     assert ledger.is_empty()
     assert imported >= WORKER_NEEDED, sorted(WORKER_NEEDED - imported)
     assert not imported & WORKER_UNNEEDED, sorted(imported & WORKER_UNNEEDED)
+
+
+def test_a_supervisor_starts_from_bytecode_without_the_signal_enums() -> None:
+    """The supervisor, which every worker waits for, imports its module (cached bytecode,
+    not a script compiled at each start) and the C signal module (no enum machinery)."""
+    from edge_core.host.supervisor import supervisor_argv
+
+    argv = supervisor_argv([sys.executable, "-c", "pass"], controller=os.getpid(),
+                           prefixes=[], remove=[])
+    assert argv[0] == sys.executable and argv[1:3] == ["-I", "-S"]
+    assert any(arg.endswith("supervisor.py") for arg in argv)  # where tools look for it
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                          text=True, timeout=60, check=True)
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:") and line.count("|") == 2}
+    assert "supervisor" in imported, sorted(imported)
+    assert not imported & {"signal", "enum", "functools"}, sorted(imported)

@@ -105,10 +105,12 @@ def test_a_kept_plugin_listing_imports_no_plugin(tmp_path: Path) -> None:
 
 
 WORKER_UNNEEDED = {"statistics", "fractions", "decimal", "random", "pathlib", "urllib.parse",
-                   "ipaddress", "hashlib", "_hashlib"}
+                   "ipaddress", "hashlib", "_hashlib", "edge_contracts.error_details",
+                   "edge_contracts.request_faults"}
 """What an ort-cpu worker has no need of until its stage is open: the spin rule's median
 (:mod:`statistics` brings fractions, decimal and random), the huge-page size file's path
-(:mod:`pathlib`), OpenSSL's sha256 for a small example archive (:mod:`hashlib`)."""
+(:mod:`pathlib`), OpenSSL's sha256 for a small example archive (:mod:`hashlib`), what
+reads an error's fault and detail (no error was reported)."""
 
 WORKER_NEEDED = {"edge_contracts.worker", "edge_contracts.wire", "numpy", "onnxruntime",
                  "edge_ort.npz"}

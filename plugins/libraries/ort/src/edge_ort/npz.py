@@ -33,6 +33,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 import zlib
 from typing import Any, Literal
 
@@ -50,6 +51,7 @@ worker's warm-up more than hashing a small example archive does; OpenSSL's sha25
 hashes several times faster than the interpreter's own, which pays for that import on
 files of about a MiB."""
 
+_OWN_SHA256 = "_sha2" if sys.version_info >= (3, 12) else "_sha256"
 _EOCD = struct.Struct("<IHHHHIIH")  # end of central directory record
 _EOCD_SIG = 0x06054B50
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -135,11 +137,11 @@ def _sha256_hex(data: bytes) -> str:
     See :data:`OWN_SHA256_MAX_BYTES`.
     """
     if len(data) <= OWN_SHA256_MAX_BYTES:
-        for name in ("_sha2", "_sha256"):  # the interpreter's own: 3.12+, 3.11
-            try:
-                own: Any = importlib.import_module(name)
-            except ImportError:
-                continue
+        try:  # the interpreter's own module (no search for the other name along sys.path)
+            own: Any = importlib.import_module(_OWN_SHA256)
+        except ImportError:  # pragma: no cover - an interpreter without it
+            pass
+        else:
             return str(own.sha256(data).hexdigest())
     import hashlib  # on the warm-up's path only: it costs a fresh worker's start-up time
 

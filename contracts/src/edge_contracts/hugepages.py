@@ -35,7 +35,6 @@ import mmap
 import os
 import sys
 from functools import cache
-from pathlib import Path
 
 __all__ = ["HUGE_ENV", "MADV_COLLAPSE", "MADV_HUGEPAGE", "back_with_huge_pages", "huge_page_bytes"]
 
@@ -49,7 +48,7 @@ MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25
 """``madvise`` advice: collapse the range's pages into huge pages now (Linux 6.1)."""
 
-_PMD_SIZE = Path("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+_PMD_SIZE = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"  # no pathlib: worker start-up
 _MAP_FIXED = 0x10  # Linux's value on every architecture but Alpha and PA-RISC
 _PROT_NONE = 0
 
@@ -60,7 +59,8 @@ def huge_page_bytes() -> int:
     if not sys.platform.startswith("linux"):
         return 0
     try:
-        return int(_PMD_SIZE.read_text().strip())
+        with open(_PMD_SIZE, encoding="ascii") as handle:
+            return int(handle.read().strip())
     except (OSError, ValueError):
         return 0
 

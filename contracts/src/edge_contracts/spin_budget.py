@@ -25,7 +25,6 @@ request. Standard library only.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -116,6 +115,19 @@ class WaitFigures:
         return self.blocking_us - self.spinning_us
 
 
+def _median(values: Sequence[float]) -> float:
+    """The median of a non-empty sequence, as :func:`statistics.median` gives it.
+
+    Not that function: :mod:`statistics` (with :mod:`fractions`, :mod:`decimal` and
+    :mod:`random`) would be a good part of every worker's start-up imports.
+    """
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
                  spun_ns: Sequence[int], caught_ns: Sequence[int],
                  blocking_cpu_ns: Sequence[float] = (),
@@ -127,14 +139,14 @@ def wait_figures(blocking_ns: Sequence[int], spinning_ns: Sequence[int],
     """
     if not blocking_ns or not spinning_ns or not spun_ns:
         raise ValueError("wait_figures: needs cycles of both kinds and spinning waits")
-    cpu = ((statistics.median(blocking_cpu_ns) / 1000, statistics.median(spinning_cpu_ns) / 1000)
+    cpu = ((_median(blocking_cpu_ns) / 1000, _median(spinning_cpu_ns) / 1000)
            if blocking_cpu_ns and spinning_cpu_ns else (None, None))
     caught = sorted(caught_ns)
     high = (caught[min(len(caught) - 1, math.ceil(CAUGHT_PERCENTILE * len(caught)) - 1)]
             / 1000 if caught else None)
-    return WaitFigures(blocking_us=statistics.median(blocking_ns) / 1000,
-                       spinning_us=statistics.median(spinning_ns) / 1000,
-                       spin_wait_us=statistics.median(spun_ns) / 1000,
+    return WaitFigures(blocking_us=_median(blocking_ns) / 1000,
+                       spinning_us=_median(spinning_ns) / 1000,
+                       spin_wait_us=_median(spun_ns) / 1000,
                        caught_us=high, caught_share=len(caught) / len(spun_ns),
                        blocking_cpu_us=cpu[0], spinning_cpu_us=cpu[1])
 

@@ -76,6 +76,7 @@ request ends with an ``EventTooLarge`` ERROR instead (:meth:`Call.emit`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import os
 import select
@@ -912,10 +913,25 @@ def serve(sock: socket.socket, boot: BootConfig) -> int:
     server = _Server(sock, boot, handler)
     meta["sealed_segments"] = server.sealed
     _send_hello(sock, boot, meta)
+    _collect_again()
     status = server.serve()
     if getattr(handler, "exit_after_close", False) is True:
         _exit_at_once(status)
     return status
+
+
+def _collect_again() -> None:
+    """Turn the cyclic garbage collector on again, where the worker started without it.
+
+    ``python -c WORKER_MAIN`` (``edge_core.host.bootstrap``) starts a worker with the
+    collector off, so that the imports of its start-up are not scanned again and again.
+    What they made (modules, classes, the handler) lives as long as the worker: frozen
+    first (:func:`gc.freeze`), it is never scanned again, not even once by the first
+    collection. A handler that wants the collector off turns it off in its ``load``.
+    """
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _exit_at_once(status: int) -> None:

@@ -5,17 +5,15 @@ is reported with that declaration (``fault``: its code and the field at fault); 
 keeps its field, reason and value (every edge error does) with them as data
 (``detail``: :mod:`edge_contracts.error_details`).
 
-Standard library only; ``traceback`` is imported on the error path alone (it costs
-milliseconds at start-up).
+Standard library only; ``traceback``, and the modules that read an error's fault and
+detail, are imported on the error path alone (a worker's start-up would pay for them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from edge_contracts.error_details import detail_of
 from edge_contracts.errors import BoolBytesInvalid, BoolInputInvalid
-from edge_contracts.request_faults import fault_of
 
 __all__ = ["MAX_ERROR_TEXT", "error_info", "input_fault", "print_exception"]
 
@@ -31,6 +29,9 @@ def error_info(error: BaseException) -> dict[str, Any]:
     value as data (when it has them and they fit:
     :func:`~edge_contracts.error_details.detail_of`).
     """
+    from edge_contracts.error_details import detail_of  # the error path only
+    from edge_contracts.request_faults import fault_of
+
     info: dict[str, Any] = {"type": type(error).__name__,
                             "message": str(error)[:MAX_ERROR_TEXT] or "-"}
     fault = fault_of(error)

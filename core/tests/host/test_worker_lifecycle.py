@@ -27,6 +27,7 @@ from edge_core.host import (
     WorkerGone,
     start_worker,
 )
+from edge_core.host.bootstrap import WORKER_MAIN
 from edge_core.host.identity import start_time
 
 from .conftest import test_route
@@ -71,6 +72,16 @@ def test_missing_or_non_executable_interpreter_is_refused_at_construction(tmp_pa
 def test_required_feature_the_worker_lacks_is_refused():
     with pytest.raises(BootstrapRefused, match="features"):
         start_worker(test_route("echo"), generation=1, features=["no-such-feature"])
+
+
+def test_the_start_up_runs_without_the_cyclic_collector_and_the_worker_with_it(start):
+    """Off while the worker imports its entry; frozen and on again once it said hello."""
+    client = start()
+    collector = client.load({})["gc"]
+    assert collector["at_import"] is False
+    assert collector["enabled"] is True
+    assert collector["frozen"] > 0  # what the start-up made is never scanned again
+    assert "gc.disable()" in WORKER_MAIN
 
 
 def test_kill_9_mid_call_fails_every_call_within_two_seconds(start):

@@ -102,3 +102,69 @@ def test_a_kept_plugin_listing_imports_no_plugin(tmp_path: Path) -> None:
     plugins = {name.split(".")[0] for name in kept if name.startswith("edge_")} - {"edge_core"}
     assert not plugins and "edge_core.hookspecs" not in kept, sorted(plugins)
     assert not kept & KEPT_MACHINERY, sorted(kept & KEPT_MACHINERY)
+
+
+WORKER_UNNEEDED = {"statistics", "fractions", "decimal", "random", "pathlib", "urllib.parse",
+                   "ipaddress", "hashlib", "_hashlib", "edge_contracts.error_details",
+                   "edge_contracts.request_faults"}
+"""What an ort-cpu worker has no need of until its stage is open: the spin rule's median
+(:mod:`statistics` brings fractions, decimal and random), the huge-page size file's path
+(:mod:`pathlib`), OpenSSL's sha256 for a small example archive (:mod:`hashlib`), what
+reads an error's fault and detail (no error was reported)."""
+
+WORKER_NEEDED = {"edge_contracts.worker", "edge_contracts.wire", "numpy", "onnxruntime",
+                 "edge_ort.npz"}
+"""What it does import (the log would be empty otherwise: the check would pass on nothing)."""
+
+
+def test_an_ort_cpu_worker_opens_without_modules_it_has_no_need_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real worker of a stage, its imports read from its own ``-X importtime`` log.
+
+    The route sets ``PYTHONPROFILEIMPORTTIME`` (a route's ``env`` is set as given), and
+    the worker's stderr goes to its log file: every module it imported until the stage
+    was open (hello, load, warm-up gate) is named there.
+    """
+    from edge_core.config import load_pipeline
+    from edge_core.host.worker_logs import LOG_DIR_ENV
+    from edge_core.ledger import ResourceLedger
+    from edge_core.plugins import load_plugins
+    from edge_core.pools import Pool
+    from edge_core.runtime import Pipeline
+    from edge_ort.bundles import write_add_relu_bundle
+
+    monkeypatch.setenv(LOG_DIR_ENV, str(tmp_path / "logs"))
+    bundle = write_add_relu_bundle(tmp_path / "add_relu")
+    route = {"name": "traced", "interpreter": sys.executable,
+             "env": {"PYTHONPROFILEIMPORTTIME": "1"}}
+    config = load_pipeline({"name": "p", "stages": [
+        {"id": "s", "backend": {"name": "ort-cpu", "route": route}, "manifest": str(bundle)}]})
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    with Pipeline.open(config, load_plugins(env={"EDGE_PLUGINS": "ort-cpu"}),
+                       ledger) as pipeline:
+        log = pipeline.stages[0].loaded.log_path  # type: ignore[attr-defined]
+        assert log is not None
+        imported = {line.rsplit("|", 1)[1].strip()
+                    for line in log.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("import time:") and line.count("|") == 2}
+    assert ledger.is_empty()
+    assert imported >= WORKER_NEEDED, sorted(WORKER_NEEDED - imported)
+    assert not imported & WORKER_UNNEEDED, sorted(imported & WORKER_UNNEEDED)
+
+
+def test_a_supervisor_starts_from_bytecode_without_the_signal_enums() -> None:
+    """The supervisor, which every worker waits for, imports its module (cached bytecode,
+    not a script compiled at each start) and the C signal module (no enum machinery)."""
+    from edge_core.host.supervisor import supervisor_argv
+
+    argv = supervisor_argv([sys.executable, "-c", "pass"], controller=os.getpid(),
+                           prefixes=[], remove=[])
+    assert argv[0] == sys.executable and argv[1:3] == ["-I", "-S"]
+    assert any(arg.endswith("supervisor.py") for arg in argv)  # where tools look for it
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                          text=True, timeout=60, check=True)
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:") and line.count("|") == 2}
+    assert "supervisor" in imported, sorted(imported)
+    assert not imported & {"signal", "enum", "functools"}, sorted(imported)

@@ -82,7 +82,7 @@ def _supported() -> frozenset[str]:
 
 WORKER_MAIN = (
     "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path.pop(0); "
-    "from edge_contracts.worker import main; sys.exit(main())"
+    "import gc; gc.disable(); from edge_contracts.worker import main; sys.exit(main())"
 )
 """How a worker is started: ``python -c WORKER_MAIN FD``. The same as ``python -m
 edge_contracts.worker FD`` without ``runpy`` and without running the module twice (as
@@ -90,7 +90,12 @@ edge_contracts.worker FD`` without ``runpy`` and without running the module twic
 pay. Its first statement drops ``sys.path[0]`` (the working directory, for ``-c``) before
 anything is imported, so a module in the directory ``edge run`` was started from is
 never imported by a worker; ``-I`` would also drop the ``PYTHONPATH`` routes rely on,
-and ``-P`` does not exist before Python 3.11."""
+and ``-P`` does not exist before Python 3.11. It then turns the cyclic garbage collector
+off (``gc`` is built in: nothing is imported from a path) until the worker has said
+hello: the imports of the worker, its entry and its runtime make many objects and
+almost no garbage, and the collector would scan them again and again; the worker
+freezes them and turns it on again once its hello is sent
+(:func:`edge_contracts.worker.serve`)."""
 
 
 def start_worker(

@@ -1,9 +1,9 @@
 """The per-worker supervisor: a small process that anchors a worker's whole tree.
 
 On POSIX every worker is started through a supervisor, run by the controller's own
-interpreter as a script (``python -I -S supervisor.py ...``: standard library only, no
-site-packages, nothing of edge-core imported). It is the session leader the controller
-starts; it
+interpreter on this file (``python -I -S -c SUPERVISOR_MAIN .../supervisor.py ...``:
+standard library only, no site-packages, nothing of edge-core imported; see
+:data:`SUPERVISOR_MAIN`). It is the session leader the controller starts; it
 
 1. makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux): every
    process of the worker's tree that is orphaned — even one that called ``setsid()`` and
@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import sys
 import time
 
-__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_PATH", "TRACKER_GRACE_S", "TRACKER_MARK", "is_tracker",
-           "main", "supervisor_argv"]
+try:  # the C module: ``signal`` wraps it in enums (enum, functools, collections imported)
+    import _signal as signal  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - an interpreter without CPython's _signal
+    import signal
+
+__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_MAIN", "SUPERVISOR_PATH", "TRACKER_GRACE_S",
+           "TRACKER_MARK", "is_tracker", "main", "supervisor_argv"]
 
 ORPHAN_GRACE_S = 1.0
 """After the controller died: how long the tree has between ``SIGTERM`` and ``SIGKILL``."""
@@ -55,7 +59,19 @@ TRACKER_MARK = b"multiprocessing.resource_tracker"
 """What the command line of Python's multiprocessing resource tracker holds."""
 
 SUPERVISOR_PATH = os.path.abspath(__file__)
-"""This file: the script the controller runs as the supervisor."""
+"""This file: what the controller runs as the supervisor."""
+
+SUPERVISOR_MAIN = (
+    "import sys; path = sys.argv.pop(1); sys.path.append(path.rpartition('/')[0]); "
+    "from supervisor import main; sys.exit(main())"
+)
+"""How the supervisor is started: ``python -I -S -c SUPERVISOR_MAIN SUPERVISOR_PATH ARGS``.
+
+It imports this file as the module ``supervisor`` from its directory, put *last* on
+``sys.path`` (no standard module is shadowed), rather than running it as a script: a
+script is compiled from source at every start, a module is read from its cached
+bytecode, and the worker waits for its supervisor's start. The file's path stays on the
+command line, where tools that look for supervisors find it."""
 
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.2
@@ -70,7 +86,7 @@ def supervisor_argv(
     ``controller`` is the controller's PID; ``prefixes`` the shared-memory prefixes and
     ``remove`` the directories the supervisor cleans up if the controller dies.
     """
-    args = [sys.executable, "-I", "-S", SUPERVISOR_PATH, str(controller)]
+    args = [sys.executable, "-I", "-S", "-c", SUPERVISOR_MAIN, SUPERVISOR_PATH, str(controller)]
     for prefix in prefixes:
         args += ["--prefix", prefix]
     for path in remove:

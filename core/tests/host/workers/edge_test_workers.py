@@ -7,6 +7,7 @@ standard library, edge_contracts and numpy.
 from __future__ import annotations
 
 import contextlib
+import gc
 import linecache
 import os
 import select
@@ -24,6 +25,9 @@ from edge_contracts.wire import encode_frame, write_frame
 from edge_contracts.worker import BaseHandler, Call
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_protocol import hello_meta
+
+GC_AT_IMPORT = gc.isenabled()
+"""Whether the cyclic garbage collector was on while the worker imported its entry."""
 
 
 class Refused(ValueError):
@@ -68,6 +72,8 @@ class Echo(BaseHandler):
             "edge_contracts": edge_contracts.__file__,
             "has_edge_core": importlib.util.find_spec("edge_core") is not None,
             "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("edge_core", "psutil")),
+            "gc": {"at_import": GC_AT_IMPORT, "enabled": gc.isenabled(),
+                   "frozen": gc.get_freeze_count()},
         }
 
     def warmup(self, config: Mapping[str, Any]) -> Mapping[str, Any]:

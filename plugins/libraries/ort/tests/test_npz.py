@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_ort.npz import ArchiveChanged, _members, load_npz
+from edge_ort.npz import OWN_SHA256_MAX_BYTES, ArchiveChanged, _members, load_npz
 
 RNG = np.random.default_rng(0)
 ARRAYS = {
@@ -126,6 +126,40 @@ def test_given_its_sha256_the_bytes_read_once_are_those_parsed(
     with pytest.raises(ArchiveChanged) as caught:
         load_npz(str(path), verified)
     assert caught.value.value == "none (No such file or directory)"
+
+
+@pytest.mark.parametrize("elements", [16, OWN_SHA256_MAX_BYTES // 4 + 1024],
+                         ids=["own-sha256", "hashlib"])
+def test_either_sha256_module_verifies_and_refuses_the_same(
+        tmp_path: Path, elements: int) -> None:
+    """A small archive is hashed by the interpreter's own sha256 module, a large one by
+    hashlib (OpenSSL): the same digest, the same refusal."""
+    path = tmp_path / "inputs.npz"
+    array = np.arange(elements, dtype=np.float32)
+    np.savez(path, x=array)
+    assert (path.stat().st_size > OWN_SHA256_MAX_BYTES) == (elements > 16)
+    verified = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert np.array_equal(load_npz(str(path), verified)["x"], array)
+    np.savez(path, x=array + 1)
+    with pytest.raises(ArchiveChanged) as caught:
+        load_npz(str(path), verified)
+    assert caught.value.value == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_small_archive_verified_imports_no_hashlib(tmp_path: Path) -> None:
+    """OpenSSL's libcrypto is not loaded for a warm-up's small example archive."""
+    path = tmp_path / "inputs.npz"
+    np.savez(path, x=ARRAYS["x"])
+    assert path.stat().st_size <= OWN_SHA256_MAX_BYTES
+    verified = hashlib.sha256(path.read_bytes()).hexdigest()
+    code = (
+        "import sys; from edge_ort.npz import load_npz; "
+        f"arrays = load_npz({str(path)!r}, {verified!r}); "
+        "print(len(arrays), '_hashlib' in sys.modules, 'hashlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["1", "False", "False"]
 
 
 def test_reading_an_archive_imports_no_zipfile(tmp_path: Path) -> None:

@@ -26,12 +26,14 @@ Worker side: imports only numpy and the standard library.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import itertools
 import math
 import mmap
 import os
 import struct
+import sys
 import zlib
 from typing import Any, Literal
 
@@ -40,8 +42,16 @@ import numpy as np
 from edge_contracts.errors import InvalidValue
 from edge_contracts.npz_limits import check_members, check_npz_file
 
-__all__ = ["ArchiveChanged", "load_npz"]
+__all__ = ["OWN_SHA256_MAX_BYTES", "ArchiveChanged", "load_npz"]
 
+OWN_SHA256_MAX_BYTES = 256 * 1024
+"""Files up to this size are hashed by the interpreter's own sha256 module; larger ones
+by :mod:`hashlib`. Importing hashlib loads OpenSSL's libcrypto, which costs a fresh
+worker's warm-up more than hashing a small example archive does; OpenSSL's sha256 then
+hashes several times faster than the interpreter's own, which pays for that import on
+files of about a MiB."""
+
+_OWN_SHA256 = "_sha2" if sys.version_info >= (3, 12) else "_sha256"
 _EOCD = struct.Struct("<IHHHHIIH")  # end of central directory record
 _EOCD_SIG = 0x06054B50
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -103,12 +113,10 @@ def load_npz(path: str, sha256: str | None = None) -> dict[str, np.ndarray[Any, 
 
 def _load_verified(path: str, sha256: str, field: str) -> dict[str, np.ndarray[Any, Any]]:
     """The arrays of the bytes of ``path`` read once, when their sha256 is ``sha256``."""
-    import hashlib  # on the warm-up's path only: it costs a fresh worker's start-up time
-
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-        now = hashlib.sha256(data).hexdigest()
+        now = _sha256_hex(data)
     except OSError as error:
         data, now = b"", f"none ({error.strerror or type(error).__name__})"
     if now != sha256:
@@ -121,6 +129,23 @@ def _load_verified(path: str, sha256: str, field: str) -> dict[str, np.ndarray[A
     check_npz_file(io.BytesIO(data), field)  # the same bounds before numpy allocates anything
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {name: np.array(archive[name]) for name in archive.files}
+
+
+def _sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data`` (hex), by the cheaper module for its size.
+
+    See :data:`OWN_SHA256_MAX_BYTES`.
+    """
+    if len(data) <= OWN_SHA256_MAX_BYTES:
+        try:  # the interpreter's own module (no search for the other name along sys.path)
+            own: Any = importlib.import_module(_OWN_SHA256)
+        except ImportError:  # pragma: no cover - an interpreter without it
+            pass
+        else:
+            return str(own.sha256(data).hexdigest())
+    import hashlib  # on the warm-up's path only: it costs a fresh worker's start-up time
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def _read_mapped(fd: int, field: str) -> dict[str, np.ndarray[Any, Any]] | None:

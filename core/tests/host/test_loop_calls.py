@@ -1,5 +1,5 @@
 """call_soon_once, call_later_once: a callback handed to an event loop runs exactly once,
-however it ends."""
+however it ends; run_then_flush runs what its work hands the loop right after that work."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from edge_core.host.loop_calls import call_later_once, call_soon_once
+from edge_core.host.loop_calls import call_later_once, call_soon_once, run_then_flush
 
 
 def _recorder() -> tuple[list[int], Any]:
@@ -118,3 +118,64 @@ def test_call_later_once_on_a_closed_loop_runs_it_here() -> None:
     ran, callback = _recorder()
     call_later_once(loop, 1.0, callback)
     assert ran == [threading.get_ident()]
+
+
+def test_run_then_flush_runs_what_its_work_hands_the_loop_after_the_work_in_the_same_turn(
+) -> None:
+    loop = asyncio.new_event_loop()
+    order: list[str] = []
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    other = asyncio.new_event_loop()
+    other_ran, other_callback = _recorder()
+
+    def failing() -> None:
+        order.append("failing")
+        raise ValueError("callback")
+
+    def work() -> str:
+        call_soon_once(loop, lambda: order.append("first"), threadsafe=False)
+        call_soon_once(loop, failing, threadsafe=False)
+        call_soon_once(loop, lambda: call_soon_once(  # a flushed callback's: queued on the loop
+            loop, lambda: order.append("nested"), threadsafe=False), threadsafe=False)
+        call_soon_once(other, other_callback, threadsafe=False)  # another loop's: queued there
+        order.append("work")
+        return "done"
+
+    def in_a_turn() -> None:
+        loop.call_soon(lambda: order.append("next turn"))  # queued before the flush
+        assert run_then_flush(loop, work) == "done"
+        order.append("after")
+        loop.stop()
+
+    try:
+        loop.call_soon(in_a_turn)
+        loop.run_forever()
+        assert order == ["work", "first", "failing", "after"]  # none in a later turn
+        assert [type(context["exception"]) for context in errors] == [ValueError]
+        loop.run_until_complete(asyncio.sleep(0))
+        assert order[4:] == ["next turn", "nested"]
+        assert other_ran == []
+        other.run_until_complete(asyncio.sleep(0))
+        assert other_ran == [threading.get_ident()]
+    finally:
+        loop.close()
+        other.close()
+
+
+def test_run_then_flush_runs_them_when_its_work_raises() -> None:
+    loop = asyncio.new_event_loop()
+    ran, callback = _recorder()
+
+    def work() -> None:
+        call_soon_once(loop, callback, threadsafe=False)
+        raise KeyError("work")
+
+    try:
+        with pytest.raises(KeyError):
+            run_then_flush(loop, work)
+        assert ran == [threading.get_ident()]
+        loop.run_until_complete(asyncio.sleep(0))
+        assert ran == [threading.get_ident()]  # once: nothing was queued on the loop
+    finally:
+        loop.close()

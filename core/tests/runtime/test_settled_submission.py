@@ -127,6 +127,28 @@ def test_a_loop_serving_request_after_request_watches_the_channel_once_and_close
     assert_nothing_charged(pipeline)
 
 
+def test_replies_that_arrive_together_are_all_read_and_settled_on_the_loop(
+    open_pipeline: OpenPipeline,
+) -> None:
+    # Four calls in flight on one worker at once, whose replies come close together: the
+    # loop reads what a wake-up finds (the socket asked once) and is woken again for
+    # the rest while the socket holds more; every request settles there.
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=4)
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        for _ in range(10):
+            submissions = [submit(pipeline, params={"delay_s": 0.01}) for _ in range(4)]
+            assert await asyncio.gather(*map(settled, submissions)) == [loop_thread] * 4
+            for submission in submissions:
+                with submission.result(0) as result:
+                    np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    assert_nothing_charged(pipeline)
+
+
 def test_inputs_over_the_limit_and_a_full_stage_go_to_a_request_thread_and_settle_alike(
     open_pipeline: OpenPipeline,
 ) -> None:

@@ -37,7 +37,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from edge_core.host.loop_calls import call_later_once, call_soon_once
+from edge_core.host.loop_calls import call_later_once, call_soon_once, run_then_flush
 from edge_core.host.reading import ChannelReader
 
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
@@ -135,9 +135,13 @@ class LoopReading:
 
 
     def _read(self) -> None:
-        """The socket is readable: read what is there, unless another thread reads."""
+        """The socket is readable: read what is there, unless another thread reads.
+
+        The calls it ends are settled right after the read, in this turn of the loop
+        (:func:`~edge_core.host.loop_calls.run_then_flush`).
+        """
         reader = self._reader
-        if not reader.read_ready() and (reader.ended or reader.closing):
+        if not run_then_flush(self.loop, reader.read_ready) and (reader.ended or reader.closing):
             self._stop()  # the channel is gone: its calls have failed
 
     def _stop_if_idle(self) -> None:

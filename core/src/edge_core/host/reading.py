@@ -307,21 +307,27 @@ class ChannelReader:
                 self._last_active = time.monotonic()  # a loop's next request finds it parked
 
     def read_ready(self) -> bool:
-        """Read and dispatch every frame ready now, without waiting, if nobody else reads.
+        """Read and dispatch the frames ready now, without waiting, if nobody else reads.
 
         For an event loop watching the socket (:class:`~edge_core.host.loop_reading.
-        LoopReading`). False when another thread holds the read role (it reads them) or
-        the channel has ended or is closing.
+        LoopReading`): the frames buffered, and those the socket holds, read until the
+        buffer is empty. The socket is asked once whether it holds any (another thread
+        may have read what the loop was woken for) and not again after: the loop's watch
+        of the socket, level-triggered, calls this again while it holds more. False when
+        another thread holds the read role (it reads them) or the channel has ended or
+        is closing.
         """
         if self._ended or self._closing or not self._role.acquire(blocking=False):
             return False
         try:
             fd = self._fd
-            while not self._ended and (self._more or any(
-                    ready == fd for ready, _ in self._lead_wait.ready())):
-                if (more := self._read_one()) is None:
-                    self._ended = True
-                self._more = more
+            if self._more or any(ready == fd for ready, _ in self._lead_wait.ready()):
+                while not self._ended:
+                    if (more := self._read_one()) is None:
+                        self._ended = True
+                    self._more = more
+                    if not more:  # the buffer is empty: the loop's watch tells of the rest
+                        break
         finally:
             self._give_up(None)
         return True

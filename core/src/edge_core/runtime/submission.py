@@ -13,7 +13,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from edge_contracts.requests import StageEvent
 from edge_contracts.validation import require_seconds
@@ -32,7 +32,98 @@ if TYPE_CHECKING:
 #: Called with each non-terminal event (a token) of a submitted request's final stage.
 OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 
-__all__ = ["OnEvent", "Submission", "running_future", "submit"]
+__all__ = ["OnEvent", "RequestFuture", "RunningFuture", "Submission", "running_future",
+           "submit"]
+
+
+class RequestFuture(Protocol):
+    """What a :class:`Submission` asks of its request's own future.
+
+    A ``concurrent.futures.Future`` (a request run by an executor), or a
+    :class:`RunningFuture` (a request under way on none).
+    """
+
+    def cancel(self) -> bool:
+        """Cancel it if it has not started; True if it was."""
+
+    def cancelled(self) -> bool:
+        """True if it was cancelled before it started."""
+
+    def exception(self) -> BaseException | None:
+        """Its error (None: it has a result); called once it is done."""
+
+    def result(self) -> PipelineResult:
+        """Its result; called once it is done, without an error."""
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(self)`` once it is done."""
+
+
+class RunningFuture:
+    """The outcome of a request under way on no executor: set once, handed to one callback.
+
+    A ``concurrent.futures.Future`` already running, less what a :class:`Submission` does
+    not use of one (its condition, its waiting, callbacks beyond one): the request sent
+    from an event loop (:meth:`Pipeline.submit
+    <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through it
+    by whichever thread reads its reply, and its submission takes the outcome from the
+    callback. ``cancel()`` is False: it runs, and is cancelled where it runs.
+    """
+
+    __slots__ = ("_callback", "_done", "_error", "_result")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[Any], object] | None = None
+        self._done = False
+        self._result: PipelineResult | None = None
+        self._error: BaseException | None = None
+
+    def cancel(self) -> bool:
+        """False: the request is under way."""
+        return False
+
+    def cancelled(self) -> bool:
+        """False: the request is under way."""
+        return False
+
+    def done(self) -> bool:
+        """True once its outcome is set."""
+        return self._done
+
+    def exception(self) -> BaseException | None:
+        """The request's error (None: it has a result), once set."""
+        return self._error
+
+    def result(self) -> PipelineResult:
+        """The request's result, once set; its error raised, if that is how it ended."""
+        if self._error is not None:
+            raise self._error
+        if not self._done:
+            raise RuntimeError("RunningFuture.result: not set yet")
+        return self._result  # type: ignore[return-value]
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(self)`` once the outcome is set (at once if it is); one callback only."""
+        if self._callback is not None:
+            raise RuntimeError("RunningFuture: one done callback only")
+        self._callback = fn
+        if self._done:
+            fn(self)
+
+    def set_result(self, result: PipelineResult) -> None:
+        """Set the request's result (once) and call the callback."""
+        self._set(result, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        """Set the request's error (once) and call the callback."""
+        self._set(None, error)
+
+    def _set(self, result: PipelineResult | None, error: BaseException | None) -> None:
+        if self._done:
+            raise RuntimeError("RunningFuture: its outcome is set already")
+        self._result, self._error, self._done = result, error, True
+        if self._callback is not None:
+            self._callback(self)
 
 
 class _Settler:
@@ -45,7 +136,7 @@ class _Settler:
         self.lock = threading.Lock()
         self.answer: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
 
-    def settle(self, future: concurrent.futures.Future[PipelineResult]) -> None:
+    def settle(self, future: RequestFuture) -> None:
         """The request thread ended: its result or error becomes the answer."""
         if future.cancelled():  # never started (cancelled, or the pool shut down)
             self.give_up()
@@ -88,9 +179,8 @@ class Submission:
     pipeline's admission slot is held until then.
     """
 
-    def __init__(self, request_id: str, future: concurrent.futures.Future[PipelineResult],
-                 tracker: RequestTracker, until: float | None,
-                 unadmit: Callable[[], None]) -> None:
+    def __init__(self, request_id: str, future: RequestFuture, tracker: RequestTracker,
+                 until: float | None, unadmit: Callable[[], None]) -> None:
         self.request_id = request_id
         self._future = future
         self._tracker = tracker
@@ -208,16 +298,14 @@ class Submission:
         self._tracker.fence(self.request_id)
 
 
-def running_future() -> concurrent.futures.Future[PipelineResult]:
+def running_future() -> RunningFuture:
     """A future for a request already under way on no executor (its ``cancel()`` is False).
 
     A request sent from an event loop (:meth:`Pipeline.submit
     <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through
     it; :meth:`Submission.cancel` then cancels it where it runs, never as not started.
     """
-    future: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
-    future.set_running_or_notify_cancel()
-    return future
+    return RunningFuture()
 
 
 def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,

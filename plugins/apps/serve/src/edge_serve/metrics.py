@@ -52,12 +52,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from edge_core.ledger import ResourceLedger
 from edge_serve.connections import ConnectionCap
+from edge_serve.histograms import LabelledHistogram
 from edge_serve.served import ServedPipeline
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
@@ -158,19 +159,19 @@ class ServerMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter("edge_requests", "HTTP requests by outcome",
                                 ["pipeline", "route", "outcome"], registry=self.registry)
-        self.request_seconds = Histogram("edge_request_seconds", "HTTP request latency",
-                                         ["pipeline", "route"], buckets=_LATENCY_BUCKETS,
-                                         registry=self.registry)
-        self.stage_seconds = Histogram("edge_stage_seconds", "Latency of each stage",
-                                       ["pipeline", "stage"], buckets=_LATENCY_BUCKETS,
-                                       registry=self.registry)
+        # Observed on every request: histograms that cost one short call each
+        self.request_seconds = self._histogram(LabelledHistogram(
+            "edge_request_seconds", "HTTP request latency", ["pipeline", "route"],
+            _LATENCY_BUCKETS))
+        self.stage_seconds = self._histogram(LabelledHistogram(
+            "edge_stage_seconds", "Latency of each stage", ["pipeline", "stage"],
+            _LATENCY_BUCKETS))
         self.admission_refusals = Counter("edge_admission_refusals",
                                           "Requests refused because admission was full",
                                           ["pipeline"], registry=self.registry)
-        self.queue_wait = Histogram("edge_queue_wait_seconds",
-                                    "How long requests waited for admission",
-                                    ["pipeline"], buckets=_LATENCY_BUCKETS,
-                                    registry=self.registry)
+        self.queue_wait = self._histogram(LabelledHistogram(
+            "edge_queue_wait_seconds", "How long requests waited for admission",
+            ["pipeline"], _LATENCY_BUCKETS))
         self.queue_refusals = Counter("edge_queue_refusals",
                                       "Requests that left the admission queue unadmitted, "
                                       "by reason (full, deadline, disconnected, stopping)",
@@ -193,6 +194,10 @@ class ServerMetrics:
             self.body_timeouts.labels(reason)
         self.registry.register(_RuntimeCollector(ledger, pipelines))
 
+    def _histogram(self, histogram: LabelledHistogram) -> LabelledHistogram:
+        self.registry.register(histogram)
+        return histogram
+
     def watch_connections(self, cap: ConnectionCap) -> None:
         """Read the connection cap's counts at each scrape (once; it counts them itself)."""
         self.registry.register(_ConnectionCollector(cap))
@@ -211,7 +216,7 @@ class ServerMetrics:
 
     def observe_queue(self, pipeline: str, outcome: str, waited_s: float) -> None:
         """Record one request leaving the admission queue (``admitted`` or a reason)."""
-        self._child(self.queue_wait, pipeline).observe(waited_s)
+        self.queue_wait.observe((pipeline,), waited_s)
         if outcome != "admitted":
             self.queue_refusals.labels(pipeline, outcome).inc()
 
@@ -226,13 +231,13 @@ class ServerMetrics:
     def observe_stages(self, pipeline: str, latencies: dict[str, float]) -> None:
         """Record each stage's latency of one request."""
         for stage, seconds in latencies.items():
-            self._child(self.stage_seconds, pipeline, stage).observe(seconds)
+            self.stage_seconds.observe((pipeline, stage), seconds)
 
     def observe_request(self, pipeline: str, route: str, outcome: str,
                         seconds: float) -> None:
         """Count one finished request and its latency."""
         self._child(self.requests, pipeline, route, outcome).inc()
-        self._child(self.request_seconds, pipeline, route).observe(seconds)
+        self.request_seconds.observe((pipeline, route), seconds)
         if outcome == "refused" and pipeline:
             self.admission_refusals.labels(pipeline).inc()
 

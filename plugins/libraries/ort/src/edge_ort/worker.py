@@ -40,7 +40,7 @@ from edge_ort.numerics import compare_outputs, json_number
 if TYPE_CHECKING:  # imported where used: hashing and file utilities cost start-up time
     from edge_ort.epcontext import ArtifactDigests, ContextEntry
 
-__all__ = ["InputValuesRefused", "OrtHandler", "create"]
+__all__ = ["InputValuesRefused", "OrtHandler", "ProviderRunFailed", "create"]
 
 CPU = "CPUExecutionProvider"
 
@@ -153,10 +153,11 @@ def _call_run(session: Any, entries: list[frozenset[str]]) -> Any:
     of a served shape entry, which a call's inputs equal once matched, holds them
     all), that no input is an ``OrtValue`` of another device (a call's inputs are
     arrays from the channel) and that no WebGPU graph capture is on; on an ``EPFail``
-    it would retry on its fallback providers. So the compiled session's ``run`` is
-    taken only for a session on the CPU provider alone (no fallback to give up, no
-    graph capture), whose entries all hold every required input, in a build that has
-    one; else ``session.run``.
+    it would retry on its fallback providers, were that not disabled on every session
+    this worker makes (:meth:`OrtHandler._create_session`). So the compiled session's
+    ``run`` is taken only for a session on the CPU provider alone (no fallback to give
+    up, no graph capture), whose entries all hold every required input, in a build that
+    has one; else ``session.run``.
     """
     inner = getattr(getattr(session, "_sess", None), "run", None)
     if inner is None or list(session.get_providers()) != [CPU]:
@@ -213,6 +214,18 @@ class InputValuesRefused(ValueError):
     field = "inputs"
 
 
+class ProviderRunFailed(RuntimeError):
+    """The stage's execution provider failed a run (ONNX Runtime's ``EP_FAIL``).
+
+    ONNX Runtime's Python ``InferenceSession`` would rerun the call on the CPU provider
+    and serve every later call there, while the stage's placement still named its target;
+    this worker disables that fallback on every session it makes, so the request fails
+    with this error instead (a server error, not the request's fault) and the session
+    stays on the providers it was placed on. Its message names the target provider and
+    carries the runtime's own message.
+    """
+
+
 class OrtHandler(BaseHandler):
     """One ONNX Runtime session in a worker process."""
 
@@ -231,6 +244,8 @@ class OrtHandler(BaseHandler):
         state = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
         self._invalid_argument: type[BaseException] = getattr(
             state, "InvalidArgument", InputValuesRefused)
+        # an execution provider's failure in a run (its Python session would retry on CPU)
+        self._ep_fail: type[BaseException] = getattr(state, "EPFail", ProviderRunFailed)
         self._run_options: Any = None  # per-call options (arena shrinkage), once loaded
         self._arena_registered = False
         # (session, its smallest warm-up inputs) per session: run with shrinkage at rest
@@ -397,6 +412,12 @@ class OrtHandler(BaseHandler):
             if context is not None:
                 context.abandon()
             raise
+        # ONNX Runtime's Python session reruns a call that fails with EP_FAIL on the CPU
+        # provider and serves every later call there, while the stage's placement (checked
+        # at warm-up) still names the target: no silent fallback, the call fails instead
+        # (:class:`ProviderRunFailed`). A session that fell back to the CPU at creation has
+        # this off already; the warm-up's placement check refuses it.
+        session.disable_fallback()
         if context is None:
             return session, None
         reused = graph != str(config["graph"])
@@ -756,6 +777,10 @@ class OrtHandler(BaseHandler):
             return dict(zip(self._output_names, values, strict=True))
         except self._invalid_argument as exc:
             raise InputValuesRefused(f"ONNX Runtime refused the inputs' values: {exc}") from exc
+        except self._ep_fail as exc:
+            raise ProviderRunFailed(
+                f"{self._target} failed the run (EP_FAIL); ONNX Runtime's fallback to the "
+                f"CPU is disabled, the stage stays on its placement: {exc}") from exc
 
     def _run_into_shared_memory(
         self, call: Call, static: list[tuple[str, tuple[int, ...], np.dtype[Any], int]],

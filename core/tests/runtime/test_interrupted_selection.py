@@ -121,7 +121,8 @@ def test_ctrl_c_as_a_measured_open_retires_its_loser_retires_it_once(
 
     def interrupted_close(self: StageRuntime) -> Any:
         outcome = close(self)
-        if self.context.stage_id == "b" and not losers:  # the first b to retire: the loser
+        if not losers:  # the first candidate an open retires is its loser (which one, the
+            # measurement decides: under load the preferred one may win)
             losers.append(self)
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: raised here, on this thread
         return outcome
@@ -133,8 +134,13 @@ def test_ctrl_c_as_a_measured_open_retires_its_loser_retires_it_once(
 
     monkeypatch.setattr(StageRuntime, "close", interrupted_close)
     monkeypatch.setattr(StageSlot, "settle", recorded_settle)
-    with pytest.raises(KeyboardInterrupt):
-        Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+    try:
+        opened = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+    except KeyboardInterrupt:
+        pass
+    else:  # no interrupt came: close what opened, then fail
+        opened.close()
+        pytest.fail("the measured open was not interrupted")
     assert len(losers) == 1
     of_loser = [(slot, outcome) for slot, outcome in settled if slot.runtime is losers[0]]
     # retired and settled once; before, again on the way out: ["released", "none"]

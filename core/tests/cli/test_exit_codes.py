@@ -19,16 +19,9 @@ import pytest
 from edge_core.cli.common import warn_named_plugins
 from edge_core.discovery import plugin_errors
 
-PIPELINE = """
-name = "one"
+from .conftest import echo_pipeline
 
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-"""
+PIPELINE = echo_pipeline("one")
 
 
 def edge(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -33,18 +33,11 @@ import pytest
 
 from edge_contracts.shm import segment_names, segment_owner
 
+from .conftest import echo_pipeline
+
 CORE = Path(__file__).resolve().parents[2]
 
-PIPELINE = """
-name = "numbers"
-
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-"""
+PIPELINE = echo_pipeline("numbers")
 
 HOOK = '''
 """Sends this process a signal at its Nth audit event once edge handles signals."""

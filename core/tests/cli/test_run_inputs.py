@@ -16,18 +16,10 @@ import pytest
 from edge_core.cli import common
 from edge_core.cli.run_inputs import PreparedInputs, Progress, expand_inputs
 
-PIPELINE = """
-name = "numbers"
-prepare = "edge_echo.ends:prepare"
-finish = "edge_echo.ends:finish"
+from .conftest import echo_pipeline
 
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-"""
+PIPELINE = echo_pipeline("numbers", head='prepare = "edge_echo.ends:prepare"\n'
+                                     'finish = "edge_echo.ends:finish"\n')
 
 
 def edge(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

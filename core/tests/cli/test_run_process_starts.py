@@ -20,6 +20,8 @@ import numpy as np
 
 from edge_core.host.bootstrap import SUPERVISED
 
+from .conftest import echo_pipeline
+
 HOOKED_EDGE = """\
 import json, sys
 starts = []
@@ -38,16 +40,7 @@ finally:
 sys.exit(status)
 """
 
-PIPELINE = """
-name = "two"
-
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-
+PIPELINE = echo_pipeline("two", after="""
 [[stages]]
 id = "b"
 input_transform = "edge_echo.transforms:passthrough"
@@ -55,7 +48,7 @@ input_transform = "edge_echo.transforms:passthrough"
 name = "echo"
 [stages.backend.options]
 scale = 3.0
-"""
+""")
 
 
 def test_edge_run_starts_one_supervisor_per_stage_and_imports_no_asyncio(tmp_path: Path) -> None:

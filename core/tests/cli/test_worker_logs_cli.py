@@ -26,6 +26,8 @@ import pytest
 
 from edge_contracts.shm import segment_names, segment_owner
 
+from .conftest import echo_pipeline
+
 SITECUSTOMIZE = """
 import sys
 print("NOISY-START out", flush=True)
@@ -45,22 +47,13 @@ def create():
     return echo()
 """
 
-PIPELINE = """
-name = "noisy"
-
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-{options}
+PIPELINE = echo_pipeline("noisy", after="""{options}
 [stages.backend.route]
 name = "noisy"
 interpreter = "{python}"
 entry = "noisy_worker:create"
 python_path = ["{folder}"]
-"""
+""")
 
 PROFILE = ["profile", "pipeline.toml", "--inputs", "x.npz", "--requests", "1", "--warmup",
            "0", "--concurrency", "1", "--process-starts", "1", "--startup-samples", "0",

@@ -23,16 +23,9 @@ from edge_contracts.shm import segment_names, segment_owner
 from edge_core.cli import main
 from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory
 
-PIPELINE = """
-name = "one"
+from .conftest import echo_pipeline
 
-[[stages]]
-id = "a"
-[stages.backend]
-name = "echo"
-[stages.backend.options]
-scale = 2.0
-"""
+PIPELINE = echo_pipeline("one")
 
 
 @pytest.fixture

@@ -103,7 +103,12 @@ class RunningFuture:
         return self._result  # type: ignore[return-value]
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
-        """Call ``fn(self)`` once the outcome is set (at once if it is); one callback only."""
+        """Call ``fn(self)`` once the outcome is set (at once if it is); one callback only.
+
+        Not guarded against an outcome set by another thread meanwhile (there is no lock:
+        ``fn`` could then run twice): the callback is added before the request is sent,
+        as :class:`Submission` adds its own when it is made, and nothing else adds one.
+        """
         if self._callback is not None:
             raise RuntimeError("RunningFuture: one done callback only")
         self._callback = fn

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet, load_plugins
+from edge_core.pools import Pool
 from edge_core.testing.leaks import no_leaks as _no_leaks
 
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+
+@pytest.fixture(scope="module")
+def plugins() -> PluginSet:
+    """The qnn plugin alone (a module that needs others defines its own)."""
+    return load_plugins(env={"EDGE_PLUGINS": "qnn"})
+
+
+@pytest.fixture
+def ledger() -> Iterator[ResourceLedger]:
+    """An 8 GiB machine's RAM pool, empty again once the test is done."""
+    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
+    yield ledger
+    assert ledger.is_empty()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,7 +8,6 @@ that bucket and its CPU nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +20,13 @@ from edge_core.artifacts import create_manifest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import PlacementRefusal
-from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
+from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline
 
 from .conftest import build_conv_relu
 
-GiB = 1024**3
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "qnn"})
-
-
-@pytest.fixture
-def ledger() -> Iterator[ResourceLedger]:
-    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
-    yield ledger
-    assert ledger.is_empty()
 
 
 def batch(rows: int, seed: int = 7) -> np.ndarray:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +22,14 @@ import pytest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.placement import PlacementRefusal
-from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
+from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline, RequestFailed
 
 from .conftest import example_input
 
-GiB = 1024**3
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"
 INJECTED = Path(__file__).parent / "injected_workers"
-
-
-@pytest.fixture(scope="module")
-def plugins() -> PluginSet:
-    return load_plugins(env={"EDGE_PLUGINS": "qnn"})
-
-
-@pytest.fixture
-def ledger() -> Iterator[ResourceLedger]:
-    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * GiB)])
-    yield ledger
-    assert ledger.is_empty()
 
 
 def open_injected(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Path,

@@ -16,7 +16,7 @@ were compared with the rewrite's and the stage was refused for numerics it did n
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from edge_core.artifacts import BundleChanged
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
-from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_ort.controller import OrtStage
 
@@ -53,13 +52,6 @@ class BeforeWarmup:
         if self.act is not None:
             self.act()
         return (yield)
-
-
-@pytest.fixture
-def ledger() -> Iterator[ResourceLedger]:
-    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
-    yield ledger
-    assert ledger.is_empty()
 
 
 def open_in_place(wrapper: BeforeWarmup, ledger: ResourceLedger, bundle: Path,

@@ -152,27 +152,25 @@ def test_a_small_archive_verified_imports_no_hashlib(tmp_path: Path) -> None:
     np.savez(path, x=ARRAYS["x"])
     assert path.stat().st_size <= OWN_SHA256_MAX_BYTES
     verified = hashlib.sha256(path.read_bytes()).hexdigest()
-    code = (
-        "import sys; from edge_ort.npz import load_npz; "
-        f"arrays = load_npz({str(path)!r}, {verified!r}); "
-        "print(len(arrays), '_hashlib' in sys.modules, 'hashlib' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split()
-    assert out == ["1", "False", "False"]
+    assert load_in_fresh_process(path, verified, "_hashlib", "hashlib") == ["1", "False", "False"]
 
 
 def test_reading_an_archive_imports_no_zipfile(tmp_path: Path) -> None:
     path = tmp_path / "inputs.npz"
     np.savez(path, **ARRAYS)
+    assert load_in_fresh_process(path, None, "zipfile") == [str(len(ARRAYS)), "False"]
+
+
+def load_in_fresh_process(path: Path, sha256: str | None, *modules: str) -> list[str]:
+    """In a fresh interpreter: how many arrays ``load_npz`` read, then whether each of
+    ``modules`` was imported by then (``True``/``False``)."""
     code = (
         "import sys; from edge_ort.npz import load_npz; "
-        f"arrays = load_npz({str(path)!r}); "
-        "print(len(arrays), 'zipfile' in sys.modules)"
+        f"arrays = load_npz({str(path)!r}, {sha256!r}); "
+        f"print(len(arrays), *(name in sys.modules for name in {list(modules)!r}))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split()
-    assert out == [str(len(ARRAYS)), "False"]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.split()
 
 
 def _stored_archive(path: Path, members: list[tuple[str, bytes]]) -> None:

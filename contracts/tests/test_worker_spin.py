@@ -25,8 +25,9 @@ from edge_contracts.spin_budget import (
     RUN_WAITS,
     SPIN_PER_WAKE,
     WINDOW_PAIRS,
+    SpinHistory,
     WaitFigures,
-    next_interval,
+    settle_budget,
     spin_budget,
 )
 from edge_contracts.waiting import DEFAULT_SPIN_US, MAX_SPIN_US, ReadableWait, WaitSamples
@@ -57,11 +58,42 @@ def test_the_budget_a_window_justifies(measured, cap, expected):
     assert budget == expected and reason
 
 
-def test_a_holding_decision_measures_less_often_and_a_change_at_once():
-    assert next_interval(0, 0, 0) == FIRST_INTERVAL
-    assert next_interval(FIRST_INTERVAL, 120, 80) == 2 * FIRST_INTERVAL  # resized: holds
-    assert next_interval(MAX_INTERVAL, 0, 0) == MAX_INTERVAL
-    assert next_interval(256, 0, 50) == 0 and next_interval(256, 50, 0) == 0
+def test_a_holding_decision_measures_less_often():
+    start = SpinHistory()
+    assert settle_budget(start, 0, 0, 0) == (0, FIRST_INTERVAL, start)
+    assert settle_budget(start, FIRST_INTERVAL, 120, 80) == (80, 2 * FIRST_INTERVAL, start)
+    assert settle_budget(start, MAX_INTERVAL, 0, 0) == (0, MAX_INTERVAL, start)
+    assert settle_budget(start, MAX_INTERVAL, 90, 90)[:2] == (90, MAX_INTERVAL)
+
+
+def test_spinning_stops_at_one_window_and_starts_only_after_windows_in_a_row_agree():
+    history = SpinHistory()
+    # a blocking wait: the first window that finds spinning pays is confirmed at once
+    budget, interval, history = settle_budget(history, 256, 0, 120)
+    assert (budget, interval, history.pending) == (0, 0, 1)
+    budget, interval, history = settle_budget(history, interval, 0, 110)
+    assert (budget, interval, history.pending) == (110, FIRST_INTERVAL, 0)
+    # a spinning wait stops at the first window that says so, measuring again soon
+    budget, interval, history = settle_budget(history, 1024, 110, 0)
+    assert (budget, interval, history.stops) == (0, FIRST_INTERVAL, 1)
+    # after a stop twice as many windows must agree; one that does not ends them, and
+    # measuring resumes from the interval it had, doubled
+    budget, interval, history = settle_budget(history, 512, 0, 100)
+    assert (budget, interval, history.pending, history.needed) == (0, 0, 1, 4)
+    for _ in range(2):
+        budget, interval, history = settle_budget(history, interval, 0, 100)
+        assert (budget, interval) == (0, 0)
+    budget, interval, history = settle_budget(history, interval, 0, 0)  # refuted
+    assert (budget, interval, history.pending) == (0, 1024, 0)
+    for pending in range(1, 4):
+        budget, interval, history = settle_budget(history, interval, 0, 100)
+        assert (budget, interval, history.pending) == (0, 0, pending)
+    budget, interval, history = settle_budget(history, interval, 0, 100)
+    assert (budget, interval, history.pending) == (100, FIRST_INTERVAL, 0)
+    # the count of windows that must agree is doubled at most twice
+    for _ in range(5):
+        history = settle_budget(history, 64, 100, 0)[2]
+    assert history.stops == 6 and history.needed == 8
 
 
 @pytest.mark.parametrize("meta", [{}, {"cap_us": -1}, {"cap_us": MAX_SPIN_US + 1},
@@ -132,13 +164,18 @@ def test_a_window_sets_the_budget_within_the_cap_and_a_withdrawal_stops_it(pair)
     samples = wait.samples
     assert samples is not None
     feed(spin, samples, blocking_us=90, spinning_us=50, spin_wait_us=20)  # slow wake-up: pays
-    assert spin.windows == 1 and spin.budget_us == wait.spin_us == SPIN_PER_WAKE * 40
+    assert spin.windows == 1 and spin.budget_us == wait.spin_us == 0  # a window alone
+    assert "saves 40.0 us" in spin.reason and "(1 so far)" in spin.reason
+    assert samples.interval == 0  # confirmed at once
+    feed(spin, samples, blocking_us=90, spinning_us=50, spin_wait_us=20)  # again: it spins
+    assert spin.windows == 2 and spin.budget_us == wait.spin_us == SPIN_PER_WAKE * 40
     assert wait.wake_us == 40 and "saves 40.0 us" in spin.reason
-    assert samples.interval == 0  # turned on: measured again at once
     assert samples.probe_ns == 90_000  # a probe spins no longer than a blocking cycle
     feed(spin, samples, blocking_us=60, spinning_us=60, spin_wait_us=20)  # cheap wake-up
     assert spin.budget_us == wait.spin_us == 0 and "nothing to save" in spin.reason
-    feed(spin, samples, blocking_us=400, spinning_us=150, spin_wait_us=120)  # pays again
+    for _ in range(4):  # pays again: four windows in a row after a stop
+        assert wait.spin_us == 0
+        feed(spin, samples, blocking_us=400, spinning_us=150, spin_wait_us=120)
     assert wait.spin_us == DEFAULT_SPIN_US  # 2 x 250 us, capped
     spin.permit(50)  # a smaller cap takes effect at once
     assert spin.budget_us == wait.spin_us == 50
@@ -178,7 +215,8 @@ def test_it_spins_for_back_to_back_frames_and_blocks_after_an_idle_gap(pair):
     spin = NextFrameSpin(wait, 0)
     spin.permit(DEFAULT_SPIN_US)
     assert wait.samples is not None
-    feed(spin, wait.samples, blocking_us=150, spinning_us=50, spin_wait_us=20)  # pays: 150 us
+    for _ in range(2):  # pays (two windows in a row): 150 us
+        feed(spin, wait.samples, blocking_us=150, spinning_us=50, spin_wait_us=20)
     wait.samples = None  # no measured run in the way of what follows
     assert spin.budget_us == 150 and wait.spinning  # no gap seen yet
 

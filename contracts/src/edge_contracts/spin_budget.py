@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "BUDGET_MARGIN",
     "CAUGHT_PERCENTILE",
+    "CONFIRM_WINDOWS",
     "FIRST_INTERVAL",
+    "MAX_CONFIRM_DOUBLINGS",
     "MAX_INTERVAL",
     "MIN_WAKE_US",
     "RUN_WAITS",
@@ -39,8 +41,9 @@ __all__ = [
     "SPIN_CPU_RATIO",
     "SPIN_PER_WAKE",
     "WINDOW_PAIRS",
+    "SpinHistory",
     "WaitFigures",
-    "next_interval",
+    "settle_budget",
     "spin_budget",
     "wait_figures",
 ]
@@ -175,14 +178,77 @@ def spin_budget(figures: WaitFigures, cap_us: int) -> tuple[int, str]:
                     f" within {figures.caught_us:.1f} us")
 
 
-def next_interval(interval: int, before_us: int, after_us: int) -> int:
-    """Waits not measured until the next epoch, after a window decided ``after_us``.
+CONFIRM_WINDOWS = 2
+"""Windows in a row that must each find that spinning pays before a wait that blocks
+starts to spin (:func:`settle_budget`); doubled each time spinning was turned off again,
+up to :data:`MAX_CONFIRM_DOUBLINGS` times. Turning it off takes one window."""
 
-    A decision that holds (both budgets on, or both off: a budget resized while on
-    holds, the waits it catches vary by a factor of two on a shared machine) doubles the
-    interval, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`; one that turns
-    spinning on or off measures again at once (0).
+MAX_CONFIRM_DOUBLINGS = 2
+"""The most :data:`CONFIRM_WINDOWS` is doubled (so at most 8 windows in a row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpinHistory:
+    """What a wait's earlier windows leave for the next one's decision (:func:`settle_budget`).
+
+    Attributes:
+        pending: windows in a row, while it blocks, that found spinning pays.
+        stops: times spinning was turned off after it had been on.
+        resume: the interval in use when the pending windows began (measuring resumes
+            from it where one of them is refuted).
+
     """
-    if bool(before_us) != bool(after_us):
-        return 0
+
+    pending: int = 0
+    stops: int = 0
+    resume: int = 0
+
+    @property
+    def needed(self) -> int:
+        """Windows in a row that must find spinning pays before the wait spins."""
+        return CONFIRM_WINDOWS << min(self.stops, MAX_CONFIRM_DOUBLINGS)
+
+
+def _held(interval: int) -> int:
+    """The interval after a window whose decision held: doubled, within the bounds."""
     return min(MAX_INTERVAL, max(FIRST_INTERVAL, 2 * interval))
+
+
+def settle_budget(history: SpinHistory, interval: int, before_us: int,
+                  verdict_us: int) -> tuple[int, int, SpinHistory]:
+    """What a window's verdict changes: the budget in use, the next interval, the history.
+
+    ``before_us`` is the budget in use, ``verdict_us`` what the window justifies
+    (:func:`spin_budget`), ``interval`` the waits not measured before this window.
+    Returns the budget to use (µs, 0: block), the waits not measured until the next
+    epoch, and the history the next window's call takes.
+
+    Spinning costs CPU on every wait and saves time only where it pays; a window is a
+    few milliseconds of waits, and beside a co-located load that comes and goes (a busy
+    process that sleeps now and then) one window finds it pays and the next that it
+    does not. So the two directions are not alike:
+
+    * a spinning wait stops at the first window that says so, and measures again after
+      :data:`FIRST_INTERVAL` waits;
+    * a blocking wait starts to spin only once :attr:`SpinHistory.needed` windows in a
+      row found it pays (:data:`CONFIRM_WINDOWS`, doubled for each earlier stop): those
+      windows are measured back to back, and one that finds it does not pay ends them,
+      measuring then resuming its interval, doubled;
+    * a decision that holds (on and on, resized or not; off and off) doubles the
+      interval, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`.
+
+    Pure: the tests drive it with made-up verdicts.
+    """
+    if before_us:
+        if verdict_us:
+            return verdict_us, _held(interval), history
+        return 0, FIRST_INTERVAL, replace(history, stops=history.stops + 1, pending=0)
+    if not verdict_us:
+        if history.pending:  # refuted: back to the interval it had, doubled
+            return 0, _held(history.resume), replace(history, pending=0)
+        return 0, _held(interval), history
+    pending = history.pending + 1
+    if pending >= history.needed:
+        return verdict_us, FIRST_INTERVAL, replace(history, pending=0)
+    resume = history.resume if history.pending else interval
+    return 0, 0, replace(history, pending=pending, resume=resume)

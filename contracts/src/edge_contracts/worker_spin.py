@@ -31,7 +31,9 @@ pipeline), only where waking is slow, and only where the worker has a core to sp
   of the next: the request's execution, its reply and the wait for the next request)
   are compared; :func:`~edge_contracts.spin_budget.spin_budget` says what budget the
   window justifies (0 where waking is cheap, or where the next request does not come
-  within a spin). Until the first window is in, the worker blocks.
+  within a spin), and :func:`~edge_contracts.spin_budget.settle_budget` whether it
+  applies yet (a worker that blocks spins only once windows in a row say so; one that
+  spins stops at the first that says not). Until then, the worker blocks.
 * **Between windows** a worker that measures spins only while the waits it has recently seen came
   within the budget (:class:`~edge_contracts.waiting.ReadableWait`'s running average, a
   blocked wait counted less the saving measured): an idle gap, or slow traffic, turns
@@ -54,7 +56,8 @@ from edge_contracts.spin_budget import (
     RUN_WAITS,
     SETTLE_WAITS,
     WINDOW_PAIRS,
-    next_interval,
+    SpinHistory,
+    settle_budget,
     spin_budget,
     wait_figures,
 )
@@ -87,8 +90,8 @@ class NextFrameSpin:
 
     """
 
-    __slots__ = ("_fixed", "_wait", "budget_us", "cap_us", "following", "reason", "settled",
-                 "windows")
+    __slots__ = ("_fixed", "_history", "_wait", "budget_us", "cap_us", "following", "reason",
+                 "settled", "windows")
 
     def __init__(self, wait: ReadableWait, fixed_us: int) -> None:
         if type(fixed_us) is not int or not 0 <= fixed_us <= MAX_SPIN_US:
@@ -102,6 +105,7 @@ class NextFrameSpin:
         self.windows = 0
         self.settled = False
         self.following = False
+        self._history = SpinHistory()
         wait.spin_us = fixed_us
 
     @property
@@ -146,6 +150,7 @@ class NextFrameSpin:
             return
         if not before:  # measured from scratch: the window decides
             wait.spin_us = wait.wake_us = self.budget_us = 0
+            self._history = SpinHistory()
             wait.samples = WaitSamples(self._window, pairs=WINDOW_PAIRS, run=RUN_WAITS,
                                        settle=SETTLE_WAITS, probe_us=cap_us)
             self.reason = "waits not measured yet"
@@ -180,12 +185,16 @@ class NextFrameSpin:
         samples.clear()
         cap = self.cap_us
         before = self.budget_us
-        self.budget_us, self.reason = spin_budget(figures, cap)
+        budget, self.reason = spin_budget(figures, cap)
+        self.budget_us, samples.interval, self._history = settle_budget(
+            self._history, samples.interval, before, budget)
+        if budget and not self.budget_us:
+            self.reason += (f"; blocks until {self._history.needed} windows in a row find"
+                            f" spinning pays ({self._history.pending} so far)")
         self.windows += 1
         wait = self._wait
         wait.spin_us = self.budget_us
         wait.wake_us = (max(0, min(cap, round(figures.saving_us))) if self.budget_us else 0)
         wait.forget()
         samples.probe_ns = 1000 * max(1, min(cap, math.ceil(figures.blocking_us)))
-        samples.interval = next_interval(samples.interval, before, self.budget_us)
         self.settled = not self.budget_us

@@ -175,6 +175,12 @@ def test_governor_counts_processes_and_re_decides_on_attach_and_detach(waits, mo
     assert spins.decision_for(waits[0]) == SpinDecision(0, "waits not measured yet")
     feed(spins, waits[0].samples, blocking_us=150, spinning_us=90, spin_wait_us=30)
     assert spins.windows == 1 and spins.wake_us == 60.0
+    assert spins.decision.spin_us == waits[0].spin_us == 0  # not yet: a window alone
+    spins.attach(waits[1])  # re-decided: still a window alone
+    assert waits[0].spin_us == 0
+    spins.detach(waits[1])
+    feed(spins, waits[0].samples, blocking_us=150, spinning_us=90, spin_wait_us=30)
+    assert spins.windows == 2
     assert spins.decision.spin_us == waits[0].spin_us == SPIN_PER_WAKE * 60
     assert waits[0].wake_us == 60  # taken off a blocked wait before it is averaged
     spins.attach(waits[1])
@@ -210,14 +216,21 @@ def test_a_holding_decision_measures_less_often_and_a_change_at_once(waits, monk
     assert intervals == sorted(intervals) and intervals[-1] == MAX_INTERVAL
     assert samples.probe_ns == 60_000  # a probe spins no longer than a blocking round trip
     feed(spins, samples, blocking_us=200, spinning_us=120, spin_wait_us=30)  # now it pays
-    assert waits[0].spin_us == SPIN_PER_WAKE * 80 and samples.interval == 0
+    assert waits[0].spin_us == 0 and samples.interval == 0  # confirmed by the next window
+    assert "blocks until 2 windows in a row find spinning pays (1 so far)" in (
+        spins.decision.reason)
     assert samples.probe_ns == 1000 * DEFAULT_SPIN_US
     feed(spins, samples, blocking_us=198, spinning_us=121, spin_wait_us=29)  # the same again
-    assert samples.interval == FIRST_INTERVAL
+    assert waits[0].spin_us == SPIN_PER_WAKE * 77 and samples.interval == FIRST_INTERVAL
     feed(spins, samples, blocking_us=100, spinning_us=70, spin_wait_us=29)  # resized: holds
     assert waits[0].spin_us == SPIN_PER_WAKE * 30 and samples.interval == 2 * FIRST_INTERVAL
     feed(spins, samples, blocking_us=60, spinning_us=60, spin_wait_us=29)  # off: at once
-    assert waits[0].spin_us == 0 and samples.interval == 0
+    assert waits[0].spin_us == 0 and samples.interval == FIRST_INTERVAL  # measured soon
+    for _ in range(3):  # now four windows in a row must agree before it spins again
+        feed(spins, samples, blocking_us=200, spinning_us=120, spin_wait_us=30)
+        assert waits[0].spin_us == 0 and samples.interval == 0
+    feed(spins, samples, blocking_us=200, spinning_us=120, spin_wait_us=30)
+    assert waits[0].spin_us == SPIN_PER_WAKE * 80
 
 
 def test_override_applies_to_both_ends_and_nothing_is_measured(waits, monkeypatch):
@@ -259,8 +272,12 @@ def test_a_channel_re_decides_its_budget_from_its_own_waits(start, shared_govern
     decided = client.spin_decision
     assert decided is not None and decided.spin_us == wait.spin_us
     assert "round trips" in decided.reason  # from figures, whatever the machine gave
-    # Waits that show a slow wake-up and a short round trip: it spins, enough to catch it.
-    feed(shared_governor, samples, blocking_us=90, spinning_us=50, spin_wait_us=20)
+    # Waits that show a slow wake-up and a short round trip: it spins, enough to catch it,
+    # once as many windows in a row as its own history asks for say so (8 at most)
+    for _ in range(8):
+        feed(shared_governor, samples, blocking_us=90, spinning_us=50, spin_wait_us=20)
+        if wait.spin_us:
+            break
     assert wait.spin_us == client.spin_decision.spin_us == SPIN_PER_WAKE * 40
     echo_round_trips(client, 20, first=1000)
     # The round trip to catch grows (a slower model): the budget grows to cover it.
@@ -353,9 +370,10 @@ def test_a_window_whose_spinning_costs_too_much_cpu_blocks(waits, monkeypatch):
     assert waits[0].spin_us == 0
     assert "spinning costs 300.0 us of CPU a round trip" in spins.decision.reason
     # where waking both ends costs more CPU than spinning does: it spins
-    feed(spins, samples, blocking_us=150, spinning_us=90, spin_wait_us=30,
-         cpu_us=(280.0, 180.0))
-    assert waits[0].spin_us == SPIN_PER_WAKE * 60
+    for spin_us in (0, SPIN_PER_WAKE * 60):  # (two windows in a row)
+        feed(spins, samples, blocking_us=150, spinning_us=90, spin_wait_us=30,
+             cpu_us=(280.0, 180.0))
+        assert waits[0].spin_us == spin_us
 
 
 def test_a_real_channel_measures_both_ends_cpu_per_run(start, shared_governor, monkeypatch):

@@ -252,7 +252,7 @@ def test_the_worker_keeps_measuring_all_its_life_whatever_it_decides(start, shar
     # Epochs of 80 waits, then 64, 128, 256 ... waits not measured while a decision holds
     # (between them a worker that decided not to spin receives plainly and counts the
     # receives): by 768 requests a fourth window is in, whatever this machine decided;
-    # one that turned spinning on or off measures again at once, and has more.
+    # one that stopped spinning, or windows that confirm a spin, measure sooner: more.
     shared_governor.reset(cores=64)
     client = start()
     round_trips(client, 1000)

@@ -39,11 +39,17 @@ a reply that arrives within the budget and costs the time spun in CPU. It pays o
   or the kernel puts the blocking pair on one CPU) and the channel blocks.
 
 The first window is measured at once (a channel's first ``2 x RUN_WAITS`` waits, its
-start-up's control calls among them, decide its first budget; until then it does not
-spin); after each window whose decision holds, the waits between two measured epochs
-double, from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`, and a decision that turns
-spinning on or off measures again at once. Once steady, measuring costs a run of the
-other kind of waiting per ``MAX_INTERVAL`` waits (about 1 %).
+start-up's control calls among them); until spinning is decided it does not spin. A
+window's verdict is not applied alone (:func:`~edge_contracts.spin_budget.settle_budget`):
+a channel that blocks starts to spin only once
+:data:`~edge_contracts.spin_budget.CONFIRM_WINDOWS` windows in a row find that spinning
+pays (twice as many after each time it stopped, up to 8), measured back to back; one that
+spins stops at the first window that finds it does not, and measures again after
+:data:`FIRST_INTERVAL` waits. Beside a co-located load that comes and goes, window
+verdicts alternate, and a spin turned on by every other window costs CPU for little.
+After each window whose decision holds, the waits between two measured epochs double,
+from :data:`FIRST_INTERVAL` to :data:`MAX_INTERVAL`. Once steady, measuring costs a run
+of the other kind of waiting per ``MAX_INTERVAL`` waits (about 1 %).
 
 Between windows the wait itself spins only while the replies it has recently seen came
 within the budget (its running average; the saving the channel measured is taken off a
@@ -97,8 +103,9 @@ from edge_contracts.spin_budget import (
     SPIN_CPU_RATIO,
     SPIN_PER_WAKE,
     WINDOW_PAIRS,
+    SpinHistory,
     WaitFigures,
-    next_interval,
+    settle_budget,
     spin_budget,
     wait_figures,
 )
@@ -225,6 +232,9 @@ class _Channel:
     worker_follow: int | None = None  # what it spins as told (None: it measures)
     tell: Callable[[], object] | None = None
     peer_pid: int | None = None  # the worker's, for the CPU its windows measure
+    # what its windows decided so far (settle_budget), and whether they turned it on
+    history: SpinHistory = attrs.Factory(SpinHistory)
+    confirmed: bool = False
 
 
 class SpinGovernor:
@@ -349,6 +359,7 @@ class SpinGovernor:
                 self._cores = cores
             for wait, channel in list(self._channels.items()):
                 channel.figures = None
+                channel.history, channel.confirmed = SpinHistory(), False
                 wait.samples = None  # measured from scratch (every wait) by _apply
             self._figures = None
             self._windows = 0
@@ -371,7 +382,10 @@ class SpinGovernor:
         cap = worker_spin_cap(override_us=override, cores=self._cores, processes=processes)
         changed = []
         for wait, channel in list(self._channels.items()):
-            self._set(wait, channel, self._decide(channel.figures))
+            decision = self._decide(channel.figures)
+            if measure and decision.spin_us and not channel.confirmed:  # (not windows enough)
+                decision = _unconfirmed(decision, channel.history)
+            self._set(wait, channel, decision)
             if channel.worker_cap != cap:
                 channel.worker_cap = cap
                 if channel.tell is not None:
@@ -443,10 +457,12 @@ class SpinGovernor:
             channel.windows += 1
             samples.probe_ns = 1000 * max(1, min(DEFAULT_SPIN_US, math.ceil(figures.blocking_us)))
             self._windows += 1
-            before = channel.decision.spin_us
-            decision = self._decide(figures)
-            self._set(wait, channel, decision)
-            samples.interval = next_interval(samples.interval, before, decision.spin_us)
+            verdict = self._decide(figures)
+            budget, samples.interval, channel.history = settle_budget(
+                channel.history, samples.interval, channel.decision.spin_us, verdict.spin_us)
+            channel.confirmed = bool(budget)
+            self._set(wait, channel, verdict if budget else
+                      _unconfirmed(verdict, channel.history) if verdict.spin_us else verdict)
 
 
 class _RunHook:
@@ -462,6 +478,12 @@ class _RunHook:
         wait = self._wait()
         if wait is not None:
             self._governor.on_run(wait, kind)
+
+
+def _unconfirmed(verdict: SpinDecision, history: SpinHistory) -> SpinDecision:
+    """No budget yet where ``verdict`` would spin: too few windows in a row said so."""
+    return SpinDecision(0, f"{verdict.reason}; blocks until {history.needed} windows in a row"
+                           f" find spinning pays ({history.pending} so far)")
 
 
 def _tell(followers: list[Callable[[], object]]) -> None:

@@ -10,7 +10,6 @@ benchmark).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ import pytest
 from edge_core.config import load_pipeline
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet, load_plugins
-from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 
 from .conftest import example_input
@@ -30,13 +28,6 @@ QNN = "QNNExecutionProvider"
 @pytest.fixture(scope="module")
 def plugins() -> PluginSet:
     return load_plugins(env={"EDGE_PLUGINS": "qnn,ort-cpu"})
-
-
-@pytest.fixture
-def ledger() -> Iterator[ResourceLedger]:
-    ledger = ResourceLedger([Pool(name="machine:ram", total=8 * 1024**3)])
-    yield ledger
-    assert ledger.is_empty() and not ledger.quarantined()
 
 
 def _open(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Path) -> Pipeline:

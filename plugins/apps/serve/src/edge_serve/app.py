@@ -292,7 +292,12 @@ async def show_pipeline(request: Request) -> Response:
 
 
 async def run_pipeline(request: Request) -> Response:
-    """Run one request: JSON tensors, or a multipart file for the pipeline's prepare."""
+    """Run one request: JSON tensors, or a multipart file for the pipeline's prepare.
+
+    Refuses a query string itself (:func:`refuse_query`), as :func:`_without_query`'s
+    wrapper does for the other routes: the busiest route awaits no wrapper.
+    """
+    refuse_query(request)
     state = _state(request)
     served = state.pipeline(request.path_params["name"], request)
     content_type, deadline_header = head_of(request)
@@ -385,15 +390,16 @@ def _without_query(route: Route) -> Route:
 
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
-    routes = [_without_query(route) for route in (  # matched in order: the request route
-        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),  # first (no two
-        Route("/", page, methods=["GET"]),                                  # paths overlap)
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/v1/pipelines", list_pipelines, methods=["GET"]),
-        Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
-        *openai_api.routes(),
-    )]
+    routes = [  # matched in order: the request route first (no two paths overlap)
+        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),  # refuses a
+        *(_without_query(route) for route in (                              # query itself
+            Route("/", page, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/v1/pipelines", list_pipelines, methods=["GET"]),
+            Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
+            *openai_api.routes(),
+        ))]
     middleware = [Middleware(Accounting, metrics=state.metrics,
                              names=frozenset(state.pipelines), routes=routes)]
     if api_key:

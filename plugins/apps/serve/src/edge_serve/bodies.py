@@ -13,12 +13,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from edge_serve.outcomes import HttpRefusal
 
 __all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_from", "deadline_of", "head_of",
-           "json_body", "loads", "number", "params_of", "refuse_query"]
+           "json_body", "loads", "number", "params_of", "read_body", "refuse_query"]
 
 DEADLINE_HEADER = "x-edge-deadline"
 
@@ -137,6 +137,32 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
                       kind="InvalidJSON", code=code)
 
 
+async def read_body(request: Request) -> bytes:
+    """The request's whole body, read once from its ASGI ``receive``.
+
+    What ``Request.body()`` reads, and ``ClientDisconnect`` where it would raise it (an
+    ``http.disconnect`` before the body ended), without its stream generator and its
+    closing: a body that came in one message (a small request's) is returned as it came.
+    The body is not kept on ``request``: a route calls this once, and reads nothing more
+    of the body after it.
+    """
+    receive = request.receive
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            body = message.get("body", b"")
+            if not message.get("more_body", False):
+                if not chunks:
+                    return bytes(body)
+                chunks.append(body)
+                return b"".join(chunks)
+            chunks.append(body)
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
+
+
 async def json_body(request: Request, known: frozenset[str],
                     content_type: str | None = None) -> dict[str, Any]:
     """The body as a JSON object whose keys are all in ``known``.
@@ -149,7 +175,7 @@ async def json_body(request: Request, known: frozenset[str],
         raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
                           "multipart/form-data with a file where the pipeline has prepare)",
                           content_type or None, kind="InvalidValue")
-    body = loads(await request.body(), "body")
+    body = loads(await read_body(request), "body")
     if not isinstance(body, dict):
         raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
                           kind="InvalidJSON", code="invalid_json")

@@ -186,8 +186,9 @@ class Accounting:
             label = (scope.get(ROUTE_KEY) or getattr(route, "path", None)
                      or self._unrouted_label(scope))
             outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
-            self.metrics.observe_request(self._pipeline(scope), label, outcome,
-                                         time.perf_counter() - started)
+            named = scope.get(PIPELINE_KEY)  # as its route set it (else _pipeline finds it)
+            self.metrics.observe_request(self._pipeline(scope) if named is None else str(named),
+                                         label, outcome, time.perf_counter() - started)
 
 
 class JSONBytes(Response):

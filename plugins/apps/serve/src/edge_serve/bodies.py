@@ -24,6 +24,8 @@ DEADLINE_HEADER = "x-edge-deadline"
 
 #: The parser ``json.loads`` uses (default options), called without its checks of a text.
 _decode = json.JSONDecoder().decode
+#: Its scanner, which ``_decode`` calls after its two Python calls: one value from an index.
+_scan = json.JSONDecoder().scan_once
 MAX_DEADLINE_S = 3600.0
 """The longest deadline a request may ask for, in seconds."""
 
@@ -127,7 +129,14 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
         # JSON text in UTF-8 that opens an object (a request body): decoded as json.loads
         # decodes bytes it finds UTF-8, without its search for the encoding
         if type(text) is bytes and text[:1] == b"{" and len(text) > 1 and text[1]:
-            return _decode(text.decode("utf-8", "surrogatepass"))
+            decoded = text.decode("utf-8", "surrogatepass")
+            try:  # the object scanned from its first character, as _decode scans it
+                value, end = _scan(decoded, 0)
+            except StopIteration:  # no value there: _decode's error says so
+                end = -1
+            if end == len(decoded):
+                return value
+            return _decode(decoded)  # space after it, or more: _decode's answer or error
         return json.loads(text)
     except RecursionError:
         problem = "nested too deeply for the parser"

@@ -155,8 +155,8 @@ class AdmissionQueue:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
-        if (not self._waiters or not self.waiting) and self._free() > 0:
-            return self._admit(0.0)
+        if (not self._waiters or not self.waiting) and self.slots.free > self._claimed:
+            return self._admit(0.0)  # (a slot free: _free() > 0)
         if self.waiting >= self.policy.length:
             self._observe("full", 0.0)
             raise self._full()
@@ -215,7 +215,9 @@ class AdmissionQueue:
 
     def _admit(self, waited: float) -> Claim:
         self._claimed += 1
-        self._observe("admitted", waited)
+        observer = self.observer  # (_observe, inline: every request passes here)
+        if observer is not None:
+            observer(self.pipeline, "admitted", waited)
         return Claim(self)
 
     def _leave(self, waiter: asyncio.Future[Claim]) -> None:

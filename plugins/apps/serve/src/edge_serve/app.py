@@ -292,15 +292,17 @@ async def show_pipeline(request: Request) -> Response:
     return JSONResponse(state.pipeline(request.path_params["name"], request).describe())
 
 
-async def run_pipeline(request: Request) -> Response:
+async def run_pipeline(request: Request, state: ServerState | None = None) -> Response:
     """Run one request: JSON tensors, or a multipart file for the pipeline's prepare.
 
     Refuses a query string itself (:func:`refuse_query`), as :func:`_without_query`'s
-    wrapper does for the other routes: the busiest route awaits no wrapper.
+    wrapper does for the other routes: the busiest route awaits no wrapper. ``state`` is
+    the application's (:func:`build_app` binds it: not looked up on every request).
     """
     refuse_query(request)
-    state = _state(request)
-    served = state.pipeline(request.path_params["name"], request)
+    if state is None:
+        state = _state(request)
+    served = state.pipeline(request.scope["path_params"]["name"], request)
     content_type, deadline_header = head_of(request)
     if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
@@ -392,8 +394,9 @@ def _without_query(route: Route) -> Route:
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
     routes = [  # matched in order: the request route first (no two paths overlap)
-        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),  # refuses a
-        *(_without_query(route) for route in (                              # query itself
+        Route("/v1/pipelines/{name}/run", functools.partial(run_pipeline, state=state),
+              methods=["POST"], name="run_pipeline"),  # refuses a query itself
+        *(_without_query(route) for route in (
             Route("/", page, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -22,10 +22,12 @@ __all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_from", "deadline_of", 
 
 DEADLINE_HEADER = "x-edge-deadline"
 
+_decoder = json.JSONDecoder()
 #: The parser ``json.loads`` uses (default options), called without its checks of a text.
-_decode = json.JSONDecoder().decode
-#: Its scanner, which ``_decode`` calls after its two Python calls: one value from an index.
-_scan = json.JSONDecoder().scan_once
+_decode = _decoder.decode
+#: Its scanner (an attribute its ``__init__`` sets), which ``_decode`` calls after its two
+#: Python calls: one value from an index.
+_scan: Callable[[str, int], tuple[Any, int]] = vars(_decoder)["scan_once"]
 MAX_DEADLINE_S = 3600.0
 """The longest deadline a request may ask for, in seconds."""
 

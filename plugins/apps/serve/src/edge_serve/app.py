@@ -297,7 +297,7 @@ async def run_pipeline(request: Request, state: ServerState | None = None) -> Re
 
     Refuses a query string itself (:func:`refuse_query`), as :func:`_without_query`'s
     wrapper does for the other routes: the busiest route awaits no wrapper. ``state`` is
-    the application's (:func:`build_app` binds it: not looked up on every request).
+    the application's (:class:`RunRoute` holds it: not looked up on every request).
     """
     refuse_query(request)
     if state is None:
@@ -316,6 +316,23 @@ async def run_pipeline(request: Request, state: ServerState | None = None) -> Re
     answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONBytes(answer.content)
+
+
+class RunRoute:
+    """The run route as an ASGI application: :func:`run_pipeline` over one ``state``.
+
+    What Starlette's ``request_response`` makes of an endpoint function, less its own
+    layer of exception handling: an error raised here reaches the same handlers, those
+    the application's ``ExceptionMiddleware`` holds, one layer out (a request pays the
+    wrapper's two coroutines and its Request once, not twice).
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await run_pipeline(Request(scope, receive, send), self.state)
+        await response(scope, receive, send)
 
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
@@ -394,8 +411,8 @@ def _without_query(route: Route) -> Route:
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
     routes = [  # matched in order: the request route first (no two paths overlap)
-        Route("/v1/pipelines/{name}/run", functools.partial(run_pipeline, state=state),
-              methods=["POST"], name="run_pipeline"),  # refuses a query itself
+        Route("/v1/pipelines/{name}/run", RunRoute(state), methods=["POST"],
+              name="run_pipeline"),  # refuses a query itself
         *(_without_query(route) for route in (
             Route("/", page, methods=["GET"]),
             Route("/health", health, methods=["GET"]),

@@ -186,8 +186,9 @@ class Accounting:
             label = (scope.get(ROUTE_KEY) or getattr(route, "path", None)
                      or self._unrouted_label(scope))
             outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
-            self.metrics.observe_request(self._pipeline(scope), label, outcome,
-                                         time.perf_counter() - started)
+            named = scope.get(PIPELINE_KEY)  # as its route set it (else _pipeline finds it)
+            self.metrics.observe_request(self._pipeline(scope) if named is None else str(named),
+                                         label, outcome, time.perf_counter() - started)
 
 
 class JSONBytes(Response):
@@ -291,10 +292,17 @@ async def show_pipeline(request: Request) -> Response:
     return JSONResponse(state.pipeline(request.path_params["name"], request).describe())
 
 
-async def run_pipeline(request: Request) -> Response:
-    """Run one request: JSON tensors, or a multipart file for the pipeline's prepare."""
-    state = _state(request)
-    served = state.pipeline(request.path_params["name"], request)
+async def run_pipeline(request: Request, state: ServerState | None = None) -> Response:
+    """Run one request: JSON tensors, or a multipart file for the pipeline's prepare.
+
+    Refuses a query string itself (:func:`refuse_query`), as :func:`_without_query`'s
+    wrapper does for the other routes: the busiest route awaits no wrapper. ``state`` is
+    the application's (:class:`RunRoute` holds it: not looked up on every request).
+    """
+    refuse_query(request)
+    if state is None:
+        state = _state(request)
+    served = state.pipeline(request.scope["path_params"]["name"], request)
     content_type, deadline_header = head_of(request)
     if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
@@ -308,6 +316,23 @@ async def run_pipeline(request: Request) -> Response:
     answer = await served.answer_direct(request, handle, inputs, params, deadline)
     state.metrics.observe_stages(served.name, answer.latencies)
     return JSONBytes(answer.content)
+
+
+class RunRoute:
+    """The run route as an ASGI application: :func:`run_pipeline` over one ``state``.
+
+    What Starlette's ``request_response`` makes of an endpoint function, less its own
+    layer of exception handling: an error raised here reaches the same handlers, those
+    the application's ``ExceptionMiddleware`` holds, one layer out (a request pays the
+    wrapper's two coroutines and its Request once, not twice).
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await run_pipeline(Request(scope, receive, send), self.state)
+        await response(scope, receive, send)
 
 
 async def _run_file(request: Request, served: ServedPipeline, state: ServerState) -> Response:
@@ -385,15 +410,17 @@ def _without_query(route: Route) -> Route:
 
 def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
     """The Starlette application over ``state``."""
-    routes = [_without_query(route) for route in (  # matched in order: the request route
-        Route("/v1/pipelines/{name}/run", run_pipeline, methods=["POST"]),  # first (no two
-        Route("/", page, methods=["GET"]),                                  # paths overlap)
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/v1/pipelines", list_pipelines, methods=["GET"]),
-        Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
-        *openai_api.routes(),
-    )]
+    routes = [  # matched in order: the request route first (no two paths overlap)
+        Route("/v1/pipelines/{name}/run", RunRoute(state), methods=["POST"],
+              name="run_pipeline"),  # refuses a query itself
+        *(_without_query(route) for route in (
+            Route("/", page, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/v1/pipelines", list_pipelines, methods=["GET"]),
+            Route("/v1/pipelines/{name}", show_pipeline, methods=["GET"]),
+            *openai_api.routes(),
+        ))]
     middleware = [Middleware(Accounting, metrics=state.metrics,
                              names=frozenset(state.pipelines), routes=routes)]
     if api_key:

@@ -10,20 +10,24 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from edge_serve.outcomes import HttpRefusal
 
 __all__ = ["DEADLINE_HEADER", "MAX_DEADLINE_S", "deadline_from", "deadline_of", "head_of",
-           "json_body", "loads", "number", "params_of", "refuse_query"]
+           "json_body", "loads", "number", "params_of", "read_body", "refuse_query"]
 
 DEADLINE_HEADER = "x-edge-deadline"
 
+_decoder = json.JSONDecoder()
 #: The parser ``json.loads`` uses (default options), called without its checks of a text.
-_decode = json.JSONDecoder().decode
+_decode = _decoder.decode
+#: Its scanner (an attribute its ``__init__`` sets), which ``_decode`` calls after its two
+#: Python calls: one value from an index.
+_scan: Callable[[str, int], tuple[Any, int]] = vars(_decoder)["scan_once"]
 MAX_DEADLINE_S = 3600.0
 """The longest deadline a request may ask for, in seconds."""
 
@@ -127,7 +131,14 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
         # JSON text in UTF-8 that opens an object (a request body): decoded as json.loads
         # decodes bytes it finds UTF-8, without its search for the encoding
         if type(text) is bytes and text[:1] == b"{" and len(text) > 1 and text[1]:
-            return _decode(text.decode("utf-8", "surrogatepass"))
+            decoded = text.decode("utf-8", "surrogatepass")
+            try:  # the object scanned from its first character, as _decode scans it
+                value, end = _scan(decoded, 0)
+            except StopIteration:  # no value there: _decode's error says so
+                end = -1
+            if end == len(decoded):
+                return value
+            return _decode(decoded)  # space after it, or more: _decode's answer or error
         return json.loads(text)
     except RecursionError:
         problem = "nested too deeply for the parser"
@@ -135,6 +146,32 @@ def loads(text: str | bytes, field: str, *, reason: str = "not valid JSON",
         problem = str(exc)
     raise HttpRefusal(400, field, reason, problem if shown is None else shown,
                       kind="InvalidJSON", code=code)
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's whole body, read once from its ASGI ``receive``.
+
+    What ``Request.body()`` reads, and ``ClientDisconnect`` where it would raise it (an
+    ``http.disconnect`` before the body ended), without its stream generator and its
+    closing: a body that came in one message (a small request's) is returned as it came.
+    The body is not kept on ``request``: a route calls this once, and reads nothing more
+    of the body after it.
+    """
+    receive = request.receive
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            body = message.get("body", b"")
+            if not message.get("more_body", False):
+                if not chunks:
+                    return bytes(body)
+                chunks.append(body)
+                return b"".join(chunks)
+            chunks.append(body)
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
 
 
 async def json_body(request: Request, known: frozenset[str],
@@ -149,7 +186,7 @@ async def json_body(request: Request, known: frozenset[str],
         raise HttpRefusal(400, "headers.content-type", "must be application/json (or "
                           "multipart/form-data with a file where the pipeline has prepare)",
                           content_type or None, kind="InvalidValue")
-    body = loads(await request.body(), "body")
+    body = loads(await read_body(request), "body")
     if not isinstance(body, dict):
         raise HttpRefusal(400, "body", "must be a JSON object", type(body).__name__,
                           kind="InvalidJSON", code="invalid_json")

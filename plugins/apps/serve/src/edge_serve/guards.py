@@ -349,7 +349,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        declared: bytes | None = None
+        for key, value in scope["headers"]:  # the first, as a generator would find it
+            if key == b"content-length":
+                declared = value
+                break
         size: int | None = None
         if declared is not None:
             try:

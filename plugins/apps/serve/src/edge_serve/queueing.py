@@ -102,7 +102,8 @@ class Claim:
 
     def finished(self) -> None:
         """The request's work ended (on the loop): its hold time feeds the estimate."""
-        self.settle()
+        if not self._settled:  # (usually settled when it submitted)
+            self.settle()
         self._queue.held(time.monotonic() - self.started)
 
 
@@ -154,8 +155,8 @@ class AdmissionQueue:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop_thread = threading.get_ident()
-        if not self.waiting and self._free() > 0:
-            return self._admit(0.0)
+        if (not self._waiters or not self.waiting) and self.slots.free > self._claimed:
+            return self._admit(0.0)  # (a slot free: _free() > 0)
         if self.waiting >= self.policy.length:
             self._observe("full", 0.0)
             raise self._full()
@@ -214,7 +215,9 @@ class AdmissionQueue:
 
     def _admit(self, waited: float) -> Claim:
         self._claimed += 1
-        self._observe("admitted", waited)
+        observer = self.observer  # (_observe, inline: every request passes here)
+        if observer is not None:
+            observer(self.pipeline, "admitted", waited)
         return Claim(self)
 
     def _leave(self, waiter: asyncio.Future[Claim]) -> None:
@@ -252,6 +255,12 @@ class AdmissionQueue:
 
     def settled(self) -> None:
         """A claim was settled (any thread): its turn is no longer counted."""
+        if threading.get_ident() == self._loop_thread:  # on the loop (a request sent
+            self._claimed -= 1                           # from it): no closure, no hop
+            if self._waiters:
+                self._pump()
+            return
+
         def unclaim() -> None:
             self._claimed -= 1
             self._pump()

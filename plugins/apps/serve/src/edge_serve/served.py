@@ -359,7 +359,10 @@ class ServedPipeline:
                 body = {"outputs": encode_tensors(result.outputs)}
             latencies = result.latencies
             body["placement"] = result.placement  # which backend served each stage, and why
-        body["latency_ms"] = {k: round(v * 1e3, 3) for k, v in latencies.items()}
+        shown: dict[str, float] = {}
+        body["latency_ms"] = shown
+        for stage, seconds in latencies.items():  # (a loop: a comprehension is a call more)
+            shown[stage] = round(seconds * 1e3, 3)
         try:
             return Answer(body, latencies)
         except (ValueError, TypeError):  # the encoder's refusals: only finish's can fail
@@ -451,7 +454,7 @@ class ServedPipeline:
             future.add_done_callback(lambda _: wake())
             return future
 
-        return await self.waiting(request, handle, start, deadline_s)
+        return await self.waiting(request, handle, start, deadline_s, loop)
 
     async def answer_direct(self, request: Request, handle: RequestHandle,
                             inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
@@ -487,10 +490,12 @@ class ServedPipeline:
                 wake()
 
             def settled() -> None:  # settled on the loop, or in a request thread
-                if threading.get_ident() == on_loop:
-                    settle()
-                else:
+                if threading.get_ident() != on_loop:
                     loop.call_soon_threadsafe(settle)
+                    return
+                if not done.done():  # settle(), without a call more on the usual path
+                    done.set_result(submission)
+                wake()
 
             # Sent from here when it can go at once (one stage, a slot free, small
             # inputs): the loop reads the reply itself and settles it; otherwise a
@@ -499,22 +504,28 @@ class ServedPipeline:
             submission.add_done_callback(settled)
             return done
 
-        submission = await self.waiting(request, handle, start, deadline_s)
+        submission = await self.waiting(request, handle, start, deadline_s, loop)
         if self.finish is None:
             result = submission.result(0)  # how it failed is raised here
-            if sum(int(getattr(v, "nbytes", 0)) for v in result.outputs.values()
-                   if not isinstance(v, list)) <= DIRECT_BUILD_BYTES:
+            size = 0
+            for value in result.outputs.values():
+                if not isinstance(value, list):
+                    size += int(getattr(value, "nbytes", 0))
+            if size <= DIRECT_BUILD_BYTES:
                 return self.answered(result, inputs, handle)
         return await loop.run_in_executor(self.executor, self.built, submission, inputs,
                                           handle)
 
     async def waiting(self, request: Request, handle: RequestHandle,
                       start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
-                      deadline_s: float | None) -> T:
+                      deadline_s: float | None,
+                      loop: asyncio.AbstractEventLoop | None = None) -> T:
         """Wait for the request's turn, ``start(deadline left, wake)`` it, await its future.
 
-        ``start`` returns the request's future and calls ``wake()`` on the loop once that
-        future is done. The client is watched from the start (a request that ends
+        ``loop`` is the running loop, where the caller has it at hand. ``start`` returns
+        the request's future and calls ``wake()`` on the loop once that future is done
+        (one coroutine throughout: a frame less each time the request's task resumes).
+        The client is watched from the start (a request that ends
         within :data:`~edge_serve.submitted.WATCH_AFTER_S` is answered before its
         watch begins: there is nothing left to cancel). While the request waits in the
         admission queue (:meth:`AdmissionQueue.enter`) a full queue is 429, a deadline that
@@ -532,71 +543,66 @@ class ServedPipeline:
         """
         signals = Signals()
         release = self.drain.hold(signals.drain)
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         watch = DisconnectWatch(request, signals.client_gone, loop=loop)
         try:
-            return await self._run(request, handle, start, deadline_s, signals, loop)
+            entered = time.monotonic()
+            try:
+                claim = await self.queue.enter(deadline_s, signals)
+            except HttpRefusal as refusal:
+                if refusal.status == 499:
+                    request.scope[OUTCOME_KEY] = "cancelled"
+                if refusal.status == 503:
+                    raise server_stopping(self.drain.grace_s) from None
+                raise
+            left = None if deadline_s is None else \
+                max(deadline_s - (time.monotonic() - entered), 1e-3)
+            handle.on_admitted = claim.settle
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                if not woken.done():
+                    woken.set_result(None)
+
+            forget = signals.on_change(wake)  # before the request starts: nothing after it
+            timer = None if left is None else loop.call_later(left + BACKSTOP_S, wake)
+            try:
+                try:
+                    future = start(left, wake)
+                except BaseException:
+                    claim.finished()
+                    raise
+                try:
+                    await woken
+                except BaseException:  # the server is stopping: the request goes with it
+                    future.add_done_callback(retrieve)
+                    future.add_done_callback(lambda _: claim.finished())
+                    raise
+            finally:
+                forget()
+                if timer is not None:
+                    timer.cancel()
+            if future.done():
+                claim.finished()
+                return future.result()
+            future.add_done_callback(lambda _: claim.finished())
+            await asyncio.to_thread(handle.cancel)
+            if signals.gone:
+                request.scope[OUTCOME_KEY] = "cancelled"
+                with contextlib.suppress(Exception):  # how it ended no longer matters
+                    await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
+                future.add_done_callback(retrieve)
+                raise HttpRefusal(499, "request", "the client disconnected; the request was "
+                                  "cancelled", kind="ClientDisconnected")
+            future.add_done_callback(retrieve)
+            if signals.drained:
+                raise server_stopping(self.drain.grace_s)
+            assert deadline_s is not None
+            raise deadline_passed(self.name, deadline_s)
         finally:
             release()
             watch.stop()
-
-    async def _run(self, request: Request, handle: RequestHandle,
-                   start: Callable[[float | None, Callable[[], None]], asyncio.Future[T]],
-                   deadline_s: float | None, signals: Signals,
-                   loop: asyncio.AbstractEventLoop) -> T:
-        entered = time.monotonic()
-        try:
-            claim = await self.queue.enter(deadline_s, signals)
-        except HttpRefusal as refusal:
-            if refusal.status == 499:
-                request.scope[OUTCOME_KEY] = "cancelled"
-            if refusal.status == 503:
-                raise server_stopping(self.drain.grace_s) from None
-            raise
-        left = None if deadline_s is None else \
-            max(deadline_s - (time.monotonic() - entered), 1e-3)
-        handle.on_admitted = claim.settle
-        woken: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        forget = signals.on_change(wake)  # before the request starts: nothing after it
-        timer = None if left is None else loop.call_later(left + BACKSTOP_S, wake)
-        try:
-            try:
-                future = start(left, wake)
-            except BaseException:
-                claim.finished()
-                raise
-            try:
-                await woken
-            except BaseException:  # the server is stopping: the request goes with it
-                future.add_done_callback(retrieve)
-                future.add_done_callback(lambda _: claim.finished())
-                raise
-        finally:
-            forget()
-            if timer is not None:
-                timer.cancel()
-        if future.done():
-            claim.finished()
-            return future.result()
-        future.add_done_callback(lambda _: claim.finished())
-        await asyncio.to_thread(handle.cancel)
-        if signals.gone:
-            request.scope[OUTCOME_KEY] = "cancelled"
-            with contextlib.suppress(Exception):  # how it ended no longer matters
-                await asyncio.wait_for(asyncio.shield(future), UNWIND_WAIT_S)
-            future.add_done_callback(retrieve)
-            raise HttpRefusal(499, "request", "the client disconnected; the request was "
-                              "cancelled", kind="ClientDisconnected")
-        future.add_done_callback(retrieve)
-        if signals.drained:
-            raise server_stopping(self.drain.grace_s)
-        assert deadline_s is not None
-        raise deadline_passed(self.name, deadline_s)
 
 
 def _listed(entry: Mapping[str, Any], states: Mapping[str, str], in_flight: Mapping[str, int],

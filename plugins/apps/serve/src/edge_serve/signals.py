@@ -34,7 +34,7 @@ class Signals:
 
     def on_change(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` when either happens (at once if one has); returns the undo."""
-        if self.set:
+        if self.gone or self.drained:  # (self.set, without the property's call)
             wake()
         self._wakers.append(wake)
 

@@ -291,47 +291,83 @@ class WorkerStage:
         told to unlink that segment instead of reusing it.
         """
         call = self.client.submit(request, inputs)
-        with self._lock:
+        self._lock.acquire()  # (acquire/release: half the cost of `with`)
+        try:
             self._calls[request.request_id] = call
+        finally:
+            self._lock.release()
         return self._events(request.request_id, call)
 
     def _events(self, request_id: str,
                 call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """The call's (event, outputs) stream; the call is forgotten once it ends here.
+
+        The usual reply, a lone DONE handed over as its (event, arrays) pair (views of a
+        private copy of its payload), ends the call: it is forgotten first and then
+        yielded outside any handler, so that the stream, closed there when its consumer
+        lets it go, ends without running one. Any other first delivery: :meth:`_stream`.
+        """
+        try:
+            delivery = call.take()
+        except StopIteration:  # the terminal event was taken
+            self._forget(request_id, call)
+            return
+        except BaseException:
+            self._forget(request_id, call)
+            raise
+        if delivery.__class__ is tuple:  # the usual DONE: terminal
+            self._forget(request_id, call)
+            yield delivery
+            return
+        yield from self._stream(request_id, call, delivery)
+
+    def _stream(self, request_id: str, call: Call,
+                delivery: Any) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """The call's stream from its first ``delivery`` on (not a usual lone DONE)."""
         take = call.take
         try:
             while True:
+                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
+                    yield delivery  # views of a private copy of its payload
+                else:
+                    try:  # checked here, on first read (a NOP on a well-formed event's way)
+                        event = delivery.event  # built from the arrays' descriptors
+                    except ProtocolViolation as error:
+                        _refuse(delivery, call, error)
+                        raise
+                    if not delivery.retained:  # views of its frame's own buffer: private
+                        # already, as the dict is (nobody else took this delivery)
+                        yield event, delivery.arrays
+                    else:  # views of the worker's shared memory: no copy
+                        arrays = delivery.arrays
+                        delivery.arrays = {}
+                        tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+                        del arrays
+                        # Hand the item over without this suspended frame keeping a
+                        # reference (a view held here would look "still referenced" at
+                        # release time).
+                        box = [(event, tensors)]
+                        del delivery, event, tensors
+                        yield box.pop()
                 try:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
-                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
-                    yield delivery  # views of a private copy of its payload
-                    continue
-                try:  # checked here, on first read (a NOP on a well-formed event's way)
-                    event = delivery.event  # built from the arrays' descriptors
-                except ProtocolViolation as error:
-                    _refuse(delivery, call, error)
-                    raise
-                if not delivery.retained:  # views of its frame's own buffer: private
-                    # already, as the dict is (nobody else took this delivery)
-                    yield event, delivery.arrays
-                    continue
-                # views of the worker's shared memory: no copy
-                arrays = delivery.arrays
-                delivery.arrays = {}
-                tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
-                del arrays
-                # Hand the item over without this suspended frame keeping a reference
-                # (a view held here would look "still referenced" at release time).
-                box = [(event, tensors)]
-                del delivery, event, tensors
-                yield box.pop()
         finally:
-            # Its own call only: once it ended, its id may have been sent again, and this
-            # stream closed later (a caller kept it); the newer call stays known.
-            with self._lock:
-                if self._calls.get(request_id) is call:
-                    del self._calls[request_id]
+            self._forget(request_id, call)
+
+    def _forget(self, request_id: str, call: Call) -> None:
+        """Drop ``call`` from the calls known by id, once it ended or its stream closed.
+
+        Its own entry only: once it ended, its id may have been sent again, and this
+        stream closed later (a caller kept it); the newer call stays known.
+        """
+        self._lock.acquire()  # (acquire/release: half the cost of `with`)
+        try:
+            if self._calls.get(request_id) is call:
+                del self._calls[request_id]
+        finally:
+            self._lock.release()
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

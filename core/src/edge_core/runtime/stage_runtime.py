@@ -125,7 +125,7 @@ class StageRuntime:
         self._serials = itertools.count(1)
         # Generated request ids: a random prefix per stage runtime plus a counter in hex
         # (unique like a uuid4, without its cost on every call), made by C code.
-        self._ids = map(f"{secrets.token_hex(8)}-{{:x}}".format, itertools.count(1))
+        self._ids = map(f"{secrets.token_hex(8)}-%x".__mod__, itertools.count(1))
         self._on_retired = on_retired
         self._on_closed = on_closed
         self._reload = reload

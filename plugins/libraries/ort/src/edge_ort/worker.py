@@ -788,8 +788,11 @@ class OrtHandler(BaseHandler):
                         self._largest.pop(entry.name, None)
             # ONNX Runtime only reads the feed (and checks its names against the graph's
             # itself): the call's own dict is passed, not a copy.
-            values = run(self._output_names, inputs, self._run_options)
-            return dict(zip(self._output_names, values, strict=True))
+            names = self._output_names
+            values = run(names, inputs, self._run_options)
+            if len(values) != len(names):  # zip's strict=True, without a keyword to parse
+                raise ValueError(f"run: {len(values)} outputs for {len(names)} output names")
+            return dict(zip(names, values))  # noqa: B905 (lengths compared above)
         except self._invalid_argument as exc:
             raise InputValuesRefused(f"ONNX Runtime refused the inputs' values: {exc}") from exc
         except self._ep_fail as exc:

@@ -140,6 +140,53 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
             item.release()
 
 
+
+class CallEvents:
+    """The (event, outputs) stream of one call :meth:`WorkerStage.call` sent.
+
+    The usual reply, a lone DONE handed over as its (event, arrays) pair (views of a
+    private copy of its payload), ends the call: it is forgotten and the pair returned,
+    and nothing is left to close (a generator suspended at that yield would be closed by
+    raising ``GeneratorExit`` through it when dropped). Any other first delivery goes
+    on in :meth:`WorkerStage._stream`'s generator, which forgets the call when it ends.
+    The call is forgotten too when its first wait fails.
+    """
+
+    __slots__ = ("_call", "_rest", "_stage", "request_id")
+
+    def __init__(self, stage: WorkerStage, request_id: str, call: Call) -> None:
+        self._stage = stage
+        self.request_id = request_id
+        self._call: Call | None = call  # until its first delivery is taken
+        self._rest: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None = None
+
+    def __iter__(self) -> CallEvents:
+        return self
+
+    def __next__(self) -> tuple[StageEvent, Mapping[str, Any]]:
+        rest = self._rest
+        if rest is not None:
+            return next(rest)
+        call = self._call
+        if call is None:  # the usual DONE was taken: the stream has ended
+            raise StopIteration
+        self._call = None
+        try:
+            delivery = call.take()
+        except BaseException:  # its end already taken (StopIteration), or its error
+            self._stage._forget(self.request_id, call)
+            raise
+        if delivery.__class__ is tuple:  # the usual DONE: terminal
+            self._stage._forget(self.request_id, call)
+            return delivery  # type: ignore[no-any-return]
+        rest = self._rest = self._stage._stream(self.request_id, call, delivery)
+        return next(rest)
+
+    def close(self) -> None:
+        """Close the rest of a stream that went on past its first delivery."""
+        if self._rest is not None:
+            self._rest.close()
+
 class WorkerStage:
     """A stage served by one worker process.
 
@@ -296,34 +343,14 @@ class WorkerStage:
             self._calls[request.request_id] = call
         finally:
             self._lock.release()
-        return self._events(request.request_id, call)
-
-    def _events(self, request_id: str,
-                call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """The call's (event, outputs) stream; the call is forgotten once it ends here.
-
-        The usual reply, a lone DONE handed over as its (event, arrays) pair (views of a
-        private copy of its payload), ends the call: it is forgotten first and then
-        yielded outside any handler, so that the stream, closed there when its consumer
-        lets it go, ends without running one. Any other first delivery: :meth:`_stream`.
-        """
-        try:
-            delivery = call.take()
-        except StopIteration:  # the terminal event was taken
-            self._forget(request_id, call)
-            return
-        except BaseException:
-            self._forget(request_id, call)
-            raise
-        if delivery.__class__ is tuple:  # the usual DONE: terminal
-            self._forget(request_id, call)
-            yield delivery
-            return
-        yield from self._stream(request_id, call, delivery)
+        return CallEvents(self, request.request_id, call)
 
     def _stream(self, request_id: str, call: Call,
                 delivery: Any) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """The call's stream from its first ``delivery`` on (not a usual lone DONE)."""
+        """A call's stream from its first ``delivery`` on (not a usual lone DONE).
+
+        The call is forgotten when the stream ends, fails or is closed.
+        """
         take = call.take
         try:
             while True:

@@ -830,8 +830,9 @@ class WorkerClient:
                                     own = memoryview(  # of a copy of the payload
                                         bytearray(view[header_end:count])).toreadonly()
                                     for name, dtype, number, at, shape in layout:
-                                        arrays[name] = _frombuffer(
-                                            own, dtype, number, at).reshape(shape)
+                                        array = _frombuffer(own, dtype, number, at)
+                                        arrays[name] = (array if shape is None
+                                                        else array.reshape(shape))
                                 # its event, as prechecked_event builds it from the same
                                 # values (each checked by the parser or the template's)
                                 event = _new(StageEvent)

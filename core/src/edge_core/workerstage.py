@@ -141,15 +141,35 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
 
 
 
+def _item(delivery: Delivery, call: Call) -> tuple[StageEvent, Mapping[str, Any]]:
+    """The (event, outputs) item of a delivery (not a usual DONE's pair): what is yielded.
+
+    Outputs that are views of the worker's shared memory are handed over as
+    :class:`~edge_core.stage.RetainedOutputs` (no copy); others are views of the frame's
+    own buffer, private already, as the dict is (nobody else took this delivery).
+    """
+    try:  # checked here, on first read (a NOP on a well-formed event's way)
+        event = delivery.event  # built from the arrays' descriptors
+    except ProtocolViolation as error:
+        _refuse(delivery, call, error)
+        raise
+    if not delivery.retained:
+        return event, delivery.arrays
+    arrays = delivery.arrays
+    delivery.arrays = {}
+    return event, RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+
+
 class CallEvents:
     """The (event, outputs) stream of one call :meth:`WorkerStage.call` sent.
 
-    The usual reply, a lone DONE handed over as its (event, arrays) pair (views of a
-    private copy of its payload), ends the call: it is forgotten and the pair returned,
-    and nothing is left to close (a generator suspended at that yield would be closed by
-    raising ``GeneratorExit`` through it when dropped). Any other first delivery goes
-    on in :meth:`WorkerStage._stream`'s generator, which forgets the call when it ends.
-    The call is forgotten too when its first wait fails.
+    A first delivery that ends the call (the usual reply, a lone DONE handed over as its
+    (event, arrays) pair of views of a private copy of its payload, or any terminal
+    event) forgets the call and is returned, with nothing left to close (a generator
+    suspended at its yield would be closed by raising ``GeneratorExit`` through it when
+    dropped). A stream that goes on past its first event goes on in
+    :meth:`WorkerStage._stream`'s generator, which forgets the call when it ends, fails
+    or is closed. The call is forgotten too when its first wait fails.
     """
 
     __slots__ = ("_call", "_rest", "_stage", "request_id")
@@ -168,24 +188,35 @@ class CallEvents:
         if rest is not None:
             return next(rest)
         call = self._call
-        if call is None:  # the usual DONE was taken: the stream has ended
+        if call is None:  # its terminal event was taken: the stream has ended
             raise StopIteration
         self._call = None
+        stage = self._stage
         try:
             delivery = call.take()
+            # the usual DONE's pair as it is (terminal)
+            item = delivery if delivery.__class__ is tuple else _item(delivery, call)
         except BaseException:  # its end already taken (StopIteration), or its error
-            self._stage._forget(self.request_id, call)
+            stage._forget(self.request_id, call)
             raise
-        if delivery.__class__ is tuple:  # the usual DONE: terminal
-            self._stage._forget(self.request_id, call)
-            return delivery  # type: ignore[no-any-return]
-        rest = self._rest = self._stage._stream(self.request_id, call, delivery)
+        del delivery  # (a view referenced here would look "still referenced" at release)
+        if item[0].terminal:
+            stage._lock.acquire()  # _forget, without the call (acquire/release: half
+            try:  # the cost of `with`)
+                if stage._calls.get(self.request_id) is call:
+                    del stage._calls[self.request_id]
+            finally:
+                stage._lock.release()
+            return item
+        rest = self._rest = stage._stream(self.request_id, call, item)
+        del item
         return next(rest)
 
     def close(self) -> None:
-        """Close the rest of a stream that went on past its first delivery."""
+        """Close the rest of a stream that went on past its first event."""
         if self._rest is not None:
             self._rest.close()
+
 
 class WorkerStage:
     """A stage served by one worker process.
@@ -345,41 +376,28 @@ class WorkerStage:
             self._lock.release()
         return CallEvents(self, request.request_id, call)
 
-    def _stream(self, request_id: str, call: Call,
-                delivery: Any) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """A call's stream from its first ``delivery`` on (not a usual lone DONE).
+    def _stream(self, request_id: str, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
+                ) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+        """A call's stream from its ``first`` item on (not a terminal one), then each event.
 
         The call is forgotten when the stream ends, fails or is closed.
         """
         take = call.take
+        # Each item is handed over without this suspended frame keeping a reference (a
+        # view held here would look "still referenced" at release time).
+        box = [first]
+        del first
         try:
             while True:
-                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
-                    yield delivery  # views of a private copy of its payload
-                else:
-                    try:  # checked here, on first read (a NOP on a well-formed event's way)
-                        event = delivery.event  # built from the arrays' descriptors
-                    except ProtocolViolation as error:
-                        _refuse(delivery, call, error)
-                        raise
-                    if not delivery.retained:  # views of its frame's own buffer: private
-                        # already, as the dict is (nobody else took this delivery)
-                        yield event, delivery.arrays
-                    else:  # views of the worker's shared memory: no copy
-                        arrays = delivery.arrays
-                        delivery.arrays = {}
-                        tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
-                        del arrays
-                        # Hand the item over without this suspended frame keeping a
-                        # reference (a view held here would look "still referenced" at
-                        # release time).
-                        box = [(event, tensors)]
-                        del delivery, event, tensors
-                        yield box.pop()
+                yield box.pop()
                 try:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
+                # a usual DONE's pair as it is: its event and its arrays, views of a
+                # private copy of its payload
+                box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
+                del delivery
         finally:
             self._forget(request_id, call)
 

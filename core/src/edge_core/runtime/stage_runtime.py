@@ -64,6 +64,13 @@ from edge_core.stage import LoadedStage, StageContext
 
 __all__ = ["StageRuntime", "close_all"]
 
+# Enum members read per call, taken once: on 3.11 an enum class's attribute goes through
+# its metaclass's __getattr__ hook (about four times a plain global's cost).
+_READY = StageState.READY
+_DONE = EventKind.DONE
+_ACKNOWLEDGED = AckOutcome.ACKNOWLEDGED
+_STALE = AckOutcome.STALE
+
 _SEND_WAIT_S = 2.0  # how long a cancel waits for the request's send to complete
 
 
@@ -209,7 +216,7 @@ class StageRuntime:
         if deadline_s is not None:
             own = deadline_until(deadline_s)
             until = own if until is None else min(until, own)
-        if self.state is not StageState.READY:
+        if self.state is not _READY:
             self._require_ready()
         check_request_size(self.context.stage_id, inputs, self.context.max_io_bytes)
         if until is None or not wait_for_slot:
@@ -230,7 +237,7 @@ class StageRuntime:
         try:
             self._lock.acquire()  # (acquire/release: half the cost of `with`)
             try:
-                if self.state is not StageState.READY:
+                if self.state is not _READY:
                     self._require_ready()
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
@@ -402,7 +409,7 @@ class StageRuntime:
                 # 1000 calls: the garbage collector's young generation filled by them)
                 timer.cancelled = True
                 timer.action = no_action
-            if event is not None and not fenced and event.kind is EventKind.DONE:
+            if event is not None and not fenced and event.kind is _DONE:
                 entry.delivered = True
                 if self.restarter.restarts:  # served again: the count starts over
                     self.restarter.reset()
@@ -420,12 +427,12 @@ class StageRuntime:
             entry = self._entries.get(key.request_id)
             if (entry is None or not entry.delivered or entry.serial != key.serial
                     or entry.epoch != key.epoch or key.generation != self.generation):
-                return AckOutcome.STALE
+                return _STALE
             del self._entries[key.request_id]
         finally:
             self._lock.release()
         self.slots.release()
-        return AckOutcome.ACKNOWLEDGED
+        return _ACKNOWLEDGED
 
     def request_ids(self) -> list[str]:
         """The ids of the requests submitted and not yet acknowledged (or ended)."""

@@ -141,9 +141,6 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
 
 
 
-_new = object.__new__
-
-
 def _item(delivery: Delivery, call: Call) -> tuple[StageEvent, Mapping[str, Any]]:
     """The (event, outputs) item of a delivery (not a usual DONE's pair): what is yielded.
 
@@ -177,22 +174,11 @@ class CallEvents:
 
     __slots__ = ("_call", "_rest", "_stage", "request_id")
 
-    _call: Call | None  # until its first delivery is taken
-    _rest: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None
-
-    @classmethod
-    def of(cls, stage: WorkerStage, request_id: str, call: Call) -> CallEvents:
-        """The stream of ``call`` (sent by ``stage`` as ``request_id``).
-
-        Made as ``__init__`` would, without the interpreter calling it from C (a class
-        call does): once per call.
-        """
-        self = _new(cls)
+    def __init__(self, stage: WorkerStage, request_id: str, call: Call) -> None:
         self._stage = stage
         self.request_id = request_id
-        self._call = call
-        self._rest = None
-        return self
+        self._call: Call | None = call  # until its first delivery is taken
+        self._rest: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None = None
 
     def __iter__(self) -> CallEvents:
         return self
@@ -388,7 +374,7 @@ class WorkerStage:
             self._calls[request.request_id] = call
         finally:
             self._lock.release()
-        return CallEvents.of(self, request.request_id, call)
+        return CallEvents(self, request.request_id, call)
 
     def _stream(self, request_id: str, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
                 ) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:

@@ -13,7 +13,7 @@ import contextlib
 import threading
 import traceback
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -178,7 +178,7 @@ class CallEvents:
         self._stage = stage
         self.request_id = request_id
         self._call: Call | None = call  # until its first delivery is taken
-        self._rest: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None = None
+        self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
 
     def __iter__(self) -> CallEvents:
         return self
@@ -195,7 +195,8 @@ class CallEvents:
         try:
             delivery = call.take()
             # the usual DONE's pair as it is (terminal)
-            item = delivery if delivery.__class__ is tuple else _item(delivery, call)
+            item = (delivery if delivery.__class__ is tuple
+                    else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
         except BaseException:  # its end already taken (StopIteration), or its error
             stage._forget(self.request_id, call)
             raise
@@ -377,7 +378,7 @@ class WorkerStage:
         return CallEvents(self, request.request_id, call)
 
     def _stream(self, request_id: str, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
-                ) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+                ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
         """A call's stream from its ``first`` item on (not a terminal one), then each event.
 
         The call is forgotten when the stream ends, fails or is closed.

@@ -167,15 +167,27 @@ class CallEvents:
     (event, arrays) pair of views of a private copy of its payload, or any terminal
     event) forgets the call and is returned, with nothing left to close (a generator
     suspended at its yield would be closed by raising ``GeneratorExit`` through it when
-    dropped). A stream that goes on past its first event goes on in
-    :meth:`WorkerStage._stream`'s generator, which forgets the call when it ends, fails
-    or is closed. The call is forgotten too when its first wait fails.
+    dropped). A stream that goes on past its first event goes on in ``stream``'s
+    generator (the stage's), which forgets the call when it ends, fails or is closed.
+    The call is forgotten too when its first wait fails.
+
+    Args:
+        lock: Guards ``calls``, the stage's calls by request id.
+        calls: Where the call is known until it is forgotten.
+        stream: Makes the generator of a stream that goes on, from its first item.
+        request_id: The call's id.
+        call: The call.
     """
 
-    __slots__ = ("_call", "_rest", "_stage", "request_id")
+    __slots__ = ("_call", "_calls", "_lock", "_rest", "_stream", "request_id")
 
-    def __init__(self, stage: WorkerStage, request_id: str, call: Call) -> None:
-        self._stage = stage
+    def __init__(self, lock: threading.Lock, calls: dict[str, Call],
+                 stream: Callable[[str, Call, tuple[StageEvent, Mapping[str, Any]]],
+                                  Generator[tuple[StageEvent, Mapping[str, Any]], None, None]],
+                 request_id: str, call: Call) -> None:
+        self._lock = lock
+        self._calls = calls
+        self._stream = stream
         self.request_id = request_id
         self._call: Call | None = call  # until its first delivery is taken
         self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
@@ -191,25 +203,23 @@ class CallEvents:
         if call is None:  # its terminal event was taken: the stream has ended
             raise StopIteration
         self._call = None
-        stage = self._stage
         try:
             delivery = call.take()
-            # the usual DONE's pair as it is (terminal)
-            item = (delivery if delivery.__class__ is tuple
+            item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
                     else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
         except BaseException:  # its end already taken (StopIteration), or its error
-            stage._forget(self.request_id, call)
+            _forget(self._lock, self._calls, self.request_id, call)
             raise
         del delivery  # (a view referenced here would look "still referenced" at release)
         if item[0].terminal:
-            stage._lock.acquire()  # _forget, without the call (acquire/release: half
-            try:  # the cost of `with`)
-                if stage._calls.get(self.request_id) is call:
-                    del stage._calls[self.request_id]
+            self._lock.acquire()  # _forget, without the call (acquire/release: half the
+            try:  # cost of `with`)
+                if self._calls.get(self.request_id) is call:
+                    del self._calls[self.request_id]
             finally:
-                stage._lock.release()
+                self._lock.release()
             return item
-        rest = self._rest = stage._stream(self.request_id, call, item)
+        rest = self._rest = self._stream(self.request_id, call, item)
         del item
         return next(rest)
 
@@ -217,6 +227,20 @@ class CallEvents:
         """Close the rest of a stream that went on past its first event."""
         if self._rest is not None:
             self._rest.close()
+
+
+def _forget(lock: threading.Lock, calls: dict[str, Call], request_id: str, call: Call) -> None:
+    """Drop ``call`` from ``calls`` (under ``lock``), once it ended or its stream closed.
+
+    Its own entry only: once it ended, its id may have been sent again, and this stream
+    closed later (a caller kept it); the newer call stays known.
+    """
+    lock.acquire()  # (acquire/release: half the cost of `with`)
+    try:
+        if calls.get(request_id) is call:
+            del calls[request_id]
+    finally:
+        lock.release()
 
 
 class WorkerStage:
@@ -375,7 +399,7 @@ class WorkerStage:
             self._calls[request.request_id] = call
         finally:
             self._lock.release()
-        return CallEvents(self, request.request_id, call)
+        return CallEvents(self._lock, self._calls, self._stream, request.request_id, call)
 
     def _stream(self, request_id: str, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
                 ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
@@ -400,20 +424,7 @@ class WorkerStage:
                 box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
                 del delivery
         finally:
-            self._forget(request_id, call)
-
-    def _forget(self, request_id: str, call: Call) -> None:
-        """Drop ``call`` from the calls known by id, once it ended or its stream closed.
-
-        Its own entry only: once it ended, its id may have been sent again, and this
-        stream closed later (a caller kept it); the newer call stays known.
-        """
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
-            if self._calls.get(request_id) is call:
-                del self._calls[request_id]
-        finally:
-            self._lock.release()
+            _forget(self._lock, self._calls, request_id, call)
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

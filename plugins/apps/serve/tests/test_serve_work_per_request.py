@@ -50,12 +50,11 @@ MAX_PYTHON_CALLS = 350  # 495 as counted here before session 27's cuts (the loop
 # head read once, the body parsed and the answer's headers made directly); 419 after;
 # 393 before session 30's cuts (the reply's settling in the turn of the loop that read
 # it, the request histograms observed in one call each, the loop's request settled
-# through a RunningFuture), 344 after; 344.61 in session 31
+# through a RunningFuture), 344 after
 #: Bytecode counts depend on the interpreter's compiler: kept per minor version, skipped
 #: on others (the call bound holds everywhere).
 MAX_BYTECODES = {(3, 11): 8700}  # 12045 before session 27's cuts, 10554 after; 9369
-# before session 30's, 8551 after; 8602 in session 31 (per-call locks by acquire()/
-# release() in try/finally: more bytecodes, half a ``with``'s cost)
+# before session 30's, 8551 after
 #: Batches the bytecode bound is checked on (their least count).
 BATCHES = 3
 

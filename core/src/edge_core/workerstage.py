@@ -167,27 +167,25 @@ class CallEvents:
     (event, arrays) pair of views of a private copy of its payload, or any terminal
     event) forgets the call and is returned, with nothing left to close (a generator
     suspended at its yield would be closed by raising ``GeneratorExit`` through it when
-    dropped). A stream that goes on past its first event goes on in ``stream``'s
-    generator (the stage's), which forgets the call when it ends, fails or is closed.
-    The call is forgotten too when its first wait fails.
+    dropped). A stream that goes on past its first event goes on in the generator of
+    :meth:`WorkerStage.stream_from`, which forgets the call when it ends, fails or is
+    closed. The call is forgotten too when its first wait fails.
 
     Args:
+        stage: The stage that sent the call.
         lock: Guards ``calls``, the stage's calls by request id.
         calls: Where the call is known until it is forgotten.
-        stream: Makes the generator of a stream that goes on, from its first item.
         request_id: The call's id.
         call: The call.
     """
 
-    __slots__ = ("_call", "_calls", "_lock", "_rest", "_stream", "request_id")
+    __slots__ = ("_call", "_calls", "_lock", "_rest", "_stage", "request_id")
 
-    def __init__(self, lock: threading.Lock, calls: dict[str, Call],
-                 stream: Callable[[str, Call, tuple[StageEvent, Mapping[str, Any]]],
-                                  Generator[tuple[StageEvent, Mapping[str, Any]], None, None]],
+    def __init__(self, stage: WorkerStage, lock: threading.Lock, calls: dict[str, Call],
                  request_id: str, call: Call) -> None:
+        self._stage = stage
         self._lock = lock
         self._calls = calls
-        self._stream = stream
         self.request_id = request_id
         self._call: Call | None = call  # until its first delivery is taken
         self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
@@ -219,7 +217,7 @@ class CallEvents:
             finally:
                 self._lock.release()
             return item
-        rest = self._rest = self._stream(self.request_id, call, item)
+        rest = self._rest = self._stage.stream_from(self.request_id, call, item)
         del item
         return next(rest)
 
@@ -399,13 +397,16 @@ class WorkerStage:
             self._calls[request.request_id] = call
         finally:
             self._lock.release()
-        return CallEvents(self._lock, self._calls, self._stream, request.request_id, call)
+        return CallEvents(self, self._lock, self._calls, request.request_id, call)
 
-    def _stream(self, request_id: str, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
-                ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
-        """A call's stream from its ``first`` item on (not a terminal one), then each event.
+    def stream_from(self, request_id: str, call: Call,
+                    first: tuple[StageEvent, Mapping[str, Any]],
+                    ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
+        """The rest of the stream of a call :meth:`call` sent, from its ``first`` item on.
 
-        The call is forgotten when the stream ends, fails or is closed.
+        For :class:`CallEvents`, once ``first`` (not a terminal event) was taken: yields
+        it, then each event the call delivers. The call is forgotten when the stream ends,
+        fails or is closed.
         """
         take = call.take
         # Each item is handed over without this suspended frame keeping a reference (a

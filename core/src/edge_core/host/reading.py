@@ -184,7 +184,7 @@ class ChannelReader:
             while True:
                 if self._ended and inbox.empty():
                     raise self._gone()
-                if self._role.acquire(blocking=False):
+                if self._role.acquire(False):  # (positional: a keyword costs a parse)
                     leading = True
                     if self._polling and not self._closing:  # the pipes are open while the
                         with contextlib.suppress(OSError):  # role is held; a full one: a

@@ -53,8 +53,10 @@ _META_KEYS = frozenset({"seq", "kind", "created_ns"})  # the block's: no JSON me
 
 #: ``(payload length, stage id, epoch, generation, layout, outputs)``; the layout holds,
 #: per output in header order, ``(name, NumPy dtype, element count, payload offset,
-#: shape)``, and ``outputs`` the event's descriptor of each (:attr:`StageEvent.outputs`).
-KeptReply = tuple[int, str, int, int, tuple[tuple[str, Any, int, int, tuple[int, ...]], ...],
+#: shape)`` with shape None for one dimension (the view needs no reshape), and
+#: ``outputs`` the event's descriptor of each (:attr:`StageEvent.outputs`).
+KeptReply = tuple[int, str, int, int,
+                  tuple[tuple[str, Any, int, int, tuple[int, ...] | None], ...],
                   tuple[BufferDescriptor, ...]]
 
 
@@ -91,7 +93,8 @@ def reply_template(
         if spec.ref is not None or spec.dtype is DType.BOOL or spec.dtype is DType.BFLOAT16:
             return None
         dtype = numpy_dtype(spec.dtype)
-        layout.append((spec.name, dtype, spec.nbytes // dtype.itemsize, offset, spec.shape))
+        shape = spec.shape if len(spec.shape) != 1 else None
+        layout.append((spec.name, dtype, spec.nbytes // dtype.itemsize, offset, shape))
         outputs.append(output_descriptor(generation, spec.dtype, spec.shape, spec.nbytes))
         offset += spec.nbytes
     return reply_key(raw), (header.inline_nbytes, header.stage_id, header.epoch,

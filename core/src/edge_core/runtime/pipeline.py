@@ -166,6 +166,11 @@ class Pipeline:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._ids = iter(range(1, 1 << 62))
         self.epoch = 0
+        # A delivered request's release and receipt (stateless partials), made again only
+        # when its placement or their generations differ from the last request's (read
+        # and replaced whole; none refers to this pipeline: no reference cycle).
+        self._delivery_parts: tuple[Serving, tuple[int | None, ...], Callable[[], None],
+                                    Callable[[], Any]] | None = None
         self.opened_at = opener.started_at
         self.closed = False
         self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
@@ -430,14 +435,18 @@ class Pipeline:
             self.admission.release()
             raise
         latencies[serving.final_stage_id] = final.latency_s
-        # (partial, C: no closure and its cells per request)
-        release = partial(_leave, self.lineup, self.admission, serving)
         if serving.single_worker and isinstance(final, StageResult):
             generations: tuple[int | None, ...] = (final.key.generation,)
         else:
             generations = serving.generations()
-        return PipelineResult(final, latencies, release,
-                              receipt=partial(serving.receipt_of, generations))
+        parts = self._delivery_parts
+        if parts is None or parts[0] is not serving or parts[1] != generations:
+            # (partials, C: no closure and its cells), made again only when the placement
+            # or its generations changed since the last request's
+            parts = self._delivery_parts = (
+                serving, generations, partial(_leave, self.lineup, self.admission, serving),
+                partial(serving.receipt_of, generations))
+        return PipelineResult(final, latencies, parts[2], receipt=parts[3])
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,
@@ -774,6 +783,7 @@ class Pipeline:
         """
         summary: dict[str, Any] = {}
         self.closed = True
+        self._delivery_parts = None  # (its placement's slots go with the stages)
         try:
             self._stop_serving()
         except BaseException:  # before any stage retired: each is, before it goes on

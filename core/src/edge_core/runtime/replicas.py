@@ -47,6 +47,7 @@ from edge_core.runtime.stage_runtime import StageRuntime
 
 __all__ = ["ReplicaSet"]
 
+_READY = StageState.READY  # (an enum class's attribute costs a metaclass hook on 3.11)
 #: Longest sleep between checks while waiting for a slot (a closed stage is noticed).
 _RECHECK_S = 0.05
 
@@ -267,7 +268,7 @@ class ReplicaSet:
                      until: float | None, request_id: str | None,
                      abandoned: Callable[[], bool] | None) -> PendingCall | None:
         only = self._only
-        if only is not None and not self.lost and only.state is StageState.READY:
+        if only is not None and not self.lost and only.state is _READY:
             # One serving replica: no candidates to rank (None when it is full or closes
             # meanwhile, so that the caller waits, as below).
             if only.slots.free <= 0:
@@ -353,7 +354,7 @@ class ReplicaSet:
         if not self._waiting:
             # Nobody queued (read without the lock: one arriving now is served after
             # this request, as if it had come a moment later): no ticket to take.
-            if only is not None and not self.lost and only.state is StageState.READY:
+            if only is not None and not self.lost and only.state is _READY:
                 # One serving replica: straight to it, as _submit_free would (its submit
                 # takes a free slot or refuses with SlotsTaken, and checks ``abandoned``
                 # under its lock; a stage full, filled or closed is waited for below).

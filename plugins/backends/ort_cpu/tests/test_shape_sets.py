@@ -113,6 +113,35 @@ def test_shapes_outside_every_entry_are_refused_before_sending(
             fit({"x": np.ones((33, 3), np.float32)}, stage.shapes)
 
 
+def test_a_shape_accepted_before_lets_through_only_itself(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
+) -> None:
+    """The last lone input accepted is accepted again without matching: that shape only.
+
+    (``edge_ort.bucket.LoneAccepted``, on the controller and in the worker.) After a
+    served shape was accepted, another name, dtype or shape of the same input is still
+    refused before sending, with nothing held; the accepted one is served again.
+    """
+    bundle = write_bucketed_bundle(tmp_path / "b")
+    with open_stage(plugins, ledger, bundle) as pipeline:
+        stage = pipeline.stage("s")
+        x = np.ones((2, 3), np.float32)
+        for _ in range(2):  # the second accepted as the first was
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], np.full((2, 3), 2.0))
+        for refused, shape in ((np.zeros((3, 3), np.float32), "float32[3, 3]"),
+                               (np.zeros((2, 3), np.float64), "float64[2, 3]"),
+                               (np.zeros((2, 3, 1), np.float32), "float32[2, 3, 1]")):
+            with pytest.raises(ShapeRefused) as info:
+                pipeline.run({"x": refused})
+            assert info.value.input == "x" and info.value.shape == shape
+        with pytest.raises(ShapeRefused, match="input names differ"):
+            pipeline.run({"z": x})
+        assert stage.outstanding == 0 and pipeline.admission.used == 0
+        with pipeline.run({"x": x.copy()}) as result:
+            np.testing.assert_array_equal(result.outputs["y"], np.full((2, 3), 2.0))
+
+
 def test_a_range_without_a_shape_between_is_refused_with_nothing_charged(
     plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path,
 ) -> None:

@@ -187,6 +187,33 @@ def test_a_single_bucket_refuses_other_names_dtypes_and_shapes() -> None:
         shapes.match({"x": ("float32", (4, 3))})
 
 
+def test_the_handler_accepts_again_only_the_lone_input_it_accepted_last(
+    add_relu_bundle: dict[str, Path],
+) -> None:
+    """The worker's check of a call (``LoneAccepted``): an accepted input's shape is
+    accepted again without matching, and no other name, dtype or shape is."""
+    from edge_contracts.headers import FrameHeader
+    from edge_contracts.worker_call import Call
+
+    handler = OrtHandler()
+    handler.load(config(add_relu_bundle))
+    handler.warmup({})
+    header = FrameHeader("run", "r", "s0", 0, 1)
+    x = np.load(add_relu_bundle["example"])["x"]
+    expected = np.load(add_relu_bundle["expected"])["y"]
+    try:
+        for _ in range(2):
+            outputs = handler.submit(Call(_ZeroCopyLoop(use_shm=False), header, {"x": x}, []))
+            assert outputs is not None
+            np.testing.assert_array_equal(outputs["y"], expected)
+        wider = np.zeros((*x.shape[:-1], x.shape[-1] + 1), x.dtype)
+        for inputs in ({"x": wider}, {"x": x.astype(np.float64)}, {"z": x}):
+            with pytest.raises(BucketMismatch):
+                handler.submit(Call(_ZeroCopyLoop(use_shm=False), header, inputs, []))
+    finally:
+        handler.close()
+
+
 def test_compare_outputs_bounds_and_shapes() -> None:
     ref = {"y": np.array([1.0, 2.0], np.float32)}
     close = compare_outputs({"y": np.array([1.0, 2.00001], np.float32)}, ref,

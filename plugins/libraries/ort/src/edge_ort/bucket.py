@@ -17,7 +17,7 @@ import numpy as np
 from edge_contracts.shapesets import ShapeEntry, ShapeRefused, ShapeSet, Spec
 from edge_contracts.tensors import dtype_of
 
-__all__ = ["BucketMismatch", "ServedShapes", "spec_of"]
+__all__ = ["BucketMismatch", "LoneAccepted", "ServedShapes", "spec_of"]
 
 BucketMismatch = ShapeRefused
 """The error for inputs outside every served shape (the name earlier releases used)."""
@@ -47,13 +47,37 @@ def spec_of(array: Any) -> tuple[str, tuple[int, ...]]:
     return name, array.shape
 
 
+class LoneAccepted:
+    """A lone input array a shape set accepted: its name, dtype and shape, and the entry.
+
+    A stage's calls mostly repeat one input's dtype and shape. The next request whose
+    only input is an ``ndarray`` of the same name with an equal dtype and this shape,
+    checked against the same set (``shapes``, compared by identity), is accepted by the
+    same entry without matching again: :meth:`ShapeSet.match` answers alike for equal
+    specs, and :func:`spec_of` reads only an array's dtype and shape. The callers compare
+    the fields themselves (no call per request) and keep the last one accepted.
+    """
+
+    __slots__ = ("dtype", "entry", "name", "shape", "shapes")
+
+    def __init__(self, shapes: ShapeSet, name: str, array: np.ndarray,
+                 entry: ShapeEntry) -> None:
+        self.shapes = shapes
+        self.name = name
+        self.dtype = array.dtype
+        self.shape = array.shape
+        self.entry = entry
+
+
 class ServedShapes:
     """A stage's shape set, as the worker checks every call against it."""
 
-    __slots__ = ("shapes",)
+    __slots__ = ("accepted", "shapes")
 
     def __init__(self, shapes: ShapeSet) -> None:
         self.shapes = shapes
+        self.accepted: LoneAccepted | None = None
+        """The last lone input :attr:`shapes` accepted (see :class:`LoneAccepted`)."""
 
     def match(self, specs: Mapping[str, Spec]) -> ShapeEntry:
         """The entry serving ``specs``; :class:`ShapeRefused` names input, shape and set."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from numpy import ndarray
+
 from edge_contracts.errors import InvalidValue
 from edge_contracts.heap import eager_process_environment
 from edge_contracts.requests import StageEvent, StageRequest
@@ -29,7 +31,7 @@ from edge_core.placement import (
 from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
-from edge_ort.bucket import spec_of
+from edge_ort.bucket import LoneAccepted, spec_of
 from edge_ort.epcontext import discard_written
 from edge_ort.npz import ArchiveChanged
 from edge_ort.options import (
@@ -134,6 +136,8 @@ class OrtStage(WorkerStage):
     """Path the worker reads at its warm-up → its member (for a refusal)."""
     numerics_bound: Mapping[str, float] = {}
     gate_timeout_s: float | None = None
+    _accepted: LoneAccepted | None = None
+    """The last lone input :attr:`shapes` accepted (what :meth:`run` accepts again)."""
 
     @classmethod
     def open(cls, stage: StageContext, load_config: Mapping[str, Any],
@@ -284,9 +288,20 @@ class OrtStage(WorkerStage):
 
     def run(self, request: StageRequest,
             inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
-        """Refuse inputs outside every served shape before anything is sent."""
+        """Refuse inputs outside every served shape before anything is sent.
+
+        A lone array whose name, dtype and shape are the last lone array's that
+        :attr:`shapes` accepted is accepted again without matching (:class:`LoneAccepted`).
+        """
         shapes = self.shapes
         if shapes is not None:
+            accepted = self._accepted
+            if len(inputs) == 1:
+                ((name, array),) = inputs.items()
+                if (accepted is not None and type(array) is ndarray
+                        and accepted.shapes is shapes and accepted.name == name
+                        and array.shape == accepted.shape and array.dtype == accepted.dtype):
+                    return self.call(request, inputs)
             specs = {}
             for name, array in inputs.items():  # a loop, not a comprehension: no call on 3.11
                 try:
@@ -294,7 +309,9 @@ class OrtStage(WorkerStage):
                 except InvalidValue as exc:  # a dtype the wire does not carry: name the input
                     raise InvalidValue(f"inputs.{name}.{exc.field}", exc.value,
                                        exc.reason) from None
-            shapes.match(specs)
+            entry = shapes.match(specs)
+            if len(specs) == 1 and type(array) is ndarray:
+                self._accepted = LoneAccepted(shapes, name, array, entry)
         return self.call(request, inputs)
 
     def retire(self, deadline_s: float = 5.0) -> RetireOutcome:

@@ -127,7 +127,7 @@ class DisconnectWatch:
         """Stop watching (the request has its answer, or gave up)."""
         starter = self._starter
         if starter is not None:  # (its discard(), inline: every request passes here)
-            starter._due.pop(self, None)  # its timer, if the earliest, fires and finds it gone
+            starter.due.pop(self, None)  # its timer, if the earliest, fires and finds it gone
             self._starter = None
         if self._task is not None:
             self._task.cancel()
@@ -137,16 +137,16 @@ class DisconnectWatch:
 class _Starter:
     """The watches of one loop still to start, and the one timer that starts them."""
 
-    __slots__ = ("__weakref__", "_armed", "_due", "_loop")
+    __slots__ = ("__weakref__", "_armed", "_loop", "due")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._due: dict[DisconnectWatch, float] = {}  # loop.time() each starts at
+        self.due: dict[DisconnectWatch, float] = {}  # loop.time() each starts at
         self._armed: float | None = None  # when the timer fires, if armed
 
     def add(self, watch: DisconnectWatch, after_s: float) -> None:
         due = self._loop.time() + after_s
-        self._due[watch] = due
+        self.due[watch] = due
         if self._armed is None or due < self._armed:
             self._arm(due)
 
@@ -160,11 +160,11 @@ class _Starter:
         self._armed = None
         now = self._loop.time()
         # within the clock's resolution: the loop runs a timer that close to its time
-        starting = [watch for watch, at in self._due.items() if at <= now + 1e-6]
+        starting = [watch for watch, at in self.due.items() if at <= now + 1e-6]
         for watch in starting:
-            del self._due[watch]
-        if self._due:
-            self._arm(min(self._due.values()))
+            del self.due[watch]
+        if self.due:
+            self._arm(min(self.due.values()))
         for watch in starting:
             watch.start()
 

@@ -16,6 +16,14 @@ from edge_core.testing.leaks import no_leaks as _no_leaks
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 
+def cpu_run(bundle: Path, x: np.ndarray) -> np.ndarray:
+    """The bundle's graph run on ONNX Runtime's CPU provider: its output ``y`` for ``x``."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(["y"], {"x": x})[0])
+
+
 @pytest.fixture(scope="module")
 def plugins() -> PluginSet:
     """The qnn plugin alone (a module that needs others defines its own)."""

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from edge_core.config import load_pipeline
@@ -25,7 +24,7 @@ from edge_core.placement import PlacementRefusal
 from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline, RequestFailed
 
-from .conftest import example_input
+from .conftest import cpu_run, example_input
 
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -46,11 +45,6 @@ def open_injected(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cach
                     "route": route},
     }]})
     return Pipeline.open(config, plugins, ledger)
-
-
-def cpu_run(bundle: Path, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=[CPU])
-    return np.asarray(session.run(["y"], {"x": x})[0])
 
 
 def test_an_ep_failure_in_a_run_fails_the_request_and_the_session_stays_on_qnn(

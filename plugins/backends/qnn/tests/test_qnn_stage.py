@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from edge_core.config import load_pipeline
@@ -15,7 +14,7 @@ from edge_core.placement import PlacementRefusal
 from edge_core.plugins import PluginSet
 from edge_core.runtime import Pipeline
 
-from .conftest import example_input, make_bundle
+from .conftest import cpu_run, example_input, make_bundle
 
 QNN = "QNNExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -30,11 +29,6 @@ def open_qnn(plugins: PluginSet, ledger: ResourceLedger, bundle: Path, cache: Pa
         **stage,
     }]})
     return Pipeline.open(config, plugins, ledger)
-
-
-def cpu_run(bundle: Path, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=[CPU])
-    return np.asarray(session.run(["y"], {"x": x})[0])
 
 
 def test_a_static_fp32_graph_runs_wholly_on_qnn_and_matches_cpu(

@@ -45,7 +45,7 @@ try:  # the C module: ``signal`` wraps it in enums (enum, functools, collections
 except ImportError:  # pragma: no cover - an interpreter without CPython's _signal
     import signal
 
-__all__ = ["ORPHAN_GRACE_S", "SUPERVISOR_MAIN", "SUPERVISOR_PATH", "TRACKER_GRACE_S",
+__all__ = ["EXEC_WAIT_S", "ORPHAN_GRACE_S", "SUPERVISOR_MAIN", "SUPERVISOR_PATH", "TRACKER_GRACE_S",
            "TRACKER_MARK", "is_tracker", "main", "supervisor_argv"]
 
 ORPHAN_GRACE_S = 1.0
@@ -57,6 +57,9 @@ to unlink what the processes it watched left and exit by itself (see :func:`is_t
 
 TRACKER_MARK = b"multiprocessing.resource_tracker"
 """What the command line of Python's multiprocessing resource tracker holds."""
+
+EXEC_WAIT_S = 1.0
+"""How long :func:`is_tracker` waits for the command line of a process in its ``exec``."""
 
 SUPERVISOR_PATH = os.path.abspath(__file__)
 """This file: what the controller runs as the supervisor."""
@@ -141,7 +144,7 @@ def _descendants() -> list[int]:
     return found
 
 
-def is_tracker(pid: int) -> bool:
+def is_tracker(pid: int, wait_s: float = EXEC_WAIT_S) -> bool:
     """True when ``pid`` is a Python multiprocessing resource tracker (``/proc``; else False).
 
     A worker's ``multiprocessing`` objects of the spawn and forkserver kinds (locks,
@@ -149,12 +152,36 @@ def is_tracker(pid: int) -> bool:
     process that ignores ``SIGTERM`` and unlinks every name still registered once the
     processes that use it are gone. Killed together with them, it unlinks nothing, and the
     names stay on the machine; so a tree is killed with its trackers last.
+
+    A tracker is started with ``vfork`` and ``exec``, and its starter goes on (and
+    registers names with it) as soon as the ``exec`` has begun, while its command line
+    still reads empty for a moment. A live process whose command line is empty is read
+    again every millisecond for up to ``wait_s`` (a zombie's stays empty: it is no
+    tracker); seen empty, a starting tracker was taken for another process and killed
+    before it could unlink anything (once in a suite run on a loaded host).
     """
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                line = handle.read()
+        except OSError:
+            return False
+        if line:
+            return TRACKER_MARK in line
+        if _zombie(pid) or time.monotonic() >= until:
+            return False
+        time.sleep(0.001)
+
+
+def _zombie(pid: int) -> bool:
+    """True when ``pid`` is a zombie, or gone (``/proc/PID/stat``)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return TRACKER_MARK in handle.read()
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
     except OSError:
-        return False
+        return True
+    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
 
 
 def _close_inherited() -> None:

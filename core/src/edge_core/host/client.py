@@ -35,6 +35,7 @@ import numpy as np
 
 from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
+from edge_contracts.drafts import draft_class
 from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import ContractError, HeaderMalformed, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
@@ -110,14 +111,9 @@ _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum p
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
 _STAMP_SIZE = STAMP.size
 _DONE = EventKind.DONE
-# The event slots' own setters, taken once: a usual reply's event is set as
+# A draft of the event class (edge_contracts.drafts): a usual reply's event is set as
 # prechecked_event sets one, without a call
-_new = object.__new__
-(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
- _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
-    StageEvent.__dict__[name].__set__ for name in (
-        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
-        "outputs", "data", "created_ns"))
+_EventDraft = draft_class(StageEvent)
 _frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
@@ -835,18 +831,19 @@ class WorkerClient:
                                                         else array.reshape(shape))
                                 # its event, as prechecked_event builds it from the same
                                 # values (each checked by the parser or the template's)
-                                event = _new(StageEvent)
-                                _ev_request_id(event, request_id)
-                                _ev_stage_id(event, stage_id)
-                                _ev_epoch(event, epoch)
-                                _ev_generation(event, generation)
-                                _ev_seq(event, seq)
-                                _ev_kind(event, _DONE)
-                                _ev_terminal(event, True)
-                                _ev_error(event, None)
-                                _ev_outputs(event, outputs)
-                                _ev_data(event, EMPTY_OBJECT)
-                                _ev_created_ns(event, created_ns)
+                                event = _EventDraft()
+                                event.request_id = request_id
+                                event.stage_id = stage_id
+                                event.epoch = epoch
+                                event.generation = generation
+                                event.seq = seq
+                                event.kind = _DONE
+                                event.terminal = True
+                                event.error = None
+                                event.outputs = outputs
+                                event.data = EMPTY_OBJECT
+                                event.created_ns = created_ns
+                                event.__class__ = StageEvent
                                 call.deliver_done(event, arrays)  # (no Delivery made)
                                 return False  # all the receive held was read
                 self._received.left = view[:count]

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from edge_contracts.drafts import draft_class
 from edge_contracts.requests import EventKind, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, EdgeError
@@ -55,9 +56,7 @@ class CallStage(Protocol):
         ...
 
 
-_new = object.__new__
-_key_request_id, _key_epoch, _key_generation, _key_serial = (
-    ResultKey.__dict__[name].__set__ for name in ("request_id", "epoch", "generation", "serial"))
+_KeyDraft = draft_class(ResultKey)  # (edge_contracts.drafts)
 
 _DONE = EventKind.DONE
 _CANCELLED = "request {rid}: cancelled"  # worded by _cancelled, on the refusal paths only
@@ -218,12 +217,13 @@ class PendingCall:
                 outputs, events = tensors, (event,)
             request = self.request
             # The key's four values are the request's own, checked when it was made: set
-            # as attrs' __init__ would, without its per-field setattr by name.
-            key = _new(ResultKey)
-            _key_request_id(key, request.request_id)
-            _key_epoch(key, request.epoch)
-            _key_generation(key, request.generation)
-            _key_serial(key, self.serial)
+            # on a draft (edge_contracts.drafts), without attrs' per-field setattr by name.
+            key = _KeyDraft()
+            key.request_id = request.request_id
+            key.epoch = request.epoch
+            key.generation = request.generation
+            key.serial = self.serial
+            key.__class__ = ResultKey
             retained = self._retained
             self._result = StageResult(
                 key, outputs, events, time.perf_counter() - self._started, stage.ack,

@@ -25,7 +25,8 @@ def draft_class(cls: type) -> Callable[[], Any]:
     """A class whose instances become instances of ``cls`` by ``draft.__class__ = cls``.
 
     ``cls`` must be a slotted class made directly on ``object`` (a frozen
-    ``dataclass(slots=True)`` or ``attrs.frozen`` class). Every field of a draft must be
+    ``dataclass(slots=True)``, or ``attrs.frozen(weakref_slot=False)``: CPython refuses
+    the change of class between classes with a ``__weakref__`` slot). Every field of a draft must be
     set before its class is changed: one left unset reads as missing (AttributeError).
 
     Raises:

@@ -26,7 +26,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from edge_contracts.requests import (
@@ -228,7 +227,7 @@ class StageRuntime:
         # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
         # it), from the moment it is registered, sending included. Scheduled with the
         # registration, under the one lock: the call's end (accept) or a retirement
-        # cancels it. partial (C) rather than a closure, the reason worded only on expiry.
+        # cancels it. The reason is worded only on expiry.
         bound = time.monotonic() + self.call_timeout_s
         by_deadline = False
         if until is not None and until <= bound:
@@ -258,9 +257,10 @@ class StageRuntime:
                 # (_cancel_targets), as a cancel does. The action names the entry by its
                 # serial, not by the entry itself: entry -> handle -> action -> entry
                 # would be a reference cycle per call (the handle waits in the timer's
-                # inbox until its next drain), freed only by the garbage collector.
+                # inbox until its next drain), freed only by the garbage collector. Its
+                # arguments go with the handle: no partial, no bound method per call.
                 entry.timer = self._timer.schedule(
-                    bound, partial(self._expire, request_id, serial, by_deadline))
+                    bound, _expire, self, request_id, serial, by_deadline)
             finally:
                 self._lock.release()
             if generated:
@@ -732,6 +732,11 @@ class StageRuntime:
                 closed()
         self.state = StageState.RETIRED
         return outcome
+
+
+# What a call's timer handle runs, with the runtime as its first argument (no bound method
+# made per call)
+_expire = StageRuntime._expire
 
 
 def close_all(runtimes: Sequence[StageRuntime | None],

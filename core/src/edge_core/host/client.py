@@ -217,6 +217,10 @@ class WorkerClient:
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
         )
+        # What each Call is given, bound once (the reader holds this client's bound methods
+        # already: no new cycle)
+        self._cancel_call = self.cancel
+        self._reader_wait = self._reader.wait
         self._watchdog = Watchdog(popen, self._on_exit)
         self._listeners: list[Callable[[BaseException], None]] = []
         self._owed: set[str] = set()  # cancelled here, the worker's own end not yet heard
@@ -585,7 +589,8 @@ class WorkerClient:
                                            clears=bool(self._calls)) from None
         else:  # one inline array: nothing leased or claimed
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
-        call = Call(request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait)
+        call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
+                    self._reader_wait)
         self._lock.acquire()  # (acquire/release: half the cost of `with`)
         try:
             if request_id in self._calls:

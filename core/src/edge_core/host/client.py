@@ -540,6 +540,14 @@ class WorkerClient:
         with self._lock:
             return request_id in self._calls
 
+    def call_in_flight(self, request_id: str) -> Call | None:
+        """The :class:`Call` of ``request_id`` until the reader has seen its terminal event.
+
+        ``None`` once it has (as :meth:`in_flight` says False), or for an unknown id.
+        """
+        with self._lock:
+            return self._calls.get(request_id)
+
     def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An array to fill in place and send as an input by reference (see host.inputs)."""
         return self._inputs.allocate(shape, dtype)

@@ -121,6 +121,9 @@ class StageRuntime:
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
         self._timer = timer()  # the process's one deadline timer (kept across a fork)
+        # What a call's timer handle runs, bound once (not per call; the restarter holds
+        # bound methods of this runtime already: no new cycle)
+        self._expire_call = self._expire
         self.made_input_buffers = False
         """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
         self._entries: dict[str, PendingCall] = {}
@@ -270,7 +273,7 @@ class StageRuntime:
                 # inbox until its next drain), freed only by the garbage collector. Its
                 # arguments go with the handle: no partial, no bound method per call.
                 entry.timer = self._timer.schedule(
-                    bound, _expire, self, request_id, serial, by_deadline)
+                    bound, self._expire_call, request_id, serial, by_deadline)
             finally:
                 self._lock.release()
             try:
@@ -735,11 +738,6 @@ class StageRuntime:
                 closed()
         self.state = StageState.RETIRED
         return outcome
-
-
-# What a call's timer handle runs, with the runtime as its first argument (no bound method
-# made per call)
-_expire = StageRuntime._expire
 
 
 def close_all(runtimes: Sequence[StageRuntime | None],

@@ -836,8 +836,8 @@ class WorkerClient:
                                 _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
-                                    own = memoryview(  # of a copy of the payload
-                                        bytearray(view[header_end:count])).toreadonly()
+                                    # of a copy of the payload (bytes: read-only itself)
+                                    own = bytes(view[header_end:count])
                                     for name, dtype, number, at, shape in layout:
                                         array = _frombuffer(own, dtype, number, at)
                                         arrays[name] = (array if shape is None

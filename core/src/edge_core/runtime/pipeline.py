@@ -176,8 +176,8 @@ class Pipeline:
         # A delivered request's release and receipt (stateless partials), made again only
         # when its placement or their generations differ from the last request's (read
         # and replaced whole; none refers to this pipeline: no reference cycle).
-        self._delivery_parts: tuple[Serving, tuple[int | None, ...], Callable[[], None],
-                                    Callable[[], Any]] | None = None
+        self._delivery_parts: tuple[Serving, int | tuple[int | None, ...],
+                                    Callable[[], None], Callable[[], Any]] | None = None
         # A one-stage request's abandoned() of the current epoch, with that epoch: made
         # again when the epoch moved (it refers to this pipeline weakly: no cycle)
         self._epoch_moved_since: tuple[int, Callable[[], bool]] | None = None
@@ -445,16 +445,20 @@ class Pipeline:
             self.admission.release()
             raise
         latencies[serving.final_stage_id] = final.latency_s
+        # The placement's generations as compared with the last request's: the one
+        # worker's own (an int, no tuple made per request), else every stage's
+        seen: int | tuple[int | None, ...]
         if serving.single_worker and isinstance(final, StageResult):
-            generations: tuple[int | None, ...] = (final.key.generation,)
+            seen = final.key.generation
         else:
-            generations = serving.generations()
+            seen = serving.generations()
         parts = self._delivery_parts
-        if parts is None or parts[0] is not serving or parts[1] != generations:
+        if parts is None or parts[0] is not serving or parts[1] != seen:
             # (partials, C: no closure and its cells), made again only when the placement
             # or its generations changed since the last request's
+            generations = (seen,) if isinstance(seen, int) else seen
             parts = self._delivery_parts = (
-                serving, generations, partial(_leave, self.lineup, self.admission, serving),
+                serving, seen, partial(_leave, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
         return PipelineResult(final, latencies, parts[2], receipt=parts[3])
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_contracts.buffers import BufferDescriptor
+from edge_contracts.drafts import draft_class
 from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import InvalidValue
 from edge_contracts.events import TERMINAL_KINDS, EventKind, Operation
@@ -328,19 +329,10 @@ _EVENT_REQUIRED = frozenset(
 _EVENT_OPTIONAL = frozenset({"error", "outputs", "data", "created_ns"})
 
 
-# The slots' own setters, taken once: the prechecked builders below set each field as
-# object.__setattr__ would, without looking its slot up by name per request or event.
-_new = object.__new__
-(_req_request_id, _req_stage_id, _req_epoch, _req_generation, _req_operation, _req_inputs,
- _req_params, _req_deadline_ns) = (
-    StageRequest.__dict__[name].__set__ for name in (
-        "request_id", "stage_id", "epoch", "generation", "operation", "inputs", "params",
-        "deadline_ns"))
-(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
- _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
-    StageEvent.__dict__[name].__set__ for name in (
-        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
-        "outputs", "data", "created_ns"))
+# Drafts of the two classes (edge_contracts.drafts): the prechecked builders below set each
+# field by a plain attribute store, then make the draft the frozen class's instance.
+_RequestDraft = draft_class(StageRequest)
+_EventDraft = draft_class(StageEvent)
 
 
 def prechecked_request(
@@ -354,16 +346,17 @@ def prechecked_request(
     ``operation`` an :class:`Operation`. ``params`` come from the caller and are still
     checked and frozen here. A caller holding anything else must build ``StageRequest``.
     """
-    request = _new(StageRequest)
-    _req_request_id(request, request_id)
-    _req_stage_id(request, stage_id)
-    _req_epoch(request, epoch)
-    _req_generation(request, generation)
-    _req_operation(request, operation)
-    _req_inputs(request, ())
-    _req_params(request, freeze_object(params, "request.params") if params else EMPTY_OBJECT)
-    _req_deadline_ns(request, None)
-    return request
+    request = _RequestDraft()
+    request.request_id = request_id
+    request.stage_id = stage_id
+    request.epoch = epoch
+    request.generation = generation
+    request.operation = operation
+    request.inputs = ()
+    request.params = freeze_object(params, "request.params") if params else EMPTY_OBJECT
+    request.deadline_ns = None
+    request.__class__ = StageRequest
+    return request  # type: ignore[no-any-return]  # (a StageRequest now: no cast call)
 
 
 def prechecked_event(
@@ -385,16 +378,17 @@ def prechecked_event(
     if (error is not None) != (kind is EventKind.ERROR) or (outputs and failed) or not stage_id:
         return StageEvent(request_id, stage_id, epoch, generation, seq, kind,
                           kind in TERMINAL_KINDS, error, outputs, data, created_ns)
-    event = _new(StageEvent)
-    _ev_request_id(event, request_id)
-    _ev_stage_id(event, stage_id)
-    _ev_epoch(event, epoch)
-    _ev_generation(event, generation)
-    _ev_seq(event, seq)
-    _ev_kind(event, kind)
-    _ev_terminal(event, kind in TERMINAL_KINDS)
-    _ev_error(event, error)
-    _ev_outputs(event, outputs)
-    _ev_data(event, data if type(data) is JSONObject else freeze_object(data, "event.data"))
-    _ev_created_ns(event, created_ns)
-    return event
+    event = _EventDraft()
+    event.request_id = request_id
+    event.stage_id = stage_id
+    event.epoch = epoch
+    event.generation = generation
+    event.seq = seq
+    event.kind = kind
+    event.terminal = kind in TERMINAL_KINDS
+    event.error = error
+    event.outputs = outputs
+    event.data = data if type(data) is JSONObject else freeze_object(data, "event.data")
+    event.created_ns = created_ns
+    event.__class__ = StageEvent
+    return event  # type: ignore[no-any-return]  # (a StageEvent now: no cast call)

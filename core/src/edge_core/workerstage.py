@@ -10,7 +10,6 @@ warm-up report).
 from __future__ import annotations
 
 import contextlib
-import threading
 import traceback
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -165,28 +164,23 @@ class CallEvents:
 
     A first delivery that ends the call (the usual reply, a lone DONE handed over as its
     (event, arrays) pair of views of a private copy of its payload, or any terminal
-    event) forgets the call and is returned, with nothing left to close (a generator
-    suspended at its yield would be closed by raising ``GeneratorExit`` through it when
-    dropped). A stream that goes on past its first event goes on in the generator of
-    :meth:`WorkerStage.stream_from`, which forgets the call when it ends, fails or is
-    closed. The call is forgotten too when its first wait fails.
+    event) is returned, with nothing left to close (a generator suspended at its yield
+    would be closed by raising ``GeneratorExit`` through it when dropped). A stream that
+    goes on past its first event goes on in the generator of
+    :meth:`WorkerStage.stream_from`.
+
+    The call is known by its id to its channel (:class:`WorkerClient`) until its terminal
+    event is read there: the stage keeps no registry of its own.
 
     Args:
         stage: The stage that sent the call.
-        lock: Guards ``calls``, the stage's calls by request id.
-        calls: Where the call is known until it is forgotten.
-        request_id: The call's id.
         call: The call.
     """
 
-    __slots__ = ("_call", "_calls", "_lock", "_rest", "_stage", "request_id")
+    __slots__ = ("_call", "_rest", "_stage")
 
-    def __init__(self, stage: WorkerStage, lock: threading.Lock, calls: dict[str, Call],
-                 request_id: str, call: Call) -> None:
+    def __init__(self, stage: WorkerStage, call: Call) -> None:
         self._stage = stage
-        self._lock = lock
-        self._calls = calls
-        self.request_id = request_id
         self._call: Call | None = call  # until its first delivery is taken
         self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
 
@@ -201,23 +195,13 @@ class CallEvents:
         if call is None:  # its terminal event was taken: the stream has ended
             raise StopIteration
         self._call = None
-        try:
-            delivery = call.take()
-            item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
-                    else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
-        except BaseException:  # its end already taken (StopIteration), or its error
-            _forget(self._lock, self._calls, self.request_id, call)
-            raise
+        delivery = call.take()  # (its end already taken: StopIteration; or its error)
+        item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
+                else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
         del delivery  # (a view referenced here would look "still referenced" at release)
         if item[0].terminal:
-            self._lock.acquire()  # _forget, without the call (acquire/release: half the
-            try:  # cost of `with`)
-                if self._calls.get(self.request_id) is call:
-                    del self._calls[self.request_id]
-            finally:
-                self._lock.release()
             return item
-        rest = self._rest = self._stage.stream_from(self.request_id, call, item)
+        rest = self._rest = self._stage.stream_from(call, item)
         del item
         return next(rest)
 
@@ -225,20 +209,6 @@ class CallEvents:
         """Close the rest of a stream that went on past its first event."""
         if self._rest is not None:
             self._rest.close()
-
-
-def _forget(lock: threading.Lock, calls: dict[str, Call], request_id: str, call: Call) -> None:
-    """Drop ``call`` from ``calls`` (under ``lock``), once it ended or its stream closed.
-
-    Its own entry only: once it ended, its id may have been sent again, and this stream
-    closed later (a caller kept it); the newer call stays known.
-    """
-    lock.acquire()  # (acquire/release: half the cost of `with`)
-    try:
-        if calls.get(request_id) is call:
-            del calls[request_id]
-    finally:
-        lock.release()
 
 
 class WorkerStage:
@@ -273,8 +243,6 @@ class WorkerStage:
         self.load_report = dict(load_report)
         self.manifest = dict(manifest or {})
         self.device_id = device_id
-        self._calls: dict[str, Call] = {}
-        self._lock = threading.Lock()
         self._peak = 0
         #: The worker's log file, or ``None`` when its output goes to stderr.
         self.log_path: Path | None = None
@@ -391,41 +359,30 @@ class WorkerStage:
         acknowledgement). Views still referenced then keep their bytes: the worker is
         told to unlink that segment instead of reusing it.
         """
-        call = self.client.submit(request, inputs)
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
-            self._calls[request.request_id] = call
-        finally:
-            self._lock.release()
-        return CallEvents(self, self._lock, self._calls, request.request_id, call)
+        return CallEvents(self, self.client.submit(request, inputs))
 
-    def stream_from(self, request_id: str, call: Call,
-                    first: tuple[StageEvent, Mapping[str, Any]],
+    def stream_from(self, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
                     ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
         """The rest of the stream of a call :meth:`call` sent, from its ``first`` item on.
 
         For :class:`CallEvents`, once ``first`` (not a terminal event) was taken: yields
-        it, then each event the call delivers. The call is forgotten when the stream ends,
-        fails or is closed.
+        it, then each event the call delivers.
         """
         take = call.take
         # Each item is handed over without this suspended frame keeping a reference (a
         # view held here would look "still referenced" at release time).
         box = [first]
         del first
-        try:
-            while True:
-                yield box.pop()
-                try:
-                    delivery = take()
-                except StopIteration:  # the terminal event was taken
-                    return
-                # a usual DONE's pair as it is: its event and its arrays, views of a
-                # private copy of its payload
-                box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
-                del delivery
-        finally:
-            _forget(self._lock, self._calls, request_id, call)
+        while True:
+            yield box.pop()
+            try:
+                delivery = take()
+            except StopIteration:  # the terminal event was taken
+                return
+            # a usual DONE's pair as it is: its event and its arrays, views of a
+            # private copy of its payload
+            box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
+            del delivery
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:
@@ -434,11 +391,12 @@ class WorkerStage:
         From the thread that read (or ended) the call, or at once; the iterator
         :meth:`call` returned then yields every event without waiting. With ``loop``
         (called on its thread) that loop reads the worker's channel meanwhile
-        (:meth:`WorkerClient.on_end`). False (and no callback) when the call is unknown:
-        ended and taken already, or never sent.
+        (:meth:`WorkerClient.on_end`). False (and no callback) when its channel no longer
+        has it in flight (:meth:`WorkerClient.call_in_flight`): its terminal event was read
+        already (taken or not: the iterator then yields every event without waiting), or
+        it was never sent.
         """
-        with self._lock:
-            call = self._calls.get(request_id)
+        call = self.client.call_in_flight(request_id)
         if call is None:
             return False
         self.client.on_end(call, callback, loop)
@@ -446,9 +404,7 @@ class WorkerStage:
 
     def cancel(self, request_id: str, epoch: int, *, preemptible: bool) -> CancelOutcome:
         """Cancel in place (preemptible handlers) or ask the runtime to retire the worker."""
-        with self._lock:
-            call = self._calls.get(request_id)
-        if call is None or call.ended or not self.client.in_flight(request_id):
+        if not self.client.in_flight(request_id):
             # Finished in the worker (its terminal event may still be queued here): the
             # worker stays; the runtime's fence keeps the result from being delivered.
             return CancelOutcome.ALREADY_FINISHED

@@ -2,7 +2,7 @@
 
 A stage call's deadline handle waits in the process's timer inbox until the timer next
 empties it (about every thousand calls), after the call has ended and its handle was
-cancelled. Its action named the call's record (``Entry``), which names the handle:
+cancelled. Its action named the call's record (now its ``PendingCall``), which names the handle:
 a reference cycle per call, freed only by the collector, and what the action held
 stayed alive (a few objects per call) until then, filling the collector's youngest
 generation, so that it ran every hundred or so calls on the per-call path. Counted, not
@@ -19,7 +19,7 @@ import numpy as np
 
 from edge_core.runtime import Pipeline
 from edge_core.runtime.deadlines import TimerHandle, no_action, timer
-from edge_core.runtime.pending import Entry
+from edge_core.runtime.pending import PendingCall
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -54,7 +54,7 @@ def test_a_small_request_leaves_no_reference_cycle(open_pipeline: OpenPipeline) 
         _run(pipeline, REQUESTS)
         _drained()  # the ended calls' handles leave the inbox: only cycles keep them
         gc.collect()
-        cyclic = [o for o in gc.garbage if isinstance(o, Entry | TimerHandle)]
+        cyclic = [o for o in gc.garbage if isinstance(o, PendingCall | TimerHandle)]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -68,5 +68,7 @@ def test_an_ended_calls_deadline_handle_holds_nothing(open_pipeline: OpenPipelin
     _drained()  # none left from earlier tests: only this test's calls' handles wait
     _run(pipeline, REQUESTS)
     holding = [o for o in gc.get_objects()
-               if isinstance(o, TimerHandle) and o.cancelled and o.action is not no_action]
-    assert holding == [], f"{len(holding)} cancelled handles still hold their action"
+               if isinstance(o, TimerHandle) and o.cancelled
+               and (o.action is not no_action or o.args)]
+    assert holding == [], (f"{len(holding)} cancelled handles still hold their action "
+                           "or its arguments")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from edge_core.runtime.deadlines import DeadlineTimer
+from edge_core.runtime.deadlines import DeadlineTimer, no_action
 
 
 def test_an_earlier_deadline_scheduled_while_the_timer_sleeps_fires_on_time() -> None:
@@ -78,3 +78,20 @@ def test_a_deadline_centuries_away_leaves_the_timer_serving_the_next_ones() -> N
     timer.schedule(time.monotonic() + 0.05, near.set)
     assert near.wait(5.0), "the timer thread stopped: a later deadline never fired"
     assert not far.is_set() and timer.pending() == 1
+
+
+def test_an_action_runs_with_the_arguments_scheduled_and_a_cancel_drops_them() -> None:
+    timer = DeadlineTimer()
+    got: list[tuple[object, ...]] = []
+    done = threading.Event()
+
+    def action(*args: object) -> None:
+        got.append(args)
+        done.set()
+
+    timer.schedule(time.monotonic() + 0.05, action, "r1", 7, True)
+    assert done.wait(5.0)
+    assert got == [("r1", 7, True)]
+    kept = timer.schedule(time.monotonic() + 60.0, action, "r2", 8, False)
+    kept.cancel()
+    assert kept.action is no_action and kept.args == ()  # nothing held until it leaves

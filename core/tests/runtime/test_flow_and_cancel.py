@@ -429,3 +429,32 @@ def test_a_call_or_fanout_carrying_a_name_that_is_no_str_is_refused_naming_it() 
             made()
         assert info.value.path.endswith(".carry[4]")
         assert info.value.value == 4
+
+
+def test_a_one_stage_request_waiting_for_its_stage_slot_ends_when_the_pipeline_is_cancelled(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """Its abandoned() (made once per pipeline epoch) turns True at the cancel, and the next
+    epoch's requests get one of their own: they are served."""
+    pipeline = open_pipeline(echo_stage("a"), admission=2)
+    held = pipeline.run(X)  # holds the stage's one slot until acknowledged
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = pipeline.run(X, deadline_s=30.0)
+        except Exception as exc:  # what it ended with is the test's
+            outcome["error"] = exc
+
+    waiting = threading.Thread(target=run)
+    waiting.start()
+    time.sleep(0.3)  # admitted, waiting for the stage's slot
+    pipeline.cancel()
+    waiting.join(10)
+    assert isinstance(outcome.get("error"), RequestCancelled), outcome
+    held.ack()
+    for _ in range(3):  # the next epoch: served
+        with pipeline.run(X) as again:
+            np.testing.assert_array_equal(again.outputs["x"], X["x"] * 2)
+    assert pipeline.admission.used == 0
+    assert [s.outstanding for s in pipeline.stages] == [0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
@@ -16,7 +17,7 @@ from edge_contracts.requests import EventKind, Operation, StageEvent, StageReque
 from edge_core.backend import CancelOutcome
 from edge_core.runtime import OutputReleased
 from edge_core.runtime.pending import PendingCall
-from edge_core.runtime.results import AckOutcome
+from edge_core.runtime.results import AckOutcome, ResultKey
 from edge_core.stage import RetainedOutputs
 
 
@@ -95,3 +96,13 @@ def test_a_view_still_held_at_the_ack_is_reported() -> None:
     result = call.result()
     with pytest.warns(ResourceWarning, match=r"outputs \['w'\] were still referenced"):
         result.ack()
+
+
+def test_a_results_key_is_the_one_its_constructor_makes() -> None:
+    """Built on a draft (edge_contracts.drafts), the key is a plain frozen ResultKey."""
+    call, _ = pending([(event(0, EventKind.DONE), {"x": np.ones(2)})])
+    key = call.result().key
+    assert type(key) is ResultKey and key == ResultKey("r", 0, 1, 1)
+    assert hash(key) == hash(ResultKey("r", 0, 1, 1))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        key.serial = 2  # type: ignore[misc]

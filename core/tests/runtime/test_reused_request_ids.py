@@ -15,8 +15,9 @@ def test_a_stream_closed_late_leaves_the_newer_call_of_its_id_known(
     open_pipeline: OpenPipeline,
 ) -> None:
     """The stream of an ended call, closed only after its id was sent again (a caller
-    kept it, say through an exception's traceback), forgets its own call, not the new one:
-    the new one can still be cancelled in place and waited for by callback."""
+    kept it, say through an exception's traceback), leaves the new one known: the new one
+    can still be cancelled in place and waited for by callback (the channel knows a call
+    by its id until its terminal event is read; the stage keeps no registry of its own)."""
     pipeline = open_pipeline(echo_stage("s0", backend="echo-preemptible"))
     loaded = pipeline.stage("s0").loaded
     assert isinstance(loaded, WorkerStage)

@@ -35,6 +35,7 @@ import numpy as np
 
 from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
+from edge_contracts.drafts import draft_class
 from edge_contracts.error_details import ErrorDetail
 from edge_contracts.errors import ContractError, HeaderMalformed, StreamClosed, WireError
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
@@ -110,14 +111,9 @@ _OP_TEXT: dict[Operation, str] = {op: op.value for op in Operation}  # no enum p
 _FIXED_SIZE = FIXED.size  # where a binary header's request id begins
 _STAMP_SIZE = STAMP.size
 _DONE = EventKind.DONE
-# The event slots' own setters, taken once: a usual reply's event is set as
+# A draft of the event class (edge_contracts.drafts): a usual reply's event is set as
 # prechecked_event sets one, without a call
-_new = object.__new__
-(_ev_request_id, _ev_stage_id, _ev_epoch, _ev_generation, _ev_seq, _ev_kind, _ev_terminal,
- _ev_error, _ev_outputs, _ev_data, _ev_created_ns) = (
-    StageEvent.__dict__[name].__set__ for name in (
-        "request_id", "stage_id", "epoch", "generation", "seq", "kind", "terminal", "error",
-        "outputs", "data", "created_ns"))
+_EventDraft = draft_class(StageEvent)
 _frombuffer = np.frombuffer
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
@@ -221,6 +217,10 @@ class WorkerClient:
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
         )
+        # What each Call is given, bound once (the reader holds this client's bound methods
+        # already: no new cycle)
+        self._cancel_call = self.cancel
+        self._reader_wait = self._reader.wait
         self._watchdog = Watchdog(popen, self._on_exit)
         self._listeners: list[Callable[[BaseException], None]] = []
         self._owed: set[str] = set()  # cancelled here, the worker's own end not yet heard
@@ -540,6 +540,14 @@ class WorkerClient:
         with self._lock:
             return request_id in self._calls
 
+    def call_in_flight(self, request_id: str) -> Call | None:
+        """The :class:`Call` of ``request_id`` until the reader has seen its terminal event.
+
+        ``None`` once it has (as :meth:`in_flight` says False), or for an unknown id.
+        """
+        with self._lock:
+            return self._calls.get(request_id)
+
     def input_buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An array to fill in place and send as an input by reference (see host.inputs)."""
         return self._inputs.allocate(shape, dtype)
@@ -589,7 +597,8 @@ class WorkerClient:
                                            clears=bool(self._calls)) from None
         else:  # one inline array: nothing leased or claimed
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
-        call = Call(request_id, request.stage_id, request.epoch, self.cancel, self._reader.wait)
+        call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
+                    self._reader_wait)
         self._lock.acquire()  # (acquire/release: half the cost of `with`)
         try:
             if request_id in self._calls:
@@ -827,26 +836,27 @@ class WorkerClient:
                                 _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
-                                    own = memoryview(  # of a copy of the payload
-                                        bytearray(view[header_end:count])).toreadonly()
+                                    # of a copy of the payload (bytes: read-only itself)
+                                    own = bytes(view[header_end:count])
                                     for name, dtype, number, at, shape in layout:
                                         array = _frombuffer(own, dtype, number, at)
                                         arrays[name] = (array if shape is None
                                                         else array.reshape(shape))
                                 # its event, as prechecked_event builds it from the same
                                 # values (each checked by the parser or the template's)
-                                event = _new(StageEvent)
-                                _ev_request_id(event, request_id)
-                                _ev_stage_id(event, stage_id)
-                                _ev_epoch(event, epoch)
-                                _ev_generation(event, generation)
-                                _ev_seq(event, seq)
-                                _ev_kind(event, _DONE)
-                                _ev_terminal(event, True)
-                                _ev_error(event, None)
-                                _ev_outputs(event, outputs)
-                                _ev_data(event, EMPTY_OBJECT)
-                                _ev_created_ns(event, created_ns)
+                                event = _EventDraft()
+                                event.request_id = request_id
+                                event.stage_id = stage_id
+                                event.epoch = epoch
+                                event.generation = generation
+                                event.seq = seq
+                                event.kind = _DONE
+                                event.terminal = True
+                                event.error = None
+                                event.outputs = outputs
+                                event.data = EMPTY_OBJECT
+                                event.created_ns = created_ns
+                                event.__class__ = StageEvent
                                 call.deliver_done(event, arrays)  # (no Delivery made)
                                 return False  # all the receive held was read
                 self._received.left = view[:count]

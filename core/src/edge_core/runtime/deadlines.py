@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from edge_contracts.errors import InvalidValue
 from edge_core.backend import StageKind
@@ -61,17 +62,19 @@ def default_call_timeout(kinds: Iterable[StageKind]) -> float:
 
 
 class TimerHandle:
-    """One scheduled action; :meth:`cancel` before it runs and it never will.
+    """One scheduled action, ``action(*args)``; :meth:`cancel` before it runs and it never will.
 
     ``cancelled`` is False until it is cancelled (on the class: a handle is made per
-    stage call, and sets only its time and action).
+    stage call, and sets only its time, action and arguments).
     """
 
     cancelled = False
 
-    def __init__(self, when: float, action: Callable[[], None]) -> None:
+    def __init__(self, when: float, action: Callable[..., None], args: tuple[Any, ...] = ()
+                 ) -> None:
         self.when = when
         self.action = action
+        self.args = args
 
     def cancel(self) -> None:
         """Do not run the action (harmless after it ran); what it would have used is let go.
@@ -80,11 +83,12 @@ class TimerHandle:
         (and whatever it holds, a request's result say) is dropped now, not then.
         """
         self.cancelled = True
-        self.action = no_action
+        self.action = no_action  # before the arguments: see DeadlineTimer._run
+        self.args = ()
 
 
-def no_action() -> None:
-    """The action of a cancelled handle (:meth:`TimerHandle.cancel` sets it).
+def no_action(*args: object) -> None:
+    """The action of a cancelled handle (:meth:`TimerHandle.cancel` sets it); takes any arguments.
 
     Code that cancels a handle without the call sets it too: the action dropped at once
     frees what it holds, rather than when the timer next empties its inbox.
@@ -122,9 +126,13 @@ class DeadlineTimer:
         self._wake_at = float("-inf")  # what the thread sleeps towards (-inf: not asleep)
         self._started = False  # the thread runs (in this process) from then on
 
-    def schedule(self, when: float, action: Callable[[], None]) -> TimerHandle:
-        """Run ``action()`` at monotonic time ``when`` unless the handle is cancelled first."""
-        handle = TimerHandle(when, action)
+    def schedule(self, when: float, action: Callable[..., None], *args: Any) -> TimerHandle:
+        """Run ``action(*args)`` at monotonic time ``when`` unless the handle is cancelled first.
+
+        (The arguments given here rather than bound in a partial: one object fewer per
+        stage call.)
+        """
+        handle = TimerHandle(when, action, args)
         inbox = self._inbox
         inbox.append(handle)
         if not self._started:
@@ -185,8 +193,12 @@ class DeadlineTimer:
                     # steps a lock's wait accepts: past TIMEOUT_MAX it raises OverflowError
                     self._cond.wait(None if left is None else min(left, _LONGEST_WAIT_S))
             if not handle.cancelled:
-                threading.Thread(target=handle.action, name="edge-deadline-expired",
-                                 daemon=True).start()
+                # The arguments read before the action: a cancel meanwhile sets the action
+                # (no_action, which takes any) before it drops the arguments, so that the
+                # action read is never given the arguments of another.
+                args = handle.args
+                threading.Thread(target=handle.action, args=args,
+                                 name="edge-deadline-expired", daemon=True).start()
 
     def backlog(self) -> tuple[int, int]:
         """Handles in the inbox, and heap entries (cancelled ones included): what it holds."""

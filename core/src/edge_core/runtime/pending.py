@@ -1,8 +1,9 @@
 """A request submitted to one stage: its runtime record and the caller's handle on it.
 
-:class:`Entry` is what the stage runtime keeps per request (epoch, serial, whether it was
-sent, cancelled, finished, delivered, which bound expired). :class:`PendingCall` is the
-caller's side: it streams the request's events or waits for its result, and turns how the
+:class:`PendingCall` is both. The stage runtime keeps it, by request id, as its record of
+the request (epoch, serial, whether it was sent, cancelled, finished, delivered, which
+bound expired: one object per request, not a record beside the handle). The caller
+streams the request's events through it or waits for its result; it turns how the
 request ended into a typed error — ``RequestCancelled`` when it was fenced,
 ``DeadlineExceeded`` when a deadline or ``call_timeout_s`` ended it, ``RequestFailed``
 (with the worker's traceback) when the worker ended it with an error.
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from edge_contracts.drafts import draft_class
 from edge_contracts.requests import EventKind, StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, EdgeError
@@ -26,7 +28,7 @@ from edge_core.runtime.errors import RequestCancelled, RequestFailed
 from edge_core.runtime.results import AckOutcome, ResultKey, StageResult
 from edge_core.stage import RetainedOutputs
 
-__all__ = ["CallStage", "Entry", "PendingCall"]
+__all__ = ["CallStage", "PendingCall"]
 
 
 class CallStage(Protocol):
@@ -55,22 +57,26 @@ class CallStage(Protocol):
         ...
 
 
-_new = object.__new__
-_key_request_id, _key_epoch, _key_generation, _key_serial = (
-    ResultKey.__dict__[name].__set__ for name in ("request_id", "epoch", "generation", "serial"))
+_KeyDraft = draft_class(ResultKey)  # (edge_contracts.drafts)
 
 _DONE = EventKind.DONE
 _CANCELLED = "request {rid}: cancelled"  # worded by _cancelled, on the refusal paths only
 _CANCELLED_BY_WORKER = "request {rid}: cancelled by the worker"
 
 
-class Entry:
-    """The runtime's record of one request on a stage, from submission to its end.
+class PendingCall:
+    """A submitted request: stream its events, or wait for its result.
 
-    What every request starts with is kept on the class (no slots): a request sets only
-    what changes for it.
+    Consume it from one thread; :meth:`cancel` may be called from any thread.
+
+    It is also its stage runtime's record of the request, from its registration to its end
+    (:attr:`cancelled` to :attr:`timer`: set by the runtime, under its lock). ``source`` is
+    the backend's stream of ``(event, outputs)`` pairs: given here, or set by the runtime
+    once it has sent the request (the record is registered before the send).
     """
 
+    # The runtime's record: what every request starts with is kept on the class (no
+    # slots), a request sets only what changes for it.
     cancelled = False
     finished = False
     delivered = False
@@ -78,17 +84,6 @@ class Entry:
     draining = False  # fenced, left to finish in the worker: read to its end
     expired: str | None = None  # which bound ended it: its DeadlineExceeded
     timer: TimerHandle | None = None
-
-    def __init__(self, serial: int, epoch: int) -> None:
-        self.serial = serial
-        self.epoch = epoch
-
-
-class PendingCall:
-    """A submitted request: stream its events, or wait for its result.
-
-    Consume it from one thread; :meth:`cancel` may be called from any thread.
-    """
 
     _result: StageResult | None = None  # (on the class: what every call starts with)
     _done = False
@@ -101,19 +96,23 @@ class PendingCall:
     _retained: list[tuple[set[str], Callable[[], bool]]] | tuple[()] = ()
 
     def __init__(self, stage: CallStage, request: StageRequest, serial: int,
-                 events: Iterator[tuple[StageEvent, Mapping[str, Any]]],
-                 started: float | None = None, entry: Entry | None = None) -> None:
+                 source: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None = None,
+                 started: float | None = None) -> None:
         self.stage = stage
-        self._entry = entry
         self.request = request
         self.request_id = request.request_id
         """The request's id."""
         self.serial = serial
-        self._events = events
+        self.epoch = request.epoch
+        if source is not None:
+            self.source = source
         # When the request was handed to the backend (before it was sent): the latency
         # must not start after the send, or a thread descheduled in between would see
         # the work finish "before" it started.
         self._started = time.perf_counter() if started is None else started
+
+    source: Iterator[tuple[StageEvent, Mapping[str, Any]]]
+    """The backend's stream of ``(event, outputs)`` pairs for this request."""
 
     def events(self) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:
         """Yield the non-terminal events (tokens, partial outputs) as they arrive.
@@ -135,7 +134,7 @@ class PendingCall:
         ``message`` is a template: ``{rid}`` becomes the request id (its repr).
         """
         message = message.format(rid=repr(self.request_id))
-        expired = self._entry.expired if self._entry is not None else None
+        expired = self.expired
         if expired is not None:
             return DeadlineExceeded(f"stages[{self.stage.stage_id}]: request "
                                     f"{self.request_id!r}: {expired}")
@@ -144,7 +143,7 @@ class PendingCall:
     def _next(self) -> tuple[StageEvent, Mapping[str, Any]]:
         stage = self.stage
         try:
-            event, tensors = next(self._events)
+            event, tensors = next(self.source)
         except StopIteration:
             self._done = True
             self._drop_retained()
@@ -193,7 +192,7 @@ class PendingCall:
             self._done = True
             tensors = {}  # let go of the views first, so that their memory can be reused
             self._drop_retained()
-            if not event.terminal and self._entry is not None and self._entry.draining:
+            if not event.terminal and self.draining:
                 self._read_to_end()  # left to finish: its slot is freed at its end
             self._close_events()
             raise self._cancelled(_CANCELLED)
@@ -218,12 +217,13 @@ class PendingCall:
                 outputs, events = tensors, (event,)
             request = self.request
             # The key's four values are the request's own, checked when it was made: set
-            # as attrs' __init__ would, without its per-field setattr by name.
-            key = _new(ResultKey)
-            _key_request_id(key, request.request_id)
-            _key_epoch(key, request.epoch)
-            _key_generation(key, request.generation)
-            _key_serial(key, self.serial)
+            # on a draft (edge_contracts.drafts), without attrs' per-field setattr by name.
+            key = _KeyDraft()
+            key.request_id = request.request_id
+            key.epoch = request.epoch
+            key.generation = request.generation
+            key.serial = self.serial
+            key.__class__ = ResultKey
             retained = self._retained
             self._result = StageResult(
                 key, outputs, events, time.perf_counter() - self._started, stage.ack,
@@ -251,7 +251,7 @@ class PendingCall:
         stage = self.stage
         while True:
             try:
-                event, tensors = next(self._events)
+                event, tensors = next(self.source)
             except (StopIteration, EdgeError):
                 stage.accept(self.request_id, self.serial, None)
                 return
@@ -270,7 +270,7 @@ class PendingCall:
             release()
 
     def _close_events(self) -> None:
-        close = getattr(self._events, "close", None)
+        close = getattr(self.source, "close", None)
         if close is not None:
             close()
 

@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,12 @@ def _wake(done: Any) -> None:
         done.set_result(None)
 
 
+def _epoch_moved(pipeline: weakref.ref[Pipeline], epoch: int) -> bool:
+    """True once ``pipeline`` was cancelled since ``epoch`` (its epoch then), or is gone."""
+    alive = pipeline()
+    return alive is None or alive.epoch != epoch
+
+
 def _leave(lineup: ServingLineup, admission: SlotPool, serving: Serving) -> None:
     """Give back what a delivered request held: its placement and its admission slot."""
     lineup.leave(serving)
@@ -169,8 +176,11 @@ class Pipeline:
         # A delivered request's release and receipt (stateless partials), made again only
         # when its placement or their generations differ from the last request's (read
         # and replaced whole; none refers to this pipeline: no reference cycle).
-        self._delivery_parts: tuple[Serving, tuple[int | None, ...], Callable[[], None],
-                                    Callable[[], Any]] | None = None
+        self._delivery_parts: tuple[Serving, int | tuple[int | None, ...],
+                                    Callable[[], None], Callable[[], Any]] | None = None
+        # A one-stage request's abandoned() of the current epoch, with that epoch: made
+        # again when the epoch moved (it refers to this pipeline weakly: no cycle)
+        self._epoch_moved_since: tuple[int, Callable[[], bool]] | None = None
         self.opened_at = opener.started_at
         self.closed = False
         self.candidates: dict[str, list[dict[str, Any]]] = opener.tried
@@ -435,16 +445,20 @@ class Pipeline:
             self.admission.release()
             raise
         latencies[serving.final_stage_id] = final.latency_s
+        # The placement's generations as compared with the last request's: the one
+        # worker's own (an int, no tuple made per request), else every stage's
+        seen: int | tuple[int | None, ...]
         if serving.single_worker and isinstance(final, StageResult):
-            generations: tuple[int | None, ...] = (final.key.generation,)
+            seen = final.key.generation
         else:
-            generations = serving.generations()
+            seen = serving.generations()
         parts = self._delivery_parts
-        if parts is None or parts[0] is not serving or parts[1] != generations:
+        if parts is None or parts[0] is not serving or parts[1] != seen:
             # (partials, C: no closure and its cells), made again only when the placement
             # or its generations changed since the last request's
+            generations = (seen,) if isinstance(seen, int) else seen
             parts = self._delivery_parts = (
-                serving, generations, partial(_leave, self.lineup, self.admission, serving),
+                serving, seen, partial(_leave, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
         return PipelineResult(final, latencies, parts[2], receipt=parts[3])
 
@@ -477,17 +491,17 @@ class Pipeline:
         if request_id is not None:
             self.requests.enter(request_id, group)  # raises when it was cancelled
             abandoned = partial(self._request_abandoned, epoch, request_id)
-        else:
-            abandoned = partial(self._epoch_moved, epoch)
+        else:  # the same for every request of an epoch: made again when the epoch moved
+            moved = self._epoch_moved_since
+            if moved is None or moved[0] != epoch:
+                moved = self._epoch_moved_since = (
+                    epoch, partial(_epoch_moved, weakref.ref(self), epoch))
+            abandoned = moved[1]
         if now:  # a free slot now, or None
             return group.try_submit(data, params=dict(params) if params else None,
                                     until=until, request_id=request_id, abandoned=abandoned)
         return group.submit(data, params=dict(params) if params else None, until=until,
                             request_id=request_id, abandoned=abandoned)
-
-    def _epoch_moved(self, epoch: int) -> bool:
-        """True once the pipeline was cancelled since ``epoch`` (its epoch then)."""
-        return self.epoch != epoch
 
     def _request_abandoned(self, epoch: int, request_id: str) -> bool:
         """True once the pipeline or request ``request_id`` was cancelled since ``epoch``."""

@@ -26,9 +26,13 @@ class AckOutcome(enum.StrEnum):
     STALE = "stale"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ResultKey:
-    """Identifies one delivery exactly: an acknowledgement must match all four fields."""
+    """Identifies one delivery exactly: an acknowledgement must match all four fields.
+
+    (No ``__weakref__`` slot: the runtime builds its keys on a draft,
+    :mod:`edge_contracts.drafts`, and CPython refuses the change of class with one.)
+    """
 
     request_id: str
     epoch: int

@@ -26,7 +26,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from edge_contracts.requests import (
@@ -56,7 +55,7 @@ from edge_core.runtime.input_buffers import (
     make_input_buffer,
     owns_input_buffer,
 )
-from edge_core.runtime.pending import Entry, PendingCall
+from edge_core.runtime.pending import PendingCall
 from edge_core.runtime.request_inputs import malformed_inputs
 from edge_core.runtime.restarts import Restarter, RestartPolicy
 from edge_core.runtime.results import AckOutcome, ResultKey
@@ -122,9 +121,12 @@ class StageRuntime:
         limit = max_in_flight or binding.backend.max_concurrency
         self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
         self._timer = timer()  # the process's one deadline timer (kept across a fork)
+        # What a call's timer handle runs, bound once (not per call; the restarter holds
+        # bound methods of this runtime already: no new cycle)
+        self._expire_call = self._expire
         self.made_input_buffers = False
         """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, PendingCall] = {}
         self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
         self._send_waiters = 0  # threads in self._sent.wait (under self._lock)
@@ -228,12 +230,12 @@ class StageRuntime:
         # Bound the call: the earlier of its deadline and call_timeout_s (_expire ends
         # it), from the moment it is registered, sending included. Scheduled with the
         # registration, under the one lock: the call's end (accept) or a retirement
-        # cancels it. partial (C) rather than a closure, the reason worded only on expiry.
+        # cancels it. The reason is worded only on expiry.
         bound = time.monotonic() + self.call_timeout_s
         by_deadline = False
         if until is not None and until <= bound:
             bound, by_deadline = until, True
-        registered: Entry | None = None  # what the failure path below takes back
+        registered: PendingCall | None = None  # what the failure path below takes back
         try:
             self._lock.acquire()  # (acquire/release: half the cost of `with`)
             try:
@@ -252,27 +254,30 @@ class StageRuntime:
                         f"{self.stage_id!r}: {request_id!r}"
                     )
                 serial = next(self._serials)
-                registered = entry = Entry(serial, self.epoch)
+                # The request (of the epoch it is registered in) and its record: the
+                # pending call the caller gets, registered before it is sent
+                if generated:
+                    request = prechecked_request(request_id, self.context.stage_id,
+                                                 self.epoch, self.generation,
+                                                 self._operation, params)
+                else:
+                    request = StageRequest(request_id, self.context.stage_id, self.epoch,
+                                           self.generation, self._operation,
+                                           params=dict(params or {}))
+                registered = entry = PendingCall(self, request, serial)
                 self._entries[request_id] = entry
                 # An expiry while the request is still being sent waits for the send
                 # (_cancel_targets), as a cancel does. The action names the entry by its
                 # serial, not by the entry itself: entry -> handle -> action -> entry
                 # would be a reference cycle per call (the handle waits in the timer's
-                # inbox until its next drain), freed only by the garbage collector.
+                # inbox until its next drain), freed only by the garbage collector. Its
+                # arguments go with the handle: no partial, no bound method per call.
                 entry.timer = self._timer.schedule(
-                    bound, partial(self._expire, request_id, serial, by_deadline))
+                    bound, self._expire_call, request_id, serial, by_deadline)
             finally:
                 self._lock.release()
-            if generated:
-                request = prechecked_request(request_id, self.context.stage_id, entry.epoch,
-                                             self.generation, self._operation, params)
-            else:
-                request = StageRequest(request_id, self.context.stage_id, entry.epoch,
-                                       self.generation, self._operation,
-                                       params=dict(params or {}))
-            started = time.perf_counter()
             try:
-                events = iter(self.binding.call(self.loaded, request, inputs))
+                entry.source = iter(self.binding.call(self.loaded, request, inputs))
             except TypeError as exc:
                 trace = exc.__traceback__
                 if trace is None or trace.tb_next is not None:
@@ -303,12 +308,12 @@ class StageRuntime:
             if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
                 raise refusal from None
             raise
-        return PendingCall(self, request, serial, events, started, entry)
+        return entry
 
     def _expire(self, request_id: str, serial: int, by_deadline: bool) -> None:
         """A call outlived its bound: fence it and end it (from the timer's thread).
 
-        ``serial`` is the call's (:attr:`Entry.serial`, unique on this stage): an entry
+        ``serial`` is the call's (:attr:`PendingCall.serial`, unique on this stage): an entry
         of ``request_id`` with another serial is a later call's, left alone.
         """
         what = ("deadline_s expired" if by_deadline
@@ -408,7 +413,8 @@ class StageRuntime:
                 # where the handle waits (a few objects a call, else, kept for about
                 # 1000 calls: the garbage collector's young generation filled by them)
                 timer.cancelled = True
-                timer.action = no_action
+                timer.action = no_action  # (before the arguments, as cancel does)
+                timer.args = ()
             if event is not None and not fenced and event.kind is _DONE:
                 entry.delivered = True
                 if self.restarter.restarts:  # served again: the count starts over

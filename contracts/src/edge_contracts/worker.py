@@ -488,8 +488,7 @@ class _Server:
         when the channel is gone.
         """
         parts, total = frame
-        self._send_lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._send_lock:
             sent = not self._broken
             if sent:
                 try:
@@ -498,14 +497,9 @@ class _Server:
                         _write_rest(self._sendmsg, parts, written, total)
                 except (OSError, WireError):  # a frame cut short: the channel is done
                     self._broken, sent = True, False
-        finally:
-            self._send_lock.release()
-        self._calls_lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._calls_lock:
             if self._calls.get(call.request_id) is call:
                 del self._calls[call.request_id]
-        finally:
-            self._calls_lock.release()
         return sent
 
     def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
@@ -606,11 +600,8 @@ class _Server:
             heartbeat.wake()
         self._executing = True
         try:
-            self._calls_lock.acquire()  # (acquire/release: half the cost of `with`)
-            try:
+            with self._calls_lock:
                 self._calls[request_id] = call
-            finally:
-                self._calls_lock.release()
             try:
                 outputs = self.handler.submit(call)
             except Exception as exc:  # reported as the request's ERROR event

@@ -288,16 +288,13 @@ class Call:
         # to acknowledge (its DONE carries their acks, which no template holds)
         if outputs and data is None and not self._acks:
             server = self._server
-            self._lock.acquire()  # (acquire/release: half the cost of `with`)
-            try:
+            with self._lock:
                 if not self._closed and not self._allocated:
                     frame = server.usual_done(self, self._seq, outputs)
                     if frame is not None:
                         self._seq += 1
                         self._closed = True
                         return server.write_usual(self, frame)
-            finally:
-                self._lock.release()
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 
     def fail(self, error: BaseException) -> bool:

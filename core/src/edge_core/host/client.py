@@ -599,22 +599,18 @@ class WorkerClient:
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
         call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
                     self._reader_wait)
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             if request_id in self._calls:
                 self._inputs.take_back(packed.leases, claimed)
                 raise ProtocolViolation("request.request_id", "already in flight", request_id)
             self._calls[request_id] = call
-        finally:
-            self._lock.release()
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
             if kept is not None and not gone:  # the kept bytes around this request's id
                 before, after, total = kept
                 head = before + rid + after
                 if self._spin_frame is None:  # (one told meanwhile goes with the next write)
-                    self._send_lock.acquire()  # (acquire/release: half the cost of `with`)
-                    try:
+                    with self._send_lock:
                         try:
                             written = self._sock.sendmsg([head, value])
                             if written != total:  # the rest, resumed as write_frame does
@@ -622,8 +618,6 @@ class WorkerClient:
                                             [memoryview(head + value.tobytes())[written:]])
                         except OSError as exc:
                             raise self._send_failed(exc) from None
-                    finally:
-                        self._send_lock.release()
                 else:
                     self._write([head, value.data.cast("B")])
                 return call
@@ -823,14 +817,11 @@ class WorkerClient:
                             call = None
                             if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
                                 calls = self._calls
-                                self._lock.acquire()  # (acquire/release: half the cost of `with`)
-                                try:
+                                with self._lock:
                                     call = calls.pop(request_id, None)  # DONE is terminal
                                     if call is not None and call.epoch != kept[2]:
                                         calls[request_id] = call  # stale: the general path's
                                         call = None
-                                finally:
-                                    self._lock.release()
                             if call is not None:
                                 self.last_heard = time.monotonic()
                                 _, stage_id, epoch, generation, layout, outputs = kept

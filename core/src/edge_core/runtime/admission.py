@@ -74,8 +74,7 @@ class SlotPool:
             StageClosed: no slot was free and the pool was closed (:meth:`close`), before
                 or while this waited.
         """
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             if self._used < self.limit:
                 self._used += 1
                 return
@@ -104,8 +103,6 @@ class SlotPool:
                 + (f" for {deadline_s} s" if deadline_s else "")
                 + f": {self._used}"
             )
-        finally:
-            self._lock.release()
 
     def close(self, why: str) -> None:
         """End every wait for a slot, now and later, with ``StageClosed`` naming ``why``.
@@ -121,15 +118,12 @@ class SlotPool:
 
     def release(self) -> None:
         """Free one slot and wake one waiter."""
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             if self._used <= 0:
                 raise RuntimeError(f"{self.what}: release without a matching acquire")
             self._used -= 1
             if self._waiters:
                 self._cond.notify()
-        finally:
-            self._lock.release()
         if self.listeners:  # (no iterator made for none, the usual case)
             for listener in self.listeners:
                 listener()

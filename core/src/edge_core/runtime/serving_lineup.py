@@ -148,13 +148,10 @@ class ServingLineup:
 
     def enter(self) -> Serving:
         """Take the current placement for one request (hold it until :meth:`leave`)."""
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             serving = self.current
             serving.holds += 1
             return serving
-        finally:
-            self._lock.release()
 
     def leave(self, serving: Serving, *, answered: bool = True) -> None:
         """The request that entered ``serving`` is done (its result acknowledged).
@@ -162,13 +159,10 @@ class ServingLineup:
         ``answered=False``: it leaves unanswered, to enter again on another path (the
         first answer is not counted).
         """
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             serving.holds -= 1
             if self._idle_waiters and serving.holds <= 0:
                 self._idle.notify_all()
-        finally:
-            self._lock.release()
         if not self._answered and answered:  # set takes a lock and notifies: once is enough
             self._answered = True
             self.first_answered.set()

@@ -237,8 +237,7 @@ class StageRuntime:
             bound, by_deadline = until, True
         registered: PendingCall | None = None  # what the failure path below takes back
         try:
-            self._lock.acquire()  # (acquire/release: half the cost of `with`)
-            try:
+            with self._lock:
                 if self.state is not _READY:
                     self._require_ready()
                 if abandoned is not None and abandoned():
@@ -274,8 +273,6 @@ class StageRuntime:
                 # arguments go with the handle: no partial, no bound method per call.
                 entry.timer = self._timer.schedule(
                     bound, self._expire_call, request_id, serial, by_deadline)
-            finally:
-                self._lock.release()
             try:
                 entry.source = iter(self.binding.call(self.loaded, request, inputs))
             except TypeError as exc:
@@ -393,8 +390,7 @@ class StageRuntime:
         request ends the request: its slot is freed, except after a delivered DONE,
         whose slot the acknowledgement frees.
         """
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             entry = self._entries.get(request_id)
             if entry is None or entry.serial != serial:
                 return False  # not this request's entry (ended, or its id reused): fenced
@@ -421,22 +417,17 @@ class StageRuntime:
                     self.restarter.reset()
                 return True
             del self._entries[request_id]
-        finally:
-            self._lock.release()
         self.slots.release()
         return not fenced
 
     def ack(self, key: ResultKey) -> AckOutcome:
         """Free the slot of a delivered result when id, epoch, generation and serial match."""
-        self._lock.acquire()  # (acquire/release: half the cost of `with`)
-        try:
+        with self._lock:
             entry = self._entries.get(key.request_id)
             if (entry is None or not entry.delivered or entry.serial != key.serial
                     or entry.epoch != key.epoch or key.generation != self.generation):
                 return _STALE
             del self._entries[key.request_id]
-        finally:
-            self._lock.release()
         self.slots.release()
         return _ACKNOWLEDGED
 

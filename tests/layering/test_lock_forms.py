@@ -1,4 +1,4 @@
-"""A lock is taken with ``with``, never with ``acquire()`` and a ``try`` whose ``finally`` releases it.
+"""A lock is taken with ``with``, never by ``acquire()`` and a ``try`` that releases it.
 
 On CPython a signal waiting to be handled (Ctrl-C, the command line's ``SIGTERM``) is
 acted on as a call returns to Python code, so right after ``lock.acquire()`` returns,
@@ -13,6 +13,7 @@ those locks held, and a ``Pipeline.close()`` that then hung.)
 from __future__ import annotations
 
 import ast
+import itertools
 import signal
 import threading
 import time
@@ -34,7 +35,7 @@ def _acquire_then_try(tree: ast.AST) -> Iterator[ast.stmt]:
             block = getattr(node, field, None)
             if not isinstance(block, list):
                 continue
-            for first, second in zip(block, block[1:], strict=False):
+            for first, second in itertools.pairwise(block):
                 if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
                         and isinstance(first.value.func, ast.Attribute)
                         and first.value.func.attr == "acquire"

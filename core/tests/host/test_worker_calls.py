@@ -77,6 +77,7 @@ def test_a_query_is_answered_ahead_of_queued_requests_and_its_errors_keep_the_wo
     client.load({"model": "m"})
     running = client.submit(request("r1", sleep_s=1.0), {"x": np.ones(2)})
     queued = client.submit(request("r2", sleep_s=2.0), {"x": np.ones(2)})
+    assert client.calls_in_flight() == 2  # (vLLM's stage counts them for max_concurrency)
     answer = client.query({"count_tokens": {"prompt": "edge"}}, timeout_s=10)
     assert answer == {"asked": {"count_tokens": {"prompt": "edge"}},
                       "loaded": {"model": "m"}}
@@ -89,6 +90,7 @@ def test_a_query_is_answered_ahead_of_queued_requests_and_its_errors_keep_the_wo
     assert running.result(timeout=10)["x"].sum() == 2
     assert queued.result(timeout=10)["x"].sum() == 2
     assert client.health().ready and client.ping()["in_flight"] == 0
+    assert client.calls_in_flight() == 0
 
 
 def test_a_query_to_a_handler_without_one_is_an_error_while_streams_go_on(start):

@@ -540,6 +540,11 @@ class WorkerClient:
         with self._lock:
             return request_id in self._calls
 
+    def calls_in_flight(self) -> int:
+        """How many requests were sent whose terminal event the reader has not seen."""
+        with self._lock:
+            return len(self._calls)
+
     def call_in_flight(self, request_id: str) -> Call | None:
         """The :class:`Call` of ``request_id`` until the reader has seen its terminal event.
 

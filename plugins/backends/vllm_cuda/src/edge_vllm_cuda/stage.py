@@ -169,9 +169,8 @@ class VllmStage(WorkerStage):
         return WarmupReport(placement=placement, numerics=None, extra=extra)
 
     def in_flight(self) -> int:
-        """Requests sent to the worker whose terminal event has not been taken."""
-        with self._lock:
-            return sum(1 for call in self._calls.values() if not call.ended)
+        """Requests sent to the worker whose terminal event has not been read."""
+        return self.client.calls_in_flight()
 
     def generate(self, request: StageRequest,
                  inputs: Mapping[str, Any]) -> Iterator[tuple[StageEvent, Mapping[str, Any]]]:

@@ -144,7 +144,11 @@ def test_ctrl_c_as_a_measured_open_retires_its_loser_retires_it_once(
     monkeypatch.setattr(StageRuntime, "close", interrupted_close)
     monkeypatch.setattr(StageSlot, "settle", recorded_settle)
     try:
-        opened = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0)
+        # its own store: from the default one, a decision another test stored for the same
+        # pipeline and workload was reused, nothing measured and no loser retired (once, in
+        # a suite run: "decision": "reused")
+        opened = Pipeline.open(config, plugins, ledger, retire_deadline_s=3.0,
+                               store=DecisionStore(tmp_path / "decisions"))
     except KeyboardInterrupt:
         pass
     else:  # no interrupt came: close what opened, then fail, saying what the open did

@@ -274,13 +274,7 @@ class StageRuntime:
                 entry.timer = self._timer.schedule(
                     bound, self._expire_call, request_id, serial, by_deadline)
             try:
-                source = self.binding.call(self.loaded, request, inputs)
-                # An iterator (what a worker stage's call and a generator are) as it is:
-                # iter() would only call its __iter__, a Python call per request, to get
-                # it back; anything else through iter() (an iterable's iterator, or the
-                # TypeError below)
-                entry.source = (source if hasattr(source.__class__, "__next__")
-                                else iter(source))
+                entry.source = iter(self.binding.call(self.loaded, request, inputs))
             except TypeError as exc:
                 trace = exc.__traceback__
                 if trace is None or trace.tb_next is not None:

@@ -103,3 +103,37 @@ def test_a_tiny_call_runs_a_bounded_number_of_bytecodes_in_the_ort_handler(
     ort, x, _ = handler
     count = bytecodes(_submits(ort, x))
     assert count.per_call <= bound, count
+
+
+def test_a_tiny_call_gives_the_run_an_options_object_never_none(
+    handler: tuple[OrtHandler, Any, Any],
+) -> None:
+    """The run's options are ONNX Runtime's ``RunOptions``, never ``None``.
+
+    pybind11 converts a ``None`` given for the compiled run's options only after looking
+    for a foreign module's converter on ``NoneType``: a failed attribute lookup that
+    formats and clears an ``AttributeError`` in C on every call (about 2,000 of the
+    worker's instructions a call, by callgrind; nothing Python's own counters see). An
+    empty ``RunOptions`` is ONNX Runtime's defaults, matched at once by its exact type.
+    """
+    import onnxruntime
+
+    ort, x, expected = handler
+    real = ort._session_run
+    given: list[object] = []
+
+    def recording(names: Any, feed: Any, options: Any) -> Any:
+        given.append(options)
+        return real(names, feed, options)
+
+    ort._session_run = recording
+    try:
+        header = FrameHeader("request", "r", "s0", 0, 1)
+        for _ in range(3):
+            outputs = ort.submit(Call(_ServeLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
+            assert outputs is not None
+            np.testing.assert_array_equal(outputs["y"], expected)
+    finally:
+        ort._session_run = real
+    assert len(given) == 3
+    assert all(type(options) is onnxruntime.RunOptions for options in given), given

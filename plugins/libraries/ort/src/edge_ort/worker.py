@@ -493,7 +493,13 @@ class OrtHandler(BaseHandler):
         self._shrink_options = ort.RunOptions()
         self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage",
                                                   "cpu:0")
-        self._run_options = self._shrink_options if shrinkage == "every-call" else None
+        # Never None: the compiled run converts its run-options argument with pybind11,
+        # which, given None, first looks for a foreign module's converter on NoneType (a
+        # failed attribute lookup that formats and clears an AttributeError, every call)
+        # before it takes None as ONNX Runtime's defaults; an empty RunOptions is those
+        # defaults, matched at once by its exact type.
+        self._run_options = (self._shrink_options if shrinkage == "every-call"
+                             else ort.RunOptions())
         if shrinkage == "at-rest" and (self._heap.get("policy") != "rest"
                                        or self._target != CPU):
             # nothing tells this worker when it rests; or its runs are on another device

@@ -46,6 +46,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -299,3 +300,13 @@ def _placement_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
 def _gate_cache(tmp_path_factory: pytest.TempPathFactory,
                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EDGE_GATE_CACHE", str(tmp_path_factory.mktemp("gates")))
+
+
+@pytest.fixture
+def sigint() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` in the main thread, as in a command."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -106,16 +106,6 @@ def _contended(lock: threading.Lock, take: Callable[[threading.Lock], None]) -> 
     return lock.locked()
 
 
-@pytest.fixture
-def sigint() -> Iterator[None]:
-    """SIGINT raises ``KeyboardInterrupt`` in the main thread, as in a command."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
 def test_ctrl_c_as_the_lock_is_taken_leaves_it_held_only_in_the_acquire_form(
         sigint: None) -> None:
     # Why the rule: the CPython behaviour it guards against, shown on a plain lock.

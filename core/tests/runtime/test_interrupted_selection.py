@@ -19,7 +19,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +58,6 @@ def _assert_nothing_left(ledger: ResourceLedger) -> None:
     left = [n for n in segment_names()
             if (o := segment_owner(n)) is not None and o.pid == os.getpid()]
     assert not left, left
-
-
-@pytest.fixture
-def sigint() -> Iterator[None]:
-    """SIGINT raises ``KeyboardInterrupt`` in this (the main) thread, as in a command."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def test_an_interrupt_as_the_background_retires_its_candidates_loses_none(

@@ -497,9 +497,10 @@ class _Server:
                         _write_rest(self._sendmsg, parts, written, total)
                 except (OSError, WireError):  # a frame cut short: the channel is done
                     self._broken, sent = True, False
-        with self._calls_lock:
-            if self._calls.get(call.request_id) is call:
-                del self._calls[call.request_id]
+        if self._calls:  # (a call of the usual path the handler answered is not in it)
+            with self._calls_lock:
+                if self._calls.get(call.request_id) is call:
+                    del self._calls[call.request_id]
         return sent
 
     def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
@@ -551,12 +552,12 @@ class _Server:
             header_end = PREFIX_SIZE + header_len
             if (magic == BINARY_MAGIC and header_end + payload_len == count
                     and header_len >= _ID_END):  # one whole binary frame
-                raw = bytes(view[PREFIX_SIZE:header_end])
+                raw = view[PREFIX_SIZE:header_end].tobytes()  # (no bytes() type call)
                 id_end = REQUEST_ID_AT + (raw[4] | raw[5] << 8)
                 kept = self._usual.get(raw[:REQUEST_ID_AT] + raw[id_end:])
                 if kept is not None and kept[0] == payload_len:
                     try:
-                        request_id: str | None = str(raw[REQUEST_ID_AT:id_end], "utf-8")
+                        request_id: str | None = raw[REQUEST_ID_AT:id_end].decode()
                     except UnicodeDecodeError:  # the reader refuses it
                         request_id = None
                     # the parser's checks of an id; a fenced request: dropped by _execute
@@ -589,7 +590,7 @@ class _Server:
         _, op, stage_id, epoch, generation, layout = kept
         inputs: dict[str, Any] = {}
         if layout:
-            own = bytes(payload)  # read-only views of the loop's own copy
+            own = payload.tobytes()  # read-only views of the loop's own copy
             frombuffer = self._frombuffer
             for name, dtype, count, offset, shape in layout:
                 array = frombuffer(own, dtype, count, offset)
@@ -600,8 +601,11 @@ class _Server:
             heartbeat.wake()
         self._executing = True
         try:
-            with self._calls_lock:
-                self._calls[request_id] = call
+            # Nothing reads the loop's calls while the handler runs on the loop thread
+            # (cancel and ping are read by this thread; the heartbeat sees _executing):
+            # a call the handler answers before it returns is never entered, only one
+            # it hands on (a streaming handler's: submit returns None) and that has
+            # not ended meanwhile (its end's forget would have found nothing to drop).
             try:
                 outputs = self.handler.submit(call)
             except Exception as exc:  # reported as the request's ERROR event
@@ -609,6 +613,10 @@ class _Server:
                 return
             if outputs is not None:
                 call.done(outputs)
+            else:
+                with self._calls_lock:
+                    if not call.closed:
+                        self._calls[request_id] = call
         finally:
             self._executing = False
 

@@ -457,17 +457,28 @@ class _Server:
         if ndarray is None or type(outputs) is not dict:
             return None
         request_id = call.request_id.encode()
-        key: list[Any] = [call.stage_id, call.epoch, len(request_id)]
-        parts: list[Any] = [b""]
         value: Any
-        for name, value in outputs.items():  # a loop, no comprehension: no frame per call
+        parts: list[Any]
+        key: tuple[Any, ...]
+        if len(outputs) == 1:  # the lone output: its key made as a tuple at once
+            ((name, value),) = outputs.items()
             if type(value) is not ndarray:
                 return None
-            key += (name, value.dtype, value.shape, value.flags.c_contiguous)
-            parts.append(value)  # C-contiguous (the template's): written as it is
-        kept = self._done_frames.get(tuple(key), _UNSEEN)
+            key = (call.stage_id, call.epoch, len(request_id), name, value.dtype,
+                   value.shape, value.flags.c_contiguous)
+            parts = [b"", value]  # C-contiguous (the template's): written as it is
+        else:
+            found: list[Any] = [call.stage_id, call.epoch, len(request_id)]
+            parts = [b""]
+            for name, value in outputs.items():  # a loop, no comprehension: no frame
+                if type(value) is not ndarray:
+                    return None
+                found += (name, value.dtype, value.shape, value.flags.c_contiguous)
+                parts.append(value)
+            key = tuple(found)  # the lone output's, for one
+        kept = self._done_frames.get(key, _UNSEEN)
         if kept is _UNSEEN:
-            kept = self._keep_done(call, request_id, outputs, tuple(key))
+            kept = self._keep_done(call, request_id, outputs, key)
         if kept is None:
             return None
         producer = self._producer

@@ -440,18 +440,17 @@ class _Server:
             self.tensors()[0].take_back(packed.leases)
         return sent
 
-    def usual_done(
-        self, call: Call, seq: int, outputs: Mapping[str, Any]
-    ) -> tuple[list[Any], int] | None:
-        """``call``'s DONE event ``seq`` from a kept template, when it is the usual one.
+    def send_usual(self, call: Call, seq: int, outputs: Mapping[str, Any]) -> bool | None:
+        """Write ``call``'s DONE event ``seq`` from a kept template, when it is the usual one.
 
         The usual DONE (see :mod:`edge_contracts.worker_kept`): ``outputs`` a dict of
         C-contiguous arrays whose names, dtypes and shapes, with the call's stage, epoch
         and request id length, are those of a DONE whose template was made (through the
-        packer, the first time), and no unlinked segment names to announce. Returns the
-        frame's buffers (the arrays themselves after the header) and byte count, for
-        :meth:`write_usual`. None for any other, with nothing taken: the call packs and
-        sends it itself.
+        packer, the first time), and no unlinked segment names to announce. Its header
+        is written from the template, the arrays themselves after it, and the call is
+        dropped (as :meth:`forget` drops it). Called under the call's lock; the call
+        ends with it. True when written, False when the channel is gone; None for any
+        other DONE, with nothing written or taken: the call packs and sends it itself.
         """
         ndarray: Any = self._ndarray
         if ndarray is None or type(outputs) is not dict:
@@ -490,15 +489,6 @@ class _Server:
         head, stage, tail, total = kept
         parts[0] = b"".join((head, request_id, stage,
                              EVENT_BLOCK.pack(seq, time.monotonic_ns(), _DONE), tail))
-        return parts, total
-
-    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
-        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
-
-        Called under the call's lock, the call ended (as :meth:`forget` drops it). False
-        when the channel is gone.
-        """
-        parts, total = frame
         with self._send_lock:
             sent = not self._broken
             if sent:

@@ -30,6 +30,8 @@ from edge_contracts.protocol import (
     KNOWN_FEATURES,
     OP_CANCEL,
     OP_EVENT,
+    OP_PING,
+    OP_REPLY,
     OP_RUN,
     OP_SHUTDOWN,
 )
@@ -49,12 +51,16 @@ class Doubling(BaseHandler):
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
-        self.answer: Callable[[Call], Mapping[str, Any]] = lambda call: {
+        self.answer: Callable[[Call], Mapping[str, Any] | None] = lambda call: {
             "y": call.inputs["x"] * 2}
+        self.cancelled: list[str] = []
 
     def submit(self, call: Call) -> Mapping[str, Any] | None:
         self.calls.append(call)
         return self.answer(call)
+
+    def cancel(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
 
 
 class Channel:
@@ -96,6 +102,12 @@ def request(rid: str, x: np.ndarray = X, epoch: int = 0, payload: bytes | None =
         frame = (PREFIX.pack(magic, header_len, len(payload))
                  + frame[PREFIX.size : PREFIX.size + header_len] + payload)
     return frame
+
+
+def control(op: str, rid: str = "", meta: dict[str, Any] | None = None) -> bytes:
+    """A control frame (``ping``, ``cancel``) of stage ``s0``."""
+    header = FrameHeader(op, rid, "s0", 0, 1, meta=meta or {})
+    return b"".join(bytes(part) for part in encode_frame(header, []))
 
 
 def with_id_bytes(frame: bytes, rid: bytes) -> bytes:
@@ -304,3 +316,51 @@ def test_outputs_over_max_io_bytes_end_the_request_with_an_error_after_a_kept_on
     handler.answer = lambda call: {"y": call.inputs["x"] * 2}
     channel.write(request("r4"))
     assert channel.read()[1].meta["kind"] == "done"
+
+
+def in_flight(channel: Channel) -> int:
+    """The loop's requests in flight, as its answer to a ``ping`` says."""
+    channel.write(control(OP_PING, "p"))
+    _, header, _ = channel.read()
+    assert header.op == OP_REPLY and header.meta["ok"], header.meta
+    return int(header.meta["result"]["in_flight"])
+
+
+def test_a_usual_request_its_handler_hands_on_is_in_flight_until_cancelled(
+    serving: Serving,
+) -> None:
+    loop, channel, handler, _, _ = serving
+    channel.sock.settimeout(10)  # a cancel that finds no call is never answered
+    channel.write(request("r1"))  # the general path; its template kept
+    channel.read()
+    held: list[Call] = []
+    handler.answer = lambda call: held.append(call)  # handed on: submit returns None
+    channel.write(request("r2"))  # alone and equal but for its id: the usual path
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert [call.request_id for call in held] == ["r2"]
+    assert in_flight(channel) == 1
+    channel.write(control(OP_CANCEL, meta={"target": "r2"}))
+    _, header, payload = channel.read()
+    assert (header.request_id, header.meta["kind"], payload) == ("r2", "cancelled", b"")
+    assert in_flight(channel) == 0 and loop._calls == {}  # read after the cancel's end
+    assert handler.cancelled == ["r2"] and held[0].closed
+    assert not held[0].done({"y": X})  # its handler's late end is dropped
+
+
+def test_a_usual_request_answered_before_its_handler_returns_is_not_kept_in_flight(
+    serving: Serving,
+) -> None:
+    loop, channel, handler, _, _ = serving
+    channel.write(request("r1"))
+    channel.read()
+
+    def answer_then_return_none(call: Call) -> None:
+        call.done({"y": call.inputs["x"] * 2})  # as a handler's own thread may, at once
+
+    handler.answer = answer_then_return_none
+    channel.write(request("r2"))
+    raw, header, _ = channel.read()
+    assert raw == expected_done("r2", 0, header.meta["created_ns"], {"y": X * 2})
+    assert in_flight(channel) == 0 and loop._calls == {}

@@ -440,34 +440,44 @@ class _Server:
             self.tensors()[0].take_back(packed.leases)
         return sent
 
-    def usual_done(
-        self, call: Call, seq: int, outputs: Mapping[str, Any]
-    ) -> tuple[list[Any], int] | None:
-        """``call``'s DONE event ``seq`` from a kept template, when it is the usual one.
+    def send_usual(self, call: Call, seq: int, outputs: Mapping[str, Any]) -> bool | None:
+        """Write ``call``'s DONE event ``seq`` from a kept template, when it is the usual one.
 
         The usual DONE (see :mod:`edge_contracts.worker_kept`): ``outputs`` a dict of
         C-contiguous arrays whose names, dtypes and shapes, with the call's stage, epoch
         and request id length, are those of a DONE whose template was made (through the
-        packer, the first time), and no unlinked segment names to announce. Returns the
-        frame's buffers (the arrays themselves after the header) and byte count, for
-        :meth:`write_usual`. None for any other, with nothing taken: the call packs and
-        sends it itself.
+        packer, the first time), and no unlinked segment names to announce. Its header
+        is written from the template, the arrays themselves after it, and the call is
+        dropped (as :meth:`forget` drops it). Called under the call's lock; the call
+        ends with it. True when written, False when the channel is gone; None for any
+        other DONE, with nothing written or taken: the call packs and sends it itself.
         """
         ndarray: Any = self._ndarray
         if ndarray is None or type(outputs) is not dict:
             return None
         request_id = call.request_id.encode()
-        key: list[Any] = [call.stage_id, call.epoch, len(request_id)]
-        parts: list[Any] = [b""]
         value: Any
-        for name, value in outputs.items():  # a loop, no comprehension: no frame per call
+        parts: list[Any]
+        key: tuple[Any, ...]
+        if len(outputs) == 1:  # the lone output: its key made as a tuple at once
+            ((name, value),) = outputs.items()
             if type(value) is not ndarray:
                 return None
-            key += (name, value.dtype, value.shape, value.flags.c_contiguous)
-            parts.append(value)  # C-contiguous (the template's): written as it is
-        kept = self._done_frames.get(tuple(key), _UNSEEN)
+            key = (call.stage_id, call.epoch, len(request_id), name, value.dtype,
+                   value.shape, value.flags.c_contiguous)
+            parts = [b"", value]  # C-contiguous (the template's): written as it is
+        else:
+            found: list[Any] = [call.stage_id, call.epoch, len(request_id)]
+            parts = [b""]
+            for name, value in outputs.items():  # a loop, no comprehension: no frame
+                if type(value) is not ndarray:
+                    return None
+                found += (name, value.dtype, value.shape, value.flags.c_contiguous)
+                parts.append(value)
+            key = tuple(found)  # the lone output's, for one
+        kept = self._done_frames.get(key, _UNSEEN)
         if kept is _UNSEEN:
-            kept = self._keep_done(call, request_id, outputs, tuple(key))
+            kept = self._keep_done(call, request_id, outputs, key)
         if kept is None:
             return None
         producer = self._producer
@@ -479,15 +489,6 @@ class _Server:
         head, stage, tail, total = kept
         parts[0] = b"".join((head, request_id, stage,
                              EVENT_BLOCK.pack(seq, time.monotonic_ns(), _DONE), tail))
-        return parts, total
-
-    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
-        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
-
-        Called under the call's lock, the call ended (as :meth:`forget` drops it). False
-        when the channel is gone.
-        """
-        parts, total = frame
         with self._send_lock:
             sent = not self._broken
             if sent:
@@ -497,9 +498,10 @@ class _Server:
                         _write_rest(self._sendmsg, parts, written, total)
                 except (OSError, WireError):  # a frame cut short: the channel is done
                     self._broken, sent = True, False
-        with self._calls_lock:
-            if self._calls.get(call.request_id) is call:
-                del self._calls[call.request_id]
+        if self._calls:  # (a call of the usual path the handler answered is not in it)
+            with self._calls_lock:
+                if self._calls.get(call.request_id) is call:
+                    del self._calls[call.request_id]
         return sent
 
     def _keep_done(self, call: Call, request_id: bytes, outputs: Mapping[str, Any],
@@ -551,12 +553,12 @@ class _Server:
             header_end = PREFIX_SIZE + header_len
             if (magic == BINARY_MAGIC and header_end + payload_len == count
                     and header_len >= _ID_END):  # one whole binary frame
-                raw = bytes(view[PREFIX_SIZE:header_end])
+                raw = view[PREFIX_SIZE:header_end].tobytes()  # (no bytes() type call)
                 id_end = REQUEST_ID_AT + (raw[4] | raw[5] << 8)
                 kept = self._usual.get(raw[:REQUEST_ID_AT] + raw[id_end:])
                 if kept is not None and kept[0] == payload_len:
                     try:
-                        request_id: str | None = str(raw[REQUEST_ID_AT:id_end], "utf-8")
+                        request_id: str | None = raw[REQUEST_ID_AT:id_end].decode()
                     except UnicodeDecodeError:  # the reader refuses it
                         request_id = None
                     # the parser's checks of an id; a fenced request: dropped by _execute
@@ -589,7 +591,7 @@ class _Server:
         _, op, stage_id, epoch, generation, layout = kept
         inputs: dict[str, Any] = {}
         if layout:
-            own = bytes(payload)  # read-only views of the loop's own copy
+            own = payload.tobytes()  # read-only views of the loop's own copy
             frombuffer = self._frombuffer
             for name, dtype, count, offset, shape in layout:
                 array = frombuffer(own, dtype, count, offset)
@@ -600,8 +602,11 @@ class _Server:
             heartbeat.wake()
         self._executing = True
         try:
-            with self._calls_lock:
-                self._calls[request_id] = call
+            # Nothing reads the loop's calls while the handler runs on the loop thread
+            # (cancel and ping are read by this thread; the heartbeat sees _executing):
+            # a call the handler answers before it returns is never entered, only one
+            # it hands on (a streaming handler's: submit returns None) and that has
+            # not ended meanwhile (its end's forget would have found nothing to drop).
             try:
                 outputs = self.handler.submit(call)
             except Exception as exc:  # reported as the request's ERROR event
@@ -609,6 +614,10 @@ class _Server:
                 return
             if outputs is not None:
                 call.done(outputs)
+            else:
+                with self._calls_lock:
+                    if not call.closed:
+                        self._calls[request_id] = call
         finally:
             self._executing = False
 

@@ -62,21 +62,13 @@ class CallServer(Protocol):
         """
         ...
 
-    def usual_done(
-        self, call: Call, seq: int, outputs: Mapping[str, Any]
-    ) -> tuple[list[Any], int] | None:
-        """``call``'s DONE event ``seq`` with ``outputs``, encoded on the usual path.
+    def send_usual(self, call: Call, seq: int, outputs: Mapping[str, Any]) -> bool | None:
+        """Write ``call``'s DONE event ``seq`` with ``outputs`` on the usual path.
 
-        Called under the call's lock. The frame's buffers and byte count, for
-        :meth:`write_usual`; None when the event is not a usual one (the call then packs
-        and sends it through :meth:`send_event`), with nothing written, taken or leased.
-        """
-        ...
-
-    def write_usual(self, call: Call, frame: tuple[list[Any], int]) -> bool:
-        """Write the DONE :meth:`usual_done` encoded for ``call``, then drop the call.
-
-        Called under the call's lock, the call ended. False when the channel is gone.
+        Called under the call's lock; the call ends with it (and is dropped). True when
+        written, False when the channel is gone; None when the event is not a usual one
+        (the call then packs and sends it through :meth:`send_event`), with nothing
+        written, taken or leased.
         """
         ...
 
@@ -290,11 +282,11 @@ class Call:
             server = self._server
             with self._lock:
                 if not self._closed and not self._allocated:
-                    frame = server.usual_done(self, self._seq, outputs)
-                    if frame is not None:
+                    sent = server.send_usual(self, self._seq, outputs)
+                    if sent is not None:  # written (or the channel gone): ended
                         self._seq += 1
                         self._closed = True
-                        return server.write_usual(self, frame)
+                        return sent
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 
     def fail(self, error: BaseException) -> bool:

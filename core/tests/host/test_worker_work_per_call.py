@@ -30,11 +30,13 @@ from edge_core.host import WorkerClient
 
 REQUESTS = 200
 PAUSE_EVERY = 50  # requests between two pauses of a heartbeat period: the counts must not move
-MAX_WORKER_CALLS = 9  # 45 before the frame reader's one receive and the leaner loop; 29 after;
+MAX_WORKER_CALLS = 8  # 45 before the frame reader's one receive and the leaner loop; 29 after;
 # 28.4 with the reader's drained a plain attribute; 25.3 with Packed.features an attribute and
 # refs_of and the kept-layout unpack as loops; 10.4 with the usual path (worker_kept: the
 # request recognised by its kept header, the DONE written from a kept template); 8.4 with the
-# usual DONE's write dropping the call itself and the loop receiving again at once after it
+# usual DONE's write dropping the call itself and the loop receiving again at once after it;
+# 7.4 in session 33 with the usual DONE encoded and written by one call of the loop's
+# (send_usual), not two
 #: Bytecode counts depend on the interpreter's compiler, so the bound is kept per minor
 #: version measured: on 3.11, 1628 before the leaner loop; 1337 after; 1334 with drained
 #: a plain attribute; 1323 with the packer's features an attribute; 1332 (measured again
@@ -45,7 +47,12 @@ MAX_WORKER_CALLS = 9  # 45 before the frame reader's one receive and the leaner 
 #: without the heartbeat's wake (counted apart: a share per period, not per request);
 #: 610.17 in session 31: the request's and its DONE's locks taken by acquire()/release()
 #: in try/finally (3 bytecodes more each, half a ``with``'s cost in machine instructions).
-MAX_WORKER_BYTECODES = {(3, 11): 612}
+#: 599.18 -> 560.39 in session 33: a usual request its handler answers is never entered in
+#: the loop's calls (two lock sections fewer), its header and payload copied by tobytes()
+#: and its id decoded by decode() (no bytes()/str() type calls); 553.38 with a lone
+#: output's DONE template looked up by a tuple made at once (no list, no tuple() call);
+#: 540.38 with that DONE encoded and written by one call of the loop's (send_usual).
+MAX_WORKER_BYTECODES = {(3, 11): 552}
 
 
 def _per_request(client: WorkerClient, mode: str, first: int) -> tuple[float, list[object]]:

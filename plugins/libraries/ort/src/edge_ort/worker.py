@@ -262,6 +262,7 @@ class OrtHandler(BaseHandler):
         # made at load from the graph the target's session loaded, dropped after warm-up.
         self._reference_session: Any = None
         self._output_names: list[str] = []
+        self._lone_output: str | None = None  # the graph's only output's name, if one
         self._static_outputs: list[tuple[str, tuple[int, ...], np.dtype[Any], int]] = []
         self._served: ServedShapes | None = None
         # id(session) -> (session, its IOBinding, output name -> (address, shape, dtype)
@@ -482,6 +483,7 @@ class OrtHandler(BaseHandler):
         self._session_run = self._session.run  # until a warm-up checked the entries
         self._bucket_runs = {name: s.run for name, s in self._bucket_sessions.items()}
         self._output_names = [o.name for o in self._session.get_outputs()]
+        self._lone_output = self._output_names[0] if len(self._output_names) == 1 else None
         self._static_outputs = _static_outputs(self._session.get_outputs())
         self._largest.clear()
         load_ms = (time.perf_counter() - started) * 1e3
@@ -796,6 +798,9 @@ class OrtHandler(BaseHandler):
             # itself): the call's own dict is passed, not a copy.
             names = self._output_names
             values = run(names, inputs, self._run_options)
+            lone = self._lone_output
+            if lone is not None and len(values) == 1:  # a display: no dict and zip calls
+                return {lone: values[0]}
             if len(values) != len(names):  # zip's strict=True, without a keyword to parse
                 raise ValueError(f"run: {len(values)} outputs for {len(names)} output names")
             return dict(zip(names, values))  # noqa: B905 (lengths compared above)

@@ -364,3 +364,41 @@ def test_a_usual_request_answered_before_its_handler_returns_is_not_kept_in_flig
     raw, header, _ = channel.read()
     assert raw == expected_done("r2", 0, header.meta["created_ns"], {"y": X * 2})
     assert in_flight(channel) == 0 and loop._calls == {}
+
+
+def test_a_handed_on_usual_call_ended_while_its_loop_enters_it_is_not_kept_in_flight(
+    serving: Serving,
+) -> None:
+    """The handler's thread ends the call (its DONE written, the drop finding nothing)
+    before the loop enters it, and the loop enters it before that end returns: the loop
+    sees the call ended and drops it (else it stayed in flight for good: busy, pinged as
+    one in flight, beyond any cancel). The interleaving is forced by holding each side."""
+    loop, channel, handler, _, _ = serving
+    channel.sock.settimeout(10)
+    channel.write(request("r1"))  # the general path; its template kept
+    channel.read()
+    usual = loop.send_usual
+    written = threading.Event()
+
+    def held_send_usual(call: Call, seq: int, outputs: Mapping[str, Any]) -> bool | None:
+        sent = usual(call, seq, outputs)  # the DONE written, the call dropped (not in yet)
+        written.set()
+        deadline = time.monotonic() + 10
+        while loop._executing and time.monotonic() < deadline:  # the loop enters it now
+            time.sleep(0.001)
+        return sent
+
+    loop.send_usual = held_send_usual  # type: ignore[method-assign]
+
+    def hand_on(call: Call) -> None:
+        threading.Thread(target=call.done, args=({"y": call.inputs["x"] * 2},)).start()
+        assert written.wait(10)  # returns (and the loop enters the call) once it is written
+
+    handler.answer = hand_on
+    channel.write(request("r2"))
+    raw, header, _ = channel.read()
+    assert raw == expected_done("r2", 0, header.meta["created_ns"], {"y": X * 2})
+    deadline = time.monotonic() + 10
+    while loop._executing and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert in_flight(channel) == 0 and loop._calls == {}

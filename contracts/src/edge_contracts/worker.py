@@ -448,9 +448,10 @@ class _Server:
         and request id length, are those of a DONE whose template was made (through the
         packer, the first time), and no unlinked segment names to announce. Its header
         is written from the template, the arrays themselves after it, and the call is
-        dropped (as :meth:`forget` drops it). Called under the call's lock; the call
-        ends with it. True when written, False when the channel is gone; None for any
-        other DONE, with nothing written or taken: the call packs and sends it itself.
+        dropped (as :meth:`forget` drops it). Called under the call's lock, the call
+        already marked ended (it is open again where this returns None). True when
+        written, False when the channel is gone; None for any other DONE, with nothing
+        written or taken: the call packs and sends it itself.
         """
         ndarray: Any = self._ndarray
         if ndarray is None or type(outputs) is not dict:
@@ -605,8 +606,9 @@ class _Server:
             # Nothing reads the loop's calls while the handler runs on the loop thread
             # (cancel and ping are read by this thread; the heartbeat sees _executing):
             # a call the handler answers before it returns is never entered, only one
-            # it hands on (a streaming handler's: submit returns None) and that has
-            # not ended meanwhile (its end's forget would have found nothing to drop).
+            # it hands on (a streaming handler's: submit returns None), and that one is
+            # dropped again at once where it ended meanwhile on another thread (an end
+            # marks the call closed before it drops it, and found nothing to drop).
             try:
                 outputs = self.handler.submit(call)
             except Exception as exc:  # reported as the request's ERROR event
@@ -616,8 +618,9 @@ class _Server:
                 call.done(outputs)
             else:
                 with self._calls_lock:
-                    if not call.closed:
-                        self._calls[request_id] = call
+                    self._calls[request_id] = call
+                    if call.closed:
+                        del self._calls[request_id]
         finally:
             self._executing = False
 

@@ -65,7 +65,8 @@ class CallServer(Protocol):
     def send_usual(self, call: Call, seq: int, outputs: Mapping[str, Any]) -> bool | None:
         """Write ``call``'s DONE event ``seq`` with ``outputs`` on the usual path.
 
-        Called under the call's lock; the call ends with it (and is dropped). True when
+        Called under the call's lock, the call already marked ended (its end must be
+        seen before it is dropped); it is open again where this returns None. True when
         written, False when the channel is gone; None when the event is not a usual one
         (the call then packs and sends it through :meth:`send_event`), with nothing
         written, taken or leased.
@@ -282,10 +283,18 @@ class Call:
             server = self._server
             with self._lock:
                 if not self._closed and not self._allocated:
-                    sent = server.send_usual(self, self._seq, outputs)
+                    # Ended before send_usual drops it from the loop's calls: a handed-on
+                    # call its loop enters meanwhile (after its handler returned) is seen
+                    # ended there and dropped, not left in flight for good.
+                    self._closed = True
+                    sent = None
+                    try:
+                        sent = server.send_usual(self, self._seq, outputs)
+                    finally:
+                        if sent is None:  # not a usual DONE: emit sends it below
+                            self._closed = False
                     if sent is not None:  # written (or the channel gone): ended
                         self._seq += 1
-                        self._closed = True
                         return sent
         return self.emit(EventKind.DONE, outputs=outputs, data=data)
 

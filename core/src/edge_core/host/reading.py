@@ -226,13 +226,14 @@ class ChannelReader:
                                 more = self._more = self._read_now()  # type: ignore[misc]
                                 if more is None:
                                     self._ended = True
-                                elif inbox.empty():  # nothing for it yet: poll first now
+                                elif not inbox.empty():  # its item: taken below
+                                    self._read_now_after_miss = 1
+                                    break
+                                else:  # nothing for it yet: polls first from now on
                                     after = self._read_now_after_miss
                                     self._read_now_skip = after
                                     self._read_now_after_miss = min(2 * after,
                                                                     READ_NOW_SKIP_MAX)
-                                else:
-                                    self._read_now_after_miss = 1
                                 continue
                             # polls once even when no time is left
                             if not self._lead_wait.plain:  # a spin budget, or measured

@@ -139,25 +139,21 @@ class SlotPool:
         """Free one slot and wake one waiter."""
         with self._lock:
             self.release_held()
-        if self.listeners:  # (no call for none, the usual case)
-            self.released()
+        if self.listeners:  # (no iterator made for none, the usual case)
+            for listener in self.listeners:
+                listener()
 
     def release_held(self) -> None:
         """Free one slot within a section of the pool's lock (its owner's: see ``lock``).
 
-        Wakes one waiter; the :attr:`listeners` are the caller's to call, through
-        :meth:`released`, once it has let go of the lock.
+        Wakes one waiter; the :attr:`listeners` are the caller's to call, once it has let
+        go of the lock.
         """
         if self._used <= 0:
             raise RuntimeError(f"{self.what}: release without a matching acquire")
         self._used -= 1
         if self._waiters:
             self._cond.notify()
-
-    def released(self) -> None:
-        """Call every listener (after a release, without the lock)."""
-        for listener in self.listeners:
-            listener()
 
 
 def take_slot(pool: SlotPool, until: float | None) -> None:

@@ -118,8 +118,9 @@ def _leave(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPoo
     with admitting:
         lineup.leave_held(serving)
         admission.release_held()
-    if admission.listeners:
-        admission.released()
+    if admission.listeners:  # (called without the lock)
+        for listener in admission.listeners:
+            listener()
 
 
 def _acknowledge(submission: Submission) -> None:
@@ -669,13 +670,14 @@ class Pipeline:
         """
         requests, admission = self.requests, self.admission
         requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
-        try:
-            admission.acquire(None)
+        try:  # an admission slot free now, with the placement (one lock section, as _run)
+            with self._admitting:
+                admission.take_held()
+                epoch = self.epoch
+                serving = self.lineup.enter_held()
         except ResourceUnavailable:
             requests.end(request_id)
             return False
-        epoch = self.epoch
-        serving = self.lineup.enter()
         group = serving.direct
         future = running_future()
         submission = Submission(request_id, future, requests, until, admission.release)

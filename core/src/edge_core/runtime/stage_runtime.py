@@ -427,8 +427,9 @@ class StageRuntime:
             del self._entries[request_id]
             slots = self.slots
             slots.release_held()
-        if slots.listeners:
-            slots.released()
+        if slots.listeners:  # (called without the lock)
+            for listener in slots.listeners:
+                listener()
         return not fenced
 
     def ack(self, key: ResultKey) -> AckOutcome:
@@ -441,8 +442,9 @@ class StageRuntime:
             del self._entries[key.request_id]
             slots = self.slots
             slots.release_held()
-        if slots.listeners:
-            slots.released()
+        if slots.listeners:  # (called without the lock)
+            for listener in slots.listeners:
+                listener()
         return _ACKNOWLEDGED
 
     def request_ids(self) -> list[str]:

@@ -111,3 +111,69 @@ def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Pat
     assert loop["poll"] <= CALLS * 1.02, (per_call, loop)
     # the caller: one send, one poll, one receive
     assert sum(mine.values()) <= 3.05 * CALLS + timed, (per_call, mine, elapsed)
+
+
+
+WAITING = r"""
+import os, queue, socket, threading, time
+from functools import partial
+from edge_core.host.reading import ChannelReader
+
+ours, peer = socket.socketpair()
+inbox = queue.SimpleQueue()
+
+def read(flags=0):  # one "frame" (a byte) a read, delivered to the one waiting caller
+    try:
+        data = ours.recv(1, flags)
+    except BlockingIOError:
+        return False
+    if not data:
+        return None
+    inbox.put(data)
+    return False
+
+reader = ChannelReader(ours.fileno(), read, lambda: EOFError("gone"), spin_us=0,
+                       name="reader", read_now=partial(read, socket.MSG_DONTWAIT))
+try:
+    # led once, the answer coming later: the background reader stands aside from then on
+    threading.Timer(0.05, peer.send, (b"w",)).start()
+    assert reader.wait(inbox, 5.0) == b"w"
+    os.write(2, b"CALLS-START\n")
+    for _ in range(int(os.environ["CALLS"])):
+        peer.send(b"r")  # answered before its caller waits, as on one CPU
+        assert reader.wait(inbox, 5.0) == b"r"
+    os.write(2, b"CALLS-END\n")
+finally:
+    peer.shutdown(socket.SHUT_RDWR)
+    assert reader.close()
+    ours.close()
+    peer.close()
+"""
+
+
+@pytest.mark.skipif(not _strace_works(), reason="strace is missing or may not trace here")
+def test_a_reply_already_in_the_socket_is_read_without_a_poll(tmp_path: Path) -> None:
+    """Where the reply is there when its caller comes to wait (its worker ran meanwhile,
+    as on the caller's CPU, where its wake-up runs it at once), the leading caller reads
+    it at once: one receive, no poll (ChannelReader's ``read_now``). It polled first
+    before (a poll that returned at once: one system call more a call)."""
+    calls = 40
+    trace = tmp_path / "trace.txt"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=poll,recvfrom,write", "-o", str(trace),
+         sys.executable, "-c", WAITING],
+        check=True, env={**os.environ, "CALLS": str(calls)}, capture_output=True,
+        timeout=300,
+    )
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "CALLS-START" in line)
+    end = next(i for i, line in enumerate(lines) if "CALLS-END" in line)
+    caller = lines[start].split()[0]
+    mine: collections.Counter[str] = collections.Counter()
+    for line in lines[start + 1 : end]:
+        match = LINE.match(line)
+        if match and match.group(1) == caller and "resumed>" not in line:
+            mine[match.group(2)] += 1
+    assert mine["recvfrom"] == calls, mine
+    # (the first wait polls first: the wait led before found nothing at once)
+    assert mine["poll"] <= 1, mine

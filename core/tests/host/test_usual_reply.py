@@ -106,8 +106,8 @@ def watched(start: Callable[..., WorkerClient]) -> tuple[WorkerClient, WatchedRe
     client._frames = reads  # type: ignore[assignment]
     receive = client._recv_into
 
-    def recv_into(view: memoryview) -> int:
-        count = receive(view)
+    def recv_into(view: memoryview, nbytes: int = 0, flags: int = 0) -> int:
+        count = receive(view, nbytes, flags)  # (MSG_DONTWAIT: the reader's read_now)
         reads.received(bytes(view[:count]))
         return count
 

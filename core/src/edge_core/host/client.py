@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -115,6 +116,9 @@ _DONE = EventKind.DONE
 # prechecked_event sets one, without a call
 _EventDraft = draft_class(StageEvent)
 _frombuffer = np.frombuffer
+# A receive that returns at once when the socket holds nothing (the channel reader's
+# read before its poll); None where the platform has no such flag: the reader polls first.
+_DONTWAIT: int | None = getattr(socket, "MSG_DONTWAIT", None)
 _EXIT_GRACE_S = 0.25  # how long an end of stream waits to learn the exit status
 
 
@@ -216,6 +220,7 @@ class WorkerClient:
             spin_us=spin_us,
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
+            read_now=None if _DONTWAIT is None else partial(self._read_one, _DONTWAIT),
         )
         # What each Call is given, bound once (the reader holds this client's bound methods
         # already: no new cycle)
@@ -775,11 +780,13 @@ class WorkerClient:
 
     # -- receiving ---------------------------------------------------------------------
 
-    def _read_one(self) -> bool | None:
+    def _read_one(self, flags: int = 0) -> bool | None:
         """Read and dispatch one frame (by whichever thread reads); None once ended.
 
         Returns whether bytes of another frame wait in the frame reader's buffer (the
-        channel reader reads them before it polls the socket again).
+        channel reader reads them before it polls the socket again). ``flags``: the
+        receive's (``MSG_DONTWAIT``: the channel reader's ``read_now``, which reads
+        before it polls; nothing in the socket then returns False, nothing read).
 
         A receive that holds the usual reply alone is delivered from its kept template
         (:mod:`edge_core.host.reply_kept`); what else it holds is handed to the frame
@@ -793,7 +800,10 @@ class WorkerClient:
                 self._more = self._frames.has_buffered()
             else:
                 view = self._intake
-                count = self._recv_into(view)
+                try:
+                    count = self._recv_into(view, 0, flags)
+                except BlockingIOError:  # (MSG_DONTWAIT) nothing waits: the reader polls
+                    return False
                 # all the stream held (less than the room given): no frame waits behind it
                 if count < DEFAULT_BUFFER_BYTES:
                     # (of fewer than PREFIX_SIZE bytes, the sum below exceeds the count)

@@ -42,10 +42,21 @@ from edge_contracts.validation import require_seconds
 from edge_contracts.waiting import ReadableWait
 from edge_core.host.spinning import governor
 
-__all__ = ["HANDOVER", "LINGER_S", "ChannelReader"]
+__all__ = ["HANDOVER", "LINGER_S", "READ_NOW_SKIP_MAX", "ChannelReader"]
 
 LINGER_S = 0.05
 """How long after the last waiter the background reader takes over the socket."""
+
+READ_NOW_SKIP_MAX = 64
+"""Most leading waits that poll first after a read before the poll found nothing.
+
+Where the worker answers on the caller's CPU (both ends of the channel on one CPU: its
+wake-up runs it at once, before the caller polls), the reply is in the socket when the
+leader would poll: it reads at once, one system call fewer. A read that finds nothing
+(the worker on another CPU, still working) costs one system call more: the next wait
+polls first, and each miss in a row doubles how many do (1, 2, 4 … up to this), so that
+a channel whose replies come later pays for about one read in this many waits.
+"""
 
 
 class _Handover:
@@ -87,6 +98,9 @@ class ChannelReader:
         name: the background thread's name.
         peer_pid: the process that answers on ``fd`` (a worker): a governed wait's
             spinning thread keeps off its CPU (:mod:`edge_core.host.apart`).
+        read_now: ``read_one``, but returning False at once when the socket holds nothing
+            (nothing read). A leader whose wait is plain reads with it before it polls
+            while the replies it waits for are there by then (see :data:`READ_NOW_SKIP_MAX`).
 
     """
 
@@ -99,9 +113,15 @@ class ChannelReader:
         spin_us: int | None,
         name: str,
         peer_pid: int | None = None,
+        read_now: Callable[[], bool | None] | None = None,
     ) -> None:
         self._fd = fd
         self._read_one = read_one
+        self._read_now = read_now
+        # Leading waits left that poll before they read (read_now found nothing for the
+        # last that tried it), and how many the next such miss makes (under the role)
+        self._read_now_skip = 0 if read_now is not None else -1
+        self._read_now_after_miss = 1
         self._gone = gone
         self._more: bool | None = False  # read_one's last answer (under the read role)
         self._socket_ready = [(fd, select.POLLIN)]  # the usual wake-up's poll events
@@ -189,9 +209,32 @@ class ChannelReader:
                     if self._polling and not self._closing:  # the pipes are open while the
                         with contextlib.suppress(OSError):  # role is held; a full one: a
                             os.write(self._wake_w, b"\0")  # wake-up is pending anyway
+                    # Read at once (see READ_NOW_SKIP_MAX) with a plain wait only: a
+                    # spinning one measures how long its replies take to come.
+                    skip = self._read_now_skip
+                    if skip:  # (-1: no read_now)
+                        now = False
+                        if skip > 0:
+                            self._read_now_skip = skip - 1
+                    else:
+                        now = self._lead_wait.plain
                     # Read frames until inbox has an item or the channel ends.
                     while inbox.empty() and not self._ended:
                         if not self._more:  # else a frame waits in the client's buffer
+                            if now:
+                                now = False
+                                more = self._more = self._read_now()  # type: ignore[misc]
+                                if more is None:
+                                    self._ended = True
+                                elif not inbox.empty():  # its item: taken below
+                                    self._read_now_after_miss = 1
+                                    break
+                                else:  # nothing for it yet: polls first from now on
+                                    after = self._read_now_after_miss
+                                    self._read_now_skip = after
+                                    self._read_now_after_miss = min(2 * after,
+                                                                    READ_NOW_SKIP_MAX)
+                                continue
                             # polls once even when no time is left
                             if not self._lead_wait.plain:  # a spin budget, or measured
                                 events = self._lead_wait.wait(None if deadline is None else max(

@@ -36,9 +36,12 @@ class SlotPool:
     Args:
         limit: How many slots exist.
         what: Names the bounded thing in refusals (``stages[ocr].in_flight``).
+        lock: The pool's lock (reentrant), when its owner shares its own: the owner may
+            then take and free slots within its own lock sections (:meth:`take_held`,
+            :meth:`release_held`), one section where two were.
     """
 
-    def __init__(self, limit: int, what: str) -> None:
+    def __init__(self, limit: int, what: str, *, lock: threading.RLock | None = None) -> None:
         if limit < 1:
             raise ValueError(f"{what}: limit must be at least 1: {limit!r}")
         self.limit = limit
@@ -48,7 +51,7 @@ class SlotPool:
         self._closed: str | None = None  # why every wait ends now (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
         # __enter__/__exit__); the Condition over it is only for waiting.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock() if lock is None else lock
         self._cond = threading.Condition(self._lock)
         #: Called (without the lock) after every release: a replica set waiting for any
         #: of several pools to free a slot listens here.
@@ -78,9 +81,7 @@ class SlotPool:
             if self._used < self.limit:
                 self._used += 1
                 return
-            if self._closed is not None:  # nothing free: a wait would outlive its owner
-                raise StageClosed(f"{self.what}: {self._closed}")
-            if deadline_s is not None and deadline_s > 0:
+            if deadline_s is not None and deadline_s > 0 and self._closed is None:
                 end = time.monotonic() + deadline_s
                 self._waiters += 1
                 try:
@@ -98,11 +99,29 @@ class SlotPool:
                 if self._used < self.limit:
                     self._used += 1
                     return
-            raise SlotsTaken(
-                f"{self.what}: all {self.limit} slot(s) taken"
-                + (f" for {deadline_s} s" if deadline_s else "")
-                + f": {self._used}"
-            )
+            raise self._refusal(deadline_s)
+
+    def take_held(self) -> None:
+        """``acquire(None)`` within a section of the pool's lock (its owner's: see ``lock``).
+
+        Raises:
+            SlotsTaken: no slot is free.
+            StageClosed: no slot is free and the pool was closed.
+        """
+        if self._used < self.limit:
+            self._used += 1
+            return
+        raise self._refusal(None)
+
+    def _refusal(self, deadline_s: float | None) -> Exception:
+        """Why no slot was taken (holding the lock): closed, else every slot taken."""
+        if self._closed is not None:  # nothing free: a wait would outlive its owner
+            return StageClosed(f"{self.what}: {self._closed}")
+        return SlotsTaken(
+            f"{self.what}: all {self.limit} slot(s) taken"
+            + (f" for {deadline_s} s" if deadline_s else "")
+            + f": {self._used}"
+        )
 
     def close(self, why: str) -> None:
         """End every wait for a slot, now and later, with ``StageClosed`` naming ``why``.
@@ -119,14 +138,22 @@ class SlotPool:
     def release(self) -> None:
         """Free one slot and wake one waiter."""
         with self._lock:
-            if self._used <= 0:
-                raise RuntimeError(f"{self.what}: release without a matching acquire")
-            self._used -= 1
-            if self._waiters:
-                self._cond.notify()
+            self.release_held()
         if self.listeners:  # (no iterator made for none, the usual case)
             for listener in self.listeners:
                 listener()
+
+    def release_held(self) -> None:
+        """Free one slot within a section of the pool's lock (its owner's: see ``lock``).
+
+        Wakes one waiter; the :attr:`listeners` are the caller's to call, once it has let
+        go of the lock.
+        """
+        if self._used <= 0:
+            raise RuntimeError(f"{self.what}: release without a matching acquire")
+        self._used -= 1
+        if self._waiters:
+            self._cond.notify()
 
 
 def take_slot(pool: SlotPool, until: float | None) -> None:

@@ -109,10 +109,18 @@ def _epoch_moved(pipeline: weakref.ref[Pipeline], epoch: int) -> bool:
     return alive is None or alive.epoch != epoch
 
 
-def _leave(lineup: ServingLineup, admission: SlotPool, serving: Serving) -> None:
-    """Give back what a delivered request held: its placement and its admission slot."""
-    lineup.leave(serving)
-    admission.release()
+def _leave(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPool,
+           serving: Serving) -> None:
+    """Give back what a delivered request held: its placement and its admission slot.
+
+    ``admitting`` is the lock the lineup and the admission share: one section for both.
+    """
+    with admitting:
+        lineup.leave_held(serving)
+        admission.release_held()
+    if admission.listeners:  # (called without the lock)
+        for listener in admission.listeners:
+            listener()
 
 
 def _acknowledge(submission: Submission) -> None:
@@ -164,10 +172,15 @@ class Pipeline:
         self.policy = policy or SelectionPolicy.fixed(config)
         """How the stages' candidates were (and are being) chosen: its ``record`` is the
         plan's ``selection`` section (:mod:`edge_core.runtime.selection_policy`)."""
+        # The lineup's lock is the admission's too: a request takes its slot and its
+        # placement in one lock section, and gives both back in one
+        self._admitting = threading.RLock()
         self.lineup = ServingLineup(Serving(slots, self.policy.decisions(),
-                                            measured_at=self.policy.measured_at()))
+                                            measured_at=self.policy.measured_at()),
+                                    lock=self._admitting)
         """The placement requests are served on (switched by a first-ready start)."""
-        self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission")
+        self.admission = SlotPool(config.admission, f"pipelines[{config.name}].admission",
+                                  lock=self._admitting)
         self._where = f"pipelines[{config.name}]"  # names the pipeline in refusals
         self.requests = RequestTracker(config.name)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -356,13 +369,16 @@ class Pipeline:
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
              until: float | None, request_id: str | None, admitted: bool = False,
              on_event: OnEvent | None = None) -> PipelineResult:
-        if not admitted:
-            if until is None:  # take_slot without a deadline: free now or refused
-                self.admission.acquire(None)
-            else:
+        if admitted or until is not None:
+            if not admitted:
                 take_slot(self.admission, until)
-        epoch = self.epoch
-        serving = self.lineup.enter()
+            epoch = self.epoch
+            serving = self.lineup.enter()
+        else:  # take_slot without a deadline (free now or refused), with the placement
+            with self._admitting:
+                self.admission.take_held()
+                epoch = self.epoch
+                serving = self.lineup.enter_held()
         try:
             if serving.direct is not None:  # one stage: no chain to run
                 direct = self._direct(serving.direct, inputs, params, until, request_id, epoch)
@@ -458,7 +474,8 @@ class Pipeline:
             # or its generations changed since the last request's
             generations = (seen,) if isinstance(seen, int) else seen
             parts = self._delivery_parts = (
-                serving, seen, partial(_leave, self.lineup, self.admission, serving),
+                serving, seen,
+                partial(_leave, self._admitting, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
         return PipelineResult(final, latencies, parts[2], receipt=parts[3])
 
@@ -653,13 +670,14 @@ class Pipeline:
         """
         requests, admission = self.requests, self.admission
         requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
-        try:
-            admission.acquire(None)
+        try:  # an admission slot free now, with the placement (one lock section, as _run)
+            with self._admitting:
+                admission.take_held()
+                epoch = self.epoch
+                serving = self.lineup.enter_held()
         except ResourceUnavailable:
             requests.end(request_id)
             return False
-        epoch = self.epoch
-        serving = self.lineup.enter()
         group = serving.direct
         future = running_future()
         submission = Submission(request_id, future, requests, until, admission.release)

@@ -136,10 +136,15 @@ class Serving:
 class ServingLineup:
     """The current :class:`Serving` placement and the ones still finishing requests."""
 
-    def __init__(self, serving: Serving) -> None:
-        """Serve on ``serving`` first."""
+    def __init__(self, serving: Serving, *, lock: threading.RLock | None = None) -> None:
+        """Serve on ``serving`` first.
+
+        ``lock``: the lineup's lock (reentrant), when its owner shares its own: the owner
+        may then enter and leave within its own lock sections (:meth:`enter_held`,
+        :meth:`leave_held`).
+        """
         self.current = serving
-        self._lock = threading.Lock()
+        self._lock = threading.RLock() if lock is None else lock
         self._idle = threading.Condition(self._lock)
         self._idle_waiters = 0  # threads in wait_idle: leave notifies only then
         self._answered = False  # first_answered is set (read without a call)
@@ -149,9 +154,13 @@ class ServingLineup:
     def enter(self) -> Serving:
         """Take the current placement for one request (hold it until :meth:`leave`)."""
         with self._lock:
-            serving = self.current
-            serving.holds += 1
-            return serving
+            return self.enter_held()
+
+    def enter_held(self) -> Serving:
+        """:meth:`enter` within a section of the lineup's lock (its owner's: see ``lock``)."""
+        serving = self.current
+        serving.holds += 1
+        return serving
 
     def leave(self, serving: Serving, *, answered: bool = True) -> None:
         """The request that entered ``serving`` is done (its result acknowledged).
@@ -160,9 +169,13 @@ class ServingLineup:
         first answer is not counted).
         """
         with self._lock:
-            serving.holds -= 1
-            if self._idle_waiters and serving.holds <= 0:
-                self._idle.notify_all()
+            self.leave_held(serving, answered)
+
+    def leave_held(self, serving: Serving, answered: bool = True) -> None:
+        """:meth:`leave` within a section of the lineup's lock (its owner's: see ``lock``)."""
+        serving.holds -= 1
+        if self._idle_waiters and serving.holds <= 0:
+            self._idle.notify_all()
         if not self._answered and answered:  # set takes a lock and notifies: once is enough
             self._answered = True
             self.first_answered.set()

@@ -119,7 +119,10 @@ class StageRuntime:
         self.call_timeout_s = (default_call_timeout(binding.backend.kinds)
                                if call_timeout_s is None else call_timeout_s)
         limit = max_in_flight or binding.backend.max_concurrency
-        self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight")
+        # The runtime's lock is its slots' too: a call's slot is taken where it is
+        # registered and freed where its entry goes, in one lock section each
+        self._lock = threading.RLock()
+        self.slots = SlotPool(limit, f"stages[{context.stage_id}].in_flight", lock=self._lock)
         self._timer = timer()  # the process's one deadline timer (kept across a fork)
         # What a call's timer handle runs, bound once (not per call; the restarter holds
         # bound methods of this runtime already: no new cycle)
@@ -127,7 +130,6 @@ class StageRuntime:
         self.made_input_buffers = False
         """True once :meth:`input_buffer` was asked (requests are then checked for them)."""
         self._entries: dict[str, PendingCall] = {}
-        self._lock = threading.Lock()
         self._sent = threading.Condition(self._lock)
         self._send_waiters = 0  # threads in self._sent.wait (under self._lock)
         self._restart_lock = threading.Lock()
@@ -221,9 +223,10 @@ class StageRuntime:
         if self.state is not _READY:
             self._require_ready()
         check_request_size(self.context.stage_id, inputs, self.context.max_io_bytes)
-        if until is None or not wait_for_slot:
-            self.slots.acquire(None)  # take_slot without a deadline: free now or refused
-        else:
+        # A slot waited for up to the deadline is taken here; else one free now is taken
+        # as the request is registered, under the same lock (or the request is refused)
+        waited = until is not None and wait_for_slot
+        if waited:
             take_slot(self.slots, until)
         generated = not request_id  # an id of ours needs no checking; a caller's does
         request_id = request_id or next(self._ids)
@@ -236,10 +239,14 @@ class StageRuntime:
         if until is not None and until <= bound:
             bound, by_deadline = until, True
         registered: PendingCall | None = None  # what the failure path below takes back
+        held = waited  # a slot is held (the failure path gives it back)
         try:
             with self._lock:
                 if self.state is not _READY:
                     self._require_ready()
+                if not waited:
+                    self.slots.take_held()
+                    held = True
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
                                            f"was sent to stage {self.stage_id!r}")
@@ -299,7 +306,8 @@ class StageRuntime:
                         registered.timer.cancel()
                     if self._entries.get(request_id) is registered:
                         del self._entries[request_id]
-            self.slots.release()
+            if held:
+                self.slots.release()
             # A key that is no input name fails where the inputs are packed (a wire
             # error naming a tensor): refused naming ``inputs``, as the pipeline does.
             if isinstance(exc, Exception) and (refusal := malformed_inputs(inputs)):
@@ -417,7 +425,11 @@ class StageRuntime:
                     self.restarter.reset()
                 return True
             del self._entries[request_id]
-        self.slots.release()
+            slots = self.slots
+            slots.release_held()
+        if slots.listeners:  # (called without the lock)
+            for listener in slots.listeners:
+                listener()
         return not fenced
 
     def ack(self, key: ResultKey) -> AckOutcome:
@@ -428,7 +440,11 @@ class StageRuntime:
                     or entry.epoch != key.epoch or key.generation != self.generation):
                 return _STALE
             del self._entries[key.request_id]
-        self.slots.release()
+            slots = self.slots
+            slots.release_held()
+        if slots.listeners:  # (called without the lock)
+            for listener in slots.listeners:
+                listener()
         return _ACKNOWLEDGED
 
     def request_ids(self) -> list[str]:

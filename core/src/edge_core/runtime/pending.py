@@ -289,15 +289,22 @@ class PendingCall:
         that has not ended is cancelled and then read to its end, delivering nothing (the
         stage's slot is freed by that end: nobody else reads it, so without this a stream
         abandoned half-way would hold its slot for good); one that ended otherwise needs
-        nothing.
+        nothing, except one whose terminal DONE its stage accepted (keeping the slot until
+        the acknowledgement) when a ``KeyboardInterrupt`` came before its result was made:
+        that slot is given back by an acknowledgement of the request's own key (stale,
+        changing nothing, for any other request).
         """
         if self._result is not None:
             self._result.ack()
-        elif not self._done:
+            return
+        if not self._done:
             self.cancel()
             self._done = True
             self._read_to_end()
             self._close_events()
+        request = self.request
+        self.stage.ack(ResultKey(request_id=request.request_id, epoch=request.epoch,
+                                 generation=request.generation, serial=self.serial))
 
     def cancel(self) -> CancelOutcome:
         """Cancel this request (see :meth:`StageRuntime.cancel`).

@@ -15,6 +15,7 @@ decision on each arriving event, the acknowledgement, the cancel.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -305,6 +306,28 @@ class PendingCall:
         request = self.request
         self.stage.ack(ResultKey(request_id=request.request_id, epoch=request.epoch,
                                  generation=request.generation, serial=self.serial))
+
+    def abandon(self) -> None:
+        """Let this call go: its caller leaves without consuming it (failed, or interrupted).
+
+        A ``KeyboardInterrupt`` (Ctrl-C, the command line's SIGTERM) while the caller
+        waited for the call, or read its reply, leaves it without a consumer: nobody would
+        take its end, and its stage's slot would stay held. It is closed (:meth:`close`)
+        by the thread that queues its end (the stage's ``on_end``, a worker stage's), so
+        that a call still running in a worker is fenced and read to its end there, never
+        interrupted; else at once (a call that ended: nothing waits). Errors closing it
+        are its stage's to report: the caller's own error is what is raised.
+        """
+        on_end = getattr(getattr(self.stage, "loaded", None), "on_end", None)
+        if on_end is not None:
+            with contextlib.suppress(Exception):
+                if on_end(self.request_id, self._close_quietly):
+                    return
+        self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def cancel(self) -> CancelOutcome:
         """Cancel this request (see :meth:`StageRuntime.cancel`).

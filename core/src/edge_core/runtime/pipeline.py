@@ -115,32 +115,6 @@ def _leave(lineup: ServingLineup, admission: SlotPool, serving: Serving) -> None
     admission.release()
 
 
-def _let_go(call: PendingCall | GatheredCall) -> None:
-    """Give back what a request's last stage call holds when the request fails or is interrupted.
-
-    A ``KeyboardInterrupt`` (Ctrl-C, the command line's SIGTERM) while the caller waited
-    for the call, or read its reply, leaves it without a consumer: nobody would take its
-    end, and its stage's slot would stay held. A result already taken is acknowledged; a
-    call that has ended is read to its end now (nothing waits); one still running in a
-    worker is closed by the thread that queues its end (:meth:`WorkerStage.on_end`):
-    fenced and read to its end there, never interrupting the worker. A call that ended
-    with an error needs nothing (closing it is a no-op).
-    """
-    on_end = (getattr(getattr(call.stage, "loaded", None), "on_end", None)
-              if isinstance(call, PendingCall) else None)
-    if on_end is not None:
-        with contextlib.suppress(Exception):  # the request's own error is what is raised
-            if on_end(call.request_id, partial(_close_quietly, call)):
-                return
-    _close_quietly(call)
-
-
-def _close_quietly(call: PendingCall | GatheredCall) -> None:
-    """Close a call nobody consumes; an error closing it is its stage's to report."""
-    with contextlib.suppress(Exception):
-        call.close()
-
-
 def _acknowledge(submission: Submission) -> None:
     """Acknowledge a result nobody will take (an error is the abandoned request's own)."""
     try:
@@ -389,7 +363,7 @@ class Pipeline:
                 take_slot(self.admission, until)
         epoch = self.epoch
         serving = self.lineup.enter()
-        last: PendingCall | GatheredCall | None = None  # the last stage's call (see _let_go)
+        last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
         try:
             if serving.direct is not None:  # one stage: no chain to run
                 direct = last = self._direct(serving.direct, inputs, params, until,
@@ -417,7 +391,7 @@ class Pipeline:
                     raise refused from error
         except BaseException as exc:
             if last is not None:  # it may still hold its stage's slot: given back
-                _let_go(last)
+                last.abandon()
             self.lineup.leave(serving)
             self.admission.release()
             if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):

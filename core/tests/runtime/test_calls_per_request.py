@@ -98,7 +98,9 @@ MAX_PYTHON_CALLS = 41  # 126, 113, 111 in earlier rounds; 96 with the one-stage 
 #: callgrind): the admission slot and the placement taken in one lock section and given
 #: back in one, a stage's slot taken and freed within its runtime's lock sections (four
 #: ``with`` sections fewer), and a leading caller that reads a reply already in the socket
-#: before it polls (``ChannelReader``'s ``read_now``); the bound 20 above.
+#: before it polls (``ChannelReader``'s ``read_now``); the bound 20 above. Then a request's
+#: last stage call kept where a Ctrl-C's unwinding finds it (abandoned, its slot given back:
+#: core/tests/runtime/test_interrupted_calls.py): +6.
 MAX_BYTECODES = {(3, 11): 1804}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3

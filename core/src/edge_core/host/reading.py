@@ -136,7 +136,11 @@ class ChannelReader:
         self._governed = spin_us is None
         if self._governed:
             governor().attach(self._lead_wait, peer_pid)
-        self._role = threading.Lock()
+        # The read role: an RLock, which records its owner itself. A KeyboardInterrupt is
+        # acted on as a call returns, so also right after acquire(False) returned True,
+        # before the caller noted that it leads: only the owner can release it then
+        # (_drop_role), and it still can.
+        self._role = threading.RLock()
         self._guard = threading.Lock()  # taken directly on the per-call path (no wrapper)
         self._cv = threading.Condition(self._guard)
         self._waiting: list[queue.SimpleQueue[Any]] = []
@@ -286,15 +290,19 @@ class ChannelReader:
                     return item
         finally:
             if not registered:  # the usual case: nothing to take back under the guard
-                # Set before the role goes, so that the background reader sees either.
-                self._last_active = time.monotonic()
+                # The role goes first: a KeyboardInterrupt acted on after any call made
+                # before its release here (time.monotonic()) would leave it held.
                 if leading:
                     self._role.release()
+                    self._last_active = time.monotonic()
                     # Read after the release: a follower that registered too late to be
                     # seen here finds the role free.
                     if self._waiting:
                         for other in list(self._waiting):
                             other.put(HANDOVER)
+                else:
+                    self._drop_role()
+                    self._last_active = time.monotonic()
                 if self._listened and not self._waiting:  # read on for them at once (a
                     with self._cv:  # count raised after this read notifies by itself)
                         self._cv.notify_all()
@@ -303,6 +311,8 @@ class ChannelReader:
                 # as _give_up then the removal would, under one acquisition of the guard.
                 if leading:
                     self._role.release()
+                else:
+                    self._drop_role()
                 with self._guard:
                     waiting = self._waiting
                     waiting.remove(inbox)
@@ -387,6 +397,24 @@ class ChannelReader:
             with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                 os.write(self._nudge_w, b"\0")
 
+    def _drop_role(self) -> None:
+        """Release the read role if this thread holds it without having noted so.
+
+        A ``KeyboardInterrupt`` acted on right after ``acquire(False)`` returned True,
+        before the caller set its flag (or as :meth:`_give_up` was entered) leaves the role
+        with its owner: released here. Held by another thread, or by nobody, the RLock
+        refuses (``RuntimeError``) and nothing changes.
+        """
+        with contextlib.suppress(RuntimeError):
+            self._role.release()
+
+    def _role_taken(self) -> bool:
+        """True while a thread holds the read role (an RLock has no ``locked()`` on 3.11)."""
+        if not self._role.acquire(False):
+            return True
+        self._role.release()
+        return False
+
     def _give_up(self, inbox: queue.SimpleQueue[Any] | None) -> None:
         """Release the read role and wake every other waiter to take it over."""
         self._role.release()
@@ -407,7 +435,7 @@ class ChannelReader:
         while True:
             with self._cv:
                 while not self._closing and (
-                    self._waiting or self._role.locked()  # callers wait, or one leads
+                    self._waiting or self._role_taken()  # callers wait, or one leads
                     or (self._elsewhere and self._a_loop_reads()) or (
                         not self._listened and time.monotonic() - self._last_active < LINGER_S)
                 ):

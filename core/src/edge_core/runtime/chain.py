@@ -295,6 +295,10 @@ class GatheredCall:
     def cancel(self) -> None:
         """Nothing runs any more."""
 
+    def abandon(self) -> None:
+        """The caller leaves without it (failed, or interrupted): as :meth:`close`."""
+        self.close()
+
 
 def _private(value: Any) -> Any:
     """A copy of an array that is a read-only view (a worker's shared memory)."""
@@ -509,6 +513,7 @@ def run_chain(
                     try:
                         previous = pending.result()
                     except BaseException:
+                        pending.abandon()  # interrupted while it ran: its slot given back
                         group.note_failure(pending.stage)
                         raise
                     previous.outputs.update(carry)

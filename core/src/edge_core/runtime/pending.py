@@ -15,6 +15,7 @@ decision on each arriving event, the acknowledgement, the cancel.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -289,15 +290,44 @@ class PendingCall:
         that has not ended is cancelled and then read to its end, delivering nothing (the
         stage's slot is freed by that end: nobody else reads it, so without this a stream
         abandoned half-way would hold its slot for good); one that ended otherwise needs
-        nothing.
+        nothing, except one whose terminal DONE its stage accepted (keeping the slot until
+        the acknowledgement) when a ``KeyboardInterrupt`` came before its result was made:
+        that slot is given back by an acknowledgement of the request's own key (stale,
+        changing nothing, for any other request).
         """
         if self._result is not None:
             self._result.ack()
-        elif not self._done:
+            return
+        if not self._done:
             self.cancel()
             self._done = True
             self._read_to_end()
             self._close_events()
+        request = self.request
+        self.stage.ack(ResultKey(request_id=request.request_id, epoch=request.epoch,
+                                 generation=request.generation, serial=self.serial))
+
+    def abandon(self) -> None:
+        """Let this call go: its caller leaves without consuming it (failed, or interrupted).
+
+        A ``KeyboardInterrupt`` (Ctrl-C, the command line's SIGTERM) while the caller
+        waited for the call, or read its reply, leaves it without a consumer: nobody would
+        take its end, and its stage's slot would stay held. It is closed (:meth:`close`)
+        by the thread that queues its end (the stage's ``on_end``, a worker stage's), so
+        that a call still running in a worker is fenced and read to its end there, never
+        interrupted; else at once (a call that ended: nothing waits). Errors closing it
+        are its stage's to report: the caller's own error is what is raised.
+        """
+        on_end = getattr(getattr(self.stage, "loaded", None), "on_end", None)
+        if on_end is not None:
+            with contextlib.suppress(Exception):
+                if on_end(self.request_id, self._close_quietly):
+                    return
+        self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def cancel(self) -> CancelOutcome:
         """Cancel this request (see :meth:`StageRuntime.cancel`).

@@ -379,9 +379,11 @@ class Pipeline:
                 self.admission.take_held()
                 epoch = self.epoch
                 serving = self.lineup.enter_held()
+        last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
         try:
             if serving.direct is not None:  # one stage: no chain to run
-                direct = self._direct(serving.direct, inputs, params, until, request_id, epoch)
+                direct = last = self._direct(serving.direct, inputs, params, until,
+                                             request_id, epoch)
                 assert direct is not None  # (waits for a slot: never None)
                 if on_event is not None:
                     for event, tensors in direct.events():
@@ -392,6 +394,7 @@ class Pipeline:
             else:
                 chained, latencies, carry, asked = self._chain(serving, inputs, params,
                                                                until, request_id)
+                last = chained
                 try:  # a good request pays 2 bytecodes here (the try's NOP, a jump past)
                     if on_event is not None:
                         for event, tensors in chained.events():
@@ -403,6 +406,8 @@ class Pipeline:
                         raise
                     raise refused from error
         except BaseException as exc:
+            if last is not None:  # it may still hold its stage's slot: given back
+                last.abandon()
             self.lineup.leave(serving)
             self.admission.release()
             if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):

@@ -104,13 +104,15 @@ class PipelineResult:
         return outcome
 
     def __del__(self) -> None:
-        if not self._acked:  # dropped unacknowledged: its slots would be held for good
-            # AttributeError, TypeError: the interpreter is shutting down, this module's
-            # names gone (contextlib's too, hence no suppress): nothing is served any more
-            try:  # noqa: SIM105
+        # AttributeError, TypeError: the interpreter is shutting down, this module's names
+        # gone (contextlib's too, hence no suppress): nothing is served any more; or this
+        # result was made half-way (a KeyboardInterrupt acted on as __init__ began, before
+        # _acked, set last, was set): it took nothing; raising here would only be reported
+        try:
+            if not self._acked:  # dropped unacknowledged: its slots would be held for good
                 _DROPPED.put((self.final, self._release))
-            except (AttributeError, TypeError):
-                pass
+        except (AttributeError, TypeError):
+            pass
 
     def __enter__(self) -> PipelineResult:
         return self

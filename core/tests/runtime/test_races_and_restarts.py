@@ -94,6 +94,61 @@ def test_an_ack_after_a_restart_still_frees_the_admission_slot(
         assert again.final.key.generation == 2
 
 
+class _SendFailsAfterRestart:
+    """A stage's binding whose next call blocks until released, then fails its send."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.armed = True
+        self.registered = threading.Event()
+        self.go = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def call(self, loaded: Any, request: StageRequest, inputs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            self.registered.set()  # registered (its slot held): the restart runs now
+            assert self.go.wait(30)
+            raise ConnectionError("the send failed")
+        return self.inner.call(loaded, request, inputs)
+
+
+def test_a_send_that_fails_after_a_restart_took_its_entry_frees_no_second_slot(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """The restart drops the registered request and frees its slot; the send's failure
+    then finds no entry and must not free a slot again (the next request's, which then
+    raised an untyped RuntimeError at its acknowledgement)."""
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", scale=2.0),
+                             admission=4)
+    runtime = pipeline.stage("a")
+    binding = runtime.binding = _SendFailsAfterRestart(runtime.binding)  # type: ignore[assignment]
+    failed: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            runtime.submit(X)
+        except BaseException as exc:  # what the test reads
+            failed.append(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert binding.registered.wait(10)
+    runtime.restart()
+    assert (runtime.slots.used, runtime.outstanding) == (0, 0)
+    second = runtime.submit(X)  # served by the new worker, its result held
+    binding.go.set()
+    thread.join(10)
+    assert [type(exc) for exc in failed] == [ConnectionError]
+    assert (runtime.slots.used, runtime.outstanding) == (1, 1)  # the second's, still held
+    result = second.result()
+    np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+    assert result.ack() is AckOutcome.ACKNOWLEDGED
+    assert (runtime.slots.used, runtime.outstanding) == (0, 0)
+
+
 def test_restarting_a_ready_stage_quarantines_an_unverified_retirement(
     ledger: ResourceLedger,
 ) -> None:

@@ -9,7 +9,8 @@ implements *leader/follower* reading:
 * a waiting thread first takes what is already in its own queue;
 * otherwise, if nobody is reading, it becomes the **leader**: it waits for the socket
   (:class:`~edge_contracts.waiting.ReadableWait`: a bounded adaptive spin, then a blocking
-  poll), reads one frame at a time and dispatches each to whichever call it belongs to,
+  poll; a plain wait first receives at once, see :data:`READ_NOW_SKIP_MAX`), reads one
+  frame at a time and dispatches each to whichever call it belongs to,
   until its own queue has something; it then gives the role up and wakes the other
   waiters (a :data:`HANDOVER` marker in their queues) so that one of them leads next;
 * while someone else leads, a waiter is a **follower** blocked on its own queue; the

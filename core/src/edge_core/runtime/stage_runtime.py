@@ -306,6 +306,8 @@ class StageRuntime:
                         registered.timer.cancel()
                     if self._entries.get(request_id) is registered:
                         del self._entries[request_id]
+                    else:  # a restart took the entry meanwhile and freed its slot with it
+                        held = False
             if held:
                 self.slots.release()
             # A key that is no input name fails where the inputs are packed (a wire

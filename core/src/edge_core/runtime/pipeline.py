@@ -408,8 +408,7 @@ class Pipeline:
         except BaseException as exc:
             if last is not None:  # it may still hold its stage's slot: given back
                 last.abandon()
-            self.lineup.leave(serving)
-            self.admission.release()
+            _leave(self._admitting, self.lineup, self.admission, serving)  # as a delivery's
             if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):
                 raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
@@ -462,8 +461,7 @@ class Pipeline:
             if carry:
                 final.outputs.update(carry)
         except BaseException:
-            self.lineup.leave(serving)
-            self.admission.release()
+            _leave(self._admitting, self.lineup, self.admission, serving)
             raise
         latencies[serving.final_stage_id] = final.latency_s
         # The placement's generations as compared with the last request's: the one
@@ -559,8 +557,7 @@ class Pipeline:
             finally:
                 pending.close()
         finally:
-            self.lineup.leave(serving)
-            self.admission.release()
+            _leave(self._admitting, self.lineup, self.admission, serving)
 
     async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    deadline_s: float | None = None) -> PipelineResult:
@@ -694,8 +691,7 @@ class Pipeline:
             self.lineup.leave(serving, answered=False)
             return True
         except BaseException as exc:  # the request's own error, as its result
-            self.lineup.leave(serving)
-            admission.release()
+            _leave(self._admitting, self.lineup, admission, serving)
             requests.end(request_id)
             refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
             future.set_exception(refusal or exc)
@@ -709,8 +705,7 @@ class Pipeline:
                 try:
                     final = pending.result()  # its end is here: nothing waits
                 except BaseException:
-                    self.lineup.leave(serving)
-                    admission.release()
+                    _leave(self._admitting, self.lineup, admission, serving)
                     raise
                 result = self._delivered(serving, final, epoch, request_id, {}, {})
             except BaseException as exc:

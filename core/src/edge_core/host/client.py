@@ -299,8 +299,8 @@ class WorkerClient:
                             "seconds, or None to wait for the reply")
         sent, self._sent_control = self._sent_control, None
         if sent is None:
-            raise InvalidValue("sent_control", "no control op started this channel, or its "
-                               "reply was awaited already", None)
+            raise InvalidValue("sent_control", None, "no control op started this channel, or "
+                               "its reply was awaited already")
         op, request_id, waiter = sent
         return self._control_reply(op, request_id, waiter, timeout_s)
 

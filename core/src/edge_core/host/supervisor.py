@@ -124,7 +124,7 @@ def _subreaper() -> bool:
     try:
         import _ctypes
 
-        class _Int(_ctypes._SimpleCData):
+        class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # (generic in typeshed only)
             _type_ = "i"
 
         class _Function(_ctypes.CFuncPtr):
@@ -134,7 +134,8 @@ def _subreaper() -> bool:
         class _Process:  # what a function pointer is looked up in: the dlopen handle
             _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]
 
-        prctl = _Function(("prctl", _Process()))
+        # (typeshed asks for a CDLL: what is read of it is its _handle)
+        prctl = _Function(("prctl", _Process()))  # type: ignore[arg-type]
         return int(prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False

@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 
 from edge_contracts.devices import RAM_POOL
+from edge_contracts.protocol import OP_LOAD
 from edge_contracts.requests import StageEvent, StageRequest
 from edge_core.backend import CancelOutcome
 from edge_core.host.bootstrap import start_worker
@@ -293,16 +294,24 @@ class WorkerStage:
         else:
             route = Route.default(context.backend, default_entry, stage=packages)
         output = open_worker_output(context.stage_id, context.generation)
+        # Without a device lock to hold, the load goes out as soon as the worker's hello
+        # is verified: the worker loads while this side captures its tree and builds the
+        # client (a device's load waits for its lock, taken once the client is built)
+        first = None if device_id else (OP_LOAD, load_config)
         try:
             client = start_worker(route, generation=context.generation, features=features,
                                   pass_env=cls.worker_env_names, set_env=env,
                                   max_io_bytes=context.max_io_bytes,
-                                  stdout=output.stdout, stderr=output.stderr)
+                                  stdout=output.stdout, stderr=output.stderr,
+                                  first_control=first)
         finally:
             output.close()  # the worker holds its own descriptor
         try:
-            with cls._device_lock(device_id):
-                report = client.load(load_config, timeout_s=load_timeout_s)
+            if first is not None:
+                report = client.sent_control_reply(timeout_s=load_timeout_s)
+            else:
+                with cls._device_lock(device_id):
+                    report = client.load(load_config, timeout_s=load_timeout_s)
         except BaseException as error:
             # The runtime settles the stage's reservation with this outcome: released
             # when the worker is verified gone, quarantined otherwise.

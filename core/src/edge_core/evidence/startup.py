@@ -14,7 +14,10 @@ Boundaries (all ``time.perf_counter`` in the controller process):
 - per stage, ``load_s``: from "loading stage X" to "warming up stage X" (the owner's
   ``edge_load``), split by the tracer into ``artifact_verification_s``,
   ``worker_start_s`` (spawn → verified hello), ``worker_load_s`` (the worker's ``load``
-  control call) and ``load_other_s`` (the rest of ``edge_load``);
+  control call; where the load is sent with the start — no device lock held — the wait
+  for its reply once the client is built: the worker's load began within
+  ``worker_start_s``, as the hello was verified) and ``load_other_s`` (the rest of
+  ``edge_load``);
 - per stage, ``warmup_placement_s``: from "warming up stage X" to the next stage's
   "loading" message or the end of ``open`` (warm-up run, placement gate, numerics and
   memory checks), of which ``worker_warmup_s`` is the worker's ``warmup`` call;

@@ -38,7 +38,10 @@ def default_targets() -> dict[str, Callable[..., Any]]:
     """Phase name → function whose calls are that phase, for worker-backed stages.
 
     ``artifact_verification`` counts both the first verification and the check that the
-    bundle is unchanged just before the worker starts.
+    bundle is unchanged just before the worker starts. ``worker_load`` is the ``load``
+    control call, or where the load went with the start (``start_worker``'s
+    ``first_control``: sent once the hello is verified, the worker loading while the
+    client is built, within ``worker_start``) the wait for its reply after that.
     """
     from edge_core.artifacts.bundle import VerifiedBundle
     from edge_core.artifacts.verify import verify_bundle
@@ -50,6 +53,7 @@ def default_targets() -> dict[str, Callable[..., Any]]:
         "artifact_verification:unchanged": VerifiedBundle.ensure_unchanged,
         "worker_start": start_worker,
         "worker_load": WorkerClient.load,
+        "worker_load:sent": WorkerClient.sent_control_reply,
         "worker_warmup": WorkerClient.warmup,
     }
 

@@ -29,7 +29,7 @@ from typing import IO, Any
 import psutil
 
 from edge_contracts.errors import ContractError, StreamClosed
-from edge_contracts.headers import Limits
+from edge_contracts.headers import FrameHeader, Limits
 from edge_contracts.protocol import FEATURE_SHM_TENSORS, KNOWN_FEATURES
 from edge_contracts.sealed import SEALS_AVAILABLE, FdChannel
 from edge_contracts.shm import (
@@ -45,7 +45,7 @@ from edge_contracts.waiting import MAX_SPIN_US, readable
 from edge_contracts.wire import Frame, encode_frame, read_frame, write_frame
 from edge_contracts.worker_protocol import BootConfig, boot_frame
 from edge_contracts.worker_transport import DEFAULT_SHM_THRESHOLD
-from edge_core.host.client import WorkerClient
+from edge_core.host.client import FIRST_CONTROL_ID, WorkerClient
 from edge_core.host.environment import check_env_names, worker_environment
 from edge_core.host.errors import BootstrapRefused, RouteRefused
 from edge_core.host.exit_cleanup import track
@@ -115,6 +115,7 @@ def start_worker(
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
     sealed_segments: bool = True,
+    first_control: tuple[str, Mapping[str, Any]] | None = None,
 ) -> WorkerClient:
     """Start the route's worker, verify its hello and return a ready client.
 
@@ -154,6 +155,10 @@ def start_worker(
             travel in sealed memfd segments passed over a second socketpair
             (:mod:`edge_contracts.sealed`): nothing in ``/dev/shm``, and neither side can
             shrink memory the other has mapped. ``False``: named POSIX segments.
+        first_control: a control op and its meta (the load) sent as soon as the hello
+            is verified, before the client is built: the worker works on it while the
+            controller captures its tree and builds the client. Its reply is the
+            client's :meth:`~edge_core.host.client.WorkerClient.sent_control_reply`.
 
     Raises:
         RouteRefused: the route's domain cannot be started from here.
@@ -244,6 +249,10 @@ def start_worker(
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
         tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
         in_use = verify_hello(hello, token, tree.main, required, supported)
+        if first_control is not None:
+            op, meta = first_control
+            header = FrameHeader(op, FIRST_CONTROL_ID, "", 0, generation, meta=meta)
+            write_frame(parent.sendmsg, encode_frame(header, []))
     except BaseException:
         tree.retire(5.0)
         parent.close()
@@ -285,6 +294,7 @@ def start_worker(
         threshold=shm_threshold,
         staged=staged,
         spin_us=None if spin_us is None else spin,
+        sent_control=None if first_control is None else first_control[0],
     )
     track(client)  # retired at interpreter exit if nobody closes it
     note_started(client)  # and by a failed edge_load that started it (binding)

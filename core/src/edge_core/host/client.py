@@ -38,7 +38,13 @@ from edge_contracts.binary_header import FIXED, ID_LENGTHS
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.drafts import draft_class
 from edge_contracts.error_details import ErrorDetail
-from edge_contracts.errors import ContractError, HeaderMalformed, StreamClosed, WireError
+from edge_contracts.errors import (
+    ContractError,
+    HeaderMalformed,
+    InvalidValue,
+    StreamClosed,
+    WireError,
+)
 from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
@@ -101,7 +107,12 @@ from edge_core.host.spinning import SpinDecision, governor
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
     import asyncio
 
-__all__ = ["WorkerClient"]
+__all__ = ["FIRST_CONTROL_ID", "WorkerClient"]
+
+FIRST_CONTROL_ID = "ctl-1"
+"""The request id of a channel's first control op (the first of ``WorkerClient``'s own
+``ctl-N`` ids): the one :func:`~edge_core.host.bootstrap.start_worker` sends, when it
+sends one, before the client exists."""
 
 _EMPTY: dict[str, Any] = {}
 _NOT_PACKED = Packed((), [], [], frozenset())  # a kept request's: nothing leased
@@ -170,6 +181,7 @@ class WorkerClient:
         threshold: int,
         staged: Path | None,
         spin_us: int | None = 0,
+        sent_control: str | None = None,
     ) -> None:
         self.route = route
         self.generation = require_int(generation, "worker.generation")  # sent unchecked
@@ -197,6 +209,17 @@ class WorkerClient:
         self._calls: dict[str, Call] = {}
         self._replies: dict[str, Call] = {}
         self._control_ids = itertools.count(1)
+        # The control op start_worker sent as this channel's first (ctl-1) once the hello
+        # was verified: its waiter is in place before the reader below starts, so that the
+        # reply, wherever it is by then, is not read and dropped by the background thread
+        self._sent_control: tuple[str, str, Call] | None = None
+        if sent_control is not None:
+            next(self._control_ids)  # ctl-1 is taken
+            first = FIRST_CONTROL_ID
+            waiter = Call(first, "", 0, lambda _: None,
+                          lambda inbox, timeout_s: reader.wait(inbox, timeout_s))
+            self._replies[first] = waiter
+            self._sent_control = (sent_control, first, waiter)
         self._state = READY
         self._reason: str | None = None
         self._failure: BaseException | None = None
@@ -222,6 +245,7 @@ class WorkerClient:
             peer_pid=tree.main.pid,
             read_now=None if _DONTWAIT is None else partial(self._read_one, _DONTWAIT),
         )
+        reader = self._reader  # what the first control's waiter reads with
         # What each Call is given, bound once (the reader holds this client's bound methods
         # already: no new cycle)
         self._cancel_call = self.cancel
@@ -258,8 +282,37 @@ class WorkerClient:
         waiter = Call(request_id, "", 0, lambda _: None, self._reader.wait)
         with self._lock:
             self._replies[request_id] = waiter
+        return self._control_reply(op, request_id, waiter, timeout_s,
+                                   FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
+
+    def sent_control_reply(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Wait for the reply to the control op that started this channel; return it.
+
+        :func:`~edge_core.host.bootstrap.start_worker` sends it (``first_control``) as
+        soon as the worker's hello is verified, so that the worker works on it (a load)
+        while the client is built. ``timeout_s`` as for :meth:`control`. Raises
+        ``InvalidValue`` when the channel was started without one, or it was awaited
+        already.
+        """
+        if timeout_s is not None:
+            require_seconds(timeout_s, "timeout_s", reason="must be a finite number of "
+                            "seconds, or None to wait for the reply")
+        sent, self._sent_control = self._sent_control, None
+        if sent is None:
+            raise InvalidValue("sent_control", None, "no control op started this channel, or "
+                               "its reply was awaited already")
+        op, request_id, waiter = sent
+        return self._control_reply(op, request_id, waiter, timeout_s)
+
+    def _control_reply(self, op: str, request_id: str, waiter: Call, timeout_s: float | None,
+                       send: FrameHeader | None = None) -> dict[str, Any]:
+        """Send ``send`` (unless None: sent already), wait for control ``request_id``'s reply.
+
+        Its waiter, registered in ``_replies``, leaves them however this ends.
+        """
         try:
-            self._send(FrameHeader(op, request_id, "", 0, self.generation, meta=meta))
+            if send is not None:
+                self._send(send)
             delivery = waiter.next(timeout_s)
         except DeadlineExceeded:
             if op != OP_PING:

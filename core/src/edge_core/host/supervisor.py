@@ -111,14 +111,32 @@ class _Quiet:
 
 
 def _subreaper() -> bool:
-    """Make this process a child subreaper; False where that is not possible."""
+    """Make this process a child subreaper; False where that is not possible.
+
+    Calls libc's ``prctl`` through the C module ``_ctypes`` alone: the ``ctypes``
+    package around it (``struct``, its type classes, ``CDLL``) costs the supervisor a
+    few milliseconds more before it can start the worker, which waits for it. The
+    function is declared as ``ctypes.CDLL(None, use_errno=True).prctl`` would be: C
+    calling convention, errno kept, an ``int`` returned, the arguments passed as C ints.
+    """
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
+        import _ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+        class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # (generic in typeshed only)
+            _type_ = "i"
+
+        class _Function(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = _Int
+
+        class _Process:  # what a function pointer is looked up in: the dlopen handle
+            _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]
+
+        # (typeshed asks for a CDLL: what is read of it is its _handle)
+        prctl = _Function(("prctl", _Process()))  # type: ignore[arg-type]
+        return int(prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 

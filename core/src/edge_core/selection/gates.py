@@ -128,7 +128,7 @@ class GateStore:
         """The verified gate stored under ``key``, if any (never raises for what it reads)."""
         path = self.path(key)
         if not path.exists():
-            return GateLookup(found=None, changed=self._changed(key, owner, backend))
+            return GateLookup(found=None, changed=self.nearest_changes(key, owner, backend))
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -167,7 +167,7 @@ class GateStore:
                           checked_at=document["checked_at"],
                           points=tuple(document["points"]))
 
-    def _changed(self, key: DecisionKey, owner: str, backend: str) -> tuple[str, ...]:
+    def nearest_changes(self, key: DecisionKey, owner: str, backend: str) -> tuple[str, ...]:
         """Key parts that differ from the nearest stored gate of ``owner`` on ``backend``.
 
         The nearest is the one whose key differs in the fewest parts, the newest among those.
@@ -178,28 +178,74 @@ class GateStore:
         except OSError:
             return ()
         for path in paths:
-            try:
-                document = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, UnicodeDecodeError):
-                continue
-            if (isinstance(document, dict) and document.get("format") == FORMAT
-                    and document.get("digest") == _digest(document)
-                    and document.get("owner") == owner
-                    and document.get("backend") == backend
-                    and isinstance(document.get("parts"), dict)
-                    and isinstance(document.get("checked_at"), str)):
-                # checked_at has whole seconds: two gates stored in one second are told
-                # apart by stored_ns (0 in a file written before it was kept)
-                stored = document.get("stored_ns")
-                parts = document["parts"]
-                same = -sum(key.parts.get(n) != parts.get(n) for n in GATE_KEY_PARTS)
-                when = (same, document["checked_at"], stored if isinstance(stored, int) else 0)
+            summary = _summary(str(path))
+            if summary is not None and summary.owner == owner and summary.backend == backend:
+                same = -sum(key.parts.get(n) != summary.parts.get(n) for n in GATE_KEY_PARTS)
+                when = (same, summary.checked_at, summary.stored_ns)
                 if nearest is None or when > nearest[0]:
-                    nearest = (when, document["parts"])
+                    nearest = (when, summary.parts)
+        _forget_others(str(self.directory), {str(path) for path in paths})
         if nearest is None:
             return ()
         return tuple(name for name in GATE_KEY_PARTS
                      if key.parts.get(name) != nearest[1].get(name))
+
+
+@attrs.frozen
+class _Summary:
+    """What the nearest-gate comparison reads of a stored gate that verifies."""
+
+    owner: object
+    backend: object
+    parts: Mapping[str, Any]
+    checked_at: str
+    stored_ns: int
+    """0 in a file written before it was kept: ``checked_at`` has whole seconds, and two
+    gates stored in one second are told apart by it."""
+
+
+_SUMMARIES: dict[str, tuple[tuple[int, int, int], _Summary | None]] = {}
+"""Path -> (inode, mtime in ns, size) when read, and what it held (``None``: a file that
+does not verify). Every start without a gate of its own compares its key with every
+stored gate (:meth:`GateStore.nearest_changes`); a file read before is not read, parsed
+and digested again while its inode, mtime and size are those it was read with (a save
+replaces the file: a new inode)."""
+
+
+def _summary(path: str) -> _Summary | None:
+    """The stored gate at ``path`` as the nearest-gate comparison reads it, or ``None``."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    known = _SUMMARIES.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    summary: _Summary | None = None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.loads(handle.read())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None  # not kept: read again next time
+    if (isinstance(document, dict) and document.get("format") == FORMAT
+            and document.get("digest") == _digest(document)
+            and isinstance(document.get("parts"), dict)
+            and isinstance(document.get("checked_at"), str)):
+        stored = document.get("stored_ns")
+        summary = _Summary(owner=document.get("owner"), backend=document.get("backend"),
+                           parts=document["parts"], checked_at=document["checked_at"],
+                           stored_ns=stored if isinstance(stored, int) else 0)
+    _SUMMARIES[path] = (stamp, summary)
+    return summary
+
+
+def _forget_others(directory: str, present: set[str]) -> None:
+    """Drop what :data:`_SUMMARIES` holds of files of ``directory`` no longer there."""
+    prefix = os.path.join(directory, "")
+    for path in list(_SUMMARIES):  # a copy: another thread's start may add meanwhile
+        if path.startswith(prefix) and path not in present:
+            _SUMMARIES.pop(path, None)
 
 
 def _problem(document: object, digest: str) -> str | None:

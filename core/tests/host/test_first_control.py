@@ -5,6 +5,7 @@ from __future__ import annotations
 import select
 from typing import Any
 
+import psutil
 import pytest
 
 from edge_contracts.errors import InvalidValue
@@ -69,3 +70,31 @@ def test_a_refused_hello_sends_no_load(monkeypatch):
         bootstrap.start_worker(test_route("wrong_token"), generation=1,
                                first_control=(OP_LOAD, {}))
     assert len(sent) == 1  # the boot frame, and nothing after the refused hello
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["load-sent", "no-load"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_start_failing_while_its_client_is_built_leaves_no_process(monkeypatch, first, error):
+    """A failure after the hello (no thread for the client, a Ctrl-C) retires the worker.
+
+    Checked while the error is still held, as an unwinding caller holds it: before the
+    fix the worker (loading, where the load was sent) and the tree it started ran on,
+    known to nobody, until the error was freed. The stubborn worker's tree ignores
+    SIGTERM, so only the start's own retirement ends it.
+    """
+    def failing(**kwargs: Any) -> WorkerClient:
+        raise error("can't start new thread")
+
+    monkeypatch.setattr(bootstrap, "WorkerClient", failing)
+    with pytest.raises(error) as held:
+        bootstrap.start_worker(test_route("stubborn"), generation=1,
+                               first_control=(OP_LOAD, {}) if first else None)
+    left = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+    try:
+        assert not left, [(p.pid, " ".join(p.cmdline())[-60:]) for p in left]
+    finally:
+        for proc in left:
+            proc.kill()
+        psutil.wait_procs(left, timeout=5)
+        del held

@@ -3,7 +3,7 @@
 A start whose key has no stored gate names the parts that differ from the nearest one of
 the same stage and backend (``GateStore.nearest_changes``), which compares the key with
 every stored gate. A file read before is not read again while it is the same file (its
-inode, mtime and size); a saved gate (a new file) or one rewritten is read again.
+inode, mtime, ctime and size); a saved gate (a new file) or one rewritten is read again.
 """
 
 from __future__ import annotations
@@ -75,6 +75,19 @@ def test_the_stored_gates_are_read_once_and_again_only_when_they_change(tmp_path
     changed, read = _opened_during(lambda: store.nearest_changes(wanted, "p/s", "ort-cpu"))
     assert str(path) in read
     assert changed == ("environment",)  # a trailing space: the same document, still nearest
+
+    # rewritten in place at the same size with its mtime put back (cp -p, rsync -t): its
+    # ctime moved, so it is read again
+    text = path.read_text(encoding="utf-8")
+    status = os.stat(path)
+    with open(path, "r+", encoding="utf-8") as handle:
+        handle.write(text.replace(" ", "\n", 1) if " " in text else text)
+        handle.truncate()
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert (os.stat(path).st_mtime_ns, os.stat(path).st_size) == (status.st_mtime_ns,
+                                                                  status.st_size)
+    _, read = _opened_during(lambda: store.nearest_changes(wanted, "p/s", "ort-cpu"))
+    assert str(path) in read
 
     # a removed file is no longer compared with
     path.unlink()

@@ -245,6 +245,10 @@ def start_worker(
         if fds is not None:
             fds[1].close()
     tree = ProcessTree(ProcessIdentity.of(popen.pid), popen)
+    channel: FdChannel | None = None
+    producer: SegmentProducer | None = None
+    consumer: SegmentConsumer | None = None
+    client: WorkerClient | None = None
     try:
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
         tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
@@ -253,51 +257,60 @@ def start_worker(
             op, meta = first_control
             header = FrameHeader(op, FIRST_CONTROL_ID, "", 0, generation, meta=meta)
             write_frame(parent.sendmsg, encode_frame(header, []))
-    except BaseException:
-        tree.retire(5.0)
-        parent.close()
+        tree.capture()
+        use_shm = (FEATURE_SHM_TENSORS in in_use
+                   and hello.header.meta.get("shm_prefix") == worker_prefix)
         if fds is not None:
-            fds[0].close()
-        sweep(worker_prefix)
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)
-        for stream in (popen.stdout, popen.stderr):
-            if stream is not None:
-                stream.close()
-        raise
-    tree.capture()
-    use_shm = FEATURE_SHM_TENSORS in in_use and hello.header.meta.get("shm_prefix") == worker_prefix
-    channel = None
-    if fds is not None:
-        if use_shm and hello.header.meta.get("sealed_segments") is True:
-            channel = FdChannel(fds[0].detach())
-        else:
-            fds[0].close()
-    client = WorkerClient(
-        route=route,
-        generation=generation,
-        sock=parent,
-        # From now on, only the features both ends negotiated (a bfloat16 tensor from a
-        # worker that did not offer bfloat16 is refused before its payload).
-        limits=Limits(max_io_bytes=max_io_bytes, supported_features=in_use),
-        tree=tree,
-        popen=popen,
-        hello=hello.header.meta,
-        features=in_use,
-        producer=SegmentProducer(
-            own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers, channel=channel
+            if use_shm and hello.header.meta.get("sealed_segments") is True:
+                channel = FdChannel(fds[0].detach())
+            else:
+                fds[0].close()
+        if use_shm:
+            producer = SegmentProducer(
+                own_prefix, max_bytes=shm_max_bytes, max_buffers=shm_max_buffers, channel=channel
+            )
+            consumer = SegmentConsumer(worker_prefix, channel=channel)
+        client = WorkerClient(
+            route=route,
+            generation=generation,
+            sock=parent,
+            # From now on, only the features both ends negotiated (a bfloat16 tensor from a
+            # worker that did not offer bfloat16 is refused before its payload).
+            limits=Limits(max_io_bytes=max_io_bytes, supported_features=in_use),
+            tree=tree,
+            popen=popen,
+            hello=hello.header.meta,
+            features=in_use,
+            producer=producer,
+            consumer=consumer,
+            worker_prefix=worker_prefix,
+            threshold=shm_threshold,
+            staged=staged,
+            spin_us=None if spin_us is None else spin,
+            sent_control=None if first_control is None else first_control[0],
         )
-        if use_shm
-        else None,
-        consumer=SegmentConsumer(worker_prefix, channel=channel) if use_shm else None,
-        worker_prefix=worker_prefix,
-        threshold=shm_threshold,
-        staged=staged,
-        spin_us=None if spin_us is None else spin,
-        sent_control=None if first_control is None else first_control[0],
-    )
-    track(client)  # retired at interpreter exit if nobody closes it
-    note_started(client)  # and by a failed edge_load that started it (binding)
+        track(client)  # retired at interpreter exit if nobody closes it
+        note_started(client)  # and by a failed edge_load that started it (binding)
+    except BaseException:
+        # Whatever failed (a refused hello, no thread for the client, a Ctrl-C), the worker
+        # started (and maybe loading) is retired here: nobody else knows of it yet.
+        if client is not None:
+            client.retire(5.0)
+        else:
+            tree.retire(5.0)
+            parent.close()
+            if fds is not None:
+                fds[0].close()  # a no-op once detached into the channel
+            for owned in (producer, consumer, channel):
+                if owned is not None:
+                    owned.close()
+            sweep(worker_prefix)
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+            for stream in (popen.stdout, popen.stderr):
+                if stream is not None:
+                    stream.close()
+        raise
     return client
 
 

@@ -137,7 +137,7 @@ def _subreaper() -> bool:
         # (typeshed asks for a CDLL: what is read of it is its _handle)
         prctl = _Function(("prctl", _Process()))  # type: ignore[arg-type]
         return int(prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):  # an interpreter built without _ctypes
         return False
 
 
@@ -304,7 +304,11 @@ class _Supervisor:
                 shutil.rmtree(path, ignore_errors=True)
 
     def run(self, argv: list[str]) -> int:
-        _subreaper()
+        if not _subreaper() and sys.platform.startswith("linux"):
+            with _Quiet(OSError):  # said in the worker's log: retirement may miss an orphan
+                os.write(2, b"edge supervisor: prctl(PR_SET_CHILD_SUBREAPER) failed: an orphan "
+                            b"of the worker that leaves its session is found only if a capture "
+                            b"saw it first\n")
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGCHLD, self._on_child)
         with _Quiet(AttributeError, OSError):

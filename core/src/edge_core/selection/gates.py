@@ -204,12 +204,13 @@ class _Summary:
     gates stored in one second are told apart by it."""
 
 
-_SUMMARIES: dict[str, tuple[tuple[int, int, int], _Summary | None]] = {}
-"""Path -> (inode, mtime in ns, size) when read, and what it held (``None``: a file that
-does not verify). Every start without a gate of its own compares its key with every
-stored gate (:meth:`GateStore.nearest_changes`); a file read before is not read, parsed
-and digested again while its inode, mtime and size are those it was read with (a save
-replaces the file: a new inode)."""
+_SUMMARIES: dict[str, tuple[tuple[int, int, int, int], _Summary | None]] = {}
+"""Path -> (inode, mtime in ns, status change time in ns, size) when read, and what it held
+(``None``: a file that does not verify). Every start without a gate of its own compares its
+key with every stored gate (:meth:`GateStore.nearest_changes`); a file read before is not
+read, parsed and digested again while its inode, mtime, ctime and size are those it was
+read with (a save replaces the file: a new inode; a rewrite in place that puts its mtime
+back, as ``cp -p`` or ``rsync -t`` do, still moves its ctime, which nothing can set)."""
 
 
 def _summary(path: str) -> _Summary | None:
@@ -218,7 +219,7 @@ def _summary(path: str) -> _Summary | None:
         stat = os.stat(path)
     except OSError:
         return None
-    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
     known = _SUMMARIES.get(path)
     if known is not None and known[0] == stamp:
         return known[1]

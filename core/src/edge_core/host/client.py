@@ -194,6 +194,11 @@ class WorkerClient:
         self._follow_told: int | None = None  # what it was last told to follow (None: none)
         self._spin_frame: list[bytes | memoryview] | None = None  # to go with the next write
         self._lock = threading.Lock()
+        # Calls in flight by request id. Two changes to it take no lock, each one atomic
+        # dict operation: a submission registers its call (setdefault: a new id) and the
+        # reader of a usual reply takes its call out (pop). Everything else that changes
+        # it or reads more than one entry holds _lock, and iterates over a copy (list()
+        # makes it in C, atomically) and takes a call out only by a pop that finds it.
         self._calls: dict[str, Call] = {}
         self._replies: dict[str, Call] = {}
         self._control_ids = itertools.count(1)
@@ -609,11 +614,9 @@ class WorkerClient:
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
         call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
                     self._reader_wait)
-        with self._lock:
-            if request_id in self._calls:
-                self._inputs.take_back(packed.leases, claimed)
-                raise ProtocolViolation("request.request_id", "already in flight", request_id)
-            self._calls[request_id] = call
+        if self._calls.setdefault(request_id, call) is not call:  # (atomic: no lock)
+            self._inputs.take_back(packed.leases, claimed)
+            raise ProtocolViolation("request.request_id", "already in flight", request_id)
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
             if kept is not None and not gone:  # the kept bytes around this request's id
@@ -713,19 +716,20 @@ class WorkerClient:
         them are dropped (their shared memory is acknowledged). The worker is told too, so
         that it aborts the work in place and drops fenced requests it has not started.
         """
-        with self._lock:
+        calls = self._calls
+        with self._lock:  # over a copy, each victim popped: see _calls
             victims = [
                 call
-                for call in self._calls.values()
-                if call.request_id == request_id
-                or (
-                    fence_epoch is not None
-                    and call.stage_id == stage_id
-                    and call.epoch < fence_epoch
-                )
+                for call in list(calls.values())
+                if (call.request_id == request_id
+                    or (
+                        fence_epoch is not None
+                        and call.stage_id == stage_id
+                        and call.epoch < fence_epoch
+                    ))
+                and calls.pop(call.request_id, None) is call  # (else its reply took it)
             ]
             for call in victims:
-                del self._calls[call.request_id]
                 self._owed.add(call.request_id)  # its worker still answers it: watched
         for call in victims:
             call.deliver(self._cancelled(call))
@@ -831,12 +835,15 @@ class WorkerClient:
                                 request_id = ""  # (names no call)
                             call = None
                             if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
+                                # Taken out without the lock (see _calls): DONE is
+                                # terminal. A call of another epoch is the general path's;
+                                # one a cancel took meanwhile (no pop finds it) is dropped
+                                # there.
                                 calls = self._calls
-                                with self._lock:
-                                    call = calls.pop(request_id, None)  # DONE is terminal
-                                    if call is not None and call.epoch != kept[2]:
-                                        calls[request_id] = call  # stale: the general path's
-                                        call = None
+                                call = calls.get(request_id)
+                                if call is not None and (call.epoch != kept[2] or calls.pop(
+                                        request_id, None) is not call):
+                                    call = None
                             if call is not None:
                                 self.last_heard = time.monotonic()
                                 _, stage_id, epoch, generation, layout, outputs = kept

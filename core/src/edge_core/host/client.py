@@ -991,7 +991,7 @@ class WorkerClient:
                 call is None or header.generation != self.generation or header.epoch != call.epoch
             )
             if not stale and terminal:
-                del self._calls[header.request_id]
+                self._calls.pop(header.request_id, None)  # (see _calls)
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
             refs = refs_of(frame)
             if refs:

@@ -815,7 +815,7 @@ class WorkerClient:
                     header_end = PREFIX_SIZE + header_len
                     if (magic == BINARY_MAGIC and header_end + payload_len == count
                             and header_len >= _FIXED_SIZE):  # one whole binary frame
-                        raw = bytes(view[PREFIX_SIZE:header_end])
+                        raw = view[PREFIX_SIZE:header_end].tobytes()  # (less than bytes() of it)
                         id_bytes, stage_bytes = ID_LENGTHS.unpack_from(raw, 4)
                         id_end = _FIXED_SIZE + id_bytes
                         stage_end = id_end + stage_bytes
@@ -850,7 +850,7 @@ class WorkerClient:
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
                                     # of a copy of the payload (bytes: read-only itself)
-                                    own = bytes(view[header_end:count])
+                                    own = view[header_end:count].tobytes()
                                     for name, dtype, number, at, shape in layout:
                                         array = _frombuffer(own, dtype, number, at)
                                         arrays[name] = (array if shape is None

@@ -175,7 +175,7 @@ def _next_item(call: Call) -> tuple[StageEvent, Mapping[str, Any]]:
     """
     delivery = call.take()  # (its end already taken: StopIteration; or its error)
     if delivery.__class__ is tuple:  # the usual DONE's pair as it is
-        return delivery
+        return delivery  # type: ignore[return-value]
     return _item(delivery, call)  # type: ignore[arg-type]  # (a Delivery)
 
 

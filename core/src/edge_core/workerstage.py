@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import traceback
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from functools import partial
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -160,23 +159,56 @@ def _item(delivery: Delivery, call: Call) -> tuple[StageEvent, Mapping[str, Any]
     return event, RetainedOutputs(arrays, _Retention(delivery, arrays).release)
 
 
-def _next_item(call: Call) -> tuple[StageEvent, Mapping[str, Any]]:
-    """The next (event, outputs) item of a call :meth:`WorkerStage.call` sent.
+class CallEvents:
+    """The (event, outputs) stream of one call :meth:`WorkerStage.call` sent.
 
-    What its stream (``iter(partial(_next_item, call), None)``, C code but for this
-    function) asks for each item: a usual DONE's pair as it was handed over (its event
-    and its arrays, views of a private copy of its payload), any other delivery as
-    :func:`_item` makes it. Once the call's end was taken, :meth:`Call.take` raises
-    ``StopIteration``: the stream ends. Nothing of an item is kept here once it is
-    returned (a view still referenced would look "still referenced" at release).
+    A first delivery that ends the call (the usual reply, a lone DONE handed over as its
+    (event, arrays) pair of views of a private copy of its payload, or any terminal
+    event) is returned, with nothing left to close (a generator suspended at its yield
+    would be closed by raising ``GeneratorExit`` through it when dropped). A stream that
+    goes on past its first event goes on in the generator of
+    :meth:`WorkerStage.stream_from`.
 
     The call is known by its id to its channel (:class:`WorkerClient`) until its terminal
     event is read there: the stage keeps no registry of its own.
+
+    Args:
+        stage: The stage that sent the call.
+        call: The call.
     """
-    delivery = call.take()  # (its end already taken: StopIteration; or its error)
-    if delivery.__class__ is tuple:  # the usual DONE's pair as it is
-        return delivery  # type: ignore[return-value]
-    return _item(delivery, call)  # type: ignore[arg-type]  # (a Delivery)
+
+    __slots__ = ("_call", "_rest", "_stage")
+
+    def __init__(self, stage: WorkerStage, call: Call) -> None:
+        self._stage = stage
+        self._call: Call | None = call  # until its first delivery is taken
+        self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
+
+    def __iter__(self) -> CallEvents:
+        return self
+
+    def __next__(self) -> tuple[StageEvent, Mapping[str, Any]]:
+        rest = self._rest
+        if rest is not None:
+            return next(rest)
+        call = self._call
+        if call is None:  # its terminal event was taken: the stream has ended
+            raise StopIteration
+        self._call = None
+        delivery = call.take()  # (its end already taken: StopIteration; or its error)
+        item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
+                else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
+        del delivery  # (a view referenced here would look "still referenced" at release)
+        if item[0].terminal:
+            return item
+        rest = self._rest = self._stage.stream_from(call, item)
+        del item
+        return next(rest)
+
+    def close(self) -> None:
+        """Close the rest of a stream that went on past its first event."""
+        if self._rest is not None:
+            self._rest.close()
 
 
 class WorkerStage:
@@ -327,9 +359,30 @@ class WorkerStage:
         acknowledgement). Views still referenced then keep their bytes: the worker is
         told to unlink that segment instead of reusing it.
         """
-        # A stream of C code (a callable iterator: no object of ours, no __iter__ or
-        # __next__ call through a type's slot) asking _next_item for each item
-        return iter(partial(_next_item, self.client.submit(request, inputs)), None)
+        return CallEvents(self, self.client.submit(request, inputs))
+
+    def stream_from(self, call: Call, first: tuple[StageEvent, Mapping[str, Any]],
+                    ) -> Generator[tuple[StageEvent, Mapping[str, Any]], None, None]:
+        """The rest of the stream of a call :meth:`call` sent, from its ``first`` item on.
+
+        For :class:`CallEvents`, once ``first`` (not a terminal event) was taken: yields
+        it, then each event the call delivers.
+        """
+        take = call.take
+        # Each item is handed over without this suspended frame keeping a reference (a
+        # view held here would look "still referenced" at release time).
+        box = [first]
+        del first
+        while True:
+            yield box.pop()
+            try:
+                delivery = take()
+            except StopIteration:  # the terminal event was taken
+                return
+            # a usual DONE's pair as it is: its event and its arrays, views of a
+            # private copy of its payload
+            box.append(delivery if isinstance(delivery, tuple) else _item(delivery, call))
+            del delivery
 
     def on_end(self, request_id: str, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> bool:

@@ -196,7 +196,7 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
 #: Where a call waits for its reply and takes it (the wait, the read role, the delivery
 #: to the pending call, its result): an interrupt there once left the stage's slot (or
 #: the read role) held for good.
-WAITING = frozenset({"PendingCall.result", "PendingCall._next", "_next_item",
+WAITING = frozenset({"PendingCall.result", "PendingCall._next", "CallEvents.__next__",
                      "Call.take", "ChannelReader.wait", "ChannelReader._give_up",
                      "Call.deliver_done", "StageRuntime.accept", "StageResult.__init__"})
 

@@ -835,14 +835,15 @@ class WorkerClient:
                                 request_id = ""  # (names no call)
                             call = None
                             if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
-                                # Taken out without the lock (see _calls): DONE is
-                                # terminal. A call of another epoch is the general path's;
-                                # one a cancel took meanwhile (no pop finds it) is dropped
-                                # there.
+                                # Taken out without the lock (see _calls) by one pop
+                                # (DONE is terminal): an interrupt after it finds the call
+                                # gone from the channel, as its waiter's close does. A call
+                                # of another epoch goes back for the general path's read.
                                 calls = self._calls
-                                call = calls.get(request_id)
-                                if call is not None and (call.epoch != kept[2] or calls.pop(
-                                        request_id, None) is not call):
+                                call = calls.pop(request_id, None)
+                                if call is not None and call.epoch != kept[2]:
+                                    with self._lock:
+                                        calls.setdefault(request_id, call)
                                     call = None
                             if call is not None:
                                 self.last_heard = time.monotonic()

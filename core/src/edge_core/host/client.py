@@ -206,6 +206,11 @@ class WorkerClient:
         self._follow_told: int | None = None  # what it was last told to follow (None: none)
         self._spin_frame: list[bytes | memoryview] | None = None  # to go with the next write
         self._lock = threading.Lock()
+        # Calls in flight by request id. Two changes to it take no lock, each one atomic
+        # dict operation: a submission registers its call (setdefault: a new id) and the
+        # reader of a usual reply takes its call out (pop). Everything else that changes
+        # it or reads more than one entry holds _lock, and iterates over a copy (list()
+        # makes it in C, atomically) and takes a call out only by a pop that finds it.
         self._calls: dict[str, Call] = {}
         self._replies: dict[str, Call] = {}
         self._control_ids = itertools.count(1)
@@ -662,11 +667,9 @@ class WorkerClient:
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
         call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
                     self._reader_wait)
-        with self._lock:
-            if request_id in self._calls:
-                self._inputs.take_back(packed.leases, claimed)
-                raise ProtocolViolation("request.request_id", "already in flight", request_id)
-            self._calls[request_id] = call
+        if self._calls.setdefault(request_id, call) is not call:  # (atomic: no lock)
+            self._inputs.take_back(packed.leases, claimed)
+            raise ProtocolViolation("request.request_id", "already in flight", request_id)
         gone = self._producer.take_gone() if self._producer is not None else []
         try:
             if kept is not None and not gone:  # the kept bytes around this request's id
@@ -766,19 +769,20 @@ class WorkerClient:
         them are dropped (their shared memory is acknowledged). The worker is told too, so
         that it aborts the work in place and drops fenced requests it has not started.
         """
-        with self._lock:
+        calls = self._calls
+        with self._lock:  # over a copy, each victim popped: see _calls
             victims = [
                 call
-                for call in self._calls.values()
-                if call.request_id == request_id
-                or (
-                    fence_epoch is not None
-                    and call.stage_id == stage_id
-                    and call.epoch < fence_epoch
-                )
+                for call in list(calls.values())
+                if (call.request_id == request_id
+                    or (
+                        fence_epoch is not None
+                        and call.stage_id == stage_id
+                        and call.epoch < fence_epoch
+                    ))
+                and calls.pop(call.request_id, None) is call  # (else its reply took it)
             ]
             for call in victims:
-                del self._calls[call.request_id]
                 self._owed.add(call.request_id)  # its worker still answers it: watched
         for call in victims:
             call.deliver(self._cancelled(call))
@@ -864,7 +868,7 @@ class WorkerClient:
                     header_end = PREFIX_SIZE + header_len
                     if (magic == BINARY_MAGIC and header_end + payload_len == count
                             and header_len >= _FIXED_SIZE):  # one whole binary frame
-                        raw = bytes(view[PREFIX_SIZE:header_end])
+                        raw = view[PREFIX_SIZE:header_end].tobytes()  # (less than bytes() of it)
                         id_bytes, stage_bytes = ID_LENGTHS.unpack_from(raw, 4)
                         id_end = _FIXED_SIZE + id_bytes
                         stage_end = id_end + stage_bytes
@@ -884,19 +888,23 @@ class WorkerClient:
                                 request_id = ""  # (names no call)
                             call = None
                             if kept[0] == payload_len and (seq | created_ns) <= INT64_MAX:
+                                # Taken out without the lock (see _calls) by one pop
+                                # (DONE is terminal): an interrupt after it finds the call
+                                # gone from the channel, as its waiter's close does. A call
+                                # of another epoch goes back for the general path's read.
                                 calls = self._calls
-                                with self._lock:
-                                    call = calls.pop(request_id, None)  # DONE is terminal
-                                    if call is not None and call.epoch != kept[2]:
-                                        calls[request_id] = call  # stale: the general path's
-                                        call = None
+                                call = calls.pop(request_id, None)
+                                if call is not None and call.epoch != kept[2]:
+                                    with self._lock:
+                                        calls.setdefault(request_id, call)
+                                    call = None
                             if call is not None:
                                 self.last_heard = time.monotonic()
                                 _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
                                 if layout:  # as the unpacker makes them: read-only views
                                     # of a copy of the payload (bytes: read-only itself)
-                                    own = bytes(view[header_end:count])
+                                    own = view[header_end:count].tobytes()
                                     for name, dtype, number, at, shape in layout:
                                         array = _frombuffer(own, dtype, number, at)
                                         arrays[name] = (array if shape is None
@@ -1037,7 +1045,7 @@ class WorkerClient:
                 call is None or header.generation != self.generation or header.epoch != call.epoch
             )
             if not stale and terminal:
-                del self._calls[header.request_id]
+                self._calls.pop(header.request_id, None)  # (see _calls)
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
             refs = refs_of(frame)
             if refs:

@@ -97,6 +97,9 @@ def _input_bytes(inputs: Mapping[str, Any]) -> int:
         return SEND_NOW_BYTES + 1
 
 
+_NO_CARRY: dict[str, Any] = {}  # a one-stage request's carried values: none (never changed)
+
+
 def _wake(done: Any) -> None:
     """Set an awaited future's result, unless its task was cancelled meanwhile."""
     if not done.done():
@@ -390,7 +393,7 @@ class Pipeline:
                         on_event(event, tensors)
                 final: StageResult | GatheredResult = direct.result()
                 latencies: dict[str, float] = {}
-                carry: dict[str, Any] = {}
+                carry: dict[str, Any] = _NO_CARRY  # (only read)
             else:
                 chained, latencies, carry, asked = self._chain(serving, inputs, params,
                                                                until, request_id)
@@ -480,7 +483,7 @@ class Pipeline:
                 serving, seen,
                 partial(_leave, self._admitting, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
-        return PipelineResult(final, latencies, parts[2], receipt=parts[3])
+        return PipelineResult(final, latencies, parts[2], (), parts[3])  # (receipt)
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,

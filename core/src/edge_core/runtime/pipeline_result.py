@@ -71,8 +71,10 @@ class PipelineResult:
 
     def __init__(self, final: StageResult | GatheredResult, latencies: dict[str, float],
                  release: Callable[[], None],
-                 placement: Sequence[Mapping[str, Any]] = (), *,
+                 placement: Sequence[Mapping[str, Any]] = (),
                  receipt: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> None:
+        # (receipt may be given by position: a class called with a keyword argument
+        # costs a dict of them per call, about half of what the rest of the call costs)
         self.final = final
         self.outputs: dict[str, Any] = final.outputs
         """The final stage's outputs (its result's own dict: an attribute, read per call)."""

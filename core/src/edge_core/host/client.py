@@ -206,11 +206,14 @@ class WorkerClient:
         self._follow_told: int | None = None  # what it was last told to follow (None: none)
         self._spin_frame: list[bytes | memoryview] | None = None  # to go with the next write
         self._lock = threading.Lock()
-        # Calls in flight by request id. Two changes to it take no lock, each one atomic
-        # dict operation: a submission registers its call (setdefault: a new id) and the
-        # reader of a usual reply takes its call out (pop). Everything else that changes
-        # it or reads more than one entry holds _lock, and iterates over a copy (list()
-        # makes it in C, atomically) and takes a call out only by a pop that finds it.
+        # Calls in flight by request id. One change to it takes no lock: the reader of a
+        # usual reply takes its call out by one pop (atomic). Everything else that changes
+        # it or reads more than one entry holds _lock, iterates over a copy (list() makes
+        # it in C, atomically) and takes a call out only by a pop, so that whoever pops a
+        # call ends it. A call is registered under _lock too: while _lock is held an id
+        # can only leave the dict, never come back as another call, so a pop under the
+        # lock of a call seen in the copy finds that call or nothing (cancel relies on it:
+        # a registration without the lock let a cancel pop a newer call of a reused id).
         self._calls: dict[str, Call] = {}
         self._replies: dict[str, Call] = {}
         self._control_ids = itertools.count(1)
@@ -500,8 +503,11 @@ class WorkerClient:
             self._state = LOST
             self._reason = reason
             self._failure = error
-            calls = list(self._calls.values()) + list(self._replies.values())
-            self._calls.clear()
+            # each call taken out by a pop (see _calls): one a usual reply's reader took
+            # meanwhile is ended by that reader alone, not failed here too
+            pop = self._calls.pop
+            calls = [call for call in map(pop, list(self._calls), itertools.repeat(None))
+                     if call is not None] + list(self._replies.values())
             self._replies.clear()
         for listener in self._listeners:  # first: who sees the error sees the state too
             listener(error)
@@ -667,7 +673,9 @@ class WorkerClient:
             packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
         call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
                     self._reader_wait)
-        if self._calls.setdefault(request_id, call) is not call:  # (atomic: no lock)
+        with self._lock:  # (see _calls: registered under the lock)
+            registered = self._calls.setdefault(request_id, call) is call
+        if not registered:
             self._inputs.take_back(packed.leases, claimed)
             raise ProtocolViolation("request.request_id", "already in flight", request_id)
         gone = self._producer.take_gone() if self._producer is not None else []

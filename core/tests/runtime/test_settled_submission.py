@@ -27,6 +27,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline, RequestCancelled, StageState
 from edge_core.runtime.pipeline import SEND_NOW_BYTES
 from edge_core.runtime.submission import Submission
+from edge_core.workerstage import WorkerStage
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -92,6 +93,46 @@ def test_a_one_stage_request_is_sent_and_settled_on_the_loop_without_a_request_t
     asyncio.run(main())
     assert_nothing_charged(pipeline)
     assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
+
+
+def test_a_reply_read_before_its_callback_is_set_is_settled_on_the_loop(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The channel's reader may read the reply before the loop asks to be called at its end.
+
+    On a loaded machine the background reader can read the reply between the send and
+    ``on_end``; ``on_end`` then says False (not in flight any more). Such a request was
+    handed to a request thread (a thread started for a reply already here: found as a
+    suite's failure of the test above); it is settled on the loop now, at once.
+    """
+    real_on_end = WorkerStage.on_end
+    late: list[str] = []
+
+    def on_end_after_the_reply(stage: WorkerStage, request_id: str, callback: Any,
+                               loop: Any = None) -> bool:
+        deadline = time.monotonic() + 10
+        while stage.client.in_flight(request_id) and time.monotonic() < deadline:
+            time.sleep(0.001)  # the background reader reads the reply meanwhile
+        late.append(request_id)
+        return real_on_end(stage, request_id, callback, loop)
+
+    monkeypatch.setattr(WorkerStage, "on_end", on_end_after_the_reply)
+    pipeline = open_pipeline(echo_stage("a"), admission=2)
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        for _ in range(5):
+            submission = submit(pipeline)
+            assert await settled(submission) == loop_thread  # settled by the loop
+            with submission.result(0) as result:
+                np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        assert request_threads(pipeline) == []
+
+    asyncio.run(main())
+    assert len(late) == 5
+    assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
+    pipeline.close()
+    assert ledger.holdings() == ()
 
 
 def test_a_loop_serving_request_after_request_watches_the_channel_once_and_closes_clean(

@@ -729,8 +729,10 @@ class Pipeline:
                 call_soon_once(loop, settle, threadsafe=threading.get_ident() != on_loop)
 
         on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
-        if on_end is None or not on_end(pending.request_id, ended, loop):
-            # The stage cannot call back: a request thread waits for its reply.
+        if on_end is not None:
+            if not on_end(pending.request_id, ended, loop):
+                ended()  # its end was read before the callback could be set: nothing waits
+        else:  # The stage cannot call back: a request thread waits for its reply.
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     self.config.admission, thread_name_prefix=f"edge-{self.config.name}")

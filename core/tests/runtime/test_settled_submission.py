@@ -75,22 +75,22 @@ def assert_nothing_charged(pipeline: Pipeline, *ids: str) -> None:
         np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
 
 
+async def settled_on_the_loop(pipeline: Pipeline, count: int) -> None:
+    """``count`` requests one after another, each settled by this loop, no request thread."""
+    loop_thread = threading.get_ident()
+    for _ in range(count):
+        submission = submit(pipeline)
+        assert await settled(submission) == loop_thread  # settled by the loop
+        with submission.result(0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+            assert result.placement[0]["stage"] == "a"  # the placement receipt
+    assert request_threads(pipeline) == []
+
 def test_a_one_stage_request_is_sent_and_settled_on_the_loop_without_a_request_thread(
     open_pipeline: OpenPipeline, ledger: ResourceLedger,
 ) -> None:
     pipeline = open_pipeline(echo_stage("a"), admission=2)
-
-    async def main() -> None:
-        loop_thread = threading.get_ident()
-        for _ in range(20):
-            submission = submit(pipeline)
-            assert await settled(submission) == loop_thread  # settled by the loop
-            with submission.result(0) as result:
-                np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
-                assert result.placement[0]["stage"] == "a"  # the placement receipt
-        assert request_threads(pipeline) == []
-
-    asyncio.run(main())
+    asyncio.run(settled_on_the_loop(pipeline, 20))
     assert_nothing_charged(pipeline)
     assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
 
@@ -118,17 +118,7 @@ def test_a_reply_read_before_its_callback_is_set_is_settled_on_the_loop(
 
     monkeypatch.setattr(WorkerStage, "on_end", on_end_after_the_reply)
     pipeline = open_pipeline(echo_stage("a"), admission=2)
-
-    async def main() -> None:
-        loop_thread = threading.get_ident()
-        for _ in range(5):
-            submission = submit(pipeline)
-            assert await settled(submission) == loop_thread  # settled by the loop
-            with submission.result(0) as result:
-                np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
-        assert request_threads(pipeline) == []
-
-    asyncio.run(main())
+    asyncio.run(settled_on_the_loop(pipeline, 5))
     assert len(late) == 5
     assert ledger.reserved("machine:ram") > 0  # the stage is still loaded
     pipeline.close()

@@ -25,7 +25,7 @@ from serving import Served, start
 
 sys.path.insert(0, str(Path(__file__).parents[3] / "backends" / "vllm_cuda" / "tests"))
 
-from vllm_env import build_tiny_model, ensure_env
+from vllm_env import build_tiny_model, ensure_env, route_env_table
 
 API_KEY = "vllm-test-key"
 GRACE_S = 0.25
@@ -51,7 +51,8 @@ max_num_seqs = {max_num_seqs}
 [stages.backend.route]
 name = "vllm-cpu"
 interpreter = "{python}"
-'''
+
+{route_env_table()}'''
 
 
 def write_pipelines(folder: Path, ocr_dir: Path) -> tuple[Path, Path, list[Path]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_env import ENGINE_ENV
 
 from edge_contracts.requests import EventKind
 from edge_core.config import load_pipeline
@@ -56,7 +57,8 @@ def _ocr_gen_stages(ocr_bundles: Path, tiny_model: Path,
                     "options": {"model": str(tiny_model), "device": "cpu", "dtype": "float32",
                                 "max_model_len": 256, "enforce_eager": True,
                                 "max_num_seqs": 2},
-                    "route": {"name": "vllm-cpu", "interpreter": str(vllm_python)}},
+                    "route": {"name": "vllm-cpu", "interpreter": str(vllm_python),
+                              "env": dict(ENGINE_ENV)}},
     })
     return stages
 

@@ -139,10 +139,10 @@ def test_waiting_for_admission_past_the_deadline_raises_deadline_exceeded(
 def test_a_worker_stopped_mid_call_is_unresponsive_within_two_seconds(
     open_pipeline: OpenPipeline, ledger: ResourceLedger,
 ) -> None:
-    pipeline = open_pipeline(echo_stage("a", delay_s=30.0))
+    pipeline = open_pipeline(echo_stage("a"))
     pid = pid_of(pipeline)
     stage = pipeline.stage("a")
-    pending = stage.submit(X)
+    pending = stage.submit(X, params={"delay_s": 30.0})  # this call only: not the restart's
     time.sleep(0.3)  # the worker is inside the call (and beating)
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()

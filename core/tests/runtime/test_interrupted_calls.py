@@ -32,6 +32,7 @@ segment or descriptor left.
 from __future__ import annotations
 
 import dis
+import os
 import random
 import signal
 import sys
@@ -57,6 +58,7 @@ _ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "RESUME", "JUMP
 
 WARM_UP = 30
 NEXT_CALL_S = 1.0  # the bound on the call after an interrupted one
+FULL_SWEEP = os.environ.get("EDGE_TEST_FULL_SWEEP") == "1"  # the xfail sweep lists every window
 CLOSE_S = 5.0  # the bound on a close after a window was found
 DRAIN_S = 1.0  # a result dropped unacknowledged is acknowledged by the drain thread
 
@@ -141,8 +143,13 @@ def _left_held(pipeline: Pipeline, x: np.ndarray) -> str | None:
 
 
 def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dict[str, Any]],
-           only: frozenset[str] | None = None) -> tuple[int, list[str]]:
-    """Interrupt one call at each of its points in turn: (points, windows found)."""
+           only: frozenset[str] | None = None, *,
+           first: bool = False) -> tuple[int, list[str]]:
+    """Interrupt one call at each of its points in turn: (points, windows found).
+
+    ``first``: stop at the first window found (each costs the bounds on the drain and the
+    next call, and a reopen: about a second and a half).
+    """
     x = np.arange(4, dtype=np.float32)
 
     def opened() -> Pipeline:
@@ -166,6 +173,8 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
         took = time.monotonic() - started
         assert took < CLOSE_S, f"close took {took:.1f} s after {windows[-1]}"
         assert ledger.snapshot()["reservations"] == [], windows[-1]
+        if first:
+            return counter.points, windows
         pipeline = opened()
     pipeline.close()
     assert ledger.snapshot()["reservations"] == []
@@ -187,7 +196,9 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
     stages = [echo_stage("a")]
     if length == 2:
         stages.append(echo_stage("b", transform="edge_echo.transforms:passthrough"))
-    points, windows = _sweep(open_pipeline, ledger, stages)
+    # While windows are open (xfail) the sweep stops at the first; EDGE_TEST_FULL_SWEEP=1
+    # lists them all. It passes only by sweeping every point and finding none.
+    points, windows = _sweep(open_pipeline, ledger, stages, first=not FULL_SWEEP)
     assert points > 100  # the whole call was swept, not a part of it
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))

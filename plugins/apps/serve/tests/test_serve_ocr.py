@@ -185,7 +185,9 @@ def test_16_clients_200_requests_each_answered_and_nothing_left(ocr_dir: Path) -
                     elif reply.status_code == 429:
                         assert int(reply.headers["retry-after"]) >= 1
 
-    with running([ocr_dir / "served.toml"]) as served:
+    # A short queue: beyond admission and 4 waiting, requests are refused at once, so the
+    # 200 requests are answered and refused together under 16-way concurrency.
+    with running([ocr_dir / "served.toml"], "--queue-length", "4") as served:
         per_client = [200 // 16 + (1 if i < 200 % 16 else 0) for i in range(16)]
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(client_loop, per_client, [served.url] * 16))
@@ -194,7 +196,7 @@ def test_16_clients_200_requests_each_answered_and_nothing_left(ocr_dir: Path) -
         # large tensors went through shared memory (named segments are checked gone after)
         assert served.segments or served.memfds
     assert sum(codes.values()) == 200
-    assert set(codes) <= {200, 429}, codes
+    assert set(codes) == {200, 429}, codes
     assert codes[200] >= 2, codes
     assert texts == {("Served over HTTP today", "Total 12.75 for 3 pages")}
     print(f"16 clients, 200 requests: {dict(codes)}", file=sys.stderr)

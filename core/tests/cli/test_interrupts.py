@@ -221,12 +221,19 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", 
         import threading
 
         join, wait, sent = threading.Thread.join, threading.Event.wait, []
+        close = module.Pipeline.close
+
+        def recorded_close(self, *args, **kwargs):
+            # the replicas' trees as the close begins: by its first wait, on a loaded
+            # machine, a replica's close thread may have retired its worker already
+            if not workers:
+                workers.extend(psutil.Process().children(True))
+            return close(self, *args, **kwargs)
 
         def interrupted_join(self, *args, **kwargs):
             if self.name.startswith("edge-close-") and len(sent) < 2:
                 sent.append("join")  # the first wait, and a second one by a join
                 if len(sent) == 1:
-                    workers.extend(psutil.Process().children(True))
                     mark("workers " + " ".join(str(c.pid) for c in workers))
                 ctrl_c()
             return join(self, *args, **kwargs)
@@ -238,6 +245,7 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", 
             return wait(self, *args, **kwargs)
 
         threading.Thread.join, threading.Event.wait = interrupted_join, interrupted_wait
+        module.Pipeline.close = recorded_close
     else:
         BufferedInputs.__init__ = interrupting(BufferedInputs.__init__)
     sys.stderr = Stderr(sys.stderr)

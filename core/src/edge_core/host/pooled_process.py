@@ -28,6 +28,13 @@ from typing import IO, Any
 __all__ = ["PooledProcess"]
 
 
+def _ready(fd: int, wait_s: float) -> bool:
+    """True when ``fd`` is readable within ``wait_s`` (``poll``: any descriptor number)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(wait_s * 1000)))
+
+
 class PooledProcess:
     """A supervisor process forked by a zygote; the descriptors are this object's to close.
 
@@ -62,7 +69,7 @@ class PooledProcess:
         with self._lock:
             if self._pidfd < 0:
                 return self._ended
-            return bool(select.select([self._pidfd], [], [], 0)[0])
+            return bool(_ready(self._pidfd, 0.0))
 
     def dup_pidfd(self) -> int | None:
         """A new ``pidfd`` of the supervisor for the caller to close; None once it has ended."""
@@ -96,10 +103,10 @@ class PooledProcess:
         if self._ended or self._pidfd < 0:
             return self._ended
         if self._orphaned:
-            if select.select([self._pidfd], [], [], wait_s)[0]:
+            if _ready(self._pidfd, wait_s):
                 self._end(None)
             return self._ended
-        if not select.select([self._status_fd], [], [], wait_s)[0]:
+        if not _ready(self._status_fd, wait_s):
             return False
         try:
             chunk = os.read(self._status_fd, 64)
@@ -111,7 +118,7 @@ class PooledProcess:
                 self._end(int(self._status))
             return self._ended
         self._orphaned = True  # the zygote died before it reaped the supervisor
-        if select.select([self._pidfd], [], [], 0)[0]:
+        if _ready(self._pidfd, 0.0):
             self._end(None)
         return self._ended
 

@@ -69,6 +69,9 @@ READY_TIMEOUT_S = 30.0
 _EDGE_ROOT = str(Path(__file__).resolve().parents[2])  # where ``edge_core`` is found
 
 
+_Key = tuple[str, frozenset[tuple[str, str]]]  # the interpreter and the worker environment
+
+
 class ZygoteUnavailable(Exception):
     """The zygote could not serve this start (the reason is the message)."""
 
@@ -88,6 +91,7 @@ class Zygote:
 
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  timeout_s: float = READY_TIMEOUT_S) -> None:
+        self.key: _Key = (interpreter, frozenset(env.items()))
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -167,8 +171,12 @@ class Zygote:
                 answer, received = self._answer()
                 pid = answer.get("pid")
                 if type(pid) is not int or len(received) != 2:
-                    self._break(f"zygote {self.pid}: refused: {answer.get('refused', answer)}")
-                    raise ZygoteUnavailable(self.broken or "")
+                    reason = f"zygote {self.pid}: refused: {answer.get('refused', answer)}"
+                    if answer.get("threads"):  # this entry's import made it unsafe to fork
+                        with _lock:
+                            _refused[(self.key, _module(entry))] = reason
+                    self._break(reason)
+                    raise ZygoteUnavailable(reason)
                 process = PooledProcess(pid, received[0], received[1])
             except ZygoteUnavailable as exc:
                 for fd in received:
@@ -225,8 +233,12 @@ def _end_forked(pidfd: int) -> None:
 
 
 _lock = threading.Lock()
-_zygotes: dict[tuple[str, frozenset[tuple[str, str]]], Zygote] = {}
-_refused: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}
+_zygotes: dict[_Key, Zygote] = {}
+_refused: dict[tuple[_Key, str | None], str] = {}  # by key and entry module (None: any)
+
+
+def _module(entry: str) -> str:
+    return entry.partition(":")[0]
 _owner = os.getpid()
 _registered = False
 
@@ -241,13 +253,15 @@ def _own() -> None:
 
 
 def zygote_for(
-    interpreter: str, env: Mapping[str, str], *, foreign: bool, supervised: bool,
+    interpreter: str, env: Mapping[str, str], *, entry: str, foreign: bool, supervised: bool,
     outputs: tuple[object, object],
 ) -> tuple[Zygote | None, str | None]:
     """The zygote to fork this start from, or None and the reason it is spawned.
 
     ``outputs`` are the start's stdout and stderr targets: descriptors (or ``None``, the
-    defaults) can be passed to a forked worker; ``subprocess`` pipes cannot.
+    defaults) can be passed to a forked worker; ``subprocess`` pipes cannot. An entry
+    whose import left a zygote with threads is spawned from then on (its key's other
+    entries get a new zygote); a key whose zygote could not start at all is spawned too.
     """
     global _registered
     if os.environ.get(POOL_ENV, "1") == "0":
@@ -263,8 +277,9 @@ def zygote_for(
     key = (interpreter, frozenset(env.items()))
     with _lock:
         _own()
-        if key in _refused:
-            return None, _refused[key]
+        refused = _refused.get((key, None)) or _refused.get((key, _module(entry)))
+        if refused is not None:
+            return None, f"warm pool: {refused}"
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.alive():
             return zygote, None
@@ -276,8 +291,8 @@ def zygote_for(
         try:
             zygote = Zygote(interpreter, env)
         except ZygoteUnavailable as exc:
-            _refused[key] = str(exc)
-            return None, str(exc)
+            _refused[(key, None)] = str(exc)
+            return None, f"warm pool: {exc}"
         _zygotes[key] = zygote
         if not _registered:
             atexit.register(close_pool)

@@ -178,7 +178,7 @@ class _Zygote:
             for fd in fds:
                 os.close(fd)
             _send(self.sock, {"refused": f"threads: {count} running after importing "
-                                         f"{module!r}: forking is unsafe"})
+                                         f"{module!r}: forking is unsafe", "threads": count})
             return 1
         status_r, status_w = os.pipe()
         pid = os.fork()
@@ -217,9 +217,11 @@ class _Zygote:
         os.dup2(moved.pop("stdout"), 1)
         os.dup2(moved.pop("stderr"), 2)
         os.dup2(moved.pop("channel"), CHANNEL_FD)
+        placed = [CHANNEL_FD]
         if "segments" in moved:
             os.dup2(moved.pop("segments"), SEGMENTS_FD)
-        _close_all_but({0, 1, 2, CHANNEL_FD, SEGMENTS_FD, controller_fd})
+            placed.append(SEGMENTS_FD)
+        _close_all_but({0, 1, 2, *placed, controller_fd})
         supervisor = Supervisor(self.controller, prefixes, remove)
         supervisor.parent_fd = controller_fd
         supervisor.prepare()
@@ -227,7 +229,7 @@ class _Zygote:
         if worker == 0:
             supervisor.forget()
             return _run_worker
-        for fd in (CHANNEL_FD, SEGMENTS_FD):  # the channel ends when the worker does
+        for fd in placed:  # the channel ends when the worker does
             with contextlib.suppress(OSError):
                 os.close(fd)
         return supervisor.watch(worker)

@@ -34,7 +34,7 @@ from edge_contracts.shm import own_prefixes, segment_names, segment_owner
 from edge_core.host.identity import start_time
 from edge_core.host.warm_pool import pool_descriptors, pool_processes
 
-__all__ = ["LeakReport", "Snapshot", "leaks_since", "no_leaks", "snapshot"]
+__all__ = ["LeakReport", "Snapshot", "descendants", "leaks_since", "no_leaks", "snapshot"]
 
 DEFAULT_GRACE_S = 2.0
 """How long :func:`leaks_since` waits for processes and descriptors still closing."""
@@ -76,13 +76,21 @@ class LeakReport:
         return "\n".join(lines)
 
 
-def _children() -> frozenset[tuple[int, float]]:
-    """Descendants, leaving out the warm pool's zygotes (long-lived, the pool's own)."""
-    found = set()
+def descendants() -> list[psutil.Process]:
+    """This process's descendants but the warm pool's zygotes (long-lived, the pool's own).
+
+    What a test counts as the processes it started: a zygote (:mod:`edge_core.host.
+    warm_pool`) is started by the first start of its kind and outlives the test; the
+    supervisors and workers it forked are counted (they are its children, not this
+    process's, and ``psutil`` finds them below it).
+    """
     pool = pool_processes()
-    for child in psutil.Process().children(recursive=True):
-        if child.pid in pool:
-            continue
+    return [child for child in psutil.Process().children(recursive=True) if child.pid not in pool]
+
+
+def _children() -> frozenset[tuple[int, float]]:
+    found = set()
+    for child in descendants():
         try:
             found.add((child.pid, start_time(child)))  # never moved by wall-clock steps
         except psutil.NoSuchProcess:

@@ -157,7 +157,8 @@ def test_another_environment_gets_its_own_zygote(start):
 
 def test_another_interpreter_is_spawned_and_says_why():
     zygote, reason = warm_pool.zygote_for("/usr/bin/python3-not-ours", dict(os.environ),
-                                          entry="m:f", foreign=False, supervised=True, outputs=(None, None))
+                                          entry="m:f", foreign=False, supervised=True,
+                                          outputs=(None, None))
     assert zygote is None
     assert reason == "the route's interpreter is not the controller's own"
     zygote, reason = warm_pool.zygote_for(sys.executable, dict(os.environ),
@@ -261,3 +262,23 @@ def test_a_killed_controller_takes_its_zygote_supervisors_workers_and_segments_a
     while time.monotonic() < end and any(segment_names(p) for p in seen["prefixes"]):
         time.sleep(0.05)
     assert not [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
+
+
+def test_a_new_key_beyond_the_bound_closes_the_least_recently_used_zygote_which_drains(
+        start, monkeypatch):
+    monkeypatch.setattr(warm_pool, "MAX_ZYGOTES", 1)
+    first = start(set_env={"EDGE_TEST_POOL_KEY": "first"})
+    second = start(set_env={"EDGE_TEST_POOL_KEY": "second"})
+    old, new = first.start_path.zygote, second.start_path.zygote
+    assert (first.start_path.kind, second.start_path.kind) == (FORKED, FORKED)
+    assert old is not None and new not in (None, old)
+    # closed, the old zygote stays while what it forked runs, to report its status
+    assert old in warm_pool.pool_processes() and _alive(old)
+    _echoes(first)
+    os.kill(first.identity.pid, signal.SIGKILL)
+    end = time.monotonic() + 5.0
+    while first.health().state == "ready" and time.monotonic() < end:
+        time.sleep(0.01)
+    assert first.health().exit_status == -signal.SIGKILL  # reported by the closed zygote
+    assert not _wait_dead([old], 5.0)  # then it exits
+    assert old not in warm_pool.pool_processes()

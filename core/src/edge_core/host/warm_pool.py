@@ -15,11 +15,13 @@ child), and its exit status reaches the controller through the zygote
 A zygote is kept per controller process and per key: the interpreter and the worker's
 whole environment (:func:`~edge_core.host.environment.worker_environment`: what a forked
 worker has is the zygote's environment, so a start whose environment differs is never
-served by another key's zygote). At most :data:`MAX_ZYGOTES` per controller; a start of
-another key beyond them is spawned. A zygote that cannot start, refuses (more than one
-thread after an import: see :mod:`edge_core.host.zygote`) or died is replaced at the next
-start, or its key spawns from then on when it refused; every start says which way it
-went and why (:class:`~edge_core.host.start_path.StartPath`, a client's ``start_path``).
+served by another key's zygote). At most :data:`MAX_ZYGOTES` serve per controller; a
+start of another key closes the least recently used one. A zygote that cannot start,
+died or refused a start is replaced at the next start; a key whose zygote could not
+start, and an entry whose import left a zygote with threads (see
+:mod:`edge_core.host.zygote`), are spawned from then on; every
+start says which way it went and why (:class:`~edge_core.host.start_path.StartPath`, a
+client's ``start_path``).
 
 ``EDGE_WARM_POOL=0`` in the controller's environment turns the pool off (every worker is
 spawned). The zygotes end with the controller: closed at its exit (after its workers are
@@ -61,7 +63,8 @@ POOL_ENV = "EDGE_WARM_POOL"
 """``0`` turns the warm pool off in this controller (read at each start)."""
 
 MAX_ZYGOTES = 4
-"""Most zygotes one controller keeps (one per key); further keys are spawned."""
+"""Most zygotes one controller keeps serving (one per key); a new key closes the least
+recently used one (which exits once what it forked has exited)."""
 
 READY_TIMEOUT_S = 30.0
 """How long a new zygote may take to import and say it is ready, and a fork to answer."""
@@ -119,7 +122,7 @@ class Zygote:
             if answer.get("ready") is not True:
                 raise ZygoteUnavailable(f"zygote: {answer.get('refused', answer)}")
         except BaseException:
-            self.close()
+            self.end()
             raise
 
     def _answer(self) -> tuple[dict[str, object], list[int]]:
@@ -198,7 +201,7 @@ class Zygote:
         return process, forks if type(forks) is int else 0
 
     def _break(self, reason: str) -> None:
-        """Record why this zygote serves no more starts, and end it."""
+        """Record why this zygote serves no more starts, and close it."""
         if self.broken is None:
             self.broken = reason
         self.close()
@@ -207,10 +210,22 @@ class Zygote:
         """True while the zygote runs and serves starts."""
         return self.broken is None and self._popen.poll() is None
 
-    def close(self, timeout_s: float = 2.0) -> None:
-        """End the zygote (it exits when its control socket closes); idempotent."""
+    def ended(self) -> bool:
+        """True once the zygote process has exited (and is reaped)."""
+        return self._popen.poll() is not None
+
+    def close(self) -> None:
+        """Serve no more starts; idempotent.
+
+        The zygote stays until every supervisor it forked is reaped and its status
+        reported, then exits (see :mod:`edge_core.host.zygote`).
+        """
         self.broken = self.broken or "closed"
         self._sock.close()
+
+    def end(self, timeout_s: float = 2.0) -> None:
+        """Close it and wait for its exit; killed after ``timeout_s``."""
+        self.close()
         try:
             self._popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -234,6 +249,9 @@ def _end_forked(pidfd: int) -> None:
 
 _lock = threading.Lock()
 _zygotes: dict[_Key, Zygote] = {}
+_closed: list[Zygote] = []  # closed, still reporting the statuses of what they forked
+_used: dict[_Key, int] = {}  # the start count when each key was last used
+_starts = 0
 _refused: dict[tuple[_Key, str | None], str] = {}  # by key and entry module (None: any)
 
 
@@ -248,8 +266,18 @@ def _own() -> None:
     global _owner
     if _owner != os.getpid():
         _zygotes.clear()
+        _closed.clear()
+        _used.clear()
         _refused.clear()
         _owner = os.getpid()
+
+
+def _retire(key: _Key) -> None:
+    """Take the key's zygote out of service (under ``_lock``); it drains and exits."""
+    zygote = _zygotes.pop(key)
+    zygote.close()
+    _closed.append(zygote)
+    _used.pop(key, None)
 
 
 def zygote_for(
@@ -263,7 +291,7 @@ def zygote_for(
     whose import left a zygote with threads is spawned from then on (its key's other
     entries get a new zygote); a key whose zygote could not start at all is spawned too.
     """
-    global _registered
+    global _registered, _starts
     if os.environ.get(POOL_ENV, "1") == "0":
         return None, f"{POOL_ENV}=0"
     if foreign or interpreter != sys.executable:
@@ -280,20 +308,23 @@ def zygote_for(
         refused = _refused.get((key, None)) or _refused.get((key, _module(entry)))
         if refused is not None:
             return None, f"warm pool: {refused}"
+        _closed[:] = [zygote for zygote in _closed if not zygote.ended()]
+        _starts += 1
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.alive():
+            _used[key] = _starts
             return zygote, None
         if zygote is not None:
-            del _zygotes[key]
-            zygote.close()
-        if len(_zygotes) >= MAX_ZYGOTES:
-            return None, f"{MAX_ZYGOTES} zygotes of other environments run already"
+            _retire(key)
+        while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
+            _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
         try:
             zygote = Zygote(interpreter, env)
         except ZygoteUnavailable as exc:
             _refused[(key, None)] = str(exc)
             return None, f"warm pool: {exc}"
         _zygotes[key] = zygote
+        _used[key] = _starts
         if not _registered:
             atexit.register(close_pool)
             _registered = True
@@ -304,10 +335,11 @@ def close_pool() -> None:
     """End this controller's zygotes (at exit: after its workers are retired)."""
     retire_all()
     with _lock:
-        zygotes = list(_zygotes.values()) if _owner == os.getpid() else []
+        zygotes = [*_zygotes.values(), *_closed] if _owner == os.getpid() else []
         _zygotes.clear()
+        _closed.clear()
     for zygote in zygotes:
-        zygote.close()
+        zygote.end()
 
 
 def pool_processes() -> frozenset[int]:
@@ -315,7 +347,7 @@ def pool_processes() -> frozenset[int]:
     with _lock:
         if _owner != os.getpid():
             return frozenset()
-        return frozenset(z.pid for z in _zygotes.values() if z.alive())
+        return frozenset(z.pid for z in [*_zygotes.values(), *_closed] if not z.ended())
 
 
 def pool_descriptors() -> frozenset[int]:

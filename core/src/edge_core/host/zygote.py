@@ -29,8 +29,10 @@ sealed-segment channel (when used) and its stdout/stderr passed along as descrip
    ``pidfd`` of the supervisor (opened before it can be reaped); when it reaps the
    supervisor it writes the exit status there (``subprocess``'s form) and closes it.
 
-It ends when the controller closes the control socket or dies; the supervisors it forked
-go on (they watch the controller, not the zygote). It runs no thread of its own, and the
+When the controller closes the control socket (or it refused a start) it serves no more
+starts, and ends once every supervisor it forked is reaped and its status reported; it
+ends at once when the controller dies (the supervisors it forked go on: they watch the
+controller, not the zygote). It runs no thread of its own, and the
 cyclic garbage collector stays off (as in a worker before its hello, which turns it on).
 """
 
@@ -135,24 +137,27 @@ class _Zygote:
 
     def serve(self) -> int | Task:
         signal.signal(signal.SIGCHLD, self._on_child)
-        watched = [self.sock.fileno(), self.wake_r, self.controller_fd]
+        control = self.sock.fileno()
+        watched = [control, self.wake_r, self.controller_fd]
         while True:
             self._reap()
+            if control not in watched and not self.statuses:
+                return 0  # closed, and every supervisor it forked is reaped and reported
             ready = select.select(watched, [], [])[0]
             if self.controller_fd in ready:
                 return 0
             if self.wake_r in ready:
                 os.read(self.wake_r, 4096)
-            if self.sock.fileno() in ready:
+            if control in ready:
                 try:
                     data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
                 except OSError:
-                    return 0
-                if not data:
-                    return 0  # the controller closed the pool
-                outcome = self._start(data, fds)
-                if outcome is not None:
-                    return outcome
+                    data, fds = b"", []
+                outcome = self._start(data, fds) if data else 0
+                if outcome == 0 or outcome == 1:  # closed by the controller, or refusing
+                    watched.remove(control)  # no more starts; it stays to report statuses
+                elif outcome is not None:
+                    return outcome  # in a forked supervisor
 
     def _start(self, data: bytes, fds: list[int]) -> int | Task | None:
         """Serve one request; a task in the forked child, 1 when this zygote must end."""

@@ -32,9 +32,10 @@ def test_two_ort_cpu_stages_are_forked_verified_and_exact(
     direct = ort.InferenceSession(str(add_relu_bundle["graph"]), providers=["CPUExecutionProvider"])
     stage = {"backend": {"name": "ort-cpu", "options": {}},
              "manifest": str(add_relu_bundle["dir"])}
-    config = load_pipeline({"name": "p", "stages": [{"id": "s", **stage}]})
-    with Pipeline.open(config, plugins, ledger) as first, \
-            Pipeline.open(config, plugins, ledger) as second:
+    first_config, second_config = (load_pipeline({"name": name, "stages": [{"id": "s", **stage}]})
+                                   for name in ("p", "q"))
+    with Pipeline.open(first_config, plugins, ledger) as first, \
+            Pipeline.open(second_config, plugins, ledger) as second:
         starts = []
         for pipeline in (first, second):
             (plan,) = pipeline.execution_plan()["stages"]

@@ -247,38 +247,18 @@ def test_a_killed_controller_takes_its_zygote_supervisors_workers_and_segments_a
         line = controller.stdout.readline()
         assert line, "the controller said nothing"
         seen = json.loads(line)
+        assert seen["paths"] == [FORKED, FORKED]
+        segments = [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
+        assert segments  # there is something to clean up
+        pids = [seen["zygote"], *seen["supervisors"], *seen["workers"]]
+        assert all(_alive(pid) for pid in pids)
     finally:
+        controller.kill()
+        controller.wait()
         if controller.stdout is not None:
             controller.stdout.close()
-    assert seen["paths"] == [FORKED, FORKED]
-    segments = [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
-    assert segments  # there is something to clean up
-    pids = [seen["zygote"], *seen["supervisors"], *seen["workers"]]
-    assert all(_alive(pid) for pid in pids)
-    controller.kill()
-    controller.wait()
     assert not _wait_dead(pids, 10.0)
     end = time.monotonic() + 5.0
     while time.monotonic() < end and any(segment_names(p) for p in seen["prefixes"]):
         time.sleep(0.05)
     assert not [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
-
-
-def test_a_new_key_beyond_the_bound_closes_the_least_recently_used_zygote_which_drains(
-        start, monkeypatch):
-    monkeypatch.setattr(warm_pool, "MAX_ZYGOTES", 1)
-    first = start(set_env={"EDGE_TEST_POOL_KEY": "first"})
-    second = start(set_env={"EDGE_TEST_POOL_KEY": "second"})
-    old, new = first.start_path.zygote, second.start_path.zygote
-    assert (first.start_path.kind, second.start_path.kind) == (FORKED, FORKED)
-    assert old is not None and new not in (None, old)
-    # closed, the old zygote stays while what it forked runs, to report its status
-    assert old in warm_pool.pool_processes() and _alive(old)
-    _echoes(first)
-    os.kill(first.identity.pid, signal.SIGKILL)
-    end = time.monotonic() + 5.0
-    while first.health().state == "ready" and time.monotonic() < end:
-        time.sleep(0.01)
-    assert first.health().exit_status == -signal.SIGKILL  # reported by the closed zygote
-    assert not _wait_dead([old], 5.0)  # then it exits
-    assert old not in warm_pool.pool_processes()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -82,8 +81,6 @@ def test_the_second_start_is_a_fork_of_the_same_zygote_not_a_new_interpreter(sta
         # no exec since the fork: the worker still runs the zygote's command line
         assert worker.cmdline() == zygote.cmdline()
         assert worker.exe() == zygote.exe()
-    # and it never imported its entry: the zygote had
-    assert second.hello["startup"]["entry_import_s"] < 0.01
     _echoes(second)
 
 
@@ -157,12 +154,12 @@ def test_another_environment_gets_its_own_zygote(start):
 
 def test_another_interpreter_is_spawned_and_says_why():
     zygote, reason = warm_pool.zygote_for("/usr/bin/python3-not-ours", dict(os.environ),
-                                          entry="m:f", foreign=False, supervised=True,
+                                          foreign=False, supervised=True,
                                           outputs=(None, None))
     assert zygote is None
     assert reason == "the route's interpreter is not the controller's own"
     zygote, reason = warm_pool.zygote_for(sys.executable, dict(os.environ),
-                                          entry="m:f", foreign=True,
+                                          foreign=True,
                                           supervised=True, outputs=(None, None))
     assert zygote is None and reason is not None
 
@@ -173,22 +170,18 @@ def test_a_pipe_for_the_output_is_spawned_and_says_why(start):
     assert "cannot be passed to a forked worker" in (client.start_path.reason or "")
 
 
-def test_an_entry_that_starts_a_thread_at_import_is_refused_by_the_zygote_and_spawned(start):
-    # a key of its own: the refusing zygote ends, and its key spawns from then on
-    env = {"EDGE_TEST_POOL_KEY": "threaded"}
+def test_an_entry_is_imported_by_the_forked_worker_never_by_the_zygote(start, capfd):
+    # The entry's import starts a thread and prints: both happen in the worker, as in a
+    # spawned one; the zygote stays one thread and silent, and keeps serving.
     threaded = attrs.evolve(test_route("echo"), entry="edge_test_threaded:echo")
-    client = start(set_env=env, route=threaded)
-    assert client.start_path.kind == SPAWNED
-    assert "threads" in (client.start_path.reason or ""), client.start_path
-    found = re.search(r"zygote (\d+): refused", client.start_path.reason or "")
-    assert found is not None, client.start_path
-    zygote = int(found.group(1))
-    assert not _wait_dead([zygote], 5.0)  # it ended: it had a thread
+    client = start(route=threaded)
+    assert client.start_path.kind == FORKED, client.start_path
+    zygote = client.start_path.zygote
+    assert len(os.listdir(f"/proc/{zygote}/task")) == 1
     _echoes(client)
-    again = start(set_env=env, route=threaded)
-    assert again.start_path == client.start_path  # that entry spawns from then on
-    other = start(set_env=env)  # the key's other entries get a new zygote
-    assert other.start_path.kind == FORKED
+    again = start(route=threaded)
+    assert again.start_path.kind == FORKED and again.start_path.zygote == zygote
+    assert capfd.readouterr().err.count("edge_test_threaded imported") == 2  # once each
 
 
 def test_a_start_interrupted_while_the_zygote_forks_leaves_no_process(start, monkeypatch):

@@ -200,9 +200,8 @@ def start_worker(
         python_path=([str(staged)] if staged is not None else []) + list(route.python_path),
         inherit_python_path=not route.foreign,
     )
-    zygote, spawn_reason = zygote_for(route.interpreter, worker_env, entry=route.entry,
-                                      foreign=route.foreign, supervised=SUPERVISED,
-                                      outputs=(stdout, stderr))
+    zygote, spawn_reason = zygote_for(route.interpreter, worker_env, foreign=route.foreign,
+                                      supervised=SUPERVISED, outputs=(stdout, stderr))
     use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
     fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if use_seals else None
     boot = BootConfig(
@@ -235,7 +234,6 @@ def start_worker(
         if zygote is not None:
             try:
                 popen, forks = zygote.fork(
-                    entry=route.entry,
                     prefixes=[worker_prefix, own_prefix],
                     remove=[],  # a route of the controller's interpreter stages nothing
                     channel=child.fileno(),

@@ -1,7 +1,7 @@
 """The warm worker pool: a zygote per worker environment that forks supervised workers.
 
 A worker spawned afresh pays for an interpreter's start and for importing the worker's
-code and its entry (numpy, for ONNX Runtime's) before it can say hello. Where the route's
+code and numpy before it can say hello. Where the route's
 interpreter is the controller's own (``sys.executable``, not foreign) on Linux with
 ``os.pidfd_open`` and workers are supervised, :func:`zygote_for` gives the start a
 zygote (:mod:`edge_core.host.zygote`): an interpreter of that environment, started once
@@ -18,8 +18,8 @@ worker has is the zygote's environment, so a start whose environment differs is 
 served by another key's zygote). At most :data:`MAX_ZYGOTES` serve per controller; a
 start of another key closes the least recently used one. A zygote that cannot start,
 died or refused a start is replaced at the next start; a key whose zygote could not
-start, and an entry whose import left a zygote with threads (see
-:mod:`edge_core.host.zygote`), are spawned from then on; every
+start (or was left with threads by its imports: see :mod:`edge_core.host.zygote`) is
+spawned from then on; every
 start says which way it went and why (:class:`~edge_core.host.start_path.StartPath`, a
 client's ``start_path``).
 
@@ -42,6 +42,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from edge_core.host.exit_cleanup import retire_all
 from edge_core.host.pooled_process import PooledProcess
@@ -85,6 +86,10 @@ class Zygote:
     Args:
         interpreter: the interpreter it runs (the controller's own).
         env: the worker environment it runs with (the key's).
+        outputs: where its stdout and stderr go: those of the start that needs it (what
+            its interpreter's start prints, a ``sitecustomize`` say, goes where that
+            start's spawned worker would have printed it; ``None``: the controller's
+            stderr, and inherited).
         timeout_s: bound on its start and on each answer.
 
     Raises:
@@ -93,6 +98,7 @@ class Zygote:
     """
 
     def __init__(self, interpreter: str, env: Mapping[str, str],
+                 outputs: tuple[Any, Any] = (None, None),
                  timeout_s: float = READY_TIMEOUT_S) -> None:
         self.key: _Key = (interpreter, frozenset(env.items()))
         self._lock = threading.Lock()
@@ -105,7 +111,8 @@ class Zygote:
                 pass_fds=(theirs.fileno(),),
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
-                stdout=2,  # never the controller's stdout
+                stdout=2 if outputs[0] is None else outputs[0],  # never the controller's stdout
+                stderr=outputs[1],
                 start_new_session=True,
             )
         except BaseException:
@@ -147,7 +154,7 @@ class Zygote:
         return answer, fds
 
     def fork(
-        self, *, entry: str, prefixes: list[str], remove: list[str],
+        self, *, prefixes: list[str], remove: list[str],
         channel: int, segments: int | None, stdout: int, stderr: int,
     ) -> tuple[PooledProcess, int]:
         """Have the zygote fork a supervised worker; the supervisor and the fork count.
@@ -159,7 +166,7 @@ class Zygote:
         """
         names = ["channel", "stdout", "stderr"] + ([] if segments is None else ["segments"])
         fds = [channel, stdout, stderr] + ([] if segments is None else [segments])
-        request = {"entry": entry, "prefixes": prefixes, "remove": remove, "fds": names}
+        request = {"prefixes": prefixes, "remove": remove, "fds": names}
         with self._lock:
             if self.broken is not None:
                 raise ZygoteUnavailable(self.broken)
@@ -175,9 +182,6 @@ class Zygote:
                 pid = answer.get("pid")
                 if type(pid) is not int or len(received) != 2:
                     reason = f"zygote {self.pid}: refused: {answer.get('refused', answer)}"
-                    if answer.get("threads"):  # this entry's import made it unsafe to fork
-                        with _lock:
-                            _refused[(self.key, _module(entry))] = reason
                     self._break(reason)
                     raise ZygoteUnavailable(reason)
                 process = PooledProcess(pid, received[0], received[1])
@@ -252,11 +256,7 @@ _zygotes: dict[_Key, Zygote] = {}
 _closed: list[Zygote] = []  # closed, still reporting the statuses of what they forked
 _used: dict[_Key, int] = {}  # the start count when each key was last used
 _starts = 0
-_refused: dict[tuple[_Key, str | None], str] = {}  # by key and entry module (None: any)
-
-
-def _module(entry: str) -> str:
-    return entry.partition(":")[0]
+_refused: dict[_Key, str] = {}  # keys whose zygote could not start: spawned
 _owner = os.getpid()
 _registered = False
 
@@ -281,15 +281,15 @@ def _retire(key: _Key) -> None:
 
 
 def zygote_for(
-    interpreter: str, env: Mapping[str, str], *, entry: str, foreign: bool, supervised: bool,
-    outputs: tuple[object, object],
+    interpreter: str, env: Mapping[str, str], *, foreign: bool, supervised: bool,
+    outputs: tuple[Any, Any],
 ) -> tuple[Zygote | None, str | None]:
     """The zygote to fork this start from, or None and the reason it is spawned.
 
     ``outputs`` are the start's stdout and stderr targets: descriptors (or ``None``, the
-    defaults) can be passed to a forked worker; ``subprocess`` pipes cannot. An entry
-    whose import left a zygote with threads is spawned from then on (its key's other
-    entries get a new zygote); a key whose zygote could not start at all is spawned too.
+    defaults) can be passed to a forked worker; ``subprocess`` pipes cannot. A key whose
+    zygote could not start (or was left with threads by its imports) is spawned from
+    then on.
     """
     global _registered, _starts
     if os.environ.get(POOL_ENV, "1") == "0":
@@ -305,7 +305,7 @@ def zygote_for(
     key = (interpreter, frozenset(env.items()))
     with _lock:
         _own()
-        refused = _refused.get((key, None)) or _refused.get((key, _module(entry)))
+        refused = _refused.get(key)
         if refused is not None:
             return None, f"warm pool: {refused}"
         _closed[:] = [zygote for zygote in _closed if not zygote.ended()]
@@ -319,9 +319,9 @@ def zygote_for(
         while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
             _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
         try:
-            zygote = Zygote(interpreter, env)
+            zygote = Zygote(interpreter, env, outputs)
         except ZygoteUnavailable as exc:
-            _refused[(key, None)] = str(exc)
+            _refused[key] = str(exc)
             return None, f"warm pool: {exc}"
         _zygotes[key] = zygote
         _used[key] = _starts

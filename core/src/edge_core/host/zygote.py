@@ -9,15 +9,17 @@ alone). Then, one request at a time, each a JSON object with the worker's channe
 sealed-segment channel (when used) and its stdout/stderr passed along as descriptors
 (``SCM_RIGHTS``; no pickle):
 
-1. imports the route's entry module, if not imported yet (a failure is left to the worker,
-   which fails the same way and says so in its hello);
-2. checks that it is still one thread (:func:`threads`): a fork copies only the thread
+1. checks that it is still one thread (:func:`threads`): a fork copies only the thread
    that forks, and a library whose threads were running (a thread pool made at import)
-   would be broken in the child. A library that stops its threads at a fork (OpenBLAS,
-   which numpy loads, registers ``pthread_atfork`` handlers) is given one throw-away fork
-   to do so first. More than one thread left: the request is refused, saying so, and the
-   zygote ends (the controller spawns instead);
-3. forks a supervisor: a session leader (``setsid``) that keeps only the passed
+   would be broken in the child. Its imports are checked so at its start: a library
+   that stops its threads at a fork (OpenBLAS, which numpy loads, registers
+   ``pthread_atfork`` handlers) is given one throw-away fork to do so, and a zygote left
+   with more than one thread refuses to serve (the controller spawns instead). The
+   route's entry is *not* imported here but by the worker after the fork (importing
+   ``edge_ort.worker`` once numpy is imported takes a few milliseconds): what an entry's
+   import does (its output, its threads, what it reads) happens in the worker, as in a
+   spawned one;
+2. forks a supervisor: a session leader (``setsid``) that keeps only the passed
    descriptors (stdout/stderr on 1/2, ``/dev/null`` on 0, the channel on
    :data:`CHANNEL_FD`, the segment channel on :data:`SEGMENTS_FD`) and the controller's
    ``pidfd``, runs :class:`~edge_core.host.supervisor.Supervisor` (subreaper, watching the
@@ -25,7 +27,7 @@ sealed-segment channel (when used) and its stdout/stderr passed along as descrip
    :func:`edge_contracts.worker.main` on :data:`CHANNEL_FD`. Both return to this
    module's :func:`main` before they run, so each leaves through the interpreter's usual
    exit, as a spawned one does;
-4. answers with the supervisor's PID, passing the read end of a status pipe and a
+3. answers with the supervisor's PID, passing the read end of a status pipe and a
    ``pidfd`` of the supervisor (opened before it can be reaped); when it reaps the
    supervisor it writes the exit status there (``subprocess``'s form) and closes it.
 
@@ -163,7 +165,6 @@ class _Zygote:
         """Serve one request; a task in the forked child, 1 when this zygote must end."""
         try:
             request = json.loads(data)
-            entry = str(request["entry"])
             names = list(request["fds"])
             prefixes = [str(p) for p in request["prefixes"]]
             remove = [str(p) for p in request["remove"]]
@@ -173,17 +174,11 @@ class _Zygote:
                 os.close(fd)
             _send(self.sock, {"refused": f"request: {exc}"})
             return None
-        module = entry.partition(":")[0]
-        if module and module not in sys.modules:
-            # a failure is the worker's to meet again and report in its hello
-            with contextlib.suppress(Exception):
-                importlib.import_module(module)
-        count = _settled_threads()
-        if count > 1:
+        count = threads()
+        if count > 1:  # nothing started one since the check at its start: never fork so
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"refused": f"threads: {count} running after importing "
-                                         f"{module!r}: forking is unsafe", "threads": count})
+            _send(self.sock, {"refused": f"threads: {count} running: forking is unsafe"})
             return 1
         status_r, status_w = os.pipe()
         pid = os.fork()

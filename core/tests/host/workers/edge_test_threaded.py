@@ -1,7 +1,8 @@
-"""An entry whose import starts a thread: a warm pool's zygote must not fork after it."""
+"""An entry whose import starts a thread and says so on stderr (see test_warm_pool)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from edge_test_workers import echo
@@ -10,3 +11,4 @@ __all__ = ["echo"]
 
 _never = threading.Event()
 threading.Thread(target=_never.wait, name="edge-test-import-thread", daemon=True).start()
+print("edge_test_threaded imported", file=sys.stderr, flush=True)

@@ -180,7 +180,8 @@ def tree(pid: int) -> list[psutil.Process]:
 
 def role_of(process: psutil.Process, root: int, workers: Mapping[int, str]) -> str:
     """``controller`` (the tree's root: RapidOCR's own process for the peer),
-    ``worker:<stage>``, ``supervisor``, or ``worker`` / ``child``."""
+    ``worker:<stage>``, ``supervisor``, ``zygote`` (the warm pool's), or ``worker`` /
+    ``child``."""
     if process.pid == root:
         return "controller"
     if process.pid in workers:
@@ -191,6 +192,10 @@ def role_of(process: psutil.Process, root: int, workers: Mapping[int, str]) -> s
         return "gone"
     if "supervisor.py" in command:
         return "supervisor"
+    if "edge_core.host.zygote" in command:  # the warm pool's: it, and what it forked
+        if process.ppid() == root:
+            return "zygote"
+        return "supervisor" if os.getsid(process.pid) == process.pid else "worker"
     return "worker" if "edge_contracts" in command or "import sys" in command else "child"
 
 

@@ -449,11 +449,12 @@ class WorkerStage:
         return {RAM_POOL: self._peak}
 
     def describe(self) -> Mapping[str, object]:
-        """Worker identity, route, runtime versions, load report and manifest facts."""
+        """Worker identity, how it started, route, runtime versions, load report, manifest."""
         identity = self.client.identity
         return {
             "generation": self.client.generation,
             "pid": identity.pid,
+            "start": self.client.start_path.to_dict(),
             "start_time": identity.start_time,
             "create_time": identity.create_time,
             "route": self.client.route.to_dict(),

@@ -137,14 +137,14 @@ elif MOMENT == "exec":  # inside code run from a string, as a dataclass is made
 elif MOMENT == "exit":  # registered first: runs last of the exit hooks
     atexit.register(ctrl_c)
 elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers retire
-    import psutil
+    from edge_core.testing.leaks import descendants  # the warm pool's zygote left out
 
     from edge_core.runtime import pipeline as module
 
     run, close = module.Pipeline.run, module.Pipeline.close
 
     def interrupted_run(self, *args, **kwargs):
-        mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
+        mark("workers " + " ".join(str(c.pid) for c in descendants()))
         ctrl_c()
         return run(self, *args, **kwargs)
 
@@ -159,6 +159,8 @@ elif MOMENT == "retire":  # Ctrl-C during a request, and again as its workers re
 elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", "joining"):
     import psutil
 
+    from edge_core.testing.leaks import descendants  # the warm pool's zygote left out
+
     from edge_contracts.shm import segment_names, segment_owner
     from edge_core.cli.run_inputs import BufferedInputs
     from edge_core.runtime import pipeline as module
@@ -167,7 +169,7 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", 
 
     def interrupting(function):  # during a request, or as the command has just opened
         def interrupted(self, *args, **kwargs):
-            workers.extend(psutil.Process().children(True))
+            workers.extend(descendants())
             mark("workers " + " ".join(str(c.pid) for c in workers))
             ctrl_c()
             return function(self, *args, **kwargs)
@@ -180,7 +182,7 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", 
         def write(self, text):
             if "interrupted" in text:
                 if MOMENT == "stopping":  # and workers started since (in the background)
-                    workers.extend(c for c in psutil.Process().children(True)
+                    workers.extend(c for c in descendants()
                                    if c not in workers)
                 running = [p.pid for p in workers
                            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -227,7 +229,7 @@ elif MOMENT in ("request", "buffers", "plan", "refused", "closing", "stopping", 
             # the replicas' trees as the close begins: by its first wait, on a loaded
             # machine, a replica's close thread may have retired its worker already
             if not workers:
-                workers.extend(psutil.Process().children(True))
+                workers.extend(descendants())
             return close(self, *args, **kwargs)
 
         def interrupted_join(self, *args, **kwargs):
@@ -270,9 +272,8 @@ elif MOMENT == "swallowed":  # one Ctrl-C taken by code that goes on, then anoth
 
     preflight.check_pipeline, module.Pipeline.run = check_pipeline, interrupted_run
 elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the open unwinds
-    import psutil
-
     from edge_core.runtime.opener import StageOpener
+    from edge_core.testing.leaks import descendants  # the warm pool's zygote left out
 
     gate, unwind = StageOpener._gate, StageOpener.unwind
     sent = []
@@ -280,7 +281,7 @@ elif MOMENT == "open":  # Ctrl-C as a replica's warm-up is gated, again as the o
     def interrupted_gate(self, slot, loaded):
         if not sent:
             sent.append(True)
-            mark("workers " + " ".join(str(c.pid) for c in psutil.Process().children(True)))
+            mark("workers " + " ".join(str(c.pid) for c in descendants()))
             ctrl_c()
         return gate(self, slot, loaded)
 

@@ -23,6 +23,15 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+def _worker(process: psutil.Process) -> bool:
+    """A worker: the child of its supervisor, the leader of its session (spawned or forked
+    by the warm pool's zygote, whose command line a forked worker keeps)."""
+    try:
+        return process.pid != os.getsid(process.pid) == process.ppid()
+    except (OSError, psutil.Error):
+        return False
+
+
 def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: Path) -> None:
     ocr = demo_build / "build" / "ocr"
     env = {k: v for k, v in os.environ.items() if k not in {"EDGE_DEBUG", "EDGE_PLUGINS"}}
@@ -38,8 +47,7 @@ def test_sigterm_retires_the_workers_and_removes_the_bundle_copies(demo_build: P
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the pipeline never opened"
             time.sleep(0.2)
-            workers = [p for p in me.children(recursive=True)
-                       if "edge_contracts.worker" in " ".join(p.cmdline())]
+            workers = [p for p in me.children(recursive=True) if _worker(p)]
         staged = list(Path(tempfile.gettempdir()).glob(f"edge-*-o{process.pid}-*"))
         assert staged, "no verified bundle copy was staged"
         time.sleep(1.0)

@@ -2,7 +2,8 @@
 
 An audit hook in the ``edge`` process records every process it starts (``subprocess``,
 ``posix_spawn``, ``fork``, ``system``) while it runs a two-stage echo pipeline: one
-supervisor per stage (each starts its worker itself), nothing else — no helper command on
+supervisor per stage (each starts its worker itself) — or, with the warm pool, one zygote
+that forks them — nothing else — no helper command on
 the way to the first answer (``platform.processor()`` ran ``uname -p`` while the ledger
 was made, once per ``edge run``, for a CPU name the ledger does not use). Nor does it
 import what it never uses: ``asyncio`` (and ``ssl`` with it) only serves the async API.
@@ -17,8 +18,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from edge_core.host.bootstrap import SUPERVISED
+from edge_core.host.warm_pool import POOL_ENV
 
 from .conftest import echo_pipeline
 
@@ -51,11 +54,13 @@ scale = 3.0
 """)
 
 
-def test_edge_run_starts_one_supervisor_per_stage_and_imports_no_asyncio(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool", ["1", "0"], ids=["warm-pool", "pool-off"])
+def test_edge_run_starts_one_supervisor_per_stage_and_imports_no_asyncio(
+        tmp_path: Path, pool: str) -> None:
     (tmp_path / "pipeline.toml").write_text(PIPELINE)
     np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0], np.float32))
     env = {**os.environ, "EDGE_PLUGINS": "echo",
-           "EDGE_PLACEMENT_CACHE": str(tmp_path / "cache")}
+           "EDGE_PLACEMENT_CACHE": str(tmp_path / "cache"), POOL_ENV: pool}
     done = subprocess.run([sys.executable, "-c", HOOKED_EDGE, "run", "pipeline.toml",
                            "--inputs", "in.npz", "--json"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
@@ -63,11 +68,17 @@ def test_edge_run_starts_one_supervisor_per_stage_and_imports_no_asyncio(tmp_pat
     assert json.loads(done.stdout)["ok"] is True
     line = next(x for x in done.stderr.splitlines() if x.startswith("STARTS "))
     starts = json.loads(line.removeprefix("STARTS "))
-    assert len(starts) == 2, starts  # stages a and b, one start each
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     modules = set(json.loads(line.removeprefix("MODULES ")))
     assert "edge_core.runtime.pipeline" in modules  # the hook saw the whole run
     assert not modules & {"asyncio", "ssl"}, sorted(modules & {"asyncio", "ssl"})
+    pooled = pool == "1" and SUPERVISED and sys.platform.startswith("linux")
+    if pooled:  # one zygote, which forks a supervisor per stage (each forks its worker)
+        assert len(starts) == 1, starts
+        ((event, argv),) = starts
+        assert event == "subprocess.Popen" and "edge_core.host.zygote" in argv[2], starts
+        return
+    assert len(starts) == 2, starts  # stages a and b, one start each
     for event, argv in starts:
         assert event == "subprocess.Popen", starts
         if SUPERVISED:

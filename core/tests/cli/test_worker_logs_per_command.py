@@ -22,6 +22,7 @@ import pytest
 from edge_contracts.shm import segment_names, segment_owner
 from edge_core.cli import main
 from edge_core.host.worker_logs import LOG_DIR_ENV, log_directory
+from edge_core.testing.leaks import descendants
 
 from .conftest import echo_pipeline
 
@@ -52,7 +53,7 @@ def _run(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
 
 
 def _assert_nothing_left() -> None:
-    children = psutil.Process().children(recursive=True)
+    children = descendants()  # the warm pool's zygote is the pool's
     assert not [c for c in children if c.status() != psutil.STATUS_ZOMBIE], children
     left = [n for n in segment_names()
             if (o := segment_owner(n)) is not None and o.pid == os.getpid()]

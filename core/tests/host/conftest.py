@@ -46,9 +46,9 @@ def start() -> Iterator[Callable[..., WorkerClient]]:
     """Start workers of the test module; every one is retired (and verified) at teardown."""
     started: list[WorkerClient] = []
 
-    def _start(factory: str = "echo", **kwargs: Any) -> WorkerClient:
+    def _start(factory: str = "echo", route: Route | None = None, **kwargs: Any) -> WorkerClient:
         kwargs.setdefault("generation", 1)
-        client = start_worker(test_route(factory), **kwargs)
+        client = start_worker(route or test_route(factory), **kwargs)
         started.append(client)
         return client
 

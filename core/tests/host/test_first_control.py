@@ -12,6 +12,7 @@ from edge_contracts.errors import InvalidValue
 from edge_contracts.protocol import OP_LOAD
 from edge_core.host import WorkerClient, bootstrap
 from edge_core.host.errors import BootstrapRefused
+from edge_core.testing.leaks import descendants
 
 from .conftest import request, test_route
 
@@ -89,7 +90,7 @@ def test_a_start_failing_while_its_client_is_built_leaves_no_process(monkeypatch
     with pytest.raises(error) as held:
         bootstrap.start_worker(test_route("stubborn"), generation=1,
                                first_control=(OP_LOAD, {}) if first else None)
-    left = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+    left = [p for p in descendants() if p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
     try:
         assert not left, [(p.pid, " ".join(p.cmdline())[-60:]) for p in left]

@@ -9,6 +9,7 @@ import time
 import psutil
 
 from edge_core.host.identity import descendant_processes, start_time
+from edge_core.testing.leaks import descendants
 from edge_core.workerstage import tree_peak_rss
 
 TREE = (
@@ -38,5 +39,5 @@ def test_descendants_match_psutil_and_peak_memory_sums_the_tree():
             proc.kill()
         root_proc.kill()
         root_proc.wait()
-        for proc in psutil.Process().children(recursive=True):
+        for proc in descendants():  # (the warm pool's zygote stays)
             proc.wait(5)

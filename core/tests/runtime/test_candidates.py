@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 import numpy as np
-import psutil
 import pytest
 
 from edge_core.config import load_pipeline
@@ -25,6 +24,7 @@ from edge_core.errors import ConfigError, PlacementRefused
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime import CandidatesRefused, Pipeline, StageState
+from edge_core.testing.leaks import descendants
 
 from .conftest import GiB, MiB, echo_stage
 
@@ -57,7 +57,7 @@ def _tries(pipeline: Pipeline, stage: int = 0) -> list[tuple[str, str, str | Non
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    return {p.pid for p in descendants()}  # the warm pool's zygote is the pool's
 
 
 def test_a_candidate_unavailable_at_probe_falls_back_to_the_next(

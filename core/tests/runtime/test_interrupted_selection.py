@@ -33,6 +33,7 @@ from edge_core.runtime import Pipeline
 from edge_core.runtime.stage_runtime import StageRuntime
 from edge_core.runtime.stage_slot import StageSlot
 from edge_core.selection import DecisionStore
+from edge_core.testing.leaks import descendants
 from edge_echo.synthetic import pipeline, workload_inputs, write_workload
 
 QUICK = {"min_samples": 3, "max_samples": 6, "budget_s": 20.0}
@@ -52,7 +53,7 @@ def _wait_for(predicate: Any, timeout_s: float = 60.0) -> None:
 
 def _assert_nothing_left(ledger: ResourceLedger) -> None:
     assert ledger.is_empty(), ledger.snapshot()
-    _wait_for(lambda: not [c for c in psutil.Process().children(recursive=True)
+    _wait_for(lambda: not [c for c in descendants()
                            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE],
               timeout_s=10.0)
     left = [n for n in segment_names()
@@ -84,12 +85,12 @@ def test_an_interrupt_as_the_background_retires_its_candidates_loses_none(
         retire(slots)
 
     opener.retire = interrupting
-    serving = {c.pid for c in psutil.Process().children(recursive=True)}
+    serving = {c.pid for c in descendants()}
     try:
         with opened.run(workload_inputs()) as result:  # the background starts now
             assert result.placement[1]["candidate"] == 0
         # b[1]'s worker has started (it loads for 3 s): the close comes as it loads
-        _wait_for(lambda: {c.pid for c in psutil.Process().children(recursive=True)}
+        _wait_for(lambda: {c.pid for c in descendants()}
                   - serving)
     finally:
         opened.close()

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import IO, Any
 
 import psutil
@@ -52,12 +53,17 @@ from edge_core.host.exit_cleanup import track
 from edge_core.host.hello import verify_hello
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.leftovers import sweep_once
+from edge_core.host.pooled_process import PooledProcess
 from edge_core.host.retire import ProcessTree
 from edge_core.host.routes import Route, controller_domain
 from edge_core.host.spinning import worker_spin_us
 from edge_core.host.staging import stage_packages
+from edge_core.host.start_path import FORKED, SPAWNED, StartPath
+from edge_core.host.started_process import StartedProcess
 from edge_core.host.started_workers import note_started
 from edge_core.host.supervisor import supervisor_argv
+from edge_core.host.warm_pool import ZygoteUnavailable, zygote_for
+from edge_core.host.zygote import SEGMENTS_FD
 
 SUPERVISED = os.name == "posix" and bool(sys.executable)
 """Whether workers start under a supervisor (:mod:`edge_core.host.supervisor`): on POSIX,
@@ -184,6 +190,18 @@ def start_worker(
         shm_max_bytes = retained_cap_for(max_io_bytes, shm_max_buffers)
     token = secrets.token_hex(32)
     worker_prefix, own_prefix = new_prefix(), new_prefix()
+    declared = check_env_names(pass_env, "pass_env")
+    staged = stage_packages(route.stage) if route.foreign else None
+    worker_env = worker_environment(
+        os.environ if env is None else env,
+        declared=declared,
+        values=set_env,
+        route_env=dict(route.env),
+        python_path=([str(staged)] if staged is not None else []) + list(route.python_path),
+        inherit_python_path=not route.foreign,
+    )
+    zygote, spawn_reason = zygote_for(route.interpreter, worker_env, foreign=route.foreign,
+                                      supervised=SUPERVISED, outputs=(stdout, stderr))
     use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
     fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if use_seals else None
     boot = BootConfig(
@@ -201,16 +219,6 @@ def start_worker(
         shm_fds=0 if fds is None else fds[1].fileno(),
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
-    declared = check_env_names(pass_env, "pass_env")
-    staged = stage_packages(route.stage) if route.foreign else None
-    worker_env = worker_environment(
-        os.environ if env is None else env,
-        declared=declared,
-        values=set_env,
-        route_env=dict(route.env),
-        python_path=([str(staged)] if staged is not None else []) + list(route.python_path),
-        inherit_python_path=not route.foreign,
-    )
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     argv = [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())]
     if SUPERVISED:
@@ -220,19 +228,37 @@ def start_worker(
             prefixes=[worker_prefix, own_prefix],
             remove=[] if staged is None else [str(staged)],
         )
+    path = StartPath(SPAWNED, reason=spawn_reason)
+    popen: StartedProcess | None = None
     try:
-        # The boot configuration (and its token) waits in the private channel for the
-        # worker's first read: never in its environment or command line.
-        write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
-        popen = subprocess.Popen(
-            argv,
-            pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
-            env=worker_env,
-            stdin=subprocess.DEVNULL,
-            stdout=_STDERR_FD if stdout is None else stdout,  # never the controller's stdout
-            stderr=stderr,
-            start_new_session=True,
-        )
+        if zygote is not None:
+            try:
+                popen, forks = zygote.fork(
+                    prefixes=[worker_prefix, own_prefix],
+                    remove=[],  # a route of the controller's interpreter stages nothing
+                    channel=child.fileno(),
+                    segments=None if fds is None else fds[1].fileno(),
+                    stdout=_descriptor(stdout),
+                    stderr=_descriptor(stderr),
+                )
+                path = StartPath(FORKED, zygote=zygote.pid, forks=forks)
+                # the worker's descriptors are placed where the zygote puts them
+                boot = replace(boot, shm_fds=0 if fds is None else SEGMENTS_FD)
+            except ZygoteUnavailable as exc:
+                path = StartPath(SPAWNED, reason=f"warm pool: {exc}")
+        if popen is None:
+            # The boot configuration (and its token) waits in the private channel for the
+            # worker's first read: never in its environment or command line.
+            write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
+            popen = subprocess.Popen(
+                argv,
+                pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
+                env=worker_env,
+                stdin=subprocess.DEVNULL,
+                stdout=_STDERR_FD if stdout is None else stdout,  # never the controller's stdout
+                stderr=stderr,
+                start_new_session=True,
+            )
     except BaseException:
         parent.close()
         if fds is not None:
@@ -250,6 +276,11 @@ def start_worker(
     consumer: SegmentConsumer | None = None
     client: WorkerClient | None = None
     try:
+        if isinstance(popen, PooledProcess):
+            if popen.exited():  # the identity just taken may be another process's
+                raise BootstrapRefused("supervisor", "exited before its identity was taken",
+                                       popen.pid)
+            write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
         tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))
         in_use = verify_hello(hello, token, tree.main, required, supported)
@@ -288,6 +319,7 @@ def start_worker(
             staged=staged,
             spin_us=None if spin_us is None else spin,
             sent_control=None if first_control is None else first_control[0],
+            start_path=path,
         )
         track(client)  # retired at interpreter exit if nobody closes it
         note_started(client)  # and by a failed edge_load that started it (binding)
@@ -314,6 +346,13 @@ def start_worker(
     return client
 
 
+def _descriptor(output: int | IO[Any] | None) -> int:
+    """The descriptor a forked worker's stream goes to (default: the controller's stderr)."""
+    if output is None:
+        return _STDERR_FD
+    return output if isinstance(output, int) else output.fileno()
+
+
 def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:
     """The worker's identity: the hello's PID when it is the supervisor's child.
 
@@ -331,7 +370,7 @@ def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:
 
 
 def _await_hello(
-    sock: socket.socket, popen: subprocess.Popen[bytes], limits: Limits, timeout_s: float
+    sock: socket.socket, popen: StartedProcess, limits: Limits, timeout_s: float
 ) -> Frame:
     deadline = time.monotonic() + timeout_s
     while True:

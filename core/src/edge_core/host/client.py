@@ -103,6 +103,7 @@ from edge_core.host.request_kept import KeptRequest, request_template
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import SpinDecision, governor
+from edge_core.host.start_path import SPAWNED, StartPath
 
 if TYPE_CHECKING:  # typing only: edge run imports no asyncio
     import asyncio
@@ -182,12 +183,15 @@ class WorkerClient:
         staged: Path | None,
         spin_us: int | None = 0,
         sent_control: str | None = None,
+        start_path: StartPath | None = None,
     ) -> None:
         self.route = route
         self.generation = require_int(generation, "worker.generation")  # sent unchecked
         self.identity: ProcessIdentity = tree.main
         self.hello = hello
         self.features = features
+        self.start_path: StartPath = start_path or StartPath(SPAWNED)
+        """How the worker was started: forked by the warm pool, or spawned (and why)."""
         self._sock = sock
         self._limits = limits
         self._binary = FEATURE_BINARY_HEADER in features  # requests and acks in binary

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import attrs
 
 from edge_core.host.identity import ProcessIdentity
+from edge_core.host.pooled_process import PooledProcess
+from edge_core.host.started_process import StartedProcess
 
 __all__ = ["Health", "Watchdog", "describe_exit"]
 
@@ -78,14 +80,18 @@ def describe_exit(status: int | None) -> str:
 class Watchdog:
     """Calls ``on_exit(status)`` from its own thread as soon as the worker process exits."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], on_exit: Callable[[int | None], None]):
+    def __init__(self, popen: StartedProcess, on_exit: Callable[[int | None], None]):
         self._popen = popen
         self._on_exit = on_exit
         self._wake_r, self._wake_w = os.pipe()
-        try:
-            self._pidfd: int | None = os.pidfd_open(popen.pid)
-        except (AttributeError, OSError):  # pragma: no cover - not Linux >= 5.3
-            self._pidfd = None
+        self._pidfd: int | None
+        if isinstance(popen, PooledProcess):  # not our child: the pidfd its zygote opened
+            self._pidfd = popen.dup_pidfd()
+        else:
+            try:
+                self._pidfd = os.pidfd_open(popen.pid)
+            except (AttributeError, OSError):  # pragma: no cover - not Linux >= 5.3
+                self._pidfd = None
         self._thread = threading.Thread(
             target=self._run, name=f"edge-watchdog-{popen.pid}", daemon=True
         )
@@ -100,10 +106,11 @@ class Watchdog:
             events = poller.poll(None if self._pidfd is not None else 100)
             if any(fd == self._wake_r for fd, _ in events):
                 return
-            if (self._pidfd is not None and events) or self._popen.poll() is not None:
+            if (self._pidfd is not None and events) or self._popen.poll() is not None or (
+                    isinstance(self._popen, PooledProcess) and self._popen.ended):
                 break
         try:  # the process has exited: wait() only reaps (poll() may lose a race to it)
-            status: int | None = self._popen.wait(timeout=1.0)
+            status = self._popen.wait(timeout=1.0)
         except subprocess.TimeoutExpired:  # pragma: no cover - pidfd said it exited
             status = None
         self._on_exit(status)

@@ -34,6 +34,7 @@ import attrs
 import psutil
 
 from edge_core.host.identity import ProcessIdentity, related_members
+from edge_core.host.started_process import StartedProcess
 from edge_core.host.supervisor import TRACKER_GRACE_S, is_tracker
 
 __all__ = [
@@ -98,7 +99,7 @@ class RetireOutcome:
 class ProcessTree:
     """Every process captured under one worker root, and the means to retire them all."""
 
-    def __init__(self, root: ProcessIdentity, popen: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(self, root: ProcessIdentity, popen: StartedProcess | None = None) -> None:
         self.root = root
         self.main = root
         """The worker's own process: the root, or the root's child under a supervisor."""

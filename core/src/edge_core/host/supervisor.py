@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - an interpreter without CPython's _sign
     import signal
 
 __all__ = ["EXEC_WAIT_S", "ORPHAN_GRACE_S", "SUPERVISOR_MAIN", "SUPERVISOR_PATH", "TRACKER_GRACE_S",
-           "TRACKER_MARK", "is_tracker", "main", "supervisor_argv"]
+           "TRACKER_MARK", "Supervisor", "is_tracker", "main", "supervisor_argv"]
 
 ORPHAN_GRACE_S = 1.0
 """After the controller died: how long the tree has between ``SIGTERM`` and ``SIGKILL``."""
@@ -221,7 +221,16 @@ def _signal_tree(signum: int) -> None:
             os.kill(pid, signum)
 
 
-class _Supervisor:
+class Supervisor:
+    """One worker's supervisor: started by :func:`main`, or forked by a warm pool's zygote.
+
+    Args:
+        controller: the controller's PID.
+        prefixes: shared-memory prefixes to remove if the controller dies.
+        remove: directories to remove if the controller dies.
+
+    """
+
     def __init__(self, controller: int, prefixes: list[str], remove: list[str]) -> None:
         self.controller = controller
         self.prefixes = prefixes
@@ -303,7 +312,8 @@ class _Supervisor:
             for path in self.remove:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def run(self, argv: list[str]) -> int:
+    def prepare(self) -> None:
+        """Become a subreaper and install the handlers; before the worker starts."""
         if not _subreaper() and sys.platform.startswith("linux"):
             with _Quiet(OSError):  # said in the worker's log: retirement may miss an orphan
                 os.write(2, b"edge supervisor: prctl(PR_SET_CHILD_SUBREAPER) failed: an orphan "
@@ -311,12 +321,34 @@ class _Supervisor:
                             b"saw it first\n")
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGCHLD, self._on_child)
+
+    def forget(self) -> None:
+        """In a worker forked from this supervisor: drop what is the supervisor's alone.
+
+        The handlers go back to their defaults and the wake-up pipe and the controller's
+        ``pidfd`` are closed, as in a worker the supervisor had spawned.
+        """
+        for signum in (signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for fd in (self.wake_r, self.wake_w, self.parent_fd):
+            if fd is not None:
+                with _Quiet(OSError):
+                    os.close(fd)
+
+    def run(self, argv: list[str]) -> int:
+        """Start ``argv`` as the worker and watch it (see the module docstring)."""
+        self.prepare()
         with _Quiet(AttributeError, OSError):
             if os.getppid() == self.controller:
                 self.parent_fd = os.pidfd_open(self.controller)
         env = dict(os.environ)
         self.worker = os.posix_spawnp(argv[0], argv, env)
         _close_inherited()  # the worker's end of the channel is the worker's alone
+        return self.watch(self.worker)
+
+    def watch(self, worker: int) -> int:
+        """Watch the started ``worker`` until it exits or the controller dies; the status."""
+        self.worker = worker
         watched = [self.wake_r] + ([self.parent_fd] if self.parent_fd is not None else [])
         forwarded = False
         while True:
@@ -371,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         (prefixes if flag == "--prefix" else remove).append(value)
     if not worker:
         return 2
-    return _Supervisor(int(args[0]), prefixes, remove).run(worker)
+    return Supervisor(int(args[0]), prefixes, remove).run(worker)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from edge_contracts.headers import Limits
 from edge_contracts.wire import MAGIC, PREFIX
 from edge_core.errors import EdgeError
 from edge_core.host.client import WorkerClient
+from edge_core.host.start_path import FORKED
+from edge_core.host.zygote import CHANNEL_FD
 
 __all__ = ["InjectionUnavailable", "inject_from_worker", "inject_to_worker", "oversized_header"]
 
@@ -39,6 +41,8 @@ def oversized_header() -> bytes:
 
 
 def _worker_fd_number(client: WorkerClient) -> int:
+    if client.start_path.kind == FORKED:  # forked by the warm pool: its zygote's command line
+        return CHANNEL_FD
     try:
         argv = psutil.Process(client.identity.pid).cmdline()
     except psutil.Error as exc:

@@ -3,11 +3,13 @@
 Child processes, edge shared-memory segments, open descriptors and staged directories.
 :func:`snapshot` records what the current process holds; :func:`leaks_since` waits a
 short grace period for things that are being torn down and then lists whatever is new.
-The check is scoped to this process, so it passes while other edge-core programs run on
-the machine: processes are this process's descendants; segments are new ones of a
-prefix this process handed out (:func:`edge_contracts.shm.own_prefixes`) or created by
-this process or a live descendant (the owner in the segment header); files are the
-staged directories in the temporary directory tagged with this process's identity
+The warm pool's zygotes and their control sockets (:mod:`edge_core.host.warm_pool`) are
+the pool's, long-lived, and left out. The check is scoped to this process, so it passes
+while other edge-core programs run on the machine: processes are this process's
+descendants; segments are new ones of a prefix this process handed out
+(:func:`edge_contracts.shm.own_prefixes`) or created by this process or a live
+descendant (the owner in the segment header); files are the staged directories in the
+temporary directory tagged with this process's identity
 (:mod:`edge_core.host.leftovers`); descriptors are this process's. A segment made under
 its own prefix by a child that has already exited is not attributed (its owner is gone:
 the next sweep removes it).
@@ -30,8 +32,9 @@ import psutil
 
 from edge_contracts.shm import own_prefixes, segment_names, segment_owner
 from edge_core.host.identity import start_time
+from edge_core.host.warm_pool import pool_descriptors, pool_processes
 
-__all__ = ["LeakReport", "Snapshot", "leaks_since", "no_leaks", "snapshot"]
+__all__ = ["LeakReport", "Snapshot", "descendants", "leaks_since", "no_leaks", "snapshot"]
 
 DEFAULT_GRACE_S = 2.0
 """How long :func:`leaks_since` waits for processes and descriptors still closing."""
@@ -73,9 +76,21 @@ class LeakReport:
         return "\n".join(lines)
 
 
+def descendants() -> list[psutil.Process]:
+    """This process's descendants but the warm pool's zygotes (long-lived, the pool's own).
+
+    What a test counts as the processes it started: a zygote (:mod:`edge_core.host.
+    warm_pool`) is started by the first start of its kind and outlives the test; the
+    supervisors and workers it forked are counted (they are its children, not this
+    process's, and ``psutil`` finds them below it).
+    """
+    pool = pool_processes()
+    return [child for child in psutil.Process().children(recursive=True) if child.pid not in pool]
+
+
 def _children() -> frozenset[tuple[int, float]]:
     found = set()
-    for child in psutil.Process().children(recursive=True):
+    for child in descendants():
         try:
             found.add((child.pid, start_time(child)))  # never moved by wall-clock steps
         except psutil.NoSuchProcess:
@@ -86,12 +101,14 @@ def _children() -> frozenset[tuple[int, float]]:
 def _fds() -> frozenset[int]:
     """Open descriptors, leaving out the one the listing itself used (closed by now)."""
     found = set()
+    pool = pool_descriptors()  # the warm pool's control sockets: the pool's own
     for name in os.listdir("/proc/self/fd"):
         try:
             os.fstat(int(name))
         except OSError:
             continue
-        found.add(int(name))
+        if int(name) not in pool:
+            found.add(int(name))
     return frozenset(found)
 
 

@@ -1,0 +1,359 @@
+"""The warm worker pool: a zygote per worker environment that forks supervised workers.
+
+A worker spawned afresh pays for an interpreter's start and for importing the worker's
+code and numpy before it can say hello. Where the route's
+interpreter is the controller's own (``sys.executable``, not foreign) on Linux with
+``os.pidfd_open`` and workers are supervised, :func:`zygote_for` gives the start a
+zygote (:mod:`edge_core.host.zygote`): an interpreter of that environment, started once
+with those imports done, that forks a supervisor per start, which forks the worker. The
+tree is the one a spawned worker has, one level down: controller → zygote → supervisor
+(a session leader and subreaper, watching the controller) → worker; the worker's hello
+and identity are verified as a spawned one's are (its PID must be the supervisor's
+child), and its exit status reaches the controller through the zygote
+(:class:`~edge_core.host.pooled_process.PooledProcess`).
+
+A zygote is kept per controller process and per key: the interpreter and the worker's
+whole environment (:func:`~edge_core.host.environment.worker_environment`: what a forked
+worker has is the zygote's environment, so a start whose environment differs is never
+served by another key's zygote). At most :data:`MAX_ZYGOTES` serve per controller; a
+start of another key closes the least recently used one. A zygote that cannot start,
+died or refused a start is replaced at the next start; a key whose zygote could not
+start (or was left with threads by its imports: see :mod:`edge_core.host.zygote`) is
+spawned from then on; every
+start says which way it went and why (:class:`~edge_core.host.start_path.StartPath`, a
+client's ``start_path``).
+
+``EDGE_WARM_POOL=0`` in the controller's environment turns the pool off (every worker is
+spawned). The zygotes end with the controller: closed at its exit (after its workers are
+retired), and each watches the controller's ``pidfd`` and ends when it dies; the workers
+a zygote forked do not depend on it (their supervisors watch the controller).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from edge_core.host.exit_cleanup import retire_all
+from edge_core.host.pooled_process import PooledProcess
+from edge_core.host.zygote import MAX_MESSAGE, ZYGOTE_MAIN
+
+__all__ = [
+    "MAX_ZYGOTES",
+    "POOL_ENV",
+    "READY_TIMEOUT_S",
+    "Zygote",
+    "ZygoteUnavailable",
+    "close_pool",
+    "pool_descriptors",
+    "pool_processes",
+    "zygote_for",
+]
+
+POOL_ENV = "EDGE_WARM_POOL"
+"""``0`` turns the warm pool off in this controller (read at each start)."""
+
+MAX_ZYGOTES = 4
+"""Most zygotes one controller keeps serving (one per key); a new key closes the least
+recently used one (which exits once what it forked has exited)."""
+
+READY_TIMEOUT_S = 30.0
+"""How long a new zygote may take to import and say it is ready, and a fork to answer."""
+
+_EDGE_ROOT = str(Path(__file__).resolve().parents[2])  # where ``edge_core`` is found
+
+
+_Key = tuple[str, frozenset[tuple[str, str]]]  # the interpreter and the worker environment
+
+
+class ZygoteUnavailable(Exception):
+    """The zygote could not serve this start (the reason is the message)."""
+
+
+class Zygote:
+    """The controller's handle on one zygote process (one key).
+
+    Args:
+        interpreter: the interpreter it runs (the controller's own).
+        env: the worker environment it runs with (the key's).
+        outputs: where its stdout and stderr go: those of the start that needs it (what
+            its interpreter's start prints, a ``sitecustomize`` say, goes where that
+            start's spawned worker would have printed it; ``None``: the controller's
+            stderr, and inherited).
+        timeout_s: bound on its start and on each answer.
+
+    Raises:
+        ZygoteUnavailable: it did not start and say it is ready.
+
+    """
+
+    def __init__(self, interpreter: str, env: Mapping[str, str],
+                 outputs: tuple[Any, Any] = (None, None),
+                 timeout_s: float = READY_TIMEOUT_S) -> None:
+        self.key: _Key = (interpreter, frozenset(env.items()))
+        self._lock = threading.Lock()
+        self._timeout_s = timeout_s
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._popen = subprocess.Popen(
+                [interpreter, "-c", ZYGOTE_MAIN, _EDGE_ROOT, str(os.getpid()),
+                 str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=2 if outputs[0] is None else outputs[0],  # never the controller's stdout
+                stderr=outputs[1],
+                start_new_session=True,
+            )
+        except BaseException:
+            self._sock.close()
+            raise
+        finally:
+            theirs.close()
+        self.pid = self._popen.pid
+        self.broken: str | None = None
+        try:
+            answer, fds = self._answer()
+            for fd in fds:
+                os.close(fd)
+            if answer.get("ready") is not True:
+                raise ZygoteUnavailable(f"zygote: {answer.get('refused', answer)}")
+        except BaseException:
+            self.end()
+            raise
+
+    def _answer(self) -> tuple[dict[str, object], list[int]]:
+        self._sock.settimeout(self._timeout_s)
+        try:
+            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
+        except TimeoutError:
+            raise ZygoteUnavailable(f"zygote {self.pid}: no answer within "
+                                    f"{self._timeout_s} s") from None
+        except OSError as exc:
+            raise ZygoteUnavailable(f"zygote {self.pid}: {exc}") from None
+        if not data:
+            raise ZygoteUnavailable(f"zygote {self.pid}: gone")
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            for fd in fds:
+                os.close(fd)
+            raise ZygoteUnavailable(f"zygote {self.pid}: unreadable answer")
+        return answer, fds
+
+    def fork(
+        self, *, prefixes: list[str], remove: list[str],
+        channel: int, segments: int | None, stdout: int, stderr: int,
+    ) -> tuple[PooledProcess, int]:
+        """Have the zygote fork a supervised worker; the supervisor and the fork count.
+
+        Raises:
+            ZygoteUnavailable: the zygote is gone, refused or did not answer; no process
+                of this start is left (the zygote is closed when it cannot be trusted).
+
+        """
+        names = ["channel", "stdout", "stderr"] + ([] if segments is None else ["segments"])
+        fds = [channel, stdout, stderr] + ([] if segments is None else [segments])
+        request = {"prefixes": prefixes, "remove": remove, "fds": names}
+        with self._lock:
+            if self.broken is not None:
+                raise ZygoteUnavailable(self.broken)
+            try:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+            except OSError as exc:
+                self._break(f"zygote {self.pid}: {exc}")
+                raise ZygoteUnavailable(self.broken or "") from None
+            answer: dict[str, object] | None = None
+            received: list[int] = []
+            try:
+                answer, received = self._answer()
+                pid = answer.get("pid")
+                if type(pid) is not int or len(received) != 2:
+                    reason = f"zygote {self.pid}: refused: {answer.get('refused', answer)}"
+                    self._break(reason)
+                    raise ZygoteUnavailable(reason)
+                process = PooledProcess(pid, received[0], received[1])
+            except ZygoteUnavailable as exc:
+                for fd in received:
+                    os.close(fd)
+                self._break(str(exc))
+                raise
+            except BaseException:  # a Ctrl-C before the answer was read: take it, end it
+                if answer is None:
+                    with contextlib.suppress(ZygoteUnavailable):
+                        answer, received = self._answer()
+                if received and type(answer.get("pid") if answer else None) is int:
+                    _end_forked(received[1])
+                for fd in received:
+                    os.close(fd)
+                if answer is None:
+                    self._break(f"zygote {self.pid}: start interrupted")
+                raise
+        forks = answer.get("forks")
+        return process, forks if type(forks) is int else 0
+
+    def _break(self, reason: str) -> None:
+        """Record why this zygote serves no more starts, and close it."""
+        if self.broken is None:
+            self.broken = reason
+        self.close()
+
+    def alive(self) -> bool:
+        """True while the zygote runs and serves starts."""
+        return self.broken is None and self._popen.poll() is None
+
+    def ended(self) -> bool:
+        """True once the zygote process has exited (and is reaped)."""
+        return self._popen.poll() is not None
+
+    def close(self) -> None:
+        """Serve no more starts; idempotent.
+
+        The zygote stays until every supervisor it forked is reaped and its status
+        reported, then exits (see :mod:`edge_core.host.zygote`).
+        """
+        self.broken = self.broken or "closed"
+        self._sock.close()
+
+    def end(self, timeout_s: float = 2.0) -> None:
+        """Close it and wait for its exit; killed after ``timeout_s``."""
+        self.close()
+        try:
+            self._popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            self._popen.wait()
+
+    def descriptors(self) -> frozenset[int]:
+        """The controller's descriptors this zygote holds (its control socket)."""
+        fd = self._sock.fileno()
+        return frozenset() if fd < 0 else frozenset({fd})
+
+
+def _end_forked(pidfd: int) -> None:
+    """End a supervisor whose start was interrupted: ``SIGTERM`` reaches its whole tree.
+
+    Sent through its ``pidfd``: never to a later process of the same PID.
+    """
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+
+
+_lock = threading.Lock()
+_zygotes: dict[_Key, Zygote] = {}
+_closed: list[Zygote] = []  # closed, still reporting the statuses of what they forked
+_used: dict[_Key, int] = {}  # the start count when each key was last used
+_starts = 0
+_refused: dict[_Key, str] = {}  # keys whose zygote could not start: spawned
+_owner = os.getpid()
+_registered = False
+
+
+def _own() -> None:
+    """Start afresh in a forked controller (the parent's zygotes are not its children)."""
+    global _owner
+    if _owner != os.getpid():
+        _zygotes.clear()
+        _closed.clear()
+        _used.clear()
+        _refused.clear()
+        _owner = os.getpid()
+
+
+def _retire(key: _Key) -> None:
+    """Take the key's zygote out of service (under ``_lock``); it drains and exits."""
+    zygote = _zygotes.pop(key)
+    zygote.close()
+    _closed.append(zygote)
+    _used.pop(key, None)
+
+
+def zygote_for(
+    interpreter: str, env: Mapping[str, str], *, foreign: bool, supervised: bool,
+    outputs: tuple[Any, Any],
+) -> tuple[Zygote | None, str | None]:
+    """The zygote to fork this start from, or None and the reason it is spawned.
+
+    ``outputs`` are the start's stdout and stderr targets: descriptors (or ``None``, the
+    defaults) can be passed to a forked worker; ``subprocess`` pipes cannot. A key whose
+    zygote could not start (or was left with threads by its imports) is spawned from
+    then on.
+    """
+    global _registered, _starts
+    if os.environ.get(POOL_ENV, "1") == "0":
+        return None, f"{POOL_ENV}=0"
+    if foreign or interpreter != sys.executable:
+        return None, "the route's interpreter is not the controller's own"
+    if not supervised or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return None, "not a supervised start on Linux with pidfd_open"
+    for output in outputs:
+        if output is not None and not (type(output) is int and output >= 0) and not hasattr(
+                output, "fileno"):
+            return None, f"output {output!r} cannot be passed to a forked worker"
+    key = (interpreter, frozenset(env.items()))
+    with _lock:
+        _own()
+        refused = _refused.get(key)
+        if refused is not None:
+            return None, f"warm pool: {refused}"
+        _closed[:] = [zygote for zygote in _closed if not zygote.ended()]
+        _starts += 1
+        zygote = _zygotes.get(key)
+        if zygote is not None and zygote.alive():
+            _used[key] = _starts
+            return zygote, None
+        if zygote is not None:
+            _retire(key)
+        while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
+            _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
+        try:
+            zygote = Zygote(interpreter, env, outputs)
+        except ZygoteUnavailable as exc:
+            _refused[key] = str(exc)
+            return None, f"warm pool: {exc}"
+        _zygotes[key] = zygote
+        _used[key] = _starts
+        if not _registered:
+            atexit.register(close_pool)
+            _registered = True
+        return zygote, None
+
+
+def close_pool() -> None:
+    """End this controller's zygotes (at exit: after its workers are retired)."""
+    retire_all()
+    with _lock:
+        zygotes = [*_zygotes.values(), *_closed] if _owner == os.getpid() else []
+        _zygotes.clear()
+        _closed.clear()
+    for zygote in zygotes:
+        zygote.end()
+
+
+def pool_processes() -> frozenset[int]:
+    """PIDs of this controller's zygotes (long-lived: no worker's leftovers)."""
+    with _lock:
+        if _owner != os.getpid():
+            return frozenset()
+        return frozenset(z.pid for z in [*_zygotes.values(), *_closed] if not z.ended())
+
+
+def pool_descriptors() -> frozenset[int]:
+    """The controller's descriptors its zygotes hold (their control sockets)."""
+    with _lock:
+        if _owner != os.getpid():
+            return frozenset()
+        return frozenset().union(*(z.descriptors() for z in _zygotes.values()))
+

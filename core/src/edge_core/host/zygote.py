@@ -1,0 +1,285 @@
+"""The warm pool's zygote: an interpreter with a worker's imports done, forking supervisors.
+
+Runs in its own process, started by the controller (:mod:`edge_core.host.warm_pool`) as
+``python -c ZYGOTE_MAIN ROOT CONTROLLER FD`` with the environment a spawned worker of the
+same key would get. At its start it checks that its parent is the controller and opens a
+``pidfd`` of it, imports what every worker imports (:data:`PRE_IMPORTS`) and says
+``ready`` on its control socket (FD, a ``SOCK_SEQPACKET`` end shared with the controller
+alone). Then, one request at a time, each a JSON object with the worker's channel, its
+sealed-segment channel (when used) and its stdout/stderr passed along as descriptors
+(``SCM_RIGHTS``; no pickle):
+
+1. checks that it is still one thread (:func:`threads`): a fork copies only the thread
+   that forks, and a library whose threads were running (a thread pool made at import)
+   would be broken in the child. Its imports are checked so at its start: a library
+   that stops its threads at a fork (OpenBLAS, which numpy loads, registers
+   ``pthread_atfork`` handlers) is given one throw-away fork to do so, and a zygote left
+   with more than one thread refuses to serve (the controller spawns instead). The
+   route's entry is *not* imported here but by the worker after the fork (importing
+   ``edge_ort.worker`` once numpy is imported takes a few milliseconds): what an entry's
+   import does (its output, its threads, what it reads) happens in the worker, as in a
+   spawned one;
+2. forks a supervisor: a session leader (``setsid``) that keeps only the passed
+   descriptors (stdout/stderr on 1/2, ``/dev/null`` on 0, the channel on
+   :data:`CHANNEL_FD`, the segment channel on :data:`SEGMENTS_FD`) and the controller's
+   ``pidfd``, runs :class:`~edge_core.host.supervisor.Supervisor` (subreaper, watching the
+   *controller*, cleaning up after it) and forks the worker, which runs
+   :func:`edge_contracts.worker.main` on :data:`CHANNEL_FD`. Both return to this
+   module's :func:`main` before they run, so each leaves through the interpreter's usual
+   exit, as a spawned one does;
+3. answers with the supervisor's PID, passing the read end of a status pipe and a
+   ``pidfd`` of the supervisor (opened before it can be reaped); when it reaps the
+   supervisor it writes the exit status there (``subprocess``'s form) and closes it.
+
+When the controller closes the control socket (or it refused a start) it serves no more
+starts, and ends once every supervisor it forked is reaped and its status reported; it
+ends at once when the controller dies (the supervisors it forked go on: they watch the
+controller, not the zygote). It runs no thread of its own, and the
+cyclic garbage collector stays off (as in a worker before its hello, which turns it on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+from edge_core.host.supervisor import Supervisor
+
+__all__ = ["CHANNEL_FD", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "ZYGOTE_MAIN", "main",
+           "threads"]
+
+CHANNEL_FD = 3
+"""The worker's channel descriptor in a forked worker (its argument, as in ``-c ... FD``)."""
+
+SEGMENTS_FD = 4
+"""The sealed-segment channel's descriptor in a forked worker (its boot's ``shm_fds``)."""
+
+ZYGOTE_MAIN = (
+    "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path.pop(0); "
+    "import gc; gc.disable(); sys.path.append(sys.argv.pop(1)); "
+    "from edge_core.host.zygote import main; sys.exit(main())"
+)
+"""How the zygote is started: ``python -c ZYGOTE_MAIN ROOT CONTROLLER FD``. As a worker's
+:data:`~edge_core.host.bootstrap.WORKER_MAIN`: the working directory is dropped from
+``sys.path`` and the collector is off; ``ROOT`` (the directory ``edge_core`` was
+imported from in the controller) is put *last* on ``sys.path``, where the worker's
+``PYTHONPATH`` and site-packages are searched first."""
+
+PRE_IMPORTS = ("edge_contracts.worker", "numpy")
+"""What the zygote imports at its start: the worker's code, and numpy, which it imports at
+its first tensor (every worker has one soon)."""
+
+MAX_MESSAGE = 65536
+"""The largest request or answer on the control socket."""
+
+Task = Callable[[], "int | Task"]
+
+_ABOVE = 10  # where passed descriptors wait while 0..4 are placed
+
+
+def threads() -> int:
+    """How many threads this process runs (``/proc/self/task``; 1 where unreadable)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _settled_threads() -> int:
+    """Threads left after one throw-away fork (see the module docstring, step 2)."""
+    count = threads()
+    if count > 1:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        count = threads()
+    return count
+
+
+def _send(sock: socket.socket, message: dict[str, object], fds: list[int] | None = None) -> None:
+    socket.send_fds(sock, [json.dumps(message).encode()], fds or [])
+
+
+class _Zygote:
+    def __init__(self, controller: int, sock: socket.socket, controller_fd: int) -> None:
+        self.controller = controller
+        self.sock = sock
+        self.controller_fd = controller_fd
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.statuses: dict[int, int] = {}  # supervisor pid -> write end of its status pipe
+        self.forks = 0
+
+    def _on_child(self, signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.wake_w, b"c")
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = self.statuses.pop(pid, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"%d\n" % os.waitstatus_to_exitcode(status))
+                os.close(fd)
+
+    def serve(self) -> int | Task:
+        signal.signal(signal.SIGCHLD, self._on_child)
+        control = self.sock.fileno()
+        watched = [control, self.wake_r, self.controller_fd]
+        while True:
+            self._reap()
+            if control not in watched and not self.statuses:
+                return 0  # closed, and every supervisor it forked is reaped and reported
+            ready = select.select(watched, [], [])[0]
+            if self.controller_fd in ready:
+                return 0
+            if self.wake_r in ready:
+                os.read(self.wake_r, 4096)
+            if control in ready:
+                try:
+                    data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+                except OSError:
+                    data, fds = b"", []
+                outcome = self._start(data, fds) if data else 0
+                if outcome == 0 or outcome == 1:  # closed by the controller, or refusing
+                    watched.remove(control)  # no more starts; it stays to report statuses
+                elif outcome is not None:
+                    return outcome  # in a forked supervisor
+
+    def _start(self, data: bytes, fds: list[int]) -> int | Task | None:
+        """Serve one request; a task in the forked child, 1 when this zygote must end."""
+        try:
+            request = json.loads(data)
+            names = list(request["fds"])
+            prefixes = [str(p) for p in request["prefixes"]]
+            remove = [str(p) for p in request["remove"]]
+            passed = dict(zip(names, fds, strict=True))
+        except (ValueError, KeyError, TypeError) as exc:
+            for fd in fds:
+                os.close(fd)
+            _send(self.sock, {"refused": f"request: {exc}"})
+            return None
+        count = threads()
+        if count > 1:  # nothing started one since the check at its start: never fork so
+            for fd in fds:
+                os.close(fd)
+            _send(self.sock, {"refused": f"threads: {count} running: forking is unsafe"})
+            return 1
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            os.close(status_w)
+            return lambda: self._supervise(passed, prefixes, remove)
+        self.forks += 1
+        self.statuses[pid] = status_w
+        pidfd = os.pidfd_open(pid)
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):  # the controller is gone: the supervisor sees it too
+            _send(self.sock, {"pid": pid, "forks": self.forks}, [status_r, pidfd])
+        os.close(status_r)
+        os.close(pidfd)
+        return None
+
+    def _supervise(self, passed: dict[str, int], prefixes: list[str],
+                   remove: list[str]) -> int | Task:
+        """The forked supervisor: keep what is its own, fork the worker, watch it."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        self.sock.detach()  # closed below by number: the object must not close it again
+        keep = {self.controller_fd, *passed.values()}
+        _close_all_but(keep)
+        # above every number placed below, then onto their places
+        moved = {name: fcntl.fcntl(fd, fcntl.F_DUPFD, _ABOVE) for name, fd in passed.items()}
+        controller_fd = fcntl.fcntl(self.controller_fd, fcntl.F_DUPFD, _ABOVE)
+        for fd in keep:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        if null != 0:
+            os.dup2(null, 0)
+            os.close(null)
+        os.dup2(moved.pop("stdout"), 1)
+        os.dup2(moved.pop("stderr"), 2)
+        os.dup2(moved.pop("channel"), CHANNEL_FD)
+        placed = [CHANNEL_FD]
+        if "segments" in moved:
+            os.dup2(moved.pop("segments"), SEGMENTS_FD)
+            placed.append(SEGMENTS_FD)
+        _close_all_but({0, 1, 2, *placed, controller_fd})
+        supervisor = Supervisor(self.controller, prefixes, remove)
+        supervisor.parent_fd = controller_fd
+        supervisor.prepare()
+        worker = os.fork()
+        if worker == 0:
+            supervisor.forget()
+            return _run_worker
+        for fd in placed:  # the channel ends when the worker does
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return supervisor.watch(worker)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 256))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _run_worker() -> int:
+    """The forked worker: what ``python -c WORKER_MAIN 3`` runs after its imports."""
+    sys.argv[:] = ["-c", str(CHANNEL_FD)]
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:  # a fork copies the generator's state: a fresh seed, as spawned
+        numpy_random.seed()
+    from edge_contracts.worker import main as worker_main
+
+    return worker_main([str(CHANNEL_FD)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry: ``zygote CONTROLLER FD`` (after ``ZYGOTE_MAIN`` took ``ROOT``); the status."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or not all(arg.isdigit() for arg in args):
+        print("usage: zygote CONTROLLER FD", file=sys.stderr)
+        return 2
+    controller, fd = int(args[0]), int(args[1])
+    sock = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)
+    if os.getppid() != controller:
+        print(f"edge zygote: parent {os.getppid()} is not the controller {controller}",
+              file=sys.stderr)
+        return 2
+    controller_fd = os.pidfd_open(controller)
+    for module in PRE_IMPORTS:
+        with contextlib.suppress(ImportError):  # numpy missing: the worker does without
+            importlib.import_module(module)
+    count = _settled_threads()
+    if count > 1:
+        _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
+        return 1
+    _send(sock, {"ready": True, "pid": os.getpid()})
+    result: int | Task = _Zygote(controller, sock, controller_fd).serve
+    while callable(result):
+        result = result()
+    return result

@@ -1,0 +1,257 @@
+"""The warm pool: workers forked by a zygote per environment, supervised and verified as ever.
+
+Real processes throughout: the zygote, the supervisors it forks, their workers; a
+controller of its own (a subprocess) where the controller is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import attrs
+import numpy as np
+import psutil
+import pytest
+
+from edge_contracts.shm import segment_names
+from edge_core.host import bootstrap, warm_pool
+from edge_core.host.errors import WorkerGone, WorkerLost
+from edge_core.host.identity import ProcessIdentity
+from edge_core.host.start_path import FORKED, SPAWNED
+from edge_core.testing.leaks import descendants
+
+from .conftest import WORKERS, request, test_route
+
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")),
+    reason="the warm pool needs Linux with pidfd_open",
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_dead(pids: list[int], timeout_s: float) -> list[int]:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and any(_alive(pid) for pid in pids):
+        time.sleep(0.02)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def _echoes(client, rid: str = "r1") -> None:
+    out = client.submit(request(rid), {"x": np.arange(4.0)}).result(timeout=10)
+    assert np.array_equal(out["x"], np.arange(4.0))
+
+
+def test_a_pooled_worker_is_the_supervisors_child_and_the_supervisor_the_zygotes(start):
+    client = start()
+    assert client.start_path.kind == FORKED, client.start_path
+    worker = psutil.Process(client.identity.pid)
+    supervisor = worker.parent()
+    assert supervisor is not None and supervisor.pid == client._tree.root.pid
+    assert os.getsid(supervisor.pid) == supervisor.pid  # a session leader, as spawned
+    zygote = supervisor.parent()
+    assert zygote is not None and zygote.pid == client.start_path.zygote
+    assert zygote.ppid() == os.getpid()
+    assert zygote.pid in warm_pool.pool_processes()
+    # the identity is verified as a spawned worker's: the hello's PID is the supervisor's child
+    assert client.hello["pid"] == worker.pid
+    assert client.identity == ProcessIdentity.of(worker.pid)
+    _echoes(client)
+
+
+def test_the_second_start_is_a_fork_of_the_same_zygote_not_a_new_interpreter(start):
+    first = start()
+    second = start()
+    assert (first.start_path.kind, second.start_path.kind) == (FORKED, FORKED)
+    assert second.start_path.zygote == first.start_path.zygote
+    assert second.start_path.forks == (first.start_path.forks or 0) + 1
+    zygote = psutil.Process(second.start_path.zygote)
+    for client in (first, second):
+        worker = psutil.Process(client.identity.pid)
+        # no exec since the fork: the worker still runs the zygote's command line
+        assert worker.cmdline() == zygote.cmdline()
+        assert worker.exe() == zygote.exe()
+    _echoes(second)
+
+
+def test_a_killed_pooled_worker_is_seen_at_once_with_its_signal(start):
+    client = start()
+    assert client.start_path.kind == FORKED
+    call = client.submit(request("r1", sleep_s=30))
+    time.sleep(0.1)
+    killed_at = time.monotonic()
+    os.kill(client.identity.pid, signal.SIGKILL)
+    with pytest.raises(WorkerLost):
+        call.result(timeout=5.0)
+    assert time.monotonic() - killed_at < 5.0
+    health = client.health()
+    assert health.state == "lost"
+    assert health.exit_status == -signal.SIGKILL  # reported by the zygote, which reaped it
+    with pytest.raises(WorkerGone):
+        client.submit(request("late"))
+
+
+def test_workers_outlive_a_killed_zygote_and_the_next_start_gets_a_new_one(start):
+    client = start()
+    zygote = client.start_path.zygote
+    assert client.start_path.kind == FORKED and zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+    assert not _wait_dead([zygote], 5.0)
+    _echoes(client, "after")  # the worker does not depend on its zygote
+    after = start()
+    assert after.start_path.kind == FORKED
+    assert after.start_path.zygote not in (None, zygote)
+    _echoes(after)
+    outcome = client.retire(deadline_s=5.0)
+    assert outcome.verified, outcome
+    assert client.health().exit_status is None  # its zygote is gone: the status is unknown
+
+
+def test_a_worker_whose_zygote_died_is_still_seen_dying_at_once(start):
+    client = start()
+    zygote = client.start_path.zygote
+    assert zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+    assert not _wait_dead([zygote], 5.0)
+    call = client.submit(request("r1", sleep_s=30))
+    time.sleep(0.1)
+    killed_at = time.monotonic()
+    os.kill(client.identity.pid, signal.SIGKILL)
+    with pytest.raises(WorkerLost):
+        call.result(timeout=5.0)
+    assert time.monotonic() - killed_at < 5.0
+    assert client.health().state == "lost"
+
+
+def test_the_pool_is_off_with_edge_warm_pool_0_and_says_so(start, monkeypatch):
+    monkeypatch.setenv(warm_pool.POOL_ENV, "0")
+    client = start()
+    assert client.start_path.kind == SPAWNED
+    assert client.start_path.reason == f"{warm_pool.POOL_ENV}=0"
+    supervisor = psutil.Process(client.identity.pid).parent()
+    assert supervisor is not None and supervisor.ppid() == os.getpid()  # no zygote between
+    _echoes(client)
+
+
+def test_another_environment_gets_its_own_zygote(start):
+    plain = start()
+    other = start(set_env={"EDGE_TEST_POOL_KEY": "other"})
+    assert (plain.start_path.kind, other.start_path.kind) == (FORKED, FORKED)
+    assert other.start_path.zygote != plain.start_path.zygote
+    assert psutil.Process(other.identity.pid).environ().get("EDGE_TEST_POOL_KEY") == "other"
+    assert "EDGE_TEST_POOL_KEY" not in psutil.Process(plain.identity.pid).environ()
+
+
+def test_another_interpreter_is_spawned_and_says_why():
+    zygote, reason = warm_pool.zygote_for("/usr/bin/python3-not-ours", dict(os.environ),
+                                          foreign=False, supervised=True,
+                                          outputs=(None, None))
+    assert zygote is None
+    assert reason == "the route's interpreter is not the controller's own"
+    zygote, reason = warm_pool.zygote_for(sys.executable, dict(os.environ),
+                                          foreign=True,
+                                          supervised=True, outputs=(None, None))
+    assert zygote is None and reason is not None
+
+
+def test_a_pipe_for_the_output_is_spawned_and_says_why(start):
+    client = start(stdout=subprocess.DEVNULL)
+    assert client.start_path.kind == SPAWNED
+    assert "cannot be passed to a forked worker" in (client.start_path.reason or "")
+
+
+def test_an_entry_is_imported_by_the_forked_worker_never_by_the_zygote(start, capfd):
+    # The entry's import starts a thread and prints: both happen in the worker, as in a
+    # spawned one; the zygote stays one thread and silent, and keeps serving.
+    threaded = attrs.evolve(test_route("echo"), entry="edge_test_threaded:echo")
+    client = start(route=threaded)
+    assert client.start_path.kind == FORKED, client.start_path
+    zygote = client.start_path.zygote
+    assert len(os.listdir(f"/proc/{zygote}/task")) == 1
+    _echoes(client)
+    again = start(route=threaded)
+    assert again.start_path.kind == FORKED and again.start_path.zygote == zygote
+    assert capfd.readouterr().err.count("edge_test_threaded imported") == 2  # once each
+
+
+def test_a_start_interrupted_while_the_zygote_forks_leaves_no_process(start, monkeypatch):
+    start()  # the zygote runs
+    real = warm_pool.Zygote._answer
+    calls = []
+
+    def interrupted(self):
+        calls.append(1)
+        if len(calls) == 1:  # the request is sent: the zygote forks; Ctrl-C before the answer
+            raise KeyboardInterrupt
+        return real(self)
+
+    before = {p.pid for p in descendants()}
+    monkeypatch.setattr(warm_pool.Zygote, "_answer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap.start_worker(test_route("echo"), generation=1)
+    monkeypatch.setattr(warm_pool.Zygote, "_answer", real)
+    assert len(calls) == 2  # the answer was read after all, and its supervisor ended
+    new = [p.pid for p in descendants() if p.pid not in before]
+    assert not _wait_dead(new, 5.0)
+    after = start()  # the zygote still serves
+    assert after.start_path.kind == FORKED
+
+
+_CONTROLLER = """
+import json, os, sys, time
+import attrs
+import numpy as np
+sys.path.insert(0, {workers!r})
+from edge_contracts.shm import own_prefixes
+from edge_contracts.requests import StageRequest, Operation
+from edge_core.host import Route, start_worker
+route = Route.default("echo", "edge_test_workers:echo", python_path=({workers!r},))
+clients = [start_worker(route, generation=1, sealed_segments=False, shm_threshold=64)
+           for _ in range(2)]
+for client in clients:
+    client.submit(StageRequest("r", "s0", 0, 1, Operation.RUN, params={{}}),
+                  {{"x": np.ones(1024)}}).result(timeout=10)
+print(json.dumps({{
+    "paths": [c.start_path.kind for c in clients],
+    "zygote": clients[0].start_path.zygote,
+    "supervisors": [c._tree.root.pid for c in clients],
+    "workers": [c.identity.pid for c in clients],
+    "prefixes": sorted(own_prefixes()),
+}}), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_controller_takes_its_zygote_supervisors_workers_and_segments_along():
+    code = _CONTROLLER.format(workers=str(WORKERS))
+    controller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert controller.stdout is not None
+        line = controller.stdout.readline()
+        assert line, "the controller said nothing"
+        seen = json.loads(line)
+        assert seen["paths"] == [FORKED, FORKED]
+        segments = [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
+        assert segments  # there is something to clean up
+        pids = [seen["zygote"], *seen["supervisors"], *seen["workers"]]
+        assert all(_alive(pid) for pid in pids)
+    finally:
+        controller.kill()
+        controller.wait()
+        if controller.stdout is not None:
+            controller.stdout.close()
+    assert not _wait_dead(pids, 10.0)
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end and any(segment_names(p) for p in seen["prefixes"]):
+        time.sleep(0.05)
+    assert not [name for prefix in seen["prefixes"] for name in segment_names(prefix)]

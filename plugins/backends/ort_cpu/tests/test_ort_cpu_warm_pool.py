@@ -1,0 +1,57 @@
+"""ort-cpu stages from the warm pool: forked workers with real onnxruntime sessions."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import psutil
+import pytest
+
+from edge_core.config import load_pipeline
+from edge_core.host.start_path import FORKED
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet
+from edge_core.runtime import Pipeline
+from edge_core.testing.leaks import no_leaks as _no_leaks
+
+no_leaks = pytest.fixture(autouse=True)(_no_leaks)
+
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")),
+    reason="the warm pool needs Linux with pidfd_open",
+)
+
+
+def test_two_ort_cpu_stages_are_forked_verified_and_exact(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path]
+) -> None:
+    direct = ort.InferenceSession(str(add_relu_bundle["graph"]), providers=["CPUExecutionProvider"])
+    stage = {"backend": {"name": "ort-cpu", "options": {}},
+             "manifest": str(add_relu_bundle["dir"])}
+    first_config, second_config = (load_pipeline({"name": name, "stages": [{"id": "s", **stage}]})
+                                   for name in ("p", "q"))
+    with Pipeline.open(first_config, plugins, ledger) as first, \
+            Pipeline.open(second_config, plugins, ledger) as second:
+        starts = []
+        for pipeline in (first, second):
+            (plan,) = pipeline.execution_plan()["stages"]
+            worker = plan["worker"]
+            assert worker["start"]["kind"] == FORKED, worker["start"]
+            assert plan["numerics"]["passed"] is True
+            supervisor = psutil.Process(worker["pid"]).parent()
+            assert supervisor is not None
+            zygote = supervisor.parent()
+            assert zygote is not None and zygote.pid == worker["start"]["zygote"]
+            assert zygote.ppid() == os.getpid()
+            starts.append(worker["start"])
+            x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": x})
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], expected)
+        assert starts[0]["zygote"] == starts[1]["zygote"]
+        assert starts[1]["forks"] == starts[0]["forks"] + 1
+    assert ledger.is_empty()

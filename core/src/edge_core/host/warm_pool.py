@@ -15,7 +15,8 @@ child), and its exit status reaches the controller through the zygote
 A zygote is kept per controller process and per key: the interpreter and the worker's
 whole environment (:func:`~edge_core.host.environment.worker_environment`: what a forked
 worker has is the zygote's environment, so a start whose environment differs is never
-served by another key's zygote). At most :data:`MAX_ZYGOTES` serve per controller; a
+served by another key's zygote), with the resource limits and ignored signals it
+inherits (:func:`inherited`). At most :data:`MAX_ZYGOTES` serve per controller; a
 start of another key closes the least recently used one. A zygote that cannot start,
 died or refused a start is replaced at the next start; a key whose zygote could not
 start (or was left with threads by its imports: see :mod:`edge_core.host.zygote`) is
@@ -35,6 +36,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -55,6 +57,7 @@ __all__ = [
     "Zygote",
     "ZygoteUnavailable",
     "close_pool",
+    "inherited",
     "pool_descriptors",
     "pool_processes",
     "zygote_for",
@@ -73,7 +76,31 @@ READY_TIMEOUT_S = 30.0
 _EDGE_ROOT = str(Path(__file__).resolve().parents[2])  # where ``edge_core`` is found
 
 
-_Key = tuple[str, frozenset[tuple[str, str]]]  # the interpreter and the worker environment
+# the interpreter, the worker environment, and what else a process inherits at its start
+_Key = tuple[str, frozenset[tuple[str, str]], tuple[object, ...]]
+
+_LIMITS = tuple(getattr(resource, name) for name in (
+    "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CORE",
+    "RLIMIT_MEMLOCK", "RLIMIT_FSIZE", "RLIMIT_CPU") if hasattr(resource, name))
+
+
+def inherited() -> tuple[object, ...]:
+    """What a process inherits from the controller besides its environment, as it is now.
+
+    The resource limits and the set of ignored signals: a forked worker has the zygote's,
+    fixed at the zygote's start, so they are part of its key (a controller that changed
+    one gets a zygote of the new ones). The working directory and the umask are sent
+    with each start instead (they change more often).
+    """
+    ignored = ""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"SigIgn:"):
+                    ignored = line.split()[1].decode()
+    except (OSError, IndexError):
+        pass
+    return (*(resource.getrlimit(limit) for limit in _LIMITS), ignored)
 
 
 class ZygoteUnavailable(Exception):
@@ -100,7 +127,7 @@ class Zygote:
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  outputs: tuple[Any, Any] = (None, None),
                  timeout_s: float = READY_TIMEOUT_S) -> None:
-        self.key: _Key = (interpreter, frozenset(env.items()))
+        self.key: _Key = (interpreter, frozenset(env.items()), inherited())
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -122,6 +149,7 @@ class Zygote:
             theirs.close()
         self.pid = self._popen.pid
         self.broken: str | None = None
+        self._serial = 0
         try:
             answer, fds = self._answer()
             for fd in fds:
@@ -133,8 +161,8 @@ class Zygote:
             raise
 
     def _answer(self) -> tuple[dict[str, object], list[int]]:
-        self._sock.settimeout(self._timeout_s)
         try:
+            self._sock.settimeout(self._timeout_s)  # closed by another thread: EBADF
             data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
         except TimeoutError:
             raise ZygoteUnavailable(f"zygote {self.pid}: no answer within "
@@ -159,47 +187,51 @@ class Zygote:
     ) -> tuple[PooledProcess, int]:
         """Have the zygote fork a supervised worker; the supervisor and the fork count.
 
+        The forked supervisor takes the controller's working directory and umask as they
+        are now (a spawned worker's are the controller's at its spawn).
+
         Raises:
-            ZygoteUnavailable: the zygote is gone, refused or did not answer; no process
-                of this start is left (the zygote is closed when it cannot be trusted).
+            ZygoteUnavailable: the zygote is gone, refused or did not answer. The zygote
+                then serves no more starts: it may have forked for this request (a
+                supervisor it could not report, holding the passed descriptors), so the
+                caller must not hand those descriptors to another start.
 
         """
         names = ["channel", "stdout", "stderr"] + ([] if segments is None else ["segments"])
         fds = [channel, stdout, stderr] + ([] if segments is None else [segments])
-        request = {"prefixes": prefixes, "remove": remove, "fds": names}
         with self._lock:
             if self.broken is not None:
                 raise ZygoteUnavailable(self.broken)
-            try:
-                socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
-            except OSError as exc:
-                self._break(f"zygote {self.pid}: {exc}")
-                raise ZygoteUnavailable(self.broken or "") from None
-            answer: dict[str, object] | None = None
+            self._serial += 1
+            request = {"serial": self._serial, "prefixes": prefixes, "remove": remove,
+                       "fds": names, "cwd": _cwd(), "umask": _umask()}
+            answer: dict[str, object] = {}
             received: list[int] = []
             try:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
                 answer, received = self._answer()
                 pid = answer.get("pid")
-                if type(pid) is not int or len(received) != 2:
-                    reason = f"zygote {self.pid}: refused: {answer.get('refused', answer)}"
-                    self._break(reason)
-                    raise ZygoteUnavailable(reason)
+                if answer.get("serial") != self._serial or type(pid) is not int or len(
+                        received) != 2:
+                    raise ZygoteUnavailable(
+                        f"zygote {self.pid}: refused: {answer.get('refused', answer)}")
                 process = PooledProcess(pid, received[0], received[1])
-            except ZygoteUnavailable as exc:
-                for fd in received:
-                    os.close(fd)
-                self._break(str(exc))
-                raise
-            except BaseException:  # a Ctrl-C before the answer was read: take it, end it
-                if answer is None:
-                    with contextlib.suppress(ZygoteUnavailable):
-                        answer, received = self._answer()
-                if received and type(answer.get("pid") if answer else None) is int:
+            except BaseException as exc:
+                # Whatever came in the way (a refusal, no answer in time, the socket gone,
+                # a Ctrl-C as the request went or as its answer was read), this zygote's
+                # answers can no longer be matched to starts: it serves no more. Closing
+                # its socket also has it end a supervisor whose answer it cannot deliver;
+                # one it did answer with is ended here, through its pidfd.
+                self._break(f"zygote {self.pid}: {exc}"
+                            if isinstance(exc, ZygoteUnavailable | OSError)
+                            else f"zygote {self.pid}: start interrupted")
+                if len(received) == 2 and type(answer.get("pid")) is int:
                     _end_forked(received[1])
                 for fd in received:
-                    os.close(fd)
-                if answer is None:
-                    self._break(f"zygote {self.pid}: start interrupted")
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                if isinstance(exc, OSError):
+                    raise ZygoteUnavailable(self.broken or "") from None
                 raise
         forks = answer.get("forks")
         return process, forks if type(forks) is int else 0
@@ -242,6 +274,30 @@ class Zygote:
         return frozenset() if fd < 0 else frozenset({fd})
 
 
+def _umask() -> int | None:
+    """This process's umask from ``/proc/self/status`` (None where unreadable).
+
+    Never read by setting it: ``os.umask`` is the process's, and another thread creating
+    a file at that moment would get the wrong mask.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cwd() -> str | None:
+    """The working directory, None when it was removed."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def _end_forked(pidfd: int) -> None:
     """End a supervisor whose start was interrupted: ``SIGTERM`` reaches its whole tree.
 
@@ -259,6 +315,16 @@ _starts = 0
 _refused: dict[_Key, str] = {}  # keys whose zygote could not start: spawned
 _owner = os.getpid()
 _registered = False
+
+
+def _fresh_lock() -> None:
+    """In a forked child: a lock no other thread of the parent can be holding."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def _own() -> None:
@@ -302,7 +368,7 @@ def zygote_for(
         if output is not None and not (type(output) is int and output >= 0) and not hasattr(
                 output, "fileno"):
             return None, f"output {output!r} cannot be passed to a forked worker"
-    key = (interpreter, frozenset(env.items()))
+    key = (interpreter, frozenset(env.items()), inherited())
     with _lock:
         _own()
         refused = _refused.get(key)

@@ -27,9 +27,15 @@ sealed-segment channel (when used) and its stdout/stderr passed along as descrip
    :func:`edge_contracts.worker.main` on :data:`CHANNEL_FD`. Both return to this
    module's :func:`main` before they run, so each leaves through the interpreter's usual
    exit, as a spawned one does;
-3. answers with the supervisor's PID, passing the read end of a status pipe and a
-   ``pidfd`` of the supervisor (opened before it can be reaped); when it reaps the
-   supervisor it writes the exit status there (``subprocess``'s form) and closes it.
+3. answers with the supervisor's PID and the request's serial, passing the read end of a
+   status pipe and a ``pidfd`` of the supervisor (opened before it can be reaped); when
+   it reaps the supervisor it writes the exit status there (``subprocess``'s form) and
+   closes it. An answer it cannot deliver (the controller gave the start up and closed
+   the socket) ends that supervisor with ``SIGTERM``, which reaches its worker.
+
+The forked supervisor takes the controller's working directory and umask sent with the
+request (a spawned worker has the controller's at its spawn); resource limits and
+ignored signals are part of the pool's key (:mod:`edge_core.host.warm_pool`).
 
 When the controller closes the control socket (or it refused a start) it serves no more
 starts, and ends once every supervisor it forked is reaped and its status reported; it
@@ -169,36 +175,48 @@ class _Zygote:
             prefixes = [str(p) for p in request["prefixes"]]
             remove = [str(p) for p in request["remove"]]
             passed = dict(zip(names, fds, strict=True))
+            serial = request["serial"]
+            place = _Place(request.get("cwd"), request.get("umask"))
         except (ValueError, KeyError, TypeError) as exc:
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"refused": f"request: {exc}"})
+            with contextlib.suppress(OSError):
+                _send(self.sock, {"refused": f"request: {exc}"})
             return None
         count = threads()
         if count > 1:  # nothing started one since the check at its start: never fork so
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"refused": f"threads: {count} running: forking is unsafe"})
+            with contextlib.suppress(OSError):
+                _send(self.sock, {"refused": f"threads: {count} running: forking is unsafe",
+                                  "serial": serial})
             return 1
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(status_r)
             os.close(status_w)
-            return lambda: self._supervise(passed, prefixes, remove)
+            return lambda: self._supervise(passed, prefixes, remove, place)
         self.forks += 1
         self.statuses[pid] = status_w
         pidfd = os.pidfd_open(pid)
         for fd in fds:
             os.close(fd)
-        with contextlib.suppress(OSError):  # the controller is gone: the supervisor sees it too
-            _send(self.sock, {"pid": pid, "forks": self.forks}, [status_r, pidfd])
+        try:
+            _send(self.sock, {"pid": pid, "forks": self.forks, "serial": serial},
+                  [status_r, pidfd])
+        except OSError:
+            # The controller closed the socket (it gave this start up: no answer in time,
+            # an interrupt) or is gone: nobody will use this supervisor. SIGTERM reaches
+            # its worker too (the supervisor forwards it); it is reaped as any other.
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)  # not reaped yet: still this child's PID
         os.close(status_r)
         os.close(pidfd)
         return None
 
     def _supervise(self, passed: dict[str, int], prefixes: list[str],
-                   remove: list[str]) -> int | Task:
+                   remove: list[str], place: _Place) -> int | Task:
         """The forked supervisor: keep what is its own, fork the worker, watch it."""
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
@@ -222,6 +240,7 @@ class _Zygote:
             os.dup2(moved.pop("segments"), SEGMENTS_FD)
             placed.append(SEGMENTS_FD)
         _close_all_but({0, 1, 2, *placed, controller_fd})
+        place.enter()  # after stdout and stderr are the start's: a failure is said there
         supervisor = Supervisor(self.controller, prefixes, remove)
         supervisor.parent_fd = controller_fd
         supervisor.prepare()
@@ -233,6 +252,24 @@ class _Zygote:
             with contextlib.suppress(OSError):
                 os.close(fd)
         return supervisor.watch(worker)
+
+
+class _Place:
+    """The controller's working directory and umask at a start (a spawned worker's)."""
+
+    def __init__(self, cwd: object, umask: object) -> None:
+        self.cwd = cwd if type(cwd) is str else None
+        self.umask = umask if type(umask) is int and 0 <= umask <= 0o777 else None
+
+    def enter(self) -> None:
+        """Take them on (a directory that is gone leaves the zygote's, and says so)."""
+        if self.umask is not None:
+            os.umask(self.umask)
+        if self.cwd is not None:
+            try:
+                os.chdir(self.cwd)
+            except OSError as exc:
+                print(f"edge zygote: working directory {self.cwd!r}: {exc}", file=sys.stderr)
 
 
 def _close_all_but(keep: set[int]) -> None:

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import IO, Any
 
 import psutil
@@ -220,14 +221,7 @@ def start_worker(
     )
     limits = Limits(max_io_bytes=max_io_bytes, supported_features=supported)
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    argv = [route.interpreter, "-c", WORKER_MAIN, str(child.fileno())]
-    if SUPERVISED:
-        argv = supervisor_argv(
-            argv,
-            controller=os.getpid(),
-            prefixes=[worker_prefix, own_prefix],
-            remove=[] if staged is None else [str(staged)],
-        )
+    argv = _spawn_argv(route, child.fileno(), worker_prefix, own_prefix, staged)
     path = StartPath(SPAWNED, reason=spawn_reason)
     popen: StartedProcess | None = None
     try:
@@ -246,6 +240,20 @@ def start_worker(
                 boot = replace(boot, shm_fds=0 if fds is None else SEGMENTS_FD)
             except ZygoteUnavailable as exc:
                 path = StartPath(SPAWNED, reason=f"warm pool: {exc}")
+                # The zygote may have forked with these ends before it failed: a worker of
+                # that fork would share the spawned one's channel. The spawn gets ends of
+                # its own; the old ones close here, so such a worker reads its channel's
+                # end and exits.
+                parent.close()
+                child.close()
+                if fds is not None:
+                    fds[0].close()
+                    fds[1].close()
+                parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                if use_seals:
+                    fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                boot = replace(boot, shm_fds=0 if fds is None else fds[1].fileno())
+                argv = _spawn_argv(route, child.fileno(), worker_prefix, own_prefix, staged)
         if popen is None:
             # The boot configuration (and its token) waits in the private channel for the
             # worker's first read: never in its environment or command line.
@@ -351,6 +359,20 @@ def _descriptor(output: int | IO[Any] | None) -> int:
     if output is None:
         return _STDERR_FD
     return output if isinstance(output, int) else output.fileno()
+
+
+def _spawn_argv(route: Route, channel: int, worker_prefix: str, own_prefix: str,
+                staged: Path | None) -> list[str]:
+    """The command line of a spawned worker on ``channel`` (under its supervisor)."""
+    argv = [route.interpreter, "-c", WORKER_MAIN, str(channel)]
+    if SUPERVISED:
+        argv = supervisor_argv(
+            argv,
+            controller=os.getpid(),
+            prefixes=[worker_prefix, own_prefix],
+            remove=[] if staged is None else [str(staged)],
+        )
+    return argv
 
 
 def _main_identity(tree: ProcessTree, pid: object) -> ProcessIdentity:

@@ -93,7 +93,7 @@ class PooledProcess:
         while True:
             with self._lock:
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                if self._read(0.0 if remaining is None else min(remaining, 0.05)):
+                if self._read(0.05 if remaining is None else min(remaining, 0.05)):
                     return self.returncode
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout or 0.0)

@@ -138,8 +138,9 @@ class ProcessTree:
 
     def root_exited(self) -> bool:
         """Tell whether the root process has exited (reaping it if it is our child)."""
-        if self._popen is not None:
-            return self._popen.poll() is not None
+        if self._popen is not None and self._popen.poll() is not None:
+            return True
+        # not ours to reap (a pooled root whose zygote died reports no status): by identity
         return not self.root.is_alive()
 
     def retire(

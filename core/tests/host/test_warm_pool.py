@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -185,7 +186,7 @@ def test_an_entry_is_imported_by_the_forked_worker_never_by_the_zygote(start, ca
 
 
 def test_a_start_interrupted_while_the_zygote_forks_leaves_no_process(start, monkeypatch):
-    start()  # the zygote runs
+    first = start()  # the zygote runs
     real = warm_pool.Zygote._answer
     calls = []
 
@@ -200,11 +201,13 @@ def test_a_start_interrupted_while_the_zygote_forks_leaves_no_process(start, mon
     with pytest.raises(KeyboardInterrupt):
         bootstrap.start_worker(test_route("echo"), generation=1)
     monkeypatch.setattr(warm_pool.Zygote, "_answer", real)
-    assert len(calls) == 2  # the answer was read after all, and its supervisor ended
+    assert len(calls) == 1  # its answer is never read: that zygote serves no more
     new = [p.pid for p in descendants() if p.pid not in before]
-    assert not _wait_dead(new, 5.0)
-    after = start()  # the zygote still serves
+    assert not _wait_dead(new, 5.0)  # the fork it made ends (its answer undelivered)
+    after = start()  # a new zygote serves
     assert after.start_path.kind == FORKED
+    assert after.start_path.zygote != first.start_path.zygote
+    _echoes(after)
 
 
 _CONTROLLER = """
@@ -255,3 +258,104 @@ def test_a_killed_controller_takes_its_zygote_supervisors_workers_and_segments_a
     while time.monotonic() < end and any(segment_names(p) for p in seen["prefixes"]):
         time.sleep(0.05)
     assert not [name for prefix in seen["prefixes"] for name in segment_names(prefix)]
+
+
+def _pooled(pid: int) -> warm_pool.Zygote:
+    # the controller's handle on the zygote of this PID
+    return next(z for z in warm_pool._zygotes.values() if z.pid == pid)
+
+
+def test_a_ctrl_c_as_the_fork_request_goes_ends_that_fork_and_the_next_start_works(
+        start, monkeypatch):
+    # Interrupted as send_fds returned, the request sent and its answer unread: that
+    # zygote's later answers could no longer be matched to their starts (every later
+    # start of the key read the one before's answer and was refused at its hello)
+    first = start()
+    sent: list[int] = []
+    send_fds = socket.send_fds
+
+    def interrupted(sock, buffers, fds, *args):
+        result = send_fds(sock, buffers, fds, *args)
+        sent.append(result)
+        raise KeyboardInterrupt
+
+    before = {p.pid for p in descendants()}
+    monkeypatch.setattr(socket, "send_fds", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap.start_worker(test_route("echo"), generation=1)
+    monkeypatch.undo()
+    assert len(sent) == 1
+    new = [p.pid for p in descendants() if p.pid not in before]
+    assert not _wait_dead(new, 5.0)  # the fork it made anyway ends (its channel closed)
+    after = [start() for _ in range(3)]
+    assert {c.start_path.kind for c in after} == {FORKED}
+    assert after[0].start_path.zygote != first.start_path.zygote  # that one serves no more
+    assert len({c.start_path.zygote for c in after}) == 1
+    for number, client in enumerate(after):
+        _echoes(client, f"r{number}")
+
+
+def test_a_fork_left_unanswered_is_spawned_on_a_channel_of_its_own_and_the_fork_ends(start):
+    # The zygote stopped as it should fork: the start gives it up after its timeout and
+    # spawns; the fork the zygote makes once it runs again must not share that channel
+    # (it read a request as its boot frame and tore the stream) and must end
+    first = start()
+    zygote = first.start_path.zygote
+    assert zygote is not None
+    _pooled(zygote)._timeout_s = 0.5
+    before = {p.pid for p in descendants()}
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        second = start()
+    finally:
+        os.kill(zygote, signal.SIGCONT)
+    assert second.start_path.kind == SPAWNED
+    assert "no answer within 0.5 s" in (second.start_path.reason or ""), second.start_path
+    for number in range(20):
+        _echoes(second, f"r{number}")
+    own = {second._tree.root.pid, second.identity.pid}
+    new = [p.pid for p in descendants() if p.pid not in before | own]
+    assert not _wait_dead(new, 5.0)
+    _echoes(second, "last")
+    assert second.health().state == "ready"
+
+
+def _umask_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+
+
+def test_a_forked_worker_takes_the_controllers_directory_and_umask_of_its_start(
+        start, tmp_path, monkeypatch):
+    first = start()  # the zygote starts in the directory of this moment
+    monkeypatch.chdir(tmp_path)
+    old = os.umask(0o027)
+    try:
+        second = start()
+    finally:
+        os.umask(old)
+    assert second.start_path.kind == FORKED
+    assert second.start_path.zygote == first.start_path.zygote
+    assert psutil.Process(second.identity.pid).cwd() == str(tmp_path)
+    assert _umask_of(second.identity.pid) == 0o027
+    assert _umask_of(first.identity.pid) == old
+
+
+def test_a_forked_worker_holds_what_a_spawned_one_does_and_catches_the_same_signals(
+        start, monkeypatch):
+    # The supervisor's own descriptors (its wake pipe, the controller's pidfd) and its
+    # SIGTERM handler are not the worker's: the worker forgets them after the fork
+    forked = start()
+    monkeypatch.setenv(warm_pool.POOL_ENV, "0")
+    spawned = start()
+    assert (forked.start_path.kind, spawned.start_path.kind) == (FORKED, SPAWNED)
+    _echoes(forked)
+    _echoes(spawned)
+
+    def held(client) -> tuple[int, str]:
+        pid = client.identity.pid
+        with open(f"/proc/{pid}/status") as status:
+            caught = next(line.split()[1] for line in status if line.startswith("SigCgt:"))
+        return len(os.listdir(f"/proc/{pid}/fd")), caught
+
+    assert held(forked) == held(spawned)

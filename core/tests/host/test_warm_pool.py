@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from edge_contracts.shm import segment_names
-from edge_core.host import bootstrap, warm_pool
-from edge_core.host.errors import WorkerGone, WorkerLost
+from edge_core.host import Route, bootstrap, warm_pool
+from edge_core.host.errors import BootstrapRefused, WorkerGone, WorkerLost
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.start_path import FORKED, SPAWNED
 from edge_core.testing.leaks import descendants
@@ -359,3 +359,42 @@ def test_a_forked_worker_holds_what_a_spawned_one_does_and_catches_the_same_sign
         return len(os.listdir(f"/proc/{pid}/fd")), caught
 
     assert held(forked) == held(spawned)
+
+
+def test_a_ctrl_c_as_the_answer_is_read_keeps_none_of_its_descriptors(start, monkeypatch):
+    # The status pipe's end and the supervisor's pidfd came with the answer: interrupted
+    # as it is parsed, they were held by no one. (One interrupted as the receive itself
+    # returns, before its result is bound, stays a window: the worker still ends.)
+    start()
+    fds_before = set(os.listdir("/proc/self/fd"))
+    procs_before = {p.pid for p in descendants()}
+    loads = json.loads
+
+    def interrupted(data, *args, **kwargs):
+        if isinstance(data, bytes) and b'"serial"' in data:  # the zygote's answer
+            raise KeyboardInterrupt
+        return loads(data, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap.start_worker(test_route("echo"), generation=1)
+    monkeypatch.undo()
+    new = [p.pid for p in descendants() if p.pid not in procs_before]
+    assert not _wait_dead(new, 5.0)  # its worker reads its channel's end
+    assert set(os.listdir("/proc/self/fd")) <= fds_before
+
+
+def test_a_relative_pythonpath_entry_is_resolved_where_each_start_is_made(
+        start, tmp_path, monkeypatch):
+    # An interpreter resolves a relative PYTHONPATH entry against its directory at its
+    # start: a zygote started elsewhere must not serve a start made here
+    monkeypatch.chdir(WORKERS.parent)
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([*inherited, WORKERS.name]))
+    route = Route.default("echo", "edge_test_workers:echo")  # found through "workers"
+    first = start(route=route)
+    assert first.start_path.kind == FORKED
+    _echoes(first)
+    monkeypatch.chdir(tmp_path)  # no workers/ here: a spawned worker cannot import its entry
+    with pytest.raises(BootstrapRefused, match="edge_test_workers"):
+        start(route=route)

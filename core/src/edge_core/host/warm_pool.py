@@ -59,6 +59,7 @@ __all__ = [
     "close_pool",
     "inherited",
     "pool_descriptors",
+    "pool_key",
     "pool_processes",
     "zygote_for",
 ]
@@ -103,6 +104,20 @@ def inherited() -> tuple[object, ...]:
     return (*(resource.getrlimit(limit) for limit in _LIMITS), ignored)
 
 
+def pool_key(interpreter: str, env: Mapping[str, str]) -> _Key:
+    """The key of a start's zygote: its interpreter, environment and :func:`inherited`.
+
+    Where the environment's ``PYTHONPATH`` has a relative or empty entry, the working
+    directory too: an interpreter resolves those against its directory at its start, so a
+    zygote started elsewhere would import from another place than a spawned worker.
+    """
+    python_path = env.get("PYTHONPATH", "")
+    relative = bool(python_path) and any(
+        not os.path.isabs(entry) for entry in python_path.split(os.pathsep))
+    return (interpreter, frozenset(env.items()),
+            inherited() + ((_cwd(),) if relative else ()))
+
+
 class ZygoteUnavailable(Exception):
     """The zygote could not serve this start (the reason is the message)."""
 
@@ -127,7 +142,7 @@ class Zygote:
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  outputs: tuple[Any, Any] = (None, None),
                  timeout_s: float = READY_TIMEOUT_S) -> None:
-        self.key: _Key = (interpreter, frozenset(env.items()), inherited())
+        self.key: _Key = pool_key(interpreter, env)
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -161,24 +176,31 @@ class Zygote:
             raise
 
     def _answer(self) -> tuple[dict[str, object], list[int]]:
+        fds: list[int] = []
         try:
-            self._sock.settimeout(self._timeout_s)  # closed by another thread: EBADF
-            data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
-        except TimeoutError:
-            raise ZygoteUnavailable(f"zygote {self.pid}: no answer within "
-                                    f"{self._timeout_s} s") from None
-        except OSError as exc:
-            raise ZygoteUnavailable(f"zygote {self.pid}: {exc}") from None
-        if not data:
-            raise ZygoteUnavailable(f"zygote {self.pid}: gone")
-        try:
-            answer = json.loads(data)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+            try:
+                self._sock.settimeout(self._timeout_s)  # closed by another thread: EBADF
+                data, fds, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 4)
+            except TimeoutError:
+                raise ZygoteUnavailable(f"zygote {self.pid}: no answer within "
+                                        f"{self._timeout_s} s") from None
+            except OSError as exc:
+                raise ZygoteUnavailable(f"zygote {self.pid}: {exc}") from None
+            if not data:
+                raise ZygoteUnavailable(f"zygote {self.pid}: gone")
+            try:
+                answer = json.loads(data)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict):
+                raise ZygoteUnavailable(f"zygote {self.pid}: unreadable answer")
+        except BaseException:
+            # the descriptors received are this frame's alone until it returns (a Ctrl-C
+            # as they came, too); the worker of an answer lost so reads its channel's end
             for fd in fds:
-                os.close(fd)
-            raise ZygoteUnavailable(f"zygote {self.pid}: unreadable answer")
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise
         return answer, fds
 
     def fork(
@@ -368,7 +390,7 @@ def zygote_for(
         if output is not None and not (type(output) is int and output >= 0) and not hasattr(
                 output, "fileno"):
             return None, f"output {output!r} cannot be passed to a forked worker"
-    key = (interpreter, frozenset(env.items()), inherited())
+    key = pool_key(interpreter, env)
     with _lock:
         _own()
         refused = _refused.get(key)

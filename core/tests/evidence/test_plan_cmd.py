@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import psutil
 import pytest
 
 from edge_core.config import load_pipeline
@@ -24,6 +23,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime.preview import plan_by_opening, plan_by_probe
+from edge_core.testing.leaks import descendants
 
 from .conftest import build_scale_bundle, write_pipeline
 
@@ -58,7 +58,7 @@ def _outcomes(stage: dict[str, Any]) -> list[tuple[str, str, str | None]]:
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    return {p.pid for p in descendants()}
 
 
 def test_plan_opens_each_stage_for_real_names_every_refusal_and_closes(tmp_path: Path) -> None:

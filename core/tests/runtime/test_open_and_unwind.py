@@ -12,12 +12,13 @@ from edge_core.host.errors import RemoteError
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime import DemandExceeded, NumericsRefused, Pipeline, TopologyRefused
+from edge_core.testing.leaks import descendants
 
 from .conftest import GiB, MiB, OpenPipeline, echo_stage
 
 
 def _children() -> list[psutil.Process]:
-    return psutil.Process().children(recursive=True)
+    return descendants()
 
 
 def test_a_two_stage_chain_runs_and_closes_with_nothing_charged(

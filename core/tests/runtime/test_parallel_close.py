@@ -21,6 +21,7 @@ import pytest
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
+from edge_core.testing.leaks import descendants
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -121,9 +122,9 @@ def test_an_interrupted_close_of_a_lone_stage_retires_and_settles_it_then_goes_o
     """
     import psutil
 
-    before = psutil.Process().children(recursive=True)
+    before = descendants()
     pipeline = open_pipeline(echo_stage("a"))
-    workers = [p for p in psutil.Process().children(recursive=True) if p not in before]
+    workers = [p for p in descendants() if p not in before]
     (runtime,) = pipeline.stages
     close, calls = runtime.close, []
 
@@ -155,9 +156,8 @@ def ctrl_c() -> Iterator[Callable[[], None]]:
 
 
 def _started(before: list[Any]) -> list[Any]:
-    import psutil
 
-    return [p for p in psutil.Process().children(recursive=True) if p not in before]
+    return [p for p in descendants() if p not in before]
 
 
 def _running(workers: list[Any]) -> list[Any]:
@@ -175,9 +175,8 @@ def test_a_ctrl_c_as_serving_stops_still_retires_and_settles_every_stage(
     left to the exit hook, every reservation charged). Now the stop is run again to its
     end, every stage retired and settled, then the interruption goes on.
     """
-    import psutil
 
-    before = psutil.Process().children(recursive=True)
+    before = descendants()
     pipeline = open_pipeline(
         echo_stage("a"),
         {**echo_stage("b", transform="edge_echo.transforms:passthrough"), "replicas": 2})
@@ -207,9 +206,8 @@ def test_a_ctrl_c_as_the_first_stage_is_settled_still_settles_the_others(
     Before, the settling loop was cut short there: the stages after it stayed charged
     in the ledger, their workers gone. Now each is settled, then it goes on.
     """
-    import psutil
 
-    before = psutil.Process().children(recursive=True)
+    before = descendants()
     pipeline = open_pipeline(echo_stage("a"),
                              echo_stage("b", transform="edge_echo.transforms:passthrough"),
                              echo_stage("c", transform="edge_echo.transforms:passthrough"))
@@ -242,9 +240,8 @@ def test_a_ctrl_c_that_keeps_a_replica_from_starting_its_close_closes_it_here(
     the second was never retired, and nothing was settled. Now the one whose thread did
     not start is closed on the caller's thread, the other waited for, both settled.
     """
-    import psutil
 
-    before = psutil.Process().children(recursive=True)
+    before = descendants()
     pipeline = open_pipeline({**echo_stage("a"), "replicas": 2})
     workers = _started(before)
     closed_on: dict[str, str] = {}

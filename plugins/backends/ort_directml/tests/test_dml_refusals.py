@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from edge_core.config import load_pipeline
@@ -19,6 +18,7 @@ from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.runtime.pipeline_files import default_ledger
 from edge_core.stage import StageContext
+from edge_core.testing.leaks import descendants
 from edge_ort.controller import BASE_RAM_BYTES
 from edge_ort.vendor import RouteUnavailable, StageRefused, clear_probe_cache
 from edge_ort_directml.demands import DEVICE_CONTEXT_BYTES, bundle_bytes
@@ -71,7 +71,7 @@ def test_loading_on_a_route_without_directml_is_refused_before_any_worker_starts
     assert info.value.field == "stages[s].backend.route.interpreter"
     assert info.value.value == sys.executable
     assert "onnxruntime-directml is not installed" in info.value.reason
-    assert psutil.Process().children(recursive=True) == []
+    assert descendants() == []
 
 
 def test_adapters_that_ort_lists_but_this_onnxruntime_lacks_are_refused_after_a_real_load(

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from edge_core.config import load_pipeline
@@ -18,6 +17,7 @@ from edge_core.plugins import PluginSet, load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.stage import StageContext
+from edge_core.testing.leaks import descendants
 from edge_ort.vendor import RouteUnavailable, StageRefused, clear_probe_cache
 from edge_ort_vitisai.options import VitisAIOptions
 from edge_ort_vitisai.plugin import PLUGIN, VitisAIPlugin
@@ -70,7 +70,7 @@ def test_loading_on_a_route_without_vitisai_is_refused_before_any_worker_starts(
     assert info.value.field == "stages[s].backend.route.interpreter"
     assert info.value.value == sys.executable
     assert "onnxruntime-vitisai is not installed" in info.value.reason
-    assert psutil.Process().children(recursive=True) == []
+    assert descendants() == []
 
 
 @pytest.mark.parametrize("placement", [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,9 @@ def test_every_stage_has_separately_measured_startup_phases(
     assert traced["first_output_s"] > 0
     assert traced["process_start"]["a"]["entry"] == "edge_contracts.worker:BaseHandler"
     assert len(traced["process_start"]["a"]["samples_s"]) == 1
+    # timed as the stage's own start goes: forked by the warm pool where it serves
+    pooled = sys.platform.startswith("linux") and hasattr(os, "pidfd_open")
+    assert traced["process_start"]["a"]["start_paths"] == ["forked" if pooled else "spawned"]
 
 
 def test_warm_restart_reloads_every_stage_under_a_new_generation(

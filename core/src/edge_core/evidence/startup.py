@@ -206,6 +206,7 @@ def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
         if key not in by_route:
             bare = attrs.evolve(route, entry=BARE_ENTRY)
             samples = []
+            paths: list[str] = []
             for _ in range(max(1, repeats)):
                 output = open_worker_output(f"{runtime.stage_id}.process-start", 1)
                 try:
@@ -215,9 +216,11 @@ def measure_process_start(pipeline: Pipeline, repeats: int) -> dict[str, Any]:
                     samples.append(time.perf_counter() - started)
                 finally:
                     output.close()  # the worker keeps its own handle
+                paths.append(client.start_path.kind)  # forked by the warm pool, or spawned
                 client.retire()
             by_route[key] = {"samples_s": samples, "median_s": statistics.median(samples),
-                             "interpreter": route.interpreter, "entry": BARE_ENTRY}
+                             "interpreter": route.interpreter, "entry": BARE_ENTRY,
+                             "start_paths": paths}
         result[runtime.stage_id] = by_route[key]
     return result
 

@@ -25,8 +25,11 @@ sealed-segment channel (when used) and its stdout/stderr passed along as descrip
    ``pidfd``, runs :class:`~edge_core.host.supervisor.Supervisor` (subreaper, watching the
    *controller*, cleaning up after it) and forks the worker, which runs
    :func:`edge_contracts.worker.main` on :data:`CHANNEL_FD`. Both return to this
-   module's :func:`main` before they run, so each leaves through the interpreter's usual
-   exit, as a spawned one does;
+   module's :func:`main` before they run; the worker leaves through the interpreter's
+   usual exit, as a spawned one does, the supervisor (and the zygote itself) through
+   ``os._exit`` once its standard streams are flushed: they have nothing to finalize,
+   and a forked interpreter's finalization (numpy's teardown) made every retirement and
+   the controller's exit wait tens of milliseconds longer;
 3. answers with the supervisor's PID and the request's serial, passing the read end of a
    status pipe and a ``pidfd`` of the supervisor (opened before it can be reaped); when
    it reaps the supervisor it writes the exit status there (``subprocess``'s form) and
@@ -318,5 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     _send(sock, {"ready": True, "pid": os.getpid()})
     result: int | Task = _Zygote(controller, sock, controller_fd).serve
     while callable(result):
+        if result is _run_worker:
+            return _run_worker()  # the worker leaves through the interpreter's usual exit
         result = result()
-    return result
+    # The zygote, or a forked supervisor, whose worker has exited: nothing of theirs needs
+    # the interpreter's finalization (numpy's and every pre-imported module's teardown,
+    # tens of milliseconds that a retirement and the controller's exit wait for)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(result)

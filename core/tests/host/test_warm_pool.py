@@ -53,6 +53,17 @@ def _echoes(client, rid: str = "r1") -> None:
     assert np.array_equal(out["x"], np.arange(4.0))
 
 
+def _killed_mid_call(client) -> None:
+    # the worker killed inside a call: the call fails at once, as the death is seen
+    call = client.submit(request("r1", sleep_s=30))
+    time.sleep(0.1)
+    killed_at = time.monotonic()
+    os.kill(client.identity.pid, signal.SIGKILL)
+    with pytest.raises(WorkerLost):
+        call.result(timeout=5.0)
+    assert time.monotonic() - killed_at < 5.0
+
+
 def test_a_pooled_worker_is_the_supervisors_child_and_the_supervisor_the_zygotes(start):
     client = start()
     assert client.start_path.kind == FORKED, client.start_path
@@ -88,13 +99,7 @@ def test_the_second_start_is_a_fork_of_the_same_zygote_not_a_new_interpreter(sta
 def test_a_killed_pooled_worker_is_seen_at_once_with_its_signal(start):
     client = start()
     assert client.start_path.kind == FORKED
-    call = client.submit(request("r1", sleep_s=30))
-    time.sleep(0.1)
-    killed_at = time.monotonic()
-    os.kill(client.identity.pid, signal.SIGKILL)
-    with pytest.raises(WorkerLost):
-        call.result(timeout=5.0)
-    assert time.monotonic() - killed_at < 5.0
+    _killed_mid_call(client)
     health = client.health()
     assert health.state == "lost"
     assert health.exit_status == -signal.SIGKILL  # reported by the zygote, which reaped it
@@ -124,13 +129,7 @@ def test_a_worker_whose_zygote_died_is_still_seen_dying_at_once(start):
     assert zygote is not None
     os.kill(zygote, signal.SIGKILL)
     assert not _wait_dead([zygote], 5.0)
-    call = client.submit(request("r1", sleep_s=30))
-    time.sleep(0.1)
-    killed_at = time.monotonic()
-    os.kill(client.identity.pid, signal.SIGKILL)
-    with pytest.raises(WorkerLost):
-        call.result(timeout=5.0)
-    assert time.monotonic() - killed_at < 5.0
+    _killed_mid_call(client)
     assert client.health().state == "lost"
 
 

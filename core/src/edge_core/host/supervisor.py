@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - an interpreter without CPython's _sign
     import signal
 
 __all__ = ["EXEC_WAIT_S", "ORPHAN_GRACE_S", "SUPERVISOR_MAIN", "SUPERVISOR_PATH", "TRACKER_GRACE_S",
-           "TRACKER_MARK", "Supervisor", "is_tracker", "main", "supervisor_argv"]
+           "TRACKER_MARK", "Supervisor", "is_tracker", "main", "reaped", "supervisor_argv"]
 
 ORPHAN_GRACE_S = 1.0
 """After the controller died: how long the tree has between ``SIGTERM`` and ``SIGKILL``."""
@@ -252,13 +252,7 @@ class Supervisor:
             os.write(self.wake_w, b"c")
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reaped():
             if pid == self.worker:
                 self.status = status
 
@@ -386,6 +380,19 @@ class Supervisor:
                 time.sleep(0.1)  # a signal whose default is not to terminate: fall through
             return 128 + signum
         return os.waitstatus_to_exitcode(self.status)
+
+
+def reaped() -> list[tuple[int, int]]:
+    """Reap every child that has exited, without blocking: their (PID, wait status)."""
+    found: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return found
+        if pid == 0:
+            return found
+        found.append((pid, status))
 
 
 def main(argv: list[str] | None = None) -> int:

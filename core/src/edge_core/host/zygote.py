@@ -60,7 +60,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from edge_core.host.supervisor import Supervisor
+from edge_core.host.supervisor import Supervisor, reaped
 
 __all__ = ["CHANNEL_FD", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "ZYGOTE_MAIN", "main",
            "threads"]
@@ -133,13 +133,7 @@ class _Zygote:
             os.write(self.wake_w, b"c")
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        for pid, status in reaped():
             fd = self.statuses.pop(pid, None)
             if fd is not None:
                 with contextlib.suppress(OSError):

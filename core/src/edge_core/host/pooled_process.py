@@ -19,20 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import subprocess
 import threading
 import time
 from typing import IO, Any
 
+from edge_contracts.waiting import readable
+
 __all__ = ["PooledProcess"]
-
-
-def _ready(fd: int, wait_s: float) -> bool:
-    """True when ``fd`` is readable within ``wait_s`` (``poll``: any descriptor number)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(int(wait_s * 1000)))
 
 
 class PooledProcess:
@@ -69,7 +63,7 @@ class PooledProcess:
         with self._lock:
             if self._pidfd < 0:
                 return self._ended
-            return bool(_ready(self._pidfd, 0.0))
+            return bool(readable(self._pidfd, 0.0))
 
     def dup_pidfd(self) -> int | None:
         """A new ``pidfd`` of the supervisor for the caller to close; None once it has ended."""
@@ -103,10 +97,10 @@ class PooledProcess:
         if self._ended or self._pidfd < 0:
             return self._ended
         if self._orphaned:
-            if _ready(self._pidfd, wait_s):
+            if readable(self._pidfd, wait_s):
                 self._end(None)
             return self._ended
-        if not _ready(self._status_fd, wait_s):
+        if not readable(self._status_fd, wait_s):
             return False
         try:
             chunk = os.read(self._status_fd, 64)
@@ -118,7 +112,7 @@ class PooledProcess:
                 self._end(int(self._status))
             return self._ended
         self._orphaned = True  # the zygote died before it reaped the supervisor
-        if _ready(self._pidfd, 0.0):
+        if readable(self._pidfd, 0.0):
             self._end(None)
         return self._ended
 

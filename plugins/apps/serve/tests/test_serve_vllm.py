@@ -138,8 +138,12 @@ def test_a_streamed_chat_completion_uses_the_models_own_template(
     finish = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finish[-1] == "length" and not any(finish[:-1])
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 10
+    # Streamed, not one answer at the end: a chunk of tokens before the finishing one.
+    # Not one chunk per token: vLLM merges a request's deltas while its reader is behind
+    # (``RequestOutputCollector.put``), as its own server's stream does: a loaded CI run
+    # got one chunk of tokens (its text "v") and then the finishing chunk.
     tokens = [c for c in chunks[1:] if c.choices and c.choices[0].finish_reason is None]
-    assert len(tokens) >= 2  # token by token (a special token's text may be empty)
+    assert tokens  # a token's text may be empty: its chunk's delta is then empty
     # The worker rendered the chat with the model's template: the same prompt, rendered
     # and tokenised by transformers in the vLLM environment, gives the same tokens.
     python, directory = model

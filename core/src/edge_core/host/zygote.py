@@ -309,10 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(ImportError):  # numpy missing: the worker does without
             importlib.import_module(module)
     count = _settled_threads()
-    if count > 1:
-        _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
-        return 1
-    _send(sock, {"ready": True, "pid": os.getpid()})
+    try:
+        if count > 1:
+            _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
+            return 1
+        _send(sock, {"ready": True, "pid": os.getpid()})
+    except OSError:  # the controller gave it up before it was ready (started ahead of need)
+        return 0
     result: int | Task = _Zygote(controller, sock, controller_fd).serve
     while callable(result):
         if result is _run_worker:

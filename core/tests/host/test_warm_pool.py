@@ -21,6 +21,7 @@ import pytest
 
 from edge_contracts.shm import segment_names
 from edge_core.host import Route, bootstrap, environment, warm_pool
+from edge_core.host import zygote as zygote_module
 from edge_core.host.errors import BootstrapRefused, WorkerGone, WorkerLost
 from edge_core.host.identity import ProcessIdentity
 from edge_core.host.start_path import FORKED, SPAWNED, StartPath
@@ -453,3 +454,25 @@ def test_a_zygote_started_ahead_and_never_used_is_ended(room, monkeypatch):
     warm_pool.end_unused([early])
     assert early.ended() and early.pid not in warm_pool.pool_processes()
     assert descendants() == before
+
+
+def test_a_fork_whose_start_was_given_up_says_what_it_is(tmp_path):
+    # the controller closes the channel's end unsent (it gave the start up and spawned):
+    # the forked worker says so on the start's stderr, not a boot error beside the
+    # spawned worker's output
+    zygote = warm_pool.Zygote(sys.executable, environment.worker_environment(os.environ))
+    log = tmp_path / "start.log"
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with open(log, "wb") as output:
+            process, _ = zygote.fork(prefixes=[], remove=[], channel=child.fileno(),
+                                     segments=None, stdout=output.fileno(),
+                                     stderr=output.fileno())
+        child.close()
+        parent.close()
+        assert process.wait(timeout=10.0) == 0
+    finally:
+        zygote.end()
+    said = log.read_text()
+    assert zygote_module.GAVE_UP in said and "boot" not in said.replace(
+        zygote_module.GAVE_UP, ""), said

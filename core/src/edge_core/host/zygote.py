@@ -62,8 +62,8 @@ from collections.abc import Callable
 
 from edge_core.host.supervisor import Supervisor, reaped
 
-__all__ = ["CHANNEL_FD", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "ZYGOTE_MAIN", "main",
-           "threads"]
+__all__ = ["CHANNEL_FD", "GAVE_UP", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "ZYGOTE_MAIN",
+           "main", "threads"]
 
 CHANNEL_FD = 3
 """The worker's channel descriptor in a forked worker (its argument, as in ``-c ... FD``)."""
@@ -280,8 +280,32 @@ def _close_all_but(keep: set[int]) -> None:
                 os.close(fd)
 
 
+GAVE_UP = ("edge worker: a worker forked by the warm pool whose start its controller gave "
+           "up (its channel closed before the boot frame: the start was spawned instead); "
+           "exiting")
+"""What a forked worker whose start was given up says (on the start's stderr) as it exits."""
+
+
+def _given_up() -> bool:
+    """True when the channel ended before its first byte: the controller gave this start up.
+
+    A fork the controller could not wait for (no answer in time, an interrupt) has its
+    channel's end closed there, unsent; the start was spawned on other channels.
+    """
+    channel = socket.socket(fileno=CHANNEL_FD)
+    try:
+        return channel.recv(1, socket.MSG_PEEK) == b""  # waits as the boot's read would
+    except OSError:
+        return False  # the worker's own read says what it is
+    finally:
+        channel.detach()
+
+
 def _run_worker() -> int:
     """The forked worker: what ``python -c WORKER_MAIN 3`` runs after its imports."""
+    if _given_up():
+        print(GAVE_UP, file=sys.stderr)
+        return 0
     sys.argv[:] = ["-c", str(CHANNEL_FD)]
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:  # a fork copies the generator's state: a fresh seed, as spawned

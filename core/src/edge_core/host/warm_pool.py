@@ -24,6 +24,11 @@ spawned from then on; every
 start says which way it went and why (:class:`~edge_core.host.start_path.StartPath`, a
 client's ``start_path``).
 
+A zygote may be started ahead of its first start (:func:`start_early`, as a pipeline
+opens: :mod:`edge_core.runtime.early_zygotes`): its process imports while the controller
+goes on, and its first fork waits for its ``ready``; one no start was given is ended by
+:func:`end_unused`.
+
 ``EDGE_WARM_POOL=0`` in the controller's environment turns the pool off (every worker is
 spawned). The zygotes end with the controller: closed at its exit (after its workers are
 retired), and each watches the controller's ``pidfd`` and ends when it dies; the workers

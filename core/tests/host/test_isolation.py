@@ -90,3 +90,10 @@ def test_environment_builder_builds_pythonpath_and_drops_the_rest() -> None:
                    "PYTHONPATH": "/staged"}
     same = worker_environment(source, python_path=["/a"], declared=("SECRET",))
     assert same["PYTHONPATH"] == os.pathsep.join(["/a", "/ctl"]) and same["SECRET"] == "s"
+
+
+def test_a_users_data_collection_opt_outs_reach_the_worker() -> None:
+    source = {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1",
+              "ORT_OTHER": "x"}
+    assert worker_environment(source) == {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "1",
+                                          "DO_NOT_TRACK": "1"}

@@ -20,10 +20,11 @@ import psutil
 import pytest
 
 from edge_contracts.shm import segment_names
-from edge_core.host import Route, bootstrap, warm_pool
+from edge_core.host import Route, bootstrap, environment, warm_pool
+from edge_core.host import zygote as zygote_module
 from edge_core.host.errors import BootstrapRefused, WorkerGone, WorkerLost
 from edge_core.host.identity import ProcessIdentity
-from edge_core.host.start_path import FORKED, SPAWNED
+from edge_core.host.start_path import FORKED, SPAWNED, StartPath
 from edge_core.testing.leaks import descendants
 
 from .conftest import WORKERS, request, test_route
@@ -397,3 +398,81 @@ def test_a_relative_pythonpath_entry_is_resolved_where_each_start_is_made(
     monkeypatch.chdir(tmp_path)  # no workers/ here: a spawned worker cannot import its entry
     with pytest.raises(BootstrapRefused, match="edge_test_workers"):
         start(route=route)
+
+
+@pytest.fixture
+def room() -> None:
+    """No zygote of this process serves: a zygote started ahead never closes one."""
+    warm_pool.close_pool()
+
+
+def test_a_zygote_started_ahead_forks_the_first_start_after_its_imports(
+        room, start, monkeypatch):
+    monkeypatch.setenv("LANGUAGE", f"ahead-{time.monotonic_ns()}")  # a key of this test's own
+    route = test_route("echo")
+    env = environment.worker_environment(os.environ, python_path=route.python_path)
+    early = warm_pool.start_early(route.interpreter, env, foreign=False, supervised=True)
+    assert early is not None and early.handed == 0
+    assert warm_pool.start_early(route.interpreter, env, foreign=False,
+                                 supervised=True) is None  # one per key
+    client = start(route=route)
+    assert client.start_path == StartPath(FORKED, zygote=early.pid, forks=1)
+    _echoes(client)
+    warm_pool.end_unused([early])  # it was given a start: it stays
+    assert early.alive()
+
+
+def test_a_zygote_started_ahead_left_with_threads_spawns_that_key_from_then_on(
+        room, start, tmp_path, monkeypatch):
+    # what the zygote's interpreter start runs (a sitecustomize) leaves a thread running:
+    # it never says ready; its first start is spawned and says why, and so is the next
+    (tmp_path / "sitecustomize.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *inherited]))
+    route = test_route("echo")
+    env = environment.worker_environment(os.environ, python_path=route.python_path)
+    early = warm_pool.start_early(route.interpreter, env, foreign=False, supervised=True)
+    assert early is not None
+    first = start(route=route)
+    assert first.start_path.kind == SPAWNED
+    assert "threads: 2 running" in (first.start_path.reason or ""), first.start_path
+    _echoes(first)
+    assert not _wait_dead([early.pid], 5.0)
+    second = start(route=route)
+    assert second.start_path.kind == SPAWNED and "threads" in (second.start_path.reason or "")
+    assert early.pid not in warm_pool.pool_processes()
+
+
+def test_a_zygote_started_ahead_and_never_used_is_ended(room, monkeypatch):
+    monkeypatch.setenv("LANGUAGE", f"unused-{time.monotonic_ns()}")
+    env = environment.worker_environment(os.environ)
+    before = descendants()
+    early = warm_pool.start_early(sys.executable, env, foreign=False, supervised=True)
+    assert early is not None and early.pid in warm_pool.pool_processes()
+    warm_pool.end_unused([early])
+    assert early.ended() and early.pid not in warm_pool.pool_processes()
+    assert descendants() == before
+
+
+def test_a_fork_whose_start_was_given_up_says_what_it_is(tmp_path):
+    # the controller closes the channel's end unsent (it gave the start up and spawned):
+    # the forked worker says so on the start's stderr, not a boot error beside the
+    # spawned worker's output
+    zygote = warm_pool.Zygote(sys.executable, environment.worker_environment(os.environ))
+    log = tmp_path / "start.log"
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with open(log, "wb") as output:
+            process, _ = zygote.fork(prefixes=[], remove=[], channel=child.fileno(),
+                                     segments=None, stdout=output.fileno(),
+                                     stderr=output.fileno())
+        child.close()
+        parent.close()
+        assert process.wait(timeout=10.0) == 0
+    finally:
+        zygote.end()
+    said = log.read_text()
+    assert zygote_module.GAVE_UP in said and "boot" not in said.replace(
+        zygote_module.GAVE_UP, ""), said

@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
+from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
+from edge_contracts.heap import HEAP_ENV
+from edge_core.config import load_pipeline
+from edge_core.errors import ResourceUnavailable
+from edge_core.host import warm_pool
 from edge_core.host.start_path import FORKED, SPAWNED
-from edge_core.host.warm_pool import POOL_ENV
+from edge_core.host.warm_pool import POOL_ENV, pool_processes
+from edge_core.ledger import ResourceLedger
+from edge_core.plugins import PluginSet
+from edge_core.runtime import Pipeline
+from edge_core.runtime.early_zygotes import start_early_zygotes
+from edge_core.testing.leaks import descendants
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -53,3 +64,93 @@ def test_echo_stages_are_spawned_with_the_pool_off_and_say_so(
                                         "zygote": None, "forks": None}
     supervisor = psutil.Process(stage["worker"]["pid"]).parent()
     assert supervisor is not None and supervisor.ppid() == os.getpid()
+
+
+@pytest.fixture
+def room() -> None:
+    """No zygote of this process serves: a zygote started ahead never closes one."""
+    warm_pool.close_pool()
+
+
+def _fresh_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker environment no zygote of this test process has (LANGUAGE is passed)."""
+    monkeypatch.setenv("LANGUAGE", f"early-{uuid.uuid4().hex}")
+
+
+def test_the_zygote_starts_as_the_open_begins_and_the_first_start_forks_from_it(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh_key(monkeypatch)
+    before = pool_processes()
+    seen: list[frozenset[int]] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("loading stage") and not seen:  # before any worker's start
+            seen.append(pool_processes() - before)
+
+    config = load_pipeline({"name": "early", "stages": [echo_stage("a")]})
+    pipeline = Pipeline.open(config, plugins, ledger, progress=progress)
+    try:
+        (early,) = seen[0]  # started by the open, before its first start
+        (stage,) = pipeline.execution_plan()["stages"]
+        assert stage["worker"]["start"] == {"kind": FORKED, "reason": None, "zygote": early,
+                                            "forks": 1}
+        x = np.ones(3, np.float32)
+        with pipeline.run({"x": x}) as result:
+            np.testing.assert_array_equal(result.outputs["x"], x * 2)
+    finally:
+        pipeline.close()
+    assert early in pool_processes()  # it serves the next starts of its key
+
+
+def test_a_refused_open_leaves_no_zygote_it_started(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh_key(monkeypatch)
+    before_pool, before = pool_processes(), descendants()
+    config = load_pipeline({"name": "big", "stages": [echo_stage("a", demand=1 << 50)]})
+    with pytest.raises(ResourceUnavailable):
+        Pipeline.open(config, plugins, ledger)
+    assert pool_processes() == before_pool
+    assert descendants() == before
+    assert ledger.is_empty()
+
+
+def test_a_zygote_started_for_a_key_no_start_had_ends_with_the_open(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the eager heap's variables are expected of a worker (the ORT backends set them);
+    # the echo backend does not set them: its start has another key
+    _fresh_key(monkeypatch)
+    monkeypatch.setenv(HEAP_ENV, "eager")
+    before = pool_processes()
+    seen: list[frozenset[int]] = []
+    config = load_pipeline({"name": "other", "stages": [echo_stage("a")]})
+    pipeline = Pipeline.open(
+        config, plugins, ledger,
+        progress=lambda line: seen.append(pool_processes() - before) if not seen else None)
+    try:
+        (expected,) = seen[0]
+        (stage,) = pipeline.execution_plan()["stages"]
+        assert stage["worker"]["start"]["kind"] == FORKED
+        assert stage["worker"]["start"]["zygote"] != expected
+        assert pool_processes() - before == {stage["worker"]["start"]["zygote"]}
+        assert not psutil.pid_exists(expected) or psutil.Process(expected).ppid() != os.getpid()
+    finally:
+        pipeline.close()
+
+
+def test_no_zygote_is_started_for_another_interpreter_or_with_the_pool_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fresh_key(monkeypatch)
+    other = tmp_path / "python3"
+    other.symlink_to(sys.executable)  # another path: another interpreter to the pool
+    foreign = load_pipeline({"name": "f", "stages": [{
+        "id": "a", "backend": {"name": "echo",
+                               "route": {"name": "other", "interpreter": str(other)}}}]})
+    assert start_early_zygotes(foreign) == []
+    monkeypatch.setenv(POOL_ENV, "0")
+    own = load_pipeline({"name": "o", "stages": [echo_stage("a")]})
+    before = pool_processes()
+    assert start_early_zygotes(own) == []
+    assert pool_processes() == before

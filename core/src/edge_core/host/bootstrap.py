@@ -60,7 +60,7 @@ from edge_core.host.routes import Route, controller_domain
 from edge_core.host.spinning import worker_spin_us
 from edge_core.host.staging import stage_packages
 from edge_core.host.start_path import FORKED, SPAWNED, StartPath
-from edge_core.host.started_process import StartedProcess
+from edge_core.host.started_process import SpawnedProcess, StartedProcess
 from edge_core.host.started_workers import note_started
 from edge_core.host.supervisor import supervisor_argv
 from edge_core.host.warm_pool import ZygoteUnavailable, zygote_for
@@ -224,10 +224,11 @@ def start_worker(
     argv = _spawn_argv(route, child.fileno(), worker_prefix, own_prefix, staged)
     path = StartPath(SPAWNED, reason=spawn_reason)
     popen: StartedProcess | None = None
+    pooled: PooledProcess | None = None  # the forked start's (its boot frame goes after)
     try:
         if zygote is not None:
             try:
-                popen, forks = zygote.fork(
+                pooled, forks = zygote.fork(
                     prefixes=[worker_prefix, own_prefix],
                     remove=[],  # a route of the controller's interpreter stages nothing
                     channel=child.fileno(),
@@ -235,6 +236,7 @@ def start_worker(
                     stdout=_descriptor(stdout),
                     stderr=_descriptor(stderr),
                 )
+                popen = pooled
                 path = StartPath(FORKED, zygote=zygote.pid, forks=forks)
                 # the worker's descriptors are placed where the zygote puts them
                 boot = replace(boot, shm_fds=0 if fds is None else SEGMENTS_FD)
@@ -258,7 +260,7 @@ def start_worker(
             # The boot configuration (and its token) waits in the private channel for the
             # worker's first read: never in its environment or command line.
             write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
-            popen = subprocess.Popen(
+            popen = SpawnedProcess(
                 argv,
                 pass_fds=(child.fileno(),) + (() if fds is None else (fds[1].fileno(),)),
                 env=worker_env,
@@ -284,10 +286,10 @@ def start_worker(
     consumer: SegmentConsumer | None = None
     client: WorkerClient | None = None
     try:
-        if isinstance(popen, PooledProcess):
-            if popen.exited():  # the identity just taken may be another process's
+        if pooled is not None:
+            if pooled.exited():  # the identity just taken may be another process's
                 raise BootstrapRefused("supervisor", "exited before its identity was taken",
-                                       popen.pid)
+                                       pooled.pid)
             write_frame(parent.sendmsg, encode_frame(boot_frame(boot), []))
         hello = _await_hello(parent, popen, limits, hello_timeout_s)
         tree.adopt(_main_identity(tree, hello.header.meta.get("pid")))

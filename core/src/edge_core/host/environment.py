@@ -8,7 +8,10 @@ worker's whole life. So :func:`worker_environment` builds it from four sources o
    ``TMPDIR``, the locale, the dynamic loader's path ...), copied from the source
    environment when set;
 2. the names edge-core's own worker code reads (:data:`EDGE_WORKER_NAMES`:
-   ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, ``EDGE_SPIN_US``);
+   ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, ``EDGE_SPIN_US``), and the
+   names by which a user turns a runtime's data collection off (:data:`OPT_OUT_NAMES`:
+   ``ORT_DISABLE_TELEMETRY``, ``DO_NOT_TRACK``): a worker honours the opt-out its
+   controller was given;
 3. the names the backend declares its workers need (``WorkerStage.worker_env_names``,
    e.g. ``VLLM_*``), copied when set, plus values the backend sets itself;
 4. the route's own ``env`` (from the pipeline file), set as given.
@@ -40,6 +43,7 @@ __all__ = [
     "EDGE_WORKER_NAMES",
     "INTERPRETER_NAMES",
     "INTERPRETER_PREFIXES",
+    "OPT_OUT_NAMES",
     "check_env_names",
     "worker_environment",
 ]
@@ -61,6 +65,10 @@ INTERPRETER_PREFIXES: tuple[str, ...] = ("LC_",)
 EDGE_WORKER_NAMES: frozenset[str] = frozenset({COPY_THREADS_ENV, HEAP_ENV, HUGE_ENV, SPIN_ENV})
 """Variables edge-core's own worker code (``edge_contracts``) reads."""
 
+OPT_OUT_NAMES: frozenset[str] = frozenset({"ORT_DISABLE_TELEMETRY", "DO_NOT_TRACK"})
+"""Variables by which a user turns a runtime's data collection off (ONNX Runtime's
+telemetry uploader, read as it initializes; the common ``DO_NOT_TRACK``); passed when set."""
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
 
@@ -79,7 +87,7 @@ def check_env_names(names: Iterable[str], field: str) -> tuple[str, ...]:
 
 
 def _wanted(declared: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
-    exact = set(INTERPRETER_NAMES | EDGE_WORKER_NAMES)
+    exact = set(INTERPRETER_NAMES | EDGE_WORKER_NAMES | OPT_OUT_NAMES)
     prefixes = list(INTERPRETER_PREFIXES)
     for name in declared:
         if name.endswith("*"):

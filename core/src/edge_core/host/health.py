@@ -19,7 +19,6 @@ from collections.abc import Callable
 import attrs
 
 from edge_core.host.identity import ProcessIdentity
-from edge_core.host.pooled_process import PooledProcess
 from edge_core.host.started_process import StartedProcess
 
 __all__ = ["Health", "Watchdog", "describe_exit"]
@@ -85,13 +84,7 @@ class Watchdog:
         self._on_exit = on_exit
         self._wake_r, self._wake_w = os.pipe()
         self._pidfd: int | None
-        if isinstance(popen, PooledProcess):  # not our child: the pidfd its zygote opened
-            self._pidfd = popen.dup_pidfd()
-        else:
-            try:
-                self._pidfd = os.pidfd_open(popen.pid)
-            except (AttributeError, OSError):  # pragma: no cover - not Linux >= 5.3
-                self._pidfd = None
+        self._pidfd = popen.dup_pidfd()  # a pooled one's: the pidfd its zygote opened
         self._thread = threading.Thread(
             target=self._run, name=f"edge-watchdog-{popen.pid}", daemon=True
         )
@@ -107,7 +100,7 @@ class Watchdog:
             if any(fd == self._wake_r for fd, _ in events):
                 return
             if (self._pidfd is not None and events) or self._popen.poll() is not None or (
-                    isinstance(self._popen, PooledProcess) and self._popen.ended):
+                    self._popen.ended):
                 break
         try:  # the process has exited: wait() only reaps (poll() may lose a race to it)
             status = self._popen.wait(timeout=1.0)

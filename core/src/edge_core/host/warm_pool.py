@@ -24,6 +24,11 @@ spawned from then on; every
 start says which way it went and why (:class:`~edge_core.host.start_path.StartPath`, a
 client's ``start_path``).
 
+A zygote may be started ahead of its first start (:func:`start_early`, as a pipeline
+opens: :mod:`edge_core.runtime.early_zygotes`): its process imports while the controller
+goes on, and its first fork waits for its ``ready``; one no start was given is ended by
+:func:`end_unused`.
+
 ``EDGE_WARM_POOL=0`` in the controller's environment turns the pool off (every worker is
 spawned). The zygotes end with the controller: closed at its exit (after its workers are
 retired), and each watches the controller's ``pidfd`` and ends when it dies; the workers
@@ -42,7 +47,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +62,12 @@ __all__ = [
     "Zygote",
     "ZygoteUnavailable",
     "close_pool",
+    "end_unused",
     "inherited",
     "pool_descriptors",
     "pool_key",
     "pool_processes",
+    "start_early",
     "zygote_for",
 ]
 
@@ -133,15 +140,17 @@ class Zygote:
             start's spawned worker would have printed it; ``None``: the controller's
             stderr, and inherited).
         timeout_s: bound on its start and on each answer.
+        wait: wait for its ``ready`` here; ``False``: its process is started and its
+            ``ready`` is read by its first :meth:`fork` (it imports meanwhile).
 
     Raises:
-        ZygoteUnavailable: it did not start and say it is ready.
+        ZygoteUnavailable: it did not start and say it is ready (with ``wait``).
 
     """
 
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  outputs: tuple[Any, Any] = (None, None),
-                 timeout_s: float = READY_TIMEOUT_S) -> None:
+                 timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True) -> None:
         self.key: _Key = pool_key(interpreter, env)
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
@@ -164,16 +173,32 @@ class Zygote:
             theirs.close()
         self.pid = self._popen.pid
         self.broken: str | None = None
+        self.unready: str | None = None  # why it never said it was ready (its key spawns)
+        self.handed = 0  # how many starts were given this zygote (by zygote_for)
         self._serial = 0
+        self._ready = False
+        if wait:
+            try:
+                self._await_ready()
+            except BaseException:
+                self.end()
+                raise
+
+    def _await_ready(self) -> None:
+        """Read its ``ready`` (once); ZygoteUnavailable, and :attr:`unready` set, if not."""
+        if self._ready:
+            return
         try:
             answer, fds = self._answer()
-            for fd in fds:
-                os.close(fd)
-            if answer.get("ready") is not True:
-                raise ZygoteUnavailable(f"zygote: {answer.get('refused', answer)}")
-        except BaseException:
-            self.end()
+        except ZygoteUnavailable as exc:
+            self.unready = str(exc)
             raise
+        for fd in fds:
+            os.close(fd)
+        if answer.get("ready") is not True:
+            self.unready = f"zygote: {answer.get('refused', answer)}"
+            raise ZygoteUnavailable(self.unready)
+        self._ready = True
 
     def _answer(self) -> tuple[dict[str, object], list[int]]:
         fds: list[int] = []
@@ -230,6 +255,7 @@ class Zygote:
             answer: dict[str, object] = {}
             received: list[int] = []
             try:
+                self._await_ready()  # a zygote started ahead of its first start
                 socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
                 answer, received = self._answer()
                 pid = answer.get("pid")
@@ -282,8 +308,15 @@ class Zygote:
         self._sock.close()
 
     def end(self, timeout_s: float = 2.0) -> None:
-        """Close it and wait for its exit; killed after ``timeout_s``."""
+        """Close it and wait for its exit; killed after ``timeout_s``.
+
+        One whose ``ready`` was never read has forked nothing but, maybe, the throw-away
+        fork of its start (which exits at once): it is killed at once.
+        """
         self.close()
+        if not self._ready:
+            with contextlib.suppress(OSError):
+                self._popen.kill()
         try:
             self._popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -368,6 +401,17 @@ def _retire(key: _Key) -> None:
     _used.pop(key, None)
 
 
+def _unpooled(interpreter: str, *, foreign: bool, supervised: bool) -> str | None:
+    """Why a start of this interpreter is spawned whatever its key; None: it may be forked."""
+    if os.environ.get(POOL_ENV, "1") == "0":
+        return f"{POOL_ENV}=0"
+    if foreign or interpreter != sys.executable:
+        return "the route's interpreter is not the controller's own"
+    if not supervised or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return "not a supervised start on Linux with pidfd_open"
+    return None
+
+
 def zygote_for(
     interpreter: str, env: Mapping[str, str], *, foreign: bool, supervised: bool,
     outputs: tuple[Any, Any],
@@ -377,15 +421,13 @@ def zygote_for(
     ``outputs`` are the start's stdout and stderr targets: descriptors (or ``None``, the
     defaults) can be passed to a forked worker; ``subprocess`` pipes cannot. A key whose
     zygote could not start (or was left with threads by its imports) is spawned from
-    then on.
+    then on. A zygote started ahead (:func:`start_early`) and not ready yet is returned
+    as it is: its first fork waits for its ``ready``.
     """
     global _registered, _starts
-    if os.environ.get(POOL_ENV, "1") == "0":
-        return None, f"{POOL_ENV}=0"
-    if foreign or interpreter != sys.executable:
-        return None, "the route's interpreter is not the controller's own"
-    if not supervised or not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
-        return None, "not a supervised start on Linux with pidfd_open"
+    reason = _unpooled(interpreter, foreign=foreign, supervised=supervised)
+    if reason is not None:
+        return None, reason
     for output in outputs:
         if output is not None and not (type(output) is int and output >= 0) and not hasattr(
                 output, "fileno"):
@@ -401,9 +443,13 @@ def zygote_for(
         zygote = _zygotes.get(key)
         if zygote is not None and zygote.alive():
             _used[key] = _starts
+            zygote.handed += 1
             return zygote, None
         if zygote is not None:
             _retire(key)
+            if zygote.unready is not None:  # it never got ready: as one that cannot start
+                _refused[key] = zygote.unready
+                return None, f"warm pool: {zygote.unready}"
         while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
             _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
         try:
@@ -413,10 +459,64 @@ def zygote_for(
             return None, f"warm pool: {exc}"
         _zygotes[key] = zygote
         _used[key] = _starts
+        zygote.handed += 1
         if not _registered:
             atexit.register(close_pool)
             _registered = True
         return zygote, None
+
+
+def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
+                supervised: bool) -> Zygote | None:
+    """Start the zygote of a start expected soon, without waiting for it; None if none.
+
+    For the key a later start will have (:func:`pool_key` of ``interpreter`` and ``env``):
+    its process is started and imports while the caller goes on; the first start of that
+    key (:func:`zygote_for`) forks from it, waiting for its ``ready`` only if it is not
+    ready yet. Nothing is started where that start would be spawned (the pool off,
+    another interpreter, a key whose zygote could not start), where the key has a zygote
+    already, or where :data:`MAX_ZYGOTES` serve (an expected start never closes one).
+    Its output (what its interpreter's start prints) goes to the controller's stderr.
+    The caller gives it back with :func:`end_unused` (a start that never came, an open
+    that failed): returned only when this call started it.
+    """
+    global _registered
+    if _unpooled(interpreter, foreign=foreign, supervised=supervised) is not None:
+        return None
+    key = pool_key(interpreter, env)
+    with _lock:
+        _own()
+        if key in _refused or len(_zygotes) >= MAX_ZYGOTES:
+            return None
+        known = _zygotes.get(key)
+        if known is not None and known.alive():
+            return None
+        if known is not None:
+            _retire(key)
+        try:
+            zygote = Zygote(interpreter, env, wait=False)
+        except OSError:  # the interpreter could not be started: its start says so
+            return None
+        _zygotes[key] = zygote
+        _used[key] = _starts
+        if not _registered:
+            atexit.register(close_pool)
+            _registered = True
+        return zygote
+
+
+def end_unused(zygotes: Iterable[Zygote]) -> None:
+    """End those of ``zygotes`` (from :func:`start_early`) that no start was given."""
+    unused = []
+    with _lock:
+        for zygote in zygotes:
+            if zygote.handed == 0 and _zygotes.get(zygote.key) is zygote:
+                del _zygotes[zygote.key]
+                _used.pop(zygote.key, None)
+                zygote.close()  # no start can be given it from now on
+                unused.append(zygote)
+    for zygote in unused:
+        zygote.end()
 
 
 def close_pool() -> None:

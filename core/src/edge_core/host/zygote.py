@@ -3,7 +3,8 @@
 Runs in its own process, started by the controller (:mod:`edge_core.host.warm_pool`) as
 ``python -c ZYGOTE_MAIN ROOT CONTROLLER FD`` with the environment a spawned worker of the
 same key would get. At its start it checks that its parent is the controller and opens a
-``pidfd`` of it, imports what every worker imports (:data:`PRE_IMPORTS`) and says
+``pidfd`` of it, imports what every worker imports (:data:`PRE_IMPORTS`; ONNX Runtime too where its
+telemetry is off, :func:`pre_imports`) and says
 ``ready`` on its control socket (FD, a ``SOCK_SEQPACKET`` end shared with the controller
 alone). Then, one request at a time, each a JSON object with the worker's channel, its
 sealed-segment channel (when used) and its stdout/stderr passed along as descriptors
@@ -58,12 +59,12 @@ import select
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from edge_core.host.supervisor import Supervisor, reaped
 
-__all__ = ["CHANNEL_FD", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "ZYGOTE_MAIN", "main",
-           "threads"]
+__all__ = ["CHANNEL_FD", "GAVE_UP", "MAX_MESSAGE", "PRE_IMPORTS", "SEGMENTS_FD", "TELEMETRY_OFF",
+           "ZYGOTE_MAIN", "main", "pre_imports", "threads"]
 
 CHANNEL_FD = 3
 """The worker's channel descriptor in a forked worker (its argument, as in ``-c ... FD``)."""
@@ -85,6 +86,28 @@ imported from in the controller) is put *last* on ``sys.path``, where the worker
 PRE_IMPORTS = ("edge_contracts.worker", "numpy")
 """What the zygote imports at its start: the worker's code, and numpy, which it imports at
 its first tensor (every worker has one soon)."""
+
+TELEMETRY_OFF = "ORT_DISABLE_TELEMETRY"
+"""``1`` in the zygote's (the worker's) environment: ONNX Runtime's telemetry is off, and
+the zygote imports ``onnxruntime`` too (:func:`pre_imports`)."""
+
+
+def pre_imports(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What a zygote of this environment imports: also ``onnxruntime`` where telemetry is off.
+
+    :data:`PRE_IMPORTS`, and ``onnxruntime`` where :data:`TELEMETRY_OFF` is ``1``.
+
+    ONNX Runtime's official builds start a telemetry uploader as ``onnxruntime`` is
+    imported (the 1DS SDK's worker thread: it sleeps on a timed condition wait and wakes
+    to run its tasks, storage and HTTPS uploads, under its own mutexes). A forked child
+    would inherit whatever of those it held at the fork, with no thread to release them
+    or run the queue that each event the child's ONNX Runtime logs goes to: never forked
+    so (a zygote left with it refuses to serve). ``ORT_DISABLE_TELEMETRY=1`` before the
+    import creates no uploader (ONNX Runtime's ``docs/Privacy.md``): the import then
+    leaves the process one thread, and the worker's own import of its entry finds
+    ``onnxruntime`` imported. The thread check before every fork still holds.
+    """
+    return PRE_IMPORTS + (("onnxruntime",) if environ.get(TELEMETRY_OFF) == "1" else ())
 
 MAX_MESSAGE = 65536
 """The largest request or answer on the control socket."""
@@ -280,8 +303,32 @@ def _close_all_but(keep: set[int]) -> None:
                 os.close(fd)
 
 
+GAVE_UP = ("edge worker: a worker forked by the warm pool whose start its controller gave "
+           "up (its channel closed before the boot frame: the start was spawned instead); "
+           "exiting")
+"""What a forked worker whose start was given up says (on the start's stderr) as it exits."""
+
+
+def _given_up() -> bool:
+    """True when the channel ended before its first byte: the controller gave this start up.
+
+    A fork the controller could not wait for (no answer in time, an interrupt) has its
+    channel's end closed there, unsent; the start was spawned on other channels.
+    """
+    channel = socket.socket(fileno=CHANNEL_FD)
+    try:
+        return channel.recv(1, socket.MSG_PEEK) == b""  # waits as the boot's read would
+    except OSError:
+        return False  # the worker's own read says what it is
+    finally:
+        channel.detach()
+
+
 def _run_worker() -> int:
     """The forked worker: what ``python -c WORKER_MAIN 3`` runs after its imports."""
+    if _given_up():
+        print(GAVE_UP, file=sys.stderr)
+        return 0
     sys.argv[:] = ["-c", str(CHANNEL_FD)]
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:  # a fork copies the generator's state: a fresh seed, as spawned
@@ -305,14 +352,17 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     controller_fd = os.pidfd_open(controller)
-    for module in PRE_IMPORTS:
+    for module in pre_imports(os.environ):
         with contextlib.suppress(ImportError):  # numpy missing: the worker does without
             importlib.import_module(module)
     count = _settled_threads()
-    if count > 1:
-        _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
-        return 1
-    _send(sock, {"ready": True, "pid": os.getpid()})
+    try:
+        if count > 1:
+            _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
+            return 1
+        _send(sock, {"ready": True, "pid": os.getpid()})
+    except OSError:  # the controller gave it up before it was ready (started ahead of need)
+        return 0
     result: int | Task = _Zygote(controller, sock, controller_fd).serve
     while callable(result):
         if result is _run_worker:

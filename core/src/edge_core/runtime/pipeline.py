@@ -51,6 +51,7 @@ from edge_core.runtime.chain import (
     split_carry,
 )
 from edge_core.runtime.deadlines import deadline_until
+from edge_core.runtime.early_zygotes import end_early_zygotes, start_early_zygotes
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.execution_plan import execution_plan
 from edge_core.runtime.health import pipeline_health
@@ -251,17 +252,23 @@ class Pipeline:
             raise ConfigError(HEAP_ENV, f"names no heap policy (one of {policies}; unset "
                               "means rest)", unknown)
         apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
-        opener = StageOpener(config, plugins, ledger, progress=progress,
-                             retire_deadline_s=retire_deadline_s,
-                             gates=gates if gates is not None else GateStore(),
-                             reuse_gates=not (remeasure or full_gates),
-                             parallel_start=parallel_start)
-        policy = open_selected(opener, workload=workload, store=store, remeasure=remeasure)
-        if policy is not None:
-            return cls(opener, policy.slots, policy)
-        if any(stage.candidates for stage in config.stages):
-            return cls(opener, open_stages(opener))
-        return cls(opener, opener.open_all())
+        # the warm pool's zygotes import while this side plans, reserves and verifies
+        early = start_early_zygotes(config)
+        try:
+            opener = StageOpener(config, plugins, ledger, progress=progress,
+                                 retire_deadline_s=retire_deadline_s,
+                                 gates=gates if gates is not None else GateStore(),
+                                 reuse_gates=not (remeasure or full_gates),
+                                 parallel_start=parallel_start)
+            policy = open_selected(opener, workload=workload, store=store,
+                                   remeasure=remeasure)
+            if policy is not None:
+                return cls(opener, policy.slots, policy)
+            if any(stage.candidates for stage in config.stages):
+                return cls(opener, open_stages(opener))
+            return cls(opener, opener.open_all())
+        finally:  # those no start was given: a failed open, or a key expected wrongly
+            end_early_zygotes(early)
 
     # -- serving ---------------------------------------------------------------------------
 

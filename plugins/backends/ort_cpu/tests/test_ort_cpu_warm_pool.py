@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import psutil
 import pytest
 
 from edge_core.config import load_pipeline
+from edge_core.host import warm_pool
 from edge_core.host.start_path import FORKED
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
@@ -54,4 +56,38 @@ def test_two_ort_cpu_stages_are_forked_verified_and_exact(
                 np.testing.assert_array_equal(result.outputs["y"], expected)
         assert starts[0]["zygote"] == starts[1]["zygote"]
         assert starts[1]["forks"] == starts[0]["forks"] + 1
+    assert ledger.is_empty()
+
+
+def test_with_ort_telemetry_off_the_zygote_holds_onnxruntime_and_its_forks_stay_exact(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ORT_DISABLE_TELEMETRY=1 reaches the workers (a user's opt-out), and with it the
+    # zygote imports onnxruntime: no uploader thread, so forking it is safe; every worker
+    # forked from it creates and runs its own session
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("LANGUAGE", f"ort-{uuid.uuid4().hex}")  # a zygote of this test's own
+    warm_pool.close_pool()  # room for it: a zygote started ahead never closes one
+    direct = ort.InferenceSession(str(add_relu_bundle["graph"]), providers=["CPUExecutionProvider"])
+    stage = {"id": "s", "backend": {"name": "ort-cpu", "options": {}},
+             "manifest": str(add_relu_bundle["dir"])}
+    zygotes = set()
+    for number in range(6):
+        config = load_pipeline({"name": f"p{number}", "stages": [stage]})
+        with Pipeline.open(config, plugins, ledger) as pipeline:
+            (plan,) = pipeline.execution_plan()["stages"]
+            worker = plan["worker"]
+            assert worker["start"]["kind"] == FORKED, worker["start"]
+            zygotes.add(worker["start"]["zygote"])
+            with open(f"/proc/{worker['pid']}/environ", "rb") as environ:
+                assert b"ORT_DISABLE_TELEMETRY=1" in environ.read().split(b"\0")
+            x = np.random.default_rng(number).standard_normal((2, 3)).astype(np.float32)
+            (expected,) = direct.run(["y"], {"x": x})
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["y"], expected)
+    (zygote,) = zygotes
+    with open(f"/proc/{zygote}/maps") as maps:
+        assert "onnxruntime_pybind11_state" in maps.read()
+    assert len(os.listdir(f"/proc/{zygote}/task")) == 1
     assert ledger.is_empty()

@@ -87,13 +87,21 @@ def test_environment_builder_builds_pythonpath_and_drops_the_rest() -> None:
               "LC_ALL": "C", "EDGE_COPY_THREADS": "2"}
     env = worker_environment(source, python_path=["/staged"], inherit_python_path=False)
     assert env == {"PATH": "/bin", "LC_ALL": "C", "EDGE_COPY_THREADS": "2",
-                   "PYTHONPATH": "/staged"}
+                   "PYTHONPATH": "/staged", "ORT_DISABLE_TELEMETRY": "1"}
     same = worker_environment(source, python_path=["/a"], declared=("SECRET",))
     assert same["PYTHONPATH"] == os.pathsep.join(["/a", "/ctl"]) and same["SECRET"] == "s"
 
 
-def test_a_users_data_collection_opt_outs_reach_the_worker() -> None:
-    source = {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1",
+def test_a_users_data_collection_switches_reach_the_worker_as_given() -> None:
+    source = {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "0", "DO_NOT_TRACK": "1",
               "ORT_OTHER": "x"}
-    assert worker_environment(source) == {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "1",
+    assert worker_environment(source) == {"PATH": "/bin", "ORT_DISABLE_TELEMETRY": "0",
                                           "DO_NOT_TRACK": "1"}
+
+
+def test_onnx_runtimes_telemetry_is_off_where_the_user_sets_nothing() -> None:
+    assert worker_environment({"PATH": "/bin"}) == {"PATH": "/bin",
+                                                    "ORT_DISABLE_TELEMETRY": "1"}
+    # the backend's values and the route's env still set what they set, last
+    assert worker_environment({}, route_env={"ORT_DISABLE_TELEMETRY": "0"}) == {
+        "ORT_DISABLE_TELEMETRY": "0"}

@@ -60,7 +60,7 @@ def test_the_environment_is_the_allowlist_of_the_given_source() -> None:
               "EDGE_TEST_SECRET": "x", "PYTHONPATH": "/p", "PYTHONINSPECT": "1", "N_X": "1"}
     assert probe_environment(source, declared=("N_*",)) == {
         "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "EDGE_SPIN_US": "5",
-        "PYTHONPATH": "/p", "N_X": "1"}
+        "PYTHONPATH": "/p", "N_X": "1", "ORT_DISABLE_TELEMETRY": "1"}
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd/0").exists(), reason="needs /proc (Linux)")

@@ -9,9 +9,11 @@ worker's whole life. So :func:`worker_environment` builds it from four sources o
    environment when set;
 2. the names edge-core's own worker code reads (:data:`EDGE_WORKER_NAMES`:
    ``EDGE_COPY_THREADS``, ``EDGE_HEAP``, ``EDGE_SHM_HUGE``, ``EDGE_SPIN_US``), and the
-   names by which a user turns a runtime's data collection off (:data:`OPT_OUT_NAMES`:
-   ``ORT_DISABLE_TELEMETRY``, ``DO_NOT_TRACK``): a worker honours the opt-out its
-   controller was given;
+   names by which a user turns a runtime's data collection off or on
+   (:data:`OPT_OUT_NAMES`: ``ORT_DISABLE_TELEMETRY``, ``DO_NOT_TRACK``), copied as given;
+   where the source does not set one of :data:`OPT_OUT_DEFAULTS` it is set as there:
+   ONNX Runtime's telemetry uploader is off in edge-core's workers and probes unless
+   the user sets ``ORT_DISABLE_TELEMETRY`` themselves (``0`` turns it on);
 3. the names the backend declares its workers need (``WorkerStage.worker_env_names``,
    e.g. ``VLLM_*``), copied when set, plus values the backend sets itself;
 4. the route's own ``env`` (from the pipeline file), set as given.
@@ -32,6 +34,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from edge_contracts.copy_env import COPY_THREADS_ENV
 from edge_contracts.heap import HEAP_ENV
@@ -43,6 +46,7 @@ __all__ = [
     "EDGE_WORKER_NAMES",
     "INTERPRETER_NAMES",
     "INTERPRETER_PREFIXES",
+    "OPT_OUT_DEFAULTS",
     "OPT_OUT_NAMES",
     "check_env_names",
     "worker_environment",
@@ -68,6 +72,18 @@ EDGE_WORKER_NAMES: frozenset[str] = frozenset({COPY_THREADS_ENV, HEAP_ENV, HUGE_
 OPT_OUT_NAMES: frozenset[str] = frozenset({"ORT_DISABLE_TELEMETRY", "DO_NOT_TRACK"})
 """Variables by which a user turns a runtime's data collection off (ONNX Runtime's
 telemetry uploader, read as it initializes; the common ``DO_NOT_TRACK``); passed when set."""
+
+OPT_OUT_DEFAULTS: Mapping[str, str] = MappingProxyType({"ORT_DISABLE_TELEMETRY": "1"})
+"""Set where the source environment does not set the name (a user's own value wins).
+
+ONNX Runtime's official Linux wheels (1.32's, read and measured) start a telemetry
+uploader as ``onnxruntime`` is imported, on by default: a thread that keeps a store
+(``~/.cache/Microsoft/DeveloperTools/.onnxruntime``) and sends its events to
+Microsoft's collector. edge-core's workers and probes run the models a user
+gave them on their own machine; they do so with the uploader off, as the library's
+``ORT_DISABLE_TELEMETRY=1`` says, unless the user sets that variable themselves. Off,
+its import starts no thread, which is also what lets a warm pool's zygote import it
+(:func:`edge_core.host.zygote.pre_imports`)."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
@@ -123,6 +139,8 @@ def worker_environment(
         for name, value in source.items()
         if name in exact or (prefixes and name.startswith(prefixes))
     }
+    for name, value in OPT_OUT_DEFAULTS.items():
+        env.setdefault(name, value)
     env.update(values or {})
     env.update(route_env or {})
     paths = [str(p) for p in python_path]

@@ -59,19 +59,12 @@ def test_two_ort_cpu_stages_are_forked_verified_and_exact(
     assert ledger.is_empty()
 
 
-def test_with_ort_telemetry_off_the_zygote_holds_onnxruntime_and_its_forks_stay_exact(
-    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # ORT_DISABLE_TELEMETRY=1 reaches the workers (a user's opt-out), and with it the
-    # zygote imports onnxruntime: no uploader thread, so forking it is safe; every worker
-    # forked from it creates and runs its own session
-    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("LANGUAGE", f"ort-{uuid.uuid4().hex}")  # a zygote of this test's own
-    warm_pool.close_pool()  # room for it: a zygote started ahead never closes one
-    direct = ort.InferenceSession(str(add_relu_bundle["graph"]), providers=["CPUExecutionProvider"])
+def _open_six(plugins: PluginSet, ledger: ResourceLedger, bundle: dict[str, Path],
+              telemetry: bytes) -> int:
+    """Six one-stage ort-cpu pipelines in turn, each forked and exact: their one zygote."""
+    direct = ort.InferenceSession(str(bundle["graph"]), providers=["CPUExecutionProvider"])
     stage = {"id": "s", "backend": {"name": "ort-cpu", "options": {}},
-             "manifest": str(add_relu_bundle["dir"])}
+             "manifest": str(bundle["dir"])}
     zygotes = set()
     for number in range(6):
         config = load_pipeline({"name": f"p{number}", "stages": [stage]})
@@ -81,13 +74,42 @@ def test_with_ort_telemetry_off_the_zygote_holds_onnxruntime_and_its_forks_stay_
             assert worker["start"]["kind"] == FORKED, worker["start"]
             zygotes.add(worker["start"]["zygote"])
             with open(f"/proc/{worker['pid']}/environ", "rb") as environ:
-                assert b"ORT_DISABLE_TELEMETRY=1" in environ.read().split(b"\0")
+                assert b"ORT_DISABLE_TELEMETRY=" + telemetry in environ.read().split(b"\0")
             x = np.random.default_rng(number).standard_normal((2, 3)).astype(np.float32)
             (expected,) = direct.run(["y"], {"x": x})
             with pipeline.run({"x": x}) as result:
                 np.testing.assert_array_equal(result.outputs["y"], expected)
+    assert ledger.is_empty()
     (zygote,) = zygotes
+    return zygote
+
+
+def test_by_default_ort_telemetry_is_off_and_the_zygote_holds_onnxruntime(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where the user sets nothing, workers get ORT_DISABLE_TELEMETRY=1 and the zygote
+    # imports onnxruntime: no uploader thread, so forking it is safe; every worker forked
+    # from it creates and runs its own session
+    monkeypatch.delenv("ORT_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.setenv("LANGUAGE", f"ort-{uuid.uuid4().hex}")  # a zygote of this test's own
+    warm_pool.close_pool()  # room for it: a zygote started ahead never closes one
+    zygote = _open_six(plugins, ledger, add_relu_bundle, b"1")
     with open(f"/proc/{zygote}/maps") as maps:
         assert "onnxruntime_pybind11_state" in maps.read()
     assert len(os.listdir(f"/proc/{zygote}/task")) == 1
-    assert ledger.is_empty()
+
+
+def test_a_user_who_turns_ort_telemetry_on_gets_it_and_a_zygote_without_onnxruntime(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ORT_DISABLE_TELEMETRY=0 passes as given; ONNX Runtime's import would then start its
+    # uploader thread, so the zygote leaves it to each forked worker
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "0")
+    monkeypatch.setenv("LANGUAGE", f"ort-{uuid.uuid4().hex}")
+    warm_pool.close_pool()
+    zygote = _open_six(plugins, ledger, add_relu_bundle, b"0")
+    with open(f"/proc/{zygote}/maps") as maps:
+        assert "onnxruntime_pybind11_state" not in maps.read()
+    assert len(os.listdir(f"/proc/{zygote}/task")) == 1

@@ -445,6 +445,38 @@ def test_a_zygote_started_ahead_left_with_threads_spawns_that_key_from_then_on(
     assert early.pid not in warm_pool.pool_processes()
 
 
+def test_a_zygote_started_ahead_that_refused_before_any_start_is_not_started_again(
+        room, tmp_path, monkeypatch):
+    # it refused (a thread left by its interpreter's start) and exited before any start
+    # read its answer: the next start of its key is spawned with that reason at once,
+    # and no second zygote of the key is started, there or ahead
+    (tmp_path / "sitecustomize.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *inherited]))
+    env = environment.worker_environment(os.environ)
+    made = []
+
+    class Counted(warm_pool.Zygote):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(warm_pool, "Zygote", Counted)
+    early = warm_pool.start_early(sys.executable, env, foreign=False, supervised=True)
+    assert early is not None
+    deadline = time.monotonic() + 30
+    while not early.ended() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert early.ended() and early.unready is None  # its refusal not read yet
+    zygote, reason = warm_pool.zygote_for(sys.executable, env, foreign=False, supervised=True,
+                                          outputs=(None, None))
+    assert zygote is None and "threads: 2 running" in (reason or ""), reason
+    assert warm_pool.start_early(sys.executable, env, foreign=False, supervised=True) is None
+    assert made == [early]
+
+
 def test_a_zygote_started_ahead_and_never_used_is_ended(room, monkeypatch):
     monkeypatch.setenv("LANGUAGE", f"unused-{time.monotonic_ns()}")
     env = environment.worker_environment(os.environ)

@@ -10,6 +10,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -23,7 +24,7 @@ from edge_core.host.start_path import FORKED, SPAWNED
 from edge_core.host.warm_pool import POOL_ENV, pool_processes
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
-from edge_core.runtime import Pipeline
+from edge_core.runtime import Pipeline, early_zygotes
 from edge_core.runtime.early_zygotes import start_early_zygotes
 from edge_core.testing.leaks import descendants
 
@@ -148,9 +149,81 @@ def test_no_zygote_is_started_for_another_interpreter_or_with_the_pool_off(
     foreign = load_pipeline({"name": "f", "stages": [{
         "id": "a", "backend": {"name": "echo",
                                "route": {"name": "other", "interpreter": str(other)}}}]})
-    assert start_early_zygotes(foreign) == []
+    started: list[warm_pool.Zygote] = []
+    start_early_zygotes(foreign, started)
+    assert started == []
     monkeypatch.setenv(POOL_ENV, "0")
     own = load_pipeline({"name": "o", "stages": [echo_stage("a")]})
     before = pool_processes()
-    assert start_early_zygotes(own) == []
+    start_early_zygotes(own, started)
+    assert started == []
     assert pool_processes() == before
+
+
+THREADED = """
+import threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+"""
+
+
+def test_a_key_whose_zygote_never_got_ready_is_spawned_from_then_on(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The route's sitecustomize starts a thread: its zygote refuses to serve. The first
+    # open's start finds that out and is spawned; later opens start no zygote for it
+    # (each once started one ahead, and its start waited for its refusal).
+    _fresh_key(monkeypatch)
+    (tmp_path / "sitecustomize.py").write_text(THREADED)
+    made: list[warm_pool.Zygote] = []
+
+    class Counted(warm_pool.Zygote):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(warm_pool, "Zygote", Counted)
+    config = load_pipeline({"name": "threads", "stages": [{
+        "id": "a", "backend": {"name": "echo", "route": {
+            "name": "threads", "interpreter": sys.executable,
+            "python_path": [str(tmp_path)]}}}]})
+    for _ in range(3):
+        with Pipeline.open(config, plugins, ledger) as pipeline:
+            (stage,) = pipeline.execution_plan()["stages"]
+            start = stage["worker"]["start"]
+            assert start["kind"] == SPAWNED and "threads: 2 running" in start["reason"], start
+            x = np.ones(3, np.float32)
+            with pipeline.run({"x": x}) as result:
+                np.testing.assert_array_equal(result.outputs["x"], x * 2)
+    assert len(made) == 1
+    assert ledger.is_empty()
+
+
+def test_ctrl_c_between_two_keys_zygotes_leaves_neither_running(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fresh_key(monkeypatch)
+    calls: list[int] = []
+    start = early_zygotes.start_early
+
+    def interrupted_at_the_second(*args: Any, **kwargs: Any) -> warm_pool.Zygote | None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # a Ctrl-C as the second key's zygote would start
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(early_zygotes, "start_early", interrupted_at_the_second)
+
+    def stage(name: str) -> dict[str, Any]:
+        return {"id": name, "backend": {"name": "echo", "route": {
+            "name": name, "interpreter": sys.executable, "env": {"EDGE_TEST_KEY": name}}}}
+
+    second = stage("b")
+    second["input_transform"] = "edge_echo.transforms:passthrough"
+    config = load_pipeline({"name": "two-keys", "stages": [stage("a"), second]})
+    before_pool, before = pool_processes(), descendants()
+    with pytest.raises(KeyboardInterrupt):
+        Pipeline.open(config, plugins, ledger)
+    assert len(calls) == 2
+    assert pool_processes() == before_pool
+    assert descendants() == before
+    assert ledger.is_empty()

@@ -46,10 +46,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from edge_core.host.exit_cleanup import retire_all
 from edge_core.host.pooled_process import PooledProcess
@@ -142,6 +143,10 @@ class Zygote:
         timeout_s: bound on its start and on each answer.
         wait: wait for its ``ready`` here; ``False``: its process is started and its
             ``ready`` is read by its first :meth:`fork` (it imports meanwhile).
+        hold_output: ``outputs`` are not known yet (a zygote started ahead): what it
+            prints as it starts is held in two unnamed files and written to its first
+            fork's stdout and stderr once that fork has read its ``ready`` (or found it
+            never came), where its start would have printed it.
 
     Raises:
         ZygoteUnavailable: it did not start and say it is ready (with ``wait``).
@@ -150,10 +155,21 @@ class Zygote:
 
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  outputs: tuple[Any, Any] = (None, None),
-                 timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True) -> None:
+                 timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True,
+                 hold_output: bool = False) -> None:
         self.key: _Key = pool_key(interpreter, env)
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
+        self._held: tuple[IO[bytes], IO[bytes]] | None = None
+        if hold_output:  # held for its life: closed by _drop_held (its close or end)
+            out = tempfile.TemporaryFile()  # noqa: SIM115
+            try:
+                err = tempfile.TemporaryFile()  # noqa: SIM115
+            except BaseException:
+                out.close()
+                raise
+            self._held = (out, err)
+            outputs = (out.fileno(), err.fileno())
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._popen = subprocess.Popen(
@@ -168,6 +184,7 @@ class Zygote:
             )
         except BaseException:
             self._sock.close()
+            self._drop_held()
             raise
         finally:
             theirs.close()
@@ -255,7 +272,10 @@ class Zygote:
             answer: dict[str, object] = {}
             received: list[int] = []
             try:
-                self._await_ready()  # a zygote started ahead of its first start
+                try:
+                    self._await_ready()  # a zygote started ahead of its first start
+                finally:
+                    self._pass_held(stdout, stderr)
                 socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
                 answer, received = self._answer()
                 pid = answer.get("pid")
@@ -284,6 +304,46 @@ class Zygote:
         forks = answer.get("forks")
         return process, forks if type(forks) is int else 0
 
+    def never_ready(self) -> str | None:
+        """Why this zygote will never serve a start, where it ended before it was ready; or None.
+
+        :attr:`unready` once its ``ready`` was found missing; else, where its process
+        ended before its ``ready`` was read (a zygote started ahead: its refusal, say,
+        waits unread in its socket), that answer's reason or its exit. None for one that
+        is ready, or may still be.
+        """
+        if self.unready is not None or self._ready or self._popen.poll() is None:
+            return self.unready
+        try:
+            data = self._sock.recv(MAX_MESSAGE, socket.MSG_DONTWAIT)
+            answer = json.loads(data) if data else None
+        except (OSError, ValueError):
+            answer = None
+        refused = answer.get("refused") if isinstance(answer, dict) else None
+        self.unready = (f"zygote: {refused}" if refused else
+                        f"zygote {self.pid}: exited (status {self._popen.returncode}) before "
+                        "it said it was ready")
+        return self.unready
+
+    def _pass_held(self, stdout: int, stderr: int) -> None:
+        """Write what a zygote started ahead printed to its first fork's outputs (once)."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        for source, target in zip(held, (stdout, stderr), strict=True):
+            with source, contextlib.suppress(OSError, ValueError):
+                source.seek(0)
+                while chunk := source.read(65536):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(target, view):]
+
+    def _drop_held(self) -> None:
+        """Close the held output of a zygote no fork was given (idempotent)."""
+        held, self._held = self._held, None
+        for source in held or ():
+            source.close()
+
     def _break(self, reason: str) -> None:
         """Record why this zygote serves no more starts, and close it."""
         if self.broken is None:
@@ -306,6 +366,7 @@ class Zygote:
         """
         self.broken = self.broken or "closed"
         self._sock.close()
+        self._drop_held()  # no fork will be given what it printed
 
     def end(self, timeout_s: float = 2.0) -> None:
         """Close it and wait for its exit; killed after ``timeout_s``.
@@ -322,6 +383,8 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self._popen.kill()
             self._popen.wait()
+        finally:
+            self._drop_held()
 
     def descriptors(self) -> frozenset[int]:
         """The controller's descriptors this zygote holds (its control socket)."""
@@ -446,10 +509,11 @@ def zygote_for(
             zygote.handed += 1
             return zygote, None
         if zygote is not None:
+            unready = zygote.never_ready()  # (reads its socket: before it is closed)
             _retire(key)
-            if zygote.unready is not None:  # it never got ready: as one that cannot start
-                _refused[key] = zygote.unready
-                return None, f"warm pool: {zygote.unready}"
+            if unready is not None:  # it never got ready: as one that cannot start
+                _refused[key] = unready
+                return None, f"warm pool: {unready}"
         while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
             _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
         try:
@@ -476,7 +540,8 @@ def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
     ready yet. Nothing is started where that start would be spawned (the pool off,
     another interpreter, a key whose zygote could not start), where the key has a zygote
     already, or where :data:`MAX_ZYGOTES` serve (an expected start never closes one).
-    Its output (what its interpreter's start prints) goes to the controller's stderr.
+    Its output (what its interpreter's start prints) is held until its first fork and
+    written to that start's stdout and stderr (``Zygote``'s ``hold_output``).
     The caller gives it back with :func:`end_unused` (a start that never came, an open
     that failed): returned only when this call started it.
     """
@@ -486,15 +551,21 @@ def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
     key = pool_key(interpreter, env)
     with _lock:
         _own()
-        if key in _refused or len(_zygotes) >= MAX_ZYGOTES:
+        if key in _refused:
             return None
         known = _zygotes.get(key)
         if known is not None and known.alive():
             return None
         if known is not None:
+            unready = known.never_ready()  # (reads its socket: before it is closed)
             _retire(key)
+            if unready is not None:  # its key is spawned from now on, as zygote_for does
+                _refused[key] = unready
+                return None
+        if sum(zygote.alive() for zygote in _zygotes.values()) >= MAX_ZYGOTES:
+            return None
         try:
-            zygote = Zygote(interpreter, env, wait=False)
+            zygote = Zygote(interpreter, env, wait=False, hold_output=True)
         except OSError:  # the interpreter could not be started: its start says so
             return None
         _zygotes[key] = zygote
@@ -511,10 +582,8 @@ def end_unused(zygotes: Iterable[Zygote]) -> None:
     with _lock:
         for zygote in zygotes:
             if zygote.handed == 0 and _zygotes.get(zygote.key) is zygote:
-                del _zygotes[zygote.key]
-                _used.pop(zygote.key, None)
-                zygote.close()  # no start can be given it from now on
-                unused.append(zygote)
+                _retire(zygote.key)  # no start can be given it from now on; close_pool
+                unused.append(zygote)  # still ends it if this loop is interrupted
     for zygote in unused:
         zygote.end()
 

@@ -104,7 +104,8 @@ def pre_imports(environ: Mapping[str, str]) -> tuple[str, ...]:
     or run the queue that each event the child's ONNX Runtime logs goes to: never forked
     so (a zygote left with it refuses to serve). ``ORT_DISABLE_TELEMETRY=1`` before the
     import creates no uploader (ONNX Runtime's ``docs/Privacy.md``): the import then
-    leaves the process one thread, and the worker's own import of its entry finds
+    starts no thread of its own (OpenBLAS's, loaded with numpy, are stopped by the
+    throw-away fork as before), and the worker's own import of its entry finds
     ``onnxruntime`` imported. The thread check before every fork still holds.
     """
     return PRE_IMPORTS + (("onnxruntime",) if environ.get(TELEMETRY_OFF) == "1" else ())
@@ -304,8 +305,8 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 GAVE_UP = ("edge worker: a worker forked by the warm pool whose start its controller gave "
-           "up (its channel closed before the boot frame: the start was spawned instead); "
-           "exiting")
+           "up (its channel closed before the boot frame: the fork was not answered in time "
+           "and the start spawned instead, or the start was refused or interrupted); exiting")
 """What a forked worker whose start was given up says (on the start's stderr) as it exits."""
 
 

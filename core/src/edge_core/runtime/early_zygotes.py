@@ -48,13 +48,13 @@ def _sections(config: PipelineConfig) -> Iterator[BackendSection]:
             yield candidate.backend
 
 
-def start_early_zygotes(config: PipelineConfig) -> list[Zygote]:
+def start_early_zygotes(config: PipelineConfig, started: list[Zygote]) -> None:
     """Start the zygotes this pipeline's worker starts are expected to fork from.
 
-    Returns those started by this call (none where the pool is off, every route is
-    another interpreter, or the zygotes already run), for :func:`end_early_zygotes`.
+    Appends those started by this call to ``started`` as each starts (none where the
+    pool is off, every route is another interpreter, or the zygotes already run), for
+    :func:`end_early_zygotes`: an interrupt between two keys leaves none unlisted.
     """
-    started: list[Zygote] = []
     keys = set()
     domain = controller_domain().value
     for section in _sections(config):
@@ -75,7 +75,6 @@ def start_early_zygotes(config: PipelineConfig) -> list[Zygote]:
         zygote = start_early(sys.executable, env, foreign=False, supervised=SUPERVISED)
         if zygote is not None:
             started.append(zygote)
-    return started
 
 
 def end_early_zygotes(zygotes: Sequence[Zygote]) -> None:

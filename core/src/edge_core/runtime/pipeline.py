@@ -36,6 +36,7 @@ from edge_contracts.heap import (
 from edge_core.config.model import PipelineConfig
 from edge_core.errors import ConfigError, DeadlineExceeded, ResourceUnavailable, StageClosed
 from edge_core.host.loop_calls import call_soon_once
+from edge_core.host.warm_pool import Zygote
 from edge_core.ledger import ResourceLedger
 from edge_core.plugins import PluginSet
 from edge_core.runtime.admission import SlotPool, take_slot
@@ -253,8 +254,9 @@ class Pipeline:
                               "means rest)", unknown)
         apply_heap_policy()  # the controller gives freed memory back at rest (EDGE_HEAP)
         # the warm pool's zygotes import while this side plans, reserves and verifies
-        early = start_early_zygotes(config)
+        early: list[Zygote] = []
         try:
+            start_early_zygotes(config, early)
             opener = StageOpener(config, plugins, ledger, progress=progress,
                                  retire_deadline_s=retire_deadline_s,
                                  gates=gates if gates is not None else GateStore(),

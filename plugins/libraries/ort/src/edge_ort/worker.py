@@ -239,7 +239,8 @@ class OrtHandler(BaseHandler):
     exit_after_close = True
 
     def __init__(self) -> None:
-        self._heap = apply_heap_policy()  # before ONNX Runtime allocates anything
+        self._heap = apply_heap_policy()  # before the sessions allocate (a worker forked
+        # from a warm pool's zygote found onnxruntime imported: its import's allocations)
         import onnxruntime as ort
 
         self._ort = ort

@@ -236,6 +236,14 @@ class WorkerStage:
     #: (:mod:`edge_core.host.environment`); nothing else of the controller's passes.
     worker_env_names: tuple[str, ...] = ()
 
+    #: Modules this backend's worker entry imports that a warm pool's zygote may import
+    #: ahead of the fork (:mod:`edge_core.host.warm_pool`): its workers of the
+    #: controller's own interpreter then find them imported. A module whose import
+    #: leaves a thread running makes the zygote refuse (its key is spawned); the ONNX
+    #: Runtime backends name ``onnxruntime``, imported only where its telemetry is off
+    #: (:func:`edge_core.host.zygote.pre_imports`).
+    worker_preload: tuple[str, ...] = ()
+
     def __init__(self, context: StageContext, client: WorkerClient,
                  load_report: Mapping[str, Any], manifest: Mapping[str, Any] | None,
                  device_id: str | None) -> None:
@@ -301,6 +309,7 @@ class WorkerStage:
         try:
             client = start_worker(route, generation=context.generation, features=features,
                                   pass_env=cls.worker_env_names, set_env=env,
+                                  preload=cls.worker_preload,
                                   max_io_bytes=context.max_io_bytes,
                                   stdout=output.stdout, stderr=output.stderr,
                                   first_control=first)

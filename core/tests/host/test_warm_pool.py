@@ -477,6 +477,72 @@ def test_a_zygote_started_ahead_that_refused_before_any_start_is_not_started_aga
     assert made == [early]
 
 
+def test_a_zygote_imports_onnxruntime_only_where_asked_and_its_telemetry_is_off():
+    # pre_imports: the backend's preload (ORT's is onnxruntime), but onnxruntime only
+    # where ORT_DISABLE_TELEMETRY=1 (its import would start the uploader's thread)
+    base = zygote_module.PRE_IMPORTS
+    assert zygote_module.pre_imports({"ORT_DISABLE_TELEMETRY": "1"}) == base
+    assert zygote_module.pre_imports({"ORT_DISABLE_TELEMETRY": "1"},
+                                     ["onnxruntime"]) == (*base, "onnxruntime")
+    assert zygote_module.pre_imports({"ORT_DISABLE_TELEMETRY": "0"}, ["onnxruntime"]) == base
+    assert zygote_module.pre_imports({}, ["json", "numpy"]) == (*base, "json")
+    # a zygote of a key that preloads nothing holds no onnxruntime
+    zygote = warm_pool.Zygote(sys.executable, environment.worker_environment(os.environ))
+    try:
+        with open(f"/proc/{zygote.pid}/maps") as maps:
+            assert "onnxruntime" not in maps.read()
+    finally:
+        zygote.end()
+
+
+SPEAKS = "import sys\nprint('SITE-OUT')\nprint('SITE-ERR', file=sys.stderr)\n"
+
+
+def test_what_a_zygote_started_ahead_printed_reaches_its_first_start_once(
+        room, start, tmp_path, monkeypatch):
+    # a sitecustomize speaks on both streams as the zygote's interpreter starts; its
+    # stdout is a file, block-buffered (no PYTHONUNBUFFERED): written once, to the first
+    # start's output; a later start's output has none of it
+    (tmp_path / "sitecustomize.py").write_text(SPEAKS)
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *inherited]))
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    route = test_route("echo")
+    env = environment.worker_environment(os.environ, python_path=route.python_path)
+    early = warm_pool.start_early(route.interpreter, env, foreign=False, supervised=True)
+    assert early is not None
+    logs = []
+    for number in range(2):
+        out, err = tmp_path / f"out{number}", tmp_path / f"err{number}"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            client = start(route=route, stdout=stdout, stderr=stderr)
+        assert client.start_path == StartPath(FORKED, zygote=early.pid, forks=number + 1)
+        _echoes(client)
+        logs.append((out, err))
+    client.retire(deadline_s=5.0)
+    (first_out, first_err), (second_out, second_err) = logs
+    assert first_out.read_text().count("SITE-OUT") == 1, first_out.read_text()
+    assert first_err.read_text().count("SITE-ERR") == 1, first_err.read_text()
+    assert "SITE" not in second_out.read_text() + second_err.read_text()
+
+
+def test_a_zygote_started_ahead_and_killed_is_started_anew(room, monkeypatch):
+    # killed (by someone else) before any start read its ready: no refusal was read,
+    # so its key is not refused; the next start of the key gets a new zygote
+    monkeypatch.setenv("LANGUAGE", f"killed-{time.monotonic_ns()}")
+    env = environment.worker_environment(os.environ)
+    early = warm_pool.start_early(sys.executable, env, foreign=False, supervised=True)
+    assert early is not None
+    os.kill(early.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not early.ended() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    zygote, reason = warm_pool.zygote_for(sys.executable, env, foreign=False, supervised=True,
+                                          outputs=(None, None))
+    assert reason is None and zygote is not None and zygote is not early
+    assert zygote.alive()
+
+
 def test_a_zygote_started_ahead_and_never_used_is_ended(room, monkeypatch):
     monkeypatch.setenv("LANGUAGE", f"unused-{time.monotonic_ns()}")
     env = environment.worker_environment(os.environ)

@@ -123,6 +123,7 @@ def start_worker(
     stderr: int | IO[Any] | None = None,
     sealed_segments: bool = True,
     first_control: tuple[str, Mapping[str, Any]] | None = None,
+    preload: Iterable[str] = (),
 ) -> WorkerClient:
     """Start the route's worker, verify its hello and return a ready client.
 
@@ -166,6 +167,8 @@ def start_worker(
             is verified, before the client is built: the worker works on it while the
             controller captures its tree and builds the client. Its reply is the
             client's :meth:`~edge_core.host.client.WorkerClient.sent_control_reply`.
+        preload: modules the worker's entry imports that its zygote may import ahead
+            (``WorkerStage.worker_preload``; part of the zygote's key).
 
     Raises:
         RouteRefused: the route's domain cannot be started from here.
@@ -202,7 +205,8 @@ def start_worker(
         inherit_python_path=not route.foreign,
     )
     zygote, spawn_reason = zygote_for(route.interpreter, worker_env, foreign=route.foreign,
-                                      supervised=SUPERVISED, outputs=(stdout, stderr))
+                                      supervised=SUPERVISED, outputs=(stdout, stderr),
+                                      preload=tuple(preload))
     use_seals = sealed_segments and SEALS_AVAILABLE and SHM_AVAILABLE
     fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if use_seals else None
     boot = BootConfig(

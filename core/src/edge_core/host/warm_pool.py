@@ -86,7 +86,7 @@ _EDGE_ROOT = str(Path(__file__).resolve().parents[2])  # where ``edge_core`` is 
 
 
 # the interpreter, the worker environment, and what else a process inherits at its start
-_Key = tuple[str, frozenset[tuple[str, str]], tuple[object, ...]]
+_Key = tuple[str, frozenset[tuple[str, str]], tuple[object, ...], tuple[str, ...]]
 
 _LIMITS = tuple(getattr(resource, name) for name in (
     "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CORE",
@@ -112,8 +112,11 @@ def inherited() -> tuple[object, ...]:
     return (*(resource.getrlimit(limit) for limit in _LIMITS), ignored)
 
 
-def pool_key(interpreter: str, env: Mapping[str, str]) -> _Key:
-    """The key of a start's zygote: its interpreter, environment and :func:`inherited`.
+def pool_key(interpreter: str, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> _Key:
+    """The key of a start's zygote: its interpreter, environment, :func:`inherited`, preloads.
+
+    ``preload``: the modules its zygote imports besides its own
+    (``WorkerStage.worker_preload``; :func:`~edge_core.host.zygote.pre_imports`).
 
     Where the environment's ``PYTHONPATH`` has a relative or empty entry, the working
     directory too: an interpreter resolves those against its directory at its start, so a
@@ -123,7 +126,7 @@ def pool_key(interpreter: str, env: Mapping[str, str]) -> _Key:
     relative = bool(python_path) and any(
         not os.path.isabs(entry) for entry in python_path.split(os.pathsep))
     return (interpreter, frozenset(env.items()),
-            inherited() + ((_cwd(),) if relative else ()))
+            inherited() + ((_cwd(),) if relative else ()), preload)
 
 
 class ZygoteUnavailable(Exception):
@@ -147,6 +150,8 @@ class Zygote:
             prints as it starts is held in two unnamed files and written to its first
             fork's stdout and stderr once that fork has read its ``ready`` (or found it
             never came), where its start would have printed it.
+        preload: modules it imports besides its own (part of its key; see
+            :func:`~edge_core.host.zygote.pre_imports`).
 
     Raises:
         ZygoteUnavailable: it did not start and say it is ready (with ``wait``).
@@ -156,8 +161,8 @@ class Zygote:
     def __init__(self, interpreter: str, env: Mapping[str, str],
                  outputs: tuple[Any, Any] = (None, None),
                  timeout_s: float = READY_TIMEOUT_S, *, wait: bool = True,
-                 hold_output: bool = False) -> None:
-        self.key: _Key = pool_key(interpreter, env)
+                 hold_output: bool = False, preload: tuple[str, ...] = ()) -> None:
+        self.key: _Key = pool_key(interpreter, env, preload)
         self._lock = threading.Lock()
         self._timeout_s = timeout_s
         self._held: tuple[IO[bytes], IO[bytes]] | None = None
@@ -174,7 +179,7 @@ class Zygote:
         try:
             self._popen = subprocess.Popen(
                 [interpreter, "-c", ZYGOTE_MAIN, _EDGE_ROOT, str(os.getpid()),
-                 str(theirs.fileno())],
+                 str(theirs.fileno()), *([",".join(preload)] if preload else [])],
                 pass_fds=(theirs.fileno(),),
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
@@ -305,12 +310,13 @@ class Zygote:
         return process, forks if type(forks) is int else 0
 
     def never_ready(self) -> str | None:
-        """Why this zygote will never serve a start, where it ended before it was ready; or None.
+        """Why this zygote refused to serve, where it did; or None.
 
-        :attr:`unready` once its ``ready`` was found missing; else, where its process
-        ended before its ``ready`` was read (a zygote started ahead: its refusal, say,
-        waits unread in its socket), that answer's reason or its exit. None for one that
-        is ready, or may still be.
+        :attr:`unready` once a start read a refusal (or no ``ready`` in time); else, where
+        its process ended before its answer was read (a zygote started ahead), the
+        refusal waiting unread in its socket. None for one that is or may be ready, and
+        for one that ended otherwise (killed, or given up by an interrupted start): its
+        key's next start starts a new zygote.
         """
         if self.unready is not None or self._ready or self._popen.poll() is None:
             return self.unready
@@ -320,9 +326,8 @@ class Zygote:
         except (OSError, ValueError):
             answer = None
         refused = answer.get("refused") if isinstance(answer, dict) else None
-        self.unready = (f"zygote: {refused}" if refused else
-                        f"zygote {self.pid}: exited (status {self._popen.returncode}) before "
-                        "it said it was ready")
+        if refused:
+            self.unready = f"zygote: {refused}"
         return self.unready
 
     def _pass_held(self, stdout: int, stderr: int) -> None:
@@ -477,7 +482,7 @@ def _unpooled(interpreter: str, *, foreign: bool, supervised: bool) -> str | Non
 
 def zygote_for(
     interpreter: str, env: Mapping[str, str], *, foreign: bool, supervised: bool,
-    outputs: tuple[Any, Any],
+    outputs: tuple[Any, Any], preload: tuple[str, ...] = (),
 ) -> tuple[Zygote | None, str | None]:
     """The zygote to fork this start from, or None and the reason it is spawned.
 
@@ -495,7 +500,7 @@ def zygote_for(
         if output is not None and not (type(output) is int and output >= 0) and not hasattr(
                 output, "fileno"):
             return None, f"output {output!r} cannot be passed to a forked worker"
-    key = pool_key(interpreter, env)
+    key = pool_key(interpreter, env, preload)
     with _lock:
         _own()
         refused = _refused.get(key)
@@ -517,7 +522,7 @@ def zygote_for(
         while _zygotes and len(_zygotes) >= MAX_ZYGOTES:  # the least recently used make room
             _retire(min(_zygotes, key=lambda known: _used.get(known, 0)))
         try:
-            zygote = Zygote(interpreter, env, outputs)
+            zygote = Zygote(interpreter, env, outputs, preload=preload)
         except ZygoteUnavailable as exc:
             _refused[key] = str(exc)
             return None, f"warm pool: {exc}"
@@ -531,7 +536,7 @@ def zygote_for(
 
 
 def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
-                supervised: bool) -> Zygote | None:
+                supervised: bool, preload: tuple[str, ...] = ()) -> Zygote | None:
     """Start the zygote of a start expected soon, without waiting for it; None if none.
 
     For the key a later start will have (:func:`pool_key` of ``interpreter`` and ``env``):
@@ -548,7 +553,7 @@ def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
     global _registered
     if _unpooled(interpreter, foreign=foreign, supervised=supervised) is not None:
         return None
-    key = pool_key(interpreter, env)
+    key = pool_key(interpreter, env, preload)
     with _lock:
         _own()
         if key in _refused:
@@ -565,7 +570,7 @@ def start_early(interpreter: str, env: Mapping[str, str], *, foreign: bool,
         if sum(zygote.alive() for zygote in _zygotes.values()) >= MAX_ZYGOTES:
             return None
         try:
-            zygote = Zygote(interpreter, env, wait=False, hold_output=True)
+            zygote = Zygote(interpreter, env, wait=False, hold_output=True, preload=preload)
         except OSError:  # the interpreter could not be started: its start says so
             return None
         _zygotes[key] = zygote

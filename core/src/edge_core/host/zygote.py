@@ -55,11 +55,12 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import select
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from edge_core.host.supervisor import Supervisor, reaped
 
@@ -89,13 +90,17 @@ its first tensor (every worker has one soon)."""
 
 TELEMETRY_OFF = "ORT_DISABLE_TELEMETRY"
 """``1`` in the zygote's (the worker's) environment: ONNX Runtime's telemetry is off, and
-the zygote imports ``onnxruntime`` too (:func:`pre_imports`)."""
+a zygote asked to preload ``onnxruntime`` imports it (:func:`pre_imports`)."""
+
+_ORT = "onnxruntime"
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-def pre_imports(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """What a zygote of this environment imports: also ``onnxruntime`` where telemetry is off.
+def pre_imports(environ: Mapping[str, str], preload: Sequence[str] = ()) -> tuple[str, ...]:
+    """What a zygote of this environment imports, given the backend's ``preload``.
 
-    :data:`PRE_IMPORTS`, and ``onnxruntime`` where :data:`TELEMETRY_OFF` is ``1``.
+    :data:`PRE_IMPORTS`, then each of ``preload`` (``WorkerStage.worker_preload``), but
+    ``onnxruntime`` only where :data:`TELEMETRY_OFF` is ``1``.
 
     ONNX Runtime's official builds start a telemetry uploader as ``onnxruntime`` is
     imported (the 1DS SDK's worker thread: it sleeps on a timed condition wait and wakes
@@ -108,7 +113,21 @@ def pre_imports(environ: Mapping[str, str]) -> tuple[str, ...]:
     throw-away fork as before), and the worker's own import of its entry finds
     ``onnxruntime`` imported. The thread check before every fork still holds.
     """
-    return PRE_IMPORTS + (("onnxruntime",) if environ.get(TELEMETRY_OFF) == "1" else ())
+    telemetry_off = environ.get(TELEMETRY_OFF) == "1"
+    return PRE_IMPORTS + tuple(module for module in preload
+                               if module not in PRE_IMPORTS
+                               and (module != _ORT or telemetry_off))
+
+def _flush() -> None:
+    """Flush this process's stdout and stderr.
+
+    Before a fork (a child would write again what they buffered) and before an exit
+    through ``os._exit``.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
 
 MAX_MESSAGE = 65536
 """The largest request or answer on the control socket."""
@@ -213,6 +232,7 @@ class _Zygote:
                                   "serial": serial})
             return 1
         status_r, status_w = os.pipe()
+        _flush()
         pid = os.fork()
         if pid == 0:
             os.close(status_r)
@@ -265,6 +285,7 @@ class _Zygote:
         supervisor = Supervisor(self.controller, prefixes, remove)
         supervisor.parent_fd = controller_fd
         supervisor.prepare()
+        _flush()
         worker = os.fork()
         if worker == 0:
             supervisor.forget()
@@ -340,10 +361,15 @@ def _run_worker() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry: ``zygote CONTROLLER FD`` (after ``ZYGOTE_MAIN`` took ``ROOT``); the status."""
+    """Entry: ``zygote CONTROLLER FD [PRELOAD]`` (after ``ZYGOTE_MAIN`` took ``ROOT``).
+
+    ``PRELOAD``: module names, comma-separated (:func:`pre_imports`). Returns the status.
+    """
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or not all(arg.isdigit() for arg in args):
-        print("usage: zygote CONTROLLER FD", file=sys.stderr)
+    preload = args[2].split(",") if len(args) == 3 else []
+    if (len(args) not in (2, 3) or not all(arg.isdigit() for arg in args[:2])
+            or not all(_MODULE.fullmatch(name) for name in preload)):
+        print("usage: zygote CONTROLLER FD [MODULE,...]", file=sys.stderr)
         return 2
     controller, fd = int(args[0]), int(args[1])
     sock = socket.socket(fileno=fd)
@@ -353,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     controller_fd = os.pidfd_open(controller)
-    for module in pre_imports(os.environ):
+    for module in pre_imports(os.environ, preload):
         with contextlib.suppress(ImportError):  # numpy missing: the worker does without
             importlib.import_module(module)
     count = _settled_threads()
@@ -361,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         if count > 1:
             _send(sock, {"refused": f"threads: {count} running after the worker's imports"})
             return 1
+        _flush()  # what its start printed, written once (a fork copies a buffer unflushed)
         _send(sock, {"ready": True, "pid": os.getpid()})
     except OSError:  # the controller gave it up before it was ready (started ahead of need)
         return 0
@@ -372,7 +399,5 @@ def main(argv: list[str] | None = None) -> int:
     # The zygote, or a forked supervisor, whose worker has exited: nothing of theirs needs
     # the interpreter's finalization (numpy's and every pre-imported module's teardown,
     # tens of milliseconds that a retirement and the controller's exit wait for)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    _flush()
     os._exit(result)

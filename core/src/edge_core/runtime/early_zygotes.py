@@ -13,9 +13,10 @@ names go into the worker's environment); the key expected here is that of a stag
 (or candidate) whose route is unset or names the controller's own interpreter in its
 own domain: the controller's interpreter, and the worker environment of
 :func:`~edge_core.host.environment.worker_environment` with the route's variables and
-``python_path``, no declared names, and the heap variables
-(:func:`~edge_contracts.heap.eager_process_environment`), which is what the ONNX
-Runtime backends start their workers with. A stage whose backend starts another way
+``python_path``, no declared names, the heap variables
+(:func:`~edge_contracts.heap.eager_process_environment`) and ``onnxruntime`` preloaded
+(:data:`EXPECTED_PRELOAD`), which is what the ONNX Runtime backends start their
+workers with. A stage whose backend starts another way
 forks from a zygote of its own key, started by its start as before. A stage whose
 route is another interpreter or domain expects no zygote: a pipeline of such stages
 starts none, nor does one with the pool off (``EDGE_WARM_POOL=0``).
@@ -38,7 +39,10 @@ from edge_core.host.environment import worker_environment
 from edge_core.host.routes import controller_domain
 from edge_core.host.warm_pool import Zygote, end_unused, pool_key, start_early
 
-__all__ = ["end_early_zygotes", "start_early_zygotes"]
+__all__ = ["EXPECTED_PRELOAD", "end_early_zygotes", "start_early_zygotes"]
+
+EXPECTED_PRELOAD = ("onnxruntime",)
+"""The preload of the key expected (the ONNX Runtime backends' ``worker_preload``)."""
 
 
 def _sections(config: PipelineConfig) -> Iterator[BackendSection]:
@@ -68,11 +72,12 @@ def start_early_zygotes(config: PipelineConfig, started: list[Zygote]) -> None:
             route_env={} if route is None else dict(route.env),
             python_path=() if route is None else route.python_path,
         )
-        key = pool_key(sys.executable, env)
+        key = pool_key(sys.executable, env, EXPECTED_PRELOAD)
         if key in keys:
             continue
         keys.add(key)
-        zygote = start_early(sys.executable, env, foreign=False, supervised=SUPERVISED)
+        zygote = start_early(sys.executable, env, foreign=False, supervised=SUPERVISED,
+                             preload=EXPECTED_PRELOAD)
         if zygote is not None:
             started.append(zygote)
 

@@ -113,3 +113,30 @@ def test_a_user_who_turns_ort_telemetry_on_gets_it_and_a_zygote_without_onnxrunt
     with open(f"/proc/{zygote}/maps") as maps:
         assert "onnxruntime_pybind11_state" not in maps.read()
     assert len(os.listdir(f"/proc/{zygote}/task")) == 1
+
+
+def test_the_open_starts_the_zygote_an_ort_cpu_stage_forks_from(
+    plugins: PluginSet, ledger: ResourceLedger, add_relu_bundle: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the key expected as the open begins (early_zygotes) is the ort-cpu stage's own:
+    # its worker forks from the zygote started before any stage was loaded
+    monkeypatch.delenv("ORT_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.setenv("LANGUAGE", f"ort-{uuid.uuid4().hex}")
+    warm_pool.close_pool()
+    before = warm_pool.pool_processes()
+    seen: list[frozenset[int]] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("loading stage") and not seen:
+            seen.append(warm_pool.pool_processes() - before)
+
+    config = load_pipeline({"name": "early", "stages": [{
+        "id": "s", "backend": {"name": "ort-cpu", "options": {}},
+        "manifest": str(add_relu_bundle["dir"])}]})
+    with Pipeline.open(config, plugins, ledger, progress=progress) as pipeline:
+        (early,) = seen[0]
+        (plan,) = pipeline.execution_plan()["stages"]
+        assert plan["worker"]["start"] == {"kind": FORKED, "reason": None, "zygote": early,
+                                           "forks": 1}
+    assert ledger.is_empty()

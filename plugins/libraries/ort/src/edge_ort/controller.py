@@ -130,6 +130,8 @@ def archive_refusal(bundle: VerifiedBundle, read_at_warmup: Mapping[str, str], s
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
+    worker_preload = ("onnxruntime",)  # its zygote's import (telemetry off), not each worker's
+
     bundle: VerifiedBundle
     shapes: ShapeSet | None = None
     read_at_warmup: Mapping[str, str] = {}

@@ -46,7 +46,13 @@ class SlotPool:
             raise ValueError(f"{what}: limit must be at least 1: {limit!r}")
         self.limit = limit
         self.what = what
-        self._used = 0
+        self.used = 0
+        """Slots taken now. Changed under the pool's lock only: by :meth:`acquire` and the
+        others, or by an owner sharing the lock (see ``lock``) that counts a slot taken
+        (``used += 1`` once ``used < limit``, else :meth:`refusal`) or given back in the
+        same run of statements, without a call between, as it records who holds it: a
+        ``KeyboardInterrupt`` is acted on only where a call returns or a function
+        starts, so it finds both done or neither."""
         self._waiters = 0  # threads inside acquire's wait: release notifies only then
         self._closed: str | None = None  # why every wait ends now (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
@@ -61,13 +67,7 @@ class SlotPool:
     def free(self) -> int:
         """Slots free now."""
         with self._lock:
-            return self.limit - self._used
-
-    @property
-    def used(self) -> int:
-        """Slots taken now."""
-        with self._lock:
-            return self._used
+            return self.limit - self.used
 
     def acquire(self, deadline_s: float | None = None) -> None:
         """Take a slot: at once, or waiting up to ``deadline_s`` seconds when it is given.
@@ -78,28 +78,28 @@ class SlotPool:
                 or while this waited.
         """
         with self._lock:
-            if self._used < self.limit:
-                self._used += 1
+            if self.used < self.limit:
+                self.used += 1
                 return
             if deadline_s is not None and deadline_s > 0 and self._closed is None:
                 end = time.monotonic() + deadline_s
                 self._waiters += 1
                 try:
-                    while self._used >= self.limit:
+                    while self.used >= self.limit:
                         if self._closed is not None:
                             raise StageClosed(f"{self.what}: {self._closed}")
                         remaining = end - time.monotonic()
                         if remaining <= 0 or not self._cond.wait(remaining):
-                            if self._used < self.limit:
+                            if self.used < self.limit:
                                 break
                             if time.monotonic() >= end:
                                 break
                 finally:
                     self._waiters -= 1
-                if self._used < self.limit:
-                    self._used += 1
+                if self.used < self.limit:
+                    self.used += 1
                     return
-            raise self._refusal(deadline_s)
+            raise self.refusal(deadline_s)
 
     def take_held(self) -> None:
         """``acquire(None)`` within a section of the pool's lock (its owner's: see ``lock``).
@@ -108,19 +108,22 @@ class SlotPool:
             SlotsTaken: no slot is free.
             StageClosed: no slot is free and the pool was closed.
         """
-        if self._used < self.limit:
-            self._used += 1
+        if self.used < self.limit:
+            self.used += 1
             return
-        raise self._refusal(None)
+        raise self.refusal(None)
 
-    def _refusal(self, deadline_s: float | None) -> Exception:
-        """Why no slot was taken (holding the lock): closed, else every slot taken."""
+    def refusal(self, deadline_s: float | None) -> Exception:
+        """Why no slot was taken (asked holding the lock): closed, else every slot taken.
+
+        ``deadline_s``: how long the refused request waited (named in the refusal).
+        """
         if self._closed is not None:  # nothing free: a wait would outlive its owner
             return StageClosed(f"{self.what}: {self._closed}")
         return SlotsTaken(
             f"{self.what}: all {self.limit} slot(s) taken"
             + (f" for {deadline_s} s" if deadline_s else "")
-            + f": {self._used}"
+            + f": {self.used}"
         )
 
     def close(self, why: str) -> None:
@@ -149,9 +152,18 @@ class SlotPool:
         Wakes one waiter; the :attr:`listeners` are the caller's to call, once it has let
         go of the lock.
         """
-        if self._used <= 0:
+        if self.used <= 0:
             raise RuntimeError(f"{self.what}: release without a matching acquire")
-        self._used -= 1
+        self.used -= 1
+        if self._waiters:
+            self._cond.notify()
+
+    def wake_held(self) -> None:
+        """Wake one waiter for a slot, within a section of the pool's lock.
+
+        What :meth:`release_held` does after its count, for an owner that counted a slot
+        given back itself (``used -= 1``: see :attr:`used`).
+        """
         if self._waiters:
             self._cond.notify()
 

@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -372,18 +372,28 @@ class Pipeline:
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
              until: float | None, request_id: str | None, admitted: bool = False,
              on_event: OnEvent | None = None) -> PipelineResult:
-        if admitted or until is not None:
-            if not admitted:
-                take_slot(self.admission, until)
-            epoch = self.epoch
-            serving = self.lineup.enter()
-        else:  # take_slot without a deadline (free now or refused), with the placement
-            with self._admitting:
-                self.admission.take_held()
-                epoch = self.epoch
-                serving = self.lineup.enter_held()
+        # What the call holds is known from what is set, at every point where a Ctrl-C
+        # can act (a call's return, a function's start: see test_interrupted_calls): the
+        # admission slot and the placement are counted taken in one section without a
+        # call (serving set with them), the stage's pending call is bound to ``last``
+        # before anything else, and the failure path gives back what is set.
+        serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
+        result: PipelineResult | None = None
         try:
+            if until is not None and not admitted:
+                take_slot(self.admission, until)  # (waits: not in the section below)
+                admitted = True
+            with self._admitting:  # the lineup's and the admission's lock
+                if not admitted:  # take_slot without a deadline: free now, else refused
+                    admission = self.admission
+                    if admission.used >= admission.limit:
+                        raise admission.refusal(None)
+                    admission.used += 1
+                    admitted = True
+                epoch = self.epoch
+                serving = self.lineup.current  # ServingLineup.enter_held, without its call
+                serving.holds += 1
             if serving.direct is not None:  # one stage: no chain to run
                 direct = last = self._direct(serving.direct, inputs, params, until,
                                              request_id, epoch)
@@ -408,14 +418,25 @@ class Pipeline:
                     if refused is None:
                         raise
                     raise refused from error
+            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
+                                              carry)
+            # Made in two steps: once __init__ ran to its end the result holds the request
+            # (a result dropped gives it back through its drain); until then this does
+            result = PipelineResult.__new__(PipelineResult)
+            PipelineResult.__init__(result, final, latencies, release, (), receipt)
+            return result
         except BaseException as exc:
-            if last is not None:  # it may still hold its stage's slot: given back
+            if result is not None and result.made:
+                raise  # the result holds what the request held: given back when dropped
+            if last is not None:  # it may still hold its stage's slot (or its result)
                 last.abandon()
-            _leave(self._admitting, self.lineup, self.admission, serving)  # as a delivery's
+            if serving is not None:
+                _leave(self._admitting, self.lineup, self.admission, serving)
+            elif admitted:  # taken under a deadline (or by the caller), no placement yet
+                self.admission.release()
             if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):
                 raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
-        return self._delivered(serving, final, epoch, request_id, latencies, carry)
 
     def _last_refused(self, serving: Serving, error: Exception,
                       params: Mapping[str, Any] | None,
@@ -457,15 +478,29 @@ class Pipeline:
         ``RequestCancelled`` raised.
         """
         try:
-            if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
-                    request_id is not None and self.requests.cancelled(request_id)):
-                final.ack()
-                raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
-            if carry:
-                final.outputs.update(carry)
+            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
+                                              carry)
         except BaseException:
             _leave(self._admitting, self.lineup, self.admission, serving)
             raise
+        return PipelineResult(final, latencies, release, (), receipt)
+
+    def _delivery(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
+                  request_id: str | None, latencies: dict[str, float],
+                  carry: dict[str, Any]) -> tuple[Callable[[], None],
+                                                  Callable[[], Sequence[Mapping[str, Any]]]]:
+        """What a request's :class:`PipelineResult` is made of: (its release, its receipt).
+
+        Gives back nothing itself (the caller does on failure). A request cancelled while
+        its last stage ran delivers nothing: its result is acknowledged and
+        ``RequestCancelled`` raised.
+        """
+        if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
+                request_id is not None and self.requests.cancelled(request_id)):
+            final.ack()
+            raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
+        if carry:
+            final.outputs.update(carry)
         latencies[serving.final_stage_id] = final.latency_s
         # The placement's generations as compared with the last request's: the one
         # worker's own (an int, no tuple made per request), else every stage's
@@ -483,7 +518,7 @@ class Pipeline:
                 serving, seen,
                 partial(_leave, self._admitting, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
-        return PipelineResult(final, latencies, parts[2], (), parts[3])  # (receipt)
+        return parts[2], parts[3]
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,

@@ -248,8 +248,11 @@ class StageRuntime:
             with self._lock:
                 if self.state is not _READY:
                     self._require_ready()
-                if not waited:
-                    self.slots.take_held()
+                if not waited:  # SlotPool.take_held, counted with ``held``: no call between
+                    slots = self.slots
+                    if slots.used >= slots.limit:
+                        raise slots.refusal(None)
+                    slots.used += 1
                     held = True
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
@@ -444,9 +447,14 @@ class StageRuntime:
             if (entry is None or not entry.delivered or entry.serial != key.serial
                     or entry.epoch != key.epoch or key.generation != self.generation):
                 return _STALE
-            del self._entries[key.request_id]
             slots = self.slots
-            slots.release_held()
+            if slots.used <= 0:
+                raise RuntimeError(f"{slots.what}: release without a matching acquire")
+            # The entry and its slot go together (SlotPool.release_held's count, no call
+            # between: see SlotPool.used), then a waiter for a slot is woken
+            del self._entries[key.request_id]
+            slots.used -= 1
+            slots.wake_held()
         if slots.listeners:  # (called without the lock)
             for listener in slots.listeners:
                 listener()

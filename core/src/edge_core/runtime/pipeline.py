@@ -325,19 +325,21 @@ class Pipeline:
     def _chain(
         self, serving: Serving, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         until: float | None, request_id: str | None = None,
+        into: list[PendingCall] | None = None,
     ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any],
                Mapping[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it.
 
         Every stage runs on ``serving``, the placement the request entered. ``until``
         (monotonic) bounds every stage call; ``request_id`` is the request's id on every
-        stage, tracked so that :meth:`Submission.cancel` finds it.
+        stage, tracked so that :meth:`Submission.cancel` finds it. ``into``: the caller's
+        list of its stage calls (see :func:`~edge_core.runtime.chain.run_chain`).
         """
         epoch = self.epoch
         return run_chain(serving.groups, serving.transforms, inputs, params=params,
                          until=until, cancelled=lambda: self.epoch != epoch,
                          where=self._where,
-                         request_id=request_id, tracker=self.requests)
+                         request_id=request_id, tracker=self.requests, into=into)
 
     def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
             deadline_s: float | None = None) -> PipelineResult:
@@ -379,6 +381,7 @@ class Pipeline:
         # before anything else, and the failure path gives back what is set.
         serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
+        calls: list[PendingCall] = []  # every stage call, as it is registered
         result: PipelineResult | None = None
         try:
             if until is not None and not admitted:
@@ -396,7 +399,7 @@ class Pipeline:
                 serving.holds += 1
             if serving.direct is not None:  # one stage: no chain to run
                 direct = last = self._direct(serving.direct, inputs, params, until,
-                                             request_id, epoch)
+                                             request_id, epoch, into=calls)
                 assert direct is not None  # (waits for a slot: never None)
                 if on_event is not None:
                     for event, tensors in direct.events():
@@ -406,7 +409,7 @@ class Pipeline:
                 carry: dict[str, Any] = _NO_CARRY  # (only read)
             else:
                 chained, latencies, carry, asked = self._chain(serving, inputs, params,
-                                                               until, request_id)
+                                                               until, request_id, calls)
                 last = chained
                 try:  # a good request pays 2 bytecodes here (the try's NOP, a jump past)
                     if on_event is not None:
@@ -430,6 +433,8 @@ class Pipeline:
                 raise  # the result holds what the request held: given back when dropped
             if last is not None:  # it may still hold its stage's slot (or its result)
                 last.abandon()
+            for call in calls:  # each stage call, held or not yet (abandoned once: the
+                call.abandon()  # last, each earlier one acknowledged or abandoned already)
             if serving is not None:
                 _leave(self._admitting, self.lineup, self.admission, serving)
             elif admitted:  # taken under a deadline (or by the caller), no placement yet
@@ -522,7 +527,8 @@ class Pipeline:
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,
-                request_id: str | None, epoch: int, *, now: bool = False) -> PendingCall | None:
+                request_id: str | None, epoch: int, *, now: bool = False,
+                into: list[PendingCall] | None = None) -> PendingCall | None:
         """Submit a request of a one-stage placement to its stage, as the chain would.
 
         What :func:`~edge_core.runtime.chain.run_chain` does for a chain of one stage,
@@ -530,7 +536,8 @@ class Pipeline:
         result: only a transform carries values on), the pipeline's cancel and the
         request's deadline are checked first, the request is tracked on the stage and
         its parameters go to the stage as they are. ``now``: only on a replica with a
-        free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting.
+        free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting. ``into``:
+        the caller's list of its calls (see :meth:`StageRuntime.submit`).
         """
         for key in inputs:  # carried values stay out of the stage's inputs
             if key.startswith(CARRY_PREFIX):
@@ -557,9 +564,10 @@ class Pipeline:
             abandoned = moved[1]
         if now:  # a free slot now, or None
             return group.try_submit(data, params=dict(params) if params else None,
-                                    until=until, request_id=request_id, abandoned=abandoned)
+                                    until=until, request_id=request_id, abandoned=abandoned,
+                                    into=into)
         return group.submit(data, params=dict(params) if params else None, until=until,
-                            request_id=request_id, abandoned=abandoned)
+                            request_id=request_id, abandoned=abandoned, into=into)
 
     def _request_abandoned(self, epoch: int, request_id: str) -> bool:
         """True once the pipeline or request ``request_id`` was cancelled since ``epoch``."""

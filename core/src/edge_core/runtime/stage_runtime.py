@@ -192,6 +192,7 @@ class StageRuntime:
         until: float | None = None,
         abandoned: Callable[[], bool] | None = None,
         wait_for_slot: bool = True,
+        into: list[PendingCall] | None = None,
     ) -> PendingCall:
         """Send one request; returns at once with a :class:`PendingCall`.
 
@@ -206,6 +207,12 @@ class StageRuntime:
                 request was cancelled while it waited for a slot) refuses it unsent.
             wait_for_slot: False: take a free slot or refuse at once, whatever the
                 deadline (a replica set waits across its replicas itself).
+            into: The caller's list of its calls: the pending call is appended to it as
+                it is registered (no call between), so that a ``KeyboardInterrupt``
+                acted on before the caller holds what this returns (as it returns, or
+                as any caller on the way returns it) leaves it where the caller's
+                failure path finds it to abandon (:meth:`PendingCall.abandon`). Taken
+                out again when this fails.
 
         Raises:
             StageClosed: the stage needs a restart, failed, is restarting or was retired.
@@ -278,6 +285,8 @@ class StageRuntime:
                                            params=dict(params or {}))
                 registered = entry = PendingCall(self, request, serial)
                 self._entries[request_id] = entry
+                if into is not None:  # the caller holds it from here (see ``into``)
+                    into.append(entry)
                 # An expiry while the request is still being sent waits for the send
                 # (_cancel_targets), as a cancel does. The action names the entry by its
                 # serial, not by the entry itself: entry -> handle -> action -> entry
@@ -314,6 +323,8 @@ class StageRuntime:
                         del self._entries[request_id]
                     else:  # a restart took the entry meanwhile and freed its slot with it
                         held = False
+                    if into is not None and registered in into:
+                        into.remove(registered)  # ended here: nothing for the caller
             if held:
                 self.slots.release()
             # A key that is no input name fails where the inputs are packed (a wire

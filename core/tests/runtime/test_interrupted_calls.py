@@ -58,7 +58,7 @@ _ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "RESUME", "JUMP
 
 WARM_UP = 30
 NEXT_CALL_S = 1.0  # the bound on the call after an interrupted one
-FULL_SWEEP = os.environ.get("EDGE_TEST_FULL_SWEEP") == "1"  # the xfail sweep lists every window
+FULL_SWEEP = os.environ.get("EDGE_TEST_FULL_SWEEP") == "1"  # a failing sweep lists every window
 CLOSE_S = 5.0  # the bound on a close after a window was found
 DRAIN_S = 1.0  # a result dropped unacknowledged is acknowledged by the drain thread
 
@@ -182,13 +182,6 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "windows still open (session 33): the admission slot before _run's try "
-    "(SlotPool.acquire's return, ServingLineup.enter), a stage slot before the call is "
-    "bound (StageRuntime.submit before its try, and each caller's return up to _run and "
-    "run_chain), a frame read half-way (WorkerClient._read_one), a PipelineResult being "
-    "made (Pipeline._delivered, Serving.generations), a chain's ack half-done "
-    "(StageRuntime.ack, SlotPool.release)"))
 @pytest.mark.parametrize("length", [1, 2], ids=["one-stage", "two-stage"])
 def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
         open_pipeline: OpenPipeline, ledger: ResourceLedger, length: int) -> None:
@@ -196,8 +189,8 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
     stages = [echo_stage("a")]
     if length == 2:
         stages.append(echo_stage("b", transform="edge_echo.transforms:passthrough"))
-    # While windows are open (xfail) the sweep stops at the first; EDGE_TEST_FULL_SWEEP=1
-    # lists them all. It passes only by sweeping every point and finding none.
+    # The sweep stops at the first window found; EDGE_TEST_FULL_SWEEP=1 lists them all.
+    # It passes only by sweeping every point and finding none.
     points, windows = _sweep(open_pipeline, ledger, stages, first=not FULL_SWEEP)
     assert points > 100  # the whole call was swept, not a part of it
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (

@@ -374,11 +374,14 @@ class Pipeline:
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
              until: float | None, request_id: str | None, admitted: bool = False,
              on_event: OnEvent | None = None) -> PipelineResult:
-        # What the call holds is known from what is set, at every point where a Ctrl-C
-        # can act (a call's return, a function's start: see test_interrupted_calls): the
-        # admission slot and the placement are counted taken in one section without a
-        # call (serving set with them), the stage's pending call is bound to ``last``
-        # before anything else, and the failure path gives back what is set.
+        # What the request holds is known from what is set, at every point where a
+        # Ctrl-C can act (where a call returns, where a function starts: see
+        # test_interrupted_calls), and the failure path gives back what is set: the
+        # admission slot and the placement are counted taken in one run of statements
+        # without a call, ``serving`` set with them; each stage call is appended to
+        # ``calls`` as its stage registers it; the result holds it all once made.
+        # (Under a deadline the slot is waited for by take_slot: an interrupt as that
+        # returns, before ``admitted`` is set, still leaves the slot taken.)
         serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
         calls: list[PendingCall] = []  # every stage call, as it is registered

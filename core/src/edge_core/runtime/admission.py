@@ -53,7 +53,8 @@ class SlotPool:
         same run of statements, without a call between, as it records who holds it: a
         ``KeyboardInterrupt`` is acted on only where a call returns or a function
         starts, so it finds both done or neither."""
-        self._waiters = 0  # threads inside acquire's wait: release notifies only then
+        self.waiters = 0
+        """Threads inside :meth:`acquire`'s wait: a release notifies only then."""
         self._closed: str | None = None  # why every wait ends now (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
         # __enter__/__exit__); the Condition over it is only for waiting.
@@ -83,7 +84,7 @@ class SlotPool:
                 return
             if deadline_s is not None and deadline_s > 0 and self._closed is None:
                 end = time.monotonic() + deadline_s
-                self._waiters += 1
+                self.waiters += 1
                 try:
                     while self.used >= self.limit:
                         if self._closed is not None:
@@ -95,7 +96,7 @@ class SlotPool:
                             if time.monotonic() >= end:
                                 break
                 finally:
-                    self._waiters -= 1
+                    self.waiters -= 1
                 if self.used < self.limit:
                     self.used += 1
                     return
@@ -155,17 +156,16 @@ class SlotPool:
         if self.used <= 0:
             raise RuntimeError(f"{self.what}: release without a matching acquire")
         self.used -= 1
-        if self._waiters:
+        if self.waiters:
             self._cond.notify()
 
     def wake_held(self) -> None:
         """Wake one waiter for a slot, within a section of the pool's lock.
 
         What :meth:`release_held` does after its count, for an owner that counted a slot
-        given back itself (``used -= 1``: see :attr:`used`).
+        given back itself (``used -= 1``: see :attr:`used`), when :attr:`waiters`.
         """
-        if self._waiters:
-            self._cond.notify()
+        self._cond.notify()
 
 
 def take_slot(pool: SlotPool, until: float | None) -> None:

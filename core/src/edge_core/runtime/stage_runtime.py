@@ -458,14 +458,14 @@ class StageRuntime:
             if (entry is None or not entry.delivered or entry.serial != key.serial
                     or entry.epoch != key.epoch or key.generation != self.generation):
                 return _STALE
-            slots = self.slots
-            if slots.used <= 0:
-                raise RuntimeError(f"{slots.what}: release without a matching acquire")
-            # The entry and its slot go together (SlotPool.release_held's count, no call
-            # between: see SlotPool.used), then a waiter for a slot is woken
+            # The entry and the slot it holds (counted from its registration until it
+            # is removed) go together: SlotPool.release_held's count, with no call
+            # between (see SlotPool.used); then a waiter for a slot is woken
             del self._entries[key.request_id]
+            slots = self.slots
             slots.used -= 1
-            slots.wake_held()
+            if slots.waiters:
+                slots.wake_held()
         if slots.listeners:  # (called without the lock)
             for listener in slots.listeners:
                 listener()

@@ -382,14 +382,14 @@ class Pipeline:
         # ``calls`` as its stage registers it; the result holds it all once made.
         # (Under a deadline the slot is waited for by take_slot: an interrupt as that
         # returns, before ``admitted`` is set, still leaves the slot taken.)
+        if until is not None and not admitted:  # its refusals raised as they are
+            take_slot(self.admission, until)  # (waits: not in the section below)
+            admitted = True
         serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
         calls: list[PendingCall] = []  # every stage call, as it is registered
         result: PipelineResult | None = None
         try:
-            if until is not None and not admitted:
-                take_slot(self.admission, until)  # (waits: not in the section below)
-                admitted = True
             with self._admitting:  # the lineup's and the admission's lock
                 if not admitted:  # take_slot without a deadline: free now, else refused
                     admission = self.admission

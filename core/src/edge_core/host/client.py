@@ -240,14 +240,8 @@ class WorkerClient:
         self._outcome: RetireOutcome | None = None
         # The usual reply is recognised in the client's own receive buffer (_read_one);
         # anything else is handed to the frame reader, which takes it first
-        self._recv_into = sock.recv_into
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
-        # One receive into the intake per step (flags 0, and MSG_DONTWAIT): _read_one
-        # takes its count from a ``for`` over one, which stores it with no call between
-        # the receive and the store (a Ctrl-C acts where a call returns: see _read_one)
-        self._receives = {flags: map(self._recv_into, itertools.repeat(self._intake),
-                                     itertools.repeat(0), itertools.repeat(flags))
-                          for flags in {0, _DONTWAIT or 0}}
+        self._receive_with(sock.recv_into)
         # received, not yet taken by the reader: given to it first
         self._received = ReceivedFirst(self._recv_into)
         self._more = False  # bytes of a frame wait in the reader's buffer
@@ -880,7 +874,7 @@ class WorkerClient:
                 view = self._intake
                 try:
                     for taken in self._receives[flags]:  # noqa: B007 (one receive, its count
-                        break  # stored with no call between: see __init__)
+                        break  # stored with no call between: see _receive_with)
                 except BlockingIOError:  # (MSG_DONTWAIT) nothing waits: the reader polls
                     return False
                 count = taken
@@ -1015,6 +1009,19 @@ class WorkerClient:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
         return self._more
+
+    def _receive_with(self, recv_into: Callable[..., int]) -> None:
+        """Receive into the intake with ``recv_into`` (the socket's; a test's watcher).
+
+        One receive per step of an iterator (for flags 0, and ``MSG_DONTWAIT``):
+        :meth:`_read_one` takes its count from a ``for`` over one, which stores it with
+        no call between the receive and the store (a Ctrl-C acts where a call returns).
+        """
+        self._recv_into = recv_into
+        intake = itertools.repeat(self._intake)
+        self._receives = {flags: map(recv_into, intake, itertools.repeat(0),
+                                     itertools.repeat(flags))
+                          for flags in {0, _DONTWAIT or 0}}
 
     def _read_taken(self, count: int) -> None:
         """Read and dispatch the frames in the ``count`` bytes a receive took (see below).

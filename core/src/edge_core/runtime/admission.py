@@ -70,8 +70,13 @@ class SlotPool:
         with self._lock:
             return self.limit - self.used
 
-    def acquire(self, deadline_s: float | None = None) -> None:
+    def acquire(self, deadline_s: float | None = None,
+                held: list[bool] | None = None) -> None:
         """Take a slot: at once, or waiting up to ``deadline_s`` seconds when it is given.
+
+        ``held``: appended to as the slot is counted taken, with no call between (see
+        :attr:`used`): a caller interrupted as this returns (a ``KeyboardInterrupt``)
+        finds there whether it holds a slot.
 
         Raises:
             SlotsTaken: naming the limit, when no slot frees in time.
@@ -81,6 +86,8 @@ class SlotPool:
         with self._lock:
             if self.used < self.limit:
                 self.used += 1
+                if held is not None:
+                    held.append(True)
                 return
             if deadline_s is not None and deadline_s > 0 and self._closed is None:
                 end = time.monotonic() + deadline_s
@@ -99,6 +106,8 @@ class SlotPool:
                     self.waiters -= 1
                 if self.used < self.limit:
                     self.used += 1
+                    if held is not None:
+                        held.append(True)
                     return
             raise self.refusal(deadline_s)
 
@@ -168,22 +177,22 @@ class SlotPool:
         self._cond.notify()
 
 
-def take_slot(pool: SlotPool, until: float | None) -> None:
+def take_slot(pool: SlotPool, until: float | None, held: list[bool] | None = None) -> None:
     """Take a slot of ``pool``: at once without a deadline, else waiting until ``until``.
 
     ``until`` is a ``time.monotonic()`` deadline (a request's ``deadline_s`` bounds the
-    whole request, waiting for slots included).
+    whole request, waiting for slots included). ``held``: see :meth:`SlotPool.acquire`.
 
     Raises:
         ResourceUnavailable: no deadline and no free slot.
         DeadlineExceeded: no slot freed before ``until``.
     """
     if until is None:
-        pool.acquire(None)
+        pool.acquire(None, held)
         return
     left = until - time.monotonic()
     try:
-        pool.acquire(left if left > 0 else None)
+        pool.acquire(left if left > 0 else None, held)
     except ResourceUnavailable as exc:
         raise DeadlineExceeded(
             f"{pool.what}: no slot free before the deadline: {max(left, 0.0):.3f} s left"

@@ -378,13 +378,18 @@ class Pipeline:
         # Ctrl-C can act (where a call returns, where a function starts: see
         # test_interrupted_calls), and the failure path gives back what is set: the
         # admission slot and the placement are counted taken in one run of statements
-        # without a call, ``serving`` set with them; each stage call is appended to
+        # without a call, ``serving`` set with them (under a deadline the slot is waited
+        # for first, ``taken`` says when it was); each stage call is appended to
         # ``calls`` as its stage registers it; the result holds it all once made.
-        # (Under a deadline the slot is waited for by take_slot: an interrupt as that
-        # returns, before ``admitted`` is set, still leaves the slot taken.)
         if until is not None and not admitted:  # its refusals raised as they are
-            take_slot(self.admission, until)  # (waits: not in the section below)
-            admitted = True
+            taken: list[bool] = []  # the slot, once take_slot counted it taken
+            try:
+                take_slot(self.admission, until, taken)  # (waits: not in the section below)
+                admitted = True
+            except BaseException:
+                if taken:  # interrupted as it returned: the slot taken, given back
+                    self.admission.release()
+                raise
         serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
         calls: list[PendingCall] = []  # every stage call, as it is registered

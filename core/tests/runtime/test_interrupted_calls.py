@@ -184,8 +184,9 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("length", "deadline_s"), [(1, None), (2, None), (1, 30.0)],
-                         ids=["one-stage", "two-stage", "one-stage-deadline"])
+@pytest.mark.parametrize(("length", "deadline_s"), [(1, None), (2, None), (1, 30.0), (2, 30.0)],
+                         ids=["one-stage", "two-stage", "one-stage-deadline",
+                              "two-stage-deadline"])
 def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
         open_pipeline: OpenPipeline, ledger: ResourceLedger, length: int,
         deadline_s: float | None) -> None:

@@ -111,7 +111,7 @@ def watched(start: Callable[..., WorkerClient]) -> tuple[WorkerClient, WatchedRe
         reads.received(bytes(view[:count]))
         return count
 
-    client._recv_into = recv_into  # type: ignore[method-assign]
+    client._receive_with(recv_into)
     return client, reads
 
 

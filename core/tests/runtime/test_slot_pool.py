@@ -29,13 +29,13 @@ def test_a_release_wakes_a_waiter_long_before_its_deadline() -> None:
     waiter = threading.Thread(target=lambda: (pool.acquire(60.0), got.append(1.0)), daemon=True)
     waiter.start()
     deadline = time.monotonic() + 10
-    while pool._waiters == 0 and time.monotonic() < deadline:  # it is inside wait()
+    while pool.waiters == 0 and time.monotonic() < deadline:  # it is inside wait()
         time.sleep(0.005)
-    assert pool._waiters == 1
+    assert pool.waiters == 1
     pool.release()
     waiter.join(timeout=20)
     assert not waiter.is_alive() and got == [1.0]
-    assert pool.used == 1 and pool._waiters == 0
+    assert pool.used == 1 and pool.waiters == 0
     pool.release()
 
 
@@ -58,7 +58,7 @@ def test_close_ends_a_wait_at_once_and_refuses_later_waits_but_not_a_free_slot()
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
     deadline = time.monotonic() + 10
-    while pool._waiters == 0 and time.monotonic() < deadline:  # it is inside wait()
+    while pool.waiters == 0 and time.monotonic() < deadline:  # it is inside wait()
         time.sleep(0.005)
     pool.close("closed")
     waiter.join(timeout=20)  # far below its 60 s: only close can end it in time
@@ -71,4 +71,4 @@ def test_close_ends_a_wait_at_once_and_refuses_later_waits_but_not_a_free_slot()
     pool.release()
     pool.acquire()  # a free slot is still taken (the owner refuses what comes next)
     pool.release()
-    assert pool.used == 0 and pool._waiters == 0
+    assert pool.used == 0 and pool.waiters == 0

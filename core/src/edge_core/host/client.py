@@ -240,8 +240,8 @@ class WorkerClient:
         self._outcome: RetireOutcome | None = None
         # The usual reply is recognised in the client's own receive buffer (_read_one);
         # anything else is handed to the frame reader, which takes it first
-        self._recv_into = sock.recv_into
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
+        self._receive_with(sock.recv_into)
         # received, not yet taken by the reader: given to it first
         self._received = ReceivedFirst(self._recv_into)
         self._more = False  # bytes of a frame wait in the reader's buffer
@@ -863,6 +863,9 @@ class WorkerClient:
         """
         raw = None  # the header of a receive that held one whole binary frame
         kept = None  # its template (then kept already), if it has one
+        # Bytes a receive took that are neither delivered nor handed to the frame reader
+        # yet: a KeyboardInterrupt meanwhile reads on from them (_read_taken)
+        taken = 0
         try:
             if self._more:  # a frame (or its start) waits in the reader's buffer
                 frame = self._frames.read()
@@ -870,9 +873,11 @@ class WorkerClient:
             else:
                 view = self._intake
                 try:
-                    count = self._recv_into(view, 0, flags)
+                    for taken in self._receives[flags]:  # noqa: B007 (one receive, its count
+                        break  # stored with no call between: see _receive_with)
                 except BlockingIOError:  # (MSG_DONTWAIT) nothing waits: the reader polls
                     return False
+                count = taken
                 # all the stream held (less than the room given): no frame waits behind it
                 if count < DEFAULT_BUFFER_BYTES:
                     # (of fewer than PREFIX_SIZE bytes, the sum below exceeds the count)
@@ -910,7 +915,9 @@ class WorkerClient:
                                     with self._lock:
                                         calls.setdefault(request_id, call)
                                     call = None
-                            if call is not None:
+                            if call is not None:  # its end is delivered here: an
+                                # interrupt from now on leaves it to its waiter's close
+                                taken = 0
                                 self.last_heard = time.monotonic()
                                 _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
@@ -939,6 +946,7 @@ class WorkerClient:
                                 call.deliver_done(event, arrays)  # (no Delivery made)
                                 return False  # all the receive held was read
                 self._received.left = view[:count]
+                taken = 0  # the frame reader's now
                 frame = self._frames.read()
                 if raw is None:  # else it was all the receive held: nothing is left
                     self._more = self._frames.has_buffered()
@@ -960,6 +968,10 @@ class WorkerClient:
                 WorkerGone("worker.channel", f"read failed ({exc})", self.identity.pid),
             )
             return None
+        except BaseException:  # a KeyboardInterrupt: what the receive took is read on
+            if taken:
+                self._read_taken(taken)
+            raise
         self.last_heard = time.monotonic()
         try:
             if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
@@ -997,6 +1009,33 @@ class WorkerClient:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
         return self._more
+
+    def _receive_with(self, recv_into: Callable[..., int]) -> None:
+        """Receive into the intake with ``recv_into`` (the socket's; a test's watcher).
+
+        One receive per step of an iterator (for flags 0, and ``MSG_DONTWAIT``):
+        :meth:`_read_one` takes its count from a ``for`` over one, which stores it with
+        no call between the receive and the store (a Ctrl-C acts where a call returns).
+        """
+        self._recv_into = recv_into
+        intake = itertools.repeat(self._intake)
+        self._receives = {flags: map(recv_into, intake, itertools.repeat(0),
+                                     itertools.repeat(flags))
+                          for flags in {0, _DONTWAIT or 0}}
+
+    def _read_taken(self, count: int) -> None:
+        """Read and dispatch the frames in the ``count`` bytes a receive took (see below).
+
+        A ``KeyboardInterrupt`` acted on after a receive, before its bytes were delivered
+        or handed to the frame reader, would drop them: a reply lost, its call never
+        ended (its stage's slot held), the channel torn. They are handed to the frame
+        reader and every frame they hold is read and dispatched (the rest of a frame they
+        cut short, already on its way, is read too) before the interrupt goes on.
+        """
+        self._received.left = self._intake[:count]
+        self._more = True
+        while self._read_one():  # until no byte is left in the reader's buffer
+            pass
 
     def _dispatch(self, frame: Frame) -> None:
         header = frame.header

@@ -46,8 +46,15 @@ class SlotPool:
             raise ValueError(f"{what}: limit must be at least 1: {limit!r}")
         self.limit = limit
         self.what = what
-        self._used = 0
-        self._waiters = 0  # threads inside acquire's wait: release notifies only then
+        self.used = 0
+        """Slots taken now. Changed under the pool's lock only: by :meth:`acquire` and the
+        others, or by an owner sharing the lock (see ``lock``) that counts a slot taken
+        (``used += 1`` once ``used < limit``, else :meth:`refusal`) or given back in the
+        same run of statements, without a call between, as it records who holds it: a
+        ``KeyboardInterrupt`` is acted on only where a call returns or a function
+        starts, so it finds both done or neither."""
+        self.waiters = 0
+        """Threads inside :meth:`acquire`'s wait: a release notifies only then."""
         self._closed: str | None = None  # why every wait ends now (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
         # __enter__/__exit__); the Condition over it is only for waiting.
@@ -61,16 +68,15 @@ class SlotPool:
     def free(self) -> int:
         """Slots free now."""
         with self._lock:
-            return self.limit - self._used
+            return self.limit - self.used
 
-    @property
-    def used(self) -> int:
-        """Slots taken now."""
-        with self._lock:
-            return self._used
-
-    def acquire(self, deadline_s: float | None = None) -> None:
+    def acquire(self, deadline_s: float | None = None,
+                held: list[bool] | None = None) -> None:
         """Take a slot: at once, or waiting up to ``deadline_s`` seconds when it is given.
+
+        ``held``: appended to as the slot is counted taken, with no call between (see
+        :attr:`used`): a caller interrupted as this returns (a ``KeyboardInterrupt``)
+        finds there whether it holds a slot.
 
         Raises:
             SlotsTaken: naming the limit, when no slot frees in time.
@@ -78,28 +84,32 @@ class SlotPool:
                 or while this waited.
         """
         with self._lock:
-            if self._used < self.limit:
-                self._used += 1
+            if self.used < self.limit:
+                self.used += 1
+                if held is not None:
+                    held.append(True)
                 return
             if deadline_s is not None and deadline_s > 0 and self._closed is None:
                 end = time.monotonic() + deadline_s
-                self._waiters += 1
+                self.waiters += 1
                 try:
-                    while self._used >= self.limit:
+                    while self.used >= self.limit:
                         if self._closed is not None:
                             raise StageClosed(f"{self.what}: {self._closed}")
                         remaining = end - time.monotonic()
                         if remaining <= 0 or not self._cond.wait(remaining):
-                            if self._used < self.limit:
+                            if self.used < self.limit:
                                 break
                             if time.monotonic() >= end:
                                 break
                 finally:
-                    self._waiters -= 1
-                if self._used < self.limit:
-                    self._used += 1
+                    self.waiters -= 1
+                if self.used < self.limit:
+                    self.used += 1
+                    if held is not None:
+                        held.append(True)
                     return
-            raise self._refusal(deadline_s)
+            raise self.refusal(deadline_s)
 
     def take_held(self) -> None:
         """``acquire(None)`` within a section of the pool's lock (its owner's: see ``lock``).
@@ -108,19 +118,22 @@ class SlotPool:
             SlotsTaken: no slot is free.
             StageClosed: no slot is free and the pool was closed.
         """
-        if self._used < self.limit:
-            self._used += 1
+        if self.used < self.limit:
+            self.used += 1
             return
-        raise self._refusal(None)
+        raise self.refusal(None)
 
-    def _refusal(self, deadline_s: float | None) -> Exception:
-        """Why no slot was taken (holding the lock): closed, else every slot taken."""
+    def refusal(self, deadline_s: float | None) -> Exception:
+        """Why no slot was taken (asked holding the lock): closed, else every slot taken.
+
+        ``deadline_s``: how long the refused request waited (named in the refusal).
+        """
         if self._closed is not None:  # nothing free: a wait would outlive its owner
             return StageClosed(f"{self.what}: {self._closed}")
         return SlotsTaken(
             f"{self.what}: all {self.limit} slot(s) taken"
             + (f" for {deadline_s} s" if deadline_s else "")
-            + f": {self._used}"
+            + f": {self.used}"
         )
 
     def close(self, why: str) -> None:
@@ -149,29 +162,37 @@ class SlotPool:
         Wakes one waiter; the :attr:`listeners` are the caller's to call, once it has let
         go of the lock.
         """
-        if self._used <= 0:
+        if self.used <= 0:
             raise RuntimeError(f"{self.what}: release without a matching acquire")
-        self._used -= 1
-        if self._waiters:
+        self.used -= 1
+        if self.waiters:
             self._cond.notify()
 
+    def wake_held(self) -> None:
+        """Wake one waiter for a slot, within a section of the pool's lock.
 
-def take_slot(pool: SlotPool, until: float | None) -> None:
+        What :meth:`release_held` does after its count, for an owner that counted a slot
+        given back itself (``used -= 1``: see :attr:`used`), when :attr:`waiters`.
+        """
+        self._cond.notify()
+
+
+def take_slot(pool: SlotPool, until: float | None, held: list[bool] | None = None) -> None:
     """Take a slot of ``pool``: at once without a deadline, else waiting until ``until``.
 
     ``until`` is a ``time.monotonic()`` deadline (a request's ``deadline_s`` bounds the
-    whole request, waiting for slots included).
+    whole request, waiting for slots included). ``held``: see :meth:`SlotPool.acquire`.
 
     Raises:
         ResourceUnavailable: no deadline and no free slot.
         DeadlineExceeded: no slot freed before ``until``.
     """
     if until is None:
-        pool.acquire(None)
+        pool.acquire(None, held)
         return
     left = until - time.monotonic()
     try:
-        pool.acquire(left if left > 0 else None)
+        pool.acquire(left if left > 0 else None, held)
     except ResourceUnavailable as exc:
         raise DeadlineExceeded(
             f"{pool.what}: no slot free before the deadline: {max(left, 0.0):.3f} s left"

@@ -426,6 +426,7 @@ def run_chain(
     where: str,
     request_id: str | None = None,
     tracker: RequestTracker | None = None,
+    into: list[PendingCall] | None = None,
 ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any],
            Mapping[str, Any]]:
     """Run every stage but the last to completion; submit the last and return it.
@@ -433,7 +434,11 @@ def run_chain(
     ``until`` (a ``time.monotonic()`` deadline) bounds the whole request: it is checked
     before each stage and bounds each stage call. With ``request_id`` and ``tracker`` the
     request carries that id on every stage and can be cancelled alone
-    (:class:`~edge_core.runtime.request_tracker.RequestTracker`).
+    (:class:`~edge_core.runtime.request_tracker.RequestTracker`). ``into``: the caller's
+    list of its calls, each stage's call appended as it is registered
+    (:meth:`StageRuntime.submit <edge_core.runtime.stage_runtime.StageRuntime.submit>`):
+    a ``KeyboardInterrupt`` before a call is held here leaves it for the caller to
+    abandon.
 
     Returns:
         The last stage's call (or its gathered fan-out), each earlier stage's latency,
@@ -507,7 +512,7 @@ def run_chain(
                         return GatheredCall(done), latencies, {}, asked
                 else:
                     pending = group.submit(data, params=stage_params, until=until,
-                                           request_id=request_id, abandoned=stop)
+                                           request_id=request_id, abandoned=stop, into=into)
                     if last:
                         return pending, latencies, carry, asked
                     try:

@@ -88,6 +88,7 @@ class PendingCall:
 
     _result: StageResult | None = None  # (on the class: what every call starts with)
     _done = False
+    _abandoned = False  # abandon() was called (it acts once)
     # The events before the terminal one and their outputs so far, made by the first
     # such event (the usual call has none: nothing is made for it)
     _partial: tuple[list[StageEvent], dict[str, Any]] | None = None
@@ -316,8 +317,12 @@ class PendingCall:
         by the thread that queues its end (the stage's ``on_end``, a worker stage's), so
         that a call still running in a worker is fenced and read to its end there, never
         interrupted; else at once (a call that ended: nothing waits). Errors closing it
-        are its stage's to report: the caller's own error is what is raised.
+        are its stage's to report: the caller's own error is what is raised. Once: a
+        second abandon (a caller's failure path after a callee's) does nothing.
         """
+        if self._abandoned:
+            return
+        self._abandoned = True
         on_end = getattr(getattr(self.stage, "loaded", None), "on_end", None)
         if on_end is not None:
             with contextlib.suppress(Exception):

@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -334,19 +334,21 @@ class Pipeline:
     def _chain(
         self, serving: Serving, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
         until: float | None, request_id: str | None = None,
+        into: list[PendingCall] | None = None,
     ) -> tuple[PendingCall | GatheredCall, dict[str, float], dict[str, Any],
                Mapping[str, Any]]:
         """Run every stage but the last to completion; submit the last and return it.
 
         Every stage runs on ``serving``, the placement the request entered. ``until``
         (monotonic) bounds every stage call; ``request_id`` is the request's id on every
-        stage, tracked so that :meth:`Submission.cancel` finds it.
+        stage, tracked so that :meth:`Submission.cancel` finds it. ``into``: the caller's
+        list of its stage calls (see :func:`~edge_core.runtime.chain.run_chain`).
         """
         epoch = self.epoch
         return run_chain(serving.groups, serving.transforms, inputs, params=params,
                          until=until, cancelled=lambda: self.epoch != epoch,
                          where=self._where,
-                         request_id=request_id, tracker=self.requests)
+                         request_id=request_id, tracker=self.requests, into=into)
 
     def run(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
             deadline_s: float | None = None) -> PipelineResult:
@@ -381,21 +383,40 @@ class Pipeline:
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
              until: float | None, request_id: str | None, admitted: bool = False,
              on_event: OnEvent | None = None) -> PipelineResult:
-        if admitted or until is not None:
-            if not admitted:
-                take_slot(self.admission, until)
-            epoch = self.epoch
-            serving = self.lineup.enter()
-        else:  # take_slot without a deadline (free now or refused), with the placement
-            with self._admitting:
-                self.admission.take_held()
-                epoch = self.epoch
-                serving = self.lineup.enter_held()
+        # What the request holds is known from what is set, at every point where a
+        # Ctrl-C can act (where a call returns, where a function starts: see
+        # test_interrupted_calls), and the failure path gives back what is set: the
+        # admission slot and the placement are counted taken in one run of statements
+        # without a call, ``serving`` set with them (under a deadline the slot is waited
+        # for first, ``taken`` says when it was); each stage call is appended to
+        # ``calls`` as its stage registers it; the result holds it all once made.
+        if until is not None and not admitted:  # its refusals raised as they are
+            taken: list[bool] = []  # the slot, once take_slot counted it taken
+            try:
+                take_slot(self.admission, until, taken)  # (waits: not in the section below)
+                admitted = True
+            except BaseException:
+                if taken:  # interrupted as it returned: the slot taken, given back
+                    self.admission.release()
+                raise
+        serving: Serving | None = None  # entered, its admission slot taken with it
         last: PendingCall | GatheredCall | None = None  # the last call (abandoned on failure)
+        calls: list[PendingCall] = []  # every stage call, as it is registered
+        result: PipelineResult | None = None
         try:
+            with self._admitting:  # the lineup's and the admission's lock
+                if not admitted:  # take_slot without a deadline: free now, else refused
+                    admission = self.admission
+                    if admission.used >= admission.limit:
+                        raise admission.refusal(None)
+                    admission.used += 1
+                    admitted = True
+                epoch = self.epoch
+                serving = self.lineup.current  # ServingLineup.enter_held, without its call
+                serving.holds += 1
             if serving.direct is not None:  # one stage: no chain to run
                 direct = last = self._direct(serving.direct, inputs, params, until,
-                                             request_id, epoch)
+                                             request_id, epoch, into=calls)
                 assert direct is not None  # (waits for a slot: never None)
                 if on_event is not None:
                     for event, tensors in direct.events():
@@ -405,7 +426,7 @@ class Pipeline:
                 carry: dict[str, Any] = _NO_CARRY  # (only read)
             else:
                 chained, latencies, carry, asked = self._chain(serving, inputs, params,
-                                                               until, request_id)
+                                                               until, request_id, calls)
                 last = chained
                 try:  # a good request pays 2 bytecodes here (the try's NOP, a jump past)
                     if on_event is not None:
@@ -417,14 +438,27 @@ class Pipeline:
                     if refused is None:
                         raise
                     raise refused from error
+            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
+                                              carry)
+            # Made in two steps: once __init__ ran to its end the result holds the request
+            # (a result dropped gives it back through its drain); until then this does
+            result = PipelineResult.__new__(PipelineResult)
+            PipelineResult.__init__(result, final, latencies, release, (), receipt)
+            return result
         except BaseException as exc:
-            if last is not None:  # it may still hold its stage's slot: given back
+            if result is not None and result.made:
+                raise  # the result holds what the request held: given back when dropped
+            if last is not None:  # it may still hold its stage's slot (or its result)
                 last.abandon()
-            _leave(self._admitting, self.lineup, self.admission, serving)  # as a delivery's
+            for call in calls:  # each stage call, held or not yet (abandoned once: the
+                call.abandon()  # last, each earlier one acknowledged or abandoned already)
+            if serving is not None:
+                _leave(self._admitting, self.lineup, self.admission, serving)
+            elif admitted:  # taken under a deadline (or by the caller), no placement yet
+                self.admission.release()
             if isinstance(exc, Exception) and (refusal := self._refusal(exc, inputs)):
                 raise refusal from None  # the inputs' fault, or the closed pipeline's
             raise
-        return self._delivered(serving, final, epoch, request_id, latencies, carry)
 
     def _last_refused(self, serving: Serving, error: Exception,
                       params: Mapping[str, Any] | None,
@@ -466,15 +500,29 @@ class Pipeline:
         ``RequestCancelled`` raised.
         """
         try:
-            if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
-                    request_id is not None and self.requests.cancelled(request_id)):
-                final.ack()
-                raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
-            if carry:
-                final.outputs.update(carry)
+            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
+                                              carry)
         except BaseException:
             _leave(self._admitting, self.lineup, self.admission, serving)
             raise
+        return PipelineResult(final, latencies, release, (), receipt)
+
+    def _delivery(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
+                  request_id: str | None, latencies: dict[str, float],
+                  carry: dict[str, Any]) -> tuple[Callable[[], None],
+                                                  Callable[[], Sequence[Mapping[str, Any]]]]:
+        """What a request's :class:`PipelineResult` is made of: (its release, its receipt).
+
+        Gives back nothing itself (the caller does on failure). A request cancelled while
+        its last stage ran delivers nothing: its result is acknowledged and
+        ``RequestCancelled`` raised.
+        """
+        if self.epoch != epoch or (  # cancelled while the last stage ran: deliver nothing
+                request_id is not None and self.requests.cancelled(request_id)):
+            final.ack()
+            raise RequestCancelled(f"pipelines[{self.config.name}]: cancelled")
+        if carry:
+            final.outputs.update(carry)
         latencies[serving.final_stage_id] = final.latency_s
         # The placement's generations as compared with the last request's: the one
         # worker's own (an int, no tuple made per request), else every stage's
@@ -492,11 +540,12 @@ class Pipeline:
                 serving, seen,
                 partial(_leave, self._admitting, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
-        return PipelineResult(final, latencies, parts[2], (), parts[3])  # (receipt)
+        return parts[2], parts[3]
 
     def _direct(self, group: ReplicaSet, inputs: Mapping[str, Any],
                 params: Mapping[str, Any] | None, until: float | None,
-                request_id: str | None, epoch: int, *, now: bool = False) -> PendingCall | None:
+                request_id: str | None, epoch: int, *, now: bool = False,
+                into: list[PendingCall] | None = None) -> PendingCall | None:
         """Submit a request of a one-stage placement to its stage, as the chain would.
 
         What :func:`~edge_core.runtime.chain.run_chain` does for a chain of one stage,
@@ -504,7 +553,8 @@ class Pipeline:
         result: only a transform carries values on), the pipeline's cancel and the
         request's deadline are checked first, the request is tracked on the stage and
         its parameters go to the stage as they are. ``now``: only on a replica with a
-        free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting.
+        free slot (:meth:`ReplicaSet.try_submit`), else None, without waiting. ``into``:
+        the caller's list of its calls (see :meth:`StageRuntime.submit`).
         """
         for key in inputs:  # carried values stay out of the stage's inputs
             if key.startswith(CARRY_PREFIX):
@@ -531,9 +581,10 @@ class Pipeline:
             abandoned = moved[1]
         if now:  # a free slot now, or None
             return group.try_submit(data, params=dict(params) if params else None,
-                                    until=until, request_id=request_id, abandoned=abandoned)
+                                    until=until, request_id=request_id, abandoned=abandoned,
+                                    into=into)
         return group.submit(data, params=dict(params) if params else None, until=until,
-                            request_id=request_id, abandoned=abandoned)
+                            request_id=request_id, abandoned=abandoned, into=into)
 
     def _request_abandoned(self, epoch: int, request_id: str) -> bool:
         """True once the pipeline or request ``request_id`` was cancelled since ``epoch``."""

@@ -86,6 +86,18 @@ class PipelineResult:
         self._acked = False
 
     @property
+    def made(self) -> bool:
+        """Whether :meth:`__init__` ran to its end (it sets ``_acked`` last).
+
+        From then on this result holds the request's slots: given back by :meth:`ack`,
+        or by the drain once it is dropped.
+        """
+        try:
+            return self._acked is not None  # set last: unset while __init__ had not ended
+        except AttributeError:
+            return False
+
+    @property
     def placement(self) -> list[dict[str, Any]]:
         """The placement receipt (:meth:`~edge_core.runtime.serving_lineup.Serving.receipt`).
 

@@ -245,10 +245,11 @@ class ReplicaSet:
     def try_submit(self, inputs: Mapping[str, Any], *,
                    params: Mapping[str, Any] | None = None, until: float | None = None,
                    request_id: str | None = None,
-                   abandoned: Callable[[], bool] | None = None) -> PendingCall | None:
+                   abandoned: Callable[[], bool] | None = None,
+                   into: list[PendingCall] | None = None) -> PendingCall | None:
         """Submit on a replica with a free slot; ``None`` when none is free or others wait.
 
-        ``abandoned`` goes to the replica's :meth:`StageRuntime.submit`.
+        ``abandoned`` and ``into`` go to the replica's :meth:`StageRuntime.submit`.
 
         Raises:
             StageClosed: no replica is serving.
@@ -258,7 +259,7 @@ class ReplicaSet:
                 self._candidates()  # still refuses when no replica serves
                 return None
         try:
-            return self._submit_free(inputs, params, until, request_id, abandoned)
+            return self._submit_free(inputs, params, until, request_id, abandoned, into)
         except ResourceUnavailable as exc:
             if not _worth_waiting(exc):
                 raise
@@ -266,7 +267,8 @@ class ReplicaSet:
 
     def _submit_free(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
                      until: float | None, request_id: str | None,
-                     abandoned: Callable[[], bool] | None) -> PendingCall | None:
+                     abandoned: Callable[[], bool] | None,
+                     into: list[PendingCall] | None) -> PendingCall | None:
         only = self._only
         if only is not None and not self.lost and only.state is _READY:
             # One serving replica: no candidates to rank (None when it is full or closes
@@ -275,7 +277,8 @@ class ReplicaSet:
                 return None
             if only.made_input_buffers:
                 only.check_input_buffers(inputs)  # busy: refused at once, not after a slot
-            return self._submit_to(only, inputs, params, until, request_id, abandoned)
+            return self._submit_to(only, inputs, params, until, request_id, abandoned,
+                                   into)
         candidates = self._candidates()
         owner = self.owner_of(inputs)
         if owner is not None and any(owner is c for c in candidates):
@@ -286,7 +289,8 @@ class ReplicaSet:
             if runtime.slots.free <= 0:
                 continue
             try:
-                call = self._submit_to(runtime, inputs, params, until, request_id, abandoned)
+                call = self._submit_to(runtime, inputs, params, until, request_id, abandoned,
+                                       into)
             except ResourceUnavailable as exc:
                 if not _worth_waiting(exc):
                     raise
@@ -301,7 +305,8 @@ class ReplicaSet:
     def _submit_to(self, runtime: StageRuntime, inputs: Mapping[str, Any],
                    params: Mapping[str, Any] | None, until: float | None,
                    request_id: str | None,
-                   abandoned: Callable[[], bool] | None) -> PendingCall | None:
+                   abandoned: Callable[[], bool] | None,
+                   into: list[PendingCall] | None) -> PendingCall | None:
         """Submit on ``runtime`` if it takes the call now; None when it is taken or closed.
 
         Any other refusal (``ResourceUnavailable`` from the stage's call: its shared memory
@@ -311,7 +316,7 @@ class ReplicaSet:
         try:
             return runtime.submit(inputs, params=params, until=until,
                                   request_id=request_id, abandoned=abandoned,
-                                  wait_for_slot=False)
+                                  wait_for_slot=False, into=into)
         except (SlotsTaken, StageClosed):
             return None  # taken or closed in between: try the next one
         except WorkerError:
@@ -323,13 +328,14 @@ class ReplicaSet:
     def submit(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                deadline_s: float | None = None, until: float | None = None,
                request_id: str | None = None,
-               abandoned: Callable[[], bool] | None = None) -> PendingCall:
+               abandoned: Callable[[], bool] | None = None,
+               into: list[PendingCall] | None = None) -> PendingCall:
         """Submit on the freest replica, waiting for a slot up to ``deadline_s`` (None: no bound).
 
         An admitted request waits here rather than failing: the pipeline's admission
         already bounds how many requests can wait. ``until`` (monotonic) is the request's
-        deadline: it bounds the wait and the call; ``request_id`` and ``abandoned`` go to
-        the replica's :meth:`StageRuntime.submit`.
+        deadline: it bounds the wait and the call; ``request_id``, ``abandoned`` and
+        ``into`` go to the replica's :meth:`StageRuntime.submit`.
 
         While no replica serves but one is restarting or will be (:meth:`restart_pending`),
         the request waits for it too — bounded by ``until``/``deadline_s``, else by
@@ -363,7 +369,7 @@ class ReplicaSet:
                 try:
                     return only.submit(inputs, params=params, until=until,
                                        request_id=request_id, abandoned=abandoned,
-                                       wait_for_slot=False)
+                                       wait_for_slot=False, into=into)
                 except (SlotsTaken, StageClosed):
                     pass  # taken or closed in between: wait for it below
                 except ResourceUnavailable as exc:
@@ -376,7 +382,8 @@ class ReplicaSet:
                         raise
             elif abandoned is None or not abandoned():
                 try:
-                    call = self._submit_free(inputs, params, until, request_id, abandoned)
+                    call = self._submit_free(inputs, params, until, request_id, abandoned,
+                                             into)
                 except ResourceUnavailable as exc:
                     if not _worth_waiting(exc):
                         raise
@@ -401,7 +408,8 @@ class ReplicaSet:
                     first = self._waiting[0] == ticket
                 refused = False
                 try:
-                    call = (self._submit_free(inputs, params, until, request_id, abandoned)
+                    call = (self._submit_free(inputs, params, until, request_id, abandoned,
+                                              into)
                             if first else None)
                 except ResourceUnavailable as exc:
                     if not _worth_waiting(exc):

@@ -192,6 +192,7 @@ class StageRuntime:
         until: float | None = None,
         abandoned: Callable[[], bool] | None = None,
         wait_for_slot: bool = True,
+        into: list[PendingCall] | None = None,
     ) -> PendingCall:
         """Send one request; returns at once with a :class:`PendingCall`.
 
@@ -206,6 +207,12 @@ class StageRuntime:
                 request was cancelled while it waited for a slot) refuses it unsent.
             wait_for_slot: False: take a free slot or refuse at once, whatever the
                 deadline (a replica set waits across its replicas itself).
+            into: The caller's list of its calls: the pending call is appended to it as
+                it is registered (no call between), so that a ``KeyboardInterrupt``
+                acted on before the caller holds what this returns (as it returns, or
+                as any caller on the way returns it) leaves it where the caller's
+                failure path finds it to abandon (:meth:`PendingCall.abandon`). Taken
+                out again when this fails.
 
         Raises:
             StageClosed: the stage needs a restart, failed, is restarting or was retired.
@@ -248,8 +255,11 @@ class StageRuntime:
             with self._lock:
                 if self.state is not _READY:
                     self._require_ready()
-                if not waited:
-                    self.slots.take_held()
+                if not waited:  # SlotPool.take_held, counted with ``held``: no call between
+                    slots = self.slots
+                    if slots.used >= slots.limit:
+                        raise slots.refusal(None)
+                    slots.used += 1
                     held = True
                 if abandoned is not None and abandoned():
                     raise RequestCancelled(f"request {request_id!r}: cancelled before it "
@@ -275,6 +285,8 @@ class StageRuntime:
                                            params=dict(params or {}))
                 registered = entry = PendingCall(self, request, serial)
                 self._entries[request_id] = entry
+                if into is not None:  # the caller holds it from here (see ``into``)
+                    into.append(entry)
                 # An expiry while the request is still being sent waits for the send
                 # (_cancel_targets), as a cancel does. The action names the entry by its
                 # serial, not by the entry itself: entry -> handle -> action -> entry
@@ -311,6 +323,8 @@ class StageRuntime:
                         del self._entries[request_id]
                     else:  # a restart took the entry meanwhile and freed its slot with it
                         held = False
+                    if into is not None and registered in into:
+                        into.remove(registered)  # ended here: nothing for the caller
             if held:
                 self.slots.release()
             # A key that is no input name fails where the inputs are packed (a wire
@@ -444,9 +458,14 @@ class StageRuntime:
             if (entry is None or not entry.delivered or entry.serial != key.serial
                     or entry.epoch != key.epoch or key.generation != self.generation):
                 return _STALE
+            # The entry and the slot it holds (counted from its registration until it
+            # is removed) go together: SlotPool.release_held's count, with no call
+            # between (see SlotPool.used); then a waiter for a slot is woken
             del self._entries[key.request_id]
             slots = self.slots
-            slots.release_held()
+            slots.used -= 1
+            if slots.waiters:
+                slots.wake_held()
         if slots.listeners:  # (called without the lock)
             for listener in slots.listeners:
                 listener()

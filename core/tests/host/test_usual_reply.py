@@ -26,7 +26,7 @@ from edge_contracts.errors import ContractError
 from edge_contracts.frame_reader import FrameReader
 from edge_contracts.headers import FrameHeader, Limits, TensorSpec
 from edge_contracts.protocol import FEATURE_EVENT_FIELDS, KNOWN_FEATURES, OP_EVENT, OP_HEARTBEAT
-from edge_contracts.requests import EventKind, StageEvent
+from edge_contracts.requests import EventKind, Operation, StageEvent, StageRequest
 from edge_contracts.tensors import dtype_of
 from edge_contracts.wire import PREFIX, Frame, parse_header
 from edge_core.host import WorkerClient
@@ -267,6 +267,40 @@ def test_a_reply_of_another_kind_or_for_no_call_in_flight_is_read_whole(
     assert reads.taken() == []
     assert client.outstanding() == 0 and client.health().state == "ready"
     del after
+
+
+class WatchedCalls(dict[str, Any]):
+    """The client's calls in flight, recording which ids were taken out (popped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.popped: list[str] = []
+
+    def pop(self, key: str, *default: Any) -> Any:
+        found = super().pop(key, *default)
+        if found is not None:
+            self.popped.append(key)
+        return found
+
+
+def test_a_usual_reply_of_an_earlier_epoch_leaves_its_ids_call_in_place(
+    watched: tuple[WorkerClient, WatchedReads],
+) -> None:
+    # A DONE like the template (epoch 0) but for a call of epoch 1: the usual path
+    # must not take the call out (taken out and put back, a call of its id registered
+    # in between would have displaced it); the general path drops the stale reply and
+    # the call gets its own DONE
+    client, _ = watched
+    run(client, "r1")  # the template: epoch 0
+    calls = WatchedCalls()
+    client._calls = calls  # type: ignore[assignment]
+    call = client.submit(StageRequest("r2", "s0", 1, 1, Operation.RUN,
+                                      params={"script": "earlier_epoch_first"}), {"x": X})
+    (done,) = [call.next(timeout=10)]
+    assert done.kind is EventKind.DONE and done.epoch == 1 and done.terminal
+    np.testing.assert_array_equal(done.arrays["x"], X)
+    assert calls.popped == ["r2"]  # once: by its own DONE, not by the stale one
+    assert client.outstanding() == 0 and client.health().state == "ready"
 
 
 def test_an_id_the_parser_refuses_fails_the_channel_as_the_general_path_does(

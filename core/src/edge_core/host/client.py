@@ -908,12 +908,19 @@ class WorkerClient:
                                 # Taken out without the lock (see _calls) by one pop
                                 # (DONE is terminal): an interrupt after it finds the call
                                 # gone from the channel, as its waiter's close does. A call
-                                # of another epoch goes back for the general path's read.
+                                # of another epoch is left where it is (the general path
+                                # reads the frame): taken out and put back, a call of its
+                                # id registered in between would have displaced it.
                                 calls = self._calls
-                                call = calls.pop(request_id, None)
-                                if call is not None and call.epoch != kept[2]:
-                                    with self._lock:
-                                        calls.setdefault(request_id, call)
+                                call = calls.get(request_id)
+                                if call is not None and call.epoch == kept[2]:
+                                    popped = calls.pop(request_id, None)
+                                    if popped is not call:  # another thread took it first,
+                                        call = None  # and one of its id came: back it goes
+                                        if popped is not None:
+                                            with self._lock:
+                                                calls.setdefault(request_id, popped)
+                                else:
                                     call = None
                             if call is not None:  # its end is delivered here: an
                                 # interrupt from now on leaves it to its waiter's close

@@ -519,7 +519,9 @@ class Replies(Echo):
       50 ms, so that it is received alone) the call's own DONE, written by the loop;
     * ``output_first``: an OUTPUT event with the outputs first, then (50 ms later) the
       loop's DONE;
-    * ``bad_id``: a DONE whose id (of the same length) has a control character.
+    * ``bad_id``: a DONE whose id (of the same length) has a control character;
+    * ``earlier_epoch_first``: a DONE of the call's own id but of the epoch before its
+      own first, then (50 ms later) the loop's DONE.
     """
 
     def submit(self, call: Call) -> Mapping[str, Any] | None:
@@ -539,6 +541,9 @@ class Replies(Echo):
         elif script == "output_first":
             os.write(fd, _reply(call, call.request_id, outputs, kind="output"))
             time.sleep(0.05)
+        elif script == "earlier_epoch_first":
+            os.write(fd, _reply(call, call.request_id, outputs, epoch=call.epoch - 1))
+            time.sleep(0.05)
         elif script == "bad_id":
             os.write(fd, _reply(call, call.request_id[:-1] + "\x01", outputs))
             time.sleep(60)
@@ -546,7 +551,8 @@ class Replies(Echo):
         return outputs
 
 
-def _reply(call: Call, request_id: str, outputs: Mapping[str, Any], kind: str = "done") -> bytes:
+def _reply(call: Call, request_id: str, outputs: Mapping[str, Any], kind: str = "done",
+           epoch: int | None = None) -> bytes:
     """The bytes of an event frame of ``call`` as the serve loop encodes one."""
     import numpy as np
 
@@ -559,7 +565,8 @@ def _reply(call: Call, request_id: str, outputs: Mapping[str, Any], kind: str = 
     specs = tuple(TensorSpec.inline(name, dtype_of(array), array.shape, array.nbytes)
                   for name, array in zip(outputs, arrays, strict=True))
     parts = encode_call_frame(
-        OP_EVENT, request_id, call.stage_id, call.epoch, call.generation, specs,
+        OP_EVENT, request_id, call.stage_id, call.epoch if epoch is None else epoch,
+        call.generation, specs,
         [memoryview(array).cast("B") for array in arrays], frozenset({FEATURE_EVENT_FIELDS}),
         event_meta=b"", event_block=event_block(0, kind, time.time_ns()), keep=False)
     return b"".join(bytes(part) for part in parts)

@@ -12,6 +12,8 @@ after each test.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 from typing import Any
 
@@ -21,7 +23,9 @@ import pytest
 from edge_core.errors import DeadlineExceeded
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import FenceOutcome, Pipeline, RequestCancelled, StageState
-from edge_core.runtime.submission import Submission
+from edge_core.runtime.admission import SlotPool
+from edge_core.runtime.request_tracker import RequestTracker
+from edge_core.runtime.submission import Submission, submit
 
 from .conftest import MiB, OpenPipeline, echo_stage
 from .test_faults import pid_of, wait_for
@@ -134,6 +138,37 @@ def test_a_queued_submission_is_not_started(open_pipeline: OpenPipeline) -> None
         np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
     wait_for(lambda: pipeline.admission.used == 0 and stage.outstanding == 0)
     assert stage.state is StageState.READY
+
+
+@pytest.mark.parametrize("how", ["cancel-twice", "expire-then-cancel", "cancel-then-expire"])
+def test_a_queued_request_gives_its_admission_back_once(how: str) -> None:
+    # Future.cancel() is True again for a future already cancelled: a second cancel, or
+    # a cancel after the deadline took the request out of the queue (or the other way
+    # round), gave the slot back twice: the pool under-counted what was held
+    admission = SlotPool(2, "pipelines[p].admission")
+    tracker = RequestTracker("p")
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    busy = threading.Event()
+    executor.submit(busy.wait)  # the one request thread is taken: the next request queues
+    try:
+        admission.acquire()  # another request's slot
+        queued = submit(executor, tracker, admission, lambda until, rid: None, "r1", None)
+        assert admission.used == 2
+        outcomes = []
+        for step in how.split("-then-") if "then" in how else ["cancel", "cancel"]:
+            if step == "cancel":
+                outcomes.append(queued.cancel(interrupt=False))
+            else:
+                queued.fence_at(time.monotonic())
+                wait_for(lambda: queued.done())
+                time.sleep(0.05)  # the timer's thread has ended it
+            assert admission.used == 1, (how, step)
+        assert outcomes and set(outcomes) == {FenceOutcome.NOT_STARTED}
+        admission.release()
+        assert admission.used == 0
+    finally:
+        busy.set()
+        executor.shutdown()
 
 
 def test_a_fan_out_on_a_non_preemptible_stage_leaves_its_item_and_sends_no_more(

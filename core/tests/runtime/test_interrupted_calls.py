@@ -205,6 +205,64 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
         "\n".join(windows))
 
 
+def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray) -> tuple[bool, Any]:
+    """One try: another call sent, the main thread's own call interrupted as it takes the
+    other's usual reply; (whether it was, the other call's result or None in 10 s)."""
+    other = pipeline.stage("a").submit({"x": x}, params={"delay_s": 0.1}, deadline_s=30.0)
+    hit: list[str] = []
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            if frame.f_code.co_name != "_read_one":
+                return None
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+            return tracer
+        if (event == "opcode" and not hit and frame.f_locals.get("popped") is not None
+                and frame.f_locals.get("request_id") == other.request_id):
+            hit.append(other.request_id)
+            raise KeyboardInterrupt
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        pipeline.run({"x": x}, params={"delay_s": 0.4}).ack()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    answered: list[Any] = []
+    waiter = threading.Thread(target=lambda: answered.append(other.result()), daemon=True)
+    waiter.start()
+    waiter.join(10.0)
+    return bool(hit), answered[0] if answered else None
+
+
+def test_ctrl_c_as_the_main_thread_takes_another_calls_reply_leaves_that_call_answered(
+        open_pipeline: OpenPipeline) -> None:
+    # The main thread, waiting for its own reply, reads the channel and takes another
+    # call's usual reply out of the calls in flight (WorkerClient._read_one); a Ctrl-C
+    # before that reply is delivered must not drop it: that call's own thread gets its
+    # result (before, it was dropped as stale and the call waited until its deadline,
+    # its stage slot held)
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=4)
+    x = np.arange(4, dtype=np.float32)
+    for _ in range(WARM_UP):  # the usual reply's template is kept
+        pipeline.run({"x": x}).ack()
+    for _ in range(20):
+        hit, result = _interrupt_at_anothers_reply(pipeline, x)
+        assert result is not None, "the other call was not answered"
+        result.ack()
+        if hit:
+            break
+    assert hit, "the main thread never took the other call's reply"
+    stage = pipeline.stage("a")
+    end = time.monotonic() + DRAIN_S
+    while (stage.outstanding or pipeline.admission.used) and time.monotonic() < end:
+        time.sleep(0.005)
+    assert stage.outstanding == 0 and pipeline.admission.used == 0
+
+
 #: Where a call waits for its reply and takes it (the wait, the read role, the delivery
 #: to the pending call, its result): an interrupt there once left the stage's slot (or
 #: the read role) held for good.

@@ -866,6 +866,7 @@ class WorkerClient:
         # Bytes a receive took that are neither delivered nor handed to the frame reader
         # yet: a KeyboardInterrupt meanwhile reads on from them (_read_taken)
         taken = 0
+        popped = None  # a call the usual path took out and has not delivered yet
         try:
             if self._more:  # a frame (or its start) waits in the reader's buffer
                 frame = self._frames.read()
@@ -914,12 +915,16 @@ class WorkerClient:
                                 calls = self._calls
                                 call = calls.get(request_id)
                                 if call is not None and call.epoch == kept[2]:
-                                    popped = calls.pop(request_id, None)
+                                    # stored with no check point between (as the receive's
+                                    # count): an interrupt until its delivery puts it back
+                                    for popped in map(calls.pop, (request_id,), (None,)):  # noqa: B007
+                                        break
                                     if popped is not call:  # another thread took it first,
                                         call = None  # and one of its id came: back it goes
                                         if popped is not None:
                                             with self._lock:
                                                 calls.setdefault(request_id, popped)
+                                            popped = None
                                 else:
                                     call = None
                             if call is not None:  # its end is delivered here: an
@@ -977,6 +982,9 @@ class WorkerClient:
             return None
         except BaseException:  # a KeyboardInterrupt: what the receive took is read on
             if taken:
+                if popped is not None:  # the reply's call, taken out undelivered, goes back
+                    with self._lock:  # (its own thread may be another: it must get it)
+                        self._calls.setdefault(popped.request_id, popped)
                 self._read_taken(taken)
             raise
         self.last_heard = time.monotonic()

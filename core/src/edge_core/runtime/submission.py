@@ -191,6 +191,8 @@ class Submission:
         self._tracker = tracker
         self._until = until
         self._unadmit = unadmit
+        self._queue_lock = threading.Lock()
+        self._dequeued = False  # taken out of the queue by a cancel or the deadline
         # What the caller gets: the request thread's outcome, or RequestCancelled at once
         # after a non-interrupting cancel (the thread then still unwinds on its own). The
         # future's callback holds the answer alone, not this submission: a reference
@@ -266,9 +268,11 @@ class Submission:
         the pipeline's admission slot are freed. A preemptible stage still stops it in
         place.
         """
-        if self._future.cancel():  # still queued: no thread has taken it
-            self._tracker.end(self.request_id)
-            self._unadmit()  # the admission it took at submission
+        dequeued = self._dequeue()
+        if dequeued is not False:  # still queued (or taken out before): no thread took it
+            if dequeued:
+                self._tracker.end(self.request_id)
+                self._unadmit()  # the admission it took at submission
             return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
         if interrupt:
             return self._tracker.cancel(self.request_id)
@@ -296,11 +300,26 @@ class Submission:
         """The deadline passed (the timer's thread): answer DeadlineExceeded, then fence."""
         if not self._settler.expire():  # answered first: nothing to end
             return
-        if self._future.cancel():  # still queued: no thread has taken it
-            self._tracker.end(self.request_id)
-            self._unadmit()
+        dequeued = self._dequeue()
+        if dequeued is not False:  # still queued (or taken out before): no thread took it
+            if dequeued:
+                self._tracker.end(self.request_id)
+                self._unadmit()
             return
         self._tracker.fence(self.request_id)
+
+    def _dequeue(self) -> bool | None:
+        """Take this request out of the queue: True the one time that happens.
+
+        None where a cancel or the deadline took it out before (``Future.cancel()`` is
+        True for a cancelled future too: its admission slot was given back then, and
+        must not be again); False where a thread has taken it.
+        """
+        with self._queue_lock:
+            if self._dequeued:
+                return None
+            self._dequeued = self._future.cancel()
+            return self._dequeued
 
 
 def running_future() -> RunningFuture:

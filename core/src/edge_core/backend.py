@@ -64,6 +64,10 @@ def _to_strings(value: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _to_optional_strings(value: object) -> tuple[str, ...] | None:
+    return None if value is None else _to_strings(value)
+
+
 def _to_params(value: object) -> frozenset[str] | None:
     if value is None:
         return None
@@ -117,6 +121,13 @@ class BackendInfo:
             misspelt parameter is not silently ignored. An empty set: the stage reads
             none (an ONNX graph). None (the default): not declared, and a front end
             passes every name on (the stage may still refuse it itself).
+        worker_preload: Declared where the backend's workers start on the controller's
+            own interpreter (where a stage's route sets none) with the host's worker
+            environment (the allowlist, ``env_names``, the heap variables and the
+            route's ``env``; no values of its own): the modules its stage class names in
+            ``WorkerStage.worker_preload``. ``Pipeline.open`` then starts the warm pool's
+            zygote of that key as it begins (:mod:`edge_core.runtime.early_zygotes`).
+            None (the default): not declared; a stage's first start starts its zygote.
 
     """
 
@@ -129,6 +140,8 @@ class BackendInfo:
     env_names: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     needs_bundle: bool = False
     params: frozenset[str] | None = attrs.field(default=None, converter=_to_params)
+    worker_preload: tuple[str, ...] | None = attrs.field(default=None,
+                                                         converter=_to_optional_strings)
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dictionary of this declaration."""
@@ -142,6 +155,8 @@ class BackendInfo:
             "env_names": list(self.env_names),
             "needs_bundle": self.needs_bundle,
             "params": None if self.params is None else sorted(self.params),
+            "worker_preload": (None if self.worker_preload is None
+                               else list(self.worker_preload)),
         }
 
 

@@ -28,3 +28,12 @@ def test_params_that_are_not_names_are_refused_naming_the_value(value: object,
     with pytest.raises(ValueError) as caught:
         BackendInfo(name="toy", kinds=["graph"], params=value)
     assert str(caught.value) == shown
+
+
+def test_worker_preload_is_undeclared_by_default_and_listed_when_declared() -> None:
+    assert BackendInfo(name="toy", kinds=["graph"]).worker_preload is None
+    assert BackendInfo(name="toy", kinds=["graph"]).to_json()["worker_preload"] is None
+    info = BackendInfo(name="toy", kinds=["graph"], worker_preload=["numpy"])
+    assert info.worker_preload == ("numpy",) and info.to_json()["worker_preload"] == ["numpy"]
+    with pytest.raises(ValueError, match="collection of strings"):
+        BackendInfo(name="toy", kinds=["graph"], worker_preload="numpy")

@@ -113,8 +113,11 @@ MAX_PYTHON_CALLS = 41  # 126, 113, 111 in earlier rounds; 96 with the one-stage 
 #: admission slot and the placement counted without a call, each stage call appended to
 #: the caller's list as its stage registers it, the result made in two steps, a receive's
 #: count stored by a ``for``: core/tests/runtime/test_interrupted_calls.py's full sweep
-#: passes); the bound about 20 above.
-MAX_BYTECODES = {(3, 11): 1805}
+#: passes); the bound about 20 above. 1786..1789 -> 1805 later in session 36: a usual
+#: reply's call looked up before it is taken out (one of another epoch stays in place)
+#: and taken out by a ``for`` over a ``map`` of the pop (its result stored where a Ctrl-C
+#: finds it, to put it back); the bound 20 above.
+MAX_BYTECODES = {(3, 11): 1825}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3
 

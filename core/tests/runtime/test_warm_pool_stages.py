@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import psutil
 import pytest
@@ -74,13 +75,8 @@ def room() -> None:
 
 
 def _fresh_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker environment no zygote of this test process has (LANGUAGE is passed).
-
-    The key expected as an open begins is made the echo backend's (which preloads
-    nothing; the ONNX Runtime backends' is tested with them).
-    """
+    """A worker environment no zygote of this test process has (LANGUAGE is passed)."""
     monkeypatch.setenv("LANGUAGE", f"early-{uuid.uuid4().hex}")
-    monkeypatch.setattr(early_zygotes, "EXPECTED_PRELOAD", ())
 
 
 def test_the_zygote_starts_as_the_open_begins_and_the_first_start_forks_from_it(
@@ -146,8 +142,8 @@ def test_a_zygote_started_for_a_key_no_start_had_ends_with_the_open(
         pipeline.close()
 
 
-def test_no_zygote_is_started_for_another_interpreter_or_with_the_pool_off(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_no_zygote_is_started_for_another_interpreter_an_undeclared_key_or_the_pool_off(
+        plugins: PluginSet, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _fresh_key(monkeypatch)
     other = tmp_path / "python3"
     other.symlink_to(sys.executable)  # another path: another interpreter to the pool
@@ -155,12 +151,18 @@ def test_no_zygote_is_started_for_another_interpreter_or_with_the_pool_off(
         "id": "a", "backend": {"name": "echo",
                                "route": {"name": "other", "interpreter": str(other)}}}]})
     started: list[warm_pool.Zygote] = []
-    start_early_zygotes(foreign, started)
+    start_early_zygotes(foreign, plugins, started)
     assert started == []
-    monkeypatch.setenv(POOL_ENV, "0")
     own = load_pipeline({"name": "o", "stages": [echo_stage("a")]})
     before = pool_processes()
-    start_early_zygotes(own, started)
+    info, owner = plugins.backends["echo"]  # a backend that declares no worker preload
+    monkeypatch.setitem(plugins.backends, "echo", (attrs.evolve(info, worker_preload=None),
+                                                   owner))
+    start_early_zygotes(own, plugins, started)
+    assert started == []
+    monkeypatch.setitem(plugins.backends, "echo", (info, owner))
+    monkeypatch.setenv(POOL_ENV, "0")
+    start_early_zygotes(own, plugins, started)
     assert started == []
     assert pool_processes() == before
 

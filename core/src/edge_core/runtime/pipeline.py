@@ -256,7 +256,7 @@ class Pipeline:
         # the warm pool's zygotes import while this side plans, reserves and verifies
         early: list[Zygote] = []
         try:
-            start_early_zygotes(config, early)
+            start_early_zygotes(config, plugins, early)
             opener = StageOpener(config, plugins, ledger, progress=progress,
                                  retire_deadline_s=retire_deadline_s,
                                  gates=gates if gates is not None else GateStore(),

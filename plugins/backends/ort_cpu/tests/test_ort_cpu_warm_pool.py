@@ -140,3 +140,12 @@ def test_the_open_starts_the_zygote_an_ort_cpu_stage_forks_from(
         assert plan["worker"]["start"] == {"kind": FORKED, "reason": None, "zygote": early,
                                            "forks": 1}
     assert ledger.is_empty()
+
+
+def test_the_backend_declares_the_preload_its_stage_starts_with(plugins: PluginSet) -> None:
+    # Pipeline.open starts a zygote of the declared key; the stage's starts ask for
+    # theirs: the two must agree, or the zygote started ahead is another key's
+    from edge_ort.controller import OrtStage
+
+    info, _ = plugins.backends["ort-cpu"]
+    assert info.worker_preload == OrtStage.worker_preload == ("onnxruntime",)

@@ -72,7 +72,9 @@ MAX_PYTHON_CALLS = 42
 #: 20 above. 1840..1847 -> 1852..1855 in session 36 (every charge of a call held where a
 #: Ctrl-C finds it; 130.2k, 129.1k -> 127.9k, 127.9k controller instructions a tiny call,
 #: callgrind: see core/tests/runtime/test_calls_per_request.py); the bound about 20 above.
-MAX_BYTECODES = {(3, 11): 1872}
+#: About 17 more later in session 36 (a usual reply's call looked up, then taken out by a
+#: ``for`` over a ``map``: see there); the bound 1892.
+MAX_BYTECODES = {(3, 11): 1892}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3
 #: A zero-copy call (an input buffer in, an output written in place by the worker, then

@@ -42,10 +42,11 @@ def backend_infos() -> list[BackendInfo]:
     return [
         BackendInfo(name="echo", kinds=["graph"], preemptible=False, max_concurrency=1,
                     providers=["numpy"], description="numpy echo; cancel retires the worker",
-                    params=REQUEST_PARAMS),
+                    params=REQUEST_PARAMS, worker_preload=()),
         BackendInfo(name="echo-preemptible", kinds=["graph"], preemptible=True,
                     max_concurrency=4, providers=["numpy"],
-                    description="numpy echo; cancels in place", params=REQUEST_PARAMS),
+                    description="numpy echo; cancels in place", params=REQUEST_PARAMS,
+                    worker_preload=()),
     ]
 
 

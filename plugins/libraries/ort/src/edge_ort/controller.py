@@ -43,6 +43,7 @@ from edge_ort.options import (
     base_load_config,
     estimate_demands,
 )
+from edge_ort.preload import WORKER_PRELOAD
 
 __all__ = [
     "BASE_RAM_BYTES",
@@ -130,7 +131,7 @@ def archive_refusal(bundle: VerifiedBundle, read_at_warmup: Mapping[str, str], s
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
-    worker_preload = ("onnxruntime",)  # its zygote's import (telemetry off), not each worker's
+    worker_preload = WORKER_PRELOAD  # its zygote's import (telemetry off), not each worker's
 
     bundle: VerifiedBundle
     shapes: ShapeSet | None = None

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from edge_core import hookimpl
+from edge_ort.preload import WORKER_PRELOAD
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class OrtPlugin:
         return [BackendInfo(name=self.backend, kinds=["graph"], preemptible=False,
                             max_concurrency=1, providers=[self.target],
                             description=self.description, needs_bundle=True,
-                            params=())]
+                            params=(), worker_preload=WORKER_PRELOAD)]
 
     @hookimpl
     def edge_probe(self) -> list[ProbeReport]:

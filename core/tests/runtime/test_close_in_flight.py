@@ -22,6 +22,7 @@ import pytest
 from edge_core.errors import EdgeError, StageClosed
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline, PipelineResult
+from edge_core.runtime import pipeline as pipeline_module
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -158,3 +159,24 @@ def test_a_request_made_after_close_is_refused_naming_the_pipeline_as_closed(
             assert isinstance(outcome, StageClosed), (name, outcome)  # as callers catch it
             assert str(outcome) == "pipelines[t]: closed", (name, outcome)
             _assert_nothing_charged(pipeline, ledger)
+
+
+def test_a_submit_a_close_overtakes_is_refused_as_closed_with_nothing_charged(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the close comes after submit's check of closed, before its request goes to the
+    # request threads (shut down by the close): StageClosed as any later request gets,
+    # not the executor's RuntimeError, and its admission given back
+    pipeline = open_pipeline(echo_stage("s"), admission=2)
+    with pipeline.submit(X).result():  # the request threads exist
+        pass
+    submit = pipeline_module.submit
+
+    def overtaken(*args: Any, **kwargs: Any) -> Any:
+        pipeline.close()
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "submit", overtaken)
+    with pytest.raises(StageClosed, match=r"^pipelines\[t\]: closed$"):
+        pipeline.submit(X)
+    _assert_nothing_charged(pipeline, ledger)

@@ -490,6 +490,8 @@ def run_chain(
             if previous is not None:
                 previous.ack()  # the next inputs are private copies by now
                 previous = None
+                if into:  # the earlier stages' calls, all acknowledged: not kept (and
+                    into.clear()  # their outputs with them) while the later stages run
             if cancelled():  # cancelled between two stages
                 raise RequestCancelled(f"{where}: cancelled")
             if until is not None and time.monotonic() >= until:

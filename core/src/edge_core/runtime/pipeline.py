@@ -713,10 +713,15 @@ class Pipeline:
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
-        submission = submit(self._executor, self.requests, self.admission,
-                            lambda _, rid: self._run(inputs, params, calls_until, rid,
-                                                     admitted=True, on_event=on_event),
-                            rid, until, admitted=admitted)
+        try:
+            submission = submit(self._executor, self.requests, self.admission,
+                                lambda _, rid: self._run(inputs, params, calls_until, rid,
+                                                         admitted=True, on_event=on_event),
+                                rid, until, admitted=admitted)
+        except RuntimeError:  # the executor shut down: a close came after the check above
+            if not self.closed:  # (its admission was given back by submit)
+                raise
+            raise StageClosed(f"pipelines[{self.config.name}]: closed") from None
         if until is not None and fenced:
             submission.fence_at(until)
         return submission

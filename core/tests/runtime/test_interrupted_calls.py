@@ -205,23 +205,45 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
         "\n".join(windows))
 
 
-def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray) -> tuple[bool, Any]:
-    """One try: another call sent, the main thread's own call interrupted as it takes the
-    other's usual reply; (whether it was, the other call's result or None in 10 s)."""
+def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray,
+                                 nth: int) -> tuple[bool, Any]:
+    """One try: another call sent; the main thread's own call interrupted at the ``nth``
+    point (as the sweep counts them, in every frame) from the moment it has taken the
+    other call's usual reply out of the calls in flight; (whether it was, the other
+    call's result or None in 10 s)."""
     other = pipeline.stage("a").submit({"x": x}, params={"delay_s": 0.1}, deadline_s=30.0)
-    hit: list[str] = []
+    state = {"armed": False, "points": 0, "hit": False}
+    last: dict[int, int] = {}
+
+    def point() -> None:
+        state["points"] += 1
+        if state["points"] == nth:
+            state["hit"] = True
+            raise KeyboardInterrupt
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        if state["hit"]:
+            return None
         if event == "call":
-            if frame.f_code.co_name != "_read_one":
+            if not state["armed"] and frame.f_code.co_name != "_read_one":
                 return None
             frame.f_trace_opcodes = True
             frame.f_trace_lines = False
+            if state["armed"]:
+                point()
             return tracer
-        if (event == "opcode" and not hit and frame.f_locals.get("popped") is not None
-                and frame.f_locals.get("request_id") == other.request_id):
-            hit.append(other.request_id)
-            raise KeyboardInterrupt
+        if event == "opcode":
+            op = frame.f_code.co_code[frame.f_lasti]
+            before = last.get(id(frame))
+            last[id(frame)] = op
+            if state["armed"]:
+                if before in _CHECKED_AFTER:
+                    point()
+            elif (frame.f_code.co_name == "_read_one"
+                  and frame.f_locals.get("popped") is not None
+                  and frame.f_locals.get("request_id") == other.request_id):
+                state["armed"] = True  # the first point: as the pop's result is stored
+                point()
         return tracer
 
     sys.settrace(tracer)
@@ -235,22 +257,23 @@ def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray) -> tuple[boo
     waiter = threading.Thread(target=lambda: answered.append(other.result()), daemon=True)
     waiter.start()
     waiter.join(10.0)
-    return bool(hit), answered[0] if answered else None
+    return bool(state["hit"]), answered[0] if answered else None
 
 
+@pytest.mark.parametrize("nth", range(1, 9))
 def test_ctrl_c_as_the_main_thread_takes_another_calls_reply_leaves_that_call_answered(
-        open_pipeline: OpenPipeline) -> None:
+        open_pipeline: OpenPipeline, nth: int) -> None:
     # The main thread, waiting for its own reply, reads the channel and takes another
     # call's usual reply out of the calls in flight (WorkerClient._read_one); a Ctrl-C
-    # before that reply is delivered must not drop it: that call's own thread gets its
-    # result (before, it was dropped as stale and the call waited until its deadline,
-    # its stage slot held)
+    # at any point from there until that reply is delivered (and after) must not drop
+    # it: that call's own thread gets its result (before, it was dropped as stale and
+    # the call waited until its deadline, its stage slot held)
     pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible"), admission=4)
     x = np.arange(4, dtype=np.float32)
     for _ in range(WARM_UP):  # the usual reply's template is kept
         pipeline.run({"x": x}).ack()
     for _ in range(20):
-        hit, result = _interrupt_at_anothers_reply(pipeline, x)
+        hit, result = _interrupt_at_anothers_reply(pipeline, x, nth)
         assert result is not None, "the other call was not answered"
         result.ack()
         if hit:
@@ -261,6 +284,7 @@ def test_ctrl_c_as_the_main_thread_takes_another_calls_reply_leaves_that_call_an
     while (stage.outstanding or pipeline.admission.used) and time.monotonic() < end:
         time.sleep(0.005)
     assert stage.outstanding == 0 and pipeline.admission.used == 0
+    pipeline.run({"x": x}, deadline_s=NEXT_CALL_S).ack()
 
 
 #: Where a call waits for its reply and takes it (the wait, the read role, the delivery

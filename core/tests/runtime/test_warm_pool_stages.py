@@ -121,10 +121,12 @@ def test_a_refused_open_leaves_no_zygote_it_started(
 def test_a_zygote_started_for_a_key_no_start_had_ends_with_the_open(
         room: None, plugins: PluginSet, ledger: ResourceLedger,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # the eager heap's variables are expected of a worker (the ORT backends set them);
-    # the echo backend does not set them: its start has another key
+    # the backend's declaration says its workers preload a module its stage's starts do
+    # not ask for: the key expected is not the starts'
     _fresh_key(monkeypatch)
-    monkeypatch.setenv(HEAP_ENV, "eager")
+    info, owner = plugins.backends["echo"]
+    monkeypatch.setitem(plugins.backends, "echo", (attrs.evolve(info, worker_preload=["json"]),
+                                                   owner))
     before = pool_processes()
     seen: list[frozenset[int]] = []
     config = load_pipeline({"name": "other", "stages": [echo_stage("a")]})
@@ -138,6 +140,26 @@ def test_a_zygote_started_for_a_key_no_start_had_ends_with_the_open(
         assert stage["worker"]["start"]["zygote"] != expected
         assert pool_processes() - before == {stage["worker"]["start"]["zygote"]}
         assert not psutil.pid_exists(expected) or psutil.Process(expected).ppid() != os.getpid()
+    finally:
+        pipeline.close()
+
+
+def test_under_the_eager_heap_the_first_start_forks_from_the_zygote_started_ahead(
+        room: None, plugins: PluginSet, ledger: ResourceLedger,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the heap variables are in the declared key and in the echo stage's own starts
+    _fresh_key(monkeypatch)
+    monkeypatch.setenv(HEAP_ENV, "eager")
+    before = pool_processes()
+    seen: list[frozenset[int]] = []
+    config = load_pipeline({"name": "eager", "stages": [echo_stage("a")]})
+    pipeline = Pipeline.open(
+        config, plugins, ledger,
+        progress=lambda line: seen.append(pool_processes() - before) if not seen else None)
+    try:
+        (early,) = seen[0]
+        (stage,) = pipeline.execution_plan()["stages"]
+        assert stage["worker"]["start"]["zygote"] == early, stage["worker"]["start"]
     finally:
         pipeline.close()
 

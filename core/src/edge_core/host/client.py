@@ -927,9 +927,9 @@ class WorkerClient:
                                             popped = None
                                 else:
                                     call = None
-                            if call is not None:  # its end is delivered here: an
-                                # interrupt from now on leaves it to its waiter's close
-                                taken = 0
+                            if call is not None:  # its end is delivered here (an
+                                # interrupt before deliver_done queues it puts the call
+                                # back and reads the bytes on; after, nothing is left)
                                 self.last_heard = time.monotonic()
                                 _, stage_id, epoch, generation, layout, outputs = kept
                                 arrays: dict[str, Any] = {}
@@ -982,10 +982,15 @@ class WorkerClient:
             return None
         except BaseException:  # a KeyboardInterrupt: what the receive took is read on
             if taken:
-                if popped is not None:  # the reply's call, taken out undelivered, goes back
-                    with self._lock:  # (its own thread may be another: it must get it)
+                if popped is None:
+                    self._read_taken(taken)
+                elif popped.last_seq != seq:  # the reply's call, taken out undelivered
+                    # (deliver_done sets last_seq and queues with no check point between),
+                    # goes back (its own thread may be another: it must get it), and the
+                    # receive, this reply alone, is read on
+                    with self._lock:
                         self._calls.setdefault(popped.request_id, popped)
-                self._read_taken(taken)
+                    self._read_taken(taken)
             raise
         self.last_heard = time.monotonic()
         try:

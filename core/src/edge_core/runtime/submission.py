@@ -269,10 +269,11 @@ class Submission:
         place.
         """
         dequeued = self._dequeue()
-        if dequeued is not False:  # still queued (or taken out before): no thread took it
-            if dequeued:
-                self._tracker.end(self.request_id)
-                self._unadmit()  # the admission it took at submission
+        if dequeued is None:  # taken out of the queue before: cancelled, nothing touched
+            return CancelOutcome.ALREADY_FINISHED if interrupt else FenceOutcome.ALREADY_FINISHED
+        if dequeued:  # still queued: no thread has taken it
+            self._tracker.end(self.request_id)
+            self._unadmit()  # the admission it took at submission
             return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
         if interrupt:
             return self._tracker.cancel(self.request_id)

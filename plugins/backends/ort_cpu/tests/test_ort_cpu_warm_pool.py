@@ -149,3 +149,4 @@ def test_the_backend_declares_the_preload_its_stage_starts_with(plugins: PluginS
 
     info, _ = plugins.backends["ort-cpu"]
     assert info.worker_preload == OrtStage.worker_preload == ("onnxruntime",)
+

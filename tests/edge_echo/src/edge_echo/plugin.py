@@ -85,6 +85,7 @@ def edge_load(stage: StageContext) -> WorkerStage:
     """Start the echo worker and hand it the options."""
     import attrs
 
+    from edge_contracts.heap import eager_process_environment
     from edge_core.workerstage import WorkerStage
     from edge_echo.options import EchoOptions
 
@@ -92,8 +93,11 @@ def edge_load(stage: StageContext) -> WorkerStage:
     config = attrs.asdict(options)
     config["example_shape"] = list(options.example_shape)
     config["preemptible"] = stage.backend == "echo-preemptible"
+    # the heap variables, as the host's worker environment has them for a backend that
+    # declares its workers' key (BackendInfo.worker_preload: the zygote started ahead)
     return WorkerStage.start(stage, default_entry="edge_echo.worker:create",
-                             load_config=config, stage_packages=("edge_echo",))
+                             load_config=config, stage_packages=("edge_echo",),
+                             env=eager_process_environment())
 
 
 @hookimpl

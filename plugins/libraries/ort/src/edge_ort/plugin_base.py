@@ -42,6 +42,11 @@ class OrtPlugin:
     #: The hook-contract version this plugin implements.
     EDGE_CONTRACT = "1.0"
 
+    #: What its ``BackendInfo`` declares of its workers' start (``worker_preload``): its
+    #: workers start on the controller's interpreter where a stage's route sets none.
+    #: None where a stage without a route may start elsewhere (a vendor interpreter).
+    worker_preload: tuple[str, ...] | None = WORKER_PRELOAD
+
     def __init__(self, backend: str, target: str, description: str, distribution: str) -> None:
         self.backend = backend
         self.target = target
@@ -86,7 +91,7 @@ class OrtPlugin:
         return [BackendInfo(name=self.backend, kinds=["graph"], preemptible=False,
                             max_concurrency=1, providers=[self.target],
                             description=self.description, needs_bundle=True,
-                            params=(), worker_preload=WORKER_PRELOAD)]
+                            params=(), worker_preload=self.worker_preload)]
 
     @hookimpl
     def edge_probe(self) -> list[ProbeReport]:

@@ -37,6 +37,10 @@ class VendorOrtPlugin(OrtPlugin, ABC):
             tests pass recorded listings here.
     """
 
+    #: A stage without a route runs on the vendor interpreter its variable names, where
+    #: set: its workers' key is not the controller's own (no zygote started ahead).
+    worker_preload = None
+
     def __init__(self, backend: str, target: str, description: str, distribution: str,
                  prober: Prober | None = None) -> None:
         super().__init__(backend=backend, target=target, description=description,

@@ -623,8 +623,8 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     whatever is wrong with it.
     """
     size = len(raw)
-    if size < FIXED.size:
-        return None
+    if size < FIXED.size or raw[2] == _ACK_CODE:  # an ack is never kept (its op code is
+        return None  # in every key): not looked for
     request_len, stage_len = ID_LENGTHS.unpack_from(raw, 4)
     block = raw[3] & _EVENT_BIT
     stage_at = FIXED.size + request_len

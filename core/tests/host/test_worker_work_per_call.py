@@ -113,10 +113,13 @@ def test_a_small_request_costs_the_worker_a_bounded_number_of_bytecodes(
 #: read, the output's written; the acknowledgement's pairs frozen inline; no kept header
 #: looked for an acknowledgement, which is never kept); 79.41 and 4338.06 with the
 #: request's header built from a kept one (edge_contracts.binary_header: a header with
-#: shared-memory entries kept without its generations and meta); the bounds just above:
-#: the path before fails them.
-MAX_ZERO_COPY_WORKER_CALLS = 80
-MAX_ZERO_COPY_WORKER_BYTECODES = {(3, 11): 4360}
+#: shared-memory entries kept without its generations and meta); 70.5 and 3973..4045
+#: (three runs: the acknowledgement and the next request read in one receive or two)
+#: with the DONE written from a template kept without its meta (its acks:
+#: edge_contracts.call_frames, ``meta_apart``); the bounds just above the most seen: the
+#: path before fails them.
+MAX_ZERO_COPY_WORKER_CALLS = 71
+MAX_ZERO_COPY_WORKER_BYTECODES = {(3, 11): 4100}
 ZERO_COPY_BYTES = 16384  # the input's and the output's size: at least the threshold below
 ZERO_COPY_THRESHOLD = 4096
 

@@ -273,14 +273,34 @@ def test_a_cached_entry_list_is_not_taken_for_another_tensor_count() -> None:
     assert refused.value.field.startswith("header.tensors[1]")
 
 
-def test_ack_headers_are_never_kept() -> None:
-    """An ack's meta lists generations, new on every call: kept, it would only push out the
-    headers that repeat."""
+def ack(generation: int, channel: int = 1, **meta: object) -> FrameHeader:
+    return FrameHeader("ack", "", "", 0, channel,
+                       meta={"segments": [["edge_seg", generation]], **meta})
+
+
+def test_ack_headers_are_kept_apart_without_their_meta() -> None:
+    """An ack's meta lists generations, new on every call: kept with the others, it would
+    only push out the headers that repeat; kept apart, its meta is read from each frame."""
     binary_header._KEPT.clear()
-    for generation in range(3):
-        header = FrameHeader("ack", "", "", 0, 1, meta={"segments": [["edge_seg", generation]]})
+    binary_header._KEPT_ACKS.clear()
+    for generation in (0, 1, 9, 10, 2**63 - 1):  # the meta's length changes too
+        header = ack(generation)
+        if binary_header._KEPT_ACKS:  # built from the kept one, as the full parser builds it
+            assert binary_header.kept_header(raw_of(header), LIMITS, 0) == header
         assert parse_raw(raw_of(header)) == header
-    assert binary_header._KEPT == {}
+    assert binary_header._KEPT == {} and len(binary_header._KEPT_ACKS) == 1
+    for other in (ack(3, channel=2), ack(3, unlink=[["edge_seg", 2]]), ack(3, gone=["edge_x"]),
+                  FrameHeader("ack", "", "", 0, 1)):  # another generation; other meta; none
+        built = binary_header.kept_header(raw_of(other), LIMITS, 0)
+        assert built == (None if other.generation == 2 else other)
+        assert parse_raw(raw_of(other)) == other
+    assert binary_header.kept_header(raw_of(ack(3)), LIMITS, 5) is None  # a payload
+    with pytest.raises(HeaderMalformed) as refused:  # a generation over int64: refused
+        parse_raw(raw_of(ack(2**63 - 1)).replace(b"9223372036854775807", b"9223372036854775808"))
+    assert refused.value.field == "header.meta.segments[0][1]"
+    with pytest.raises(HeaderMalformed) as refused:  # a duplicate key: refused
+        parse_raw(raw_of(ack(1, gone=["edge_x"])).replace(b'"gone"', b'"segments"'))
+    assert refused.value.field == "header.meta"
     parse_raw(raw_of(FrameHeader("run", "r1", "s", 0, 1, (X,))))
     assert len(binary_header._KEPT) == 1
 
@@ -357,14 +377,14 @@ def test_a_kept_shared_memory_header_still_refuses_what_the_full_parser_refuses(
 
 @pytest.mark.parametrize("seed", range(4))
 def test_kept_shared_memory_headers_change_no_outcome_of_mutated_frames(seed: int) -> None:
-    """Differential: every mutation of a header with shared-memory entries parses (or
-    fails) as it does with nothing kept."""
+    """Differential: every mutation of a header with shared-memory entries, or of an ack,
+    parses (or fails) as it does with nothing kept."""
     import random
 
     rng = random.Random(seed)
     kinds = [zero_copy_done(7), zero_copy_done(2**40, 123456, "a1b2-17",
                                                segment="edge_0123abcd_0123456789abcdef"),
-             shm_header(9)]
+             shm_header(9), ack(17), ack(2**40, unlink=[["edge_o", 3]])]
     for _ in range(1500):
         raw = bytearray(raw_of(rng.choice(kinds)))
         for _ in range(rng.randint(1, 3)):
@@ -374,6 +394,7 @@ def test_kept_shared_memory_headers_change_no_outcome_of_mutated_frames(seed: in
             raw = raw[: rng.randrange(len(raw) + 1)]
         payload_len = rng.choice([None, 24, 0])
         binary_header._KEPT_REFS.clear()
+        binary_header._KEPT_ACKS.clear()
         for header in kinds:  # kept: the unmutated forms
             parse_raw(raw_of(header))
         with_kept = outcome(bytes(raw), payload_len)
@@ -381,4 +402,5 @@ def test_kept_shared_memory_headers_change_no_outcome_of_mutated_frames(seed: in
         binary_header._PARSED.clear()
         binary_header._KEPT.clear()
         binary_header._KEPT_REFS.clear()
+        binary_header._KEPT_ACKS.clear()
         assert outcome(bytes(raw), payload_len) == with_kept

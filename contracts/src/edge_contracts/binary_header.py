@@ -47,8 +47,10 @@ inputs by generation): one equal to it in every other byte (its fixed part but f
 meta length, stage id, and every entry byte but the generations) is built from it after
 its own id and block, each generation (at most ``INT64_MAX``) and its meta (decoded by
 the wire's strict decoder, an object repeating no field of the block, frozen) pass the
-full parser's checks. Other headers with an event block beside JSON meta, an ``ack``
-(its meta lists generations), or headers over 4 KiB are never kept.
+full parser's checks. An ``ack`` (its meta lists generations, new every call) is kept
+apart without its meta: one with the same fixed part but for its meta's length is built
+from it after its meta passes the full parser's checks. Other headers with an event
+block beside JSON meta, or headers over 4 KiB, are never kept.
 """
 
 from __future__ import annotations
@@ -598,9 +600,14 @@ def parse_binary_header(
         version,
     )
     check_totals(header, limits, payload_len)
-    if type(raw) is bytes and size <= _KEPT_HEADER_BYTES and code != _ACK_CODE:
-        # (an ack's meta differs every call)
-        if has_refs:  # kept apart: its generations and meta are read from each frame
+    if type(raw) is bytes and size <= _KEPT_HEADER_BYTES:
+        if code == _ACK_CODE:  # its meta differs every call: kept without it
+            if size == FIXED.size + meta_len:  # (no id, block or entry)
+                if len(_KEPT_ACKS) >= 1024:
+                    _KEPT_ACKS.clear()
+                _KEPT_ACKS[(id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END:FIXED.size])] = (
+                    limits, header)
+        elif has_refs:  # kept apart: its generations and meta are read from each frame
             _keep_refs_header(raw, limits, header, request_len, stage_len,
                               fields is not None, tensors_len)
         elif not (fields and meta_len):
@@ -666,6 +673,37 @@ def _keep_refs_header(raw: bytes, limits: Limits, header: FrameHeader, request_l
     key = (id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]
            + raw[stage_at : stage_at + stage_len])
     _KEPT_REFS[key] = (limits, header, block, tuple(pieces), tuple(generations_at))
+
+
+# (id of the reader's limits, an ack's fixed part without its meta length) -> (those
+# limits, the ack parsed from it). An ack has neither id nor entry: one with the same
+# fixed part but for its meta's length is built from it once its meta passes the full
+# parser's checks (kept_header).
+_KEPT_ACKS: dict[tuple[int, bytes], tuple[Limits, FrameHeader]] = {}
+
+
+def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
+              size: int) -> FrameHeader | None:
+    """:func:`kept_header` for an ack (see _KEPT_ACKS)."""
+    kept = _KEPT_ACKS.get((id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]))
+    if (kept is None or kept[0] is not limits or (payload_len is not None and payload_len)
+            or FIXED.size + int.from_bytes(raw[_META_LEN_AT:_META_LEN_END], "little") != size):
+        return None
+    template = kept[1]
+    meta: Any = EMPTY_OBJECT
+    if size > FIXED.size:  # decoded and frozen as the full parser does; a failure: its error
+        try:
+            decoded = _DECODER.decode(str(raw[FIXED.size :], "utf-8"))
+        except (ValueError, RecursionError):
+            return None
+        if type(decoded) is not dict:
+            return None
+        try:
+            meta = freeze_object(decoded, "header.meta", error=HeaderMalformed)
+        except HeaderMalformed:
+            return None
+    return prechecked_header(template.op, "", "", template.epoch, template.generation, (),
+                             meta, template.required_features, 0, 0, template.version)
 
 
 def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size: int,
@@ -743,8 +781,10 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     whatever is wrong with it.
     """
     size = len(raw)
-    if size < FIXED.size or raw[2] == _ACK_CODE:  # an ack is never kept (its op code is
-        return None  # in every key): not looked for
+    if size < FIXED.size:
+        return None
+    if raw[2] == _ACK_CODE:  # kept apart (its op code is in every key of the others)
+        return _kept_ack(raw, limits, payload_len, size) if _KEPT_ACKS else None
     request_len, stage_len = ID_LENGTHS.unpack_from(raw, 4)
     block = raw[3] & _EVENT_BIT
     stage_at = FIXED.size + request_len

@@ -11,8 +11,10 @@ per heartbeat period of work at most, not per request, so its share of a request
 with the time the requests took (a loaded machine's 200 requests took seconds, and the
 bytecodes per request passed their bound); its calls are bounded per period instead, and
 the requests pause for a period now and then, so that the counts are seen not to move.
-Each bound sits a little above what the loop costs now; raise one only for work a
-request needs.
+A zero-copy request (an input buffer by reference, the output written in place in the
+worker's segment, then acknowledged) is counted the same way, its acknowledgement's
+reading included. Each bound sits a little above what the loop costs now; raise one only
+for work a request needs.
 """
 
 from __future__ import annotations
@@ -107,19 +109,17 @@ def test_a_small_request_costs_the_worker_a_bounded_number_of_bytecodes(
 #: A zero-copy request (:class:`CountingInPlace`: an input buffer sent by reference, the
 #: output written in place in one of the worker's segments, its DONE with a shared-memory
 #: entry and the input's acknowledgement, then the controller's acknowledgement of the
-#: output), counted the same way on the worker's loop thread. Session 37: 86.34 calls and
-#: 4923.9 bytecodes (3.11) per request before its cuts; 85.46 and 4734.7 after (a shared-
-#: memory entry's new generation set without a loop, twice a request: the input's entry
-#: read, the output's written; the acknowledgement's pairs frozen inline; no kept header
-#: looked for an acknowledgement, which is never kept); 79.41 and 4338.06 with the
-#: request's header built from a kept one (edge_contracts.binary_header: a header with
-#: shared-memory entries kept without its generations and meta); 70.5 and 3973..4045
-#: (three runs: the acknowledgement and the next request read in one receive or two)
-#: with the DONE written from a template kept without its meta (its acks:
-#: edge_contracts.call_frames, ``meta_apart``); 67.5 and 3817..3887 (three runs) with
-#: the acknowledgement's header built from a kept one (edge_contracts.binary_header: an
-#: ack kept without its meta); the bounds just above the most seen: the path before
-#: fails them.
+#: output), counted the same way on the worker's loop thread. Session 37, per request on
+#: 3.11: 86.34 calls and 4923.9 bytecodes before its cuts; 85.46 and 4734.7 with a
+#: shared-memory entry's new generation set without a loop (twice a request: the input's
+#: entry read, the output's written) and the acknowledgement's pairs frozen inline; 79.41
+#: and 4338.06 with the request's header built from a kept one (edge_contracts.
+#: binary_header: a header with shared-memory entries kept without its generations and
+#: meta); 70.5 and 3973..4045 (three runs: the count moves from run to run, its cause not
+#: traced) with the DONE written from a template kept without its meta (its acks:
+#: edge_contracts.call_frames, ``meta_apart``); 67.5 and 3817..3887 (three runs) with the
+#: acknowledgement's header built from a kept one (an ack kept without its meta); the
+#: bounds just above the most seen: the path before fails them.
 MAX_ZERO_COPY_WORKER_CALLS = 68
 MAX_ZERO_COPY_WORKER_BYTECODES = {(3, 11): 3940}
 ZERO_COPY_BYTES = 16384  # the input's and the output's size: at least the threshold below

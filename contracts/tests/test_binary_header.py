@@ -350,6 +350,52 @@ def test_a_header_with_shared_memory_entries_is_kept_without_generations_and_met
     assert parse_raw(raw_of(request)) == request
 
 
+
+def test_headers_alternating_between_segments_are_each_kept() -> None:
+    """A producer whose last segment is still held hands out another: replies alternate.
+
+    Up to four headers of one key (the same fixed part and stage) are kept, so replies
+    alternating between two segments of the same name length, or two offsets of one, are
+    each built from their own kept header; a fifth of the key drops the oldest.
+    """
+    binary_header._KEPT_REFS.clear()
+    looks = [dict(segment="edge_seg"), dict(segment="edge_seh"),
+             dict(segment="edge_seg", offset=8192)]
+    for generation in range(1, 4):
+        for look in looks:
+            header = zero_copy_done(generation, **look)  # type: ignore[arg-type]
+            found = binary_header.kept_header(raw_of(header), LIMITS, 24)
+            assert found == (header if generation > 1 else None), look
+            assert parse_raw(raw_of(header), payload_len=24) == header
+    assert len(binary_header._KEPT_REFS) == 1  # one key, three headers kept under it
+    for name in ("edge_se1", "edge_se2"):  # two more: the oldest kept (edge_seg) dropped
+        parse_raw(raw_of(zero_copy_done(1, segment=name)), payload_len=24)
+    assert binary_header.kept_header(raw_of(zero_copy_done(7)), LIMITS, 24) is None
+    again = zero_copy_done(8, segment="edge_se2")
+    assert binary_header.kept_header(raw_of(again), LIMITS, 24) == again
+
+
+def test_a_decoder_other_than_the_wires_never_reads_a_kept_header() -> None:
+    """Kept headers are decoded with the wire's decoder: another one parses every header."""
+    import json
+
+    class NoFloats(json.JSONDecoder):
+        def __init__(self) -> None:
+            def refuse(text: str) -> float:
+                raise ValueError(f"no floats: {text}")
+            super().__init__(parse_float=refuse)
+
+    binary_header._KEPT_REFS.clear()
+    parse_raw(raw_of(zero_copy_done(3)), payload_len=24)  # kept, by the wire's decoder
+    with_float = zero_copy_done(4, data={"x": 1.5})
+    with pytest.raises(HeaderMalformed):
+        parse_binary_header(raw_of(with_float), LIMITS, payload_len=24, json_decoder=NoFloats())
+    before = dict(binary_header._KEPT_REFS)
+    parse_binary_header(raw_of(zero_copy_done(5, segment="edge_sex")), LIMITS, payload_len=24,
+                        json_decoder=NoFloats())
+    assert before == binary_header._KEPT_REFS  # nothing kept through another decoder
+
+
 def test_a_kept_shared_memory_header_still_refuses_what_the_full_parser_refuses() -> None:
     binary_header._KEPT_REFS.clear()
     parse_raw(raw_of(zero_copy_done(3)))  # kept

@@ -435,7 +435,9 @@ def parse_binary_header(
 
     ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
     NaN); ``kept=False`` skips looking for a kept equal header (:func:`kept_header`)
-    first, for a caller that has just looked. Checks and errors are those of
+    first, for a caller that has just looked (headers are looked for and kept only with
+    the wire's decoder, :data:`~edge_contracts.jsonvalues.STRICT_DECODER`, which the kept
+    paths decode meta with). Checks and errors are those of
     :func:`edge_contracts.wire.parse_header`, plus the layout's own: every length inside
     the header, the op code and the feature bits.
 
@@ -444,7 +446,8 @@ def parse_binary_header(
         DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
 
     """
-    if kept and type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
+    # as a frame reader passes it (the wire's decoder): a repeated header is kept
+    if kept and type(raw) is bytes and json_decoder is STRICT_DECODER:
         found = kept_header(raw, limits, payload_len)
         if found is not None:
             return found
@@ -600,7 +603,7 @@ def parse_binary_header(
         version,
     )
     check_totals(header, limits, payload_len)
-    if type(raw) is bytes and size <= _KEPT_HEADER_BYTES:
+    if type(raw) is bytes and size <= _KEPT_HEADER_BYTES and json_decoder is STRICT_DECODER:
         if code == _ACK_CODE:  # its meta differs every call: kept without it
             if size == FIXED.size + meta_len:  # (no id, block or entry)
                 if len(_KEPT_ACKS) >= 1024:
@@ -637,14 +640,17 @@ def _keep_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: i
 
 
 # (id of the reader's limits, a header's fixed part without its meta length, and its
-# stage id) -> (those limits, the header parsed from it, has a block, the entries' pieces
-# around the references' generations as (start, end, bytes) from the entries' start, each
-# generation's offset there). A header with shared-memory entries: equal to a kept one but
-# for its request id, block, generations and meta, it is built from it once those pass
-# the full parser's checks (kept_header).
-_KEPT_REFS: dict[tuple[int, bytes],
-                 tuple[Limits, FrameHeader, bool, tuple[tuple[int, int, bytes], ...],
-                       tuple[int, ...]]] = {}
+# stage id) -> up to _REFS_PER_KEY kept headers, the newest first, each (those limits, the
+# header parsed from it, has a block, the entries' pieces around the references'
+# generations as (start, end, bytes) from the entries' start, each generation's offset
+# there). A header with shared-memory entries: equal to a kept one but for its request
+# id, block, generations and meta, it is built from it once those pass the full parser's
+# checks (kept_header). Several per key: a producer whose last segment is still held
+# hands out another, so replies alternate between segments (or offsets) of one key.
+_KeptRefs = tuple[Limits, FrameHeader, bool, tuple[tuple[int, int, bytes], ...],
+                  tuple[int, ...]]
+_KEPT_REFS: dict[tuple[int, bytes], tuple[_KeptRefs, ...]] = {}
+_REFS_PER_KEY = 4
 _META_LEN_AT = 14  # where the fixed part's meta byte count lies (u32)
 _META_LEN_END = _META_LEN_AT + 4
 _SHM_BIT = 1 << _FEATURE_BITS.index(FEATURE_SHM_TENSORS)
@@ -672,7 +678,10 @@ def _keep_refs_header(raw: bytes, limits: Limits, header: FrameHeader, request_l
         _KEPT_REFS.clear()
     key = (id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]
            + raw[stage_at : stage_at + stage_len])
-    _KEPT_REFS[key] = (limits, header, block, tuple(pieces), tuple(generations_at))
+    kept: _KeptRefs = (limits, header, block, tuple(pieces), tuple(generations_at))
+    others = tuple(old for old in _KEPT_REFS.get(key, ())
+                   if old[0] is limits and old[3] != kept[3])  # (the same pieces: replaced)
+    _KEPT_REFS[key] = (kept, *others[: _REFS_PER_KEY - 1])
 
 
 # (id of the reader's limits, an ack's fixed part without its meta length) -> (those
@@ -709,23 +718,29 @@ def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
 def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size: int,
                       stage_at: int, stage_end: int, block: int) -> FrameHeader | None:
     """:func:`kept_header` for a header with shared-memory entries (see _KEPT_REFS)."""
-    kept = _KEPT_REFS.get((id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]
-                           + raw[stage_at:stage_end]))
-    if kept is None or kept[0] is not limits:
-        return None
-    _, template, _, pieces, generations_at = kept
-    if payload_len is not None and payload_len != template.inline_nbytes:
+    candidates = _KEPT_REFS.get((id(limits), raw[:_META_LEN_AT]
+                                 + raw[_META_LEN_END : FIXED.size] + raw[stage_at:stage_end]))
+    if candidates is None:
         return None
     entries_at = stage_end + EVENT_BLOCK.size if block else stage_end
-    # the fixed part, but for the meta length, is the kept one's: so is the entries' length
-    # (the last piece ends where they end)
-    meta_at = entries_at + pieces[-1][1]
     meta_len = int.from_bytes(raw[_META_LEN_AT:_META_LEN_END], "little")
-    if meta_at + meta_len != size:
+    for kept in candidates:  # the one whose every entry byte but the generations is these
+        _, template, _, pieces, generations_at = kept
+        if kept[0] is not limits or (payload_len is not None
+                                     and payload_len != template.inline_nbytes):
+            continue
+        # the fixed part, but for the meta length, is the kept one's: so is the entries'
+        # length (the last piece ends where they end)
+        meta_at = entries_at + pieces[-1][1]
+        if meta_at + meta_len != size:
+            continue
+        for start, end, piece in pieces:
+            if raw[entries_at + start : entries_at + end] != piece:
+                break
+        else:
+            break
+    else:
         return None
-    for start, end, piece in pieces:  # every entry byte but the generations: the kept ones
-        if raw[entries_at + start : entries_at + end] != piece:
-            return None
     generations = []
     for at in generations_at:
         generation = int.from_bytes(raw[entries_at + at : entries_at + at + 8], "little")

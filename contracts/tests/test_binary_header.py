@@ -97,6 +97,7 @@ def test_kept_shared_memory_entries_change_no_outcome_of_mutated_frames(seed: in
         binary_header._PARSED_REFS.clear()
         binary_header._PARSED.clear()
         binary_header._KEPT.clear()
+        binary_header._KEPT_REFS.clear()
         assert outcome(bytes(raw), None) == with_kept
 
 
@@ -272,13 +273,180 @@ def test_a_cached_entry_list_is_not_taken_for_another_tensor_count() -> None:
     assert refused.value.field.startswith("header.tensors[1]")
 
 
-def test_ack_headers_are_never_kept() -> None:
-    """An ack's meta lists generations, new on every call: kept, it would only push out the
-    headers that repeat."""
+def ack(generation: int, channel: int = 1, **meta: object) -> FrameHeader:
+    return FrameHeader("ack", "", "", 0, channel,
+                       meta={"segments": [["edge_seg", generation]], **meta})
+
+
+def test_ack_headers_are_kept_apart_without_their_meta() -> None:
+    """An ack's meta lists generations, new on every call: kept with the others, it would
+    only push out the headers that repeat; kept apart, its meta is read from each frame."""
     binary_header._KEPT.clear()
-    for generation in range(3):
-        header = FrameHeader("ack", "", "", 0, 1, meta={"segments": [["edge_seg", generation]]})
+    binary_header._KEPT_ACKS.clear()
+    for generation in (0, 1, 9, 10, 2**63 - 1):  # the meta's length changes too
+        header = ack(generation)
+        if binary_header._KEPT_ACKS:  # built from the kept one, as the full parser builds it
+            assert binary_header.kept_header(raw_of(header), LIMITS, 0) == header
         assert parse_raw(raw_of(header)) == header
-    assert binary_header._KEPT == {}
+    assert binary_header._KEPT == {} and len(binary_header._KEPT_ACKS) == 1
+    for other in (ack(3, channel=2), ack(3, unlink=[["edge_seg", 2]]), ack(3, gone=["edge_x"]),
+                  FrameHeader("ack", "", "", 0, 1)):  # another generation; other meta; none
+        built = binary_header.kept_header(raw_of(other), LIMITS, 0)
+        assert built == (None if other.generation == 2 else other)
+        assert parse_raw(raw_of(other)) == other
+    assert binary_header.kept_header(raw_of(ack(3)), LIMITS, 5) is None  # a payload
+    with pytest.raises(HeaderMalformed) as refused:  # a generation over int64: refused
+        parse_raw(raw_of(ack(2**63 - 1)).replace(b"9223372036854775807", b"9223372036854775808"))
+    assert refused.value.field == "header.meta.segments[0][1]"
+    with pytest.raises(HeaderMalformed) as refused:  # a duplicate key: refused
+        parse_raw(raw_of(ack(1, gone=["edge_x"])).replace(b'"gone"', b'"segments"'))
+    assert refused.value.field == "header.meta"
     parse_raw(raw_of(FrameHeader("run", "r1", "s", 0, 1, (X,))))
     assert len(binary_header._KEPT) == 1
+
+
+# -- kept headers with shared-memory entries: each frame's generations and meta read --
+
+SHM_EVENT = frozenset({"shm-tensors", "event-fields"})
+
+
+def zero_copy_done(generation: int, ack: int = 5, request_id: str = "r1",
+                   segment: str = "edge_seg", offset: int = 4096,
+                   shape: tuple[int, ...] = (2, 4), **meta: object) -> FrameHeader:
+    """A zero-copy DONE: its output in the worker's segment, the input acknowledged."""
+    y = TensorSpec("y", DType.FLOAT32, shape, 32, ShmRef(segment, offset, generation))
+    return FrameHeader("event", request_id, "s", 0, 1, (X, y), required_features=SHM_EVENT,
+                       meta={"seq": 0, "kind": "done", "created_ns": 9,
+                             "acks": [["edge_in", ack]], **meta})
+
+
+def test_a_header_with_shared_memory_entries_is_kept_without_generations_and_meta() -> None:
+    binary_header._KEPT_REFS.clear()
+    for generation, ack, rid in ((3, 5, "r1"), (4, 9, "r2"), (5, 10, "q3"),
+                                 (2**63 - 1, 2**63 - 1, "r4"), (0, 0, "r5")):
+        header = zero_copy_done(generation, ack, rid)  # the acks' meta changes length too
+        if binary_header._KEPT_REFS:  # built from the kept one, as the full parser builds it
+            assert binary_header.kept_header(raw_of(header), LIMITS, 24) == header
+        assert parse_raw(raw_of(header), payload_len=24) == header
+    assert len(binary_header._KEPT_REFS) == 1
+    kept = dict(binary_header._KEPT_REFS)
+    # what else may differ, in bytes of the same length: each parsed as it is, not as kept
+    for other in (zero_copy_done(6, segment="edge_seh"), zero_copy_done(6, offset=8192),
+                  zero_copy_done(6, shape=(4, 2)), zero_copy_done(6, data={"k": 1}),
+                  zero_copy_done(6, segment="edge_segment_longer")):
+        binary_header._KEPT_REFS.clear()
+        binary_header._KEPT_REFS.update(kept)
+        if "data" not in other.meta:  # (other meta: read from the frame, on the kept entries)
+            assert binary_header.kept_header(raw_of(other), LIMITS, 24) is None
+        assert parse_raw(raw_of(other)) == other
+    assert len(binary_header._KEPT_REFS) == 2  # the longer segment name: another length
+    request = FrameHeader("run", "r1", "s", 0, 1, (shm_header(3).tensors[1],),
+                          required_features={"shm-tensors"})  # no block, no meta
+    for generation in (3, 4):
+        header = FrameHeader("run", f"r{generation}", "s", 0, 1,
+                             (shm_header(generation).tensors[1],),
+                             required_features={"shm-tensors"})
+        assert parse_raw(raw_of(header)) == header
+    assert parse_raw(raw_of(request)) == request
+
+
+
+def test_headers_alternating_between_segments_are_each_kept() -> None:
+    """A producer whose last segment is still held hands out another: replies alternate.
+
+    Up to four headers of one key (the same fixed part and stage) are kept, so replies
+    alternating between two segments of the same name length, or two offsets of one, are
+    each built from their own kept header; a fifth of the key drops the oldest.
+    """
+    binary_header._KEPT_REFS.clear()
+    looks = [dict(segment="edge_seg"), dict(segment="edge_seh"),
+             dict(segment="edge_seg", offset=8192)]
+    for generation in range(1, 4):
+        for look in looks:
+            header = zero_copy_done(generation, **look)  # type: ignore[arg-type]
+            found = binary_header.kept_header(raw_of(header), LIMITS, 24)
+            assert found == (header if generation > 1 else None), look
+            assert parse_raw(raw_of(header), payload_len=24) == header
+    assert len(binary_header._KEPT_REFS) == 1  # one key, three headers kept under it
+    for name in ("edge_se1", "edge_se2"):  # two more: the oldest kept (edge_seg) dropped
+        parse_raw(raw_of(zero_copy_done(1, segment=name)), payload_len=24)
+    assert binary_header.kept_header(raw_of(zero_copy_done(7)), LIMITS, 24) is None
+    again = zero_copy_done(8, segment="edge_se2")
+    assert binary_header.kept_header(raw_of(again), LIMITS, 24) == again
+
+
+def test_a_decoder_other_than_the_wires_never_reads_a_kept_header() -> None:
+    """Kept headers are decoded with the wire's decoder: another one parses every header."""
+    import json
+
+    class NoFloats(json.JSONDecoder):
+        def __init__(self) -> None:
+            def refuse(text: str) -> float:
+                raise ValueError(f"no floats: {text}")
+            super().__init__(parse_float=refuse)
+
+    binary_header._KEPT_REFS.clear()
+    parse_raw(raw_of(zero_copy_done(3)), payload_len=24)  # kept, by the wire's decoder
+    with_float = zero_copy_done(4, data={"x": 1.5})
+    with pytest.raises(HeaderMalformed):
+        parse_binary_header(raw_of(with_float), LIMITS, payload_len=24, json_decoder=NoFloats())
+    before = dict(binary_header._KEPT_REFS)
+    parse_binary_header(raw_of(zero_copy_done(5, segment="edge_sex")), LIMITS, payload_len=24,
+                        json_decoder=NoFloats())
+    assert before == binary_header._KEPT_REFS  # nothing kept through another decoder
+
+
+def test_a_kept_shared_memory_header_still_refuses_what_the_full_parser_refuses() -> None:
+    binary_header._KEPT_REFS.clear()
+    parse_raw(raw_of(zero_copy_done(3)))  # kept
+    raw = bytearray(raw_of(zero_copy_done(3)))
+    generation_at = raw.index(b"edge_seg") - 8
+    raw[generation_at : generation_at + 8] = (2**63).to_bytes(8, "little")
+    with pytest.raises(DescriptorInvalid) as refused:  # a stale-looking, impossible one
+        parse_raw(bytes(raw))
+    assert refused.value.field == "header.tensors[1].ref.generation"
+    too_big = raw_of(zero_copy_done(3, ack=2**63 - 1)).replace(b"9223372036854775807",
+                                                                b"9223372036854775808")
+    with pytest.raises(HeaderMalformed) as refused:
+        parse_raw(too_big)
+    assert refused.value.field == "header.meta.acks[0][1]"
+    with pytest.raises(HeaderMalformed) as refused:  # a field of the block again in JSON
+        parse_raw(raw_of(zero_copy_done(3)).replace(b'"acks"', b'"seq" '))
+    assert refused.value.field == "header.meta"
+    with pytest.raises(HeaderMalformed) as refused:  # not JSON
+        parse_raw(raw_of(zero_copy_done(3)).replace(b'"acks"', b"'acks'"))
+    assert refused.value.field == "header.meta"
+    with pytest.raises(PayloadMismatch):
+        parse_raw(raw_of(zero_copy_done(3)), payload_len=5)
+    assert len(binary_header._KEPT_REFS) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_shared_memory_headers_change_no_outcome_of_mutated_frames(seed: int) -> None:
+    """Differential: every mutation of a header with shared-memory entries, or of an ack,
+    parses (or fails) as it does with nothing kept."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = [zero_copy_done(7), zero_copy_done(2**40, 123456, "a1b2-17",
+                                               segment="edge_0123abcd_0123456789abcdef"),
+             shm_header(9), ack(17), ack(2**40, unlink=[["edge_o", 3]])]
+    for _ in range(1500):
+        raw = bytearray(raw_of(rng.choice(kinds)))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(raw))
+            raw[at] = rng.randrange(256)
+        if rng.random() < 0.2:
+            raw = raw[: rng.randrange(len(raw) + 1)]
+        payload_len = rng.choice([None, 24, 0])
+        binary_header._KEPT_REFS.clear()
+        binary_header._KEPT_ACKS.clear()
+        for header in kinds:  # kept: the unmutated forms
+            parse_raw(raw_of(header))
+        with_kept = outcome(bytes(raw), payload_len)
+        binary_header._PARSED_REFS.clear()
+        binary_header._PARSED.clear()
+        binary_header._KEPT.clear()
+        binary_header._KEPT_REFS.clear()
+        binary_header._KEPT_ACKS.clear()
+        assert outcome(bytes(raw), payload_len) == with_kept

@@ -205,3 +205,32 @@ def test_an_event_not_to_keep_is_encoded_in_full_and_keeps_nothing() -> None:
         assert joined(frame) == full(OP_EVENT, "r1", (X,), fields, event_meta=meta,
                                      event_block=block)
     assert template_count() == 0
+
+
+def test_an_event_whose_meta_is_new_every_call_keeps_its_template_without_it() -> None:
+    fields = frozenset({FEATURE_SHM_TENSORS, FEATURE_EVENT_FIELDS})
+    for generation in (3, 9, 10, 12345, 2**63 - 1, 0):  # the meta's length changes too
+        meta = b'{"acks":[["edge_abc_1",%d]]}' % generation
+        block = EVENT_BLOCK.pack(generation, 2, 3)
+        specs = (X, TensorSpec("y", DType.FLOAT32, (8,), 32,
+                               ShmRef("edge_out_1", 4096, generation // 2)))
+        frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, specs, payloads(specs), fields,
+                                  event_meta=meta, event_block=block, meta_apart=True)
+        assert joined(frame) == full(OP_EVENT, "r1", specs, fields, event_meta=meta,
+                                     event_block=block)
+        header_len = PREFIX.unpack(frame[0][: PREFIX.size])[1]
+        header = parse_header(frame[0][PREFIX.size : PREFIX.size + header_len], LIMITS,
+                              binary=True)
+        assert header.meta["acks"] == (("edge_abc_1", generation),)
+        assert header.tensors == specs
+    assert template_count() == 1  # kept once, without the meta
+    for meta in (b"", b'{"data":{"k":1}}'):  # another meta (or none) on the same template
+        frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, specs, payloads(specs), fields,
+                                  event_meta=meta, event_block=block, meta_apart=True)
+        assert joined(frame) == full(OP_EVENT, "r1", specs, fields, event_meta=meta,
+                                     event_block=block)
+    frame = encode_call_frame(OP_EVENT, "r1", "det", 2, 7, specs, payloads(specs), fields,
+                              event_meta=b"", event_block=block)  # kept with its meta
+    assert joined(frame) == full(OP_EVENT, "r1", specs, fields, event_meta=b"",
+                                 event_block=block)
+    assert template_count() == 2

@@ -102,3 +102,26 @@ def test_a_view_reads_the_items_and_cannot_change_them() -> None:
     with pytest.raises(TypeError):
         view["a"] = 2  # type: ignore[index]
     assert frozen["a"] == 1
+
+
+def test_arrays_of_leaves_in_an_array_are_checked_as_every_array() -> None:
+    # (the pairs of a frame's acks: frozen inline, with every check of the general path)
+    pairs = {"acks": [["seg", 3], ["t", 2**63 - 1], [None, True, -(2**63)], []]}
+    assert freeze_object(pairs, "meta") == {
+        "acks": (("seg", 3), ("t", 2**63 - 1), (None, True, -(2**63)), ())}
+    for bad, reason in ((2**63, "64 signed bits"), (math.nan, "finite"), (b"x", "JSON-comp")):
+        with pytest.raises(HeaderMalformed, match=reason) as info:
+            freeze_object({"acks": [["seg", 1], ["seg", bad]]}, "meta", error=HeaderMalformed)
+        assert info.value.field == "meta.acks[1][1]"
+    frozen = freeze_json([["a", 1.5], ["b", {"c": [1]}]], "data")  # not all leaves: the call
+    assert frozen == (("a", 1.5), ("b", {"c": (1,)}))
+
+    def wrapped(levels: int) -> object:
+        value: object = [["seg", 1]]
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    freeze_json(wrapped(MAX_JSON_DEPTH - 2), "data")  # the pair at the deepest level
+    with pytest.raises(InvalidValue, match="nesting must be <= 32"):
+        freeze_json(wrapped(MAX_JSON_DEPTH - 1), "data")

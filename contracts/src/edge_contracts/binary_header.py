@@ -41,8 +41,16 @@ frame without the ``shm-tensors`` bit, goes through the full parser). Whole head
 kept the same way, per reader limits, without their request id and event block: a header
 equal to a kept one but for those two parts is built from it after its own id and block
 pass the same checks (anything else differing, or any check failing, goes through the
-full parser and its errors). Headers with a shared-memory entry, an event block beside
-JSON meta, an ``ack`` (its meta lists generations), or over 4 KiB are never kept.
+full parser and its errors). A header with a shared-memory entry is kept apart, also
+without its references' generations and its meta (a zero-copy DONE's meta acknowledges
+inputs by generation): one equal to it in every other byte (its fixed part but for the
+meta length, stage id, and every entry byte but the generations) is built from it after
+its own id and block, each generation (at most ``INT64_MAX``) and its meta (decoded by
+the wire's strict decoder, an object repeating no field of the block, frozen) pass the
+full parser's checks. An ``ack`` (its meta lists generations, new every call) is kept
+apart without its meta: one with the same fixed part but for its meta's length is built
+from it after its meta passes the full parser's checks. Other headers with an event
+block beside JSON meta, or headers over 4 KiB, are never kept.
 """
 
 from __future__ import annotations
@@ -70,7 +78,13 @@ from edge_contracts.headers import (
     tensor_totals,
     with_generation,
 )
-from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, freeze_object, thaw_json
+from edge_contracts.jsonvalues import (
+    EMPTY_OBJECT,
+    STRICT_DECODER,
+    JSONObject,
+    freeze_object,
+    thaw_json,
+)
 from edge_contracts.protocol import (
     FEATURE_BFLOAT16,
     FEATURE_CANCEL,
@@ -421,7 +435,9 @@ def parse_binary_header(
 
     ``json_decoder`` parses ``meta`` (the wire's strict decoder: no duplicate keys, no
     NaN); ``kept=False`` skips looking for a kept equal header (:func:`kept_header`)
-    first, for a caller that has just looked. Checks and errors are those of
+    first, for a caller that has just looked (headers are looked for and kept only with
+    the wire's decoder, :data:`~edge_contracts.jsonvalues.STRICT_DECODER`, which the kept
+    paths decode meta with). Checks and errors are those of
     :func:`edge_contracts.wire.parse_header`, plus the layout's own: every length inside
     the header, the op code and the feature bits.
 
@@ -430,7 +446,8 @@ def parse_binary_header(
         DescriptorInvalid, PayloadTooLarge, PayloadMismatch.
 
     """
-    if kept and type(raw) is bytes:  # as a frame reader passes it: a repeated header is kept
+    # as a frame reader passes it (the wire's decoder): a repeated header is kept
+    if kept and type(raw) is bytes and json_decoder is STRICT_DECODER:
         found = kept_header(raw, limits, payload_len)
         if found is not None:
             return found
@@ -586,9 +603,18 @@ def parse_binary_header(
         version,
     )
     check_totals(header, limits, payload_len)
-    if (type(raw) is bytes and size <= _KEPT_HEADER_BYTES and not (fields and meta_len)
-            and not has_refs and code != _ACK_CODE):  # an ack's meta differs every call
-        _keep_header(raw, limits, header, request_len, stage_len, fields is not None)
+    if type(raw) is bytes and size <= _KEPT_HEADER_BYTES and json_decoder is STRICT_DECODER:
+        if code == _ACK_CODE:  # its meta differs every call: kept without it
+            if size == FIXED.size + meta_len:  # (no id, block or entry)
+                if len(_KEPT_ACKS) >= 1024:
+                    _KEPT_ACKS.clear()
+                _KEPT_ACKS[(id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END:FIXED.size])] = (
+                    limits, header)
+        elif has_refs:  # kept apart: its generations and meta are read from each frame
+            _keep_refs_header(raw, limits, header, request_len, stage_len,
+                              fields is not None, tensors_len)
+        elif not (fields and meta_len):
+            _keep_header(raw, limits, header, request_len, stage_len, fields is not None)
     return header
 
 
@@ -613,6 +639,153 @@ def _keep_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: i
     _KEPT[key] = (limits, len(raw), header, block)  # holding limits: its id stays its own
 
 
+# (id of the reader's limits, a header's fixed part without its meta length, and its
+# stage id) -> up to _REFS_PER_KEY kept headers, the newest first, each (those limits, the
+# header parsed from it, has a block, the entries' pieces around the references'
+# generations as (start, end, bytes) from the entries' start, each generation's offset
+# there). A header with shared-memory entries: equal to a kept one but for its request
+# id, block, generations and meta, it is built from it once those pass the full parser's
+# checks (kept_header). Several per key: a producer whose last segment is still held
+# hands out another, so replies alternate between segments (or offsets) of one key.
+_KeptRefs = tuple[Limits, FrameHeader, bool, tuple[tuple[int, int, bytes], ...],
+                  tuple[int, ...]]
+_KEPT_REFS: dict[tuple[int, bytes], tuple[_KeptRefs, ...]] = {}
+_REFS_PER_KEY = 4
+_META_LEN_AT = 14  # where the fixed part's meta byte count lies (u32)
+_META_LEN_END = _META_LEN_AT + 4
+_SHM_BIT = 1 << _FEATURE_BITS.index(FEATURE_SHM_TENSORS)
+_GENERATION_END = 8  # a generation's bytes
+_DECODER = STRICT_DECODER  # the wire's (edge_contracts.wire passes it to the parser)
+
+
+def _keep_refs_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: int,
+                      stage_len: int, block: bool, tensors_len: int) -> None:
+    stage_at = FIXED.size + request_len
+    entries_at = stage_at + stage_len + (EVENT_BLOCK.size if block else 0)
+    cut = split_generations(raw[entries_at : entries_at + tensors_len], len(header.tensors))
+    if cut is None:  # pragma: no cover - checked entries add up
+        return
+    pieces: list[tuple[int, int, bytes]] = []
+    generations_at: list[int] = []
+    at = 0
+    for index, piece in enumerate(cut[0]):
+        pieces.append((at, at + len(piece), piece))
+        at += len(piece)
+        if index < len(cut[1]):
+            generations_at.append(at)
+            at += _GENERATION_END
+    if len(_KEPT_REFS) >= 1024:
+        _KEPT_REFS.clear()
+    key = (id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]
+           + raw[stage_at : stage_at + stage_len])
+    kept: _KeptRefs = (limits, header, block, tuple(pieces), tuple(generations_at))
+    others = tuple(old for old in _KEPT_REFS.get(key, ())
+                   if old[0] is limits and old[3] != kept[3])  # (the same pieces: replaced)
+    _KEPT_REFS[key] = (kept, *others[: _REFS_PER_KEY - 1])
+
+
+# (id of the reader's limits, an ack's fixed part without its meta length) -> (those
+# limits, the ack parsed from it). An ack has neither id nor entry: one with the same
+# fixed part but for its meta's length is built from it once its meta passes the full
+# parser's checks (kept_header).
+_KEPT_ACKS: dict[tuple[int, bytes], tuple[Limits, FrameHeader]] = {}
+
+
+def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
+              size: int) -> FrameHeader | None:
+    """:func:`kept_header` for an ack (see _KEPT_ACKS)."""
+    kept = _KEPT_ACKS.get((id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]))
+    if (kept is None or kept[0] is not limits or (payload_len is not None and payload_len)
+            or FIXED.size + int.from_bytes(raw[_META_LEN_AT:_META_LEN_END], "little") != size):
+        return None
+    template = kept[1]
+    meta: Any = EMPTY_OBJECT
+    if size > FIXED.size:  # decoded and frozen as the full parser does; a failure: its error
+        try:
+            decoded = _DECODER.decode(str(raw[FIXED.size :], "utf-8"))
+        except (ValueError, RecursionError):
+            return None
+        if type(decoded) is not dict:
+            return None
+        try:
+            meta = freeze_object(decoded, "header.meta", error=HeaderMalformed)
+        except HeaderMalformed:
+            return None
+    return prechecked_header(template.op, "", "", template.epoch, template.generation, (),
+                             meta, template.required_features, 0, 0, template.version)
+
+
+def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size: int,
+                      stage_at: int, stage_end: int, block: int) -> FrameHeader | None:
+    """:func:`kept_header` for a header with shared-memory entries (see _KEPT_REFS)."""
+    candidates = _KEPT_REFS.get((id(limits), raw[:_META_LEN_AT]
+                                 + raw[_META_LEN_END : FIXED.size] + raw[stage_at:stage_end]))
+    if candidates is None:
+        return None
+    entries_at = stage_end + EVENT_BLOCK.size if block else stage_end
+    meta_len = int.from_bytes(raw[_META_LEN_AT:_META_LEN_END], "little")
+    for kept in candidates:  # the one whose every entry byte but the generations is these
+        _, template, _, pieces, generations_at = kept
+        if kept[0] is not limits or (payload_len is not None
+                                     and payload_len != template.inline_nbytes):
+            continue
+        # the fixed part, but for the meta length, is the kept one's: so is the entries'
+        # length (the last piece ends where they end)
+        meta_at = entries_at + pieces[-1][1]
+        if meta_at + meta_len != size:
+            continue
+        for start, end, piece in pieces:
+            if raw[entries_at + start : entries_at + end] != piece:
+                break
+        else:
+            break
+    else:
+        return None
+    generations = []
+    for at in generations_at:
+        generation = int.from_bytes(raw[entries_at + at : entries_at + at + 8], "little")
+        if generation > INT64_MAX:
+            return None
+        generations.append(generation)
+    try:
+        request_id = str(raw[FIXED.size : stage_at], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
+        return None
+    meta: Any = EMPTY_OBJECT
+    if meta_len:  # decoded and frozen as the full parser does; a failure: its error
+        try:
+            decoded = _DECODER.decode(str(raw[meta_at:], "utf-8"))
+        except (ValueError, RecursionError):
+            return None
+        if type(decoded) is not dict or (block and not _EVENT_KEYS.isdisjoint(decoded)):
+            return None
+        try:  # (the block's fields are frozen values already)
+            meta = freeze_object(decoded, "header.meta", error=HeaderMalformed)
+        except HeaderMalformed:
+            return None
+    if block:
+        seq, created_ns, kind = EVENT_BLOCK.unpack_from(raw, stage_end)
+        if seq > INT64_MAX or created_ns > INT64_MAX or kind >= len(_KINDS):
+            return None
+        fields = {"seq": seq, "kind": _KINDS[kind], "created_ns": created_ns}
+        if meta_len:  # the block's fields first, then the JSON's (as _merge_event)
+            fields.update(meta.view())
+        meta = JSONObject(fields)
+    specs = []
+    index = 0
+    for spec in template.tensors:  # a loop, not a comprehension: no call
+        if spec.ref is not None:
+            spec = with_generation(spec, generations[index])
+            index += 1
+        specs.append(spec)
+    return prechecked_header(template.op, request_id, template.stage_id, template.epoch,
+                             template.generation, tuple(specs), meta,
+                             template.required_features, template.inline_nbytes,
+                             template.total_nbytes, template.version)
+
+
 def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHeader | None:
     """The header of ``raw`` from a kept equal one, its own id (and block) checked; else None.
 
@@ -625,6 +798,8 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     size = len(raw)
     if size < FIXED.size:
         return None
+    if raw[2] == _ACK_CODE:  # kept apart (its op code is in every key of the others)
+        return _kept_ack(raw, limits, payload_len, size) if _KEPT_ACKS else None
     request_len, stage_len = ID_LENGTHS.unpack_from(raw, 4)
     block = raw[3] & _EVENT_BIT
     stage_at = FIXED.size + request_len
@@ -633,6 +808,9 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     kept = _KEPT.get((id(limits), raw[: FIXED.size] + raw[stage_at:stage_end]
                       + raw[stage_end + EVENT_BLOCK.size if block else stage_end :]))
     if kept is None or kept[1] != size or kept[0] is not limits:
+        if raw[3] & _SHM_BIT and _KEPT_REFS:  # perhaps one with shared-memory entries
+            return _kept_refs_header(raw, limits, payload_len, size, stage_at, stage_end,
+                                     block)
         return None
     template = kept[2]
     try:

@@ -15,8 +15,10 @@ identity: the template holds the entries, so no other object can take their ids;
 shared-memory entry by its values but its reference's generation, which changes call
 after call: the kept bytes are cut around it and each frame's generation is written
 between the pieces) and the meta. A frame with non-empty request params, or with event
-meta over 256 bytes, is encoded in full every time. At most 1024 templates are kept;
-then they are dropped and rebuilt.
+meta over 256 bytes, is encoded in full every time, but for an event whose meta is new on
+every call (a DONE acknowledging its inputs by generation: ``meta_apart``), whose template
+is kept without the meta, written after the kept bytes with its length in the fixed
+part. At most 1024 templates are kept; then they are dropped and rebuilt.
 
 An acknowledgement (:func:`encode_ack_frame`) has no template: its meta lists the
 segments and generations it acknowledges, which change call after call; its header is
@@ -52,6 +54,10 @@ MAX_TEMPLATES = 1024
 
 _MAX_EVENT_META = 256  # longer event meta (handler data) is not kept
 _GENERATION = struct.Struct("<Q")  # a reference's generation in its entry
+_META_LEN = struct.Struct("<I")  # the fixed part's meta byte count
+_META_LEN_AT = 14  # (after "<HBBHHHI")
+_META_LEN_END = _META_LEN_AT + _META_LEN.size
+_APART = object()  # in a key: a template kept without the event meta (meta_apart)
 # key -> (fixed part, stage id bytes, entries + meta bytes (with shared-memory entries:
 # the pieces around their generations), event block bytes, inline bytes, the entries)
 _TEMPLATES: dict[tuple[object, ...],
@@ -78,6 +84,7 @@ def encode_call_frame(
     event_meta: bytes | None = None,
     event_block: bytes = b"",
     keep: bool = True,
+    meta_apart: bool = False,
 ) -> list[bytes | memoryview]:
     """Return the frame ``encode_frame(prechecked_header(...), payloads, binary=True)`` writes.
 
@@ -87,14 +94,18 @@ def encode_call_frame(
     those of :func:`~edge_contracts.headers.tensor_totals`, which checks the entries the
     first time they come together. The other values must have passed their checks
     already (see the module docstring): nothing is checked again here. ``keep=False``
-    neither uses nor keeps a template: for an event whose meta is new on every call (it
-    acknowledges inputs by generation), which a template would only push others out for.
+    neither uses nor keeps a template. ``meta_apart`` (an event's) keeps the template
+    without ``event_meta``, which a later frame writes after it (and its length into the
+    fixed part): for an event whose meta is new on every call (it acknowledges inputs by
+    generation), which would otherwise push others out (``keep`` is then not read).
     """
     rid = request_id.encode()
     key: tuple[object, ...] | None = None
     generations: list[int] | None = None
-    if meta is EMPTY_OBJECT and (event_meta is None
+    apart = meta_apart and event_meta is not None
+    if meta is EMPTY_OBJECT and (event_meta is None or apart
                                  or (keep and len(event_meta) <= _MAX_EVENT_META)):
+        marked = _APART if apart else event_meta  # (the meta's bytes, or none kept)
         if features and FEATURE_SHM_TENSORS in features:  # entries by value, generations apart
             entries: list[object] = []
             generations = []
@@ -106,9 +117,9 @@ def encode_call_frame(
                     entries.append((spec.name, spec.dtype, spec.shape, spec.nbytes,
                                     ref.segment, ref.offset))
                     generations.append(ref.generation)
-            key = (op, stage_id, epoch, generation, features, len(rid), event_meta, *entries)
+            key = (op, stage_id, epoch, generation, features, len(rid), marked, *entries)
         else:
-            key = (op, stage_id, epoch, generation, features, len(rid), event_meta,
+            key = (op, stage_id, epoch, generation, features, len(rid), marked,
                    *map(id, specs))
         kept = _TEMPLATES.get(key)
         if kept is not None and len(event_block) == kept[3]:  # else encode_frame refuses
@@ -119,8 +130,12 @@ def encode_call_frame(
                 for value, piece in zip(generations, pieces[1:], strict=True):
                     joined += (_GENERATION.pack(value), piece)
                 tail = b"".join(joined)
+            if apart:  # the meta after the kept bytes, its length in the fixed part
+                fixed = (fixed[:_META_LEN_AT] + _META_LEN.pack(len(event_meta))  # type: ignore[arg-type]
+                         + fixed[_META_LEN_END:])
             # bytes: a tail of pieces was joined just above
-            raw = b"".join((fixed, rid, stage, event_block, tail))  # type: ignore[arg-type]
+            raw = b"".join((fixed, rid, stage, event_block, tail,  # type: ignore[arg-type]
+                            event_meta if apart else b""))
             return [PREFIX.pack(BINARY_MAGIC, len(raw), inline) + raw, *payloads]
     inline, total = tensor_totals(specs, features) if specs else (0, 0)
     header = prechecked_header(op, request_id, stage_id, epoch, generation, specs, meta,
@@ -133,13 +148,14 @@ def encode_call_frame(
         stage = stage_id.encode()
         block = EVENT_BLOCK.size if op == OP_EVENT and FEATURE_EVENT_FIELDS in features else 0
         tail_at = FIXED.size + len(rid) + len(stage) + block
-        kept_tail: bytes | tuple[bytes, ...] = raw[tail_at:]
+        end = len(raw) - len(event_meta) if apart else len(raw)  # type: ignore[arg-type]
+        kept_tail: bytes | tuple[bytes, ...] = raw[tail_at:end]
         if generations:  # cut around them: the entries come first in the tail
             entries_len = FIXED.unpack_from(raw)[6]
             cut = split_generations(raw[tail_at : tail_at + entries_len], len(specs))
             if cut is None or cut[1] != generations:  # pragma: no cover - own entries
                 return parts
-            kept_tail = (*cut[0][:-1], cut[0][-1] + raw[tail_at + entries_len :])
+            kept_tail = (*cut[0][:-1], cut[0][-1] + raw[tail_at + entries_len : end])
         if len(_TEMPLATES) >= MAX_TEMPLATES:
             _TEMPLATES.clear()
         _TEMPLATES[key] = (raw[: FIXED.size], stage, kept_tail, block, inline, specs)

@@ -535,7 +535,7 @@ def prechecked_header(
 
 _set_ref_segment, _set_ref_offset, _set_ref_generation = (
     ShmRef.__dict__[name].__set__ for name in ("segment", "offset", "generation"))
-_set_spec_fields = tuple(
+(_set_spec_name, _set_spec_dtype, _set_spec_shape, _set_spec_nbytes, _set_spec_ref) = (
     TensorSpec.__dict__[name].__set__ for name in ("name", "dtype", "shape", "nbytes", "ref"))
 
 
@@ -561,11 +561,12 @@ def with_generation(spec: TensorSpec, generation: int) -> TensorSpec:
     _set_ref_segment(new_ref, ref.segment)
     _set_ref_offset(new_ref, ref.offset)
     _set_ref_generation(new_ref, generation)
-    new_spec = _new(TensorSpec)
-    for setter, value in zip(_set_spec_fields,
-                             (spec.name, spec.dtype, spec.shape, spec.nbytes, new_ref),
-                             strict=True):
-        setter(new_spec, value)
+    new_spec = _new(TensorSpec)  # each slot set by its own setter: no loop per entry
+    _set_spec_name(new_spec, spec.name)
+    _set_spec_dtype(new_spec, spec.dtype)
+    _set_spec_shape(new_spec, spec.shape)
+    _set_spec_nbytes(new_spec, spec.nbytes)
+    _set_spec_ref(new_spec, new_ref)
     return new_spec
 
 

@@ -99,6 +99,35 @@ def freeze_json(
         return value  # type: ignore[return-value]
     if kind is int and -INT64_MAX - 1 <= value <= INT64_MAX:  # type: ignore[operator]
         return value  # type: ignore[return-value]
+    # Sequences first (no type is both a sequence and a number or a string): an array of
+    # the wire's meta skips the scalar checks below
+    if isinstance(value, list | tuple):
+        if depth >= MAX_JSON_DEPTH:
+            raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
+        items: list[JSONValue] = []
+        for index, item in enumerate(value):
+            kind = type(item)
+            if (  # the common leaves, inline (as freeze_object does)
+                kind is str
+                or item is None
+                or kind is bool
+                or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
+            ):
+                items.append(item)
+                continue
+            if kind is list and depth + 1 < MAX_JSON_DEPTH:  # an array of leaves (a pair
+                inner: list[JSONValue] = []  # of a segment and its generation), inline
+                for leaf in item:
+                    kind = type(leaf)
+                    if not (kind is str or leaf is None or kind is bool
+                            or (kind is int and -INT64_MAX - 1 <= leaf <= INT64_MAX)):
+                        break  # anything else: checked by the call below
+                    inner.append(leaf)
+                else:
+                    items.append(tuple(inner))
+                    continue
+            items.append(freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1))
+        return tuple(items)
     if isinstance(value, bool | str):
         return value
     if isinstance(value, int):
@@ -111,20 +140,6 @@ def freeze_json(
         raise error(field, value, "floats must be finite (JSON has no NaN or Infinity)")
     if depth >= MAX_JSON_DEPTH:
         raise error(field, "...", f"nesting must be <= {MAX_JSON_DEPTH} levels deep")
-    if isinstance(value, list | tuple):
-        items: list[JSONValue] = []
-        for index, item in enumerate(value):
-            kind = type(item)
-            if (  # the common leaves, inline (as freeze_object does)
-                kind is str
-                or item is None
-                or kind is bool
-                or (kind is int and -INT64_MAX - 1 <= item <= INT64_MAX)
-            ):
-                items.append(item)
-            else:
-                items.append(freeze_json(item, f"{field}[{index}]", error=error, depth=depth + 1))
-        return tuple(items)
     if isinstance(value, Mapping):
         return freeze_object(value, field, error=error, depth=depth)
     raise error(field, value, "must be JSON-compatible (null, bool, number, string, array, object)")

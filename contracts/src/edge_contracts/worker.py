@@ -420,7 +420,9 @@ class _Server:
                     OP_EVENT, call.request_id, call.stage_id, call.epoch,
                     self.boot.generation, specs, packed.payloads if packed else [], features,
                     event_meta=meta, event_block=block,
-                    keep=not acks and not gone,  # acks and names change call after call
+                    # acks and names change call after call: the meta is written apart
+                    meta_apart=bool(acks) or bool(gone),
+                    keep=not acks and not gone,
                 )
                 if len(frame[0]) > self._longest_head:
                     raise too_large(kind, data, error, len(frame[0]) - PREFIX_SIZE,

@@ -221,6 +221,21 @@ class CountingEcho(BaseHandler):
         return call.inputs
 
 
+class CountingInPlace(CountingEcho):
+    """:class:`CountingEcho` answering as a zero-copy stage does: ``y`` written in place.
+
+    ``x`` (an input buffer sent by reference) is copied into an output buffer of this
+    worker's (:meth:`Call.output_buffer`: one of its segments when large enough), which
+    is returned as the output: the DONE event carries it as a shared-memory entry.
+    """
+
+    def submit(self, call: Call) -> Mapping[str, Any] | None:
+        x = call.inputs["x"]
+        out = call.output_buffer(x.shape, x.dtype)
+        out[...] = x
+        return {"y": out}
+
+
 class Stream(BaseHandler):
     """A streaming handler: its own engine thread emits tokens; cancel aborts in place."""
 
@@ -501,6 +516,10 @@ def echo() -> BaseHandler:
 
 def counting_echo() -> BaseHandler:
     return CountingEcho()
+
+
+def counting_in_place() -> BaseHandler:
+    return CountingInPlace()
 
 
 def late_buffers() -> BaseHandler:

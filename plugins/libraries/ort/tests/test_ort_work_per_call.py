@@ -138,3 +138,60 @@ def test_a_tiny_call_gives_the_run_an_options_object_never_none(
         ort._session_run = real
     assert len(given) == 3
     assert all(type(options) is onnxruntime.RunOptions for options in given), given
+
+
+class _InPlaceLoopStandIn(_ServeLoopStandIn):
+    """The serve loop as an in-place call reads it: every output large enough for a buffer.
+
+    Its packer hands out private arrays (no lease), where the real loop's hands out views
+    of the worker's segments; the handler binds either the same way (``IOBinding``).
+    """
+
+    class boot:  # noqa: N801 - the attribute the real loop's BootConfig answers
+        shm_threshold = 1
+
+    class _Packer:
+        @staticmethod
+        def allocate(shape: tuple[int, ...], dtype: Any, private: bool = False) -> tuple[Any, None]:
+            return np.empty(shape, dtype), None
+
+    def tensors(self) -> tuple[Any, None]:
+        return self._Packer(), None
+
+
+def test_an_in_place_call_raises_no_exception_on_its_way(
+    handler: tuple[OrtHandler, Any, Any],
+) -> None:
+    """A call whose outputs ONNX Runtime writes in place raises and catches no exception.
+
+    onnxruntime 1.32's ``run_with_iobinding`` reads the run's ``gpu_graph_id`` config
+    entry on every call; unset, the compiled lookup throws a C++ exception that its
+    wrapper catches as ``RuntimeError`` (about 38 µs a call here): the worker's run
+    options set the entry to the default it stands for. Python's tracer sees such an
+    exception as an ``exception`` event in the frame that catches it.
+    """
+    ort, x, expected = handler
+    header = FrameHeader("request", "r", "s0", 0, 1)
+
+    def call() -> Any:
+        return ort.submit(Call(_InPlaceLoopStandIn(), header, {"x": x}, []))  # type: ignore[arg-type]
+
+    call()
+    raised: list[str] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if event == "exception":
+            raised.append(f"{frame.f_code.co_qualname}: {arg[0].__name__}")
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        outputs = call()
+    finally:
+        sys.settrace(None)
+    assert outputs is not None
+    np.testing.assert_array_equal(outputs["y"], expected)
+    assert ort._bindings, "the call did not take the in-place path"
+    assert raised == []
+    # what keeps it so on the onnxruntime this runs (1.32 reads the entry every call)
+    assert ort._run_options.get_run_config_entry("gpu_graph_id") == "0"

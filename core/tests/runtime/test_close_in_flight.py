@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -189,7 +190,7 @@ def test_a_closed_pipeline_whose_admission_is_full_refuses_naming_the_pipeline(
         "submit-on-a-loop-now": lambda p: asyncio.run(_submitted_on_the_loop_now(p)),
     }
     for name, request in requests.items():
-        outcome = _outcome(lambda r=request: r(pipeline))
+        outcome = _outcome(partial(request, pipeline))
         assert isinstance(outcome, StageClosed), (name, outcome)
         assert str(outcome) == "pipelines[t]: closed", (name, outcome)
         assert pipeline.admission.used == 1 and pipeline.requests.tracked == 0, name

@@ -293,7 +293,7 @@ SKIP_FRAME_PARSING = os.environ.get("EDGE_TEST_SWEEP_FRAME_PARSING") != "1"
 def _streaming(length: int) -> list[dict[str, Any]]:
     """A chain whose last stage streams three tokens before its DONE (preemptible: a
     stream closed early is cancelled in place, its worker kept)."""
-    last = {"backend": "echo-preemptible", "stream_chunks": 3}
+    last: dict[str, Any] = {"backend": "echo-preemptible", "stream_chunks": 3}
     if length == 1:
         return [echo_stage("a", **last)]
     return [echo_stage("a"),

@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -615,7 +615,8 @@ class Pipeline:
         return self.epoch != epoch or self.requests.cancelled(request_id)
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
-               deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:
+               deadline_s: float | None = None,
+               ) -> Generator[tuple[Any, Mapping[str, Any]], None, None]:
         """Run the chain and yield the final stage's non-terminal events (tokens) as they come.
 
         The admission slot is held until the stream ends; the final result is acknowledged

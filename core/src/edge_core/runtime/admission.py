@@ -161,6 +161,27 @@ class SlotPool:
             for listener in self.listeners:
                 listener()
 
+    def release_once(self, released: list[bool]) -> None:
+        """:meth:`release`, unless ``released`` says it was given back already.
+
+        The slot is counted free and ``released`` appended to with no call between (see
+        :attr:`used`): two holders that may each give back one slot (a cancel, and the
+        thread that finds the request cancelled) give it back once between them, even
+        where a ``KeyboardInterrupt`` cut one of them short.
+        """
+        with self._lock:
+            if released:
+                return
+            if self.used <= 0:
+                raise RuntimeError(f"{self.what}: release without a matching acquire")
+            self.used -= 1
+            released.append(True)
+            if self.waiters:
+                self._cond.notify()
+        if self.listeners:
+            for listener in self.listeners:
+                listener()
+
     def release_held(self) -> None:
         """Free one slot within a section of the pool's lock (its owner's: see ``lock``).
 

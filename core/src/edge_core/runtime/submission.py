@@ -357,6 +357,9 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
         DeadlineExceeded: admission did not come before the deadline.
         DuplicateRequest: ``request_id`` is in flight on this pipeline.
     """
+    # The slot given back once, by the cancel that takes the request out of the queue or
+    # by its request thread finding it cancelled (a Ctrl-C may cut the cancel short)
+    unadmit = partial(admission.release_once, [])
     if not admitted:
         begun: list[bool] = []  # the tracking, once begin recorded it
         taken: list[bool] = []  # the admission slot, once take_slot counted it taken
@@ -373,9 +376,12 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
     submission: Submission | None = None
 
     def work() -> None:
-        assert future is not None  # (made before this is queued)
-        if not future.set_running_or_notify_cancel():
-            return  # cancelled before it started: its cancel gave back what it held
+        assert future is not None and submission is not None  # (made before it is queued)
+        if not future.set_running_or_notify_cancel():  # cancelled before it started:
+            tracker.end(request_id)  # what it held given back (once: see unadmit), and
+            unadmit()  # its answer set, whether or not its cancel got that far
+            submission._settler.give_up()
+            return
         try:
             try:
                 result = run(until, request_id)
@@ -388,11 +394,11 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
 
     try:
         future = concurrent.futures.Future()
-        submission = Submission(request_id, future, tracker, until, admission.release)
+        submission = Submission(request_id, future, tracker, until, unadmit)
         executor.submit(work).add_done_callback(partial(_unqueued, submission))
     except BaseException:  # not queued (the executor shut down), or interrupted
         if submission is None:  # nothing queued yet: given back here
-            admission.release()
+            unadmit()
             tracker.end(request_id)
         else:  # perhaps queued, perhaps started: its cancel ends it either way
             submission.cancel(interrupt=False)

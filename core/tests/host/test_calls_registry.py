@@ -81,9 +81,9 @@ def test_a_cancel_never_takes_out_a_newer_call_of_a_reused_id(start):
     _warm(client)
     a = client.submit(request("X", sleep_s=0.05), {"x": X})
     paused, go = threading.Event(), threading.Event()
-    # paused at the first line of its comprehension: the copy is made, A in it, the lock held
-    canceller = _run_traced(_paused_in("<listcomp>", "", paused, go, inside="cancel"),
-                            lambda: client.cancel("X"))
+    # paused at its loop's first test: the copy is made, A in it, the lock held
+    canceller = _run_traced(_paused_in("cancel", "if (call.request_id == request_id",
+                                       paused, go), lambda: client.cancel("X"))
     assert paused.wait(10)
     assert a.result(timeout=10)["x"].tolist() == X.tolist()  # A's reply: the usual path
     submitted: list[Any] = []

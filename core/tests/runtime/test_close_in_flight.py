@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,7 @@ def test_a_request_waiting_for_admission_ends_at_close_not_at_its_deadline(
     assert time.monotonic() - started < 5.0  # not the 30 s deadline
     for name, outcome in outcomes.items():
         assert isinstance(outcome, StageClosed), (name, outcome)
-        assert "pipelines[t].admission: closed" in str(outcome)
+        assert str(outcome) == "pipelines[t]: closed", (name, outcome)  # as after the close
     with held:  # the result held over the close still reads, and acknowledges
         assert held.outputs["x"].shape == (2, 2)
     _assert_nothing_charged(pipeline, ledger)
@@ -159,6 +160,42 @@ def test_a_request_made_after_close_is_refused_naming_the_pipeline_as_closed(
             assert isinstance(outcome, StageClosed), (name, outcome)  # as callers catch it
             assert str(outcome) == "pipelines[t]: closed", (name, outcome)
             _assert_nothing_charged(pipeline, ledger)
+
+
+def _streamed(pipeline: Pipeline, deadline_s: float | None = None) -> str:
+    for _ in pipeline.stream(X, deadline_s=deadline_s):
+        pass
+    return "result"
+
+
+async def _submitted_on_the_loop_now(pipeline: Pipeline) -> Any:
+    return pipeline.submit(X, loop=asyncio.get_running_loop()).result(0)
+
+
+def test_a_closed_pipeline_whose_admission_is_full_refuses_naming_the_pipeline(
+    open_pipeline: OpenPipeline, ledger: ResourceLedger,
+) -> None:
+    # Every way of making a request, with and without a deadline, after a close that
+    # left the one admission slot held (by a result not acknowledged): one wording, the
+    # pipeline's (a run with a deadline, a stream and a submission on a loop named the
+    # admission pool: pipelines[t].admission: closed)
+    pipeline = open_pipeline(echo_stage("s", backend="echo-preemptible"), admission=1)
+    held = pipeline.run(X)
+    pipeline.close()
+    requests: dict[str, Callable[[Pipeline], Any]] = {
+        **REQUESTS,
+        "submit-with-deadline": lambda p: p.submit(X, deadline_s=30.0).result(),
+        "stream-with-deadline": lambda p: _streamed(p, 30.0),
+        "stream-without": _streamed,
+        "submit-on-a-loop-now": lambda p: asyncio.run(_submitted_on_the_loop_now(p)),
+    }
+    for name, request in requests.items():
+        outcome = _outcome(partial(request, pipeline))
+        assert isinstance(outcome, StageClosed), (name, outcome)
+        assert str(outcome) == "pipelines[t]: closed", (name, outcome)
+        assert pipeline.admission.used == 1 and pipeline.requests.tracked == 0, name
+    held.ack()
+    _assert_nothing_charged(pipeline, ledger)
 
 
 def test_a_submit_a_close_overtakes_is_refused_as_closed_with_nothing_charged(

@@ -256,6 +256,7 @@ class WorkerClient:
             name=f"edge-reader-{tree.main.pid}",
             peer_pid=tree.main.pid,
             read_now=None if _DONTWAIT is None else partial(self._read_one, _DONTWAIT),
+            buffered=partial(getattr, self, "_more"),  # (what _read_one answers)
         )
         reader = self._reader  # what the first control's waiter reads with
         # What each Call is given, bound once (the reader holds this client's bound methods
@@ -782,22 +783,34 @@ class WorkerClient:
         that it aborts the work in place and drops fenced requests it has not started.
         """
         calls = self._calls
-        with self._lock:  # over a copy, each victim popped: see _calls
-            victims = [
-                call
-                for call in list(calls.values())
-                if (call.request_id == request_id
-                    or (
-                        fence_epoch is not None
-                        and call.stage_id == stage_id
-                        and call.epoch < fence_epoch
-                    ))
-                and calls.pop(call.request_id, None) is call  # (else its reply took it)
-            ]
+        # Each victim is recorded before it is taken out, and counted as its end is
+        # queued: a Ctrl-C anywhere here takes out and ends each one recorded (none is
+        # left out of the channel without its end: its consumer would wait for good)
+        victims: list[Call] = []
+        ended = 0
+        try:
+            with self._lock:  # over a copy, each victim popped: see _calls
+                for call in list(calls.values()):
+                    if (call.request_id == request_id
+                            or (fence_epoch is not None and call.stage_id == stage_id
+                                and call.epoch < fence_epoch)):
+                        victims.append(call)
+                        if calls.pop(call.request_id, None) is not call:
+                            victims.pop()  # (its reply took it)
+                        else:
+                            self._owed.add(call.request_id)  # its worker still answers it
             for call in victims:
-                self._owed.add(call.request_id)  # its worker still answers it: watched
-        for call in victims:
-            call.deliver(self._cancelled(call))
+                call.deliver(self._cancelled(call))
+                ended += 1
+        except BaseException:
+            with self._lock:
+                for call in victims:
+                    if calls.get(call.request_id) is call:
+                        del calls[call.request_id]
+                    self._owed.add(call.request_id)
+            for call in victims[ended:]:  # (the one cut short may get a second end: unread)
+                call.deliver(self._cancelled(call))
+            raise
         if victims:
             self._reader.nudge()  # a victim's own thread may be waiting on the socket
         if self._state != READY:

@@ -115,8 +115,14 @@ class ChannelReader:
         name: str,
         peer_pid: int | None = None,
         read_now: Callable[[], bool | None] | None = None,
+        buffered: Callable[[], bool | None] | None = None,
     ) -> None:
         self._fd = fd
+        # Whether a frame waits in the reader's buffer now (what read_one answers), asked
+        # only where a KeyboardInterrupt came as read_one returned, before its answer was
+        # kept: the next leader then reads it before it polls (else it would wait for
+        # the socket with a frame, perhaps a call's end, already read into the buffer)
+        self._buffered = buffered
         self._read_one = read_one
         self._read_now = read_now
         # Leading waits left that poll before they read (read_now found nothing for the
@@ -142,7 +148,9 @@ class ChannelReader:
         # before the caller noted that it leads: only the owner can release it then
         # (_drop_role), and it still can.
         self._role = threading.RLock()
-        self._guard = threading.Lock()  # taken directly on the per-call path (no wrapper)
+        # Taken directly, never through the Condition's own __enter__ (a Python function):
+        # a KeyboardInterrupt acted on as its acquire returned would leave it held for good
+        self._guard = threading.Lock()
         self._cv = threading.Condition(self._guard)
         self._waiting: list[queue.SimpleQueue[Any]] = []
         self._last_active = float("-inf")
@@ -289,6 +297,10 @@ class ChannelReader:
                     raise TimeoutError from None
                 if item is not HANDOVER:
                     return item
+        except BaseException:  # (a KeyboardInterrupt: read_one's answer asked again)
+            if leading and self._buffered is not None:
+                self._more = self._buffered()
+            raise
         finally:
             if not registered:  # the usual case: nothing to take back under the guard
                 # The role goes first: a KeyboardInterrupt acted on after any call made
@@ -305,7 +317,7 @@ class ChannelReader:
                     self._drop_role()
                     self._last_active = time.monotonic()
                 if self._listened and not self._waiting:  # read on for them at once (a
-                    with self._cv:  # count raised after this read notifies by itself)
+                    with self._guard:  # count raised after this read notifies by itself)
                         self._cv.notify_all()
             else:
                 # Leaving: the role (if led) and the registration are given up together,
@@ -331,7 +343,7 @@ class ChannelReader:
         While any is counted the background reader does not linger after the last
         waiter: it reads whenever no caller leads, so that their replies are read.
         """
-        with self._cv:
+        with self._guard:
             self._listened += change
             if change > 0:
                 self._cv.notify_all()
@@ -346,7 +358,7 @@ class ChannelReader:
         the reader stands aside: while no counted loop runs (each was stopped, or closed
         behind its open calls) the background reader reads, so that those calls end.
         """
-        with self._cv:
+        with self._guard:
             self._elsewhere += change
             if running is not None:
                 if change > 0:
@@ -392,7 +404,7 @@ class ChannelReader:
         (A cancelled call's CANCELLED, for instance, is put in its queue by the
         cancelling thread while the call's own thread may be leading.)
         """
-        with self._cv:
+        with self._guard:
             if self._closing:  # the pipe may be closed (and its number reused) any time
                 return
             with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
@@ -434,7 +446,7 @@ class ChannelReader:
         poller.register(self._fd, select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
         while True:
-            with self._cv:
+            with self._guard:
                 while not self._closing and (
                     self._waiting or self._role_taken()  # callers wait, or one leads
                     or (self._elsewhere and self._a_loop_reads()) or (
@@ -451,7 +463,7 @@ class ChannelReader:
                 try:
                     events = poller.poll()
                 finally:
-                    with self._cv:
+                    with self._guard:
                         self._polling = False
             if any(fd == self._wake_r for fd, _ in events):
                 with contextlib.suppress(OSError):
@@ -490,7 +502,7 @@ class ChannelReader:
         happened: only then may the caller close the socket without another thread
         touching a reused descriptor number.
         """
-        with self._cv:
+        with self._guard:
             if self._closing:
                 return self._quiet
             if self._governed:

@@ -56,6 +56,7 @@ class SlotPool:
         self.waiters = 0
         """Threads inside :meth:`acquire`'s wait: a release notifies only then."""
         self._closed: str | None = None  # why every wait ends now (see close)
+        self._closed_what = what  # what the refusals name once closed (see close)
         # The lock is taken directly on the per-call paths (no Python-level Condition
         # __enter__/__exit__); the Condition over it is only for waiting.
         self._lock = threading.RLock() if lock is None else lock
@@ -95,7 +96,7 @@ class SlotPool:
                 try:
                     while self.used >= self.limit:
                         if self._closed is not None:
-                            raise StageClosed(f"{self.what}: {self._closed}")
+                            raise StageClosed(f"{self._closed_what}: {self._closed}")
                         remaining = end - time.monotonic()
                         if remaining <= 0 or not self._cond.wait(remaining):
                             if self.used < self.limit:
@@ -129,23 +130,27 @@ class SlotPool:
         ``deadline_s``: how long the refused request waited (named in the refusal).
         """
         if self._closed is not None:  # nothing free: a wait would outlive its owner
-            return StageClosed(f"{self.what}: {self._closed}")
+            return StageClosed(f"{self._closed_what}: {self._closed}")
         return SlotsTaken(
             f"{self.what}: all {self.limit} slot(s) taken"
             + (f" for {deadline_s} s" if deadline_s else "")
             + f": {self.used}"
         )
 
-    def close(self, why: str) -> None:
+    def close(self, why: str, *, named: str | None = None) -> None:
         """End every wait for a slot, now and later, with ``StageClosed`` naming ``why``.
 
         What the pool's owner calls when it closes (``Pipeline.close``): a request waiting
         for a slot up to its deadline would otherwise wait for slots that only results
         still held can free. A slot free now is still taken at once (the request then
-        meets the closed stage's own refusal); releases go on as before.
+        meets the closed stage's own refusal); releases go on as before. ``named``: what
+        the refusal names instead of the pool (``pipelines[p]: closed``: the owner that
+        closed, as its own refusals name it), else :attr:`what`.
         """
         with self._lock:
             self._closed = why
+            if named is not None:
+                self._closed_what = named
             self._cond.notify_all()
 
     def release(self) -> None:
@@ -153,6 +158,27 @@ class SlotPool:
         with self._lock:
             self.release_held()
         if self.listeners:  # (no iterator made for none, the usual case)
+            for listener in self.listeners:
+                listener()
+
+    def release_once(self, released: list[bool]) -> None:
+        """:meth:`release`, unless ``released`` says it was given back already.
+
+        The slot is counted free and ``released`` appended to with no call between (see
+        :attr:`used`): two holders that may each give back one slot (a cancel, and the
+        thread that finds the request cancelled) give it back once between them, even
+        where a ``KeyboardInterrupt`` cut one of them short.
+        """
+        with self._lock:
+            if released:
+                return
+            if self.used <= 0:
+                raise RuntimeError(f"{self.what}: release without a matching acquire")
+            self.used -= 1
+            released.append(True)
+            if self.waiters:
+                self._cond.notify()
+        if self.listeners:
             for listener in self.listeners:
                 listener()
 

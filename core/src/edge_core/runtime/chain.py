@@ -341,6 +341,9 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
         raise
     gathered: list[dict[str, Any] | None] = [None] * len(items)
     pending: collections.deque[tuple[int, PendingCall]] = collections.deque()
+    # Every item's call as its stage registers it (``into``), until its result is
+    # acknowledged: a Ctrl-C anywhere leaves each call it holds here, abandoned below
+    held: list[PendingCall] = []
     started = time.perf_counter()
     submitted = 0
     try:
@@ -350,10 +353,11 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
             if submitted < len(items):
                 inputs = items[submitted][0]
                 rid = None if request_id is None else f"{request_id}#{submitted}"
-                call = group.try_submit(inputs, params=params, until=until, request_id=rid)
+                call = group.try_submit(inputs, params=params, until=until, request_id=rid,
+                                        into=held)
                 if call is None and not pending:
                     call = group.submit(inputs, params=params, until=until, request_id=rid,
-                                        abandoned=cancelled)
+                                        abandoned=cancelled, into=held)
                 if call is not None:
                     pending.append((submitted, call))
                     submitted += 1
@@ -369,10 +373,14 @@ def gather(group: ReplicaSet, fan: Fanout, *, params: Mapping[str, Any] | None,
                                    for name, value in result.outputs.items()}
             finally:
                 result.ack()  # this item's worker memory goes back now
+            held.remove(call)
         if cancelled():
             raise RequestCancelled(f"{where}: cancelled during a fan-out of {len(items)}")
-    except BaseException:
-        _drain(pending)
+    except BaseException as exc:
+        if isinstance(exc, Exception):  # failed: the items in flight end first, as before
+            _drain(pending)
+        for call in held:  # interrupted (or left): each call not acknowledged, abandoned
+            call.abandon()
         raise
     outputs: dict[str, Any] = {}
     for (_, carried), produced in zip(items, gathered, strict=True):

@@ -89,6 +89,7 @@ class PendingCall:
     _result: StageResult | None = None  # (on the class: what every call starts with)
     _done = False
     _abandoned = False  # abandon() was called (it acts once)
+    _closing = False  # close() cancelled it and reads it to its end (again if cut short)
     # The events before the terminal one and their outputs so far, made by the first
     # such event (the usual call has none: nothing is made for it)
     _partial: tuple[list[StageEvent], dict[str, Any]] | None = None
@@ -294,7 +295,9 @@ class PendingCall:
         nothing, except one whose terminal DONE its stage accepted (keeping the slot until
         the acknowledgement) when a ``KeyboardInterrupt`` came before its result was made:
         that slot is given back by an acknowledgement of the request's own key (stale,
-        changing nothing, for any other request).
+        changing nothing, for any other request). A close cut short by a
+        ``KeyboardInterrupt`` may be called again (or :meth:`abandon`): it reads on to the
+        end, acknowledges once.
         """
         if self._result is not None:
             self._result.ack()
@@ -302,8 +305,11 @@ class PendingCall:
         if not self._done:
             self.cancel()
             self._done = True
+            self._closing = True  # (with _done, no call between: read on below, again
+        if self._closing:  # when a Ctrl-C cut that short and this is called again)
             self._read_to_end()
             self._close_events()
+            self._closing = False
         request = self.request
         self.stage.ack(ResultKey(request_id=request.request_id, epoch=request.epoch,
                                  generation=request.generation, serial=self.serial))

@@ -23,7 +23,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +123,30 @@ def _leave(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPoo
     with admitting:
         lineup.leave_held(serving)
         admission.release_held()
+    if admission.listeners:  # (called without the lock)
+        for listener in admission.listeners:
+            listener()
+
+
+def _leave_once(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPool,
+                serving: Serving | None, left: list[bool]) -> None:
+    """:func:`_leave`, for a holder whose own release a Ctrl-C may cut short: given once.
+
+    The placement's hold and the admission slot are counted given back, and ``left``
+    appended to, in one run of statements without a call (see :attr:`SlotPool.used`):
+    called again after an interrupt, it gives back nothing twice (and wakes the waiters
+    again). ``serving`` None: the admission slot alone.
+    """
+    with admitting:
+        if not left:
+            if serving is not None:
+                serving.holds -= 1
+            admission.used -= 1
+            left.append(True)
+        if serving is not None:
+            lineup.left_held(serving)
+        if admission.waiters:
+            admission.wake_held()
     if admission.listeners:  # (called without the lock)
         for listener in admission.listeners:
             listener()
@@ -371,8 +395,8 @@ class Pipeline:
             WorkerUnresponsive / WorkerGone: the worker stopped answering or died.
             RequestTooLarge: the inputs exceed a stage's ``max_io_bytes``.
             InvalidValue: ``inputs`` are no mapping of input names to arrays.
-            StageClosed: the pipeline was closed (``pipelines[p]: closed``; waiting for
-                admission: ``pipelines[p].admission: closed``), or no stage serves.
+            StageClosed: the pipeline was closed (``pipelines[p]: closed``, waiting for
+                admission too), or no stage serves.
         """
         lone = self.lineup.current.lone  # check_params, without the call
         if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
@@ -591,20 +615,47 @@ class Pipeline:
         return self.epoch != epoch or self.requests.cancelled(request_id)
 
     def stream(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
-               deadline_s: float | None = None) -> Iterator[tuple[Any, Mapping[str, Any]]]:
+               deadline_s: float | None = None,
+               ) -> Generator[tuple[Any, Mapping[str, Any]], None, None]:
         """Run the chain and yield the final stage's non-terminal events (tokens) as they come.
 
         The admission slot is held until the stream ends; the final result is acknowledged
         when the generator finishes or is closed. ``deadline_s`` bounds the whole stream
-        (see :meth:`run`).
+        (see :meth:`run`). A ``KeyboardInterrupt`` (Ctrl-C) wherever CPython acts on it, as
+        the generator is advanced or in the caller's loop (the generator then closed or
+        dropped), leaves nothing held, as for :meth:`run`.
         """
         self.check_params(params)
         until = None if deadline_s is None else deadline_until(deadline_s)
-        take_slot(self.admission, until)
-        serving = self.lineup.enter()
-        try:
+        # As _run: what the stream holds is known from what is set at every point where a
+        # Ctrl-C can act, and its end gives back what is set: once more, to its end, where
+        # an interrupt cut that short (_end_stream)
+        admitted = False
+        if until is not None:  # its refusals raised as they are
+            taken: list[bool] = []  # the slot, once take_slot counted it taken
             try:
-                pending, _, _, asked = self._chain(serving, inputs, params, until)
+                take_slot(self.admission, until, taken)  # (waits: not in the section below)
+                admitted = True
+            except BaseException:
+                if taken:  # interrupted as it returned: the slot taken, given back
+                    self.admission.release()
+                raise
+        serving: Serving | None = None  # entered, its admission slot taken with it
+        calls: list[PendingCall] = []  # every stage call, as it is registered
+        left: list[bool] = []  # the placement and the admission slot, once given back
+        interrupted = False  # by a Ctrl-C (not an error, not the generator's close)
+        try:
+            with self._admitting:  # the lineup's and the admission's lock
+                if not admitted:  # no deadline: a slot free now, else refused
+                    admission = self.admission
+                    if admission.used >= admission.limit:
+                        raise admission.refusal(None)
+                    admission.used += 1
+                    admitted = True
+                serving = self.lineup.current  # ServingLineup.enter_held, without its call
+                serving.holds += 1
+            try:
+                pending, _, _, asked = self._chain(serving, inputs, params, until, None, calls)
             except Exception as exc:
                 if refusal := self._refusal(exc, inputs):
                     raise refusal from None
@@ -617,10 +668,36 @@ class Pipeline:
                 if refused is None:
                     raise
                 raise refused from error
-            finally:
-                pending.close()
-        finally:
-            _leave(self._admitting, self.lineup, self.admission, serving)
+        except (Exception, GeneratorExit):
+            raise
+        except BaseException:  # a Ctrl-C (KeyboardInterrupt, the command line's SIGTERM)
+            interrupted = True
+            raise
+        finally:  # ended, failed, closed or dropped (GeneratorExit), or interrupted
+            try:
+                self._end_stream(calls, serving, admitted, left, interrupted)
+            except BaseException:  # cut short (a Ctrl-C): the rest given back, then raised
+                self._end_stream(calls, serving, admitted, left, True)
+                raise
+
+    def _end_stream(self, calls: list[PendingCall], serving: Serving | None, admitted: bool,
+                    left: list[bool], interrupted: bool) -> None:
+        """Give back what a stream held: its stage calls, its placement, its admission slot.
+
+        Each call is closed (its result acknowledged, or a call not ended cancelled and
+        read to its end), then the placement and the admission slot are given back once
+        (``left`` records it: :func:`_leave_once`). ``interrupted`` (a Ctrl-C, as the
+        stream ran or as this ran before): each call is abandoned instead, as
+        :meth:`run` abandons its calls (:meth:`PendingCall.abandon`: read to its end by
+        the thread that reads it, never cancelled, its worker never retired for it).
+        """
+        for call in calls:
+            if interrupted:
+                call.abandon()
+            else:
+                call.close()
+        if admitted:
+            _leave_once(self._admitting, self.lineup, self.admission, serving, left)
 
     async def arun(self, inputs: Mapping[str, Any], *, params: Mapping[str, Any] | None = None,
                    deadline_s: float | None = None) -> PipelineResult:
@@ -902,7 +979,8 @@ class Pipeline:
         Run again after an interruption: each step ends where it already ended (the
         background thread is joined again, what it held retired once).
         """
-        self.admission.close("closed")  # a request waiting for admission ends now
+        # a request waiting for admission ends now, refused as any after the close is
+        self.admission.close("closed", named=self._where)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self.policy.stop()  # background opening and measuring end, what they held retired

@@ -48,13 +48,27 @@ class RequestTracker:
         self._lock = threading.Lock()
         self._requests: dict[str, _Tracked] = {}
 
-    def begin(self, request_id: str) -> None:
-        """A request was accepted (before admission)."""
+    @property
+    def tracked(self) -> int:
+        """How many requests are tracked now (begun and not ended)."""
+        with self._lock:
+            return len(self._requests)
+
+    def begin(self, request_id: str, held: list[bool] | None = None) -> None:
+        """A request was accepted (before admission).
+
+        ``held``: appended to as the request is recorded, with no call between: a caller
+        interrupted as this returns (a ``KeyboardInterrupt``) finds there whether it
+        must :meth:`end` it.
+        """
         with self._lock:
             if request_id in self._requests:
                 raise DuplicateRequest(f"request_id: already in flight on pipeline "
                                        f"{self._pipeline!r}: {request_id!r}")
-            self._requests[request_id] = _Tracked()
+            tracked = _Tracked()
+            self._requests[request_id] = tracked
+            if held is not None:
+                held.append(True)
 
     def enter(self, request_id: str, stage: Cancellable) -> None:
         """The request is about to be submitted to ``stage``; refuse if it was cancelled."""

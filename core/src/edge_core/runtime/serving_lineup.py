@@ -180,6 +180,19 @@ class ServingLineup:
             self._answered = True
             self.first_answered.set()
 
+    def left_held(self, serving: Serving, answered: bool = True) -> None:
+        """What :meth:`leave_held` does after its count, for an owner that counted it itself.
+
+        Within a section of the lineup's lock, once the owner took one from
+        ``serving.holds`` (in a run of statements without a call, with what else it gives
+        back): idle waiters woken, the first answer noted.
+        """
+        if self._idle_waiters and serving.holds <= 0:
+            self._idle.notify_all()
+        if not self._answered and answered:
+            self._answered = True
+            self.first_answered.set()
+
     def switch(self, serving: Serving) -> Serving:
         """Make ``serving`` current for requests that start from now on; return the old."""
         with self._lock:

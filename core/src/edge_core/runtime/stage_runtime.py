@@ -443,9 +443,13 @@ class StageRuntime:
                 if self.restarter.restarts:  # served again: the count starts over
                     self.restarter.reset()
                 return True
+            # The entry and its slot go together (as in ack: SlotPool.release_held's
+            # count, with no call between)
             del self._entries[request_id]
             slots = self.slots
-            slots.release_held()
+            slots.used -= 1
+            if slots.waiters:
+                slots.wake_held()
         if slots.listeners:  # (called without the lock)
             for listener in slots.listeners:
                 listener()
@@ -558,7 +562,7 @@ class StageRuntime:
         answers: list[CancelOutcome] = []
         generation = self.generation
         for rid in targets:
-            with self._sent:
+            with self._lock:  # the Condition's own lock, taken directly (see admission.py)
                 entry = self._entries.get(rid)
                 if entry is None:
                     continue

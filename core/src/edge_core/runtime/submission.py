@@ -13,6 +13,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from edge_contracts.requests import StageEvent
@@ -343,29 +344,69 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
     itself; ``run`` holds that slot. ``admitted``: the caller has begun tracking the
     request and holds its admission slot already (both are handed to ``run``).
 
+    A ``KeyboardInterrupt`` (Ctrl-C) wherever CPython acts on it here leaves nothing
+    held: the tracking and the slot are recorded as they are taken (given back if it
+    comes before the request is handed on), and the request's submission is made before
+    its work is queued, so that from then on its cancel (``interrupt=False``) ends it
+    (queued or not, started or not); where it comes after, the request runs and its
+    result, dropped, is acknowledged by the drain
+    (:class:`~edge_core.runtime.pipeline_result.PipelineResult`).
+
     Raises:
         ResourceUnavailable: the pipeline is full and no deadline was given.
         DeadlineExceeded: admission did not come before the deadline.
         DuplicateRequest: ``request_id`` is in flight on this pipeline.
     """
+    # The slot given back once, by the cancel that takes the request out of the queue or
+    # by its request thread finding it cancelled (a Ctrl-C may cut the cancel short)
+    unadmit = partial(admission.release_once, [])
     if not admitted:
-        tracker.begin(request_id)
+        begun: list[bool] = []  # the tracking, once begin recorded it
+        taken: list[bool] = []  # the admission slot, once take_slot counted it taken
         try:
-            take_slot(admission, until)
-        except BaseException:
-            tracker.end(request_id)
+            tracker.begin(request_id, begun)
+            take_slot(admission, until, taken)
+        except BaseException:  # refused, or interrupted as either returned
+            if taken:
+                admission.release()
+            if begun:
+                tracker.end(request_id)
             raise
+    future: concurrent.futures.Future[PipelineResult] | None = None
+    submission: Submission | None = None
 
-    def work() -> PipelineResult:
+    def work() -> None:
+        assert future is not None and submission is not None  # (made before it is queued)
+        if not future.set_running_or_notify_cancel():  # cancelled before it started:
+            tracker.end(request_id)  # what it held given back (once: see unadmit), and
+            unadmit()  # its answer set, whether or not its cancel got that far
+            submission._settler.give_up()
+            return
         try:
-            return run(until, request_id)
-        finally:
-            tracker.end(request_id)
+            try:
+                result = run(until, request_id)
+            finally:
+                tracker.end(request_id)
+        except BaseException as exc:  # the request's outcome, for its submission
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
 
     try:
-        future = executor.submit(work)
-    except BaseException:
-        admission.release()
-        tracker.end(request_id)
+        future = concurrent.futures.Future()
+        submission = Submission(request_id, future, tracker, until, unadmit)
+        executor.submit(work).add_done_callback(partial(_unqueued, submission))
+    except BaseException:  # not queued (the executor shut down), or interrupted
+        if submission is None:  # nothing queued yet: given back here
+            unadmit()
+            tracker.end(request_id)
+        else:  # perhaps queued, perhaps started: its cancel ends it either way
+            submission.cancel(interrupt=False)
         raise
-    return Submission(request_id, future, tracker, until, admission.release)
+    return submission
+
+
+def _unqueued(submission: Submission, queued: concurrent.futures.Future[None]) -> None:
+    """Cancel the submission whose work the executor cancelled unrun (its shutdown)."""
+    if queued.cancelled():
+        submission.cancel(interrupt=False)

@@ -186,7 +186,8 @@ class Submission:
     """
 
     def __init__(self, request_id: str, future: RequestFuture, tracker: RequestTracker,
-                 until: float | None, unadmit: Callable[[], None]) -> None:
+                 until: float | None, unadmit: Callable[[], None],
+                 settler: _Settler | None = None) -> None:
         self.request_id = request_id
         self._future = future
         self._tracker = tracker
@@ -199,7 +200,8 @@ class Submission:
         # future's callback holds the answer alone, not this submission: a reference
         # back to it would make a cycle that keeps the result's arrays alive until the
         # cyclic garbage collector happens to run.
-        self._settler = _Settler(request_id)
+        # (``settler``: one made by :func:`submit`, whose work settles it too)
+        self._settler = _Settler(request_id) if settler is None else settler
         self._answer = self._settler.answer
         future.add_done_callback(self._settler.settle)
 
@@ -374,13 +376,15 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
             raise
     future: concurrent.futures.Future[PipelineResult] | None = None
     submission: Submission | None = None
+    settler: _Settler | None = None  # the submission's, settled by its work too
 
     def work() -> None:
         assert future is not None and submission is not None  # (made before it is queued)
+        assert settler is not None
         if not future.set_running_or_notify_cancel():  # cancelled before it started:
             tracker.end(request_id)  # what it held given back (once: see unadmit), and
             unadmit()  # its answer set, whether or not its cancel got that far
-            submission._settler.give_up()
+            settler.give_up()
             return
         try:
             try:
@@ -394,7 +398,8 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
 
     try:
         future = concurrent.futures.Future()
-        submission = Submission(request_id, future, tracker, until, unadmit)
+        settler = _Settler(request_id)
+        submission = Submission(request_id, future, tracker, until, unadmit, settler)
         executor.submit(work).add_done_callback(partial(_unqueued, submission))
     except BaseException:  # not queued (the executor shut down), or interrupted
         if submission is None:  # nothing queued yet: given back here

@@ -79,12 +79,23 @@ class RequestTracker:
                     raise RequestCancelled(f"request {request_id!r}: cancelled")
                 tracked.stage = stage
 
-    def end(self, request_id: str) -> None:
-        """The request ended (delivered or failed): a later cancel finds it finished."""
+    def end(self, request_id: str, once: list[bool] | None = None) -> None:
+        """The request ended (delivered or failed): a later cancel finds it finished.
+
+        ``once``: shared by the holders that may each end this request (its cancel, its
+        deadline, its request thread finding it cancelled): the first ends it and
+        records that, with no call between; the others end nothing, not even a later
+        request given the same id.
+        """
         with self._lock:
-            tracked = self._requests.pop(request_id, None)
-            if tracked is not None:
+            if once:  # ended by another holder already
+                return
+            tracked = self._requests.get(request_id)
+            if tracked is not None:  # taken out and marked without a call, then recorded
+                del self._requests[request_id]
                 tracked.finished = True
+            if once is not None:
+                once.append(True)
 
     def cancel(self, request_id: str) -> CancelOutcome:
         """Cancel one request; its outcome, exactly.

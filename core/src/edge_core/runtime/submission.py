@@ -275,8 +275,7 @@ class Submission:
         if dequeued is None:  # taken out of the queue before: cancelled, nothing touched
             return CancelOutcome.ALREADY_FINISHED if interrupt else FenceOutcome.ALREADY_FINISHED
         if dequeued:  # still queued: no thread has taken it
-            self._tracker.end(self.request_id)
-            self._unadmit()  # the admission it took at submission
+            self._unadmit()  # its tracking and the admission it took (each once)
             return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
         if interrupt:
             return self._tracker.cancel(self.request_id)
@@ -307,8 +306,7 @@ class Submission:
         dequeued = self._dequeue()
         if dequeued is not False:  # still queued (or taken out before): no thread took it
             if dequeued:
-                self._tracker.end(self.request_id)
-                self._unadmit()
+                self._unadmit()  # its tracking and the admission it took (each once)
             return
         self._tracker.fence(self.request_id)
 
@@ -359,9 +357,10 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
         DeadlineExceeded: admission did not come before the deadline.
         DuplicateRequest: ``request_id`` is in flight on this pipeline.
     """
-    # The slot given back once, by the cancel that takes the request out of the queue or
-    # by its request thread finding it cancelled (a Ctrl-C may cut the cancel short)
-    unadmit = partial(admission.release_once, [])
+    # What a request that never ran holds, given back once: by the cancel (or deadline)
+    # that takes it out of the queue, by its request thread finding it cancelled, or at
+    # the executor's shutdown (a Ctrl-C may cut any of them short)
+    unadmit = partial(_never_ran, tracker, admission, request_id, [], [])
     if not admitted:
         begun: list[bool] = []  # the tracking, once begin recorded it
         taken: list[bool] = []  # the admission slot, once take_slot counted it taken
@@ -382,9 +381,8 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
         assert future is not None and submission is not None  # (made before it is queued)
         assert settler is not None
         if not future.set_running_or_notify_cancel():  # cancelled before it started:
-            tracker.end(request_id)  # what it held given back (once: see unadmit), and
-            unadmit()  # its answer set, whether or not its cancel got that far
-            settler.give_up()
+            unadmit()  # what it held given back (once), and its answer set, whether or
+            settler.give_up()  # not its cancel got that far
             return
         try:
             try:
@@ -400,18 +398,38 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
         future = concurrent.futures.Future()
         settler = _Settler(request_id)
         submission = Submission(request_id, future, tracker, until, unadmit, settler)
-        executor.submit(work).add_done_callback(partial(_unqueued, submission))
+        executor.submit(work).add_done_callback(
+            partial(_unqueued, submission, unadmit, settler))
     except BaseException:  # not queued (the executor shut down), or interrupted
         if submission is None:  # nothing queued yet: given back here
             unadmit()
-            tracker.end(request_id)
         else:  # perhaps queued, perhaps started: its cancel ends it either way
             submission.cancel(interrupt=False)
         raise
     return submission
 
 
-def _unqueued(submission: Submission, queued: concurrent.futures.Future[None]) -> None:
-    """Cancel the submission whose work the executor cancelled unrun (its shutdown)."""
+def _never_ran(tracker: RequestTracker, admission: SlotPool, request_id: str,
+               ended: list[bool], released: list[bool]) -> None:
+    """Give back what a request that never ran holds: its tracking, then its admission slot.
+
+    Each once (``ended`` and ``released`` record it with no call between): its cancel,
+    its deadline, its request thread finding it cancelled and the executor's shutdown
+    may each get here, and a Ctrl-C may cut any of them short. The tracking is ended only
+    once: a second end would end a later request given the same id.
+    """
+    tracker.end(request_id, ended)
+    admission.release_once(released)
+
+
+def _unqueued(submission: Submission, unadmit: Callable[[], None], settler: _Settler,
+              queued: concurrent.futures.Future[None]) -> None:
+    """End the submission whose work the executor cancelled unrun (its shutdown).
+
+    Its cancel marks it taken out of the queue; what it holds is given back here as well
+    (once), since a cancel cut short by a Ctrl-C after taking it out gave back nothing.
+    """
     if queued.cancelled():
         submission.cancel(interrupt=False)
+        unadmit()
+        settler.give_up()

@@ -56,7 +56,7 @@ def test_a_cancelled_queued_request_never_ends_a_later_one_of_the_same_id(
     assert (tracker.tracked, admission.used) == (0, 0)
     running, finish = threading.Event(), threading.Event()
 
-    def retried(until: float | None, request_id: str) -> None:
+    def retried(until: float | None, request_id: str) -> Any:
         running.set()
         finish.wait(WAIT_S)
         admission.release()

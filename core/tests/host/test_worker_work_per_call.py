@@ -118,10 +118,13 @@ def test_a_small_request_costs_the_worker_a_bounded_number_of_bytecodes(
 #: meta); 70.5 and 3973..4045 (three runs: the count moves from run to run, its cause not
 #: traced) with the DONE written from a template kept without its meta (its acks:
 #: edge_contracts.call_frames, ``meta_apart``); 67.5 and 3817..3887 (three runs) with the
-#: acknowledgement's header built from a kept one (an ack kept without its meta); the
-#: bounds just above the most seen: the path before fails them.
-MAX_ZERO_COPY_WORKER_CALLS = 68
-MAX_ZERO_COPY_WORKER_BYTECODES = {(3, 11): 3940}
+#: acknowledgement's header built from a kept one (an ack kept without its meta). In a
+#: full suite beside other tests' load: 69.1 calls (the acknowledgement and the next
+#: request read in two receives more often than on a quiet machine: the frame reader's
+#: calls a request went up); the bounds leave room for that and still fail the path
+#: before this session's cuts (86.3 calls, 4924 bytecodes).
+MAX_ZERO_COPY_WORKER_CALLS = 74
+MAX_ZERO_COPY_WORKER_BYTECODES = {(3, 11): 4150}
 ZERO_COPY_BYTES = 16384  # the input's and the output's size: at least the threshold below
 ZERO_COPY_THRESHOLD = 4096
 

@@ -91,10 +91,13 @@ def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Pat
     end = next(i for i, line in enumerate(lines) if "CALLS-END" in line)
     caller = lines[start].split()[0]
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    missed: collections.Counter[str] = collections.Counter()  # receives that found nothing
     for line in lines[start + 1 : end]:
         match = LINE.match(line)
         if match and "resumed>" not in line:
             counts[match.group(1)][match.group(2)] += 1
+            if match.group(2) == "recvfrom" and "EAGAIN" in line:
+                missed[match.group(1)] += 1
     mine = counts.pop(caller)
     marks = [MARK.search(lines[at]) for at in (start, end)]
     assert marks[0] is not None and marks[1] is not None, (lines[start], lines[end])
@@ -109,8 +112,14 @@ def test_a_small_echo_costs_each_side_about_the_pipes_system_calls(tmp_path: Pat
     # the receive too; then two, waiting in the receive, which slept twice a call)
     assert sum(loop.values()) <= 3.05 * CALLS + timed, (per_call, loop, elapsed)
     assert loop["poll"] <= CALLS * 1.02, (per_call, loop)
-    # the caller: one send, one poll, one receive
-    assert sum(mine.values()) <= 3.05 * CALLS + timed, (per_call, mine, elapsed)
+    # the caller: one send, one poll, one receive; or one send and one receive where it
+    # reads before it polls and the reply is there, one receive more where it is not
+    # (ChannelReader's read before the poll: it misses more often on a loaded machine, and
+    # reads before it polls less often after a miss). Those misses are bounded apart: in
+    # two full suites on a new VM, 33 and 44 of 300 calls missed, the rest 2.97 a call
+    misses = missed[caller]
+    assert misses <= 0.25 * CALLS, (per_call, mine, misses)
+    assert sum(mine.values()) - misses <= 3.05 * CALLS + timed, (per_call, mine, elapsed)
 
 
 

@@ -641,21 +641,19 @@ def _keep_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: i
 
 # (id of the reader's limits, a header's fixed part without its meta length, and its
 # stage id) -> up to _REFS_PER_KEY kept headers, the newest first, each (those limits, the
-# header parsed from it, has a block, the entries' pieces around the references'
-# generations as (start, end, bytes) from the entries' start, each generation's offset
-# there). A header with shared-memory entries: equal to a kept one but for its request
-# id, block, generations and meta, it is built from it once those pass the full parser's
-# checks (kept_header). Several per key: a producer whose last segment is still held
+# header parsed from it, the entries' pieces around the references' generations as
+# (start, end, bytes) from the entries' start, each generation's offset there). A header
+# with shared-memory entries: equal to a kept one but for its request id, block,
+# generations and meta, it is built from it once those pass the full parser's checks
+# (kept_header). Several per key: a producer whose last segment is still held
 # hands out another, so replies alternate between segments (or offsets) of one key.
-_KeptRefs = tuple[Limits, FrameHeader, bool, tuple[tuple[int, int, bytes], ...],
-                  tuple[int, ...]]
+_KeptRefs = tuple[Limits, FrameHeader, tuple[tuple[int, int, bytes], ...], tuple[int, ...]]
 _KEPT_REFS: dict[tuple[int, bytes], tuple[_KeptRefs, ...]] = {}
 _REFS_PER_KEY = 4
 _META_LEN_AT = 14  # where the fixed part's meta byte count lies (u32)
 _META_LEN_END = _META_LEN_AT + 4
 _SHM_BIT = 1 << _FEATURE_BITS.index(FEATURE_SHM_TENSORS)
 _GENERATION_END = 8  # a generation's bytes
-_DECODER = STRICT_DECODER  # the wire's (edge_contracts.wire passes it to the parser)
 
 
 def _keep_refs_header(raw: bytes, limits: Limits, header: FrameHeader, request_len: int,
@@ -678,9 +676,9 @@ def _keep_refs_header(raw: bytes, limits: Limits, header: FrameHeader, request_l
         _KEPT_REFS.clear()
     key = (id(limits), raw[:_META_LEN_AT] + raw[_META_LEN_END : FIXED.size]
            + raw[stage_at : stage_at + stage_len])
-    kept: _KeptRefs = (limits, header, block, tuple(pieces), tuple(generations_at))
+    kept: _KeptRefs = (limits, header, tuple(pieces), tuple(generations_at))
     others = tuple(old for old in _KEPT_REFS.get(key, ())
-                   if old[0] is limits and old[3] != kept[3])  # (the same pieces: replaced)
+                   if old[0] is limits and old[2] != kept[2])  # (the same pieces: replaced)
     _KEPT_REFS[key] = (kept, *others[: _REFS_PER_KEY - 1])
 
 
@@ -702,7 +700,7 @@ def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
     meta: Any = EMPTY_OBJECT
     if size > FIXED.size:  # decoded and frozen as the full parser does; a failure: its error
         try:
-            decoded = _DECODER.decode(str(raw[FIXED.size :], "utf-8"))
+            decoded = STRICT_DECODER.decode(str(raw[FIXED.size :], "utf-8"))
         except (ValueError, RecursionError):
             return None
         if type(decoded) is not dict:
@@ -725,7 +723,7 @@ def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size:
     entries_at = stage_end + EVENT_BLOCK.size if block else stage_end
     meta_len = int.from_bytes(raw[_META_LEN_AT:_META_LEN_END], "little")
     for kept in candidates:  # the one whose every entry byte but the generations is these
-        _, template, _, pieces, generations_at = kept
+        _, template, pieces, generations_at = kept
         if kept[0] is not limits or (payload_len is not None
                                      and payload_len != template.inline_nbytes):
             continue
@@ -756,7 +754,7 @@ def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size:
     meta: Any = EMPTY_OBJECT
     if meta_len:  # decoded and frozen as the full parser does; a failure: its error
         try:
-            decoded = _DECODER.decode(str(raw[meta_at:], "utf-8"))
+            decoded = STRICT_DECODER.decode(str(raw[meta_at:], "utf-8"))
         except (ValueError, RecursionError):
             return None
         if type(decoded) is not dict or (block and not _EVENT_KEYS.isdisjoint(decoded)):

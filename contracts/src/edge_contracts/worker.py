@@ -422,7 +422,6 @@ class _Server:
                     event_meta=meta, event_block=block,
                     # acks and names change call after call: the meta is written apart
                     meta_apart=bool(acks) or bool(gone),
-                    keep=not acks and not gone,
                 )
                 if len(frame[0]) > self._longest_head:
                     raise too_large(kind, data, error, len(frame[0]) - PREFIX_SIZE,

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
+from edge_contracts.jsonvalues import EMPTY_OBJECT
 from edge_contracts.protocol import KNOWN_FEATURES, OP_ACK, OP_SPIN
 from edge_contracts.requests import Operation, StageRequest
 from edge_contracts.wire import BINARY_MAGIC, PREFIX, encode_frame, parse_header
@@ -252,3 +253,132 @@ def general_frame_of(packer: TensorPacker, request: StageRequest,
                                request.params, packed.features, inline, total)  # type: ignore[arg-type]
     first, *payloads = encode_frame(header, packed.payloads, binary=True)
     return bytes(first), b"".join(bytes(part) for part in payloads)
+
+
+def ref_frame(client: WorkerClient, rid: str, buffer: np.ndarray) -> bytes:
+    """The bytes the general path writes for ``buffer`` sent by reference as it is now."""
+    from edge_contracts.dtypes import DType
+    from edge_contracts.headers import ShmRef, TensorSpec
+    from edge_contracts.protocol import FEATURE_SHM_TENSORS
+
+    lease = client._inputs.by_id[id(buffer)].lease
+    spec = TensorSpec("x", DType.FLOAT32, buffer.shape, buffer.nbytes,
+                      ShmRef(lease.segment, lease.offset, lease.generation))
+    features = frozenset({FEATURE_SHM_TENSORS})
+    inline, total = tensor_totals((spec,), features)
+    header = prechecked_header("run", rid, "s0", 0, client.generation, (spec,), EMPTY,
+                               features, inline, total)
+    return b"".join(bytes(part) for part in encode_frame(header, [], binary=True))
+
+
+EMPTY = EMPTY_OBJECT  # a request's params when it has none
+
+
+def requests_taken(sock: WatchedSocket) -> list[bytes]:
+    """The writes since the last call but the acknowledgements of outputs (op ``ack``)."""
+    kept = []
+    for written in sock.taken():
+        magic, header_len, payload_len = PREFIX.unpack_from(written)
+        header = parse_header(written[PREFIX.size : PREFIX.size + header_len], LIMITS,
+                              payload_len=payload_len, binary=magic == BINARY_MAGIC)
+        if header.op != OP_ACK:
+            kept.append(written)
+    return kept
+
+
+def test_a_zero_copy_request_is_written_as_the_general_path_writes_it(
+    watched: tuple[WorkerClient, WatchedSocket],
+) -> None:
+    """An input buffer sent again is written from its kept template: the same bytes.
+
+    Each send stamps the buffer's reference with a new generation, which the kept bytes
+    take between their pieces; another id length, another buffer or a busy buffer are
+    not written from it (a busy one is refused, claiming nothing).
+    """
+    from edge_core.host.errors import InputBufferBusy
+
+    client, sock = watched
+    buffer = client.input_buffer((1024,), np.float32)
+    buffer[:] = 0.5
+    np.testing.assert_array_equal(run(client, "r01", buffer)["x"], buffer)
+    (first,) = requests_taken(sock)
+    lease = client._inputs.by_id[id(buffer)].lease
+    assert first == ref_frame(client, "r01", buffer)
+    assert list(client._kept_ref_requests) == [
+        (3, "x", lease.segment, lease.offset, buffer.dtype, buffer.shape, Operation.RUN,
+         "s0", 0)]
+    generations = [lease.generation]
+    general = client._inputs.pack_claimed
+
+    def not_this_way(*args: object) -> None:
+        raise AssertionError("a kept zero-copy request went the general way")
+
+    client._inputs.pack_claimed = not_this_way  # type: ignore[method-assign,assignment]
+    for index in range(2, 10):
+        rid = f"r{index:02}"
+        buffer[:] = index  # writable again: the worker acknowledged it with its DONE
+        np.testing.assert_array_equal(run(client, rid, buffer)["x"], np.full(1024, index))
+        (written,) = requests_taken(sock)
+        assert written == ref_frame(client, rid, buffer)
+        generations.append(client._inputs.by_id[id(buffer)].lease.generation)
+    assert generations == sorted(set(generations))  # a new generation every send
+    client._inputs.pack_claimed = general  # type: ignore[method-assign]
+    sock.cut = 40  # a partial write, resumed
+    np.testing.assert_array_equal(run(client, "r10", buffer)["x"], buffer)
+    writes = sock.taken()
+    assert len(writes[0]) == 40 and b"".join(writes[:2]) == ref_frame(client, "r10", buffer)
+    np.testing.assert_array_equal(run(client, "r100", buffer)["x"], buffer)  # id of 4 bytes
+    assert requests_taken(sock) == [ref_frame(client, "r100", buffer)]
+    assert len(client._kept_ref_requests) == 2
+    # a busy buffer: refused, nothing claimed (its generation and the sends unchanged)
+    held = client.submit(StageRequest("h1", "s0", 0, 1, Operation.RUN), {"x": buffer})
+    sent = client._inputs.sent
+    stamped = client._inputs.by_id[id(buffer)].lease.generation
+    with pytest.raises(InputBufferBusy):
+        client.submit(StageRequest("h2", "s0", 0, 1, Operation.RUN), {"x": buffer})
+    assert client._inputs.sent == sent
+    assert client._inputs.by_id[id(buffer)].lease.generation == stamped
+    assert not client.in_flight("h2")
+    np.testing.assert_array_equal(dict(held.result(timeout=10))["x"], buffer)
+    requests_taken(sock)
+    np.testing.assert_array_equal(run(client, "r11", buffer)["x"], buffer)
+    assert requests_taken(sock) == [ref_frame(client, "r11", buffer)]
+    del buffer
+    assert client.outstanding() == 0
+
+
+def test_a_zero_copy_template_is_the_general_frame_cut_around_its_id_and_generation(
+) -> None:
+    """``ref_request_template``: the kept pieces give the general frame of any id, generation.
+
+    And None for what it does not keep: a frame with a payload, meta or no reference, or
+    one whose reference's generation is not the one named.
+    """
+    from edge_contracts.dtypes import DType
+    from edge_contracts.headers import ShmRef, TensorSpec
+    from edge_contracts.protocol import FEATURE_SHM_TENSORS
+    from edge_core.host.request_kept import ref_request_template
+
+    features = frozenset({FEATURE_SHM_TENSORS})
+
+    def frame(rid: str, generation: int, meta: Any = EMPTY) -> bytes:
+        spec = TensorSpec("x", DType.FLOAT32, (4, 256), 4096,
+                          ShmRef("edge_seg_1", 8192, generation))
+        inline, total = tensor_totals((spec,), features)
+        header = prechecked_header("run", rid, "s0", 2, 5, (spec,), meta, features, inline,
+                                   total)
+        return b"".join(bytes(part) for part in encode_frame(header, [], binary=True))
+
+    kept = ref_request_template(frame("a1", 7), 2, 7)
+    assert kept is not None
+    before, middle, after = kept
+    for rid, generation in (("b2", 8), ("zz", 2**63 - 1), ("a1", 0)):
+        assert before + rid.encode() + middle + generation.to_bytes(8, "little") + after == (
+            frame(rid, generation))
+    assert ref_request_template(frame("a1", 7), 2, 8) is None  # not its generation
+    assert ref_request_template(frame("a1", 7), 3, 7) is None  # not its id's length
+    from edge_contracts.jsonvalues import freeze_object
+    assert ref_request_template(frame("a1", 7, freeze_object({"k": 1}, "m")), 2, 7) is None
+    packer = TensorPacker(None, 1 << 20)
+    first, _ = general_frame_of(packer, StageRequest("a1", "s0", 2, 5, Operation.RUN), {"x": X})
+    assert ref_request_template(first, 2, 0) is None  # no reference (an inline payload)

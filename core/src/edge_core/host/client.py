@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -75,7 +76,7 @@ from edge_contracts.requests import (
     StageEvent,
     StageRequest,
 )
-from edge_contracts.shm import SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
+from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import INT64_MAX, require_int, require_seconds
 from edge_contracts.waiting import ReadableWait, readable
 from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
@@ -99,7 +100,12 @@ from edge_core.host.loop_reading import LoopReading
 from edge_core.host.reading import ChannelReader
 from edge_core.host.reply_kept import MAX_KEPT, STAMP, KeptReply, reply_template
 from edge_core.host.request_kept import MAX_KEPT as MAX_KEPT_REQUESTS
-from edge_core.host.request_kept import KeptRequest, request_template
+from edge_core.host.request_kept import (
+    KeptRefRequest,
+    KeptRequest,
+    ref_request_template,
+    request_template,
+)
 from edge_core.host.retire import DEFAULT_RETIRE_DEADLINE_S, ProcessTree, RetireOutcome
 from edge_core.host.routes import Route
 from edge_core.host.spinning import SpinDecision, governor
@@ -117,6 +123,7 @@ sends one, before the client exists."""
 
 _EMPTY: dict[str, Any] = {}
 _NOT_PACKED = Packed((), [], [], frozenset())  # a kept request's: nothing leased
+_GENERATION = struct.Struct("<Q")  # a reference's generation in a kept zero-copy request
 _NOTHING_CLAIMED: dict[int, Any] = {}
 _EVENT_KINDS: dict[object, EventKind] = {kind.value: kind for kind in EventKind}
 _TERMINAL_KINDS = frozenset(kind for kind in EventKind if kind.terminal)
@@ -247,6 +254,7 @@ class WorkerClient:
         self._more = False  # bytes of a frame wait in the reader's buffer
         self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
         self._kept_requests: dict[tuple[object, ...], KeptRequest] = {}  # see request_kept
+        self._kept_ref_requests: dict[tuple[object, ...], KeptRefRequest] = {}  # (the same)
         self._frames = FrameReader(self._received, limits)
         self._reader = ChannelReader(
             sock.fileno(),
@@ -660,15 +668,37 @@ class WorkerClient:
         request_id = request.request_id
         key: tuple[object, ...] | None = None  # a usual request's (see request_kept)
         kept: KeptRequest | None = None
-        if (inputs is not None and len(inputs) == 1 and request.params is EMPTY_OBJECT
-                and not self._inputs.by_id):  # no input buffer can be among them
+        lease: Lease | None = None  # a lone input buffer's, claimed (a zero-copy request)
+        kept_ref: KeptRefRequest | None = None  # its template, if kept (see request_kept)
+        if inputs is not None and len(inputs) == 1 and request.params is EMPTY_OBJECT:
             ((name, value),) = inputs.items()
-            if type(value) is np.ndarray and value.flags.c_contiguous:
-                rid = request_id.encode()
-                key = (len(rid), name, value.dtype, value.shape, request.operation,
-                       request.stage_id, request.epoch)  # the key: see request_kept
-                kept = self._kept_requests.get(key)
-        if kept is None:
+            if not self._inputs.by_id:  # no input buffer can be among them
+                if type(value) is np.ndarray and value.flags.c_contiguous:
+                    rid = request_id.encode()
+                    key = (len(rid), name, value.dtype, value.shape, request.operation,
+                           request.stage_id, request.epoch)  # the key: see request_kept
+                    kept = self._kept_requests.get(key)
+            else:  # perhaps an input buffer: claimed here (its refusal claims nothing)
+                lease = self._inputs.claim_lone(name, value)
+                if lease is not None:
+                    rid = request_id.encode()
+                    key = (len(rid), name, lease.segment, lease.offset, value.dtype,
+                           value.shape, request.operation, request.stage_id, request.epoch)
+                    kept_ref = self._kept_ref_requests.get(key)
+        if lease is not None:  # the lone input buffer, claimed: packed (or kept) by reference
+            claimed = {id(value): (value, lease)}
+            if kept_ref is None:
+                try:
+                    packed = self._inputs.pack_claimed(inputs, claimed)
+                except BaseException as exc:
+                    self._inputs.unsent(claimed)
+                    if isinstance(exc, ShmCapExceeded):
+                        raise TransportCapExceeded(exc.field, exc.reason, exc.value,
+                                                   clears=bool(self._calls)) from None
+                    raise
+            else:
+                packed = _NOT_PACKED
+        elif kept is None:
             try:  # input buffers (InputBuffers.allocate) travel by reference
                 packed, claimed = self._inputs.pack(inputs)
             except ShmCapExceeded as exc:
@@ -700,8 +730,25 @@ class WorkerClient:
                 else:
                     self._write([head, value.data.cast("B")])
                 return call
+            if kept_ref is not None and not gone:  # the kept bytes around its id, generation
+                before, middle, after = kept_ref
+                head = b"".join((before, rid, middle,
+                                 _GENERATION.pack(lease.generation), after))  # type: ignore[union-attr]
+                if self._spin_frame is None:  # (one told meanwhile goes with the next write)
+                    with self._send_lock:
+                        try:
+                            written = self._sock.sendmsg([head])
+                            if written != len(head):  # the rest, resumed as write_frame does
+                                write_frame(self._sock.sendmsg, [memoryview(head)[written:]])
+                        except OSError as exc:
+                            raise self._send_failed(exc) from None
+                else:
+                    self._write([head])
+                return call
             if kept is not None:  # segment names to announce first: the general path
                 packed, claimed = self._inputs.pack(inputs)
+            elif kept_ref is not None:  # the same, its buffer claimed already
+                packed = self._inputs.pack_claimed(inputs, claimed)
             # Checked once already: StageRequest, the generation at start, the packer.
             specs, features = packed.specs, packed.features
             params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
@@ -717,7 +764,12 @@ class WorkerClient:
             else:
                 parts = encode_call_frame(*ids, specs, packed.payloads, features, meta=params)
                 self._write(parts)
-                if (key is not None and not features and not packed.leases and value.ndim
+                if lease is not None:  # a lone input buffer's: kept by its reference
+                    ref = specs[0].ref if len(specs) == 1 else None
+                    if (key is not None and len(parts) == 1 and ref is not None
+                            and ref.segment == lease.segment):  # (its only lease)
+                        self._keep_ref_request(key, parts[0], lease.generation)
+                elif (key is not None and not features and not packed.leases and value.ndim
                         and value.size and len(specs) == 1 and specs[0].ref is None):
                     self._keep_request(key, parts[0], value.nbytes)
         except BaseException:
@@ -737,6 +789,15 @@ class WorkerClient:
             if len(self._kept_requests) >= MAX_KEPT_REQUESTS:
                 self._kept_requests.clear()
             self._kept_requests[key] = template
+
+    def _keep_ref_request(self, key: tuple[object, ...], first: bytes | memoryview,
+                          generation: int) -> None:
+        """Keep the frame of a zero-copy request just written (see :mod:`.request_kept`)."""
+        template = ref_request_template(first, key[0], generation)  # type: ignore[arg-type]
+        if template is not None:
+            if len(self._kept_ref_requests) >= MAX_KEPT_REQUESTS:
+                self._kept_ref_requests.clear()
+            self._kept_ref_requests[key] = template
 
     def on_end(self, call: Call, callback: Callable[[], None],
                loop: asyncio.AbstractEventLoop | None = None) -> None:

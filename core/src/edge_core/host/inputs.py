@@ -156,6 +156,43 @@ class InputBuffers:
             self._sent += len(claimed)
         return claimed
 
+    def claim_lone(self, name: str, value: Any) -> Lease | None:
+        """:meth:`claim` for a request's lone input: its buffer's new lease, else None.
+
+        None when ``value`` is not one of these buffers (nothing claimed). Raises
+        :class:`InputBufferBusy` when it is one still held by a request. The claim is
+        recorded as :meth:`claim` records it; :meth:`unsent` with
+        ``{id(value): (value, lease)}`` undoes it.
+        """
+        buffer = self.by_id.get(id(value))
+        if buffer is None:
+            return None
+        with self._lock:
+            held = buffer.array()
+            if held is None or held is not value or self.by_id.get(id(value)) is not buffer:
+                return None
+            if buffer.busy:
+                raise _busy(name, buffer)
+            producer = self._packer.producer
+            if producer is None:  # pragma: no cover - a buffer's packer has one
+                return None
+            lease = buffer.lease
+            generation = producer.renew(lease.segment, lease.generation)
+            if generation is None:  # the producer was closed: the worker is gone
+                return None
+            lease = buffer.lease = Lease(lease.segment, generation, lease.offset, _NO_VIEW)
+            buffer.busy = True
+            held.flags.writeable = False
+            self._sent += 1
+        return lease
+
+    def pack_claimed(self, inputs: Any, claimed: dict[int, tuple[Any, Lease]]) -> Packed:
+        """Pack ``inputs`` whose buffers among them were claimed already (``claimed``).
+
+        Raises what the packer raises; the claim is the caller's to undo then.
+        """
+        return self._packer.pack(inputs, dict(claimed))
+
     def pack(self, inputs: Any) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
         """Pack ``inputs`` for a request; return the frame parts and the claimed buffers.
 

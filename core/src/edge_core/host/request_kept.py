@@ -28,14 +28,25 @@ inline without a required feature, no params, no segment names announced with th
 frame (``gone``), headers of at most 4 KiB; at most :data:`MAX_KEPT` at once (then all
 are dropped and made again). The channel's generation is not in the key: a client has
 one.
+
+The zero-copy request is kept the same way (:func:`ref_request_template`): one input
+buffer (``InputBuffers.allocate``) sent by reference, no params, no segment names to
+announce. Its frame has no payload; its header repeats call after call but for the
+request id and the reference's generation, which the buffer's claim stamps anew on every
+send. Its key adds the buffer's segment and offset to the usual one (the frame's bytes
+depend on them, and on the features the dtype brings), and its template cuts the header
+around the id and the generation (:func:`~edge_contracts.binary_header.split_generations`
+finds it): a later request is written as the kept bytes joined around its own id and its
+generation, the bytes the general path writes (a test compares the two).
 """
 
 from __future__ import annotations
 
-from edge_contracts.binary_header import FIXED
-from edge_contracts.wire import BINARY_MAGIC, PREFIX_SIZE
+from edge_contracts.binary_header import FIXED, split_generations
+from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE
 
-__all__ = ["MAX_KEPT", "KeptRequest", "request_template"]
+__all__ = ["MAX_KEPT", "KeptRefRequest", "KeptRequest", "ref_request_template",
+           "request_template"]
 
 MAX_KEPT = 256
 """Most request templates a client keeps at once (then all are dropped and made again)."""
@@ -44,6 +55,10 @@ _ID_AT = PREFIX_SIZE + FIXED.size  # where a frame's request id begins (after th
 
 #: ``(prefix and fixed part, the header after the request id, the frame's byte count)``
 KeptRequest = tuple[bytes, bytes, int]
+#: ``(prefix and fixed part, the header from the request id's end to the reference's
+#: generation, the header after the generation)``: the frame is these with the id and the
+#: generation (8 bytes, little-endian) between them, and nothing after
+KeptRefRequest = tuple[bytes, bytes, bytes]
 
 
 def request_template(first: bytes | memoryview, id_length: int,
@@ -59,3 +74,31 @@ def request_template(first: bytes | memoryview, id_length: int,
         return None
     head = bytes(first)
     return head[:_ID_AT], head[_ID_AT + id_length :], len(head) + nbytes
+
+
+def ref_request_template(first: bytes | memoryview, id_length: int,
+                         generation: int) -> KeptRefRequest | None:
+    """The template of a zero-copy request frame whose whole bytes are ``first``, or None.
+
+    ``first`` is what :func:`~edge_contracts.call_frames.encode_call_frame` returned for a
+    request with one input sent by reference at ``generation`` (no payload, no params)
+    and a request id of ``id_length`` UTF-8 bytes. None when the frame is not such a
+    binary one (a payload, meta, not one reference of that generation) or its header is
+    longer than 4 KiB.
+    """
+    head = bytes(first)
+    if (head[:4] != BINARY_MAGIC or len(head) - PREFIX_SIZE > _MAX_HEADER
+            or len(head) < _ID_AT):
+        return None
+    _, header_len, payload_len = PREFIX.unpack_from(head)
+    fields = FIXED.unpack_from(head, PREFIX_SIZE)
+    request_len, stage_len, count, entries_len, meta_len = fields[3:8]
+    entries_at = _ID_AT + request_len + stage_len
+    if (payload_len or meta_len or request_len != id_length
+            or PREFIX_SIZE + header_len != len(head) or entries_at + entries_len != len(head)):
+        return None
+    cut = split_generations(head[entries_at:], count)
+    if cut is None or cut[1] != [generation]:
+        return None
+    (before, after), _ = cut
+    return head[:_ID_AT], head[_ID_AT + id_length : entries_at] + before, after

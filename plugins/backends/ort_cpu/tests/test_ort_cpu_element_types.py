@@ -59,10 +59,8 @@ def refused_at_open(plugins: PluginSet, ledger: ResourceLedger,
         pipeline = open_stage(plugins, ledger, bundle)
     except ElementTypeRefused as refused:
         return refused
-    with pipeline:
-        described = {o["name"]: o["type"] for o in
-                     pipeline.stage("s").loaded.load_report.get("outputs", [])}
-    pytest.fail(f"the stage opened (outputs {described}): not refused")
+    pipeline.close()
+    pytest.fail("the stage opened (its load and warm-up passed): not refused")
 
 
 FLOAT8 = [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,

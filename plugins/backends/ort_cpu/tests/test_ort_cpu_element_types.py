@@ -121,8 +121,27 @@ def test_an_example_whose_dtype_is_not_the_graph_inputs_is_refused_at_warm_up_by
     got = str(example.dtype)
     assert str(refused) == (
         f"stages[s].manifest.metadata.example_inputs.x: the graph's input x is "
-        f"tensor({TensorProto.DataType.Name(x_type).lower()}): its example must be "
-        f"{wanted}: {got!r}")
+        f"tensor({TensorProto.DataType.Name(x_type).lower()}): its example (example.npz) "
+        f"must be {wanted}: {got!r}")
+    assert ledger.is_empty()
+
+
+def test_a_declared_cases_example_of_another_dtype_than_the_graph_input_is_refused_by_name(
+    plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
+) -> None:
+    # the shape set declares float64 and its examples agree with it (the manifest checks
+    # that); the graph takes float: the case's own example is named, by its entry
+    bundle = one_node_bundle(tmp_path / "b", "Identity", TensorProto.FLOAT,
+                             TensorProto.FLOAT, X)
+    np.savez(bundle / "wide.npz", x=X.astype(np.float64))
+    (bundle / "edge-manifest.json").unlink()
+    create_manifest(bundle, graph="model.onnx", example_inputs="example.npz", validation={
+        "shapes": [{"name": "wide", "inputs": {"x": {"dtype": "float64", "dims": [2, 3]}},
+                    "examples": [{"example_inputs": "wide.npz"}]}]})
+    refused = refused_at_open(plugins, ledger, bundle)
+    assert str(refused) == (
+        "stages[s].manifest.metadata.validation.shapes.wide.example_inputs.x: the graph's "
+        "input x is tensor(float): its example (wide.npz) must be float32: 'float64'")
     assert ledger.is_empty()
 
 

@@ -136,7 +136,9 @@ def element_type_refusal(error: RemoteError, stage_id: str) -> ElementTypeRefuse
     Read from the error's fields as the worker sent them (``error.remote_detail``), never
     out of its message: the same type, its field under the stage's manifest
     (``stages[s].manifest.metadata.graph.inputs.x``,
-    ``stages[s].manifest.metadata.example_inputs.x``), the same type refused and reason.
+    ``stages[s].manifest.metadata.example_inputs.x``,
+    ``stages[s].manifest.metadata.validation.shapes.<entry>.example_inputs.x``), the same
+    type refused and reason.
     None for any other error, or one without those fields.
     """
     detail = error.remote_detail
@@ -278,7 +280,8 @@ class OrtStage(WorkerStage):
 
         Raises:
             ElementTypeRefused: an example array's dtype is not its graph input's (field
-                ``stages[s].manifest.metadata.example_inputs.<name>``).
+                ``stages[s].manifest.metadata.example_inputs.<name>``, or a declared
+                case's ``...metadata.validation.shapes.<entry>.example_inputs.<name>``).
             BundleChanged: an example or expected-outputs file the worker read is not the
                 one verified (a bundle verified in place, rewritten since): naming the
                 manifest and both its sha256s when it was rewritten, else the file.

@@ -57,8 +57,10 @@ class ElementTypeRefused(InvalidValue):
     """A graph's input or output type an ORT stage does not carry, or an example's dtype.
 
     ``field`` names the input or output (``graph.inputs.x``, ``graph.outputs.y``) or the
-    example's array (``example_inputs.x``); ``value`` is the type refused (ONNX Runtime's
-    spelling for a graph's, ``tensor(bfloat16)``; the array's dtype for an example's).
+    example's array (``example_inputs.x``; a declared warm-up case's other file:
+    ``validation.shapes.<entry>.example_inputs.x``); ``value`` is the type refused (ONNX
+    Runtime's spelling for a graph's, ``tensor(bfloat16)``; the array's dtype for an
+    example's).
     Raised in a worker, the three travel as data with the error
     (:mod:`edge_contracts.error_details`): the controller refuses the stage with this type
     again, the field prefixed with the stage's manifest
@@ -96,15 +98,16 @@ def check_graph_types(inputs: Iterable[Any], outputs: Iterable[Any]) -> None:
                     f"{_why(kind)} (an ONNX Runtime stage carries {_CARRIED_TEXT})")
 
 
-def check_example(inputs: Iterable[Any], example: Mapping[str, np.ndarray]) -> None:
+def check_example(inputs: Iterable[Any], example: Mapping[str, np.ndarray],
+                  field: str = "example_inputs", file: str = "") -> None:
     """Refuse an example array whose dtype is not its graph input's (``inputs``: a session's).
 
     An input the example does not hold, or one whose type is not a tensor's, is left to
     the caller (the warm-up names missing inputs itself).
 
     Raises:
-        ElementTypeRefused: naming ``example_inputs.<name>``, the array's dtype and the
-            graph input's type.
+        ElementTypeRefused: naming ``<field>.<name>``, the array's dtype, the graph
+            input's type and (``file``) the archive's name.
     """
     for arg in inputs:
         wanted = CARRIED.get(str(arg.type))
@@ -117,6 +120,6 @@ def check_example(inputs: Iterable[Any], example: Mapping[str, np.ndarray]) -> N
             got = str(np.asarray(array).dtype)
         if got != wanted.value:
             raise ElementTypeRefused(
-                f"example_inputs.{arg.name}", got,
-                f"the graph's input {arg.name} is {arg.type}: its example must be "
-                f"{wanted.value}")
+                f"{field}.{arg.name}", got,
+                f"the graph's input {arg.name} is {arg.type}: its example"
+                f"{f' ({file})' if file else ''} must be {wanted.value}")

@@ -680,7 +680,8 @@ class OrtHandler(BaseHandler):
 
         An example array whose dtype is not its graph input's is refused by name
         (:class:`~edge_ort.element_types.ElementTypeRefused`, field
-        ``example_inputs.<name>``) before it is run.
+        ``example_inputs.<name>``, or ``validation.shapes.<entry>.example_inputs.<name>``
+        for a declared case) before it is run.
 
         A case without expected outputs on a target other than the CPU provider is
         compared with a run of the CPU session made at load (:meth:`_load_reference`),
@@ -702,7 +703,13 @@ class OrtHandler(BaseHandler):
         total_ms = 0.0
         for case in self._cases():
             example = _load_npz(str(case["example_inputs"]), case.get("example_inputs_sha256"))
-            check_example(self._session.get_inputs(), example)  # by name, not ORT's message
+            # by name, not by ONNX Runtime's message: the manifest's example file, or a
+            # declared case's own
+            where = ("example_inputs"
+                     if str(case["example_inputs"]) == str(self._config.get("example_inputs"))
+                     else f"validation.shapes.{case.get('entry')}.example_inputs")
+            check_example(self._session.get_inputs(), example, where,
+                          os.path.basename(str(case["example_inputs"])))
             specs = {n: spec_of(a) for n, a in example.items()}
             if self._served is None:
                 self._served = ServedShapes(ShapeSet.single(specs))

@@ -32,6 +32,7 @@ from edge_core.shapes import select
 from edge_core.stage import StageContext
 from edge_core.workerstage import RETIRE_OUTCOME_ATTR, WorkerStage
 from edge_ort.bucket import LoneAccepted, spec_of
+from edge_ort.element_types import ElementTypeRefused
 from edge_ort.epcontext import discard_written
 from edge_ort.npz import ArchiveChanged
 from edge_ort.options import (
@@ -55,6 +56,7 @@ __all__ = [
     "archive_refusal",
     "base_load_config",
     "bucket_graphs",
+    "element_type_refusal",
     "estimate_demands",
 ]
 
@@ -128,6 +130,24 @@ def archive_refusal(bundle: VerifiedBundle, read_at_warmup: Mapping[str, str], s
                          "a file the warm-up read is not the one verified", str(error.value))
 
 
+def element_type_refusal(error: RemoteError, stage_id: str) -> ElementTypeRefused | None:
+    """The stage's refusal of what a worker's ``ElementTypeRefused`` (``error``) names.
+
+    Read from the error's fields as the worker sent them (``error.remote_detail``), never
+    out of its message: the same type, its field under the stage's manifest
+    (``stages[s].manifest.metadata.graph.inputs.x``,
+    ``stages[s].manifest.metadata.example_inputs.x``,
+    ``stages[s].manifest.metadata.validation.shapes.<entry>.example_inputs.x``), the same
+    type refused and reason.
+    None for any other error, or one without those fields.
+    """
+    detail = error.remote_detail
+    if error.remote_type != ElementTypeRefused.__name__ or detail is None:
+        return None
+    return ElementTypeRefused(f"stages[{stage_id}].manifest.metadata.{detail.field}",
+                              detail.value, detail.reason)
+
+
 class OrtStage(WorkerStage):
     """A loaded ORT stage: the worker, the verified bundle and the shapes it serves."""
 
@@ -148,6 +168,9 @@ class OrtStage(WorkerStage):
         """Verify the bundle, start the worker and load; refuse an absent target provider.
 
         Raises:
+            ElementTypeRefused: an input or output of the graph has a tensor type the
+                stage does not carry (:mod:`edge_ort.element_types`): the worker is
+                retired; the field names it under the stage's manifest.
             BundleChanged: the bundle, verified in place, changed before the worker's load
                 of it ended (:func:`edge_core.artifacts.pins.check_loaded`): the worker is
                 retired, and the EP-context cache entries its load wrote are removed
@@ -210,6 +233,12 @@ class OrtStage(WorkerStage):
                                load_timeout_s=options.gate_timeout_s or 600.0)
             loaded.gate_timeout_s = options.gate_timeout_s
             loaded.read_at_warmup = read
+        except RemoteError as error:  # the worker is retired (WorkerStage.start)
+            bundle.cleanup()
+            refused = element_type_refusal(error, stage.stage_id)
+            if refused is None:
+                raise
+            raise refused from error
         except BaseException:
             bundle.cleanup()
             raise
@@ -250,6 +279,9 @@ class OrtStage(WorkerStage):
         """Run every bucket of the shape set in the worker; build the report core gates on.
 
         Raises:
+            ElementTypeRefused: an example array's dtype is not its graph input's (field
+                ``stages[s].manifest.metadata.example_inputs.<name>``, or a declared
+                case's ``...metadata.validation.shapes.<entry>.example_inputs.<name>``).
             BundleChanged: an example or expected-outputs file the worker read is not the
                 one verified (a bundle verified in place, rewritten since): naming the
                 manifest and both its sha256s when it was rewritten, else the file.
@@ -257,6 +289,9 @@ class OrtStage(WorkerStage):
         try:
             answer = self.warmup(timeout_s=self.gate_timeout_s or 600.0)
         except RemoteError as error:
+            refused = element_type_refusal(error, self.context.stage_id)
+            if refused is not None:
+                raise refused from error
             if error.remote_type != ArchiveChanged.__name__:
                 raise
             raise archive_refusal(self.bundle, self.read_at_warmup,

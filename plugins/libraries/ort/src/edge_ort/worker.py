@@ -34,6 +34,7 @@ from edge_ort.assignment import (
     supports_assignment,
 )
 from edge_ort.bucket import LoneAccepted, ServedShapes, spec_of
+from edge_ort.element_types import check_example, check_graph_types
 from edge_ort.npz import load_npz
 from edge_ort.numerics import compare_outputs, json_number
 
@@ -436,6 +437,11 @@ class OrtHandler(BaseHandler):
         With ``session_per_bucket`` every static entry of ``shape_set`` gets a session of
         its own whose symbolic dimensions are fixed to the bucket's sizes (what a
         static-only execution provider compiles); dynamic entries use the plain session.
+
+        Raises:
+            ElementTypeRefused: an input or output of the graph has a tensor type the
+                stage does not carry (``bfloat16``, the ``float8`` types, ``string`` ...:
+                :mod:`edge_ort.element_types`), naming it and its type.
         """
         ort = self._ort
         self._config = config
@@ -481,6 +487,11 @@ class OrtHandler(BaseHandler):
                     report["ep_context"] = cached
             else:  # every entry has its own session: no session for other shapes
                 self._session = next(iter(self._bucket_sessions.values()))
+        # a tensor type the stage does not carry (bfloat16, float8, string ...): refused
+        # here, by name, not by ONNX Runtime's message at the warm-up or a call (a bucket's
+        # own graph, a derived bundle's static copy, is checked too)
+        for session in (self._session, *self._bucket_sessions.values()):
+            check_graph_types(session.get_inputs(), session.get_outputs())
         self._session_run = self._session.run  # until a warm-up checked the entries
         self._bucket_runs = {name: s.run for name, s in self._bucket_sessions.items()}
         self._output_names = [o.name for o in self._session.get_outputs()]
@@ -667,6 +678,11 @@ class OrtHandler(BaseHandler):
         :class:`~edge_ort.npz.ArchiveChanged` stops the warm-up (the controller refuses
         the stage with ``BundleChanged``).
 
+        An example array whose dtype is not its graph input's is refused by name
+        (:class:`~edge_ort.element_types.ElementTypeRefused`, field
+        ``example_inputs.<name>``, or ``validation.shapes.<entry>.example_inputs.<name>``
+        for a declared case) before it is run.
+
         A case without expected outputs on a target other than the CPU provider is
         compared with a run of the CPU session made at load (:meth:`_load_reference`),
         which is dropped when the warm-up ends.
@@ -687,6 +703,13 @@ class OrtHandler(BaseHandler):
         total_ms = 0.0
         for case in self._cases():
             example = _load_npz(str(case["example_inputs"]), case.get("example_inputs_sha256"))
+            # by name, not by ONNX Runtime's message: the manifest's example file, or a
+            # declared case's own
+            where = ("example_inputs"
+                     if str(case["example_inputs"]) == str(self._config.get("example_inputs"))
+                     else f"validation.shapes.{case.get('entry')}.example_inputs")
+            check_example(self._session.get_inputs(), example, where,
+                          os.path.basename(str(case["example_inputs"])))
             specs = {n: spec_of(a) for n, a in example.items()}
             if self._served is None:
                 self._served = ServedShapes(ShapeSet.single(specs))

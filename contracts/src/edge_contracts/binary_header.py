@@ -107,6 +107,7 @@ __all__ = [
     "FIXED",
     "ID_LENGTHS",
     "KIND_CODES",
+    "SHM_TENSORS_BIT",
     "ack_pairs_text",
     "encode_ack_header",
     "encode_binary_header",
@@ -143,6 +144,8 @@ _FEATURE_BITS: tuple[str, ...] = (
     FEATURE_EVENT_FIELDS,
 )
 _EVENT_BIT = 1 << _FEATURE_BITS.index(FEATURE_EVENT_FIELDS)
+SHM_TENSORS_BIT = 1 << _FEATURE_BITS.index(FEATURE_SHM_TENSORS)
+"""The ``shm-tensors`` feature's bit in a binary header's feature byte (its fourth)."""
 EVENT_BLOCK = struct.Struct("<QQB")
 """The ``event-fields`` block: seq u64, created_ns u64, kind code u8 (17 bytes)."""
 _KINDS: tuple[str, ...] = ("output", "token", "progress", "done", "error", "cancelled")
@@ -686,7 +689,6 @@ _KEPT_REFS: dict[tuple[int, bytes], tuple[_KeptRefs, ...]] = {}
 _REFS_PER_KEY = 4
 _META_LEN_AT = 14  # where the fixed part's meta byte count lies (u32)
 _META_LEN_END = _META_LEN_AT + 4
-_SHM_BIT = 1 << _FEATURE_BITS.index(FEATURE_SHM_TENSORS)
 _GENERATION_END = 8  # a generation's bytes
 
 
@@ -842,7 +844,7 @@ def kept_header(raw: bytes, limits: Limits, payload_len: int | None) -> FrameHea
     kept = _KEPT.get((id(limits), raw[: FIXED.size] + raw[stage_at:stage_end]
                       + raw[stage_end + EVENT_BLOCK.size if block else stage_end :]))
     if kept is None or kept[1] != size or kept[0] is not limits:
-        if raw[3] & _SHM_BIT and _KEPT_REFS:  # perhaps one with shared-memory entries
+        if raw[3] & SHM_TENSORS_BIT and _KEPT_REFS:  # perhaps one with shared-memory entries
             return _kept_refs_header(raw, limits, payload_len, size, stage_at, stage_end,
                                      block)
         return None

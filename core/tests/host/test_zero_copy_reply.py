@@ -23,6 +23,7 @@ import pytest
 from edge_contracts import binary_header
 from edge_contracts.requests import Operation, StageRequest
 from edge_core.host import WorkerClient
+from edge_core.host.calls import Delivery
 from edge_core.host.errors import ProtocolViolation, WorkerGone
 
 SHAPE = (64, 64)  # float32: 16 KiB, over the threshold below
@@ -124,4 +125,86 @@ def test_another_shape_in_a_kept_reply_is_delivered_as_that_shape(zero_copy: Sta
     faulty.change = reshaped
     assert call(7) == ((32, 128), 7.0)
     assert call(8) == (SHAPE, 8.0)
+    assert client.health().state == "ready"
+
+
+class CountingReader:
+    """The client's frame reader, the ops of the frames it read recorded (all else passes)."""
+
+    def __init__(self, frames: object) -> None:
+        self.frames = frames
+        self.ops: list[str] = []
+
+    def read(self) -> object:
+        frame = self.frames.read()  # type: ignore[attr-defined]
+        self.ops.append(frame.header.op)
+        return frame
+
+    def has_buffered(self) -> bool:
+        return bool(self.frames.has_buffered())  # type: ignore[attr-defined]
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self.frames.buffered)  # type: ignore[attr-defined]
+
+
+def test_a_zero_copy_reply_alone_in_its_receive_skips_the_frame_reader(
+    zero_copy: Started,
+) -> None:
+    """Its kept header is built by the client itself; the delivery is the reader's own.
+
+    A receive that held one whole zero-copy DONE (no other frame, nothing cut off) is not
+    handed to the frame reader: the client looks the header up in the kept ones and makes
+    the frame as the reader makes it. Each DONE that came with other bytes is read by the
+    reader (counted per receive, so that a loaded machine's merged receives do not make
+    the count lie). With the kept headers dropped, the same reply is read by the frame
+    reader, and delivered alike.
+    """
+    from edge_contracts.protocol import OP_EVENT
+    from edge_contracts.wire import PREFIX
+
+    client, _, _ = zero_copy
+    reader = CountingReader(client._frames)
+    client._frames = reader  # type: ignore[assignment]
+    alone: list[bool] = []  # per receive that held a DONE's bytes: whether it held just it
+    receive = client._recv_into
+
+    def recv_into(view: memoryview, nbytes: int = 0, flags: int = 0) -> int:
+        count = receive(view, nbytes, flags)
+        if count >= PREFIX.size and b"edge_" in bytes(view[:count]):
+            _, header_len, payload_len = PREFIX.unpack_from(view)
+            alone.append(PREFIX.size + header_len + payload_len == count)
+        return count
+
+    client._receive_with(recv_into)
+    held = [client.input_buffer(SHAPE, np.float32)]  # dropped at the end (its segment)
+
+    def done(i: int) -> Delivery:
+        held[0][...] = i
+        request = StageRequest(f"q{i:03}", "s0", 0, client.generation, Operation.RUN)
+        delivery = client.submit(request, {"x": held[0]}).next(timeout=10)
+        assert delivery.terminal and delivery.retained
+        return delivery
+
+    kept = []
+    for i in range(10):
+        delivery = done(i)
+        kept.append((delivery.event, delivery.arrays["y"].copy()))
+        delivery.release()
+    assert len(alone) == 10 and any(alone)
+    assert reader.ops.count(OP_EVENT) == alone.count(False), (reader.ops, alone)
+    binary_header._KEPT_REFS.clear()  # the next header is parsed whole: by the reader
+    alone.clear()
+    general = done(10)
+    assert reader.ops.count(OP_EVENT) == alone.count(False) + 1
+    event = general.event
+    for usual_event, y in kept:
+        for name in ("stage_id", "epoch", "generation", "kind", "terminal", "error", "data",
+                     "outputs"):
+            assert getattr(usual_event, name) == getattr(event, name), name
+        assert y.shape == general.arrays["y"].shape and y.dtype == general.arrays["y"].dtype
+        assert not general.arrays["y"].flags.writeable
+    np.testing.assert_array_equal(general.arrays["y"], np.full(SHAPE, 10, np.float32))
+    general.release()
+    held.clear()
     assert client.health().state == "ready"

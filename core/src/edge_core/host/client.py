@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge_contracts.binary_header import FIXED, ID_LENGTHS
+from edge_contracts.binary_header import FIXED, ID_LENGTHS, SHM_TENSORS_BIT, kept_header
 from edge_contracts.call_frames import encode_ack_frame, encode_call_frame
 from edge_contracts.drafts import draft_class
 from edge_contracts.error_details import ErrorDetail
@@ -79,7 +79,15 @@ from edge_contracts.requests import (
 from edge_contracts.shm import Lease, SegmentConsumer, SegmentProducer, ShmCapExceeded, sweep
 from edge_contracts.validation import INT64_MAX, require_int, require_seconds
 from edge_contracts.waiting import ReadableWait, readable
-from edge_contracts.wire import BINARY_MAGIC, PREFIX, PREFIX_SIZE, Frame, encode_frame, write_frame
+from edge_contracts.wire import (
+    BINARY_MAGIC,
+    PREFIX,
+    PREFIX_SIZE,
+    Frame,
+    encode_frame,
+    prechecked_frame,
+    write_frame,
+)
 from edge_contracts.worker_protocol import spin_meta
 from edge_contracts.worker_transport import Packed, TensorPacker, TensorUnpacker, refs_of
 from edge_core.errors import DeadlineExceeded
@@ -256,6 +264,11 @@ class WorkerClient:
         self._kept_requests: dict[tuple[object, ...], KeptRequest] = {}  # see request_kept
         self._kept_ref_requests: dict[tuple[object, ...], KeptRefRequest] = {}  # (the same)
         self._frames = FrameReader(self._received, limits)
+        # what the frame reader checks a binary prefix against before it looks a header
+        # up in the kept ones (kept_header), for _read_one's own look-up of a whole frame
+        self._kept_prefix = FEATURE_BINARY_HEADER in limits.supported_features
+        self._header_cap = limits.max_header_bytes
+        self._io_cap = limits.max_io_bytes
         self._reader = ChannelReader(
             sock.fileno(),
             self._read_one,
@@ -1031,11 +1044,24 @@ class WorkerClient:
                                 event.__class__ = StageEvent
                                 call.deliver_done(event, arrays)  # (no Delivery made)
                                 return False  # all the receive held was read
-                self._received.left = view[:count]
-                taken = 0  # the frame reader's now
-                frame = self._frames.read()
-                if raw is None:  # else it was all the receive held: nothing is left
-                    self._more = self._frames.has_buffered()
+                header = None
+                if (raw is not None and raw[3] & SHM_TENSORS_BIT and self._kept_prefix
+                        and header_len <= self._header_cap and payload_len <= self._io_cap):
+                    # the only, whole frame of its receive, with shared-memory entries (a
+                    # zero-copy reply: never a usual one) and the prefix the frame reader
+                    # takes as usual: a header equal to one its parser checked but for
+                    # what kept_header checks itself (the entries' generations, the acks)
+                    # is built as the reader builds it, without the reader's own read
+                    header = kept_header(raw, self._limits, payload_len)
+                if header is not None:  # the payload: exactly the header's inline bytes
+                    frame = prechecked_frame(header, bytearray(view[header_end:count]))
+                    taken = 0  # read: an interrupt from here on does not read it again
+                else:
+                    self._received.left = view[:count]
+                    taken = 0  # the frame reader's now
+                    frame = self._frames.read()
+                    if raw is None:  # else it was all the receive held: nothing is left
+                        self._more = self._frames.has_buffered()
         except StreamClosed:
             self._channel_closed()
             return None

@@ -859,8 +859,13 @@ class WorkerClient:
         calls = self._calls
         # Each victim is recorded before it is taken out, and counted as its end is
         # queued: a Ctrl-C anywhere here takes out and ends each one recorded (none is
-        # left out of the channel without its end: its consumer would wait for good)
+        # left out of the channel without its end: its consumer would wait for good).
+        # The first ``owing`` victims are in _owed: counted with no point between where a
+        # Ctrl-C can act, so that the cleanup adds only the others, each once, and only
+        # one it took out itself (never one the reader discarded since: heard, its
+        # worker owes nothing; else outstanding() would count it for good)
         victims: list[Call] = []
+        owing = 0
         ended = 0
         try:
             with self._lock:  # over a copy, each victim popped: see _calls
@@ -869,19 +874,27 @@ class WorkerClient:
                             or (fence_epoch is not None and call.stage_id == stage_id
                                 and call.epoch < fence_epoch)):
                         victims.append(call)
-                        if calls.pop(call.request_id, None) is not call:
-                            victims.pop()  # (its reply took it)
-                        else:
+                        # stored with no point between (a usual reply takes its call out
+                        # without the lock: see _read_one): taken here, counted owed
+                        # before the next point
+                        for popped in map(calls.pop, (call.request_id,), (None,)):  # noqa: B007
+                            break
+                        if popped is call:
+                            owing += 1
                             self._owed.add(call.request_id)  # its worker still answers it
+                        else:
+                            victims.pop()  # (its reply took it)
             for call in victims:
                 call.deliver(self._cancelled(call))
                 ended += 1
         except BaseException:
-            with self._lock:
-                for call in victims:
+            with self._lock:  # at most the last victim is not counted: still registered
+                for call in victims[owing:]:  # (taken out here), else its reply took it
                     if calls.get(call.request_id) is call:
-                        del calls[call.request_id]
-                    self._owed.add(call.request_id)
+                        for popped in map(calls.pop, (call.request_id,), (None,)):  # noqa: B007
+                            break
+                        if popped is call:  # (else its reply took it meanwhile: no end owed)
+                            self._owed.add(call.request_id)
             for call in victims[ended:]:  # (the one cut short may get a second end: unread)
                 call.deliver(self._cancelled(call))
             raise

@@ -281,12 +281,16 @@ class ChannelReader:
                     self._give_up(inbox)
                     continue
                 if not registered:
+                    # Noted before the inbox is listed (no point between where a Ctrl-C can
+                    # act): the leaving below takes it out if it is there (_leave), and
+                    # hands the role over if this wait is cut short
+                    cut = False
+                    registered = True
                     with self._guard:
                         self._waiting.append(inbox)
                         if self._polling and not self._closing:  # the pipe is open while we
                             with contextlib.suppress(OSError):  # hold _cv; a full pipe: a
                                 os.write(self._wake_w, b"\0")  # wake-up is pending anyway
-                    registered = True
                     continue
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -298,6 +302,7 @@ class ChannelReader:
                 if item is not HANDOVER:
                     return item
         except BaseException:  # (a KeyboardInterrupt: read_one's answer asked again)
+            cut = True  # (first: nothing before it where a Ctrl-C can act)
             if leading and self._buffered is not None:
                 self._more = self._buffered()
             raise
@@ -313,29 +318,25 @@ class ChannelReader:
                     if self._waiting:
                         for other in list(self._waiting):
                             other.put(HANDOVER)
-                else:
-                    self._drop_role()
-                    self._last_active = time.monotonic()
-                if self._listened and not self._waiting:  # read on for them at once (a
-                    with self._guard:  # count raised after this read notifies by itself)
-                        self._cv.notify_all()
+                    if self._listened and not self._waiting:  # read on for them at once (a
+                        with self._guard:  # count raised after this read notifies by itself)
+                            self._cv.notify_all()
+                else:  # (only ever left on an exception): perhaps the role, not noted as
+                    try:  # held (acquired, or _give_up entered), the followers owed it
+                        self._leave(inbox, True)
+                    except BaseException:  # cut short (a Ctrl-C): again, to its end
+                        self._leave(inbox, True)
+                        raise
             else:
                 # Leaving: the role (if led) and the registration are given up together,
-                # as _give_up then the removal would, under one acquisition of the guard.
-                if leading:
-                    self._role.release()
-                else:
-                    self._drop_role()
-                with self._guard:
-                    waiting = self._waiting
-                    waiting.remove(inbox)
-                    self._last_active = time.monotonic()
-                    others = list(waiting) if waiting and leading else None
-                    if self._listened and not waiting:  # read on for them at once
-                        self._cv.notify_all()
-                if others:
-                    for other in others:
-                        other.put(HANDOVER)
+                # under one acquisition of the guard; the role handed over where it was
+                # held, or where the wait was cut short (perhaps in _give_up, between the
+                # role's release and its hand-over). Cut short itself: again, to its end.
+                try:
+                    self._leave(inbox, cut)
+                except BaseException:
+                    self._leave(inbox, True)
+                    raise
 
     def listening(self, change: int) -> None:
         """Count calls whose end a callback awaits instead of a waiting thread (+1, -1).
@@ -410,16 +411,42 @@ class ChannelReader:
             with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
                 os.write(self._nudge_w, b"\0")
 
-    def _drop_role(self) -> None:
-        """Release the read role if this thread holds it without having noted so.
+    def _drop_role(self) -> bool:
+        """Release the read role if this thread holds it; return whether it did.
 
         A ``KeyboardInterrupt`` acted on right after ``acquire(False)`` returned True,
         before the caller set its flag (or as :meth:`_give_up` was entered) leaves the role
         with its owner: released here. Held by another thread, or by nobody, the RLock
         refuses (``RuntimeError``) and nothing changes.
         """
-        with contextlib.suppress(RuntimeError):
+        try:
             self._role.release()
+        except RuntimeError:
+            return False
+        return True
+
+    def _leave(self, inbox: queue.SimpleQueue[Any], hand_over: bool) -> None:
+        """Give up a waiter's place: the role if this thread holds it, and ``inbox``'s entry.
+
+        The role is handed over to every other waiter where this thread held it, or with
+        ``hand_over``. Each step tolerates having been done already (the entry may be
+        gone, or never made: see :meth:`wait`), so that one cut short by a
+        ``KeyboardInterrupt`` is run again to its end with ``hand_over`` (a
+        :data:`HANDOVER` more than needed only makes a follower try the role once more).
+        """
+        if self._drop_role():
+            hand_over = True
+        with self._guard:
+            waiting = self._waiting
+            if inbox in waiting:  # (else never listed, or taken out before a Ctrl-C)
+                waiting.remove(inbox)
+            self._last_active = time.monotonic()
+            others = list(waiting) if waiting and hand_over else None
+            if self._listened and not waiting:  # read on for them at once
+                self._cv.notify_all()
+        if others:
+            for other in others:
+                other.put(HANDOVER)
 
     def _role_taken(self) -> bool:
         """True while a thread holds the read role (an RLock has no ``locked()`` on 3.11)."""

@@ -450,3 +450,107 @@ def test_kept_shared_memory_headers_change_no_outcome_of_mutated_frames(seed: in
         binary_header._KEPT_REFS.clear()
         binary_header._KEPT_ACKS.clear()
         assert outcome(bytes(raw), payload_len) == with_kept
+
+
+def _frozen_by_the_parser(text: bytes) -> object:
+    """What the full parser's decode and freeze make of a meta text (None: it refuses)."""
+    from edge_contracts.jsonvalues import STRICT_DECODER, freeze_object
+
+    try:
+        decoded = STRICT_DECODER.decode(text.decode("utf-8"))
+        if type(decoded) is not dict:
+            return None
+        return freeze_object(decoded, "header.meta", error=HeaderMalformed)
+    except (ValueError, RecursionError, HeaderMalformed):
+        return None
+
+
+def test_the_usual_pairs_meta_is_read_as_the_parser_freezes_it() -> None:
+    """``pairs_meta`` gives the parser's own value for its texts, and None for any other.
+
+    Texts as ack_pairs_text writes them, then mutated (a byte changed, dropped or doubled,
+    spaces, escapes, signs, leading zeros, generations around INT64_MAX): wherever the
+    fast read answers, its value equals the decoded and frozen one, type for type.
+    """
+    import random
+
+    from edge_contracts.binary_header import ack_pairs_text, pairs_meta
+    from edge_contracts.validation import INT64_MAX
+
+    rng = random.Random(38)
+    alphabet = "abcXYZ019_.-"
+    texts = [b'{"acks":[["a",9223372036854775807]]}', b'{"acks":[["a",9223372036854775808]]}',
+             b'{"acks":[["a",01]]}', b'{"acks":[["a",-1]]}', b'{"acks":[]}',
+             b'{"acks":[["a",1],]}', b'{"acks": [["a",1]]}', b'{"acks":[["a\\u0041",1]]}',
+             b'{"segments":[["s",0]],"unlink":[["s",0]]}', b'{"acks":[["a",1.0]]}',
+             b'{"acks":[["' + b"n" * 129 + b'",1]]}', b'{"ACKS":[["a",1]]}']
+    for _ in range(400):
+        pairs = [["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))),
+                  rng.choice([0, 1, rng.randint(0, INT64_MAX), INT64_MAX])]
+                 for _ in range(rng.randint(1, 4))]
+        key = rng.choice(["acks", "segments"])
+        texts.append(f'{{"{key}":{ack_pairs_text(pairs)}}}'.encode())
+    mutated = []
+    for text in texts:
+        for _ in range(6):
+            at = rng.randrange(len(text))
+            change = rng.choice(["flip", "drop", "double", "space"])
+            if change == "flip":
+                mutated.append(text[:at] + bytes([rng.choice(b'[]",{}: 0123456789a\\-')])
+                               + text[at + 1:])
+            elif change == "drop":
+                mutated.append(text[:at] + text[at + 1:])
+            elif change == "double":
+                mutated.append(text[:at] + text[at:at + 1] + text[at:])
+            else:
+                mutated.append(text[:at] + b" " + text[at:])
+    read = 0
+    for text in texts + mutated:
+        for prefix in (b"", b"\x00" * 7):  # read where it starts, after other bytes
+            fast = pairs_meta(prefix + text, len(prefix))
+            if fast is None:
+                continue
+            read += 1
+            parsed = _frozen_by_the_parser(text)
+            assert fast == parsed, text
+            (key, value), = fast.items()
+            (parsed_key, parsed_value), = parsed.items()  # type: ignore[union-attr]
+            assert key == parsed_key
+            assert type(value) is type(parsed_value) is tuple, text
+            for pair, parsed_pair in zip(value, parsed_value, strict=True):
+                assert type(pair) is type(parsed_pair) is tuple
+                assert [type(item) for item in pair] == [type(item) for item in parsed_pair]
+    assert read >= 800  # the usual texts themselves were read fast (400 of them, twice)
+    assert pairs_meta(b'{"acks":[]}', 0) is None  # an empty list: the parser's own way
+
+
+def test_a_kept_ack_and_a_kept_reply_read_the_pairs_without_decoding_them() -> None:
+    """The kept paths take the pairs' fast read: the JSON decoder is not called for them."""
+    from unittest import mock
+
+    from edge_contracts.binary_header import encode_ack_header, kept_header
+
+    binary_header._KEPT_REFS.clear()
+
+    ack = encode_ack_header(3, [["seg_a", 5]])
+    strict = binary_header.STRICT_DECODER  # (only a header parsed with it is kept)
+    full = parse_binary_header(ack, LIMITS, payload_len=0, json_decoder=strict)
+    with mock.patch.object(binary_header, "STRICT_DECODER", wraps=strict) as decoder:
+        again = encode_ack_header(3, [["seg_a", 6]])
+        kept = kept_header(again, LIMITS, 0)
+        assert kept is not None and kept.meta == {"segments": (("seg_a", 6),)}
+        assert decoder.decode.call_count == 0
+    assert full.meta == {"segments": (("seg_a", 5),)}
+    # a header with a shared-memory entry and its inputs' acknowledgement (a zero-copy DONE)
+    done = encode_binary_header(FrameHeader(
+        "event", "r1", "s", 0, 1, shm_header(3).tensors, meta={"acks": [["in_a", 7]]},
+        required_features={"shm-tensors"}))
+    parse_binary_header(done, LIMITS, payload_len=None, json_decoder=strict)  # kept
+    again = encode_binary_header(FrameHeader(
+        "event", "r2", "s", 0, 1, shm_header(4).tensors, meta={"acks": [["in_a", 8]]},
+        required_features={"shm-tensors"}))
+    with mock.patch.object(binary_header, "STRICT_DECODER", wraps=strict) as decoder:
+        kept = kept_header(again, LIMITS, None)
+        assert kept is not None and kept.meta == {"acks": (("in_a", 8),)}
+        assert kept.tensors[1].ref is not None and kept.tensors[1].ref.generation == 4
+        assert decoder.decode.call_count == 0

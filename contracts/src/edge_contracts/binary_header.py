@@ -113,6 +113,7 @@ __all__ = [
     "encode_event_header",
     "event_block",
     "kept_header",
+    "pairs_meta",
     "parse_binary_header",
     "split_generations",
 ]
@@ -201,6 +202,14 @@ def encode_binary_header(header: FrameHeader) -> bytes:
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # ShmRef's segment names: no JSON escape
+# One acknowledged pair as ack_pairs_text writes it: a plain name (nothing JSON escapes)
+# and a generation in JSON's own form of a non-negative integer (no sign, no leading zero)
+_PAIR_TEXT = rb'\["([A-Za-z0-9_.-]{1,128})",(0|[1-9][0-9]{0,18})\]'
+_PAIR = re.compile(_PAIR_TEXT)
+_PAIR_ANY = _PAIR_TEXT.replace(b"(", b"(?:")  # the same, its groups not captured
+_PAIRS_META = re.compile(rb'\{"(acks|segments)":\[' + _PAIR_ANY + rb"(?:," + _PAIR_ANY
+                         + rb")*\]\}")
+_PAIRS_KEYS = {b"acks": "acks", b"segments": "segments"}
 
 
 def ack_pairs_text(pairs: Sequence[Sequence[Any]]) -> str:
@@ -224,6 +233,31 @@ def ack_pairs_text(pairs: Sequence[Sequence[Any]]) -> str:
                                   "an acknowledged pair must be [segment name, generation]")
         items.append(f'["{segment}",{generation}]')
     return "[" + ",".join(items) + "]"
+
+
+def pairs_meta(raw: bytes, at: int) -> JSONObject | None:
+    """The frozen meta ``raw[at:]`` holds when it is the usual text of acknowledged pairs.
+
+    The usual meta of an ``ack`` frame and of a DONE acknowledging its inputs is exactly
+    ``{"segments":[...]}`` or ``{"acks":[...]}`` with one or more ``["name",generation]``
+    pairs, as :func:`ack_pairs_text` writes them: its frozen value (a
+    :class:`~edge_contracts.jsonvalues.JSONObject` of one key whose value is a tuple of
+    ``(name, generation)`` tuples) is read here by two regular expressions, without
+    decoding the JSON and freezing it. The value is the one the full parser's decode and
+    :func:`~edge_contracts.jsonvalues.freeze_object` give for the same bytes (a test
+    compares them over mutated texts). None for any other text (other keys, spacing,
+    escapes, an empty list, a generation over ``INT64_MAX``): the caller decodes it so.
+    """
+    match = _PAIRS_META.fullmatch(raw, at)
+    if match is None:
+        return None
+    pairs = []
+    for name, text in _PAIR.findall(raw, at):  # (only pairs lie between the brackets)
+        generation = int(text)
+        if generation > INT64_MAX:
+            return None
+        pairs.append((name.decode(), generation))
+    return JSONObject({_PAIRS_KEYS[match[1]]: tuple(pairs)})
 
 
 def encode_ack_header(
@@ -698,7 +732,8 @@ def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
         return None
     template = kept[1]
     meta: Any = EMPTY_OBJECT
-    if size > FIXED.size:  # decoded and frozen as the full parser does; a failure: its error
+    if size > FIXED.size and (meta := pairs_meta(raw, FIXED.size)) is None:
+        # decoded and frozen as the full parser does; a failure: its error
         try:
             decoded = STRICT_DECODER.decode(str(raw[FIXED.size :], "utf-8"))
         except (ValueError, RecursionError):
@@ -752,7 +787,8 @@ def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size:
     if request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()):
         return None
     meta: Any = EMPTY_OBJECT
-    if meta_len:  # decoded and frozen as the full parser does; a failure: its error
+    if meta_len and (meta := pairs_meta(raw, meta_at)) is None:
+        # decoded and frozen as the full parser does; a failure: its error
         try:
             decoded = STRICT_DECODER.decode(str(raw[meta_at:], "utf-8"))
         except (ValueError, RecursionError):

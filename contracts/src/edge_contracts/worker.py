@@ -88,7 +88,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES, ack_pairs_text
+from edge_contracts.binary_header import (
+    EVENT_BLOCK,
+    KIND_CODES,
+    ack_pairs_text,
+    encode_ack_header,
+    pairs_meta,
+)
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import (
     ContractError,
@@ -178,6 +184,11 @@ _ID_END = REQUEST_ID_AT + 2  # the request id's byte count: a u16 at offset 4 of
 # fixed part before its meta length, the meta length, the fixed part after it
 _IN_PLACE_HEAD = struct.Struct("<4sIQ14sI16s")
 _GENERATION = struct.Struct("<Q")
+_ACK_CODE = encode_ack_header(0, ())[2]  # an ack's op code (the byte after the version)
+_OP_AT = PREFIX_SIZE + 2  # where a frame's op code lies after its prefix
+_META_LEN = struct.Struct("<I")  # the fixed part's meta byte count, at offset 14
+_META_LEN_AT = 14
+_META_LEN_END = _META_LEN_AT + _META_LEN.size
 
 
 class _Server:
@@ -227,6 +238,8 @@ class _Server:
         self._done_frames: dict[tuple[Any, ...], KeptEvent | None] = {}
         self._usual_refs: dict[bytes, tuple[KeptRefsRequest, ...]] = {}  # zero-copy ones
         self._in_place_frames: dict[tuple[Any, ...], InPlaceEvent | None] = {}
+        # an acknowledgement's fixed part but its meta length, once the reader read one
+        self._usual_ack: bytes | None = None
         self._ndarray: type | None = None  # numpy's, once tensors are handled
         self._frombuffer: Any = None
         self._sendmsg = sock.sendmsg
@@ -650,6 +663,17 @@ class _Server:
         if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
             magic, header_len, payload_len = PREFIX.unpack_from(view)
             header_end = PREFIX_SIZE + header_len
+            if (not payload_len and magic == BINARY_MAGIC and header_end <= count
+                    and view[_OP_AT] == _ACK_CODE and self._usual_ack is not None
+                    and self._ack_usually(view[PREFIX_SIZE:header_end].tobytes())):
+                # the usual acknowledgement, applied; perhaps one whole frame after it
+                if header_end == count:
+                    return None
+                view = view[header_end:count]  # the rest, read as if it were all received
+                count -= header_end
+                if count >= PREFIX_SIZE:
+                    magic, header_len, payload_len = PREFIX.unpack_from(view)
+                    header_end = PREFIX_SIZE + header_len
             if (magic == BINARY_MAGIC and header_end + payload_len == count
                     and header_len >= _ID_END):  # one whole binary frame
                 raw = view[PREFIX_SIZE:header_end].tobytes()  # (no bytes() type call)
@@ -665,7 +689,16 @@ class _Server:
                             and (not request_id or (len(request_id) <= MAX_ID_LENGTH
                                                     and request_id.isprintable()))
                             and not (self._fences and self._fenced_at(kept[2], kept[3]))):
-                        self._run_usual(request_id, kept, view[header_end:count])
+                        _, op, stage_id, epoch, generation, layout = kept
+                        inputs: dict[str, Any] = {}
+                        if layout:  # read-only views of the loop's own copy of the payload
+                            own = view[header_end:count].tobytes()
+                            frombuffer = self._frombuffer
+                            for name, dtype, number, offset, shape in layout:
+                                array = frombuffer(own, dtype, number, offset)
+                                inputs[name] = array if shape is None else array.reshape(shape)
+                        self._run_usual(Call.usual(self, request_id, op, stage_id, epoch,
+                                                   generation, inputs, []))
                         return None
                 elif kept is None and self._usual_refs:  # perhaps a zero-copy one
                     candidates = self._usual_refs.get(raw[:REQUEST_ID_AT])
@@ -674,9 +707,40 @@ class _Server:
                         return None
         self._received.left = view[:count]
         read = self._read_one()
-        if raw is not None and kept is None and self._pending:
-            self._learn(raw, self._pending[-1].header)
+        if raw is not None and kept is None:
+            if self._pending:
+                self._learn(raw, self._pending[-1].header)
+            elif read and raw[2] == _ACK_CODE and self._usual_ack is None:
+                # an acknowledgement the reader read whole (the receive's only frame: one
+                # after a usual one, read so, is not looked at here, and one is kept)
+                self._usual_ack = raw[:_META_LEN_AT] + raw[_META_LEN_END:REQUEST_ID_AT]
         return read
+
+    def _ack_usually(self, raw: bytes) -> bool:
+        """Apply the usual acknowledgement ``raw`` (a whole binary header); False: not one.
+
+        Usual: its fixed part, but for its meta length, is that of an acknowledgement the
+        frame reader read whole (a payload of none, checked by the caller), its length
+        within ``max_header_bytes``, and its meta exactly the ``{"segments":[...]}`` text
+        :func:`~edge_contracts.binary_header.pairs_meta` reads (what the parser and
+        :func:`~edge_contracts.worker_protocol.parse_ack` would make of it). Its leases
+        are released as :meth:`_ack` releases them (a stale one frees nothing). False,
+        with nothing done, for any other: the frame reader and :meth:`_ack` then read it.
+        """
+        size = len(raw)
+        if (raw[:_META_LEN_AT] + raw[_META_LEN_END:REQUEST_ID_AT] != self._usual_ack
+                or size > self.limits.max_header_bytes
+                or _META_LEN.unpack_from(raw, _META_LEN_AT)[0] != size - REQUEST_ID_AT):
+            return False
+        meta = pairs_meta(raw, REQUEST_ID_AT)
+        pairs: Any = None if meta is None else meta.view().get("segments")
+        if pairs is None:  # (an "acks" key: not an acknowledgement's, released nothing)
+            return False
+        producer = self._producer
+        if producer is not None:
+            for segment, generation in pairs:
+                producer.release(segment, generation)
+        return True
 
     def _learn(self, raw: bytes, header: FrameHeader) -> None:
         """Keep the template of a request whose header ``raw`` the reader parsed whole."""
@@ -748,24 +812,12 @@ class _Server:
                 inputs[name] = array if shape is None else array.reshape(shape)
         except Exception:  # refused again, with its error, by the general path
             return False
-        self._serve_usual(Call.usual(self, request_id, op, stage_id, epoch, generation,
-                                     inputs, acks))
+        self._run_usual(Call.usual(self, request_id, op, stage_id, epoch, generation,
+                                   inputs, acks))
         return True
 
-    def _run_usual(self, request_id: str, kept: KeptRequest, payload: memoryview) -> None:
-        """Run a usual request (as :meth:`_execute` runs any), its inputs views of a copy."""
-        _, op, stage_id, epoch, generation, layout = kept
-        inputs: dict[str, Any] = {}
-        if layout:
-            own = payload.tobytes()  # read-only views of the loop's own copy
-            frombuffer = self._frombuffer
-            for name, dtype, count, offset, shape in layout:
-                array = frombuffer(own, dtype, count, offset)
-                inputs[name] = array if shape is None else array.reshape(shape)
-        self._serve_usual(Call.usual(self, request_id, op, stage_id, epoch, generation, inputs))
-
-    def _serve_usual(self, call: Call) -> None:
-        """Run a call of the usual path on the loop thread, as :meth:`_execute` runs one."""
+    def _run_usual(self, call: Call) -> None:
+        """Run the call of a usual request on the loop thread, as :meth:`_execute` runs one."""
         heartbeat = self._heartbeat
         if heartbeat is not None and not heartbeat.pending:
             heartbeat.wake()

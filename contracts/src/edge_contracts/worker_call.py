@@ -148,21 +148,22 @@ class Call:
         epoch: int,
         generation: int,
         inputs: dict[str, Any],
-        acks: list[list[Any]] | None = None,
+        acks: list[list[Any]],
     ) -> Call:
         """The call of a request without params, from checked values.
 
         For the serve loop's usual path (see :mod:`edge_contracts.worker_kept`): the same
         call :class:`Call` makes of such a request's header, without the header. ``acks``:
         its shared-memory inputs' ``[segment, generation]`` in header order (as
-        :func:`~edge_contracts.wire.refs_of` lists them), acknowledged by its end.
+        :func:`~edge_contracts.wire.refs_of` lists them; empty without), acknowledged by
+        its end.
         """
         self = _new(cls)  # set as __init__ sets a call's fields
         self._server = server
         self._lock = _Lock()
         self._seq = 0
         self._closed = False
-        self._acks = [] if acks is None else acks
+        self._acks = acks
         self._allocated = {}
         self.request_id = request_id
         self.stage_id = stage_id

@@ -63,7 +63,16 @@ inputs of plain numeric types), is served at once: its id gets the parser's chec
 inputs are read-only views of a copy of its payload, and a request of a fenced epoch
 still goes the general way (CANCELLED). Its DONE, with outputs of the names, dtypes and
 shapes of an earlier DONE's that went inline, is written from a kept template: the bytes
-the general path writes. Anything else is read and answered by the general path.
+the general path writes. A zero-copy request (shared-memory inputs) received so, equal
+but for its request id and its references' generations to one the reader checked whole,
+is served the same way, its inputs mapped through the consumer's checks (segment, range,
+generation; a refusal sends the frame through the general path, which refuses it as
+before); its DONE, with outputs in the call's own output buffers, is written from a kept
+template with each output's generation and the inputs' acknowledgement put in. The
+controller's usual acknowledgement (its fixed part that of one the reader read whole, its
+meta the plain ``{"segments":[...]}`` text) is applied from the receive, also when one
+whole frame follows it there (then read as if received alone). Anything else is read and
+answered by the general path.
 
 With the ``heartbeat`` feature a thread of its own beats while the worker has work
 (:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.

@@ -15,8 +15,9 @@ what this module keeps:
   whose payload length is the template's, differs from the checked one only in that id
   and its input bytes: the loop checks the id as the parser does (UTF-8, printable,
   at most 128 characters) and takes the inputs as read-only views of its payload.
-  Anything else (another header, several frames in one receive, a frame not wholly
-  received) goes through the frame reader and its errors.
+  Anything else (another header, several frames in one receive but for the
+  controller's usual acknowledgement before it, which the loop applies first, a frame
+  not wholly received) goes through the frame reader and its errors.
 * :func:`event_template`: the first DONE event of a given stage, epoch, request id
   length and output list (names, dtypes, shapes, each C-contiguous and inline) is
   packed by the channel's tensor packer (its checks: ``max_io_bytes``) and encoded by

@@ -133,12 +133,18 @@ class Controller:
             self.write(encode_ack_frame(1, refs))
 
 
-def request(rid: str, ref: tuple[str, int, int], epoch: int = 0) -> bytes:
-    """A ``run`` frame of stage ``s0`` whose input ``x`` lies in the segment ``ref`` names."""
-    spec = TensorSpec("x", DType.FLOAT32, SHAPE, NBYTES, ShmRef(*ref))
-    header = FrameHeader(OP_RUN, rid, "s0", epoch, 1, tensors=(spec,),
+def request(rid: str, ref: tuple[str, int, int], epoch: int = 0,
+            bias: np.ndarray | None = None) -> bytes:
+    """A ``run`` frame of stage ``s0`` whose input ``x`` lies in the segment ``ref`` names
+    (and, with ``bias``, an inline input ``b`` before it)."""
+    specs = [TensorSpec("x", DType.FLOAT32, SHAPE, NBYTES, ShmRef(*ref))]
+    payloads = []
+    if bias is not None:
+        specs.insert(0, TensorSpec("b", DType.FLOAT32, bias.shape, bias.nbytes))
+        payloads.append(memoryview(bias.tobytes()))
+    header = FrameHeader(OP_RUN, rid, "s0", epoch, 1, tensors=tuple(specs),
                          required_features=frozenset({FEATURE_SHM_TENSORS}))
-    return _joined(encode_frame(header, [], binary=True))
+    return _joined(encode_frame(header, payloads, binary=True))
 
 
 def expected_done(rid: str, header: FrameHeader, acks: list[list[Any]],
@@ -237,14 +243,14 @@ def serving() -> Iterator[Serving]:
     controller_end.settimeout(10)
     producer = SegmentProducer(controller_prefix)
     consumer = SegmentConsumer(worker_prefix)
-    handler = InPlace()
-    loop = ServeLoop(worker_end, boot, handler)
-    assert loop.use_shm and not loop.sealed
-    serving = Serving(loop, Controller(controller_end, producer, consumer), handler)
-    status: list[int] = []
-    thread = threading.Thread(target=lambda: status.append(loop.serve()), daemon=True)
-    thread.start()
     try:
+        handler = InPlace()
+        loop = ServeLoop(worker_end, boot, handler)
+        assert loop.use_shm and not loop.sealed
+        serving = Serving(loop, Controller(controller_end, producer, consumer), handler)
+        status: list[int] = []
+        thread = threading.Thread(target=lambda: status.append(loop.serve()), daemon=True)
+        thread.start()
         yield serving
         handler.calls.clear()  # their inputs map the controller's segments: unmapped at close
         controller_end.sendall(_joined(encode_frame(FrameHeader(OP_SHUTDOWN, "", "", 0, 1),
@@ -314,6 +320,36 @@ def test_an_acknowledgement_and_a_request_in_one_receive_are_both_served_usually
     assert serving.usual_acks[-4:] == [True] * 4
     controller.ack(header)
     serving.settled()
+
+
+def test_an_inline_input_beside_a_shared_memory_one_is_read_on_the_usual_path_too(
+    serving: Serving,
+) -> None:
+    controller, handler = serving.controller, serving.handler
+
+    def biased(call: Call) -> Mapping[str, Any]:
+        x, b = call.inputs["x"], call.inputs["b"]
+        out = call.output_buffer(x.shape, x.dtype)
+        out[...] = x * 2 + b.sum()
+        return {"y": out}
+
+    handler.answer = biased
+    for index in range(4):
+        rid = f"r{index}"
+        bias = np.arange(2 * index, 2 * index + 6, dtype=np.float32).reshape(2, 3)
+        ref = controller.lease(float(index))
+        controller.write(request(rid, ref, bias=bias))
+        raw, header = controller.read()
+        assert raw == expected_done(rid, header, [[ref[0], ref[2]]])
+        np.testing.assert_array_equal(serving.output(header),
+                                      np.full(SHAPE, 2.0 * index + bias.sum()))
+        b = handler.calls[-1].inputs["b"]
+        assert b.shape == (2, 3) and not b.flags.writeable
+        np.testing.assert_array_equal(b, bias)
+        del b
+        controller.ack(header)
+        serving.settled()
+    assert serving.usual_runs == ["r1", "r2", "r3"]
 
 
 def _error(header: FrameHeader) -> tuple[str, str]:

@@ -352,6 +352,30 @@ def test_an_inline_input_beside_a_shared_memory_one_is_read_on_the_usual_path_to
     assert serving.usual_runs == ["r1", "r2", "r3"]
 
 
+def test_two_outputs_in_output_buffers_are_written_usually_as_the_general_path_writes_them(
+    serving: Serving,
+) -> None:
+    controller, handler = serving.controller, serving.handler
+
+    def two(call: Call) -> Mapping[str, Any]:
+        x = call.inputs["x"]
+        y = call.output_buffer(x.shape, x.dtype)
+        z = call.output_buffer((x.size,), np.int32)
+        y[...] = x * 2
+        z[...] = 7
+        return {"y": y, "z": z}
+
+    handler.answer = two
+    for index in range(3):
+        rid = f"r{index}"
+        raw, header, ref = serving.call(rid, float(index))
+        assert [spec.name for spec in header.tensors] == ["y", "z"]
+        assert raw == expected_done(rid, header, [[ref[0], ref[2]]])
+        assert serving.usual_writes[-1] == raw
+        controller.ack(header)
+        serving.settled()
+
+
 def _error(header: FrameHeader) -> tuple[str, str]:
     assert header.meta["kind"] == "error", header.meta
     error = header.meta["error"]

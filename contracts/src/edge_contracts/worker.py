@@ -63,7 +63,16 @@ inputs of plain numeric types), is served at once: its id gets the parser's chec
 inputs are read-only views of a copy of its payload, and a request of a fenced epoch
 still goes the general way (CANCELLED). Its DONE, with outputs of the names, dtypes and
 shapes of an earlier DONE's that went inline, is written from a kept template: the bytes
-the general path writes. Anything else is read and answered by the general path.
+the general path writes. A zero-copy request (shared-memory inputs) received so, equal
+but for its request id and its references' generations to one the reader checked whole,
+is served the same way, its inputs mapped through the consumer's checks (segment, range,
+generation; a refusal sends the frame through the general path, which refuses it as
+before); its DONE, with outputs in the call's own output buffers, is written from a kept
+template with each output's generation and the inputs' acknowledgement put in. The
+controller's usual acknowledgement (its fixed part that of one the reader read whole, its
+meta the plain ``{"segments":[...]}`` text) is applied from the receive, also when one
+whole frame follows it there (then read as if received alone). Anything else is read and
+answered by the general path.
 
 With the ``heartbeat`` feature a thread of its own beats while the worker has work
 (:mod:`edge_contracts.worker_heartbeat`). ERROR events carry the handler's traceback.
@@ -80,6 +89,7 @@ import gc
 import importlib
 import os
 import select
+import struct
 import sys
 import threading
 import time
@@ -87,7 +97,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.binary_header import EVENT_BLOCK, KIND_CODES
+from edge_contracts.binary_header import (
+    EVENT_BLOCK,
+    KIND_CODES,
+    ack_pairs_text,
+    encode_ack_header,
+    pairs_meta,
+)
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.errors import (
     ContractError,
@@ -138,10 +154,16 @@ from edge_contracts.worker_handler import BaseHandler, Handler
 from edge_contracts.worker_heartbeat import Heartbeat
 from edge_contracts.worker_kept import (
     MAX_KEPT,
+    REFS_PER_KEY,
     REQUEST_ID_AT,
+    InPlaceEvent,
     KeptEvent,
+    KeptRefsRequest,
     KeptRequest,
     event_template,
+    in_place_event_template,
+    refs_request_match,
+    refs_request_template,
     request_template,
 )
 from edge_contracts.worker_protocol import (
@@ -167,6 +189,15 @@ _WITH_EVENT_FIELDS: dict[frozenset[str], frozenset[str]] = {}  # a frame's featu
 _DONE = KIND_CODES[EventKind.DONE.value]
 _UNSEEN: Any = object()
 _ID_END = REQUEST_ID_AT + 2  # the request id's byte count: a u16 at offset 4 of the header
+# an in-place DONE's prefix and fixed part: magic, header bytes, payload bytes (none), the
+# fixed part before its meta length, the meta length, the fixed part after it
+_IN_PLACE_HEAD = struct.Struct("<4sIQ14sI16s")
+_GENERATION = struct.Struct("<Q")
+_ACK_CODE = encode_ack_header(0, ())[2]  # an ack's op code (the byte after the version)
+_OP_AT = PREFIX_SIZE + 2  # where a frame's op code lies after its prefix
+_META_LEN = struct.Struct("<I")  # the fixed part's meta byte count, at offset 14
+_META_LEN_AT = 14
+_META_LEN_END = _META_LEN_AT + _META_LEN.size
 
 
 class _Server:
@@ -214,6 +245,10 @@ class _Server:
         self._frames = FrameReader(self._received, self.limits)
         self._usual: dict[bytes, KeptRequest] = {}  # see worker_kept
         self._done_frames: dict[tuple[Any, ...], KeptEvent | None] = {}
+        self._usual_refs: dict[bytes, tuple[KeptRefsRequest, ...]] = {}  # zero-copy ones
+        self._in_place_frames: dict[tuple[Any, ...], InPlaceEvent | None] = {}
+        # an acknowledgement's fixed part but its meta length, once the reader read one
+        self._usual_ack: bytes | None = None
         self._ndarray: type | None = None  # numpy's, once tensors are handled
         self._frombuffer: Any = None
         self._sendmsg = sock.sendmsg
@@ -524,6 +559,90 @@ class _Server:
         self._done_frames[key] = kept
         return kept
 
+    def send_usual_in_place(
+        self,
+        call: Call,
+        seq: int,
+        outputs: Mapping[str, Any],
+        allocated: dict[int, tuple[Any, Any]],
+        acks: list[list[Any]],
+    ) -> bool | None:
+        """Write ``call``'s DONE event ``seq`` from a kept template, its outputs in place.
+
+        The usual zero-copy DONE (see :mod:`edge_contracts.worker_kept`): ``outputs`` a
+        dict of exactly the call's output buffers (``allocated``, each the very array it
+        leased) whose names, dtypes, shapes, segments and offsets, with the call's stage,
+        epoch and request id length, are those of a DONE whose template was made, no
+        unlinked segment names to announce, and a header within ``max_header_bytes``.
+        Its header is written from the template with the id, the event block, each
+        output's generation and ``acks`` (``{"acks": [...]}``, none without) put in; the
+        outputs' leases leave ``allocated`` (sent, as the packer takes them), and the call
+        is dropped. Called under the call's lock, as :meth:`send_usual`; None for any
+        other DONE, with nothing written or taken.
+        """
+        if type(outputs) is not dict or len(outputs) != len(allocated):
+            return None
+        request_id = call.request_id.encode()
+        found: list[Any] = [call.stage_id, call.epoch, len(request_id)]
+        leases = []
+        for name, value in outputs.items():  # a loop, no comprehension: no frame
+            owned = allocated.get(id(value))
+            if owned is None or owned[0] is not value:
+                return None
+            lease = owned[1]
+            found += (name, value.dtype, value.shape, lease.segment, lease.offset)
+            leases.append(lease)
+        key = tuple(found)
+        kept = self._in_place_frames.get(key, _UNSEEN)
+        if kept is _UNSEEN:
+            if len(self._in_place_frames) >= MAX_KEPT:
+                self._in_place_frames.clear()
+            kept = self._in_place_frames[key] = (
+                in_place_event_template(outputs, allocated, self.tensors()[0], request_id,
+                                        call.stage_id, call.epoch, self.boot.generation,
+                                        self.limits.max_header_bytes)
+                if self.event_fields else None)
+        if kept is None:
+            return None
+        producer = self._producer
+        if producer is not None:
+            gone = producer.take_gone()
+            if gone:  # announced by the general path's event
+                producer.restore_gone(gone)
+                return None
+        before, after, stage, pieces, header_len = kept
+        meta = b"" if not acks else ('{"acks":' + ack_pairs_text(acks) + "}").encode()
+        header_len += len(meta)
+        if header_len > self.limits.max_header_bytes:  # refused by the general path
+            return None
+        parts = [_IN_PLACE_HEAD.pack(BINARY_MAGIC, header_len, 0, before, len(meta), after),
+                 request_id, stage, EVENT_BLOCK.pack(seq, time.monotonic_ns(), _DONE),
+                 pieces[0]]
+        index = 1
+        for lease in leases:
+            parts += (_GENERATION.pack(lease.generation), pieces[index])
+            index += 1
+        parts.append(meta)
+        for value in outputs.values():  # sent as the packer sends them: no longer the call's
+            del allocated[id(value)]
+        total = PREFIX_SIZE + header_len
+        with self._send_lock:
+            sent = not self._broken
+            if sent:
+                try:
+                    written = self._sendmsg(parts)
+                    if written != total:
+                        _write_rest(self._sendmsg, parts, written, total)
+                except (OSError, WireError):  # a frame cut short: the channel is done
+                    self._broken, sent = True, False
+        if not sent:
+            self.tensors()[0].take_back([(lease.segment, lease.generation) for lease in leases])
+        if self._calls:  # (a call of the usual path the handler answered is not in it)
+            with self._calls_lock:
+                if self._calls.get(call.request_id) is call:
+                    del self._calls[call.request_id]
+        return sent
+
     def forget(self, call: Call) -> None:
         """Drop a call that has ended."""
         with self._calls_lock:
@@ -553,6 +672,17 @@ class _Server:
         if PREFIX_SIZE <= count < DEFAULT_BUFFER_BYTES:
             magic, header_len, payload_len = PREFIX.unpack_from(view)
             header_end = PREFIX_SIZE + header_len
+            if (not payload_len and magic == BINARY_MAGIC and header_end <= count
+                    and view[_OP_AT] == _ACK_CODE and self._usual_ack is not None
+                    and self._ack_usually(view[PREFIX_SIZE:header_end].tobytes())):
+                # the usual acknowledgement, applied; perhaps one whole frame after it
+                if header_end == count:
+                    return None
+                view = view[header_end:count]  # the rest, read as if it were all received
+                count -= header_end
+                if count >= PREFIX_SIZE:
+                    magic, header_len, payload_len = PREFIX.unpack_from(view)
+                    header_end = PREFIX_SIZE + header_len
             if (magic == BINARY_MAGIC and header_end + payload_len == count
                     and header_len >= _ID_END):  # one whole binary frame
                 raw = view[PREFIX_SIZE:header_end].tobytes()  # (no bytes() type call)
@@ -568,13 +698,58 @@ class _Server:
                             and (not request_id or (len(request_id) <= MAX_ID_LENGTH
                                                     and request_id.isprintable()))
                             and not (self._fences and self._fenced_at(kept[2], kept[3]))):
-                        self._run_usual(request_id, kept, view[header_end:count])
+                        _, op, stage_id, epoch, generation, layout = kept
+                        inputs: dict[str, Any] = {}
+                        if layout:  # read-only views of the loop's own copy of the payload
+                            own = view[header_end:count].tobytes()
+                            frombuffer = self._frombuffer
+                            for name, dtype, number, offset, shape in layout:
+                                array = frombuffer(own, dtype, number, offset)
+                                inputs[name] = array if shape is None else array.reshape(shape)
+                        self._run_usual(Call.usual(self, request_id, op, stage_id, epoch,
+                                                   generation, inputs, []))
+                        return None
+                elif kept is None and self._usual_refs:  # perhaps a zero-copy one
+                    candidates = self._usual_refs.get(raw[:REQUEST_ID_AT])
+                    if candidates is not None and self._run_usual_refs(
+                            raw, id_end, candidates, view[header_end:count]):
                         return None
         self._received.left = view[:count]
         read = self._read_one()
-        if raw is not None and kept is None and self._pending:
-            self._learn(raw, self._pending[-1].header)
+        if raw is not None and kept is None:
+            if self._pending:
+                self._learn(raw, self._pending[-1].header)
+            elif read and raw[2] == _ACK_CODE and self._usual_ack is None:
+                # an acknowledgement the reader read whole (the receive's only frame: one
+                # after a usual one, read so, is not looked at here, and one is kept)
+                self._usual_ack = raw[:_META_LEN_AT] + raw[_META_LEN_END:REQUEST_ID_AT]
         return read
+
+    def _ack_usually(self, raw: bytes) -> bool:
+        """Apply the usual acknowledgement ``raw`` (a whole binary header); False: not one.
+
+        Usual: its fixed part, but for its meta length, is that of an acknowledgement the
+        frame reader read whole (a payload of none, checked by the caller), its length
+        within ``max_header_bytes``, and its meta exactly the ``{"segments":[...]}`` text
+        :func:`~edge_contracts.binary_header.pairs_meta` reads (what the parser and
+        :func:`~edge_contracts.worker_protocol.parse_ack` would make of it). Its leases
+        are released as :meth:`_ack` releases them (a stale one frees nothing). False,
+        with nothing done, for any other: the frame reader and :meth:`_ack` then read it.
+        """
+        size = len(raw)
+        if (raw[:_META_LEN_AT] + raw[_META_LEN_END:REQUEST_ID_AT] != self._usual_ack
+                or size > self.limits.max_header_bytes
+                or _META_LEN.unpack_from(raw, _META_LEN_AT)[0] != size - REQUEST_ID_AT):
+            return False
+        meta = pairs_meta(raw, REQUEST_ID_AT)
+        pairs: Any = None if meta is None else meta.view().get("segments")
+        if pairs is None:  # (an "acks" key: not an acknowledgement's, released nothing)
+            return False
+        producer = self._producer
+        if producer is not None:
+            for segment, generation in pairs:
+                producer.release(segment, generation)
+        return True
 
     def _learn(self, raw: bytes, header: FrameHeader) -> None:
         """Keep the template of a request whose header ``raw`` the reader parsed whole."""
@@ -587,18 +762,71 @@ class _Server:
             if len(self._usual) >= MAX_KEPT:
                 self._usual.clear()
             self._usual[found[0]] = found[1]
+        elif self.use_shm:
+            refs = refs_request_template(raw, header)
+            if refs is not None:
+                if self._frombuffer is None:
+                    import numpy  # the usual path's inputs are arrays
 
-    def _run_usual(self, request_id: str, kept: KeptRequest, payload: memoryview) -> None:
-        """Run a usual request (as :meth:`_execute` runs any), its inputs views of a copy."""
-        _, op, stage_id, epoch, generation, layout = kept
+                    self._frombuffer = numpy.frombuffer
+                if len(self._usual_refs) >= MAX_KEPT:
+                    self._usual_refs.clear()
+                key, kept = refs
+                others = tuple(old for old in self._usual_refs.get(key, ())
+                               if old[5] != kept[5])  # (the same pieces: replaced)
+                self._usual_refs[key] = (kept, *others[: REFS_PER_KEY - 1])
+
+    def _run_usual_refs(self, raw: bytes, id_end: int,
+                        candidates: tuple[KeptRefsRequest, ...], payload: memoryview) -> bool:
+        """Run a usual zero-copy request (as :meth:`_execute` runs any); False: not one.
+
+        ``raw`` (a whole binary header, its id ending at ``id_end``) must equal one of
+        ``candidates`` but for its id and its references' generations, and ``payload`` be
+        that one's length; the id gets the parser's checks, each generation
+        :class:`~edge_contracts.headers.ShmRef`'s, and each shared-memory input is mapped
+        by :meth:`~edge_contracts.shm.SegmentConsumer.view` (its segment, range and
+        generation checked). False, with nothing run, for anything else (any refusal, a
+        fenced request): the frame reader and the general path then refuse or answer it
+        as any frame.
+        """
+        found = refs_request_match(raw, id_end, candidates, len(payload))
+        consumer = self._consumer
+        if found is None or consumer is None:
+            return False
+        kept, generations = found
+        try:
+            request_id = raw[REQUEST_ID_AT:id_end].decode()
+        except UnicodeDecodeError:  # the reader refuses it
+            return False
+        _, op, stage_id, epoch, generation, _, _, layout = kept
+        # the parser's checks of an id; a fenced request: dropped by _execute
+        if ((request_id and not (len(request_id) <= MAX_ID_LENGTH and request_id.isprintable()))
+                or (self._fences and self._fenced_at(stage_id, epoch))):
+            return False
         inputs: dict[str, Any] = {}
-        if layout:
-            own = payload.tobytes()  # read-only views of the loop's own copy
-            frombuffer = self._frombuffer
-            for name, dtype, count, offset, shape in layout:
-                array = frombuffer(own, dtype, count, offset)
+        acks: list[list[Any]] = []
+        frombuffer = self._frombuffer
+        own = None
+        try:
+            for name, dtype, count, shape, segment, offset in layout:
+                if segment is None:  # inline: a read-only view of the loop's own copy
+                    if own is None:
+                        own = payload.tobytes()
+                    array = frombuffer(own, dtype, count, offset)
+                else:  # read-only: the consumer maps the peer's segment so
+                    stamp = generations[len(acks)]
+                    array = frombuffer(consumer.view(segment, offset, stamp,
+                                                     count * dtype.itemsize), dtype, count)
+                    acks.append([segment, stamp])
                 inputs[name] = array if shape is None else array.reshape(shape)
-        call = Call.usual(self, request_id, op, stage_id, epoch, generation, inputs)
+        except Exception:  # refused again, with its error, by the general path
+            return False
+        self._run_usual(Call.usual(self, request_id, op, stage_id, epoch, generation,
+                                   inputs, acks))
+        return True
+
+    def _run_usual(self, call: Call) -> None:
+        """Run the call of a usual request on the loop thread, as :meth:`_execute` runs one."""
         heartbeat = self._heartbeat
         if heartbeat is not None and not heartbeat.pending:
             heartbeat.wake()
@@ -619,9 +847,9 @@ class _Server:
                 call.done(outputs)
             else:
                 with self._calls_lock:
-                    self._calls[request_id] = call
+                    self._calls[call.request_id] = call
                     if call.closed:
-                        del self._calls[request_id]
+                        del self._calls[call.request_id]
         finally:
             self._executing = False
 

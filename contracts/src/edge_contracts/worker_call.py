@@ -73,6 +73,23 @@ class CallServer(Protocol):
         """
         ...
 
+    def send_usual_in_place(
+        self,
+        call: Call,
+        seq: int,
+        outputs: Mapping[str, Any],
+        allocated: dict[int, tuple[Any, Any]],
+        acks: list[list[Any]],
+    ) -> bool | None:
+        """Write ``call``'s DONE event ``seq`` on the usual path, its outputs in place.
+
+        As :meth:`send_usual`, for outputs that are all the call's output buffers
+        (``allocated``: ``id(array)`` -> ``(array, lease)``, emptied of them when written),
+        with ``acks`` (the input segments to acknowledge) in its meta. None when the event
+        is not a usual one, with nothing written or taken (``allocated`` as it was).
+        """
+        ...
+
     def forget(self, call: Call) -> None:
         """Drop a call that has ended."""
         ...
@@ -131,18 +148,22 @@ class Call:
         epoch: int,
         generation: int,
         inputs: dict[str, Any],
+        acks: list[list[Any]],
     ) -> Call:
-        """The call of a request without params or shared-memory inputs, from checked values.
+        """The call of a request without params, from checked values.
 
         For the serve loop's usual path (see :mod:`edge_contracts.worker_kept`): the same
-        call :class:`Call` makes of such a request's header, without the header.
+        call :class:`Call` makes of such a request's header, without the header. ``acks``:
+        its shared-memory inputs' ``[segment, generation]`` in header order (as
+        :func:`~edge_contracts.wire.refs_of` lists them; empty without), acknowledged by
+        its end.
         """
         self = _new(cls)  # set as __init__ sets a call's fields
         self._server = server
         self._lock = _Lock()
         self._seq = 0
         self._closed = False
-        self._acks = []
+        self._acks = acks
         self._allocated = {}
         self.request_id = request_id
         self.stage_id = stage_id
@@ -277,19 +298,23 @@ class Call:
         self, outputs: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None
     ) -> bool:
         """End the request successfully, optionally with outputs."""
-        # the usual end of a graph call, tried first: not for a call with input segments
-        # to acknowledge (its DONE carries their acks, which no template holds)
-        if outputs and data is None and not self._acks:
+        # the usual end of a graph call, tried first: inline outputs without input
+        # segments to acknowledge, or outputs in the call's own output buffers (their
+        # DONE acknowledges the inputs in its meta, written in by the usual path too)
+        if outputs and data is None:
             server = self._server
             with self._lock:
-                if not self._closed and not self._allocated:
+                allocated = self._allocated
+                if not self._closed and (allocated or not self._acks):
                     # Ended before send_usual drops it from the loop's calls: a handed-on
                     # call its loop enters meanwhile (after its handler returned) is seen
                     # ended there and dropped, not left in flight for good.
                     self._closed = True
                     sent = None
                     try:
-                        sent = server.send_usual(self, self._seq, outputs)
+                        sent = (server.send_usual_in_place(self, self._seq, outputs, allocated,
+                                                           self._acks)
+                                if allocated else server.send_usual(self, self._seq, outputs))
                     finally:
                         if sent is None:  # not a usual DONE: emit sends it below
                             self._closed = False

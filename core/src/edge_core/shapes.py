@@ -65,6 +65,9 @@ class WarmupCase:
         expected_outputs: member path of the ``.npz`` of reference outputs, or ``None``.
         specs: the example's ``(dtype, shape)`` per input.
         point: ``static``, ``min``, ``max`` or ``between`` (where in a dynamic range).
+        field: where the example is named under ``manifest.metadata``:
+            ``example_inputs``, or ``validation.shapes[i].examples[j].example_inputs`` for a
+            declared entry's (what a refusal of that example names).
     """
 
     entry: str
@@ -72,6 +75,7 @@ class WarmupCase:
     expected_outputs: str | None
     specs: Mapping[str, Spec]
     point: str
+    field: str = "example_inputs"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form recorded in execution plans."""
@@ -174,7 +178,8 @@ def declared_shapes(
             points.add(point)
             cases.append(WarmupCase(entry.name, inputs,
                                     expected if isinstance(expected, str) else None,
-                                    specs, point))
+                                    specs, point,
+                                    f"{at.removeprefix('manifest.metadata.')}.example_inputs"))
         missing = [] if entry.static else sorted({"min", "max", "between"} - points)
         if missing:
             raise InvalidValue(where, sorted(points),

@@ -747,11 +747,12 @@ class WorkerClient:
                 before, middle, after = kept_ref
                 head = b"".join((before, rid, middle,
                                  _GENERATION.pack(lease.generation), after))  # type: ignore[union-attr]
+                total = len(head)  # (before the write: no call between it and the return)
                 if self._spin_frame is None:  # (one told meanwhile goes with the next write)
                     with self._send_lock:
                         try:
                             written = self._sock.sendmsg([head])
-                            if written != len(head):  # the rest, resumed as write_frame does
+                            if written != total:  # the rest, resumed as write_frame does
                                 write_frame(self._sock.sendmsg, [memoryview(head)[written:]])
                         except OSError as exc:
                             raise self._send_failed(exc) from None

@@ -130,7 +130,8 @@ def test_a_declared_cases_example_of_another_dtype_than_the_graph_input_is_refus
     plugins: PluginSet, ledger: ResourceLedger, tmp_path: Path
 ) -> None:
     # the shape set declares float64 and its examples agree with it (the manifest checks
-    # that); the graph takes float: the case's own example is named, by its entry
+    # that); the graph takes float: the case's own example is named where the manifest
+    # declares it (validation.shapes[0].examples[0], as the manifest's checks name it)
     bundle = one_node_bundle(tmp_path / "b", "Identity", TensorProto.FLOAT,
                              TensorProto.FLOAT, X)
     np.savez(bundle / "wide.npz", x=X.astype(np.float64))
@@ -140,8 +141,8 @@ def test_a_declared_cases_example_of_another_dtype_than_the_graph_input_is_refus
                     "examples": [{"example_inputs": "wide.npz"}]}]})
     refused = refused_at_open(plugins, ledger, bundle)
     assert str(refused) == (
-        "stages[s].manifest.metadata.validation.shapes.wide.example_inputs.x: the graph's "
-        "input x is tensor(float): its example (wide.npz) must be float32: 'float64'")
+        "stages[s].manifest.metadata.validation.shapes[0].examples[0].example_inputs.x: the "
+        "graph's input x is tensor(float): its example (wide.npz) must be float32: 'float64'")
     assert ledger.is_empty()
 
 

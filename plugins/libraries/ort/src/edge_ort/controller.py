@@ -208,7 +208,7 @@ class OrtStage(WorkerStage):
                 "shape_set": served.to_json() if served is not None else None,
                 "bucket_graphs": bucket_graphs(bundle, served, stage.stage_id),
                 "warmup_cases": [
-                    {"entry": case.entry, "point": case.point,
+                    {"entry": case.entry, "point": case.point, "field": case.field,
                      **warmup_reads(bundle, case.example_inputs, "example_inputs"),
                      **warmup_reads(bundle, case.expected_outputs, "expected_outputs")}
                     for case in cases

@@ -58,7 +58,7 @@ class ElementTypeRefused(InvalidValue):
 
     ``field`` names the input or output (``graph.inputs.x``, ``graph.outputs.y``) or the
     example's array (``example_inputs.x``; a declared warm-up case's other file:
-    ``validation.shapes.<entry>.example_inputs.x``); ``value`` is the type refused (ONNX
+    ``validation.shapes[i].examples[j].example_inputs.x``); ``value`` is the type refused (ONNX
     Runtime's spelling for a graph's, ``tensor(bfloat16)``; the array's dtype for an
     example's).
     Raised in a worker, the three travel as data with the error

@@ -680,7 +680,7 @@ class OrtHandler(BaseHandler):
 
         An example array whose dtype is not its graph input's is refused by name
         (:class:`~edge_ort.element_types.ElementTypeRefused`, field
-        ``example_inputs.<name>``, or ``validation.shapes.<entry>.example_inputs.<name>``
+        ``example_inputs.<name>``, or ``validation.shapes[i].examples[j].example_inputs.<name>``
         for a declared case) before it is run.
 
         A case without expected outputs on a target other than the CPU provider is
@@ -704,10 +704,8 @@ class OrtHandler(BaseHandler):
         for case in self._cases():
             example = _load_npz(str(case["example_inputs"]), case.get("example_inputs_sha256"))
             # by name, not by ONNX Runtime's message: the manifest's example file, or a
-            # declared case's own
-            where = ("example_inputs"
-                     if str(case["example_inputs"]) == str(self._config.get("example_inputs"))
-                     else f"validation.shapes.{case.get('entry')}.example_inputs")
+            # declared case's own (validation.shapes[i].examples[j].example_inputs)
+            where = str(case.get("field") or "example_inputs")
             check_example(self._session.get_inputs(), example, where,
                           os.path.basename(str(case["example_inputs"])))
             specs = {n: spec_of(a) for n, a in example.items()}

@@ -13,6 +13,10 @@ threads run untraced). On a real echo worker:
   follows). After the interrupt the other threads' calls complete, the channel lists no
   waiter (a listed one keeps the background reader aside for good), a reply nobody waits
   for is read, and the main thread's next call completes.
+* :func:`test_ctrl_c_as_a_leading_wait_ends_leaves_its_followers_the_role`: the main
+  thread leads unregistered (it found the role free: the usual wait) while another thread
+  registers behind it; after the interrupt the follower's call ends (it is handed the
+  role), nothing stays listed, and the main thread's next call completes.
 * :func:`test_ctrl_c_in_a_cancel_leaves_nothing_owed`: the main thread cancels a call in
   flight; the tracer lets the worker's own end of it be heard before it raises, where the
   call is owed by then. After the worker answered, the client owes nothing (its liveness
@@ -190,6 +194,73 @@ def test_ctrl_c_in_a_registered_wait_leaves_no_waiter_behind(
         if not interrupted:
             break
     assert k > 20
+    assert client.outstanding() == 0
+
+
+def _leading_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, str]:
+    """The main thread leading unregistered (the usual wait), a thread following it."""
+    reader = client._reader
+    x = np.arange(2.0)
+    mine = client.submit(request(f"m{n}", sleep_s=SLOW_S), {"x": x})
+    other = client.submit(request(f"o{n}", sleep_s=SLOW_S), {"x": x})
+    ends: dict[str, Any] = {}
+    main = threading.get_ident()
+    out = threading.Event()
+
+    def follower() -> None:  # registers behind the main thread once it leads
+        _until(lambda: out.is_set() or f"owner={main} " in _owner(client))
+        try:
+            ends["o"] = other.next(timeout=BOUND_S).kind
+        except Exception as exc:  # reported by the main thread
+            ends["o"] = exc
+
+    def hold(frame: FrameType) -> None:  # the main thread leads: the follower registers
+        if f"owner={main} " in _owner(client) and not out.is_set():
+            _until(lambda: len(reader._waiting) >= 1, 1.0)
+
+    tracer.before = hold
+    thread = threading.Thread(target=follower)
+    thread.start()
+    try:
+        interrupted = _traced(tracer, lambda: mine.next(timeout=BOUND_S))
+    finally:
+        out.set()
+        thread.join(2 * BOUND_S)
+    left = []
+    if ends != {"o": EventKind.DONE}:
+        left.append(f"the follower's call ended {ends}")
+    if not _until(lambda: not reader._waiting, 1.0):
+        left.append(f"{len(reader._waiting)} waiter(s) listed")
+    if not _read_unwaited(client, f"u{n}"):
+        left.append("a reply nobody waits for was not read")
+    try:
+        client.submit(request(f"n{n}"), {"x": x}).result(timeout=BOUND_S)
+    except Exception as exc:
+        left.append(f"the next call failed: {type(exc).__name__}: {exc}")
+    return interrupted, ", ".join(left)
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_a_leading_wait_ends_leaves_its_followers_the_role(
+        start: Callable[..., WorkerClient]) -> None:
+    """The caller that found the role free (the usual wait), a thread registered behind it.
+
+    Interrupted at each point, up to and past its release of the role: the follower is
+    handed the role (or finds it free) and its call ends; nothing stays listed.
+    """
+    client = start(spin_us=0)
+    counter = _Interrupter(0, READER)
+    assert not _leading_wait(client, 0, counter)[0]
+    assert counter.points > 8, counter.points
+    k = 0
+    while True:  # every point, to the first the wait no longer reaches
+        k += 1
+        tracer = _Interrupter(k, READER)
+        interrupted, left = _leading_wait(client, k, tracer)
+        assert not left, f"interrupted at {tracer.where}: {left}"
+        if not interrupted:
+            break
+    assert k > 8
     assert client.outstanding() == 0
 
 

@@ -253,8 +253,9 @@ class WorkerClient:
         self._exit_status: int | None = None
         self._retire_lock = threading.Lock()
         self._outcome: RetireOutcome | None = None
-        # The usual reply is recognised in the client's own receive buffer (_read_one);
-        # anything else is handed to the frame reader, which takes it first
+        # The usual reply is recognised in the client's own receive buffer (_read_one), and
+        # a zero-copy reply alone in its receive gets its kept header there too; anything
+        # else is handed to the frame reader, which takes it first
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
         self._receive_with(sock.recv_into)
         # received, not yet taken by the reader: given to it first
@@ -959,8 +960,12 @@ class WorkerClient:
         before it polls; nothing in the socket then returns False, nothing read).
 
         A receive that holds the usual reply alone is delivered from its kept template
-        (:mod:`edge_core.host.reply_kept`); what else it holds is handed to the frame
-        reader, whose frame is dispatched, and kept as a template when it is a usual one.
+        (:mod:`edge_core.host.reply_kept`); one that holds a frame with shared-memory
+        entries alone (a zero-copy reply) gets its header from the frame reader's kept
+        ones (:func:`~edge_contracts.binary_header.kept_header`, after the reader's own
+        prefix checks) and is dispatched without the reader; what else it holds is handed
+        to the frame reader, whose frame is dispatched, and kept as a template when it is
+        a usual one.
         """
         raw = None  # the header of a receive that held one whole binary frame
         kept = None  # its template (then kept already), if it has one

@@ -311,16 +311,23 @@ class ChannelReader:
                 # The role goes first: a KeyboardInterrupt acted on after any call made
                 # before its release here (time.monotonic()) would leave it held.
                 if leading:
-                    self._role.release()
-                    self._last_active = time.monotonic()
-                    # Read after the release: a follower that registered too late to be
-                    # seen here finds the role free.
-                    if self._waiting:
-                        for other in list(self._waiting):
-                            other.put(HANDOVER)
-                    if self._listened and not self._waiting:  # read on for them at once (a
-                        with self._guard:  # count raised after this read notifies by itself)
-                            self._cv.notify_all()
+                    try:  # (a NOP on 3.11: nothing on the usual way)
+                        self._role.release()
+                        self._last_active = time.monotonic()
+                        # Read after the release: a follower that registered too late to
+                        # be seen here finds the role free.
+                        if self._waiting:
+                            for other in list(self._waiting):
+                                other.put(HANDOVER)
+                        if self._listened and not self._waiting:  # read on for them at once
+                            with self._guard:  # (a count raised after this read notifies)
+                                self._cv.notify_all()
+                    except BaseException:  # cut short (a Ctrl-C) after the role's release:
+                        try:  # the followers are handed it (_leave: nothing held given
+                            self._leave(inbox, True)  # twice, an unlisted inbox passed over)
+                        except BaseException:  # cut short itself: again, to its end
+                            self._leave(inbox, True)
+                        raise
                 else:  # (only ever left on an exception): perhaps the role, not noted as
                     try:  # held (acquired, or _give_up entered), the followers owed it
                         self._leave(inbox, True)

@@ -19,7 +19,9 @@ what this module keeps (the controller's side of :mod:`edge_contracts.worker_kep
   call in flight of the template's epoch (the id of a call in flight was checked when
   its request was made: printable, at most 128 characters), and delivers the outputs
   as the general path makes them (read-only views of a copy of the payload) with the
-  event built from the template. Anything else goes through the frame reader.
+  event built from the template. Anything else goes through the frame reader (but for
+  a zero-copy reply alone in its receive, whose header the client looks up among the
+  frame reader's kept ones itself: see ``WorkerClient._read_one``).
 
 Kept: DONE events of the client's generation with the ``event-fields`` block and no
 other meta (no error, data, ``gone`` or ``acks``), without the ``shm-tensors`` feature,

@@ -73,8 +73,11 @@ MAX_PYTHON_CALLS = 42
 #: Ctrl-C finds it; 130.2k, 129.1k -> 127.9k, 127.9k controller instructions a tiny call,
 #: callgrind: see core/tests/runtime/test_calls_per_request.py); the bound about 20 above.
 #: About 17 more later in session 36 (a usual reply's call looked up, then taken out by a
-#: ``for`` over a ``map``: see there); the bound 1892.
-MAX_BYTECODES = {(3, 11): 1892}
+#: ``for`` over a ``map``: see there); the bound 1892. Session 38 (the channel's wait: a
+#: ``try`` (one NOP) around a leader's hand-over; three helpers' tests beside it, load
+#: average 2-3.4): 1874.06, 1884.47, 1898.53 as the least of three batches, so the bound
+#: 1905 (the wait's reading loop runs more rounds under load: no work a request needs).
+MAX_BYTECODES = {(3, 11): 1905}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3
 #: A zero-copy call (an input buffer in, an output written in place by the worker, then
@@ -212,8 +215,11 @@ def test_a_zero_copy_call_through_an_ort_stage_costs_a_bounded_number_of_python_
 #: request written from a kept zero-copy template (edge_core.host.request_kept:
 #: ref_request_template; no packer, no header encoded); 4096.57 with a zero-copy reply
 #: alone in its receive built by the client from its kept header, not read again by the
-#: frame reader (WorkerClient._read_one); the bound about 20 above.
-MAX_ZERO_COPY_BYTECODES = {(3, 11): 4120}
+#: frame reader (WorkerClient._read_one); the bound about 20 above. Under other tests'
+#: load (load average 2-3.4) 4125.96..4136.99 over three runs and a reviewer's 4122..4133
+#: (the wait's reading loop, 132 bytecodes a call in those): the bound 4170, which the path
+#: before this session's cuts (5103.7) and before the kept zero-copy request (4313.1) fail.
+MAX_ZERO_COPY_BYTECODES = {(3, 11): 4170}
 
 
 def test_a_zero_copy_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(

@@ -526,7 +526,9 @@ def test_the_handlers_error_ends_a_usual_zero_copy_request_and_takes_its_buffer_
     lambda call: {"y": call.inputs["x"] * 2},  # a private array: the packer copies it
     lambda call: {"y": InPlace.in_place(call)["y"],  # another buffer made, not sent
                   "z": call.output_buffer(SHAPE, np.float32)[:1]},
-], ids=["private-array", "buffer-and-a-view"])
+    lambda call: (call.output_buffer(SHAPE, np.float32),  # another buffer, never sent
+                  InPlace.in_place(call))[1],
+], ids=["private-array", "buffer-and-a-view", "a-buffer-not-sent"])
 def test_outputs_not_all_in_output_buffers_are_sent_as_the_general_path_sends_them(
     serving: Serving, answer: Callable[[Call], Mapping[str, Any]],
 ) -> None:
@@ -566,3 +568,74 @@ def test_a_usual_acknowledgement_frees_what_the_general_path_frees(
     controller.write(encode_ack_frame(1, [[spec.ref.segment, spec.ref.generation]]))
     controller.sync()
     assert serving.usual_acks[-1] is True and producer.retained_buffers == 0
+
+
+@pytest.mark.parametrize("warm", [0, 2], ids=["first-request", "usual-request"])
+def test_one_output_buffer_under_two_names_is_sent_as_the_general_path_sends_it(
+    serving: Serving, warm: int,
+) -> None:
+    """The same buffer as two outputs (and another made, not sent): a reference and a copy.
+
+    Not the usual DONE (its outputs are not each their own buffer): the general path
+    writes the first by reference and copies the second into another segment, and takes
+    the unsent buffer back; the loop serves on (it raised as it wrote such a DONE from a
+    template before).
+    """
+    controller, handler = serving.controller, serving.handler
+    serving.warm(warm)
+
+    def aliased(call: Call) -> Mapping[str, Any]:
+        x = call.inputs["x"]
+        out = call.output_buffer(x.shape, x.dtype)
+        call.output_buffer(x.shape, x.dtype)  # made, never sent
+        out[...] = 2 * x
+        return {"y": out, "z": out}
+
+    handler.answer = aliased
+    raw, header, _ = serving.call("r1", 1.5)
+    assert header.meta["kind"] == "done" and raw not in serving.usual_writes
+    refs = [spec.ref for spec in header.tensors]
+    assert [spec.name for spec in header.tensors] == ["y", "z"] and None not in refs
+    assert len({(r.segment, r.offset) for r in refs if r is not None}) == 2
+    for spec in header.tensors:
+        assert spec.ref is not None
+        view = controller.consumer.view(spec.ref.segment, spec.ref.offset,
+                                        spec.ref.generation, spec.nbytes)
+        np.testing.assert_array_equal(np.frombuffer(view, np.float32), np.full(NBYTES // 4, 3.0))
+        del view
+    controller.ack(header)
+    serving.settled()  # both given back, the unsent buffer too
+    handler.answer = InPlace.in_place
+    _, header, _ = serving.call("r2", 2.0)  # the loop serves on
+    assert header.meta["kind"] == "done"
+    controller.ack(header)
+    serving.settled()
+
+
+def test_an_acknowledgement_with_ids_is_not_taken_as_the_usual_ones_form(
+    serving: Serving,
+) -> None:
+    """The usual acknowledgement is learned from one of nothing but its fixed part and meta.
+
+    An ack whose header also holds a request id (which the parser reads, and the general
+    path applies) is not kept as the usual form: else a later one, its meta length
+    covering the id's bytes, would be read as meta the parser refuses.
+    """
+    from edge_contracts.binary_header import encode_binary_header
+    from edge_contracts.wire import BINARY_MAGIC
+
+    loop, controller = serving.loop, serving.controller
+    _, done, _ = serving.call("r0", 1.0)
+    for segment, generation in done.meta["acks"]:
+        controller.producer.release(segment, generation)
+    assert loop._usual_ack is None  # none read yet
+    (spec,) = done.tensors
+    assert spec.ref is not None
+    header = FrameHeader("ack", '{"s', "", 0, 1,
+                         meta={"segments": [[spec.ref.segment, spec.ref.generation]]})
+    raw = encode_binary_header(header)
+    controller.write(PREFIX.pack(BINARY_MAGIC, len(raw), 0) + raw)
+    serving.settled()  # applied (alone in its receive: nothing written after it meanwhile)
+    assert loop._usual_ack is None  # read by the general path, not learned
+    serving.warm(2)  # a plain one is learned then
+    assert loop._usual_ack is not None

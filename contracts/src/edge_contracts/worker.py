@@ -587,7 +587,8 @@ class _Server:
         leases = []
         for name, value in outputs.items():  # a loop, no comprehension: no frame
             owned = allocated.get(id(value))
-            if owned is None or owned[0] is not value:
+            # (one buffer under two names: the general path sends the second as a copy)
+            if owned is None or owned[0] is not value or owned[1] in leases:
                 return None
             lease = owned[1]
             found += (name, value.dtype, value.shape, lease.segment, lease.offset)
@@ -719,9 +720,11 @@ class _Server:
         if raw is not None and kept is None:
             if self._pending:
                 self._learn(raw, self._pending[-1].header)
-            elif read and raw[2] == _ACK_CODE and self._usual_ack is None:
+            elif (read and raw[2] == _ACK_CODE and self._usual_ack is None
+                  and _META_LEN.unpack_from(raw, _META_LEN_AT)[0] == len(raw) - REQUEST_ID_AT):
                 # an acknowledgement the reader read whole (the receive's only frame: one
-                # after a usual one, read so, is not looked at here, and one is kept)
+                # after a usual one, read so, is not looked at here, and one is kept), of
+                # nothing but its fixed part and meta (no ids, no entries: as the usual one)
                 self._usual_ack = raw[:_META_LEN_AT] + raw[_META_LEN_END:REQUEST_ID_AT]
         return read
 

@@ -295,10 +295,12 @@ def in_place_event_template(
     left as it is. The header without meta must be at most 4 KiB and ``max_header_bytes``.
     ``generation`` is the channel's, checked once.
     """
-    for value in outputs.values():
+    seen = set()
+    for value in outputs.values():  # each its own buffer (one under two names: a copy)
         owned = allocated.get(id(value))
-        if owned is None or owned[0] is not value:
+        if owned is None or owned[0] is not value or id(value) in seen:
             return None
+        seen.add(id(value))
     try:
         packed = packer.pack(outputs, dict(allocated))
     except Exception:  # refused again, with its error, by the general path

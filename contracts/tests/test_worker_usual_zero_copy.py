@@ -11,7 +11,10 @@ handler's output buffer, is written from one, and the controller's acknowledgeme
 applied from the receive (``edge_contracts.worker_kept``). Everything else (a stale
 generation, another segment, an offset out of range, a fenced epoch, a cancel, the
 handler's error, an output not in an output buffer, a segment name to announce) is
-answered as the general path answers it; nothing is left in shared memory.
+answered as the general path answers it, and what the general path refuses (a request id
+the parser refuses, a payload longer than the kept one's, an acknowledgement with a
+payload) ends the channel as before; a DONE whose write fails gives its output leases
+back; nothing is left in shared memory.
 core/tests/host runs the same loop in worker processes.
 """
 
@@ -173,6 +176,7 @@ class Serving:
         self.usual_runs: list[str] = []
         self.usual_writes: list[bytes] = []
         self.usual_acks: list[bool] = []
+        self.thread: threading.Thread | None = None  # the loop's (set by the fixture)
         run_usual = loop._run_usual
         usual_write = loop._sendmsg
         ack_usually = loop._ack_usually
@@ -250,11 +254,13 @@ def serving() -> Iterator[Serving]:
         serving = Serving(loop, Controller(controller_end, producer, consumer), handler)
         status: list[int] = []
         thread = threading.Thread(target=lambda: status.append(loop.serve()), daemon=True)
+        serving.thread = thread
         thread.start()
         yield serving
         handler.calls.clear()  # their inputs map the controller's segments: unmapped at close
-        controller_end.sendall(_joined(encode_frame(FrameHeader(OP_SHUTDOWN, "", "", 0, 1),
-                                                    [])))
+        if thread.is_alive():  # (a frame refused ended the loop, and its end, already)
+            controller_end.sendall(_joined(encode_frame(FrameHeader(OP_SHUTDOWN, "", "", 0,
+                                                                    1), [])))
         thread.join(timeout=10)
         assert not thread.is_alive() and status == [0]
     finally:
@@ -639,3 +645,92 @@ def test_an_acknowledgement_with_ids_is_not_taken_as_the_usual_ones_form(
     assert loop._usual_ack is None  # read by the general path, not learned
     serving.warm(2)  # a plain one is learned then
     assert loop._usual_ack is not None
+
+
+def _ended(serving: Serving) -> bool:
+    """Whether the loop ended (a frame refused: the general path ends the channel)."""
+    assert serving.thread is not None
+    serving.thread.join(5)
+    return not serving.thread.is_alive()
+
+
+def test_a_usual_zero_copy_request_whose_id_the_parser_refuses_is_refused_as_before(
+    serving: Serving,
+) -> None:
+    """A request equal to a kept one but for an id that is not printable: not run.
+
+    The usual path checks the id as the parser does; the frame then goes to the reader,
+    which refuses it, and the loop ends the channel, as for any refused frame.
+    """
+    serving.warm()
+    ref = serving.controller.lease(1.0)
+    frame = bytearray(request("r7", ref))
+    at = PREFIX.size + 34  # the request id, after the prefix and the fixed part
+    assert frame[at:at + 2] == b"r7"
+    frame[at + 1] = 0x07
+    serving.controller.write(bytes(frame))
+    assert _ended(serving)
+    assert "r\x07" not in serving.usual_runs
+    assert all(call.request_id != "r\x07" for call in serving.handler.calls)
+    serving.controller.producer.release(ref[0], ref[2])
+
+
+def test_a_usual_zero_copy_request_with_a_payload_too_long_is_refused_as_before(
+    serving: Serving,
+) -> None:
+    """A request equal to a kept one but for 8 bytes of payload more: not run, refused."""
+    serving.warm()
+    ref = serving.controller.lease(1.0)
+    frame = bytearray(request("r8", ref))
+    magic, header_len, payload_len = PREFIX.unpack_from(frame)
+    PREFIX.pack_into(frame, 0, magic, header_len, payload_len + 8)
+    serving.controller.write(bytes(frame) + bytes(8))
+    assert _ended(serving)
+    assert "r8" not in serving.usual_runs
+    serving.controller.producer.release(ref[0], ref[2])
+
+
+def test_a_usual_acknowledgement_with_a_payload_is_refused_as_before(serving: Serving) -> None:
+    """An ack of the usual form but with 8 bytes of payload: not applied, refused."""
+    loop, controller = serving.loop, serving.controller
+    serving.warm()
+    assert loop._usual_ack is not None
+    _, header, _ = serving.call("r1", 1.0)
+    for segment, generation in header.meta["acks"]:
+        controller.producer.release(segment, generation)
+    (spec,) = header.tensors
+    assert spec.ref is not None
+    ack = bytearray(encode_ack_frame(1, [[spec.ref.segment, spec.ref.generation]]))
+    magic, header_len, _ = PREFIX.unpack_from(ack)
+    PREFIX.pack_into(ack, 0, magic, header_len, 8)
+    acks = len(serving.usual_acks)
+    controller.write(bytes(ack) + bytes(8))
+    assert _ended(serving)
+    assert len(serving.usual_acks) == acks  # not taken for the usual form: refused
+
+
+def test_a_usual_in_place_done_whose_write_fails_gives_its_buffers_back(
+    serving: Serving,
+) -> None:
+    """The channel breaks as the usual DONE is written: its output leases are taken back."""
+    loop, controller = serving.loop, serving.controller
+    serving.warm()
+    written = loop._sendmsg
+
+    def broken(parts: list[Any]) -> int:
+        raise BrokenPipeError("the channel broke")
+
+    loop._sendmsg = broken  # type: ignore[assignment]
+    ref = controller.lease(1.0)
+    controller.write(request("r1", ref))
+    producer = loop._producer
+    assert producer is not None
+    deadline = time.monotonic() + 5
+    while "r1" not in serving.usual_runs and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert serving.usual_runs[-1] == "r1"
+    while loop._calls and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert producer.retained_buffers == 0  # the DONE's output lease taken back
+    loop._sendmsg = written  # type: ignore[assignment]
+    controller.producer.release(ref[0], ref[2])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from edge_core.runtime.deadlines import DeadlineTimer, no_action
 
 
@@ -95,3 +97,41 @@ def test_an_action_runs_with_the_arguments_scheduled_and_a_cancel_drops_them() -
     kept = timer.schedule(time.monotonic() + 60.0, action, "r2", 8, False)
     kept.cancel()
     assert kept.action is no_action and kept.args == ()  # nothing held until it leaves
+
+
+def test_an_expiry_with_no_thread_to_be_had_runs_on_the_timer_and_the_timer_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Starting an expiry's thread fails (a process at its thread limit): the timer lives.
+
+    The action runs on the timer's own thread instead, an error it raises is reported as
+    a thread's uncaught one, and later deadlines still fire (an uncaught error ended the
+    timer's thread, and no deadline of the process fired again).
+    """
+    timer = DeadlineTimer()
+    timer.schedule(time.monotonic() + 60.0, no_action)  # the timer's thread runs now
+    real = threading.Thread
+
+    class NoThread(real):  # type: ignore[misc,valid-type]
+        """Refuses to start the expiries' threads, as a process at its limit does."""
+
+        def start(self) -> None:
+            if self.name == "edge-deadline-expired":
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(threading, "Thread", NoThread)
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.exc_value))
+    ran: list[str] = []
+    done = threading.Event()
+
+    def fails() -> None:
+        ran.append("fails")
+        raise ValueError("the action's own error")
+
+    timer.schedule(time.monotonic() + 0.05, fails)
+    timer.schedule(time.monotonic() + 0.1, lambda: (ran.append("later"), done.set()))
+    assert done.wait(5.0), f"a later deadline did not fire: {ran}"
+    assert ran == ["fails", "later"]
+    assert len(reported) == 1 and isinstance(reported[0], ValueError)

@@ -23,6 +23,7 @@ import heapq
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -94,6 +95,20 @@ def no_action(*args: object) -> None:
     """
 
 
+def _run_inline(action: Callable[..., None], args: tuple[Any, ...]) -> None:
+    """Run an expired deadline's action on the timer's own thread, its error reported.
+
+    Where no thread can be started for it: the later deadlines wait while it runs, but
+    they still fire; its error is reported as a thread's uncaught one would be.
+    """
+    try:
+        action(*args)
+    except Exception:
+        kind, error, trace = sys.exc_info()
+        threading.excepthook(threading.ExceptHookArgs(
+            [kind, error, trace, threading.current_thread()]))
+
+
 class DeadlineTimer:
     """Runs actions at ``time.monotonic()`` deadlines, each on a short-lived thread.
 
@@ -105,7 +120,9 @@ class DeadlineTimer:
     inbox has grown to :attr:`drain_at` handles (so that memory stays bounded while it
     sleeps). The thread starts with the first deadline and again in a forked child
     (which has none). An expired action runs on a thread of its own, because it may
-    retire a worker (seconds); expiries are rare, calls are not.
+    retire a worker (seconds); expiries are rare, calls are not. Where no thread can be
+    started (the process at its thread limit), it runs on the timer's thread instead:
+    later deadlines wait for it, but the timer goes on.
 
     Why no wake-up is lost: the thread sets the time it will sleep until, then looks at
     the inbox once more, both holding its lock, and only then waits (which releases the
@@ -199,8 +216,14 @@ class DeadlineTimer:
                 # (no_action, which takes any) before it drops the arguments, so that the
                 # action read is never given the arguments of another.
                 args = handle.args
-                threading.Thread(target=handle.action, args=args,
-                                 name="edge-deadline-expired", daemon=True).start()
+                action = handle.action
+                try:
+                    threading.Thread(target=action, args=args,
+                                     name="edge-deadline-expired", daemon=True).start()
+                except RuntimeError:  # no thread to be had (the process is at its limit):
+                    # run here rather than die: an uncaught error would end this thread,
+                    # and no deadline of the process would fire again
+                    _run_inline(action, args)
 
     def backlog(self) -> tuple[int, int]:
         """Handles in the inbox, and heap entries (cancelled ones included): what it holds."""

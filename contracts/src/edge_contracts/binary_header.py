@@ -113,6 +113,7 @@ __all__ = [
     "encode_binary_header",
     "encode_event_header",
     "event_block",
+    "generations_between",
     "kept_header",
     "pairs_meta",
     "parse_binary_header",
@@ -750,6 +751,30 @@ def _kept_ack(raw: bytes, limits: Limits, payload_len: int | None,
                              meta, template.required_features, 0, 0, template.version)
 
 
+def generations_between(raw: bytes, at: int, pieces: Sequence[tuple[int, int, bytes]],
+                        generations_at: Sequence[int]) -> list[int] | None:
+    """The references' generations of ``raw`` when its bytes from ``at`` are ``pieces``.
+
+    ``pieces`` are ``(start, end, bytes)`` of a kept header's entries cut around the
+    generations (:func:`split_generations`), ``generations_at`` where each generation's 8
+    bytes lie, both relative to ``at``. Returns the generations (each checked as
+    :class:`~edge_contracts.headers.ShmRef` checks one: at most ``INT64_MAX``), or None
+    when a piece differs or a generation is out of range: for a reader that keeps checked
+    entries and sees them again with only the generations changed (the kept-header path
+    here, the worker's usual zero-copy request).
+    """
+    for start, end, piece in pieces:
+        if raw[at + start : at + end] != piece:
+            return None
+    generations = []
+    for where in generations_at:
+        generation = int.from_bytes(raw[at + where : at + where + 8], "little")
+        if generation > INT64_MAX:  # the full parser refuses it
+            return None
+        generations.append(generation)
+    return generations
+
+
 def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size: int,
                       stage_at: int, stage_end: int, block: int) -> FrameHeader | None:
     """:func:`kept_header` for a header with shared-memory entries (see _KEPT_REFS)."""
@@ -769,19 +794,11 @@ def _kept_refs_header(raw: bytes, limits: Limits, payload_len: int | None, size:
         meta_at = entries_at + pieces[-1][1]
         if meta_at + meta_len != size:
             continue
-        for start, end, piece in pieces:
-            if raw[entries_at + start : entries_at + end] != piece:
-                break
-        else:
+        generations = generations_between(raw, entries_at, pieces, generations_at)
+        if generations is not None:
             break
     else:
         return None
-    generations = []
-    for at in generations_at:
-        generation = int.from_bytes(raw[entries_at + at : entries_at + at + 8], "little")
-        if generation > INT64_MAX:
-            return None
-        generations.append(generation)
     try:
         request_id = str(raw[FIXED.size : stage_at], "utf-8")
     except UnicodeDecodeError:

@@ -60,13 +60,18 @@ import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_contracts.binary_header import BINARY_MAGIC, EVENT_BLOCK, FIXED, split_generations
+from edge_contracts.binary_header import (
+    BINARY_MAGIC,
+    EVENT_BLOCK,
+    FIXED,
+    generations_between,
+    split_generations,
+)
 from edge_contracts.call_frames import encode_call_frame
 from edge_contracts.dtypes import DType
 from edge_contracts.headers import FrameHeader
 from edge_contracts.jsonvalues import EMPTY_OBJECT
 from edge_contracts.protocol import DATA_OPS, FEATURE_EVENT_FIELDS, OP_EVENT
-from edge_contracts.validation import INT64_MAX
 from edge_contracts.wire import PREFIX_SIZE
 
 if TYPE_CHECKING:
@@ -261,17 +266,8 @@ def refs_request_match(
         pieces = kept[5]
         if kept[0] != payload_len or pieces[-1][1] != size:
             continue
-        for start, end, piece in pieces:
-            if raw[id_end + start : id_end + end] != piece:
-                break
-        else:
-            generations = []
-            for at in kept[6]:
-                at += id_end
-                generation = int.from_bytes(raw[at : at + 8], "little")
-                if generation > INT64_MAX:  # the full parser refuses it
-                    return None
-                generations.append(generation)
+        generations = generations_between(raw, id_end, pieces, kept[6])
+        if generations is not None:
             return kept, generations
     return None
 

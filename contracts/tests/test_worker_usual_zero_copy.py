@@ -13,13 +13,15 @@ generation, another segment, an offset out of range, a fenced epoch, a cancel, t
 handler's error, an output not in an output buffer, a segment name to announce) is
 answered as the general path answers it, and what the general path refuses (a request id
 the parser refuses, a payload longer than the kept one's, an acknowledgement with a
-payload) ends the channel as before; a DONE whose write fails gives its output leases
-back; nothing is left in shared memory.
+payload or a meta count one short) ends the channel as before; a DONE whose write fails
+gives its output leases back, one whose header would be over the channel's limit is not
+written; nothing is left in shared memory.
 core/tests/host runs the same loop in worker processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -234,15 +236,15 @@ class Serving:
             self.settled()
 
 
-@pytest.fixture
-def serving() -> Iterator[Serving]:
-    """A serve loop with shared memory; shut down, its thread joined and every segment of
-    either side gone at teardown."""
+@contextlib.contextmanager
+def serve_loop(max_header_bytes: int = 65536) -> Iterator[Serving]:
+    """A serve loop with shared memory (its headers at most ``max_header_bytes``); shut
+    down, its thread joined and every segment of either side gone at the end."""
     worker_prefix, controller_prefix = new_prefix(), new_prefix()
     boot = BootConfig(token="t", entry="m:f", generation=1, shm_prefix=worker_prefix,
                       peer_prefix=controller_prefix, shm_threshold=THRESHOLD,
                       shm_max_bytes=1 << 22, shm_max_buffers=16, max_io_bytes=1 << 20,
-                      features=FEATURES)
+                      max_header_bytes=max_header_bytes, features=FEATURES)
     worker_end, controller_end = socket.socketpair()
     controller_end.settimeout(10)
     producer = SegmentProducer(controller_prefix)
@@ -269,6 +271,13 @@ def serving() -> Iterator[Serving]:
         controller_end.close()
         worker_end.close()
     assert segment_names(worker_prefix) == [] and segment_names(controller_prefix) == []
+
+
+@pytest.fixture
+def serving() -> Iterator[Serving]:
+    """:func:`serve_loop` with the default header limit."""
+    with serve_loop() as loop:
+        yield loop
 
 
 def test_zero_copy_requests_are_served_on_the_usual_path_as_the_general_path_serves_them(
@@ -734,3 +743,74 @@ def test_a_usual_in_place_done_whose_write_fails_gives_its_buffers_back(
     assert producer.retained_buffers == 0  # the DONE's output lease taken back
     loop._sendmsg = written  # type: ignore[assignment]
     controller.producer.release(ref[0], ref[2])
+
+
+def inline_request(rid: str, value: float) -> bytes:
+    """A ``run`` frame of stage ``s0`` whose input ``x`` is inline (no acknowledgement due)."""
+    x = np.full(SHAPE, value, np.float32)
+    header = FrameHeader(OP_RUN, rid, "s0", 0, 1,
+                         tensors=(TensorSpec("x", DType.FLOAT32, SHAPE, NBYTES),))
+    return _joined(encode_frame(header, [memoryview(x.tobytes())], binary=True))
+
+
+def test_a_usual_in_place_done_over_the_header_limit_is_not_written_as_before() -> None:
+    """A DONE whose acknowledgement would make its header too long is not written.
+
+    With headers limited to 150 bytes here, a request (116) and its in-place DONE without
+    acknowledgements (inline inputs: 133) fit, and such DONEs are written from a template;
+    a DONE acknowledging a shared-memory input (180) does not: the usual path leaves it to
+    the general one, which writes no frame the controller would refuse (here not even its
+    ``EventTooLarge`` ERROR fits: the request gets no event, as before) and takes the
+    output buffer back; the loop serves on.
+    """
+    with serve_loop(max_header_bytes=150) as serving:
+        controller = serving.controller
+        for index in range(3):  # templates made, then used
+            controller.write(inline_request(f"i{index}", float(index)))
+            raw, header = controller.read()
+            assert header.meta["kind"] == "done" and PREFIX.unpack_from(raw)[1] <= 150
+            controller.ack(header)
+            serving.settled()
+        assert raw in serving.usual_writes  # the usual DONE does run here
+        written = len(serving.usual_writes)
+        ref = controller.lease(1.0)
+        ping = _joined(encode_frame(FrameHeader(OP_PING, "p", "s0", 0, 1), []))
+        controller.write(request("r1", ref) + ping)  # the handler answers before the ping
+        raw, header = controller.read()
+        assert header.op == OP_REPLY and header.request_id == "p", (raw[:200], header)
+        assert len(serving.usual_writes) == written  # nothing written from the template
+        serving.handler.calls.clear()  # (r1's input maps the controller's segment)
+        controller.producer.release(ref[0], ref[2])  # no event acknowledged it
+        serving.settled()  # r1's output buffer was taken back
+        controller.write(inline_request("i9", 9.0))  # serves on
+        _, header = controller.read()
+        assert header.meta["kind"] == "done"
+        controller.ack(header)
+        serving.settled()
+
+
+def test_a_usual_acknowledgement_whose_meta_length_is_wrong_is_refused_as_before(
+    serving: Serving,
+) -> None:
+    """An ack of the usual form but for its meta count one short: not applied, refused.
+
+    Its header then holds a byte after the meta the count names, which the parser
+    refuses (the loop ends the channel, as for any refused frame); the usual path, which
+    reads the meta up to the header's end, must not take it for the usual form.
+    """
+    loop, controller = serving.loop, serving.controller
+    serving.warm()
+    assert loop._usual_ack is not None
+    _, header, _ = serving.call("r1", 1.0)
+    for segment, generation in header.meta["acks"]:
+        controller.producer.release(segment, generation)
+    (spec,) = header.tensors
+    assert spec.ref is not None
+    ack = bytearray(encode_ack_frame(1, [[spec.ref.segment, spec.ref.generation]]))
+    at = PREFIX.size + 14  # the fixed part's meta byte count (u32)
+    count = int.from_bytes(ack[at:at + 4], "little")
+    ack[at:at + 4] = (count - 1).to_bytes(4, "little")
+    acks = len(serving.usual_acks)
+    controller.write(bytes(ack))
+    assert _ended(serving)
+    assert serving.usual_acks[acks:] == [False]  # looked at, not taken for the usual form

@@ -135,3 +135,23 @@ def test_an_expiry_with_no_thread_to_be_had_runs_on_the_timer_and_the_timer_goes
     assert done.wait(5.0), f"a later deadline did not fire: {ran}"
     assert ran == ["fails", "later"]
     assert len(reported) == 1 and isinstance(reported[0], ValueError)
+
+
+def test_a_nan_deadline_is_refused_and_later_deadlines_still_fire() -> None:
+    """``when`` NaN is refused at once: kept, it never fired nor let any later one fire.
+
+    A NaN compares neither due nor later than anything: at the top of the heap, the
+    timer's thread waited towards it (a wait that returns at once) again and again, and
+    no deadline of the process fired from then on.
+    """
+    timer = DeadlineTimer()
+    refused: list[ValueError] = []
+    try:
+        timer.schedule(float("nan"), no_action)
+    except ValueError as exc:
+        refused.append(exc)
+    fired = threading.Event()
+    timer.schedule(time.monotonic() + 0.05, fired.set)
+    assert fired.wait(5.0), "a later deadline did not fire"
+    assert len(refused) == 1 and "not nan" in str(refused[0])
+    assert timer.backlog() == (0, 0)  # the NaN was not kept

@@ -114,6 +114,28 @@ def test_call_timeout_s_bounds_a_stage_call_without_a_deadline(
         pipeline.stage("a").submit(X).result()
 
 
+def test_a_nan_call_timeout_s_set_on_a_stage_refuses_its_calls_and_deadlines_still_fire(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """``call_timeout_s`` set to NaN on a running stage (the attribute is not checked
+    again): its calls are refused before anything is sent, nothing stays charged, and
+    the process's deadlines still fire (a NaN bound in the deadline timer stopped every
+    later one in the process)."""
+    import math
+
+    pipeline = open_pipeline(echo_stage("a", backend="echo-preemptible", delay_s=10.0))
+    stage = pipeline.stage("a")
+    stage.call_timeout_s = math.nan
+    with pytest.raises(ValueError, match="not nan"):
+        stage.submit(X)
+    assert stage.slots.used == 0 and stage.request_ids() == [] and stage.outstanding == 0
+    stage.call_timeout_s = 0.5
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"call_timeout_s expired: 0\.5"):
+        stage.submit(X).result()
+    assert time.monotonic() - started < 5.0
+
+
 def test_the_call_timeout_default_follows_the_backends_kind(open_pipeline: OpenPipeline) -> None:
     pipeline = open_pipeline(echo_stage("a"))
     assert pipeline.stage("a").call_timeout_s == 120.0  # a graph backend

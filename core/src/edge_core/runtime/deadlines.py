@@ -147,7 +147,15 @@ class DeadlineTimer:
 
         (The arguments given here rather than bound in a partial: one object fewer per
         stage call.)
+
+        Raises:
+            ValueError: ``when`` is NaN (nothing scheduled). Kept in the heap, it would
+                never compare due, and every later deadline of the process would wait
+                behind it for good.
         """
+        if when != when:
+            raise ValueError(f"DeadlineTimer.schedule: when must be a monotonic time, "
+                             f"not {when!r}")
         handle = TimerHandle()  # (its fields set here: see TimerHandle)
         handle.when = when
         handle.action = action

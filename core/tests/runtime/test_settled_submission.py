@@ -13,9 +13,11 @@ and descriptors, the ledger is checked here).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -404,3 +406,37 @@ def test_a_loop_stopped_and_closed_with_its_requests_settle_queued_still_settles
     assert_nothing_charged(pipeline, submission.request_id)
     assert ledger.holdings() == held
     assert stage.state is StageState.READY and stage.generation == 1  # the same worker
+
+
+def test_a_settled_submission_whose_callback_holds_it_is_freed_once_dropped(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """A done callback that holds its submission (as a server's does, to wake its request
+    with it) is let go once it has run: the submission, its answer and its result's
+    arrays are freed when the caller drops them, without the cyclic garbage collector."""
+    pipeline = open_pipeline(echo_stage("a"))
+
+    async def one() -> tuple[weakref.ref[Submission], list[str]]:
+        submission = submit(pipeline)
+        seen: list[str] = []
+        submission.add_done_callback(lambda: seen.append(submission.request_id))
+        await settled(submission)
+        with submission.result(0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        return weakref.ref(submission), seen
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(one())  # (the loop's first turns make what it keeps)
+        gc.collect()
+        gc.disable()
+        try:
+            gone, seen = loop.run_until_complete(one())
+            assert len(seen) == 1  # the callback ran, once
+            assert gone() is None, gc.get_referrers(gone())
+        finally:
+            gc.enable()
+    finally:
+        loop.close()
+    assert_nothing_charged(pipeline)
+

@@ -69,7 +69,7 @@ from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
 from edge_core.runtime.stage_slot import ExampleInputs, StageSlot, UnverifiedRetirement
-from edge_core.runtime.submission import OnEvent, Submission, running_future, submit
+from edge_core.runtime.submission import OnEvent, RequestAnswer, Submission, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
@@ -826,8 +826,8 @@ class Pipeline:
             requests.end(request_id)
             return False
         group = serving.direct
-        future = running_future()
-        submission = Submission(request_id, future, requests, until, admission.release)
+        answer = RequestAnswer(request_id)  # set by whoever ends the request
+        submission = Submission(request_id, None, requests, until, admission.release, answer)
         try:
             assert group is not None  # one stage in every placement (checked by submit)
             pending = self._direct(group, inputs, params, calls_until, request_id, epoch,
@@ -839,7 +839,7 @@ class Pipeline:
             _leave(self._admitting, self.lineup, admission, serving)
             requests.end(request_id)
             refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
-            future.set_exception(refusal or exc)
+            answer.fail(refusal or exc)
             return submission
         if pending is None:  # every stage slot is taken: a request thread waits for one
             self.lineup.leave(serving, answered=False)
@@ -855,10 +855,10 @@ class Pipeline:
                 result = self._delivered(serving, final, epoch, request_id, {}, {})
             except BaseException as exc:
                 requests.end(request_id)
-                future.set_exception(exc)
+                answer.fail(exc)
                 return
             requests.end(request_id)
-            future.set_result(result)
+            answer.deliver(result)  # (acknowledged there where it was fenced meanwhile)
 
         on_loop = threading.get_ident()
 

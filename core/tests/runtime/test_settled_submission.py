@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_contracts.errors import InvalidValue
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, WorkerError
 from edge_core.ledger import ResourceLedger
@@ -440,3 +441,31 @@ def test_a_settled_submission_whose_callback_holds_it_is_freed_once_dropped(
         loop.close()
     assert_nothing_charged(pipeline)
 
+
+@pytest.mark.parametrize("request_id", ["a\nb", "x" * 129], ids=["unprintable", "too-long"])
+def test_a_callers_request_id_the_contract_refuses_is_the_requests_error(
+    open_pipeline: OpenPipeline, request_id: str,
+) -> None:
+    """A request id of the caller's is checked as ``StageRequest`` checks one: refused
+    (``InvalidValue`` naming ``request.request_id``) before anything is sent, on the
+    loop's path, on a request thread and on the stage itself; nothing stays charged."""
+    pipeline = open_pipeline(echo_stage("a"))
+
+    async def on_the_loop() -> None:
+        submission = submit(pipeline, request_id=request_id)
+        await settled(submission)
+        with pytest.raises(InvalidValue) as refused:
+            submission.result(0)
+        assert refused.value.field == "request.request_id"
+
+    asyncio.run(on_the_loop())
+    with pytest.raises(InvalidValue) as refused:
+        pipeline.submit(X, request_id=request_id).result(10.0)
+    assert refused.value.field == "request.request_id"
+    stage = pipeline.stage("a")
+    with pytest.raises(InvalidValue) as refused:
+        stage.submit(X, request_id=request_id)
+    assert refused.value.field == "request.request_id"
+    assert_nothing_charged(pipeline, request_id)
+    with stage.submit(X, request_id="a-caller's-id").result() as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)

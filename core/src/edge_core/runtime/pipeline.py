@@ -93,10 +93,13 @@ def _input_bytes(inputs: Mapping[str, Any]) -> int:
     Inputs that are no mapping count as too many to send from the loop: the request
     thread refuses them (``InvalidValue`` naming ``inputs``) through the result.
     """
+    total = 0
     try:
-        return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+        for value in inputs.values():  # (a loop: no generator made per request)
+            total += int(getattr(value, "nbytes", 0))
     except (AttributeError, TypeError):
         return SEND_NOW_BYTES + 1
+    return total
 
 
 _NO_CARRY: dict[str, Any] = {}  # a one-stage request's carried values: none (never changed)
@@ -514,23 +517,6 @@ class Pipeline:
             return StageClosed(f"{self._where}: closed")
         return None
 
-    def _delivered(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
-                   request_id: str | None, latencies: dict[str, float],
-                   carry: dict[str, Any]) -> PipelineResult:
-        """The request's result from its last stage's (its admission and placement held).
-
-        A request cancelled while its last stage ran delivers nothing: that result is
-        acknowledged, the admission slot and the placement given back, and
-        ``RequestCancelled`` raised.
-        """
-        try:
-            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
-                                              carry)
-        except BaseException:
-            _leave(self._admitting, self.lineup, self.admission, serving)
-            raise
-        return PipelineResult(final, latencies, release, (), receipt)
-
     def _delivery(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
                   request_id: str | None, latencies: dict[str, float],
                   carry: dict[str, Any]) -> tuple[Callable[[], None],
@@ -847,12 +833,16 @@ class Pipeline:
 
         def settle() -> None:
             try:
+                latencies: dict[str, float] = {}
                 try:
                     final = pending.result()  # its end is here: nothing waits
+                    # (a request cancelled meanwhile delivers nothing: RequestCancelled)
+                    release, receipt = self._delivery(serving, final, epoch, request_id,
+                                                      latencies, _NO_CARRY)
                 except BaseException:
                     _leave(self._admitting, self.lineup, admission, serving)
                     raise
-                result = self._delivered(serving, final, epoch, request_id, {}, {})
+                result = PipelineResult(final, latencies, release, (), receipt)
             except BaseException as exc:
                 requests.end(request_id)
                 answer.fail(exc)

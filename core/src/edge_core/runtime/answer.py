@@ -14,10 +14,11 @@ logged and the callbacks after it still run), without what that costs per reques
 that does wait), no running or cancelled state (a submission keeps its own), and the
 callbacks let go once run (a callback that holds the submission makes no lasting cycle).
 
-A ``KeyboardInterrupt`` in the thread that sets it, acted on after the outcome is set,
-still leaves every waiting thread woken and every callback run once (the rest run as the
-interrupt goes by); one in a thread waiting in :meth:`Answer.result` leaves the answer as
-it was (the wait's lock taken off its list, or released when the answer is set).
+A ``KeyboardInterrupt`` in the thread that sets it, acted on once the outcome is set,
+still wakes every waiting thread and starts every callback once (those after the point it
+cut short run as the interrupt goes by; the callback it cut short is not run again); one
+in a thread waiting in :meth:`Answer.result` leaves the answer as it was (the wait's lock
+taken off its list, or released when the answer is set).
 """
 
 from __future__ import annotations

@@ -758,7 +758,9 @@ class Pipeline:
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
-        self.check_params(params)
+        lone = self.lineup.current.lone  # check_params, without the call (as run)
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
+            check(dict(params or {}))
         rid = request_id or f"{self.config.name}-{next(self._ids)}"
         until = None if deadline_s is None else deadline_until(deadline_s)
         fenced = until is not None and not interrupt_at_deadline
@@ -882,7 +884,7 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        lone = self.lineup.current.lone  # (run has the same lines: no call there)
+        lone = self.lineup.current.lone  # (run and submit have the same lines: no call)
         if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
             check(dict(params or {}))
 

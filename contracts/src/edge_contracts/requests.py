@@ -341,8 +341,9 @@ def prechecked_request(
 ) -> StageRequest:
     """Build a :class:`StageRequest` whose ids and integers were checked once already.
 
-    For a runtime's per-call path only: ``request_id`` is one it generated, ``stage_id``
-    its checked configuration's, ``epoch`` and ``generation`` its own counters and
+    For a runtime's per-call path only: ``request_id`` is one it generated (or checked as
+    :func:`~edge_contracts.validation.require_id` does), ``stage_id`` its checked
+    configuration's, ``epoch`` and ``generation`` its own counters and
     ``operation`` an :class:`Operation`. ``params`` come from the caller and are still
     checked and frozen here. A caller holding anything else must build ``StageRequest``.
     """

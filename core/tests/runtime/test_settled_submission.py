@@ -13,14 +13,17 @@ and descriptors, the ledger is checked here).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 import pytest
 
+from edge_contracts.errors import InvalidValue
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded, WorkerError
 from edge_core.ledger import ResourceLedger
@@ -404,3 +407,65 @@ def test_a_loop_stopped_and_closed_with_its_requests_settle_queued_still_settles
     assert_nothing_charged(pipeline, submission.request_id)
     assert ledger.holdings() == held
     assert stage.state is StageState.READY and stage.generation == 1  # the same worker
+
+
+def test_a_settled_submission_whose_callback_holds_it_is_freed_once_dropped(
+    open_pipeline: OpenPipeline,
+) -> None:
+    """A done callback that holds its submission (as a server's does, to wake its request
+    with it) is let go once it has run: the submission, its answer and its result's
+    arrays are freed when the caller drops them, without the cyclic garbage collector."""
+    pipeline = open_pipeline(echo_stage("a"))
+
+    async def one() -> tuple[weakref.ref[Submission], list[str]]:
+        submission = submit(pipeline)
+        seen: list[str] = []
+        submission.add_done_callback(lambda: seen.append(submission.request_id))
+        await settled(submission)
+        with submission.result(0) as result:
+            np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)
+        return weakref.ref(submission), seen
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(one())  # (the loop's first turns make what it keeps)
+        gc.collect()
+        gc.disable()
+        try:
+            gone, seen = loop.run_until_complete(one())
+            assert len(seen) == 1  # the callback ran, once
+            assert gone() is None, gc.get_referrers(gone())
+        finally:
+            gc.enable()
+    finally:
+        loop.close()
+    assert_nothing_charged(pipeline)
+
+
+@pytest.mark.parametrize("request_id", ["a\nb", "x" * 129], ids=["unprintable", "too-long"])
+def test_a_callers_request_id_the_contract_refuses_is_the_requests_error(
+    open_pipeline: OpenPipeline, request_id: str,
+) -> None:
+    """A request id of the caller's is checked as ``StageRequest`` checks one: refused
+    (``InvalidValue`` naming ``request.request_id``) before anything is sent, on the
+    loop's path, on a request thread and on the stage itself; nothing stays charged."""
+    pipeline = open_pipeline(echo_stage("a"))
+
+    async def on_the_loop() -> None:
+        submission = submit(pipeline, request_id=request_id)
+        await settled(submission)
+        with pytest.raises(InvalidValue) as refused:
+            submission.result(0)
+        assert refused.value.field == "request.request_id"
+
+    asyncio.run(on_the_loop())
+    with pytest.raises(InvalidValue) as refused:
+        pipeline.submit(X, request_id=request_id).result(10.0)
+    assert refused.value.field == "request.request_id"
+    stage = pipeline.stage("a")
+    with pytest.raises(InvalidValue) as refused:
+        stage.submit(X, request_id=request_id)
+    assert refused.value.field == "request.request_id"
+    assert_nothing_charged(pipeline, request_id)
+    with stage.submit(X, request_id="a-caller's-id").result() as result:
+        np.testing.assert_array_equal(result.outputs["x"], X["x"] * 2)

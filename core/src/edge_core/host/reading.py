@@ -467,8 +467,8 @@ class ChannelReader:
         self._role.release()
         with self._guard:
             waiting = self._waiting
-            if len(waiting) == 1 and waiting[0] is inbox:  # the usual case: nobody else
-                return
+            if not waiting or (len(waiting) == 1 and waiting[0] is inbox):  # the usual
+                return  # cases: nobody waits (a loop's read), or nobody else
             others = [other for other in waiting if other is not inbox]
         for other in others:
             other.put(HANDOVER)

@@ -69,7 +69,7 @@ from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
 from edge_core.runtime.stage_slot import ExampleInputs, StageSlot, UnverifiedRetirement
-from edge_core.runtime.submission import OnEvent, Submission, running_future, submit
+from edge_core.runtime.submission import OnEvent, RequestAnswer, Submission, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
@@ -93,10 +93,13 @@ def _input_bytes(inputs: Mapping[str, Any]) -> int:
     Inputs that are no mapping count as too many to send from the loop: the request
     thread refuses them (``InvalidValue`` naming ``inputs``) through the result.
     """
+    total = 0
     try:
-        return sum(int(getattr(value, "nbytes", 0)) for value in inputs.values())
+        for value in inputs.values():  # (a loop: no generator made per request)
+            total += int(getattr(value, "nbytes", 0))
     except (AttributeError, TypeError):
         return SEND_NOW_BYTES + 1
+    return total
 
 
 _NO_CARRY: dict[str, Any] = {}  # a one-stage request's carried values: none (never changed)
@@ -514,23 +517,6 @@ class Pipeline:
             return StageClosed(f"{self._where}: closed")
         return None
 
-    def _delivered(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
-                   request_id: str | None, latencies: dict[str, float],
-                   carry: dict[str, Any]) -> PipelineResult:
-        """The request's result from its last stage's (its admission and placement held).
-
-        A request cancelled while its last stage ran delivers nothing: that result is
-        acknowledged, the admission slot and the placement given back, and
-        ``RequestCancelled`` raised.
-        """
-        try:
-            release, receipt = self._delivery(serving, final, epoch, request_id, latencies,
-                                              carry)
-        except BaseException:
-            _leave(self._admitting, self.lineup, self.admission, serving)
-            raise
-        return PipelineResult(final, latencies, release, (), receipt)
-
     def _delivery(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
                   request_id: str | None, latencies: dict[str, float],
                   carry: dict[str, Any]) -> tuple[Callable[[], None],
@@ -772,7 +758,9 @@ class Pipeline:
         """
         if self.closed:
             raise StageClosed(f"pipelines[{self.config.name}]: closed")
-        self.check_params(params)
+        lone = self.lineup.current.lone  # check_params, without the call (as run)
+        if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
+            check(dict(params or {}))
         rid = request_id or f"{self.config.name}-{next(self._ids)}"
         until = None if deadline_s is None else deadline_until(deadline_s)
         fenced = until is not None and not interrupt_at_deadline
@@ -826,8 +814,8 @@ class Pipeline:
             requests.end(request_id)
             return False
         group = serving.direct
-        future = running_future()
-        submission = Submission(request_id, future, requests, until, admission.release)
+        answer = RequestAnswer(request_id)  # set by whoever ends the request
+        submission = Submission(request_id, None, requests, until, admission.release, answer)
         try:
             assert group is not None  # one stage in every placement (checked by submit)
             pending = self._direct(group, inputs, params, calls_until, request_id, epoch,
@@ -839,7 +827,7 @@ class Pipeline:
             _leave(self._admitting, self.lineup, admission, serving)
             requests.end(request_id)
             refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
-            future.set_exception(refusal or exc)
+            answer.fail(refusal or exc)
             return submission
         if pending is None:  # every stage slot is taken: a request thread waits for one
             self.lineup.leave(serving, answered=False)
@@ -847,18 +835,22 @@ class Pipeline:
 
         def settle() -> None:
             try:
+                latencies: dict[str, float] = {}
                 try:
                     final = pending.result()  # its end is here: nothing waits
+                    # (a request cancelled meanwhile delivers nothing: RequestCancelled)
+                    release, receipt = self._delivery(serving, final, epoch, request_id,
+                                                      latencies, _NO_CARRY)
                 except BaseException:
                     _leave(self._admitting, self.lineup, admission, serving)
                     raise
-                result = self._delivered(serving, final, epoch, request_id, {}, {})
+                result = PipelineResult(final, latencies, release, (), receipt)
             except BaseException as exc:
                 requests.end(request_id)
-                future.set_exception(exc)
+                answer.fail(exc)
                 return
             requests.end(request_id)
-            future.set_result(result)
+            answer.deliver(result)  # (acknowledged there where it was fenced meanwhile)
 
         on_loop = threading.get_ident()
 
@@ -892,7 +884,7 @@ class Pipeline:
         generate stage's context) is raised before any admission slot, stage slot or
         worker is touched. :meth:`run`, :meth:`stream` and :meth:`submit` call it first.
         """
-        lone = self.lineup.current.lone  # (run has the same lines: no call there)
+        lone = self.lineup.current.lone  # (run and submit have the same lines: no call)
         if lone is not None and (check := getattr(lone.loaded, "check_params", None)) is not None:
             check(dict(params or {}))
 

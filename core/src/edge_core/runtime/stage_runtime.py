@@ -32,10 +32,9 @@ from edge_contracts.requests import (
     EventKind,
     Operation,
     StageEvent,
-    StageRequest,
     prechecked_request,
 )
-from edge_contracts.validation import require_id
+from edge_contracts.validation import MAX_ID_LENGTH, require_id
 from edge_core.backend import CancelOutcome, StageKind
 from edge_core.binding import OwnerBinding
 from edge_core.errors import DeadlineExceeded, PluginError, StageClosed
@@ -275,14 +274,16 @@ class StageRuntime:
                     )
                 # The request (of the epoch it is registered in) and its record: the
                 # pending call the caller gets, registered before it is sent
-                if generated:
-                    request = prechecked_request(request_id, self.context.stage_id,
-                                                 self.epoch, self.generation,
-                                                 self._operation, params)
-                else:
-                    request = StageRequest(request_id, self.context.stage_id, self.epoch,
-                                           self.generation, self._operation,
-                                           params=dict(params or {}))
+                # (the rest of it is the runtime's own, checked once): a caller's id is
+                # checked here as StageRequest checks it, inline for the usual valid one
+                if not generated:
+                    if not (type(request_id) is str and 0 < len(request_id) <= MAX_ID_LENGTH
+                            and request_id.isprintable()):
+                        require_id(request_id, "request.request_id")  # raises
+                    if params:  # (as StageRequest took them: a dict of what was given)
+                        params = dict(params)
+                request = prechecked_request(request_id, self.context.stage_id, self.epoch,
+                                             self.generation, self._operation, params)
                 registered = entry = PendingCall(self, request, serial)
                 self._entries[request_id] = entry
                 if into is not None:  # the caller holds it from here (see ``into``)

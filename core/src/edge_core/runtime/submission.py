@@ -4,7 +4,10 @@
 on an executor; :class:`Submission` is what :meth:`Pipeline.submit
 <edge_core.runtime.pipeline.Pipeline.submit>` returns: the request id, its result, its own
 ``cancel()`` (through the pipeline's
-:class:`~edge_core.runtime.request_tracker.RequestTracker`).
+:class:`~edge_core.runtime.request_tracker.RequestTracker`). Its result comes through its
+:class:`RequestAnswer`, set by whichever thread ends the request: the request thread, or
+(a request sent from an event loop, under way on no executor) the thread that read its
+reply.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from edge_contracts.validation import require_seconds
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.admission import take_slot
+from edge_core.runtime.answer import Answer
 from edge_core.runtime.deadlines import timer
 from edge_core.runtime.errors import RequestCancelled
 from edge_core.runtime.fence import FenceOutcome
@@ -33,15 +37,13 @@ if TYPE_CHECKING:
 #: Called with each non-terminal event (a token) of a submitted request's final stage.
 OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 
-__all__ = ["OnEvent", "RequestFuture", "RunningFuture", "Submission", "running_future",
-           "submit"]
+__all__ = ["OnEvent", "RequestAnswer", "RequestFuture", "Submission", "submit"]
 
 
 class RequestFuture(Protocol):
     """What a :class:`Submission` asks of its request's own future.
 
-    A ``concurrent.futures.Future`` (a request run by an executor), or a
-    :class:`RunningFuture` (a request under way on none).
+    A ``concurrent.futures.Future``: a request run by an executor.
     """
 
     def cancel(self) -> bool:
@@ -60,122 +62,53 @@ class RequestFuture(Protocol):
         """Call ``fn(self)`` once it is done."""
 
 
-class RunningFuture:
-    """The outcome of a request under way on no executor: set once, handed to one callback.
+class RequestAnswer(Answer["PipelineResult"]):
+    """A submission's answer (:class:`~edge_core.runtime.answer.Answer`), with its request's id.
 
-    A ``concurrent.futures.Future`` already running, less what a :class:`Submission` does
-    not use of one (its condition, its waiting, callbacks beyond one): the request sent
-    from an event loop (:meth:`Pipeline.submit
-    <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through it
-    by whichever thread reads its reply, and its submission takes the outcome from the
-    callback. ``cancel()`` is False: it runs, and is cancelled where it runs.
+    Set by whichever thread ends the request: its result (:meth:`deliver`, acknowledged
+    at once where the answer was set before: a fenced request's result nobody takes) or
+    its error (:meth:`fail`), ``RequestCancelled`` (:meth:`give_up`) or
+    ``DeadlineExceeded`` (:meth:`expire`), whichever comes first.
     """
 
-    __slots__ = ("_callback", "_done", "_error", "_result")
-
-    def __init__(self) -> None:
-        self._callback: Callable[[Any], object] | None = None
-        self._done = False
-        self._result: PipelineResult | None = None
-        self._error: BaseException | None = None
-
-    def cancel(self) -> bool:
-        """False: the request is under way."""
-        return False
-
-    def cancelled(self) -> bool:
-        """False: the request is under way."""
-        return False
-
-    def done(self) -> bool:
-        """True once its outcome is set."""
-        return self._done
-
-    def exception(self) -> BaseException | None:
-        """The request's error (None: it has a result), once set."""
-        return self._error
-
-    def result(self) -> PipelineResult:
-        """The request's result, once set; its error raised, if that is how it ended."""
-        if self._error is not None:
-            raise self._error
-        if not self._done:
-            raise RuntimeError("RunningFuture.result: not set yet")
-        return self._result  # type: ignore[return-value]
-
-    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
-        """Call ``fn(self)`` once the outcome is set (at once if it is); one callback only.
-
-        Not guarded against an outcome set by another thread meanwhile (there is no lock:
-        ``fn`` could then run twice): the callback is added before the request is sent,
-        as :class:`Submission` adds its own when it is made, and nothing else adds one.
-        """
-        if self._callback is not None:
-            raise RuntimeError("RunningFuture: one done callback only")
-        self._callback = fn
-        if self._done:
-            fn(self)
-
-    def set_result(self, result: PipelineResult) -> None:
-        """Set the request's result (once) and call the callback."""
-        self._set(result, None)
-
-    def set_exception(self, error: BaseException) -> None:
-        """Set the request's error (once) and call the callback."""
-        self._set(None, error)
-
-    def _set(self, result: PipelineResult | None, error: BaseException | None) -> None:
-        if self._done:
-            raise RuntimeError("RunningFuture: its outcome is set already")
-        self._result, self._error, self._done = result, error, True
-        if self._callback is not None:
-            self._callback(self)
-
-
-class _Settler:
-    """Hands a request thread's outcome to its caller's answer; discards it when fenced."""
-
-    __slots__ = ("answer", "lock", "request_id")
+    __slots__ = ("request_id",)
 
     def __init__(self, request_id: str) -> None:
+        Answer.__init__(self)
         self.request_id = request_id
-        self.lock = threading.Lock()
-        self.answer: concurrent.futures.Future[PipelineResult] = concurrent.futures.Future()
 
-    def settle(self, future: RequestFuture) -> None:
+    def deliver(self, result: PipelineResult) -> None:
+        """The request's result; acknowledged here where the answer was set (fenced)."""
+        if not self.settle(result, None):
+            result.ack()  # its stage slot and the admission slot go back now
+
+    def fail(self, error: BaseException) -> None:
+        """The request's error (unless the answer was set)."""
+        self.settle(None, error)
+
+    def settle_from(self, future: RequestFuture) -> None:
         """The request thread ended: its result or error becomes the answer."""
         if future.cancelled():  # never started (cancelled, or the pool shut down)
             self.give_up()
             return
         error = future.exception()
-        with self.lock:
-            if self.answer.done():  # fenced meanwhile: nobody takes this result
-                result = None if error is not None else future.result()
-            else:
-                if error is not None:
-                    self.answer.set_exception(error)
-                else:
-                    self.answer.set_result(future.result())
-                return
-        if result is not None:
-            result.ack()  # its stage slot and the admission slot go back now
+        if error is not None:
+            self.settle(None, error)
+        else:
+            self.deliver(future.result())
 
     def give_up(self) -> None:
-        """The caller's answer is ``RequestCancelled`` (unless it has one already)."""
-        with self.lock:
-            if not self.answer.done():
-                self.answer.set_exception(
-                    RequestCancelled(f"request {self.request_id!r}: cancelled"))
+        """The answer is ``RequestCancelled`` (unless it has one already)."""
+        if not self.done():
+            self.settle(None, RequestCancelled(f"request {self.request_id!r}: cancelled"))
 
     def expire(self) -> bool:
-        """The caller's answer is ``DeadlineExceeded``; False when it had one already."""
-        with self.lock:
-            if self.answer.done():
-                return False
-            self.answer.set_exception(DeadlineExceeded(
-                f"request {self.request_id!r}: deadline_s expired; the request was fenced "
-                "(a call a non-preemptible stage was running is left to finish)"))
-            return True
+        """The answer is ``DeadlineExceeded``; False when it had one already."""
+        if self.done():
+            return False
+        return self.settle(None, DeadlineExceeded(
+            f"request {self.request_id!r}: deadline_s expired; the request was fenced "
+            "(a call a non-preemptible stage was running is left to finish)"))
 
 
 class Submission:
@@ -183,11 +116,16 @@ class Submission:
 
     Take the result with :meth:`result` and acknowledge it (``with`` or ``ack()``): the
     pipeline's admission slot is held until then.
+
+    Made with the request's ``future`` on its executor (its outcome becomes the answer),
+    or with None for a request under way on none, whose ``answer`` whoever ends the
+    request sets (:meth:`Pipeline.submit <edge_core.runtime.pipeline.Pipeline.submit>`
+    with ``loop``); either way its cancel, its deadline and its tracking work alike.
     """
 
-    def __init__(self, request_id: str, future: RequestFuture, tracker: RequestTracker,
+    def __init__(self, request_id: str, future: RequestFuture | None, tracker: RequestTracker,
                  until: float | None, unadmit: Callable[[], None],
-                 settler: _Settler | None = None) -> None:
+                 answer: RequestAnswer | None = None) -> None:
         self.request_id = request_id
         self._future = future
         self._tracker = tracker
@@ -195,15 +133,16 @@ class Submission:
         self._unadmit = unadmit
         self._queue_lock = threading.Lock()
         self._dequeued = False  # taken out of the queue by a cancel or the deadline
-        # What the caller gets: the request thread's outcome, or RequestCancelled at once
-        # after a non-interrupting cancel (the thread then still unwinds on its own). The
+        # What the caller gets: the request's outcome, or RequestCancelled at once after a
+        # non-interrupting cancel (the request then still unwinds on its own). The
         # future's callback holds the answer alone, not this submission: a reference
         # back to it would make a cycle that keeps the result's arrays alive until the
         # cyclic garbage collector happens to run.
-        # (``settler``: one made by :func:`submit`, whose work settles it too)
-        self._settler = _Settler(request_id) if settler is None else settler
-        self._answer = self._settler.answer
-        future.add_done_callback(self._settler.settle)
+        # (``answer``: one made by :func:`submit`, whose work sets it too, or by the
+        # caller that sends the request itself)
+        self._answer = RequestAnswer(request_id) if answer is None else answer
+        if future is not None:
+            future.add_done_callback(self._answer.settle_from)
 
     def done(self) -> bool:
         """True once the request has a result or an error (a fenced one has at once)."""
@@ -215,7 +154,7 @@ class Submission:
         An event loop awaits a submission this way, without a thread of its own waiting
         on :meth:`result`.
         """
-        self._answer.add_done_callback(lambda _: callback())
+        self._answer.add_done_callback(callback)
 
     def result(self, timeout_s: float | None = None) -> PipelineResult:
         """Wait for the result (at most ``timeout_s``, else until the request's deadline).
@@ -241,7 +180,7 @@ class Submission:
             wait = None
         try:
             return self._answer.result(wait)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
             if self._answer.done():  # the request's own DeadlineExceeded, a TimeoutError too
                 raise
             raise DeadlineExceeded(f"request {self.request_id!r}: no result within the "
@@ -281,7 +220,7 @@ class Submission:
             return self._tracker.cancel(self.request_id)
         outcome = self._tracker.fence(self.request_id)
         if outcome is not FenceOutcome.ALREADY_FINISHED:
-            self._settler.give_up()
+            self._answer.give_up()
         return outcome
 
     def fence_at(self, until: float) -> None:
@@ -297,11 +236,11 @@ class Submission:
         answer is in.
         """
         handle = timer().schedule(until, self._expire)
-        self._answer.add_done_callback(lambda _: handle.cancel())
+        self._answer.add_done_callback(handle.cancel)
 
     def _expire(self) -> None:
         """The deadline passed (the timer's thread): answer DeadlineExceeded, then fence."""
-        if not self._settler.expire():  # answered first: nothing to end
+        if not self._answer.expire():  # answered first: nothing to end
             return
         dequeued = self._dequeue()
         if dequeued is not False:  # still queued (or taken out before): no thread took it
@@ -315,23 +254,16 @@ class Submission:
 
         None where a cancel or the deadline took it out before (``Future.cancel()`` is
         True for a cancelled future too: its admission slot was given back then, and
-        must not be again); False where a thread has taken it.
+        must not be again); False where a thread has taken it, or where it was never
+        queued (under way on no executor).
         """
+        if self._future is None:
+            return False
         with self._queue_lock:
             if self._dequeued:
                 return None
             self._dequeued = self._future.cancel()
             return self._dequeued
-
-
-def running_future() -> RunningFuture:
-    """A future for a request already under way on no executor (its ``cancel()`` is False).
-
-    A request sent from an event loop (:meth:`Pipeline.submit
-    <edge_core.runtime.pipeline.Pipeline.submit>` with ``loop``) is settled through
-    it; :meth:`Submission.cancel` then cancels it where it runs, never as not started.
-    """
-    return RunningFuture()
 
 
 def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,
@@ -375,14 +307,14 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
             raise
     future: concurrent.futures.Future[PipelineResult] | None = None
     submission: Submission | None = None
-    settler: _Settler | None = None  # the submission's, settled by its work too
+    answer: RequestAnswer | None = None  # the submission's, set by its work too
 
     def work() -> None:
         assert future is not None and submission is not None  # (made before it is queued)
-        assert settler is not None
+        assert answer is not None
         if not future.set_running_or_notify_cancel():  # cancelled before it started:
             unadmit()  # what it held given back (once), and its answer set, whether or
-            settler.give_up()  # not its cancel got that far
+            answer.give_up()  # not its cancel got that far
             return
         try:
             try:
@@ -396,10 +328,10 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
 
     try:
         future = concurrent.futures.Future()
-        settler = _Settler(request_id)
-        submission = Submission(request_id, future, tracker, until, unadmit, settler)
+        answer = RequestAnswer(request_id)
+        submission = Submission(request_id, future, tracker, until, unadmit, answer)
         executor.submit(work).add_done_callback(
-            partial(_unqueued, submission, unadmit, settler))
+            partial(_unqueued, submission, unadmit, answer))
     except BaseException:  # not queued (the executor shut down), or interrupted
         if submission is None:  # nothing queued yet: given back here
             unadmit()
@@ -422,7 +354,7 @@ def _never_ran(tracker: RequestTracker, admission: SlotPool, request_id: str,
     admission.release_once(released)
 
 
-def _unqueued(submission: Submission, unadmit: Callable[[], None], settler: _Settler,
+def _unqueued(submission: Submission, unadmit: Callable[[], None], answer: RequestAnswer,
               queued: concurrent.futures.Future[None]) -> None:
     """End the submission whose work the executor cancelled unrun (its shutdown).
 
@@ -432,4 +364,4 @@ def _unqueued(submission: Submission, unadmit: Callable[[], None], settler: _Set
     if queued.cancelled():
         submission.cancel(interrupt=False)
         unadmit()
-        settler.give_up()
+        answer.give_up()

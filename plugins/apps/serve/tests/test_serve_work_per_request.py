@@ -45,7 +45,7 @@ from edge_serve.served import ServedPipeline, private_upload_dir
 no_leaks = pytest.fixture(autouse=True)(_no_leaks)
 
 REQUESTS = 100
-MAX_PYTHON_CALLS = 299  # 495 as counted here before session 27's cuts (the loop's watch
+MAX_PYTHON_CALLS = 269  # 495 as counted here before session 27's cuts (the loop's watch
 # of the worker channel kept between requests, one timer for the disconnect watches, the
 # head read once, the body parsed and the answer's headers made directly); 419 after;
 # 393 before session 30's cuts (the reply's settling in the turn of the loop that read
@@ -57,16 +57,26 @@ MAX_PYTHON_CALLS = 299  # 495 as counted here before session 27's cuts (the loop
 # core's per-call path (they cut bytecodes and objects, not this path's calls); 298.61 ->
 # 298.61 in session 33 (two lock sections fewer a request: the admission slot and the
 # placement taken in one, given back in one; the same calls); 298.61 -> 297.61 in
-# session 34 (core's per-call path: see core/tests/runtime/test_calls_per_request.py)
+# session 34 (core's per-call path: see core/tests/runtime/test_calls_per_request.py);
+# 297.61 -> 267.61 in session 39 (core's loop path: the submission's answer core's own,
+# no concurrent.futures.Future, threading.Condition or RunningFuture; see the bytecodes)
 #: Bytecode counts depend on the interpreter's compiler: kept per minor version, skipped
 #: on others (the call bound holds everywhere).
-MAX_BYTECODES = {(3, 11): 7995}  # 12045 before session 27's cuts, 10554 after; 9369
+MAX_BYTECODES = {(3, 11): 7479}  # 12045 before session 27's cuts, 10554 after; 9369
 # before session 30's, 8551 after; 8524 before session 31's, 8017 after; 8102 before
 # session 32's (core's per-call path: see core/tests/runtime/test_calls_per_request.py),
 # 7980 after; 7937 -> 7915 in session 33 (see core/tests/runtime/test_calls_per_request.py);
 # 7920 -> 7885 in session 34 (the same); session 36's tree 7939 and 7952.75 on session 37's
 # VM, 7958.68 and 7966.61 after its Ctrl-C work (a request's tracking and a stage's freed
-# slot recorded as they change), 7972.24 in a full suite: the bound about 20 above that
+# slot recorded as they change), 7972.24 in a full suite: the bound about 20 above that;
+# 7966.68 -> 7459 in session 39 (core's side of submit(loop=): the submission's answer a
+# one-shot Answer of core's own instead of a concurrent.futures.Future with its
+# threading.Condition, set directly by the loop's settle with no RunningFuture and
+# settler between; a caller's request id checked inline, the stage request prechecked,
+# not validated by the dataclass; the settle's result built without _delivered, the
+# inputs' bytes summed without a generator, the loop's read giving up the read role
+# without a list of others, submit's check of a lone stage's params without a call): the
+# bound about 20 above
 #: Batches the bytecode bound is checked on (their least count).
 BATCHES = 3
 

@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
+from edge_core.errors import DeadlineExceeded
 from edge_core.runtime.answer import Answer
+from edge_core.runtime.request_tracker import RequestTracker
+from edge_core.runtime.submission import RequestAnswer, Submission
 
 JOIN_S = 10.0  # a bound on what must not hang, not a timing
 
@@ -275,3 +278,51 @@ def test_a_ctrl_c_in_a_callback_still_runs_the_others_and_wakes_the_waiters() ->
     joined(waiter)
     assert seen == ["first", "interrupted", "last"] and got == ["in"]
     assert answer.result(0) == "in"
+
+
+RACE_JOIN_S = 10.0
+
+
+def test_a_wait_timing_out_as_the_result_arrives_gives_the_result_or_deadline_exceeded(
+) -> None:
+    """``Submission.result``'s wait times out as the answer is set: the result (it is in)
+    or ``DeadlineExceeded``, never a bare ``TimeoutError`` (docs/runtime.md)."""
+    answer = RequestAnswer("r1")
+    submission = Submission("r1", None, RequestTracker("p"), None, lambda: None, answer)
+    code = Submission.result.__code__
+    lines, first = inspect.getsourcelines(Submission.result)
+    held_at = first + next(i for i, text in enumerate(lines)
+                           if "if self._answer.done()" in text)
+    there, go = threading.Event(), threading.Event()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == held_at and not there.is_set():
+            there.set()
+            go.wait(RACE_JOIN_S)
+        return tracer
+
+    outcome: list[object] = []
+
+    def wait() -> None:
+        sys.settrace(tracer)
+        try:
+            outcome.append(submission.result(0.01))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    assert there.wait(RACE_JOIN_S)  # its wait timed out: not set then
+    result = object()
+    answer.settle(result, None)  # type: ignore[arg-type]  # (the result comes in now)
+    go.set()
+    waiter.join(RACE_JOIN_S)
+    assert not waiter.is_alive()
+    got = outcome[0]
+    # Either is right: the result (it is in), or DeadlineExceeded (the wait was over).
+    # Never a bare TimeoutError with no result and no DeadlineExceeded.
+    assert got is result or isinstance(got, DeadlineExceeded), repr(got)

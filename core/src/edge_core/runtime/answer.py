@@ -67,17 +67,18 @@ class Answer(Generic[T]):
         is logged and the next one still runs). False where it was set before: nothing
         changes.
         """
+        mine = False  # this call set it (a Ctrl-C in a losing call tells nobody)
         try:
             with self._lock:
                 if self._done:
                     return False
                 self._result = result
                 self._error = error
-                self._done = True
+                self._done = mine = True  # (no point between the two stores)
             if self._waiters is not None or self._callbacks is not None:
                 self._tell()
-        except BaseException:  # cut short (a Ctrl-C) once set: whom it owes, told here
-            if self._done:
+        except BaseException:  # cut short (a Ctrl-C) once set here: whom it owes, told
+            if mine:
                 self._tell()
             raise
         return True

@@ -181,8 +181,8 @@ class Submission:
         try:
             return self._answer.result(wait)
         except TimeoutError:
-            if self._answer.done():  # the request's own DeadlineExceeded, a TimeoutError too
-                raise
+            if self._answer.done():  # its own DeadlineExceeded, or set as the wait ended
+                return self._answer.result(0)
             raise DeadlineExceeded(f"request {self.request_id!r}: no result within the "
                                    f"wait: {wait}") from None
 

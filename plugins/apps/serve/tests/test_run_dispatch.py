@@ -217,7 +217,11 @@ def test_a_request_to_the_run_path_is_answered_as_starlettes_router_answered_it(
     assert routed.routed is case.routed
     assert direct.status == routed.status == case.status, (direct, routed)
     assert direct.raised is routed.raised is case.raises
-    assert direct.headers == routed.headers
+    for reply in (direct, routed):
+        assert reply.headers[b"content-length"] == str(len(reply.body)).encode()
+    # (an answer's length varies with the latencies it shows)
+    assert {**direct.headers, b"content-length": b""} == {**routed.headers,
+                                                          b"content-length": b""}
     assert direct.counted == routed.counted
     assert sum(direct.counted.values()) == 1
     if case.status == 200:

@@ -226,6 +226,15 @@ class JSONBytes(Response):
         self.raw_headers = [(b"content-length", str(len(content)).encode("latin-1")),
                             (b"content-type", b"application/json")]
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send it: what ``Response.__call__`` sends an HTTP request, without its checks."""
+        if scope["type"] != "http":  # (a websocket's denial: Response wraps its send)
+            await super().__call__(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+
 
 def refusal_response(refusal: HttpRefusal) -> Response:
     """A refusal as a JSON response."""
@@ -318,17 +327,23 @@ async def run_pipeline(request: Request, state: ServerState | None = None) -> Re
     wrapper does for the other routes: the busiest route awaits no wrapper. ``state`` is
     the application's (:class:`RunRoute` holds it: not looked up on every request).
     """
-    refuse_query(request)
+    scope = request.scope
+    if scope.get("query_string"):  # (refuse_query's own check, without its call)
+        refuse_query(request)
     if state is None:
         state = _state(request)
-    served = state.pipeline(request.scope["path_params"]["name"], request)
+    served = state.pipeline(scope["path_params"]["name"], request)
     content_type, deadline_header = head_of(request)
     if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
     body = await json_body(request, _RUN_KEYS, content_type)
-    deadline = deadline_from(deadline_header, body.get("deadline_s"))
-    params = params_of(body.get("params"))
-    served.refuse_unread_params(params)
+    deadline_s = body.get("deadline_s")
+    deadline = None if deadline_header is None and deadline_s is None \
+        else deadline_from(deadline_header, deadline_s)
+    params = body.get("params")
+    if params is not None:  # (none: nothing to read or refuse)
+        params = params_of(params)
+        served.refuse_unread_params(params)
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
     handle = RequestHandle(served.name)

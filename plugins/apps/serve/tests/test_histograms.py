@@ -1,5 +1,6 @@
-"""LabelledHistogram: what a scrape shows equals prometheus_client.Histogram's, for the
-same observations (the ``_created`` timestamps aside, each its own)."""
+"""LabelledHistogram and LabelledCounter: what a scrape shows equals prometheus_client's
+Histogram's and Counter's, for the same observations (the ``_created`` timestamps aside,
+each its own)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import re
 import threading
 
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from edge_serve.histograms import LabelledHistogram
+from edge_serve.histograms import LabelledCounter, LabelledHistogram
 
 BOUNDS = (0.001, 0.0025, 0.01, 1.0, 60.0)
 #: Below, on and between every bound, above the last, negative, zero.
@@ -83,3 +84,57 @@ def test_labels_that_do_not_match_the_names_are_refused() -> None:
     histogram = LabelledHistogram("edge_x_seconds", "Doc", ["pipeline", "stage"], BOUNDS)
     with pytest.raises(ValueError, match="edge_x_seconds"):
         histogram.observe(("echo",), 0.5)
+
+
+def _counters() -> tuple[CollectorRegistry, Counter, CollectorRegistry, LabelledCounter]:
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    reference = Counter("edge_x", "Doc", ["pipeline", "outcome"], registry=theirs)
+    lean = LabelledCounter("edge_x", "Doc", ["pipeline", "outcome"])
+    ours.register(lean)
+    return theirs, reference, ours, lean
+
+
+def test_the_counter_writes_what_prometheus_client_writes_for_the_same_counts() -> None:
+    theirs, reference, ours, lean = _counters()
+    assert _text(ours) == _text(theirs)  # nothing counted yet: HELP and TYPE alone
+    for index in range(7):
+        labels = ("echo", "ok") if index % 3 else ("ocr", "b\"\\\n")  # escaped as theirs
+        reference.labels(*labels).inc()
+        lean.inc(labels)
+    text = _text(ours)
+    assert text == _text(theirs)
+    assert 'edge_x_total{outcome="ok",pipeline="echo"} 4.0' in text
+    assert any(line.startswith("edge_x_created{") for line in text)
+
+
+def test_counts_from_many_threads_are_all_counted() -> None:
+    theirs, reference, ours, lean = _counters()
+
+    def count() -> None:
+        for _ in range(2000):
+            lean.inc(("echo", "ok"))
+
+    threads = [threading.Thread(target=count) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reference.labels("echo", "ok").inc(8000)
+    assert _text(ours) == _text(theirs)
+
+
+def test_the_counters_created_is_left_out_where_prometheus_client_leaves_it_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", "True")
+    registry = CollectorRegistry()
+    counter = LabelledCounter("edge_x", "Doc", ["pipeline"])
+    registry.register(counter)
+    counter.inc(("echo",))
+    assert "_created" not in generate_latest(registry).decode()
+
+
+def test_counter_labels_that_do_not_match_the_names_are_refused() -> None:
+    counter = LabelledCounter("edge_x", "Doc", ["pipeline", "outcome"])
+    with pytest.raises(ValueError, match="edge_x"):
+        counter.inc(("echo",))

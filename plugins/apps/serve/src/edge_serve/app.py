@@ -25,9 +25,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Match, Route
 
 from edge_core.errors import EdgeError
@@ -62,7 +63,7 @@ from edge_serve.served import OUTCOME_KEY, ServedPipeline
 from edge_serve.submitted import RequestHandle
 from edge_serve.tensors import decode_tensors
 
-__all__ = ["PIPELINE_KEY", "ROUTE_KEY", "ServerState", "build_app"]
+__all__ = ["PIPELINE_KEY", "ROUTE_KEY", "RUN_PATH", "EdgeApp", "ServerState", "build_app"]
 
 #: Scope keys a route fills in for the accounting: the pipeline and an outcome that the
 #: status alone does not tell (a stream cut short by its client).
@@ -70,6 +71,12 @@ PIPELINE_KEY = "edge.pipeline"
 ROUTE_KEY = "edge.route"
 
 _RUN_KEYS = frozenset({"inputs", "params", "deadline_s"})
+
+RUN_PATH = "/v1/pipelines/{name}/run"
+"""The run route's path template (its label on ``/metrics``)."""
+
+#: What answers an error a request raised: a handler ``(request, error) -> Response``.
+Handler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class ServerState:
@@ -126,14 +133,21 @@ class Accounting:
 
     ``routes`` are the application's, in the router's order: a request refused before
     routing is labelled with the one its path matches (:meth:`_unrouted_label`).
+
+    ``on_error``, where given, answers an error that reached it (no handler of a layer
+    within took it) as Starlette's ``ServerErrorMiddleware`` does one layer out: its
+    response is sent unless one was begun, the error raised on for the server to log,
+    and the request counted 500 (the run route's own stack, :class:`EdgeApp`, which has no
+    ``ServerErrorMiddleware`` around it).
     """
 
     def __init__(self, app: App, metrics: ServerMetrics, names: frozenset[str],
-                 routes: Sequence[Route] = ()) -> None:
+                 routes: Sequence[Route] = (), on_error: Handler | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.names = names
         self.routes = tuple(routes)
+        self.on_error = on_error
 
     def _pipeline(self, scope: Scope) -> str:
         """The pipeline a request was for, as its route set it.
@@ -171,7 +185,7 @@ class Accounting:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 0  # none sent: counted 500
 
         async def observing_send(message: Any) -> None:
             nonlocal status
@@ -181,11 +195,16 @@ class Accounting:
 
         try:
             await self.app(scope, receive, observing_send)
+        except Exception as exc:
+            if self.on_error is not None and not status:  # (counted 500, as it was)
+                response = await self.on_error(Request(scope), exc)
+                await response(scope, receive, send)
+            raise
         finally:
             route = scope.get("route")
             label = (scope.get(ROUTE_KEY) or getattr(route, "path", None)
                      or self._unrouted_label(scope))
-            outcome = scope.get(OUTCOME_KEY) or outcome_of(status)
+            outcome = scope.get(OUTCOME_KEY) or outcome_of(status or 500)
             named = scope.get(PIPELINE_KEY)  # as its route set it (else _pipeline finds it)
             self.metrics.observe_request(self._pipeline(scope) if named is None else str(named),
                                          label, outcome, time.perf_counter() - started)
@@ -206,6 +225,15 @@ class JSONBytes(Response):
         self.body = content
         self.raw_headers = [(b"content-length", str(len(content)).encode("latin-1")),
                             (b"content-type", b"application/json")]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send it: what ``Response.__call__`` sends an HTTP request, without its checks."""
+        if scope["type"] != "http":  # (a websocket's denial: Response wraps its send)
+            await super().__call__(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
 
 
 def refusal_response(refusal: HttpRefusal) -> Response:
@@ -299,17 +327,23 @@ async def run_pipeline(request: Request, state: ServerState | None = None) -> Re
     wrapper does for the other routes: the busiest route awaits no wrapper. ``state`` is
     the application's (:class:`RunRoute` holds it: not looked up on every request).
     """
-    refuse_query(request)
+    scope = request.scope
+    if scope.get("query_string"):  # (refuse_query's own check, without its call)
+        refuse_query(request)
     if state is None:
         state = _state(request)
-    served = state.pipeline(request.scope["path_params"]["name"], request)
+    served = state.pipeline(scope["path_params"]["name"], request)
     content_type, deadline_header = head_of(request)
     if content_type.lower().startswith("multipart/form-data"):
         return await _run_file(request, served, state)
     body = await json_body(request, _RUN_KEYS, content_type)
-    deadline = deadline_from(deadline_header, body.get("deadline_s"))
-    params = params_of(body.get("params"))
-    served.refuse_unread_params(params)
+    deadline_s = body.get("deadline_s")
+    deadline = None if deadline_header is None and deadline_s is None \
+        else deadline_from(deadline_header, deadline_s)
+    params = body.get("params")
+    if params is not None:  # (none: nothing to read or refuse)
+        params = params_of(params)
+        served.refuse_unread_params(params)
     inputs = decode_tensors(body.get("inputs", {}), "inputs", max_bytes=state.max_body_bytes)
     served.require_ready()
     handle = RequestHandle(served.name)
@@ -321,17 +355,22 @@ async def run_pipeline(request: Request, state: ServerState | None = None) -> Re
 class RunRoute:
     """The run route as an ASGI application: :func:`run_pipeline` over one ``state``.
 
-    What Starlette's ``request_response`` makes of an endpoint function, less its own
-    layer of exception handling: an error raised here reaches the same handlers, those
-    the application's ``ExceptionMiddleware`` holds, one layer out (a request pays the
-    wrapper's two coroutines and its Request once, not twice).
+    What Starlette's ``request_response`` makes of an endpoint function, with the
+    application's ``ExceptionMiddleware`` inside it: an error :func:`run_pipeline` raises
+    is answered here by the handler the application holds for it (:func:`handled`), and
+    one no handler takes is raised on (the server's 500). Reached through Starlette's
+    router, or directly (:class:`EdgeApp`), it answers the same.
     """
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await run_pipeline(Request(scope, receive, send), self.state)
+        request = Request(scope, receive, send)
+        try:
+            response = await run_pipeline(request, self.state)
+        except Exception as exc:
+            response = await handled(request, exc)
         await response(scope, receive, send)
 
 
@@ -389,6 +428,80 @@ async def not_found(request: Request, exc: Exception) -> Response:
                                         kind="NotFound" if status == 404 else "BadMethod"))
 
 
+#: The handlers of errors a route raises, by their type (the nearest in its MRO): the
+#: application's ``ExceptionMiddleware`` holds them, and :func:`handled` reads them.
+HANDLERS: dict[type[Exception], Handler] = {
+    HttpRefusal: _on_refusal, EdgeError: _on_refusal, ValueError: _on_refusal,
+    ClientDisconnect: _on_disconnect}
+#: The handlers of Starlette's ``HTTPException`` by its status (the router's 404 and 405).
+STATUS_HANDLERS: dict[int, Handler] = {404: not_found, 405: not_found}
+
+
+async def handled(request: Request, error: Exception) -> Response:
+    """The response the application's ``ExceptionMiddleware`` gives ``error``.
+
+    Its handler by status for an ``HTTPException`` (else Starlette's plain answer), else
+    the handler of the nearest type in the error's MRO (:data:`HANDLERS`); an error none
+    takes is raised on, to the server's 500 (``ServerErrorMiddleware``, or
+    :class:`Accounting`'s ``on_error``). Called within the ``except`` that caught it.
+    """
+    handler: Handler | None = None
+    if isinstance(error, HTTPException):
+        handler = STATUS_HANDLERS.get(error.status_code)
+        if handler is None:
+            if error.status_code in {204, 304}:
+                return Response(status_code=error.status_code, headers=error.headers)
+            return PlainTextResponse(error.detail, status_code=error.status_code,
+                                     headers=error.headers)
+    else:
+        for kind in type(error).__mro__:
+            handler = HANDLERS.get(kind)
+            if handler is not None:
+                break
+        else:
+            raise error
+    response = await handler(request, error)
+    error.__traceback__ = None  # (as Starlette does: a reused error's traceback grows)
+    return response
+
+
+class EdgeApp(Starlette):
+    """The Starlette application, whose busiest route is taken before its router.
+
+    ``POST /v1/pipelines/NAME/run`` (NAME without a slash, no ``root_path``) goes straight
+    to :attr:`run`: the same guards (:class:`Accounting`, :class:`BearerAuth` where a key
+    is set, :class:`BodyLimit`) around the same :class:`RunRoute`, whose errors the same
+    handlers answer (:func:`handled`), and :class:`Accounting`'s ``on_error`` in place of
+    ``ServerErrorMiddleware``; the scope gets what the route and its label read of what
+    the router would give it (``app``, ``route``, ``path_params``). Nothing else can match that
+    path and method: every other request (another method on it, a slash more or less, a
+    name with a slash) goes through Starlette's middleware and router as before. A
+    request pays no router's walk over the routes, no ``ServerErrorMiddleware``, no
+    ``ExceptionMiddleware`` and their wrappers of ``send``.
+    """
+
+    def __init__(self, *, run: App, run_route: Route, **starlette: Any) -> None:
+        """``run``: the run route's own stack; ``run_route``: its route (in ``routes``)."""
+        super().__init__(**starlette)
+        self.run = run
+        self.run_route = run_route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The run route's own stack for its requests; Starlette's for every other."""
+        if scope["type"] == "http" and scope["method"] == "POST" \
+                and not scope.get("root_path"):
+            path: str = scope["path"]
+            if path[:14] == "/v1/pipelines/" and path[-4:] == "/run":
+                name = path[14:-4]
+                if name and "/" not in name:
+                    scope["app"] = self
+                    scope["route"] = self.run_route
+                    scope["path_params"] = {"name": name}
+                    await self.run(scope, receive, send)
+                    return
+        await super().__call__(scope, receive, send)
+
+
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -408,11 +521,12 @@ def _without_query(route: Route) -> Route:
     return Route(route.path, checked, methods=sorted(route.methods or ()), name=route.name)
 
 
-def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
-    """The Starlette application over ``state``."""
+def build_app(state: ServerState, *, api_key: str | None = None) -> EdgeApp:
+    """The Starlette application over ``state`` (:class:`EdgeApp`)."""
+    run = RunRoute(state)
+    run_route = Route(RUN_PATH, run, methods=["POST"], name="run_pipeline")
     routes = [  # matched in order: the request route first (no two paths overlap)
-        Route("/v1/pipelines/{name}/run", RunRoute(state), methods=["POST"],
-              name="run_pipeline"),  # refuses a query itself
+        run_route,  # refuses a query itself
         *(_without_query(route) for route in (
             Route("/", page, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -430,13 +544,18 @@ def build_app(state: ServerState, *, api_key: str | None = None) -> Starlette:
                                  min_rate=state.body_min_rate,
                                  on_timeout=state.metrics.count_body_timeout,
                                  stalls=state.bodies))
-    app = Starlette(routes=routes, middleware=middleware,
-                    exception_handlers={HttpRefusal: _on_refusal, EdgeError: _on_refusal,
-                                        ValueError: _on_refusal,
-                                        ClientDisconnect: _on_disconnect, 404: not_found,
-                                        405: not_found,
-                                        # anything else: a JSON 500, and uvicorn logs it
-                                        Exception: _on_refusal})
+    # The run route's own stack: the middleware above, in the same order, around it
+    direct: App = BodyLimit(run, max_bytes=state.max_body_bytes,
+                            timeout_s=state.body_timeout_s, min_rate=state.body_min_rate,
+                            on_timeout=state.metrics.count_body_timeout, stalls=state.bodies)
+    if api_key:
+        direct = BearerAuth(direct, api_key=api_key)
+    direct = Accounting(direct, metrics=state.metrics, names=frozenset(state.pipelines),
+                        routes=routes, on_error=_on_refusal)
+    app = EdgeApp(run=direct, run_route=run_route, routes=routes, middleware=middleware,
+                  exception_handlers={**HANDLERS, **STATUS_HANDLERS,
+                                      # anything else: a JSON 500, and uvicorn logs it
+                                      Exception: _on_refusal})
     # A path no route serves is 404 in the server's JSON form, a route's path with a slash
     # added (or taken away) too: never Starlette's redirect, an empty 307 whose Location
     # echoes the request's Host header.

@@ -74,17 +74,14 @@ def deadline_from(header: str | None, body_value: object = None, *,
 def head_of(request: Request) -> tuple[str, str | None]:
     """The request's ``Content-Type`` ('' without one) and ``X-Edge-Deadline`` (None).
 
-    The first of each, as ``request.headers.get`` reads them, in one pass over the head.
+    The first of each, as ``request.headers.get`` reads them: the head made a dictionary
+    in C, from its last header to its first (the first of a name is the one kept).
     """
-    content_type: str | None = None
-    deadline: str | None = None
-    for key, value in request.scope["headers"]:
-        if key == b"content-type":
-            if content_type is None:
-                content_type = value.decode("latin-1")
-        elif key == b"x-edge-deadline" and deadline is None:
-            deadline = value.decode("latin-1")
-    return content_type or "", deadline
+    found = dict(reversed(tuple(request.scope["headers"])))
+    content_type = found.get(b"content-type")
+    deadline = found.get(b"x-edge-deadline")
+    return ("" if content_type is None else content_type.decode("latin-1"),
+            None if deadline is None else deadline.decode("latin-1"))
 
 
 def _decimal(text: str) -> object:

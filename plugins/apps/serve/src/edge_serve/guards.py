@@ -349,11 +349,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared: bytes | None = None
-        for key, value in scope["headers"]:  # the first, as a generator would find it
-            if key == b"content-length":
-                declared = value
-                break
+        # the first (a dictionary made from the last header to the first keeps the first)
+        declared: bytes | None = dict(reversed(tuple(scope["headers"]))).get(b"content-length")
         size: int | None = None
         if declared is not None:
             try:

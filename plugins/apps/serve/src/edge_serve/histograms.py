@@ -1,4 +1,4 @@
-"""A labelled Prometheus histogram that costs one short call per observation.
+"""A labelled Prometheus histogram (and counter) that costs one short call per observation.
 
 ``prometheus_client.Histogram`` does, per observation, a label check, a locked add to its
 sum and a walk over its bounds to the bucket, whose count is a locked add of its own:
@@ -9,7 +9,9 @@ buckets only when ``/metrics`` is scraped, as a collector on the server's regist
 a scrape shows is what ``prometheus_client.Histogram`` shows for the same observations:
 the ``_bucket`` samples (``le`` as it writes bounds), ``_count``, ``_sum`` and
 ``_created``, the last left out where ``PROMETHEUS_DISABLE_CREATED_SERIES`` is true, as
-there.
+there. :class:`LabelledCounter` is the same for a counter: what a scrape shows is what
+``prometheus_client.Counter`` shows (``_total`` and ``_created``), one call an increment
+where ``Counter``'s child and its value took five.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["LabelledHistogram"]
+__all__ = ["LabelledCounter", "LabelledHistogram"]
 
 
 class _Series:
@@ -96,4 +98,45 @@ class LabelledHistogram(Collector):
                 family.samples.append(Sample(f"{self.name}_created",
                                              dict(zip(self.labelnames, labels, strict=True)),
                                              created))
+        yield family
+
+
+class LabelledCounter(Collector):
+    """A counter family by label values, counted from any thread.
+
+    Args:
+        name: The metric's name (``_total`` and ``_created`` added).
+        documentation: Its help text.
+        labelnames: Its label names, in the order :meth:`inc` takes the values.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        # label values -> [count, when the series began]
+        self._series: dict[tuple[str, ...], list[float]] = {}
+        self._lock = threading.Lock()
+        self._created = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES",
+                                       "False").lower() != "true"
+
+    def inc(self, labels: tuple[str, ...]) -> None:
+        """Count one for the label values ``labels`` (one per label name)."""
+        series = self._series.get(labels)
+        if series is None:
+            if len(labels) != len(self.labelnames):
+                raise ValueError(f"{self.name}: labels {labels!r} for "
+                                 f"{list(self.labelnames)!r}")
+            with self._lock:
+                series = self._series.setdefault(labels, [0.0, time.time()])
+        with self._lock:
+            series[0] += 1.0
+
+    def collect(self) -> Iterator[Metric]:
+        """The family as ``prometheus_client.Counter`` writes it."""
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        with self._lock:
+            taken = [(labels, series[0], series[1]) for labels, series in self._series.items()]
+        for labels, count, created in taken:
+            family.add_metric(labels, count, created=created if self._created else None)
         yield family

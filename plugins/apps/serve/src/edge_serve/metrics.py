@@ -50,7 +50,6 @@ Read from the runtime at each scrape:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -58,7 +57,7 @@ from prometheus_client.registry import Collector
 
 from edge_core.ledger import ResourceLedger
 from edge_serve.connections import ConnectionCap
-from edge_serve.histograms import LabelledHistogram
+from edge_serve.histograms import LabelledCounter, LabelledHistogram
 from edge_serve.served import ServedPipeline
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
@@ -156,9 +155,10 @@ class ServerMetrics:
     def __init__(self, ledger: ResourceLedger,
                  pipelines: Callable[[], Iterable[ServedPipeline]]) -> None:
         self.registry = CollectorRegistry()
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self.requests = Counter("edge_requests", "HTTP requests by outcome",
-                                ["pipeline", "route", "outcome"], registry=self.registry)
+        # Counted on every request: a counter that costs one short call
+        self.requests = LabelledCounter("edge_requests", "HTTP requests by outcome",
+                                        ["pipeline", "route", "outcome"])
+        self.registry.register(self.requests)
         # Observed on every request: histograms that cost one short call each
         self.request_seconds = self._histogram(LabelledHistogram(
             "edge_request_seconds", "HTTP request latency", ["pipeline", "route"],
@@ -220,14 +220,6 @@ class ServerMetrics:
         if outcome != "admitted":
             self.queue_refusals.labels(pipeline, outcome).inc()
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, looked up once (the per-request path reuses it)."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
-
     def observe_stages(self, pipeline: str, latencies: dict[str, float]) -> None:
         """Record each stage's latency of one request."""
         for stage, seconds in latencies.items():
@@ -236,7 +228,7 @@ class ServerMetrics:
     def observe_request(self, pipeline: str, route: str, outcome: str,
                         seconds: float) -> None:
         """Count one finished request and its latency."""
-        self._child(self.requests, pipeline, route, outcome).inc()
+        self.requests.inc((pipeline, route, outcome))
         self.request_seconds.observe((pipeline, route), seconds)
         if outcome == "refused" and pipeline:
             self.admission_refusals.labels(pipeline).inc()

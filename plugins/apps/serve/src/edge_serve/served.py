@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -85,7 +86,19 @@ DIRECT_BUILD_BYTES = 256 * 1024
 """Largest tensor answer built on the event loop (a larger one is encoded on a thread)."""
 
 #: The JSON an answer is sent as (Starlette's ``JSONResponse`` form, one encoder for all).
-_render = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _render(body: dict[str, Any]) -> str:
+    """``_encoder.encode(body)``: the C encoder it makes, made here without its three calls.
+
+    The same encoder (fresh circular-reference markers, its ``default``, the separators,
+    no NaN), or ``encode`` itself where the interpreter has no C encoder.
+    """
+    if c_make_encoder is None:  # pragma: no cover (CPython has it)
+        return _encoder.encode(body)
+    return "".join(c_make_encoder({}, _encoder.default, encode_basestring, None, ":", ",",
+                                  False, False, False)(body, 0))
 
 
 class Answer:

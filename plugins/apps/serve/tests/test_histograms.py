@@ -4,7 +4,10 @@ each its own)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -138,3 +141,31 @@ def test_counter_labels_that_do_not_match_the_names_are_refused() -> None:
     counter = LabelledCounter("edge_x", "Doc", ["pipeline", "outcome"])
     with pytest.raises(ValueError, match="edge_x"):
         counter.inc(("echo",))
+
+
+_SCRAPE = """
+from edge_core.ledger import ResourceLedger
+from edge_core.pools import Pool
+from edge_serve.metrics import ServerMetrics
+metrics = ServerMetrics(ResourceLedger([Pool(name="machine:ram", total=1 << 30)]), lambda: [])
+metrics.observe_request("echo", "/v1/pipelines/{name}/run", "ok", 0.01)
+print(metrics.render().decode())
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "t", "True", "false"])
+def test_created_series_are_left_out_where_prometheus_client_leaves_them_out(
+    value: str,
+) -> None:
+    """``PROMETHEUS_DISABLE_CREATED_SERIES`` read as prometheus_client reads it: ``true``,
+    ``1`` or ``t`` in any case leave the counter's and the histogram's ``_created`` out
+    (``1`` and ``t`` showed them; review 39b). A fresh interpreter: prometheus_client reads
+    the variable as it is imported."""
+    env = {**os.environ, "PROMETHEUS_DISABLE_CREATED_SERIES": value}
+    text = subprocess.run([sys.executable, "-c", _SCRAPE], env=env, check=True,
+                          capture_output=True, text=True).stdout
+    assert 'edge_requests_total{outcome="ok",pipeline="echo"' in text
+    assert "edge_request_seconds_count{" in text
+    shown = value == "false"
+    assert ("edge_requests_created" in text) is shown
+    assert ("edge_request_seconds_created" in text) is shown

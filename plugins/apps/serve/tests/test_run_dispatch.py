@@ -12,6 +12,10 @@ an unknown pipeline, a name with a slash, a query, no bearer token, a body over 
 (declared or chunked), a body that stalls, a client gone before its body, a wrong content
 type, and an error no handler takes (a 500, raised on for the server to log). The
 requests that may take the direct path must not enter Starlette's router; the others must.
+One difference is not a client's: an error raised while the answer is being sent (its
+start gone out) is raised on as it is, where Starlette's ``ExceptionMiddleware`` raised its
+own ``RuntimeError`` for a type it has a handler for and ``ServerErrorMiddleware`` logged a
+500 it could not send (review 39b); the client gets the same either way.
 """
 
 from __future__ import annotations

@@ -27,7 +27,16 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["LabelledCounter", "LabelledHistogram"]
+__all__ = ["LabelledCounter", "LabelledHistogram", "created_series"]
+
+
+def created_series() -> bool:
+    """Whether ``_created`` samples are shown (read as prometheus_client reads it).
+
+    Not where ``PROMETHEUS_DISABLE_CREATED_SERIES`` is ``true``, ``1`` or ``t``, in any case.
+    """
+    return os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES",
+                          "False").lower() not in ("true", "1", "t")
 
 
 class _Series:
@@ -65,8 +74,7 @@ class LabelledHistogram(Collector):
             for bound in (*bounds, float("inf")))
         self._series: dict[tuple[str, ...], _Series] = {}
         self._lock = threading.Lock()
-        self._created = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES",
-                                       "False").lower() != "true"
+        self._created = created_series()
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         """Count ``value`` for the label values ``labels`` (one per label name)."""
@@ -117,8 +125,7 @@ class LabelledCounter(Collector):
         # label values -> [count, when the series began]
         self._series: dict[tuple[str, ...], list[float]] = {}
         self._lock = threading.Lock()
-        self._created = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES",
-                                       "False").lower() != "true"
+        self._created = created_series()
 
     def inc(self, labels: tuple[str, ...]) -> None:
         """Count one for the label values ``labels`` (one per label name)."""

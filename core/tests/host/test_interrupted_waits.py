@@ -25,8 +25,6 @@ threads run untraced). On a real echo worker:
 
 from __future__ import annotations
 
-import dis
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,71 +36,15 @@ import pytest
 
 from edge_contracts.requests import EventKind
 from edge_core.host import WorkerClient
+from edge_core.testing.interrupts import Interrupter, run_interrupted
 
 from .conftest import request
-
-_BACKWARD = ("JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
-_CHECKED_AFTER = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", *_BACKWARD)
-                           if name in dis.opmap)
 
 #: The functions of a channel's wait whose points are swept (the reader's own steps).
 READER = frozenset({"ChannelReader.wait", "ChannelReader._leave", "ChannelReader._drop_role",
                     "ChannelReader._give_up"})
 SLOW_S = 0.05  # each request's time in the worker (one at a time there)
 BOUND_S = 3.0  # the bound on what must complete after an interrupt
-
-
-class _Interrupter:
-    """A tracer raising ``KeyboardInterrupt`` at its ``k``-th point in the ``only`` functions.
-
-    ``k`` < 1 never raises. ``before(frame)`` is called at each point of those functions
-    before it is counted (the test's hold: it may wait there for another thread).
-    """
-
-    def __init__(self, k: int, only: frozenset[str],
-                 before: Callable[[FrameType], None] | None = None) -> None:
-        self.k = k
-        self.only = only
-        self.before = before
-        self.points = 0
-        self.where = ""
-        self._last: dict[int, int] = {}
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> _Interrupter:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            frame.f_trace_lines = False
-            self._point(frame, "entry")
-        elif event == "opcode":
-            op = frame.f_code.co_code[frame.f_lasti]
-            before = self._last.get(id(frame))
-            self._last[id(frame)] = op
-            if before in _CHECKED_AFTER:
-                self._point(frame, f"after {dis.opname[before]}")
-        return self
-
-    def _point(self, frame: FrameType, what: str) -> None:
-        if frame.f_code.co_qualname not in self.only:
-            return
-        if self.before is not None:
-            self.before(frame)
-        self.points += 1
-        if self.points == self.k:
-            self.where = f"line {frame.f_lineno} {frame.f_code.co_qualname} ({what})"
-            raise KeyboardInterrupt
-
-
-def _traced(tracer: _Interrupter, call: Callable[[], Any]) -> bool:
-    """``call()`` under ``tracer``: True when it was interrupted."""
-    sys.settrace(tracer)
-    try:
-        call()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        sys.settrace(None)
-    return False
 
 
 def _until(condition: Callable[[], bool], bound_s: float = BOUND_S) -> bool:
@@ -125,7 +67,7 @@ def _read_unwaited(client: WorkerClient, rid: str) -> bool:
     return _until(lambda: not client.in_flight(rid))
 
 
-def _registered_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, str]:
+def _registered_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, str]:
     """One registered wait of the main thread under ``tracer``: (interrupted, what is left)."""
     reader = client._reader
     x = np.arange(2.0)
@@ -159,7 +101,7 @@ def _registered_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tupl
     assert _until(lambda: f"owner={threads[0].ident} " in _owner(client))
     threads[1].start()
     try:
-        interrupted = _traced(tracer, lambda: mine.next(timeout=BOUND_S))
+        interrupted = run_interrupted(tracer, lambda: mine.next(timeout=BOUND_S))
     finally:
         out.set()
         for thread in threads:
@@ -182,13 +124,13 @@ def _registered_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tupl
 def test_ctrl_c_in_a_registered_wait_leaves_no_waiter_behind(
         start: Callable[..., WorkerClient]) -> None:
     client = start(spin_us=0)
-    counter = _Interrupter(0, READER)
+    counter = Interrupter(0, READER)
     assert not _registered_wait(client, 0, counter)[0]
     assert counter.points > 20, counter.points
     k = 0
     while True:  # every point, to the first the wait no longer reaches (it varies a little)
         k += 1
-        tracer = _Interrupter(k, READER)
+        tracer = Interrupter(k, READER)
         interrupted, left = _registered_wait(client, k, tracer)
         assert not left, f"interrupted at {tracer.where}: {left}"
         if not interrupted:
@@ -197,7 +139,7 @@ def test_ctrl_c_in_a_registered_wait_leaves_no_waiter_behind(
     assert client.outstanding() == 0
 
 
-def _leading_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, str]:
+def _leading_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, str]:
     """The main thread leading unregistered (the usual wait), a thread following it."""
     reader = client._reader
     x = np.arange(2.0)
@@ -222,7 +164,7 @@ def _leading_wait(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[b
     thread = threading.Thread(target=follower)
     thread.start()
     try:
-        interrupted = _traced(tracer, lambda: mine.next(timeout=BOUND_S))
+        interrupted = run_interrupted(tracer, lambda: mine.next(timeout=BOUND_S))
     finally:
         out.set()
         thread.join(2 * BOUND_S)
@@ -249,13 +191,13 @@ def test_ctrl_c_as_a_leading_wait_ends_leaves_its_followers_the_role(
     handed the role (or finds it free) and its call ends; nothing stays listed.
     """
     client = start(spin_us=0)
-    counter = _Interrupter(0, READER)
+    counter = Interrupter(0, READER)
     assert not _leading_wait(client, 0, counter)[0]
     assert counter.points > 8, counter.points
     k = 0
     while True:  # every point, to the first the wait no longer reaches
         k += 1
-        tracer = _Interrupter(k, READER)
+        tracer = Interrupter(k, READER)
         interrupted, left = _leading_wait(client, k, tracer)
         assert not left, f"interrupted at {tracer.where}: {left}"
         if not interrupted:
@@ -264,7 +206,7 @@ def test_ctrl_c_as_a_leading_wait_ends_leaves_its_followers_the_role(
     assert client.outstanding() == 0
 
 
-def _cancel(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, str]:
+def _cancel(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, str]:
     """One cancel of a call in flight under ``tracer``: (interrupted, what is left)."""
     rid = f"v{n}"
     x = np.arange(2.0)
@@ -277,7 +219,7 @@ def _cancel(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, s
             _until(lambda: rid not in owed, 1.0)
 
     tracer.before = heard
-    interrupted = _traced(tracer, lambda: client.cancel(rid))
+    interrupted = run_interrupted(tracer, lambda: client.cancel(rid))
     left = []
     try:
         end = victim.next(timeout=BOUND_S)
@@ -297,13 +239,13 @@ def _cancel(client: WorkerClient, n: int, tracer: _Interrupter) -> tuple[bool, s
 def test_ctrl_c_in_a_cancel_leaves_nothing_owed(start: Callable[..., WorkerClient]) -> None:
     client = start(spin_us=0)
     only = frozenset({"WorkerClient.cancel"})
-    counter = _Interrupter(0, only)
+    counter = Interrupter(0, only)
     assert not _cancel(client, 0, counter)[0]
     assert counter.points > 5, counter.points
     k = 0
     while True:  # every point, to the first the cancel no longer reaches
         k += 1
-        tracer = _Interrupter(k, only)
+        tracer = Interrupter(k, only)
         interrupted, left = _cancel(client, k, tracer)
         assert not left, f"interrupted at {tracer.where}: {left}"
         if not interrupted:

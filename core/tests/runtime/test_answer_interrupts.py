@@ -10,7 +10,6 @@ nobody (it ran the winner's callbacks in the interrupted thread, beside the winn
 
 from __future__ import annotations
 
-import dis
 import inspect
 import sys
 import threading
@@ -22,50 +21,9 @@ from typing import Any
 import pytest
 
 from edge_core.runtime.answer import Answer
+from edge_core.testing.interrupts import Interrupter, run_interrupted
 
-_BACKWARD = ("JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
-_CHECKED_AFTER = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", *_BACKWARD)
-                           if name in dis.opmap)
 JOIN_S = 5.0
-
-
-class _Interrupter:
-    def __init__(self, k: int, only: frozenset[str]) -> None:
-        self.k, self.only, self.points, self.where = k, only, 0, ""
-        self._last: dict[int, int] = {}
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> _Interrupter:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            frame.f_trace_lines = False
-            self._point(frame, "entry")
-        elif event == "opcode":
-            op = frame.f_code.co_code[frame.f_lasti]
-            before = self._last.get(id(frame))
-            self._last[id(frame)] = op
-            if before in _CHECKED_AFTER:
-                self._point(frame, f"after {dis.opname[before]}")
-        return self
-
-    def _point(self, frame: FrameType, what: str) -> None:
-        if frame.f_code.co_qualname not in self.only:
-            return
-        self.points += 1
-        if self.points == self.k:
-            self.where = f"line {frame.f_lineno} {frame.f_code.co_qualname} ({what})"
-            raise KeyboardInterrupt
-
-
-def _traced(tracer: _Interrupter, call: Callable[[], Any]) -> bool:
-    sys.settrace(tracer)
-    try:
-        call()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        sys.settrace(None)
-    return False
 
 
 def _until(condition: Callable[[], bool]) -> bool:
@@ -98,8 +56,8 @@ def _set_with_interrupt(k: int) -> tuple[bool, str, int]:
 
     for name in runs:
         answer.add_done_callback(bump(name))
-    tracer = _Interrupter(k, SETTING)
-    interrupted = _traced(tracer, lambda: answer.set_result("in"))
+    tracer = Interrupter(k, SETTING)
+    interrupted = run_interrupted(tracer, lambda: answer.set_result("in"))
     if not answer.done():  # cut short before it was set: set it now, untraced
         answer.set_result("in")
     for thread in waiters:
@@ -132,8 +90,8 @@ def _wait_with_interrupt(k: int, timeout: float | None) -> bool:
     assert _until(lambda: answer._waiters is not None and len(answer._waiters) == 1)
     setter = threading.Timer(0.02, lambda: answer.set_result("in"))
     setter.start()
-    tracer = _Interrupter(k, WAITING)
-    interrupted = _traced(tracer, lambda: answer.result(timeout))
+    tracer = Interrupter(k, WAITING)
+    interrupted = run_interrupted(tracer, lambda: answer.result(timeout))
     setter.join(JOIN_S)
     waiter.join(JOIN_S)
     assert not waiter.is_alive() and other == ["in"], tracer.where
@@ -158,8 +116,8 @@ def _add_with_interrupt(k: int, set_first: bool) -> bool:
     if set_first:
         answer.set_result("in")
     runs: list[int] = []
-    tracer = _Interrupter(k, ADDING)
-    interrupted = _traced(tracer, lambda: answer.add_done_callback(lambda: runs.append(1)))
+    tracer = Interrupter(k, ADDING)
+    interrupted = run_interrupted(tracer, lambda: answer.add_done_callback(lambda: runs.append(1)))
     if not answer.done():
         answer.set_result("in")
     assert len(runs) <= 1, tracer.where
@@ -181,8 +139,8 @@ LONG_S = 10.0
 
 def _losing_settle_interrupted(answer: Answer[str]) -> str:
     """settle() on a set answer, in this (the main) thread, cut at its lock's exit."""
-    tracer = _Interrupter(2, frozenset({"Answer.settle"}))  # 1: entry, 2: after __exit__
-    assert _traced(tracer, lambda: answer.settle("second", None))
+    tracer = Interrupter(2, frozenset({"Answer.settle"}))  # 1: entry, 2: after __exit__
+    assert run_interrupted(tracer, lambda: answer.settle("second", None))
     return tracer.where
 
 

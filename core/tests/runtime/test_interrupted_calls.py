@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dis
 import gc
-import inspect
 import os
 import random
 import signal
@@ -51,85 +50,19 @@ import pytest
 
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline, PipelineResult
+from edge_core.testing.interrupts import BACKWARD_JUMPS, CHECKED_AFTER, Interrupter
 
 from .conftest import OpenPipeline, echo_stage
 
 #: Instructions after which CPython 3.11 checks for a pending signal (the sweep's points).
-_BACKWARD = ("JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
-             "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")
-_CHECKED_AFTER = frozenset(dis.opmap[name] for name in ("CALL", "CALL_FUNCTION_EX", *_BACKWARD))
-#: Code flags of a generator's frame (resumed where it yielded: see _Interrupter).
-_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 #: Where a real signal's handler finds the frame it interrupts (f_lasti's instruction).
-_ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "RESUME", *_BACKWARD})
+_ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "RESUME", *BACKWARD_JUMPS})
 
 WARM_UP = 30
 NEXT_CALL_S = 1.0  # the bound on the call after an interrupted one
 FULL_SWEEP = os.environ.get("EDGE_TEST_FULL_SWEEP") == "1"  # a failing sweep lists every window
 CLOSE_S = 5.0  # the bound on a close after a window was found
 DRAIN_S = 1.0  # a result dropped unacknowledged is acknowledged by the drain thread
-
-
-class _Interrupter:
-    """A tracer raising ``KeyboardInterrupt`` at its ``k``-th point (see the module doc).
-
-    ``k`` < 1 never raises: :attr:`points` then counts a call's points. ``only``: the
-    points in those functions (qualified names) alone count. ``skip``: no point counts in
-    the modules of those file names, nor in the functions of those qualified names (nor in
-    what those call).
-
-    A generator resumed after its ``yield`` is interrupted at its first instruction, not
-    at the ``call`` event of its resumption: raised there, the exception would leave the
-    frame without running its handlers (its ``finally``), which a real signal, acted on
-    at the ``RESUME`` after the ``yield``, runs.
-    """
-
-    def __init__(self, k: int, only: frozenset[str] | None = None,
-                 skip: frozenset[str] = frozenset()) -> None:
-        self.k = k
-        self.only = only
-        self.skip = skip
-        self.points = 0
-        self.where = ""
-        self._last: dict[int, int] = {}  # frame id -> its last instruction
-        self._resumed: set[int] = set()  # generator frames resumed, before their next one
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> _Interrupter:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            frame.f_trace_lines = False
-            if frame.f_code.co_flags & _GENERATOR and frame.f_lasti > 0:  # after a yield
-                self._resumed.add(id(frame))
-            else:
-                self._point(frame, "entry")
-        elif event == "opcode":
-            op = frame.f_code.co_code[frame.f_lasti]
-            before = self._last.get(id(frame))
-            self._last[id(frame)] = op
-            if self._resumed and id(frame) in self._resumed:
-                self._resumed.discard(id(frame))
-                self._point(frame, "resumed")
-            elif before in _CHECKED_AFTER:
-                self._point(frame, f"after {dis.opname[before]}")
-        return self
-
-    def _point(self, frame: FrameType, what: str) -> None:
-        if self.only is not None and frame.f_code.co_qualname not in self.only:
-            return
-        if self.skip:  # (in what one of them called too)
-            caller: FrameType | None = frame
-            while caller is not None:
-                code = caller.f_code
-                if code.co_filename.rsplit("/", 1)[-1] in self.skip or (
-                        code.co_qualname in self.skip):
-                    return
-                caller = caller.f_back
-        self.points += 1
-        if self.points == self.k:
-            code = frame.f_code
-            self.where = (f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} "
-                          f"{code.co_qualname} ({what})")
-            raise KeyboardInterrupt
 
 
 #: One call under the tracer: what it returns (a result) is acknowledged outside it.
@@ -155,7 +88,7 @@ def _stream_closed_early(pipeline: Pipeline, x: np.ndarray, deadline_s: float | 
     tokens.close()
 
 
-def _traced(pipeline: Pipeline, x: np.ndarray, tracer: _Interrupter,
+def _traced(pipeline: Pipeline, x: np.ndarray, tracer: Interrupter,
             deadline_s: float | None = None, drive: Drive = _run_call) -> bool:
     """One call under ``tracer``; True when it was interrupted (its result else acked).
 
@@ -225,7 +158,7 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
     ``first``: stop at the first window found (each costs the bounds on the drain and the
     next call, and a reopen: about a second and a half). ``deadline_s``: each swept
     call's (its admission slot then waited for). ``drive``: the call (``run`` by default).
-    ``skip``: modules whose points are left out (see :class:`_Interrupter`).
+    ``skip``: modules whose points are left out (see :class:`Interrupter`).
     """
     x = np.arange(4, dtype=np.float32)
 
@@ -236,11 +169,11 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
         return pipeline
 
     pipeline = opened()
-    counter = _Interrupter(0, only, skip)
+    counter = Interrupter(0, only, skip)
     assert not _traced(pipeline, x, counter, deadline_s, drive)
     windows: list[str] = []
     for k in range(1, counter.points + 1):
-        tracer = _Interrupter(k, only, skip)
+        tracer = Interrupter(k, only, skip)
         interrupted = _traced(pipeline, x, tracer, deadline_s, drive)
         if (held := _left_held(pipeline, x)) is None:
             continue
@@ -409,7 +342,7 @@ def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray,
             before = last.get(id(frame))
             last[id(frame)] = op
             if state["armed"]:
-                if before in _CHECKED_AFTER:
+                if before in CHECKED_AFTER:
                     point()
             elif (frame.f_code.co_name == "_read_one"
                   and frame.f_locals.get("popped") is not None

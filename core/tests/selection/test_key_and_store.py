@@ -12,6 +12,9 @@ from typing import Any
 import attrs
 import pytest
 
+from edge_contracts.devices import DeviceDescriptor, DeviceKind, ExecutionDomain, Integration
+from edge_core import hookimpl
+from edge_core.backend import BackendInfo, ProbeReport
 from edge_core.config import load_pipeline
 from edge_core.config.model import PipelineConfig
 from edge_core.identity import identity_digest
@@ -121,6 +124,67 @@ def test_the_environment_part_holds_what_the_backends_declare(plugins: PluginSet
     env = {"LD_LIBRARY_PATH": "/x", "HOME": "/home/u", "VLLM_CPU_KVCACHE_SPACE": "1"}
     # echo declares nothing: only the loader's path counts
     assert environment_identity(config, plugins, env) == {"LD_LIBRARY_PATH": "/x"}
+
+
+class _Declaring:
+    """A third-party backend ``declared``: its own variables (``DECLARED_*``) and a GPU."""
+
+    EDGE_CONTRACT = "1.0"
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    @hookimpl
+    def edge_backends(self) -> list[BackendInfo]:
+        return [BackendInfo(name="declared", kinds=("graph",), env_names=("DECLARED_*",))]
+
+    @hookimpl
+    def edge_probe(self) -> list[ProbeReport]:
+        gpu = DeviceDescriptor(physical_id=self.device, kind=DeviceKind.GPU, name=self.device,
+                               execution_domain=ExecutionDomain.POSIX,
+                               integration=Integration.DISCRETE, pools=(f"gpu:{self.device}",))
+        return [ProbeReport(backend="declared", available=True, runtime={"declared": "1.0"},
+                            devices=(gpu,))]
+
+
+def _declared_config(tmp_path: Path) -> PipelineConfig:
+    return _config(tmp_path, stage={"candidates": [{"backend": {"name": "declared"}}]})
+
+
+def test_a_variable_a_backend_declares_is_in_the_environment_part(tmp_path: Path) -> None:
+    """Set, changed or unset: measured again, and said to be the environment."""
+    plugins = load_plugins(objects={"declaring": _Declaring("gpu0")},
+                           env={"EDGE_PLUGINS": "echo"})
+    config = _declared_config(tmp_path)
+    env = {"DECLARED_THREADS": "4", "HOME": "/home/u", "UNDECLARED": "1"}
+    assert environment_identity(config, plugins, env) == {"DECLARED_THREADS": "4"}
+    base = decision_key(config, plugins, env={})
+    stage = config.stages[0].choices()[0]
+    gate = gate_key(stage, plugins, env={})
+    for changed in ({"DECLARED_THREADS": "4"}, {"DECLARED_THREADS": "8"}):
+        assert decision_key(config, plugins, env=changed).changed(base.parts) == [
+            "environment"]
+        assert gate_key(stage, plugins, env=changed).changed(gate.parts) == ["environment"]
+    # a variable it does not declare changes nothing
+    assert decision_key(config, plugins, env={"UNDECLARED": "1"}).digest == base.digest
+    assert gate_key(stage, plugins, env={"UNDECLARED": "1"}).digest == gate.digest
+
+
+def test_another_device_is_another_runtime(tmp_path: Path) -> None:
+    """The probe's devices are part of the runtime identity: a swapped GPU is measured again."""
+    config = _declared_config(tmp_path)
+    stage = config.stages[0].choices()[0]
+    keys = {}
+    for device in ("gpu0", "gpu1"):
+        plugins = load_plugins(objects={"declaring": _Declaring(device)},
+                               env={"EDGE_PLUGINS": "echo"})
+        keys[device] = (decision_key(config, plugins, env={}), gate_key(stage, plugins, env={}))
+        again = load_plugins(objects={"declaring": _Declaring(device)},
+                             env={"EDGE_PLUGINS": "echo"})
+        assert decision_key(config, again, env={}).digest == keys[device][0].digest
+    assert keys["gpu1"][0].changed(keys["gpu0"][0].parts) == ["runtime"]
+    assert keys["gpu1"][1].changed(keys["gpu0"][1].parts) == ["runtime"]
+    assert keys["gpu1"][0].runtime["backends"]["declared"]["devices"][0]["physical_id"] == "gpu1"
 
 
 @pytest.mark.parametrize("name", ["EDGE_SPIN_US", "EDGE_COPY_THREADS", "EDGE_HEAP",

@@ -1,10 +1,13 @@
 """The admission queue through a real ``edge serve``: wait in order, refuse only when full.
 
-Two echo pipelines at admission 1, each stage a real worker process taking ``DELAY_S`` a
-call: ``wide`` with the default queue, ``short`` with ``--queue-length short=2``. Four
-clients at once on ``wide`` are all answered; a burst on ``short`` beyond its slot and its
-two places gets 429 with ``Retry-After``; a deadline that passes while waiting is 504 and
-leaves the stage serving; a client that disconnects while waiting leaves the queue. After
+Three echo pipelines at admission 1, each stage a real worker process taking ``DELAY_S`` a
+call: ``wide`` with the default length (its wait raised to 60 s for a loaded machine),
+``short`` with ``--queue-length short=2`` and the default wait, ``brief`` with
+``--queue-wait brief=0.5``. Four clients at once on ``wide`` are all answered; a burst on
+``short`` beyond its slot and its two places gets 429 with ``Retry-After``; a deadline that
+passes while waiting is 504 and leaves the stage serving, and so is a request without one
+that waits past its queue's wait limit; a client that disconnects while waiting leaves
+the queue; each pipeline shows its own queue's length and wait (the defaults: 64 and 30 s). After
 each, nothing waits and nothing is in flight; after SIGTERM no process, segment or
 reservation is left (:func:`serving.running` checks them).
 """
@@ -30,6 +33,7 @@ from serving import EDGE, Served, echo_pipeline, running
 pytestmark = pytest.mark.slow
 
 DELAY_S = 0.8
+BRIEF_WAIT_S = 0.5  # ``brief``'s queue wait (--queue-wait brief=0.5)
 X = np.ones((2, 2), dtype=np.float32)
 BODY = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
                          "data": base64.b64encode(X.tobytes()).decode()}}}
@@ -39,8 +43,10 @@ BODY = {"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("queue")
     pipelines = [echo_pipeline(folder, "wide", delay_s=DELAY_S),
-                 echo_pipeline(folder, "short", delay_s=DELAY_S)]
-    with running(pipelines, "--queue-length", "short=2", "--queue-wait", "60") as served:
+                 echo_pipeline(folder, "short", delay_s=DELAY_S),
+                 echo_pipeline(folder, "brief", delay_s=DELAY_S)]
+    with running(pipelines, "--queue-length", "short=2", "--queue-wait", "wide=60",
+                 "--queue-wait", f"brief={BRIEF_WAIT_S}") as served:
         yield served
 
 
@@ -145,6 +151,52 @@ def test_a_deadline_passing_while_waiting_is_504_and_the_stage_keeps_serving(
         families = _families(client)
     assert _sample(families, "edge_queue_refusals", "edge_queue_refusals_total",
                    pipeline="wide", reason="deadline") == 1
+
+
+def test_waiting_past_the_queues_wait_limit_is_504_and_the_stage_keeps_serving(
+        server: Served) -> None:
+    """A request without ``deadline_s`` waits at most its queue's ``--queue-wait``."""
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        before = _families(client)
+        sock = _send(server, "brief", {**BODY, "params": {"delay_s": 3.0}})
+        try:
+            _wait(lambda: client.get("/v1/pipelines/brief").json()["stages"][0]["in_flight"]
+                  == 1, "the slow request never reached the stage")
+            started = time.monotonic()
+            reply = client.post("/v1/pipelines/brief/run", json=BODY)
+            waited = time.monotonic() - started
+            assert reply.status_code == 504, reply.text
+            error = reply.json()["error"]
+            assert error["edge"]["field"] == "queue.wait_s", error
+            assert error["edge"]["kind"] == "DeadlineExceeded", error
+            assert "--queue-wait" in error["message"], error
+            assert error["message"].endswith(f": {BRIEF_WAIT_S}"), error  # the limit, named
+            assert waited >= BRIEF_WAIT_S  # refused once the limit passed, not before
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")  # the first one is served
+        finally:
+            sock.close()
+        _settled(client, "brief")
+        shown = client.get("/v1/pipelines/brief").json()["stages"][0]
+        assert shown["state"] == "ready" and shown["generation"] == 1
+        assert client.post("/v1/pipelines/brief/run", json=BODY).status_code == 200
+        after = _families(client)
+    assert (_sample(after, "edge_queue_refusals", "edge_queue_refusals_total",
+                    pipeline="brief", reason="deadline")
+            - _sample(before, "edge_queue_refusals", "edge_queue_refusals_total",
+                      pipeline="brief", reason="deadline")) == 1
+
+
+def test_each_pipeline_shows_its_queue_with_the_defaults_where_not_set(
+        server: Served) -> None:
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        queues = {name: client.get(f"/v1/pipelines/{name}").json()["queue"]
+                  for name in ("wide", "short", "brief")}
+        families = _families(client)
+    assert {name: (q["length"], q["wait_s"]) for name, q in queues.items()} == {
+        "wide": (64, 60.0), "short": (2, 30.0), "brief": (64, BRIEF_WAIT_S)}
+    for name, queue in queues.items():
+        assert _sample(families, "edge_queue_limit", "edge_queue_limit",
+                       pipeline=name) == queue["length"]
 
 
 def test_a_client_disconnecting_while_queued_leaves_the_queue(server: Served) -> None:

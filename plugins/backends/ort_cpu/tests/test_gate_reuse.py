@@ -207,6 +207,20 @@ def test_edge_plan_says_the_gate_was_reused(tmp_path: Path) -> None:
     assert "gate: full gate, 4 of 4 points checked now (no stored gate)" in answers[0]
     assert "gate: gate reused from 20" in answers[1]
     assert ", 2 of 4 points checked now" in answers[1]
+    # edge run says it on its plan's stage line too, and its --json plan carries it
+    np.savez(tmp_path / "x.npz", x=np.ones((8, 3), np.float32))
+    ran = subprocess.run([edge, "run", str(config), "--inputs", str(tmp_path / "x.npz")],
+                         capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert ran.returncode == 0, ran.stderr
+    shown = [line.strip() for line in ran.stdout.splitlines() if line.strip().startswith("gate:")]
+    assert len(shown) == 1 and shown[0].startswith("gate: gate reused from 20"), ran.stdout
+    assert shown[0].endswith(", 2 of 4 points checked now"), ran.stdout
+    ran = subprocess.run([edge, "run", str(config), "--inputs", str(tmp_path / "x.npz"),
+                          "--json"], capture_output=True, text=True, timeout=300, env=env,
+                         check=False)
+    assert ran.returncode == 0, ran.stderr
+    gate = json.loads(ran.stdout)["plan"]["stages"][0]["gate"]
+    assert gate["mode"] == "reused" and gate["note"] == shown[0].removeprefix("gate: ")
 
 
 def test_a_profile_records_reused_gates_of_its_opens_and_keeps_its_evidence_full(

@@ -80,3 +80,33 @@ def test_each_moved_figure_names_its_source_and_date() -> None:
         assert paths, f"{title}: names no file"
         for path in paths:
             assert (ROOT / path).exists(), f"{title}: {path} does not exist"
+
+
+#: The keys the performance goals are read from (issue 33's "How it is shown"), by benchmark:
+#: renaming one in a script, or a line that lost one, leaves a goal without its figure.
+GOAL_KEYS = {
+    "startup": ("cold_first_answer_over_rapidocr", "cold_first_answer_over_rapidocr_first_ever",
+                "edge_probe_over_import_onnxruntime", "edge_plugins_over_import_onnxruntime",
+                "open_s"),
+    "ocr_throughput": ("serve_c4_errors", "serve_c4_over_c1", "serve_c4_ceiling_over_c1",
+                       "serve_c1_over_rapidocr_best", "edge_texts_equal", "cpu_s_per_page",
+                       "rss_mib", "cer", "rapidocr_threads_grid"),
+    "ort_call": ("zero_copy_overhead_vs_ort_defaults", "tiny_call_over_mp_pipe",
+                 "cpu_per_call_over_mp_pipe", "cpu_us_per_call"),
+    "transport": ("echo_over_mp_pipe", "echo_over_mp_pipe_no_spin"),
+    "serve": ("http_overhead_over_bare_asgi", "edge_added_ms", "bare_asgi_added_ms",
+              "ocr_paired_median_ms", "ocr_paired_ci95_ms"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOAL_KEYS))
+def test_each_goals_figure_is_in_its_benchmarks_line_and_script(name: str) -> None:
+    """The current line holds every goal's key, and the script still names each (a key it
+    builds, as serve.py's ``ocr_`` ones, is named in its docstring)."""
+    blocks = re.findall(r"^```json\n(.*?)\n```", sections()[name], flags=re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 1, f"{name}: not measured"
+    line = json.loads(blocks[0])
+    script = (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
+    for key in GOAL_KEYS[name]:
+        assert key in line, f"{name}: the line in RESULTS.md has no {key!r}"
+        assert re.search(rf"\b{key}\b", script), f"benchmarks/{name}.py names no {key!r}"

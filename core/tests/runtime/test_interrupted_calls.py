@@ -522,7 +522,9 @@ def _run_and_ack(pipeline: Pipeline, x: np.ndarray, deadline_s: float | None) ->
 #: and the release of its outputs' shared memory (to the worker's acknowledgement frame).
 #: A Ctrl-C once left the slots held for good (PipelineResult.ack's mark set before its
 #: release: the result then no longer handed to the drain), or the outputs' memory
-#: (StageResult.release_outputs' list of it taken before each was released).
+#: (StageResult.release_outputs' list of it taken before each was released). _leave,
+#: ServingLineup.leave_held and SlotPool.release_held were that release: named still, so
+#: that a return to them is swept.
 PIPELINE_ACK = frozenset({"PipelineResult.ack", "_leave", "_leave_once",
                           "ServingLineup.leave_held", "ServingLineup.left_held",
                           "SlotPool.release_held", "SlotPool.wake_held", "StageResult.ack",

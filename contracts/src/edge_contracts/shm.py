@@ -508,6 +508,16 @@ class SegmentProducer:
             self._leased[segment] = (entry[0], self._generation)
             return self._generation
 
+    def leased_generation(self, segment: str) -> int | None:
+        """The generation ``segment`` is leased under; None when it is not leased (or closed).
+
+        For an owner whose :meth:`renew` was cut short (a ``KeyboardInterrupt``) after the
+        new generation was stamped, before it learnt it.
+        """
+        with self._lock:
+            entry = self._leased.get(segment)
+            return None if self._closed or entry is None else entry[1]
+
     def take_gone(self) -> list[str]:
         """Return (and forget) the names unlinked since the last call, for the consumer."""
         if not self._gone:  # the usual case, read without the lock: a name appended

@@ -100,10 +100,14 @@ class _Retention:
         self._anchors = [weakref.ref(_anchor(a)) for a in arrays.values()]
 
     def release(self) -> bool:
-        """Acknowledge the segments; unlink (never reuse) them when a view is alive."""
+        """Acknowledge the segments; unlink (never reuse) them when a view is alive.
+
+        Idempotent, and so when cut short (a ``KeyboardInterrupt``) and called again:
+        the anchors are let go once the delivery was released.
+        """
         alive = any(anchor() is not None for anchor in self._anchors)
-        self._anchors = []
         self._delivery.release(unlink=alive)
+        self._anchors = []
         return alive
 
 

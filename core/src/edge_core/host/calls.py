@@ -169,12 +169,16 @@ class Delivery:
         """Acknowledge the shared memory behind :attr:`arrays` (idempotent).
 
         With ``unlink`` the worker drops the segments instead of reusing them: for views
-        that are still referenced here and must keep their bytes.
+        that are still referenced here and must keep their bytes. The references are let
+        go once acknowledged: a release cut short (a ``KeyboardInterrupt``) and called
+        again acknowledges them (perhaps a second time: a stale acknowledgement frees
+        nothing), never forgets them.
         """
-        refs, self._refs = self._refs, []
-        self.retained = False
+        refs = self._refs
         if refs and self._ack is not None:
             self._ack(refs, unlink)
+        self._refs = []
+        self.retained = False
 
     def __enter__(self) -> Delivery:
         return self

@@ -680,119 +680,132 @@ class WorkerClient:
         if self._state != READY:  # _refuse_if_down, without the call
             raise self._gone_error()
         request_id = request.request_id
-        key: tuple[object, ...] | None = None  # a usual request's (see request_kept)
-        kept: KeptRequest | None = None
-        lease: Lease | None = None  # a lone input buffer's, claimed (a zero-copy request)
-        kept_ref: KeptRefRequest | None = None  # its template, if kept (see request_kept)
-        if inputs is not None and len(inputs) == 1 and request.params is EMPTY_OBJECT:
-            ((name, value),) = inputs.items()
-            if not self._inputs.by_id:  # no input buffer can be among them
-                if type(value) is np.ndarray and value.flags.c_contiguous:
-                    rid = request_id.encode()
-                    key = (len(rid), name, value.dtype, value.shape, request.operation,
-                           request.stage_id, request.epoch)  # the key: see request_kept
-                    kept = self._kept_requests.get(key)
-            else:  # perhaps an input buffer: claimed here (its refusal claims nothing)
-                lease = self._inputs.claim_lone(name, value)
-                if lease is not None:
-                    rid = request_id.encode()
-                    key = (len(rid), name, lease.segment, lease.offset, value.dtype,
-                           value.shape, request.operation, request.stage_id, request.epoch)
-                    kept_ref = self._kept_ref_requests.get(key)
-        if lease is not None:  # the lone input buffer, claimed: packed (or kept) by reference
-            claimed = {id(value): (value, lease)}
-            if kept_ref is None:
-                try:
-                    packed = self._inputs.pack_claimed(inputs, claimed)
-                except BaseException as exc:
-                    self._inputs.unsent(claimed)
-                    if isinstance(exc, ShmCapExceeded):
-                        raise TransportCapExceeded(exc.field, exc.reason, exc.value,
-                                                   clears=bool(self._calls)) from None
-                    raise
-            else:
-                packed = _NOT_PACKED
-        elif kept is None:
-            try:  # input buffers (InputBuffers.allocate) travel by reference
-                packed, claimed = self._inputs.pack(inputs)
-            except ShmCapExceeded as exc:
-                raise TransportCapExceeded(exc.field, exc.reason, exc.value,
-                                           clears=bool(self._calls)) from None
-        else:  # one inline array: nothing leased or claimed
-            packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
+        # Made first: the call names the claims of its input buffers (see host.inputs),
+        # which the failure path below undoes whether or not they got to be known here
         call = Call(request_id, request.stage_id, request.epoch, self._cancel_call,
                     self._reader_wait)
-        with self._lock:  # (see _calls: registered under the lock)
-            registered = self._calls.setdefault(request_id, call) is call
-        if not registered:
-            self._inputs.take_back(packed.leases, claimed)
-            raise ProtocolViolation("request.request_id", "already in flight", request_id)
-        gone = self._producer.take_gone() if self._producer is not None else []
         try:
-            if kept is not None and not gone:  # the kept bytes around this request's id
-                before, after, total = kept
-                head = before + rid + after
-                if self._spin_frame is None:  # (one told meanwhile goes with the next write)
-                    with self._send_lock:
-                        try:
-                            written = self._sock.sendmsg([head, value])
-                            if written != total:  # the rest, resumed as write_frame does
-                                write_frame(self._sock.sendmsg,
-                                            [memoryview(head + value.tobytes())[written:]])
-                        except OSError as exc:
-                            raise self._send_failed(exc) from None
+            key: tuple[object, ...] | None = None  # a usual request's (see request_kept)
+            kept: KeptRequest | None = None
+            lease: Lease | None = None  # a lone input buffer's, claimed (a zero-copy request)
+            kept_ref: KeptRefRequest | None = None  # its template, if kept (see request_kept)
+            if inputs is not None and len(inputs) == 1 and request.params is EMPTY_OBJECT:
+                ((name, value),) = inputs.items()
+                if not self._inputs.by_id:  # no input buffer can be among them
+                    if type(value) is np.ndarray and value.flags.c_contiguous:
+                        rid = request_id.encode()
+                        key = (len(rid), name, value.dtype, value.shape, request.operation,
+                               request.stage_id, request.epoch)  # the key: see request_kept
+                        kept = self._kept_requests.get(key)
+                else:  # perhaps an input buffer: claimed here (its refusal claims nothing)
+                    lease = self._inputs.claim_lone(name, value, call)
+                    if lease is not None:
+                        rid = request_id.encode()
+                        key = (len(rid), name, lease.segment, lease.offset, value.dtype,
+                               value.shape, request.operation, request.stage_id, request.epoch)
+                        kept_ref = self._kept_ref_requests.get(key)
+            if lease is not None:  # the lone input buffer, claimed: packed (or kept) by reference
+                claimed = {id(value): (value, lease)}
+                if kept_ref is None:
+                    try:
+                        packed = self._inputs.pack_claimed(inputs, claimed)
+                    except BaseException as exc:
+                        self._inputs.unsent(claimed)
+                        if isinstance(exc, ShmCapExceeded):
+                            raise TransportCapExceeded(exc.field, exc.reason, exc.value,
+                                                       clears=bool(self._calls)) from None
+                        raise
                 else:
-                    self._write([head, value.data.cast("B")])
-                return call
-            if kept_ref is not None and not gone:  # the kept bytes around its id, generation
-                before, middle, after = kept_ref
-                head = b"".join((before, rid, middle,
-                                 _GENERATION.pack(lease.generation), after))  # type: ignore[union-attr]
-                total = len(head)  # (before the write: no call between it and the return)
-                if self._spin_frame is None:  # (one told meanwhile goes with the next write)
-                    with self._send_lock:
-                        try:
-                            written = self._sock.sendmsg([head])
-                            if written != total:  # the rest, resumed as write_frame does
-                                write_frame(self._sock.sendmsg, [memoryview(head)[written:]])
-                        except OSError as exc:
-                            raise self._send_failed(exc) from None
+                    packed = _NOT_PACKED
+            elif kept is None:
+                try:  # input buffers (InputBuffers.allocate) travel by reference
+                    packed, claimed = self._inputs.pack(inputs, call)
+                except ShmCapExceeded as exc:
+                    raise TransportCapExceeded(exc.field, exc.reason, exc.value,
+                                               clears=bool(self._calls)) from None
+            else:  # one inline array: nothing leased or claimed
+                packed, claimed = _NOT_PACKED, _NOTHING_CLAIMED
+            with self._lock:  # (see _calls: registered under the lock)
+                registered = self._calls.setdefault(request_id, call) is call
+            if not registered:
+                self._inputs.take_back(packed.leases, claimed)
+                raise ProtocolViolation("request.request_id", "already in flight", request_id)
+            gone = self._producer.take_gone() if self._producer is not None else []
+            try:
+                if kept is not None and not gone:  # the kept bytes around this request's id
+                    before, after, total = kept
+                    head = before + rid + after
+                    if self._spin_frame is None:  # (one told meanwhile goes with the next write)
+                        with self._send_lock:
+                            try:
+                                written = self._sock.sendmsg([head, value])
+                                if written != total:  # the rest, resumed as write_frame does
+                                    write_frame(self._sock.sendmsg,
+                                                [memoryview(head + value.tobytes())[written:]])
+                            except OSError as exc:
+                                raise self._send_failed(exc) from None
+                    else:
+                        self._write([head, value.data.cast("B")])
+                    return call
+                if kept_ref is not None and not gone:  # the kept bytes around its id, generation
+                    before, middle, after = kept_ref
+                    head = b"".join((before, rid, middle,
+                                     _GENERATION.pack(lease.generation), after))  # type: ignore[union-attr]
+                    total = len(head)  # (before the write: no call between it and the return)
+                    if self._spin_frame is None:  # (one told meanwhile goes with the next write)
+                        with self._send_lock:
+                            try:
+                                written = self._sock.sendmsg([head])
+                                if written != total:  # the rest, resumed as write_frame does
+                                    write_frame(self._sock.sendmsg, [memoryview(head)[written:]])
+                            except OSError as exc:
+                                raise self._send_failed(exc) from None
+                    else:
+                        self._write([head])
+                    return call
+                if kept is not None:  # segment names to announce first: the general path
+                    packed, claimed = self._inputs.pack(inputs, call)
+                elif kept_ref is not None:  # the same, its buffer claimed already
+                    packed = self._inputs.pack_claimed(inputs, claimed)
+                # Checked once already: StageRequest, the generation at start, the packer.
+                specs, features = packed.specs, packed.features
+                params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
+                ids = (_OP_TEXT[request.operation], request_id, request.stage_id,
+                       request.epoch, self.generation)
+                if gone or not self._binary:
+                    inline, total = tensor_totals(specs, features) if specs else (0, 0)
+                    header = prechecked_header(*ids, specs, params, features, inline, total)
+                    # a request's meta is its params: the names go in an ack before it
+                    notice = (FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
+                              if gone else None)
+                    self._send(header, packed.payloads, before=notice)
                 else:
-                    self._write([head])
-                return call
-            if kept is not None:  # segment names to announce first: the general path
-                packed, claimed = self._inputs.pack(inputs)
-            elif kept_ref is not None:  # the same, its buffer claimed already
-                packed = self._inputs.pack_claimed(inputs, claimed)
-            # Checked once already: StageRequest, the generation at start, the packer.
-            specs, features = packed.specs, packed.features
-            params: JSONObject = request.params  # type: ignore[assignment]  # (no cast call)
-            ids = (_OP_TEXT[request.operation], request_id, request.stage_id,
-                   request.epoch, self.generation)
-            if gone or not self._binary:
-                inline, total = tensor_totals(specs, features) if specs else (0, 0)
-                header = prechecked_header(*ids, specs, params, features, inline, total)
-                # a request's meta is its params: the names go in an ack before it
-                notice = (FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
-                          if gone else None)
-                self._send(header, packed.payloads, before=notice)
-            else:
-                parts = encode_call_frame(*ids, specs, packed.payloads, features, meta=params)
-                self._write(parts)
-                if lease is not None:  # a lone input buffer's: kept by its reference
-                    ref = specs[0].ref if len(specs) == 1 else None
-                    if (key is not None and len(parts) == 1 and ref is not None
-                            and ref.segment == lease.segment):  # (its only lease)
-                        self._keep_ref_request(key, parts[0], lease.generation)
-                elif (key is not None and not features and not packed.leases and value.ndim
-                        and value.size and len(specs) == 1 and specs[0].ref is None):
-                    self._keep_request(key, parts[0], value.nbytes)
+                    parts = encode_call_frame(*ids, specs, packed.payloads, features, meta=params)
+                    self._write(parts)
+                    if lease is not None:  # a lone input buffer's: kept by its reference
+                        ref = specs[0].ref if len(specs) == 1 else None
+                        if (key is not None and len(parts) == 1 and ref is not None
+                                and ref.segment == lease.segment):  # (its only lease)
+                            self._keep_ref_request(key, parts[0], lease.generation)
+                    elif (key is not None and not features and not packed.leases and value.ndim
+                            and value.size and len(specs) == 1 and specs[0].ref is None):
+                        self._keep_request(key, parts[0], value.nbytes)
+            except BaseException:
+                with self._lock:
+                    self._calls.pop(request_id, None)
+                self._inputs.take_back(packed.leases, claimed)
+                if gone and self._producer is not None:  # announce them with a later frame
+                    self._producer.restore_gone(gone)
+                raise
         except BaseException:
+            # Not sent (refused, failed, or cut short by a Ctrl-C, even as the claim of an
+            # input buffer returned or as the request was registered): what the paths
+            # above gave back is given back; a claim or a registration of this call's
+            # left (unknown to them) is undone here
             with self._lock:
-                self._calls.pop(request_id, None)
-            self._inputs.take_back(packed.leases, claimed)
-            if gone and self._producer is not None:  # announce them with a later frame
-                self._producer.restore_gone(gone)
+                if self._calls.get(request_id) is call:
+                    del self._calls[request_id]
+            self._inputs.unclaim(inputs, call)
             raise
         return call
 

@@ -21,18 +21,28 @@ Ownership follows the rules of retained results:
 
 Views made of the array before it was sent stay writable: write only through the array
 until the request has ended.
+
+A claim names its claimant (the request's :class:`~edge_core.host.calls.Call`), recorded
+with the buffer's busy mark in one run of statements without a call (where a
+``KeyboardInterrupt`` cannot act): a request cut short by a Ctrl-C before it was
+registered, even as the claim returned, undoes what it claimed with :meth:`InputBuffers.
+unclaim` without knowing it. A claim cut short itself, after the producer stamped the new
+generation on the segment, takes that generation as the buffer's before the interrupt
+goes on: the buffer is sent by reference again, and given back to the pool when
+collected.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from edge_contracts.shm import Lease
+from edge_contracts.shm import Lease, SegmentProducer
 from edge_contracts.worker_transport import Packed, TensorPacker
 from edge_core.host.errors import InputBufferBusy
 
@@ -44,12 +54,13 @@ _NO_VIEW = memoryview(b"")
 class _Buffer:
     """What is known of one buffer: its lease and whether a request holds it."""
 
-    __slots__ = ("array", "busy", "collected", "lease")
+    __slots__ = ("array", "busy", "claimant", "collected", "lease")
 
     def __init__(self, array: np.ndarray[Any, Any], lease: Lease) -> None:
         self.array = weakref.ref(array)
         self.lease = replace(lease, view=_NO_VIEW)  # only the array keeps the mapping
         self.busy = False
+        self.claimant: object = None  # whose claim made it busy (see unclaim)
         self.collected = False
 
 
@@ -119,12 +130,12 @@ class InputBuffers:
                 if buffer is not None and buffer.busy and buffer.array() is value:
                     raise _busy(name, buffer)
 
-    def claim(self, inputs: Any) -> dict[int, tuple[Any, Lease]]:
+    def claim(self, inputs: Any, claimant: object = None) -> dict[int, tuple[Any, Lease]]:
         """Mark the buffers among ``inputs`` as sent; return them for the packer.
 
         Each gets a fresh generation (on its second and later sends) and turns
-        read-only. Raises :class:`InputBufferBusy` (claiming nothing) when one is still
-        held by a request.
+        read-only, claimed by ``claimant`` (see :meth:`unclaim`). Raises
+        :class:`InputBufferBusy` (claiming nothing) when one is still held by a request.
         """
         if not inputs or not self.by_id:
             return {}
@@ -145,24 +156,23 @@ class InputBuffers:
             for array, buffer in found:
                 if producer is None:  # pragma: no cover - a buffer's packer has one
                     continue
-                lease = buffer.lease
-                generation = producer.renew(lease.segment, lease.generation)
-                if generation is None:  # the producer was closed: the worker is gone
+                lease = self._renewed(producer, buffer)
+                if lease is None:  # the producer was closed: the worker is gone
                     continue
-                buffer.lease = Lease(lease.segment, generation, lease.offset, _NO_VIEW)
+                buffer.claimant = claimant  # with its mark: no call between (see unclaim)
                 buffer.busy = True
+                self._sent += 1
                 array.flags.writeable = False
-                claimed[id(array)] = (array, buffer.lease)
-            self._sent += len(claimed)
+                claimed[id(array)] = (array, lease)
         return claimed
 
-    def claim_lone(self, name: str, value: Any) -> Lease | None:
+    def claim_lone(self, name: str, value: Any, claimant: object = None) -> Lease | None:
         """:meth:`claim` for a request's lone input: its buffer's new lease, else None.
 
         None when ``value`` is not one of these buffers (nothing claimed). Raises
         :class:`InputBufferBusy` when it is one still held by a request. The claim is
         recorded as :meth:`claim` records it; :meth:`unsent` with
-        ``{id(value): (value, lease)}`` undoes it.
+        ``{id(value): (value, lease)}`` undoes it (or :meth:`unclaim` by ``claimant``).
         """
         buffer = self.by_id.get(id(value))
         if buffer is None:
@@ -176,15 +186,59 @@ class InputBuffers:
             producer = self._packer.producer
             if producer is None:  # pragma: no cover - a buffer's packer has one
                 return None
-            lease = buffer.lease
+            lease = self._renewed(producer, buffer)
+            if lease is None:  # the producer was closed: the worker is gone
+                return None
+            buffer.claimant = claimant  # with its mark: no call between (see unclaim)
+            buffer.busy = True
+            self._sent += 1
+            held.flags.writeable = False
+        return lease
+
+    def _renewed(self, producer: SegmentProducer, buffer: _Buffer) -> Lease | None:
+        """Stamp a new generation on ``buffer``'s segment (under the lock); its new lease.
+
+        None when the producer was closed. Cut short (a Ctrl-C) after the producer
+        stamped it, the buffer's lease takes that generation before the interrupt goes
+        on: the buffer's lease and the producer's stay one.
+        """
+        lease = buffer.lease
+        try:
             generation = producer.renew(lease.segment, lease.generation)
-            if generation is None:  # the producer was closed: the worker is gone
+            if generation is None:
                 return None
             lease = buffer.lease = Lease(lease.segment, generation, lease.offset, _NO_VIEW)
-            buffer.busy = True
-            held.flags.writeable = False
-            self._sent += 1
+        except BaseException:
+            stamped = producer.leased_generation(lease.segment)
+            if stamped is not None and stamped != buffer.lease.generation:
+                buffer.lease = Lease(lease.segment, stamped, lease.offset, _NO_VIEW)
+            raise
         return lease
+
+    def unclaim(self, inputs: Any, claimant: object) -> None:
+        """Undo the claims of ``claimant`` among ``inputs`` that are still held.
+
+        For a request that was not sent, whatever its sender knows of its claims: one
+        cut short by a ``KeyboardInterrupt`` (even as :meth:`claim` returned) calls it
+        on its way out. A buffer claimed since by another request, or acknowledged, is
+        left as it is.
+        """
+        if not self.by_id or not isinstance(inputs, Mapping):
+            return
+        undone: list[np.ndarray[Any, Any]] = []
+        with self._lock:
+            for value in inputs.values():
+                buffer = self.by_id.get(id(value))
+                if buffer is None or not buffer.busy or buffer.claimant is not claimant:
+                    continue
+                held = buffer.array()
+                if held is not None and held is value:
+                    buffer.busy = False
+                    buffer.claimant = None
+                    self._sent -= 1
+                    undone.append(held)
+        for array in undone:
+            array.flags.writeable = True
 
     def pack_claimed(self, inputs: Any, claimed: dict[int, tuple[Any, Lease]]) -> Packed:
         """Pack ``inputs`` whose buffers among them were claimed already (``claimed``).
@@ -193,14 +247,16 @@ class InputBuffers:
         """
         return self._packer.pack(inputs, dict(claimed))
 
-    def pack(self, inputs: Any) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
+    def pack(self, inputs: Any,
+             claimant: object = None) -> tuple[Packed, dict[int, tuple[Any, Lease]]]:
         """Pack ``inputs`` for a request; return the frame parts and the claimed buffers.
 
-        Buffers go by reference (:meth:`claim`), the rest as the packer does.
+        Buffers go by reference (:meth:`claim`, by ``claimant``), the rest as the
+        packer does.
         """
         if not self.by_id:  # no input buffer alive on this channel: nothing to claim
             return self._packer.pack(inputs), {}
-        claimed = self.claim(inputs)
+        claimed = self.claim(inputs, claimant)
         try:
             return self._packer.pack(inputs, dict(claimed)), claimed
         except BaseException:
@@ -238,6 +294,7 @@ class InputBuffers:
             if buffer.lease.generation != generation or not buffer.busy:
                 return True  # stale: the buffer was sent again since
             buffer.busy = False
+            buffer.claimant = None
             array = buffer.array()
             if buffer.collected:
                 del self._by_segment[segment]

@@ -59,7 +59,11 @@ from edge_core.runtime.health import pipeline_health
 from edge_core.runtime.memory_check import memory_report
 from edge_core.runtime.opener import StageOpener
 from edge_core.runtime.pending import PendingCall
-from edge_core.runtime.pipeline_result import PipelineResult, start_unacknowledged_drain
+from edge_core.runtime.pipeline_result import (
+    PipelineResult,
+    Release,
+    start_unacknowledged_drain,
+)
 from edge_core.runtime.reference_run import run_references
 from edge_core.runtime.replicas import ReplicaSet
 from edge_core.runtime.request_inputs import malformed_inputs
@@ -222,7 +226,7 @@ class Pipeline:
         # when its placement or their generations differ from the last request's (read
         # and replaced whole; none refers to this pipeline: no reference cycle).
         self._delivery_parts: tuple[Serving, int | tuple[int | None, ...],
-                                    Callable[[], None], Callable[[], Any]] | None = None
+                                    Release, Callable[[], Any]] | None = None
         # A one-stage request's abandoned() of the current epoch, with that epoch: made
         # again when the epoch moved (it refers to this pipeline weakly: no cycle)
         self._epoch_moved_since: tuple[int, Callable[[], bool]] | None = None
@@ -519,7 +523,7 @@ class Pipeline:
 
     def _delivery(self, serving: Serving, final: StageResult | GatheredResult, epoch: int,
                   request_id: str | None, latencies: dict[str, float],
-                  carry: dict[str, Any]) -> tuple[Callable[[], None],
+                  carry: dict[str, Any]) -> tuple[Release,
                                                   Callable[[], Sequence[Mapping[str, Any]]]]:
         """What a request's :class:`PipelineResult` is made of: (its release, its receipt).
 
@@ -548,7 +552,7 @@ class Pipeline:
             generations = (seen,) if isinstance(seen, int) else seen
             parts = self._delivery_parts = (
                 serving, seen,
-                partial(_leave, self._admitting, self.lineup, self.admission, serving),
+                partial(_leave_once, self._admitting, self.lineup, self.admission, serving),
                 partial(serving.receipt_of, generations))
         return parts[2], parts[3]
 

@@ -141,16 +141,20 @@ class StageResult:
                 self.release_outputs()
 
     def release_outputs(self) -> None:
-        """Give shared-memory outputs back to the worker now (idempotent; ack does it)."""
-        retained, self._retained = self._retained, []
+        """Give shared-memory outputs back to the worker now (idempotent; ack does it).
+
+        Cut short by a ``KeyboardInterrupt``, it runs again to its end before the
+        interrupt goes on (each output's release gives nothing back twice): no output's
+        memory is left held by the worker for good.
+        """
+        retained, self._retained = self._retained, []  # (no call between: see the try)
         if not retained:
             return
-        released = self._released
-        assert released is not None  # made with the retained outputs
-        for name in {name for names, _ in retained for name in names}:
-            self.outputs.pop(name, None)
-            released.add(name)
-        kept = [name for names, release in retained if release() for name in names]
+        try:
+            kept = self._give_back(retained)
+        except BaseException:  # cut short (a Ctrl-C): run again to its end, then raised
+            self._give_back(retained)
+            raise
         if kept:
             warnings.warn(
                 f"request[{self.key.request_id}]: outputs {sorted(kept)} were still "
@@ -159,6 +163,25 @@ class StageResult:
                 ResourceWarning,
                 stacklevel=3,
             )
+
+    def _give_back(self, retained: list[tuple[set[str], Callable[[], bool]]]) -> list[str]:
+        """Remove ``retained``'s outputs and release their memory: the names still referenced.
+
+        Run again after an interrupt, it releases nothing twice (each release is
+        idempotent).
+        """
+        released = self._released
+        assert released is not None  # made with the retained outputs
+        outputs = self.outputs
+        for names, _ in retained:
+            for name in names:
+                outputs.pop(name, None)
+                released.add(name)
+        kept: list[str] = []
+        for names, release in retained:
+            if release():
+                kept.extend(names)
+        return kept
 
     def __enter__(self) -> StageResult:
         return self

@@ -46,7 +46,7 @@ from edge_contracts.errors import (
     StreamClosed,
     WireError,
 )
-from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirstKept
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
@@ -259,8 +259,18 @@ class WorkerClient:
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
         self._receive_with(sock.recv_into)
         # received, not yet taken by the reader: given to it first
-        self._received = ReceivedFirst(self._recv_into)
-        self._more = False  # bytes of a frame wait in the reader's buffer
+        self._received = ReceivedFirstKept(self._recv_into)
+        # A frame waits: parsed and not yet delivered (in _pending), or bytes of one in the
+        # reader's buffer (or handed to it): False only when neither
+        self._more = False
+        # Frames read and not yet delivered, the first being delivered: a frame is
+        # appended as its bytes leave the reader's buffer and removed once delivered, each
+        # with no point between where a KeyboardInterrupt can act, so that an interrupt
+        # at any point of its reading or delivery leaves it to the next reader (before it
+        # reads the socket again), which delivers it (once: _head_call, _head_tried)
+        self._pending: list[Frame] = []
+        self._head_call: Call | None = None  # the first's call, taken out for its end
+        self._head_tried = False  # the first's delivery was begun (its retry checks)
         self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
         self._kept_requests: dict[tuple[object, ...], KeptRequest] = {}  # see request_kept
         self._kept_ref_requests: dict[tuple[object, ...], KeptRefRequest] = {}  # (the same)
@@ -482,7 +492,7 @@ class WorkerClient:
 
     def unread(self) -> bool:
         """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
-        if self._frames.buffered:
+        if self._frames.buffered or self._pending:
             return True
         try:
             return readable(self._sock.fileno(), 0.0)
@@ -536,6 +546,10 @@ class WorkerClient:
             calls = [call for call in map(pop, list(self._calls), itertools.repeat(None))
                      if call is not None] + list(self._replies.values())
             self._replies.clear()
+            # a call whose end was read, taken out and not delivered yet (interrupted)
+            head, self._head_call = self._head_call, None
+            if head is not None:
+                calls.append(head)
         for listener in self._listeners:  # first: who sees the error sees the state too
             listener(error)
         for call in calls:
@@ -973,10 +987,11 @@ class WorkerClient:
         # yet: a KeyboardInterrupt meanwhile reads on from them (_read_taken)
         taken = 0
         popped = None  # a call the usual path took out and has not delivered yet
+        pending = self._pending
         try:
-            if self._more:  # a frame (or its start) waits in the reader's buffer
-                frame = self._frames.read()
-                self._more = self._frames.has_buffered()
+            if self._more:  # a frame waits: read, undelivered, or its bytes buffered
+                if not pending:
+                    self._frames.read_into(pending)
             else:
                 view = self._intake
                 try:
@@ -1074,13 +1089,17 @@ class WorkerClient:
                     header = kept_header(raw, self._limits, payload_len)
                 if header is not None:  # the payload: exactly the header's inline bytes
                     frame = prechecked_frame(header, bytearray(view[header_end:count]))
-                    taken = 0  # read: an interrupt from here on does not read it again
+                    # read: pending from here on (no point between these three stores)
+                    pending += (frame,)
+                    self._more = True
+                    taken = 0
                 else:
+                    # the frame reader's now (no point between these three stores): an
+                    # interrupt in its read leaves the bytes to the next reader
                     self._received.left = view[:count]
-                    taken = 0  # the frame reader's now
-                    frame = self._frames.read()
-                    if raw is None:  # else it was all the receive held: nothing is left
-                        self._more = self._frames.has_buffered()
+                    self._more = True
+                    taken = 0
+                    self._frames.read_into(pending)
         except StreamClosed:
             self._channel_closed()
             return None
@@ -1111,6 +1130,9 @@ class WorkerClient:
                         self._calls.setdefault(popped.request_id, popped)
                     self._read_taken(taken)
             raise
+        # The first frame read and not delivered: delivered here, then taken out of
+        # _pending (an interrupt before leaves it to the next reader, which delivers it)
+        frame = pending[0]
         self.last_heard = time.monotonic()
         try:
             if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
@@ -1137,6 +1159,13 @@ class WorkerClient:
                 WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
             )
             return None
+        # Delivered: out of _pending, with no point between the removal and the stores
+        more = len(pending) > 1 or self._frames.has_buffered() or (
+            self._received.left is not None)
+        del pending[0]
+        self._head_call = None
+        self._head_tried = False
+        self._more = more
         header = frame.header
         # the only frame of its receive, an event without shared memory: perhaps a usual
         # one, whose template is kept
@@ -1147,7 +1176,7 @@ class WorkerClient:
                 if len(self._usual) >= MAX_KEPT:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
-        return self._more
+        return more
 
     def _receive_with(self, recv_into: Callable[..., int]) -> None:
         """Receive into the intake with ``recv_into`` (the socket's; a test's watcher).
@@ -1192,6 +1221,8 @@ class WorkerClient:
                 waiter = self._replies.get(header.request_id)
             if waiter is not None:
                 error = meta.get("error")
+                tried = self._head_tried  # (see _pending: a retry queues it only once)
+                self._head_tried = True
                 waiter.deliver(
                     Delivery(
                         request_id=header.request_id,
@@ -1206,7 +1237,8 @@ class WorkerClient:
                         arrays={},
                         refs=[],
                         ack=None,
-                    )
+                    ),
+                    tried,
                 )
         else:
             raise ProtocolViolation("frame.op", "not expected from a worker", header.op)
@@ -1229,13 +1261,21 @@ class WorkerClient:
         if kind is None:  # caught by _read_one: a protocol violation, as before
             raise ValueError(f"{meta['kind']!r} is not a valid EventKind")
         terminal = kind in _TERMINAL_KINDS
-        with self._lock:
-            call = self._calls.get(header.request_id)
-            stale = (
-                call is None or header.generation != self.generation or header.epoch != call.epoch
-            )
-            if not stale and terminal:
-                self._calls.pop(header.request_id, None)  # (see _calls)
+        request_id = header.request_id
+        # A terminal event's call is taken out for its end and kept as _head_call until
+        # the frame is delivered (see _pending): a delivery retried after an interrupt
+        # finds it there, not gone from _calls (stale)
+        call = self._head_call
+        if call is not None:
+            stale = False
+        else:
+            with self._lock:
+                call = self._calls.get(request_id)
+                stale = (call is None or header.generation != self.generation
+                         or header.epoch != call.epoch)
+                if not stale and terminal:
+                    self._head_call = call  # (no point between it and the pop)
+                    self._calls.pop(request_id, None)  # (see _calls)
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
             refs = refs_of(frame)
             if refs:
@@ -1267,7 +1307,9 @@ class WorkerClient:
             if refs:
                 self._ack(refs)
             raise
-        call.deliver(delivery)
+        tried = self._head_tried  # a retry queues it only if the first try did not
+        self._head_tried = True
+        call.deliver(delivery, tried)
 
     # -- retirement --------------------------------------------------------------------
 

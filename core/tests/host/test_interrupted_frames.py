@@ -11,6 +11,11 @@ real echo worker. After each: both calls have their end queued exactly once, wit
 own outputs (the main thread's own may have been taken out of its queue by the
 interrupted wait itself: it then has nothing queued, and is never queued twice), the
 client holds no frame undelivered and owes nothing, and the next call completes.
+
+A zero-copy reply alone in its receive (a DONE whose output is in shared memory) is
+delivered by the client without the frame reader, its receive still counted as taken:
+:func:`test_ctrl_c_as_a_zero_copy_reply_is_delivered_loses_nothing` interrupts the main
+thread's wait for one at each point in the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from edge_contracts.requests import EventKind
+from edge_contracts.requests import EventKind, Operation, StageRequest
 from edge_contracts.wire import PREFIX
 from edge_core.host import WorkerClient
 from edge_core.host.calls import Call
@@ -122,6 +127,64 @@ def test_ctrl_c_as_replies_that_arrive_together_are_read_loses_none(
         interrupted, left = _together(client, k, tracer, mine_first)
         if left:
             # the first window found ends the sweep (the channel may be torn by it)
+            windows.append(f"{tracer.where if interrupted else 'completed'}: {left}")
+            break
+    assert counter.points > 100
+    assert windows == [], "\n".join(windows)
+
+
+ZERO_COPY_SHAPE = (64, 64)  # float32: 16 KiB, over the threshold below
+ZERO_COPY_THRESHOLD = 4096
+
+
+def _zero_copy(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, str]:
+    """One zero-copy reply waited for by the main thread under ``tracer``."""
+    x = np.full(ZERO_COPY_SHAPE, float(n % 1000), dtype=np.float32)
+    call = client.submit(StageRequest(f"z{n}", "s0", 0, client.generation, Operation.RUN),
+                         {"x": x})
+    got: list[object] = []
+    interrupted = run_interrupted(tracer, lambda: got.append(call.next(timeout=BOUND_S)))
+    left = []
+    if not _until(lambda: call.last_seq >= 0):
+        left.append("its end was never delivered")
+    elif call.ended or (interrupted and call._queue.empty()):  # (taken by the wait)
+        if not call._queue.empty():
+            left.append("delivered twice")
+    else:
+        got.append(call.next(timeout=BOUND_S))
+        if not call._queue.empty():
+            left.append("delivered twice")
+    for delivery in got:
+        y = delivery.arrays["y"]  # type: ignore[attr-defined]
+        if float(y.flat[0]) != float(n % 1000):
+            left.append(f"ended with {float(y.flat[0])}")
+        del y
+        delivery.release()  # type: ignore[attr-defined]
+    if not _until(lambda: not client._pending and client.outstanding() == 0):
+        left.append(f"{len(client._pending)} frame(s) undelivered, "
+                    f"{client.outstanding()} call(s) owed")
+    try:
+        with client.submit(StageRequest(f"m{n}", "s0", 0, client.generation, Operation.RUN),
+                           {"x": x}).next(timeout=BOUND_S):
+            pass
+    except Exception as exc:
+        left.append(f"the next call failed: {type(exc).__name__}: {exc}")
+    return interrupted, ", ".join(left)
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_a_zero_copy_reply_is_delivered_loses_nothing(
+        start: Callable[..., WorkerClient]) -> None:
+    client = start("counting_in_place", spin_us=0, shm_threshold=ZERO_COPY_THRESHOLD)
+    for n in range(5):  # warm: the DONE's header kept, later ones built from it
+        assert not _zero_copy(client, n, Interrupter(0))[1]
+    counter = Interrupter(0)
+    assert not _zero_copy(client, 0, counter)[0]
+    windows = []
+    for k in range(1, counter.points + 1):
+        tracer = Interrupter(k)
+        interrupted, left = _zero_copy(client, k, tracer)
+        if left:  # the first window found ends the sweep
             windows.append(f"{tracer.where if interrupted else 'completed'}: {left}")
             break
     assert counter.points > 100

@@ -484,11 +484,10 @@ def test_ctrl_c_at_every_point_of_a_call_sending_an_input_buffer_leaves_nothing_
     # the buffer claimed for good (its next send refused with InputBufferBusy), or its
     # new generation stamped in the producer and not in the buffer (sent by copy from
     # then on). After each interrupt the buffer is refilled and sent again, by reference.
-    # Its 512 KiB answer comes through shared memory (a reply not of the usual form: the
-    # frame reader's and the reply reading's points are left out, as for a stream)
+    # Its 512 KiB answer comes through shared memory (a reply not of the usual form, swept
+    # as a stream's are)
     points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")], first=not FULL_SWEEP,
-                             deadline_s=deadline_s, source=_input_buffer,
-                             skip=FRAME_PARSING if SKIP_FRAME_PARSING else frozenset())
+                             deadline_s=deadline_s, source=_input_buffer)
     assert points > 100
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))

@@ -32,6 +32,8 @@ segment or descriptor left.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dis
 import gc
 import os
@@ -42,6 +44,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -50,6 +53,7 @@ import pytest
 
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline, PipelineResult
+from edge_core.runtime.errors import RequestCancelled
 from edge_core.testing.interrupts import BACKWARD_JUMPS, CHECKED_AFTER, Interrupter
 
 from .conftest import OpenPipeline, echo_stage
@@ -133,7 +137,13 @@ def _held(pipeline: Pipeline) -> str:
     return ", ".join(what)
 
 
-def _left_held(pipeline: Pipeline, x: np.ndarray) -> str | None:
+def _run_next(pipeline: Pipeline, x: np.ndarray) -> None:
+    """The call after an interrupted one: a ``run`` bounded by :data:`NEXT_CALL_S`."""
+    pipeline.run({"x": x}, deadline_s=NEXT_CALL_S).ack()
+
+
+def _left_held(pipeline: Pipeline, x: np.ndarray,
+               next_call: Callable[[Pipeline, np.ndarray], None] = _run_next) -> str | None:
     """What an interrupted call left held, or None when the next call works."""
     end = time.monotonic() + DRAIN_S
     while (held := _held(pipeline)) and time.monotonic() < end:
@@ -143,7 +153,7 @@ def _left_held(pipeline: Pipeline, x: np.ndarray) -> str | None:
     if held:
         return held
     try:
-        pipeline.run({"x": x}, deadline_s=NEXT_CALL_S).ack()
+        next_call(pipeline, x)
     except Exception as exc:
         return f"the next call failed: {type(exc).__name__}: {exc}"
     return None
@@ -152,20 +162,24 @@ def _left_held(pipeline: Pipeline, x: np.ndarray) -> str | None:
 def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dict[str, Any]],
            only: frozenset[str] | None = None, *, first: bool = False,
            deadline_s: float | None = None, drive: Drive = _run_call,
-           skip: frozenset[str] = frozenset()) -> tuple[int, list[str]]:
+           skip: frozenset[str] = frozenset(),
+           next_call: Callable[[Pipeline, np.ndarray], None] = _run_next,
+           after: Callable[[], None] | None = None) -> tuple[int, list[str]]:
     """Interrupt one call at each of its points in turn: (points, windows found).
 
     ``first``: stop at the first window found (each costs the bounds on the drain and the
     next call, and a reopen: about a second and a half). ``deadline_s``: each swept
     call's (its admission slot then waited for). ``drive``: the call (``run`` by default).
     ``skip``: modules whose points are left out (see :class:`Interrupter`).
+    ``next_call``: the call after each (also the warm-up's). ``after``: run after each
+    swept call, untraced, before what it left is looked at.
     """
     x = np.arange(4, dtype=np.float32)
 
     def opened() -> Pipeline:
         pipeline = open_pipeline(*stages)
         for _ in range(WARM_UP):
-            pipeline.run({"x": x}).ack()
+            next_call(pipeline, x)
         return pipeline
 
     pipeline = opened()
@@ -175,7 +189,9 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
     for k in range(1, counter.points + 1):
         tracer = Interrupter(k, only, skip)
         interrupted = _traced(pipeline, x, tracer, deadline_s, drive)
-        if (held := _left_held(pipeline, x)) is None:
+        if after is not None:
+            after()
+        if (held := _left_held(pipeline, x, next_call)) is None:
             continue
         windows.append(f"{tracer.where if interrupted else 'completed'}: {held}")
         started = time.monotonic()
@@ -292,6 +308,129 @@ def test_ctrl_c_at_every_point_of_a_submit_leaves_nothing_held(
     assert points > 30  # (those in the standard library's threads and futures left out)
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
+
+
+def _set_done(done: asyncio.Future[None]) -> None:
+    """A submission's done callback: wake its awaiting task (on the loop's thread)."""
+    if not done.done():
+        done.set_result(None)
+
+
+def _fenced_on_cancel(submission: Any) -> None:
+    """Fence a submission whose awaiting task was cancelled; acknowledge its result."""
+    submission.cancel(interrupt=False)
+
+    def acknowledge() -> None:
+        with contextlib.suppress(Exception):
+            submission.result(0).ack()
+
+    submission.add_done_callback(acknowledge)
+
+
+class _OnALoop:
+    """Calls made in a coroutine run by ``run_until_complete`` on one event loop of the
+    main thread: ``submit(loop=...)`` (sent from the loop, its reply read and settled
+    there: the coroutine awaits its done callback) or ``arun``.
+
+    After each (:meth:`wind_down`), as ``asyncio.run`` after a ``KeyboardInterrupt``:
+    the loop's remaining tasks are cancelled and run to their end (a task awaiting its
+    submission fences it and acknowledges its result), the loop kept for the next call.
+    """
+
+    def __init__(self, arun: bool = False) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.arun = arun
+
+    def __call__(self, pipeline: Pipeline, x: np.ndarray,
+                 deadline_s: float | None) -> PipelineResult:
+        """One call, traced where the sweep traces it."""
+        if self.arun:
+            return self.loop.run_until_complete(pipeline.arun({"x": x}, deadline_s=deadline_s))
+        return self.loop.run_until_complete(self._submitted(pipeline, x, deadline_s))
+
+    async def _submitted(self, pipeline: Pipeline, x: np.ndarray,
+                         deadline_s: float | None) -> PipelineResult:
+        loop = self.loop
+        submission = pipeline.submit({"x": x}, deadline_s=deadline_s, loop=loop)
+        done: asyncio.Future[None] = loop.create_future()
+        submission.add_done_callback(partial(_set_done, done))
+        try:
+            await done
+        except asyncio.CancelledError:
+            _fenced_on_cancel(submission)
+            raise
+        return submission.result(0)
+
+    def next_call(self, pipeline: Pipeline, x: np.ndarray) -> None:
+        """The call after an interrupted one, the same way, bounded by NEXT_CALL_S."""
+        if self.arun:
+            call = pipeline.arun({"x": x}, deadline_s=NEXT_CALL_S)
+        else:
+            call = self._submitted(pipeline, x, NEXT_CALL_S)
+        self.loop.run_until_complete(asyncio.wait_for(call, NEXT_CALL_S * 2)).ack()
+
+    def wind_down(self) -> None:
+        """Cancel the loop's remaining tasks and run them to their end."""
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def close(self) -> None:
+        """Close the loop (and its default executor, which ``arun`` uses)."""
+        self.wind_down()
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        self.loop.close()
+
+
+@pytest.mark.parametrize(("where", "answered"), [
+    ("Pipeline._send_now.<locals>.settle", "result"),  # as it begins: run again, whole
+    ("Pipeline._delivery", "RequestCancelled"),  # its reply taken, its result not made
+    ("RequestAnswer.deliver", "result"),  # its result made, not yet its answer
+], ids=["settle-begins", "reply-taken", "result-made"])
+def test_ctrl_c_as_the_loop_settles_a_request_is_raised_once_the_request_is_whole(
+        open_pipeline: OpenPipeline, where: str, answered: str) -> None:
+    # A request sent from the main thread's loop (submit(loop=...)) is settled by the
+    # loop once it has read the reply; a Ctrl-C there comes out of the loop's callback
+    # (run_until_complete raises it, as asyncio raises one from a callback), once the
+    # request is whole: its answer set once, nothing held, the next request served.
+    # Before, it was swallowed (the request's error) or left the request unsettled.
+    pipeline = open_pipeline(echo_stage("a"))
+    drive = _OnALoop()
+    x = np.arange(4, dtype=np.float32)
+    got: list[Any] = []
+
+    async def sent() -> None:
+        submission = pipeline.submit({"x": x}, loop=drive.loop)
+        got.append(submission)
+        done: asyncio.Future[None] = drive.loop.create_future()
+        submission.add_done_callback(partial(_set_done, done))
+        await done
+
+    try:
+        for _ in range(3):
+            drive.next_call(pipeline, x)
+        tracer = Interrupter(1, frozenset({where}))
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                drive.loop.run_until_complete(sent())
+        finally:
+            sys.settrace(None)
+        assert tracer.where, "not interrupted"
+        submission = got[0]
+        assert submission.done(), "the request was left unsettled"
+        if answered == "result":
+            submission.result(0).ack()
+        else:
+            with pytest.raises(RequestCancelled):
+                submission.result(0)
+        drive.wind_down()
+        assert _held(pipeline) == ""
+        drive.next_call(pipeline, x)
+    finally:
+        drive.close()
 
 
 @pytest.mark.slow

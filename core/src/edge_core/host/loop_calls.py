@@ -43,11 +43,19 @@ class _Once:
         self._pending = [callback]
 
     def __call__(self) -> None:
-        try:  # list.pop is atomic: the loop, this thread and the finalizer may race
-            callback = self._pending.pop()
-        except IndexError:
+        pending = self._pending
+        if not pending:
             return
-        callback()
+        # Taken off with no point between (the loop, this thread and the finalizer may
+        # race: no thread switch either), so that a Ctrl-C cannot drop it taken but not run
+        callback = pending[-1]
+        del pending[-1]
+        try:
+            callback()
+        except BaseException as exc:  # a Ctrl-C perhaps cut it short as it began: again,
+            if not isinstance(exc, Exception):  # to its end (it must tolerate that)
+                callback()
+            raise
 
     def __del__(self) -> None:  # dropped unrun: a loop closed (or collected) with it queued
         self()
@@ -112,9 +120,23 @@ def run_then_flush(loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> T:
         return work()
     finally:
         _flushing.batch = previous
-        for callback in callbacks:  # what these hand over goes to the loop, as usual
-            try:
-                callback()
-            except Exception as exc:  # as the loop reports an error in a callback
-                loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
-                                             "exception": exc})
+        try:
+            for callback in callbacks:  # what these hand over goes to the loop, as usual
+                try:
+                    callback()
+                except Exception as exc:  # as the loop reports an error in a callback
+                    loop.call_exception_handler({
+                        "message": f"Exception in callback {callback!r}", "exception": exc})
+        except BaseException:  # a Ctrl-C: every one called again (each must tolerate
+            _run_reported(loop, callbacks)  # that: one begun does nothing), then raised
+            raise
+
+
+def _run_reported(loop: asyncio.AbstractEventLoop, callbacks: list[Callable[[], object]]) -> None:
+    """Call each of ``callbacks``; an ``Exception`` is reported as the loop reports one."""
+    for callback in callbacks:  # what these hand over goes to the loop, as usual
+        try:
+            callback()
+        except Exception as exc:  # as the loop reports an error in a callback
+            loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
+                                         "exception": exc})

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_core.host.loop_reading import LINGER_S
 from edge_core.ledger import ResourceLedger
 from edge_core.runtime import Pipeline, PipelineResult
 from edge_core.runtime.errors import RequestCancelled
@@ -143,9 +144,11 @@ def _run_next(pipeline: Pipeline, x: np.ndarray) -> None:
 
 
 def _left_held(pipeline: Pipeline, x: np.ndarray,
-               next_call: Callable[[Pipeline, np.ndarray], None] = _run_next) -> str | None:
-    """What an interrupted call left held, or None when the next call works."""
-    end = time.monotonic() + DRAIN_S
+               next_call: Callable[[Pipeline, np.ndarray], None] = _run_next,
+               drain_s: float = DRAIN_S) -> str | None:
+    """What an interrupted call left held (after ``drain_s``), or None when the next call
+    works."""
+    end = time.monotonic() + drain_s
     while (held := _held(pipeline)) and time.monotonic() < end:
         time.sleep(0.005)
         if time.monotonic() > end - DRAIN_S / 2:  # dropped in a reference cycle, perhaps
@@ -164,7 +167,8 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
            deadline_s: float | None = None, drive: Drive = _run_call,
            skip: frozenset[str] = frozenset(),
            next_call: Callable[[Pipeline, np.ndarray], None] = _run_next,
-           after: Callable[[], None] | None = None) -> tuple[int, list[str]]:
+           after: Callable[[], None] | None = None,
+           drain_s: float = DRAIN_S) -> tuple[int, list[str]]:
     """Interrupt one call at each of its points in turn: (points, windows found).
 
     ``first``: stop at the first window found (each costs the bounds on the drain and the
@@ -172,7 +176,7 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
     call's (its admission slot then waited for). ``drive``: the call (``run`` by default).
     ``skip``: modules whose points are left out (see :class:`Interrupter`).
     ``next_call``: the call after each (also the warm-up's). ``after``: run after each
-    swept call, untraced, before what it left is looked at.
+    swept call, untraced, before what it left is looked at (within ``drain_s``).
     """
     x = np.arange(4, dtype=np.float32)
 
@@ -191,7 +195,7 @@ def _sweep(open_pipeline: OpenPipeline, ledger: ResourceLedger, stages: list[dic
         interrupted = _traced(pipeline, x, tracer, deadline_s, drive)
         if after is not None:
             after()
-        if (held := _left_held(pipeline, x, next_call)) is None:
+        if (held := _left_held(pipeline, x, next_call, drain_s)) is None:
             continue
         windows.append(f"{tracer.where if interrupted else 'completed'}: {held}")
         started = time.monotonic()
@@ -431,6 +435,31 @@ def test_ctrl_c_as_the_loop_settles_a_request_is_raised_once_the_request_is_whol
         drive.next_call(pipeline, x)
     finally:
         drive.close()
+
+
+@pytest.mark.parametrize("deadline_s", [None, 30.0], ids=["no-deadline", "deadline"])
+def test_ctrl_c_at_every_point_of_a_send_from_a_loop_leaves_nothing_held(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger, deadline_s: float | None) -> None:
+    # submit(loop=...) in a coroutine on the main thread's loop, interrupted at each point
+    # of Pipeline._send_now's own frame (the tracking, the admission slot and placement,
+    # the stage call, the hand-over of its end to the loop): the interrupt comes out of
+    # run_until_complete and nothing stays held (a call abandoned after its end was
+    # handed to the loop is read to its end by the background reader once the stopped
+    # loop is seen not to run: within LINGER_S). Before, a Ctrl-C there left the
+    # tracking, the admission slot, the placement or the stage's slot held, or was
+    # swallowed as the request's error. (The points of what _send_now calls, of the
+    # loop's read and of the caller's coroutine are not swept: docs/runtime.md.)
+    drive = _OnALoop()
+    try:
+        points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")],
+                                 frozenset({"Pipeline._send_now"}), first=not FULL_SWEEP,
+                                 deadline_s=deadline_s, drive=drive, next_call=drive.next_call,
+                                 after=drive.wind_down, drain_s=LINGER_S + DRAIN_S)
+    finally:
+        drive.close()
+    assert points >= 10  # (its own frame's points: its entry and after each call)
+    assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
+        "\n".join(windows))
 
 
 @pytest.mark.slow

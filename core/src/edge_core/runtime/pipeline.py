@@ -818,6 +818,7 @@ class Pipeline:
         submission = Submission(request_id, None, requests, until, admission.release, answer)
         # (a cell) True once settle began, or once an interrupt here gave the request back
         settling = False
+        on_loop = threading.get_ident()
         try:
             requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
             with self._admitting:  # a slot free now, with the placement: one section, as _run
@@ -878,8 +879,6 @@ class Pipeline:
             except BaseException:  # a Ctrl-C: the request left whole, then raised
                 self._settle_interrupted(request_id, pending, serving, answer, result)
                 raise
-
-        on_loop = threading.get_ident()
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
             if not loop.is_running():  # stopped or closed: it may never settle it

@@ -69,7 +69,9 @@ def call_soon_once(loop: asyncio.AbstractEventLoop, callback: Callable[[], objec
     Where the loop refuses it (closed), or closed while it was handed over, it is called
     here; where the loop drops it queued (stopped, then closed), in the thread that drops
     it. ``callback`` must not raise (an error there is reported as unraisable, not
-    raised to anyone).
+    raised to anyone). A ``KeyboardInterrupt`` that cuts it short (as it begins,
+    perhaps: before any of its code ran) has it called once more before it is raised:
+    ``callback`` must tolerate that (a second call, once it began, doing nothing).
     """
     if not threadsafe:
         batch = getattr(_flushing, "batch", None)
@@ -112,6 +114,8 @@ def run_then_flush(loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> T:
     handed over, instead of in a later turn of the loop: after ``work``, not inside it, as
     the loop would call it, and exactly once. A callback that raises is reported to the
     loop's exception handler, as the loop reports a callback's error, and the rest still run.
+    A ``KeyboardInterrupt`` there has every one of them called again (each tolerates it,
+    as :func:`call_soon_once` asks), then is raised.
     """
     previous = getattr(_flushing, "batch", None)
     callbacks: list[Callable[[], object]] = []

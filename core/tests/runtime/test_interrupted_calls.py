@@ -68,6 +68,7 @@ NEXT_CALL_S = 1.0  # the bound on the call after an interrupted one
 FULL_SWEEP = os.environ.get("EDGE_TEST_FULL_SWEEP") == "1"  # a failing sweep lists every window
 CLOSE_S = 5.0  # the bound on a close after a window was found
 DRAIN_S = 1.0  # a result dropped unacknowledged is acknowledged by the drain thread
+WIND_DOWN_S = 0.05  # the loop run on after an interrupted call (as a program would run it)
 
 
 #: One call under the tracer: what it returns (a result) is acknowledged outside it.
@@ -374,12 +375,14 @@ class _OnALoop:
         self.loop.run_until_complete(asyncio.wait_for(call, NEXT_CALL_S * 2)).ack()
 
     def wind_down(self) -> None:
-        """Cancel the loop's remaining tasks and run them to their end."""
+        """Cancel the loop's remaining tasks and run them to their end, then run the loop
+        a moment more (what a thread handed it meanwhile: an executor's result)."""
         tasks = asyncio.all_tasks(self.loop)
         for task in tasks:
             task.cancel()
         if tasks:
             self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.run_until_complete(asyncio.sleep(WIND_DOWN_S))
 
     def close(self) -> None:
         """Close the loop (and its default executor, which ``arun`` uses)."""
@@ -458,6 +461,34 @@ def test_ctrl_c_at_every_point_of_a_send_from_a_loop_leaves_nothing_held(
     finally:
         drive.close()
     assert points >= 10  # (its own frame's points: its entry and after each call)
+    assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
+        "\n".join(windows))
+
+
+#: arun's own code: its body, and what it hands the loop and the submission.
+ARUN = frozenset({"Pipeline.arun", "Pipeline.arun.<locals>.settled", "_wake", "_abandon",
+                  "_abandon_submitted", "_acknowledge"})
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_every_point_of_an_arun_leaves_nothing_held(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger) -> None:
+    # arun in a coroutine on the main thread's loop (its submit made off the loop, in
+    # the loop's default executor; its result awaited), interrupted at each of arun's
+    # own points (ARUN; the request's own work runs on threads): the interrupt comes out
+    # of run_until_complete, and once the loop has run on a moment (the executor's
+    # submission handed to it) nothing stays held, within the drain of a result dropped.
+    # Without deadline_s alone: arun's own code is the same with one (its submit, made
+    # in a thread, is not interrupted)
+    drive = _OnALoop(arun=True)
+    try:
+        points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")], ARUN,
+                                 first=not FULL_SWEEP, drive=drive,
+                                 next_call=drive.next_call, after=drive.wind_down,
+                                 drain_s=LINGER_S + DRAIN_S)
+    finally:
+        drive.close()
+    assert points >= 10
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
 

@@ -125,7 +125,11 @@ def _leave(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPoo
     """
     with admitting:
         lineup.leave_held(serving)
-        admission.release_held()
+        if admission.used <= 0:  # SlotPool.release_held, without its call
+            raise RuntimeError(f"{admission.what}: release without a matching acquire")
+        admission.used -= 1
+        if admission.waiters:
+            admission.wake_held()
     if admission.listeners:  # (called without the lock)
         for listener in admission.listeners:
             listener()

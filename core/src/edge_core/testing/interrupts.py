@@ -11,8 +11,13 @@ each ``k`` and checks what every interrupt left behind. Raising from the tracer 
 the default SIGINT handler does (``_thread.interrupt_main()`` called from a tracer is
 acted on at the tracer's own next call, so it raises from the same instruction). The
 point after a Python function that the interpreter called inline has no check in
-reality, so a sweep interrupts at a few more points than a signal can, none where a
-signal cannot have the same effect one instruction earlier.
+reality, so a sweep interrupts at a few more points than a signal can. And one
+instruction later is not always the same place: a call that ends a ``with`` block's or a
+``try`` block's body (``return f()`` under ``with lock:``) is followed by an instruction
+outside that block's handler, where the tracer's raise skips the ``__exit__`` or the
+``finally`` that a real signal, acted on inside the call's instruction, runs: a window
+found at such a point ("after CALL" as a block ends) is checked against the code before
+it is believed.
 
 Edge-core's own sweeps (``core/tests``: a call, a stream, a submission, a channel's wait,
 an answer) use it; a backend's author can sweep its own hooks' callers the same way.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dis
 import socket
+import sys
+from types import FrameType
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +16,7 @@ from edge_contracts import errors
 from edge_contracts.conformance import load_fixtures
 from edge_contracts.dtypes import DType
 from edge_contracts.errors import FrameTruncated, PayloadTooLarge, StreamClosed, WireError
-from edge_contracts.frame_reader import FrameReader, ReceivedFirst
+from edge_contracts.frame_reader import FrameReader, ReceivedFirst, ReceivedFirstKept
 from edge_contracts.wire import (
     PREFIX_SIZE,
     Frame,
@@ -73,6 +77,33 @@ def test_any_chunking_yields_the_frames_written_then_a_clean_close(
         reader.read()
 
 
+def read_into(reader: FrameReader) -> Frame:
+    """:meth:`FrameReader.read_into`'s frame, as ``read`` returns one."""
+    frames: list[Frame] = []
+    reader.read_into(frames)
+    assert len(frames) == 1
+    return frames[0]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    payloads=st.lists(st.binary(max_size=3000), min_size=1, max_size=6),
+    chunks=st.lists(st.integers(min_value=1, max_value=5000), max_size=5),
+    buffer_bytes=st.sampled_from([32, 100, 512, 16384]),
+)
+def test_read_into_yields_what_read_yields_for_any_chunking(
+    payloads: list[bytes], chunks: list[int], buffer_bytes: int
+) -> None:
+    # read_into: the same frames (those that do not fit the buffer read as read reads them)
+    stream = [frame_bytes(f"r{i}", p, {"i": i}) for i, p in enumerate(payloads)]
+    reader = FrameReader(Chunked(b"".join(stream), chunks), LIMITS, buffer_bytes=buffer_bytes)
+    for raw in stream:
+        assert same(read_into(reader), decode_frame(raw, LIMITS))
+    assert not reader.buffered
+    with pytest.raises(StreamClosed):
+        read_into(reader)
+
+
 def test_small_frames_take_one_read_and_wait_in_the_buffer() -> None:
     stream = frame_bytes("a", b"12345678") + frame_bytes("b", b"x")
     source = Chunked(stream, [])
@@ -128,19 +159,20 @@ def test_conformance_frames_read_as_the_fixtures_say(kind: str, case: dict[str, 
     data = bytes.fromhex(str(case["hex"]))
     limits = Limits.from_dict(case["limits"]) if "limits" in case else LIMITS  # type: ignore[arg-type]
     for chunks in ([], [1], [7, 3]):
-        source = Chunked(data, chunks)
-        reader = FrameReader(source, limits, buffer_bytes=64)
-        if kind == "valid":
-            assert same(reader.read(), decode_frame(data, limits))
-            assert not reader.buffered
-            continue
-        if case["name"].endswith("trailing bytes"):  # a stream reader leaves them for later
-            reader.read()
-            assert reader.buffered or source.position < len(data)
-            continue
-        with pytest.raises(WireError) as caught:
-            reader.read()
-        assert type(caught.value) is getattr(errors, str(case["error"])), case["name"]
+        for read in (FrameReader.read, read_into):
+            source = Chunked(data, chunks)
+            reader = FrameReader(source, limits, buffer_bytes=64)
+            if kind == "valid":
+                assert same(read(reader), decode_frame(data, limits))
+                assert not reader.buffered
+                continue
+            if case["name"].endswith("trailing bytes"):  # a stream reader leaves them
+                read(reader)
+                assert reader.buffered or source.position < len(data)
+                continue
+            with pytest.raises(WireError) as caught:
+                read(reader)
+            assert type(caught.value) is getattr(errors, str(case["error"])), case["name"]
 
 
 def test_over_a_socket_frames_written_back_to_back_are_all_read() -> None:
@@ -205,3 +237,93 @@ def test_bytes_received_first_are_read_before_the_socket():
     finally:
         a.close()
         b.close()
+
+
+_CHECKED_AFTER = frozenset(dis.opmap[name] for name in (
+    "CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE",
+    "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
+    "POP_JUMP_BACKWARD_IF_NOT_NONE") if name in dis.opmap)
+
+
+class _Interrupt:
+    """A tracer raising KeyboardInterrupt at its k-th point where CPython acts on a signal.
+
+    A function's start and the first instruction after a call or a backward jump (as
+    ``edge_core.testing.interrupts.Interrupter``, which this distribution cannot import).
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.points = 0
+        self._last: dict[int, int] = {}
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> _Interrupt:
+        if event == "call":
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+            self._point()
+        elif event == "opcode":
+            before = self._last.get(id(frame))
+            self._last[id(frame)] = frame.f_code.co_code[frame.f_lasti]
+            if before in _CHECKED_AFTER:
+                self._point()
+        return self
+
+    def _point(self) -> None:
+        self.points += 1
+        if self.points == self.k:
+            raise KeyboardInterrupt
+
+
+def _interrupted_reads(tracer: _Interrupt) -> tuple[bool, list[Frame]]:
+    """Three small frames, the first and the start of the second received before the
+    reader is given them (as the worker client hands them over), the rest in the socket;
+    the first ``read_into`` under ``tracer``, then reads until all came."""
+    a, b = socket.socketpair()
+    try:
+        stream = [frame_bytes(f"r{i}", bytes([i]) * 40, {"i": i}) for i in range(3)]
+        b.sendall(b"".join(stream))
+        b.shutdown(socket.SHUT_WR)
+        taken = bytearray(len(stream[0]) + 7)
+        view = memoryview(taken)
+        count = a.recv_into(view)
+        received = ReceivedFirstKept(a.recv_into)
+        received.left = view[:count]
+        reader = FrameReader(received, LIMITS)
+        frames: list[Frame] = []
+        sys.settrace(tracer)
+        try:
+            reader.read_into(frames)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        while True:
+            try:
+                reader.read_into(frames)
+            except StreamClosed:
+                return interrupted, frames
+    finally:
+        a.close()
+        b.close()
+
+
+def test_read_into_interrupted_anywhere_loses_and_repeats_no_frame() -> None:
+    # A KeyboardInterrupt at any point of read_into (and of the ReceivedFirstKept it
+    # receives with) leaves the reader where it was: the next reads give every frame
+    # once, in order
+    _interrupted_reads(_Interrupt(0))  # (warm: a first read fills the parsers' caches)
+    counter = _Interrupt(0)
+    assert _interrupted_reads(counter)[0] is False
+    expected = [f"r{i}" for i in range(3)]
+    assert counter.points > 20
+    windows = []
+    for k in range(1, counter.points + 1):
+        interrupted, frames = _interrupted_reads(_Interrupt(k))
+        ids = [frame.header.request_id for frame in frames]
+        if ids != expected or any(bytes(f.payload) != bytes([i]) * 40
+                                  for i, f in enumerate(frames)):
+            windows.append((k, interrupted, ids))
+        assert interrupted  # (each point is one of read_into's)
+    assert windows == []

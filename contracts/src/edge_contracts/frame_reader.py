@@ -40,7 +40,7 @@ from edge_contracts.wire import (
     receive_payload,
 )
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader", "ReceivedFirst"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "FrameReader", "ReceivedFirst", "ReceivedFirstKept"]
 
 DEFAULT_BUFFER_BYTES = 16384
 """Receive-buffer size: frames of a few KiB (headers, tiny tensors) take one read."""
@@ -70,6 +70,33 @@ class ReceivedFirst:
         left = self.left
         if left is None:
             return self._recv_into(view)
+        count = min(len(left), len(view))
+        view[:count] = left[:count]
+        self.left = left[count:] if count < len(left) else None
+        return count
+
+
+class ReceivedFirstKept(ReceivedFirst):
+    """A :class:`ReceivedFirst` whose socket receive hands its count on with no point between.
+
+    For :meth:`FrameReader.read_into`, which must not lose a receive's bytes to a
+    ``KeyboardInterrupt``: CPython acts on one after a call returns, so
+    ``return recv_into(view)`` can drop bytes taken off the socket between the receive
+    and the return. Here the receive is a ``for`` loop's step (called from C, stored with
+    no check for a signal between), and what is taken from :attr:`left` is taken as
+    :attr:`left` is stored (a copy beyond it, interrupted before that store, is copied
+    again).
+    """
+
+    __slots__ = ()
+
+    def __call__(self, view: memoryview) -> int:
+        """Fill a prefix of ``view`` from :attr:`left`, else from the socket; the count."""
+        left = self.left
+        if left is None:
+            for count in map(self._recv_into, (view,)):  # noqa: B007 (one step: see above)
+                break
+            return count
         count = min(len(left), len(view))
         view[:count] = left[:count]
         self.left = left[count:] if count < len(left) else None
@@ -205,6 +232,84 @@ class FrameReader:
             return prechecked_frame(header, bytearray(head))
         self.drained = False  # read exactly to the frame's end: more may wait
         return Frame(header, receive_payload(self._recv_into, payload_len, head))
+
+    def read_into(self, frames: list[Frame]) -> None:
+        """Read and check the next frame, and append it to ``frames``: all of it or nothing.
+
+        :meth:`read`, safe to interrupt: a ``KeyboardInterrupt`` wherever CPython acts on
+        one (after a call returns, at a function's start, at a backward jump) leaves the
+        reader where it was but for bytes received into its buffer, so the next read
+        reads the same frame. The buffer's start moves past the frame only as the frame
+        is appended, with no such point between, and each receive stores its count with
+        none between either (give the reader a :class:`ReceivedFirstKept`, or a receive
+        implemented in C). A frame that does not fit the buffer whole (its header and
+        payload over ``buffer_bytes``) is read as :meth:`read` reads it: the part of it
+        taken off the stream before an interrupt is lost.
+
+        Raises what :meth:`read` raises.
+        """
+        start = self._start
+        if self._end - start < PREFIX_SIZE:
+            self._fill(PREFIX_SIZE, "prefix")
+            start = self._start
+        magic, header_len, payload_len = PREFIX.unpack_from(self._buffer, start)
+        usual = (magic == BINARY_MAGIC and self._binary and 0 < header_len <= self._header_cap
+                 and payload_len <= self._io_cap)
+        binary = usual or magic == BINARY_MAGIC
+        if not usual:
+            header_len, payload_len = decode_prefix(self._view[start : start + PREFIX_SIZE],
+                                                    self._limits)
+        header_end = PREFIX_SIZE + header_len
+        size = header_end + payload_len
+        if size > self._size:  # not whole in the buffer: as read() reads it (its frame
+            for frame in map(FrameReader.read, (self,)):  # stored with no point between)
+                frames += (frame,)
+            return
+        if self._end - start < size:
+            self._fill(header_end, "header")
+            self._fill(size, "payload")
+            start = self._start
+        view = self._view
+        at = start + PREFIX_SIZE
+        raw = bytes(view[at : at + header_len])
+        header = kept_header(raw, self._limits, payload_len) if usual else None
+        if header is None:
+            header = parse_header(raw, self._limits, payload_len=payload_len, binary=binary,
+                                  kept=not usual)
+        at += header_len
+        frame = prechecked_frame(header, bytearray(view[at : at + payload_len]))
+        at += payload_len
+        # From here to the append, no point where an interrupt can act
+        if at == self._end:
+            self._start = self._end = 0
+        else:
+            self._start = at
+        frames += (frame,)
+
+    def _fill(self, wanted: int, part: str) -> None:
+        """:meth:`_have`, each receive's count stored with no point between (read_into)."""
+        available = self._end - self._start
+        if available >= wanted:
+            return
+        if not available:
+            self._start = self._end = 0
+        elif self._start + wanted > self._size:  # the tail to the front (no call: one step)
+            self._view[:available] = self._view[self._start : self._end]
+            self._start, self._end = 0, available
+        while self._end - self._start < wanted:
+            end = self._end
+            room = self._size - end
+            for count in map(self._recv_into, (self._view[end:],)):  # noqa: B007 (one step)
+                break
+            if not 0 <= count <= room:
+                raise WireError(part, count, f"recv_into must return 0..{room} bytes")
+            self._end = end + count
+            self.drained = count < room
+            if count == 0:
+                got = end - self._start
+                if part == "prefix" and got == 0:
+                    raise StreamClosed(part, 0, "end of stream before the next frame")
+                raise FrameTruncated(part, got, f"stream ended after {got} of {wanted} bytes")
 
     def _have(self, wanted: int, part: str) -> None:
         """Make ``wanted`` (<= buffer size) bytes available at the buffer's start index."""

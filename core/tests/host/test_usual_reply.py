@@ -54,10 +54,9 @@ class WatchedReads:
         self.ops: list[str] = []
         self.receives: list[list[tuple[str, str] | None]] = []
 
-    def read(self) -> Frame:
-        frame = self.frames.read()
-        self.ops.append(frame.header.op)
-        return frame
+    def read_into(self, frames: list[Frame]) -> None:
+        self.frames.read_into(frames)
+        self.ops.append(frames[-1].header.op)
 
     def has_buffered(self) -> bool:
         return self.frames.has_buffered()

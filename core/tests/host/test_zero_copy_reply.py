@@ -135,10 +135,9 @@ class CountingReader:
         self.frames = frames
         self.ops: list[str] = []
 
-    def read(self) -> object:
-        frame = self.frames.read()  # type: ignore[attr-defined]
-        self.ops.append(frame.header.op)
-        return frame
+    def read_into(self, frames: list[object]) -> None:
+        self.frames.read_into(frames)  # type: ignore[attr-defined]
+        self.ops.append(frames[-1].header.op)  # type: ignore[attr-defined]
 
     def has_buffered(self) -> bool:
         return bool(self.frames.has_buffered())  # type: ignore[attr-defined]

@@ -264,30 +264,14 @@ def test_ctrl_c_at_every_point_of_a_call_leaves_nothing_held(
     if length == 2:
         stages.append(echo_stage("b", transform="edge_echo.transforms:passthrough"))
     # The sweep stops at the first window found; EDGE_TEST_FULL_SWEEP=1 lists them all.
-    # It passes only by sweeping every point and finding none.
-    # The usual reply's reading is swept (WorkerClient._read_one and _read_taken); a reply
-    # that is not of the usual form (two frames in one receive: a heartbeat's beside it,
-    # now and then) goes through the frame reader, whose points are left out as for stream
+    # It passes only by sweeping every point and finding none: the usual reply's reading
+    # (WorkerClient._read_one and _read_taken) and, for a reply not of the usual form (two
+    # frames in one receive: a heartbeat's beside it, now and then), the frame reader's
     points, windows = _sweep(open_pipeline, ledger, stages, first=not FULL_SWEEP,
-                             deadline_s=deadline_s,
-                             skip=NOT_USUAL if SKIP_FRAME_PARSING else frozenset())
+                             deadline_s=deadline_s)
     assert points > 100  # the whole call was swept, not a part of it
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
-
-
-#: Where a frame that is not the usual reply (a token event) is read, parsed and handed
-#: to its call: a Ctrl-C there, half-way through a frame, is not made safe (the frame can
-#: be lost, the channel torn: docs/runtime.md; the usual reply's reading is swept with
-#: run, and the main thread's taking of another call's); a stream's sweep leaves
-#: these modules' points out (EDGE_TEST_SWEEP_FRAME_PARSING=1 sweeps them too).
-FRAME_PARSING = frozenset({"frame_reader.py", "wire.py", "headers.py", "binary_header.py",
-                           "jsonvalues.py", "decoder.py", "WorkerClient._read_one",
-                           "WorkerClient._read_taken", "WorkerClient._dispatch",
-                           "WorkerClient._on_event"})
-SKIP_FRAME_PARSING = os.environ.get("EDGE_TEST_SWEEP_FRAME_PARSING") != "1"
-#: What a reply not of the usual form adds to run's reading of the usual one.
-NOT_USUAL = FRAME_PARSING - {"WorkerClient._read_one", "WorkerClient._read_taken"}
 
 
 def _streaming(length: int) -> list[dict[str, Any]]:
@@ -308,12 +292,12 @@ def test_ctrl_c_at_every_point_of_a_stream_leaves_nothing_held(
         open_pipeline: OpenPipeline, ledger: ResourceLedger, length: int,
         drive: Drive) -> None:
     # As the sweep of run, for a stream: interrupted as the generator is advanced and
-    # closed, and in the caller's loop (the generator then dropped); each stream's
+    # closed, and in the caller's loop (the generator then dropped), and as each token's
+    # frame (not the usual reply) is read, parsed and handed to its call; each stream's
     # deadline waits for its admission slot (the path without one is run's)
     assert threading.current_thread() is threading.main_thread()
     points, windows = _sweep(open_pipeline, ledger, _streaming(length), first=not FULL_SWEEP,
-                             deadline_s=30.0 if length == 2 else None, drive=drive,
-                             skip=FRAME_PARSING if SKIP_FRAME_PARSING else frozenset())
+                             deadline_s=30.0 if length == 2 else None, drive=drive)
     assert points > 100
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
@@ -360,12 +344,11 @@ def test_ctrl_c_at_every_point_of_a_fan_out_leaves_nothing_held(
         open_pipeline: OpenPipeline, ledger: ResourceLedger) -> None:
     # A run whose second stage is called once per row of the first's output (four items,
     # gathered: edge_echo.transforms:split_rows), each item's call held by the gather.
-    # Replies that come together are read by the frame reader: its points left out, as
-    # for a stream
+    # Replies that come together are read by the frame reader: its points swept too
+    # (core/tests/host/test_interrupted_frames.py makes two come together every time)
     stages = [echo_stage("a"), echo_stage("rows", backend="echo-preemptible",
                                           transform="edge_echo.transforms:split_rows")]
-    points, windows = _sweep(open_pipeline, ledger, stages, first=not FULL_SWEEP,
-                             skip=FRAME_PARSING if SKIP_FRAME_PARSING else frozenset())
+    points, windows = _sweep(open_pipeline, ledger, stages, first=not FULL_SWEEP)
     assert points > 300
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
@@ -501,11 +484,10 @@ def test_ctrl_c_at_every_point_of_a_call_sending_an_input_buffer_leaves_nothing_
     # the buffer claimed for good (its next send refused with InputBufferBusy), or its
     # new generation stamped in the producer and not in the buffer (sent by copy from
     # then on). After each interrupt the buffer is refilled and sent again, by reference.
-    # Its 512 KiB answer comes through shared memory (a reply not of the usual form: the
-    # frame reader's and the reply reading's points are left out, as for a stream)
+    # Its 512 KiB answer comes through shared memory (a reply not of the usual form, swept
+    # as a stream's are)
     points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")], first=not FULL_SWEEP,
-                             deadline_s=deadline_s, source=_input_buffer,
-                             skip=FRAME_PARSING if SKIP_FRAME_PARSING else frozenset())
+                             deadline_s=deadline_s, source=_input_buffer)
     assert points > 100
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))

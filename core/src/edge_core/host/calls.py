@@ -236,12 +236,21 @@ class Call:
 
     # -- the feed: what the worker client puts in, from whichever thread reads ------------
 
-    def deliver(self, delivery: Delivery) -> None:
-        """Hand the consumer the request's next event (the client's reading side)."""
-        self.last_seq = delivery.seq
-        if delivery.retained:  # recorded first: a consumer interrupted as it took it
-            self._hold(delivery)  # loses nothing (release_held)
-        self._queue.put(delivery)
+    def deliver(self, delivery: Delivery, again: bool = False) -> None:
+        """Hand the consumer the request's next event (the client's reading side).
+
+        ``again``: a delivery of this event was begun before and cut short (a
+        ``KeyboardInterrupt``; the reader tries it again): it is queued only if that try
+        did not queue it (:attr:`last_seq` is set as it is queued, with no point between
+        where an interrupt can act), and what follows the queuing is done. A delivery with
+        shared memory is recorded before it is queued (:meth:`release_held`; recorded
+        twice when a try is cut short after that: its release is idempotent).
+        """
+        if not again or self.last_seq != delivery.seq:
+            if delivery.retained:  # recorded first: a consumer interrupted as it took it
+                self._hold(delivery)  # loses nothing
+            self.last_seq = delivery.seq
+            self._queue.put(delivery)
         if delivery.terminal:
             self._queued_end = True
             if self._on_end:

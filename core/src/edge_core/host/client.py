@@ -46,7 +46,7 @@ from edge_contracts.errors import (
     StreamClosed,
     WireError,
 )
-from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirst
+from edge_contracts.frame_reader import DEFAULT_BUFFER_BYTES, FrameReader, ReceivedFirstKept
 from edge_contracts.headers import FrameHeader, Limits, prechecked_header, tensor_totals
 from edge_contracts.jsonvalues import EMPTY_OBJECT, JSONObject, thaw_json
 from edge_contracts.protocol import (
@@ -259,8 +259,21 @@ class WorkerClient:
         self._intake = memoryview(bytearray(DEFAULT_BUFFER_BYTES))
         self._receive_with(sock.recv_into)
         # received, not yet taken by the reader: given to it first
-        self._received = ReceivedFirst(self._recv_into)
-        self._more = False  # bytes of a frame wait in the reader's buffer
+        self._received = ReceivedFirstKept(self._recv_into)
+        # A frame waits: parsed and not yet delivered (in _pending), or bytes of one in the
+        # reader's buffer (or handed to it): False only when neither
+        self._more = False
+        # Frames read and not yet delivered, the first being delivered: a frame is
+        # appended as its bytes leave the reader's buffer and removed once delivered, each
+        # with no point between where a KeyboardInterrupt can act, so that an interrupt
+        # at any point of its reading or delivery leaves it to the next reader (before it
+        # reads the socket again), which delivers it (once: _head_call)
+        self._pending: list[Frame] = []
+        # The call of the frame being delivered, set (before anything is queued) as its
+        # delivery begins and cleared once it is delivered: found set, the delivery is
+        # one begun before (a terminal event's call taken out of _calls already) and
+        # queues its event only if that one did not (Call.deliver's ``again``)
+        self._head_call: Call | None = None
         self._usual: dict[bytes, KeptReply] = {}  # see reply_kept
         self._kept_requests: dict[tuple[object, ...], KeptRequest] = {}  # see request_kept
         self._kept_ref_requests: dict[tuple[object, ...], KeptRefRequest] = {}  # (the same)
@@ -482,7 +495,7 @@ class WorkerClient:
 
     def unread(self) -> bool:
         """True when bytes from the worker wait to be read (it spoke; this side is slow)."""
-        if self._frames.buffered:
+        if self._frames.buffered or self._pending:
             return True
         try:
             return readable(self._sock.fileno(), 0.0)
@@ -536,6 +549,10 @@ class WorkerClient:
             calls = [call for call in map(pop, list(self._calls), itertools.repeat(None))
                      if call is not None] + list(self._replies.values())
             self._replies.clear()
+            # a call whose end was read, taken out and not delivered yet (interrupted)
+            head, self._head_call = self._head_call, None
+            if head is not None and head not in calls:
+                calls.append(head)
         for listener in self._listeners:  # first: who sees the error sees the state too
             listener(error)
         for call in calls:
@@ -978,7 +995,8 @@ class WorkerClient:
         ones (:func:`~edge_contracts.binary_header.kept_header`, after the reader's own
         prefix checks) and is dispatched without the reader; what else it holds is handed
         to the frame reader, whose frame is dispatched, and kept as a template when it is
-        a usual one.
+        a usual one. A frame the reader read is dispatched from :attr:`_pending` (one that
+        an interrupt left there first: see its comment in ``__init__``).
         """
         raw = None  # the header of a receive that held one whole binary frame
         kept = None  # its template (then kept already), if it has one
@@ -987,9 +1005,11 @@ class WorkerClient:
         taken = 0
         popped = None  # a call the usual path took out and has not delivered yet
         try:
-            if self._more:  # a frame (or its start) waits in the reader's buffer
-                frame = self._frames.read()
-                self._more = self._frames.has_buffered()
+            if self._more:  # a frame waits: read, undelivered, or its bytes buffered
+                pending = self._pending
+                more = None  # (whether another waits after it: asked once it is delivered)
+                if not pending:
+                    self._frames.read_into(pending)
             else:
                 view = self._intake
                 try:
@@ -1087,13 +1107,26 @@ class WorkerClient:
                     header = kept_header(raw, self._limits, payload_len)
                 if header is not None:  # the payload: exactly the header's inline bytes
                     frame = prechecked_frame(header, bytearray(view[header_end:count]))
-                    taken = 0  # read: an interrupt from here on does not read it again
-                else:
-                    self._received.left = view[:count]
-                    taken = 0  # the frame reader's now
-                    frame = self._frames.read()
-                    if raw is None:  # else it was all the receive held: nothing is left
-                        self._more = self._frames.has_buffered()
+                    self.last_heard = time.monotonic()
+                    # Delivered with the receive still counted taken: an interrupt until
+                    # its end reads it on (below), and that delivery, begun again, queues
+                    # nothing twice (_head_call): this frame needs no place in _pending
+                    try:
+                        self._on_event(frame)
+                    except Exception as exc:
+                        self._undelivered(exc)
+                        return None
+                    self._head_call = None
+                    return False  # all the receive held was read
+                pending = self._pending  # (empty: _more was False)
+                # the receive held one whole frame (raw): nothing waits after it
+                more = False if raw is not None else None
+                # the frame reader's now (no point between these three stores): an
+                # interrupt in its read leaves the bytes to the next reader
+                self._received.left = view[:count]
+                self._more = True
+                taken = 0
+                self._frames.read_into(pending)
         except StreamClosed:
             self._channel_closed()
             return None
@@ -1124,32 +1157,25 @@ class WorkerClient:
                         self._calls.setdefault(popped.request_id, popped)
                     self._read_taken(taken)
             raise
+        # The first frame read and not delivered: delivered here, then taken out of
+        # _pending (an interrupt before leaves it to the next reader, which delivers it)
+        frame = pending[0]
         self.last_heard = time.monotonic()
         try:
             if frame.header.op == OP_EVENT:  # the usual frame, without _dispatch's call
                 self._on_event(frame)
             else:
                 self._dispatch(frame)
-        except ContractError as exc:
-            self._lost(
-                f"worker: protocol violation: {exc}",
-                ProtocolViolation(exc.field, exc.reason, exc.value),
-            )
+        except Exception as exc:
+            self._undelivered(exc)
             return None
-        except (KeyError, TypeError, ValueError) as exc:
-            self._lost(
-                f"worker: protocol violation: {exc!r}",
-                ProtocolViolation("frame.meta", "malformed event", repr(exc)),
-            )
-            return None
-        except Exception as exc:  # e.g. its shared memory could not be mapped (EMFILE)
-            # The frame belonged to some call, perhaps not the reading thread's: fail the
-            # channel for every call rather than raise into an unrelated caller.
-            self._lost(
-                f"worker: frame could not be delivered: {exc!r}",
-                WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
-            )
-            return None
+        # Delivered: out of _pending, with no point between the removal and the stores
+        if more is None:
+            more = len(pending) > 1 or self._frames.has_buffered() or (
+                self._received.left is not None)
+        del pending[0]
+        self._head_call = None
+        self._more = more
         header = frame.header
         # the only frame of its receive, an event without shared memory: perhaps a usual
         # one, whose template is kept
@@ -1160,7 +1186,29 @@ class WorkerClient:
                 if len(self._usual) >= MAX_KEPT:
                     self._usual.clear()
                 self._usual[found[0]] = found[1]
-        return self._more
+        return more
+
+    def _undelivered(self, exc: Exception) -> None:
+        """Fail the channel for a frame that could not be delivered: the worker's fault.
+
+        The frame belonged to some call, perhaps not the reading thread's: the channel
+        fails for every call rather than raise into an unrelated caller.
+        """
+        if isinstance(exc, ContractError):
+            self._lost(
+                f"worker: protocol violation: {exc}",
+                ProtocolViolation(exc.field, exc.reason, exc.value),
+            )
+        elif isinstance(exc, KeyError | TypeError | ValueError):
+            self._lost(
+                f"worker: protocol violation: {exc!r}",
+                ProtocolViolation("frame.meta", "malformed event", repr(exc)),
+            )
+        else:  # e.g. its shared memory could not be mapped (EMFILE)
+            self._lost(
+                f"worker: frame could not be delivered: {exc!r}",
+                WorkerGone("worker.channel", f"frame not delivered ({exc!r})", self.identity.pid),
+            )
 
     def _receive_with(self, recv_into: Callable[..., int]) -> None:
         """Receive into the intake with ``recv_into`` (the socket's; a test's watcher).
@@ -1203,7 +1251,11 @@ class WorkerClient:
         elif header.op == OP_REPLY:
             with self._lock:
                 waiter = self._replies.get(header.request_id)
+            again = self._head_call is not None  # (see _head_call)
+            if again:
+                waiter = self._head_call
             if waiter is not None:
+                self._head_call = waiter
                 error = meta.get("error")
                 waiter.deliver(
                     Delivery(
@@ -1219,7 +1271,8 @@ class WorkerClient:
                         arrays={},
                         refs=[],
                         ack=None,
-                    )
+                    ),
+                    again,
                 )
         else:
             raise ProtocolViolation("frame.op", "not expected from a worker", header.op)
@@ -1242,13 +1295,24 @@ class WorkerClient:
         if kind is None:  # caught by _read_one: a protocol violation, as before
             raise ValueError(f"{meta['kind']!r} is not a valid EventKind")
         terminal = kind in _TERMINAL_KINDS
-        with self._lock:
-            call = self._calls.get(header.request_id)
-            stale = (
-                call is None or header.generation != self.generation or header.epoch != call.epoch
-            )
-            if not stale and terminal:
-                self._calls.pop(header.request_id, None)  # (see _calls)
+        # The call is kept as _head_call until the frame is delivered (a terminal event's
+        # taken out for its end): a delivery begun again after an interrupt finds it
+        # there (not gone from _calls: stale) and queues nothing twice
+        call: Call | None
+        if self._head_call is not None:
+            call = self._head_call
+            again = True
+            stale = False
+        else:
+            again = False
+            with self._lock:
+                call = self._calls.get(header.request_id)
+                stale = (call is None or header.generation != self.generation
+                         or header.epoch != call.epoch)
+                if not stale:
+                    self._head_call = call  # (no point between it and the pop)
+                    if terminal:
+                        self._calls.pop(header.request_id, None)  # (see _calls)
         if stale or call is None:  # cancelled, fenced or unknown: drop, free what it holds
             refs = refs_of(frame)
             if refs:
@@ -1280,7 +1344,7 @@ class WorkerClient:
             if refs:
                 self._ack(refs)
             raise
-        call.deliver(delivery)
+        call.deliver(delivery, again)
 
     # -- retirement --------------------------------------------------------------------
 

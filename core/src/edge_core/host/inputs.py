@@ -285,15 +285,17 @@ class InputBuffers:
         """Handle the worker's acknowledgement of an input; False if not a buffer's.
 
         The buffer is free again (writable); a buffer whose array was collected while
-        the worker held it goes back to the producer's pool now.
+        the worker held it goes back to the producer's pool now. Handled again (its frame
+        delivered again after a Ctrl-C cut the first handling short), it makes the buffer
+        writable, if the first did not get that far, and nothing more.
         """
         with self._lock:
             buffer = self._by_segment.get(segment)
             if buffer is None:
                 return False
-            if buffer.lease.generation != generation or not buffer.busy:
+            if buffer.lease.generation != generation:
                 return True  # stale: the buffer was sent again since
-            buffer.busy = False
+            buffer.busy = False  # (not busy: handled again; a buffer not busy is writable)
             buffer.claimant = None
             array = buffer.array()
             if buffer.collected:

@@ -522,8 +522,9 @@ def test_ctrl_c_while_a_result_is_acknowledged_leaves_nothing_held(
     # Every point of PipelineResult.ack's own code (and what it calls to give back the
     # request's slots and its answer's memory), with an inline answer and with one in
     # the worker's shared memory (32 MiB: one lost release fails the next call). Their
-    # points alone (only=): a whole run swept with a 32 MiB answer finds the windows of
-    # an answer's memory docs/runtime.md lists as not made safe
+    # points alone (only=): a whole run swept with a 32 MiB answer is slow (and finds the
+    # window of an answer's memory docs/runtime.md lists as not made safe: as the
+    # request's stream is returned by edge_call)
     points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")], PIPELINE_ACK,
                              first=not FULL_SWEEP, drive=_run_and_ack, source=source)
     assert points > 8

@@ -247,21 +247,20 @@ class Call:
         twice when a try is cut short after that: its release is idempotent).
         """
         if not again or self.last_seq != delivery.seq:
-            if delivery.retained:  # recorded first: a consumer interrupted as it took it
-                self._hold(delivery)  # loses nothing
+            # Recorded first (release_held): a consumer interrupted as it takes it loses
+            # nothing. A new list each time, no Python call: release_held may be reading
+            # the old one; a long stream's is rid of the deliveries released now and then
+            if delivery.retained:
+                held = self._held
+                if len(held) >= _HELD_PRUNED_AT:
+                    held = [kept for kept in held if kept.retained]
+                self._held = [*held, delivery]
             self.last_seq = delivery.seq
             self._queue.put(delivery)
         if delivery.terminal:
             self._queued_end = True
             if self._on_end:
                 self._end_queued()
-
-    def _hold(self, delivery: Delivery) -> None:
-        """Record a delivery of shared memory (a long stream's record keeps those unreleased)."""
-        held = self._held
-        if len(held) >= _HELD_PRUNED_AT:  # a new list: release_held may be reading the old
-            held = [kept for kept in held if kept.retained]
-        self._held = [*held, delivery]
 
     def deliver_done(self, event: StageEvent, arrays: dict[str, Array]) -> None:
         """Hand the consumer the request's DONE without shared memory: its event, its arrays.

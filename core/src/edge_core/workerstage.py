@@ -141,6 +141,7 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
         except Exception:  # the call's error (or, never expected, nothing queued)
             return
         if isinstance(item, Delivery):
+            item.arrays = {}  # (its call's record of it keeps no view of memory given back)
             item.release()
 
 

@@ -526,6 +526,26 @@ class SegmentProducer:
             gone, self._gone = self._gone, []
             return gone
 
+    def gone_names(self) -> list[str]:
+        """The names unlinked and not announced yet (a copy; see :meth:`announced`).
+
+        For a sender that may be cut short anywhere (a controller's thread, by a Ctrl-C):
+        the names stay here until :meth:`announced` is told they went, so an interrupt
+        before that leaves them for the next frame. A name announced twice (two frames
+        under way, or a frame written just before an interrupt) is harmless: the consumer
+        forgets a name once, and names are never reused (random).
+        """
+        if not self._gone:  # the usual case, read without the lock (as take_gone)
+            return []
+        with self._lock:
+            return list(self._gone)
+
+    def announced(self, names: list[str]) -> None:
+        """Forget ``names`` (from :meth:`gone_names`): a frame that carried them was sent."""
+        with self._lock:
+            sent = set(names)
+            self._gone = [name for name in self._gone if name not in sent]
+
     def restore_gone(self, names: list[str]) -> None:
         """Put back names taken by :meth:`take_gone` whose frame was never sent."""
         with self._lock:

@@ -4,12 +4,14 @@ however it ends; run_then_flush runs what its work hands the loop right after th
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from typing import Any
 
 import pytest
 
 from edge_core.host.loop_calls import call_later_once, call_soon_once, run_then_flush
+from edge_core.testing.interrupts import Interrupter
 
 
 def _recorder() -> tuple[list[int], Any]:
@@ -179,3 +181,52 @@ def test_run_then_flush_runs_them_when_its_work_raises() -> None:
         assert ran == [threading.get_ident()]  # once: nothing was queued on the loop
     finally:
         loop.close()
+
+
+class _Settle:
+    """A callback that tolerates being called again: its second call does nothing."""
+
+    def __init__(self) -> None:
+        self.begun = False
+        self.ended = 0
+
+    def __call__(self) -> None:
+        if self.begun:
+            return
+        self.begun = True
+        self.ended += 1
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["on-the-loop", "flushed"])
+def test_a_callback_a_ctrl_c_cuts_short_as_it_begins_is_called_again_then_it_is_raised(
+        batched: bool) -> None:
+    # A KeyboardInterrupt acted on as the callback begins (before any of its code ran)
+    # comes out of the loop's run, after the callback was called again to its end: on
+    # the loop (call_soon_once's own) and after a run_then_flush's work. Before, the
+    # callback was dropped unrun.
+    loop = asyncio.new_event_loop()
+    settle = _Settle()
+
+    def hand_over() -> None:
+        call_soon_once(loop, settle, threadsafe=False)
+
+    def on_the_loop() -> None:
+        if batched:
+            run_then_flush(loop, hand_over)
+        else:
+            hand_over()
+
+    tracer = Interrupter(1, frozenset({"_Settle.__call__"}))
+    try:
+        loop.call_soon(on_the_loop)
+        loop.call_later(0.05, loop.stop)
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                loop.run_forever()
+        finally:
+            sys.settrace(None)
+        assert tracer.where, "not interrupted"
+    finally:
+        loop.close()
+    assert settle.ended == 1

@@ -747,7 +747,8 @@ class WorkerClient:
             if not registered:
                 self._inputs.take_back(packed.leases, claimed)
                 raise ProtocolViolation("request.request_id", "already in flight", request_id)
-            gone = self._producer.take_gone() if self._producer is not None else []
+            # (announced once a frame carried them: an interrupt before leaves them there)
+            gone = self._producer.gone_names() if self._producer is not None else []
             try:
                 if kept is not None and not gone:  # the kept bytes around this request's id
                     before, after, total = kept
@@ -796,6 +797,8 @@ class WorkerClient:
                     notice = (FrameHeader(OP_ACK, "", "", 0, self.generation, meta={"gone": gone})
                               if gone else None)
                     self._send(header, packed.payloads, before=notice)
+                    if gone:
+                        self._producer.announced(gone)  # type: ignore[union-attr]
                 else:
                     parts = encode_call_frame(*ids, specs, packed.payloads, features, meta=params)
                     self._write(parts)
@@ -811,8 +814,6 @@ class WorkerClient:
                 with self._lock:
                     self._calls.pop(request_id, None)
                 self._inputs.take_back(packed.leases, claimed)
-                if gone and self._producer is not None:  # announce them with a later frame
-                    self._producer.restore_gone(gone)
                 raise
         except BaseException:
             # Not sent (refused, failed, or cut short by a Ctrl-C, even as the claim of an
@@ -964,20 +965,22 @@ class WorkerClient:
     def _ack(self, refs: list[list[Any]], unlink: bool = False) -> None:
         if self._state != READY:
             return
-        gone = self._producer.take_gone() if self._producer is not None else []
+        # (announced once the frame went: an interrupt before leaves them for the next)
+        gone = self._producer.gone_names() if self._producer is not None else []
         try:
             if self._binary:  # written directly: one per call that read shared memory
                 self._write([encode_ack_frame(self.generation, () if unlink else refs,
                                               refs if unlink else (), gone)])
-                return
-            meta: dict[str, Any] = ({"segments": [], "unlink": refs} if unlink
-                                    else {"segments": refs})
-            if gone:  # segments this side unlinked: the worker unmaps them now
-                meta["gone"] = gone
-            self._send(FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta))
+            else:
+                meta: dict[str, Any] = ({"segments": [], "unlink": refs} if unlink
+                                        else {"segments": refs})
+                if gone:  # segments this side unlinked: the worker unmaps them now
+                    meta["gone"] = gone
+                self._send(FrameHeader(OP_ACK, "", "", 0, self.generation, meta=meta))
         except WorkerGone:
-            if gone and self._producer is not None:
-                self._producer.restore_gone(gone)
+            return  # (the names stay: nobody maps them any more)
+        if gone:
+            self._producer.announced(gone)  # type: ignore[union-attr]
 
     # -- receiving ---------------------------------------------------------------------
 

@@ -43,11 +43,19 @@ class _Once:
         self._pending = [callback]
 
     def __call__(self) -> None:
-        try:  # list.pop is atomic: the loop, this thread and the finalizer may race
-            callback = self._pending.pop()
-        except IndexError:
+        pending = self._pending
+        if not pending:
             return
-        callback()
+        # Taken off with no point between (the loop, this thread and the finalizer may
+        # race: no thread switch either), so that a Ctrl-C cannot drop it taken but not run
+        callback = pending[-1]
+        del pending[-1]
+        try:
+            callback()
+        except BaseException as exc:  # a Ctrl-C perhaps cut it short as it began: again,
+            if not isinstance(exc, Exception):  # to its end (it must tolerate that)
+                callback()
+            raise
 
     def __del__(self) -> None:  # dropped unrun: a loop closed (or collected) with it queued
         self()
@@ -61,7 +69,9 @@ def call_soon_once(loop: asyncio.AbstractEventLoop, callback: Callable[[], objec
     Where the loop refuses it (closed), or closed while it was handed over, it is called
     here; where the loop drops it queued (stopped, then closed), in the thread that drops
     it. ``callback`` must not raise (an error there is reported as unraisable, not
-    raised to anyone).
+    raised to anyone). A ``KeyboardInterrupt`` that cuts it short (as it begins,
+    perhaps: before any of its code ran) has it called once more before it is raised:
+    ``callback`` must tolerate that (a second call, once it began, doing nothing).
     """
     if not threadsafe:
         batch = getattr(_flushing, "batch", None)
@@ -104,6 +114,8 @@ def run_then_flush(loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> T:
     handed over, instead of in a later turn of the loop: after ``work``, not inside it, as
     the loop would call it, and exactly once. A callback that raises is reported to the
     loop's exception handler, as the loop reports a callback's error, and the rest still run.
+    A ``KeyboardInterrupt`` there has every one of them called again (each tolerates it,
+    as :func:`call_soon_once` asks), then is raised.
     """
     previous = getattr(_flushing, "batch", None)
     callbacks: list[Callable[[], object]] = []
@@ -112,9 +124,23 @@ def run_then_flush(loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> T:
         return work()
     finally:
         _flushing.batch = previous
-        for callback in callbacks:  # what these hand over goes to the loop, as usual
-            try:
-                callback()
-            except Exception as exc:  # as the loop reports an error in a callback
-                loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
-                                             "exception": exc})
+        try:
+            for callback in callbacks:  # what these hand over goes to the loop, as usual
+                try:
+                    callback()
+                except Exception as exc:  # as the loop reports an error in a callback
+                    loop.call_exception_handler({
+                        "message": f"Exception in callback {callback!r}", "exception": exc})
+        except BaseException:  # a Ctrl-C: every one called again (each must tolerate
+            _run_reported(loop, callbacks)  # that: one begun does nothing), then raised
+            raise
+
+
+def _run_reported(loop: asyncio.AbstractEventLoop, callbacks: list[Callable[[], object]]) -> None:
+    """Call each of ``callbacks``; an ``Exception`` is reported as the loop reports one."""
+    for callback in callbacks:  # what these hand over goes to the loop, as usual
+        try:
+            callback()
+        except Exception as exc:  # as the loop reports an error in a callback
+            loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
+                                         "exception": exc})

@@ -59,6 +59,10 @@ class Answer(Generic[T]):
         """True once it is set."""
         return self._done
 
+    def holds(self, result: object) -> bool:
+        """True once it is set to ``result`` itself (not to an equal one, nor an error)."""
+        return self._done and self._error is None and self._result is result
+
     def settle(self, result: T | None, error: BaseException | None) -> bool:
         """Set it to ``result`` (``error`` None) or ``error``, unless it is set already.
 

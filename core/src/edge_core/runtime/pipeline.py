@@ -129,7 +129,11 @@ def _leave(admitting: threading.RLock, lineup: ServingLineup, admission: SlotPoo
     """
     with admitting:
         lineup.leave_held(serving)
-        admission.release_held()
+        if admission.used <= 0:  # SlotPool.release_held, without its call
+            raise RuntimeError(f"{admission.what}: release without a matching acquire")
+        admission.used -= 1
+        if admission.waiters:
+            admission.wake_held()
     if admission.listeners:  # (called without the lock)
         for listener in admission.listeners:
             listener()
@@ -769,7 +773,6 @@ class Pipeline:
         until = None if deadline_s is None else deadline_until(deadline_s)
         fenced = until is not None and not interrupt_at_deadline
         calls_until = None if fenced else until  # fenced: call_timeout_s bounds each call
-        admitted = False
         if (loop is not None and on_event is None
                 and self.lineup.current.direct is not None  # one stage in every placement
                 and _input_bytes(inputs) <= SEND_NOW_BYTES):
@@ -779,6 +782,8 @@ class Pipeline:
                     sent.fence_at(until)
                 return sent
             admitted = sent  # admitted and tracked, no stage slot free now: a thread waits
+        else:
+            admitted = False
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
@@ -808,55 +813,80 @@ class Pipeline:
         was taken (no admission slot free now).
         """
         requests, admission = self.requests, self.admission
-        requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
-        try:  # an admission slot free now, with the placement (one lock section, as _run)
-            with self._admitting:
-                admission.take_held()
-                epoch = self.epoch
-                serving = self.lineup.enter_held()
-        except ResourceUnavailable:
-            requests.end(request_id)
-            return False
-        group = serving.direct
+        # As _run: what the request holds is known from what is set at every point where
+        # a Ctrl-C can act, and a Ctrl-C gives back what is set (_unsent), then is raised:
+        # the tracking (begun first: ended there, unless DuplicateRequest refused it), the
+        # admission slot and the placement (taken in one run of statements without a call,
+        # serving set with them), the stage call once it is registered. Once the call's
+        # end is handed to the loop (on_end), settle owns the request: it settles it
+        # exactly once, and a Ctrl-C in it is raised once the request is whole.
+        serving: Serving | None = None  # entered, its admission slot taken with it
+        calls: list[PendingCall] = []  # the stage call, as its stage registers it
         answer = RequestAnswer(request_id)  # set by whoever ends the request
         submission = Submission(request_id, None, requests, until, admission.release, answer)
+        # (a cell) True once settle began, or once an interrupt here gave the request back
+        settling = False
+        on_loop = threading.get_ident()
         try:
+            requests.begin(request_id)  # DuplicateRequest: raised as submit raises it
+            with self._admitting:  # a slot free now, with the placement: one section, as _run
+                if admission.used >= admission.limit:  # none free now: nothing taken
+                    requests.end(request_id)  # but the tracking
+                    refusal = admission.refusal(None)
+                    if isinstance(refusal, ResourceUnavailable):
+                        return False
+                    raise refusal  # (closed)
+                # SlotPool.take_held and ServingLineup.enter_held, without their calls
+                admission.used += 1
+                epoch = self.epoch
+                serving = self.lineup.current
+                serving.holds += 1
+            group = serving.direct
             assert group is not None  # one stage in every placement (checked by submit)
             pending = self._direct(group, inputs, params, calls_until, request_id, epoch,
-                                   now=True)
-        except StageClosed:  # no replica serves now: a request thread waits for one
-            self.lineup.leave(serving, answered=False)
-            return True
-        except BaseException as exc:  # the request's own error, as its result
+                                   now=True, into=calls)
+        except Exception as exc:
+            if serving is None:  # refused before it was sent (nothing held)
+                raise
+            if isinstance(exc, StageClosed):  # no replica serves now: a request thread
+                self.lineup.leave(serving, answered=False)  # waits for one
+                return True
+            for call in calls:  # (a call registered before the error: let go)
+                call.abandon()
             _leave(self._admitting, self.lineup, admission, serving)
             requests.end(request_id)
-            refusal = malformed_inputs(inputs) if isinstance(exc, Exception) else None
-            answer.fail(refusal or exc)
+            answer.fail(malformed_inputs(inputs) or exc)  # the request's own error
             return submission
+        except BaseException:  # a Ctrl-C: what is held given back, then raised
+            self._unsent(request_id, serving, calls)
+            raise
         if pending is None:  # every stage slot is taken: a request thread waits for one
             self.lineup.leave(serving, answered=False)
             return True
 
         def settle() -> None:
+            nonlocal settling
+            if settling:  # settled already (called again after a Ctrl-C), or given back
+                return
+            settling = True  # (no point between the test and the store)
+            result: PipelineResult | None = None
             try:
                 latencies: dict[str, float] = {}
-                try:
-                    final = pending.result()  # its end is here: nothing waits
-                    # (a request cancelled meanwhile delivers nothing: RequestCancelled)
-                    release, receipt = self._delivery(serving, final, epoch, request_id,
-                                                      latencies, _NO_CARRY)
-                except BaseException:
-                    _leave(self._admitting, self.lineup, admission, serving)
-                    raise
-                result = PipelineResult(final, latencies, release, (), receipt)
-            except BaseException as exc:
+                final = pending.result()  # its end is here: nothing waits
+                # (a request cancelled meanwhile delivers nothing: RequestCancelled)
+                release, receipt = self._delivery(serving, final, epoch, request_id,
+                                                  latencies, _NO_CARRY)
+                # Made in two steps, as in _run: once __init__ ran to its end the result
+                # holds the request (a result dropped gives it back through its drain)
+                result = PipelineResult.__new__(PipelineResult)
+                PipelineResult.__init__(result, final, latencies, release, (), receipt)
                 requests.end(request_id)
-                answer.fail(exc)
-                return
-            requests.end(request_id)
-            answer.deliver(result)  # (acknowledged there where it was fenced meanwhile)
-
-        on_loop = threading.get_ident()
+                answer.deliver(result)  # (acknowledged there where it was fenced meanwhile)
+            except Exception as exc:  # the request's own error (its result not made)
+                self._settle_failed(request_id, serving, answer, exc)
+            except BaseException:  # a Ctrl-C: the request left whole, then raised
+                self._settle_interrupted(request_id, pending, serving, answer, result)
+                raise
 
         def ended() -> None:  # in the thread that read the reply (or ended the call)
             if not loop.is_running():  # stopped or closed: it may never settle it
@@ -866,16 +896,79 @@ class Pipeline:
                 # closed with settle still queued, here or in the thread that closes it
                 call_soon_once(loop, settle, threadsafe=threading.get_ident() != on_loop)
 
-        on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
-        if on_end is not None:
-            if not on_end(pending.request_id, ended, loop):
-                ended()  # its end was read before the callback could be set: nothing waits
-        else:  # The stage cannot call back: a request thread waits for its reply.
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
-            self._executor.submit(settle)
+        try:
+            on_end = getattr(getattr(pending.stage, "loaded", None), "on_end", None)
+            if on_end is not None:
+                if not on_end(pending.request_id, ended, loop):
+                    ended()  # its end was read before the callback could be set: nothing waits
+            else:  # The stage cannot call back: a request thread waits for its reply.
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
+                self._executor.submit(settle)
+        except BaseException:  # a Ctrl-C before settle began: given back here, then raised
+            if not settling:
+                settling = True  # (no point between the test and the store)
+                self._unsent(request_id, serving, calls)
+            raise
         return submission
+
+    def _unsent(self, request_id: str, serving: Serving | None,
+                calls: list[PendingCall]) -> None:
+        """Give back what a request :meth:`_send_now` was sending holds (a Ctrl-C came).
+
+        Its stage call, if registered, is abandoned (read to its end by whichever thread
+        reads the channel, its slot given back then; never cancelled), then its placement
+        and its admission slot, then its tracking (begun first: a Ctrl-C as begin began
+        leaves none, and ends none but a request of the same id begun meanwhile).
+        """
+        for call in calls:
+            call.abandon()
+        if serving is not None:
+            _leave(self._admitting, self.lineup, self.admission, serving)
+        self.requests.end(request_id)
+
+    def _settle_failed(self, request_id: str, serving: Serving, answer: RequestAnswer,
+                       error: Exception) -> None:
+        """Give back what a request that failed on the loop held, then answer its error.
+
+        Its placement and admission slot, then its tracking, each once: a Ctrl-C in it
+        runs it again to its end, then is raised.
+        """
+        left: list[bool] = []
+        ended: list[bool] = []
+        try:
+            _leave_once(self._admitting, self.lineup, self.admission, serving, left)
+            self.requests.end(request_id, ended)
+            answer.fail(error)
+        except BaseException:
+            _leave_once(self._admitting, self.lineup, self.admission, serving, left)
+            self.requests.end(request_id, ended)
+            answer.fail(error)
+            raise
+
+    def _settle_interrupted(self, request_id: str, pending: PendingCall, serving: Serving,
+                            answer: RequestAnswer, result: PipelineResult | None) -> None:
+        """Leave a request whole whose settle on the loop a Ctrl-C cut short.
+
+        Its result, once made, holds its slots: its tracking is ended and it is delivered
+        (unless the answer holds it already). Else (cut short as its reply was taken, or
+        its result made) its stage call is abandoned (its slot given back as :meth:`run`
+        gives it back), then its placement and admission slot, and its answer is
+        ``RequestCancelled``. The tracking is ended before the answer is set: ended again
+        unless the answer holds the result (cut short as the end returned, that ends none
+        but a request of the same id another thread began in that instant).
+        """
+        if result is not None and result.made:
+            if not answer.holds(result):
+                self.requests.end(request_id)
+                answer.deliver(result)  # (acknowledged there where the answer was set)
+            return
+        pending.abandon()
+        _leave(self._admitting, self.lineup, self.admission, serving)
+        self.requests.end(request_id)
+        answer.fail(RequestCancelled(f"request {request_id!r}: interrupted (Ctrl-C) as its "
+                                     "reply was settled"))
 
     def check_params(self, params: Mapping[str, Any] | None) -> None:
         """Refuse, before admission, parameters the stage can tell are the request's fault.

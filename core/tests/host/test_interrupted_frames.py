@@ -189,3 +189,88 @@ def test_ctrl_c_as_a_zero_copy_reply_is_delivered_loses_nothing(
             break
     assert counter.points > 100
     assert windows == [], "\n".join(windows)
+
+
+def _zero_copy_together(client: WorkerClient, n: int) -> tuple[Call, Call, np.ndarray]:
+    """Two zero-copy replies (``b``'s first, then ``a``'s) waiting together in the socket."""
+    reader = client._reader
+    x = np.full(ZERO_COPY_SHAPE, float(n), dtype=np.float32)
+    reader._role.acquire()  # nobody reads: both replies wait in the socket
+    try:
+        b = client.submit(StageRequest(f"b{n}", "s0", 0, client.generation, Operation.RUN),
+                          {"x": x + 1})
+        a = client.submit(StageRequest(f"a{n}", "s0", 0, client.generation, Operation.RUN),
+                          {"x": x})
+        assert _until(lambda: _whole_frames(client) >= 2)
+        reader._last_active = time.monotonic()  # the background reader stays aside
+    finally:
+        reader._role.release()
+    return a, b, x
+
+
+@pytest.mark.slow
+def test_a_frame_delivered_before_a_ctrl_c_is_not_read_again_after_its_memory_went_back(
+        start: Callable[..., WorkerClient]) -> None:
+    """Review40b: the main thread, waiting for ``a``, delivers ``b``'s zero-copy reply
+    (read with ``a``'s by one receive) and is interrupted before that frame leaves the
+    frames undelivered. ``b``'s thread takes it and gives its memory back, the worker
+    reuses that segment for the next answer; the next reader then finishes ``b``'s frame.
+    It read the frame's shared memory again, now another generation's: the channel was
+    failed (``ProtocolViolation``: stale) for every call."""
+    client = start("counting_in_place", spin_us=0, shm_threshold=ZERO_COPY_THRESHOLD)
+    for n in range(3):
+        with client.submit(StageRequest(f"w{n}", "s0", 0, client.generation, Operation.RUN),
+                           {"x": np.zeros(ZERO_COPY_SHAPE, np.float32)}).next(timeout=BOUND_S):
+            pass
+    a, b, x = _zero_copy_together(client, 7)
+    tracer = Interrupter(1, frozenset({"FrameReader.has_buffered"}))  # after b's delivery
+    got: list[object] = []
+    assert run_interrupted(tracer, lambda: got.append(a.next(timeout=BOUND_S))), tracer.points
+    assert client._pending and client._head_call is b  # b's frame: delivered, not yet out
+    with b.next(timeout=BOUND_S) as first:  # b's thread: its reply, its memory given back
+        assert float(first.arrays["y"].flat[0]) == float(x.flat[0] + 1)
+    reader = client._reader
+    reader._role.acquire()  # nobody reads until the worker has answered d
+    try:
+        d = client.submit(StageRequest("d", "s0", 0, client.generation, Operation.RUN),
+                          {"x": x})
+        assert _until(lambda: _whole_frames(client) >= 1)  # in b's segment, reused
+        reader._last_active = time.monotonic()
+    finally:
+        reader._role.release()
+    with d.next(timeout=BOUND_S) as reply:  # (the next read finishes b's frame first)
+        assert float(reply.arrays["y"].flat[0]) == float(x.flat[0])
+    with a.next(timeout=BOUND_S) as mine:
+        assert float(mine.arrays["y"].flat[0]) == float(x.flat[0])
+    assert b._queue.empty() and not client._pending and client._head_call is None
+    assert client.health().state == "ready", client.health()
+
+
+@pytest.mark.slow
+def test_a_token_delivered_before_a_ctrl_c_is_not_queued_again_after_a_cancel(
+        start: Callable[..., WorkerClient]) -> None:
+    """Review40b: a stream's token queued, its reading interrupted before the frame left
+    the frames undelivered; the stream is then cancelled (as a stream closed after a
+    Ctrl-C is). The next read finished the token's frame: the CANCELLED had moved the
+    call's last seq, so the token was queued a second time, behind the CANCELLED."""
+    client = start("stream")
+    for n in range(2):
+        list(client.submit(StageRequest(f"w{n}", "s0", 0, client.generation, Operation.RUN,
+                                        params={"tokens": 2}), {}))
+    stream = client.submit(StageRequest("s", "s0", 0, client.generation, Operation.RUN,
+                                        params={"tokens": 3, "delay_s": 0.2}), {})
+    tracer = Interrupter(2, frozenset({"Call.deliver"}))  # right after its put
+    got: list[object] = []
+    assert run_interrupted(tracer, lambda: got.append(stream.next(timeout=BOUND_S)))
+    assert client._head_call is stream
+    stream.cancel()
+    after = client.submit(StageRequest("t", "s0", 0, client.generation, Operation.RUN,
+                                       params={"tokens": 1}), {})
+    assert [d.kind for d in after] == [EventKind.TOKEN, EventKind.DONE]  # (a read: see above)
+    queued = []
+    while not stream._queue.empty():
+        item = stream._queue.get_nowait()
+        queued.append((item.kind, item.seq) if hasattr(item, "kind") else item)
+    taken = [(d.kind, d.seq) for d in got if hasattr(d, "kind")]  # type: ignore[attr-defined]
+    assert taken + [q for q in queued if isinstance(q, tuple)] in (
+        [(EventKind.TOKEN, 0), (EventKind.CANCELLED, 1)],), (taken, queued)

@@ -262,6 +262,29 @@ class Call:
             if self._on_end:
                 self._end_queued()
 
+    def delivered_again(self, terminal: bool) -> None:
+        """The rest of a delivery that a try cut short had queued already (see :meth:`deliver`).
+
+        The reader that begins it again does not read the frame's shared memory a second
+        time (its consumer may have given it back, the worker reused it): it only ends
+        the call, where the event was its end.
+        """
+        if terminal:
+            self._queued_end = True
+            if self._on_end:
+                self._end_queued()
+
+    def end_cancelled(self, delivery: Delivery) -> None:
+        """Queue the request's end made on this side: its CANCELLED, not an event of the worker's.
+
+        :attr:`last_seq` stays the worker's last event queued, so that a delivery of one
+        begun before and cut short (:meth:`deliver` with ``again``) still finds it queued.
+        """
+        self._queue.put(delivery)
+        self._queued_end = True
+        if self._on_end:
+            self._end_queued()
+
     def deliver_done(self, event: StageEvent, arrays: dict[str, Array]) -> None:
         """Hand the consumer the request's DONE without shared memory: its event, its arrays.
 

@@ -544,7 +544,10 @@ class WorkerClient:
             self._reason = reason
             self._failure = error
             # each call taken out by a pop (see _calls): one a usual reply's reader took
-            # meanwhile is ended by that reader alone, not failed here too
+            # meanwhile is ended by that reader alone, not failed here too (but a call
+            # whose frame a reader is delivering, _head_call, is failed: it may be one an
+            # interrupt left undelivered; one being delivered now ends with this error,
+            # its delivery queued behind it never taken: the worker is gone anyway)
             pop = self._calls.pop
             calls = [call for call in map(pop, list(self._calls), itertools.repeat(None))
                      if call is not None] + list(self._replies.values())
@@ -918,7 +921,7 @@ class WorkerClient:
                         else:
                             victims.pop()  # (its reply took it)
             for call in victims:
-                call.deliver(self._cancelled(call))
+                call.end_cancelled(self._cancelled(call))
                 ended += 1
         except BaseException:
             with self._lock:  # at most the last victim is not counted: still registered
@@ -929,7 +932,7 @@ class WorkerClient:
                         if popped is call:  # (else its reply took it meanwhile: no end owed)
                             self._owed.add(call.request_id)
             for call in victims[ended:]:  # (the one cut short may get a second end: unread)
-                call.deliver(self._cancelled(call))
+                call.end_cancelled(self._cancelled(call))
             raise
         if victims:
             self._reader.nudge()  # a victim's own thread may be waiting on the socket
@@ -1305,7 +1308,11 @@ class WorkerClient:
         if self._head_call is not None:
             call = self._head_call
             again = True
-            stale = False
+            if call.last_seq == int(meta["seq"]):  # queued by the try cut short: the rest
+                call.delivered_again(terminal)  # (its shared memory not read again)
+                return
+            with self._lock:  # a token whose call was cancelled meanwhile: dropped as stale
+                stale = not terminal and self._calls.get(header.request_id) is not call
         else:
             again = False
             with self._lock:

@@ -243,13 +243,14 @@ class Call:
         ``KeyboardInterrupt``; the reader tries it again): it is queued only if that try
         did not queue it (:attr:`last_seq` is set as it is queued, with no point between
         where an interrupt can act), and what follows the queuing is done. A delivery with
-        shared memory is recorded before it is queued (:meth:`release_held`; recorded
-        twice when a try is cut short after that: its release is idempotent).
+        shared memory is recorded as it is queued, with no such point between
+        (:meth:`release_held`).
         """
         if not again or self.last_seq != delivery.seq:
             # Recorded first (release_held): a consumer interrupted as it takes it loses
-            # nothing. A new list each time, no Python call: release_held may be reading
-            # the old one; a long stream's is rid of the deliveries released now and then
+            # nothing. A new list each time, no Python call and no point where an
+            # interrupt can act from the record's store to the queuing: release_held may
+            # be reading the old list; a long stream's is rid of those released at times
             if delivery.retained:
                 held = self._held
                 if len(held) >= _HELD_PRUNED_AT:

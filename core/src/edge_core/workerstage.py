@@ -141,6 +141,7 @@ def _refuse(delivery: Delivery, call: Call, error: BaseException) -> None:
         except Exception:  # the call's error (or, never expected, nothing queued)
             return
         if isinstance(item, Delivery):
+            item.arrays = {}  # (its call's record of it keeps no view of memory given back)
             item.release()
 
 
@@ -162,6 +163,10 @@ def _item(delivery: Delivery, call: Call) -> tuple[StageEvent, Mapping[str, Any]
     arrays = delivery.arrays
     delivery.arrays = {}
     return event, RetainedOutputs(arrays, _Retention(delivery, arrays).release)
+
+
+#: A CallEvents' rest once its first delivery is being taken: an exhausted iterator
+_TAKEN: Iterator[Any] = iter(())
 
 
 class CallEvents:
@@ -186,20 +191,20 @@ class CallEvents:
 
     def __init__(self, stage: WorkerStage, call: Call) -> None:
         self._stage = stage
-        self._call: Call | None = call  # until its first delivery is taken
-        self._rest: Generator[tuple[StageEvent, Mapping[str, Any]], None, None] | None = None
+        self._call = call
+        # The rest of the stream: _TAKEN once its first delivery is being taken (a next()
+        # then ends the stream), the generator of stream_from when it goes on past it
+        self._rest: Iterator[tuple[StageEvent, Mapping[str, Any]]] | None = None
 
     def __iter__(self) -> CallEvents:
         return self
 
     def __next__(self) -> tuple[StageEvent, Mapping[str, Any]]:
         rest = self._rest
-        if rest is not None:
+        if rest is not None:  # (_TAKEN: its first delivery was taken, the stream has ended)
             return next(rest)
+        self._rest = _TAKEN  # before the take: an interrupted one is never waited for again
         call = self._call
-        if call is None:  # its terminal event was taken: the stream has ended
-            raise StopIteration
-        self._call = None
         delivery = call.take()  # (its end already taken: StopIteration; or its error)
         item = (delivery if delivery.__class__ is tuple  # the usual DONE's pair as it is
                 else _item(delivery, call))  # type: ignore[arg-type]  # (a Delivery)
@@ -211,9 +216,18 @@ class CallEvents:
         return next(rest)
 
     def close(self) -> None:
-        """Close the rest of a stream that went on past its first event."""
-        if self._rest is not None:
-            self._rest.close()
+        """The consumer is done: close the rest of the stream, give back what nothing holds.
+
+        The rest: the generator of a stream that went on past its first event. What
+        nothing holds: the worker memory of the deliveries its consumer never took, and of
+        one lost as it was taken (a ``KeyboardInterrupt`` after it left the call's queue,
+        before anything held it): :meth:`Call.release_held`. Call it only once what the
+        consumer holds is released (a result made of the call holds its deliveries' memory).
+        """
+        rest = self._rest
+        if rest is not None and rest is not _TAKEN:
+            rest.close()  # type: ignore[attr-defined]  # (the generator of stream_from)
+        self._call.release_held()
 
 
 class WorkerStage:

@@ -723,8 +723,9 @@ def test_ctrl_c_while_a_result_is_acknowledged_leaves_nothing_held(
     # Every point of PipelineResult.ack's own code (and what it calls to give back the
     # request's slots and its answer's memory), with an inline answer and with one in
     # the worker's shared memory (32 MiB: one lost release fails the next call). Their
-    # points alone (only=): a whole run swept with a 32 MiB answer finds the windows of
-    # an answer's memory docs/runtime.md lists as not made safe
+    # points alone (only=): a whole run swept with a 32 MiB answer is slow (and finds the
+    # window of an answer's memory docs/runtime.md lists as not made safe: as the
+    # request's stream is returned by edge_call)
     points, windows = _sweep(open_pipeline, ledger, [echo_stage("a")], PIPELINE_ACK,
                              first=not FULL_SWEEP, drive=_run_and_ack, source=source)
     assert points > 8
@@ -769,3 +770,34 @@ def test_a_signal_is_acted_on_where_the_sweep_interrupts(open_pipeline: OpenPipe
         signal.signal(signal.SIGINT, before)
     assert sum(seen.values()) > 100
     assert set(seen) <= _ACTED_ON_AT, (seen, where)
+
+
+#: Where a call's reply is waited for, taken and made into its stage result (the wait,
+#: the delivery taken from the call's queue, its event built, its outputs handed over as
+#: RetainedOutputs, the pending call's next item, the result made): a Ctrl-C there once
+#: lost an answer that came through the worker's shared memory before anything held it
+#: (its memory leased by the worker until it was retired: docs/runtime.md)
+TAKING = frozenset({"ChannelReader.wait", "Call.take", "CallEvents.__next__",
+                    "Delivery.__getattr__", "_item", "_Retention.__init__",
+                    "RetainedOutputs.__init__", "PendingCall._next", "PendingCall.result",
+                    "StageResult.__init__"})
+
+
+@pytest.mark.parametrize("length", [1, 2], ids=["one-stage", "two-stage"])
+def test_ctrl_c_as_a_shared_memory_answer_is_taken_leaves_its_memory_given_back(
+        open_pipeline: OpenPipeline, ledger: ResourceLedger, length: int) -> None:
+    # A run whose 32 MiB answer comes through the worker's shared memory (half its cap:
+    # one answer whose memory is not given back fails the next call with the worker's
+    # ShmCapExceeded), interrupted at each point where its reply is waited for and taken
+    # (TAKING alone: the whole call's sweep with answers this large is slow). Two stages:
+    # the first's answer (scale 1: the chain's answer is still the buffer's times
+    # ECHO_SCALE) is taken too, then copied into the second's request
+    stages = [echo_stage("a")]
+    if length == 2:
+        stages = [echo_stage("a", scale=1.0),
+                  echo_stage("b", transform="edge_echo.transforms:passthrough")]
+    points, windows = _sweep(open_pipeline, ledger, stages, TAKING, first=not FULL_SWEEP,
+                             source=_half_cap_buffer)
+    assert points > 20
+    assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
+        "\n".join(windows))

@@ -33,6 +33,9 @@ from edge_core.host.errors import ProtocolViolation, RemoteError, TransportCapEx
 
 __all__ = ["Call", "CallCancelled", "Delivery", "output_descriptor"]
 
+#: A call's record of deliveries with shared memory is rid of those released at this length
+_HELD_PRUNED_AT = 64
+
 _NO_WAIT = "must be a finite number of seconds, or None to wait for the next event"
 
 Array = npt.NDArray[Any]
@@ -198,6 +201,7 @@ class Call:
     __slots__ = (
         "_cancel",
         "_ended",
+        "_held",
         "_on_end",
         "_queue",
         "_queued_end",
@@ -226,6 +230,9 @@ class Call:
         self._ended = False
         self._queued_end = False  # the terminal delivery (or an error) is in the queue
         self._on_end: list[Callable[[], None]] | None = None  # on_end's, until called
+        # Each delivery queued with worker shared memory, recorded before it is queued
+        # (by the feed: no consumer's call in between); released by release_held
+        self._held: list[Delivery] | tuple[()] = ()
 
     # -- the feed: what the worker client puts in, from whichever thread reads ------------
 
@@ -235,9 +242,20 @@ class Call:
         ``again``: a delivery of this event was begun before and cut short (a
         ``KeyboardInterrupt``; the reader tries it again): it is queued only if that try
         did not queue it (:attr:`last_seq` is set as it is queued, with no point between
-        where an interrupt can act), and what follows the queuing is done.
+        where an interrupt can act), and what follows the queuing is done. A delivery with
+        shared memory is recorded as it is queued, with no such point between
+        (:meth:`release_held`).
         """
         if not again or self.last_seq != delivery.seq:
+            # Recorded first (release_held): a consumer interrupted as it takes it loses
+            # nothing. A new list each time, no Python call and no point where an
+            # interrupt can act from the record's store to the queuing: release_held may
+            # be reading the old list; a long stream's is rid of those released at times
+            if delivery.retained:
+                held = self._held
+                if len(held) >= _HELD_PRUNED_AT:
+                    held = [kept for kept in held if kept.retained]
+                self._held = [*held, delivery]
             self.last_seq = delivery.seq
             self._queue.put(delivery)
         if delivery.terminal:
@@ -371,6 +389,19 @@ class Call:
     def __iter__(self) -> Iterator[Delivery]:
         while not self._ended:
             yield self.next()
+
+    def release_held(self) -> None:
+        """Give back the shared memory of every delivery of this call not released yet.
+
+        For a consumer that is done with the call without a result holding its memory (its
+        request ended otherwise, or a ``KeyboardInterrupt`` came as a delivery was taken,
+        after it left the queue and before anything held it: the delivery is then nobody's
+        but this record's). Each is unlinked, never reused: a view of it may still be
+        referenced (by the interrupted frames). Idempotent: a delivery released already
+        (by whoever held it) acknowledges nothing again.
+        """
+        for delivery in self._held:
+            delivery.release(unlink=True)
 
     def cancel(self) -> None:
         """Cancel this request: it ends CANCELLED at once; later events are dropped."""

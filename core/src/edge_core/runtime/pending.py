@@ -295,9 +295,11 @@ class PendingCall:
         nothing, except one whose terminal DONE its stage accepted (keeping the slot until
         the acknowledgement) when a ``KeyboardInterrupt`` came before its result was made:
         that slot is given back by an acknowledgement of the request's own key (stale,
-        changing nothing, for any other request). A close cut short by a
-        ``KeyboardInterrupt`` may be called again (or :meth:`abandon`): it reads on to the
-        end, acknowledges once.
+        changing nothing, for any other request). Without a result, the worker memory of
+        its outputs goes back too: those the call took, and those its source recorded
+        that a ``KeyboardInterrupt`` lost as they were taken (the source's ``close``). A
+        close cut short by a ``KeyboardInterrupt`` may be called again (or
+        :meth:`abandon`): it reads on to the end, acknowledges once.
         """
         if self._result is not None:
             self._result.ack()
@@ -308,8 +310,12 @@ class PendingCall:
             self._closing = True  # (with _done, no call between: read on below, again
         if self._closing:  # when a Ctrl-C cut that short and this is called again)
             self._read_to_end()
-            self._close_events()
             self._closing = False
+        # Worker memory nothing holds now: outputs taken for a result that a Ctrl-C kept
+        # from being made, and deliveries of the call lost as they were taken (their
+        # source's close: a worker stage's CallEvents gives back what its call recorded)
+        self._drop_retained()
+        self._close_events()
         request = self.request
         self.stage.ack(ResultKey(request_id=request.request_id, epoch=request.epoch,
                                  generation=request.generation, serial=self.serial))

@@ -116,8 +116,12 @@ MAX_PYTHON_CALLS = 41  # 126, 113, 111 in earlier rounds; 96 with the one-stage 
 #: passes); the bound about 20 above. 1786..1789 -> 1805 later in session 36: a usual
 #: reply's call looked up before it is taken out (one of another epoch stays in place)
 #: and taken out by a ``for`` over a ``map`` of the pop (its result stored where a Ctrl-C
-#: finds it, to put it back); the bound 20 above.
-MAX_BYTECODES = {(3, 11): 1825}
+#: finds it, to put it back); the bound 20 above. 1805 -> 1816..1817 in session 40, the
+#: Ctrl-C work of that session (an input buffer's claim recorded with its call, a frame's
+#: delivery kept for a second try, a delivery's shared memory recorded on its call, the
+#: unlinked segments' names forgotten once announced); under the suite's load a heartbeat
+#: in every batch read 1822.61..1831.41 against the bound 1825: the bound 20 above.
+MAX_BYTECODES = {(3, 11): 1836}
 #: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
 BATCHES = 3
 

@@ -219,7 +219,10 @@ def test_a_zero_copy_call_through_an_ort_stage_costs_a_bounded_number_of_python_
 #: load (load average 2-3.4) 4125.96..4136.99 over three runs and a reviewer's 4122..4133
 #: (the wait's reading loop, 132 bytecodes a call in those): the bound 4170, which the path
 #: before this session's cuts (5103.7) and before the kept zero-copy request (4313.1) fail.
-MAX_ZERO_COPY_BYTECODES = {(3, 11): 4170}
+#: Session 40: 4162 (4134 at its start) with its Ctrl-C work (an input buffer's renewal
+#: and claim recorded with its call, a result's outputs released to the end if cut short,
+#: a delivery's shared memory recorded on its call): the bound 4185.
+MAX_ZERO_COPY_BYTECODES = {(3, 11): 4185}
 
 
 def test_a_zero_copy_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(

@@ -801,3 +801,56 @@ def test_ctrl_c_as_a_shared_memory_answer_is_taken_leaves_its_memory_given_back(
     assert points > 20
     assert windows == [], f"{len(windows)} of {points} points left something held:\n" + (
         "\n".join(windows))
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_a_send_from_a_loop_leaves_the_loops_reading_of_the_channel_closed(
+        open_pipeline: OpenPipeline) -> None:
+    """Review40c: a Ctrl-C as ``_send_now`` returned from registering the call's end with
+    the loop's reading of the channel abandoned the call, whose own registration replaced
+    the loop's: the loop's count of its open calls stayed at 1 for good (it never stopped
+    watching the channel, whose duplicate descriptor leaked once the loop closed). Each
+    of ``_send_now``'s own points in turn; after each, the loop runs on, the next request
+    is sent the same way and answered, and the loop's reading counts no call open."""
+    pipeline = open_pipeline(echo_stage("a"))
+    client = pipeline.stages[0].loaded.client  # type: ignore[attr-defined]
+    x = np.arange(4, dtype=np.float32)
+    loop = asyncio.new_event_loop()
+
+    async def sent() -> Any:
+        submission = pipeline.submit({"x": x}, loop=loop)
+        done: asyncio.Future[None] = loop.create_future()
+        submission.add_done_callback(partial(_set_done, done))
+        await done
+        return submission.result(0)
+
+    def interrupted_at(k: int) -> tuple[int, str]:
+        tracer = Interrupter(k, frozenset({"Pipeline._send_now"}))
+        sys.settrace(tracer)
+        try:
+            loop.run_until_complete(sent()).ack()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0.05))  # the loop runs on
+        loop.run_until_complete(sent()).ack()  # the next request, the same way
+        reading = client._loop_reading
+        end = time.monotonic() + NEXT_CALL_S
+        while reading is not None and reading._open and time.monotonic() < end:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        left = f"the loop's reading counts {reading._open} call(s) open" if (
+            reading is not None and reading._open) else ""
+        return tracer.points, f"{tracer.where or 'completed'}: {left}" if left else ""
+
+    try:
+        for _ in range(3):
+            loop.run_until_complete(sent()).ack()
+        points, _ = interrupted_at(0)
+        assert points > 5
+        windows = [found for k in range(1, points + 1) if (found := interrupted_at(k)[1])]
+        assert windows == [], "\n".join(windows)
+    finally:
+        loop.close()

@@ -313,8 +313,14 @@ class Call:
         canceller, a failing channel), or here at once when it is queued already; the
         consumer can then take every delivery without waiting. ``callback`` must not
         raise and must not take deliveries itself (it runs inside the channel's read).
+        One registered while another waits (a call abandoned after the event loop took
+        its end: :meth:`PendingCall.abandon`) is called too, after it: none replaces one.
         """
-        self._on_end = [callback]
+        pending = self._on_end
+        if pending is None:
+            self._on_end = [callback]
+        else:  # one registered before and not called yet is kept: each is called once
+            pending.append(callback)
         if self._queued_end:
             self._end_queued()
 
@@ -322,11 +328,12 @@ class Call:
         pending = self._on_end
         if pending is None:
             return
-        try:  # list.pop is atomic: the queuing side and on_end may both get here
-            callback = pending.pop()
-        except IndexError:
-            return
-        callback()
+        while True:  # list.pop is atomic: the queuing side and on_end may both get here
+            try:
+                callback = pending.pop(0)
+            except IndexError:
+                return
+            callback()
 
     # -- consumer side -----------------------------------------------------------------
 

@@ -6,9 +6,10 @@ it runs on the loop's thread. A loop can lose it two ways: ``call_soon_threadsaf
 raises ``RuntimeError`` once the loop is closed, and a loop stopped and closed with the
 callback still queued throws it away unrun (``loop.close()`` clears its ready queue;
 ``loop.stop()`` leaves callbacks queued by the last batch unrun). :func:`call_soon_once`
-hands it over so that it runs exactly once in every case: on the loop; here, when the
-loop refuses it or closed while it was handed over; or in the thread that drops the
-queued callback (the one closing the loop, or collecting it).
+hands it over so that it runs in every case: on the loop; here, when the loop refuses
+it or closed while it was handed over; or in the thread that drops the queued callback
+(the one closing the loop, or collecting it) — once, except that one a Ctrl-C cuts short
+as it begins is called again (a callback handed over must do nothing the second time).
 
 A loop callback that may end calls — the loop's read of a worker channel
 (:class:`~edge_core.host.loop_reading.LoopReading`) — runs as :func:`run_then_flush`:

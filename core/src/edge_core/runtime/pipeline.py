@@ -882,8 +882,11 @@ class Pipeline:
                 PipelineResult.__init__(result, final, latencies, release, (), receipt)
                 requests.end(request_id)
                 answer.deliver(result)  # (acknowledged there where it was fenced meanwhile)
-            except Exception as exc:  # the request's own error (its result not made)
-                self._settle_failed(request_id, serving, answer, exc)
+            except Exception as exc:  # the request's own error
+                if result is not None and result.made:  # its result holds it: delivered
+                    self._settle_interrupted(request_id, pending, serving, answer, result)
+                else:  # (not given back twice: review40c)
+                    self._settle_failed(request_id, serving, answer, exc)
             except BaseException:  # a Ctrl-C: the request left whole, then raised
                 self._settle_interrupted(request_id, pending, serving, answer, result)
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+import gc
 import socket
 import sys
 from types import FrameType
@@ -249,7 +250,9 @@ class _Interrupt:
     """A tracer raising KeyboardInterrupt at its k-th point where CPython acts on a signal.
 
     A function's start and the first instruction after a call or a backward jump (as
-    ``edge_core.testing.interrupts.Interrupter``, which this distribution cannot import).
+    ``edge_core.testing.interrupts.Interrupter``, which this distribution cannot import);
+    a frame's last instruction is forgotten as it returns (a later frame at the same
+    address starts afresh), so every run of the same code counts the same points.
     """
 
     def __init__(self, k: int) -> None:
@@ -267,6 +270,8 @@ class _Interrupt:
             self._last[id(frame)] = frame.f_code.co_code[frame.f_lasti]
             if before in _CHECKED_AFTER:
                 self._point()
+        elif event == "return":
+            self._last.pop(id(frame), None)
         return self
 
     def _point(self) -> None:
@@ -291,6 +296,8 @@ def _interrupted_reads(tracer: _Interrupt) -> tuple[bool, list[Frame]]:
         received.left = view[:count]
         reader = FrameReader(received, LIMITS)
         frames: list[Frame] = []
+        collecting = gc.isenabled()
+        gc.disable()  # (the collector's finalizers of earlier garbage would be points too)
         sys.settrace(tracer)
         try:
             reader.read_into(frames)
@@ -299,6 +306,8 @@ def _interrupted_reads(tracer: _Interrupt) -> tuple[bool, list[Frame]]:
             interrupted = True
         finally:
             sys.settrace(None)
+            if collecting:
+                gc.enable()
         while True:
             try:
                 reader.read_into(frames)

@@ -26,8 +26,10 @@ an answer) use it; a backend's author can sweep its own hooks' callers the same 
 from __future__ import annotations
 
 import dis
+import gc
 import inspect
 import sys
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
@@ -47,6 +49,24 @@ CHECKED_AFTER: Final = frozenset(dis.opmap[name]
 
 _GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
+_collecting: set[int] = set()  # the threads running the cyclic collector (its finalizers)
+
+
+def _collection_starts(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _collecting.add(threading.get_ident())
+
+
+def _collection_ends(phase: str, info: dict[str, int]) -> None:
+    if phase == "stop":
+        _collecting.discard(threading.get_ident())
+
+
+# (first and last: another module's callbacks run inside the collection too)
+gc.callbacks.insert(0, _collection_starts)
+gc.callbacks.append(_collection_ends)
+_COLLECTION_CODES: Final = frozenset((_collection_starts.__code__, _collection_ends.__code__))
+
 
 class Interrupter:
     """A ``sys.settrace`` tracer raising ``KeyboardInterrupt`` at its ``k``-th point.
@@ -63,6 +83,12 @@ class Interrupter:
     instruction, not at the ``call`` event of its resumption: raised there, the exception
     would leave the frame without running its handlers (its ``finally``), which a real
     signal, acted on at the ``RESUME`` after the ``yield``, runs.
+
+    The count is the same on every run of the same code: what the cyclic garbage
+    collector runs (finalizers and weak references' callbacks of earlier garbage, at
+    moments no sweep chooses; an exception there is printed and dropped, never raised)
+    has no point, and a frame's last instruction is forgotten as it returns (a later frame
+    at the same address starts afresh).
     """
 
     def __init__(self, k: int, only: frozenset[str] | None = None,
@@ -80,6 +106,10 @@ class Interrupter:
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Interrupter:
         """The trace function: count (and maybe interrupt at) the points of ``frame``."""
+        if _collecting and threading.get_ident() in _collecting:
+            return self
+        if frame.f_code in _COLLECTION_CODES:
+            return self
         if event == "call":
             frame.f_trace_opcodes = True
             frame.f_trace_lines = False
@@ -96,6 +126,8 @@ class Interrupter:
                 self._point(frame, "resumed")
             elif before in CHECKED_AFTER:
                 self._point(frame, f"after {dis.opname[before]}")
+        elif event == "return":
+            self._last.pop(id(frame), None)
         return self
 
     def _point(self, frame: FrameType, what: str) -> None:

@@ -38,6 +38,11 @@ def _plain() -> int:
     return total
 
 
+def _no_call() -> int:
+    one = 1
+    return one + 1
+
+
 def _points(call: Callable[[], object]) -> int:
     tracer = Interrupter(0)
     assert run_interrupted(tracer, call) is False
@@ -45,12 +50,14 @@ def _points(call: Callable[[], object]) -> int:
 
 
 def test_a_frame_at_a_returned_frames_address_starts_afresh() -> None:
-    # _inner's frame leaves on the exception raised by the call it made; the next frames
-    # may take its address, and none of them may inherit "after CALL" as its first point
-    caught, plain = _points(_caught), _points(_plain)
-    both = _points(lambda: (_caught(), _plain()))
+    # _inner's frame leaves on the exception raised by the call it made (its last
+    # instruction a CALL); the next frame made takes its address, and its first
+    # instruction must not count as a point after a call (_no_call has its entry alone)
+    caught, lone = _points(_caught), _points(_no_call)
+    assert lone == 1
+    both = _points(lambda: (_caught(), _no_call()))
     # (the lambda's own: its entry and the points after its two calls)
-    assert both == caught + plain + 3
+    assert both == caught + lone + 3
 
 
 class _Garbage:
@@ -64,39 +71,62 @@ class _Garbage:
 
 
 @contextmanager
-def _collections_meanwhile() -> Iterator[None]:
-    # Another thread makes cyclic garbage, and the collector runs often: collections
-    # (and the finalizers they run) land inside the traced code at unpredictable points
+def _collections_meanwhile(collected_by: list[int]) -> Iterator[None]:
+    # The collector runs often (in the thread of whichever allocation passes its
+    # threshold): in the traced code's thread at points that move with what was
+    # allocated before, and in another thread that makes cyclic garbage meanwhile (while
+    # its finalizers run, the traced thread may run too and its points count). Python
+    # callbacks first and last in gc.callbacks, made after the interrupter's import (as
+    # Hypothesis makes its own), run in each collection
     threshold = gc.get_threshold()
     stop = threading.Event()
 
     def churn() -> None:
-        while not stop.is_set():
-            _Garbage()
+        while not stop.wait(0.0002):
+            for _ in range(50):
+                _Garbage()
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected_by.append(threading.get_ident())
 
     thread = threading.Thread(target=churn, daemon=True)
     gc.set_threshold(20)
+    gc.callbacks.insert(0, timed)
+    gc.callbacks.append(timed)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+        while timed in gc.callbacks:
+            gc.callbacks.remove(timed)
         gc.set_threshold(*threshold)
         gc.collect()
 
 
-def test_the_collectors_finalizers_are_no_points() -> None:
+def test_the_collectors_finalizers_and_callbacks_are_no_points() -> None:
     def work() -> None:
         for _ in range(30):
             _caught()
+            _Garbage()
             [_plain() for _ in range(3)]
 
+    gc.collect()
     quiet = _points(work)
-    with _collections_meanwhile():
-        counts = {_points(work) for _ in range(10)}
+    collected_by: list[int] = []
+    counts = set()
+    with _collections_meanwhile(collected_by):
+        for before in range(16):  # (the collections land elsewhere in each run)
+            gc.collect()
+            ballast = [[] for _ in range(before)]
+            counts.add(_points(work))
+            del ballast
         # and every point counted is one an interrupted run reaches
         reached = [run_interrupted(Interrupter(k), work) for k in (1, quiet // 2, quiet)]
         assert run_interrupted(Interrupter(quiet + 1), work) is False
     assert counts == {quiet}
     assert reached == [True, True, True]
+    main = threading.get_ident()
+    assert main in collected_by and set(collected_by) - {main}  # (both ran collections)

@@ -62,10 +62,23 @@ def _collection_ends(phase: str, info: dict[str, int]) -> None:
         _collecting.discard(threading.get_ident())
 
 
-# (first and last: another module's callbacks run inside the collection too)
-gc.callbacks.insert(0, _collection_starts)
-gc.callbacks.append(_collection_ends)
 _COLLECTION_CODES: Final = frozenset((_collection_starts.__code__, _collection_ends.__code__))
+
+
+def _around_the_collectors_callbacks() -> None:
+    """Put the collection's marks first and last among ``gc.callbacks``.
+
+    Another module's callbacks (Hypothesis inserts one first) run inside the collection.
+    """
+    callbacks = gc.callbacks
+    if not callbacks or callbacks[0] is not _collection_starts:
+        if _collection_starts in callbacks:
+            callbacks.remove(_collection_starts)
+        callbacks.insert(0, _collection_starts)
+    if callbacks[-1] is not _collection_ends:
+        if _collection_ends in callbacks:
+            callbacks.remove(_collection_ends)
+        callbacks.append(_collection_ends)
 
 
 class Interrupter:
@@ -87,8 +100,9 @@ class Interrupter:
     The count is the same on every run of the same code: what the cyclic garbage
     collector runs (finalizers and weak references' callbacks of earlier garbage, at
     moments no sweep chooses; an exception there is printed and dropped, never raised)
-    has no point, and a frame's last instruction is forgotten as it returns (a later frame
-    at the same address starts afresh).
+    has no point (the callbacks in ``gc.callbacks`` when the tracer is made included), and
+    a frame's last instruction is forgotten as it returns (a later frame at the same
+    address starts afresh).
     """
 
     def __init__(self, k: int, only: frozenset[str] | None = None,
@@ -103,6 +117,7 @@ class Interrupter:
         self.where = ""
         self._last: dict[int, int] = {}  # frame id -> its last instruction
         self._resumed: set[int] = set()  # generator frames resumed, before their next one
+        _around_the_collectors_callbacks()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Interrupter:
         """The trace function: count (and maybe interrupt at) the points of ``frame``."""

@@ -56,3 +56,23 @@ def test_the_counters_leave_no_hook_behind() -> None:
     python_calls(repeat(_two_calls, 2))
     bytecodes(repeat(_two_calls, 2))
     assert sys.getprofile() is None and sys.gettrace() is None
+
+
+def test_the_median_is_the_usual_steps_count_and_the_mean_counts_the_rare_ones() -> None:
+    # One step in ten meets a rare event (its callee calls _leaf five times more): the
+    # median is what the others cost, the mean carries the rare step's share
+    def steps() -> Iterator[Callable[[], object]]:
+        for i in range(10):
+            yield (lambda: [_leaf() for _ in range(6)]) if i == 3 else _leaf_once
+
+    calls = python_calls(steps())
+    assert calls.median == 1  # _leaf
+    assert calls.per_call == pytest.approx((9 * 1 + 1 * 7) / 10)  # (the comprehension too)
+    usual = bytecodes(repeat(_leaf_once, 10))
+    rare = bytecodes(steps())
+    assert rare.median == usual.median == usual.per_call > 0
+    assert rare.per_call > usual.per_call
+
+
+def _leaf_once() -> int:
+    return _leaf()

@@ -4,10 +4,11 @@ The per-request path (admission, lineup, the one-stage path, replica choice, sta
 submission, deadline timer, framing, reading, delivery, acknowledgement) is counted over
 many requests on a one-stage echo pipeline, after a warm-up (the header templates and
 shape matches are made once): the Python function calls with ``sys.setprofile``, and the
-bytecode instructions with ``sys.settrace``'s opcode events. Counts, not timings: they
-are the same on a loaded machine as on a quiet one, and they grow only when the code
-does more per request. Each bound sits a little above what the path costs now; raise it
-only for work a request needs.
+bytecode instructions with ``sys.settrace``'s opcode events. Counts, not timings: the
+median request's (the bound) is the same on a loaded machine as on a quiet one, and it
+grows only when the code does more per request; the mean, which rare events move (a
+worker's heartbeat read), is held within ``RARE_EVENTS_ROOM`` of the bound. Each bound
+sits a little above what the path costs now; raise it only for work a request needs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 
 from edge_contracts.waiting import SPIN_ENV
 from edge_core.runtime import Pipeline
-from edge_core.testing.work_counts import bytecodes, python_calls
+from edge_core.testing.work_counts import RARE_EVENTS_ROOM, bytecodes, python_calls
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -121,9 +122,11 @@ MAX_PYTHON_CALLS = 41  # 126, 113, 111 in earlier rounds; 96 with the one-stage 
 #: delivery kept for a second try, a delivery's shared memory recorded on its call, the
 #: unlinked segments' names forgotten once announced); under the suite's load a heartbeat
 #: in every batch read 1822.61..1831.41 against the bound 1825: the bound 20 above.
+#: Session 41: the bound holds the median request (edge_core.testing.work_counts: the
+#: usual path, which no heartbeat or loaded wake-up moves; 1816 quiet and under a load of
+#: three spinning processes, the mean 1692..1846) and the mean within RARE_EVENTS_ROOM
+#: of it; before, the least of three batches' means, whose heartbeats moved it by 30.
 MAX_BYTECODES = {(3, 11): 1836}
-#: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
-BATCHES = 3
 
 
 @pytest.fixture(autouse=True)
@@ -158,7 +161,8 @@ def test_a_small_request_costs_a_bounded_number_of_python_calls(
     open_pipeline: OpenPipeline,
 ) -> None:
     count = python_calls(repeat(_requests(open_pipeline(echo_stage("s0"))), REQUESTS))
-    assert count.per_call <= MAX_PYTHON_CALLS, count
+    assert count.median <= MAX_PYTHON_CALLS, count
+    assert count.per_call <= MAX_PYTHON_CALLS * RARE_EVENTS_ROOM, count
 
 
 def test_a_small_request_runs_a_bounded_number_of_bytecodes(
@@ -167,12 +171,12 @@ def test_a_small_request_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    # The least of three batches, as the ort-cpu stage's bound is checked: a frame the
-    # worker sends between requests (a heartbeat, every 0.2 s while a request is in flight
+    # The median request, as the ort-cpu stage's bound is checked: a frame the worker
+    # sends between requests (a heartbeat, every 0.2 s while a request is in flight
     # there) is read and parsed by the waiting request's thread, about 930 bytecodes that
     # no request needs (seen as 3182.29 in 2 of about 25 runs against 3173); a path that
-    # grows grows every batch.
+    # grows grows in every request, and work every few requests add moves the mean.
     request = _requests(open_pipeline(echo_stage("s0")))
-    count = min((bytecodes(repeat(request, REQUESTS)) for _ in range(BATCHES)),
-                key=lambda counted: counted.per_call)
-    assert count.per_call <= bound, count
+    count = bytecodes(repeat(request, REQUESTS))
+    assert count.median <= bound, count
+    assert count.per_call <= bound * RARE_EVENTS_ROOM, count

@@ -9,6 +9,13 @@ outside the count), and return the count per step with the busiest functions. C 
 counted by either. Bytecode counts depend on the interpreter's compiler, so a bound on
 them is kept per Python minor version.
 
+Each count gives the steps' mean and their median. A step that met a rare event on its
+way (a worker's heartbeat frame read by the waiting caller, a wake-up the kernel delayed
+so the reading loop ran once more) costs hundreds or thousands of instructions more,
+and how many steps of a batch meet one depends on timing: the mean of 100 steps moved
+by 30 between batches of the same path. The median is the path most steps take, the
+same on a loaded machine as on a quiet one: a bound on the usual path is a bound on it.
+
 The garbage collector is run before a count and kept off during it: a collection that
 fell inside a step would run the finalizers of whatever earlier code left behind (another
 pipeline's, say) in the counting thread and count them as the step's work.
@@ -18,15 +25,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
-__all__ = ["WorkCount", "bytecodes", "python_calls"]
+__all__ = ["RARE_EVENTS_ROOM", "WorkCount", "bytecodes", "python_calls"]
+
+RARE_EVENTS_ROOM: Final = 1.05
+"""A bound on a step's usual path (the median) times this bounds the mean: room for the
+rare events a batch meets (a heartbeat frame read costs a small call's path 930 bytecodes
+on 3200, and a loaded machine meets a few in 100 steps), none for work every few steps
+add."""
 
 
 @attrs.frozen
@@ -34,14 +48,16 @@ class WorkCount:
     """What a callable cost per repeat.
 
     Attributes:
-        per_call: the count divided by the repeats.
+        per_call: the count divided by the repeats (the mean: rare events included).
         busiest: the twenty functions that counted most, ``("file:function", count)``,
             for an assertion's message.
+        median: the median of the steps' counts (the usual path: see the module's doc).
 
     """
 
     per_call: float
     busiest: list[tuple[str, int]]
+    median: float
 
 
 @contextlib.contextmanager
@@ -70,19 +86,21 @@ def python_calls(steps: Iterable[Callable[[], object]]) -> WorkCount:
             code = frame.f_code
             counts[f"{code.co_filename}:{code.co_name}"] += 1
 
-    taken = outer = 0
+    per_step: list[int] = []
     with _no_collection():
         for step in steps:
-            taken += 1
-            outer += getattr(step, "__code__", None) is not None  # Python: its own entry
+            own = getattr(step, "__code__", None) is not None  # Python: its own entry
+            before = counts.total()
             sys.setprofile(count)
             try:
                 step()
             finally:
                 sys.setprofile(None)
-    if not taken:
+            per_step.append(counts.total() - before - own)
+    if not per_step:
         raise ValueError("python_calls: no steps")
-    return WorkCount((sum(counts.values()) - outer) / taken, counts.most_common(20))
+    return WorkCount(sum(per_step) / len(per_step), counts.most_common(20),
+                     statistics.median(per_step))
 
 
 def bytecodes(steps: Iterable[Callable[[], object]]) -> WorkCount:
@@ -103,18 +121,20 @@ def bytecodes(steps: Iterable[Callable[[], object]]) -> WorkCount:
             counts[f"{code.co_filename}:{code.co_name}"] += 1
         return trace
 
-    taken = 0
+    per_step: list[int] = []
     with _no_collection():
         for step in steps:
-            taken += 1
             code = getattr(step, "__code__", None)
             if code is not None:
                 own.add(code)
+            before = counts.total()
             sys.settrace(trace)
             try:
                 step()
             finally:
                 sys.settrace(None)
-    if not taken:
+            per_step.append(counts.total() - before)
+    if not per_step:
         raise ValueError("bytecodes: no steps")
-    return WorkCount(sum(counts.values()) / taken, counts.most_common(20))
+    return WorkCount(sum(per_step) / len(per_step), counts.most_common(20),
+                     statistics.median(per_step))

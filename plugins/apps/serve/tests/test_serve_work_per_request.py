@@ -11,8 +11,10 @@ bytecode instructions with ``sys.settrace``'s opcode events (as
 ``core/tests/runtime/test_calls_per_request.py`` counts ``Pipeline.run``): what the HTTP
 server itself does (uvicorn, httptools) is not in it, and every request is answered
 before its client's disconnect watch begins, as a small request is
-(:data:`~edge_serve.submitted.WATCH_AFTER_S`). Counts, not timings: they are the same on
-a loaded machine as on a quiet one, and grow only when the path does more per request.
+(:data:`~edge_serve.submitted.WATCH_AFTER_S`). Counts, not timings: the median request's
+(the bound) is the same on a loaded machine as on a quiet one, and grows only when the
+path does more per request; the mean, which rare events move, is held within
+``RARE_EVENTS_ROOM`` of the bound.
 Each bound sits a little above what the path costs now; raise it only for work a request
 needs.
 """
@@ -38,7 +40,7 @@ from edge_core.plugins import load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
 from edge_core.testing.leaks import no_leaks as _no_leaks
-from edge_core.testing.work_counts import WorkCount, bytecodes, python_calls
+from edge_core.testing.work_counts import RARE_EVENTS_ROOM, WorkCount, bytecodes, python_calls
 from edge_serve.app import ServerState, build_app
 from edge_serve.served import ServedPipeline, private_upload_dir
 
@@ -87,9 +89,11 @@ MAX_BYTECODES = {(3, 11): 6895}  # 12045 before session 27's cuts, 10554 after; 
 # see core/tests/runtime/test_calls_per_request.py): the bound 20 above; 6874.41 read in a
 # full suite (its least batch under the suite's load: the event loop's own turns, asyncio's
 # _run_once; a quiet count's best batch 6772, review40c) with a call's end callbacks kept,
-# not replaced (Call.on_end): the bound 6895
-#: Batches the bytecode bound is checked on (their least count).
-BATCHES = 3
+# not replaced (Call.on_end): the bound 6895. Session 41: the bound holds the median
+# request (edge_core.testing.work_counts): 6857 quiet and under a load of three spinning
+# processes, where the means of batches of 100 read 6857..6889 (about one request in 300
+# costs 3000 more: the means varied by whether a batch met one) and a full suite's 6874;
+# the mean within RARE_EVENTS_ROOM of the bound
 
 X = np.ones((2, 2), dtype=np.float32)
 BODY = json.dumps({"inputs": {"x": {"dtype": "float32", "shape": [2, 2],
@@ -184,7 +188,8 @@ def test_a_small_tensor_request_costs_a_bounded_number_of_python_calls(
     requests: Callable[[], None],
 ) -> None:
     count = python_calls(repeat(requests, REQUESTS))
-    assert count.per_call <= MAX_PYTHON_CALLS, f"{count.per_call}\n{_split(count)}"
+    assert count.median <= MAX_PYTHON_CALLS, f"{count}\n{_split(count)}"
+    assert count.per_call <= MAX_PYTHON_CALLS * RARE_EVENTS_ROOM, f"{count}\n{_split(count)}"
 
 
 def test_a_small_tensor_request_runs_a_bounded_number_of_bytecodes(
@@ -193,6 +198,6 @@ def test_a_small_tensor_request_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    count = min((bytecodes(repeat(requests, REQUESTS)) for _ in range(BATCHES)),
-                key=lambda counted: counted.per_call)
-    assert count.per_call <= bound, f"{count.per_call}\n{_split(count)}"
+    count = bytecodes(repeat(requests, REQUESTS))
+    assert count.median <= bound, f"{count}\n{_split(count)}"
+    assert count.per_call <= bound * RARE_EVENTS_ROOM, f"{count}\n{_split(count)}"

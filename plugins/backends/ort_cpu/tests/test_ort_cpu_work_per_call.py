@@ -5,7 +5,8 @@ The calling thread's side of a tiny call (core's per-request path, which
 stage's own: its ``edge_call`` hook and the served-shape check before sending) is counted
 over many requests on a real worker with a real onnxruntime session (spinning off), after
 a warm-up: Python function calls with ``sys.setprofile`` and bytecode instructions with
-``sys.settrace``'s opcode events. Counts, not timings. The worker's handler is bounded in
+``sys.settrace``'s opcode events. Counts, not timings: the median call's is bounded, the
+mean held within ``RARE_EVENTS_ROOM`` of the bound. The worker's handler is bounded in
 ``plugins/libraries/ort/tests/test_ort_work_per_call.py``. A zero-copy call (an input
 buffer sent by reference, the output written in place in the worker's segment, then
 acknowledged) is counted the same way, request and acknowledgement together. Each bound
@@ -29,7 +30,7 @@ from edge_core.ledger import ResourceLedger
 from edge_core.plugins import load_plugins
 from edge_core.pools import Pool
 from edge_core.runtime import Pipeline
-from edge_core.testing.work_counts import bytecodes, python_calls
+from edge_core.testing.work_counts import RARE_EVENTS_ROOM, bytecodes, python_calls
 from edge_ort.bundles import write_add_relu_bundle
 
 REQUESTS = 100
@@ -77,9 +78,10 @@ MAX_PYTHON_CALLS = 42
 #: ``try`` (one NOP) around a leader's hand-over; three helpers' tests beside it, load
 #: average 2-3.4): 1874.06, 1884.47, 1898.53 as the least of three batches, so the bound
 #: 1905 (the wait's reading loop runs more rounds under load: no work a request needs).
+#: Session 41: the bound holds the median call and the mean within RARE_EVENTS_ROOM of
+#: it (edge_core.testing.work_counts); the median 1880, quiet and under a load of three
+#: spinning processes (the mean 1881.43..1884.43); the bound kept.
 MAX_BYTECODES = {(3, 11): 1905}
-#: Batches of :data:`REQUESTS` the bytecode bound is checked on (their least count).
-BATCHES = 3
 #: A zero-copy call (an input buffer in, an output written in place by the worker, then
 #: acknowledged), request and acknowledgement together: the controller's calling thread
 #: ran 232 Python calls before the shared-memory entries were checked once per distinct
@@ -137,7 +139,8 @@ def test_a_tiny_call_through_an_ort_stage_costs_a_bounded_number_of_python_calls
     tiny_call: Callable[[], None],
 ) -> None:
     count = python_calls(repeat(tiny_call, REQUESTS))
-    assert count.per_call <= MAX_PYTHON_CALLS, count
+    assert count.median <= MAX_PYTHON_CALLS, count
+    assert count.per_call <= MAX_PYTHON_CALLS * RARE_EVENTS_ROOM, count
 
 
 def test_a_tiny_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(
@@ -146,13 +149,13 @@ def test_a_tiny_call_through_an_ort_stage_runs_a_bounded_number_of_bytecodes(
     bound = MAX_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    # The least of three batches: a wait whose reply comes in two reads, or a wake-up
-    # the kernel delays under load, runs the reading loop once more, which is no work the
-    # request needs (one batch of a full `make test` read 3261.39 where the path costs
-    # 3238); a path that grows grows every batch.
-    count = min((bytecodes(repeat(tiny_call, REQUESTS)) for _ in range(BATCHES)),
-                key=lambda counted: counted.per_call)
-    assert count.per_call <= bound, count
+    # The median call: a wait whose reply comes in two reads, or a wake-up the kernel
+    # delays under load, runs the reading loop once more, which is no work the request
+    # needs (one batch of a full `make test` read 3261.39 where the path costs 3238); a
+    # path that grows grows in every call.
+    count = bytecodes(repeat(tiny_call, REQUESTS))
+    assert count.median <= bound, count
+    assert count.per_call <= bound * RARE_EVENTS_ROOM, count
 
 
 @pytest.fixture(scope="module")
@@ -199,11 +202,13 @@ def test_a_zero_copy_call_through_an_ort_stage_costs_a_bounded_number_of_python_
     zero_copy_call: Callable[[], None],
 ) -> None:
     count = python_calls(repeat(zero_copy_call, REQUESTS))
-    assert count.per_call <= MAX_ZERO_COPY_CALLS, count
+    assert count.median <= MAX_ZERO_COPY_CALLS, count
+    assert count.per_call <= MAX_ZERO_COPY_CALLS * RARE_EVENTS_ROOM, count
 
 
 #: The zero-copy call's bytecodes on the controller's calling thread, request and
-#: acknowledgement together (per minor version measured, the least of :data:`BATCHES`):
+#: acknowledgement together (per minor version measured; the median call, until session 41
+#: the least mean of three batches):
 #: on 3.11, 5752.36 at session 37's start; 5584.36 with a shared-memory entry's new
 #: generation set without a loop (edge_contracts.headers.with_generation, twice a call:
 #: the input buffer's entry, the output's), arrays and arrays of leaves (the reply's
@@ -221,7 +226,9 @@ def test_a_zero_copy_call_through_an_ort_stage_costs_a_bounded_number_of_python_
 #: before this session's cuts (5103.7) and before the kept zero-copy request (4313.1) fail.
 #: Session 40: 4162 (4134 at its start) with its Ctrl-C work (an input buffer's renewal
 #: and claim recorded with its call, a result's outputs released to the end if cut short,
-#: a delivery's shared memory recorded on its call): the bound 4185.
+#: a delivery's shared memory recorded on its call): the bound 4185. Session 41: the
+#: median call 4161 (the mean 4162.36..4162.73, quiet and loaded), the mean within
+#: RARE_EVENTS_ROOM of the bound.
 MAX_ZERO_COPY_BYTECODES = {(3, 11): 4185}
 
 
@@ -231,6 +238,6 @@ def test_a_zero_copy_call_through_an_ort_stage_runs_a_bounded_number_of_bytecode
     bound = MAX_ZERO_COPY_BYTECODES.get(sys.version_info[:2])
     if bound is None:
         pytest.skip(f"no bytecode bound measured on Python {sys.version_info[:2]}")
-    count = min((bytecodes(repeat(zero_copy_call, REQUESTS)) for _ in range(BATCHES)),
-                key=lambda counted: counted.per_call)
-    assert count.per_call <= bound, count
+    count = bytecodes(repeat(zero_copy_call, REQUESTS))
+    assert count.median <= bound, count
+    assert count.per_call <= bound * RARE_EVENTS_ROOM, count

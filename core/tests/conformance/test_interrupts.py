@@ -9,6 +9,7 @@ stop 61 did.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,6 +44,11 @@ def _no_call() -> int:
     return one + 1
 
 
+def _waits() -> Iterator[int]:
+    yield 1
+    yield 2
+
+
 def _points(call: Callable[[], object]) -> int:
     tracer = Interrupter(0)
     assert run_interrupted(tracer, call) is False
@@ -60,6 +66,29 @@ def test_a_frame_at_a_returned_frames_address_starts_afresh() -> None:
     assert both == caught + lone + 3
 
 
+def _one() -> int:
+    return 1
+
+
+def _closed_then_another() -> None:
+    waiting = _waits()
+    next(waiting)
+    waiting.close()
+    del waiting
+    _one()  # (a frame of _waits' size: its object takes the freed one's address)
+
+
+def test_a_generator_closed_where_it_waits_leaves_no_point_behind() -> None:
+    # close() enters the generator's frame (a call event: "resumed" is noted) and, with
+    # no handler there, the frame returns before any instruction; the next frame at its
+    # address must not take the "resumed" point as its own
+    tracer = Interrupter(0, only=frozenset({"_one"}))
+    assert run_interrupted(tracer, _closed_then_another) is False
+    assert tracer.points == 1  # its entry
+    tracer = Interrupter(2, only=frozenset({"_one"}))
+    assert run_interrupted(tracer, _closed_then_another) is False
+
+
 class _Garbage:
     """A cycle with a finalizer: collected only by the cyclic collector, running Python."""
 
@@ -71,7 +100,7 @@ class _Garbage:
 
 
 @contextmanager
-def _collections_meanwhile(collected_by: list[int]) -> Iterator[None]:
+def _collections_meanwhile(collected_by: list[tuple[int, bool]]) -> Iterator[None]:
     # The collector runs often (in the thread of whichever allocation passes its
     # threshold): in the traced code's thread at points that move with what was
     # allocated before, and in another thread that makes cyclic garbage meanwhile (while
@@ -87,10 +116,12 @@ def _collections_meanwhile(collected_by: list[int]) -> Iterator[None]:
                 _Garbage()
 
     def timed(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collected_by.append(threading.get_ident())
+        if phase == "start":  # (which thread, and whether it was being traced)
+            collected_by.append((threading.get_ident(), sys.gettrace() is not None))
 
     thread = threading.Thread(target=churn, daemon=True)
+    enabled = gc.isenabled()
+    gc.enable()
     gc.set_threshold(20)
     gc.callbacks.insert(0, timed)
     gc.callbacks.append(timed)
@@ -104,6 +135,31 @@ def _collections_meanwhile(collected_by: list[int]) -> Iterator[None]:
             gc.callbacks.remove(timed)
         gc.set_threshold(*threshold)
         gc.collect()
+        if not enabled:
+            gc.disable()
+
+
+def _interrupted(tracer: Interrupter, call: Callable[[], object]) -> bool:
+    """Whether ``call`` traced by ``tracer`` with the collector on was interrupted."""
+    sys.settrace(tracer)
+    try:
+        call()
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+def _counted(call: Callable[[], object]) -> int:
+    """The points of ``call`` traced with the collector on (run_interrupted turns it off)."""
+    tracer = Interrupter(0)
+    sys.settrace(tracer)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return tracer.points
 
 
 def test_the_collectors_finalizers_and_callbacks_are_no_points() -> None:
@@ -114,19 +170,21 @@ def test_the_collectors_finalizers_and_callbacks_are_no_points() -> None:
             [_plain() for _ in range(3)]
 
     gc.collect()
-    quiet = _points(work)
-    collected_by: list[int] = []
+    quiet = _counted(work)
+    collected_by: list[tuple[int, bool]] = []
     counts = set()
     with _collections_meanwhile(collected_by):
         for before in range(16):  # (the collections land elsewhere in each run)
             gc.collect()
             ballast = [[] for _ in range(before)]
-            counts.add(_points(work))
+            counts.add(_counted(work))
             del ballast
         # and every point counted is one an interrupted run reaches
-        reached = [run_interrupted(Interrupter(k), work) for k in (1, quiet // 2, quiet)]
-        assert run_interrupted(Interrupter(quiet + 1), work) is False
+        reached = [_interrupted(Interrupter(k), work) for k in (1, quiet // 2, quiet)]
+        assert _interrupted(Interrupter(quiet + 1), work) is False
     assert counts == {quiet}
     assert reached == [True, True, True]
     main = threading.get_ident()
-    assert main in collected_by and set(collected_by) - {main}  # (both ran collections)
+    # (collections ran inside traced runs in this thread, and in the other meanwhile)
+    assert (main, True) in collected_by
+    assert {thread for thread, _ in collected_by} - {main}

@@ -98,8 +98,8 @@ def _traced(pipeline: Pipeline, x: np.ndarray, tracer: Interrupter,
             deadline_s: float | None = None, drive: Drive = _run_call) -> bool:
     """One call under ``tracer``; True when it was interrupted (its result else acked).
 
-    An interrupt raised where CPython only reports it (a finalizer, a generator closed by
-    the garbage collector: "Exception ignored in") is reported there with a signal too:
+    An interrupt raised where CPython only reports it (a finalizer, a generator closed as
+    its last reference goes: "Exception ignored in") is reported there with a signal too:
     it is left out of pytest's report of unraisable exceptions, and the call goes on.
     """
     result = None
@@ -594,8 +594,21 @@ def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray,
                   and frame.f_locals.get("request_id") == other.request_id):
                 state["armed"] = True  # the first point: as the pop's result is stored
                 point()
+        elif event == "return":  # (a later frame at its address starts afresh)
+            last.pop(id(frame), None)
         return tracer
 
+    # (as _traced: no collection inside, and an interrupt CPython only reports is the
+    # signal's too, left out of pytest's report of unraisable exceptions)
+    forward = sys.unraisablehook
+
+    def swallowed(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            forward(info)
+
+    collecting = gc.isenabled()
+    gc.disable()
+    sys.unraisablehook = swallowed
     sys.settrace(tracer)
     try:
         pipeline.run({"x": x}, params={"delay_s": 0.4}).ack()
@@ -603,6 +616,9 @@ def _interrupt_at_anothers_reply(pipeline: Pipeline, x: np.ndarray,
         pass
     finally:
         sys.settrace(None)
+        sys.unraisablehook = forward
+        if collecting:
+            gc.enable()
     answered: list[Any] = []
     waiter = threading.Thread(target=lambda: answered.append(other.result()), daemon=True)
     waiter.start()

@@ -97,12 +97,14 @@ class Interrupter:
     would leave the frame without running its handlers (its ``finally``), which a real
     signal, acted on at the ``RESUME`` after the ``yield``, runs.
 
-    The count is the same on every run of the same code: what the cyclic garbage
-    collector runs (finalizers and weak references' callbacks of earlier garbage, at
-    moments no sweep chooses; an exception there is printed and dropped, never raised)
-    has no point (the callbacks in ``gc.callbacks`` when the tracer is made included), and
-    a frame's last instruction is forgotten as it returns (a later frame at the same
-    address starts afresh).
+    What the cyclic garbage collector runs (finalizers and weak references' callbacks of
+    earlier garbage, at moments no sweep chooses; an exception there is printed and
+    dropped, never raised) has no point, the callbacks in ``gc.callbacks`` when the tracer
+    is made included, and a frame's bookkeeping is forgotten as it returns (a later frame
+    at the same address starts afresh), so that the same code counts the same points on
+    every run. What a collection defers to later code (asyncio's hook for a collected
+    async generator schedules its ``aclose()`` on the loop; a weak dictionary's contents)
+    can still differ: :func:`run_interrupted` keeps the collector off while it traces.
     """
 
     def __init__(self, k: int, only: frozenset[str] | None = None,
@@ -141,8 +143,9 @@ class Interrupter:
                 self._point(frame, "resumed")
             elif before in CHECKED_AFTER:
                 self._point(frame, f"after {dis.opname[before]}")
-        elif event == "return":
+        elif event == "return":  # (a generator closed unresumed returns with no instruction)
             self._last.pop(id(frame), None)
+            self._resumed.discard(id(frame))
         return self
 
     def _point(self, frame: FrameType, what: str) -> None:
@@ -167,7 +170,13 @@ class Interrupter:
 
 
 def run_interrupted(tracer: Interrupter, call: Callable[[], Any]) -> bool:
-    """Run ``call()`` under ``tracer``: True when a ``KeyboardInterrupt`` came out of it."""
+    """Run ``call()`` under ``tracer``: True when a ``KeyboardInterrupt`` came out of it.
+
+    The cyclic garbage collector is off while it runs (see :class:`Interrupter`).
+    """
+    _collecting.discard(threading.get_ident())  # (a collection's end mark never missed)
+    collecting = gc.isenabled()
+    gc.disable()
     sys.settrace(tracer)
     try:
         call()
@@ -175,4 +184,6 @@ def run_interrupted(tracer: Interrupter, call: Callable[[], Any]) -> bool:
         return True
     finally:
         sys.settrace(None)
+        if collecting:
+            gc.enable()
     return False

@@ -12,7 +12,7 @@ bytecode instructions with ``sys.settrace``'s opcode events (as
 server itself does (uvicorn, httptools) is not in it, and every request is answered
 before its client's disconnect watch begins, as a small request is
 (:data:`~edge_serve.submitted.WATCH_AFTER_S`). Counts, not timings: the median request's
-(the bound) is the same on a loaded machine as on a quiet one, and grows only when the
+(the bound) is the usual path's, which no rare event moves, and grows only when the
 path does more per request; the mean, which rare events move, is held within
 ``RARE_EVENTS_ROOM`` of the bound.
 Each bound sits a little above what the path costs now; raise it only for work a request

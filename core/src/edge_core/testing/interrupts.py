@@ -143,7 +143,7 @@ class Interrupter:
                 self._point(frame, "resumed")
             elif before in CHECKED_AFTER:
                 self._point(frame, f"after {dis.opname[before]}")
-        elif event == "return":  # (a generator closed unresumed returns with no instruction)
+        elif event == "return":  # (a generator closed where it waits runs no instruction)
             self._last.pop(id(frame), None)
             self._resumed.discard(id(frame))
         return self
@@ -174,7 +174,7 @@ def run_interrupted(tracer: Interrupter, call: Callable[[], Any]) -> bool:
 
     The cyclic garbage collector is off while it runs (see :class:`Interrupter`).
     """
-    _collecting.discard(threading.get_ident())  # (a collection's end mark never missed)
+    _collecting.discard(threading.get_ident())  # (a mark whose collection's end never ran)
     collecting = gc.isenabled()
     gc.disable()
     sys.settrace(tracer)

@@ -241,7 +241,7 @@ def test_bytes_received_first_are_read_before_the_socket():
 
 
 _CHECKED_AFTER = frozenset(dis.opmap[name] for name in (
-    "CALL", "CALL_FUNCTION_EX", "JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE",
+    "CALL", "CALL_FUNCTION_EX", "FORMAT_VALUE", "JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE",
     "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
     "POP_JUMP_BACKWARD_IF_NOT_NONE") if name in dis.opmap)
 

@@ -188,3 +188,18 @@ def test_the_collectors_finalizers_and_callbacks_are_no_points() -> None:
     # (collections ran inside traced runs in this thread, and in the other meanwhile)
     assert (main, True) in collected_by
     assert {thread for thread, _ in collected_by} - {main}
+
+
+def _request_id(serial: int) -> str:
+    return f"r{serial}"
+
+
+def test_an_integer_formatted_in_an_f_string_is_a_point() -> None:
+    # Converting an int to decimal checks for signals (a real SIGINT sent during a loop of
+    # f"{prefix}{n}" is acted on inside FORMAT_VALUE): its entry, then after the field
+    tracer = Interrupter(0, only=frozenset({"_request_id"}))
+    assert run_interrupted(tracer, lambda: _request_id(7)) is False
+    assert tracer.points == 2
+    tracer = Interrupter(2, only=frozenset({"_request_id"}))
+    assert run_interrupted(tracer, lambda: _request_id(7)) is True
+    assert tracer.where.endswith("_request_id (after FORMAT_VALUE)"), tracer.where

@@ -61,7 +61,8 @@ from .conftest import OpenPipeline, echo_stage
 
 #: Instructions after which CPython 3.11 checks for a pending signal (the sweep's points).
 #: Where a real signal's handler finds the frame it interrupts (f_lasti's instruction).
-_ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "RESUME", *BACKWARD_JUMPS})
+_ACTED_ON_AT = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "FORMAT_VALUE", "RESUME",
+                          *BACKWARD_JUMPS})
 
 WARM_UP = 30
 NEXT_CALL_S = 1.0  # the bound on the call after an interrupted one

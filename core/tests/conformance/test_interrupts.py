@@ -3,7 +3,7 @@
 A sweep counts a piece of code's points once, then interrupts it at each: a point that
 comes and goes between runs (the cyclic collector's finalizers of earlier garbage, a
 frame reusing a returned frame's address) makes a sweep fail by chance, as CI's run of
-stop 61 did.
+stop 61 did. And a place where a real signal lands is a point (an f-string's field).
 """
 
 from __future__ import annotations

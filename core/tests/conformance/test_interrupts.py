@@ -139,26 +139,10 @@ def _collections_meanwhile(collected_by: list[tuple[int, bool]]) -> Iterator[Non
             gc.disable()
 
 
-def _interrupted(tracer: Interrupter, call: Callable[[], object]) -> bool:
-    """Whether ``call`` traced by ``tracer`` with the collector on was interrupted."""
-    sys.settrace(tracer)
-    try:
-        call()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        sys.settrace(None)
-    return False
-
-
 def _counted(call: Callable[[], object]) -> int:
-    """The points of ``call`` traced with the collector on (run_interrupted turns it off)."""
+    """The points of ``call`` traced with the collector on."""
     tracer = Interrupter(0)
-    sys.settrace(tracer)
-    try:
-        call()
-    finally:
-        sys.settrace(None)
+    assert run_interrupted(tracer, call, collecting=True) is False
     return tracer.points
 
 
@@ -180,8 +164,9 @@ def test_the_collectors_finalizers_and_callbacks_are_no_points() -> None:
             counts.add(_counted(work))
             del ballast
         # and every point counted is one an interrupted run reaches
-        reached = [_interrupted(Interrupter(k), work) for k in (1, quiet // 2, quiet)]
-        assert _interrupted(Interrupter(quiet + 1), work) is False
+        reached = [run_interrupted(Interrupter(k), work, collecting=True)
+                   for k in (1, quiet // 2, quiet)]
+        assert run_interrupted(Interrupter(quiet + 1), work, collecting=True) is False
     assert counts == {quiet}
     assert reached == [True, True, True]
     main = threading.get_ident()

@@ -32,20 +32,11 @@ from edge_contracts.wire import PREFIX
 from edge_core.host import WorkerClient
 from edge_core.host.calls import Call
 from edge_core.host.reading import HANDOVER
-from edge_core.testing.interrupts import Interrupter, run_interrupted
+from edge_core.testing.interrupts import Interrupter, run_interrupted, until
 
 from .conftest import request
 
 BOUND_S = 3.0  # the bound on what must complete after an interrupt
-
-
-def _until(condition: Callable[[], bool], bound_s: float = BOUND_S) -> bool:
-    end = time.monotonic() + bound_s
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def _whole_frames(client: WorkerClient) -> int:
@@ -77,7 +68,7 @@ def _nothing_queued(call: Call) -> bool:
 
 def _ended_once(call: Call, x: np.ndarray, mine: bool) -> str:
     """'' when ``call``'s end was queued once, with ``x`` echoed; else what is wrong."""
-    if not _until(lambda: call.last_seq >= 0):
+    if not until(lambda: call.last_seq >= 0, BOUND_S):
         return f"{call.request_id}: its end was never delivered"
     if call.ended or (mine and _nothing_queued(call)):  # taken (by the interrupted wait)
         return "" if _nothing_queued(call) else f"{call.request_id}: delivered twice"
@@ -99,7 +90,7 @@ def _together(client: WorkerClient, n: int, tracer: Interrupter,
     try:
         calls = [client.submit(request(f"{name}{n}"), {"x": x})
                  for name, x in zip("ab", xs, strict=True)]
-        assert _until(lambda: _whole_frames(client) >= 2)
+        assert until(lambda: _whole_frames(client) >= 2, BOUND_S)
         reader._last_active = time.monotonic()  # the background reader stays aside
     finally:
         reader._role.release()
@@ -111,7 +102,7 @@ def _together(client: WorkerClient, n: int, tracer: Interrupter,
     left = [what for what in ends if what]
     if got and getattr(got[0], "kind", None) is not EventKind.DONE:
         left.append(f"the wait returned {got[0]}")
-    if not _until(lambda: not client._pending and client.outstanding() == 0):
+    if not until(lambda: not client._pending and client.outstanding() == 0, BOUND_S):
         left.append(f"{len(client._pending)} frame(s) undelivered, "
                     f"{client.outstanding()} call(s) owed")
     try:
@@ -157,7 +148,7 @@ def _zero_copy(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool,
     got: list[object] = []
     interrupted = run_interrupted(tracer, lambda: got.append(call.next(timeout=BOUND_S)))
     left = []
-    if not _until(lambda: call.last_seq >= 0):
+    if not until(lambda: call.last_seq >= 0, BOUND_S):
         left.append("its end was never delivered")
     elif call.ended or (interrupted and _nothing_queued(call)):  # (taken by the wait)
         if not _nothing_queued(call):
@@ -172,7 +163,7 @@ def _zero_copy(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool,
             left.append(f"ended with {float(y.flat[0])}")
         del y
         delivery.release()  # type: ignore[attr-defined]
-    if not _until(lambda: not client._pending and client.outstanding() == 0):
+    if not until(lambda: not client._pending and client.outstanding() == 0, BOUND_S):
         left.append(f"{len(client._pending)} frame(s) undelivered, "
                     f"{client.outstanding()} call(s) owed")
     try:
@@ -213,7 +204,7 @@ def _zero_copy_together(client: WorkerClient, n: int) -> tuple[Call, Call, np.nd
                           {"x": x + 1})
         a = client.submit(StageRequest(f"a{n}", "s0", 0, client.generation, Operation.RUN),
                           {"x": x})
-        assert _until(lambda: _whole_frames(client) >= 2)
+        assert until(lambda: _whole_frames(client) >= 2, BOUND_S)
         reader._last_active = time.monotonic()  # the background reader stays aside
     finally:
         reader._role.release()
@@ -246,7 +237,7 @@ def test_a_frame_delivered_before_a_ctrl_c_is_not_read_again_after_its_memory_we
     try:
         d = client.submit(StageRequest("d", "s0", 0, client.generation, Operation.RUN),
                           {"x": x})
-        assert _until(lambda: _whole_frames(client) >= 1)  # in b's segment, reused
+        assert until(lambda: _whole_frames(client) >= 1, BOUND_S)  # in b's segment, reused
         reader._last_active = time.monotonic()
     finally:
         reader._role.release()

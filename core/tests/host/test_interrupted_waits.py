@@ -26,7 +26,6 @@ threads run untraced). On a real echo worker:
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -36,7 +35,7 @@ import pytest
 
 from edge_contracts.requests import EventKind
 from edge_core.host import WorkerClient
-from edge_core.testing.interrupts import Interrupter, run_interrupted
+from edge_core.testing.interrupts import Interrupter, run_interrupted, until
 
 from .conftest import request
 
@@ -47,15 +46,6 @@ SLOW_S = 0.05  # each request's time in the worker (one at a time there)
 BOUND_S = 3.0  # the bound on what must complete after an interrupt
 
 
-def _until(condition: Callable[[], bool], bound_s: float = BOUND_S) -> bool:
-    end = time.monotonic() + bound_s
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-    return True
-
-
 def _owner(client: WorkerClient) -> str:
     """The read role's lock as its repr shows it (its owner's thread id), taking nothing."""
     return repr(client._reader._role)
@@ -64,7 +54,7 @@ def _owner(client: WorkerClient) -> str:
 def _read_unwaited(client: WorkerClient, rid: str) -> bool:
     """A request nobody waits for has its end read (by the background reader)."""
     client.submit(request(rid), {"x": np.arange(2.0)})
-    return _until(lambda: not client.in_flight(rid))
+    return until(lambda: not client.in_flight(rid), BOUND_S)
 
 
 def _registered_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, str]:
@@ -85,7 +75,7 @@ def _registered_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple
             ends["a"] = exc
 
     def follower() -> None:  # waits behind the main thread once it leads (or left)
-        _until(lambda: out.is_set() or f"owner={main} " in _owner(client))
+        until(lambda: out.is_set() or f"owner={main} " in _owner(client), BOUND_S)
         try:
             ends["c"] = third.next(timeout=BOUND_S).kind
         except Exception as exc:  # reported by the main thread
@@ -93,12 +83,12 @@ def _registered_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple
 
     def hold(frame: FrameType) -> None:  # the main thread leads: the follower registers
         if reader._waiting and f"owner={main} " in _owner(client):  # (no f_locals: a
-            _until(lambda: len(reader._waiting) >= 2, 1.0)  # tracer's read writes them back)
+            until(lambda: len(reader._waiting) >= 2, 1.0)  # tracer's read writes them back)
 
     tracer.before = hold
     threads = [threading.Thread(target=leader), threading.Thread(target=follower)]
     threads[0].start()
-    assert _until(lambda: f"owner={threads[0].ident} " in _owner(client))
+    assert until(lambda: f"owner={threads[0].ident} " in _owner(client), BOUND_S)
     threads[1].start()
     try:
         interrupted = run_interrupted(tracer, lambda: mine.next(timeout=BOUND_S))
@@ -109,7 +99,7 @@ def _registered_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple
     left = []
     if ends != {"a": EventKind.DONE, "c": EventKind.DONE}:
         left.append(f"the other threads' calls ended {ends}")
-    if not _until(lambda: not reader._waiting, 1.0):
+    if not until(lambda: not reader._waiting, 1.0):
         left.append(f"{len(reader._waiting)} waiter(s) listed")
     if not _read_unwaited(client, f"u{n}"):
         left.append("a reply nobody waits for was not read")
@@ -150,7 +140,7 @@ def _leading_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bo
     out = threading.Event()
 
     def follower() -> None:  # registers behind the main thread once it leads
-        _until(lambda: out.is_set() or f"owner={main} " in _owner(client))
+        until(lambda: out.is_set() or f"owner={main} " in _owner(client), BOUND_S)
         try:
             ends["o"] = other.next(timeout=BOUND_S).kind
         except Exception as exc:  # reported by the main thread
@@ -158,7 +148,7 @@ def _leading_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bo
 
     def hold(frame: FrameType) -> None:  # the main thread leads: the follower registers
         if f"owner={main} " in _owner(client) and not out.is_set():
-            _until(lambda: len(reader._waiting) >= 1, 1.0)
+            until(lambda: len(reader._waiting) >= 1, 1.0)
 
     tracer.before = hold
     thread = threading.Thread(target=follower)
@@ -171,7 +161,7 @@ def _leading_wait(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bo
     left = []
     if ends != {"o": EventKind.DONE}:
         left.append(f"the follower's call ended {ends}")
-    if not _until(lambda: not reader._waiting, 1.0):
+    if not until(lambda: not reader._waiting, 1.0):
         left.append(f"{len(reader._waiting)} waiter(s) listed")
     if not _read_unwaited(client, f"u{n}"):
         left.append("a reply nobody waits for was not read")
@@ -216,7 +206,7 @@ def _cancel(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, st
 
     def heard(frame: FrameType) -> None:  # owed, the lock free: its worker's end is read
         if rid in owed and not lock.locked():
-            _until(lambda: rid not in owed, 1.0)
+            until(lambda: rid not in owed, 1.0)
 
     tracer.before = heard
     interrupted = run_interrupted(tracer, lambda: client.cancel(rid))
@@ -227,7 +217,7 @@ def _cancel(client: WorkerClient, n: int, tracer: Interrupter) -> tuple[bool, st
             end = victim.next(timeout=BOUND_S)
     except Exception as exc:
         left.append(f"the cancelled call has no end: {type(exc).__name__}: {exc}")
-    if not _until(lambda: client.outstanding() == 0, 1.0):
+    if not until(lambda: client.outstanding() == 0, 1.0):
         left.append(f"owed {sorted(owed)}, outstanding {client.outstanding()}")
     try:
         client.submit(request(f"n{n}"), {"x": x}).result(timeout=BOUND_S)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -21,18 +20,9 @@ from typing import Any
 import pytest
 
 from edge_core.runtime.answer import Answer
-from edge_core.testing.interrupts import Interrupter, run_interrupted
+from edge_core.testing.interrupts import Interrupter, run_interrupted, until
 
 JOIN_S = 5.0
-
-
-def _until(condition: Callable[[], bool]) -> bool:
-    end = time.monotonic() + JOIN_S
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 SETTING = frozenset({"Answer.settle", "Answer._tell", "Answer.set_result"})
@@ -46,7 +36,7 @@ def _set_with_interrupt(k: int) -> tuple[bool, str, int]:
                                 daemon=True)]
     for thread in waiters:
         thread.start()
-    assert _until(lambda: answer._waiters is not None and len(answer._waiters) == 2)
+    assert until(lambda: answer._waiters is not None and len(answer._waiters) == 2, JOIN_S)
     runs = {"a": 0, "b": 0, "c": 0}
 
     def bump(name: str) -> Callable[[], None]:
@@ -87,7 +77,7 @@ def _wait_with_interrupt(k: int, timeout: float | None) -> bool:
     other: list[str] = []
     waiter = threading.Thread(target=lambda: other.append(answer.result()), daemon=True)
     waiter.start()
-    assert _until(lambda: answer._waiters is not None and len(answer._waiters) == 1)
+    assert until(lambda: answer._waiters is not None and len(answer._waiters) == 1, JOIN_S)
     setter = threading.Timer(0.02, lambda: answer.set_result("in"))
     setter.start()
     tracer = Interrupter(k, WAITING)

@@ -31,11 +31,12 @@ import gc
 import inspect
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, Final
 
-__all__ = ["BACKWARD_JUMPS", "CHECKED_AFTER", "Interrupter", "run_interrupted"]
+__all__ = ["BACKWARD_JUMPS", "CHECKED_AFTER", "Interrupter", "run_interrupted", "until"]
 
 BACKWARD_JUMPS: Final = ("JUMP_BACKWARD", "POP_JUMP_BACKWARD_IF_TRUE",
                          "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_NONE",
@@ -176,14 +177,17 @@ class Interrupter:
             raise KeyboardInterrupt
 
 
-def run_interrupted(tracer: Interrupter, call: Callable[[], Any]) -> bool:
+def run_interrupted(tracer: Interrupter, call: Callable[[], Any], *,
+                    collecting: bool = False) -> bool:
     """Run ``call()`` under ``tracer``: True when a ``KeyboardInterrupt`` came out of it.
 
-    The cyclic garbage collector is off while it runs (see :class:`Interrupter`).
+    The cyclic garbage collector is off while it runs (see :class:`Interrupter`), unless
+    ``collecting`` (a test of the tracer under collections).
     """
     _collecting.discard(threading.get_ident())  # (a mark whose collection's end never ran)
-    collecting = gc.isenabled()
-    gc.disable()
+    enabled = gc.isenabled()
+    if not collecting:
+        gc.disable()
     sys.settrace(tracer)
     try:
         call()
@@ -191,6 +195,19 @@ def run_interrupted(tracer: Interrupter, call: Callable[[], Any]) -> bool:
         return True
     finally:
         sys.settrace(None)
-        if collecting:
+        if enabled:
             gc.enable()
     return False
+
+
+def until(condition: Callable[[], bool], bound_s: float) -> bool:
+    """Whether ``condition()`` became true within ``bound_s`` seconds (polled each ms).
+
+    What a sweep waits for after an interrupt: a call ended, a read role handed over.
+    """
+    end = time.monotonic() + bound_s
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True

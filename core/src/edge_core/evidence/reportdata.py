@@ -270,12 +270,16 @@ def case_rows(record: QualificationRecord) -> list[list[str]]:
                      f"{slow.get('in_order')}"])
     cancel = cases.get("cancellation") or {}
     if cancel.get("measured"):
+        # (records made before events_during_cancel was measured have none)
+        during = ("" if "events_during_cancel" not in cancel
+                  else f"{cancel['events_during_cancel']} event(s) during the cancel, ")
         rows.append(["cancellation",
                      f"{cancel.get('outcome')}, {cancel.get('ended')}: acknowledged in "
                      f"{_num(cancel.get('cancel_call_ms'))} ms, ended in "
                      f"{_num(cancel.get('cancel_to_end_ms'))} ms (bound "
                      f"{_num(cancel.get('bound_ms'), 0)} ms: within {cancel.get('within_bound')}"
-                     f"); {cancel.get('events_after_cancel')} event(s) after the cancel"])
+                     f"); {during}{cancel.get('events_after_cancel')} event(s) after "
+                     "the cancel"])
     elif cancel:
         rows.append(["cancellation", f"not measured: {cancel.get('reason')}"])
     return rows

@@ -20,8 +20,8 @@ calling thread for the matched blocks (:func:`timed_stream`). Boundaries and mea
 - **cancellation** (:func:`cancellation`): ``Submission.cancel()`` after the first event;
   the time until ``cancel()`` returned (the stage's acknowledgement) and until the
   request ended, against the conformance kit's bound (``CANCEL_EFFECT_S``, 1 s), the
-  events that still arrived after the cancel, and a next request served by the same
-  pipeline.
+  events handed to ``on_event`` while ``cancel()`` ran (taken before the fence) and after
+  it returned (none may be), and a next request served by the same pipeline.
 """
 
 from __future__ import annotations
@@ -188,7 +188,10 @@ def cancellation(pipeline: Pipeline, group: InputGroup, deadline_s: float,
     except Exception as exc:  # recorded as it is
         ended = f"error: {type(exc).__name__}: {exc}"
     finished = time.monotonic_ns()
-    after = sum(1 for e in recorder.events if int(e[1]) > started)
+    # an on_event call begun while cancel() ran (its event taken before the fence) is
+    # allowed; none may begin after it returned (the request's EventGate)
+    during = sum(1 for e in recorder.events if started < int(e[1]) <= answered)
+    after = sum(1 for e in recorder.events if int(e[1]) > answered)
     row: dict[str, Any] = {
         "measured": True, "outcome": getattr(outcome, "value", str(outcome)), "ended": ended,
         "cancel_call_ms": (answered - started) / 1e6,
@@ -196,7 +199,8 @@ def cancellation(pipeline: Pipeline, group: InputGroup, deadline_s: float,
         "bound_ms": bound_s * 1e3,
         "within_bound": ((finished - started) / 1e9 <= bound_s) if ended == "cancelled"
         else None,
-        "events_before_cancel": before, "events_after_cancel": after,
+        "events_before_cancel": before, "events_during_cancel": during,
+        "events_after_cancel": after,
     }
     try:
         next_sample = stream_request(pipeline, group, 1, deadline_s, chunk_seconds)

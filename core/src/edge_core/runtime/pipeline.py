@@ -54,6 +54,7 @@ from edge_core.runtime.chain import (
 from edge_core.runtime.deadlines import deadline_until
 from edge_core.runtime.early_zygotes import end_early_zygotes, start_early_zygotes
 from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.event_gate import EventGate, OnEvent
 from edge_core.runtime.execution_plan import execution_plan
 from edge_core.runtime.health import pipeline_health
 from edge_core.runtime.memory_check import memory_report
@@ -73,7 +74,7 @@ from edge_core.runtime.selection_policy import SelectionPolicy, open_selected
 from edge_core.runtime.serving_lineup import Serving, ServingLineup
 from edge_core.runtime.stage_runtime import StageRuntime, close_all
 from edge_core.runtime.stage_slot import ExampleInputs, StageSlot, UnverifiedRetirement
-from edge_core.runtime.submission import OnEvent, RequestAnswer, Submission, submit
+from edge_core.runtime.submission import RequestAnswer, Submission, submit
 from edge_core.selection.gates import GateStore
 from edge_core.selection.store import DecisionStore
 from edge_core.selection.workload import Workload
@@ -223,6 +224,10 @@ class Pipeline:
                                   lock=self._admitting)
         self._where = f"pipelines[{config.name}]"  # names the pipeline in refusals
         self.requests = RequestTracker(config.name)
+        # The on_event gates of the submitted requests, closed by cancel() (held weakly:
+        # a request's gate goes with its submission and its request thread's work)
+        self._gates: weakref.WeakSet[EventGate] = weakref.WeakSet()
+        self._gates_lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._ids = iter(range(1, 1 << 62))
         self.epoch = 0
@@ -787,11 +792,16 @@ class Pipeline:
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.config.admission, thread_name_prefix=f"edge-{self.config.name}")
+        gate = None
+        if on_event is not None:  # called through its gate, which a cancel closes
+            gate = EventGate(on_event)
+            with self._gates_lock:
+                self._gates.add(gate)
         try:
             submission = submit(self._executor, self.requests, self.admission,
                                 lambda _, rid: self._run(inputs, params, calls_until, rid,
-                                                         admitted=True, on_event=on_event),
-                                rid, until, admitted=admitted)
+                                                         admitted=True, on_event=gate),
+                                rid, until, admitted=admitted, gate=gate)
         except RuntimeError:  # the executor shut down: a close came after the check above
             if not self.closed:  # (its admission was given back by submit)
                 raise
@@ -1012,7 +1022,10 @@ class Pipeline:
 
         The pipeline's own epoch is bumped first, so a request between two stages is
         stopped before its next submission; then every stage is fenced and asked to stop
-        (one stage failing to stop does not keep the others from being fenced).
+        (one stage failing to stop does not keep the others from being fenced). Last,
+        the ``on_event`` of every submitted request is closed off, as
+        :meth:`Submission.cancel` closes its own: once this returns none is running and
+        none is called again.
         """
         self.epoch += 1
         answers: dict[str, str] = {}
@@ -1023,6 +1036,10 @@ class Pipeline:
                 answers[stage.runtime.name] = stage.runtime.cancel().value
             except Exception as exc:
                 answers[stage.runtime.name] = f"failed: {type(exc).__name__}: {exc}"
+        with self._gates_lock:
+            gates = list(self._gates)
+        for gate in gates:
+            gate.close()
         return answers
 
     async def acancel(self) -> dict[str, str]:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
-from edge_contracts.requests import StageEvent
 from edge_contracts.validation import require_seconds
 from edge_core.backend import CancelOutcome
 from edge_core.errors import DeadlineExceeded
@@ -27,15 +26,13 @@ from edge_core.runtime.admission import take_slot
 from edge_core.runtime.answer import Answer
 from edge_core.runtime.deadlines import timer
 from edge_core.runtime.errors import RequestCancelled
+from edge_core.runtime.event_gate import EventGate, OnEvent
 from edge_core.runtime.fence import FenceOutcome
 from edge_core.runtime.request_tracker import RequestTracker
 
 if TYPE_CHECKING:
     from edge_core.runtime.admission import SlotPool
     from edge_core.runtime.pipeline_result import PipelineResult
-
-#: Called with each non-terminal event (a token) of a submitted request's final stage.
-OnEvent = Callable[[StageEvent, Mapping[str, Any]], None]
 
 __all__ = ["OnEvent", "RequestAnswer", "RequestFuture", "Submission", "submit"]
 
@@ -125,8 +122,9 @@ class Submission:
 
     def __init__(self, request_id: str, future: RequestFuture | None, tracker: RequestTracker,
                  until: float | None, unadmit: Callable[[], None],
-                 answer: RequestAnswer | None = None) -> None:
+                 answer: RequestAnswer | None = None, gate: EventGate | None = None) -> None:
         self.request_id = request_id
+        self._gate = gate  # its on_event's, closed by its cancel (None: no on_event)
         self._future = future
         self._tracker = tracker
         self._until = until
@@ -198,6 +196,11 @@ class Submission:
     def cancel(self, *, interrupt: bool = True) -> CancelOutcome | FenceOutcome:
         """Cancel this request alone.
 
+        Once it returns, whatever the outcome, the request's ``on_event`` is not running
+        and is not called again (an event its thread had taken before the fence is
+        dropped; a call under way is waited for: :class:`~edge_core.runtime.event_gate.
+        EventGate`).
+
         ``interrupt=True`` (the default) stops it wherever it is: a running call of a
         non-preemptible stage retires that stage's worker
         (:meth:`RequestTracker.cancel`; :class:`~edge_core.backend.CancelOutcome`).
@@ -210,17 +213,22 @@ class Submission:
         the pipeline's admission slot are freed. A preemptible stage still stops it in
         place.
         """
+        outcome: CancelOutcome | FenceOutcome
         dequeued = self._dequeue()
         if dequeued is None:  # taken out of the queue before: cancelled, nothing touched
-            return CancelOutcome.ALREADY_FINISHED if interrupt else FenceOutcome.ALREADY_FINISHED
-        if dequeued:  # still queued: no thread has taken it
+            outcome = (CancelOutcome.ALREADY_FINISHED if interrupt
+                       else FenceOutcome.ALREADY_FINISHED)
+        elif dequeued:  # still queued: no thread has taken it
             self._unadmit()  # its tracking and the admission it took (each once)
-            return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
-        if interrupt:
-            return self._tracker.cancel(self.request_id)
-        outcome = self._tracker.fence(self.request_id)
-        if outcome is not FenceOutcome.ALREADY_FINISHED:
-            self._answer.give_up()
+            outcome = CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
+        elif interrupt:
+            outcome = self._tracker.cancel(self.request_id)
+        else:
+            outcome = self._tracker.fence(self.request_id)
+            if outcome is not FenceOutcome.ALREADY_FINISHED:
+                self._answer.give_up()
+        if self._gate is not None:  # after the fence: no event accepted from now on
+            self._gate.close()
         return outcome
 
     def fence_at(self, until: float) -> None:
@@ -268,13 +276,16 @@ class Submission:
 
 def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admission: SlotPool,
            run: Callable[[float | None, str], PipelineResult], request_id: str,
-           until: float | None, *, admitted: bool = False) -> Submission:
+           until: float | None, *, admitted: bool = False,
+           gate: EventGate | None = None) -> Submission:
     """Take admission now, then ``run(until, request_id)`` on ``executor``.
 
     Admission is taken in the caller's thread — at once, or waiting up to ``until``
     (monotonic: the request's deadline) — so that a full pipeline refuses the submission
     itself; ``run`` holds that slot. ``admitted``: the caller has begun tracking the
     request and holds its admission slot already (both are handed to ``run``).
+    ``gate``: the request's ``on_event`` gate, which ``run`` calls with each event; the
+    submission's cancel closes it.
 
     A ``KeyboardInterrupt`` (Ctrl-C) wherever CPython acts on it here leaves nothing
     held: the tracking and the slot are recorded as they are taken (given back if it
@@ -329,7 +340,7 @@ def submit(executor: concurrent.futures.Executor, tracker: RequestTracker, admis
     try:
         future = concurrent.futures.Future()
         answer = RequestAnswer(request_id)
-        submission = Submission(request_id, future, tracker, until, unadmit, answer)
+        submission = Submission(request_id, future, tracker, until, unadmit, answer, gate)
         executor.submit(work).add_done_callback(
             partial(_unqueued, submission, unadmit, answer))
     except BaseException:  # not queued (the executor shut down), or interrupted

@@ -42,10 +42,11 @@ from starlette.requests import Request
 from edge_core.artifacts.errors import BundleChanged
 from edge_core.config.transforms import call_prepare, resolve_input_transform
 from edge_core.errors import DeadlineExceeded
+from edge_core.runtime.event_gate import OnEvent
 from edge_core.runtime.health import StageState, replica_summary
 from edge_core.runtime.pipeline import Pipeline
 from edge_core.runtime.pipeline_result import PipelineResult
-from edge_core.runtime.submission import OnEvent, Submission
+from edge_core.runtime.submission import Submission
 from edge_serve.draining import Drain
 from edge_serve.outcomes import (
     HttpRefusal,

@@ -20,6 +20,7 @@ import pytest
 
 from edge_contracts.requests import StageEvent
 from edge_core.backend import CancelOutcome
+from edge_core.errors import DeadlineExceeded
 from edge_core.runtime import Pipeline, RequestCancelled
 from edge_core.runtime.event_gate import EventGate
 from edge_core.runtime.fence import FenceOutcome
@@ -121,6 +122,70 @@ def test_the_pipelines_cancel_closes_every_submitted_requests_calls(
     assert len(calls.calls) == 1 and calls.calls[0][1] < returned
 
 
+def test_the_pipelines_cancel_leaves_a_request_waiting_for_admission_its_calls(
+        open_pipeline: OpenPipeline) -> None:
+    pipeline = _streaming(open_pipeline)  # admission 1
+    first, waiting = Calls(), Calls()
+    running = pipeline.submit(X, on_event=first)
+    assert first.first.wait(BOUND_S)
+    box: list[Any] = []
+    submitter = threading.Thread(target=lambda: box.append(
+        pipeline.submit(X, on_event=waiting, deadline_s=BOUND_S)))
+    submitter.start()
+    end = time.monotonic() + BOUND_S
+    while not pipeline.admission.waiters and time.monotonic() < end:
+        time.sleep(0.005)
+    assert pipeline.admission.waiters == 1  # the second waits for the first's slot
+    assert pipeline.cancel() == {"a": CancelOutcome.CANCELLED_IN_PLACE.value}
+    with pytest.raises(RequestCancelled):
+        running.result(timeout_s=BOUND_S)
+    submitter.join(BOUND_S)
+    (admitted,) = box  # admitted once the cancelled request gave its slot back
+    with admitted.result(timeout_s=BOUND_S):
+        assert len(waiting.calls) == 40  # started under the new epoch: not cancelled
+    _nothing_held(pipeline)
+
+
+def test_a_deadline_that_fences_the_request_drops_an_event_taken_before_it(
+        open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = _streaming(open_pipeline)
+    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
+    calls = Calls()
+    submission = pipeline.submit(X, on_event=calls, deadline_s=0.5,
+                                 interrupt_at_deadline=False)
+    try:
+        assert held.wait(BOUND_S)
+        with pytest.raises(DeadlineExceeded):  # the gate shut before this is raised
+            submission.result(timeout_s=BOUND_S)
+    finally:
+        go_on.set()
+    _nothing_held(pipeline)
+    assert len(calls.calls) == 1
+
+
+def test_a_cancel_that_raises_still_closes_the_calls(
+        open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = _streaming(open_pipeline)
+    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
+    calls = Calls()
+    submission = pipeline.submit(X, on_event=calls)
+
+    def failing(request_id: str) -> CancelOutcome:
+        raise RuntimeError(f"the tracker failed to cancel {request_id!r}")
+
+    monkeypatch.setattr(pipeline.requests, "cancel", failing)
+    try:
+        assert held.wait(BOUND_S)
+        with pytest.raises(RuntimeError, match="failed to cancel"):
+            submission.cancel()
+    finally:
+        go_on.set()
+    with submission.result(timeout_s=BOUND_S) as result:  # never fenced: it ends whole
+        assert result.final.data["num_tokens"] == 40  # its 40 chunks, each one token
+    assert len(calls.calls) == 1  # no call after the cancel raised
+    _nothing_held(pipeline)
+
+
 def test_cancel_waits_for_a_call_under_way_and_none_begins_after(
         open_pipeline: OpenPipeline) -> None:
     pipeline = _streaming(open_pipeline)
@@ -153,6 +218,8 @@ def test_cancel_waits_for_a_call_under_way_and_none_begins_after(
 
 def test_a_callback_that_cancels_its_own_request_gets_no_later_call(
         open_pipeline: OpenPipeline) -> None:
+    # (the fence alone keeps later events out; this shows the gate's lock lets the
+    # callback's own cancel close it: a plain lock would deadlock the request thread)
     pipeline = _streaming(open_pipeline)
     seen: list[int] = []
     outcomes: list[object] = []

@@ -176,7 +176,6 @@ def cancellation(pipeline: Pipeline, group: InputGroup, deadline_s: float,
                 submission.result(timeout_s=1.0).ack()
             return {"measured": False, "reason": "the request ended, or the deadline "
                     f"({deadline_s} s) passed, before its first event"}
-    before = len(recorder.events)
     started = time.monotonic_ns()
     outcome = submission.cancel()
     answered = time.monotonic_ns()
@@ -190,6 +189,7 @@ def cancellation(pipeline: Pipeline, group: InputGroup, deadline_s: float,
     finished = time.monotonic_ns()
     # an on_event call begun while cancel() ran (its event taken before the fence) is
     # allowed; none may begin after it returned (the request's EventGate)
+    before = sum(1 for e in recorder.events if int(e[1]) <= started)
     during = sum(1 for e in recorder.events if started < int(e[1]) <= answered)
     after = sum(1 for e in recorder.events if int(e[1]) > answered)
     row: dict[str, Any] = {

@@ -422,7 +422,7 @@ class Pipeline:
 
     def _run(self, inputs: Mapping[str, Any], params: Mapping[str, Any] | None,
              until: float | None, request_id: str | None, admitted: bool = False,
-             on_event: OnEvent | None = None) -> PipelineResult:
+             on_event: EventGate | None = None) -> PipelineResult:
         # What the request holds is known from what is set, at every point where a
         # Ctrl-C can act (where a call returns, where a function starts: see
         # test_interrupted_calls), and the failure path gives back what is set: the
@@ -452,6 +452,8 @@ class Pipeline:
                     admission.used += 1
                     admitted = True
                 epoch = self.epoch
+                if on_event is not None:  # (read with the epoch: see cancel)
+                    on_event.epoch = epoch
                 serving = self.lineup.current  # ServingLineup.enter_held, without its call
                 serving.holds += 1
             if serving.direct is not None:  # one stage: no chain to run
@@ -1023,11 +1025,14 @@ class Pipeline:
         The pipeline's own epoch is bumped first, so a request between two stages is
         stopped before its next submission; then every stage is fenced and asked to stop
         (one stage failing to stop does not keep the others from being fenced). Last,
-        the ``on_event`` of every submitted request is closed off, as
-        :meth:`Submission.cancel` closes its own: once this returns none is running and
-        none is called again.
+        the ``on_event`` of every request it cancelled (those that started under an
+        older epoch) is closed off, as :meth:`Submission.cancel` closes its own: once
+        this returns none is running and none is called again (a request still waiting
+        for admission starts under the new epoch and is not cancelled).
         """
-        self.epoch += 1
+        with self._admitting:  # (as requests read it: see _run)
+            self.epoch += 1
+            epoch = self.epoch
         answers: dict[str, str] = {}
         for stage in [*self.policy.finishing(), *self._slots]:
             if stage.runtime is None:
@@ -1036,11 +1041,19 @@ class Pipeline:
                 answers[stage.runtime.name] = stage.runtime.cancel().value
             except Exception as exc:
                 answers[stage.runtime.name] = f"failed: {type(exc).__name__}: {exc}"
-        with self._gates_lock:
-            gates = list(self._gates)
-        for gate in gates:
-            gate.close()
+        for gate in self._open_gates():
+            if gate.epoch is not None and gate.epoch < epoch:
+                gate.close()
         return answers
+
+    def _open_gates(self) -> list[EventGate]:
+        """The gates of the submitted requests that still have one."""
+        while True:
+            try:
+                with self._gates_lock:
+                    return list(self._gates)
+            except RuntimeError:  # one collected in another thread as they were listed
+                continue
 
     async def acancel(self) -> dict[str, str]:
         """:meth:`cancel` for asyncio code."""

@@ -196,10 +196,11 @@ class Submission:
     def cancel(self, *, interrupt: bool = True) -> CancelOutcome | FenceOutcome:
         """Cancel this request alone.
 
-        Once it returns, whatever the outcome, the request's ``on_event`` is not running
-        and is not called again (an event its thread had taken before the fence is
-        dropped; a call under way is waited for: :class:`~edge_core.runtime.event_gate.
-        EventGate`).
+        Once it returns (or raises), whatever the outcome, the request's ``on_event`` is
+        not running and is not called again: an event its thread had taken before the
+        fence is dropped, and a call under way is waited for
+        (:class:`~edge_core.runtime.event_gate.EventGate`), so ``on_event`` must not wait
+        on the thread that cancels.
 
         ``interrupt=True`` (the default) stops it wherever it is: a running call of a
         non-preemptible stage retires that stage's worker
@@ -213,23 +214,23 @@ class Submission:
         the pipeline's admission slot are freed. A preemptible stage still stops it in
         place.
         """
-        outcome: CancelOutcome | FenceOutcome
-        dequeued = self._dequeue()
-        if dequeued is None:  # taken out of the queue before: cancelled, nothing touched
-            outcome = (CancelOutcome.ALREADY_FINISHED if interrupt
-                       else FenceOutcome.ALREADY_FINISHED)
-        elif dequeued:  # still queued: no thread has taken it
-            self._unadmit()  # its tracking and the admission it took (each once)
-            outcome = CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
-        elif interrupt:
-            outcome = self._tracker.cancel(self.request_id)
-        else:
+        try:
+            dequeued = self._dequeue()
+            if dequeued is None:  # taken out of the queue before: cancelled, nothing touched
+                return (CancelOutcome.ALREADY_FINISHED if interrupt
+                        else FenceOutcome.ALREADY_FINISHED)
+            if dequeued:  # still queued: no thread has taken it
+                self._unadmit()  # its tracking and the admission it took (each once)
+                return CancelOutcome.NOT_STARTED if interrupt else FenceOutcome.NOT_STARTED
+            if interrupt:
+                return self._tracker.cancel(self.request_id)
             outcome = self._tracker.fence(self.request_id)
             if outcome is not FenceOutcome.ALREADY_FINISHED:
                 self._answer.give_up()
-        if self._gate is not None:  # after the fence: no event accepted from now on
-            self._gate.close()
-        return outcome
+            return outcome
+        finally:
+            if self._gate is not None:  # after the fence: no event accepted from now on
+                self._gate.close()
 
     def fence_at(self, until: float) -> None:
         """At ``until`` (monotonic), fence this request instead of interrupting it.
@@ -248,6 +249,9 @@ class Submission:
 
     def _expire(self) -> None:
         """The deadline passed (the timer's thread): answer DeadlineExceeded, then fence."""
+        if self._gate is not None:  # before the answer (whoever reads DeadlineExceeded
+            self._gate.shut()  # finds it shut; answered first, no call was left anyway),
+            # without waiting for a call under way (the timer's thread)
         if not self._answer.expire():  # answered first: nothing to end
             return
         dequeued = self._dequeue()

@@ -24,6 +24,7 @@ from edge_core.errors import DeadlineExceeded
 from edge_core.runtime import Pipeline, RequestCancelled
 from edge_core.runtime.event_gate import EventGate
 from edge_core.runtime.fence import FenceOutcome
+from edge_core.runtime.submission import Submission
 
 from .conftest import OpenPipeline, echo_stage
 
@@ -69,6 +70,16 @@ def _hold_second_accepted(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch,
     return held, go_on
 
 
+def _held_request(open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch,
+                  **options: Any) -> tuple[Pipeline, threading.Event, threading.Event, Calls,
+                                           Submission]:
+    """A streaming request (``options`` to submit) whose thread will hold its 2nd event."""
+    pipeline = _streaming(open_pipeline)
+    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
+    calls = Calls()
+    return pipeline, held, go_on, calls, pipeline.submit(X, on_event=calls, **options)
+
+
 def _nothing_held(pipeline: Pipeline) -> None:
     stage = pipeline.stage("a")
     deadline = time.monotonic() + BOUND_S
@@ -80,10 +91,7 @@ def _nothing_held(pipeline: Pipeline) -> None:
 @pytest.mark.parametrize("interrupt", [True, False], ids=["cancel", "fence"])
 def test_an_event_accepted_before_the_fence_is_not_delivered_after_cancel_returns(
         open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch, interrupt: bool) -> None:
-    pipeline = _streaming(open_pipeline)
-    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
-    calls = Calls()
-    submission = pipeline.submit(X, on_event=calls)
+    pipeline, held, go_on, calls, submission = _held_request(open_pipeline, monkeypatch)
     try:
         assert held.wait(BOUND_S)  # the second event accepted, not yet handed on
         outcome = submission.cancel(interrupt=interrupt)
@@ -105,10 +113,7 @@ def test_an_event_accepted_before_the_fence_is_not_delivered_after_cancel_return
 
 def test_the_pipelines_cancel_closes_every_submitted_requests_calls(
         open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
-    pipeline = _streaming(open_pipeline)
-    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
-    calls = Calls()
-    submission = pipeline.submit(X, on_event=calls)
+    pipeline, held, go_on, calls, submission = _held_request(open_pipeline, monkeypatch)
     try:
         assert held.wait(BOUND_S)
         answers = pipeline.cancel()
@@ -148,11 +153,8 @@ def test_the_pipelines_cancel_leaves_a_request_waiting_for_admission_its_calls(
 
 def test_a_deadline_that_fences_the_request_drops_an_event_taken_before_it(
         open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
-    pipeline = _streaming(open_pipeline)
-    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
-    calls = Calls()
-    submission = pipeline.submit(X, on_event=calls, deadline_s=0.5,
-                                 interrupt_at_deadline=False)
+    pipeline, held, go_on, calls, submission = _held_request(
+        open_pipeline, monkeypatch, deadline_s=0.5, interrupt_at_deadline=False)
     try:
         assert held.wait(BOUND_S)
         with pytest.raises(DeadlineExceeded):  # the gate shut before this is raised
@@ -165,10 +167,7 @@ def test_a_deadline_that_fences_the_request_drops_an_event_taken_before_it(
 
 def test_a_cancel_that_raises_still_closes_the_calls(
         open_pipeline: OpenPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
-    pipeline = _streaming(open_pipeline)
-    held, go_on = _hold_second_accepted(pipeline, monkeypatch)
-    calls = Calls()
-    submission = pipeline.submit(X, on_event=calls)
+    pipeline, held, go_on, calls, submission = _held_request(open_pipeline, monkeypatch)
 
     def failing(request_id: str) -> CancelOutcome:
         raise RuntimeError(f"the tracker failed to cancel {request_id!r}")

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+import attrs
 import pytest
 
 from edge_core.evidence.profiling import ProfileSettings, run_profile
@@ -245,6 +246,17 @@ def test_the_record_keeps_streams_cases_memory_and_conditions(
     assert "TTFT p50 " in text and "| steady@c1 | 3 |" in text
     assert "OVER DEMAND" in text and "| temperature |" in text
     assert "| cancellation | cancelled-in-place, cancelled: acknowledged in " in text
+    during = streamed["baseline"]["stream_cases"]["cancellation"]["events_during_cancel"]
+    assert (f"; {during} event(s) during the cancel, 0 event(s) after the cancel |"
+            in text)
+    # a record made before events_during_cancel was counted prints its count alone
+    cases = record.performance["stream_cases"]
+    older = attrs.evolve(record, performance={**record.performance, "stream_cases": {
+        **cases, "cancellation": {k: v for k, v in cases["cancellation"].items()
+                                  if k != "events_during_cancel"}}})
+    older_text = render_markdown(build_matrix([(older, "r.json")]))
+    assert "during the cancel" not in older_text
+    assert "); 0 event(s) after the cancel |" in older_text
     assert "| slow consumer | paused 0.3 s: " in text
     page = render_html(build_matrix([(record, "r.json")]))
     assert page.count("<svg") == 1  # the TTFT samples (no graph latencies here)
